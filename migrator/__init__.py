@@ -1,0 +1,6 @@
+"""dcgm-migrate: move a live GPU Operator cluster to one stable DCGM identity.
+
+The version lives here and only here.
+"""
+
+__version__ = "0.1.0"

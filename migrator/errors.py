@@ -1,0 +1,92 @@
+"""Typed errors and the one table that maps them to exit codes (SPEC §6).
+
+Every layer raises these; only the CLI catches them, prints `message` and `hint`, and exits
+with `exit_code_for(error)`. Transport errors from the Kubernetes client are wrapped at the
+kube choke point with the original kept as `__cause__`.
+"""
+
+from __future__ import annotations
+
+
+class MigrateError(Exception):
+    """Base: one clear sentence (`message`) plus what to do about it (`hint`)."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+# ---- exit 2: bad input or usage -------------------------------------------------------------
+class UsageError(MigrateError):
+    """The user asked for something invalid; nothing was written."""
+
+
+# ---- exit 1: a gate stopped the run safely ---------------------------------------------------
+class GateFailed(MigrateError):
+    """A precondition or postcondition did not hold; the run stopped with nothing half-done."""
+
+
+# ---- exit 4: someone else's run or a stale plan ----------------------------------------------
+class LockHeld(MigrateError):
+    """Another run holds the state lock."""
+
+
+class StalePlan(MigrateError):
+    """The saved plan no longer matches the cluster."""
+
+
+# ---- exit 3: cluster/API error -----------------------------------------------------------------
+class ClusterError(MigrateError):
+    """The cluster could not be read or written as needed."""
+
+
+class StateCorrupt(ClusterError):
+    """The state ConfigMap was hand-edited, truncated or belongs to something else."""
+
+
+class APIError(ClusterError):
+    """The API server answered with an error Status."""
+
+    def __init__(self, message: str, hint: str = "", *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message, hint)
+        self.status = status
+        self.reason = reason
+
+
+class APINotFound(APIError):
+    """404 NotFound."""
+
+
+class APIConflict(APIError):
+    """409 Conflict (stale resourceVersion) or AlreadyExists."""
+
+
+class APIForbidden(APIError):
+    """403 Forbidden: RBAC does not allow the request."""
+
+
+class APIInvalid(APIError):
+    """422 Invalid: the server rejected the object."""
+
+
+class APIUnreachable(ClusterError):
+    """No answer from the API server within the retry budget."""
+
+
+_EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (GateFailed, 1),
+    (UsageError, 2),
+    (LockHeld, 4),
+    (StalePlan, 4),
+    (ClusterError, 3),
+    (MigrateError, 3),
+)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The documented exit code of an error (3 for anything unexpected)."""
+    for cls, code in _EXIT_CODES:
+        if isinstance(error, cls):
+            return code
+    return 3

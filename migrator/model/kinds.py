@@ -1,0 +1,79 @@
+"""The Kubernetes resource types dcgm-migrate reads or writes, and the simulated server serves.
+
+One table for both sides, so the tool and the sim can never disagree on a group, version or
+plural.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One API resource type."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    has_status: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """`plural` for core, `plural.group` otherwise (as RBAC and kubectl name them)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        """REST path of the collection, namespaced when the kind is and a namespace is given."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{base}/namespaces/{namespace}/{self.plural}"
+        return f"{base}/{self.plural}"
+
+    def object_path(self, name: str, namespace: str | None = None) -> str:
+        return f"{self.collection_path(namespace)}/{name}"
+
+
+NAMESPACE = Kind("", "v1", "namespaces", "Namespace", False, ("ns",), True)
+NODE = Kind("", "v1", "nodes", "Node", False, ("no",), True)
+POD = Kind("", "v1", "pods", "Pod", True, ("po",), True)
+SERVICE = Kind("", "v1", "services", "Service", True, ("svc",), True)
+CONFIGMAP = Kind("", "v1", "configmaps", "ConfigMap", True, ("cm",))
+EVENT = Kind("", "v1", "events", "Event", True, ("ev",))
+DAEMONSET = Kind("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), True)
+CONTROLLER_REVISION = Kind("apps", "v1", "controllerrevisions", "ControllerRevision", True)
+ENDPOINTSLICE = Kind("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True)
+CLUSTER_POLICY = Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False, (), True)
+GPU_CLUSTER = Kind("nvidia.com", "v1alpha1", "gpuclusters", "GPUCluster", False, (), True)
+SERVICE_MONITOR = Kind(
+    "monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True, ("smon",)
+)
+CRD = Kind(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+    False, ("crd", "crds"), True,
+)
+SELF_SUBJECT_ACCESS_REVIEW = Kind(
+    "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
+)
+
+ALL: tuple[Kind, ...] = (
+    NAMESPACE, NODE, POD, SERVICE, CONFIGMAP, EVENT, DAEMONSET, CONTROLLER_REVISION,
+    ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, CRD, SELF_SUBJECT_ACCESS_REVIEW,
+)
+BY_KEY: dict[str, Kind] = {k.key: k for k in ALL}
+BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL}

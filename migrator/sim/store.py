@@ -1,0 +1,320 @@
+"""The simulated cluster's object store: the one source of truth, like etcd behind the API server.
+
+It keeps every object as a plain dict (the JSON the real API server would return), assigns the
+metadata the real server assigns (`uid`, `resourceVersion`, `generation`, `creationTimestamp`),
+enforces optimistic concurrency, and records an event log so watches can resume from a
+`resourceVersion`. Controllers subscribe to changes in-process; HTTP clients see the same store
+through `server.py`.
+
+Contract (read by the HTTP layer and the controllers):
+- Stored dicts are never mutated in place: every write stores a fresh dict. Readers get the
+  stored object itself (cheap); a reader that wants to modify one must `copy.deepcopy` it.
+- One global, monotonically increasing resourceVersion (an integer, sent as a string).
+- `generation` starts at 1 and moves only when `spec` changes (for kinds with a spec).
+- Every mutation calls the subscribers synchronously, under the store lock, with the event.
+  Subscribers must be quick (enqueue work) and must not write to the store from the callback.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from migrator.model import kinds
+from migrator.model.kinds import Kind
+from migrator.model.selectors import Selector
+
+Obj = dict[str, Any]
+
+
+Resource = Kind
+RESOURCES: tuple[Kind, ...] = kinds.ALL
+RESOURCES_BY_KEY: dict[str, Kind] = kinds.BY_KEY
+RESOURCES_BY_KIND: dict[str, Kind] = kinds.BY_KIND
+
+
+class StoreError(Exception):
+    """A store-level refusal that the HTTP layer turns into a `Status` object."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+def not_found(resource: Resource, name: str) -> StoreError:
+    group = resource.group or ""
+    what = f"{resource.plural}.{group}" if group else resource.plural
+    return StoreError(404, "NotFound", f'{what} "{name}" not found')
+
+
+def already_exists(resource: Resource, name: str) -> StoreError:
+    group = resource.group or ""
+    what = f"{resource.plural}.{group}" if group else resource.plural
+    return StoreError(409, "AlreadyExists", f'{what} "{name}" already exists')
+
+
+def conflict(resource: Resource, name: str) -> StoreError:
+    group = resource.group or ""
+    what = f"{resource.plural}.{group}" if group else resource.plural
+    return StoreError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {what} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+    )
+
+
+@dataclass(frozen=True)
+class Event:
+    """A committed change, as a watch would deliver it."""
+
+    type: str  # ADDED | MODIFIED | DELETED
+    resource: Resource
+    object: Obj
+    resource_version: int
+
+
+ObjKey = tuple[str, str]  # (namespace or "", name)
+Subscriber = Callable[[Event], None]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Store:
+    """Thread-safe in-memory object store with an event log for watches."""
+
+    event_log_size: int = 500_000
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    changed: threading.Condition = field(init=False)
+    _objects: dict[str, dict[ObjKey, Obj]] = field(default_factory=dict)
+    _events: deque[Event] = field(init=False)
+    _rv: int = 1
+    _subscribers: list[Subscriber] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+        self._events = deque(maxlen=self.event_log_size)
+        for r in RESOURCES:
+            self._objects.setdefault(r.key, {})
+
+    # ---- reads -------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        with self.lock:
+            return self._rv
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        """The stored object (do not mutate it); StoreError NotFound when absent."""
+        with self.lock:
+            obj = self._objects[resource.key].get((namespace or "", name))
+            if obj is None:
+                raise not_found(resource, name)
+            return obj
+
+    def find(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        with self.lock:
+            return self._objects[resource.key].get((namespace or "", name))
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        selector: Selector | None = None,
+        name: str | None = None,
+    ) -> tuple[list[Obj], int]:
+        """Objects sorted by (namespace, name), plus the store's resourceVersion at read time."""
+        with self.lock:
+            table = self._objects[resource.key]
+            if name is not None:
+                keys: Iterable[ObjKey] = [k for k in table if k[1] == name]
+            else:
+                keys = table.keys()
+            out = []
+            for key in sorted(keys):
+                if namespace and key[0] != namespace:
+                    continue
+                obj = table[key]
+                if selector is not None and not selector.matches(
+                    obj["metadata"].get("labels")
+                ):
+                    continue
+                out.append(obj)
+            return out, self._rv
+
+    def events_since(self, resource_version: int) -> list[Event] | None:
+        """Events after `resource_version`, or None when the log no longer reaches back that far
+        (the caller answers 410 Gone, as the real server does for a compacted revision)."""
+        with self.lock:
+            if resource_version >= self._rv:
+                return []
+            oldest = self._events[0].resource_version if self._events else self._rv + 1
+            if resource_version + 1 < oldest:
+                return None
+            return [e for e in self._events if e.resource_version > resource_version]
+
+    # ---- writes ------------------------------------------------------------------------
+
+    def subscribe(self, fn: Subscriber) -> None:
+        with self.lock:
+            self._subscribers.append(fn)
+
+    def _commit(self, etype: str, resource: Resource, obj: Obj) -> Event:
+        event = Event(etype, resource, obj, int(obj["metadata"]["resourceVersion"]))
+        self._events.append(event)
+        for fn in list(self._subscribers):
+            fn(event)
+        self.changed.notify_all()
+        return event
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def create(self, resource: Resource, obj: Obj, *, dry_run: bool = False) -> Obj:
+        """Store a new object, filling server-assigned metadata; AlreadyExists on a name clash."""
+        with self.lock:
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            name = meta.get("name")
+            if not name:
+                raise StoreError(422, "Invalid", f"{resource.kind} is invalid: metadata.name: "
+                                 "Required value: name or generateName is required")
+            ns = meta.get("namespace") or "" if resource.namespaced else ""
+            if resource.namespaced and not ns:
+                raise StoreError(422, "Invalid", f"{resource.kind} {name!r} is invalid: "
+                                 "metadata.namespace: Required value")
+            if not resource.namespaced:
+                meta.pop("namespace", None)
+            key = (ns, name)
+            if key in self._objects[resource.key]:
+                raise already_exists(resource, name)
+            obj["apiVersion"] = resource.api_version
+            obj["kind"] = resource.kind
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_rfc3339()
+            meta.pop("resourceVersion", None)
+            meta.pop("deletionTimestamp", None)
+            if "spec" in obj or resource.has_status:
+                meta["generation"] = 1
+            if dry_run:
+                meta["resourceVersion"] = str(self._rv)
+                return obj
+            meta["resourceVersion"] = self._next_rv()
+            self._objects[resource.key][key] = obj
+            self._commit("ADDED", resource, obj)
+            return obj
+
+    def update(
+        self,
+        resource: Resource,
+        obj: Obj,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Replace an object. A `metadata.resourceVersion` in `obj` must match (409 Conflict).
+
+        The main resource ignores `status` changes and the `status` subresource ignores
+        everything but `status`, as the real server does for kinds with a status subresource.
+        `generation` moves when, and only when, `spec` changes.
+        """
+        with self.lock:
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            name = meta.get("name", "")
+            ns = (meta.get("namespace") or "") if resource.namespaced else ""
+            current = self._objects[resource.key].get((ns, name))
+            if current is None:
+                raise not_found(resource, name)
+            sent_rv = meta.get("resourceVersion")
+            if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
+                raise conflict(resource, name)
+            if subresource == "status":
+                new = copy.deepcopy(current)
+                new["status"] = obj.get("status", {})
+            else:
+                new = obj
+                if resource.has_status:
+                    if "status" in current:
+                        new["status"] = copy.deepcopy(current["status"])
+                    else:
+                        new.pop("status", None)
+                # Immutable server-assigned metadata is kept from the stored object.
+                for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+                    if k in current["metadata"]:
+                        new["metadata"][k] = current["metadata"][k]
+                    else:
+                        new["metadata"].pop(k, None)
+                if "namespace" in current["metadata"]:
+                    new["metadata"]["namespace"] = current["metadata"]["namespace"]
+                new["apiVersion"] = resource.api_version
+                new["kind"] = resource.kind
+                if new.get("spec") != current.get("spec") and "generation" in current["metadata"]:
+                    new["metadata"]["generation"] = current["metadata"]["generation"] + 1
+            new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            if new == current:
+                # A no-op write keeps the resourceVersion and emits no event, as the real server.
+                return current
+            if dry_run:
+                return new
+            new["metadata"]["resourceVersion"] = self._next_rv()
+            self._objects[resource.key][(ns, name)] = new
+            self._commit("MODIFIED", resource, new)
+            return new
+
+    def mark_deleting(
+        self, resource: Resource, namespace: str | None, name: str, grace_seconds: int
+    ) -> Obj:
+        """Graceful deletion: set `deletionTimestamp`/`deletionGracePeriodSeconds` and keep the
+        object until its owner (the simulated kubelet, for pods) calls `delete`. Marking an
+        object already marked is a no-op that returns it."""
+        with self.lock:
+            current = self.get(resource, namespace, name)
+            if current["metadata"].get("deletionTimestamp"):
+                return current
+            new = copy.deepcopy(current)
+            new["metadata"]["deletionTimestamp"] = now_rfc3339()
+            new["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
+            new["metadata"]["resourceVersion"] = self._next_rv()
+            key = (namespace or "" if resource.namespaced else "", name)
+            self._objects[resource.key][key] = new
+            self._commit("MODIFIED", resource, new)
+            return new
+
+    def delete(
+        self, resource: Resource, namespace: str | None, name: str, *, dry_run: bool = False
+    ) -> Obj:
+        """Remove an object now (the sim has no finalizers); NotFound when absent.
+
+        Dependents are removed by the garbage collector controller, which watches DELETED events.
+        """
+        with self.lock:
+            key = (namespace or "" if resource.namespaced else "", name)
+            current = self._objects[resource.key].get(key)
+            if current is None:
+                raise not_found(resource, name)
+            if dry_run:
+                return current
+            del self._objects[resource.key][key]
+            gone = copy.deepcopy(current)
+            gone["metadata"]["resourceVersion"] = self._next_rv()
+            self._commit("DELETED", resource, gone)
+            return gone
+
+    def count(self, resource: Resource) -> int:
+        with self.lock:
+            return len(self._objects[resource.key])

@@ -80,6 +80,9 @@ class Event:
     resource: Resource
     object: Obj
     resource_version: int
+    # The object as it was before a MODIFIED event (None otherwise): lets a filtered watch turn
+    # "stopped matching" into DELETED, as the real watch cache does.
+    old: Obj | None = None
 
 
 ObjKey = tuple[str, str]  # (namespace or "", name)
@@ -162,7 +165,14 @@ class Store:
             oldest = self._events[0].resource_version if self._events else self._rv + 1
             if resource_version + 1 < oldest:
                 return None
-            return [e for e in self._events if e.resource_version > resource_version]
+            # Scan from the newest end: watchers usually ask for the last few events only.
+            newer: list[Event] = []
+            for e in reversed(self._events):
+                if e.resource_version <= resource_version:
+                    break
+                newer.append(e)
+            newer.reverse()
+            return newer
 
     # ---- writes ------------------------------------------------------------------------
 
@@ -170,8 +180,10 @@ class Store:
         with self.lock:
             self._subscribers.append(fn)
 
-    def _commit(self, etype: str, resource: Resource, obj: Obj) -> Event:
-        event = Event(etype, resource, obj, int(obj["metadata"]["resourceVersion"]))
+    def _commit(
+        self, etype: str, resource: Resource, obj: Obj, old: Obj | None = None
+    ) -> Event:
+        event = Event(etype, resource, obj, int(obj["metadata"]["resourceVersion"]), old)
         self._events.append(event)
         for fn in list(self._subscribers):
             fn(event)
@@ -273,7 +285,7 @@ class Store:
                 return new
             new["metadata"]["resourceVersion"] = self._next_rv()
             self._objects[resource.key][(ns, name)] = new
-            self._commit("MODIFIED", resource, new)
+            self._commit("MODIFIED", resource, new, current)
             return new
 
     def mark_deleting(
@@ -292,7 +304,7 @@ class Store:
             new["metadata"]["resourceVersion"] = self._next_rv()
             key = (namespace or "" if resource.namespaced else "", name)
             self._objects[resource.key][key] = new
-            self._commit("MODIFIED", resource, new)
+            self._commit("MODIFIED", resource, new, current)
             return new
 
     def delete(

@@ -36,6 +36,10 @@ class StalePlan(MigrateError):
     """The saved plan no longer matches the cluster."""
 
 
+class StateConflict(MigrateError):
+    """The state ConfigMap was changed by someone else between our read and our write."""
+
+
 # ---- exit 3: cluster/API error -----------------------------------------------------------------
 class ClusterError(MigrateError):
     """The cluster could not be read or written as needed."""
@@ -62,6 +66,30 @@ class APIConflict(APIError):
     """409 Conflict (stale resourceVersion) or AlreadyExists."""
 
 
+class APIAlreadyExists(APIConflict):
+    """409 AlreadyExists on a create (`reason` "AlreadyExists").
+
+    `after_retry` is True when an earlier attempt of this same create failed in transit: the
+    object may then be the one this very call created, so the caller should read and compare.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        hint: str = "",
+        *,
+        status: int = 409,
+        reason: str = "AlreadyExists",
+        after_retry: bool = False,
+    ) -> None:
+        super().__init__(message, hint, status=status, reason=reason)
+        self.after_retry = after_retry
+
+
+class WatchExpired(APIError):
+    """410 Gone/Expired: the watch (or list continue token) is too old; list again."""
+
+
 class APIForbidden(APIError):
     """403 Forbidden: RBAC does not allow the request."""
 
@@ -79,6 +107,7 @@ _EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (UsageError, 2),
     (LockHeld, 4),
     (StalePlan, 4),
+    (StateConflict, 4),
     (ClusterError, 3),
     (MigrateError, 3),
 )

@@ -1,0 +1,322 @@
+"""`Kube`: the tool's whole view of the Kubernetes API, as raw JSON dicts.
+
+Verbs are thin: build the path and query from the shared Kind table, send through the one
+choke point (`Transport.send`), parse the JSON. Reads return plain dicts (list items get their
+`apiVersion`/`kind` filled in, which the real server leaves out); writes honour `dry_run`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kubernetes.client import Configuration
+
+from migrator.errors import APINotFound, WatchExpired
+from migrator.kube import watching
+from migrator.kube.config import load_configuration
+from migrator.kube.retrying import RetryPolicy
+from migrator.kube.transport import Query, Response, Transport
+from migrator.model import kinds
+from migrator.model.kinds import Kind
+
+Obj = dict[str, Any]
+JsonPatch = list[Obj]
+
+PATCH_TYPES = {
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "json": "application/json-patch+json",
+}
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list: its items and the list's resourceVersion."""
+
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class ObjList:
+    """A whole list (all pages): watch from `resource_version` to follow it."""
+
+    items: list[Obj]
+    resource_version: str
+
+
+def kind_of(obj: Obj) -> Kind:
+    """The Kind of a raw object from its `kind`, checked against its `apiVersion`."""
+    kind = kinds.BY_KIND.get(str(obj.get("kind")))
+    if kind is None or obj.get("apiVersion") != kind.api_version:
+        raise ValueError(f"unsupported object type {obj.get('apiVersion')}/{obj.get('kind')}")
+    return kind
+
+
+def _name_ns(obj: Obj, kind: Kind) -> tuple[str, str | None]:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise ValueError(f"{kind.kind} without metadata.name")
+    namespace = meta.get("namespace") if kind.namespaced else None
+    if kind.namespaced and not namespace:
+        raise ValueError(f"{kind.kind} {name} without metadata.namespace")
+    return str(name), namespace
+
+
+class Kube:
+    """A connection to one API server. Thread-safe; share one per run."""
+
+    def __init__(
+        self, configuration: Configuration, *, retry: RetryPolicy | None = None,
+        dry_run: bool = False,
+    ) -> None:
+        self._transport = Transport(configuration, retry or RetryPolicy())
+        self.server: str = self._transport.server
+        self.dry_run = dry_run
+        self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
+        self._apis_lock = threading.Lock()
+
+    @classmethod
+    def connect(
+        cls, kubeconfig: str | None = None, context: str | None = None, *,
+        retry: RetryPolicy | None = None, dry_run: bool = False,
+    ) -> Kube:
+        """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
+        configuration, _ = load_configuration(kubeconfig, context)
+        return cls(configuration, retry=retry, dry_run=dry_run)
+
+    @classmethod
+    def for_server(
+        cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
+        dry_run: bool = False,
+    ) -> Kube:
+        """Straight to a URL with an optional bearer token (the simulated cluster, tests)."""
+        configuration = Configuration(host=url.rstrip("/"))
+        if token:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+        return cls(configuration, retry=retry, dry_run=dry_run)
+
+    def __repr__(self) -> str:
+        return f"Kube(server={self.server!r}, dry_run={self.dry_run})"
+
+    @property
+    def request_count(self) -> int:
+        """HTTP requests sent so far, retries included."""
+        return self._transport.requests
+
+    @property
+    def retry_count(self) -> int:
+        return self._transport.retries
+
+    def close(self) -> None:
+        self._transport.close()
+
+    # ---- the choke point -------------------------------------------------------------------
+
+    def _request(
+        self, method: str, path: str, query: Query = (), body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """Every non-streaming verb goes through here; returns the parsed JSON answer."""
+        response: Response = self._transport.send(method, path, query, body, content_type)
+        return json.loads(response.data) if response.data else None
+
+    def _write_query(self) -> list[tuple[str, str]]:
+        return [("dryRun", "All")] if self.dry_run else []
+
+    # ---- reads -------------------------------------------------------------------------
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
+        """The object, or None when it does not exist."""
+        try:
+            obj: Obj = self._request("GET", kind.object_path(name, namespace))
+        except APINotFound:
+            return None
+        return obj
+
+    def get_path(self, path: str, query: Query = ()) -> Any:
+        """Any GET (for example `/version`), parsed JSON; APINotFound on 404."""
+        return self._request("GET", path, query)
+
+    def pages(
+        self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+        field_selector: str | None = None, page_size: int = 500,
+    ) -> Iterator[Page]:
+        """The list one page at a time (following `continue`), so memory stays one page big."""
+        path = kind.collection_path(namespace)
+        base: list[tuple[str, str]] = [("limit", str(page_size))]
+        if label_selector:
+            base.append(("labelSelector", label_selector))
+        if field_selector:
+            base.append(("fieldSelector", field_selector))
+        token = ""
+        while True:
+            query = [*base, ("continue", token)] if token else base
+            doc = self._request("GET", path, query) or {}
+            items: list[Obj] = doc.get("items") or []
+            for item in items:
+                item.setdefault("apiVersion", kind.api_version)
+                item.setdefault("kind", kind.kind)
+            meta = doc.get("metadata") or {}
+            yield Page(items, str(meta.get("resourceVersion") or ""))
+            token = str(meta.get("continue") or "")
+            if not token:
+                return
+
+    def list(
+        self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+        field_selector: str | None = None, page_size: int = 500,
+    ) -> ObjList:
+        """All items; restarts once from scratch if the continue token expires (410)."""
+        for attempt in range(3):
+            items: list[Obj] = []
+            version = ""
+            try:
+                for page in self.pages(
+                    kind, namespace, label_selector=label_selector,
+                    field_selector=field_selector, page_size=page_size,
+                ):
+                    items.extend(page.items)
+                    version = version or page.resource_version
+            except WatchExpired:
+                if attempt == 2:
+                    raise
+                continue
+            return ObjList(items, version)
+        raise AssertionError("unreachable")
+
+    def watch(
+        self, kind: Kind, namespace: str | None = None, *, resource_version: str,
+        label_selector: str | None = None, field_selector: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[tuple[str, Obj]]:
+        """(type, object) events after `resource_version` until the server ends the watch.
+
+        The request is sent now (so 403/410 raise here); events are read lazily. Raises
+        WatchExpired when the version is too old: list again and watch from the new one.
+        """
+        path = kind.collection_path(namespace)
+        query = [
+            ("watch", "1"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        response = self._transport.send(
+            "GET", path, query, stream=True, read_timeout=timeout_seconds + 15
+        )
+        return watching.events(
+            response.raw, path=path, api_version=kind.api_version, kind=kind.kind
+        )
+
+    # ---- writes ------------------------------------------------------------------------
+
+    def create(self, obj: Obj) -> Obj:
+        """POST the object; APIAlreadyExists (a 409) when the name is taken."""
+        kind = kind_of(obj)
+        _, namespace = _name_ns(obj, kind)
+        created: Obj = self._request(
+            "POST", kind.collection_path(namespace), self._write_query(), obj
+        )
+        return created
+
+    def replace(self, obj: Obj) -> Obj:
+        """PUT the whole object; its metadata.resourceVersion makes a stale write an APIConflict."""
+        kind = kind_of(obj)
+        name, namespace = _name_ns(obj, kind)
+        replaced: Obj = self._request(
+            "PUT", kind.object_path(name, namespace), self._write_query(), obj
+        )
+        return replaced
+
+    def patch(
+        self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
+        patch_type: Literal["merge", "strategic", "json"] = "merge",
+    ) -> Obj:
+        """PATCH with a merge (default), strategic-merge or JSON patch."""
+        patched: Obj = self._request(
+            "PATCH", kind.object_path(name, namespace), self._write_query(), body,
+            PATCH_TYPES[patch_type],
+        )
+        return patched
+
+    def delete(
+        self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
+        resource_version: str | None = None, propagation_policy: str | None = None,
+    ) -> None:
+        """DELETE, optionally only if uid/resourceVersion still match (else APIConflict)."""
+        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        preconditions = {
+            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
+        }
+        if preconditions:
+            options["preconditions"] = preconditions
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        self._request("DELETE", kind.object_path(name, namespace), self._write_query(), options)
+
+    # ---- access and discovery ----------------------------------------------------------
+
+    def can_i(
+        self, verb: str, kind: Kind, namespace: str | None = None, name: str | None = None,
+        subresource: str | None = None,
+    ) -> tuple[bool, str]:
+        """SelfSubjectAccessReview: may the current user do this? (allowed, reason)."""
+        attributes = {"verb": verb, "group": kind.group, "resource": kind.plural}
+        for key, value in (("namespace", namespace), ("name", name),
+                           ("subresource", subresource)):
+            if value:
+                attributes[key] = value
+        review = {
+            "apiVersion": kinds.SELF_SUBJECT_ACCESS_REVIEW.api_version,
+            "kind": kinds.SELF_SUBJECT_ACCESS_REVIEW.kind,
+            "spec": {"resourceAttributes": attributes},
+        }
+        answer = self._request(
+            "POST", kinds.SELF_SUBJECT_ACCESS_REVIEW.collection_path(), (), review
+        ) or {}
+        status = answer.get("status") or {}
+        reason = str(status.get("reason") or status.get("evaluationError") or "")
+        return bool(status.get("allowed")), reason
+
+    def _resources(self, group: str, version: str) -> frozenset[str] | None:
+        """Plural names served under group/version (discovery, cached); None if not served."""
+        with self._apis_lock:
+            if (group, version) in self._apis:
+                return self._apis[(group, version)]
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            doc = self._request("GET", path) or {}
+            found: frozenset[str] | None = frozenset(
+                str(r.get("name")) for r in doc.get("resources") or []
+            )
+        except APINotFound:
+            found = None
+        with self._apis_lock:
+            self._apis[(group, version)] = found
+        return found
+
+    def has_api(self, group: str, version: str) -> bool:
+        """Does the server serve this group/version (for example a CRD's)?"""
+        return self._resources(group, version) is not None
+
+    def has_kind(self, kind: Kind) -> bool:
+        """Does the server serve this resource type (its CRD is installed)?"""
+        found = self._resources(kind.group, kind.version)
+        return found is not None and kind.plural in found
+
+    def ping(self) -> None:
+        """One cheap request: APIUnreachable when there is no answer, APIForbidden when refused."""
+        try:
+            self._request("GET", "/version")
+        except APINotFound:
+            self._request("GET", "/api")  # a server without /version still answered

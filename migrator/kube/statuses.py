@@ -1,0 +1,93 @@
+"""Translate an API server error answer (a `Status` object) into the tool's typed errors.
+
+Pure: status code and body in, exception out. The message is the server's own sentence (it
+names the object, and for 403 the verb and resource RBAC refused); the hint says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from migrator.errors import (
+    APIAlreadyExists,
+    APIConflict,
+    APIError,
+    APIForbidden,
+    APIInvalid,
+    APINotFound,
+    WatchExpired,
+)
+
+
+def parse_status(body: bytes) -> dict[str, Any]:
+    """The `Status` object in an error body, or {} when the body is not one."""
+    try:
+        doc = json.loads(body.decode("utf-8", "replace")) if body else None
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def error_for(
+    code: int, body: bytes, *, method: str, path: str, after_retry: bool = False
+) -> APIError:
+    """The typed error for a non-2xx answer to `method path`."""
+    status = parse_status(body)
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or "").strip()
+    if not message:
+        message = f"{method} {path} failed: HTTP {code} {reason}".rstrip()
+    if message[-1] not in ".!?":
+        message += "."
+    if code == 404:
+        return APINotFound(
+            message, "check the namespace and that the object exists", status=code, reason=reason
+        )
+    if code == 409 and reason == "AlreadyExists":
+        hint = "an object of that name already exists; inspect it before running again"
+        if after_retry:
+            hint = (
+                "an earlier attempt of this same create failed in transit and may have "
+                "created it; read it back and compare"
+            )
+        return APIAlreadyExists(message, hint, status=code, reason=reason, after_retry=after_retry)
+    if code == 409:
+        return APIConflict(
+            message,
+            "the object changed while the tool was working; run the command again",
+            status=code,
+            reason=reason or "Conflict",
+        )
+    if code == 401:
+        return APIForbidden(
+            f"The API server rejected the credentials ({method} {path}: HTTP 401 Unauthorized).",
+            "refresh the credentials in your kubeconfig (for example log in again)",
+            status=code,
+            reason=reason or "Unauthorized",
+        )
+    if code == 403:
+        return APIForbidden(
+            message,
+            "ask a cluster admin for that permission; `dcgm-migrate preflight` lists all it needs",
+            status=code,
+            reason=reason or "Forbidden",
+        )
+    if code == 410:
+        return WatchExpired(
+            message, "list again and watch from the new resourceVersion", status=code,
+            reason=reason or "Expired",
+        )
+    if code == 422:
+        return APIInvalid(
+            message,
+            "the API server rejected the object; this is a bug in dcgm-migrate, please report it",
+            status=code,
+            reason=reason or "Invalid",
+        )
+    return APIError(
+        message,
+        "check the API server's health (kubectl get --raw /readyz) and run the command again",
+        status=code,
+        reason=reason,
+    )

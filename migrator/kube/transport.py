@@ -1,0 +1,188 @@
+"""The choke point: every HTTP request the tool sends to the API server goes through `send`.
+
+It adds auth (from the client Configuration), timeouts, retries (see `retrying`), counts
+requests, and turns failures into typed errors. Bodies are JSON parsed by the caller: the
+client's generated model classes are never used (they cost seconds on 10,000 pods).
+
+Nothing here ever formats a header, a token or a client key into a message.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
+
+from migrator import __version__
+from migrator.errors import APIError, APIUnreachable
+from migrator.kube.retrying import (
+    RETRYABLE_STATUSES,
+    Outcome,
+    RetryPolicy,
+    Transient,
+    call_with_retries,
+    parse_retry_after,
+)
+from migrator.kube.statuses import error_for
+
+Query = Sequence[tuple[str, str]]
+
+_UNREACHABLE_HINT = (
+    "check --kubeconfig/--context and that the cluster is up (kubectl cluster-info)"
+)
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*([^')\]]+)")
+
+
+def short_reason(exc: BaseException) -> str:
+    """A few words on why a connection failed ("Connection refused"), never a URL or header."""
+    if isinstance(exc, urllib3.exceptions.NameResolutionError):
+        return "host name not found"
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        match = _ERRNO.search(str(exc))
+        return match.group(1).strip() if match else "cannot connect"
+    if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+        return "connection timed out"
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        return "no answer before the request timeout"
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return "TLS handshake failed"
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        return short_reason(exc.reason)
+    if isinstance(exc, urllib3.exceptions.ProtocolError):
+        return "connection dropped"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return type(exc).__name__
+
+
+@dataclass
+class Response:
+    """A 2xx answer. `raw` is the open urllib3 response when streaming, else `data` is filled."""
+
+    status: int
+    data: bytes
+    raw: Any = None
+
+
+class Transport:
+    """Sends requests with auth, timeouts and retries; counts them. Thread-safe."""
+
+    def __init__(self, configuration: Configuration, policy: RetryPolicy) -> None:
+        configuration.retries = False  # urllib3 must not retry behind our back
+        self._api = ApiClient(configuration)
+        self._api.user_agent = f"dcgm-migrate/{__version__}"
+        self.server: str = configuration.host
+        self.policy = policy
+        self._lock = threading.Lock()
+        self._requests = 0
+        self._retries = 0
+
+    @property
+    def requests(self) -> int:
+        """HTTP requests sent so far, retries included (for benchmarks)."""
+        with self._lock:
+            return self._requests
+
+    @property
+    def retries(self) -> int:
+        with self._lock:
+            return self._retries
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        query: Query = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        *,
+        stream: bool = False,
+        read_timeout: float | None = None,
+    ) -> Response:
+        """One logical request, retried per the policy; a typed error when it cannot succeed."""
+        outcome = Outcome()
+        timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
+
+        def once() -> Response:
+            return self._once(method, path, query, body, content_type, stream, timeout, outcome)
+
+        try:
+            return call_with_retries(once, self.policy, outcome)
+        except Transient as exc:
+            raise self._give_up(exc, method, path, outcome) from exc
+        finally:
+            with self._lock:
+                self._requests += outcome.attempts
+                self._retries += max(outcome.attempts - 1, 0)
+
+    def _once(
+        self,
+        method: str,
+        path: str,
+        query: Query,
+        body: Any,
+        content_type: str,
+        stream: bool,
+        timeout: tuple[float, float],
+        outcome: Outcome,
+    ) -> Response:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            request = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=list(query) or None,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            raw = self._api.call_api(*request, _request_timeout=timeout).response
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Transient(short_reason(exc)) from exc
+        except ApiException as exc:  # the client's wrapper for TLS failures (status 0)
+            raise Transient("TLS handshake failed") from exc
+        status = int(raw.status)
+        if 200 <= status < 300 and stream:
+            return Response(status, b"", raw)
+        try:
+            data = raw.data or b""
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Transient(short_reason(exc)) from exc
+        finally:
+            raw.release_conn()
+        if 200 <= status < 300:
+            return Response(status, data)
+        if status in RETRYABLE_STATUSES:
+            raise Transient(
+                f"HTTP {status}",
+                status=status,
+                retry_after=parse_retry_after(raw.headers.get("Retry-After")),
+                body=data,
+            )
+        after_retry = method == "POST" and outcome.transient_failures > 0
+        raise error_for(status, data, method=method, path=path, after_retry=after_retry)
+
+    def _give_up(self, exc: Transient, method: str, path: str, outcome: Outcome) -> APIError | \
+            APIUnreachable:
+        tries = f"{outcome.attempts} attempt{'s' if outcome.attempts != 1 else ''}"
+        if exc.status == 0:
+            return APIUnreachable(
+                f"Cannot reach the Kubernetes API server at {self.server}: {exc.reason} "
+                f"(gave up after {tries} over {outcome.waited:.1f} s).",
+                _UNREACHABLE_HINT,
+            )
+        error = error_for(exc.status, exc.body, method=method, path=path)
+        error.message = f"{error.message.rstrip('.')} (gave up after {tries})."
+        error.args = (error.message,)
+        return error

@@ -1,0 +1,69 @@
+"""Reading a watch stream: newline-delimited JSON events from an open HTTP response.
+
+A watch that ends (server timeout, dropped connection) simply stops yielding: the caller
+re-watches from the last resourceVersion it saw. An `ERROR` event carries a `Status`; 410
+(the resourceVersion was compacted) becomes `WatchExpired` so the caller lists again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3
+
+from migrator.kube.statuses import error_for
+
+Obj = dict[str, Any]
+
+
+def _chunks(raw: Any) -> Iterator[bytes]:
+    """Bytes as they arrive: per HTTP chunk, or whatever is available on a plain stream."""
+    if getattr(raw, "chunked", False):
+        yield from raw.read_chunked(decode_content=True)
+        return
+    while True:
+        data = raw.read1(65536)
+        if not data:
+            return
+        yield data
+
+
+def lines(raw: Any) -> Iterator[bytes]:
+    """Complete lines from the stream; ends quietly when the connection ends."""
+    buf = b""
+    try:
+        for chunk in _chunks(raw):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.strip():
+                    yield line
+    except (urllib3.exceptions.HTTPError, OSError):
+        return  # the stream was cut: the watch is over, the caller re-watches
+    if buf.strip():
+        yield buf
+
+
+def events(raw: Any, *, path: str, api_version: str, kind: str) -> Iterator[tuple[str, Obj]]:
+    """(type, object) per ADDED/MODIFIED/DELETED event; BOOKMARKs skipped; ERROR raised."""
+    try:
+        for line in lines(raw):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a torn last line of a cut stream
+            etype = event.get("type")
+            obj = event.get("object") or {}
+            if etype == "ERROR":
+                code = int(obj.get("code") or 500)
+                raise error_for(code, json.dumps(obj).encode(), method="WATCH", path=path)
+            if etype not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            obj.setdefault("apiVersion", api_version)
+            obj.setdefault("kind", kind)
+            yield etype, obj
+    finally:
+        raw.close()  # close before releasing: a half-read stream must not be reused
+        raw.release_conn()

@@ -1,0 +1,112 @@
+"""Read what the plan and the gates need into a Snapshot, with a number of requests that does
+not grow with the node count (paginated lists by label selector; no per-pod or per-node calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from migrator.errors import APIForbidden
+from migrator.model import kinds
+from migrator.model import objects as o
+from migrator.model.snapshot import PodView, ServiceEndpoints, Snapshot, endpoints_from_slices
+from migrator.model.stacks import Catalog
+
+if TYPE_CHECKING:
+    from migrator.kube.client import Kube
+
+Obj = dict[str, Any]
+
+
+def _in(key: str, values: Iterable[str]) -> str:
+    return f"{key} in ({','.join(sorted(set(values)))})"
+
+
+def read_pods(kube: Kube, namespace: str, selectors: Sequence[str]) -> tuple[PodView, ...]:
+    """Pods matching any of the selectors, each reduced to a PodView page by page."""
+    seen: dict[str, PodView] = {}
+    for sel in selectors:
+        for page in kube.pages(kinds.POD, namespace, label_selector=sel):
+            for pod in page.items:
+                view = PodView.of(pod)
+                seen[view.uid] = view
+    return tuple(sorted(seen.values(), key=lambda p: (p.node, p.name)))
+
+
+def read_endpoints(kube: Kube, namespace: str,
+                   services: Iterable[str]) -> dict[str, ServiceEndpoints]:
+    names = sorted(set(services))
+    if not names:
+        return {}
+    by_service: dict[str, list[Obj]] = {n: [] for n in names}
+    for page in kube.pages(kinds.ENDPOINTSLICE, namespace,
+                           label_selector=_in("kubernetes.io/service-name", names)):
+        for sl in page.items:
+            svc = o.labels(sl).get("kubernetes.io/service-name", "")
+            if svc in by_service:
+                by_service[svc].append(sl)
+    return {n: endpoints_from_slices(n, sl) for n, sl in by_service.items()}
+
+
+def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
+                  daemonsets: Sequence[str] | None = None,
+                  services: Sequence[str] | None = None,
+                  cluster_scope: bool = True) -> Snapshot:
+    """The namespace as the planner and gates see it.
+
+    `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
+    catalog names plus every Service of the namespace. `cluster_scope` reads the CRs and
+    ServiceMonitors too (skipped by narrow reads).
+    """
+    ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None
+    if not ns_exists:
+        return Snapshot(namespace, namespace_exists=False)
+    wanted_ds = set(daemonsets) if daemonsets is not None else {
+        c.daemonset for c in catalog.components}
+    all_ds = {o.name(d): d for d in kube.list(kinds.DAEMONSET, namespace).items}
+    ds_map = {n: d for n, d in all_ds.items() if n in wanted_ds}
+
+    svc_items = kube.list(kinds.SERVICE, namespace).items
+    svc_map = {o.name(s): s for s in svc_items if services is None or o.name(s) in services}
+
+    comps = [c for c in catalog.components if c.daemonset in ds_map]
+    selectors = []
+    if comps:
+        selectors.append(_in("app", [c.app_label for c in comps]))
+        selectors.extend(sorted({c.common_label.key for c in comps}))
+    pods = read_pods(kube, namespace, selectors) if selectors else ()
+    endpoints = read_endpoints(kube, namespace, svc_map)
+
+    cps: tuple[Obj, ...] = ()
+    gcs: tuple[Obj, ...] = ()
+    monitors: tuple[Obj, ...] = ()
+    nvidia_api = sm_api = False
+    if cluster_scope:
+        if kube.has_api(kinds.CLUSTER_POLICY.group, kinds.CLUSTER_POLICY.version):
+            nvidia_api = True
+            cps = tuple(kube.list(kinds.CLUSTER_POLICY).items)
+        if kube.has_api(kinds.GPU_CLUSTER.group, kinds.GPU_CLUSTER.version):
+            nvidia_api = True
+            gcs = tuple(kube.list(kinds.GPU_CLUSTER).items)
+        sm_api = kube.has_api(kinds.SERVICE_MONITOR.group, kinds.SERVICE_MONITOR.version)
+        if sm_api:
+            try:
+                monitors = tuple(kube.list(kinds.SERVICE_MONITOR).items)
+            except APIForbidden:
+                monitors = tuple(kube.list(kinds.SERVICE_MONITOR, namespace).items)
+    return Snapshot(namespace=namespace, cluster_policies=cps, gpu_clusters=gcs,
+                    daemonsets=ds_map, services=svc_map, pods=pods, endpoints=endpoints,
+                    service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api)
+
+
+def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],
+           services: Sequence[str]) -> Snapshot:
+    """A fresh read of just these objects, keeping the base's CRs and ServiceMonitors."""
+    fresh = read_snapshot(kube, base.namespace, catalog, daemonsets=daemonsets,
+                          services=None, cluster_scope=False)
+    return Snapshot(namespace=base.namespace, cluster_policies=base.cluster_policies,
+                    gpu_clusters=base.gpu_clusters, daemonsets=fresh.daemonsets,
+                    services=fresh.services, pods=fresh.pods, endpoints=fresh.endpoints,
+                    service_monitors=base.service_monitors,
+                    servicemonitor_api=base.servicemonitor_api, nvidia_api=base.nvidia_api)

@@ -1,0 +1,76 @@
+"""What the engine reports while it runs. The CLI renders these; the engine never prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from migrator.model.gates import GateResult
+from migrator.model.planning import PhasePlan
+from migrator.model.steps import Step
+
+
+@dataclass(frozen=True)
+class RolloutProgress:
+    daemonset: str
+    updated: int
+    available: int
+    desired: int
+    pending_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EndpointProgress:
+    service: str
+    ready: int
+    baseline: int
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    phase: int
+    step: Step
+    status: str  # writing | done | skipped | restored | waiting
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    number: int
+    name: str
+    status: str  # planning | in-progress | completed | failed | rolled-back | drifted
+    plan: PhasePlan | None = None
+    gates: tuple[GateResult, ...] = field(default=())
+    message: str = ""
+
+
+class Listener(Protocol):
+    """Callbacks the runner fires; every method is optional to act on."""
+
+    def phase(self, event: PhaseEvent) -> None: ...
+    def step(self, event: StepEvent) -> None: ...
+    def rollout(self, progress: RolloutProgress) -> None: ...
+    def endpoints(self, progress: EndpointProgress) -> None: ...
+    def settle(self, seconds_left: float) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+class Quiet:
+    """A Listener that ignores everything (tests, `-o json`)."""
+
+    def phase(self, event: PhaseEvent) -> None:
+        pass
+
+    def step(self, event: StepEvent) -> None:
+        pass
+
+    def rollout(self, progress: RolloutProgress) -> None:
+        pass
+
+    def endpoints(self, progress: EndpointProgress) -> None:
+        pass
+
+    def settle(self, seconds_left: float) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass

@@ -1,0 +1,151 @@
+"""The state document kept in ConfigMap `dcgm-migrate-state` (SPEC §5).
+
+Plain JSON: schema version, stack, plan fingerprint, per-phase status with timestamps, per-step
+records (intent written before the write, done after), the originals rollback needs (inside each
+step record), endpoint baselines, the last error and a bounded history. Nothing secret.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from migrator.errors import StateCorrupt
+from migrator.model.steps import Step, from_record, to_record
+
+SCHEMA_VERSION = 1
+HISTORY_LIMIT = 50
+STATUSES = ("pending", "in-progress", "completed", "failed", "rolled-back")
+PHASE_NAMES = {1: "label", 2: "alias", 3: "switch"}
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class StepRecord:
+    step: dict[str, Any]
+    status: str  # intent | done | skipped
+    at: str
+
+    @property
+    def id(self) -> str:
+        return from_record(self.step).id
+
+
+@dataclass
+class PhaseRecord:
+    number: int
+    status: str = "pending"
+    started: str | None = None
+    finished: str | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    baselines: list[dict[str, Any]] = field(default_factory=list)
+    wrote_labels: bool = False
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return PHASE_NAMES[self.number]
+
+    def recorded(self) -> dict[str, dict[str, Any]]:
+        """Step id → step record, for resuming with the originals seen before the first write."""
+        return {r.id: r.step for r in self.steps}
+
+    def done_steps(self) -> list[Step]:
+        """Steps that were written (or may have been: intent without done), oldest first."""
+        return [from_record(r.step) for r in self.steps if r.status in ("intent", "done")]
+
+    def mark(self, step: Step, status: str) -> None:
+        record = to_record(step)
+        for r in self.steps:
+            if r.id == step.id:
+                r.status, r.at = status, utcnow()
+                return
+        self.steps.append(StepRecord(record, status, utcnow()))
+
+
+@dataclass
+class State:
+    namespace: str
+    stack: str = "none"
+    plan_fingerprint: str | None = None
+    phases: dict[int, PhaseRecord] = field(
+        default_factory=lambda: {n: PhaseRecord(n) for n in PHASE_NAMES})
+    last_error: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    created: str = field(default_factory=utcnow)
+    updated: str = field(default_factory=utcnow)
+
+    def phase(self, number: int) -> PhaseRecord:
+        return self.phases[number]
+
+    def completed_through(self) -> int:
+        """Highest N such that phases 1..N are all completed."""
+        n = 0
+        for number in sorted(self.phases):
+            if self.phases[number].status != "completed":
+                break
+            n = number
+        return n
+
+    def log(self, event: str, **details: Any) -> None:
+        self.history.append({"at": utcnow(), "event": event, **details})
+        del self.history[:-HISTORY_LIMIT]
+
+    def to_document(self) -> dict[str, Any]:
+        self.updated = utcnow()
+        return {
+            "schema": SCHEMA_VERSION,
+            "namespace": self.namespace,
+            "stack": self.stack,
+            "planFingerprint": self.plan_fingerprint,
+            "created": self.created,
+            "updated": self.updated,
+            "lastError": self.last_error,
+            "phases": [
+                {"number": p.number, "name": p.name, "status": p.status, "started": p.started,
+                 "finished": p.finished, "error": p.error, "wroteLabels": p.wrote_labels,
+                 "baselines": p.baselines,
+                 "steps": [{"status": r.status, "at": r.at, "step": r.step} for r in p.steps]}
+                for p in sorted(self.phases.values(), key=lambda p: p.number)
+            ],
+            "history": self.history,
+        }
+
+    @staticmethod
+    def from_document(doc: dict[str, Any]) -> State:
+        try:
+            if doc.get("schema") != SCHEMA_VERSION:
+                raise StateCorrupt(
+                    f"the state ConfigMap has schema {doc.get('schema')!r}, this tool reads "
+                    f"schema {SCHEMA_VERSION}",
+                    "use the dcgm-migrate version that wrote it, or delete the ConfigMap to "
+                    "start over")
+            phases = {}
+            for p in doc["phases"]:
+                if p["status"] not in STATUSES:
+                    raise ValueError(f"unknown phase status {p['status']!r}")
+                phases[int(p["number"])] = PhaseRecord(
+                    number=int(p["number"]), status=p["status"], started=p.get("started"),
+                    finished=p.get("finished"), error=p.get("error"),
+                    wrote_labels=bool(p.get("wroteLabels")), baselines=list(p.get("baselines")
+                                                                            or []),
+                    steps=[StepRecord(dict(r["step"]), str(r["status"]), str(r["at"]))
+                           for r in p.get("steps") or []])
+                for r in phases[int(p["number"])].steps:
+                    from_record(r.step)  # validates the record's shape
+            return State(namespace=str(doc["namespace"]), stack=str(doc["stack"]),
+                         plan_fingerprint=doc.get("planFingerprint"), phases=phases,
+                         last_error=doc.get("lastError"), history=list(doc.get("history") or []),
+                         created=str(doc.get("created") or utcnow()),
+                         updated=str(doc.get("updated") or utcnow()))
+        except StateCorrupt:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateCorrupt(
+                f"the state ConfigMap does not hold a valid dcgm-migrate state ({exc})",
+                "inspect it with `kubectl get configmap dcgm-migrate-state -o yaml`; delete it "
+                "to start over (deleting state changes no cluster object)") from exc

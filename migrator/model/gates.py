@@ -1,0 +1,171 @@
+"""The gates of SPEC §3 as pure functions over a Snapshot (or a DaemonSet object).
+
+Each returns a GateResult: a name, ok, and a one-line detail that names what is wrong (nodes,
+pods, Services), so a failed run tells the SRE where to look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.model import objects as o
+from migrator.model.selectors import from_labels
+from migrator.model.snapshot import PodView, Snapshot
+
+Obj = dict[str, Any]
+MAX_NAMED = 5
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    ok: bool
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def _names(items: Iterable[str]) -> str:
+    items = sorted(set(items))
+    shown = ", ".join(items[:MAX_NAMED])
+    return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
+
+
+# ---- rollout ---------------------------------------------------------------------------------
+
+def rollout_counts(ds: Obj) -> tuple[int, int, int]:
+    st = ds.get("status") or {}
+    return (int(st.get("updatedNumberScheduled") or 0), int(st.get("numberAvailable") or 0),
+            int(st.get("desiredNumberScheduled") or 0))
+
+
+def rollout_complete(ds: Obj) -> GateResult:
+    """`kubectl rollout status` for a DaemonSet; zero desired is complete."""
+    name = f"rollout-complete/{o.name(ds)}"
+    gen = int(o.meta(ds).get("generation") or 0)
+    observed = int((ds.get("status") or {}).get("observedGeneration") or 0)
+    updated, available, desired = rollout_counts(ds)
+    detail = f"updated {updated}/{desired}, available {available}/{desired}"
+    if observed < gen:
+        return GateResult(name, False, f"controller has not observed generation {gen} yet")
+    ok = updated == desired and available == desired
+    return GateResult(name, ok, detail)
+
+
+def not_ready_nodes(pods: Iterable[PodView]) -> list[str]:
+    return sorted({p.node for p in pods if not p.ready})
+
+
+# ---- labels on pods --------------------------------------------------------------------------
+
+def pods_carry(snapshot: Snapshot, daemonset: str, labels: Mapping[str, str | None],
+               gate: str = "pods-labelled") -> GateResult:
+    """Every live pod of the DaemonSet has these labels (None: lacks the key). Used as the
+    phase 1 post-gate and, before a selector switch, as the mixed-rollout gate."""
+    pods = [p for p in snapshot.pods_of(daemonset) if not p.deleting]
+    off = [p for p in pods if any(p.labels.get(k) != v for k, v in labels.items())]
+    name = f"{gate}/{daemonset}"
+    if not off:
+        return GateResult(name, True, f"{len(pods)} pods")
+    return GateResult(name, False, f"{len(off)} of {len(pods)} pods lack it: "
+                      f"{_names(p.name for p in off)} on nodes {_names(p.node for p in off)}")
+
+
+# ---- endpoints -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServiceBaseline:
+    service: str
+    total: int
+    by_node: Mapping[str, int] = field(default_factory=dict)
+    local: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"service": self.service, "total": self.total, "by_node": dict(self.by_node),
+                "local": self.local}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> ServiceBaseline:
+        return ServiceBaseline(str(d["service"]), int(d["total"]), dict(d.get("by_node") or {}),
+                               bool(d.get("local")))
+
+
+def baseline(snapshot: Snapshot, service: str, local: bool) -> ServiceBaseline:
+    eps = snapshot.endpoints_of(service)
+    return ServiceBaseline(service, eps.ready_total, eps.ready_by_node() if local else {}, local)
+
+
+def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0) -> GateResult:
+    """Ready endpoints not below the baseline (per node for Local), allowing `tolerance` missing
+    nodes/endpoints (phase 1: the DaemonSet's maxUnavailable; otherwise zero)."""
+    name = f"endpoints/{base.service}"
+    eps = snapshot.endpoints_of(base.service)
+    if base.local:
+        now = eps.ready_by_node()
+        short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
+        ok = len(short) <= tolerance
+        detail = f"{eps.ready_total}/{base.total} ready, per node"
+        if short:
+            detail += f"; below baseline on {_names(short)}"
+        return GateResult(name, ok, detail)
+    missing = base.total - eps.ready_total
+    return GateResult(name, missing <= tolerance, f"{eps.ready_total}/{base.total} ready")
+
+
+def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> GateResult:
+    """The Service's ready endpoints are exactly these pods (EndpointSlices caught up)."""
+    have = snapshot.endpoints_of(service).ready_pods()
+    name = f"endpointslices/{service}"
+    if have == pods:
+        return GateResult(name, True, f"{len(have)} ready endpoints")
+    missing, extra = pods - have, have - pods
+    parts = []
+    if missing:
+        parts.append(f"missing {_names(missing)}")
+    if extra:
+        parts.append(f"unexpected {_names(extra)}")
+    return GateResult(name, False, "; ".join(parts))
+
+
+def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
+                      new: Mapping[str, str], local: bool,
+                      owned_by: Iterable[str]) -> tuple[GateResult, list[str]]:
+    """New selector's Ready pods ⊇ old selector's (per node for Local). Also returns the pods
+    outside the given DaemonSets that the new selector would pick up (a warning, not a veto)."""
+    name = f"selector-superset/{service}"
+    old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
+    new_ready = [p for p in snapshot.pods_matching(new) if p.ready]
+    owners = set(owned_by)
+    strays = sorted(p.name for p in snapshot.pods_matching(new)
+                    if not (p.owner_kind == "DaemonSet" and p.owner_name in owners))
+    if local:
+        def per_node(pods: list[PodView]) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for p in pods:
+                out[p.node] = out.get(p.node, 0) + 1
+            return out
+        before, after = per_node(old_ready), per_node(new_ready)
+        short = [n for n, c in before.items() if after.get(n, 0) < c]
+        detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods, per node"
+        if short:
+            return GateResult(name, False, f"nodes that would lose their local endpoint: "
+                              f"{_names(short)}"), strays
+        return GateResult(name, True, detail), strays
+    lost = {p.name for p in old_ready} - {p.name for p in new_ready}
+    if lost:
+        return GateResult(name, False, f"pods the new selector would drop: {_names(lost)}"), strays
+    return GateResult(name, True, f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods"), strays
+
+
+def services_selecting(snapshot: Snapshot, label_key: str) -> list[str]:
+    """Services whose selector uses this label key (rollback of labels waits for none)."""
+    return sorted(n for n, s in snapshot.services.items()
+                  if label_key in (o.dig(s, "spec", "selector") or {}))
+
+
+def service_selects(service: Obj, labels: Mapping[str, str]) -> bool:
+    sel = o.dig(service, "spec", "selector") or {}
+    return bool(sel) and from_labels(sel).matches(labels)

@@ -1,0 +1,107 @@
+"""Scrape paths to exporter pods (SPEC §4): annotation discovery and ServiceMonitors.
+
+More than one path to a pod is a duplicate; ServiceMonitors that select the same Service with
+different endpoint settings are a conflict. Both are reported, never resolved here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from migrator.model import objects as o
+from migrator.model.gates import GateResult, service_selects
+from migrator.model.selectors import from_label_selector
+from migrator.model.snapshot import PodView, Snapshot
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScrapePath:
+    via: str  # "annotation" or "servicemonitor/<namespace>/<name>"
+    service: str
+
+    def __str__(self) -> str:
+        return f"{self.via} → Service/{self.service}"
+
+
+def _sm_selects_namespace(sm: Obj, namespace: str) -> bool:
+    ns_sel = o.dig(sm, "spec", "namespaceSelector") or {}
+    if ns_sel.get("any"):
+        return True
+    names = ns_sel.get("matchNames") or []
+    if names:
+        return namespace in names
+    return o.meta(sm).get("namespace") == namespace
+
+
+def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:
+    """ServiceMonitors whose namespaceSelector and selector match the Service."""
+    out = []
+    for sm in snapshot.service_monitors:
+        if not _sm_selects_namespace(sm, snapshot.namespace):
+            continue
+        if from_label_selector(o.dig(sm, "spec", "selector")).matches(o.labels(service)):
+            out.append(sm)
+    return out
+
+
+def service_paths(snapshot: Snapshot, service: Obj) -> list[ScrapePath]:
+    name = o.name(service)
+    paths = []
+    if o.annotations(service).get("prometheus.io/scrape") == "true":
+        paths.append(ScrapePath("annotation", name))
+    for sm in monitors_of(snapshot, service):
+        paths.append(ScrapePath(f"servicemonitor/{o.meta(sm).get('namespace')}/{o.name(sm)}",
+                                name))
+    return paths
+
+
+def exporter_pods(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[PodView]:
+    names = set(daemonsets)
+    return [p for p in snapshot.pods
+            if p.owner_kind == "DaemonSet" and p.owner_name in names and not p.deleting]
+
+
+def scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
+    """Every scrape path reaching each exporter pod, keyed by pod name."""
+    per_service = [(s, service_paths(snapshot, s)) for s in snapshot.services.values()]
+    per_service = [(s, p) for s, p in per_service if p]
+    out: dict[str, list[ScrapePath]] = {}
+    for pod in exporter_pods(snapshot, daemonsets):
+        out[pod.name] = [path for svc, paths in per_service if service_selects(svc, pod.labels)
+                         for path in paths]
+    return out
+
+
+def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
+                   name: str = "no-duplicate-scrape") -> GateResult:
+    paths = scrape_paths(snapshot, daemonsets)
+    dups = {pod: p for pod, p in paths.items() if len(p) > 1}
+    if not dups:
+        return GateResult(name, True, f"{len(paths)} exporter pods, at most one path each")
+    pod, example = next(iter(sorted(dups.items())))
+    return GateResult(name, False, f"{len(dups)} exporter pods scraped more than once, e.g. "
+                      f"{pod} via {'; '.join(map(str, example))}")
+
+
+def conflicting_monitors(snapshot: Snapshot) -> list[str]:
+    """ServiceMonitors that select the same Service with different endpoint settings."""
+    found = []
+    for svc in snapshot.services.values():
+        sms = monitors_of(snapshot, svc)
+        settings = {json.dumps(o.dig(sm, "spec", "endpoints"), sort_keys=True) for sm in sms}
+        if len(sms) > 1 and len(settings) > 1:
+            found.append(f"Service/{o.name(svc)} is selected by ServiceMonitors "
+                         f"{', '.join(sorted(o.name(sm) for sm in sms))} with different "
+                         "endpoint settings")
+    return found
+
+
+def with_service(snapshot: Snapshot, service: Obj) -> Snapshot:
+    """The snapshot as it would be with this Service created or replaced (for what-if gates)."""
+    services: Mapping[str, Obj] = {**snapshot.services, o.name(service): service}
+    return replace(snapshot, services=services)

@@ -1,0 +1,70 @@
+"""The data that flows between the engine and the phase modules: what a phase is given to plan
+with, and what it hands back. Pure data; phases fill it, the runner executes it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.model import objects as o
+from migrator.model.gates import GateResult, ServiceBaseline
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog, Component
+from migrator.model.steps import Step
+
+OPERATOR_KINDS = ("ClusterPolicy", "GPUCluster")
+
+
+@dataclass(frozen=True)
+class Options:
+    include_operator_owned: bool = False
+    roll_on_delete: bool = False
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """Everything a phase needs to plan, verify or roll back: pure inputs only."""
+
+    snapshot: Snapshot
+    catalog: Catalog
+    components: tuple[Component, ...]  # the components present in this namespace
+    options: Options = Options()
+    recorded: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step id → record
+
+    def daemonset(self, comp: Component) -> dict[str, Any] | None:
+        return self.snapshot.daemonsets.get(comp.daemonset)
+
+    def service(self, name: str) -> dict[str, Any] | None:
+        return self.snapshot.services.get(name)
+
+    def is_tool_owned(self, service: Mapping[str, Any]) -> bool:
+        mb = self.catalog.common.managed_by
+        return o.labels(service).get(mb.key) == mb.value
+
+    def operator_owner(self, obj: Mapping[str, Any]) -> str | None:
+        """`Kind/name` of the operator CR that controls this object, if any."""
+        ref = o.controller_owner(obj)
+        if ref and ref.get("kind") in OPERATOR_KINDS:
+            return f"{ref['kind']}/{ref.get('name')}"
+        return None
+
+    def daemonsets_with_label(self, key: str) -> list[str]:
+        return [c.daemonset for c in self.components if c.common_label.key == key]
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    number: int
+    name: str
+    steps: tuple[Step, ...] = ()
+    gates: tuple[GateResult, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    blocked: str | None = None  # why this phase cannot run now (a gate that no write can fix)
+    guarded: tuple[ServiceBaseline, ...] = ()  # Services whose endpoints the phase must keep
+    tolerance: Mapping[str, int] = field(default_factory=dict)  # per Service, phase 1 only
+
+    @property
+    def writes(self) -> int:
+        return len(self.steps)

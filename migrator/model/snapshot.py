@@ -1,0 +1,148 @@
+"""A compact, immutable view of what the tool read from one namespace.
+
+The planner, the gates and drift detection all work on a Snapshot, never on the API, so they
+are pure and testable with plain dicts. Pods and endpoints are reduced to the few fields the
+gates need, which keeps 10,000 pods cheap to hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.model import objects as o
+from migrator.model.selectors import from_labels
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    uid: str
+    node: str
+    labels: Mapping[str, str]
+    ready: bool
+    deleting: bool
+    owner_kind: str | None
+    owner_name: str | None
+
+    @staticmethod
+    def of(pod: Mapping[str, Any]) -> PodView:
+        owner = o.controller_owner(pod) or {}
+        return PodView(
+            name=o.name(pod),
+            uid=str(o.meta(pod).get("uid", "")),
+            node=str(o.dig(pod, "spec", "nodeName") or ""),
+            labels=o.labels(pod),
+            ready=o.pod_ready(pod),
+            deleting=bool(o.meta(pod).get("deletionTimestamp")),
+            owner_kind=owner.get("kind"),
+            owner_name=owner.get("name"),
+        )
+
+
+@dataclass(frozen=True)
+class EndpointView:
+    pod: str | None
+    node: str | None
+    ready: bool
+    serving: bool
+    terminating: bool
+
+
+@dataclass(frozen=True)
+class ServiceEndpoints:
+    """Every endpoint of one Service, gathered from its EndpointSlices."""
+
+    service: str
+    endpoints: tuple[EndpointView, ...] = ()
+
+    @property
+    def ready_total(self) -> int:
+        return sum(1 for e in self.endpoints if e.ready)
+
+    def ready_by_node(self) -> dict[str, int]:
+        return dict(Counter(e.node or "" for e in self.endpoints if e.ready))
+
+    def ready_pods(self) -> frozenset[str]:
+        return frozenset(e.pod for e in self.endpoints if e.ready and e.pod)
+
+
+def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> ServiceEndpoints:
+    """Merge a Service's EndpointSlices; a nil `ready` condition counts as ready (API contract)."""
+    views: list[EndpointView] = []
+    seen: set[tuple[str | None, str | None]] = set()
+    for sl in slices:
+        for ep in sl.get("endpoints") or []:
+            cond = ep.get("conditions") or {}
+            ready = cond.get("ready")
+            pod = (ep.get("targetRef") or {}).get("name")
+            key = (pod, (ep.get("addresses") or [None])[0])
+            if key in seen:  # the same endpoint may briefly sit in two slices
+                continue
+            seen.add(key)
+            views.append(
+                EndpointView(
+                    pod=pod,
+                    node=ep.get("nodeName"),
+                    ready=ready is None or bool(ready),
+                    serving=bool(cond.get("serving", ready is None or bool(ready))),
+                    terminating=bool(cond.get("terminating", False)),
+                )
+            )
+    return ServiceEndpoints(service, tuple(views))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    namespace: str
+    namespace_exists: bool = True
+    cluster_policies: tuple[Obj, ...] = ()
+    gpu_clusters: tuple[Obj, ...] = ()
+    daemonsets: Mapping[str, Obj] = field(default_factory=dict)
+    services: Mapping[str, Obj] = field(default_factory=dict)
+    pods: tuple[PodView, ...] = ()
+    endpoints: Mapping[str, ServiceEndpoints] = field(default_factory=dict)
+    service_monitors: tuple[Obj, ...] = ()
+    servicemonitor_api: bool = True
+    nvidia_api: bool = True
+
+    def pods_of(self, daemonset: str) -> list[PodView]:
+        return [p for p in self.pods if p.owner_kind == "DaemonSet" and p.owner_name == daemonset]
+
+    def pods_matching(self, selector: Mapping[str, str]) -> list[PodView]:
+        sel = from_labels(selector)
+        return [p for p in self.pods if not p.deleting and sel.matches(p.labels)]
+
+    def endpoints_of(self, service: str) -> ServiceEndpoints:
+        return self.endpoints.get(service) or ServiceEndpoints(service)
+
+    def fingerprint(self) -> str:
+        """A hash of what a plan depends on: spec and metadata of the DaemonSets, Services,
+        CRs and ServiceMonitors, not status (a pod restart does not make a plan stale)."""
+        def ds_view(d: Obj) -> Any:
+            return [o.meta(d).get("uid"), o.meta(d).get("generation"), o.labels(d),
+                    o.template_labels(d), o.dig(d, "spec", "updateStrategy")]
+
+        def svc_view(s: Obj) -> Any:
+            spec = {k: v for k, v in (s.get("spec") or {}).items()
+                    if k not in ("clusterIP", "clusterIPs")}
+            return [o.meta(s).get("uid"), o.labels(s), o.annotations(s),
+                    o.meta(s).get("ownerReferences"), spec]
+
+        doc = {
+            "namespace": self.namespace,
+            "ds": {n: ds_view(d) for n, d in sorted(self.daemonsets.items())},
+            "svc": {n: svc_view(s) for n, s in sorted(self.services.items())},
+            "cr": sorted(str(o.meta(c).get("uid")) + str(o.meta(c).get("generation"))
+                         for c in (*self.cluster_policies, *self.gpu_clusters)),
+            "sm": sorted(json.dumps([o.meta(m).get("uid"), o.labels(m), m.get("spec")],
+                                    sort_keys=True) for m in self.service_monitors),
+        }
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(raw).hexdigest()

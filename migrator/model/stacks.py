@@ -1,0 +1,153 @@
+"""What each GPU Operator stack runs, read from `plans/*.yaml` (data, not code).
+
+The engine takes every object name and label from here and nowhere else. Loading reads package
+data only; everything else in this module is pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+STACK_NAMES = ("clusterpolicy", "gpucluster")
+
+
+@dataclass(frozen=True)
+class Label:
+    key: str
+    value: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {self.key: self.value}
+
+
+@dataclass(frozen=True)
+class Component:
+    """One DaemonSet + Service pair of a stack (DCGM or DCGM Exporter)."""
+
+    stack: str
+    component: str  # "dcgm" | "dcgm-exporter"
+    daemonset: str
+    app_label: str
+    service: str
+    common_label: Label
+    local_traffic: bool
+    exporter: bool = False
+    alias: str | None = None
+
+    @property
+    def app_selector(self) -> dict[str, str]:
+        return {"app": self.app_label}
+
+    @property
+    def common_selector(self) -> dict[str, str]:
+        return self.common_label.as_dict()
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    group: str
+    version: str
+    kind: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    cr: CustomResource
+    components: tuple[Component, ...]
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.component == name), None)
+
+
+@dataclass(frozen=True)
+class Common:
+    canonical_scrape_service: str
+    managed_by: Label
+    alias_of_annotation: str
+    operator_state_label: str
+    operator_hash_annotation: str
+    state_configmap: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Both stacks plus the shared settings."""
+
+    stacks: tuple[Stack, ...]
+    common: Common
+
+    def stack(self, name: str) -> Stack:
+        for s in self.stacks:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        return tuple(c for s in self.stacks for c in s.components)
+
+    def managed_names(self) -> frozenset[str]:
+        """Every DaemonSet/Service name the tool may ever write (its write allow-list)."""
+        names: set[str] = {self.common.state_configmap}
+        for c in self.components:
+            names.update({c.daemonset, c.service})
+            if c.alias:
+                names.add(c.alias)
+        return frozenset(names)
+
+
+def _label(d: dict[str, Any]) -> Label:
+    return Label(str(d["key"]), str(d["value"]))
+
+
+def parse_stack(doc: dict[str, Any]) -> Stack:
+    name = str(doc["stack"])
+    cr = CustomResource(**{k: str(v) for k, v in doc["cr"].items()})
+    comps = tuple(
+        Component(
+            stack=name,
+            component=str(c["component"]),
+            daemonset=str(c["daemonset"]),
+            app_label=str(c["app_label"]),
+            service=str(c["service"]),
+            common_label=_label(c["common_label"]),
+            local_traffic=bool(c.get("local_traffic", False)),
+            exporter=bool(c.get("exporter", False)),
+            alias=c.get("alias"),
+        )
+        for c in doc["components"]
+    )
+    return Stack(name, cr, comps)
+
+
+def parse_common(doc: dict[str, Any]) -> Common:
+    return Common(
+        canonical_scrape_service=str(doc["canonical_scrape_service"]),
+        managed_by=_label(doc["managed_by"]),
+        alias_of_annotation=str(doc["alias_of_annotation"]),
+        operator_state_label=str(doc["operator_state_label"]),
+        operator_hash_annotation=str(doc["operator_hash_annotation"]),
+        state_configmap=str(doc["state_configmap"]),
+    )
+
+
+@cache
+def load_catalog() -> Catalog:
+    """The shipped plans (package data `plans/*.yaml`)."""
+    root = resources.files("plans")
+    stacks = tuple(
+        parse_stack(yaml.safe_load(root.joinpath(f"{n}.yaml").read_text())) for n in STACK_NAMES
+    )
+    common = parse_common(yaml.safe_load(root.joinpath("common.yaml").read_text()))
+    return Catalog(stacks, common)

@@ -1,0 +1,219 @@
+"""Steps: one Kubernetes write each, as data. Every step knows its inverse, whether the live
+object already shows its effect (so a resumed run skips it), and how to present itself in a plan.
+
+Steps serialise to plain dicts for the state ConfigMap, so rollback is built from what was
+recorded, not from what the cluster looks like now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from migrator.model import objects as o
+
+Obj = dict[str, Any]
+LabelMap = Mapping[str, str | None]  # None = the key is absent / removed
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field of one object, before → after (None = absent)."""
+
+    object: str
+    field: str
+    before: Any
+    after: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
+    return all(actual.get(k) == v for k, v in wanted.items())
+
+
+@dataclass(frozen=True)
+class SetLabels:
+    """Set (or remove, value None) labels on a DaemonSet's metadata and pod template."""
+
+    type: ClassVar[str] = "set-labels"
+    daemonset: str
+    meta_after: LabelMap
+    template_after: LabelMap
+    meta_before: LabelMap
+    template_before: LabelMap
+
+    @property
+    def id(self) -> str:
+        return f"labels/daemonset/{self.daemonset}"
+
+    @property
+    def object(self) -> str:
+        return f"DaemonSet/{self.daemonset}"
+
+    def changes(self) -> list[Change]:
+        out = [Change(self.object, f"metadata.labels[{k}]", self.meta_before.get(k), v)
+               for k, v in self.meta_after.items() if self.meta_before.get(k) != v]
+        out += [Change(self.object, f"spec.template.metadata.labels[{k}]",
+                       self.template_before.get(k), v)
+                for k, v in self.template_after.items() if self.template_before.get(k) != v]
+        return out
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return live is not None and _labels_match(o.labels(live), self.meta_after) and \
+            _labels_match(o.template_labels(live), self.template_after)
+
+    def patch(self) -> Obj:
+        """A JSON merge patch: only these keys change; None deletes a key."""
+        return {"metadata": {"labels": dict(self.meta_after)},
+                "spec": {"template": {"metadata": {"labels": dict(self.template_after)}}}}
+
+    def rolls_pods(self) -> bool:
+        return any(self.template_before.get(k) != v for k, v in self.template_after.items())
+
+    def inverse(self) -> SetLabels:
+        return SetLabels(self.daemonset, self.meta_before, self.template_before,
+                         self.meta_after, self.template_after)
+
+
+@dataclass(frozen=True)
+class RollPods:
+    """OnDelete DaemonSets: delete pods whose labels differ from the template, one node at a
+    time, each after the previous node's new pod is Ready."""
+
+    type: ClassVar[str] = "roll-pods"
+    daemonset: str
+    label_keys: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return f"roll/daemonset/{self.daemonset}"
+
+    @property
+    def object(self) -> str:
+        return f"DaemonSet/{self.daemonset}"
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "pods", "old template", "deleted one node at a time")]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return False  # decided by the runner from the pods, not the DaemonSet
+
+    def inverse(self) -> RollPods:
+        return self
+
+
+@dataclass(frozen=True)
+class CreateAlias:
+    """Create a tool-owned Service alias of a source Service."""
+
+    type: ClassVar[str] = "create-alias"
+    service: str
+    source: str
+    body: Obj = field(hash=False)
+
+    @property
+    def id(self) -> str:
+        return f"alias/service/{self.service}"
+
+    @property
+    def object(self) -> str:
+        return f"Service/{self.service}"
+
+    def changes(self) -> list[Change]:
+        spec = self.body.get("spec", {})
+        return [Change(self.object, "(object)", None, f"alias of {self.source}"),
+                Change(self.object, "spec.selector", None, spec.get("selector"))]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        if live is None:
+            return False
+        want = self.body["metadata"]
+        return _labels_match(o.labels(live), want.get("labels", {})) and _labels_match(
+            o.annotations(live), want.get("annotations", {}))
+
+    def inverse(self) -> DeleteAlias:
+        return DeleteAlias(self.service, self.source)
+
+
+@dataclass(frozen=True)
+class DeleteAlias:
+    """Delete an alias, only while it is still the tool's (checked by the runner)."""
+
+    type: ClassVar[str] = "delete-alias"
+    service: str
+    source: str
+
+    @property
+    def id(self) -> str:
+        return f"unalias/service/{self.service}"
+
+    @property
+    def object(self) -> str:
+        return f"Service/{self.service}"
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "(object)", f"alias of {self.source}", None)]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return live is None
+
+    def inverse(self) -> DeleteAlias:
+        return self
+
+
+@dataclass(frozen=True)
+class SetSelector:
+    """Replace a Service's selector (guarded by a json-patch `test` of the expected one)."""
+
+    type: ClassVar[str] = "set-selector"
+    service: str
+    before: Mapping[str, str]
+    after: Mapping[str, str]
+    local: bool
+    operator_owned: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"selector/service/{self.service}"
+
+    @property
+    def object(self) -> str:
+        return f"Service/{self.service}"
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "spec.selector", dict(self.before), dict(self.after))]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return live is not None and dict(o.dig(live, "spec", "selector") or {}) == dict(self.after)
+
+    def patch(self) -> list[Obj]:
+        return [{"op": "test", "path": "/spec/selector", "value": dict(self.before)},
+                {"op": "replace", "path": "/spec/selector", "value": dict(self.after)}]
+
+    def inverse(self) -> SetSelector:
+        return SetSelector(self.service, self.after, self.before, self.local, self.operator_owned)
+
+
+Step = SetLabels | RollPods | CreateAlias | DeleteAlias | SetSelector
+_TYPES: dict[str, type[Any]] = {
+    t.type: t for t in (SetLabels, RollPods, CreateAlias, DeleteAlias, SetSelector)
+}
+
+
+def to_record(step: Step) -> dict[str, Any]:
+    """A JSON-safe dict for the state ConfigMap."""
+    data = asdict(step)
+    data["type"] = step.type
+    return data
+
+
+def from_record(record: Mapping[str, Any]) -> Step:
+    data = dict(record)
+    cls = _TYPES[str(data.pop("type"))]
+    if cls is RollPods:
+        data["label_keys"] = tuple(data["label_keys"])
+    result: Step = cls(**data)
+    return result

@@ -1,0 +1,187 @@
+"""Phase 2 — alias: the established DNS names (`nvidia-dcgm`, `nvidia-dcgm-exporter`) for the
+GPUCluster/DRA stack, as tool-owned Services that select the DRA app label at first. The legacy
+stack gets nothing. A Service of an alias name that the tool does not own is never touched."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from migrator.model import gates as g
+from migrator.model import monitoring
+from migrator.model import objects as o
+from migrator.model.gates import GateResult
+from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.stacks import Component
+from migrator.model.steps import CreateAlias, DeleteAlias, Step
+
+NUMBER = 2
+NAME = "alias"
+
+# The supported Service configuration an alias copies; never API-assigned fields
+# (clusterIP(s), nodePort, healthCheckNodePort).
+COPIED_SPEC_FIELDS = ("type", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinity",
+                      "sessionAffinityConfig", "ipFamilyPolicy", "ipFamilies",
+                      "publishNotReadyAddresses")
+COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
+
+
+def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
+               owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The alias Service: the source's supported configuration, the DRA app selector, marked
+    as the tool's, with a non-controller ownerReference to the GPUCluster."""
+    assert comp.alias
+    common = ctx.catalog.common
+    src_spec = source.get("spec") or {}
+    spec: dict[str, Any] = {k: copy.deepcopy(src_spec[k]) for k in COPIED_SPEC_FIELDS
+                            if k in src_spec}
+    spec["ports"] = [{k: p[k] for k in COPIED_PORT_FIELDS if k in p}
+                     for p in src_spec.get("ports") or []]
+    spec["selector"] = comp.app_selector
+    if comp.local_traffic:
+        spec["internalTrafficPolicy"] = "Local"
+    meta: dict[str, Any] = {
+        "name": comp.alias,
+        "namespace": ctx.snapshot.namespace,
+        "labels": {common.managed_by.key: common.managed_by.value,
+                   "app.kubernetes.io/name": comp.alias},
+        "annotations": {common.alias_of_annotation: comp.service},
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [{
+            "apiVersion": str(owner.get("apiVersion", "nvidia.com/v1alpha1")),
+            "kind": str(owner.get("kind", "GPUCluster")),
+            "name": o.name(owner),
+            "uid": str(o.meta(owner).get("uid", "")),
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+
+
+def _candidates(ctx: PlanContext) -> list[Component]:
+    return [c for c in ctx.components if c.alias and c.daemonset in ctx.snapshot.daemonsets]
+
+
+def _exporter_daemonsets(ctx: PlanContext) -> list[str]:
+    return [c.daemonset for c in ctx.components if c.exporter]
+
+
+def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
+    """Why an existing Service of the alias name must not be touched, or None if it is ours."""
+    live = ctx.service(alias)
+    if live is None:
+        return None
+    ann = o.annotations(live).get(ctx.catalog.common.alias_of_annotation)
+    if ctx.is_tool_owned(live) and ann == source:
+        return None
+    owner = ctx.operator_owner(live) or "no dcgm-migrate marker"
+    return (f"Service/{alias} already exists and is not the tool's ({owner}); it is never "
+            "overwritten or adopted — with ClusterPolicy and GPUCluster coexisting, shared "
+            "ownership of the stable names belongs to the operator")
+
+
+def plan(ctx: PlanContext) -> PhasePlan:
+    steps: list[Step] = []
+    gates: list[GateResult] = []
+    notes: list[str] = []
+    blocked = None
+    owner = ctx.snapshot.gpu_clusters[0] if ctx.snapshot.gpu_clusters else None
+    comps = _candidates(ctx)
+    if not comps:
+        notes.append("no GPUCluster (DRA) components: the legacy stack keeps its names and "
+                     "gets no aliases; phase 2 completes with no writes")
+    what_if = ctx.snapshot
+    for comp in comps:
+        assert comp.alias
+        source = ctx.service(comp.service)
+        if source is None:
+            notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
+            continue
+        taken = _taken_by(ctx, comp.alias, comp.service)
+        gates.append(GateResult(f"alias-name-free/{comp.alias}", taken is None,
+                                taken or "free or already the tool's"))
+        if taken:
+            blocked = blocked or taken
+            continue
+        step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, owner))
+        if step.satisfied(ctx.service(comp.alias)):
+            notes.append(f"Service/{comp.alias} already exists as the tool's alias")
+            continue
+        steps.append(step)
+        what_if = monitoring.with_service(what_if, step.body)
+    if steps:
+        gates.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx)))
+    guarded = [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
+               if ctx.service(c.service)]
+    return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), (), tuple(notes), blocked,
+                     tuple(guarded))
+
+
+def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    if isinstance(step, CreateAlias):
+        taken = _taken_by(ctx, step.service, step.source)
+        out = [GateResult(f"alias-name-free/{step.service}", taken is None,
+                          taken or "free or already the tool's")]
+        what_if = monitoring.with_service(ctx.snapshot, step.body)
+        out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx)))
+        return out
+    if isinstance(step, DeleteAlias):
+        live = ctx.service(step.service)
+        if live is not None and _taken_by(ctx, step.service, step.source):
+            return [GateResult(f"alias-still-ours/{step.service}", False,
+                               f"Service/{step.service} is no longer the tool's; not deleting")]
+    return []
+
+
+def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    """The alias's EndpointSlices hold exactly the source's ready pods."""
+    if not isinstance(step, CreateAlias):
+        return []
+    source_pods = ctx.snapshot.endpoints_of(step.source).ready_pods()
+    return [g.endpoints_are(ctx.snapshot, step.service, source_pods)]
+
+
+def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
+    out = []
+    for step in steps:
+        if not isinstance(step, CreateAlias):
+            continue
+        name = f"alias-holds/{step.service}"
+        live = ctx.service(step.service)
+        if live is None:
+            out.append(GateResult(name, False, f"Service/{step.service} was deleted (by hand, or "
+                                  "by garbage collection after its GPUCluster was deleted)"))
+        elif _taken_by(ctx, step.service, step.source):
+            out.append(GateResult(name, False, f"Service/{step.service} was replaced by an "
+                                  "object that is not the tool's"))
+        else:
+            want = step.body["spec"]
+            spec = live.get("spec") or {}
+            wrong = [k for k in ("ports", "internalTrafficPolicy", "type")
+                     if k in want and _ports(spec.get(k)) != _ports(want[k])]
+            out.append(GateResult(name, not wrong, f"differs from the source in {', '.join(wrong)}"
+                                  if wrong else f"alias of {step.source}"))
+    return out
+
+
+def _ports(value: Any) -> Any:
+    if isinstance(value, list):
+        return [{k: p.get(k) for k in COPIED_PORT_FIELDS if k in p} for p in value]
+    return value
+
+
+def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
+    inverse: list[Step] = []
+    notes = []
+    for step in reversed(steps):
+        if isinstance(step, CreateAlias):
+            live = ctx.service(step.service)
+            if live is None:
+                continue
+            if _taken_by(ctx, step.service, step.source):
+                notes.append(f"Service/{step.service} is no longer the tool's; left in place")
+                continue
+            inverse.append(step.inverse())
+    return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), tuple(notes))

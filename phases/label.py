@@ -1,0 +1,165 @@
+"""Phase 1 — label: the reserved common label on each DCGM/Exporter DaemonSet and its pod
+template. The template change rolls the pods (RollingUpdate) within the DaemonSet's own budget;
+with OnDelete it rolls nothing unless `--roll-on-delete` lets the tool delete old pods node by
+node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from migrator.model import gates as g
+from migrator.model import objects as o
+from migrator.model.gates import GateResult
+from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.stacks import Component
+from migrator.model.steps import RollPods, SetLabels, Step, from_record
+
+NUMBER = 1
+NAME = "label"
+
+
+def _component_of(ctx: PlanContext, daemonset: str) -> Component | None:
+    return next((c for c in ctx.components if c.daemonset == daemonset), None)
+
+
+def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> SetLabels:
+    key, value = comp.common_label.key, comp.common_label.value
+    recorded = ctx.recorded.get(f"labels/daemonset/{comp.daemonset}")
+    if recorded:  # resuming: the originals are what we saw before our first write
+        prior = from_record(recorded)
+        assert isinstance(prior, SetLabels)
+        return prior
+    return SetLabels(comp.daemonset, {key: value}, {key: value},
+                     {key: o.labels(ds).get(key)}, {key: o.template_labels(ds).get(key)})
+
+
+def _guarded(ctx: PlanContext, daemonsets: Sequence[str]) -> tuple[list[g.ServiceBaseline],
+                                                                  dict[str, int]]:
+    """Every Service selecting these DaemonSets' pods, with the DaemonSet's rolling budget."""
+    bases, tolerance = [], {}
+    for name, svc in sorted(ctx.snapshot.services.items()):
+        for ds_name in daemonsets:
+            pods = ctx.snapshot.pods_of(ds_name)
+            if pods and any(g.service_selects(svc, p.labels) for p in pods):
+                local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
+                bases.append(g.baseline(ctx.snapshot, name, local))
+                ds = ctx.snapshot.daemonsets[ds_name]
+                desired = g.rollout_counts(ds)[2]
+                tolerance[name] = o.max_unavailable(ds, desired)
+                break
+    return bases, tolerance
+
+
+def plan(ctx: PlanContext) -> PhasePlan:
+    steps: list[Step] = []
+    gates: list[GateResult] = []
+    notes: list[str] = []
+    warnings: list[str] = []
+    blocked = None
+    for comp in ctx.components:
+        ds = ctx.daemonset(comp)
+        if ds is None:
+            continue
+        step = _label_step(ctx, comp, ds)
+        user_value = step.meta_before.get(comp.common_label.key)
+        if user_value not in (None, comp.common_label.value):
+            warnings.append(f"DaemonSet/{comp.daemonset} sets {comp.common_label.key}="
+                            f"{user_value!r}; the reserved label wins and becomes "
+                            f"{comp.common_label.value!r} (rollback restores {user_value!r})")
+        ondelete = o.update_strategy(ds) == "OnDelete"
+        if not step.satisfied(ds):
+            steps.append(step)
+            gates.append(g.rollout_complete(ds))
+        else:
+            notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
+        if ondelete:
+            if ctx.options.roll_on_delete:
+                steps.append(RollPods(comp.daemonset, (comp.common_label.key,)))
+                notes.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete: the "
+                             "tool deletes its old pods one node at a time (--roll-on-delete)")
+            else:
+                pods_ok = g.pods_carry(ctx.snapshot, comp.daemonset,
+                                       {comp.common_label.key: comp.common_label.value})
+                if not step.satisfied(ds) or not pods_ok.ok:
+                    blocked = (f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
+                               "template change rolls no pods; rerun with --roll-on-delete to "
+                               "let the tool delete old pods one node at a time")
+                    notes.append(blocked)
+    bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
+    return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),
+                     blocked, tuple(bases), tolerance)
+
+
+def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    if isinstance(step, SetLabels):
+        ds = ctx.snapshot.daemonsets.get(step.daemonset)
+        if ds is None:
+            return [GateResult(f"exists/{step.daemonset}", False,
+                               f"DaemonSet/{step.daemonset} no longer exists")]
+        if not step.rolls_pods():
+            return []
+        removing = [k for k, v in step.template_after.items() if v is None]
+        out = [g.rollout_complete(ds)]
+        for key in removing:
+            users = g.services_selecting(ctx.snapshot, key)
+            out.append(GateResult(f"no-selector-uses/{key}", not users,
+                                  f"Services still select by {key}: {', '.join(users)}; "
+                                  "roll back phase 3 first" if users else "none"))
+        return out
+    return []
+
+
+def _wanted_pod_labels(ctx: PlanContext, daemonset: str) -> dict[str, str | None]:
+    ds = ctx.snapshot.daemonsets.get(daemonset) or {}
+    comp = _component_of(ctx, daemonset)
+    keys = [comp.common_label.key] if comp else []
+    tl = o.template_labels(ds)
+    return {k: tl.get(k) for k in keys}
+
+
+def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    """Rollout complete and every pod carries the template's labels."""
+    name = step.daemonset if isinstance(step, SetLabels | RollPods) else None
+    if name is None or name not in ctx.snapshot.daemonsets:
+        return []
+    ds = ctx.snapshot.daemonsets[name]
+    return [g.rollout_complete(ds),
+            g.pods_carry(ctx.snapshot, name, _wanted_pod_labels(ctx, name))]
+
+
+def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
+    out = []
+    hash_key = ctx.catalog.common.operator_hash_annotation
+    for step in steps:
+        if not isinstance(step, SetLabels):
+            continue
+        ds = ctx.snapshot.daemonsets.get(step.daemonset)
+        name = f"labels-hold/{step.daemonset}"
+        if ds is None:
+            out.append(GateResult(name, False, f"DaemonSet/{step.daemonset} is gone"))
+            continue
+        if not step.satisfied(ds):
+            why = "removed from the DaemonSet"
+            if hash_key in o.annotations(ds) and ctx.operator_owner(ds):
+                why += (f" — {ctx.operator_owner(ds)} re-rendered it (annotation {hash_key}"
+                        f"={o.annotations(ds)[hash_key]}) without the common labels")
+            out.append(GateResult(name, False, f"common labels {why}"))
+            continue
+        out.append(GateResult(name, True, "labels on DaemonSet and template"))
+        out.append(g.pods_carry(ctx.snapshot, step.daemonset, dict(step.template_after)))
+    return out
+
+
+def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
+    inverse: list[Step] = []
+    for step in reversed(steps):
+        if isinstance(step, SetLabels):
+            inv = step.inverse()
+            ds = ctx.snapshot.daemonsets.get(step.daemonset)
+            if ds is not None and not inv.satisfied(ds):
+                inverse.append(inv)
+                if o.update_strategy(ds) == "OnDelete" and ctx.options.roll_on_delete:
+                    inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+    bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
+    return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), (), None, tuple(bases), tolerance)

@@ -1,0 +1,163 @@
+"""Phase 3 — switch: Service selectors move to the common label, only once every pod the
+Service would select carries it. Targets are the aliases the tool owns; operator-owned Services
+only with --include-operator-owned (the operator reverts them on its next reconcile)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from migrator.model import gates as g
+from migrator.model import monitoring
+from migrator.model import objects as o
+from migrator.model.gates import GateResult
+from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.stacks import Component
+from migrator.model.steps import SetSelector, Step, from_record
+
+NUMBER = 3
+NAME = "switch"
+
+
+def _targets(ctx: PlanContext, comp: Component) -> list[str]:
+    names = [comp.alias] if comp.alias else []
+    return [n for n in (*names, comp.service) if n]
+
+
+def _step_for(ctx: PlanContext, comp: Component, name: str) -> SetSelector | None:
+    svc = ctx.service(name)
+    if svc is None:
+        return None
+    recorded = ctx.recorded.get(f"selector/service/{name}")
+    if recorded:
+        prior = from_record(recorded)
+        assert isinstance(prior, SetSelector)
+        return prior
+    before = dict(o.dig(svc, "spec", "selector") or {})
+    local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
+    return SetSelector(name, before, comp.common_selector, local,
+                       operator_owned=ctx.operator_owner(svc) is not None)
+
+
+def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], list[str]]:
+    """Mixed rollout, superset, duplicate scraping — the checks before any selector moves."""
+    key, value = next(iter(step.after.items()))
+    daemonsets = ctx.daemonsets_with_label(key)
+    out = [g.pods_carry(ctx.snapshot, ds, {key: value}, gate="mixed-rollout") for ds in daemonsets]
+    superset, strays = g.selector_superset(ctx.snapshot, step.service, step.before, step.after,
+                                           step.local, daemonsets)
+    out.append(superset)
+    warnings = []
+    if strays:
+        warnings.append(f"Service/{step.service}: the common selector would also pick up pods "
+                        f"outside the DaemonSets: {', '.join(strays[:5])}")
+    svc = ctx.service(step.service)
+    if svc is not None:
+        switched = {**svc, "spec": {**(svc.get("spec") or {}), "selector": dict(step.after)}}
+        what_if = monitoring.with_service(ctx.snapshot, switched)
+        exporters = [c.daemonset for c in ctx.components if c.exporter]
+        out.append(monitoring.duplicate_gate(what_if, exporters,
+                                             f"no-duplicate-scrape/{step.service}"))
+    return out, warnings
+
+
+def plan(ctx: PlanContext) -> PhasePlan:
+    steps: list[Step] = []
+    gates: list[GateResult] = []
+    warnings: list[str] = []
+    notes: list[str] = []
+    guarded = []
+    for comp in ctx.components:
+        if comp.daemonset not in ctx.snapshot.daemonsets:
+            continue
+        for name in _targets(ctx, comp):
+            step = _step_for(ctx, comp, name)
+            svc = ctx.service(name)
+            if step is None or svc is None:
+                continue
+            is_alias = name == comp.alias
+            if is_alias and not ctx.is_tool_owned(svc):
+                continue  # not our alias (e.g. the ClusterPolicy's own nvidia-dcgm)
+            if step.operator_owned and not ctx.options.include_operator_owned:
+                notes.append(f"Service/{name} is owned by {ctx.operator_owner(svc)}, which "
+                             "re-renders it on every reconcile and would revert the selector; "
+                             "not switched (--include-operator-owned switches it anyway)")
+                continue
+            if step.operator_owned:
+                warnings.append(f"Service/{name} is operator-owned: {ctx.operator_owner(svc)} "
+                                "will revert its selector on the next reconcile")
+            guarded.append(g.baseline(ctx.snapshot, name, step.local))
+            if step.satisfied(svc):
+                notes.append(f"Service/{name} already selects {comp.common_label.key}")
+                continue
+            pre, warn = _pre_gates(ctx, step)
+            gates.extend(pre)
+            warnings.extend(warn)
+            steps.append(step)
+    return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),
+                     None, tuple(guarded))
+
+
+def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    if not isinstance(step, SetSelector):
+        return []
+    svc = ctx.service(step.service)
+    if svc is None:
+        return [GateResult(f"exists/{step.service}", False, f"Service/{step.service} is gone")]
+    live = dict(o.dig(svc, "spec", "selector") or {})
+    if live != dict(step.before):
+        return [GateResult(f"selector-unchanged/{step.service}", False,
+                           f"selector is {live}, expected {dict(step.before)}: changed outside "
+                           "the tool")]
+    common_keys = {c.common_label.key for c in ctx.catalog.components}
+    if not set(step.after) & common_keys:
+        # Restoring the original selector (rollback): only the superset check applies.
+        superset, _ = g.selector_superset(ctx.snapshot, step.service, step.before, step.after,
+                                          step.local, [c.daemonset for c in ctx.components])
+        return [superset]
+    return _pre_gates(ctx, step)[0]
+
+
+def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    """EndpointSlices reflect the new selector: exactly its Ready pods."""
+    if not isinstance(step, SetSelector):
+        return []
+    want = frozenset(p.name for p in ctx.snapshot.pods_matching(step.after) if p.ready)
+    return [g.endpoints_are(ctx.snapshot, step.service, want)]
+
+
+def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
+    out = []
+    for step in steps:
+        if not isinstance(step, SetSelector):
+            continue
+        svc = ctx.service(step.service)
+        name = f"selector-holds/{step.service}"
+        if svc is None:
+            out.append(GateResult(name, False, f"Service/{step.service} is gone"))
+        elif not step.satisfied(svc):
+            who = ctx.operator_owner(svc)
+            why = f" — {who} reconciled it back" if who else ""
+            out.append(GateResult(name, False, f"selector is "
+                                  f"{o.dig(svc, 'spec', 'selector')}, not {dict(step.after)}"
+                                  f"{why}"))
+        else:
+            eps = ctx.snapshot.endpoints_of(step.service)
+            out.append(GateResult(name, eps.ready_total > 0 or not ctx.snapshot.pods,
+                                  f"{eps.ready_total} ready endpoints"))
+    return out
+
+
+def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
+    inverse: list[Step] = []
+    guarded = []
+    for step in reversed(steps):
+        if not isinstance(step, SetSelector):
+            continue
+        svc = ctx.service(step.service)
+        if svc is None:
+            continue
+        inv = step.inverse()
+        if not inv.satisfied(svc):
+            inverse.append(inv)
+            guarded.append(g.baseline(ctx.snapshot, step.service, step.local))
+    return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), (), None, tuple(guarded))

@@ -1,0 +1,429 @@
+"""Where the state document lives (SPEC §5): ConfigMap `dcgm-migrate-state`, plus the run lock.
+
+Layout of the ConfigMap (label `app.kubernetes.io/managed-by: dcgm-migrate`):
+- `data["state.json"]`: the document as canonical JSON; `data["state.sha256"]`: the SHA-256 of
+  exactly those bytes, so a hand edit or truncation is refused (`StateCorrupt`) instead of
+  trusted. A ConfigMap of that name without the label is someone else's: never written.
+- annotations `dcgm-migrate/lock-holder|lock-acquired|lock-expires`: the run lock.
+- Taking the lock when no ConfigMap exists creates it holding the empty document `{}`, which
+  means "no state yet": `load` returns None for it. Saving `{}` therefore also reads back as None.
+
+Every write is a create or a PUT carrying the resourceVersion last seen (optimistic
+concurrency): two runs racing for the lock cannot both win, and a state write never overwrites
+a change it has not seen. A 409 on `save` re-reads: if only metadata moved (our own lock
+renewal, a label added by hand) and nobody else holds the lock, the save is retried on the new
+version; if the document itself changed, `StateConflict`; if another run holds the lock,
+`LockHeld`.
+
+For `apply --dry-run` (a Kube with dry_run=True, whose writes are not persisted) give the
+engine a `MemoryStateStore.seeded(...)` copy of the real state instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from migrator.engine import locking
+from migrator.engine.locking import Lock
+from migrator.engine.statebackends import Backend, KubeConfigMap, MemoryConfigMap
+from migrator.errors import APIConflict, APINotFound, LockHeld, StateConflict, StateCorrupt
+from migrator.kube import Kube
+
+Obj = dict[str, Any]
+Clock = Callable[[], datetime]
+
+DEFAULT_NAME = "dcgm-migrate-state"
+STATE_KEY = "state.json"
+CHECKSUM_KEY = "state.sha256"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "dcgm-migrate")
+MAX_DOCUMENT_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB in all
+_ROUNDS = 8  # re-reads after conflicts before giving up
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A loaded or saved document and the ConfigMap resourceVersion it was read or written at."""
+
+    document: dict[str, Any]
+    version: str
+
+
+class StateStore(Protocol):
+    """Persistence for the state document and the run lock (ConfigMap or in-memory)."""
+
+    def load(self) -> StoredState | None: ...
+    def save(self, document: dict[str, Any], *, expected_version: str | None) -> StoredState: ...
+    def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock: ...
+    def renew_lock(self, lock: Lock) -> Lock: ...
+    def release_lock(self, lock: Lock) -> None: ...
+    def force_unlock(self) -> str | None: ...
+
+
+def encode(document: dict[str, Any]) -> str:
+    """Canonical JSON: sorted keys, no spaces, so equal documents are equal bytes."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def checksum(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+EMPTY_TEXT = encode({})
+EMPTY_SHA = checksum(EMPTY_TEXT)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _ConfigMapState:
+    """The store's logic, over any backend that behaves like the API for one ConfigMap."""
+
+    def __init__(
+        self, backend: Backend, clock: Clock = utcnow,
+        is_dead: Callable[[str], bool] = locking.holder_is_dead,
+    ) -> None:
+        self._cm = backend
+        self._clock = clock
+        self._is_dead = is_dead
+        self._mu = threading.RLock()  # a renewer thread may run beside the runner
+        self._seen: Obj | None = None  # the ConfigMap as last read or written by us
+        self._state_sha: str | None = None  # the document the caller last loaded/saved
+        self._state_version: str | None = None
+        self._held: Lock | None = None
+
+    # ---- reading and checking ---------------------------------------------------------
+
+    def _kubectl(self) -> str:
+        return f"kubectl -n {self._cm.namespace} get configmap {self._cm.name} -o yaml"
+
+    def _corrupt(self, what: str) -> StateCorrupt:
+        return StateCorrupt(
+            f"The migration state in ConfigMap {self._cm.where} {what}, so dcgm-migrate "
+            "refuses to use it.",
+            f"inspect it with `{self._kubectl()}`; if you edited it, restore it, or delete the "
+            "ConfigMap to start over (the cluster objects are unchanged by deleting state, but "
+            "rollback then no longer knows the original values)",
+        )
+
+    def _check_ours(self, cm: Obj) -> None:
+        labels = (cm.get("metadata") or {}).get("labels") or {}
+        if labels.get(MANAGED_BY[0]) != MANAGED_BY[1]:
+            raise StateCorrupt(
+                f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
+                f"(no label {MANAGED_BY[0]}={MANAGED_BY[1]}), so it is never read or written.",
+                f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
+                "or run the migration in another namespace",
+            )
+
+    def _decode(self, cm: Obj) -> tuple[dict[str, Any], str]:
+        """(document, its checksum) of a ConfigMap of ours; StateCorrupt when it cannot be."""
+        self._check_ours(cm)
+        data = cm.get("data") or {}
+        text = data.get(STATE_KEY)
+        if not isinstance(text, str):
+            raise self._corrupt(f"has no {STATE_KEY} key")
+        sha = checksum(text)
+        if data.get(CHECKSUM_KEY) != sha:
+            raise self._corrupt(
+                f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or "
+                "corrupted"
+            )
+        try:
+            document = json.loads(text)
+        except ValueError:
+            raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
+        if not isinstance(document, dict):
+            raise self._corrupt(f"holds JSON that is not an object in {STATE_KEY}")
+        return document, sha
+
+    def _stored_sha(self, cm: Obj | None) -> str | None:
+        if cm is None:
+            return None
+        return str(((cm.get("data") or {}).get(CHECKSUM_KEY)) or "") or None
+
+    def _new_configmap(self, text: str, annotations: dict[str, str]) -> Obj:
+        meta: Obj = {
+            "name": self._cm.name,
+            "namespace": self._cm.namespace,
+            "labels": {MANAGED_BY[0]: MANAGED_BY[1]},
+        }
+        if annotations:
+            meta["annotations"] = annotations
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta,
+            "data": {STATE_KEY: text, CHECKSUM_KEY: checksum(text)},
+        }
+
+    # ---- the document -----------------------------------------------------------------
+
+    def load(self) -> StoredState | None:
+        """The saved document, or None when there is none yet (or only a lock)."""
+        with self._mu:
+            cm = self._cm.get()
+            self._seen = cm
+            if cm is None:
+                self._state_sha, self._state_version = None, None
+                return None
+            document, sha = self._decode(cm)
+            version = str(cm["metadata"]["resourceVersion"])
+            self._state_sha, self._state_version = sha, version
+            return StoredState(document, version) if document else None
+
+    def save(self, document: dict[str, Any], *, expected_version: str | None) -> StoredState:
+        """Write the document if nobody else changed it since `expected_version`."""
+        text = encode(document)
+        if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"state document of {len(text)} bytes exceeds the ConfigMap limit")
+        with self._mu:
+            expected_sha = self._expected_sha(expected_version)
+            base, version = self._base(expected_version, expected_sha)
+            for _ in range(_ROUNDS):
+                try:
+                    if base is None:
+                        written = self._cm.create(self._new_configmap(text, {}))
+                    else:
+                        body = copy.deepcopy(base)
+                        body["metadata"]["resourceVersion"] = version
+                        body["data"] = {STATE_KEY: text, CHECKSUM_KEY: checksum(text)}
+                        written = self._cm.replace(body)
+                except (APIConflict, APINotFound):
+                    base = self._reread_for_save(expected_sha, None)
+                    version = str(base["metadata"]["resourceVersion"]) if base else None
+                    continue
+                self._seen = written
+                self._state_sha = checksum(text)
+                self._state_version = str(written["metadata"]["resourceVersion"])
+                return StoredState(copy.deepcopy(document), self._state_version)
+            raise StateConflict(
+                f"The state in ConfigMap {self._cm.where} kept changing under this run.",
+                "make sure no other dcgm-migrate run or controller edits it, then run again",
+            )
+
+    def _expected_sha(self, expected_version: str | None) -> str | None:
+        """The checksum of the document the caller's version refers to (None: no state)."""
+        if expected_version is None:
+            return None
+        if expected_version == self._state_version:
+            return self._state_sha
+        return ""  # a version we never handed out: only an exact resourceVersion match will do
+
+    @staticmethod
+    def _matches(sha: str | None, expected_sha: str | None) -> bool:
+        return sha == expected_sha or (expected_sha is None and sha == EMPTY_SHA)
+
+    def _base(self, expected_version: str | None, expected_sha: str | None) -> tuple[
+            Obj | None, str | None]:
+        """The ConfigMap to write over and the resourceVersion to send (None: create it).
+
+        Our last view is used, with its own (possibly newer) version, when its document is the
+        one the caller expects: only metadata can have moved since, by our own lock writes.
+        Otherwise the ConfigMap is read again and checked like after a 409.
+        """
+        seen = self._seen
+        if seen is not None and self._matches(self._stored_sha(seen), expected_sha):
+            return seen, str(seen["metadata"]["resourceVersion"])
+        if seen is None and expected_version is None:
+            return None, None
+        current = self._reread_for_save(expected_sha, expected_version)
+        return current, (str(current["metadata"]["resourceVersion"]) if current else None)
+
+    def _reread_for_save(
+        self, expected_sha: str | None, expected_version: str | None
+    ) -> Obj | None:
+        """Before a write we cannot vouch for, or after a 409: the ConfigMap to write over
+        (None: create it), or the reason not to."""
+        current = self._cm.get()
+        self._seen = current
+        if current is None:
+            if self._held is not None:
+                raise StateConflict(
+                    f"ConfigMap {self._cm.where} was deleted while this run held its lock.",
+                    "someone reset the migration state; run `dcgm-migrate status` and decide",
+                )
+            if expected_sha is not None and expected_sha != EMPTY_SHA:
+                raise StateConflict(
+                    f"The state in ConfigMap {self._cm.where} was deleted by someone else.",
+                    "run `dcgm-migrate status` and start again",
+                )
+            return None
+        _, current_sha = self._decode(current)
+        info = locking.read(current["metadata"].get("annotations"))
+        held_by_us = self._held is not None and locking.is_ours(info, self._held)
+        if info is not None and not held_by_us and info.live(self._clock()):
+            raise self._lock_held(info)
+        if self._held is not None and not held_by_us:
+            raise StateConflict(
+                f"This run's lock on ConfigMap {self._cm.where} was removed or taken over.",
+                "another run may be migrating; run `dcgm-migrate status` before going on",
+            )
+        version = str(current["metadata"]["resourceVersion"])
+        if not (self._matches(current_sha, expected_sha) or version == expected_version):
+            raise StateConflict(
+                f"The state in ConfigMap {self._cm.where} was changed by another run since "
+                "this run read it.",
+                "run `dcgm-migrate status` to see the current state, then run the command again",
+            )
+        return current
+
+    # ---- the lock ---------------------------------------------------------------------
+
+    def _lock_held(self, info: locking.LockInfo) -> LockHeld:
+        until = locking.format_time(info.expires) if info.expires else "an unreadable time"
+        return LockHeld(
+            f"Another dcgm-migrate run holds the lock on {self._cm.where}: {info.holder}, "
+            f"until {until}.",
+            "wait for that run to finish; if it is dead, wait for the lock to expire or run "
+            f"`dcgm-migrate unlock -n {self._cm.namespace}`",
+        )
+
+    def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
+        """Take the lock; LockHeld when another run holds it (an expired lock is taken over)."""
+        with self._mu:
+            for _ in range(_ROUNDS):
+                now = self._clock()
+                current = self._cm.get()
+                if current is None:
+                    lock = locking.new_lock(holder, now, ttl_seconds, None)
+                    body = self._new_configmap(EMPTY_TEXT, locking.annotations_for(lock))
+                    try:
+                        written = self._cm.create(body)
+                    except APIConflict:
+                        continue
+                else:
+                    self._check_ours(current)
+                    info = locking.read(current["metadata"].get("annotations"))
+                    if info is not None and info.live(now) and not self._is_dead(info.holder):
+                        raise self._lock_held(info)
+                    lock = locking.new_lock(
+                        holder, now, ttl_seconds, info.holder if info else None
+                    )
+                    try:
+                        written = self._write_lock(current, locking.annotations_for(lock))
+                    except (APIConflict, APINotFound):
+                        continue
+                self._seen, self._held = written, lock
+                return lock
+            raise LockHeld(
+                f"Could not take the lock on {self._cm.where}: it kept changing.",
+                "another run is starting at the same moment; run the command again",
+            )
+
+    def _write_lock(self, current: Obj, annotations: dict[str, str]) -> Obj:
+        """PUT `current` with the lock annotations replaced by `annotations` (maybe none)."""
+        body = copy.deepcopy(current)
+        meta = body["metadata"]
+        kept = {k: v for k, v in (meta.get("annotations") or {}).items()
+                if k not in locking.KEYS}
+        meta["annotations"] = {**kept, **annotations}
+        return self._cm.replace(body)
+
+    def renew_lock(self, lock: Lock) -> Lock:
+        """Push the expiry out by the lock's TTL; LockHeld if the lock is no longer ours."""
+        with self._mu:
+            for _ in range(_ROUNDS):
+                current = self._cm.get()
+                info = locking.read((current or {}).get("metadata", {}).get("annotations"))
+                if current is None or not locking.is_ours(info, lock):
+                    self._held = None
+                    who = f"taken over by {info.holder}" if info else "removed"
+                    raise LockHeld(
+                        f"This run's lock on {self._cm.where} was {who}.",
+                        "another run may be migrating; run `dcgm-migrate status` before going on",
+                    )
+                renewed = Lock(
+                    lock.holder, lock.acquired,
+                    max(lock.expires, locking.new_lock(
+                        lock.holder, self._clock(), lock.ttl_seconds, None).expires),
+                    lock.ttl_seconds, lock.taken_over_from,
+                )
+                try:
+                    written = self._write_lock(current, locking.annotations_for(renewed))
+                except (APIConflict, APINotFound):
+                    continue
+                self._seen, self._held = written, renewed
+                return renewed
+            raise LockHeld(
+                f"Could not renew the lock on {self._cm.where}: it kept changing.",
+                "run `dcgm-migrate status` before going on",
+            )
+
+    def release_lock(self, lock: Lock) -> None:
+        """Drop the lock if it is still ours (someone else's lock is left alone)."""
+        with self._mu:
+            self._held = None
+            for _ in range(_ROUNDS):
+                current = self._cm.get()
+                info = locking.read((current or {}).get("metadata", {}).get("annotations"))
+                if current is None or not locking.is_ours(info, lock):
+                    return
+                try:
+                    self._seen = self._write_lock(current, {})
+                    return
+                except (APIConflict, APINotFound):
+                    continue
+
+    def force_unlock(self) -> str | None:
+        """Remove whatever lock is there (`dcgm-migrate unlock`); the holder removed, or None."""
+        with self._mu:
+            for _ in range(_ROUNDS):
+                current = self._cm.get()
+                if current is None:
+                    return None
+                self._check_ours(current)
+                info = locking.read(current["metadata"].get("annotations"))
+                if info is None:
+                    return None
+                try:
+                    self._seen = self._write_lock(current, {})
+                except (APIConflict, APINotFound):
+                    continue
+                if self._held is not None and locking.is_ours(info, self._held):
+                    self._held = None
+                return info.holder
+            raise StateConflict(
+                f"Could not remove the lock on {self._cm.where}: it kept changing.",
+                "a run is active right now; stop it first",
+            )
+
+
+class ConfigMapStateStore(_ConfigMapState):
+    """The real store: ConfigMap `name` in `namespace`, read and written through `kube`."""
+
+    def __init__(
+        self, kube: Kube, namespace: str, name: str = DEFAULT_NAME, clock: Clock = utcnow,
+        is_dead: Callable[[str], bool] = locking.holder_is_dead,
+    ) -> None:
+        super().__init__(KubeConfigMap(kube, namespace, name), clock, is_dead)
+
+
+class MemoryStateStore(_ConfigMapState):
+    """The same behaviour over an in-memory ConfigMap, for engine unit tests.
+
+    Two stores built on the same `configmap` act like two processes sharing a cluster;
+    `configmap.edit(...)` plays a second client (kubectl edit) changing it between calls.
+    """
+
+    def __init__(
+        self, configmap: MemoryConfigMap | None = None, clock: Clock = utcnow,
+        is_dead: Callable[[str], bool] = locking.holder_is_dead,
+    ) -> None:
+        self.configmap = configmap or MemoryConfigMap()
+        super().__init__(self.configmap, clock, is_dead)
+
+    @classmethod
+    def seeded(cls, stored: StoredState | None, clock: Clock = utcnow) -> MemoryStateStore:
+        """A scratch copy of real state (for dry runs): writes stay in memory."""
+        store = cls(clock=clock)
+        if stored is not None:
+            store.configmap.create(store._new_configmap(encode(stored.document), {}))
+        return store

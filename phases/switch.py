@@ -78,7 +78,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
             if is_alias and not ctx.is_tool_owned(svc):
                 continue  # not our alias (e.g. the ClusterPolicy's own nvidia-dcgm)
             if step.operator_owned and not ctx.options.include_operator_owned:
-                notes.append(f"Service/{name} is owned by {ctx.operator_owner(svc)}, which "
+                warnings.append(f"Service/{name} is owned by {ctx.operator_owner(svc)}, which "
                              "re-renders it on every reconcile and would revert the selector; "
                              "not switched (--include-operator-owned switches it anyway)")
                 continue

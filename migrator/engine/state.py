@@ -42,6 +42,7 @@ class PhaseRecord:
     started: str | None = None
     finished: str | None = None
     steps: list[StepRecord] = field(default_factory=list)
+    undo: list[StepRecord] = field(default_factory=list)  # rollback's own progress
     baselines: list[dict[str, Any]] = field(default_factory=list)
     wrote_labels: bool = False
     error: str | None = None
@@ -58,13 +59,13 @@ class PhaseRecord:
         """Steps that were written (or may have been: intent without done), oldest first."""
         return [from_record(r.step) for r in self.steps if r.status in ("intent", "done")]
 
-    def mark(self, step: Step, status: str) -> None:
-        record = to_record(step)
-        for r in self.steps:
+    def mark(self, step: Step, status: str, *, undo: bool = False) -> None:
+        records = self.undo if undo else self.steps
+        for r in records:
             if r.id == step.id:
                 r.status, r.at = status, utcnow()
                 return
-        self.steps.append(StepRecord(record, status, utcnow()))
+        records.append(StepRecord(to_record(step), status, utcnow()))
 
 
 @dataclass
@@ -109,7 +110,8 @@ class State:
                 {"number": p.number, "name": p.name, "status": p.status, "started": p.started,
                  "finished": p.finished, "error": p.error, "wroteLabels": p.wrote_labels,
                  "baselines": p.baselines,
-                 "steps": [{"status": r.status, "at": r.at, "step": r.step} for r in p.steps]}
+                 "steps": [{"status": r.status, "at": r.at, "step": r.step} for r in p.steps],
+                 "undo": [{"status": r.status, "at": r.at, "step": r.step} for r in p.undo]}
                 for p in sorted(self.phases.values(), key=lambda p: p.number)
             ],
             "history": self.history,
@@ -134,8 +136,10 @@ class State:
                     wrote_labels=bool(p.get("wroteLabels")), baselines=list(p.get("baselines")
                                                                             or []),
                     steps=[StepRecord(dict(r["step"]), str(r["status"]), str(r["at"]))
-                           for r in p.get("steps") or []])
-                for r in phases[int(p["number"])].steps:
+                           for r in p.get("steps") or []],
+                    undo=[StepRecord(dict(r["step"]), str(r["status"]), str(r["at"]))
+                          for r in p.get("undo") or []])
+                for r in [*phases[int(p["number"])].steps, *phases[int(p["number"])].undo]:
                     from_record(r.step)  # validates the record's shape
             return State(namespace=str(doc["namespace"]), stack=str(doc["stack"]),
                          plan_fingerprint=doc.get("planFingerprint"), phases=phases,

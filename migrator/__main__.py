@@ -1,0 +1,5 @@
+"""`python -m migrator` is `dcgm-migrate`."""
+
+from migrator.cli.app import main
+
+main()

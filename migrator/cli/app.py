@@ -1,0 +1,341 @@
+"""`dcgm-migrate`: parse options, call `migrator.commands`, render the result. Errors map to
+exit codes in `migrator.errors.exit_code_for`, applied here in one decorator."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from migrator import __version__
+from migrator.cli.options import (
+    Context,
+    Debug,
+    IncludeOperatorOwned,
+    Kubeconfig,
+    Namespace,
+    Output,
+    OutputOpt,
+    RollOnDelete,
+    Settle,
+    Timeout,
+    Yes,
+)
+from migrator.errors import MigrateError, exit_code_for
+
+if TYPE_CHECKING:
+    from migrator.commands import Session
+
+EPILOG_EXIT = ("Exit codes: 0 done; 1 a gate stopped the run safely; 2 bad input; "
+               "3 cluster/API error; 4 lock held or stale plan.")
+
+app = typer.Typer(
+    name="dcgm-migrate",
+    help="Move a live GPU Operator cluster to one stable DCGM / DCGM Exporter identity, in "
+         "three gated, resumable phases: label, alias, switch.",
+    epilog=EPILOG_EXIT,
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dcgm-migrate {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """dcgm-migrate: stable DCGM discovery across ClusterPolicy and GPUCluster stacks."""
+
+
+def handles_errors(fn: F) -> F:
+    """The one place errors become messages and exit codes (with --debug: a traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = bool(kwargs.get("debug"))
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except MigrateError as exc:
+            if debug:
+                raise
+            from migrator.cli import render
+
+            render.error(exc)
+            raise typer.Exit(exit_code_for(exc)) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted: run the same command again to resume", err=True)
+            raise typer.Exit(130) from None
+        except Exception as exc:  # noqa: BLE001 - anything unexpected is a cluster/API error
+            if debug:
+                raise
+            typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+            typer.echo("fix: rerun with --debug for the traceback and report it", err=True)
+            raise typer.Exit(3) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
+             dry_run: bool = False) -> Iterator[Session]:
+    from migrator.cli.live import make_progress
+    from migrator.commands import Session
+    from migrator.engine.progress import Quiet
+    from migrator.kube.client import Kube
+
+    kube = Kube.connect(kubeconfig, context, dry_run=dry_run)
+    progress = make_progress(quiet=output is not Output.table and not sys.stderr.isatty())
+    try:
+        yield Session(kube, namespace, listener=progress or Quiet())
+    finally:
+        if progress is not None:
+            progress.close()
+        kube.close()
+
+
+def _confirm(yes: bool, output: Output) -> Callable[[dict[str, Any]], bool]:
+    def ask(report: dict[str, Any]) -> bool:
+        if yes or not sys.stdin.isatty():
+            return True
+        from migrator.cli import render
+
+        if output is Output.table:
+            render.report_table(report)
+        return typer.confirm("Apply these changes?", default=False, err=True)
+
+    return ask
+
+
+# ---- commands --------------------------------------------------------------------------------
+
+@app.command()
+@handles_errors
+def plan(
+    out: Annotated[Path | None, typer.Option("--out", help="Save the plan (with a fingerprint "
+                                             "of the objects it read) to FILE.")] = None,
+    include_operator_owned: IncludeOperatorOwned = False,
+    roll_on_delete: RollOnDelete = False,
+    kubeconfig: Kubeconfig = None, context: Context = None,
+    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
+    debug: Debug = False,
+) -> None:
+    """Show per phase exactly what would change, every gate's status now, and warnings.
+
+    Example: dcgm-migrate plan --out plan.json
+    """
+    from migrator import commands
+    from migrator.cli import render
+    from migrator.model.planning import Options
+
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.plan(s, Options(include_operator_owned, roll_on_delete), out)
+    render.document(report, output)
+
+
+def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
+                 include_operator_owned: bool, roll_on_delete: bool,
+                 plan_file: Path | None = None) -> Any:
+    from migrator.cli.durations import parse_duration
+    from migrator.commands import RunRequest
+    from migrator.engine.runner import RunSettings
+    from migrator.model.planning import Options
+
+    options = Options(include_operator_owned, roll_on_delete)
+    settings = RunSettings(timeout=parse_duration(timeout), settle=parse_duration(settle,
+                                                                                 "--settle"),
+                           options=options)
+    return RunRequest(phase=phase, options=options, settings=settings, plan_file=plan_file,
+                      confirm=_confirm(yes, output))
+
+
+def _exit_for(report: dict[str, Any]) -> None:
+    if report.get("ok") is False:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handles_errors
+def apply(
+    phase: Annotated[int, typer.Option("--phase", help="Run phases 1..N (1 label, 2 alias, "
+                                       "3 switch).")],
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Refuse to run if the "
+                                                   "cluster changed since this saved plan.")]
+    = None,
+    yes: Yes = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Send server-side dry-run writes; "
+                                          "nothing is persisted.")] = False,
+    timeout: Timeout = "10m",
+    settle: Settle = "30s",
+    include_operator_owned: IncludeOperatorOwned = False,
+    roll_on_delete: RollOnDelete = False,
+    kubeconfig: Kubeconfig = None, context: Context = None,
+    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
+    debug: Debug = False,
+) -> None:
+    """Run every phase up to N that is not completed yet, each gated; resumable.
+
+    Example: dcgm-migrate apply --phase 2 --yes
+    """
+    from migrator import commands
+    from migrator.cli import render
+
+    request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
+                           roll_on_delete, plan_file)
+    with _session(kubeconfig, context, namespace, output, dry_run) as s:
+        report = commands.apply(s, request)
+    render.document(report, output)
+
+
+@app.command()
+@handles_errors
+def rollback(
+    phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.")],
+    yes: Yes = False,
+    timeout: Timeout = "10m",
+    settle: Settle = "30s",
+    roll_on_delete: RollOnDelete = False,
+    kubeconfig: Kubeconfig = None, context: Context = None,
+    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
+    debug: Debug = False,
+) -> None:
+    """Undo phases newest first from what the state recorded, with the same gates.
+
+    Example: dcgm-migrate rollback --phase 1 --yes
+    """
+    from migrator import commands
+    from migrator.cli import render
+
+    request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete)
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.rollback(s, request)
+    render.document(report, output)
+
+
+@app.command()
+@handles_errors
+def status(
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until interrupted.")]
+    = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes "
+                                            "with --watch.")] = 5.0,
+    kubeconfig: Kubeconfig = None, context: Context = None,
+    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
+    debug: Debug = False,
+) -> None:
+    """State, live verification of completed phases, and drift (exit 1 when drifted).
+
+    Example: dcgm-migrate status -o json
+    """
+    import time
+
+    from migrator import commands
+    from migrator.cli import render
+
+    with _session(kubeconfig, context, namespace, output) as s:
+        while True:
+            report = commands.status(s)
+            render.document(report, output)
+            if not watch:
+                break
+            time.sleep(interval)
+    _exit_for(report)
+
+
+@app.command()
+@handles_errors
+def verify(
+    kubeconfig: Kubeconfig = None, context: Context = None,
+    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
+    debug: Debug = False,
+) -> None:
+    """Gates only, for runbooks and cron: exit 0 when everything holds, 1 when not.
+
+    Example: dcgm-migrate verify || page-oncall
+    """
+    from migrator import commands
+    from migrator.cli import render
+
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.verify(s)
+    render.document(report, output)
+    _exit_for(report)
+
+
+@app.command()
+@handles_errors
+def unlock(
+    kubeconfig: Kubeconfig = None, context: Context = None,
+    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
+    debug: Debug = False,
+) -> None:
+    """Release a stuck lock (only when you are sure no other run is active).
+
+    Example: dcgm-migrate unlock
+    """
+    from migrator import commands
+    from migrator.cli import render
+
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.unlock(s)
+    if output is Output.table:
+        typer.echo(f"released the lock of {report['released']}" if report["released"]
+                   else "no lock was held")
+    else:
+        render.document(report, output)
+
+
+@app.command()
+@handles_errors
+def preflight(
+    kubeconfig: Kubeconfig = None, context: Context = None,
+    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
+    debug: Debug = False,
+) -> None:
+    """Check API reachability, CRDs and every permission the migration needs (exit 1 if not).
+
+    Example: dcgm-migrate preflight --context prod
+    """
+    from migrator import commands
+    from migrator.cli import render
+
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.preflight(s)
+    render.document(report, output)
+    _exit_for(report)
+
+
+def _mount_optional() -> None:
+    try:
+        from migrator.cli.sim_cmd import sim_app
+    except ImportError:  # pragma: no cover - during development only
+        return
+    app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
+
+
+_mount_optional()
+
+
+def main() -> None:
+    """Console-script entry point (`dcgm-migrate`, `kubectl-dcgm_migrate`)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

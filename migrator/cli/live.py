@@ -1,0 +1,120 @@
+"""Live progress for long waits: rich bars on a terminal, plain timestamped lines otherwise
+(logs, CI, `| tee`). Both go to stderr so `-o json` stdout stays one clean document."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from migrator.engine.progress import (
+    EndpointProgress,
+    PhaseEvent,
+    RolloutProgress,
+    StepEvent,
+)
+
+
+class PlainProgress:
+    """One line per meaningful change; rollout lines at most every few seconds per DaemonSet."""
+
+    def __init__(self, stream: Any = None, interval: float = 2.0) -> None:
+        self.stream = stream or sys.stderr
+        self.interval = interval
+        self._last: dict[str, tuple[float, tuple[int, ...]]] = {}
+
+    def _say(self, text: str) -> None:
+        self.stream.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        self.stream.flush()
+
+    def phase(self, event: PhaseEvent) -> None:
+        if event.status == "planning":
+            return
+        extra = f": {event.message}" if event.message else ""
+        self._say(f"phase {event.number} ({event.name}) {event.status}{extra}")
+
+    def step(self, event: StepEvent) -> None:
+        self._say(f"  {event.status:8} {event.step.object} ({event.step.type})")
+
+    def rollout(self, p: RolloutProgress) -> None:
+        counts = (p.updated, p.available, p.desired)
+        now = time.monotonic()
+        last = self._last.get(p.daemonset)
+        done = p.updated == p.desired == p.available
+        if last and last[1] == counts:
+            return
+        if last and now - last[0] < self.interval and not done:
+            return
+        self._last[p.daemonset] = (now, counts)
+        self._say(f"  rollout  DaemonSet/{p.daemonset}: updated {p.updated}/{p.desired}, "
+                  f"available {p.available}/{p.desired}")
+
+    def endpoints(self, p: EndpointProgress) -> None:
+        key = f"svc/{p.service}"
+        last = self._last.get(key)
+        if last and last[1] == (p.ready, p.baseline):
+            return
+        self._last[key] = (time.monotonic(), (p.ready, p.baseline))
+        self._say(f"  endpoints Service/{p.service}: {p.ready} ready (baseline {p.baseline})")
+
+    def settle(self, seconds_left: float) -> None:
+        self._say(f"  settling {seconds_left:.0f}s (kube-proxy programs the selector change)")
+
+    def message(self, text: str) -> None:
+        self._say(text)
+
+    def close(self) -> None:
+        pass
+
+
+class RichProgress(PlainProgress):
+    """Bars per DaemonSet and per Service, redrawn in place on a terminal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.fields[extra]}"),
+                                 console=self.console, transient=False)
+        self.tasks: dict[str, Any] = {}
+        self.progress.start()
+
+    def _say(self, text: str) -> None:
+        from rich.markup import escape
+
+        self.progress.console.print(escape(text))
+
+    def _task(self, key: str, label: str, total: int) -> Any:
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(label, total=max(total, 1), extra="")
+        return self.tasks[key]
+
+    def rollout(self, p: RolloutProgress) -> None:
+        task = self._task(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired)
+        self.progress.update(task, total=max(p.desired, 1), completed=min(p.updated, p.available),
+                             extra=f"updated {p.updated} available {p.available}")
+
+    def endpoints(self, p: EndpointProgress) -> None:
+        task = self._task(f"svc/{p.service}", f"endpoints {p.service}", p.baseline)
+        self.progress.update(task, total=max(p.baseline, 1), completed=p.ready,
+                             extra=f"baseline {p.baseline}")
+
+    def settle(self, seconds_left: float) -> None:
+        task = self._task("settle", "settle (kube-proxy)", 1)
+        self.progress.update(task, extra=f"{seconds_left:.0f}s left",
+                             completed=1 if seconds_left <= 0 else 0)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def make_progress(quiet: bool) -> PlainProgress | None:
+    """Rich bars on a TTY, plain lines otherwise; None when output must stay silent."""
+    if quiet:
+        return None
+    if sys.stderr.isatty():
+        return RichProgress()
+    return PlainProgress()

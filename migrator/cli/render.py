@@ -1,0 +1,104 @@
+"""Render reports: rich tables for people, one JSON/YAML document for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from migrator.cli.options import Output
+from migrator.errors import MigrateError
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def document(doc: dict[str, Any], output: Output) -> None:
+    """Print a report in the chosen format (json/yaml: exactly one document on stdout)."""
+    if output is Output.json:
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    elif output is Output.yaml:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    else:
+        if "phases" in doc:
+            report_table(doc)
+        elif "checks" in doc:
+            checks_table(doc)
+        else:
+            _console().print(" ".join(f"{k}: {v}" for k, v in doc.items()))
+    sys.stdout.flush()
+
+
+def esc(text: Any) -> str:
+    from rich.markup import escape
+
+    return str(escape(str(text)))
+
+
+def _val(v: Any) -> str:
+    if v is None:
+        return "∅"
+    if isinstance(v, dict):
+        return ",".join(f"{k}={x}" for k, x in v.items()) or "{}"
+    return str(v)
+
+
+def report_table(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    con.print(f"[bold]stack[/bold] {doc['stack']}   [bold]namespace[/bold] {doc['namespace']}"
+              + (f"   [bold]components[/bold] {', '.join(doc.get('components') or [])}"
+                 if doc.get("components") else ""))
+    for phase in doc["phases"]:
+        title = f"Phase {phase['number']} — {phase['name']}: {phase['status']}"
+        con.print(f"\n[bold]{title}[/bold]")
+        if phase["changes"]:
+            t = Table(show_edge=False, pad_edge=False, box=None)
+            for col in ("object", "field", "before", "after"):
+                t.add_column(col)
+            for c in phase["changes"]:
+                t.add_row(esc(c["object"]), esc(c["field"]), esc(_val(c["before"])),
+                          esc(_val(c["after"])))
+            con.print(t)
+        elif phase["status"] != "completed":
+            con.print("  no changes")
+        for g in phase["gates"]:
+            mark = "[green]✓[/green]" if g["ok"] else "[red]✗[/red]"
+            con.print(f"  {mark} {esc(g['name'])}: {esc(g['detail'])}")
+        for note in phase.get("notes") or []:
+            con.print(f"  • {esc(note)}")
+        if phase.get("error"):
+            con.print(f"  [red]last error:[/red] {esc(phase['error'])}")
+    if doc.get("warnings"):
+        con.print("\n[bold yellow]Warnings[/bold yellow]")
+        for w in doc["warnings"]:
+            con.print(f"  ! {esc(w)}")
+    result = doc.get("result")
+    if result:
+        con.print(f"\n[bold]writes[/bold] {result['writes']}"
+                  + ("  (server-side dry run: nothing persisted)" if result.get("dryRun")
+                     else ""))
+    if "ok" in doc:
+        con.print("\n[bold]verdict[/bold] " + ("[green]OK[/green]" if doc["ok"]
+                                                else "[red]NOT OK[/red]"))
+
+
+def checks_table(doc: dict[str, Any]) -> None:
+    con = _console()
+    for c in doc["checks"]:
+        mark = "[green]✓[/green]" if c["ok"] else "[red]✗[/red]"
+        con.print(f"{mark} {esc(c['name'])}: {esc(c['detail'])}")
+
+
+def error(exc: MigrateError) -> None:
+    """One clear sentence, then what to do about it, on stderr."""
+    con = _console(stderr=True)
+    con.print(f"[red]error:[/red] {esc(exc.message)}")
+    if exc.hint:
+        con.print(f"[bold]fix:[/bold] {esc(exc.hint)}")

@@ -1,0 +1,275 @@
+"""The commands, as plain functions (alembic's `command.py`): each takes a Session and options,
+drives the engine, and returns a report dict for the CLI to render. No printing, no typer.
+
+Every command validates its input before it writes anything, so bad input costs zero writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from migrator.engine import report as reports
+from migrator.engine.locking import Lock, default_holder
+from migrator.engine.observe import read_snapshot
+from migrator.engine.permissions import REQUIRED, missing_permissions
+from migrator.engine.progress import Listener, Quiet
+from migrator.engine.runner import Runner, RunSettings
+from migrator.engine.state import PHASE_NAMES, State
+from migrator.engine.statestore import ConfigMapStateStore, MemoryStateStore, StateStore
+from migrator.errors import APIError, StalePlan, UsageError
+from migrator.kube.client import Kube
+from migrator.model.planning import Options
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog, load_catalog
+
+LOCK_TTL_SECONDS = 120.0
+PLAN_FORMAT = "dcgm-migrate/plan-v1"
+
+
+@dataclass
+class Session:
+    """One connection to one namespace, plus what every command needs around it."""
+
+    kube: Kube
+    namespace: str
+    listener: Listener = field(default_factory=Quiet)
+    catalog: Catalog = field(default_factory=load_catalog)
+    store_factory: Callable[[Kube, str], StateStore] = ConfigMapStateStore
+
+
+# ---- shared checks ---------------------------------------------------------------------------
+
+def _observe(session: Session) -> Snapshot:
+    snap = read_snapshot(session.kube, session.namespace, session.catalog)
+    if not snap.namespace_exists:
+        raise UsageError(f"Namespace {session.namespace!r} does not exist on {session.kube.server}.",
+                         "pass the namespace the GPU Operator runs in with -n/--namespace")
+    return snap
+
+
+def _require_stack(report: dict[str, Any], namespace: str) -> None:
+    if report["stack"] == "none":
+        raise UsageError(
+            f"No GPU Operator DCGM found in namespace {namespace!r}: no ClusterPolicy or "
+            "GPUCluster and none of the DCGM DaemonSets this tool migrates.",
+            "pass the GPU Operator's namespace with -n, or check that the operator is installed")
+
+
+def _check_phase(phase: int) -> int:
+    if phase not in PHASE_NAMES:
+        raise UsageError(f"There is no phase {phase}: phases are 1 (label), 2 (alias) and "
+                         "3 (switch).", "pass --phase 1, 2 or 3")
+    return phase
+
+
+def _load_state(store: StateStore, namespace: str) -> tuple[State | None, str | None]:
+    stored = store.load()
+    if stored is None:
+        return None, None
+    return State.from_document(stored.document), stored.version
+
+
+# ---- plan ------------------------------------------------------------------------------------
+
+def plan(session: Session, options: Options, out: Path | None = None) -> dict[str, Any]:
+    """What each phase would change, with every gate's status now. Writes nothing."""
+    snap = _observe(session)
+    state, _ = _load_state(session.store_factory(session.kube, session.namespace),
+                           session.namespace)
+    report = reports.build(snap, session.catalog, state, options)
+    if out is not None:
+        save_plan(out, report)
+    return report
+
+
+def _plan_checksum(body: dict[str, Any]) -> str:
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(raw).hexdigest()
+
+
+def save_plan(path: Path, report: dict[str, Any]) -> None:
+    body = {"format": PLAN_FORMAT, "report": report}
+    doc = {**body, "checksum": _plan_checksum(body)}
+    try:
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise UsageError(f"Cannot write the plan to {path}: {exc.strerror}.",
+                         "choose a writable path for --out") from exc
+
+
+def load_plan(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise UsageError(f"Plan file {path} does not exist.",
+                         "save one with `dcgm-migrate plan --out FILE`") from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"Plan file {path} is not a readable dcgm-migrate plan.",
+                         "save a fresh one with `dcgm-migrate plan --out FILE`") from exc
+    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+        raise UsageError(f"Plan file {path} is not a dcgm-migrate plan.",
+                         "save one with `dcgm-migrate plan --out FILE`")
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    if doc.get("checksum") != _plan_checksum(body):
+        raise UsageError(f"Plan file {path} was modified after it was saved (checksum "
+                         "mismatch).", "save a fresh one with `dcgm-migrate plan --out FILE`")
+    report: dict[str, Any] = doc["report"]
+    return report
+
+
+def _check_plan_file(path: Path, snap: Snapshot, namespace: str) -> None:
+    saved = load_plan(path)
+    if saved.get("namespace") != namespace:
+        raise UsageError(f"Plan file {path} was made for namespace {saved.get('namespace')!r}, "
+                         f"not {namespace!r}.", "pass the matching -n, or make a new plan")
+    if saved.get("fingerprint") != snap.fingerprint():
+        raise StalePlan(f"The cluster changed since plan {path} was saved, so it is stale.",
+                        "review a fresh `dcgm-migrate plan --out FILE` and apply that")
+
+
+# ---- apply / rollback ------------------------------------------------------------------------
+
+@dataclass
+class RunRequest:
+    phase: int
+    options: Options = field(default_factory=Options)
+    settings: RunSettings = field(default_factory=RunSettings)
+    plan_file: Path | None = None
+    confirm: Callable[[dict[str, Any]], bool] = lambda report: True
+    holder: str = field(default_factory=default_holder)
+
+
+def _locked_run(session: Session, request: RunRequest, snap: Snapshot, state: State,
+                version: str | None, action: Callable[[Runner], Any]) -> dict[str, Any]:
+    dry = session.kube.dry_run
+    real = session.store_factory(session.kube, session.namespace)
+    store: StateStore = MemoryStateStore.seeded(real.load()) if dry else real
+    lock: Lock | None = None if dry else store.acquire_lock(request.holder, LOCK_TTL_SECONDS)
+    if lock is not None and lock.taken_over_from:
+        session.listener.message(f"took over the expired lock of {lock.taken_over_from}")
+    versions = {"current": version}
+    renewed = {"at": time.monotonic()}
+
+    def save(st: State) -> None:
+        versions["current"] = store.save(st.to_document(),
+                                         expected_version=versions["current"]).version
+
+    def heartbeat() -> None:
+        nonlocal lock
+        if lock is not None and time.monotonic() - renewed["at"] > LOCK_TTL_SECONDS / 4:
+            lock = store.renew_lock(lock)
+            renewed["at"] = time.monotonic()
+
+    settings = request.settings
+    if dry:
+        settings = RunSettings(timeout=0.0, settle=0.0, options=settings.options)
+    runner = Runner(session.kube, session.namespace, session.catalog, state, save,
+                    settings=settings, listener=session.listener, heartbeat=heartbeat,
+                    dry_run=dry)
+    try:
+        result = action(runner)
+    finally:
+        if lock is not None:
+            try:
+                store.release_lock(lock)
+            except APIError:
+                pass  # it expires on its own; never mask the run's own outcome
+    after = reports.build(read_snapshot(session.kube, session.namespace, session.catalog),
+                          session.catalog, state, request.options)
+    after["result"] = {"writes": result.writes, "dryRun": dry,
+                       "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
+                                           for k, v in result.lowest.items()}}
+    return after
+
+
+def apply(session: Session, request: RunRequest) -> dict[str, Any]:
+    """Run phases 1..N that are not completed yet (SPEC §2)."""
+    _check_phase(request.phase)
+    snap = _observe(session)
+    if request.plan_file is not None:
+        _check_plan_file(request.plan_file, snap, session.namespace)
+    state, version = _load_state(session.store_factory(session.kube, session.namespace),
+                                 session.namespace)
+    preview = reports.build(snap, session.catalog, state, request.options)
+    _require_stack(preview, session.namespace)
+    if not request.confirm(preview):
+        raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
+    state = state or State(session.namespace)
+    state.plan_fingerprint = snap.fingerprint()
+    return _locked_run(session, request, snap, state, version,
+                       lambda runner: runner.apply(request.phase))
+
+
+def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
+    """Undo phases down to and including N, newest first, from the recorded originals."""
+    _check_phase(request.phase)
+    snap = _observe(session)
+    state, version = _load_state(session.store_factory(session.kube, session.namespace),
+                                 session.namespace)
+    applied = [n for n in PHASE_NAMES if state and n >= request.phase
+               and state.phase(n).status in ("completed", "in-progress", "failed")]
+    if state is None or not applied:
+        raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing to "
+                         "roll back.", "run `dcgm-migrate status` to see which phases are done")
+    preview = reports.build(snap, session.catalog, state, request.options)
+    if not request.confirm(preview):
+        raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
+    return _locked_run(session, request, snap, state, version,
+                       lambda runner: runner.rollback(request.phase))
+
+
+# ---- status / verify / unlock / preflight ----------------------------------------------------
+
+def status(session: Session) -> dict[str, Any]:
+    """State, live verification of completed phases, drift."""
+    snap = _observe(session)
+    state, _ = _load_state(session.store_factory(session.kube, session.namespace),
+                           session.namespace)
+    report = reports.build(snap, session.catalog, state, Options())
+    report["state"] = None if state is None else {
+        "planFingerprint": state.plan_fingerprint, "updated": state.updated,
+        "lastError": state.last_error, "history": state.history[-10:],
+    }
+    report["ok"] = reports.all_gates_ok(report, completed_only=True)
+    return report
+
+
+def verify(session: Session) -> dict[str, Any]:
+    """Gates only: completed phases still hold and nothing is scraped twice."""
+    report = status(session)
+    dup = [w for w in report["warnings"] if w.startswith("duplicate scraping")]
+    report["ok"] = report["ok"] and not dup
+    return report
+
+
+def unlock(session: Session) -> dict[str, Any]:
+    holder = session.store_factory(session.kube, session.namespace).force_unlock()
+    return {"namespace": session.namespace, "released": holder}
+
+
+def preflight(session: Session) -> dict[str, Any]:
+    """API reachable, CRDs present, and every permission the migration needs (SSAR)."""
+    session.kube.ping()
+    apis = {
+        "nvidia.com/v1 (ClusterPolicy)": session.kube.has_api("nvidia.com", "v1"),
+        "nvidia.com/v1alpha1 (GPUCluster)": session.kube.has_api("nvidia.com", "v1alpha1"),
+        "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
+            session.kube.has_api("monitoring.coreos.com", "v1"),
+    }
+    missing = missing_permissions(session.kube, session.namespace, REQUIRED)
+    checks = [{"name": f"api/{k}", "ok": v or "optional" in k,
+               "detail": "served" if v else "not served"} for k, v in apis.items()]
+    checks.append({"name": "api/any-gpu-operator-crd",
+                   "ok": any(v for k, v in apis.items() if "nvidia" in k),
+                   "detail": "ClusterPolicy or GPUCluster CRD present"})
+    checks += [{"name": f"rbac/{p}", "ok": False, "detail": "not allowed"} for p in missing]
+    checks.append({"name": "rbac", "ok": not missing,
+                   "detail": f"{len(REQUIRED) - len(missing)}/{len(REQUIRED)} permissions"})
+    return {"namespace": session.namespace, "server": session.kube.server, "checks": checks,
+            "ok": all(c["ok"] for c in checks)}

@@ -1,0 +1,60 @@
+"""Turn one step into its Kubernetes write. Every write is idempotent or guarded (json-patch
+`test`, delete preconditions), so a retried or resumed write cannot clobber someone else's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from migrator.errors import APIConflict, APIInvalid, APINotFound, GateFailed
+from migrator.model import kinds
+from migrator.model import objects as o
+from migrator.model.stacks import Catalog
+from migrator.model.steps import CreateAlias, DeleteAlias, RollPods, SetLabels, SetSelector, Step
+
+if TYPE_CHECKING:
+    from migrator.kube.client import Kube
+
+
+def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
+    if isinstance(step, SetLabels):
+        kube.patch(kinds.DAEMONSET, step.daemonset, namespace, step.patch(), patch_type="merge")
+    elif isinstance(step, SetSelector):
+        try:
+            kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json")
+        except APIInvalid as exc:  # the json-patch `test` failed: someone changed it
+            raise GateFailed(
+                f"Service/{step.service}: its selector changed outside the tool; not switching",
+                "run `dcgm-migrate plan` to see the current selector") from exc
+    elif isinstance(step, CreateAlias):
+        try:
+            kube.create(step.body)
+        except APIConflict as exc:
+            live = kube.get(kinds.SERVICE, step.service, namespace)
+            if not step.satisfied(live):
+                raise GateFailed(
+                    f"Service/{step.service} appeared while the tool was creating it and is not "
+                    "the tool's; it was not touched", "see docs/runbook.md, 'coexistence'"
+                ) from exc
+    elif isinstance(step, DeleteAlias):
+        live = kube.get(kinds.SERVICE, step.service, namespace)
+        mb = catalog.common.managed_by
+        if live is None:
+            return
+        if o.labels(live).get(mb.key) != mb.value or o.annotations(live).get(
+                catalog.common.alias_of_annotation) != step.source:
+            raise GateFailed(f"Service/{step.service} is no longer the tool's; not deleting it")
+        try:
+            kube.delete(kinds.SERVICE, step.service, namespace,
+                        uid=str(o.meta(live).get("uid")),
+                        resource_version=str(o.meta(live).get("resourceVersion")))
+        except APINotFound:
+            return
+    elif isinstance(step, RollPods):
+        raise TypeError("RollPods is run by the runner, pod by pod")
+
+
+def delete_pod(kube: Kube, namespace: str, name: str, uid: str) -> None:
+    try:
+        kube.delete(kinds.POD, name, namespace, uid=uid)
+    except APINotFound:
+        return

@@ -1,0 +1,96 @@
+"""The report every command renders: per phase, what would change (object, field,
+before → after), every gate's status now, notes, and warnings. Pure: snapshot + state in,
+a JSON-ready dict out (the `-o json` document, SPEC §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import phases
+from migrator.engine.state import State
+from migrator.model import monitoring
+from migrator.model.discovery import Discovery, discover
+from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog
+from migrator.model.steps import CreateAlias, SetLabels
+
+DRIFT_RISK = (
+    "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
+    "operator does not render them. The operator's next re-render of these DaemonSets (an "
+    "upgrade or a CR edit) drops the labels, the pods roll without them, and every Service "
+    "switched to the common selector drains. Roll back phase 3 before any operator change "
+    "that does not render the common labels; `dcgm-migrate verify` exits 1 when it happens."
+)
+
+
+def _exporters(found: Discovery) -> list[str]:
+    return [c.daemonset for c in found.components if c.exporter]
+
+
+def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
+          ) -> dict[str, Any]:
+    found = discover(snapshot, catalog)
+    warnings: list[str] = list(found.warnings)
+    views: list[dict[str, Any]] = []
+    projected = snapshot
+    drift_risk = bool(state and state.phase(1).wrote_labels)
+    for module in phases.PHASES:
+        rec = state.phase(module.NUMBER) if state else None
+        status = rec.status if rec else "pending"
+        ctx = PlanContext(projected, catalog, found.components, options,
+                          rec.recorded() if rec and status in ("in-progress", "failed") else {})
+        if status == "completed" and rec is not None:
+            gates = module.verify(ctx, rec.done_steps())
+            views.append(_view(module.NUMBER, module.NAME, status, [], gates, [], rec.error))
+            continue
+        plan: PhasePlan = module.plan(ctx)
+        for step in plan.steps:
+            if isinstance(step, CreateAlias):
+                projected = monitoring.with_service(projected, step.body)
+            if isinstance(step, SetLabels) and step.rolls_pods():
+                drift_risk = True
+        warnings.extend(plan.warnings)
+        changes = [c.as_dict() for step in plan.steps for c in step.changes()]
+        notes = list(plan.notes)
+        if plan.blocked and plan.blocked not in notes:
+            notes.append(plan.blocked)
+        views.append(_view(module.NUMBER, module.NAME, status, changes, list(plan.gates), notes,
+                           rec.error if rec else None, plan.blocked))
+    dup = monitoring.duplicate_gate(snapshot, _exporters(found))
+    if not dup.ok:
+        warnings.append(f"duplicate scraping now: {dup.detail}")
+    warnings.extend(monitoring.conflicting_monitors(snapshot))
+    if drift_risk and found.components:
+        warnings.append(DRIFT_RISK)
+    return {
+        "stack": found.stack,
+        "namespace": snapshot.namespace,
+        "fingerprint": snapshot.fingerprint(),
+        "components": [f"{c.stack}/{c.component}" for c in found.components],
+        "phases": views,
+        "warnings": warnings,
+    }
+
+
+def _view(number: int, name: str, status: str, changes: list[dict[str, Any]], gates: list[Any],
+          notes: list[str], error: str | None, blocked: str | None = None) -> dict[str, Any]:
+    return {
+        "number": number,
+        "name": name,
+        "status": status,
+        "changes": changes,
+        "gates": [g.as_dict() for g in gates],
+        "notes": notes,
+        "blocked": blocked,
+        "error": error,
+    }
+
+
+def all_gates_ok(report: dict[str, Any], *, completed_only: bool = False) -> bool:
+    for phase in report["phases"]:
+        if completed_only and phase["status"] != "completed":
+            continue
+        if any(not g["ok"] for g in phase["gates"]):
+            return False
+    return True

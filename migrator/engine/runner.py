@@ -1,0 +1,329 @@
+"""The one loop: gate → write → record → gate, one step at a time, state saved after each.
+
+`Runner.apply(N)` runs phases 1..N that are not completed (re-running a completed phase whose
+effect drifted away); `Runner.rollback(N)` undoes phases down to N, newest first, from what the
+state recorded. A run killed at any instant resumes: intent is recorded before each write and
+every step knows whether the live object already shows its effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import phases
+from migrator.engine import executor
+from migrator.engine.observe import narrow, read_snapshot
+from migrator.engine.progress import (
+    EndpointProgress,
+    Listener,
+    PhaseEvent,
+    Quiet,
+    RolloutProgress,
+    StepEvent,
+)
+from migrator.engine.state import PhaseRecord, State, utcnow
+from migrator.engine.waiting import Clock, Waiter
+from migrator.errors import GateFailed
+from migrator.model import gates as g
+from migrator.model import kinds
+from migrator.model import objects as o
+from migrator.model.discovery import discover
+from migrator.model.gates import GateResult, ServiceBaseline
+from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog
+from migrator.model.steps import CreateAlias, RollPods, SetLabels, SetSelector, Step
+
+if TYPE_CHECKING:
+    from migrator.kube.client import Kube
+
+Save = Callable[[State], None]
+
+
+@dataclass
+class RunSettings:
+    timeout: float = 600.0  # seconds per wait
+    settle: float = 30.0  # seconds after a selector change before removing what it needed
+    options: Options = field(default_factory=Options)
+
+
+@dataclass
+class RunResult:
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    writes: int = 0
+    lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
+
+
+def _failed(gates: list[GateResult]) -> list[GateResult]:
+    return [r for r in gates if not r.ok]
+
+
+def _describe(gates: list[GateResult]) -> str:
+    return "; ".join(f"{r.name}: {r.detail}" for r in _failed(gates))
+
+
+class Runner:
+    def __init__(self, kube: Kube, namespace: str, catalog: Catalog, state: State, save: Save,
+                 *, settings: RunSettings | None = None, listener: Listener | None = None,
+                 clock: Clock | None = None, heartbeat: Callable[[], None] = lambda: None,
+                 dry_run: bool = False) -> None:
+        self.dry_run = dry_run
+        self.kube = kube
+        self.namespace = namespace
+        self.catalog = catalog
+        self.state = state
+        self._save = save
+        self.settings = settings or RunSettings()
+        self.listener = listener or Quiet()
+        self.clock = clock or Clock()
+        self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
+        self.result = RunResult()
+
+    # ---- reads & context -------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return read_snapshot(self.kube, self.namespace, self.catalog)
+
+    def _context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
+        found = discover(snap, self.catalog)
+        return PlanContext(snap, self.catalog, found.components, self.settings.options,
+                           recorded or {})
+
+    def _fresh(self, base: Snapshot) -> Snapshot:
+        names = [c.daemonset for c in self.catalog.components]
+        return narrow(self.kube, base, self.catalog, daemonsets=names, services=())
+
+    def save(self) -> None:
+        self._save(self.state)
+
+    # ---- apply -----------------------------------------------------------------------------
+
+    def apply(self, upto: int) -> RunResult:
+        snap = self.snapshot()
+        self.state.stack = discover(snap, self.catalog).stack
+        for number in range(1, upto + 1):
+            module = phases.by_number(number)
+            rec = self.state.phase(number)
+            if rec.status == "completed":
+                drift = _failed(module.verify(self._context(snap), rec.done_steps()))
+                if not drift:
+                    self.listener.phase(PhaseEvent(number, module.NAME, "completed",
+                                                   message="still holds"))
+                    continue
+                self.listener.phase(PhaseEvent(number, module.NAME, "drifted",
+                                               gates=tuple(drift), message=_describe(drift)))
+                self.state.log("drift", phase=number, detail=_describe(drift))
+                rec.status, rec.baselines = "in-progress", []
+            self._run_phase(module, rec, snap, rollback=False)
+            snap = self.snapshot()
+        return self.result
+
+    def _run_phase(self, module: ModuleType, rec: PhaseRecord, snap: Snapshot,
+                   *, rollback: bool) -> None:
+        resuming = rec.status in ("in-progress", "failed") and not rollback
+        ctx = self._context(snap, rec.recorded() if resuming else None)
+        plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
+        self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
+        if plan.blocked:
+            self._fail(rec, plan.blocked, "")
+        if not rec.baselines or rollback:
+            rec.baselines = [b.as_dict() for b in plan.guarded]
+        if rollback:
+            rec.status = "in-progress"
+        else:
+            rec.status, rec.error = "in-progress", None
+            rec.started = rec.started if resuming else utcnow()
+        self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number)
+        self.save()  # baselines and originals are in the state before any write
+        bases = [ServiceBaseline.from_dict(b) for b in rec.baselines]
+        for step in plan.steps:
+            self._run_step(module, rec, step, bases, plan, rollback=rollback)
+        if rollback:
+            rec.status, rec.finished = "rolled-back", utcnow()
+            rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
+        else:
+            rec.status, rec.finished = "completed", utcnow()
+        self.state.log("rolled-back" if rollback else "completed", phase=rec.number)
+        self.save()
+        self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))
+        self.result.phases.append({"number": rec.number, "status": rec.status,
+                                   "writes": len(plan.steps)})
+
+    def _fail(self, rec: PhaseRecord, message: str, hint: str) -> None:
+        rec.status, rec.error = "failed", message
+        self.state.last_error = message
+        self.state.log("failed", phase=rec.number, error=message)
+        self.save()
+        self.listener.phase(PhaseEvent(rec.number, rec.name, "failed", message=message))
+        raise GateFailed(message, hint)
+
+    # ---- one step --------------------------------------------------------------------------
+
+    def _live(self, step: Step) -> dict[str, Any] | None:
+        if isinstance(step, SetLabels | RollPods):
+            return self.kube.get(kinds.DAEMONSET, step.daemonset, self.namespace)
+        return self.kube.get(kinds.SERVICE, step.service, self.namespace)
+
+    def _run_step(self, module: ModuleType, rec: PhaseRecord, step: Step,
+                  bases: list[ServiceBaseline], plan: PhasePlan, *, rollback: bool) -> None:
+        if isinstance(step, RollPods):
+            if not self.dry_run:
+                self._roll_on_delete(rec, step, rollback)
+            return
+        recorded = {r.id: r.status for r in (rec.undo if rollback else rec.steps)}
+        if step.satisfied(self._live(step)):
+            status = "done" if recorded.get(step.id) in ("intent", "done") else "skipped"
+            if recorded.get(step.id) != "done":
+                rec.mark(step, status, undo=rollback)
+                self.save()
+            self.listener.step(StepEvent(rec.number, step, "skipped"))
+        else:
+            fresh = self._context(self._fresh_full())
+            pre = module.before_write(fresh, step)
+            if _failed(pre):
+                self._fail(rec, f"{step.object}: {_describe(pre)}", _hint_for(step, rollback))
+            rec.mark(step, "intent", undo=rollback)
+            self.save()
+            self.listener.step(StepEvent(rec.number, step, "writing"))
+            executor.execute(self.kube, self.namespace, self.catalog, step)
+            self.result.writes += 1
+            rec.mark(step, "done", undo=rollback)
+            if isinstance(step, SetLabels) and step.rolls_pods() and not rollback:
+                rec.wrote_labels = True
+            self.save()
+            self.listener.step(StepEvent(rec.number, step, "done"))
+        if not self.dry_run:  # a server-side dry run changes nothing to wait for
+            self._wait_after(module, rec, step, bases, plan, rollback)
+
+    def _fresh_full(self) -> Snapshot:
+        return self.snapshot()
+
+    def _wait_after(self, module: ModuleType, rec: PhaseRecord, step: Step,
+                    bases: list[ServiceBaseline], plan: PhasePlan, rollback: bool) -> None:
+        deadline = self.clock.now() + self.settings.timeout
+        base_snap = self.snapshot()
+        if isinstance(step, SetLabels) and step.daemonset in base_snap.daemonsets:
+            ds = self.waiter.rollout(step.daemonset, deadline, self._report_rollout)
+            if ds is None:
+                snap = self._fresh(base_snap)
+                pods = snap.pods_of(step.daemonset)
+                nodes = g.not_ready_nodes(pods) or sorted(
+                    {p.node for p in pods if not step.satisfied(snap.daemonsets.get(
+                        step.daemonset))})
+                self._fail(rec, f"DaemonSet/{step.daemonset} did not finish rolling out within "
+                           f"{self.settings.timeout:g}s; pods not ready on nodes: "
+                           f"{', '.join(nodes[:10]) or 'none (still updating)'}",
+                           "fix those nodes (kubectl describe pod), then run the same command "
+                           "again: it resumes where it stopped")
+
+        def check() -> list[GateResult]:
+            snap = self._fresh(base_snap)
+            ctx = self._context(snap)
+            results = module.after_write(ctx, step)
+            for b in bases:
+                tol = plan.tolerance.get(b.service, 0)
+                held = g.endpoints_hold(snap, b, tol)
+                self._note_endpoints(snap, b)
+                results.append(held)
+            return results
+
+        results = self.waiter.until(check, deadline)
+        if not _failed(results):
+            return
+        if isinstance(step, SetSelector):
+            lost = [r for r in _failed(results) if r.name.startswith("endpoints/")]
+            if lost:
+                executor.execute(self.kube, self.namespace, self.catalog, step.inverse())
+                self.result.writes += 1
+                rec.mark(step, "skipped", undo=rollback)
+                self.listener.step(StepEvent(rec.number, step, "restored"))
+                self._fail(rec, f"{step.object}: endpoints dropped after the selector change "
+                           f"({_describe(lost)}); the old selector was restored",
+                           "check the pods the new selector should match, then retry")
+        self._fail(rec, f"{step.object}: {_describe(results)}",
+                   "run `dcgm-migrate status` to see the gates; rerun to resume")
+
+    def _report_rollout(self, ds: dict[str, Any]) -> None:
+        updated, available, desired = g.rollout_counts(ds)
+        self.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired))
+
+    def _note_endpoints(self, snap: Snapshot, base: ServiceBaseline) -> None:
+        ready = snap.endpoints_of(base.service).ready_total
+        low = self.result.lowest.get(base.service, (ready, base.total))
+        self.result.lowest[base.service] = (min(low[0], ready), base.total)
+        self.listener.endpoints(EndpointProgress(base.service, ready, base.total))
+
+    # ---- OnDelete ----------------------------------------------------------------------------
+
+    def _roll_on_delete(self, rec: PhaseRecord, step: RollPods, rollback: bool) -> None:
+        """Delete pods whose labels differ from the template, one node at a time, each after
+        the previous node's new pod is Ready."""
+        while True:
+            snap = self._fresh(self.snapshot())
+            ds = snap.daemonsets.get(step.daemonset)
+            if ds is None:
+                return
+            want = {k: o.template_labels(ds).get(k) for k in step.label_keys}
+            stale = sorted((p for p in snap.pods_of(step.daemonset) if not p.deleting
+                            and any(p.labels.get(k) != v for k, v in want.items())),
+                           key=lambda p: p.node)
+            if not stale:
+                rec.mark(step, "done", undo=rollback)
+                self.save()
+                return
+            unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
+            if unready:
+                self._fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
+                           f"{', '.join(sorted({p.node for p in unready})[:10])}; not deleting "
+                           "another node's pod", "fix those nodes, then rerun to resume")
+            pod = stale[0]
+            rec.mark(step, "intent", undo=rollback)
+            self.save()
+            executor.delete_pod(self.kube, self.namespace, pod.name, pod.uid)
+            self.result.writes += 1
+            self.listener.step(StepEvent(rec.number, step, "writing"))
+            deadline = self.clock.now() + self.settings.timeout
+
+            def node_back(node: str = pod.node) -> list[GateResult]:
+                fresh = self._fresh(snap)
+                new = [p for p in fresh.pods_of(step.daemonset)
+                       if p.node == node and not p.deleting]
+                ok = any(p.ready and all(p.labels.get(k) == v for k, v in want.items())
+                         for p in new)
+                return [GateResult(f"node-back/{node}", ok, f"new pod on {node}")]
+
+            results = self.waiter.until(node_back, deadline, wake_kind=kinds.POD)
+            if _failed(results):
+                self._fail(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
+                           f"become Ready within {self.settings.timeout:g}s",
+                           "fix the node, then rerun to resume")
+
+    # ---- rollback ----------------------------------------------------------------------------
+
+    def rollback(self, downto: int) -> RunResult:
+        snap = self.snapshot()
+        wrote_selectors = False
+        for number in range(len(phases.PHASES), downto - 1, -1):
+            module = phases.by_number(number)
+            rec = self.state.phase(number)
+            if rec.status in ("pending", "rolled-back"):
+                continue
+            if wrote_selectors and number < 3:
+                self.waiter.settle(self.settings.settle, self.listener.settle)
+                wrote_selectors = False
+            self._run_phase(module, rec, snap, rollback=True)
+            wrote_selectors = wrote_selectors or number == 3
+            snap = self.snapshot()
+        return self.result
+
+
+def _hint_for(step: Step, rollback: bool) -> str:
+    if isinstance(step, CreateAlias):
+        return "see docs/runbook.md, 'coexistence'; nothing was written"
+    if isinstance(step, SetSelector):
+        return ("wait until every pod carries the common label (phase 1 rollout), then rerun"
+                if not rollback else "fix the pods the old selector needs, then rerun")
+    return "fix what the gate names, then run the same command again"

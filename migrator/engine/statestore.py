@@ -170,11 +170,12 @@ class _ConfigMapState:
         """The saved document, or None when there is none yet (or only a lock)."""
         with self._mu:
             cm = self._cm.get()
-            self._seen = cm
+            self._seen = None
             if cm is None:
                 self._state_sha, self._state_version = None, None
                 return None
             document, sha = self._decode(cm)
+            self._seen = cm
             version = str(cm["metadata"]["resourceVersion"])
             self._state_sha, self._state_version = sha, version
             return StoredState(document, version) if document else None
@@ -219,6 +220,8 @@ class _ConfigMapState:
 
     @staticmethod
     def _matches(sha: str | None, expected_sha: str | None) -> bool:
+        if sha is None:
+            return False
         return sha == expected_sha or (expected_sha is None and sha == EMPTY_SHA)
 
     def _base(self, expected_version: str | None, expected_sha: str | None) -> tuple[
@@ -243,7 +246,7 @@ class _ConfigMapState:
         """Before a write we cannot vouch for, or after a 409: the ConfigMap to write over
         (None: create it), or the reason not to."""
         current = self._cm.get()
-        self._seen = current
+        self._seen = None
         if current is None:
             if self._held is not None:
                 raise StateConflict(
@@ -257,6 +260,7 @@ class _ConfigMapState:
                 )
             return None
         _, current_sha = self._decode(current)
+        self._seen = current
         info = locking.read(current["metadata"].get("annotations"))
         held_by_us = self._held is not None and locking.is_ours(info, self._held)
         if info is not None and not held_by_us and info.live(self._clock()):

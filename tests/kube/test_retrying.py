@@ -1,0 +1,88 @@
+"""Retry policy of the kube choke point, with an injected sleep: what is retried, how long it
+waits (Retry-After, jittered backoff) and when it gives up (attempts, total wait budget)."""
+
+from __future__ import annotations
+
+import pytest
+
+from migrator.kube.retrying import (
+    Outcome,
+    RetryPolicy,
+    Transient,
+    call_with_retries,
+    parse_retry_after,
+)
+
+
+def policy(sleeps: list[float], **kw: object) -> RetryPolicy:
+    return RetryPolicy(sleep=sleeps.append, random=lambda: 1.0, **kw)  # type: ignore[arg-type]
+
+
+def flaky(failures: list[Exception], result: str = "ok") -> object:
+    def fn() -> str:
+        if failures:
+            raise failures.pop(0)
+        return result
+    return fn
+
+
+def test_backoff_doubles_up_to_the_cap_with_equal_jitter() -> None:
+    full = RetryPolicy(backoff_base=0.5, backoff_max=3.0, random=lambda: 1.0)
+    half = RetryPolicy(backoff_base=0.5, backoff_max=3.0, random=lambda: 0.0)
+    assert [full.backoff(n) for n in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert [half.backoff(n) for n in (1, 2, 3)] == [0.25, 0.5, 1.0]
+
+
+def test_retry_after_is_honoured_and_the_call_then_succeeds() -> None:
+    sleeps: list[float] = []
+    outcome = Outcome()
+    fn = flaky([Transient("HTTP 429", status=429, retry_after=7.0),
+                Transient("HTTP 503", status=503)])
+    assert call_with_retries(fn, policy(sleeps), outcome) == "ok"  # type: ignore[arg-type]
+    assert sleeps == [7.0, 0.5]  # Retry-After, then the backoff after attempt 2 (0.25 * 2)
+    assert outcome.attempts == 3 and outcome.transient_failures == 2
+    assert outcome.waited == pytest.approx(7.5)
+
+
+def test_gives_up_after_the_attempts_and_reraises_the_last_failure() -> None:
+    sleeps: list[float] = []
+    outcome = Outcome()
+    fn = flaky([Transient(f"HTTP 503 #{i}", status=503) for i in range(10)])
+    with pytest.raises(Transient, match="#5"):
+        call_with_retries(fn, policy(sleeps, attempts=6), outcome)  # type: ignore[arg-type]
+    assert outcome.attempts == 6
+    assert len(sleeps) == 5
+
+
+def test_the_total_wait_never_exceeds_the_budget() -> None:
+    sleeps: list[float] = []
+    outcome = Outcome()
+    fn = flaky([Transient("HTTP 429", status=429, retry_after=12.0) for _ in range(10)])
+    with pytest.raises(Transient):
+        call_with_retries(
+            fn, policy(sleeps, attempts=10, max_wait_seconds=30.0), outcome  # type: ignore[arg-type]
+        )
+    assert sleeps == [12.0, 12.0]  # a third wait would pass 30 s: give up instead
+    assert outcome.attempts == 3
+
+
+def test_other_errors_are_not_retried() -> None:
+    sleeps: list[float] = []
+    calls = []
+
+    def fn() -> str:
+        calls.append(1)
+        raise KeyError("not transient")
+
+    with pytest.raises(KeyError):
+        call_with_retries(fn, policy(sleeps), Outcome())
+    assert calls == [1] and sleeps == []
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("3", 3.0), (" 1.5 ", 1.5), ("0", 0.0), ("-4", 0.0), ("", None), (None, None),
+     ("Wed, 21 Oct 2015 07:28:00 GMT", None)],
+)
+def test_retry_after_parsing(header: str | None, seconds: float | None) -> None:
+    assert parse_retry_after(header) == seconds

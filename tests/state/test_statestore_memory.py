@@ -1,0 +1,257 @@
+"""State store logic on the in-memory ConfigMap: checksum/tamper detection, foreign ConfigMaps,
+resourceVersion-guarded saves and re-reads after a 409, and the lock (contention, expiry,
+takeover, renew, release, unlock), with an injected clock."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from migrator.engine import locking
+from migrator.engine.statebackends import MemoryConfigMap
+from migrator.engine.statestore import MemoryStateStore, StoredState
+from migrator.errors import LockHeld, StateConflict, StateCorrupt, exit_code_for
+
+T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def never_dead(holder: str) -> bool:
+    return False
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cm() -> MemoryConfigMap:
+    return MemoryConfigMap()
+
+
+def store(cm: MemoryConfigMap, clock: Clock) -> MemoryStateStore:
+    return MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+
+
+DOC: dict[str, Any] = {"schemaVersion": 1, "stack": "gpucluster", "phases": {"1": "completed"},
+                       "note": "ünïcode"}
+
+
+def test_round_trip_with_canonical_json_and_checksum(cm: MemoryConfigMap, clock: Clock) -> None:
+    s = store(cm, clock)
+    assert s.load() is None
+    saved = s.save(DOC, expected_version=None)
+    obj = cm.object
+    assert obj is not None
+    text = obj["data"]["state.json"]
+    assert text == json.dumps(DOC, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert obj["data"]["state.sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "dcgm-migrate"}
+    assert store(cm, clock).load() == StoredState(DOC, saved.version)
+    again = s.save({**DOC, "stack": "clusterpolicy"}, expected_version=saved.version)
+    assert int(again.version) > int(saved.version)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda o: o["data"].__setitem__("state.json", o["data"]["state.json"].replace(
+            "completed", "pending")), "does not match its checksum"),
+        (lambda o: o["data"].update({"state.json": "{nope", "state.sha256":
+                                     hashlib.sha256(b"{nope").hexdigest()}), "invalid JSON"),
+        (lambda o: o["data"].update({"state.json": "[1]", "state.sha256":
+                                     hashlib.sha256(b"[1]").hexdigest()}), "not an object"),
+        (lambda o: o["data"].pop("state.json"), "has no state.json"),
+        (lambda o: o["data"].pop("state.sha256"), "does not match its checksum"),
+    ],
+)
+def test_tampered_state_is_refused_with_a_way_out(
+    cm: MemoryConfigMap, clock: Clock, change: Any, words: str
+) -> None:
+    store(cm, clock).save(DOC, expected_version=None)
+    cm.edit(change)
+    with pytest.raises(StateCorrupt) as info:
+        store(cm, clock).load()
+    assert words in info.value.message
+    assert "gpu-operator/dcgm-migrate-state" in info.value.message
+    assert "kubectl -n gpu-operator get configmap dcgm-migrate-state -o yaml" in info.value.hint
+    assert "delete the ConfigMap to start over" in info.value.hint
+    assert exit_code_for(info.value) == 3
+
+
+def test_a_foreign_configmap_is_never_read_or_written(cm: MemoryConfigMap, clock: Clock) -> None:
+    cm.create({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": cm.name, "namespace": cm.namespace},
+               "data": {"state.json": "{}"}})
+    before = cm.object
+    s = store(cm, clock)
+    for call in (s.load, lambda: s.acquire_lock("a", 60), s.force_unlock,
+                 lambda: s.save(DOC, expected_version=None)):
+        with pytest.raises(StateCorrupt, match="not created by dcgm-migrate"):
+            call()
+    assert cm.object == before and cm.writes == 1
+
+
+def test_a_stale_version_is_a_conflict_when_the_document_changed(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    a, b = store(cm, clock), store(cm, clock)
+    first = a.save(DOC, expected_version=None)
+    assert b.load() == first
+    a.save({**DOC, "stack": "x"}, expected_version=first.version)
+    with pytest.raises(StateConflict, match="changed by another run") as info:
+        b.save({**DOC, "stack": "y"}, expected_version=first.version)
+    assert exit_code_for(info.value) == 4
+    assert json.loads(cm.object["data"]["state.json"])["stack"] == "x"  # type: ignore[index]
+
+
+def test_saving_over_state_the_caller_did_not_know_is_a_conflict(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    a, b = store(cm, clock), store(cm, clock)
+    assert b.load() is None
+    a.save(DOC, expected_version=None)
+    with pytest.raises(StateConflict):
+        b.save({"other": 1}, expected_version=None)
+
+
+def test_a_409_from_a_metadata_change_is_retried_on_the_new_version(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    s = store(cm, clock)
+    lock = s.acquire_lock("me@host pid 1", 60)
+    loaded = s.save(DOC, expected_version=None)
+    cm.edit(lambda o: o["metadata"].setdefault("labels", {}).update({"team": "gpu"}))
+    saved = s.save({**DOC, "stack": "y"}, expected_version=loaded.version)
+    obj = cm.object
+    assert obj is not None and obj["metadata"]["resourceVersion"] == saved.version
+    assert obj["metadata"]["labels"]["team"] == "gpu"  # the other client's change is kept
+    assert locking.is_ours(locking.read(obj["metadata"]["annotations"]), lock)
+    assert json.loads(obj["data"]["state.json"])["stack"] == "y"
+
+
+def test_own_lock_writes_do_not_cost_a_conflict(cm: MemoryConfigMap, clock: Clock) -> None:
+    s = store(cm, clock)
+    lock = s.acquire_lock("me@host pid 1", 60)
+    assert s.load() is None  # the lock's ConfigMap holds "no state yet"
+    saved = s.save(DOC, expected_version=None)
+    clock.advance(20)
+    lock = s.renew_lock(lock)
+    writes = cm.writes
+    s.save({**DOC, "n": 2}, expected_version=saved.version)
+    assert cm.writes == writes + 1  # straight PUT on the renewed version, no 409 round
+    s.release_lock(lock)
+    assert locking.read(cm.object["metadata"].get("annotations")) is None  # type: ignore[index]
+    assert store(cm, clock).load().document == {**DOC, "n": 2}  # type: ignore[union-attr]
+
+
+def test_second_run_gets_lock_held_naming_holder_and_expiry(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    store(cm, clock).acquire_lock("alice@gpu-box pid 42", 90)
+    with pytest.raises(LockHeld) as info:
+        store(cm, clock).acquire_lock("bob@laptop pid 7", 90)
+    assert "alice@gpu-box pid 42" in info.value.message
+    assert "2025-03-01T12:01:30Z" in info.value.message
+    assert "dcgm-migrate unlock" in info.value.hint
+    assert exit_code_for(info.value) == 4
+
+
+def test_an_expired_lock_is_taken_over_and_the_old_holder_loses(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    old, new = store(cm, clock), store(cm, clock)
+    old_lock = old.acquire_lock("alice@a pid 1", 30)
+    state = old.save(DOC, expected_version=None)
+    clock.advance(31)
+    lock = new.acquire_lock("bob@b pid 2", 30)
+    assert lock.taken_over_from == "alice@a pid 1"
+    with pytest.raises(LockHeld, match="taken over by bob@b pid 2"):
+        old.renew_lock(old_lock)
+    with pytest.raises(LockHeld, match="bob@b pid 2"):
+        old.save({**DOC, "late": True}, expected_version=state.version)
+    old.release_lock(old_lock)  # not ours any more: left alone
+    assert locking.read(cm.object["metadata"]["annotations"]).holder == "bob@b pid 2"  # type: ignore[index,union-attr]
+
+
+def test_a_dead_local_holder_is_taken_over_before_expiry(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    import socket
+    dead = f"ci@{socket.gethostname()} pid {proc.stdout.strip()}"
+    assert locking.holder_is_dead(dead)
+    assert not locking.holder_is_dead(locking.default_holder())
+    assert not locking.holder_is_dead("ci@some-other-host pid 1")
+    store(cm, clock).acquire_lock(dead, 600)
+    lock = MemoryStateStore(cm, clock=clock).acquire_lock(locking.default_holder(), 600)
+    assert lock.taken_over_from == dead
+
+
+def test_renew_extends_and_force_unlock_reports_the_holder(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    s = store(cm, clock)
+    assert s.force_unlock() is None
+    lock = s.acquire_lock("alice@a pid 1", 60)
+    clock.advance(45)
+    renewed = s.renew_lock(lock)
+    assert renewed.expires == T0 + timedelta(seconds=105) and renewed.acquired == lock.acquired
+    assert store(cm, clock).force_unlock() == "alice@a pid 1"
+    assert store(cm, clock).force_unlock() is None
+    with pytest.raises(LockHeld, match="was removed"):
+        s.renew_lock(renewed)
+    assert store(cm, clock).acquire_lock("bob@b pid 2", 60).taken_over_from is None
+
+
+def test_threads_racing_for_the_lock_exactly_one_wins(cm: MemoryConfigMap, clock: Clock) -> None:
+    n = 8
+    barrier = threading.Barrier(n)
+    won: list[str] = []
+    refused: list[LockHeld] = []
+
+    def run(i: int) -> None:
+        s = store(cm, clock)
+        barrier.wait()
+        try:
+            s.acquire_lock(f"worker{i}@h pid {i}", 60)
+            won.append(f"worker{i}@h pid {i}")
+        except LockHeld as err:
+            refused.append(err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == n - 1
+    assert all(won[0] in err.message for err in refused)
+
+
+def test_seeded_scratch_store_keeps_writes_in_memory(cm: MemoryConfigMap, clock: Clock) -> None:
+    real = store(cm, clock)
+    stored = real.save(DOC, expected_version=None)
+    scratch = MemoryStateStore.seeded(stored)
+    loaded = scratch.load()
+    assert loaded is not None and loaded.document == DOC
+    scratch.save({"dry": True}, expected_version=loaded.version)
+    assert real.load() == stored

@@ -6,6 +6,7 @@ Every command validates its input before it writes anything, so bad input costs 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -48,7 +49,8 @@ class Session:
 def _observe(session: Session) -> Snapshot:
     snap = read_snapshot(session.kube, session.namespace, session.catalog)
     if not snap.namespace_exists:
-        raise UsageError(f"Namespace {session.namespace!r} does not exist on {session.kube.server}.",
+        raise UsageError(f"Namespace {session.namespace!r} does not exist on "
+                         f"{session.kube.server}.",
                          "pass the namespace the GPU Operator runs in with -n/--namespace")
     return snap
 
@@ -176,10 +178,8 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, state: St
         result = action(runner)
     finally:
         if lock is not None:
-            try:
-                store.release_lock(lock)
-            except APIError:
-                pass  # it expires on its own; never mask the run's own outcome
+            with contextlib.suppress(APIError):  # it expires on its own; never mask the
+                store.release_lock(lock)          # run's own outcome
     after = reports.build(read_snapshot(session.kube, session.namespace, session.catalog),
                           session.catalog, state, request.options)
     after["result"] = {"writes": result.writes, "dryRun": dry,

@@ -73,7 +73,7 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
     live = ctx.service(alias)
     if live is None:
         return None
-    ann = o.annotations(live).get(ctx.catalog.common.alias_of_annotation)
+    ann = o.annotations_of(live).get(ctx.catalog.common.alias_of_annotation)
     if ctx.is_tool_owned(live) and ann == source:
         return None
     owner = ctx.operator_owner(live) or "no dcgm-migrate marker"

@@ -141,9 +141,9 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             continue
         if not step.satisfied(ds):
             why = "removed from the DaemonSet"
-            if hash_key in o.annotations(ds) and ctx.operator_owner(ds):
+            if hash_key in o.annotations_of(ds) and ctx.operator_owner(ds):
                 why += (f" — {ctx.operator_owner(ds)} re-rendered it (annotation {hash_key}"
-                        f"={o.annotations(ds)[hash_key]}) without the common labels")
+                        f"={o.annotations_of(ds)[hash_key]}) without the common labels")
             out.append(GateResult(name, False, f"common labels {why}"))
             continue
         out.append(GateResult(name, True, "labels on DaemonSet and template"))

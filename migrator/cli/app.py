@@ -82,7 +82,7 @@ def handles_errors(fn: F) -> F:
         except KeyboardInterrupt:
             typer.echo("interrupted: run the same command again to resume", err=True)
             raise typer.Exit(130) from None
-        except Exception as exc:  # noqa: BLE001 - anything unexpected is a cluster/API error
+        except Exception as exc:
             if debug:
                 raise
             typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)

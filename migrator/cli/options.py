@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"

@@ -40,7 +40,7 @@ def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
         mb = catalog.common.managed_by
         if live is None:
             return
-        if o.labels(live).get(mb.key) != mb.value or o.annotations(live).get(
+        if o.labels(live).get(mb.key) != mb.value or o.annotations_of(live).get(
                 catalog.common.alias_of_annotation) != step.source:
             raise GateFailed(f"Service/{step.service} is no longer the tool's; not deleting it")
         try:

@@ -222,7 +222,7 @@ class Runner:
         def check() -> list[GateResult]:
             snap = self._fresh(base_snap)
             ctx = self._context(snap)
-            results = module.after_write(ctx, step)
+            results: list[GateResult] = list(module.after_write(ctx, step))
             for b in bases:
                 tol = plan.tolerance.get(b.service, 0)
                 held = g.endpoints_hold(snap, b, tol)
@@ -287,7 +287,8 @@ class Runner:
             self.listener.step(StepEvent(rec.number, step, "writing"))
             deadline = self.clock.now() + self.settings.timeout
 
-            def node_back(node: str = pod.node) -> list[GateResult]:
+            def node_back(node: str = pod.node, snap: Snapshot = snap,
+                          want: dict[str, str | None] = want) -> list[GateResult]:
                 fresh = self._fresh(snap)
                 new = [p for p in fresh.pods_of(step.daemonset)
                        if p.node == node and not p.deleting]

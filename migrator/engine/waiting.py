@@ -74,7 +74,7 @@ class Waiter:
                 return None
             latest: dict[str, Obj] = {}
 
-            def follow(etype: str, obj: Obj) -> bool:
+            def follow(etype: str, obj: Obj, latest: dict[str, Obj] = latest) -> bool:
                 if etype in ("ADDED", "MODIFIED"):
                     latest["ds"] = obj
                     report(obj)

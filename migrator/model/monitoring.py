@@ -52,7 +52,7 @@ def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:
 def service_paths(snapshot: Snapshot, service: Obj) -> list[ScrapePath]:
     name = o.name(service)
     paths = []
-    if o.annotations(service).get("prometheus.io/scrape") == "true":
+    if o.annotations_of(service).get("prometheus.io/scrape") == "true":
         paths.append(ScrapePath("annotation", name))
     for sm in monitors_of(snapshot, service):
         paths.append(ScrapePath(f"servicemonitor/{o.meta(sm).get('namespace')}/{o.name(sm)}",

@@ -21,7 +21,7 @@ def labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict(meta(obj).get("labels") or {})
 
 
-def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict(meta(obj).get("annotations") or {})
 
 

@@ -60,7 +60,9 @@ _EQ_RE = re.compile(r"^\s*([^\s!=,()]+)\s*(==|=|!=)\s*([^\s!=,()]*)\s*$")
 
 def _split_clauses(text: str) -> list[str]:
     """Split on commas that are not inside a parenthesised value set."""
-    clauses, depth, current = [], 0, []
+    clauses: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1

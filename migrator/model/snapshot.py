@@ -132,7 +132,7 @@ class Snapshot:
         def svc_view(s: Obj) -> Any:
             spec = {k: v for k, v in (s.get("spec") or {}).items()
                     if k not in ("clusterIP", "clusterIPs")}
-            return [o.meta(s).get("uid"), o.labels(s), o.annotations(s),
+            return [o.meta(s).get("uid"), o.labels(s), o.annotations_of(s),
                     o.meta(s).get("ownerReferences"), spec]
 
         doc = {

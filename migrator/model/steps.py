@@ -132,7 +132,7 @@ class CreateAlias:
             return False
         want = self.body["metadata"]
         return _labels_match(o.labels(live), want.get("labels", {})) and _labels_match(
-            o.annotations(live), want.get("annotations", {}))
+            o.annotations_of(live), want.get("annotations", {}))
 
     def inverse(self) -> DeleteAlias:
         return DeleteAlias(self.service, self.source)

@@ -1,0 +1,127 @@
+"""The disruption monitor of SPEC §8: samples every Service's ready endpoints (per node for
+`internalTrafficPolicy: Local`) throughout an end-to-end test and records every sample outside
+the §3 budget: zero tolerance, except while phase 1 (or its rollback) rolls pods, when the
+DaemonSet's own maxUnavailable applies. Which phase runs is read from the tool's own state
+ConfigMap, so the budget follows the run exactly."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.model import kinds
+from migrator.model import objects as o
+from migrator.sim.store import Store
+
+
+@dataclass
+class Sample:
+    at: float
+    total: int
+    by_node: dict[str, int]
+
+
+@dataclass
+class DisruptionMonitor:
+    store: Store
+    namespace: str = "gpu-operator"
+    interval: float = 0.002
+    rolling_budget: int = 1
+    violations: list[str] = field(default_factory=list)
+    samples: int = 0
+    lowest: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _baseline: dict[str, Sample] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _read(self) -> tuple[dict[str, Sample], dict[str, bool], bool]:
+        with self.store.lock:
+            slices, _ = self.store.list(kinds.ENDPOINTSLICE, self.namespace)
+            services, _ = self.store.list(kinds.SERVICE, self.namespace)
+            cm = self.store.find(kinds.CONFIGMAP, self.namespace, "dcgm-migrate-state")
+        now = time.monotonic()
+        local = {o.name(s): (s.get("spec") or {}).get("internalTrafficPolicy") == "Local"
+                 for s in services}
+        counts: dict[str, Counter[str]] = {name: Counter() for name in local}
+        for sl in slices:
+            svc = o.labels(sl).get("kubernetes.io/service-name", "")
+            if svc not in counts:
+                continue
+            for ep in sl.get("endpoints") or []:
+                ready = (ep.get("conditions") or {}).get("ready")
+                if ready is None or ready:
+                    counts[svc][ep.get("nodeName") or ""] += 1
+        return ({n: Sample(now, sum(c.values()), dict(c)) for n, c in counts.items()}, local,
+                self._rolling(cm))
+
+    @staticmethod
+    def _rolling(cm: dict[str, Any] | None) -> bool:
+        """Is phase 1 (or its rollback) the phase in progress right now?"""
+        if cm is None:
+            return False
+        try:
+            doc = json.loads((cm.get("data") or {}).get("state.json") or "{}")
+        except ValueError:
+            return False
+        phases = {p.get("number"): p.get("status") for p in doc.get("phases") or []}
+        return phases.get(1) == "in-progress" and all(
+            phases.get(n) != "in-progress" for n in (2, 3))
+
+    def _check(self) -> None:
+        now, local, rolling = self._read()
+        self.samples += 1
+        for name, sample in now.items():
+            base = self._ratchet(name, sample)
+            budget = self.rolling_budget if rolling else 0
+            low = self.lowest.get(name, (sample.total, base.total))
+            self.lowest[name] = (min(low[0], sample.total), base.total)
+            if local.get(name):
+                short = [n for n, c in base.by_node.items() if sample.by_node.get(n, 0) < c]
+                if len(short) > budget:
+                    self.violations.append(f"Service/{name}: nodes {short} below baseline "
+                                           f"(budget {budget})")
+            elif sample.total < base.total - budget:
+                self.violations.append(f"Service/{name}: {sample.total} ready < baseline "
+                                       f"{base.total} - budget {budget}")
+
+    def _ratchet(self, name: str, sample: Sample) -> Sample:
+        """The baseline is the most ever seen (per node and in total): a Service created during
+        the test gets one as soon as its endpoints appear, and never loses it."""
+        base = self._baseline.get(name)
+        if base is None:
+            base = self._baseline[name] = Sample(sample.at, sample.total, dict(sample.by_node))
+            return base
+        out = Sample(base.at, max(base.total, sample.total), dict(base.by_node))
+        for node, count in sample.by_node.items():
+            out.by_node[node] = max(out.by_node.get(node, 0), count)
+        self._baseline[name] = out
+        return base
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._check()
+            self._stop.wait(self.interval)
+
+    def start(self) -> DisruptionMonitor:
+        self._check()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="disruption")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+        self._check()
+
+    def forget(self, service: str) -> None:
+        """A Service the test deleted on purpose (rollback of an alias) has no baseline now."""
+        self._baseline.pop(service, None)
+
+    def assert_within_budget(self) -> None:
+        assert self.samples > 1, "the monitor took no samples"
+        assert not self.violations, self.violations[:5]

@@ -45,6 +45,7 @@ CHECKSUM_KEY = "state.sha256"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "dcgm-migrate")
 MAX_DOCUMENT_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB in all
 _ROUNDS = 8  # re-reads after conflicts before giving up
+_VERSIONS_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,10 @@ class _ConfigMapState:
         self._is_dead = is_dead
         self._mu = threading.RLock()  # a renewer thread may run beside the runner
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
-        self._state_sha: str | None = None  # the document the caller last loaded/saved
-        self._state_version: str | None = None
+        # resourceVersion -> checksum of the document at that version, for every version of
+        # the ConfigMap this store has read or written: a caller may pass a version it got from
+        # another store instance (load with one, lock and save with another).
+        self._versions: dict[str, str] = {}
         self._held: Lock | None = None
 
     # ---- reading and checking ---------------------------------------------------------
@@ -144,6 +147,17 @@ class _ConfigMapState:
             raise self._corrupt(f"holds JSON that is not an object in {STATE_KEY}")
         return document, sha
 
+    def _view(self, cm: Obj) -> Obj:
+        """Remember `cm` as our latest view, and which document its version holds."""
+        self._seen = cm
+        data = cm.get("data") or {}
+        text = data.get(STATE_KEY)
+        if isinstance(text, str) and data.get(CHECKSUM_KEY) == checksum(text):
+            self._versions[str(cm["metadata"]["resourceVersion"])] = checksum(text)
+            while len(self._versions) > _VERSIONS_KEPT:
+                del self._versions[next(iter(self._versions))]
+        return cm
+
     def _stored_sha(self, cm: Obj | None) -> str | None:
         if cm is None:
             return None
@@ -172,12 +186,10 @@ class _ConfigMapState:
             cm = self._cm.get()
             self._seen = None
             if cm is None:
-                self._state_sha, self._state_version = None, None
                 return None
-            document, sha = self._decode(cm)
-            self._seen = cm
+            document, _ = self._decode(cm)
+            self._view(cm)
             version = str(cm["metadata"]["resourceVersion"])
-            self._state_sha, self._state_version = sha, version
             return StoredState(document, version) if document else None
 
     def save(self, document: dict[str, Any], *, expected_version: str | None) -> StoredState:
@@ -201,10 +213,9 @@ class _ConfigMapState:
                     base = self._reread_for_save(expected_sha, None)
                     version = str(base["metadata"]["resourceVersion"]) if base else None
                     continue
-                self._seen = written
-                self._state_sha = checksum(text)
-                self._state_version = str(written["metadata"]["resourceVersion"])
-                return StoredState(copy.deepcopy(document), self._state_version)
+                self._view(written)
+                version = str(written["metadata"]["resourceVersion"])
+                return StoredState(copy.deepcopy(document), version)
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} kept changing under this run.",
                 "make sure no other dcgm-migrate run or controller edits it, then run again",
@@ -214,9 +225,8 @@ class _ConfigMapState:
         """The checksum of the document the caller's version refers to (None: no state)."""
         if expected_version is None:
             return None
-        if expected_version == self._state_version:
-            return self._state_sha
-        return ""  # a version we never handed out: only an exact resourceVersion match will do
+        # A version never seen by this store: only an exact resourceVersion match will do.
+        return self._versions.get(expected_version, "")
 
     @staticmethod
     def _matches(sha: str | None, expected_sha: str | None) -> bool:
@@ -260,7 +270,7 @@ class _ConfigMapState:
                 )
             return None
         _, current_sha = self._decode(current)
-        self._seen = current
+        self._view(current)
         info = locking.read(current["metadata"].get("annotations"))
         held_by_us = self._held is not None and locking.is_ours(info, self._held)
         if info is not None and not held_by_us and info.live(self._clock()):
@@ -305,6 +315,7 @@ class _ConfigMapState:
                         continue
                 else:
                     self._check_ours(current)
+                    self._view(current)
                     info = locking.read(current["metadata"].get("annotations"))
                     if info is not None and info.live(now) and not self._is_dead(info.holder):
                         raise self._lock_held(info)
@@ -315,7 +326,8 @@ class _ConfigMapState:
                         written = self._write_lock(current, locking.annotations_for(lock))
                     except (APIConflict, APINotFound):
                         continue
-                self._seen, self._held = written, lock
+                self._view(written)
+                self._held = lock
                 return lock
             raise LockHeld(
                 f"Could not take the lock on {self._cm.where}: it kept changing.",
@@ -344,6 +356,7 @@ class _ConfigMapState:
                         f"This run's lock on {self._cm.where} was {who}.",
                         "another run may be migrating; run `dcgm-migrate status` before going on",
                     )
+                self._view(current)
                 renewed = Lock(
                     lock.holder, lock.acquired,
                     max(lock.expires, locking.new_lock(
@@ -354,7 +367,8 @@ class _ConfigMapState:
                     written = self._write_lock(current, locking.annotations_for(renewed))
                 except (APIConflict, APINotFound):
                     continue
-                self._seen, self._held = written, renewed
+                self._view(written)
+                self._held = renewed
                 return renewed
             raise LockHeld(
                 f"Could not renew the lock on {self._cm.where}: it kept changing.",
@@ -371,7 +385,7 @@ class _ConfigMapState:
                 if current is None or not locking.is_ours(info, lock):
                     return
                 try:
-                    self._seen = self._write_lock(current, {})
+                    self._view(self._write_lock(current, {}))
                     return
                 except (APIConflict, APINotFound):
                     continue
@@ -388,7 +402,7 @@ class _ConfigMapState:
                 if info is None:
                     return None
                 try:
-                    self._seen = self._write_lock(current, {})
+                    self._view(self._write_lock(current, {}))
                 except (APIConflict, APINotFound):
                     continue
                 if self._held is not None and locking.is_ours(info, self._held):
@@ -429,5 +443,7 @@ class MemoryStateStore(_ConfigMapState):
         """A scratch copy of real state (for dry runs): writes stay in memory."""
         store = cls(clock=clock)
         if stored is not None:
-            store.configmap.create(store._new_configmap(encode(stored.document), {}))
+            text = encode(stored.document)
+            store._view(store.configmap.create(store._new_configmap(text, {})))
+            store._versions[stored.version] = checksum(text)  # the caller saves with the real one
         return store

@@ -255,3 +255,41 @@ def test_seeded_scratch_store_keeps_writes_in_memory(cm: MemoryConfigMap, clock:
     assert loaded is not None and loaded.document == DOC
     scratch.save({"dry": True}, expected_version=loaded.version)
     assert real.load() == stored
+
+
+def test_load_with_one_store_then_lock_and_save_with_another(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    """The commands load state with one store and lock and save with a fresh one."""
+    first = store(cm, clock).save(DOC, expected_version=None)
+    loaded = store(cm, clock).load()
+    assert loaded is not None
+    runner = store(cm, clock)
+    runner.acquire_lock("me@h pid 1", 60)
+    writes = cm.writes
+    saved = runner.save({**DOC, "n": 1}, expected_version=loaded.version)
+    assert cm.writes == writes + 1 and int(saved.version) > int(first.version)
+
+
+def test_a_change_between_load_and_lock_is_still_a_conflict(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    loaded = store(cm, clock).save(DOC, expected_version=None)
+    store(cm, clock).save({**DOC, "by": "someone else"}, expected_version=loaded.version)
+    runner = store(cm, clock)
+    runner.acquire_lock("me@h pid 1", 60)
+    with pytest.raises(StateConflict):
+        runner.save({**DOC, "n": 1}, expected_version=loaded.version)
+
+
+def test_a_seeded_dry_run_store_accepts_the_real_version(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    stored = store(cm, clock).save(DOC, expected_version=None)
+    cm.edit(lambda o: None)  # move the real version past the scratch store's own numbering
+    real = store(cm, clock).load()
+    assert real is not None
+    scratch = MemoryStateStore.seeded(real)
+    again = scratch.save({**DOC, "dry": 1}, expected_version=real.version)
+    scratch.save({**DOC, "dry": 2}, expected_version=again.version)
+    assert store(cm, clock).load() == real and real.document == stored.document

@@ -17,7 +17,9 @@ Contract (read by the HTTP layer and the controllers):
 
 from __future__ import annotations
 
+import builtins
 import copy
+import itertools
 import threading
 import uuid
 from collections import deque
@@ -156,7 +158,7 @@ class Store:
                 out.append(obj)
             return out, self._rv
 
-    def events_since(self, resource_version: int) -> list[Event] | None:
+    def events_since(self, resource_version: int) -> builtins.list[Event] | None:
         """Events after `resource_version`, or None when the log no longer reaches back that far
         (the caller answers 410 Gone, as the real server does for a compacted revision)."""
         with self.lock:
@@ -166,11 +168,8 @@ class Store:
             if resource_version + 1 < oldest:
                 return None
             # Scan from the newest end: watchers usually ask for the last few events only.
-            newer: list[Event] = []
-            for e in reversed(self._events):
-                if e.resource_version <= resource_version:
-                    break
-                newer.append(e)
+            newer = [e for e in itertools.takewhile(
+                lambda e: e.resource_version > resource_version, reversed(self._events))]
             newer.reverse()
             return newer
 

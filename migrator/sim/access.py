@@ -1,0 +1,214 @@
+"""Bearer tokens and RBAC: who is calling, and may they do this?
+
+Each token maps to a `Policy`: a user name, its groups, and the rules granted to it by RBAC
+objects (Role/ClusterRole + RoleBinding/ClusterRoleBinding) parsed from YAML. Evaluation
+follows the real RBAC authorizer (`plugin/pkg/auth/authorizer/rbac`): a Role's rules apply in
+its binding's namespace, a ClusterRole bound by a ClusterRoleBinding applies everywhere and by
+a RoleBinding only in that namespace; `resources` entries may name `resource/subresource`;
+`resourceNames` only match requests that carry a name (so `list` and `create` cannot be
+restricted by name, while a `metadata.name=` field selector names a list or watch).
+
+Convenience of the sim (not Kubernetes): YAML with roles but no bindings binds every
+ClusterRole cluster-wide and every Role in its namespace to the token's user.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+ADMIN_TOKEN = "sim-admin-token"
+ADMIN_USER = "sim-admin"
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """One authorization question, as the real authorizer receives it."""
+
+    user: str
+    verb: str
+    group: str = ""
+    resource: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    api_groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+    def allows(self, a: Attributes) -> bool:
+        if not ("*" in self.verbs or a.verb in self.verbs):
+            return False
+        if not ("*" in self.api_groups or a.group in self.api_groups):
+            return False
+        combined = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
+        if not any(r in ("*", combined) or (a.subresource and r == f"*/{a.subresource}")
+                   for r in self.resources):
+            return False
+        return not self.resource_names or (bool(a.name) and a.name in self.resource_names)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Rules in force in one namespace ("" = every namespace and cluster scope)."""
+
+    rule: Rule
+    namespace: str
+    source: str  # e.g. 'ClusterRoleBinding "x" of ClusterRole "y" to User "u"'
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one token may do."""
+
+    user: str
+    groups: tuple[str, ...] = ("system:authenticated",)
+    grants: tuple[Grant, ...] = ()
+    superuser: bool = False
+
+    def decide(self, a: Attributes) -> Decision:
+        if self.superuser:
+            return Decision(True, f'allowed: user "{self.user}" is in group "system:masters"')
+        for grant in self.grants:
+            if grant.namespace and grant.namespace != a.namespace:
+                continue
+            if grant.rule.allows(a):
+                return Decision(True, f"RBAC: allowed by {grant.source}")
+        return Decision(False, "")
+
+
+def admin_policy() -> Policy:
+    return Policy(ADMIN_USER, ("system:masters", "system:authenticated"), superuser=True)
+
+
+def _rules(doc: dict[str, Any]) -> list[Rule]:
+    out = []
+    for r in doc.get("rules") or []:
+        out.append(Rule(
+            tuple(r.get("apiGroups") or ()), tuple(r.get("resources") or ()),
+            tuple(r.get("verbs") or ()), tuple(r.get("resourceNames") or ()),
+        ))
+    return out
+
+
+def _subject_name(subject: dict[str, Any], binding_ns: str) -> tuple[str, str]:
+    kind = subject.get("kind", "")
+    name = subject.get("name", "")
+    if kind == "ServiceAccount":
+        ns = subject.get("namespace") or binding_ns
+        return "user", f"system:serviceaccount:{ns}:{name}"
+    return ("group", name) if kind == "Group" else ("user", name)
+
+
+def _describe_subject(subject: dict[str, Any]) -> str:
+    kind = subject.get("kind", "User")
+    if kind == "ServiceAccount":
+        return f'ServiceAccount "{subject.get("namespace", "")}/{subject.get("name", "")}"'
+    return f'{kind} "{subject.get("name", "")}"'
+
+
+def _groups_for(user: str) -> tuple[str, ...]:
+    groups = ["system:authenticated"]
+    if user.startswith("system:serviceaccount:"):
+        ns = user.split(":")[2]
+        groups += ["system:serviceaccounts", f"system:serviceaccounts:{ns}"]
+    return tuple(groups)
+
+
+def policy_from_rbac(rbac_yaml: str, user: str | None = None) -> Policy:
+    """Build a policy from RBAC YAML (one or more documents, or `kind: List`).
+
+    The user is `user` when given, else the first subject of the first binding
+    (`system:serviceaccount:<ns>:<name>` for a ServiceAccount), else "sim-user".
+    """
+    docs: list[dict[str, Any]] = []
+    for doc in yaml.safe_load_all(rbac_yaml):
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            docs.extend(d for d in doc.get("items") or [] if isinstance(d, dict))
+        elif isinstance(doc, dict):
+            docs.append(doc)
+    roles = {(d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+             for d in docs if d.get("kind") == "Role"}
+    cluster_roles = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ClusterRole"}
+    bindings = [d for d in docs if d.get("kind") in ("RoleBinding", "ClusterRoleBinding")]
+    if user is None:
+        first = next((s for b in bindings for s in b.get("subjects") or []), None)
+        binding_ns = bindings[0]["metadata"].get("namespace", "") if bindings else ""
+        user = _subject_name(first, binding_ns)[1] if first else "sim-user"
+    groups = _groups_for(user)
+    grants: list[Grant] = []
+    if not bindings:
+        for name, doc in cluster_roles.items():
+            grants += [Grant(r, "", f'ClusterRole "{name}" (unbound, sim)') for r in _rules(doc)]
+        for (ns, name), doc in roles.items():
+            grants += [Grant(r, ns, f'Role "{name}" (unbound, sim)') for r in _rules(doc)]
+        return Policy(user, groups, tuple(grants))
+    for b in bindings:
+        meta = b.get("metadata") or {}
+        ns = meta.get("namespace", "") if b["kind"] == "RoleBinding" else ""
+        matched = [s for s in b.get("subjects") or []
+                   if _subject_name(s, ns)[1] == user
+                   or (_subject_name(s, ns)[0] == "group" and s.get("name") in groups)]
+        if not matched:
+            continue
+        ref = b.get("roleRef") or {}
+        role_doc = (roles.get((ns, ref.get("name", ""))) if ref.get("kind") == "Role"
+                    else cluster_roles.get(ref.get("name", "")))
+        if role_doc is None:
+            continue
+        where = f'"{ns}/{meta.get("name", "")}"' if ns else f'"{meta.get("name", "")}"'
+        source = (f'{b["kind"]} {where} of {ref.get("kind")} "{ref.get("name")}" '
+                  f"to {_describe_subject(matched[0])}")
+        grants += [Grant(r, ns, source) for r in _rules(role_doc)]
+    return Policy(user, groups, tuple(grants))
+
+
+class AccessControl:
+    """Token → policy table (thread-safe). ADMIN_TOKEN is always present and allows everything."""
+
+    def __init__(self, tokens: Iterable[tuple[str, Policy]] = ()) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[str, Policy] = {ADMIN_TOKEN: admin_policy()}
+        for token, policy in tokens:
+            self._tokens[token] = policy
+
+    def add_token(self, token: str, rbac_yaml_text: str, user: str | None = None) -> Policy:
+        """Register `token` with the rules granted by the RBAC YAML; returns its policy."""
+        policy = policy_from_rbac(rbac_yaml_text, user)
+        self.add_policy(token, policy)
+        return policy
+
+    def add_policy(self, token: str, policy: Policy) -> None:
+        with self._lock:
+            self._tokens[token] = policy
+
+    def remove_token(self, token: str) -> None:
+        with self._lock:
+            self._tokens.pop(token, None)
+
+    def policy_for(self, token: str) -> Policy | None:
+        with self._lock:
+            return self._tokens.get(token)
+
+
+def forbidden_reason(a: Attributes) -> str:
+    """The authorizer's sentence, as the real server puts it in a 403 message."""
+    resource = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
+    where = (f'in the namespace "{a.namespace}"' if a.namespace else "at the cluster scope")
+    return (f'User "{a.user}" cannot {a.verb} resource "{resource}" in API group "{a.group}" '
+            f"{where}")

@@ -1,0 +1,234 @@
+"""Service admission: defaults, `clusterIP` and `nodePort` allocation, and their immutability.
+
+Mirrors the real server (`pkg/registry/core/service/storage`, `pkg/apis/core/validation`):
+a ClusterIP comes from the service CIDR (10.96.0.0/12 here; 10.96.0.1 is the `kubernetes`
+Service's), node ports from 30000-32767; an update that omits `clusterIP`/`nodePort` keeps the
+allocated values (`patchAllocatedValues`), one that changes them is 422 ("may not change once
+set"); an explicit value already held by another Service is 422 ("provided ... is already
+allocated"). Addresses are plain strings: nothing here touches a network. Pure.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.sim.statuses import FieldErrors
+
+Obj = dict[str, Any]
+
+SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
+NODE_PORT_RANGE = (30000, 32767)
+_FIRST_DYNAMIC_IP = 10  # 10.96.0.1 is the kubernetes Service, low addresses left for static use
+
+
+@dataclass(frozen=True)
+class Allocated:
+    """Addresses and ports held by the other Services of the cluster."""
+
+    cluster_ips: frozenset[str] = frozenset()
+    node_ports: frozenset[int] = frozenset()
+
+
+def allocated_by(services: list[Obj], *, excluding_uid: str = "") -> Allocated:
+    ips: set[str] = set()
+    ports: set[int] = set()
+    for svc in services:
+        if excluding_uid and svc["metadata"].get("uid") == excluding_uid:
+            continue
+        spec = svc.get("spec") or {}
+        ips.update(ip for ip in spec.get("clusterIPs") or [spec.get("clusterIP")]
+                   if ip and ip != "None")
+        ports.update(int(p["nodePort"]) for p in spec.get("ports") or [] if p.get("nodePort"))
+        if spec.get("healthCheckNodePort"):
+            ports.add(int(spec["healthCheckNodePort"]))
+    return Allocated(frozenset(ips), frozenset(ports))
+
+
+def _needs_cluster_ip(spec: Obj) -> bool:
+    return spec.get("type") != "ExternalName"
+
+
+def _needs_node_port(spec: Obj) -> bool:
+    return spec.get("type") in ("NodePort", "LoadBalancer")
+
+
+def _needs_hc_node_port(spec: Obj) -> bool:
+    return spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"
+
+
+def apply_defaults(spec: Obj) -> None:
+    """`SetDefaults_Service` (in place)."""
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["sessionAffinity"] == "ClientIP":
+        spec.setdefault("sessionAffinityConfig", {"clientIP": {"timeoutSeconds": 10800}})
+    if spec["type"] != "ExternalName":
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    if _needs_node_port(spec):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    if spec["type"] == "LoadBalancer":
+        spec.setdefault("allocateLoadBalancerNodePorts", True)
+    for port in spec.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+        if "targetPort" not in port and "port" in port:
+            port["targetPort"] = port["port"]
+
+
+@dataclass
+class _Pool:
+    taken_ips: set[str]
+    taken_ports: set[int]
+    errors: FieldErrors = field(default_factory=FieldErrors)
+
+    def next_ip(self) -> str:
+        base = int(SERVICE_CIDR.network_address)
+        for offset in range(_FIRST_DYNAMIC_IP, SERVICE_CIDR.num_addresses - 1):
+            ip = str(ipaddress.IPv4Address(base + offset))
+            if ip not in self.taken_ips:
+                self.taken_ips.add(ip)
+                return ip
+        raise RuntimeError("service CIDR exhausted")
+
+    def next_port(self) -> int:
+        for port in range(NODE_PORT_RANGE[0], NODE_PORT_RANGE[1] + 1):
+            if port not in self.taken_ports:
+                self.taken_ports.add(port)
+                return port
+        raise RuntimeError("node port range exhausted")
+
+    def claim_ip(self, ip: str, path: str, ips: list[str]) -> None:
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            self.errors.add("Invalid", path, "must be a valid IP address", ips)
+            return
+        if addr not in SERVICE_CIDR:
+            self.errors.add("Invalid", path,
+                            f"failed to allocate IP {ip}: the provided IP ({ip}) is not in the "
+                            f"valid range. The range of valid IPs is {SERVICE_CIDR}", ips)
+        elif ip in self.taken_ips:
+            self.errors.add("Invalid", path,
+                            f"failed to allocate IP {ip}: provided IP is already allocated", ips)
+        else:
+            self.taken_ips.add(ip)
+
+    def claim_port(self, port: int, path: str) -> None:
+        low, high = NODE_PORT_RANGE
+        if not low <= port <= high:
+            self.errors.add("Invalid", path, "provided port is not in the valid range. The "
+                            f"range of valid ports is {low}-{high}", port)
+        elif port in self.taken_ports:
+            self.errors.add("Invalid", path, "provided port is already allocated", port)
+        else:
+            self.taken_ports.add(port)
+
+
+def _carry_allocated(spec: Obj, old: Obj) -> None:
+    """`normalizeClusterIPs` + `patchAllocatedValues` for an update."""
+    if old.get("clusterIPs") and not spec.get("clusterIPs") and (
+            spec.get("clusterIP") == old.get("clusterIP")):
+        spec["clusterIPs"] = list(old["clusterIPs"])
+    if (old.get("clusterIP") != spec.get("clusterIP") and spec.get("clusterIP")
+            and spec.get("clusterIPs") == old.get("clusterIPs")):
+        spec["clusterIPs"] = [spec["clusterIP"]]
+    if _needs_cluster_ip(old) and _needs_cluster_ip(spec):
+        if not spec.get("clusterIP") and old.get("clusterIP"):
+            spec["clusterIP"] = old["clusterIP"]
+        if not spec.get("clusterIPs") and old.get("clusterIPs"):
+            spec["clusterIPs"] = list(old["clusterIPs"])
+        for f in ("ipFamilies", "ipFamilyPolicy"):
+            if f not in spec and f in old:
+                spec[f] = old[f]
+    if _needs_node_port(old) and _needs_node_port(spec):
+        used = {p.get("nodePort") for p in spec.get("ports") or [] if p.get("nodePort")}
+        by_name = {p.get("name", ""): p.get("nodePort") for p in old.get("ports") or []}
+        for port in spec.get("ports") or []:
+            old_port = by_name.get(port.get("name", ""))
+            if not port.get("nodePort") and old_port and old_port not in used:
+                port["nodePort"] = old_port
+    elif _needs_node_port(old):
+        # Leaving NodePort/LoadBalancer: node ports carried over unchanged are released.
+        olds = {p.get("nodePort") for p in old.get("ports") or []}
+        for port in spec.get("ports") or []:
+            if port.get("nodePort") in olds:
+                port.pop("nodePort")
+    if _needs_hc_node_port(old) and _needs_hc_node_port(spec):
+        spec.setdefault("healthCheckNodePort", old.get("healthCheckNodePort"))
+    elif _needs_hc_node_port(old) and spec.get("healthCheckNodePort") == old.get(
+            "healthCheckNodePort"):
+        spec.pop("healthCheckNodePort", None)
+
+
+def admit_service(obj: Obj, old: Obj | None, allocated: Allocated) -> FieldErrors:
+    """Default, allocate and validate a Service spec in place; returns the field errors."""
+    spec = obj.setdefault("spec", {})
+    apply_defaults(spec)
+    pool = _Pool(set(allocated.cluster_ips) | {"10.96.0.1"}, set(allocated.node_ports))
+    old_spec = (old or {}).get("spec") or {}
+    if old is not None:
+        _carry_allocated(spec, old_spec)
+    if spec.get("clusterIP") and not spec.get("clusterIPs"):
+        spec["clusterIPs"] = [spec["clusterIP"]]
+    if spec.get("clusterIPs") and not spec.get("clusterIP"):
+        spec["clusterIP"] = spec["clusterIPs"][0]
+    if _needs_cluster_ip(spec):
+        ips = spec.get("clusterIPs") or []
+        unchanged = old is not None and ips == old_spec.get("clusterIPs")
+        if old is not None and old_spec.get("clusterIPs") and _needs_cluster_ip(old_spec):
+            if ips != old_spec.get("clusterIPs"):
+                pool.errors.add("Invalid", "spec.clusterIPs[0]", "may not change once set", ips)
+        elif not ips:
+            ip = pool.next_ip()
+            spec["clusterIP"], spec["clusterIPs"] = ip, [ip]
+        elif ips[0] != "None" and not unchanged:
+            pool.claim_ip(ips[0], "spec.clusterIPs", ips)
+        if spec.get("clusterIP") != (spec.get("clusterIPs") or [None])[0]:
+            pool.errors.add("Invalid", "spec.clusterIPs", "must match `clusterIP` when set",
+                            spec.get("clusterIPs"))
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+    old_ports = {p.get("nodePort") for p in old_spec.get("ports") or [] if p.get("nodePort")}
+    for i, port in enumerate(spec.get("ports") or []):
+        path = f"spec.ports[{i}].nodePort"
+        if not _needs_node_port(spec):
+            if port.get("nodePort"):
+                pool.errors.add("Forbidden", path,
+                                f"may not be used when `type` is '{spec.get('type')}'")
+        elif not port.get("nodePort"):
+            port["nodePort"] = pool.next_port()
+        elif port["nodePort"] not in old_ports:
+            pool.claim_port(int(port["nodePort"]), path)
+    if _needs_hc_node_port(spec):
+        if not spec.get("healthCheckNodePort"):
+            spec["healthCheckNodePort"] = pool.next_port()
+        elif spec["healthCheckNodePort"] != old_spec.get("healthCheckNodePort"):
+            pool.claim_port(int(spec["healthCheckNodePort"]), "spec.healthCheckNodePort")
+    _validate_ports(spec, pool.errors)
+    return pool.errors
+
+
+def _validate_ports(spec: Obj, errors: FieldErrors) -> None:
+    ports = spec.get("ports") or []
+    if not ports and spec.get("type") != "ExternalName" and spec.get("clusterIP") != "None":
+        errors.add("Required", "spec.ports")
+    seen: set[tuple[Any, Any]] = set()
+    names: set[str] = set()
+    for i, port in enumerate(ports):
+        number = port.get("port")
+        if not isinstance(number, int) or not 1 <= number <= 65535:
+            errors.add("Invalid", f"spec.ports[{i}].port",
+                       "must be between 1 and 65535, inclusive", number)
+        if port.get("protocol") not in ("TCP", "UDP", "SCTP"):
+            errors.add("NotSupported", f"spec.ports[{i}].protocol",
+                       'supported values: "SCTP", "TCP", "UDP"', port.get("protocol"))
+        if len(ports) > 1 and not port.get("name"):
+            errors.add("Required", f"spec.ports[{i}].name")
+        if port.get("name") in names:
+            errors.add("Duplicate", f"spec.ports[{i}].name", value=port.get("name"))
+        names.add(port.get("name", ""))
+        if (number, port.get("protocol")) in seen:
+            errors.add("Duplicate", f"spec.ports[{i}]",
+                       value={"port": number, "protocol": port.get("protocol")})
+        seen.add((number, port.get("protocol")))

@@ -1,0 +1,62 @@
+"""The plain data passed between the HTTP layer and the request handlers.
+
+`Request`/`Response` keep handlers free of sockets (a handler returns a `Response`, possibly
+with a `stream` for watches); `Backend` is the server state every handler may use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.sim.access import AccessControl
+from migrator.sim.encoding import ObjectEncoder, dumps
+from migrator.sim.faults import Faults
+from migrator.sim.requestlog import RequestLog
+from migrator.sim.statuses import ApiError
+from migrator.sim.store import Store
+
+JSON = "application/json"
+
+
+@dataclass
+class Request:
+    method: str
+    target: str  # path and query, as on the request line
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes = b""
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+
+@dataclass
+class Response:
+    code: int
+    body: bytes = b""
+    content_type: str = JSON
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: Iterator[bytes | None] | None = None  # a watch: chunks, None = idle tick
+
+
+def json_response(code: int, value: Any) -> Response:
+    return Response(code, dumps(value))
+
+
+def error_response(error: ApiError) -> Response:
+    return Response(error.code, dumps(error.status()), headers=dict(error.headers))
+
+
+@dataclass
+class Backend:
+    """What request handling needs from the server."""
+
+    store: Store
+    faults: Faults
+    log: RequestLog
+    access: AccessControl
+    encoder: ObjectEncoder
+    stopping: threading.Event
+    address: str = "127.0.0.1:0"

@@ -1,0 +1,129 @@
+"""Server-wide fault injection: random errors, latency, failing the Nth write, absent API groups.
+
+Settable in process (`Faults(...)`, `faults.update(...)`) and from any client through
+`GET/PUT /sim/v1/faults` (JSON with the same field names), so a test in another process can
+make the API flaky or make the ServiceMonitor CRD disappear. Thread-safe; the random source is
+seeded so a run with the same settings and request order fails the same requests.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+INJECTABLE_CODES = (500, 503, 429)
+FIELDS = ("error_rate", "error_codes", "retry_after_seconds", "latency_ms", "fail_nth_write",
+          "disabled_groups", "seed")
+
+
+class FaultsError(ValueError):
+    """A bad fault setting (the endpoint answers 400)."""
+
+
+class Faults:
+    """Current fault settings plus the state they need (RNG, countdown to the failing write)."""
+
+    def __init__(
+        self,
+        *,
+        error_rate: float = 0.0,
+        error_codes: Iterable[int] = INJECTABLE_CODES,
+        retry_after_seconds: int = 1,
+        latency_ms: float = 0.0,
+        fail_nth_write: int | None = None,
+        disabled_groups: Iterable[str] = (),
+        seed: int = 0,
+    ) -> None:
+        self._lock = threading.Lock()
+        self.error_rate = 0.0
+        self.error_codes: tuple[int, ...] = INJECTABLE_CODES
+        self.retry_after_seconds = 1
+        self.latency_ms = 0.0
+        self.fail_nth_write: int | None = None
+        self.disabled_groups: frozenset[str] = frozenset()
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._writes_left: int | None = None
+        self.update(error_rate=error_rate, error_codes=list(error_codes),
+                    retry_after_seconds=retry_after_seconds, latency_ms=latency_ms,
+                    fail_nth_write=fail_nth_write, disabled_groups=list(disabled_groups),
+                    seed=seed)
+
+    def update(self, **changes: Any) -> dict[str, Any]:
+        """Change some settings (validated, all or nothing); returns the new snapshot.
+
+        Setting `fail_nth_write` (re)starts its countdown; setting `seed` re-seeds the RNG.
+        """
+        unknown = set(changes) - set(FIELDS)
+        if unknown:
+            raise FaultsError(f"unknown fault settings: {sorted(unknown)}")
+        rate = float(changes.get("error_rate", self.error_rate))
+        if not 0.0 <= rate <= 1.0:
+            raise FaultsError("error_rate must be between 0 and 1")
+        codes = tuple(int(c) for c in changes.get("error_codes", self.error_codes))
+        if not codes or any(c not in INJECTABLE_CODES for c in codes):
+            raise FaultsError(f"error_codes must be a non-empty subset of {INJECTABLE_CODES}")
+        retry_after = int(changes.get("retry_after_seconds", self.retry_after_seconds))
+        latency = float(changes.get("latency_ms", self.latency_ms))
+        if retry_after < 0 or latency < 0:
+            raise FaultsError("retry_after_seconds and latency_ms must not be negative")
+        nth = changes.get("fail_nth_write", self.fail_nth_write)
+        if nth is not None and int(nth) < 1:
+            raise FaultsError("fail_nth_write must be 1 or more (or null)")
+        groups = frozenset(str(g) for g in changes.get("disabled_groups", self.disabled_groups))
+        with self._lock:
+            self.error_rate, self.error_codes = rate, codes
+            self.retry_after_seconds, self.latency_ms = retry_after, latency
+            self.disabled_groups = groups
+            if "fail_nth_write" in changes:
+                self.fail_nth_write = None if nth is None else int(nth)
+                self._writes_left = self.fail_nth_write
+            if "seed" in changes:
+                self.seed = int(changes["seed"])
+                self._rng = random.Random(self.seed)
+        return self.snapshot()
+
+    def reset(self) -> dict[str, Any]:
+        """Back to no faults at all."""
+        return self.update(error_rate=0.0, error_codes=list(INJECTABLE_CODES),
+                           retry_after_seconds=1, latency_ms=0.0, fail_nth_write=None,
+                           disabled_groups=[])
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "error_rate": self.error_rate,
+                "error_codes": list(self.error_codes),
+                "retry_after_seconds": self.retry_after_seconds,
+                "latency_ms": self.latency_ms,
+                "fail_nth_write": self._writes_left,
+                "disabled_groups": sorted(self.disabled_groups),
+                "seed": self.seed,
+            }
+
+    def group_disabled(self, group: str) -> bool:
+        with self._lock:
+            return bool(group) and group in self.disabled_groups
+
+    def latency_seconds(self) -> float:
+        with self._lock:
+            return self.latency_ms / 1000.0
+
+    def pick_error(self, *, counts_as_write: bool) -> int | None:
+        """The status code to fail this request with, or None to serve it.
+
+        A write (a mutating request that would change the store) moves the `fail_nth_write`
+        countdown; when it reaches zero that write fails with 500, once.
+        """
+        with self._lock:
+            if counts_as_write and self._writes_left is not None:
+                self._writes_left -= 1
+                if self._writes_left <= 0:
+                    self._writes_left = None
+                    self.fail_nth_write = None
+                    return 500
+            if self.error_rate > 0 and self._rng.random() < self.error_rate:
+                return self._rng.choice(self.error_codes)
+            return None

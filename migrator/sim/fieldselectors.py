@@ -1,0 +1,135 @@
+"""`fieldSelector` for list and watch: parse, check the field is one the real server indexes, match.
+
+Only the fields the real API server supports per kind are accepted (`pkg/registry/*/strategy.go`
+`*ToSelectableFields`); any other field is a 400, as on a real cluster. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.model import kinds
+from migrator.model.kinds import Kind
+
+_COMMON = ("metadata.name", "metadata.namespace")
+_EXTRA: dict[str, tuple[str, ...]] = {
+    kinds.POD.key: (
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+        "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
+    ),
+    kinds.NODE.key: ("spec.unschedulable",),
+    kinds.NAMESPACE.key: ("status.phase",),
+    kinds.SERVICE.key: ("spec.clusterIP", "spec.type"),
+    kinds.EVENT.key: (
+        "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+        "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+        "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
+    ),
+}
+_CUSTOM_GROUPS = ("nvidia.com", "monitoring.coreos.com")
+_BOOL_FIELDS = ("spec.hostNetwork", "spec.unschedulable")  # unset reads as "false"
+
+
+class FieldSelectorError(ValueError):
+    """A selector the real server answers with 400 BadRequest."""
+
+
+@dataclass(frozen=True)
+class FieldRequirement:
+    field: str
+    op: str  # "=" or "!="
+    value: str
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        equal = field_value(obj, self.field) == self.value
+        return equal if self.op == "=" else not equal
+
+
+FieldSelector = tuple[FieldRequirement, ...]
+
+
+def _split_unescaped(text: str, sep: str) -> list[str]:
+    out, current, escaped = [], [], False
+    for char in text:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            current.append(char)
+            escaped = True
+        elif char == sep:
+            out.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    out.append("".join(current))
+    return out
+
+
+def _unescape(value: str) -> str:
+    out, escaped = [], False
+    for char in value:
+        if escaped:
+            out.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def parse(text: str | None, kind: Kind) -> FieldSelector:
+    """Parse `a=b,c!=d`; FieldSelectorError names the unsupported field like the real server."""
+    if not text or not text.strip():
+        return ()
+    reqs: list[FieldRequirement] = []
+    for term in _split_unescaped(text, ","):
+        if not term:
+            continue
+        for op in ("!=", "==", "="):
+            idx = term.find(op)
+            if idx > 0:
+                key, value = term[:idx].strip(), _unescape(term[idx + len(op):])
+                reqs.append(FieldRequirement(key, "!=" if op == "!=" else "=", value))
+                break
+        else:
+            raise FieldSelectorError(f"invalid selector: '{text}'; can't understand '{term}'")
+    allowed = _COMMON + _EXTRA.get(kind.key, ())
+    for req in reqs:
+        if req.field not in allowed:
+            if kind.group in _CUSTOM_GROUPS:
+                raise FieldSelectorError(
+                    f'"{req.field}" is not a known field selector: only "metadata.name", '
+                    '"metadata.namespace"'
+                )
+            raise FieldSelectorError(f"field label not supported: {req.field}")
+    return tuple(reqs)
+
+
+def field_value(obj: dict[str, Any], path: str) -> str:
+    """The selectable value of a field as the server renders it ("" when unset)."""
+    if path == "source":
+        node: Any = (obj.get("source") or {}).get("component", "")
+    else:
+        node = obj
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+    if node is None:
+        return "false" if path in _BOOL_FIELDS else ""
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return str(node)
+
+
+def matches(selector: FieldSelector, obj: dict[str, Any]) -> bool:
+    return all(req.matches(obj) for req in selector)
+
+
+def required_name(selector: FieldSelector) -> str | None:
+    """A `metadata.name=x` requirement lets a list read one object instead of scanning."""
+    for req in selector:
+        if req.field == "metadata.name" and req.op == "=":
+            return req.value
+    return None

@@ -1,0 +1,247 @@
+"""The simulated Kubernetes API server: plain HTTP/1.1 on loopback over the object `Store`.
+
+The official `kubernetes` Python client and `kubectl` use it unchanged (bearer-token auth,
+JSON only, chunked watch streams, keep-alive). This module is only the socket side: each
+request becomes a `Request`, `dispatch` answers it, and the answer is written back and recorded
+in the `RequestLog`.
+
+    server = ApiServer(store)
+    url = server.start()          # http://127.0.0.1:PORT
+    ...                           # Authorization: Bearer sim-admin-token
+    server.stop()                 # closes sockets and ends watches
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from migrator.sim.access import ADMIN_TOKEN, AccessControl
+from migrator.sim.dispatch import Audit, dispatch
+from migrator.sim.encoding import ObjectEncoder, dumps
+from migrator.sim.exchange import Backend, Request, Response
+from migrator.sim.faults import Faults
+from migrator.sim.requestlog import RequestLog
+from migrator.sim.statuses import internal_error
+from migrator.sim.store import Store
+
+__all__ = ["ADMIN_TOKEN", "ApiServer"]
+
+_log = logging.getLogger(__name__)
+
+
+class ApiServer:
+    """HTTP front of a `Store`; `faults`, `log` and `access` may be shared or inspected."""
+
+    def __init__(self, store: Store, *, faults: Faults | None = None,
+                 log: RequestLog | None = None, access: AccessControl | None = None) -> None:
+        self.store = store
+        self.faults = faults if faults is not None else Faults()
+        self.log = log if log is not None else RequestLog()
+        self.access = access if access is not None else AccessControl()
+        self.url = ""
+        self._stopping = threading.Event()
+        self._encoder = ObjectEncoder()
+        store.subscribe(self._encoder.on_event)
+        self._backend = Backend(store, self.faults, self.log, self.access, self._encoder,
+                                self._stopping)
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self._conn_lock = threading.Lock()
+
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen and serve in a daemon thread; returns the base URL."""
+        if self._httpd is not None:
+            return self.url
+        self._stopping.clear()
+        httpd = _HTTPServer((host, port), _Handler)
+        httpd.api = self
+        self._httpd = httpd
+        bound_host, bound_port = httpd.server_address[:2]
+        address = f"{bound_host!s}:{bound_port}"
+        self._backend.address = address
+        self.url = f"http://{address}"
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"sim-api-{bound_port}", daemon=True)
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        """Stop accepting, end every watch, close every connection."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self._stopping.set()
+        with self.store.changed:
+            self.store.changed.notify_all()
+        httpd.shutdown()
+        httpd.server_close()
+        with self._conn_lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> ApiServer:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # ---- used by the handler ------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    def track(self, conn: socket.socket, add: bool) -> None:
+        with self._conn_lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+    api: ApiServer
+
+
+def _client_gone(conn: socket.socket) -> bool:
+    """True when the peer closed its end (readable with nothing to read)."""
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+        return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "dcgm-migrate-sim"
+    sys_version = ""
+    timeout = 300  # seconds an idle keep-alive connection may wait for its next request
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.api.track(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.api.track(self.connection, False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silence: every request is recorded in the RequestLog instead."""
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_PATCH(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _serve(self) -> None:
+        started = time.monotonic()
+        api = self.server.api
+        request = Request(self.command, self.path,
+                          {k.lower(): v for k, v in self.headers.items()}, self._read_body())
+        try:
+            response, audit = dispatch(api.backend, request)
+        except Exception as e:  # a bug in the sim must still answer like an API server
+            _log.exception("sim API server failed on %s %s", self.command, self.path)
+            error = internal_error(f"{type(e).__name__}: {e}")
+            response, audit = Response(500, dumps(error.status())), None
+        try:
+            sent = self._write(response)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError, OSError):
+            self.close_connection = True
+            sent = 0
+        if audit is not None:
+            self._record(api.log, audit, response.code, sent, started)
+
+    def _write(self, response: Response) -> int:
+        self.send_response(response.code, HTTPStatus(response.code).phrase)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Cache-Control", "no-cache, private")
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        if response.stream is None:
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(response.body)
+            return len(response.body)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        return self._write_stream(response)
+
+    def _write_stream(self, response: Response) -> int:
+        assert response.stream is not None
+        sent = 0
+        try:
+            for chunk in response.stream:
+                if chunk is None:
+                    if _client_gone(self.connection):
+                        self.close_connection = True
+                        return sent
+                    continue
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            close = getattr(response.stream, "close", None)
+            if close is not None:
+                close()
+        return sent
+
+    def _record(self, log: RequestLog, audit: Audit, code: int, sent: int,
+                started: float) -> None:
+        info = audit.info
+        log.record(
+            method=info.method, path=info.path, query=info.raw_query, verb=info.verb,
+            group=info.group, version=info.version, resource=info.resource,
+            subresource=info.subresource, namespace=info.namespace, name=info.name, code=code,
+            dry_run=audit.dry_run, bytes_sent=sent, user=audit.user,
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+        )

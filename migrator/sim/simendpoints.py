@@ -1,0 +1,83 @@
+"""The sim's own control endpoints under `/sim/v1`: faults, the request log, tokens.
+
+They let a test in another process drive the server (`sim serve`) the way an in-process test
+drives `ApiServer.faults`/`.log`/`.access`. Never faulted, never access-checked, never logged.
+
+- `GET /sim/v1/faults` → settings; `PUT` (JSON, any subset of the fields) → new settings;
+  `DELETE` → no faults.
+- `GET /sim/v1/requests?since=SEQ` → JSON list of request records; `DELETE` clears them.
+- `POST /sim/v1/tokens` `{"token": "...", "rbac": "<RBAC YAML>", "user": optional}` → 201.
+- `GET /sim/v1/healthz` → ok.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from migrator.sim.exchange import Backend, Request, Response, error_response, json_response
+from migrator.sim.faults import FaultsError
+from migrator.sim.routing import RequestInfo
+from migrator.sim.statuses import ApiError, bad_request, method_not_allowed, no_such_path
+
+PREFIX = "/sim/v1/"
+
+
+def _body(req: Request) -> Any:
+    try:
+        return json.loads(req.body or b"{}")
+    except ValueError as e:
+        raise bad_request(f"the request body is not valid JSON: {e}") from e
+
+
+def handle(b: Backend, info: RequestInfo, req: Request) -> Response:
+    try:
+        return _handle(b, info, req)
+    except ApiError as e:
+        return error_response(e)
+    except ValueError as e:  # e.g. a non-numeric `since`
+        return error_response(bad_request(str(e)))
+
+
+def _handle(b: Backend, info: RequestInfo, req: Request) -> Response:
+    what = info.path[len(PREFIX):].strip("/")
+    method = info.method
+    if what == "healthz":
+        return Response(200, b"ok", content_type="text/plain; charset=utf-8")
+    if what == "faults":
+        if method == "GET":
+            return json_response(200, b.faults.snapshot())
+        if method == "PUT":
+            body = _body(req)
+            if not isinstance(body, dict):
+                raise bad_request("faults must be a JSON object")
+            try:
+                return json_response(200, b.faults.update(**body))
+            except (FaultsError, TypeError, ValueError) as e:
+                raise bad_request(str(e)) from e
+        if method == "DELETE":
+            return json_response(200, b.faults.reset())
+        raise method_not_allowed()
+    if what == "requests":
+        if method == "GET":
+            since = int(info.query.get("since", "0") or 0)
+            return json_response(200, [r.to_json() for r in b.log.since(since)])
+        if method == "DELETE":
+            b.log.clear()
+            return json_response(200, {"cleared": True, "last_seq": b.log.last_seq})
+        raise method_not_allowed()
+    if what == "tokens":
+        if method != "POST":
+            raise method_not_allowed()
+        body = _body(req)
+        if not isinstance(body, dict) or not body.get("token") or "rbac" not in body:
+            raise bad_request('expected {"token": "...", "rbac": "<RBAC YAML>"}')
+        try:
+            policy = b.access.add_token(str(body["token"]), str(body["rbac"]), body.get("user"))
+        except (yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
+            raise bad_request(f"cannot read the RBAC YAML: {e}") from e
+        return json_response(201, {"user": policy.user, "groups": list(policy.groups),
+                                   "rules": len(policy.grants)})
+    raise no_such_path()

@@ -1,0 +1,128 @@
+"""The watch stream: one `{"type": ..., "object": ...}` JSON line per event.
+
+Semantics of the real watch cache (`apiserver/pkg/storage/cacher`): without a resourceVersion
+(or "0") the stream opens with a synthetic ADDED per current object; from a resourceVersion it
+replays the store's events after it, and one older than the event log gets an ERROR event with
+a 410 Expired Status. Filtered watches report an object that starts matching as ADDED and one
+that stops matching as DELETED (its previous state with the event's resourceVersion).
+`sendInitialEvents=true` ends the initial ADDED burst with the `k8s.io/initial-events-end`
+BOOKMARK that client-go's watch-list expects.
+
+The stream is a generator: it yields encoded lines, and `None` when idle for a second so the
+server can check the client is still there. It ends at `timeoutSeconds`, when the client goes
+away, or when `stopping` is set.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from migrator.model.kinds import Kind
+from migrator.model.selectors import Selector
+from migrator.sim import fieldselectors
+from migrator.sim.encoding import ObjectEncoder, dumps
+from migrator.sim.fieldselectors import FieldSelector
+from migrator.sim.statuses import expired
+from migrator.sim.store import Event, Obj, Store
+
+IDLE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    kind: Kind
+    namespace: str  # "" = all namespaces
+    labels: Selector
+    fields: FieldSelector
+    resource_version: int | None  # None: start with the current state
+    timeout_seconds: float | None
+    initial_events_end: bool = False
+
+
+def _matches(req: WatchRequest, obj: Obj) -> bool:
+    meta = obj.get("metadata") or {}
+    if req.namespace and meta.get("namespace", "") != req.namespace:
+        return False
+    return req.labels.matches(meta.get("labels")) and fieldselectors.matches(req.fields, obj)
+
+
+def _line(encoder: ObjectEncoder, kind: Kind, etype: str, obj: Obj, cached: bool) -> bytes:
+    data = encoder.encode(kind, obj) if cached else dumps(obj)
+    return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
+
+
+def _convert(encoder: ObjectEncoder, req: WatchRequest, event: Event) -> bytes | None:
+    """The event as this watcher sees it (filtered, possibly turned into ADDED/DELETED)."""
+    if event.resource.key != req.kind.key:
+        return None
+    if event.type == "DELETED":
+        cur_passes, old_passes = False, _matches(req, event.object)
+    elif event.type == "ADDED":
+        cur_passes, old_passes = _matches(req, event.object), False
+    else:
+        cur_passes = _matches(req, event.object)
+        old_passes = cur_passes if event.old is None else _matches(req, event.old)
+    if cur_passes and old_passes:
+        return _line(encoder, req.kind, "MODIFIED", event.object, True)
+    if cur_passes:
+        return _line(encoder, req.kind, "ADDED", event.object, True)
+    if not old_passes:
+        return None
+    if event.type == "DELETED":
+        return _line(encoder, req.kind, "DELETED", event.object, False)
+    gone = copy.deepcopy(event.old or event.object)
+    gone["metadata"]["resourceVersion"] = str(event.resource_version)
+    return _line(encoder, req.kind, "DELETED", gone, False)
+
+
+def _bookmark(kind: Kind, rv: int) -> bytes:
+    obj = {"kind": kind.kind, "apiVersion": kind.api_version,
+           "metadata": {"resourceVersion": str(rv),
+                        "annotations": {"k8s.io/initial-events-end": "true"}}}
+    return b'{"type":"BOOKMARK","object":' + dumps(obj) + b"}\n"
+
+
+def _error(message: str) -> bytes:
+    return b'{"type":"ERROR","object":' + dumps(expired(message).status()) + b"}\n"
+
+
+def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
+           stopping: threading.Event) -> Iterator[bytes | None]:
+    """Yield event lines (or None when idle) until timeout, stop, or an expired start."""
+    is_set = stopping.is_set
+    deadline = time.monotonic() + req.timeout_seconds if req.timeout_seconds else None
+    if req.resource_version is None:
+        with store.lock:
+            objects, last_rv = store.list(req.kind, req.namespace or None, req.labels)
+        for obj in objects:
+            if fieldselectors.matches(req.fields, obj):
+                yield _line(encoder, req.kind, "ADDED", obj, True)
+        if req.initial_events_end:
+            yield _bookmark(req.kind, last_rv)
+    else:
+        last_rv = req.resource_version
+    while not is_set():
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return
+        wait = IDLE_SECONDS if remaining is None else min(IDLE_SECONDS, remaining)
+        with store.changed:
+            events = store.events_since(last_rv)
+            if events == [] and not is_set():
+                store.changed.wait(wait)
+                events = store.events_since(last_rv)
+            current_rv = store.resource_version
+        if events is None:
+            yield _error(f"too old resource version: {last_rv} ({current_rv})")
+            return
+        lines = [line for e in events if (line := _convert(encoder, req, e)) is not None]
+        if events:
+            last_rv = events[-1].resource_version
+        if lines:
+            yield b"".join(lines)
+        else:
+            yield None

@@ -83,8 +83,11 @@ def plan(ctx: PlanContext) -> PhasePlan:
                                        {comp.common_label.key: comp.common_label.value})
                 if not step.satisfied(ds) or not pods_ok.ok:
                     blocked = (f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
-                               "template change rolls no pods; rerun with --roll-on-delete to "
-                               "let the tool delete old pods one node at a time")
+                               "template change rolls no pods ("
+                               + (f"old pods: {pods_ok.detail}" if not pods_ok.ok else
+                                  "every pod would keep its old labels")
+                               + "); rerun with --roll-on-delete to let the tool delete old "
+                               "pods one node at a time")
                     notes.append(blocked)
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from migrator.model.snapshot import PodView, ServiceEndpoints, EndpointView, Snapshot
+from migrator.model.snapshot import EndpointView, PodView, ServiceEndpoints, Snapshot
 
 NS = "gpu-operator"
-COMMON = {"dcgm": "nvidia.com/gpu-operator.dcgm", "exporter": "nvidia.com/gpu-operator.dcgm-exporter"}
+COMMON = {"dcgm": "nvidia.com/gpu-operator.dcgm",
+          "exporter": "nvidia.com/gpu-operator.dcgm-exporter"}
 
 
 def daemonset(name: str, *, labels: dict[str, str] | None = None,

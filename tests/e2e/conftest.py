@@ -1,0 +1,78 @@
+"""End-to-end fixtures: a simulated cluster, the CLI pointed at it, and the disruption monitor
+running for the whole test (any sample outside the §3 budget fails the test at teardown)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from migrator.model import kinds
+from migrator.sim.cluster import SimCluster
+from tests.helpers import cli
+from tests.helpers.disruption import DisruptionMonitor
+
+NS = "gpu-operator"
+
+
+@dataclass
+class E2E:
+    sim: SimCluster
+    monitor: DisruptionMonitor
+
+    def cli(self, *args: str) -> cli.Result:
+        return cli.run(self.sim.kubeconfig, *args)
+
+    def writes(self, since: int = 0) -> list[Any]:
+        return list(self.sim.server.log.writes(since=since))
+
+    def mark(self) -> int:
+        entries = self.sim.server.log.entries()
+        return entries[-1].seq if entries else 0
+
+    def ds(self, name: str) -> dict[str, Any]:
+        return self.sim.store.get(kinds.DAEMONSET, NS, name)
+
+    def svc(self, name: str) -> dict[str, Any] | None:
+        return self.sim.store.find(kinds.SERVICE, NS, name)
+
+    def pods(self, app: str) -> list[dict[str, Any]]:
+        items, _ = self.sim.store.list(kinds.POD, NS)
+        return [p for p in items if (p["metadata"].get("labels") or {}).get("app") == app
+                and not p["metadata"].get("deletionTimestamp")]
+
+    def state(self) -> dict[str, Any]:
+        import json
+
+        cm = self.sim.store.get(kinds.CONFIGMAP, NS, "dcgm-migrate-state")
+        return dict(json.loads(cm["data"]["state.json"]))
+
+    def phase_status(self, number: int) -> str:
+        return str(next(p for p in self.state()["phases"] if p["number"] == number)["status"])
+
+
+@pytest.fixture
+def e2e_factory() -> Iterator[Callable[..., E2E]]:
+    made: list[E2E] = []
+
+    def make(stack: str = "gpucluster", nodes: int = 3, **kwargs: Any) -> E2E:
+        kwargs.setdefault("time_scale", 0.02)
+        sim = SimCluster(nodes=nodes, stack=stack, **kwargs)
+        sim.__enter__()
+        env = E2E(sim, DisruptionMonitor(sim.store, NS).start())
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.monitor.stop()
+        env.sim.stop()
+    for env in made:
+        env.monitor.assert_within_budget()
+
+
+@pytest.fixture(params=["gpucluster", "clusterpolicy"])
+def e2e(request: pytest.FixtureRequest, e2e_factory: Callable[..., E2E]) -> E2E:
+    return e2e_factory(request.param)

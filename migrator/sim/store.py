@@ -179,6 +179,12 @@ class Store:
         with self.lock:
             self._subscribers.append(fn)
 
+    def unsubscribe(self, fn: Subscriber) -> None:
+        """Stop calling `fn` (a stopped controller); unknown callbacks are ignored."""
+        with self.lock:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
     def _commit(
         self, etype: str, resource: Resource, obj: Obj, old: Obj | None = None
     ) -> Event:

@@ -1,0 +1,423 @@
+"""The EndpointSlice controller, after kubernetes/pkg/controller/endpointslice.
+
+Per Service with a selector: slices named `<svc>-xxxxx`, labelled with the service name and the
+controller's managed-by value, owned by the Service, `addressType: IPv4`, at most 100 endpoints
+each, grouped by resolved port set. Endpoint conditions as upstream `podToEndpoint` sets them
+(serving = pod Ready; terminating = deletionTimestamp set; ready = serving and not terminating,
+or always true with `publishNotReadyAddresses`); pods without an IP or in a terminal phase are
+left out. A service with no endpoints keeps one empty placeholder slice.
+
+It is incremental: a pod event touches only the Services in its namespace whose selector matched
+it before or after, and only the slices that hold (or will hold) that pod's endpoint are
+rewritten; a selector, port or label change of the Service rebuilds its slices in full.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.model import kinds
+from migrator.model.selectors import Selector, from_labels
+from migrator.sim.clock import SimClock
+from migrator.sim.controllers import pods as P
+from migrator.sim.controllers.base import Controller
+from migrator.sim.store import Event, Store, StoreError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+SvcKey = tuple[str, str]
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+CONTROLLER_NAME = "endpointslice-controller.k8s.io"
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+MAX_ENDPOINTS_PER_SLICE = 100
+
+
+# ---- pure pieces (shared with seed.py) -------------------------------------------------------
+
+
+def service_selector(svc: Mapping[str, Any]) -> dict[str, str] | None:
+    """The selector this controller acts on; None for selector-less or ExternalName services."""
+    spec = svc.get("spec") or {}
+    if spec.get("type") == "ExternalName":
+        return None
+    selector = spec.get("selector")
+    return dict(selector) if selector else None
+
+
+def _find_port(pod: Mapping[str, Any], svc_port: Mapping[str, Any]) -> int | None:
+    """`podutil.FindPort`: a named targetPort resolves against the pod's container ports."""
+    target = svc_port.get("targetPort", svc_port.get("port"))
+    if isinstance(target, int):
+        return target
+    if target is None:
+        return None
+    text = str(target)
+    if text.isdigit():
+        return int(text)
+    protocol = svc_port.get("protocol") or "TCP"
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("containers") or []) + [
+        c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    ]
+    for container in containers:
+        for port in container.get("ports") or []:
+            if port.get("name") == text and (port.get("protocol") or "TCP") == protocol:
+                return int(port["containerPort"])
+    return None
+
+
+def endpoint_ports(svc: Mapping[str, Any], pod: Mapping[str, Any]) -> list[Obj]:
+    """`getEndpointPorts`: one entry per Service port that resolves for this pod."""
+    out: list[Obj] = []
+    for sp in (svc.get("spec") or {}).get("ports") or []:
+        port = _find_port(pod, sp)
+        if port is None:
+            continue
+        entry: Obj = {"name": sp.get("name", ""), "port": port,
+                      "protocol": sp.get("protocol") or "TCP"}
+        if sp.get("appProtocol"):
+            entry["appProtocol"] = sp["appProtocol"]
+        out.append(entry)
+    return out
+
+
+def pod_endpoint(svc: Mapping[str, Any], pod: Mapping[str, Any]) -> Obj | None:
+    """`podToEndpoint`, or None when `ShouldPodBeInEndpoints(pod, includeTerminating=true)`
+    says the pod has no endpoint."""
+    ip = P.pod_ip(pod)
+    if P.is_pod_terminal(pod) or not ip:
+        return None
+    serving = P.is_pod_ready(pod)
+    terminating = P.is_deleting(pod)
+    publish = bool((svc.get("spec") or {}).get("publishNotReadyAddresses"))
+    meta = pod["metadata"]
+    ep: Obj = {
+        "addresses": [ip],
+        "conditions": {"ready": publish or (serving and not terminating),
+                       "serving": serving, "terminating": terminating},
+        "targetRef": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
+                      "uid": meta["uid"]},
+    }
+    node = P.node_name(pod)
+    if node:
+        ep["nodeName"] = node
+    return ep
+
+
+def slice_labels(svc: Mapping[str, Any]) -> dict[str, str]:
+    """`setEndpointSliceLabels`: the Service's labels plus the two the controller owns."""
+    labels = {k: v for k, v in P.labels_of(svc).items()
+              if k not in (SERVICE_NAME_LABEL, MANAGED_BY_LABEL, HEADLESS_LABEL)}
+    if (svc.get("spec") or {}).get("clusterIP") == "None":
+        labels[HEADLESS_LABEL] = ""
+    labels[SERVICE_NAME_LABEL] = svc["metadata"]["name"]
+    labels[MANAGED_BY_LABEL] = CONTROLLER_NAME
+    return labels
+
+
+def new_slice(svc: Mapping[str, Any], ports: list[Obj], endpoints: list[Obj]) -> Obj:
+    meta = svc["metadata"]
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "generateName": f"{meta['name']}-",
+            "namespace": meta["namespace"],
+            "labels": slice_labels(svc),
+            "ownerReferences": [P.owner_reference(
+                {"apiVersion": "v1", "kind": "Service", "metadata": meta})],
+        },
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": ports,
+    }
+
+
+@dataclass(frozen=True)
+class Desired:
+    """One pod's endpoint and the port set it belongs to."""
+
+    ports: list[Obj]
+    endpoint: Obj
+
+    @property
+    def key(self) -> str:
+        return P.canonical_json(self.ports)
+
+
+def desired_endpoints(
+    svc: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
+) -> dict[str, Desired]:
+    out: dict[str, Desired] = {}
+    for pod in pods:
+        ep = pod_endpoint(svc, pod)
+        if ep is not None:
+            out[pod["metadata"]["name"]] = Desired(endpoint_ports(svc, pod), ep)
+    return out
+
+
+@dataclass
+class SlicePlan:
+    create: list[Obj] = field(default_factory=list)
+    update: list[Obj] = field(default_factory=list)
+    delete: list[Obj] = field(default_factory=list)
+
+
+def _target(ep: Mapping[str, Any]) -> str:
+    return str((ep.get("targetRef") or {}).get("name", ""))
+
+
+def reconcile_slices(
+    svc: Mapping[str, Any], existing: Iterable[Obj], desired: Mapping[str, Desired],
+    scope: set[str] | None = None,
+) -> SlicePlan:
+    """The reconciler: rewrite only what differs. `scope` limits the pods considered (an
+    incremental pass); endpoints of other pods stay where they are."""
+    labels = slice_labels(svc)
+    owner = new_slice(svc, [], [])["metadata"]["ownerReferences"]
+    placed: set[str] = set()
+    slots: list[tuple[Obj, str, bool]] = []  # (slice, port key, changed)
+    for sl in sorted(existing, key=lambda s: s["metadata"]["name"]):
+        pk = P.canonical_json(sl.get("ports") or [])
+        endpoints: list[Obj] = []
+        changed = sl["metadata"].get("labels") != labels or (
+            sl["metadata"].get("ownerReferences") != owner)
+        for ep in sl.get("endpoints") or []:
+            name = _target(ep)
+            if scope is not None and name not in scope:
+                endpoints.append(ep)
+                placed.add(name)
+                continue
+            want = desired.get(name)
+            if want is None or want.key != pk or name in placed:
+                changed = True
+                continue
+            placed.add(name)
+            changed = changed or want.endpoint != ep
+            endpoints.append(want.endpoint)
+        new = copy.copy(sl)
+        new["metadata"] = dict(sl["metadata"], labels=labels, ownerReferences=owner)
+        new["endpoints"] = endpoints
+        slots.append((new, pk, changed))
+    remaining: dict[str, list[str]] = {}
+    for name in sorted(desired):
+        if name not in placed:
+            remaining.setdefault(desired[name].key, []).append(name)
+    plan = SlicePlan()
+    for pk, names in remaining.items():
+        # Fill slices already being rewritten first, then untouched ones, then new slices.
+        for idx in sorted(range(len(slots)), key=lambda i: (not slots[i][2], i)):
+            sl, spk, _ = slots[idx]
+            room = MAX_ENDPOINTS_PER_SLICE - len(sl["endpoints"])
+            if spk != pk or room <= 0 or not names:
+                continue
+            sl["endpoints"] = sl["endpoints"] + [desired[n].endpoint for n in names[:room]]
+            names = names[room:]
+            slots[idx] = (sl, spk, True)
+        while names:
+            chunk, names = names[:MAX_ENDPOINTS_PER_SLICE], names[MAX_ENDPOINTS_PER_SLICE:]
+            plan.create.append(new_slice(svc, copy.deepcopy(desired[chunk[0]].ports),
+                                         [desired[n].endpoint for n in chunk]))
+    for sl, _, changed in slots:
+        if not sl["endpoints"]:
+            plan.delete.append(sl)
+        elif changed:
+            plan.update.append(sl)
+    if not plan.create and len(plan.delete) == len(slots):
+        # No endpoints at all: keep (or make) one empty placeholder slice, as upstream does.
+        for sl, _, changed in slots:
+            if not sl.get("ports"):
+                plan.delete = [d for d in plan.delete if d is not sl]
+                if changed:
+                    plan.update.append(sl)
+                break
+        else:
+            plan.create.append(new_slice(svc, [], []))
+    return plan
+
+
+# ---- the controller --------------------------------------------------------------------------
+
+
+def _pod_signature(pod: Mapping[str, Any] | None) -> Any:
+    """The pod fields an endpoint depends on; a MODIFIED event that keeps them is ignored."""
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    return (P.labels_of(pod), P.pod_ip(pod), P.is_pod_ready(pod), P.is_deleting(pod),
+            P.node_name(pod), status.get("phase"), pod["metadata"].get("uid"))
+
+
+class EndpointSliceController(Controller):
+    """Keeps each selector Service's EndpointSlices in step with its pods."""
+
+    name = "endpointslice"
+    resources = frozenset({kinds.SERVICE.key, kinds.POD.key, kinds.ENDPOINTSLICE.key})
+
+    def __init__(self, store: Store, clock: SimClock) -> None:
+        super().__init__(store, clock)
+        self._services: dict[SvcKey, Obj] = {}
+        self._selectors: dict[SvcKey, Selector] = {}
+        self._by_ns: dict[str, set[str]] = {}
+        self._pods: dict[str, dict[str, Obj]] = {}
+        self._members: dict[SvcKey, set[str]] = {}
+        self._slices: dict[SvcKey, dict[str, Obj]] = {}
+        self._own_rv: dict[tuple[str, str], str] = {}
+        self._full: set[SvcKey] = set()
+        self._partial: dict[SvcKey, set[str]] = {}
+
+    def prime(self) -> None:
+        for pod in self.store.list(kinds.POD)[0]:
+            self._pods.setdefault(pod["metadata"]["namespace"], {})[pod["metadata"]["name"]] = pod
+        for sl in self.store.list(kinds.ENDPOINTSLICE)[0]:
+            self._cache_slice(sl, deleted=False)
+        for svc in self.store.list(kinds.SERVICE)[0]:
+            self._service_changed(svc, None)
+        if self._full:
+            self.schedule("sync", 0)
+
+    # ---- cache maintenance ------------------------------------------------------------------
+
+    def _service_changed(self, svc: Obj, old: Obj | None) -> None:
+        key = (svc["metadata"]["namespace"], svc["metadata"]["name"])
+        self._services[key] = svc
+        selector = service_selector(svc)
+        if selector is None:
+            self._selectors.pop(key, None)
+            self._members.pop(key, None)
+            self._by_ns.get(key[0], set()).discard(key[1])
+            return
+        if old is None or service_selector(old) != selector or key not in self._selectors:
+            sel = from_labels(selector)
+            self._selectors[key] = sel
+            self._by_ns.setdefault(key[0], set()).add(key[1])
+            self._members[key] = {
+                name for name, pod in self._pods.get(key[0], {}).items()
+                if sel.matches(P.labels_of(pod))
+            }
+            self._full.add(key)
+            return
+        if _service_signature(old) != _service_signature(svc):
+            self._full.add(key)
+
+    def _service_deleted(self, key: SvcKey) -> None:
+        self._services.pop(key, None)
+        self._selectors.pop(key, None)
+        self._members.pop(key, None)
+        self._by_ns.get(key[0], set()).discard(key[1])
+        self._full.discard(key)
+        self._partial.pop(key, None)
+
+    def _pod_changed(self, ev: Event) -> None:
+        pod = ev.object
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        deleted = ev.type == "DELETED"
+        if deleted:
+            self._pods.get(ns, {}).pop(name, None)
+        else:
+            self._pods.setdefault(ns, {})[name] = pod
+            if ev.type == "MODIFIED" and _pod_signature(ev.old) == _pod_signature(pod):
+                return
+        labels = P.labels_of(pod)
+        for svc_name in self._by_ns.get(ns, ()):
+            key = (ns, svc_name)
+            members = self._members.setdefault(key, set())
+            match = not deleted and self._selectors[key].matches(labels)
+            was = name in members
+            if match:
+                members.add(name)
+            else:
+                members.discard(name)
+            if match or was:
+                self._partial.setdefault(key, set()).add(name)
+
+    def _slice_owner(self, sl: Mapping[str, Any]) -> SvcKey | None:
+        labels = P.labels_of(sl)
+        if labels.get(MANAGED_BY_LABEL) != CONTROLLER_NAME or SERVICE_NAME_LABEL not in labels:
+            return None
+        return (sl["metadata"]["namespace"], labels[SERVICE_NAME_LABEL])
+
+    def _cache_slice(self, sl: Obj, *, deleted: bool) -> SvcKey | None:
+        key = self._slice_owner(sl)
+        name = sl["metadata"]["name"]
+        if key is None:
+            return None
+        if deleted:
+            self._slices.get(key, {}).pop(name, None)
+        else:
+            self._slices.setdefault(key, {})[name] = sl
+        return key
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    def handle(self, events: list[Event], due: list[Hashable]) -> None:
+        for ev in events:
+            obj = ev.object
+            if ev.resource is kinds.POD:
+                self._pod_changed(ev)
+            elif ev.resource is kinds.SERVICE:
+                key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+                if ev.type == "DELETED":
+                    self._service_deleted(key)
+                else:
+                    self._service_changed(obj, ev.old)
+            elif ev.resource is kinds.ENDPOINTSLICE:
+                self._slice_event(ev)
+        full, self._full = self._full, set()
+        partial, self._partial = self._partial, {}
+        for key in sorted(full | set(partial)):
+            try:
+                self.sync(key, None if key in full else partial[key])
+            except StoreError as err:
+                log.info("endpointslices %s/%s: %s; resyncing", key[0], key[1], err.message)
+                self._full.add(key)
+                self.schedule("sync", 1.0)
+
+    def _slice_event(self, ev: Event) -> None:
+        sl = ev.object
+        ident = (sl["metadata"]["namespace"], sl["metadata"]["name"])
+        mine = self._own_rv.pop(ident, None) == sl["metadata"]["resourceVersion"]
+        old_owner = self._slice_owner(ev.old) if ev.old is not None else None
+        key = self._cache_slice(sl, deleted=ev.type == "DELETED")
+        if old_owner is not None and old_owner != key:
+            self._slices.get(old_owner, {}).pop(ident[1], None)
+            self._full.add(old_owner)
+        if not mine and key is not None and key in self._services:
+            self._full.add(key)  # someone else touched our slice: rebuild it
+
+    def sync(self, key: SvcKey, scope: set[str] | None) -> None:
+        svc = self._services.get(key)
+        if svc is None or key not in self._selectors or P.is_deleting(svc):
+            return
+        ns = key[0]
+        pods = self._pods.get(ns, {})
+        members = self._members.get(key, set())
+        names = members if scope is None else (scope & members)
+        desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods))
+        plan = reconcile_slices(svc, self._slices.get(key, {}).values(), desired, scope)
+        cache = self._slices.setdefault(key, {})
+        for sl in plan.delete:
+            gone = self.store.delete(kinds.ENDPOINTSLICE, ns, sl["metadata"]["name"])
+            self._own_rv[(ns, sl["metadata"]["name"])] = gone["metadata"]["resourceVersion"]
+            cache.pop(sl["metadata"]["name"], None)
+        for sl in plan.update:
+            new = self.store.update(kinds.ENDPOINTSLICE, sl)
+            self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
+            cache[new["metadata"]["name"]] = new
+        for sl in plan.create:
+            new = self.store.create(kinds.ENDPOINTSLICE, sl)
+            self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
+            cache[new["metadata"]["name"]] = new
+
+
+def _service_signature(svc: Mapping[str, Any]) -> Any:
+    spec = svc.get("spec") or {}
+    return (P.labels_of(svc), spec.get("ports"), spec.get("publishNotReadyAddresses"),
+            spec.get("type"), spec.get("clusterIP"), svc["metadata"].get("uid"))

@@ -1,0 +1,411 @@
+"""The simulated kubelets (one loop for every node): pod start, readiness, termination.
+
+A pod bound to a node is accepted at once (Pending, `hostIP`, `startTime`), then after the
+node's start time becomes Running with a pod IP and, unless the node says otherwise, Ready.
+Faults come from Node annotations, so any client can inject them through the API:
+`sim.dcgm-migrate/pod-start-seconds: "<float>"` and `sim.dcgm-migrate/pods-ready: "false"`
+(Running but never Ready; flipping it back makes the pods Ready). A pod marked for graceful
+deletion turns not-Ready at once and is removed when its containers have stopped (the sim's
+`termination_seconds`, never more than the pod's grace period). Pods on a deleted node are
+removed, as the pod garbage collector does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import zlib
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from migrator.model import kinds
+from migrator.sim.clock import SimClock
+from migrator.sim.controllers import pods as P
+from migrator.sim.controllers.base import Controller
+from migrator.sim.store import Event, Store, StoreError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+PodKey = tuple[str, str]
+
+PODS_READY_ANNOTATION = "sim.dcgm-migrate/pods-ready"
+START_SECONDS_ANNOTATION = "sim.dcgm-migrate/pod-start-seconds"
+
+
+# ---- pure status builders (shared with seed.py) ----------------------------------------------
+
+
+def node_allows_ready(node: Mapping[str, Any] | None) -> bool:
+    annotations = (node or {}).get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(PODS_READY_ANNOTATION, "true")).strip().lower() != "false"
+
+
+def node_start_seconds(node: Mapping[str, Any] | None, default: float) -> float:
+    annotations = (node or {}).get("metadata", {}).get("annotations") or {}
+    raw = annotations.get(START_SECONDS_ANNOTATION)
+    if raw is None:
+        return default
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        log.warning("ignoring bad %s annotation %r", START_SECONDS_ANNOTATION, raw)
+        return default
+
+
+def host_ip(node: Mapping[str, Any]) -> str:
+    for addr in (node.get("status") or {}).get("addresses") or []:
+        if addr.get("type") == "InternalIP" and addr.get("address"):
+            return str(addr["address"])
+    h = zlib.crc32(node["metadata"]["name"].encode())
+    return f"172.{16 + (h >> 16) % 16}.{(h >> 8) % 256}.{1 + h % 254}"
+
+
+def pod_cidr(node: Mapping[str, Any]) -> ipaddress.IPv4Network:
+    cidr = (node.get("spec") or {}).get("podCIDR")
+    if cidr:
+        try:
+            return ipaddress.IPv4Network(cidr, strict=False)
+        except ValueError:
+            pass
+    h = zlib.crc32(node["metadata"]["name"].encode()) % 4096
+    return ipaddress.IPv4Network(f"10.{200 + h // 256}.{h % 256}.0/24")
+
+
+def _cond(ctype: str, ok: bool, now: str, reason: str = "", message: str = "") -> Obj:
+    cond: Obj = {"type": ctype, "status": "True" if ok else "False", "lastProbeTime": None,
+                 "lastTransitionTime": now}
+    if not ok and reason:
+        cond["reason"] = reason
+        if message:
+            cond["message"] = message
+    return cond
+
+
+def _merge_conditions(old: list[Obj], new: list[Obj]) -> list[Obj]:
+    """Keep `lastTransitionTime` of conditions whose status did not change."""
+    prev = {c.get("type"): c for c in old}
+    out = []
+    for cond in new:
+        before = prev.get(cond["type"])
+        if before is not None and before.get("status") == cond["status"]:
+            cond = dict(cond, lastTransitionTime=before.get("lastTransitionTime"))
+        out.append(cond)
+    return out
+
+
+def _container_names(pod: Mapping[str, Any], key: str = "containers") -> list[str]:
+    return [c.get("name", "") for c in (pod.get("spec") or {}).get(key) or []]
+
+
+def _images(pod: Mapping[str, Any], key: str = "containers") -> dict[str, str]:
+    return {c.get("name", ""): c.get("image", "") for c in (pod.get("spec") or {}).get(key) or []}
+
+
+def _container_id(pod: Mapping[str, Any], name: str) -> str:
+    meta = pod.get("metadata", {})
+    ident = f"{meta.get('namespace')}/{meta.get('name')}/{name}"
+    return "containerd://" + hashlib.sha256(ident.encode()).hexdigest()
+
+
+def pending_status(pod: Mapping[str, Any], node: Mapping[str, Any], now: str) -> Obj:
+    """What the kubelet reports when it accepts a pod: Pending, containers being created."""
+    names = _container_names(pod)
+    inits = _container_names(pod, "initContainers")
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    images = _images(pod)
+    status: Obj = {
+        "phase": "Pending",
+        "qosClass": (pod.get("status") or {}).get("qosClass", "BestEffort"),
+        "hostIP": host_ip(node),
+        "hostIPs": [{"ip": host_ip(node)}],
+        "startTime": now,
+        "conditions": _merge_conditions((pod.get("status") or {}).get("conditions") or [], [
+            _cond("PodReadyToStartContainers", False, now),
+            _cond("Initialized", not inits, now, "ContainersNotInitialized",
+                  f"containers with incomplete status: [{' '.join(inits)}]"),
+            _cond("Ready", False, now, "ContainersNotReady", unready),
+            _cond("ContainersReady", False, now, "ContainersNotReady", unready),
+            _cond("PodScheduled", True, now),
+        ]),
+        "containerStatuses": [
+            {"name": n, "image": images[n], "imageID": "", "ready": False, "restartCount": 0,
+             "started": False, "state": {"waiting": {"reason": "ContainerCreating"}},
+             "lastState": {}}
+            for n in names
+        ],
+    }
+    if inits:
+        init_images = _images(pod, "initContainers")
+        status["initContainerStatuses"] = [
+            {"name": n, "image": init_images[n], "imageID": "", "ready": False,
+             "restartCount": 0, "started": False,
+             "state": {"waiting": {"reason": "PodInitializing"}}, "lastState": {}}
+            for n in inits
+        ]
+    return status
+
+
+def running_status(
+    pod: Mapping[str, Any], node: Mapping[str, Any], ip: str, ready: bool, now: str
+) -> Obj:
+    """Running with `ip`; Ready and ContainersReady as `ready` says."""
+    old: Obj = dict(pod.get("status") or {})
+    started = old.get("startTime") or now
+    names = _container_names(pod)
+    inits = _container_names(pod, "initContainers")
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    images = _images(pod)
+    status: Obj = {
+        "phase": "Running",
+        "qosClass": old.get("qosClass", "BestEffort"),
+        "hostIP": host_ip(node),
+        "hostIPs": [{"ip": host_ip(node)}],
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": started,
+        "conditions": _merge_conditions(old.get("conditions") or [], [
+            _cond("PodReadyToStartContainers", True, now),
+            _cond("Initialized", True, now),
+            _cond("Ready", ready, now, "ContainersNotReady", unready),
+            _cond("ContainersReady", ready, now, "ContainersNotReady", unready),
+            _cond("PodScheduled", True, now),
+        ]),
+        "containerStatuses": [
+            {"name": n, "image": images[n], "imageID": f"{images[n]}@sha256:" + "0" * 64,
+             "containerID": _container_id(pod, n), "ready": ready, "restartCount": 0,
+             "started": True, "state": {"running": {"startedAt": now}}, "lastState": {}}
+            for n in names
+        ],
+    }
+    if inits:
+        init_images = _images(pod, "initContainers")
+        status["initContainerStatuses"] = [
+            {"name": n, "image": init_images[n], "imageID": f"{init_images[n]}@sha256:" + "0" * 64,
+             "containerID": _container_id(pod, n), "ready": True, "restartCount": 0,
+             "started": False, "lastState": {},
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                      "startedAt": started, "finishedAt": now}}}
+            for n in inits
+        ]
+    old_cs = {c["name"]: c for c in old.get("containerStatuses") or []}
+    for cs in status["containerStatuses"]:
+        before = old_cs.get(cs["name"])
+        if before and "running" in (before.get("state") or {}):
+            cs["state"] = before["state"]  # a readiness flip does not restart the container
+    return status
+
+
+def with_ready(pod: Mapping[str, Any], ready: bool, now: str) -> Obj:
+    """The pod's status with Ready/ContainersReady (and containers' `ready`) set to `ready`."""
+    status: Obj = dict(pod.get("status") or {})
+    names = _container_names(pod)
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    new = {"Ready": _cond("Ready", ready, now, "ContainersNotReady", unready),
+           "ContainersReady": _cond("ContainersReady", ready, now, "ContainersNotReady", unready)}
+    conds = [new.get(c.get("type", ""), c) for c in status.get("conditions") or []]
+    status["conditions"] = _merge_conditions(status.get("conditions") or [], conds)
+    status["containerStatuses"] = [
+        dict(cs, ready=ready) for cs in status.get("containerStatuses") or []
+    ]
+    return status
+
+
+class IPAllocator:
+    """Per-node pod IPs from the node's podCIDR, lowest free address first."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, set[str]] = {}
+
+    def take(self, node: Mapping[str, Any]) -> str:
+        name = node["metadata"]["name"]
+        used = self._used.setdefault(name, set())
+        for host in pod_cidr(node).hosts():
+            ip = str(host)
+            if ip.endswith(".1") or ip in used:
+                continue
+            used.add(ip)
+            return ip
+        raise RuntimeError(f"node {name} has no free pod IP")
+
+    def mark(self, node_name: str, ip: str) -> None:
+        self._used.setdefault(node_name, set()).add(ip)
+
+    def release(self, node_name: str, ip: str | None) -> None:
+        if ip:
+            self._used.get(node_name, set()).discard(ip)
+
+
+# ---- the controller --------------------------------------------------------------------------
+
+
+class Kubelet(Controller):
+    """Every node's kubelet, plus the pod GC for pods whose node is gone."""
+
+    name = "kubelet"
+    resources = frozenset({kinds.POD.key, kinds.NODE.key})
+
+    def __init__(
+        self, store: Store, clock: SimClock, *, pod_start_seconds: float = 2.0,
+        termination_seconds: float = 1.0,
+    ) -> None:
+        super().__init__(store, clock)
+        self.pod_start_seconds = pod_start_seconds
+        self.termination_seconds = termination_seconds
+        self._nodes: dict[str, Obj] = {}
+        self._pods: dict[PodKey, Obj] = {}
+        self._by_node: dict[str, set[PodKey]] = {}
+        self._ips = IPAllocator()
+        self._starting: set[str] = set()  # pod uids with a start timer
+        self._killing: set[str] = set()  # pod uids with a removal timer
+
+    def prime(self) -> None:
+        for node in self.store.list(kinds.NODE)[0]:
+            self._nodes[node["metadata"]["name"]] = node
+        for pod in self.store.list(kinds.POD)[0]:
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self._index(key, pod)
+            bound = P.node_name(pod)
+            ip = P.pod_ip(pod)
+            if bound and ip:
+                self._ips.mark(bound, ip)
+            self.schedule(("pod", *key), 0)
+
+    def _index(self, key: PodKey, pod: Obj) -> None:
+        self._pods[key] = pod
+        node = P.node_name(pod)
+        if node:
+            self._by_node.setdefault(node, set()).add(key)
+
+    def _unindex(self, key: PodKey) -> None:
+        pod = self._pods.pop(key, None)
+        if pod is None:
+            return
+        node = P.node_name(pod)
+        self._by_node.get(node, set()).discard(key)
+        self._ips.release(node, P.pod_ip(pod))
+        uid = pod["metadata"]["uid"]
+        self._starting.discard(uid)
+        self._killing.discard(uid)
+
+    def handle(self, events: list[Event], due: list[Hashable]) -> None:
+        touched: set[PodKey] = set()
+        for ev in events:
+            obj = ev.object
+            if ev.resource is kinds.POD:
+                key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+                if ev.type == "DELETED":
+                    self._unindex(key)
+                else:
+                    self._index(key, obj)
+                    touched.add(key)
+            elif ev.resource is kinds.NODE:
+                name = obj["metadata"]["name"]
+                if ev.type == "DELETED":
+                    self._nodes.pop(name, None)
+                    self._collect_orphans(name)
+                    continue
+                self._nodes[name] = obj
+                if ev.old is None or node_allows_ready(ev.old) != node_allows_ready(obj):
+                    touched.update(self._by_node.get(name, set()))
+        for item in due:
+            if not isinstance(item, tuple) or len(item) < 3:
+                continue
+            kind, ns, name = str(item[0]), str(item[1]), str(item[2])
+            uid = str(item[3]) if len(item) > 3 else ""
+            if kind == "start":
+                self._start(ns, name, uid)
+            elif kind == "kill":
+                self._kill(ns, name, uid)
+            else:
+                touched.add((ns, name))
+        for key in sorted(touched):
+            try:
+                self._reconcile(key)
+            except StoreError as err:
+                if err.code != 404:
+                    log.info("kubelet: pod %s/%s: %s; retrying", key[0], key[1], err.message)
+                    self.schedule(("pod", *key), 1.0)
+
+    def _write_status(self, pod: Obj, status: Obj) -> None:
+        meta = pod["metadata"]
+        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": status}
+        try:
+            new = self.store.update(kinds.POD, body, subresource="status")
+        except StoreError as err:
+            if err.code == 404:
+                return
+            raise
+        if new["metadata"]["uid"] == meta["uid"]:
+            self._index((meta["namespace"], meta["name"]), new)
+
+    def _reconcile(self, key: PodKey) -> None:
+        pod = self._pods.get(key)
+        if pod is None:
+            return
+        node = self._nodes.get(P.node_name(pod))
+        if node is None:
+            return  # unscheduled, or bound to a node that does not exist (yet)
+        uid = pod["metadata"]["uid"]
+        if P.is_deleting(pod):
+            if uid in self._killing:
+                return
+            self._killing.add(uid)
+            self._starting.discard(uid)
+            if P.is_pod_ready(pod):
+                self._write_status(pod, with_ready(pod, False, P.now_rfc3339()))
+            grace = pod["metadata"].get("deletionGracePeriodSeconds")
+            delay = self.termination_seconds
+            if grace is not None:
+                delay = min(delay, float(grace))
+            self.schedule(("kill", *key, uid), delay)
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in P.POD_PHASES_TERMINAL:
+            return
+        if phase == "Running":
+            ready = node_allows_ready(node)
+            if P.is_pod_ready(pod) != ready:
+                self._write_status(pod, with_ready(pod, ready, P.now_rfc3339()))
+            return
+        if uid in self._starting:
+            return
+        if not (pod.get("status") or {}).get("hostIP"):
+            self._write_status(pod, pending_status(pod, node, P.now_rfc3339()))
+        self._starting.add(uid)
+        self.schedule(("start", *key, uid),
+                      node_start_seconds(node, self.pod_start_seconds))
+
+    def _start(self, ns: str, name: str, uid: str) -> None:
+        self._starting.discard(uid)
+        pod = self._pods.get((ns, name))
+        if pod is None or pod["metadata"]["uid"] != uid or P.is_deleting(pod):
+            return
+        node = self._nodes.get(P.node_name(pod))
+        if node is None or (pod.get("status") or {}).get("phase") == "Running":
+            return
+        ip = P.pod_ip(pod) or self._ips.take(node)
+        self._write_status(pod, running_status(pod, node, ip, node_allows_ready(node),
+                                               P.now_rfc3339()))
+
+    def _kill(self, ns: str, name: str, uid: str) -> None:
+        current = self.store.find(kinds.POD, ns, name)
+        if current is None or current["metadata"]["uid"] != uid:
+            self._killing.discard(uid)
+            return
+        try:
+            self.store.delete(kinds.POD, ns, name)
+        except StoreError as err:
+            if err.code != 404:
+                raise
+
+    def _collect_orphans(self, node_name: str) -> None:
+        """PodGC: pods bound to a node that no longer exists are force-deleted."""
+        for ns, name in sorted(self._by_node.pop(node_name, set())):
+            try:
+                self.store.delete(kinds.POD, ns, name)
+            except StoreError as err:
+                if err.code != 404:
+                    log.info("pod gc: %s/%s: %s", ns, name, err.message)

@@ -1,0 +1,239 @@
+"""Render the GPU Operator's DCGM / DCGM Exporter objects from the shipped fixtures.
+
+One renderer, two users: `seed.py` creates the initial cluster from it and the operator
+imitation reconciles against it, so what the sim seeds is exactly what its "operator" wants.
+The render depends on the CR spec the way the real operator's does (images from
+repository/image/version, `daemonsets` common config, standalone DCGM switching the exporter to
+the remote-engine variant), so editing a CR changes the desired objects and their hash.
+
+ClusterPolicy objects: the `clusterpolicy/` manifests with the "FILLED BY THE OPERATOR" fields
+filled (TransformDCGM / TransformDCGMExporter). GPUCluster objects: the golden files with the
+target namespace, plus the `nvidia.com/gpu-operator.state` label (`state-dcgm`,
+`state-dcgm-exporter`). Both: a controller ownerReference to the CR; DaemonSets carry
+`nvidia.com/last-applied-hash` of the rendered object.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from migrator.sim.controllers import pods as P
+
+Obj = dict[str, Any]
+
+CLUSTERPOLICY = "clusterpolicy"
+GPUCLUSTER = "gpucluster"
+
+DCGM_LABEL = "nvidia.com/gpu-operator.dcgm"
+EXPORTER_LABEL = "nvidia.com/gpu-operator.dcgm-exporter"
+STATE_LABEL = "nvidia.com/gpu-operator.state"
+HASH_ANNOTATION = "nvidia.com/last-applied-hash"
+RENDERS_COMMON_LABELS = "sim.dcgm-migrate/renders-common-labels"
+MODE_LABEL = "nvidia.com/gpu-operator.resource-allocation.mode"
+MODE_DEVICE_PLUGIN = "device-plugin"
+MODE_DRA = "dra"
+
+# Per-component node labels each stack's DaemonSets select on.
+DEPLOY_LABELS = {
+    CLUSTERPOLICY: ("nvidia.com/gpu.deploy.dcgm", "nvidia.com/gpu.deploy.dcgm-exporter"),
+    GPUCLUSTER: ("nvidia.com/gpu.deploy.dcgm-dra", "nvidia.com/gpu.deploy.dcgm-exporter-dra"),
+}
+DCGM_NAMES = frozenset({"nvidia-dcgm", "nvidia-dcgm-dra"})
+EXPORTER_NAMES = frozenset({"nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"})
+SERVED_KINDS = frozenset({"DaemonSet", "Service", "ServiceMonitor"})
+
+# Images the ClusterPolicy Helm chart would put in the CR when the user sets none.
+CP_DEFAULT_IMAGES = {
+    "dcgm": ("nvcr.io/nvidia/cloud-native", "dcgm", "4.2.3-1-ubuntu22.04"),
+    "dcgmExporter": ("nvcr.io/nvidia/k8s", "dcgm-exporter", "4.2.3-4.1.3-ubuntu22.04"),
+    "validator": ("nvcr.io/nvidia/cloud-native", "gpu-operator-validator", "v25.3.0"),
+}
+DCGM_REMOTE_ENGINE_ENV = "DCGM_REMOTE_HOSTENGINE_INFO"
+
+
+def load_fixture(relpath: str) -> list[Obj]:
+    """The documents of a fixture file shipped in `migrator/sim/fixtures/gpu-operator/`."""
+    root = resources.files("migrator.sim").joinpath("fixtures", "gpu-operator")
+    text = root.joinpath(*relpath.split("/")).read_text(encoding="utf-8")
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def sample_cr(stack: str) -> Obj:
+    name = "clusterpolicy-sample.yaml" if stack == CLUSTERPOLICY else "gpucluster-sample.yaml"
+    return load_fixture(name)[0]
+
+
+def stack_of(cr: Mapping[str, Any]) -> str:
+    return CLUSTERPOLICY if cr.get("kind") == "ClusterPolicy" else GPUCLUSTER
+
+
+def _enabled(section: Mapping[str, Any] | None, default: bool) -> bool:
+    if not section or section.get("enabled") is None:
+        return default
+    return bool(section["enabled"])
+
+
+def _image(section: Mapping[str, Any] | None, default: tuple[str, str, str]) -> str:
+    section = section or {}
+    repo = section.get("repository") or default[0]
+    image = section.get("image") or default[1]
+    version = section.get("version") or default[2]
+    if ":" in image.rsplit("/", 1)[-1] or "@" in image:
+        return f"{repo}/{image}" if repo else image
+    return f"{repo}/{image}:{version}" if repo else f"{image}:{version}"
+
+
+def object_hash(obj: Mapping[str, Any]) -> str:
+    """The operator's `utils.GetObjectHash`: a stable 64-bit hash, as a decimal string."""
+    return str(int(hashlib.sha256(P.canonical_json(obj).encode()).hexdigest()[:16], 16))
+
+
+def _set_env(container: Obj, name: str, value: str) -> None:
+    env = container.setdefault("env", [])
+    for item in env:
+        if item.get("name") == name:
+            item["value"] = value
+            item.pop("valueFrom", None)
+            return
+    env.append({"name": name, "value": value})
+
+
+def _int_or_percent(value: Any) -> int | str:
+    text = str(value).strip()
+    return text if text.endswith("%") else int(text)
+
+
+def _apply_common_config(ds: Obj, daemonsets: Mapping[str, Any], selector_keys: set[str]) -> None:
+    """`applyCommonDaemonsetConfig` + `applyCommonDaemonsetMetadata`."""
+    spec = ds["spec"]
+    pod = spec["template"].setdefault("spec", {})
+    strategy = daemonsets.get("updateStrategy")
+    max_unavailable = (daemonsets.get("rollingUpdate") or {}).get("maxUnavailable")
+    if strategy == "OnDelete":
+        spec["updateStrategy"] = {"type": "OnDelete"}
+    elif max_unavailable not in (None, ""):
+        rolling = {"maxUnavailable": _int_or_percent(max_unavailable)}
+        spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": rolling}
+    if daemonsets.get("priorityClassName"):
+        pod["priorityClassName"] = daemonsets["priorityClassName"]
+    if daemonsets.get("tolerations"):
+        pod["tolerations"] = copy.deepcopy(daemonsets["tolerations"])
+    tmeta = spec["template"].setdefault("metadata", {})
+    reserved = {"app", "app.kubernetes.io/part-of"} | selector_keys
+    for key, value in (daemonsets.get("labels") or {}).items():
+        if key not in reserved:
+            tmeta.setdefault("labels", {})[key] = str(value)
+    for key, value in (daemonsets.get("annotations") or {}).items():
+        tmeta.setdefault("annotations", {})[key] = str(value)
+
+
+def _add_common_labels(ds: Obj) -> None:
+    """The "new operator version" that renders the reserved common labels itself."""
+    name = ds["metadata"]["name"]
+    label = DCGM_LABEL if name in DCGM_NAMES else EXPORTER_LABEL if name in EXPORTER_NAMES else None
+    if label is None:
+        return
+    ds["metadata"].setdefault("labels", {})[label] = "true"
+    ds["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})[label] = "true"
+
+
+def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
+    spec = cr.get("spec") or {}
+    daemonsets = spec.get("daemonsets") or {}
+    validator = _image(spec.get("validator"), CP_DEFAULT_IMAGES["validator"])
+    dcgm_on = _enabled(spec.get("dcgm"), True)
+    out: list[Obj] = []
+    if dcgm_on:
+        ds, svc = (load_fixture("clusterpolicy/state-dcgm_0400_dcgm.yml")[0],
+                   load_fixture("clusterpolicy/state-dcgm_0500_service.yaml")[0])
+        pod = ds["spec"]["template"]["spec"]
+        pod["containers"][0]["image"] = _image(spec.get("dcgm"), CP_DEFAULT_IMAGES["dcgm"])
+        for init in pod.get("initContainers") or []:
+            init["image"] = validator
+        _apply_common_config(ds, daemonsets, set(ds["spec"]["selector"]["matchLabels"]))
+        out += [ds, svc]
+    if _enabled(spec.get("dcgmExporter"), True):
+        exporter = spec.get("dcgmExporter") or {}
+        svc = load_fixture("clusterpolicy/state-dcgm-exporter_0400_service.yaml")[0]
+        out.append(svc)
+        if _enabled(exporter.get("serviceMonitor"), False):
+            smon = load_fixture("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
+            smon["spec"]["namespaceSelector"]["matchNames"] = [namespace]
+            out.append(smon)
+        ds = load_fixture("clusterpolicy/state-dcgm-exporter_0800_daemonset.yaml")[0]
+        pod = ds["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        container["image"] = _image(exporter, CP_DEFAULT_IMAGES["dcgmExporter"])
+        for init in pod.get("initContainers") or []:
+            init["image"] = validator
+        if dcgm_on:
+            _set_env(container, DCGM_REMOTE_ENGINE_ENV, "nvidia-dcgm:5555")
+        _apply_common_config(ds, daemonsets, set(ds["spec"]["selector"]["matchLabels"]))
+        out.append(ds)
+    for obj in out:
+        obj["metadata"]["namespace"] = namespace
+    return out
+
+
+def _render_gpucluster(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
+    spec = cr.get("spec") or {}
+    daemonsets = spec.get("daemonsets") or {}
+    dcgm = spec.get("dcgm") or {}
+    exporter = spec.get("dcgmExporter") or {}
+    dcgm_on = _enabled(dcgm, False)
+    out: list[tuple[str, Obj]] = []
+    if dcgm_on:
+        out += [("state-dcgm", o) for o in load_fixture("gpucluster-golden/gpucluster-dcgm.yaml")]
+    if _enabled(exporter, True):
+        variant = "remote-engine" if dcgm_on else "embedded"
+        docs = load_fixture(f"gpucluster-golden/gpucluster-dcgm-exporter-{variant}.yaml")
+        out += [("state-dcgm-exporter", o) for o in docs]
+    rendered: list[Obj] = []
+    for state, obj in out:
+        if obj.get("kind") not in SERVED_KINDS:
+            continue
+        obj["metadata"]["namespace"] = namespace
+        obj["metadata"].setdefault("labels", {})[STATE_LABEL] = state
+        if obj["kind"] == "DaemonSet":
+            container = obj["spec"]["template"]["spec"]["containers"][0]
+            section = dcgm if state == "state-dcgm" else exporter
+            default = ("nvcr.io/nvidia/cloud-native", "dcgm", "test") if state == "state-dcgm" \
+                else ("nvcr.io/nvidia/k8s", "dcgm-exporter", "test")
+            container["image"] = _image(section, default)
+            if state == "state-dcgm-exporter" and exporter.get("enablePodLabels"):
+                _set_env(container, "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", "true")
+            _apply_common_config(obj, daemonsets, set(obj["spec"]["selector"]["matchLabels"]))
+        elif obj["kind"] == "Service" and state == "state-dcgm-exporter":
+            service = exporter.get("service") or {}
+            if service.get("type"):
+                obj["spec"]["type"] = service["type"]
+            if service.get("internalTrafficPolicy"):
+                obj["spec"]["internalTrafficPolicy"] = service["internalTrafficPolicy"]
+        rendered.append(obj)
+    return rendered
+
+
+def render(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
+    """The objects the operator wants for this CR, in its apply order, each with the controller
+    ownerReference (the CR must carry its uid) and, for DaemonSets, the last-applied hash."""
+    stack = stack_of(cr)
+    objs = _render_clusterpolicy(cr, namespace) if stack == CLUSTERPOLICY else \
+        _render_gpucluster(cr, namespace)
+    common = str((cr.get("metadata", {}).get("annotations") or {}).get(RENDERS_COMMON_LABELS,
+                                                                       "")).lower() == "true"
+    for obj in objs:
+        meta = obj["metadata"]
+        meta["ownerReferences"] = [P.owner_reference(cr)]
+        if obj["kind"] == "DaemonSet":
+            if common:
+                _add_common_labels(obj)
+            annotations = meta.setdefault("annotations", {})
+            annotations.pop(HASH_ANNOTATION, None)
+            annotations[HASH_ANNOTATION] = object_hash(obj)
+    return objs

@@ -1,0 +1,74 @@
+"""Start, stop and watch over the simulated cluster's controllers as one unit."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from migrator.sim.clock import SimClock
+from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.daemonsets import DaemonSetController
+from migrator.sim.controllers.endpointslices import EndpointSliceController
+from migrator.sim.controllers.garbage import GarbageCollector
+from migrator.sim.controllers.kubelet import Kubelet
+from migrator.sim.controllers.operator import OperatorImitation
+from migrator.sim.store import Store
+
+
+@dataclass
+class ControllerSet:
+    """kube-controller-manager, the kubelets and (optionally) the GPU Operator, for one store."""
+
+    store: Store
+    clock: SimClock
+    pod_start_seconds: float = 2.0
+    termination_seconds: float = 1.0
+    operator_reconcile_seconds: float | None = None
+    namespace: str = "gpu-operator"
+    controllers: list[Controller] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.controllers = [
+            GarbageCollector(self.store, self.clock),
+            Kubelet(self.store, self.clock, pod_start_seconds=self.pod_start_seconds,
+                    termination_seconds=self.termination_seconds),
+            DaemonSetController(self.store, self.clock),
+            EndpointSliceController(self.store, self.clock),
+        ]
+        if self.operator_reconcile_seconds is not None:
+            self.controllers.append(OperatorImitation(
+                self.store, self.clock, period=self.operator_reconcile_seconds,
+                namespace=self.namespace))
+
+    def start(self) -> None:
+        for c in self.controllers:
+            c.start()
+
+    def stop(self) -> None:
+        for c in reversed(self.controllers):
+            c.stop()
+
+    def idle(self) -> bool:
+        """No controller has work queued or running, and the store did not move meanwhile."""
+        before = self.store.resource_version
+        if not all(c.idle() for c in self.controllers):
+            return False
+        return self.store.resource_version == before
+
+    def wait_idle(self, timeout: float = 10.0, poll: float = 0.005) -> bool:
+        """Block until `idle()` holds twice in a row (real seconds); False on timeout."""
+        deadline = time.monotonic() + timeout
+        streak = 0
+        while time.monotonic() < deadline:
+            streak = streak + 1 if self.idle() else 0
+            if streak >= 2:
+                return True
+            time.sleep(poll)
+        return False
+
+    @property
+    def errors(self) -> int:
+        return sum(c.errors for c in self.controllers)
+
+    def get(self, name: str) -> Controller | None:
+        return next((c for c in self.controllers if c.name == name), None)

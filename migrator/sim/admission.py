@@ -55,7 +55,9 @@ _QUALIFIED_MSG = ("name part must consist of alphanumeric characters, '-', '_' o
                   "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
 
 _STATUS_ON_CREATE: dict[str, Obj] = {
-    kinds.DAEMONSET.key: {},
+    # Required int32 fields the real server always serialises (clients validate them).
+    kinds.DAEMONSET.key: {"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                          "desiredNumberScheduled": 0, "numberReady": 0},
     kinds.SERVICE.key: {"loadBalancer": {}},
     kinds.CLUSTER_POLICY.key: {},
     kinds.GPU_CLUSTER.key: {},
@@ -258,7 +260,7 @@ def _daemonset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
                    'supported values: "OnDelete", "RollingUpdate"', strategy["type"])
     spec.setdefault("revisionHistoryLimit", 10)
     template = spec.setdefault("template", {})
-    template.setdefault("metadata", {})
+    template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
     pod_spec = template.setdefault("spec", {})
     default_pod_spec(pod_spec)
     selector = spec.get("selector")

@@ -73,6 +73,10 @@ class RequestLog:
         with self._lock:
             return [r for r in self._records if r.seq > seq]
 
+    def entries(self) -> list[RequestRecord]:
+        """Every record still held, oldest first."""
+        return self.since(0)
+
     def writes(self, since: int = 0) -> list[RequestRecord]:
         """Mutating, non-dry-run requests that succeeded (SelfSubjectAccessReviews excluded)."""
         return [r for r in self.since(since) if r.is_write]

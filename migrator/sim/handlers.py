@@ -26,7 +26,6 @@ from migrator.sim.routing import RequestInfo
 from migrator.sim.statuses import (
     ApiError,
     bad_request,
-    expired,
     method_not_allowed,
     no_such_path,
     not_found,
@@ -204,8 +203,6 @@ def _watch(b: Backend, info: RequestInfo, kind: Kind) -> Response:
             start = int(raw_rv)
         except ValueError as e:
             raise bad_request(f"invalid resource version: {raw_rv!r}") from e
-        if b.store.events_since(start) is None:
-            raise expired(f"too old resource version: {start} ({b.store.resource_version})")
     timeout = _int_param(info, "timeoutSeconds")
     request = watching.WatchRequest(kind, info.namespace, labels, fields, start,
                                     float(timeout) if timeout else None, initial_end)

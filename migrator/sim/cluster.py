@@ -8,6 +8,11 @@
 The default `time_scale=0.02` runs simulated time 50x faster, so a pod that takes 2 simulated
 seconds to start is Ready after 40 ms. The kubeconfig (bearer token `ADMIN_TOKEN`, context
 `sim`, namespace `namespace`) lives in a temporary directory removed by `stop()`.
+
+kubectl (client-go) never sends credentials over plain HTTP, so by default a request without
+any `Authorization` header is served as a superuser, as a pre-1.20 API server's insecure port
+did (`insecure_port=False` turns that off: such requests get 401). The Python client does send
+the token, so RBAC-restricted tokens still work as on a real cluster.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from migrator.sim.access import AccessControl, Policy
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import ControllerSet
 from migrator.sim.faults import Faults
@@ -29,6 +35,9 @@ from migrator.sim.server import ADMIN_TOKEN, ApiServer
 from migrator.sim.store import Store
 
 T = TypeVar("T")
+
+# Who a credential-less request is (kubectl over http): a superuser, like the old insecure port.
+INSECURE_PORT_POLICY = Policy("system:unsecured", ("system:masters",), superuser=True)
 
 
 def kubeconfig_document(url: str, namespace: str = "gpu-operator",
@@ -71,6 +80,7 @@ class SimCluster:
         faults: Faults | None = None,
         gpucluster_dcgm: bool = True,
         kubeconfig_path: str | Path | None = None,
+        insecure_port: bool = True,
     ) -> None:
         self.nodes = nodes
         self.stack = stack
@@ -83,7 +93,8 @@ class SimCluster:
             self.store, self.clock, pod_start_seconds=pod_start_seconds,
             termination_seconds=termination_seconds,
             operator_reconcile_seconds=operator_reconcile_seconds, namespace=namespace)
-        self.server = ApiServer(self.store, faults=faults)
+        access = AccessControl([("", INSECURE_PORT_POLICY)] if insecure_port else [])
+        self.server = ApiServer(self.store, faults=faults, access=access)
         self.url = ""
         self.summary: SeedSummary | None = None
         self.seed_seconds = 0.0

@@ -4,7 +4,9 @@ When an owner goes, each dependent whose owners are now all gone is deleted (pod
 so the kubelet terminates them as it would after any DELETE); a dependent that still has a live
 owner only loses the dangling reference, as upstream's GC patches it. An object created with
 owners that do not exist is collected too. Owner kinds the sim does not serve are assumed alive
-(upstream cannot resolve them either and leaves the dependent alone).
+(upstream cannot resolve them either and leaves the dependent alone). An owner deleted with
+`propagationPolicy: Orphan` (the API server leaves an "orphan" finalizer on the DELETED object)
+has its dependents orphaned: they keep running without the reference.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class GarbageCollector(Controller):
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         check: set[Ident] = set()
+        orphan: list[tuple[Ident, str]] = []
         for item in due:
             if isinstance(item, tuple) and len(item) == 4:
                 check.add((str(item[1]), str(item[2]), str(item[3])))
@@ -84,12 +87,21 @@ class GarbageCollector(Controller):
             if ev.type == "DELETED":
                 self._uids.discard(uid)
                 self._track(ident, None)
-                check.update(self._dependents.pop(uid, set()))
+                dependents = self._dependents.pop(uid, set())
+                if "orphan" in (obj["metadata"].get("finalizers") or []):
+                    orphan.extend((dep, uid) for dep in sorted(dependents))
+                else:
+                    check.update(dependents)
                 continue
             self._uids.add(uid)
             self._track(ident, obj)
             if self._maybe_dangling(obj):
                 check.add(ident)
+        for ident, owner_uid in orphan:
+            try:
+                self._orphan(ident, owner_uid)
+            except StoreError as err:
+                log.info("gc orphan %s %s/%s: %s", *ident, err.message)
         for ident in sorted(check):
             try:
                 self._check(ident)
@@ -103,6 +115,23 @@ class GarbageCollector(Controller):
             return True
         owner = self.store.find(kind, namespace if kind.namespaced else None, str(ref.get("name")))
         return owner is not None and owner["metadata"]["uid"] == ref.get("uid")
+
+    def _orphan(self, ident: Ident, owner_uid: str) -> None:
+        """`propagationPolicy: Orphan`: the dependent only loses its reference to the owner."""
+        kind = kinds.BY_KEY[ident[0]]
+        obj = self.store.find(kind, ident[1] or None, ident[2])
+        if obj is None:
+            return
+        refs = obj["metadata"].get("ownerReferences") or []
+        kept = [r for r in refs if r.get("uid") != owner_uid]
+        if len(kept) == len(refs):
+            return
+        new = copy.deepcopy(obj)
+        if kept:
+            new["metadata"]["ownerReferences"] = kept
+        else:
+            new["metadata"].pop("ownerReferences", None)
+        self.store.update(kind, new)
 
     def _check(self, ident: Ident) -> None:
         kind = kinds.BY_KEY[ident[0]]

@@ -1,0 +1,97 @@
+"""`dcgm-migrate sim ...`: the simulated GPU cluster as a standalone server (SPEC §7).
+
+A thin typer wrapper over `migrator.sim.serve`; also runnable as `python -m migrator.sim`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from migrator.sim.seed import STACKS
+from migrator.sim.serve import ServeError, ServeOptions, serve
+
+sim_app = typer.Typer(
+    name="sim",
+    help="The simulated GPU cluster: a Kubernetes API stand-in on loopback, for demos and tests.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@sim_app.callback()
+def _sim() -> None:
+    """The simulated GPU cluster (for demos and tests)."""
+
+
+@sim_app.command("serve")
+def serve_cmd(
+    nodes: Annotated[int, typer.Option("--nodes", help="Number of GPU nodes.")] = 3,
+    stack: Annotated[str, typer.Option(
+        "--stack", help=f"Which GPU Operator stack to seed: {'|'.join(STACKS)}.")] = "gpucluster",
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free).")] = 0,
+    kubeconfig_out: Annotated[Path | None, typer.Option(
+        "--kubeconfig-out", help="Write the kubeconfig here (default: a temporary file).")] = None,
+    time_scale: Annotated[float, typer.Option(
+        "--time-scale", help="Real seconds per simulated second (0.01 runs 100x faster).")] = 1.0,
+    operator_reconcile: Annotated[float | None, typer.Option(
+        "--operator-reconcile", metavar="SECONDS",
+        help="Run the GPU Operator imitation every SECONDS (simulated); off by default.")] = None,
+    pod_start_seconds: Annotated[float, typer.Option(
+        "--pod-start-seconds", help="Simulated seconds from pod creation to Ready.")] = 2.0,
+    namespace: Annotated[str, typer.Option(
+        "--namespace", "-n", help="Namespace of the operator's objects.")] = "gpu-operator",
+    gpucluster_dcgm: Annotated[bool, typer.Option(
+        "--gpucluster-dcgm/--no-gpucluster-dcgm",
+        help="GPUCluster: standalone DCGM (nvidia-dcgm-dra) with the remote-engine exporter, "
+             "or the embedded exporter only.")] = True,
+    error_rate: Annotated[float, typer.Option(
+        "--error-rate", help="Fraction of requests answered 500/503/429 (0..1).")] = 0.0,
+    latency_ms: Annotated[float, typer.Option(
+        "--latency-ms", help="Added latency per request, milliseconds.")] = 0.0,
+    fail_nth_write: Annotated[int | None, typer.Option(
+        "--fail-nth-write", help="Fail the Nth write request (once).")] = None,
+) -> None:
+    """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM."""
+    options = ServeOptions(
+        nodes=nodes, stack=stack, port=port, kubeconfig_out=kubeconfig_out,
+        time_scale=time_scale, operator_reconcile=operator_reconcile,
+        pod_start_seconds=pod_start_seconds, namespace=namespace,
+        gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
+        fail_nth_write=fail_nth_write)
+    try:
+        code = serve(options)
+    except ServeError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from err
+    raise typer.Exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m migrator.sim`: a usage error is one `error: ...` line and exit code 2."""
+    try:
+        result = sim_app(args=argv, prog_name="python -m migrator.sim", standalone_mode=False)
+    except typer.Exit as done:
+        return int(done.exit_code)
+    except typer.Abort:
+        return 130
+    except Exception as err:
+        # typer vendors click: its UsageError family carries `format_message` and `exit_code`.
+        message = getattr(err, "format_message", None)
+        if message is None:
+            raise
+        if type(err).__name__ == "NoArgsIsHelpError":
+            typer.echo(message(), err=True)
+        else:
+            typer.echo(f"error: {message()}", err=True)
+        return int(getattr(err, "exit_code", 2))
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""`sim serve`: run a `SimCluster` in the foreground until SIGINT/SIGTERM.
+
+Prints exactly one line on stdout, `READY <url> <kubeconfig>` (flushed), once the API answers,
+so a script or a test can start it as a subprocess and wait for that line. Progress notes go to
+stderr. A signal ends it cleanly (server and controllers stopped, exit code 0).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from migrator.sim.cluster import SimCluster
+from migrator.sim.faults import Faults, FaultsError
+from migrator.sim.seed import STACKS
+
+
+class ServeError(ValueError):
+    """A bad setting, in one sentence (the CLI exits 2 with it)."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    nodes: int = 3
+    stack: str = "gpucluster"
+    port: int = 0
+    kubeconfig_out: Path | None = None
+    time_scale: float = 1.0
+    operator_reconcile: float | None = None
+    pod_start_seconds: float = 2.0
+    namespace: str = "gpu-operator"
+    gpucluster_dcgm: bool = True
+    error_rate: float = 0.0
+    latency_ms: float = 0.0
+    fail_nth_write: int | None = None
+
+    def validate(self) -> Faults:
+        """Check every setting; the fault settings come back as a `Faults`."""
+        if self.nodes < 0:
+            raise ServeError(f"--nodes must be 0 or more, got {self.nodes}.")
+        if self.stack not in STACKS:
+            raise ServeError(f"--stack must be one of {', '.join(STACKS)}, got {self.stack!r}.")
+        if not 0 <= self.port <= 65535:
+            raise ServeError(f"--port must be between 0 and 65535, got {self.port}.")
+        if not self.time_scale > 0:
+            raise ServeError(f"--time-scale must be greater than 0, got {self.time_scale}.")
+        if self.operator_reconcile is not None and not self.operator_reconcile > 0:
+            raise ServeError("--operator-reconcile must be greater than 0 seconds, "
+                             f"got {self.operator_reconcile}.")
+        if self.pod_start_seconds < 0:
+            raise ServeError("--pod-start-seconds must be 0 or more, "
+                             f"got {self.pod_start_seconds}.")
+        if not self.namespace:
+            raise ServeError("--namespace must not be empty.")
+        try:
+            return Faults(error_rate=self.error_rate, latency_ms=self.latency_ms,
+                          fail_nth_write=self.fail_nth_write)
+        except FaultsError as err:
+            raise ServeError(f"bad fault setting: {err}.") from err
+
+
+def build(options: ServeOptions) -> SimCluster:
+    """The (not yet started) cluster these options describe; ServeError when one is bad."""
+    faults = options.validate()
+    return SimCluster(
+        nodes=options.nodes, stack=options.stack, namespace=options.namespace,
+        time_scale=options.time_scale, pod_start_seconds=options.pod_start_seconds,
+        operator_reconcile_seconds=options.operator_reconcile, port=options.port,
+        faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
+        kubeconfig_path=options.kubeconfig_out)
+
+
+def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,
+          stop: threading.Event | None = None) -> int:
+    """Seed, serve, print READY, wait for a signal (or `stop`), shut down; returns 0.
+
+    Raises ServeError for a bad setting or a port that cannot be bound."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    stop = stop if stop is not None else threading.Event()
+    sim = build(options)
+    previous = _install_signal_handlers(stop)
+    began = time.perf_counter()
+    try:
+        try:
+            sim.start()
+        except OSError as error:
+            raise ServeError(f"cannot listen on 127.0.0.1:{options.port}: "
+                             f"{error.strerror or error}.") from error
+        summary = sim.summary
+        if summary is not None:
+            print(f"seeded {summary.nodes} nodes ({summary.stack}): {summary.daemonsets} "
+                  f"DaemonSets, {summary.pods} pods, {summary.services} Services, "
+                  f"{summary.endpointslices} EndpointSlices in {sim.seed_seconds:.2f}s; "
+                  f"ready in {time.perf_counter() - began:.2f}s", file=err, flush=True)
+        print(f"READY {sim.url} {sim.kubeconfig}", file=out, flush=True)
+        while not stop.wait(0.2):
+            pass
+    finally:
+        sim.stop()
+        _restore_signal_handlers(previous)
+    return 0
+
+
+Handlers = dict[int, object]
+
+
+def _install_signal_handlers(stop: threading.Event) -> Handlers:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous: Handlers = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, on_signal)
+    return previous
+
+
+def _restore_signal_handlers(previous: Handlers) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]

@@ -114,6 +114,7 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
                                 dry_run=_dry_run(info))
         return Response(200, dumps(updated))
     if verb == "patch":
+        writes.patch_media(kind, req.header("content-type"))
         patched = writes.patch(b.store, kind, req.header("content-type"), _body_json(req),
                                namespace=info.namespace, name=info.name,
                                subresource=info.subresource, dry_run=_dry_run(info))

@@ -139,24 +139,28 @@ def update(store: Store, kind: Kind, body: Any, *, namespace: str, name: str,
         return _store_update(store, kind, body, current, subresource, dry_run)
 
 
+def patch_media(kind: Kind, content_type: str) -> str:
+    """The patch format named by `content_type`; 415 when this kind does not accept it."""
+    media = content_type.split(";")[0].strip().lower()
+    if media in (JSON_PATCH, MERGE_PATCH) or (
+            media == STRATEGIC_PATCH and kind.group not in _CUSTOM_GROUPS):
+        return media
+    raise unsupported_media_type(content_type)
+
+
 def apply_patch(kind: Kind, current: Obj, content_type: str, patch: Any) -> Obj:
     """The patched object (pure); 415 for a patch type this kind does not accept."""
-    media = content_type.split(";")[0].strip().lower()
+    media = patch_media(kind, content_type)
     try:
         if media == JSON_PATCH:
             result = patching.json_patch(current, patch)
+        elif not isinstance(patch, dict):
+            raise bad_request("json: cannot unmarshal array into Go value of type "
+                              "map[string]interface {}")
         elif media == MERGE_PATCH:
-            if not isinstance(patch, dict):
-                raise bad_request("json: cannot unmarshal array into Go value of type "
-                                  "map[string]interface {}")
             result = patching.merge_patch(current, patch)
-        elif media == STRATEGIC_PATCH and kind.group not in _CUSTOM_GROUPS:
-            if not isinstance(patch, dict):
-                raise bad_request("json: cannot unmarshal array into Go value of type "
-                                  "map[string]interface {}")
-            result = patching.strategic_merge(current, patch)
         else:
-            raise unsupported_media_type(content_type)
+            result = patching.strategic_merge(current, patch)
     except patching.PatchError as e:
         raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our "
                        f"request: {e}", {"causes": [{"reason": "UnexpectedServerResponse",

@@ -96,3 +96,18 @@ def stub() -> Iterator[Stub]:
     yield state
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def api() -> Iterator[Any]:
+    """The simulated API server on an empty store with namespace `ns`, stopped at teardown."""
+    from migrator.model import kinds
+    from migrator.sim.server import ApiServer
+    from migrator.sim.store import Store
+
+    store = Store()
+    store.create(kinds.NAMESPACE, {"metadata": {"name": "ns"}})
+    server = ApiServer(store)
+    server.start()
+    yield server
+    server.stop()

@@ -19,6 +19,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -190,15 +191,22 @@ class _Handler(BaseHTTPRequestHandler):
             _log.exception("sim API server failed on %s %s", self.command, self.path)
             error = internal_error(f"{type(e).__name__}: {e}")
             response, audit = Response(500, dumps(error.status())), None
-        try:
-            sent = self._write(response)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError, OSError):
-            self.close_connection = True
-            sent = 0
-        if audit is not None:
+        if response.stream is None and audit is not None:
+            # Recorded before the answer leaves, so a client that reads the log right after
+            # its call always finds the call there.
+            sent = 0 if self.command == "HEAD" else len(response.body)
             self._record(api.log, audit, response.code, sent, started)
 
-    def _write(self, response: Response) -> int:
+        def record_stream(sent: int) -> None:
+            if audit is not None:
+                self._record(api.log, audit, response.code, sent, started)
+
+        try:
+            self._write(response, record_stream)
+        except OSError:  # the client went away
+            self.close_connection = True
+
+    def _write(self, response: Response, on_stream_end: Callable[[int], None]) -> None:
         self.send_response(response.code, HTTPStatus(response.code).phrase)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Cache-Control", "no-cache, private")
@@ -209,31 +217,38 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(response.body)
-            return len(response.body)
+            return
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        return self._write_stream(response)
+        self._write_stream(response, on_stream_end)
 
-    def _write_stream(self, response: Response) -> int:
+    def _write_stream(self, response: Response, on_end: Callable[[int], None]) -> None:
+        """Chunk out a watch; `on_end(bytes)` runs before the last chunk, so a client that has
+        read the whole stream finds the request in the log."""
         assert response.stream is not None
         sent = 0
+        ended = False
         try:
             for chunk in response.stream:
                 if chunk is None:
                     if _client_gone(self.connection):
                         self.close_connection = True
-                        return sent
+                        break
                     continue
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 sent += len(chunk)
-            self.wfile.write(b"0\r\n\r\n")
+            else:
+                ended = True
+                on_end(sent)
+                self.wfile.write(b"0\r\n\r\n")
         except OSError:
             self.close_connection = True
         finally:
             close = getattr(response.stream, "close", None)
             if close is not None:
                 close()
-        return sent
+            if not ended:
+                on_end(sent)
 
     def _record(self, log: RequestLog, audit: Audit, code: int, sent: int,
                 started: float) -> None:

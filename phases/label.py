@@ -70,7 +70,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
         ondelete = o.update_strategy(ds) == "OnDelete"
         if not step.satisfied(ds):
             steps.append(step)
-            gates.append(g.rollout_complete(ds))
+            gates.append(g.daemonset_healthy(ctx.snapshot, ds))
         else:
             notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
         if ondelete:
@@ -82,13 +82,14 @@ def plan(ctx: PlanContext) -> PhasePlan:
                 pods_ok = g.pods_carry(ctx.snapshot, comp.daemonset,
                                        {comp.common_label.key: comp.common_label.value})
                 if not step.satisfied(ds) or not pods_ok.ok:
-                    blocked = (f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
+                    reason = (f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
                                "template change rolls no pods ("
                                + (f"old pods: {pods_ok.detail}" if not pods_ok.ok else
                                   "every pod would keep its old labels")
                                + "); rerun with --roll-on-delete to let the tool delete old "
                                "pods one node at a time")
-                    notes.append(blocked)
+                    notes.append(reason)
+                    blocked = f"{blocked}; {reason}" if blocked else reason
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),
                      blocked, tuple(bases), tolerance)
@@ -103,7 +104,7 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         if not step.rolls_pods():
             return []
         removing = [k for k, v in step.template_after.items() if v is None]
-        out = [g.rollout_complete(ds)]
+        out = [g.daemonset_healthy(ctx.snapshot, ds)]
         for key in removing:
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
@@ -127,7 +128,7 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if name is None or name not in ctx.snapshot.daemonsets:
         return []
     ds = ctx.snapshot.daemonsets[name]
-    return [g.rollout_complete(ds),
+    return [g.daemonset_healthy(ctx.snapshot, ds),
             g.pods_carry(ctx.snapshot, name, _wanted_pod_labels(ctx, name))]
 
 

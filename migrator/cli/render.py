@@ -13,7 +13,7 @@ from migrator.errors import MigrateError
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=stderr)
 
 
 def document(doc: dict[str, Any], output: Output) -> None:

@@ -42,6 +42,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                           rec.recorded() if rec and status in ("in-progress", "failed") else {})
         if status == "completed" and rec is not None:
             gates = module.verify(ctx, rec.done_steps())
+            warnings.extend(module.plan(ctx).warnings)  # e.g. operator-owned, still true
             views.append(_view(module.NUMBER, module.NAME, status, [], gates, [], rec.error))
             continue
         plan: PhasePlan = module.plan(ctx)

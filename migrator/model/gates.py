@@ -59,6 +59,16 @@ def not_ready_nodes(pods: Iterable[PodView]) -> list[str]:
     return sorted({p.node for p in pods if not p.ready})
 
 
+def daemonset_healthy(snapshot: Snapshot, ds: Obj) -> GateResult:
+    """Rollout complete now, naming the nodes whose pods are not Ready when it is not."""
+    result = rollout_complete(ds)
+    if result.ok:
+        return result
+    nodes = not_ready_nodes(snapshot.pods_of(o.name(ds)))
+    detail = result.detail + (f"; pods not ready on nodes {_names(nodes)}" if nodes else "")
+    return GateResult(result.name, False, detail)
+
+
 # ---- labels on pods --------------------------------------------------------------------------
 
 def pods_carry(snapshot: Snapshot, daemonset: str, labels: Mapping[str, str | None],

@@ -88,6 +88,11 @@ class Event:
 
 
 ObjKey = tuple[str, str]  # (namespace or "", name)
+
+
+def _key(resource: Resource, namespace: str | None, name: str) -> ObjKey:
+    """Cluster-scoped objects live under the empty namespace, whatever the caller passed."""
+    return ((namespace or "") if resource.namespaced else "", name)
 Subscriber = Callable[[Event], None]
 
 
@@ -123,14 +128,14 @@ class Store:
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
         """The stored object (do not mutate it); StoreError NotFound when absent."""
         with self.lock:
-            obj = self._objects[resource.key].get((namespace or "", name))
+            obj = self._objects[resource.key].get(_key(resource, namespace, name))
             if obj is None:
                 raise not_found(resource, name)
             return obj
 
     def find(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
         with self.lock:
-            return self._objects[resource.key].get((namespace or "", name))
+            return self._objects[resource.key].get(_key(resource, namespace, name))
 
     def list(
         self,
@@ -148,7 +153,7 @@ class Store:
                 keys = table.keys()
             out = []
             for key in sorted(keys):
-                if namespace and key[0] != namespace:
+                if namespace and resource.namespaced and key[0] != namespace:
                     continue
                 obj = table[key]
                 if selector is not None and not selector.matches(
@@ -199,10 +204,20 @@ class Store:
         self._rv += 1
         return str(self._rv)
 
-    def create(self, resource: Resource, obj: Obj, *, dry_run: bool = False) -> Obj:
-        """Store a new object, filling server-assigned metadata; AlreadyExists on a name clash."""
+    def create(
+        self, resource: Resource, obj: Obj, *, dry_run: bool = False, adopt: bool = False
+    ) -> Obj:
+        """Store a new object, filling server-assigned metadata; AlreadyExists on a name clash.
+
+        `adopt=True` (bulk seeding): the caller hands `obj` over and never touches it again, so
+        it is stored without the defensive deep copy; only its top level and `metadata` dict
+        are written to, so those must be the caller's own (other parts may be shared)."""
         with self.lock:
-            obj = copy.deepcopy(obj)
+            if adopt:
+                obj = dict(obj)
+                obj["metadata"] = dict(obj.get("metadata") or {})
+            else:
+                obj = copy.deepcopy(obj)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]

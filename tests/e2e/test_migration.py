@@ -134,8 +134,9 @@ def test_old_pods_with_new_template_refuse_the_switch(e2e_factory: Callable[...,
     mark = env.mark()
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert res.code == 1, res.stdout + res.stderr
-    old = sorted(p["metadata"]["name"] for p in env.pods("nvidia-dcgm-dra"))
-    assert any(name in res.stderr for name in old), res.stderr
+    for ds in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
+        old = sorted(p["metadata"]["name"] for p in env.pods(ds))
+        assert all(name in res.stderr for name in old), res.stderr
     assert [w for w in env.writes(since=mark) if w.resource == "services"] == []
 
 

@@ -242,7 +242,11 @@ class Kube:
         self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
         patch_type: Literal["merge", "strategic", "json"] = "merge",
     ) -> Obj:
-        """PATCH with a merge (default), strategic-merge or JSON patch."""
+        """PATCH with a merge (default), strategic-merge or JSON patch.
+
+        Retried like every request, so a JSON patch must be idempotent (no `add` to `/-`;
+        guard with a `test` op) — merge patches are by nature.
+        """
         patched: Obj = self._request(
             "PATCH", kind.object_path(name, namespace), self._write_query(), body,
             PATCH_TYPES[patch_type],

@@ -20,10 +20,10 @@ from typing import Any
 
 from migrator.model import kinds
 from migrator.sim import admission, allocation
-from migrator.sim.controllers import daemonsets as D
 from migrator.sim.controllers import endpointslices as E
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers import rendering as R
+from migrator.sim.controllers import rollouts as D
 from migrator.sim.controllers.kubelet import IPAllocator, running_status
 from migrator.sim.controllers.scheduling import node_should_run
 from migrator.sim.store import Store
@@ -160,13 +160,18 @@ def _seed_daemonset(
     by_name = {n["metadata"]["name"]: n for n in nodes}
     created: list[Obj] = []
     now = P.now_rfc3339()
+    factory = D.PodFactory()
     for node, (should_run, _) in fits.items():
         if not should_run:
             continue
-        pod = D.new_pod(ds, node, hash_, f"{ds['metadata']['name']}-{P.random_suffix()}")
+        name = f"{ds['metadata']['name']}-{P.random_suffix()}"
+        while store.find(kinds.POD, ds["metadata"]["namespace"], name) is not None:
+            name = f"{ds['metadata']['name']}-{P.random_suffix()}"  # as generateName retries
+        pod = factory.pod(ds, node, hash_, name)
         pod["status"] = running_status(pod, by_name[node], ips.take(by_name[node]), True, now)
-        created.append(store.create(kinds.POD, pod))
-    status = D.compute_status(ds, fits, D.group_by_node(created), hash_, P.is_pod_ready)
+        created.append(store.create(kinds.POD, pod, adopt=True))
+    views = [D.PodView.of(p) for p in created]
+    status = D.compute_status(ds, fits, D.group_by_node(views), hash_, lambda v: v.ready)
     body = {"metadata": {"name": ds["metadata"]["name"], "namespace": ds["metadata"]["namespace"]},
             "status": status}
     ds = store.update(kinds.DAEMONSET, body, subresource="status")
@@ -195,8 +200,8 @@ def seed(
         crd("nvidia.com", "gpuclusters", "GPUCluster", "v1alpha1", "Cluster"),
         crd("monitoring.coreos.com", "servicemonitors", "ServiceMonitor", "v1", "Namespaced"),
     ])
-    node_objs = _create_all(store, kinds.NODE, (
-        new_node(i, _node_stacks(stack, i - 1, nodes)) for i in range(1, nodes + 1)))
+    node_objs = [store.create(kinds.NODE, new_node(i, _node_stacks(stack, i - 1, nodes)),
+                              adopt=True) for i in range(1, nodes + 1)]
     cr_stacks = {"clusterpolicy": [R.CLUSTERPOLICY], "gpucluster": [R.GPUCLUSTER],
                  "mixed": [R.CLUSTERPOLICY, R.GPUCLUSTER], "both": [R.CLUSTERPOLICY, R.GPUCLUSTER],
                  "none": []}[stack]

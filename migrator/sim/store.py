@@ -221,6 +221,11 @@ class Store:
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+                ns_ = meta.get("namespace") or "" if resource.namespaced else ""
+                for _ in range(7):  # RetryGenerateName (GA in 1.32): retry a clash server-side
+                    if (ns_, meta["name"]) not in self._objects[resource.key]:
+                        break
+                    meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             name = meta.get("name")
             if not name:
                 raise StoreError(422, "Invalid", f"{resource.kind} is invalid: metadata.name: "
@@ -257,15 +262,24 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        adopt: bool = False,
     ) -> Obj:
         """Replace an object. A `metadata.resourceVersion` in `obj` must match (409 Conflict).
 
         The main resource ignores `status` changes and the `status` subresource ignores
         everything but `status`, as the real server does for kinds with a status subresource.
         `generation` moves when, and only when, `spec` changes.
+
+        `adopt=True` (the simulated controllers' hot path): as for `create`, `obj` is handed
+        over and stored without a deep copy, and unchanged parts are shared with the stored
+        object rather than copied; both are safe because stored objects are never mutated.
         """
         with self.lock:
-            obj = copy.deepcopy(obj)
+            if adopt:
+                obj = dict(obj)
+                obj["metadata"] = dict(obj.get("metadata") or {})
+            else:
+                obj = copy.deepcopy(obj)
             meta = obj.setdefault("metadata", {})
             name = meta.get("name", "")
             ns = (meta.get("namespace") or "") if resource.namespaced else ""
@@ -276,13 +290,18 @@ class Store:
             if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
                 raise conflict(resource, name)
             if subresource == "status":
-                new = copy.deepcopy(current)
+                if adopt:
+                    new = dict(current)
+                    new["metadata"] = dict(current["metadata"])
+                else:
+                    new = copy.deepcopy(current)
                 new["status"] = obj.get("status", {})
             else:
                 new = obj
                 if resource.has_status:
                     if "status" in current:
-                        new["status"] = copy.deepcopy(current["status"])
+                        new["status"] = (current["status"] if adopt
+                                         else copy.deepcopy(current["status"]))
                     else:
                         new.pop("status", None)
                 # Immutable server-assigned metadata is kept from the stored object.

@@ -22,12 +22,14 @@ from migrator.sim.controllers.base import Controller
 from migrator.sim.controllers.rollouts import (
     HASH_LABEL,
     Available,
+    NodePods,
     Plan,
+    PodFactory,
+    PodView,
     compute_status,
     ds_hash,
     group_by_node,
     manage_plan,
-    new_pod,
     new_revision,
     revision_patch,
     rolling_update_plan,
@@ -54,9 +56,10 @@ class DaemonSetController(Controller):
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
         self._dsets: dict[DSKey, Obj] = {}
-        self._pods: dict[DSKey, dict[str, Obj]] = {}
+        self._pods: dict[str, dict[str, PodView]] = {}  # owner uid -> pod name -> view
         self._nodes: dict[str, Obj] = {}
         self._ready_since: dict[str, float] = {}
+        self._factory = PodFactory()
         self._fit_cache: dict[DSKey, tuple[str, dict[str, tuple[str, tuple[bool, bool]]]]] = {}
 
     # ---- caches ----------------------------------------------------------------------------
@@ -71,24 +74,26 @@ class DaemonSetController(Controller):
         for pod in self.store.list(kinds.POD)[0]:
             self._cache_pod(pod, deleted=False, primed=True)
 
-    def _owner_key(self, pod: Mapping[str, Any]) -> DSKey | None:
+    def _cache_pod(self, pod: Obj, *, deleted: bool, primed: bool = False) -> DSKey | None:
+        """Index the pod under its controlling DaemonSet's uid; returns that DaemonSet's key."""
         ref = P.controller_ref(pod)
         if ref is None or ref.get("kind") != "DaemonSet":
             return None
-        return (pod["metadata"]["namespace"], ref["name"])
-
-    def _cache_pod(self, pod: Obj, *, deleted: bool, primed: bool = False) -> DSKey | None:
-        key = self._owner_key(pod)
-        if key is None:
-            return None
+        key = (pod["metadata"]["namespace"], str(ref["name"]))
+        owner = str(ref.get("uid"))
         name = pod["metadata"]["name"]
         uid = pod["metadata"]["uid"]
         if deleted:
-            self._pods.get(key, {}).pop(name, None)
+            pods = self._pods.get(owner)
+            if pods is not None:
+                pods.pop(name, None)
+                if not pods:
+                    del self._pods[owner]
             self._ready_since.pop(uid, None)
             return key
-        self._pods.setdefault(key, {})[name] = pod
-        if P.is_pod_ready(pod):
+        view = PodView.of(pod)
+        self._pods.setdefault(owner, {})[name] = view
+        if view.ready:
             # Pods already Ready when the controller starts count as ready long ago.
             self._ready_since.setdefault(uid, float("-inf") if primed else self.clock.now())
         else:
@@ -108,6 +113,7 @@ class DaemonSetController(Controller):
                 if ev.type == "DELETED":
                     self._dsets.pop(key, None)
                     self._fit_cache.pop(key, None)
+                    self._factory.forget(obj["metadata"]["uid"])
                 else:
                     self._dsets[key] = obj
                 dirty.add(key)
@@ -140,12 +146,12 @@ class DaemonSetController(Controller):
         min_ready = int(ds["spec"].get("minReadySeconds") or 0)
         now = self.clock.now()
 
-        def available(pod: Obj) -> bool:
-            if not P.is_pod_ready(pod):
+        def available(pod: PodView) -> bool:
+            if not pod.ready:
                 return False
             if min_ready <= 0:
                 return True
-            since = self._ready_since.get(pod["metadata"]["uid"])
+            since = self._ready_since.get(pod.uid)
             return since is not None and now - since >= min_ready
 
         return available
@@ -172,19 +178,19 @@ class DaemonSetController(Controller):
         ds = self._dsets.get(key)
         if ds is None or P.is_deleting(ds):
             return
-        hash_ = self._construct_history(ds)
+        hash_, old_revisions = self._construct_history(ds)
         fits = self._fits(key, ds)
         available = self.available_fn(ds)
-        node_pods = group_by_node(self._ds_pods(key, ds))
+        node_pods = group_by_node(self._ds_pods(ds))
         plan = manage_plan(ds, fits, node_pods, hash_, available)
         if not plan:
             strategy = (ds["spec"].get("updateStrategy") or {}).get("type") or "RollingUpdate"
             if strategy == "RollingUpdate":
                 plan = rolling_update_plan(ds, fits, node_pods, hash_, available)
-        self._apply(key, ds, plan, hash_)
+        self._apply(ds, plan, hash_)
         if plan:
-            node_pods = group_by_node(self._ds_pods(key, ds))
-        self._cleanup_history(ds, node_pods)
+            node_pods = group_by_node(self._ds_pods(ds))
+        self._cleanup_history(ds, old_revisions, node_pods)
         status = compute_status(ds, fits, node_pods, hash_, available)
         if status != (ds.get("status") or {}):
             self._write_status(ds, status)
@@ -192,22 +198,20 @@ class DaemonSetController(Controller):
         if min_ready > 0 and status.get("numberReady", 0) != status.get("numberAvailable", 0):
             self.schedule(key, min_ready)
 
-    def _ds_pods(self, key: DSKey, ds: Mapping[str, Any]) -> list[Obj]:
+    def _ds_pods(self, ds: Mapping[str, Any]) -> list[PodView]:
         """Cached pods whose controller is this DaemonSet (this uid, not a namesake)."""
-        uid = ds["metadata"]["uid"]
-        return [p for p in self._pods.get(key, {}).values()
-                if (P.controller_ref(p) or {}).get("uid") == uid]
+        return list(self._pods.get(ds["metadata"]["uid"], {}).values())
 
-    def _apply(self, key: DSKey, ds: Obj, plan: Plan, hash_: str) -> None:
+    def _apply(self, ds: Obj, plan: Plan, hash_: str) -> None:
         ns = ds["metadata"]["namespace"]
-        cache = self._pods.setdefault(key, {})
+        cache = self._pods.setdefault(ds["metadata"]["uid"], {})
         for name in plan.delete:
-            pod = cache.get(name)
+            view = cache.get(name)
             grace = DEFAULT_GRACE_SECONDS
-            if pod is not None:
-                grace = int(pod["spec"].get("terminationGracePeriodSeconds", grace))
+            if view is not None:
+                grace = int(view.obj["spec"].get("terminationGracePeriodSeconds", grace))
             try:
-                cache[name] = self.store.mark_deleting(kinds.POD, ns, name, grace)
+                cache[name] = PodView.of(self.store.mark_deleting(kinds.POD, ns, name, grace))
             except StoreError as err:
                 if err.code != 404:
                     raise
@@ -216,7 +220,8 @@ class DaemonSetController(Controller):
             for _ in range(5):
                 name = f"{ds['metadata']['name']}-{P.random_suffix()}"
                 try:
-                    cache[name] = self.store.create(kinds.POD, new_pod(ds, node, hash_, name))
+                    pod = self._factory.pod(ds, node, hash_, name)
+                    cache[name] = PodView.of(self.store.create(kinds.POD, pod, adopt=True))
                     break
                 except StoreError as err:
                     if err.reason != "AlreadyExists":
@@ -228,7 +233,7 @@ class DaemonSetController(Controller):
                 "status": status}
         try:
             self._dsets[(meta["namespace"], meta["name"])] = self.store.update(
-                kinds.DAEMONSET, body, subresource="status")
+                kinds.DAEMONSET, body, subresource="status", adopt=True)
         except StoreError as err:
             if err.code != 404:
                 raise
@@ -240,8 +245,8 @@ class DaemonSetController(Controller):
         revs, _ = self.store.list(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"])
         return [r for r in revs if (P.controller_ref(r) or {}).get("uid") == uid]
 
-    def _construct_history(self, ds: Obj) -> str:
-        """`constructHistory` + `snapshot`: the current revision's hash."""
+    def _construct_history(self, ds: Obj) -> tuple[str, list[Obj]]:
+        """`constructHistory` + `snapshot`: the current revision's hash and the old revisions."""
         hash_ = ds_hash(ds)
         patch = revision_patch(ds)
         revs = self._revisions(ds)
@@ -249,34 +254,44 @@ class DaemonSetController(Controller):
         old = [r for r in revs if r.get("data") != patch]
         next_rev = max((int(r.get("revision", 0)) for r in old), default=0) + 1
         if not current:
-            try:
-                self.store.create(kinds.CONTROLLER_REVISION, new_revision(ds, hash_, next_rev))
-            except StoreError as err:
-                if err.reason != "AlreadyExists":
-                    raise
-                # A different template under the same hash: bump collisionCount, as upstream.
-                status = dict(ds.get("status") or {})
-                status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
-                self._write_status(ds, status)
-                raise
-            return hash_
+            self._snapshot(ds, hash_, patch, next_rev)
+            return hash_, old
         cur = max(current, key=lambda r: int(r.get("revision", 0)))
         if int(cur.get("revision", 0)) < next_rev:
             updated = copy.deepcopy(cur)
             updated["revision"] = next_rev
             self.store.update(kinds.CONTROLLER_REVISION, updated)
-        return str((cur["metadata"].get("labels") or {}).get(HASH_LABEL) or hash_)
+        return str((cur["metadata"].get("labels") or {}).get(HASH_LABEL) or hash_), old
 
-    def _cleanup_history(self, ds: Obj, node_pods: Mapping[str, list[Obj]]) -> None:
+    def _snapshot(self, ds: Obj, hash_: str, patch: Obj, revision: int) -> None:
+        rev = new_revision(ds, hash_, revision)
+        try:
+            self.store.create(kinds.CONTROLLER_REVISION, rev)
+            return
+        except StoreError as err:
+            if err.reason != "AlreadyExists":
+                raise
+        existing = self.store.get(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"],
+                                  rev["metadata"]["name"])
+        if existing.get("data") == patch:  # ours already, from an earlier namesake: adopt it
+            adopted = copy.deepcopy(existing)
+            adopted["metadata"]["ownerReferences"] = rev["metadata"]["ownerReferences"]
+            adopted["revision"] = revision
+            self.store.update(kinds.CONTROLLER_REVISION, adopted)
+            return
+        # A different template under the same hash: bump collisionCount, as upstream.
+        status = dict(ds.get("status") or {})
+        status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
+        self._write_status(ds, status)
+        raise StoreError(409, "Conflict", f"hash collision on ControllerRevision {hash_}")
+
+    def _cleanup_history(self, ds: Obj, old: list[Obj], node_pods: NodePods) -> None:
+        """`cleanupHistory`: keep `revisionHistoryLimit` old revisions (and any a pod uses)."""
         limit = ds["spec"].get("revisionHistoryLimit")
-        keep = 10 if limit is None else int(limit)
-        patch = revision_patch(ds)
-        old = [r for r in self._revisions(ds) if r.get("data") != patch]
-        kill = len(old) - keep
+        kill = len(old) - (10 if limit is None else int(limit))
         if kill <= 0:
             return
-        live = {(p["metadata"].get("labels") or {}).get(HASH_LABEL)
-                for pods in node_pods.values() for p in pods}
+        live = {p.hash for pods in node_pods.values() for p in pods}
         for rev in sorted(old, key=lambda r: int(r.get("revision", 0))):
             if kill <= 0:
                 break

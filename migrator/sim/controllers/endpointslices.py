@@ -408,11 +408,11 @@ class EndpointSliceController(Controller):
             self._own_rv[(ns, sl["metadata"]["name"])] = gone["metadata"]["resourceVersion"]
             cache.pop(sl["metadata"]["name"], None)
         for sl in plan.update:
-            new = self.store.update(kinds.ENDPOINTSLICE, sl)
+            new = self.store.update(kinds.ENDPOINTSLICE, sl, adopt=True)
             self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
             cache[new["metadata"]["name"]] = new
         for sl in plan.create:
-            new = self.store.create(kinds.ENDPOINTSLICE, sl)
+            new = self.store.create(kinds.ENDPOINTSLICE, sl, adopt=True)
             self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
             cache[new["metadata"]["name"]] = new
 

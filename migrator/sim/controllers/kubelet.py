@@ -333,7 +333,7 @@ class Kubelet(Controller):
         body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
                 "status": status}
         try:
-            new = self.store.update(kinds.POD, body, subresource="status")
+            new = self.store.update(kinds.POD, body, subresource="status", adopt=True)
         except StoreError as err:
             if err.code == 404:
                 return

@@ -46,13 +46,6 @@ def ds_hash(ds: Mapping[str, Any]) -> str:
     return P.template_hash(ds["spec"]["template"], collisions)
 
 
-def is_pod_updated(pod: Mapping[str, Any], hash_: str, generation: int | None) -> bool:
-    """`util.IsPodUpdated`: the pod carries the current hash or template generation."""
-    labels = pod.get("metadata", {}).get("labels") or {}
-    by_gen = generation is not None and labels.get(GENERATION_LABEL) == str(generation)
-    return (bool(hash_) and labels.get(HASH_LABEL) == hash_) or by_gen
-
-
 def new_pod(ds: Mapping[str, Any], node: str, hash_: str, name: str) -> Obj:
     """The pod `syncNodes` creates for `node`, as the API server stores it (defaulted by
     `admission.admit`). The sim's scheduler binds at once: `spec.nodeName` is set next to the
@@ -85,6 +78,34 @@ def new_pod(ds: Mapping[str, Any], node: str, hash_: str, name: str) -> Obj:
     return pod
 
 
+class PodFactory:
+    """`new_pod` for many nodes at once: admission runs once per DaemonSet revision, then the
+    admitted pod is stamped per node (name, nodeName, node affinity, PodScheduled). The result
+    shares unchanged sub-objects with the cached pod: hand it to `Store.create` (which copies)
+    or copy it before changing it."""
+
+    def __init__(self) -> None:
+        self._base: dict[str, tuple[tuple[str, int | None], Obj]] = {}
+
+    def pod(self, ds: Mapping[str, Any], node: str, hash_: str, name: str) -> Obj:
+        uid = str(ds["metadata"].get("uid", ""))
+        key = (hash_, template_generation(ds))
+        cached = self._base.get(uid)
+        if cached is None or cached[0] != key:
+            cached = (key, new_pod(ds, node, hash_, name))
+            self._base[uid] = cached
+        base = cached[1]
+        affinity = pin_to_node(base["spec"]["affinity"], node)
+        spec = dict(base["spec"], nodeName=node, affinity=affinity)
+        status = dict(base["status"], conditions=[
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+             "lastTransitionTime": P.now_rfc3339()}])
+        return dict(base, metadata=dict(base["metadata"], name=name), spec=spec, status=status)
+
+    def forget(self, uid: str) -> None:
+        self._base.pop(uid, None)
+
+
 def revision_patch(ds: Mapping[str, Any]) -> Obj:
     """`getPatch`: the ControllerRevision data that restores this template."""
     template = copy.deepcopy(ds["spec"]["template"])
@@ -108,46 +129,80 @@ def new_revision(ds: Mapping[str, Any], hash_: str, revision: int) -> Obj:
             "data": revision_patch(ds), "revision": revision}
 
 
-def group_by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What the DaemonSet logic reads of one pod version, extracted once (a 5000-node sync
+    reads each pod several times)."""
+
+    obj: Obj
+    name: str
+    uid: str
+    node: str
+    ready: bool
+    deleting: bool
+    terminal: bool
+    hash: str | None
+    generation: str | None
+    sort_key: tuple[int, str, str]
+
+    @classmethod
+    def of(cls, pod: Obj) -> PodView:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        return cls(pod, meta["name"], meta.get("uid", ""), P.node_name(pod), P.is_pod_ready(pod),
+                   P.is_deleting(pod), P.is_pod_terminal(pod), labels.get(HASH_LABEL),
+                   labels.get(GENERATION_LABEL), P.creation_sort_key(pod))
+
+    def updated(self, hash_: str, generation: int | None) -> bool:
+        """`util.IsPodUpdated`: the pod carries the current hash or template generation."""
+        return (bool(hash_) and self.hash == hash_) or (
+            generation is not None and self.generation == str(generation))
+
+
+def is_pod_updated(pod: Obj, hash_: str, generation: int | None) -> bool:
+    return PodView.of(pod).updated(hash_, generation)
+
+
+def group_by_node(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
     """`getNodesToDaemonPods(includeDeletedTerminal=false)`, oldest pod first per node."""
-    out: dict[str, list[Obj]] = {}
+    out: dict[str, list[PodView]] = {}
     for pod in pods:
-        if P.is_pod_terminal(pod) and P.is_deleting(pod):
+        if pod.terminal and pod.deleting:
             continue
-        out.setdefault(P.node_name(pod), []).append(pod)
-    for group in out.values():
-        group.sort(key=P.creation_sort_key)
+        group = out.get(pod.node)
+        if group is None:
+            out[pod.node] = [pod]
+        else:
+            group.append(pod)
+            group.sort(key=lambda v: v.sort_key)
     return out
 
 
-Available = Callable[[Obj], bool]
+Available = Callable[[PodView], bool]
+Fits = Mapping[str, tuple[bool, bool]]
+NodePods = Mapping[str, list[PodView]]
 
 
 def compute_status(
-    ds: Mapping[str, Any],
-    fits: Mapping[str, tuple[bool, bool]],
-    node_pods: Mapping[str, list[Obj]],
-    hash_: str,
-    available: Available,
-    *,
-    observe: bool = True,
+    ds: Mapping[str, Any], fits: Fits, node_pods: NodePods, hash_: str, available: Available,
+    *, observe: bool = True,
 ) -> Obj:
     """`updateDaemonSetStatus`: the counters, from the oldest pod on each node."""
     generation = template_generation(ds)
     desired = current = misscheduled = ready = updated = avail = 0
     for node, (should_run, _) in fits.items():
-        pods = node_pods.get(node) or []
+        pods = node_pods.get(node)
         if should_run:
             desired += 1
             if not pods:
                 continue
             current += 1
             oldest = pods[0]
-            if P.is_pod_ready(oldest):
+            if oldest.ready:
                 ready += 1
                 if available(oldest):
                     avail += 1
-            if is_pod_updated(oldest, hash_, generation):
+            if oldest.updated(hash_, generation):
                 updated += 1
         elif pods:
             misscheduled += 1
@@ -183,15 +238,20 @@ def _rolling_counts(ds: Mapping[str, Any], desired: int) -> tuple[int, int]:
     return max_surge, max_unavailable
 
 
+def _allows_surge(ds: Mapping[str, Any]) -> bool:
+    """`util.AllowsSurge`: maxSurge scaled against one node is positive."""
+    return _rolling_counts(ds, 1)[0] > 0
+
+
 def _find_updated(
-    pods: list[Obj], hash_: str, gen: int | None
-) -> tuple[Obj | None, Obj | None, bool]:
+    pods: list[PodView], hash_: str, gen: int | None
+) -> tuple[PodView | None, PodView | None, bool]:
     """`findUpdatedPodsOnNode`: (new, old, ok) among the node's non-deleting pods."""
     new = old = None
     for pod in pods:
-        if P.is_deleting(pod):
+        if pod.deleting:
             continue
-        if is_pod_updated(pod, hash_, gen):
+        if pod.updated(hash_, gen):
             if new is not None:
                 return None, None, False
             new = pod
@@ -214,79 +274,68 @@ class Plan:
 
 
 def manage_plan(
-    ds: Mapping[str, Any], fits: Mapping[str, tuple[bool, bool]],
-    node_pods: Mapping[str, list[Obj]], hash_: str, available: Available,
+    ds: Mapping[str, Any], fits: Fits, node_pods: NodePods, hash_: str, available: Available,
 ) -> Plan:
-    """`manage` / `podsShouldBeOnNode`."""
+    """`manage` / `podsShouldBeOnNode` (pods on nodes that no longer exist are the pod GC's)."""
     plan = Plan()
     surge = _allows_surge(ds)
     for node, (should_run, should_continue) in fits.items():
         pods = node_pods.get(node)
-        if should_run and not pods:
-            plan.create.append(node)
-            continue
         if not pods:
+            if should_run:
+                plan.create.append(node)
             continue
-        if should_continue:
-            running = []
-            for pod in pods:
-                if P.is_deleting(pod):
-                    continue
-                if P.is_pod_terminal(pod):
-                    plan.delete.append(pod["metadata"]["name"])
-                else:
-                    running.append(pod)
-            if not surge:
-                plan.delete.extend(p["metadata"]["name"] for p in running[1:])
+        if not should_continue:
+            plan.delete.extend(p.name for p in pods if not p.deleting)
+            continue
+        running = []
+        for pod in pods:
+            if pod.deleting:
                 continue
-            if len(running) <= 1:
-                if not running and should_run:
-                    plan.create.append(node)
-                continue
-            oldest_new = oldest_old = None
-            for pod in running:
-                if pod["metadata"].get("labels", {}).get(HASH_LABEL) == hash_:
-                    if oldest_new is None:
-                        oldest_new = pod
-                        continue
-                elif oldest_old is None:
-                    oldest_old = pod
+            if pod.terminal:
+                plan.delete.append(pod.name)
+            else:
+                running.append(pod)
+        if not surge:
+            plan.delete.extend(p.name for p in running[1:])
+            continue
+        if len(running) <= 1:
+            if not running and should_run:
+                plan.create.append(node)
+            continue
+        oldest_new = oldest_old = None
+        for pod in running:
+            if pod.hash == hash_:
+                if oldest_new is None:
+                    oldest_new = pod
                     continue
-                plan.delete.append(pod["metadata"]["name"])
-            if oldest_new is not None and oldest_old is not None and (
-                not P.is_pod_ready(oldest_old) or available(oldest_new)
-            ):
-                plan.delete.append(oldest_old["metadata"]["name"])
-        else:
-            plan.delete.extend(p["metadata"]["name"] for p in pods if not P.is_deleting(p))
+            elif oldest_old is None:
+                oldest_old = pod
+                continue
+            plan.delete.append(pod.name)
+        if oldest_new is not None and oldest_old is not None and (
+            not oldest_old.ready or available(oldest_new)
+        ):
+            plan.delete.append(oldest_old.name)
     return plan
 
 
-def _allows_surge(ds: Mapping[str, Any]) -> bool:
-    """`util.AllowsSurge`: maxSurge scaled against one node is positive."""
-    return _rolling_counts(ds, 1)[0] > 0
-
-
 def rolling_update_plan(
-    ds: Mapping[str, Any], fits: Mapping[str, tuple[bool, bool]],
-    node_pods: Mapping[str, list[Obj]], hash_: str, available: Available,
+    ds: Mapping[str, Any], fits: Fits, node_pods: NodePods, hash_: str, available: Available,
 ) -> Plan:
-    """`rollingUpdate` (update.go), both the maxSurge == 0 and the surge branch."""
+    """`rollingUpdate` (update.go), both the maxSurge == 0 and the surge branch. Nodes are
+    visited in name order (upstream: Go map order), so the roll order is reproducible."""
     gen = template_generation(ds)
-    nodes: dict[str, list[Obj]] = {n: list(p) for n, p in node_pods.items()}
-    desired = 0
-    for node, (should_run, _) in fits.items():
-        if should_run:
-            desired += 1
-            nodes.setdefault(node, [])
+    desired = sum(1 for run, _ in fits.values() if run)
+    nodes = sorted({n for n, (run, _) in fits.items() if run} | set(node_pods))
     max_surge, max_unavailable = _rolling_counts(ds, desired)
     plan = Plan()
     if max_surge == 0:
         unavailable = 0
         replace: list[str] = []
         candidates: list[str] = []
-        for node in sorted(nodes):
-            new, old, ok = _find_updated(nodes[node], hash_, gen)
+        for node in nodes:
+            new, old, ok = _find_updated(node_pods.get(node) or [], hash_, gen)
             if not ok or (new is None) == (old is None):
                 unavailable += 1
             elif new is not None:
@@ -294,10 +343,10 @@ def rolling_update_plan(
                     unavailable += 1
             elif old is not None:
                 if not available(old):
-                    replace.append(old["metadata"]["name"])
+                    replace.append(old.name)
                     unavailable += 1
                 elif unavailable < max_unavailable:
-                    candidates.append(old["metadata"]["name"])
+                    candidates.append(old.name)
         remaining = min(max(max_unavailable - unavailable, 0), len(candidates))
         plan.delete = replace + candidates[:remaining]
         return plan
@@ -305,8 +354,8 @@ def rolling_update_plan(
     allowed: list[str] = []
     candidate_nodes: list[str] = []
     should_not_run: list[str] = []
-    for node in sorted(nodes):
-        new, old, ok = _find_updated(nodes[node], hash_, gen)
+    for node in nodes:
+        new, old, ok = _find_updated(node_pods.get(node) or [], hash_, gen)
         if not ok:
             surge += 1
             continue
@@ -320,17 +369,17 @@ def rolling_update_plan(
         if new is None:
             if not available(old):
                 if not runs:
-                    plan.delete.append(old["metadata"]["name"])
+                    plan.delete.append(old.name)
                 else:
                     allowed.append(node)
             elif not runs:
-                should_not_run.append(old["metadata"]["name"])
+                should_not_run.append(old.name)
             elif surge < max_surge:
                 candidate_nodes.append(node)
         elif not available(new):
             surge += 1
         else:
-            plan.delete.append(old["metadata"]["name"])
+            plan.delete.append(old.name)
     deletable = min(max(available_count - desired, 0), len(should_not_run))
     plan.delete.extend(should_not_run[:deletable])
     remaining = min(max(max_surge - surge, 0), len(candidate_nodes))

@@ -10,6 +10,12 @@ restricted by name, while a `metadata.name=` field selector names a list or watc
 
 Convenience of the sim (not Kubernetes): YAML with roles but no bindings binds every
 ClusterRole cluster-wide and every Role in its namespace to the token's user.
+
+Requests without credentials: kubectl never sends a token over plain HTTP (client-go only
+attaches credentials to TLS connections), so by default such a request is served as
+`system:unsecured` with full access, as the API server's old insecure port did. A wrong token is
+still 401. Set `AccessControl(allow_unauthenticated=False)` (or `.anonymous = None`) to make a
+missing token 401 too.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import yaml
 
 ADMIN_TOKEN = "sim-admin-token"
 ADMIN_USER = "sim-admin"
+UNSECURED_USER = "system:unsecured"
 
 
 @dataclass(frozen=True)
@@ -92,8 +99,8 @@ class Policy:
         return Decision(False, "")
 
 
-def admin_policy() -> Policy:
-    return Policy(ADMIN_USER, ("system:masters", "system:authenticated"), superuser=True)
+def admin_policy(user: str = ADMIN_USER) -> Policy:
+    return Policy(user, ("system:masters", "system:authenticated"), superuser=True)
 
 
 def _rules(doc: dict[str, Any]) -> list[Rule]:
@@ -181,11 +188,14 @@ def policy_from_rbac(rbac_yaml: str, user: str | None = None) -> Policy:
 class AccessControl:
     """Token → policy table (thread-safe). ADMIN_TOKEN is always present and allows everything."""
 
-    def __init__(self, tokens: Iterable[tuple[str, Policy]] = ()) -> None:
+    def __init__(self, tokens: Iterable[tuple[str, Policy]] = (), *,
+                 allow_unauthenticated: bool = True) -> None:
         self._lock = threading.Lock()
         self._tokens: dict[str, Policy] = {ADMIN_TOKEN: admin_policy()}
         for token, policy in tokens:
             self._tokens[token] = policy
+        self.anonymous: Policy | None = (
+            admin_policy(UNSECURED_USER) if allow_unauthenticated else None)
 
     def add_token(self, token: str, rbac_yaml_text: str, user: str | None = None) -> Policy:
         """Register `token` with the rules granted by the RBAC YAML; returns its policy."""
@@ -202,6 +212,9 @@ class AccessControl:
             self._tokens.pop(token, None)
 
     def policy_for(self, token: str) -> Policy | None:
+        """The policy of a bearer token ("" = none sent); None means 401 Unauthorized."""
+        if not token:
+            return self.anonymous
         with self._lock:
             return self._tokens.get(token)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from migrator.model import kinds, selectors
 from migrator.model.kinds import Kind
-from migrator.sim import fieldselectors, watching, writes
+from migrator.sim import fieldselectors, protobuf, watching, writes
 from migrator.sim.access import Attributes, Policy
 from migrator.sim.encoding import dumps
 from migrator.sim.exchange import Backend, Request, Response, json_response
@@ -30,12 +30,18 @@ from migrator.sim.statuses import (
     no_such_path,
     not_found,
     success,
+    unsupported_media_type,
 )
 
 Obj = dict[str, Any]
 
 
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
 def _body_json(req: Request) -> Any:
+    if req.header("content-type").startswith(PROTOBUF):
+        raise unsupported_media_type(req.header("content-type"))
     if not req.body.strip():
         return None
     try:
@@ -264,7 +270,13 @@ def _delete_collection(b: Backend, info: RequestInfo, req: Request, kind: Kind) 
 # ---- SelfSubjectAccessReview --------------------------------------------------------------
 
 def _access_review(info: RequestInfo, req: Request, policy: Policy) -> Response:
-    body = _body_json(req)
+    if req.header("content-type").startswith(PROTOBUF):  # `kubectl auth can-i` sends these
+        try:
+            body: Any = protobuf.self_subject_access_review(req.body)
+        except protobuf.ProtobufError as e:
+            raise bad_request(f"cannot read the protobuf body: {e}") from e
+    else:
+        body = _body_json(req)
     if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
         raise ApiError(422, "Invalid", 'SelfSubjectAccessReview.authorization.k8s.io "" is '
                        "invalid: spec.resourceAttributes: Invalid value: \"null\": exactly one "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 MUTATING_VERBS = ("create", "update", "patch", "delete", "deletecollection")
@@ -18,7 +18,8 @@ _NOT_STORED = ("selfsubjectaccessreviews",)  # a create that answers a question,
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One answered request (a watch is recorded when its stream ends)."""
+    """One answered request. A watch is recorded when its stream opens (`open` True, bytes so
+    far 0) and the record is completed in place when the stream ends."""
 
     seq: int
     time: float
@@ -37,6 +38,7 @@ class RequestRecord:
     bytes_sent: int
     user: str
     duration_ms: float
+    open: bool = False
 
     @property
     def is_write(self) -> bool:
@@ -62,6 +64,18 @@ class RequestLog:
             rec = RequestRecord(seq=self._seq, time=fields.pop("time", time.time()), **fields)
             self._records.append(rec)
             return rec
+
+    def finish(self, seq: int, *, bytes_sent: int, duration_ms: float) -> None:
+        """Complete the record of a stream (a watch) that has ended."""
+        with self._lock:
+            for i in range(len(self._records) - 1, -1, -1):
+                rec = self._records[i]
+                if rec.seq == seq:
+                    self._records[i] = replace(rec, bytes_sent=bytes_sent,
+                                               duration_ms=duration_ms, open=False)
+                    return
+                if rec.seq < seq:
+                    return
 
     @property
     def last_seq(self) -> int:

@@ -28,7 +28,7 @@ from migrator.sim.dispatch import Audit, dispatch
 from migrator.sim.encoding import ObjectEncoder, dumps
 from migrator.sim.exchange import Backend, Request, Response
 from migrator.sim.faults import Faults
-from migrator.sim.requestlog import RequestLog
+from migrator.sim.requestlog import RequestLog, RequestRecord
 from migrator.sim.statuses import internal_error
 from migrator.sim.store import Store
 
@@ -191,18 +191,21 @@ class _Handler(BaseHTTPRequestHandler):
             _log.exception("sim API server failed on %s %s", self.command, self.path)
             error = internal_error(f"{type(e).__name__}: {e}")
             response, audit = Response(500, dumps(error.status())), None
-        if response.stream is None and audit is not None:
-            # Recorded before the answer leaves, so a client that reads the log right after
-            # its call always finds the call there.
-            sent = 0 if self.command == "HEAD" else len(response.body)
-            self._record(api.log, audit, response.code, sent, started)
+        # Recorded before the answer leaves, so a client that reads the log right after its
+        # call finds it there; a watch is recorded as it opens and completed when it ends.
+        record = None
+        if audit is not None:
+            sent = 0 if self.command == "HEAD" or response.stream else len(response.body)
+            record = self._record(api.log, audit, response.code, sent, started,
+                                  response.stream is not None)
 
-        def record_stream(sent: int) -> None:
-            if audit is not None:
-                self._record(api.log, audit, response.code, sent, started)
+        def finish_stream(sent: int) -> None:
+            if record is not None:
+                api.log.finish(record.seq, bytes_sent=sent,
+                               duration_ms=round((time.monotonic() - started) * 1000, 3))
 
         try:
-            self._write(response, record_stream)
+            self._write(response, finish_stream)
         except OSError:  # the client went away
             self.close_connection = True
 
@@ -224,7 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _write_stream(self, response: Response, on_end: Callable[[int], None]) -> None:
         """Chunk out a watch; `on_end(bytes)` runs before the last chunk, so a client that has
-        read the whole stream finds the request in the log."""
+        read the whole stream finds the request's record complete."""
         assert response.stream is not None
         sent = 0
         ended = False
@@ -251,12 +254,12 @@ class _Handler(BaseHTTPRequestHandler):
                 on_end(sent)
 
     def _record(self, log: RequestLog, audit: Audit, code: int, sent: int,
-                started: float) -> None:
+                started: float, stream: bool) -> RequestRecord:
         info = audit.info
-        log.record(
+        return log.record(
             method=info.method, path=info.path, query=info.raw_query, verb=info.verb,
             group=info.group, version=info.version, resource=info.resource,
             subresource=info.subresource, namespace=info.namespace, name=info.name, code=code,
             dry_run=audit.dry_run, bytes_sent=sent, user=audit.user,
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
+            duration_ms=round((time.monotonic() - started) * 1000, 3), open=stream,
         )

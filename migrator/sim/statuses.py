@@ -119,11 +119,15 @@ def method_not_allowed() -> ApiError:
 
 
 def unsupported_media_type(content_type: str) -> ApiError:
+    if "patch" in content_type:
+        accepted = ("application/json-patch+json, application/merge-patch+json, "
+                    "application/strategic-merge-patch+json")
+    else:
+        accepted = "application/json"
     return ApiError(
         415, "UnsupportedMediaType",
         f"the body of the request was in an unknown format - accepted media types include: "
-        f"application/json-patch+json, application/merge-patch+json, "
-        f"application/strategic-merge-patch+json (got {content_type!r})",
+        f"{accepted} (the simulated server reads no {content_type!r})",
     )
 
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,29 +115,40 @@ def write_kubeconfig(path: Path, url: str, token: str = ADMIN_TOKEN) -> Path:
     return path
 
 
-KubectlRun = Callable[..., subprocess.CompletedProcess[str]]
+@dataclass
+class Kubectl:
+    """kubectl pointed at the sim: `kubectl("get", "pods", "-o", "json")`."""
+
+    binary: str
+    env: dict[str, str]
+
+    def __call__(self, *args: str, check: bool = True,
+                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([self.binary, *args], env=self.env, capture_output=True,
+                                text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): "
+                                 f"{result.stderr}")
+        return result
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        """Start kubectl in the background (for commands that wait, like rollout status)."""
+        return subprocess.Popen([self.binary, *args], env=self.env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+KubectlRun = Kubectl
 
 
 @pytest.fixture
-def kubectl(server: ApiServer, tmp_path: Path) -> KubectlRun:
-    """Run kubectl against the sim: `kubectl("get", "pods", "-o", "json")`."""
+def kubectl(server: ApiServer, tmp_path: Path) -> Kubectl:
     binary = shutil.which("kubectl")
     if binary is None:
         pytest.skip("kubectl is not on PATH")
     config = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     env = {**os.environ, "KUBECONFIG": str(config), "KUBECACHEDIR": str(tmp_path / "cache"),
            "HOME": str(tmp_path)}
-
-    def run(*args: str, check: bool = True,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([binary, *args], env=env, capture_output=True, text=True,
-                                timeout=timeout, check=False)
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): "
-                                 f"{result.stderr}")
-        return result
-
-    return run
+    return Kubectl(binary, env)
 
 
 def pod(name: str, *, node: str = "node-1", labels: dict[str, str] | None = None,

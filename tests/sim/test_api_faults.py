@@ -134,7 +134,8 @@ def test_status_subresource_and_watch_are_logged(server: ApiServer, raw: Raw) ->
     raw("GET", "/api/v1/namespaces?watch=1&timeoutSeconds=1&resourceVersion=1")
     recs = server.log.since()
     assert (recs[0].verb, recs[0].subresource, recs[0].code) == ("get", "status", 404)
-    assert (recs[1].verb, recs[1].resource) == ("watch", "namespaces")
+    assert (recs[1].verb, recs[1].resource, recs[1].open) == ("watch", "namespaces", False)
+    assert recs[1].bytes_sent > 0  # the two namespaces created after resourceVersion 1
 
 
 def test_faults_settable_through_the_constructor(store: Store) -> None:

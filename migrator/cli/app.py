@@ -327,6 +327,9 @@ def _mount_optional() -> None:
     except ImportError:  # pragma: no cover - during development only
         return
     app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
+    from migrator.cli.demo import demo
+
+    app.command("demo")(handles_errors(demo))
 
 
 _mount_optional()

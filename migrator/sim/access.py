@@ -15,7 +15,7 @@ Requests without credentials: kubectl never sends a token over plain HTTP (clien
 attaches credentials to TLS connections), so by default such a request is served as
 `system:unsecured` with full access, as the API server's old insecure port did. A wrong token is
 still 401. Set `AccessControl(allow_unauthenticated=False)` (or `.anonymous = None`) to make a
-missing token 401 too.
+missing token 401 too; a policy registered for the token "" takes precedence.
 """
 
 from __future__ import annotations
@@ -213,10 +213,11 @@ class AccessControl:
 
     def policy_for(self, token: str) -> Policy | None:
         """The policy of a bearer token ("" = none sent); None means 401 Unauthorized."""
-        if not token:
-            return self.anonymous
         with self._lock:
-            return self._tokens.get(token)
+            policy = self._tokens.get(token)
+        if policy is None and not token:
+            return self.anonymous
+        return policy
 
 
 def forbidden_reason(a: Attributes) -> str:

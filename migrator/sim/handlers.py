@@ -174,14 +174,18 @@ def _selected(b: Backend, info: RequestInfo, kind: Kind) -> tuple[list[Obj], int
     return objects, rv, not labels.empty or bool(fields)
 
 
+def _sort_key(obj: Obj) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return meta.get("namespace", ""), meta["name"]
+
+
 def _list(b: Backend, info: RequestInfo, kind: Kind) -> Response:
     objects, rv, filtered = _selected(b, info, kind)
     limit = _int_param(info, "limit") or 0
     token = info.query.get("continue", "")
     if token:
         rv, last = _decode_token(token)
-        keys = [(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objects]
-        objects = objects[bisect.bisect_right(keys, last):]
+        objects = objects[bisect.bisect_right(objects, last, key=_sort_key):]
     meta: Obj = {"resourceVersion": str(rv)}
     if 0 < limit < len(objects):
         remaining = len(objects) - limit

@@ -49,7 +49,6 @@ class ApiServer:
         self.url = ""
         self._stopping = threading.Event()
         self._encoder = ObjectEncoder()
-        store.subscribe(self._encoder.on_event)
         self._backend = Backend(store, self.faults, self.log, self.access, self._encoder,
                                 self._stopping)
         self._httpd: _HTTPServer | None = None
@@ -62,6 +61,7 @@ class ApiServer:
         if self._httpd is not None:
             return self.url
         self._stopping.clear()
+        self.store.subscribe(self._encoder.on_event)
         httpd = _HTTPServer((host, port), _Handler)
         httpd.api = self
         self._httpd = httpd
@@ -80,6 +80,7 @@ class ApiServer:
         if httpd is None:
             return
         self._stopping.set()
+        self.store.unsubscribe(self._encoder.on_event)
         with self.store.changed:
             self.store.changed.notify_all()
         httpd.shutdown()

@@ -1,13 +1,24 @@
-"""Project-wide fixtures: a running simulated GPU cluster (`sim`) and a factory (`make_sim`)."""
+"""Project-wide fixtures: a running simulated GPU cluster (`sim`), a factory for others
+(`make_sim`), and the controllers on a bare seeded Store, without HTTP (`make_bare`)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pytest
 
-from migrator.sim.cluster import SimCluster
+from migrator.model import kinds
+from migrator.sim.clock import SimClock
+from migrator.sim.cluster import SimCluster, wait_for
+from migrator.sim.controllers import ControllerSet
+from migrator.sim.seed import seed
+from migrator.sim.store import Store
+
+T = TypeVar("T")
+Obj = dict[str, Any]
 
 
 @pytest.fixture
@@ -31,3 +42,69 @@ def make_sim() -> Iterator[Callable[..., SimCluster]]:
 def sim(make_sim: Callable[..., SimCluster]) -> SimCluster:
     """A 3-node GPUCluster-stack simulated cluster, stopped after the test."""
     return make_sim(nodes=3, stack="gpucluster")
+
+
+@dataclass
+class Bare:
+    """A seeded Store with the controllers running on it, and shortcuts for tests."""
+
+    store: Store
+    controllers: ControllerSet
+    namespace: str = "gpu-operator"
+    samplers: list[Callable[..., None]] = field(default_factory=list)
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        assert self.controllers.wait_idle(timeout), "controllers still busy"
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0) -> T:
+        return wait_for(self.store, predicate, timeout)
+
+    def get(self, kind: kinds.Kind, name: str, namespace: str | None = None) -> Obj:
+        ns = (namespace or self.namespace) if kind.namespaced else None
+        return self.store.get(kind, ns, name)
+
+    def edit(self, kind: kinds.Kind, name: str, change: Callable[[Obj], None],
+             namespace: str | None = None) -> Obj:
+        """Read-modify-write (with resourceVersion), as a client would."""
+        obj = copy.deepcopy(self.get(kind, name, namespace))
+        change(obj)
+        return self.store.update(kind, obj)
+
+    def pods(self, app: str) -> list[Obj]:
+        items, _ = self.store.list(kinds.POD, self.namespace)
+        return [p for p in items if (p["metadata"].get("labels") or {}).get("app") == app]
+
+    def annotate_node(self, node: str, key: str, value: str | None) -> None:
+        def change(obj: Obj) -> None:
+            annotations = obj["metadata"].setdefault("annotations", {})
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        self.edit(kinds.NODE, node, change)
+
+    def stop(self) -> None:
+        self.controllers.stop()
+        for fn in self.samplers:
+            self.store.unsubscribe(fn)
+
+
+@pytest.fixture
+def make_bare() -> Iterator[Callable[..., Bare]]:
+    """`make_bare(nodes=3, stack="gpucluster", time_scale=0.01, start=True, **ControllerSet
+    options)`: the controllers on a seeded Store, no API server; stopped at teardown."""
+    made: list[Bare] = []
+
+    def make(nodes: int = 3, stack: str = "gpucluster", *, time_scale: float = 0.01,
+             start: bool = True, gpucluster_dcgm: bool = True, **options: Any) -> Bare:
+        store = Store()
+        seed(store, nodes=nodes, stack=stack, gpucluster_dcgm=gpucluster_dcgm)
+        bare = Bare(store, ControllerSet(store, SimClock(time_scale), **options))
+        made.append(bare)
+        if start:
+            bare.controllers.start()
+        return bare
+
+    yield make
+    for bare in reversed(made):
+        bare.stop()

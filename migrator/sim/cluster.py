@@ -159,15 +159,20 @@ class SimCluster:
     def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0) -> T:
         """Re-evaluate `predicate` on every store change until it is truthy; returns its value.
         TimeoutError after `timeout` real seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            seen = self.store.resource_version
-            value = predicate()
-            if value:
-                return value
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"condition not met within {timeout}s")
-            with self.store.changed:
-                if self.store.resource_version == seen:
-                    self.store.changed.wait(min(remaining, 0.05))
+        return wait_for(self.store, predicate, timeout)
+
+
+def wait_for(store: Store, predicate: Callable[[], T], timeout: float = 10.0) -> T:
+    """`SimCluster.wait_for` for any store (tests of controllers on a bare Store)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = store.resource_version
+        value = predicate()
+        if value:
+            return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        with store.changed:
+            if store.resource_version == seen:
+                store.changed.wait(min(remaining, 0.05))

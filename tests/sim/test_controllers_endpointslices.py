@@ -1,0 +1,197 @@
+"""The simulated EndpointSlice controller: slice shape, readiness / terminating conditions,
+publishNotReadyAddresses, selector changes, named target ports, 100-endpoint slices, stale
+slices and the placeholder; pure reconciler checks on plain dicts."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from migrator.model import kinds
+from migrator.sim.controllers import endpointslices as E
+from migrator.sim.controllers.kubelet import PODS_READY_ANNOTATION
+from tests.conftest import Bare
+
+NS = "gpu-operator"
+SVC = "nvidia-dcgm-exporter-dra"
+Obj = dict[str, Any]
+
+
+def slices(bare: Bare, svc: str) -> list[Obj]:
+    items, _ = bare.store.list(kinds.ENDPOINTSLICE, NS)
+    return [s for s in items if s["metadata"]["labels"].get(E.SERVICE_NAME_LABEL) == svc]
+
+
+def endpoints(bare: Bare, svc: str) -> dict[str, Obj]:
+    """Pod name -> endpoint, across the service's slices."""
+    return {ep["targetRef"]["name"]: ep for s in slices(bare, svc) for ep in s["endpoints"] or []}
+
+
+def ready_nodes(bare: Bare, svc: str) -> set[str]:
+    return {ep["nodeName"] for ep in endpoints(bare, svc).values() if ep["conditions"]["ready"]}
+
+
+def _pod(name: str, node: str, labels: dict[str, str], ports: list[Obj] | None = None) -> Obj:
+    container: Obj = {"name": "c", "image": "img:1"}
+    if ports:
+        container["ports"] = ports
+    return {"metadata": {"name": name, "namespace": NS, "labels": labels},
+            "spec": {"nodeName": node, "containers": [container]}}
+
+
+def _service(name: str, selector: dict[str, str], **spec: Any) -> Obj:
+    return {"metadata": {"name": name, "namespace": NS, "labels": {"team": "gpu"}},
+            "spec": {"selector": selector, "clusterIP": "10.96.7.7",
+                     "ports": [{"name": "metrics", "port": 80, "targetPort": "metrics",
+                                "protocol": "TCP"}], **spec}}
+
+
+def test_seeded_slices_have_the_controller_shape(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=3)
+    svc = bare.get(kinds.SERVICE, SVC)
+    [sl] = slices(bare, SVC)
+    assert sl["metadata"]["name"].startswith(f"{SVC}-")
+    assert sl["metadata"]["generateName"] == f"{SVC}-"
+    assert sl["metadata"]["labels"][E.MANAGED_BY_LABEL] == "endpointslice-controller.k8s.io"
+    ref = sl["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
+        "Service", SVC, svc["metadata"]["uid"], True)
+    assert sl["addressType"] == "IPv4"
+    assert sl["ports"] == [{"name": "gpu-metrics", "port": 9400, "protocol": "TCP"}]
+    pods = {p["metadata"]["name"]: p for p in bare.pods(SVC)}
+    assert set(endpoints(bare, SVC)) == set(pods)
+    for name, ep in endpoints(bare, SVC).items():
+        pod = pods[name]
+        assert ep["addresses"] == [pod["status"]["podIP"]]
+        assert ep["nodeName"] == pod["spec"]["nodeName"]
+        assert ep["targetRef"] == {"kind": "Pod", "namespace": NS, "name": name,
+                                   "uid": pod["metadata"]["uid"]}
+        assert ep["conditions"] == {"ready": True, "serving": True, "terminating": False}
+
+
+def test_endpoints_follow_readiness(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=3)
+    bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "false")
+    bare.wait_for(lambda: ready_nodes(bare, SVC) == {"gpu-node-0001", "gpu-node-0003"})
+    ep = next(e for e in endpoints(bare, SVC).values() if e["nodeName"] == "gpu-node-0002")
+    assert ep["conditions"] == {"ready": False, "serving": False, "terminating": False}
+    bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "true")
+    bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 3)
+
+
+def test_terminating_endpoint_conditions(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=2, termination_seconds=1000.0)
+    pod = next(p for p in bare.pods(SVC) if p["spec"]["nodeName"] == "gpu-node-0001")
+    name = pod["metadata"]["name"]
+    seen: list[Obj] = []
+
+    def capture(event: Any) -> None:
+        if event.resource is kinds.ENDPOINTSLICE:
+            for ep in event.object.get("endpoints") or []:
+                if ep["targetRef"]["name"] == name:
+                    seen.append(dict(ep["conditions"]))
+
+    bare.store.subscribe(capture)
+    bare.samplers.append(capture)
+    bare.store.mark_deleting(kinds.POD, NS, name, 30)
+    bare.wait_for(lambda: {"ready": False, "serving": False, "terminating": True} in seen)
+    assert all(c["terminating"] and not c["ready"] for c in seen)
+    # Before the kubelet marks it unready, a terminating pod is serving but not ready
+    # (whether the controller sees that moment depends on timing: check it directly).
+    marked = bare.store.get(kinds.POD, NS, name)
+    still_ready = dict(marked, status=pod["status"])
+    ep = E.pod_endpoint(bare.get(kinds.SERVICE, SVC), still_ready)
+    assert ep is not None
+    assert ep["conditions"] == {"ready": False, "serving": True, "terminating": True}
+
+
+def test_publish_not_ready_addresses_reports_ready(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=2)
+    bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "false")
+    bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 1)
+    bare.edit(kinds.SERVICE, SVC, lambda s: s["spec"].__setitem__("publishNotReadyAddresses", True))
+    bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 2)
+    ep = next(e for e in endpoints(bare, SVC).values() if e["nodeName"] == "gpu-node-0002")
+    assert ep["conditions"] == {"ready": True, "serving": False, "terminating": False}
+
+
+def test_selector_change_moves_endpoints(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=2)
+    dcgm_pods = {p["metadata"]["name"] for p in bare.pods("nvidia-dcgm-dra")}
+    bare.edit(kinds.SERVICE, SVC,
+              lambda s: s["spec"].__setitem__("selector", {"app": "nvidia-dcgm-dra"}))
+    bare.wait_for(lambda: set(endpoints(bare, SVC)) == dcgm_pods)
+    bare.edit(kinds.SERVICE, SVC, lambda s: s["spec"].__setitem__("selector", {"app": "nothing"}))
+    bare.wait_for(lambda: not endpoints(bare, SVC))
+    bare.wait_idle()
+    [placeholder] = slices(bare, SVC)  # one empty placeholder slice remains
+    assert placeholder["endpoints"] == [] and placeholder["ports"] == []
+
+
+def test_named_target_port_resolves_per_pod(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=1, stack="none")
+    bare.store.create(kinds.SERVICE, _service("web", {"app": "web"}))
+    bare.store.create(kinds.POD, _pod("w1", "gpu-node-0001", {"app": "web"},
+                                      [{"name": "metrics", "containerPort": 8080}]))
+    bare.store.create(kinds.POD, _pod("w2", "gpu-node-0001", {"app": "web"},
+                                      [{"name": "metrics", "containerPort": 9090}]))
+    bare.wait_for(lambda: len(endpoints(bare, "web")) == 2)
+    bare.wait_idle()
+    by_port = {s["ports"][0]["port"]: [e["targetRef"]["name"] for e in s["endpoints"]]
+               for s in slices(bare, "web")}
+    assert by_port == {8080: ["w1"], 9090: ["w2"]}
+    assert all(s["metadata"]["labels"]["team"] == "gpu" for s in slices(bare, "web"))
+
+
+def test_more_than_100_endpoints_span_slices_and_rewrites_are_local(
+    make_bare: Callable[..., Bare]
+) -> None:
+    bare = make_bare(nodes=150)
+    current = slices(bare, SVC)
+    assert sorted(len(s["endpoints"]) for s in current) == [50, 100]
+    rv = {s["metadata"]["name"]: s["metadata"]["resourceVersion"] for s in current}
+    bare.annotate_node("gpu-node-0007", PODS_READY_ANNOTATION, "false")
+    bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 149)
+    bare.wait_idle()
+    changed = [s["metadata"]["name"] for s in slices(bare, SVC)
+               if s["metadata"]["resourceVersion"] != rv[s["metadata"]["name"]]]
+    assert len(changed) == 1  # only the slice holding that endpoint was rewritten
+
+
+def test_stale_slice_is_removed_and_deleted_slice_recreated(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=2)
+    [sl] = slices(bare, SVC)
+    stale = copy.deepcopy(sl)
+    stale["metadata"] = {"name": f"{SVC}-stale", "namespace": NS,
+                         "labels": dict(sl["metadata"]["labels"]),
+                         "ownerReferences": sl["metadata"]["ownerReferences"]}
+    bare.store.create(kinds.ENDPOINTSLICE, stale)  # a duplicate: every endpoint twice
+
+    def one_copy_each() -> bool:
+        entries = [ep for s in slices(bare, SVC) for ep in s["endpoints"] or []]
+        return len(slices(bare, SVC)) == 1 and len(entries) == len(endpoints(bare, SVC)) == 2
+
+    bare.wait_for(one_copy_each)
+    [survivor] = slices(bare, SVC)
+    bare.store.delete(kinds.ENDPOINTSLICE, NS, survivor["metadata"]["name"])
+    bare.wait_for(one_copy_each)
+    assert slices(bare, SVC)[0]["metadata"]["name"] != survivor["metadata"]["name"]
+
+
+def test_reconcile_fills_and_splits_pure() -> None:
+    svc = {"metadata": {"name": "s", "namespace": NS, "uid": "u1", "labels": {}},
+           "spec": {"selector": {"app": "x"}, "ports": [{"name": "p", "port": 1}]}}
+    pods = [{"metadata": {"name": f"p{i:03d}", "namespace": NS, "uid": f"id{i}"},
+             "spec": {"nodeName": "n"},
+             "status": {"phase": "Running", "podIP": f"10.0.0.{i}",
+                        "conditions": [{"type": "Ready", "status": "True"}]}}
+            for i in range(250)]
+    plan = E.reconcile_slices(svc, [], E.desired_endpoints(svc, pods))
+    assert [len(s["endpoints"]) for s in plan.create] == [100, 100, 50]
+    assert not plan.update and not plan.delete
+    stored = [dict(s, metadata=dict(s["metadata"], name=f"s-{i}"))
+              for i, s in enumerate(plan.create)]
+    assert not any(vars(E.reconcile_slices(svc, stored, E.desired_endpoints(svc, pods))).values())
+    fewer = E.reconcile_slices(svc, stored, E.desired_endpoints(svc, pods[:100]))
+    assert [s["metadata"]["name"] for s in fewer.delete] == ["s-1", "s-2"] and not fewer.create

@@ -1,0 +1,136 @@
+"""The simulated kubelet: pod start time (default and per-node annotation), readiness fault
+annotation, status shape, pod IPs, graceful termination, and pod GC for deleted nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from migrator.model import kinds
+from migrator.sim.controllers.kubelet import PODS_READY_ANNOTATION, START_SECONDS_ANNOTATION
+from tests.conftest import Bare
+
+NS = "gpu-operator"
+Obj = dict[str, Any]
+
+
+def _pod(name: str, node: str, **spec: Any) -> Obj:
+    return {"metadata": {"name": name, "namespace": NS, "labels": {"app": "probe"}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "img:1"}], **spec}}
+
+
+def _conditions(pod: Obj) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
+
+
+def _get(bare: Bare, name: str) -> Obj | None:
+    return bare.store.find(kinds.POD, NS, name)
+
+
+def _phase(bare: Bare, name: str) -> str | None:
+    return ((_get(bare, name) or {}).get("status") or {}).get("phase")
+
+
+def _ip(bare: Bare, name: str) -> str | None:
+    return ((_get(bare, name) or {}).get("status") or {}).get("podIP")
+
+
+def test_pod_starts_after_the_start_time_with_full_status(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=1, stack="none", time_scale=0.01, pod_start_seconds=20.0)
+    clock = bare.controllers.clock
+    began = clock.now()
+    bare.store.create(kinds.POD, _pod("p", "gpu-node-0001"))
+    pending = bare.wait_for(lambda: (_get(bare, "p") or {}).get("status", {}).get("hostIP")
+                            and _get(bare, "p"))
+    assert pending["status"]["phase"] == "Pending"
+    assert _conditions(pending)["Ready"] == "False"
+    running = bare.wait_for(lambda: _phase(bare, "p") == "Running" and _get(bare, "p"))
+    assert clock.now() - began >= 20  # simulated seconds
+    st = running["status"]
+    assert _conditions(running) == {"PodReadyToStartContainers": "True", "Initialized": "True",
+                                    "Ready": "True", "ContainersReady": "True",
+                                    "PodScheduled": "True"}
+    assert st["podIP"] == st["podIPs"][0]["ip"] and st["podIP"].startswith("10.128.0.")
+    assert st["hostIP"] == "192.168.0.2" and st["startTime"]
+    cs = st["containerStatuses"][0]
+    assert (cs["name"], cs["ready"], cs["started"], "running" in cs["state"]) == (
+        "c", True, True, True)
+
+
+def test_node_annotation_overrides_start_time(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=2, stack="none", time_scale=0.01, pod_start_seconds=0.0)
+    bare.annotate_node("gpu-node-0002", START_SECONDS_ANNOTATION, "1000")
+    bare.store.create(kinds.POD, _pod("fast", "gpu-node-0001"))
+    bare.store.create(kinds.POD, _pod("slow", "gpu-node-0002"))
+    bare.wait_for(lambda: _phase(bare, "fast") == "Running")
+    bare.controllers.clock.sleep(5)
+    assert _phase(bare, "slow") == "Pending"
+    assert not bare.controllers.idle()  # the slow start is pending work
+
+
+def test_pods_ready_false_keeps_pods_running_but_not_ready(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=1, stack="none", time_scale=0.01)
+    bare.annotate_node("gpu-node-0001", PODS_READY_ANNOTATION, "false")
+    bare.store.create(kinds.POD, _pod("p", "gpu-node-0001"))
+    bare.wait_for(lambda: _phase(bare, "p") == "Running")
+    bare.wait_idle()
+    pod = _get(bare, "p")
+    assert pod is not None
+    assert _conditions(pod)["Ready"] == "False"
+    assert _conditions(pod)["ContainersReady"] == "False"
+    assert pod["status"]["containerStatuses"][0]["started"] is True
+    started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    bare.annotate_node("gpu-node-0001", PODS_READY_ANNOTATION, None)
+    ready = bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "True"
+                          and _get(bare, "p"))
+    assert ready["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == started
+    bare.annotate_node("gpu-node-0001", PODS_READY_ANNOTATION, "false")
+    bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "False")
+
+
+def test_graceful_deletion_turns_not_ready_then_removes(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=1, stack="none", time_scale=0.01, termination_seconds=10.0)
+    bare.store.create(kinds.POD, _pod("p", "gpu-node-0001"))
+    bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "True")
+    bare.store.mark_deleting(kinds.POD, NS, "p", 30)
+    terminating = bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "False"
+                                and _get(bare, "p"))
+    assert terminating["metadata"]["deletionTimestamp"]
+    assert terminating["status"]["phase"] == "Running"
+    bare.wait_for(lambda: _get(bare, "p") is None)
+
+
+def test_zero_grace_period_removes_at_once(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=1, stack="none", time_scale=0.01, termination_seconds=1000.0)
+    bare.store.create(kinds.POD, _pod("p", "gpu-node-0001"))
+    bare.wait_for(lambda: _phase(bare, "p") == "Running")
+    bare.store.mark_deleting(kinds.POD, NS, "p", 0)
+    bare.wait_for(lambda: _get(bare, "p") is None, timeout=2)
+
+
+def test_pod_ips_are_unique_per_node_and_reused_after_deletion(
+    make_bare: Callable[..., Bare]
+) -> None:
+    bare = make_bare(nodes=1, stack="none", time_scale=0.01)
+    for name in ("a", "b", "c"):
+        bare.store.create(kinds.POD, _pod(name, "gpu-node-0001"))
+    bare.wait_for(lambda: all(_ip(bare, n) for n in "abc"))
+    ips = {n: _get(bare, n)["status"]["podIP"] for n in "abc"}
+    assert len(set(ips.values())) == 3
+    bare.store.delete(kinds.POD, NS, "a")
+    bare.store.create(kinds.POD, _pod("d", "gpu-node-0001"))
+    bare.wait_for(lambda: _ip(bare, "d"))
+    assert _get(bare, "d")["status"]["podIP"] == ips["a"]
+
+
+def test_pods_of_a_deleted_node_are_collected(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=2, time_scale=0.01)
+    on_node = [p["metadata"]["name"] for p in bare.store.list(kinds.POD, NS)[0]
+               if p["spec"]["nodeName"] == "gpu-node-0002"]
+    assert len(on_node) == 2
+    bare.store.delete(kinds.NODE, None, "gpu-node-0002")
+    bare.wait_for(lambda: all(_get(bare, n) is None for n in on_node))
+    bare.wait_idle()
+    ds = bare.get(kinds.DAEMONSET, "nvidia-dcgm-dra")
+    assert ds["status"]["desiredNumberScheduled"] == 1
+    assert ds["status"]["numberAvailable"] == 1

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from migrator.sim.access import AccessControl, Policy
+from migrator.sim.access import AccessControl
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import ControllerSet
 from migrator.sim.faults import Faults
@@ -35,9 +35,6 @@ from migrator.sim.server import ADMIN_TOKEN, ApiServer
 from migrator.sim.store import Store
 
 T = TypeVar("T")
-
-# Who a credential-less request is (kubectl over http): a superuser, like the old insecure port.
-INSECURE_PORT_POLICY = Policy("system:unsecured", ("system:masters",), superuser=True)
 
 
 def kubeconfig_document(url: str, namespace: str = "gpu-operator",
@@ -93,7 +90,7 @@ class SimCluster:
             self.store, self.clock, pod_start_seconds=pod_start_seconds,
             termination_seconds=termination_seconds,
             operator_reconcile_seconds=operator_reconcile_seconds, namespace=namespace)
-        access = AccessControl([("", INSECURE_PORT_POLICY)] if insecure_port else [])
+        access = AccessControl(allow_unauthenticated=insecure_port)
         self.server = ApiServer(self.store, faults=faults, access=access)
         self.url = ""
         self.summary: SeedSummary | None = None

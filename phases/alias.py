@@ -112,7 +112,8 @@ def plan(ctx: PlanContext) -> PhasePlan:
         steps.append(step)
         what_if = monitoring.with_service(what_if, step.body)
     if steps:
-        gates.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx)))
+        gates.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
+                                               before=ctx.snapshot))
     guarded = [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
                if ctx.service(c.service)]
     return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), (), tuple(notes), blocked,
@@ -125,7 +126,8 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         out = [GateResult(f"alias-name-free/{step.service}", taken is None,
                           taken or "free or already the tool's")]
         what_if = monitoring.with_service(ctx.snapshot, step.body)
-        out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx)))
+        out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
+                                             before=ctx.snapshot))
         return out
     if isinstance(step, DeleteAlias):
         live = ctx.service(step.service)

@@ -56,7 +56,8 @@ def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], l
         what_if = monitoring.with_service(ctx.snapshot, switched)
         exporters = [c.daemonset for c in ctx.components if c.exporter]
         out.append(monitoring.duplicate_gate(what_if, exporters,
-                                             f"no-duplicate-scrape/{step.service}"))
+                                             f"no-duplicate-scrape/{step.service}",
+                                             before=ctx.snapshot))
     return out, warnings
 
 

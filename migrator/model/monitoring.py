@@ -78,11 +78,21 @@ def scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, lis
 
 
 def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
-                   name: str = "no-duplicate-scrape") -> GateResult:
-    paths = scrape_paths(snapshot, daemonsets)
-    dups = {pod: p for pod, p in paths.items() if len(p) > 1}
+                   name: str = "no-duplicate-scrape",
+                   before: Snapshot | None = None) -> GateResult:
+    """No exporter pod reached by more than one scrape path. With `before` (a what-if check),
+    only duplicates the change would create or worsen count: an existing one is a warning of
+    its own, not a reason to refuse an unrelated change."""
+    names = list(daemonsets)
+    paths = scrape_paths(snapshot, names)
+    prior = scrape_paths(before, names) if before is not None else {}
+    dups = {pod: p for pod, p in paths.items()
+            if len(p) > 1 and (before is None or len(p) > len(prior.get(pod, [])))}
     if not dups:
-        return GateResult(name, True, f"{len(paths)} exporter pods, at most one path each")
+        existing = sum(1 for p in prior.values() if len(p) > 1)
+        note = f" (the change adds none; {existing} already duplicated)" if existing else ""
+        return GateResult(name, True,
+                          f"{len(paths)} exporter pods, no new second scrape path{note}")
     pod, example = next(iter(sorted(dups.items())))
     return GateResult(name, False, f"{len(dups)} exporter pods scraped more than once, e.g. "
                       f"{pod} via {'; '.join(map(str, example))}")

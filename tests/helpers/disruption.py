@@ -40,6 +40,7 @@ class DisruptionMonitor:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _external: bool = False
+    _paused: bool = False
 
     def _read(self) -> tuple[dict[str, Sample], dict[str, bool], bool]:
         with self.store.lock:
@@ -76,6 +77,8 @@ class DisruptionMonitor:
             phases.get(n) != "in-progress" for n in (2, 3))
 
     def _check(self) -> None:
+        if self._paused:
+            return
         now, local, rolling = self._read()
         rolling = rolling or self._external
         self.samples += 1
@@ -114,6 +117,17 @@ class DisruptionMonitor:
             yield
         finally:
             self._external = False
+
+    @contextmanager
+    def expected_outage(self) -> Iterator[None]:
+        """The test breaks the cluster on purpose (an operator re-render draining a Service):
+        samples in this window are not held against the tool; baselines restart after it."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._baseline.clear()
+            self._paused = False
 
     def _loop(self) -> None:
         while not self._stop.is_set():

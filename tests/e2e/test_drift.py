@@ -1,0 +1,70 @@
+"""Drift (SPEC §3) with the sim's operator imitation on: completed phases are re-verified, the
+drift-risk scenario (an operator re-render drops hand-written labels) is caught by `verify`
+with exit 1, and `apply` heals it."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+from migrator.model import kinds
+from tests.e2e.conftest import NS, E2E
+
+DCGM = "nvidia.com/gpu-operator.dcgm"
+
+
+def _edit_cr(env: E2E) -> None:
+    """An operator upgrade / CR edit: the desired DaemonSets change, so their hash changes."""
+    cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
+    cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
+    cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
+    env.sim.store.update(kinds.GPU_CLUSTER, cr)
+
+
+def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0)
+    plan = env.cli("plan", "-o", "json")
+    assert any(w.startswith("Drift risk") for w in plan.json()["warnings"])
+    res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stderr
+    assert "Drift risk" in res.stdout
+    ok = env.cli("verify", "-o", "json")
+    assert ok.code == 0, ok.stdout + ok.stderr
+
+    with env.monitor.expected_outage():
+        _edit_cr(env)
+        env.sim.wait_for(lambda: DCGM not in env.ds("nvidia-dcgm-dra")["metadata"]["labels"], 30)
+        env.sim.wait_for(lambda: all(DCGM not in p["metadata"]["labels"]
+                                     for p in env.pods("nvidia-dcgm-dra")), 30)
+        bad = env.cli("verify", "-o", "json")
+        assert bad.code == 1, bad.stdout
+        details = " ".join(g["detail"] for p in bad.json()["phases"] for g in p["gates"]
+                           if not g["ok"])
+        assert "re-rendered" in details and "GPUCluster" in details, details
+
+        healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
+        assert healed.code == 0, healed.stderr
+    assert env.cli("verify").code == 0
+    assert env.svc("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
+    ready = [ep for sl in items
+             if sl["metadata"]["labels"]["kubernetes.io/service-name"] == "nvidia-dcgm"
+             for ep in sl.get("endpoints") or [] if ep["conditions"].get("ready")]
+    assert len(ready) == 3
+
+
+def test_operator_reverts_a_switched_operator_owned_service(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("clusterpolicy", operator_reconcile_seconds=1.0)
+    res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
+                  "--include-operator-owned", "-o", "json")
+    assert res.code == 0, res.stderr
+    assert any("will revert" in w for w in res.json()["warnings"])
+    env.sim.wait_for(lambda: env.svc("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm"},
+                     30)
+    status = env.cli("status", "-o", "json")
+    assert status.code == 1
+    gates = [g for p in status.json()["phases"] for g in p["gates"] if not g["ok"]]
+    assert any("ClusterPolicy" in g["detail"] and "reconciled it back" in g["detail"]
+               for g in gates), gates

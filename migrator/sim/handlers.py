@@ -18,7 +18,7 @@ from typing import Any
 
 from migrator.model import kinds, selectors
 from migrator.model.kinds import Kind
-from migrator.sim import fieldselectors, protobuf, watching, writes
+from migrator.sim import fieldselectors, protobuf, tables, watching, writes
 from migrator.sim.access import Attributes, Policy
 from migrator.sim.encoding import dumps
 from migrator.sim.exchange import Backend, Request, Response, json_response
@@ -102,11 +102,15 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         return _access_review(info, req, policy)
     verb = info.verb
     if verb == "get":
-        return Response(200, b.encoder.encode(kind, _get(b, kind, info)))
+        obj = _get(b, kind, info)
+        if tables.wants_table(req.header("accept")):
+            meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            return json_response(200, tables.table(kind, [obj], meta))
+        return Response(200, b.encoder.encode(kind, obj))
     if verb == "list":
-        return _list(b, info, kind)
+        return _list(b, info, kind, as_table=tables.wants_table(req.header("accept")))
     if verb == "watch":
-        return _watch(b, info, kind)
+        return _watch(b, info, kind, as_table=tables.wants_table(req.header("accept")))
     if verb == "create":
         if info.name or (kind.namespaced and not info.namespace):
             raise method_not_allowed()
@@ -179,7 +183,7 @@ def _sort_key(obj: Obj) -> tuple[str, str]:
     return meta.get("namespace", ""), meta["name"]
 
 
-def _list(b: Backend, info: RequestInfo, kind: Kind) -> Response:
+def _list(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False) -> Response:
     objects, rv, filtered = _selected(b, info, kind)
     limit = _int_param(info, "limit") or 0
     token = info.query.get("continue", "")
@@ -194,6 +198,8 @@ def _list(b: Backend, info: RequestInfo, kind: Kind) -> Response:
         meta["continue"] = _encode_token(rv, (last_meta.get("namespace", ""), last_meta["name"]))
         if not filtered:
             meta["remainingItemCount"] = remaining
+    if as_table:
+        return json_response(200, tables.table(kind, objects, meta))
     head = (b'{"kind":"' + kind.list_kind.encode() + b'","apiVersion":"'
             + kind.api_version.encode() + b'","metadata":' + dumps(meta) + b',"items":[')
     items = b",".join(b.encoder.encode(kind, o) for o in objects)
@@ -202,7 +208,7 @@ def _list(b: Backend, info: RequestInfo, kind: Kind) -> Response:
 
 # ---- watch -------------------------------------------------------------------------------
 
-def _watch(b: Backend, info: RequestInfo, kind: Kind) -> Response:
+def _watch(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False) -> Response:
     labels, fields = _selectors(info, kind)
     if info.name:  # /namespaces/x/pods/name?watch=1: the deprecated single-object form
         fields = (*fields, fieldselectors.FieldRequirement("metadata.name", "=", info.name))
@@ -216,7 +222,7 @@ def _watch(b: Backend, info: RequestInfo, kind: Kind) -> Response:
             raise bad_request(f"invalid resource version: {raw_rv!r}") from e
     timeout = _int_param(info, "timeoutSeconds")
     request = watching.WatchRequest(kind, info.namespace, labels, fields, start,
-                                    float(timeout) if timeout else None, initial_end)
+                                    float(timeout) if timeout else None, initial_end, as_table)
     return Response(200, stream=watching.stream(b.store, b.encoder, request, b.stopping))
 
 

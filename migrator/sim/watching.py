@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from migrator.model.kinds import Kind
 from migrator.model.selectors import Selector
-from migrator.sim import fieldselectors
+from migrator.sim import fieldselectors, tables
 from migrator.sim.encoding import ObjectEncoder, dumps
 from migrator.sim.fieldselectors import FieldSelector
 from migrator.sim.statuses import expired
@@ -41,6 +41,7 @@ class WatchRequest:
     resource_version: int | None  # None: start with the current state
     timeout_seconds: float | None
     initial_events_end: bool = False
+    as_table: bool = False  # kubectl get -w: each event's object is a one-row Table
 
 
 def _matches(req: WatchRequest, obj: Obj) -> bool:
@@ -50,8 +51,13 @@ def _matches(req: WatchRequest, obj: Obj) -> bool:
     return req.labels.matches(meta.get("labels")) and fieldselectors.matches(req.fields, obj)
 
 
-def _line(encoder: ObjectEncoder, kind: Kind, etype: str, obj: Obj, cached: bool) -> bytes:
-    data = encoder.encode(kind, obj) if cached else dumps(obj)
+def _line(encoder: ObjectEncoder, req: WatchRequest, etype: str, obj: Obj,
+          cached: bool) -> bytes:
+    if req.as_table:
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        data = dumps(tables.table(req.kind, [obj], meta))
+    else:
+        data = encoder.encode(req.kind, obj) if cached else dumps(obj)
     return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
 
 
@@ -67,16 +73,16 @@ def _convert(encoder: ObjectEncoder, req: WatchRequest, event: Event) -> bytes |
         cur_passes = _matches(req, event.object)
         old_passes = cur_passes if event.old is None else _matches(req, event.old)
     if cur_passes and old_passes:
-        return _line(encoder, req.kind, "MODIFIED", event.object, True)
+        return _line(encoder, req, "MODIFIED", event.object, True)
     if cur_passes:
-        return _line(encoder, req.kind, "ADDED", event.object, True)
+        return _line(encoder, req, "ADDED", event.object, True)
     if not old_passes:
         return None
     if event.type == "DELETED":
-        return _line(encoder, req.kind, "DELETED", event.object, False)
+        return _line(encoder, req, "DELETED", event.object, False)
     gone = copy.deepcopy(event.old or event.object)
     gone["metadata"]["resourceVersion"] = str(event.resource_version)
-    return _line(encoder, req.kind, "DELETED", gone, False)
+    return _line(encoder, req, "DELETED", gone, False)
 
 
 def _bookmark(kind: Kind, rv: int) -> bytes:
@@ -100,7 +106,7 @@ def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
             objects, last_rv = store.list(req.kind, req.namespace or None, req.labels)
         for obj in objects:
             if fieldselectors.matches(req.fields, obj):
-                yield _line(encoder, req.kind, "ADDED", obj, True)
+                yield _line(encoder, req, "ADDED", obj, True)
         if req.initial_events_end:
             yield _bookmark(req.kind, last_rv)
     else:

@@ -1,12 +1,16 @@
 """Simulated API server discovery: /version, /api, /api/v1, /apis, group and group-version
-documents (status subresources, verbs, short names), unknown paths, routing of request paths."""
+documents (status subresources, verbs, short names), unknown paths, routing of request paths,
+and the age format of kubectl tables."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from kubernetes import client
 
 from migrator.model import kinds
 from migrator.sim import routing
+from migrator.sim.tables import human_age
 from tests.sim.conftest import Raw
 
 
@@ -84,3 +88,12 @@ def test_routing_matches_the_real_request_info() -> None:
     listed = routing.parse("GET", "/api/v1/namespaces/ns/pods?fieldSelector=metadata.name%3Dp")
     assert (listed.verb, routing.authz_name(listed)) == ("list", "p")
     assert not routing.parse("GET", "/apis/apps/v1").is_resource
+
+
+def test_human_age() -> None:
+    now = datetime(2025, 1, 10, 12, 0, 0, tzinfo=UTC)
+    assert human_age("2025-01-10T11:59:15Z", now) == "45s"
+    assert human_age("2025-01-10T11:55:30Z", now) == "4m30s"
+    assert human_age("2025-01-10T11:00:00Z", now) == "60m"
+    assert human_age("2025-01-10T07:30:00Z", now) == "4h30m"
+    assert human_age("2025-01-07T09:00:00Z", now) == "3d3h"

@@ -126,3 +126,15 @@ def test_rollout_status_times_out_while_not_ready(store: Store, kubectl: Kubectl
     assert result.returncode != 0
     assert "1 out of 3 new pods have been updated" in result.stdout
 
+
+
+def test_human_output_uses_server_side_tables(store: Store, kubectl: Kubectl) -> None:
+    _seed(store)
+    pods = kubectl("get", "pods").stdout.splitlines()
+    assert pods[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert pods[1].split()[:4] == ["nvidia-dcgm-a", "0/1", "Pending", "0"]
+    ds = kubectl("get", "ds", "-o", "wide").stdout.splitlines()[0].split()
+    assert ds[:6] == ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE"]
+    svc = kubectl("get", "svc", "nvidia-dcgm").stdout.splitlines()[1].split()
+    assert svc[1:5] == ["ClusterIP", store.get(kinds.SERVICE, NS, "nvidia-dcgm")["spec"][
+        "clusterIP"], "<none>", "9400/TCP"]

@@ -5,10 +5,33 @@ JSON only, chunked watch streams, keep-alive). This module is only the socket si
 request becomes a `Request`, `dispatch` answers it, and the answer is written back and recorded
 in the `RequestLog`.
 
-    server = ApiServer(store)
+    server = ApiServer(store)     # faults=Faults(...), log=RequestLog(), access=AccessControl()
     url = server.start()          # http://127.0.0.1:PORT
-    ...                           # Authorization: Bearer sim-admin-token
+    ...                           # Authorization: Bearer sim-admin-token (ADMIN_TOKEN)
     server.stop()                 # closes sockets and ends watches
+
+Module map: `routing` (path -> verb/resource), `dispatch` (authn, RBAC, faults), `handlers`
+(verbs), `writes` (create/update/patch/delete with admission, usable without HTTP), `admission`
++ `allocation` (defaults, validation, clusterIP/nodePort), `patching`, `watching`,
+`fieldselectors`, `discovery`, `tables` (kubectl columns), `statuses` (Status errors),
+`access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `protobuf` (kubectl's SSAR).
+
+Where the sim knowingly differs from a real API server:
+- No TLS, so kubectl (client-go) sends no credentials: a request without a token is served as
+  `system:unsecured` with full access unless `AccessControl(allow_unauthenticated=False)`.
+- JSON only: protobuf request bodies are 415, except the SelfSubjectAccessReview of
+  `kubectl auth can-i` (so `kubectl create configmap ...` fails; `kubectl create -f` works).
+- No `/openapi/v2|v3` (404): `kubectl create/apply -f` need `--validate=false`;
+  server-side apply (`application/apply-patch+yaml`) is 415.
+- Later pages of a paginated list read the live store, not a snapshot of the first page's
+  resourceVersion (no item is returned twice; one created or deleted meanwhile may or may not
+  appear); a continue token never expires. `resourceVersion`/`resourceVersionMatch` on a list
+  are ignored (always the latest state).
+- Deletion: no finalizers. Pods are marked for graceful deletion (the simulated kubelet removes
+  them); everything else goes at once, `Foreground` behaves like `Background`, and `Orphan`
+  shows as an "orphan" finalizer on the object in the DELETED event (for the garbage
+  collector). Deleting a Namespace does not delete its contents.
+- Custom resources (nvidia.com, monitoring.coreos.com) are stored without schema validation.
 """
 
 from __future__ import annotations

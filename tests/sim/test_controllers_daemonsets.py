@@ -191,25 +191,27 @@ def test_observed_generation_moves_only_when_the_controller_has_synced(
 def test_a_node_that_never_gets_ready_stalls_the_rollout(make_bare: Callable[..., Bare]) -> None:
     bare = make_bare(nodes=3)
     bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "false")
-    bare.wait_for(lambda: bare.get(kinds.DAEMONSET, DCGM)["status"]["numberReady"] == 2)
-    bare.edit(kinds.DAEMONSET, DCGM, label_template(COMMON))
+    bare.wait_idle()
+    assert bare.get(kinds.DAEMONSET, DCGM)["status"]["numberReady"] == 3  # running pods stay
     hash_of = {p["spec"]["nodeName"]: p["metadata"]["labels"][HASH_LABEL] for p in bare.pods(DCGM)}
+    bare.edit(kinds.DAEMONSET, DCGM, label_template(COMMON))
 
-    def replaced_on_node_2() -> bool:
+    def stalled_on_node_2() -> bool:
         pods = [p for p in bare.pods(DCGM) if p["spec"]["nodeName"] == "gpu-node-0002"]
         return any(p["metadata"]["labels"][HASH_LABEL] != hash_of["gpu-node-0002"]
                    and p["status"].get("phase") == "Running" for p in pods)
 
-    bare.wait_for(replaced_on_node_2)
+    bare.wait_for(stalled_on_node_2)
     bare.wait_idle()
     bare.controllers.clock.sleep(20)  # 20 simulated seconds: nothing more happens
     status = bare.get(kinds.DAEMONSET, DCGM)["status"]
-    assert status["updatedNumberScheduled"] == 1
+    assert status["updatedNumberScheduled"] == 2  # node 1 rolled, node 2 stuck
     assert status["numberAvailable"] == 2 and status["numberUnavailable"] == 1
     by_node = {p["spec"]["nodeName"]: p for p in bare.pods(DCGM)}
-    assert not _ready(by_node["gpu-node-0002"])
-    for node in ("gpu-node-0001", "gpu-node-0003"):  # untouched: the budget is spent
-        assert by_node[node]["metadata"]["labels"][HASH_LABEL] == hash_of[node]
+    assert _ready(by_node["gpu-node-0001"]) and not _ready(by_node["gpu-node-0002"])
+    assert by_node["gpu-node-0001"]["metadata"]["labels"][COMMON] == "true"
+    # Node 3 is untouched: the budget is spent on node 2.
+    assert by_node["gpu-node-0003"]["metadata"]["labels"][HASH_LABEL] == hash_of["gpu-node-0003"]
     assert not rolled_out(bare.store, DCGM)
     bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "true")
     bare.wait_for(lambda: rolled_out(bare.store, DCGM))

@@ -70,14 +70,41 @@ def test_seeded_slices_have_the_controller_shape(make_bare: Callable[..., Bare])
         assert ep["conditions"] == {"ready": True, "serving": True, "terminating": False}
 
 
+def restart_unready(bare: Bare, node: str, app: str = SVC) -> str:
+    """Make `node` a pods-never-ready node and replace `app`'s pod there; the new pod's name."""
+    bare.annotate_node(node, PODS_READY_ANNOTATION, "false")
+    [old] = [p for p in bare.pods(app) if p["spec"]["nodeName"] == node]
+    bare.store.mark_deleting(kinds.POD, NS, old["metadata"]["name"], 30)
+    return str(bare.wait_for(lambda: next((
+        p["metadata"]["name"] for p in bare.pods(app) if p["spec"]["nodeName"] == node
+        and p["metadata"]["name"] != old["metadata"]["name"]
+        and p["status"].get("phase") == "Running"), None)))
+
+
 def test_endpoints_follow_readiness(make_bare: Callable[..., Bare]) -> None:
     bare = make_bare(nodes=3)
-    bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "false")
-    bare.wait_for(lambda: ready_nodes(bare, SVC) == {"gpu-node-0001", "gpu-node-0003"})
-    ep = next(e for e in endpoints(bare, SVC).values() if e["nodeName"] == "gpu-node-0002")
-    assert ep["conditions"] == {"ready": False, "serving": False, "terminating": False}
+    new = restart_unready(bare, "gpu-node-0002")
+    bare.wait_for(lambda: new in endpoints(bare, SVC) and len(endpoints(bare, SVC)) == 3)
+    assert ready_nodes(bare, SVC) == {"gpu-node-0001", "gpu-node-0003"}
+    assert endpoints(bare, SVC)[new]["conditions"] == {
+        "ready": False, "serving": False, "terminating": False}
     bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "true")
     bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 3)
+
+
+def test_endpoints_follow_pod_status_written_by_anyone(make_bare: Callable[..., Bare]) -> None:
+    bare = make_bare(nodes=2)
+    kubelet = bare.controllers.get("kubelet")
+    assert kubelet is not None
+    kubelet.stop()  # nobody fights the status written below
+    pod = next(p for p in bare.pods(SVC) if p["spec"]["nodeName"] == "gpu-node-0001")
+    status = copy.deepcopy(pod["status"])
+    for cond in status["conditions"]:
+        if cond["type"] in ("Ready", "ContainersReady"):
+            cond["status"] = "False"
+    bare.store.update(kinds.POD, {"metadata": pod["metadata"], "status": status},
+                      subresource="status")
+    bare.wait_for(lambda: ready_nodes(bare, SVC) == {"gpu-node-0002"})
 
 
 def test_terminating_endpoint_conditions(make_bare: Callable[..., Bare]) -> None:
@@ -108,12 +135,12 @@ def test_terminating_endpoint_conditions(make_bare: Callable[..., Bare]) -> None
 
 def test_publish_not_ready_addresses_reports_ready(make_bare: Callable[..., Bare]) -> None:
     bare = make_bare(nodes=2)
-    bare.annotate_node("gpu-node-0002", PODS_READY_ANNOTATION, "false")
-    bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 1)
+    new = restart_unready(bare, "gpu-node-0002")
+    bare.wait_for(lambda: new in endpoints(bare, SVC) and len(ready_nodes(bare, SVC)) == 1)
     bare.edit(kinds.SERVICE, SVC, lambda s: s["spec"].__setitem__("publishNotReadyAddresses", True))
     bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 2)
-    ep = next(e for e in endpoints(bare, SVC).values() if e["nodeName"] == "gpu-node-0002")
-    assert ep["conditions"] == {"ready": True, "serving": False, "terminating": False}
+    assert endpoints(bare, SVC)[new]["conditions"] == {
+        "ready": True, "serving": False, "terminating": False}
 
 
 def test_selector_change_moves_endpoints(make_bare: Callable[..., Bare]) -> None:
@@ -151,7 +178,16 @@ def test_more_than_100_endpoints_span_slices_and_rewrites_are_local(
     current = slices(bare, SVC)
     assert sorted(len(s["endpoints"]) for s in current) == [50, 100]
     rv = {s["metadata"]["name"]: s["metadata"]["resourceVersion"] for s in current}
-    bare.annotate_node("gpu-node-0007", PODS_READY_ANNOTATION, "false")
+    kubelet = bare.controllers.get("kubelet")
+    assert kubelet is not None
+    kubelet.stop()
+    pod = next(p for p in bare.pods(SVC) if p["spec"]["nodeName"] == "gpu-node-0007")
+    status = copy.deepcopy(pod["status"])
+    for cond in status["conditions"]:
+        if cond["type"] == "Ready":
+            cond["status"] = "False"
+    bare.store.update(kinds.POD, {"metadata": pod["metadata"], "status": status},
+                      subresource="status")
     bare.wait_for(lambda: len(ready_nodes(bare, SVC)) == 149)
     bare.wait_idle()
     changed = [s["metadata"]["name"] for s in slices(bare, SVC)

@@ -68,7 +68,9 @@ def test_node_annotation_overrides_start_time(make_bare: Callable[..., Bare]) ->
     assert not bare.controllers.idle()  # the slow start is pending work
 
 
-def test_pods_ready_false_keeps_pods_running_but_not_ready(make_bare: Callable[..., Bare]) -> None:
+def test_pods_ready_false_keeps_new_pods_running_but_not_ready(
+    make_bare: Callable[..., Bare]
+) -> None:
     bare = make_bare(nodes=1, stack="none", time_scale=0.01)
     bare.annotate_node("gpu-node-0001", PODS_READY_ANNOTATION, "false")
     bare.store.create(kinds.POD, _pod("p", "gpu-node-0001"))
@@ -85,7 +87,11 @@ def test_pods_ready_false_keeps_pods_running_but_not_ready(make_bare: Callable[.
                           and _get(bare, "p"))
     assert ready["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == started
     bare.annotate_node("gpu-node-0001", PODS_READY_ANNOTATION, "false")
-    bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "False")
+    bare.store.create(kinds.POD, _pod("q", "gpu-node-0001"))
+    bare.wait_for(lambda: _phase(bare, "q") == "Running")
+    bare.wait_idle()
+    assert _conditions(_get(bare, "q") or {})["Ready"] == "False"  # new pods never get Ready
+    assert _conditions(_get(bare, "p") or {})["Ready"] == "True"  # a Ready pod stays Ready
 
 
 def test_graceful_deletion_turns_not_ready_then_removes(make_bare: Callable[..., Bare]) -> None:

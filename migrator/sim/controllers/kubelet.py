@@ -4,7 +4,9 @@ A pod bound to a node is accepted at once (Pending, `hostIP`, `startTime`), then
 node's start time becomes Running with a pod IP and, unless the node says otherwise, Ready.
 Faults come from Node annotations, so any client can inject them through the API:
 `sim.dcgm-migrate/pod-start-seconds: "<float>"` and `sim.dcgm-migrate/pods-ready: "false"`
-(Running but never Ready; flipping it back makes the pods Ready). A pod marked for graceful
+(pods that start there run but never become Ready, so a rollout stalls on that node; pods that
+were already Ready keep running Ready; flipping it back or removing it makes the waiting pods
+Ready). A pod marked for graceful
 deletion turns not-Ready at once and is removed when its containers have stopped (the sim's
 `termination_seconds`, never more than the pod's grace period). Pods on a deleted node are
 removed, as the pod garbage collector does.
@@ -366,9 +368,9 @@ class Kubelet(Controller):
         if phase in P.POD_PHASES_TERMINAL:
             return
         if phase == "Running":
-            ready = node_allows_ready(node)
-            if P.is_pod_ready(pod) != ready:
-                self._write_status(pod, with_ready(pod, ready, P.now_rfc3339()))
+            # The fault stops pods from *becoming* Ready; a pod already Ready stays Ready.
+            if not P.is_pod_ready(pod) and node_allows_ready(node):
+                self._write_status(pod, with_ready(pod, True, P.now_rfc3339()))
             return
         if uid in self._starting:
             return

@@ -335,9 +335,15 @@ def _mount_optional() -> None:
 _mount_optional()
 
 
+def prog_name(argv0: str) -> str | None:
+    """`kubectl dcgm-migrate` when kubectl runs us as its plugin (`kubectl-dcgm_migrate`), so
+    usage lines show what the user typed; otherwise click's default."""
+    return "kubectl dcgm-migrate" if Path(argv0).name.startswith("kubectl-") else None
+
+
 def main() -> None:
     """Console-script entry point (`dcgm-migrate`, `kubectl-dcgm_migrate`)."""
-    app()
+    app(prog_name=prog_name(sys.argv[0]))
 
 
 if __name__ == "__main__":

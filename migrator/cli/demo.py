@@ -228,8 +228,9 @@ def print_summary(console: Console, sim: SimCluster, stages: Sequence[Stage],
                            f"{s.seconds:.1f} s")
     console.print(phases)
     services = Table(box=box.SIMPLE, pad_edge=False)
-    for col in ("Service", "baseline", "lowest (gates)", "lowest (any time)", "held"):
-        services.add_column(col, justify="left" if col == "Service" else "right")
+    services.add_column("Service", no_wrap=True)
+    for col in ("baseline", "lowest\n(gates)", "lowest\n(any time)", "held"):
+        services.add_column(col, justify="right")
     for svc, base, low, instant, held in service_rows(stages, series):
         services.add_row(svc, str(base), str(low), "-" if instant is None else str(instant),
                          "yes" if held else "[red]NO[/red]")

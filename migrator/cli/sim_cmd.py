@@ -57,7 +57,10 @@ def serve_cmd(
     fail_nth_write: Annotated[int | None, typer.Option(
         "--fail-nth-write", help="Fail the Nth write request (once).")] = None,
 ) -> None:
-    """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM."""
+    """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.
+
+    Example: dcgm-migrate sim serve --nodes 10 --time-scale 0.1 --kubeconfig-out sim.kubeconfig
+    """
     options = ServeOptions(
         nodes=nodes, stack=stack, port=port, kubeconfig_out=kubeconfig_out,
         time_scale=time_scale, operator_reconcile=operator_reconcile,

@@ -1,0 +1,98 @@
+"""`dcgm-migrate demo`: its pure helpers, and whole runs in-process on both stacks (non-TTY)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from migrator.cli.app import app
+from migrator.cli.demo import (
+    MAX_TIME_SCALE,
+    Stage,
+    auto_time_scale,
+    lowest_after_reaching,
+    merge_lowest,
+    service_rows,
+)
+
+FAST = ["--time-scale", "0.002"]  # 25 simulated seconds per pod restart -> 50 ms
+
+
+# ---- pure helpers ---------------------------------------------------------------------------
+
+def test_time_scale_targets_the_same_wall_time_at_any_size() -> None:
+    small, large = auto_time_scale(8, 20, 5), auto_time_scale(1000, 20, 5)
+    assert small == MAX_TIME_SCALE  # 8 nodes: 400 simulated s at 20x is 20 s
+    assert large == pytest.approx(20 / (2 * 1000 * 25))
+    assert auto_time_scale(0, 20, 5) == MAX_TIME_SCALE
+
+
+def test_lowest_ignores_an_alias_filling_up_but_not_a_later_dip() -> None:
+    assert lowest_after_reaching([0, 1, 2, 3, 3], 3) == 3
+    assert lowest_after_reaching([0, 3, 2, 3], 3) == 2
+    assert lowest_after_reaching([3, 3, 2, 3, 3], 3) == 2
+    assert lowest_after_reaching([0, 1], 3) is None
+    assert lowest_after_reaching([], 3) is None
+
+
+def test_rows_merge_runs_and_flag_a_service_below_its_baseline() -> None:
+    stages = [Stage("apply --phase 1", 1.0, 1, 2, {"a": (4, 4), "b": (4, 4)}),
+              Stage("apply --phase 3", 1.0, 3, 1, {"a": (3, 4), "c": (2, 2)})]
+    assert merge_lowest(stages) == {"a": (3, 4), "b": (4, 4), "c": (2, 2)}
+    rows = service_rows(stages, {"a": [4, 3, 4], "b": [4, 4], "c": [0, 2]})
+    assert rows == [("a", 4, 3, 3, False), ("b", 4, 4, 4, True), ("c", 2, 2, 2, True)]
+
+
+# ---- whole runs -----------------------------------------------------------------------------
+
+def _summary(stdout: str) -> str:
+    assert "Summary" in stdout, stdout[-2000:]
+    return stdout[stdout.rindex("Summary"):]
+
+
+def test_demo_gpucluster_runs_plan_apply_status_and_summarises() -> None:
+    res = CliRunner().invoke(app, ["demo", "--nodes", "3", *FAST], catch_exceptions=False)
+    assert res.exit_code == 0, res.output[-3000:]
+    out = res.stdout
+    commands = re.findall(r"^\$ (dcgm-migrate .+)$", out, re.M)
+    assert commands == ["dcgm-migrate plan", "dcgm-migrate apply --phase 1 --yes",
+                        "dcgm-migrate apply --phase 2 --yes",
+                        "dcgm-migrate apply --phase 3 --yes", "dcgm-migrate status"]
+    summary = _summary(out)
+    for phase, writes in (("1 label", 2), ("2 alias", 2), ("3 switch", 2)):
+        assert re.search(rf"{phase}\s+completed\s+{writes}\s+\d+\.\d s", summary), summary
+    for svc in ("nvidia-dcgm", "nvidia-dcgm-dra", "nvidia-dcgm-exporter",
+                "nvidia-dcgm-exporter-dra"):
+        row = re.search(rf"^ {svc}\s+(\d+)\s+(\d+)\s+(\d+)\s+(yes|NO)", summary, re.M)
+        assert row, f"no row for {svc}:\n{summary}"
+        baseline, gates_low, any_low, held = row.groups()
+        assert (baseline, gates_low, held) == ("3", "3", "yes")
+        # The DRA Services may dip by one node while phase 1 rolls pods (maxUnavailable 1);
+        # the aliases exist only from phase 2 on, which moves no pods: never below baseline.
+        assert int(any_low) >= (2 if svc.endswith("-dra") else 3)
+    assert "verdict OK" in summary
+    # non-TTY: progress is plain timestamped lines on stderr, never bars or escape codes
+    assert re.search(r"^\d\d:\d\d:\d\d   rollout  DaemonSet/nvidia-dcgm-dra: updated 3/3",
+                     res.stderr, re.M), res.stderr
+    assert "phase 3 (switch) completed" in res.stderr
+    assert "\x1b[" not in res.output and "━" not in res.output
+
+
+def test_demo_clusterpolicy_keeps_legacy_names_and_switches_nothing_operator_owned() -> None:
+    res = CliRunner().invoke(app, ["demo", "--stack", "clusterpolicy", "--nodes", "2", *FAST],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output[-3000:]
+    summary = _summary(res.stdout)
+    assert re.search(r"1 label\s+completed\s+2", summary)
+    assert re.search(r"2 alias\s+completed\s+0", summary)  # the legacy stack gets no aliases
+    assert re.search(r"3 switch\s+completed\s+0", summary)  # its Services are operator-owned
+    assert "-dra" not in summary
+    assert "not switched (--include-operator-owned" in " ".join(res.stdout.split())
+
+
+def test_demo_rejects_an_unknown_stack_with_exit_2() -> None:
+    res = CliRunner().invoke(app, ["demo", "--stack", "mixed"])
+    assert res.exit_code == 2
+    assert "gpucluster" in res.output and "clusterpolicy" in res.output

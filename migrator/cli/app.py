@@ -101,7 +101,7 @@ def _session(kubeconfig: str | None, context: str | None, namespace: str, output
     from migrator.kube.client import Kube
 
     kube = Kube.connect(kubeconfig, context, dry_run=dry_run)
-    progress = make_progress(quiet=output is not Output.table and not sys.stderr.isatty())
+    progress = make_progress(quiet=False)  # stderr only: -o json stdout stays one document
     try:
         yield Session(kube, namespace, listener=progress or Quiet())
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -306,19 +307,31 @@ class Runner:
 
     def rollback(self, downto: int) -> RunResult:
         snap = self.snapshot()
-        wrote_selectors = False
+        settled = False
         for number in range(len(phases.PHASES), downto - 1, -1):
             module = phases.by_number(number)
             rec = self.state.phase(number)
             if rec.status in ("pending", "rolled-back"):
                 continue
-            if wrote_selectors and number < 3:
-                self.waiter.settle(self.settings.settle, self.listener.settle)
-                wrote_selectors = False
+            if number < 3 and not settled:
+                self._settle_after_restore()
+                settled = True
             self._run_phase(module, rec, snap, rollback=True)
-            wrote_selectors = wrote_selectors or number == 3
             snap = self.snapshot()
         return self.result
+
+    def _settle_after_restore(self) -> None:
+        """Before removing what the old selectors needed, give kube-proxy `--settle` after the
+        selectors were restored — measured from the recorded finish, so a run killed during
+        the countdown waits only the rest of it when run again."""
+        rec = self.state.phase(3)
+        if rec.status != "rolled-back" or not rec.finished or self.dry_run:
+            return
+        finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        elapsed = (datetime.now(UTC) - finished).total_seconds()
+        remaining = self.settings.settle - max(0.0, elapsed)
+        if remaining > 0:
+            self.waiter.settle(remaining, self.listener.settle)
 
 
 def _hint_for(step: Step, rollback: bool) -> str:

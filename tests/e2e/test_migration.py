@@ -84,8 +84,9 @@ def test_rollback_after_phase3_restores_the_starting_objects(
     start = _objects(env)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     assert _objects(env) != start
-    res = env.cli("rollback", "--phase", "1", "--yes", "--settle", "0s", "-o", "json")
+    res = env.cli("rollback", "--phase", "1", "--yes", "--settle", "1s", "-o", "json")
     assert res.code == 0, res.stderr
+    assert "settling" in res.stderr, "labels were removed without the settle countdown"
     end = _objects(env)
     assert set(end) == set(start), set(end) ^ set(start)
     for key in start:

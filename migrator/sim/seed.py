@@ -206,13 +206,14 @@ def seed(
                  "mixed": [R.CLUSTERPOLICY, R.GPUCLUSTER], "both": [R.CLUSTERPOLICY, R.GPUCLUSTER],
                  "none": []}[stack]
     ips = IPAllocator()
+    fixtures = R.Fixtures()
     all_pods: list[Obj] = []
     services: list[Obj] = []
     n_ds = 0
     for cr_stack in cr_stacks:
         cr_kind = kinds.CLUSTER_POLICY if cr_stack == R.CLUSTERPOLICY else kinds.GPU_CLUSTER
         cr = store.create(cr_kind, seeded_cr(cr_stack, gpucluster_dcgm=gpucluster_dcgm))
-        for desired in R.render(cr, namespace):
+        for desired in R.render(cr, namespace, fixtures):
             if desired["kind"] == "DaemonSet":
                 _, pods = _seed_daemonset(store, desired, node_objs, ips)
                 all_pods.extend(pods)

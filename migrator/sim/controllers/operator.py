@@ -25,7 +25,7 @@ from migrator.model import kinds
 from migrator.sim import admission, allocation
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers.base import Controller
-from migrator.sim.controllers.rendering import HASH_ANNOTATION, render
+from migrator.sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
 from migrator.sim.statuses import ApiError
 from migrator.sim.store import Event, Store, StoreError
 
@@ -83,6 +83,7 @@ class OperatorImitation(Controller):
         self.period = period
         self.namespace = namespace
         self.reconciles = 0
+        self._fixtures = Fixtures()
 
     def prime(self) -> None:
         self.schedule("resync", 0)
@@ -103,7 +104,7 @@ class OperatorImitation(Controller):
                 continue
             cr = min(live, key=lambda c: (c["metadata"].get("creationTimestamp", ""),
                                           c["metadata"]["name"]))
-            for desired in render(cr, self.namespace):
+            for desired in render(cr, self.namespace, self._fixtures):
                 if desired["kind"] not in RECONCILED_KINDS:
                     continue
                 try:

@@ -57,11 +57,28 @@ CP_DEFAULT_IMAGES = {
 DCGM_REMOTE_ENGINE_ENV = "DCGM_REMOTE_HOSTENGINE_INFO"
 
 
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_fixture(relpath: str) -> list[Obj]:
     """The documents of a fixture file shipped in `migrator/sim/fixtures/gpu-operator/`."""
     root = resources.files("migrator.sim").joinpath("fixtures", "gpu-operator")
     text = root.joinpath(*relpath.split("/")).read_text(encoding="utf-8")
-    return [d for d in yaml.safe_load_all(text) if d]
+    return [d for d in yaml.load_all(text, Loader=_Loader) if d]
+
+
+class Fixtures:
+    """The fixture files, parsed once per instance (a reconcile every few simulated seconds
+    must not re-parse YAML); `docs` hands out fresh copies to render into."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, list[Obj]] = {}
+
+    def docs(self, relpath: str) -> list[Obj]:
+        parsed = self._parsed.get(relpath)
+        if parsed is None:
+            parsed = self._parsed[relpath] = load_fixture(relpath)
+        return copy.deepcopy(parsed)
 
 
 def sample_cr(stack: str) -> Obj:
@@ -143,15 +160,15 @@ def _add_common_labels(ds: Obj) -> None:
     ds["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})[label] = "true"
 
 
-def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
+def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -> list[Obj]:
     spec = cr.get("spec") or {}
     daemonsets = spec.get("daemonsets") or {}
     validator = _image(spec.get("validator"), CP_DEFAULT_IMAGES["validator"])
     dcgm_on = _enabled(spec.get("dcgm"), True)
     out: list[Obj] = []
     if dcgm_on:
-        ds, svc = (load_fixture("clusterpolicy/state-dcgm_0400_dcgm.yml")[0],
-                   load_fixture("clusterpolicy/state-dcgm_0500_service.yaml")[0])
+        ds, svc = (fx.docs("clusterpolicy/state-dcgm_0400_dcgm.yml")[0],
+                   fx.docs("clusterpolicy/state-dcgm_0500_service.yaml")[0])
         pod = ds["spec"]["template"]["spec"]
         pod["containers"][0]["image"] = _image(spec.get("dcgm"), CP_DEFAULT_IMAGES["dcgm"])
         for init in pod.get("initContainers") or []:
@@ -160,13 +177,13 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
         out += [ds, svc]
     if _enabled(spec.get("dcgmExporter"), True):
         exporter = spec.get("dcgmExporter") or {}
-        svc = load_fixture("clusterpolicy/state-dcgm-exporter_0400_service.yaml")[0]
+        svc = fx.docs("clusterpolicy/state-dcgm-exporter_0400_service.yaml")[0]
         out.append(svc)
         if _enabled(exporter.get("serviceMonitor"), False):
-            smon = load_fixture("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
+            smon = fx.docs("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
             smon["spec"]["namespaceSelector"]["matchNames"] = [namespace]
             out.append(smon)
-        ds = load_fixture("clusterpolicy/state-dcgm-exporter_0800_daemonset.yaml")[0]
+        ds = fx.docs("clusterpolicy/state-dcgm-exporter_0800_daemonset.yaml")[0]
         pod = ds["spec"]["template"]["spec"]
         container = pod["containers"][0]
         container["image"] = _image(exporter, CP_DEFAULT_IMAGES["dcgmExporter"])
@@ -181,7 +198,7 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
     return out
 
 
-def _render_gpucluster(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
+def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -> list[Obj]:
     spec = cr.get("spec") or {}
     daemonsets = spec.get("daemonsets") or {}
     dcgm = spec.get("dcgm") or {}
@@ -189,10 +206,10 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
     dcgm_on = _enabled(dcgm, False)
     out: list[tuple[str, Obj]] = []
     if dcgm_on:
-        out += [("state-dcgm", o) for o in load_fixture("gpucluster-golden/gpucluster-dcgm.yaml")]
+        out += [("state-dcgm", o) for o in fx.docs("gpucluster-golden/gpucluster-dcgm.yaml")]
     if _enabled(exporter, True):
         variant = "remote-engine" if dcgm_on else "embedded"
-        docs = load_fixture(f"gpucluster-golden/gpucluster-dcgm-exporter-{variant}.yaml")
+        docs = fx.docs(f"gpucluster-golden/gpucluster-dcgm-exporter-{variant}.yaml")
         out += [("state-dcgm-exporter", o) for o in docs]
     rendered: list[Obj] = []
     for state, obj in out:
@@ -219,12 +236,14 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
     return rendered
 
 
-def render(cr: Mapping[str, Any], namespace: str) -> list[Obj]:
+def render(cr: Mapping[str, Any], namespace: str, fixtures: Fixtures | None = None) -> list[Obj]:
     """The objects the operator wants for this CR, in its apply order, each with the controller
     ownerReference (the CR must carry its uid) and, for DaemonSets, the last-applied hash."""
-    stack = stack_of(cr)
-    objs = _render_clusterpolicy(cr, namespace) if stack == CLUSTERPOLICY else \
-        _render_gpucluster(cr, namespace)
+    fx = fixtures if fixtures is not None else Fixtures()
+    if stack_of(cr) == CLUSTERPOLICY:
+        objs = _render_clusterpolicy(cr, namespace, fx)
+    else:
+        objs = _render_gpucluster(cr, namespace, fx)
     common = str((cr.get("metadata", {}).get("annotations") or {}).get(RENDERS_COMMON_LABELS,
                                                                        "")).lower() == "true"
     for obj in objs:

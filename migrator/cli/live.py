@@ -87,18 +87,21 @@ class RichProgress(PlainProgress):
 
         self.progress.console.print(escape(text))
 
-    def _task(self, key: str, label: str, total: int) -> Any:
+    def _task(self, key: str, label: str, total: int, completed: int = 0) -> Any:
+        # created at its current count: a bar never flashes 0/N (which would read as a loss)
         if key not in self.tasks:
-            self.tasks[key] = self.progress.add_task(label, total=max(total, 1), extra="")
+            self.tasks[key] = self.progress.add_task(label, total=max(total, 1),
+                                                     completed=completed, extra="")
         return self.tasks[key]
 
     def rollout(self, p: RolloutProgress) -> None:
-        task = self._task(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired)
+        task = self._task(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired,
+                          min(p.updated, p.available))
         self.progress.update(task, total=max(p.desired, 1), completed=min(p.updated, p.available),
                              extra=f"updated {p.updated} available {p.available}")
 
     def endpoints(self, p: EndpointProgress) -> None:
-        task = self._task(f"svc/{p.service}", f"endpoints {p.service}", p.baseline)
+        task = self._task(f"svc/{p.service}", f"endpoints {p.service}", p.baseline, p.ready)
         self.progress.update(task, total=max(p.baseline, 1), completed=p.ready,
                              extra=f"baseline {p.baseline}")
 

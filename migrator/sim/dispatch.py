@@ -2,7 +2,8 @@
 
 Order as on a real server: the bearer token names the user (401 if unknown); the request is
 authorised by RBAC (403 with the authorizer's sentence); then this sim's faults (latency, a
-random 500/503/429, the Nth write failing) apply; then discovery or the resource handler runs.
+random 500/503/429, the Nth write failing) apply; then discovery or the resource handler runs
+(and `Faults.after_write` may hold a successful write's answer: the crash-test hook).
 `/sim/v1/*` (the sim's own control endpoints) skips all of it and is not logged.
 """
 
@@ -99,7 +100,10 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     if code is not None:
         raise _injected(code, b.faults.snapshot()["retry_after_seconds"])
     if info.is_resource:
-        return handlers.handle(b, info, req, policy)
+        response = handlers.handle(b, info, req, policy)
+        if counts_as_write and response.code < 400:
+            b.faults.after_write()  # the crash-test hook may hold this answer back
+        return response
     return _non_resource(b, info)
 
 

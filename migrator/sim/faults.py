@@ -1,9 +1,15 @@
-"""Server-wide fault injection: random errors, latency, failing the Nth write, absent API groups.
+"""Server-wide fault injection: random errors, latency, failing the Nth write, absent API groups,
+and (a test hook) holding the answer of the Nth write.
 
 Settable in process (`Faults(...)`, `faults.update(...)`) and from any client through
 `GET/PUT /sim/v1/faults` (JSON with the same field names), so a test in another process can
 make the API flaky or make the ServiceMonitor CRD disappear. Thread-safe; the random source is
 seeded so a run with the same settings and request order fails the same requests.
+
+`hang_nth_write` is a crash-test hook: the Nth successful write is applied to the store, then
+its answer is held back (the client sees no reply) until the hook is cleared (`update` of
+`hang_nth_write`, `reset`) or HOLD_LIMIT_SECONDS pass. While it holds one, the snapshot shows
+`write_held: true`, so a test can kill the client at exactly "right after the Nth write".
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from typing import Any
 
 INJECTABLE_CODES = (500, 503, 429)
 FIELDS = ("error_rate", "error_codes", "retry_after_seconds", "latency_ms", "fail_nth_write",
-          "disabled_groups", "seed")
+          "disabled_groups", "seed", "hang_nth_write")
+HOLD_LIMIT_SECONDS = 300.0  # a held answer is released after this long, whatever happens
 
 
 class FaultsError(ValueError):
@@ -35,6 +42,7 @@ class Faults:
         fail_nth_write: int | None = None,
         disabled_groups: Iterable[str] = (),
         seed: int = 0,
+        hang_nth_write: int | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self.error_rate = 0.0
@@ -46,10 +54,14 @@ class Faults:
         self.seed = seed
         self._rng = random.Random(seed)
         self._writes_left: int | None = None
+        self.hang_nth_write: int | None = None
+        self._hang_left: int | None = None
+        self._held = threading.Event()  # set while a write's answer is being held
+        self._release = threading.Event()
         self.update(error_rate=error_rate, error_codes=list(error_codes),
                     retry_after_seconds=retry_after_seconds, latency_ms=latency_ms,
                     fail_nth_write=fail_nth_write, disabled_groups=list(disabled_groups),
-                    seed=seed)
+                    seed=seed, hang_nth_write=hang_nth_write)
 
     def update(self, **changes: Any) -> dict[str, Any]:
         """Change some settings (validated, all or nothing); returns the new snapshot.
@@ -73,6 +85,9 @@ class Faults:
         if nth is not None and int(nth) < 1:
             raise FaultsError("fail_nth_write must be 1 or more (or null)")
         groups = frozenset(str(g) for g in changes.get("disabled_groups", self.disabled_groups))
+        hang = changes.get("hang_nth_write", self.hang_nth_write)
+        if hang is not None and int(hang) < 1:
+            raise FaultsError("hang_nth_write must be 1 or more (or null)")
         with self._lock:
             self.error_rate, self.error_codes = rate, codes
             self.retry_after_seconds, self.latency_ms = retry_after, latency
@@ -83,13 +98,18 @@ class Faults:
             if "seed" in changes:
                 self.seed = int(changes["seed"])
                 self._rng = random.Random(self.seed)
+            if "hang_nth_write" in changes:
+                self._release.set()  # let a held answer go before arming the hook again
+                self._release, self._held = threading.Event(), threading.Event()
+                self.hang_nth_write = None if hang is None else int(hang)
+                self._hang_left = self.hang_nth_write
         return self.snapshot()
 
     def reset(self) -> dict[str, Any]:
         """Back to no faults at all."""
         return self.update(error_rate=0.0, error_codes=list(INJECTABLE_CODES),
                            retry_after_seconds=1, latency_ms=0.0, fail_nth_write=None,
-                           disabled_groups=[])
+                           disabled_groups=[], hang_nth_write=None)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -101,6 +121,8 @@ class Faults:
                 "fail_nth_write": self._writes_left,
                 "disabled_groups": sorted(self.disabled_groups),
                 "seed": self.seed,
+                "hang_nth_write": self._hang_left,
+                "write_held": self._held.is_set(),
             }
 
     def group_disabled(self, group: str) -> bool:
@@ -127,3 +149,27 @@ class Faults:
             if self.error_rate > 0 and self._rng.random() < self.error_rate:
                 return self._rng.choice(self.error_codes)
             return None
+
+    def after_write(self) -> None:
+        """Called once a write has been applied, before its answer is sent: holds the answer of
+        the `hang_nth_write`-th such write until the hook is cleared (or HOLD_LIMIT_SECONDS)."""
+        with self._lock:
+            if self._hang_left is None:
+                return
+            self._hang_left -= 1
+            if self._hang_left > 0:
+                return
+            self._hang_left = None
+            release = self._release
+            self._held.set()
+        release.wait(HOLD_LIMIT_SECONDS)
+
+    def wait_held(self, timeout: float) -> bool:
+        """In process: block until a write's answer is being held; False after `timeout` s."""
+        with self._lock:
+            held = self._held
+        return held.wait(timeout)
+
+    def release_held(self) -> None:
+        """Let a held answer go (the hook stays cleared)."""
+        self.update(hang_nth_write=None)

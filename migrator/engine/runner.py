@@ -36,7 +36,14 @@ from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import CreateAlias, RollPods, SetLabels, SetSelector, Step
+from migrator.model.steps import (
+    CreateAlias,
+    RollPods,
+    SetLabels,
+    SetSelector,
+    Step,
+    from_record,
+)
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -140,7 +147,7 @@ class Runner:
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number)
         self.save()  # baselines and originals are in the state before any write
         bases = [ServiceBaseline.from_dict(b) for b in rec.baselines]
-        for step in plan.steps:
+        for step in self._revisit(plan, rec, rollback) + list(plan.steps):
             self._run_step(module, rec, step, bases, plan, rollback=rollback)
         if rollback:
             rec.status, rec.finished = "rolled-back", utcnow()
@@ -152,6 +159,21 @@ class Runner:
         self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))
         self.result.phases.append({"number": rec.number, "status": rec.status,
                                    "writes": len(plan.steps)})
+
+    def _revisit(self, plan: PhasePlan, rec: PhaseRecord, rollback: bool) -> list[Step]:
+        """Steps this phase wrote (or may have: intent) that the plan leaves out because the
+        live object already shows their effect. A run killed between such a write and the end
+        of its gates (rollout, endpoints) must still mark it done and wait for those gates
+        before going on; they come first, as they did before the kill."""
+        planned = {s.id for s in plan.steps}
+        out: list[Step] = []
+        for r in rec.undo if rollback else rec.steps:
+            if r.status not in ("intent", "done") or r.id in planned:
+                continue
+            step = from_record(r.step)
+            if not isinstance(step, RollPods) and step.satisfied(self._live(step)):
+                out.append(step)
+        return out
 
     def _fail(self, rec: PhaseRecord, message: str, hint: str) -> None:
         rec.status, rec.error = "failed", message
@@ -179,6 +201,9 @@ class Runner:
             status = "done" if recorded.get(step.id) in ("intent", "done") else "skipped"
             if recorded.get(step.id) != "done":
                 rec.mark(step, status, undo=rollback)
+                if (recorded.get(step.id) == "intent" and isinstance(step, SetLabels)
+                        and step.rolls_pods() and not rollback):
+                    rec.wrote_labels = True  # our write landed; the run died before "done"
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "skipped"))
         else:

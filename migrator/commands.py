@@ -214,6 +214,16 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
                                  session.namespace)
     applied = [n for n in PHASE_NAMES if state and n >= request.phase
                and state.phase(n).status in ("completed", "in-progress", "failed")]
+    undone = [n for n in PHASE_NAMES if state and n >= request.phase
+              and state.phase(n).status == "rolled-back"]
+    if state is not None and undone and not applied:
+        # The same command run again after it finished (or was killed after its last state
+        # write): nothing left to undo is success, not bad input.
+        session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
+                                 "back; nothing to do")
+        report = reports.build(snap, session.catalog, state, request.options)
+        report["result"] = {"writes": 0, "dryRun": session.kube.dry_run, "lowestEndpoints": {}}
+        return report
     if state is None or not applied:
         raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing to "
                          "roll back.", "run `dcgm-migrate status` to see which phases are done")

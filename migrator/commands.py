@@ -216,19 +216,16 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
                and state.phase(n).status in ("completed", "in-progress", "failed")]
     undone = [n for n in PHASE_NAMES if state and n >= request.phase
               and state.phase(n).status == "rolled-back"]
-    if state is not None and undone and not applied:
-        # The same command run again after it finished (or was killed after its last state
-        # write): nothing left to undo is success, not bad input.
-        session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
-                                 "back; nothing to do")
-        report = reports.build(snap, session.catalog, state, request.options)
-        report["result"] = {"writes": 0, "dryRun": session.kube.dry_run, "lowestEndpoints": {}}
-        return report
-    if state is None or not applied:
+    if state is None or not (applied or undone):
         raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing to "
                          "roll back.", "run `dcgm-migrate status` to see which phases are done")
-    preview = reports.build(snap, session.catalog, state, request.options)
-    if not request.confirm(preview):
+    if not applied:
+        # The same command run again after it finished (or was killed after its last state
+        # write): nothing is left to undo, which is success, not bad input. It still goes
+        # through the lock, so a killed run's lock is taken over and released.
+        session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
+                                 "back; nothing to do")
+    elif not request.confirm(reports.build(snap, session.catalog, state, request.options)):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     return _locked_run(session, request, snap, state, version,
                        lambda runner: runner.rollback(request.phase))

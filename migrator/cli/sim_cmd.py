@@ -44,6 +44,9 @@ def serve_cmd(
         help="Run the GPU Operator imitation every SECONDS (simulated); off by default.")] = None,
     pod_start_seconds: Annotated[float, typer.Option(
         "--pod-start-seconds", help="Simulated seconds from pod creation to Ready.")] = 2.0,
+    termination_seconds: Annotated[float, typer.Option(
+        "--termination-seconds",
+        help="Simulated seconds a deleted pod takes to stop (at most its grace period).")] = 1.0,
     namespace: Annotated[str, typer.Option(
         "--namespace", "-n", help="Namespace of the operator's objects.")] = "gpu-operator",
     gpucluster_dcgm: Annotated[bool, typer.Option(
@@ -64,7 +67,8 @@ def serve_cmd(
     options = ServeOptions(
         nodes=nodes, stack=stack, port=port, kubeconfig_out=kubeconfig_out,
         time_scale=time_scale, operator_reconcile=operator_reconcile,
-        pod_start_seconds=pod_start_seconds, namespace=namespace,
+        pod_start_seconds=pod_start_seconds, termination_seconds=termination_seconds,
+        namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
         fail_nth_write=fail_nth_write)
     try:

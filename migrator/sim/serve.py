@@ -34,6 +34,7 @@ class ServeOptions:
     time_scale: float = 1.0
     operator_reconcile: float | None = None
     pod_start_seconds: float = 2.0
+    termination_seconds: float = 1.0
     namespace: str = "gpu-operator"
     gpucluster_dcgm: bool = True
     error_rate: float = 0.0
@@ -56,6 +57,9 @@ class ServeOptions:
         if self.pod_start_seconds < 0:
             raise ServeError("--pod-start-seconds must be 0 or more, "
                              f"got {self.pod_start_seconds}.")
+        if self.termination_seconds < 0:
+            raise ServeError("--termination-seconds must be 0 or more, "
+                             f"got {self.termination_seconds}.")
         if not self.namespace:
             raise ServeError("--namespace must not be empty.")
         try:

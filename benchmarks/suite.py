@@ -1,0 +1,164 @@
+"""The measurements: CLI start, `plan`/`status` against `kubectl get` on the same server, and
+`apply --phase 3` against the rollout floor. Each returns plain dicts for results.json."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks import floor, stats
+from benchmarks.procs import CLI, Measured, run
+from benchmarks.simproc import NS, SimProcess, SimSettings, Traffic
+
+Obj = dict[str, Any]
+Echo = Callable[[str], None]
+
+KUBECTL_OBJECTS = "ds,svc,pods,endpointslices"
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """Scaled time for `apply --phase 3`: realistic pod start and termination in simulated
+    seconds, run `1/time_scale` times faster."""
+
+    pod_start_seconds: float = 30.0
+    termination_seconds: float = 1.0
+    time_scale: float = 0.001
+    sim_alone: bool = True
+
+
+@dataclass
+class Samples:
+    """Repeated runs of one command."""
+
+    wall: list[float] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    sim_cpu: list[float] = field(default_factory=list)
+    requests: list[float] = field(default_factory=list)
+    codes: list[int] = field(default_factory=list)
+    traffic: Traffic | None = None
+
+    def add(self, m: Measured, traffic: Traffic | None = None,
+            sim_cpu: float | None = None) -> None:
+        self.wall.append(m.wall_s)
+        self.rss.append(m.peak_rss_mb)
+        self.cpu.append(m.cpu_s)
+        self.codes.append(m.code)
+        if sim_cpu is not None:
+            self.sim_cpu.append(sim_cpu)
+        if traffic is not None:
+            self.requests.append(traffic.requests)
+            self.traffic = traffic
+
+    def as_dict(self) -> Obj:
+        out: Obj = {"wall_s": stats.summary(self.wall), "peak_rss_mb": stats.summary(self.rss),
+                    "cpu_s": stats.summary(self.cpu), "exit_codes": self.codes}
+        if self.sim_cpu:
+            out["sim_cpu_s"] = stats.summary(self.sim_cpu)
+        if self.traffic is not None:
+            out["requests"] = stats.summary(self.requests)
+            out["traffic"] = self.traffic.as_dict()
+        return out
+
+
+def cli_start(runs: int) -> Obj:
+    """`dcgm-migrate --help` (as `python -m migrator --help`): interpreter, imports, typer."""
+    s = Samples()
+    run([*CLI, "--help"])  # warm the file cache
+    for _ in range(runs):
+        s.add(run([*CLI, "--help"]))
+    return s.as_dict()
+
+
+def _measured(sim: SimProcess, argv: Sequence[str], keep_stdout: bool = True) -> tuple[
+        Measured, Traffic, float]:
+    sim.clear_log()
+    before = sim.cpu_seconds()
+    m = run(argv, keep_stdout=keep_stdout)
+    traffic = sim.traffic()
+    return m, traffic, sim.cpu_seconds() - before
+
+
+def reads(nodes: int, stack: str, runs: int, *, kubectl: bool, echo: Echo) -> Obj:
+    """`plan`, `status` and the kubectl reference, `runs` times each on one seeded sim."""
+    with SimProcess(SimSettings(nodes, stack)) as sim:
+        kc = ["--kubeconfig", sim.kubeconfig]
+        commands: dict[str, list[str]] = {
+            "plan": [*CLI, "plan", "-o", "json", *kc],
+            "status": [*CLI, "status", "-o", "json", *kc],
+        }
+        if kubectl:
+            commands["kubectl"] = ["kubectl", "get", KUBECTL_OBJECTS, "-n", NS, "-o", "json",
+                                   *kc]
+        samples = {name: Samples() for name in commands}
+        for name, argv in commands.items():  # warm-up: caches, kubectl discovery
+            m = run(argv, keep_stdout=False)
+            if m.code not in (0, 1):
+                raise RuntimeError(f"{name} at {nodes} nodes exited {m.code}: "
+                                   f"{m.stderr.decode(errors='replace')[-500:]}")
+        for i in range(runs):
+            for name, argv in commands.items():
+                m, traffic, sim_cpu = _measured(sim, argv, keep_stdout=name != "kubectl")
+                samples[name].add(m, traffic, sim_cpu)
+            echo(f"  {nodes} nodes {stack}: run {i + 1}/{runs}: " + ", ".join(
+                f"{n} {s.wall[-1]:.2f}s" for n, s in samples.items()))
+        result: Obj = {"nodes": nodes, "stack": stack, "runs": runs,
+                       "sim_ready_s": round(sim.ready_s, 3),
+                       "commands": {n: s.as_dict() for n, s in samples.items()}}
+    if kubectl:
+        ref = stats.median_of(samples["kubectl"].wall)
+        result["ratios"] = {
+            "status_vs_kubectl": stats.ratio(stats.median_of(samples["status"].wall), ref),
+            "plan_vs_kubectl": stats.ratio(stats.median_of(samples["plan"].wall), ref),
+        }
+    return result
+
+
+def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
+                 echo: Echo) -> Obj:
+    """`apply --phase 3 --yes` on a fresh sim per run, against the rollout floor."""
+    sim_settings = SimSettings(nodes, stack, time_scale=settings.time_scale,
+                               pod_start_seconds=settings.pod_start_seconds,
+                               termination_seconds=settings.termination_seconds)
+    s = Samples()
+    ratios: list[float] = []
+    floor_s = 0.0
+    parts: list[floor.RolloutFloor] = []
+    alone: Obj | None = None
+    for i in range(runs):
+        with SimProcess(sim_settings) as sim:
+            floor_s, parts = floor.phase1_floor(
+                sim.daemonsets(), pod_start_seconds=settings.pod_start_seconds,
+                termination_seconds=settings.termination_seconds,
+                time_scale=settings.time_scale)
+            argv = [*CLI, "apply", "--phase", "3", "--yes", "-o", "json", "--timeout", "12h",
+                    "--kubeconfig", sim.kubeconfig]
+            m, traffic, sim_cpu = _measured(sim, argv)
+            if m.code != 0:
+                raise RuntimeError(f"apply at {nodes} nodes exited {m.code}: "
+                                   f"{m.stderr.decode(errors='replace')[-800:]}")
+            s.add(m, traffic, sim_cpu)
+            ratios.append(m.wall_s / floor_s if floor_s else 0.0)
+            echo(f"  {nodes} nodes {stack}: apply run {i + 1}/{runs}: {m.wall_s:.2f}s, "
+                 f"floor {floor_s:.2f}s, ratio {ratios[-1]:.3f}, sim CPU {sim_cpu:.1f}s")
+            if settings.sim_alone and alone is None and parts:
+                first = parts[0]
+                took = sim.roll_alone(first.daemonset)
+                alone = {"daemonset": first.daemonset, "wall_s": round(took, 3),
+                         "floor_s": round(first.seconds, 3),
+                         "ratio": stats.ratio(took, first.seconds)}
+                echo(f"  {nodes} nodes {stack}: sim alone rolls {first.daemonset} in "
+                     f"{took:.2f}s (floor {first.seconds:.2f}s)")
+    out: Obj = {"nodes": nodes, "stack": stack, "runs": runs,
+                "settings": {"pod_start_seconds": settings.pod_start_seconds,
+                             "termination_seconds": settings.termination_seconds,
+                             "time_scale": settings.time_scale},
+                "floor_s": round(floor_s, 3), "floor_parts": [p.as_dict() for p in parts],
+                "ratio_to_floor": stats.summary(ratios),
+                "overhead_s": round(stats.median_of(s.wall) - floor_s, 3),
+                **s.as_dict()}
+    if alone is not None:
+        out["sim_alone"] = alone
+    return out

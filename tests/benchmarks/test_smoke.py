@@ -1,0 +1,91 @@
+"""The benchmark harness keeps working: one run at 10 nodes end to end, and its pure parts
+(rollout floor, statistics, request-log accounting, target judging). No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import floor, report, stats
+from benchmarks.__main__ import main
+from benchmarks.simproc import Traffic
+
+
+def _ds(name: str, desired: int, max_unavailable: Any) -> dict[str, Any]:
+    rolling = {} if max_unavailable is None else {"maxUnavailable": max_unavailable}
+    return {"metadata": {"name": name},
+            "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling}},
+            "status": {"desiredNumberScheduled": desired}}
+
+
+def test_floor_sums_waves_of_each_daemonset_in_turn() -> None:
+    total, parts = floor.phase1_floor(
+        [_ds("a", 10, 1), _ds("b", 10, "25%"), _ds("c", 0, 1)],
+        pod_start_seconds=30, termination_seconds=1, time_scale=0.01)
+    assert [(p.waves, p.max_unavailable) for p in parts] == [(10, 1), (4, 3), (0, 1)]
+    assert total == pytest.approx((10 + 4) * 31 * 0.01)
+
+
+def test_floor_defaults_to_one_node_at_a_time() -> None:
+    part = floor.daemonset_floor(_ds("a", 7, None), pod_start_seconds=2,
+                                 termination_seconds=1, time_scale=1.0)
+    assert (part.waves, part.seconds) == (7, 21.0)
+
+
+def test_summary_reports_median_and_spread() -> None:
+    s = stats.summary([2.0, 1.0, 4.0])
+    assert (s["median"], s["min"], s["max"], s["spread"]) == (2.0, 1.0, 4.0, 1.5)
+    assert stats.summary([])["median"] is None
+    assert stats.ratio(1.0, 0.0) is None
+
+
+def test_traffic_separates_continue_pages_and_verbs() -> None:
+    t = Traffic.of([
+        {"verb": "list", "query": "limit=500", "bytes_sent": 10},
+        {"verb": "list", "query": "limit=500&continue=abc", "bytes_sent": 5},
+        {"verb": "watch", "query": "watch=1", "bytes_sent": 0},
+        {"verb": "patch", "query": "", "bytes_sent": 1},
+    ])
+    assert (t.requests, t.first_pages, t.pages, t.watches, t.writes, t.bytes_sent) == (
+        4, 3, 1, 1, 1, 16)
+
+
+def test_targets_flag_requests_that_grow_with_nodes() -> None:
+    def read(nodes: int, first: int) -> dict[str, Any]:
+        cmd = {"traffic": {"first_pages": first}, "wall_s": {"median": 1.0},
+               "peak_rss_mb": {"max": 50.0}}
+        return {"nodes": nodes, "stack": "gpucluster", "commands": {"plan": cmd, "status": cmd}}
+
+    judged = report.targets({"reads": [read(10, 14), read(100, 15)]})
+    plan = next(t for t in judged if t["target"].startswith("`plan`"))
+    assert plan["met"] is False
+    assert "100 nodes 15" in plan["figure"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_benchmark_runs_at_ten_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results.json"
+    code = main(["--sizes", "10", "--runs", "1", "--stacks", "gpucluster", "--help-runs", "1",
+                 "--out", str(out)])
+    assert code == 0
+    results = json.loads(out.read_text())
+    read = results["reads"][0]
+    assert read["nodes"] == 10 and read["stack"] == "gpucluster"
+    for name in ("plan", "status", "kubectl"):
+        command = read["commands"][name]
+        assert command["exit_codes"] == [0], name
+        assert command["traffic"]["requests"] > 0
+        assert command["traffic"]["bytes_sent"] > 0
+        assert command["peak_rss_mb"]["median"] > 0
+    applied = results["apply"][0]
+    assert applied["exit_codes"] == [0]
+    assert applied["traffic"]["writes"] > 0 and applied["traffic"]["watches"] > 0
+    assert [p["waves"] for p in applied["floor_parts"]] == [10, 10]
+    assert applied["floor_s"] > 0
+    assert applied["sim_alone"]["wall_s"] > 0
+    printed = capsys.readouterr().out
+    assert "== 10 nodes, gpucluster" in printed and "Targets (issue 7):" in printed

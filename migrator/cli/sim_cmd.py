@@ -11,8 +11,7 @@ from typing import Annotated
 
 import typer
 
-from migrator.sim.seed import STACKS
-from migrator.sim.serve import ServeError, ServeOptions, serve
+from migrator.sim.stacknames import STACKS
 
 sim_app = typer.Typer(
     name="sim",
@@ -64,6 +63,8 @@ def serve_cmd(
 
     Example: dcgm-migrate sim serve --nodes 10 --time-scale 0.1 --kubeconfig-out sim.kubeconfig
     """
+    from migrator.sim.serve import ServeError, ServeOptions, serve  # heavy: not for --help
+
     options = ServeOptions(
         nodes=nodes, stack=stack, port=port, kubeconfig_out=kubeconfig_out,
         time_scale=time_scale, operator_reconcile=operator_reconcile,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.model import kinds
-from migrator.sim import admission, allocation
+from migrator.sim import admission, allocation, stacknames
 from migrator.sim.controllers import endpointslices as E
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers import rendering as R
@@ -29,7 +29,7 @@ from migrator.sim.controllers.scheduling import node_should_run
 from migrator.sim.store import Store
 
 Obj = dict[str, Any]
-STACKS = ("clusterpolicy", "gpucluster", "mixed", "both", "none")
+STACKS = stacknames.STACKS
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 KUBELET_VERSION = "v1.32.4"
 

@@ -1,0 +1,197 @@
+"""Run the real `dcgm-migrate` as a subprocess against an in-process SimCluster, SIGKILL it right
+after its k-th write, and compare end states: the crash-anywhere harness of SPEC §5.
+
+The kill is exact: the sim's `hang_nth_write` fault hook applies the k-th successful write to
+the store and holds its answer, so the process is killed with that write done and unanswered
+(the worst moment: the cluster changed, the tool never learned it did). Every other instant
+between two writes leaves the cluster in the same state as one of these.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from migrator.model import kinds
+from migrator.model.steps import from_record
+from migrator.sim.cluster import SimCluster
+
+REPO = Path(__file__).resolve().parents[2]
+PYCACHE = str(Path(tempfile.gettempdir()) / "dcgm-migrate-test-pycache")
+NS = "gpu-operator"
+STATE_CM = "dcgm-migrate-state"
+SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
+SERVICE_ASSIGNED = ("clusterIP", "clusterIPs", "healthCheckNodePort")
+HASH_ANNOTATION = "nvidia.com/last-applied-hash"
+LOCK_KEYS = ("dcgm-migrate/lock-holder", "dcgm-migrate/lock-expires",
+             "dcgm-migrate/lock-acquired")
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a CLI subprocess: the repo importable, no stray kubeconfig, and
+    bytecode cached outside the repo (recompiling every module costs each run ~0.25 s)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "PYTHONDONTWRITEBYTECODE")}
+    env.setdefault("PYTHONPYCACHEPREFIX", PYCACHE)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"]
+                                     if env.get("PYTHONPATH") else "")
+    env.update(extra or {})
+    return env
+
+
+def argv(kubeconfig: str | None, *args: str) -> list[str]:
+    out = [sys.executable, "-m", "migrator", *args]
+    if kubeconfig and "--kubeconfig" not in args:
+        out += ["--kubeconfig", kubeconfig]
+    return out
+
+
+def start(kubeconfig: str | None, *args: str, env: dict[str, str] | None = None
+          ) -> subprocess.Popen[str]:
+    return subprocess.Popen(argv(kubeconfig, *args), cwd=REPO, env=cli_env(env),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@dataclass
+class Proc:
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run(kubeconfig: str | None, *args: str, env: dict[str, str] | None = None,
+        timeout: float = 120.0) -> Proc:
+    """Run the CLI to completion (a subprocess, as a user would)."""
+    began = time.monotonic()
+    done = subprocess.run(argv(kubeconfig, *args), cwd=REPO, env=cli_env(env),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    return Proc(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+
+
+def kill_after_write(sim: SimCluster, k: int, *args: str, timeout: float = 60.0) -> bool:
+    """Start the command, SIGKILL it right after its k-th write (counted from now).
+
+    False when the process finished before making k writes (it was not killed)."""
+    sim.server.faults.update(hang_nth_write=k)
+    proc = start(sim.kubeconfig, *args)
+    try:
+        deadline = time.monotonic() + timeout
+        while not sim.server.faults.wait_held(0.02):
+            if proc.poll() is not None:
+                return False
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"write {k} did not come within {timeout}s")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        return True
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.communicate()
+        sim.server.faults.release_held()
+
+
+# ---- what "the same end state" means ---------------------------------------------------------
+
+def comparable(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
+    """DaemonSets and Services field by field, without server-assigned fields or status.
+
+    An ownerReference's uid differs between two fresh clusters: it is checked to point at the
+    live owner, then replaced by the owner's kind/name."""
+    out: dict[str, Any] = {}
+    for kind in (kinds.DAEMONSET, kinds.SERVICE):
+        items, _ = sim.store.list(kind, namespace)
+        for obj in items:
+            o = copy.deepcopy(obj)
+            meta = o["metadata"]
+            for f in SERVER_META:
+                meta.pop(f, None)
+            # The operator's render hash covers the CR's uid, so it differs between two fresh
+            # clusters; the tool never writes annotations on DaemonSets.
+            (meta.get("annotations") or {}).pop(HASH_ANNOTATION, None)
+            for ref in meta.get("ownerReferences") or []:
+                owner = _owner(sim, ref)
+                ref["uid"] = ("matches live owner" if owner is not None
+                              and owner["metadata"]["uid"] == ref.get("uid") else "DANGLING")
+            o.pop("status", None)
+            spec = o.get("spec") or {}
+            if kind is kinds.SERVICE:
+                for f in SERVICE_ASSIGNED:
+                    spec.pop(f, None)
+                for port in spec.get("ports") or []:
+                    port.pop("nodePort", None)
+            out[f"{kind.kind}/{meta['name']}"] = o
+    return out
+
+
+def _owner(sim: SimCluster, ref: dict[str, Any]) -> dict[str, Any] | None:
+    kind = kinds.BY_KIND.get(str(ref.get("kind")))
+    if kind is None:
+        return None
+    return sim.store.find(kind, NS if kind.namespaced else None, str(ref.get("name")))
+
+
+def diff(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two `comparable` (or any nested JSON) values."""
+    out: list[str] = []
+
+    def walk(path: str, a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                walk(f"{path}.{key}" if path else key, a.get(key, "<absent>"),
+                     b.get(key, "<absent>"))
+        elif a != b:
+            out.append(f"{path}: expected {a!r}, got {b!r}")
+
+    walk("", expected, actual)
+    return out
+
+
+def state_document(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
+    """The state ConfigMap's document, after checking it is the tool's, intact and unlocked."""
+    cm = sim.store.get(kinds.CONFIGMAP, namespace, STATE_CM)
+    labels = cm["metadata"].get("labels") or {}
+    assert labels.get("app.kubernetes.io/managed-by") == "dcgm-migrate", labels
+    text = cm["data"]["state.json"]
+    assert cm["data"]["state.sha256"] == hashlib.sha256(text.encode()).hexdigest(), \
+        "state checksum does not match"
+    held = {k: v for k, v in (cm["metadata"].get("annotations") or {}).items()
+            if k in LOCK_KEYS}
+    assert not held, f"the lock is still held after the run: {held}"
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+def state_summary(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
+    """What must match between an interrupted-and-resumed run and an uninterrupted one: each
+    phase's status, its step records (id and status) and its baselines."""
+    doc = state_document(sim, namespace)
+    return {
+        "stack": doc["stack"],
+        "phases": {str(p["number"]): {
+            "status": p["status"],
+            "steps": [[from_record(r["step"]).id, r["status"]] for r in p["steps"]],
+            "undo": [[from_record(r["step"]).id, r["status"]] for r in p["undo"]],
+            "baselines": p["baselines"],
+            "wroteLabels": p["wroteLabels"],
+            "error": p["error"],
+        } for p in doc["phases"]},
+    }

@@ -1,0 +1,63 @@
+"""Reliability fixtures: fresh simulated clusters (stopped at teardown), each watched by the
+disruption monitor for its whole life; a monitor outside the §3 budget fails the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from migrator.sim.cluster import SimCluster
+from tests.helpers.disruption import DisruptionMonitor
+
+NS = "gpu-operator"
+FAST = 0.01  # real seconds per simulated second: a pod starts in 20 ms
+
+
+@dataclass
+class Env:
+    sim: SimCluster
+    monitor: DisruptionMonitor | None
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.sim.kubeconfig
+
+    def mark(self) -> int:
+        return self.sim.server.log.last_seq
+
+    def writes(self, since: int = 0) -> list[Any]:
+        return list(self.sim.server.log.writes(since=since))
+
+    def finish(self) -> list[str]:
+        """Stop the monitor; its violations (empty when the budget held)."""
+        if self.monitor is None:
+            return []
+        self.monitor.stop()
+        return list(self.monitor.violations)
+
+
+@pytest.fixture
+def fresh() -> Iterator[Callable[..., Env]]:
+    """`fresh(stack="gpucluster", nodes=2, monitor=True, **SimCluster options)`."""
+    made: list[Env] = []
+
+    def make(stack: str = "gpucluster", nodes: int = 2, *, monitor: bool = True,
+             **kwargs: Any) -> Env:
+        kwargs.setdefault("time_scale", FAST)
+        sim = SimCluster(nodes=nodes, stack=stack, **kwargs).start()
+        env = Env(sim, DisruptionMonitor(sim.store, NS, interval=0.005).start()
+                  if monitor else None)
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        if env.monitor is not None:
+            env.monitor.stop()
+        env.sim.stop()
+    for env in made:
+        if env.monitor is not None:
+            env.monitor.assert_within_budget()

@@ -1,0 +1,130 @@
+"""Crash anywhere (SPEC §5): `apply --phase 3` and `rollback --phase 1`, each SIGKILLed right after
+every one of its K writes in turn, then run again, end exactly where an uninterrupted run ends.
+
+Each k gets a fresh simulated cluster watched by the disruption monitor; the CLI is a real
+subprocess; the kill is exact (the sim holds the answer of write k until the process is dead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from migrator.model import kinds
+from tests.helpers import cli, crash
+from tests.reliability.conftest import Env
+
+APPLY = ("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
+ROLLBACK = ("rollback", "--phase", "1", "--yes", "--settle", "0s", "-o", "json")
+
+Prepare = Callable[[Env], None]
+
+
+@dataclass
+class Reference:
+    writes: int
+    objects: dict[str, Any]
+    state: dict[str, Any]
+
+
+def _nothing(env: Env) -> None:
+    return None
+
+
+def _migrated(env: Env) -> None:
+    """The cluster after a full migration (run in process: only the rollback is under test)."""
+    res = cli.run(env.kubeconfig, *APPLY)
+    assert res.code == 0, res.stderr
+
+
+def _reference(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...]) -> Reference:
+    env = fresh()
+    prepare(env)
+    mark = env.mark()
+    done = crash.run(env.kubeconfig, *args)
+    assert done.code == 0, done.stderr
+    ref = Reference(len(env.writes(mark)), crash.comparable(env.sim), crash.state_summary(env.sim))
+    assert not env.finish()
+    env.sim.stop()
+    return ref
+
+
+def _resume_problems(env: Env, ref: Reference, args: tuple[str, ...]) -> list[str]:
+    again = crash.run(env.kubeconfig, *args)
+    if again.code != 0:
+        return [f"rerun exited {again.code}: {again.stderr.strip()[-400:]}"]
+    problems = crash.diff(ref.objects, crash.comparable(env.sim))
+    try:
+        problems += crash.diff(ref.state, crash.state_summary(env.sim))
+    except AssertionError as exc:
+        problems.append(f"state ConfigMap: {exc}")
+    return problems
+
+
+def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...],
+                          label: str, capsys: pytest.CaptureFixture[str]) -> Reference:
+    ref = _reference(fresh, prepare, args)
+    assert ref.writes > 5, f"{label}: only {ref.writes} writes; the harness counted nothing real"
+    failures = []
+    for k in range(1, ref.writes + 1):
+        env = fresh()
+        prepare(env)
+        if not crash.kill_after_write(env.sim, k, *args):
+            failures.append(f"k={k}: the run ended before its write {k} (not deterministic)")
+            env.sim.stop()
+            continue
+        problems = _resume_problems(env, ref, args) + env.finish()
+        env.sim.stop()
+        if problems:
+            failures.append(f"k={k}: " + "; ".join(problems[:5]))
+    with capsys.disabled():
+        print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, "
+              f"resumed cleanly {ref.writes - len(failures)}/{ref.writes}")
+    assert not failures, "\n".join(failures)
+    return ref
+
+
+@pytest.mark.timeout(400)
+def test_apply_killed_after_any_write_resumes_to_the_same_end_state(
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str]) -> None:
+    ref = _crash_at_every_write(fresh, _nothing, APPLY, "apply", capsys)
+    assert [p["status"] for p in ref.state["phases"].values()] == ["completed"] * 3
+
+
+@pytest.mark.timeout(400)
+def test_rollback_killed_after_any_write_resumes_to_the_same_end_state(
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str]) -> None:
+    pristine = fresh(monitor=False)
+    before = crash.comparable(pristine.sim)
+    pristine.sim.stop()
+    ref = _crash_at_every_write(fresh, _migrated, ROLLBACK, "rollback", capsys)
+    assert [p["status"] for p in ref.state["phases"].values()] == ["rolled-back"] * 3
+    assert crash.diff(before, ref.objects) == [], "rollback did not restore the cluster"
+
+
+def test_killed_right_after_the_last_daemonset_patch_the_rerun_waits_for_its_rollout(
+        fresh: Callable[..., Env]) -> None:
+    """The rerun's plan has no step left for a DaemonSet already patched; it must still wait
+    for that rollout (and record the step done) before calling phase 1 completed."""
+    args = ("apply", "--phase", "1", "--yes", "-o", "json")
+    probe = fresh(monitor=False)
+    assert crash.run(probe.kubeconfig, *args).code == 0
+    patches = [i for i, w in enumerate(probe.writes(), 1)
+               if w.verb == "patch" and w.resource == "daemonsets"]
+    probe.sim.stop()
+    slow = fresh(time_scale=0.25)  # each new pod takes 0.5 s to become Ready
+    assert crash.kill_after_write(slow.sim, patches[-1], *args)
+    again = crash.run(slow.kubeconfig, *args)
+    assert again.code == 0, again.stderr
+    for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
+        ds = slow.sim.store.get(kinds.DAEMONSET, "gpu-operator", name)
+        status, desired = ds["status"], ds["status"]["desiredNumberScheduled"]
+        assert status["observedGeneration"] >= ds["metadata"]["generation"], name
+        assert status["updatedNumberScheduled"] == status["numberAvailable"] == desired > 0, \
+            f"{name}: phase 1 called completed mid-rollout: {status}"
+    phase1 = crash.state_summary(slow.sim)["phases"]["1"]
+    assert phase1["status"] == "completed" and phase1["wroteLabels"] is True
+    assert {status for _, status in phase1["steps"]} == {"done"}, phase1["steps"]

@@ -210,8 +210,12 @@ class _ConfigMapState:
                         body["data"] = {STATE_KEY: text, CHECKSUM_KEY: checksum(text)}
                         written = self._cm.replace(body)
                 except (APIConflict, APINotFound):
-                    base = self._reread_for_save(expected_sha, None)
+                    base = self._reread_for_save(expected_sha, None, checksum(text))
                     version = str(base["metadata"]["resourceVersion"]) if base else None
+                    if base is not None and self._stored_sha(base) == checksum(text):
+                        # An earlier attempt of this very save landed but its answer was lost
+                        # (a timeout, a dropped connection): the retry's 409 is our own write.
+                        return StoredState(copy.deepcopy(document), str(version))
                     continue
                 self._view(written)
                 version = str(written["metadata"]["resourceVersion"])
@@ -251,10 +255,11 @@ class _ConfigMapState:
         return current, (str(current["metadata"]["resourceVersion"]) if current else None)
 
     def _reread_for_save(
-        self, expected_sha: str | None, expected_version: str | None
+        self, expected_sha: str | None, expected_version: str | None, saving: str | None = None
     ) -> Obj | None:
         """Before a write we cannot vouch for, or after a 409: the ConfigMap to write over
-        (None: create it), or the reason not to."""
+        (None: create it), or the reason not to. `saving` is the checksum of the document
+        being saved: finding it already there means our own earlier attempt landed."""
         current = self._cm.get()
         self._seen = None
         if current is None:
@@ -281,7 +286,8 @@ class _ConfigMapState:
                 "another run may be migrating; run `dcgm-migrate status` before going on",
             )
         version = str(current["metadata"]["resourceVersion"])
-        if not (self._matches(current_sha, expected_sha) or version == expected_version):
+        if not (self._matches(current_sha, expected_sha) or version == expected_version
+                or current_sha == saving):
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} was changed by another run since "
                 "this run read it.",
@@ -303,11 +309,19 @@ class _ConfigMapState:
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
         """Take the lock; LockHeld when another run holds it (an expired lock is taken over)."""
         with self._mu:
+            tried: Lock | None = None  # the lock our last attempt wrote, answered or not
             for _ in range(_ROUNDS):
                 now = self._clock()
                 current = self._cm.get()
+                if current is not None and tried is not None and locking.is_ours(
+                        locking.read(current["metadata"].get("annotations")), tried):
+                    # That attempt landed but its answer was lost; the retry's 409 was our own
+                    # write, not another run's lock.
+                    self._view(current)
+                    self._held = tried
+                    return tried
                 if current is None:
-                    lock = locking.new_lock(holder, now, ttl_seconds, None)
+                    lock = tried = locking.new_lock(holder, now, ttl_seconds, None)
                     body = self._new_configmap(EMPTY_TEXT, locking.annotations_for(lock))
                     try:
                         written = self._cm.create(body)
@@ -319,7 +333,7 @@ class _ConfigMapState:
                     info = locking.read(current["metadata"].get("annotations"))
                     if info is not None and info.live(now) and not self._is_dead(info.holder):
                         raise self._lock_held(info)
-                    lock = locking.new_lock(
+                    lock = tried = locking.new_lock(
                         holder, now, ttl_seconds, info.holder if info else None
                     )
                     try:

@@ -22,6 +22,8 @@ def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
         try:
             kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json")
         except APIInvalid as exc:  # the json-patch `test` failed: someone changed it
+            if step.satisfied(kube.get(kinds.SERVICE, step.service, namespace)):
+                return  # or an earlier attempt of this patch landed and its answer was lost
             raise GateFailed(
                 f"Service/{step.service}: its selector changed outside the tool; not switching",
                 "run `dcgm-migrate plan` to see the current selector") from exc

@@ -29,6 +29,8 @@ class PlainProgress:
 
     def phase(self, event: PhaseEvent) -> None:
         if event.status == "planning":
+            for note in (event.plan.notes if event.plan else ()):
+                self._say(f"phase {event.number} ({event.name}): {note}")
             return
         extra = f": {event.message}" if event.message else ""
         self._say(f"phase {event.number} ({event.name}) {event.status}{extra}")

@@ -231,6 +231,9 @@ class Runner:
                     bases: list[ServiceBaseline], plan: PhasePlan, rollback: bool) -> None:
         deadline = self.clock.now() + self.settings.timeout
         base_snap = self.snapshot()
+        ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None
+        if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
+            return  # the template change rolls nothing; a RollPods step (if any) rolls pods
         if isinstance(step, SetLabels) and step.daemonset in base_snap.daemonsets:
             ds = self.waiter.rollout(step.daemonset, deadline, self._report_rollout)
             if ds is None:
@@ -256,7 +259,10 @@ class Runner:
                 results.append(held)
             return results
 
-        results = self.waiter.until(check, deadline)
+        def lost(results: list[GateResult]) -> bool:
+            return any(r.name.startswith("endpoints/") for r in _failed(results))
+
+        results = self.waiter.until(check, deadline, fatal=lost)
         if not _failed(results):
             return
         if isinstance(step, SetSelector):

@@ -91,14 +91,16 @@ class Waiter:
 
     def until(self, check: Callable[[], list[GateResult]], deadline: float,
               wake_kind: Kind = kinds.ENDPOINTSLICE,
-              label_selector: str | None = None) -> list[GateResult]:
-        """Re-run `check` until every gate passes or the deadline; returns the last results."""
+              label_selector: str | None = None,
+              fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]:
+        """Re-run `check` until every gate passes, `fatal` says a failure cannot heal by
+        waiting (lost endpoints: act at once), or the deadline; returns the last results."""
         delay = self.recheck_min
         rv = ""
         while True:
             self.heartbeat()
             results = check()
-            if all(r.ok for r in results):
+            if all(r.ok for r in results) or (fatal is not None and fatal(results)):
                 return results
             remaining = deadline - self.clock.now()
             if remaining <= 0:

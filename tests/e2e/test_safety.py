@@ -1,0 +1,129 @@
+"""Safety paths end to end: loss after a switch restores the old selector, OnDelete rolled by
+the tool node by node, server-side dry run, components that are absent, a missing
+ServiceMonitor CRD, and rollback leaving an alias alone once it is no longer the tool's."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+
+from migrator.model import kinds
+from migrator.sim.store import Event
+from tests.e2e.conftest import NS, E2E
+
+DCGM = "nvidia.com/gpu-operator.dcgm"
+EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"
+
+
+def _objects(env: E2E) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for kind in (kinds.DAEMONSET, kinds.SERVICE):
+        for obj in env.sim.store.list(kind, NS)[0]:
+            out[f"{kind.kind}/{obj['metadata']['name']}"] = (obj["metadata"].get("labels"),
+                                                            obj.get("spec"))
+    return out
+
+
+def test_endpoint_loss_after_switch_restores_the_old_selector(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "2", "--yes").code == 0
+    victim = sorted(p["metadata"]["name"] for p in env.pods("nvidia-dcgm-dra"))[0]
+
+    def sabotage() -> None:  # a pod loses the common label right after the switch
+        pod = copy.deepcopy(env.sim.store.get(kinds.POD, NS, victim))
+        del pod["metadata"]["labels"][DCGM]
+        env.sim.store.update(kinds.POD, pod)
+
+    def on_event(event: Event) -> None:
+        obj = event.object
+        if (event.resource.kind == "Service" and obj["metadata"]["name"] == "nvidia-dcgm"
+                and obj["spec"].get("selector") == {DCGM: "true"}):
+            threading.Thread(target=sabotage).start()
+
+    with env.monitor.expected_outage():
+        env.sim.store.subscribe(on_event)
+        res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+        assert res.code == 1, res.stdout + res.stderr
+        assert "restored" in res.stderr, res.stderr
+        assert env.svc("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm-dra"}
+        assert env.phase_status(3) == "failed"
+
+
+def test_roll_on_delete_rolls_ondelete_pods_one_node_at_a_time(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster", nodes=4)
+    for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
+        ds = copy.deepcopy(env.ds(name))
+        ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
+        env.sim.store.update(kinds.DAEMONSET, ds)
+    plan = env.cli("plan", "-o", "json").json()
+    assert "OnDelete" in (plan["phases"][0]["blocked"] or "")
+    refused = env.cli("apply", "--phase", "1", "--yes")
+    assert refused.code == 1 and "--roll-on-delete" in refused.stderr
+    mark = env.mark()
+    res = env.cli("apply", "--phase", "1", "--yes", "--roll-on-delete")
+    assert res.code == 0, res.stderr
+    for name, key in (("nvidia-dcgm-dra", DCGM), ("nvidia-dcgm-exporter-dra", EXPORTER)):
+        assert all(p["metadata"]["labels"].get(key) == "true" for p in env.pods(name))
+    deletes = [w for w in env.writes(since=mark) if w.resource == "pods" and w.verb == "delete"]
+    assert len(deletes) == 8  # one per node per DaemonSet, no more
+
+
+def test_dry_run_sends_dry_run_writes_and_changes_nothing(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster")
+    before = _objects(env)
+    mark = env.mark()
+    res = env.cli("apply", "--phase", "3", "--yes", "--dry-run", "-o", "json")
+    assert res.code == 0, res.stderr
+    entries = [e for e in env.sim.server.log.entries() if e.seq > mark
+               and e.verb in ("create", "update", "patch", "delete")]
+    assert entries and all(e.dry_run for e in entries), entries
+    assert env.writes(since=mark) == []
+    assert _objects(env) == before
+    assert env.sim.store.find(kinds.CONFIGMAP, NS, "dcgm-migrate-state") is None
+
+
+def test_standalone_dcgm_disabled_skips_the_component(e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster", gpucluster_dcgm=False)
+    plan = env.cli("plan", "-o", "json").json()
+    assert plan["components"] == ["gpucluster/dcgm-exporter"]
+    assert any("nvidia-dcgm-dra" in w and "skipped" in w for w in plan["warnings"])
+    res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stderr
+    assert env.svc("nvidia-dcgm") is None
+    assert env.svc("nvidia-dcgm-exporter")["spec"]["selector"] == {EXPORTER: "true"}
+
+
+def test_missing_servicemonitor_crd_counts_annotations_only(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("clusterpolicy")
+    with_sm = env.cli("plan", "-o", "json").json()
+    assert any("duplicate scraping now" in w for w in with_sm["warnings"])
+    env.sim.server.faults.update(disabled_groups=["monitoring.coreos.com"])
+    res = env.cli("plan", "-o", "json")
+    assert res.code == 0, res.stderr
+    assert not any("duplicate" in w for w in res.json()["warnings"])
+
+
+def test_mixed_stack_is_recognised(e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("mixed", nodes=4)
+    doc = env.cli("plan", "-o", "json").json()
+    assert doc["stack"] == "mixed"
+    assert len(doc["components"]) == 4
+
+
+def test_rollback_leaves_an_alias_that_is_no_longer_the_tools(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "2", "--yes").code == 0
+    svc = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
+    del svc["metadata"]["labels"]["app.kubernetes.io/managed-by"]  # someone adopted it
+    env.sim.store.update(kinds.SERVICE, svc)
+    res = env.cli("rollback", "--phase", "2", "--yes", "-o", "json")
+    assert res.code == 0, res.stderr
+    assert env.svc("nvidia-dcgm-exporter") is not None
+    assert env.svc("nvidia-dcgm") is None
+    assert "Service/nvidia-dcgm-exporter is no longer the tool's; left in place" in res.stderr

@@ -259,10 +259,10 @@ class Runner:
                 results.append(held)
             return results
 
-        def lost(results: list[GateResult]) -> bool:
+        def endpoints_lost(results: list[GateResult]) -> bool:
             return any(r.name.startswith("endpoints/") for r in _failed(results))
 
-        results = self.waiter.until(check, deadline, fatal=lost)
+        results = self.waiter.until(check, deadline, fatal=endpoints_lost)
         if not _failed(results):
             return
         if isinstance(step, SetSelector):

@@ -8,7 +8,7 @@ import copy
 from collections.abc import Callable
 
 from migrator.model import kinds
-from tests.e2e.conftest import NS, E2E
+from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from migrator.model import kinds
-from tests.e2e.conftest import NS, E2E
+from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from migrator.model import kinds
 from migrator.sim.store import Event
-from tests.e2e.conftest import NS, E2E
+from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"

@@ -165,14 +165,18 @@ def diff(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
     return out
 
 
+def sha256(text: str) -> str:
+    """The checksum the state ConfigMap keeps beside `state.json`."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def state_document(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
     """The state ConfigMap's document, after checking it is the tool's, intact and unlocked."""
     cm = sim.store.get(kinds.CONFIGMAP, namespace, STATE_CM)
     labels = cm["metadata"].get("labels") or {}
     assert labels.get("app.kubernetes.io/managed-by") == "dcgm-migrate", labels
     text = cm["data"]["state.json"]
-    assert cm["data"]["state.sha256"] == hashlib.sha256(text.encode()).hexdigest(), \
-        "state checksum does not match"
+    assert cm["data"]["state.sha256"] == sha256(text), "state checksum does not match"
     held = {k: v for k, v in (cm["metadata"].get("annotations") or {}).items()
             if k in LOCK_KEYS}
     assert not held, f"the lock is still held after the run: {held}"

@@ -14,6 +14,8 @@ from tests.helpers.disruption import DisruptionMonitor
 
 NS = "gpu-operator"
 FAST = 0.01  # real seconds per simulated second: a pod starts in 20 ms
+APPLY = ("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
+ROLLBACK = ("rollback", "--phase", "1", "--yes", "--settle", "0s", "-o", "json")
 
 
 @dataclass
@@ -61,3 +63,22 @@ def fresh() -> Iterator[Callable[..., Env]]:
     for env in made:
         if env.monitor is not None:
             env.monitor.assert_within_budget()
+
+
+@dataclass(frozen=True)
+class EndState:
+    objects: dict[str, Any]
+    state: dict[str, Any]
+    writes: int
+
+
+@pytest.fixture(scope="session")
+def migrated() -> EndState:
+    """The end state of an uninterrupted, fault-free `apply --phase 3` on a fresh cluster."""
+    from tests.helpers import crash
+
+    with SimCluster(nodes=2, stack="gpucluster", time_scale=FAST) as sim:
+        done = crash.run(sim.kubeconfig, *APPLY)
+        assert done.code == 0, done.stderr
+        return EndState(crash.comparable(sim), crash.state_summary(sim),
+                        len(sim.server.log.writes()))

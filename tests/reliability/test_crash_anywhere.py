@@ -15,10 +15,7 @@ import pytest
 
 from migrator.model import kinds
 from tests.helpers import cli, crash
-from tests.reliability.conftest import Env
-
-APPLY = ("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
-ROLLBACK = ("rollback", "--phase", "1", "--yes", "--settle", "0s", "-o", "json")
+from tests.reliability.conftest import APPLY, ROLLBACK, Env
 
 Prepare = Callable[[Env], None]
 

@@ -19,6 +19,7 @@ from migrator.model import kinds
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.daemonindex import DaemonPods, NodeShares
 from migrator.sim.controllers.rollouts import (
     HASH_LABEL,
     Available,
@@ -26,13 +27,16 @@ from migrator.sim.controllers.rollouts import (
     Plan,
     PodFactory,
     PodView,
+    _allows_surge,
+    _rolling_counts,
     compute_status,
     ds_hash,
-    group_by_node,
     manage_plan,
     new_revision,
     revision_patch,
     rolling_update_plan,
+    status_of,
+    template_generation,
 )
 from migrator.sim.controllers.scheduling import node_should_run
 from migrator.sim.store import Event, Store, StoreError
@@ -56,11 +60,17 @@ class DaemonSetController(Controller):
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
         self._dsets: dict[DSKey, Obj] = {}
-        self._pods: dict[str, dict[str, PodView]] = {}  # owner uid -> pod name -> view
+        self._pods: dict[str, DaemonPods] = {}  # owner uid -> its pods
         self._nodes: dict[str, Obj] = {}
         self._ready_since: dict[str, float] = {}
         self._factory = PodFactory()
-        self._fit_cache: dict[DSKey, tuple[str, dict[str, tuple[str, tuple[bool, bool]]]]] = {}
+        # key -> (fingerprint, nodes epoch, per-node (rv, fit), fits, fits version)
+        self._fit_cache: dict[DSKey, tuple[str, int, dict[str, tuple[str, tuple[bool, bool]]],
+                                           dict[str, tuple[bool, bool]], int]] = {}
+        self._nodes_epoch = 0
+        self._fits_versions = 0
+        self._hashes: dict[tuple[str, int, int], str] = {}
+        self._shares: dict[DSKey, NodeShares] = {}
 
     # ---- caches ----------------------------------------------------------------------------
 
@@ -86,19 +96,21 @@ class DaemonSetController(Controller):
         if deleted:
             pods = self._pods.get(owner)
             if pods is not None:
-                pods.pop(name, None)
+                pods.drop(name)
                 if not pods:
                     del self._pods[owner]
             self._ready_since.pop(uid, None)
             return key
         view = PodView.of(pod)
-        self._pods.setdefault(owner, {})[name] = view
+        changed = self._pods.setdefault(owner, DaemonPods()).put(view)
         if view.ready:
             # Pods already Ready when the controller starts count as ready long ago.
             self._ready_since.setdefault(uid, float("-inf") if primed else self.clock.now())
         else:
             self._ready_since.pop(uid, None)
-        return key
+        # A version that changes nothing the sync reads (the controller's own write coming
+        # back, a Pending status) needs no sync.
+        return key if changed else None
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         dirty: set[DSKey] = set()
@@ -113,7 +125,10 @@ class DaemonSetController(Controller):
                 if ev.type == "DELETED":
                     self._dsets.pop(key, None)
                     self._fit_cache.pop(key, None)
+                    self._shares.pop(key, None)
                     self._factory.forget(obj["metadata"]["uid"])
+                elif obj is self._dsets.get(key):
+                    continue  # our own status write coming back: nothing new to sync
                 else:
                     self._dsets[key] = obj
                 dirty.add(key)
@@ -123,6 +138,7 @@ class DaemonSetController(Controller):
                     dirty.add(owner)
             elif ev.resource is kinds.NODE:
                 name = obj["metadata"]["name"]
+                self._nodes_epoch += 1
                 if ev.type == "DELETED":
                     self._nodes.pop(name, None)
                     all_dirty = True
@@ -156,13 +172,16 @@ class DaemonSetController(Controller):
 
         return available
 
-    def _fits(self, key: DSKey, ds: Mapping[str, Any]) -> dict[str, tuple[bool, bool]]:
+    def _fits(self, key: DSKey, ds: Mapping[str, Any]) -> tuple[dict[str, tuple[bool, bool]],
+                                                                   int]:
+        """(node -> (shouldRun, shouldContinueRunning), a version that changes with it)."""
         spec = ds["spec"]["template"].get("spec") or {}
         fingerprint = P.canonical_json([spec.get(k) for k in (
             "nodeName", "nodeSelector", "affinity", "tolerations", "hostNetwork")])
-        cached_fp, cache = self._fit_cache.get(key, ("", {}))
-        if cached_fp != fingerprint:
-            cache = {}
+        cached = self._fit_cache.get(key)
+        if cached is not None and cached[0] == fingerprint and cached[1] == self._nodes_epoch:
+            return cached[3], cached[4]
+        cache = cached[2] if cached is not None and cached[0] == fingerprint else {}
         out: dict[str, tuple[bool, bool]] = {}
         fresh: dict[str, tuple[str, tuple[bool, bool]]] = {}
         for name, node in self._nodes.items():
@@ -171,57 +190,103 @@ class DaemonSetController(Controller):
             result = hit[1] if hit is not None and hit[0] == rv else node_should_run(spec, node)
             fresh[name] = (rv, result)
             out[name] = result
-        self._fit_cache[key] = (fingerprint, fresh)
-        return out
+        if cached is not None and cached[3] == out:
+            out, version = cached[3], cached[4]
+        else:
+            self._fits_versions += 1
+            version = self._fits_versions
+        self._fit_cache[key] = (fingerprint, self._nodes_epoch, fresh, out, version)
+        return out, version
+
+    def _hash(self, ds: Obj) -> str:
+        """`ds_hash`, remembered per template (a spec change moves `generation`)."""
+        meta = ds["metadata"]
+        generation = meta.get("generation")
+        if generation is None:
+            return ds_hash(ds)
+        collisions = int((ds.get("status") or {}).get("collisionCount") or 0)
+        key = (str(meta.get("uid")), int(generation), collisions)
+        hash_ = self._hashes.get(key)
+        if hash_ is None:
+            hash_ = self._hashes[key] = ds_hash(ds)
+        return hash_
 
     def sync(self, key: DSKey) -> None:
         ds = self._dsets.get(key)
         if ds is None or P.is_deleting(ds):
             return
         hash_, old_revisions = self._construct_history(ds)
-        fits = self._fits(key, ds)
-        available = self.available_fn(ds)
-        node_pods = group_by_node(self._ds_pods(ds))
-        plan = manage_plan(ds, fits, node_pods, hash_, available)
-        if not plan:
-            strategy = (ds["spec"].get("updateStrategy") or {}).get("type") or "RollingUpdate"
-            if strategy == "RollingUpdate":
-                plan = rolling_update_plan(ds, fits, node_pods, hash_, available)
-        self._apply(ds, plan, hash_)
-        if plan:
-            node_pods = group_by_node(self._ds_pods(ds))
-        self._cleanup_history(ds, old_revisions, node_pods)
-        status = compute_status(ds, fits, node_pods, hash_, available)
+        fits, fits_version = self._fits(key, ds)
+        pods = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
+        min_ready = int(ds["spec"].get("minReadySeconds") or 0)
+        rolling = ((ds["spec"].get("updateStrategy") or {}).get("type")
+                   or "RollingUpdate") == "RollingUpdate"
+        if min_ready > 0:
+            status = self._full_sync(ds, fits, pods, hash_, old_revisions, rolling)
+        else:
+            status = self._shared_sync(key, ds, fits, fits_version, pods, hash_, old_revisions,
+                                       rolling)
         if status != (ds.get("status") or {}):
             self._write_status(ds, status)
-        min_ready = int(ds["spec"].get("minReadySeconds") or 0)
         if min_ready > 0 and status.get("numberReady", 0) != status.get("numberAvailable", 0):
             self.schedule(key, min_ready)
 
-    def _ds_pods(self, ds: Mapping[str, Any]) -> list[PodView]:
-        """Cached pods whose controller is this DaemonSet (this uid, not a namesake)."""
-        return list(self._pods.get(ds["metadata"]["uid"], {}).values())
+    def _full_sync(self, ds: Obj, fits: dict[str, tuple[bool, bool]], pods: DaemonPods,
+                   hash_: str, old_revisions: list[Obj], rolling: bool) -> Obj:
+        """Every node visited (availability depends on time with minReadySeconds)."""
+        available = self.available_fn(ds)
+        plan = manage_plan(ds, fits, pods.by_node, hash_, available)
+        if not plan and rolling:
+            plan = rolling_update_plan(ds, fits, pods.by_node, hash_, available)
+        self._apply(ds, plan, hash_)
+        self._cleanup_history(ds, old_revisions, pods.by_node)
+        return compute_status(ds, fits, pods.by_node, hash_, available)
+
+    def _shared_sync(self, key: DSKey, ds: Obj, fits: dict[str, tuple[bool, bool]],
+                     fits_version: int, pods: DaemonPods, hash_: str, old_revisions: list[Obj],
+                     rolling: bool) -> Obj:
+        """The same decisions from the remembered per-node shares (see `daemonindex`)."""
+        surge = _allows_surge(ds)
+        generation = template_generation(ds)
+        signature = (ds["metadata"]["uid"], fits_version, hash_, generation, surge)
+        shares = self._shares.get(key)
+        if shares is None or shares.signature != signature:
+            shares = self._shares[key] = NodeShares(signature, fits, pods, hash_, generation,
+                                                    surge)
+        else:
+            shares.refresh()
+        plan = shares.manage_plan()
+        if not plan and rolling:
+            max_surge, max_unavailable = _rolling_counts(ds, shares.totals[0])
+            if max_surge == 0:
+                plan = shares.rolling_plan(max_unavailable)
+            else:
+                plan = rolling_update_plan(ds, fits, pods.by_node, hash_, self.available_fn(ds))
+        self._apply(ds, plan, hash_)
+        shares.refresh()
+        self._cleanup_history(ds, old_revisions, pods.by_node)
+        return status_of(ds, shares.totals)
 
     def _apply(self, ds: Obj, plan: Plan, hash_: str) -> None:
         ns = ds["metadata"]["namespace"]
-        cache = self._pods.setdefault(ds["metadata"]["uid"], {})
+        cache = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
         for name in plan.delete:
             view = cache.get(name)
             grace = DEFAULT_GRACE_SECONDS
             if view is not None:
                 grace = int(view.obj["spec"].get("terminationGracePeriodSeconds", grace))
             try:
-                cache[name] = PodView.of(self.store.mark_deleting(kinds.POD, ns, name, grace))
+                cache.put(PodView.of(self.store.mark_deleting(kinds.POD, ns, name, grace)))
             except StoreError as err:
                 if err.code != 404:
                     raise
-                cache.pop(name, None)
+                cache.drop(name)
         for node in plan.create:
             for _ in range(5):
                 name = f"{ds['metadata']['name']}-{P.random_suffix()}"
                 try:
                     pod = self._factory.pod(ds, node, hash_, name)
-                    cache[name] = PodView.of(self.store.create(kinds.POD, pod, adopt=True))
+                    cache.put(PodView.of(self.store.create(kinds.POD, pod, adopt=True)))
                     break
                 except StoreError as err:
                     if err.reason != "AlreadyExists":
@@ -247,7 +312,7 @@ class DaemonSetController(Controller):
 
     def _construct_history(self, ds: Obj) -> tuple[str, list[Obj]]:
         """`constructHistory` + `snapshot`: the current revision's hash and the old revisions."""
-        hash_ = ds_hash(ds)
+        hash_ = self._hash(ds)
         patch = revision_patch(ds)
         revs = self._revisions(ds)
         current = [r for r in revs if r.get("data") == patch]

@@ -189,23 +189,39 @@ def compute_status(
 ) -> Obj:
     """`updateDaemonSetStatus`: the counters, from the oldest pod on each node."""
     generation = template_generation(ds)
-    desired = current = misscheduled = ready = updated = avail = 0
+    totals = NO_COUNTS
     for node, (should_run, _) in fits.items():
-        pods = node_pods.get(node)
-        if should_run:
-            desired += 1
-            if not pods:
-                continue
-            current += 1
-            oldest = pods[0]
-            if oldest.ready:
-                ready += 1
-                if available(oldest):
-                    avail += 1
-            if oldest.updated(hash_, generation):
-                updated += 1
-        elif pods:
-            misscheduled += 1
+        counts = node_counts(should_run, node_pods.get(node), hash_, generation, available)
+        if counts is not NO_COUNTS:
+            totals = add_counts(totals, counts)
+    return status_of(ds, totals, observe=observe)
+
+
+Counts = tuple[int, int, int, int, int, int]  # desired, current, misscheduled, ready, updated,
+NO_COUNTS: Counts = (0, 0, 0, 0, 0, 0)  # available: one node's share of the status counters
+
+
+def node_counts(should_run: bool, pods: list[PodView] | None, hash_: str,
+                generation: int | None, available: Available) -> Counts:
+    """One node's contribution to `updateDaemonSetStatus`, from its oldest pod."""
+    if not should_run:
+        return (0, 0, 1, 0, 0, 0) if pods else NO_COUNTS
+    if not pods:
+        return (1, 0, 0, 0, 0, 0)
+    oldest = pods[0]
+    ready = oldest.ready
+    return (1, 1, 0, int(ready), int(oldest.updated(hash_, generation)),
+            int(ready and available(oldest)))
+
+
+def add_counts(a: Counts, b: Counts, sign: int = 1) -> Counts:
+    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2], a[3] + sign * b[3],
+            a[4] + sign * b[4], a[5] + sign * b[5])
+
+
+def status_of(ds: Mapping[str, Any], totals: Counts, *, observe: bool = True) -> Obj:
+    """The status object from the summed node counts."""
+    desired, current, misscheduled, ready, updated, avail = totals
     status: Obj = dict(ds.get("status") or {})
     status.update({
         "currentNumberScheduled": current,
@@ -262,6 +278,21 @@ def _find_updated(
     return new, old, True
 
 
+def rolling_node(pods: list[PodView] | None, hash_: str, gen: int | None,
+                 available: Available) -> tuple[int, str | None, str | None]:
+    """One node in the maxSurge == 0 rolling update: (unavailable 0/1, old pod to replace
+    because it is unavailable, old available pod that may be deleted within the budget)."""
+    new, old, ok = _find_updated(pods or [], hash_, gen)
+    if not ok or (new is None) == (old is None):
+        return 1, None, None
+    if new is not None:
+        return (0 if available(new) else 1), None, None
+    assert old is not None
+    if not available(old):
+        return 1, old.name, None
+    return 0, None, old.name
+
+
 @dataclass
 class Plan:
     """What one pass decided: pods to delete (names) and nodes that need a new pod."""
@@ -280,44 +311,51 @@ def manage_plan(
     plan = Plan()
     surge = _allows_surge(ds)
     for node, (should_run, should_continue) in fits.items():
-        pods = node_pods.get(node)
-        if not pods:
-            if should_run:
-                plan.create.append(node)
-            continue
-        if not should_continue:
-            plan.delete.extend(p.name for p in pods if not p.deleting)
-            continue
-        running = []
-        for pod in pods:
-            if pod.deleting:
-                continue
-            if pod.terminal:
-                plan.delete.append(pod.name)
-            else:
-                running.append(pod)
-        if not surge:
-            plan.delete.extend(p.name for p in running[1:])
-            continue
-        if len(running) <= 1:
-            if not running and should_run:
-                plan.create.append(node)
-            continue
-        oldest_new = oldest_old = None
-        for pod in running:
-            if pod.hash == hash_:
-                if oldest_new is None:
-                    oldest_new = pod
-                    continue
-            elif oldest_old is None:
-                oldest_old = pod
-                continue
-            plan.delete.append(pod.name)
-        if oldest_new is not None and oldest_old is not None and (
-            not oldest_old.ready or available(oldest_new)
-        ):
-            plan.delete.append(oldest_old.name)
+        manage_node(plan, node, should_run, should_continue, node_pods.get(node), hash_,
+                    available, surge)
     return plan
+
+
+def manage_node(plan: Plan, node: str, should_run: bool, should_continue: bool,
+                pods: list[PodView] | None, hash_: str, available: Available,
+                surge: bool) -> None:
+    """`podsShouldBeOnNode` for one node: appends its creates and deletes to `plan`."""
+    if not pods:
+        if should_run:
+            plan.create.append(node)
+        return
+    if not should_continue:
+        plan.delete.extend(p.name for p in pods if not p.deleting)
+        return
+    running = []
+    for pod in pods:
+        if pod.deleting:
+            continue
+        if pod.terminal:
+            plan.delete.append(pod.name)
+        else:
+            running.append(pod)
+    if not surge:
+        plan.delete.extend(p.name for p in running[1:])
+        return
+    if len(running) <= 1:
+        if not running and should_run:
+            plan.create.append(node)
+        return
+    oldest_new = oldest_old = None
+    for pod in running:
+        if pod.hash == hash_:
+            if oldest_new is None:
+                oldest_new = pod
+                continue
+        elif oldest_old is None:
+            oldest_old = pod
+            continue
+        plan.delete.append(pod.name)
+    if oldest_new is not None and oldest_old is not None and (
+        not oldest_old.ready or available(oldest_new)
+    ):
+        plan.delete.append(oldest_old.name)
 
 
 def rolling_update_plan(
@@ -335,18 +373,13 @@ def rolling_update_plan(
         replace: list[str] = []
         candidates: list[str] = []
         for node in nodes:
-            new, old, ok = _find_updated(node_pods.get(node) or [], hash_, gen)
-            if not ok or (new is None) == (old is None):
-                unavailable += 1
-            elif new is not None:
-                if not available(new):
-                    unavailable += 1
-            elif old is not None:
-                if not available(old):
-                    replace.append(old.name)
-                    unavailable += 1
-                elif unavailable < max_unavailable:
-                    candidates.append(old.name)
+            unavail, replace_pod, candidate = rolling_node(node_pods.get(node), hash_, gen,
+                                                           available)
+            unavailable += unavail
+            if replace_pod is not None:
+                replace.append(replace_pod)
+            elif candidate is not None and unavailable < max_unavailable:
+                candidates.append(candidate)
         remaining = min(max(max_unavailable - unavailable, 0), len(candidates))
         plan.delete = replace + candidates[:remaining]
         return plan

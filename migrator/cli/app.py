@@ -26,7 +26,7 @@ from migrator.cli.options import (
     Timeout,
     Yes,
 )
-from migrator.errors import MigrateError, exit_code_for
+from migrator.errors import MigrateError, UsageError, exit_code_for
 
 if TYPE_CHECKING:
     from migrator.commands import Session
@@ -158,8 +158,11 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
     from migrator.model.planning import Options
 
     options = Options(include_operator_owned, roll_on_delete)
-    settings = RunSettings(timeout=parse_duration(timeout), settle=parse_duration(settle,
-                                                                                 "--settle"),
+    wait = parse_duration(timeout)
+    if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
+        raise UsageError(f"--timeout {timeout!r} leaves no time to wait for a rollout.",
+                         "pass a positive duration such as 90s or 10m (the default)")
+    settings = RunSettings(timeout=wait, settle=parse_duration(settle, "--settle"),
                            options=options)
     return RunRequest(phase=phase, options=options, settings=settings, plan_file=plan_file,
                       confirm=_confirm(yes, output))

@@ -63,6 +63,17 @@ def _require_stack(report: dict[str, Any], namespace: str) -> None:
             "pass the GPU Operator's namespace with -n, or check that the operator is installed")
 
 
+def _require_operator_api(snap: Snapshot, server: str) -> None:
+    """Aliases are owned by the CR and drift is judged against the operator: without its API
+    the migration would run half-blind, so it does not start."""
+    if not snap.nvidia_api:
+        raise UsageError(
+            f"The GPU Operator API (nvidia.com ClusterPolicy/GPUCluster CRDs) is not served by "
+            f"{server}, so the operator that owns these DaemonSets cannot be checked.",
+            "install or repair the GPU Operator CRDs (kubectl get crd | grep nvidia.com), then "
+            "run `dcgm-migrate preflight`")
+
+
 def _check_phase(phase: int) -> int:
     if phase not in PHASE_NAMES:
         raise UsageError(f"There is no phase {phase}: phases are 1 (label), 2 (alias) and "
@@ -198,6 +209,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
                                  session.namespace)
     preview = reports.build(snap, session.catalog, state, request.options)
     _require_stack(preview, session.namespace)
+    _require_operator_api(snap, session.kube.server)
     if not request.confirm(preview):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace)

@@ -61,7 +61,7 @@ def report_table(doc: dict[str, Any]) -> None:
         if phase["changes"]:
             t = Table(show_edge=False, pad_edge=False, box=None)
             for col in ("object", "field", "before", "after"):
-                t.add_column(col)
+                t.add_column(col, overflow="fold")
             for c in phase["changes"]:
                 t.add_row(esc(c["object"]), esc(c["field"]), esc(_val(c["before"])),
                           esc(_val(c["after"])))

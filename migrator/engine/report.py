@@ -46,6 +46,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
             views.append(_view(module.NUMBER, module.NAME, status, [], gates, [], rec.error))
             continue
         plan: PhasePlan = module.plan(ctx)
+        earlier = [v["number"] for v in views if v["status"] != "completed"]
         for step in plan.steps:
             if isinstance(step, CreateAlias):
                 projected = monitoring.with_service(projected, step.body)
@@ -54,6 +55,9 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         warnings.extend(plan.warnings)
         changes = [c.as_dict() for step in plan.steps for c in step.changes()]
         notes = list(plan.notes)
+        if earlier and any(not g.ok for g in plan.gates):
+            notes.append(f"gates show the cluster as it is now; they are expected to pass once "
+                         f"phase {', '.join(map(str, earlier))} completes")
         if plan.blocked and plan.blocked not in notes:
             notes.append(plan.blocked)
         views.append(_view(module.NUMBER, module.NAME, status, changes, list(plan.gates), notes,

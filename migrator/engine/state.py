@@ -122,8 +122,8 @@ class State:
         try:
             if doc.get("schema") != SCHEMA_VERSION:
                 raise StateCorrupt(
-                    f"the state ConfigMap has schema {doc.get('schema')!r}, this tool reads "
-                    f"schema {SCHEMA_VERSION}",
+                    f"The state ConfigMap has schema {doc.get('schema')!r}, but this tool "
+                    f"reads schema {SCHEMA_VERSION}.",
                     "use the dcgm-migrate version that wrote it, or delete the ConfigMap to "
                     "start over")
             phases = {}
@@ -150,6 +150,6 @@ class State:
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise StateCorrupt(
-                f"the state ConfigMap does not hold a valid dcgm-migrate state ({exc})",
+                f"The state ConfigMap does not hold a valid dcgm-migrate state ({exc}).",
                 "inspect it with `kubectl get configmap dcgm-migrate-state -o yaml`; delete it "
                 "to start over (deleting state changes no cluster object)") from exc

@@ -18,7 +18,7 @@ from typing import Any
 from migrator.engine import report as reports
 from migrator.engine.locking import Lock, default_holder
 from migrator.engine.observe import read_snapshot
-from migrator.engine.permissions import REQUIRED, missing_permissions
+from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.runner import Runner, RunSettings
 from migrator.engine.state import PHASE_NAMES, State
@@ -262,8 +262,7 @@ def status(session: Session) -> dict[str, Any]:
 def verify(session: Session) -> dict[str, Any]:
     """Gates only: completed phases still hold and nothing is scraped twice."""
     report = status(session)
-    dup = [w for w in report["warnings"] if w.startswith("duplicate scraping")]
-    report["ok"] = report["ok"] and not dup
+    report["ok"] = report["ok"] and not report["toolDuplicates"]
     return report
 
 
@@ -281,14 +280,16 @@ def preflight(session: Session) -> dict[str, Any]:
         "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
             session.kube.has_api("monitoring.coreos.com", "v1"),
     }
-    missing = missing_permissions(session.kube, session.namespace, REQUIRED)
-    checks = [{"name": f"api/{k}", "ok": v or "optional" in k,
-               "detail": "served" if v else "not served"} for k, v in apis.items()]
+    wanted = required(session.namespace)
+    missing = missing_permissions(session.kube, session.namespace, wanted)
+    checks = [{"name": f"api/{k}", "ok": True,
+               "detail": "served" if v else "not served (fine if the cluster does not use it)"}
+              for k, v in apis.items()]
     checks.append({"name": "api/any-gpu-operator-crd",
                    "ok": any(v for k, v in apis.items() if "nvidia" in k),
                    "detail": "ClusterPolicy or GPUCluster CRD present"})
     checks += [{"name": f"rbac/{p}", "ok": False, "detail": "not allowed"} for p in missing]
     checks.append({"name": "rbac", "ok": not missing,
-                   "detail": f"{len(REQUIRED) - len(missing)}/{len(REQUIRED)} permissions"})
+                   "detail": f"{len(wanted) - len(missing)}/{len(wanted)} permissions"})
     return {"namespace": session.namespace, "server": session.kube.server, "checks": checks,
             "ok": all(c["ok"] for c in checks)}

@@ -78,6 +78,11 @@ def handles_errors(fn: F) -> F:
             from migrator.cli import render
 
             render.error(exc)
+            output = kwargs.get("output")
+            if isinstance(output, Output) and output is not Output.table:
+                render.document({"error": {"message": exc.message, "hint": exc.hint,
+                                           "exitCode": exit_code_for(exc),
+                                           "type": type(exc).__name__}}, output)
             raise typer.Exit(exit_code_for(exc)) from None
         except KeyboardInterrupt:
             typer.echo("interrupted: run the same command again to resume", err=True)
@@ -324,18 +329,15 @@ def preflight(
     _exit_for(report)
 
 
-def _mount_optional() -> None:
-    try:
-        from migrator.cli.sim_cmd import sim_app
-    except ImportError:  # pragma: no cover - during development only
-        return
-    app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
+def _mount_subcommands() -> None:
     from migrator.cli.demo import demo
+    from migrator.cli.sim_cmd import sim_app
 
+    app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
     app.command("demo")(handles_errors(demo))
 
 
-_mount_optional()
+_mount_subcommands()
 
 
 def prog_name(argv0: str) -> str | None:

@@ -13,7 +13,9 @@ from migrator.errors import MigrateError
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 160  # logs and CI: wide enough not to fold names
+    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
 
 
 def document(doc: dict[str, Any], output: Output) -> None:

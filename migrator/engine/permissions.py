@@ -27,21 +27,30 @@ class Permission:
         return f"{self.verb} {target}"
 
 
-def _required() -> tuple[Permission, ...]:
+DEFAULT_NAMESPACE = "gpu-operator"
+
+
+def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
+    """Everything a migration in `namespace` does, and nothing more: writes name their objects
+    wherever RBAC can check a name (create cannot be narrowed; pods are deleted only with
+    --roll-on-delete and have generated names). ServiceMonitors are listed cluster-wide, since
+    one in another namespace (a monitoring stack's) may scrape these Services."""
     catalog = load_catalog()
     ds_names = sorted({c.daemonset for c in catalog.components})
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
+    aliases = sorted({c.alias for c in catalog.components if c.alias})
     reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
                                         kinds.ENDPOINTSLICE) for v in ("get", "list", "watch")]
     return (
-        Permission("get", kinds.NAMESPACE, None, namespaced=False),
+        Permission("get", kinds.NAMESPACE, namespace, namespaced=False),
         Permission("list", kinds.CLUSTER_POLICY, namespaced=False),
         Permission("list", kinds.GPU_CLUSTER, namespaced=False),
-        Permission("list", kinds.SERVICE_MONITOR),
+        Permission("list", kinds.SERVICE_MONITOR, namespaced=False),
         *reads,
         *(Permission("patch", kinds.DAEMONSET, n) for n in ds_names),
         Permission("create", kinds.SERVICE),
-        *(Permission(v, kinds.SERVICE, n) for n in svc_names for v in ("patch", "delete")),
+        *(Permission("patch", kinds.SERVICE, n) for n in svc_names),
+        *(Permission("delete", kinds.SERVICE, n) for n in aliases),
         Permission("delete", kinds.POD),
         Permission("create", kinds.CONFIGMAP),
         *(Permission(v, kinds.CONFIGMAP, catalog.common.state_configmap)
@@ -49,7 +58,7 @@ def _required() -> tuple[Permission, ...]:
     )
 
 
-REQUIRED: tuple[Permission, ...] = _required()
+REQUIRED: tuple[Permission, ...] = required()  # for the default namespace (docs/rbac.yaml)
 
 
 def missing_permissions(kube: Kube, namespace: str,

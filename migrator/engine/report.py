@@ -66,6 +66,13 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     if not dup.ok:
         warnings.append(f"duplicate scraping now: {dup.detail}")
     warnings.extend(monitoring.conflicting_monitors(snapshot))
+    mb = catalog.common.managed_by
+    ours = [n for n, s in snapshot.services.items()
+            if (s.get("metadata", {}).get("labels") or {}).get(mb.key) == mb.value]
+    tool_dups = monitoring.duplicates_through(snapshot, _exporters(found), ours)
+    if tool_dups:
+        warnings.append(f"duplicate scraping through the tool's aliases: {len(tool_dups)} "
+                        f"exporter pods, e.g. {tool_dups[0]}")
     if drift_risk and found.components:
         warnings.append(DRIFT_RISK)
     return {
@@ -75,6 +82,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         "components": [f"{c.stack}/{c.component}" for c in found.components],
         "phases": views,
         "warnings": warnings,
+        "toolDuplicates": len(tool_dups),
     }
 
 

@@ -136,7 +136,8 @@ class Runner:
         plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
         if plan.blocked:
-            self._fail(rec, plan.blocked, "")
+            self._fail(rec, plan.blocked, "nothing was written; docs/runbook.md explains this "
+                       "gate and what to do")
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
         if rollback:

@@ -98,6 +98,15 @@ def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
                       f"{pod} via {'; '.join(map(str, example))}")
 
 
+def duplicates_through(snapshot: Snapshot, daemonsets: Iterable[str],
+                       services: Iterable[str]) -> list[str]:
+    """Exporter pods scraped more than once where one of the paths goes through one of these
+    Services (the tool's own aliases): a duplicate the migration is answerable for."""
+    names = set(services)
+    return sorted(pod for pod, paths in scrape_paths(snapshot, daemonsets).items()
+                  if len(paths) > 1 and any(p.service in names for p in paths))
+
+
 def conflicting_monitors(snapshot: Snapshot) -> list[str]:
     """ServiceMonitors that select the same Service with different endpoint settings."""
     found = []

@@ -127,3 +127,13 @@ def test_rollback_leaves_an_alias_that_is_no_longer_the_tools(
     assert env.svc("nvidia-dcgm-exporter") is not None
     assert env.svc("nvidia-dcgm") is None
     assert "Service/nvidia-dcgm-exporter is no longer the tool's; left in place" in res.stderr
+
+
+def test_json_output_on_a_gate_failure_is_an_error_document(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("both")
+    res = env.cli("apply", "--phase", "2", "--yes", "-o", "json")
+    assert res.code == 1
+    doc = res.json()  # validated against $defs/error of docs/output.schema.json
+    assert doc["error"]["exitCode"] == 1 and "nvidia-dcgm" in doc["error"]["message"]
+    assert doc["error"]["hint"]

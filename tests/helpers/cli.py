@@ -46,7 +46,7 @@ class Result:
         """The `-o json` document, validated against docs/output.schema.json."""
         doc = json.loads(self.stdout)
         if self.command in CLUSTER_COMMANDS:
-            validate(self.command, doc)
+            validate("error" if self.code and "error" in doc else self.command, doc)
         return doc
 
 

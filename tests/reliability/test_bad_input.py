@@ -169,7 +169,11 @@ def test_bad_input_is_refused_clearly_with_zero_writes(
     res = cli.run(env.kubeconfig, *argv)
     assert res.code == case.code, f"exit {res.code}, want {case.code}: {res.stderr}"
     assert env.writes(mark) == [], [(w.verb, w.resource, w.name) for w in env.writes(mark)]
-    assert res.stdout == "", "a refused command printed a document"
+    if "json" in argv and not case.usage:  # -o json: stdout is one error document
+        doc = json.loads(res.stdout)["error"]
+        assert doc["exitCode"] == case.code and case.says in doc["message"], doc
+    else:
+        assert res.stdout == "", "a refused command printed a document"
     assert "Traceback" not in res.stderr
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     if case.usage:  # click: a usage line, where to get help, and the one-sentence error

@@ -4,6 +4,7 @@ of another host is respected until `unlock` forces it."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -52,8 +53,9 @@ def test_runs_started_together_exactly_one_proceeds(
     for p in procs:
         if p is winner:
             continue
-        err = outputs[p.pid][1]
-        assert "Traceback" not in err and outputs[p.pid][0] == ""
+        out, err = outputs[p.pid]
+        assert "Traceback" not in err
+        assert json.loads(out)["error"]["exitCode"] == 4  # -o json: one error document
         assert re.search(rf"holds the lock .*: \S+@\S+ pid {winner.pid}, until ", err), err
         assert "fix:" in err and "dcgm-migrate unlock" in err
     # The losers wrote nothing: the writes are exactly an uninterrupted run's.

@@ -1,0 +1,159 @@
+"""Least privilege (SPEC §6 preflight, issue 5): docs/rbac.yaml grants exactly
+`permissions.REQUIRED`; a whole migration and rollback run with a token holding only those rules
+and are never refused; a token missing one write permission exits 3 naming it, and `preflight`
+lists it with zero writes; no write ever touches an object outside the plan's allow-list."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from migrator.engine.permissions import REQUIRED, Permission
+from migrator.model import kinds
+from migrator.sim.cluster import kubeconfig_document
+from tests.helpers import crash
+from tests.reliability.conftest import APPLY, NS, ROLLBACK, Env
+
+RBAC = Path(crash.REPO) / "docs" / "rbac.yaml"
+SA_USER = "system:serviceaccount:gpu-operator:dcgm-migrate"
+TOKEN = "dcgm-migrate-sa-token-9f3c"  # a test credential, for the sim only
+Grant = tuple[str, str, str, str | None, str]  # verb, group, resource, name, scope
+
+
+def _docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _granted(docs: list[dict[str, Any]]) -> Iterator[Grant]:
+    """Each (verb, group, resource, name, scope) the bound roles allow; scope is "cluster" for a
+    ClusterRole bound cluster-wide, else the RoleBinding's namespace."""
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs
+             if d["kind"] in ("Role", "ClusterRole")}
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], ref["name"])]
+        scope = "cluster" if binding["kind"] == "ClusterRoleBinding" else (
+            binding["metadata"]["namespace"])
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames") or [None]:
+                            yield verb, group, resource, name, scope
+
+
+def _required(p: Permission) -> Grant:
+    return (p.verb, p.kind.group, p.kind.plural, p.name, NS if p.namespaced else "cluster")
+
+
+def test_rbac_yaml_grants_exactly_what_the_tool_requires() -> None:
+    docs = _docs(RBAC.read_text())
+    granted = list(_granted(docs))
+    assert len(granted) == len(set(granted)), "a permission is granted twice"
+    wanted = {_required(p) for p in REQUIRED}
+    assert set(granted) - wanted == set(), "docs/rbac.yaml grants more than REQUIRED"
+    assert wanted - set(granted) == set(), "docs/rbac.yaml misses a REQUIRED permission"
+    text = RBAC.read_text()
+    assert "'*'" not in text and '"*"' not in text and "[*]" not in text, "wildcards"
+    for verb, _group, resource, name, _scope in granted:
+        if verb not in ("get", "list", "watch", "create") and (verb, resource) != (
+                "delete", "pods"):
+            assert name, f"{verb} {resource} is not narrowed by resourceNames"
+    subjects = [s for d in docs if d["kind"].endswith("Binding") for s in d["subjects"]]
+    assert subjects and all(s == {"kind": "ServiceAccount", "name": "dcgm-migrate",
+                                  "namespace": NS} for s in subjects), subjects
+    namespaced = [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    assert all(d["metadata"]["namespace"] == NS for d in namespaced)
+
+
+def _kubeconfig(env: Env, rbac_text: str, tmp_path: Path, token: str = TOKEN) -> str:
+    policy = env.sim.server.access.add_token(token, rbac_text)
+    assert policy.user == SA_USER
+    path = tmp_path / f"kubeconfig-{token}"
+    path.write_text(yaml.safe_dump(kubeconfig_document(env.sim.url, NS, token)))
+    return str(path)
+
+
+def _service_names(env: Env) -> set[str]:
+    return {s["metadata"]["name"] for s in env.sim.store.list(kinds.SERVICE, NS)[0]}
+
+
+def _allow_list(plan: dict[str, Any]) -> set[str]:
+    """Kind/name of every object the plan changes, plus the state ConfigMap."""
+    objects = {c["object"] for p in plan["phases"] for c in p["changes"]}
+    return objects | {f"ConfigMap/{crash.STATE_CM}"}
+
+
+def _written(env: Env, since: int = 0) -> list[str]:
+    out = []
+    for w in env.writes(since):
+        kind = kinds.BY_KEY[w.resource if not w.group else f"{w.resource}.{w.group}"].kind
+        out.append(f"{kind}/{w.name}" if w.name else f"{kind} (create)")
+    return out
+
+
+@pytest.mark.parametrize("stack", ["gpucluster", "clusterpolicy"])
+def test_a_whole_migration_and_rollback_need_nothing_more(
+        fresh: Callable[..., Env], tmp_path: Path, stack: str) -> None:
+    env = fresh(stack, insecure_port=False)
+    services_before = _service_names(env)
+    kubeconfig = _kubeconfig(env, RBAC.read_text(), tmp_path)
+    pre = crash.run(kubeconfig, "preflight", "-o", "json")
+    assert pre.code == 0, pre.stdout
+    plan = crash.run(kubeconfig, "plan", "-o", "json")
+    assert plan.code == 0, plan.stderr
+    allowed = _allow_list(json.loads(plan.stdout))
+    for argv in (APPLY, ("status",), ROLLBACK, ("unlock",)):
+        done = crash.run(kubeconfig, *argv)
+        assert done.code == 0, f"{argv}: {done.stderr[-1500:]}"
+    entries = env.sim.server.log.entries()
+    refused = [(r.verb, r.resource, r.name, r.code) for r in entries if r.code in (401, 403)]
+    assert refused == [], f"the tool needed more than docs/rbac.yaml: {refused}"
+    assert {r.user for r in entries} == {SA_USER}
+    written = _written(env)
+    assert written, "nothing was written: the test proves nothing"
+    outside = [w for w in written if w not in allowed and not w.startswith(
+        ("Service (create)", "ConfigMap (create)"))]
+    assert outside == [], f"writes outside the plan's allow-list {sorted(allowed)}: {outside}"
+    assert _service_names(env) == services_before  # the rollback deleted what phase 2 created
+    assert not env.finish()
+
+
+def _without(rbac_text: str, verb: str, resource: str, name: str) -> str:
+    """docs/rbac.yaml minus one (verb, resource, name) grant."""
+    docs = _docs(rbac_text)
+    for doc in docs:
+        for rule in doc.get("rules") or []:
+            if verb in rule["verbs"] and resource in rule["resources"] and name in (
+                    rule.get("resourceNames") or []):
+                rule["resourceNames"] = [n for n in rule["resourceNames"] if n != name]
+    return yaml.safe_dump_all(copy.deepcopy(docs))
+
+
+def test_a_missing_write_permission_is_named_by_preflight_and_by_apply(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    env = fresh(insecure_port=False)
+    narrow = _without(RBAC.read_text(), "patch", "daemonsets", "nvidia-dcgm-exporter-dra")
+    kubeconfig = _kubeconfig(env, narrow, tmp_path, token="narrow-token-1")
+    mark = env.mark()
+    pre = crash.run(kubeconfig, "preflight")
+    assert pre.code == 1, pre.output
+    assert "✗ rbac/patch daemonsets.apps/nvidia-dcgm-exporter-dra: not allowed" in pre.stdout
+    assert f"rbac: {len(REQUIRED) - 1}/{len(REQUIRED)} permissions" in pre.stdout
+    assert env.writes(mark) == [], "preflight wrote something"
+    done = crash.run(kubeconfig, *APPLY)
+    assert done.code == 3, done.output
+    error = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "Traceback" not in done.stderr
+    assert ('daemonsets.apps "nvidia-dcgm-exporter-dra" is forbidden' in error[0]
+            and 'cannot patch resource "daemonsets"' in error[0]), error
+    assert "fix: " in done.stderr and "preflight" in done.stderr
+    ds = env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-exporter-dra")
+    assert "nvidia.com/gpu-operator.dcgm-exporter" not in ds["metadata"]["labels"]
+    assert not env.finish()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,21 +174,44 @@ def _target(ep: Mapping[str, Any]) -> str:
     return str((ep.get("targetRef") or {}).get("name", ""))
 
 
+def slice_outline(sl: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
+    """(port key, names of the pods it has endpoints for) of a stored slice."""
+    return (P.canonical_json(sl.get("ports") or []),
+            frozenset(_target(ep) for ep in sl.get("endpoints") or []))
+
+
+def _rewritten(sl: Obj, labels: dict[str, str], owner: Any, endpoints: list[Obj]) -> Obj:
+    """A private copy of a stored slice (top level and metadata are ours to hand over)."""
+    new = copy.copy(sl)
+    new["metadata"] = dict(sl["metadata"], labels=labels, ownerReferences=owner)
+    new["endpoints"] = endpoints
+    return new
+
+
 def reconcile_slices(
     svc: Mapping[str, Any], existing: Iterable[Obj], desired: Mapping[str, Desired],
     scope: set[str] | None = None,
+    outline: Callable[[Obj], tuple[str, frozenset[str]]] = slice_outline,
 ) -> SlicePlan:
     """The reconciler: rewrite only what differs. `scope` limits the pods considered (an
-    incremental pass); endpoints of other pods stay where they are."""
+    incremental pass); endpoints of other pods stay where they are, and a slice without any
+    of them is not even walked (`outline` may remember each stored slice version's)."""
     labels = slice_labels(svc)
     owner = new_slice(svc, [], [])["metadata"]["ownerReferences"]
     placed: set[str] = set()
     slots: list[tuple[Obj, str, bool]] = []  # (slice, port key, changed)
     for sl in sorted(existing, key=lambda s: s["metadata"]["name"]):
-        pk = P.canonical_json(sl.get("ports") or [])
+        pk, targets = outline(sl)
         endpoints: list[Obj] = []
         changed = sl["metadata"].get("labels") != labels or (
             sl["metadata"].get("ownerReferences") != owner)
+        if scope is not None and targets.isdisjoint(scope):
+            # Only pods in `scope` can be desired or moved: this slice keeps its endpoints.
+            # Unchanged, it stays the stored object (copied below before anything is added).
+            if changed:
+                sl = _rewritten(sl, labels, owner, list(sl.get("endpoints") or []))
+            slots.append((sl, pk, changed))
+            continue
         for ep in sl.get("endpoints") or []:
             name = _target(ep)
             if scope is not None and name not in scope:
@@ -202,10 +225,7 @@ def reconcile_slices(
             placed.add(name)
             changed = changed or want.endpoint != ep
             endpoints.append(want.endpoint)
-        new = copy.copy(sl)
-        new["metadata"] = dict(sl["metadata"], labels=labels, ownerReferences=owner)
-        new["endpoints"] = endpoints
-        slots.append((new, pk, changed))
+        slots.append((_rewritten(sl, labels, owner, endpoints), pk, changed))
     remaining: dict[str, list[str]] = {}
     for name in sorted(desired):
         if name not in placed:
@@ -214,11 +234,14 @@ def reconcile_slices(
     for pk, names in remaining.items():
         # Fill slices already being rewritten first, then untouched ones, then new slices.
         for idx in sorted(range(len(slots)), key=lambda i: (not slots[i][2], i)):
-            sl, spk, _ = slots[idx]
-            room = MAX_ENDPOINTS_PER_SLICE - len(sl["endpoints"])
+            sl, spk, changed = slots[idx]
+            current = sl.get("endpoints") or []
+            room = MAX_ENDPOINTS_PER_SLICE - len(current)
             if spk != pk or room <= 0 or not names:
                 continue
-            sl["endpoints"] = sl["endpoints"] + [desired[n].endpoint for n in names[:room]]
+            if not changed:
+                sl = _rewritten(sl, labels, owner, current)
+            sl["endpoints"] = current + [desired[n].endpoint for n in names[:room]]
             names = names[room:]
             slots[idx] = (sl, spk, True)
         while names:
@@ -226,7 +249,7 @@ def reconcile_slices(
             plan.create.append(new_slice(svc, copy.deepcopy(desired[chunk[0]].ports),
                                          [desired[n].endpoint for n in chunk]))
     for sl, _, changed in slots:
-        if not sl["endpoints"]:
+        if not sl.get("endpoints"):
             plan.delete.append(sl)
         elif changed:
             plan.update.append(sl)
@@ -272,6 +295,8 @@ class EndpointSliceController(Controller):
         self._own_rv: dict[tuple[str, str], str] = {}
         self._full: set[SvcKey] = set()
         self._partial: dict[SvcKey, set[str]] = {}
+        # (namespace, slice) -> (resourceVersion, its slice_outline)
+        self._outlines: dict[tuple[str, str], tuple[str, tuple[str, frozenset[str]]]] = {}
 
     def prime(self) -> None:
         for pod in self.store.list(kinds.POD)[0]:
@@ -383,6 +408,8 @@ class EndpointSliceController(Controller):
     def _slice_event(self, ev: Event) -> None:
         sl = ev.object
         ident = (sl["metadata"]["namespace"], sl["metadata"]["name"])
+        if ev.type == "DELETED":
+            self._outlines.pop(ident, None)
         mine = self._own_rv.pop(ident, None) == sl["metadata"]["resourceVersion"]
         old_owner = self._slice_owner(ev.old) if ev.old is not None else None
         key = self._cache_slice(sl, deleted=ev.type == "DELETED")
@@ -401,12 +428,14 @@ class EndpointSliceController(Controller):
         members = self._members.get(key, set())
         names = members if scope is None else (scope & members)
         desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods))
-        plan = reconcile_slices(svc, self._slices.get(key, {}).values(), desired, scope)
+        plan = reconcile_slices(svc, self._slices.get(key, {}).values(), desired, scope,
+                                self._outline)
         cache = self._slices.setdefault(key, {})
         for sl in plan.delete:
             gone = self.store.delete(kinds.ENDPOINTSLICE, ns, sl["metadata"]["name"])
             self._own_rv[(ns, sl["metadata"]["name"])] = gone["metadata"]["resourceVersion"]
             cache.pop(sl["metadata"]["name"], None)
+            self._outlines.pop((ns, sl["metadata"]["name"]), None)
         for sl in plan.update:
             new = self.store.update(kinds.ENDPOINTSLICE, sl, adopt=True)
             self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
@@ -415,6 +444,16 @@ class EndpointSliceController(Controller):
             new = self.store.create(kinds.ENDPOINTSLICE, sl, adopt=True)
             self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
             cache[new["metadata"]["name"]] = new
+
+
+    def _outline(self, sl: Obj) -> tuple[str, frozenset[str]]:
+        """`slice_outline`, remembered for the stored version of each slice."""
+        meta = sl["metadata"]
+        key, rv = (meta["namespace"], meta["name"]), str(meta.get("resourceVersion"))
+        found = self._outlines.get(key)
+        if found is None or found[0] != rv:
+            found = self._outlines[key] = (rv, slice_outline(sl))
+        return found[1]
 
 
 def _service_signature(svc: Mapping[str, Any]) -> Any:

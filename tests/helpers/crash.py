@@ -199,3 +199,25 @@ def state_summary(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
             "error": p["error"],
         } for p in doc["phases"]},
     }
+
+
+# ---- what was written ------------------------------------------------------------------------
+
+def written(writes: list[Any]) -> list[str]:
+    """`Kind/name` of each write in the request log (`Kind (create)`: a create, unnamed)."""
+    out = []
+    for w in writes:
+        kind = kinds.BY_KEY[f"{w.resource}.{w.group}" if w.group else w.resource].kind
+        out.append(f"{kind}/{w.name}" if w.name else f"{kind} (create)")
+    return out
+
+
+def allow_list(plan: dict[str, Any]) -> set[str]:
+    """What a run of this plan may write: every object its phases change, the state ConfigMap,
+    and creates of Services (the aliases) and of the state ConfigMap."""
+    objects = {c["object"] for p in plan["phases"] for c in p["changes"]}
+    return objects | {f"ConfigMap/{STATE_CM}", "Service (create)", "ConfigMap (create)"}
+
+
+def outside(writes: list[Any], allowed: set[str]) -> list[str]:
+    return [w for w in written(writes) if w not in allowed]

@@ -123,7 +123,7 @@ def _lost_answer_cases(writes: list[object]) -> Iterator[tuple[str, int]]:
 
 def _apply_in_process(sim: SimCluster) -> None:
     kube = Kube.for_server(sim.url, ADMIN_TOKEN,
-                           retry=RetryPolicy(read_timeout=0.3, sleep=lambda s: None))
+                           retry=RetryPolicy(read_timeout=0.2, sleep=lambda s: None))
     try:
         commands.apply(Session(kube, NS), RunRequest(
             phase=3, settings=RunSettings(timeout=60.0, settle=0.0)))
@@ -148,7 +148,7 @@ def test_a_write_whose_answer_is_lost_is_retried_without_a_false_failure(
 
         def release_late(sim: SimCluster = env.sim) -> None:
             if sim.server.faults.wait_held(60):
-                time.sleep(0.8)  # well past the 0.3 s read timeout: the client has retried
+                time.sleep(0.5)  # well past the 0.2 s read timeout: the client has retried
                 sim.server.faults.release_held()
 
         releaser = threading.Thread(target=release_late, daemon=True)

@@ -25,6 +25,7 @@ class Reference:
     writes: int
     objects: dict[str, Any]
     state: dict[str, Any]
+    allowed: set[str]
 
 
 def _nothing(env: Env) -> None:
@@ -39,11 +40,15 @@ def _migrated(env: Env) -> None:
 
 def _reference(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...]) -> Reference:
     env = fresh()
+    plan = cli.run(env.kubeconfig, "plan", "-o", "json")
+    assert plan.code == 0, plan.stderr
     prepare(env)
     mark = env.mark()
     done = crash.run(env.kubeconfig, *args)
     assert done.code == 0, done.stderr
-    ref = Reference(len(env.writes(mark)), crash.comparable(env.sim), crash.state_summary(env.sim))
+    ref = Reference(len(env.writes(mark)), crash.comparable(env.sim), crash.state_summary(env.sim),
+                    crash.allow_list(plan.json()))
+    assert crash.outside(env.writes(), ref.allowed) == []
     assert not env.finish()
     env.sim.stop()
     return ref
@@ -54,6 +59,7 @@ def _resume_problems(env: Env, ref: Reference, args: tuple[str, ...]) -> list[st
     if again.code != 0:
         return [f"rerun exited {again.code}: {again.stderr.strip()[-400:]}"]
     problems = crash.diff(ref.objects, crash.comparable(env.sim))
+    problems += [f"wrote {w}, outside the plan" for w in crash.outside(env.writes(), ref.allowed)]
     try:
         problems += crash.diff(ref.state, crash.state_summary(env.sim))
     except AssertionError as exc:

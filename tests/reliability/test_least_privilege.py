@@ -84,20 +84,6 @@ def _service_names(env: Env) -> set[str]:
     return {s["metadata"]["name"] for s in env.sim.store.list(kinds.SERVICE, NS)[0]}
 
 
-def _allow_list(plan: dict[str, Any]) -> set[str]:
-    """Kind/name of every object the plan changes, plus the state ConfigMap."""
-    objects = {c["object"] for p in plan["phases"] for c in p["changes"]}
-    return objects | {f"ConfigMap/{crash.STATE_CM}"}
-
-
-def _written(env: Env, since: int = 0) -> list[str]:
-    out = []
-    for w in env.writes(since):
-        kind = kinds.BY_KEY[w.resource if not w.group else f"{w.resource}.{w.group}"].kind
-        out.append(f"{kind}/{w.name}" if w.name else f"{kind} (create)")
-    return out
-
-
 @pytest.mark.parametrize("stack", ["gpucluster", "clusterpolicy"])
 def test_a_whole_migration_and_rollback_need_nothing_more(
         fresh: Callable[..., Env], tmp_path: Path, stack: str) -> None:
@@ -108,7 +94,7 @@ def test_a_whole_migration_and_rollback_need_nothing_more(
     assert pre.code == 0, pre.stdout
     plan = crash.run(kubeconfig, "plan", "-o", "json")
     assert plan.code == 0, plan.stderr
-    allowed = _allow_list(json.loads(plan.stdout))
+    allowed = crash.allow_list(json.loads(plan.stdout))
     for argv in (APPLY, ("status",), ROLLBACK, ("unlock",)):
         done = crash.run(kubeconfig, *argv)
         assert done.code == 0, f"{argv}: {done.stderr[-1500:]}"
@@ -116,10 +102,8 @@ def test_a_whole_migration_and_rollback_need_nothing_more(
     refused = [(r.verb, r.resource, r.name, r.code) for r in entries if r.code in (401, 403)]
     assert refused == [], f"the tool needed more than docs/rbac.yaml: {refused}"
     assert {r.user for r in entries} == {SA_USER}
-    written = _written(env)
-    assert written, "nothing was written: the test proves nothing"
-    outside = [w for w in written if w not in allowed and not w.startswith(
-        ("Service (create)", "ConfigMap (create)"))]
+    assert env.writes(), "nothing was written: the test proves nothing"
+    outside = crash.outside(env.writes(), allowed)
     assert outside == [], f"writes outside the plan's allow-list {sorted(allowed)}: {outside}"
     assert _service_names(env) == services_before  # the rollback deleted what phase 2 created
     assert not env.finish()

@@ -1,0 +1,70 @@
+"""The sim's crash-test hook `hang_nth_write`: the Nth successful write is applied, its answer
+held until the hook is cleared; failed writes and reads do not count; settable over /sim/v1."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from migrator.kube import Kube, RetryPolicy
+from migrator.model import kinds
+from migrator.sim.faults import FaultsError
+from migrator.sim.server import ADMIN_TOKEN, ApiServer
+from migrator.sim.store import Store
+
+NS = "gpu-operator"
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    store = Store()
+    store.create(kinds.NAMESPACE, {"metadata": {"name": NS}})
+    with ApiServer(store) as server:
+        yield server
+
+
+def _cm(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}
+
+
+def test_the_nth_successful_write_lands_and_its_answer_waits(api: ApiServer) -> None:
+    kube = Kube.for_server(api.url, ADMIN_TOKEN, retry=RetryPolicy(attempts=1))
+    api.faults.update(hang_nth_write=2)
+    kube.create(_cm("one"))  # write 1
+    kube.list(kinds.CONFIGMAP, NS)  # reads do not count
+    with pytest.raises(Exception, match="already exists"):
+        kube.create(_cm("one"))  # a refused write does not count
+    answered = threading.Event()
+
+    def second() -> None:
+        kube.create(_cm("two"))
+        answered.set()
+
+    threading.Thread(target=second, daemon=True).start()
+    assert api.faults.wait_held(10)
+    assert api.store.find(kinds.CONFIGMAP, NS, "two") is not None  # applied...
+    assert not answered.wait(0.2)  # ...but unanswered
+    assert api.faults.snapshot()["write_held"] is True
+    api.faults.release_held()
+    assert answered.wait(10)
+    assert api.faults.snapshot()["write_held"] is False
+    kube.create(_cm("three"))  # the hook fired once; later writes answer at once
+
+
+def test_the_hook_is_settable_over_http(api: ApiServer) -> None:
+    def put(body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(f"{api.url}/sim/v1/faults", json.dumps(body).encode(),
+                                     method="PUT", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            doc: dict[str, Any] = json.loads(resp.read())
+            return doc
+
+    assert put({"hang_nth_write": 3})["hang_nth_write"] == 3
+    assert put({"hang_nth_write": None})["hang_nth_write"] is None
+    with pytest.raises(FaultsError):
+        api.faults.update(hang_nth_write=0)

@@ -90,6 +90,16 @@ class Event:
 ObjKey = tuple[str, str]  # (namespace or "", name)
 
 
+def _taken(obj: Obj, adopt: bool) -> Obj:
+    """The object a write stores: a deep copy, or (adopt) a shallow one whose top level and
+    `metadata` the store may fill in; stored objects are never mutated either way."""
+    if not adopt:
+        return copy.deepcopy(obj)
+    out = dict(obj)
+    out["metadata"] = dict(obj.get("metadata") or {})
+    return out
+
+
 def _key(resource: Resource, namespace: str | None, name: str) -> ObjKey:
     """Cluster-scoped objects live under the empty namespace, whatever the caller passed."""
     return ((namespace or "") if resource.namespaced else "", name)
@@ -213,11 +223,7 @@ class Store:
         it is stored without the defensive deep copy; only its top level and `metadata` dict
         are written to, so those must be the caller's own (other parts may be shared)."""
         with self.lock:
-            if adopt:
-                obj = dict(obj)
-                obj["metadata"] = dict(obj.get("metadata") or {})
-            else:
-                obj = copy.deepcopy(obj)
+            obj = _taken(obj, adopt)
             meta = obj.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
@@ -275,11 +281,7 @@ class Store:
         object rather than copied; both are safe because stored objects are never mutated.
         """
         with self.lock:
-            if adopt:
-                obj = dict(obj)
-                obj["metadata"] = dict(obj.get("metadata") or {})
-            else:
-                obj = copy.deepcopy(obj)
+            obj = _taken(obj, adopt)
             meta = obj.setdefault("metadata", {})
             name = meta.get("name", "")
             ns = (meta.get("namespace") or "") if resource.namespaced else ""

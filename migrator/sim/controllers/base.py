@@ -67,11 +67,16 @@ class Controller:
 
     def on_event(self, event: Event) -> None:
         """Store callback (under the store lock): enqueue only."""
-        if event.resource.key not in self.resources:
+        if event.resource.key not in self.resources or not self.wants(event):
             return
         with self._cond:
             self._events.append(event)
             self._cond.notify()
+
+    def wants(self, event: Event) -> bool:
+        """Cheap filter (under the store lock): False for events the controller would ignore,
+        so they do not wake its thread (each wake-up costs every thread some GIL time)."""
+        return True
 
     def schedule(self, key: Hashable, delay: float, *, background: bool = False) -> None:
         """Reconcile `key` after `delay` simulated seconds. Background timers (periodic resyncs)

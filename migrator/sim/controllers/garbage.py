@@ -55,6 +55,15 @@ class GarbageCollector(Controller):
             if self._maybe_dangling(obj):
                 self.schedule(("check", *ident), 0)
 
+    def wants(self, event: Event) -> bool:
+        """Only creations, deletions and changed ownerReferences move the owner graph."""
+        old = event.old
+        if event.type != "MODIFIED" or old is None:
+            return True
+        return bool(old["metadata"].get("ownerReferences")
+                    != event.object["metadata"].get("ownerReferences")
+                    or old["metadata"].get("uid") != event.object["metadata"].get("uid"))
+
     def _track(self, ident: Ident, obj: Mapping[str, Any] | None) -> None:
         for uid in self._owners_of.pop(ident, set()):
             deps = self._dependents.get(uid)

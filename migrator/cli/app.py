@@ -146,12 +146,10 @@ def plan(
     Example: dcgm-migrate plan --out plan.json
     """
     from migrator import commands
-    from migrator.cli import render
     from migrator.model.planning import Options
 
-    with _session(kubeconfig, context, namespace, output) as s:
-        report = commands.plan(s, Options(include_operator_owned, roll_on_delete), out)
-    render.document(report, output)
+    options = Options(include_operator_owned, roll_on_delete)
+    _report(kubeconfig, context, namespace, output, lambda s: commands.plan(s, options, out))
 
 
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
@@ -178,6 +176,18 @@ def _exit_for(report: dict[str, Any]) -> None:
         raise typer.Exit(1)
 
 
+def _report(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
+            call: Callable[[Session], dict[str, Any]], *, dry_run: bool = False) -> None:
+    """The shape of every cluster command: connect, call the command, render, exit 1 when
+    the report says not ok."""
+    from migrator.cli import render
+
+    with _session(kubeconfig, context, namespace, output, dry_run) as s:
+        report = call(s)
+    render.document(report, output)
+    _exit_for(report)
+
+
 @app.command()
 @handles_errors
 def apply(
@@ -202,13 +212,11 @@ def apply(
     Example: dcgm-migrate apply --phase 2 --yes
     """
     from migrator import commands
-    from migrator.cli import render
 
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
                            roll_on_delete, plan_file)
-    with _session(kubeconfig, context, namespace, output, dry_run) as s:
-        report = commands.apply(s, request)
-    render.document(report, output)
+    _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
+            dry_run=dry_run)
 
 
 @app.command()
@@ -228,12 +236,9 @@ def rollback(
     Example: dcgm-migrate rollback --phase 1 --yes
     """
     from migrator import commands
-    from migrator.cli import render
 
     request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete)
-    with _session(kubeconfig, context, namespace, output) as s:
-        report = commands.rollback(s, request)
-    render.document(report, output)
+    _report(kubeconfig, context, namespace, output, lambda s: commands.rollback(s, request))
 
 
 @app.command()
@@ -278,12 +283,8 @@ def verify(
     Example: dcgm-migrate verify || page-oncall
     """
     from migrator import commands
-    from migrator.cli import render
 
-    with _session(kubeconfig, context, namespace, output) as s:
-        report = commands.verify(s)
-    render.document(report, output)
-    _exit_for(report)
+    _report(kubeconfig, context, namespace, output, commands.verify)
 
 
 @app.command()
@@ -321,12 +322,8 @@ def preflight(
     Example: dcgm-migrate preflight --context prod
     """
     from migrator import commands
-    from migrator.cli import render
 
-    with _session(kubeconfig, context, namespace, output) as s:
-        report = commands.preflight(s)
-    render.document(report, output)
-    _exit_for(report)
+    _report(kubeconfig, context, namespace, output, commands.preflight)
 
 
 def _mount_subcommands() -> None:

@@ -90,6 +90,7 @@ def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tup
     return ref
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_apply_killed_after_any_write_resumes_to_the_same_end_state(
         fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,6 +98,7 @@ def test_apply_killed_after_any_write_resumes_to_the_same_end_state(
     assert [p["status"] for p in ref.state["phases"].values()] == ["completed"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_rollback_killed_after_any_write_resumes_to_the_same_end_state(
         fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str]) -> None:

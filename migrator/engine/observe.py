@@ -73,8 +73,13 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     comps = [c for c in catalog.components if c.daemonset in ds_map]
     selectors = []
     if comps:
-        selectors.append(_in("app", [c.app_label for c in comps]))
-        selectors.extend(sorted({c.common_label.key for c in comps}))
+        apps = sorted({c.app_label for c in comps})
+        selectors.append(_in("app", apps))
+        # Pods with the common label but none of those app labels (a notin also matches pods
+        # without an `app` label): the same union, without reading the DaemonSets' pods twice
+        # once phase 1 has labelled them.
+        selectors.extend(f"{key},app notin ({','.join(apps)})"
+                         for key in sorted({c.common_label.key for c in comps}))
     pods = read_pods(kube, namespace, selectors) if selectors else ()
     endpoints = read_endpoints(kube, namespace, svc_map)
 

@@ -261,6 +261,9 @@ class Kubelet(Controller):
         self._ips = IPAllocator()
         self._starting: set[str] = set()  # pod uids with a start timer
         self._killing: set[str] = set()  # pod uids with a removal timer
+        # pod uid -> simulated time its creation / deletion mark was committed: start and
+        # termination count from then, not from when this thread got to the event.
+        self._since: dict[tuple[str, str], float] = {}
 
     def prime(self) -> None:
         for node in self.store.list(kinds.NODE)[0]:
@@ -273,6 +276,24 @@ class Kubelet(Controller):
             if bound and ip:
                 self._ips.mark(bound, ip)
             self.schedule(("pod", *key), 0)
+
+    def on_event(self, event: Event) -> None:
+        """Note when a pod was created or marked for deletion (runs under the store lock)."""
+        if event.resource is kinds.POD:
+            meta = event.object["metadata"]
+            if event.type == "ADDED":
+                self._since[("start", meta["uid"])] = self.clock.now()
+            elif (event.type == "MODIFIED" and meta.get("deletionTimestamp") and event.old
+                  is not None and not event.old["metadata"].get("deletionTimestamp")):
+                self._since[("kill", meta["uid"])] = self.clock.now()
+        super().on_event(event)
+
+    def _delay(self, what: str, uid: str, seconds: float) -> float:
+        """`seconds` counted from the commit noted by `on_event` (if any)."""
+        since = self._since.pop((what, uid), None)
+        if since is None:
+            return seconds
+        return max(0.0, seconds - (self.clock.now() - since))
 
     def _index(self, key: PodKey, pod: Obj) -> None:
         self._pods[key] = pod
@@ -290,6 +311,8 @@ class Kubelet(Controller):
         uid = pod["metadata"]["uid"]
         self._starting.discard(uid)
         self._killing.discard(uid)
+        self._since.pop(("start", uid), None)
+        self._since.pop(("kill", uid), None)
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         touched: set[PodKey] = set()
@@ -348,9 +371,10 @@ class Kubelet(Controller):
         if pod is None:
             return
         node = self._nodes.get(P.node_name(pod))
-        if node is None:
-            return  # unscheduled, or bound to a node that does not exist (yet)
         uid = pod["metadata"]["uid"]
+        if node is None:
+            self._since.pop(("start", uid), None)  # its start counts from a node to run on
+            return  # unscheduled, or bound to a node that does not exist (yet)
         if P.is_deleting(pod):
             if uid in self._killing:
                 return
@@ -362,7 +386,7 @@ class Kubelet(Controller):
             delay = self.termination_seconds
             if grace is not None:
                 delay = min(delay, float(grace))
-            self.schedule(("kill", *key, uid), delay)
+            self.schedule(("kill", *key, uid), self._delay("kill", uid, delay))
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase in P.POD_PHASES_TERMINAL:
@@ -378,7 +402,7 @@ class Kubelet(Controller):
             self._write_status(pod, pending_status(pod, node, P.now_rfc3339()))
         self._starting.add(uid)
         self.schedule(("start", *key, uid),
-                      node_start_seconds(node, self.pod_start_seconds))
+                      self._delay("start", uid, node_start_seconds(node, self.pod_start_seconds)))
 
     def _start(self, ns: str, name: str, uid: str) -> None:
         self._starting.discard(uid)

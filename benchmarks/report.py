@@ -68,7 +68,9 @@ def table(results: Obj) -> str:
         alone = a.get("sim_alone")
         if alone:
             lines.append(f"  sim alone: {alone['daemonset']} rolls in {alone['wall_s']:.2f}s "
-                         f"against its floor {alone['floor_s']:.2f}s (ratio {alone['ratio']})")
+                         f"against its floor {alone['floor_s']:.2f}s (ratio {alone['ratio']}); "
+                         f"apply / sim alone for all DaemonSets "
+                         f"({alone['all_daemonsets_s']:.2f}s): {alone['apply_ratio']}")
     targets = results.get("targets") or []
     if targets:
         lines.append("")
@@ -123,7 +125,10 @@ def targets(results: Obj) -> list[Obj]:
                               f"({a['stack']})",
                     "met": ratio is not None and ratio <= APPLY_TARGET_RATIO,
                     "figure": f"ratio {ratio} ({a['wall_s']['median']}s vs floor "
-                              f"{a['floor_s']}s)"})
+                              f"{a['floor_s']}s)" + (
+                                  f"; {a['sim_alone']['apply_ratio']} of the sim-alone "
+                                  f"rollouts ({a['sim_alone']['all_daemonsets_s']}s)"
+                                  if a.get("sim_alone") else "")})
     if not at:
         out.append({"target": f"apply --phase 3 at {APPLY_TARGET_NODES} nodes within 5%",
                     "met": None, "figure": "not measured"})

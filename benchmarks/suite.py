@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,12 +65,15 @@ class Samples:
 
 
 def cli_start(runs: int) -> Obj:
-    """`dcgm-migrate --help` (as `python -m migrator --help`): interpreter, imports, typer."""
+    """`dcgm-migrate --help` (the installed console script when it is on PATH, else
+    `python -m migrator --help`): interpreter, imports, typer."""
+    script = shutil.which("dcgm-migrate")
+    argv = [script, "--help"] if script else [*CLI, "--help"]
     s = Samples()
-    run([*CLI, "--help"])  # warm the file cache
+    run(argv)  # warm the file cache
     for _ in range(runs):
-        s.add(run([*CLI, "--help"]))
-    return s.as_dict()
+        s.add(run(argv))
+    return {"argv": argv, **s.as_dict()}
 
 
 def _measured(sim: SimProcess, argv: Sequence[str], keep_stdout: bool = True) -> tuple[

@@ -7,7 +7,7 @@ with a `stream` for watches); `Backend` is the server state every handler may us
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from migrator.sim.statuses import ApiError
 from migrator.sim.store import Store
 
 JSON = "application/json"
+Obj = dict[str, Any]
 
 
 @dataclass
@@ -49,6 +50,28 @@ def error_response(error: ApiError) -> Response:
     return Response(error.code, dumps(error.status()), headers=dict(error.headers))
 
 
+class ListCache:
+    """The last answers of `Store.list`, by query, valid while the store's resourceVersion has
+    not moved: the pages of one paginated list (or repeated reads of a quiet cluster) filter
+    the whole collection once instead of once per page, and hold the store lock once."""
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[Hashable, tuple[int, list[Obj]]] = {}
+        self._max = max_entries
+
+    def get(self, key: Hashable, resource_version: int) -> list[Obj] | None:
+        with self._lock:
+            hit = self._entries.get(key)
+        return hit[1] if hit is not None and hit[0] == resource_version else None
+
+    def put(self, key: Hashable, resource_version: int, objects: list[Obj]) -> None:
+        with self._lock:
+            if len(self._entries) >= self._max:
+                self._entries.clear()
+            self._entries[key] = (resource_version, objects)
+
+
 @dataclass
 class Backend:
     """What request handling needs from the server."""
@@ -60,3 +83,4 @@ class Backend:
     encoder: ObjectEncoder
     stopping: threading.Event
     address: str = "127.0.0.1:0"
+    lists: ListCache = field(default_factory=ListCache)

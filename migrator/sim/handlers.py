@@ -169,8 +169,16 @@ def _selected(b: Backend, info: RequestInfo, kind: Kind) -> tuple[list[Obj], int
     """Matching objects sorted by (namespace, name), the store's rv, and whether filtered."""
     labels, fields = _selectors(info, kind)
     name = fieldselectors.required_name(fields)
-    objects, rv = b.store.list(kind, info.namespace or None, None if labels.empty else labels,
-                               name=name)
+    key = (kind.key, info.namespace or "", "" if labels.empty else info.query.get(
+        "labelSelector", ""), name)
+    rv = b.store.resource_version
+    cached = b.lists.get(key, rv)
+    if cached is not None:
+        objects = cached
+    else:
+        objects, rv = b.store.list(kind, info.namespace or None,
+                                   None if labels.empty else labels, name=name)
+        b.lists.put(key, rv, objects)
     if fields:
         objects = [o for o in objects if fieldselectors.matches(fields, o)]
     if kind == kinds.CRD:

@@ -198,6 +198,7 @@ class Runner:
                 self._roll_on_delete(rec, step, rollback)
             return
         recorded = {r.id: r.status for r in (rec.undo if rollback else rec.steps)}
+        base: Snapshot | None = None
         if step.satisfied(self._live(step)):
             status = "done" if recorded.get(step.id) in ("intent", "done") else "skipped"
             if recorded.get(step.id) != "done":
@@ -208,8 +209,8 @@ class Runner:
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "skipped"))
         else:
-            fresh = self._context(self._fresh_full())
-            pre = module.before_write(fresh, step)
+            base = self.snapshot()
+            pre = module.before_write(self._context(base), step)
             if _failed(pre):
                 self._fail(rec, f"{step.object}: {_describe(pre)}", _hint_for(step, rollback))
             rec.mark(step, "intent", undo=rollback)
@@ -223,15 +224,16 @@ class Runner:
             self.save()
             self.listener.step(StepEvent(rec.number, step, "done"))
         if not self.dry_run:  # a server-side dry run changes nothing to wait for
-            self._wait_after(module, rec, step, bases, plan, rollback)
-
-    def _fresh_full(self) -> Snapshot:
-        return self.snapshot()
+            self._wait_after(module, rec, step, bases, plan, rollback, base)
 
     def _wait_after(self, module: ModuleType, rec: PhaseRecord, step: Step,
-                    bases: list[ServiceBaseline], plan: PhasePlan, rollback: bool) -> None:
+                    bases: list[ServiceBaseline], plan: PhasePlan, rollback: bool,
+                    base: Snapshot | None) -> None:
+        """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
+        supplies only what a step never changes: the CRs, ServiceMonitors and update
+        strategy; every gate check reads the DaemonSets, pods and endpoints afresh."""
         deadline = self.clock.now() + self.settings.timeout
-        base_snap = self.snapshot()
+        base_snap = base or self.snapshot()
         ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None
         if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
             return  # the template change rolls nothing; a RollPods step (if any) rolls pods

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.selectors import from_labels
 from migrator.model.snapshot import PodView, Snapshot
 
 Obj = dict[str, Any]
@@ -177,5 +176,6 @@ def services_selecting(snapshot: Snapshot, label_key: str) -> list[str]:
 
 
 def service_selects(service: Obj, labels: Mapping[str, str]) -> bool:
+    """A Service selector is a plain map: every key must equal (a hot path at 10,000 pods)."""
     sel = o.dig(service, "spec", "selector") or {}
-    return bool(sel) and from_labels(sel).matches(labels)
+    return bool(sel) and all(labels.get(k) == v for k, v in sel.items())

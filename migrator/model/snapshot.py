@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from migrator.model import objects as o
@@ -112,8 +113,16 @@ class Snapshot:
     servicemonitor_api: bool = True
     nvidia_api: bool = True
 
+    @cached_property
+    def _pods_by_daemonset(self) -> dict[str, list[PodView]]:
+        index: dict[str, list[PodView]] = {}
+        for p in self.pods:
+            if p.owner_kind == "DaemonSet" and p.owner_name:
+                index.setdefault(p.owner_name, []).append(p)
+        return index
+
     def pods_of(self, daemonset: str) -> list[PodView]:
-        return [p for p in self.pods if p.owner_kind == "DaemonSet" and p.owner_name == daemonset]
+        return list(self._pods_by_daemonset.get(daemonset, ()))
 
     def pods_matching(self, selector: Mapping[str, str]) -> list[PodView]:
         sel = from_labels(selector)

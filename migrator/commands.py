@@ -205,17 +205,29 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     snap = _observe(session)
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace)
-    state, version = _load_state(session.store_factory(session.kube, session.namespace),
-                                 session.namespace)
+    store = session.store_factory(session.kube, session.namespace)
+    state, version = _load_state(store, session.namespace)
     preview = reports.build(snap, session.catalog, state, request.options)
     _require_stack(preview, session.namespace)
     _require_operator_api(snap, session.kube.server)
+    if _still_holds(preview, request.phase) and store.lock_holder() is None:
+        session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
+                                 "nothing to do")
+        preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
+                             "lowestEndpoints": {}}
+        return preview  # no lock, no state write: a repeated apply writes nothing at all
     if not request.confirm(preview):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace)
     state.plan_fingerprint = snap.fingerprint()
     return _locked_run(session, request, snap, state, version,
                        lambda runner: runner.apply(request.phase))
+
+
+def _still_holds(report: dict[str, Any], upto: int) -> bool:
+    """Phases 1..upto completed and every verification gate of theirs passes now."""
+    wanted = [p for p in report["phases"] if p["number"] <= upto]
+    return all(p["status"] == "completed" and all(g["ok"] for g in p["gates"]) for p in wanted)
 
 
 def rollback(session: Session, request: RunRequest) -> dict[str, Any]:

@@ -65,6 +65,7 @@ class StateStore(Protocol):
     def renew_lock(self, lock: Lock) -> Lock: ...
     def release_lock(self, lock: Lock) -> None: ...
     def force_unlock(self) -> str | None: ...
+    def lock_holder(self) -> str | None: ...
 
 
 def encode(document: dict[str, Any]) -> str:
@@ -191,6 +192,13 @@ class _ConfigMapState:
             self._view(cm)
             version = str(cm["metadata"]["resourceVersion"])
             return StoredState(document, version) if document else None
+
+    def lock_holder(self) -> str | None:
+        """Who holds the run lock now, live or expired, or None when nobody does."""
+        with self._mu:
+            cm = self._cm.get()
+            info = locking.read((cm.get("metadata") or {}).get("annotations")) if cm else None
+            return info.holder if info else None
 
     def save(self, document: dict[str, Any], *, expected_version: str | None) -> StoredState:
         """Write the document if nobody else changed it since `expected_version`."""

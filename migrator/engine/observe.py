@@ -105,8 +105,8 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                     service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api)
 
 
-def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],
-           services: Sequence[str]) -> Snapshot:
+def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *,
+           daemonsets: Sequence[str]) -> Snapshot:
     """A fresh read of just these objects, keeping the base's CRs and ServiceMonitors."""
     fresh = read_snapshot(kube, base.namespace, catalog, daemonsets=daemonsets,
                           services=None, cluster_scope=False)

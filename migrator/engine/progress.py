@@ -16,7 +16,6 @@ class RolloutProgress:
     updated: int
     available: int
     desired: int
-    pending_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

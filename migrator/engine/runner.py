@@ -102,7 +102,7 @@ class Runner:
 
     def _fresh(self, base: Snapshot) -> Snapshot:
         names = [c.daemonset for c in self.catalog.components]
-        return narrow(self.kube, base, self.catalog, daemonsets=names, services=())
+        return narrow(self.kube, base, self.catalog, daemonsets=names)
 
     def save(self) -> None:
         self._save(self.state)
@@ -297,7 +297,7 @@ class Runner:
         """Delete pods whose labels differ from the template, one node at a time, each after
         the previous node's new pod is Ready."""
         while True:
-            snap = self._fresh(self.snapshot())
+            snap = self.snapshot()
             ds = snap.daemonsets.get(step.daemonset)
             if ds is None:
                 return

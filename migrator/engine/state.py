@@ -83,15 +83,6 @@ class State:
     def phase(self, number: int) -> PhaseRecord:
         return self.phases[number]
 
-    def completed_through(self) -> int:
-        """Highest N such that phases 1..N are all completed."""
-        n = 0
-        for number in sorted(self.phases):
-            if self.phases[number].status != "completed":
-                break
-            n = number
-        return n
-
     def log(self, event: str, **details: Any) -> None:
         self.history.append({"at": utcnow(), "event": event, **details})
         del self.history[:-HISTORY_LIMIT]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from migrator.errors import APIError
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.model.gates import GateResult, rollout_complete, rollout_counts
+from migrator.model.gates import GateResult, rollout_complete
 from migrator.model.kinds import Kind
 
 if TYPE_CHECKING:
@@ -131,7 +131,3 @@ class Waiter:
                 return
             self.heartbeat()
             self.clock.sleep(min(1.0, left))
-
-
-def progress_of(ds: Obj) -> tuple[int, int, int]:
-    return rollout_counts(ds)

@@ -126,8 +126,3 @@ def from_label_selector(obj: Mapping[str, Any] | None) -> Selector:
             raise SelectorError(f"unknown matchExpressions operator {expr.get('operator')!r}")
         reqs.append(Requirement(expr["key"], op, frozenset(expr.get("values") or [])))
     return Selector(tuple(reqs))
-
-
-def to_string(match_labels: Labels) -> str:
-    """The `labelSelector` query form of a plain map selector."""
-    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))

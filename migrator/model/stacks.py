@@ -97,15 +97,6 @@ class Catalog:
     def components(self) -> tuple[Component, ...]:
         return tuple(c for s in self.stacks for c in s.components)
 
-    def managed_names(self) -> frozenset[str]:
-        """Every DaemonSet/Service name the tool may ever write (its write allow-list)."""
-        names: set[str] = {self.common.state_configmap}
-        for c in self.components:
-            names.update({c.daemonset, c.service})
-            if c.alias:
-                names.add(c.alias)
-        return frozenset(names)
-
 
 def _label(d: dict[str, Any]) -> Label:
     return Label(str(d["key"]), str(d["value"]))

@@ -37,14 +37,6 @@ def test_intent_without_done_still_counts_as_possibly_written() -> None:
     assert state.phase(3).done_steps() == []
 
 
-def test_completed_through_counts_consecutive_phases() -> None:
-    state = State("ns")
-    assert state.completed_through() == 0
-    state.phase(1).status = "completed"
-    state.phase(3).status = "completed"
-    assert state.completed_through() == 1
-
-
 def test_history_is_bounded() -> None:
     state = State("ns")
     for i in range(HISTORY_LIMIT + 25):

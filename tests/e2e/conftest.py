@@ -3,6 +3,7 @@ running for the whole test (any sample outside the §3 budget fails the test at 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from tests.helpers import cli
 from tests.helpers.disruption import DisruptionMonitor
 
 NS = "gpu-operator"
+SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
 
 
 @dataclass
@@ -42,6 +44,18 @@ class E2E:
         items, _ = self.sim.store.list(kinds.POD, NS)
         return [p for p in items if (p["metadata"].get("labels") or {}).get("app") == app
                 and not p["metadata"].get("deletionTimestamp")]
+
+    def objects(self) -> dict[str, Any]:
+        """DaemonSets and Services without server-assigned fields or status, to compare."""
+        out = {}
+        for kind in (kinds.DAEMONSET, kinds.SERVICE):
+            for obj in self.sim.store.list(kind, NS)[0]:
+                o = copy.deepcopy(obj)
+                for f in SERVER_FIELDS:
+                    o["metadata"].pop(f, None)
+                o.pop("status", None)
+                out[f"{kind.kind}/{o['metadata']['name']}"] = o
+        return out
 
     def state(self) -> dict[str, Any]:
         import json

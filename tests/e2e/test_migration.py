@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
 
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"
-SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
 
 
 def _slice_pods(env: E2E, service: str) -> set[str]:
@@ -21,20 +19,6 @@ def _slice_pods(env: E2E, service: str) -> set[str]:
             if sl["metadata"]["labels"].get("kubernetes.io/service-name") == service
             for ep in sl.get("endpoints") or []
             if (ep.get("conditions") or {}).get("ready") is not False}
-
-
-def _objects(env: E2E) -> dict[str, Any]:
-    """DaemonSets and Services without server-assigned fields or status, for comparison."""
-    out = {}
-    for kind in (kinds.DAEMONSET, kinds.SERVICE):
-        items, _ = env.sim.store.list(kind, NS)
-        for obj in items:
-            o = copy.deepcopy(obj)
-            for f in SERVER_FIELDS:
-                o["metadata"].pop(f, None)
-            o.pop("status", None)
-            out[f"{kind.kind}/{o['metadata']['name']}"] = o
-    return out
 
 
 def test_gpucluster_full_migration_exposes_four_names(e2e_factory: Callable[..., E2E]) -> None:
@@ -81,13 +65,13 @@ def test_clusterpolicy_full_migration_never_exposes_dra_names(
 def test_rollback_after_phase3_restores_the_starting_objects(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
-    start = _objects(env)
+    start = env.objects()
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    assert _objects(env) != start
+    assert env.objects() != start
     res = env.cli("rollback", "--phase", "1", "--yes", "--settle", "1s", "-o", "json")
     assert res.code == 0, res.stderr
     assert "settling" in res.stderr, "labels were removed without the settle countdown"
-    end = _objects(env)
+    end = env.objects()
     assert set(end) == set(start), set(end) ^ set(start)
     for key in start:
         assert end[key] == start[key], key

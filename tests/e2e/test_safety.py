@@ -16,15 +16,6 @@ DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"
 
 
-def _objects(env: E2E) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for kind in (kinds.DAEMONSET, kinds.SERVICE):
-        for obj in env.sim.store.list(kind, NS)[0]:
-            out[f"{kind.kind}/{obj['metadata']['name']}"] = (obj["metadata"].get("labels"),
-                                                            obj.get("spec"))
-    return out
-
-
 def test_endpoint_loss_after_switch_restores_the_old_selector(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
@@ -74,7 +65,7 @@ def test_roll_on_delete_rolls_ondelete_pods_one_node_at_a_time(
 def test_dry_run_sends_dry_run_writes_and_changes_nothing(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
-    before = _objects(env)
+    before = env.objects()
     mark = env.mark()
     res = env.cli("apply", "--phase", "3", "--yes", "--dry-run", "-o", "json")
     assert res.code == 0, res.stderr
@@ -82,7 +73,7 @@ def test_dry_run_sends_dry_run_writes_and_changes_nothing(
                and e.verb in ("create", "update", "patch", "delete")]
     assert entries and all(e.dry_run for e in entries), entries
     assert env.writes(since=mark) == []
-    assert _objects(env) == before
+    assert env.objects() == before
     assert env.sim.store.find(kinds.CONFIGMAP, NS, "dcgm-migrate-state") is None
 
 

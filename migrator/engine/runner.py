@@ -242,12 +242,13 @@ class Runner:
             if ds is None:
                 snap = self._fresh(base_snap)
                 pods = snap.pods_of(step.daemonset)
-                nodes = g.not_ready_nodes(pods) or sorted(
-                    {p.node for p in pods if not step.satisfied(snap.daemonsets.get(
-                        step.daemonset))})
+                unready = g.not_ready_nodes(pods)
+                old = sorted({p.node for p in pods if any(
+                    p.labels.get(k) != v for k, v in step.template_after.items())})
+                where = (f"pods not ready on nodes: {', '.join(unready[:10])}" if unready else
+                         f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}")
                 self._fail(rec, f"DaemonSet/{step.daemonset} did not finish rolling out within "
-                           f"{self.settings.timeout:g}s; pods not ready on nodes: "
-                           f"{', '.join(nodes[:10]) or 'none (still updating)'}",
+                           f"{self.settings.timeout:g}s; {where}",
                            "fix those nodes (kubectl describe pod), then run the same command "
                            "again: it resumes where it stopped")
 

@@ -104,8 +104,7 @@ class ApiServer:
             return
         self._stopping.set()
         self.store.unsubscribe(self._encoder.on_event)
-        with self.store.changed:
-            self.store.changed.notify_all()
+        self.store.wake_all()
         httpd.shutdown()
         httpd.server_close()
         with self._conn_lock:

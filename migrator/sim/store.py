@@ -100,6 +100,15 @@ def _taken(obj: Obj, adopt: bool) -> Obj:
     return out
 
 
+def _with_own_metadata(stored: Obj) -> Obj:
+    """A new version of a stored object that differs only in `metadata`: the rest is shared,
+    which is safe because stored objects are never mutated (and far cheaper than a deep copy
+    of a pod on every graceful deletion)."""
+    out = dict(stored)
+    out["metadata"] = dict(stored["metadata"])
+    return out
+
+
 def _key(resource: Resource, namespace: str | None, name: str) -> ObjKey:
     """Cluster-scoped objects live under the empty namespace, whatever the caller passed."""
     return ((namespace or "") if resource.namespaced else "", name)
@@ -116,7 +125,8 @@ class Store:
 
     event_log_size: int = 500_000
     lock: threading.RLock = field(default_factory=threading.RLock)
-    changed: threading.Condition = field(init=False)
+    changed: threading.Condition = field(init=False)  # notified on every commit
+    _kind_changed: dict[str, threading.Condition] = field(default_factory=dict)
     _objects: dict[str, dict[ObjKey, Obj]] = field(default_factory=dict)
     _events: deque[Event] = field(init=False)
     _rv: int = 1
@@ -127,6 +137,22 @@ class Store:
         self._events = deque(maxlen=self.event_log_size)
         for r in RESOURCES:
             self._objects.setdefault(r.key, {})
+
+    def changes_of(self, resource: Resource) -> threading.Condition:
+        """A condition (on the store lock) notified only by commits of this kind: a watch of
+        DaemonSets sleeps through the pod and EndpointSlice churn of a rollout."""
+        with self.lock:
+            cond = self._kind_changed.get(resource.key)
+            if cond is None:
+                cond = self._kind_changed[resource.key] = threading.Condition(self.lock)
+            return cond
+
+    def wake_all(self) -> None:
+        """Wake every waiter (the server is stopping)."""
+        with self.lock:
+            self.changed.notify_all()
+            for cond in self._kind_changed.values():
+                cond.notify_all()
 
     # ---- reads -------------------------------------------------------------------------
 
@@ -208,6 +234,9 @@ class Store:
         for fn in list(self._subscribers):
             fn(event)
         self.changed.notify_all()
+        kind_changed = self._kind_changed.get(resource.key)
+        if kind_changed is not None:
+            kind_changed.notify_all()
         return event
 
     def _next_rv(self) -> str:
@@ -292,18 +321,13 @@ class Store:
             if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
                 raise conflict(resource, name)
             if subresource == "status":
-                if adopt:
-                    new = dict(current)
-                    new["metadata"] = dict(current["metadata"])
-                else:
-                    new = copy.deepcopy(current)
+                new = _with_own_metadata(current)
                 new["status"] = obj.get("status", {})
             else:
                 new = obj
                 if resource.has_status:
                     if "status" in current:
-                        new["status"] = (current["status"] if adopt
-                                         else copy.deepcopy(current["status"]))
+                        new["status"] = current["status"]
                     else:
                         new.pop("status", None)
                 # Immutable server-assigned metadata is kept from the stored object.
@@ -339,7 +363,7 @@ class Store:
             current = self.get(resource, namespace, name)
             if current["metadata"].get("deletionTimestamp"):
                 return current
-            new = copy.deepcopy(current)
+            new = _with_own_metadata(current)
             new["metadata"]["deletionTimestamp"] = now_rfc3339()
             new["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
             new["metadata"]["resourceVersion"] = self._next_rv()
@@ -363,7 +387,7 @@ class Store:
             if dry_run:
                 return current
             del self._objects[resource.key][key]
-            gone = copy.deepcopy(current)
+            gone = _with_own_metadata(current)
             gone["metadata"]["resourceVersion"] = self._next_rv()
             self._commit("DELETED", resource, gone)
             return gone

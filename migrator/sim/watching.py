@@ -111,15 +111,16 @@ def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
             yield _bookmark(req.kind, last_rv)
     else:
         last_rv = req.resource_version
+    changed = store.changes_of(req.kind)
     while not is_set():
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             return
         wait = IDLE_SECONDS if remaining is None else min(IDLE_SECONDS, remaining)
-        with store.changed:
+        with changed:
             events = store.events_since(last_rv)
             if events == [] and not is_set():
-                store.changed.wait(wait)
+                changed.wait(wait)
                 events = store.events_since(last_rv)
             current_rv = store.resource_version
         if events is None:

@@ -1,9 +1,9 @@
 """The simulated cluster's controllers: DaemonSet, kubelet (pod start/readiness/termination and
 pod GC), EndpointSlice, garbage collector, and an optional GPU Operator imitation.
 
-Each runs on its own thread, is fed by `Store.subscribe` (the callback only enqueues) and by
-timers on the injectable `SimClock`, and writes straight into the store, never over HTTP, so
-the API request log shows only what clients did. May import `migrator.model` and
+All run on one thread (`base.ControllerLoop`), are fed by `Store.subscribe` (the callback only
+enqueues) and by timers on the injectable `SimClock`, and write straight into the store, never
+over HTTP, so the API request log shows only what clients did. May import `migrator.model` and
 `migrator.sim` only.
 """
 

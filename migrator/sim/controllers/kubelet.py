@@ -219,11 +219,21 @@ class IPAllocator:
 
     def __init__(self) -> None:
         self._used: dict[str, set[str]] = {}
+        self._networks: dict[str, tuple[Any, ipaddress.IPv4Network]] = {}  # by node name
+
+    def _network(self, node: Mapping[str, Any]) -> ipaddress.IPv4Network:
+        """The node's pod CIDR, parsed once per value (a pod start is on a rollout's path)."""
+        name = node["metadata"]["name"]
+        cidr = (node.get("spec") or {}).get("podCIDR")
+        known = self._networks.get(name)
+        if known is None or known[0] != cidr:
+            known = self._networks[name] = (cidr, pod_cidr(node))
+        return known[1]
 
     def take(self, node: Mapping[str, Any]) -> str:
         name = node["metadata"]["name"]
         used = self._used.setdefault(name, set())
-        for host in pod_cidr(node).hosts():
+        for host in self._network(node).hosts():
             ip = str(host)
             if ip.endswith(".1") or ip in used:
                 continue

@@ -107,8 +107,9 @@ class PodFactory:
 
 
 def revision_patch(ds: Mapping[str, Any]) -> Obj:
-    """`getPatch`: the ControllerRevision data that restores this template."""
-    template = copy.deepcopy(ds["spec"]["template"])
+    """`getPatch`: the ControllerRevision data that restores this template. Shares the
+    template's parts with `ds` (stored objects are never mutated; a store write copies)."""
+    template = dict(ds["spec"]["template"])
     template["$patch"] = "replace"
     return {"spec": {"template": template}}
 

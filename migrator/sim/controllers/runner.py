@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from migrator.sim.clock import SimClock
-from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.base import Controller, ControllerLoop, run_together
 from migrator.sim.controllers.daemonsets import DaemonSetController
 from migrator.sim.controllers.endpointslices import EndpointSliceController
 from migrator.sim.controllers.garbage import GarbageCollector
@@ -26,13 +26,16 @@ class ControllerSet:
     operator_reconcile_seconds: float | None = None
     namespace: str = "gpu-operator"
     controllers: list[Controller] = field(init=False, default_factory=list)
+    _loop: ControllerLoop | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        # Priority order: the links of a rollout wave first (kubelet, DaemonSet controller),
+        # then bookkeeping, which fills the waits for pod start and termination.
         self.controllers = [
-            GarbageCollector(self.store, self.clock),
             Kubelet(self.store, self.clock, pod_start_seconds=self.pod_start_seconds,
                     termination_seconds=self.termination_seconds),
             DaemonSetController(self.store, self.clock),
+            GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),
         ]
         if self.operator_reconcile_seconds is not None:
@@ -41,12 +44,14 @@ class ControllerSet:
                 namespace=self.namespace))
 
     def start(self) -> None:
-        for c in self.controllers:
-            c.start()
+        self._loop = run_together(self.controllers, self.clock)
 
     def stop(self) -> None:
         for c in reversed(self.controllers):
             c.stop()
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
 
     def idle(self) -> bool:
         """No controller has work queued or running, and the store did not move meanwhile."""

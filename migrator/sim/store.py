@@ -21,11 +21,11 @@ import builtins
 import copy
 import itertools
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from migrator.model import kinds
@@ -115,8 +115,17 @@ def _key(resource: Resource, namespace: str | None, name: str) -> ObjKey:
 Subscriber = Callable[[Event], None]
 
 
+_stamp: tuple[int, str] = (-1, "")
+
+
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Wall-clock time to the second, as the API server stamps objects. Formatted once per
+    second: every pod start and deletion on a rollout's path asks for it."""
+    global _stamp
+    second = int(time.time())
+    if _stamp[0] != second:
+        _stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _stamp[1]
 
 
 @dataclass

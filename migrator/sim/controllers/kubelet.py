@@ -15,7 +15,6 @@ removed, as the pod garbage collector does.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import zlib
 from collections.abc import Hashable, Mapping
@@ -64,15 +63,40 @@ def host_ip(node: Mapping[str, Any]) -> str:
     return f"172.{16 + (h >> 16) % 16}.{(h >> 8) % 256}.{1 + h % 254}"
 
 
-def pod_cidr(node: Mapping[str, Any]) -> ipaddress.IPv4Network:
+def _parse_cidr(text: str) -> tuple[int, int]:
+    """An IPv4 CIDR as (network, prefix length) ints; ValueError when it is not one."""
+    address, slash, length = text.partition("/")
+    octets = [int(part) for part in address.split(".")]
+    prefix = int(length) if slash else 32
+    if len(octets) != 4 or not all(0 <= x <= 255 for x in octets) or not 0 <= prefix <= 32:
+        raise ValueError(f"not an IPv4 CIDR: {text!r}")
+    value = (octets[0] << 24) | (octets[1] << 16) | (octets[2] << 8) | octets[3]
+    mask = (0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF
+    return value & mask, prefix
+
+
+def pod_cidr(node: Mapping[str, Any]) -> range:
+    """The usable host addresses (as ints) of the node's podCIDR, as `IPv4Network.hosts()`
+    gives them; a stable /24 from the node's name when it has none. Plain int arithmetic: the
+    kubelet allocates one on every pod start, on a rollout's critical path."""
     cidr = (node.get("spec") or {}).get("podCIDR")
+    network, prefix = 0, -1
     if cidr:
         try:
-            return ipaddress.IPv4Network(cidr, strict=False)
+            network, prefix = _parse_cidr(str(cidr))
         except ValueError:
-            pass
-    h = zlib.crc32(node["metadata"]["name"].encode()) % 4096
-    return ipaddress.IPv4Network(f"10.{200 + h // 256}.{h % 256}.0/24")
+            prefix = -1
+    if prefix < 0:
+        h = zlib.crc32(node["metadata"]["name"].encode()) % 4096
+        network, prefix = (10 << 24) | ((200 + h // 256) << 16) | ((h % 256) << 8), 24
+    size = 1 << (32 - prefix)
+    if prefix >= 31:
+        return range(network, network + size)
+    return range(network + 1, network + size - 1)
+
+
+def _dotted(address: int) -> str:
+    return f"{address >> 24}.{(address >> 16) & 255}.{(address >> 8) & 255}.{address & 255}"
 
 
 def _cond(ctype: str, ok: bool, now: str, reason: str = "", message: str = "") -> Obj:
@@ -219,23 +243,13 @@ class IPAllocator:
 
     def __init__(self) -> None:
         self._used: dict[str, set[str]] = {}
-        self._networks: dict[str, tuple[Any, ipaddress.IPv4Network]] = {}  # by node name
-
-    def _network(self, node: Mapping[str, Any]) -> ipaddress.IPv4Network:
-        """The node's pod CIDR, parsed once per value (a pod start is on a rollout's path)."""
-        name = node["metadata"]["name"]
-        cidr = (node.get("spec") or {}).get("podCIDR")
-        known = self._networks.get(name)
-        if known is None or known[0] != cidr:
-            known = self._networks[name] = (cidr, pod_cidr(node))
-        return known[1]
 
     def take(self, node: Mapping[str, Any]) -> str:
         name = node["metadata"]["name"]
         used = self._used.setdefault(name, set())
-        for host in self._network(node).hosts():
-            ip = str(host)
-            if ip.endswith(".1") or ip in used:
+        for address in pod_cidr(node):
+            ip = _dotted(address)
+            if address & 255 == 1 or ip in used:
                 continue
             used.add(ip)
             return ip

@@ -11,18 +11,16 @@ import json
 import math
 import random
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from migrator.sim.store import now_rfc3339 as now_rfc3339  # the one stamp, re-exported
 
 Obj = dict[str, Any]
 
 # The alphabet Kubernetes uses for generated names and hashes (k8s.io/apimachinery/pkg/util/rand).
 SAFE_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
 POD_PHASES_TERMINAL = frozenset({"Succeeded", "Failed"})
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(value: str | None) -> float | None:

@@ -63,14 +63,15 @@ def table(results: Obj) -> str:
         lines.extend(command_rows("apply", a))
         waves = ", ".join(f"{p['daemonset']} {p['waves']} waves of {p['max_unavailable']}"
                           for p in a["floor_parts"])
-        lines.append(f"  rollout floor {a['floor_s']:.2f}s ({waves}); ratio to floor "
+        lines.append(f"  ideal floor {a['floor_s']:.2f}s ({waves}); ratio to it "
                      f"{_s(a['ratio_to_floor'], '', 3)}; overhead {a['overhead_s']:.2f}s")
         alone = a.get("sim_alone")
         if alone:
             lines.append(f"  sim alone: {alone['daemonset']} rolls in {alone['wall_s']:.2f}s "
-                         f"against its floor {alone['floor_s']:.2f}s (ratio {alone['ratio']}); "
-                         f"apply / sim alone for all DaemonSets "
-                         f"({alone['all_daemonsets_s']:.2f}s): {alone['apply_ratio']}")
+                         f"against its ideal floor {alone['floor_s']:.2f}s (ratio "
+                         f"{alone['ratio']}); rollout floor (the sim-alone rollouts of every "
+                         f"DaemonSet) {alone['all_daemonsets_s']:.2f}s; apply / rollout floor "
+                         f"{alone['apply_ratio']}")
     targets = results.get("targets") or []
     if targets:
         lines.append("")
@@ -118,17 +119,22 @@ def targets(results: Obj) -> list[Obj]:
                                   f"{big['commands']['kubectl']['wall_s']['median']}s)"})
     applies = results.get("apply", [])
     at = [a for a in applies if a["nodes"] == APPLY_TARGET_NODES]
+    pct = round((APPLY_TARGET_RATIO - 1) * 100)
     for a in at:
         ratio = a["ratio_to_floor"]["median"]
-        out.append({"target": f"apply --phase 3 at {APPLY_TARGET_NODES} nodes within "
-                              f"{round((APPLY_TARGET_RATIO - 1) * 100)}% of the floor "
-                              f"({a['stack']})",
+        alone = a.get("sim_alone")
+        if alone:
+            # The floor: the time the simulated rollouts alone need (measured here).
+            out.append({"target": f"apply --phase 3 at {APPLY_TARGET_NODES} nodes within {pct}% "
+                                  f"of the rollout floor: the sim-alone rollouts ({a['stack']})",
+                        "met": (alone["apply_ratio"] is not None
+                                and alone["apply_ratio"] <= APPLY_TARGET_RATIO),
+                        "figure": f"ratio {alone['apply_ratio']} ({a['wall_s']['median']}s vs "
+                                  f"{alone['all_daemonsets_s']}s)"})
+        out.append({"target": f"apply --phase 3 at {APPLY_TARGET_NODES} nodes within {pct}% "
+                              f"of the ideal floor: no control-plane latency ({a['stack']})",
                     "met": ratio is not None and ratio <= APPLY_TARGET_RATIO,
-                    "figure": f"ratio {ratio} ({a['wall_s']['median']}s vs floor "
-                              f"{a['floor_s']}s)" + (
-                                  f"; {a['sim_alone']['apply_ratio']} of the sim-alone "
-                                  f"rollouts ({a['sim_alone']['all_daemonsets_s']}s)"
-                                  if a.get("sim_alone") else "")})
+                    "figure": f"ratio {ratio} ({a['wall_s']['median']}s vs {a['floor_s']}s)"})
     if not at:
         out.append({"target": f"apply --phase 3 at {APPLY_TARGET_NODES} nodes within 5%",
                     "met": None, "figure": "not measured"})
@@ -151,8 +157,9 @@ def targets(results: Obj) -> list[Obj]:
         alone = big_apply["sim_alone"]
         wall = big_apply["wall_s"]["median"]
         sim_cpu = (big_apply.get("sim_cpu_s") or {}).get("median") or 0.0
-        out.append({"target": f"the sim not the bottleneck at {big_apply['nodes']} nodes",
+        out.append({"target": f"the sim not the bottleneck at {big_apply['nodes']} nodes: its "
+                              f"rollouts within {pct}% of the ideal floor",
                     "met": alone["ratio"] is not None and alone["ratio"] <= APPLY_TARGET_RATIO,
-                    "figure": f"sim alone rolls at {alone['ratio']}x its floor; sim CPU "
+                    "figure": f"sim alone rolls at {alone['ratio']}x the ideal floor; sim CPU "
                               f"{sim_cpu:.0f}s over a {wall:.0f}s apply"})
     return out

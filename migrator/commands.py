@@ -158,8 +158,12 @@ class RunRequest:
     holder: str = field(default_factory=default_holder)
 
 
-def _locked_run(session: Session, request: RunRequest, snap: Snapshot, state: State,
-                version: str | None, action: Callable[[Runner], Any]) -> dict[str, Any]:
+def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_at: float,
+                state: State, version: str | None,
+                action: Callable[[Runner], Any]) -> dict[str, Any]:
+    """Lock, run `action`, unlock, report. `snap` (read at `observed_at`, monotonic) is the
+    runner's first view if it is still recent: a run that wrote in between would have changed
+    the state document, and then the runner's first save (before any write) fails."""
     dry = session.kube.dry_run
     real = session.store_factory(session.kube, session.namespace)
     store: StateStore = MemoryStateStore.seeded(real.load()) if dry else real
@@ -185,14 +189,14 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, state: St
     runner = Runner(session.kube, session.namespace, session.catalog, state, save,
                     settings=settings, listener=session.listener, heartbeat=heartbeat,
                     dry_run=dry)
+    runner.adopt(snap, observed_at)
     try:
         result = action(runner)
     finally:
         if lock is not None:
             with contextlib.suppress(APIError):  # it expires on its own; never mask the
                 store.release_lock(lock)          # run's own outcome
-    after = reports.build(read_snapshot(session.kube, session.namespace, session.catalog),
-                          session.catalog, state, request.options)
+    after = reports.build(runner.recent_snapshot(), session.catalog, state, request.options)
     after["result"] = {"writes": result.writes, "dryRun": dry,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
                                            for k, v in result.lowest.items()}}
@@ -203,6 +207,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     """Run phases 1..N that are not completed yet (SPEC §2)."""
     _check_phase(request.phase)
     snap = _observe(session)
+    observed_at = time.monotonic()
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace)
     store = session.store_factory(session.kube, session.namespace)
@@ -220,7 +225,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace)
     state.plan_fingerprint = snap.fingerprint()
-    return _locked_run(session, request, snap, state, version,
+    return _locked_run(session, request, snap, observed_at, state, version,
                        lambda runner: runner.apply(request.phase))
 
 
@@ -234,6 +239,7 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     _check_phase(request.phase)
     snap = _observe(session)
+    observed_at = time.monotonic()
     state, version = _load_state(session.store_factory(session.kube, session.namespace),
                                  session.namespace)
     applied = [n for n in PHASE_NAMES if state and n >= request.phase
@@ -251,7 +257,7 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
                                  "back; nothing to do")
     elif not request.confirm(reports.build(snap, session.catalog, state, request.options)):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
-    return _locked_run(session, request, snap, state, version,
+    return _locked_run(session, request, snap, observed_at, state, version,
                        lambda runner: runner.rollback(request.phase))
 
 

@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 
 Save = Callable[[State], None]
 
+# A read this young, with no write of ours since, serves as the next step's pre-write view:
+# the previous step's gates have just read the namespace, and at 5,000 nodes each read costs
+# ~1.5 s. Older than this, or after any write, the namespace is read again.
+REUSE_SECONDS = 3.0
+
 
 @dataclass
 class RunSettings:
@@ -89,11 +94,29 @@ class Runner:
         self.clock = clock or Clock()
         self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
         self.result = RunResult()
+        self._seen: tuple[Snapshot, float] | None = None  # newest read, no write since
 
     # ---- reads & context -------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        return read_snapshot(self.kube, self.namespace, self.catalog)
+        return self._remember(read_snapshot(self.kube, self.namespace, self.catalog))
+
+    def recent_snapshot(self) -> Snapshot:
+        """The newest read if it is recent and nothing was written since, else a fresh one."""
+        if self._seen is not None and self.clock.now() - self._seen[1] <= REUSE_SECONDS:
+            return self._seen[0]
+        return self.snapshot()
+
+    def adopt(self, snap: Snapshot, read_at: float) -> None:
+        """Start from a read the caller made at `read_at` (this runner's clock)."""
+        self._seen = (snap, read_at)
+
+    def _remember(self, snap: Snapshot) -> Snapshot:
+        self._seen = (snap, self.clock.now())
+        return snap
+
+    def _wrote(self) -> None:
+        self._seen = None
 
     def _context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
         found = discover(snap, self.catalog)
@@ -102,7 +125,7 @@ class Runner:
 
     def _fresh(self, base: Snapshot) -> Snapshot:
         names = [c.daemonset for c in self.catalog.components]
-        return narrow(self.kube, base, self.catalog, daemonsets=names)
+        return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names))
 
     def save(self) -> None:
         self._save(self.state)
@@ -110,7 +133,7 @@ class Runner:
     # ---- apply -----------------------------------------------------------------------------
 
     def apply(self, upto: int) -> RunResult:
-        snap = self.snapshot()
+        snap = self.recent_snapshot()
         self.state.stack = discover(snap, self.catalog).stack
         for number in range(1, upto + 1):
             module = phases.by_number(number)
@@ -126,7 +149,7 @@ class Runner:
                 self.state.log("drift", phase=number, detail=_describe(drift))
                 rec.status, rec.baselines = "in-progress", []
             self._run_phase(module, rec, snap, rollback=False)
-            snap = self.snapshot()
+            snap = self.recent_snapshot()
         return self.result
 
     def _run_phase(self, module: ModuleType, rec: PhaseRecord, snap: Snapshot,
@@ -209,13 +232,14 @@ class Runner:
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "skipped"))
         else:
-            base = self.snapshot()
+            base = self.recent_snapshot()
             pre = module.before_write(self._context(base), step)
             if _failed(pre):
                 self._fail(rec, f"{step.object}: {_describe(pre)}", _hint_for(step, rollback))
             rec.mark(step, "intent", undo=rollback)
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
+            self._wrote()
             executor.execute(self.kube, self.namespace, self.catalog, step)
             self.result.writes += 1
             rec.mark(step, "done", undo=rollback)
@@ -233,7 +257,7 @@ class Runner:
         supplies only what a step never changes: the CRs, ServiceMonitors and update
         strategy; every gate check reads the DaemonSets, pods and endpoints afresh."""
         deadline = self.clock.now() + self.settings.timeout
-        base_snap = base or self.snapshot()
+        base_snap = base or self.recent_snapshot()
         ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None
         if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
             return  # the template change rolls nothing; a RollPods step (if any) rolls pods
@@ -272,6 +296,7 @@ class Runner:
         if isinstance(step, SetSelector):
             lost = [r for r in _failed(results) if r.name.startswith("endpoints/")]
             if lost:
+                self._wrote()
                 executor.execute(self.kube, self.namespace, self.catalog, step.inverse())
                 self.result.writes += 1
                 rec.mark(step, "skipped", undo=rollback)
@@ -298,7 +323,7 @@ class Runner:
         """Delete pods whose labels differ from the template, one node at a time, each after
         the previous node's new pod is Ready."""
         while True:
-            snap = self.snapshot()
+            snap = self.recent_snapshot()
             ds = snap.daemonsets.get(step.daemonset)
             if ds is None:
                 return
@@ -318,6 +343,7 @@ class Runner:
             pod = stale[0]
             rec.mark(step, "intent", undo=rollback)
             self.save()
+            self._wrote()
             executor.delete_pod(self.kube, self.namespace, pod.name, pod.uid)
             self.result.writes += 1
             self.listener.step(StepEvent(rec.number, step, "writing"))
@@ -341,7 +367,7 @@ class Runner:
     # ---- rollback ----------------------------------------------------------------------------
 
     def rollback(self, downto: int) -> RunResult:
-        snap = self.snapshot()
+        snap = self.recent_snapshot()
         settled = False
         for number in range(len(phases.PHASES), downto - 1, -1):
             module = phases.by_number(number)
@@ -352,7 +378,7 @@ class Runner:
                 self._settle_after_restore()
                 settled = True
             self._run_phase(module, rec, snap, rollback=True)
-            snap = self.snapshot()
+            snap = self.recent_snapshot()
         return self.result
 
     def _settle_after_restore(self) -> None:

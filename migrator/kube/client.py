@@ -7,6 +7,7 @@ choke point (`Transport.send`), parse the JSON. Reads return plain dicts (list i
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections.abc import Iterator
@@ -31,6 +32,22 @@ PATCH_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
     "json": "application/json-patch+json",
 }
+
+
+LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
+
+
+def parse_json(data: bytes) -> Any:
+    """The answer as dicts. A list page is megabytes of objects without cycles; while they are
+    allocated the cyclic garbage collector would scan the growing heap again and again (a
+    fifth of a 1,000-node read), so it is paused while a large body is decoded."""
+    if len(data) < LARGE_BODY or not gc.isenabled():
+        return json.loads(data)
+    gc.disable()
+    try:
+        return json.loads(data)
+    finally:
+        gc.enable()
 
 
 @dataclass(frozen=True)
@@ -125,7 +142,7 @@ class Kube:
     ) -> Any:
         """Every non-streaming verb goes through here; returns the parsed JSON answer."""
         response: Response = self._transport.send(method, path, query, body, content_type)
-        return json.loads(response.data) if response.data else None
+        return parse_json(response.data) if response.data else None
 
     def _write_query(self) -> list[tuple[str, str]]:
         return [("dryRun", "All")] if self.dry_run else []

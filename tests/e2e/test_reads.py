@@ -1,0 +1,78 @@
+"""How often a migration reads the namespace (issue 7): once per gate check, no more.
+
+A full read lists the DaemonSets once, so `list daemonsets` requests count the reads. The
+runner's pre-write check reuses the read the previous step's gates just made (or the command's
+own first read), but every write is followed by a fresh read before its gates can pass. A gate
+check that fails waits on an EndpointSlice watch and then reads again, so between two writes
+there is exactly one read per check: 1 + the EndpointSlice watches between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from migrator.engine.runner import REUSE_SECONDS, Runner
+from migrator.engine.state import State
+from migrator.engine.waiting import Clock
+from migrator.kube.client import Kube
+from migrator.model.stacks import load_catalog
+from migrator.sim.requestlog import RequestRecord
+from migrator.sim.server import ADMIN_TOKEN
+from tests.e2e.conftest import E2E, NS
+
+
+def _is_read(r: RequestRecord) -> bool:
+    return r.verb == "list" and r.resource == "daemonsets"
+
+
+def _is_cluster_write(r: RequestRecord) -> bool:
+    return r.is_write and r.resource != "configmaps"  # the state ConfigMap is not the cluster
+
+
+def _is_recheck(r: RequestRecord) -> bool:
+    return r.verb == "watch" and r.resource == "endpointslices"
+
+
+def _intervals(records: list[RequestRecord]) -> list[list[RequestRecord]]:
+    """The requests before the first cluster write, between each two, and after the last."""
+    out: list[list[RequestRecord]] = [[]]
+    for r in records:
+        if _is_cluster_write(r):
+            out.append([])
+        else:
+            out[-1].append(r)
+    return out
+
+
+@pytest.mark.parametrize("stack", ["gpucluster", "clusterpolicy"])
+def test_apply_reads_once_per_gate_check(e2e_factory: Callable[..., E2E], stack: str) -> None:
+    env = e2e_factory(stack)
+    mark = env.mark()
+    res = env.cli("apply", "--phase", "3", "--yes", "-o", "json")
+    assert res.code == 0, res.stderr
+    records = env.sim.server.log.since(mark)
+    writes = [r for r in records if _is_cluster_write(r)]
+    assert len(writes) == res.json()["result"]["writes"] > 0
+    before, *after_writes = _intervals(records)
+    # The command's own read is the runner's first view: one read before the first write.
+    assert sum(map(_is_read, before)) == 1
+    for interval in after_writes:
+        reads = sum(map(_is_read, interval))
+        rechecks = sum(map(_is_recheck, interval))
+        assert reads >= 1  # every write is followed by a fresh read before its gates pass
+        assert reads == 1 + rechecks, [f"{r.verb} {r.resource}" for r in interval]
+
+
+def test_a_view_older_than_the_reuse_window_is_read_again(e2e: E2E) -> None:
+    now = [100.0]
+    kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
+    runner = Runner(kube, NS, load_catalog(), State(NS),
+                    save=lambda _: None, clock=Clock(now=lambda: now[0]))
+    first = runner.snapshot()
+    sent = kube.request_count
+    now[0] += REUSE_SECONDS / 2
+    assert runner.recent_snapshot() is first and kube.request_count == sent
+    now[0] += REUSE_SECONDS
+    assert runner.recent_snapshot() is not first and kube.request_count > sent

@@ -117,6 +117,11 @@ class NodeShares:
         self._managed: set[str] = set()
         self._replace: dict[str, str] = {}
         self._candidates: dict[str, str] = {}
+        # Candidate nodes as a heap, pruned lazily: a rolling wave asks for the first few in
+        # name order, and a scan of all 5,000 (min/nsmallest) on every sync grew each wave's
+        # cost with the node count.
+        self._heap: list[str] = []
+        self._in_heap: set[str] = set()
         pods.touched.clear()
         self._refresh(list(fits) + [n for n in pods.by_node if n not in fits])
 
@@ -164,6 +169,9 @@ class NodeShares:
                 self._replace[node] = replace
             if candidate is not None:
                 self._candidates[node] = candidate
+                if node not in self._in_heap:
+                    heapq.heappush(self._heap, node)
+                    self._in_heap.add(node)
 
     def manage_plan(self) -> Plan:
         """`manage_plan` over every node, in the fits' order."""
@@ -181,6 +189,19 @@ class NodeShares:
         plan.delete = [self._replace[n] for n in sorted(self._replace)]
         remaining = min(max(max_unavailable - self.unavailable, 0), len(self._candidates))
         if remaining:
-            plan.delete += [self._candidates[n]
-                            for n in heapq.nsmallest(remaining, self._candidates)]
+            plan.delete += [self._candidates[n] for n in self._first_candidates(remaining)]
         return plan
+
+    def _first_candidates(self, count: int) -> list[str]:
+        """The `count` candidate nodes first in name order (`heapq.nsmallest` over the
+        candidates, without visiting them all)."""
+        first: list[str] = []
+        while self._heap and len(first) < count:
+            node = heapq.heappop(self._heap)
+            self._in_heap.discard(node)
+            if node in self._candidates:  # else: no longer a candidate, dropped for good
+                first.append(node)
+        for node in first:
+            heapq.heappush(self._heap, node)
+            self._in_heap.add(node)
+        return first

@@ -192,10 +192,13 @@ def reconcile_slices(
     svc: Mapping[str, Any], existing: Iterable[Obj], desired: Mapping[str, Desired],
     scope: set[str] | None = None,
     outline: Callable[[Obj], tuple[str, frozenset[str]]] = slice_outline,
+    *, every_slice: bool = True,
 ) -> SlicePlan:
     """The reconciler: rewrite only what differs. `scope` limits the pods considered (an
     incremental pass); endpoints of other pods stay where they are, and a slice without any
-    of them is not even walked (`outline` may remember each stored slice version's)."""
+    of them is not even walked (`outline` may remember each stored slice version's).
+    `every_slice=False`: `existing` is only the slices the pass may touch (see
+    `EndpointSliceController._for_scope`), so emptying them all is not "no endpoints"."""
     labels = slice_labels(svc)
     owner = new_slice(svc, [], [])["metadata"]["ownerReferences"]
     placed: set[str] = set()
@@ -253,7 +256,7 @@ def reconcile_slices(
             plan.delete.append(sl)
         elif changed:
             plan.update.append(sl)
-    if not plan.create and len(plan.delete) == len(slots):
+    if every_slice and not plan.create and len(plan.delete) == len(slots):
         # No endpoints at all: keep (or make) one empty placeholder slice, as upstream does.
         for sl, _, changed in slots:
             if not sl.get("ports"):
@@ -297,6 +300,10 @@ class EndpointSliceController(Controller):
         self._partial: dict[SvcKey, set[str]] = {}
         # (namespace, slice) -> (resourceVersion, its slice_outline)
         self._outlines: dict[tuple[str, str], tuple[str, tuple[str, frozenset[str]]]] = {}
+        # service -> pod name -> the slice holding its endpoint: an incremental pass visits
+        # those slices (and ones with room), not all 50 of a 5,000-pod Service.
+        self._holders: dict[SvcKey, dict[str, str]] = {}
+        self._empty: dict[SvcKey, set[str]] = {}  # slices without endpoints (a pass deletes them)
 
     def prime(self) -> None:
         for pod in self.store.list(kinds.POD)[0]:
@@ -371,14 +378,52 @@ class EndpointSliceController(Controller):
 
     def _cache_slice(self, sl: Obj, *, deleted: bool) -> SvcKey | None:
         key = self._slice_owner(sl)
-        name = sl["metadata"]["name"]
         if key is None:
             return None
-        if deleted:
-            self._slices.get(key, {}).pop(name, None)
-        else:
-            self._slices.setdefault(key, {})[name] = sl
+        self._put_slice(key, sl["metadata"]["name"], None if deleted else sl)
         return key
+
+    def _put_slice(self, key: SvcKey, name: str, sl: Obj | None) -> None:
+        """Cache (or forget, `sl` None) one slice version of `key`, and which pods it holds."""
+        cache = self._slices.setdefault(key, {})
+        holders = self._holders.setdefault(key, {})
+        empty = self._empty.setdefault(key, set())
+        empty.discard(name)
+        old = cache.pop(name, None)
+        if old is not None:
+            for pod in self._outline(old)[1]:
+                if holders.get(pod) == name:
+                    del holders[pod]
+        if sl is None:
+            return
+        cache[name] = sl
+        targets = self._outline(sl)[1]
+        for pod in targets:
+            holders[pod] = name
+        if not targets:
+            empty.add(name)
+
+    def _for_scope(self, key: SvcKey, scope: set[str],
+                   desired: Mapping[str, Desired]) -> list[Obj]:
+        """The slices an incremental pass over `scope` may change: those holding one of its
+        pods, empty ones, and those with room for an endpoint of a port key it wants. The
+        others keep their endpoints and would only be walked past."""
+        slices = self._slices.get(key, {})
+        holders = self._holders.get(key, {})
+        chosen = {holders[pod] for pod in scope if pod in holders and holders[pod] in slices}
+        chosen |= self._empty.get(key, set())
+        # Port keys of endpoints that need a place: pods not in a slice yet, or in one of
+        # another port key (an endpoint kept in place needs no room).
+        wanted = {d.key for pod, d in desired.items()
+                  if pod not in holders or holders[pod] not in slices
+                  or self._outline(slices[holders[pod]])[0] != d.key}
+        if wanted:
+            for name, sl in slices.items():
+                if name not in chosen:
+                    pk, targets = self._outline(sl)
+                    if pk in wanted and len(targets) < MAX_ENDPOINTS_PER_SLICE:
+                        chosen.add(name)
+        return [slices[name] for name in chosen if name in slices]
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -414,7 +459,7 @@ class EndpointSliceController(Controller):
         old_owner = self._slice_owner(ev.old) if ev.old is not None else None
         key = self._cache_slice(sl, deleted=ev.type == "DELETED")
         if old_owner is not None and old_owner != key:
-            self._slices.get(old_owner, {}).pop(ident[1], None)
+            self._put_slice(old_owner, ident[1], None)
             self._full.add(old_owner)
         if not mine and key is not None and key in self._services:
             self._full.add(key)  # someone else touched our slice: rebuild it
@@ -428,22 +473,23 @@ class EndpointSliceController(Controller):
         members = self._members.get(key, set())
         names = members if scope is None else (scope & members)
         desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods))
-        plan = reconcile_slices(svc, self._slices.get(key, {}).values(), desired, scope,
-                                self._outline)
-        cache = self._slices.setdefault(key, {})
+        every = list(self._slices.get(key, {}).values())
+        existing = every if scope is None else self._for_scope(key, scope, desired)
+        plan = reconcile_slices(svc, existing, desired, scope, self._outline,
+                                every_slice=len(existing) == len(every))
         for sl in plan.delete:
             gone = self.store.delete(kinds.ENDPOINTSLICE, ns, sl["metadata"]["name"])
             self._own_rv[(ns, sl["metadata"]["name"])] = gone["metadata"]["resourceVersion"]
-            cache.pop(sl["metadata"]["name"], None)
+            self._put_slice(key, sl["metadata"]["name"], None)
             self._outlines.pop((ns, sl["metadata"]["name"]), None)
         for sl in plan.update:
             new = self.store.update(kinds.ENDPOINTSLICE, sl, adopt=True)
             self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
-            cache[new["metadata"]["name"]] = new
+            self._put_slice(key, new["metadata"]["name"], new)
         for sl in plan.create:
             new = self.store.create(kinds.ENDPOINTSLICE, sl, adopt=True)
             self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
-            cache[new["metadata"]["name"]] = new
+            self._put_slice(key, new["metadata"]["name"], new)
 
 
     def _outline(self, sl: Obj) -> tuple[str, frozenset[str]]:

@@ -52,7 +52,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="real seconds per simulated second for apply (default 0.001)")
     p.add_argument("--no-kubectl", action="store_true", help="skip the kubectl reference")
     p.add_argument("--no-sim-alone", action="store_true",
-                   help="skip rolling a DaemonSet with the sim alone")
+                   help="skip measuring the rollout floor (the sim alone rolling every DaemonSet)")
     p.add_argument("--help-runs", type=int, default=10, help="runs of --help (default 10)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help=f"results file (default {DEFAULT_OUT})")

@@ -52,12 +52,14 @@ def read_endpoints(kube: Kube, namespace: str,
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
-                  cluster_scope: bool = True) -> Snapshot:
+                  cluster_scope: bool = True,
+                  pods: tuple[PodView, ...] | None = None) -> Snapshot:
     """The namespace as the planner and gates see it.
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
     catalog names plus every Service of the namespace. `cluster_scope` reads the CRs and
-    ServiceMonitors too (skipped by narrow reads).
+    ServiceMonitors too (skipped by narrow reads). `pods` (from a recent read) skips the pod
+    lists, the bulk of a read.
     """
     ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None
     if not ns_exists:
@@ -80,7 +82,8 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
         # once phase 1 has labelled them.
         selectors.extend(f"{key},app notin ({','.join(apps)})"
                          for key in sorted({c.common_label.key for c in comps}))
-    pods = read_pods(kube, namespace, selectors) if selectors else ()
+    if pods is None:
+        pods = read_pods(kube, namespace, selectors) if selectors else ()
     endpoints = read_endpoints(kube, namespace, svc_map)
 
     cps: tuple[Obj, ...] = ()
@@ -106,10 +109,11 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *,
-           daemonsets: Sequence[str]) -> Snapshot:
-    """A fresh read of just these objects, keeping the base's CRs and ServiceMonitors."""
+           daemonsets: Sequence[str], pods: tuple[PodView, ...] | None = None) -> Snapshot:
+    """A fresh read of just these objects (and of the pods, unless given), keeping the
+    base's CRs and ServiceMonitors."""
     fresh = read_snapshot(kube, base.namespace, catalog, daemonsets=daemonsets,
-                          services=None, cluster_scope=False)
+                          services=None, cluster_scope=False, pods=pods)
     return Snapshot(namespace=base.namespace, cluster_policies=base.cluster_policies,
                     gpu_clusters=base.gpu_clusters, daemonsets=fresh.daemonsets,
                     services=fresh.services, pods=fresh.pods, endpoints=fresh.endpoints,

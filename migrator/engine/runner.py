@@ -52,7 +52,10 @@ Save = Callable[[State], None]
 
 # A read this young, with no write of ours since, serves as the next step's pre-write view:
 # the previous step's gates have just read the namespace, and at 5,000 nodes each read costs
-# ~1.5 s. Older than this, or after any write, the namespace is read again.
+# ~1.5 s. Older than this, or after any write, the namespace is read again. Likewise the pods
+# of a read this young serve the gate checks after a Service write (which moves no pod): the
+# pod lists are nearly all of a read. A stale pod view can only delay a gate, never pass it
+# early: gates compare the pods with the endpoints, which are always read afresh.
 REUSE_SECONDS = 3.0
 
 
@@ -95,6 +98,7 @@ class Runner:
         self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
         self.result = RunResult()
         self._seen: tuple[Snapshot, float] | None = None  # newest read, no write since
+        self._pods: tuple[Snapshot, float] | None = None  # newest pod read, no pod moved since
 
     # ---- reads & context -------------------------------------------------------------------
 
@@ -109,22 +113,35 @@ class Runner:
 
     def adopt(self, snap: Snapshot, read_at: float) -> None:
         """Start from a read the caller made at `read_at` (this runner's clock)."""
-        self._seen = (snap, read_at)
+        self._seen = self._pods = (snap, read_at)
 
-    def _remember(self, snap: Snapshot) -> Snapshot:
-        self._seen = (snap, self.clock.now())
+    def _remember(self, snap: Snapshot, read_at: float | None = None) -> Snapshot:
+        """Note a read; `read_at` is when its oldest part (reused pods) was read."""
+        now = self.clock.now()
+        self._seen = (snap, now if read_at is None else read_at)
+        if read_at is None:
+            self._pods = (snap, now)
         return snap
 
-    def _wrote(self) -> None:
+    def _wrote(self, step: Step) -> None:
         self._seen = None
+        if isinstance(step, RollPods) or (isinstance(step, SetLabels) and step.rolls_pods()):
+            self._pods = None
 
     def _context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
         found = discover(snap, self.catalog)
         return PlanContext(snap, self.catalog, found.components, self.settings.options,
                            recorded or {})
 
-    def _fresh(self, base: Snapshot) -> Snapshot:
+    def _fresh(self, base: Snapshot, *, recent_pods: bool = False) -> Snapshot:
+        """A fresh narrow read; `recent_pods` reuses the pods of a read younger than
+        REUSE_SECONDS with no pod-moving write since (a gate check after a Service write)."""
         names = [c.daemonset for c in self.catalog.components]
+        if (recent_pods and self._pods is not None
+                and self.clock.now() - self._pods[1] <= REUSE_SECONDS):
+            pods, read_at = self._pods
+            return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names,
+                                         pods=pods.pods), read_at)
         return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names))
 
     def save(self) -> None:
@@ -239,7 +256,7 @@ class Runner:
             rec.mark(step, "intent", undo=rollback)
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
-            self._wrote()
+            self._wrote(step)
             executor.execute(self.kube, self.namespace, self.catalog, step)
             self.result.writes += 1
             rec.mark(step, "done", undo=rollback)
@@ -277,7 +294,7 @@ class Runner:
                            "again: it resumes where it stopped")
 
         def check() -> list[GateResult]:
-            snap = self._fresh(base_snap)
+            snap = self._fresh(base_snap, recent_pods=not isinstance(step, SetLabels | RollPods))
             ctx = self._context(snap)
             results: list[GateResult] = list(module.after_write(ctx, step))
             for b in bases:
@@ -296,7 +313,7 @@ class Runner:
         if isinstance(step, SetSelector):
             lost = [r for r in _failed(results) if r.name.startswith("endpoints/")]
             if lost:
-                self._wrote()
+                self._wrote(step.inverse())
                 executor.execute(self.kube, self.namespace, self.catalog, step.inverse())
                 self.result.writes += 1
                 rec.mark(step, "skipped", undo=rollback)
@@ -343,7 +360,7 @@ class Runner:
             pod = stale[0]
             rec.mark(step, "intent", undo=rollback)
             self.save()
-            self._wrote()
+            self._wrote(step)
             executor.delete_pod(self.kube, self.namespace, pod.name, pod.uid)
             self.result.writes += 1
             self.listener.step(StepEvent(rec.number, step, "writing"))

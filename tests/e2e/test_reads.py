@@ -1,4 +1,5 @@
-"""How often a migration reads the namespace (issue 7): once per gate check, no more.
+"""How often a migration reads the namespace (issue 7): once per gate check, no more, and the
+pods (nearly all of a read) only when a write may have moved them.
 
 A full read lists the DaemonSets once, so `list daemonsets` requests count the reads. The
 runner's pre-write check reuses the read the previous step's gates just made (or the command's
@@ -31,6 +32,10 @@ def _is_cluster_write(r: RequestRecord) -> bool:
     return r.is_write and r.resource != "configmaps"  # the state ConfigMap is not the cluster
 
 
+def _is_pod_list(r: RequestRecord) -> bool:
+    return r.verb == "list" and r.resource == "pods" and "continue=" not in r.query
+
+
 def _is_recheck(r: RequestRecord) -> bool:
     return r.verb == "watch" and r.resource == "endpointslices"
 
@@ -58,11 +63,18 @@ def test_apply_reads_once_per_gate_check(e2e_factory: Callable[..., E2E], stack:
     before, *after_writes = _intervals(records)
     # The command's own read is the runner's first view: one read before the first write.
     assert sum(map(_is_read, before)) == 1
-    for interval in after_writes:
+    for write, interval in zip(writes, after_writes, strict=True):
         reads = sum(map(_is_read, interval))
         rechecks = sum(map(_is_recheck, interval))
         assert reads >= 1  # every write is followed by a fresh read before its gates pass
         assert reads == 1 + rechecks, [f"{r.verb} {r.resource}" for r in interval]
+        pod_lists = sum(map(_is_pod_list, interval))
+        if write.resource == "services":
+            # A Service write moves no pod: its checks reuse the pods of the last read (the
+            # test runs in well under REUSE_SECONDS), and read the endpoints afresh.
+            assert pod_lists == 0
+        else:
+            assert pod_lists >= 1  # after a rollout the pods are read again
 
 
 def test_a_view_older_than_the_reuse_window_is_read_again(e2e: E2E) -> None:
@@ -76,3 +88,22 @@ def test_a_view_older_than_the_reuse_window_is_read_again(e2e: E2E) -> None:
     assert runner.recent_snapshot() is first and kube.request_count == sent
     now[0] += REUSE_SECONDS
     assert runner.recent_snapshot() is not first and kube.request_count > sent
+
+
+def test_pods_are_reused_only_while_recent(e2e: E2E) -> None:
+    now = [100.0]
+    kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
+    runner = Runner(kube, NS, load_catalog(), State(NS), save=lambda _: None,
+                    clock=Clock(now=lambda: now[0]))
+    base = runner.snapshot()
+
+    def pod_lists_during(read: Callable[[], object]) -> int:
+        mark = e2e.mark()
+        read()
+        return sum(map(_is_pod_list, e2e.sim.server.log.since(mark)))
+
+    now[0] += REUSE_SECONDS / 2
+    assert pod_lists_during(lambda: runner._fresh(base, recent_pods=True)) == 0
+    assert pod_lists_during(lambda: runner._fresh(base)) > 0  # a rollout's check: always
+    now[0] += REUSE_SECONDS * 2
+    assert pod_lists_during(lambda: runner._fresh(base, recent_pods=True)) > 0

@@ -140,3 +140,19 @@ def test_pods_of_a_deleted_node_are_collected(make_bare: Callable[..., Bare]) ->
     ds = bare.get(kinds.DAEMONSET, "nvidia-dcgm-dra")
     assert ds["status"]["desiredNumberScheduled"] == 1
     assert ds["status"]["numberAvailable"] == 1
+
+
+def test_a_stopped_kubelet_drops_its_pending_start(make_bare: Callable[..., Bare]) -> None:
+    """Controllers share one loop thread; stopping one still ends its work (a pending pod
+    start timer never fires) while the others keep running."""
+    bare = make_bare(nodes=1, stack="none", time_scale=0.01, pod_start_seconds=2.0)
+    bare.store.create(kinds.POD, _pod("p1", "gpu-node-0001"))
+    bare.wait_for(lambda: _phase(bare, "p1") == "Pending")  # accepted; the start timer is set
+    kubelet = bare.controllers.get("kubelet")
+    assert kubelet is not None
+    kubelet.stop()
+    bare.wait_idle()
+    bare.controllers.clock.sleep(4.0)  # twice the start time
+    assert _phase(bare, "p1") == "Pending"
+    daemonsets = bare.controllers.get("daemonset")
+    assert daemonsets is not None and not daemonsets.stopped

@@ -71,6 +71,8 @@ class ControllerLoop:
         (and marked busy); None when nobody has work."""
         now = self.clock.now()
         for c in self.controllers:
+            if c.stopped:
+                continue
             due = c.pop_due(now)
             if c.events or due:
                 events, c.events = c.events, []
@@ -132,6 +134,7 @@ class Controller:
         self.events: list[Event] = []  # guarded by loop.cond
         self.timers: list[_Timer] = []  # a heap, guarded by loop.cond
         self.busy = False
+        self.stopped = False  # by `stop()`: its loop (shared with others) no longer serves it
         self._seq = itertools.count()
         self._own_loop: ControllerLoop | None = None
 
@@ -148,7 +151,14 @@ class Controller:
         self._own_loop = run_together([self], self.clock)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop reconciling: no more events, and pending work is dropped. A reconcile already
+        running on the shared loop finishes first (as a stopped thread's would)."""
         self.store.unsubscribe(self.on_event)
+        if self.loop is not None:
+            with self._cond:
+                self.stopped = True
+                self.events.clear()
+                self.timers.clear()
         if self._own_loop is not None:
             self._own_loop.stop(timeout)
             self._own_loop = None

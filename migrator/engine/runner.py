@@ -34,7 +34,7 @@ from migrator.model import objects as o
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
-from migrator.model.snapshot import Snapshot
+from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import (
     CreateAlias,
@@ -98,7 +98,7 @@ class Runner:
         self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
         self.result = RunResult()
         self._seen: tuple[Snapshot, float] | None = None  # newest read, no write since
-        self._pods: tuple[Snapshot, float] | None = None  # newest pod read, no pod moved since
+        self._pods: tuple[tuple[PodView, ...], float] | None = None  # no pod moved since
 
     # ---- reads & context -------------------------------------------------------------------
 
@@ -113,14 +113,14 @@ class Runner:
 
     def adopt(self, snap: Snapshot, read_at: float) -> None:
         """Start from a read the caller made at `read_at` (this runner's clock)."""
-        self._seen = self._pods = (snap, read_at)
+        self._seen, self._pods = (snap, read_at), (snap.pods, read_at)
 
     def _remember(self, snap: Snapshot, read_at: float | None = None) -> Snapshot:
         """Note a read; `read_at` is when its oldest part (reused pods) was read."""
         now = self.clock.now()
         self._seen = (snap, now if read_at is None else read_at)
         if read_at is None:
-            self._pods = (snap, now)
+            self._pods = (snap.pods, now)
         return snap
 
     def _wrote(self, step: Step) -> None:
@@ -141,7 +141,7 @@ class Runner:
                 and self.clock.now() - self._pods[1] <= REUSE_SECONDS):
             pods, read_at = self._pods
             return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names,
-                                         pods=pods.pods), read_at)
+                                         pods=pods), read_at)
         return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names))
 
     def save(self) -> None:
@@ -272,7 +272,8 @@ class Runner:
                     base: Snapshot | None) -> None:
         """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
         supplies only what a step never changes: the CRs, ServiceMonitors and update
-        strategy; every gate check reads the DaemonSets, pods and endpoints afresh."""
+        strategy; every gate check reads the DaemonSets, Services and endpoints afresh, and
+        the pods too unless the step is a Service write (see REUSE_SECONDS)."""
         deadline = self.clock.now() + self.settings.timeout
         base_snap = base or self.recent_snapshot()
         ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None

@@ -1,5 +1,6 @@
 """Project-wide fixtures: a running simulated GPU cluster (`sim`), a factory for others
-(`make_sim`), and the controllers on a bare seeded Store, without HTTP (`make_bare`)."""
+(`make_sim`), the controllers on a bare seeded Store, without HTTP (`make_bare`), and the API
+server alone over a store holding just the namespace (`empty_api`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,20 @@ from migrator.sim.clock import SimClock
 from migrator.sim.cluster import SimCluster, wait_for
 from migrator.sim.controllers import ControllerSet
 from migrator.sim.seed import seed
+from migrator.sim.server import ApiServer
 from migrator.sim.store import Store
 
 T = TypeVar("T")
 Obj = dict[str, Any]
+
+
+@pytest.fixture
+def empty_api() -> Iterator[ApiServer]:
+    """The API server over a store with only the `gpu-operator` namespace: no controllers."""
+    store = Store()
+    store.create(kinds.NAMESPACE, {"metadata": {"name": "gpu-operator"}})
+    with ApiServer(store) as server:
+        yield server
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,26 +14,17 @@ from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
 from migrator.sim.faults import FaultsError
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
-from migrator.sim.store import Store
 
 NS = "gpu-operator"
-
-
-@pytest.fixture
-def api() -> Iterator[ApiServer]:
-    store = Store()
-    store.create(kinds.NAMESPACE, {"metadata": {"name": NS}})
-    with ApiServer(store) as server:
-        yield server
 
 
 def _cm(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}
 
 
-def test_the_nth_successful_write_lands_and_its_answer_waits(api: ApiServer) -> None:
-    kube = Kube.for_server(api.url, ADMIN_TOKEN, retry=RetryPolicy(attempts=1))
-    api.faults.update(hang_nth_write=2)
+def test_the_nth_successful_write_lands_and_its_answer_waits(empty_api: ApiServer) -> None:
+    kube = Kube.for_server(empty_api.url, ADMIN_TOKEN, retry=RetryPolicy(attempts=1))
+    empty_api.faults.update(hang_nth_write=2)
     kube.create(_cm("one"))  # write 1
     kube.list(kinds.CONFIGMAP, NS)  # reads do not count
     with pytest.raises(Exception, match="already exists"):
@@ -46,19 +36,19 @@ def test_the_nth_successful_write_lands_and_its_answer_waits(api: ApiServer) -> 
         answered.set()
 
     threading.Thread(target=second, daemon=True).start()
-    assert api.faults.wait_held(10)
-    assert api.store.find(kinds.CONFIGMAP, NS, "two") is not None  # applied...
+    assert empty_api.faults.wait_held(10)
+    assert empty_api.store.find(kinds.CONFIGMAP, NS, "two") is not None  # applied...
     assert not answered.wait(0.2)  # ...but unanswered
-    assert api.faults.snapshot()["write_held"] is True
-    api.faults.release_held()
+    assert empty_api.faults.snapshot()["write_held"] is True
+    empty_api.faults.release_held()
     assert answered.wait(10)
-    assert api.faults.snapshot()["write_held"] is False
+    assert empty_api.faults.snapshot()["write_held"] is False
     kube.create(_cm("three"))  # the hook fired once; later writes answer at once
 
 
-def test_the_hook_is_settable_over_http(api: ApiServer) -> None:
+def test_the_hook_is_settable_over_http(empty_api: ApiServer) -> None:
     def put(body: dict[str, Any]) -> dict[str, Any]:
-        req = urllib.request.Request(f"{api.url}/sim/v1/faults", json.dumps(body).encode(),
+        req = urllib.request.Request(f"{empty_api.url}/sim/v1/faults", json.dumps(body).encode(),
                                      method="PUT", headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=5) as resp:
             doc: dict[str, Any] = json.loads(resp.read())
@@ -67,4 +57,4 @@ def test_the_hook_is_settable_over_http(api: ApiServer) -> None:
     assert put({"hang_nth_write": 3})["hang_nth_write"] == 3
     assert put({"hang_nth_write": None})["hang_nth_write"] is None
     with pytest.raises(FaultsError):
-        api.faults.update(hang_nth_write=0)
+        empty_api.faults.update(hang_nth_write=0)

@@ -8,7 +8,6 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +19,6 @@ from migrator.errors import LockHeld, StateConflict, StateCorrupt
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
-from migrator.sim.store import Store
 
 NS = "gpu-operator"
 NAME = "dcgm-migrate-state"
@@ -36,56 +34,48 @@ class Clock:
 
 
 @pytest.fixture
-def api() -> Iterator[ApiServer]:
-    store = Store()
-    store.create(kinds.NAMESPACE, {"metadata": {"name": NS}})
-    with ApiServer(store) as server:
-        yield server
-
-
-@pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
-def kube(api: ApiServer) -> Kube:
-    return Kube.for_server(api.url, ADMIN_TOKEN, retry=RetryPolicy(sleep=lambda s: None))
+def kube(empty_api: ApiServer) -> Kube:
+    return Kube.for_server(empty_api.url, ADMIN_TOKEN, retry=RetryPolicy(sleep=lambda s: None))
 
 
-def store(api: ApiServer, clock: Clock) -> ConfigMapStateStore:
-    return ConfigMapStateStore(kube(api), NS, clock=clock, is_dead=lambda holder: False)
+def store(empty_api: ApiServer, clock: Clock) -> ConfigMapStateStore:
+    return ConfigMapStateStore(kube(empty_api), NS, clock=clock, is_dead=lambda holder: False)
 
 
-def stored_cm(api: ApiServer) -> dict[str, Any]:
-    return api.store.get(kinds.CONFIGMAP, NS, NAME)
+def stored_cm(empty_api: ApiServer) -> dict[str, Any]:
+    return empty_api.store.get(kinds.CONFIGMAP, NS, NAME)
 
 
-def settled_writes(api: ApiServer, since: int, count: int) -> list[Any]:
+def settled_writes(empty_api: ApiServer, since: int, count: int) -> list[Any]:
     """Successful writes after `since`, once `count` are logged (the sim logs just after it
     answers)."""
     deadline = time.monotonic() + 5
     while True:
-        found = [r for r in api.log.since(since) if r.is_write]
+        found = [r for r in empty_api.log.since(since) if r.is_write]
         if len(found) >= count or time.monotonic() > deadline:
             return found
         time.sleep(0.002)
 
 
-def test_round_trip_through_the_configmap(api: ApiServer, clock: Clock) -> None:
-    s = store(api, clock)
+def test_round_trip_through_the_configmap(empty_api: ApiServer, clock: Clock) -> None:
+    s = store(empty_api, clock)
     assert s.load() is None
     saved = s.save(DOC, expected_version=None)
-    cm = stored_cm(api)
+    cm = stored_cm(empty_api)
     assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dcgm-migrate"
     assert cm["metadata"]["resourceVersion"] == saved.version
     text = cm["data"]["state.json"]
     assert json.loads(text) == DOC
     assert cm["data"]["state.sha256"] == hashlib.sha256(text.encode()).hexdigest()
-    loaded = store(api, clock).load()
+    loaded = store(empty_api, clock).load()
     assert loaded is not None and loaded.document == DOC and loaded.version == saved.version
 
 
-def test_threads_racing_for_the_lock_exactly_one_wins(api: ApiServer, clock: Clock) -> None:
+def test_threads_racing_for_the_lock_exactly_one_wins(empty_api: ApiServer, clock: Clock) -> None:
     n = 6
     barrier = threading.Barrier(n)
     won: list[str] = []
@@ -93,7 +83,7 @@ def test_threads_racing_for_the_lock_exactly_one_wins(api: ApiServer, clock: Clo
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
-        s = store(api, clock)
+        s = store(empty_api, clock)
         barrier.wait()
         try:
             s.acquire_lock(f"worker{i}@host pid {100 + i}", 60)
@@ -112,96 +102,96 @@ def test_threads_racing_for_the_lock_exactly_one_wins(api: ApiServer, clock: Clo
     assert len(won) == 1 and len(refused) == n - 1
     assert all(won[0] in err.message and "2025-03-01T12:01:00Z" in err.message
                for err in refused)
-    holder = locking.read(stored_cm(api)["metadata"]["annotations"])
+    holder = locking.read(stored_cm(empty_api)["metadata"]["annotations"])
     assert holder is not None and holder.holder == won[0]
 
 
-def test_lock_then_state_then_release(api: ApiServer, clock: Clock) -> None:
-    s = store(api, clock)
+def test_lock_then_state_then_release(empty_api: ApiServer, clock: Clock) -> None:
+    s = store(empty_api, clock)
     lock = s.acquire_lock("me@host pid 1", 60)
     assert s.load() is None  # the lock's ConfigMap holds "no state yet"
     saved = s.save(DOC, expected_version=None)
     clock.now += timedelta(seconds=30)
     lock = s.renew_lock(lock)
     s.save({**DOC, "step": 2}, expected_version=saved.version)
-    annotations = stored_cm(api)["metadata"]["annotations"]
+    annotations = stored_cm(empty_api)["metadata"]["annotations"]
     assert annotations["dcgm-migrate/lock-expires"] == "2025-03-01T12:01:30Z"
     s.release_lock(lock)
-    assert locking.read(stored_cm(api)["metadata"].get("annotations")) is None
-    assert store(api, clock).load().document == {**DOC, "step": 2}  # type: ignore[union-attr]
+    assert locking.read(stored_cm(empty_api)["metadata"].get("annotations")) is None
+    assert store(empty_api, clock).load().document == {**DOC, "step": 2}  # type: ignore[union-attr]
 
 
-def test_expired_lock_is_taken_over_and_force_unlock(api: ApiServer, clock: Clock) -> None:
-    store(api, clock).acquire_lock("alice@a pid 1", 30)
+def test_expired_lock_is_taken_over_and_force_unlock(empty_api: ApiServer, clock: Clock) -> None:
+    store(empty_api, clock).acquire_lock("alice@a pid 1", 30)
     with pytest.raises(LockHeld, match="alice@a pid 1"):
-        store(api, clock).acquire_lock("bob@b pid 2", 30)
+        store(empty_api, clock).acquire_lock("bob@b pid 2", 30)
     clock.now += timedelta(seconds=31)
-    lock = store(api, clock).acquire_lock("bob@b pid 2", 30)
+    lock = store(empty_api, clock).acquire_lock("bob@b pid 2", 30)
     assert lock.taken_over_from == "alice@a pid 1"
-    assert store(api, clock).force_unlock() == "bob@b pid 2"
-    assert store(api, clock).force_unlock() is None
-    assert store(api, clock).acquire_lock("carol@c pid 3", 30).taken_over_from is None
+    assert store(empty_api, clock).force_unlock() == "bob@b pid 2"
+    assert store(empty_api, clock).force_unlock() is None
+    assert store(empty_api, clock).acquire_lock("carol@c pid 3", 30).taken_over_from is None
 
 
-def test_tampered_state_is_refused(api: ApiServer, clock: Clock) -> None:
-    store(api, clock).save(DOC, expected_version=None)
-    other = kube(api)
+def test_tampered_state_is_refused(empty_api: ApiServer, clock: Clock) -> None:
+    store(empty_api, clock).save(DOC, expected_version=None)
+    other = kube(empty_api)
     other.patch(kinds.CONFIGMAP, NAME, NS, {"data": {"state.json": json.dumps(
         {**DOC, "stack": "gpucluster"})}})
     with pytest.raises(StateCorrupt) as info:
-        store(api, clock).load()
+        store(empty_api, clock).load()
     assert "does not match its checksum" in info.value.message
     assert f"kubectl -n {NS} get configmap {NAME} -o yaml" in info.value.hint
 
 
-def test_a_foreign_configmap_is_refused_and_left_alone(api: ApiServer, clock: Clock) -> None:
-    kube(api).create({"apiVersion": "v1", "kind": "ConfigMap",
+def test_a_foreign_configmap_is_refused_and_left_alone(empty_api: ApiServer, clock: Clock) -> None:
+    kube(empty_api).create({"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": NAME, "namespace": NS},
                       "data": {"state.json": "{}"}})
-    before = stored_cm(api)
-    seq = settled_writes(api, 0, 1)[-1].seq
-    s = store(api, clock)
+    before = stored_cm(empty_api)
+    seq = settled_writes(empty_api, 0, 1)[-1].seq
+    s = store(empty_api, clock)
     for call in (s.load, lambda: s.acquire_lock("me@h pid 1", 60), s.force_unlock,
                  lambda: s.save(DOC, expected_version=None)):
         with pytest.raises(StateCorrupt, match="not created by dcgm-migrate"):
             call()
-    assert stored_cm(api) == before
-    assert settled_writes(api, seq, 0) == []
+    assert stored_cm(empty_api) == before
+    assert settled_writes(empty_api, seq, 0) == []
 
 
-def test_a_409_on_save_is_handled_by_re_reading(api: ApiServer, clock: Clock) -> None:
-    s = store(api, clock)
+def test_a_409_on_save_is_handled_by_re_reading(empty_api: ApiServer, clock: Clock) -> None:
+    s = store(empty_api, clock)
     s.acquire_lock("me@host pid 1", 60)
     saved = s.save(DOC, expected_version=None)
     # A second client changes the ConfigMap (not the document) between load and save.
-    kube(api).patch(kinds.CONFIGMAP, NAME, NS, {"metadata": {"labels": {"team": "gpu"}}})
-    seq = settled_writes(api, 0, 3)[-1].seq
+    kube(empty_api).patch(kinds.CONFIGMAP, NAME, NS, {"metadata": {"labels": {"team": "gpu"}}})
+    seq = settled_writes(empty_api, 0, 3)[-1].seq
     again = s.save({**DOC, "step": 2}, expected_version=saved.version)
-    puts = [r for r in api.log.since(seq) if r.verb == "update"]
+    puts = [r for r in empty_api.log.since(seq) if r.verb == "update"]
     assert [r.code for r in puts] == [409, 200]  # the stale PUT, then the PUT after re-reading
-    cm = stored_cm(api)
+    cm = stored_cm(empty_api)
     assert cm["metadata"]["resourceVersion"] == again.version
     assert cm["metadata"]["labels"]["team"] == "gpu"
     assert json.loads(cm["data"]["state.json"])["step"] == 2
 
 
-def test_a_state_change_by_another_run_is_a_conflict(api: ApiServer, clock: Clock) -> None:
-    mine, theirs = store(api, clock), store(api, clock)
+def test_a_state_change_by_another_run_is_a_conflict(empty_api: ApiServer, clock: Clock) -> None:
+    mine, theirs = store(empty_api, clock), store(empty_api, clock)
     saved = mine.save(DOC, expected_version=None)
     loaded = theirs.load()
     assert loaded is not None
     theirs.save({**DOC, "by": "them"}, expected_version=loaded.version)
     with pytest.raises(StateConflict, match="changed by another run"):
         mine.save({**DOC, "by": "me"}, expected_version=saved.version)
-    assert json.loads(stored_cm(api)["data"]["state.json"])["by"] == "them"
+    assert json.loads(stored_cm(empty_api)["data"]["state.json"])["by"] == "them"
 
 
-def test_losing_the_lock_stops_the_next_save(api: ApiServer, clock: Clock) -> None:
-    slow = store(api, clock)
+def test_losing_the_lock_stops_the_next_save(empty_api: ApiServer, clock: Clock) -> None:
+    slow = store(empty_api, clock)
     slow.acquire_lock("slow@a pid 1", 30)
     saved = slow.save(DOC, expected_version=None)
     clock.now += timedelta(seconds=40)
-    store(api, clock).acquire_lock("fast@b pid 2", 30)
+    store(empty_api, clock).acquire_lock("fast@b pid 2", 30)
     with pytest.raises(LockHeld, match="fast@b pid 2"):
         slow.save({**DOC, "late": True}, expected_version=saved.version)
-    assert "late" not in json.loads(stored_cm(api)["data"]["state.json"])
+    assert "late" not in json.loads(stored_cm(empty_api)["data"]["state.json"])

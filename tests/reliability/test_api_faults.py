@@ -51,22 +51,32 @@ def _edit_state_configmap(sim: SimCluster, change: Callable[[dict[str, object]],
     sim.store.update(kinds.CONFIGMAP, cm)
 
 
-def test_a_409_on_a_state_write_is_handled_by_re_reading(fresh: Callable[..., Env]) -> None:
-    env = fresh()
-    env.sim.server.faults.update(hang_nth_write=2)  # write 1 takes the lock, 2 saves state
+def _edit_state_during_run(env: Env, change: Callable[[dict[str, object]], None],
+                           ) -> tuple[int, str, int]:
+    """Run apply, hold the answer of its second write (write 1 takes the lock, 2 saves state),
+    change the state ConfigMap meanwhile, then let the run go on. Returns its exit code, its
+    stderr and the request-log mark taken just before the change."""
+    env.sim.server.faults.update(hang_nth_write=2)
     proc = crash.start(env.kubeconfig, *APPLY)
     try:
         assert env.sim.server.faults.wait_held(60), "no second write"
-        # Someone labels the ConfigMap by hand while the run is between two state writes.
-        _edit_state_configmap(env.sim, lambda cm: cm["metadata"]["labels"].update(  # type: ignore
-            {"team": "gpu-infra"}))
+        mark = env.mark()
+        _edit_state_configmap(env.sim, change)
         env.sim.server.faults.release_held()
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
         env.sim.server.faults.release_held()
-    assert proc.returncode == 0, err[-2000:]
+    return proc.returncode, err, mark
+
+
+def test_a_409_on_a_state_write_is_handled_by_re_reading(fresh: Callable[..., Env]) -> None:
+    env = fresh()
+    # Someone labels the ConfigMap by hand while the run is between two state writes.
+    code, err, _ = _edit_state_during_run(env, lambda cm: cm["metadata"]["labels"].update(  # type: ignore
+        {"team": "gpu-infra"}))
+    assert code == 0, err[-2000:]
     conflicts = env.sim.server.log.find(verb="update", resource="configmaps", code=409)
     assert conflicts, "the state write never met a 409: the test proves nothing"
     cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
@@ -79,28 +89,17 @@ def test_a_409_on_a_state_write_is_handled_by_re_reading(fresh: Callable[..., En
 def test_a_state_document_changed_by_another_run_stops_with_exit_4(
         fresh: Callable[..., Env]) -> None:
     env = fresh()
-    env.sim.server.faults.update(hang_nth_write=2)
-    proc = crash.start(env.kubeconfig, *APPLY)
-    try:
-        assert env.sim.server.faults.wait_held(60)
-        mark = env.mark()
 
-        def replace_document(cm: dict[str, object]) -> None:
-            data = cm["data"]
-            assert isinstance(data, dict)
-            doc = json.loads(data["state.json"])
-            doc["stack"] = "clusterpolicy"  # another run's document, with a valid checksum
-            text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-            data["state.json"], data["state.sha256"] = text, crash.sha256(text)
+    def replace_document(cm: dict[str, object]) -> None:
+        data = cm["data"]
+        assert isinstance(data, dict)
+        doc = json.loads(data["state.json"])
+        doc["stack"] = "clusterpolicy"  # another run's document, with a valid checksum
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        data["state.json"], data["state.sha256"] = text, crash.sha256(text)
 
-        _edit_state_configmap(env.sim, replace_document)
-        env.sim.server.faults.release_held()
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        env.sim.server.faults.release_held()
-    assert proc.returncode == 4, err
+    code, err, mark = _edit_state_during_run(env, replace_document)
+    assert code == 4, err
     assert "changed by another run" in err and "Traceback" not in err
     cluster_writes = [w for w in env.writes(mark) if w.resource != "configmaps"]
     assert cluster_writes == [], "the run went on writing after losing its state"

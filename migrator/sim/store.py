@@ -93,11 +93,7 @@ ObjKey = tuple[str, str]  # (namespace or "", name)
 def _taken(obj: Obj, adopt: bool) -> Obj:
     """The object a write stores: a deep copy, or (adopt) a shallow one whose top level and
     `metadata` the store may fill in; stored objects are never mutated either way."""
-    if not adopt:
-        return copy.deepcopy(obj)
-    out = dict(obj)
-    out["metadata"] = dict(obj.get("metadata") or {})
-    return out
+    return _with_own_metadata(obj) if adopt else copy.deepcopy(obj)
 
 
 def _with_own_metadata(stored: Obj) -> Obj:
@@ -105,7 +101,7 @@ def _with_own_metadata(stored: Obj) -> Obj:
     which is safe because stored objects are never mutated (and far cheaper than a deep copy
     of a pod on every graceful deletion)."""
     out = dict(stored)
-    out["metadata"] = dict(stored["metadata"])
+    out["metadata"] = dict(stored.get("metadata") or {})
     return out
 
 

@@ -473,10 +473,11 @@ class EndpointSliceController(Controller):
         members = self._members.get(key, set())
         names = members if scope is None else (scope & members)
         desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods))
-        every = list(self._slices.get(key, {}).values())
-        existing = every if scope is None else self._for_scope(key, scope, desired)
+        slices = self._slices.get(key, {})
+        existing = list(slices.values()) if scope is None else self._for_scope(key, scope,
+                                                                               desired)
         plan = reconcile_slices(svc, existing, desired, scope, self._outline,
-                                every_slice=len(existing) == len(every))
+                                every_slice=len(existing) == len(slices))
         for sl in plan.delete:
             gone = self.store.delete(kinds.ENDPOINTSLICE, ns, sl["metadata"]["name"])
             self._own_rv[(ns, sl["metadata"]["name"])] = gone["metadata"]["resourceVersion"]

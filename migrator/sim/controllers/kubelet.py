@@ -14,6 +14,7 @@ removed, as the pod garbage collector does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import zlib
@@ -82,10 +83,8 @@ def pod_cidr(node: Mapping[str, Any]) -> range:
     cidr = (node.get("spec") or {}).get("podCIDR")
     network, prefix = 0, -1
     if cidr:
-        try:
+        with contextlib.suppress(ValueError):  # a malformed one: the name-derived /24 below
             network, prefix = _parse_cidr(str(cidr))
-        except ValueError:
-            prefix = -1
     if prefix < 0:
         h = zlib.crc32(node["metadata"]["name"].encode()) % 4096
         network, prefix = (10 << 24) | ((200 + h // 256) << 16) | ((h % 256) << 8), 24

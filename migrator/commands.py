@@ -221,12 +221,16 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
                              "lowestEndpoints": {}}
         return preview  # no lock, no state write: a repeated apply writes nothing at all
+    for warning in preview["warnings"]:  # --yes and no TTY skip the question, not these
+        session.listener.message(f"warning: {warning}")
     if not request.confirm(preview):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace)
     state.plan_fingerprint = snap.fingerprint()
-    return _locked_run(session, request, snap, observed_at, state, version,
-                       lambda runner: runner.apply(request.phase))
+    after = _locked_run(session, request, snap, observed_at, state, version,
+                        lambda runner: runner.apply(request.phase))
+    after["warnings"] = list(dict.fromkeys([*preview["warnings"], *after["warnings"]]))
+    return after
 
 
 def _still_holds(report: dict[str, Any], upto: int) -> bool:

@@ -4,7 +4,7 @@ only with --include-operator-owned (the operator reverts them on its next reconc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from migrator.model import gates as g
 from migrator.model import monitoring
@@ -35,7 +35,15 @@ def _step_for(ctx: PlanContext, comp: Component, name: str) -> SetSelector | Non
     before = dict(o.dig(svc, "spec", "selector") or {})
     local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
     return SetSelector(name, before, comp.common_selector, local,
-                       operator_owned=ctx.operator_owner(svc) is not None)
+                       operator_owned=ctx.operator_owner(svc) is not None,
+                       allow_foreign=ctx.options.allow_foreign_pods)
+
+
+def _strays(ctx: PlanContext, selector: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(pods outside the DaemonSets that carry this common selector, those DaemonSets)."""
+    key = next(iter(selector), "")
+    daemonsets = ctx.daemonsets_with_label(key)
+    return g.pods_outside(ctx.snapshot, selector, daemonsets), daemonsets
 
 
 def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], list[str]]:
@@ -46,10 +54,13 @@ def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], l
     superset, strays = g.selector_superset(ctx.snapshot, step.service, step.before, step.after,
                                            step.local, daemonsets)
     out.append(superset)
+    out.append(g.foreign_pods(step.service, strays, daemonsets, ctx.options.allow_foreign_pods))
     warnings = []
     if strays:
         warnings.append(f"Service/{step.service}: the common selector would also pick up pods "
-                        f"outside the DaemonSets: {', '.join(strays[:5])}")
+                        f"outside the DaemonSets: {', '.join(strays[:5])}"
+                        + ("" if ctx.options.allow_foreign_pods else
+                           " (phase 3 refuses unless --allow-foreign-pods)"))
     svc = ctx.service(step.service)
     if svc is not None:
         switched = {**svc, "spec": {**(svc.get("spec") or {}), "selector": dict(step.after)}}
@@ -89,6 +100,10 @@ def plan(ctx: PlanContext) -> PhasePlan:
             guarded.append(g.baseline(ctx.snapshot, name, step.local))
             if step.satisfied(svc):
                 notes.append(f"Service/{name} already selects {comp.common_label.key}")
+                strays, _ = _strays(ctx, step.after)
+                if strays:
+                    warnings.append(f"Service/{name} selects pods outside the DaemonSets: "
+                                    f"{', '.join(strays[:5])}")
                 continue
             pre, warn = _pre_gates(ctx, step)
             gates.extend(pre)
@@ -145,6 +160,8 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             eps = ctx.snapshot.endpoints_of(step.service)
             out.append(GateResult(name, eps.ready_total > 0 or not ctx.snapshot.pods,
                                   f"{eps.ready_total} ready endpoints"))
+            strays, daemonsets = _strays(ctx, step.after)
+            out.append(g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign))
     return out
 
 

@@ -14,6 +14,7 @@ import typer
 
 from migrator import __version__
 from migrator.cli.options import (
+    AllowForeignPods,
     Context,
     Debug,
     IncludeOperatorOwned,
@@ -137,6 +138,7 @@ def plan(
                                              "of the objects it read) to FILE.")] = None,
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    allow_foreign_pods: AllowForeignPods = False,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -148,19 +150,19 @@ def plan(
     from migrator import commands
     from migrator.model.planning import Options
 
-    options = Options(include_operator_owned, roll_on_delete)
+    options = Options(include_operator_owned, roll_on_delete, allow_foreign_pods)
     _report(kubeconfig, context, namespace, output, lambda s: commands.plan(s, options, out))
 
 
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
-                 plan_file: Path | None = None) -> Any:
+                 plan_file: Path | None = None, allow_foreign_pods: bool = False) -> Any:
     from migrator.cli.durations import parse_duration
     from migrator.commands import RunRequest
     from migrator.engine.runner import RunSettings
     from migrator.model.planning import Options
 
-    options = Options(include_operator_owned, roll_on_delete)
+    options = Options(include_operator_owned, roll_on_delete, allow_foreign_pods)
     wait = parse_duration(timeout)
     if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
         raise UsageError(f"--timeout {timeout!r} leaves no time to wait for a rollout.",
@@ -203,6 +205,7 @@ def apply(
     settle: Settle = "30s",
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    allow_foreign_pods: AllowForeignPods = False,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -214,7 +217,7 @@ def apply(
     from migrator import commands
 
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
-                           roll_on_delete, plan_file)
+                           roll_on_delete, plan_file, allow_foreign_pods)
     _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
             dry_run=dry_run)
 

@@ -175,8 +175,8 @@ class Runner:
         ctx = self._context(snap, rec.recorded() if resuming else None)
         plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
-        if plan.blocked:
-            self._fail(rec, plan.blocked, "nothing was written; docs/runbook.md explains this "
+        if plan.refusal:
+            self._fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
                        "gate and what to do")
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
@@ -415,7 +415,7 @@ class Runner:
 
 def _hint_for(step: Step, rollback: bool) -> str:
     if isinstance(step, CreateAlias):
-        return "see docs/runbook.md, 'coexistence'; nothing was written"
+        return "see docs/runbook.md, 'coexistence'"
     if isinstance(step, SetSelector):
         return ("wait until every pod carries the common label (phase 1 rollout), then rerun"
                 if not rollback else "fix the pods the old selector needs, then rerun")

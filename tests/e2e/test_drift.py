@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
@@ -19,6 +20,13 @@ def _edit_cr(env: E2E) -> None:
     cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
     cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
     env.sim.store.update(kinds.GPU_CLUSTER, cr)
+
+
+def _rolled_out(ds: dict[str, Any]) -> bool:
+    st = ds.get("status") or {}
+    return bool(st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+                and st.get("updatedNumberScheduled") == st.get("desiredNumberScheduled")
+                == st.get("numberAvailable"))
 
 
 def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
@@ -43,6 +51,10 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
                            if not g["ok"])
         assert "re-rendered" in details and "GPUCluster" in details, details
 
+        # runbook: wait for the operator's rollout before re-running (phase 1 refuses to write
+        # while a DaemonSet is not rolled out: its plan's rollout-complete gate fails)
+        env.sim.wait_for(lambda: all(_rolled_out(env.ds(n)) for n in (
+            "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
         healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
         assert healed.code == 0, healed.stderr
     assert env.cli("verify").code == 0

@@ -328,10 +328,12 @@ def preflight(
 
 def _mount_subcommands() -> None:
     from migrator.cli.demo import demo
+    from migrator.cli.guard_cmd import guard
     from migrator.cli.sim_cmd import sim_app
 
     app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
     app.command("demo")(handles_errors(demo))
+    app.command("guard")(handles_errors(guard))
 
 
 _mount_subcommands()

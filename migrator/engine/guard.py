@@ -55,7 +55,7 @@ class GuardSettings:
     lease_seconds: int = 15  # client-go's default LeaseDuration
     retry_seconds: float = 2.0  # client-go's default RetryPeriod: renew / try to acquire
     resync_seconds: float = 30.0  # a full pass at least this often
-    min_pass_seconds: float = 0.2  # full passes triggered by events at most this often
+    min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
     watch_seconds: int = 30  # server-side timeout of each watch request
 
 
@@ -98,6 +98,7 @@ class Guard:
                                         lease_seconds=settings.lease_seconds)
         self.passes = 0
         self.written: list[Correction] = []  # every correction written, oldest first
+        self._noted: set[str] = set()  # notes already logged once
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -107,9 +108,9 @@ class Guard:
                                label_selector=f"{mb.key}={mb.value}").items
         return {o.name(s): s for s in items}
 
-    def read(self) -> Snapshot:
+    def read(self, *, pods: bool = True) -> Snapshot:
         """What a full pass needs, from this namespace only (the guard's Role is namespaced):
-        the catalog's DaemonSets, every Service, the pods of those DaemonSets."""
+        the catalog's DaemonSets, every Service, and (`pods`) the pods of those DaemonSets."""
         wanted = {c.daemonset for c in self.catalog.components}
         daemonsets = {o.name(d): d for d in self.kube.list(kinds.DAEMONSET, self.namespace).items
                       if o.name(d) in wanted}
@@ -121,8 +122,8 @@ class Guard:
             selectors.append(f"app in ({apps})")
             selectors.extend(f"{key},app notin ({apps})"
                              for key in sorted({c.common_label.key for c in comps}))
-        pods = read_pods(self.kube, self.namespace, selectors) if selectors else ()
-        return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=pods)
+        views = read_pods(self.kube, self.namespace, selectors) if selectors and pods else ()
+        return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def read_state(self) -> State | None:
         """The migration state, read-only; unreadable state means: release nothing."""
@@ -185,10 +186,17 @@ class Guard:
     def reconcile(self) -> PassResult:
         """One full pass: read, decide (hold, release, re-sync), write."""
         self.passes += 1
-        snap = self.read()
+        snap = self.read(pods=False)
         switched = switched_aliases(self.read_state())
-        done, skipped = self.apply(guarding.decide(snap, self.catalog, switched,
-                                                   self.desired(snap)))
+        if guarding.release_pending(snap, self.catalog, switched):
+            snap = self.read()  # the release gates look at every pod: only now read them
+        desired = self.desired(snap)
+        done, skipped = self.apply(guarding.decide(snap, self.catalog, switched, desired))
+        for note in guarding.type_mismatches(snap, self.catalog, desired):
+            if note not in self._noted:
+                self._noted.add(note)
+                self.log(note)
+            skipped.append(note)
         seen = tuple({"name": a.name, "source": a.component.service, "selector": a.selector,
                       "held": o.annotations_of(a.service).get(guarding.HELD_ANNOTATION),
                       "switched": a.name in switched}

@@ -171,17 +171,33 @@ def release_gates(snapshot: Snapshot, comp: Component,
     return out
 
 
+def _held_switched(snapshot: Snapshot, catalog: Catalog,
+                   switched: Mapping[str, Mapping[str, str]]) -> list[Alias]:
+    return [a for a in aliases(snapshot, catalog) if a.held and a.name in switched
+            and a.selector == a.component.app_selector]
+
+
+def release_pending(snapshot: Snapshot, catalog: Catalog,
+                    switched: Mapping[str, Mapping[str, str]]) -> bool:
+    """Could a held alias be released now, judging by its DaemonSet alone (template labelled,
+    rollout complete)? Only then does a pass need the pods, the bulk of a read."""
+    for alias in _held_switched(snapshot, catalog, switched):
+        gates = release_gates(Snapshot(snapshot.namespace, daemonsets=snapshot.daemonsets),
+                              alias.component, switched[alias.name])
+        if all(r.ok for r in gates[:2]):
+            return True
+    return False
+
+
 def releases(snapshot: Snapshot, catalog: Catalog,
              switched: Mapping[str, Mapping[str, str]]) -> list[Correction]:
     """Held aliases that phase 3 switched (`switched`: alias → the recorded selector, from the
     state) go forward once every release gate passes. An alias the guard did not hold, or whose
     phase 3 is not completed (rolled back, never run), is left on its selector."""
     out = []
-    for alias in aliases(snapshot, catalog):
+    for alias in _held_switched(snapshot, catalog, switched):
         comp = alias.component
-        forward = switched.get(alias.name)
-        if not alias.held or forward is None or alias.selector != comp.app_selector:
-            continue
+        forward = switched[alias.name]
         if not all(r.ok for r in release_gates(snapshot, comp, forward)):
             continue
         out.append(Correction(RELEASE, alias.name,
@@ -217,26 +233,47 @@ def _same(key: str, live: Any, wanted: Any) -> bool:
     return bool(live == wanted)
 
 
+# Never re-synced: the selector (hold/release and phase 3 own it) and the type (a Service
+# turning into a LoadBalancer needs its annotations reviewed by a person first).
+NOT_SYNCED = ("selector", "type")
+
+
+def _spec_diff(alias: Alias, want: Mapping[str, Any]) -> dict[str, Any]:
+    spec = alias.service.get("spec") or {}
+    return {k: v for k, v in (want.get("spec") or {}).items() if not _same(k, spec.get(k), v)}
+
+
 def syncs(snapshot: Snapshot, catalog: Catalog,
           desired: Mapping[str, Mapping[str, Any]]) -> list[Correction]:
     """Aliases whose spec differs from what phase 2 would create now (`desired`: alias → the
-    body phase 2 renders from the live source), selector excepted; the guard owns the selector
-    through hold/release and phase 3 through its steps."""
+    body phase 2 renders from the live source), except the fields in NOT_SYNCED."""
     out = []
     for alias in aliases(snapshot, catalog):
         want = desired.get(alias.name)
         if want is None:
             continue
-        want_spec = want.get("spec") or {}
-        spec = alias.service.get("spec") or {}
-        diff = {k: v for k, v in want_spec.items()
-                if k != "selector" and not _same(k, spec.get(k), v)}
+        diff = {k: v for k, v in _spec_diff(alias, want).items() if k not in NOT_SYNCED}
         if diff:
             out.append(Correction(SYNC, alias.name,
                                   f"differs from Service/{alias.component.service} in "
                                   f"{', '.join(sorted(diff))}", fields=diff,
                                   resource_version=str(o.meta(alias.service).get(
                                       "resourceVersion") or "")))
+    return out
+
+
+def type_mismatches(snapshot: Snapshot, catalog: Catalog,
+                    desired: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Aliases whose type differs from their source's: reported, never changed by the guard."""
+    out = []
+    for alias in aliases(snapshot, catalog):
+        want = desired.get(alias.name)
+        if want is not None and "type" in _spec_diff(alias, want):
+            out.append(f"Service/{alias.name}: type {o.dig(alias.service, 'spec', 'type')} "
+                       f"differs from Service/{alias.component.service}'s "
+                       f"{o.dig(want, 'spec', 'type')}; not changed by the guard (review the "
+                       "source's load-balancer annotations, then re-create the alias: "
+                       "rollback --phase 2, apply --phase 2)")
     return out
 
 

@@ -127,6 +127,32 @@ def _timeline(events: list[Event], alias: str, ds_name: str, key: str) -> dict[s
     return out
 
 
+def _lowest_ready(events: list[Event], service: str, start: dict[str, int]) -> int:
+    """The fewest ready endpoints the Service had at any instant of the event log (every
+    EndpointSlice change, not a sample), starting from `start` (ready per slice)."""
+    ready = dict(start)
+    lowest = sum(ready.values())
+    for ev in events:
+        if ev.resource is not kinds.ENDPOINTSLICE or ev.object["metadata"].get(
+                "labels", {}).get("kubernetes.io/service-name") != service:
+            continue
+        name = ev.object["metadata"]["name"]
+        ready[name] = 0 if ev.type == "DELETED" else _ready_in(ev.object)
+        lowest = min(lowest, sum(ready.values()))
+    return lowest
+
+
+def _ready_in(endpoint_slice: dict[str, Any]) -> int:
+    return sum(1 for ep in endpoint_slice.get("endpoints") or []
+               if (ep.get("conditions") or {}).get("ready") in (None, True))
+
+
+def _slices_now(env: E2E, service: str) -> dict[str, int]:
+    items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
+    return {sl["metadata"]["name"]: _ready_in(sl) for sl in items
+            if sl["metadata"]["labels"].get("kubernetes.io/service-name") == service}
+
+
 def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0, time_scale=0.05)
@@ -137,6 +163,8 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
     with running_guard(env, kube=kube) as g:
         env.sim.wait_for(lambda: g.guard.passes >= 1 and g.guard.lease.is_leader, 10)
         since = env.sim.store.resource_version
+        start = {name: _slices_now(env, name) for name in (*ALIASES, *(d for d, _ in
+                                                                      ALIASES.values()))}
         with env.monitor.rolling():  # the operator's rollout: its maxUnavailable, no more
             _edit_cr(env)
             env.sim.wait_for(lambda: _rolled_without_label(env), 60)
@@ -152,6 +180,11 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
             # selects the new pods too, so it only ever misses what the rollout itself takes.
             assert t["template-lost-label"] < t["guard-hold"] < t["old-pod-deleted-2"], t
             print(f"race {alias}: {sorted(t.items(), key=lambda kv: kv[1])}")
+            # Exact, from every EndpointSlice change: the alias never had fewer ready endpoints
+            # than 3 - maxUnavailable (1), the floor its source Service has in the same rollout.
+            low, low_source = (_lowest_ready(events, n, start[n]) for n in (alias, ds_name))
+            print(f"lowest ready: {alias} {low}/3, {ds_name} {low_source}/3")
+            assert low >= 2 and low_source >= 2, (low, low_source)
 
         # Held is not drift: phase 3 stays green; phase 1 is red (the labels really are gone).
         verify = env.cli("verify", "-o", "json")

@@ -148,3 +148,24 @@ def test_satisfied_tells_a_landed_correction_from_a_foreign_change() -> None:
     assert hold.satisfied(_alias(APP))
     assert not hold.satisfied(_alias({"app": "someone-else"}))
     assert not hold.satisfied(None)
+
+
+def test_a_type_change_is_reported_never_synced() -> None:
+    snap = _snap(_alias(FORWARD), template={EXP_KEY: "true"}, pod_labels={EXP_KEY: "true"})
+    want = {"spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP"}}
+    [c] = guarding.syncs(snap, CAT, {"nvidia-dcgm-exporter": want})
+    assert list(c.fields) == ["sessionAffinity"]
+    [note] = guarding.type_mismatches(snap, CAT, {"nvidia-dcgm-exporter": want})
+    assert "LoadBalancer" in note and "not changed" in note
+
+
+@pytest.mark.parametrize("template, updated, pending", [
+    ({}, None, False),  # the label is not back yet
+    ({EXP_KEY: "true"}, 2, False),  # back, still rolling
+    ({EXP_KEY: "true"}, None, True),  # back and rolled out: now the pods are worth a read
+])
+def test_pods_are_read_only_when_a_release_is_possible(
+        template: dict[str, str], updated: int | None, pending: bool) -> None:
+    snap = _snap(_alias(APP, held="lost it"), template=template, updated=updated, pod_list=[])
+    assert guarding.release_pending(snap, CAT, {"nvidia-dcgm-exporter": FORWARD}) is pending
+    assert guarding.release_pending(snap, CAT, {}) is False

@@ -341,3 +341,25 @@ def test_the_guard_never_moves_an_alias_forward_that_phase_3_did_not_switch(
     doc = env.cli("guard", "--once", "-o", "json").json()
     assert doc["corrections"] == []
     assert _selector(env, "nvidia-dcgm-exporter") == {"app": "nvidia-dcgm-exporter-dra"}
+
+
+def test_the_guard_deployment_runs_a_valid_command_under_its_own_account() -> None:
+    import typer
+
+    from migrator.cli.app import app
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((REPO / "docs" / "guard.yaml").read_text())
+            if d}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"] == \
+        docs["RoleBinding"]["subjects"][0]["name"]
+    assert docs["Deployment"]["spec"]["replicas"] >= 2  # a standby for the Lease
+    container = pod["containers"][0]
+    name, *rest = container["args"]
+    command = typer.main.get_group(app).commands[name]
+    ctx = command.make_context(name, list(rest))  # raises on an unknown option or bad value
+    assert name == "guard" and ctx.params["namespace"] == NS
+    assert ctx.params["lease_name"] in {r.get("resourceNames", [None])[0]
+                                        for r in docs["Role"]["rules"]
+                                        if "leases" in r["resources"]}
+    assert "ClusterRole" not in docs and "ClusterRoleBinding" not in docs  # namespaced only

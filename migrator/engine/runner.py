@@ -257,8 +257,10 @@ class Runner:
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
             self._wrote(step)
-            executor.execute(self.kube, self.namespace, self.catalog, step)
+            note = executor.execute(self.kube, self.namespace, self.catalog, step)
             self.result.writes += 1
+            if note:
+                self.listener.message(note)
             rec.mark(step, "done", undo=rollback)
             if isinstance(step, SetLabels) and step.rolls_pods() and not rollback:
                 rec.wrote_labels = True
@@ -284,7 +286,7 @@ class Runner:
             if ds is None:
                 snap = self._fresh(base_snap)
                 pods = snap.pods_of(step.daemonset)
-                unready = g.not_ready_nodes(pods)
+                unready = g.not_ready_where(pods)
                 old = sorted({p.node for p in pods if any(
                     p.labels.get(k) != v for k, v in step.template_after.items())})
                 where = (f"pods not ready on nodes: {', '.join(unready[:10])}" if unready else

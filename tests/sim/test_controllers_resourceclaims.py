@@ -159,13 +159,17 @@ def test_claim_status_is_a_subresource(raw: Raw) -> None:
     base = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims"
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": "c1"}, "spec": {"devices": {"requests": []}}}
-    code, created, _ = raw("POST", base, claim)
+    code, created, _ = raw("POST", base, {**claim, "status": {"reservedFor": [{"name": "x"}]}})
     assert code == 201, created
+    assert not created.get("status")  # a client's status is dropped on create
     created["status"] = {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}
     code, updated, _ = raw("PUT", f"{base}/c1", created)
     assert code == 200 and not updated.get("status")  # the main resource ignores status
     code, updated, _ = raw("PUT", f"{base}/c1/status", created)
     assert code == 200 and updated["status"]["reservedFor"][0]["name"] == "p"
+    changed = dict(updated, spec={"devices": {"requests": [{"name": "r"}]}})
+    code, refused, _ = raw("PUT", f"{base}/c1", changed)
+    assert code == 422 and "field is immutable" in refused["message"]
     code, listed, _ = raw("GET", base)
     assert code == 200 and listed["kind"] == "ResourceClaimList"
     assert [i["metadata"]["name"] for i in listed["items"]] == ["c1"]

@@ -9,7 +9,8 @@ were already Ready keep running Ready; flipping it back or removing it makes the
 Ready). A pod marked for graceful
 deletion turns not-Ready at once and is removed when its containers have stopped (the sim's
 `termination_seconds`, never more than the pod's grace period). Pods on a deleted node are
-removed, as the pod garbage collector does.
+removed, as the pod garbage collector does. A pod with DRA claims is not accepted until each
+is allocated and reserved for it (`dra.claims_ready`, the kubelet's PrepareResources check).
 """
 
 from __future__ import annotations

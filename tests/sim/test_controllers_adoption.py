@@ -194,3 +194,16 @@ def test_kubectl_cascade_orphan_then_recreate(
                                "json").stdout)["items"]
     assert {p["metadata"]["uid"] for p in after} == before
     assert len(_endpoints(sim.store, DCGM)) == 3
+
+
+def test_kubectl_cascade_foreground_returns_once_the_pods_are_gone(
+        make_sim: Callable[..., SimCluster],
+        kubectl_sim: Callable[[SimCluster], Callable[..., Any]]) -> None:
+    sim = make_sim(nodes=3, stack="gpucluster")
+    kubectl = kubectl_sim(sim)
+    kubectl("delete", "ds", DCGM, "-n", NS, "--cascade=foreground")  # waits until it is gone
+    assert sim.store.find(kinds.DAEMONSET, NS, DCGM) is None
+    left = [p for p in sim.store.list(kinds.POD, NS)[0] if P.labels_of(p).get("app") == DCGM]
+    assert left == []  # the DaemonSet went only after its pods
+    assert len([p for p in sim.store.list(kinds.POD, NS)[0]
+                if P.labels_of(p).get("app") == "nvidia-dcgm-exporter-dra"]) == 3

@@ -205,3 +205,16 @@ def test_exclusive_requests_do_not_share_devices() -> None:
     other = {"spec": {"devices": {"requests": [
         {"name": "r", "exactly": {"deviceClassName": "nic.example.com"}}]}}}
     assert dra.allocate(other, node) is None
+
+
+def test_claims_can_be_watched(raw: Raw, store: Store) -> None:
+    base = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims"
+    _, listed, _ = raw("GET", base)
+    rv = listed["metadata"]["resourceVersion"]
+    store.create(kinds.RESOURCE_CLAIM, {"metadata": {"name": "w1", "namespace": NS},
+                                        "spec": {}})
+    code, body, _ = raw("GET", f"{base}?watch=1&resourceVersion={rv}&timeoutSeconds=1")
+    assert code == 200
+    events = [json.loads(line) for line in str(body).splitlines() if line.strip()] \
+        if isinstance(body, str) else [body]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "w1")]

@@ -44,10 +44,14 @@ class ResourceClaimController(Controller):
         self._nodes: dict[str, Obj] = {}
         self._waiting: dict[PodKey, str] = {}  # pods not yet done -> their node
         self._done: set[str] = set()  # pod uids whose claims are all reserved
+        # pod uid -> pod claim name -> generated claim: `lookupClaimForPod` without a list
+        self._made: dict[str, dict[str, str]] = {}
 
     def prime(self) -> None:
         for node in self.store.list(kinds.NODE)[0]:
             self._nodes[node["metadata"]["name"]] = node
+        for claim in self.store.list(kinds.RESOURCE_CLAIM)[0]:
+            self._note_claim(claim, deleted=False)
         for pod in self.store.list(kinds.POD)[0]:
             if dra.pod_claims(pod):
                 self.schedule(("pod", pod["metadata"]["namespace"], pod["metadata"]["name"]), 0)
@@ -55,7 +59,7 @@ class ResourceClaimController(Controller):
     def wants(self, event: Event) -> bool:
         """Pods without claims, and pods already set up, cost nothing."""
         if event.resource is not kinds.POD:
-            return event.resource is not kinds.RESOURCE_CLAIM or event.type == "DELETED"
+            return event.resource is not kinds.RESOURCE_CLAIM or event.type != "MODIFIED"
         obj = event.object
         if event.type == "DELETED":
             return obj["metadata"]["uid"] in self._done or _key(obj) in self._waiting
@@ -80,14 +84,17 @@ class ResourceClaimController(Controller):
             elif ev.resource is kinds.POD:
                 if ev.type == "DELETED":
                     self._done.discard(obj["metadata"]["uid"])
+                    self._made.pop(obj["metadata"]["uid"], None)
                     self._waiting.pop(_key(obj), None)
                 else:
                     todo.add(_key(obj))
             elif ev.resource is kinds.RESOURCE_CLAIM_TEMPLATE:
                 ns = obj["metadata"]["namespace"]
                 todo.update(k for k in self._waiting if k[0] == ns)
-            else:  # a claim deleted: its pod (if any is left) needs it again
-                todo.update(k for k in self._waiting if k[0] == obj["metadata"]["namespace"])
+            else:
+                self._note_claim(obj, deleted=ev.type == "DELETED")
+                if ev.type == "DELETED":  # its pod (if any is left) needs it again
+                    todo.update(k for k in self._waiting if k[0] == obj["metadata"]["namespace"])
         for key in sorted(todo):
             try:
                 self._sync(key)
@@ -122,15 +129,27 @@ class ResourceClaimController(Controller):
             self._waiting.pop(key, None)
             self._done.add(pod["metadata"]["uid"])
 
+    def _note_claim(self, claim: Mapping[str, Any], *, deleted: bool) -> None:
+        ref = P.controller_ref(claim) or {}
+        pod_claim = (claim["metadata"].get("annotations") or {}).get(
+            dra.POD_CLAIM_NAME_ANNOTATION)
+        if ref.get("kind") != "Pod" or pod_claim is None:
+            return
+        made = self._made.setdefault(str(ref.get("uid")), {})
+        if deleted:
+            made.pop(pod_claim, None)
+            if not made:
+                del self._made[str(ref.get("uid"))]
+        else:
+            made[pod_claim] = claim["metadata"]["name"]
+
     def _create_claim(self, pod: Obj, pod_claim: Mapping[str, Any]) -> str | None:
         """`handleClaim`: the claim already made for this pod claim, else a new one."""
         ns, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
         claim_name = str(pod_claim.get("name"))
-        for claim in self.store.list(kinds.RESOURCE_CLAIM, ns)[0]:
-            ref = P.controller_ref(claim) or {}
-            if ref.get("uid") == uid and (claim["metadata"].get("annotations") or {}).get(
-                    dra.POD_CLAIM_NAME_ANNOTATION) == claim_name:
-                return str(claim["metadata"]["name"])
+        made = self._made.get(uid, {}).get(claim_name)
+        if made is not None and self.store.find(kinds.RESOURCE_CLAIM, ns, made) is not None:
+            return made
         template_name = pod_claim.get("resourceClaimTemplateName")
         template = self.store.find(kinds.RESOURCE_CLAIM_TEMPLATE, ns, str(template_name or ""))
         if template is None:
@@ -140,7 +159,9 @@ class ResourceClaimController(Controller):
             try:
                 claim = dra.claim_from_template(pod, pod_claim, template,
                                                 generate + P.random_suffix())
-                return str(self.store.create(kinds.RESOURCE_CLAIM, claim)["metadata"]["name"])
+                created = self.store.create(kinds.RESOURCE_CLAIM, claim)
+                self._note_claim(created, deleted=False)
+                return str(created["metadata"]["name"])
             except StoreError as err:
                 if err.reason != "AlreadyExists":
                     raise

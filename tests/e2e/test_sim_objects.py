@@ -17,6 +17,7 @@ from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia-dcgm-dra"
 ALIAS = "nvidia-dcgm"
+EXPORTER_ALIAS = "nvidia-dcgm-exporter"
 STATE = "dcgm-migrate-state"
 HOLD = "example.com/hold"
 
@@ -124,6 +125,8 @@ def test_alias_held_by_a_finalizer_on_rollback_and_reapply(
     assert res.code == 0, res.stderr
     assert f"Service/{ALIAS}: deletion accepted but not done" in res.stderr
     assert HOLD in res.stderr
+    assert env.svc(EXPORTER_ALIAS) is None  # no finalizer: deleted at once
+    env.monitor.forget(EXPORTER_ALIAS)  # gone on purpose: a new alias starts its own baseline
     live = env.svc(ALIAS)
     assert live is not None and live["metadata"]["deletionTimestamp"]
     assert env.phase_status(2) == "rolled-back"

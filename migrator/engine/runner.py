@@ -358,7 +358,7 @@ class Runner:
             unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
             if unready:
                 self._fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
-                           f"{', '.join(sorted({p.node for p in unready})[:10])}; not deleting "
+                           f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
                            "another node's pod", "fix those nodes, then rerun to resume")
             pod = stale[0]
             rec.mark(step, "intent", undo=rollback)

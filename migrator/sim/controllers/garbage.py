@@ -108,8 +108,10 @@ class GarbageCollector(Controller):
             ident = _ident(ev.resource, obj)
             uid = obj["metadata"]["uid"]
             # An owner waiting for its dependents hears of every dependent that goes or drops it.
-            owners.update(self._finalizing[o] for o in self._owners_of.get(ident, set())
-                          if o in self._finalizing)
+            if ev.type == "DELETED" or (ev.old is not None and ev.old["metadata"].get(
+                    "ownerReferences") != obj["metadata"].get("ownerReferences")):
+                owners.update(self._finalizing[o] for o in self._owners_of.get(ident, set())
+                              if o in self._finalizing)
             if ev.type == "DELETED":
                 self._uids.discard(uid)
                 self._finalizing.pop(uid, None)

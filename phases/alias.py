@@ -107,6 +107,18 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
             "ownership of the stable names belongs to the operator")
 
 
+def _still_terminating(ctx: PlanContext, alias: str) -> str | None:
+    """Why the alias cannot be created (again) now: the old one is Terminating."""
+    why = o.terminating(ctx.service(alias))
+    if why is None:
+        return None
+    ns = ctx.snapshot.namespace
+    return (f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
+            f"gone: wait for its finalizers, or remove them if nothing needs them (kubectl -n "
+            f"{ns} patch service {alias} --type=merge -p "
+            "'{\"metadata\":{\"finalizers\":null}}'), then run again")
+
+
 def plan(ctx: PlanContext) -> PhasePlan:
     steps: list[Step] = []
     gates: list[GateResult] = []
@@ -130,6 +142,11 @@ def plan(ctx: PlanContext) -> PhasePlan:
         if taken:
             blocked = blocked or taken
             continue
+        leaving = _still_terminating(ctx, comp.alias)
+        if leaving:
+            gates.append(GateResult(f"alias-not-terminating/{comp.alias}", False, leaving))
+            blocked = blocked or leaving
+            continue
         step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, owner))
         if step.satisfied(ctx.service(comp.alias)):
             notes.append(f"Service/{comp.alias} already exists as the tool's alias")
@@ -150,6 +167,9 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         taken = _taken_by(ctx, step.service, step.source)
         out = [GateResult(f"alias-name-free/{step.service}", taken is None,
                           taken or "free or already the tool's")]
+        leaving = _still_terminating(ctx, step.service)
+        if leaving:
+            out.append(GateResult(f"alias-not-terminating/{step.service}", False, leaving))
         what_if = monitoring.with_service(ctx.snapshot, step.body)
         out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
                                              before=ctx.snapshot))
@@ -183,6 +203,9 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         elif _taken_by(ctx, step.service, step.source):
             out.append(GateResult(name, False, f"Service/{step.service} was replaced by an "
                                   "object that is not the tool's"))
+        elif o.terminating(live):
+            out.append(GateResult(name, False, f"Service/{step.service} is being deleted "
+                                  f"({o.terminating(live)})"))
         else:
             want = step.body["spec"]
             spec = live.get("spec") or {}
@@ -212,6 +235,11 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
                 continue
             if _taken_by(ctx, step.service, step.source):
                 notes.append(f"Service/{step.service} is no longer the tool's; left in place")
+                continue
+            if o.terminating(live):
+                notes.append(f"Service/{step.service} is already being deleted "
+                             f"({o.terminating(live)}); it goes once those finalizers are "
+                             "removed")
                 continue
             inverse.append(step.inverse())
     return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), tuple(notes))

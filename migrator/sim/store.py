@@ -31,6 +31,7 @@ from typing import Any
 from migrator.model import kinds
 from migrator.model.kinds import Kind
 from migrator.model.selectors import Selector
+from migrator.sim import finalizers as F
 
 Obj = dict[str, Any]
 
@@ -108,6 +109,8 @@ def _with_own_metadata(stored: Obj) -> Obj:
 def _key(resource: Resource, namespace: str | None, name: str) -> ObjKey:
     """Cluster-scoped objects live under the empty namespace, whatever the caller passed."""
     return ((namespace or "") if resource.namespaced else "", name)
+
+
 Subscriber = Callable[[Event], None]
 
 
@@ -285,6 +288,7 @@ class Store:
             meta["creationTimestamp"] = now_rfc3339()
             meta.pop("resourceVersion", None)
             meta.pop("deletionTimestamp", None)
+            meta.pop("deletionGracePeriodSeconds", None)
             if "spec" in obj or resource.has_status:
                 meta["generation"] = 1
             if dry_run:
@@ -336,7 +340,8 @@ class Store:
                     else:
                         new.pop("status", None)
                 # Immutable server-assigned metadata is kept from the stored object.
-                for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+                for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp",
+                          "deletionGracePeriodSeconds"):
                     if k in current["metadata"]:
                         new["metadata"][k] = current["metadata"][k]
                     else:
@@ -351,26 +356,46 @@ class Store:
             if new == current:
                 # A no-op write keeps the resourceVersion and emits no event, as the real server.
                 return current
+            if subresource != "status":
+                problem = F.new_finalizers_problem(current, new)
+                if problem:
+                    raise StoreError(422, "Invalid", f'{resource.kind} "{name}" is invalid: '
+                                     f"{problem}")
             if dry_run:
                 return new
             new["metadata"]["resourceVersion"] = self._next_rv()
+            if F.emptied(current, new):
+                # `shouldDeleteDuringUpdate`: the last finalizer of a deleted object is gone.
+                del self._objects[resource.key][(ns, name)]
+                self._commit("DELETED", resource, new)
+                return new
             self._objects[resource.key][(ns, name)] = new
             self._commit("MODIFIED", resource, new, current)
             return new
 
     def mark_deleting(
-        self, resource: Resource, namespace: str | None, name: str, grace_seconds: int
+        self, resource: Resource, namespace: str | None, name: str, grace_seconds: int,
+        finalizers: builtins.list[str] | None = None,
     ) -> Obj:
-        """Graceful deletion: set `deletionTimestamp`/`deletionGracePeriodSeconds` and keep the
-        object until its owner (the simulated kubelet, for pods) calls `delete`. Marking an
-        object already marked is a no-op that returns it."""
+        """Graceful deletion or deletion pending finalizers: set `deletionTimestamp` (kept when
+        already set), `deletionGracePeriodSeconds` and (when given) the finalizers, and keep the
+        object until its owner (the simulated kubelet, for pods) or the last finalizer's removal
+        deletes it. An object already marked this way is returned unchanged."""
         with self.lock:
             current = self.get(resource, namespace, name)
-            if current["metadata"].get("deletionTimestamp"):
+            meta = current["metadata"]
+            wanted = meta.get("finalizers") if finalizers is None else finalizers
+            if (meta.get("deletionTimestamp")
+                    and meta.get("deletionGracePeriodSeconds") == grace_seconds
+                    and (meta.get("finalizers") or []) == (wanted or [])):
                 return current
             new = _with_own_metadata(current)
-            new["metadata"]["deletionTimestamp"] = now_rfc3339()
+            new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
             new["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
+            if wanted:
+                new["metadata"]["finalizers"] = list(wanted)
+            else:
+                new["metadata"].pop("finalizers", None)
             new["metadata"]["resourceVersion"] = self._next_rv()
             key = (namespace or "" if resource.namespaced else "", name)
             self._objects[resource.key][key] = new
@@ -380,7 +405,9 @@ class Store:
     def delete(
         self, resource: Resource, namespace: str | None, name: str, *, dry_run: bool = False
     ) -> Obj:
-        """Remove an object now (the sim has no finalizers); NotFound when absent.
+        """Remove an object now, unless it has finalizers: then it is only marked (grace 0) and
+        stays until an update removes the last one (apiserver registry `Store.Delete`).
+        NotFound when absent.
 
         Dependents are removed by the garbage collector controller, which watches DELETED events.
         """
@@ -391,6 +418,8 @@ class Store:
                 raise not_found(resource, name)
             if dry_run:
                 return current
+            if current["metadata"].get("finalizers"):
+                return self.mark_deleting(resource, namespace, name, 0)
             del self._objects[resource.key][key]
             gone = _with_own_metadata(current)
             gone["metadata"]["resourceVersion"] = self._next_rv()

@@ -9,6 +9,8 @@ oldest of each kind wins, as upstream) and applies them as upstream does
   otherwise replaced by a whole-object Update, which drops labels added by hand.
 - Services: re-rendered and replaced on every reconcile, keeping only `clusterIP(s)` and
   `resourceVersion` from the live object, so a hand-edited selector is reverted.
+- ResourceClaimTemplates (the GPUCluster DCGM pods' admin-access GPU claims): replaced when
+  they differ.
 - Missing objects are created. ServiceMonitors are left to the seed (not reconciled).
 
 It writes through the store, not HTTP, so the request log shows only what clients did.
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 CR_KINDS = (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
-RECONCILED_KINDS = frozenset({"DaemonSet", "Service"})
+RECONCILED_KINDS = frozenset({"DaemonSet", "Service", "ResourceClaimTemplate"})
 
 
 def _allocated(store: Store, excluding_uid: str = "") -> allocation.Allocated:

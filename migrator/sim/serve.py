@@ -17,6 +17,7 @@ from types import FrameType
 from typing import TextIO
 
 from migrator.sim.cluster import SimCluster
+from migrator.sim.controllers.operator import RESYNC_SECONDS
 from migrator.sim.faults import Faults, FaultsError
 from migrator.sim.seed import STACKS
 
@@ -32,7 +33,7 @@ class ServeOptions:
     port: int = 0
     kubeconfig_out: Path | None = None
     time_scale: float = 1.0
-    operator_reconcile: float | None = None
+    operator_reconcile: float = RESYNC_SECONDS  # 0: no operator imitation
     pod_start_seconds: float = 2.0
     termination_seconds: float = 1.0
     namespace: str = "gpu-operator"
@@ -51,8 +52,8 @@ class ServeOptions:
             raise ServeError(f"--port must be between 0 and 65535, got {self.port}.")
         if not self.time_scale > 0:
             raise ServeError(f"--time-scale must be greater than 0, got {self.time_scale}.")
-        if self.operator_reconcile is not None and not self.operator_reconcile > 0:
-            raise ServeError("--operator-reconcile must be greater than 0 seconds, "
+        if not self.operator_reconcile >= 0:
+            raise ServeError("--operator-reconcile must be 0 (off) or more seconds, "
                              f"got {self.operator_reconcile}.")
         if self.pod_start_seconds < 0:
             raise ServeError("--pod-start-seconds must be 0 or more, "
@@ -75,7 +76,7 @@ def build(options: ServeOptions) -> SimCluster:
     return SimCluster(
         nodes=options.nodes, stack=options.stack, namespace=options.namespace,
         time_scale=options.time_scale, pod_start_seconds=options.pod_start_seconds,
-        operator_reconcile_seconds=options.operator_reconcile, port=options.port,
+        operator_reconcile_seconds=options.operator_reconcile or None, port=options.port,
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
         kubeconfig_path=options.kubeconfig_out)
 

@@ -62,6 +62,11 @@ def serve_cmd(
         "--latency-ms", help="Added latency per request, milliseconds.")] = 0.0,
     fail_nth_write: Annotated[int | None, typer.Option(
         "--fail-nth-write", help="Fail the Nth write request (once).")] = None,
+    watch_window: Annotated[int | None, typer.Option(
+        "--watch-window", metavar="N",
+        help="Keep only the last N events: a watch or a list continue token from an older "
+             "resourceVersion gets 410 Expired, as after the real watch cache window or etcd "
+             "compaction (default: 500000).")] = None,
 ) -> None:
     """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.
 
@@ -75,7 +80,7 @@ def serve_cmd(
         pod_start_seconds=pod_start_seconds, termination_seconds=termination_seconds,
         namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
-        fail_nth_write=fail_nth_write)
+        fail_nth_write=fail_nth_write, watch_window=watch_window)
     try:
         code = serve(options)
     except ServeError as err:

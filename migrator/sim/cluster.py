@@ -78,13 +78,15 @@ class SimCluster:
         gpucluster_dcgm: bool = True,
         kubeconfig_path: str | Path | None = None,
         insecure_port: bool = True,
+        watch_window: int | None = None,
     ) -> None:
         self.nodes = nodes
         self.stack = stack
         self.namespace = namespace
         self.port = port
         self.gpucluster_dcgm = gpucluster_dcgm
-        self.store = Store()
+        # watch_window: past events kept for watches and continue tokens (None: the default).
+        self.store = Store() if watch_window is None else Store(event_log_size=watch_window)
         self.clock = SimClock(time_scale)
         self.controllers = ControllerSet(
             self.store, self.clock, pod_start_seconds=pod_start_seconds,

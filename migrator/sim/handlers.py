@@ -5,7 +5,9 @@ Lists are assembled from cached per-object JSON bytes (see `encoding`) so that p
 10,000 pods costs little more than copying bytes. Pagination follows the real server's
 contract (opaque `continue` token, `remainingItemCount` for unfiltered lists, the first page's
 resourceVersion on every page) but later pages read the live store, not a snapshot: an object
-created or deleted between pages may or may not show up; none appears twice.
+created or deleted between pages may or may not show up; none appears twice. A token whose
+resourceVersion has left the event window (`--watch-window`) is 410 Expired, with a token that
+continues at the latest version, as etcd's compaction makes it on a real cluster.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from migrator.sim.encoding import dumps
 from migrator.sim.exchange import Backend, Request, Response, json_response
 from migrator.sim.routing import RequestInfo
 from migrator.sim.statuses import (
+    LIST_TOO_OLD,
     ApiError,
     bad_request,
+    continue_expired,
+    expired,
     method_not_allowed,
     no_such_path,
     not_found,
@@ -191,13 +196,36 @@ def _sort_key(obj: Obj) -> tuple[str, str]:
     return meta.get("namespace", ""), meta["name"]
 
 
+def _check_not_compacted(b: Backend, info: RequestInfo, limit: int) -> None:
+    """A list at an exact resourceVersion older than the window is 410, as etcd answers for a
+    compacted revision (`resourceVersionMatch=Exact`, or a version with a `limit`, which the
+    cacher hands to etcd: apiserver/pkg/storage/cacher `shouldDelegateList`). Newer versions
+    are served from the latest state (the sim keeps no history)."""
+    raw = info.query.get("resourceVersion", "")
+    match = info.query.get("resourceVersionMatch", "")
+    if raw in ("", "0") or not (match == "Exact" or (not match and limit > 0)):
+        return
+    try:
+        version = int(raw)
+    except ValueError as e:
+        raise bad_request(f"invalid resource version: {raw!r}") from e
+    if b.store.expired(version):
+        raise expired(LIST_TOO_OLD)
+
+
 def _list(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False) -> Response:
     objects, rv, filtered = _selected(b, info, kind)
     limit = _int_param(info, "limit") or 0
     token = info.query.get("continue", "")
     if token:
-        rv, last = _decode_token(token)
+        token_rv, last = _decode_token(token)
+        if token_rv != -1:  # -1: "continue at the latest version" (an expired list's token)
+            if b.store.expired(token_rv):
+                raise continue_expired(_encode_token(-1, last))
+            rv = token_rv
         objects = objects[bisect.bisect_right(objects, last, key=_sort_key):]
+    else:
+        _check_not_compacted(b, info, limit)
     meta: Obj = {"resourceVersion": str(rv)}
     if 0 < limit < len(objects):
         remaining = len(objects) - limit

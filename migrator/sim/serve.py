@@ -41,6 +41,7 @@ class ServeOptions:
     error_rate: float = 0.0
     latency_ms: float = 0.0
     fail_nth_write: int | None = None
+    watch_window: int | None = None  # past events kept (None: the store's default)
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""
@@ -61,6 +62,8 @@ class ServeOptions:
         if self.termination_seconds < 0:
             raise ServeError("--termination-seconds must be 0 or more, "
                              f"got {self.termination_seconds}.")
+        if self.watch_window is not None and self.watch_window < 0:
+            raise ServeError(f"--watch-window must be 0 or more events, got {self.watch_window}.")
         if not self.namespace:
             raise ServeError("--namespace must not be empty.")
         try:
@@ -78,7 +81,7 @@ def build(options: ServeOptions) -> SimCluster:
         time_scale=options.time_scale, pod_start_seconds=options.pod_start_seconds,
         operator_reconcile_seconds=options.operator_reconcile or None, port=options.port,
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
-        kubeconfig_path=options.kubeconfig_out)
+        kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window)
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,

@@ -25,8 +25,10 @@ Where the sim knowingly differs from a real API server:
   server-side apply (`application/apply-patch+yaml`) is 415.
 - Later pages of a paginated list read the live store, not a snapshot of the first page's
   resourceVersion (no item is returned twice; one created or deleted meanwhile may or may not
-  appear); a continue token never expires. `resourceVersion`/`resourceVersionMatch` on a list
-  are ignored (always the latest state).
+  appear). One event window (`Store.event_log_size`, `sim serve --watch-window`) stands for
+  both the watch cache's window and etcd's compaction: a watch, a continue token or an exact
+  list (`resourceVersionMatch=Exact`, or a version with `limit`) older than it is 410 Expired;
+  otherwise `resourceVersion`/`resourceVersionMatch` on a list are ignored (the latest state).
 - Deletion: no finalizers. Pods are marked for graceful deletion (the simulated kubelet removes
   them); everything else goes at once, `Foreground` behaves like `Background`, and `Orphan`
   shows as an "orphan" finalizer on the object in the DELETED event (for the garbage

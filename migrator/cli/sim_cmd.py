@@ -67,6 +67,14 @@ def serve_cmd(
         help="Keep only the last N events: a watch or a list continue token from an older "
              "resourceVersion gets 410 Expired, as after the real watch cache window or etcd "
              "compaction (default: 500000).")] = None,
+    rbac: Annotated[list[Path] | None, typer.Option(
+        "--rbac", metavar="FILE",
+        help="Install these RBAC roles and bindings (repeatable); each User/ServiceAccount they "
+             "bind gets an https kubeconfig with its own token, so kubectl runs as it.")] = None,
+    tls: Annotated[bool, typer.Option(
+        "--tls/--no-tls",
+        help="Also serve https (self-signed, needs openssl) with kubeconfigs for the admin and "
+             "the --rbac identities: kubectl sends tokens and --as only over https.")] = True,
 ) -> None:
     """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.
 
@@ -80,7 +88,8 @@ def serve_cmd(
         pod_start_seconds=pod_start_seconds, termination_seconds=termination_seconds,
         namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
-        fail_nth_write=fail_nth_write, watch_window=watch_window)
+        fail_nth_write=fail_nth_write, watch_window=watch_window, rbac=tuple(rbac or ()),
+        tls=tls)
     try:
         code = serve(options)
     except ServeError as err:

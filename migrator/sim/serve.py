@@ -2,7 +2,9 @@
 
 Prints exactly one line on stdout, `READY <url> <kubeconfig>` (flushed), once the API answers,
 so a script or a test can start it as a subprocess and wait for that line. Progress notes go to
-stderr. A signal ends it cleanly (server and controllers stopped, exit code 0).
+stderr, among them the https kubeconfigs (`<kubeconfig>-<identity>`) of the admin and of every
+subject of the `--rbac` files: kubectl runs as those identities (`tls`, `access`). A signal
+ends it cleanly (server and controllers stopped, exit code 0).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from migrator.sim.cluster import SimCluster
+from migrator.sim.access import ADMIN_USER
+from migrator.sim.cluster import SimCluster, identity_slug
 from migrator.sim.controllers.operator import RESYNC_SECONDS
 from migrator.sim.faults import Faults, FaultsError
 from migrator.sim.seed import STACKS
+from migrator.sim.tls import TLSUnavailable
 
 
 class ServeError(ValueError):
@@ -42,6 +46,8 @@ class ServeOptions:
     latency_ms: float = 0.0
     fail_nth_write: int | None = None
     watch_window: int | None = None  # past events kept (None: the store's default)
+    rbac: tuple[Path, ...] = ()  # RBAC YAML files to install; each subject gets a kubeconfig
+    tls: bool = True  # the HTTPS listener (needs `openssl`), where kubectl sends tokens
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""
@@ -64,6 +70,12 @@ class ServeOptions:
                              f"got {self.termination_seconds}.")
         if self.watch_window is not None and self.watch_window < 0:
             raise ServeError(f"--watch-window must be 0 or more events, got {self.watch_window}.")
+        for path in self.rbac:
+            if not path.is_file():
+                raise ServeError(f"--rbac {path}: no such file.")
+        if self.rbac and not self.tls:
+            raise ServeError("--rbac needs the TLS listener (kubectl sends tokens only over "
+                             "https): drop --no-tls.")
         if not self.namespace:
             raise ServeError("--namespace must not be empty.")
         try:
@@ -81,7 +93,8 @@ def build(options: ServeOptions) -> SimCluster:
         time_scale=options.time_scale, pod_start_seconds=options.pod_start_seconds,
         operator_reconcile_seconds=options.operator_reconcile or None, port=options.port,
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
-        kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window)
+        kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window,
+        tls=options.tls)
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,
@@ -98,6 +111,8 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
     try:
         try:
             sim.start()
+        except TLSUnavailable as error:
+            raise ServeError(f"{error}; pass --no-tls to serve plain http only.") from error
         except OSError as error:
             raise ServeError(f"cannot listen on 127.0.0.1:{options.port}: "
                              f"{error.strerror or error}.") from error
@@ -107,6 +122,8 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
                   f"DaemonSets, {summary.pods} pods, {summary.services} Services, "
                   f"{summary.endpointslices} EndpointSlices in {sim.seed_seconds:.2f}s; "
                   f"ready in {time.perf_counter() - began:.2f}s", file=err, flush=True)
+        for user, path in _identity_kubeconfigs(sim, options.rbac):
+            print(f"kubeconfig for {user} (https, token): {path}", file=err, flush=True)
         print(f"READY {sim.url} {sim.kubeconfig}", file=out, flush=True)
         while not stop.wait(0.2):
             pass
@@ -114,6 +131,20 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
         sim.stop()
         _restore_signal_handlers(previous)
     return 0
+
+
+def _identity_kubeconfigs(sim: SimCluster, rbac: tuple[Path, ...]) -> list[tuple[str, Path]]:
+    """Install the RBAC files and write, next to the main kubeconfig, one https kubeconfig per
+    subject they bind (its own token) and one for the admin (so `kubectl --as` impersonates:
+    kubectl sends neither token nor impersonation headers over plain http)."""
+    if not sim.secure_url:
+        return []
+    users = [ADMIN_USER]
+    for path in rbac:
+        users += [u for u in sim.load_rbac(path.read_text()) if u not in users]
+    base = Path(sim.kubeconfig)
+    return [(user, sim.kubeconfig_for(user, base.with_name(f"{base.name}-{identity_slug(user)}")))
+            for user in users]
 
 
 Handlers = dict[int, object]

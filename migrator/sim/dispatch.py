@@ -98,7 +98,7 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     if latency > 0:
         time.sleep(latency)
     counts_as_write = (info.is_resource and info.mutating and not audit.dry_run
-                       and kind != kinds.SELF_SUBJECT_ACCESS_REVIEW)
+                       and kind not in kinds.ACCESS_REVIEWS)
     code = b.faults.pick_error(counts_as_write=counts_as_write)
     if code is not None:
         raise _injected(code, b.faults.snapshot()["retry_after_seconds"])

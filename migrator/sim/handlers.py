@@ -1,5 +1,5 @@
 """Resource requests: get, list, watch, create, update, patch, delete, deletecollection, and
-SelfSubjectAccessReview, each turned into store operations and a `Response`.
+(Self)SubjectAccessReview, each turned into store operations and a `Response`.
 
 Lists are assembled from cached per-object JSON bytes (see `encoding`) so that paging through
 10,000 pods costs little more than copying bytes. Pagination follows the real server's
@@ -101,9 +101,11 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         raise no_such_path()
     if info.subresource and not (info.subresource == "status" and kind.has_status):
         raise no_such_path()
-    if kind == kinds.SELF_SUBJECT_ACCESS_REVIEW:
+    if kind in kinds.ACCESS_REVIEWS:
         if info.verb != "create" or info.name:
             raise method_not_allowed()
+        if kind == kinds.SUBJECT_ACCESS_REVIEW:
+            return _subject_access_review(b, req)
         return _access_review(info, req, policy)
     verb = info.verb
     if verb == "get":
@@ -327,7 +329,11 @@ def _access_review(info: RequestInfo, req: Request, policy: Policy) -> Response:
         raise ApiError(422, "Invalid", 'SelfSubjectAccessReview.authorization.k8s.io "" is '
                        "invalid: spec.resourceAttributes: Invalid value: \"null\": exactly one "
                        "of nonResourceAttributes or resourceAttributes must be specified")
-    spec = body["spec"]
+    return _review_answer(kinds.SELF_SUBJECT_ACCESS_REVIEW, body["spec"], policy)
+
+
+def _review_answer(kind: Kind, spec: Obj, policy: Policy) -> Response:
+    """The review with its `status`: what `policy` allows for the attributes in `spec`."""
     res = spec.get("resourceAttributes")
     if isinstance(res, dict):
         decision = policy.decide(Attributes(
@@ -336,11 +342,37 @@ def _access_review(info: RequestInfo, req: Request, policy: Policy) -> Response:
         status: Obj = {"allowed": decision.allowed}
         if decision.reason:
             status["reason"] = decision.reason
-    else:
+    elif "system:authenticated" in policy.groups or policy.superuser:
         # Non-resource URLs (discovery, /version, /healthz) are open to every authenticated user.
         status = {"allowed": True, "reason": "RBAC: allowed by ClusterRoleBinding "
                   '"system:discovery" of ClusterRole "system:discovery" to Group '
                   '"system:authenticated"'}
-    answer = {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+    else:
+        status = {"allowed": False}
+    answer = {"kind": kind.kind, "apiVersion": kind.api_version,
               "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
     return json_response(201, answer)
+
+
+def _subject_access_review(b: Backend, req: Request) -> Response:
+    """May `spec.user` (with exactly `spec.groups`) do this? Judged by the cluster's RBAC
+    (`AccessControl.policy_of`); the caller needs `create subjectaccessreviews`, checked like
+    any request. Validation as upstream (pkg/apis/authorization/validation)."""
+    body = _body_json(req)
+    spec = body.get("spec") if isinstance(body, dict) else None
+    if not isinstance(spec, dict):
+        spec = {}
+    errors = []
+    if ("resourceAttributes" in spec) == ("nonResourceAttributes" in spec):
+        errors.append('spec.resourceAttributes: Invalid value: "null": exactly one of '
+                      "nonResourceAttributes or resourceAttributes must be specified")
+    user, groups = str(spec.get("user") or ""), [str(g) for g in spec.get("groups") or []]
+    if not user and not groups:
+        errors.append('spec.user: Invalid value: "": at least one of user or group must be '
+                      "specified")
+    if errors:
+        problems = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+        raise ApiError(422, "Invalid",
+                       f'SubjectAccessReview.authorization.k8s.io "" is invalid: {problems}')
+    return _review_answer(kinds.SUBJECT_ACCESS_REVIEW, spec,
+                          b.access.policy_of(user, tuple(groups)))

@@ -229,3 +229,44 @@ def test_sim_serve_rbac_writes_a_kubeconfig_per_identity(tmp_path: Path) -> None
     finally:
         stop.set()
         worker.join(30)
+
+
+def _sar(tmp: Path, verb: str, resource: str, name: str = "", user: str = SA,
+         groups: tuple[str, ...] = ("system:serviceaccounts", "system:authenticated")) -> Path:
+    import yaml
+
+    attrs = {"verb": verb, "resource": resource, "namespace": NS}
+    if name:
+        attrs["name"] = name
+    path = tmp / f"sar-{verb}-{resource}-{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": list(groups), "resourceAttributes": attrs}}))
+    return path
+
+
+def test_subject_access_review_through_kubectl(rbac_sim: Cluster, tmp_path: Path) -> None:
+    """`kubectl create -f` of a SubjectAccessReview (the API a webhook or an admin uses to ask
+    about another user): the admin may, the ServiceAccount may not (it lacks `create
+    subjectaccessreviews`), and the answer follows docs/rbac.yaml."""
+    def allowed(kubeconfig: Path, review: Path) -> subprocess.CompletedProcess[str]:
+        return rbac_sim.kubectl(kubeconfig, "create", "-f", str(review), "--validate=false",
+                                "-o", "jsonpath={.status.allowed}")
+
+    assert allowed(rbac_sim.admin, _sar(tmp_path, "patch", "services", "nvidia-dcgm")).stdout \
+        == "true"
+    assert allowed(rbac_sim.admin, _sar(tmp_path, "patch", "services", "other")).stdout \
+        == "false"
+    assert allowed(rbac_sim.admin, _sar(tmp_path, "list", "nodes", user="bob",
+                                        groups=("system:masters",))).stdout == "true"
+    refused = allowed(rbac_sim.sa, _sar(tmp_path, "patch", "services", "nvidia-dcgm"))
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        f'subjectaccessreviews.authorization.k8s.io is forbidden: User "{SA}" cannot create '
+        'resource "subjectaccessreviews" in API group "authorization.k8s.io" at the cluster '
+        "scope")
+    empty = _sar(tmp_path, "get", "pods", user="", groups=())
+    res = allowed(rbac_sim.admin, empty)
+    assert res.returncode == 1
+    assert 'spec.user: Invalid value: "": at least one of user or group must be specified' \
+        in res.stderr

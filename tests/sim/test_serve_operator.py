@@ -43,3 +43,9 @@ def test_cli_flags_default_on_and_no_operator_turns_it_off(
     assert [o.operator_reconcile for o in seen] == [RESYNC_SECONDS, 0.0, 0.0]
     default = inspect.signature(sim_cmd.serve_cmd).parameters["operator_reconcile"].default
     assert default == RESYNC_SECONDS
+
+
+def test_demo_runs_the_operator_unless_told_not_to() -> None:
+    from migrator.cli import demo
+
+    assert inspect.signature(demo.demo).parameters["operator"].default is True

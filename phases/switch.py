@@ -5,11 +5,13 @@ only with --include-operator-owned (the operator reverts them on its next reconc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from migrator.model import gates as g
 from migrator.model import monitoring
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
+from migrator.model.guarding import HELD_ANNOTATION
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import SetSelector, Step, from_record
@@ -135,6 +137,9 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         name = f"selector-holds/{step.service}"
         if svc is None:
             out.append(GateResult(name, False, f"Service/{step.service} is gone"))
+        elif held_by_guard(svc, step):
+            out.append(GateResult(name, True, f"held on {dict(step.before)} by the guard: "
+                                  f"{o.annotations_of(svc)[HELD_ANNOTATION]}"))
         elif not step.satisfied(svc):
             who = ctx.operator_owner(svc)
             why = f" — {who} reconciled it back" if who else ""
@@ -146,6 +151,13 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             out.append(GateResult(name, eps.ready_total > 0 or not ctx.snapshot.pods,
                                   f"{eps.ready_total} ready endpoints"))
     return out
+
+
+def held_by_guard(svc: dict[str, Any], step: SetSelector) -> bool:
+    """`dcgm-migrate guard` moved this alias back to its pre-switch selector on purpose (its
+    DaemonSet lost the common label) and moves it forward again by itself: not drift."""
+    return HELD_ANNOTATION in o.annotations_of(svc) and \
+        dict(o.dig(svc, "spec", "selector") or {}) == dict(step.before)
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:

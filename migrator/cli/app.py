@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,7 +64,9 @@ def _root(
 
 
 def handles_errors(fn: F) -> F:
-    """The one place errors become messages and exit codes (with --debug: a traceback)."""
+    """The one place errors become messages and exit codes. --debug only adds the traceback
+    (on stderr, before the message): the exit code is the same with and without it, so a
+    script's `case $?` does not change meaning when someone turns on --debug to look."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -74,7 +77,7 @@ def handles_errors(fn: F) -> F:
             raise
         except MigrateError as exc:
             if debug:
-                raise
+                traceback.print_exc(file=sys.stderr)
             from migrator.cli import render
 
             render.error(exc)
@@ -89,9 +92,10 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(130) from None
         except Exception as exc:
             if debug:
-                raise
+                traceback.print_exc(file=sys.stderr)
             typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-            typer.echo("fix: rerun with --debug for the traceback and report it", err=True)
+            typer.echo("fix: report it with the traceback" if debug else
+                       "fix: rerun with --debug for the traceback and report it", err=True)
             raise typer.Exit(3) from None
 
     return wrapper  # type: ignore[return-value]
@@ -328,10 +332,12 @@ def preflight(
 
 def _mount_subcommands() -> None:
     from migrator.cli.demo import demo
+    from migrator.cli.guard_cmd import guard
     from migrator.cli.sim_cmd import sim_app
 
     app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
     app.command("demo")(handles_errors(demo))
+    app.command("guard")(handles_errors(guard))
 
 
 _mount_subcommands()

@@ -13,7 +13,7 @@ from typing import Any
 
 from migrator.model import objects as o
 from migrator.model.gates import GateResult, service_selects
-from migrator.model.selectors import from_label_selector
+from migrator.model.selectors import NOTHING, Selector, SelectorError, from_label_selector
 from migrator.model.snapshot import PodView, Snapshot
 
 Obj = dict[str, Any]
@@ -38,13 +38,23 @@ def _sm_selects_namespace(sm: Obj, namespace: str) -> bool:
     return o.meta(sm).get("namespace") == namespace
 
 
+def _sm_selector(sm: Obj) -> Selector:
+    """`spec.selector` is a LabelSelector value, not a pointer, in prometheus-operator: absent
+    means empty, which selects every Service. One Kubernetes would reject selects nothing (the
+    operator skips that ServiceMonitor)."""
+    try:
+        return from_label_selector(o.dig(sm, "spec", "selector") or {})
+    except SelectorError:
+        return NOTHING
+
+
 def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:
     """ServiceMonitors whose namespaceSelector and selector match the Service."""
     out = []
     for sm in snapshot.service_monitors:
         if not _sm_selects_namespace(sm, snapshot.namespace):
             continue
-        if from_label_selector(o.dig(sm, "spec", "selector")).matches(o.labels(service)):
+        if _sm_selector(sm).matches(o.labels(service)):
             out.append(sm)
     return out
 

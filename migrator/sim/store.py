@@ -207,14 +207,26 @@ class Store:
                 out.append(obj)
             return out, self._rv
 
+    def horizon(self) -> int:
+        """The oldest resourceVersion the event log still reaches back from: a watch or a
+        continue token from an older one is answered 410 Expired. The log keeps the last
+        `event_log_size` events (`sim serve --watch-window`), as the real watch cache keeps a
+        bounded window (`apiserver/pkg/storage/cacher/watch_cache.go`, `oldest-1`)."""
+        with self.lock:
+            oldest = self._events[0].resource_version if self._events else self._rv + 1
+            return oldest - 1
+
+    def expired(self, resource_version: int) -> bool:
+        """True when `resource_version` is older than the window (see `horizon`)."""
+        return resource_version < self.horizon()
+
     def events_since(self, resource_version: int) -> builtins.list[Event] | None:
         """Events after `resource_version`, or None when the log no longer reaches back that far
         (the caller answers 410 Gone, as the real server does for a compacted revision)."""
         with self.lock:
             if resource_version >= self._rv:
                 return []
-            oldest = self._events[0].resource_version if self._events else self._rv + 1
-            if resource_version + 1 < oldest:
+            if resource_version < self.horizon():
                 return None
             # Scan from the newest end: watchers usually ask for the last few events only.
             newer = [e for e in itertools.takewhile(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from migrator.model import kinds
+from migrator.model.gates import rollout_complete
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -45,6 +46,10 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
         env.sim.wait_for(lambda: DCGM not in env.ds("nvidia-dcgm-dra")["metadata"]["labels"], 30)
         env.sim.wait_for(lambda: all(DCGM not in p["metadata"]["labels"]
                                      for p in env.pods("nvidia-dcgm-dra")), 30)
+        # ... and the operator's rollout has finished: phase 1 refuses to start a rollout on a
+        # DaemonSet that is still rolling (its last new pod may not be Ready yet).
+        env.sim.wait_for(lambda: all(rollout_complete(env.ds(n)).ok for n in (
+            "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
         bad = env.cli("verify", "-o", "json")
         assert bad.code == 1, bad.stdout
         details = " ".join(g["detail"] for p in bad.json()["phases"] for g in p["gates"]

@@ -1,6 +1,7 @@
 """An imitation of the GPU Operator's reconcile loop for its DCGM / DCGM Exporter objects.
 
-Off by default; when on, every `period` simulated seconds (and at once when a CR changes) it
+On by default in `sim serve`, `demo` and the e2e suite (`RESYNC_SECONDS`), as on every real
+cluster; when on, every `period` simulated seconds (and at once when a CR changes) it
 renders the desired objects for each CR present (ClusterPolicy and GPUCluster are singletons: the
 oldest of each kind wins, as upstream) and applies them as upstream does
 (controllers/object_controls.go, internal/state/state_skel.go):
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 CR_KINDS = (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
 RECONCILED_KINDS = frozenset({"DaemonSet", "Service", "ResourceClaimTemplate"})
+# The ClusterPolicy controller requeues every 5 s while a state is not ready
+# (controllers/clusterpolicy_controller.go: `ctrl.Result{RequeueAfter: time.Second * 5}`); a
+# hand edit of an object it owns is reverted within that. Simulated seconds.
+RESYNC_SECONDS = 5.0
 
 
 def _allocated(store: Store, excluding_uid: str = "") -> allocation.Allocated:

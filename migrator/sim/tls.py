@@ -6,22 +6,28 @@ information if we are secure", `isConfigTransportTLS`). Over the sim's plain-HTT
 therefore always arrives without a token; over this listener it runs as the kubeconfig's
 identity, and `--as`/`--as-group` impersonation headers reach the server.
 
-The certificate is self-signed for 127.0.0.1/localhost, made with the `openssl` command (no
-Python crypto dependency) in the caller's directory; kubeconfigs carry it as
+The certificate is self-signed for 127.0.0.1/localhost, made in the caller's directory with the
+`cryptography` package when it is installed (the `test` extra brings it), else with the
+`openssl` command, so neither is a hard dependency of the tool; kubeconfigs carry it as
 `certificate-authority-data`, so clients verify the server as they would a real cluster's.
 """
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import shutil
 import ssl
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+SUBJECT = "dcgm-migrate-sim"
+VALID_DAYS = 3650
+
 
 class TLSUnavailable(RuntimeError):
-    """The certificate cannot be made (no `openssl` on PATH, or it failed)."""
+    """The certificate cannot be made (neither `cryptography` nor `openssl`, or it failed)."""
 
 
 @dataclass(frozen=True)
@@ -43,19 +49,52 @@ class Certificate:
 
 def make_certificate(directory: Path) -> Certificate:
     """A fresh self-signed P-256 certificate for 127.0.0.1 and localhost, valid ten years."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise TLSUnavailable("the `openssl` command is needed for the sim's TLS listener")
     directory.mkdir(parents=True, exist_ok=True)
     cert, key = directory / "sim-tls.crt", directory / "sim-tls.key"
+    try:
+        _with_cryptography(cert, key)
+    except ImportError:
+        _with_openssl(cert, key)
+    key.chmod(0o600)
+    return Certificate(cert, key)
+
+
+def _with_cryptography(cert: Path, key: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SUBJECT)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(private.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+        .add_extension(x509.SubjectAlternativeName([
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(private, hashes.SHA256()))
+    key.write_bytes(private.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+
+
+def _with_openssl(cert: Path, key: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise TLSUnavailable("the sim's TLS listener needs the `cryptography` package "
+                             "(pip install cryptography) or the `openssl` command")
     result = subprocess.run(
         [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "3650",
-         "-subj", "/CN=dcgm-migrate-sim",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", str(VALID_DAYS),
+         "-subj", f"/CN={SUBJECT}",
          "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
         capture_output=True, text=True, check=False, timeout=30)
     if result.returncode != 0:
         raise TLSUnavailable(f"openssl could not make the sim's certificate: "
                              f"{result.stderr.strip()}")
-    key.chmod(0o600)
-    return Certificate(cert, key)

@@ -2,8 +2,9 @@
 service account — token and CA files, KUBERNETES_SERVICE_HOST/PORT — over TLS, as in a Job.
 
 The simulated API server speaks plain HTTP, so a small TLS terminator with a throwaway
-self-signed certificate (made by `openssl`, serving as its own CA) stands in front of it; only
-the service-account file locations are redirected (a test cannot write /var/run/secrets)."""
+self-signed certificate (the sim's own, `migrator.sim.tls`, serving as its own CA) stands in
+front of it; only the service-account file locations are redirected (a test cannot write
+/var/run/secrets)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import select
 import shutil
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,9 +25,8 @@ from migrator.cli.app import app
 from migrator.kube.config import resolve_source
 from migrator.sim.cluster import SimCluster
 from migrator.sim.server import ADMIN_TOKEN
+from migrator.sim.tls import make_certificate
 from tests.helpers.cli import validate
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
 
 
 class TlsTerminator:
@@ -88,12 +87,8 @@ class TlsTerminator:
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed serving certificate for 127.0.0.1 (it is its own CA)."""
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "ca.crt", where / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    made = make_certificate(tmp_path_factory.mktemp("tls"))
+    cert, key = made.cert, made.key
     return cert, key
 
 

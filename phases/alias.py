@@ -82,11 +82,40 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
             "ownership of the stable names belongs to the operator")
 
 
+def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
+    """Why a Service that holds an alias name is about to go away by itself: its controlling
+    operator CR is deleted (or being deleted), so garbage collection removes it — the moment
+    of a ClusterPolicy → GPUCluster change. None if it stays."""
+    ref = o.controller_owner(live)
+    if not ref or ref.get("kind") not in ("ClusterPolicy", "GPUCluster"):
+        return None
+    crs = ctx.snapshot.cluster_policies if ref["kind"] == "ClusterPolicy" else \
+        ctx.snapshot.gpu_clusters
+    owner = next((c for c in crs if o.meta(c).get("uid") == ref.get("uid")), None)
+    if owner is not None and not o.meta(owner).get("deletionTimestamp"):
+        return None
+    return (f"Service/{o.name(live)} belongs to {ref['kind']}/{ref.get('name')}, which is "
+            "deleted: garbage collection removes it, and the alias is created as soon as it "
+            "is gone")
+
+
+def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
+    """alias-name-free: free, already the tool's, or about to be freed (the runner waits)."""
+    name = f"alias-name-free/{alias}"
+    taken = _taken_by(ctx, alias, source)
+    live = ctx.service(alias)
+    leaving = _leaving(ctx, live) if taken and live is not None else None
+    if leaving:
+        return GateResult(name, False, leaving, wait=True)
+    return GateResult(name, taken is None, taken or "free or already the tool's")
+
+
 def plan(ctx: PlanContext) -> PhasePlan:
     steps: list[Step] = []
     gates: list[GateResult] = []
     notes: list[str] = []
     blocked = None
+    checks: list[Step] = []
     owner = ctx.snapshot.gpu_clusters[0] if ctx.snapshot.gpu_clusters else None
     comps = _candidates(ctx)
     if not comps:
@@ -99,15 +128,18 @@ def plan(ctx: PlanContext) -> PhasePlan:
         if source is None:
             notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
             continue
-        taken = _taken_by(ctx, comp.alias, comp.service)
-        gates.append(GateResult(f"alias-name-free/{comp.alias}", taken is None,
-                                taken or "free or already the tool's"))
-        if taken:
-            blocked = blocked or taken
+        free = _name_gate(ctx, comp.alias, comp.service)
+        if free.wait:  # about to be freed: shown as passing, the runner waits before writing
+            notes.append(free.detail)
+            free = GateResult(free.name, True, free.detail)
+        gates.append(free)
+        if not free.ok:
+            blocked = blocked or free.detail
             continue
         step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, owner))
         if step.satisfied(ctx.service(comp.alias)):
             notes.append(f"Service/{comp.alias} already exists as the tool's alias")
+            checks.append(step)
             continue
         steps.append(step)
         what_if = monitoring.with_service(what_if, step.body)
@@ -117,14 +149,12 @@ def plan(ctx: PlanContext) -> PhasePlan:
     guarded = [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
                if ctx.service(c.service)]
     return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), (), tuple(notes), blocked,
-                     tuple(guarded))
+                     tuple(guarded), checks=tuple(checks))
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if isinstance(step, CreateAlias):
-        taken = _taken_by(ctx, step.service, step.source)
-        out = [GateResult(f"alias-name-free/{step.service}", taken is None,
-                          taken or "free or already the tool's")]
+        out = [_name_gate(ctx, step.service, step.source)]
         what_if = monitoring.with_service(ctx.snapshot, step.body)
         out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
                                              before=ctx.snapshot))
@@ -165,6 +195,28 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                      if k in want and _ports(spec.get(k)) != _ports(want[k])]
             out.append(GateResult(name, not wrong, f"differs from the source in {', '.join(wrong)}"
                                   if wrong else f"alias of {step.source}"))
+    return out + stable_names(ctx)
+
+
+def stable_names(ctx: PlanContext) -> list[GateResult]:
+    """Every stable name the stack running *now* needs (its alias, or for the legacy stack its
+    own Service) exists and selects ready pods, whatever the state recorded: after a stack
+    change the recorded steps describe the old stack, not what consumers resolve today."""
+    out = []
+    seen = set()
+    for comp in ctx.components:
+        stable = comp.alias or comp.service
+        if stable in seen or comp.daemonset not in ctx.snapshot.daemonsets:
+            continue
+        seen.add(stable)
+        label = comp.common_label.key
+        result = g.serves(ctx.snapshot, stable, ctx.daemonsets_with_label(label),
+                          gate="stable-name")
+        if ctx.service(stable) is None and comp.alias:
+            result = GateResult(result.name, False, f"Service/{stable} does not exist: the "
+                                f"{comp.stack} stack needs it as the alias of {comp.service} "
+                                "(a stack change?); `apply --phase 2` creates it")
+        out.append(result)
     return out
 
 
@@ -176,14 +228,16 @@ def _ports(value: Any) -> Any:
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
     inverse: list[Step] = []
-    notes = []
+    warnings = []
     for step in reversed(steps):
         if isinstance(step, CreateAlias):
             live = ctx.service(step.service)
             if live is None:
                 continue
             if _taken_by(ctx, step.service, step.source):
-                notes.append(f"Service/{step.service} is no longer the tool's; left in place")
+                owner = ctx.operator_owner(live) or "without the dcgm-migrate marker"
+                warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
+                                f"{owner}); left in place, skipped")
                 continue
             inverse.append(step.inverse())
-    return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), tuple(notes))
+    return PhasePlan(NUMBER, NAME, tuple(inverse), (), tuple(warnings))

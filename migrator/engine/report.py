@@ -75,6 +75,14 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                         f"exporter pods, e.g. {tool_dups[0]}")
     if drift_risk and found.components:
         warnings.append(DRIFT_RISK)
+    if state is not None and state.stack_changed(found.stack):
+        change = (f"the GPU Operator stack changed from {state.stack} (recorded) to "
+                  f"{found.stack}: the completed phases were planned for {state.stack}; "
+                  f"`dcgm-migrate apply --phase 3` re-plans them for {found.stack} "
+                  "(docs/runbook.md, 'Changing stack')")
+        warnings.insert(0, change)
+        first = next(v for v in views if v["status"] == "completed")
+        first["gates"].insert(0, {"name": "stack-unchanged", "ok": False, "detail": change})
     return {
         "stack": found.stack,
         "namespace": snapshot.namespace,

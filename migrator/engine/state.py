@@ -83,6 +83,11 @@ class State:
     def phase(self, number: int) -> PhaseRecord:
         return self.phases[number]
 
+    def stack_changed(self, live: str) -> bool:
+        """The stack running now is not the one the completed phases were planned for."""
+        completed = any(p.status == "completed" for p in self.phases.values())
+        return completed and self.stack not in ("none", live) and live != "none"
+
     def log(self, event: str, **details: Any) -> None:
         self.history.append({"at": utcnow(), "event": event, **details})
         del self.history[:-HISTORY_LIMIT]

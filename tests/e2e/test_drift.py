@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
@@ -19,6 +20,13 @@ def _edit_cr(env: E2E) -> None:
     cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
     cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
     env.sim.store.update(kinds.GPU_CLUSTER, cr)
+
+
+def _rolled_out(ds: dict[str, Any]) -> bool:
+    st = ds.get("status") or {}
+    want = st.get("desiredNumberScheduled")
+    return bool(st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+                and st.get("updatedNumberScheduled") == want == st.get("numberAvailable"))
 
 
 def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
@@ -37,6 +45,10 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
         env.sim.wait_for(lambda: DCGM not in env.ds("nvidia-dcgm-dra")["metadata"]["labels"], 30)
         env.sim.wait_for(lambda: all(DCGM not in p["metadata"]["labels"]
                                      for p in env.pods("nvidia-dcgm-dra")), 30)
+        # the operator's own rollout ends before the SRE runs the tool (phase 1's pre-gate
+        # wants a healthy DaemonSet)
+        env.sim.wait_for(lambda: all(_rolled_out(env.ds(n)) for n in (
+            "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
         bad = env.cli("verify", "-o", "json")
         assert bad.code == 1, bad.stdout
         details = " ".join(g["detail"] for p in bad.json()["phases"] for g in p["gates"]
@@ -56,7 +68,8 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
 
 def test_operator_reverts_a_switched_operator_owned_service(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("clusterpolicy", operator_reconcile_seconds=1.0)
+    # a period longer than the run: the revert comes after apply's final report
+    env = e2e_factory("clusterpolicy", operator_reconcile_seconds=150.0)
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                   "--include-operator-owned", "-o", "json")
     assert res.code == 0, res.stderr

@@ -11,6 +11,7 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import monitoring
 from migrator.model import objects as o
+from migrator.model.discovery import collected
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
@@ -83,20 +84,13 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
 
 
 def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
-    """Why a Service that holds an alias name is about to go away by itself: its controlling
-    operator CR is deleted (or being deleted), so garbage collection removes it — the moment
-    of a ClusterPolicy → GPUCluster change. None if it stays."""
-    ref = o.controller_owner(live)
-    if not ref or ref.get("kind") not in ("ClusterPolicy", "GPUCluster"):
+    """Why a Service holding an alias name is about to go away by itself (its operator CR was
+    deleted: the moment of a ClusterPolicy → GPUCluster change), or None if it stays."""
+    owner = collected(ctx.snapshot, live)
+    if owner is None:
         return None
-    crs = ctx.snapshot.cluster_policies if ref["kind"] == "ClusterPolicy" else \
-        ctx.snapshot.gpu_clusters
-    owner = next((c for c in crs if o.meta(c).get("uid") == ref.get("uid")), None)
-    if owner is not None and not o.meta(owner).get("deletionTimestamp"):
-        return None
-    return (f"Service/{o.name(live)} belongs to {ref['kind']}/{ref.get('name')}, which is "
-            "deleted: garbage collection removes it, and the alias is created as soon as it "
-            "is gone")
+    return (f"Service/{o.name(live)} belongs to {owner}, which is deleted: garbage collection "
+            "removes it, and the alias is created as soon as it is gone")
 
 
 def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
@@ -212,7 +206,12 @@ def stable_names(ctx: PlanContext) -> list[GateResult]:
         label = comp.common_label.key
         result = g.serves(ctx.snapshot, stable, ctx.daemonsets_with_label(label),
                           gate="stable-name")
-        if ctx.service(stable) is None and comp.alias:
+        live = ctx.service(stable)
+        leaving = _leaving(ctx, live) if live is not None else None
+        if leaving and comp.alias:
+            result = GateResult(result.name, False, f"{leaving}; `apply --phase 2` waits for "
+                                "that and creates it")
+        elif live is None and comp.alias:
             result = GateResult(result.name, False, f"Service/{stable} does not exist: the "
                                 f"{comp.stack} stack needs it as the alias of {comp.service} "
                                 "(a stack change?); `apply --phase 2` creates it")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import phases
+from migrator.engine.runner import reasked
 from migrator.engine.state import State
 from migrator.model import monitoring
 from migrator.model.discovery import Discovery, discover
@@ -41,7 +42,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         ctx = PlanContext(projected, catalog, found.components, options,
                           rec.recorded() if rec and status in ("in-progress", "failed") else {})
         if status == "completed" and rec is not None:
-            gates = module.verify(ctx, rec.done_steps())
+            gates = module.verify(ctx, rec.done_steps()) + reasked(rec, options)
             warnings.extend(module.plan(ctx).warnings)  # e.g. operator-owned, still true
             views.append(_view(module.NUMBER, module.NAME, status, [], gates, [], rec.error))
             continue

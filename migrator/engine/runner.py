@@ -164,7 +164,8 @@ class Runner:
             module = phases.by_number(number)
             rec = self.state.phase(number)
             if rec.status == "completed":
-                drift = _failed(module.verify(self._context(snap), rec.done_steps()))
+                drift = _failed(module.verify(self._context(snap), rec.done_steps())
+                                + reasked(rec, self.settings.options))
                 if not drift and not changed:
                     self.listener.phase(PhaseEvent(number, module.NAME, "completed",
                                                    message="still holds"))
@@ -472,6 +473,16 @@ class Runner:
         remaining = self.settings.settle - max(0.0, elapsed)
         if remaining > 0:
             self.waiter.settle(remaining, self.listener.settle)
+
+
+def reasked(rec: PhaseRecord, options: Options) -> list[GateResult]:
+    """With --include-operator-owned, switches recorded as reverted by the operator are asked
+    for again: each is a failed gate, so the phase re-runs (and a report shows why)."""
+    if not options.include_operator_owned:
+        return []
+    return [GateResult(f"selector-holds/{s.object.split('/')[-1]}", False,
+                       f"{s.object} was reverted by its operator; --include-operator-owned "
+                       "switches it again") for s in rec.reverted_steps()]
 
 
 def _hint_for(step: Step, rollback: bool) -> str:

@@ -59,6 +59,11 @@ class PhaseRecord:
         """Steps that were written (or may have been: intent without done), oldest first."""
         return [from_record(r.step) for r in self.steps if r.status in ("intent", "done")]
 
+    def reverted_steps(self) -> list[Step]:
+        """Operator-owned switches the operator reverted and a run without
+        --include-operator-owned recorded as such (see model/retiring.py)."""
+        return [from_record(r.step) for r in self.steps if r.status == "reverted"]
+
     def mark(self, step: Step, status: str, *, undo: bool = False) -> None:
         records = self.undo if undo else self.steps
         for r in records:

@@ -10,6 +10,7 @@ record, no longer verified or rolled back.
 
 from __future__ import annotations
 
+from migrator.model.discovery import collected
 from migrator.model.planning import PlanContext
 from migrator.model.steps import RollPods, SetLabels, SetSelector, Step
 
@@ -23,9 +24,11 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
         live = ctx.snapshot.daemonsets.get(step.daemonset)
     else:
         live = ctx.service(step.service)
-    if live is None:
-        return GONE, (f"{step.object} no longer exists (deleted, or its stack was removed): "
-                      "its recorded step is retired, nothing is left to verify or roll back")
+    owner = collected(ctx.snapshot, live) if live is not None else None
+    if live is None or owner:
+        why = f"its {owner} was deleted" if owner else "deleted, or its stack was removed"
+        return GONE, (f"{step.object} no longer exists ({why}): its recorded step is retired, "
+                      "nothing is left to verify or roll back")
     if (isinstance(step, SetSelector) and step.operator_owned and not step.satisfied(live)
             and not ctx.options.include_operator_owned):
         owner = ctx.operator_owner(live) or "its operator"

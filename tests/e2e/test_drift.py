@@ -23,10 +23,10 @@ def _edit_cr(env: E2E) -> None:
 
 
 def _rolled_out(ds: dict[str, Any]) -> bool:
-    st = ds.get("status") or {}
-    want = st.get("desiredNumberScheduled")
+    st = ds.get("status") or {}  # zero counters are omitted, as upstream's omitempty
+    want = st.get("desiredNumberScheduled", 0)
     return bool(st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
-                and st.get("updatedNumberScheduled") == want == st.get("numberAvailable"))
+                and st.get("updatedNumberScheduled", 0) == want == st.get("numberAvailable", 0))
 
 
 def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(

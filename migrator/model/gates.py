@@ -184,8 +184,8 @@ def service_selects(service: Obj, labels: Mapping[str, str]) -> bool:
     return bool(sel) and all(labels.get(k) == v for k, v in sel.items())
 
 
-def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str],
-           gate: str = "serves") -> GateResult:
+def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
+           gate: str) -> GateResult:
     """The Service exists and selects ready pods, or none is expected: zero desired pods (no
     node labelled for these DaemonSets) is a legitimate, ready steady state (fixtures README),
     so an empty Service then passes, with that reason in the detail."""

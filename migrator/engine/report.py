@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import phases
-from migrator.engine.runner import reasked
 from migrator.engine.state import State
 from migrator.model import monitoring
 from migrator.model.discovery import Discovery, discover
 from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.retiring import reasked
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import CreateAlias, SetLabels
@@ -42,7 +42,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         ctx = PlanContext(projected, catalog, found.components, options,
                           rec.recorded() if rec and status in ("in-progress", "failed") else {})
         if status == "completed" and rec is not None:
-            gates = module.verify(ctx, rec.done_steps()) + reasked(rec, options)
+            gates = module.verify(ctx, rec.done_steps()) + reasked(rec.reverted_steps(), options)
             warnings.extend(module.plan(ctx).warnings)  # e.g. operator-owned, still true
             views.append(_view(module.NUMBER, module.NAME, status, [], gates, [], rec.error))
             continue

@@ -34,7 +34,7 @@ from migrator.model import objects as o
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
-from migrator.model.retiring import retired
+from migrator.model.retiring import reasked, retired
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import (
@@ -165,7 +165,7 @@ class Runner:
             rec = self.state.phase(number)
             if rec.status == "completed":
                 drift = _failed(module.verify(self._context(snap), rec.done_steps())
-                                + reasked(rec, self.settings.options))
+                                + reasked(rec.reverted_steps(), self.settings.options))
                 if not drift and not changed:
                     self.listener.phase(PhaseEvent(number, module.NAME, "completed",
                                                    message="still holds"))
@@ -473,16 +473,6 @@ class Runner:
         remaining = self.settings.settle - max(0.0, elapsed)
         if remaining > 0:
             self.waiter.settle(remaining, self.listener.settle)
-
-
-def reasked(rec: PhaseRecord, options: Options) -> list[GateResult]:
-    """With --include-operator-owned, switches recorded as reverted by the operator are asked
-    for again: each is a failed gate, so the phase re-runs (and a report shows why)."""
-    if not options.include_operator_owned:
-        return []
-    return [GateResult(f"selector-holds/{s.object.split('/')[-1]}", False,
-                       f"{s.object} was reverted by its operator; --include-operator-owned "
-                       "switches it again") for s in rec.reverted_steps()]
 
 
 def _hint_for(step: Step, rollback: bool) -> str:

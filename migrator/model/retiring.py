@@ -10,8 +10,11 @@ record, no longer verified or rolled back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from migrator.model.discovery import collected
-from migrator.model.planning import PlanContext
+from migrator.model.gates import GateResult
+from migrator.model.planning import Options, PlanContext
 from migrator.model.steps import RollPods, SetLabels, SetSelector, Step
 
 GONE = "gone"  # the object no longer exists
@@ -26,9 +29,10 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
         live = ctx.service(step.service)
     owner = collected(ctx.snapshot, live) if live is not None else None
     if live is None or owner:
-        why = f"its {owner} was deleted" if owner else "deleted, or its stack was removed"
-        return GONE, (f"{step.object} no longer exists ({why}): its recorded step is retired, "
-                      "nothing is left to verify or roll back")
+        why = (f"is being garbage-collected: its {owner} was deleted" if owner else
+               "no longer exists: deleted, or its stack was removed")
+        return GONE, (f"{step.object} {why}; its recorded step is retired, nothing is left to "
+                      "verify or roll back")
     if (isinstance(step, SetSelector) and step.operator_owned and not step.satisfied(live)
             and not ctx.options.include_operator_owned):
         owner = ctx.operator_owner(live) or "its operator"
@@ -36,3 +40,13 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
                           "--include-operator-owned; recorded as reverted by the operator "
                           "(run apply with --include-operator-owned to switch it again)")
     return None
+
+
+def reasked(reverted: Sequence[Step], options: Options) -> list[GateResult]:
+    """With --include-operator-owned, switches recorded as reverted by the operator are asked
+    for again: each is a failed gate, so the phase re-runs (and the report shows why)."""
+    if not options.include_operator_owned:
+        return []
+    return [GateResult(f"selector-holds/{s.service}", False, f"{s.object} was reverted by its "
+                       "operator; --include-operator-owned switches it again")
+            for s in reverted if isinstance(s, SetSelector)]

@@ -200,8 +200,8 @@ def stable_names(ctx: PlanContext) -> list[GateResult]:
     seen = set()
     for comp in ctx.components:
         stable = comp.alias or comp.service
-        if stable in seen or comp.daemonset not in ctx.snapshot.daemonsets:
-            continue
+        if stable in seen or ctx.service(comp.service) is None:
+            continue  # no source Service: nothing to alias (plan notes it), nothing to check
         seen.add(stable)
         label = comp.common_label.key
         result = g.serves(ctx.snapshot, stable, ctx.daemonsets_with_label(label),

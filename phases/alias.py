@@ -20,12 +20,37 @@ from migrator.model.steps import CreateAlias, DeleteAlias, Step
 NUMBER = 2
 NAME = "alias"
 
-# The supported Service configuration an alias copies; never API-assigned fields
-# (clusterIP(s), nodePort, healthCheckNodePort).
+# Every core/v1 ServiceSpec field, and what an alias does with it (the table-driven test in
+# tests/planning/test_alias_fields.py holds this list against the API's field list).
+# Copied: the source's configuration, so the alias is reachable exactly as the source is (a
+# LoadBalancer alias keeps its class, source ranges and node-port allocation; dropping them would
+# publish an internal Service). Never copied: what the API server assigns (clusterIP(s),
+# healthCheckNodePort, each port's nodePort) and what only one Service may hold (externalIPs,
+# the requested loadBalancerIP: a second claimant conflicts with the source). Replaced: the
+# selector (the DRA app label). externalName: an alias selects pods, so never an ExternalName.
 COPIED_SPEC_FIELDS = ("type", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinity",
                       "sessionAffinityConfig", "ipFamilyPolicy", "ipFamilies",
-                      "publishNotReadyAddresses")
+                      "publishNotReadyAddresses", "allocateLoadBalancerNodePorts",
+                      "loadBalancerClass", "loadBalancerSourceRanges", "trafficDistribution")
+NEVER_COPIED_SPEC_FIELDS = ("clusterIP", "clusterIPs", "healthCheckNodePort", "externalIPs",
+                            "loadBalancerIP", "externalName")
 COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
+
+# Source annotations an alias does not copy: the scrape annotation (SPEC §4: the source keeps
+# the one annotation-discovery path the operator renders; a copy would scrape every exporter pod
+# twice), the tool's own markers, and other tools' bookkeeping that would make them treat the
+# alias as theirs (kubectl apply's base, Helm release ownership, Argo CD tracking, the operator's
+# hashes).
+SCRAPE_ANNOTATION = "prometheus.io/scrape"
+NOT_COPIED_ANNOTATION_PREFIXES = ("dcgm-migrate/", "kubectl.kubernetes.io/last-applied-",
+                                  "meta.helm.sh/", "argocd.argoproj.io/", "nvidia.com/")
+
+
+def copied_annotations(source: Mapping[str, Any]) -> dict[str, str]:
+    """The source's annotations an alias carries too (e.g. a cloud's internal-load-balancer
+    annotation, without which the alias's load balancer would be public)."""
+    return {k: v for k, v in o.annotations_of(source).items()
+            if k != SCRAPE_ANNOTATION and not k.startswith(NOT_COPIED_ANNOTATION_PREFIXES)}
 
 
 def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
@@ -47,7 +72,7 @@ def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
         "namespace": ctx.snapshot.namespace,
         "labels": {common.managed_by.key: common.managed_by.value,
                    "app.kubernetes.io/name": comp.alias},
-        "annotations": {common.alias_of_annotation: comp.service},
+        "annotations": {**copied_annotations(source), common.alias_of_annotation: comp.service},
     }
     if owner is not None:
         meta["ownerReferences"] = [{
@@ -185,8 +210,11 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         else:
             want = step.body["spec"]
             spec = live.get("spec") or {}
-            wrong = [k for k in ("ports", "internalTrafficPolicy", "type")
+            wrong = [k for k in ("ports", *COPIED_SPEC_FIELDS)
                      if k in want and _ports(spec.get(k)) != _ports(want[k])]
+            ann = o.annotations_of(live)
+            wrong += [f"annotation {k}" for k, v in o.annotations_of(step.body).items()
+                      if ann.get(k) != v]
             out.append(GateResult(name, not wrong, f"differs from the source in {', '.join(wrong)}"
                                   if wrong else f"alias of {step.source}"))
     return out + stable_names(ctx)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import phases
 from migrator.engine import executor
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import (
     EndpointProgress,
@@ -26,7 +27,7 @@ from migrator.engine.progress import (
     StepEvent,
 )
 from migrator.engine.state import PhaseRecord, State, utcnow
-from migrator.engine.waiting import Clock, Waiter
+from migrator.engine.waiting import Waiter
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -96,7 +97,7 @@ class Runner:
         self._save = save
         self.settings = settings or RunSettings()
         self.listener = listener or Quiet()
-        self.clock = clock or Clock()
+        self.clock: Clock = clock or SystemClock()
         self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
         self.result = RunResult()
         self._seen: tuple[Snapshot, float] | None = None  # newest read, no write since
@@ -109,7 +110,7 @@ class Runner:
 
     def recent_snapshot(self) -> Snapshot:
         """The newest read if it is recent and nothing was written since, else a fresh one."""
-        if self._seen is not None and self.clock.now() - self._seen[1] <= REUSE_SECONDS:
+        if self._seen is not None and self.clock.monotonic() - self._seen[1] <= REUSE_SECONDS:
             return self._seen[0]
         return self.snapshot()
 
@@ -119,7 +120,7 @@ class Runner:
 
     def _remember(self, snap: Snapshot, read_at: float | None = None) -> Snapshot:
         """Note a read; `read_at` is when its oldest part (reused pods) was read."""
-        now = self.clock.now()
+        now = self.clock.monotonic()
         self._seen = (snap, now if read_at is None else read_at)
         if read_at is None:
             self._pods = (snap.pods, now)
@@ -140,7 +141,7 @@ class Runner:
         REUSE_SECONDS with no pod-moving write since (a gate check after a Service write)."""
         names = [c.daemonset for c in self.catalog.components]
         if (recent_pods and self._pods is not None
-                and self.clock.now() - self._pods[1] <= REUSE_SECONDS):
+                and self.clock.monotonic() - self._pods[1] <= REUSE_SECONDS):
             pods, read_at = self._pods
             return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names,
                                          pods=pods), read_at)
@@ -196,8 +197,8 @@ class Runner:
                 self._warn(f"phase {rec.number} rollback: {warning}")
         else:
             self._retire(ctx, plan, rec)
-        if plan.blocked:
-            self._fail(rec, plan.blocked, "nothing was written; docs/runbook.md explains this "
+        if plan.refusal:
+            self._fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
                        "gate and what to do")
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
@@ -321,7 +322,7 @@ class Runner:
         """Pre-gates that heal by themselves (an old Service garbage collection is removing):
         wait for them on Service events, within --timeout, then write at once."""
         self.listener.message(f"waiting: {_describe(pre)}")
-        deadline = self.clock.now() + self.settings.timeout
+        deadline = self.clock.monotonic() + self.settings.timeout
 
         def check() -> list[GateResult]:
             return list(module.before_write(self._context(self._fresh(base)), step))
@@ -336,7 +337,7 @@ class Runner:
         supplies only what a step never changes: the CRs, ServiceMonitors and update
         strategy; every gate check reads the DaemonSets, Services and endpoints afresh, and
         the pods too unless the step is a Service write (see REUSE_SECONDS)."""
-        deadline = self.clock.now() + self.settings.timeout
+        deadline = self.clock.monotonic() + self.settings.timeout
         base_snap = base or self.recent_snapshot()
         ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None
         if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
@@ -427,7 +428,7 @@ class Runner:
             executor.delete_pod(self.kube, self.namespace, pod.name, pod.uid)
             self.result.writes += 1
             self.listener.step(StepEvent(rec.number, step, "writing"))
-            deadline = self.clock.now() + self.settings.timeout
+            deadline = self.clock.monotonic() + self.settings.timeout
 
             def node_back(node: str = pod.node, snap: Snapshot = snap,
                           want: dict[str, str | None] = want) -> list[GateResult]:
@@ -469,7 +470,7 @@ class Runner:
         if rec.status != "rolled-back" or not rec.finished or self.dry_run:
             return
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        elapsed = (datetime.now(UTC) - finished).total_seconds()
+        elapsed = (self.clock.now() - finished).total_seconds()
         remaining = self.settings.settle - max(0.0, elapsed)
         if remaining > 0:
             self.waiter.settle(remaining, self.listener.settle)
@@ -477,7 +478,7 @@ class Runner:
 
 def _hint_for(step: Step, rollback: bool) -> str:
     if isinstance(step, CreateAlias):
-        return "see docs/runbook.md, 'coexistence'; nothing was written"
+        return "see docs/runbook.md, 'coexistence'"
     if isinstance(step, SetSelector):
         return ("wait until every pod carries the common label (phase 1 rollout), then rerun"
                 if not rollback else "fix the pods the old selector needs, then rerun")

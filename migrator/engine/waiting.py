@@ -7,11 +7,11 @@ Time is injectable so tests of timeouts take no real time.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import APIError
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -25,16 +25,10 @@ Obj = dict[str, Any]
 
 
 @dataclass
-class Clock:
-    now: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
-
-
-@dataclass
 class Waiter:
     kube: Kube
     namespace: str
-    clock: Clock = field(default_factory=Clock)
+    clock: Clock = field(default_factory=SystemClock)
     heartbeat: Callable[[], None] = lambda: None
     recheck_min: float = 0.05
     recheck_max: float = 1.0
@@ -69,7 +63,7 @@ class Waiter:
             report(ds)
             if rollout_complete(ds).ok:
                 return ds
-            remaining = deadline - self.clock.now()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return None
             latest: dict[str, Obj] = {}
@@ -81,7 +75,7 @@ class Waiter:
                     self.heartbeat()
                     if rollout_complete(obj).ok:
                         return False
-                return self.clock.now() < deadline
+                return self.clock.monotonic() < deadline
 
             self._wake(kinds.DAEMONSET, str(o.meta(ds).get("resourceVersion", "")),
                        min(remaining, 30.0), field_selector=f"metadata.name={daemonset}",
@@ -102,17 +96,17 @@ class Waiter:
             results = check()
             if all(r.ok for r in results) or (fatal is not None and fatal(results)):
                 return results
-            remaining = deadline - self.clock.now()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return results
             if not rv:
                 rv = self._list_rv(wake_kind, label_selector)
-            start = self.clock.now()
+            start = self.clock.monotonic()
             rv = self._wake(wake_kind, rv, min(remaining, delay), label_selector=label_selector)
             # Let a burst of related changes land before re-reading.
-            spent = self.clock.now() - start
+            spent = self.clock.monotonic() - start
             if spent < delay:
-                self.clock.sleep(min(delay - spent, max(0.0, deadline - self.clock.now()),
+                self.clock.sleep(min(delay - spent, max(0.0, deadline - self.clock.monotonic()),
                                      self.recheck_min))
             delay = min(delay * 2, self.recheck_max)
 
@@ -123,9 +117,9 @@ class Waiter:
 
     def settle(self, seconds: float, report: Callable[[float], None]) -> None:
         """Give kube-proxy time to program a selector change everywhere (a countdown)."""
-        end = self.clock.now() + seconds
+        end = self.clock.monotonic() + seconds
         while True:
-            left = end - self.clock.now()
+            left = end - self.clock.monotonic()
             report(max(0.0, left))
             if left <= 0:
                 return

@@ -67,6 +67,7 @@ CRD = Kind(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     False, ("crd", "crds"), True,
 )
+LEASE = Kind("coordination.k8s.io", "v1", "leases", "Lease", True)
 SELF_SUBJECT_ACCESS_REVIEW = Kind(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
 )
@@ -74,6 +75,7 @@ SELF_SUBJECT_ACCESS_REVIEW = Kind(
 ALL: tuple[Kind, ...] = (
     NAMESPACE, NODE, POD, SERVICE, CONFIGMAP, EVENT, DAEMONSET, CONTROLLER_REVISION,
     ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, CRD, SELF_SUBJECT_ACCESS_REVIEW,
+    LEASE,
 )
 BY_KEY: dict[str, Kind] = {k.key: k for k in ALL}
 BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL}

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.selectors import from_labels
+from migrator.model.selectors import for_service
 
 Obj = dict[str, Any]
 
@@ -125,7 +125,8 @@ class Snapshot:
         return list(self._pods_by_daemonset.get(daemonset, ()))
 
     def pods_matching(self, selector: Mapping[str, str]) -> list[PodView]:
-        sel = from_labels(selector)
+        """The pods a Service with this `spec.selector` picks (none for an empty one)."""
+        sel = for_service(selector)
         return [p for p in self.pods if not p.deleting and sel.matches(p.labels)]
 
     def endpoints_of(self, service: str) -> ServiceEndpoints:

@@ -174,6 +174,7 @@ class SetSelector:
     after: Mapping[str, str]
     local: bool
     operator_owned: bool = False
+    allow_foreign: bool = False  # switched with --allow-foreign-pods (kept in the state)
 
     @property
     def id(self) -> str:

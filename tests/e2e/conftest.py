@@ -3,7 +3,6 @@ running for the whole test (any sample outside the §3 budget fails the test at 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,11 +11,10 @@ import pytest
 
 from migrator.model import kinds
 from migrator.sim.cluster import SimCluster
-from tests.helpers import cli
+from tests.helpers import cli, crash
 from tests.helpers.disruption import DisruptionMonitor
 
 NS = "gpu-operator"
-SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
 
 
 @dataclass
@@ -46,16 +44,8 @@ class E2E:
                 and not p["metadata"].get("deletionTimestamp")]
 
     def objects(self) -> dict[str, Any]:
-        """DaemonSets and Services without server-assigned fields or status, to compare."""
-        out = {}
-        for kind in (kinds.DAEMONSET, kinds.SERVICE):
-            for obj in self.sim.store.list(kind, NS)[0]:
-                o = copy.deepcopy(obj)
-                for f in SERVER_FIELDS:
-                    o["metadata"].pop(f, None)
-                o.pop("status", None)
-                out[f"{kind.kind}/{o['metadata']['name']}"] = o
-        return out
+        """DaemonSets and Services without what every write changes, to compare."""
+        return crash.comparable(self.sim, NS, same_cluster=True)
 
     def state(self) -> dict[str, Any]:
         import json

@@ -55,6 +55,10 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
                            if not g["ok"])
         assert "re-rendered" in details and "GPUCluster" in details, details
 
+        # runbook: wait for the operator's rollout before re-running (phase 1 refuses to write
+        # while a DaemonSet is not rolled out: its plan's rollout-complete gate fails)
+        env.sim.wait_for(lambda: all(_rolled_out(env.ds(n)) for n in (
+            "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
         healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
         assert healed.code == 0, healed.stderr
     assert env.cli("verify").code == 0

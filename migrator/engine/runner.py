@@ -189,14 +189,14 @@ class Runner:
     def _run_phase(self, module: ModuleType, rec: PhaseRecord, snap: Snapshot,
                    *, rollback: bool) -> None:
         resuming = rec.status in ("in-progress", "failed") and not rollback
+        if resuming:
+            self._retire(self._context(snap), rec)  # before planning: no stale originals
         ctx = self._context(snap, rec.recorded() if resuming else None)
         plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
         if rollback:
             for warning in plan.warnings:
                 self._warn(f"phase {rec.number} rollback: {warning}")
-        else:
-            self._retire(ctx, plan, rec)
         if plan.refusal:
             self._fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
                        "gate and what to do")
@@ -240,12 +240,12 @@ class Runner:
                 out.append(step)
         return out
 
-    def _retire(self, ctx: PlanContext, plan: PhasePlan, rec: PhaseRecord) -> None:
-        """Recorded steps this re-plan leaves out whose object is gone or was reverted by its
-        operator (see model/retiring.py) stop counting: warned, logged, kept for the record."""
-        covered = {s.id for s in (*plan.steps, *plan.checks)}
+    def _retire(self, ctx: PlanContext, rec: PhaseRecord) -> None:
+        """Recorded steps whose object is gone, was reverted by its operator, or whose alias
+        name another owner holds since its stack was removed (model/retiring.py) stop
+        counting: warned, logged, kept for the record, no longer used as originals."""
         for r in rec.steps:
-            if r.status not in ("intent", "done") or r.id in covered:
+            if r.status not in ("intent", "done"):
                 continue
             verdict = retired(ctx, from_record(r.step))
             if verdict is None:

@@ -12,12 +12,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from migrator.errors import StateCorrupt
+from migrator.model.retiring import GONE, REPLACED, REVERTED
 from migrator.model.steps import Step, from_record, to_record
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 50
 STATUSES = ("pending", "in-progress", "completed", "failed", "rolled-back")
 PHASE_NAMES = {1: "label", 2: "alias", 3: "switch"}
+RETIRED = (GONE, REVERTED, REPLACED)  # step records model/retiring.py set aside
 
 
 def utcnow() -> str:
@@ -52,8 +54,9 @@ class PhaseRecord:
         return PHASE_NAMES[self.number]
 
     def recorded(self) -> dict[str, dict[str, Any]]:
-        """Step id → step record, for resuming with the originals seen before the first write."""
-        return {r.id: r.step for r in self.steps}
+        """Step id → step record, for resuming with the originals seen before the first write
+        (a retired record describes an object that is gone or someone else's: not originals)."""
+        return {r.id: r.step for r in self.steps if r.status not in RETIRED}
 
     def done_steps(self) -> list[Step]:
         """Steps that were written (or may have been: intent without done), oldest first."""
@@ -68,6 +71,8 @@ class PhaseRecord:
         records = self.undo if undo else self.steps
         for r in records:
             if r.id == step.id:
+                if r.status in RETIRED:  # the same id on a new object: its own originals
+                    r.step = to_record(step)
                 r.status, r.at = status, utcnow()
                 return
         records.append(StepRecord(to_record(step), status, utcnow()))

@@ -190,6 +190,39 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
     assert env.cli("verify").code == 0
 
 
+def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """The reverse move (GPUCluster → ClusterPolicy): the ClusterPolicy's operator takes the
+    stable names over and the GPUCluster's objects are garbage-collected. apply re-plans for
+    the legacy stack; the aliases' records are retired (`replaced`), not eternal failures."""
+    env = e2e_factory("gpucluster", nodes=3, operator_reconcile_seconds=RECONCILE)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    with env.monitor.replacing(*STABLE):
+        _nodes(env, add=DEPLOY_LABELS["clusterpolicy"])
+        env.sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
+        env.sim.wait_for(lambda: all(_rolled_out(env, d) for d in STABLE)
+                         and all(_ready(env, n) == 3 for n in STABLE), 30)
+        gc = env.sim.store.list(kinds.GPU_CLUSTER)[0][0]
+        env.sim.store.delete(kinds.GPU_CLUSTER, None, gc["metadata"]["name"])
+        env.sim.wait_for(lambda: env.sim.store.find(
+            kinds.DAEMONSET, NS, "nvidia-dcgm-dra") is None, 30)
+        status = env.cli("status", "-o", "json")
+        assert status.code == 1
+        assert "stack-unchanged" in _failed(status.json())
+        res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
+    assert res.code == 0, res.stderr
+    assert res.json()["stack"] == "clusterpolicy"
+    assert _step_statuses(env, 1)["set-labels/nvidia-dcgm-dra"] == "gone"
+    assert _step_statuses(env, 1)["set-labels/nvidia-dcgm"] == "done"
+    assert _step_statuses(env, 2)["create-alias/nvidia-dcgm"] == "replaced"
+    assert _step_statuses(env, 3)["set-selector/nvidia-dcgm"] == "replaced"
+    assert any("the name is ClusterPolicy/" in w for w in res.json()["warnings"])
+    for name in STABLE:
+        assert env.svc(name)["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
+    verify = env.cli("verify", "-o", "json")
+    assert verify.code == 0, _failed(verify.json())
+
+
 # ---- item 3: operator takeover, then rollback -----------------------------------------------
 
 def test_rollback_skips_aliases_an_operator_took_over(e2e_factory: Callable[..., E2E]) -> None:

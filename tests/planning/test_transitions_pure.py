@@ -10,10 +10,10 @@ from typing import Any
 import phases
 from migrator.model.discovery import discover
 from migrator.model.planning import Options, PlanContext
-from migrator.model.retiring import GONE, REVERTED, reasked, retired
+from migrator.model.retiring import GONE, REPLACED, REVERTED, reasked, retired
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import load_catalog
-from migrator.model.steps import SetLabels, SetSelector
+from migrator.model.steps import CreateAlias, SetLabels, SetSelector
 from tests.helpers import builders as b
 
 CAT = load_catalog()
@@ -107,6 +107,26 @@ def test_steps_on_objects_that_are_gone_or_reverted_are_retired() -> None:
     assert retired(ctx(snap, include_operator_owned=True), op_switch) is None
     assert reasked([op_switch], Options()) == []
     assert not reasked([op_switch], Options(include_operator_owned=True))[0].ok
+
+
+def test_an_alias_whose_stack_was_removed_and_name_taken_is_replaced_not_recreated() -> None:
+    snap = b.gpucluster_snapshot()
+    create = CreateAlias("nvidia-dcgm", "nvidia-dcgm-dra", {})
+    assert retired(ctx(snap), create) is None  # deleted alias, source still there: re-created
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+              "metadata": {"name": "gpu-cluster", "uid": "cr-uid"}}
+    taken = b.service("nvidia-dcgm", {"app": "nvidia-dcgm"}, owner="ClusterPolicy", local=True)
+    services = {n: s for n, s in snap.services.items() if n != "nvidia-dcgm-dra"}
+    moved = replace(snap, services={**services, "nvidia-dcgm": taken},
+                    cluster_policies=(policy,))
+    for step in (create, SWITCH):
+        verdict = retired(ctx(moved), step)
+        assert verdict is not None and verdict[0] == REPLACED, step
+        assert "ClusterPolicy/gpu-cluster" in verdict[1]
+    # the same takeover while the source still exists (coexistence) is not retired
+    kept = replace(snap, services={**snap.services, "nvidia-dcgm": taken},
+                   cluster_policies=(policy,))
+    assert retired(ctx(kept), SWITCH) is None
 
 
 def test_daemonsets_of_a_deleted_cr_are_not_a_running_stack() -> None:

@@ -302,7 +302,8 @@ class Runner:
             if _failed(pre) and all(r.wait for r in _failed(pre)):
                 pre = self._wait_pre(module, step, base, pre)
             if _failed(pre):
-                self._fail(rec, f"{step.object}: {_describe(pre)}", _hint_for(step, rollback))
+                self._fail(rec, f"{step.object}: {_describe(pre)}",
+                           _hint_for(step, rollback, _failed(pre)))
             rec.mark(step, "intent", undo=rollback)
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
@@ -476,7 +477,11 @@ class Runner:
             self.waiter.settle(remaining, self.listener.settle)
 
 
-def _hint_for(step: Step, rollback: bool) -> str:
+def _hint_for(step: Step, rollback: bool, failed: list[GateResult]) -> str:
+    if any(r.name.startswith("selector-unchanged/") for r in failed):
+        return ("someone else (often an operator reconcile) changed this Service since it was "
+                "read; nothing was written to it: run `dcgm-migrate status` to see its owner and "
+                "selector, then the same command again")
     if isinstance(step, CreateAlias):
         return "see docs/runbook.md, 'coexistence'"
     if isinstance(step, SetSelector):

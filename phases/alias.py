@@ -129,6 +129,18 @@ def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
     return GateResult(name, taken is None, taken or "free or already the tool's")
 
 
+def _still_terminating(ctx: PlanContext, alias: str) -> str | None:
+    """Why the alias cannot be created (again) now: the old one is Terminating."""
+    why = o.terminating(ctx.service(alias))
+    if why is None:
+        return None
+    ns = ctx.snapshot.namespace
+    return (f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
+            f"gone: wait for its finalizers, or remove them if nothing needs them (kubectl -n "
+            f"{ns} patch service {alias} --type=merge -p "
+            "'{\"metadata\":{\"finalizers\":null}}'), then run again")
+
+
 def plan(ctx: PlanContext) -> PhasePlan:
     steps: list[Step] = []
     gates: list[GateResult] = []
@@ -148,12 +160,18 @@ def plan(ctx: PlanContext) -> PhasePlan:
             notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
             continue
         free = _name_gate(ctx, comp.alias, comp.service)
-        if free.wait:  # about to be freed: shown as passing, the runner waits before writing
+        freeing = free.wait  # garbage collection frees it: the runner waits before writing
+        if freeing:
             notes.append(free.detail)
             free = GateResult(free.name, True, free.detail)
         gates.append(free)
         if not free.ok:
             blocked = blocked or free.detail
+            continue
+        leaving = None if freeing else _still_terminating(ctx, comp.alias)
+        if leaving:
+            gates.append(GateResult(f"alias-not-terminating/{comp.alias}", False, leaving))
+            blocked = blocked or leaving
             continue
         step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, owner))
         if step.satisfied(ctx.service(comp.alias)):
@@ -174,6 +192,9 @@ def plan(ctx: PlanContext) -> PhasePlan:
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if isinstance(step, CreateAlias):
         out = [_name_gate(ctx, step.service, step.source)]
+        leaving = None if out[0].wait else _still_terminating(ctx, step.service)
+        if leaving:
+            out.append(GateResult(f"alias-not-terminating/{step.service}", False, leaving))
         what_if = monitoring.with_service(ctx.snapshot, step.body)
         out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
                                              before=ctx.snapshot))
@@ -207,6 +228,9 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         elif _taken_by(ctx, step.service, step.source):
             out.append(GateResult(name, False, f"Service/{step.service} was replaced by an "
                                   "object that is not the tool's"))
+        elif o.terminating(live):
+            out.append(GateResult(name, False, f"Service/{step.service} is being deleted "
+                                  f"({o.terminating(live)})"))
         else:
             want = step.body["spec"]
             spec = live.get("spec") or {}
@@ -256,6 +280,7 @@ def _ports(value: Any) -> Any:
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
     inverse: list[Step] = []
     warnings = []
+    notes = []
     for step in reversed(steps):
         if isinstance(step, CreateAlias):
             live = ctx.service(step.service)
@@ -266,5 +291,10 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
                 warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
                                 f"{owner}); left in place, skipped")
                 continue
+            if o.terminating(live):
+                notes.append(f"Service/{step.service} is already being deleted "
+                             f"({o.terminating(live)}); it goes once those finalizers are "
+                             "removed")
+                continue
             inverse.append(step.inverse())
-    return PhasePlan(NUMBER, NAME, tuple(inverse), (), tuple(warnings))
+    return PhasePlan(NUMBER, NAME, tuple(inverse), (), tuple(warnings), tuple(notes))

@@ -260,6 +260,10 @@ def demo(
         "--pod-start-seconds", min=0.0,
         help="Simulated seconds from pod creation to Ready (DCGM probes start after 15-45 s).")]
     = 20.0,
+    operator: Annotated[bool, typer.Option(
+        "--operator/--no-operator",
+        help="Run the GPU Operator imitation (it reconciles its DaemonSets and Services every "
+             "few simulated seconds, as on a real cluster).")] = True,
     debug: Debug = False,
 ) -> None:
     """Run the whole migration on a simulated GPU cluster started in-process — plan, apply
@@ -272,6 +276,7 @@ def demo(
     from migrator.commands import Session
     from migrator.kube.client import Kube
     from migrator.sim.cluster import SimCluster
+    from migrator.sim.controllers.operator import RESYNC_SECONDS
 
     termination = 5.0
     scale = time_scale or auto_time_scale(nodes, pod_start_seconds, termination)
@@ -280,7 +285,8 @@ def demo(
     began = time.monotonic()
     with SimCluster(nodes=nodes, stack=stack.value, namespace=NAMESPACE, time_scale=scale,
                     pod_start_seconds=pod_start_seconds,
-                    termination_seconds=termination) as sim:
+                    termination_seconds=termination,
+                    operator_reconcile_seconds=RESYNC_SECONDS if operator else None) as sim:
         console.print(f"[bold]dcgm-migrate demo[/bold]: simulated GPU cluster with {nodes} "
                       f"nodes on the {stack.value} stack at {sim.url}; pods take "
                       f"{pod_start_seconds:g} s to start, simulated time runs "

@@ -308,8 +308,10 @@ class Runner:
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
             self._wrote(step)
-            executor.execute(self.kube, self.namespace, self.catalog, step)
+            note = executor.execute(self.kube, self.namespace, self.catalog, step)
             self.result.writes += 1
+            if note:
+                self.listener.message(note)
             rec.mark(step, "done", undo=rollback)
             if isinstance(step, SetLabels) and step.rolls_pods() and not rollback:
                 rec.wrote_labels = True
@@ -348,7 +350,7 @@ class Runner:
             if ds is None:
                 snap = self._fresh(base_snap)
                 pods = snap.pods_of(step.daemonset)
-                unready = g.not_ready_nodes(pods)
+                unready = g.not_ready_where(pods)
                 old = sorted({p.node for p in pods if any(
                     p.labels.get(k) != v for k, v in step.template_after.items())})
                 where = (f"pods not ready on nodes: {', '.join(unready[:10])}" if unready else
@@ -420,7 +422,7 @@ class Runner:
             unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
             if unready:
                 self._fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
-                           f"{', '.join(sorted({p.node for p in unready})[:10])}; not deleting "
+                           f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
                            "another node's pod", "fix those nodes, then rerun to resume")
             pod = stale[0]
             rec.mark(step, "intent", undo=rollback)

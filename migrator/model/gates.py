@@ -61,12 +61,22 @@ def not_ready_nodes(pods: Iterable[PodView]) -> list[str]:
     return sorted({p.node for p in pods if not p.ready})
 
 
+def not_ready_where(pods: Iterable[PodView]) -> list[str]:
+    """The nodes with a pod that is not Ready, each with why ("gpu-node-0002 (Pending: claim
+    not allocated)"): a Pending pod is reported like a NotReady one, with its reason."""
+    why: dict[str, set[str]] = {}
+    for p in pods:
+        if not p.ready:
+            why.setdefault(p.node or "(unscheduled)", set()).add(p.why or "not Ready")
+    return [f"{node} ({', '.join(sorted(reasons))})" for node, reasons in sorted(why.items())]
+
+
 def daemonset_healthy(snapshot: Snapshot, ds: Obj) -> GateResult:
     """Rollout complete now, naming the nodes whose pods are not Ready when it is not."""
     result = rollout_complete(ds)
     if result.ok:
         return result
-    nodes = not_ready_nodes(snapshot.pods_of(o.name(ds)))
+    nodes = not_ready_where(snapshot.pods_of(o.name(ds)))
     detail = result.detail + (f"; pods not ready on nodes {_names(nodes)}" if nodes else "")
     return GateResult(result.name, False, detail)
 

@@ -31,6 +31,7 @@ class PodView:
     deleting: bool
     owner_kind: str | None
     owner_name: str | None
+    why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
 
     @staticmethod
     def of(pod: Mapping[str, Any]) -> PodView:
@@ -44,6 +45,7 @@ class PodView:
             deleting=bool(o.meta(pod).get("deletionTimestamp")),
             owner_kind=owner.get("kind"),
             owner_name=owner.get("name"),
+            why=o.pod_not_ready_reason(pod),
         )
 
 

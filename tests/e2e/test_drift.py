@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from migrator.model import kinds
+from migrator.model.gates import rollout_complete
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -23,10 +24,10 @@ def _edit_cr(env: E2E) -> None:
 
 
 def _rolled_out(ds: dict[str, Any]) -> bool:
-    st = ds.get("status") or {}  # zero counters are omitted, as upstream's omitempty
-    want = st.get("desiredNumberScheduled", 0)
+    st = ds.get("status") or {}
     return bool(st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
-                and st.get("updatedNumberScheduled", 0) == want == st.get("numberAvailable", 0))
+                and st.get("updatedNumberScheduled") == st.get("desiredNumberScheduled")
+                == st.get("numberAvailable"))
 
 
 def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
@@ -45,9 +46,9 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
         env.sim.wait_for(lambda: DCGM not in env.ds("nvidia-dcgm-dra")["metadata"]["labels"], 30)
         env.sim.wait_for(lambda: all(DCGM not in p["metadata"]["labels"]
                                      for p in env.pods("nvidia-dcgm-dra")), 30)
-        # the operator's own rollout ends before the SRE runs the tool (phase 1's pre-gate
-        # wants a healthy DaemonSet)
-        env.sim.wait_for(lambda: all(_rolled_out(env.ds(n)) for n in (
+        # ... and the operator's rollout has finished: phase 1 refuses to start a rollout on a
+        # DaemonSet that is still rolling (its last new pod may not be Ready yet).
+        env.sim.wait_for(lambda: all(rollout_complete(env.ds(n)).ok for n in (
             "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
         bad = env.cli("verify", "-o", "json")
         assert bad.code == 1, bad.stdout
@@ -72,7 +73,8 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
 
 def test_operator_reverts_a_switched_operator_owned_service(
         e2e_factory: Callable[..., E2E]) -> None:
-    # a period longer than the run: the revert comes after apply's final report
+    # a period longer than the run: the revert comes after apply's final report (a revert
+    # within the run makes its final report show ✗ and the exit code 1: test_transitions)
     env = e2e_factory("clusterpolicy", operator_reconcile_seconds=150.0)
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                   "--include-operator-owned", "-o", "json")

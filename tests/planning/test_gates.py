@@ -46,7 +46,7 @@ def test_an_unhealthy_daemonset_names_the_nodes_whose_pods_are_not_ready() -> No
     views = pods(DS, 3)
     views[1] = replace(views[1], ready=False)
     result = g.daemonset_healthy(snap(*views), daemonset(DS, desired=3, available=2))
-    assert not result.ok and result.detail.endswith("pods not ready on nodes node-1")
+    assert not result.ok and result.detail.endswith("pods not ready on nodes node-1 (not Ready)")
     assert g.daemonset_healthy(snap(*pods(DS, 3)), daemonset(DS)).ok
 
 

@@ -187,3 +187,39 @@ def test_losing_the_lock_stops_the_next_save(empty_api: ApiServer, clock: Clock)
     with pytest.raises(LockHeld, match="fast@b pid 2"):
         slow.save({**DOC, "late": True}, expected_version=saved.version)
     assert "late" not in json.loads(stored_cm(empty_api)["data"]["state.json"])
+
+
+def _delete_held(empty_api: ApiServer) -> None:
+    """Someone deletes the state ConfigMap while a finalizer holds it: Terminating."""
+    from migrator.sim import writes
+
+    writes.patch(empty_api.store, kinds.CONFIGMAP, writes.MERGE_PATCH,
+                 {"metadata": {"finalizers": ["example.com/hold"]}}, namespace=NS, name=NAME)
+    writes.delete(empty_api.store, kinds.CONFIGMAP, namespace=NS, name=NAME)
+    assert stored_cm(empty_api)["metadata"]["deletionTimestamp"]
+
+
+def test_a_terminating_state_configmap_is_never_locked(empty_api: ApiServer,
+                                                       clock: Clock) -> None:
+    store(empty_api, clock).save(DOC, expected_version=None)
+    _delete_held(empty_api)
+    before = stored_cm(empty_api)["metadata"]["resourceVersion"]
+    s = store(empty_api, clock)
+    assert s.load() is not None  # reading it is fine (status shows it)
+    with pytest.raises(StateConflict, match="is being deleted") as err:
+        s.acquire_lock("me@host pid 1", 60)
+    assert "example.com/hold" in err.value.message
+    assert stored_cm(empty_api)["metadata"]["resourceVersion"] == before  # nothing written
+
+
+def test_a_state_configmap_deleted_during_the_run_stops_the_next_save(
+        empty_api: ApiServer, clock: Clock) -> None:
+    s = store(empty_api, clock)
+    lock = s.acquire_lock("me@host pid 1", 60)
+    saved = s.save(DOC, expected_version=None)
+    _delete_held(empty_api)
+    with pytest.raises(StateConflict, match="is being deleted"):
+        s.save({**DOC, "late": True}, expected_version=saved.version)
+    with pytest.raises(StateConflict, match="is being deleted"):
+        s.renew_lock(lock)
+    assert "late" not in json.loads(stored_cm(empty_api)["data"]["state.json"])

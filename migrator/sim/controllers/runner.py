@@ -12,6 +12,7 @@ from migrator.sim.controllers.endpointslices import EndpointSliceController
 from migrator.sim.controllers.garbage import GarbageCollector
 from migrator.sim.controllers.kubelet import Kubelet
 from migrator.sim.controllers.operator import OperatorImitation
+from migrator.sim.controllers.resourceclaims import ResourceClaimController
 from migrator.sim.store import Store
 
 
@@ -35,6 +36,7 @@ class ControllerSet:
             Kubelet(self.store, self.clock, pod_start_seconds=self.pod_start_seconds,
                     termination_seconds=self.termination_seconds),
             DaemonSetController(self.store, self.clock),
+            ResourceClaimController(self.store, self.clock),
             GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),
         ]

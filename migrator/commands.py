@@ -198,6 +198,8 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_
             with contextlib.suppress(APIError):  # it expires on its own; never mask the
                 store.release_lock(lock)          # run's own outcome
     after = reports.build(runner.recent_snapshot(), session.catalog, state, request.options)
+    after["warnings"] = result.warnings + [w for w in after["warnings"]
+                                           if w not in result.warnings]
     after["result"] = {"writes": result.writes, "dryRun": dry,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
                                            for k, v in result.lowest.items()}}
@@ -221,6 +223,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
                                  "nothing to do")
         preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
                              "lowestEndpoints": {}}
+        preview["ok"] = True
         return preview  # no lock, no state write: a repeated apply writes nothing at all
     for warning in preview["warnings"]:  # --yes and no TTY skip the question, not these
         session.listener.message(f"warning: {warning}")
@@ -228,10 +231,13 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace)
     state.plan_fingerprint = snap.fingerprint()
-    after = _locked_run(session, request, snap, observed_at, state, version,
-                        lambda runner: runner.apply(request.phase))
-    after["warnings"] = list(dict.fromkeys([*preview["warnings"], *after["warnings"]]))
-    return after
+    report = _locked_run(session, request, snap, observed_at, state, version,
+                         lambda runner: runner.apply(request.phase))
+    report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
+    # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
+    # never success (exit 1), even when every step's wait passed.
+    report["ok"] = session.kube.dry_run or _still_holds(report, request.phase)
+    return report
 
 
 def _still_holds(report: dict[str, Any], upto: int) -> bool:

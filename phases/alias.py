@@ -11,6 +11,7 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import monitoring
 from migrator.model import objects as o
+from migrator.model.discovery import collected
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
@@ -107,6 +108,27 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
             "ownership of the stable names belongs to the operator")
 
 
+def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
+    """Why a Service holding an alias name is about to go away by itself (its operator CR was
+    deleted: the moment of a ClusterPolicy → GPUCluster change), or None if it stays."""
+    owner = collected(ctx.snapshot, live)
+    if owner is None:
+        return None
+    return (f"Service/{o.name(live)} belongs to {owner}, which is deleted: garbage collection "
+            "removes it, and the alias is created as soon as it is gone")
+
+
+def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
+    """alias-name-free: free, already the tool's, or about to be freed (the runner waits)."""
+    name = f"alias-name-free/{alias}"
+    taken = _taken_by(ctx, alias, source)
+    live = ctx.service(alias)
+    leaving = _leaving(ctx, live) if taken and live is not None else None
+    if leaving:
+        return GateResult(name, False, leaving, wait=True)
+    return GateResult(name, taken is None, taken or "free or already the tool's")
+
+
 def _still_terminating(ctx: PlanContext, alias: str) -> str | None:
     """Why the alias cannot be created (again) now: the old one is Terminating."""
     why = o.terminating(ctx.service(alias))
@@ -124,6 +146,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
     gates: list[GateResult] = []
     notes: list[str] = []
     blocked = None
+    checks: list[Step] = []
     owner = ctx.snapshot.gpu_clusters[0] if ctx.snapshot.gpu_clusters else None
     comps = _candidates(ctx)
     if not comps:
@@ -136,13 +159,16 @@ def plan(ctx: PlanContext) -> PhasePlan:
         if source is None:
             notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
             continue
-        taken = _taken_by(ctx, comp.alias, comp.service)
-        gates.append(GateResult(f"alias-name-free/{comp.alias}", taken is None,
-                                taken or "free or already the tool's"))
-        if taken:
-            blocked = blocked or taken
+        free = _name_gate(ctx, comp.alias, comp.service)
+        freeing = free.wait  # garbage collection frees it: the runner waits before writing
+        if freeing:
+            notes.append(free.detail)
+            free = GateResult(free.name, True, free.detail)
+        gates.append(free)
+        if not free.ok:
+            blocked = blocked or free.detail
             continue
-        leaving = _still_terminating(ctx, comp.alias)
+        leaving = None if freeing else _still_terminating(ctx, comp.alias)
         if leaving:
             gates.append(GateResult(f"alias-not-terminating/{comp.alias}", False, leaving))
             blocked = blocked or leaving
@@ -150,6 +176,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
         step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, owner))
         if step.satisfied(ctx.service(comp.alias)):
             notes.append(f"Service/{comp.alias} already exists as the tool's alias")
+            checks.append(step)
             continue
         steps.append(step)
         what_if = monitoring.with_service(what_if, step.body)
@@ -159,15 +186,13 @@ def plan(ctx: PlanContext) -> PhasePlan:
     guarded = [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
                if ctx.service(c.service)]
     return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), (), tuple(notes), blocked,
-                     tuple(guarded))
+                     tuple(guarded), checks=tuple(checks))
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if isinstance(step, CreateAlias):
-        taken = _taken_by(ctx, step.service, step.source)
-        out = [GateResult(f"alias-name-free/{step.service}", taken is None,
-                          taken or "free or already the tool's")]
-        leaving = _still_terminating(ctx, step.service)
+        out = [_name_gate(ctx, step.service, step.source)]
+        leaving = None if out[0].wait else _still_terminating(ctx, step.service)
         if leaving:
             out.append(GateResult(f"alias-not-terminating/{step.service}", False, leaving))
         what_if = monitoring.with_service(ctx.snapshot, step.body)
@@ -216,6 +241,33 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                       if ann.get(k) != v]
             out.append(GateResult(name, not wrong, f"differs from the source in {', '.join(wrong)}"
                                   if wrong else f"alias of {step.source}"))
+    return out + stable_names(ctx)
+
+
+def stable_names(ctx: PlanContext) -> list[GateResult]:
+    """Every stable name the stack running *now* needs (its alias, or for the legacy stack its
+    own Service) exists and selects ready pods, whatever the state recorded: after a stack
+    change the recorded steps describe the old stack, not what consumers resolve today."""
+    out = []
+    seen = set()
+    for comp in ctx.components:
+        stable = comp.alias or comp.service
+        if stable in seen or ctx.service(comp.service) is None:
+            continue  # no source Service: nothing to alias (plan notes it), nothing to check
+        seen.add(stable)
+        label = comp.common_label.key
+        result = g.serves(ctx.snapshot, stable, ctx.daemonsets_with_label(label),
+                          gate="stable-name")
+        live = ctx.service(stable)
+        leaving = _leaving(ctx, live) if live is not None else None
+        if leaving and comp.alias:
+            result = GateResult(result.name, False, f"{leaving}; `apply --phase 2` waits for "
+                                "that and creates it")
+        elif live is None and comp.alias:
+            result = GateResult(result.name, False, f"Service/{stable} does not exist: the "
+                                f"{comp.stack} stack needs it as the alias of {comp.service} "
+                                "(a stack change?); `apply --phase 2` creates it")
+        out.append(result)
     return out
 
 
@@ -227,6 +279,7 @@ def _ports(value: Any) -> Any:
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
     inverse: list[Step] = []
+    warnings = []
     notes = []
     for step in reversed(steps):
         if isinstance(step, CreateAlias):
@@ -234,7 +287,9 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
             if live is None:
                 continue
             if _taken_by(ctx, step.service, step.source):
-                notes.append(f"Service/{step.service} is no longer the tool's; left in place")
+                owner = ctx.operator_owner(live) or "without the dcgm-migrate marker"
+                warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
+                                f"{owner}); left in place, skipped")
                 continue
             if o.terminating(live):
                 notes.append(f"Service/{step.service} is already being deleted "
@@ -242,4 +297,4 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
                              "removed")
                 continue
             inverse.append(step.inverse())
-    return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), tuple(notes))
+    return PhasePlan(NUMBER, NAME, tuple(inverse), (), tuple(warnings), tuple(notes))

@@ -91,6 +91,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
     gates: list[GateResult] = []
     notes: list[str] = []
     warnings: list[str] = []
+    checks: list[Step] = []
     blocked = None
     for comp in ctx.components:
         ds = ctx.daemonset(comp)
@@ -115,6 +116,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
             gates.append(g.daemonset_healthy(ctx.snapshot, ds))
         else:
             notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
+            checks.append(step)  # e.g. an operator that renders it: its rollout must finish
         if ondelete:
             if ctx.options.roll_on_delete:
                 steps.append(RollPods(comp.daemonset, (comp.common_label.key,)))
@@ -134,7 +136,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
                     blocked = f"{blocked}; {reason}" if blocked else reason
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),
-                     blocked, tuple(bases), tolerance)
+                     blocked, tuple(bases), tolerance, tuple(checks))
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:

@@ -80,6 +80,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
     warnings: list[str] = []
     notes: list[str] = []
     guarded = []
+    checks: list[Step] = []
     for comp in ctx.components:
         if comp.daemonset not in ctx.snapshot.daemonsets:
             continue
@@ -102,6 +103,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
             guarded.append(g.baseline(ctx.snapshot, name, step.local))
             if step.satisfied(svc):
                 notes.append(f"Service/{name} already selects {comp.common_label.key}")
+                checks.append(step)
                 strays, _ = _strays(ctx, step.after)
                 if strays:
                     warnings.append(f"Service/{name} selects pods outside the DaemonSets: "
@@ -112,7 +114,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
             warnings.extend(warn)
             steps.append(step)
     return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),
-                     None, tuple(guarded))
+                     None, tuple(guarded), checks=tuple(checks))
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -145,9 +147,11 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
     out = []
+    recorded = set()
     for step in steps:
         if not isinstance(step, SetSelector):
             continue
+        recorded.add(step.service)
         svc = ctx.service(step.service)
         name = f"selector-holds/{step.service}"
         if svc is None:
@@ -162,11 +166,29 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                                   f"{o.dig(svc, 'spec', 'selector')}, not {dict(step.after)}"
                                   f"{why}"))
         else:
-            eps = ctx.snapshot.endpoints_of(step.service)
-            out.append(GateResult(name, eps.ready_total > 0 or not ctx.snapshot.pods,
-                                  f"{eps.ready_total} ready endpoints"))
+            held = g.serves(ctx.snapshot, step.service, ctx.daemonsets_with_label(
+                next(iter(step.after))), gate="selector-holds")
+            out.append(held)
             strays, daemonsets = _strays(ctx, step.after)
             out.append(g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign))
+    return out + _uncovered(ctx, recorded)
+
+
+def _uncovered(ctx: PlanContext, recorded: set[str]) -> list[GateResult]:
+    """Aliases of the current stack that the tool owns but phase 3 never switched (created
+    after it ran, e.g. after a stack change): the phase no longer holds for this stack."""
+    out = []
+    for comp in ctx.components:
+        svc = ctx.service(comp.alias) if comp.alias else None
+        if comp.alias is None or svc is None or comp.alias in recorded:
+            continue
+        if ctx.is_tool_owned(svc) and dict(o.dig(svc, "spec", "selector") or {}) != dict(
+                comp.common_selector):
+            out.append(GateResult(f"switched/{comp.alias}", False,
+                                  f"Service/{comp.alias} (the tool's alias) selects "
+                                  f"{o.dig(svc, 'spec', 'selector')}, not "
+                                  f"{dict(comp.common_selector)}: it was created after phase 3 "
+                                  "ran (a stack change?); `apply --phase 3` switches it"))
     return out
 
 
@@ -178,8 +200,12 @@ def held_by_guard(svc: dict[str, Any], step: SetSelector) -> bool:
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
+    """Restore the recorded originals, newest first. A Service that is no longer the tool's to
+    restore (an operator took the alias over, or someone set another selector) is left as its
+    new owner has it, with a warning: overwriting it would undo someone else's write."""
     inverse: list[Step] = []
     guarded = []
+    warnings = []
     for step in reversed(steps):
         if not isinstance(step, SetSelector):
             continue
@@ -187,7 +213,28 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         if svc is None:
             continue
         inv = step.inverse()
-        if not inv.satisfied(svc):
-            inverse.append(inv)
-            guarded.append(g.baseline(ctx.snapshot, step.service, step.local))
-    return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), (), None, tuple(guarded))
+        if inv.satisfied(svc):
+            continue
+        taken = _not_ours(ctx, step, svc)
+        if taken:
+            warnings.append(taken)
+            continue
+        inverse.append(inv)
+        guarded.append(g.baseline(ctx.snapshot, step.service, step.local))
+    return PhasePlan(NUMBER, NAME, tuple(inverse), (), tuple(warnings), (), None,
+                     tuple(guarded))
+
+
+def _not_ours(ctx: PlanContext, step: SetSelector, svc: dict[str, object]) -> str | None:
+    """Why rolling back this recorded switch would overwrite someone else's object, or None."""
+    owner = ctx.operator_owner(svc)
+    if not step.operator_owned and not ctx.is_tool_owned(svc):
+        return (f"Service/{step.service} is no longer the tool's alias (now "
+                f"{owner or 'without the dcgm-migrate marker'}): its selector is left as its "
+                "owner set it; skipped")
+    live = dict(o.dig(svc, "spec", "selector") or {})
+    if live != dict(step.after):
+        return (f"Service/{step.service} selects {live}, neither the tool's {dict(step.after)} "
+                f"nor the original {dict(step.before)}: changed outside the tool"
+                f"{' by ' + owner if owner else ''}; left as it is, skipped")
+    return None

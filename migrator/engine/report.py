@@ -11,6 +11,7 @@ from migrator.engine.state import State
 from migrator.model import monitoring
 from migrator.model.discovery import Discovery, discover
 from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.retiring import reasked
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import CreateAlias, SetLabels
@@ -41,7 +42,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         ctx = PlanContext(projected, catalog, found.components, options,
                           rec.recorded() if rec and status in ("in-progress", "failed") else {})
         if status == "completed" and rec is not None:
-            gates = module.verify(ctx, rec.done_steps())
+            gates = module.verify(ctx, rec.done_steps()) + reasked(rec.reverted_steps(), options)
             warnings.extend(module.plan(ctx).warnings)  # e.g. operator-owned, still true
             views.append(_view(module.NUMBER, module.NAME, status, [], gates, [], rec.error))
             continue
@@ -84,6 +85,14 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                         f"exporter pods, e.g. {tool_dups[0]}")
     if drift_risk and found.components:
         warnings.append(DRIFT_RISK)
+    if state is not None and state.stack_changed(found.stack):
+        change = (f"the GPU Operator stack changed from {state.stack} (recorded) to "
+                  f"{found.stack}: the completed phases were planned for {state.stack}; "
+                  f"`dcgm-migrate apply --phase 3` re-plans them for {found.stack} "
+                  "(docs/runbook.md, 'Changing stack')")
+        warnings.insert(0, change)
+        first = next(v for v in views if v["status"] == "completed")
+        first["gates"].insert(0, {"name": "stack-unchanged", "ok": False, "detail": change})
     return {
         "stack": found.stack,
         "namespace": snapshot.namespace,

@@ -35,6 +35,7 @@ from migrator.model import objects as o
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.retiring import reasked, retired
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import (
@@ -72,6 +73,7 @@ class RunResult:
     phases: list[dict[str, Any]] = field(default_factory=list)
     writes: int = 0
     lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
+    warnings: list[str] = field(default_factory=list)  # what the run skipped or retired, and why
 
 
 def _failed(gates: list[GateResult]) -> list[GateResult]:
@@ -152,30 +154,49 @@ class Runner:
 
     def apply(self, upto: int) -> RunResult:
         snap = self.recent_snapshot()
-        self.state.stack = discover(snap, self.catalog).stack
+        live_stack = discover(snap, self.catalog).stack
+        changed = self.state.stack_changed(live_stack)
+        if changed:
+            self._warn(f"the GPU Operator stack changed from {self.state.stack} (recorded) to "
+                       f"{live_stack}: completed phases are re-planned for {live_stack}")
+            self.state.log("stack-changed", before=self.state.stack, after=live_stack)
+        self.state.stack = live_stack
         for number in range(1, upto + 1):
             module = phases.by_number(number)
             rec = self.state.phase(number)
             if rec.status == "completed":
-                drift = _failed(module.verify(self._context(snap), rec.done_steps()))
-                if not drift:
+                drift = _failed(module.verify(self._context(snap), rec.done_steps())
+                                + reasked(rec.reverted_steps(), self.settings.options))
+                if not drift and not changed:
                     self.listener.phase(PhaseEvent(number, module.NAME, "completed",
                                                    message="still holds"))
                     continue
+                why = _describe(drift) if drift else f"stack changed to {live_stack}"
                 self.listener.phase(PhaseEvent(number, module.NAME, "drifted",
-                                               gates=tuple(drift), message=_describe(drift)))
-                self.state.log("drift", phase=number, detail=_describe(drift))
+                                               gates=tuple(drift), message=why))
+                self.state.log("drift", phase=number, detail=why)
                 rec.status, rec.baselines = "in-progress", []
             self._run_phase(module, rec, snap, rollback=False)
             snap = self.recent_snapshot()
         return self.result
 
+    def _warn(self, text: str) -> None:
+        """A warning for the final report and, at once, the progress stream."""
+        if text not in self.result.warnings:
+            self.result.warnings.append(text)
+        self.listener.message(f"warning: {text}")
+
     def _run_phase(self, module: ModuleType, rec: PhaseRecord, snap: Snapshot,
                    *, rollback: bool) -> None:
         resuming = rec.status in ("in-progress", "failed") and not rollback
+        if resuming:
+            self._retire(self._context(snap), rec)  # before planning: no stale originals
         ctx = self._context(snap, rec.recorded() if resuming else None)
         plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
+        if rollback:
+            for warning in plan.warnings:
+                self._warn(f"phase {rec.number} rollback: {warning}")
         if plan.refusal:
             self._fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
                        "gate and what to do")
@@ -189,8 +210,10 @@ class Runner:
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number)
         self.save()  # baselines and originals are in the state before any write
         bases = [ServiceBaseline.from_dict(b) for b in rec.baselines]
-        for step in self._revisit(plan, rec, rollback) + list(plan.steps):
+        revisit = self._revisit(plan, rec, rollback)
+        for step in revisit + list(plan.steps):
             self._run_step(module, rec, step, bases, plan, rollback=rollback)
+        self._check_settled(module, rec, plan, bases, {s.id for s in revisit}, rollback)
         if rollback:
             rec.status, rec.finished = "rolled-back", utcnow()
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
@@ -216,6 +239,30 @@ class Runner:
             if not isinstance(step, RollPods) and step.satisfied(self._live(step)):
                 out.append(step)
         return out
+
+    def _retire(self, ctx: PlanContext, rec: PhaseRecord) -> None:
+        """Recorded steps whose object is gone, was reverted by its operator, or whose alias
+        name another owner holds since its stack was removed (model/retiring.py) stop
+        counting: warned, logged, kept for the record, no longer used as originals."""
+        for r in rec.steps:
+            if r.status not in ("intent", "done"):
+                continue
+            verdict = retired(ctx, from_record(r.step))
+            if verdict is None:
+                continue
+            r.status, reason = verdict
+            self.state.log("retired", phase=rec.number, step=r.id, reason=reason)
+            self._warn(reason)
+
+    def _check_settled(self, module: ModuleType, rec: PhaseRecord, plan: PhasePlan,
+                       bases: list[ServiceBaseline], done: set[str], rollback: bool) -> None:
+        """Steps that needed no write still have post-gates (an operator's own rollout of the
+        labels, an alias's endpoints): the phase is completed only once they pass."""
+        if self.dry_run or rollback:
+            return
+        for step in plan.checks:
+            if step.id not in done and self._live(step) is not None:
+                self._wait_after(module, rec, step, bases, plan, rollback, None)
 
     def _fail(self, rec: PhaseRecord, message: str, hint: str) -> None:
         rec.status, rec.error = "failed", message
@@ -252,8 +299,11 @@ class Runner:
         else:
             base = self.recent_snapshot()
             pre = module.before_write(self._context(base), step)
+            if _failed(pre) and all(r.wait for r in _failed(pre)):
+                pre = self._wait_pre(module, step, base, pre)
             if _failed(pre):
-                self._fail(rec, f"{step.object}: {_describe(pre)}", _hint_for(step, rollback))
+                self._fail(rec, f"{step.object}: {_describe(pre)}",
+                           _hint_for(step, rollback, _failed(pre)))
             rec.mark(step, "intent", undo=rollback)
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
@@ -269,6 +319,19 @@ class Runner:
             self.listener.step(StepEvent(rec.number, step, "done"))
         if not self.dry_run:  # a server-side dry run changes nothing to wait for
             self._wait_after(module, rec, step, bases, plan, rollback, base)
+
+    def _wait_pre(self, module: ModuleType, step: Step, base: Snapshot,
+                  pre: list[GateResult]) -> list[GateResult]:
+        """Pre-gates that heal by themselves (an old Service garbage collection is removing):
+        wait for them on Service events, within --timeout, then write at once."""
+        self.listener.message(f"waiting: {_describe(pre)}")
+        deadline = self.clock.monotonic() + self.settings.timeout
+
+        def check() -> list[GateResult]:
+            return list(module.before_write(self._context(self._fresh(base)), step))
+
+        return self.waiter.until(check, deadline, wake_kind=kinds.SERVICE,
+                                 fatal=lambda rs: not all(r.wait for r in _failed(rs)))
 
     def _wait_after(self, module: ModuleType, rec: PhaseRecord, step: Step,
                     bases: list[ServiceBaseline], plan: PhasePlan, rollback: bool,
@@ -416,7 +479,11 @@ class Runner:
             self.waiter.settle(remaining, self.listener.settle)
 
 
-def _hint_for(step: Step, rollback: bool) -> str:
+def _hint_for(step: Step, rollback: bool, failed: list[GateResult]) -> str:
+    if any(r.name.startswith("selector-unchanged/") for r in failed):
+        return ("someone else (often an operator reconcile) changed this Service since it was "
+                "read; nothing was written to it: run `dcgm-migrate status` to see its owner and "
+                "selector, then the same command again")
     if isinstance(step, CreateAlias):
         return "see docs/runbook.md, 'coexistence'"
     if isinstance(step, SetSelector):

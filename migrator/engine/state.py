@@ -12,12 +12,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from migrator.errors import StateCorrupt
+from migrator.model.retiring import GONE, REPLACED, REVERTED
 from migrator.model.steps import Step, from_record, to_record
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 50
 STATUSES = ("pending", "in-progress", "completed", "failed", "rolled-back")
 PHASE_NAMES = {1: "label", 2: "alias", 3: "switch"}
+RETIRED = (GONE, REVERTED, REPLACED)  # step records model/retiring.py set aside
 
 
 def utcnow() -> str:
@@ -52,17 +54,25 @@ class PhaseRecord:
         return PHASE_NAMES[self.number]
 
     def recorded(self) -> dict[str, dict[str, Any]]:
-        """Step id → step record, for resuming with the originals seen before the first write."""
-        return {r.id: r.step for r in self.steps}
+        """Step id → step record, for resuming with the originals seen before the first write
+        (a retired record describes an object that is gone or someone else's: not originals)."""
+        return {r.id: r.step for r in self.steps if r.status not in RETIRED}
 
     def done_steps(self) -> list[Step]:
         """Steps that were written (or may have been: intent without done), oldest first."""
         return [from_record(r.step) for r in self.steps if r.status in ("intent", "done")]
 
+    def reverted_steps(self) -> list[Step]:
+        """Operator-owned switches the operator reverted and a run without
+        --include-operator-owned recorded as such (see model/retiring.py)."""
+        return [from_record(r.step) for r in self.steps if r.status == "reverted"]
+
     def mark(self, step: Step, status: str, *, undo: bool = False) -> None:
         records = self.undo if undo else self.steps
         for r in records:
             if r.id == step.id:
+                if r.status in RETIRED:  # the same id on a new object: its own originals
+                    r.step = to_record(step)
                 r.status, r.at = status, utcnow()
                 return
         records.append(StepRecord(to_record(step), status, utcnow()))
@@ -82,6 +92,11 @@ class State:
 
     def phase(self, number: int) -> PhaseRecord:
         return self.phases[number]
+
+    def stack_changed(self, live: str) -> bool:
+        """The stack running now is not the one the completed phases were planned for."""
+        completed = any(p.status == "completed" for p in self.phases.values())
+        return completed and self.stack not in ("none", live) and live != "none"
 
     def log(self, event: str, **details: Any) -> None:
         self.history.append({"at": utcnow(), "event": event, **details})

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from migrator.model import objects as o
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 
@@ -16,6 +19,24 @@ class Discovery:
     warnings: tuple[str, ...] = ()
 
 
+OPERATOR_CRS = ("ClusterPolicy", "GPUCluster")
+
+
+def collected(snapshot: Snapshot, obj: Mapping[str, Any]) -> str | None:
+    """`Kind/name` of the deleted operator CR that controls this object, if garbage collection
+    is about to remove it (its controller owner is gone or being deleted; upstream's GC deletes
+    a dependent whose owner uid no longer exists). None if it stays, or if the CRs could not be
+    read (no GPU Operator API: nothing can be judged)."""
+    ref = o.controller_owner(obj)
+    if not snapshot.nvidia_api or not ref or ref.get("kind") not in OPERATOR_CRS:
+        return None
+    crs = snapshot.cluster_policies if ref["kind"] == "ClusterPolicy" else snapshot.gpu_clusters
+    owner = next((c for c in crs if o.meta(c).get("uid") == ref.get("uid")), None)
+    if owner is not None and not o.meta(owner).get("deletionTimestamp"):
+        return None
+    return f"{ref['kind']}/{ref.get('name')}"
+
+
 def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     present: list[Component] = []
     absent: list[Component] = []
@@ -23,7 +44,9 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     warnings: list[str] = []
     crs = {"clusterpolicy": snapshot.cluster_policies, "gpucluster": snapshot.gpu_clusters}
     for stack in catalog.stacks:
-        running = [c for c in stack.components if c.daemonset in snapshot.daemonsets]
+        # A DaemonSet whose CR was deleted is garbage, not a running stack (a stack change).
+        running = [c for c in stack.components if c.daemonset in snapshot.daemonsets
+                   and not collected(snapshot, snapshot.daemonsets[c.daemonset])]
         if not running and not crs.get(stack.name):
             continue
         stacks.append(stack.name)

@@ -22,6 +22,9 @@ class GateResult:
     name: str
     ok: bool
     detail: str = ""
+    # A failure that heals by itself (an object garbage collection is about to remove): the
+    # runner waits for it, within --timeout, instead of stopping. Not part of the report.
+    wait: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
@@ -212,3 +215,27 @@ def service_selects(service: Obj, labels: Mapping[str, str]) -> bool:
     """A Service selector is a plain map: every key must equal (a hot path at 10,000 pods)."""
     sel = o.dig(service, "spec", "selector") or {}
     return bool(sel) and all(labels.get(k) == v for k, v in sel.items())
+
+
+def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
+           gate: str) -> GateResult:
+    """The Service exists and selects ready pods, or none is expected: zero desired pods (no
+    node labelled for these DaemonSets) is a legitimate, ready steady state (fixtures README),
+    so an empty Service then passes, with that reason in the detail."""
+    name = f"{gate}/{service}"
+    svc = snapshot.services.get(service)
+    if svc is None:
+        return GateResult(name, False, f"Service/{service} does not exist")
+    ready = snapshot.endpoints_of(service).ready_total
+    if ready:
+        return GateResult(name, True, f"{ready} ready endpoints")
+    present = [d for d in daemonsets if d in snapshot.daemonsets]
+    desired = sum(rollout_counts(snapshot.daemonsets[d])[2] for d in present)
+    matching = [p for p in snapshot.pods if p.ready and not p.deleting
+                and service_selects(svc, p.labels)]
+    if desired == 0 and not matching:
+        return GateResult(name, True, f"0 desired pods (no node is labelled for "
+                          f"{_names(present) or 'its DaemonSets'}): no endpoints is the steady "
+                          "state")
+    return GateResult(name, False, f"0 ready endpoints while {desired} pods are desired and "
+                      f"{len(matching)} ready pods match its selector")

@@ -65,6 +65,9 @@ class PhasePlan:
     blocked: str | None = None  # why this phase cannot run now (a gate that no write can fix)
     guarded: tuple[ServiceBaseline, ...] = ()  # Services whose endpoints the phase must keep
     tolerance: Mapping[str, int] = field(default_factory=dict)  # per Service, phase 1 only
+    # Steps the live objects already show: no write, but their post-gates (rollout complete,
+    # endpoints caught up) must still pass before the phase is recorded completed.
+    checks: tuple[Step, ...] = ()
 
     @property
     def writes(self) -> int:

@@ -117,7 +117,9 @@ def test_rollback_leaves_an_alias_that_is_no_longer_the_tools(
     assert res.code == 0, res.stderr
     assert env.svc("nvidia-dcgm-exporter") is not None
     assert env.svc("nvidia-dcgm") is None
-    assert "Service/nvidia-dcgm-exporter is no longer the tool's; left in place" in res.stderr
+    warning = "Service/nvidia-dcgm-exporter is no longer the tool's alias"
+    assert warning in res.stderr
+    assert any(warning in w and "skipped" in w for w in res.json()["warnings"])
 
 
 def test_json_output_on_a_gate_failure_is_an_error_document(

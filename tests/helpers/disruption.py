@@ -41,6 +41,11 @@ class DisruptionMonitor:
     _thread: threading.Thread | None = None
     _external: bool = False
     _paused: bool = False
+    # Stable names being replaced on purpose (a stack change): for these, absence and zero
+    # ready endpoints are measured as gaps (real seconds) instead of counted as violations.
+    gaps: dict[str, list[float]] = field(default_factory=dict)
+    _replacing: frozenset[str] = frozenset()
+    _gap_since: dict[str, float] = field(default_factory=dict)
 
     def _read(self) -> tuple[dict[str, Sample], dict[str, bool], bool]:
         with self.store.lock:
@@ -82,7 +87,10 @@ class DisruptionMonitor:
         now, local, rolling = self._read()
         rolling = rolling or self._external
         self.samples += 1
+        self._measure_gaps(now)
         for name, sample in now.items():
+            if name in self._replacing:
+                continue
             base = self._ratchet(name, sample)
             budget = self.rolling_budget if rolling else 0
             low = self.lowest.get(name, (sample.total, base.total))
@@ -117,6 +125,33 @@ class DisruptionMonitor:
             yield
         finally:
             self._external = False
+
+    def _measure_gaps(self, now: dict[str, Sample]) -> None:
+        at = time.monotonic()
+        for name in self._replacing:
+            sample = now.get(name)
+            if sample is None or sample.total == 0:
+                self._gap_since.setdefault(name, at)
+            elif name in self._gap_since:
+                self.gaps.setdefault(name, []).append(at - self._gap_since.pop(name))
+
+    @contextmanager
+    def replacing(self, *names: str) -> Iterator[None]:
+        """The test replaces these Services on purpose (their stack is removed and the tool
+        re-creates the names): each interval in which a name is absent or has no ready
+        endpoint is recorded in `gaps`; a gap still open at the end counts until then. Every
+        other Service keeps the §3 budget; these get fresh baselines afterwards."""
+        self._replacing = frozenset(names)
+        try:
+            yield
+        finally:
+            self._check()
+            end = time.monotonic()
+            for name in names:
+                if name in self._gap_since:
+                    self.gaps.setdefault(name, []).append(end - self._gap_since.pop(name))
+                self._baseline.pop(name, None)
+            self._replacing = frozenset()
 
     @contextmanager
     def expected_outage(self) -> Iterator[None]:

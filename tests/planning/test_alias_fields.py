@@ -128,7 +128,8 @@ def test_alias_holds_reports_a_dropped_source_range_and_annotation() -> None:
     snap = b.gpucluster_snapshot()
     snap = replace(snap, services={**snap.services, ALIAS: live})
     ctx = PlanContext(snap, CAT, discover(snap, CAT).components)
-    [gate] = phases.alias.verify(ctx, [CreateAlias(ALIAS, SOURCE, body)])
+    gates = phases.alias.verify(ctx, [CreateAlias(ALIAS, SOURCE, body)])
+    [gate] = [g for g in gates if g.name == f"alias-holds/{ALIAS}"]  # stable-name/… beside it
     assert not gate.ok
     assert "loadBalancerSourceRanges" in gate.detail
     assert "aws-load-balancer-internal" in gate.detail

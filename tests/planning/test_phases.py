@@ -93,12 +93,30 @@ def test_phase2_aliases_copy_supported_fields_and_never_assigned_ones() -> None:
     assert all(g.ok for g in plan.gates), plan.gates
 
 
+CLUSTER_POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                  "metadata": {"name": "gpu-cluster", "uid": "cr-uid", "generation": 1}}
+
+
 def test_phase2_refuses_a_name_it_does_not_own() -> None:
     legacy = b.service("nvidia-dcgm", {"app": "nvidia-dcgm"}, owner="ClusterPolicy", local=True)
-    plan = phases.alias.plan(ctx(b.gpucluster_snapshot(extra_services=[legacy])))
+    snap = replace(b.gpucluster_snapshot(extra_services=[legacy]),
+                   cluster_policies=(CLUSTER_POLICY,))
+    plan = phases.alias.plan(ctx(snap))
     assert plan.blocked and "ClusterPolicy" in plan.blocked
     assert [s.service for s in plan.steps if isinstance(s, CreateAlias)] == [
         "nvidia-dcgm-exporter"]
+
+
+def test_phase2_waits_for_a_name_whose_clusterpolicy_was_deleted() -> None:
+    """The stack change: the ClusterPolicy is gone, garbage collection is about to remove its
+    nvidia-dcgm; the plan is not blocked and the pre-write gate asks the runner to wait."""
+    legacy = b.service("nvidia-dcgm", {"app": "nvidia-dcgm"}, owner="ClusterPolicy", local=True)
+    c = ctx(b.gpucluster_snapshot(extra_services=[legacy]))
+    plan = phases.alias.plan(c)
+    assert plan.blocked is None
+    step = next(s for s in plan.steps if s.service == "nvidia-dcgm")
+    gate = phases.alias.before_write(c, step)[0]
+    assert (gate.ok, gate.wait) == (False, True) and "garbage collection" in gate.detail
 
 
 def test_phase2_refuses_a_duplicate_scrape_path() -> None:

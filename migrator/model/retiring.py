@@ -1,0 +1,71 @@
+"""Recorded steps a re-plan no longer covers (pure): which of them no longer describe the
+cluster, so that `verify` stops judging the run by them.
+
+A completed phase is verified against its recorded steps. When the cluster moved on in a way
+that is not drift the tool should undo — the object's stack was removed (a ClusterPolicy →
+GPUCluster change), or an operator reverted a switch of a Service it owns and the user did not
+ask again with `--include-operator-owned` — the step is retired: kept in the state for the
+record, no longer verified or rolled back. Likewise an alias whose stack was removed (its
+source Service is gone) and whose name another owner holds now (GPUCluster → ClusterPolicy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from migrator.model.discovery import collected
+from migrator.model.gates import GateResult
+from migrator.model.planning import Options, PlanContext
+from migrator.model.steps import CreateAlias, RollPods, SetLabels, SetSelector, Step
+
+GONE = "gone"  # the object no longer exists
+REVERTED = "reverted"  # the operator re-rendered an operator-owned Service
+REPLACED = "replaced"  # an alias whose stack was removed; the name is another owner's now
+
+
+def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
+    """(record status, reason) if this recorded step no longer describes the cluster."""
+    if isinstance(step, SetLabels | RollPods):
+        live = ctx.snapshot.daemonsets.get(step.daemonset)
+    else:
+        live = ctx.service(step.service)
+    owner = collected(ctx.snapshot, live) if live is not None else None
+    if live is None and isinstance(step, CreateAlias) and ctx.service(step.source):
+        return None  # phase 2 re-creates it
+    if live is None or owner:
+        why = (f"is being garbage-collected: its {owner} was deleted" if owner else
+               "no longer exists: deleted, or its stack was removed")
+        return GONE, (f"{step.object} {why}; its recorded step is retired, nothing is left to "
+                      "verify or roll back")
+    source = _alias_source(ctx, step)
+    if source is not None and ctx.service(source) is None and not ctx.is_tool_owned(live):
+        holder = ctx.operator_owner(live) or "another owner"
+        return REPLACED, (f"{step.object} was the tool's alias of {source}, which no longer "
+                          f"exists (its stack was removed), and the name is {holder}'s now: "
+                          "its recorded step is retired and the Service is left alone")
+    if (isinstance(step, SetSelector) and step.operator_owned and not step.satisfied(live)
+            and not ctx.options.include_operator_owned):
+        owner = ctx.operator_owner(live) or "its operator"
+        return REVERTED, (f"{step.object}: {owner} reverted the selector switch made with "
+                          "--include-operator-owned; recorded as reverted by the operator "
+                          "(run apply with --include-operator-owned to switch it again)")
+    return None
+
+
+def _alias_source(ctx: PlanContext, step: Step) -> str | None:
+    """The source Service of the tool's alias this step created or switched, if it is one."""
+    if isinstance(step, CreateAlias):
+        return step.source
+    if isinstance(step, SetSelector) and not step.operator_owned:
+        return next((c.service for c in ctx.catalog.components if c.alias == step.service), None)
+    return None
+
+
+def reasked(reverted: Sequence[Step], options: Options) -> list[GateResult]:
+    """With --include-operator-owned, switches recorded as reverted by the operator are asked
+    for again: each is a failed gate, so the phase re-runs (and the report shows why)."""
+    if not options.include_operator_owned:
+        return []
+    return [GateResult(f"selector-holds/{s.service}", False, f"{s.object} was reverted by its "
+                       "operator; --include-operator-owned switches it again")
+            for s in reverted if isinstance(s, SetSelector)]

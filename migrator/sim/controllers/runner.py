@@ -11,6 +11,7 @@ from migrator.sim.controllers.daemonsets import DaemonSetController
 from migrator.sim.controllers.endpointslices import EndpointSliceController
 from migrator.sim.controllers.garbage import GarbageCollector
 from migrator.sim.controllers.kubelet import Kubelet
+from migrator.sim.controllers.nodelifecycle import GRACE_SECONDS, NodeLifecycleController
 from migrator.sim.controllers.operator import OperatorImitation
 from migrator.sim.store import Store
 
@@ -25,6 +26,7 @@ class ControllerSet:
     termination_seconds: float = 1.0
     operator_reconcile_seconds: float | None = None
     namespace: str = "gpu-operator"
+    node_monitor_grace_seconds: float = GRACE_SECONDS
     controllers: list[Controller] = field(init=False, default_factory=list)
     _loop: ControllerLoop | None = field(init=False, default=None)
 
@@ -37,6 +39,8 @@ class ControllerSet:
             DaemonSetController(self.store, self.clock),
             GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),
+            NodeLifecycleController(self.store, self.clock,
+                                    grace_seconds=self.node_monitor_grace_seconds),
         ]
         if self.operator_reconcile_seconds is not None:
             self.controllers.append(OperatorImitation(

@@ -199,7 +199,8 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_
     after = reports.build(runner.recent_snapshot(), session.catalog, state, request.options)
     after["result"] = {"writes": result.writes, "dryRun": dry,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
-                                           for k, v in result.lowest.items()}}
+                                           for k, v in result.lowest.items()},
+                       "notes": list(result.notes)}
     return after
 
 

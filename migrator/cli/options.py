@@ -30,7 +30,9 @@ IncludeOperatorOwned = Annotated[bool, typer.Option(
 RollOnDelete = Annotated[bool, typer.Option(
     "--roll-on-delete",
     help="For updateStrategy OnDelete: delete old pods one node at a time to roll them.")]
-Timeout = Annotated[str, typer.Option("--timeout", help="How long each wait may take "
-                                      "(e.g. 90s, 10m, 1h).")]
+Timeout = Annotated[str, typer.Option("--timeout", help=(
+    "Progress deadline (e.g. 90s, 10m, 1h): a wait fails when nothing moved for this long "
+    "(no pod became updated or available in a rollout; gates still failing), not after this "
+    "long in total, so a 1,000-node rollout may take hours."))]
 Settle = Annotated[str, typer.Option("--settle", help="Wait after a selector change before "
                                      "removing what the old selector needed.")]

@@ -26,8 +26,8 @@ from migrator.engine.progress import (
     StepEvent,
 )
 from migrator.engine.state import PhaseRecord, State, utcnow
-from migrator.engine.waiting import Clock, Waiter
-from migrator.errors import GateFailed
+from migrator.engine.waiting import Clock, Pace, RolloutOutcome, Waiter
+from migrator.errors import APIError, GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -61,7 +61,7 @@ REUSE_SECONDS = 3.0
 
 @dataclass
 class RunSettings:
-    timeout: float = 600.0  # seconds per wait
+    timeout: float = 600.0  # progress deadline: seconds a wait may go without any progress
     settle: float = 30.0  # seconds after a selector change before removing what it needed
     options: Options = field(default_factory=Options)
 
@@ -71,6 +71,7 @@ class RunResult:
     phases: list[dict[str, Any]] = field(default_factory=list)
     writes: int = 0
     lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
+    notes: list[str] = field(default_factory=list)  # what happened that did not stop the run
 
 
 def _failed(gates: list[GateResult]) -> list[GateResult]:
@@ -274,41 +275,45 @@ class Runner:
         supplies only what a step never changes: the CRs, ServiceMonitors and update
         strategy; every gate check reads the DaemonSets, Services and endpoints afresh, and
         the pods too unless the step is a Service write (see REUSE_SECONDS)."""
-        deadline = self.clock.now() + self.settings.timeout
         base_snap = base or self.recent_snapshot()
         ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None
         if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
             return  # the template change rolls nothing; a RollPods step (if any) rolls pods
-        if isinstance(step, SetLabels) and step.daemonset in base_snap.daemonsets:
-            ds = self.waiter.rollout(step.daemonset, deadline, self._report_rollout)
-            if ds is None:
-                snap = self._fresh(base_snap)
-                pods = snap.pods_of(step.daemonset)
-                unready = g.not_ready_nodes(pods)
-                old = sorted({p.node for p in pods if any(
-                    p.labels.get(k) != v for k, v in step.template_after.items())})
-                where = (f"pods not ready on nodes: {', '.join(unready[:10])}" if unready else
-                         f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}")
-                self._fail(rec, f"DaemonSet/{step.daemonset} did not finish rolling out within "
-                           f"{self.settings.timeout:g}s; {where}",
-                           "fix those nodes (kubectl describe pod), then run the same command "
-                           "again: it resumes where it stopped")
+        rolls = isinstance(step, SetLabels) and step.daemonset in base_snap.daemonsets
+        if isinstance(step, SetLabels) and rolls:
+            out = self.waiter.rollout(
+                step.daemonset, self.settings.timeout, self._report_rollout,
+                blocked=lambda: self._rollout_blocked(step.daemonset, base_snap))
+            if not out.complete:
+                self._fail_rollout(rec, step, base_snap, out)
+        deadline = self.clock.now() + self.settings.timeout
+        dips: dict[str, str] = {}
 
         def check() -> list[GateResult]:
             snap = self._fresh(base_snap, recent_pods=not isinstance(step, SetLabels | RollPods))
             ctx = self._context(snap)
             results: list[GateResult] = list(module.after_write(ctx, step))
+            if isinstance(step, SetLabels) and rolls:
+                results.append(g.nodes_reporting(step.daemonset, snap.pods_of(step.daemonset)))
             for b in bases:
-                tol = plan.tolerance.get(b.service, 0)
-                held = g.endpoints_hold(snap, b, tol)
+                results.append(self._endpoints_gate(snap, b, step, plan))
                 self._note_endpoints(snap, b)
-                results.append(held)
+            for r in results:
+                if r.name.startswith("endpoints-dip/") and not r.ok:
+                    dips.setdefault(r.name.partition("/")[2], r.detail)
             return results
 
-        def endpoints_lost(results: list[GateResult]) -> bool:
-            return any(r.name.startswith("endpoints/") for r in _failed(results))
+        def stop_now(results: list[GateResult]) -> bool:
+            """Lost endpoints (act at once) or a node that stopped reporting (cannot heal by
+            waiting); an endpoint dip the step did not cause is waited out."""
+            return any(r.name.startswith(("endpoints/", "nodes-reporting/"))
+                       for r in _failed(results))
 
-        results = self.waiter.until(check, deadline, fatal=endpoints_lost)
+        results = self.waiter.until(check, deadline, fatal=stop_now)
+        for service, detail in sorted(dips.items()):
+            note = f"Service/{service} dipped below its baseline during {step.object}: {detail}"
+            self.result.notes.append(note)
+            self.listener.message(note)
         if not _failed(results):
             return
         if isinstance(step, SetSelector):
@@ -325,9 +330,68 @@ class Runner:
         self._fail(rec, f"{step.object}: {_describe(results)}",
                    "run `dcgm-migrate status` to see the gates; rerun to resume")
 
-    def _report_rollout(self, ds: dict[str, Any]) -> None:
+    def _endpoints_gate(self, snap: Snapshot, base: ServiceBaseline, step: Step,
+                        plan: PhasePlan) -> GateResult:
+        """Phase 1 (pods roll): the DaemonSet's budget. A Service write: zero tolerance, with
+        the loss attributed (`gates.switch_loss`): only a loss the write caused is fatal."""
+        if isinstance(step, SetLabels | RollPods):
+            return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0))
+        if isinstance(step, SetSelector) and step.service == base.service:
+            return g.switch_loss(snap, base, step.before, step.after)
+        selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
+        return g.switch_loss(snap, base, selector, selector)
+
+    def _rollout_blocked(self, daemonset: str, base: Snapshot) -> str:
+        """While a rollout does not move: the nodes that stopped reporting, if any (one pod
+        list of the DaemonSet, and a Node read each for the detail when RBAC allows)."""
+        ds = base.daemonsets.get(daemonset) or {}
+        match = o.dig(ds, "spec", "selector", "matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+        pods = [PodView.of(p) for p in self.kube.list(
+            kinds.POD, self.namespace, label_selector=selector or None).items
+            if (o.controller_owner(p) or {}).get("name") == daemonset]
+        gate = g.nodes_reporting(daemonset, pods, self._nodes(g.lost_nodes(pods)))
+        return "" if gate.ok else gate.detail
+
+    def _nodes(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+        """The first few Nodes by name, for their Ready condition; none when the tool may not
+        read Nodes (docs/rbac.yaml grants none: the detail is a courtesy)."""
+        out: dict[str, dict[str, Any] | None] = {}
+        for name in names[:g.MAX_NAMED]:
+            try:
+                out[name] = self.kube.get(kinds.NODE, name)
+            except APIError:
+                break
+        return out
+
+    def _fail_rollout(self, rec: PhaseRecord, step: SetLabels, base: Snapshot,
+                      out: RolloutOutcome) -> None:
+        counts = g.rollout_complete(out.ds).detail if out.ds is not None else "gone"
+        hint = ("bring the node back (its kubelet must report again), or drain and remove it "
+                "from the cluster; then run the same command again: it resumes where it "
+                "stopped")
+        if out.blocked:
+            self._fail(rec, f"DaemonSet/{step.daemonset} cannot finish rolling out ({counts}): "
+                       f"{out.blocked}", hint)
+        snap = self._fresh(base)
+        pods = snap.pods_of(step.daemonset)
+        lost = g.nodes_reporting(step.daemonset, pods, self._nodes(g.lost_nodes(pods)))
+        unready = g.not_ready_nodes(pods)
+        old = sorted({p.node for p in pods if any(
+            p.labels.get(k) != v for k, v in step.template_after.items())})
+        where = (lost.detail if not lost.ok else
+                 f"pods not ready on nodes: {', '.join(unready[:10])}" if unready else
+                 f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}")
+        self._fail(rec, f"DaemonSet/{step.daemonset} made no progress for "
+                   f"{out.stalled_for:.0f}s (--timeout {self.settings.timeout:g}s; {counts}); "
+                   f"{where}", hint if not lost.ok else
+                   "fix those nodes (kubectl describe pod), then run the same command "
+                   "again: it resumes where it stopped")
+
+    def _report_rollout(self, ds: dict[str, Any], pace: Pace) -> None:
         updated, available, desired = g.rollout_counts(ds)
-        self.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired))
+        self.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
+                                              eta_seconds=pace.eta))
 
     def _note_endpoints(self, snap: Snapshot, base: ServiceBaseline) -> None:
         ready = snap.endpoints_of(base.service).ready_total

@@ -85,6 +85,7 @@ class SimCluster:
         kubeconfig_path: str | Path | None = None,
         insecure_port: bool = True,
         node_monitor_grace_seconds: float = GRACE_SECONDS,
+        readiness_probes: bool = True,
     ) -> None:
         self.nodes = nodes
         self.stack = stack
@@ -97,7 +98,8 @@ class SimCluster:
             self.store, self.clock, pod_start_seconds=pod_start_seconds,
             termination_seconds=termination_seconds,
             operator_reconcile_seconds=operator_reconcile_seconds, namespace=namespace,
-            node_monitor_grace_seconds=node_monitor_grace_seconds)
+            node_monitor_grace_seconds=node_monitor_grace_seconds,
+            readiness_probes=readiness_probes)
         access = AccessControl(allow_unauthenticated=insecure_port)
         self.server = ApiServer(self.store, faults=faults, access=access)
         self.url = ""

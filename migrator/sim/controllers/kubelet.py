@@ -279,9 +279,10 @@ class Kubelet(Controller):
 
     def __init__(
         self, store: Store, clock: SimClock, *, pod_start_seconds: float = 2.0,
-        termination_seconds: float = 1.0,
+        termination_seconds: float = 1.0, readiness_probes: bool = True,
     ) -> None:
         super().__init__(store, clock)
+        self.readiness_probes = readiness_probes  # off: Ready as soon as running (fast tests)
         self.pod_start_seconds = pod_start_seconds
         self.termination_seconds = termination_seconds
         self._nodes: dict[str, Obj] = {}
@@ -447,7 +448,7 @@ class Kubelet(Controller):
         node = self._nodes.get(P.node_name(pod))
         if node is None or node_failed(node) or (pod.get("status") or {}).get("phase") == "Running":
             return
-        delay = readiness_delay(pod)
+        delay = readiness_delay(pod) if self.readiness_probes else 0.0
         self._ready_at[uid] = self.clock.now() + delay
         if delay > 0:
             self.schedule(("probe", ns, name, uid), delay)

@@ -27,6 +27,7 @@ class ControllerSet:
     operator_reconcile_seconds: float | None = None
     namespace: str = "gpu-operator"
     node_monitor_grace_seconds: float = GRACE_SECONDS
+    readiness_probes: bool = True
     controllers: list[Controller] = field(init=False, default_factory=list)
     _loop: ControllerLoop | None = field(init=False, default=None)
 
@@ -35,7 +36,8 @@ class ControllerSet:
         # then bookkeeping, which fills the waits for pod start and termination.
         self.controllers = [
             Kubelet(self.store, self.clock, pod_start_seconds=self.pod_start_seconds,
-                    termination_seconds=self.termination_seconds),
+                    termination_seconds=self.termination_seconds,
+                    readiness_probes=self.readiness_probes),
             DaemonSetController(self.store, self.clock),
             GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),

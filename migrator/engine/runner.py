@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import phases
-from migrator.engine import executor
+from migrator.engine import executor, stalls
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import (
     EndpointProgress,
@@ -27,7 +27,7 @@ from migrator.engine.progress import (
 )
 from migrator.engine.state import PhaseRecord, State, utcnow
 from migrator.engine.waiting import Clock, Pace, RolloutOutcome, Waiter
-from migrator.errors import APIError, GateFailed
+from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -283,7 +283,8 @@ class Runner:
         if isinstance(step, SetLabels) and rolls:
             out = self.waiter.rollout(
                 step.daemonset, self.settings.timeout, self._report_rollout,
-                blocked=lambda: self._rollout_blocked(step.daemonset, base_snap))
+                blocked=lambda: stalls.lost_nodes_detail(
+                    self.kube, self.namespace, base_snap.daemonsets[step.daemonset]))
             if not out.complete:
                 self._fail_rollout(rec, step, base_snap, out)
         deadline = self.clock.now() + self.settings.timeout
@@ -341,52 +342,22 @@ class Runner:
         selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
         return g.switch_loss(snap, base, selector, selector)
 
-    def _rollout_blocked(self, daemonset: str, base: Snapshot) -> str:
-        """While a rollout does not move: the nodes that stopped reporting, if any (one pod
-        list of the DaemonSet, and a Node read each for the detail when RBAC allows)."""
-        ds = base.daemonsets.get(daemonset) or {}
-        match = o.dig(ds, "spec", "selector", "matchLabels") or {}
-        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
-        pods = [PodView.of(p) for p in self.kube.list(
-            kinds.POD, self.namespace, label_selector=selector or None).items
-            if (o.controller_owner(p) or {}).get("name") == daemonset]
-        gate = g.nodes_reporting(daemonset, pods, self._nodes(g.lost_nodes(pods)))
-        return "" if gate.ok else gate.detail
-
-    def _nodes(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
-        """The first few Nodes by name, for their Ready condition; none when the tool may not
-        read Nodes (docs/rbac.yaml grants none: the detail is a courtesy)."""
-        out: dict[str, dict[str, Any] | None] = {}
-        for name in names[:g.MAX_NAMED]:
-            try:
-                out[name] = self.kube.get(kinds.NODE, name)
-            except APIError:
-                break
-        return out
-
     def _fail_rollout(self, rec: PhaseRecord, step: SetLabels, base: Snapshot,
                       out: RolloutOutcome) -> None:
-        counts = g.rollout_complete(out.ds).detail if out.ds is not None else "gone"
-        hint = ("bring the node back (its kubelet must report again), or drain and remove it "
-                "from the cluster; then run the same command again: it resumes where it "
-                "stopped")
+        if out.ds is None:
+            self._fail(rec, f"DaemonSet/{step.daemonset} disappeared during its rollout",
+                       "find out who deleted it (operator cleanup, a deleted CR); plan again")
+            return
+        counts = g.rollout_complete(out.ds).detail
         if out.blocked:
             self._fail(rec, f"DaemonSet/{step.daemonset} cannot finish rolling out ({counts}): "
-                       f"{out.blocked}", hint)
-        snap = self._fresh(base)
-        pods = snap.pods_of(step.daemonset)
-        lost = g.nodes_reporting(step.daemonset, pods, self._nodes(g.lost_nodes(pods)))
-        unready = g.not_ready_nodes(pods)
-        old = sorted({p.node for p in pods if any(
-            p.labels.get(k) != v for k, v in step.template_after.items())})
-        where = (lost.detail if not lost.ok else
-                 f"pods not ready on nodes: {', '.join(unready[:10])}" if unready else
-                 f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}")
+                       f"{out.blocked}", stalls.NODE_HINT)
+        pods = self._fresh(base).pods_of(step.daemonset)
+        where, hint = stalls.where_stuck(self.kube, step.daemonset, pods,
+                                         step.template_after)
         self._fail(rec, f"DaemonSet/{step.daemonset} made no progress for "
                    f"{out.stalled_for:.0f}s (--timeout {self.settings.timeout:g}s; {counts}); "
-                   f"{where}", hint if not lost.ok else
-                   "fix those nodes (kubectl describe pod), then run the same command "
-                   "again: it resumes where it stopped")
+                   f"{where}", hint)
 
     def _report_rollout(self, ds: dict[str, Any], pace: Pace) -> None:
         updated, available, desired = g.rollout_counts(ds)

@@ -37,6 +37,10 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
         env.sim.wait_for(lambda: DCGM not in env.ds("nvidia-dcgm-dra")["metadata"]["labels"], 30)
         env.sim.wait_for(lambda: all(DCGM not in p["metadata"]["labels"]
                                      for p in env.pods("nvidia-dcgm-dra")), 30)
+        # the operator's own rollout finishes (pods wait out their readiness probes) before
+        # the SRE re-applies: phase 1 starts only on a healthy DaemonSet
+        env.sim.wait_for(lambda: _rolled_out(env, "nvidia-dcgm-dra")
+                         and _rolled_out(env, "nvidia-dcgm-exporter-dra"), 30)
         bad = env.cli("verify", "-o", "json")
         assert bad.code == 1, bad.stdout
         details = " ".join(g["detail"] for p in bad.json()["phases"] for g in p["gates"]
@@ -68,3 +72,11 @@ def test_operator_reverts_a_switched_operator_owned_service(
     gates = [g for p in status.json()["phases"] for g in p["gates"] if not g["ok"]]
     assert any("ClusterPolicy" in g["detail"] and "reconciled it back" in g["detail"]
                for g in gates), gates
+
+
+def _rolled_out(env: E2E, name: str) -> bool:
+    ds = env.ds(name)
+    st = ds.get("status") or {}
+    return (st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+            and st.get("updatedNumberScheduled") == st.get("numberAvailable")
+            == st.get("desiredNumberScheduled"))

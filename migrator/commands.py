@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from migrator.engine import report as reports
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.locking import Lock, default_holder
 from migrator.engine.observe import read_snapshot
 from migrator.engine.permissions import missing_permissions, required
@@ -42,6 +42,7 @@ class Session:
     listener: Listener = field(default_factory=Quiet)
     catalog: Catalog = field(default_factory=load_catalog)
     store_factory: Callable[[Kube, str], StateStore] = ConfigMapStateStore
+    clock: Clock = field(default_factory=SystemClock)  # handed down to the runner and waiter
 
 
 # ---- shared checks ---------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_
     if lock is not None and lock.taken_over_from:
         session.listener.message(f"took over the expired lock of {lock.taken_over_from}")
     versions = {"current": version}
-    renewed = {"at": time.monotonic()}
+    renewed = {"at": session.clock.monotonic()}
 
     def save(st: State) -> None:
         versions["current"] = store.save(st.to_document(),
@@ -179,16 +180,16 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_
 
     def heartbeat() -> None:
         nonlocal lock
-        if lock is not None and time.monotonic() - renewed["at"] > LOCK_TTL_SECONDS / 4:
+        if lock is not None and session.clock.monotonic() - renewed["at"] > LOCK_TTL_SECONDS / 4:
             lock = store.renew_lock(lock)
-            renewed["at"] = time.monotonic()
+            renewed["at"] = session.clock.monotonic()
 
     settings = request.settings
     if dry:
         settings = RunSettings(timeout=0.0, settle=0.0, options=settings.options)
     runner = Runner(session.kube, session.namespace, session.catalog, state, save,
-                    settings=settings, listener=session.listener, heartbeat=heartbeat,
-                    dry_run=dry)
+                    settings=settings, listener=session.listener, clock=session.clock,
+                    heartbeat=heartbeat, dry_run=dry)
     runner.adopt(snap, observed_at)
     try:
         result = action(runner)
@@ -208,7 +209,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     """Run phases 1..N that are not completed yet (SPEC §2)."""
     _check_phase(request.phase)
     snap = _observe(session)
-    observed_at = time.monotonic()
+    observed_at = session.clock.monotonic()
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace)
     store = session.store_factory(session.kube, session.namespace)
@@ -222,12 +223,16 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
                              "lowestEndpoints": {}}
         return preview  # no lock, no state write: a repeated apply writes nothing at all
+    for warning in preview["warnings"]:  # --yes and no TTY skip the question, not these
+        session.listener.message(f"warning: {warning}")
     if not request.confirm(preview):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace)
     state.plan_fingerprint = snap.fingerprint()
-    return _locked_run(session, request, snap, observed_at, state, version,
-                       lambda runner: runner.apply(request.phase))
+    after = _locked_run(session, request, snap, observed_at, state, version,
+                        lambda runner: runner.apply(request.phase))
+    after["warnings"] = list(dict.fromkeys([*preview["warnings"], *after["warnings"]]))
+    return after
 
 
 def _still_holds(report: dict[str, Any], upto: int) -> bool:
@@ -240,7 +245,7 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     _check_phase(request.phase)
     snap = _observe(session)
-    observed_at = time.monotonic()
+    observed_at = session.clock.monotonic()
     state, version = _load_state(session.store_factory(session.kube, session.namespace),
                                  session.namespace)
     applied = [n for n in PHASE_NAMES if state and n >= request.phase
@@ -279,9 +284,10 @@ def status(session: Session) -> dict[str, Any]:
 
 
 def verify(session: Session) -> dict[str, Any]:
-    """Gates only: completed phases still hold and nothing is scraped twice."""
+    """Gates only: completed phases still hold and no exporter pod is certainly scraped twice
+    (any path, not only the tool's: docs/monitoring.md)."""
     report = status(session)
-    report["ok"] = report["ok"] and not report["toolDuplicates"]
+    report["ok"] = report["ok"] and not report["scrapeDuplicates"]
     return report
 
 

@@ -19,12 +19,37 @@ from migrator.model.steps import CreateAlias, DeleteAlias, Step
 NUMBER = 2
 NAME = "alias"
 
-# The supported Service configuration an alias copies; never API-assigned fields
-# (clusterIP(s), nodePort, healthCheckNodePort).
+# Every core/v1 ServiceSpec field, and what an alias does with it (the table-driven test in
+# tests/planning/test_alias_fields.py holds this list against the API's field list).
+# Copied: the source's configuration, so the alias is reachable exactly as the source is (a
+# LoadBalancer alias keeps its class, source ranges and node-port allocation; dropping them would
+# publish an internal Service). Never copied: what the API server assigns (clusterIP(s),
+# healthCheckNodePort, each port's nodePort) and what only one Service may hold (externalIPs,
+# the requested loadBalancerIP: a second claimant conflicts with the source). Replaced: the
+# selector (the DRA app label). externalName: an alias selects pods, so never an ExternalName.
 COPIED_SPEC_FIELDS = ("type", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinity",
                       "sessionAffinityConfig", "ipFamilyPolicy", "ipFamilies",
-                      "publishNotReadyAddresses")
+                      "publishNotReadyAddresses", "allocateLoadBalancerNodePorts",
+                      "loadBalancerClass", "loadBalancerSourceRanges", "trafficDistribution")
+NEVER_COPIED_SPEC_FIELDS = ("clusterIP", "clusterIPs", "healthCheckNodePort", "externalIPs",
+                            "loadBalancerIP", "externalName")
 COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
+
+# Source annotations an alias does not copy: the scrape annotation (SPEC §4: the source keeps
+# the one annotation-discovery path the operator renders; a copy would scrape every exporter pod
+# twice), the tool's own markers, and other tools' bookkeeping that would make them treat the
+# alias as theirs (kubectl apply's base, Helm release ownership, Argo CD tracking, the operator's
+# hashes).
+SCRAPE_ANNOTATION = "prometheus.io/scrape"
+NOT_COPIED_ANNOTATION_PREFIXES = ("dcgm-migrate/", "kubectl.kubernetes.io/last-applied-",
+                                  "meta.helm.sh/", "argocd.argoproj.io/", "nvidia.com/")
+
+
+def copied_annotations(source: Mapping[str, Any]) -> dict[str, str]:
+    """The source's annotations an alias carries too (e.g. a cloud's internal-load-balancer
+    annotation, without which the alias's load balancer would be public)."""
+    return {k: v for k, v in o.annotations_of(source).items()
+            if k != SCRAPE_ANNOTATION and not k.startswith(NOT_COPIED_ANNOTATION_PREFIXES)}
 
 
 def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
@@ -46,7 +71,7 @@ def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
         "namespace": ctx.snapshot.namespace,
         "labels": {common.managed_by.key: common.managed_by.value,
                    "app.kubernetes.io/name": comp.alias},
-        "annotations": {common.alias_of_annotation: comp.service},
+        "annotations": {**copied_annotations(source), common.alias_of_annotation: comp.service},
     }
     if owner is not None:
         meta["ownerReferences"] = [{
@@ -82,6 +107,18 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
             "ownership of the stable names belongs to the operator")
 
 
+def _still_terminating(ctx: PlanContext, alias: str) -> str | None:
+    """Why the alias cannot be created (again) now: the old one is Terminating."""
+    why = o.terminating(ctx.service(alias))
+    if why is None:
+        return None
+    ns = ctx.snapshot.namespace
+    return (f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
+            f"gone: wait for its finalizers, or remove them if nothing needs them (kubectl -n "
+            f"{ns} patch service {alias} --type=merge -p "
+            "'{\"metadata\":{\"finalizers\":null}}'), then run again")
+
+
 def plan(ctx: PlanContext) -> PhasePlan:
     steps: list[Step] = []
     gates: list[GateResult] = []
@@ -105,6 +142,11 @@ def plan(ctx: PlanContext) -> PhasePlan:
         if taken:
             blocked = blocked or taken
             continue
+        leaving = _still_terminating(ctx, comp.alias)
+        if leaving:
+            gates.append(GateResult(f"alias-not-terminating/{comp.alias}", False, leaving))
+            blocked = blocked or leaving
+            continue
         step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, owner))
         if step.satisfied(ctx.service(comp.alias)):
             notes.append(f"Service/{comp.alias} already exists as the tool's alias")
@@ -125,6 +167,9 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         taken = _taken_by(ctx, step.service, step.source)
         out = [GateResult(f"alias-name-free/{step.service}", taken is None,
                           taken or "free or already the tool's")]
+        leaving = _still_terminating(ctx, step.service)
+        if leaving:
+            out.append(GateResult(f"alias-not-terminating/{step.service}", False, leaving))
         what_if = monitoring.with_service(ctx.snapshot, step.body)
         out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
                                              before=ctx.snapshot))
@@ -158,11 +203,17 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         elif _taken_by(ctx, step.service, step.source):
             out.append(GateResult(name, False, f"Service/{step.service} was replaced by an "
                                   "object that is not the tool's"))
+        elif o.terminating(live):
+            out.append(GateResult(name, False, f"Service/{step.service} is being deleted "
+                                  f"({o.terminating(live)})"))
         else:
             want = step.body["spec"]
             spec = live.get("spec") or {}
-            wrong = [k for k in ("ports", "internalTrafficPolicy", "type")
+            wrong = [k for k in ("ports", *COPIED_SPEC_FIELDS)
                      if k in want and _ports(spec.get(k)) != _ports(want[k])]
+            ann = o.annotations_of(live)
+            wrong += [f"annotation {k}" for k, v in o.annotations_of(step.body).items()
+                      if ann.get(k) != v]
             out.append(GateResult(name, not wrong, f"differs from the source in {', '.join(wrong)}"
                                   if wrong else f"alias of {step.source}"))
     return out
@@ -184,6 +235,11 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
                 continue
             if _taken_by(ctx, step.service, step.source):
                 notes.append(f"Service/{step.service} is no longer the tool's; left in place")
+                continue
+            if o.terminating(live):
+                notes.append(f"Service/{step.service} is already being deleted "
+                             f"({o.terminating(live)}); it goes once those finalizers are "
+                             "removed")
                 continue
             inverse.append(step.inverse())
     return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), tuple(notes))

@@ -34,6 +34,41 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
                      {key: o.labels(ds).get(key)}, {key: o.template_labels(ds).get(key)})
 
 
+# Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
+# `applyCommonDaemonsetMetadata`: `spec.daemonsets.labels` goes onto every pod template), and
+# the per-component sections a CR version may carry labels in too.
+CR_LABEL_FIELDS = (("daemonsets", "labels"),)
+CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
+
+
+def _owner_cr(ctx: PlanContext, ds: Mapping[str, Any]) -> dict[str, Any] | None:
+    owner = ctx.operator_owner(ds)
+    if owner is None:
+        return None
+    kind, _, name = owner.partition("/")
+    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
+    return next((cr for cr in crs if o.name(cr) == name), None)
+
+
+def cr_overrides(ctx: PlanContext, comp: Component,
+                 ds: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(CR field path, value) for each place the owning CR sets this component's reserved
+    label to something other than its reserved value: phase 1 overrides the rendered value,
+    but the operator's next re-render (an upgrade or a CR edit) writes the CR's value back."""
+    cr = _owner_cr(ctx, ds)
+    if cr is None:
+        return []
+    key, want = comp.common_label.key, comp.common_label.value
+    paths = [*CR_LABEL_FIELDS, (CR_SECTIONS.get(comp.component, comp.component), "labels")]
+    out = []
+    for path in paths:
+        labels = o.dig(cr, "spec", *path)
+        if isinstance(labels, Mapping) and key in labels and str(labels[key]) != want:
+            field = f"{cr.get('kind')}/{o.name(cr)} spec.{'.'.join(path)}[{key!r}]"
+            out.append((field, str(labels[key])))
+    return out
+
+
 def _guarded(ctx: PlanContext, daemonsets: Sequence[str]) -> tuple[list[g.ServiceBaseline],
                                                                   dict[str, int]]:
     """Every Service selecting these DaemonSets' pods, with the DaemonSet's rolling budget."""
@@ -62,11 +97,18 @@ def plan(ctx: PlanContext) -> PhasePlan:
         if ds is None:
             continue
         step = _label_step(ctx, comp, ds)
-        user_value = step.meta_before.get(comp.common_label.key)
+        key = comp.common_label.key
+        user_value = step.meta_before.get(key) or step.template_before.get(key)
         if user_value not in (None, comp.common_label.value):
-            warnings.append(f"DaemonSet/{comp.daemonset} sets {comp.common_label.key}="
+            warnings.append(f"DaemonSet/{comp.daemonset} sets {key}="
                             f"{user_value!r}; the reserved label wins and becomes "
                             f"{comp.common_label.value!r} (rollback restores {user_value!r})")
+        for field, value in cr_overrides(ctx, comp, ds):
+            warnings.append(f"{field} sets {key}={value!r} for DaemonSet/{comp.daemonset}: "
+                            f"phase 1 overrides it with {comp.common_label.value!r}, but the "
+                            "operator's next re-render (an upgrade or any CR edit) brings "
+                            f"{value!r} back, the pods roll without the common label and every "
+                            "Service switched to it drains; remove the key from that CR field")
         ondelete = o.update_strategy(ds) == "OnDelete"
         if not step.satisfied(ds):
             steps.append(step)

@@ -4,12 +4,14 @@ only with --include-operator-owned (the operator reverts them on its next reconc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from migrator.model import gates as g
 from migrator.model import monitoring
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
+from migrator.model.guarding import HELD_ANNOTATION
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import SetSelector, Step, from_record
@@ -35,7 +37,15 @@ def _step_for(ctx: PlanContext, comp: Component, name: str) -> SetSelector | Non
     before = dict(o.dig(svc, "spec", "selector") or {})
     local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
     return SetSelector(name, before, comp.common_selector, local,
-                       operator_owned=ctx.operator_owner(svc) is not None)
+                       operator_owned=ctx.operator_owner(svc) is not None,
+                       allow_foreign=ctx.options.allow_foreign_pods)
+
+
+def _strays(ctx: PlanContext, selector: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(pods outside the DaemonSets that carry this common selector, those DaemonSets)."""
+    key = next(iter(selector), "")
+    daemonsets = ctx.daemonsets_with_label(key)
+    return g.pods_outside(ctx.snapshot, selector, daemonsets), daemonsets
 
 
 def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], list[str]]:
@@ -46,10 +56,13 @@ def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], l
     superset, strays = g.selector_superset(ctx.snapshot, step.service, step.before, step.after,
                                            step.local, daemonsets)
     out.append(superset)
+    out.append(g.foreign_pods(step.service, strays, daemonsets, ctx.options.allow_foreign_pods))
     warnings = []
     if strays:
         warnings.append(f"Service/{step.service}: the common selector would also pick up pods "
-                        f"outside the DaemonSets: {', '.join(strays[:5])}")
+                        f"outside the DaemonSets: {', '.join(strays[:5])}"
+                        + ("" if ctx.options.allow_foreign_pods else
+                           " (phase 3 refuses unless --allow-foreign-pods)"))
     svc = ctx.service(step.service)
     if svc is not None:
         switched = {**svc, "spec": {**(svc.get("spec") or {}), "selector": dict(step.after)}}
@@ -89,6 +102,10 @@ def plan(ctx: PlanContext) -> PhasePlan:
             guarded.append(g.baseline(ctx.snapshot, name, step.local))
             if step.satisfied(svc):
                 notes.append(f"Service/{name} already selects {comp.common_label.key}")
+                strays, _ = _strays(ctx, step.after)
+                if strays:
+                    warnings.append(f"Service/{name} selects pods outside the DaemonSets: "
+                                    f"{', '.join(strays[:5])}")
                 continue
             pre, warn = _pre_gates(ctx, step)
             gates.extend(pre)
@@ -135,6 +152,9 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         name = f"selector-holds/{step.service}"
         if svc is None:
             out.append(GateResult(name, False, f"Service/{step.service} is gone"))
+        elif held_by_guard(svc, step):
+            out.append(GateResult(name, True, f"held on {dict(step.before)} by the guard: "
+                                  f"{o.annotations_of(svc)[HELD_ANNOTATION]}"))
         elif not step.satisfied(svc):
             who = ctx.operator_owner(svc)
             why = f" — {who} reconciled it back" if who else ""
@@ -145,7 +165,16 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             eps = ctx.snapshot.endpoints_of(step.service)
             out.append(GateResult(name, eps.ready_total > 0 or not ctx.snapshot.pods,
                                   f"{eps.ready_total} ready endpoints"))
+            strays, daemonsets = _strays(ctx, step.after)
+            out.append(g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign))
     return out
+
+
+def held_by_guard(svc: dict[str, Any], step: SetSelector) -> bool:
+    """`dcgm-migrate guard` moved this alias back to its pre-switch selector on purpose (its
+    DaemonSet lost the common label) and moves it forward again by itself: not drift."""
+    return HELD_ANNOTATION in o.annotations_of(svc) and \
+        dict(o.dig(svc, "spec", "selector") or {}) == dict(step.before)
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,7 @@ import typer
 
 from migrator import __version__
 from migrator.cli.options import (
+    AllowForeignPods,
     Context,
     Debug,
     IncludeOperatorOwned,
@@ -63,7 +65,9 @@ def _root(
 
 
 def handles_errors(fn: F) -> F:
-    """The one place errors become messages and exit codes (with --debug: a traceback)."""
+    """The one place errors become messages and exit codes. --debug only adds the traceback
+    (on stderr, before the message): the exit code is the same with and without it, so a
+    script's `case $?` does not change meaning when someone turns on --debug to look."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -74,7 +78,7 @@ def handles_errors(fn: F) -> F:
             raise
         except MigrateError as exc:
             if debug:
-                raise
+                traceback.print_exc(file=sys.stderr)
             from migrator.cli import render
 
             render.error(exc)
@@ -89,9 +93,10 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(130) from None
         except Exception as exc:
             if debug:
-                raise
+                traceback.print_exc(file=sys.stderr)
             typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-            typer.echo("fix: rerun with --debug for the traceback and report it", err=True)
+            typer.echo("fix: report it with the traceback" if debug else
+                       "fix: rerun with --debug for the traceback and report it", err=True)
             raise typer.Exit(3) from None
 
     return wrapper  # type: ignore[return-value]
@@ -137,6 +142,7 @@ def plan(
                                              "of the objects it read) to FILE.")] = None,
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    allow_foreign_pods: AllowForeignPods = False,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -148,19 +154,19 @@ def plan(
     from migrator import commands
     from migrator.model.planning import Options
 
-    options = Options(include_operator_owned, roll_on_delete)
+    options = Options(include_operator_owned, roll_on_delete, allow_foreign_pods)
     _report(kubeconfig, context, namespace, output, lambda s: commands.plan(s, options, out))
 
 
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
-                 plan_file: Path | None = None) -> Any:
+                 plan_file: Path | None = None, allow_foreign_pods: bool = False) -> Any:
     from migrator.cli.durations import parse_duration
     from migrator.commands import RunRequest
     from migrator.engine.runner import RunSettings
     from migrator.model.planning import Options
 
-    options = Options(include_operator_owned, roll_on_delete)
+    options = Options(include_operator_owned, roll_on_delete, allow_foreign_pods)
     wait = parse_duration(timeout)
     if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
         raise UsageError(f"--timeout {timeout!r} leaves no time to wait for a rollout.",
@@ -203,6 +209,7 @@ def apply(
     settle: Settle = "30s",
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    allow_foreign_pods: AllowForeignPods = False,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -214,7 +221,7 @@ def apply(
     from migrator import commands
 
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
-                           roll_on_delete, plan_file)
+                           roll_on_delete, plan_file, allow_foreign_pods)
     _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
             dry_run=dry_run)
 
@@ -328,10 +335,12 @@ def preflight(
 
 def _mount_subcommands() -> None:
     from migrator.cli.demo import demo
+    from migrator.cli.guard_cmd import guard
     from migrator.cli.sim_cmd import sim_app
 
     app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
     app.command("demo")(handles_errors(demo))
+    app.command("guard")(handles_errors(guard))
 
 
 _mount_subcommands()

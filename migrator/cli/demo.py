@@ -262,6 +262,10 @@ def demo(
         help="Simulated seconds from pod creation to running; Ready follows after the "
              "readiness probes' initial delay (15 s DCGM, 45 s exporter).")]
     = 5.0,
+    operator: Annotated[bool, typer.Option(
+        "--operator/--no-operator",
+        help="Run the GPU Operator imitation (it reconciles its DaemonSets and Services every "
+             "few simulated seconds, as on a real cluster).")] = True,
     debug: Debug = False,
 ) -> None:
     """Run the whole migration on a simulated GPU cluster started in-process — plan, apply
@@ -274,6 +278,7 @@ def demo(
     from migrator.commands import Session
     from migrator.kube.client import Kube
     from migrator.sim.cluster import SimCluster
+    from migrator.sim.controllers.operator import RESYNC_SECONDS
 
     termination = 5.0
     scale = time_scale or auto_time_scale(nodes, pod_start_seconds, termination)
@@ -282,7 +287,8 @@ def demo(
     began = time.monotonic()
     with SimCluster(nodes=nodes, stack=stack.value, namespace=NAMESPACE, time_scale=scale,
                     pod_start_seconds=pod_start_seconds,
-                    termination_seconds=termination) as sim:
+                    termination_seconds=termination,
+                    operator_reconcile_seconds=RESYNC_SECONDS if operator else None) as sim:
         console.print(f"[bold]dcgm-migrate demo[/bold]: simulated GPU cluster with {nodes} "
                       f"nodes on the {stack.value} stack at {sim.url}; pods take "
                       f"{pod_start_seconds:g} s to start, simulated time runs "

@@ -30,6 +30,10 @@ IncludeOperatorOwned = Annotated[bool, typer.Option(
 RollOnDelete = Annotated[bool, typer.Option(
     "--roll-on-delete",
     help="For updateStrategy OnDelete: delete old pods one node at a time to roll them.")]
+AllowForeignPods = Annotated[bool, typer.Option(
+    "--allow-foreign-pods",
+    help="Let phase 3 switch a selector that also picks up pods outside the DCGM/exporter "
+         "DaemonSets (recorded in the state).")]
 Timeout = Annotated[str, typer.Option("--timeout", help=(
     "Progress deadline (e.g. 90s, 10m, 1h): a wait fails when nothing moved for this long "
     "(no pod became updated or available in a rollout; gates still failing), not after this "

@@ -38,9 +38,13 @@ def serve_cmd(
         "--kubeconfig-out", help="Write the kubeconfig here (default: a temporary file).")] = None,
     time_scale: Annotated[float, typer.Option(
         "--time-scale", help="Real seconds per simulated second (0.01 runs 100x faster).")] = 1.0,
-    operator_reconcile: Annotated[float | None, typer.Option(
+    operator_reconcile: Annotated[float, typer.Option(
         "--operator-reconcile", metavar="SECONDS",
-        help="Run the GPU Operator imitation every SECONDS (simulated); off by default.")] = None,
+        help="Run the GPU Operator imitation every SECONDS (simulated), as every real cluster "
+             "runs the operator; 0 turns it off.")] = 5.0,  # controllers.operator.RESYNC_SECONDS
+    no_operator: Annotated[bool, typer.Option(
+        "--no-operator", help="No GPU Operator imitation (same as --operator-reconcile 0).")]
+    = False,
     pod_start_seconds: Annotated[float, typer.Option(
         "--pod-start-seconds", help="Simulated seconds from pod creation to Ready.")] = 2.0,
     termination_seconds: Annotated[float, typer.Option(
@@ -58,6 +62,19 @@ def serve_cmd(
         "--latency-ms", help="Added latency per request, milliseconds.")] = 0.0,
     fail_nth_write: Annotated[int | None, typer.Option(
         "--fail-nth-write", help="Fail the Nth write request (once).")] = None,
+    watch_window: Annotated[int | None, typer.Option(
+        "--watch-window", metavar="N",
+        help="Keep only the last N events: a watch or a list continue token from an older "
+             "resourceVersion gets 410 Expired, as after the real watch cache window or etcd "
+             "compaction (default: 500000).")] = None,
+    rbac: Annotated[list[Path] | None, typer.Option(
+        "--rbac", metavar="FILE",
+        help="Install these RBAC roles and bindings (repeatable); each User/ServiceAccount they "
+             "bind gets an https kubeconfig with its own token, so kubectl runs as it.")] = None,
+    tls: Annotated[bool, typer.Option(
+        "--tls/--no-tls",
+        help="Also serve https (self-signed, needs openssl) with kubeconfigs for the admin and "
+             "the --rbac identities: kubectl sends tokens and --as only over https.")] = True,
 ) -> None:
     """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.
 
@@ -67,11 +84,12 @@ def serve_cmd(
 
     options = ServeOptions(
         nodes=nodes, stack=stack, port=port, kubeconfig_out=kubeconfig_out,
-        time_scale=time_scale, operator_reconcile=operator_reconcile,
+        time_scale=time_scale, operator_reconcile=0.0 if no_operator else operator_reconcile,
         pod_start_seconds=pod_start_seconds, termination_seconds=termination_seconds,
         namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
-        fail_nth_write=fail_nth_write)
+        fail_nth_write=fail_nth_write, watch_window=watch_window, rbac=tuple(rbac or ()),
+        tls=tls)
     try:
         code = serve(options)
     except ServeError as err:

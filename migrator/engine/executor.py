@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 
-def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
+def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> str | None:
+    """Write the step; returns a note when the write was accepted but has not taken effect
+    yet (an alias delete held by finalizers), else None."""
     if isinstance(step, SetLabels):
         kube.patch(kinds.DAEMONSET, step.daemonset, namespace, step.patch(), patch_type="merge")
     elif isinstance(step, SetSelector):
@@ -23,7 +25,7 @@ def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
             kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json")
         except APIInvalid as exc:  # the json-patch `test` failed: someone changed it
             if step.satisfied(kube.get(kinds.SERVICE, step.service, namespace)):
-                return  # or an earlier attempt of this patch landed and its answer was lost
+                return None  # or an earlier attempt of this patch landed, its answer lost
             raise GateFailed(
                 f"Service/{step.service}: its selector changed outside the tool; not switching",
                 "run `dcgm-migrate plan` to see the current selector") from exc
@@ -32,6 +34,11 @@ def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
             kube.create(step.body)
         except APIConflict as exc:
             live = kube.get(kinds.SERVICE, step.service, namespace)
+            if o.terminating(live):
+                raise GateFailed(
+                    f"Service/{step.service} is still being deleted ({o.terminating(live)}); "
+                    "it cannot be created again until it is gone",
+                    "wait for its finalizers (or remove them), then run again") from exc
             if not step.satisfied(live):
                 raise GateFailed(
                     f"Service/{step.service} appeared while the tool was creating it and is not "
@@ -41,7 +48,7 @@ def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
         live = kube.get(kinds.SERVICE, step.service, namespace)
         mb = catalog.common.managed_by
         if live is None:
-            return
+            return None
         if o.labels(live).get(mb.key) != mb.value or o.annotations_of(live).get(
                 catalog.common.alias_of_annotation) != step.source:
             raise GateFailed(f"Service/{step.service} is no longer the tool's; not deleting it")
@@ -50,9 +57,14 @@ def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> None:
                         uid=str(o.meta(live).get("uid")),
                         resource_version=str(o.meta(live).get("resourceVersion")))
         except APINotFound:
-            return
+            return None
+        why = o.terminating(kube.get(kinds.SERVICE, step.service, namespace))
+        if why:
+            return (f"Service/{step.service}: deletion accepted but not done: {why}; it goes "
+                    "once they are removed")
     elif isinstance(step, RollPods):
         raise TypeError("RollPods is run by the runner, pod by pod")
+    return None
 
 
 def delete_pod(kube: Kube, namespace: str, name: str, uid: str) -> None:

@@ -24,13 +24,12 @@ def _in(key: str, values: Iterable[str]) -> str:
 
 
 def read_pods(kube: Kube, namespace: str, selectors: Sequence[str]) -> tuple[PodView, ...]:
-    """Pods matching any of the selectors, each reduced to a PodView page by page."""
+    """Pods matching any of the selectors, each reduced to a PodView page by page (a 410 on a
+    busy cluster restarts that selector's read: `Kube.collect`)."""
     seen: dict[str, PodView] = {}
     for sel in selectors:
-        for page in kube.pages(kinds.POD, namespace, label_selector=sel):
-            for pod in page.items:
-                view = PodView.of(pod)
-                seen[view.uid] = view
+        views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of)
+        seen.update((view.uid, view) for view in views)
     return tuple(sorted(seen.values(), key=lambda p: (p.node, p.name)))
 
 
@@ -40,12 +39,11 @@ def read_endpoints(kube: Kube, namespace: str,
     if not names:
         return {}
     by_service: dict[str, list[Obj]] = {n: [] for n in names}
-    for page in kube.pages(kinds.ENDPOINTSLICE, namespace,
-                           label_selector=_in("kubernetes.io/service-name", names)):
-        for sl in page.items:
-            svc = o.labels(sl).get("kubernetes.io/service-name", "")
-            if svc in by_service:
-                by_service[svc].append(sl)
+    for sl in kube.list(kinds.ENDPOINTSLICE, namespace,
+                        label_selector=_in("kubernetes.io/service-name", names)).items:
+        svc = o.labels(sl).get("kubernetes.io/service-name", "")
+        if svc in by_service:
+            by_service[svc].append(sl)
     return {n: endpoints_from_slices(n, sl) for n, sl in by_service.items()}
 
 

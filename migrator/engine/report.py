@@ -62,9 +62,18 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
             notes.append(plan.blocked)
         views.append(_view(module.NUMBER, module.NAME, status, changes, list(plan.gates), notes,
                            rec.error if rec else None, plan.blocked))
-    dup = monitoring.duplicate_gate(snapshot, _exporters(found))
-    if not dup.ok:
-        warnings.append(f"duplicate scraping now: {dup.detail}")
+    certain = monitoring.certain_duplicates(snapshot, _exporters(found))
+    if certain:
+        pod, paths = next(iter(sorted(certain.items())))
+        warnings.append(f"duplicate scraping now: {len(certain)} exporter pods scraped more "
+                        f"than once, e.g. {pod} via {'; '.join(map(str, paths))}")
+    possible = monitoring.possible_duplicates(snapshot, _exporters(found))
+    if possible:
+        paths = monitoring.scrape_paths(snapshot, _exporters(found))[possible[0]]
+        warnings.append(f"possible duplicate scraping: {len(possible)} exporter pods are "
+                        "reached both by annotation discovery and by a ServiceMonitor, e.g. "
+                        f"{possible[0]} via {'; '.join(map(str, paths))} — scraped twice if one "
+                        "Prometheus uses both; pick one mechanism (docs/monitoring.md)")
     warnings.extend(monitoring.conflicting_monitors(snapshot))
     mb = catalog.common.managed_by
     ours = [n for n, s in snapshot.services.items()
@@ -83,6 +92,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         "phases": views,
         "warnings": warnings,
         "toolDuplicates": len(tool_dups),
+        "scrapeDuplicates": len(certain),
     }
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import phases
 from migrator.engine import executor, stalls
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import (
     EndpointProgress,
@@ -26,7 +27,7 @@ from migrator.engine.progress import (
     StepEvent,
 )
 from migrator.engine.state import PhaseRecord, State, utcnow
-from migrator.engine.waiting import Clock, Pace, RolloutOutcome, Waiter
+from migrator.engine.waiting import Pace, RolloutOutcome, Waiter
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -95,7 +96,7 @@ class Runner:
         self._save = save
         self.settings = settings or RunSettings()
         self.listener = listener or Quiet()
-        self.clock = clock or Clock()
+        self.clock: Clock = clock or SystemClock()
         self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
         self.result = RunResult()
         self._seen: tuple[Snapshot, float] | None = None  # newest read, no write since
@@ -108,7 +109,7 @@ class Runner:
 
     def recent_snapshot(self) -> Snapshot:
         """The newest read if it is recent and nothing was written since, else a fresh one."""
-        if self._seen is not None and self.clock.now() - self._seen[1] <= REUSE_SECONDS:
+        if self._seen is not None and self.clock.monotonic() - self._seen[1] <= REUSE_SECONDS:
             return self._seen[0]
         return self.snapshot()
 
@@ -118,7 +119,7 @@ class Runner:
 
     def _remember(self, snap: Snapshot, read_at: float | None = None) -> Snapshot:
         """Note a read; `read_at` is when its oldest part (reused pods) was read."""
-        now = self.clock.now()
+        now = self.clock.monotonic()
         self._seen = (snap, now if read_at is None else read_at)
         if read_at is None:
             self._pods = (snap.pods, now)
@@ -139,7 +140,7 @@ class Runner:
         REUSE_SECONDS with no pod-moving write since (a gate check after a Service write)."""
         names = [c.daemonset for c in self.catalog.components]
         if (recent_pods and self._pods is not None
-                and self.clock.now() - self._pods[1] <= REUSE_SECONDS):
+                and self.clock.monotonic() - self._pods[1] <= REUSE_SECONDS):
             pods, read_at = self._pods
             return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names,
                                          pods=pods), read_at)
@@ -176,8 +177,8 @@ class Runner:
         ctx = self._context(snap, rec.recorded() if resuming else None)
         plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
-        if plan.blocked:
-            self._fail(rec, plan.blocked, "nothing was written; docs/runbook.md explains this "
+        if plan.refusal:
+            self._fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
                        "gate and what to do")
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
@@ -258,8 +259,10 @@ class Runner:
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
             self._wrote(step)
-            executor.execute(self.kube, self.namespace, self.catalog, step)
+            note = executor.execute(self.kube, self.namespace, self.catalog, step)
             self.result.writes += 1
+            if note:
+                self.listener.message(note)
             rec.mark(step, "done", undo=rollback)
             if isinstance(step, SetLabels) and step.rolls_pods() and not rollback:
                 rec.wrote_labels = True
@@ -287,7 +290,7 @@ class Runner:
                     self.kube, self.namespace, base_snap.daemonsets[step.daemonset]))
             if not out.complete:
                 self._fail_rollout(rec, step, base_snap, out)
-        deadline = self.clock.now() + self.settings.timeout
+        deadline = self.clock.monotonic() + self.settings.timeout
         dips: dict[str, str] = {}
 
         def check() -> list[GateResult]:
@@ -391,7 +394,7 @@ class Runner:
             unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
             if unready:
                 self._fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
-                           f"{', '.join(sorted({p.node for p in unready})[:10])}; not deleting "
+                           f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
                            "another node's pod", "fix those nodes, then rerun to resume")
             pod = stale[0]
             rec.mark(step, "intent", undo=rollback)
@@ -400,7 +403,7 @@ class Runner:
             executor.delete_pod(self.kube, self.namespace, pod.name, pod.uid)
             self.result.writes += 1
             self.listener.step(StepEvent(rec.number, step, "writing"))
-            deadline = self.clock.now() + self.settings.timeout
+            deadline = self.clock.monotonic() + self.settings.timeout
 
             def node_back(node: str = pod.node, snap: Snapshot = snap,
                           want: dict[str, str | None] = want) -> list[GateResult]:
@@ -442,7 +445,7 @@ class Runner:
         if rec.status != "rolled-back" or not rec.finished or self.dry_run:
             return
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        elapsed = (datetime.now(UTC) - finished).total_seconds()
+        elapsed = (self.clock.now() - finished).total_seconds()
         remaining = self.settings.settle - max(0.0, elapsed)
         if remaining > 0:
             self.waiter.settle(remaining, self.listener.settle)
@@ -450,7 +453,7 @@ class Runner:
 
 def _hint_for(step: Step, rollback: bool) -> str:
     if isinstance(step, CreateAlias):
-        return "see docs/runbook.md, 'coexistence'; nothing was written"
+        return "see docs/runbook.md, 'coexistence'"
     if isinstance(step, SetSelector):
         return ("wait until every pod carries the common label (phase 1 rollout), then rerun"
                 if not rollback else "fix the pods the old selector needs, then rerun")

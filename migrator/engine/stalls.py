@@ -55,7 +55,7 @@ def where_stuck(kube: Kube, daemonset: str, pods: Sequence[PodView],
     lost = g.nodes_reporting(daemonset, pods, read_nodes(kube, g.lost_nodes(pods)))
     if not lost.ok:
         return lost.detail, NODE_HINT
-    unready = g.not_ready_nodes(pods)
+    unready = g.not_ready_where(pods)
     if unready:
         return f"pods not ready on nodes: {', '.join(unready[:10])}", POD_HINT
     old = sorted({p.node for p in pods

@@ -35,6 +35,7 @@ from migrator.engine.locking import Lock
 from migrator.engine.statebackends import Backend, KubeConfigMap, MemoryConfigMap
 from migrator.errors import APIConflict, APINotFound, LockHeld, StateConflict, StateCorrupt
 from migrator.kube import Kube
+from migrator.model import objects as o
 
 Obj = dict[str, Any]
 Clock = Callable[[], datetime]
@@ -126,6 +127,20 @@ class _ConfigMapState:
                 f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
                 "or run the migration in another namespace",
             )
+
+    def _check_not_terminating(self, cm: Obj) -> None:
+        """A state ConfigMap being deleted vanishes once its finalizers go: never lock or write
+        it (the run's record would vanish with it)."""
+        why = o.terminating(cm)
+        if why is None:
+            return
+        raise StateConflict(
+            f"ConfigMap {self._cm.where} holding the migration state is being deleted ({why}), "
+            "so dcgm-migrate will not lock or write it.",
+            f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the "
+            "migration, let it finish (remove the finalizers if nothing needs them) and run "
+            "again; otherwise ask whoever deleted it",
+        )
 
     def _decode(self, cm: Obj) -> tuple[dict[str, Any], str]:
         """(document, its checksum) of a ConfigMap of ours; StateCorrupt when it cannot be."""
@@ -284,6 +299,7 @@ class _ConfigMapState:
             return None
         _, current_sha = self._decode(current)
         self._view(current)
+        self._check_not_terminating(current)
         info = locking.read(current["metadata"].get("annotations"))
         held_by_us = self._held is not None and locking.is_ours(info, self._held)
         if info is not None and not held_by_us and info.live(self._clock()):
@@ -337,6 +353,7 @@ class _ConfigMapState:
                         continue
                 else:
                     self._check_ours(current)
+                    self._check_not_terminating(current)
                     self._view(current)
                     info = locking.read(current["metadata"].get("annotations"))
                     if info is not None and info.live(now) and not self._is_dead(info.holder):
@@ -379,6 +396,7 @@ class _ConfigMapState:
                         "another run may be migrating; run `dcgm-migrate status` before going on",
                     )
                 self._view(current)
+                self._check_not_terminating(current)
                 renewed = Lock(
                     lock.holder, lock.acquired,
                     max(lock.expires, locking.new_lock(

@@ -11,11 +11,11 @@ rollout takes (1,000 nodes at 45 s each, one at a time, is 12.5 hours).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import APIError
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -26,12 +26,6 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 Obj = dict[str, Any]
-
-
-@dataclass
-class Clock:
-    now: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
 
 
 @dataclass
@@ -78,7 +72,7 @@ class RolloutOutcome:
 class Waiter:
     kube: Kube
     namespace: str
-    clock: Clock = field(default_factory=Clock)
+    clock: Clock = field(default_factory=SystemClock)
     heartbeat: Callable[[], None] = lambda: None
     recheck_min: float = 0.05
     recheck_max: float = 1.0
@@ -109,18 +103,18 @@ class Waiter:
         updated or available for `timeout` seconds. While it does not move, `blocked` (if
         given) is asked every `probe_every` seconds what holds it; a non-empty answer (a node
         that stopped reporting: waiting cannot help) ends the wait at once."""
-        pace = Pace(self.clock.now())
+        pace = Pace(self.clock.monotonic())
         next_probe = pace.started + min(probe_every, timeout)
         while True:
             self.heartbeat()
             ds = self.kube.get(kinds.DAEMONSET, daemonset, self.namespace)
             if ds is None:
                 return RolloutOutcome(None, False)
-            pace.note(ds, self.clock.now())
+            pace.note(ds, self.clock.monotonic())
             report(ds, pace)
             if rollout_complete(ds).ok:
                 return RolloutOutcome(ds, True)
-            now = self.clock.now()
+            now = self.clock.monotonic()
             if blocked is not None and now >= next_probe:
                 quiet = min(probe_every, timeout)
                 if now - pace.moved >= quiet:
@@ -139,12 +133,12 @@ class Waiter:
                        next_probe: float = next_probe) -> bool:
                 if etype in ("ADDED", "MODIFIED"):
                     latest["ds"] = obj
-                    pace.note(obj, self.clock.now())
+                    pace.note(obj, self.clock.monotonic())
                     report(obj, pace)
                     self.heartbeat()
                     if rollout_complete(obj).ok:
                         return False
-                now = self.clock.now()
+                now = self.clock.monotonic()
                 return now < pace.moved + timeout and (blocked is None or now < next_probe)
 
             wait = min(remaining, 30.0)
@@ -168,17 +162,17 @@ class Waiter:
             results = check()
             if all(r.ok for r in results) or (fatal is not None and fatal(results)):
                 return results
-            remaining = deadline - self.clock.now()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return results
             if not rv:
                 rv = self._list_rv(wake_kind, label_selector)
-            start = self.clock.now()
+            start = self.clock.monotonic()
             rv = self._wake(wake_kind, rv, min(remaining, delay), label_selector=label_selector)
             # Let a burst of related changes land before re-reading.
-            spent = self.clock.now() - start
+            spent = self.clock.monotonic() - start
             if spent < delay:
-                self.clock.sleep(min(delay - spent, max(0.0, deadline - self.clock.now()),
+                self.clock.sleep(min(delay - spent, max(0.0, deadline - self.clock.monotonic()),
                                      self.recheck_min))
             delay = min(delay * 2, self.recheck_max)
 
@@ -189,9 +183,9 @@ class Waiter:
 
     def settle(self, seconds: float, report: Callable[[float], None]) -> None:
         """Give kube-proxy time to program a selector change everywhere (a countdown)."""
-        end = self.clock.now() + seconds
+        end = self.clock.monotonic() + seconds
         while True:
-            left = end - self.clock.now()
+            left = end - self.clock.monotonic()
             report(max(0.0, left))
             if left <= 0:
                 return

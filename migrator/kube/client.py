@@ -7,12 +7,13 @@ choke point (`Transport.send`), parse the JSON. Reads return plain dicts (list i
 
 from __future__ import annotations
 
+import builtins
 import gc
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from kubernetes.client import Configuration
 
@@ -26,6 +27,7 @@ from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 JsonPatch = list[Obj]
+T = TypeVar("T")
 
 PATCH_TYPES = {
     "merge": "application/merge-patch+json",
@@ -35,6 +37,10 @@ PATCH_TYPES = {
 
 
 LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
+PAGE_SIZE = 500  # items per list request, kubectl's --chunk-size default
+# After a continue token expires (410) mid-read: paginated restarts, then one unpaginated list
+# (client-go's pager falls back to a full list: tools/pager/pager.go `FullListIfExpired`).
+EXPIRED_RESTARTS = 2
 
 
 def parse_json(data: bytes) -> Any:
@@ -66,6 +72,10 @@ class ObjList:
     resource_version: str
 
 
+def _same(obj: Obj) -> Obj:
+    return obj
+
+
 def kind_of(obj: Obj) -> Kind:
     """The Kind of a raw object from its `kind`, checked against its `apiVersion`."""
     kind = kinds.BY_KIND.get(str(obj.get("kind")))
@@ -90,34 +100,35 @@ class Kube:
 
     def __init__(
         self, configuration: Configuration, *, retry: RetryPolicy | None = None,
-        dry_run: bool = False,
+        dry_run: bool = False, page_size: int = PAGE_SIZE,
     ) -> None:
         self._transport = Transport(configuration, retry or RetryPolicy())
         self.server: str = self._transport.server
         self.dry_run = dry_run
+        self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
         self._apis_lock = threading.Lock()
 
     @classmethod
     def connect(
         cls, kubeconfig: str | None = None, context: str | None = None, *,
-        retry: RetryPolicy | None = None, dry_run: bool = False,
+        retry: RetryPolicy | None = None, dry_run: bool = False, page_size: int = PAGE_SIZE,
     ) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
         configuration, _ = load_configuration(kubeconfig, context)
-        return cls(configuration, retry=retry, dry_run=dry_run)
+        return cls(configuration, retry=retry, dry_run=dry_run, page_size=page_size)
 
     @classmethod
     def for_server(
         cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
-        dry_run: bool = False,
+        dry_run: bool = False, page_size: int = PAGE_SIZE,
     ) -> Kube:
         """Straight to a URL with an optional bearer token (the simulated cluster, tests)."""
         configuration = Configuration(host=url.rstrip("/"))
         if token:
             configuration.api_key = {"authorization": token}
             configuration.api_key_prefix = {"authorization": "Bearer"}
-        return cls(configuration, retry=retry, dry_run=dry_run)
+        return cls(configuration, retry=retry, dry_run=dry_run, page_size=page_size)
 
     def __repr__(self) -> str:
         return f"Kube(server={self.server!r}, dry_run={self.dry_run})"
@@ -163,11 +174,13 @@ class Kube:
 
     def pages(
         self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-        field_selector: str | None = None, page_size: int = 500,
+        field_selector: str | None = None, page_size: int | None = None,
     ) -> Iterator[Page]:
-        """The list one page at a time (following `continue`), so memory stays one page big."""
+        """The list one page at a time (following `continue`), so memory stays one page big.
+        `page_size` defaults to the connection's; 0 asks for everything in one answer."""
         path = kind.collection_path(namespace)
-        base: list[tuple[str, str]] = [("limit", str(page_size))]
+        size = self.page_size if page_size is None else page_size
+        base: list[tuple[str, str]] = [("limit", str(size))] if size > 0 else []
         if label_selector:
             base.append(("labelSelector", label_selector))
         if field_selector:
@@ -188,24 +201,40 @@ class Kube:
 
     def list(
         self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-        field_selector: str | None = None, page_size: int = 500,
+        field_selector: str | None = None, page_size: int | None = None,
     ) -> ObjList:
-        """All items; restarts once from scratch if the continue token expires (410)."""
-        for attempt in range(3):
-            items: list[Obj] = []
+        """All items (see `collect`)."""
+        items, version = self.collect(kind, namespace, label_selector=label_selector,
+                                      field_selector=field_selector, page_size=page_size,
+                                      keep=_same)
+        return ObjList(items, version)
+
+    def collect(
+        self, kind: Kind, namespace: str | None = None, *, keep: Callable[[Obj], T],
+        label_selector: str | None = None, field_selector: str | None = None,
+        page_size: int | None = None,
+    ) -> tuple[builtins.list[T], str]:
+        """`keep(item)` for every item, page by page (a caller that keeps less than the whole
+        object holds one page at a time), and the list's resourceVersion.
+
+        A continue token that expires mid-read (410: the first page's version was compacted,
+        as on a busy cluster) restarts the read from scratch, never mixing two versions;
+        after EXPIRED_RESTARTS the last try is one unpaginated list, which cannot expire."""
+        for attempt in range(EXPIRED_RESTARTS + 1):
+            last = attempt == EXPIRED_RESTARTS
+            kept: builtins.list[T] = []
             version = ""
             try:
-                for page in self.pages(
-                    kind, namespace, label_selector=label_selector,
-                    field_selector=field_selector, page_size=page_size,
-                ):
-                    items.extend(page.items)
+                for page in self.pages(kind, namespace, label_selector=label_selector,
+                                       field_selector=field_selector,
+                                       page_size=0 if last else page_size):
+                    kept.extend(keep(item) for item in page.items)
                     version = version or page.resource_version
             except WatchExpired:
-                if attempt == 2:
+                if last:
                     raise
                 continue
-            return ObjList(items, version)
+            return kept, version
         raise AssertionError("unreachable")
 
     def watch(

@@ -58,12 +58,22 @@ def not_ready_nodes(pods: Iterable[PodView]) -> list[str]:
     return sorted({p.node for p in pods if not p.ready})
 
 
+def not_ready_where(pods: Iterable[PodView]) -> list[str]:
+    """The nodes with a pod that is not Ready, each with why ("gpu-node-0002 (Pending: claim
+    not allocated)"): a Pending pod is reported like a NotReady one, with its reason."""
+    why: dict[str, set[str]] = {}
+    for p in pods:
+        if not p.ready:
+            why.setdefault(p.node or "(unscheduled)", set()).add(p.why or "not Ready")
+    return [f"{node} ({', '.join(sorted(reasons))})" for node, reasons in sorted(why.items())]
+
+
 def daemonset_healthy(snapshot: Snapshot, ds: Obj) -> GateResult:
     """Rollout complete now, naming the nodes whose pods are not Ready when it is not."""
     result = rollout_complete(ds)
     if result.ok:
         return result
-    nodes = not_ready_nodes(snapshot.pods_of(o.name(ds)))
+    nodes = not_ready_where(snapshot.pods_of(o.name(ds)))
     detail = result.detail + (f"; pods not ready on nodes {_names(nodes)}" if nodes else "")
     return GateResult(result.name, False, detail)
 
@@ -147,9 +157,7 @@ def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
     name = f"selector-superset/{service}"
     old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
     new_ready = [p for p in snapshot.pods_matching(new) if p.ready]
-    owners = set(owned_by)
-    strays = sorted(p.name for p in snapshot.pods_matching(new)
-                    if not (p.owner_kind == "DaemonSet" and p.owner_name in owners))
+    strays = pods_outside(snapshot, new, owned_by)
     if local:
         def per_node(pods: list[PodView]) -> dict[str, int]:
             out: dict[str, int] = {}
@@ -167,6 +175,31 @@ def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
     if lost:
         return GateResult(name, False, f"pods the new selector would drop: {_names(lost)}"), strays
     return GateResult(name, True, f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods"), strays
+
+
+def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
+                 owned_by: Iterable[str]) -> list[str]:
+    """Pods this selector matches that none of these DaemonSets owns (a stray pod carrying a
+    common label, a debug copy of an exporter pod, another team's workload)."""
+    owners = set(owned_by)
+    return sorted(p.name for p in snapshot.pods_matching(selector)
+                  if not (p.owner_kind == "DaemonSet" and p.owner_name in owners))
+
+
+def foreign_pods(service: str, strays: list[str], owned_by: Iterable[str], allowed: bool,
+                 gate: str = "no-foreign-pods") -> GateResult:
+    """Refuse a selector that picks up pods outside the DaemonSets unless the SRE allowed it
+    (`--allow-foreign-pods`): such a pod would become a DCGM/exporter endpoint of the stable
+    name (for a Local Service, the endpoint a node's consumers reach)."""
+    name = f"{gate}/{service}"
+    if not strays:
+        return GateResult(name, True, "selects only pods of the DaemonSets")
+    what = (f"{len(strays)} pods outside DaemonSets {_names(owned_by)}: {_names(strays)}")
+    if allowed:
+        return GateResult(name, True, f"{what} (allowed by --allow-foreign-pods)")
+    return GateResult(name, False, f"the common selector would also select {what}; remove the "
+                      "common label from them, or rerun with --allow-foreign-pods if they "
+                      "belong behind this Service")
 
 
 def services_selecting(snapshot: Snapshot, label_key: str) -> list[str]:

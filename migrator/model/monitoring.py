@@ -1,7 +1,13 @@
 """Scrape paths to exporter pods (SPEC §4): annotation discovery and ServiceMonitors.
 
-More than one path to a pod is a duplicate; ServiceMonitors that select the same Service with
-different endpoint settings are a conflict. Both are reported, never resolved here.
+Two paths of one discovery mechanism (two annotated Services, or two ServiceMonitor paths) are
+a certain duplicate: whichever Prometheus reads that mechanism scrapes the pod twice. An
+annotation path plus a ServiceMonitor path is a duplicate only for a Prometheus that uses both
+(annotation discovery is a hand-written scrape config; the Prometheus Operator reads only
+ServiceMonitors), which the tool cannot see: it is reported as a possible duplicate. The what-if
+gates of phases 2 and 3 count every path (the tool never creates even a possible duplicate);
+`verify` fails on certain ones. ServiceMonitors that select the same Service with different
+endpoint settings are a conflict. All are reported, never resolved here.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any
 
 from migrator.model import objects as o
 from migrator.model.gates import GateResult, service_selects
-from migrator.model.selectors import from_label_selector
+from migrator.model.selectors import NOTHING, Selector, SelectorError, from_label_selector
 from migrator.model.snapshot import PodView, Snapshot
 
 Obj = dict[str, Any]
@@ -27,6 +33,11 @@ class ScrapePath:
     def __str__(self) -> str:
         return f"{self.via} → Service/{self.service}"
 
+    @property
+    def mechanism(self) -> str:
+        """The discovery a Prometheus must use for this path: annotation or servicemonitor."""
+        return self.via.split("/", 1)[0]
+
 
 def _sm_selects_namespace(sm: Obj, namespace: str) -> bool:
     ns_sel = o.dig(sm, "spec", "namespaceSelector") or {}
@@ -38,13 +49,23 @@ def _sm_selects_namespace(sm: Obj, namespace: str) -> bool:
     return o.meta(sm).get("namespace") == namespace
 
 
+def _sm_selector(sm: Obj) -> Selector:
+    """`spec.selector` is a LabelSelector value, not a pointer, in prometheus-operator: absent
+    means empty, which selects every Service. One Kubernetes would reject selects nothing (the
+    operator skips that ServiceMonitor)."""
+    try:
+        return from_label_selector(o.dig(sm, "spec", "selector") or {})
+    except SelectorError:
+        return NOTHING
+
+
 def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:
     """ServiceMonitors whose namespaceSelector and selector match the Service."""
     out = []
     for sm in snapshot.service_monitors:
         if not _sm_selects_namespace(sm, snapshot.namespace):
             continue
-        if from_label_selector(o.dig(sm, "spec", "selector")).matches(o.labels(service)):
+        if _sm_selector(sm).matches(o.labels(service)):
             out.append(sm)
     return out
 
@@ -96,6 +117,28 @@ def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
     pod, example = next(iter(sorted(dups.items())))
     return GateResult(name, False, f"{len(dups)} exporter pods scraped more than once, e.g. "
                       f"{pod} via {'; '.join(map(str, example))}")
+
+
+def certain_duplicates(snapshot: Snapshot,
+                       daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
+    """Exporter pods reached by more than one path of the same mechanism, with those paths:
+    every Prometheus that reads that mechanism scrapes them twice."""
+    out = {}
+    for pod, paths in scrape_paths(snapshot, daemonsets).items():
+        for mechanism in ("annotation", "servicemonitor"):
+            same = [p for p in paths if p.mechanism == mechanism]
+            if len(same) > 1:
+                out[pod] = same
+                break
+    return out
+
+
+def possible_duplicates(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[str]:
+    """Exporter pods reached once by annotation discovery and once by a ServiceMonitor (and not
+    certainly duplicated): scraped twice only by a Prometheus configured for both."""
+    return sorted(pod for pod, paths in scrape_paths(snapshot, daemonsets).items()
+                  if len(paths) == 2 and {p.mechanism for p in paths} == {
+                      "annotation", "servicemonitor"})
 
 
 def duplicates_through(snapshot: Snapshot, daemonsets: Iterable[str],

@@ -57,6 +57,46 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def terminating(obj: Mapping[str, Any] | None) -> str | None:
+    """Why an object that was deleted is still there ("Terminating since T, held by finalizers
+    a, b"), or None when it is not being deleted."""
+    if obj is None or not meta(obj).get("deletionTimestamp"):
+        return None
+    finalizers = ", ".join(str(f) for f in meta(obj).get("finalizers") or []) or "none"
+    return f"Terminating since {meta(obj)['deletionTimestamp']}, held by finalizers {finalizers}"
+
+
+def _condition(pod: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    for cond in dig(pod, "status", "conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def pod_not_ready_reason(pod: Mapping[str, Any]) -> str:
+    """Why a pod is not Ready, in a few words ("" when it is): Terminating; Pending because it
+    cannot be scheduled (a DRA claim not allocated, or the scheduler's reason); Pending while
+    its containers start; or Running but not Ready (a failing readiness probe)."""
+    if pod_ready(pod):
+        return ""
+    if meta(pod).get("deletionTimestamp"):
+        return "terminating"
+    phase = dig(pod, "status", "phase") or "Pending"
+    scheduled = _condition(pod, "PodScheduled")
+    if phase == "Pending" and scheduled is not None and scheduled.get("status") == "False":
+        message = str(scheduled.get("message") or "")
+        if "cannot allocate all claims" in message:
+            return "Pending: claim not allocated"
+        if "resource claim" in message:
+            return "Pending: claim not created"
+        return f"Pending: {scheduled.get('reason') or 'Unschedulable'}"
+    if phase == "Pending":
+        return "Pending"
+    if phase == "Running":
+        return "Running, not Ready"
+    return str(phase)
+
+
 def update_strategy(daemonset: Mapping[str, Any]) -> str:
     return str(dig(daemonset, "spec", "updateStrategy", "type") or "RollingUpdate")
 

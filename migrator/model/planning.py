@@ -20,6 +20,7 @@ OPERATOR_KINDS = ("ClusterPolicy", "GPUCluster")
 class Options:
     include_operator_owned: bool = False
     roll_on_delete: bool = False
+    allow_foreign_pods: bool = False  # phase 3 may switch a selector that picks up other pods
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,12 @@ class PhasePlan:
     @property
     def writes(self) -> int:
         return len(self.steps)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the phase must not write at all: it is blocked, or a gate of its plan fails
+        now. Checked once before the first write: a gate left to the step that needs it would
+        let the phase's earlier steps land first (half a phase, not a safe stop)."""
+        failed = [f"{g.name}: {g.detail}" for g in self.gates
+                  if not g.ok and not (self.blocked and g.detail in self.blocked)]
+        return "; ".join([self.blocked, *failed] if self.blocked else failed) or None

@@ -1,7 +1,22 @@
-"""Kubernetes label selectors: parse the string form, match label sets.
+"""Kubernetes label selectors: parse the string form, build them from objects, match label sets.
 
 Shared by the simulated API server (list/watch `labelSelector`) and the tool (which pods a
-Service selector picks), so both read selectors exactly the same way.
+Service selector picks), so both read selectors exactly the same way — and a bug here would be
+invisible to every end-to-end test; tests/planning/test_selectors.py checks it against the
+upstream rules directly. Upstream, all in k8s.io/apimachinery:
+
+- `pkg/labels/selector.go`: the lexer and parser of `labels.Parse` (the string grammar,
+  `x in ()` and `x in (a,)` holding the empty value), `NewRequirement` (one value for
+  `=`/`==`/`!=`, at least one for `in`/`notin`, none for exists, an integer for `>`/`<`),
+  `Requirement.Matches` (`!=` and `notin` match objects without the key), `SelectorFromSet`
+  (an empty set is Everything), `Nothing()`;
+- `pkg/apis/meta/v1/helpers.go` `LabelSelectorAsSelector`: a nil LabelSelector matches
+  nothing, an empty one everything; operators In, NotIn, Exists, DoesNotExist;
+- `pkg/util/validation/validation.go` `IsQualifiedName` / `IsValidLabelValue`: the key and
+  value syntax.
+
+Services follow `pkg/controller/endpointslice` (kubernetes/kubernetes): a Service without a
+selector gets no endpoints from the controller, rather than every pod (`for_service`).
 """
 
 from __future__ import annotations
@@ -18,9 +33,55 @@ class SelectorError(ValueError):
     """A selector string or object that Kubernetes would reject."""
 
 
+# ---- syntax of keys and values (validation.IsQualifiedName, IsValidLabelValue) --------------
+
+_NAME_MAX = 63
+_SUBDOMAIN_MAX = 253
+_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_VALUE_RE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def validate_key(key: str) -> None:
+    """`[prefix/]name`: name 1-63 alphanumerics, '-', '_', '.' (alphanumeric at both ends);
+    prefix a DNS subdomain of at most 253 characters."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        raise SelectorError(f"invalid label key {key!r}: at most one '/' (prefix/name)")
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            raise SelectorError(f"invalid label key {key!r}: the prefix before '/' is empty")
+        if len(prefix) > _SUBDOMAIN_MAX or not _SUBDOMAIN_RE.fullmatch(prefix):
+            raise SelectorError(f"invalid label key {key!r}: the prefix must be a lowercase "
+                                f"DNS subdomain of at most {_SUBDOMAIN_MAX} characters")
+    if not name:
+        raise SelectorError(f"invalid label key {key!r}: the name part is empty")
+    if len(name) > _NAME_MAX or not _NAME_RE.fullmatch(name):
+        raise SelectorError(f"invalid label key {key!r}: the name must be at most {_NAME_MAX} "
+                            "alphanumerics, '-', '_' or '.', starting and ending with an "
+                            "alphanumeric")
+
+
+def validate_value(key: str, value: str) -> None:
+    """Empty, or at most 63 alphanumerics, '-', '_', '.' (alphanumeric at both ends)."""
+    if len(value) > _NAME_MAX or not _VALUE_RE.fullmatch(value):
+        raise SelectorError(f"invalid value {value!r} for label {key!r}: at most {_NAME_MAX} "
+                            "alphanumerics, '-', '_' or '.', starting and ending with an "
+                            "alphanumeric (or empty)")
+
+
+# ---- requirements and selectors ----------------------------------------------------------------
+
+_OPS = ("=", "!=", "in", "notin", "exists", "!exists", "gt", "lt")
+
+
 @dataclass(frozen=True)
 class Requirement:
-    """One clause: `key op values` with op in =, !=, in, notin, exists, !exists."""
+    """One clause: `key op values` with op in =, !=, in, notin, exists, !exists, gt, lt.
+
+    Built by `requirement()` (which validates, like `labels.NewRequirement`)."""
 
     key: str
     op: str
@@ -36,93 +97,227 @@ class Requirement:
             return present and labels[self.key] in self.values
         if self.op in ("!=", "notin"):
             return not present or labels[self.key] not in self.values
+        if self.op in ("gt", "lt"):
+            have, want = _integer(labels.get(self.key)), _integer(next(iter(self.values)))
+            if have is None or want is None:
+                return False
+            return have > want if self.op == "gt" else have < want
         raise SelectorError(f"unknown operator {self.op!r}")
+
+
+def _integer(text: str | None) -> int | None:
+    """strconv.ParseInt(text, 10, 64): an optional sign and decimal digits."""
+    if text is None or not re.fullmatch(r"[+-]?[0-9]+", text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def requirement(key: str, op: str, values: frozenset[str] = frozenset()) -> Requirement:
+    """A validated Requirement (`labels.NewRequirement`)."""
+    validate_key(key)
+    if op in ("=", "!="):
+        if len(values) != 1:
+            raise SelectorError(f"{key}{op}: exact match needs exactly one value")
+    elif op in ("in", "notin"):
+        if not values:
+            raise SelectorError(f"{key} {op}: the set of values cannot be empty")
+    elif op in ("exists", "!exists"):
+        if values:
+            raise SelectorError(f"{key}: exists and does-not-exist take no values")
+    elif op in ("gt", "lt"):
+        if len(values) != 1 or _integer(next(iter(values))) is None:
+            raise SelectorError(f"{key} {op}: needs exactly one integer value")
+    else:
+        raise SelectorError(f"unknown operator {op!r}: one of {', '.join(_OPS)}")
+    for v in values:
+        validate_value(key, v)
+    return Requirement(key, op, values)
 
 
 @dataclass(frozen=True)
 class Selector:
-    """A conjunction of requirements; the empty selector matches everything."""
+    """A conjunction of requirements. With none it matches everything (`labels.Everything`),
+    unless `nothing` is set (`labels.Nothing`: a nil LabelSelector, a selector-less Service)."""
 
     requirements: tuple[Requirement, ...] = ()
+    nothing: bool = False
 
     def matches(self, labels: Labels | None) -> bool:
+        if self.nothing:
+            return False
         labels = labels or {}
         return all(r.matches(labels) for r in self.requirements)
 
     @property
     def empty(self) -> bool:
-        return not self.requirements
+        """True when it does not restrict anything (`Selector.Empty`)."""
+        return not self.requirements and not self.nothing
 
 
-_SET_RE = re.compile(r"^\s*(!?)\s*([^\s!=,()]+)\s*(?:(in|notin)\s*\(([^)]*)\))?\s*$")
-_EQ_RE = re.compile(r"^\s*([^\s!=,()]+)\s*(==|=|!=)\s*([^\s!=,()]*)\s*$")
+NOTHING = Selector(nothing=True)
 
 
-def _split_clauses(text: str) -> list[str]:
-    """Split on commas that are not inside a parenthesised value set."""
-    clauses: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for char in text:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if char == "," and depth == 0:
-            clauses.append("".join(current))
-            current = []
+# ---- the string form (labels.Parse) --------------------------------------------------------------
+
+_SPECIAL = "=!(),<>"
+_WHITESPACE = " \t\r\n"
+_SYMBOLS = ("==", "!=", "=", "!", "(", ")", ",", ">", "<")
+_KEYWORDS = ("in", "notin")
+
+
+def _lex(text: str) -> list[tuple[str, str]]:
+    """Tokens as (kind, literal): kind is "id", "end" or the symbol/keyword itself."""
+    tokens: list[tuple[str, str]] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in _WHITESPACE:
+            i += 1
+        elif ch in _SPECIAL:
+            symbol = next((s for s in _SYMBOLS if text.startswith(s, i)), None)
+            if symbol is None:
+                raise SelectorError(f"unexpected {ch!r} in selector {text!r}")
+            tokens.append((symbol, symbol))
+            i += len(symbol)
         else:
-            current.append(char)
-    if depth != 0:
-        raise SelectorError(f"unbalanced parentheses in selector {text!r}")
-    clauses.append("".join(current))
-    return clauses
+            start = i
+            while i < len(text) and text[i] not in _SPECIAL and text[i] not in _WHITESPACE:
+                i += 1
+            word = text[start:i]
+            tokens.append((word if word in _KEYWORDS else "id", word))
+    tokens.append(("end", ""))
+    return tokens
+
+
+class _Parser:
+    """The recursive descent of `labels.Parse`; `in`/`notin` are plain values where a value
+    is expected (`x in (in)`)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _lex(text)
+        self.pos = 0
+
+    def _peek(self, values: bool = False) -> tuple[str, str]:
+        kind, lit = self.tokens[self.pos]
+        return ("id" if values and kind in _KEYWORDS else kind), lit
+
+    def _take(self, values: bool = False) -> tuple[str, str]:
+        token = self._peek(values)
+        self.pos += 1
+        return token
+
+    def _fail(self, found: str, expected: str) -> SelectorError:
+        return SelectorError(f"cannot parse selector {self.text!r}: found "
+                             f"{found or 'end of string'!r}, expected {expected}")
+
+    def parse(self) -> Selector:
+        reqs: list[Requirement] = []
+        while True:
+            kind, lit = self._peek(values=True)
+            if kind == "end":
+                return Selector(tuple(reqs))
+            if kind not in ("id", "!"):
+                raise self._fail(lit, "'!', a key or the end")
+            reqs.append(self._requirement())
+            kind, lit = self._take(values=True)
+            if kind == "end":
+                return Selector(tuple(reqs))
+            if kind != ",":
+                raise self._fail(lit, "',' or the end")
+            if self._peek(values=True)[0] not in ("id", "!"):
+                raise self._fail(self._peek()[1], "a key after ','")
+
+    def _requirement(self) -> Requirement:
+        negated = self._peek(values=True)[0] == "!"
+        if negated:
+            self._take()
+        kind, key = self._take(values=True)
+        if kind != "id":
+            raise self._fail(key, "a key")
+        validate_key(key)
+        if self._peek(values=True)[0] in ("end", ","):
+            return requirement(key, "!exists" if negated else "exists")
+        if negated:
+            raise self._fail(self._peek()[1], "',' or the end after '!key'")
+        kind, lit = self._take()
+        if kind in _KEYWORDS:
+            return requirement(key, kind, self._value_set())
+        ops = {"=": "=", "==": "=", "!=": "!=", ">": "gt", "<": "lt"}
+        if kind not in ops:
+            raise self._fail(lit, "in, notin, =, ==, !=, > or <")
+        return requirement(key, ops[kind], frozenset({self._exact_value()}))
+
+    def _exact_value(self) -> str:
+        kind, lit = self._peek(values=True)
+        if kind in ("end", ","):
+            return ""  # `key=` selects the empty value
+        self._take(values=True)
+        if kind != "id":
+            raise self._fail(lit, "a value")
+        return lit
+
+    def _value_set(self) -> frozenset[str]:
+        """`(a,b)`; an empty entry is the empty value: `()`, `(a,)`, `(,a)`, `(a,,b)`."""
+        kind, lit = self._take(values=True)
+        if kind != "(":
+            raise self._fail(lit, "'('")
+        values: set[str] = set()
+        expect_value = True
+        while True:
+            kind, lit = self._take(values=True)
+            if kind == ")":
+                if expect_value:
+                    values.add("")
+                return frozenset(values)
+            if kind == ",":
+                if expect_value:
+                    values.add("")
+                expect_value = True
+            elif kind == "id" and expect_value:
+                values.add(lit)
+                expect_value = False
+            else:
+                raise self._fail(lit, "',' or ')'" if not expect_value else "a value, ',' or ')'")
 
 
 def parse(text: str | None) -> Selector:
-    """Parse `a=b,c!=d,e in (f,g),!h,i` into a Selector; raise SelectorError when malformed."""
-    if not text or not text.strip():
-        return Selector()
-    requirements: list[Requirement] = []
-    for clause in _split_clauses(text):
-        if not clause.strip():
-            raise SelectorError(f"empty clause in selector {text!r}")
-        eq = _EQ_RE.match(clause)
-        if eq:
-            key, op, value = eq.groups()
-            requirements.append(Requirement(key, "=" if op == "==" else op, frozenset({value})))
-            continue
-        st = _SET_RE.match(clause)
-        if not st:
-            raise SelectorError(f"cannot parse selector clause {clause.strip()!r}")
-        negated, key, op, values = st.groups()
-        if op:
-            if negated:
-                raise SelectorError(f"cannot negate a set clause {clause.strip()!r}")
-            vals = frozenset(v.strip() for v in values.split(",") if v.strip())
-            requirements.append(Requirement(key, op, vals))
-        else:
-            requirements.append(Requirement(key, "!exists" if negated else "exists"))
-    return Selector(tuple(requirements))
+    """`labels.Parse`: `a=b,c!=d,e in (f,g),h notin (i),j,!k,l>3`; SelectorError when Kubernetes
+    would reject it. The empty string matches everything."""
+    return _Parser(text or "").parse()
 
+
+# ---- from objects --------------------------------------------------------------------------------
 
 def from_labels(match_labels: Labels | None) -> Selector:
-    """A Service-style selector (a plain map): every key must equal its value."""
-    return Selector(
-        tuple(Requirement(k, "=", frozenset({v})) for k, v in sorted((match_labels or {}).items()))
-    )
+    """`labels.SelectorFromSet`: every key must equal its value; no keys match everything."""
+    return Selector(tuple(Requirement(k, "=", frozenset({v}))
+                          for k, v in sorted((match_labels or {}).items())))
+
+
+def for_service(selector: Labels | None) -> Selector:
+    """The pods a Service's `spec.selector` gives endpoints: none without a selector (the
+    EndpointSlice controller skips such Services; an empty map is stored as no map)."""
+    return from_labels(selector) if selector else NOTHING
 
 
 _LABEL_SELECTOR_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
 
 
 def from_label_selector(obj: Mapping[str, Any] | None) -> Selector:
-    """A metav1.LabelSelector (`matchLabels` + `matchExpressions`), as DaemonSets use."""
-    obj = obj or {}
-    reqs = list(from_labels(obj.get("matchLabels")).requirements)
+    """`metav1.LabelSelectorAsSelector` (`matchLabels` + `matchExpressions`, as DaemonSets use):
+    None (a nil selector) matches nothing, `{}` everything; keys, values and operators are
+    validated."""
+    if obj is None:
+        return NOTHING
+    reqs = [requirement(k, "=", frozenset({v}))
+            for k, v in sorted((obj.get("matchLabels") or {}).items())]
     for expr in obj.get("matchExpressions") or []:
         op = _LABEL_SELECTOR_OPS.get(expr.get("operator", ""))
         if op is None:
-            raise SelectorError(f"unknown matchExpressions operator {expr.get('operator')!r}")
-        reqs.append(Requirement(expr["key"], op, frozenset(expr.get("values") or [])))
+            raise SelectorError(f"{expr.get('operator')!r} is not a valid label selector "
+                                "operator: In, NotIn, Exists or DoesNotExist")
+        reqs.append(requirement(str(expr.get("key", "")), op,
+                                frozenset(expr.get("values") or [])))
     return Selector(tuple(reqs))

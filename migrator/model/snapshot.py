@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.selectors import from_labels
+from migrator.model.selectors import for_service
 
 Obj = dict[str, Any]
 
@@ -32,6 +32,7 @@ class PodView:
     owner_kind: str | None
     owner_name: str | None
     node_lost: bool = False  # marked not Ready by the node lifecycle controller (see below)
+    why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
 
     @staticmethod
     def of(pod: Mapping[str, Any]) -> PodView:
@@ -46,6 +47,7 @@ class PodView:
             owner_kind=owner.get("kind"),
             owner_name=owner.get("name"),
             node_lost=_marked_not_ready(pod),
+            why=o.pod_not_ready_reason(pod),
         )
 
 
@@ -138,7 +140,8 @@ class Snapshot:
         return list(self._pods_by_daemonset.get(daemonset, ()))
 
     def pods_matching(self, selector: Mapping[str, str]) -> list[PodView]:
-        sel = from_labels(selector)
+        """The pods a Service with this `spec.selector` picks (none for an empty one)."""
+        sel = for_service(selector)
         return [p for p in self.pods if not p.deleting and sel.matches(p.labels)]
 
     def endpoints_of(self, service: str) -> ServiceEndpoints:

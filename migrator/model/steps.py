@@ -128,8 +128,8 @@ class CreateAlias:
                 Change(self.object, "spec.selector", None, spec.get("selector"))]
 
     def satisfied(self, live: Obj | None) -> bool:
-        if live is None:
-            return False
+        if live is None or o.terminating(live):
+            return False  # a Terminating alias is on its way out, not an alias in place
         want = self.body["metadata"]
         return _labels_match(o.labels(live), want.get("labels", {})) and _labels_match(
             o.annotations_of(live), want.get("annotations", {}))
@@ -158,7 +158,9 @@ class DeleteAlias:
         return [Change(self.object, "(object)", f"alias of {self.source}", None)]
 
     def satisfied(self, live: Obj | None) -> bool:
-        return live is None
+        """Gone, or its deletion already accepted (Terminating: finalizers remove it later;
+        deleting it again would change nothing)."""
+        return live is None or o.terminating(live) is not None
 
     def inverse(self) -> DeleteAlias:
         return self
@@ -174,6 +176,7 @@ class SetSelector:
     after: Mapping[str, str]
     local: bool
     operator_owned: bool = False
+    allow_foreign: bool = False  # switched with --allow-foreign-pods (kept in the state)
 
     @property
     def id(self) -> str:

@@ -11,6 +11,9 @@ restricted by name, while a `metadata.name=` field selector names a list or watc
 Convenience of the sim (not Kubernetes): YAML with roles but no bindings binds every
 ClusterRole cluster-wide and every Role in its namespace to the token's user.
 
+The cluster's own RBAC (`load_rbac`, `sim serve --rbac`) is what `issue_token` identities and
+impersonated users (`impersonation`) are judged by, as a real cluster's RBAC objects are.
+
 Requests without credentials: kubectl never sends a token over plain HTTP (client-go only
 attaches credentials to TLS connections), so by default such a request is served as
 `system:unsecured` with full access, as the API server's old insecure port did. A wrong token is
@@ -20,9 +23,10 @@ missing token 401 too; a policy registered for the token "" takes precedence.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -137,35 +141,77 @@ def _groups_for(user: str) -> tuple[str, ...]:
     return tuple(groups)
 
 
-def policy_from_rbac(rbac_yaml: str, user: str | None = None) -> Policy:
-    """Build a policy from RBAC YAML (one or more documents, or `kind: List`).
-
-    The user is `user` when given, else the first subject of the first binding
-    (`system:serviceaccount:<ns>:<name>` for a ServiceAccount), else "sim-user".
-    """
+def rbac_documents(rbac_yaml: str) -> list[dict[str, Any]]:
+    """The RBAC objects in YAML (one or more documents, or `kind: List`)."""
     docs: list[dict[str, Any]] = []
     for doc in yaml.safe_load_all(rbac_yaml):
         if isinstance(doc, dict) and doc.get("kind") == "List":
             docs.extend(d for d in doc.get("items") or [] if isinstance(d, dict))
         elif isinstance(doc, dict):
             docs.append(doc)
+    return docs
+
+
+def _bindings(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d.get("kind") in ("RoleBinding", "ClusterRoleBinding")]
+
+
+def subjects(docs: list[dict[str, Any]]) -> list[str]:
+    """The user names the bindings grant to (ServiceAccounts as
+    `system:serviceaccount:<ns>:<name>`), in order, without groups."""
+    out: list[str] = []
+    for b in _bindings(docs):
+        ns = (b.get("metadata") or {}).get("namespace", "") if b["kind"] == "RoleBinding" else ""
+        for s in b.get("subjects") or []:
+            kind, name = _subject_name(s, ns)
+            if kind == "user" and name not in out:
+                out.append(name)
+    return out
+
+
+def policy_from_rbac(rbac_yaml: str, user: str | None = None) -> Policy:
+    """Build a policy from RBAC YAML (one or more documents, or `kind: List`).
+
+    The user is `user` when given, else the first subject of the first binding
+    (`system:serviceaccount:<ns>:<name>` for a ServiceAccount), else "sim-user".
+    """
+    docs = rbac_documents(rbac_yaml)
     roles = {(d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
              for d in docs if d.get("kind") == "Role"}
     cluster_roles = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ClusterRole"}
-    bindings = [d for d in docs if d.get("kind") in ("RoleBinding", "ClusterRoleBinding")]
+    bindings = _bindings(docs)
     if user is None:
         first = next((s for b in bindings for s in b.get("subjects") or []), None)
         binding_ns = bindings[0]["metadata"].get("namespace", "") if bindings else ""
         user = _subject_name(first, binding_ns)[1] if first else "sim-user"
     groups = _groups_for(user)
-    grants: list[Grant] = []
     if not bindings:
+        grants: list[Grant] = []
         for name, doc in cluster_roles.items():
             grants += [Grant(r, "", f'ClusterRole "{name}" (unbound, sim)') for r in _rules(doc)]
         for (ns, name), doc in roles.items():
             grants += [Grant(r, ns, f'Role "{name}" (unbound, sim)') for r in _rules(doc)]
         return Policy(user, groups, tuple(grants))
-    for b in bindings:
+    return Policy(user, groups, _granted(docs, user, groups))
+
+
+def policy_for_user(docs: list[dict[str, Any]], user: str,
+                    groups: tuple[str, ...] | None = None) -> Policy:
+    """What the bindings in `docs` grant `user` (with `groups`; default: the groups the
+    authenticator gives that user). Members of `system:masters` may do anything, as the
+    API server's privileged-group authorizer allows them before RBAC is asked."""
+    groups = _groups_for(user) if groups is None else groups
+    if "system:masters" in groups:
+        return Policy(user, groups, superuser=True)
+    return Policy(user, groups, _granted(docs, user, groups))
+
+
+def _granted(docs: list[dict[str, Any]], user: str, groups: tuple[str, ...]) -> tuple[Grant, ...]:
+    roles = {(d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+             for d in docs if d.get("kind") == "Role"}
+    cluster_roles = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ClusterRole"}
+    grants: list[Grant] = []
+    for b in _bindings(docs):
         meta = b.get("metadata") or {}
         ns = meta.get("namespace", "") if b["kind"] == "RoleBinding" else ""
         matched = [s for s in b.get("subjects") or []
@@ -182,7 +228,7 @@ def policy_from_rbac(rbac_yaml: str, user: str | None = None) -> Policy:
         source = (f'{b["kind"]} {where} of {ref.get("kind")} "{ref.get("name")}" '
                   f"to {_describe_subject(matched[0])}")
         grants += [Grant(r, ns, source) for r in _rules(role_doc)]
-    return Policy(user, groups, tuple(grants))
+    return tuple(grants)
 
 
 class AccessControl:
@@ -196,6 +242,36 @@ class AccessControl:
             self._tokens[token] = policy
         self.anonymous: Policy | None = (
             admin_policy(UNSECURED_USER) if allow_unauthenticated else None)
+        self._rbac: list[dict[str, Any]] = []  # the cluster's roles and bindings
+        self._identities: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+
+    def load_rbac(self, rbac_yaml_text: str) -> list[str]:
+        """Add roles and bindings to the cluster's, as `kubectl apply -f rbac.yaml` would;
+        returns the users (and ServiceAccounts) they bind. Identities with tokens from
+        `issue_token`, and impersonated users, get exactly what the loaded bindings grant."""
+        docs = rbac_documents(rbac_yaml_text)
+        with self._lock:
+            self._rbac.extend(docs)
+        return subjects(docs)
+
+    def issue_token(self, user: str, groups: tuple[str, ...] | None = None) -> str:
+        """A new bearer token for `user` (like a ServiceAccount's token): its rights are what
+        the loaded RBAC grants the user at each request."""
+        token = f"sim-{secrets.token_urlsafe(18)}"
+        with self._lock:
+            self._identities[token] = (user, groups)
+        return token
+
+    def policy_of(self, user: str, groups: tuple[str, ...] | None = None) -> Policy:
+        """`user`'s rights: the loaded bindings', plus the rules of any token registered for
+        that user with `add_token` (so impersonating it sees the same as using its token)."""
+        with self._lock:
+            docs = list(self._rbac)
+            extra = tuple(g for p in self._tokens.values()
+                          if p.user == user and not p.superuser for g in p.grants)
+        policy = policy_for_user(docs, user, groups)
+        return policy if policy.superuser or not extra else replace(
+            policy, grants=policy.grants + extra)
 
     def add_token(self, token: str, rbac_yaml_text: str, user: str | None = None) -> Policy:
         """Register `token` with the rules granted by the RBAC YAML; returns its policy."""
@@ -215,6 +291,9 @@ class AccessControl:
         """The policy of a bearer token ("" = none sent); None means 401 Unauthorized."""
         with self._lock:
             policy = self._tokens.get(token)
+            identity = self._identities.get(token)
+        if policy is None and identity is not None:
+            return self.policy_of(*identity)
         if policy is None and not token:
             return self.anonymous
         return policy

@@ -61,6 +61,7 @@ _STATUS_ON_CREATE: dict[str, Obj] = {
     kinds.SERVICE.key: {"loadBalancer": {}},
     kinds.CLUSTER_POLICY.key: {},
     kinds.GPU_CLUSTER.key: {},
+    kinds.RESOURCE_CLAIM.key: {},  # PrepareForCreate drops a client's status
 }
 _PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 
@@ -86,6 +87,9 @@ def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
         errors.errors += allocation.admit_service(obj, old, allocated or Allocated()).errors
     elif kind == kinds.CONFIGMAP:
         _configmap(obj, errors)
+    elif kind == kinds.RESOURCE_CLAIM and old is not None and obj.get("spec") != old.get("spec"):
+        # ValidateResourceClaimUpdate (pkg/apis/resource/validation): the spec is immutable.
+        errors.add("Invalid", "spec", "field is immutable", obj.get("spec"))
     _metadata(kind, meta, old is None, errors)
     errors.raise_if_any(kind, name)
     return obj

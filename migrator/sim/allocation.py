@@ -206,7 +206,41 @@ def admit_service(obj: Obj, old: Obj | None, allocated: Allocated) -> FieldError
         elif spec["healthCheckNodePort"] != old_spec.get("healthCheckNodePort"):
             pool.claim_port(int(spec["healthCheckNodePort"]), "spec.healthCheckNodePort")
     _validate_ports(spec, pool.errors)
+    _validate_load_balancer(spec, old_spec if old is not None else None, pool.errors)
     return pool.errors
+
+
+_LB_ONLY = "may only be used when `type` is 'LoadBalancer'"
+
+
+def _validate_load_balancer(spec: Obj, old: Obj | None, errors: FieldErrors) -> None:
+    """The LoadBalancer-only fields, as upstream `ValidateService` and
+    `validateLoadBalancerClassField` (`pkg/apis/core/validation/validation.go`) check them:
+    source ranges, class and node-port allocation are Forbidden on any other type, each range
+    must parse as a CIDR (spaces trimmed, `GetLoadBalancerSourceRanges`), and a LoadBalancer's
+    class may not change once set."""
+    is_lb = spec.get("type") == "LoadBalancer"
+    ranges = spec.get("loadBalancerSourceRanges") or []
+    if ranges:
+        path = "spec.LoadBalancerSourceRanges"  # sic: upstream's path has the capital L
+        if not is_lb:
+            errors.add("Forbidden", path, _LB_ONLY)
+        try:
+            for cidr in ranges:
+                ipaddress.ip_network(str(cidr).strip(), strict=False)
+                if "/" not in str(cidr):
+                    raise ValueError(cidr)
+        except ValueError:
+            errors.add("Invalid", path, "must be a list of IP ranges. For example, "
+                       "10.240.0.0/24,10.250.0.0/24 ", " ".join(map(str, ranges)))
+    if spec.get("allocateLoadBalancerNodePorts") is not None and not is_lb:
+        errors.add("Forbidden", "spec.allocateLoadBalancerNodePorts", _LB_ONLY)
+    cls = spec.get("loadBalancerClass")
+    if cls is not None and not is_lb:
+        errors.add("Forbidden", "spec.loadBalancerClass", _LB_ONLY)
+    if (old is not None and is_lb and old.get("type") == "LoadBalancer"
+            and old.get("loadBalancerClass") != cls):
+        errors.add("Invalid", "spec.loadBalancerClass", "may not change once set", cls)
 
 
 def _validate_ports(spec: Obj, errors: FieldErrors) -> None:

@@ -12,11 +12,14 @@ seconds to start is Ready after 40 ms. The kubeconfig (bearer token `ADMIN_TOKEN
 kubectl (client-go) never sends credentials over plain HTTP, so by default a request without
 any `Authorization` header is served as a superuser, as a pre-1.20 API server's insecure port
 did (`insecure_port=False` turns that off: such requests get 401). The Python client does send
-the token, so RBAC-restricted tokens still work as on a real cluster.
+the token, so RBAC-restricted tokens still work as on a real cluster. `tls=True` adds an HTTPS
+listener (`secure_url`); `kubeconfig_for(user)` writes a kubeconfig with that user's token for
+it, so kubectl runs as that user, and with the admin's, `kubectl --as` impersonates.
 """
 
 from __future__ import annotations
 
+import base64
 import shutil
 import tempfile
 import time
@@ -26,7 +29,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from migrator.sim.access import AccessControl
+from migrator.sim.access import ADMIN_USER, AccessControl
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import ControllerSet
 from migrator.sim.controllers.nodelifecycle import (
@@ -39,31 +42,47 @@ from migrator.sim.faults import Faults
 from migrator.sim.seed import SeedSummary, seed
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
 from migrator.sim.store import Store
+from migrator.sim.tls import Certificate, make_certificate
 
 T = TypeVar("T")
 
 
 def kubeconfig_document(url: str, namespace: str = "gpu-operator",
-                        token: str = ADMIN_TOKEN) -> dict[str, Any]:
-    """A kubeconfig for the sim: cluster/user/context all named `sim`."""
+                        token: str = ADMIN_TOKEN, *, ca_pem: bytes | None = None,
+                        name: str = "sim") -> dict[str, Any]:
+    """A kubeconfig for the sim: cluster/user/context all named `name`. `ca_pem` (for an
+    https `url`) is the certificate clients verify the server with."""
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
-        "clusters": [{"name": "sim", "cluster": {"server": url}}],
-        "users": [{"name": "sim", "user": {"token": token}}],
-        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim",
-                                                 "namespace": namespace}}],
-        "current-context": "sim",
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name,
+                                                "namespace": namespace}}],
+        "current-context": name,
     }
 
 
-def write_kubeconfig(path: str | Path, url: str, namespace: str = "gpu-operator") -> Path:
+def write_kubeconfig(path: str | Path, url: str, namespace: str = "gpu-operator", *,
+                     token: str = ADMIN_TOKEN, ca_pem: bytes | None = None,
+                     name: str = "sim") -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(kubeconfig_document(url, namespace), sort_keys=False))
+    doc = kubeconfig_document(url, namespace, token, ca_pem=ca_pem, name=name)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     path.chmod(0o600)
     return path
+
+
+def identity_slug(user: str) -> str:
+    """A file- and context-name for a user: `system:serviceaccount:ns:x` → `ns-x`."""
+    if user.startswith("system:serviceaccount:"):
+        user = user[len("system:serviceaccount:"):]
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in user)
 
 
 class SimCluster:
@@ -86,13 +105,16 @@ class SimCluster:
         insecure_port: bool = True,
         node_monitor_grace_seconds: float = GRACE_SECONDS,
         readiness_probes: bool = True,
+        watch_window: int | None = None,
+        tls: bool = False,
     ) -> None:
         self.nodes = nodes
         self.stack = stack
         self.namespace = namespace
         self.port = port
         self.gpucluster_dcgm = gpucluster_dcgm
-        self.store = Store()
+        # watch_window: past events kept for watches and continue tokens (None: the default).
+        self.store = Store() if watch_window is None else Store(event_log_size=watch_window)
         self.clock = SimClock(time_scale)
         self.controllers = ControllerSet(
             self.store, self.clock, pod_start_seconds=pod_start_seconds,
@@ -108,6 +130,9 @@ class SimCluster:
         self._tmpdir: str | None = None
         self._kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path else None
         self._started = False
+        self.tls = tls
+        self.secure_url = ""  # the HTTPS listener (tls=True), where kubectl sends tokens
+        self._certificate: Certificate | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -122,10 +147,13 @@ class SimCluster:
         try:
             self.controllers.start()
             self.url = self.server.start("127.0.0.1", self.port)
+            self._tmpdir = tempfile.mkdtemp(prefix="dcgm-migrate-sim-")
             if self._kubeconfig_path is None:
-                self._tmpdir = tempfile.mkdtemp(prefix="dcgm-migrate-sim-")
                 self._kubeconfig_path = Path(self._tmpdir) / "kubeconfig"
             write_kubeconfig(self._kubeconfig_path, self.url, self.namespace)
+            if self.tls:
+                self._certificate = make_certificate(Path(self._tmpdir) / "tls")
+                self.secure_url = self.server.start_tls(self._certificate.server_context())
         except BaseException:
             self.stop()
             raise
@@ -172,6 +200,24 @@ class SimCluster:
         """Fail the readiness probes of the node's Ready pods for `seconds` (simulated)."""
         annotate_node(self.store, name, PROBE_FLAP_ANNOTATION, None)
         annotate_node(self.store, name, PROBE_FLAP_ANNOTATION, f"{seconds:g}")
+
+    def load_rbac(self, rbac_yaml_text: str) -> list[str]:
+        """Install roles and bindings (see `AccessControl.load_rbac`); returns whom they bind."""
+        return self.server.access.load_rbac(rbac_yaml_text)
+
+    def kubeconfig_for(self, user: str, path: str | Path | None = None, *,
+                       token: str | None = None) -> Path:
+        """A kubeconfig that authenticates as `user` over the HTTPS listener (tls=True), so
+        kubectl runs as that user too: a new token (`issue_token`) unless one is given.
+        `user` = ADMIN_USER gives the admin token (for `kubectl --as`)."""
+        if self._certificate is None or self._tmpdir is None:
+            raise RuntimeError("kubeconfig_for needs a started SimCluster(tls=True)")
+        if token is None:
+            token = (ADMIN_TOKEN if user == ADMIN_USER
+                     else self.server.access.issue_token(user))
+        target = Path(path) if path else Path(self._tmpdir) / f"{identity_slug(user)}.kubeconfig"
+        return write_kubeconfig(target, self.secure_url, self.namespace, token=token,
+                                ca_pem=self._certificate.pem, name=identity_slug(user))
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until no controller has pending work (real seconds); TimeoutError otherwise."""

@@ -72,7 +72,7 @@ def api_group(group: str, disabled: Collection[str] = ()) -> Obj | None:
 
 
 def _verbs(kind: Kind) -> list[str]:
-    if kind == kinds.SELF_SUBJECT_ACCESS_REVIEW:
+    if kind in kinds.ACCESS_REVIEWS:
         return ["create"]
     return list(ALL_VERBS)
 

@@ -1,6 +1,7 @@
 """One request through the server's pipeline: authenticate, authorise, inject faults, serve.
 
-Order as on a real server: the bearer token names the user (401 if unknown); the request is
+Order as on a real server: the bearer token names the user (401 if unknown); impersonation
+headers, if the caller may use them, replace it (`impersonation`); the request is
 authorised by RBAC (403 with the authorizer's sentence); then this sim's faults (latency, a
 random 500/503/429, the Nth write failing) apply; then discovery or the resource handler runs
 (and `Faults.after_write` may hold a successful write's answer: the crash-test hook).
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from migrator.model import kinds
-from migrator.sim import discovery, handlers, routing, simendpoints
+from migrator.sim import discovery, handlers, impersonation, routing, simendpoints
 from migrator.sim.access import Attributes, Policy, forbidden_reason
 from migrator.sim.exchange import Backend, Request, Response, error_response, json_response
 from migrator.sim.routing import RequestInfo
@@ -76,6 +77,8 @@ def dispatch(b: Backend, req: Request) -> tuple[Response, Audit | None]:
         if policy is None:
             raise unauthorized()
         audit.user = policy.user
+        policy = impersonation.effective_policy(b.access, policy, req)
+        audit.user = policy.user
         return _serve(b, info, req, policy, audit), audit
     except ApiError as e:
         return error_response(e), audit
@@ -95,7 +98,7 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     if latency > 0:
         time.sleep(latency)
     counts_as_write = (info.is_resource and info.mutating and not audit.dry_run
-                       and kind != kinds.SELF_SUBJECT_ACCESS_REVIEW)
+                       and kind not in kinds.ACCESS_REVIEWS)
     code = b.faults.pick_error(counts_as_write=counts_as_write)
     if code is not None:
         raise _injected(code, b.faults.snapshot()["retry_after_seconds"])

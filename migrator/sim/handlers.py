@@ -1,11 +1,13 @@
 """Resource requests: get, list, watch, create, update, patch, delete, deletecollection, and
-SelfSubjectAccessReview, each turned into store operations and a `Response`.
+(Self)SubjectAccessReview, each turned into store operations and a `Response`.
 
 Lists are assembled from cached per-object JSON bytes (see `encoding`) so that paging through
 10,000 pods costs little more than copying bytes. Pagination follows the real server's
 contract (opaque `continue` token, `remainingItemCount` for unfiltered lists, the first page's
 resourceVersion on every page) but later pages read the live store, not a snapshot: an object
-created or deleted between pages may or may not show up; none appears twice.
+created or deleted between pages may or may not show up; none appears twice. A token whose
+resourceVersion has left the event window (`--watch-window`) is 410 Expired, with a token that
+continues at the latest version, as etcd's compaction makes it on a real cluster.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from migrator.sim.encoding import dumps
 from migrator.sim.exchange import Backend, Request, Response, json_response
 from migrator.sim.routing import RequestInfo
 from migrator.sim.statuses import (
+    LIST_TOO_OLD,
     ApiError,
     bad_request,
+    continue_expired,
+    expired,
     method_not_allowed,
     no_such_path,
     not_found,
@@ -96,9 +101,11 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         raise no_such_path()
     if info.subresource and not (info.subresource == "status" and kind.has_status):
         raise no_such_path()
-    if kind == kinds.SELF_SUBJECT_ACCESS_REVIEW:
+    if kind in kinds.ACCESS_REVIEWS:
         if info.verb != "create" or info.name:
             raise method_not_allowed()
+        if kind == kinds.SUBJECT_ACCESS_REVIEW:
+            return _subject_access_review(b, req)
         return _access_review(info, req, policy)
     verb = info.verb
     if verb == "get":
@@ -191,13 +198,36 @@ def _sort_key(obj: Obj) -> tuple[str, str]:
     return meta.get("namespace", ""), meta["name"]
 
 
+def _check_not_compacted(b: Backend, info: RequestInfo, limit: int) -> None:
+    """A list at an exact resourceVersion older than the window is 410, as etcd answers for a
+    compacted revision (`resourceVersionMatch=Exact`, or a version with a `limit`, which the
+    cacher hands to etcd: apiserver/pkg/storage/cacher `shouldDelegateList`). Newer versions
+    are served from the latest state (the sim keeps no history)."""
+    raw = info.query.get("resourceVersion", "")
+    match = info.query.get("resourceVersionMatch", "")
+    if raw in ("", "0") or not (match == "Exact" or (not match and limit > 0)):
+        return
+    try:
+        version = int(raw)
+    except ValueError as e:
+        raise bad_request(f"invalid resource version: {raw!r}") from e
+    if b.store.expired(version):
+        raise expired(LIST_TOO_OLD)
+
+
 def _list(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False) -> Response:
     objects, rv, filtered = _selected(b, info, kind)
     limit = _int_param(info, "limit") or 0
     token = info.query.get("continue", "")
     if token:
-        rv, last = _decode_token(token)
+        token_rv, last = _decode_token(token)
+        if token_rv != -1:  # -1: "continue at the latest version" (an expired list's token)
+            if b.store.expired(token_rv):
+                raise continue_expired(_encode_token(-1, last))
+            rv = token_rv
         objects = objects[bisect.bisect_right(objects, last, key=_sort_key):]
+    else:
+        _check_not_compacted(b, info, limit)
     meta: Obj = {"resourceVersion": str(rv)}
     if 0 < limit < len(objects):
         remaining = len(objects) - limit
@@ -299,7 +329,11 @@ def _access_review(info: RequestInfo, req: Request, policy: Policy) -> Response:
         raise ApiError(422, "Invalid", 'SelfSubjectAccessReview.authorization.k8s.io "" is '
                        "invalid: spec.resourceAttributes: Invalid value: \"null\": exactly one "
                        "of nonResourceAttributes or resourceAttributes must be specified")
-    spec = body["spec"]
+    return _review_answer(kinds.SELF_SUBJECT_ACCESS_REVIEW, body["spec"], policy)
+
+
+def _review_answer(kind: Kind, spec: Obj, policy: Policy) -> Response:
+    """The review with its `status`: what `policy` allows for the attributes in `spec`."""
     res = spec.get("resourceAttributes")
     if isinstance(res, dict):
         decision = policy.decide(Attributes(
@@ -308,11 +342,37 @@ def _access_review(info: RequestInfo, req: Request, policy: Policy) -> Response:
         status: Obj = {"allowed": decision.allowed}
         if decision.reason:
             status["reason"] = decision.reason
-    else:
+    elif "system:authenticated" in policy.groups or policy.superuser:
         # Non-resource URLs (discovery, /version, /healthz) are open to every authenticated user.
         status = {"allowed": True, "reason": "RBAC: allowed by ClusterRoleBinding "
                   '"system:discovery" of ClusterRole "system:discovery" to Group '
                   '"system:authenticated"'}
-    answer = {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+    else:
+        status = {"allowed": False}
+    answer = {"kind": kind.kind, "apiVersion": kind.api_version,
               "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
     return json_response(201, answer)
+
+
+def _subject_access_review(b: Backend, req: Request) -> Response:
+    """May `spec.user` (with exactly `spec.groups`) do this? Judged by the cluster's RBAC
+    (`AccessControl.policy_of`); the caller needs `create subjectaccessreviews`, checked like
+    any request. Validation as upstream (pkg/apis/authorization/validation)."""
+    body = _body_json(req)
+    spec = body.get("spec") if isinstance(body, dict) else None
+    if not isinstance(spec, dict):
+        spec = {}
+    errors = []
+    if ("resourceAttributes" in spec) == ("nonResourceAttributes" in spec):
+        errors.append('spec.resourceAttributes: Invalid value: "null": exactly one of '
+                      "nonResourceAttributes or resourceAttributes must be specified")
+    user, groups = str(spec.get("user") or ""), [str(g) for g in spec.get("groups") or []]
+    if not user and not groups:
+        errors.append('spec.user: Invalid value: "": at least one of user or group must be '
+                      "specified")
+    if errors:
+        problems = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+        raise ApiError(422, "Invalid",
+                       f'SubjectAccessReview.authorization.k8s.io "" is invalid: {problems}')
+    return _review_answer(kinds.SUBJECT_ACCESS_REVIEW, spec,
+                          b.access.policy_of(user, tuple(groups)))

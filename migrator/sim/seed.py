@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.model import kinds
-from migrator.sim import admission, allocation, stacknames
+from migrator.sim import admission, allocation, dra, stacknames
 from migrator.sim.controllers import endpointslices as E
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers import rendering as R
@@ -169,13 +169,46 @@ def _seed_daemonset(
             name = f"{ds['metadata']['name']}-{P.random_suffix()}"  # as generateName retries
         pod = factory.pod(ds, node, hash_, name)
         pod["status"] = running_status(pod, by_name[node], ips.take(by_name[node]), True, now)
-        created.append(store.create(kinds.POD, pod, adopt=True))
+        claims = _claims_for(store, pod)
+        if claims:
+            pod["status"]["resourceClaimStatuses"] = [
+                {"name": c["metadata"]["annotations"][dra.POD_CLAIM_NAME_ANNOTATION],
+                 "resourceClaimName": c["metadata"]["name"]} for c in claims]
+        created.append(pod := store.create(kinds.POD, pod, adopt=True))
+        for claim in claims:
+            _seed_claim(store, pod, claim, by_name[node])
     views = [D.PodView.of(p) for p in created]
     status = D.compute_status(ds, fits, D.group_by_node(views), hash_, lambda v: v.ready)
     body = {"metadata": {"name": ds["metadata"]["name"], "namespace": ds["metadata"]["namespace"]},
             "status": status}
     ds = store.update(kinds.DAEMONSET, body, subresource="status")
     return ds, created
+
+
+def _claims_for(store: Store, pod: Obj) -> list[Obj]:
+    """The claims the resourceclaim controller would have made for the pod's template claims
+    (names only: the pod's uid, for the ownerReference, comes with its creation)."""
+    claims = []
+    ns = pod["metadata"]["namespace"]
+    for pod_claim in dra.pod_claims(pod):
+        template = store.find(kinds.RESOURCE_CLAIM_TEMPLATE, ns,
+                              str(pod_claim.get("resourceClaimTemplateName") or ""))
+        if template is None:
+            continue
+        name = dra.generate_name(pod["metadata"]["name"], pod_claim["name"]) + P.random_suffix()
+        placeholder = {"metadata": {"name": "", "namespace": ns, "uid": ""},
+                       "apiVersion": "v1", "kind": "Pod"}
+        claims.append(dra.claim_from_template(placeholder, pod_claim, template, name))
+    return claims
+
+
+def _seed_claim(store: Store, pod: Obj, claim: Obj, node: Obj) -> None:
+    """The claim owned by the pod, allocated on its node and reserved for it."""
+    claim["metadata"]["ownerReferences"] = [dict(P.owner_reference(pod))]
+    allocation = dra.allocate(claim, node)
+    if allocation is not None:
+        claim["status"] = {"allocation": allocation, "reservedFor": [dra.reservation(pod)]}
+    store.create(kinds.RESOURCE_CLAIM, claim, adopt=True)
 
 
 def seed(
@@ -224,6 +257,8 @@ def seed(
                     kinds.SERVICE, desired, allocated=allocated)))
             elif desired["kind"] == "ServiceMonitor":
                 store.create(kinds.SERVICE_MONITOR, desired)
+            elif desired["kind"] == "ResourceClaimTemplate":
+                store.create(kinds.RESOURCE_CLAIM_TEMPLATE, desired)
     slices = 0
     for svc in services:
         selector = E.service_selector(svc)

@@ -2,7 +2,9 @@
 
 Prints exactly one line on stdout, `READY <url> <kubeconfig>` (flushed), once the API answers,
 so a script or a test can start it as a subprocess and wait for that line. Progress notes go to
-stderr. A signal ends it cleanly (server and controllers stopped, exit code 0).
+stderr, among them the https kubeconfigs (`<kubeconfig>-<identity>`) of the admin and of every
+subject of the `--rbac` files: kubectl runs as those identities (`tls`, `access`). A signal
+ends it cleanly (server and controllers stopped, exit code 0).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from migrator.sim.cluster import SimCluster
+from migrator.sim.access import ADMIN_USER
+from migrator.sim.cluster import SimCluster, identity_slug
+from migrator.sim.controllers.operator import RESYNC_SECONDS
 from migrator.sim.faults import Faults, FaultsError
 from migrator.sim.seed import STACKS
+from migrator.sim.tls import TLSUnavailable
 
 
 class ServeError(ValueError):
@@ -32,7 +37,7 @@ class ServeOptions:
     port: int = 0
     kubeconfig_out: Path | None = None
     time_scale: float = 1.0
-    operator_reconcile: float | None = None
+    operator_reconcile: float = RESYNC_SECONDS  # 0: no operator imitation
     pod_start_seconds: float = 2.0
     termination_seconds: float = 1.0
     namespace: str = "gpu-operator"
@@ -40,6 +45,9 @@ class ServeOptions:
     error_rate: float = 0.0
     latency_ms: float = 0.0
     fail_nth_write: int | None = None
+    watch_window: int | None = None  # past events kept (None: the store's default)
+    rbac: tuple[Path, ...] = ()  # RBAC YAML files to install; each subject gets a kubeconfig
+    tls: bool = True  # the HTTPS listener (needs `openssl`), where kubectl sends tokens
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""
@@ -51,8 +59,8 @@ class ServeOptions:
             raise ServeError(f"--port must be between 0 and 65535, got {self.port}.")
         if not self.time_scale > 0:
             raise ServeError(f"--time-scale must be greater than 0, got {self.time_scale}.")
-        if self.operator_reconcile is not None and not self.operator_reconcile > 0:
-            raise ServeError("--operator-reconcile must be greater than 0 seconds, "
+        if not self.operator_reconcile >= 0:
+            raise ServeError("--operator-reconcile must be 0 (off) or more seconds, "
                              f"got {self.operator_reconcile}.")
         if self.pod_start_seconds < 0:
             raise ServeError("--pod-start-seconds must be 0 or more, "
@@ -60,6 +68,14 @@ class ServeOptions:
         if self.termination_seconds < 0:
             raise ServeError("--termination-seconds must be 0 or more, "
                              f"got {self.termination_seconds}.")
+        if self.watch_window is not None and self.watch_window < 0:
+            raise ServeError(f"--watch-window must be 0 or more events, got {self.watch_window}.")
+        for path in self.rbac:
+            if not path.is_file():
+                raise ServeError(f"--rbac {path}: no such file.")
+        if self.rbac and not self.tls:
+            raise ServeError("--rbac needs the TLS listener (kubectl sends tokens only over "
+                             "https): drop --no-tls.")
         if not self.namespace:
             raise ServeError("--namespace must not be empty.")
         try:
@@ -75,9 +91,10 @@ def build(options: ServeOptions) -> SimCluster:
     return SimCluster(
         nodes=options.nodes, stack=options.stack, namespace=options.namespace,
         time_scale=options.time_scale, pod_start_seconds=options.pod_start_seconds,
-        operator_reconcile_seconds=options.operator_reconcile, port=options.port,
+        operator_reconcile_seconds=options.operator_reconcile or None, port=options.port,
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
-        kubeconfig_path=options.kubeconfig_out)
+        kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window,
+        tls=options.tls)
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,
@@ -94,6 +111,8 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
     try:
         try:
             sim.start()
+        except TLSUnavailable as error:
+            raise ServeError(f"{error}; pass --no-tls to serve plain http only.") from error
         except OSError as error:
             raise ServeError(f"cannot listen on 127.0.0.1:{options.port}: "
                              f"{error.strerror or error}.") from error
@@ -103,6 +122,8 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
                   f"DaemonSets, {summary.pods} pods, {summary.services} Services, "
                   f"{summary.endpointslices} EndpointSlices in {sim.seed_seconds:.2f}s; "
                   f"ready in {time.perf_counter() - began:.2f}s", file=err, flush=True)
+        for user, path in _identity_kubeconfigs(sim, options.rbac):
+            print(f"kubeconfig for {user} (https, token): {path}", file=err, flush=True)
         print(f"READY {sim.url} {sim.kubeconfig}", file=out, flush=True)
         while not stop.wait(0.2):
             pass
@@ -110,6 +131,20 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
         sim.stop()
         _restore_signal_handlers(previous)
     return 0
+
+
+def _identity_kubeconfigs(sim: SimCluster, rbac: tuple[Path, ...]) -> list[tuple[str, Path]]:
+    """Install the RBAC files and write, next to the main kubeconfig, one https kubeconfig per
+    subject they bind (its own token) and one for the admin (so `kubectl --as` impersonates:
+    kubectl sends neither token nor impersonation headers over plain http)."""
+    if not sim.secure_url:
+        return []
+    users = [ADMIN_USER]
+    for path in rbac:
+        users += [u for u in sim.load_rbac(path.read_text()) if u not in users]
+    base = Path(sim.kubeconfig)
+    return [(user, sim.kubeconfig_for(user, base.with_name(f"{base.name}-{identity_slug(user)}")))
+            for user in users]
 
 
 Handlers = dict[int, object]

@@ -17,16 +17,20 @@ Module map: `routing` (path -> verb/resource), `dispatch` (authn, RBAC, faults),
 `access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `protobuf` (kubectl's SSAR).
 
 Where the sim knowingly differs from a real API server:
-- No TLS, so kubectl (client-go) sends no credentials: a request without a token is served as
-  `system:unsecured` with full access unless `AccessControl(allow_unauthenticated=False)`.
+- The main listener is plain HTTP, so kubectl (client-go) sends no credentials there: a request
+  without a token is served as `system:unsecured` with full access unless
+  `AccessControl(allow_unauthenticated=False)`. `start_tls` adds an HTTPS listener (self-signed
+  certificate, `tls`) where kubectl sends its kubeconfig's token and impersonation headers.
 - JSON only: protobuf request bodies are 415, except the SelfSubjectAccessReview of
   `kubectl auth can-i` (so `kubectl create configmap ...` fails; `kubectl create -f` works).
 - No `/openapi/v2|v3` (404): `kubectl create/apply -f` need `--validate=false`;
   server-side apply (`application/apply-patch+yaml`) is 415.
 - Later pages of a paginated list read the live store, not a snapshot of the first page's
   resourceVersion (no item is returned twice; one created or deleted meanwhile may or may not
-  appear); a continue token never expires. `resourceVersion`/`resourceVersionMatch` on a list
-  are ignored (always the latest state).
+  appear). One event window (`Store.event_log_size`, `sim serve --watch-window`) stands for
+  both the watch cache's window and etcd's compaction: a watch, a continue token or an exact
+  list (`resourceVersionMatch=Exact`, or a version with `limit`) older than it is 410 Expired;
+  otherwise `resourceVersion`/`resourceVersionMatch` on a list are ignored (the latest state).
 - Deletion: no finalizers. Pods are marked for graceful deletion (the simulated kubelet removes
   them); everything else goes at once, `Foreground` behaves like `Background`, and `Orphan`
   shows as an "orphan" finalizer on the object in the DELETED event (for the garbage
@@ -40,6 +44,7 @@ import contextlib
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -76,6 +81,8 @@ class ApiServer:
                                 self._stopping)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.secure_url = ""
+        self._secure: tuple[_HTTPServer, threading.Thread] | None = None
         self._connections: set[socket.socket] = set()
         self._conn_lock = threading.Lock()
 
@@ -97,6 +104,24 @@ class ApiServer:
         self._thread.start()
         return self.url
 
+    def start_tls(self, context: ssl.SSLContext, host: str = "127.0.0.1", port: int = 0) -> str:
+        """A second listener, HTTPS, on the same store and access control (after `start`);
+        returns its URL. kubectl sends a kubeconfig's token only to an https server (`tls`)."""
+        if self._secure is not None:
+            return self.secure_url
+        if self._httpd is None:
+            raise RuntimeError("start() the API server before its TLS listener")
+        httpd = _TLSServer((host, port), _Handler)
+        httpd.api = self
+        httpd.context = context
+        bound_host, bound_port = httpd.server_address[:2]
+        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                  name=f"sim-api-tls-{bound_port}", daemon=True)
+        thread.start()
+        self._secure = (httpd, thread)
+        self.secure_url = f"https://{bound_host!s}:{bound_port}"
+        return self.secure_url
+
     def stop(self) -> None:
         """Stop accepting, end every watch, close every connection."""
         httpd, self._httpd = self._httpd, None
@@ -107,6 +132,12 @@ class ApiServer:
         self.store.wake_all()
         httpd.shutdown()
         httpd.server_close()
+        secure, self._secure = self._secure, None
+        if secure is not None:
+            secure[0].shutdown()
+            secure[0].server_close()
+            secure[1].join(timeout=5)
+            self.secure_url = ""
         with self._conn_lock:
             connections = list(self._connections)
         for conn in connections:
@@ -143,13 +174,46 @@ class _HTTPServer(ThreadingHTTPServer):
     api: ApiServer
 
 
+class _TLSServer(_HTTPServer):
+    """The HTTPS listener: the TLS handshake runs in the connection's own thread (`setup`),
+    so a slow or broken client cannot stall `accept`."""
+
+    context: ssl.SSLContext
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        conn, address = super().get_request()
+        return self.context.wrap_socket(conn, server_side=True,
+                                        do_handshake_on_connect=False), address
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A failed handshake (a client that does not trust the certificate) is the client's
+        business, not a traceback on the server's stderr."""
+
+
 def _client_gone(conn: socket.socket) -> bool:
     """True when the peer closed its end (readable with nothing to read)."""
     try:
         readable, _, _ = select.select([conn], [], [], 0)
-        return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
+        if not readable:
+            return False
+        if isinstance(conn, ssl.SSLSocket):
+            return _tls_peer_closed(conn)
+        return conn.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True
+
+
+def _tls_peer_closed(conn: ssl.SSLSocket) -> bool:
+    """TLS cannot peek: read without blocking. A watch client sends nothing after its request,
+    so what arrives is a close (b"") or TLS housekeeping (no application data)."""
+    timeout = conn.gettimeout()
+    conn.settimeout(0)
+    try:
+        return conn.recv(1) == b""
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        return False
+    finally:
+        conn.settimeout(timeout)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -161,6 +225,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()  # raises (untracked, closed) for a refused client
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.api.track(self.connection, True)
 
@@ -206,8 +272,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         started = time.monotonic()
         api = self.server.api
-        request = Request(self.command, self.path,
-                          {k.lower(): v for k, v in self.headers.items()}, self._read_body())
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():  # a repeated header: one comma-joined value
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        request = Request(self.command, self.path, headers, self._read_body())
         try:
             response, audit = dispatch(api.backend, request)
         except Exception as e:  # a bug in the sim must still answer like an API server

@@ -27,6 +27,7 @@ class ApiError(Exception):
         message: str,
         details: Obj | None = None,
         headers: dict[str, str] | None = None,
+        list_meta: Obj | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -34,12 +35,13 @@ class ApiError(Exception):
         self.message = message
         self.details = details
         self.headers = headers or {}
+        self.list_meta = list_meta or {}  # Status.metadata (a ListMeta: e.g. `continue`)
 
     def status(self) -> Obj:
         body: Obj = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.list_meta),
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
@@ -154,6 +156,22 @@ def service_unavailable(why: str) -> ApiError:
 
 def expired(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
+
+
+# apiserver/pkg/storage/etcd3/errors.go: a list (or a continue token) from a compacted revision.
+LIST_TOO_OLD = "The resourceVersion for the provided list is too old."
+CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted between "
+    "the time the first chunk was returned and now may show up in the list.")
+
+
+def continue_expired(token: str) -> ApiError:
+    """410 for an expired continue token, carrying a token (resourceVersion -1) that continues
+    the list at the latest version: etcd3 `handleCompactedErrorForPaging`."""
+    return ApiError(410, "Expired", CONTINUE_TOO_OLD, list_meta={"continue": token})
 
 
 def from_store(error: StoreError, kind: Kind, name: str) -> ApiError:

@@ -31,6 +31,7 @@ from typing import Any
 from migrator.model import kinds
 from migrator.model.kinds import Kind
 from migrator.model.selectors import Selector
+from migrator.sim import finalizers as F
 
 Obj = dict[str, Any]
 
@@ -108,6 +109,8 @@ def _with_own_metadata(stored: Obj) -> Obj:
 def _key(resource: Resource, namespace: str | None, name: str) -> ObjKey:
     """Cluster-scoped objects live under the empty namespace, whatever the caller passed."""
     return ((namespace or "") if resource.namespaced else "", name)
+
+
 Subscriber = Callable[[Event], None]
 
 
@@ -204,14 +207,26 @@ class Store:
                 out.append(obj)
             return out, self._rv
 
+    def horizon(self) -> int:
+        """The oldest resourceVersion the event log still reaches back from: a watch or a
+        continue token from an older one is answered 410 Expired. The log keeps the last
+        `event_log_size` events (`sim serve --watch-window`), as the real watch cache keeps a
+        bounded window (`apiserver/pkg/storage/cacher/watch_cache.go`, `oldest-1`)."""
+        with self.lock:
+            oldest = self._events[0].resource_version if self._events else self._rv + 1
+            return oldest - 1
+
+    def expired(self, resource_version: int) -> bool:
+        """True when `resource_version` is older than the window (see `horizon`)."""
+        return resource_version < self.horizon()
+
     def events_since(self, resource_version: int) -> builtins.list[Event] | None:
         """Events after `resource_version`, or None when the log no longer reaches back that far
         (the caller answers 410 Gone, as the real server does for a compacted revision)."""
         with self.lock:
             if resource_version >= self._rv:
                 return []
-            oldest = self._events[0].resource_version if self._events else self._rv + 1
-            if resource_version + 1 < oldest:
+            if resource_version < self.horizon():
                 return None
             # Scan from the newest end: watchers usually ask for the last few events only.
             newer = [e for e in itertools.takewhile(
@@ -285,6 +300,7 @@ class Store:
             meta["creationTimestamp"] = now_rfc3339()
             meta.pop("resourceVersion", None)
             meta.pop("deletionTimestamp", None)
+            meta.pop("deletionGracePeriodSeconds", None)
             if "spec" in obj or resource.has_status:
                 meta["generation"] = 1
             if dry_run:
@@ -336,7 +352,8 @@ class Store:
                     else:
                         new.pop("status", None)
                 # Immutable server-assigned metadata is kept from the stored object.
-                for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+                for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp",
+                          "deletionGracePeriodSeconds"):
                     if k in current["metadata"]:
                         new["metadata"][k] = current["metadata"][k]
                     else:
@@ -351,26 +368,46 @@ class Store:
             if new == current:
                 # A no-op write keeps the resourceVersion and emits no event, as the real server.
                 return current
+            if subresource != "status":
+                problem = F.new_finalizers_problem(current, new)
+                if problem:
+                    raise StoreError(422, "Invalid", f'{resource.kind} "{name}" is invalid: '
+                                     f"{problem}")
             if dry_run:
                 return new
             new["metadata"]["resourceVersion"] = self._next_rv()
+            if F.emptied(current, new):
+                # `shouldDeleteDuringUpdate`: the last finalizer of a deleted object is gone.
+                del self._objects[resource.key][(ns, name)]
+                self._commit("DELETED", resource, new)
+                return new
             self._objects[resource.key][(ns, name)] = new
             self._commit("MODIFIED", resource, new, current)
             return new
 
     def mark_deleting(
-        self, resource: Resource, namespace: str | None, name: str, grace_seconds: int
+        self, resource: Resource, namespace: str | None, name: str, grace_seconds: int,
+        finalizers: builtins.list[str] | None = None,
     ) -> Obj:
-        """Graceful deletion: set `deletionTimestamp`/`deletionGracePeriodSeconds` and keep the
-        object until its owner (the simulated kubelet, for pods) calls `delete`. Marking an
-        object already marked is a no-op that returns it."""
+        """Graceful deletion or deletion pending finalizers: set `deletionTimestamp` (kept when
+        already set), `deletionGracePeriodSeconds` and (when given) the finalizers, and keep the
+        object until its owner (the simulated kubelet, for pods) or the last finalizer's removal
+        deletes it. An object already marked this way is returned unchanged."""
         with self.lock:
             current = self.get(resource, namespace, name)
-            if current["metadata"].get("deletionTimestamp"):
+            meta = current["metadata"]
+            wanted = meta.get("finalizers") if finalizers is None else finalizers
+            if (meta.get("deletionTimestamp")
+                    and meta.get("deletionGracePeriodSeconds") == grace_seconds
+                    and (meta.get("finalizers") or []) == (wanted or [])):
                 return current
             new = _with_own_metadata(current)
-            new["metadata"]["deletionTimestamp"] = now_rfc3339()
+            new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
             new["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
+            if wanted:
+                new["metadata"]["finalizers"] = list(wanted)
+            else:
+                new["metadata"].pop("finalizers", None)
             new["metadata"]["resourceVersion"] = self._next_rv()
             key = (namespace or "" if resource.namespaced else "", name)
             self._objects[resource.key][key] = new
@@ -380,7 +417,9 @@ class Store:
     def delete(
         self, resource: Resource, namespace: str | None, name: str, *, dry_run: bool = False
     ) -> Obj:
-        """Remove an object now (the sim has no finalizers); NotFound when absent.
+        """Remove an object now, unless it has finalizers: then it is only marked (grace 0) and
+        stays until an update removes the last one (apiserver registry `Store.Delete`).
+        NotFound when absent.
 
         Dependents are removed by the garbage collector controller, which watches DELETED events.
         """
@@ -391,6 +430,8 @@ class Store:
                 raise not_found(resource, name)
             if dry_run:
                 return current
+            if current["metadata"].get("finalizers"):
+                return self.mark_deleting(resource, namespace, name, 0)
             del self._objects[resource.key][key]
             gone = _with_own_metadata(current)
             gone["metadata"]["resourceVersion"] = self._next_rv()

@@ -2,9 +2,11 @@
 
 Semantics of the real watch cache (`apiserver/pkg/storage/cacher`): without a resourceVersion
 (or "0") the stream opens with a synthetic ADDED per current object; from a resourceVersion it
-replays the store's events after it, and one older than the event log gets an ERROR event with
-a 410 Expired Status. Filtered watches report an object that starts matching as ADDED and one
-that stops matching as DELETED (its previous state with the event's resourceVersion).
+replays the store's events after it, and one older than the event log (the watch window,
+`Store.event_log_size`) gets a 200 stream holding one ERROR event with a 410 Expired Status, as
+`cacher.Watch` answers with `newErrWatcher` rather than an HTTP error. Filtered watches report
+an object that starts matching as ADDED and one that stops matching as DELETED (its previous
+state with the event's resourceVersion).
 `sendInitialEvents=true` ends the initial ADDED burst with the `k8s.io/initial-events-end`
 BOOKMARK that client-go's watch-list expects.
 
@@ -122,9 +124,10 @@ def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
             if events == [] and not is_set():
                 changed.wait(wait)
                 events = store.events_since(last_rv)
-            current_rv = store.resource_version
+            horizon = store.horizon()
         if events is None:
-            yield _error(f"too old resource version: {last_rv} ({current_rv})")
+            # watch_cache.go: `too old resource version: %d (%d)`, rv and oldest-1
+            yield _error(f"too old resource version: {last_rv} ({horizon})")
             return
         lines = [line for e in events if (line := _convert(encoder, req, e)) is not None]
         if events:

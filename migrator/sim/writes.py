@@ -16,6 +16,7 @@ from typing import Any
 from migrator.model import kinds
 from migrator.model.kinds import Kind
 from migrator.sim import admission, allocation, patching
+from migrator.sim import finalizers as F
 from migrator.sim.statuses import (
     ApiError,
     already_exists,
@@ -205,33 +206,35 @@ def _pod_grace(current: Obj, options: DeleteOptions) -> int:
 
 def delete(store: Store, kind: Kind, *, namespace: str, name: str,
            options: DeleteOptions = DeleteOptions(), dry_run: bool = False) -> Obj:
-    """DELETE: the object as deleted (or as marked, for a pod with a grace period).
+    """DELETE, as the registry store's `Delete` (apiserver/pkg/registry/generic/registry/
+    store.go): the object as deleted, or as marked when it stays.
 
-    Pods are marked (`deletionTimestamp`) and left to the simulated kubelet unless their grace
-    is 0; everything else is removed at once. `propagationPolicy: Orphan` shows as an "orphan"
-    finalizer on the object the DELETED event carries, for the garbage collector to honour.
+    A pod with a grace period is marked (`deletionTimestamp`, `deletionGracePeriodSeconds`) and
+    left to the simulated kubelet; a repeated DELETE only shortens that to 0 (force). The
+    propagation policy sets the GC finalizers (`finalizers.for_deletion`: `orphan`,
+    `foregroundDeletion`); an object left with any finalizer is marked (grace 0) and stays until
+    an update removes the last one; anything else is removed at once.
     """
     with store.lock:
         current = _current(store, kind, namespace, name)
         _check_preconditions(kind, current, options)
         ns = namespace or None
-        if kind == kinds.POD:
-            grace = _pod_grace(current, options)
-            already = current["metadata"].get("deletionTimestamp")
-            if grace > 0 and not (already and current["metadata"].get(
-                    "deletionGracePeriodSeconds") == 0):
-                if already:
-                    return current
-                if dry_run:
-                    marked = copy.deepcopy(current)
-                    marked["metadata"]["deletionTimestamp"] = now_rfc3339()
-                    marked["metadata"]["deletionGracePeriodSeconds"] = grace
-                    return marked
-                return store.mark_deleting(kind, ns, name, grace)
-        if options.propagation == "Orphan" and not dry_run:
-            finalizers = list(current["metadata"].get("finalizers") or [])
-            if "orphan" not in finalizers:
+        meta = current["metadata"]
+        grace = _pod_grace(current, options) if kind == kinds.POD else 0
+        pending = int(meta.get("deletionGracePeriodSeconds") or 0) if meta.get(
+            "deletionTimestamp") else 0
+        if pending > 0 and grace > 0:
+            return current  # graceful deletion pending: finalizers cannot change meanwhile
+        existing = list(meta.get("finalizers") or [])
+        wanted = existing if pending > 0 else F.for_deletion(existing, options.propagation)
+        if grace > 0 or wanted:
+            if dry_run:
                 marked = copy.deepcopy(current)
-                marked["metadata"]["finalizers"] = [*finalizers, "orphan"]
-                store.update(kind, marked)
+                marked["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+                marked["metadata"]["deletionGracePeriodSeconds"] = grace
+                marked["metadata"]["finalizers"] = wanted
+                return marked
+            return store.mark_deleting(kind, ns, name, grace, wanted)
+        if existing and not dry_run:
+            store.mark_deleting(kind, ns, name, 0, [])  # the GC finalizers go first
         return store.delete(kind, ns, name, dry_run=dry_run)

@@ -176,6 +176,7 @@ def test_errors_are_one_sentence_and_a_fix_unless_debug(tmp_path: Path) -> None:
     assert len(lines) == 2 and "Traceback" not in res.stderr
     res = subprocess.run([*argv, "--debug"], capture_output=True, text=True, env=_env(),
                          cwd=REPO, timeout=GUARD_SECONDS)
-    assert res.returncode != 0
+    assert res.returncode == 2  # --debug adds the traceback, never changes the exit code
     assert "Traceback (most recent call last)" in res.stderr
     assert "migrator.errors.UsageError: The kubeconfig file" in res.stderr
+    assert res.stderr.strip().splitlines()[-2:] == lines  # then the same sentence and fix

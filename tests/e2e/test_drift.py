@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 from migrator.model import kinds
+from migrator.model.gates import rollout_complete
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -19,6 +21,13 @@ def _edit_cr(env: E2E) -> None:
     cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
     cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
     env.sim.store.update(kinds.GPU_CLUSTER, cr)
+
+
+def _rolled_out(ds: dict[str, Any]) -> bool:
+    st = ds.get("status") or {}
+    return bool(st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+                and st.get("updatedNumberScheduled") == st.get("desiredNumberScheduled")
+                == st.get("numberAvailable"))
 
 
 def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
@@ -37,16 +46,20 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
         env.sim.wait_for(lambda: DCGM not in env.ds("nvidia-dcgm-dra")["metadata"]["labels"], 30)
         env.sim.wait_for(lambda: all(DCGM not in p["metadata"]["labels"]
                                      for p in env.pods("nvidia-dcgm-dra")), 30)
-        # the operator's own rollout finishes (pods wait out their readiness probes) before
-        # the SRE re-applies: phase 1 starts only on a healthy DaemonSet
-        env.sim.wait_for(lambda: _rolled_out(env, "nvidia-dcgm-dra")
-                         and _rolled_out(env, "nvidia-dcgm-exporter-dra"), 30)
+        # ... and the operator's rollout has finished: phase 1 refuses to start a rollout on a
+        # DaemonSet that is still rolling (its last new pod may not be Ready yet).
+        env.sim.wait_for(lambda: all(rollout_complete(env.ds(n)).ok for n in (
+            "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
         bad = env.cli("verify", "-o", "json")
         assert bad.code == 1, bad.stdout
         details = " ".join(g["detail"] for p in bad.json()["phases"] for g in p["gates"]
                            if not g["ok"])
         assert "re-rendered" in details and "GPUCluster" in details, details
 
+        # runbook: wait for the operator's rollout before re-running (phase 1 refuses to write
+        # while a DaemonSet is not rolled out: its plan's rollout-complete gate fails)
+        env.sim.wait_for(lambda: all(_rolled_out(env.ds(n)) for n in (
+            "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
         healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
         assert healed.code == 0, healed.stderr
     assert env.cli("verify").code == 0
@@ -72,11 +85,3 @@ def test_operator_reverts_a_switched_operator_owned_service(
     gates = [g for p in status.json()["phases"] for g in p["gates"] if not g["ok"]]
     assert any("ClusterPolicy" in g["detail"] and "reconciled it back" in g["detail"]
                for g in gates), gates
-
-
-def _rolled_out(env: E2E, name: str) -> bool:
-    ds = env.ds(name)
-    st = ds.get("status") or {}
-    return (st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
-            and st.get("updatedNumberScheduled") == st.get("numberAvailable")
-            == st.get("desiredNumberScheduled"))

@@ -92,7 +92,7 @@ def test_missing_servicemonitor_crd_counts_annotations_only(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("clusterpolicy")
     with_sm = env.cli("plan", "-o", "json").json()
-    assert any("duplicate scraping now" in w for w in with_sm["warnings"])
+    assert any("possible duplicate scraping" in w for w in with_sm["warnings"])
     env.sim.server.faults.update(disabled_groups=["monitoring.coreos.com"])
     res = env.cli("plan", "-o", "json")
     assert res.code == 0, res.stderr

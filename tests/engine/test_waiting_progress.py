@@ -9,7 +9,8 @@ from typing import Any
 
 from migrator.cli.live import eta_text
 from migrator.engine.progress import RolloutProgress
-from migrator.engine.waiting import Clock, Pace, Waiter
+from migrator.engine.waiting import Pace, Waiter
+from tests.helpers.clock import FakeClock
 
 Obj = dict[str, Any]
 
@@ -21,22 +22,11 @@ def _ds(updated: int, available: int, desired: int = 10) -> Obj:
 
 
 @dataclass
-class FakeTime:
-    t: float = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
-
-
-@dataclass
 class ScriptedKube:
     """Each read (get, or a watch wake-up) costs `step` seconds and shows the status the
     script gives for that moment."""
 
-    time: FakeTime
+    clock: FakeClock
     script: Any  # Callable[[float], Obj]
     step: float = 5.0
     gets: int = 0
@@ -44,18 +34,29 @@ class ScriptedKube:
 
     def get(self, kind: Any, name: str, namespace: str | None = None) -> Obj:
         self.gets += 1
-        return dict(self.script(self.time.t))
+        return dict(self.script(self.clock.mono))
 
     def watch(self, kind: Any, namespace: str | None = None, **kw: Any) -> Iterator[
             tuple[str, Obj]]:
-        self.time.t += min(self.step, float(kw.get("timeout_seconds", self.step)))
-        yield "MODIFIED", dict(self.script(self.time.t))
+        self.clock.advance(min(self.step, float(kw.get("timeout_seconds", self.step))))
+        yield "MODIFIED", dict(self.script(self.clock.mono))
 
 
-def _waiter(script: Any, step: float = 5.0) -> tuple[Waiter, FakeTime]:
-    time = FakeTime()
-    kube = ScriptedKube(time, script, step)
-    return Waiter(kube, "ns", Clock(time.now, time.sleep)), time  # type: ignore[arg-type]
+class Time:
+    """Seconds since the wait began, on the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.start = clock, clock.mono
+
+    @property
+    def t(self) -> float:
+        return self.clock.mono - self.start
+
+
+def _waiter(script: Any, step: float = 5.0) -> tuple[Waiter, Time]:
+    clock = FakeClock(monotonic=0.0)
+    kube = ScriptedKube(clock, script, step)
+    return Waiter(kube, "ns", clock), Time(clock)  # type: ignore[arg-type]
 
 
 def test_a_slow_rollout_that_keeps_moving_outlives_the_timeout() -> None:

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from migrator.cli.app import app
 
-CLUSTER_COMMANDS = {"plan", "apply", "rollback", "status", "verify", "unlock", "preflight"}
+CLUSTER_COMMANDS = {"plan", "apply", "rollback", "status", "verify", "unlock", "preflight",
+                    "guard"}
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "output.schema.json"
 
 

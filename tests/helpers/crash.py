@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 PYCACHE = str(Path(tempfile.gettempdir()) / "dcgm-migrate-test-pycache")
 NS = "gpu-operator"
 STATE_CM = "dcgm-migrate-state"
-SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
+WRITE_META = ("resourceVersion", "generation", "managedFields")  # every write changes them
+SERVER_META = ("uid", "creationTimestamp", *WRITE_META)  # and these differ between clusters
 SERVICE_ASSIGNED = ("clusterIP", "clusterIPs", "healthCheckNodePort")
 HASH_ANNOTATION = "nvidia.com/last-applied-hash"
 LOCK_KEYS = ("dcgm-migrate/lock-holder", "dcgm-migrate/lock-expires",
@@ -111,19 +112,28 @@ def kill_after_write(sim: SimCluster, k: int, *args: str, timeout: float = 60.0)
 
 # ---- what "the same end state" means ---------------------------------------------------------
 
-def comparable(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
-    """DaemonSets and Services field by field, without server-assigned fields or status.
+def comparable(sim: SimCluster, namespace: str = NS, *,
+               same_cluster: bool = False) -> dict[str, Any]:
+    """DaemonSets and Services field by field, without server-assigned fields or status: the
+    one notion of "the same objects" for every test.
 
-    An ownerReference's uid differs between two fresh clusters: it is checked to point at the
-    live owner, then replaced by the owner's kind/name."""
+    Across two fresh clusters (the default) identities differ: uids, creation times, cluster
+    IPs and node ports are dropped, and an ownerReference's uid is checked to point at the live
+    owner, then replaced by that verdict. Within `same_cluster` (before and after a run) only
+    what every write changes goes (resourceVersion, generation, managedFields, status), so an
+    object deleted and re-created, or re-pointed to another owner, still shows."""
     out: dict[str, Any] = {}
     for kind in (kinds.DAEMONSET, kinds.SERVICE):
         items, _ = sim.store.list(kind, namespace)
         for obj in items:
             o = copy.deepcopy(obj)
             meta = o["metadata"]
-            for f in SERVER_META:
+            for f in WRITE_META if same_cluster else SERVER_META:
                 meta.pop(f, None)
+            o.pop("status", None)
+            if same_cluster:
+                out[f"{kind.kind}/{meta['name']}"] = o
+                continue
             # The operator's render hash covers the CR's uid, so it differs between two fresh
             # clusters; the tool never writes annotations on DaemonSets.
             (meta.get("annotations") or {}).pop(HASH_ANNOTATION, None)
@@ -131,7 +141,6 @@ def comparable(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
                 owner = _owner(sim, ref)
                 ref["uid"] = ("matches live owner" if owner is not None
                               and owner["metadata"]["uid"] == ref.get("uid") else "DANGLING")
-            o.pop("status", None)
             spec = o.get("spec") or {}
             if kind is kinds.SERVICE:
                 for f in SERVICE_ASSIGNED:

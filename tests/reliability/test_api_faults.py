@@ -20,6 +20,7 @@ from migrator.engine.runner import RunSettings
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
 from migrator.sim.cluster import SimCluster, write_kubeconfig
+from migrator.sim.requestlog import RequestRecord
 from migrator.sim.server import ADMIN_TOKEN
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, EndState, Env
@@ -120,6 +121,33 @@ def _lost_answer_cases(writes: list[object]) -> Iterator[tuple[str, int]]:
     yield "release lock", len(writes)
 
 
+HOLD_SECONDS = 0.5  # how long the answer is held: well past the client's 0.2 s read timeout
+
+
+def _started(r: RequestRecord) -> float:
+    """When the server received the request (records are stamped when answered)."""
+    return r.time - r.duration_ms / 1000
+
+
+def _held_write(sim: SimCluster) -> RequestRecord:
+    """The write whose answer was held. Its record is made by the server thread once the answer
+    is released, which can be after the run ended: wait for it (a guard, not a timing)."""
+    guard = time.monotonic() + 30
+    while True:
+        held = [r for r in sim.server.log.writes() if r.duration_ms >= HOLD_SECONDS * 900]
+        if held or time.monotonic() > guard:
+            assert len(held) == 1, [(r.method, r.path, r.duration_ms) for r in held]
+            return held[0]
+        time.sleep(0.01)
+
+
+def _retries_of(sim: SimCluster, held: RequestRecord) -> list[RequestRecord]:
+    """The same method and path, sent while the held answer was still on its way."""
+    return [r for r in sim.server.log.entries() if r.seq != held.seq
+            and (r.method, r.path) == (held.method, held.path)
+            and _started(held) < _started(r) < held.time]
+
+
 def _apply_in_process(sim: SimCluster) -> None:
     kube = Kube.for_server(sim.url, ADMIN_TOKEN,
                            retry=RetryPolicy(read_timeout=0.2, sleep=lambda s: None))
@@ -133,7 +161,8 @@ def _apply_in_process(sim: SimCluster) -> None:
 def test_a_write_whose_answer_is_lost_is_retried_without_a_false_failure(
         fresh: Callable[..., Env], migrated: EndState) -> None:
     """The sim applies the write and holds its answer past the client's read timeout, so the
-    client retries a write that already landed (a timeout or dropped connection in real life)."""
+    client retries a write that already landed (a timeout or dropped connection in real life).
+    The request log must show that retry, sent while the first answer was still held."""
     probe = fresh(monitor=False)
     _apply_in_process(probe.sim)
     cases = list(_lost_answer_cases(probe.writes()))
@@ -147,7 +176,7 @@ def test_a_write_whose_answer_is_lost_is_retried_without_a_false_failure(
 
         def release_late(sim: SimCluster = env.sim) -> None:
             if sim.server.faults.wait_held(60):
-                time.sleep(0.5)  # well past the 0.2 s read timeout: the client has retried
+                time.sleep(HOLD_SECONDS)
                 sim.server.faults.release_held()
 
         releaser = threading.Thread(target=release_late, daemon=True)
@@ -159,6 +188,9 @@ def test_a_write_whose_answer_is_lost_is_retried_without_a_false_failure(
         finally:
             releaser.join(5)
             env.sim.server.faults.release_held()
+        held = _held_write(env.sim)
+        if not _retries_of(env.sim, held):  # the client never gave up: nothing was tested
+            failures.append(f"{what} (write {k}): {held.method} {held.path} was never retried")
         problems = crash.diff(migrated.objects, crash.comparable(env.sim)) + env.finish()
         if problems:
             failures.append(f"{what} (write {k}): {problems[:3]}")

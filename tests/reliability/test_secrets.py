@@ -57,17 +57,19 @@ def test_the_token_never_leaks(fresh: Callable[..., Env], tmp_path: Path) -> Non
     # Every request 429 with Retry-After: 0: the retry budget is spent at once, exit 3.
     env.sim.server.faults.update(error_rate=1.0, error_codes=[429], retry_after_seconds=0)
     failed = run("rollback", "--phase", "3", "--yes", "--settle", "0s", "--debug")
-    assert failed.code == 1 and "Traceback" in failed.stderr, failed.output
+    assert failed.code == 3 and "Traceback" in failed.stderr, failed.output
     env.sim.server.faults.reset()
     narrow = "tok-" + secrets.token_hex(16)
     env.sim.server.access.add_token(narrow, RBAC.read_text().replace(
         "nvidia-dcgm-exporter]", "]"))  # no delete of the exporter alias
     forbidden = run("rollback", "--phase", "2", "--yes", "--settle", "0s", "--debug",
                     config=_kubeconfig(tmp_path, env.sim.url, narrow, "narrow"))
+    assert forbidden.code == 3, forbidden.output
     assert "Traceback" in forbidden.stderr and "forbidden" in forbidden.stderr, forbidden.output
     wrong = "tok-" + secrets.token_hex(16)  # not registered: 401
     unauthorized = run("status", "--debug",
                        config=_kubeconfig(tmp_path, env.sim.url, wrong, "wrong"))
+    assert unauthorized.code == 3, unauthorized.output
     assert "Traceback" in unauthorized.stderr and "401" in unauthorized.stderr
     assert run("rollback", "--phase", "3", "--yes", "--settle", "0s", "-o", "json").code == 0
 

@@ -247,12 +247,14 @@ def test_pods_follow_node_labels_and_taints(make_bare: Callable[..., Bare]) -> N
         "nvidia.com/gpu.deploy.dcgm-dra"))
     bare.wait_for(lambda: sorted(p["spec"]["nodeName"] for p in bare.pods(DCGM)) == [
         "gpu-node-0001", "gpu-node-0002"])
+    gpus = {"capacity": {"nvidia.com/gpu": "8"}}  # DCGM's DRA claim needs a GPU on the node
     new_node = {"metadata": {"name": "gpu-node-0099", "labels": {
-        "nvidia.com/gpu.deploy.dcgm-dra": "true"}}, "spec": {}}
+        "nvidia.com/gpu.deploy.dcgm-dra": "true"}}, "spec": {}, "status": gpus}
     bare.store.create(kinds.NODE, new_node)
     tainted = {"metadata": {"name": "gpu-node-0098", "labels": {
         "nvidia.com/gpu.deploy.dcgm-dra": "true"}},
-        "spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}}
+        "spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]},
+        "status": gpus}
     bare.store.create(kinds.NODE, tainted)
     bare.wait_for(lambda: bare.get(kinds.DAEMONSET, DCGM)["status"].get("numberAvailable") == 3)
     bare.wait_idle()

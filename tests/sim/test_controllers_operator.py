@@ -124,8 +124,9 @@ def test_render_follows_the_cr_spec_pure() -> None:
     cr["apiVersion"], cr["kind"] = "nvidia.com/v1alpha1", "GPUCluster"
     embedded = R.render(cr, "ns1")  # the sample: standalone DCGM off
     assert [(o["kind"], o["metadata"]["name"]) for o in embedded] == [
+        ("ResourceClaimTemplate", "nvidia-dcgm-exporter-admin"),
         ("Service", "nvidia-dcgm-exporter-dra"), ("DaemonSet", "nvidia-dcgm-exporter-dra")]
-    env = {e["name"] for e in embedded[1]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"] for e in embedded[2]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "DCGM_REMOTE_HOSTENGINE_INFO" not in env
     cr["spec"]["dcgm"]["enabled"] = True
     remote = [o for o in R.render(cr, "ns1") if o["kind"] == "DaemonSet"]

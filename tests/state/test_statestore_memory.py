@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,19 +18,8 @@ from migrator.engine import locking
 from migrator.engine.statebackends import MemoryConfigMap
 from migrator.engine.statestore import MemoryStateStore, StoredState
 from migrator.errors import LockHeld, StateConflict, StateCorrupt, exit_code_for
-
-T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+from tests.helpers.clock import T0
+from tests.helpers.clock import FakeClock as Clock
 
 
 def never_dead(holder: str) -> bool:

@@ -8,7 +8,6 @@ import hashlib
 import json
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,18 +18,11 @@ from migrator.errors import LockHeld, StateConflict, StateCorrupt
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
+from tests.helpers.clock import FakeClock as Clock
 
 NS = "gpu-operator"
 NAME = "dcgm-migrate-state"
 DOC = {"schemaVersion": 1, "stack": "clusterpolicy", "phases": {"1": {"status": "completed"}}}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
@@ -111,7 +103,7 @@ def test_lock_then_state_then_release(empty_api: ApiServer, clock: Clock) -> Non
     lock = s.acquire_lock("me@host pid 1", 60)
     assert s.load() is None  # the lock's ConfigMap holds "no state yet"
     saved = s.save(DOC, expected_version=None)
-    clock.now += timedelta(seconds=30)
+    clock.advance(30)
     lock = s.renew_lock(lock)
     s.save({**DOC, "step": 2}, expected_version=saved.version)
     annotations = stored_cm(empty_api)["metadata"]["annotations"]
@@ -125,7 +117,7 @@ def test_expired_lock_is_taken_over_and_force_unlock(empty_api: ApiServer, clock
     store(empty_api, clock).acquire_lock("alice@a pid 1", 30)
     with pytest.raises(LockHeld, match="alice@a pid 1"):
         store(empty_api, clock).acquire_lock("bob@b pid 2", 30)
-    clock.now += timedelta(seconds=31)
+    clock.advance(31)
     lock = store(empty_api, clock).acquire_lock("bob@b pid 2", 30)
     assert lock.taken_over_from == "alice@a pid 1"
     assert store(empty_api, clock).force_unlock() == "bob@b pid 2"
@@ -190,8 +182,44 @@ def test_losing_the_lock_stops_the_next_save(empty_api: ApiServer, clock: Clock)
     slow = store(empty_api, clock)
     slow.acquire_lock("slow@a pid 1", 30)
     saved = slow.save(DOC, expected_version=None)
-    clock.now += timedelta(seconds=40)
+    clock.advance(40)
     store(empty_api, clock).acquire_lock("fast@b pid 2", 30)
     with pytest.raises(LockHeld, match="fast@b pid 2"):
         slow.save({**DOC, "late": True}, expected_version=saved.version)
+    assert "late" not in json.loads(stored_cm(empty_api)["data"]["state.json"])
+
+
+def _delete_held(empty_api: ApiServer) -> None:
+    """Someone deletes the state ConfigMap while a finalizer holds it: Terminating."""
+    from migrator.sim import writes
+
+    writes.patch(empty_api.store, kinds.CONFIGMAP, writes.MERGE_PATCH,
+                 {"metadata": {"finalizers": ["example.com/hold"]}}, namespace=NS, name=NAME)
+    writes.delete(empty_api.store, kinds.CONFIGMAP, namespace=NS, name=NAME)
+    assert stored_cm(empty_api)["metadata"]["deletionTimestamp"]
+
+
+def test_a_terminating_state_configmap_is_never_locked(empty_api: ApiServer,
+                                                       clock: Clock) -> None:
+    store(empty_api, clock).save(DOC, expected_version=None)
+    _delete_held(empty_api)
+    before = stored_cm(empty_api)["metadata"]["resourceVersion"]
+    s = store(empty_api, clock)
+    assert s.load() is not None  # reading it is fine (status shows it)
+    with pytest.raises(StateConflict, match="is being deleted") as err:
+        s.acquire_lock("me@host pid 1", 60)
+    assert "example.com/hold" in err.value.message
+    assert stored_cm(empty_api)["metadata"]["resourceVersion"] == before  # nothing written
+
+
+def test_a_state_configmap_deleted_during_the_run_stops_the_next_save(
+        empty_api: ApiServer, clock: Clock) -> None:
+    s = store(empty_api, clock)
+    lock = s.acquire_lock("me@host pid 1", 60)
+    saved = s.save(DOC, expected_version=None)
+    _delete_held(empty_api)
+    with pytest.raises(StateConflict, match="is being deleted"):
+        s.save({**DOC, "late": True}, expected_version=saved.version)
+    with pytest.raises(StateConflict, match="is being deleted"):
+        s.renew_lock(lock)
     assert "late" not in json.loads(stored_cm(empty_api)["data"]["state.json"])

@@ -17,6 +17,7 @@ from typing import Any
 
 from migrator.model import kinds
 from migrator.sim.clock import SimClock
+from migrator.sim.controllers import adoption
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
 from migrator.sim.controllers.daemonindex import DaemonPods, NodeShares
@@ -71,6 +72,8 @@ class DaemonSetController(Controller):
         self._fits_versions = 0
         self._hashes: dict[tuple[str, int, int], str] = {}
         self._shares: dict[DSKey, NodeShares] = {}
+        self._orphans: dict[str, dict[str, Obj]] = {}  # namespace -> name -> pod, no controller
+        self._owner_of: dict[str, str] = {}  # pod uid -> the DaemonSet uid it is indexed under
 
     # ---- caches ----------------------------------------------------------------------------
 
@@ -87,12 +90,20 @@ class DaemonSetController(Controller):
     def _cache_pod(self, pod: Obj, *, deleted: bool, primed: bool = False) -> DSKey | None:
         """Index the pod under its controlling DaemonSet's uid; returns that DaemonSet's key."""
         ref = P.controller_ref(pod)
+        name = pod["metadata"]["name"]
+        uid = pod["metadata"]["uid"]
+        owner = str(ref.get("uid")) if ref is not None else ""
+        previous = self._owner_of.get(uid)
+        if previous is not None and (deleted or previous != owner):
+            self._drop_pod(previous, name, uid, deleted)  # gone, or orphaned (or re-owned)
+        orphans = self._orphans.setdefault(pod["metadata"]["namespace"], {})
+        if ref is None and not deleted and not P.is_deleting(pod):
+            orphans[name] = pod
+        else:
+            orphans.pop(name, None)
         if ref is None or ref.get("kind") != "DaemonSet":
             return None
         key = (pod["metadata"]["namespace"], str(ref["name"]))
-        owner = str(ref.get("uid"))
-        name = pod["metadata"]["name"]
-        uid = pod["metadata"]["uid"]
         if deleted:
             pods = self._pods.get(owner)
             if pods is not None:
@@ -102,6 +113,7 @@ class DaemonSetController(Controller):
             self._ready_since.pop(uid, None)
             return key
         view = PodView.of(pod)
+        self._owner_of[uid] = owner
         changed = self._pods.setdefault(owner, DaemonPods()).put(view)
         if view.ready:
             # Pods already Ready when the controller starts count as ready long ago.
@@ -111,6 +123,23 @@ class DaemonSetController(Controller):
         # A version that changes nothing the sync reads (the controller's own write coming
         # back, a Pending status) needs no sync.
         return key if changed else None
+
+    def _drop_pod(self, owner: str, name: str, uid: str, deleted: bool) -> None:
+        """Un-index a pod from `owner`; an orphaned pod keeps its Ready-since (still running)."""
+        self._owner_of.pop(uid, None)
+        if deleted:
+            self._ready_since.pop(uid, None)
+        pods = self._pods.get(owner)
+        if pods is not None:
+            pods.drop(name)
+            if not pods:
+                del self._pods[owner]
+
+    def _adopters(self, pod: Obj) -> list[DSKey]:
+        """`addPod`/`updatePod` for an orphan: the DaemonSets that would claim it."""
+        ns = pod["metadata"]["namespace"]
+        return [key for key, ds in self._dsets.items()
+                if key[0] == ns and adoption.claimable(ds, pod)]
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         dirty: set[DSKey] = set()
@@ -136,6 +165,8 @@ class DaemonSetController(Controller):
                 owner = self._cache_pod(obj, deleted=ev.type == "DELETED")
                 if owner is not None:
                     dirty.add(owner)
+                elif ev.type != "DELETED" and P.controller_ref(obj) is None:
+                    dirty.update(self._adopters(obj))
             elif ev.resource is kinds.NODE:
                 name = obj["metadata"]["name"]
                 self._nodes_epoch += 1
@@ -215,6 +246,7 @@ class DaemonSetController(Controller):
         ds = self._dsets.get(key)
         if ds is None or P.is_deleting(ds):
             return
+        self._adopt(ds)
         hash_, old_revisions = self._construct_history(ds)
         fits, fits_version = self._fits(key, ds)
         pods = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
@@ -230,6 +262,23 @@ class DaemonSetController(Controller):
             self._write_status(ds, status)
         if min_ready > 0 and status.get("numberReady", 0) != status.get("numberAvailable", 0):
             self.schedule(key, min_ready)
+
+    def _adopt(self, ds: Obj) -> None:
+        """`ClaimPods` before `manage` (`getNodesToDaemonPods`): matching orphans become this
+        DaemonSet's pods, so it creates no second pod beside them; a pod whose template hash
+        differs is then rolled by the update strategy like any other old pod."""
+        orphans = self._orphans.get(ds["metadata"]["namespace"]) or {}
+        for name, pod in sorted(orphans.items()):
+            if not adoption.claimable(ds, pod):
+                continue
+            try:
+                new = self.store.update(kinds.POD, adoption.adopted(ds, pod), adopt=True)
+            except StoreError as err:
+                if err.code not in (404, 409):
+                    raise
+                continue  # changed or gone meanwhile: its event brings it back here
+            self._cache_pod(new, deleted=False)
+            log.info("daemonset %s adopted pod %s", ds["metadata"]["name"], name)
 
     def _full_sync(self, ds: Obj, fits: dict[str, tuple[bool, bool]], pods: DaemonPods,
                    hash_: str, old_revisions: list[Obj], rolling: bool) -> Obj:

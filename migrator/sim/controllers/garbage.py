@@ -1,12 +1,17 @@
-"""The garbage collector: ownerReferences by uid, background propagation.
+"""The garbage collector, after kubernetes/pkg/controller/garbagecollector
+(garbagecollector.go: attemptToDeleteItem, attemptToOrphan, processDeletingDependentsItem).
 
-When an owner goes, each dependent whose owners are now all gone is deleted (pods gracefully,
-so the kubelet terminates them as it would after any DELETE); a dependent that still has a live
-owner only loses the dangling reference, as upstream's GC patches it. An object created with
-owners that do not exist is collected too. Owner kinds the sim does not serve are assumed alive
-(upstream cannot resolve them either and leaves the dependent alone). An owner deleted with
-`propagationPolicy: Orphan` (the API server leaves an "orphan" finalizer on the DELETED object)
-has its dependents orphaned: they keep running without the reference.
+Owners are found by ownerReference uid. Background (the default): when an owner goes, each
+dependent whose owners are now all gone is deleted (pods gracefully, so the kubelet terminates
+them as after any DELETE); a dependent that still has a live owner only loses the dangling
+reference. An object created with owners that do not exist is collected too. Owner kinds the
+sim does not serve are assumed alive (upstream cannot resolve them either).
+
+Orphan: the API server leaves the owner with `deletionTimestamp` and the `orphan` finalizer;
+the GC removes the owner's reference from every dependent, then the finalizer (the owner goes).
+Foreground: the owner keeps the `foregroundDeletion` finalizer while it counts as gone for its
+dependents (deleted in turn, in the foreground when they have dependents of their own); the
+finalizer is removed once no dependent with `blockOwnerDeletion` remains.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from migrator.model import kinds
+from migrator.sim import finalizers as F
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
@@ -41,6 +47,7 @@ class GarbageCollector(Controller):
         self._uids: set[str] = set()
         self._dependents: dict[str, set[Ident]] = {}
         self._owners_of: dict[Ident, set[str]] = {}
+        self._finalizing: dict[str, Ident] = {}  # owner uid -> owner, with a GC finalizer
 
     def prime(self) -> None:
         objs: list[tuple[kinds.Kind, Obj]] = []
@@ -54,15 +61,20 @@ class GarbageCollector(Controller):
             self._track(ident, obj)
             if self._maybe_dangling(obj):
                 self.schedule(("check", *ident), 0)
+            if P.is_deleting(obj) and {F.ORPHAN, F.FOREGROUND} & set(
+                    obj["metadata"].get("finalizers") or []):
+                self._finalizing[obj["metadata"]["uid"]] = ident
+                self.schedule(("owner", "finalize", *ident), 0)
 
     def wants(self, event: Event) -> bool:
-        """Only creations, deletions and changed ownerReferences move the owner graph."""
+        """Only creations, deletions, changed ownerReferences and deletion marks (finalizers)
+        move the owner graph."""
         old = event.old
         if event.type != "MODIFIED" or old is None:
             return True
-        return bool(old["metadata"].get("ownerReferences")
-                    != event.object["metadata"].get("ownerReferences")
-                    or old["metadata"].get("uid") != event.object["metadata"].get("uid"))
+        new = event.object
+        return any(old["metadata"].get(k) != new["metadata"].get(k) for k in (
+            "ownerReferences", "uid", "deletionTimestamp", "finalizers"))
 
     def _track(self, ident: Ident, obj: Mapping[str, Any] | None) -> None:
         for uid in self._owners_of.pop(ident, set()):
@@ -85,32 +97,42 @@ class GarbageCollector(Controller):
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         check: set[Ident] = set()
-        orphan: list[tuple[Ident, str]] = []
+        owners: set[Ident] = set()  # deleting owners with a GC finalizer to process
         for item in due:
             if isinstance(item, tuple) and len(item) == 4:
                 check.add((str(item[1]), str(item[2]), str(item[3])))
+            elif isinstance(item, tuple) and len(item) == 5:
+                owners.add((str(item[2]), str(item[3]), str(item[4])))
         for ev in events:
             obj = ev.object
             ident = _ident(ev.resource, obj)
             uid = obj["metadata"]["uid"]
+            # An owner waiting for its dependents hears of every dependent that goes or drops it.
+            if ev.type == "DELETED" or (ev.old is not None and ev.old["metadata"].get(
+                    "ownerReferences") != obj["metadata"].get("ownerReferences")):
+                owners.update(self._finalizing[o] for o in self._owners_of.get(ident, set())
+                              if o in self._finalizing)
             if ev.type == "DELETED":
                 self._uids.discard(uid)
+                self._finalizing.pop(uid, None)
                 self._track(ident, None)
-                dependents = self._dependents.pop(uid, set())
-                if "orphan" in (obj["metadata"].get("finalizers") or []):
-                    orphan.extend((dep, uid) for dep in sorted(dependents))
-                else:
-                    check.update(dependents)
+                check.update(self._dependents.pop(uid, set()))
                 continue
             self._uids.add(uid)
             self._track(ident, obj)
             if self._maybe_dangling(obj):
                 check.add(ident)
-        for ident, owner_uid in orphan:
+            if P.is_deleting(obj) and {F.ORPHAN, F.FOREGROUND} & set(
+                    obj["metadata"].get("finalizers") or []):
+                self._finalizing[uid] = ident
+                owners.add(ident)
+                check.update(self._dependents.get(uid, set()))
+        for ident in sorted(owners):
             try:
-                self._orphan(ident, owner_uid)
+                self._finalize_owner(ident)
             except StoreError as err:
-                log.info("gc orphan %s %s/%s: %s", *ident, err.message)
+                log.info("gc owner %s %s/%s: %s; retrying", *ident, err.message)
+                self.schedule(("owner", "finalize", *ident), 1.0)
         for ident in sorted(check):
             try:
                 self._check(ident)
@@ -119,11 +141,47 @@ class GarbageCollector(Controller):
                 self.schedule(("check", *ident), 1.0)
 
     def _owner_alive(self, ref: Mapping[str, Any], namespace: str) -> bool:
+        """A "solid" owner (`classifyReferences`): it exists with that uid and is not waiting
+        for its dependents' deletion (foreground) nor orphaning them."""
         kind = kinds.BY_KIND.get(str(ref.get("kind")))
         if kind is None or kind.api_version != ref.get("apiVersion"):
             return True
         owner = self.store.find(kind, namespace if kind.namespaced else None, str(ref.get("name")))
-        return owner is not None and owner["metadata"]["uid"] == ref.get("uid")
+        if owner is None or owner["metadata"]["uid"] != ref.get("uid"):
+            return False
+        return not (P.is_deleting(owner)
+                    and F.FOREGROUND in (owner["metadata"].get("finalizers") or []))
+
+    def _finalize_owner(self, ident: Ident) -> None:
+        """`attemptToOrphan` / `processDeletingDependentsItem`: orphan the dependents, or wait
+        until no dependent blocks the owner's deletion; then remove that finalizer."""
+        kind = kinds.BY_KEY[ident[0]]
+        owner = self.store.find(kind, ident[1] or None, ident[2])
+        if owner is None or not P.is_deleting(owner):
+            return
+        uid = owner["metadata"]["uid"]
+        finalizers = list(owner["metadata"].get("finalizers") or [])
+        dependents = sorted(self._dependents.get(uid, set()))
+        if F.ORPHAN in finalizers:
+            for dep in dependents:
+                self._orphan(dep, uid)
+            finalizers.remove(F.ORPHAN)
+        elif F.FOREGROUND in finalizers:
+            if any(self._blocks(dep, uid) for dep in dependents):
+                return  # re-processed when a blocking dependent goes or drops the reference
+            finalizers.remove(F.FOREGROUND)
+        else:
+            return
+        new = copy.deepcopy(owner)
+        new["metadata"]["finalizers"] = finalizers
+        self.store.update(kind, new)
+
+    def _blocks(self, ident: Ident, owner_uid: str) -> bool:
+        """The dependent still exists with `blockOwnerDeletion` on its reference to the owner."""
+        obj = self.store.find(kinds.BY_KEY[ident[0]], ident[1] or None, ident[2])
+        return obj is not None and any(
+            r.get("uid") == owner_uid and r.get("blockOwnerDeletion")
+            for r in obj["metadata"].get("ownerReferences") or [])
 
     def _orphan(self, ident: Ident, owner_uid: str) -> None:
         """`propagationPolicy: Orphan`: the dependent only loses its reference to the owner."""
@@ -150,6 +208,8 @@ class GarbageCollector(Controller):
         refs = obj["metadata"].get("ownerReferences") or []
         if not refs:
             return
+        if any(self._orphaning(r) for r in refs):
+            return  # the owner's orphan finalizer removes the reference instead
         alive = [r for r in refs if self._owner_alive(r, ident[1])]
         if len(alive) == len(refs):
             return
@@ -158,12 +218,29 @@ class GarbageCollector(Controller):
             new["metadata"]["ownerReferences"] = alive
             self.store.update(kind, new)
             return
+        uid = obj["metadata"]["uid"]
         if kind is kinds.POD:
             grace = int((obj.get("spec") or {}).get("terminationGracePeriodSeconds",
                                                      DEFAULT_POD_GRACE_SECONDS))
             self.store.mark_deleting(kind, ident[1], ident[2], grace)
+        elif self._dependents.get(uid) and any(self._waiting(r) for r in refs):
+            # A dependent with dependents of its own goes in the foreground too.
+            finalizers = list(obj["metadata"].get("finalizers") or [])
+            self.store.mark_deleting(kind, ident[1] or None, ident[2], 0,
+                                     [*finalizers, F.FOREGROUND])
         else:
             self.store.delete(kind, ident[1] or None, ident[2])
+
+    def _orphaning(self, ref: Mapping[str, Any]) -> bool:
+        ident = self._finalizing.get(str(ref.get("uid")))
+        if ident is None:
+            return False
+        owner = self.store.find(kinds.BY_KEY[ident[0]], ident[1] or None, ident[2])
+        return owner is not None and F.ORPHAN in (owner["metadata"].get("finalizers") or [])
+
+    def _waiting(self, ref: Mapping[str, Any]) -> bool:
+        ident = self._finalizing.get(str(ref.get("uid")))
+        return ident is not None and not self._orphaning(ref)
 
 
 def _ident(kind: kinds.Kind, obj: Mapping[str, Any]) -> Ident:

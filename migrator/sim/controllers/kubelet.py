@@ -13,7 +13,8 @@ does not mark pods Ready while its node's Ready condition is not True (the node 
 controller marks them not Ready then). A pod marked for graceful
 deletion turns not-Ready at once and is removed when its containers have stopped (the sim's
 `termination_seconds`, never more than the pod's grace period). Pods on a deleted node are
-removed, as the pod garbage collector does.
+removed, as the pod garbage collector does. A pod with DRA claims is not accepted until each
+is allocated and reserved for it (`dra.claims_ready`, the kubelet's PrepareResources check).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from migrator.model import kinds
+from migrator.sim import dra
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
@@ -387,8 +389,14 @@ class Kubelet(Controller):
                     log.info("kubelet: pod %s/%s: %s; retrying", key[0], key[1], err.message)
                     self.schedule(("pod", *key), 1.0)
 
+    def _claim(self, namespace: str, name: str) -> Obj | None:
+        return self.store.find(kinds.RESOURCE_CLAIM, namespace, name)
+
     def _write_status(self, pod: Obj, status: Obj) -> None:
         meta = pod["metadata"]
+        claims = (pod.get("status") or {}).get("resourceClaimStatuses")
+        if claims and "resourceClaimStatuses" not in status:
+            status = {**status, "resourceClaimStatuses": claims}  # the claim controller's
         body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
                 "status": status}
         try:
@@ -432,6 +440,9 @@ class Kubelet(Controller):
             if not P.is_pod_ready(pod) and self._may_be_ready(pod, node):
                 self._write_status(pod, with_ready(pod, True, P.now_rfc3339()))
             return
+        if not dra.claims_ready(pod, self._claim):
+            self._since.pop(("start", uid), None)  # its start counts from its claims' allocation
+            return  # DRA: not admitted until every claim is allocated and reserved for it
         if uid in self._starting:
             return
         if not (pod.get("status") or {}).get("hostIP"):

@@ -1,6 +1,7 @@
 """An imitation of the GPU Operator's reconcile loop for its DCGM / DCGM Exporter objects.
 
-Off by default; when on, every `period` simulated seconds (and at once when a CR changes) it
+On by default in `sim serve`, `demo` and the e2e suite (`RESYNC_SECONDS`), as on every real
+cluster; when on, every `period` simulated seconds (and at once when a CR changes) it
 renders the desired objects for each CR present (ClusterPolicy and GPUCluster are singletons: the
 oldest of each kind wins, as upstream) and applies them as upstream does
 (controllers/object_controls.go, internal/state/state_skel.go):
@@ -9,6 +10,8 @@ oldest of each kind wins, as upstream) and applies them as upstream does
   otherwise replaced by a whole-object Update, which drops labels added by hand.
 - Services: re-rendered and replaced on every reconcile, keeping only `clusterIP(s)` and
   `resourceVersion` from the live object, so a hand-edited selector is reverted.
+- ResourceClaimTemplates (the GPUCluster DCGM pods' admin-access GPU claims): replaced when
+  they differ.
 - Missing objects are created. ServiceMonitors are left to the seed (not reconciled).
 
 It writes through the store, not HTTP, so the request log shows only what clients did.
@@ -33,7 +36,11 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 CR_KINDS = (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
-RECONCILED_KINDS = frozenset({"DaemonSet", "Service"})
+RECONCILED_KINDS = frozenset({"DaemonSet", "Service", "ResourceClaimTemplate"})
+# The ClusterPolicy controller requeues every 5 s while a state is not ready
+# (controllers/clusterpolicy_controller.go: `ctrl.Result{RequeueAfter: time.Second * 5}`); a
+# hand edit of an object it owns is reverted within that. Simulated seconds.
+RESYNC_SECONDS = 5.0
 
 
 def _allocated(store: Store, excluding_uid: str = "") -> allocation.Allocated:

@@ -46,7 +46,7 @@ DEPLOY_LABELS = {
 }
 DCGM_NAMES = frozenset({"nvidia-dcgm", "nvidia-dcgm-dra"})
 EXPORTER_NAMES = frozenset({"nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"})
-SERVED_KINDS = frozenset({"DaemonSet", "Service", "ServiceMonitor"})
+SERVED_KINDS = frozenset({"DaemonSet", "Service", "ServiceMonitor", "ResourceClaimTemplate"})
 
 # Images the ClusterPolicy Helm chart would put in the CR when the user sets none.
 CP_DEFAULT_IMAGES = {

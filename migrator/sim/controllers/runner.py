@@ -13,6 +13,7 @@ from migrator.sim.controllers.garbage import GarbageCollector
 from migrator.sim.controllers.kubelet import Kubelet
 from migrator.sim.controllers.nodelifecycle import GRACE_SECONDS, NodeLifecycleController
 from migrator.sim.controllers.operator import OperatorImitation
+from migrator.sim.controllers.resourceclaims import ResourceClaimController
 from migrator.sim.store import Store
 
 
@@ -39,6 +40,7 @@ class ControllerSet:
                     termination_seconds=self.termination_seconds,
                     readiness_probes=self.readiness_probes),
             DaemonSetController(self.store, self.clock),
+            ResourceClaimController(self.store, self.clock),
             GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),
             NodeLifecycleController(self.store, self.clock,

@@ -1,0 +1,306 @@
+"""`dcgm-migrate guard`: keeps the tool-owned aliases safe while the operator re-renders.
+
+A long-running loop (one replica leads, on a Lease; see `leader`): it watches the namespace's
+DaemonSets and Services and applies the corrections `model.guarding` decides.
+
+The race it is built for: a CR edit makes the operator replace a DaemonSet whose new template
+lacks the common label, and the DaemonSet controller starts rolling at once. Every DaemonSet
+watch event is therefore answered on a fast path — one list of the tool's Services and, if the
+template lost the label, one guarded selector patch back to the app label — before any full
+read. The app label selects old and new pods alike, so from that patch on the alias loses only
+what the rollout itself takes (its maxUnavailable), like the operator's own Service. A full
+pass (snapshot, state, release and config re-sync) follows each batch of events, throttled,
+and runs every `resync_seconds` regardless.
+
+Writes are JSON patches with a `test` of the old selector (or resourceVersion): an alias changed
+by someone else meanwhile is never overwritten, only re-read on the next pass.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from migrator.engine.leader import LeaseLock
+from migrator.engine.observe import read_pods
+from migrator.engine.state import State
+from migrator.engine.statestore import ConfigMapStateStore
+from migrator.errors import APIError, APIInvalid, APINotFound, ClusterError, WatchExpired
+from migrator.model import guarding, kinds
+from migrator.model import objects as o
+from migrator.model.guarding import Correction
+from migrator.model.kinds import Kind
+from migrator.model.planning import PlanContext
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog
+from migrator.model.steps import SetSelector
+from phases import alias as alias_phase
+
+if TYPE_CHECKING:
+    from migrator.kube.client import Kube
+
+Obj = dict[str, Any]
+Log = Callable[[str], None]
+DEFAULT_LEASE = "dcgm-migrate-guard"
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    lease_name: str = DEFAULT_LEASE
+    identity: str = "dcgm-migrate-guard"
+    lease_seconds: int = 15  # client-go's default LeaseDuration
+    retry_seconds: float = 2.0  # client-go's default RetryPeriod: renew / try to acquire
+    resync_seconds: float = 30.0  # a full pass at least this often
+    min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
+    watch_seconds: int = 30  # server-side timeout of each watch request
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """One full pass: the aliases seen and the corrections written (or found done)."""
+
+    aliases: tuple[dict[str, Any], ...] = ()
+    applied: tuple[Correction, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"aliases": list(self.aliases), "corrections": [c.as_dict() for c in self.applied],
+                "skipped": list(self.skipped)}
+
+
+def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
+    """Alias → the selector phase 3 recorded for it, while phase 3 is completed: the only
+    aliases the guard may move forward again."""
+    if state is None or state.phase(3).status != "completed":
+        return {}
+    return {s.service: dict(s.after) for s in state.phase(3).done_steps()
+            if isinstance(s, SetSelector)}
+
+
+class Guard:
+    """The loop and its I/O; decisions are `model.guarding`'s."""
+
+    def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
+                 settings: GuardSettings = GuardSettings(), *, log: Log = lambda _: None,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 lease: LeaseLock | None = None) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.catalog = catalog
+        self.settings = settings
+        self.log = log
+        self._now = monotonic
+        self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
+                                        lease_seconds=settings.lease_seconds)
+        self.passes = 0
+        self.written: list[Correction] = []  # every correction written, oldest first
+        self._noted: set[str] = set()  # notes already logged once
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def _managed_services(self) -> dict[str, Obj]:
+        mb = self.catalog.common.managed_by
+        items = self.kube.list(kinds.SERVICE, self.namespace,
+                               label_selector=f"{mb.key}={mb.value}").items
+        return {o.name(s): s for s in items}
+
+    def read(self, *, pods: bool = True) -> Snapshot:
+        """What a full pass needs, from this namespace only (the guard's Role is namespaced):
+        the catalog's DaemonSets, every Service, and (`pods`) the pods of those DaemonSets."""
+        wanted = {c.daemonset for c in self.catalog.components}
+        daemonsets = {o.name(d): d for d in self.kube.list(kinds.DAEMONSET, self.namespace).items
+                      if o.name(d) in wanted}
+        services = {o.name(s): s for s in self.kube.list(kinds.SERVICE, self.namespace).items}
+        comps = [c for c in self.catalog.components if c.daemonset in daemonsets]
+        selectors = []
+        if comps:
+            apps = ",".join(sorted({c.app_label for c in comps}))
+            selectors.append(f"app in ({apps})")
+            selectors.extend(f"{key},app notin ({apps})"
+                             for key in sorted({c.common_label.key for c in comps}))
+        views = read_pods(self.kube, self.namespace, selectors) if selectors and pods else ()
+        return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
+
+    def read_state(self) -> State | None:
+        """The migration state, read-only; unreadable state means: release nothing."""
+        try:
+            stored = ConfigMapStateStore(self.kube, self.namespace).load()
+            return State.from_document(stored.document) if stored and stored.document else None
+        except ClusterError as exc:
+            self.log(f"state unreadable, no alias is moved forward: {exc}")
+            return None
+
+    def desired(self, snapshot: Snapshot) -> dict[str, dict[str, Any]]:
+        """Alias → the body phase 2 would create from its source Service now."""
+        comps = tuple(c for c in self.catalog.components if c.daemonset in snapshot.daemonsets)
+        ctx = PlanContext(snapshot, self.catalog, comps)
+        out = {}
+        for alias in guarding.aliases(snapshot, self.catalog):
+            source = snapshot.services.get(alias.component.service)
+            if source is not None:
+                out[alias.name] = alias_phase.alias_body(ctx, alias.component, source, None)
+        return out
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def apply(self, corrections: Sequence[Correction]) -> tuple[list[Correction], list[str]]:
+        done, skipped = [], []
+        for c in corrections:
+            try:
+                self.kube.patch(kinds.SERVICE, c.service, self.namespace, c.patch(),
+                                patch_type="json")
+            except APIInvalid:  # a `test` failed: changed meanwhile (or our own write landed)
+                live = self.kube.get(kinds.SERVICE, c.service, self.namespace)
+                if not c.satisfied(live):
+                    skipped.append(f"Service/{c.service}: changed meanwhile; {c.action} "
+                                   "re-decided on the next pass")
+                    continue
+            except APINotFound:
+                skipped.append(f"Service/{c.service}: gone")
+                continue
+            done.append(c)
+            self.written.append(c)
+            self.log(f"{c.action} Service/{c.service}: {c.reason}")
+        for s in skipped:
+            self.log(s)
+        return done, skipped
+
+    # ---- the two paths -----------------------------------------------------------------------
+
+    def on_daemonset(self, daemonset: Obj) -> list[Correction]:
+        """The fast path: from one DaemonSet event, hold the aliases whose template lost the
+        label. One list and at most one patch per alias; no snapshot."""
+        comps = [c for c in self.catalog.components if c.daemonset == o.name(daemonset)]
+        labels = o.template_labels(daemonset)
+        if all(labels.get(c.common_label.key) == c.common_label.value for c in comps):
+            return []  # not ours, or the template still carries the label: nothing to hold
+        snap = Snapshot(self.namespace, daemonsets={o.name(daemonset): daemonset},
+                        services=self._managed_services())
+        done, _ = self.apply(guarding.holds(snap, self.catalog))
+        return done
+
+    def reconcile(self) -> PassResult:
+        """One full pass: read, decide (hold, release, re-sync), write."""
+        self.passes += 1
+        snap = self.read(pods=False)
+        switched = switched_aliases(self.read_state())
+        if guarding.release_pending(snap, self.catalog, switched):
+            snap = self.read()  # the release gates look at every pod: only now read them
+        desired = self.desired(snap)
+        done, skipped = self.apply(guarding.decide(snap, self.catalog, switched, desired))
+        for note in guarding.type_mismatches(snap, self.catalog, desired):
+            if note not in self._noted:
+                self._noted.add(note)
+                self.log(note)
+            skipped.append(note)
+        seen = tuple({"name": a.name, "source": a.component.service, "selector": a.selector,
+                      "held": o.annotations_of(a.service).get(guarding.HELD_ANNOTATION),
+                      "switched": a.name in switched}
+                     for a in guarding.aliases(snap, self.catalog))
+        return PassResult(seen, tuple(done), tuple(skipped))
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def _follow(self, kind: Kind, stop: threading.Event,
+                events: queue.Queue[tuple[str, Obj]]) -> None:
+        """List then watch `kind` in the namespace until `stop`, feeding `events`."""
+        version = ""
+        while not stop.is_set():
+            try:
+                if not version:
+                    version = self.kube.list(kind, self.namespace).resource_version
+                    events.put(("RESYNC", {"kind": kind.kind}))
+                for etype, obj in self.kube.watch(kind, self.namespace,
+                                                  resource_version=version,
+                                                  timeout_seconds=self.settings.watch_seconds):
+                    version = str(o.meta(obj).get("resourceVersion") or version)
+                    events.put((etype, obj))
+                    if stop.is_set():
+                        return
+            except WatchExpired:
+                version = ""
+            except (APIError, ClusterError) as exc:
+                self.log(f"watch of {kind.plural} failed ({exc}); retrying")
+                version = ""
+                stop.wait(self.settings.retry_seconds)
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop` is set: lead (or wait to), react to events, resync; on the way out
+        give the Lease up so a standby takes over at once."""
+        events: queue.Queue[tuple[str, Obj]] = queue.Queue()
+        watchers = [threading.Thread(target=self._follow, args=(kind, stop, events),
+                                     daemon=True, name=f"guard-watch-{kind.plural}")
+                    for kind in (kinds.DAEMONSET, kinds.SERVICE)]
+        for t in watchers:
+            t.start()
+        loop = _Loop(self)
+        try:
+            while not stop.is_set():
+                loop.tick(events, stop)
+        finally:
+            stop.set()
+            if self.lease.release():
+                self.log(f"released Lease/{self.settings.lease_name}")
+
+
+@dataclass
+class _Loop:
+    """The run loop's clocks: when to renew the Lease, when the next full pass is due."""
+
+    guard: Guard
+    next_lease: float = 0.0
+    next_pass: float = 0.0
+    last_pass: float = float("-inf")
+    dirty: bool = True
+    leading: bool = False
+    pending: list[tuple[str, Obj]] = field(default_factory=list)
+
+    def tick(self, events: queue.Queue[tuple[str, Obj]], stop: threading.Event) -> None:
+        g, s = self.guard, self.guard.settings
+        now = g._now()
+        if now >= self.next_lease:
+            was = self.leading
+            self.leading = g.lease.try_acquire_or_renew()
+            self.next_lease = now + s.retry_seconds
+            if self.leading and not was:
+                g.log(f"leading: holds Lease/{s.lease_name} as {s.identity}")
+                self.dirty = True
+            elif was and not self.leading:
+                g.log(f"lost Lease/{s.lease_name} (holder {g.lease.holder or 'none'}); "
+                      "standing by")
+        if self.leading and (now >= self.next_pass or
+                             (self.dirty and now - self.last_pass >= s.min_pass_seconds)):
+            try:
+                g.reconcile()
+            except (APIError, ClusterError) as exc:
+                g.log(f"pass failed ({exc}); retrying")
+            self.last_pass = g._now()
+            self.next_pass = self.last_pass + s.resync_seconds
+            self.dirty = False
+        wake = min(self.next_lease, self.next_pass,
+                   self.last_pass + s.min_pass_seconds if self.dirty else self.next_pass)
+        timeout = max(0.0, min(wake - g._now(), s.retry_seconds))
+        batch: list[tuple[str, Obj]] = []
+        try:
+            batch.append(events.get(timeout=timeout))
+            while True:
+                batch.append(events.get_nowait())
+        except queue.Empty:
+            pass
+        if stop.is_set() or not batch or not self.leading:
+            return
+        latest: dict[str, Obj] = {}
+        for etype, obj in batch:
+            if etype in ("ADDED", "MODIFIED") and obj.get("kind") == kinds.DAEMONSET.kind:
+                latest[o.name(obj)] = obj
+        for ds in latest.values():
+            try:
+                g.on_daemonset(ds)
+            except (APIError, ClusterError) as exc:
+                g.log(f"hold check of DaemonSet/{o.name(ds)} failed ({exc})")
+        self.dirty = True
+

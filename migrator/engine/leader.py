@@ -1,0 +1,138 @@
+"""Leader election on a `coordination.k8s.io/v1` Lease, as client-go does it
+(staging/src/k8s.io/client-go/tools/leaderelection/leaderelection.go, `tryAcquireOrRenew` and
+`release`; resourcelock/leaselock.go).
+
+- The record is the Lease's spec: `holderIdentity`, `leaseDurationSeconds`, `acquireTime`,
+  `renewTime`, `leaseTransitions`.
+- Expiry is judged on the candidate's own clock from when it last *observed the record change*,
+  not from `renewTime` (upstream's `observedTime`), so clock skew between pods does not matter.
+- Every write is a create or an update carrying the last-read `resourceVersion`: two candidates
+  racing for an expired Lease cannot both win (the loser gets a 409 Conflict).
+- Acquiring from another holder sets `acquireTime` and increments `leaseTransitions`; renewing
+  keeps both. Release writes an empty `holderIdentity` with `leaseDurationSeconds: 1`, so a
+  standby takes over at once instead of waiting out the lease.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from migrator.errors import APIConflict, ClusterError
+from migrator.model import kinds
+from migrator.model import objects as o
+
+if TYPE_CHECKING:
+    from migrator.kube.client import Kube
+
+Obj = dict[str, Any]
+Clock = Callable[[], datetime]
+MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def microtime(at: datetime) -> str:
+    """metav1.MicroTime's RFC 3339 form with microseconds."""
+    return at.astimezone(UTC).strftime(MICROTIME)
+
+
+class LeaseLock:
+    """One candidate for one Lease. Not thread-safe: drive it from one loop."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
+                 lease_seconds: int = 15, clock: Clock = utcnow) -> None:
+        if lease_seconds < 1:
+            raise ValueError("lease_seconds must be at least 1")
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_seconds = lease_seconds
+        self._clock = clock
+        self._observed: str | None = None  # the record (spec) as last read, canonical JSON
+        self._observed_at: datetime | None = None
+        self._lease: Obj | None = None
+        self.is_leader = False
+
+    @property
+    def holder(self) -> str:
+        """Who holds the Lease as last observed ('' for nobody)."""
+        return str(o.dig(self._lease, "spec", "holderIdentity") or "")
+
+    def _observe(self, lease: Obj, now: datetime) -> None:
+        record = json.dumps(lease.get("spec") or {}, sort_keys=True)
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        self._lease = lease
+
+    def _record(self, now: datetime, spec: Obj | None) -> Obj:
+        spec = spec or {}
+        mine = spec.get("holderIdentity") == self.identity
+        transitions = int(spec.get("leaseTransitions") or 0)
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.lease_seconds,
+            "acquireTime": spec.get("acquireTime") if mine and spec.get("acquireTime")
+            else microtime(now),
+            "renewTime": microtime(now),
+            "leaseTransitions": transitions if mine or not spec else transitions + 1,
+        }
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt: create the Lease, renew it, or take it over once expired. Returns
+        whether this candidate leads now; API errors count as not leading (retried next
+        period), as upstream does."""
+        now = self._clock()
+        try:
+            lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
+            if lease is None:
+                body = {"apiVersion": kinds.LEASE.api_version, "kind": kinds.LEASE.kind,
+                        "metadata": {"name": self.name, "namespace": self.namespace},
+                        "spec": self._record(now, None)}
+                self._observe(self.kube.create(body), now)
+                self.is_leader = True
+                return True
+            self._observe(lease, now)
+            spec = lease.get("spec") or {}
+            holder = str(spec.get("holderIdentity") or "")
+            duration = int(spec.get("leaseDurationSeconds") or self.lease_seconds)
+            assert self._observed_at is not None
+            expired = self._observed_at + timedelta(seconds=duration) <= now
+            if holder and holder != self.identity and not expired:
+                self.is_leader = False
+                return False
+            updated = {**lease, "spec": {**spec, **self._record(now, spec)}}
+            self._observe(self.kube.replace(updated), now)
+            self.is_leader = True
+            return True
+        except APIConflict:
+            self.is_leader = False  # someone else wrote first: read again next period
+            return False
+        except ClusterError:
+            self.is_leader = False
+            return False
+
+    def release(self) -> bool:
+        """Give the Lease up if this candidate holds it (on shutdown). Returns whether it did."""
+        if not self.is_leader:
+            return False
+        self.is_leader = False
+        now = self._clock()
+        try:
+            lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
+            spec = (lease or {}).get("spec") or {}
+            if lease is None or spec.get("holderIdentity") != self.identity:
+                return False
+            released = {**lease, "spec": {**spec, "holderIdentity": "",
+                                          "leaseDurationSeconds": 1,
+                                          "acquireTime": microtime(now),
+                                          "renewTime": microtime(now)}}
+            self._observe(self.kube.replace(released), now)
+            return True
+        except ClusterError:
+            return False

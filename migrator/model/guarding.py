@@ -1,0 +1,285 @@
+"""What the guard (`dcgm-migrate guard`) decides, as pure functions: a Snapshot in, the
+corrections to the tool-owned aliases out.
+
+The guard is the shared-Service reconciler for the Services the tool owns (label
+`app.kubernetes.io/managed-by: dcgm-migrate` and annotation `dcgm-migrate/alias-of`):
+
+- **hold** — an alias that selects the common label while its DaemonSet's template no longer
+  carries it (an operator re-render after a CR edit): the new pods will lack the label, so the
+  alias goes back to the app label, which old and new pods both carry. Needs only the
+  DaemonSet and the Service, so the guard can decide it from one watch event.
+- **release** — a held alias whose phase 3 is completed goes forward to the recorded common
+  selector again once the template carries the label, the rollout is complete, every pod
+  carries it, and the common selector keeps every Ready pod (the same gates phase 3 uses).
+- **sync** — an alias whose supported configuration differs from what phase 2 would create
+  from the source Service now is patched back to it (selector excepted).
+
+A held alias carries the annotation `dcgm-migrate/guard-held: <reason>`, so `verify` and an SRE
+can tell a deliberate hold from drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.model import gates as g
+from migrator.model import objects as o
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog, Component
+
+Obj = dict[str, Any]
+HELD_ANNOTATION = "dcgm-migrate/guard-held"
+HOLD, RELEASE, CLEAR, SYNC = "hold", "release", "clear", "sync"
+
+
+def _pointer(key: str) -> str:
+    """A JSON Pointer segment (RFC 6901): `~` → `~0`, `/` → `~1`."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+HELD_PATH = f"/metadata/annotations/{_pointer(HELD_ANNOTATION)}"
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One write to one alias: a selector move (hold/release) or a config re-sync."""
+
+    action: str  # hold | release | clear | sync
+    service: str
+    reason: str
+    selector_before: Mapping[str, str] = field(default_factory=dict)
+    selector_after: Mapping[str, str] = field(default_factory=dict)
+    fields: Mapping[str, Any] = field(default_factory=dict)  # sync: spec field → wanted value
+    resource_version: str = ""  # sync: the version the difference was seen at
+    held: bool = False  # the Service carries the held annotation now
+
+    def patch(self) -> list[Obj]:
+        """A JSON patch guarded by `test`s: of the old selector for a move (a selector changed
+        by someone else is never overwritten), of the resourceVersion for a sync."""
+        if self.action == SYNC:
+            ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
+                               "value": self.resource_version}]
+            ops += [{"op": "add", "path": f"/spec/{key}", "value": value}
+                    for key, value in sorted(self.fields.items())]
+            return ops
+        if self.action == CLEAR:
+            return [{"op": "test", "path": "/spec/selector", "value": dict(self.selector_before)},
+                    {"op": "remove", "path": HELD_PATH}]
+        ops = [{"op": "test", "path": "/spec/selector", "value": dict(self.selector_before)},
+               {"op": "replace", "path": "/spec/selector", "value": dict(self.selector_after)}]
+        if self.action == HOLD:
+            ops.append({"op": "add", "path": HELD_PATH, "value": self.reason})
+        elif self.held:
+            ops.append({"op": "remove", "path": HELD_PATH})
+        return ops
+
+    def satisfied(self, live: Obj | None) -> bool:
+        """The live Service already shows this correction (an earlier attempt landed)."""
+        if live is None:
+            return False
+        if self.action == SYNC:
+            spec = live.get("spec") or {}
+            return all(_same(key, spec.get(key), v) for key, v in self.fields.items())
+        if self.action == CLEAR:
+            return HELD_ANNOTATION not in o.annotations_of(live)
+        return dict(o.dig(live, "spec", "selector") or {}) == dict(self.selector_after)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "service": self.service, "reason": self.reason,
+                "selectorBefore": dict(self.selector_before) or None,
+                "selectorAfter": dict(self.selector_after) or None,
+                "fields": sorted(self.fields)}
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A tool-owned alias Service and the component it stands for."""
+
+    service: Obj
+    component: Component
+
+    @property
+    def name(self) -> str:
+        return o.name(self.service)
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return dict(o.dig(self.service, "spec", "selector") or {})
+
+    @property
+    def held(self) -> bool:
+        return HELD_ANNOTATION in o.annotations_of(self.service)
+
+
+def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:
+    """The Services the tool owns as aliases: managed-by label, alias-of annotation naming the
+    source the catalog gives that alias name. Anything else is never touched."""
+    common = catalog.common
+    out = []
+    for name, svc in sorted(snapshot.services.items()):
+        if o.labels(svc).get(common.managed_by.key) != common.managed_by.value:
+            continue
+        source = o.annotations_of(svc).get(common.alias_of_annotation)
+        comp = next((c for c in catalog.components
+                     if c.alias == name and c.service == source), None)
+        if comp is not None:
+            out.append(Alias(svc, comp))
+    return out
+
+
+def holds(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
+    """Aliases on the common label whose DaemonSet's template lost it: back to the app label."""
+    out = []
+    for alias in aliases(snapshot, catalog):
+        comp = alias.component
+        if alias.selector != comp.common_selector:
+            continue
+        ds = snapshot.daemonsets.get(comp.daemonset)
+        if ds is None:
+            continue  # no DaemonSet (yet): nothing rolls, nothing to protect against
+        key, value = comp.common_label.key, comp.common_label.value
+        if o.template_labels(ds).get(key) == value:
+            continue
+        reason = (f"DaemonSet/{comp.daemonset}'s pod template lost {key}={value} (an operator "
+                  "re-render?); the alias selects the app label until it is back and rolled "
+                  "out")
+        out.append(Correction(HOLD, alias.name, reason, alias.selector, comp.app_selector,
+                              held=alias.held))
+    return out
+
+
+def release_gates(snapshot: Snapshot, comp: Component,
+                  forward: Mapping[str, str]) -> list[g.GateResult]:
+    """What must hold before a held alias goes forward: the template carries the label, the
+    rollout is complete, every pod carries it, the common selector keeps every Ready pod."""
+    ds = snapshot.daemonsets.get(comp.daemonset)
+    if ds is None:
+        return [g.GateResult(f"exists/{comp.daemonset}", False,
+                             f"DaemonSet/{comp.daemonset} is gone")]
+    key, value = comp.common_label.key, comp.common_label.value
+    has = o.template_labels(ds).get(key) == value
+    out = [g.GateResult(f"template-labelled/{comp.daemonset}", has,
+                        f"template {'carries' if has else 'lacks'} {key}={value}")]
+    if has:
+        out.append(g.rollout_complete(ds))
+        out.append(g.pods_carry(snapshot, comp.daemonset, {key: value}, gate="mixed-rollout"))
+        superset, _ = g.selector_superset(snapshot, comp.alias or "", comp.app_selector,
+                                          forward, comp.local_traffic, [comp.daemonset])
+        out.append(superset)
+    return out
+
+
+def _held_switched(snapshot: Snapshot, catalog: Catalog,
+                   switched: Mapping[str, Mapping[str, str]]) -> list[Alias]:
+    return [a for a in aliases(snapshot, catalog) if a.held and a.name in switched
+            and a.selector == a.component.app_selector]
+
+
+def release_pending(snapshot: Snapshot, catalog: Catalog,
+                    switched: Mapping[str, Mapping[str, str]]) -> bool:
+    """Could a held alias be released now, judging by its DaemonSet alone (template labelled,
+    rollout complete)? Only then does a pass need the pods, the bulk of a read."""
+    for alias in _held_switched(snapshot, catalog, switched):
+        gates = release_gates(Snapshot(snapshot.namespace, daemonsets=snapshot.daemonsets),
+                              alias.component, switched[alias.name])
+        if all(r.ok for r in gates[:2]):
+            return True
+    return False
+
+
+def releases(snapshot: Snapshot, catalog: Catalog,
+             switched: Mapping[str, Mapping[str, str]]) -> list[Correction]:
+    """Held aliases that phase 3 switched (`switched`: alias → the recorded selector, from the
+    state) go forward once every release gate passes. An alias the guard did not hold, or whose
+    phase 3 is not completed (rolled back, never run), is left on its selector."""
+    out = []
+    for alias in _held_switched(snapshot, catalog, switched):
+        comp = alias.component
+        forward = switched[alias.name]
+        if not all(r.ok for r in release_gates(snapshot, comp, forward)):
+            continue
+        out.append(Correction(RELEASE, alias.name,
+                              f"DaemonSet/{comp.daemonset} carries "
+                              f"{comp.common_label.key} again and is rolled out",
+                              alias.selector, dict(forward), held=True))
+    return out
+
+
+def clears(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
+    """A held annotation on an alias that no longer selects the app label (phase 3 re-run by
+    `apply` moved it forward first) is stale: removed, so it cannot mislead `verify`."""
+    return [Correction(CLEAR, a.name, "no longer held: the alias left the app label",
+                       a.selector, a.selector, held=True)
+            for a in aliases(snapshot, catalog)
+            if a.held and a.selector != a.component.app_selector]
+
+
+def _ports(value: Any) -> Any:
+    if isinstance(value, list):
+        return [{k: p.get(k) for k in sorted(p) if k != "nodePort"} for p in value]
+    return value
+
+
+def _same(key: str, live: Any, wanted: Any) -> bool:
+    if key == "ports":
+        wanted_ports = _ports(wanted) or []
+        live_ports = _ports(live) or []
+        # The API server defaults fields (protocol, targetPort); compare what was asked for.
+        return len(wanted_ports) == len(live_ports) and all(
+            all(lp.get(k) == v for k, v in wp.items())
+            for wp, lp in zip(wanted_ports, live_ports, strict=True))
+    return bool(live == wanted)
+
+
+# Never re-synced: the selector (hold/release and phase 3 own it) and the type (a Service
+# turning into a LoadBalancer needs its annotations reviewed by a person first).
+NOT_SYNCED = ("selector", "type")
+
+
+def _spec_diff(alias: Alias, want: Mapping[str, Any]) -> dict[str, Any]:
+    spec = alias.service.get("spec") or {}
+    return {k: v for k, v in (want.get("spec") or {}).items() if not _same(k, spec.get(k), v)}
+
+
+def syncs(snapshot: Snapshot, catalog: Catalog,
+          desired: Mapping[str, Mapping[str, Any]]) -> list[Correction]:
+    """Aliases whose spec differs from what phase 2 would create now (`desired`: alias → the
+    body phase 2 renders from the live source), except the fields in NOT_SYNCED."""
+    out = []
+    for alias in aliases(snapshot, catalog):
+        want = desired.get(alias.name)
+        if want is None:
+            continue
+        diff = {k: v for k, v in _spec_diff(alias, want).items() if k not in NOT_SYNCED}
+        if diff:
+            out.append(Correction(SYNC, alias.name,
+                                  f"differs from Service/{alias.component.service} in "
+                                  f"{', '.join(sorted(diff))}", fields=diff,
+                                  resource_version=str(o.meta(alias.service).get(
+                                      "resourceVersion") or "")))
+    return out
+
+
+def type_mismatches(snapshot: Snapshot, catalog: Catalog,
+                    desired: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Aliases whose type differs from their source's: reported, never changed by the guard."""
+    out = []
+    for alias in aliases(snapshot, catalog):
+        want = desired.get(alias.name)
+        if want is not None and "type" in _spec_diff(alias, want):
+            out.append(f"Service/{alias.name}: type {o.dig(alias.service, 'spec', 'type')} "
+                       f"differs from Service/{alias.component.service}'s "
+                       f"{o.dig(want, 'spec', 'type')}; not changed by the guard (review the "
+                       "source's load-balancer annotations, then re-create the alias: "
+                       "rollback --phase 2, apply --phase 2)")
+    return out
+
+
+def decide(snapshot: Snapshot, catalog: Catalog, switched: Mapping[str, Mapping[str, str]],
+           desired: Mapping[str, Mapping[str, Any]]) -> list[Correction]:
+    """Every correction a full reconcile makes: holds first (they protect endpoints), then
+    releases, stale held marks, config re-syncs."""
+    return [*holds(snapshot, catalog), *releases(snapshot, catalog, switched),
+            *clears(snapshot, catalog), *syncs(snapshot, catalog, desired)]

@@ -1,0 +1,365 @@
+"""The guard (issue 11 item 2) end to end, with the operator imitation ON and the disruption
+monitor running: after phase 3, a routine GPUCluster CR edit makes the operator re-render the
+DaemonSets without the common labels and the pods roll. Without the guard the aliases drain to
+zero (tests/e2e/test_drift.py has to declare that an expected outage); with the guard running
+they stay within the rollout's own budget, move back to the app label, and move forward again
+once the label is back and rolled out. Also: leader election between two guards, `guard --once`
+under the least-privilege Role of docs/guard.yaml, SIGTERM releases the Lease."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from migrator.engine.guard import Guard, GuardSettings
+from migrator.kube.client import Kube
+from migrator.model import kinds
+from migrator.model.guarding import HELD_ANNOTATION, Correction
+from migrator.model.stacks import load_catalog
+from migrator.sim.cluster import kubeconfig_document
+from migrator.sim.store import Event
+from tests.e2e.conftest import E2E, NS
+
+REPO = Path(__file__).resolve().parents[2]
+ALIASES = {"nvidia-dcgm": ("nvidia-dcgm-dra", "nvidia.com/gpu-operator.dcgm"),
+           "nvidia-dcgm-exporter": ("nvidia-dcgm-exporter-dra",
+                                    "nvidia.com/gpu-operator.dcgm-exporter")}
+GUARD_TOKEN = "dcgm-migrate-guard-sa-token-7a1e"  # a test credential, for the sim only
+GUARD_USER = "system:serviceaccount:gpu-operator:dcgm-migrate-guard"
+
+
+@dataclass
+class Running:
+    guard: Guard
+    stop: threading.Event
+    thread: threading.Thread
+    log: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def running_guard(env: E2E, identity: str = "guard-a", *, lease_seconds: int = 15,
+                  kube: Kube | None = None) -> Iterator[Running]:
+    """A guard loop in a thread against the sim (as the Deployment's leader would run)."""
+    kube = kube or Kube.connect(env.sim.kubeconfig)
+    log: list[str] = []
+    settings = GuardSettings(identity=identity, lease_seconds=lease_seconds,
+                             retry_seconds=0.2, watch_seconds=5, min_pass_seconds=0.05)
+    guard = Guard(kube, NS, load_catalog(), settings, log=log.append)
+    stop = threading.Event()
+    thread = threading.Thread(target=guard.run, args=(stop,), daemon=True, name=identity)
+    thread.start()
+    try:
+        yield Running(guard, stop, thread, log)
+    finally:
+        stop.set()
+        thread.join(10)
+        kube.close()
+
+
+def _edit_cr(env: E2E) -> None:
+    """A routine CR edit: new DCGM / exporter versions, so the rendered DaemonSets change."""
+    cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
+    cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
+    cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
+    env.sim.store.update(kinds.GPU_CLUSTER, cr)
+
+
+def _rolled_without_label(env: E2E) -> bool:
+    for ds_name, key in ALIASES.values():
+        ds = env.ds(ds_name)
+        st = ds.get("status") or {}
+        pods = env.pods(ds_name)
+        if key in ds["spec"]["template"]["metadata"]["labels"] or len(pods) != 3 or any(
+                key in p["metadata"]["labels"] for p in pods) or st.get(
+                "updatedNumberScheduled") != 3 or st.get("numberAvailable") != 3:
+            return False
+    return True
+
+
+def _selector(env: E2E, alias: str) -> dict[str, str]:
+    svc = env.svc(alias)
+    assert svc is not None
+    return dict(svc["spec"]["selector"])
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _timeline(events: list[Event], alias: str, ds_name: str, key: str) -> dict[str, int]:
+    """resourceVersions of what matters in the race, from the store's event log: the template
+    losing the label, the guard's hold, each old pod's deletion, the first new pod Ready."""
+    out: dict[str, int] = {}
+    deleted: set[str] = set()
+    for ev in events:
+        obj, rv = ev.object, ev.resource_version
+        meta = obj["metadata"]
+        if ev.resource is kinds.DAEMONSET and meta["name"] == ds_name:
+            if key not in obj["spec"]["template"]["metadata"].get("labels", {}):
+                out.setdefault("template-lost-label", rv)
+        elif ev.resource is kinds.SERVICE and meta["name"] == alias:
+            if obj["spec"].get("selector") == {"app": ds_name}:
+                out.setdefault("guard-hold", rv)
+        elif ev.resource is kinds.POD and meta.get("labels", {}).get("app") == ds_name:
+            old = key in meta.get("labels", {})
+            if old and (meta.get("deletionTimestamp") or ev.type == "DELETED") and \
+                    meta["name"] not in deleted:
+                deleted.add(meta["name"])
+                out.setdefault(f"old-pod-deleted-{len(deleted)}", rv)
+            if not old and _pod_ready(obj):
+                out.setdefault("first-new-pod-ready", rv)
+    return out
+
+
+def _lowest_ready(events: list[Event], service: str, start: dict[str, int]) -> int:
+    """The fewest ready endpoints the Service had at any instant of the event log (every
+    EndpointSlice change, not a sample), starting from `start` (ready per slice)."""
+    ready = dict(start)
+    lowest = sum(ready.values())
+    for ev in events:
+        if ev.resource is not kinds.ENDPOINTSLICE or ev.object["metadata"].get(
+                "labels", {}).get("kubernetes.io/service-name") != service:
+            continue
+        name = ev.object["metadata"]["name"]
+        ready[name] = 0 if ev.type == "DELETED" else _ready_in(ev.object)
+        lowest = min(lowest, sum(ready.values()))
+    return lowest
+
+
+def _ready_in(endpoint_slice: dict[str, Any]) -> int:
+    return sum(1 for ep in endpoint_slice.get("endpoints") or []
+               if (ep.get("conditions") or {}).get("ready") in (None, True))
+
+
+def _slices_now(env: E2E, service: str) -> dict[str, int]:
+    items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
+    return {sl["metadata"]["name"]: _ready_in(sl) for sl in items
+            if sl["metadata"]["labels"].get("kubernetes.io/service-name") == service}
+
+
+def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0, time_scale=0.05)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    for alias, (_ds, key) in ALIASES.items():
+        assert _selector(env, alias) == {key: "true"}
+    kube = Kube.connect(_guard_kubeconfig(env, tmp_path))  # the Role of docs/guard.yaml only
+    with running_guard(env, kube=kube) as g:
+        env.sim.wait_for(lambda: g.guard.passes >= 1 and g.guard.lease.is_leader, 10)
+        since = env.sim.store.resource_version
+        start = {name: _slices_now(env, name) for name in (*ALIASES, *(d for d, _ in
+                                                                      ALIASES.values()))}
+        with env.monitor.rolling():  # the operator's rollout: its maxUnavailable, no more
+            _edit_cr(env)
+            env.sim.wait_for(lambda: _rolled_without_label(env), 60)
+        for alias, (ds_name, _key) in ALIASES.items():
+            assert _selector(env, alias) == {"app": ds_name}
+            assert "lost" in env.svc(alias)["metadata"]["annotations"][HELD_ANNOTATION]
+        assert env.monitor.violations == [], env.monitor.violations[:5]
+        events = env.sim.store.events_since(since)
+        assert events is not None
+        for alias, (ds_name, key) in ALIASES.items():
+            t = _timeline(events, alias, ds_name, key)
+            # The hold lands before the rollout takes a second old pod: from then on the alias
+            # selects the new pods too, so it only ever misses what the rollout itself takes.
+            assert t["template-lost-label"] < t["guard-hold"] < t["old-pod-deleted-2"], t
+            print(f"race {alias}: {sorted(t.items(), key=lambda kv: kv[1])}")
+            # Exact, from every EndpointSlice change: the alias never had fewer ready endpoints
+            # than 3 - maxUnavailable (1), the floor its source Service has in the same rollout.
+            low, low_source = (_lowest_ready(events, n, start[n]) for n in (alias, ds_name))
+            print(f"lowest ready: {alias} {low}/3, {ds_name} {low_source}/3")
+            assert low >= 2 and low_source >= 2, (low, low_source)
+
+        # Held is not drift: phase 3 stays green; phase 1 is red (the labels really are gone).
+        verify = env.cli("verify", "-o", "json")
+        phases = {p["number"]: p for p in verify.json()["phases"]}
+        assert all(g["ok"] for g in phases[3]["gates"]), phases[3]["gates"]
+        assert any("held" in g["detail"] for g in phases[3]["gates"])
+        assert not all(g["ok"] for g in phases[1]["gates"])
+
+        # The label comes back (apply re-runs the drifted phase 1) and rolls out: the guard
+        # moves the aliases forward again and clears its mark.
+        healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+        assert healed.code == 0, healed.stdout + healed.stderr
+        for alias, (_ds, key) in ALIASES.items():
+            env.sim.wait_for(lambda a=alias, k=key: _selector(env, a) == {k: "true"} and
+                             HELD_ANNOTATION not in env.svc(a)["metadata"]["annotations"], 30)
+        assert any(line.startswith("release Service/nvidia-dcgm-exporter") for line in g.log)
+    assert env.cli("verify").code == 0
+    lease = env.sim.store.get(kinds.LEASE, NS, "dcgm-migrate-guard")
+    assert lease["spec"]["holderIdentity"] == ""  # released on the way out
+    # Least privilege: nothing refused, and every rule of the Role was needed on the way.
+    mine = [e for e in env.sim.server.log.entries() if e.user == GUARD_USER]
+    assert mine and not [e for e in mine if e.code == 403]
+    used = {(e.verb, e.resource, e.name if e.verb in ("get", "patch", "update") else None)
+            for e in mine}
+    # `get` of an alias is the conflict path only (a failed `test`): the next test covers it.
+    conflict_path = {("get", "services", a) for a in ALIASES}
+    granted = set(_granted(REPO / "docs" / "guard.yaml"))
+    assert used | conflict_path >= granted, sorted(granted - used - conflict_path)
+
+
+def test_a_correction_whose_selector_changed_meanwhile_is_not_written(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    kube = Kube.connect(_guard_kubeconfig(env, tmp_path))
+    guard = Guard(kube, NS, load_catalog(), GuardSettings())
+    key = ALIASES["nvidia-dcgm-exporter"][1]
+    stale = Correction("hold", "nvidia-dcgm-exporter", "r", {"app": "what-the-guard-saw"},
+                       {"app": "nvidia-dcgm-exporter-dra"})
+    done, skipped = guard.apply([stale])
+    assert done == [] and skipped and "changed meanwhile" in skipped[0]
+    assert _selector(env, "nvidia-dcgm-exporter") == {key: "true"}  # untouched
+    landed = Correction("hold", "nvidia-dcgm-exporter", "r", {"app": "x"}, {key: "true"})
+    assert guard.apply([landed])[0] == [landed]  # already true: an earlier attempt landed
+    mine = [e for e in env.sim.server.log.entries() if e.user == GUARD_USER]
+    assert ("get", "services", "nvidia-dcgm-exporter", 200) in {
+        (e.verb, e.resource, e.name, e.code) for e in mine}
+    assert not [e for e in mine if e.code == 403]
+    kube.close()
+
+
+def _granted(path: Path) -> Iterator[tuple[str, str, str | None]]:
+    """(verb, resource, name) of every rule of the guard's Role."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc["kind"] == "Role":
+            for rule in doc["rules"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames") or [None]:
+                            yield verb, resource, name
+
+
+def test_two_guards_one_leads_and_the_other_takes_over_after_the_lease_expires(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    with running_guard(env, "guard-a", lease_seconds=1) as a:
+        env.sim.wait_for(lambda: a.guard.lease.is_leader, 10)
+        with running_guard(env, "guard-b", lease_seconds=1) as b:
+            time.sleep(0.5)  # several of b's retry periods
+            assert not b.guard.lease.is_leader and b.guard.passes == 0
+            # a dies without releasing (a crash, not SIGTERM): b waits the lease out.
+            a.guard.lease.release = lambda: False  # type: ignore[method-assign]
+            a.stop.set()
+            a.thread.join(10)
+            env.sim.wait_for(lambda: b.guard.lease.is_leader, 10)
+            spec = env.sim.store.get(kinds.LEASE, NS, "dcgm-migrate-guard")["spec"]
+            assert spec["holderIdentity"] == "guard-b" and spec["leaseTransitions"] == 1
+            with env.monitor.rolling():
+                _edit_cr(env)
+                env.sim.wait_for(lambda: _rolled_without_label(env), 60)
+            assert _selector(env, "nvidia-dcgm-exporter") == {"app": "nvidia-dcgm-exporter-dra"}
+            assert not any(line.startswith("hold") for line in a.log)
+            assert any(line.startswith("hold Service/nvidia-dcgm-exporter") for line in b.log)
+    assert env.monitor.violations == []
+
+
+def _guard_kubeconfig(env: E2E, tmp_path: Path) -> str:
+    policy = env.sim.server.access.add_token(GUARD_TOKEN, (REPO / "docs" / "guard.yaml")
+                                             .read_text())
+    assert policy.user == GUARD_USER
+    path = tmp_path / "kubeconfig-guard"
+    path.write_text(yaml.safe_dump(kubeconfig_document(env.sim.url, NS, GUARD_TOKEN)))
+    return str(path)
+
+
+def test_guard_once_resyncs_alias_config_under_the_guard_role_only(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    kubeconfig = _guard_kubeconfig(env, tmp_path)
+    alias = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
+    assert alias is not None
+    alias["spec"]["sessionAffinity"] = "ClientIP"  # a hand edit: not the source's config
+    env.sim.store.update(kinds.SERVICE, alias)
+    res = env.cli("guard", "--once", "-o", "json", "--kubeconfig", kubeconfig)
+    assert res.code == 0, res.stdout + res.stderr
+    doc = res.json()
+    [sync] = doc["corrections"]
+    assert (sync["action"], sync["service"], sync["fields"]) == (
+        "sync", "nvidia-dcgm-exporter", ["sessionAffinity"])
+    assert env.svc("nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "None"
+    assert {a["name"]: a["switched"] for a in doc["aliases"]} == {
+        "nvidia-dcgm": True, "nvidia-dcgm-exporter": True}
+    again = env.cli("guard", "--once", "-o", "json", "--kubeconfig", kubeconfig)
+    assert again.json()["corrections"] == []  # idempotent
+    denied = [e for e in env.sim.server.log.entries() if e.code == 403]
+    assert denied == [], [(e.method, e.path) for e in denied]
+
+
+def test_sigterm_stops_the_guard_cleanly_and_releases_the_lease(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "migrator", "guard", "--kubeconfig", env.sim.kubeconfig,
+         "--identity", "guard-pod-0"], cwd=REPO, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        env.sim.wait_for(lambda: (env.sim.store.find(kinds.LEASE, NS, "dcgm-migrate-guard")
+                                  or {}).get("spec", {}).get("holderIdentity") == "guard-pod-0",
+                         60)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "released Lease/dcgm-migrate-guard" in err
+    spec = env.sim.store.get(kinds.LEASE, NS, "dcgm-migrate-guard")["spec"]
+    assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
+    json.dumps(spec)  # a plain document
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_the_guard_never_moves_an_alias_forward_that_phase_3_did_not_switch(
+        e2e_factory: Callable[..., E2E], held: bool) -> None:
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "2", "--yes").code == 0
+    if held:  # a stale mark (e.g. left behind by a rollback of phase 3)
+        alias = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
+        assert alias is not None
+        alias["metadata"]["annotations"][HELD_ANNOTATION] = "stale"
+        env.sim.store.update(kinds.SERVICE, alias)
+    doc = env.cli("guard", "--once", "-o", "json").json()
+    assert doc["corrections"] == []
+    assert _selector(env, "nvidia-dcgm-exporter") == {"app": "nvidia-dcgm-exporter-dra"}
+
+
+def test_the_guard_deployment_runs_a_valid_command_under_its_own_account() -> None:
+    import typer
+
+    from migrator.cli.app import app
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((REPO / "docs" / "guard.yaml").read_text())
+            if d}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"] == \
+        docs["RoleBinding"]["subjects"][0]["name"]
+    assert docs["Deployment"]["spec"]["replicas"] >= 2  # a standby for the Lease
+    container = pod["containers"][0]
+    name, *rest = container["args"]
+    command = typer.main.get_group(app).commands[name]
+    ctx = command.make_context(name, list(rest))  # raises on an unknown option or bad value
+    assert name == "guard" and ctx.params["namespace"] == NS
+    assert ctx.params["lease_name"] in {r.get("resourceNames", [None])[0]
+                                        for r in docs["Role"]["rules"]
+                                        if "leases" in r["resources"]}
+    assert "ClusterRole" not in docs and "ClusterRoleBinding" not in docs  # namespaced only

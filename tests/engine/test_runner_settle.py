@@ -1,0 +1,72 @@
+"""Rollback's settle (SPEC §3): before phases 1-2 are undone, kube-proxy gets `--settle`
+counted from when phase 3's selectors were restored, as recorded in the state, so a run killed
+during the countdown waits only the rest of it when run again. On a fake clock: no real time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import cast
+
+import pytest
+
+from migrator.engine.progress import Quiet
+from migrator.engine.runner import Runner, RunSettings
+from migrator.engine.state import State
+from migrator.kube.client import Kube
+from migrator.model.stacks import load_catalog
+from tests.helpers.builders import NS
+from tests.helpers.clock import FakeClock
+
+
+class Countdown(Quiet):
+    def __init__(self) -> None:
+        self.left: list[float] = []
+
+    def settle(self, seconds_left: float) -> None:
+        self.left.append(seconds_left)
+
+
+def runner(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *,
+           status: str = "rolled-back", dry_run: bool = False) -> tuple[Runner, Countdown]:
+    state = State(NS)
+    rec = state.phase(3)
+    rec.status = status
+    if restored_ago is not None:
+        rec.finished = (clock.now() - timedelta(seconds=restored_ago)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+    listener = Countdown()
+    # The settle reads only the state and the clock: no API server is needed.
+    return Runner(cast(Kube, None), NS, load_catalog(), state, save=lambda s: None,
+                  settings=RunSettings(settle=settle), listener=listener, clock=clock,
+                  dry_run=dry_run), listener
+
+
+@pytest.mark.parametrize(("restored_ago", "waited"), [
+    (0.0, 30.0),  # just restored: the whole settle
+    (12.0, 18.0),  # a run killed 12 s into the countdown waits the rest
+    (30.0, 0.0),
+    (3600.0, 0.0),
+])
+def test_the_settle_is_counted_from_the_recorded_restore(restored_ago: float,
+                                                        waited: float) -> None:
+    clock = FakeClock()
+    run, listener = runner(clock, restored_ago)
+    run._settle_after_restore()
+    assert sum(clock.slept) == pytest.approx(waited)
+    if waited:
+        assert listener.left[0] == pytest.approx(waited) and listener.left[-1] == 0.0
+    else:
+        assert listener.left == []
+
+
+@pytest.mark.parametrize(("status", "restored_ago", "dry_run"), [
+    ("completed", 0.0, False),  # phase 3 not rolled back (yet): nothing was restored
+    ("rolled-back", None, False),  # no recorded finish
+    ("rolled-back", 0.0, True),  # a dry run changes no selector
+])
+def test_no_settle_without_a_recorded_restore(status: str, restored_ago: float | None,
+                                              dry_run: bool) -> None:
+    clock = FakeClock()
+    run, listener = runner(clock, restored_ago, status=status, dry_run=dry_run)
+    run._settle_after_restore()
+    assert clock.slept == [] and listener.left == []

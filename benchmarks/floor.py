@@ -2,9 +2,10 @@
 
 Phase 1 rolls each DCGM/Exporter DaemonSet in turn (the runner finishes one rollout before it
 labels the next). A RollingUpdate with `maxUnavailable` M and no surge replaces M nodes' pods per
-wave; each wave costs the old pod's termination plus the new pod's start (to Ready), so one
-DaemonSet needs ceil(desired / M) waves. The floor is the sum over the rolled DaemonSets, in
-real seconds at the sim's time scale. Nothing the tool does can finish sooner.
+wave; each wave costs the old pod's termination plus the new pod's start plus its readiness
+probe's `initialDelaySeconds` (to Ready), so one DaemonSet needs ceil(desired / M) waves. The
+floor is the sum over the rolled DaemonSets, in real seconds at the sim's time scale. Nothing
+the tool does can finish sooner.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ def scaled(value: Any, total: int, default: int = 1) -> int:
     if isinstance(value, str) and value.endswith("%"):
         return math.ceil(total * float(value[:-1]) / 100.0)
     return int(value)
+
+
+def probe_delay(ds: Mapping[str, Any]) -> float:
+    """The largest `readinessProbe.initialDelaySeconds` of the template's containers: the sim's
+    kubelet holds Ready that long after the containers start (as the kubelet's prober does)."""
+    template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return max([0.0] + [float((c.get("readinessProbe") or {}).get("initialDelaySeconds") or 0)
+                        for c in template.get("containers") or []])
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ def daemonset_floor(ds: Mapping[str, Any], *, pod_start_seconds: float,
     rolling = strategy.get("rollingUpdate") or {}
     max_unavailable = max(1, scaled(rolling.get("maxUnavailable"), desired))
     waves = math.ceil(desired / max_unavailable) if desired else 0
-    per_wave = (termination_seconds + pod_start_seconds) * time_scale
+    per_wave = (termination_seconds + pod_start_seconds + probe_delay(ds)) * time_scale
     name = str((ds.get("metadata") or {}).get("name", ""))
     return RolloutFloor(name, desired, max_unavailable, waves, waves * per_wave)
 

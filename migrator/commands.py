@@ -202,7 +202,8 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_
                                            if w not in result.warnings]
     after["result"] = {"writes": result.writes, "dryRun": dry,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
-                                           for k, v in result.lowest.items()}}
+                                           for k, v in result.lowest.items()},
+                       "notes": list(result.notes)}
     return after
 
 

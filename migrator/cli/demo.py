@@ -2,8 +2,8 @@
 
 It runs what a user runs — `migrator.commands` plan → apply 1, 2, 3 → status, through the real
 client over HTTP — with the same live progress, then prints a summary. No cluster needed; the
-simulated time is scaled so pods take a realistic ~20 simulated seconds to start and the demo
-still finishes in well under a minute.
+simulated time is scaled so pods take a realistic 20-50 simulated seconds to become Ready (start
+plus the fixtures' readiness probe delays) and the demo still finishes in well under a minute.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ class DemoStack(StrEnum):
 # ---- pure helpers ---------------------------------------------------------------------------
 
 def auto_time_scale(nodes: int, pod_start: float, termination: float,
-                    target: float = DEMO_TARGET_SECONDS) -> float:
+                    target: float = DEMO_TARGET_SECONDS, probes: float = 60.0) -> float:
     """Real seconds per simulated second so that phase 1 — two DaemonSets rolling one node at
-    a time — takes about `target` real seconds, whatever the node count."""
-    simulated = 2 * max(nodes, 1) * (pod_start + termination)
+    a time — takes about `target` real seconds, whatever the node count. `probes`: the two
+    DaemonSets' readiness probe delays per node (the fixtures': 15 s DCGM + 45 s exporter)."""
+    simulated = max(nodes, 1) * (2 * (pod_start + termination) + probes)
     return min(MAX_TIME_SCALE, target / simulated)
 
 
@@ -258,8 +259,9 @@ def demo(
              f"{DEMO_TARGET_SECONDS:g} s).")] = None,
     pod_start_seconds: Annotated[float, typer.Option(
         "--pod-start-seconds", min=0.0,
-        help="Simulated seconds from pod creation to Ready (DCGM probes start after 15-45 s).")]
-    = 20.0,
+        help="Simulated seconds from pod creation to running; Ready follows after the "
+             "readiness probes' initial delay (15 s DCGM, 45 s exporter).")]
+    = 5.0,
     operator: Annotated[bool, typer.Option(
         "--operator/--no-operator",
         help="Run the GPU Operator imitation (it reconciles its DaemonSets and Services every "

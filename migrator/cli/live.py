@@ -15,6 +15,18 @@ from migrator.engine.progress import (
 )
 
 
+def eta_text(p: RolloutProgress) -> str:
+    """`ETA 1h02m` at the rollout's pace so far ("" before the first pod was updated)."""
+    if p.eta_seconds is None:
+        return ""
+    left = int(p.eta_seconds + 0.5)
+    hours, rest = divmod(left, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"ETA {hours}h{minutes:02d}m"
+    return f"ETA {minutes}m{seconds:02d}s" if minutes else f"ETA {seconds}s"
+
+
 class PlainProgress:
     """One line per meaningful change; rollout lines at most every few seconds per DaemonSet."""
 
@@ -48,8 +60,9 @@ class PlainProgress:
         if last and now - last[0] < self.interval and not done:
             return
         self._last[p.daemonset] = (now, counts)
+        eta = eta_text(p)
         self._say(f"  rollout  DaemonSet/{p.daemonset}: updated {p.updated}/{p.desired}, "
-                  f"available {p.available}/{p.desired}")
+                  f"available {p.available}/{p.desired}" + (f", {eta}" if eta else ""))
 
     def endpoints(self, p: EndpointProgress) -> None:
         key = f"svc/{p.service}"
@@ -100,7 +113,7 @@ class RichProgress(PlainProgress):
         task = self._task(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired,
                           min(p.updated, p.available))
         self.progress.update(task, total=max(p.desired, 1), completed=min(p.updated, p.available),
-                             extra=f"updated {p.updated} available {p.available}")
+                             extra=f"updated {p.updated} available {p.available} {eta_text(p)}")
 
     def endpoints(self, p: EndpointProgress) -> None:
         task = self._task(f"svc/{p.service}", f"endpoints {p.service}", p.baseline, p.ready)

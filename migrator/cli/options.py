@@ -34,7 +34,9 @@ AllowForeignPods = Annotated[bool, typer.Option(
     "--allow-foreign-pods",
     help="Let phase 3 switch a selector that also picks up pods outside the DCGM/exporter "
          "DaemonSets (recorded in the state).")]
-Timeout = Annotated[str, typer.Option("--timeout", help="How long each wait may take "
-                                      "(e.g. 90s, 10m, 1h).")]
+Timeout = Annotated[str, typer.Option("--timeout", help=(
+    "Progress deadline (e.g. 90s, 10m, 1h): a wait fails when nothing moved for this long "
+    "(no pod became updated or available in a rollout; gates still failing), not after this "
+    "long in total, so a 1,000-node rollout may take hours."))]
 Settle = Annotated[str, typer.Option("--settle", help="Wait after a selector change before "
                                      "removing what the old selector needed.")]

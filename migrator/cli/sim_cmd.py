@@ -73,7 +73,7 @@ def serve_cmd(
              "bind gets an https kubeconfig with its own token, so kubectl runs as it.")] = None,
     tls: Annotated[bool, typer.Option(
         "--tls/--no-tls",
-        help="Also serve https (self-signed, by cryptography or openssl) with kubeconfigs for the admin and "
+        help="Also serve https (self-signed) with kubeconfigs for the admin and "
              "the --rbac identities: kubectl sends tokens and --as only over https.")] = True,
 ) -> None:
     """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.

@@ -16,6 +16,7 @@ class RolloutProgress:
     updated: int
     available: int
     desired: int
+    eta_seconds: float | None = None  # at the pace so far; None until a pod was updated
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import phases
-from migrator.engine import executor
+from migrator.engine import executor, stalls
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import (
@@ -27,7 +27,7 @@ from migrator.engine.progress import (
     StepEvent,
 )
 from migrator.engine.state import PhaseRecord, State, utcnow
-from migrator.engine.waiting import Waiter
+from migrator.engine.waiting import Pace, RolloutOutcome, Waiter
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -63,7 +63,7 @@ REUSE_SECONDS = 3.0
 
 @dataclass
 class RunSettings:
-    timeout: float = 600.0  # seconds per wait
+    timeout: float = 600.0  # progress deadline: seconds a wait may go without any progress
     settle: float = 30.0  # seconds after a selector change before removing what it needed
     options: Options = field(default_factory=Options)
 
@@ -74,6 +74,7 @@ class RunResult:
     writes: int = 0
     lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
     warnings: list[str] = field(default_factory=list)  # what the run skipped or retired, and why
+    notes: list[str] = field(default_factory=list)  # what happened that did not stop the run
 
 
 def _failed(gates: list[GateResult]) -> list[GateResult]:
@@ -340,41 +341,46 @@ class Runner:
         supplies only what a step never changes: the CRs, ServiceMonitors and update
         strategy; every gate check reads the DaemonSets, Services and endpoints afresh, and
         the pods too unless the step is a Service write (see REUSE_SECONDS)."""
-        deadline = self.clock.monotonic() + self.settings.timeout
         base_snap = base or self.recent_snapshot()
         ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None
         if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
             return  # the template change rolls nothing; a RollPods step (if any) rolls pods
-        if isinstance(step, SetLabels) and step.daemonset in base_snap.daemonsets:
-            ds = self.waiter.rollout(step.daemonset, deadline, self._report_rollout)
-            if ds is None:
-                snap = self._fresh(base_snap)
-                pods = snap.pods_of(step.daemonset)
-                unready = g.not_ready_where(pods)
-                old = sorted({p.node for p in pods if any(
-                    p.labels.get(k) != v for k, v in step.template_after.items())})
-                where = (f"pods not ready on nodes: {', '.join(unready[:10])}" if unready else
-                         f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}")
-                self._fail(rec, f"DaemonSet/{step.daemonset} did not finish rolling out within "
-                           f"{self.settings.timeout:g}s; {where}",
-                           "fix those nodes (kubectl describe pod), then run the same command "
-                           "again: it resumes where it stopped")
+        rolls = isinstance(step, SetLabels) and step.daemonset in base_snap.daemonsets
+        if isinstance(step, SetLabels) and rolls:
+            out = self.waiter.rollout(
+                step.daemonset, self.settings.timeout, self._report_rollout,
+                blocked=lambda: stalls.lost_nodes_detail(
+                    self.kube, self.namespace, base_snap.daemonsets[step.daemonset]))
+            if not out.complete:
+                self._fail_rollout(rec, step, base_snap, out)
+        deadline = self.clock.monotonic() + self.settings.timeout
+        dips: dict[str, str] = {}
 
         def check() -> list[GateResult]:
             snap = self._fresh(base_snap, recent_pods=not isinstance(step, SetLabels | RollPods))
             ctx = self._context(snap)
             results: list[GateResult] = list(module.after_write(ctx, step))
+            if isinstance(step, SetLabels) and rolls:
+                results.append(g.nodes_reporting(step.daemonset, snap.pods_of(step.daemonset)))
             for b in bases:
-                tol = plan.tolerance.get(b.service, 0)
-                held = g.endpoints_hold(snap, b, tol)
+                results.append(self._endpoints_gate(snap, b, step, plan))
                 self._note_endpoints(snap, b)
-                results.append(held)
+            for r in results:
+                if r.name.startswith("endpoints-dip/") and not r.ok:
+                    dips.setdefault(r.name.partition("/")[2], r.detail)
             return results
 
-        def endpoints_lost(results: list[GateResult]) -> bool:
-            return any(r.name.startswith("endpoints/") for r in _failed(results))
+        def stop_now(results: list[GateResult]) -> bool:
+            """Lost endpoints (act at once) or a node that stopped reporting (cannot heal by
+            waiting); an endpoint dip the step did not cause is waited out."""
+            return any(r.name.startswith(("endpoints/", "nodes-reporting/"))
+                       for r in _failed(results))
 
-        results = self.waiter.until(check, deadline, fatal=endpoints_lost)
+        results = self.waiter.until(check, deadline, fatal=stop_now)
+        for service, detail in sorted(dips.items()):
+            note = f"Service/{service} dipped below its baseline during {step.object}: {detail}"
+            self.result.notes.append(note)
+            self.listener.message(note)
         if not _failed(results):
             return
         if isinstance(step, SetSelector):
@@ -391,9 +397,38 @@ class Runner:
         self._fail(rec, f"{step.object}: {_describe(results)}",
                    "run `dcgm-migrate status` to see the gates; rerun to resume")
 
-    def _report_rollout(self, ds: dict[str, Any]) -> None:
+    def _endpoints_gate(self, snap: Snapshot, base: ServiceBaseline, step: Step,
+                        plan: PhasePlan) -> GateResult:
+        """Phase 1 (pods roll): the DaemonSet's budget. A Service write: zero tolerance, with
+        the loss attributed (`gates.switch_loss`): only a loss the write caused is fatal."""
+        if isinstance(step, SetLabels | RollPods):
+            return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0))
+        if isinstance(step, SetSelector) and step.service == base.service:
+            return g.switch_loss(snap, base, step.before, step.after)
+        selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
+        return g.switch_loss(snap, base, selector, selector)
+
+    def _fail_rollout(self, rec: PhaseRecord, step: SetLabels, base: Snapshot,
+                      out: RolloutOutcome) -> None:
+        if out.ds is None:
+            self._fail(rec, f"DaemonSet/{step.daemonset} disappeared during its rollout",
+                       "find out who deleted it (operator cleanup, a deleted CR); plan again")
+            return
+        counts = g.rollout_complete(out.ds).detail
+        if out.blocked:
+            self._fail(rec, f"DaemonSet/{step.daemonset} cannot finish rolling out ({counts}): "
+                       f"{out.blocked}", stalls.NODE_HINT)
+        pods = self._fresh(base).pods_of(step.daemonset)
+        where, hint = stalls.where_stuck(self.kube, step.daemonset, pods,
+                                         step.template_after)
+        self._fail(rec, f"DaemonSet/{step.daemonset} made no progress for "
+                   f"{out.stalled_for:.0f}s (--timeout {self.settings.timeout:g}s; {counts}); "
+                   f"{where}", hint)
+
+    def _report_rollout(self, ds: dict[str, Any], pace: Pace) -> None:
         updated, available, desired = g.rollout_counts(ds)
-        self.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired))
+        self.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
+                                              eta_seconds=pace.eta))
 
     def _note_endpoints(self, snap: Snapshot, base: ServiceBaseline) -> None:
         ready = snap.endpoints_of(base.service).ready_total

@@ -3,6 +3,10 @@
 A watch stream is the wake-up signal (no fixed polling); gate checks re-read only what they
 need and are throttled, so a 5,000-node rollout costs a handful of requests per second at most.
 Time is injectable so tests of timeouts take no real time.
+
+A rollout's deadline is a *progress* deadline, as a Deployment's `progressDeadlineSeconds`: it
+fails when no pod became updated or available for `timeout` seconds, however long the whole
+rollout takes (1,000 nodes at 45 s each, one at a time, is 12.5 hours).
 """
 
 from __future__ import annotations
@@ -15,13 +19,53 @@ from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import APIError
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.model.gates import GateResult, rollout_complete
+from migrator.model.gates import GateResult, rollout_complete, rollout_counts
 from migrator.model.kinds import Kind
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 Obj = dict[str, Any]
+
+
+@dataclass
+class Pace:
+    """How one rollout moves: when a pod last became updated or available (the progress
+    deadline counts from then) and, from the rate of updates so far, an estimate of the rest."""
+
+    started: float
+    moved: float = 0.0
+    first_updated: int | None = None
+    best: tuple[int, int] = (-1, -1)
+    eta: float | None = None
+
+    def __post_init__(self) -> None:
+        self.moved = self.started
+
+    def note(self, ds: Obj, now: float) -> None:
+        updated, available, desired = rollout_counts(ds)
+        if self.first_updated is None:
+            self.first_updated = updated
+            self.best = (updated, available)
+            return
+        if updated > self.best[0] or available > self.best[1]:
+            self.moved = now
+        self.best = (max(self.best[0], updated), max(self.best[1], available))
+        done = updated - self.first_updated
+        self.eta = None
+        if done > 0 and updated < desired:
+            self.eta = (now - self.started) / done * (desired - updated)
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """How a rollout wait ended: complete, or stopped moving (`stalled_for` seconds without
+    progress, and what `blocked` found holding it, if anything); `ds` is the last status."""
+
+    ds: Obj | None
+    complete: bool
+    blocked: str = ""
+    stalled_for: float = 0.0
 
 
 @dataclass
@@ -52,36 +96,58 @@ class Waiter:
             return ""
         return rv
 
-    def rollout(self, daemonset: str, deadline: float,
-                report: Callable[[Obj], None]) -> Obj | None:
-        """Follow one DaemonSet's status until its rollout is complete; None at the deadline."""
+    def rollout(self, daemonset: str, timeout: float, report: Callable[[Obj, Pace], None],
+                blocked: Callable[[], str] | None = None,
+                probe_every: float = 30.0) -> RolloutOutcome:
+        """Follow one DaemonSet's status until its rollout is complete, or until no pod became
+        updated or available for `timeout` seconds. While it does not move, `blocked` (if
+        given) is asked every `probe_every` seconds what holds it; a non-empty answer (a node
+        that stopped reporting: waiting cannot help) ends the wait at once."""
+        pace = Pace(self.clock.monotonic())
+        next_probe = pace.started + min(probe_every, timeout)
         while True:
             self.heartbeat()
             ds = self.kube.get(kinds.DAEMONSET, daemonset, self.namespace)
             if ds is None:
-                return None
-            report(ds)
+                return RolloutOutcome(None, False)
+            pace.note(ds, self.clock.monotonic())
+            report(ds, pace)
             if rollout_complete(ds).ok:
-                return ds
-            remaining = deadline - self.clock.monotonic()
+                return RolloutOutcome(ds, True)
+            now = self.clock.monotonic()
+            if blocked is not None and now >= next_probe:
+                quiet = min(probe_every, timeout)
+                if now - pace.moved >= quiet:
+                    why = blocked()
+                    if why:
+                        return RolloutOutcome(ds, False, why, now - pace.moved)
+                    next_probe = now + quiet
+                else:
+                    next_probe = pace.moved + quiet
+            remaining = pace.moved + timeout - now
             if remaining <= 0:
-                return None
+                return RolloutOutcome(ds, False, "", now - pace.moved)
             latest: dict[str, Obj] = {}
 
-            def follow(etype: str, obj: Obj, latest: dict[str, Obj] = latest) -> bool:
+            def follow(etype: str, obj: Obj, latest: dict[str, Obj] = latest,
+                       next_probe: float = next_probe) -> bool:
                 if etype in ("ADDED", "MODIFIED"):
                     latest["ds"] = obj
-                    report(obj)
+                    pace.note(obj, self.clock.monotonic())
+                    report(obj, pace)
                     self.heartbeat()
                     if rollout_complete(obj).ok:
                         return False
-                return self.clock.monotonic() < deadline
+                now = self.clock.monotonic()
+                return now < pace.moved + timeout and (blocked is None or now < next_probe)
 
+            wait = min(remaining, 30.0)
+            if blocked is not None:
+                wait = min(wait, max(next_probe - now, self.recheck_min))
             self._wake(kinds.DAEMONSET, str(o.meta(ds).get("resourceVersion", "")),
-                       min(remaining, 30.0), field_selector=f"metadata.name={daemonset}",
-                       on_event=follow)
+                       wait, field_selector=f"metadata.name={daemonset}", on_event=follow)
             if "ds" in latest and rollout_complete(latest["ds"]).ok:
-                return latest["ds"]
+                return RolloutOutcome(latest["ds"], True)
 
     def until(self, check: Callable[[], list[GateResult]], deadline: float,
               wake_kind: Kind = kinds.ENDPOINTSLICE,

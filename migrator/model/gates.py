@@ -239,3 +239,80 @@ def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
                           "state")
     return GateResult(name, False, f"0 ready endpoints while {desired} pods are desired and "
                       f"{len(matching)} ready pods match its selector")
+
+
+# ---- nodes that stopped reporting (node lifecycle) -------------------------------------------
+
+def lost_nodes(pods: Iterable[PodView]) -> list[str]:
+    """Nodes whose pods the node lifecycle controller marked not Ready: the node stopped
+    reporting (unreachable or NotReady), so no pod there can start, turn Ready or finish
+    terminating until it is back."""
+    return sorted({p.node for p in pods if p.node_lost and p.node})
+
+
+def node_trouble(node: Obj | None) -> str:
+    """Why a Node is not healthy, from its Ready condition ("" when Ready or unknown to us)."""
+    for cond in o.dig(node or {}, "status", "conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") != "True":
+            why = cond.get("message") or cond.get("reason") or ""
+            return f"Ready={cond.get('status')}" + (f" ({why})" if why else "")
+    return ""
+
+
+def nodes_reporting(daemonset: str, pods: Iterable[PodView],
+                    nodes: Mapping[str, Obj | None] | None = None) -> GateResult:
+    """Every node running the DaemonSet's pods still reports: a rollout cannot pass a node
+    that stopped (its pod stays unavailable and uses up maxUnavailable, upstream
+    pkg/controller/daemon/update.go), so phase 1 stops naming it. `nodes` (optional) adds each
+    node's Ready condition to the detail."""
+    name = f"nodes-reporting/{daemonset}"
+    lost = lost_nodes(pods)
+    if not lost:
+        return GateResult(name, True, "every node reports")
+    notes = [f"{n} {node_trouble((nodes or {}).get(n))}".strip() for n in lost[:MAX_NAMED]]
+    more = f" and {len(lost) - MAX_NAMED} more" if len(lost) > MAX_NAMED else ""
+    return GateResult(name, False, f"node{'s' if len(lost) > 1 else ''} not reporting "
+                      f"(its pods were marked not Ready by the node controller): "
+                      f"{', '.join(notes)}{more}")
+
+
+# ---- phase 3: which endpoint loss a selector switch caused -----------------------------------
+
+def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str],
+                new: Mapping[str, str]) -> GateResult:
+    """The zero-tolerance endpoints gate after a selector switch, with the loss attributed.
+
+    Caused by the switch (`endpoints/<svc>` fails: restore the old selector at once): a pod
+    that is Ready now, that the old selector selects and the new one does not (for Local: on a
+    node where the new selector has fewer Ready pods than the old one). Not caused by it
+    (`endpoints-dip/<svc>` fails: wait for it to heal, never restore): endpoints lost because
+    pods both selectors select went not Ready (a probe flap, a node going away), or slices
+    still catching up; the old selector would show the same loss, so restoring it cannot help.
+    """
+    old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
+    new_pods = snapshot.pods_matching(new)
+    new_ready = {p.name for p in new_pods if p.ready}
+    dropped = [p for p in old_ready if p.name not in new_ready]
+    if base.local and dropped:
+        have: dict[str, int] = {}
+        for p in new_pods:
+            if p.ready:
+                have[p.node] = have.get(p.node, 0) + 1
+        need: dict[str, int] = {}
+        for p in old_ready:
+            need[p.node] = need.get(p.node, 0) + 1
+        dropped = [p for p in dropped if have.get(p.node, 0) < need[p.node]]
+    if dropped:
+        return GateResult(f"endpoints/{base.service}", False,
+                          "the new selector drops Ready pods the old one selected: "
+                          f"{_names(p.name for p in dropped)} on nodes "
+                          f"{_names(p.node for p in dropped)}")
+    held = endpoints_hold(snapshot, base)
+    if held.ok:
+        return held
+    unready = {p.name for p in new_pods if not p.ready} & {
+        p.name for p in snapshot.pods_matching(old)}
+    cause = (f"pods both selectors select are not Ready: {_names(unready)}" if unready
+             else "the EndpointSlices have not caught up yet")
+    return GateResult(f"endpoints-dip/{base.service}", False,
+                      f"{held.detail}; not caused by the selector switch: {cause}")

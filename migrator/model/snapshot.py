@@ -31,6 +31,7 @@ class PodView:
     deleting: bool
     owner_kind: str | None
     owner_name: str | None
+    node_lost: bool = False  # marked not Ready by the node lifecycle controller (see below)
     why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
 
     @staticmethod
@@ -45,8 +46,20 @@ class PodView:
             deleting=bool(o.meta(pod).get("deletionTimestamp")),
             owner_kind=owner.get("kind"),
             owner_name=owner.get("name"),
+            node_lost=_marked_not_ready(pod),
             why=o.pod_not_ready_reason(pod),
         )
+
+
+def _marked_not_ready(pod: Mapping[str, Any]) -> bool:
+    """Ready False while ContainersReady is True: the kubelet sets Ready from ContainersReady
+    (and readiness gates), so this is the node lifecycle controller's `MarkPodsNotReady` for a
+    node that stopped reporting. Pods with readiness gates are left out (a gate can hold
+    Ready False legitimately)."""
+    if o.dig(pod, "spec", "readinessGates"):
+        return False
+    conds = {c.get("type"): c.get("status") for c in o.dig(pod, "status", "conditions") or []}
+    return conds.get("Ready") == "False" and conds.get("ContainersReady") == "True"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,12 @@ import yaml
 from migrator.sim.access import ADMIN_USER, AccessControl
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import ControllerSet
+from migrator.sim.controllers.nodelifecycle import (
+    GRACE_SECONDS,
+    NODE_FAILED_ANNOTATION,
+    annotate_node,
+)
+from migrator.sim.controllers.probes import PROBE_FLAP_ANNOTATION
 from migrator.sim.faults import Faults
 from migrator.sim.seed import SeedSummary, seed
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
@@ -97,6 +103,8 @@ class SimCluster:
         gpucluster_dcgm: bool = True,
         kubeconfig_path: str | Path | None = None,
         insecure_port: bool = True,
+        node_monitor_grace_seconds: float = GRACE_SECONDS,
+        readiness_probes: bool = True,
         watch_window: int | None = None,
         tls: bool = False,
     ) -> None:
@@ -111,7 +119,9 @@ class SimCluster:
         self.controllers = ControllerSet(
             self.store, self.clock, pod_start_seconds=pod_start_seconds,
             termination_seconds=termination_seconds,
-            operator_reconcile_seconds=operator_reconcile_seconds, namespace=namespace)
+            operator_reconcile_seconds=operator_reconcile_seconds, namespace=namespace,
+            node_monitor_grace_seconds=node_monitor_grace_seconds,
+            readiness_probes=readiness_probes)
         access = AccessControl(allow_unauthenticated=insecure_port)
         self.server = ApiServer(self.store, faults=faults, access=access)
         self.url = ""
@@ -174,6 +184,22 @@ class SimCluster:
         if self._kubeconfig_path is None:
             raise RuntimeError("the simulated cluster is not started")
         return str(self._kubeconfig_path)
+
+    # ---- node faults (also `POST /sim/v1/nodes/<name>/fail|heal|probe-flap`) -------------------
+
+    def fail_node(self, name: str) -> None:
+        """Stop the node's kubelet: after the grace period the node goes Unknown, is tainted
+        unreachable and its pods are marked not Ready (controllers/nodelifecycle.py)."""
+        annotate_node(self.store, name, NODE_FAILED_ANNOTATION, "true")
+
+    def heal_node(self, name: str) -> None:
+        """The node's kubelet is back: Ready again, taints removed, its pods resume."""
+        annotate_node(self.store, name, NODE_FAILED_ANNOTATION, None)
+
+    def flap_probes(self, name: str, seconds: float) -> None:
+        """Fail the readiness probes of the node's Ready pods for `seconds` (simulated)."""
+        annotate_node(self.store, name, PROBE_FLAP_ANNOTATION, None)
+        annotate_node(self.store, name, PROBE_FLAP_ANNOTATION, f"{seconds:g}")
 
     def load_rbac(self, rbac_yaml_text: str) -> list[str]:
         """Install roles and bindings (see `AccessControl.load_rbac`); returns whom they bind."""

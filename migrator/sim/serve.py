@@ -47,7 +47,7 @@ class ServeOptions:
     fail_nth_write: int | None = None
     watch_window: int | None = None  # past events kept (None: the store's default)
     rbac: tuple[Path, ...] = ()  # RBAC YAML files to install; each subject gets a kubeconfig
-    tls: bool = True  # the HTTPS listener (certificate by `cryptography` or `openssl`), where kubectl sends tokens
+    tls: bool = True  # the HTTPS listener, where kubectl sends tokens (see sim/tls.py)
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""

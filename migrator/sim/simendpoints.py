@@ -7,6 +7,11 @@ drives `ApiServer.faults`/`.log`/`.access`. Never faulted, never access-checked,
   `DELETE` → no faults.
 - `GET /sim/v1/requests?since=SEQ` → JSON list of request records; `DELETE` clears them.
 - `POST /sim/v1/tokens` `{"token": "...", "rbac": "<RBAC YAML>", "user": optional}` → 201.
+- `POST /sim/v1/nodes/<name>/fail` → stop the node's kubelet (node failure, see
+  controllers/nodelifecycle.py); `POST /sim/v1/nodes/<name>/heal` → it is back;
+  `POST /sim/v1/nodes/<name>/probe-flap` `{"seconds": N}` → the node's Ready pods fail their
+  readiness probes for N simulated seconds (controllers/probes.py). Each answers the Node.
+  They set the node's `sim.dcgm-migrate/...` annotations, as `kubectl annotate` could.
 - `GET /sim/v1/healthz` → ok.
 """
 
@@ -17,10 +22,20 @@ from typing import Any
 
 import yaml
 
+from migrator.model import kinds
+from migrator.sim.controllers.nodelifecycle import NODE_FAILED_ANNOTATION, annotate_node
+from migrator.sim.controllers.probes import PROBE_FLAP_ANNOTATION
 from migrator.sim.exchange import Backend, Request, Response, error_response, json_response
 from migrator.sim.faults import FaultsError
 from migrator.sim.routing import RequestInfo
-from migrator.sim.statuses import ApiError, bad_request, method_not_allowed, no_such_path
+from migrator.sim.statuses import (
+    ApiError,
+    bad_request,
+    method_not_allowed,
+    no_such_path,
+    not_found,
+)
+from migrator.sim.store import StoreError
 
 PREFIX = "/sim/v1/"
 
@@ -68,6 +83,8 @@ def _handle(b: Backend, info: RequestInfo, req: Request) -> Response:
             b.log.clear()
             return json_response(200, {"cleared": True, "last_seq": b.log.last_seq})
         raise method_not_allowed()
+    if what.startswith("nodes/"):
+        return _node_fault(b, what, method, req)
     if what == "tokens":
         if method != "POST":
             raise method_not_allowed()
@@ -81,3 +98,30 @@ def _handle(b: Backend, info: RequestInfo, req: Request) -> Response:
         return json_response(201, {"user": policy.user, "groups": list(policy.groups),
                                    "rules": len(policy.grants)})
     raise no_such_path()
+
+
+def _node_fault(b: Backend, what: str, method: str, req: Request) -> Response:
+    """`nodes/<name>/fail|heal|probe-flap`: set the node's fault annotations."""
+    parts = what.split("/")
+    if len(parts) != 3 or parts[2] not in ("fail", "heal", "probe-flap"):
+        raise no_such_path()
+    if method != "POST":
+        raise method_not_allowed()
+    name, action = parts[1], parts[2]
+    try:
+        if action == "fail":
+            node = annotate_node(b.store, name, NODE_FAILED_ANNOTATION, "true")
+        elif action == "heal":
+            node = annotate_node(b.store, name, NODE_FAILED_ANNOTATION, None)
+        else:
+            body = _body(req)
+            seconds = body.get("seconds") if isinstance(body, dict) else None
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+                raise bad_request('expected {"seconds": <number greater than 0>}')
+            annotate_node(b.store, name, PROBE_FLAP_ANNOTATION, None)
+            node = annotate_node(b.store, name, PROBE_FLAP_ANNOTATION, f"{seconds:g}")
+    except StoreError as err:
+        if err.code == 404:
+            raise not_found(kinds.NODE, name) from err
+        raise
+    return json_response(200, node)

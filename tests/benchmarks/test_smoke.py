@@ -30,6 +30,14 @@ def test_floor_sums_waves_of_each_daemonset_in_turn() -> None:
     assert total == pytest.approx((10 + 4) * 31 * 0.01)
 
 
+def test_floor_counts_the_readiness_probe_delay() -> None:
+    ds = _ds("a", 4, 1)
+    ds["spec"]["template"] = {"spec": {"containers": [
+        {"name": "x", "readinessProbe": {"initialDelaySeconds": 45}}, {"name": "y"}]}}
+    part = floor.daemonset_floor(ds, pod_start_seconds=2, termination_seconds=1, time_scale=1.0)
+    assert part.seconds == 4 * 48.0
+
+
 def test_floor_defaults_to_one_node_at_a_time() -> None:
     part = floor.daemonset_floor(_ds("a", 7, None), pod_start_seconds=2,
                                  termination_seconds=1, time_scale=1.0)

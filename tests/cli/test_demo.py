@@ -23,10 +23,12 @@ FAST = ["--time-scale", "0.002"]  # 25 simulated seconds per pod restart -> 50 m
 # ---- pure helpers ---------------------------------------------------------------------------
 
 def test_time_scale_targets_the_same_wall_time_at_any_size() -> None:
-    small, large = auto_time_scale(8, 20, 5), auto_time_scale(1000, 20, 5)
-    assert small == MAX_TIME_SCALE  # 8 nodes: 400 simulated s at 20x is 20 s
-    assert large == pytest.approx(20 / (2 * 1000 * 25))
-    assert auto_time_scale(0, 20, 5) == MAX_TIME_SCALE
+    small, large = auto_time_scale(2, 5, 5), auto_time_scale(1000, 5, 5)
+    assert small == MAX_TIME_SCALE  # 2 nodes: 160 simulated s at 20x is 8 s
+    # per node: both DaemonSets' pod stop + start, plus their probe delays (15 s + 45 s)
+    assert large == pytest.approx(20 / (1000 * (2 * 10 + 60)))
+    assert auto_time_scale(1000, 5, 5, probes=0) == pytest.approx(20 / (1000 * 20))
+    assert auto_time_scale(0, 5, 5) == MAX_TIME_SCALE
 
 
 def test_lowest_ignores_an_alias_filling_up_but_not_a_later_dip() -> None:

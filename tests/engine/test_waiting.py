@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from migrator.engine.waiting import Waiter
+from migrator.engine.waiting import Pace, Waiter
 from migrator.errors import APIError, WatchExpired
 from migrator.kube.client import Kube
 from migrator.model import kinds
@@ -97,12 +97,13 @@ def test_a_complete_rollout_returns_at_once(waiter: Waiter, kube: ScriptedKube,
                                             clock: FakeClock) -> None:
     kube.objects["nvidia-dcgm-dra"] = ds(3, 3)
     seen: list[Obj] = []
-    assert waiter.rollout("nvidia-dcgm-dra", clock.mono + 60, seen.append) is not None
+    assert waiter.rollout("nvidia-dcgm-dra", 60, lambda d, pace: seen.append(d)).complete
     assert kube.watches == [] and clock.slept == [] and len(seen) == 1
 
 
 def test_a_missing_daemonset_is_no_rollout(waiter: Waiter, clock: FakeClock) -> None:
-    assert waiter.rollout("nvidia-dcgm-dra", clock.mono + 60, lambda d: None) is None
+    out = waiter.rollout("nvidia-dcgm-dra", 60, lambda d, pace: None)
+    assert out.ds is None and not out.complete
 
 
 def test_a_rollout_follows_the_watch_until_complete(waiter: Waiter, kube: ScriptedKube,
@@ -113,11 +114,12 @@ def test_a_rollout_follows_the_watch_until_complete(waiter: Waiter, kube: Script
                      ("MODIFIED", ds(3, 3, rv="4")), ("MODIFIED", ds(3, 3, rv="5"))]]
     seen: list[tuple[int, int]] = []
 
-    def report(d: Obj) -> None:
+    def report(d: Obj, pace: Pace) -> None:
         seen.append((d["status"]["updatedNumberScheduled"], d["status"]["numberAvailable"]))
 
-    done = waiter.rollout("nvidia-dcgm-dra", clock.mono + 600, report)
-    assert done is not None and done["metadata"]["resourceVersion"] == "4"  # stops at complete
+    done = waiter.rollout("nvidia-dcgm-dra", 600, report)
+    assert done.complete and done.ds is not None
+    assert done.ds["metadata"]["resourceVersion"] == "4"  # stops at complete
     assert seen == [(0, 3), (1, 2), (2, 2), (3, 3)]
     assert [w["rv"] for w in kube.watches] == ["1"]  # watched from the object it read
     assert kube.watches[0]["fields"] == "metadata.name=nvidia-dcgm-dra"
@@ -125,11 +127,12 @@ def test_a_rollout_follows_the_watch_until_complete(waiter: Waiter, kube: Script
     assert clock.slept == [] and len(beats) >= 4
 
 
-def test_a_stuck_rollout_gives_up_at_the_deadline(waiter: Waiter, kube: ScriptedKube,
-                                                  clock: FakeClock) -> None:
+def test_a_stuck_rollout_gives_up_at_the_progress_deadline(waiter: Waiter, kube: ScriptedKube,
+                                                           clock: FakeClock) -> None:
     kube.objects["nvidia-dcgm-dra"] = ds(1, 2)
     start = clock.mono
-    assert waiter.rollout("nvidia-dcgm-dra", start + 75, lambda d: None) is None
+    out = waiter.rollout("nvidia-dcgm-dra", 75, lambda d, pace: None)
+    assert not out.complete and out.stalled_for == 75
     # Watches of 30 s, then what is left of the 75 s: never a wait past the deadline.
     assert [w["timeout"] for w in kube.watches] == [30, 30, 15]
     assert clock.mono == start + 75
@@ -138,20 +141,20 @@ def test_a_stuck_rollout_gives_up_at_the_deadline(waiter: Waiter, kube: Scripted
 def test_a_watch_timeout_is_rounded_up_to_whole_seconds(waiter: Waiter, kube: ScriptedKube,
                                                         clock: FakeClock) -> None:
     kube.objects["nvidia-dcgm-dra"] = ds(1, 2)
-    assert waiter.rollout("nvidia-dcgm-dra", clock.mono + 0.2, lambda d: None) is None
+    assert not waiter.rollout("nvidia-dcgm-dra", 0.2, lambda d, pace: None).complete
     assert [w["timeout"] for w in kube.watches] == [1]  # timeoutSeconds is an integer >= 1
 
 
 def test_events_past_the_deadline_end_the_rollout(waiter: Waiter, kube: ScriptedKube,
                                                   clock: FakeClock) -> None:
-    kube.objects["nvidia-dcgm-dra"] = ds(0, 3)
+    kube.objects["nvidia-dcgm-dra"] = ds(1, 2)
 
-    def late(d: Obj) -> None:
+    def late(d: Obj, pace: Pace) -> None:
         clock.advance(4)  # each report comes 4 s after the previous one
 
-    events = [("MODIFIED", ds(1, 2, rv=str(i))) for i in range(2, 10)]
+    events = [("MODIFIED", ds(1, 2, rv=str(i))) for i in range(2, 10)]  # no progress
     kube.streams = [events]
-    assert waiter.rollout("nvidia-dcgm-dra", clock.mono + 10, late) is None
+    assert not waiter.rollout("nvidia-dcgm-dra", 10, late).complete
     # Reports at 4 s (the first read), 8 s (event rv 2) and 12 s (rv 3): the stream is left at
     # the first event past the deadline, not followed to its end.
     assert len(kube.watches) == 1
@@ -241,7 +244,7 @@ def test_an_api_error_in_a_rollout_watch_re_reads(waiter: Waiter, kube: Scripted
     kube.objects["nvidia-dcgm-dra"] = ds(1, 2)
     kube.streams = [APIError("broken", status=500)]
     start = clock.mono
-    assert waiter.rollout("nvidia-dcgm-dra", start + 5, lambda d: None) is None
+    assert not waiter.rollout("nvidia-dcgm-dra", 5, lambda d, pace: None).complete
     assert clock.slept[0] == waiter.recheck_min  # then it watched again until the deadline
     assert clock.mono >= start + 5
 

@@ -49,6 +49,10 @@ def fresh() -> Iterator[Callable[..., Env]]:
     def make(stack: str = "gpucluster", nodes: int = 2, *, monitor: bool = True,
              **kwargs: Any) -> Env:
         kwargs.setdefault("time_scale", FAST)
+        # These tests kill and resume the tool at every write; the fixtures' readiness probe
+        # delays (15 s / 45 s per pod) would only multiply their run time. The e2e suite keeps
+        # them on.
+        kwargs.setdefault("readiness_probes", False)
         sim = SimCluster(nodes=nodes, stack=stack, **kwargs).start()
         env = Env(sim, DisruptionMonitor(sim.store, NS, interval=0.005).start()
                   if monitor else None)

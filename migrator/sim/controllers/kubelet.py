@@ -6,7 +6,11 @@ Faults come from Node annotations, so any client can inject them through the API
 `sim.dcgm-migrate/pod-start-seconds: "<float>"` and `sim.dcgm-migrate/pods-ready: "false"`
 (pods that start there run but never become Ready, so a rollout stalls on that node; pods that
 were already Ready keep running Ready; flipping it back or removing it makes the waiting pods
-Ready). A pod marked for graceful
+Ready). A running pod turns Ready once its readiness probes' `initialDelaySeconds` are over and
+a probe flap (`sim.dcgm-migrate/probe-flap`) has ended (probes.py). A node whose kubelet the sim
+stopped (`sim.dcgm-migrate/node-failed`, nodelifecycle.py) gets no pod work at all, and a kubelet
+does not mark pods Ready while its node's Ready condition is not True (the node lifecycle
+controller marks them not Ready then). A pod marked for graceful
 deletion turns not-Ready at once and is removed when its containers have stopped (the sim's
 `termination_seconds`, never more than the pod's grace period). Pods on a deleted node are
 removed, as the pod garbage collector does. A pod with DRA claims is not accepted until each
@@ -27,6 +31,8 @@ from migrator.sim import dra
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.nodelifecycle import node_failed, ready_status
+from migrator.sim.controllers.probes import flap_key, flap_seconds, readiness_delay
 from migrator.sim.store import Event, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -275,9 +281,10 @@ class Kubelet(Controller):
 
     def __init__(
         self, store: Store, clock: SimClock, *, pod_start_seconds: float = 2.0,
-        termination_seconds: float = 1.0,
+        termination_seconds: float = 1.0, readiness_probes: bool = True,
     ) -> None:
         super().__init__(store, clock)
+        self.readiness_probes = readiness_probes  # off: Ready as soon as running (fast tests)
         self.pod_start_seconds = pod_start_seconds
         self.termination_seconds = termination_seconds
         self._nodes: dict[str, Obj] = {}
@@ -289,6 +296,7 @@ class Kubelet(Controller):
         # pod uid -> simulated time its creation / deletion mark was committed: start and
         # termination count from then, not from when this thread got to the event.
         self._since: dict[tuple[str, str], float] = {}
+        self._ready_at: dict[str, float] = {}  # pod uid -> when its readiness probes pass
 
     def prime(self) -> None:
         for node in self.store.list(kinds.NODE)[0]:
@@ -338,6 +346,7 @@ class Kubelet(Controller):
         self._killing.discard(uid)
         self._since.pop(("start", uid), None)
         self._since.pop(("kill", uid), None)
+        self._ready_at.pop(uid, None)
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         touched: set[PodKey] = set()
@@ -357,8 +366,10 @@ class Kubelet(Controller):
                     self._collect_orphans(name)
                     continue
                 self._nodes[name] = obj
-                if ev.old is None or node_allows_ready(ev.old) != node_allows_ready(obj):
+                if ev.old is None or _node_gate(ev.old) != _node_gate(obj):
                     touched.update(self._by_node.get(name, set()))
+                if flap_key(obj) != flap_key(ev.old) and not node_failed(obj):
+                    self._flap(name, flap_seconds(obj))
         for item in due:
             if not isinstance(item, tuple) or len(item) < 3:
                 continue
@@ -406,6 +417,8 @@ class Kubelet(Controller):
         if node is None:
             self._since.pop(("start", uid), None)  # its start counts from a node to run on
             return  # unscheduled, or bound to a node that does not exist (yet)
+        if node_failed(node):
+            return  # its kubelet is down: nothing starts, turns Ready or stops there
         if P.is_deleting(pod):
             if uid in self._killing:
                 return
@@ -424,7 +437,7 @@ class Kubelet(Controller):
             return
         if phase == "Running":
             # The fault stops pods from *becoming* Ready; a pod already Ready stays Ready.
-            if not P.is_pod_ready(pod) and node_allows_ready(node):
+            if not P.is_pod_ready(pod) and self._may_be_ready(pod, node):
                 self._write_status(pod, with_ready(pod, True, P.now_rfc3339()))
             return
         if not dra.claims_ready(pod, self._claim):
@@ -444,16 +457,45 @@ class Kubelet(Controller):
         if pod is None or pod["metadata"]["uid"] != uid or P.is_deleting(pod):
             return
         node = self._nodes.get(P.node_name(pod))
-        if node is None or (pod.get("status") or {}).get("phase") == "Running":
+        if node is None or node_failed(node) or (pod.get("status") or {}).get("phase") == "Running":
             return
+        delay = readiness_delay(pod) if self.readiness_probes else 0.0
+        self._ready_at[uid] = self.clock.now() + delay
+        if delay > 0:
+            self.schedule(("probe", ns, name, uid), delay)
         ip = P.pod_ip(pod) or self._ips.take(node)
-        self._write_status(pod, running_status(pod, node, ip, node_allows_ready(node),
+        self._write_status(pod, running_status(pod, node, ip, self._may_be_ready(pod, node),
                                                P.now_rfc3339()))
+
+    def _may_be_ready(self, pod: Obj, node: Obj) -> bool:
+        """Readiness probes pass (delay over, no flap), the node fault allows it, and the
+        node's Ready condition is True."""
+        uid = pod["metadata"]["uid"]
+        return (self.clock.now() >= self._ready_at.get(uid, 0.0) and node_allows_ready(node)
+                and ready_status(node) == "True")
+
+    def _flap(self, node_name: str, seconds: float | None) -> None:
+        """Fail the readiness probes of the node's Running, Ready pods for `seconds`."""
+        if seconds is None:
+            return
+        until = self.clock.now() + seconds
+        for key in sorted(self._by_node.get(node_name, set())):
+            pod = self._pods.get(key)
+            if (pod is None or P.is_deleting(pod) or not P.is_pod_ready(pod)
+                    or (pod.get("status") or {}).get("phase") != "Running"):
+                continue
+            uid = pod["metadata"]["uid"]
+            self._ready_at[uid] = max(self._ready_at.get(uid, 0.0), until)
+            self._write_status(pod, with_ready(pod, False, P.now_rfc3339()))
+            self.schedule(("probe", *key, uid), seconds)
 
     def _kill(self, ns: str, name: str, uid: str) -> None:
         current = self.store.find(kinds.POD, ns, name)
         if current is None or current["metadata"]["uid"] != uid:
             self._killing.discard(uid)
+            return
+        if node_failed(self._nodes.get(P.node_name(current))):
+            self._killing.discard(uid)  # no kubelet to stop the containers: stays Terminating
             return
         try:
             self.store.delete(kinds.POD, ns, name)
@@ -469,3 +511,8 @@ class Kubelet(Controller):
             except StoreError as err:
                 if err.code != 404:
                     log.info("pod gc: %s/%s: %s", ns, name, err.message)
+
+
+def _node_gate(node: Mapping[str, Any]) -> tuple[bool, bool, str]:
+    """What of a node decides whether its pods may start or turn Ready."""
+    return node_allows_ready(node), node_failed(node), ready_status(node)

@@ -11,6 +11,7 @@ from migrator.sim.controllers.daemonsets import DaemonSetController
 from migrator.sim.controllers.endpointslices import EndpointSliceController
 from migrator.sim.controllers.garbage import GarbageCollector
 from migrator.sim.controllers.kubelet import Kubelet
+from migrator.sim.controllers.nodelifecycle import GRACE_SECONDS, NodeLifecycleController
 from migrator.sim.controllers.operator import OperatorImitation
 from migrator.sim.controllers.resourceclaims import ResourceClaimController
 from migrator.sim.store import Store
@@ -26,6 +27,8 @@ class ControllerSet:
     termination_seconds: float = 1.0
     operator_reconcile_seconds: float | None = None
     namespace: str = "gpu-operator"
+    node_monitor_grace_seconds: float = GRACE_SECONDS
+    readiness_probes: bool = True
     controllers: list[Controller] = field(init=False, default_factory=list)
     _loop: ControllerLoop | None = field(init=False, default=None)
 
@@ -34,11 +37,14 @@ class ControllerSet:
         # then bookkeeping, which fills the waits for pod start and termination.
         self.controllers = [
             Kubelet(self.store, self.clock, pod_start_seconds=self.pod_start_seconds,
-                    termination_seconds=self.termination_seconds),
+                    termination_seconds=self.termination_seconds,
+                    readiness_probes=self.readiness_probes),
             DaemonSetController(self.store, self.clock),
             ResourceClaimController(self.store, self.clock),
             GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),
+            NodeLifecycleController(self.store, self.clock,
+                                    grace_seconds=self.node_monitor_grace_seconds),
         ]
         if self.operator_reconcile_seconds is not None:
             self.controllers.append(OperatorImitation(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from phases import alias, label, switch
+from migrator.phases import alias, label, switch
 
 PHASES: tuple[ModuleType, ...] = (label, alias, switch)
 

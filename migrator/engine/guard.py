@@ -38,7 +38,7 @@ from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import SetSelector
-from phases import alias as alias_phase
+from migrator.phases import alias as alias_phase
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube

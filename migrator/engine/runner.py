@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import phases
+from migrator import phases
 from migrator.engine import executor, stalls
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot

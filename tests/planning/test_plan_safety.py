@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import phases
+from migrator import phases
 from migrator.engine import report as reports
 from migrator.model import monitoring
 from migrator.model.discovery import discover

@@ -26,7 +26,7 @@ from migrator.engine.progress import (
     RolloutProgress,
     StepEvent,
 )
-from migrator.engine.state import PhaseRecord, State, utcnow
+from migrator.engine.state import PhaseRecord, State
 from migrator.engine.waiting import Pace, RolloutOutcome, Waiter
 from migrator.errors import GateFailed
 from migrator.model import gates as g
@@ -207,7 +207,7 @@ class Runner:
             rec.status = "in-progress"
         else:
             rec.status, rec.error = "in-progress", None
-            rec.started = rec.started if resuming else utcnow()
+            rec.started = rec.started if resuming else self.state.stamp()
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number)
         self.save()  # baselines and originals are in the state before any write
         bases = [ServiceBaseline.from_dict(b) for b in rec.baselines]
@@ -216,10 +216,10 @@ class Runner:
             self._run_step(module, rec, step, bases, plan, rollback=rollback)
         self._check_settled(module, rec, plan, bases, {s.id for s in revisit}, rollback)
         if rollback:
-            rec.status, rec.finished = "rolled-back", utcnow()
+            rec.status, rec.finished = "rolled-back", self.state.stamp()
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
         else:
-            rec.status, rec.finished = "completed", utcnow()
+            rec.status, rec.finished = "completed", self.state.stamp()
         self.state.log("rolled-back" if rollback else "completed", phase=rec.number)
         self.save()
         self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))

@@ -6,7 +6,6 @@ Every command validates its input before it writes anything, so bad input costs 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Callable
@@ -16,20 +15,24 @@ from typing import Any
 
 from migrator.engine import report as reports
 from migrator.engine.clock import Clock, SystemClock
-from migrator.engine.locking import Lock, default_holder
 from migrator.engine.observe import read_snapshot
 from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.runner import Runner, RunSettings
-from migrator.engine.state import PHASE_NAMES, State
-from migrator.engine.statestore import ConfigMapStateStore, MemoryStateStore, StateStore
-from migrator.errors import APIError, StalePlan, UsageError
+from migrator.engine.state import (
+    PHASE_NAMES,
+    ConfigMapStateStore,
+    RunSession,
+    State,
+    StateStore,
+    default_holder,
+)
+from migrator.errors import StalePlan, UsageError
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
 
-LOCK_TTL_SECONDS = 120.0
 PLAN_FORMAT = "dcgm-migrate/plan-v1"
 
 
@@ -41,8 +44,11 @@ class Session:
     namespace: str
     listener: Listener = field(default_factory=Quiet)
     catalog: Catalog = field(default_factory=load_catalog)
-    store_factory: Callable[[Kube, str], StateStore] = ConfigMapStateStore
     clock: Clock = field(default_factory=SystemClock)  # handed down to the runner and waiter
+
+    def store(self) -> StateStore:
+        """The state store: the catalog's state ConfigMap in this namespace."""
+        return ConfigMapStateStore(self.kube, self.namespace, self.catalog.common, self.clock)
 
 
 # ---- shared checks ---------------------------------------------------------------------------
@@ -82,11 +88,12 @@ def _check_phase(phase: int) -> int:
     return phase
 
 
-def _load_state(store: StateStore, namespace: str) -> tuple[State | None, str | None]:
-    stored = store.load()
+def _load_state(session: Session, store: StateStore | None = None) -> tuple[
+        State | None, str | None]:
+    stored = (store or session.store()).load()
     if stored is None:
         return None, None
-    return State.from_document(stored.document), stored.version
+    return State.from_document(stored.document, session.clock), stored.version
 
 
 # ---- plan ------------------------------------------------------------------------------------
@@ -94,8 +101,7 @@ def _load_state(store: StateStore, namespace: str) -> tuple[State | None, str | 
 def plan(session: Session, options: Options, out: Path | None = None) -> dict[str, Any]:
     """What each phase would change, with every gate's status now. Writes nothing."""
     snap = _observe(session)
-    state, _ = _load_state(session.store_factory(session.kube, session.namespace),
-                           session.namespace)
+    state, _ = _load_state(session)
     report = reports.build(snap, session.catalog, state, options)
     if out is not None:
         save_plan(out, report)
@@ -162,41 +168,22 @@ class RunRequest:
 def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_at: float,
                 state: State, version: str | None,
                 action: Callable[[Runner], Any]) -> dict[str, Any]:
-    """Lock, run `action`, unlock, report. `snap` (read at `observed_at`, monotonic) is the
-    runner's first view if it is still recent: a run that wrote in between would have changed
-    the state document, and then the runner's first save (before any write) fails."""
+    """Open the run session (lock, save, heartbeat, dry run), run `action`, report. `snap`
+    (read at `observed_at`, monotonic) is the runner's first view if it is still recent: a run
+    that wrote in between would have changed the state document, and then the runner's first
+    save (before any write) fails."""
     dry = session.kube.dry_run
-    real = session.store_factory(session.kube, session.namespace)
-    store: StateStore = MemoryStateStore.seeded(real.load()) if dry else real
-    lock: Lock | None = None if dry else store.acquire_lock(request.holder, LOCK_TTL_SECONDS)
-    if lock is not None and lock.taken_over_from:
-        session.listener.message(f"took over the expired lock of {lock.taken_over_from}")
-    versions = {"current": version}
-    renewed = {"at": session.clock.monotonic()}
-
-    def save(st: State) -> None:
-        versions["current"] = store.save(st.to_document(),
-                                         expected_version=versions["current"]).version
-
-    def heartbeat() -> None:
-        nonlocal lock
-        if lock is not None and session.clock.monotonic() - renewed["at"] > LOCK_TTL_SECONDS / 4:
-            lock = store.renew_lock(lock)
-            renewed["at"] = session.clock.monotonic()
-
     settings = request.settings
     if dry:
         settings = RunSettings(timeout=0.0, settle=0.0, options=settings.options)
-    runner = Runner(session.kube, session.namespace, session.catalog, state, save,
-                    settings=settings, listener=session.listener, clock=session.clock,
-                    heartbeat=heartbeat, dry_run=dry)
-    runner.adopt(snap, observed_at)
-    try:
+    with RunSession(session.store(), version=version, holder=request.holder,
+                    clock=session.clock, listener=session.listener, dry_run=dry,
+                    common=session.catalog.common) as run:
+        runner = Runner(session.kube, session.namespace, session.catalog, state, run.save,
+                        settings=settings, listener=session.listener, clock=session.clock,
+                        heartbeat=run.heartbeat, dry_run=dry)
+        runner.adopt(snap, observed_at)
         result = action(runner)
-    finally:
-        if lock is not None:
-            with contextlib.suppress(APIError):  # it expires on its own; never mask the
-                store.release_lock(lock)          # run's own outcome
     after = reports.build(runner.recent_snapshot(), session.catalog, state, request.options)
     after["warnings"] = result.warnings + [w for w in after["warnings"]
                                            if w not in result.warnings]
@@ -214,8 +201,8 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     observed_at = session.clock.monotonic()
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace)
-    store = session.store_factory(session.kube, session.namespace)
-    state, version = _load_state(store, session.namespace)
+    store = session.store()
+    state, version = _load_state(session, store)
     preview = reports.build(snap, session.catalog, state, request.options)
     _require_stack(preview, session.namespace)
     _require_operator_api(snap, session.kube.server)
@@ -230,7 +217,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         session.listener.message(f"warning: {warning}")
     if not request.confirm(preview):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
-    state = state or State(session.namespace)
+    state = state or State(session.namespace, clock=session.clock)
     state.plan_fingerprint = snap.fingerprint()
     report = _locked_run(session, request, snap, observed_at, state, version,
                          lambda runner: runner.apply(request.phase))
@@ -252,8 +239,7 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     _check_phase(request.phase)
     snap = _observe(session)
     observed_at = session.clock.monotonic()
-    state, version = _load_state(session.store_factory(session.kube, session.namespace),
-                                 session.namespace)
+    state, version = _load_state(session)
     applied = [n for n in PHASE_NAMES if state and n >= request.phase
                and state.phase(n).status in ("completed", "in-progress", "failed")]
     undone = [n for n in PHASE_NAMES if state and n >= request.phase
@@ -278,8 +264,7 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
 def status(session: Session) -> dict[str, Any]:
     """State, live verification of completed phases, drift."""
     snap = _observe(session)
-    state, _ = _load_state(session.store_factory(session.kube, session.namespace),
-                           session.namespace)
+    state, _ = _load_state(session)
     report = reports.build(snap, session.catalog, state, Options())
     report["state"] = None if state is None else {
         "planFingerprint": state.plan_fingerprint, "updated": state.updated,
@@ -298,7 +283,7 @@ def verify(session: Session) -> dict[str, Any]:
 
 
 def unlock(session: Session) -> dict[str, Any]:
-    holder = session.store_factory(session.kube, session.namespace).force_unlock()
+    holder = session.store().force_unlock()
     return {"namespace": session.namespace, "released": holder}
 
 

@@ -1,4 +1,5 @@
-"""The three migration phases, one module each with the same small surface:
+"""The three migration phases, one module each with the same small surface, the `Phase`
+protocol (mypy checks every module in `PHASES` against it):
 
     NUMBER, NAME
     plan(ctx) -> PhasePlan                       what would change now, with gate status
@@ -12,12 +13,31 @@ Phases are pure (no I/O) and never import each other; the engine runs them in or
 
 from __future__ import annotations
 
-from types import ModuleType
+from collections.abc import Sequence
+from typing import Protocol
 
-from phases import alias, label, switch
+from migrator.model.gates import GateResult
+from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.steps import Step
+from migrator.phases import alias, label, switch
 
-PHASES: tuple[ModuleType, ...] = (label, alias, switch)
+
+class Phase(Protocol):
+    """One phase module (`migrator.phases.label`, `.alias`, `.switch`)."""
+
+    @property
+    def NUMBER(self) -> int: ...  # a module constant, read as an attribute
+    @property
+    def NAME(self) -> str: ...
+    def plan(self, ctx: PlanContext) -> PhasePlan: ...
+    def before_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
+    def after_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
+    def verify(self, ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]: ...
+    def rollback(self, ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan: ...
 
 
-def by_number(number: int) -> ModuleType:
+PHASES: tuple[Phase, ...] = (label, alias, switch)
+
+
+def by_number(number: int) -> Phase:
     return PHASES[number - 1]

@@ -185,8 +185,9 @@ def plan(ctx: PlanContext) -> PhasePlan:
                                                before=ctx.snapshot))
     guarded = [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
                if ctx.service(c.service)]
-    return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), (), tuple(notes), blocked,
-                     tuple(guarded), checks=tuple(checks))
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
+                     notes=tuple(notes), blocked=blocked, guarded=tuple(guarded),
+                     checks=tuple(checks))
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -297,4 +298,5 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
                              "removed")
                 continue
             inverse.append(step.inverse())
-    return PhasePlan(NUMBER, NAME, tuple(inverse), (), tuple(warnings), tuple(notes))
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), warnings=tuple(warnings),
+                     notes=tuple(notes))

@@ -135,8 +135,9 @@ def plan(ctx: PlanContext) -> PhasePlan:
                     notes.append(reason)
                     blocked = f"{blocked}; {reason}" if blocked else reason
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
-    return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),
-                     blocked, tuple(bases), tolerance, tuple(checks))
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
+                     warnings=tuple(warnings), notes=tuple(notes), blocked=blocked,
+                     guarded=tuple(bases), tolerance=tolerance, checks=tuple(checks))
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -210,4 +211,5 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
                 if o.update_strategy(ds) == "OnDelete" and ctx.options.roll_on_delete:
                     inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
-    return PhasePlan(NUMBER, NAME, tuple(inverse), (), (), (), None, tuple(bases), tolerance)
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), guarded=tuple(bases),
+                     tolerance=tolerance)

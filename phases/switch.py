@@ -113,8 +113,9 @@ def plan(ctx: PlanContext) -> PhasePlan:
             gates.extend(pre)
             warnings.extend(warn)
             steps.append(step)
-    return PhasePlan(NUMBER, NAME, tuple(steps), tuple(gates), tuple(warnings), tuple(notes),
-                     None, tuple(guarded), checks=tuple(checks))
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
+                     warnings=tuple(warnings), notes=tuple(notes), guarded=tuple(guarded),
+                     checks=tuple(checks))
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -221,8 +222,8 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
             continue
         inverse.append(inv)
         guarded.append(g.baseline(ctx.snapshot, step.service, step.local))
-    return PhasePlan(NUMBER, NAME, tuple(inverse), (), tuple(warnings), (), None,
-                     tuple(guarded))
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), warnings=tuple(warnings),
+                     guarded=tuple(guarded))
 
 
 def _not_ours(ctx: PlanContext, step: SetSelector, svc: dict[str, object]) -> str | None:

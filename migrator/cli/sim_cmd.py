@@ -1,6 +1,7 @@
 """`dcgm-migrate sim ...`: the simulated GPU cluster as a standalone server (SPEC §7).
 
-A thin typer wrapper over `migrator.sim.serve`; also runnable as `python -m migrator.sim`.
+A thin typer wrapper over `migrator.sim.serve`; also runnable as `python -m migrator sim`. The sim
+has no `__main__` of its own: it never imports the CLI (import-linter contract `sim-imports`).
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def serve_cmd(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m migrator.sim`: a usage error is one `error: ...` line and exit code 2."""
+    """`sim` on its own: a usage error is one `error: ...` line and exit code 2."""
     try:
-        result = sim_app(args=argv, prog_name="python -m migrator.sim", standalone_mode=False)
+        result = sim_app(args=argv, prog_name="dcgm-migrate sim", standalone_mode=False)
     except typer.Exit as done:
         return int(done.exit_code)
     except typer.Abort:

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from functools import singledispatch
 from typing import TYPE_CHECKING
 
 from migrator.errors import APIConflict, APIInvalid, APINotFound, GateFailed
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.stacks import Catalog
-from migrator.model.steps import CreateAlias, DeleteAlias, RollPods, SetLabels, SetSelector, Step
+from migrator.model.steps import CreateAlias, DeleteAlias, SetLabels, SetSelector, Step
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -18,52 +19,77 @@ if TYPE_CHECKING:
 def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> str | None:
     """Write the step; returns a note when the write was accepted but has not taken effect
     yet (an alias delete held by finalizers), else None."""
-    if isinstance(step, SetLabels):
-        kube.patch(kinds.DAEMONSET, step.daemonset, namespace, step.patch(), patch_type="merge")
-    elif isinstance(step, SetSelector):
-        try:
-            kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json")
-        except APIInvalid as exc:  # the json-patch `test` failed: someone changed it
-            if step.satisfied(kube.get(kinds.SERVICE, step.service, namespace)):
-                return None  # or an earlier attempt of this patch landed, its answer lost
-            raise GateFailed(
-                f"Service/{step.service}: its selector changed outside the tool; not switching",
-                "run `dcgm-migrate plan` to see the current selector") from exc
-    elif isinstance(step, CreateAlias):
-        try:
-            kube.create(step.body)
-        except APIConflict as exc:
-            live = kube.get(kinds.SERVICE, step.service, namespace)
-            if o.terminating(live):
-                raise GateFailed(
-                    f"Service/{step.service} is still being deleted ({o.terminating(live)}); "
-                    "it cannot be created again until it is gone",
-                    "wait for its finalizers (or remove them), then run again") from exc
-            if not step.satisfied(live):
-                raise GateFailed(
-                    f"Service/{step.service} appeared while the tool was creating it and is not "
-                    "the tool's; it was not touched", "see docs/runbook.md, 'coexistence'"
-                ) from exc
-    elif isinstance(step, DeleteAlias):
+    return _write(step, kube, namespace, catalog)
+
+
+@singledispatch
+def _write(step: Step, kube: Kube, namespace: str, catalog: Catalog) -> str | None:
+    """One write per step type, registered below by class (not by annotation: `Kube` is a
+    type-checking-only name here); a step without one is run pod by pod by the runner."""
+    raise TypeError(f"{type(step).__name__} is not one write: the runner runs it "
+                    "(pod_by_pod)")
+
+
+@_write.register(SetLabels)
+def _set_labels(step: SetLabels, kube: Kube, namespace: str, catalog: Catalog) -> str | None:
+    kube.patch(kinds.DAEMONSET, step.daemonset, namespace, step.patch(), patch_type="merge")
+    return None
+
+
+@_write.register(SetSelector)
+def _set_selector(step: SetSelector, kube: Kube, namespace: str,
+                  catalog: Catalog) -> str | None:
+    try:
+        kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json")
+    except APIInvalid as exc:  # the json-patch `test` failed: someone changed it
+        if step.satisfied(kube.get(kinds.SERVICE, step.service, namespace)):
+            return None  # or an earlier attempt of this patch landed, its answer lost
+        raise GateFailed(
+            f"Service/{step.service}: its selector changed outside the tool; not switching",
+            "run `dcgm-migrate plan` to see the current selector") from exc
+    return None
+
+
+@_write.register(CreateAlias)
+def _create_alias(step: CreateAlias, kube: Kube, namespace: str,
+                  catalog: Catalog) -> str | None:
+    try:
+        kube.create(step.body)
+    except APIConflict as exc:
         live = kube.get(kinds.SERVICE, step.service, namespace)
-        mb = catalog.common.managed_by
-        if live is None:
-            return None
-        if o.labels(live).get(mb.key) != mb.value or o.annotations_of(live).get(
-                catalog.common.alias_of_annotation) != step.source:
-            raise GateFailed(f"Service/{step.service} is no longer the tool's; not deleting it")
-        try:
-            kube.delete(kinds.SERVICE, step.service, namespace,
-                        uid=str(o.meta(live).get("uid")),
-                        resource_version=str(o.meta(live).get("resourceVersion")))
-        except APINotFound:
-            return None
-        why = o.terminating(kube.get(kinds.SERVICE, step.service, namespace))
-        if why:
-            return (f"Service/{step.service}: deletion accepted but not done: {why}; it goes "
-                    "once they are removed")
-    elif isinstance(step, RollPods):
-        raise TypeError("RollPods is run by the runner, pod by pod")
+        if o.terminating(live):
+            raise GateFailed(
+                f"Service/{step.service} is still being deleted ({o.terminating(live)}); "
+                "it cannot be created again until it is gone",
+                "wait for its finalizers (or remove them), then run again") from exc
+        if not step.satisfied(live):
+            raise GateFailed(
+                f"Service/{step.service} appeared while the tool was creating it and is not "
+                "the tool's; it was not touched", "see docs/runbook.md, 'coexistence'"
+            ) from exc
+    return None
+
+
+@_write.register(DeleteAlias)
+def _delete_alias(step: DeleteAlias, kube: Kube, namespace: str,
+                  catalog: Catalog) -> str | None:
+    live = kube.get(kinds.SERVICE, step.service, namespace)
+    mb = catalog.common.managed_by
+    if live is None:
+        return None
+    if o.labels(live).get(mb.key) != mb.value or o.annotations_of(live).get(
+            catalog.common.alias_of_annotation) != step.source:
+        raise GateFailed(f"Service/{step.service} is no longer the tool's; not deleting it")
+    try:
+        kube.delete(kinds.SERVICE, step.service, namespace,
+                    uid=str(o.meta(live).get("uid")),
+                    resource_version=str(o.meta(live).get("resourceVersion")))
+    except APINotFound:
+        return None
+    why = o.terminating(kube.get(kinds.SERVICE, step.service, namespace))
+    if why:
+        return (f"Service/{step.service}: deletion accepted but not done: {why}; it goes "
+                "once they are removed")
     return None
 
 

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from migrator.engine.leader import LeaseLock
 from migrator.engine.observe import read_pods
-from migrator.engine.state import State
-from migrator.engine.statestore import ConfigMapStateStore
+from migrator.engine.state import ConfigMapStateStore, State
 from migrator.errors import APIError, APIInvalid, APINotFound, ClusterError, WatchExpired
 from migrator.model import guarding, kinds
 from migrator.model import objects as o
@@ -38,7 +37,7 @@ from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import SetSelector
-from phases import alias as alias_phase
+from migrator.phases import alias as alias_phase
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -128,7 +127,7 @@ class Guard:
     def read_state(self) -> State | None:
         """The migration state, read-only; unreadable state means: release nothing."""
         try:
-            stored = ConfigMapStateStore(self.kube, self.namespace).load()
+            stored = ConfigMapStateStore(self.kube, self.namespace, self.catalog.common).load()
             return State.from_document(stored.document) if stored and stored.document else None
         except ClusterError as exc:
             self.log(f"state unreadable, no alias is moved forward: {exc}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import phases
+from migrator import phases
 from migrator.engine.state import State
 from migrator.model import monitoring
 from migrator.model.discovery import Discovery, discover

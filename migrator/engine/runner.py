@@ -11,41 +11,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import phases
-from migrator.engine import executor, stalls
+from migrator import phases
+from migrator.engine import afterwrite, executor, ondelete
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot
-from migrator.engine.progress import (
-    EndpointProgress,
-    Listener,
-    PhaseEvent,
-    Quiet,
-    RolloutProgress,
-    StepEvent,
-)
-from migrator.engine.state import PhaseRecord, State, utcnow
-from migrator.engine.waiting import Pace, RolloutOutcome, Waiter
+from migrator.engine.progress import Listener, PhaseEvent, Quiet, StepEvent
+from migrator.engine.state import PhaseRecord, State
+from migrator.engine.waiting import Waiter
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
-from migrator.model import objects as o
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.retiring import reasked, retired
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import (
-    CreateAlias,
-    RollPods,
-    SetLabels,
-    SetSelector,
-    Step,
-    from_record,
-)
+from migrator.model.steps import Step, from_record
+from migrator.phases import Phase
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -75,14 +60,6 @@ class RunResult:
     lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
     warnings: list[str] = field(default_factory=list)  # what the run skipped or retired, and why
     notes: list[str] = field(default_factory=list)  # what happened that did not stop the run
-
-
-def _failed(gates: list[GateResult]) -> list[GateResult]:
-    return [r for r in gates if not r.ok]
-
-
-def _describe(gates: list[GateResult]) -> str:
-    return "; ".join(f"{r.name}: {r.detail}" for r in _failed(gates))
 
 
 class Runner:
@@ -129,7 +106,7 @@ class Runner:
 
     def _wrote(self, step: Step) -> None:
         self._seen = None
-        if isinstance(step, RollPods) or (isinstance(step, SetLabels) and step.rolls_pods()):
+        if step.rolls_pods():
             self._pods = None
 
     def _context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
@@ -166,13 +143,13 @@ class Runner:
             module = phases.by_number(number)
             rec = self.state.phase(number)
             if rec.status == "completed":
-                drift = _failed(module.verify(self._context(snap), rec.done_steps())
+                drift = g.failed(module.verify(self._context(snap), rec.done_steps())
                                 + reasked(rec.reverted_steps(), self.settings.options))
                 if not drift and not changed:
                     self.listener.phase(PhaseEvent(number, module.NAME, "completed",
                                                    message="still holds"))
                     continue
-                why = _describe(drift) if drift else f"stack changed to {live_stack}"
+                why = g.describe(drift) if drift else f"stack changed to {live_stack}"
                 self.listener.phase(PhaseEvent(number, module.NAME, "drifted",
                                                gates=tuple(drift), message=why))
                 self.state.log("drift", phase=number, detail=why)
@@ -187,7 +164,7 @@ class Runner:
             self.result.warnings.append(text)
         self.listener.message(f"warning: {text}")
 
-    def _run_phase(self, module: ModuleType, rec: PhaseRecord, snap: Snapshot,
+    def _run_phase(self, module: Phase, rec: PhaseRecord, snap: Snapshot,
                    *, rollback: bool) -> None:
         resuming = rec.status in ("in-progress", "failed") and not rollback
         if resuming:
@@ -207,7 +184,7 @@ class Runner:
             rec.status = "in-progress"
         else:
             rec.status, rec.error = "in-progress", None
-            rec.started = rec.started if resuming else utcnow()
+            rec.started = rec.started if resuming else self.state.stamp()
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number)
         self.save()  # baselines and originals are in the state before any write
         bases = [ServiceBaseline.from_dict(b) for b in rec.baselines]
@@ -216,10 +193,10 @@ class Runner:
             self._run_step(module, rec, step, bases, plan, rollback=rollback)
         self._check_settled(module, rec, plan, bases, {s.id for s in revisit}, rollback)
         if rollback:
-            rec.status, rec.finished = "rolled-back", utcnow()
+            rec.status, rec.finished = "rolled-back", self.state.stamp()
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
         else:
-            rec.status, rec.finished = "completed", utcnow()
+            rec.status, rec.finished = "completed", self.state.stamp()
         self.state.log("rolled-back" if rollback else "completed", phase=rec.number)
         self.save()
         self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))
@@ -237,7 +214,7 @@ class Runner:
             if r.status not in ("intent", "done") or r.id in planned:
                 continue
             step = from_record(r.step)
-            if not isinstance(step, RollPods) and step.satisfied(self._live(step)):
+            if step.satisfied(self._live(step)):
                 out.append(step)
         return out
 
@@ -255,7 +232,7 @@ class Runner:
             self.state.log("retired", phase=rec.number, step=r.id, reason=reason)
             self._warn(reason)
 
-    def _check_settled(self, module: ModuleType, rec: PhaseRecord, plan: PhasePlan,
+    def _check_settled(self, module: Phase, rec: PhaseRecord, plan: PhasePlan,
                        bases: list[ServiceBaseline], done: set[str], rollback: bool) -> None:
         """Steps that needed no write still have post-gates (an operator's own rollout of the
         labels, an alias's endpoints): the phase is completed only once they pass."""
@@ -263,7 +240,7 @@ class Runner:
             return
         for step in plan.checks:
             if step.id not in done and self._live(step) is not None:
-                self._wait_after(module, rec, step, bases, plan, rollback, None)
+                afterwrite.wait(self, module, rec, step, bases, plan, rollback, None)
 
     def _fail(self, rec: PhaseRecord, message: str, hint: str) -> None:
         rec.status, rec.error = "failed", message
@@ -276,15 +253,13 @@ class Runner:
     # ---- one step --------------------------------------------------------------------------
 
     def _live(self, step: Step) -> dict[str, Any] | None:
-        if isinstance(step, SetLabels | RollPods):
-            return self.kube.get(kinds.DAEMONSET, step.daemonset, self.namespace)
-        return self.kube.get(kinds.SERVICE, step.service, self.namespace)
+        return self.kube.get(step.kind, step.name, self.namespace)
 
-    def _run_step(self, module: ModuleType, rec: PhaseRecord, step: Step,
+    def _run_step(self, module: Phase, rec: PhaseRecord, step: Step,
                   bases: list[ServiceBaseline], plan: PhasePlan, *, rollback: bool) -> None:
-        if isinstance(step, RollPods):
+        if step.pod_by_pod:
             if not self.dry_run:
-                self._roll_on_delete(rec, step, rollback)
+                ondelete.roll(self, rec, step, rollback)
             return
         recorded = {r.id: r.status for r in (rec.undo if rollback else rec.steps)}
         base: Snapshot | None = None
@@ -292,19 +267,18 @@ class Runner:
             status = "done" if recorded.get(step.id) in ("intent", "done") else "skipped"
             if recorded.get(step.id) != "done":
                 rec.mark(step, status, undo=rollback)
-                if (recorded.get(step.id) == "intent" and isinstance(step, SetLabels)
-                        and step.rolls_pods() and not rollback):
+                if recorded.get(step.id) == "intent" and step.rolls_pods() and not rollback:
                     rec.wrote_labels = True  # our write landed; the run died before "done"
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "skipped"))
         else:
             base = self.recent_snapshot()
             pre = module.before_write(self._context(base), step)
-            if _failed(pre) and all(r.wait for r in _failed(pre)):
+            if g.failed(pre) and all(r.wait for r in g.failed(pre)):
                 pre = self._wait_pre(module, step, base, pre)
-            if _failed(pre):
-                self._fail(rec, f"{step.object}: {_describe(pre)}",
-                           _hint_for(step, rollback, _failed(pre)))
+            if g.failed(pre):
+                self._fail(rec, f"{step.object}: {g.describe(pre)}",
+                           _hint_for(step, rollback, g.failed(pre)))
             rec.mark(step, "intent", undo=rollback)
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
@@ -314,174 +288,25 @@ class Runner:
             if note:
                 self.listener.message(note)
             rec.mark(step, "done", undo=rollback)
-            if isinstance(step, SetLabels) and step.rolls_pods() and not rollback:
+            if step.rolls_pods() and not rollback:
                 rec.wrote_labels = True
             self.save()
             self.listener.step(StepEvent(rec.number, step, "done"))
         if not self.dry_run:  # a server-side dry run changes nothing to wait for
-            self._wait_after(module, rec, step, bases, plan, rollback, base)
+            afterwrite.wait(self, module, rec, step, bases, plan, rollback, base)
 
-    def _wait_pre(self, module: ModuleType, step: Step, base: Snapshot,
+    def _wait_pre(self, module: Phase, step: Step, base: Snapshot,
                   pre: list[GateResult]) -> list[GateResult]:
         """Pre-gates that heal by themselves (an old Service garbage collection is removing):
         wait for them on Service events, within --timeout, then write at once."""
-        self.listener.message(f"waiting: {_describe(pre)}")
+        self.listener.message(f"waiting: {g.describe(pre)}")
         deadline = self.clock.monotonic() + self.settings.timeout
 
         def check() -> list[GateResult]:
             return list(module.before_write(self._context(self._fresh(base)), step))
 
         return self.waiter.until(check, deadline, wake_kind=kinds.SERVICE,
-                                 fatal=lambda rs: not all(r.wait for r in _failed(rs)))
-
-    def _wait_after(self, module: ModuleType, rec: PhaseRecord, step: Step,
-                    bases: list[ServiceBaseline], plan: PhasePlan, rollback: bool,
-                    base: Snapshot | None) -> None:
-        """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
-        supplies only what a step never changes: the CRs, ServiceMonitors and update
-        strategy; every gate check reads the DaemonSets, Services and endpoints afresh, and
-        the pods too unless the step is a Service write (see REUSE_SECONDS)."""
-        base_snap = base or self.recent_snapshot()
-        ds_now = base_snap.daemonsets.get(step.daemonset) if isinstance(step, SetLabels) else None
-        if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
-            return  # the template change rolls nothing; a RollPods step (if any) rolls pods
-        rolls = isinstance(step, SetLabels) and step.daemonset in base_snap.daemonsets
-        if isinstance(step, SetLabels) and rolls:
-            out = self.waiter.rollout(
-                step.daemonset, self.settings.timeout, self._report_rollout,
-                blocked=lambda: stalls.lost_nodes_detail(
-                    self.kube, self.namespace, base_snap.daemonsets[step.daemonset]))
-            if not out.complete:
-                self._fail_rollout(rec, step, base_snap, out)
-        deadline = self.clock.monotonic() + self.settings.timeout
-        dips: dict[str, str] = {}
-
-        def check() -> list[GateResult]:
-            snap = self._fresh(base_snap, recent_pods=not isinstance(step, SetLabels | RollPods))
-            ctx = self._context(snap)
-            results: list[GateResult] = list(module.after_write(ctx, step))
-            if isinstance(step, SetLabels) and rolls:
-                results.append(g.nodes_reporting(step.daemonset, snap.pods_of(step.daemonset)))
-            for b in bases:
-                results.append(self._endpoints_gate(snap, b, step, plan))
-                self._note_endpoints(snap, b)
-            for r in results:
-                if r.name.startswith("endpoints-dip/") and not r.ok:
-                    dips.setdefault(r.name.partition("/")[2], r.detail)
-            return results
-
-        def stop_now(results: list[GateResult]) -> bool:
-            """Lost endpoints (act at once) or a node that stopped reporting (cannot heal by
-            waiting); an endpoint dip the step did not cause is waited out."""
-            return any(r.name.startswith(("endpoints/", "nodes-reporting/"))
-                       for r in _failed(results))
-
-        results = self.waiter.until(check, deadline, fatal=stop_now)
-        for service, detail in sorted(dips.items()):
-            note = f"Service/{service} dipped below its baseline during {step.object}: {detail}"
-            self.result.notes.append(note)
-            self.listener.message(note)
-        if not _failed(results):
-            return
-        if isinstance(step, SetSelector):
-            lost = [r for r in _failed(results) if r.name.startswith("endpoints/")]
-            if lost:
-                self._wrote(step.inverse())
-                executor.execute(self.kube, self.namespace, self.catalog, step.inverse())
-                self.result.writes += 1
-                rec.mark(step, "skipped", undo=rollback)
-                self.listener.step(StepEvent(rec.number, step, "restored"))
-                self._fail(rec, f"{step.object}: endpoints dropped after the selector change "
-                           f"({_describe(lost)}); the old selector was restored",
-                           "check the pods the new selector should match, then retry")
-        self._fail(rec, f"{step.object}: {_describe(results)}",
-                   "run `dcgm-migrate status` to see the gates; rerun to resume")
-
-    def _endpoints_gate(self, snap: Snapshot, base: ServiceBaseline, step: Step,
-                        plan: PhasePlan) -> GateResult:
-        """Phase 1 (pods roll): the DaemonSet's budget. A Service write: zero tolerance, with
-        the loss attributed (`gates.switch_loss`): only a loss the write caused is fatal."""
-        if isinstance(step, SetLabels | RollPods):
-            return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0))
-        if isinstance(step, SetSelector) and step.service == base.service:
-            return g.switch_loss(snap, base, step.before, step.after)
-        selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
-        return g.switch_loss(snap, base, selector, selector)
-
-    def _fail_rollout(self, rec: PhaseRecord, step: SetLabels, base: Snapshot,
-                      out: RolloutOutcome) -> None:
-        if out.ds is None:
-            self._fail(rec, f"DaemonSet/{step.daemonset} disappeared during its rollout",
-                       "find out who deleted it (operator cleanup, a deleted CR); plan again")
-            return
-        counts = g.rollout_complete(out.ds).detail
-        if out.blocked:
-            self._fail(rec, f"DaemonSet/{step.daemonset} cannot finish rolling out ({counts}): "
-                       f"{out.blocked}", stalls.NODE_HINT)
-        pods = self._fresh(base).pods_of(step.daemonset)
-        where, hint = stalls.where_stuck(self.kube, step.daemonset, pods,
-                                         step.template_after)
-        self._fail(rec, f"DaemonSet/{step.daemonset} made no progress for "
-                   f"{out.stalled_for:.0f}s (--timeout {self.settings.timeout:g}s; {counts}); "
-                   f"{where}", hint)
-
-    def _report_rollout(self, ds: dict[str, Any], pace: Pace) -> None:
-        updated, available, desired = g.rollout_counts(ds)
-        self.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
-                                              eta_seconds=pace.eta))
-
-    def _note_endpoints(self, snap: Snapshot, base: ServiceBaseline) -> None:
-        ready = snap.endpoints_of(base.service).ready_total
-        low = self.result.lowest.get(base.service, (ready, base.total))
-        self.result.lowest[base.service] = (min(low[0], ready), base.total)
-        self.listener.endpoints(EndpointProgress(base.service, ready, base.total))
-
-    # ---- OnDelete ----------------------------------------------------------------------------
-
-    def _roll_on_delete(self, rec: PhaseRecord, step: RollPods, rollback: bool) -> None:
-        """Delete pods whose labels differ from the template, one node at a time, each after
-        the previous node's new pod is Ready."""
-        while True:
-            snap = self.recent_snapshot()
-            ds = snap.daemonsets.get(step.daemonset)
-            if ds is None:
-                return
-            want = {k: o.template_labels(ds).get(k) for k in step.label_keys}
-            stale = sorted((p for p in snap.pods_of(step.daemonset) if not p.deleting
-                            and any(p.labels.get(k) != v for k, v in want.items())),
-                           key=lambda p: p.node)
-            if not stale:
-                rec.mark(step, "done", undo=rollback)
-                self.save()
-                return
-            unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
-            if unready:
-                self._fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
-                           f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
-                           "another node's pod", "fix those nodes, then rerun to resume")
-            pod = stale[0]
-            rec.mark(step, "intent", undo=rollback)
-            self.save()
-            self._wrote(step)
-            executor.delete_pod(self.kube, self.namespace, pod.name, pod.uid)
-            self.result.writes += 1
-            self.listener.step(StepEvent(rec.number, step, "writing"))
-            deadline = self.clock.monotonic() + self.settings.timeout
-
-            def node_back(node: str = pod.node, snap: Snapshot = snap,
-                          want: dict[str, str | None] = want) -> list[GateResult]:
-                fresh = self._fresh(snap)
-                new = [p for p in fresh.pods_of(step.daemonset)
-                       if p.node == node and not p.deleting]
-                ok = any(p.ready and all(p.labels.get(k) == v for k, v in want.items())
-                         for p in new)
-                return [GateResult(f"node-back/{node}", ok, f"new pod on {node}")]
-
-            results = self.waiter.until(node_back, deadline, wake_kind=kinds.POD)
-            if _failed(results):
-                self._fail(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
-                           f"become Ready within {self.settings.timeout:g}s",
-                           "fix the node, then rerun to resume")
+                                 fatal=lambda rs: not all(r.wait for r in g.failed(rs)))
 
     # ---- rollback ----------------------------------------------------------------------------
 
@@ -519,9 +344,4 @@ def _hint_for(step: Step, rollback: bool, failed: list[GateResult]) -> str:
         return ("someone else (often an operator reconcile) changed this Service since it was "
                 "read; nothing was written to it: run `dcgm-migrate status` to see its owner and "
                 "selector, then the same command again")
-    if isinstance(step, CreateAlias):
-        return "see docs/runbook.md, 'coexistence'"
-    if isinstance(step, SetSelector):
-        return ("wait until every pod carries the common label (phase 1 rollout), then rerun"
-                if not rollback else "fix the pods the old selector needs, then rerun")
-    return "fix what the gate names, then run the same command again"
+    return step.stop_hint(rollback)

@@ -30,6 +30,15 @@ class GateResult:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
 
+def failed(results: Iterable[GateResult]) -> list[GateResult]:
+    return [r for r in results if not r.ok]
+
+
+def describe(results: Iterable[GateResult]) -> str:
+    """The failed gates as one line: `name: detail; ...`."""
+    return "; ".join(f"{r.name}: {r.detail}" for r in failed(results))
+
+
 def _names(items: Iterable[str]) -> str:
     items = sorted(set(items))
     shown = ", ".join(items[:MAX_NAMED])

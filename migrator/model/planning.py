@@ -54,8 +54,10 @@ class PlanContext:
         return [c.daemonset for c in self.components if c.common_label.key == key]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PhasePlan:
+    """What a phase hands the runner (always built with keywords)."""
+
     number: int
     name: str
     steps: tuple[Step, ...] = ()

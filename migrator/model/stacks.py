@@ -136,7 +136,7 @@ def parse_common(doc: dict[str, Any]) -> Common:
 @cache
 def load_catalog() -> Catalog:
     """The shipped plans (package data `plans/*.yaml`)."""
-    root = resources.files("plans")
+    root = resources.files("migrator.plans")
     stacks = tuple(
         parse_stack(yaml.safe_load(root.joinpath(f"{n}.yaml").read_text())) for n in STACK_NAMES
     )

@@ -1,5 +1,9 @@
-"""Steps: one Kubernetes write each, as data. Every step knows its inverse, whether the live
-object already shows its effect (so a resumed run skips it), and how to present itself in a plan.
+"""Steps: one Kubernetes write each, as data. Every step knows its inverse (None when there is
+none), whether the live object already shows its effect (so a resumed run skips it), how to
+present itself in a plan, and what the runner must do around it — which object it targets
+(`kind`, `name`), whether it moves pods, which rollout it starts, which selector it changes,
+whether it is run pod by pod, what to tell the user when a gate stops it. The runner asks;
+it never branches on a step's type.
 
 Steps serialise to plain dicts for the state ConfigMap, so rollback is built from what was
 recorded, not from what the cluster looks like now.
@@ -11,9 +15,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from migrator.model import kinds
 from migrator.model import objects as o
+from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
+SelectorChange = tuple[Mapping[str, str], Mapping[str, str]]  # (before, after)
 LabelMap = Mapping[str, str | None]  # None = the key is absent / removed
 
 
@@ -34,11 +41,38 @@ def _labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
     return all(actual.get(k) == v for k, v in wanted.items())
 
 
+class _StepDefaults:
+    """What most steps answer; a step that differs says so itself."""
+
+    pod_by_pod: ClassVar[bool] = False  # True: the runner runs it pod by pod (engine/ondelete)
+
+    def rolls_pods(self) -> bool:
+        """Does this write replace pods (so pods read before it are stale)?"""
+        return False
+
+    def rollout_of(self) -> str | None:
+        """The DaemonSet whose rollout this write starts, for the runner to wait on."""
+        return None
+
+    def selector_change(self, service: str) -> SelectorChange | None:
+        """(before, after) when this write changes `service`'s selector."""
+        return None
+
+    def pod_labels(self) -> LabelMap:
+        """Labels the pods must carry once this write has rolled out (None: absent)."""
+        return {}
+
+    def stop_hint(self, rollback: bool) -> str:
+        """What to do when a pre-gate stops this write."""
+        return "fix what the gate names, then run the same command again"
+
+
 @dataclass(frozen=True)
-class SetLabels:
+class SetLabels(_StepDefaults):
     """Set (or remove, value None) labels on a DaemonSet's metadata and pod template."""
 
     type: ClassVar[str] = "set-labels"
+    kind: ClassVar[Kind] = kinds.DAEMONSET
     daemonset: str
     meta_after: LabelMap
     template_after: LabelMap
@@ -48,6 +82,10 @@ class SetLabels:
     @property
     def id(self) -> str:
         return f"labels/daemonset/{self.daemonset}"
+
+    @property
+    def name(self) -> str:
+        return self.daemonset
 
     @property
     def object(self) -> str:
@@ -73,23 +111,35 @@ class SetLabels:
     def rolls_pods(self) -> bool:
         return any(self.template_before.get(k) != v for k, v in self.template_after.items())
 
+    def rollout_of(self) -> str | None:
+        return self.daemonset
+
+    def pod_labels(self) -> LabelMap:
+        return self.template_after
+
     def inverse(self) -> SetLabels:
         return SetLabels(self.daemonset, self.meta_before, self.template_before,
                          self.meta_after, self.template_after)
 
 
 @dataclass(frozen=True)
-class RollPods:
+class RollPods(_StepDefaults):
     """OnDelete DaemonSets: delete pods whose labels differ from the template, one node at a
     time, each after the previous node's new pod is Ready."""
 
     type: ClassVar[str] = "roll-pods"
+    kind: ClassVar[Kind] = kinds.DAEMONSET
+    pod_by_pod: ClassVar[bool] = True
     daemonset: str
     label_keys: tuple[str, ...]
 
     @property
     def id(self) -> str:
         return f"roll/daemonset/{self.daemonset}"
+
+    @property
+    def name(self) -> str:
+        return self.daemonset
 
     @property
     def object(self) -> str:
@@ -99,17 +149,32 @@ class RollPods:
         return [Change(self.object, "pods", "old template", "deleted one node at a time")]
 
     def satisfied(self, live: Obj | None) -> bool:
-        return False  # decided by the runner from the pods, not the DaemonSet
+        """Every scheduled pod runs the DaemonSet's current template, by its status (the
+        controller counts `updatedNumberScheduled` for OnDelete too), for the current spec.
+        Which pods still need deleting is the runner's per-pod read (engine/ondelete.py)."""
+        if live is None:
+            return True  # nothing left to roll
+        status = live.get("status") or {}
+        generation = o.meta(live).get("generation")
+        return bool((generation is None or status.get("observedGeneration") == generation)
+                    and status.get("updatedNumberScheduled", 0)
+                    == status.get("desiredNumberScheduled", 0))
 
-    def inverse(self) -> RollPods:
-        return self
+    def rolls_pods(self) -> bool:
+        return True
+
+    def inverse(self) -> None:
+        """A deleted pod cannot be undeleted; rolling back phase 1 restores the labels and
+        plans its own RollPods for the old template."""
+        return None
 
 
 @dataclass(frozen=True)
-class CreateAlias:
+class CreateAlias(_StepDefaults):
     """Create a tool-owned Service alias of a source Service."""
 
     type: ClassVar[str] = "create-alias"
+    kind: ClassVar[Kind] = kinds.SERVICE
     service: str
     source: str
     body: Obj = field(hash=False)
@@ -117,6 +182,10 @@ class CreateAlias:
     @property
     def id(self) -> str:
         return f"alias/service/{self.service}"
+
+    @property
+    def name(self) -> str:
+        return self.service
 
     @property
     def object(self) -> str:
@@ -137,18 +206,26 @@ class CreateAlias:
     def inverse(self) -> DeleteAlias:
         return DeleteAlias(self.service, self.source)
 
+    def stop_hint(self, rollback: bool) -> str:
+        return "see docs/runbook.md, 'coexistence'"
+
 
 @dataclass(frozen=True)
-class DeleteAlias:
-    """Delete an alias, only while it is still the tool's (checked by the runner)."""
+class DeleteAlias(_StepDefaults):
+    """Delete an alias, only while it is still the tool's (checked by the executor)."""
 
     type: ClassVar[str] = "delete-alias"
+    kind: ClassVar[Kind] = kinds.SERVICE
     service: str
     source: str
 
     @property
     def id(self) -> str:
         return f"unalias/service/{self.service}"
+
+    @property
+    def name(self) -> str:
+        return self.service
 
     @property
     def object(self) -> str:
@@ -162,15 +239,18 @@ class DeleteAlias:
         deleting it again would change nothing)."""
         return live is None or o.terminating(live) is not None
 
-    def inverse(self) -> DeleteAlias:
-        return self
+    def inverse(self) -> None:
+        """The alias body is not recorded with its deletion (rollback records only what it
+        removed): re-creating it is phase 2 planned again, from the live source Service."""
+        return None
 
 
 @dataclass(frozen=True)
-class SetSelector:
+class SetSelector(_StepDefaults):
     """Replace a Service's selector (guarded by a json-patch `test` of the expected one)."""
 
     type: ClassVar[str] = "set-selector"
+    kind: ClassVar[Kind] = kinds.SERVICE
     service: str
     before: Mapping[str, str]
     after: Mapping[str, str]
@@ -181,6 +261,10 @@ class SetSelector:
     @property
     def id(self) -> str:
         return f"selector/service/{self.service}"
+
+    @property
+    def name(self) -> str:
+        return self.service
 
     @property
     def object(self) -> str:
@@ -198,6 +282,13 @@ class SetSelector:
 
     def inverse(self) -> SetSelector:
         return SetSelector(self.service, self.after, self.before, self.local, self.operator_owned)
+
+    def selector_change(self, service: str) -> SelectorChange | None:
+        return (self.before, self.after) if service == self.service else None
+
+    def stop_hint(self, rollback: bool) -> str:
+        return ("wait until every pod carries the common label (phase 1 rollout), then rerun"
+                if not rollback else "fix the pods the old selector needs, then rerun")
 
 
 Step = SetLabels | RollPods | CreateAlias | DeleteAlias | SetSelector

@@ -24,7 +24,7 @@ from migrator.sim.controllers import endpointslices as E
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers import rendering as R
 from migrator.sim.controllers import rollouts as D
-from migrator.sim.controllers.kubelet import IPAllocator, running_status
+from migrator.sim.controllers.podstatus import IPAllocator, running_status
 from migrator.sim.controllers.scheduling import node_should_run
 from migrator.sim.store import Store
 

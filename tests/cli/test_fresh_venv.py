@@ -69,6 +69,20 @@ def test_fresh_venv_installs_and_runs_the_demo(tmp_path: Path) -> None:
     assert "verdict OK" in summary
     assert "rollout  DaemonSet/nvidia-dcgm-exporter-dra: updated 4/4" in run.stderr
 
+    # The repository's phases/ and plans/ folders install inside the package, never as generic
+    # top-level names that would collide with anything else in site-packages.
+    python = venv / "bin" / "python"
+    for name in ("phases", "plans"):
+        generic = sh(f"{python} -c 'import {name}'", tmp_path)
+        assert generic.returncode != 0 and "ModuleNotFoundError" in generic.stderr, name
+    inside = sh(f"{python} -c 'import migrator.phases as p, migrator.model.stacks as s; "
+                f"print(p.__file__, [m.NAME for m in p.PHASES], "
+                f"s.load_catalog().common.state_configmap)'", tmp_path)
+    assert inside.returncode == 0, inside.stderr
+    where, names = inside.stdout.split(" ", 1)
+    assert Path(where).is_relative_to(venv) and "site-packages/migrator/phases" in where
+    assert names.strip() == "['label', 'alias', 'switch'] dcgm-migrate-state"
+
     version = sh("dcgm-migrate --version", tmp_path)
     assert version.stdout.strip() == f"dcgm-migrate {__version__}"
     if shutil.which("kubectl"):

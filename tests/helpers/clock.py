@@ -1,7 +1,7 @@
 """The one fake clock of the tests: time moves only when a test (or a sleep) moves it.
 
-It is a `migrator.engine.clock.Clock` (now / monotonic / sleep), and calling it returns the
-wall time, which is the `Callable[[], datetime]` clock the state store takes.
+It is a `migrator.engine.clock.Clock` (now / monotonic / sleep): the clock the runner, the
+waiter, the state document and the state store all take.
 """
 
 from __future__ import annotations
@@ -33,6 +33,3 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.wall += timedelta(seconds=seconds)
         self.mono += seconds
-
-    def __call__(self) -> datetime:
-        return self.wall

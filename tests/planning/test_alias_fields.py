@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import phases
+from migrator import phases
 from migrator.model.discovery import discover
 from migrator.model.planning import PlanContext
 from migrator.model.stacks import load_catalog

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import phases
+from migrator import phases
 from migrator.engine import report as reports
 from migrator.model.discovery import discover
 from migrator.model.planning import Options, PlanContext

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import phases
+from migrator import phases
 from migrator.engine import report as reports
 from migrator.model import monitoring
 from migrator.model.discovery import discover
@@ -44,11 +44,12 @@ def _switched_ready(allow: bool = False) -> Snapshot:
 
 def test_refusal_names_every_failed_gate_and_is_none_when_all_pass() -> None:
     ok, bad = GateResult("a/x", True, "fine"), GateResult("b/y", False, "broken")
-    assert PhasePlan(2, "alias", gates=(ok,)).refusal is None
-    assert PhasePlan(2, "alias", gates=(ok, bad)).refusal == "b/y: broken"
-    assert PhasePlan(2, "alias", gates=(bad,), blocked="stop").refusal == "stop; b/y: broken"
+    assert PhasePlan(number=2, name="alias", gates=(ok,)).refusal is None
+    assert PhasePlan(number=2, name="alias", gates=(ok, bad)).refusal == "b/y: broken"
+    blocked = PhasePlan(number=2, name="alias", gates=(bad,), blocked="stop")
+    assert blocked.refusal == "stop; b/y: broken"
     same = GateResult("c/z", False, "stop")  # the gate that blocked: said once
-    assert PhasePlan(2, "alias", gates=(same,), blocked="stop").refusal == "stop"
+    assert PhasePlan(number=2, name="alias", gates=(same,), blocked="stop").refusal == "stop"
 
 
 def test_phase2_duplicate_gate_refuses_both_aliases_not_only_the_exporter() -> None:

@@ -8,7 +8,7 @@ import copy
 from dataclasses import replace
 from typing import Any
 
-import phases
+from migrator import phases
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import discover

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import phases
+from migrator import phases
 from migrator.model.discovery import discover
 from migrator.model.planning import Options, PlanContext
 from migrator.model.retiring import GONE, REPLACED, REVERTED, reasked, retired

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from migrator.engine import locking
-from migrator.engine.statestore import CHECKSUM_KEY, EMPTY_SHA, EMPTY_TEXT, STATE_KEY
+from migrator.engine.state import lock as locking
+from migrator.engine.state.configmap import CHECKSUM_KEY, EMPTY_SHA, EMPTY_TEXT, STATE_KEY
 from migrator.model import kinds
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, EndState, Env

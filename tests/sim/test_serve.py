@@ -1,4 +1,4 @@
-"""`sim serve` / `python -m migrator.sim serve`: one READY line, a working kubeconfig, clean exit
+"""`sim serve` / `python -m migrator sim serve`: one READY line, a working kubeconfig, clean exit
 on SIGTERM and SIGINT, exit 2 with one sentence for bad flags, fault flags reaching the server."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "migrator.sim", "serve", *args],
+    return subprocess.Popen([sys.executable, "-m", "migrator", "sim", "serve", *args],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

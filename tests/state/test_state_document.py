@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.engine.state import HISTORY_LIMIT, State
+from migrator.engine.state.document import HISTORY_LIMIT, State
 from migrator.errors import StateCorrupt
 from migrator.model.steps import SetLabels, SetSelector
+from tests.helpers.clock import FakeClock
 
 STEP = SetLabels("nvidia-dcgm-dra", {"k": "true"}, {"k": "true"}, {"k": None}, {"k": "false"})
 
@@ -59,3 +60,22 @@ def test_invalid_documents_are_refused(mutate) -> None:  # type: ignore[no-untyp
     with pytest.raises(StateCorrupt) as err:
         State.from_document(doc)
     assert err.value.hint, "a refusal must say what to do"
+
+
+def test_every_timestamp_comes_from_the_injected_clock() -> None:
+    clock = FakeClock()
+    state = State("ns", clock=clock)
+    assert state.created == state.updated == "2025-03-01T12:00:00Z"
+    clock.advance(61)
+    state.phase(1).mark(STEP, "intent")
+    state.log("phase-start", phase=1)
+    clock.advance(60)
+    doc = state.to_document()
+    assert doc["phases"][0]["steps"][0]["at"] == "2025-03-01T12:01:01Z"
+    assert doc["history"][0]["at"] == "2025-03-01T12:01:01Z"
+    assert (doc["created"], doc["updated"]) == ("2025-03-01T12:00:00Z", "2025-03-01T12:02:01Z")
+    again = State.from_document(doc, clock)
+    clock.advance(1)
+    again.phase(2).mark(STEP, "done")  # a loaded document keeps stamping on the same clock
+    assert again.phase(2).steps[0].at == "2025-03-01T12:02:02Z"
+    assert again.created == "2025-03-01T12:00:00Z"

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from migrator.engine import locking
-from migrator.engine.statebackends import MemoryConfigMap
-from migrator.engine.statestore import MemoryStateStore, StoredState
+from migrator.engine.state import lock as locking
+from migrator.engine.state.backends import MemoryConfigMap
+from migrator.engine.state.store import MemoryStateStore, StoredState
 from migrator.errors import LockHeld, StateConflict, StateCorrupt, exit_code_for
 from tests.helpers.clock import T0
 from tests.helpers.clock import FakeClock as Clock

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from migrator.engine import locking
-from migrator.engine.statestore import ConfigMapStateStore
+from migrator.engine.state import ConfigMapStateStore
+from migrator.engine.state import lock as locking
 from migrator.errors import LockHeld, StateConflict, StateCorrupt
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds

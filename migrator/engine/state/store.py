@@ -1,12 +1,8 @@
-"""Where the state document lives (SPEC §5): ConfigMap `dcgm-migrate-state`, plus the run lock.
+"""Where the state document lives (SPEC §5): the state ConfigMap, plus the run lock.
 
-Layout of the ConfigMap (label `app.kubernetes.io/managed-by: dcgm-migrate`):
-- `data["state.json"]`: the document as canonical JSON; `data["state.sha256"]`: the SHA-256 of
-  exactly those bytes, so a hand edit or truncation is refused (`StateCorrupt`) instead of
-  trusted. A ConfigMap of that name without the label is someone else's: never written.
-- annotations `dcgm-migrate/lock-holder|lock-acquired|lock-expires`: the run lock.
-- Taking the lock when no ConfigMap exists creates it holding the empty document `{}`, which
-  means "no state yet": `load` returns None for it. Saving `{}` therefore also reads back as None.
+The ConfigMap's layout is `configmap.py`; its name and label are the catalog's.
+Taking the lock when no ConfigMap exists creates it holding the empty document `{}`, which
+means "no state yet": `load` returns None for it. Saving `{}` therefore also reads back as None.
 
 Every write is a create or a PUT carrying the resourceVersion last seen (optimistic
 concurrency): two runs racing for the lock cannot both win, and a state write never overwrites
@@ -15,46 +11,40 @@ renewal, a label added by hand) and nobody else holds the lock, the save is retr
 version; if the document itself changed, `StateConflict`; if another run holds the lock,
 `LockHeld`.
 
-For `apply --dry-run` (a Kube with dry_run=True, whose writes are not persisted) give the
-engine a `MemoryStateStore.seeded(...)` copy of the real state instead.
+For `apply --dry-run` (a Kube with dry_run=True, whose writes are not persisted) the run
+session (`session.py`) hands the engine a `MemoryStateStore.seeded(...)` copy instead.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from migrator.engine import locking
-from migrator.engine.locking import Lock
-from migrator.engine.statebackends import Backend, KubeConfigMap, MemoryConfigMap
-from migrator.errors import APIConflict, APINotFound, LockHeld, StateConflict, StateCorrupt
+from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.state import lock as locking
+from migrator.engine.state.backends import Backend, KubeConfigMap, MemoryConfigMap
+from migrator.engine.state.configmap import (
+    CHECKSUM_KEY,
+    EMPTY_SHA,
+    EMPTY_TEXT,
+    MAX_DOCUMENT_BYTES,
+    STATE_KEY,
+    ConfigMapFormat,
+    StoredState,
+    checksum,
+    encode,
+)
+from migrator.engine.state.lock import Lock
+from migrator.errors import APIConflict, APINotFound, LockHeld, StateConflict
 from migrator.kube import Kube
-from migrator.model import objects as o
+from migrator.model.stacks import Common, Label, load_catalog
 
 Obj = dict[str, Any]
-Clock = Callable[[], datetime]
 
-DEFAULT_NAME = "dcgm-migrate-state"
-STATE_KEY = "state.json"
-CHECKSUM_KEY = "state.sha256"
-MANAGED_BY = ("app.kubernetes.io/managed-by", "dcgm-migrate")
-MAX_DOCUMENT_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB in all
 _ROUNDS = 8  # re-reads after conflicts before giving up
 _VERSIONS_KEPT = 32
-
-
-@dataclass(frozen=True)
-class StoredState:
-    """A loaded or saved document and the ConfigMap resourceVersion it was read or written at."""
-
-    document: dict[str, Any]
-    version: str
 
 
 class StateStore(Protocol):
@@ -69,34 +59,19 @@ class StateStore(Protocol):
     def lock_holder(self) -> str | None: ...
 
 
-def encode(document: dict[str, Any]) -> str:
-    """Canonical JSON: sorted keys, no spaces, so equal documents are equal bytes."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def checksum(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-EMPTY_TEXT = encode({})
-EMPTY_SHA = checksum(EMPTY_TEXT)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class _ConfigMapState:
+class _ConfigMapState(ConfigMapFormat):
     """The store's logic, over any backend that behaves like the API for one ConfigMap."""
 
     def __init__(
-        self, backend: Backend, clock: Clock = utcnow,
+        self, backend: Backend, managed_by: Label, clock: Clock,
         is_dead: Callable[[str], bool] = locking.holder_is_dead,
     ) -> None:
-        self._cm = backend
+        super().__init__(backend, managed_by)
         self._clock = clock
         self._is_dead = is_dead
-        self._mu = threading.RLock()  # a renewer thread may run beside the runner
+        # One store may be called from more than one thread (the guard's loops, tests racing
+        # two runs through one store): each call is atomic for this store.
+        self._mu = threading.RLock()
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
         # resourceVersion -> checksum of the document at that version, for every version of
         # the ConfigMap this store has read or written: a caller may pass a version it got from
@@ -105,63 +80,6 @@ class _ConfigMapState:
         self._held: Lock | None = None
 
     # ---- reading and checking ---------------------------------------------------------
-
-    def _kubectl(self) -> str:
-        return f"kubectl -n {self._cm.namespace} get configmap {self._cm.name} -o yaml"
-
-    def _corrupt(self, what: str) -> StateCorrupt:
-        return StateCorrupt(
-            f"The migration state in ConfigMap {self._cm.where} {what}, so dcgm-migrate "
-            "refuses to use it.",
-            f"inspect it with `{self._kubectl()}`; if you edited it, restore it, or delete the "
-            "ConfigMap to start over (the cluster objects are unchanged by deleting state, but "
-            "rollback then no longer knows the original values)",
-        )
-
-    def _check_ours(self, cm: Obj) -> None:
-        labels = (cm.get("metadata") or {}).get("labels") or {}
-        if labels.get(MANAGED_BY[0]) != MANAGED_BY[1]:
-            raise StateCorrupt(
-                f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
-                f"(no label {MANAGED_BY[0]}={MANAGED_BY[1]}), so it is never read or written.",
-                f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
-                "or run the migration in another namespace",
-            )
-
-    def _check_not_terminating(self, cm: Obj) -> None:
-        """A state ConfigMap being deleted vanishes once its finalizers go: never lock or write
-        it (the run's record would vanish with it)."""
-        why = o.terminating(cm)
-        if why is None:
-            return
-        raise StateConflict(
-            f"ConfigMap {self._cm.where} holding the migration state is being deleted ({why}), "
-            "so dcgm-migrate will not lock or write it.",
-            f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the "
-            "migration, let it finish (remove the finalizers if nothing needs them) and run "
-            "again; otherwise ask whoever deleted it",
-        )
-
-    def _decode(self, cm: Obj) -> tuple[dict[str, Any], str]:
-        """(document, its checksum) of a ConfigMap of ours; StateCorrupt when it cannot be."""
-        self._check_ours(cm)
-        data = cm.get("data") or {}
-        text = data.get(STATE_KEY)
-        if not isinstance(text, str):
-            raise self._corrupt(f"has no {STATE_KEY} key")
-        sha = checksum(text)
-        if data.get(CHECKSUM_KEY) != sha:
-            raise self._corrupt(
-                f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or "
-                "corrupted"
-            )
-        try:
-            document = json.loads(text)
-        except ValueError:
-            raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
-        if not isinstance(document, dict):
-            raise self._corrupt(f"holds JSON that is not an object in {STATE_KEY}")
-        return document, sha
 
     def _view(self, cm: Obj) -> Obj:
         """Remember `cm` as our latest view, and which document its version holds."""
@@ -173,26 +91,6 @@ class _ConfigMapState:
             while len(self._versions) > _VERSIONS_KEPT:
                 del self._versions[next(iter(self._versions))]
         return cm
-
-    def _stored_sha(self, cm: Obj | None) -> str | None:
-        if cm is None:
-            return None
-        return str(((cm.get("data") or {}).get(CHECKSUM_KEY)) or "") or None
-
-    def _new_configmap(self, text: str, annotations: dict[str, str]) -> Obj:
-        meta: Obj = {
-            "name": self._cm.name,
-            "namespace": self._cm.namespace,
-            "labels": {MANAGED_BY[0]: MANAGED_BY[1]},
-        }
-        if annotations:
-            meta["annotations"] = annotations
-        return {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": meta,
-            "data": {STATE_KEY: text, CHECKSUM_KEY: checksum(text)},
-        }
 
     # ---- the document -----------------------------------------------------------------
 
@@ -302,7 +200,7 @@ class _ConfigMapState:
         self._check_not_terminating(current)
         info = locking.read(current["metadata"].get("annotations"))
         held_by_us = self._held is not None and locking.is_ours(info, self._held)
-        if info is not None and not held_by_us and info.live(self._clock()):
+        if info is not None and not held_by_us and info.live(self._clock.now()):
             raise self._lock_held(info)
         if self._held is not None and not held_by_us:
             raise StateConflict(
@@ -335,7 +233,7 @@ class _ConfigMapState:
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
             for _ in range(_ROUNDS):
-                now = self._clock()
+                now = self._clock.now()
                 current = self._cm.get()
                 if current is not None and tried is not None and locking.is_ours(
                         locking.read(current["metadata"].get("annotations")), tried):
@@ -400,7 +298,7 @@ class _ConfigMapState:
                 renewed = Lock(
                     lock.holder, lock.acquired,
                     max(lock.expires, locking.new_lock(
-                        lock.holder, self._clock(), lock.ttl_seconds, None).expires),
+                        lock.holder, self._clock.now(), lock.ttl_seconds, None).expires),
                     lock.ttl_seconds, lock.taken_over_from,
                 )
                 try:
@@ -455,33 +353,37 @@ class _ConfigMapState:
 
 
 class ConfigMapStateStore(_ConfigMapState):
-    """The real store: ConfigMap `name` in `namespace`, read and written through `kube`."""
+    """The real store: the catalog's state ConfigMap in `namespace`, through `kube`."""
 
     def __init__(
-        self, kube: Kube, namespace: str, name: str = DEFAULT_NAME, clock: Clock = utcnow,
-        is_dead: Callable[[str], bool] = locking.holder_is_dead,
+        self, kube: Kube, namespace: str, common: Common | None = None,
+        clock: Clock | None = None, is_dead: Callable[[str], bool] = locking.holder_is_dead,
     ) -> None:
-        super().__init__(KubeConfigMap(kube, namespace, name), clock, is_dead)
+        common = common or load_catalog().common
+        super().__init__(KubeConfigMap(kube, namespace, common.state_configmap),
+                         common.managed_by, clock or SystemClock(), is_dead)
 
 
 class MemoryStateStore(_ConfigMapState):
-    """The same behaviour over an in-memory ConfigMap, for engine unit tests.
+    """The same behaviour over an in-memory ConfigMap, for engine unit tests and dry runs.
 
     Two stores built on the same `configmap` act like two processes sharing a cluster;
     `configmap.edit(...)` plays a second client (kubectl edit) changing it between calls.
     """
 
     def __init__(
-        self, configmap: MemoryConfigMap | None = None, clock: Clock = utcnow,
-        is_dead: Callable[[str], bool] = locking.holder_is_dead,
+        self, configmap: MemoryConfigMap | None = None, clock: Clock | None = None,
+        is_dead: Callable[[str], bool] = locking.holder_is_dead, common: Common | None = None,
     ) -> None:
-        self.configmap = configmap or MemoryConfigMap()
-        super().__init__(self.configmap, clock, is_dead)
+        common = common or load_catalog().common
+        self.configmap = configmap or MemoryConfigMap(name=common.state_configmap)
+        super().__init__(self.configmap, common.managed_by, clock or SystemClock(), is_dead)
 
     @classmethod
-    def seeded(cls, stored: StoredState | None, clock: Clock = utcnow) -> MemoryStateStore:
+    def seeded(cls, stored: StoredState | None, clock: Clock | None = None,
+               common: Common | None = None) -> MemoryStateStore:
         """A scratch copy of real state (for dry runs): writes stay in memory."""
-        store = cls(clock=clock)
+        store = cls(clock=clock, common=common)
         if stored is not None:
             text = encode(stored.document)
             store._view(store.configmap.create(store._new_configmap(text, {})))

@@ -1,8 +1,9 @@
-"""The state document kept in ConfigMap `dcgm-migrate-state` (SPEC §5).
+"""The state document kept in the state ConfigMap (SPEC §5; its name is in plans/common.yaml).
 
 Plain JSON: schema version, stack, plan fingerprint, per-phase status with timestamps, per-step
 records (intent written before the write, done after), the originals rollback needs (inside each
 step record), endpoint baselines, the last error and a bounded history. Nothing secret.
+Timestamps come from the run's injected Clock (`State(clock=...)`), never the real clock.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import StateCorrupt
 from migrator.model.retiring import GONE, REPLACED, REVERTED
 from migrator.model.steps import Step, from_record, to_record
@@ -22,8 +24,9 @@ PHASE_NAMES = {1: "label", 2: "alias", 3: "switch"}
 RETIRED = (GONE, REVERTED, REPLACED)  # step records model/retiring.py set aside
 
 
-def utcnow() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def stamp(moment: datetime) -> str:
+    """A recorded time: UTC, whole seconds, `Z` (the schema-1 format)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -48,6 +51,7 @@ class PhaseRecord:
     baselines: list[dict[str, Any]] = field(default_factory=list)
     wrote_labels: bool = False
     error: str | None = None
+    clock: Clock = field(default_factory=SystemClock, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -73,9 +77,9 @@ class PhaseRecord:
             if r.id == step.id:
                 if r.status in RETIRED:  # the same id on a new object: its own originals
                     r.step = to_record(step)
-                r.status, r.at = status, utcnow()
+                r.status, r.at = status, stamp(self.clock.now())
                 return
-        records.append(StepRecord(to_record(step), status, utcnow()))
+        records.append(StepRecord(to_record(step), status, stamp(self.clock.now())))
 
 
 @dataclass
@@ -87,8 +91,19 @@ class State:
         default_factory=lambda: {n: PhaseRecord(n) for n in PHASE_NAMES})
     last_error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
-    created: str = field(default_factory=utcnow)
-    updated: str = field(default_factory=utcnow)
+    created: str = ""  # "": now, on the clock
+    updated: str = ""
+    clock: Clock = field(default_factory=SystemClock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.created = self.created or self.stamp()
+        self.updated = self.updated or self.stamp()
+        for record in self.phases.values():
+            record.clock = self.clock
+
+    def stamp(self) -> str:
+        """Now, as recorded in the document."""
+        return stamp(self.clock.now())
 
     def phase(self, number: int) -> PhaseRecord:
         return self.phases[number]
@@ -99,11 +114,11 @@ class State:
         return completed and self.stack not in ("none", live) and live != "none"
 
     def log(self, event: str, **details: Any) -> None:
-        self.history.append({"at": utcnow(), "event": event, **details})
+        self.history.append({"at": self.stamp(), "event": event, **details})
         del self.history[:-HISTORY_LIMIT]
 
     def to_document(self) -> dict[str, Any]:
-        self.updated = utcnow()
+        self.updated = self.stamp()
         return {
             "schema": SCHEMA_VERSION,
             "namespace": self.namespace,
@@ -124,7 +139,7 @@ class State:
         }
 
     @staticmethod
-    def from_document(doc: dict[str, Any]) -> State:
+    def from_document(doc: dict[str, Any], clock: Clock | None = None) -> State:
         try:
             if doc.get("schema") != SCHEMA_VERSION:
                 raise StateCorrupt(
@@ -150,8 +165,9 @@ class State:
             return State(namespace=str(doc["namespace"]), stack=str(doc["stack"]),
                          plan_fingerprint=doc.get("planFingerprint"), phases=phases,
                          last_error=doc.get("lastError"), history=list(doc.get("history") or []),
-                         created=str(doc.get("created") or utcnow()),
-                         updated=str(doc.get("updated") or utcnow()))
+                         created=str(doc.get("created") or ""),
+                         updated=str(doc.get("updated") or ""),
+                         clock=clock or SystemClock())
         except StateCorrupt:
             raise
         except (KeyError, TypeError, ValueError) as exc:

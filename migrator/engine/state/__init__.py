@@ -1,0 +1,20 @@
+"""The migration state (SPEC §5), one concept in one package:
+
+    document.py   the state document (schema 1): phases, step records, history; timestamps
+                  from the injected Clock
+    configmap.py  the ConfigMap's layout: keys, checksum, managed-by label (from the catalog)
+    backends.py   one ConfigMap, in the cluster or in memory, with the API's concurrency errors
+    lock.py       the run lock's data (annotations) and who holds it
+    store.py      load/save and lock/renew/release with resourceVersion-guarded writes
+    session.py    one run's hold on it: lock, save, heartbeat, dry run (what `commands` opens)
+
+The names below are the package's surface for the rest of the engine and the commands.
+"""
+
+from migrator.engine.state.document import PHASE_NAMES, PhaseRecord, State
+from migrator.engine.state.lock import default_holder
+from migrator.engine.state.session import RunSession
+from migrator.engine.state.store import ConfigMapStateStore, StateStore
+
+__all__ = ["PHASE_NAMES", "ConfigMapStateStore", "PhaseRecord", "RunSession", "State",
+           "StateStore", "default_holder"]

@@ -1,0 +1,135 @@
+"""The state ConfigMap's layout (SPEC §5): which keys hold what, and how one is built, checked
+and decoded. Name and managed-by label come from the catalog (plans/common.yaml).
+
+- label `<managed_by.key>: <managed_by.value>`: a ConfigMap of the state's name without it is
+  someone else's and is never read or written;
+- `data["state.json"]`: the document as canonical JSON; `data["state.sha256"]`: the SHA-256 of
+  exactly those bytes, so a hand edit or truncation is refused (`StateCorrupt`) instead of
+  trusted;
+- annotations `dcgm-migrate/lock-holder|lock-acquired|lock-expires`: the run lock (`lock.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.engine.state.backends import Backend
+from migrator.errors import StateConflict, StateCorrupt
+from migrator.model import objects as o
+from migrator.model.stacks import Label
+
+Obj = dict[str, Any]
+
+STATE_KEY = "state.json"
+CHECKSUM_KEY = "state.sha256"
+MAX_DOCUMENT_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB in all
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A loaded or saved document and the ConfigMap resourceVersion it was read or written at."""
+
+    document: dict[str, Any]
+    version: str
+
+
+def encode(document: dict[str, Any]) -> str:
+    """Canonical JSON: sorted keys, no spaces, so equal documents are equal bytes."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def checksum(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+EMPTY_TEXT = encode({})
+EMPTY_SHA = checksum(EMPTY_TEXT)
+
+
+class ConfigMapFormat:
+    """Building, checking and decoding the state ConfigMap behind `backend`."""
+
+    def __init__(self, backend: Backend, managed_by: Label) -> None:
+        self._cm = backend
+        self._managed_by = managed_by
+
+    def _kubectl(self) -> str:
+        return f"kubectl -n {self._cm.namespace} get configmap {self._cm.name} -o yaml"
+
+    def _corrupt(self, what: str) -> StateCorrupt:
+        return StateCorrupt(
+            f"The migration state in ConfigMap {self._cm.where} {what}, so dcgm-migrate "
+            "refuses to use it.",
+            f"inspect it with `{self._kubectl()}`; if you edited it, restore it, or delete the "
+            "ConfigMap to start over (the cluster objects are unchanged by deleting state, but "
+            "rollback then no longer knows the original values)",
+        )
+
+    def _check_ours(self, cm: Obj) -> None:
+        labels = (cm.get("metadata") or {}).get("labels") or {}
+        key, value = self._managed_by.key, self._managed_by.value
+        if labels.get(key) != value:
+            raise StateCorrupt(
+                f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
+                f"(no label {key}={value}), so it is never read or written.",
+                f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
+                "or run the migration in another namespace",
+            )
+
+    def _check_not_terminating(self, cm: Obj) -> None:
+        """A state ConfigMap being deleted vanishes once its finalizers go: never lock or write
+        it (the run's record would vanish with it)."""
+        why = o.terminating(cm)
+        if why is None:
+            return
+        raise StateConflict(
+            f"ConfigMap {self._cm.where} holding the migration state is being deleted ({why}), "
+            "so dcgm-migrate will not lock or write it.",
+            f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the "
+            "migration, let it finish (remove the finalizers if nothing needs them) and run "
+            "again; otherwise ask whoever deleted it",
+        )
+
+    def _decode(self, cm: Obj) -> tuple[dict[str, Any], str]:
+        """(document, its checksum) of a ConfigMap of ours; StateCorrupt when it cannot be."""
+        self._check_ours(cm)
+        data = cm.get("data") or {}
+        text = data.get(STATE_KEY)
+        if not isinstance(text, str):
+            raise self._corrupt(f"has no {STATE_KEY} key")
+        sha = checksum(text)
+        if data.get(CHECKSUM_KEY) != sha:
+            raise self._corrupt(
+                f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or "
+                "corrupted"
+            )
+        try:
+            document = json.loads(text)
+        except ValueError:
+            raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
+        if not isinstance(document, dict):
+            raise self._corrupt(f"holds JSON that is not an object in {STATE_KEY}")
+        return document, sha
+
+    def _stored_sha(self, cm: Obj | None) -> str | None:
+        if cm is None:
+            return None
+        return str(((cm.get("data") or {}).get(CHECKSUM_KEY)) or "") or None
+
+    def _new_configmap(self, text: str, annotations: dict[str, str]) -> Obj:
+        meta: Obj = {
+            "name": self._cm.name,
+            "namespace": self._cm.namespace,
+            "labels": {self._managed_by.key: self._managed_by.value},
+        }
+        if annotations:
+            meta["annotations"] = annotations
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta,
+            "data": {STATE_KEY: text, CHECKSUM_KEY: checksum(text)},
+        }

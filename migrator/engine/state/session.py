@@ -1,0 +1,76 @@
+"""One run's hold on the state: the lock, saving the document, the lock heartbeat, dry runs.
+
+`commands` opens a `RunSession` around a run and hands the runner its `save` and `heartbeat`:
+
+    with RunSession(store, version=..., holder=..., clock=..., listener=..., dry_run=...) as s:
+        Runner(..., save=s.save, heartbeat=s.heartbeat, ...)
+
+- the lock is taken on entry and released on exit (a failed release is left to expire: it
+  never masks the run's own outcome);
+- `save` writes the document on the ConfigMap version this run last saw, so a change by
+  anyone else is a conflict, never overwritten;
+- `heartbeat` (called by the runner's waits, on its thread) renews the lock once a quarter of
+  its TTL has passed on the injected clock;
+- on a dry run (the Kube's writes are not persisted) the store is a scratch in-memory copy of
+  the real state, and no lock is taken: a dry run never writes the state ConfigMap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import TracebackType
+
+from migrator.engine.clock import Clock
+from migrator.engine.progress import Listener
+from migrator.engine.state.document import State
+from migrator.engine.state.lock import Lock
+from migrator.engine.state.store import MemoryStateStore, StateStore
+from migrator.errors import APIError
+from migrator.model.stacks import Common
+
+LOCK_TTL_SECONDS = 120.0
+
+
+class RunSession:
+    """The store, lock and document version of one apply or rollback (a context manager)."""
+
+    def __init__(self, store: StateStore, *, version: str | None, holder: str, clock: Clock,
+                 listener: Listener, dry_run: bool, common: Common | None = None,
+                 ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
+        self.dry_run = dry_run
+        self.store: StateStore = (MemoryStateStore.seeded(store.load(), clock, common)
+                                  if dry_run else store)
+        self._version = version
+        self._holder = holder
+        self._clock = clock
+        self._listener = listener
+        self._ttl = ttl_seconds
+        self._lock: Lock | None = None
+        self._renewed = clock.monotonic()
+
+    def __enter__(self) -> RunSession:
+        if not self.dry_run:
+            self._lock = self.store.acquire_lock(self._holder, self._ttl)
+            self._renewed = self._clock.monotonic()
+            if self._lock.taken_over_from:
+                self._listener.message(
+                    f"took over the expired lock of {self._lock.taken_over_from}")
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(APIError):  # it expires on its own; never mask the
+                self.store.release_lock(self._lock)  # run's own outcome
+            self._lock = None
+
+    def save(self, state: State) -> None:
+        """Write `state` on the version this run last saw (StateConflict if anyone else wrote)."""
+        self._version = self.store.save(state.to_document(),
+                                        expected_version=self._version).version
+
+    def heartbeat(self) -> None:
+        """Renew the lock when a quarter of its TTL has passed since the last renewal."""
+        if self._lock is not None and self._clock.monotonic() - self._renewed > self._ttl / 4:
+            self._lock = self.store.renew_lock(self._lock)
+            self._renewed = self._clock.monotonic()

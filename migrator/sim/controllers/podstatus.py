@@ -1,0 +1,226 @@
+"""What a kubelet writes into a pod's status — Pending on acceptance, Running with container
+statuses and a pod IP, the Ready condition — and the pod IPs it hands out from the node's
+`spec.podCIDR`. Pure builders, shared by the simulated kubelet (kubelet.py) and the seeding of
+a cluster whose pods already run (seed.py). Upstream: kubelet `generateAPIPodStatus`
+(pkg/kubelet/kubelet_pods.go) and the Ready condition from `GeneratePodReadyCondition`
+(pkg/kubelet/status/generate.go).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+def host_ip(node: Mapping[str, Any]) -> str:
+    for addr in (node.get("status") or {}).get("addresses") or []:
+        if addr.get("type") == "InternalIP" and addr.get("address"):
+            return str(addr["address"])
+    h = zlib.crc32(node["metadata"]["name"].encode())
+    return f"172.{16 + (h >> 16) % 16}.{(h >> 8) % 256}.{1 + h % 254}"
+
+
+def _parse_cidr(text: str) -> tuple[int, int]:
+    """An IPv4 CIDR as (network, prefix length) ints; ValueError when it is not one."""
+    address, slash, length = text.partition("/")
+    octets = [int(part) for part in address.split(".")]
+    prefix = int(length) if slash else 32
+    if len(octets) != 4 or not all(0 <= x <= 255 for x in octets) or not 0 <= prefix <= 32:
+        raise ValueError(f"not an IPv4 CIDR: {text!r}")
+    value = (octets[0] << 24) | (octets[1] << 16) | (octets[2] << 8) | octets[3]
+    mask = (0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF
+    return value & mask, prefix
+
+
+def pod_cidr(node: Mapping[str, Any]) -> range:
+    """The usable host addresses (as ints) of the node's podCIDR, as `IPv4Network.hosts()`
+    gives them; a stable /24 from the node's name when it has none. Plain int arithmetic: the
+    kubelet allocates one on every pod start, on a rollout's critical path."""
+    cidr = (node.get("spec") or {}).get("podCIDR")
+    network, prefix = 0, -1
+    if cidr:
+        with contextlib.suppress(ValueError):  # a malformed one: the name-derived /24 below
+            network, prefix = _parse_cidr(str(cidr))
+    if prefix < 0:
+        h = zlib.crc32(node["metadata"]["name"].encode()) % 4096
+        network, prefix = (10 << 24) | ((200 + h // 256) << 16) | ((h % 256) << 8), 24
+    size = 1 << (32 - prefix)
+    if prefix >= 31:
+        return range(network, network + size)
+    return range(network + 1, network + size - 1)
+
+
+def _dotted(address: int) -> str:
+    return f"{address >> 24}.{(address >> 16) & 255}.{(address >> 8) & 255}.{address & 255}"
+
+
+def _cond(ctype: str, ok: bool, now: str, reason: str = "", message: str = "") -> Obj:
+    cond: Obj = {"type": ctype, "status": "True" if ok else "False", "lastProbeTime": None,
+                 "lastTransitionTime": now}
+    if not ok and reason:
+        cond["reason"] = reason
+        if message:
+            cond["message"] = message
+    return cond
+
+
+def _merge_conditions(old: list[Obj], new: list[Obj]) -> list[Obj]:
+    """Keep `lastTransitionTime` of conditions whose status did not change."""
+    prev = {c.get("type"): c for c in old}
+    out = []
+    for cond in new:
+        before = prev.get(cond["type"])
+        if before is not None and before.get("status") == cond["status"]:
+            cond = dict(cond, lastTransitionTime=before.get("lastTransitionTime"))
+        out.append(cond)
+    return out
+
+
+def _container_names(pod: Mapping[str, Any], key: str = "containers") -> list[str]:
+    return [c.get("name", "") for c in (pod.get("spec") or {}).get(key) or []]
+
+
+def _images(pod: Mapping[str, Any], key: str = "containers") -> dict[str, str]:
+    return {c.get("name", ""): c.get("image", "") for c in (pod.get("spec") or {}).get(key) or []}
+
+
+def _container_id(pod: Mapping[str, Any], name: str) -> str:
+    meta = pod.get("metadata", {})
+    ident = f"{meta.get('namespace')}/{meta.get('name')}/{name}"
+    return "containerd://" + hashlib.sha256(ident.encode()).hexdigest()
+
+
+def pending_status(pod: Mapping[str, Any], node: Mapping[str, Any], now: str) -> Obj:
+    """What the kubelet reports when it accepts a pod: Pending, containers being created."""
+    names = _container_names(pod)
+    inits = _container_names(pod, "initContainers")
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    images = _images(pod)
+    status: Obj = {
+        "phase": "Pending",
+        "qosClass": (pod.get("status") or {}).get("qosClass", "BestEffort"),
+        "hostIP": host_ip(node),
+        "hostIPs": [{"ip": host_ip(node)}],
+        "startTime": now,
+        "conditions": _merge_conditions((pod.get("status") or {}).get("conditions") or [], [
+            _cond("PodReadyToStartContainers", False, now),
+            _cond("Initialized", not inits, now, "ContainersNotInitialized",
+                  f"containers with incomplete status: [{' '.join(inits)}]"),
+            _cond("Ready", False, now, "ContainersNotReady", unready),
+            _cond("ContainersReady", False, now, "ContainersNotReady", unready),
+            _cond("PodScheduled", True, now),
+        ]),
+        "containerStatuses": [
+            {"name": n, "image": images[n], "imageID": "", "ready": False, "restartCount": 0,
+             "started": False, "state": {"waiting": {"reason": "ContainerCreating"}},
+             "lastState": {}}
+            for n in names
+        ],
+    }
+    if inits:
+        init_images = _images(pod, "initContainers")
+        status["initContainerStatuses"] = [
+            {"name": n, "image": init_images[n], "imageID": "", "ready": False,
+             "restartCount": 0, "started": False,
+             "state": {"waiting": {"reason": "PodInitializing"}}, "lastState": {}}
+            for n in inits
+        ]
+    return status
+
+
+def running_status(
+    pod: Mapping[str, Any], node: Mapping[str, Any], ip: str, ready: bool, now: str
+) -> Obj:
+    """Running with `ip`; Ready and ContainersReady as `ready` says."""
+    old: Obj = dict(pod.get("status") or {})
+    started = old.get("startTime") or now
+    names = _container_names(pod)
+    inits = _container_names(pod, "initContainers")
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    images = _images(pod)
+    status: Obj = {
+        "phase": "Running",
+        "qosClass": old.get("qosClass", "BestEffort"),
+        "hostIP": host_ip(node),
+        "hostIPs": [{"ip": host_ip(node)}],
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": started,
+        "conditions": _merge_conditions(old.get("conditions") or [], [
+            _cond("PodReadyToStartContainers", True, now),
+            _cond("Initialized", True, now),
+            _cond("Ready", ready, now, "ContainersNotReady", unready),
+            _cond("ContainersReady", ready, now, "ContainersNotReady", unready),
+            _cond("PodScheduled", True, now),
+        ]),
+        "containerStatuses": [
+            {"name": n, "image": images[n], "imageID": f"{images[n]}@sha256:" + "0" * 64,
+             "containerID": _container_id(pod, n), "ready": ready, "restartCount": 0,
+             "started": True, "state": {"running": {"startedAt": now}}, "lastState": {}}
+            for n in names
+        ],
+    }
+    if inits:
+        init_images = _images(pod, "initContainers")
+        status["initContainerStatuses"] = [
+            {"name": n, "image": init_images[n], "imageID": f"{init_images[n]}@sha256:" + "0" * 64,
+             "containerID": _container_id(pod, n), "ready": True, "restartCount": 0,
+             "started": False, "lastState": {},
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                      "startedAt": started, "finishedAt": now}}}
+            for n in inits
+        ]
+    old_cs = {c["name"]: c for c in old.get("containerStatuses") or []}
+    for cs in status["containerStatuses"]:
+        before = old_cs.get(cs["name"])
+        if before and "running" in (before.get("state") or {}):
+            cs["state"] = before["state"]  # a readiness flip does not restart the container
+    return status
+
+
+def with_ready(pod: Mapping[str, Any], ready: bool, now: str) -> Obj:
+    """The pod's status with Ready/ContainersReady (and containers' `ready`) set to `ready`."""
+    status: Obj = dict(pod.get("status") or {})
+    names = _container_names(pod)
+    unready = f"containers with unready status: [{' '.join(names)}]"
+    new = {"Ready": _cond("Ready", ready, now, "ContainersNotReady", unready),
+           "ContainersReady": _cond("ContainersReady", ready, now, "ContainersNotReady", unready)}
+    conds = [new.get(c.get("type", ""), c) for c in status.get("conditions") or []]
+    status["conditions"] = _merge_conditions(status.get("conditions") or [], conds)
+    status["containerStatuses"] = [
+        dict(cs, ready=ready) for cs in status.get("containerStatuses") or []
+    ]
+    return status
+
+
+class IPAllocator:
+    """Per-node pod IPs from the node's podCIDR, lowest free address first."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, set[str]] = {}
+
+    def take(self, node: Mapping[str, Any]) -> str:
+        name = node["metadata"]["name"]
+        used = self._used.setdefault(name, set())
+        for address in pod_cidr(node):
+            ip = _dotted(address)
+            if address & 255 == 1 or ip in used:
+                continue
+            used.add(ip)
+            return ip
+        raise RuntimeError(f"node {name} has no free pod IP")
+
+    def mark(self, node_name: str, ip: str) -> None:
+        self._used.setdefault(node_name, set()).add(ip)
+
+    def release(self, node_name: str, ip: str | None) -> None:
+        if ip:
+            self._used.get(node_name, set()).discard(ip)
+
+
+# ---- the controller --------------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""The run session (engine/state/session.py): the lock around a run, saves on the version last
+seen, the lock heartbeat on the injected clock, dry runs that never touch the state ConfigMap,
+and the ConfigMap's name and label taken from the catalog (plans/common.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from migrator.engine.progress import Quiet
+from migrator.engine.state import State
+from migrator.engine.state import lock as locking
+from migrator.engine.state.backends import MemoryConfigMap
+from migrator.engine.state.session import LOCK_TTL_SECONDS, RunSession
+from migrator.engine.state.store import MemoryStateStore
+from migrator.errors import StateConflict, StateCorrupt
+from migrator.model.stacks import Label, load_catalog
+from tests.helpers.clock import FakeClock
+
+HOLDER = "tester@host pid 1"
+
+
+class Said(Quiet):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def never_dead(holder: str) -> bool:
+    return False
+
+
+def session(store: MemoryStateStore, clock: FakeClock, *, dry_run: bool = False,
+            version: str | None = None, listener: Quiet | None = None) -> RunSession:
+    return RunSession(store, version=version, holder=HOLDER, clock=clock,
+                      listener=listener or Quiet(), dry_run=dry_run)
+
+
+def annotations(cm: MemoryConfigMap) -> dict[str, str]:
+    obj = cm.object
+    assert obj is not None
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def test_the_lock_is_held_inside_and_released_after_even_on_failure() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    with pytest.raises(RuntimeError), session(store, clock) as run:
+        assert annotations(cm)[locking.HOLDER] == HOLDER
+        run.save(State("ns", clock=clock))
+        raise RuntimeError("the run failed")
+    assert locking.HOLDER not in annotations(cm)
+    loaded = store.load()
+    assert loaded is not None and loaded.document["namespace"] == "ns"
+
+
+def test_saves_follow_the_version_last_seen_and_refuse_another_writer() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    state = State("ns", clock=clock)
+    with session(store, clock) as run:
+        run.save(state)
+        state.stack = "gpucluster"
+        run.save(state)  # on the version the first save returned, not a stale one
+        cm.edit(lambda obj: obj["data"].update({"state.json": "{}", "state.sha256":
+                                                  obj["data"]["state.sha256"]}))
+        with pytest.raises(StateCorrupt):
+            run.save(state)
+    other = MemoryStateStore(MemoryConfigMap(), clock=clock, is_dead=never_dead)
+    with session(other, clock) as run:
+        run.save(state)
+        replaced = State("ns", stack="clusterpolicy", clock=clock).to_document()
+        other.save(replaced, expected_version=other.load().version)  # type: ignore[union-attr]
+        with pytest.raises(StateConflict):
+            run.save(state)
+
+
+def test_the_heartbeat_renews_only_after_a_quarter_of_the_ttl() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    with session(store, clock) as run:
+        first = annotations(cm)[locking.EXPIRES]
+        writes = cm.writes
+        clock.advance(LOCK_TTL_SECONDS / 4)
+        run.heartbeat()
+        assert cm.writes == writes  # not yet: exactly a quarter has passed
+        clock.advance(1)
+        run.heartbeat()
+        assert cm.writes == writes + 1
+        assert annotations(cm)[locking.EXPIRES] > first
+        run.heartbeat()
+        assert cm.writes == writes + 1  # renewed just now
+
+
+def test_a_dry_run_takes_no_lock_and_writes_a_scratch_copy_only() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    saved = store.save(State("ns", stack="gpucluster", clock=clock).to_document(),
+                       expected_version=None)
+    writes = cm.writes
+    with session(store, clock, dry_run=True, version=saved.version) as run:
+        state = State("ns", stack="clusterpolicy", clock=clock)
+        run.save(state)
+        run.save(state)
+        clock.advance(LOCK_TTL_SECONDS)
+        run.heartbeat()
+        assert run.store is not store
+        loaded = run.store.load()
+        assert loaded is not None and loaded.document["stack"] == "clusterpolicy"
+    assert cm.writes == writes
+    real = store.load()
+    assert real is not None and real.document["stack"] == "gpucluster"
+
+
+def test_taking_over_an_expired_lock_is_said() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    MemoryStateStore(cm, clock=clock, is_dead=never_dead).acquire_lock("dead@host pid 2", 60)
+    clock.advance(61)
+    said = Said()
+    with session(MemoryStateStore(cm, clock=clock, is_dead=never_dead), clock, listener=said):
+        pass
+    assert said.lines == ["took over the expired lock of dead@host pid 2"]
+
+
+def test_the_configmap_name_and_label_come_from_the_catalog() -> None:
+    common = replace(load_catalog().common, state_configmap="migration-state",
+                     managed_by=Label("example.com/owner", "migrator"))
+    store = MemoryStateStore(clock=FakeClock(), common=common)
+    store.save({"schema": 1}, expected_version=None)
+    obj = store.configmap.object
+    assert obj is not None
+    assert obj["metadata"]["name"] == "migration-state"
+    assert obj["metadata"]["labels"] == {"example.com/owner": "migrator"}
+    shipped = MemoryStateStore(clock=FakeClock())
+    assert shipped.configmap.name == load_catalog().common.state_configmap == "dcgm-migrate-state"

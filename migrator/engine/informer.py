@@ -57,6 +57,7 @@ T = TypeVar("T")
 FENCE_SECONDS = 10.0  # real seconds a read waits for a watch to catch up before re-listing
 WATCH_SECONDS = 300  # timeoutSeconds of each watch request (the server ends it; we re-watch)
 RETRY_SECONDS = 0.5  # pause after a failed watch request before the next
+RELIST_MIN_SECONDS, RELIST_MAX_SECONDS = 0.05, 2.0  # pause before a relist after a repeated 410
 
 
 def version(rv: object) -> int:
@@ -105,6 +106,7 @@ class Reflector(Generic[T]):
             self._cond.notify_all()
 
     def _run(self, stop: threading.Event) -> None:
+        backoff = 0.0  # grows while watches keep expiring at once (client-go's backoff)
         while not stop.is_set():
             try:
                 stream = self.kube.watch(self.kind, self.namespace,
@@ -117,9 +119,13 @@ class Reflector(Generic[T]):
                     stream.stop()
                 for etype, obj in stream:
                     self._apply(etype, obj)
+                    backoff = 0.0
             except WatchExpired:
-                if not stop.is_set():
-                    self._relist(stop)
+                # The version left the server's window: what happened since is lost, so the
+                # whole kind is listed again (a view as of the list is still a valid view).
+                stop.wait(backoff)
+                backoff = min(max(backoff * 2, RELIST_MIN_SECONDS), RELIST_MAX_SECONDS)
+                self._relist(stop)
             except APIError:
                 stop.wait(RETRY_SECONDS)
             finally:
@@ -127,6 +133,8 @@ class Reflector(Generic[T]):
                     self._stream = None
 
     def _relist(self, stop: threading.Event) -> None:
+        if stop.is_set():
+            return
         self.relists += 1
         try:
             self.load()

@@ -90,5 +90,6 @@ class Stream:
         return etype, obj
 
     def stop(self) -> None:
-        with contextlib.suppress(AttributeError, OSError):
+        # ValueError/RuntimeError: the stream already ended and was closed or released.
+        with contextlib.suppress(AttributeError, OSError, ValueError, RuntimeError):
             self._raw.shutdown()

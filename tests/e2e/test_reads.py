@@ -10,10 +10,11 @@ with a fake clock so nothing depends on how busy the machine is.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -109,38 +110,55 @@ def test_no_cache_outlives_its_run_even_when_the_run_fails(e2e: E2E) -> None:
     assert not _open_watches(e2e), "a watch stream was left open"
 
 
+@contextlib.contextmanager
+def _held_back(reflector: informer.Reflector[Any]) -> Iterator[threading.Event]:
+    """The reflector's stream delivers nothing until the yielded event is set."""
+    hold = threading.Event()
+    original = reflector._apply
+
+    def held(etype: str, obj: dict[str, Any]) -> None:
+        hold.wait(10)
+        original(etype, obj)
+
+    reflector._apply = held  # type: ignore[method-assign]
+    try:
+        yield hold
+    finally:
+        hold.set()
+
+
+def _read_waits(reflector: informer.Reflector[Any], hold: threading.Event,
+                name: str) -> dict[str, Any]:
+    """Read while the stream is held back: the read must block until it is released."""
+    seen: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: seen.extend(reflector.items()))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and not seen, "the read answered from the older cache"
+    hold.set()
+    reader.join(10)
+    return next(s for s in seen if s["metadata"]["name"] == name)
+
+
+def _version(obj: dict[str, Any]) -> int:
+    return informer.version(obj["metadata"]["resourceVersion"])
+
+
 def test_a_write_is_seen_by_the_next_read_even_before_its_event_arrives(e2e: E2E) -> None:
     """Read your writes: with the Service stream held back, a read after the tool's own write
     waits for the write's version instead of answering from the older cache."""
     kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
-    hold = threading.Event()
     try:
         with informer.opened(kube, NS, load_catalog()) as cache:
-            svc = cache.services.items()[0]
-            name = svc["metadata"]["name"]
-            original = cache.services._apply
-
-            def held(etype: str, obj: dict[str, Any]) -> None:
-                hold.wait(10)
-                original(etype, obj)
-
-            cache.services._apply = held  # type: ignore[method-assign]
-            written = kube.patch(kinds.SERVICE, name, NS,
-                                 {"metadata": {"annotations": {"test/ryw": "1"}}})
-            seen: list[dict[str, Any]] = []
-            reader = threading.Thread(target=lambda: seen.extend(cache.services.items()))
-            reader.start()
-            reader.join(0.3)
-            assert reader.is_alive() and not seen, "the read did not wait for the write"
-            hold.set()
-            reader.join(10)
-            mine = next(s for s in seen if s["metadata"]["name"] == name)
+            name = cache.services.items()[0]["metadata"]["name"]
+            with _held_back(cache.services) as hold:
+                written = kube.patch(kinds.SERVICE, name, NS,
+                                     {"metadata": {"annotations": {"test/ryw": "1"}}})
+                mine = _read_waits(cache.services, hold, name)
             # The write itself, or newer (the operator may already have reconciled it).
-            assert (informer.version(mine["metadata"]["resourceVersion"])
-                    >= informer.version(written["metadata"]["resourceVersion"]))
+            assert _version(mine) >= _version(written)
             assert cache.relists == 0  # the watch delivered it: no list was needed
     finally:
-        hold.set()
         kube.close()
 
 
@@ -148,36 +166,20 @@ def test_a_gate_woken_by_an_endpointslice_event_reads_that_event(e2e: E2E) -> No
     """The endpoint-loss gate is woken by the waiter's own EndpointSlice watch: the cache's
     view must include the event that woke it, even if the cache's stream is behind."""
     kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
-    hold = threading.Event()
     try:
         with informer.opened(kube, NS, load_catalog()) as cache:
             rv = str(cache.endpointslices.rv)
-            original = cache.endpointslices._apply
-
-            def held(etype: str, obj: dict[str, Any]) -> None:
-                hold.wait(10)
-                original(etype, obj)
-
-            cache.endpointslices._apply = held  # type: ignore[method-assign]
             name = cache.endpointslices.items()[0]["metadata"]["name"]
-            writes.patch(e2e.sim.store, kinds.ENDPOINTSLICE, "application/merge-patch+json",
-                         {"metadata": {"annotations": {"test/woke": "1"}}},
-                         namespace=NS, name=name)
-            stream = kube.watch(kinds.ENDPOINTSLICE, NS, resource_version=rv,
-                                timeout_seconds=5)
-            _, woke = next(iter(stream))
-            stream.stop()
-            seen: list[dict[str, Any]] = []
-            reader = threading.Thread(
-                target=lambda: seen.extend(cache.endpointslices.items()))
-            reader.start()
-            reader.join(0.3)
-            assert reader.is_alive() and not seen, "the read did not wait for the event"
-            hold.set()
-            reader.join(10)
-            mine = next(s for s in seen if s["metadata"]["name"] == name)
-            assert (informer.version(mine["metadata"]["resourceVersion"])
-                    >= informer.version(woke["metadata"]["resourceVersion"]))
+            with _held_back(cache.endpointslices) as hold:
+                writes.patch(e2e.sim.store, kinds.ENDPOINTSLICE,
+                             "application/merge-patch+json",
+                             {"metadata": {"annotations": {"test/woke": "1"}}},
+                             namespace=NS, name=name)
+                stream = kube.watch(kinds.ENDPOINTSLICE, NS, resource_version=rv,
+                                    timeout_seconds=5)
+                _, woke = next(iter(stream))
+                stream.stop()
+                mine = _read_waits(cache.endpointslices, hold, name)
+            assert _version(mine) >= _version(woke)
     finally:
-        hold.set()
         kube.close()

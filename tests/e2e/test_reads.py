@@ -39,10 +39,14 @@ CACHED = ("daemonsets", "services", "endpointslices", "pods")
 
 
 def _first_pages(records: list[RequestRecord]) -> Counter[tuple[str, str]]:
-    """List requests of the cached kinds (a read's first page), by (resource, selector)."""
+    """List requests of the cached kinds (a read's first page), by (resource, selector);
+    not the waiter's one-item lists for a version to watch from (`limit=1`), which read no
+    namespace."""
     out: Counter[tuple[str, str]] = Counter()
     for r in records:
-        if r.verb == "list" and r.resource in CACHED and "continue=" not in r.query:
+        params = r.query.split("&")
+        if (r.verb == "list" and r.resource in CACHED and "limit=1" not in params
+                and not any(p.startswith("continue=") for p in params)):
             selector = next((p.partition("=")[2] for p in r.query.split("&")
                              if p.startswith("labelSelector=")), "")
             out[(r.resource, selector)] += 1

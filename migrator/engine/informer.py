@@ -26,6 +26,12 @@ KEP-4988's `CompareResourceVersion`); a version that is not an integer is never 
 The state ConfigMap and the lock are never read through this cache (engine/statestore.py reads
 and writes them directly, with optimistic concurrency).
 
+Rollouts (`Informer.quiet`): while one DaemonSet rolls, its pods, the EndpointSlices and the
+DaemonSets change several times per node, and following them costs far more than reading them
+again (29 full reads per apply at 100 nodes: docs/performance.md). Those reflectors stop for
+the rollout (the waiter follows it with its own DaemonSet watch) and list again when it ends;
+a read in between would list at once (`items` of a stopped reflector), never use the old view.
+
 Lifetime: `opened(...)` starts the cache for one run and registers it for `current(...)`; on
 exit every watch stream is shut down (its socket, so a blocked read returns) and every thread
 joined: nothing outlives the run.

@@ -149,13 +149,16 @@ class Reflector(Generic[T]):
 
     def _apply(self, etype: str, obj: Obj) -> None:
         name = o.name(obj)
+        rv = version(o.meta(obj).get("resourceVersion"))
         item = None if etype == "DELETED" else self._keep(obj)
         with self._cond:
+            if rv and rv <= self.rv:
+                return  # a list on the reading thread already holds this change (or newer)
             if item is None:
                 self._items.pop(name, None)
             else:
                 self._items[name] = item
-            self.rv = max(self.rv, version(o.meta(obj).get("resourceVersion")))
+            self.rv = max(self.rv, rv)
             self._cond.notify_all()
 
     def saw(self, kind: Kind, obj: Obj) -> None:

@@ -11,6 +11,7 @@ RSS_TARGET_MB = 200.0
 APPLY_TARGET_RATIO = 1.05
 APPLY_TARGET_NODES = 1000
 STATUS_TARGET_RATIO = 1.0
+FULL_READS_TARGET = 1.5  # issue 13 item 6: MB an apply reads / MB of one full read
 
 
 def _s(summary: Obj | None, unit: str = "s", digits: int = 2) -> str:
@@ -44,7 +45,7 @@ def table(results: Obj) -> str:
     for r in results.get("reads", []):
         lines.append("")
         lines.append(f"== {r['nodes']} nodes, {r['stack']} ({r['runs']} runs; sim ready in "
-                     f"{r['sim_ready_s']:.1f}s)")
+                     f"{r['sim_ready_s']:.1f}s; one full read {r.get('full_read_mb', 0):.1f} MB)")
         lines.append(HEADER)
         for name, c in r["commands"].items():
             label = "kubectl get" if name == "kubectl" else name
@@ -63,6 +64,10 @@ def table(results: Obj) -> str:
         lines.extend(command_rows("apply", a))
         waves = ", ".join(f"{p['daemonset']} {p['waves']} waves of {p['max_unavailable']}"
                           for p in a["floor_parts"])
+        if a.get("reads_per_apply"):
+            lines.append(f"  API bytes: {_s(a['reads_per_apply'], '', 2)} full reads per apply "
+                         f"(MB sent / {a['full_read_mb']:.1f} MB of one full read; target "
+                         f"<= {FULL_READS_TARGET:g})")
         lines.append(f"  ideal floor {a['floor_s']:.2f}s ({waves}); ratio to it "
                      f"{_s(a['ratio_to_floor'], '', 3)}; overhead {a['overhead_s']:.2f}s")
         alone = a.get("sim_alone")
@@ -137,6 +142,14 @@ def targets(results: Obj) -> list[Obj]:
     if not at:
         out.append({"target": f"apply --phase 3 at {APPLY_TARGET_NODES} nodes within 5%",
                     "met": None, "figure": "not measured"})
+    per_apply = [(a["nodes"], a["stack"], a["reads_per_apply"]["max"]) for a in applies
+                 if (a.get("reads_per_apply") or {}).get("max") is not None]
+    out.append({"target": f"apply --phase 3 reads <= {FULL_READS_TARGET:g} full reads at every "
+                          "size (issue 13)",
+                "met": all(x <= FULL_READS_TARGET for _, _, x in per_apply) if per_apply
+                else None,
+                "figure": ", ".join(f"{n} nodes {s} {x}" for n, s, x in per_apply)
+                or "not measured"})
     rss: list[tuple[float, str]] = []
     big_nodes = max([r["nodes"] for r in reads + applies], default=0)
     for r in reads:

@@ -140,6 +140,18 @@ class SimProcess:
             time.sleep(0.01)
         return Traffic.of(records)
 
+    def full_read_bytes(self) -> int:
+        """Bytes of one full read of what the tool reads in the namespace: the DaemonSets,
+        Services, pods and EndpointSlices, each as one unpaginated list (what `kubectl get
+        ds,svc,pods,endpointslices -o json` fetches). The unit of `reads_per_apply`."""
+        total = 0
+        for path in (f"/apis/apps/v1/namespaces/{NS}/daemonsets",
+                     f"/api/v1/namespaces/{NS}/services", f"/api/v1/namespaces/{NS}/pods",
+                     f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"):
+            with urllib.request.urlopen(self.url + path, timeout=120) as resp:
+                total += len(resp.read())
+        return total
+
     def daemonsets(self) -> list[Obj]:
         doc = self.call("GET", f"/apis/apps/v1/namespaces/{NS}/daemonsets")
         return list(doc.get("items") or [])

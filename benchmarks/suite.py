@@ -97,6 +97,7 @@ def reads(nodes: int, stack: str, runs: int, *, kubectl: bool, echo: Echo) -> Ob
             commands["kubectl"] = ["kubectl", "get", KUBECTL_OBJECTS, "-n", NS, "-o", "json",
                                    *kc]
         samples = {name: Samples() for name in commands}
+        full_mb = round(sim.full_read_bytes() / 1e6, 3)
         for name, argv in commands.items():  # warm-up: caches, kubectl discovery
             m = run(argv, keep_stdout=False)
             if m.code not in (0, 1):
@@ -109,7 +110,7 @@ def reads(nodes: int, stack: str, runs: int, *, kubectl: bool, echo: Echo) -> Ob
             echo(f"  {nodes} nodes {stack}: run {i + 1}/{runs}: " + ", ".join(
                 f"{n} {s.wall[-1]:.2f}s" for n, s in samples.items()))
         result: Obj = {"nodes": nodes, "stack": stack, "runs": runs,
-                       "sim_ready_s": round(sim.ready_s, 3),
+                       "sim_ready_s": round(sim.ready_s, 3), "full_read_mb": full_mb,
                        "commands": {n: s.as_dict() for n, s in samples.items()}}
     if kubectl:
         ref = stats.median_of(samples["kubectl"].wall)
@@ -128,6 +129,8 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
                                termination_seconds=settings.termination_seconds)
     s = Samples()
     ratios: list[float] = []
+    full_reads: list[float] = []  # MB the apply read / MB of one full read
+    full_mb = 0.0
     floor_s = 0.0
     parts: list[floor.RolloutFloor] = []
     alone = _rollouts_alone(sim_settings, settings, echo) if settings.sim_alone else None
@@ -139,20 +142,25 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
                 time_scale=settings.time_scale)
             argv = [*CLI, "apply", "--phase", "3", "--yes", "-o", "json", "--timeout", "12h",
                     "--kubeconfig", sim.kubeconfig]
+            full = sim.full_read_bytes()
+            full_mb = full / 1e6
             m, traffic, sim_cpu = _measured(sim, argv)
+            full_reads.append(round(traffic.bytes_sent / full, 2))
             if m.code != 0:
                 raise RuntimeError(f"apply at {nodes} nodes exited {m.code}: "
                                    f"{m.stderr.decode(errors='replace')[-800:]}")
             s.add(m, traffic, sim_cpu)
             ratios.append(m.wall_s / floor_s if floor_s else 0.0)
             echo(f"  {nodes} nodes {stack}: apply run {i + 1}/{runs}: {m.wall_s:.2f}s, "
-                 f"ideal floor {floor_s:.2f}s, ratio {ratios[-1]:.3f}, sim CPU {sim_cpu:.1f}s")
+                 f"ideal floor {floor_s:.2f}s, ratio {ratios[-1]:.3f}, sim CPU {sim_cpu:.1f}s, "
+                 f"read {traffic.bytes_sent / 1e6:.1f} MB = {full_reads[-1]} full reads")
     out: Obj = {"nodes": nodes, "stack": stack, "runs": runs,
                 "settings": {"pod_start_seconds": settings.pod_start_seconds,
                              "termination_seconds": settings.termination_seconds,
                              "time_scale": settings.time_scale},
                 "floor_s": round(floor_s, 3), "floor_parts": [p.as_dict() for p in parts],
                 "ratio_to_floor": stats.summary(ratios),
+                "full_read_mb": round(full_mb, 3), "reads_per_apply": stats.summary(full_reads),
                 "overhead_s": round(stats.median_of(s.wall) - floor_s, 3),
                 **s.as_dict()}
     if alone is not None:

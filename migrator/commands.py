@@ -6,6 +6,7 @@ Every command validates its input before it writes anything, so bad input costs 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from migrator.engine import informer
 from migrator.engine import report as reports
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import read_snapshot
@@ -194,6 +196,19 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_
     return after
 
 
+def _cached(command: Callable[[Session, RunRequest], dict[str, Any]]) -> Callable[
+        [Session, RunRequest], dict[str, Any]]:
+    """Run the command with the run's cache open (engine/informer.py): its reads and its
+    gates' reads come from one list per kind plus the watches that follow it."""
+    @functools.wraps(command)
+    def run(session: Session, request: RunRequest) -> dict[str, Any]:
+        _check_phase(request.phase)  # bad input before any request
+        with informer.opened(session.kube, session.namespace, session.catalog):
+            return command(session, request)
+    return run
+
+
+@_cached
 def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     """Run phases 1..N that are not completed yet (SPEC §2)."""
     _check_phase(request.phase)
@@ -234,6 +249,7 @@ def _still_holds(report: dict[str, Any], upto: int) -> bool:
     return all(p["status"] == "completed" and all(g["ok"] for g in p["gates"]) for p in wanted)
 
 
+@_cached
 def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     _check_phase(request.phase)

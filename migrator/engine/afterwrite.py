@@ -38,10 +38,11 @@ def wait(run: Runner, module: Phase, rec: PhaseRecord, step: Step,
         return  # the template change rolls nothing; a RollPods step (if any) rolls pods
     rolls = step.rollout_of() if ds_now is not None else None
     if rolls is not None:
-        out = run.waiter.rollout(
-            rolls, run.settings.timeout, lambda ds, pace: _report_rollout(run, ds, pace),
-            blocked=lambda: stalls.lost_nodes_detail(
-                run.kube, run.namespace, base_snap.daemonsets[rolls]))
+        with run.quiet(rolls):
+            out = run.waiter.rollout(
+                rolls, run.settings.timeout, lambda ds, pace: _report_rollout(run, ds, pace),
+                blocked=lambda: stalls.lost_nodes_detail(
+                    run.kube, run.namespace, base_snap.daemonsets[rolls]))
         if not out.complete:
             _fail_rollout(run, rec, step, base_snap, out)
     deadline = run.clock.monotonic() + run.settings.timeout

@@ -1,5 +1,9 @@
 """Read what the plan and the gates need into a Snapshot, with a number of requests that does
 not grow with the node count (paginated lists by label selector; no per-pod or per-node calls).
+
+While a run has its cache open (`engine/informer.py`), the DaemonSets, Services, pods and
+EndpointSlices come from it (no request at all) and only the namespace and the cluster-scoped
+CRs and ServiceMonitors (a few small objects) are read from the API server.
 """
 
 from __future__ import annotations
@@ -7,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine import informer
 from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.snapshot import PodView, ServiceEndpoints, Snapshot, endpoints_from_slices
-from migrator.model.stacks import Catalog
+from migrator.model.stacks import Catalog, Component
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -39,12 +44,28 @@ def read_endpoints(kube: Kube, namespace: str,
     if not names:
         return {}
     by_service: dict[str, list[Obj]] = {n: [] for n in names}
-    for sl in kube.list(kinds.ENDPOINTSLICE, namespace,
-                        label_selector=_in("kubernetes.io/service-name", names)).items:
+    cache = informer.current(kube, namespace)
+    slices = cache.endpointslices.items() if cache is not None else kube.list(
+        kinds.ENDPOINTSLICE, namespace,
+        label_selector=_in("kubernetes.io/service-name", names)).items
+    for sl in slices:
         svc = o.labels(sl).get("kubernetes.io/service-name", "")
         if svc in by_service:
             by_service[svc].append(sl)
     return {n: endpoints_from_slices(n, sl) for n, sl in by_service.items()}
+
+
+def _cached_pods(cache: informer.Informer, comps: Sequence[Component]) -> tuple[PodView, ...]:
+    """The pods the selectors below would list, from the cache: an app label of these
+    components, or (with any app label or none) one of their common label keys."""
+    apps = {c.app_label for c in comps}
+    keys = {c.common_label.key for c in comps}
+    if not comps:
+        return ()
+    views = cache.pods()
+    return tuple(sorted((p for p in views if p.labels.get("app") in apps
+                         or any(k in p.labels for k in keys)),
+                        key=lambda p: (p.node, p.name)))
 
 
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
@@ -57,17 +78,20 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
     catalog names plus every Service of the namespace. `cluster_scope` reads the CRs and
     ServiceMonitors too (skipped by narrow reads). `pods` (from a recent read) skips the pod
-    lists, the bulk of a read.
+    lists, the bulk of a read (ignored while the run's cache is open: it is newer).
     """
     ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None
     if not ns_exists:
         return Snapshot(namespace, namespace_exists=False)
     wanted_ds = set(daemonsets) if daemonsets is not None else {
         c.daemonset for c in catalog.components}
-    all_ds = {o.name(d): d for d in kube.list(kinds.DAEMONSET, namespace).items}
+    cache = informer.current(kube, namespace)
+    all_ds = {o.name(d): d for d in (cache.daemonsets.items() if cache is not None
+                                     else kube.list(kinds.DAEMONSET, namespace).items)}
     ds_map = {n: d for n, d in all_ds.items() if n in wanted_ds}
 
-    svc_items = kube.list(kinds.SERVICE, namespace).items
+    svc_items = (cache.services.items() if cache is not None
+                 else kube.list(kinds.SERVICE, namespace).items)
     svc_map = {o.name(s): s for s in svc_items if services is None or o.name(s) in services}
 
     comps = [c for c in catalog.components if c.daemonset in ds_map]
@@ -80,7 +104,9 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
         # once phase 1 has labelled them.
         selectors.extend(f"{key},app notin ({','.join(apps)})"
                          for key in sorted({c.common_label.key for c in comps}))
-    if pods is None:
+    if cache is not None:
+        pods = _cached_pods(cache, comps)
+    elif pods is None:
         pods = read_pods(kube, namespace, selectors) if selectors else ()
     endpoints = read_endpoints(kube, namespace, svc_map)
 

@@ -8,13 +8,14 @@ every step knows whether the live object already shows its effect.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, ondelete
+from migrator.engine import afterwrite, executor, informer, ondelete
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import Listener, PhaseEvent, Quiet, StepEvent
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
 
 Save = Callable[[State], None]
 
-# A read this young, with no write of ours since, serves as the next step's pre-write view:
+# Without the run's cache (engine/informer.py; commands.apply/rollback open it), a read this
+# young, with no write of ours since, serves as the next step's pre-write view:
 # the previous step's gates have just read the namespace, and at 5,000 nodes each read costs
 # ~1.5 s. Older than this, or after any write, the namespace is read again. Likewise the pods
 # of a read this young serve the gate checks after a Service write (which moves no pod): the
@@ -86,9 +88,15 @@ class Runner:
     def snapshot(self) -> Snapshot:
         return self._remember(read_snapshot(self.kube, self.namespace, self.catalog))
 
+    def _cached(self) -> bool:
+        """Is the run's cache open? Then every read is of the cache, as new as the newest
+        version the tool has seen (engine/informer.py), and no read is reused."""
+        return informer.current(self.kube, self.namespace) is not None
+
     def recent_snapshot(self) -> Snapshot:
         """The newest read if it is recent and nothing was written since, else a fresh one."""
-        if self._seen is not None and self.clock.monotonic() - self._seen[1] <= REUSE_SECONDS:
+        if (not self._cached() and self._seen is not None
+                and self.clock.monotonic() - self._seen[1] <= REUSE_SECONDS):
             return self._seen[0]
         return self.snapshot()
 
@@ -118,12 +126,21 @@ class Runner:
         """A fresh narrow read; `recent_pods` reuses the pods of a read younger than
         REUSE_SECONDS with no pod-moving write since (a gate check after a Service write)."""
         names = [c.daemonset for c in self.catalog.components]
-        if (recent_pods and self._pods is not None
+        if (recent_pods and not self._cached() and self._pods is not None
                 and self.clock.monotonic() - self._pods[1] <= REUSE_SECONDS):
             pods, read_at = self._pods
             return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names,
                                          pods=pods), read_at)
         return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names))
+
+    def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
+        """The cache stops following what this DaemonSet's rollout churns until it is over
+        (`Informer.quiet`); nothing reads it meanwhile."""
+        cache = informer.current(self.kube, self.namespace)
+        comp = next((c for c in self.catalog.components if c.daemonset == daemonset), None)
+        if cache is None or comp is None:
+            return contextlib.nullcontext()
+        return cache.quiet(comp.app_label)
 
     def save(self) -> None:
         self._save(self.state)

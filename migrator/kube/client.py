@@ -108,6 +108,7 @@ class Kube:
         self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
         self._apis_lock = threading.Lock()
+        self._observers: list[Callable[[Kind, Obj], None]] = []  # see `observe`
 
     @classmethod
     def connect(
@@ -145,6 +146,22 @@ class Kube:
     def close(self) -> None:
         self._transport.close()
 
+    # ---- what the tool has seen ----------------------------------------------------------
+
+    def observe(self, seen: Callable[[Kind, Obj], None]) -> Callable[[], None]:
+        """Call `seen(kind, object)` for every object this connection writes (its answer),
+        GETs, or receives on a watch — not for list items. A cache uses it to know which
+        versions it must have delivered before it is read ("read your writes",
+        engine/informer.py). Returns the function that stops it."""
+        self._observers.append(seen)
+        return lambda: self._observers.remove(seen)
+
+    def _saw(self, kind: Kind, obj: Any) -> None:
+        if not isinstance(obj, dict) or obj.get("kind") not in (None, kind.kind):
+            return  # a Status (an already-deleted object's DELETE) is not the object
+        for seen in list(self._observers):
+            seen(kind, obj)
+
     # ---- the choke point -------------------------------------------------------------------
 
     def _request(
@@ -154,6 +171,10 @@ class Kube:
         """Every non-streaming verb goes through here; returns the parsed JSON answer."""
         response: Response = self._transport.send(method, path, query, body, content_type)
         return parse_json(response.data) if response.data else None
+
+    def _wrote(self, kind: Kind, answer: Any) -> None:
+        if not self.dry_run:  # a dry run's answer is never stored: no event will carry it
+            self._saw(kind, answer)
 
     def _write_query(self) -> list[tuple[str, str]]:
         return [("dryRun", "All")] if self.dry_run else []
@@ -166,6 +187,7 @@ class Kube:
             obj: Obj = self._request("GET", kind.object_path(name, namespace))
         except APINotFound:
             return None
+        self._saw(kind, obj)
         return obj
 
     def get_path(self, path: str, query: Query = ()) -> Any:
@@ -241,7 +263,7 @@ class Kube:
         self, kind: Kind, namespace: str | None = None, *, resource_version: str,
         label_selector: str | None = None, field_selector: str | None = None,
         timeout_seconds: int = 60,
-    ) -> Iterator[tuple[str, Obj]]:
+    ) -> watching.Stream:
         """(type, object) events after `resource_version` until the server ends the watch.
 
         The request is sent now (so 403/410 raise here); events are read lazily. Raises
@@ -260,9 +282,8 @@ class Kube:
         response = self._transport.send(
             "GET", path, query, stream=True, read_timeout=timeout_seconds + 15
         )
-        return watching.events(
-            response.raw, path=path, api_version=kind.api_version, kind=kind.kind
-        )
+        return watching.Stream(response.raw, path=path, api_version=kind.api_version,
+                               kind=kind.kind, seen=lambda obj: self._saw(kind, obj))
 
     # ---- writes ------------------------------------------------------------------------
 
@@ -273,6 +294,7 @@ class Kube:
         created: Obj = self._request(
             "POST", kind.collection_path(namespace), self._write_query(), obj
         )
+        self._wrote(kind, created)
         return created
 
     def replace(self, obj: Obj) -> Obj:
@@ -282,6 +304,7 @@ class Kube:
         replaced: Obj = self._request(
             "PUT", kind.object_path(name, namespace), self._write_query(), obj
         )
+        self._wrote(kind, replaced)
         return replaced
 
     def patch(
@@ -297,6 +320,7 @@ class Kube:
             "PATCH", kind.object_path(name, namespace), self._write_query(), body,
             PATCH_TYPES[patch_type],
         )
+        self._wrote(kind, patched)
         return patched
 
     def delete(
@@ -312,7 +336,8 @@ class Kube:
             options["preconditions"] = preconditions
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
-        self._request("DELETE", kind.object_path(name, namespace), self._write_query(), options)
+        self._wrote(kind, self._request("DELETE", kind.object_path(name, namespace),
+                                        self._write_query(), options))
 
     # ---- access and discovery ----------------------------------------------------------
 

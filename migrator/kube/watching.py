@@ -7,8 +7,9 @@ re-watches from the last resourceVersion it saw. An `ERROR` event carries a `Sta
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import urllib3
@@ -67,3 +68,28 @@ def events(raw: Any, *, path: str, api_version: str, kind: str) -> Iterator[tupl
     finally:
         raw.close()  # close before releasing: a half-read stream must not be reused
         raw.release_conn()
+
+
+class Stream:
+    """An open watch: iterate for (type, object) events; `stop()` from another thread shuts
+    the socket down so a read blocked on a quiet stream returns and the iteration ends."""
+
+    def __init__(self, raw: Any, *, path: str, api_version: str, kind: str,
+                 seen: Callable[[Obj], None] | None = None) -> None:
+        self._raw = raw
+        self._events = events(raw, path=path, api_version=api_version, kind=kind)
+        self._seen = seen
+
+    def __iter__(self) -> Stream:
+        return self
+
+    def __next__(self) -> tuple[str, Obj]:
+        etype, obj = next(self._events)
+        if self._seen is not None:
+            self._seen(obj)
+        return etype, obj
+
+    def stop(self) -> None:
+        # ValueError/RuntimeError: the stream already ended and was closed or released.
+        with contextlib.suppress(AttributeError, OSError, ValueError, RuntimeError):
+            self._raw.shutdown()

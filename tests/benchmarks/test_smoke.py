@@ -74,6 +74,22 @@ def test_targets_flag_requests_that_grow_with_nodes() -> None:
     assert "100 nodes 15" in plan["figure"]
 
 
+def test_targets_judge_api_bytes_per_apply_in_full_reads() -> None:
+    def applied(nodes: int, per_apply: float) -> dict[str, Any]:
+        return {"nodes": nodes, "stack": "gpucluster", "reads_per_apply": {"max": per_apply},
+                "ratio_to_floor": {"median": 1.0}, "wall_s": {"median": 1.0}, "floor_s": 1.0,
+                "peak_rss_mb": {"max": 50.0}}
+
+    def judged(*applies: dict[str, Any]) -> dict[str, Any]:
+        return next(t for t in report.targets({"apply": list(applies)})
+                    if "full reads" in t["target"])
+
+    assert judged(applied(10, 1.2), applied(100, 1.4))["met"] is True
+    over = judged(applied(10, 1.2), applied(100, 2.3))
+    assert over["met"] is False and "100 nodes gpucluster 2.3" in over["figure"]
+    assert judged()["met"] is None
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_benchmark_runs_at_ten_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
@@ -95,5 +111,7 @@ def test_benchmark_runs_at_ten_nodes(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert [p["waves"] for p in applied["floor_parts"]] == [10, 10]
     assert applied["floor_s"] > 0
     assert applied["sim_alone"]["wall_s"] > 0
+    assert applied["full_read_mb"] > 0 and applied["reads_per_apply"]["median"] > 0
     printed = capsys.readouterr().out
     assert "== 10 nodes, gpucluster" in printed and "Targets (issue 7):" in printed
+    assert "full reads per apply" in printed

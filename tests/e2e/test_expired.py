@@ -18,12 +18,14 @@ import pytest
 
 from migrator import commands
 from migrator.commands import RunRequest, Session
+from migrator.engine import informer
 from migrator.engine.runner import RunSettings
 from migrator.engine.waiting import Waiter
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options
+from migrator.model.stacks import load_catalog
 from migrator.sim import writes
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
 from migrator.sim.store import Store
@@ -110,3 +112,43 @@ def test_a_gate_wait_whose_watch_expires_lists_again_for_a_new_version() -> None
     relists = [r for r in log if r.verb == "list" and r.resource == "configmaps"]
     watches = [r for r in log if r.verb == "watch" and r.resource == "configmaps"]
     assert len(watches) == 3 and len(relists) == 3, [(r.verb, r.query) for r in log]
+
+
+def test_the_run_cache_lists_again_when_its_watch_expires(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """A cache whose watch is cut while the cluster moves on cannot resume from its version
+    (410 Expired, as client-go's reflector sees it): it lists the kind again and follows
+    from there, so a change made while it was cut still reaches its readers."""
+    env = e2e_factory("gpucluster", watch_window=WINDOW, operator_reconcile_seconds=None)
+    kube = Kube.for_server(env.sim.url, ADMIN_TOKEN)
+    try:
+        with informer.opened(kube, NS, load_catalog()) as cache:
+            services = cache.services
+            name = services.items()[0]["metadata"]["name"]
+            mark = env.mark()
+            with _busy(env.sim.store) as ticks:
+                while ticks[0] < 10 * WINDOW:  # the window moves past the cache's version
+                    time.sleep(0.01)
+                with services._cond:
+                    stream = services._stream
+                assert stream is not None
+                stream.stop()  # a dropped connection: the reflector re-watches at once
+                deadline = time.monotonic() + 10
+                while services.relists == 0 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            assert services.relists >= 1, "the re-watch did not expire: nothing was tested"
+            writes.patch(env.sim.store, kinds.SERVICE, "application/merge-patch+json",
+                         {"metadata": {"annotations": {"test/after-410": "1"}}},
+                         namespace=NS, name=name)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # no fence: only the watch can bring it
+                live = next(s for s in services.items() if s["metadata"]["name"] == name)
+                if (live["metadata"].get("annotations") or {}).get("test/after-410"):
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the cache did not follow the Service after relisting")
+        log = env.sim.server.log.since(mark)
+    finally:
+        kube.close()
+    assert [r for r in log if r.verb == "list" and r.resource == "services" and r.code == 200]

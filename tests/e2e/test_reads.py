@@ -1,62 +1,67 @@
-"""How often a migration reads the namespace (issue 7): once per gate check, no more, and the
-pods (nearly all of a read) only when a write may have moved them.
+"""How often a migration reads the namespace (issue 13 item 6): `apply` lists each cached kind
+once, its gates read the run's cache (engine/informer.py), and the only lists after the first
+are the ones a DaemonSet rollout's quiet period asks for (that DaemonSet's pods, the
+DaemonSets, the EndpointSlices) — never one per gate check.
 
-A full read lists the DaemonSets once, so `list daemonsets` requests count the reads. The
-runner's pre-write check reuses the read the previous step's gates just made (or the command's
-own first read), but every write is followed by a fresh read before its gates can pass. A gate
-check that fails waits on an EndpointSlice watch and then reads again, so between two writes
-there is exactly one read per check: 1 + the EndpointSlice watches between them.
+Before the cache, every gate check listed the DaemonSets, the Services, the EndpointSlices
+and (unless reused) the pods: these pins count the list requests in the server's request log,
+with a fake clock so nothing depends on how busy the machine is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from migrator import commands
 from migrator.commands import RunRequest, Session
+from migrator.engine import informer
 from migrator.engine.runner import REUSE_SECONDS, Runner, RunSettings
 from migrator.engine.state import State
+from migrator.errors import UsageError
 from migrator.kube.client import Kube
+from migrator.model import kinds
 from migrator.model.stacks import load_catalog
+from migrator.sim import writes
 from migrator.sim.requestlog import RequestRecord
 from migrator.sim.server import ADMIN_TOKEN
+from migrator.sim.watching import IDLE_SECONDS
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.clock import FakeClock
 
-
-def _is_read(r: RequestRecord) -> bool:
-    return r.verb == "list" and r.resource == "daemonsets"
+CACHED = ("daemonsets", "services", "endpointslices", "pods")
 
 
-def _is_cluster_write(r: RequestRecord) -> bool:
-    return r.is_write and r.resource != "configmaps"  # the state ConfigMap is not the cluster
-
-
-def _is_pod_list(r: RequestRecord) -> bool:
-    return r.verb == "list" and r.resource == "pods" and "continue=" not in r.query
-
-
-def _is_recheck(r: RequestRecord) -> bool:
-    return r.verb == "watch" and r.resource == "endpointslices"
-
-
-def _intervals(records: list[RequestRecord]) -> list[list[RequestRecord]]:
-    """The requests before the first cluster write, between each two, and after the last."""
-    out: list[list[RequestRecord]] = [[]]
+def _first_pages(records: list[RequestRecord]) -> Counter[tuple[str, str]]:
+    """List requests of the cached kinds (a read's first page), by (resource, selector);
+    not the waiter's one-item lists for a version to watch from (`limit=1`), which read no
+    namespace."""
+    out: Counter[tuple[str, str]] = Counter()
     for r in records:
-        if _is_cluster_write(r):
-            out.append([])
-        else:
-            out[-1].append(r)
+        params = r.query.split("&")
+        if (r.verb == "list" and r.resource in CACHED and "limit=1" not in params
+                and not any(p.startswith("continue=") for p in params)):
+            selector = next((p.partition("=")[2] for p in r.query.split("&")
+                             if p.startswith("labelSelector=")), "")
+            out[(r.resource, selector)] += 1
     return out
 
 
+def _open_watches(env: E2E) -> list[RequestRecord]:
+    return [r for r in env.sim.server.log.entries() if r.verb == "watch" and r.open]
+
+
+def _informer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("informer-")]
+
+
 def _apply(env: E2E, clock: FakeClock) -> dict[str, Any]:
-    """`apply --phase 3` in process, on a clock that moves only by the waiter's sleeps: whether
-    a read is reused depends on what the runner did, not on how busy the machine is."""
     kube = Kube.for_server(env.sim.url, ADMIN_TOKEN)
     try:
         return commands.apply(Session(kube, NS, clock=clock), RunRequest(
@@ -66,29 +71,129 @@ def _apply(env: E2E, clock: FakeClock) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("stack", ["gpucluster", "clusterpolicy"])
-def test_apply_reads_once_per_gate_check(e2e_factory: Callable[..., E2E], stack: str) -> None:
+def test_apply_lists_each_kind_once_and_again_only_after_a_rollout(
+        e2e_factory: Callable[..., E2E], stack: str) -> None:
     env = e2e_factory(stack)
     mark = env.mark()
-    clock = FakeClock()
-    report = _apply(env, clock)
+    report = _apply(env, FakeClock())
     records = env.sim.server.log.since(mark)
-    writes = [r for r in records if _is_cluster_write(r)]
-    assert len(writes) == report["result"]["writes"] > 0
-    before, *after_writes = _intervals(records)
-    # The command's own read is the runner's first view: one read before the first write.
-    assert sum(map(_is_read, before)) == 1
-    for write, interval in zip(writes, after_writes, strict=True):
-        reads = sum(map(_is_read, interval))
-        rechecks = sum(map(_is_recheck, interval))
-        assert reads >= 1  # every write is followed by a fresh read before its gates pass
-        assert reads == 1 + rechecks, [f"{r.verb} {r.resource}" for r in interval]
-        pod_lists = sum(map(_is_pod_list, interval))
-        if write.resource == "services":
-            # A Service write moves no pod: its checks reuse the pods of the last read (the
-            # fake clock moved less than REUSE_SECONDS since), and read the endpoints afresh.
-            assert pod_lists == 0
-        else:
-            assert pod_lists >= 1  # after a rollout the pods are read again
+    assert report["result"]["writes"] > 0
+    rollouts = [r for r in records if r.is_write and r.resource == "daemonsets"]
+    assert rollouts, "phase 1 rolled no DaemonSet: the test tests nothing"
+    lists = _first_pages(records)
+    # One list per kind for the whole run, however many gate checks it made; a rollout's
+    # quiet period lists the DaemonSets and EndpointSlices once more when it ends.
+    assert lists[("services", "")] == 1
+    assert lists[("daemonsets", "")] == 1 + len(rollouts)
+    assert lists[("endpointslices", "")] == 1 + len(rollouts)
+    pod_lists = {sel: n for (res, sel), n in lists.items() if res == "pods"}
+    selectors = informer.pod_selectors(load_catalog())
+    assert len(pod_lists) == len(selectors)
+    # Each pod selector is listed once, plus once per rollout of its own DaemonSet.
+    assert sum(pod_lists.values()) == len(selectors) + len(rollouts)
+    assert not [r for r in records if r.code == 410], "no expiry here: no relist either"
+    assert not _informer_threads(), "the run's watch threads outlived it"
+
+
+def test_no_cache_outlives_its_run_even_when_the_run_fails(e2e: E2E) -> None:
+    kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
+    session = Session(kube, NS, clock=FakeClock())
+    try:
+        with pytest.raises(UsageError, match="never applied"):
+            commands.rollback(session, RunRequest(phase=1))  # nothing applied: bad input
+        commands.apply(session, RunRequest(phase=1, settings=RunSettings(timeout=60.0,
+                                                                         settle=0.0)))
+    finally:
+        kube.close()
+    assert informer.current(kube, NS) is None
+    assert not _informer_threads()
+    # The server notices a closed stream at its next idle check (IDLE_SECONDS).
+    deadline = time.monotonic() + 10 * IDLE_SECONDS
+    while time.monotonic() < deadline and _open_watches(e2e):
+        time.sleep(0.05)
+    assert [r for r in e2e.sim.server.log.entries() if r.verb == "watch"]
+    assert not _open_watches(e2e), "a watch stream was left open"
+
+
+@contextlib.contextmanager
+def _held_back(reflector: informer.Reflector[Any]) -> Iterator[threading.Event]:
+    """The reflector's stream delivers nothing until the yielded event is set."""
+    hold = threading.Event()
+    original = reflector._apply
+
+    def held(etype: str, obj: dict[str, Any]) -> None:
+        hold.wait(10)
+        original(etype, obj)
+
+    reflector._apply = held  # type: ignore[method-assign]
+    try:
+        yield hold
+    finally:
+        hold.set()
+
+
+def _read_waits(reflector: informer.Reflector[Any], hold: threading.Event,
+                name: str) -> dict[str, Any]:
+    """Read while the stream is held back: the read must block until it is released."""
+    seen: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: seen.extend(reflector.items()))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and not seen, "the read answered from the older cache"
+    hold.set()
+    reader.join(10)
+    return next(s for s in seen if s["metadata"]["name"] == name)
+
+
+def _version(obj: dict[str, Any]) -> int:
+    return informer.version(obj["metadata"]["resourceVersion"])
+
+
+def test_a_write_is_seen_by_the_next_read_even_before_its_event_arrives(e2e: E2E) -> None:
+    """Read your writes: with the Service stream held back, a read after the tool's own write
+    waits for the write's version instead of answering from the older cache."""
+    kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
+    try:
+        with informer.opened(kube, NS, load_catalog()) as cache:
+            name = cache.services.items()[0]["metadata"]["name"]
+            with _held_back(cache.services) as hold:
+                written = kube.patch(kinds.SERVICE, name, NS,
+                                     {"metadata": {"annotations": {"test/ryw": "1"}}})
+                mine = _read_waits(cache.services, hold, name)
+            # The write itself, or newer (the operator may already have reconciled it).
+            assert _version(mine) >= _version(written)
+            assert cache.relists == 0  # the watch delivered it: no list was needed
+    finally:
+        kube.close()
+
+
+def test_a_gate_woken_by_an_endpointslice_event_reads_that_event(e2e: E2E) -> None:
+    """The endpoint-loss gate is woken by the waiter's own EndpointSlice watch: the cache's
+    view must include the event that woke it, even if the cache's stream is behind."""
+    kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
+    try:
+        with informer.opened(kube, NS, load_catalog()) as cache:
+            rv = str(cache.endpointslices.rv)
+            name = cache.endpointslices.items()[0]["metadata"]["name"]
+            with _held_back(cache.endpointslices) as hold:
+                writes.patch(e2e.sim.store, kinds.ENDPOINTSLICE,
+                             "application/merge-patch+json",
+                             {"metadata": {"annotations": {"test/woke": "1"}}},
+                             namespace=NS, name=name)
+                stream = kube.watch(kinds.ENDPOINTSLICE, NS, resource_version=rv,
+                                    timeout_seconds=5)
+                _, woke = next(iter(stream))
+                stream.stop()
+                mine = _read_waits(cache.endpointslices, hold, name)
+            assert _version(mine) >= _version(woke)
+    finally:
+        kube.close()
+
+
+# ---- without the run's cache (a Runner driven directly) the old reuse window still holds ----
+
+def _is_pod_list(r: RequestRecord) -> bool:
+    return r.verb == "list" and r.resource == "pods" and "continue=" not in r.query
 
 
 def test_a_view_older_than_the_reuse_window_is_read_again(e2e: E2E) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -153,6 +154,13 @@ def test_stack_change_procedure_keeps_the_stable_names_gap_within_one_reconcile(
     assert all(g <= period for g in gaps.values()), (gaps, period)
 
 
+def _until(predicate: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout}s"
+        time.sleep(0.01)
+
+
 def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
         e2e_factory: Callable[..., E2E]) -> None:
     """On a big cluster garbage collection takes a while: apply, run right after the
@@ -172,6 +180,12 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
             "apply", "--phase", "3", "--yes", "--settle", "0s", "--timeout", "60s")))
         run.start()
         env.sim.wait_for(lambda: env.phase_status(2) == "in-progress", 30)
+        # The collector comes back only once the tool has found the name taken and waits on
+        # Service events (the waiter's one-item list for a version): a run that reads the
+        # namespace later than this would otherwise find the name already free.
+        _until(lambda: any(r.verb == "list" and r.resource == "services"
+                           and "limit=1&" in r.query + "&"
+                           for r in env.sim.server.log.entries()), 30)
         assert env.svc("nvidia-dcgm")["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
         collector = GarbageCollector(env.sim.store, env.sim.clock)
         collector.start()

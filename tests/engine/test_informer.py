@@ -1,0 +1,64 @@
+"""The cache's pure parts: versions, which events a reflector takes, the pod selectors."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from migrator.engine import informer
+from migrator.kube.client import Kube
+from migrator.model import kinds
+from migrator.model.selectors import parse
+from migrator.model.stacks import load_catalog
+
+
+def _obj(name: str, rv: int, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv),
+                         "labels": labels}}
+
+
+def _reflector(selector: str | None = None) -> informer.Reflector[dict[str, Any]]:
+    return informer.Reflector(cast(Kube, None), kinds.SERVICE, "ns", lambda o: o, selector)
+
+
+def test_versions_compare_as_integers_and_opaque_ones_as_none() -> None:
+    assert informer.version("1234") == 1234
+    assert informer.version("") == informer.version(None) == informer.version("abc") == 0
+
+
+def test_an_event_a_list_already_covers_does_not_overwrite_it() -> None:
+    """A list on the reading thread (a late fence) may overtake events still in flight on the
+    stream: those must not put an older state back."""
+    r = _reflector()
+    r._apply("ADDED", _obj("a", 5))
+    r.rv = 10  # as after a list at version 10
+    r._items["a"] = _obj("a", 9)
+    r._apply("MODIFIED", _obj("a", 7))  # in flight from before the list
+    assert r._items["a"]["metadata"]["resourceVersion"] == "9"
+    r._apply("DELETED", _obj("a", 8))
+    assert "a" in r._items
+    r._apply("MODIFIED", _obj("a", 11))
+    assert r._items["a"]["metadata"]["resourceVersion"] == "11" and r.rv == 11
+    r._apply("DELETED", _obj("a", 12))
+    assert "a" not in r._items and r.rv == 12
+
+
+def test_a_reflector_waits_only_for_objects_its_selector_holds() -> None:
+    r = _reflector("app=x")
+    r.saw(kinds.SERVICE, _obj("a", 40, app="y"))
+    r.saw(kinds.POD, _obj("a", 41, app="x"))
+    r.saw(kinds.SERVICE, {"metadata": {**_obj("a", 42, app="x")["metadata"],
+                                       "namespace": "other"}})
+    assert r.want == 0
+    r.saw(kinds.SERVICE, _obj("a", 43, app="x"))
+    assert r.want == 43
+
+
+def test_pod_selectors_cover_every_app_and_the_strays_once() -> None:
+    catalog = load_catalog()
+    selectors = [parse(s) for s in informer.pod_selectors(catalog)]
+    for c in catalog.components:
+        own = {"app": c.app_label, c.common_label.key: c.common_label.value}
+        assert sum(s.matches(own) for s in selectors) == 1
+        stray = {"app": "something-else", c.common_label.key: c.common_label.value}
+        assert sum(s.matches(stray) for s in selectors) >= 1
+    assert not any(s.matches({"app": "something-else"}) for s in selectors)

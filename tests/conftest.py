@@ -17,7 +17,7 @@ from migrator.sim.cluster import SimCluster, wait_for
 from migrator.sim.controllers import ControllerSet
 from migrator.sim.seed import seed
 from migrator.sim.server import ApiServer
-from migrator.sim.store import Store
+from migrator.sim.store import Store, StoreError
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -76,10 +76,17 @@ class Bare:
 
     def edit(self, kind: kinds.Kind, name: str, change: Callable[[Obj], None],
              namespace: str | None = None) -> Obj:
-        """Read-modify-write (with resourceVersion), as a client would."""
-        obj = copy.deepcopy(self.get(kind, name, namespace))
-        change(obj)
-        return self.store.update(kind, obj)
+        """Read-modify-write (with resourceVersion), retried on a 409 Conflict as a client
+        would (client-go's RetryOnConflict): a controller may write the object in between."""
+        for attempt in range(5):
+            obj = copy.deepcopy(self.get(kind, name, namespace))
+            change(obj)
+            try:
+                return self.store.update(kind, obj)
+            except StoreError as exc:
+                if exc.code != 409 or attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
 
     def pods(self, app: str) -> list[Obj]:
         items, _ = self.store.list(kinds.POD, self.namespace)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 from typing import Any
 
@@ -143,6 +144,10 @@ def test_stop_ends_open_watches(store: Store) -> None:
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
     writes.create(store, kinds.CONFIGMAP, {"metadata": {"name": "x"}}, namespace=NS)
+    deadline = time.monotonic() + 10  # the watch is open (it saw the ConfigMap) before the stop
+    while "ADDED" not in seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "ADDED" in seen, "the watch never delivered the ConfigMap"
     server.stop()
     assert ended.wait(10), "the watch did not end when the server stopped"
     api.close()

@@ -262,9 +262,9 @@ def test_incremental_passes_leave_what_a_full_pass_would(make_bare: Callable[...
                 bare.store.create(kinds.POD, _pod(names[-1], "gpu-node-0001", {"app": "web"},
                                                   port))
             elif pod is not None:
-                changed = copy.deepcopy(pod)
-                changed["metadata"]["labels"] = {"app": "web" if what == "restore" else "off"}
-                bare.store.update(kinds.POD, changed)
+                labels = {"app": "web" if what == "restore" else "off"}
+                bare.edit(kinds.POD, name, lambda p, labels=labels: p["metadata"].update(
+                    labels=labels))
         bare.wait_idle()
         svc = bare.store.get(kinds.SERVICE, NS, "web")
         pods = [p for p in bare.store.list(kinds.POD, NS)[0]

@@ -20,8 +20,10 @@ DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
     "operator does not render them. The operator's next re-render of these DaemonSets (an "
     "upgrade or a CR edit) drops the labels, the pods roll without them, and every Service "
-    "switched to the common selector drains. Roll back phase 3 before any operator change "
-    "that does not render the common labels; `dcgm-migrate verify` exits 1 when it happens."
+    "switched to the common selector drains. Run `dcgm-migrate guard` (docs/guard.yaml), which "
+    "holds the tool's aliases on the app label while the labels are missing, or roll back "
+    "phase 3 before any operator change that does not render the common labels; "
+    "`dcgm-migrate verify` exits 1 when it happens."
 )
 
 

@@ -167,13 +167,11 @@ class RunRequest:
     holder: str = field(default_factory=default_holder)
 
 
-def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_at: float,
-                state: State, version: str | None,
+def _locked_run(session: Session, request: RunRequest, state: State, version: str | None,
                 action: Callable[[Runner], Any]) -> dict[str, Any]:
-    """Open the run session (lock, save, heartbeat, dry run), run `action`, report. `snap`
-    (read at `observed_at`, monotonic) is the runner's first view if it is still recent: a run
-    that wrote in between would have changed the state document, and then the runner's first
-    save (before any write) fails."""
+    """Open the run session (lock, save, heartbeat, dry run), run `action`, report. The
+    runner reads the run's cache afresh; a run that wrote since `state` was loaded changed
+    the state document, and then the runner's first save (before any write) fails."""
     dry = session.kube.dry_run
     settings = request.settings
     if dry:
@@ -184,9 +182,8 @@ def _locked_run(session: Session, request: RunRequest, snap: Snapshot, observed_
         runner = Runner(session.kube, session.namespace, session.catalog, state, run.save,
                         settings=settings, listener=session.listener, clock=session.clock,
                         heartbeat=run.heartbeat, dry_run=dry)
-        runner.adopt(snap, observed_at)
         result = action(runner)
-    after = reports.build(runner.recent_snapshot(), session.catalog, state, request.options)
+    after = reports.build(runner.snapshot(), session.catalog, state, request.options)
     after["warnings"] = result.warnings + [w for w in after["warnings"]
                                            if w not in result.warnings]
     after["result"] = {"writes": result.writes, "dryRun": dry,
@@ -213,7 +210,6 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     """Run phases 1..N that are not completed yet (SPEC §2)."""
     _check_phase(request.phase)
     snap = _observe(session)
-    observed_at = session.clock.monotonic()
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace)
     store = session.store()
@@ -234,7 +230,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace, clock=session.clock)
     state.plan_fingerprint = snap.fingerprint()
-    report = _locked_run(session, request, snap, observed_at, state, version,
+    report = _locked_run(session, request, state, version,
                          lambda runner: runner.apply(request.phase))
     report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
     # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
@@ -254,7 +250,6 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     _check_phase(request.phase)
     snap = _observe(session)
-    observed_at = session.clock.monotonic()
     state, version = _load_state(session)
     applied = [n for n in PHASE_NAMES if state and n >= request.phase
                and state.phase(n).status in ("completed", "in-progress", "failed")]
@@ -271,7 +266,7 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
                                  "back; nothing to do")
     elif not request.confirm(reports.build(snap, session.catalog, state, request.options)):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
-    return _locked_run(session, request, snap, observed_at, state, version,
+    return _locked_run(session, request, state, version,
                        lambda runner: runner.rollback(request.phase))
 
 

@@ -30,9 +30,9 @@ def wait(run: Runner, module: Phase, rec: PhaseRecord, step: Step,
                 base: Snapshot | None) -> None:
     """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
     supplies only what a step never changes: the CRs, ServiceMonitors and update
-    strategy; every gate check reads the DaemonSets, Services and endpoints afresh, and
-    the pods too unless the step is a Service write (see REUSE_SECONDS)."""
-    base_snap = base or run.recent_snapshot()
+    strategy; every gate check reads the DaemonSets, Services, pods and endpoints afresh
+    (from the run's cache, as new as this step's write)"""
+    base_snap = base or run.snapshot()
     ds_now = base_snap.daemonsets.get(step.rollout_of() or "")
     if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
         return  # the template change rolls nothing; a RollPods step (if any) rolls pods
@@ -49,7 +49,7 @@ def wait(run: Runner, module: Phase, rec: PhaseRecord, step: Step,
     dips: dict[str, str] = {}
 
     def check() -> list[GateResult]:
-        snap = run._fresh(base_snap, recent_pods=step.kind != kinds.DAEMONSET)
+        snap = run._fresh(base_snap)
         ctx = run._context(snap)
         results: list[GateResult] = list(module.after_write(ctx, step))
         if rolls is not None:
@@ -79,7 +79,6 @@ def wait(run: Runner, module: Phase, rec: PhaseRecord, step: Step,
     if undo is not None:  # a selector change that lost endpoints is undone at once
         lost = [r for r in g.failed(results) if r.name.startswith("endpoints/")]
         if lost:
-            run._wrote(undo)
             executor.execute(run.kube, run.namespace, run.catalog, undo)
             run.result.writes += 1
             rec.mark(step, "skipped", undo=rollback)

@@ -71,14 +71,13 @@ def _cached_pods(cache: informer.Informer, comps: Sequence[Component]) -> tuple[
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
-                  cluster_scope: bool = True,
-                  pods: tuple[PodView, ...] | None = None) -> Snapshot:
+                  cluster_scope: bool = True) -> Snapshot:
     """The namespace as the planner and gates see it.
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
     catalog names plus every Service of the namespace. `cluster_scope` reads the CRs and
-    ServiceMonitors too (skipped by narrow reads). `pods` (from a recent read) skips the pod
-    lists, the bulk of a read (ignored while the run's cache is open: it is newer).
+    ServiceMonitors too (skipped by narrow reads). While the run's cache is open
+    (engine/informer.py) every part comes from it.
     """
     ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None
     if not ns_exists:
@@ -106,7 +105,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                          for key in sorted({c.common_label.key for c in comps}))
     if cache is not None:
         pods = _cached_pods(cache, comps)
-    elif pods is None:
+    else:
         pods = read_pods(kube, namespace, selectors) if selectors else ()
     endpoints = read_endpoints(kube, namespace, svc_map)
 
@@ -133,11 +132,11 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *,
-           daemonsets: Sequence[str], pods: tuple[PodView, ...] | None = None) -> Snapshot:
-    """A fresh read of just these objects (and of the pods, unless given), keeping the
-    base's CRs and ServiceMonitors."""
+           daemonsets: Sequence[str]) -> Snapshot:
+    """A fresh read of just these objects and the pods, keeping the base's CRs and
+    ServiceMonitors."""
     fresh = read_snapshot(kube, base.namespace, catalog, daemonsets=daemonsets,
-                          services=None, cluster_scope=False, pods=pods)
+                          services=None, cluster_scope=False)
     return Snapshot(namespace=base.namespace, cluster_policies=base.cluster_policies,
                     gpu_clusters=base.gpu_clusters, daemonsets=fresh.daemonsets,
                     services=fresh.services, pods=fresh.pods, endpoints=fresh.endpoints,

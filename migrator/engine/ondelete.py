@@ -28,7 +28,7 @@ def roll(run: Runner, rec: PhaseRecord, step: Step, rollback: bool) -> None:
     the previous node's new pod is Ready."""
     assert isinstance(step, RollPods), f"{step.type} is not run pod by pod"
     while True:
-        snap = run.recent_snapshot()
+        snap = run.snapshot()
         ds = snap.daemonsets.get(step.daemonset)
         if ds is None:
             return
@@ -48,7 +48,6 @@ def roll(run: Runner, rec: PhaseRecord, step: Step, rollback: bool) -> None:
         pod = stale[0]
         rec.mark(step, "intent", undo=rollback)
         run.save()
-        run._wrote(step)
         executor.delete_pod(run.kube, run.namespace, pod.name, pod.uid)
         run.result.writes += 1
         run.listener.step(StepEvent(rec.number, step, "writing"))

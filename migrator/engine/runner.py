@@ -28,7 +28,7 @@ from migrator.model.discovery import discover
 from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.retiring import reasked, retired
-from migrator.model.snapshot import PodView, Snapshot
+from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import Step, from_record
 from migrator.phases import Phase
@@ -37,16 +37,6 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 Save = Callable[[State], None]
-
-# Without the run's cache (engine/informer.py; commands.apply/rollback open it), a read this
-# young, with no write of ours since, serves as the next step's pre-write view:
-# the previous step's gates have just read the namespace, and at 5,000 nodes each read costs
-# ~1.5 s. Older than this, or after any write, the namespace is read again. Likewise the pods
-# of a read this young serve the gate checks after a Service write (which moves no pod): the
-# pod lists are nearly all of a read. A stale pod view can only delay a gate, never pass it
-# early: gates compare the pods with the endpoints, which are always read afresh.
-REUSE_SECONDS = 3.0
-
 
 @dataclass
 class RunSettings:
@@ -80,58 +70,24 @@ class Runner:
         self.clock: Clock = clock or SystemClock()
         self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
         self.result = RunResult()
-        self._seen: tuple[Snapshot, float] | None = None  # newest read, no write since
-        self._pods: tuple[tuple[PodView, ...], float] | None = None  # no pod moved since
 
     # ---- reads & context -------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        return self._remember(read_snapshot(self.kube, self.namespace, self.catalog))
-
-    def _cached(self) -> bool:
-        """Is the run's cache open? Then every read is of the cache, as new as the newest
-        version the tool has seen (engine/informer.py), and no read is reused."""
-        return informer.current(self.kube, self.namespace) is not None
-
-    def recent_snapshot(self) -> Snapshot:
-        """The newest read if it is recent and nothing was written since, else a fresh one."""
-        if (not self._cached() and self._seen is not None
-                and self.clock.monotonic() - self._seen[1] <= REUSE_SECONDS):
-            return self._seen[0]
-        return self.snapshot()
-
-    def adopt(self, snap: Snapshot, read_at: float) -> None:
-        """Start from a read the caller made at `read_at` (this runner's clock)."""
-        self._seen, self._pods = (snap, read_at), (snap.pods, read_at)
-
-    def _remember(self, snap: Snapshot, read_at: float | None = None) -> Snapshot:
-        """Note a read; `read_at` is when its oldest part (reused pods) was read."""
-        now = self.clock.monotonic()
-        self._seen = (snap, now if read_at is None else read_at)
-        if read_at is None:
-            self._pods = (snap.pods, now)
-        return snap
-
-    def _wrote(self, step: Step) -> None:
-        self._seen = None
-        if step.rolls_pods():
-            self._pods = None
+        """The namespace as the run's cache (engine/informer.py, opened by `commands`) holds
+        it: at least as new as the tool's own last write, so no read is ever reused stale."""
+        return read_snapshot(self.kube, self.namespace, self.catalog)
 
     def _context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
         found = discover(snap, self.catalog)
         return PlanContext(snap, self.catalog, found.components, self.settings.options,
                            recorded or {})
 
-    def _fresh(self, base: Snapshot, *, recent_pods: bool = False) -> Snapshot:
-        """A fresh narrow read; `recent_pods` reuses the pods of a read younger than
-        REUSE_SECONDS with no pod-moving write since (a gate check after a Service write)."""
+    def _fresh(self, base: Snapshot) -> Snapshot:
+        """The DaemonSets, Services, pods and endpoints read again; the base's CRs and
+        ServiceMonitors kept (no step changes them)."""
         names = [c.daemonset for c in self.catalog.components]
-        if (recent_pods and not self._cached() and self._pods is not None
-                and self.clock.monotonic() - self._pods[1] <= REUSE_SECONDS):
-            pods, read_at = self._pods
-            return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names,
-                                         pods=pods), read_at)
-        return self._remember(narrow(self.kube, base, self.catalog, daemonsets=names))
+        return narrow(self.kube, base, self.catalog, daemonsets=names)
 
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
         """The cache stops following what this DaemonSet's rollout churns until it is over
@@ -148,7 +104,7 @@ class Runner:
     # ---- apply -----------------------------------------------------------------------------
 
     def apply(self, upto: int) -> RunResult:
-        snap = self.recent_snapshot()
+        snap = self.snapshot()
         live_stack = discover(snap, self.catalog).stack
         changed = self.state.stack_changed(live_stack)
         if changed:
@@ -172,7 +128,7 @@ class Runner:
                 self.state.log("drift", phase=number, detail=why)
                 rec.status, rec.baselines = "in-progress", []
             self._run_phase(module, rec, snap, rollback=False)
-            snap = self.recent_snapshot()
+            snap = self.snapshot()
         return self.result
 
     def _warn(self, text: str) -> None:
@@ -289,7 +245,7 @@ class Runner:
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "skipped"))
         else:
-            base = self.recent_snapshot()
+            base = self.snapshot()
             pre = module.before_write(self._context(base), step)
             if g.failed(pre) and all(r.wait for r in g.failed(pre)):
                 pre = self._wait_pre(module, step, base, pre)
@@ -299,7 +255,6 @@ class Runner:
             rec.mark(step, "intent", undo=rollback)
             self.save()
             self.listener.step(StepEvent(rec.number, step, "writing"))
-            self._wrote(step)
             note = executor.execute(self.kube, self.namespace, self.catalog, step)
             self.result.writes += 1
             if note:
@@ -328,7 +283,7 @@ class Runner:
     # ---- rollback ----------------------------------------------------------------------------
 
     def rollback(self, downto: int) -> RunResult:
-        snap = self.recent_snapshot()
+        snap = self.snapshot()
         settled = False
         for number in range(len(phases.PHASES), downto - 1, -1):
             module = phases.by_number(number)
@@ -339,7 +294,7 @@ class Runner:
                 self._settle_after_restore()
                 settled = True
             self._run_phase(module, rec, snap, rollback=True)
-            snap = self.recent_snapshot()
+            snap = self.snapshot()
         return self.result
 
     def _settle_after_restore(self) -> None:

@@ -22,8 +22,7 @@ import pytest
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine import informer
-from migrator.engine.runner import REUSE_SECONDS, Runner, RunSettings
-from migrator.engine.state import State
+from migrator.engine.runner import RunSettings
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
 from migrator.model import kinds
@@ -188,39 +187,3 @@ def test_a_gate_woken_by_an_endpointslice_event_reads_that_event(e2e: E2E) -> No
             assert _version(mine) >= _version(woke)
     finally:
         kube.close()
-
-
-# ---- without the run's cache (a Runner driven directly) the old reuse window still holds ----
-
-def _is_pod_list(r: RequestRecord) -> bool:
-    return r.verb == "list" and r.resource == "pods" and "continue=" not in r.query
-
-
-def test_a_view_older_than_the_reuse_window_is_read_again(e2e: E2E) -> None:
-    clock = FakeClock()
-    kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
-    runner = Runner(kube, NS, load_catalog(), State(NS), save=lambda _: None, clock=clock)
-    first = runner.snapshot()
-    sent = kube.request_count
-    clock.advance(REUSE_SECONDS / 2)
-    assert runner.recent_snapshot() is first and kube.request_count == sent
-    clock.advance(REUSE_SECONDS)
-    assert runner.recent_snapshot() is not first and kube.request_count > sent
-
-
-def test_pods_are_reused_only_while_recent(e2e: E2E) -> None:
-    clock = FakeClock()
-    kube = Kube.for_server(e2e.sim.url, ADMIN_TOKEN)
-    runner = Runner(kube, NS, load_catalog(), State(NS), save=lambda _: None, clock=clock)
-    base = runner.snapshot()
-
-    def pod_lists_during(read: Callable[[], object]) -> int:
-        mark = e2e.mark()
-        read()
-        return sum(map(_is_pod_list, e2e.sim.server.log.since(mark)))
-
-    clock.advance(REUSE_SECONDS / 2)
-    assert pod_lists_during(lambda: runner._fresh(base, recent_pods=True)) == 0
-    assert pod_lists_during(lambda: runner._fresh(base)) > 0  # a rollout's check: always
-    clock.advance(REUSE_SECONDS * 2)
-    assert pod_lists_during(lambda: runner._fresh(base, recent_pods=True)) > 0

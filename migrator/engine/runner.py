@@ -170,6 +170,9 @@ class Runner:
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
         else:
             rec.status, rec.finished = "completed", self.state.stamp()
+            # The baseline is spent: a drifted phase and a rollback record their own. Kept, a
+            # per-node map per phase would grow every later save (and the 1 MiB ConfigMap).
+            rec.baselines = []
         self.state.log("rolled-back" if rollback else "completed", phase=rec.number)
         self.save()
         self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))

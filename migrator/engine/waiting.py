@@ -21,6 +21,7 @@ from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateResult, rollout_complete, rollout_counts
 from migrator.model.kinds import Kind
+from migrator.model.tables import Row, TableError, counts_look_complete, rollout_view
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -96,6 +97,20 @@ class Waiter:
             return ""
         return rv
 
+    def _follow_rows(self, daemonset: str, resource_version: str, timeout: float,
+                     on_row: Callable[[str, Row], bool]) -> None:
+        """Stream one DaemonSet's printed rows (a status change costs its cells, not the
+        object) until `on_row` returns False or `timeout`; a broken watch only ends it early."""
+        try:
+            for etype, row in self.kube.watch_table(
+                    kinds.DAEMONSET, self.namespace, resource_version=resource_version,
+                    field_selector=f"metadata.name={daemonset}",
+                    timeout_seconds=max(1, int(timeout + 0.999))):
+                if not on_row(etype, row):
+                    return
+        except (APIError, TableError):
+            self.clock.sleep(min(timeout, self.recheck_min))
+
     def rollout(self, daemonset: str, timeout: float, report: Callable[[Obj, Pace], None],
                 blocked: Callable[[], str] | None = None,
                 probe_every: float = 30.0) -> RolloutOutcome:
@@ -127,27 +142,25 @@ class Waiter:
             remaining = pace.moved + timeout - now
             if remaining <= 0:
                 return RolloutOutcome(ds, False, "", now - pace.moved)
-            latest: dict[str, Obj] = {}
 
-            def follow(etype: str, obj: Obj, latest: dict[str, Obj] = latest,
-                       next_probe: float = next_probe) -> bool:
+            def follow(etype: str, row: Row, next_probe: float = next_probe) -> bool:
+                if etype == "DELETED":
+                    return False  # the GET at the top of the loop says so
                 if etype in ("ADDED", "MODIFIED"):
-                    latest["ds"] = obj
-                    pace.note(obj, self.clock.monotonic())
-                    report(obj, pace)
+                    view = rollout_view(row)
+                    pace.note(view, self.clock.monotonic())
+                    report(view, pace)
                     self.heartbeat()
-                    if rollout_complete(obj).ok:
-                        return False
+                    if counts_look_complete(view):
+                        return False  # confirmed (or not) by the GET at the top of the loop
                 now = self.clock.monotonic()
                 return now < pace.moved + timeout and (blocked is None or now < next_probe)
 
             wait = min(remaining, 30.0)
             if blocked is not None:
                 wait = min(wait, max(next_probe - now, self.recheck_min))
-            self._wake(kinds.DAEMONSET, str(o.meta(ds).get("resourceVersion", "")),
-                       wait, field_selector=f"metadata.name={daemonset}", on_event=follow)
-            if "ds" in latest and rollout_complete(latest["ds"]).ok:
-                return RolloutOutcome(latest["ds"], True)
+            self._follow_rows(daemonset, str(o.meta(ds).get("resourceVersion", "")), wait,
+                              follow)
 
     def until(self, check: Callable[[], list[GateResult]], deadline: float,
               wake_kind: Kind = kinds.ENDPOINTSLICE,

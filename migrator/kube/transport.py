@@ -107,13 +107,15 @@ class Transport:
         *,
         stream: bool = False,
         read_timeout: float | None = None,
+        accept: str = "application/json",
     ) -> Response:
         """One logical request, retried per the policy; a typed error when it cannot succeed."""
         outcome = Outcome()
         timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
 
         def once() -> Response:
-            return self._once(method, path, query, body, content_type, stream, timeout, outcome)
+            return self._once(method, path, query, body, content_type, stream, timeout, outcome,
+                              accept)
 
         try:
             return call_with_retries(once, self.policy, outcome)
@@ -134,8 +136,9 @@ class Transport:
         stream: bool,
         timeout: tuple[float, float],
         outcome: Outcome,
+        accept: str,
     ) -> Response:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         try:

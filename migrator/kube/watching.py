@@ -15,6 +15,7 @@ from typing import Any
 import urllib3
 
 from migrator.kube.statuses import error_for
+from migrator.model import tables
 
 Obj = dict[str, Any]
 
@@ -93,3 +94,28 @@ class Stream:
         # ValueError/RuntimeError: the stream already ended and was closed or released.
         with contextlib.suppress(AttributeError, OSError, ValueError, RuntimeError):
             self._raw.shutdown()
+
+
+class TableStream:
+    """An open Table watch (`Kube.watch_table`): (type, `tables.Row`) per event. The first
+    event carries the column definitions; later ones are named by them."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+        self._columns: tuple[str, ...] | None = None
+        self._pending: list[tuple[str, tables.Row]] = []
+
+    def __iter__(self) -> TableStream:
+        return self
+
+    def __next__(self) -> tuple[str, tables.Row]:
+        while not self._pending:
+            etype, table = next(self._stream)
+            self._columns = tables.column_names(table) or self._columns
+            if self._columns is None:
+                raise tables.TableError("a Table watch event came before any column definitions")
+            self._pending = [(etype, row) for row in tables.rows(table, self._columns)]
+        return self._pending.pop(0)
+
+    def stop(self) -> None:
+        self._stream.stop()

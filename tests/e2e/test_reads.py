@@ -92,6 +92,13 @@ def test_apply_lists_each_kind_once_and_again_only_after_a_rollout(
     assert sum(pod_lists.values()) == len(selectors) + len(rollouts)
     assert not [r for r in records if r.code == 410], "no expiry here: no relist either"
     assert not _informer_threads(), "the run's watch threads outlived it"
+    # Each rollout is followed by its DaemonSet's printed rows (no object): a status change
+    # costs its counts, not the whole DaemonSet; completion is confirmed by a GET.
+    followed = [r for r in records if r.verb == "watch" and r.resource == "daemonsets"
+                and "fieldSelector=metadata.name" in r.query]
+    assert {r.query.count("includeObject=None") for r in followed} == {1}
+    assert {r.name for r in records if r.verb == "get" and r.resource == "daemonsets"} == {
+        r.name for r in rollouts}
 
 
 def test_no_cache_outlives_its_run_even_when_the_run_fails(e2e: E2E) -> None:

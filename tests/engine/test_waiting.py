@@ -21,7 +21,8 @@ from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.gates import GateResult
 from migrator.model.kinds import Kind
-from tests.helpers.builders import NS, daemonset
+from migrator.model.tables import Row
+from tests.helpers.builders import NS, daemonset, daemonset_row
 from tests.helpers.clock import FakeClock
 
 Obj = dict[str, Any]
@@ -58,6 +59,10 @@ class ScriptedKube:
                 self.objects[obj["metadata"]["name"]] = obj  # the watch shows the live object
             yield etype, obj
         self.clock.advance(timeout_seconds)  # no more events: the stream ends at its timeout
+
+    def watch_table(self, kind: Kind, namespace: str, **kw: Any) -> Iterator[tuple[str, Row]]:
+        for etype, obj in self.watch(kind, namespace, **kw):
+            yield etype, daemonset_row(obj)
 
     def pages(self, kind: Kind, namespace: str, *, label_selector: str | None = None,
               page_size: int) -> Iterator[Page]:
@@ -120,11 +125,33 @@ def test_a_rollout_follows_the_watch_until_complete(waiter: Waiter, kube: Script
     done = waiter.rollout("nvidia-dcgm-dra", 600, report)
     assert done.complete and done.ds is not None
     assert done.ds["metadata"]["resourceVersion"] == "4"  # stops at complete
-    assert seen == [(0, 3), (1, 2), (2, 2), (3, 3)]
+    # Rows as they came; the row that looks complete is then confirmed by one GET.
+    assert seen == [(0, 3), (1, 2), (2, 2), (3, 3), (3, 3)]
     assert [w["rv"] for w in kube.watches] == ["1"]  # watched from the object it read
     assert kube.watches[0]["fields"] == "metadata.name=nvidia-dcgm-dra"
     assert kube.watches[0]["timeout"] == 30  # one watch is at most 30 s
     assert clock.slept == [] and len(beats) >= 4
+
+
+def test_rows_that_only_look_complete_do_not_end_the_wait(waiter: Waiter, kube: ScriptedKube,
+                                                         clock: FakeClock) -> None:
+    # Right after a template change the controller has not observed generation 2: the row
+    # still shows the old generation's complete counts. A row has no generations, so the
+    # waiter asks the object, sees observedGeneration 1 < 2 and keeps following.
+    def gen2(updated: int, available: int, observed: int, rv: str) -> Obj:
+        obj = ds(updated, available, rv=rv)
+        obj["metadata"]["generation"] = 2
+        obj["status"]["observedGeneration"] = observed
+        return obj
+
+    kube.objects["nvidia-dcgm-dra"] = gen2(3, 3, observed=1, rv="1")
+    kube.streams = [[("MODIFIED", gen2(3, 3, observed=1, rv="2"))],
+                    [("MODIFIED", gen2(0, 2, observed=2, rv="3")),
+                     ("MODIFIED", gen2(3, 3, observed=2, rv="4"))]]
+    out = waiter.rollout("nvidia-dcgm-dra", 600, lambda d, pace: None)
+    assert out.complete and out.ds is not None
+    assert out.ds["metadata"]["resourceVersion"] == "4"
+    assert [w["rv"] for w in kube.watches] == ["1", "2"]  # re-read after the look-alike row
 
 
 def test_a_stuck_rollout_gives_up_at_the_progress_deadline(waiter: Waiter, kube: ScriptedKube,

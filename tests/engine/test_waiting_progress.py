@@ -10,6 +10,8 @@ from typing import Any
 from migrator.cli.live import eta_text
 from migrator.engine.progress import RolloutProgress
 from migrator.engine.waiting import Pace, Waiter
+from migrator.model.tables import Row
+from tests.helpers.builders import daemonset_row
 from tests.helpers.clock import FakeClock
 
 Obj = dict[str, Any]
@@ -40,6 +42,11 @@ class ScriptedKube:
             tuple[str, Obj]]:
         self.clock.advance(min(self.step, float(kw.get("timeout_seconds", self.step))))
         yield "MODIFIED", dict(self.script(self.clock.mono))
+
+    def watch_table(self, kind: Any, namespace: str | None = None, **kw: Any) -> Iterator[
+            tuple[str, Row]]:
+        for etype, obj in self.watch(kind, namespace, **kw):
+            yield etype, daemonset_row(obj)
 
 
 class Time:

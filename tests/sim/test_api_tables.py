@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from migrator.model import kinds
-from migrator.sim import writes
+from migrator.sim import tables, writes
 from migrator.sim.cluster import SimCluster
 from migrator.sim.controllers.podstatus import pending_status, running_status
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
@@ -343,3 +343,11 @@ def test_kubectl_wide_shows_the_priority_1_columns(store: Store, kubectl: Kubect
     pods = kubectl("get", "pods", "-o", "wide").stdout.splitlines()
     assert pods[0].split()[-6:] == ["IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"]
     assert pods[1].split()[1:4] == ["0/1", "Pending", "0"]
+
+
+def test_ages_are_humanduration() -> None:
+    """`duration.HumanDuration` past the ranges kubectl tests usually see."""
+    day = 86400
+    assert [tables.human_duration(s) for s in (-5, -1, 9 * day, 700 * day, 800 * day,
+                                               3 * 365 * day, 9 * 365 * day)] == [
+        "<invalid>", "0s", "9d", "700d", "2y70d", "3y", "9y"]

@@ -108,16 +108,20 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
             return _subject_access_review(b, req)
         return _access_review(info, req, policy)
     verb = info.verb
+    # A Table's `includeObject` is checked where upstream transforms the answer
+    # (handlers/response.go `optionsForTransform`): after the read, before anything is sent.
+    as_table = tables.wants_table(req.header("accept"))
     if verb == "get":
         obj = _get(b, kind, info)
-        if tables.wants_table(req.header("accept")):
+        if as_table:
             meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-            return json_response(200, tables.table(kind, [obj], meta))
+            return json_response(200, tables.table(kind, [obj], meta,
+                                                   include=tables.include_object(info.query)))
         return Response(200, b.encoder.encode(kind, obj))
     if verb == "list":
-        return _list(b, info, kind, as_table=tables.wants_table(req.header("accept")))
+        return _list(b, info, kind, as_table=as_table)
     if verb == "watch":
-        return _watch(b, info, kind, as_table=tables.wants_table(req.header("accept")))
+        return _watch(b, info, kind, as_table=as_table)
     if verb == "create":
         if info.name or (kind.namespaced and not info.namespace):
             raise method_not_allowed()
@@ -237,7 +241,8 @@ def _list(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False) 
         if not filtered:
             meta["remainingItemCount"] = remaining
     if as_table:
-        return json_response(200, tables.table(kind, objects, meta))
+        return json_response(200, tables.table(kind, objects, meta,
+                                               include=tables.include_object(info.query)))
     head = (b'{"kind":"' + kind.list_kind.encode() + b'","apiVersion":"'
             + kind.api_version.encode() + b'","metadata":' + dumps(meta) + b',"items":[')
     items = b",".join(b.encoder.encode(kind, o) for o in objects)
@@ -259,8 +264,10 @@ def _watch(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False)
         except ValueError as e:
             raise bad_request(f"invalid resource version: {raw_rv!r}") from e
     timeout = _int_param(info, "timeoutSeconds")
+    include = tables.include_object(info.query) if as_table else ""
     request = watching.WatchRequest(kind, info.namespace, labels, fields, start,
-                                    float(timeout) if timeout else None, initial_end, as_table)
+                                    float(timeout) if timeout else None, initial_end, as_table,
+                                    include)
     return Response(200, stream=watching.stream(b.store, b.encoder, request, b.stopping))
 
 

@@ -1,43 +1,92 @@
-"""`meta.k8s.io/v1` Table answers, so `kubectl get` prints the columns a real cluster prints.
+"""`meta.k8s.io/v1` Table answers, as a real kube-apiserver gives them.
 
-kubectl asks for a Table (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io, ...`) for its
-human-readable output. Columns follow the real server's printers
-(`pkg/printers/internalversion/printers.go`) for the kinds the migration looks at; every other
-kind gets NAME and AGE. Ages are rendered by the server as on a real cluster ("5m", "3d4h").
-Pure, apart from reading the clock for ages.
+A client asks for a Table with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` (kubectl
+for its human-readable output; the tool to follow a rollout in few bytes). Upstream sources:
+
+- Columns and cells: `pkg/printers/internalversion/printers.go` (`AddHandlers`, `printPod`,
+  `printDaemonSet`, `printNode`, ...). The server always renders the wide (priority 1)
+  columns: `pkg/printers/storage` `TableConvertor.ConvertToTable` generates with
+  `GenerateOptions{Wide: true}`; kubectl hides priority > 0 itself. Kinds without a printer
+  here get NAME and AGE. Ages are `duration.HumanDuration` of the wall clock.
+- `includeObject` (`TableOptions`): `k8s.io/apiserver/pkg/endpoints/handlers/response.go`
+  `asTable`: `Object` embeds the whole object, `Metadata` or empty (the default) a
+  `PartialObjectMetadata`, `None` nothing. The row's `object` is a `runtime.RawExtension`,
+  a struct, so its `omitempty` does not apply under encoding/json and `RawExtension.MarshalJSON`
+  writes `null`: `None` gives `"object":null`. Any other value is refused before anything is
+  read, by `optionsForTransform` / `ValidateTableOptions`
+  (`apimachinery/pkg/apis/meta/v1/validation`): 400 BadRequest "Unable to convert to Table as
+  requested: includeObject: Invalid value: ...". (`asTable`'s own "unrecognized includeObject
+  value" is unreachable behind that check.)
+- Watches (`handlers/response.go` `watchEmbeddedEncoder.doEncode`): each event's object is a
+  one-row Table; after the first event the encoder sets `NoHeaders`, so every later event has
+  no column definitions. `Table.ColumnDefinitions` has no `omitempty`: they are sent as `null`.
+  `HumanReadableGenerator.GenerateTable` (`pkg/printers/tablegenerator.go`) gives a single
+  object's Table that object's resourceVersion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from migrator.model import kinds
 from migrator.model.kinds import Kind
+from migrator.sim import podprinter
+from migrator.sim.statuses import bad_request
 
 Obj = dict[str, Any]
-Column = tuple[str, str, Callable[[Obj], Any], int]  # name, type, cell, priority
+Row = tuple[list[Any], list[dict[str, str]] | None]  # cells, row conditions
+Printer = tuple[list[Obj], Callable[[Obj, datetime], Row]]  # column definitions, row
+
+INCLUDE_OBJECT, INCLUDE_METADATA, INCLUDE_NONE = "Object", "Metadata", "None"
+
+# Field docs the printers use as column descriptions (`SwaggerDoc()` of ObjectMeta, PodSpec,
+# PodStatus, DaemonSetSpec/Status of extensions/v1beta1), as upstream spells them.
+_NAME_DOC = (
+    "Name must be unique within a namespace. Is required when creating resources, although "
+    "some resources may allow a client to request the generation of an appropriate name "
+    "automatically. Name is primarily intended for creation idempotence and configuration "
+    "definition. Cannot be updated. More info: "
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names")
+_AGE_DOC = (
+    "CreationTimestamp is a timestamp representing the server time when this object was "
+    "created. It is not guaranteed to be set in happens-before order across separate "
+    "operations. Clients may not set this value. It is represented in RFC3339 form and is in "
+    "UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata")
+_DS_DOC = "More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/"
+_CONTAINERS_DOC = "Names of each container in the template."
+_IMAGES_DOC = "Images referenced by each container in the template."
 
 
 def wants_table(accept: str) -> bool:
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
-def human_age(created: str | None, now: datetime | None = None) -> str:
-    """`duration.HumanDuration` of the time since `created` (RFC 3339)."""
-    if not created:
-        return "<unknown>"
-    now = now or datetime.now(UTC)
-    seconds = int((now - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=UTC)).total_seconds())
-    if seconds < 0:
+def include_object(query: Mapping[str, str]) -> str:
+    """The request's `includeObject`, refused as the real server refuses a bad one."""
+    value = query.get("includeObject", "")
+    if value not in ("", INCLUDE_METADATA, INCLUDE_NONE, INCLUDE_OBJECT):
+        raise bad_request(
+            "Unable to convert to Table as requested: includeObject: Invalid value: "
+            f"{json.dumps(value)}: must be 'Metadata', 'Object', 'None', or empty")
+    return value
+
+
+def human_duration(seconds: float) -> str:
+    """`k8s.io/apimachinery/pkg/util/duration.HumanDuration`."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
         return "0s"
-    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
-    if seconds < 120:
-        return f"{seconds}s"
+    if s < 120:
+        return f"{s}s"
+    minutes, hours = s // 60, s // 3600
     if minutes < 10:
-        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
     if minutes < 180:
         return f"{minutes}m"
     if hours < 8:
@@ -45,122 +94,258 @@ def human_age(created: str | None, now: datetime | None = None) -> str:
     if hours < 48:
         return f"{hours}h"
     if hours < 192:
-        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
-    return f"{days}d" if days < 730 else f"{days // 365}y"
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    years, days = hours // 24 // 365, (hours // 24) % 365
+    if hours < 24 * 365 * 8:
+        return f"{years}y{days}d" if days else f"{years}y"
+    return f"{years}y"
 
 
-def _age(obj: Obj) -> str:
-    return human_age(obj["metadata"].get("creationTimestamp"))
+def human_age(created: str | None, now: datetime | None = None) -> str:
+    """`translateTimestampSince`: the age of `created` (RFC 3339), "<unknown>" when unset."""
+    when = podprinter.parse_time(created)
+    if when is None:
+        return "<unknown>"
+    return human_duration(((now or datetime.now(UTC)) - when).total_seconds())
 
 
-def _name(obj: Obj) -> str:
-    return str(obj["metadata"]["name"])
+def _col(name: str, type_: str, description: str = "", priority: int = 0) -> Obj:
+    return {"name": name, "type": type_, "format": "name" if name == "Name" else "",
+            "description": description, "priority": priority}
 
 
-def _pod_ready(obj: Obj) -> str:
-    statuses = (obj.get("status") or {}).get("containerStatuses") or []
-    total = len((obj.get("spec") or {}).get("containers") or [])
-    return f"{sum(1 for s in statuses if s.get('ready'))}/{total}"
+_NAME_COL, _AGE_COL = _col("Name", "string", _NAME_DOC), _col("Age", "string", _AGE_DOC)
 
 
-def _pod_status(obj: Obj) -> str:
-    if obj["metadata"].get("deletionTimestamp"):
-        return "Terminating"
-    status = obj.get("status") or {}
-    for cs in status.get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting")
-        if waiting and waiting.get("reason"):
-            return str(waiting["reason"])
-    return str(status.get("reason") or status.get("phase") or "Unknown")
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
 
 
-def _restarts(obj: Obj) -> int:
-    return sum(int(s.get("restartCount", 0))
-               for s in (obj.get("status") or {}).get("containerStatuses") or [])
+def _spec(obj: Obj) -> Obj:
+    return obj.get("spec") or {}
+
+
+def _status(obj: Obj) -> Obj:
+    return obj.get("status") or {}
+
+
+def _name_age(obj: Obj, now: datetime) -> tuple[str, str]:
+    meta = _meta(obj)
+    return str(meta.get("name", "")), human_age(meta.get("creationTimestamp"), now)
+
+
+def format_labels(labels: Mapping[str, str] | None) -> str:
+    """`labels.FormatLabels`: sorted `k=v,...`, "<none>" when empty."""
+    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "<none>"
+
+
+def format_label_selector(selector: Mapping[str, Any] | None) -> str:
+    """`metav1.FormatLabelSelector`: requirements sorted by key, "<none>" when empty."""
+    reqs = [(k, f"{k}={v}") for k, v in ((selector or {}).get("matchLabels") or {}).items()]
+    for expr in (selector or {}).get("matchExpressions") or []:
+        key, op = str(expr.get("key", "")), expr.get("operator")
+        values = sorted(str(v) for v in expr.get("values") or [])
+        text = {"In": f"{key} in ({','.join(values)})",
+                "NotIn": f"{key} notin ({','.join(values)})",
+                "Exists": key, "DoesNotExist": f"!{key}"}.get(str(op))
+        if text is None:
+            return "<error>"
+        reqs.append((key, text))
+    return ",".join(text for _, text in sorted(reqs, key=lambda r: r[0])) or "<none>"
+
+
+def _containers(template_spec: Obj) -> list[str]:
+    """`layoutContainerCells`: container names and images, comma-joined."""
+    containers = template_spec.get("containers") or []
+    return [",".join(str(c.get("name", "")) for c in containers),
+            ",".join(str(c.get("image", "")) for c in containers)]
+
+
+# ---- printers --------------------------------------------------------------------------------
+
+def _pod_row(obj: Obj, now: datetime) -> Row:
+    name, age = _name_age(obj, now)
+    ready, status, restarts = podprinter.pod_cells(obj, now, human_duration)
+    return ([name, ready, status, restarts, age, *podprinter.pod_wide_cells(obj)],
+            podprinter.pod_conditions(obj))
+
+
+def _daemonset_row(obj: Obj, now: datetime) -> Row:
+    name, age = _name_age(obj, now)
+    st = _status(obj)
+    template = (_spec(obj).get("template") or {}).get("spec") or {}
+    counts = [int(st.get(f) or 0) for f in ("desiredNumberScheduled", "currentNumberScheduled",
+                                            "numberReady", "updatedNumberScheduled",
+                                            "numberAvailable")]
+    return ([name, *counts, format_labels(template.get("nodeSelector")), age,
+             *_containers(template), format_label_selector(_spec(obj).get("selector"))], None)
 
 
 def _ports(obj: Obj) -> str:
-    ports = (obj.get("spec") or {}).get("ports") or []
+    ports = _spec(obj).get("ports") or []
     out = [f"{p.get('port')}:{p['nodePort']}/{p.get('protocol', 'TCP')}" if p.get("nodePort")
            else f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in ports]
     return ",".join(out) or "<none>"
 
 
-def _map(value: Any) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted((value or {}).items())) or "<none>"
+def _service_row(obj: Obj, now: datetime) -> Row:
+    name, age = _name_age(obj, now)
+    spec = _spec(obj)
+    return ([name, spec.get("type", ""), spec.get("clusterIP", ""), "<none>", _ports(obj), age,
+             format_labels(spec.get("selector"))], None)
 
 
-def _status_int(field: str) -> Callable[[Obj], int]:
-    return lambda o: int((o.get("status") or {}).get(field, 0))
+def _node_row(obj: Obj, now: datetime) -> Row:
+    name, age = _name_age(obj, now)
+    st = _status(obj)
+    ready = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), None)
+    status = ["Unknown" if ready is None else
+              "Ready" if ready.get("status") == "True" else "NotReady"]
+    if _spec(obj).get("unschedulable"):
+        status.append("SchedulingDisabled")
+    labels = _meta(obj).get("labels") or {}
+    roles = {k[len("node-role.kubernetes.io/"):] for k in labels
+             if k.startswith("node-role.kubernetes.io/")} - {""}
+    roles |= {labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set()
+    info = st.get("nodeInfo") or {}
+
+    def address(kind: str) -> str:
+        return next((a.get("address", "") for a in st.get("addresses") or []
+                     if a.get("type") == kind), "<none>")
+
+    return ([name, ",".join(status), ",".join(sorted(roles)) or "<none>", age,
+             info.get("kubeletVersion", ""), address("InternalIP"), address("ExternalIP"),
+             info.get("osImage") or "<unknown>", info.get("kernelVersion") or "<unknown>",
+             info.get("containerRuntimeVersion") or "<unknown>"], None)
 
 
-def _node_status(obj: Obj) -> str:
-    ready = next((c for c in (obj.get("status") or {}).get("conditions") or []
-                  if c.get("type") == "Ready"), None)
-    text = "Ready" if ready and ready.get("status") == "True" else "NotReady"
-    return text + (",SchedulingDisabled" if (obj.get("spec") or {}).get("unschedulable") else "")
+def _namespace_row(obj: Obj, now: datetime) -> Row:
+    name, age = _name_age(obj, now)
+    return [name, _status(obj).get("phase", ""), age], None
 
 
-def _slice_endpoints(obj: Obj) -> str:
+def _slice_row(obj: Obj, now: datetime) -> Row:
+    name, age = _name_age(obj, now)
     addresses = [a for e in obj.get("endpoints") or [] for a in e.get("addresses") or []]
     shown = ",".join(addresses[:3])
-    return (shown + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")) or \
-        "<unset>"
+    endpoints = (shown + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")) \
+        or "<unset>"
+    ports = ",".join(str(p.get("port")) for p in obj.get("ports") or []) or "<unset>"
+    return [name, obj.get("addressType", ""), ports, endpoints, age], None
 
 
-_NAME: Column = ("Name", "string", _name, 0)
-_AGE: Column = ("Age", "string", _age, 0)
-COLUMNS: dict[str, list[Column]] = {
-    kinds.POD.key: [
-        _NAME, ("Ready", "string", _pod_ready, 0), ("Status", "string", _pod_status, 0),
-        ("Restarts", "string", _restarts, 0), _AGE,
-        ("IP", "string", lambda o: (o.get("status") or {}).get("podIP") or "<none>", 1),
-        ("Node", "string", lambda o: (o.get("spec") or {}).get("nodeName") or "<none>", 1),
-    ],
-    kinds.DAEMONSET.key: [
-        _NAME, ("Desired", "integer", _status_int("desiredNumberScheduled"), 0),
-        ("Current", "integer", _status_int("currentNumberScheduled"), 0),
-        ("Ready", "integer", _status_int("numberReady"), 0),
-        ("Up-to-date", "integer", _status_int("updatedNumberScheduled"), 0),
-        ("Available", "integer", _status_int("numberAvailable"), 0),
-        ("Node Selector", "string", lambda o: _map(
-            ((o.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector")), 0),
-        _AGE,
-    ],
-    kinds.SERVICE.key: [
-        _NAME, ("Type", "string", lambda o: (o.get("spec") or {}).get("type", ""), 0),
-        ("Cluster-IP", "string", lambda o: (o.get("spec") or {}).get("clusterIP", ""), 0),
-        ("External-IP", "string", lambda o: "<none>", 0),
-        ("Port(s)", "string", _ports, 0), _AGE,
-        ("Selector", "string", lambda o: _map((o.get("spec") or {}).get("selector")), 1),
-    ],
-    kinds.NODE.key: [
-        _NAME, ("Status", "string", _node_status, 0),
-        ("Roles", "string", lambda o: "<none>", 0), _AGE,
-        ("Version", "string", lambda o: ((o.get("status") or {}).get("nodeInfo") or {}).get(
-            "kubeletVersion", ""), 0),
-    ],
-    kinds.NAMESPACE.key: [
-        _NAME, ("Status", "string", lambda o: (o.get("status") or {}).get("phase", ""), 0), _AGE,
-    ],
-    kinds.ENDPOINTSLICE.key: [
-        _NAME, ("AddressType", "string", lambda o: o.get("addressType", ""), 0),
-        ("Ports", "string", lambda o: ",".join(str(p.get("port")) for p in o.get("ports") or [])
-         or "<unset>", 0),
-        ("Endpoints", "string", _slice_endpoints, 0), _AGE,
-    ],
+def _default_row(obj: Obj, now: datetime) -> Row:
+    return list(_name_age(obj, now)), None
+
+
+PRINTERS: dict[str, Printer] = {
+    kinds.POD.key: ([
+        _NAME_COL,
+        _col("Ready", "string", "The aggregate readiness state of this pod for accepting "
+             "traffic."),
+        _col("Status", "string", "The aggregate status of the containers in this pod."),
+        _col("Restarts", "string", "The number of times the containers in this pod have been "
+             "restarted and when the last container in this pod has restarted."),
+        _AGE_COL,
+        _col("IP", "string", "podIP address allocated to the pod. Routable at least within the "
+             "cluster. Empty if not yet allocated.", 1),
+        _col("Node", "string", "NodeName indicates in which node this pod is scheduled. If "
+             "empty, this pod is a candidate for scheduling by the scheduler defined in "
+             "schedulerName. Once this field is set, the kubelet for this node becomes "
+             "responsible for the lifecycle of this pod. This field should not be used to "
+             "express a desire for the pod to be scheduled on a specific node. "
+             "https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#nodename",
+             1),
+        _col("Nominated Node", "string", "nominatedNodeName is set only when this pod preempts "
+             "other pods on the node, but it cannot be scheduled right away as preemption "
+             "victims receive their graceful termination periods. This field does not "
+             "guarantee that the pod will be scheduled on this node. Scheduler may decide to "
+             "place the pod elsewhere if other nodes become available sooner. Scheduler may "
+             "also decide to give the resources on this node to a higher priority pod that is "
+             "created after preemption. As a result, this field may be different than "
+             "PodSpec.nodeName when the pod is scheduled.", 1),
+        _col("Readiness Gates", "string", "If specified, all readiness gates will be evaluated "
+             "for pod readiness. A pod is ready when all its containers are ready AND all "
+             "conditions specified in the readiness gates have status equal to \"True\" More "
+             "info: https://git.k8s.io/enhancements/keps/sig-network/580-pod-readiness-gates",
+             1),
+    ], _pod_row),
+    kinds.DAEMONSET.key: ([
+        _NAME_COL,
+        _col("Desired", "integer", "The total number of nodes that should be running the "
+             "daemon pod (including nodes correctly running the daemon pod). " + _DS_DOC),
+        _col("Current", "integer", "The number of nodes that are running at least 1 daemon "
+             "pod and are supposed to run the daemon pod. " + _DS_DOC),
+        _col("Ready", "integer", "The number of nodes that should be running the daemon pod "
+             "and have one or more of the daemon pod running and ready."),
+        _col("Up-to-date", "integer", "The total number of nodes that are running updated "
+             "daemon pod"),
+        _col("Available", "integer", "The number of nodes that should be running the daemon "
+             "pod and have one or more of the daemon pod running and available (ready for at "
+             "least spec.minReadySeconds)"),
+        _col("Node Selector", "string", "NodeSelector is a selector which must be true for the "
+             "pod to fit on a node. Selector which must match a node's labels for the pod to be "
+             "scheduled on that node. More info: "
+             "https://kubernetes.io/docs/concepts/configuration/assign-pod-node/"),
+        _AGE_COL,
+        _col("Containers", "string", _CONTAINERS_DOC, 1),
+        _col("Images", "string", _IMAGES_DOC, 1),
+        _col("Selector", "string", "A label query over pods that are managed by the daemon "
+             "set. Must match in order to be controlled. If empty, defaulted to labels on Pod "
+             "template. More info: https://kubernetes.io/docs/concepts/overview/"
+             "working-with-objects/labels/#label-selectors", 1),
+    ], _daemonset_row),
+    kinds.SERVICE.key: ([
+        _NAME_COL, _col("Type", "string"), _col("Cluster-IP", "string"),
+        _col("External-IP", "string"), _col("Port(s)", "string"), _AGE_COL,
+        _col("Selector", "string", priority=1),
+    ], _service_row),
+    kinds.NODE.key: ([
+        _NAME_COL, _col("Status", "string", "The status of the node"),
+        _col("Roles", "string", "The roles of the node"), _AGE_COL,
+        _col("Version", "string", "Kubelet Version reported by the node."),
+        _col("Internal-IP", "string", priority=1), _col("External-IP", "string", priority=1),
+        _col("OS-Image", "string", "OS Image reported by the node from /etc/os-release (e.g. "
+             "Debian GNU/Linux 7 (wheezy)).", 1),
+        _col("Kernel-Version", "string", "Kernel Version reported by the node from 'uname -r' "
+             "(e.g. 3.16.0-0.bpo.4-amd64).", 1),
+        _col("Container-Runtime", "string", "ContainerRuntime Version reported by the node "
+             "through runtime remote API (e.g. containerd://1.4.2).", 1),
+    ], _node_row),
+    kinds.NAMESPACE.key: ([_NAME_COL, _col("Status", "string", "The status of the namespace"),
+                           _AGE_COL], _namespace_row),
+    kinds.ENDPOINTSLICE.key: ([_NAME_COL, _col("AddressType", "string"),
+                               _col("Ports", "string"), _col("Endpoints", "string"), _AGE_COL],
+                              _slice_row),
 }
+_DEFAULT: Printer = ([_NAME_COL, _AGE_COL], _default_row)
 
 
-def table(kind: Kind, objects: list[Obj], list_meta: Obj) -> Obj:
-    """The Table of `objects`, with each row's object as PartialObjectMetadata."""
-    columns = COLUMNS.get(kind.key, [_NAME, _AGE])
-    return {
-        "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
-        "columnDefinitions": [{"name": name, "type": type_, "format": "name" if name == "Name"
-                               else "", "description": "", "priority": priority}
-                              for name, type_, _, priority in columns],
-        "rows": [{"cells": [cell(obj) for _, _, cell, _ in columns],
-                  "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                             "metadata": obj["metadata"]}} for obj in objects],
-    }
+def _row_object(kind: Kind, obj: Obj, include: str) -> Obj | None:
+    if include == INCLUDE_NONE:
+        return None
+    if include == INCLUDE_OBJECT:
+        return {"kind": kind.kind, "apiVersion": kind.api_version} | obj
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": _meta(obj)}
+
+
+def table(kind: Kind, objects: list[Obj], list_meta: Obj, *, include: str = "",
+          headers: bool = True, now: datetime | None = None) -> Obj:
+    """The Table of `objects`; `include` is a validated `includeObject`, `headers=False` the
+    NoHeaders of a watch's later events."""
+    columns, row = PRINTERS.get(kind.key, _DEFAULT)
+    now = now or datetime.now(UTC)
+    rows = []
+    for obj in objects:
+        cells, conditions = row(obj, now)
+        entry: Obj = {"cells": cells}
+        if conditions:
+            entry["conditions"] = conditions
+        entry["object"] = _row_object(kind, obj, include)
+        rows.append(entry)
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
+            "columnDefinitions": columns if headers else None, "rows": rows}
+

@@ -10,6 +10,11 @@ state with the event's resourceVersion).
 `sendInitialEvents=true` ends the initial ADDED burst with the `k8s.io/initial-events-end`
 BOOKMARK that client-go's watch-list expects.
 
+As a Table (`tables`), every event's object but an ERROR's Status is a one-row Table (the
+BOOKMARK too: upstream's `watchEncoder` passes it through the same embedded encoder), and only
+the stream's first event carries the column definitions (`watchEmbeddedEncoder.doEncode` sets
+`NoHeaders` after it, handlers/response.go).
+
 The stream is a generator: it yields encoded lines, and `None` when idle for a second so the
 server can check the client is still there. It ends at `timeoutSeconds`, when the client goes
 away, or when `stopping` is set.
@@ -44,6 +49,7 @@ class WatchRequest:
     timeout_seconds: float | None
     initial_events_end: bool = False
     as_table: bool = False  # kubectl get -w: each event's object is a one-row Table
+    include_object: str = ""  # the Table rows' `includeObject` (validated by the caller)
 
 
 def _matches(req: WatchRequest, obj: Obj) -> bool:
@@ -53,18 +59,30 @@ def _matches(req: WatchRequest, obj: Obj) -> bool:
     return req.labels.matches(meta.get("labels")) and fieldselectors.matches(req.fields, obj)
 
 
-def _line(encoder: ObjectEncoder, req: WatchRequest, etype: str, obj: Obj,
-          cached: bool) -> bytes:
-    if req.as_table:
-        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-        data = dumps(tables.table(req.kind, [obj], meta))
-    else:
-        data = encoder.encode(req.kind, obj) if cached else dumps(obj)
-    return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
+class _Lines:
+    """Encodes one watcher's events; a Table watch sends its column definitions once."""
+
+    def __init__(self, encoder: ObjectEncoder, req: WatchRequest) -> None:
+        self.encoder, self.req = encoder, req
+        self.headers = True
+
+    def object(self, obj: Obj, cached: bool) -> bytes:
+        req = self.req
+        if req.as_table:
+            meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            data = dumps(tables.table(req.kind, [obj], meta, include=req.include_object,
+                                      headers=self.headers))
+            self.headers = False
+            return data
+        return self.encoder.encode(req.kind, obj) if cached else dumps(obj)
+
+    def __call__(self, etype: str, obj: Obj, cached: bool) -> bytes:
+        return b'{"type":"' + etype.encode() + b'","object":' + self.object(obj, cached) + b"}\n"
 
 
-def _convert(encoder: ObjectEncoder, req: WatchRequest, event: Event) -> bytes | None:
+def _convert(line: _Lines, event: Event) -> bytes | None:
     """The event as this watcher sees it (filtered, possibly turned into ADDED/DELETED)."""
+    req = line.req
     if event.resource.key != req.kind.key:
         return None
     if event.type == "DELETED":
@@ -75,23 +93,24 @@ def _convert(encoder: ObjectEncoder, req: WatchRequest, event: Event) -> bytes |
         cur_passes = _matches(req, event.object)
         old_passes = cur_passes if event.old is None else _matches(req, event.old)
     if cur_passes and old_passes:
-        return _line(encoder, req, "MODIFIED", event.object, True)
+        return line("MODIFIED", event.object, True)
     if cur_passes:
-        return _line(encoder, req, "ADDED", event.object, True)
+        return line("ADDED", event.object, True)
     if not old_passes:
         return None
     if event.type == "DELETED":
-        return _line(encoder, req, "DELETED", event.object, False)
+        return line("DELETED", event.object, False)
     gone = copy.deepcopy(event.old or event.object)
     gone["metadata"]["resourceVersion"] = str(event.resource_version)
-    return _line(encoder, req, "DELETED", gone, False)
+    return line("DELETED", gone, False)
 
 
-def _bookmark(kind: Kind, rv: int) -> bytes:
+def _bookmark(line: _Lines, rv: int) -> bytes:
+    kind = line.req.kind
     obj = {"kind": kind.kind, "apiVersion": kind.api_version,
            "metadata": {"resourceVersion": str(rv),
                         "annotations": {"k8s.io/initial-events-end": "true"}}}
-    return b'{"type":"BOOKMARK","object":' + dumps(obj) + b"}\n"
+    return line("BOOKMARK", obj, False)
 
 
 def _error(message: str) -> bytes:
@@ -102,15 +121,16 @@ def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
            stopping: threading.Event) -> Iterator[bytes | None]:
     """Yield event lines (or None when idle) until timeout, stop, or an expired start."""
     is_set = stopping.is_set
+    line = _Lines(encoder, req)
     deadline = time.monotonic() + req.timeout_seconds if req.timeout_seconds else None
     if req.resource_version is None:
         with store.lock:
             objects, last_rv = store.list(req.kind, req.namespace or None, req.labels)
         for obj in objects:
             if fieldselectors.matches(req.fields, obj):
-                yield _line(encoder, req, "ADDED", obj, True)
+                yield line("ADDED", obj, True)
         if req.initial_events_end:
-            yield _bookmark(req.kind, last_rv)
+            yield _bookmark(line, last_rv)
     else:
         last_rv = req.resource_version
     changed = store.changes_of(req.kind)
@@ -129,7 +149,7 @@ def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
             # watch_cache.go: `too old resource version: %d (%d)`, rv and oldest-1
             yield _error(f"too old resource version: {last_rv} ({horizon})")
             return
-        lines = [line for e in events if (line := _convert(encoder, req, e)) is not None]
+        lines = [text for e in events if (text := _convert(line, e)) is not None]
         if events:
             last_rv = events[-1].resource_version
         if lines:

@@ -130,6 +130,7 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
     s = Samples()
     ratios: list[float] = []
     full_reads: list[float] = []  # MB the apply read / MB of one full read
+    switch_reads: list[float] = []  # the same for phase 3 alone (phases 1-2 done: no pod rolls)
     full_mb = 0.0
     floor_s = 0.0
     parts: list[floor.RolloutFloor] = []
@@ -150,10 +151,12 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
                 raise RuntimeError(f"apply at {nodes} nodes exited {m.code}: "
                                    f"{m.stderr.decode(errors='replace')[-800:]}")
             s.add(m, traffic, sim_cpu)
+            switch_reads.append(_switch_only_reads(sim, full))
             ratios.append(m.wall_s / floor_s if floor_s else 0.0)
             echo(f"  {nodes} nodes {stack}: apply run {i + 1}/{runs}: {m.wall_s:.2f}s, "
                  f"ideal floor {floor_s:.2f}s, ratio {ratios[-1]:.3f}, sim CPU {sim_cpu:.1f}s, "
-                 f"read {traffic.bytes_sent / 1e6:.1f} MB = {full_reads[-1]} full reads")
+                 f"read {traffic.bytes_sent / 1e6:.1f} MB = {full_reads[-1]} full reads; "
+                 f"phase 3 alone {switch_reads[-1]} full reads")
     out: Obj = {"nodes": nodes, "stack": stack, "runs": runs,
                 "settings": {"pod_start_seconds": settings.pod_start_seconds,
                              "termination_seconds": settings.termination_seconds,
@@ -161,6 +164,7 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
                 "floor_s": round(floor_s, 3), "floor_parts": [p.as_dict() for p in parts],
                 "ratio_to_floor": stats.summary(ratios),
                 "full_read_mb": round(full_mb, 3), "reads_per_apply": stats.summary(full_reads),
+                "switch_reads_per_apply": stats.summary(switch_reads),
                 "overhead_s": round(stats.median_of(s.wall) - floor_s, 3),
                 **s.as_dict()}
     if alone is not None:
@@ -168,6 +172,22 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
         alone["apply_ratio"] = stats.ratio(stats.median_of(s.wall), alone["all_daemonsets_s"])
         out["sim_alone"] = alone
     return out
+
+
+def _switch_only_reads(sim: SimProcess, full: int) -> float:
+    """Full reads of `apply --phase 3` when phases 1 and 2 are done (no pod rolls): phase 3
+    is rolled back (not measured), then applied again, as the runbook does around an operator
+    change."""
+    kc = ["--kubeconfig", sim.kubeconfig]
+    back = run([*CLI, "rollback", "--phase", "3", "--yes", "-o", "json", *kc])
+    if back.code != 0:
+        raise RuntimeError(f"rollback --phase 3 exited {back.code}: "
+                           f"{back.stderr.decode(errors='replace')[-800:]}")
+    m, traffic, _ = _measured(sim, [*CLI, "apply", "--phase", "3", "--yes", "-o", "json", *kc])
+    if m.code != 0:
+        raise RuntimeError(f"apply --phase 3 after its rollback exited {m.code}: "
+                           f"{m.stderr.decode(errors='replace')[-800:]}")
+    return round(traffic.bytes_sent / full, 2)
 
 
 def _rollouts_alone(sim_settings: SimSettings, settings: ApplySettings, echo: Echo) -> Obj:

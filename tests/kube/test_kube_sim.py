@@ -4,6 +4,7 @@ through injected faults, and giving up on a closed port within the budget."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from typing import Any
@@ -164,6 +165,45 @@ def test_watch_sees_changes_made_while_it_waits(api: Api) -> None:
     etype, obj = next(iter(events))
     writer.join()
     assert (etype, obj["metadata"]["name"]) == ("ADDED", "w")
+
+
+def _daemonset(updated: int, available: int, desired: int = 3) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "d", "namespace": "ns"},
+            "spec": {"selector": {"matchLabels": {"app": "d"}},
+                     "template": {"metadata": {"labels": {"app": "d"}},
+                                  "spec": {"containers": [{"name": "c", "image": "i:1"}]}}},
+            "status": {"desiredNumberScheduled": desired, "currentNumberScheduled": desired,
+                       "numberReady": available, "updatedNumberScheduled": updated,
+                       "numberAvailable": available}}
+
+
+def test_a_table_watch_names_every_rows_cells_by_the_first_events_columns(api: Api) -> None:
+    # The server sends column definitions with the first event only; the rows of the later
+    # ones must still come out named, with the version of the object each one shows.
+    kube = connect(api)
+    start = kube.list(kinds.DAEMONSET, "ns").resource_version
+    rows = kube.watch_table(kinds.DAEMONSET, "ns", resource_version=start,
+                            field_selector="metadata.name=d", timeout_seconds=10)
+    kube.create(_daemonset(0, 3))
+    versions = []
+    for updated, available in ((1, 2), (3, 3)):
+        obj = copy.deepcopy(api.store.get(kinds.DAEMONSET, "ns", "d"))
+        obj["status"].update(updatedNumberScheduled=updated, numberAvailable=available)
+        versions.append(api.store.update(kinds.DAEMONSET, obj, subresource="status")[
+            "metadata"]["resourceVersion"])
+    seen = []
+    for etype, row in rows:
+        seen.append((etype, row.name, row.cells["Up-to-date"], row.cells["Available"],
+                     row.resource_version))
+        if len(seen) == 3:
+            rows.stop()
+            break
+    assert seen[0][:4] == ("ADDED", "d", 0, 0)  # a create does not set status
+    assert seen[1:] == [("MODIFIED", "d", 1, 2, versions[0]), ("MODIFIED", "d", 3, 3,
+                                                                  versions[1])]
+    sent = logged(api, 0, 1, verb="watch", resource="daemonsets")[-1]
+    assert "includeObject=None" in sent.query
 
 
 def test_dry_run_writes_nothing(api: Api) -> None:

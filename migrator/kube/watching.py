@@ -98,7 +98,9 @@ class Stream:
 
 class TableStream:
     """An open Table watch (`Kube.watch_table`): (type, `tables.Row`) per event. The first
-    event carries the column definitions; later ones are named by them."""
+    event carries the column definitions; later ones are named by them. An event that is
+    the object itself (a server or proxy that ignored the Table request) gives the row its
+    printer would show, so the wait degrades to the whole-object watch, not to polling."""
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
@@ -111,6 +113,8 @@ class TableStream:
     def __next__(self) -> tuple[str, tables.Row]:
         while not self._pending:
             etype, table = next(self._stream)
+            if table.get("kind") != "Table":  # a server (or proxy) that ignored the Accept
+                return etype, tables.daemonset_row(table)
             self._columns = tables.column_names(table) or self._columns
             if self._columns is None:
                 raise tables.TableError("a Table watch event came before any column definitions")

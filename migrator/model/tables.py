@@ -71,6 +71,17 @@ def rows(table: Mapping[str, Any], columns: Sequence[str]) -> list[Row]:
     return out
 
 
+def daemonset_row(ds: Mapping[str, Any]) -> Row:
+    """The row the DaemonSet printer would show for this object (its counts), for a server
+    that answers a Table request with the object itself."""
+    status = ds.get("status") or {}
+    meta = ds.get("metadata") or {}
+    cells = {"Name": meta.get("name", "")}
+    cells.update({column: int(status.get(field) or 0)
+                  for column, field in _DAEMONSET_COUNTS.items()})
+    return Row(cells, str(meta.get("resourceVersion") or ""))
+
+
 def rollout_view(row: Row) -> Obj:
     """A DaemonSet-shaped dict with the row's name, version and rollout counts: enough for
     `gates.rollout_counts` and progress, never for `gates.rollout_complete` (no generations)."""

@@ -21,8 +21,8 @@ from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.gates import GateResult
 from migrator.model.kinds import Kind
-from migrator.model.tables import Row
-from tests.helpers.builders import NS, daemonset, daemonset_row
+from migrator.model.tables import Row, daemonset_row
+from tests.helpers.builders import NS, daemonset
 from tests.helpers.clock import FakeClock
 
 Obj = dict[str, Any]

@@ -10,8 +10,7 @@ from typing import Any
 from migrator.cli.live import eta_text
 from migrator.engine.progress import RolloutProgress
 from migrator.engine.waiting import Pace, Waiter
-from migrator.model.tables import Row
-from tests.helpers.builders import daemonset_row
+from migrator.model.tables import Row, daemonset_row
 from tests.helpers.clock import FakeClock
 
 Obj = dict[str, Any]

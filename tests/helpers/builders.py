@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from migrator.model.snapshot import EndpointView, PodView, ServiceEndpoints, Snapshot
-from migrator.model.tables import Row
 
 NS = "gpu-operator"
 COMMON = {"dcgm": "nvidia.com/gpu-operator.dcgm",
@@ -30,19 +29,6 @@ def daemonset(name: str, *, labels: dict[str, str] | None = None,
             "status": {"observedGeneration": generation, "desiredNumberScheduled": desired,
                        "updatedNumberScheduled": desired if updated is None else updated,
                        "numberAvailable": desired if available is None else available}}
-
-
-def daemonset_row(ds: dict[str, Any]) -> Row:
-    """The row a Table watch (`includeObject=None`) sends for this DaemonSet: its printed
-    counts, without generations."""
-    st = ds.get("status") or {}
-    return Row({"Name": ds["metadata"]["name"],
-                "Desired": st.get("desiredNumberScheduled", 0),
-                "Current": st.get("currentNumberScheduled", 0),
-                "Ready": st.get("numberReady", 0),
-                "Up-to-date": st.get("updatedNumberScheduled", 0),
-                "Available": st.get("numberAvailable", 0)},
-               str(ds["metadata"].get("resourceVersion", "")))
 
 
 def service(name: str, selector: dict[str, str], *, local: bool = False,

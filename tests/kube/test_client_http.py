@@ -22,6 +22,7 @@ from migrator.errors import (
 )
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
+from migrator.model.tables import rollout_view
 
 TOKEN = "s3cr3t-bearer-token-value"
 Stub = Any  # the `stub` fixture (conftest.py): .url, .script(...), .handler, .requests
@@ -239,6 +240,38 @@ def test_watch_yields_events_skips_bookmarks_and_raises_on_expiry(
     assert seen == [("ADDED", "a", "ConfigMap"), ("DELETED", "a", "ConfigMap")]
     assert stub.requests[0].query == {"watch": ["1"], "resourceVersion": ["4"],
                                       "timeoutSeconds": ["5"]}
+
+
+def test_a_table_watch_reads_rows_and_copes_with_a_server_that_sends_objects(
+    stub: Stub, kube: Kube
+) -> None:
+    columns = [{"name": n, "type": "integer"} for n in
+               ("Name", "Desired", "Current", "Ready", "Up-to-date", "Available")]
+
+    def table(cells: list[Any], rv: str, headers: bool) -> dict[str, Any]:
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": rv},
+                "columnDefinitions": columns if headers else None,
+                "rows": [{"cells": cells, "object": None}]}
+
+    rows = [{"type": "MODIFIED", "object": table(["d", 3, 3, 2, 1, 2], "8", True)},
+            {"type": "MODIFIED", "object": table(["d", 3, 3, 3, 3, 3], "9", False)}]
+    # The same watch from a server (or proxy) that ignored the Table request: whole objects.
+    objects = [{"type": "MODIFIED", "object": {
+        "kind": "DaemonSet", "metadata": {"name": "d", "resourceVersion": "9"},
+        "status": {"desiredNumberScheduled": 3, "updatedNumberScheduled": 3,
+                   "numberAvailable": 3, "numberReady": 3, "currentNumberScheduled": 3}}}]
+    for script in (rows, objects):
+        stub.script((200, {}, b"".join(json.dumps(x).encode() + b"\n" for x in script)))
+    seen = [[(etype, rollout_view(row)["status"]["updatedNumberScheduled"],
+              row.resource_version)
+             for etype, row in kube.watch_table(kinds.DAEMONSET, "ns", resource_version="7",
+                                                field_selector="metadata.name=d")]
+            for _ in range(2)]
+    assert seen == [[("MODIFIED", 1, "8"), ("MODIFIED", 3, "9")], [("MODIFIED", 3, "9")]]
+    sent = stub.requests[0]
+    assert sent.headers["accept"] == "application/json;as=Table;v=v1;g=meta.k8s.io"
+    assert sent.query["includeObject"] == ["None"]
 
 
 def test_can_i_sends_a_self_subject_access_review(stub: Stub, kube: Kube) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import floor, report, stats
 from benchmarks.__main__ import main
+from benchmarks.breakdown import group_of
 from benchmarks.simproc import Traffic
 
 
@@ -88,6 +89,17 @@ def test_targets_judge_api_bytes_per_apply_in_full_reads() -> None:
     over = judged(applied(10, 1.2), applied(100, 2.3))
     assert over["met"] is False and "100 nodes gpucluster 2.3" in over["figure"]
     assert judged()["met"] is None
+    alone = dict(applied(100, 2.3), switch_reads_per_apply={"max": 1.1})
+    phase3 = next(t for t in report.targets({"apply": [alone]})
+                  if t["target"].startswith("apply --phase 3 with phases 1-2 done"))
+    assert phase3["met"] is True and "100 nodes gpucluster 1.1" in phase3["figure"]
+
+
+def test_breakdown_groups_requests_by_verb_resource_name_and_selector() -> None:
+    record = {"verb": "watch", "resource": "daemonsets", "name": "",
+              "query": "watch=1&fieldSelector=metadata.name%3Dnvidia-dcgm&includeObject=None"}
+    assert group_of(record) == ("watch", "daemonsets", "",
+                                "fieldSelector=metadata.name=nvidia-dcgm")
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
@@ -112,6 +124,10 @@ def test_benchmark_runs_at_ten_nodes(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert applied["floor_s"] > 0
     assert applied["sim_alone"]["wall_s"] > 0
     assert applied["full_read_mb"] > 0 and applied["reads_per_apply"]["median"] > 0
+    # Phase 3 alone (rolled back, applied again) reads at least the plan's one full read,
+    # and less than the whole migration, whose rollouts replaced every pod.
+    alone = applied["switch_reads_per_apply"]["median"]
+    assert 1.0 <= alone < applied["reads_per_apply"]["median"]
     printed = capsys.readouterr().out
     assert "== 10 nodes, gpucluster" in printed and "Targets (issue 7):" in printed
     assert "full reads per apply" in printed

@@ -114,7 +114,7 @@ class TableStream:
         while not self._pending:
             etype, table = next(self._stream)
             if table.get("kind") != "Table":  # a server (or proxy) that ignored the Accept
-                return etype, tables.daemonset_row(table)
+                return etype, tables.object_row(table)
             self._columns = tables.column_names(table) or self._columns
             if self._columns is None:
                 raise tables.TableError("a Table watch event came before any column definitions")

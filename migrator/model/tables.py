@@ -82,6 +82,14 @@ def daemonset_row(ds: Mapping[str, Any]) -> Row:
     return Row(cells, str(meta.get("resourceVersion") or ""))
 
 
+def object_row(obj: Mapping[str, Any]) -> Row:
+    """The printed row of an object a Table watch sent whole (a server or proxy that ignored
+    the Table request); only the DaemonSet printer is known here."""
+    if obj.get("kind") != "DaemonSet":
+        raise TableError(f"a {obj.get('kind') or 'kindless object'} instead of a Table row")
+    return daemonset_row(obj)
+
+
 def rollout_view(row: Row) -> Obj:
     """A DaemonSet-shaped dict with the row's name, version and rollout counts: enough for
     `gates.rollout_counts` and progress, never for `gates.rollout_complete` (no generations)."""

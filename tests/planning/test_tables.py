@@ -12,6 +12,7 @@ from migrator.model.tables import (
     column_names,
     counts_look_complete,
     daemonset_row,
+    object_row,
     rollout_view,
     rows,
 )
@@ -58,3 +59,10 @@ def test_an_object_gives_the_row_its_printer_would_show() -> None:
     row = daemonset_row(ds)
     assert row.resource_version == "9" and counts_look_complete(rollout_view(row))
     assert not rollout_complete(ds).ok
+
+
+def test_only_a_daemonset_sent_whole_can_stand_for_its_row() -> None:
+    ds = daemonset("d", desired=3, updated=1, available=2)
+    assert object_row(ds) == daemonset_row(ds)
+    with pytest.raises(TableError):
+        object_row({"kind": "Pod", "metadata": {"name": "p"}})

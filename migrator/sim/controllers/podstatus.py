@@ -95,26 +95,41 @@ def _container_id(pod: Mapping[str, Any], name: str) -> str:
     return "containerd://" + hashlib.sha256(ident.encode()).hexdigest()
 
 
+def _readiness(pod: Mapping[str, Any], ready: bool, now: str) -> list[Obj]:
+    """Ready and ContainersReady, which the kubelet always sets together (no readiness gates
+    here), with the unready containers named when they are False."""
+    unready = f"containers with unready status: [{' '.join(_container_names(pod))}]"
+    return [_cond("Ready", ready, now, "ContainersNotReady", unready),
+            _cond("ContainersReady", ready, now, "ContainersNotReady", unready)]
+
+
+def _conditions(pod: Mapping[str, Any], now: str, *, sandbox: bool, ready: bool) -> list[Obj]:
+    """The kubelet's five pod conditions: the sandbox is up (`sandbox`, and then the init
+    containers are done), Ready/ContainersReady as `ready`, scheduled."""
+    inits = _container_names(pod, "initContainers")
+    return [_cond("PodReadyToStartContainers", sandbox, now),
+            _cond("Initialized", sandbox or not inits, now, "ContainersNotInitialized",
+                  f"containers with incomplete status: [{' '.join(inits)}]"),
+            *_readiness(pod, ready, now),
+            _cond("PodScheduled", True, now)]
+
+
+def _host(node: Mapping[str, Any]) -> Obj:
+    return {"hostIP": host_ip(node), "hostIPs": [{"ip": host_ip(node)}]}
+
+
 def pending_status(pod: Mapping[str, Any], node: Mapping[str, Any], now: str) -> Obj:
     """What the kubelet reports when it accepts a pod: Pending, containers being created."""
     names = _container_names(pod)
     inits = _container_names(pod, "initContainers")
-    unready = f"containers with unready status: [{' '.join(names)}]"
     images = _images(pod)
     status: Obj = {
         "phase": "Pending",
         "qosClass": (pod.get("status") or {}).get("qosClass", "BestEffort"),
-        "hostIP": host_ip(node),
-        "hostIPs": [{"ip": host_ip(node)}],
+        **_host(node),
         "startTime": now,
-        "conditions": _merge_conditions((pod.get("status") or {}).get("conditions") or [], [
-            _cond("PodReadyToStartContainers", False, now),
-            _cond("Initialized", not inits, now, "ContainersNotInitialized",
-                  f"containers with incomplete status: [{' '.join(inits)}]"),
-            _cond("Ready", False, now, "ContainersNotReady", unready),
-            _cond("ContainersReady", False, now, "ContainersNotReady", unready),
-            _cond("PodScheduled", True, now),
-        ]),
+        "conditions": _merge_conditions((pod.get("status") or {}).get("conditions") or [],
+                                        _conditions(pod, now, sandbox=False, ready=False)),
         "containerStatuses": [
             {"name": n, "image": images[n], "imageID": "", "ready": False, "restartCount": 0,
              "started": False, "state": {"waiting": {"reason": "ContainerCreating"}},
@@ -141,23 +156,16 @@ def running_status(
     started = old.get("startTime") or now
     names = _container_names(pod)
     inits = _container_names(pod, "initContainers")
-    unready = f"containers with unready status: [{' '.join(names)}]"
     images = _images(pod)
     status: Obj = {
         "phase": "Running",
         "qosClass": old.get("qosClass", "BestEffort"),
-        "hostIP": host_ip(node),
-        "hostIPs": [{"ip": host_ip(node)}],
+        **_host(node),
         "podIP": ip,
         "podIPs": [{"ip": ip}],
         "startTime": started,
-        "conditions": _merge_conditions(old.get("conditions") or [], [
-            _cond("PodReadyToStartContainers", True, now),
-            _cond("Initialized", True, now),
-            _cond("Ready", ready, now, "ContainersNotReady", unready),
-            _cond("ContainersReady", ready, now, "ContainersNotReady", unready),
-            _cond("PodScheduled", True, now),
-        ]),
+        "conditions": _merge_conditions(old.get("conditions") or [],
+                                        _conditions(pod, now, sandbox=True, ready=ready)),
         "containerStatuses": [
             {"name": n, "image": images[n], "imageID": f"{images[n]}@sha256:" + "0" * 64,
              "containerID": _container_id(pod, n), "ready": ready, "restartCount": 0,
@@ -186,10 +194,7 @@ def running_status(
 def with_ready(pod: Mapping[str, Any], ready: bool, now: str) -> Obj:
     """The pod's status with Ready/ContainersReady (and containers' `ready`) set to `ready`."""
     status: Obj = dict(pod.get("status") or {})
-    names = _container_names(pod)
-    unready = f"containers with unready status: [{' '.join(names)}]"
-    new = {"Ready": _cond("Ready", ready, now, "ContainersNotReady", unready),
-           "ContainersReady": _cond("ContainersReady", ready, now, "ContainersNotReady", unready)}
+    new = {c["type"]: c for c in _readiness(pod, ready, now)}
     conds = [new.get(c.get("type", ""), c) for c in status.get("conditions") or []]
     status["conditions"] = _merge_conditions(status.get("conditions") or [], conds)
     status["containerStatuses"] = [

@@ -22,7 +22,9 @@ import logging
 import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from migrator.model import kinds
 from migrator.sim.clock import SimClock
 from migrator.sim.store import Event, Store
 
@@ -117,6 +119,22 @@ def run_together(controllers: Sequence[Controller], clock: SimClock) -> Controll
         c.attach()
     loop.start()
     return loop
+
+
+class NodeCache(dict[str, dict[str, Any]]):
+    """The Nodes a controller keeps from its Node events, by name (an informer's lister)."""
+
+    def prime(self, store: Store) -> None:
+        self.update((node["metadata"]["name"], node) for node in store.list(kinds.NODE)[0])
+
+    def note(self, event: Event) -> str:
+        """Apply one Node event; returns the node's name."""
+        name = str(event.object["metadata"]["name"])
+        if event.type == "DELETED":
+            self.pop(name, None)
+        else:
+            self[name] = event.object
+        return name
 
 
 class Controller:

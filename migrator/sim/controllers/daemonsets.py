@@ -19,7 +19,7 @@ from migrator.model import kinds
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import adoption
 from migrator.sim.controllers import pods as P
-from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.base import Controller, NodeCache
 from migrator.sim.controllers.daemonindex import DaemonPods, NodeShares
 from migrator.sim.controllers.rollouts import (
     HASH_LABEL,
@@ -62,7 +62,7 @@ class DaemonSetController(Controller):
         super().__init__(store, clock)
         self._dsets: dict[DSKey, Obj] = {}
         self._pods: dict[str, DaemonPods] = {}  # owner uid -> its pods
-        self._nodes: dict[str, Obj] = {}
+        self._nodes = NodeCache()
         self._ready_since: dict[str, float] = {}
         self._factory = PodFactory()
         # key -> (fingerprint, nodes epoch, per-node (rv, fit), fits, fits version)
@@ -78,8 +78,7 @@ class DaemonSetController(Controller):
     # ---- caches ----------------------------------------------------------------------------
 
     def prime(self) -> None:
-        for node in self.store.list(kinds.NODE)[0]:
-            self._nodes[node["metadata"]["name"]] = node
+        self._nodes.prime(self.store)
         for ds in self.store.list(kinds.DAEMONSET)[0]:
             key = (ds["metadata"]["namespace"], ds["metadata"]["name"])
             self._dsets[key] = ds
@@ -168,15 +167,11 @@ class DaemonSetController(Controller):
                 elif ev.type != "DELETED" and P.controller_ref(obj) is None:
                     dirty.update(self._adopters(obj))
             elif ev.resource is kinds.NODE:
-                name = obj["metadata"]["name"]
+                self._nodes.note(ev)
                 self._nodes_epoch += 1
-                if ev.type == "DELETED":
-                    self._nodes.pop(name, None)
+                if (ev.type in ("ADDED", "DELETED")
+                        or _placement_changed(ev.old, obj)):
                     all_dirty = True
-                else:
-                    self._nodes[name] = obj
-                    if ev.type == "ADDED" or _placement_changed(ev.old, obj):
-                        all_dirty = True
         if all_dirty:
             dirty.update(self._dsets)
         for key in sorted(dirty):

@@ -27,7 +27,7 @@ from migrator.model import kinds
 from migrator.sim import dra
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
-from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.base import Controller, NodeCache
 from migrator.sim.controllers.nodelifecycle import node_failed, ready_status
 from migrator.sim.controllers.podstatus import (
     IPAllocator,
@@ -81,7 +81,7 @@ class Kubelet(Controller):
         self.readiness_probes = readiness_probes  # off: Ready as soon as running (fast tests)
         self.pod_start_seconds = pod_start_seconds
         self.termination_seconds = termination_seconds
-        self._nodes: dict[str, Obj] = {}
+        self._nodes = NodeCache()
         self._pods: dict[PodKey, Obj] = {}
         self._by_node: dict[str, set[PodKey]] = {}
         self._ips = IPAllocator()
@@ -93,8 +93,7 @@ class Kubelet(Controller):
         self._ready_at: dict[str, float] = {}  # pod uid -> when its readiness probes pass
 
     def prime(self) -> None:
-        for node in self.store.list(kinds.NODE)[0]:
-            self._nodes[node["metadata"]["name"]] = node
+        self._nodes.prime(self.store)
         for pod in self.store.list(kinds.POD)[0]:
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
             self._index(key, pod)
@@ -154,12 +153,10 @@ class Kubelet(Controller):
                     self._index(key, obj)
                     touched.add(key)
             elif ev.resource is kinds.NODE:
-                name = obj["metadata"]["name"]
+                name = self._nodes.note(ev)
                 if ev.type == "DELETED":
-                    self._nodes.pop(name, None)
                     self._collect_orphans(name)
                     continue
-                self._nodes[name] = obj
                 if ev.old is None or _node_gate(ev.old) != _node_gate(obj):
                     touched.update(self._by_node.get(name, set()))
                 if flap_key(obj) != flap_key(ev.old) and not node_failed(obj):

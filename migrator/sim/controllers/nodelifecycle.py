@@ -35,7 +35,7 @@ from typing import Any
 from migrator.model import kinds
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
-from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.base import Controller, NodeCache
 from migrator.sim.store import Event, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -138,14 +138,14 @@ class NodeLifecycleController(Controller):
                  grace_seconds: float = GRACE_SECONDS) -> None:
         super().__init__(store, clock)
         self.grace_seconds = grace_seconds
-        self._nodes: dict[str, Obj] = {}
+        self._nodes = NodeCache()
         self._pods: dict[str, set[tuple[str, str]]] = {}  # node -> pod keys
         self._failing: set[str] = set()  # nodes with a grace timer running
 
     def prime(self) -> None:
-        for node in self.store.list(kinds.NODE)[0]:
-            self._nodes[node["metadata"]["name"]] = node
-            self.schedule(("node", node["metadata"]["name"]), 0)
+        self._nodes.prime(self.store)
+        for name in self._nodes:
+            self.schedule(("node", name), 0)
         for pod in self.store.list(kinds.POD)[0]:
             self._pods.setdefault(P.node_name(pod), set()).add(_key(pod))
 
@@ -161,12 +161,10 @@ class NodeLifecycleController(Controller):
         for ev in events:
             obj = ev.object
             if ev.resource is kinds.NODE:
-                name = obj["metadata"]["name"]
+                name = self._nodes.note(ev)
                 if ev.type == "DELETED":
-                    self._nodes.pop(name, None)
                     self._failing.discard(name)
                     continue
-                self._nodes[name] = obj
                 nodes.add(name)
             else:
                 key = _key(obj)

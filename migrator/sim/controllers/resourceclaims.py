@@ -23,7 +23,7 @@ from migrator.model import kinds
 from migrator.sim import dra
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
-from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.base import Controller, NodeCache
 from migrator.sim.store import Event, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -41,15 +41,14 @@ class ResourceClaimController(Controller):
 
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
-        self._nodes: dict[str, Obj] = {}
+        self._nodes = NodeCache()
         self._waiting: dict[PodKey, str] = {}  # pods not yet done -> their node
         self._done: set[str] = set()  # pod uids whose claims are all reserved
         # pod uid -> pod claim name -> generated claim: `lookupClaimForPod` without a list
         self._made: dict[str, dict[str, str]] = {}
 
     def prime(self) -> None:
-        for node in self.store.list(kinds.NODE)[0]:
-            self._nodes[node["metadata"]["name"]] = node
+        self._nodes.prime(self.store)
         for claim in self.store.list(kinds.RESOURCE_CLAIM)[0]:
             self._note_claim(claim, deleted=False)
         for pod in self.store.list(kinds.POD)[0]:
@@ -73,12 +72,10 @@ class ResourceClaimController(Controller):
         for ev in events:
             obj = ev.object
             if ev.resource is kinds.NODE:
-                name = obj["metadata"]["name"]
+                old = self._nodes.get(obj["metadata"]["name"])
+                name = self._nodes.note(ev)
                 if ev.type == "DELETED":
-                    self._nodes.pop(name, None)
                     continue
-                old = self._nodes.get(name)
-                self._nodes[name] = obj
                 if old is None or dra.node_devices(old) != dra.node_devices(obj):
                     todo.update(k for k, n in self._waiting.items() if n == name)
             elif ev.resource is kinds.POD:

@@ -98,18 +98,20 @@ class Waiter:
         return rv
 
     def _follow_rows(self, daemonset: str, resource_version: str, timeout: float,
-                     on_row: Callable[[str, Row], bool]) -> None:
+                     on_row: Callable[[str, Row], bool]) -> bool:
         """Stream one DaemonSet's printed rows (a status change costs its cells, not the
-        object) until `on_row` returns False or `timeout`; a broken watch only ends it early."""
+        object) until `on_row` returns False or `timeout`. False when the watch failed (the
+        caller backs off before it reads and watches again)."""
         try:
             for etype, row in self.kube.watch_table(
                     kinds.DAEMONSET, self.namespace, resource_version=resource_version,
                     field_selector=f"metadata.name={daemonset}",
                     timeout_seconds=max(1, int(timeout + 0.999))):
                 if not on_row(etype, row):
-                    return
+                    break
         except (APIError, TableError):
-            self.clock.sleep(min(timeout, self.recheck_min))
+            return False
+        return True
 
     def rollout(self, daemonset: str, timeout: float, report: Callable[[Obj, Pace], None],
                 blocked: Callable[[], str] | None = None,
@@ -120,6 +122,7 @@ class Waiter:
         that stopped reporting: waiting cannot help) ends the wait at once."""
         pace = Pace(self.clock.monotonic())
         next_probe = pace.started + min(probe_every, timeout)
+        backoff = self.recheck_min  # after a failed watch: doubles up to recheck_max
         while True:
             self.heartbeat()
             ds = self.kube.get(kinds.DAEMONSET, daemonset, self.namespace)
@@ -159,8 +162,12 @@ class Waiter:
             wait = min(remaining, 30.0)
             if blocked is not None:
                 wait = min(wait, max(next_probe - now, self.recheck_min))
-            self._follow_rows(daemonset, str(o.meta(ds).get("resourceVersion", "")), wait,
-                              follow)
+            if self._follow_rows(daemonset, str(o.meta(ds).get("resourceVersion", "")), wait,
+                                 follow):
+                backoff = self.recheck_min
+            else:  # a watch refused or broken at once must not become a GET loop
+                self.clock.sleep(min(wait, backoff))
+                backoff = min(backoff * 2, self.recheck_max)
 
     def until(self, check: Callable[[], list[GateResult]], deadline: float,
               wake_kind: Kind = kinds.ENDPOINTSLICE,

@@ -276,6 +276,17 @@ def test_an_api_error_in_a_rollout_watch_re_reads(waiter: Waiter, kube: Scripted
     assert clock.mono >= start + 5
 
 
+def test_a_watch_that_keeps_failing_backs_off_instead_of_looping(
+        waiter: Waiter, kube: ScriptedKube, clock: FakeClock) -> None:
+    # A watch refused every time (a proxy, a broken stream) costs a GET and a failed watch
+    # per try: the pause between tries doubles from recheck_min to recheck_max.
+    kube.objects["nvidia-dcgm-dra"] = ds(1, 2)
+    kube.streams = [APIError("broken", status=500) for _ in range(100)]
+    assert not waiter.rollout("nvidia-dcgm-dra", 10, lambda d, pace: None).complete
+    assert clock.slept[:6] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0])
+    assert len(kube.watches) <= 16  # 10 s of tries, not 10 / 0.05 = 200
+
+
 # ---- settle -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("seconds", "sleeps", "reports"), [

@@ -16,6 +16,7 @@ from typing import Any
 
 from benchmarks.procs import CLI, run
 from benchmarks.simproc import SimProcess, SimSettings
+from benchmarks.suite import ApplySettings
 
 Obj = dict[str, Any]
 Group = tuple[str, str, str, str]  # verb, resource, name, selectors
@@ -33,11 +34,8 @@ def group_of(record: Obj) -> Group:
 
 
 def _apply(sim: SimProcess, *argv: str) -> None:
-    done = run([*CLI, *argv, "--yes", "-o", "json", "--timeout", "12h",
-                "--kubeconfig", sim.kubeconfig])
-    if done.code != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {done.code}: "
-                           f"{done.stderr.decode(errors='replace')[-800:]}")
+    run([*CLI, *argv, "--yes", "-o", "json", "--timeout", "12h",
+         "--kubeconfig", sim.kubeconfig]).checked(" ".join(argv))
 
 
 def main() -> None:
@@ -49,8 +47,10 @@ def main() -> None:
                         help="measure phase 3 on a migrated cluster whose phase 3 was rolled back")
     parser.add_argument("--top", type=int, default=25, help="groups to print")
     args = parser.parse_args()
-    settings = SimSettings(args.nodes, args.stack, time_scale=0.001, pod_start_seconds=30.0,
-                           termination_seconds=1.0)
+    apply = ApplySettings()  # the benchmark's own apply settings
+    settings = SimSettings(args.nodes, args.stack, time_scale=apply.time_scale,
+                           pod_start_seconds=apply.pod_start_seconds,
+                           termination_seconds=apply.termination_seconds)
     with SimProcess(settings) as sim:
         full = sim.full_read_bytes()
         if args.phase3_alone:
@@ -63,8 +63,9 @@ def main() -> None:
     sent: Counter[Group] = Counter()
     count: Counter[Group] = Counter()
     for r in records:
-        sent[group_of(r)] += int(r.get("bytes_sent") or 0)
-        count[group_of(r)] += 1
+        group = group_of(r)
+        sent[group] += int(r.get("bytes_sent") or 0)
+        count[group] += 1
     total = sum(sent.values())
     print(f"{args.nodes} nodes, {args.stack}: one full read {full / 1e6:.3f} MB; the apply read "
           f"{total / 1e6:.3f} MB = {total / full:.2f} full reads")

@@ -28,6 +28,13 @@ class Measured:
     stdout: bytes
     stderr: bytes
 
+    def checked(self, what: str, ok: tuple[int, ...] = (0,)) -> Measured:
+        """This run, or RuntimeError naming `what` and the end of its stderr."""
+        if self.code not in ok:
+            raise RuntimeError(f"{what} exited {self.code}: "
+                               f"{self.stderr.decode(errors='replace')[-800:]}")
+        return self
+
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None, keep_stdout: bool = True,

@@ -99,10 +99,7 @@ def reads(nodes: int, stack: str, runs: int, *, kubectl: bool, echo: Echo) -> Ob
         samples = {name: Samples() for name in commands}
         full_mb = round(sim.full_read_bytes() / 1e6, 3)
         for name, argv in commands.items():  # warm-up: caches, kubectl discovery
-            m = run(argv, keep_stdout=False)
-            if m.code not in (0, 1):
-                raise RuntimeError(f"{name} at {nodes} nodes exited {m.code}: "
-                                   f"{m.stderr.decode(errors='replace')[-500:]}")
+            run(argv, keep_stdout=False).checked(f"{name} at {nodes} nodes", ok=(0, 1))
         for i in range(runs):
             for name, argv in commands.items():
                 m, traffic, sim_cpu = _measured(sim, argv, keep_stdout=name != "kubectl")
@@ -147,9 +144,7 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
             full_mb = full / 1e6
             m, traffic, sim_cpu = _measured(sim, argv)
             full_reads.append(round(traffic.bytes_sent / full, 2))
-            if m.code != 0:
-                raise RuntimeError(f"apply at {nodes} nodes exited {m.code}: "
-                                   f"{m.stderr.decode(errors='replace')[-800:]}")
+            m.checked(f"apply at {nodes} nodes")
             s.add(m, traffic, sim_cpu)
             switch_reads.append(_switch_only_reads(sim, full))
             ratios.append(m.wall_s / floor_s if floor_s else 0.0)
@@ -179,14 +174,10 @@ def _switch_only_reads(sim: SimProcess, full: int) -> float:
     is rolled back (not measured), then applied again, as the runbook does around an operator
     change."""
     kc = ["--kubeconfig", sim.kubeconfig]
-    back = run([*CLI, "rollback", "--phase", "3", "--yes", "-o", "json", *kc])
-    if back.code != 0:
-        raise RuntimeError(f"rollback --phase 3 exited {back.code}: "
-                           f"{back.stderr.decode(errors='replace')[-800:]}")
+    run([*CLI, "rollback", "--phase", "3", "--yes", "-o", "json", *kc]).checked(
+        "rollback --phase 3")
     m, traffic, _ = _measured(sim, [*CLI, "apply", "--phase", "3", "--yes", "-o", "json", *kc])
-    if m.code != 0:
-        raise RuntimeError(f"apply --phase 3 after its rollback exited {m.code}: "
-                           f"{m.stderr.decode(errors='replace')[-800:]}")
+    m.checked("apply --phase 3 after its rollback")
     return round(traffic.bytes_sent / full, 2)
 
 

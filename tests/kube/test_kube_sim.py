@@ -23,6 +23,7 @@ from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
 from migrator.sim.server import ADMIN_TOKEN
 from migrator.sim.store import Store
+from tests.helpers.builders import daemonset
 
 Api = Any  # the `api` fixture: a started migrator.sim.server.ApiServer
 
@@ -167,17 +168,6 @@ def test_watch_sees_changes_made_while_it_waits(api: Api) -> None:
     assert (etype, obj["metadata"]["name"]) == ("ADDED", "w")
 
 
-def _daemonset(updated: int, available: int, desired: int = 3) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "d", "namespace": "ns"},
-            "spec": {"selector": {"matchLabels": {"app": "d"}},
-                     "template": {"metadata": {"labels": {"app": "d"}},
-                                  "spec": {"containers": [{"name": "c", "image": "i:1"}]}}},
-            "status": {"desiredNumberScheduled": desired, "currentNumberScheduled": desired,
-                       "numberReady": available, "updatedNumberScheduled": updated,
-                       "numberAvailable": available}}
-
-
 def test_a_table_watch_names_every_rows_cells_by_the_first_events_columns(api: Api) -> None:
     # The server sends column definitions with the first event only; the rows of the later
     # ones must still come out named, with the version of the object each one shows.
@@ -185,7 +175,10 @@ def test_a_table_watch_names_every_rows_cells_by_the_first_events_columns(api: A
     start = kube.list(kinds.DAEMONSET, "ns").resource_version
     rows = kube.watch_table(kinds.DAEMONSET, "ns", resource_version=start,
                             field_selector="metadata.name=d", timeout_seconds=10)
-    kube.create(_daemonset(0, 3))
+    ds = daemonset("d", owner=None)
+    ds["metadata"]["namespace"] = "ns"
+    ds["spec"]["template"]["spec"] = {"containers": [{"name": "c", "image": "i:1"}]}
+    kube.create(ds)
     versions = []
     for updated, available in ((1, 2), (3, 3)):
         obj = copy.deepcopy(api.store.get(kinds.DAEMONSET, "ns", "d"))

@@ -9,7 +9,10 @@ simulated server sends bookmarks only with `sendInitialEvents`, so none are aske
 
 What the cache holds: the namespace's DaemonSets, Services and EndpointSlices (unfiltered),
 and its pods as `PodView`s, one reflector per app label of the catalog plus one per common
-label key for strays (`pod_selectors`; the union is what `observe.read_snapshot` lists).
+label key for strays (`pod_selectors`; the union is what `observe.read_snapshot` lists). Pods
+are listed and watched as printed rows with their metadata (`model/printed.py`, a sixth of the
+bytes); a row that does not show its pod plainly healthy is read whole before any gate sees it
+(`engine/wholepods.py`, kept in `Informer.whole` for the run).
 
 **Correctness: a gate never passes on a view older than what the tool already knows.**
 `Kube.observe` shows the cache every object the tool sends or receives: write answers (the
@@ -42,9 +45,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, WatchExpired
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -55,7 +59,7 @@ from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
-    from migrator.kube.watching import Stream
+    from migrator.kube.watching import Events
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -66,21 +70,15 @@ RETRY_SECONDS = 0.5  # pause after a failed watch request before the next
 RELIST_MIN_SECONDS, RELIST_MAX_SECONDS = 0.05, 2.0  # pause before a relist after a repeated 410
 
 
-def version(rv: object) -> int:
-    """A resourceVersion as an integer; 0 for none or one that is not an integer."""
-    try:
-        return int(str(rv))
-    except ValueError:
-        return 0
-
-
 class Reflector(Generic[T]):
     """One kind of one namespace (one label selector), listed and then watched: name → item."""
 
     def __init__(self, kube: Kube, kind: Kind, namespace: str,
-                 keep: Callable[[Obj], T | None], label_selector: str | None = None) -> None:
+                 keep: Callable[[Obj], T | None], label_selector: str | None = None, *,
+                 printed: bool = False) -> None:
         self.kube, self.kind, self.namespace = kube, kind, namespace
         self.label_selector = label_selector
+        self.printed = printed  # list and watch printed rows (model/printed.py), not objects
         self._selector: Selector = parse(label_selector)
         self._keep = keep  # None: not wanted (dropped, and removed if it was held)
         self._items: dict[str, T] = {}
@@ -89,7 +87,7 @@ class Reflector(Generic[T]):
         self.relists = 0  # lists after the first (410 Expired, a late fence, a quiet period)
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._stream: Stream | None = None
+        self._stream: Events | None = None
         self._thread: threading.Thread | None = None
 
     # ---- the loop --------------------------------------------------------------------------
@@ -105,10 +103,11 @@ class Reflector(Generic[T]):
     def load(self) -> None:
         pairs, rv = self.kube.collect(self.kind, self.namespace,
                                       label_selector=self.label_selector,
-                                      keep=lambda obj: (o.name(obj), self._keep(obj)))
+                                      keep=lambda obj: (o.name(obj), self._keep(obj)),
+                                      printed=self.printed)
         with self._cond:
             self._items = {name: item for name, item in pairs if item is not None}
-            self.rv = max(self.rv, version(rv))
+            self.rv = max(self.rv, o.int_version(rv))
             self._cond.notify_all()
 
     def _run(self, stop: threading.Event) -> None:
@@ -118,7 +117,7 @@ class Reflector(Generic[T]):
                 stream = self.kube.watch(self.kind, self.namespace,
                                          resource_version=str(self.rv),
                                          label_selector=self.label_selector,
-                                         timeout_seconds=WATCH_SECONDS)
+                                         timeout_seconds=WATCH_SECONDS, printed=self.printed)
                 with self._cond:
                     self._stream = stream
                 if stop.is_set():
@@ -149,7 +148,7 @@ class Reflector(Generic[T]):
 
     def _apply(self, etype: str, obj: Obj) -> None:
         name = o.name(obj)
-        rv = version(o.meta(obj).get("resourceVersion"))
+        rv = o.int_version(o.meta(obj).get("resourceVersion"))
         item = None if etype == "DELETED" else self._keep(obj)
         with self._cond:
             if rv and rv <= self.rv:
@@ -168,7 +167,7 @@ class Reflector(Generic[T]):
                 or not self._selector.matches(meta.get("labels"))):
             return
         with self._cond:
-            self.want = max(self.want, version(meta.get("resourceVersion")))
+            self.want = max(self.want, o.int_version(meta.get("resourceVersion")))
 
     def stop(self) -> None:
         self._stop.set()
@@ -224,6 +223,7 @@ class Informer:
     services: Reflector[Obj]
     endpointslices: Reflector[Obj]
     pod_reflectors: tuple[Reflector[PodView], ...]
+    whole: WholePods = field(default_factory=WholePods)  # doubtful pods read whole
     _unobserve: Callable[[], None] = lambda: None
 
     @classmethod
@@ -232,7 +232,7 @@ class Informer:
                   Reflector(kube, kinds.DAEMONSET, namespace, _whole),
                   Reflector(kube, kinds.SERVICE, namespace, _whole),
                   Reflector(kube, kinds.ENDPOINTSLICE, namespace, _whole),
-                  tuple(Reflector(kube, kinds.POD, namespace, _view, sel)
+                  tuple(Reflector(kube, kinds.POD, namespace, _view, sel, printed=True)
                         for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf._saw)
         started: list[Reflector[Any]] = []

@@ -4,14 +4,18 @@ not grow with the node count (paginated lists by label selector; no per-pod or p
 While a run has its cache open (`engine/informer.py`), the DaemonSets, Services, pods and
 EndpointSlices come from it (no request at all) and only the namespace and the cluster-scoped
 CRs and ServiceMonitors (a few small objects) are read from the API server.
+
+Pods are read as printed rows (`model/printed.py`); those a row cannot vouch for are read whole
+(`engine/wholepods.py`) before the Snapshot is built, so every gate sees real conditions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migrator.engine import informer
+from migrator.engine.wholepods import WholePods
 from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -28,14 +32,25 @@ def _in(key: str, values: Iterable[str]) -> str:
     return f"{key} in ({','.join(sorted(set(values)))})"
 
 
-def read_pods(kube: Kube, namespace: str, selectors: Sequence[str]) -> tuple[PodView, ...]:
-    """Pods matching any of the selectors, each reduced to a PodView page by page (a 410 on a
-    busy cluster restarts that selector's read: `Kube.collect`)."""
+def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
+              endpoints: Mapping[str, ServiceEndpoints] | None = None) -> tuple[PodView, ...]:
+    """Pods matching any of the selectors, as printed rows reduced to PodViews page by page (a
+    410 on a busy cluster restarts that selector's read: `Kube.collect`), the doubtful ones
+    read whole (`endpoints`, when read, may contradict a row)."""
     seen: dict[str, PodView] = {}
     for sel in selectors:
-        views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of)
+        views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of,
+                                printed=True)
         seen.update((view.uid, view) for view in views)
-    return tuple(sorted(seen.values(), key=lambda p: (p.node, p.name)))
+    return settled(kube, namespace, seen.values(), endpoints or {}, selectors, WholePods())
+
+
+def settled(kube: Kube, namespace: str, listed: Iterable[PodView],
+            endpoints: Mapping[str, ServiceEndpoints], selectors: Sequence[str],
+            whole: WholePods) -> tuple[PodView, ...]:
+    """The listed views with the doubtful ones read whole, ordered by node and name."""
+    return tuple(sorted(whole.settle(kube, namespace, listed, endpoints, selectors),
+                        key=lambda p: (p.node, p.name)))
 
 
 def read_endpoints(kube: Kube, namespace: str,
@@ -55,17 +70,15 @@ def read_endpoints(kube: Kube, namespace: str,
     return {n: endpoints_from_slices(n, sl) for n, sl in by_service.items()}
 
 
-def _cached_pods(cache: informer.Informer, comps: Sequence[Component]) -> tuple[PodView, ...]:
+def _cached_pods(cache: informer.Informer, comps: Sequence[Component]) -> list[PodView]:
     """The pods the selectors below would list, from the cache: an app label of these
     components, or (with any app label or none) one of their common label keys."""
     apps = {c.app_label for c in comps}
     keys = {c.common_label.key for c in comps}
     if not comps:
-        return ()
-    views = cache.pods()
-    return tuple(sorted((p for p in views if p.labels.get("app") in apps
-                         or any(k in p.labels for k in keys)),
-                        key=lambda p: (p.node, p.name)))
+        return []
+    return [p for p in cache.pods()
+            if p.labels.get("app") in apps or any(k in p.labels for k in keys)]
 
 
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
@@ -103,11 +116,12 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
         # once phase 1 has labelled them.
         selectors.extend(f"{key},app notin ({','.join(apps)})"
                          for key in sorted({c.common_label.key for c in comps}))
-    if cache is not None:
-        pods = _cached_pods(cache, comps)
-    else:
-        pods = read_pods(kube, namespace, selectors) if selectors else ()
     endpoints = read_endpoints(kube, namespace, svc_map)
+    if cache is not None:
+        pods = settled(kube, namespace, _cached_pods(cache, comps), endpoints,
+                       [str(r.label_selector) for r in cache.pod_reflectors], cache.whole)
+    else:
+        pods = read_pods(kube, namespace, selectors, endpoints) if selectors else ()
 
     cps: tuple[Obj, ...] = ()
     gcs: tuple[Obj, ...] = ()

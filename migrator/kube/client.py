@@ -24,6 +24,7 @@ from migrator.kube.retrying import RetryPolicy
 from migrator.kube.transport import Query, Response, Transport
 from migrator.model import kinds, tables
 from migrator.model.kinds import Kind
+from migrator.model.printed import printed_pod
 
 Obj = dict[str, Any]
 JsonPatch = list[Obj]
@@ -166,10 +167,11 @@ class Kube:
 
     def _request(
         self, method: str, path: str, query: Query = (), body: Any = None,
-        content_type: str = "application/json",
+        content_type: str = "application/json", accept: str = "application/json",
     ) -> Any:
         """Every non-streaming verb goes through here; returns the parsed JSON answer."""
-        response: Response = self._transport.send(method, path, query, body, content_type)
+        response: Response = self._transport.send(method, path, query, body, content_type,
+                                                  accept=accept)
         return parse_json(response.data) if response.data else None
 
     def _wrote(self, kind: Kind, answer: Any) -> None:
@@ -197,9 +199,12 @@ class Kube:
     def pages(
         self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
         field_selector: str | None = None, page_size: int | None = None,
+        printed: bool = False,
     ) -> Iterator[Page]:
         """The list one page at a time (following `continue`), so memory stays one page big.
-        `page_size` defaults to the connection's; 0 asks for everything in one answer."""
+        `page_size` defaults to the connection's; 0 asks for everything in one answer.
+        `printed` asks for the printed rows with each object's metadata instead of whole
+        objects (`model/printed.py`); a server that ignores that sends whole objects."""
         path = kind.collection_path(namespace)
         size = self.page_size if page_size is None else page_size
         base: list[tuple[str, str]] = [("limit", str(size))] if size > 0 else []
@@ -207,11 +212,15 @@ class Kube:
             base.append(("labelSelector", label_selector))
         if field_selector:
             base.append(("fieldSelector", field_selector))
+        if printed:
+            base.append(("includeObject", "Metadata"))
+        accept = tables.TABLE_ACCEPT if printed else "application/json"
         token = ""
         while True:
             query = [*base, ("continue", token)] if token else base
-            doc = self._request("GET", path, query) or {}
-            items: list[Obj] = doc.get("items") or []
+            doc = self._request("GET", path, query, accept=accept) or {}
+            items: list[Obj] = (self._printed_items(kind, doc) if doc.get("kind") == "Table"
+                                else doc.get("items") or [])
             for item in items:
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
@@ -220,6 +229,14 @@ class Kube:
             token = str(meta.get("continue") or "")
             if not token:
                 return
+
+    @staticmethod
+    def _printed_items(kind: Kind, table: Obj) -> builtins.list[Obj]:
+        columns = tables.column_names(table)
+        if columns is None:
+            raise tables.TableError("a Table list without column definitions")
+        return [printed_pod(row, kind.api_version, kind.kind)
+                for row in tables.rows(table, columns)]
 
     def list(
         self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
@@ -234,7 +251,7 @@ class Kube:
     def collect(
         self, kind: Kind, namespace: str | None = None, *, keep: Callable[[Obj], T],
         label_selector: str | None = None, field_selector: str | None = None,
-        page_size: int | None = None,
+        page_size: int | None = None, printed: bool = False,
     ) -> tuple[builtins.list[T], str]:
         """`keep(item)` for every item, page by page (a caller that keeps less than the whole
         object holds one page at a time), and the list's resourceVersion.
@@ -249,7 +266,7 @@ class Kube:
             try:
                 for page in self.pages(kind, namespace, label_selector=label_selector,
                                        field_selector=field_selector,
-                                       page_size=0 if last else page_size):
+                                       page_size=0 if last else page_size, printed=printed):
                     kept.extend(keep(item) for item in page.items)
                     version = version or page.resource_version
             except WatchExpired:
@@ -262,33 +279,41 @@ class Kube:
     def watch(
         self, kind: Kind, namespace: str | None = None, *, resource_version: str,
         label_selector: str | None = None, field_selector: str | None = None,
-        timeout_seconds: int = 60,
-    ) -> watching.Stream:
-        """(type, object) events after `resource_version` until the server ends the watch.
+        timeout_seconds: int = 60, printed: bool = False,
+    ) -> watching.Events:
+        """(type, object) events after `resource_version` until the server ends the watch;
+        `printed`: each object's printed row with its metadata (`model/printed.py`).
 
         The request is sent now (so 403/410 raise here); events are read lazily. Raises
         WatchExpired when the version is too old: list again and watch from the new one.
         """
-        return self._watch(kind, namespace, resource_version, label_selector, field_selector,
-                           timeout_seconds)
+        if not printed:
+            return self._watch(kind, namespace, resource_version, label_selector,
+                               field_selector, timeout_seconds)
+        stream = self._watch(kind, namespace, resource_version, label_selector, field_selector,
+                             timeout_seconds, table="Metadata")
+        return watching.TableStream(
+            stream, lambda row: printed_pod(row, kind.api_version, kind.kind), _same,
+            seen=lambda obj: self._saw(kind, obj))
 
     def watch_table(
         self, kind: Kind, namespace: str | None = None, *, resource_version: str,
         label_selector: str | None = None, field_selector: str | None = None,
         timeout_seconds: int = 60,
-    ) -> watching.TableStream:
+    ) -> watching.TableStream[tables.Row]:
         """As `watch`, but each event is the server's printed row of the object
         (`includeObject=None`): the cells `kubectl get -w` shows, a fraction of the object's
         bytes. Rows are not objects: the run's cache is not told of them."""
         stream = self._watch(kind, namespace, resource_version, label_selector, field_selector,
-                             timeout_seconds, table=True)
-        return watching.TableStream(stream)
+                             timeout_seconds, table="None")
+        return watching.TableStream(stream, lambda row: row, tables.object_row)
 
     def _watch(
         self, kind: Kind, namespace: str | None, resource_version: str,
         label_selector: str | None, field_selector: str | None, timeout_seconds: int, *,
-        table: bool = False,
+        table: str = "",
     ) -> watching.Stream:
+        """The watch request; `table` is the `includeObject` of a Table watch ("" for none)."""
         path = kind.collection_path(namespace)
         query = [
             ("watch", "1"),
@@ -300,7 +325,7 @@ class Kube:
         if field_selector:
             query.append(("fieldSelector", field_selector))
         if table:
-            query.append(("includeObject", "None"))
+            query.append(("includeObject", table))
         response = self._transport.send(
             "GET", path, query, stream=True, read_timeout=timeout_seconds + 15,
             accept=tables.TABLE_ACCEPT if table else "application/json",

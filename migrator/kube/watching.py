@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import urllib3
 
@@ -18,6 +18,7 @@ from migrator.kube.statuses import error_for
 from migrator.model import tables
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 
 def _chunks(raw: Any) -> Iterator[bytes]:
@@ -96,30 +97,46 @@ class Stream:
             self._raw.shutdown()
 
 
-class TableStream:
-    """An open Table watch (`Kube.watch_table`): (type, `tables.Row`) per event. The first
-    event carries the column definitions; later ones are named by them. An event that is
-    the object itself (a server or proxy that ignored the Table request) gives the row its
-    printer would show, so the wait degrades to the whole-object watch, not to polling."""
+class TableStream(Generic[T]):
+    """An open Table watch: (type, item) per event, each row made an item by `of_row`. The
+    first event carries the column definitions; later ones are named by them. An event that
+    is the object itself (a server or proxy that ignored the Table request) becomes an item by
+    `of_object`, so a reader degrades to the whole-object watch, not to polling. `seen` is
+    told of every item (the run cache's fences, `Kube.observe`)."""
 
-    def __init__(self, stream: Stream) -> None:
+    def __init__(self, stream: Stream, of_row: Callable[[tables.Row], T],
+                 of_object: Callable[[Obj], T], seen: Callable[[T], None] | None = None) -> None:
         self._stream = stream
+        self._of_row, self._of_object, self._seen = of_row, of_object, seen
         self._columns: tuple[str, ...] | None = None
-        self._pending: list[tuple[str, tables.Row]] = []
+        self._pending: list[tuple[str, T]] = []
 
-    def __iter__(self) -> TableStream:
+    def __iter__(self) -> TableStream[T]:
         return self
 
-    def __next__(self) -> tuple[str, tables.Row]:
+    def __next__(self) -> tuple[str, T]:
         while not self._pending:
             etype, table = next(self._stream)
             if table.get("kind") != "Table":  # a server (or proxy) that ignored the Accept
-                return etype, tables.object_row(table)
+                self._pending = [(etype, self._of_object(table))]
+                continue
             self._columns = tables.column_names(table) or self._columns
             if self._columns is None:
                 raise tables.TableError("a Table watch event came before any column definitions")
-            self._pending = [(etype, row) for row in tables.rows(table, self._columns)]
-        return self._pending.pop(0)
+            self._pending = [(etype, self._of_row(row))
+                             for row in tables.rows(table, self._columns)]
+        etype, item = self._pending.pop(0)
+        if self._seen is not None:
+            self._seen(item)
+        return etype, item
 
     def stop(self) -> None:
         self._stream.stop()
+
+
+class Events(Protocol):
+    """What a reader of a watch needs: (type, object) events and a way to end them."""
+
+    def __iter__(self) -> Iterator[tuple[str, Obj]]: ...
+
+    def stop(self) -> None: ...

@@ -47,6 +47,15 @@ def controller_owner(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def int_version(rv: object) -> int:
+    """A resourceVersion as an integer (etcd revisions, comparable since Kubernetes 1.30:
+    KEP-4988 `CompareResourceVersion`); 0 for none or one that is not an integer."""
+    try:
+        return int(str(rv))
+    except ValueError:
+        return 0
+
+
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     """Ready condition True and not being deleted (what the EndpointSlice controller uses)."""
     if meta(pod).get("deletionTimestamp"):

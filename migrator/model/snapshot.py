@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from migrator.model import objects as o
+from migrator.model import printed
 from migrator.model.selectors import for_service
 
 Obj = dict[str, Any]
@@ -33,10 +34,30 @@ class PodView:
     owner_name: str | None
     node_lost: bool = False  # marked not Ready by the node lifecycle controller (see below)
     why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
+    printed: bool = False  # read as its printed row (`model/printed.py`), not whole
+    version: int = 0  # its resourceVersion as an integer (0: not one)
+
+    @property
+    def doubtful(self) -> bool:
+        """A printed view that is not plainly healthy: only the whole pod can tell its
+        conditions (`model/printed.py`)."""
+        return self.printed and not self.ready
 
     @staticmethod
     def of(pod: Mapping[str, Any]) -> PodView:
+        """The view of a whole pod, or of a printed one (believed only when plainly healthy;
+        otherwise `doubtful`, and not Ready until its whole read says so)."""
         owner = o.controller_owner(pod) or {}
+        version = o.int_version(o.meta(pod).get("resourceVersion"))
+        if printed.is_printed(pod):
+            ready = printed.plainly_healthy(pod)
+            return PodView(
+                name=o.name(pod), uid=str(o.meta(pod).get("uid", "")),
+                node=printed.node_of(pod), labels=o.labels(pod), ready=ready,
+                deleting=bool(o.meta(pod).get("deletionTimestamp")),
+                owner_kind=owner.get("kind"), owner_name=owner.get("name"),
+                why="" if ready else str(printed.cells(pod).get("Status") or "not Ready"),
+                printed=True, version=version)
         return PodView(
             name=o.name(pod),
             uid=str(o.meta(pod).get("uid", "")),
@@ -48,7 +69,14 @@ class PodView:
             owner_name=owner.get("name"),
             node_lost=_marked_not_ready(pod),
             why=o.pod_not_ready_reason(pod),
+            version=version,
         )
+
+    def contradicted(self, slices: Iterable[EndpointView]) -> bool:
+        """A printed Ready view that an EndpointSlice written after the pod's last change
+        contradicts (not serving): the Ready condition may be False (`model/printed.py`)."""
+        return self.printed and self.ready and printed.not_serving(
+            self.name, self.version, ((e.version, e.pod or "", e.serving) for e in slices))
 
 
 def _marked_not_ready(pod: Mapping[str, Any]) -> bool:
@@ -69,6 +97,7 @@ class EndpointView:
     ready: bool
     serving: bool
     terminating: bool
+    version: int = 0  # its EndpointSlice's resourceVersion as an integer
 
 
 @dataclass(frozen=True)
@@ -94,6 +123,7 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
     views: list[EndpointView] = []
     seen: set[tuple[str | None, str | None]] = set()
     for sl in slices:
+        slice_version = o.int_version(o.meta(sl).get("resourceVersion"))
         for ep in sl.get("endpoints") or []:
             cond = ep.get("conditions") or {}
             ready = cond.get("ready")
@@ -109,6 +139,7 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
                     ready=ready is None or bool(ready),
                     serving=bool(cond.get("serving", ready is None or bool(ready))),
                     terminating=bool(cond.get("terminating", False)),
+                    version=slice_version,
                 )
             )
     return ServiceEndpoints(service, tuple(views))

@@ -43,6 +43,7 @@ class Row:
 
     cells: Mapping[str, Any]
     resource_version: str
+    object: Mapping[str, Any] | None = None  # the row's `object` (includeObject=Metadata/Object)
 
     @property
     def name(self) -> str:
@@ -67,7 +68,7 @@ def rows(table: Mapping[str, Any], columns: Sequence[str]) -> list[Row]:
             raise TableError(f"a row has {len(cells)} cells for {len(columns)} columns")
         obj = raw.get("object") or {}
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-        out.append(Row(dict(zip(columns, cells, strict=True)), rv))
+        out.append(Row(dict(zip(columns, cells, strict=True)), rv, raw.get("object")))
     return out
 
 

@@ -26,6 +26,7 @@ from migrator.engine.runner import RunSettings
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
 from migrator.model import kinds
+from migrator.model import objects as o
 from migrator.model.stacks import load_catalog
 from migrator.sim import writes
 from migrator.sim.requestlog import RequestRecord
@@ -152,7 +153,7 @@ def _read_waits(reflector: informer.Reflector[Any], hold: threading.Event,
 
 
 def _version(obj: dict[str, Any]) -> int:
-    return informer.version(obj["metadata"]["resourceVersion"])
+    return o.int_version(obj["metadata"]["resourceVersion"])
 
 
 def test_a_write_is_seen_by_the_next_read_even_before_its_event_arrives(e2e: E2E) -> None:

@@ -7,6 +7,7 @@ from typing import Any, cast
 from migrator.engine import informer
 from migrator.kube.client import Kube
 from migrator.model import kinds
+from migrator.model import objects as o
 from migrator.model.selectors import parse
 from migrator.model.stacks import load_catalog
 
@@ -21,8 +22,8 @@ def _reflector(selector: str | None = None) -> informer.Reflector[dict[str, Any]
 
 
 def test_versions_compare_as_integers_and_opaque_ones_as_none() -> None:
-    assert informer.version("1234") == 1234
-    assert informer.version("") == informer.version(None) == informer.version("abc") == 0
+    assert o.int_version("1234") == 1234
+    assert o.int_version("") == o.int_version(None) == o.int_version("abc") == 0
 
 
 def test_an_event_a_list_already_covers_does_not_overwrite_it() -> None:

@@ -91,6 +91,10 @@ def test_apply_lists_each_kind_once_and_again_only_after_a_rollout(
     assert len(pod_lists) == len(selectors)
     # Each pod selector is listed once, plus once per rollout of its own DaemonSet.
     assert sum(pod_lists.values()) == len(selectors) + len(rollouts)
+    # Pods are listed and watched as printed rows with their metadata (a sixth of the bytes);
+    # a healthy run reads none of them whole (engine/wholepods.py).
+    pod_reads = [r for r in records if r.resource == "pods" and r.verb in ("list", "watch")]
+    assert pod_reads and all("includeObject=Metadata" in r.query for r in pod_reads)
     assert not [r for r in records if r.code == 410], "no expiry here: no relist either"
     assert not _informer_threads(), "the run's watch threads outlived it"
     # Each rollout is followed by its DaemonSet's printed rows (no object): a status change

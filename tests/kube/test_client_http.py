@@ -22,6 +22,8 @@ from migrator.errors import (
 )
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
+from migrator.model.printed import is_printed
+from migrator.model.snapshot import PodView
 from migrator.model.tables import rollout_view
 
 TOKEN = "s3cr3t-bearer-token-value"
@@ -272,6 +274,38 @@ def test_a_table_watch_reads_rows_and_copes_with_a_server_that_sends_objects(
     sent = stub.requests[0]
     assert sent.headers["accept"] == "application/json;as=Table;v=v1;g=meta.k8s.io"
     assert sent.query["includeObject"] == ["None"]
+
+
+def test_printed_reads_take_rows_with_metadata_or_whole_objects_from_a_server_that_ignores_it(
+    stub: Stub, kube: Kube
+) -> None:
+    columns = [{"name": n, "type": "string"} for n in ("Name", "Ready", "Status", "Node")]
+    meta = {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "8",
+            "labels": {"app": "a"}}
+    row = {"cells": ["p", "1/1", "Running", "n1"],
+           "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                      "metadata": meta}}
+    table = {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+             "metadata": {"resourceVersion": "9"}, "columnDefinitions": columns,
+             "rows": [row]}
+    whole = {"metadata": meta, "spec": {"nodeName": "n1"},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    stub.script((200, {}, table),
+                (200, {}, {"kind": "PodList", "metadata": {"resourceVersion": "9"},
+                           "items": [whole]}),
+                (200, {}, json.dumps({"type": "ADDED", "object": {**table, "rows": [row]}})
+                 .encode() + b"\n" + json.dumps({"type": "MODIFIED", "object": whole})
+                 .encode() + b"\n"))
+    views = [kube.collect(kinds.POD, "ns", keep=PodView.of, printed=True)[0][0]
+             for _ in range(2)]
+    assert [(v.name, v.node, v.ready, v.printed) for v in views] == [
+        ("p", "n1", True, True), ("p", "n1", True, False)]
+    events = list(kube.watch(kinds.POD, "ns", resource_version="9", printed=True))
+    assert [(etype, is_printed(obj), obj["metadata"]["uid"]) for etype, obj in events] == [
+        ("ADDED", True, "u"), ("MODIFIED", False, "u")]
+    for sent in stub.requests:
+        assert sent.headers["accept"] == "application/json;as=Table;v=v1;g=meta.k8s.io"
+        assert sent.query["includeObject"] == ["Metadata"]
 
 
 def test_can_i_sends_a_self_subject_access_review(stub: Stub, kube: Kube) -> None:

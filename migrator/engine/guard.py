@@ -109,7 +109,13 @@ class Guard:
 
     def read(self, *, pods: bool = True) -> Snapshot:
         """What a full pass needs, from this namespace only (the guard's Role is namespaced):
-        the catalog's DaemonSets, every Service, and (`pods`) the pods of those DaemonSets."""
+        the catalog's DaemonSets, every Service, and (`pods`) the pods of those DaemonSets.
+
+        The pods come as printed rows (`model/printed.py`) with no EndpointSlice to contradict
+        them (the guard's Role reads none), so the pods of a node that stopped reporting look
+        Ready here while their containers do. That cannot move an alias forward early: the
+        release gates pass only once every live pod carries the common label, and then the
+        same pods stand on both sides of the superset check, Ready or not."""
         wanted = {c.daemonset for c in self.catalog.components}
         daemonsets = {o.name(d): d for d in self.kube.list(kinds.DAEMONSET, self.namespace).items
                       if o.name(d) in wanted}

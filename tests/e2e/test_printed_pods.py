@@ -50,15 +50,18 @@ def _read(env: E2E) -> Iterator[tuple[Kube, Callable[[], Snapshot]]]:
         kube.close()
 
 
-def _fail(env: E2E, node: str) -> None:
-    """The node stops reporting; wait until its pods are marked not Ready and the
+def _with_lost_node(e2e_factory: Callable[..., E2E], stack: str, nodes: int) -> E2E:
+    """A cluster whose node BAD stopped reporting, once its pods are marked not Ready and the
     EndpointSlices say so (the rows of those pods still show 1/1 Running)."""
+    env = e2e_factory(stack, nodes=nodes, node_monitor_grace_seconds=5,
+                      operator_reconcile_seconds=None)
     with env.monitor.expected_outage():
-        env.sim.fail_node(node)
+        env.sim.fail_node(BAD)
         env.sim.wait_for(lambda: (pods := [p for p in env.sim.store.list(kinds.POD, NS)[0]
-                                           if P.node_name(p) == node])
+                                           if P.node_name(p) == BAD])
                          and not any(P.is_pod_ready(p) for p in pods), timeout=20)
         env.sim.wait_idle()
+    return env
 
 
 def test_a_healthy_namespace_is_read_as_rows_that_give_the_whole_pods_views(
@@ -76,9 +79,7 @@ def test_a_healthy_namespace_is_read_as_rows_that_give_the_whole_pods_views(
 
 def test_the_pods_of_a_node_that_stopped_reporting_are_read_whole(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("clusterpolicy", nodes=4, node_monitor_grace_seconds=5,
-                      operator_reconcile_seconds=None)
-    _fail(env, BAD)
+    env = _with_lost_node(e2e_factory, "clusterpolicy", nodes=4)
     mark = env.mark()
     for _, read in _read(env):
         snap = read()
@@ -93,9 +94,7 @@ def test_the_pods_of_a_node_that_stopped_reporting_are_read_whole(
 
 def test_a_run_cache_reads_a_pod_that_stays_sick_whole_once(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("gpucluster", nodes=3, node_monitor_grace_seconds=5,
-                      operator_reconcile_seconds=None)
-    _fail(env, BAD)
+    env = _with_lost_node(e2e_factory, "gpucluster", nodes=3)
     mark = env.mark()
     for kube, read in _read(env):
         with informer.opened(kube, NS, load_catalog()) as cache:

@@ -3,12 +3,14 @@ unless that row shows it plainly healthy (`model/printed.py` says why a row is n
 
 Pods are listed as printed rows (a sixth of the bytes). Before a Snapshot is built, every
 printed pod that is not plainly healthy, or that an EndpointSlice newer than it contradicts,
-is replaced by its whole view: one paginated list of the whole pods of each label selector
-that holds such a pod (never a request per pod). The whole views are kept by uid, and a
-whole view at least as new as the row stands for it, so a pod that stays sick (a node that
-stopped reporting, a pod that cannot start) is read whole once per change of it, not once per
-gate check of the run. A doubtful pod that the whole read no longer finds was deleted since:
-it is left out, as the whole read would leave it out.
+is replaced by its whole view. A few such pods (up to MAX_GETS: a node that stopped reporting,
+the one pod `--roll-on-delete` is waiting for) are read by name; more than that, one
+paginated list of the whole pods of each label selector that holds one, so the requests stay
+bounded whatever the node count. The whole views are kept by uid, and a whole view at least
+as new as the row stands for it, so a pod that stays sick (a node that stopped reporting, a pod
+that cannot start) is read whole once per change of it, not once per gate check of the run.
+A doubtful pod that the whole read no longer finds was deleted since: it is left out, as the
+whole read would leave it out.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 
+MAX_GETS = 10  # doubtful pods read by name; above this, their selectors are listed whole
+
+
 class WholePods:
     """The whole views read so far (for one read, or for a whole run's cache)."""
 
     def __init__(self) -> None:
         self._views: dict[str, PodView] = {}
-        self.reads = 0  # whole lists sent (a figure for tests and benchmarks)
+        self.reads = 0  # whole reads sent, GETs and lists (a figure for tests)
 
     def settle(self, kube: Kube, namespace: str, views: Iterable[PodView],
                endpoints: Mapping[str, ServiceEndpoints],
@@ -45,10 +50,12 @@ class WholePods:
         doubts = {p.uid for p in views if p.doubtful or p.contradicted(by_pod.get(p.name, ()))}
         stale = [p for p in views if p.uid in doubts and not self._covers(p)]
         fresh: set[str] = set()
-        if stale:
-            fresh = self._read(kube, namespace, [s for s in selectors
+        if len(stale) > MAX_GETS:
+            fresh = self._list(kube, namespace, [s for s in selectors
                                                  if any(parse(s).matches(p.labels)
                                                         for p in stale)])
+        elif stale:
+            fresh = self._get(kube, namespace, stale)
         out: list[PodView] = []
         for p in views:
             if p.uid not in doubts:
@@ -63,7 +70,20 @@ class WholePods:
         whole = self._views.get(pod.uid)
         return whole is not None and pod.version > 0 and whole.version >= pod.version
 
-    def _read(self, kube: Kube, namespace: str, selectors: Sequence[str]) -> set[str]:
+    def _get(self, kube: Kube, namespace: str, pods: Sequence[PodView]) -> set[str]:
+        """Read these pods whole by name; the uids found (a name now held by a new pod with
+        another uid means the doubtful one is gone)."""
+        found: set[str] = set()
+        for pod in pods:
+            obj = kube.get(kinds.POD, pod.name, namespace)
+            self.reads += 1
+            whole = PodView.of(obj) if obj is not None else None
+            if whole is not None and whole.uid == pod.uid:
+                self._views[whole.uid] = whole
+                found.add(whole.uid)
+        return found
+
+    def _list(self, kube: Kube, namespace: str, selectors: Sequence[str]) -> set[str]:
         """List these selectors' pods whole; the uids read."""
         read: set[str] = set()
         for sel in selectors:

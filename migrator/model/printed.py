@@ -17,7 +17,7 @@ So a printed pod is believed only when it is **plainly healthy**: every containe
 ready, every readiness gate True, on a node, not being deleted, and no EndpointSlice written
 after the pod's last change says it is not serving (`serving` is the EndpointSlice controller's
 `IsPodReady`, whatever `publishNotReadyAddresses` says). Any other printed pod is **doubtful**,
-and the engine reads it whole (`engine/observe.py`), so the gates judge it by the real
+and the engine reads it whole (`engine/wholepods.py`), so the gates judge it by the real
 conditions. A healthy cluster costs rows only; a sick one costs a whole read of the pods that
 are sick, which is when the details matter.
 

@@ -1,12 +1,13 @@
-"""engine/wholepods.py with a recording stand-in for `Kube.collect`: which printed pods are read
-whole, by which selectors, and when a kept whole view still stands for a row."""
+"""engine/wholepods.py with a recording stand-in for `Kube.get`/`Kube.collect`: which printed
+pods are read whole, by name or by which selectors, and when a kept whole view still stands
+for a row."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, cast
 
-from migrator.engine.wholepods import WholePods
+from migrator.engine.wholepods import MAX_GETS, WholePods
 from migrator.kube.client import Kube
 from migrator.model.snapshot import EndpointView, PodView, ServiceEndpoints
 
@@ -30,11 +31,15 @@ def _whole(name: str, rv: str, ready: bool, app: str = "nvidia-dcgm") -> dict[st
 
 
 class FakeKube:
-    """`collect` answers from `pods`, recording each selector it is asked for."""
+    """`get` and `collect` answer from `pods`, recording each name or selector asked for."""
 
     def __init__(self, *pods: dict[str, Any]) -> None:
         self.pods = list(pods)
         self.asked: list[str | None] = []
+
+    def get(self, kind: Any, name: str, namespace: str) -> dict[str, Any] | None:
+        self.asked.append(f"get {name}")
+        return next((p for p in self.pods if p["metadata"]["name"] == name), None)
 
     def collect(self, kind: Any, namespace: str, *, keep: Callable[[Any], PodView],
                 label_selector: str | None = None, **_: Any) -> tuple[list[PodView], str]:
@@ -55,18 +60,30 @@ def test_healthy_rows_are_believed_and_nothing_is_read() -> None:
     assert kube.asked == [] and whole.reads == 0
 
 
-def test_a_doubtful_row_is_read_whole_by_its_own_selector_and_kept_until_it_changes() -> None:
+def test_a_doubtful_row_is_read_whole_by_name_and_kept_until_it_changes() -> None:
     kube, whole = FakeKube(_whole("a", "5", False), _whole("b", "6", True)), WholePods()
     views = _settle(whole, kube, [_row("a", "5", False), _row("b", "6", True)])
     assert [(v.name, v.printed, v.ready, v.node_lost) for v in views] == [
         ("a", False, False, True), ("b", True, True, False)]
-    assert kube.asked == [APP]  # the strays' selector holds no doubtful pod
+    assert kube.asked == ["get a"]
     _settle(whole, kube, [_row("a", "5", False)])
-    assert kube.asked == [APP], "the same version of a pod was read whole twice"
+    assert kube.asked == ["get a"], "the same version of a pod was read whole twice"
     kube.pods[0] = _whole("a", "7", True)
     views = _settle(whole, kube, [_row("a", "7", False)])  # changed: the kept view is older
-    assert kube.asked == [APP, APP] and [(v.printed, v.ready) for v in views] == [(False, True)]
+    assert kube.asked == ["get a", "get a"]
+    assert [(v.printed, v.ready) for v in views] == [(False, True)]
     assert whole.reads == 2
+
+
+def test_many_doubtful_rows_are_read_by_listing_only_the_selectors_that_hold_them() -> None:
+    names = [f"p{i}" for i in range(MAX_GETS + 1)]
+    kube = FakeKube(*(_whole(n, "5", False) for n in names))
+    whole = WholePods()
+    views = _settle(whole, kube, [_row(n, "5", False) for n in names])
+    assert kube.asked == [APP]  # one list, and not the strays' selector
+    assert len(views) == len(names) and not any(v.printed for v in views)
+    _settle(whole, kube, [_row(n, "5", False) for n in names])
+    assert kube.asked == [APP]
 
 
 def test_a_row_contradicted_by_a_newer_slice_is_read_whole() -> None:
@@ -75,12 +92,15 @@ def test_a_row_contradicted_by_a_newer_slice_is_read_whole() -> None:
                                                                version=9),))}
     [view] = _settle(whole, kube, [_row("a", "5", True)], slice_says)
     assert not view.printed and not view.ready and view.node_lost
-    assert kube.asked == [APP]
+    assert kube.asked == ["get a"]
 
 
 def test_a_doubtful_pod_the_whole_read_no_longer_finds_is_left_out() -> None:
-    kube, whole = FakeKube(_whole("b", "6", True)), WholePods()
-    views = _settle(whole, kube, [_row("a", "5", False), _row("b", "6", True)])
+    replaced = _whole("c", "8", True)
+    replaced["metadata"]["uid"] = "uid-of-a-new-pod"  # the name now holds another pod
+    kube, whole = FakeKube(_whole("b", "6", True), replaced), WholePods()
+    views = _settle(whole, kube, [_row("a", "5", False), _row("b", "6", True),
+                                  _row("c", "7", False)])
     assert [v.name for v in views] == ["b"]
 
 
@@ -89,4 +109,4 @@ def test_a_version_that_is_not_an_integer_is_read_whole_every_time() -> None:
     for _ in range(2):
         [view] = _settle(whole, kube, [_row("a", "x", False)])
         assert not view.printed
-    assert kube.asked == [APP, APP]
+    assert kube.asked == ["get a", "get a"]

@@ -79,18 +79,19 @@ class Waiter:
     recheck_max: float = 1.0
 
     def _wake(self, kind: Kind, resource_version: str, timeout: float, *,
-              field_selector: str | None = None, label_selector: str | None = None,
-              on_event: Callable[[str, Obj], bool] | None = None) -> str:
+              label_selector: str | None = None) -> str:
         """Block until an event of `kind` arrives (or `timeout`); returns the newest rv seen.
-        `on_event` may consume events and return True to keep streaming."""
+        The event only wakes the caller (which re-reads) and tells the run's cache which
+        version to wait for, so it comes as a printed row with the object's metadata
+        (`model/printed.py`): a pod's or an EndpointSlice's change costs its row, not the
+        object."""
         rv = resource_version
         try:
-            for etype, obj in self.kube.watch(
-                    kind, self.namespace, resource_version=rv, field_selector=field_selector,
-                    label_selector=label_selector, timeout_seconds=max(1, int(timeout + 0.999))):
+            for _, obj in self.kube.watch(
+                    kind, self.namespace, resource_version=rv, label_selector=label_selector,
+                    timeout_seconds=max(1, int(timeout + 0.999)), printed=True):
                 rv = str(o.meta(obj).get("resourceVersion") or rv)
-                if on_event is None or not on_event(etype, obj):
-                    break
+                break
         except APIError:
             # An expired or broken watch only costs us a wake-up; the caller re-reads.
             self.clock.sleep(min(timeout, self.recheck_min))
@@ -197,8 +198,9 @@ class Waiter:
             delay = min(delay * 2, self.recheck_max)
 
     def _list_rv(self, kind: Kind, label_selector: str | None) -> str:
+        """The collection's current version, to watch from (one printed row of it)."""
         first = next(iter(self.kube.pages(kind, self.namespace, label_selector=label_selector,
-                                          page_size=1)))
+                                          page_size=1, printed=True)))
         return first.resource_version
 
     def settle(self, seconds: float, report: Callable[[float], None]) -> None:

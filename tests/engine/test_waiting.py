@@ -48,9 +48,10 @@ class ScriptedKube:
 
     def watch(self, kind: Kind, namespace: str, *, resource_version: str,
               field_selector: str | None = None, label_selector: str | None = None,
-              timeout_seconds: int) -> Iterator[tuple[str, Obj]]:
+              timeout_seconds: int, printed: bool = False) -> Iterator[tuple[str, Obj]]:
         self.watches.append({"kind": kind, "rv": resource_version, "timeout": timeout_seconds,
-                             "fields": field_selector, "labels": label_selector})
+                             "fields": field_selector, "labels": label_selector,
+                             "printed": printed})
         script = self.streams.pop(0) if self.streams else []
         if isinstance(script, Exception):
             raise script
@@ -65,7 +66,7 @@ class ScriptedKube:
             yield etype, daemonset_row(obj)
 
     def pages(self, kind: Kind, namespace: str, *, label_selector: str | None = None,
-              page_size: int) -> Iterator[Page]:
+              page_size: int, printed: bool = False) -> Iterator[Page]:
         self.lists += 1
         yield Page(f"rv-{self.lists}")
 
@@ -225,6 +226,8 @@ def test_until_rechecks_after_a_wake_up_with_backoff(waiter: Waiter, kube: Scrip
     assert [w["rv"] for w in kube.watches] == ["rv-1", "9", "9"]
     assert all(w["kind"] is kinds.ENDPOINTSLICE and w["labels"] == "app=x"
                for w in kube.watches)
+    # A wake-up needs the event's version, not the slice: it watches printed rows.
+    assert all(w["printed"] for w in kube.watches)
     # An event wakes the waiter at once; it lets a burst of changes land (at most recheck_min)
     # before reading again.
     assert clock.slept == [waiter.recheck_min] * 3

@@ -54,20 +54,30 @@ def settled(kube: Kube, namespace: str, listed: Iterable[PodView],
 
 
 def read_endpoints(kube: Kube, namespace: str,
-                   services: Iterable[str]) -> dict[str, ServiceEndpoints]:
-    names = sorted(set(services))
-    if not names:
+                   services: Iterable[str] | None = None) -> dict[str, ServiceEndpoints]:
+    """These Services' endpoints from their EndpointSlices (None: every Service's)."""
+    names = sorted(set(services)) if services is not None else None
+    if names == []:
         return {}
-    by_service: dict[str, list[Obj]] = {n: [] for n in names}
+    by_service: dict[str, list[Obj]] = {n: [] for n in names or ()}
     cache = informer.current(kube, namespace)
     slices = cache.endpointslices.items() if cache is not None else kube.list(
         kinds.ENDPOINTSLICE, namespace,
-        label_selector=_in("kubernetes.io/service-name", names)).items
+        label_selector=_in("kubernetes.io/service-name", names) if names else None).items
     for sl in slices:
         svc = o.labels(sl).get("kubernetes.io/service-name", "")
-        if svc in by_service:
-            by_service[svc].append(sl)
+        if names is None or svc in by_service:
+            by_service.setdefault(svc, []).append(sl)
     return {n: endpoints_from_slices(n, sl) for n, sl in by_service.items()}
+
+
+def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
+    """The DaemonSet's own pods, by its selector, the doubtful ones read whole against every
+    EndpointSlice of the namespace (which Services select them is not known here)."""
+    match = o.dig(ds, "spec", "selector", "matchLabels") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+    pods = read_pods(kube, namespace, [selector], read_endpoints(kube, namespace))
+    return [p for p in pods if p.owner_kind == "DaemonSet" and p.owner_name == o.name(ds)]
 
 
 def _cached_pods(cache: informer.Informer, comps: Sequence[Component]) -> list[PodView]:

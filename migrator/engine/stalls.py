@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine import observe
 from migrator.errors import APIError
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -37,13 +38,10 @@ def read_nodes(kube: Kube, names: Sequence[str]) -> dict[str, Obj | None]:
 
 def lost_nodes_detail(kube: Kube, namespace: str, ds: Obj) -> str:
     """While a rollout does not move: the nodes running its pods that stopped reporting, ""
-    when none (one pod list of the DaemonSet, and a Node read each when RBAC allows)."""
+    when none (one printed pod list of the DaemonSet and the EndpointSlices, the pods they
+    contradict read whole, and a Node read each when RBAC allows)."""
     name = o.name(ds)
-    match = o.dig(ds, "spec", "selector", "matchLabels") or {}
-    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
-    pods = [PodView.of(p) for p in kube.list(kinds.POD, namespace,
-                                             label_selector=selector or None).items
-            if (o.controller_owner(p) or {}).get("name") == name]
+    pods = observe.read_daemonset_pods(kube, namespace, ds)
     gate = g.nodes_reporting(name, pods, read_nodes(kube, g.lost_nodes(pods)))
     return "" if gate.ok else gate.detail
 

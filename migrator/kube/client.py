@@ -24,7 +24,7 @@ from migrator.kube.retrying import RetryPolicy
 from migrator.kube.transport import Query, Response, Transport
 from migrator.model import kinds, tables
 from migrator.model.kinds import Kind
-from migrator.model.printed import printed_pod
+from migrator.model.printed import printed_object
 
 Obj = dict[str, Any]
 JsonPatch = list[Obj]
@@ -235,7 +235,7 @@ class Kube:
         columns = tables.column_names(table)
         if columns is None:
             raise tables.TableError("a Table list without column definitions")
-        return [printed_pod(row, kind.api_version, kind.kind)
+        return [printed_object(row, kind.api_version, kind.kind)
                 for row in tables.rows(table, columns)]
 
     def list(
@@ -293,7 +293,7 @@ class Kube:
         stream = self._watch(kind, namespace, resource_version, label_selector, field_selector,
                              timeout_seconds, table="Metadata")
         return watching.TableStream(
-            stream, lambda row: printed_pod(row, kind.api_version, kind.kind), _same,
+            stream, lambda row: printed_object(row, kind.api_version, kind.kind), _same,
             seen=lambda obj: self._saw(kind, obj))
 
     def watch_table(

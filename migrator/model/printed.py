@@ -38,8 +38,9 @@ PRINTED = "printed"  # key of a printed pod's cells (never a field of a real Pod
 NO_VALUE = "<none>"  # what printPod shows for an empty cell
 
 
-def printed_pod(row: Row, api_version: str = "v1", kind: str = "Pod") -> Obj:
-    """The printed pod of one Table row read with `includeObject=Metadata`."""
+def printed_object(row: Row, api_version: str = "v1", kind: str = "Pod") -> Obj:
+    """The printed object of one Table row read with `includeObject=Metadata` (a printed pod,
+    or any kind's row where only its metadata is wanted: a wake-up event's version)."""
     meta = (row.object or {}).get("metadata") or {}
     return {"apiVersion": api_version, "kind": kind, "metadata": dict(meta),
             PRINTED: dict(row.cells)}

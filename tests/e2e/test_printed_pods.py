@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from migrator.engine import informer, observe
+from migrator.engine import informer, observe, stalls
 from migrator.kube.client import Kube
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -111,3 +111,15 @@ def test_a_run_cache_reads_a_pod_that_stays_sick_whole_once(
     assert lost and {p.node for p in first.pods if p.node_lost} == {BAD}
     assert sorted(_pod_gets(env, mark)) == lost, "a pod that stayed sick was read twice"
     assert reads == len(lost)
+
+
+def test_a_stalled_rollouts_probe_names_the_lost_node_from_rows_and_one_get(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = _with_lost_node(e2e_factory, "clusterpolicy", nodes=4)
+    mark = env.mark()
+    for kube, _ in _read(env):
+        detail = stalls.lost_nodes_detail(kube, NS, env.ds("nvidia-dcgm"))
+    assert BAD in detail and "not reporting" in detail, detail
+    assert not _whole(_pod_lists(env, mark))
+    on_bad = [p["metadata"]["name"] for p in env.pods("nvidia-dcgm") if P.node_name(p) == BAD]
+    assert _pod_gets(env, mark) == on_bad and len(on_bad) == 1  # only its pod there, by name

@@ -25,7 +25,7 @@ def _pod(ready: str = "1/1", status: str = "Running", node: str = "gpu-node-0001
                "Readiness Gates": gates}, rv,
               {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                "metadata": metadata})
-    return printed.printed_pod(row)
+    return printed.printed_object(row)
 
 
 def test_a_plainly_healthy_row_gives_the_view_a_whole_ready_pod_gives() -> None:

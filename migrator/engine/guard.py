@@ -35,7 +35,7 @@ from migrator.model.guarding import Correction
 from migrator.model.kinds import Kind
 from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog
+from migrator.model.stacks import Catalog, pod_selectors
 from migrator.model.steps import SetSelector
 from migrator.phases import alias as alias_phase
 
@@ -121,12 +121,7 @@ class Guard:
                       if o.name(d) in wanted}
         services = {o.name(s): s for s in self.kube.list(kinds.SERVICE, self.namespace).items}
         comps = [c for c in self.catalog.components if c.daemonset in daemonsets]
-        selectors = []
-        if comps:
-            apps = ",".join(sorted({c.app_label for c in comps}))
-            selectors.append(f"app in ({apps})")
-            selectors.extend(f"{key},app notin ({apps})"
-                             for key in sorted({c.common_label.key for c in comps}))
+        selectors = pod_selectors(comps)
         views = read_pods(self.kube, self.namespace, selectors) if selectors and pods else ()
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 

@@ -55,7 +55,7 @@ from migrator.model import objects as o
 from migrator.model.kinds import Kind
 from migrator.model.selectors import Selector, parse
 from migrator.model.snapshot import PodView
-from migrator.model.stacks import Catalog
+from migrator.model.stacks import Catalog, stray_selectors
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -200,9 +200,7 @@ def pod_selectors(catalog: Catalog) -> list[str]:
     """One pod reflector per app label of the catalog (a rollout re-lists only its own), and
     one per common label key for pods with it and none of those app labels (strays)."""
     apps = sorted({c.app_label for c in catalog.components})
-    keys = sorted({c.common_label.key for c in catalog.components})
-    return ([f"app={a}" for a in apps]
-            + [f"{k},app notin ({','.join(apps)})" for k in keys])
+    return [f"app={a}" for a in apps] + stray_selectors(catalog.components)
 
 
 def _view(pod: Obj) -> PodView:

@@ -20,7 +20,7 @@ from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.snapshot import PodView, ServiceEndpoints, Snapshot, endpoints_from_slices
-from migrator.model.stacks import Catalog, Component
+from migrator.model.stacks import Catalog, Component, pod_selectors
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -117,15 +117,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     svc_map = {o.name(s): s for s in svc_items if services is None or o.name(s) in services}
 
     comps = [c for c in catalog.components if c.daemonset in ds_map]
-    selectors = []
-    if comps:
-        apps = sorted({c.app_label for c in comps})
-        selectors.append(_in("app", apps))
-        # Pods with the common label but none of those app labels (a notin also matches pods
-        # without an `app` label): the same union, without reading the DaemonSets' pods twice
-        # once phase 1 has labelled them.
-        selectors.extend(f"{key},app notin ({','.join(apps)})"
-                         for key in sorted({c.common_label.key for c in comps}))
+    selectors = pod_selectors(comps)
     endpoints = read_endpoints(kube, namespace, svc_map)
     if cache is not None:
         pods = settled(kube, namespace, _cached_pods(cache, comps), endpoints,

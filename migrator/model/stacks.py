@@ -6,6 +6,7 @@ data only; everything else in this module is pure.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -96,6 +97,24 @@ class Catalog:
     @property
     def components(self) -> tuple[Component, ...]:
         return tuple(c for s in self.stacks for c in s.components)
+
+
+def stray_selectors(components: Iterable[Component]) -> list[str]:
+    """One label selector per common label key of these components: pods with it and none of
+    their app labels (strays; a `notin` also matches pods without an `app` label)."""
+    comps = list(components)
+    apps = ",".join(sorted({c.app_label for c in comps}))
+    return [f"{key},app notin ({apps})" for key in sorted({c.common_label.key for c in comps})]
+
+
+def pod_selectors(components: Iterable[Component]) -> list[str]:
+    """Label selectors whose union is every pod these components' gates look at: their app
+    labels, then the strays, so DaemonSet pods that phase 1 labelled are not read twice."""
+    comps = list(components)
+    if not comps:
+        return []
+    apps = ",".join(sorted({c.app_label for c in comps}))
+    return [f"app in ({apps})", *stray_selectors(comps)]
 
 
 def _label(d: dict[str, Any]) -> Label:

@@ -21,6 +21,7 @@ from migrator.model.selectors import (
     from_labels,
     parse,
 )
+from migrator.model.stacks import load_catalog, pod_selectors
 
 NONE: dict[str, str] = {}
 
@@ -274,3 +275,24 @@ def test_a_service_without_a_selector_selects_no_pod(
 
 def test_labels_may_be_missing() -> None:
     assert parse("!a").matches(None) and not parse("a").matches(None)
+
+
+def test_the_pod_selectors_of_a_stack_read_each_pod_once() -> None:
+    """`stacks.pod_selectors`: the app labels, then strays with a common label and none of
+    them; a labelled DaemonSet pod matches exactly one selector."""
+    comps = load_catalog().stack("gpucluster").components
+    sels = pod_selectors(comps)
+    assert sels == ["app in (nvidia-dcgm-dra,nvidia-dcgm-exporter-dra)",
+                    "nvidia.com/gpu-operator.dcgm,app notin "
+                    "(nvidia-dcgm-dra,nvidia-dcgm-exporter-dra)",
+                    "nvidia.com/gpu-operator.dcgm-exporter,app notin "
+                    "(nvidia-dcgm-dra,nvidia-dcgm-exporter-dra)"]
+    parsed = [parse(s) for s in sels]
+    for labels, hits in [
+        ({"app": "nvidia-dcgm-dra", "nvidia.com/gpu-operator.dcgm": "true"}, 1),
+        ({"nvidia.com/gpu-operator.dcgm": "true"}, 1),  # a stray without an app label
+        ({"app": "other", "nvidia.com/gpu-operator.dcgm-exporter": "true"}, 1),
+        ({"app": "other"}, 0),
+    ]:
+        assert sum(s.matches(labels) for s in parsed) == hits, labels
+    assert pod_selectors([]) == []

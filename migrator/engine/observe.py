@@ -91,6 +91,15 @@ def _cached_pods(cache: informer.Informer, comps: Sequence[Component]) -> list[P
             if p.labels.get("app") in apps or any(k in p.labels for k in keys)]
 
 
+def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
+    """Prometheus Operator monitors cluster-wide (one in a monitoring namespace may scrape
+    these pods), or this namespace's alone when a cluster-wide list is refused."""
+    try:
+        return tuple(kube.list(kind).items)
+    except APIForbidden:
+        return tuple(kube.list(kind, namespace).items)
+
+
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
@@ -128,6 +137,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     cps: tuple[Obj, ...] = ()
     gcs: tuple[Obj, ...] = ()
     monitors: tuple[Obj, ...] = ()
+    pod_monitors: tuple[Obj, ...] = ()
     nvidia_api = sm_api = False
     if cluster_scope:
         if kube.has_api(kinds.CLUSTER_POLICY.group, kinds.CLUSTER_POLICY.version):
@@ -138,13 +148,13 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
             gcs = tuple(kube.list(kinds.GPU_CLUSTER).items)
         sm_api = kube.has_api(kinds.SERVICE_MONITOR.group, kinds.SERVICE_MONITOR.version)
         if sm_api:
-            try:
-                monitors = tuple(kube.list(kinds.SERVICE_MONITOR).items)
-            except APIForbidden:
-                monitors = tuple(kube.list(kinds.SERVICE_MONITOR, namespace).items)
+            monitors = _monitors(kube, kinds.SERVICE_MONITOR, namespace)
+            if kube.has_kind(kinds.POD_MONITOR):
+                pod_monitors = _monitors(kube, kinds.POD_MONITOR, namespace)
     return Snapshot(namespace=namespace, cluster_policies=cps, gpu_clusters=gcs,
                     daemonsets=ds_map, services=svc_map, pods=pods, endpoints=endpoints,
-                    service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api)
+                    service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api,
+                    pod_monitors=pod_monitors)
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *,
@@ -156,5 +166,5 @@ def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *,
     return Snapshot(namespace=base.namespace, cluster_policies=base.cluster_policies,
                     gpu_clusters=base.gpu_clusters, daemonsets=fresh.daemonsets,
                     services=fresh.services, pods=fresh.pods, endpoints=fresh.endpoints,
-                    service_monitors=base.service_monitors,
+                    service_monitors=base.service_monitors, pod_monitors=base.pod_monitors,
                     servicemonitor_api=base.servicemonitor_api, nvidia_api=base.nvidia_api)

@@ -33,8 +33,8 @@ DEFAULT_NAMESPACE = "gpu-operator"
 def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
     """Everything a migration in `namespace` does, and nothing more: writes name their objects
     wherever RBAC can check a name (create cannot be narrowed; pods are deleted only with
-    --roll-on-delete and have generated names). ServiceMonitors are listed cluster-wide, since
-    one in another namespace (a monitoring stack's) may scrape these Services."""
+    --roll-on-delete and have generated names). ServiceMonitors and PodMonitors are listed
+    cluster-wide, since one in another namespace (a monitoring stack's) may scrape these pods."""
     catalog = load_catalog()
     ds_names = sorted({c.daemonset for c in catalog.components})
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
@@ -46,6 +46,7 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
         Permission("list", kinds.CLUSTER_POLICY, namespaced=False),
         Permission("list", kinds.GPU_CLUSTER, namespaced=False),
         Permission("list", kinds.SERVICE_MONITOR, namespaced=False),
+        Permission("list", kinds.POD_MONITOR, namespaced=False),
         *reads,
         *(Permission("patch", kinds.DAEMONSET, n) for n in ds_names),
         Permission("create", kinds.SERVICE),

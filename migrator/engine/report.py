@@ -8,7 +8,7 @@ from typing import Any
 
 from migrator import phases
 from migrator.engine.state import State
-from migrator.model import monitoring
+from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.retiring import reasked
@@ -25,6 +25,21 @@ DRIFT_RISK = (
     "phase 3 before any operator change that does not render the common labels; "
     "`dcgm-migrate verify` exits 1 when it happens."
 )
+
+LOST_STATE = (
+    "No state, yet the cluster carries the tool's marks ({marks}): the state ConfigMap "
+    "{ns}/{cm} was deleted or never restored, so rollback does not know what to "
+    "undo. Restore it from your backup (docs/runbook.md, 'Restoring the state'); until then "
+    "`apply` and `rollback` refuse and `status`/`verify` exit 1"
+)
+
+
+def verdict_fails(report: dict[str, Any], upto: int | None = None) -> list[dict[str, Any]]:
+    """The verdict's failed checks in a report; with `upto`, only those phases 1..upto answer
+    for (what `apply --phase upto` must leave right; a check no phase fixes is the cluster's
+    or the operator's, reported but not the run's failure)."""
+    return [c for c in report["verdict"]["checks"]
+            if not c["ok"] and (upto is None or 1 <= c["phase"] <= upto)]
 
 
 def _exporters(found: Discovery) -> list[str]:
@@ -87,6 +102,11 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                         f"exporter pods, e.g. {tool_dups[0]}")
     if drift_risk and found.components:
         warnings.append(DRIFT_RISK)
+    lost = outcome.tool_marks(snapshot, catalog) if state is None else []
+    if lost:
+        warnings.append(LOST_STATE.format(ns=snapshot.namespace, cm=catalog.common.state_configmap,
+                                          marks=", ".join(lost[:4])))
+    warnings.extend(monitoring.truncated_endpoints(snapshot))
     if state is not None and state.stack_changed(found.stack):
         change = (f"the GPU Operator stack changed from {state.stack} (recorded) to "
                   f"{found.stack}: the completed phases were planned for {state.stack}; "
@@ -104,6 +124,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         "warnings": warnings,
         "toolDuplicates": len(tool_dups),
         "scrapeDuplicates": len(certain),
+        "verdict": outcome.verdict(snapshot, catalog).as_dict(),
+        "lostState": lost,
     }
 
 

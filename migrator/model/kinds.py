@@ -63,6 +63,9 @@ GPU_CLUSTER = Kind("nvidia.com", "v1alpha1", "gpuclusters", "GPUCluster", False,
 SERVICE_MONITOR = Kind(
     "monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True, ("smon",)
 )
+POD_MONITOR = Kind(
+    "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, ("pmon",)
+)
 CRD = Kind(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     False, ("crd", "crds"), True,
@@ -84,8 +87,9 @@ ACCESS_REVIEWS: tuple[Kind, ...] = (SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_R
 
 ALL: tuple[Kind, ...] = (
     NAMESPACE, NODE, POD, SERVICE, CONFIGMAP, EVENT, DAEMONSET, CONTROLLER_REVISION,
-    ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, CRD, SELF_SUBJECT_ACCESS_REVIEW,
-    SUBJECT_ACCESS_REVIEW, LEASE, RESOURCE_CLAIM_TEMPLATE, RESOURCE_CLAIM,
+    ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, POD_MONITOR, CRD,
+    SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW, LEASE, RESOURCE_CLAIM_TEMPLATE,
+    RESOURCE_CLAIM,
 )
 BY_KEY: dict[str, Kind] = {k.key: k for k in ALL}
 BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL}

@@ -36,6 +36,11 @@ class PodView:
     why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
     printed: bool = False  # read as its printed row (`model/printed.py`), not whole
     version: int = 0  # its resourceVersion as an integer (0: not one)
+    # Its `prometheus.io/*` annotations only (the `kubernetes-pods` discovery job reads them;
+    # the rest of a pod's annotations are not kept), and its phase ("" when a printed row
+    # cannot tell: a doubtful row is read whole before any gate sees it).
+    scrape_annotations: Mapping[str, str] = field(default_factory=dict)
+    phase: str = ""
 
     @property
     def doubtful(self) -> bool:
@@ -57,7 +62,8 @@ class PodView:
                 deleting=bool(o.meta(pod).get("deletionTimestamp")),
                 owner_kind=owner.get("kind"), owner_name=owner.get("name"),
                 why="" if ready else str(printed.cells(pod).get("Status") or "not Ready"),
-                printed=True, version=version)
+                printed=True, version=version, scrape_annotations=_scrape_annotations(pod),
+                phase="Running" if ready else "")
         return PodView(
             name=o.name(pod),
             uid=str(o.meta(pod).get("uid", "")),
@@ -70,6 +76,8 @@ class PodView:
             node_lost=_marked_not_ready(pod),
             why=o.pod_not_ready_reason(pod),
             version=version,
+            scrape_annotations=_scrape_annotations(pod),
+            phase=str(o.dig(pod, "status", "phase") or ""),
         )
 
     def contradicted(self, slices: Iterable[EndpointView]) -> bool:
@@ -77,6 +85,14 @@ class PodView:
         contradicts (not serving): the Ready condition may be False (`model/printed.py`)."""
         return self.printed and self.ready and printed.not_serving(
             self.name, self.version, ((e.version, e.pod or "", e.serving) for e in slices))
+
+
+SCRAPE_ANNOTATION_PREFIX = "prometheus.io/"
+
+
+def _scrape_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in o.annotations_of(pod).items()
+            if k.startswith(SCRAPE_ANNOTATION_PREFIX)}
 
 
 def _marked_not_ready(pod: Mapping[str, Any]) -> bool:
@@ -157,6 +173,7 @@ class Snapshot:
     endpoints: Mapping[str, ServiceEndpoints] = field(default_factory=dict)
     service_monitors: tuple[Obj, ...] = ()
     servicemonitor_api: bool = True
+    pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
 
     @cached_property
@@ -191,14 +208,19 @@ class Snapshot:
             return [o.meta(s).get("uid"), o.labels(s), o.annotations_of(s),
                     o.meta(s).get("ownerReferences"), spec]
 
+        def monitors(items: Iterable[Obj]) -> list[str]:
+            return sorted(json.dumps([o.meta(m).get("uid"), o.labels(m), m.get("spec")],
+                                     sort_keys=True) for m in items)
+
         doc = {
             "namespace": self.namespace,
             "ds": {n: ds_view(d) for n, d in sorted(self.daemonsets.items())},
             "svc": {n: svc_view(s) for n, s in sorted(self.services.items())},
             "cr": sorted(str(o.meta(c).get("uid")) + str(o.meta(c).get("generation"))
                          for c in (*self.cluster_policies, *self.gpu_clusters)),
-            "sm": sorted(json.dumps([o.meta(m).get("uid"), o.labels(m), m.get("spec")],
-                                    sort_keys=True) for m in self.service_monitors),
+            "sm": monitors(self.service_monitors),
+            # PodMonitors only when there are any: plans saved before they counted stay valid
+            **({"pm": monitors(self.pod_monitors)} if self.pod_monitors else {}),
         }
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(raw).hexdigest()

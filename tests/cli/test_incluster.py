@@ -120,10 +120,14 @@ def test_without_a_kubeconfig_the_service_account_is_used(
     assert resolve_source(None).in_cluster
     mark = sim.server.log.last_seq
     res = CliRunner().invoke(app, ["status", "-o", "json"], catch_exceptions=False)
-    assert res.exit_code == 0, res.stderr
+    # Read through the service account: an unmigrated cluster, judged live (exit 1: the
+    # stable names do not exist yet).
+    assert res.exit_code == 1, res.stderr
     doc = json.loads(res.stdout)
     validate("status", doc)
     assert doc["stack"] == "gpucluster" and doc["namespace"] == "gpu-operator"
+    failed = {c["name"] for c in doc["verdict"]["checks"] if not c["ok"]}
+    assert {"stable-name/nvidia-dcgm", "stable-name/nvidia-dcgm-exporter"} <= failed
     users = {r.user for r in sim.server.log.since(mark)}
     assert users and "system:unsecured" not in users  # every request carried the token
 

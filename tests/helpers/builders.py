@@ -31,6 +31,9 @@ def daemonset(name: str, *, labels: dict[str, str] | None = None,
                        "numberAvailable": desired if available is None else available}}
 
 
+PORT_NAMES = {9400: "gpu-metrics", 5555: "dcgm"}  # as the operator's Services name them
+
+
 def service(name: str, selector: dict[str, str], *, local: bool = False,
             owner: str | None = "GPUCluster", labels: dict[str, str] | None = None,
             annotations: dict[str, str] | None = None, port: int = 9400) -> dict[str, Any]:
@@ -42,7 +45,8 @@ def service(name: str, selector: dict[str, str], *, local: bool = False,
                                     "apiVersion": "nvidia.com/v1alpha1", "uid": "cr-uid"}]
     spec: dict[str, Any] = {"type": "ClusterIP", "clusterIP": "10.96.0.10",
                             "selector": selector,
-                            "ports": [{"name": "p", "port": port, "targetPort": port,
+                            "ports": [{"name": PORT_NAMES.get(port, "p"), "port": port,
+                                       "targetPort": port,
                                        "protocol": "TCP", "nodePort": None}],
                             "internalTrafficPolicy": "Local" if local else "Cluster"}
     spec["ports"][0].pop("nodePort")

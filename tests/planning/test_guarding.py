@@ -130,7 +130,7 @@ def test_config_drift_is_resynced_except_the_selector() -> None:
     alias = _alias(FORWARD)
     alias["spec"]["ports"][0]["nodePort"] = 30001  # API-assigned: never a difference
     want = {"spec": {"selector": APP, "type": "ClusterIP", "internalTrafficPolicy": "Cluster",
-                     "ports": [{"name": "p", "port": 9400, "targetPort": 9400,
+                     "ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400,
                                 "protocol": "TCP"}]}}
     snap = _snap(alias, template={EXP_KEY: "true"}, pod_labels={EXP_KEY: "true"})
     assert guarding.syncs(snap, CAT, {"nvidia-dcgm-exporter": want}) == []

@@ -23,7 +23,8 @@ def _sm(name: str, match: dict[str, str], interval: str = "15s",
 def test_annotation_is_one_path_per_exporter_pod() -> None:
     paths = monitoring.scrape_paths(b.gpucluster_snapshot(), EXPORTERS)
     assert len(paths) == 3
-    assert all([str(p) for p in v] == ["annotation → Service/nvidia-dcgm-exporter-dra"]
+    assert all([str(p) for p in v] == [
+        "kubernetes-service-endpoints → Service/nvidia-dcgm-exporter-dra:9400"]
                for v in paths.values())
     assert monitoring.duplicate_gate(b.gpucluster_snapshot(), EXPORTERS).ok
 

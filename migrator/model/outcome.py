@@ -1,0 +1,318 @@
+"""The verdict: does the stable identity work for its consumers now? Pure: a Snapshot in, a
+Verdict out, with no state at all (docs/design.md, "The verdict").
+
+It judges the cluster the way a consumer meets it, for every stack present:
+
+- every stable name the running stack(s) need exists (`nvidia-dcgm`, `nvidia-dcgm-exporter`,
+  and the GPUCluster stack's own `-dra` names, which consumers may have adopted) and has a ready
+  endpoint, of a pod of those DaemonSets, on every node that runs (or should run) one;
+- the DCGM names keep `internalTrafficPolicy: Local`;
+- a legacy-only cluster exposes no `-dra` name;
+- every DCGM / exporter pod carries its common label;
+- each exporter pod is reached by exactly one scrape target per discovery mechanism, and a
+  Ready one by at least one (`model/monitoring.py`);
+- no rollout of those DaemonSets is incomplete.
+
+Each finding says what is wrong, the fix, and the phase whose `apply` makes it right (0: none
+does; it is the cluster's or the operator's), so `apply --phase N` is judged on what phases
+1..N answer for, while `verify` and `status` judge everything. What the state recorded never enters here:
+it adds history, drift and rollback on top, and never turns a failing check green.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.model import gates as g
+from migrator.model import monitoring
+from migrator.model import objects as o
+from migrator.model.discovery import collected, discover
+from migrator.model.gates import GateResult
+from migrator.model.snapshot import PodView, Snapshot
+from migrator.model.stacks import Catalog, Component
+
+MAX_NAMED = g.MAX_NAMED
+DRA_STACK = "gpucluster"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check of the verdict on one object."""
+
+    check: str  # stable-name | nodes-covered | local-traffic | no-dra-names | pods-labelled |
+    #            rollout-complete | scrape-once
+    subject: str  # "Service/nvidia-dcgm", "DaemonSet/…", "Pod/…"
+    ok: bool
+    detail: str
+    fix: str = ""
+    phase: int = 0  # the phase whose apply makes it right; 0: no phase does
+
+    @property
+    def name(self) -> str:
+        return f"{self.check}/{self.subject.split('/', 1)[-1]}"
+
+    def gate(self) -> GateResult:
+        detail = self.detail if self.ok or not self.fix else f"{self.detail}; fix: {self.fix}"
+        return GateResult(self.name, self.ok, detail)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail,
+                "fix": self.fix or None, "phase": self.phase}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    stack: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    def failures(self, upto: int | None = None) -> list[Finding]:
+        """Failed findings; with `upto`, only those phases 1..upto answer for."""
+        return [f for f in self.findings
+                if not f.ok and (upto is None or 1 <= f.phase <= upto)]
+
+    def summary(self) -> str:
+        bad = self.failures()
+        if not bad:
+            return f"the stable identity works ({len(self.findings)} checks)"
+        return f"{len(bad)} of {len(self.findings)} checks fail: " + "; ".join(
+            f"{f.name}: {f.detail}" for f in bad[:3]) + (" …" if len(bad) > 3 else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "summary": self.summary(),
+                "checks": [f.as_dict() for f in self.findings]}
+
+
+def _names(items: Iterable[str]) -> str:
+    items = sorted(set(items))
+    shown = ", ".join(items[:MAX_NAMED])
+    return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
+
+
+def _live(pods: Iterable[PodView]) -> list[PodView]:
+    return [p for p in pods if not p.deleting]
+
+
+# ---- stable names ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Need:
+    """One Service name consumers resolve, and the DaemonSets whose pods it must reach."""
+
+    service: str
+    components: tuple[Component, ...]
+    alias: bool  # the tool's alias (phase 2 creates it) rather than an operator's Service
+
+    @property
+    def local(self) -> bool:
+        return any(c.local_traffic for c in self.components)
+
+
+def _needs(present: Sequence[Component]) -> list[_Need]:
+    """The names the running stacks need: per component kind the stable name, reaching that
+    kind's pods of every stack; and each GPUCluster component's own `-dra` name."""
+    out: list[_Need] = []
+    for kind in sorted({c.component for c in present}):
+        comps = tuple(c for c in present if c.component == kind)
+        stable = next(c.alias or c.service for c in comps)
+        alias = all(c.alias for c in comps)
+        out.append(_Need(stable, comps, alias))
+    out += [_Need(c.service, (c,), False) for c in present if c.alias]
+    return out
+
+
+def _node_reasons(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any],
+                  nodes: Iterable[str]) -> str:
+    """Why these nodes have no ready endpoint: their pod is not Ready, or the Service does not
+    select it (another stack's pod, a selector on a label the pod lacks)."""
+    pods_by_node: dict[str, list[PodView]] = {}
+    for c in need.components:
+        for p in _live(snapshot.pods_of(c.daemonset)):
+            pods_by_node.setdefault(p.node, []).append(p)
+    unready, unselected, other = [], [], []
+    for node in nodes:
+        pods = pods_by_node.get(node, [])
+        if pods and not any(p.ready for p in pods):
+            unready.append(f"{node} ({', '.join(sorted({p.why or 'not Ready' for p in pods}))})")
+        elif pods and not any(g.service_selects(dict(svc), p.labels) for p in pods if p.ready):
+            unselected.append(f"{node} ({'/'.join(sorted({p.owner_name or '' for p in pods}))})")
+        else:
+            other.append(node)
+    parts = []
+    if unready:
+        parts.append(f"pod not Ready on {_names(unready)}")
+    if unselected:
+        sel = o.dig(svc, "spec", "selector") or {}
+        parts.append(f"selector {sel} does not select the pod on {_names(unselected)}")
+    if other:
+        parts.append(f"EndpointSlices list no ready endpoint yet on {_names(other)}")
+    return "; ".join(parts)
+
+
+def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> list[Finding]:
+    subject = f"Service/{need.service}"
+    phase = 2 if need.alias else 0
+    expected: set[str] = set()
+    pod_names: set[str] = set()
+    short = []
+    for c in need.components:
+        pods = _live(snapshot.pods_of(c.daemonset))
+        nodes = {p.node for p in pods if p.node}
+        expected |= nodes
+        pod_names |= {p.name for p in pods}
+        desired = g.rollout_counts(snapshot.daemonsets.get(c.daemonset) or {})[2]
+        if desired > len(nodes):
+            short.append(f"{desired - len(nodes)} of {desired} nodes that should run "
+                         f"DaemonSet/{c.daemonset} have no pod of it")
+    eps = [e for e in snapshot.endpoints_of(need.service).endpoints if e.ready]
+    covered = {e.node for e in eps if e.node and e.pod in pod_names}
+    foreign = sorted({e.pod or "(no pod)" for e in eps if e.pod not in pod_names})
+    out = []
+    missing = sorted(expected - covered)
+    if missing or short:
+        why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
+               f"{_node_reasons(snapshot, need, svc, missing)}"] if missing else []
+        fix = ("run `dcgm-migrate apply --phase 2` (and keep `dcgm-migrate guard` running)"
+               if need.alias else "make the pods on those nodes Ready (kubectl -n "
+               f"{snapshot.namespace} describe pod …); the operator renders this Service")
+        if any(c.stack != need.components[0].stack for c in need.components) and missing:
+            fix = ("both stacks run here: the name must reach either stack's pods "
+                   "(docs/runbook.md, 'Clusters running both stacks')")
+        out.append(Finding("nodes-covered", subject, False, "; ".join(why + short), fix, phase))
+    else:
+        out.append(Finding("nodes-covered", subject, True,
+                           f"a ready endpoint on each of {len(expected)} nodes", phase=phase))
+    if foreign:
+        out.append(Finding("only-dcgm-endpoints", subject, False,
+                           f"ready endpoints of pods outside the DaemonSets "
+                           f"{_names(c.daemonset for c in need.components)}: {_names(foreign)}",
+                           "remove the common label from those pods, or narrow the selector",
+                           phase))
+    return out
+
+
+def _name_findings(snapshot: Snapshot, need: _Need) -> list[Finding]:
+    subject = f"Service/{need.service}"
+    phase = 2 if need.alias else 0
+    svc = snapshot.services.get(need.service)
+    if svc is None:
+        fix = ("run `dcgm-migrate apply --phase 2`" if need.alias else
+               "the operator renders it: check that its CR enables "
+               f"{need.components[0].component}")
+        return [Finding("stable-name", subject, False, "does not exist", fix, phase)]
+    leaving = collected(snapshot, svc) or o.terminating(svc)
+    if leaving:
+        return [Finding("stable-name", subject, False, f"is being deleted ({leaving})",
+                        "`dcgm-migrate apply --phase 2` re-creates an alias once it is gone"
+                        if need.alias else "", phase)]
+    out = [Finding("stable-name", subject, True, "exists", phase=phase)]
+    if need.local:
+        policy = o.dig(svc, "spec", "internalTrafficPolicy") or "Cluster"
+        out.append(Finding("local-traffic", subject, policy == "Local",
+                           f"internalTrafficPolicy {policy}",
+                           "" if policy == "Local" else
+                           "DCGM is reached on the consumer's own node: set "
+                           "internalTrafficPolicy: Local (phase 2 renders aliases with it)",
+                           phase))
+    return out + _coverage(snapshot, need, svc)
+
+
+def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> list[Finding]:
+    if DRA_STACK in stacks or not stacks:
+        return []
+    dra = sorted({c.service for c in catalog.stack(DRA_STACK).components
+                  if c.service in snapshot.services})
+    exposed = [n for n in dra if not collected(snapshot, snapshot.services[n])]
+    return [Finding("no-dra-names", "Service/-dra", not exposed,
+                    f"the legacy stack exposes {_names(exposed)}" if exposed
+                    else "no -dra name exposed",
+                    "" if not exposed else "delete those Services (nothing of the running "
+                    "ClusterPolicy stack needs them)")]
+
+
+# ---- pods, rollouts, scraping ----------------------------------------------------------------
+
+def _daemonset_findings(snapshot: Snapshot, comp: Component) -> list[Finding]:
+    ds = snapshot.daemonsets[comp.daemonset]
+    subject = f"DaemonSet/{comp.daemonset}"
+    rollout = g.daemonset_healthy(snapshot, ds)
+    out = [Finding("rollout-complete", subject, rollout.ok, rollout.detail,
+                   "" if rollout.ok else "see which pods are not Ready: kubectl -n "
+                   f"{snapshot.namespace} rollout status ds/{comp.daemonset}")]
+    key, value = comp.common_label.key, comp.common_label.value
+    pods = _live(snapshot.pods_of(comp.daemonset))
+    off = [p for p in pods if p.labels.get(key) != value]
+    out.append(Finding("pods-labelled", subject, not off,
+                       f"{len(off)} of {len(pods)} pods lack {key}={value}: "
+                       f"{_names(p.name for p in off)}" if off else f"{len(pods)} pods carry "
+                       f"{key}={value}",
+                       "run `dcgm-migrate apply --phase 1`" if off else "", 1))
+    return out
+
+
+def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
+                     tool_services: set[str]) -> list[Finding]:
+    daemonsets = [c.daemonset for c in exporters]
+    if not daemonsets:
+        return []
+    paths = monitoring.scrape_paths(snapshot, daemonsets)
+    pods = monitoring.exporter_pods(snapshot, daemonsets)
+    certain = monitoring.certain(paths)
+    none = monitoring.unscraped(paths, pods)
+    out = []
+    if certain:
+        pod, example = next(iter(sorted(certain.items())))
+        ours = any(t.service in tool_services for ts in certain.values() for t in ts)
+        out.append(Finding("scrape-once", "Pod/exporters", False,
+                           f"{len(certain)} of {len(pods)} exporter pods are scraped more than "
+                           f"once, e.g. {pod} via {'; '.join(map(str, example))}",
+                           "keep one scrape path per pod (docs/monitoring.md)", 2 if ours else 0))
+    if none:
+        out.append(Finding("scrape-once", "Pod/unscraped", False,
+                           f"{len(none)} Ready exporter pods are reached by no scrape target: "
+                           f"{_names(none)}",
+                           "annotate the canonical Service or add a ServiceMonitor "
+                           "(docs/monitoring.md)"))
+    if not certain and not none:
+        out.append(Finding("scrape-once", "Pod/exporters", True,
+                           f"{len(pods)} exporter pods, one target each per mechanism"))
+    return out
+
+
+def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
+    """The verdict on the live cluster (module docstring)."""
+    found = discover(snapshot, catalog)
+    present = list(found.components)
+    stacks = {c.stack for c in present}
+    findings: list[Finding] = []
+    for need in _needs(present):
+        findings += _name_findings(snapshot, need)
+    findings += _no_dra_names(snapshot, catalog, stacks)
+    for comp in present:
+        findings += _daemonset_findings(snapshot, comp)
+    mb = catalog.common.managed_by
+    ours = {n for n, s in snapshot.services.items() if o.labels(s).get(mb.key) == mb.value}
+    findings += _scrape_findings(snapshot, [c for c in present if c.exporter], ours)
+    return Verdict(found.stack, tuple(findings))
+
+
+def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
+    """Services that carry what only a migration leaves behind: the tool's managed-by label or
+    alias annotation, or a selector on a common label. With no state they mean the state was
+    lost: the records rollback needs are gone while their effects remain. (Common labels on a
+    DaemonSet are no such mark: an operator release may render them itself.)"""
+    common = catalog.common
+    keys = {c.common_label.key for c in catalog.components}
+    out = []
+    for name, svc in sorted(snapshot.services.items()):
+        if (o.labels(svc).get(common.managed_by.key) == common.managed_by.value
+                or common.alias_of_annotation in o.annotations_of(svc)):
+            out.append(f"Service/{name} (the tool's alias)")
+        elif keys & set(o.dig(svc, "spec", "selector") or {}):
+            out.append(f"Service/{name} (selects by a common label)")
+    return out

@@ -4,12 +4,11 @@ stack gets nothing. A Service of an alias name that the tool does not own is nev
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from migrator.model import aliasing, monitoring
 from migrator.model import gates as g
-from migrator.model import monitoring
 from migrator.model import objects as o
 from migrator.model.discovery import collected
 from migrator.model.gates import GateResult
@@ -17,73 +16,18 @@ from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import CreateAlias, DeleteAlias, Step
 
+# What an alias copies (the table-driven test reads them here).
+COPIED_SPEC_FIELDS = aliasing.COPIED_SPEC_FIELDS
+NEVER_COPIED_SPEC_FIELDS = aliasing.NEVER_COPIED_SPEC_FIELDS
+COPIED_PORT_FIELDS = aliasing.COPIED_PORT_FIELDS
+
 NUMBER = 2
 NAME = "alias"
 
-# Every core/v1 ServiceSpec field, and what an alias does with it (the table-driven test in
-# tests/planning/test_alias_fields.py holds this list against the API's field list).
-# Copied: the source's configuration, so the alias is reachable exactly as the source is (a
-# LoadBalancer alias keeps its class, source ranges and node-port allocation; dropping them would
-# publish an internal Service). Never copied: what the API server assigns (clusterIP(s),
-# healthCheckNodePort, each port's nodePort) and what only one Service may hold (externalIPs,
-# the requested loadBalancerIP: a second claimant conflicts with the source). Replaced: the
-# selector (the DRA app label). externalName: an alias selects pods, so never an ExternalName.
-COPIED_SPEC_FIELDS = ("type", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinity",
-                      "sessionAffinityConfig", "ipFamilyPolicy", "ipFamilies",
-                      "publishNotReadyAddresses", "allocateLoadBalancerNodePorts",
-                      "loadBalancerClass", "loadBalancerSourceRanges", "trafficDistribution")
-NEVER_COPIED_SPEC_FIELDS = ("clusterIP", "clusterIPs", "healthCheckNodePort", "externalIPs",
-                            "loadBalancerIP", "externalName")
-COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
-
-# Source annotations an alias does not copy: the scrape annotation (SPEC §4: the source keeps
-# the one annotation-discovery path the operator renders; a copy would scrape every exporter pod
-# twice), the tool's own markers, and other tools' bookkeeping that would make them treat the
-# alias as theirs (kubectl apply's base, Helm release ownership, Argo CD tracking, the operator's
-# hashes).
-SCRAPE_ANNOTATION = "prometheus.io/scrape"
-NOT_COPIED_ANNOTATION_PREFIXES = ("dcgm-migrate/", "kubectl.kubernetes.io/last-applied-",
-                                  "meta.helm.sh/", "argocd.argoproj.io/", "nvidia.com/")
-
-
-def copied_annotations(source: Mapping[str, Any]) -> dict[str, str]:
-    """The source's annotations an alias carries too (e.g. a cloud's internal-load-balancer
-    annotation, without which the alias's load balancer would be public)."""
-    return {k: v for k, v in o.annotations_of(source).items()
-            if k != SCRAPE_ANNOTATION and not k.startswith(NOT_COPIED_ANNOTATION_PREFIXES)}
-
-
 def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
                owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The alias Service: the source's supported configuration, the DRA app selector, marked
-    as the tool's, with a non-controller ownerReference to the GPUCluster."""
-    assert comp.alias
-    common = ctx.catalog.common
-    src_spec = source.get("spec") or {}
-    spec: dict[str, Any] = {k: copy.deepcopy(src_spec[k]) for k in COPIED_SPEC_FIELDS
-                            if k in src_spec}
-    spec["ports"] = [{k: p[k] for k in COPIED_PORT_FIELDS if k in p}
-                     for p in src_spec.get("ports") or []]
-    spec["selector"] = comp.app_selector
-    if comp.local_traffic:
-        spec["internalTrafficPolicy"] = "Local"
-    meta: dict[str, Any] = {
-        "name": comp.alias,
-        "namespace": ctx.snapshot.namespace,
-        "labels": {common.managed_by.key: common.managed_by.value,
-                   "app.kubernetes.io/name": comp.alias},
-        "annotations": {**copied_annotations(source), common.alias_of_annotation: comp.service},
-    }
-    if owner is not None:
-        meta["ownerReferences"] = [{
-            "apiVersion": str(owner.get("apiVersion", "nvidia.com/v1alpha1")),
-            "kind": str(owner.get("kind", "GPUCluster")),
-            "name": o.name(owner),
-            "uid": str(o.meta(owner).get("uid", "")),
-            "controller": False,
-            "blockOwnerDeletion": False,
-        }]
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+    """The alias of `source` in this namespace (`model/aliasing.py`)."""
+    return aliasing.alias_body(ctx.snapshot.namespace, ctx.catalog.common, comp, source, owner)
 
 
 def _candidates(ctx: PlanContext) -> list[Component]:
@@ -147,7 +91,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
     notes: list[str] = []
     blocked = None
     checks: list[Step] = []
-    owner = ctx.snapshot.gpu_clusters[0] if ctx.snapshot.gpu_clusters else None
+    owner = aliasing.owner_of(ctx.snapshot.gpu_clusters)
     comps = _candidates(ctx)
     if not comps:
         notes.append("no GPUCluster (DRA) components: the legacy stack keeps its names and "
@@ -233,16 +177,25 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             out.append(GateResult(name, False, f"Service/{step.service} is being deleted "
                                   f"({o.terminating(live)})"))
         else:
-            want = step.body["spec"]
-            spec = live.get("spec") or {}
-            wrong = [k for k in ("ports", *COPIED_SPEC_FIELDS)
-                     if k in want and _ports(spec.get(k)) != _ports(want[k])]
-            ann = o.annotations_of(live)
-            wrong += [f"annotation {k}" for k, v in o.annotations_of(step.body).items()
-                      if ann.get(k) != v]
-            out.append(GateResult(name, not wrong, f"differs from the source in {', '.join(wrong)}"
-                                  if wrong else f"alias of {step.source}"))
+            out.append(_matches_source(ctx, step, live))
     return out + stable_names(ctx)
+
+
+def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]) -> GateResult:
+    """The alias against what phase 2 renders from its source *now* (the guard re-syncs the
+    same differences), not against the body recorded when it was created: a CR edit of the
+    source is drift until the alias follows it, and no longer drift once it has."""
+    name = f"alias-holds/{step.service}"
+    source = ctx.service(step.source)
+    comp = next((c for c in ctx.catalog.components if c.alias == step.service
+                 and c.service == step.source), None)
+    if source is None or comp is None:
+        return GateResult(name, True, f"alias of {step.source} (no source to compare with)")
+    diff = aliasing.differences(live, alias_body(ctx, comp, source, None))
+    if diff:
+        return GateResult(name, False, f"differs from its source {step.source} in "
+                          f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it")
+    return GateResult(name, True, f"alias of {step.source}, matching it")
 
 
 def stable_names(ctx: PlanContext) -> list[GateResult]:
@@ -270,12 +223,6 @@ def stable_names(ctx: PlanContext) -> list[GateResult]:
                                 "(a stack change?); `apply --phase 2` creates it")
         out.append(result)
     return out
-
-
-def _ports(value: Any) -> Any:
-    if isinstance(value, list):
-        return [{k: p.get(k) for k in COPIED_PORT_FIELDS if k in p} for p in value]
-    return value
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:

@@ -192,11 +192,6 @@ class Guard:
             snap = self.read()  # the release gates look at every pod: only now read them
         desired = self.desired(snap)
         done, skipped = self.apply(guarding.decide(snap, self.catalog, switched, desired))
-        for note in guarding.type_mismatches(snap, self.catalog, desired):
-            if note not in self._noted:
-                self._noted.add(note)
-                self.log(note)
-            skipped.append(note)
         seen = tuple({"name": a.name, "source": a.component.service, "selector": a.selector,
                       "held": o.annotations_of(a.service).get(guarding.HELD_ANNOTATION),
                       "switched": a.name in switched}

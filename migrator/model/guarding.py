@@ -12,7 +12,8 @@ The guard is the shared-Service reconciler for the Services the tool owns (label
   selector again once the template carries the label, the rollout is complete, every pod
   carries it, and the common selector keeps every Ready pod (the same gates phase 3 uses).
 - **sync** — an alias whose supported configuration differs from what phase 2 would create
-  from the source Service now is patched back to it (selector excepted).
+  from the source Service now is patched back to it (selector excepted), exactly the
+  differences phase 2's verify reports (`model/aliasing.differences`).
 
 A held alias carries the annotation `dcgm-migrate/guard-held: <reason>`, so `verify` and an SRE
 can tell a deliberate hold from drift.
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from migrator.model import aliasing
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.snapshot import Snapshot
@@ -61,8 +63,11 @@ class Correction:
         if self.action == SYNC:
             ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
                                "value": self.resource_version}]
+            ops += [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}",
+                     "value": value}
+                    for key, value in sorted((self.fields.get("annotations") or {}).items())]
             ops += [{"op": "add", "path": f"/spec/{key}", "value": value}
-                    for key, value in sorted(self.fields.items())]
+                    for key, value in sorted(self.fields.items()) if key != "annotations"]
             return ops
         if self.action == CLEAR:
             return [{"op": "test", "path": "/spec/selector", "value": dict(self.selector_before)},
@@ -80,8 +85,9 @@ class Correction:
         if live is None:
             return False
         if self.action == SYNC:
-            spec = live.get("spec") or {}
-            return all(_same(key, spec.get(key), v) for key, v in self.fields.items())
+            wanted = {"spec": {k: v for k, v in self.fields.items() if k != "annotations"},
+                      "metadata": {"annotations": self.fields.get("annotations") or {}}}
+            return not aliasing.differences(live, wanted)
         if self.action == CLEAR:
             return HELD_ANNOTATION not in o.annotations_of(live)
         return dict(o.dig(live, "spec", "selector") or {}) == dict(self.selector_after)
@@ -216,64 +222,25 @@ def clears(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
             if a.held and a.selector != a.component.app_selector]
 
 
-def _ports(value: Any) -> Any:
-    if isinstance(value, list):
-        return [{k: p.get(k) for k in sorted(p) if k != "nodePort"} for p in value]
-    return value
-
-
-def _same(key: str, live: Any, wanted: Any) -> bool:
-    if key == "ports":
-        wanted_ports = _ports(wanted) or []
-        live_ports = _ports(live) or []
-        # The API server defaults fields (protocol, targetPort); compare what was asked for.
-        return len(wanted_ports) == len(live_ports) and all(
-            all(lp.get(k) == v for k, v in wp.items())
-            for wp, lp in zip(wanted_ports, live_ports, strict=True))
-    return bool(live == wanted)
-
-
-# Never re-synced: the selector (hold/release and phase 3 own it) and the type (a Service
-# turning into a LoadBalancer needs its annotations reviewed by a person first).
-NOT_SYNCED = ("selector", "type")
-
-
-def _spec_diff(alias: Alias, want: Mapping[str, Any]) -> dict[str, Any]:
-    spec = alias.service.get("spec") or {}
-    return {k: v for k, v in (want.get("spec") or {}).items() if not _same(k, spec.get(k), v)}
-
-
 def syncs(snapshot: Snapshot, catalog: Catalog,
           desired: Mapping[str, Mapping[str, Any]]) -> list[Correction]:
-    """Aliases whose spec differs from what phase 2 would create now (`desired`: alias → the
-    body phase 2 renders from the live source), except the fields in NOT_SYNCED."""
+    """Aliases whose supported configuration differs from what phase 2 would create now
+    (`desired`: alias → the body phase 2 renders from the live source), as
+    `aliasing.differences` finds it — the same answer phase 2's verify gives. A type change
+    comes with the source's copied annotations in the same patch (an internal load balancer
+    stays internal)."""
     out = []
     for alias in aliases(snapshot, catalog):
         want = desired.get(alias.name)
         if want is None:
             continue
-        diff = {k: v for k, v in _spec_diff(alias, want).items() if k not in NOT_SYNCED}
+        diff = aliasing.differences(alias.service, want)
         if diff:
             out.append(Correction(SYNC, alias.name,
                                   f"differs from Service/{alias.component.service} in "
-                                  f"{', '.join(sorted(diff))}", fields=diff,
+                                  f"{aliasing.describe(diff)}", fields=diff,
                                   resource_version=str(o.meta(alias.service).get(
                                       "resourceVersion") or "")))
-    return out
-
-
-def type_mismatches(snapshot: Snapshot, catalog: Catalog,
-                    desired: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Aliases whose type differs from their source's: reported, never changed by the guard."""
-    out = []
-    for alias in aliases(snapshot, catalog):
-        want = desired.get(alias.name)
-        if want is not None and "type" in _spec_diff(alias, want):
-            out.append(f"Service/{alias.name}: type {o.dig(alias.service, 'spec', 'type')} "
-                       f"differs from Service/{alias.component.service}'s "
-                       f"{o.dig(want, 'spec', 'type')}; not changed by the guard (review the "
-                       "source's load-balancer annotations, then re-create the alias: "
-                       "rollback --phase 2, apply --phase 2)")
     return out
 
 

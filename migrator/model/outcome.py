@@ -15,8 +15,8 @@ It judges the cluster the way a consumer meets it, for every stack present:
 
 Each finding says what is wrong, the fix, and the phase whose `apply` makes it right (0: none
 does; it is the cluster's or the operator's), so `apply --phase N` is judged on what phases
-1..N answer for, while `verify` and `status` judge everything. What the state recorded never enters here:
-it adds history, drift and rollback on top, and never turns a failing check green.
+1..N answer for, while `verify` and `status` judge everything. What the state recorded never
+enters here: it adds history, drift and rollback on top, and never turns a failing check green.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> lis
     dra = sorted({c.service for c in catalog.stack(DRA_STACK).components
                   if c.service in snapshot.services})
     exposed = [n for n in dra if not collected(snapshot, snapshot.services[n])]
-    return [Finding("no-dra-names", "Service/-dra", not exposed,
+    return [Finding("no-dra-names", "Service/*-dra", not exposed,
                     f"the legacy stack exposes {_names(exposed)}" if exposed
                     else "no -dra name exposed",
                     "" if not exposed else "delete those Services (nothing of the running "
@@ -289,6 +289,11 @@ def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
     found = discover(snapshot, catalog)
     present = list(found.components)
     stacks = {c.stack for c in present}
+    if not present:  # nothing to judge is never a pass
+        return Verdict(found.stack, (Finding(
+            "dcgm-found", f"Namespace/{snapshot.namespace}", False,
+            "no GPU Operator DCGM DaemonSet runs in this namespace",
+            "pass the GPU Operator's namespace with -n"),))
     findings: list[Finding] = []
     for need in _needs(present):
         findings += _name_findings(snapshot, need)

@@ -11,6 +11,13 @@ COMMON = {"dcgm": "nvidia.com/gpu-operator.dcgm",
           "exporter": "nvidia.com/gpu-operator.dcgm-exporter"}
 
 
+def _container(daemonset: str) -> dict[str, Any]:
+    """The main container as the operator renders it: its one declared port."""
+    port = ({"name": "metrics", "containerPort": 9400} if "exporter" in daemonset
+            else {"name": "dcgm", "containerPort": 5555})
+    return {"name": daemonset, "image": f"nvcr.io/nvidia/{daemonset}:test", "ports": [port]}
+
+
 def daemonset(name: str, *, labels: dict[str, str] | None = None,
               template_labels: dict[str, str] | None = None, desired: int = 3,
               updated: int | None = None, available: int | None = None,
@@ -25,7 +32,8 @@ def daemonset(name: str, *, labels: dict[str, str] | None = None,
             "spec": {"selector": {"matchLabels": {"app": name}},
                      "updateStrategy": {"type": strategy},
                      "template": {"metadata": {"labels": {"app": name,
-                                                          **(template_labels or {})}}}},
+                                                          **(template_labels or {})}},
+                                  "spec": {"containers": [_container(name)]}}},
             "status": {"observedGeneration": generation, "desiredNumberScheduled": desired,
                        "updatedNumberScheduled": desired if updated is None else updated,
                        "numberAvailable": desired if available is None else available}}

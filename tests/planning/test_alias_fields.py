@@ -121,12 +121,13 @@ def test_annotations_copied_except_scrape_and_other_tools_bookkeeping() -> None:
 
 
 def test_alias_holds_reports_a_dropped_source_range_and_annotation() -> None:
-    body = _alias_of(_lb_source())
+    source = _lb_source()
+    body = _alias_of(source)
     live = copy.deepcopy(body)
     del live["spec"]["loadBalancerSourceRanges"]
     del live["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-internal"]
     snap = b.gpucluster_snapshot()
-    snap = replace(snap, services={**snap.services, ALIAS: live})
+    snap = replace(snap, services={**snap.services, SOURCE: source, ALIAS: live})
     ctx = PlanContext(snap, CAT, discover(snap, CAT).components)
     gates = phases.alias.verify(ctx, [CreateAlias(ALIAS, SOURCE, body)])
     [gate] = [g for g in gates if g.name == f"alias-holds/{ALIAS}"]  # stable-name/… beside it

@@ -150,13 +150,18 @@ def test_satisfied_tells_a_landed_correction_from_a_foreign_change() -> None:
     assert not hold.satisfied(None)
 
 
-def test_a_type_change_is_reported_never_synced() -> None:
+def test_a_type_change_is_synced_with_the_sources_annotations() -> None:
     snap = _snap(_alias(FORWARD), template={EXP_KEY: "true"}, pod_labels={EXP_KEY: "true"})
-    want = {"spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP"}}
+    internal = "service.beta.kubernetes.io/aws-load-balancer-internal"
+    want = {"metadata": {"annotations": {internal: "true"}},
+            "spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP"}}
     [c] = guarding.syncs(snap, CAT, {"nvidia-dcgm-exporter": want})
-    assert list(c.fields) == ["sessionAffinity"]
-    [note] = guarding.type_mismatches(snap, CAT, {"nvidia-dcgm-exporter": want})
-    assert "LoadBalancer" in note and "not changed" in note
+    assert sorted(c.fields) == ["annotations", "sessionAffinity", "type"]
+    ops = c.patch()
+    # the annotation lands in the same patch as the type, and before it
+    paths = [op["path"] for op in ops]
+    assert paths.index("/metadata/annotations/" + internal.replace("/", "~1")) < paths.index(
+        "/spec/type")
 
 
 @pytest.mark.parametrize("template, updated, pending", [

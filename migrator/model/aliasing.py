@@ -1,0 +1,124 @@
+"""The tool's alias Services, as pure data: what an alias of a source Service is, and one
+answer to "does this alias still match its source?" that phase 2's verify and the guard share
+(the guard re-syncs exactly what verify reports)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from migrator.model import objects as o
+from migrator.model.stacks import Common, Component
+
+# Every core/v1 ServiceSpec field, and what an alias does with it (the table-driven test in
+# tests/planning/test_alias_fields.py holds this list against the API's field list).
+# Copied: the source's configuration, so the alias is reachable exactly as the source is (a
+# LoadBalancer alias keeps its class, source ranges and node-port allocation; dropping them would
+# publish an internal Service). Never copied: what the API server assigns (clusterIP(s),
+# healthCheckNodePort, each port's nodePort) and what only one Service may hold (externalIPs,
+# the requested loadBalancerIP: a second claimant conflicts with the source). Replaced: the
+# selector (the DRA app label). externalName: an alias selects pods, so never an ExternalName.
+COPIED_SPEC_FIELDS = ("type", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinity",
+                      "sessionAffinityConfig", "ipFamilyPolicy", "ipFamilies",
+                      "publishNotReadyAddresses", "allocateLoadBalancerNodePorts",
+                      "loadBalancerClass", "loadBalancerSourceRanges", "trafficDistribution")
+NEVER_COPIED_SPEC_FIELDS = ("clusterIP", "clusterIPs", "healthCheckNodePort", "externalIPs",
+                            "loadBalancerIP", "externalName")
+COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
+
+# Source annotations an alias does not copy: the scrape annotation (SPEC §4: the source keeps
+# the one annotation-discovery path the operator renders; a copy would scrape every exporter pod
+# twice), the tool's own markers, and other tools' bookkeeping that would make them treat the
+# alias as theirs (kubectl apply's base, Helm release ownership, Argo CD tracking, the operator's
+# hashes).
+SCRAPE_ANNOTATION = "prometheus.io/scrape"
+NOT_COPIED_ANNOTATION_PREFIXES = ("dcgm-migrate/", "kubectl.kubernetes.io/last-applied-",
+                                  "meta.helm.sh/", "argocd.argoproj.io/", "nvidia.com/")
+
+
+def copied_annotations(source: Mapping[str, Any]) -> dict[str, str]:
+    """The source's annotations an alias carries too (e.g. a cloud's internal-load-balancer
+    annotation, without which the alias's load balancer would be public)."""
+    return {k: v for k, v in o.annotations_of(source).items()
+            if k != SCRAPE_ANNOTATION and not k.startswith(NOT_COPIED_ANNOTATION_PREFIXES)}
+
+
+def alias_body(namespace: str, common: Common, comp: Component, source: Mapping[str, Any],
+               owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The alias Service: the source's supported configuration, the DRA app selector, marked
+    as the tool's, with a non-controller ownerReference to the GPUCluster."""
+    assert comp.alias
+    src_spec = source.get("spec") or {}
+    spec: dict[str, Any] = {k: copy.deepcopy(src_spec[k]) for k in COPIED_SPEC_FIELDS
+                            if k in src_spec}
+    spec["ports"] = [{k: p[k] for k in COPIED_PORT_FIELDS if k in p}
+                     for p in src_spec.get("ports") or []]
+    spec["selector"] = comp.app_selector
+    if comp.local_traffic:
+        spec["internalTrafficPolicy"] = "Local"
+    meta: dict[str, Any] = {
+        "name": comp.alias,
+        "namespace": namespace,
+        "labels": {common.managed_by.key: common.managed_by.value,
+                   "app.kubernetes.io/name": comp.alias},
+        "annotations": {**copied_annotations(source), common.alias_of_annotation: comp.service},
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [{
+            "apiVersion": str(owner.get("apiVersion", "nvidia.com/v1alpha1")),
+            "kind": str(owner.get("kind", "GPUCluster")),
+            "name": o.name(owner),
+            "uid": str(o.meta(owner).get("uid", "")),
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+
+
+
+
+def owner_of(crs: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The CR an alias belongs to: the one the operator reconciles, the oldest (as upstream
+    picks its singleton: creationTimestamp, then name), not whichever the API lists first.
+    One being deleted is passed over while another remains."""
+    live = [c for c in crs if not o.meta(c).get("deletionTimestamp")] or list(crs)
+    if not live:
+        return None
+    return min(live, key=lambda c: (str(o.meta(c).get("creationTimestamp") or ""), o.name(c)))
+
+
+def _ports(value: Any) -> list[dict[str, Any]]:
+    """Ports as compared: the fields the alias copies, in order (nodePort is the API's)."""
+    return [{k: p.get(k) for k in COPIED_PORT_FIELDS if k in p} for p in value or []]
+
+
+def _same(key: str, live: Any, wanted: Any) -> bool:
+    if key == "ports":
+        # The API server defaults fields (protocol, targetPort): compare what was asked for.
+        want, have = _ports(wanted), _ports(live)
+        return len(want) == len(have) and all(
+            all(h.get(k) == v for k, v in w.items()) for w, h in zip(want, have, strict=True))
+    return bool(live == wanted)
+
+
+def differences(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """What of the supported configuration differs between a live alias and the body rendered
+    from its source now (`alias_body`): spec field → wanted value, and `annotations` → the
+    copied annotations that differ. The selector is never compared (phases 3 and the guard's
+    hold/release own it)."""
+    spec = live.get("spec") or {}
+    out: dict[str, Any] = {
+        k: v for k, v in (desired.get("spec") or {}).items()
+        if k != "selector" and not _same(k, spec.get(k), v)}
+    have = o.annotations_of(live)
+    wrong = {k: v for k, v in o.annotations_of(desired).items() if have.get(k) != v}
+    if wrong:
+        out["annotations"] = wrong
+    return out
+
+
+def describe(diff: Mapping[str, Any]) -> str:
+    """The differences as a reader wants them: spec fields, then each annotation by key."""
+    fields = sorted(k for k in diff if k != "annotations")
+    return ", ".join(fields + [f"annotation {k}" for k in sorted(diff.get("annotations") or {})])

@@ -48,7 +48,8 @@ def test_an_unmigrated_cluster_fails_on_what_phases_1_and_2_make() -> None:
     v = verdict(b.gpucluster_snapshot(), CAT)
     failed = _failed(v)
     assert set(failed) == {"stable-name/nvidia-dcgm", "stable-name/nvidia-dcgm-exporter",
-                           "pods-labelled/nvidia-dcgm-dra", "pods-labelled/nvidia-dcgm-exporter-dra"}
+                           "pods-labelled/nvidia-dcgm-dra",
+                           "pods-labelled/nvidia-dcgm-exporter-dra"}
     assert {f.phase for f in v.failures()} == {1, 2}
     assert [f.name for f in v.failures(upto=1)] == [
         "pods-labelled/nvidia-dcgm-dra", "pods-labelled/nvidia-dcgm-exporter-dra"]

@@ -307,17 +307,11 @@ def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
 
 
 def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
-    """Services that carry what only a migration leaves behind: the tool's managed-by label or
-    alias annotation, or a selector on a common label. With no state they mean the state was
-    lost: the records rollback needs are gone while their effects remain. (Common labels on a
-    DaemonSet are no such mark: an operator release may render them itself.)"""
+    """Services that carry what only this tool writes: its managed-by label or its alias
+    annotation. With no state they mean the state was lost: the records rollback needs are
+    gone while their effects remain. (A selector on a common label or common labels on a
+    DaemonSet are no such mark: a person or an operator release may have made them.)"""
     common = catalog.common
-    keys = {c.common_label.key for c in catalog.components}
-    out = []
-    for name, svc in sorted(snapshot.services.items()):
-        if (o.labels(svc).get(common.managed_by.key) == common.managed_by.value
-                or common.alias_of_annotation in o.annotations_of(svc)):
-            out.append(f"Service/{name} (the tool's alias)")
-        elif keys & set(o.dig(svc, "spec", "selector") or {}):
-            out.append(f"Service/{name} (selects by a common label)")
-    return out
+    return [f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
+            if o.labels(svc).get(common.managed_by.key) == common.managed_by.value
+            or common.alias_of_annotation in o.annotations_of(svc)]

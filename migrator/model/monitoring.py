@@ -120,11 +120,12 @@ def _resolve(port: Obj, container_ports: Iterable[Obj]) -> int | None:
                  if p.get("name") == target and (p.get("protocol") or "TCP") == protocol), None)
 
 
-def listed(snapshot: Snapshot, service: Obj) -> list[PodView]:
-    """The pods a Service's Endpoints/EndpointSlices list (selected, not terminal, started;
-    being deleted only with `publishNotReadyAddresses`)."""
+def listed(snapshot: Snapshot, service: Obj,
+           among: Iterable[PodView] | None = None) -> list[PodView]:
+    """The pods (of `among`, default all) a Service's Endpoints/EndpointSlices list (selected,
+    not terminal, started; being deleted only with `publishNotReadyAddresses`)."""
     publish = bool(o.dig(service, "spec", "publishNotReadyAddresses"))
-    return [p for p in snapshot.pods
+    return [p for p in (snapshot.pods if among is None else among)
             if service_selects(service, p.labels) and p.node
             and p.phase not in NOT_LISTED_PHASES and (publish or not p.deleting)]
 
@@ -224,18 +225,29 @@ def exporter_pods(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[PodView
 
 
 def scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
-    """Every scrape target reaching each exporter pod, keyed by pod name."""
+    """Every scrape target reaching each exporter pod, keyed by pod name (computed once per
+    snapshot: it is immutable, and a report asks for it several times)."""
+    names = tuple(sorted(set(daemonsets)))
+    key = ("scrape_paths", names)
+    if key not in snapshot.memo:
+        snapshot.memo[key] = _scrape_paths(snapshot, names)
+    found: dict[str, list[ScrapePath]] = snapshot.memo[key]
+    return {pod: list(paths) for pod, paths in found.items()}
+
+
+def _scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
     pods = exporter_pods(snapshot, daemonsets)
     out: dict[str, list[ScrapePath]] = {p.name: _pod_targets(snapshot, p) for p in pods}
-    wanted = {p.name for p in pods}
     for svc in snapshot.services.values():
         sms = monitors_of(snapshot, svc)
         if annotation_job(o.annotations_of(svc), SERVICE_JOB) is None and not sms:
             continue
-        for pod in listed(snapshot, svc):
-            if pod.name in wanted:
-                out[pod.name] += _service_targets(snapshot, svc, pod)
-                out[pod.name] += [t for sm in sms for t in _sm_targets(svc, sm)]
+        per_daemonset: dict[str | None, list[ScrapePath]] = {}  # pods run their template
+        for pod in listed(snapshot, svc, pods):
+            if pod.owner_name not in per_daemonset:
+                per_daemonset[pod.owner_name] = _service_targets(snapshot, svc, pod) + [
+                    t for sm in sms for t in _sm_targets(svc, sm)]
+            out[pod.name] += per_daemonset[pod.owner_name]
     pms = [pm for pm in snapshot.pod_monitors if _monitor_namespace(pm, snapshot.namespace)]
     for pm in pms:
         selector = _monitor_selector(pm)

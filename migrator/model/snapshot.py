@@ -177,6 +177,12 @@ class Snapshot:
     nvidia_api: bool = True
 
     @cached_property
+    def memo(self) -> dict[Any, Any]:
+        """Results of pure functions of this (immutable) snapshot, kept by the functions
+        themselves (`monitoring.scrape_paths`), so a report computes each once."""
+        return {}
+
+    @cached_property
     def _pods_by_daemonset(self) -> dict[str, list[PodView]]:
         index: dict[str, list[PodView]] = {}
         for p in self.pods:

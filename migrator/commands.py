@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from migrator.engine import informer
+from migrator.engine import executor, informer
+from migrator.engine import preview as previews
 from migrator.engine import report as reports
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.locate import locate, namespace_check, wrong_namespace
 from migrator.engine.observe import read_snapshot
 from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.progress import Listener, Quiet
@@ -56,20 +58,34 @@ class Session:
 # ---- shared checks ---------------------------------------------------------------------------
 
 def _observe(session: Session) -> Snapshot:
+    """The namespace as the planner sees it, refused (UsageError, before any write) when it
+    does not exist or holds none of the DaemonSets the catalog names: a ClusterPolicy or
+    GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
+    A state there that records steps keeps it answerable (status shows their drift, rollback
+    undoes them); `apply` refuses it all the same (`_require_stack`)."""
     snap = read_snapshot(session.kube, session.namespace, session.catalog)
-    if not snap.namespace_exists:
-        raise UsageError(f"Namespace {session.namespace!r} does not exist on "
-                         f"{session.kube.server}.",
-                         "pass the namespace the GPU Operator runs in with -n/--namespace")
-    return snap
+    if snap.namespace_exists and (snap.daemonsets or _records_steps(session)):
+        return snap
+    message, hint = wrong_namespace(session.namespace, locate(session.kube, session.catalog),
+                                    session.catalog, server=session.kube.server,
+                                    exists=snap.namespace_exists)
+    raise UsageError(message, hint)
+
+
+def _records_steps(session: Session) -> bool:
+    """The namespace's state records a step that was written (or may have been)."""
+    state, _ = _load_state(session)
+    return state is not None and any(r.done_steps() for r in state.phases.values())
 
 
 def _require_stack(report: dict[str, Any], namespace: str) -> None:
-    if report["stack"] == "none":
+    if report["stack"] == "none" or not report["components"]:
         raise UsageError(
-            f"No GPU Operator DCGM found in namespace {namespace!r}: no ClusterPolicy or "
-            "GPUCluster and none of the DCGM DaemonSets this tool migrates.",
-            "pass the GPU Operator's namespace with -n, or check that the operator is installed")
+            f"No GPU Operator DCGM found in namespace {namespace!r}: none of the DCGM "
+            "DaemonSets this tool migrates runs there (any left belong to a deleted "
+            "ClusterPolicy or GPUCluster).",
+            "pass the GPU Operator's namespace with -n, or check that the operator is installed "
+            "and has rendered its DaemonSets")
 
 
 def _require_operator_api(snap: Snapshot, server: str) -> None:
@@ -225,6 +241,8 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         return preview  # no lock, no state write: a repeated apply writes nothing at all
     for warning in preview["warnings"]:  # --yes and no TTY skip the question, not these
         session.listener.message(f"warning: {warning}")
+    if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
+        return _dry_run(session, request, snap, state)
     if not request.confirm(preview):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
     state = state or State(session.namespace, clock=session.clock)
@@ -235,6 +253,32 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
     # never success (exit 1), even when every step's wait passed.
     report["ok"] = session.kube.dry_run or _still_holds(report, request.phase)
+    return report
+
+
+def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
+             state: State | None) -> dict[str, Any]:
+    """`apply --dry-run`: the preview of phases 1..N against the cluster as it would be after
+    each earlier phase (engine/preview.py), with the server-side dry-run write (`dryRun=All`)
+    of every step the API server can take now, so it validates them. Nothing is persisted, no
+    lock is taken, the state is not written and no phase is reported completed; `ok` is false
+    (exit 1) when a gate the preview can evaluate would stop the run."""
+    found = previews.build(snap, session.catalog, state, request.options, request.phase)
+    report = found.report
+    for view in report["phases"]:
+        outcome = (view.get("preview") or {}).get("outcome")
+        if outcome:
+            session.listener.message(f"dry run: phase {view['number']} ({view['name']}) "
+                                     f"{outcome.replace('-', ' ')}")
+    for step in found.writes:
+        executor.execute(session.kube, session.namespace, session.catalog, step)
+        session.listener.message(f"dry run: {step.object} ({step.type}) accepted by the API "
+                                 "server (nothing persisted)")
+    if found.refusal:
+        session.listener.message(f"dry run: the run would stop: {found.refusal}")
+    report["result"] = {"writes": len(found.writes), "dryRun": True, "lowestEndpoints": {},
+                        "notes": list(found.unsent)}
+    report["ok"] = found.refusal is None
     return report
 
 
@@ -297,7 +341,8 @@ def unlock(session: Session) -> dict[str, Any]:
 
 
 def preflight(session: Session) -> dict[str, Any]:
-    """API reachable, CRDs present, and every permission the migration needs (SSAR)."""
+    """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
+    every permission the migration needs (SSAR)."""
     session.kube.ping()
     apis = {
         "nvidia.com/v1 (ClusterPolicy)": session.kube.has_api("nvidia.com", "v1"),
@@ -313,6 +358,7 @@ def preflight(session: Session) -> dict[str, Any]:
     checks.append({"name": "api/any-gpu-operator-crd",
                    "ok": any(v for k, v in apis.items() if "nvidia" in k),
                    "detail": "ClusterPolicy or GPUCluster CRD present"})
+    checks.append(namespace_check(session.kube, session.namespace, session.catalog).as_dict())
     checks += [{"name": f"rbac/{p}", "ok": False, "detail": "not allowed"} for p in missing]
     checks.append({"name": "rbac", "ok": not missing,
                    "detail": f"{len(wanted) - len(missing)}/{len(wanted)} permissions"})

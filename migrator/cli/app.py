@@ -203,8 +203,11 @@ def apply(
                                                    "cluster changed since this saved plan.")]
     = None,
     yes: Yes = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Send server-side dry-run writes; "
-                                          "nothing is persisted.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Preview phases 1..N against the "
+                                          "cluster as the earlier phases would leave it, with "
+                                          "server-side dry-run writes; nothing is persisted, "
+                                          "no state is written; exit 1 if a gate would stop "
+                                          "the run.")] = False,
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     include_operator_owned: IncludeOperatorOwned = False,

@@ -59,6 +59,9 @@ def report_table(doc: dict[str, Any]) -> None:
                  if doc.get("components") else ""))
     for phase in doc["phases"]:
         title = f"Phase {phase['number']} — {phase['name']}: {phase['status']}"
+        preview = phase.get("preview")  # apply --dry-run: what the run would do
+        if preview:
+            title += f" — dry run: {preview['outcome'].replace('-', ' ')}"
         con.print(f"\n[bold]{title}[/bold]")
         if phase["changes"]:
             t = Table(show_edge=False, pad_edge=False, box=None)
@@ -75,6 +78,8 @@ def report_table(doc: dict[str, Any]) -> None:
             con.print(f"  {mark} {esc(g['name'])}: {esc(g['detail'])}")
         for note in phase.get("notes") or []:
             con.print(f"  • {esc(note)}")
+        for wait in (preview or {}).get("wouldWaitFor") or []:
+            con.print(f"  … would wait for {esc(wait)}")
         if phase.get("error"):
             con.print(f"  [red]last error:[/red] {esc(phase['error'])}")
     if doc.get("warnings"):

@@ -45,6 +45,7 @@ class _StepDefaults:
     """What most steps answer; a step that differs says so itself."""
 
     pod_by_pod: ClassVar[bool] = False  # True: the runner runs it pod by pod (engine/ondelete)
+    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
 
     def rolls_pods(self) -> bool:
         """Does this write replace pods (so pods read before it are stale)?"""
@@ -175,6 +176,7 @@ class CreateAlias(_StepDefaults):
 
     type: ClassVar[str] = "create-alias"
     kind: ClassVar[Kind] = kinds.SERVICE
+    creates: ClassVar[bool] = True
     service: str
     source: str
     body: Obj = field(hash=False)

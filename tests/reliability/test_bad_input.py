@@ -86,6 +86,11 @@ def tampered_plan(sim: SimCluster, tmp: Path) -> list[str]:
 def plan_for_other_namespace(sim: SimCluster, tmp: Path) -> list[str]:
     path = _saved_plan(sim, tmp)
     sim.store.create(kinds.NAMESPACE, {"metadata": {"name": "other"}})
+    ds = copy.deepcopy(sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-exporter-dra"))
+    ds["metadata"] = {"name": ds["metadata"]["name"], "namespace": "other",
+                      "labels": ds["metadata"]["labels"]}
+    ds.pop("status", None)
+    sim.store.create(kinds.DAEMONSET, ds)  # a DCGM namespace too: only the plan file is wrong
     return ["apply", "--phase", "1", "--yes", "-n", "other", "--plan", str(path)]
 
 
@@ -113,6 +118,10 @@ CASES = [
          "Namespace 'nope' does not exist"),
     Case("unknown-namespace-status", args("status", "-n", "nope"), 2,
          "Namespace 'nope' does not exist"),
+    Case("namespace-without-daemonsets", args("apply", "--phase", "1", "--yes", "-n", "default"),
+         2, "No GPU Operator DCGM found in namespace 'default'"),
+    Case("namespace-without-daemonsets-json", args("plan", "-n", "default", "-o", "json"), 2,
+         "they run in namespace 'gpu-operator'"),
     Case("missing-kubeconfig", args("apply", "--phase", "1", "--yes", "--kubeconfig",
                                     "/nonexistent/kubeconfig"), 2, "does not exist"),
     Case("kubeconfig-not-yaml", kubeconfig_file("clusters: [\n  - {name: x\n", "status"), 2,

@@ -3,6 +3,7 @@ running for the whole test (any sample outside the §3 budget fails the test at 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -10,10 +11,12 @@ from typing import Any
 import pytest
 
 from migrator.model import kinds
+from migrator.sim.access import ADMIN_USER
 from migrator.sim.cluster import SimCluster
 from migrator.sim.controllers.operator import RESYNC_SECONDS
 from tests.helpers import cli, crash
 from tests.helpers.disruption import DisruptionMonitor
+from tests.helpers.oracle import DiscoveryOracle, OracleUnavailable
 
 NS = "gpu-operator"
 
@@ -84,3 +87,27 @@ def e2e_factory() -> Iterator[Callable[..., E2E]]:
 @pytest.fixture(params=["gpucluster", "clusterpolicy"])
 def e2e(request: pytest.FixtureRequest, e2e_factory: Callable[..., E2E]) -> E2E:
     return e2e_factory(request.param)
+
+
+@pytest.fixture
+def discovery_oracle() -> Iterator[Callable[..., DiscoveryOracle]]:
+    """`discovery_oracle(sim)`: VictoriaMetrics' Kubernetes discovery with the Prometheus Helm
+    chart's pod-reaching jobs (tests/helpers/oracle.py), started on `sim` (its HTTPS listener
+    when it has one) for `namespace`, and settled after `sim.wait_idle()` on every read;
+    stopped at teardown. No binary: a skip locally, a failure under CI=true."""
+    started: list[DiscoveryOracle] = []
+
+    def start(sim: SimCluster, namespace: str = NS) -> DiscoveryOracle:
+        kubeconfig = sim.kubeconfig_for(ADMIN_USER) if sim.tls else sim.kubeconfig
+        oracle = DiscoveryOracle(kubeconfig, [namespace], settle=sim.wait_idle)
+        started.append(oracle)
+        try:
+            return oracle.start()
+        except OracleUnavailable as exc:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"{exc}; CI must have it", pytrace=False)
+            pytest.skip(str(exc))
+
+    yield start
+    for oracle in started:
+        oracle.stop()

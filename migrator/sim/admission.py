@@ -20,6 +20,7 @@ from migrator.model import kinds, selectors
 from migrator.model.kinds import Kind
 from migrator.sim import allocation
 from migrator.sim.allocation import Allocated
+from migrator.sim.simkinds import ENDPOINTS
 from migrator.sim.statuses import FieldErrors, bad_request
 
 Obj = dict[str, Any]
@@ -87,12 +88,22 @@ def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
         errors.errors += allocation.admit_service(obj, old, allocated or Allocated()).errors
     elif kind == kinds.CONFIGMAP:
         _configmap(obj, errors)
+    elif kind == ENDPOINTS:
+        _endpoints(obj)
     elif kind == kinds.RESOURCE_CLAIM and old is not None and obj.get("spec") != old.get("spec"):
         # ValidateResourceClaimUpdate (pkg/apis/resource/validation): the spec is immutable.
         errors.add("Invalid", "spec", "field is immutable", obj.get("spec"))
     _metadata(kind, meta, old is None, errors)
     errors.raise_if_any(kind, name)
     return obj
+
+
+def _endpoints(obj: Obj) -> None:
+    """`SetDefaults_EndpointPort`: a port without a protocol is TCP."""
+    for subset in obj.get("subsets") or []:
+        for port in (subset.get("ports") or []) if isinstance(subset, dict) else []:
+            if isinstance(port, dict) and not port.get("protocol"):
+                port["protocol"] = "TCP"
 
 
 def _check_types(kind: Kind, obj: Obj) -> None:

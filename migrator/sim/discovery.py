@@ -13,6 +13,7 @@ from typing import Any
 
 from migrator.model import kinds
 from migrator.model.kinds import Kind
+from migrator.sim import simkinds
 
 Obj = dict[str, Any]
 
@@ -41,7 +42,7 @@ def api_versions(server_address: str) -> Obj:
 def _groups(disabled: Collection[str]) -> dict[str, list[str]]:
     """group -> versions, in Kind-table order, core excluded."""
     out: dict[str, list[str]] = {}
-    for k in kinds.ALL:
+    for k in simkinds.ALL:
         if k.group and k.group not in disabled:
             versions = out.setdefault(k.group, [])
             if k.version not in versions:
@@ -98,7 +99,7 @@ def resource_list(group: str, version: str, disabled: Collection[str] = ()) -> O
     """The APIResourceList of one group version, or None when it is not served."""
     if group in disabled:
         return None
-    served = [k for k in kinds.ALL if k.group == group and k.version == version]
+    served = [k for k in simkinds.ALL if k.group == group and k.version == version]
     if not served:
         return None
     resources = [entry for k in served for entry in _resource_entries(k)]

@@ -1,11 +1,12 @@
 """Seed a Store with a GPU cluster as the GPU Operator leaves it: nodes, CRDs, CRs, the DCGM /
 DCGM Exporter DaemonSets, Services and ServiceMonitor, and, so a 5000-node cluster starts fast,
-pods that are already Running and Ready with DaemonSet status, ControllerRevisions and
-EndpointSlices consistent with them.
+pods that are already Running and Ready with DaemonSet status, ControllerRevisions,
+EndpointSlices and Endpoints consistent with them.
 
 Everything is built with the controllers' own pure functions (the operator renderer, the
 DaemonSet controller's pod template and status, the kubelet's status, the EndpointSlice
-reconciler), so when the controllers start they find nothing to change.
+reconciler, the endpoints controller's first sync), so when the controllers start they find
+nothing to change.
 
 Stacks: `clusterpolicy` (legacy), `gpucluster` (DRA), `mixed` (both CRs, nodes split half and
 half by `nvidia.com/gpu-operator.resource-allocation.mode`), `both` (both CRs, both stacks on
@@ -24,8 +25,10 @@ from migrator.sim.controllers import endpointslices as E
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers import rendering as R
 from migrator.sim.controllers import rollouts as D
+from migrator.sim.controllers.endpoints import seeded_endpoints
 from migrator.sim.controllers.podstatus import IPAllocator, running_status
 from migrator.sim.controllers.scheduling import node_should_run
+from migrator.sim.simkinds import ENDPOINTS, POD_MONITOR
 from migrator.sim.store import Store
 
 Obj = dict[str, Any]
@@ -44,6 +47,7 @@ class SeedSummary:
     pods: int
     services: int
     endpointslices: int
+    endpoints: int = 0
 
 
 def node_name(index: int) -> str:
@@ -232,6 +236,8 @@ def seed(
         crd("nvidia.com", "clusterpolicies", "ClusterPolicy", "v1", "Cluster"),
         crd("nvidia.com", "gpuclusters", "GPUCluster", "v1alpha1", "Cluster"),
         crd("monitoring.coreos.com", "servicemonitors", "ServiceMonitor", "v1", "Namespaced"),
+        crd(POD_MONITOR.group, POD_MONITOR.plural, POD_MONITOR.kind, POD_MONITOR.version,
+            "Namespaced"),
     ])
     node_objs = [store.create(kinds.NODE, new_node(i, _node_stacks(stack, i - 1, nodes)),
                               adopt=True) for i in range(1, nodes + 1)]
@@ -259,7 +265,7 @@ def seed(
                 store.create(kinds.SERVICE_MONITOR, desired)
             elif desired["kind"] == "ResourceClaimTemplate":
                 store.create(kinds.RESOURCE_CLAIM_TEMPLATE, desired)
-    slices = 0
+    slices = endpoints = 0
     for svc in services:
         selector = E.service_selector(svc)
         if selector is None:
@@ -270,4 +276,8 @@ def seed(
         plan = E.reconcile_slices(svc, [], E.desired_endpoints(svc, members))
         _create_all(store, kinds.ENDPOINTSLICE, plan.create)
         slices += len(plan.create)
-    return SeedSummary(stack, nodes, n_ds, len(all_pods), len(services), slices)
+        ep = seeded_endpoints(svc, members)
+        if ep is not None:
+            store.create(ENDPOINTS, ep, adopt=True)
+            endpoints += 1
+    return SeedSummary(stack, nodes, n_ds, len(all_pods), len(services), slices, endpoints)

@@ -28,18 +28,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.model import kinds
 from migrator.model.kinds import Kind
 from migrator.model.selectors import Selector
 from migrator.sim import finalizers as F
+from migrator.sim import simkinds
 
 Obj = dict[str, Any]
 
 
 Resource = Kind
-RESOURCES: tuple[Kind, ...] = kinds.ALL
-RESOURCES_BY_KEY: dict[str, Kind] = kinds.BY_KEY
-RESOURCES_BY_KIND: dict[str, Kind] = kinds.BY_KIND
+RESOURCES: tuple[Kind, ...] = simkinds.ALL
+RESOURCES_BY_KEY: dict[str, Kind] = simkinds.BY_KEY
+RESOURCES_BY_KIND: dict[str, Kind] = simkinds.BY_KIND
 
 
 class StoreError(Exception):

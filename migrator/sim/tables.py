@@ -34,6 +34,7 @@ from typing import Any
 from migrator.model import kinds
 from migrator.model.kinds import Kind
 from migrator.sim import podprinter
+from migrator.sim.simkinds import ENDPOINTS
 from migrator.sim.statuses import bad_request
 
 Obj = dict[str, Any]
@@ -58,6 +59,13 @@ _AGE_DOC = (
     "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata")
 _DS_DOC = "More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/"
 _CONTAINERS_DOC = "Names of each container in the template."
+_SUBSETS_DOC = (
+    "The set of all endpoints is the union of all subsets. Addresses are placed into subsets "
+    "according to the IPs they share. A single address with multiple ports, some of which are "
+    "ready and some of which are not (because they come from different containers) will "
+    "result in the address being displayed in different subsets for the different ports. No "
+    "address will appear in both Addresses and NotReadyAddresses in the same subset. Sets of "
+    "addresses and ports that comprise a service.")
 _IMAGES_DOC = "Images referenced by each container in the template."
 
 
@@ -236,6 +244,23 @@ def _slice_row(obj: Obj, now: datetime) -> Row:
     return [name, obj.get("addressType", ""), ports, endpoints, age], None
 
 
+def _endpoints_row(obj: Obj, now: datetime) -> Row:
+    """`printEndpoints` / `formatEndpoints`: the first three ready ip:port pairs (an IP alone
+    for a subset without ports), then "+ N more...", "<none>" without subsets."""
+    name, age = _name_age(obj, now)
+    shown: list[str] = []
+    count = 0
+    for ss in obj.get("subsets") or []:
+        ips = [str(a.get("ip", "")) for a in ss.get("addresses") or []]
+        for port in ss.get("ports") or [None]:
+            count += len(ips)
+            for ip in ips[:3 - len(shown)]:
+                host = f"[{ip}]" if ":" in ip else ip
+                shown.append(ip if port is None else f"{host}:{port.get('port')}")
+    cell = ",".join(shown) + (f" + {count - 3} more..." if count > 3 else "")
+    return [name, cell if obj.get("subsets") else "<none>", age], None
+
+
 def _default_row(obj: Obj, now: datetime) -> Row:
     return list(_name_age(obj, now)), None
 
@@ -319,6 +344,8 @@ PRINTERS: dict[str, Printer] = {
     kinds.ENDPOINTSLICE.key: ([_NAME_COL, _col("AddressType", "string"),
                                _col("Ports", "string"), _col("Endpoints", "string"), _AGE_COL],
                               _slice_row),
+    ENDPOINTS.key: ([_NAME_COL, _col("Endpoints", "string", _SUBSETS_DOC), _AGE_COL],
+                    _endpoints_row),
 }
 _DEFAULT: Printer = ([_NAME_COL, _AGE_COL], _default_row)
 

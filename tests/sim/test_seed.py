@@ -1,6 +1,6 @@
 """Seeding the simulated cluster: every stack's nodes, CRDs, CRs, DaemonSets, pods, Services,
-EndpointSlices and ServiceMonitor, rendered from the fixtures and consistent with what the
-controllers would produce (they find nothing to change)."""
+EndpointSlices, Endpoints and ServiceMonitor, rendered from the fixtures and consistent with
+what the controllers would produce (they find nothing to change)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from migrator.sim.clock import SimClock
 from migrator.sim.controllers import ControllerSet
 from migrator.sim.controllers import rendering as R
 from migrator.sim.seed import seed
+from migrator.sim.simkinds import ENDPOINTS
 from migrator.sim.store import Store
 
 NS = "gpu-operator"
@@ -43,10 +44,13 @@ def test_stack_contents_and_controller_consistency(
     assert names(store, kinds.NAMESPACE, None) == ["default", "gpu-operator", "kube-system"]
     assert names(store, kinds.CRD, None) == ["clusterpolicies.nvidia.com",
                                              "gpuclusters.nvidia.com",
+                                             "podmonitors.monitoring.coreos.com",
                                              "servicemonitors.monitoring.coreos.com"]
     assert names(store, kinds.NODE, None) == [f"gpu-node-000{i}" for i in range(1, 5)]
     assert sorted(names(store, kinds.DAEMONSET)) == sorted(daemonsets)
     assert sorted(names(store, kinds.SERVICE)) == sorted(daemonsets)
+    assert names(store, ENDPOINTS) == sorted(daemonsets)
+    assert summary.endpoints == len(daemonsets)
     cr_kinds = [o["kind"] for k in (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
                 for o in store.list(k)[0]]
     assert cr_kinds == crs
@@ -66,6 +70,8 @@ def test_stack_contents_and_controller_consistency(
                  if s["metadata"]["labels"]["kubernetes.io/service-name"] == ds
                  for ep in s["endpoints"] if ep["conditions"]["ready"]]
         assert len(ready) == desired
+        [subset] = store.get(ENDPOINTS, NS, ds)["subsets"]
+        assert len(subset["addresses"]) == desired and "notReadyAddresses" not in subset
     before = store.resource_version
     controllers = ControllerSet(store, SimClock(0.01))
     controllers.start()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers.base import Controller, ControllerLoop, run_together
 from migrator.sim.controllers.daemonsets import DaemonSetController
+from migrator.sim.controllers.endpoints import EndpointsController
 from migrator.sim.controllers.endpointslices import EndpointSliceController
 from migrator.sim.controllers.garbage import GarbageCollector
 from migrator.sim.controllers.kubelet import Kubelet
@@ -43,6 +44,7 @@ class ControllerSet:
             ResourceClaimController(self.store, self.clock),
             GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),
+            EndpointsController(self.store, self.clock),
             NodeLifecycleController(self.store, self.clock,
                                     grace_seconds=self.node_monitor_grace_seconds),
         ]

@@ -33,6 +33,7 @@ from migrator.engine.state import (
 )
 from migrator.errors import StalePlan, UsageError
 from migrator.kube.client import Kube
+from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
@@ -97,6 +98,21 @@ def _require_operator_api(snap: Snapshot, server: str) -> None:
             f"{server}, so the operator that owns these DaemonSets cannot be checked.",
             "install or repair the GPU Operator CRDs (kubectl get crd | grep nvidia.com), then "
             "run `dcgm-migrate preflight`")
+
+
+def _refuse_lost_state(session: Session, snap: Snapshot) -> None:
+    """No state, but the cluster carries the tool's marks: the records rollback needs were
+    lost. Going on would record a migration from a cluster that is already half-migrated, with
+    originals that are not the originals, so `apply` and `rollback` stop here (zero writes)."""
+    marks = tool_marks(snap, session.catalog)
+    if marks:
+        cm = session.catalog.common.state_configmap
+        raise UsageError(
+            f"No state ConfigMap {session.namespace}/{cm}, yet {len(marks)} objects carry "
+            f"dcgm-migrate's marks ({', '.join(marks[:3])}{' …' if len(marks) > 3 else ''}): "
+            "the state was deleted, and what to roll back is not known.",
+            "restore the state from your backup (docs/runbook.md, 'Restoring the state'), "
+            "then run the command again; `dcgm-migrate status` lists every marked object")
 
 
 def _check_phase(phase: int) -> int:
@@ -232,6 +248,8 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     preview = reports.build(snap, session.catalog, state, request.options)
     _require_stack(preview, session.namespace)
     _require_operator_api(snap, session.kube.server)
+    if state is None:
+        _refuse_lost_state(session, snap)
     if _still_holds(preview, request.phase) and store.lock_holder() is None:
         session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                  "nothing to do")
@@ -252,7 +270,8 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
     # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
     # never success (exit 1), even when every step's wait passed.
-    report["ok"] = session.kube.dry_run or _still_holds(report, request.phase)
+    report["ok"] = session.kube.dry_run or (_still_holds(report, request.phase)
+                                            and not reports.verdict_fails(report, request.phase))
     return report
 
 
@@ -297,6 +316,8 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
                and state.phase(n).status in ("completed", "in-progress", "failed")]
     undone = [n for n in PHASE_NAMES if state and n >= request.phase
               and state.phase(n).status == "rolled-back"]
+    if state is None:
+        _refuse_lost_state(session, snap)
     if state is None or not (applied or undone):
         raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing to "
                          "roll back.", "run `dcgm-migrate status` to see which phases are done")
@@ -308,8 +329,14 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
                                  "back; nothing to do")
     elif not request.confirm(reports.build(snap, session.catalog, state, request.options)):
         raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
-    return _locked_run(session, request, state, version,
-                       lambda runner: runner.rollback(request.phase))
+    report = _locked_run(session, request, state, version,
+                         lambda runner: runner.rollback(request.phase))
+    # Rolled back, and what the phases kept below N are answerable for still works.
+    report["ok"] = session.kube.dry_run or (
+        all(p["status"] == "rolled-back" for p in report["phases"]
+            if p["number"] >= request.phase and p["status"] != "pending")
+        and not reports.verdict_fails(report, request.phase - 1))
+    return report
 
 
 # ---- status / verify / unlock / preflight ----------------------------------------------------
@@ -323,16 +350,16 @@ def status(session: Session) -> dict[str, Any]:
         "planFingerprint": state.plan_fingerprint, "updated": state.updated,
         "lastError": state.last_error, "history": state.history[-10:],
     }
-    report["ok"] = reports.all_gates_ok(report, completed_only=True)
+    report["ok"] = (report["verdict"]["ok"] and not report["lostState"]
+                    and reports.all_gates_ok(report, completed_only=True))
     return report
 
 
 def verify(session: Session) -> dict[str, Any]:
-    """Gates only: completed phases still hold and no exporter pod is certainly scraped twice
-    (any path, not only the tool's: docs/monitoring.md)."""
-    report = status(session)
-    report["ok"] = report["ok"] and not report["scrapeDuplicates"]
-    return report
+    """Gates only, for runbooks and cron: the verdict on the live cluster (the stable identity
+    works for every consumer now: docs/design.md), completed phases still hold, no lost
+    state. Exactly the answer `status` gives."""
+    return status(session)
 
 
 def unlock(session: Session) -> dict[str, Any]:

@@ -41,6 +41,8 @@ def _table(doc: dict[str, Any]) -> None:
         typer.echo(f"skipped {s}")
     if not doc["corrections"]:
         typer.echo("nothing to correct")
+    verdict = doc["verdict"]
+    typer.echo(f"verdict: {verdict['summary']}")
 
 
 def guard(
@@ -77,7 +79,8 @@ def guard(
     try:
         g = Guard(kube, namespace, load_catalog(), settings, log=_log)
         if once:
-            doc = {"namespace": namespace, **g.reconcile().as_dict()}
+            doc = {"namespace": namespace, **g.reconcile().as_dict(),
+                   "verdict": g.verdict().as_dict()}
             if output is Output.table:
                 _table(doc)
             else:

@@ -57,6 +57,14 @@ def report_table(doc: dict[str, Any]) -> None:
     con.print(f"[bold]stack[/bold] {doc['stack']}   [bold]namespace[/bold] {doc['namespace']}"
               + (f"   [bold]components[/bold] {', '.join(doc.get('components') or [])}"
                  if doc.get("components") else ""))
+    verdict = doc.get("verdict")
+    if verdict:
+        head = "the stable identity works" if verdict["ok"] else "the stable identity is broken"
+        con.print(f"\n[bold]Verdict — {head}[/bold] (live cluster, no state needed)")
+        for c in verdict["checks"]:
+            mark = "[green]✓[/green]" if c["ok"] else "[red]✗[/red]"
+            fix = f" [dim]fix: {esc(c['fix'])}[/dim]" if c.get("fix") and not c["ok"] else ""
+            con.print(f"  {mark} {esc(c['name'])}: {esc(c['detail'])}{fix}")
     for phase in doc["phases"]:
         title = f"Phase {phase['number']} — {phase['name']}: {phase['status']}"
         preview = phase.get("preview")  # apply --dry-run: what the run would do

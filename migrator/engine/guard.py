@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from migrator.engine.leader import LeaseLock
-from migrator.engine.observe import read_pods
+from migrator.engine.observe import read_pods, read_snapshot
 from migrator.engine.state import ConfigMapStateStore, State
 from migrator.errors import APIError, APIInvalid, APINotFound, ClusterError, WatchExpired
-from migrator.model import guarding, kinds
+from migrator.model import guarding, kinds, outcome
 from migrator.model import objects as o
 from migrator.model.guarding import Correction
 from migrator.model.kinds import Kind
+from migrator.model.outcome import Verdict
 from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, pod_selectors
@@ -56,6 +57,9 @@ class GuardSettings:
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
     watch_seconds: int = 30  # server-side timeout of each watch request
+    # The verdict (a whole read of the namespace) at most this often while leading, logged
+    # when it changes: the first line an SRE sees when a stable name stops reaching nodes.
+    verdict_seconds: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,13 @@ class Guard:
         selectors = pod_selectors(comps)
         views = read_pods(self.kube, self.namespace, selectors) if selectors and pods else ()
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
+
+    def verdict(self) -> Verdict:
+        """The verdict on the namespace as it is now (`model/outcome.py`), from what the
+        guard's namespaced Role may read: the DaemonSets, Services, pods and EndpointSlices
+        (ServiceMonitors of other namespaces are out of its sight)."""
+        snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False)
+        return outcome.verdict(snap, self.catalog)
 
     def read_state(self) -> State | None:
         """The migration state, read-only; unreadable state means: release nothing."""
@@ -249,10 +260,25 @@ class _Loop:
     guard: Guard
     next_lease: float = 0.0
     next_pass: float = 0.0
+    next_verdict: float = 0.0
+    last_verdict: str = ""
     last_pass: float = float("-inf")
     dirty: bool = True
     leading: bool = False
     pending: list[tuple[str, Obj]] = field(default_factory=list)
+
+    def judge(self) -> None:
+        """Check the verdict and log it when it changed since the last check."""
+        g = self.guard
+        self.next_verdict = g._now() + g.settings.verdict_seconds
+        try:
+            summary = g.verdict().summary()
+        except (APIError, ClusterError) as exc:
+            g.log(f"verdict unreadable ({exc}); checked again later")
+            return
+        if summary != self.last_verdict:
+            self.last_verdict = summary
+            g.log(f"verdict: {summary}")
 
     def tick(self, events: queue.Queue[tuple[str, Obj]], stop: threading.Event) -> None:
         g, s = self.guard, self.guard.settings
@@ -276,6 +302,8 @@ class _Loop:
             self.last_pass = g._now()
             self.next_pass = self.last_pass + s.resync_seconds
             self.dirty = False
+        if self.leading and g._now() >= self.next_verdict:
+            self.judge()
         wake = min(self.next_lease, self.next_pass,
                    self.last_pass + s.min_pass_seconds if self.dirty else self.next_pass)
         timeout = max(0.0, min(wake - g._now(), s.retry_seconds))

@@ -107,11 +107,12 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     """The namespace as the planner and gates see it.
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
-    catalog names plus every Service of the namespace. `cluster_scope` reads the CRs and
-    ServiceMonitors too (skipped by narrow reads). While the run's cache is open
+    catalog names plus every Service of the namespace. `cluster_scope` reads the Namespace, the
+    CRs and the monitors too (skipped by narrow reads). While the run's cache is open
     (engine/informer.py) every part comes from it.
     """
-    ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None
+    # The Namespace is cluster-scoped too: a narrow read (or the guard's) takes it as known.
+    ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None if cluster_scope else True
     if not ns_exists:
         return Snapshot(namespace, namespace_exists=False)
     wanted_ds = set(daemonsets) if daemonsets is not None else {

@@ -46,7 +46,12 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 def _body_json(req: Request) -> Any:
     if req.header("content-type").startswith(PROTOBUF):
-        raise unsupported_media_type(req.header("content-type"))
+        if protobuf.kind_of(req.body) != "ConfigMap":  # `kubectl create configmap` sends it
+            raise unsupported_media_type(req.header("content-type"))
+        try:
+            return protobuf.config_map(req.body)
+        except (protobuf.ProtobufError, UnicodeDecodeError) as e:
+            raise bad_request(f"cannot read the protobuf body: {e}") from e
     if not req.body.strip():
         return None
     try:

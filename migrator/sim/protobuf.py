@@ -1,14 +1,19 @@
 """Just enough Kubernetes protobuf to read what kubectl sends that way.
 
 kubectl's typed clients send built-in objects as `application/vnd.kubernetes.protobuf` (and
-accept JSON back). The sim reads JSON only, except for the one such body the project needs:
-the SelfSubjectAccessReview behind `kubectl auth can-i`. The envelope is the `k8s\\x00` magic
+accept JSON back). The sim reads JSON only, except for the such bodies the project needs: the
+SelfSubjectAccessReview behind `kubectl auth can-i`, and the ConfigMap behind `kubectl create
+configmap` (the runbook restores the state ConfigMap that way; fields from
+`k8s.io/api/core/v1/generated.proto`: ConfigMap metadata=1, data=2, binaryData=3,
+immutable=4; ObjectMeta name=1, generateName=2, namespace=3, labels=11, annotations=12;
+a map entry key=1, value=2). The envelope is the `k8s\\x00` magic
 plus a `runtime.Unknown` (typeMeta=1 {apiVersion=1, kind=2}, raw=2); field numbers of the
 review come from `k8s.io/api/authorization/v1/generated.proto`. Pure.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 MAGIC = b"k8s\x00"
@@ -93,3 +98,58 @@ def self_subject_access_review(body: bytes) -> dict[str, Any]:
                 spec["nonResourceAttributes"] = _strings(attrs, _NON_RESOURCE_FIELDS)
     return {"apiVersion": api_version or "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview", "spec": spec}
+
+
+_META_STRINGS = {1: "name", 2: "generateName", 3: "namespace"}
+
+
+def _map(entries: list[bytes]) -> dict[str, str]:
+    out = {}
+    for entry in entries:
+        kv = {n: v for n, v in fields(entry) if isinstance(v, bytes)}
+        out[kv.get(1, b"").decode()] = kv.get(2, b"").decode()
+    return out
+
+
+def _object_meta(data: bytes) -> dict[str, Any]:
+    meta: dict[str, Any] = _strings(data, _META_STRINGS)
+    pairs = fields(data)
+    for number, key in ((11, "labels"), (12, "annotations")):
+        entries = [v for n, v in pairs if n == number and isinstance(v, bytes)]
+        if entries:
+            meta[key] = _map(entries)
+    return meta
+
+
+def config_map(body: bytes) -> dict[str, Any]:
+    """The JSON form of a protobuf ConfigMap (binaryData base64, as JSON carries it)."""
+    api_version, kind, raw = unwrap(body)
+    if kind and kind != "ConfigMap":
+        raise ProtobufError(f"expected a ConfigMap, got {kind}")
+    out: dict[str, Any] = {"apiVersion": api_version or "v1", "kind": "ConfigMap",
+                           "metadata": {}}
+    pairs = fields(raw)
+    data = [v for n, v in pairs if n == 2 and isinstance(v, bytes)]
+    binary = [v for n, v in pairs if n == 3 and isinstance(v, bytes)]
+    for number, value in pairs:
+        if number == 1 and isinstance(value, bytes):
+            out["metadata"] = _object_meta(value)
+        elif number == 4 and isinstance(value, int):
+            out["immutable"] = bool(value)
+    if data:
+        out["data"] = _map(data)
+    if binary:
+        raw_map = {}
+        for entry in binary:
+            kv = {n: v for n, v in fields(entry) if isinstance(v, bytes)}
+            raw_map[kv.get(1, b"").decode()] = base64.b64encode(kv.get(2, b"")).decode()
+        out["binaryData"] = raw_map
+    return out
+
+
+def kind_of(body: bytes) -> str:
+    """The kind a protobuf body names ("" when it names none or is not protobuf)."""
+    try:
+        return unwrap(body)[1]
+    except ProtobufError:
+        return ""

@@ -22,7 +22,7 @@ Where the sim knowingly differs from a real API server:
   `AccessControl(allow_unauthenticated=False)`. `start_tls` adds an HTTPS listener (self-signed
   certificate, `tls`) where kubectl sends its kubeconfig's token and impersonation headers.
 - JSON only: protobuf request bodies are 415, except the SelfSubjectAccessReview of
-  `kubectl auth can-i` (so `kubectl create configmap ...` fails; `kubectl create -f` works).
+  `kubectl auth can-i` and the ConfigMap of `kubectl create configmap` (`protobuf.py`).
 - No `/openapi/v2|v3` (404): `kubectl create/apply -f` need `--validate=false`;
   server-side apply (`application/apply-patch+yaml`) is 415.
 - Later pages of a paginated list read the live store, not a snapshot of the first page's

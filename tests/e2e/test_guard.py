@@ -311,6 +311,7 @@ def test_guard_once_resyncs_alias_config_under_the_guard_role_only(
     assert env.svc("nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "None"
     assert {a["name"]: a["switched"] for a in doc["aliases"]} == {
         "nvidia-dcgm": True, "nvidia-dcgm-exporter": True}
+    assert doc["verdict"]["ok"], doc["verdict"]  # judged after the sync, under the guard Role
     again = env.cli("guard", "--once", "-o", "json", "--kubeconfig", kubeconfig)
     assert again.json()["corrections"] == []  # idempotent
     denied = [e for e in env.sim.server.log.entries() if e.code == 403]

@@ -5,7 +5,11 @@ and a second scrape path each turn `verify` red, on the sim with the operator im
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from migrator.model import kinds
@@ -121,6 +125,7 @@ def test_an_alias_that_no_longer_matches_its_source_is_red_until_the_guard_syncs
 
     guard = env.cli("guard", "--once", "-o", "json")
     assert guard.code == 0, guard.stderr
+    assert guard.json()["verdict"]["ok"], guard.json()["verdict"]  # after its own sync
     alias = env.svc("nvidia-dcgm-exporter")
     assert alias is not None and alias["spec"]["type"] == "NodePort"
     assert all(p.get("nodePort") for p in alias["spec"]["ports"])  # assigned by the API server
@@ -176,3 +181,31 @@ def test_a_cluster_migrated_by_other_means_verifies_green_with_no_state(
     doc = env.cli("verify", "-o", "json")
     assert doc.code == 0, _failed(doc.json())
     assert doc.json()["state"] is None and doc.json()["lostState"] == []
+
+
+def test_the_runbooks_state_backup_restores_with_kubectl_and_rollback_works(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """docs/runbook.md 'Restoring the state', command for command, with the real kubectl."""
+    binary = shutil.which("kubectl")
+    assert binary, "kubectl must be on the PATH"
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    kenv = {**os.environ, "KUBECONFIG": env.sim.kubeconfig, "HOME": str(tmp_path)}
+
+    def kubectl(*args: str) -> str:
+        done = subprocess.run([binary, "-n", NS, *args], env=kenv, capture_output=True,
+                              text=True, timeout=60, check=False, cwd=tmp_path)
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout
+
+    for key in ("state.json", "state.sha256"):  # the backup
+        (tmp_path / key).write_text(kubectl(
+            "get", "configmap", STATE, "-o", f"go-template={{{{index .data \"{key}\"}}}}"))
+    kubectl("delete", "configmap", STATE)
+    assert env.cli("rollback", "--phase", "3", "--yes").code == 2  # refused: state lost
+    kubectl("create", "configmap", STATE, "--from-file=state.json", "--from-file=state.sha256")
+    kubectl("label", "configmap", STATE, "app.kubernetes.io/managed-by=dcgm-migrate")
+    assert env.cli("status").code == 0
+    res = env.cli("rollback", "--phase", "2", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stderr
+    assert env.svc("nvidia-dcgm") is None and env.svc("nvidia-dcgm-exporter") is None

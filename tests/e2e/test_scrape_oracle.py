@@ -98,32 +98,12 @@ def _roll(env: E2E, api: client.ApiClient, body: Any, content_type: str) -> None
         env.sim.wait_idle()
 
 
-def _xfail_without_endpoints(request: pytest.FixtureRequest, env: E2E,
-                             api: client.ApiClient) -> None:
-    """The `endpoints` jobs need the sim's core/v1 Endpoints of the exporter Service: until
-    the sim keeps them, the test is an expected failure (strict: it must fail)."""
-    _, _, service = _exporter(env)
-    try:
-        subsets = client.CoreV1Api(api).read_namespaced_endpoints(service, NS).subsets
-    except client.ApiException as exc:
-        subsets, why = None, str(exc.status)
-    else:
-        why = "no subsets"
-    if not subsets:
-        request.node.add_marker(pytest.mark.xfail(
-            strict=True,
-            reason=f"the sim does not serve core/v1 Endpoints yet (GET /api/v1/namespaces/{NS}/"
-                   f"endpoints/{service}: {why}); the chart's endpoints jobs see nothing"))
-
-
 def test_seeded_exporter_pods_get_one_target_through_their_annotated_service(
-        request: pytest.FixtureRequest, env: E2E, api: client.ApiClient,
-        discovery_oracle: Callable[..., DiscoveryOracle]) -> None:
+        env: E2E, discovery_oracle: Callable[..., DiscoveryOracle]) -> None:
     # (a) the Service (`prometheus.io/scrape: "true"`, port gpu-metrics 9400 -> 9400) has one
     # Endpoints address per exporter pod; its port is the container's only port, so no
     # uncovered-port targets: exactly 1 target per pod, job kubernetes-service-endpoints.
     # The pods themselves carry no annotation: 0 targets through kubernetes-pods.
-    _xfail_without_endpoints(request, env, api)
     oracle = discovery_oracle(env.sim)
     _, _, service = _exporter(env)
     assert _counts(_targets(oracle, env, POD_JOBS)) == dict.fromkeys(
@@ -169,6 +149,12 @@ def test_pod_annotations_give_targets_through_kubernetes_pods(
                       "value": {"name": "debug", "containerPort": 9401}}],
           "application/json-patch+json")
     assert {len(t) for t in through_pods().values()} == ({2} if gpucluster else {3})
+    # ... and, through the annotated Service, the endpoints role's target for the container
+    # port no endpoint port covers: 2 per pod, <ip>:9400 (the Service's) and <ip>:9401.
+    assert all(sorted((t["service"], t["instance"]) for t in targets)
+               == [(_exporter(env)[2], f"{_ip(env, pod)}:9400"),
+                   (_exporter(env)[2], f"{_ip(env, pod)}:9401")]
+               for pod, targets in _targets(oracle, env, SERVICE_JOBS).items())
 
     # (c) `prometheus.io/port: "9400"` rewrites every target's address to <pod IP>:9400; the
     # container and port meta labels go with relabeling, so the 2 or 3 targets of a pod end
@@ -182,12 +168,11 @@ def test_pod_annotations_give_targets_through_kubernetes_pods(
 
 
 def test_a_second_annotated_service_gives_each_pod_a_second_target(
-        request: pytest.FixtureRequest, env: E2E, api: client.ApiClient,
+        env: E2E, api: client.ApiClient,
         discovery_oracle: Callable[..., DiscoveryOracle]) -> None:
     # (d) each annotated Service selecting the pods is its own Endpoints object, so its own
     # targets (they differ in the `service` label): 2 per pod. A second Service without the
     # annotation is dropped by the chart's first `keep`: it adds nothing.
-    _xfail_without_endpoints(request, env, api)
     _, app, service = _exporter(env)
     core = client.CoreV1Api(api)
     for name, notes in (("dcgm-exporter-scraped-twice", {"prometheus.io/scrape": "true"}),

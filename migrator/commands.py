@@ -239,7 +239,7 @@ def _cached(command: Callable[[Session, RunRequest], dict[str, Any]]) -> Callabl
 
 @_cached
 def apply(session: Session, request: RunRequest) -> dict[str, Any]:
-    """Run phases 1..N that are not completed yet (SPEC §2)."""
+    """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
     snap = _observe(session)
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace)

@@ -1,4 +1,4 @@
-"""Typed errors and the one table that maps them to exit codes (SPEC §6).
+"""Typed errors and the one table that maps them to exit codes (docs/design.md, "Command line").
 
 Every layer raises these; only the CLI catches them, prints `message` and `hint`, and exits
 with `exit_code_for(error)`. Transport errors from the Kubernetes client are wrapped at the

@@ -1,4 +1,4 @@
-"""kubectl-style options shared by every cluster command (SPEC §6)."""
+"""kubectl-style options shared by every cluster command (docs/design.md, "Command line")."""
 
 from __future__ import annotations
 

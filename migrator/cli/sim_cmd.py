@@ -1,4 +1,5 @@
-"""`dcgm-migrate sim ...`: the simulated GPU cluster as a standalone server (SPEC §7).
+"""`dcgm-migrate sim ...`: the simulated GPU cluster as a standalone server (docs/design.md,
+"The simulated cluster").
 
 A thin typer wrapper over `migrator.sim.serve`; also runnable as `python -m migrator sim`. The sim
 has no `__main__` of its own: it never imports the CLI (import-linter contract `sim-imports`).

@@ -1,5 +1,6 @@
 """One informer-style cache per run: list each kind once, then follow it with a watch, so the
-gates of a 5,000-node apply read memory instead of the API server (issue 13 item 6).
+gates of a 5,000-node apply read memory instead of the API server (docs/performance.md, "API
+load per apply").
 
 Each `Reflector` is client-go's reflector (`tools/cache/reflector.go` `ListAndWatch`): list
 with a resourceVersion, watch from that version, carry on from the last event's version when a

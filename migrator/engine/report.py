@@ -1,6 +1,7 @@
 """The report every command renders: per phase, what would change (object, field,
 before → after), every gate's status now, notes, and warnings. Pure: snapshot + state in,
-a JSON-ready dict out (the `-o json` document, SPEC §6)."""
+a JSON-ready dict out (the `-o json` document: docs/design.md, "Command line", and
+docs/output.schema.json)."""
 
 from __future__ import annotations
 

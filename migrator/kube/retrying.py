@@ -1,10 +1,10 @@
 """Retry policy of the kube choke point: which failures are retried, how long to wait, when to stop.
 
-Only `migrator.kube` retries (STYLE §6). Every request — writes too — goes through the same
-policy, because every write the tool sends is idempotent or guarded by a resourceVersion or
-delete preconditions. The waits honour `Retry-After`, otherwise back off exponentially with
-jitter, and the sum of the waits never exceeds `max_wait_seconds`. Sleep and randomness are
-injected so tests take no real time.
+Only `migrator.kube` retries (the choke point of docs/architecture.md, "What each layer does").
+Every request — writes too — goes through the same policy, because every write the tool sends
+is idempotent or guarded by a resourceVersion or delete preconditions. The waits honour
+`Retry-After`, otherwise back off exponentially with jitter, and the sum of the waits never
+exceeds `max_wait_seconds`. Sleep and randomness are injected so tests take no real time.
 """
 
 from __future__ import annotations

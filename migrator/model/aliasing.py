@@ -27,11 +27,11 @@ NEVER_COPIED_SPEC_FIELDS = ("clusterIP", "clusterIPs", "healthCheckNodePort", "e
                             "loadBalancerIP", "externalName")
 COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
 
-# Source annotations an alias does not copy: the scrape annotation (SPEC §4: the source keeps
-# the one annotation-discovery path the operator renders; a copy would scrape every exporter pod
-# twice), the tool's own markers, and other tools' bookkeeping that would make them treat the
-# alias as theirs (kubectl apply's base, Helm release ownership, Argo CD tracking, the operator's
-# hashes).
+# Source annotations an alias does not copy: the scrape annotation (docs/design.md, "Scrape
+# targets": the source keeps the one annotation-discovery path the operator renders; a copy
+# would scrape every exporter pod twice), the tool's own markers, and other tools' bookkeeping
+# that would make them treat the alias as theirs (kubectl apply's base, Helm release ownership,
+# Argo CD tracking, the operator's hashes).
 SCRAPE_ANNOTATION = "prometheus.io/scrape"
 NOT_COPIED_ANNOTATION_PREFIXES = ("dcgm-migrate/", "kubectl.kubernetes.io/last-applied-",
                                   "meta.helm.sh/", "argocd.argoproj.io/", "nvidia.com/")

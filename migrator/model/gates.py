@@ -1,4 +1,4 @@
-"""The gates of SPEC §3 as pure functions over a Snapshot (or a DaemonSet object).
+"""The gates (docs/design.md, "Gates") as pure functions over a Snapshot (or a DaemonSet object).
 
 Each returns a GateResult: a name, ok, and a one-line detail that names what is wrong (nodes,
 pods, Services), so a failed run tells the SRE where to look.

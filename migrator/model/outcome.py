@@ -171,7 +171,6 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> list[F
                          f"DaemonSet/{c.daemonset} have no pod of it")
     eps = [e for e in snapshot.endpoints_of(need.service).endpoints if e.ready]
     covered = {e.node for e in eps if e.node and e.pod in pod_names}
-    foreign = sorted({e.pod or "(no pod)" for e in eps if e.pod not in pod_names})
     out = []
     missing = sorted(expected - covered)
     if missing or short:
@@ -187,12 +186,6 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> list[F
     else:
         out.append(Finding("nodes-covered", subject, True,
                            f"a ready endpoint on each of {len(expected)} nodes", phase=phase))
-    if foreign:
-        out.append(Finding("only-dcgm-endpoints", subject, False,
-                           f"ready endpoints of pods outside the DaemonSets "
-                           f"{_names(c.daemonset for c in need.components)}: {_names(foreign)}",
-                           "remove the common label from those pods, or narrow the selector",
-                           phase))
     return out
 
 

@@ -14,7 +14,8 @@ Module map: `routing` (path -> verb/resource), `dispatch` (authn, RBAC, faults),
 (verbs), `writes` (create/update/patch/delete with admission, usable without HTTP), `admission`
 + `allocation` (defaults, validation, clusterIP/nodePort), `patching`, `watching`,
 `fieldselectors`, `discovery`, `tables` (kubectl columns), `statuses` (Status errors),
-`access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `protobuf` (kubectl's SSAR).
+`access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `protobuf` (the SSAR and
+ConfigMap bodies kubectl sends), `finalizers` (finalizer rules of deletes and updates).
 
 Where the sim knowingly differs from a real API server:
 - The main listener is plain HTTP, so kubectl (client-go) sends no credentials there: a request
@@ -31,10 +32,16 @@ Where the sim knowingly differs from a real API server:
   both the watch cache's window and etcd's compaction: a watch, a continue token or an exact
   list (`resourceVersionMatch=Exact`, or a version with `limit`) older than it is 410 Expired;
   otherwise `resourceVersion`/`resourceVersionMatch` on a list are ignored (the latest state).
-- Deletion: no finalizers. Pods are marked for graceful deletion (the simulated kubelet removes
-  them); everything else goes at once, `Foreground` behaves like `Background`, and `Orphan`
-  shows as an "orphan" finalizer on the object in the DELETED event (for the garbage
-  collector). Deleting a Namespace does not delete its contents.
+- Watch bookmarks: only the `k8s.io/initial-events-end` BOOKMARK of `sendInitialEvents=true`
+  (`watching`); `allowWatchBookmarks` gets no periodic bookmarks (a real server may send them,
+  and clients may not rely on them).
+- Deletion follows the API server and garbage collector (`finalizers`, `writes.delete`,
+  `controllers/garbage.py`): a DELETE of an object with finalizers marks it
+  (`deletionTimestamp`, Terminating) until an update removes the last one; Orphan and
+  Foreground propagation work through the `orphan` and `foregroundDeletion` finalizers,
+  Background is the default; pods are marked for graceful deletion (the simulated kubelet
+  removes them). What differs: there is no namespace controller, so a DELETE of a Namespace
+  removes it at once (its `spec.finalizers` are not waited for) and leaves its contents.
 - Custom resources (nvidia.com, monitoring.coreos.com) are stored without schema validation.
 """
 

@@ -30,7 +30,7 @@ def test_relative_links_resolve(doc: Path) -> None:
         path, _, anchor = target.partition("#")
         if path:
             if path == "docs/rbac.yaml" or path == "rbac.yaml":
-                continue  # owned by the least-privilege work (issue 5); may not exist yet
+                continue  # its presence is test_rbac_binds_the_job_service_account's job
             assert (doc.parent / path).exists(), f"{doc.name}: broken link {target}"
         elif anchor:
             assert anchor in anchors, f"{doc.name}: no heading for #{anchor}"
@@ -123,7 +123,7 @@ def test_job_arguments_are_a_valid_command_line(kind: str) -> None:
 
 
 def test_rbac_binds_the_job_service_account() -> None:
-    rbac = REPO / "docs" / "rbac.yaml"  # shipped since issue 5: a missing file is a failure
+    rbac = REPO / "docs" / "rbac.yaml"  # shipped: a missing file is a failure
     account = _job_docs()["ServiceAccount"]["metadata"]
     subjects = [s for d in yaml.safe_load_all(rbac.read_text()) if d and d.get("kind") in (
         "RoleBinding", "ClusterRoleBinding") for s in d.get("subjects") or []]

@@ -1,5 +1,6 @@
 """docs/output.schema.json: a valid JSON Schema that every command's `-o json` (and `-o yaml`)
-document matches, and that rejects documents breaking the SPEC §6 contract."""
+document matches, and that rejects documents breaking the `-o json` contract (docs/design.md,
+"Command line")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """End-to-end fixtures: a simulated cluster, the CLI pointed at it, and the disruption monitor
-running for the whole test (any sample outside the §3 budget fails the test at teardown)."""
+running for the whole test (any sample outside the disruption budget, docs/design.md "Gates",
+fails the test at teardown)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def e2e_factory() -> Iterator[Callable[..., E2E]]:
 
     def make(stack: str = "gpucluster", nodes: int = 3, **kwargs: Any) -> E2E:
         kwargs.setdefault("time_scale", 0.02)
-        # The operator reconciles on every real cluster: the suite runs with it on (issue 12);
+        # The operator reconciles on every real cluster: the suite runs with it on;
         # a test that needs a stationary cluster passes `operator_reconcile_seconds=None`.
         kwargs.setdefault("operator_reconcile_seconds", RESYNC_SECONDS)
         sim = SimCluster(nodes=nodes, stack=stack, **kwargs)

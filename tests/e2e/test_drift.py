@@ -1,6 +1,6 @@
-"""Drift (SPEC §3) with the sim's operator imitation on: completed phases are re-verified, the
-drift-risk scenario (an operator re-render drops hand-written labels) is caught by `verify`
-with exit 1, and `apply` heals it."""
+"""Drift (docs/design.md, "Gates") with the sim's operator imitation on: completed phases are
+re-verified, the drift-risk scenario (an operator re-render drops hand-written labels) is caught by
+`verify` with exit 1, and `apply` heals it."""
 
 from __future__ import annotations
 

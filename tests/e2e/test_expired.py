@@ -1,6 +1,7 @@
-"""410 Expired end to end (issue 12 item 6): on a busy cluster with a tiny event window, list
-continue tokens expire between pages and watches expire before they start; plan and apply must
-still finish (reads restart, waits relist) with the same result as on a quiet cluster.
+"""410 Expired end to end (docs/architecture.md, "The simulated cluster"): on a busy cluster with a
+tiny event window, list continue tokens expire between pages and watches expire before they start;
+plan and apply must still finish (reads restart, waits relist) with the same result as on a quiet
+cluster.
 
 "Busy" is a thread writing an unrelated ConfigMap as fast as it can, as the rest of a real
 cluster moves etcd's revision; the window (`watch_window`) is a few events, and the tool's page

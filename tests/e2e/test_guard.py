@@ -1,10 +1,10 @@
-"""The guard (issue 11 item 2) end to end, with the operator imitation ON and the disruption
-monitor running: after phase 3, a routine GPUCluster CR edit makes the operator re-render the
-DaemonSets without the common labels and the pods roll. Without the guard the aliases drain to
-zero (tests/e2e/test_drift.py has to declare that an expected outage); with the guard running
-they stay within the rollout's own budget, move back to the app label, and move forward again
-once the label is back and rolled out. Also: leader election between two guards, `guard --once`
-under the least-privilege Role of docs/guard.yaml, SIGTERM releases the Lease."""
+"""The guard (docs/runbook.md, "The guard") end to end, with the operator imitation ON and the
+disruption monitor running: after phase 3, a routine GPUCluster CR edit makes the operator re-render
+the DaemonSets without the common labels and the pods roll. Without the guard the aliases drain to
+zero (tests/e2e/test_drift.py has to declare that an expected outage); with the guard running they
+stay within the rollout's own budget, move back to the app label, and move forward again once the
+label is back and rolled out. Also: leader election between two guards, `guard --once` under the
+least-privilege Role of docs/guard.yaml, SIGTERM releases the Lease."""
 
 from __future__ import annotations
 

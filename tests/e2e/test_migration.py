@@ -1,5 +1,6 @@
-"""Phases 2 and 3 and rollback end to end (SPEC §2): aliases, selector switch, the upgrade
-transitions of the upstream issue, coexistence, and a rollback that restores the cluster."""
+"""Phases 2 and 3 and rollback end to end (docs/design.md, "Phases"): aliases, selector switch, the
+upgrade transitions (old pods with a labelled template, a mixed rollout, all new), coexistence, and
+a rollback that restores the cluster."""
 
 from __future__ import annotations
 

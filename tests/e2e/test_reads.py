@@ -1,4 +1,5 @@
-"""How often a migration reads the namespace (issue 13 item 6): `apply` lists each cached kind
+"""How often a migration reads the namespace (docs/performance.md, "API load per apply"): `apply`
+lists each cached kind
 once, its gates read the run's cache (engine/informer.py), and the only lists after the first
 are the ones a DaemonSet rollout's quiet period asks for (that DaemonSet's pods, the
 DaemonSets, the EndpointSlices) — never one per gate check.

@@ -165,9 +165,12 @@ def test_terminating_state_configmap_is_refused(e2e_factory: Callable[..., E2E])
     assert f"{STATE} holding the migration state is being deleted" in res.stderr
     assert HOLD in res.stderr
     assert env.writes(since=mark) == [], "nothing may be written"
-    # Reading it is still fine: status shows the recorded state.
+    # Reading it is still fine: status shows the recorded state (and exits 1 only because the
+    # live verdict misses the aliases phase 2 has not created yet).
     status = env.cli("status", "-o", "json")
-    assert status.code == 0, status.stderr
+    assert status.code == 1, status.stderr
     assert status.json()["phases"][0]["status"] == "completed"
+    assert {c["name"] for c in status.json()["verdict"]["checks"] if not c["ok"]} == {
+        "stable-name/nvidia-dcgm", "stable-name/nvidia-dcgm-exporter"}
     _drop_finalizers(env, kinds.CONFIGMAP, STATE)
     assert env.sim.store.find(kinds.CONFIGMAP, NS, STATE) is None

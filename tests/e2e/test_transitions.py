@@ -1,4 +1,4 @@
-"""The transitions of issue 11 end to end, with the operator imitation on and the disruption
+"""Operator and stack transitions end to end, with the operator imitation on and the disruption
 monitor running: a ClusterPolicy → GPUCluster stack change (naively, and by the runbook's
 procedure, whose stable-name gap is measured), an operator taking the aliases over before a
 rollback, an operator reverting an `--include-operator-owned` switch, zero desired pods, and
@@ -82,7 +82,7 @@ def _step_statuses(env: E2E, phase: int) -> dict[str, str]:
 
 def test_stack_change_is_detected_and_apply_replans_for_the_new_stack(
         e2e_factory: Callable[..., E2E]) -> None:
-    """The issue's reproduction: relabel the nodes for -dra, create a GPUCluster, delete the
+    """A stack change done naively: relabel the nodes for -dra, create a GPUCluster, delete the
     ClusterPolicy. status/verify say the stack changed and the stable names are missing;
     apply re-plans for the GPUCluster stack and creates and switches the aliases."""
     env = e2e_factory("clusterpolicy", nodes=3, operator_reconcile_seconds=RECONCILE)

@@ -1,6 +1,7 @@
-"""Rollback's settle (SPEC §3): before phases 1-2 are undone, kube-proxy gets `--settle`
-counted from when phase 3's selectors were restored, as recorded in the state, so a run killed
-during the countdown waits only the rest of it when run again. On a fake clock: no real time."""
+"""Rollback's settle (docs/design.md, "Gates"): before phases 1-2 are undone, kube-proxy gets
+`--settle` counted from when phase 3's selectors were restored, as recorded in the state, so a run
+killed during the countdown waits only the rest of it when run again. On a fake clock: no real
+time."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Run the real `dcgm-migrate` as a subprocess against an in-process SimCluster, SIGKILL it right
-after its k-th write, and compare end states: the crash-anywhere harness of SPEC §5.
+after its k-th write, and compare end states: the crash-anywhere harness (docs/design.md,
+"State and resume").
 
 The kill is exact: the sim's `hang_nth_write` fault hook applies the k-th successful write to
 the store and holds its answer, so the process is killed with that write done and unanswered

@@ -1,8 +1,8 @@
-"""The disruption monitor of SPEC §8: samples every Service's ready endpoints (per node for
-`internalTrafficPolicy: Local`) throughout an end-to-end test and records every sample outside
-the §3 budget: zero tolerance, except while phase 1 (or its rollback) rolls pods, when the
-DaemonSet's own maxUnavailable applies. Which phase runs is read from the tool's own state
-ConfigMap, so the budget follows the run exactly."""
+"""The disruption monitor (docs/design.md, "Quality bars"): samples every Service's ready endpoints
+(per node for `internalTrafficPolicy: Local`) throughout an end-to-end test and records every sample
+outside the disruption budget (docs/design.md, "Gates"): zero tolerance, except while phase 1 (or
+its rollback) rolls pods, when the DaemonSet's own maxUnavailable applies. Which phase runs is read
+from the tool's own state ConfigMap, so the budget follows the run exactly."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ class DisruptionMonitor:
         """The test replaces these Services on purpose (their stack is removed and the tool
         re-creates the names): each interval in which a name is absent or has no ready
         endpoint is recorded in `gaps`; a gap still open at the end counts until then. Every
-        other Service keeps the §3 budget; these get fresh baselines afterwards."""
+        other Service keeps the disruption budget; these get fresh baselines afterwards."""
         self._replacing = frozenset(names)
         try:
             yield

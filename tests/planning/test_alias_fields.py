@@ -1,4 +1,5 @@
-"""Which Service configuration an alias takes from its source (SPEC §2 phase 2): every core/v1
+"""Which Service configuration an alias takes from its source (docs/design.md, "The alias and
+its source"): every core/v1
 ServiceSpec field, table-driven — copied, never copied (API-assigned or held by one Service
 only), or replaced — plus per-port fields and the source's annotations."""
 

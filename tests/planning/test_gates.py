@@ -1,5 +1,5 @@
-"""The gates of SPEC §3 one by one, on hand-built snapshots: when each passes, when it fails,
-and that a failure names what is wrong (nodes, pods, Services)."""
+"""The gates (docs/design.md, "Gates") one by one, on hand-built snapshots: when each passes, when
+it fails, and that a failure names what is wrong (nodes, pods, Services)."""
 
 from __future__ import annotations
 

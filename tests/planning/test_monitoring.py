@@ -1,4 +1,5 @@
-"""Scrape paths (SPEC §4) on plain data: annotations, ServiceMonitors, duplicates, conflicts."""
+"""Scrape paths (docs/monitoring.md) on plain data: annotations, ServiceMonitors, duplicates,
+conflicts."""
 
 from __future__ import annotations
 

@@ -98,14 +98,16 @@ def test_dcgm_names_keep_local_traffic() -> None:
     assert failed == {"local-traffic/nvidia-dcgm": "internalTrafficPolicy Cluster"}
 
 
-def test_foreign_endpoints_behind_a_stable_name_fail() -> None:
+def test_a_foreign_endpoint_does_not_cover_a_node() -> None:
+    """Only a DCGM pod's endpoint covers its node (a stray pod with the common label does not;
+    whether a stray may stand behind the name at all is phase 3's `no-foreign-pods`)."""
     snap = _migrated()
-    stray = PodView("debug-exporter", "u-x", "node-0", {EXP: "true"}, True, False, None, None)
+    stray = PodView("debug-exporter", "u-x", "node-1", {EXP: "true"}, True, False, None, None)
+    own = [p for p in snap.pods_of("nvidia-dcgm-exporter-dra") if p.node != "node-1"]
     eps = dict(snap.endpoints)
-    eps["nvidia-dcgm-exporter"] = b.endpoints_for(
-        "nvidia-dcgm-exporter", [*snap.pods_of("nvidia-dcgm-exporter-dra"), stray])
+    eps["nvidia-dcgm-exporter"] = b.endpoints_for("nvidia-dcgm-exporter", [*own, stray])
     failed = _failed(verdict(replace(snap, pods=(*snap.pods, stray), endpoints=eps), CAT))
-    assert "debug-exporter" in failed["only-dcgm-endpoints/nvidia-dcgm-exporter"]
+    assert "no ready endpoint on 1 of 3 nodes" in failed["nodes-covered/nvidia-dcgm-exporter"]
 
 
 def test_the_legacy_stack_exposes_no_dra_name() -> None:

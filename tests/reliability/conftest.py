@@ -1,5 +1,6 @@
 """Reliability fixtures: fresh simulated clusters (stopped at teardown), each watched by the
-disruption monitor for its whole life; a monitor outside the §3 budget fails the test."""
+disruption monitor for its whole life; a sample outside the disruption budget (docs/design.md,
+"Gates") fails the test."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Bad input matrix (SPEC §6): every wrong phase, namespace, kubeconfig, context, output format,
-duration, plan file, state ConfigMap or cluster gets its documented exit code, one clear
-sentence plus what to do on stderr, no traceback, and zero writes (from the sim's request log)."""
+"""Bad input matrix (docs/design.md, "Command line"): every wrong phase, namespace, kubeconfig,
+context, output format, duration, plan file, state ConfigMap or cluster gets its documented exit
+code, one clear sentence plus what to do on stderr, no traceback, and zero writes (from the sim's
+request log)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Concurrency (SPEC §5): several `apply` processes started together — exactly one migrates, the
-others exit 4 naming the holder and write nothing; an expired lock is taken over; a live lock
-of another host is respected until `unlock` forces it."""
+"""Concurrency (docs/design.md, "State and resume"): several `apply` processes started together —
+exactly one migrates, the others exit 4 naming the holder and write nothing; an expired lock is
+taken over; a live lock of another host is respected until `unlock` forces it."""
 
 from __future__ import annotations
 

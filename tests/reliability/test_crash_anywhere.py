@@ -1,5 +1,6 @@
-"""Crash anywhere (SPEC §5): `apply --phase 3` and `rollback --phase 1`, each SIGKILLed right after
-every one of its K writes in turn, then run again, end exactly where an uninterrupted run ends.
+"""Crash anywhere (docs/design.md, "State and resume"): `apply --phase 3` and `rollback --phase 1`,
+each SIGKILLed right after every one of its K writes in turn, then run again, end exactly where an
+uninterrupted run ends.
 
 Each k gets a fresh simulated cluster watched by the disruption monitor; the CLI is a real
 subprocess; the kill is exact (the sim holds the answer of write k until the process is dead).

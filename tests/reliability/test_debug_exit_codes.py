@@ -1,6 +1,6 @@
-"""--debug adds a traceback and changes nothing else (SPEC §6): for every kind of error the exit
-code is the same with and without it, the one-sentence error and its fix are still the last two
-lines of stderr, and the traceback appears only with --debug."""
+"""--debug adds a traceback and changes nothing else (docs/design.md, "Command line"): for every
+kind of error the exit code is the same with and without it, the one-sentence error and its fix are
+still the last two lines of stderr, and the traceback appears only with --debug."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Least privilege (SPEC §6 preflight, issue 5): docs/rbac.yaml grants exactly
+"""Least privilege (`preflight`, docs/runbook.md "1. Preflight"): docs/rbac.yaml grants exactly
 `permissions.REQUIRED`; a whole migration and rollback run with a token holding only those rules
 and are never refused; a token missing one write permission exits 3 naming it, and `preflight`
 lists it with zero writes; no write ever touches an object outside the plan's allow-list."""

@@ -1,7 +1,8 @@
-"""The event window (`sim serve --watch-window N`) and the two 410 Expired answers it causes, as
-on a real cluster (issue 12 item 6): a watch from a resourceVersion older than the window gets
-an ERROR event with a 410 Status in a 200 stream (`cacher.Watch`), and a list continue token
-(or an exact-version list) older than it gets an HTTP 410 with etcd3's message."""
+"""The event window (`sim serve --watch-window N`) and the two 410 Expired answers it causes, as on
+a real cluster (docs/architecture.md, "The simulated cluster": 410 Expired): a watch from a
+resourceVersion older than the window gets an ERROR event with a 410 Status in a 200 stream
+(`cacher.Watch`), and a list continue token (or an exact-version list) older than it gets an HTTP
+410 with etcd3's message."""
 
 from __future__ import annotations
 

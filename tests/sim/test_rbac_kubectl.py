@@ -1,8 +1,8 @@
-"""RBAC through real kubectl (issue 12 item 7): docs/rbac.yaml loaded into the sim, kubectl
-running as its ServiceAccount (a kubeconfig with that identity's token, over the sim's https
-listener: kubectl sends tokens only over https), `kubectl auth can-i` for every permission the
-tool needs (yes) and some it must not have (no), the same through `--as` impersonation, and a
-forbidden `kubectl get` printing the real server's Forbidden sentence."""
+"""RBAC through real kubectl (docs/architecture.md, "The simulated cluster"): docs/rbac.yaml loaded
+into the sim, kubectl running as its ServiceAccount (a kubeconfig with that identity's token, over
+the sim's https listener: kubectl sends tokens only over https), `kubectl auth can-i` for every
+permission the tool needs (yes) and some it must not have (no), the same through `--as`
+impersonation, and a forbidden `kubectl get` printing the real server's Forbidden sentence."""
 
 from __future__ import annotations
 

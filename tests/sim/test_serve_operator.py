@@ -1,5 +1,6 @@
 """The GPU Operator imitation is on by default in `sim serve` (as on every real cluster), with
-`--operator-reconcile 0` / `--no-operator` to turn it off (issue 12 item 8)."""
+`--operator-reconcile 0` / `--no-operator` to turn it off (docs/architecture.md, "The simulated
+cluster")."""
 
 from __future__ import annotations
 

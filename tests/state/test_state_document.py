@@ -1,5 +1,5 @@
-"""The state document (SPEC §5) with plain data: round trip, step records, bounded history,
-and refusal of documents that are not a valid state."""
+"""The state document (docs/design.md, "State and resume") with plain data: round trip, step
+records, bounded history, and refusal of documents that are not a valid state."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The migration state (SPEC §5), one concept in one package:
+"""The migration state (docs/design.md, "State and resume"), one concept in one package:
 
     document.py   the state document (schema 1): phases, step records, history; timestamps
                   from the injected Clock

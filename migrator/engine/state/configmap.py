@@ -1,5 +1,6 @@
-"""The state ConfigMap's layout (SPEC §5): which keys hold what, and how one is built, checked
-and decoded. Name and managed-by label come from the catalog (plans/common.yaml).
+"""The state ConfigMap's layout (docs/design.md, "State and resume"): which keys hold what, and
+how one is built, checked and decoded. Name and managed-by label come from the catalog
+(plans/common.yaml).
 
 - label `<managed_by.key>: <managed_by.value>`: a ConfigMap of the state's name without it is
   someone else's and is never read or written;

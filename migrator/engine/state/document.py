@@ -1,4 +1,5 @@
-"""The state document kept in the state ConfigMap (SPEC §5; its name is in plans/common.yaml).
+"""The state document kept in the state ConfigMap (docs/design.md, "State and resume"; its name
+is in plans/common.yaml).
 
 Plain JSON: schema version, stack, plan fingerprint, per-phase status with timestamps, per-step
 records (intent written before the write, done after), the originals rollback needs (inside each

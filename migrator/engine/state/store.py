@@ -1,4 +1,5 @@
-"""Where the state document lives (SPEC §5): the state ConfigMap, plus the run lock.
+"""Where the state document lives (docs/design.md, "State and resume"): the state ConfigMap,
+plus the run lock.
 
 The ConfigMap's layout is `configmap.py`; its name and label are the catalog's.
 Taking the lock when no ConfigMap exists creates it holding the empty document `{}`, which

@@ -1,4 +1,5 @@
-"""Benchmarks of dcgm-migrate against the simulated cluster at fleet scale (issue 7, SPEC §8).
+"""Benchmarks of dcgm-migrate against the simulated cluster at fleet scale (docs/performance.md;
+why a benchmark and not a timed test: docs/design.md, "Quality bars").
 
 `python3 -m benchmarks [--sizes 10,100,1000,5000] [--runs N]` starts `sim serve` in its own
 process for each size and stack, runs the real CLI (`python -m migrator ...`) and

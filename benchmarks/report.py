@@ -1,4 +1,5 @@
-"""The stdout table and the targets of issue 7, judged from the figures (pure)."""
+"""The stdout table and the targets (docs/performance.md, "Targets"), judged from the figures
+(pure)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ RSS_TARGET_MB = 200.0
 APPLY_TARGET_RATIO = 1.05
 APPLY_TARGET_NODES = 1000
 STATUS_TARGET_RATIO = 1.0
-FULL_READS_TARGET = 1.5  # issue 13 item 6: MB an apply reads / MB of one full read
+# MB an apply reads / MB of one full read (docs/performance.md, "API load per apply")
+FULL_READS_TARGET = 1.5
 
 
 def _s(summary: Obj | None, unit: str = "s", digits: int = 2) -> str:
@@ -95,7 +97,8 @@ def _largest(items: list[Obj], stack: str | None = None) -> Obj | None:
 
 
 def targets(results: Obj) -> list[Obj]:
-    """Each target of issue 7 with the figure that decides it (None: not measured)."""
+    """Each target (docs/performance.md, "Targets") with the figure that decides it (None: not
+    measured)."""
     out: list[Obj] = []
     reads = results.get("reads", [])
     for cmd in ("plan", "status"):
@@ -131,7 +134,7 @@ def targets(results: Obj) -> list[Obj]:
         ratio = a["ratio_to_floor"]["median"]
         alone = a.get("sim_alone")
         if alone:
-            # The issue's floor: the time the simulated rollouts alone need (measured here).
+            # The rollout floor: the time the simulated rollouts alone need (measured here).
             out.append({"target": f"apply --phase 3 at {APPLY_TARGET_NODES} nodes within {pct}% "
                                   f"of the rollout floor: the sim-alone rollouts ({a['stack']})",
                         "met": (alone["apply_ratio"] is not None

@@ -52,7 +52,7 @@ def _rolled_out(env: E2E, name: str, key: str, value: str) -> bool:
             == len(pods) and all(p["metadata"]["labels"].get(key) == value for p in pods))
 
 
-# ---- item 6: pods outside the DaemonSets ---------------------------------------------------
+# ---- pods outside the DaemonSets -----------------------------------------------------------
 
 def test_stray_pod_stops_phase3_until_allowed_and_apply_shows_the_warning(
         e2e_factory: Callable[..., E2E]) -> None:
@@ -102,7 +102,7 @@ def test_a_stray_pod_joining_after_the_switch_turns_verify_red(
     assert "exporter-debug" in failed[0]["detail"]
 
 
-# ---- item 7: a LoadBalancer source ----------------------------------------------------------
+# ---- a LoadBalancer source ------------------------------------------------------------------
 
 def test_loadbalancer_alias_keeps_class_source_ranges_and_internal_annotation(
         e2e_factory: Callable[..., E2E]) -> None:
@@ -144,7 +144,7 @@ def test_loadbalancer_alias_keeps_class_source_ranges_and_internal_annotation(
     assert verified.json()["scrapeDuplicates"] == 0
 
 
-# ---- item 8: monitoring truth and no writes on a failed plan gate ----------------------------
+# ---- monitoring truth and no writes on a failed plan gate ------------------------------------
 
 def _recommended_servicemonitor() -> dict[str, Any]:
     """The one ServiceMonitor YAML block docs/monitoring.md recommends, parsed from the doc."""
@@ -204,7 +204,7 @@ def test_phase2_with_a_failed_duplicate_gate_writes_nothing(
     assert env.phase_status(2) == "failed"
 
 
-# ---- item 10: a reserved label set to "false" in the CR ----------------------------------------
+# ---- a reserved label set to "false" in the CR -------------------------------------------------
 
 def test_cr_false_for_a_reserved_label_is_overridden_with_a_warning_that_comes_true(
         e2e_factory: Callable[..., E2E]) -> None:

@@ -1,8 +1,7 @@
-"""How often a migration reads the namespace (docs/performance.md, "API load per apply"): `apply`
-lists each cached kind
-once, its gates read the run's cache (engine/informer.py), and the only lists after the first
-are the ones a DaemonSet rollout's quiet period asks for (that DaemonSet's pods, the
-DaemonSets, the EndpointSlices) — never one per gate check.
+"""How often a migration reads the namespace (docs/performance.md, "API load per apply"):
+`apply` lists each cached kind once, its gates read the run's cache (engine/informer.py), and
+the only lists after the first are the ones a DaemonSet rollout's quiet period asks for (that
+DaemonSet's pods, the DaemonSets, the EndpointSlices) — never one per gate check.
 
 Before the cache, every gate check listed the DaemonSets, the Services, the EndpointSlices
 and (unless reused) the pods: these pins count the list requests in the server's request log,

@@ -1,7 +1,8 @@
-"""The tool against the sim's object lifecycle (issue 12): a DRA claim that cannot be allocated
-(the pod stays Pending and phase 1 names the node and why), a DaemonSet re-created after an
-orphaning delete (its pods adopted, not doubled), and Terminating objects (an alias held by a
-finalizer on rollback and re-apply, a state ConfigMap being deleted). The operator imitation
+"""The tool against the sim's object lifecycle (docs/architecture.md, "The simulated cluster":
+DRA, adoption, finalizers): a DRA claim that cannot be allocated (the pod stays Pending and
+phase 1 names the node and why), a DaemonSet re-created after an orphaning delete (its pods
+adopted, not doubled), and Terminating objects (an alias held by a finalizer on rollback and
+re-apply, a state ConfigMap being deleted). The operator imitation
 runs and the disruption monitor samples every Service throughout."""
 
 from __future__ import annotations

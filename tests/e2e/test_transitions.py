@@ -78,7 +78,7 @@ def _step_statuses(env: E2E, phase: int) -> dict[str, str]:
             r["status"] for r in rec["steps"]}
 
 
-# ---- item 1: ClusterPolicy → GPUCluster ----------------------------------------------------
+# ---- ClusterPolicy → GPUCluster ------------------------------------------------------------
 
 def test_stack_change_is_detected_and_apply_replans_for_the_new_stack(
         e2e_factory: Callable[..., E2E]) -> None:
@@ -237,7 +237,7 @@ def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
     assert verify.code == 0, _failed(verify.json())
 
 
-# ---- item 3: operator takeover, then rollback -----------------------------------------------
+# ---- operator takeover, then rollback -------------------------------------------------------
 
 def test_rollback_skips_aliases_an_operator_took_over(e2e_factory: Callable[..., E2E]) -> None:
     """A ClusterPolicy created beside a migrated GPUCluster: its operator replaces the aliases
@@ -263,7 +263,7 @@ def test_rollback_skips_aliases_an_operator_took_over(e2e_factory: Callable[...,
     assert DCGM not in ds["spec"]["template"]["metadata"]["labels"]
 
 
-# ---- item 4: an operator reverts an --include-operator-owned switch ---------------------------
+# ---- an operator reverts an --include-operator-owned switch -----------------------------------
 
 def test_operator_reverted_switch_is_reconciled_by_apply_without_the_flag(
         e2e_factory: Callable[..., E2E]) -> None:
@@ -293,7 +293,7 @@ def test_operator_reverted_switch_is_reconciled_by_apply_without_the_flag(
     assert _step_statuses(env, 3)["set-selector/nvidia-dcgm"] == "done"
 
 
-# ---- item 5: zero desired pods ----------------------------------------------------------------
+# ---- zero desired pods ------------------------------------------------------------------------
 
 def test_zero_desired_pods_is_a_steady_state_for_verify(e2e_factory: Callable[..., E2E]) -> None:
     """No node is labelled for DCGM: its DaemonSet desires 0 pods and its Services are empty.
@@ -314,7 +314,7 @@ def test_zero_desired_pods_is_a_steady_state_for_verify(e2e_factory: Callable[..
     assert gates["selector-holds/nvidia-dcgm-exporter"]["detail"] == "3 ready endpoints"
 
 
-# ---- item 9: honest exit codes ----------------------------------------------------------------
+# ---- honest exit codes ------------------------------------------------------------------------
 
 def test_phase1_without_writes_waits_for_the_operators_rollout(
         e2e_factory: Callable[..., E2E]) -> None:

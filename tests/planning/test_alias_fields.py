@@ -1,7 +1,7 @@
 """Which Service configuration an alias takes from its source (docs/design.md, "The alias and
-its source"): every core/v1
-ServiceSpec field, table-driven — copied, never copied (API-assigned or held by one Service
-only), or replaced — plus per-port fields and the source's annotations."""
+its source"): every core/v1 ServiceSpec field, table-driven — copied, never copied
+(API-assigned or held by one Service only), or replaced — plus per-port fields and the source's
+annotations."""
 
 from __future__ import annotations
 

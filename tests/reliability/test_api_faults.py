@@ -1,7 +1,7 @@
-"""API faults (docs/design.md, "State and resume" and "Command line"): a flaky, slow API server (20
-% of requests 500/503/429, added latency), a 409 on a state write, a write whose answer is lost, and
-an unreachable server. The migration completes with the fault-free end state, or stops with exit 3
-and one clear sentence."""
+"""API faults (docs/design.md, "State and resume" and "Command line"): a flaky, slow API server
+(20 % of requests 500/503/429, added latency), a 409 on a state write, a write whose answer is
+lost, and an unreachable server. The migration completes with the fault-free end state, or stops
+with exit 3 and one clear sentence."""
 
 from __future__ import annotations
 

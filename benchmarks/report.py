@@ -84,7 +84,7 @@ def table(results: Obj) -> str:
     targets = results.get("targets") or []
     if targets:
         lines.append("")
-        lines.append("Targets (issue 7):")
+        lines.append("Targets (docs/performance.md, 'Targets'):")
         for t in targets:
             mark = {True: "met", False: "NOT met", None: "n/a"}[t["met"]]
             lines.append(f"  [{mark}] {t['target']}: {t['figure']}")
@@ -151,7 +151,7 @@ def targets(results: Obj) -> list[Obj]:
     per_apply = [(a["nodes"], a["stack"], a["reads_per_apply"]["max"]) for a in applies
                  if (a.get("reads_per_apply") or {}).get("max") is not None]
     out.append({"target": f"apply --phase 3 reads <= {FULL_READS_TARGET:g} full reads at every "
-                          "size (issue 13)",
+                          "size",
                 "met": all(x <= FULL_READS_TARGET for _, _, x in per_apply) if per_apply
                 else None,
                 "figure": ", ".join(f"{n} nodes {s} {x}" for n, s, x in per_apply)

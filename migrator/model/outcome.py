@@ -11,7 +11,8 @@ It judges the cluster the way a consumer meets it, for every stack present:
 - every DCGM / exporter pod carries its common label;
 - each exporter pod is reached by exactly one scrape target per discovery mechanism, and a
   Ready one by at least one (`model/monitoring.py`);
-- no rollout of those DaemonSets is incomplete.
+- no rollout of those DaemonSets is incomplete;
+- no node runs the exporters of both stacks (its GPUs would be reported twice).
 
 Each finding says what is wrong, the fix, and the phase whose `apply` makes it right (0: none
 does; it is the cluster's or the operator's), so `apply --phase N` is judged on what phases
@@ -248,6 +249,30 @@ def _daemonset_findings(snapshot: Snapshot, comp: Component) -> list[Finding]:
     return out
 
 
+def _one_exporter_per_node(snapshot: Snapshot, exporters: Sequence[Component]) -> list[Finding]:
+    """Two exporter DaemonSets on one node report its GPUs twice (every `sum()` over GPUs
+    doubles), even with one scrape target per pod. Fixed by the node label that gates one
+    stack's exporter there (its DaemonSet's nodeSelector)."""
+    if len(exporters) < 2:
+        return []
+    by_node: dict[str, set[str]] = {}
+    for c in exporters:
+        for p in _live(snapshot.pods_of(c.daemonset)):
+            by_node.setdefault(p.node, set()).add(c.daemonset)
+    twice = sorted(n for n, ds in by_node.items() if n and len(ds) > 1)
+    if not twice:
+        return [Finding("one-exporter-per-node", "Node/*", True,
+                        f"{len(by_node)} nodes, one exporter each")]
+    gates = sorted({f"{k}=false" for c in exporters for k in (o.dig(
+        snapshot.daemonsets.get(c.daemonset) or {}, "spec", "template", "spec",
+        "nodeSelector") or {})})
+    return [Finding("one-exporter-per-node", "Node/*", False,
+                    f"{len(twice)} nodes run the exporters of both stacks, so their GPUs are "
+                    f"reported twice: {_names(twice)}",
+                    "run one stack's exporter per node: label those nodes with one of "
+                    f"{', '.join(gates) or 'the exporter DaemonSets node-selector labels'}")]
+
+
 def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
                      tool_services: set[str]) -> list[Finding]:
     daemonsets = [c.daemonset for c in exporters]
@@ -295,7 +320,9 @@ def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
         findings += _daemonset_findings(snapshot, comp)
     mb = catalog.common.managed_by
     ours = {n for n, s in snapshot.services.items() if o.labels(s).get(mb.key) == mb.value}
-    findings += _scrape_findings(snapshot, [c for c in present if c.exporter], ours)
+    exporters = [c for c in present if c.exporter]
+    findings += _scrape_findings(snapshot, exporters, ours)
+    findings += _one_exporter_per_node(snapshot, exporters)
     return Verdict(found.stack, tuple(findings))
 
 

@@ -130,5 +130,6 @@ def test_benchmark_runs_at_ten_nodes(tmp_path: Path, capsys: pytest.CaptureFixtu
     alone = applied["switch_reads_per_apply"]["median"]
     assert 1.0 <= alone < applied["reads_per_apply"]["median"]
     printed = capsys.readouterr().out
-    assert "== 10 nodes, gpucluster" in printed and "Targets (issue 7):" in printed
+    assert "== 10 nodes, gpucluster" in printed
+    assert "Targets (docs/performance.md, 'Targets'):" in printed
     assert "full reads per apply" in printed

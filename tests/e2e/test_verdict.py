@@ -93,6 +93,19 @@ def test_a_deleted_state_is_reported_and_rollback_claims_nothing(
         assert live is not None and "nvidia.com/gpu-operator" in str(live["spec"]["selector"])
 
 
+def test_both_stacks_on_every_node_are_red_for_gpus_reported_twice(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("both", nodes=3)
+    doc = env.cli("verify", "-o", "json")
+    assert doc.code == 1
+    failed = _failed(doc.json())
+    assert "3 nodes run the exporters of both stacks" in failed["one-exporter-per-node/*"]
+    fix = next(c["fix"] for c in doc.json()["verdict"]["checks"]
+               if c["name"] == "one-exporter-per-node/*")
+    assert "nvidia.com/gpu.deploy.dcgm-exporter=false" in fix
+    assert "nvidia.com/gpu.deploy.dcgm-exporter-dra=false" in fix
+
+
 def test_mixed_stacks_are_red_while_a_stable_name_misses_the_dra_nodes(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("mixed", nodes=4)

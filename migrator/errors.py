@@ -102,6 +102,26 @@ class APIUnreachable(ClusterError):
     """No answer from the API server within the retry budget."""
 
 
+# ---- exit 130 / 143: stopped by a signal ----------------------------------------------------
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) or SIGTERM (a Job eviction, `timeout`, a pod deletion) stopped the run.
+
+    A KeyboardInterrupt, so everything that cleans up after Ctrl-C (the run session releasing
+    its lock, the caches closing their watches) cleans up after SIGTERM the same way. Raised
+    only between writes: a write in flight and the state save recording it finish first
+    (`engine/interrupts.py`). The exit code is 128 + the signal number.
+    """
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
 _EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (GateFailed, 1),
     (UsageError, 2),

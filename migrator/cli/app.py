@@ -28,7 +28,7 @@ from migrator.cli.options import (
     Timeout,
     Yes,
 )
-from migrator.errors import MigrateError, UsageError, exit_code_for
+from migrator.errors import Interrupted, MigrateError, UsageError, exit_code_for
 
 if TYPE_CHECKING:
     from migrator.commands import Session
@@ -73,7 +73,8 @@ def handles_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = bool(kwargs.get("debug"))
         try:
-            return fn(*args, **kwargs)
+            with _stop_on_signals():
+                return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
         except MigrateError as exc:
@@ -88,9 +89,11 @@ def handles_errors(fn: F) -> F:
                                            "exitCode": exit_code_for(exc),
                                            "type": type(exc).__name__}}, output)
             raise typer.Exit(exit_code_for(exc)) from None
-        except KeyboardInterrupt:
-            typer.echo("interrupted: run the same command again to resume", err=True)
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the lock is released already
+            name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
+            typer.echo(f"interrupted ({name}): run the same command again to resume"
+                       + (f": {again}" if (again := _same_command()) else ""), err=True)
+            raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
         except Exception as exc:
             if debug:
                 traceback.print_exc(file=sys.stderr)
@@ -100,6 +103,44 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(3) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGINT (Ctrl-C) and SIGTERM (a Job eviction, `timeout`, a pod deletion) stop a command
+    the same way: `errors.Interrupted`, raised once the write in flight is recorded
+    (engine/interrupts.py); the run session releases the lock on its way out; exit 130 / 143.
+    Only the main thread receives signals (tests run commands on others: left as they are)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from migrator.engine import interrupts
+
+    def stop(signum: int, frame: Any) -> None:
+        interrupts.interrupt(Interrupted(signum, signal.Signals(signum).name))
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            if handler is not None:
+                signal.signal(number, handler)
+
+
+def _same_command() -> str | None:
+    """The command line this process was started with, to print after an interruption (None
+    when it was not started as the CLI: a test's CliRunner)."""
+    import shlex
+
+    started_as = Path(sys.argv[0]).stem if sys.argv else ""  # `.exe` on Windows
+    if started_as not in ("dcgm-migrate", "kubectl-dcgm_migrate", "__main__"):
+        return None
+    prog = "kubectl dcgm-migrate" if started_as.startswith("kubectl-") else "dcgm-migrate"
+    return " ".join([prog, *map(shlex.quote, sys.argv[1:])])
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from migrator.engine import executor
+from migrator.engine import executor, interrupts
 from migrator.engine.progress import StepEvent
 from migrator.engine.state import PhaseRecord
 from migrator.model import gates as g
@@ -46,10 +46,11 @@ def roll(run: Runner, rec: PhaseRecord, step: Step, rollback: bool) -> None:
                       f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
                       "another node's pod", "fix those nodes, then rerun to resume")
         pod = stale[0]
-        rec.mark(step, "intent", undo=rollback)
-        run.save()
-        executor.delete_pod(run.kube, run.namespace, pod.name, pod.uid)
-        run.result.writes += 1
+        with interrupts.shielded():  # a signal stops the run once this delete is answered
+            rec.mark(step, "intent", undo=rollback)
+            run.save()
+            executor.delete_pod(run.kube, run.namespace, pod.name, pod.uid)
+            run.result.writes += 1
         run.listener.step(StepEvent(rec.number, step, "writing"))
         deadline = run.clock.monotonic() + run.settings.timeout
 

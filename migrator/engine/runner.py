@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, informer, ondelete
+from migrator.engine import afterwrite, executor, informer, interrupts, ondelete
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import Listener, PhaseEvent, Quiet, StepEvent
@@ -70,6 +70,7 @@ class Runner:
         self.clock: Clock = clock or SystemClock()
         self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
         self.result = RunResult()
+        self._target = 0  # the N of `apply --phase N` / `rollback --phase N`, for the history
 
     # ---- reads & context -------------------------------------------------------------------
 
@@ -99,11 +100,13 @@ class Runner:
         return cache.quiet(comp.app_label)
 
     def save(self) -> None:
-        self._save(self.state)
+        with interrupts.shielded():  # a state write in flight finishes before a signal stops us
+            self._save(self.state)
 
     # ---- apply -----------------------------------------------------------------------------
 
     def apply(self, upto: int) -> RunResult:
+        self._target = upto
         snap = self.snapshot()
         live_stack = discover(snap, self.catalog).stack
         changed = self.state.stack_changed(live_stack)
@@ -158,7 +161,9 @@ class Runner:
         else:
             rec.status, rec.error = "in-progress", None
             rec.started = rec.started if resuming else self.state.stamp()
-        self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number)
+        # `target`: the command's --phase, so `status` can name the exact command that resumes
+        self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
+                       target=self._target)
         self.save()  # baselines and originals are in the state before any write
         bases = [ServiceBaseline.from_dict(b) for b in rec.baselines]
         revisit = self._revisit(plan, rec, rollback)
@@ -255,17 +260,20 @@ class Runner:
             if g.failed(pre):
                 self._fail(rec, f"{step.object}: {g.describe(pre)}",
                            _hint_for(step, rollback, g.failed(pre)))
-            rec.mark(step, "intent", undo=rollback)
-            self.save()
-            self.listener.step(StepEvent(rec.number, step, "writing"))
-            note = executor.execute(self.kube, self.namespace, self.catalog, step)
-            self.result.writes += 1
-            if note:
-                self.listener.message(note)
-            rec.mark(step, "done", undo=rollback)
-            if step.rolls_pods() and not rollback:
-                rec.wrote_labels = True
-            self.save()
+            # Intent, the write and its "done" go together: SIGTERM or Ctrl-C arriving while
+            # the write is in flight stops the run only once it is recorded (interrupts.py).
+            with interrupts.shielded():
+                rec.mark(step, "intent", undo=rollback)
+                self.save()
+                self.listener.step(StepEvent(rec.number, step, "writing"))
+                note = executor.execute(self.kube, self.namespace, self.catalog, step)
+                self.result.writes += 1
+                if note:
+                    self.listener.message(note)
+                rec.mark(step, "done", undo=rollback)
+                if step.rolls_pods() and not rollback:
+                    rec.wrote_labels = True
+                self.save()
             self.listener.step(StepEvent(rec.number, step, "done"))
         if not self.dry_run:  # a server-side dry run changes nothing to wait for
             afterwrite.wait(self, module, rec, step, bases, plan, rollback, base)
@@ -286,6 +294,7 @@ class Runner:
     # ---- rollback ----------------------------------------------------------------------------
 
     def rollback(self, downto: int) -> RunResult:
+        self._target = downto
         snap = self.snapshot()
         settled = False
         for number in range(len(phases.PHASES), downto - 1, -1):

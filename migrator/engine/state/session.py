@@ -23,7 +23,7 @@ from types import TracebackType
 from migrator.engine.clock import Clock
 from migrator.engine.progress import Listener
 from migrator.engine.state.document import State
-from migrator.engine.state.lock import Lock
+from migrator.engine.state.lock import Lock, format_time
 from migrator.engine.state.store import MemoryStateStore, StateStore
 from migrator.errors import APIError
 from migrator.model.stacks import Common
@@ -60,8 +60,15 @@ class RunSession:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         if self._lock is not None:
+            released = False
             with contextlib.suppress(APIError):  # it expires on its own; never mask the
                 self.store.release_lock(self._lock)  # run's own outcome
+                released = True
+            if isinstance(error, KeyboardInterrupt):  # Ctrl-C, SIGTERM (errors.Interrupted)
+                self._listener.message(
+                    "interrupted: the run's lock is released" if released else
+                    "interrupted: the run's lock could not be released; it expires at "
+                    f"{format_time(self._lock.expires)}")
             self._lock = None
 
     def save(self, state: State) -> None:

@@ -1,0 +1,121 @@
+"""SIGTERM (a Job eviction, `timeout`, a pod deletion) stops a run the way Ctrl-C does: the
+write in flight finishes and is recorded, the lock is released, the resume command is printed,
+exit 143 (docs/runbook.md, "Exit codes" and "Resume after an interruption"); the rerun ends
+where an uninterrupted run ends. Real subprocesses, bounded waits."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from migrator.engine.state import lock as locking
+from migrator.model import kinds
+from tests.helpers import crash
+from tests.reliability.conftest import APPLY, NS, ROLLBACK, EndState, Env
+
+STATE_CM = "dcgm-migrate-state"
+
+
+def _lock_annotations(env: Env) -> dict[str, str]:
+    cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
+    annotations = (cm or {}).get("metadata", {}).get("annotations") or {}
+    return {k: v for k, v in annotations.items() if k in locking.KEYS}
+
+
+def _document(env: Env) -> dict[str, Any]:
+    cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
+    doc: dict[str, Any] = json.loads(cm["data"]["state.json"])
+    return doc
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+def _until(what: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert proc.poll() is None, f"the run ended first: {proc.communicate()}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _patches(env: Env, since: int = 0) -> list[int]:
+    """The positions (1-based, from `since`) of the DaemonSet patches among the writes."""
+    return [i for i, w in enumerate(env.writes(since), 1)
+            if w.verb == "patch" and w.resource == "daemonsets"]
+
+
+def test_sigterm_during_a_write_finishes_it_releases_the_lock_and_the_rerun_completes(
+        fresh: Callable[..., Env], migrated: EndState) -> None:
+    probe = fresh(monitor=False)
+    assert crash.run(probe.kubeconfig, *APPLY).code == 0
+    first_patch = _patches(probe)[0]
+    probe.sim.stop()
+
+    env = fresh(time_scale=0.25)  # each new pod takes 0.5 s to become Ready
+    env.sim.server.faults.update(hang_nth_write=first_patch)
+    proc = crash.start(env.kubeconfig, *APPLY)
+    try:
+        assert env.sim.server.faults.wait_held(60), "the DaemonSet patch never came"
+        proc.send_signal(signal.SIGTERM)  # the patch landed; its answer is still on its way
+        time.sleep(0.5)
+        assert proc.poll() is None, "SIGTERM cut the write in flight short"
+    finally:
+        env.sim.server.faults.release_held()
+    code, _, err = _finish(proc)
+
+    assert code == 143, err
+    assert "Traceback" not in err
+    assert "interrupted: the run's lock is released" in err
+    assert ("interrupted (SIGTERM): run the same command again to resume: dcgm-migrate "
+            + " ".join(APPLY)) in err
+    assert _lock_annotations(env) == {}
+    doc = _document(env)
+    phase1 = doc["phases"][0]
+    assert phase1["status"] == "in-progress"
+    # The patch in flight was recorded done before the run stopped: no intent left dangling.
+    assert [r["status"] for r in phase1["steps"]] == ["done"], phase1["steps"]
+
+    again = crash.run(env.kubeconfig, *APPLY)
+    assert again.code == 0, again.stderr
+    assert "took over" not in again.stderr  # the lock was released, nothing to take over
+    assert crash.diff(migrated.objects, crash.comparable(env.sim)) == []
+    assert crash.state_summary(env.sim) == migrated.state
+    assert not env.finish()
+
+
+def test_sigterm_while_a_rollback_waits_for_its_rollout(fresh: Callable[..., Env]) -> None:
+    """Mid-rollout: the rollback's DaemonSet patch is done and its pods are rolling."""
+    env = fresh(time_scale=0.25)
+    before = crash.comparable(env.sim)
+    assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0
+    mark = env.mark()
+    proc = crash.start(env.kubeconfig, *ROLLBACK)
+    _until(lambda: bool(_patches(env, mark)), proc)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = _finish(proc)
+
+    assert code == 143, err
+    assert "interrupted (SIGTERM): run the same command again to resume: dcgm-migrate " \
+        + " ".join(ROLLBACK) in err
+    assert _lock_annotations(env) == {}
+    statuses = [p["status"] for p in _document(env)["phases"]]
+    assert statuses[0] == "in-progress" and statuses != ["rolled-back"] * 3, statuses
+
+    again = crash.run(env.kubeconfig, *ROLLBACK)
+    assert again.code == 0, again.stderr
+    assert [p["status"] for p in crash.state_document(env.sim)["phases"]] == ["rolled-back"] * 3
+    assert crash.diff(before, crash.comparable(env.sim)) == []
+    assert not env.finish()

@@ -143,6 +143,24 @@ def test_template_change_rolls_one_node_at_a_time(make_bare: Callable[..., Bare]
     assert revisions == [1, 2]
 
 
+def test_a_one_node_daemonset_replaces_its_only_pod_once(make_bare: Callable[..., Bare]) -> None:
+    """The last pod of a DaemonSet going away empties the controller's index of it: the next
+    pod must be counted (status) and not asked for again (no pile-up on the node)."""
+    bare = make_bare(nodes=1)
+    bare.edit(kinds.DAEMONSET, DCGM, label_template("x", "y"))
+    bare.wait_for(lambda: rolled_out(bare.store, DCGM))
+    bare.wait_idle()
+    for _ in range(3):  # more syncs (status writes, resyncs) create nothing more
+        bare.edit(kinds.DAEMONSET, DCGM, lambda d: d["metadata"].setdefault(
+            "annotations", {}).update({"touch": str(len(bare.pods(DCGM)))}))
+        bare.wait_idle()
+    pods = bare.pods(DCGM)
+    assert len(pods) == 1 and pods[0]["metadata"]["labels"]["x"] == "y"
+    status = bare.get(kinds.DAEMONSET, DCGM)["status"]
+    assert (status["currentNumberScheduled"], status["updatedNumberScheduled"],
+            status["numberAvailable"]) == (1, 1, 1)
+
+
 def test_percent_max_unavailable_rolls_in_batches(make_bare: Callable[..., Bare]) -> None:
     bare = make_bare(nodes=4)
     sampler = sample(bare, DCGM)

@@ -129,6 +129,12 @@ class NodeShares:
     def _ready(pod: PodView) -> bool:
         return pod.ready
 
+    def over(self, pods: DaemonPods) -> bool:
+        """Are these shares of this index? The controller drops a DaemonSet's index when its
+        last pod goes and starts a new one with the next pod; shares of the old index would
+        never see that pod and ask for it again on every sync."""
+        return self._pods is pods
+
     def refresh(self) -> None:
         """Recompute the nodes whose pods changed since the last call."""
         if self._pods.touched:

@@ -294,7 +294,7 @@ class DaemonSetController(Controller):
         generation = template_generation(ds)
         signature = (ds["metadata"]["uid"], fits_version, hash_, generation, surge)
         shares = self._shares.get(key)
-        if shares is None or shares.signature != signature:
+        if shares is None or shares.signature != signature or not shares.over(pods):
             shares = self._shares[key] = NodeShares(signature, fits, pods, hash_, generation,
                                                     surge)
         else:

@@ -155,7 +155,7 @@ def _node_reasons(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any],
     return "; ".join(parts)
 
 
-def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> list[Finding]:
+def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> Finding:
     subject = f"Service/{need.service}"
     phase = 2 if need.alias else 0
     expected: set[str] = set()
@@ -172,7 +172,6 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> list[F
                          f"DaemonSet/{c.daemonset} have no pod of it")
     eps = [e for e in snapshot.endpoints_of(need.service).endpoints if e.ready]
     covered = {e.node for e in eps if e.node and e.pod in pod_names}
-    out = []
     missing = sorted(expected - covered)
     if missing or short:
         why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
@@ -181,13 +180,13 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> list[F
                if need.alias else "make the pods on those nodes Ready (kubectl -n "
                f"{snapshot.namespace} describe pod …); the operator renders this Service")
         if any(c.stack != need.components[0].stack for c in need.components) and missing:
-            fix = ("both stacks run here: the name must reach either stack's pods "
-                   "(docs/runbook.md, 'Clusters running both stacks')")
-        out.append(Finding("nodes-covered", subject, False, "; ".join(why + short), fix, phase))
-    else:
-        out.append(Finding("nodes-covered", subject, True,
-                           f"a ready endpoint on each of {len(expected)} nodes", phase=phase))
-    return out
+            fix = ("both stacks run here and the ClusterPolicy operator's Service selects only "
+                   "its own pods; until the operator shares the stable names, the GPUCluster "
+                   "nodes are reached under the -dra names (docs/runbook.md, 'Coexistence: "
+                   "ClusterPolicy and GPUCluster together')")
+        return Finding("nodes-covered", subject, False, "; ".join(why + short), fix, phase)
+    return Finding("nodes-covered", subject, True,
+                   f"a ready endpoint on each of {len(expected)} nodes", phase=phase)
 
 
 def _name_findings(snapshot: Snapshot, need: _Need) -> list[Finding]:
@@ -213,7 +212,7 @@ def _name_findings(snapshot: Snapshot, need: _Need) -> list[Finding]:
                            "DCGM is reached on the consumer's own node: set "
                            "internalTrafficPolicy: Local (phase 2 renders aliases with it)",
                            phase))
-    return out + _coverage(snapshot, need, svc)
+    return [*out, _coverage(snapshot, need, svc)]
 
 
 def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> list[Finding]:

@@ -4,16 +4,21 @@ disruption monitor for its whole life; a sample outside the disruption budget (d
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from migrator.engine.state import lock as locking
+from migrator.model import kinds
 from migrator.sim.cluster import SimCluster
 from tests.helpers.disruption import DisruptionMonitor
 
 NS = "gpu-operator"
+STATE_CM = "dcgm-migrate-state"
 FAST = 0.01  # real seconds per simulated second: a pod starts in 20 ms
 APPLY = ("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
 ROLLBACK = ("rollback", "--phase", "1", "--yes", "--settle", "0s", "-o", "json")
@@ -33,6 +38,22 @@ class Env:
 
     def writes(self, since: int = 0) -> list[Any]:
         return list(self.sim.server.log.writes(since=since))
+
+    def let_the_lock_expire(self) -> str | None:
+        """A killed run's lock as a rerun meets it once the lease has run out (its TTL after the
+        last renewal): the expiry moved into the past, the holder kept. Returns the holder (None:
+        no lock, e.g. the run was killed after releasing it). Written to the store directly,
+        so it is not one of the API writes the tests count."""
+        cm = self.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
+        annotations = (cm or {}).get("metadata", {}).get("annotations") or {}
+        info = locking.read(annotations)
+        if cm is None or info is None:
+            return None
+        cm = copy.deepcopy(cm)
+        cm["metadata"]["annotations"][locking.EXPIRES] = locking.format_time(
+            datetime.now(UTC) - timedelta(seconds=1))
+        self.sim.store.update(kinds.CONFIGMAP, cm)
+        return info.holder
 
     def finish(self) -> list[str]:
         """Stop the monitor; its violations (empty when the budget held)."""

@@ -1,12 +1,12 @@
 """Concurrency (docs/design.md, "State and resume"): several `apply` processes started together —
 exactly one migrates, the others exit 4 naming the holder and write nothing; an expired lock is
-taken over; a live lock of another host is respected until `unlock` forces it."""
+taken over; a live lock of another host is respected until `unlock` forces it; a killed run's
+lock, on this host too, until it expires."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -20,7 +20,7 @@ from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, EndState, Env
 
 STATE_CM = "dcgm-migrate-state"
-OTHER = "oncall@bastion-2 pid 4242"  # a run on another host: never judged dead by its pid
+OTHER = "oncall@bastion-2 pid 4242"  # a run on another host
 
 
 @pytest.mark.parametrize("runs", [2, 4])
@@ -111,14 +111,36 @@ def test_a_live_lock_is_respected_until_unlock(fresh: Callable[..., Env]) -> Non
     assert not env.finish()
 
 
-def test_a_killed_run_on_this_host_is_taken_over_at_once(fresh: Callable[..., Env]) -> None:
-    """No waiting for the TTL when the holder is a dead process of this very host."""
+def test_a_killed_run_holds_its_lock_until_it_expires(fresh: Callable[..., Env]) -> None:
+    """A run SIGKILLed on this very host is not probed (on Windows `os.kill(pid, 0)` would send
+    it Ctrl+C): its lock holds until the lease runs out, 2 minutes after its last renewal, and
+    the rerun takes it over then (`unlock` frees it at once: the test above)."""
     env = fresh()
-    sleeper = subprocess.Popen(["sleep", "0"])
-    sleeper.wait()
-    dead = locking.default_holder().rsplit(" pid ", 1)[0] + f" pid {sleeper.pid}"
-    _locked_configmap(env, dead, datetime.now(UTC), 3600.0)
-    done = crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes", "-o", "json")
+    args = ("apply", "--phase", "1", "--yes", "-o", "json")
+    assert crash.kill_after_write(env.sim, 2, *args)  # write 1 took the lock, 2 saved the state
+    guard = time.monotonic() + 30  # the held write is logged once its answer is let go
+    while len(env.writes()) < 2:
+        assert time.monotonic() < guard, env.writes()
+        time.sleep(0.01)
+    cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
+    info = locking.read(cm["metadata"]["annotations"])
+    acquired = locking.parse_time(info.acquired) if info else None
+    assert info is not None and info.expires is not None and acquired is not None
+    assert info.expires - acquired == timedelta(minutes=2)  # the lease a run holds
+    host = locking.default_holder().rsplit(" pid ", 1)[0]
+    assert info.holder.startswith(f"{host} pid ") and info.holder != locking.default_holder()
+
+    mark = env.mark()
+    held = crash.run(env.kubeconfig, *args)
+    assert held.code == 4, held.output
+    assert (f"holds the lock on {NS}/{STATE_CM}: {info.holder}, "
+            f"until {locking.format_time(info.expires)}.") in held.stderr
+    assert "wait for the lock to expire or run `dcgm-migrate unlock" in held.stderr
+    assert env.writes(mark) == []
+
+    assert env.let_the_lock_expire() == info.holder
+    done = crash.run(env.kubeconfig, *args)
     assert done.code == 0, done.stderr
-    assert f"took over the expired lock of {dead}" in done.stderr
+    assert f"took over the expired lock of {info.holder}" in done.stderr
+    crash.state_document(env.sim)  # intact, and the lock released
     assert not env.finish()

@@ -4,6 +4,8 @@ uninterrupted run ends.
 
 Each k gets a fresh simulated cluster watched by the disruption monitor; the CLI is a real
 subprocess; the kill is exact (the sim holds the answer of write k until the process is dead).
+The killed run's lock stays held until it expires (tests/reliability/test_concurrency.py): each
+rerun meets it expired, as after waiting out its TTL.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tup
             failures.append(f"k={k}: the run ended before its write {k} (not deterministic)")
             env.sim.stop()
             continue
+        env.let_the_lock_expire()
         problems = _resume_problems(env, ref, args) + env.finish()
         env.sim.stop()
         if problems:
@@ -123,6 +126,7 @@ def test_killed_right_after_the_last_daemonset_patch_the_rerun_waits_for_its_rol
     probe.sim.stop()
     slow = fresh(time_scale=0.25)  # each new pod takes 0.5 s to become Ready
     assert crash.kill_after_write(slow.sim, patches[-1], *args)
+    assert slow.let_the_lock_expire() is not None  # killed mid-run: it still held the lock
     again = crash.run(slow.kubeconfig, *args)
     assert again.code == 0, again.stderr
     for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):

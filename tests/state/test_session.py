@@ -29,10 +29,6 @@ class Said(Quiet):
         self.lines.append(text)
 
 
-def never_dead(holder: str) -> bool:
-    return False
-
-
 def session(store: MemoryStateStore, clock: FakeClock, *, dry_run: bool = False,
             version: str | None = None, listener: Quiet | None = None) -> RunSession:
     return RunSession(store, version=version, holder=HOLDER, clock=clock,
@@ -47,7 +43,7 @@ def annotations(cm: MemoryConfigMap) -> dict[str, str]:
 
 def test_the_lock_is_held_inside_and_released_after_even_on_failure() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    store = MemoryStateStore(cm, clock=clock)
     with pytest.raises(RuntimeError), session(store, clock) as run:
         assert annotations(cm)[locking.HOLDER] == HOLDER
         run.save(State("ns", clock=clock))
@@ -59,7 +55,7 @@ def test_the_lock_is_held_inside_and_released_after_even_on_failure() -> None:
 
 def test_saves_follow_the_version_last_seen_and_refuse_another_writer() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    store = MemoryStateStore(cm, clock=clock)
     state = State("ns", clock=clock)
     with session(store, clock) as run:
         run.save(state)
@@ -69,7 +65,7 @@ def test_saves_follow_the_version_last_seen_and_refuse_another_writer() -> None:
                                                   obj["data"]["state.sha256"]}))
         with pytest.raises(StateCorrupt):
             run.save(state)
-    other = MemoryStateStore(MemoryConfigMap(), clock=clock, is_dead=never_dead)
+    other = MemoryStateStore(MemoryConfigMap(), clock=clock)
     with session(other, clock) as run:
         run.save(state)
         replaced = State("ns", stack="clusterpolicy", clock=clock).to_document()
@@ -80,7 +76,7 @@ def test_saves_follow_the_version_last_seen_and_refuse_another_writer() -> None:
 
 def test_the_heartbeat_renews_only_after_a_quarter_of_the_ttl() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    store = MemoryStateStore(cm, clock=clock)
     with session(store, clock) as run:
         first = annotations(cm)[locking.EXPIRES]
         writes = cm.writes
@@ -97,7 +93,7 @@ def test_the_heartbeat_renews_only_after_a_quarter_of_the_ttl() -> None:
 
 def test_a_dry_run_takes_no_lock_and_writes_a_scratch_copy_only() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    store = MemoryStateStore(cm, clock=clock)
     saved = store.save(State("ns", stack="gpucluster", clock=clock).to_document(),
                        expected_version=None)
     writes = cm.writes
@@ -117,10 +113,10 @@ def test_a_dry_run_takes_no_lock_and_writes_a_scratch_copy_only() -> None:
 
 def test_taking_over_an_expired_lock_is_said() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
-    MemoryStateStore(cm, clock=clock, is_dead=never_dead).acquire_lock("dead@host pid 2", 60)
+    MemoryStateStore(cm, clock=clock).acquire_lock("dead@host pid 2", 60)
     clock.advance(61)
     said = Said()
-    with session(MemoryStateStore(cm, clock=clock, is_dead=never_dead), clock, listener=said):
+    with session(MemoryStateStore(cm, clock=clock), clock, listener=said):
         pass
     assert said.lines == ["took over the expired lock of dead@host pid 2"]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import subprocess
 import sys
 import threading
@@ -22,10 +24,6 @@ from tests.helpers.clock import T0
 from tests.helpers.clock import FakeClock as Clock
 
 
-def never_dead(holder: str) -> bool:
-    return False
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -37,7 +35,7 @@ def cm() -> MemoryConfigMap:
 
 
 def store(cm: MemoryConfigMap, clock: Clock) -> MemoryStateStore:
-    return MemoryStateStore(cm, clock=clock, is_dead=never_dead)
+    return MemoryStateStore(cm, clock=clock)
 
 
 DOC: dict[str, Any] = {"schemaVersion": 1, "stack": "gpucluster", "phases": {"1": "completed"},
@@ -181,19 +179,50 @@ def test_an_expired_lock_is_taken_over_and_the_old_holder_loses(
     assert locking.read(cm.object["metadata"]["annotations"]).holder == "bob@b pid 2"  # type: ignore[index,union-attr]
 
 
-def test_a_dead_local_holder_is_taken_over_before_expiry(
-    cm: MemoryConfigMap, clock: Clock
+def test_a_killed_run_on_this_host_holds_its_lock_until_it_expires(
+    cm: MemoryConfigMap, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No probe of the holder's process (on Windows `os.kill(pid, 0)` would send it Ctrl+C):
+    a dead holder of this very host is judged by its lease alone."""
+
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
-    import socket
-    dead = f"ci@{socket.gethostname()} pid {proc.stdout.strip()}"
-    assert locking.holder_is_dead(dead)
-    assert not locking.holder_is_dead(locking.default_holder())
-    assert not locking.holder_is_dead("ci@some-other-host pid 1")
-    store(cm, clock).acquire_lock(dead, 600)
-    lock = MemoryStateStore(cm, clock=clock).acquire_lock(locking.default_holder(), 600)
+    dead = f"ci@{socket.gethostname()} pid {proc.stdout.strip()}"  # that process has exited
+
+    def no_signals(pid: int, sig: int) -> None:
+        raise AssertionError(f"the store signalled pid {pid}")
+
+    monkeypatch.setattr(os, "kill", no_signals)
+    store(cm, clock).acquire_lock(dead, 120)
+    for step in (0, 60, 59):  # at T0, T0+60 s, T0+119 s
+        clock.advance(step)
+        with pytest.raises(LockHeld, match=f"{dead}, until 2025-03-01T12:02:00Z"):
+            store(cm, clock).acquire_lock(locking.default_holder(), 120)
+    clock.advance(1)  # 120 s after it took (last renewed) the lock: expired
+    lock = store(cm, clock).acquire_lock(locking.default_holder(), 120)
     assert lock.taken_over_from == dead
+
+
+def test_a_holder_that_keeps_renewing_is_never_taken_over(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    """Alive is renewing: an hour of renewals every 30 s keeps a 120 s lock; once they stop,
+    the lock is taken over 120 s after the last one."""
+    holder = store(cm, clock)
+    lock = holder.acquire_lock("alice@a pid 1", 120)
+    for _ in range(120):
+        clock.advance(30)
+        lock = holder.renew_lock(lock)
+        with pytest.raises(LockHeld, match="alice@a pid 1"):
+            store(cm, clock).acquire_lock("bob@b pid 2", 120)
+    assert lock.expires == clock.now() + timedelta(seconds=120)
+    clock.advance(119.9)
+    with pytest.raises(LockHeld):
+        store(cm, clock).acquire_lock("bob@b pid 2", 120)
+    clock.advance(0.1)
+    assert store(cm, clock).acquire_lock("bob@b pid 2", 120).taken_over_from == "alice@a pid 1"
+    with pytest.raises(LockHeld, match="taken over by bob@b pid 2"):
+        holder.renew_lock(lock)
 
 
 def test_renew_extends_and_force_unlock_reports_the_holder(

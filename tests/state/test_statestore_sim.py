@@ -35,7 +35,7 @@ def kube(empty_api: ApiServer) -> Kube:
 
 
 def store(empty_api: ApiServer, clock: Clock) -> ConfigMapStateStore:
-    return ConfigMapStateStore(kube(empty_api), NS, clock=clock, is_dead=lambda holder: False)
+    return ConfigMapStateStore(kube(empty_api), NS, clock=clock)
 
 
 def stored_cm(empty_api: ApiServer) -> dict[str, Any]:

@@ -1,14 +1,18 @@
 """The run lock's data: who holds it, since when, until when — as ConfigMap annotations.
 
-Pure helpers (plus `default_holder`/`holder_is_dead`, which look at this host) used by the
-state store, which takes, renews and releases the lock with resourceVersion-guarded writes.
+Pure helpers (plus `default_holder`, which names this process) used by the state store, which
+takes, renews and releases the lock with resourceVersion-guarded writes.
+
+The lock is a lease: its holder is alive for as long as it keeps renewing it (the expiry stays
+in the future), and a lock that has expired is anyone's to take over. Nothing looks at the
+holder's process: a run killed on this very host holds its lock until it expires, TTL seconds
+after its last renewal, or until `dcgm-migrate unlock` removes it.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import re
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,8 +21,6 @@ HOLDER = "dcgm-migrate/lock-holder"
 EXPIRES = "dcgm-migrate/lock-expires"
 ACQUIRED = "dcgm-migrate/lock-acquired"
 KEYS = (HOLDER, EXPIRES, ACQUIRED)
-
-_HOLDER_FORMAT = re.compile(r"^(?P<user>[^@]*)@(?P<host>\S+) pid (?P<pid>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -98,24 +100,3 @@ def default_holder() -> str:
     except (KeyError, OSError):
         user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
     return f"{user}@{socket.gethostname()} pid {os.getpid()}"
-
-
-def holder_is_dead(holder: str) -> bool:
-    """True only when the holder ran on this host and its process is gone (killed run).
-
-    Lets the same command, run again after a kill, take over at once instead of waiting for
-    the lock to expire. A holder on another host is never judged dead.
-    """
-    match = _HOLDER_FORMAT.match(holder)
-    if not match or match.group("host") != socket.gethostname():
-        return False
-    pid = int(match.group("pid"))
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # exists but not ours to signal
-    return False

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from migrator.engine.clock import Clock, SystemClock
@@ -63,13 +62,9 @@ class StateStore(Protocol):
 class _ConfigMapState(ConfigMapFormat):
     """The store's logic, over any backend that behaves like the API for one ConfigMap."""
 
-    def __init__(
-        self, backend: Backend, managed_by: Label, clock: Clock,
-        is_dead: Callable[[str], bool] = locking.holder_is_dead,
-    ) -> None:
+    def __init__(self, backend: Backend, managed_by: Label, clock: Clock) -> None:
         super().__init__(backend, managed_by)
         self._clock = clock
-        self._is_dead = is_dead
         # One store may be called from more than one thread (the guard's loops, tests racing
         # two runs through one store): each call is atomic for this store.
         self._mu = threading.RLock()
@@ -230,7 +225,11 @@ class _ConfigMapState(ConfigMapFormat):
         )
 
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
-        """Take the lock; LockHeld when another run holds it (an expired lock is taken over)."""
+        """Take the lock; LockHeld when another run holds it (an expired lock is taken over).
+
+        A holder is alive while its lock has not expired, whoever and wherever it is: a killed
+        run's lock is taken over once it expires (or after `force_unlock`), never before.
+        """
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
             for _ in range(_ROUNDS):
@@ -255,7 +254,7 @@ class _ConfigMapState(ConfigMapFormat):
                     self._check_not_terminating(current)
                     self._view(current)
                     info = locking.read(current["metadata"].get("annotations"))
-                    if info is not None and info.live(now) and not self._is_dead(info.holder):
+                    if info is not None and info.live(now):
                         raise self._lock_held(info)
                     lock = tried = locking.new_lock(
                         holder, now, ttl_seconds, info.holder if info else None
@@ -358,11 +357,11 @@ class ConfigMapStateStore(_ConfigMapState):
 
     def __init__(
         self, kube: Kube, namespace: str, common: Common | None = None,
-        clock: Clock | None = None, is_dead: Callable[[str], bool] = locking.holder_is_dead,
+        clock: Clock | None = None,
     ) -> None:
         common = common or load_catalog().common
         super().__init__(KubeConfigMap(kube, namespace, common.state_configmap),
-                         common.managed_by, clock or SystemClock(), is_dead)
+                         common.managed_by, clock or SystemClock())
 
 
 class MemoryStateStore(_ConfigMapState):
@@ -374,11 +373,11 @@ class MemoryStateStore(_ConfigMapState):
 
     def __init__(
         self, configmap: MemoryConfigMap | None = None, clock: Clock | None = None,
-        is_dead: Callable[[str], bool] = locking.holder_is_dead, common: Common | None = None,
+        common: Common | None = None,
     ) -> None:
         common = common or load_catalog().common
         self.configmap = configmap or MemoryConfigMap(name=common.state_configmap)
-        super().__init__(self.configmap, common.managed_by, clock or SystemClock(), is_dead)
+        super().__init__(self.configmap, common.managed_by, clock or SystemClock())
 
     @classmethod
     def seeded(cls, stored: StoredState | None, clock: Clock | None = None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from migrator.engine import executor, informer
+from migrator.engine import executor, informer, runstate
 from migrator.engine import preview as previews
 from migrator.engine import report as reports
 from migrator.engine.clock import Clock, SystemClock
@@ -31,8 +31,10 @@ from migrator.engine.state import (
     StateStore,
     default_holder,
 )
+from migrator.engine.state import lock as locking
 from migrator.errors import StalePlan, UsageError
 from migrator.kube.client import Kube
+from migrator.model import kinds
 from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
@@ -350,9 +352,26 @@ def status(session: Session) -> dict[str, Any]:
         "planFingerprint": state.plan_fingerprint, "updated": state.updated,
         "lastError": state.last_error, "history": state.history[-10:],
     }
+    report["run"] = run = runstate.describe(state, _lock_info(session), session.clock.now(),
+                                            session.namespace)
+    if run["rollback"] is not None:  # a rollback in progress: its steps, not the forward diff
+        undoing = {p["phase"] for p in run["rollback"]}
+        for view in report["phases"]:
+            if view["number"] in undoing:
+                view["changes"] = []
+                view["notes"] = [*view["notes"], "being rolled back: the rollback's steps are "
+                                 "under `run.rollback`"]
     report["ok"] = (report["verdict"]["ok"] and not report["lostState"]
-                    and reports.all_gates_ok(report, completed_only=True))
+                    and reports.all_gates_ok(report, completed_only=True)
+                    and run["state"] != "interrupted")
     return report
+
+
+def _lock_info(session: Session) -> locking.LockInfo | None:
+    """The run lock as the state ConfigMap's annotations describe it (anyone's, live or not)."""
+    cm = session.kube.get(kinds.CONFIGMAP, session.catalog.common.state_configmap,
+                          session.namespace)
+    return locking.read((cm or {}).get("metadata", {}).get("annotations"))
 
 
 def verify(session: Session) -> dict[str, Any]:

@@ -57,6 +57,8 @@ def report_table(doc: dict[str, Any]) -> None:
     con.print(f"[bold]stack[/bold] {doc['stack']}   [bold]namespace[/bold] {doc['namespace']}"
               + (f"   [bold]components[/bold] {', '.join(doc.get('components') or [])}"
                  if doc.get("components") else ""))
+    if doc.get("run"):
+        run_lines(con, doc["run"])
     verdict = doc.get("verdict")
     if verdict:
         head = "the stable identity works" if verdict["ok"] else "the stable identity is broken"
@@ -90,6 +92,8 @@ def report_table(doc: dict[str, Any]) -> None:
             con.print(f"  … would wait for {esc(wait)}")
         if phase.get("error"):
             con.print(f"  [red]last error:[/red] {esc(phase['error'])}")
+    if (doc.get("state") or {}).get("history"):
+        history_lines(con, doc["state"]["history"])
     if doc.get("warnings"):
         con.print("\n[bold yellow]Warnings[/bold yellow]")
         for w in doc["warnings"]:
@@ -102,6 +106,54 @@ def report_table(doc: dict[str, Any]) -> None:
     if "ok" in doc:
         con.print("\n[bold]verdict[/bold] " + ("[green]OK[/green]" if doc["ok"]
                                                 else "[red]NOT OK[/red]"))
+
+
+_RUN_HEADS = {"idle": "idle (no run in progress)", "running": "[bold]running[/bold]",
+              "rolling-back": "[bold]rolling back[/bold]",
+              "interrupted": "[bold red]interrupted[/bold red]"}
+
+
+def _event(event: dict[str, Any]) -> str:
+    details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("at", "event"))
+    return f"{event.get('at', '')} {event.get('event', '')}" + (f" {details}" if details else "")
+
+
+def run_lines(con: Any, run: dict[str, Any]) -> None:
+    """`status`: is a run going on, was one interrupted (and the command that resumes), which
+    steps a rollback in progress writes (docs/output.schema.json, `$defs/run`)."""
+    head = f"[bold]run[/bold] {_RUN_HEADS.get(run['state'], run['state'])}"
+    if run.get("operation"):
+        head += f" — {run['operation']} --phase {run['target']}"
+        if run.get("phase"):
+            head += f", at phase {run['phase']}"
+    if run["state"] == "interrupted":
+        head += ", and no run holds the lock"
+    con.print(head)
+    lock = run.get("lock")
+    if lock:
+        when = (f"since {esc(lock['acquired'])}, " if lock.get("acquired") else "") + (
+            f"renewed until {esc(lock['expires'])}" if lock["live"] else
+            f"expired at {esc(lock['expires'])} (anyone's to take over)")
+        con.print(f"  lock: {esc(lock['holder'])}, {when}")
+    if run.get("lastEvent"):
+        con.print(f"  last event: {esc(_event(run['lastEvent']))}")
+    if run.get("resume"):
+        con.print(f"  [bold]resume:[/bold] {esc(run['resume'])}")
+    for phase in run.get("rollback") or []:
+        con.print(f"  rollback of phase {phase['phase']} — {phase['name']} ({phase['status']})")
+        for step in phase["steps"]:
+            mark = "✓" if step["status"] in ("done", "skipped") else "…"
+            con.print(f"    {mark} {esc(step['status'])}: {esc(step['object'])} "
+                      f"({esc(step['type'])})")
+            for c in step["changes"]:
+                con.print(f"        {esc(c['field'])}: {esc(_val(c['before']))} → "
+                          f"{esc(_val(c['after']))}")
+
+
+def history_lines(con: Any, history: list[dict[str, Any]]) -> None:
+    con.print(f"\n[bold]History[/bold] (last {len(history)} events, oldest first)")
+    for event in history:
+        con.print(f"  {esc(_event(event))}")
 
 
 def checks_table(doc: dict[str, Any]) -> None:

@@ -1,0 +1,107 @@
+"""What `status` says about runs (docs/output.schema.json, `$defs/run`): is one running, was one
+interrupted halfway, is a rollback in progress — from the state document and the run lock.
+
+- `running` / `rolling-back`: a live lock (its expiry is in the future); the operation is the
+  last `phase-start` / `rollback-start` event of the phase in progress;
+- `interrupted`: a phase `in-progress` or `failed` and no live lock (Ctrl-C, SIGTERM, a kill
+  whose lock expired, a gate that stopped the run): `resume` is the command that goes on;
+- `idle`: nothing in progress and no live lock.
+
+Pure: the caller reads the state and the lock annotations.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from migrator.engine.state import PHASE_NAMES, PhaseRecord, State
+from migrator.engine.state.lock import LockInfo, format_time
+from migrator.model.steps import from_record
+
+ACTIVE = ("in-progress", "failed")
+STARTS = {"phase-start": "apply", "rollback-start": "rollback"}
+
+
+def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int | None]:
+    """(apply | rollback, the command's --phase) of the run that left `active` in progress."""
+    numbers = {r.number for r in active}
+    for event in reversed(state.history):
+        operation = STARTS.get(str(event.get("event")))
+        if operation and (not numbers or event.get("phase") in numbers):
+            target = event.get("target")
+            return operation, target if isinstance(target, int) and target in PHASE_NAMES \
+                else None
+    if any(r.undo for r in active):
+        return "rollback", None
+    return ("apply", None) if active else (None, None)
+
+
+def _rollback_steps(state: State, target: int | None) -> list[dict[str, Any]]:
+    """Per phase the rollback undoes (newest first), each recorded step's inverse and whether
+    it is done: what the rollback writes, instead of the forward diff."""
+    out = []
+    for number in sorted(PHASE_NAMES, reverse=True):
+        rec = state.phase(number)
+        if rec.status in ("pending", "rolled-back") or (target is not None and number < target):
+            continue
+        undone = {r.id: r.status for r in rec.undo}
+        steps = []
+        for step in reversed(rec.done_steps()):
+            inverse = step.inverse()
+            if inverse is None:
+                continue
+            steps.append({"object": inverse.object, "type": inverse.type,
+                          "status": undone.get(inverse.id, "to-do"),
+                          "changes": [c.as_dict() for c in inverse.changes()]})
+        for r in rec.undo:  # recorded by the rollback itself (e.g. a pod roll), not an inverse
+            step = from_record(r.step)
+            if not any(s["object"] == step.object and s["type"] == step.type for s in steps):
+                steps.append({"object": step.object, "type": step.type, "status": r.status,
+                              "changes": [c.as_dict() for c in step.changes()]})
+        out.append({"phase": number, "name": PHASE_NAMES[number], "status": rec.status,
+                    "steps": steps})
+    return out
+
+
+def _command(operation: str, target: int, namespace: str) -> str:
+    return f"dcgm-migrate {operation} --phase {target} -n {namespace}"
+
+
+def describe(state: State | None, lock: LockInfo | None, now: datetime,
+             namespace: str) -> dict[str, Any]:
+    """The `run` object of `status -o json`."""
+    live = lock is not None and lock.live(now)
+    lock_view = None if lock is None else {
+        "holder": lock.holder, "acquired": lock.acquired or None,
+        "expires": format_time(lock.expires) if lock.expires else None, "live": live}
+    active = [r for r in (state.phases.values() if state else []) if r.status in ACTIVE]
+    active.sort(key=lambda r: r.number)
+    operation, target = _operation(state, active) if state else (None, None)
+    if operation == "rollback" and target is None:
+        target = min((r.number for r in active), default=None)
+    if operation == "apply" and target is None:
+        target = max((r.number for r in active), default=None)
+    current = (max if operation == "rollback" else min)(active, key=lambda r: r.number) \
+        if active else None
+    if live:
+        run = "rolling-back" if operation == "rollback" and active else "running"
+    elif active:
+        run = "interrupted"
+    else:
+        run = "idle"
+    if run == "idle" or (run == "running" and not active):
+        operation = target = None
+    history = state.history if state else []
+    return {
+        "state": run,
+        "operation": operation,
+        "target": target,
+        "phase": current.number if current else None,
+        "lock": lock_view,
+        "resume": (_command(operation, target, namespace)
+                   if run == "interrupted" and operation and target else None),
+        "lastEvent": history[-1] if history else None,
+        "rollback": (_rollback_steps(state, target)
+                     if state is not None and operation == "rollback" and active else None),
+    }

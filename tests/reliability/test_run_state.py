@@ -1,0 +1,127 @@
+"""`status` tells a run in progress from an interrupted one and from a rollback (the `run`
+object of docs/output.schema.json, and the table): who holds the lock and since when, the
+command that resumes an interrupted run, the rollback's own steps instead of the forward diff,
+and the history. The runs are real subprocesses on a sim with slow pod starts; `status` is the
+CLI in-process."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from migrator.model import kinds
+from tests.helpers import cli, crash
+from tests.reliability.conftest import APPLY, NS, ROLLBACK, Env
+
+STATE_CM = "dcgm-migrate-state"
+SLOW = 0.25  # real seconds per simulated second: a new pod is Ready after 0.5 s
+
+
+def _phases(env: Env) -> list[dict[str, Any]]:
+    cm = env.sim.store.find(kinds.CONFIGMAP, NS, STATE_CM)
+    text = ((cm or {}).get("data") or {}).get("state.json") or "{}"
+    phases: list[dict[str, Any]] = json.loads(text).get("phases") or []
+    return phases
+
+
+def _until(what: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert proc.poll() is None, f"the run ended first: {proc.communicate()}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err
+
+
+def _status(env: Env) -> tuple[int, dict[str, Any], str]:
+    doc = cli.run(env.kubeconfig, "status", "-o", "json")  # validated against the schema
+    table = cli.run(env.kubeconfig, "status")
+    assert doc.code == table.code
+    return doc.code, doc.json(), table.stdout
+
+
+def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
+        fresh: Callable[..., Env]) -> None:
+    env = fresh(time_scale=SLOW)
+    proc = crash.start(env.kubeconfig, *APPLY)
+    try:
+        _until(lambda: any(p["status"] == "in-progress" for p in _phases(env)), proc)
+        code, doc, table = _status(env)
+        run = doc["run"]
+        assert run["state"] == "running", run
+        assert (run["operation"], run["target"], run["phase"]) == ("apply", 3, 1)
+        assert run["lock"]["live"] and run["lock"]["holder"].endswith(f" pid {proc.pid}")
+        assert run["lock"]["acquired"] and run["lock"]["expires"] and run["resume"] is None
+        assert run["lastEvent"]["event"] == "phase-start" and run["rollback"] is None
+        assert "run running — apply --phase 3, at phase 1" in table
+        assert f"lock: {run['lock']['holder']}, since {run['lock']['acquired']}" in table
+        assert "History (last " in table and "phase-start phase=1 target=3" in table
+    finally:
+        stopped, err = _stop(proc)
+    assert stopped == 143, err
+
+    code, doc, table = _status(env)
+    run = doc["run"]
+    assert run["state"] == "interrupted", run
+    assert run["lock"] is None  # released on SIGTERM
+    assert run["resume"] == f"dcgm-migrate apply --phase 3 -n {NS}"
+    assert code == 1 and doc["ok"] is False  # an interrupted run never looks healthy
+    assert "run interrupted — apply --phase 3, at phase 1, and no run holds the lock" in table
+    assert f"resume: dcgm-migrate apply --phase 3 -n {NS}" in table
+    assert "verdict NOT OK" in table
+
+    again = crash.run(env.kubeconfig, *shlex.split(run["resume"])[1:])  # the exact command
+    assert again.code == 0, again.stderr
+    code, doc, table = _status(env)
+    assert doc["run"]["state"] == "idle" and doc["run"]["resume"] is None
+    assert code == 0 and "run idle" in table
+    assert not env.finish()
+
+
+def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[..., Env]) -> None:
+    env = fresh(time_scale=SLOW)
+    assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0
+    proc = crash.start(env.kubeconfig, *ROLLBACK)
+    try:
+        def undoing_phase_1() -> bool:
+            first = _phases(env)[0]
+            return first["status"] == "in-progress" and bool(first["undo"])
+
+        _until(undoing_phase_1, proc)
+        _, doc, table = _status(env)
+        run = doc["run"]
+        assert run["state"] == "rolling-back", run
+        assert (run["operation"], run["target"], run["phase"]) == ("rollback", 1, 1)
+        assert [p["phase"] for p in run["rollback"]] == [1]  # 3 and 2 are rolled back
+        steps = run["rollback"][0]["steps"]
+        assert steps and all(s["type"] == "set-labels" for s in steps)
+        # the rollback removes the common labels: after is null (absent)
+        assert all(c["after"] is None for s in steps for c in s["changes"])
+        assert doc["phases"][0]["changes"] == []  # not the forward diff
+        assert "run rolling back — rollback --phase 1, at phase 1" in table
+        assert "rollback of phase 1 — label (in-progress)" in table
+    finally:
+        stopped, err = _stop(proc)
+    assert stopped == 143, err
+    _, doc, table = _status(env)
+    assert doc["run"]["state"] == "interrupted"
+    assert doc["run"]["resume"] == f"dcgm-migrate rollback --phase 1 -n {NS}"
+    assert doc["run"]["rollback"] and doc["phases"][0]["changes"] == []
+    again = crash.run(env.kubeconfig, *shlex.split(doc["run"]["resume"])[1:], "--settle", "0s")
+    assert again.code == 0, again.stderr
+    assert not env.finish()

@@ -31,13 +31,13 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from migrator.model import kinds
-from migrator.model.selectors import Selector, from_labels
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import endpointsobject as O
 from migrator.sim.controllers import endpointsubsets as S
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
 from migrator.sim.controllers.endpointslices import service_selector
+from migrator.sim.controllers.membership import Membership
 from migrator.sim.simkinds import ENDPOINTS
 from migrator.sim.store import Event, Store, StoreError
 
@@ -82,20 +82,14 @@ class EndpointsController(Controller):
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
         self._services: dict[SvcKey, Obj] = {}
-        self._selectors: dict[SvcKey, Selector] = {}
-        self._by_ns: dict[str, set[str]] = {}
-        self._pods: dict[str, dict[str, Obj]] = {}
-        self._members: dict[SvcKey, set[str]] = {}
+        self._index = Membership()  # pod updates are filtered by `wants`
         self._books: dict[SvcKey, S.Book] = {}
         self._endpoints: dict[SvcKey, Obj] = {}  # the lister
         self._times = O.TriggerTimes()
-        self._full: set[SvcKey] = set()
-        self._partial: dict[SvcKey, set[str]] = {}  # an empty scope: re-check, no pod changed
         self._gone: set[SvcKey] = set()  # Endpoints to delete: their Service is gone
 
     def prime(self) -> None:
-        for pod in self.store.list(kinds.POD)[0]:
-            self._pods.setdefault(pod["metadata"]["namespace"], {})[pod["metadata"]["name"]] = pod
+        self._index.prime(self.store.list(kinds.POD)[0])
         for ep in self.store.list(ENDPOINTS)[0]:
             self._endpoints[_key(ep)] = ep
         for svc in self.store.list(kinds.SERVICE)[0]:
@@ -104,7 +98,7 @@ class EndpointsController(Controller):
             if key not in self._services and LEADER_ANNOTATION not in (
                     ep["metadata"].get("annotations") or {}):
                 self._gone.add(key)
-        if self._full or self._gone:
+        if self._index.full or self._gone:
             self.schedule("sync", 0)
 
     def wants(self, event: Event) -> bool:
@@ -124,25 +118,17 @@ class EndpointsController(Controller):
         if selector is None:  # not this controller's: its Endpoints are left as they are
             self._forget(key)
             return
-        if previous is None or key not in self._selectors or service_selector(
+        if previous is None or not self._index.selects(key) or service_selector(
                 previous) != selector:
-            sel = self._selectors[key] = from_labels(selector)
-            self._by_ns.setdefault(key[0], set()).add(key[1])
-            self._members[key] = {name for name, pod in self._pods.get(key[0], {}).items()
-                                  if sel.matches(P.labels_of(pod))}
-            self._full.add(key)
+            self._index.select(key, selector)
         elif _service_signature(previous) != _service_signature(svc):
-            self._full.add(key)
+            self._index.full.add(key)
         else:
-            self._partial.setdefault(key, set())  # labels or anything else: synced as upstream
+            self._index.recheck(key)  # labels or anything else: synced as upstream
 
     def _forget(self, key: SvcKey) -> None:
-        self._selectors.pop(key, None)
-        self._members.pop(key, None)
+        self._index.forget(key)
         self._books.pop(key, None)
-        self._by_ns.get(key[0], set()).discard(key[1])
-        self._full.discard(key)
-        self._partial.pop(key, None)
 
     def _service_deleted(self, key: SvcKey) -> None:
         self._forget(key)
@@ -150,42 +136,21 @@ class EndpointsController(Controller):
         self._times.forget(key)
         self._gone.add(key)
 
-    def _pod_changed(self, ev: Event) -> None:
-        pod = ev.object
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        deleted = ev.type == "DELETED"
-        if deleted:
-            self._pods.get(ns, {}).pop(name, None)
-        else:
-            self._pods.setdefault(ns, {})[name] = pod
-        labels = P.labels_of(pod)
-        for svc_name in self._by_ns.get(ns, ()):
-            key = (ns, svc_name)
-            members = self._members.setdefault(key, set())
-            match = not deleted and self._selectors[key].matches(labels)
-            was = name in members
-            if match:
-                members.add(name)
-            else:
-                members.discard(name)
-            if match or was:
-                self._partial.setdefault(key, set()).add(name)
-
     def _endpoints_event(self, ev: Event) -> None:
         key = _key(ev.object)
         if ev.type != "DELETED":
             self._endpoints[key] = ev.object
             return
         self._endpoints.pop(key, None)
-        if key in self._selectors:  # onEndpointsDelete: the Service's sync writes it again
-            self._partial.setdefault(key, set())
+        if self._index.selects(key):  # onEndpointsDelete: the Service's sync writes it again
+            self._index.recheck(key)
 
     # ---- the loop ----------------------------------------------------------------------------
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         for ev in events:
             if ev.resource is kinds.POD:
-                self._pod_changed(ev)
+                self._index.pod_changed(ev)
             elif ev.resource is kinds.SERVICE:
                 if ev.type == "DELETED":
                     self._service_deleted(_key(ev.object))
@@ -196,15 +161,12 @@ class EndpointsController(Controller):
         gone, self._gone = self._gone, set()
         for key in sorted(gone):
             self._delete(key)
-        full, self._full = self._full, set()
-        partial, self._partial = self._partial, {}
-        for key in sorted(full | set(partial)):
-            try:
-                self.sync(key, None if key in full else partial[key])
-            except StoreError as err:
-                log.info("endpoints %s/%s: %s; resyncing", key[0], key[1], err.message)
-                self._partial.setdefault(key, set())
-                self.schedule("sync", 1.0)
+        self._index.sync_pending(self.sync, self._resync)
+
+    def _resync(self, key: SvcKey, err: StoreError) -> None:
+        log.info("endpoints %s/%s: %s; resyncing", key[0], key[1], err.message)
+        self._index.recheck(key)
+        self.schedule("sync", 1.0)
 
     def _delete(self, key: SvcKey) -> None:
         """A gone Service's Endpoints, deleted by name whoever wrote them (NotFound is fine)."""
@@ -224,10 +186,10 @@ class EndpointsController(Controller):
         """`syncService` for one Service: everything (`scope` None), or only the pods in
         `scope` changed since the last sync."""
         svc = self._services.get(key)
-        if svc is None or key not in self._selectors:
+        if svc is None or not self._index.selects(key):
             return
-        pods = self._pods.get(key[0], {})
-        members = self._members.get(key, set())
+        pods = self._index.pods(key[0])
+        members = self._index.members(key)
         book = self._books.get(key)
         if scope is None or book is None:
             names = sorted(members)

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.model import kinds
-from migrator.model.selectors import Selector, from_labels
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
+from migrator.sim.controllers.membership import Membership
 from migrator.sim.store import Event, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -290,14 +290,9 @@ class EndpointSliceController(Controller):
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
         self._services: dict[SvcKey, Obj] = {}
-        self._selectors: dict[SvcKey, Selector] = {}
-        self._by_ns: dict[str, set[str]] = {}
-        self._pods: dict[str, dict[str, Obj]] = {}
-        self._members: dict[SvcKey, set[str]] = {}
+        self._index = Membership(_pod_signature)
         self._slices: dict[SvcKey, dict[str, Obj]] = {}
         self._own_rv: dict[tuple[str, str], str] = {}
-        self._full: set[SvcKey] = set()
-        self._partial: dict[SvcKey, set[str]] = {}
         # (namespace, slice) -> (resourceVersion, its slice_outline)
         self._outlines: dict[tuple[str, str], tuple[str, tuple[str, frozenset[str]]]] = {}
         # service -> pod name -> the slice holding its endpoint: an incremental pass visits
@@ -306,13 +301,12 @@ class EndpointSliceController(Controller):
         self._empty: dict[SvcKey, set[str]] = {}  # slices without endpoints (a pass deletes them)
 
     def prime(self) -> None:
-        for pod in self.store.list(kinds.POD)[0]:
-            self._pods.setdefault(pod["metadata"]["namespace"], {})[pod["metadata"]["name"]] = pod
+        self._index.prime(self.store.list(kinds.POD)[0])
         for sl in self.store.list(kinds.ENDPOINTSLICE)[0]:
             self._cache_slice(sl, deleted=False)
         for svc in self.store.list(kinds.SERVICE)[0]:
             self._service_changed(svc, None)
-        if self._full:
+        if self._index.full:
             self.schedule("sync", 0)
 
     # ---- cache maintenance ------------------------------------------------------------------
@@ -322,53 +316,16 @@ class EndpointSliceController(Controller):
         self._services[key] = svc
         selector = service_selector(svc)
         if selector is None:
-            self._selectors.pop(key, None)
-            self._members.pop(key, None)
-            self._by_ns.get(key[0], set()).discard(key[1])
+            self._index.forget(key)
             return
-        if old is None or service_selector(old) != selector or key not in self._selectors:
-            sel = from_labels(selector)
-            self._selectors[key] = sel
-            self._by_ns.setdefault(key[0], set()).add(key[1])
-            self._members[key] = {
-                name for name, pod in self._pods.get(key[0], {}).items()
-                if sel.matches(P.labels_of(pod))
-            }
-            self._full.add(key)
-            return
-        if _service_signature(old) != _service_signature(svc):
-            self._full.add(key)
+        if old is None or service_selector(old) != selector or not self._index.selects(key):
+            self._index.select(key, selector)
+        elif _service_signature(old) != _service_signature(svc):
+            self._index.full.add(key)
 
     def _service_deleted(self, key: SvcKey) -> None:
         self._services.pop(key, None)
-        self._selectors.pop(key, None)
-        self._members.pop(key, None)
-        self._by_ns.get(key[0], set()).discard(key[1])
-        self._full.discard(key)
-        self._partial.pop(key, None)
-
-    def _pod_changed(self, ev: Event) -> None:
-        pod = ev.object
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        deleted = ev.type == "DELETED"
-        if deleted:
-            self._pods.get(ns, {}).pop(name, None)
-        else:
-            self._pods.setdefault(ns, {})[name] = pod
-            if ev.type == "MODIFIED" and _pod_signature(ev.old) == _pod_signature(pod):
-                return
-        labels = P.labels_of(pod)
-        for svc_name in self._by_ns.get(ns, ()):
-            key = (ns, svc_name)
-            members = self._members.setdefault(key, set())
-            match = not deleted and self._selectors[key].matches(labels)
-            was = name in members
-            if match:
-                members.add(name)
-            else:
-                members.discard(name)
-            if match or was:
-                self._partial.setdefault(key, set()).add(name)
+        self._index.forget(key)
 
     def _slice_owner(self, sl: Mapping[str, Any]) -> SvcKey | None:
         labels = P.labels_of(sl)
@@ -431,7 +388,7 @@ class EndpointSliceController(Controller):
         for ev in events:
             obj = ev.object
             if ev.resource is kinds.POD:
-                self._pod_changed(ev)
+                self._index.pod_changed(ev)
             elif ev.resource is kinds.SERVICE:
                 key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
                 if ev.type == "DELETED":
@@ -440,15 +397,12 @@ class EndpointSliceController(Controller):
                     self._service_changed(obj, ev.old)
             elif ev.resource is kinds.ENDPOINTSLICE:
                 self._slice_event(ev)
-        full, self._full = self._full, set()
-        partial, self._partial = self._partial, {}
-        for key in sorted(full | set(partial)):
-            try:
-                self.sync(key, None if key in full else partial[key])
-            except StoreError as err:
-                log.info("endpointslices %s/%s: %s; resyncing", key[0], key[1], err.message)
-                self._full.add(key)
-                self.schedule("sync", 1.0)
+        self._index.sync_pending(self.sync, self._resync)
+
+    def _resync(self, key: SvcKey, err: StoreError) -> None:
+        log.info("endpointslices %s/%s: %s; resyncing", key[0], key[1], err.message)
+        self._index.full.add(key)
+        self.schedule("sync", 1.0)
 
     def _slice_event(self, ev: Event) -> None:
         sl = ev.object
@@ -460,17 +414,17 @@ class EndpointSliceController(Controller):
         key = self._cache_slice(sl, deleted=ev.type == "DELETED")
         if old_owner is not None and old_owner != key:
             self._put_slice(old_owner, ident[1], None)
-            self._full.add(old_owner)
+            self._index.full.add(old_owner)
         if not mine and key is not None and key in self._services:
-            self._full.add(key)  # someone else touched our slice: rebuild it
+            self._index.full.add(key)  # someone else touched our slice: rebuild it
 
     def sync(self, key: SvcKey, scope: set[str] | None) -> None:
         svc = self._services.get(key)
-        if svc is None or key not in self._selectors or P.is_deleting(svc):
+        if svc is None or not self._index.selects(key) or P.is_deleting(svc):
             return
         ns = key[0]
-        pods = self._pods.get(ns, {})
-        members = self._members.get(key, set())
+        pods = self._index.pods(ns)
+        members = self._index.members(key)
         names = members if scope is None else (scope & members)
         desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods))
         slices = self._slices.get(key, {})

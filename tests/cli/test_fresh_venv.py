@@ -30,10 +30,21 @@ from migrator import __version__
 
 REPO = Path(__file__).resolve().parents[2]
 GUARD_SECONDS = 300  # kills a hung install instead of hanging the suite; not an assertion
-NOT_COPIED = (".git", "__pycache__", "*.egg-info", "build", "dist", ".*_cache", ".venv", "venv",
-              ".ci-venv")
+NOT_COPIED = (".git", "__pycache__", "*.egg-info", "build", "dist", ".*_cache")
 
 pytestmark = pytest.mark.slow
+
+
+def copy_checkout(dest: Path) -> None:
+    """The checkout without its build output, caches and virtualenvs (.ci-venv, any folder
+    holding a pyvenv.cfg)."""
+    skip = shutil.ignore_patterns(*NOT_COPIED)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return set(skip(folder, names)) | {
+            name for name in names if (Path(folder) / name / "pyvenv.cfg").is_file()}
+
+    shutil.copytree(REPO, dest, ignore=ignore)
 
 
 def readme_install_and_demo() -> tuple[str, str]:
@@ -56,7 +67,7 @@ def test_the_readme_commands_are_the_promised_ones() -> None:
 def test_fresh_venv_installs_and_runs_the_demo(tmp_path: Path) -> None:
     install, demo = readme_install_and_demo()
     src = tmp_path / "checkout"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    copy_checkout(src)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
                    timeout=GUARD_SECONDS)
@@ -207,7 +218,7 @@ def test_the_suite_imports_phases_and_plans_from_this_checkout() -> None:
 def test_wheel_and_sdist_install_phases_and_plans_inside_the_package(
         tmp_path: Path, kind: str) -> None:
     src, dist = tmp_path / "checkout", tmp_path / "dist"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    copy_checkout(src)
     dist.mkdir()
     env = clean_env(tmp_path / "venv")
     if kind == "wheel":

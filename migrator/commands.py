@@ -32,7 +32,7 @@ from migrator.engine.state import (
     default_holder,
 )
 from migrator.engine.state import lock as locking
-from migrator.errors import StalePlan, UsageError
+from migrator.errors import LockHeld, StalePlan, UsageError
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.outcome import tool_marks
@@ -381,9 +381,28 @@ def verify(session: Session) -> dict[str, Any]:
     return status(session)
 
 
-def unlock(session: Session) -> dict[str, Any]:
+def unlock(session: Session, force: bool = False) -> dict[str, Any]:
+    """Remove the run lock. A lock whose holder is still renewing it (not expired, renewed
+    within `lock.RENEWING_SECONDS`) is a live run's: refused (LockHeld, exit 4) unless
+    `force`, since two runs would interleave their writes."""
+    info = _lock_info(session)
+    now = session.clock.now()
+    renewing = info is not None and info.renewing(now)
+    if renewing and not force:
+        assert info is not None and info.renewed is not None and info.expires is not None
+        ago = (now - info.renewed).total_seconds()
+        raise LockHeld(
+            f"A live dcgm-migrate run holds the lock on {session.namespace}/"
+            f"{session.catalog.common.state_configmap}: {info.holder}, acquired "
+            f"{info.acquired or 'at an unknown time'}, last renewed "
+            f"{locking.format_time(info.renewed)} ({ago:.0f}s ago), until "
+            f"{locking.format_time(info.expires)}; unlocking it would let two runs write at "
+            "once.",
+            "wait for that run to finish (`dcgm-migrate status` shows it), or pass --force if "
+            "you are sure it is dead")
     holder = session.store().force_unlock()
-    return {"namespace": session.namespace, "released": holder}
+    return {"namespace": session.namespace, "released": holder,
+            "forced": bool(renewing and holder is not None)}
 
 
 def preflight(session: Session) -> dict[str, Any]:

@@ -341,11 +341,14 @@ def verify(
 @app.command()
 @handles_errors
 def unlock(
+    force: Annotated[bool, typer.Option("--force", help="Release the lock even while its "
+                                        "holder is still renewing it (only when you are sure "
+                                        "that run is dead).")] = False,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
 ) -> None:
-    """Release a stuck lock (only when you are sure no other run is active).
+    """Release a stuck lock; a lock its holder still renews is refused (exit 4) without --force.
 
     Example: dcgm-migrate unlock
     """
@@ -353,9 +356,10 @@ def unlock(
     from migrator.cli import render
 
     with _session(kubeconfig, context, namespace, output) as s:
-        report = commands.unlock(s)
+        report = commands.unlock(s, force=force)
     if output is Output.table:
-        typer.echo(f"released the lock of {report['released']}" if report["released"]
+        typer.echo(("released the live lock of {} (--force)" if report["forced"] else
+                    "released the lock of {}").format(report["released"]) if report["released"]
                    else "no lock was held")
     else:
         render.document(report, output)

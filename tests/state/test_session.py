@@ -118,7 +118,38 @@ def test_taking_over_an_expired_lock_is_said() -> None:
     said = Said()
     with session(MemoryStateStore(cm, clock=clock), clock, listener=said):
         pass
-    assert said.lines == ["took over the expired lock of dead@host pid 2"]
+    # when it expired and when it was last renewed: the takeover says why it is not a live
+    # holder's lock
+    assert said.lines == ["took over the expired lock of dead@host pid 2 (expired "
+                          "2025-03-01T12:01:00Z, last renewed 2025-03-01T12:00:00Z: not renewed "
+                          "since, so its run is gone)"]
+
+
+def test_a_lock_with_an_unreadable_expiry_is_not_called_expired() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    MemoryStateStore(cm, clock=clock).acquire_lock("dead@host pid 2", 60)
+    cm.edit(lambda obj: obj["metadata"]["annotations"].update({locking.EXPIRES: "soon"}))
+    said = Said()
+    with session(MemoryStateStore(cm, clock=clock), clock, listener=said):
+        pass
+    assert said.lines == ["took over the lock of dead@host pid 2, whose expiry could not be "
+                          "read (counted as expired)"]
+
+
+def test_renewals_are_recorded_and_tell_a_renewing_holder_from_a_silent_one() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    store = MemoryStateStore(cm, clock=clock)
+    with session(store, clock) as run:
+        taken = locking.read(annotations(cm))
+        assert taken is not None and taken.renewed == clock.now()  # taking it is a renewal
+        clock.advance(LOCK_TTL_SECONDS / 4 + 1)
+        run.heartbeat()
+        info = locking.read(annotations(cm))
+        assert info is not None and info.renewed == clock.now()
+        assert annotations(cm)[locking.RENEWED] == locking.format_time(clock.now())
+        assert info.renewing(clock.now())
+        clock.advance(locking.RENEWING_SECONDS + 1)  # no renewal since: a silent holder
+        assert info.live(clock.now()) and not info.renewing(clock.now())
 
 
 def test_the_configmap_name_and_label_come_from_the_catalog() -> None:

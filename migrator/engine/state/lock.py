@@ -20,18 +20,28 @@ from datetime import UTC, datetime, timedelta
 HOLDER = "dcgm-migrate/lock-holder"
 EXPIRES = "dcgm-migrate/lock-expires"
 ACQUIRED = "dcgm-migrate/lock-acquired"
-KEYS = (HOLDER, EXPIRES, ACQUIRED)
+RENEWED = "dcgm-migrate/lock-renewed"  # the holder's last renewal (absent before 0.2: acquired)
+KEYS = (HOLDER, EXPIRES, ACQUIRED, RENEWED)
+
+# A holder renews a quarter of the way through its lease (every 30 s of the standard 120 s): one
+# that has not renewed for half of it has missed two renewals, so `unlock` does not count it as
+# still renewing. A lock renewed more recently than this (and not expired) is refused by
+# `unlock` without --force.
+RENEWING_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class Lock:
-    """A lock this process holds. `taken_over_from` names the expired holder it replaced."""
+    """A lock this process holds. `taken_over_from` names the expired holder it replaced,
+    `taken_over` is that lock as it was (when it expired, its last renewal)."""
 
     holder: str
     acquired: datetime
     expires: datetime
     ttl_seconds: float
     taken_over_from: str | None = None
+    renewed: datetime | None = None  # None: never renewed (the acquisition)
+    taken_over: LockInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -41,9 +51,16 @@ class LockInfo:
     holder: str
     acquired: str
     expires: datetime | None  # None: unreadable, treated as expired
+    renewed: datetime | None = None  # the last renewal, else the acquisition (None: unreadable)
 
     def live(self, now: datetime) -> bool:
         return self.expires is not None and self.expires > now
+
+    def renewing(self, now: datetime, within: float = RENEWING_SECONDS) -> bool:
+        """Live, and renewed (or taken) within the last `within` seconds: its holder is running
+        now. A live lock that stopped being renewed is a dead holder's, waiting to expire."""
+        return self.live(now) and self.renewed is not None and (
+            (now - self.renewed).total_seconds() <= within)
 
 
 def format_time(moment: datetime) -> str:
@@ -71,11 +88,15 @@ def read(annotations: dict[str, str] | None) -> LockInfo | None:
     holder = annotations.get(HOLDER)
     if not holder:
         return None
-    return LockInfo(holder, annotations.get(ACQUIRED, ""), parse_time(annotations.get(EXPIRES)))
+    acquired = annotations.get(ACQUIRED, "")
+    renewed = parse_time(annotations.get(RENEWED)) or parse_time(acquired)
+    return LockInfo(holder, acquired, parse_time(annotations.get(EXPIRES)), renewed)
 
 
-def new_lock(holder: str, now: datetime, ttl_seconds: float, taken_over_from: str | None) -> Lock:
-    return Lock(holder, now, now + timedelta(seconds=ttl_seconds), ttl_seconds, taken_over_from)
+def new_lock(holder: str, now: datetime, ttl_seconds: float, taken_over_from: str | None,
+             taken_over: LockInfo | None = None) -> Lock:
+    return Lock(holder, now, now + timedelta(seconds=ttl_seconds), ttl_seconds, taken_over_from,
+                taken_over=taken_over)
 
 
 def annotations_for(lock: Lock) -> dict[str, str]:
@@ -83,7 +104,24 @@ def annotations_for(lock: Lock) -> dict[str, str]:
         HOLDER: lock.holder,
         ACQUIRED: format_time(lock.acquired),
         EXPIRES: format_time(lock.expires),
+        RENEWED: format_time(lock.renewed or lock.acquired),
     }
+
+
+def takeover_message(lock: Lock) -> str | None:
+    """What a run says when its lock replaced another's (None: it did not). A lock is taken
+    over only once it has expired (or its expiry cannot be read): never a live holder's."""
+    if not lock.taken_over_from:
+        return None
+    old = lock.taken_over
+    if old is None:
+        return f"took over the expired lock of {lock.taken_over_from}"
+    if old.expires is None:
+        return (f"took over the lock of {lock.taken_over_from}, whose expiry could not be read "
+                "(counted as expired)")
+    renewed = f", last renewed {format_time(old.renewed)}" if old.renewed else ""
+    return (f"took over the expired lock of {lock.taken_over_from} (expired "
+            f"{format_time(old.expires)}{renewed}: not renewed since, so its run is gone)")
 
 
 def is_ours(info: LockInfo | None, lock: Lock) -> bool:

@@ -23,7 +23,7 @@ from types import TracebackType
 from migrator.engine.clock import Clock
 from migrator.engine.progress import Listener
 from migrator.engine.state.document import State
-from migrator.engine.state.lock import Lock, format_time
+from migrator.engine.state.lock import Lock, format_time, takeover_message
 from migrator.engine.state.store import MemoryStateStore, StateStore
 from migrator.errors import APIError
 from migrator.model.stacks import Common
@@ -52,9 +52,9 @@ class RunSession:
         if not self.dry_run:
             self._lock = self.store.acquire_lock(self._holder, self._ttl)
             self._renewed = self._clock.monotonic()
-            if self._lock.taken_over_from:
-                self._listener.message(
-                    f"took over the expired lock of {self._lock.taken_over_from}")
+            said = takeover_message(self._lock)  # expired, or its expiry unreadable
+            if said:
+                self._listener.message(said)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

@@ -257,7 +257,7 @@ class _ConfigMapState(ConfigMapFormat):
                     if info is not None and info.live(now):
                         raise self._lock_held(info)
                     lock = tried = locking.new_lock(
-                        holder, now, ttl_seconds, info.holder if info else None
+                        holder, now, ttl_seconds, info.holder if info else None, info
                     )
                     try:
                         written = self._write_lock(current, locking.annotations_for(lock))
@@ -295,11 +295,13 @@ class _ConfigMapState(ConfigMapFormat):
                     )
                 self._view(current)
                 self._check_not_terminating(current)
+                now = self._clock.now()
                 renewed = Lock(
                     lock.holder, lock.acquired,
                     max(lock.expires, locking.new_lock(
-                        lock.holder, self._clock.now(), lock.ttl_seconds, None).expires),
-                    lock.ttl_seconds, lock.taken_over_from,
+                        lock.holder, now, lock.ttl_seconds, None).expires),
+                    lock.ttl_seconds, lock.taken_over_from, renewed=now,
+                    taken_over=lock.taken_over,
                 )
                 try:
                     written = self._write_lock(current, locking.annotations_for(renewed))

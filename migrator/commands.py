@@ -37,10 +37,11 @@ from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
-from migrator.model.snapshot import Snapshot
+from migrator.model.snapshot import Snapshot, changed_fields
 from migrator.model.stacks import Catalog, load_catalog
 
 PLAN_FORMAT = "dcgm-migrate/plan-v1"
+ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip the question"
 
 
 @dataclass
@@ -140,7 +141,7 @@ def plan(session: Session, options: Options, out: Path | None = None) -> dict[st
     state, _ = _load_state(session)
     report = reports.build(snap, session.catalog, state, options)
     if out is not None:
-        save_plan(out, report)
+        save_plan(out, report, snap.fingerprint_fields())
     return report
 
 
@@ -149,8 +150,13 @@ def _plan_checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def save_plan(path: Path, report: dict[str, Any]) -> None:
-    body = {"format": PLAN_FORMAT, "report": report}
+def save_plan(path: Path, report: dict[str, Any],
+              objects: dict[str, dict[str, str]] | None = None) -> None:
+    """The plan file: the report, and what its fingerprint covers per object and field
+    (`objects`, so a stale plan names what changed), under a checksum."""
+    body: dict[str, Any] = {"format": PLAN_FORMAT, "report": report}
+    if objects is not None:
+        body["objects"] = objects
     doc = {**body, "checksum": _plan_checksum(body)}
     try:
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -160,6 +166,12 @@ def save_plan(path: Path, report: dict[str, Any]) -> None:
 
 
 def load_plan(path: Path) -> dict[str, Any]:
+    """The saved report of a plan file (UsageError when it is not a plan, or was edited)."""
+    report: dict[str, Any] = _read_plan(path)["report"]
+    return report
+
+
+def _read_plan(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError as exc:
@@ -175,17 +187,27 @@ def load_plan(path: Path) -> dict[str, Any]:
     if doc.get("checksum") != _plan_checksum(body):
         raise UsageError(f"Plan file {path} was modified after it was saved (checksum "
                          "mismatch).", "save a fresh one with `dcgm-migrate plan --out FILE`")
-    report: dict[str, Any] = doc["report"]
-    return report
+    return doc
+
+
+STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
 
 
 def _check_plan_file(path: Path, snap: Snapshot, namespace: str) -> None:
-    saved = load_plan(path)
+    doc = _read_plan(path)
+    saved: dict[str, Any] = doc["report"]
     if saved.get("namespace") != namespace:
         raise UsageError(f"Plan file {path} was made for namespace {saved.get('namespace')!r}, "
                          f"not {namespace!r}.", "pass the matching -n, or make a new plan")
     if saved.get("fingerprint") != snap.fingerprint():
-        raise StalePlan(f"The cluster changed since plan {path} was saved, so it is stale.",
+        what = ""
+        if isinstance(doc.get("objects"), dict):  # plans saved before it: no names
+            changed = changed_fields(doc["objects"], snap.fingerprint_fields())
+            more = len(changed) - STALE_SHOWN
+            what = (": changed " + ", ".join(changed[:STALE_SHOWN])
+                    + (f" and {more} more" if more > 0 else "")) if changed else ""
+        raise StalePlan(f"The cluster changed since plan {path} was saved, so it is "
+                        f"stale{what}.",
                         "review a fresh `dcgm-migrate plan --out FILE` and apply that")
 
 
@@ -263,8 +285,9 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         session.listener.message(f"warning: {warning}")
     if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
         return _dry_run(session, request, snap, state)
-    if not request.confirm(preview):
-        raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
+    if not request.confirm(_question(session, preview, lambda p: p["number"] <= request.phase
+                                     and p["status"] != "completed")):
+        raise UsageError("Aborted at the question.", ABORTED_HINT)
     state = state or State(session.namespace, clock=session.clock)
     state.plan_fingerprint = snap.fingerprint()
     report = _locked_run(session, request, state, version,
@@ -275,6 +298,15 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     report["ok"] = session.kube.dry_run or (_still_holds(report, request.phase)
                                             and not reports.verdict_fails(report, request.phase))
     return report
+
+
+def _question(session: Session, report: dict[str, Any],
+              runs: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """What the question before the first write shows: only the phases this run writes, and
+    where it writes (`target`: context, API server, namespace)."""
+    return {**report, "phases": [p for p in report["phases"] if runs(p)],
+            "target": {"context": session.kube.context or "(none)",
+                       "server": session.kube.server, "namespace": session.namespace}}
 
 
 def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
@@ -329,8 +361,10 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
         # through the lock, so a killed run's lock is taken over and released.
         session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                  "back; nothing to do")
-    elif not request.confirm(reports.build(snap, session.catalog, state, request.options)):
-        raise UsageError("Aborted: nothing was written.", "rerun with --yes to skip the question")
+    elif not request.confirm(_question(
+            session, reports.build(snap, session.catalog, state, request.options),
+            lambda p: p["number"] in applied)):
+        raise UsageError("Aborted at the question.", ABORTED_HINT)
     report = _locked_run(session, request, state, version,
                          lambda runner: runner.rollback(request.phase))
     # Rolled back, and what the phases kept below N are answerable for still works.

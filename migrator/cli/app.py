@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from migrator import __version__
 from migrator.cli.options import (
@@ -27,6 +28,7 @@ from migrator.cli.options import (
     Settle,
     Timeout,
     Yes,
+    complete_phase,
 )
 from migrator.errors import Interrupted, MigrateError, UsageError, exit_code_for
 
@@ -36,8 +38,77 @@ if TYPE_CHECKING:
 EPILOG_EXIT = ("Exit codes: 0 done; 1 a gate stopped the run safely; 2 bad input; "
                "3 cluster/API error; 4 lock held or stale plan.")
 
+# click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
+_clicks = sys.modules[typer.BadParameter.__module__]
+ClickUsageError: type[Exception] = _clicks.UsageError
+NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
+    e for e in (getattr(_clicks, "NoArgsIsHelpError", None),) if e is not None)
+
+
+class _Group(TyperGroup):
+    """The root group: a usage error click finds while parsing a command's options (a
+    missing or malformed value, an unknown option) gets a `fix:` line like every other error,
+    and under `-o json`/`-o yaml` the same error document on stdout (docs/output.schema.json)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        _show_invoked_name(self, ctx.info_name or "dcgm-migrate")
+        argv = [*getattr(ctx, "_protected_args", getattr(ctx, "protected_args", [])),
+                *ctx.args]
+        try:
+            return super().invoke(ctx)
+        except NoArgsIsHelp:
+            raise
+        except ClickUsageError as exc:
+            exc.show()  # type: ignore[attr-defined]
+            hint = _usage_hint(exc)
+            typer.echo(f"fix: {hint}", err=True)
+            output = _output_of(argv)
+            if output is not Output.table:
+                from migrator.cli import render
+
+                message = exc.format_message()  # type: ignore[attr-defined]
+                render.document({"error": {"message": message, "hint": hint,
+                                           "exitCode": 2, "type": "UsageError"}}, output)
+            raise typer.Exit(2) from None
+
+
+def _show_invoked_name(group: Any, name: str) -> None:
+    """Every command's `Example:` line with the name the user invoked (`kubectl
+    dcgm-migrate` for the plugin), as its usage line has."""
+    if name == "dcgm-migrate":
+        return
+    for cmd in group.commands.values():
+        if cmd.help:
+            cmd.help = cmd.help.replace("Example: dcgm-migrate ", f"Example: {name} ")
+        if hasattr(cmd, "commands"):
+            _show_invoked_name(cmd, name)
+
+
+def _usage_hint(exc: Any) -> str:
+    param = getattr(exc, "param", None)
+    names = set(param.opts) if param is not None else set()
+    if "--phase" in names:
+        return "pass --phase 1, 2 or 3"
+    if "--output" in names:
+        return "pass -o table, json or yaml"
+    where = exc.ctx.command_path if exc.ctx else "dcgm-migrate"
+    return f"see `{where} --help` for the options and their values"
+
+
+def _output_of(argv: list[str]) -> Output:
+    """The -o/--output the command line asked for (table when none or not a format)."""
+    pairs = zip(argv, [*argv[1:], ""], strict=True)
+    for a, b in pairs:
+        value = (b if a in ("-o", "--output") else a[2:] if a.startswith("-o")
+                 else a.split("=", 1)[1] if a.startswith("--output=") else None)
+        if value is not None and value.lower() in Output.__members__:
+            return Output(value.lower())
+    return Output.table
+
+
 app = typer.Typer(
     name="dcgm-migrate",
+    cls=_Group,
     help="Move a live GPU Operator cluster to one stable DCGM / DCGM Exporter identity, in "
          "three gated, resumable phases: label, alias, switch.",
     epilog=EPILOG_EXIT,
@@ -152,7 +223,9 @@ def _session(kubeconfig: str | None, context: str | None, namespace: str, output
     from migrator.kube.client import Kube
 
     kube = Kube.connect(kubeconfig, context, dry_run=dry_run)
-    progress = make_progress(quiet=False)  # stderr only: -o json stdout stays one document
+    # stderr only: -o json stdout stays one document. A table prints each warning once, in
+    # the report on stdout; under -o json/yaml the progress stream says them too.
+    progress = make_progress(quiet=False, warnings=output is not Output.table)
     try:
         yield Session(kube, namespace, listener=progress or Quiet())
     finally:
@@ -161,15 +234,23 @@ def _session(kubeconfig: str | None, context: str | None, namespace: str, output
         kube.close()
 
 
+def _interactive() -> bool:
+    """Someone can answer the question before the first write (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
 def _confirm(yes: bool, output: Output) -> Callable[[dict[str, Any]], bool]:
     def ask(report: dict[str, Any]) -> bool:
-        if yes or not sys.stdin.isatty():
+        if yes or not _interactive():
             return True
         from migrator.cli import render
 
         if output is Output.table:
             render.report_table(report)
-        return typer.confirm("Apply these changes?", default=False, err=True)
+        target = report.get("target") or {}
+        where = (f" to context {target['context']} (server {target['server']}), namespace "
+                 f"{target['namespace']}" if target else "")
+        return typer.confirm(f"Write these changes{where}?", default=False, err=True)
 
     return ask
 
@@ -239,7 +320,7 @@ def _report(kubeconfig: str | None, context: str | None, namespace: str, output:
 @handles_errors
 def apply(
     phase: Annotated[int, typer.Option("--phase", help="Run phases 1..N (1 label, 2 alias, "
-                                       "3 switch).")],
+                                       "3 switch).", autocompletion=complete_phase)],
     plan_file: Annotated[Path | None, typer.Option("--plan", help="Refuse to run if the "
                                                    "cluster changed since this saved plan.")]
     = None,
@@ -273,7 +354,8 @@ def apply(
 @app.command()
 @handles_errors
 def rollback(
-    phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.")],
+    phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.",
+                                       autocompletion=complete_phase)],
     yes: Yes = False,
     timeout: Timeout = "10m",
     settle: Settle = "30s",
@@ -313,12 +395,16 @@ def status(
     from migrator.cli import render
 
     with _session(kubeconfig, context, namespace, output) as s:
-        while True:
-            report = commands.status(s)
-            render.document(report, output)
-            if not watch:
-                break
-            time.sleep(interval)
+        report = commands.status(s)
+        render.document(report, output)
+        try:
+            while watch:
+                time.sleep(interval)
+                report = commands.status(s)
+                render.document(report, output)
+        except KeyboardInterrupt as exc:  # how --watch ends: nothing to resume; after
+            if isinstance(exc, Interrupted):  # Ctrl-C the last answer decides the exit code
+                raise typer.Exit(exc.exit_code) from None
     _exit_for(report)
 
 

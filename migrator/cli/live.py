@@ -28,12 +28,18 @@ def eta_text(p: RolloutProgress) -> str:
 
 
 class PlainProgress:
-    """One line per meaningful change; rollout lines at most every few seconds per DaemonSet."""
+    """One line per meaningful change; rollout lines at most every few seconds per DaemonSet;
+    a settle countdown as its start and its end. `warnings=False` leaves out the `warning:`
+    lines: the report on stdout prints each warning once (a table run); with `-o json/yaml`
+    they are only in the document, so the progress stream says them too."""
 
-    def __init__(self, stream: Any = None, interval: float = 2.0) -> None:
+    def __init__(self, stream: Any = None, interval: float = 2.0,
+                 warnings: bool = True) -> None:
         self.stream = stream or sys.stderr
         self.interval = interval
+        self.warnings = warnings
         self._last: dict[str, tuple[float, tuple[int, ...]]] = {}
+        self._settling: float | None = None  # the countdown's length while one runs
 
     def _say(self, text: str) -> None:
         self.stream.write(f"{time.strftime('%H:%M:%S')} {text}\n")
@@ -73,10 +79,17 @@ class PlainProgress:
         self._say(f"  endpoints Service/{p.service}: {p.ready} ready (baseline {p.baseline})")
 
     def settle(self, seconds_left: float) -> None:
-        self._say(f"  settling {seconds_left:.0f}s (kube-proxy programs the selector change)")
+        if self._settling is None:
+            self._settling = seconds_left
+            self._say(f"  settling {seconds_left:.0f}s (kube-proxy programs the selector "
+                      "change)")
+        if seconds_left <= 0:
+            self._say(f"  settled after {self._settling:.0f}s")
+            self._settling = None
 
     def message(self, text: str) -> None:
-        self._say(text)
+        if self.warnings or not text.startswith("warning: "):
+            self._say(text)
 
     def close(self) -> None:
         pass
@@ -85,8 +98,8 @@ class PlainProgress:
 class RichProgress(PlainProgress):
     """Bars per DaemonSet and per Service, redrawn in place on a terminal."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, warnings: bool = True) -> None:
+        super().__init__(warnings=warnings)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -129,10 +142,11 @@ class RichProgress(PlainProgress):
         self.progress.stop()
 
 
-def make_progress(quiet: bool) -> PlainProgress | None:
-    """Rich bars on a TTY, plain lines otherwise; None when output must stay silent."""
+def make_progress(quiet: bool, warnings: bool = True) -> PlainProgress | None:
+    """Rich bars on a TTY, plain lines otherwise; None when output must stay silent.
+    `warnings=False` when stdout renders the report's warnings (see PlainProgress)."""
     if quiet:
         return None
     if sys.stderr.isatty():
-        return RichProgress()
-    return PlainProgress()
+        return RichProgress(warnings=warnings)
+    return PlainProgress(warnings=warnings)

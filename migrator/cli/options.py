@@ -17,7 +17,37 @@ class Output(StrEnum):
 Kubeconfig = Annotated[str | None, typer.Option(
     "--kubeconfig", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
     "or in-cluster).", envvar=None)]
-Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use.")]
+def complete_phase(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of --phase: the three phases, with their names."""
+    return [(n, name) for n, name in (("1", "label"), ("2", "alias"), ("3", "switch"))
+            if n.startswith(incomplete)]
+
+
+def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of --context: the context names of the kubeconfig (--kubeconfig,
+    else $KUBECONFIG, else ~/.kube/config), read as plain YAML so a TAB stays fast."""
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    given = (ctx.params or {}).get("kubeconfig")
+    paths = [given] if given else (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
+    names: list[str] = []
+    for path in [p for p in paths if p] or [str(Path.home() / ".kube" / "config")]:
+        try:
+            doc = yaml.safe_load(Path(path).expanduser().read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        for entry in (doc or {}).get("contexts") or [] if isinstance(doc, dict) else []:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if isinstance(name, str) and name.startswith(incomplete) and name not in names:
+                names.append(name)
+    return names
+
+
+Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use.",
+                                             autocompletion=complete_context)]
 Namespace = Annotated[str, typer.Option("-n", "--namespace",
                                         help="Namespace the GPU Operator runs in.")]
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.",

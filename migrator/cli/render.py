@@ -46,14 +46,16 @@ def _val(v: Any) -> str:
     if v is None:
         return "∅"
     if isinstance(v, dict):
-        return ",".join(f"{k}={x}" for k, x in v.items()) or "{}"
+        return ", ".join(f"{k}={x}" for k, x in v.items()) or "{}"
     return str(v)
 
 
 def report_table(doc: dict[str, Any]) -> None:
-    from rich.table import Table
-
     con = _console()
+    target = doc.get("target")  # the question before a write: where it writes
+    if target:
+        con.print(f"[bold]about to write to[/bold] context {esc(target['context'])} "
+                  f"(server {esc(target['server'])}), namespace {esc(target['namespace'])}")
     con.print(f"[bold]stack[/bold] {doc['stack']}   [bold]namespace[/bold] {doc['namespace']}"
               + (f"   [bold]components[/bold] {', '.join(doc.get('components') or [])}"
                  if doc.get("components") else ""))
@@ -74,13 +76,7 @@ def report_table(doc: dict[str, Any]) -> None:
             title += f" — dry run: {preview['outcome'].replace('-', ' ')}"
         con.print(f"\n[bold]{title}[/bold]")
         if phase["changes"]:
-            t = Table(show_edge=False, pad_edge=False, box=None)
-            for col in ("object", "field", "before", "after"):
-                t.add_column(col, overflow="fold")
-            for c in phase["changes"]:
-                t.add_row(esc(c["object"]), esc(c["field"]), esc(_val(c["before"])),
-                          esc(_val(c["after"])))
-            con.print(t)
+            changes_table(con, phase["changes"])
         elif phase["status"] != "completed":
             con.print("  no changes")
         for g in phase["gates"]:
@@ -106,6 +102,34 @@ def report_table(doc: dict[str, Any]) -> None:
     if "ok" in doc:
         con.print("\n[bold]verdict[/bold] " + ("[green]OK[/green]" if doc["ok"]
                                                 else "[red]NOT OK[/red]"))
+
+
+def changes_table(con: Any, changes: list[dict[str, Any]]) -> None:
+    """Object, field, before, after. Names are never split: object and field do not wrap and
+    values wrap only at their spaces, so when the longest name of each column does not fit
+    the console side by side, each change is printed as its object and, indented below, its
+    field and before → after, on lines that wrap at spaces only."""
+    from rich.table import Table
+
+    rows = [(str(c["object"]), str(c["field"]), _val(c["before"]), _val(c["after"]))
+            for c in changes]
+    heads = ("object", "field", "before", "after")
+    widest = [max(len(word) for r in [heads, *rows] for word in r[i].split(" "))
+              for i in range(4)]
+    if sum(widest) + 2 * 3 <= con.width:  # two spaces between columns
+        t = Table(show_edge=False, pad_edge=False, box=None)
+        for i, col in enumerate(heads):
+            t.add_column(col, no_wrap=i < 2, min_width=widest[i], overflow="fold")
+        for r in rows:
+            t.add_row(*map(esc, r))
+        con.print(t)
+        return
+    last = None
+    for obj, fld, before, after in rows:
+        if obj != last:
+            con.print(f"  {esc(obj)}")
+            last = obj
+        con.print(f"    {esc(fld)}: {esc(before)} → {esc(after)}")
 
 
 _RUN_HEADS = {"idle": "idle (no run in progress)", "running": "[bold]running[/bold]",

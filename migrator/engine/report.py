@@ -15,7 +15,7 @@ from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.retiring import reasked
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import CreateAlias, SetLabels
+from migrator.model.steps import CreateAlias, SetLabels, SetSelector
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -25,6 +25,12 @@ DRIFT_RISK = (
     "holds the tool's aliases on the app label while the labels are missing, or roll back "
     "phase 3 before any operator change that does not render the common labels; "
     "`dcgm-migrate verify` exits 1 when it happens."
+)
+
+OWNED_AFTER_SWITCH = (
+    "--include-operator-owned changes nothing now: phase 3 is completed, so {services} stay "
+    "as they are; to switch them too, run `dcgm-migrate rollback --phase 3`, then "
+    "`dcgm-migrate apply --phase 3 --include-operator-owned`"
 )
 
 LOST_STATE = (
@@ -54,15 +60,24 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     views: list[dict[str, Any]] = []
     projected = snapshot
     drift_risk = bool(state and state.phase(1).wrote_labels)
+    switches = False  # phase 3 switches (or switched) a Service to the common selector
     for module in phases.PHASES:
         rec = state.phase(module.NUMBER) if state else None
         status = rec.status if rec else "pending"
         ctx = PlanContext(projected, catalog, found.components, options,
                           rec.recorded() if rec and status in ("in-progress", "failed") else {})
+        if rec is not None and module.NUMBER == 3 and status != "rolled-back":
+            switches |= any(isinstance(st, SetSelector) for st in rec.done_steps())
         if status == "completed" and rec is not None:
             gates = module.verify(ctx, rec.done_steps()) + reasked(rec.reverted_steps(), options)
-            warnings.extend(module.plan(ctx).warnings)  # e.g. operator-owned, still true
-            views.append(_view(module.NUMBER, module.NAME, status, [], gates, [], rec.error))
+            again = module.plan(ctx)
+            warnings.extend(again.warnings)  # e.g. operator-owned, still true
+            notes = []
+            if module.NUMBER == 3 and options.include_operator_owned and again.steps:
+                notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
+                    s.object for s in again.steps)))
+                warnings.append(notes[-1])
+            views.append(_view(module.NUMBER, module.NAME, status, [], gates, notes, rec.error))
             continue
         plan: PhasePlan = module.plan(ctx)
         earlier = [v["number"] for v in views if v["status"] != "completed"]
@@ -71,6 +86,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                 projected = monitoring.with_service(projected, step.body)
             if isinstance(step, SetLabels) and step.rolls_pods():
                 drift_risk = True
+            if isinstance(step, SetSelector) and module.NUMBER == 3:
+                switches = True
         warnings.extend(plan.warnings)
         changes = [c.as_dict() for step in plan.steps for c in step.changes()]
         notes = list(plan.notes)
@@ -101,7 +118,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     if tool_dups:
         warnings.append(f"duplicate scraping through the tool's aliases: {len(tool_dups)} "
                         f"exporter pods, e.g. {tool_dups[0]}")
-    if drift_risk and found.components:
+    if drift_risk and switches and found.components:
         warnings.append(DRIFT_RISK)
     lost = outcome.tool_marks(snapshot, catalog) if state is None else []
     if lost:

@@ -19,7 +19,7 @@ from kubernetes.client import Configuration
 
 from migrator.errors import APINotFound, WatchExpired
 from migrator.kube import watching
-from migrator.kube.config import load_configuration
+from migrator.kube.config import check_context, load_configuration
 from migrator.kube.retrying import RetryPolicy
 from migrator.kube.transport import Query, Response, Transport
 from migrator.model import kinds, tables
@@ -105,6 +105,7 @@ class Kube:
     ) -> None:
         self._transport = Transport(configuration, retry or RetryPolicy())
         self.server: str = self._transport.server
+        self.context = ""  # the kubeconfig context `connect` chose ("" when not from one)
         self.dry_run = dry_run
         self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
@@ -117,8 +118,10 @@ class Kube:
         retry: RetryPolicy | None = None, dry_run: bool = False, page_size: int = PAGE_SIZE,
     ) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
-        configuration, _ = load_configuration(kubeconfig, context)
-        return cls(configuration, retry=retry, dry_run=dry_run, page_size=page_size)
+        configuration, source = load_configuration(kubeconfig, context)
+        kube = cls(configuration, retry=retry, dry_run=dry_run, page_size=page_size)
+        kube.context = "in-cluster" if source.in_cluster else check_context(source, context)
+        return kube
 
     @classmethod
     def for_server(

@@ -205,18 +205,16 @@ class Snapshot:
         """A hash of what a plan depends on: spec and metadata of the DaemonSets, Services,
         CRs and ServiceMonitors, not status (a pod restart does not make a plan stale)."""
         def ds_view(d: Obj) -> Any:
-            return [o.meta(d).get("uid"), o.meta(d).get("generation"), o.labels(d),
-                    o.template_labels(d), o.dig(d, "spec", "updateStrategy")]
+            return list(_ds_fields(d).values())
 
         def svc_view(s: Obj) -> Any:
-            spec = {k: v for k, v in (s.get("spec") or {}).items()
-                    if k not in ("clusterIP", "clusterIPs")}
-            return [o.meta(s).get("uid"), o.labels(s), o.annotations_of(s),
-                    o.meta(s).get("ownerReferences"), spec]
+            f = _svc_fields(s)
+            return [f["metadata.uid"], f["metadata.labels"], f["metadata.annotations"],
+                    f["metadata.ownerReferences"], _svc_spec(s)]
 
         def monitors(items: Iterable[Obj]) -> list[str]:
-            return sorted(json.dumps([o.meta(m).get("uid"), o.labels(m), m.get("spec")],
-                                     sort_keys=True) for m in items)
+            return sorted(json.dumps(list(_monitor_fields(m).values()), sort_keys=True)
+                          for m in items)
 
         doc = {
             "namespace": self.namespace,
@@ -230,3 +228,72 @@ class Snapshot:
         }
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def fingerprint_fields(self) -> dict[str, dict[str, str]]:
+        """What `fingerprint` covers, per object and field, each field as a short hash:
+        `{"DaemonSet/<name>": {"metadata.labels": "…", …}, "Service/<name>": …}`. A saved
+        plan keeps it, so a stale plan names what changed (`changed_fields`)."""
+        out: dict[str, dict[str, str]] = {}
+        for n, d in self.daemonsets.items():
+            out[f"DaemonSet/{n}"] = _hashed(_ds_fields(d))
+        for n, s in self.services.items():
+            fields = _svc_fields(s)
+            spec = _svc_spec(s)
+            fields.update({f"spec.{k}": v for k, v in spec.items()})
+            out[f"Service/{n}"] = _hashed(fields)
+        for kind, crs in (("ClusterPolicy", self.cluster_policies),
+                          ("GPUCluster", self.gpu_clusters)):
+            for c in crs:
+                out[f"{kind}/{o.name(c)}"] = _hashed({
+                    "metadata.uid": o.meta(c).get("uid"),
+                    "metadata.generation": o.meta(c).get("generation")})
+        for kind, items in (("ServiceMonitor", self.service_monitors),
+                            ("PodMonitor", self.pod_monitors)):
+            for m in items:
+                out[f"{kind}/{o.name(m)}"] = _hashed(_monitor_fields(m))
+        return out
+
+
+def changed_fields(saved: Mapping[str, Mapping[str, str]],
+                   now: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """`<Kind>/<name> <field>` for every field that differs between two
+    `fingerprint_fields`, `<Kind>/<name> (created)` / `(deleted)` for whole objects."""
+    found: list[str] = []
+    for obj in sorted(set(saved) | set(now)):
+        if obj not in saved:
+            found.append(f"{obj} (created)")
+        elif obj not in now:
+            found.append(f"{obj} (deleted)")
+        else:
+            found += [f"{obj} {f}" for f in sorted(set(saved[obj]) | set(now[obj]))
+                      if saved[obj].get(f) != now[obj].get(f)]
+    return found
+
+
+def _ds_fields(d: Obj) -> dict[str, Any]:
+    return {"metadata.uid": o.meta(d).get("uid"),
+            "metadata.generation": o.meta(d).get("generation"),
+            "metadata.labels": o.labels(d),
+            "spec.template.metadata.labels": o.template_labels(d),
+            "spec.updateStrategy": o.dig(d, "spec", "updateStrategy")}
+
+
+def _svc_fields(s: Obj) -> dict[str, Any]:
+    return {"metadata.uid": o.meta(s).get("uid"), "metadata.labels": o.labels(s),
+            "metadata.annotations": o.annotations_of(s),
+            "metadata.ownerReferences": o.meta(s).get("ownerReferences")}
+
+
+def _svc_spec(s: Obj) -> dict[str, Any]:
+    return {k: v for k, v in (s.get("spec") or {}).items()
+            if k not in ("clusterIP", "clusterIPs")}
+
+
+def _monitor_fields(m: Obj) -> dict[str, Any]:
+    return {"metadata.uid": o.meta(m).get("uid"), "metadata.labels": o.labels(m),
+            "spec": m.get("spec")}
+
+
+def _hashed(fields: Mapping[str, Any]) -> dict[str, str]:
+    return {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode())
+            .hexdigest()[:16] for k, v in fields.items()}

@@ -147,7 +147,8 @@ CASES = [
                                    "/nonexistent/plan.json"), 2, "does not exist"),
     Case("plan-file-foreign", not_a_plan, 2, "is not a dcgm-migrate plan"),
     Case("plan-file-tampered", tampered_plan, 2, "was modified after it was saved"),
-    Case("plan-file-stale", stale_plan, 4, "changed since plan"),
+    Case("plan-file-stale", stale_plan, 4,
+         "stale: changed DaemonSet/nvidia-dcgm-dra metadata.labels."),
     Case("plan-file-other-namespace", plan_for_other_namespace, 2, "made for namespace"),
     Case("plan-out-unwritable", args("plan", "--out", "/nonexistent/dir/plan.json"), 2,
          "Cannot write the plan"),
@@ -186,8 +187,9 @@ def test_bad_input_is_refused_clearly_with_zero_writes(
         assert res.stdout == "", "a refused command printed a document"
     assert "Traceback" not in res.stderr
     lines = [line for line in res.stderr.splitlines() if line.strip()]
-    if case.usage:  # click: a usage line, where to get help, and the one-sentence error
-        assert lines[-1].startswith("Error: ") and case.says in lines[-1], lines
+    if case.usage:  # click: a usage line, where to get help, the one-sentence error, a fix
+        assert lines[-2].startswith("Error: ") and case.says in lines[-2], lines
+        assert lines[-1].startswith("fix: ") and len(lines[-1]) > len("fix: ") + 10, lines
         assert any(line.startswith("Try '") and "--help" in line for line in lines), lines
         return
     assert len(lines) == 2, lines

@@ -228,6 +228,10 @@ def _session(kubeconfig: str | None, context: str | None, namespace: str, output
     progress = make_progress(quiet=False, warnings=output is not Output.table)
     try:
         yield Session(kube, namespace, listener=progress or Quiet())
+    except BaseException:
+        if progress is not None:  # no report will print the warnings: say them here
+            progress.say_held()
+        raise
     finally:
         if progress is not None:
             progress.close()

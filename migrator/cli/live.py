@@ -38,6 +38,7 @@ class PlainProgress:
         self.stream = stream or sys.stderr
         self.interval = interval
         self.warnings = warnings
+        self.held: list[str] = []  # warnings left to the report (said if no report comes)
         self._last: dict[str, tuple[float, tuple[int, ...]]] = {}
         self._settling: float | None = None  # the countdown's length while one runs
 
@@ -90,6 +91,14 @@ class PlainProgress:
     def message(self, text: str) -> None:
         if self.warnings or not text.startswith("warning: "):
             self._say(text)
+        elif text not in self.held:
+            self.held.append(text)
+
+    def say_held(self) -> None:
+        """The warnings left to a report that will not be printed (the command failed)."""
+        for text in self.held:
+            self._say(text)
+        self.held.clear()
 
     def close(self) -> None:
         pass

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from migrator.engine.leader import LeaseLock
 from migrator.engine.observe import read_pods, read_snapshot
 from migrator.engine.state import ConfigMapStateStore, State
+from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, APIInvalid, APINotFound, ClusterError, WatchExpired
 from migrator.model import guarding, kinds, outcome
 from migrator.model import objects as o
@@ -126,14 +127,17 @@ class Guard:
         services = {o.name(s): s for s in self.kube.list(kinds.SERVICE, self.namespace).items}
         comps = [c for c in self.catalog.components if c.daemonset in daemonsets]
         selectors = pod_selectors(comps)
-        views = read_pods(self.kube, self.namespace, selectors) if selectors and pods else ()
+        views = (read_pods(self.kube, self.namespace, selectors, whole=WholePods(max_gets=0))
+                 if selectors and pods else ())
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def verdict(self) -> Verdict:
         """The verdict on the namespace as it is now (`model/outcome.py`), from what the
         guard's namespaced Role may read: the DaemonSets, Services, pods and EndpointSlices
-        (ServiceMonitors of other namespaces are out of its sight)."""
-        snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False)
+        (ServiceMonitors of other namespaces are out of its sight). Its Role lists pods and
+        never gets one, so doubtful printed pods are read whole by listing their selectors."""
+        snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
+                             whole=WholePods(max_gets=0))
         return outcome.verdict(snap, self.catalog)
 
     def read_state(self) -> State | None:

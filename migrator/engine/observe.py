@@ -33,16 +33,18 @@ def _in(key: str, values: Iterable[str]) -> str:
 
 
 def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
-              endpoints: Mapping[str, ServiceEndpoints] | None = None) -> tuple[PodView, ...]:
+              endpoints: Mapping[str, ServiceEndpoints] | None = None,
+              whole: WholePods | None = None) -> tuple[PodView, ...]:
     """Pods matching any of the selectors, as printed rows reduced to PodViews page by page (a
     410 on a busy cluster restarts that selector's read: `Kube.collect`), the doubtful ones
-    read whole (`endpoints`, when read, may contradict a row)."""
+    read whole by `whole` (`endpoints`, when read, may contradict a row)."""
     seen: dict[str, PodView] = {}
     for sel in selectors:
         views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of,
                                 printed=True)
         seen.update((view.uid, view) for view in views)
-    return settled(kube, namespace, seen.values(), endpoints or {}, selectors, WholePods())
+    return settled(kube, namespace, seen.values(), endpoints or {}, selectors,
+                   whole or WholePods())
 
 
 def settled(kube: Kube, namespace: str, listed: Iterable[PodView],
@@ -103,7 +105,7 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
-                  cluster_scope: bool = True) -> Snapshot:
+                  cluster_scope: bool = True, whole: WholePods | None = None) -> Snapshot:
     """The namespace as the planner and gates see it.
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
@@ -133,7 +135,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
         pods = settled(kube, namespace, _cached_pods(cache, comps), endpoints,
                        [str(r.label_selector) for r in cache.pod_reflectors], cache.whole)
     else:
-        pods = read_pods(kube, namespace, selectors, endpoints) if selectors else ()
+        pods = read_pods(kube, namespace, selectors, endpoints, whole) if selectors else ()
 
     cps: tuple[Obj, ...] = ()
     gcs: tuple[Obj, ...] = ()

@@ -32,9 +32,11 @@ MAX_GETS = 10  # doubtful pods read by name; above this, their selectors are lis
 class WholePods:
     """The whole views read so far (for one read, or for a whole run's cache)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_gets: int = MAX_GETS) -> None:
         self._views: dict[str, PodView] = {}
         self.reads = 0  # whole reads sent, GETs and lists (a figure for tests)
+        # 0: always list (an identity that may list pods but not get one: the guard's Role)
+        self.max_gets = max_gets
 
     def settle(self, kube: Kube, namespace: str, views: Iterable[PodView],
                endpoints: Mapping[str, ServiceEndpoints],
@@ -50,7 +52,7 @@ class WholePods:
         doubts = {p.uid for p in views if p.doubtful or p.contradicted(by_pod.get(p.name, ()))}
         stale = [p for p in views if p.uid in doubts and not self._covers(p)]
         fresh: set[str] = set()
-        if len(stale) > MAX_GETS:
+        if len(stale) > self.max_gets:
             fresh = self._list(kube, namespace, [s for s in selectors
                                                  if any(parse(s).matches(p.labels)
                                                         for p in stale)])

@@ -223,8 +223,9 @@ def test_cr_false_for_a_reserved_label_is_overridden_with_a_warning_that_comes_t
 
     res = env.cli("apply", "--phase", "1", "--yes")
     assert res.code == 0, res.stdout + res.stderr
-    assert f"warning: {field} sets {EXPORTER}='false'" in res.stderr
-    assert "operator's next re-render" in res.stderr
+    # a successful table run prints each warning once, in its report on stdout
+    assert f"! {field} sets {EXPORTER}='false'" in res.stdout
+    assert "operator's next re-render" in res.stdout
     assert _rolled_out(env, "nvidia-dcgm-exporter-dra", EXPORTER, "true")  # reserved wins
     verified = env.cli("verify", "-o", "json")  # red only for the aliases phase 2 creates
     assert {c["name"] for c in verified.json()["verdict"]["checks"] if not c["ok"]} == {

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,26 @@ class Proc:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:
+    """Wait for a started run to end (killed if it outlives `timeout`): code, stdout, stderr."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+def until(what: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Poll `what` while the run is alive; fail if the run ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert proc.poll() is None, f"the run ended first: {proc.communicate()}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def run(kubeconfig: str | None, *args: str, env: dict[str, str] | None = None,

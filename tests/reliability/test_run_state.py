@@ -10,7 +10,6 @@ import json
 import shlex
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,23 +28,12 @@ def _phases(env: Env) -> list[dict[str, Any]]:
     return phases
 
 
-def _until(what: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        assert proc.poll() is None, f"the run ended first: {proc.communicate()}"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def _stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
     proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return proc.returncode, err
+    code, _, err = crash.finish(proc)
+    return code, err
 
 
 def _status(env: Env) -> tuple[int, dict[str, Any], str]:
@@ -60,7 +48,7 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
     env = fresh(time_scale=SLOW)
     proc = crash.start(env.kubeconfig, *APPLY)
     try:
-        _until(lambda: any(p["status"] == "in-progress" for p in _phases(env)), proc)
+        crash.until(lambda: any(p["status"] == "in-progress" for p in _phases(env)), proc)
         code, doc, table = _status(env)
         run = doc["run"]
         assert run["state"] == "running", run
@@ -102,7 +90,7 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
             first = _phases(env)[0]
             return first["status"] == "in-progress" and bool(first["undo"])
 
-        _until(undoing_phase_1, proc)
+        crash.until(undoing_phase_1, proc)
         _, doc, table = _status(env)
         run = doc["run"]
         assert run["state"] == "rolling-back", run

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,22 +31,8 @@ def _document(env: Env) -> dict[str, Any]:
     return doc
 
 
-def _finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return proc.returncode, out, err
 
 
-def _until(what: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        assert proc.poll() is None, f"the run ended first: {proc.communicate()}"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def _patches(env: Env, since: int = 0) -> list[int]:
@@ -73,7 +58,7 @@ def test_sigterm_during_a_write_finishes_it_releases_the_lock_and_the_rerun_comp
         assert proc.poll() is None, "SIGTERM cut the write in flight short"
     finally:
         env.sim.server.faults.release_held()
-    code, _, err = _finish(proc)
+    code, _, err = crash.finish(proc)
 
     assert code == 143, err
     assert "Traceback" not in err
@@ -102,10 +87,10 @@ def test_sigterm_while_a_rollback_waits_for_its_rollout(fresh: Callable[..., Env
     assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0
     mark = env.mark()
     proc = crash.start(env.kubeconfig, *ROLLBACK)
-    _until(lambda: bool(_patches(env, mark)), proc)
+    crash.until(lambda: bool(_patches(env, mark)), proc)
     time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
-    code, _, err = _finish(proc)
+    code, _, err = crash.finish(proc)
 
     assert code == 143, err
     assert "interrupted (SIGTERM): run the same command again to resume: dcgm-migrate " \

@@ -6,7 +6,6 @@ renews any more is released without `--force` (docs/runbook.md, "Lock held / unl
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -24,14 +23,6 @@ def _lock(env: Env) -> locking.LockInfo | None:
     return locking.read((cm or {}).get("metadata", {}).get("annotations"))
 
 
-def _finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str]:
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return proc.returncode, err
 
 
 def test_unlock_is_refused_while_the_run_renews_and_forced_with_force(
@@ -64,7 +55,7 @@ def test_unlock_is_refused_while_the_run_renews_and_forced_with_force(
         after = _lock(env)
         assert after is None or after.holder != held.holder
     finally:
-        code, err = _finish(proc)
+        code, _, err = crash.finish(proc)
     # The run found its lock gone at its next state write or renewal and stopped (exit 4).
     assert code == 4, err
     again = crash.run(env.kubeconfig, *APPLY)

@@ -159,6 +159,8 @@ def run_lines(con: Any, run: dict[str, Any]) -> None:
             f"renewed until {esc(lock['expires'])}" if lock["live"] else
             f"expired at {esc(lock['expires'])} (anyone's to take over)")
         con.print(f"  lock: {esc(lock['holder'])}, {when}")
+    if run.get("waitsFor"):
+        con.print(f"  waits for: {esc(run['waitsFor'])}")
     if run.get("lastEvent"):
         con.print(f"  last event: {esc(_event(run['lastEvent']))}")
     if run.get("resume"):

@@ -2,7 +2,8 @@
 interrupted halfway, is a rollback in progress — from the state document and the run lock.
 
 - `running` / `rolling-back`: a live lock (its expiry is in the future); the operation is the
-  last `phase-start` / `rollback-start` event of the phase in progress;
+  last `phase-start` / `rollback-start` event of the phase in progress; `waitsFor` is derived
+  from that phase's newest step record;
 - `interrupted`: a phase `in-progress` or `failed` and no live lock (Ctrl-C, SIGTERM, a kill
   whose lock expired, a gate that stopped the run): `resume` is the command that goes on;
 - `idle`: nothing in progress and no live lock.
@@ -64,6 +65,30 @@ def _rollback_steps(state: State, target: int | None) -> list[dict[str, Any]]:
     return out
 
 
+def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
+    """What a live run of this phase waits for, derived from its newest step record (the
+    runner records a step before and after each write, and waits on its post-gates after):
+    an `intent` is a write in flight; a `done` step is followed by its post-gates."""
+    records = (record.undo if rollback else record.steps) if record is not None else []
+    if not records:
+        return None
+    last = records[-1]
+    step = from_record(last.step)
+    if last.status == "intent":
+        return f"the write of {step.object} ({step.type})"
+    if last.status != "done":
+        return None
+    daemonset = step.rollout_of()
+    if daemonset:
+        return (f"the rollout of DaemonSet/{daemonset}: every pod Ready on the new template, "
+                "within the DaemonSet's own unavailability budget")
+    service = step.object.split("/", 1)[-1]
+    if step.selector_change(service) is not None:
+        return (f"the EndpointSlices of {step.object} under the new selector, with no endpoint "
+                "lost, then the settle time")
+    return f"the post-gates of {step.object} ({step.type}): its endpoints caught up"
+
+
 def _command(operation: str, target: int, namespace: str) -> str:
     return f"dcgm-migrate {operation} --phase {target} -n {namespace}"
 
@@ -102,6 +127,8 @@ def describe(state: State | None, lock: LockInfo | None, now: datetime,
         "resume": (_command(operation, target, namespace)
                    if run == "interrupted" and operation and target else None),
         "lastEvent": history[-1] if history else None,
+        "waitsFor": (waits_for(current, operation == "rollback")
+                     if run in ("running", "rolling-back") else None),
         "rollback": (_rollback_steps(state, target)
                      if state is not None and operation == "rollback" and active else None),
     }

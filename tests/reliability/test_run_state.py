@@ -59,6 +59,14 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
         assert "run running — apply --phase 3, at phase 1" in table
         assert f"lock: {run['lock']['holder']}, since {run['lock']['acquired']}" in table
         assert "History (last " in table and "phase-start phase=1 target=3" in table
+        # Once phase 1 has written a label, the run waits on that DaemonSet (its rollout, or
+        # the next label write once the rollout is over): status says which.
+        crash.until(lambda: any(r["status"] == "done" for p in _phases(env) if p["number"] == 1
+                                for r in p.get("steps") or []), proc)
+        code, doc, table = _status(env)
+        waits = doc["run"]["waitsFor"] or ""
+        assert "DaemonSet/nvidia-dcgm" in waits, doc["run"]
+        assert "waits for: the " in table
     finally:
         stopped, err = _stop(proc)
     assert stopped == 143, err
@@ -66,6 +74,7 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
     code, doc, table = _status(env)
     run = doc["run"]
     assert run["state"] == "interrupted", run
+    assert run["waitsFor"] is None  # nothing runs, so nothing waits
     assert run["lock"] is None  # released on SIGTERM
     assert run["resume"] == f"dcgm-migrate apply --phase 3 -n {NS}"
     assert code == 1 and doc["ok"] is False  # an interrupted run never looks healthy

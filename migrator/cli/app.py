@@ -243,20 +243,27 @@ def _interactive() -> bool:
     return sys.stdin.isatty()
 
 
-def _confirm(yes: bool, output: Output) -> Callable[[dict[str, Any]], bool]:
-    def ask(report: dict[str, Any]) -> bool:
-        if yes or not _interactive():
+class _Confirm:
+    """The question before the first write (skipped with --yes or without a terminal). It
+    shows the plan's table, warnings included; `shown` keeps those warnings so the report
+    after the run does not print them a second time."""
+
+    def __init__(self, yes: bool, output: Output) -> None:
+        self.yes, self.output = yes, output
+        self.shown: list[str] = []
+
+    def __call__(self, report: dict[str, Any]) -> bool:
+        if self.yes or not _interactive():
             return True
         from migrator.cli import render
 
-        if output is Output.table:
+        if self.output is Output.table:
             render.report_table(report)
+            self.shown = list(report.get("warnings") or [])
         target = report.get("target") or {}
         where = (f" to context {target['context']} (server {target['server']}), namespace "
                  f"{target['namespace']}" if target else "")
         return typer.confirm(f"Write these changes{where}?", default=False, err=True)
-
-    return ask
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -300,7 +307,7 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
     settings = RunSettings(timeout=wait, settle=parse_duration(settle, "--settle"),
                            options=options)
     return RunRequest(phase=phase, options=options, settings=settings, plan_file=plan_file,
-                      confirm=_confirm(yes, output))
+                      confirm=_Confirm(yes, output))
 
 
 def _exit_for(report: dict[str, Any]) -> None:
@@ -309,14 +316,16 @@ def _exit_for(report: dict[str, Any]) -> None:
 
 
 def _report(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
-            call: Callable[[Session], dict[str, Any]], *, dry_run: bool = False) -> None:
+            call: Callable[[Session], dict[str, Any]], *, dry_run: bool = False,
+            asked: _Confirm | None = None) -> None:
     """The shape of every cluster command: connect, call the command, render, exit 1 when
-    the report says not ok."""
+    the report says not ok. `asked`: the question before the run, whose table already
+    printed its warnings."""
     from migrator.cli import render
 
     with _session(kubeconfig, context, namespace, output, dry_run) as s:
         report = call(s)
-    render.document(report, output)
+    render.document(report, output, shown=asked.shown if asked is not None else ())
     _exit_for(report)
 
 
@@ -352,7 +361,8 @@ def apply(
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
                            roll_on_delete, plan_file, allow_foreign_pods)
     _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
-            dry_run=dry_run)
+            dry_run=dry_run, asked=request.confirm if isinstance(request.confirm, _Confirm)
+            else None)
 
 
 @app.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from migrator.cli.options import Output
@@ -18,8 +19,9 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
 
 
-def document(doc: dict[str, Any], output: Output) -> None:
-    """Print a report in the chosen format (json/yaml: exactly one document on stdout)."""
+def document(doc: dict[str, Any], output: Output, shown: Sequence[str] = ()) -> None:
+    """Print a report in the chosen format (json/yaml: exactly one document on stdout);
+    `shown`: warnings a table already printed before the run (not repeated in a table)."""
     if output is Output.json:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     elif output is Output.yaml:
@@ -28,7 +30,7 @@ def document(doc: dict[str, Any], output: Output) -> None:
         sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
     else:
         if "phases" in doc:
-            report_table(doc)
+            report_table(doc, shown)
         elif "checks" in doc:
             checks_table(doc)
         else:
@@ -50,7 +52,7 @@ def _val(v: Any) -> str:
     return str(v)
 
 
-def report_table(doc: dict[str, Any]) -> None:
+def report_table(doc: dict[str, Any], shown: Sequence[str] = ()) -> None:
     con = _console()
     target = doc.get("target")  # the question before a write: where it writes
     if target:
@@ -90,10 +92,13 @@ def report_table(doc: dict[str, Any]) -> None:
             con.print(f"  [red]last error:[/red] {esc(phase['error'])}")
     if (doc.get("state") or {}).get("history"):
         history_lines(con, doc["state"]["history"])
-    if doc.get("warnings"):
+    fresh = [w for w in doc.get("warnings") or [] if w not in shown]
+    if fresh:
         con.print("\n[bold yellow]Warnings[/bold yellow]")
-        for w in doc["warnings"]:
+        for w in fresh:
             con.print(f"  ! {esc(w)}")
+    if len(fresh) < len(doc.get("warnings") or []):
+        con.print(f"\n({len(doc['warnings']) - len(fresh)} warnings shown before the question)")
     result = doc.get("result")
     if result:
         con.print(f"\n[bold]writes[/bold] {result['writes']}"

@@ -165,6 +165,21 @@ def test_the_question_names_only_the_phases_it_runs_and_where_it_writes(
     assert "rerun with --yes" not in res.stderr
 
 
+def test_an_answered_question_prints_each_warning_once(
+        sim: SimCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The question's table shows the warnings; the report after the run does not repeat
+    them (it says how many were shown)."""
+    monkeypatch.setattr(app_module, "_interactive", lambda: True)
+    res = CliRunner().invoke(app, ["apply", "--phase", "1", "--kubeconfig", sim.kubeconfig],
+                             input="y\n")
+    assert res.exit_code == 0, res.output
+    doc = cli.run(sim.kubeconfig, "plan", "-o", "json").json()
+    assert doc["warnings"], "the seeded cluster has warnings to show"
+    first = " ".join(doc["warnings"][0].split())[:60]
+    assert " ".join(res.stdout.split()).count(first) == 1, res.stdout
+    assert "warnings shown before the question" in res.stdout
+
+
 # ---- 80 columns ------------------------------------------------------------------------------
 
 def test_at_80_columns_no_object_name_is_split(monkeypatch: pytest.MonkeyPatch) -> None:

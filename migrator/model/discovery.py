@@ -70,5 +70,12 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     kind = "both" if shared else "mixed"
     if kind == "both":
         warnings.append(f"ClusterPolicy and GPUCluster stacks coexist on {len(shared)} nodes: "
-                        "the stable names belong to the ClusterPolicy stack")
+                        "the stable names belong to the ClusterPolicy stack, and each of "
+                        "those nodes runs two exporters (its GPUs are reported twice)")
+    else:
+        warnings.append(f"ClusterPolicy and GPUCluster stacks run on separate nodes "
+                        f"({len(nodes['clusterpolicy'])} and {len(nodes['gpucluster'])}): the "
+                        "stable names belong to the ClusterPolicy stack and reach only its "
+                        "nodes; the GPUCluster nodes answer under the -dra names (docs/"
+                        "runbook.md, 'Coexistence: ClusterPolicy and GPUCluster together')")
     return Discovery(kind, tuple(present), tuple(absent), tuple(warnings))

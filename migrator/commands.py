@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from migrator import phases
 from migrator.engine import executor, informer, runstate
 from migrator.engine import preview as previews
 from migrator.engine import report as reports
@@ -24,7 +25,6 @@ from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.runner import Runner, RunSettings
 from migrator.engine.state import (
-    PHASE_NAMES,
     ConfigMapStateStore,
     RunSession,
     State,
@@ -119,9 +119,12 @@ def _refuse_lost_state(session: Session, snap: Snapshot) -> None:
 
 
 def _check_phase(phase: int) -> int:
-    if phase not in PHASE_NAMES:
-        raise UsageError(f"There is no phase {phase}: phases are 1 (label), 2 (alias) and "
-                         "3 (switch).", "pass --phase 1, 2 or 3")
+    if phase not in phases.numbers():
+        named = [f"{m.NUMBER} ({m.NAME})" for m in phases.PHASES]
+        numbers = [str(n) for n in phases.numbers()]
+        raise UsageError(f"There is no phase {phase}: phases are {', '.join(named[:-1])} and "
+                         f"{named[-1]}.", f"pass --phase {', '.join(numbers[:-1])} or "
+                         f"{numbers[-1]}")
     return phase
 
 
@@ -346,9 +349,9 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     snap = _observe(session)
     state, version = _load_state(session)
-    applied = [n for n in PHASE_NAMES if state and n >= request.phase
+    applied = [n for n in phases.numbers() if state and n >= request.phase
                and state.phase(n).status in ("completed", "in-progress", "failed")]
-    undone = [n for n in PHASE_NAMES if state and n >= request.phase
+    undone = [n for n in phases.numbers() if state and n >= request.phase
               and state.phase(n).status == "rolled-back"]
     if state is None:
         _refuse_lost_state(session, snap)

@@ -1,7 +1,11 @@
 """The three migration phases, one module each with the same small surface, the `Phase`
 protocol (mypy checks every module in `PHASES` against it):
 
-    NUMBER, NAME
+    NUMBER, NAME                                 the phase's identity (the state document's,
+                                                 every report's and the CLI's --phase)
+    SWITCHES_SELECTORS                           its steps move Service selectors: the guard
+                                                 follows what it recorded, and a rollback
+                                                 settles after it before undoing earlier phases
     plan(ctx) -> PhasePlan                       what would change now, with gate status
     before_write(ctx, step) -> [GateResult]     pre-gates, checked on fresh reads per step
     after_write(ctx, step) -> [GateResult]      post-gates the runner waits for
@@ -29,6 +33,8 @@ class Phase(Protocol):
     def NUMBER(self) -> int: ...  # a module constant, read as an attribute
     @property
     def NAME(self) -> str: ...
+    @property
+    def SWITCHES_SELECTORS(self) -> bool: ...
     def plan(self, ctx: PlanContext) -> PhasePlan: ...
     def before_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
     def after_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
@@ -40,4 +46,18 @@ PHASES: tuple[Phase, ...] = (label, alias, switch)
 
 
 def by_number(number: int) -> Phase:
-    return PHASES[number - 1]
+    """The phase numbered `number`; KeyError for a number no phase has."""
+    for module in PHASES:
+        if number == module.NUMBER:
+            return module
+    raise KeyError(number)
+
+
+def numbers() -> tuple[int, ...]:
+    """Every phase's number, in the order they apply."""
+    return tuple(module.NUMBER for module in PHASES)
+
+
+def selector_phase() -> Phase:
+    """The phase whose steps switch Service selectors."""
+    return next(module for module in PHASES if module.SWITCHES_SELECTORS)

@@ -23,6 +23,7 @@ COPIED_PORT_FIELDS = aliasing.COPIED_PORT_FIELDS
 
 NUMBER = 2
 NAME = "alias"
+SWITCHES_SELECTORS = False
 
 def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
                owner: Mapping[str, Any] | None) -> dict[str, Any]:

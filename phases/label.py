@@ -17,6 +17,7 @@ from migrator.model.steps import RollPods, SetLabels, Step, from_record
 
 NUMBER = 1
 NAME = "label"
+SWITCHES_SELECTORS = False
 
 
 def _component_of(ctx: PlanContext, daemonset: str) -> Component | None:
@@ -25,7 +26,7 @@ def _component_of(ctx: PlanContext, daemonset: str) -> Component | None:
 
 def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> SetLabels:
     key, value = comp.common_label.key, comp.common_label.value
-    recorded = ctx.recorded.get(f"labels/daemonset/{comp.daemonset}")
+    recorded = ctx.recorded.get(SetLabels.id_of(comp.daemonset))
     if recorded:  # resuming: the originals are what we saw before our first write
         prior = from_record(recorded)
         assert isinstance(prior, SetLabels)

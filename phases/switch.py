@@ -18,6 +18,7 @@ from migrator.model.steps import SetSelector, Step, from_record
 
 NUMBER = 3
 NAME = "switch"
+SWITCHES_SELECTORS = True
 
 
 def _targets(ctx: PlanContext, comp: Component) -> list[str]:
@@ -29,7 +30,7 @@ def _step_for(ctx: PlanContext, comp: Component, name: str) -> SetSelector | Non
     svc = ctx.service(name)
     if svc is None:
         return None
-    recorded = ctx.recorded.get(f"selector/service/{name}")
+    recorded = ctx.recorded.get(SetSelector.id_of(name))
     if recorded:
         prior = from_record(recorded)
         assert isinstance(prior, SetSelector)

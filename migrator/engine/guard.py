@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migrator import phases
 from migrator.engine.leader import LeaseLock
 from migrator.engine.observe import read_pods, read_snapshot
 from migrator.engine.state import ConfigMapStateStore, State
@@ -38,7 +39,6 @@ from migrator.model.outcome import Verdict
 from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, pod_selectors
-from migrator.model.steps import SetSelector
 from migrator.phases import alias as alias_phase
 
 if TYPE_CHECKING:
@@ -77,12 +77,13 @@ class PassResult:
 
 
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
-    """Alias → the selector phase 3 recorded for it, while phase 3 is completed: the only
-    aliases the guard may move forward again."""
-    if state is None or state.phase(3).status != "completed":
+    """Alias → the selector the phase that switches selectors recorded for it, while that
+    phase is completed: the only aliases the guard may move forward again."""
+    record = state.phase(phases.selector_phase().NUMBER) if state is not None else None
+    if record is None or record.status != "completed":
         return {}
-    return {s.service: dict(s.after) for s in state.phase(3).done_steps()
-            if isinstance(s, SetSelector)}
+    changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps())
+    return {name: dict(change[1]) for name, change in changes if change is not None}
 
 
 class Guard:

@@ -59,21 +59,21 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     warnings: list[str] = list(found.warnings)
     views: list[dict[str, Any]] = []
     projected = snapshot
-    drift_risk = bool(state and state.phase(1).wrote_labels)
-    switches = False  # phase 3 switches (or switched) a Service to the common selector
+    drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()))
+    switches = False  # a Service is (or is to be) switched to the common selector
     for module in phases.PHASES:
         rec = state.phase(module.NUMBER) if state else None
         status = rec.status if rec else "pending"
         ctx = PlanContext(projected, catalog, found.components, options,
                           rec.recorded() if rec and status in ("in-progress", "failed") else {})
-        if rec is not None and module.NUMBER == 3 and status != "rolled-back":
+        if rec is not None and module.SWITCHES_SELECTORS and status != "rolled-back":
             switches |= any(isinstance(st, SetSelector) for st in rec.done_steps())
         if status == "completed" and rec is not None:
             gates = module.verify(ctx, rec.done_steps()) + reasked(rec.reverted_steps(), options)
             again = module.plan(ctx)
             warnings.extend(again.warnings)  # e.g. operator-owned, still true
             notes = []
-            if module.NUMBER == 3 and options.include_operator_owned and again.steps:
+            if module.SWITCHES_SELECTORS and options.include_operator_owned and again.steps:
                 notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                     s.object for s in again.steps)))
                 warnings.append(notes[-1])
@@ -86,7 +86,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                 projected = monitoring.with_service(projected, step.body)
             if isinstance(step, SetLabels) and step.rolls_pods():
                 drift_risk = True
-            if isinstance(step, SetSelector) and module.NUMBER == 3:
+            if isinstance(step, SetSelector) and module.SWITCHES_SELECTORS:
                 switches = True
         warnings.extend(plan.warnings)
         changes = [c.as_dict() for step in plan.steps for c in step.changes()]

@@ -297,12 +297,15 @@ class Runner:
         self._target = downto
         snap = self.snapshot()
         settled = False
-        for number in range(len(phases.PHASES), downto - 1, -1):
+        switching = phases.selector_phase().NUMBER
+        for number in sorted(phases.numbers(), reverse=True):
+            if number < downto:
+                continue
             module = phases.by_number(number)
             rec = self.state.phase(number)
             if rec.status in ("pending", "rolled-back"):
                 continue
-            if number < 3 and not settled:
+            if number < switching and not settled:  # phases the old selectors still needed
                 self._settle_after_restore()
                 settled = True
             self._run_phase(module, rec, snap, rollback=True)
@@ -313,7 +316,7 @@ class Runner:
         """Before removing what the old selectors needed, give kube-proxy `--settle` after the
         selectors were restored — measured from the recorded finish, so a run killed during
         the countdown waits only the rest of it when run again."""
-        rec = self.state.phase(3)
+        rec = self.state.phase(phases.selector_phase().NUMBER)
         if rec.status != "rolled-back" or not rec.finished or self.dry_run:
             return
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)

@@ -16,7 +16,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from migrator.engine.state import PHASE_NAMES, PhaseRecord, State
+from migrator import phases
+from migrator.engine.state import PhaseRecord, State
 from migrator.engine.state.lock import LockInfo, format_time
 from migrator.model.steps import from_record
 
@@ -31,8 +32,8 @@ def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int
         operation = STARTS.get(str(event.get("event")))
         if operation and (not numbers or event.get("phase") in numbers):
             target = event.get("target")
-            return operation, target if isinstance(target, int) and target in PHASE_NAMES \
-                else None
+            known = isinstance(target, int) and target in phases.numbers()
+            return operation, target if known else None
     if any(r.undo for r in active):
         return "rollback", None
     return ("apply", None) if active else (None, None)
@@ -42,7 +43,7 @@ def _rollback_steps(state: State, target: int | None) -> list[dict[str, Any]]:
     """Per phase the rollback undoes (newest first), each recorded step's inverse and whether
     it is done: what the rollback writes, instead of the forward diff."""
     out = []
-    for number in sorted(PHASE_NAMES, reverse=True):
+    for number in sorted(phases.numbers(), reverse=True):
         rec = state.phase(number)
         if rec.status in ("pending", "rolled-back") or (target is not None and number < target):
             continue
@@ -60,7 +61,7 @@ def _rollback_steps(state: State, target: int | None) -> list[dict[str, Any]]:
             if not any(s["object"] == step.object and s["type"] == step.type for s in steps):
                 steps.append({"object": step.object, "type": step.type, "status": r.status,
                               "changes": [c.as_dict() for c in step.changes()]})
-        out.append({"phase": number, "name": PHASE_NAMES[number], "status": rec.status,
+        out.append({"phase": number, "name": phases.by_number(number).NAME, "status": rec.status,
                     "steps": steps})
     return out
 

@@ -80,9 +80,14 @@ class SetLabels(_StepDefaults):
     meta_before: LabelMap
     template_before: LabelMap
 
+    @staticmethod
+    def id_of(daemonset: str) -> str:
+        """The id of this type's step on `daemonset` (what the state records it under)."""
+        return f"labels/daemonset/{daemonset}"
+
     @property
     def id(self) -> str:
-        return f"labels/daemonset/{self.daemonset}"
+        return self.id_of(self.daemonset)
 
     @property
     def name(self) -> str:
@@ -134,9 +139,14 @@ class RollPods(_StepDefaults):
     daemonset: str
     label_keys: tuple[str, ...]
 
+    @staticmethod
+    def id_of(daemonset: str) -> str:
+        """The id of this type's step on `daemonset` (what the state records it under)."""
+        return f"roll/daemonset/{daemonset}"
+
     @property
     def id(self) -> str:
-        return f"roll/daemonset/{self.daemonset}"
+        return self.id_of(self.daemonset)
 
     @property
     def name(self) -> str:
@@ -181,9 +191,14 @@ class CreateAlias(_StepDefaults):
     source: str
     body: Obj = field(hash=False)
 
+    @staticmethod
+    def id_of(service: str) -> str:
+        """The id of this type's step on `service` (what the state records it under)."""
+        return f"alias/service/{service}"
+
     @property
     def id(self) -> str:
-        return f"alias/service/{self.service}"
+        return self.id_of(self.service)
 
     @property
     def name(self) -> str:
@@ -221,9 +236,14 @@ class DeleteAlias(_StepDefaults):
     service: str
     source: str
 
+    @staticmethod
+    def id_of(service: str) -> str:
+        """The id of this type's step on `service` (what the state records it under)."""
+        return f"unalias/service/{service}"
+
     @property
     def id(self) -> str:
-        return f"unalias/service/{self.service}"
+        return self.id_of(self.service)
 
     @property
     def name(self) -> str:
@@ -260,9 +280,14 @@ class SetSelector(_StepDefaults):
     operator_owned: bool = False
     allow_foreign: bool = False  # switched with --allow-foreign-pods (kept in the state)
 
+    @staticmethod
+    def id_of(service: str) -> str:
+        """The id of this type's step on `service` (what the state records it under)."""
+        return f"selector/service/{service}"
+
     @property
     def id(self) -> str:
-        return f"selector/service/{self.service}"
+        return self.id_of(self.service)
 
     @property
     def name(self) -> str:

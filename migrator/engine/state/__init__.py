@@ -11,10 +11,10 @@
 The names below are the package's surface for the rest of the engine and the commands.
 """
 
-from migrator.engine.state.document import PHASE_NAMES, PhaseRecord, State
+from migrator.engine.state.document import PhaseRecord, State
 from migrator.engine.state.lock import default_holder
 from migrator.engine.state.session import RunSession
 from migrator.engine.state.store import ConfigMapStateStore, StateStore
 
-__all__ = ["PHASE_NAMES", "ConfigMapStateStore", "PhaseRecord", "RunSession", "State",
-           "StateStore", "default_holder"]
+__all__ = ["ConfigMapStateStore", "PhaseRecord", "RunSession", "State", "StateStore",
+           "default_holder"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from migrator import phases as phase_modules
 from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import StateCorrupt
 from migrator.model.retiring import GONE, REPLACED, REVERTED
@@ -21,7 +22,6 @@ from migrator.model.steps import Step, from_record, to_record
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 50
 STATUSES = ("pending", "in-progress", "completed", "failed", "rolled-back")
-PHASE_NAMES = {1: "label", 2: "alias", 3: "switch"}
 RETIRED = (GONE, REVERTED, REPLACED)  # step records model/retiring.py set aside
 
 
@@ -56,7 +56,7 @@ class PhaseRecord:
 
     @property
     def name(self) -> str:
-        return PHASE_NAMES[self.number]
+        return phase_modules.by_number(self.number).NAME
 
     def recorded(self) -> dict[str, dict[str, Any]]:
         """Step id → step record, for resuming with the originals seen before the first write
@@ -89,7 +89,7 @@ class State:
     stack: str = "none"
     plan_fingerprint: str | None = None
     phases: dict[int, PhaseRecord] = field(
-        default_factory=lambda: {n: PhaseRecord(n) for n in PHASE_NAMES})
+        default_factory=lambda: {n: PhaseRecord(n) for n in phase_modules.numbers()})
     last_error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     created: str = ""  # "": now, on the clock

@@ -16,6 +16,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from kubernetes.config import incluster_config
@@ -27,6 +28,9 @@ from migrator.sim.cluster import SimCluster
 from migrator.sim.server import ADMIN_TOKEN
 from migrator.sim.tls import make_certificate
 from tests.helpers.cli import validate
+
+if TYPE_CHECKING:
+    from migrator.model.kinds import Kind
 
 
 class TlsTerminator:
@@ -142,7 +146,7 @@ def test_a_whole_phase_runs_in_cluster(pod: tuple[SimCluster, Path]) -> None:
     assert sim.store.find(*_service("nvidia-dcgm-exporter")) is not None
 
 
-def _service(name: str) -> tuple[object, str, str]:
+def _service(name: str) -> tuple[Kind, str, str]:
     from migrator.model import kinds
 
     return kinds.SERVICE, "gpu-operator", name

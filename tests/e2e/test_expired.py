@@ -59,19 +59,19 @@ def _busy(store: Store) -> Iterator[list[int]]:
     # The 410 paths are taken by construction, not by a race with the load.
     checked = store.expired
 
-    def expired_after_writes(version: int) -> bool:
+    def expired_after_writes(resource_version: int) -> bool:
         for _ in range(WINDOW + 1):
             write()
-        return checked(version)
+        return checked(resource_version)
 
-    store.expired = expired_after_writes  # type: ignore[method-assign]
+    store.expired = expired_after_writes  # type: ignore[method-assign]  # patched for this one test
 
     worker = threading.Thread(target=tick, name="busy-cluster", daemon=True)
     worker.start()
     try:
         yield count
     finally:
-        store.expired = checked  # type: ignore[method-assign]
+        store.expired = checked  # type: ignore[method-assign]  # patched for this one test
         done.set()
         worker.join(5)
 

@@ -269,6 +269,7 @@ def test_two_guards_one_leads_and_the_other_takes_over_after_the_lease_expires(
             time.sleep(0.5)  # several of b's retry periods
             assert not b.guard.lease.is_leader and b.guard.passes == 0
             # a dies without releasing (a crash, not SIGTERM): b waits the lease out.
+            # ignored below: patched for this one test
             a.guard.lease.release = lambda: False  # type: ignore[method-assign]
             a.stop.set()
             a.thread.join(10)

@@ -46,10 +46,10 @@ def env(request: pytest.FixtureRequest, e2e_factory: Callable[..., E2E]) -> E2E:
 
 @pytest.fixture
 def api(env: E2E) -> Iterator[client.ApiClient]:
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+    api: client.ApiClient = config.new_client_from_config(
         str(env.sim.kubeconfig_for(ADMIN_USER)))
     yield api
-    api.close()  # type: ignore[no-untyped-call]
+    api.close()
 
 
 def _exporter(env: E2E) -> tuple[str, str, str]:

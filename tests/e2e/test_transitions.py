@@ -117,6 +117,7 @@ def test_stack_change_is_detected_and_apply_replans_for_the_new_stack(
         assert svc is not None
         assert svc["metadata"]["annotations"]["dcgm-migrate/alias-of"] == source
         assert svc["spec"]["selector"] == {key: "true"}
+        # ignored below: mypy cannot infer a lambda with a default argument
         env.sim.wait_for(lambda a=alias: _ready(env, a) == 3, 10)  # type: ignore[misc]
     # the old stack's recorded steps no longer count: retired, not eternal failures
     assert _step_statuses(env, 1)["set-labels/nvidia-dcgm"] == "gone"

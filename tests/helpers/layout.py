@@ -6,9 +6,11 @@ top-level phases/ and plans/ into the package when it builds or installs it (the
 install's import finder does the same at import time). This lays the package out as it
 installs — migrator/ plus each `package-dir` folder of pyproject.toml at its package's place —
 in a temporary folder, runs the tool there on the checkout's own configuration, and prints the
-tool's paths as the checkout's (`migrator/phases/alias.py` as `phases/alias.py`).
+tool's paths as the checkout's (`migrator/phases/alias.py` as `phases/alias.py`). The test
+suite (tests/, with the benchmarks/ it imports) is copied beside the package, so that mypy checks
+the tests against the package as it installs too.
 
-    python3 -m tests.helpers.layout mypy            # `mypy --strict` (pyproject.toml)
+    python3 -m tests.helpers.layout mypy            # `mypy --strict` of migrator and tests
     python3 -m tests.helpers.layout lint-imports    # the contracts of .importlinter
 
 Further arguments go to the tool; its exit code is the command's.
@@ -26,6 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "migrator"
+# Checked beside the package: the test suite, and the benchmarks it imports.
+BESIDE = ("tests", "benchmarks")
 
 
 def package_dirs(repo: Path = REPO) -> dict[str, Path]:
@@ -48,6 +52,9 @@ def lay_out(into: Path, repo: Path = REPO) -> dict[str, str]:
                              f"package-dir ({source.relative_to(repo)}): remove one")
         shutil.copytree(source, target, ignore=skip)
         folders[str(target.relative_to(into)) + os.sep] = str(source.relative_to(repo)) + os.sep
+    for name in BESIDE:
+        shutil.copytree(repo / name, into / name, ignore=skip)
+        folders[name + os.sep] = name + os.sep
     return folders
 
 

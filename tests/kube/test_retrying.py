@@ -3,6 +3,9 @@ waits (Retry-After, jittered backoff) and when it gives up (attempts, total wait
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from migrator.kube.retrying import (
@@ -14,11 +17,11 @@ from migrator.kube.retrying import (
 )
 
 
-def policy(sleeps: list[float], **kw: object) -> RetryPolicy:
-    return RetryPolicy(sleep=sleeps.append, random=lambda: 1.0, **kw)  # type: ignore[arg-type]
+def policy(sleeps: list[float], **kw: Any) -> RetryPolicy:
+    return RetryPolicy(sleep=sleeps.append, random=lambda: 1.0, **kw)
 
 
-def flaky(failures: list[Exception], result: str = "ok") -> object:
+def flaky(failures: list[Exception], result: str = "ok") -> Callable[[], str]:
     def fn() -> str:
         if failures:
             raise failures.pop(0)
@@ -38,7 +41,7 @@ def test_retry_after_is_honoured_and_the_call_then_succeeds() -> None:
     outcome = Outcome()
     fn = flaky([Transient("HTTP 429", status=429, retry_after=7.0),
                 Transient("HTTP 503", status=503)])
-    assert call_with_retries(fn, policy(sleeps), outcome) == "ok"  # type: ignore[arg-type]
+    assert call_with_retries(fn, policy(sleeps), outcome) == "ok"
     assert sleeps == [7.0, 0.5]  # Retry-After, then the backoff after attempt 2 (0.25 * 2)
     assert outcome.attempts == 3 and outcome.transient_failures == 2
     assert outcome.waited == pytest.approx(7.5)
@@ -49,7 +52,7 @@ def test_gives_up_after_the_attempts_and_reraises_the_last_failure() -> None:
     outcome = Outcome()
     fn = flaky([Transient(f"HTTP 503 #{i}", status=503) for i in range(10)])
     with pytest.raises(Transient, match="#5"):
-        call_with_retries(fn, policy(sleeps, attempts=6), outcome)  # type: ignore[arg-type]
+        call_with_retries(fn, policy(sleeps, attempts=6), outcome)
     assert outcome.attempts == 6
     assert len(sleeps) == 5
 
@@ -60,7 +63,7 @@ def test_the_total_wait_never_exceeds_the_budget() -> None:
     fn = flaky([Transient("HTTP 429", status=429, retry_after=12.0) for _ in range(10)])
     with pytest.raises(Transient):
         call_with_retries(
-            fn, policy(sleeps, attempts=10, max_wait_seconds=30.0), outcome  # type: ignore[arg-type]
+            fn, policy(sleeps, attempts=10, max_wait_seconds=30.0), outcome
         )
     assert sleeps == [12.0, 12.0]  # a third wait would pass 30 s: give up instead
     assert outcome.attempts == 3

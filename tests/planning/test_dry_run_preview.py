@@ -5,6 +5,7 @@ on a gate it can evaluate (engine/preview.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from migrator import phases
 from migrator.engine import preview
@@ -62,8 +63,8 @@ def test_an_alias_and_a_switch_project_with_the_endpoints_they_would_get() -> No
     assert switched.endpoints_of(create.service).ready_total == 3
 
 
-def _outcomes(report: dict[str, object]) -> list[str]:
-    return [p["preview"]["outcome"] for p in report["phases"]]  # type: ignore[index]
+def _outcomes(report: dict[str, Any]) -> list[str]:
+    return [p["preview"]["outcome"] for p in report["phases"]]
 
 
 def test_a_fresh_cluster_previews_all_three_phases_as_they_would_run() -> None:

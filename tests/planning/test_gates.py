@@ -18,7 +18,7 @@ KEY = "nvidia.com/gpu-operator.dcgm"
 def snap(*pod_views: PodView, endpoints: dict[str, ServiceEndpoints] | None = None,
          services: dict[str, dict[str, object]] | None = None) -> Snapshot:
     return Snapshot(NS, pods=tuple(pod_views), endpoints=endpoints or {},
-                    services=services or {})  # type: ignore[arg-type]
+                    services=services or {})
 
 
 # ---- rollout ------------------------------------------------------------------------------------
@@ -31,7 +31,7 @@ def snap(*pod_views: PodView, endpoints: dict[str, ServiceEndpoints] | None = No
 ])
 def test_rollout_complete_is_kubectl_rollout_status(ds: dict[str, object], ok: bool,
                                                     detail: str) -> None:
-    result = g.rollout_complete(ds)  # type: ignore[arg-type]
+    result = g.rollout_complete(ds)
     assert (result.name, result.ok, result.detail) == (f"rollout-complete/{DS}", ok, detail)
 
 
@@ -171,7 +171,7 @@ def test_a_service_without_a_selector_had_no_pods_to_keep() -> None:
 def test_services_selecting_a_label_key() -> None:
     svcs = {"a": service("a", {KEY: "true"}), "b": service("b", {"app": DS}),
             "c": service("c", {})}
-    assert g.services_selecting(snap(services=svcs), KEY) == ["a"]  # type: ignore[arg-type]
+    assert g.services_selecting(snap(services=svcs), KEY) == ["a"]
 
 
 @pytest.mark.parametrize(("selector", "labels", "ok"), [

@@ -129,9 +129,10 @@ def test_a_held_mark_on_an_alias_that_moved_forward_is_cleared() -> None:
 def test_config_drift_is_resynced_except_the_selector() -> None:
     alias = _alias(FORWARD)
     alias["spec"]["ports"][0]["nodePort"] = 30001  # API-assigned: never a difference
-    want = {"spec": {"selector": APP, "type": "ClusterIP", "internalTrafficPolicy": "Cluster",
-                     "ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400,
-                                "protocol": "TCP"}]}}
+    want: dict[str, Any] = {"spec": {"selector": APP, "type": "ClusterIP",
+                                     "internalTrafficPolicy": "Cluster",
+                                     "ports": [{"name": "gpu-metrics", "port": 9400,
+                                                "targetPort": 9400, "protocol": "TCP"}]}}
     snap = _snap(alias, template={EXP_KEY: "true"}, pod_labels={EXP_KEY: "true"})
     assert guarding.syncs(snap, CAT, {"nvidia-dcgm-exporter": want}) == []
     want["spec"]["ports"][0]["port"] = 9401

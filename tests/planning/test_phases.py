@@ -8,6 +8,7 @@ from migrator import phases
 from migrator.engine import report as reports
 from migrator.model.discovery import discover
 from migrator.model.planning import Options, PlanContext
+from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import load_catalog
 from migrator.model.steps import CreateAlias, SetLabels, SetSelector, from_record, to_record
 from tests.helpers import builders as b
@@ -15,7 +16,7 @@ from tests.helpers import builders as b
 CAT = load_catalog()
 
 
-def ctx(snap, **opts):  # type: ignore[no-untyped-def]
+def ctx(snap: Snapshot, **opts: bool) -> PlanContext:
     return PlanContext(snap, CAT, discover(snap, CAT).components, Options(**opts))
 
 

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from migrator import commands
 from migrator.commands import RunRequest, Session
@@ -53,7 +54,7 @@ def _edit_state_configmap(sim: SimCluster, change: Callable[[dict[str, object]],
     sim.store.update(kinds.CONFIGMAP, cm)
 
 
-def _edit_state_during_run(env: Env, change: Callable[[dict[str, object]], None],
+def _edit_state_during_run(env: Env, change: Callable[[dict[str, Any]], None],
                            ) -> tuple[int, str, int]:
     """Run apply, hold the answer of its second write (write 1 takes the lock, 2 saves state),
     change the state ConfigMap meanwhile, then let the run go on. Returns its exit code, its
@@ -76,7 +77,7 @@ def _edit_state_during_run(env: Env, change: Callable[[dict[str, object]], None]
 def test_a_409_on_a_state_write_is_handled_by_re_reading(fresh: Callable[..., Env]) -> None:
     env = fresh()
     # Someone labels the ConfigMap by hand while the run is between two state writes.
-    code, err, _ = _edit_state_during_run(env, lambda cm: cm["metadata"]["labels"].update(  # type: ignore
+    code, err, _ = _edit_state_during_run(env, lambda cm: cm["metadata"]["labels"].update(
         {"team": "gpu-infra"}))
     assert code == 0, err[-2000:]
     conflicts = env.sim.server.log.find(verb="update", resource="configmaps", code=409)
@@ -110,12 +111,12 @@ def test_a_state_document_changed_by_another_run_stops_with_exit_4(
 
 # ---- a write whose answer is lost --------------------------------------------------------------
 
-def _lost_answer_cases(writes: list[object]) -> Iterator[tuple[str, int]]:
+def _lost_answer_cases(writes: list[RequestRecord]) -> Iterator[tuple[str, int]]:
     """The first write of each kind in a reference run (1-based index): lock, state save, label
     patch, alias create, selector patch, and the last write (the lock release)."""
     seen: set[str] = set()
     for i, w in enumerate(writes, 1):
-        key = f"{w.verb} {w.resource}"  # type: ignore[attr-defined]
+        key = f"{w.verb} {w.resource}"
         if key not in seen:
             seen.add(key)
             yield key, i

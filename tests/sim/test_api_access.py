@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from migrator.sim.access import Attributes, policy_from_rbac
 from migrator.sim.server import ApiServer

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from tests.sim.conftest import NS, Raw, daemonset, service
 

@@ -4,10 +4,11 @@ resourceVersion conflicts, generation, dry-run, graceful pod deletion and Status
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from migrator.model import kinds
 from migrator.sim.server import ApiServer
@@ -15,7 +16,7 @@ from migrator.sim.store import Store
 from tests.sim.conftest import NS, Raw, daemonset, pod
 
 
-def _status(exc: ApiException) -> dict[str, object]:
+def _status(exc: ApiException) -> dict[str, Any]:
     return dict(json.loads(exc.body))
 
 
@@ -179,7 +180,7 @@ def test_invalid_label_value_is_422(core: client.CoreV1Api) -> None:
     assert err.value.status == 422
     body = _status(err.value)
     assert body["reason"] == "Invalid"
-    assert body["details"]["causes"][0]["field"] == "metadata.labels"  # type: ignore[index]
+    assert body["details"]["causes"][0]["field"] == "metadata.labels"
 
 
 def test_delete_returns_status_for_daemonsets_and_object_for_services(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from migrator.model import kinds
 from migrator.sim import writes

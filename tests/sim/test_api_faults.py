@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from migrator.model import kinds
 from migrator.sim import writes

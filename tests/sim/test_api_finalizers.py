@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from migrator.model import kinds
 from migrator.sim import writes

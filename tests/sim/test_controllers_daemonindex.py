@@ -88,7 +88,7 @@ def test_an_unchanged_pod_version_is_not_a_change() -> None:
     pods = DaemonPods()
     view = _view(rng, 1, "node-1")
     assert pods.put(view) is True
-    same = R.PodView(**{f: getattr(view, f) for f in R.PodView.__slots__})  # type: ignore[attr-defined]
+    same = R.PodView(**{f: getattr(view, f) for f in R.PodView.__slots__})
     assert pods.put(same) is False
     assert pods.drop("pod-1") is True and pods.drop("pod-1") is False
     assert pods.by_node == {}

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +20,9 @@ from migrator.engine.permissions import REQUIRED, Permission
 from migrator.sim.access import ADMIN_USER
 from migrator.sim.cluster import SimCluster
 from tests.helpers import cli
+
+if TYPE_CHECKING:
+    from migrator.model.kinds import Kind
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "gpu-operator"
@@ -159,7 +163,7 @@ def test_the_tool_runs_as_the_service_account_over_https(rbac_sim: Cluster) -> N
     assert users == {SA}
 
 
-def _svc(name: str) -> tuple[object, str, str]:
+def _svc(name: str) -> tuple[Kind, str, str]:
     from migrator.model import kinds
 
     return kinds.SERVICE, NS, name

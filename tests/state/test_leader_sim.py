@@ -113,9 +113,9 @@ def test_two_candidates_racing_for_an_expired_lease_cannot_both_win(
     stale = kube.get(kinds.LEASE, "guard", NS)
     assert b.try_acquire_or_renew() is True
     original_get = kube.get
-    kube.get = lambda *args, **kw: stale  # type: ignore[method-assign]
+    kube.get = lambda *args, **kw: stale  # type: ignore[method-assign]  # patched for this one test
     try:
         assert c.try_acquire_or_renew() is False
     finally:
-        kube.get = original_get  # type: ignore[method-assign]
+        kube.get = original_get  # type: ignore[method-assign]  # patched for this one test
     assert _lease(kube)["holderIdentity"] == "b"

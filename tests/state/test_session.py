@@ -35,7 +35,7 @@ def session(store: MemoryStateStore, clock: FakeClock, *, dry_run: bool = False,
                       listener=listener or Quiet(), dry_run=dry_run)
 
 
-def annotations(cm: MemoryConfigMap) -> dict[str, str]:
+def _annotations(cm: MemoryConfigMap) -> dict[str, str]:
     obj = cm.object
     assert obj is not None
     return dict(obj["metadata"].get("annotations") or {})
@@ -45,10 +45,10 @@ def test_the_lock_is_held_inside_and_released_after_even_on_failure() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
     store = MemoryStateStore(cm, clock=clock)
     with pytest.raises(RuntimeError), session(store, clock) as run:
-        assert annotations(cm)[locking.HOLDER] == HOLDER
+        assert _annotations(cm)[locking.HOLDER] == HOLDER
         run.save(State("ns", clock=clock))
         raise RuntimeError("the run failed")
-    assert locking.HOLDER not in annotations(cm)
+    assert locking.HOLDER not in _annotations(cm)
     loaded = store.load()
     assert loaded is not None and loaded.document["namespace"] == "ns"
 
@@ -69,6 +69,7 @@ def test_saves_follow_the_version_last_seen_and_refuse_another_writer() -> None:
     with session(other, clock) as run:
         run.save(state)
         replaced = State("ns", stack="clusterpolicy", clock=clock).to_document()
+        # ignored below: saved above: load() is not None
         other.save(replaced, expected_version=other.load().version)  # type: ignore[union-attr]
         with pytest.raises(StateConflict):
             run.save(state)
@@ -78,7 +79,7 @@ def test_the_heartbeat_renews_only_after_a_quarter_of_the_ttl() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
     store = MemoryStateStore(cm, clock=clock)
     with session(store, clock) as run:
-        first = annotations(cm)[locking.EXPIRES]
+        first = _annotations(cm)[locking.EXPIRES]
         writes = cm.writes
         clock.advance(LOCK_TTL_SECONDS / 4)
         run.heartbeat()
@@ -86,7 +87,7 @@ def test_the_heartbeat_renews_only_after_a_quarter_of_the_ttl() -> None:
         clock.advance(1)
         run.heartbeat()
         assert cm.writes == writes + 1
-        assert annotations(cm)[locking.EXPIRES] > first
+        assert _annotations(cm)[locking.EXPIRES] > first
         run.heartbeat()
         assert cm.writes == writes + 1  # renewed just now
 
@@ -140,13 +141,13 @@ def test_renewals_are_recorded_and_tell_a_renewing_holder_from_a_silent_one() ->
     clock, cm = FakeClock(), MemoryConfigMap()
     store = MemoryStateStore(cm, clock=clock)
     with session(store, clock) as run:
-        taken = locking.read(annotations(cm))
+        taken = locking.read(_annotations(cm))
         assert taken is not None and taken.renewed == clock.now()  # taking it is a renewal
         clock.advance(LOCK_TTL_SECONDS / 4 + 1)
         run.heartbeat()
-        info = locking.read(annotations(cm))
+        info = locking.read(_annotations(cm))
         assert info is not None and info.renewed == clock.now()
-        assert annotations(cm)[locking.RENEWED] == locking.format_time(clock.now())
+        assert _annotations(cm)[locking.RENEWED] == locking.format_time(clock.now())
         assert info.renewing(clock.now())
         clock.advance(locking.RENEWING_SECONDS + 1)  # no renewal since: a silent holder
         assert info.live(clock.now()) and not info.renewing(clock.now())

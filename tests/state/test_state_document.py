@@ -3,6 +3,9 @@ records, bounded history, and refusal of documents that are not a valid state.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from migrator.engine.state.document import HISTORY_LIMIT, State
@@ -54,7 +57,7 @@ def test_history_is_bounded() -> None:
                                             "step": {"type": "teleport"}}]),
     lambda d: d.update(namespace=None) or d.pop("namespace"),
 ])
-def test_invalid_documents_are_refused(mutate) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_documents_are_refused(mutate: Callable[[dict[str, Any]], object]) -> None:
     doc = State("ns").to_document()
     mutate(doc)
     with pytest.raises(StateCorrupt) as err:

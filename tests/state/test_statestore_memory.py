@@ -18,7 +18,8 @@ import pytest
 
 from migrator.engine.state import lock as locking
 from migrator.engine.state.backends import MemoryConfigMap
-from migrator.engine.state.store import MemoryStateStore, StoredState
+from migrator.engine.state.configmap import StoredState
+from migrator.engine.state.store import MemoryStateStore
 from migrator.errors import LockHeld, StateConflict, StateCorrupt, exit_code_for
 from tests.helpers.clock import T0
 from tests.helpers.clock import FakeClock as Clock
@@ -107,6 +108,7 @@ def test_a_stale_version_is_a_conflict_when_the_document_changed(
     with pytest.raises(StateConflict, match="changed by another run") as info:
         b.save({**DOC, "stack": "y"}, expected_version=first.version)
     assert exit_code_for(info.value) == 4
+    # ignored below: saved above: the ConfigMap exists
     assert json.loads(cm.object["data"]["state.json"])["stack"] == "x"  # type: ignore[index]
 
 
@@ -146,7 +148,9 @@ def test_own_lock_writes_do_not_cost_a_conflict(cm: MemoryConfigMap, clock: Cloc
     s.save({**DOC, "n": 2}, expected_version=saved.version)
     assert cm.writes == writes + 1  # straight PUT on the renewed version, no 409 round
     s.release_lock(lock)
+    # ignored below: saved above: the ConfigMap exists
     assert locking.read(cm.object["metadata"].get("annotations")) is None  # type: ignore[index]
+    # ignored below: saved above: load() is not None
     assert store(cm, clock).load().document == {**DOC, "n": 2}  # type: ignore[union-attr]
 
 
@@ -176,6 +180,7 @@ def test_an_expired_lock_is_taken_over_and_the_old_holder_loses(
     with pytest.raises(LockHeld, match="bob@b pid 2"):
         old.save({**DOC, "late": True}, expected_version=state.version)
     old.release_lock(old_lock)  # not ours any more: left alone
+    # ignored below: saved and locked: object and lock are not None
     assert locking.read(cm.object["metadata"]["annotations"]).holder == "bob@b pid 2"  # type: ignore[index,union-attr]
 
 

@@ -110,6 +110,7 @@ def test_lock_then_state_then_release(empty_api: ApiServer, clock: Clock) -> Non
     assert annotations["dcgm-migrate/lock-expires"] == "2025-03-01T12:01:30Z"
     s.release_lock(lock)
     assert locking.read(stored_cm(empty_api)["metadata"].get("annotations")) is None
+    # ignored below: saved above: load() is not None
     assert store(empty_api, clock).load().document == {**DOC, "step": 2}  # type: ignore[union-attr]
 
 

@@ -123,7 +123,8 @@ class SimCluster:
             node_monitor_grace_seconds=node_monitor_grace_seconds,
             readiness_probes=readiness_probes)
         access = AccessControl(allow_unauthenticated=insecure_port)
-        self.server = ApiServer(self.store, faults=faults, access=access)
+        self.server = ApiServer(self.store, faults=faults, access=access,
+                                bookmark_seconds=self.clock.to_real(60))
         self.url = ""
         self.summary: SeedSummary | None = None
         self.seed_seconds = 0.0

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from migrator.model import kinds
-from migrator.sim import discovery, handlers, impersonation, routing, simendpoints
+from migrator.sim import discovery, handlers, impersonation, openapi, routing, simendpoints
 from migrator.sim.access import Attributes, Policy, forbidden_reason
 from migrator.sim.exchange import Backend, Request, Response, error_response, json_response
 from migrator.sim.routing import RequestInfo
@@ -25,6 +25,7 @@ from migrator.sim.statuses import (
     internal_error,
     method_not_allowed,
     no_such_path,
+    not_acceptable,
     service_unavailable,
     too_many_requests,
     unauthorized,
@@ -107,14 +108,33 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
         if counts_as_write and response.code < 400:
             b.faults.after_write()  # the crash-test hook may hold this answer back
         return response
-    return _non_resource(b, info)
+    return _non_resource(b, info, req)
 
 
-def _non_resource(b: Backend, info: RequestInfo) -> Response:
+def _openapi(info: RequestInfo, req: Request, disabled: list[str]) -> Response:
+    """`/openapi/v2` (JSON only: 406 for a protobuf-only Accept, as client-go's
+    `OpenAPISchema` sends) and `/openapi/v3[/<group-version>]`."""
+    parts = info.parts
+    if parts == ("openapi", "v2"):
+        if not openapi.accepts_json(req.header("accept")):
+            raise not_acceptable()
+        return Response(200, openapi.v2_document(disabled))
+    if parts == ("openapi", "v3"):
+        return json_response(200, openapi.v3_discovery(disabled))
+    target = openapi.v3_target(parts) if parts[1] == "v3" else None
+    data = None if target is None else openapi.v3_document(*target, disabled=disabled)
+    if data is None:
+        raise no_such_path()
+    return Response(200, data)
+
+
+def _non_resource(b: Backend, info: RequestInfo, req: Request) -> Response:
     if info.method not in ("GET", "HEAD"):
         raise method_not_allowed()
     disabled = b.faults.snapshot()["disabled_groups"]
     parts = info.parts
+    if len(parts) >= 2 and parts[0] == "openapi":
+        return _openapi(info, req, disabled)
     doc = None
     if parts == ("version",):
         doc = discovery.version_info()

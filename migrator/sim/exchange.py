@@ -83,4 +83,5 @@ class Backend:
     encoder: ObjectEncoder
     stopping: threading.Event
     address: str = "127.0.0.1:0"
+    bookmark_seconds: float = 60.0  # a watch's periodic BOOKMARK (allowWatchBookmarks)
     lists: ListCache = field(default_factory=ListCache)

@@ -20,7 +20,7 @@ from typing import Any
 
 from migrator.model import kinds, selectors
 from migrator.model.kinds import Kind
-from migrator.sim import fieldselectors, protobuf, tables, watching, writes
+from migrator.sim import fieldselectors, openapi, protobuf, tables, watching, writes
 from migrator.sim.access import Attributes, Policy
 from migrator.sim.encoding import dumps
 from migrator.sim.exchange import Backend, Request, Response, json_response
@@ -131,25 +131,53 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         if info.name or (kind.namespaced and not info.namespace):
             raise method_not_allowed()
         body = _body_json(req)
+        warning = _field_validation(info, kind, body)
         created = writes.create(b.store, kind, body, namespace=info.namespace,
                                 dry_run=_dry_run(info))
-        return Response(201, dumps(created))
+        return Response(201, dumps(created), headers=warning)
     if verb == "update":
-        updated = writes.update(b.store, kind, _body_json(req), namespace=info.namespace,
+        body = _body_json(req)
+        warning = _field_validation(info, kind, body)
+        updated = writes.update(b.store, kind, body, namespace=info.namespace,
                                 name=info.name, subresource=info.subresource,
                                 dry_run=_dry_run(info))
-        return Response(200, dumps(updated))
+        return Response(200, dumps(updated), headers=warning)
     if verb == "patch":
-        writes.patch_media(kind, req.header("content-type"))
-        patched = writes.patch(b.store, kind, req.header("content-type"), _body_json(req),
+        media = writes.patch_media(kind, req.header("content-type"))
+        body = _body_json(req)
+        warning = {} if media == writes.JSON_PATCH else _field_validation(info, kind, body,
+                                                                          patch=True)
+        patched = writes.patch(b.store, kind, req.header("content-type"), body,
                                namespace=info.namespace, name=info.name,
                                subresource=info.subresource, dry_run=_dry_run(info))
-        return Response(200, dumps(patched))
+        return Response(200, dumps(patched), headers=warning)
     if verb == "delete":
         return _delete(b, info, req, kind)
     if verb == "deletecollection":
         return _delete_collection(b, info, req, kind)
     raise method_not_allowed()
+
+
+_FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
+
+
+def _field_validation(info: RequestInfo, kind: Kind, body: Any, *,
+                      patch: bool = False) -> dict[str, str]:
+    """`fieldValidation`: Strict refuses a body with fields the kind's schema does not declare
+    (400, `openapi.strict_message`), Warn answers them in a `Warning` header; Ignore and no
+    parameter at all check nothing. Returns the answer's extra headers."""
+    directive = info.query.get("fieldValidation", "")
+    if directive not in ("", *_FIELD_VALIDATION):
+        raise bad_request(f'fieldValidation: Unsupported value: "{directive}": supported '
+                          'values: "Ignore", "Strict", "Warn"')
+    if directive in ("", "Ignore"):
+        return {}
+    unknown = openapi.unknown_fields(kind, body, patch=patch)
+    if not unknown:
+        return {}
+    if directive == "Strict":
+        raise bad_request(openapi.strict_message(kind, unknown, patch=patch))
+    return {"Warning": openapi.warning_header(unknown)}
 
 
 def _get(b: Backend, kind: Kind, info: RequestInfo) -> Obj:
@@ -272,7 +300,8 @@ def _watch(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False)
     include = tables.include_object(info.query) if as_table else ""
     request = watching.WatchRequest(kind, info.namespace, labels, fields, start,
                                     float(timeout) if timeout else None, initial_end, as_table,
-                                    include)
+                                    include, info.flag("allowWatchBookmarks"),
+                                    b.bookmark_seconds)
     return Response(200, stream=watching.stream(b.store, b.encoder, request, b.stopping))
 
 

@@ -5,7 +5,8 @@ JSON only, chunked watch streams, keep-alive). This module is only the socket si
 request becomes a `Request`, `dispatch` answers it, and the answer is written back and recorded
 in the `RequestLog`.
 
-    server = ApiServer(store)     # faults=Faults(...), log=RequestLog(), access=AccessControl()
+    server = ApiServer(store)     # faults=Faults(...), log=RequestLog(), access=AccessControl(),
+                                  # bookmark_seconds=60 (a watch's periodic BOOKMARK)
     url = server.start()          # http://127.0.0.1:PORT
     ...                           # Authorization: Bearer sim-admin-token (ADMIN_TOKEN)
     server.stop()                 # closes sockets and ends watches
@@ -14,8 +15,9 @@ Module map: `routing` (path -> verb/resource), `dispatch` (authn, RBAC, faults),
 (verbs), `writes` (create/update/patch/delete with admission, usable without HTTP), `admission`
 + `allocation` (defaults, validation, clusterIP/nodePort), `patching`, `watching`,
 `fieldselectors`, `discovery`, `tables` (kubectl columns), `statuses` (Status errors),
-`access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `protobuf` (the SSAR and
-ConfigMap bodies kubectl sends), `finalizers` (finalizer rules of deletes and updates).
+`access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `openapi` (OpenAPI documents,
+`fieldValidation`), `protobuf` (the SSAR and ConfigMap bodies kubectl sends), `finalizers`
+(finalizer rules of deletes and updates).
 
 Where the sim knowingly differs from a real API server:
 - The main listener is plain HTTP, so kubectl (client-go) sends no credentials there: a request
@@ -24,17 +26,26 @@ Where the sim knowingly differs from a real API server:
   certificate, `tls`) where kubectl sends its kubeconfig's token and impersonation headers.
 - JSON only: protobuf request bodies are 415, except the SelfSubjectAccessReview of
   `kubectl auth can-i` and the ConfigMap of `kubectl create configmap` (`protobuf.py`).
-- No `/openapi/v2|v3` (404): `kubectl create/apply -f` need `--validate=false`;
-  server-side apply (`application/apply-patch+yaml`) is 415.
+- OpenAPI (`openapi`): `/openapi/v3` and `/openapi/v2` (JSON only; a protobuf-only Accept is
+  406) describe the served kinds from a compact field table, not upstream's full schemas:
+  DaemonSet, the pod template, Pod, Service, ConfigMap and Namespace with their field names
+  (nested objects the project does not use, statuses and every other kind are
+  `x-kubernetes-preserve-unknown-fields`), without field descriptions. `fieldValidation=Strict`
+  (kubectl's default) refuses an unknown field of those (400, upstream's `strict decoding error:
+  unknown field "spec.foo"`; a patch is checked as sent, not as merged), `Warn` answers a
+  `Warning` header; with no `fieldValidation` nothing is checked (upstream warns). PATCH
+  operations list no strategic merge patch, so `kubectl apply` builds it from its compiled-in
+  types. Server-side apply (`application/apply-patch+yaml`) is 415.
 - Later pages of a paginated list read the live store, not a snapshot of the first page's
   resourceVersion (no item is returned twice; one created or deleted meanwhile may or may not
   appear). One event window (`Store.event_log_size`, `sim serve --watch-window`) stands for
   both the watch cache's window and etcd's compaction: a watch, a continue token or an exact
   list (`resourceVersionMatch=Exact`, or a version with `limit`) older than it is 410 Expired;
   otherwise `resourceVersion`/`resourceVersionMatch` on a list are ignored (the latest state).
-- Watch bookmarks: only the `k8s.io/initial-events-end` BOOKMARK of `sendInitialEvents=true`
-  (`watching`); `allowWatchBookmarks` gets no periodic bookmarks (a real server may send them,
-  and clients may not rely on them).
+- Watch bookmarks (`watching`): `allowWatchBookmarks=true` gets a BOOKMARK every
+  `bookmark_seconds` (60 real seconds; a `SimCluster`'s are 60 simulated seconds) and one when
+  `timeoutSeconds` ends the watch; upstream's come about once a minute and shortly before the
+  deadline.
 - Deletion follows the API server and garbage collector (`finalizers`, `writes.delete`,
   `controllers/garbage.py`): a DELETE of an object with finalizers marks it
   (`deletionTimestamp`, Terminating) until an update removes the last one; Orphan and
@@ -76,7 +87,8 @@ class ApiServer:
     """HTTP front of a `Store`; `faults`, `log` and `access` may be shared or inspected."""
 
     def __init__(self, store: Store, *, faults: Faults | None = None,
-                 log: RequestLog | None = None, access: AccessControl | None = None) -> None:
+                 log: RequestLog | None = None, access: AccessControl | None = None,
+                 bookmark_seconds: float = 60.0) -> None:
         self.store = store
         self.faults = faults if faults is not None else Faults()
         self.log = log if log is not None else RequestLog()
@@ -85,7 +97,7 @@ class ApiServer:
         self._stopping = threading.Event()
         self._encoder = ObjectEncoder()
         self._backend = Backend(store, self.faults, self.log, self.access, self._encoder,
-                                self._stopping)
+                                self._stopping, bookmark_seconds=bookmark_seconds)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.secure_url = ""

@@ -120,6 +120,12 @@ def method_not_allowed() -> ApiError:
     )
 
 
+def not_acceptable() -> ApiError:
+    """406: no media type the client accepts (the OpenAPI v2 document is JSON only here)."""
+    return ApiError(406, "NotAcceptable",
+                    "only the following media types are accepted: application/json")
+
+
 def unsupported_media_type(content_type: str) -> ApiError:
     if "patch" in content_type:
         accepted = ("application/json-patch+json, application/merge-patch+json, "

@@ -8,7 +8,10 @@ replays the store's events after it, and one older than the event log (the watch
 an object that starts matching as ADDED and one that stops matching as DELETED (its previous
 state with the event's resourceVersion).
 `sendInitialEvents=true` ends the initial ADDED burst with the `k8s.io/initial-events-end`
-BOOKMARK that client-go's watch-list expects.
+BOOKMARK that client-go's watch-list expects. With `allowWatchBookmarks=true` the stream also
+sends a BOOKMARK (kind, apiVersion and `metadata.resourceVersion` only: every event up to it has
+been sent) every `bookmark_seconds` without one, and one more when `timeoutSeconds` ends it,
+as the watch cache does (about once a minute, and shortly before the watch's deadline).
 
 As a Table (`tables`), every event's object but an ERROR's Status is a one-row Table (the
 BOOKMARK too: upstream's `watchEncoder` passes it through the same embedded encoder), and only
@@ -50,6 +53,8 @@ class WatchRequest:
     initial_events_end: bool = False
     as_table: bool = False  # kubectl get -w: each event's object is a one-row Table
     include_object: str = ""  # the Table rows' `includeObject` (validated by the caller)
+    bookmarks: bool = False  # allowWatchBookmarks: periodic BOOKMARK events
+    bookmark_seconds: float = 60.0  # real seconds between them
 
 
 def _matches(req: WatchRequest, obj: Obj) -> bool:
@@ -105,11 +110,12 @@ def _convert(line: _Lines, event: Event) -> bytes | None:
     return line("DELETED", gone, False)
 
 
-def _bookmark(line: _Lines, rv: int) -> bytes:
+def _bookmark(line: _Lines, rv: int, initial_events_end: bool = False) -> bytes:
     kind = line.req.kind
-    obj = {"kind": kind.kind, "apiVersion": kind.api_version,
-           "metadata": {"resourceVersion": str(rv),
-                        "annotations": {"k8s.io/initial-events-end": "true"}}}
+    meta: Obj = {"resourceVersion": str(rv)}
+    if initial_events_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    obj = {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": meta}
     return line("BOOKMARK", obj, False)
 
 
@@ -130,15 +136,23 @@ def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
             if fieldselectors.matches(req.fields, obj):
                 yield line("ADDED", obj, True)
         if req.initial_events_end:
-            yield _bookmark(line, last_rv)
+            yield _bookmark(line, last_rv, True)
     else:
         last_rv = req.resource_version
     changed = store.changes_of(req.kind)
+    next_bookmark = time.monotonic() + req.bookmark_seconds if req.bookmarks else None
     while not is_set():
-        remaining = None if deadline is None else deadline - time.monotonic()
+        now = time.monotonic()
+        remaining = None if deadline is None else deadline - now
         if remaining is not None and remaining <= 0:
+            if req.bookmarks:
+                yield _bookmark(line, last_rv)
             return
-        wait = IDLE_SECONDS if remaining is None else min(IDLE_SECONDS, remaining)
+        if next_bookmark is not None and now >= next_bookmark:
+            yield _bookmark(line, last_rv)
+            next_bookmark = now + req.bookmark_seconds
+        wait = min(x for x in (IDLE_SECONDS, remaining, None if next_bookmark is None
+                               else max(0.0, next_bookmark - now)) if x is not None)
         with changed:
             events = store.events_since(last_rv)
             if events == [] and not is_set():

@@ -58,7 +58,7 @@ def test_group_discovery(api: client.ApiClient, raw: Raw) -> None:
 
 def test_unknown_paths_are_404_status(raw: Raw) -> None:
     for path in ("/apis/batch/v1", "/apis/apps/v2/daemonsets", "/api/v1/secrets",
-                 "/openapi/v2", "/nothing"):
+                 "/openapi/v3/apis/batch/v1", "/nothing"):
         code, body, _ = raw("GET", path)
         assert code == 404, path
         assert body["reason"] == "NotFound"

@@ -119,6 +119,30 @@ def test_initial_events_end_bookmark(store: Store, server: ApiServer) -> None:
     assert bookmark["resourceVersion"] == str(store.resource_version)
 
 
+def test_allow_watch_bookmarks_gets_periodic_bookmarks(store: Store) -> None:
+    writes.create(store, kinds.CONFIGMAP, {"metadata": {"name": "x"}}, namespace=NS)
+    server = ApiServer(store, bookmark_seconds=0.2)
+    server.start()
+    try:
+        path = f"/api/v1/namespaces/{NS}/configmaps?watch=1&allowWatchBookmarks=true"
+        events = _raw_events(server.url, path, count=2)
+        rv = str(store.resource_version)
+        writes.create(store, kinds.CONFIGMAP, {"metadata": {"name": "y"}}, namespace=NS)
+        assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+        assert events[1]["object"] == {"kind": "ConfigMap", "apiVersion": "v1",
+                                       "metadata": {"resourceVersion": rv}}
+        resumed = _raw_events(server.url, path + f"&resourceVersion={rv}", count=2)
+        assert [e["type"] for e in resumed] == ["ADDED", "BOOKMARK"]
+        assert resumed[1]["object"]["metadata"] == {"resourceVersion": str(store.resource_version)}
+        # timeoutSeconds: a last bookmark as the watch ends (none without allowWatchBookmarks:
+        # test_timeout_seconds_ends_an_idle_stream)
+        ended = _raw_events(server.url, "/api/v1/nodes?watch=1&allowWatchBookmarks=true"
+                            "&timeoutSeconds=1")
+        assert ended and {e["type"] for e in ended} == {"BOOKMARK"}
+    finally:
+        server.stop()
+
+
 def test_timeout_seconds_ends_an_idle_stream(server: ApiServer) -> None:
     events = _raw_events(server.url, "/api/v1/nodes?watch=1&timeoutSeconds=1")
     assert events == []

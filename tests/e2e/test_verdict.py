@@ -177,7 +177,8 @@ def test_a_cluster_migrated_by_other_means_verifies_green_with_no_state(
             "nvidia-dcgm-exporter-dra": "nvidia.com/gpu-operator.dcgm-exporter"}
     with env.monitor.expected_outage():
         for ds, key in keys.items():
-            _edit(env, kinds.DAEMONSET, ds, NS, lambda d, k=key: d["spec"]["template"][
+            # ignored below: mypy cannot infer a lambda with a default argument
+            _edit(env, kinds.DAEMONSET, ds, NS, lambda d, k=key: d["spec"]["template"][  # type: ignore[misc]
                 "metadata"]["labels"].update({k: "true"}))
         env.sim.wait_for(lambda: _rolled_out(env, *keys) and all(
             keys[ds] in p["metadata"]["labels"] for ds in keys for p in env.pods(ds)), 60)

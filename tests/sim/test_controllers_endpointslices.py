@@ -263,7 +263,8 @@ def test_incremental_passes_leave_what_a_full_pass_would(make_bare: Callable[...
                                                   port))
             elif pod is not None:
                 labels = {"app": "web" if what == "restore" else "off"}
-                bare.edit(kinds.POD, name, lambda p, labels=labels: p["metadata"].update(
+                # ignored below: mypy cannot infer a lambda with a default argument
+                bare.edit(kinds.POD, name, lambda p, labels=labels: p["metadata"].update(  # type: ignore[misc]
                     labels=labels))
         bare.wait_idle()
         svc = bare.store.get(kinds.SERVICE, NS, "web")

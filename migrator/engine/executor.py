@@ -74,10 +74,9 @@ def _create_alias(step: CreateAlias, kube: Kube, namespace: str,
 def _delete_alias(step: DeleteAlias, kube: Kube, namespace: str,
                   catalog: Catalog) -> str | None:
     live = kube.get(kinds.SERVICE, step.service, namespace)
-    mb = catalog.common.managed_by
     if live is None:
         return None
-    if o.labels(live).get(mb.key) != mb.value or o.annotations_of(live).get(
+    if not catalog.common.tool_owned(live) or o.annotations_of(live).get(
             catalog.common.alias_of_annotation) != step.source:
         raise GateFailed(f"Service/{step.service} is no longer the tool's; not deleting it")
     try:

@@ -111,9 +111,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                         f"{possible[0]} via {'; '.join(map(str, paths))} — scraped twice if one "
                         "Prometheus uses both; pick one mechanism (docs/monitoring.md)")
     warnings.extend(monitoring.conflicting_monitors(snapshot))
-    mb = catalog.common.managed_by
-    ours = [n for n, s in snapshot.services.items()
-            if (s.get("metadata", {}).get("labels") or {}).get(mb.key) == mb.value]
+    ours = [n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)]
     tool_dups = monitoring.duplicates_through(snapshot, _exporters(found), ours)
     if tool_dups:
         warnings.append(f"duplicate scraping through the tool's aliases: {len(tool_dups)} "

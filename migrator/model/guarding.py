@@ -125,7 +125,7 @@ def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:
     common = catalog.common
     out = []
     for name, svc in sorted(snapshot.services.items()):
-        if o.labels(svc).get(common.managed_by.key) != common.managed_by.value:
+        if not common.tool_owned(svc):
             continue
         source = o.annotations_of(svc).get(common.alias_of_annotation)
         comp = next((c for c in catalog.components

@@ -317,8 +317,7 @@ def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
     findings += _no_dra_names(snapshot, catalog, stacks)
     for comp in present:
         findings += _daemonset_findings(snapshot, comp)
-    mb = catalog.common.managed_by
-    ours = {n for n, s in snapshot.services.items() if o.labels(s).get(mb.key) == mb.value}
+    ours = {n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)}
     exporters = [c for c in present if c.exporter]
     findings += _scrape_findings(snapshot, exporters, ours)
     findings += _one_exporter_per_node(snapshot, exporters)
@@ -332,5 +331,4 @@ def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
     DaemonSet are no such mark: a person or an operator release may have made them.)"""
     common = catalog.common
     return [f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
-            if o.labels(svc).get(common.managed_by.key) == common.managed_by.value
-            or common.alias_of_annotation in o.annotations_of(svc)]
+            if common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc)]

@@ -40,8 +40,7 @@ class PlanContext:
         return self.snapshot.services.get(name)
 
     def is_tool_owned(self, service: Mapping[str, Any]) -> bool:
-        mb = self.catalog.common.managed_by
-        return o.labels(service).get(mb.key) == mb.value
+        return self.catalog.common.tool_owned(service)
 
     def operator_owner(self, obj: Mapping[str, Any]) -> str | None:
         """`Kind/name` of the operator CR that controls this object, if any."""

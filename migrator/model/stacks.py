@@ -6,7 +6,7 @@ data only; everything else in this module is pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -79,6 +79,11 @@ class Common:
     operator_state_label: str
     operator_hash_annotation: str
     state_configmap: str
+
+    def tool_owned(self, obj: Mapping[str, Any]) -> bool:
+        """The object carries the tool's managed-by label (an alias, the state ConfigMap)."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return bool(labels.get(self.managed_by.key) == self.managed_by.value)
 
 
 @dataclass(frozen=True)

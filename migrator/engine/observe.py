@@ -110,7 +110,8 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
     catalog names plus every Service of the namespace. `cluster_scope` reads the Namespace, the
-    CRs and the monitors too (skipped by narrow reads). While the run's cache is open
+    CRs and the monitors too (skipped by narrow reads). `whole` reads the doubtful printed
+    pods whole (default: up to MAX_GETS by name, else by selector). While the run's cache is open
     (engine/informer.py) every part comes from it.
     """
     # The Namespace is cluster-scoped too: a narrow read (or the guard's) takes it as known.

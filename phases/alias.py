@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migrator.model import aliasing, monitoring
+from migrator.model import aliasing, monitoring, sharing
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected
@@ -53,6 +53,24 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
             "ownership of the stable names belongs to the operator")
 
 
+def shared_with(ctx: PlanContext, alias: str) -> str | None:
+    """`ClusterPolicy/<name>` when a ClusterPolicy's operator renders the alias name for its
+    own pods (both stacks run here): the name is shared, not taken — the GPUCluster pods join
+    that Service through EndpointSlices `dcgm-migrate guard` keeps (`model/sharing.py`); the
+    operator's Service itself is never written."""
+    live = ctx.service(alias)
+    if live is None or collected(ctx.snapshot, live) or o.terminating(live):
+        return None
+    owner = ctx.operator_owner(live)
+    return owner if owner and owner.startswith(f"{sharing.OPERATOR_KIND}/") else None
+
+
+def _shared_detail(alias: str, owner: str, source: str) -> str:
+    return (f"shared: Service/{alias} belongs to {owner}, which renders it for its own pods; "
+            f"the pods of Service/{source} join it through EndpointSlices that `dcgm-migrate "
+            "guard` keeps (the operator's Service is never written)")
+
+
 def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
     """Why a Service holding an alias name is about to go away by itself (its operator CR was
     deleted: the moment of a ClusterPolicy → GPUCluster change), or None if it stays."""
@@ -92,7 +110,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
     notes: list[str] = []
     blocked = None
     checks: list[Step] = []
-    owner = aliasing.owner_of(ctx.snapshot.gpu_clusters)
+    cr = aliasing.owner_of(ctx.snapshot.gpu_clusters)
     comps = _candidates(ctx)
     if not comps:
         notes.append("no GPUCluster (DRA) components: the legacy stack keeps its names and "
@@ -103,6 +121,12 @@ def plan(ctx: PlanContext) -> PhasePlan:
         source = ctx.service(comp.service)
         if source is None:
             notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
+            continue
+        owner = shared_with(ctx, comp.alias)
+        if owner is not None:
+            detail = _shared_detail(comp.alias, owner, comp.service)
+            gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
+            notes.append(detail)
             continue
         free = _name_gate(ctx, comp.alias, comp.service)
         freeing = free.wait  # garbage collection frees it: the runner waits before writing
@@ -118,7 +142,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
             gates.append(GateResult(f"alias-not-terminating/{comp.alias}", False, leaving))
             blocked = blocked or leaving
             continue
-        step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, owner))
+        step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, cr))
         if step.satisfied(ctx.service(comp.alias)):
             notes.append(f"Service/{comp.alias} already exists as the tool's alias")
             checks.append(step)
@@ -171,6 +195,10 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         if live is None:
             out.append(GateResult(name, False, f"Service/{step.service} was deleted (by hand, or "
                                   "by garbage collection after its GPUCluster was deleted)"))
+        elif shared_with(ctx, step.service):
+            owner = shared_with(ctx, step.service) or ""
+            out.append(GateResult(name, True, "handed over: " + _shared_detail(
+                step.service, owner, step.source).removeprefix("shared: ")))
         elif _taken_by(ctx, step.service, step.source):
             out.append(GateResult(name, False, f"Service/{step.service} was replaced by an "
                                   "object that is not the tool's"))

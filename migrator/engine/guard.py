@@ -14,6 +14,14 @@ and runs every `resync_seconds` regardless.
 
 Writes are JSON patches with a `test` of the old selector (or resourceVersion): an alias changed
 by someone else meanwhile is never overwritten, only re-read on the next pass.
+
+With both stacks in the cluster it is also the shared-Service reconciler for what the tool
+manages (`model/sharing.py`, docs/architecture.md "Clusters running both stacks"): a stable
+name the ClusterPolicy operator renders gets EndpointSlices of the tool's own that list the
+GPUCluster pods on the nodes the operator's Service does not reach, kept from an informer of
+the namespace's EndpointSlices; a stable name that no Service holds any more while the
+GPUCluster stack needs it (its ClusterPolicy was deleted) is created again as the tool's alias.
+Both only once phase 2 is completed, so a guard deployed early writes nothing new.
 """
 
 from __future__ import annotations
@@ -26,17 +34,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
+from migrator.engine.informer import Reflector
 from migrator.engine.leader import LeaseLock
 from migrator.engine.observe import read_pods, read_snapshot
 from migrator.engine.state import ConfigMapStateStore, State
 from migrator.engine.wholepods import WholePods
-from migrator.errors import APIError, APIInvalid, APINotFound, ClusterError, WatchExpired
-from migrator.model import guarding, kinds, outcome
+from migrator.errors import (
+    APIConflict,
+    APIError,
+    APIInvalid,
+    APINotFound,
+    ClusterError,
+    WatchExpired,
+)
+from migrator.model import guarding, kinds, outcome, sharing
 from migrator.model import objects as o
 from migrator.model.guarding import Correction
 from migrator.model.kinds import Kind
 from migrator.model.outcome import Verdict
 from migrator.model.planning import PlanContext
+from migrator.model.sharing import SliceWrite
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, pod_selectors
 from migrator.phases import alias as alias_phase
@@ -70,10 +87,15 @@ class PassResult:
     aliases: tuple[dict[str, Any], ...] = ()
     applied: tuple[Correction, ...] = ()
     skipped: tuple[str, ...] = ()
+    shared: tuple[dict[str, Any], ...] = ()  # stable names the GPUCluster pods join (sharing)
+    slice_writes: tuple[SliceWrite, ...] = ()
+    created: tuple[str, ...] = ()  # aliases created again
 
     def as_dict(self) -> dict[str, Any]:
         return {"aliases": list(self.aliases), "corrections": [c.as_dict() for c in self.applied],
-                "skipped": list(self.skipped)}
+                "skipped": list(self.skipped), "shared": list(self.shared),
+                "sliceWrites": [w.as_dict() for w in self.slice_writes],
+                "created": list(self.created)}
 
 
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
@@ -84,6 +106,19 @@ def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
         return {}
     changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps())
     return {name: dict(change[1]) for name, change in changes if change is not None}
+
+
+def aliases_completed(state: State | None) -> bool:
+    """Has the phase that creates the aliases completed (and not been rolled back)? Only then
+    may the guard create what that phase would: a shared slice, an alias again."""
+    record = state.phase(alias_phase.NUMBER) if state is not None else None
+    return record is not None and record.status == "completed"
+
+
+def _slice_view(obj: Obj) -> Obj:
+    """What the guard keeps of an EndpointSlice (no managedFields: a sixth of the bytes)."""
+    meta = {k: v for k, v in o.meta(obj).items() if k != "managedFields"}
+    return {**{k: v for k, v in obj.items() if k != "metadata"}, "metadata": meta}
 
 
 class Guard:
@@ -103,7 +138,9 @@ class Guard:
                                         lease_seconds=settings.lease_seconds)
         self.passes = 0
         self.written: list[Correction] = []  # every correction written, oldest first
+        self.slice_writes: list[SliceWrite] = []  # every shared-slice write, oldest first
         self._noted: set[str] = set()  # notes already logged once
+        self.slices: Reflector[Obj] | None = None  # the loop's EndpointSlice informer
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -143,12 +180,31 @@ class Guard:
 
     def read_state(self) -> State | None:
         """The migration state, read-only; unreadable state means: release nothing."""
+        return self._read_state()[0]
+
+    def _read_state(self) -> tuple[State | None, bool]:
+        """(the state, whether it could be read): an unreadable state moves nothing forward
+        and removes nothing shared."""
         try:
             stored = ConfigMapStateStore(self.kube, self.namespace, self.catalog.common).load()
-            return State.from_document(stored.document) if stored and stored.document else None
         except ClusterError as exc:
-            self.log(f"state unreadable, no alias is moved forward: {exc}")
-            return None
+            self.log(f"state unreadable, nothing is moved forward or shared anew: {exc}")
+            return None, False
+        return (State.from_document(stored.document) if stored and stored.document
+                else None), True
+
+    def slice_selector(self) -> str:
+        """The EndpointSlices sharing needs: those of the stable names and their sources."""
+        names = sorted({n for c in self.catalog.components if c.alias
+                        for n in (c.alias, c.service)})
+        return f"{sharing.SERVICE_NAME_LABEL} in ({','.join(names)})"
+
+    def read_slices(self) -> list[Obj]:
+        """From the loop's informer while it runs, else one list (`--once`)."""
+        if self.slices is not None and self.slices.alive:
+            return self.slices.items()
+        return [_slice_view(s) for s in self.kube.list(
+            kinds.ENDPOINTSLICE, self.namespace, label_selector=self.slice_selector()).items]
 
     def desired(self, snapshot: Snapshot) -> dict[str, dict[str, Any]]:
         """Alias → the body phase 2 would create from its source Service now."""
@@ -185,6 +241,50 @@ class Guard:
             self.log(s)
         return done, skipped
 
+    def write_slices(self, writes: Sequence[SliceWrite]) -> list[SliceWrite]:
+        """Create, update (at the version decided on) or delete shared slices; a slice changed
+        meanwhile is re-decided on the next pass."""
+        done = []
+        for w in writes:
+            try:
+                if w.action == sharing.CREATE:
+                    self.kube.create(w.body)
+                elif w.action == sharing.UPDATE:
+                    body = {**w.body, "metadata": {**w.body["metadata"],
+                                                   "resourceVersion": w.resource_version}}
+                    self.kube.replace(body)
+                else:
+                    self.kube.delete(kinds.ENDPOINTSLICE, w.name, self.namespace,
+                                     resource_version=w.resource_version)
+            except (APIConflict, APINotFound) as exc:
+                self.log(f"EndpointSlice/{w.name}: changed meanwhile ({exc.reason}); "
+                         "re-decided on the next pass")
+                continue
+            done.append(w)
+            self.slice_writes.append(w)
+            self.log(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: {w.reason}")
+        return done
+
+    def create_aliases(self, bodies: Sequence[Obj]) -> list[str]:
+        done = []
+        for body in bodies:
+            name = o.name(body)
+            try:
+                self.kube.create(body)
+            except APIConflict:
+                self.log(f"Service/{name}: taken meanwhile; re-decided on the next pass")
+                continue
+            done.append(name)
+            self.log(f"create Service/{name}: the GPUCluster stack needs the stable name and "
+                     "no Service holds it any more")
+        return done
+
+    def note(self, message: str) -> None:
+        """Log a standing condition once, not on every pass."""
+        if message not in self._noted:
+            self._noted.add(message)
+            self.log(message)
+
     # ---- the two paths -----------------------------------------------------------------------
 
     def on_daemonset(self, daemonset: Obj) -> list[Correction]:
@@ -203,7 +303,8 @@ class Guard:
         """One full pass: read, decide (hold, release, re-sync), write."""
         self.passes += 1
         snap = self.read(pods=False)
-        switched = switched_aliases(self.read_state())
+        state, readable = self._read_state()
+        switched = switched_aliases(state)
         if guarding.release_pending(snap, self.catalog, switched):
             snap = self.read()  # the release gates look at every pod: only now read them
         desired = self.desired(snap)
@@ -212,9 +313,34 @@ class Guard:
                       "held": o.annotations_of(a.service).get(guarding.HELD_ANNOTATION),
                       "switched": a.name in switched}
                      for a in guarding.aliases(snap, self.catalog))
-        return PassResult(seen, tuple(done), tuple(skipped))
+        if not readable:
+            return PassResult(seen, tuple(done), tuple(skipped))
+        enabled = aliases_completed(state)
+        created = self.create_aliases(guarding.missing_aliases(snap, self.catalog, switched)
+                                      if enabled else [])
+        shared, writes = sharing.all_writes(snap, self.catalog, self.read_slices(),
+                                            enabled=enabled)
+        for share in shared:
+            for conflict in share.conflicts:
+                self.note(f"Service/{share.name} and Service/{share.component.service} "
+                          f"differ: {conflict}")
+        written = self.write_slices(writes)
+        return PassResult(seen, tuple(done), tuple(skipped),
+                          tuple(s.as_dict() for s in shared), tuple(written), tuple(created))
 
     # ---- the loop ----------------------------------------------------------------------------
+
+    def _start_slices(self, stop: threading.Event) -> None:
+        """Start the EndpointSlice informer, retrying while the API refuses (a pass lists
+        them directly meanwhile)."""
+        assert self.slices is not None
+        while not stop.is_set():
+            try:
+                self.slices.start()
+                return
+            except (APIError, ClusterError) as exc:
+                self.log(f"watch of endpointslices failed ({exc}); retrying")
+                stop.wait(self.settings.retry_seconds)
 
     def _follow(self, kind: Kind, stop: threading.Event,
                 events: queue.Queue[tuple[str, Obj]]) -> None:
@@ -248,12 +374,17 @@ class Guard:
                     for kind in (kinds.DAEMONSET, kinds.SERVICE)]
         for t in watchers:
             t.start()
+        self.slices = Reflector(self.kube, kinds.ENDPOINTSLICE, self.namespace, _slice_view,
+                                self.slice_selector(),
+                                changed=lambda etype, obj: events.put((etype, obj)))
         loop = _Loop(self)
         try:
+            self._start_slices(stop)
             while not stop.is_set():
                 loop.tick(events, stop)
         finally:
             stop.set()
+            self.slices.stop()
             if self.lease.release():
                 self.log(f"released Lease/{self.settings.lease_name}")
 

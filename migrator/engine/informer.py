@@ -76,12 +76,14 @@ class Reflector(Generic[T]):
 
     def __init__(self, kube: Kube, kind: Kind, namespace: str,
                  keep: Callable[[Obj], T | None], label_selector: str | None = None, *,
-                 printed: bool = False) -> None:
+                 printed: bool = False, changed: Callable[[str, Obj], None] | None = None
+                 ) -> None:
         self.kube, self.kind, self.namespace = kube, kind, namespace
         self.label_selector = label_selector
         self.printed = printed  # list and watch printed rows (model/printed.py), not objects
         self._selector: Selector = parse(label_selector)
         self._keep = keep  # None: not wanted (dropped, and removed if it was held)
+        self._changed = changed  # told of every event applied (a loop's wake-up), off the lock
         self._items: dict[str, T] = {}
         self.rv = 0  # every event up to this version is in `_items`
         self.want = 0  # the newest version of a matching object the tool has seen
@@ -160,6 +162,8 @@ class Reflector(Generic[T]):
                 self._items[name] = item
             self.rv = max(self.rv, rv)
             self._cond.notify_all()
+        if self._changed is not None:
+            self._changed(etype, obj)
 
     def saw(self, kind: Kind, obj: Obj) -> None:
         """The tool saw this object (`Kube.observe`): if it is one of ours, wait for it."""

@@ -68,14 +68,17 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
                              for p in snapshot.pods_of(c.daemonset)}
     shared = nodes["clusterpolicy"] & nodes["gpucluster"]
     kind = "both" if shared else "mixed"
+    only_dra = len(nodes["gpucluster"] - nodes["clusterpolicy"])
+    sharing = ("the stable names belong to the ClusterPolicy's operator; after phase 2, "
+               "`dcgm-migrate guard` adds the GPUCluster pods of every node the ClusterPolicy "
+               f"stack does not run on (now {only_dra}) through EndpointSlices of its own "
+               "(docs/runbook.md, 'Clusters running both stacks')")
     if kind == "both":
         warnings.append(f"ClusterPolicy and GPUCluster stacks coexist on {len(shared)} nodes: "
-                        "the stable names belong to the ClusterPolicy stack, and each of "
-                        "those nodes runs two exporters (its GPUs are reported twice)")
+                        f"{sharing}; each of those {len(shared)} nodes runs two exporters (its "
+                        "GPUs are reported twice)")
     else:
         warnings.append(f"ClusterPolicy and GPUCluster stacks run on separate nodes "
-                        f"({len(nodes['clusterpolicy'])} and {len(nodes['gpucluster'])}): the "
-                        "stable names belong to the ClusterPolicy stack and reach only its "
-                        "nodes; the GPUCluster nodes answer under the -dra names (docs/"
-                        "runbook.md, 'Coexistence: ClusterPolicy and GPUCluster together')")
+                        f"({len(nodes['clusterpolicy'])} and {len(nodes['gpucluster'])}): "
+                        f"{sharing}")
     return Discovery(kind, tuple(present), tuple(absent), tuple(warnings))

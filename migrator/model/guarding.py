@@ -15,6 +15,12 @@ The guard is the shared-Service reconciler for the Services the tool owns (label
   from the source Service now is patched back to it (selector excepted), exactly the
   differences phase 2's verify reports (`model/aliasing.differences`).
 
+- **create again** — a stable name no Service holds any more while the GPUCluster stack still
+  needs it (its ClusterPolicy was deleted, and garbage collection took the operator's Service
+  that had replaced the alias): created again as phase 2 would, owned by the GPUCluster its
+  source Service belongs to; held on the app label when phase 3 had switched it, so the
+  release above moves it forward once its gates pass.
+
 A held alias carries the annotation `dcgm-migrate/guard-held: <reason>`, so `verify` and an SRE
 can tell a deliberate hold from drift.
 """
@@ -241,6 +247,37 @@ def syncs(snapshot: Snapshot, catalog: Catalog,
                                   f"{aliasing.describe(diff)}", fields=diff,
                                   resource_version=str(o.meta(alias.service).get(
                                       "resourceVersion") or "")))
+    return out
+
+
+def _owner_of_source(source: Mapping[str, Any]) -> Obj | None:
+    """The CR the operator renders the source Service for (its controller ownerReference),
+    in the shape `aliasing.alias_body` takes: the guard's Role reads no cluster-scoped CR."""
+    ref = o.controller_owner(source)
+    if not ref:
+        return None
+    return {"apiVersion": ref.get("apiVersion"), "kind": ref.get("kind"),
+            "metadata": {"name": ref.get("name"), "uid": ref.get("uid")}}
+
+
+def missing_aliases(snapshot: Snapshot, catalog: Catalog,
+                    switched: Mapping[str, Mapping[str, str]]) -> list[Obj]:
+    """The alias bodies to create again: the GPUCluster component runs here, its source
+    Service exists, and no Service holds the alias name (one being deleted is waited for)."""
+    out = []
+    for comp in catalog.components:
+        if not comp.alias or comp.daemonset not in snapshot.daemonsets:
+            continue
+        source = snapshot.services.get(comp.service)
+        if source is None or comp.alias in snapshot.services or o.terminating(source):
+            continue
+        body = aliasing.alias_body(snapshot.namespace, catalog.common, comp, source,
+                                   _owner_of_source(source))
+        if comp.alias in switched:
+            body["metadata"]["annotations"][HELD_ANNOTATION] = (
+                "created again by the guard on the app label; moved to the selector phase 3 "
+                "recorded once its gates pass")
+        out.append(body)
     return out
 
 

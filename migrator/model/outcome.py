@@ -181,9 +181,9 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> Findin
                f"{snapshot.namespace} describe pod …); the operator renders this Service")
         if any(c.stack != need.components[0].stack for c in need.components) and missing:
             fix = ("both stacks run here and the ClusterPolicy operator's Service selects only "
-                   "its own pods; until the operator shares the stable names, the GPUCluster "
-                   "nodes are reached under the -dra names (docs/runbook.md, 'Coexistence: "
-                   "ClusterPolicy and GPUCluster together')")
+                   "its own pods: run `dcgm-migrate apply --phase 2` and keep `dcgm-migrate "
+                   "guard` running, which adds the GPUCluster pods through EndpointSlices of its "
+                   "own (docs/runbook.md, 'Clusters running both stacks')")
         return Finding("nodes-covered", subject, False, "; ".join(why + short), fix, phase)
     return Finding("nodes-covered", subject, True,
                    f"a ready endpoint on each of {len(expected)} nodes", phase=phase)

@@ -1,0 +1,332 @@
+"""Stable names shared across both stacks, as pure functions: which operator Services the
+GPUCluster pods must join, and the EndpointSlice writes that make them join
+(docs/architecture.md, "Clusters running both stacks: shared EndpointSlices").
+
+With a ClusterPolicy and a GPUCluster in one cluster, the ClusterPolicy operator owns the
+stable names (`nvidia-dcgm`, `nvidia-dcgm-exporter`): it renders them with a selector on its own
+pods and replaces them whole on every reconcile, so a selector the tool set would be reverted.
+The tool never writes those Services. Instead it gives each one EndpointSlices of its own —
+`kubernetes.io/service-name: <stable name>`, `endpointslice.kubernetes.io/managed-by:
+dcgm-migrate` — listing the GPUCluster pods on the nodes the operator's own slices do not
+cover. kube-proxy and Prometheus' `role: endpointslice` discovery merge every slice carrying
+the Service's name; the EndpointSlice controller manages only slices carrying its own
+managed-by value, and no operator writes EndpointSlices, so nothing reverts them.
+
+What a shared slice holds is copied from what the cluster already computed: the endpoints
+(addresses, conditions, node, zone, pod) of the GPUCluster Service's controller-made slices
+(`nvidia-dcgm-dra`, …), and the ports of the operator's Service, named as there (kube-proxy
+matches slice ports to Service ports by name) with the number its `targetPort` resolves to on
+the GPUCluster pod template. Configuration conflicts have one rule: the Service that owns the
+stable name keeps its configuration; the GPUCluster pods join it as they are, and every
+difference (a port the GPUCluster pods do not serve, another type or traffic policy) is
+reported, never applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.model import aliasing
+from migrator.model import objects as o
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog, Component
+
+Obj = dict[str, Any]
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+CONTROLLER_NAME = "endpointslice-controller.k8s.io"  # the EndpointSlice controller's value
+SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"
+# Endpoints per slice: the EndpointSlice controller's default (--max-endpoints-per-slice).
+MAX_ENDPOINTS = 100
+OPERATOR_KIND = "ClusterPolicy"  # the operator that replaces the stable names whole
+# Service fields whose difference between the two stacks' Services is reported as a conflict
+# (ports are compared one by one, as they resolve on the GPUCluster pods).
+COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
+                             if f not in ("ipFamilies", "ipFamilyPolicy"))
+CREATE, UPDATE, DELETE = "create", "update", "delete"
+
+
+@dataclass(frozen=True)
+class Share:
+    """One operator Service the pods of one GPUCluster component join."""
+
+    service: Obj  # the operator's Service of the stable name
+    component: Component  # the GPUCluster component whose pods join it
+    owner: str  # `ClusterPolicy/<name>`
+    ports: tuple[Obj, ...]  # the shared slices' ports
+    endpoints: tuple[Obj, ...]  # the GPUCluster endpoints on nodes the operator's slices miss
+    conflicts: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return o.name(self.service)
+
+    def as_dict(self) -> dict[str, Any]:
+        nodes = sorted({str(e.get("nodeName") or "") for e in self.endpoints} - {""})
+        ready = sum(1 for e in self.endpoints if (e.get("conditions") or {}).get("ready"))
+        return {"name": self.name, "owner": self.owner, "source": self.component.service,
+                "endpoints": len(self.endpoints), "ready": ready, "nodes": len(nodes),
+                "conflicts": list(self.conflicts)}
+
+
+@dataclass(frozen=True)
+class SliceWrite:
+    """One write to one shared EndpointSlice."""
+
+    action: str  # create | update | delete
+    name: str
+    service: str  # the stable name it belongs to
+    reason: str
+    body: Obj = field(default_factory=dict)  # create / update: the whole slice
+    resource_version: str = ""  # update / delete: the version it was decided on
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "endpointSlice": self.name, "service": self.service,
+                "reason": self.reason,
+                "endpoints": len(self.body.get("endpoints") or []) if self.body else 0}
+
+
+# ---- what is shared ---------------------------------------------------------------------------
+
+def is_shared_slice(slice_: Mapping[str, Any], common: Any) -> bool:
+    """A slice this tool manages: its managed-by values on both labels."""
+    labels = o.labels(slice_)
+    return bool(labels.get(MANAGED_BY_LABEL) == common.managed_by.value
+                and common.tool_owned(slice_))
+
+
+def _operator_owner(service: Mapping[str, Any]) -> str | None:
+    ref = o.controller_owner(service)
+    if ref and ref.get("kind") == OPERATOR_KIND:
+        return f"{OPERATOR_KIND}/{ref.get('name')}"
+    return None
+
+
+def _by_service(slices: Iterable[Mapping[str, Any]], managed_by: str) -> dict[str, list[Obj]]:
+    out: dict[str, list[Obj]] = {}
+    for sl in slices:
+        labels = o.labels(sl)
+        if labels.get(MANAGED_BY_LABEL) == managed_by and SERVICE_NAME_LABEL in labels:
+            out.setdefault(labels[SERVICE_NAME_LABEL], []).append(dict(sl))
+    return out
+
+
+def _endpoint(ep: Mapping[str, Any], namespace: str) -> Obj:
+    """The fields of a controller-made endpoint a shared slice carries, in a fixed shape."""
+    ref = ep.get("targetRef") or {}
+    cond = ep.get("conditions") or {}
+    out: Obj = {"addresses": list(ep.get("addresses") or []),
+                "conditions": {k: bool(cond[k]) for k in ("ready", "serving", "terminating")
+                               if k in cond}}
+    for key in ("nodeName", "zone"):
+        if ep.get(key):
+            out[key] = ep[key]
+    if ref:
+        out["targetRef"] = {"kind": ref.get("kind", "Pod"), "name": ref.get("name"),
+                            "namespace": ref.get("namespace") or namespace,
+                            "uid": ref.get("uid")}
+    return out
+
+
+def _key(ep: Mapping[str, Any]) -> str:
+    ref = ep.get("targetRef") or {}
+    return str(ref.get("uid") or ref.get("name") or ",".join(ep.get("addresses") or []))
+
+
+def _container_ports(daemonset: Mapping[str, Any]) -> list[Obj]:
+    spec = o.dig(daemonset, "spec", "template", "spec") or {}
+    return [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
+
+
+def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
+           comp: Component) -> tuple[list[Obj], list[str]]:
+    """The operator Service's ports as the GPUCluster pods serve them: (slice ports,
+    conflicts). A `targetPort` naming no container port, or a number no declared container
+    port has, is a port those pods do not serve: left out and reported."""
+    declared = _container_ports(daemonset)
+    out, conflicts = [], []
+    for p in o.dig(service, "spec", "ports") or []:
+        target = p.get("targetPort", p.get("port"))
+        protocol = p.get("protocol") or "TCP"
+        number: int | None
+        if isinstance(target, str) and not target.isdigit():
+            number = next((int(c["containerPort"]) for c in declared
+                           if c.get("name") == target
+                           and (c.get("protocol") or "TCP") == protocol), None)
+        else:
+            number = int(target)
+            if declared and not any(int(c.get("containerPort") or 0) == number
+                                    for c in declared):
+                number = None
+        if number is None:
+            conflicts.append(f"port {p.get('name') or p.get('port')} (targetPort {target}) is "
+                             f"not a container port of DaemonSet/{comp.daemonset}: its pods "
+                             "join without it")
+            continue
+        port: Obj = {"name": p.get("name") or "", "port": number, "protocol": protocol}
+        if p.get("appProtocol"):
+            port["appProtocol"] = p["appProtocol"]
+        out.append(port)
+    return out, conflicts
+
+
+def _config_conflicts(service: Mapping[str, Any], source: Mapping[str, Any] | None) -> list[str]:
+    """Settings the two stacks' Services disagree on; the stable name keeps its own."""
+    if source is None:
+        return []
+    have, other = service.get("spec") or {}, source.get("spec") or {}
+    return [f"{f}: {have.get(f)!r} here, {other.get(f)!r} on Service/{o.name(source)} (this "
+            "Service's setting applies to both stacks' pods)"
+            for f in COMPARED_SPEC_FIELDS if f in have or f in other
+            if have.get(f) != other.get(f) and f != "internalTrafficPolicy"]
+
+
+def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]]
+           ) -> list[Share]:
+    """Every operator Service of a stable name that GPUCluster pods must join: the stable name
+    of a GPUCluster component whose DaemonSet runs here is a ClusterPolicy's Service (the
+    operator rendered it), not the tool's alias. Its shared endpoints are the GPUCluster
+    Service's endpoints on nodes that no endpoint of the operator's own slices is on."""
+    all_slices = list(slices)
+    controller = _by_service(all_slices, CONTROLLER_NAME)
+    out = []
+    for comp in catalog.components:
+        if not comp.alias or comp.daemonset not in snapshot.daemonsets:
+            continue
+        svc = snapshot.services.get(comp.alias)
+        owner = _operator_owner(svc) if svc is not None else None
+        if svc is None or owner is None or o.terminating(svc) or catalog.common.tool_owned(svc):
+            continue
+        covered = {str(e.get("nodeName") or "") for sl in controller.get(comp.alias, [])
+                   for e in sl.get("endpoints") or []}
+        seen: dict[str, Obj] = {}
+        for sl in controller.get(comp.service, []):
+            for ep in sl.get("endpoints") or []:
+                if ep.get("nodeName") and ep["nodeName"] not in covered:
+                    seen.setdefault(_key(ep), _endpoint(ep, snapshot.namespace))
+        endpoints = sorted(seen.values(), key=lambda e: (e.get("nodeName", ""), _key(e)))
+        ports, conflicts = _ports(svc, snapshot.daemonsets[comp.daemonset], comp)
+        conflicts += _config_conflicts(svc, snapshot.services.get(comp.service))
+        out.append(Share(svc, comp, owner, tuple(ports), tuple(endpoints), tuple(conflicts)))
+    return out
+
+
+# ---- the writes -------------------------------------------------------------------------------
+
+def _slice_body(share: Share, name: str, endpoints: Sequence[Obj], namespace: str,
+                catalog: Catalog) -> Obj:
+    mb = catalog.common.managed_by
+    svc_meta = o.meta(share.service)
+    return {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": {SERVICE_NAME_LABEL: share.name, MANAGED_BY_LABEL: mb.value,
+                       mb.key: mb.value},
+            "annotations": {SHARED_FROM_ANNOTATION: share.component.service},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": share.name,
+                                 "uid": str(svc_meta.get("uid") or ""),
+                                 "controller": False}],
+        },
+        "addressType": "IPv4",
+        "ports": [dict(p) for p in share.ports],
+        "endpoints": [dict(e) for e in endpoints],
+    }
+
+
+def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    lm, bm = o.meta(live), o.meta(body)
+    return bool(all(o.labels(live).get(k) == v for k, v in (bm.get("labels") or {}).items())
+                and o.annotations_of(live).get(SHARED_FROM_ANNOTATION)
+                == bm["annotations"][SHARED_FROM_ANNOTATION]
+                and [(r.get("kind"), r.get("name"), r.get("uid"))
+                     for r in lm.get("ownerReferences") or []]
+                == [(r["kind"], r["name"], r["uid"]) for r in bm["ownerReferences"]]
+                and [_canonical_port(p) for p in live.get("ports") or []]
+                == [_canonical_port(p) for p in body.get("ports") or []]
+                and [_endpoint(e, str(lm.get("namespace") or "")) for e in
+                     live.get("endpoints") or []] == list(body.get("endpoints") or []))
+
+
+def _canonical_port(p: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (p.get("name") or "", p.get("port"), p.get("protocol") or "TCP",
+            p.get("appProtocol"))
+
+
+def _free_name(stable: str, taken: set[str]) -> str:
+    i = 0
+    while f"{stable}-dcgm-migrate-{i}" in taken:
+        i += 1
+    return f"{stable}-dcgm-migrate-{i}"
+
+
+def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[str, Any]],
+                 namespace: str, catalog: Catalog) -> list[SliceWrite]:
+    """The writes that make the shared slices of `stable` hold `share`'s endpoints (none for
+    `share` None: every shared slice of that name goes). Like the EndpointSlice controller's
+    reconciler, an endpoint stays in the slice that has it, new ones fill slices with room
+    before a new slice is made, and a slice left empty is deleted, so one pod's change is
+    one write."""
+    current = sorted(existing, key=o.name)
+    if share is None or not share.endpoints:
+        why = ("no GPUCluster pod to share" if share is not None else
+               f"Service/{stable} needs no shared slice (the tool's alias, or gone)")
+        return [SliceWrite(DELETE, o.name(s), stable, why,
+                           resource_version=str(o.meta(s).get("resourceVersion") or ""))
+                for s in current]
+    wanted = {_key(e): e for e in share.endpoints}
+    placed: dict[str, list[Obj]] = {}
+    for sl in current:
+        keep = [wanted.pop(_key(e)) for e in sl.get("endpoints") or [] if _key(e) in wanted]
+        placed[o.name(sl)] = keep
+    rest = list(wanted.values())  # in share order: by node
+    for name in sorted(placed):
+        room = MAX_ENDPOINTS - len(placed[name])
+        if room > 0 and rest:
+            placed[name] += rest[:room]
+            rest = rest[room:]
+    taken = set(placed)
+    new: dict[str, list[Obj]] = {}
+    while rest:
+        name = _free_name(stable, taken)
+        taken.add(name)
+        new[name], rest = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:]
+    out = []
+    for sl in current:
+        name = o.name(sl)
+        rv = str(o.meta(sl).get("resourceVersion") or "")
+        if not placed[name]:
+            out.append(SliceWrite(DELETE, name, stable, "its endpoints left", resource_version=rv))
+            continue
+        body = _slice_body(share, name, placed[name], namespace, catalog)
+        if not _same_slice(sl, body):
+            out.append(SliceWrite(UPDATE, name, stable,
+                                  f"the {share.component.stack} pods of "
+                                  f"Service/{share.component.service} changed", body, rv))
+    for name, eps in new.items():
+        out.append(SliceWrite(CREATE, name, stable,
+                              f"Service/{stable} belongs to {share.owner} and selects only its "
+                              f"pods; {len(eps)} {share.component.stack} endpoints join it",
+                              _slice_body(share, name, eps, namespace, catalog)))
+    return out
+
+
+def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]],
+               *, enabled: bool) -> tuple[list[Share], list[SliceWrite]]:
+    """Every shared name and every write its slices need; with `enabled` False (the alias
+    phase is not completed) every shared slice goes."""
+    all_slices = list(slices)
+    found = shares(snapshot, catalog, all_slices) if enabled else []
+    ours: dict[str, list[Obj]] = {}
+    for sl in all_slices:
+        if is_shared_slice(sl, catalog.common):
+            ours.setdefault(o.labels(sl).get(SERVICE_NAME_LABEL, ""), []).append(dict(sl))
+    by_name = {s.name: s for s in found}
+    writes = []
+    for stable in sorted(set(by_name) | set(ours)):
+        writes += slice_writes(by_name.get(stable), stable, ours.get(stable, []),
+                               snapshot.namespace, catalog)
+    return found, writes

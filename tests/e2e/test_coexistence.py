@@ -1,0 +1,357 @@
+"""Clusters running both stacks (docs/runbook.md, "Clusters running both stacks"), end to end with
+both operator imitations on, the guard running and the disruption monitor sampling every
+Service: after `apply --phase 3` the stable names reach the DCGM / exporter pod of every GPU node
+of either stack (per node for Local), and keep doing so through both operators' reconciles, CR
+edits of either CR, a node moving from one stack to the other, adding the second CR to a
+migrated cluster and deleting either CR; the tool writes nothing an operator owns."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from migrator.kube.client import Kube
+from migrator.model import kinds, sharing
+from migrator.sim.controllers.rendering import (
+    DEPLOY_LABELS,
+    MODE_DEVICE_PLUGIN,
+    MODE_DRA,
+    MODE_LABEL,
+)
+from migrator.sim.seed import seeded_cr
+from tests.e2e.conftest import E2E, NS
+from tests.e2e.test_guard import _guard_kubeconfig, running_guard
+from tests.helpers.oracle import DiscoveryOracle
+
+RECONCILE = 2.0  # simulated seconds between the operator imitations' resyncs
+STABLE = {"nvidia-dcgm": ("nvidia-dcgm", "nvidia-dcgm-dra"),
+          "nvidia-dcgm-exporter": ("nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra")}
+OPERATOR_OWNED = ("nvidia-dcgm", "nvidia-dcgm-exporter", "nvidia-dcgm-dra",
+                  "nvidia-dcgm-exporter-dra")
+
+
+def _slices(env: E2E) -> list[dict[str, Any]]:
+    return env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]
+
+
+def _ready_nodes(env: E2E, service: str) -> dict[str, set[str]]:
+    """Node → the pods a Service has a ready endpoint of there, over every slice of its name
+    (the operator's, the controller's and the tool's: what kube-proxy merges)."""
+    out: dict[str, set[str]] = {}
+    for sl in _slices(env):
+        if sl["metadata"]["labels"].get(sharing.SERVICE_NAME_LABEL) != service:
+            continue
+        for ep in sl.get("endpoints") or []:
+            if (ep.get("conditions") or {}).get("ready") in (None, True):
+                out.setdefault(ep.get("nodeName", ""), set()).add(ep["targetRef"]["name"])
+    return out
+
+
+def _gpu_nodes(env: E2E, daemonsets: tuple[str, ...]) -> dict[str, set[str]]:
+    """Node → the Ready pods of these DaemonSets on it."""
+    out: dict[str, set[str]] = {}
+    for pod in env.sim.store.list(kinds.POD, NS)[0]:
+        owner = (pod["metadata"].get("ownerReferences") or [{}])[0].get("name")
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (pod.get("status") or {}).get("conditions") or [])
+        if owner in daemonsets and ready and not pod["metadata"].get("deletionTimestamp"):
+            out.setdefault(pod["spec"].get("nodeName", ""), set()).add(pod["metadata"]["name"])
+    return out
+
+
+def _reaches_every_node(env: E2E) -> bool:
+    """Every stable name has a ready endpoint of its own kind's pod on every node that runs
+    one (of either stack), and no endpoint of a pod that is gone."""
+    for name, daemonsets in STABLE.items():
+        want = _gpu_nodes(env, daemonsets)
+        have = _ready_nodes(env, name)
+        if not want or any(not (have.get(node, set()) & pods) for node, pods in want.items()):
+            return False
+        live = set().union(*want.values())
+        if any(pods - live for pods in have.values()):
+            return False
+    return True
+
+
+def _verify_failures(env: E2E) -> list[str]:
+    """`verify`'s failed verdict checks and gates (empty when it exits 0)."""
+    res = env.cli("verify", "-o", "json")
+    doc = res.json()
+    failed = [f"{c['name']}: {c['detail']}" for c in doc["verdict"]["checks"] if not c["ok"]]
+    failed += [f"{g['name']}: {g['detail']}" for p in doc["phases"] for g in p["gates"]
+               if not g["ok"]]
+    assert (res.code == 0) == (not failed), (res.code, failed)
+    return failed
+
+
+def _settled(env: E2E) -> bool:
+    """Nothing is rolling or leaving: every DaemonSet rolled out, no pod terminating, and
+    the stable names reach every node."""
+    pods = env.sim.store.list(kinds.POD, NS)[0]
+    daemonsets = [d for ds in STABLE.values() for d in ds
+                  if env.sim.store.find(kinds.DAEMONSET, NS, d) is not None]
+    return (not any(p["metadata"].get("deletionTimestamp") for p in pods)
+            and _rolled(env, *daemonsets) and _reaches_every_node(env))
+
+
+def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> float:
+    """Poll until `predicate` holds; the simulated seconds it took (fails after
+    `sim_seconds` of the sim's own clock, so a loaded machine cannot fail it)."""
+    start = env.sim.clock.now()
+    while not predicate():
+        assert env.sim.clock.now() - start < sim_seconds, f"{what}: not within {sim_seconds} s"
+        time.sleep(0.01)
+    return env.sim.clock.now() - start
+
+
+def _operator_object_writes(env: E2E, since: int) -> list[str]:
+    """The tool's writes (CLI and guard) to objects an operator owns, since `since`."""
+    out = []
+    for e in env.writes(since):
+        if e.resource in ("services", "daemonsets") and e.name in (
+                *OPERATOR_OWNED, *(d for ds in STABLE.values() for d in ds)):
+            svc = env.svc(e.name) if e.resource == "services" else None
+            owner = ((svc or {}).get("metadata", {}).get("ownerReferences") or [{}])[0]
+            if e.resource == "daemonsets" or owner.get("controller"):
+                out.append(f"{e.verb} {e.resource}/{e.name} by {e.user}")
+    return out
+
+
+def _patch_cr(env: E2E, kind: kinds.Kind, edit: Callable[[dict[str, Any]], None]) -> None:
+    cr = copy.deepcopy(env.sim.store.list(kind)[0][0])
+    edit(cr["spec"])
+    env.sim.store.update(kind, cr)
+
+
+def _rolled(env: E2E, *names: str) -> bool:
+    for name in names:
+        ds = env.sim.store.find(kinds.DAEMONSET, NS, name)
+        if ds is None:
+            return False
+        st = ds.get("status") or {}
+        want = st.get("desiredNumberScheduled", 0)
+        if not (st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+                and st.get("updatedNumberScheduled", 0) == want == st.get("numberAvailable", 0)):
+            return False
+    return True
+
+
+def _move_node(env: E2E, node_name: str, to: str) -> None:
+    """Move one node to the other stack, as an admin relabels it."""
+    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, node_name))
+    labels = node["metadata"]["labels"]
+    other = "clusterpolicy" if to == "gpucluster" else "gpucluster"
+    for key in DEPLOY_LABELS[other]:
+        labels.pop(key, None)
+    labels.update({k: "true" for k in DEPLOY_LABELS[to]})
+    labels[MODE_LABEL] = MODE_DRA if to == "gpucluster" else MODE_DEVICE_PLUGIN
+    env.sim.store.update(kinds.NODE, node)
+
+
+def _shared_slices(env: E2E) -> list[dict[str, Any]]:
+    return [sl for sl in _slices(env) if sl["metadata"]["labels"].get(
+        sharing.MANAGED_BY_LABEL) == "dcgm-migrate"]
+
+
+def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_moves(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    applied = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert applied.code == 0, applied.stdout + applied.stderr
+    assert not _reaches_every_node(env)  # the operator's Services select only their own pods
+    kube = Kube.connect(_guard_kubeconfig(env, tmp_path))  # the Role of docs/guard.yaml only
+    with running_guard(env, kube=kube):
+        took = _until(env, lambda: _reaches_every_node(env), 30, "shared")
+        print(f"guard shared the stable names within {took:.1f} simulated s")
+        assert _verify_failures(env) == []
+
+        # Ten reconcile periods of both operators: no write to anything they own, and no
+        # churn of the shared slices either (steady state writes nothing).
+        since = env.mark()
+        start = env.sim.clock.now()
+        _until(env, lambda: env.sim.clock.now() - start >= 10 * RECONCILE, 60, "ten periods")
+        assert _operator_object_writes(env, since) == []
+        assert [e for e in env.writes(since) if e.user != "system:kube-controller-manager"
+                and e.resource == "endpointslices"] == []
+        assert _reaches_every_node(env)
+
+        # A CR edit of either CR re-renders and rolls its DaemonSets; the stable names follow.
+        for kind, daemonsets, edit in (
+                (kinds.CLUSTER_POLICY, ("nvidia-dcgm", "nvidia-dcgm-exporter"),
+                 lambda s: s["dcgmExporter"].update(version="4.5.2-4.8.1-ubuntu22.04")),
+                (kinds.GPU_CLUSTER, STABLE["nvidia-dcgm"][1:] + STABLE["nvidia-dcgm-exporter"][1:],
+                 lambda s: s["dcgmExporter"].update(version="4.5.2-4.8.1-distroless"))):
+            with env.monitor.rolling():  # the operator's rollout: its maxUnavailable
+                _patch_cr(env, kind, edit)
+                time.sleep(0.2)
+                _until(env, lambda d=daemonsets: _rolled(env, *d) and _settled(env),
+                       120, f"{kind.kind} edit")
+            # The re-render dropped the common labels: apply puts them back (rolling again).
+            again = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+            assert again.code == 0, again.stdout + again.stderr
+            _until(env, lambda: _settled(env), 120, "labelled again")
+
+        # A node moves from the ClusterPolicy stack to the GPUCluster stack and back.
+        since = env.mark()
+        for to in ("gpucluster", "clusterpolicy"):
+            with env.monitor.rolling():  # the node's own pods stop and start
+                _move_node(env, "gpu-node-0001", to)
+                here, gone = (("nvidia-dcgm-dra", "nvidia-dcgm") if to == "gpucluster"
+                              else ("nvidia-dcgm", "nvidia-dcgm-dra"))
+                _until(env, lambda h=here, x=gone: _settled(env)
+                       and "gpu-node-0001" in _gpu_nodes(env, (h,))
+                       and "gpu-node-0001" not in _gpu_nodes(env, (x,))
+                       and _ready_nodes(env, "nvidia-dcgm")["gpu-node-0001"]
+                       == _gpu_nodes(env, (h,))["gpu-node-0001"], 120, f"move to {to}")
+            for name in OPERATOR_OWNED:  # the node left one stack's own names for good
+                env.monitor.forget(name)
+        assert _operator_object_writes(env, since) == []
+    failures = _verify_failures(env)
+    assert failures == [], "\n".join(failures)
+    mine = [e for e in env.sim.server.log.entries() if e.user.endswith(":dcgm-migrate-guard")]
+    assert mine and not [e for e in mine if e.code == 403]
+    assert {(e.verb, e.resource) for e in mine} >= {("create", "endpointslices"),
+                                                   ("update", "endpointslices")}
+
+
+def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    with running_guard(env) as g:
+        _until(env, lambda: _reaches_every_node(env), 30, "shared")
+        # The ClusterPolicy goes: garbage collection takes its Services (and the tool's
+        # slices with them, their owner); the guard creates the aliases again at once.
+        with env.monitor.replacing(*STABLE):
+            cp = env.sim.store.list(kinds.CLUSTER_POLICY)[0][0]
+            env.sim.store.delete(kinds.CLUSTER_POLICY, None, cp["metadata"]["name"])
+            took = _until(env, lambda: all(
+                (env.svc(n) or {}).get("metadata", {}).get("labels", {}).get(
+                    "app.kubernetes.io/managed-by") == "dcgm-migrate" for n in STABLE)
+                and _reaches_every_node(env), 60, "aliases again")
+        print(f"aliases created again within {took:.1f} simulated s; gaps {env.monitor.gaps}")
+        assert _shared_slices(env) == []
+        for name in STABLE:
+            svc = env.svc(name)
+            assert svc is not None
+            refs = svc["metadata"]["ownerReferences"]
+            assert [(r["kind"], r["controller"]) for r in refs] == [("GPUCluster", False)]
+        assert any(line.startswith("create Service/nvidia-dcgm") for line in g.log)
+        # Phase 3 had switched them: they go forward to the common label again.
+        _until(env, lambda: all(env.svc(n)["spec"]["selector"] != {"app": d[1]}
+                                for n, d in STABLE.items()), 60, "released")
+    assert env.cli("verify").code == 0
+
+
+def test_deleting_the_gpucluster_removes_only_the_shared_slices(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    with running_guard(env):
+        _until(env, lambda: _reaches_every_node(env), 30, "shared")
+        before = {n: copy.deepcopy(env.svc(n)) for n in STABLE}
+        with env.monitor.replacing(*STABLE):  # the GPUCluster nodes leave the names
+            gc = env.sim.store.list(kinds.GPU_CLUSTER)[0][0]
+            env.sim.store.delete(kinds.GPU_CLUSTER, None, gc["metadata"]["name"])
+            _until(env, lambda: not _shared_slices(env) and _reaches_every_node(env), 60,
+                   "unshared")
+        for name in STABLE:  # the operator's Services, untouched: same uid, clusterIP, spec
+            now = env.svc(name)
+            assert now is not None and now["metadata"]["uid"] == before[name]["metadata"]["uid"]
+            assert now["spec"] == before[name]["spec"]
+
+
+def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_guard_shares(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster", nodes=4, operator_reconcile_seconds=RECONCILE,
+                      time_scale=0.05)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    reactions = []
+    with running_guard(env) as g:
+        _until(env, lambda: g.guard.passes >= 1, 30, "first pass")
+        # Two nodes go to the ClusterPolicy stack and the CR is created: its operator
+        # replaces the tool's aliases whole (its selector, labels, ownerReference).
+        with env.monitor.replacing(*STABLE):
+            for node in ("gpu-node-0001", "gpu-node-0002"):
+                _move_node(env, node, "clusterpolicy")
+            env.sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
+            taken = _until(env, lambda: all(
+                ((env.svc(n) or {}).get("metadata", {}).get("ownerReferences") or [{}])[0]
+                .get("kind") == "ClusterPolicy" for n in STABLE), 60, "taken over")
+            t0 = env.sim.clock.now()
+            _until(env, lambda: _rolled(env, *STABLE) and _reaches_every_node(env), 120,
+                   "reaches every node")
+            reactions.append(env.sim.clock.now() - t0)
+        print(f"taken over after {taken:.1f} s; every node reached again "
+              f"{reactions[0]:.1f} simulated s later; gaps {env.monitor.gaps}")
+        assert _shared_slices(env)
+    status = env.cli("verify", "-o", "json")
+    doc = status.json()
+    assert status.code == 0, [c for c in doc["verdict"]["checks"] if not c["ok"]]
+    alias = next(p for p in doc["phases"] if p["number"] == 2)
+    assert any("handed over" in gate["detail"] for gate in alias["gates"]), alias["gates"]
+
+
+def test_both_stacks_on_every_node_share_nothing_and_warn_of_double_reporting(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("both", nodes=3, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    plan = env.cli("plan", "-o", "json")
+    assert any("reported twice" in w for w in plan.json()["warnings"])
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    with running_guard(env) as g:
+        _until(env, lambda: g.guard.passes >= 2, 30, "passes")
+        assert _reaches_every_node(env)  # the ClusterPolicy's pods are on every node
+        assert _shared_slices(env) == []
+    verify = env.cli("verify", "-o", "json")
+    failed = {c["name"]: c for c in verify.json()["verdict"]["checks"] if not c["ok"]}
+    assert verify.code == 1 and set(failed) == {"one-exporter-per-node/*"}, failed
+    assert "nvidia.com/gpu.deploy.dcgm-exporter" in failed["one-exporter-per-node/*"]["fix"]
+
+
+def test_conflicting_exporter_service_settings_keep_the_owners_and_are_reported(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """The rule: the Service that owns the stable name keeps its configuration; a port the
+    GPUCluster pods do not serve is left out of the shared slices and reported."""
+    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=None)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    svc = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
+    assert svc is not None
+    svc["spec"]["ports"].append({"name": "debug", "port": 9401, "targetPort": "debug",
+                                 "protocol": "TCP"})
+    svc["spec"]["sessionAffinity"] = "ClientIP"
+    env.sim.store.update(kinds.SERVICE, svc)
+    once = env.cli("guard", "--once", "-o", "json")
+    assert once.code == 0, once.stderr
+    shared = {s["name"]: s for s in once.json()["shared"]}
+    conflicts = shared["nvidia-dcgm-exporter"]["conflicts"]
+    assert any(c.startswith("port debug") for c in conflicts), conflicts
+    assert any(c.startswith("sessionAffinity") for c in conflicts), conflicts
+    assert shared["nvidia-dcgm"]["conflicts"] == []
+    sl = next(s for s in _shared_slices(env)
+              if s["metadata"]["labels"][sharing.SERVICE_NAME_LABEL] == "nvidia-dcgm-exporter")
+    assert [(p["name"], p["port"]) for p in sl["ports"]] == [("gpu-metrics", 9400)]
+    assert env.svc("nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "ClientIP"  # kept
+
+
+@pytest.mark.parametrize("stack", ["mixed", "both"])
+def test_one_scrape_path_per_exporter_pod_with_both_stacks(
+        e2e_factory: Callable[..., E2E],
+        discovery_oracle: Callable[..., DiscoveryOracle], stack: str) -> None:
+    """VictoriaMetrics' Kubernetes discovery (the Prometheus chart's jobs) against the sim
+    after phase 3 with the guard's shared slices in place: every exporter pod is one target
+    per mechanism, and the tool's slices (read by `role: endpointslice` only) add none."""
+    env = e2e_factory(stack, nodes=4, operator_reconcile_seconds=None, tls=True)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    assert env.cli("guard", "--once").code == 0
+    oracle = discovery_oracle(env.sim)
+    pods = {p["metadata"]["name"] for p in env.sim.store.list(kinds.POD, NS)[0]
+            if p["metadata"]["labels"].get("app", "").startswith("nvidia-dcgm-exporter")}
+    by_pod = oracle.targets_per_pod(NS)
+    for pod in pods:
+        jobs = [(t["job"], t["service"]) for t in by_pod.get(pod, [])]
+        assert len(jobs) == 1 and jobs[0][0].startswith("kubernetes-"), (pod, jobs)

@@ -12,9 +12,43 @@ oldest of each kind wins, as upstream) and applies them as upstream does
   `resourceVersion` from the live object, so a hand-edited selector is reverted.
 - ResourceClaimTemplates (the GPUCluster DCGM pods' admin-access GPU claims): replaced when
   they differ.
-- Missing objects are created. ServiceMonitors are left to the seed (not reconciled).
+- Missing objects are created, ServiceMonitors too (when their CRD exists); an existing
+  ServiceMonitor is left as it is (upstream updates it on every reconcile).
 
-It writes through the store, not HTTP, so the request log shows only what clients did.
+The objects of a state the CR disables are deleted, on every reconcile, as upstream deletes
+them; neither operator checks ownership first, so what survives is decided by name or label
+alone:
+
+- ClusterPolicy (controllers/object_controls.go: `ServiceAccount`, `Role`, ..., `DaemonSet`,
+  `Service`, `ServiceMonitor`, each starting with `if !n.isStateEnabled(n.stateNames[n.idx])`;
+  `isStateEnabled` in controllers/state_manager.go maps `state-dcgm` to `spec.dcgm.enabled` and
+  `state-dcgm-exporter` to `spec.dcgmExporter.enabled`): each object of the disabled state's
+  assets is deleted by kind and name in the operator namespace, `n.client.Delete(ctx, obj)` on
+  the unrendered asset: no ownerReference or label check, no preconditions, the server's
+  default propagation (background), NotFound ignored. So a same-named object the operator did
+  not create (no ownerReference) is deleted too, on every reconcile while the state is off.
+  `ServiceMonitor` deletes only when the servicemonitors.monitoring.coreos.com CRD exists
+  (`crdExists`), and deletes the exporter's ServiceMonitor also when the exporter is on but
+  `dcgmExporter.serviceMonitor.enabled` is not true. The sim's assets hold the DaemonSet,
+  Service and ServiceMonitor of each state (`rendering.clusterpolicy_state_manifests`);
+  upstream's also hold a ServiceAccount, Role, RoleBinding and, on OpenShift, an SCC, which the
+  sim does not render.
+- GPUCluster (internal/state/configurable_state.go `Sync`: a disabled state renders nothing, so
+  `handleStateObjectsDeletion` → `deleteStateRelatedObjects` in state_skel.go, as of
+  rahulait/gpu-operator@5746d440): for each kind of `getSupportedGVKs` the cluster serves
+  (`STATE_SKEL_GVKS`; here ConfigMap, DaemonSet, CustomResourceDefinition, Pod, Service,
+  ServiceMonitor, ResourceClaimTemplate), a List with the label selector
+  `nvidia.com/gpu-operator.state=<state>` (in the operator namespace for namespaced kinds,
+  cluster-wide otherwise), then a default Delete of every item not already being deleted —
+  again no ownership check, so any object carrying that label goes and a same-named object
+  without it stays. Services named `nvidia-dcgm` and `nvidia-dcgm-exporter` are skipped
+  ("Shared endpoints have their own lifecycle").
+
+Dependents (a DaemonSet's pods and ControllerRevisions) then go through the garbage collector,
+as after any DELETE. The CR's own deletion is the garbage collector's alone (ownerReferences).
+
+It writes through the store (`writes.delete` for deletions, the API server's DELETE), not HTTP,
+so the request log shows only what clients did.
 """
 
 from __future__ import annotations
@@ -24,9 +58,10 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from migrator.model import kinds
-from migrator.sim import admission, allocation
+from migrator.model import kinds, selectors
+from migrator.sim import admission, allocation, simkinds, writes
 from migrator.sim.clock import SimClock
+from migrator.sim.controllers import rendering as R
 from migrator.sim.controllers.base import Controller
 from migrator.sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
 from migrator.sim.statuses import ApiError
@@ -41,6 +76,28 @@ RECONCILED_KINDS = frozenset({"DaemonSet", "Service", "ResourceClaimTemplate"})
 # (controllers/clusterpolicy_controller.go: `ctrl.Result{RequeueAfter: time.Second * 5}`); a
 # hand edit of an object it owns is reverted within that. Simulated seconds.
 RESYNC_SECONDS = 5.0
+# internal/state/state_skel.go `getSupportedGVKs` (rahulait/gpu-operator@5746d440): the
+# (group, version, kind)s whose objects a disabled GPUCluster state's cleanup lists by label.
+# Kinds the sim does not serve are skipped, as upstream skips unserved ones (IsNoMatchError).
+STATE_SKEL_GVKS = frozenset({
+    ("", "v1", "ServiceAccount"), ("", "v1", "ConfigMap"), ("apps", "v1", "DaemonSet"),
+    ("apps", "v1", "Deployment"), ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io", "v1", "Role"), ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+    ("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition"), ("batch", "v1", "CronJob"),
+    ("security.openshift.io", "v1", "SecurityContextConstraints"), ("", "v1", "Pod"),
+    ("", "v1", "Service"), ("monitoring.coreos.com", "v1", "ServiceMonitor"),
+    ("scheduling.k8s.io", "v1", "PriorityClass"), ("", "v1", "Taint"),
+    ("policy", "v1beta1", "PodSecurityPolicy"), ("node.k8s.io", "v1", "RuntimeClass"),
+    ("monitoring.coreos.com", "v1", "PrometheusRule"),
+    ("resource.k8s.io", "v1", "ResourceClaimTemplate"),
+    ("resource.k8s.io", "v1beta2", "ResourceClaimTemplate"),
+    ("resource.k8s.io", "v1beta1", "ResourceClaimTemplate"),
+})
+# deleteStateRelatedObjects: "Shared endpoints have their own lifecycle".
+SHARED_SERVICES = frozenset({"nvidia-dcgm", "nvidia-dcgm-exporter"})
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 
 
 def _allocated(store: Store, excluding_uid: str = "") -> allocation.Allocated:
@@ -76,6 +133,72 @@ def apply_desired(store: Store, desired: Obj) -> str:
     return "unchanged" if new is live else "updated"
 
 
+def _delete(store: Store, kind: kinds.Kind, namespace: str | None, name: str) -> bool:
+    """A client's DELETE with no options (`client.Delete(ctx, obj)`); NotFound ignored, as both
+    operators ignore it. True when something was deleted or marked."""
+    try:
+        writes.delete(store, kind, namespace=namespace or "", name=name)
+    except (ApiError, StoreError) as err:
+        if err.code == 404:
+            return False
+        raise
+    return True
+
+
+def _served(store: Store, kind: kinds.Kind) -> bool:
+    """Whether the cluster serves `kind` (RESTMapping): the custom kinds only with their CRD."""
+    if kind.group not in ("nvidia.com", "monitoring.coreos.com"):
+        return True
+    return store.find(kinds.CRD, None, f"{kind.plural}.{kind.group}") is not None
+
+
+def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any],
+                            fx: Fixtures) -> list[tuple[kinds.Kind, str]]:
+    """What the ClusterPolicy controller deletes for this CR: (kind, name) of each manifest of
+    a disabled state, and the exporter's ServiceMonitor when its `serviceMonitor` is off; the
+    ServiceMonitors only while their CRD exists (`crdExists`). By name only."""
+    monitors = store.find(kinds.CRD, None, SERVICE_MONITOR_CRD) is not None
+    out: list[tuple[kinds.Kind, str]] = []
+    for state, _, _ in R.STATES[R.CLUSTERPOLICY]:
+        enabled = R.state_enabled(cr, state)
+        for doc in R.clusterpolicy_state_manifests(state, fx):
+            kind = kinds.BY_KIND.get(doc.get("kind", ""))
+            if kind is None:
+                continue
+            if kind is kinds.SERVICE_MONITOR:
+                if not monitors or (enabled and R.service_monitor_enabled(cr)):
+                    continue
+            elif enabled:
+                continue
+            out.append((kind, doc["metadata"]["name"]))
+    return out
+
+
+def gpucluster_deletions(store: Store, cr: Mapping[str, Any],
+                         namespace: str) -> list[tuple[kinds.Kind, Obj]]:
+    """What `deleteStateRelatedObjects` deletes for this CR: every object of a served
+    `STATE_SKEL_GVKS` kind labelled with a disabled state (namespaced kinds in `namespace`),
+    not already being deleted, except the shared Services. By label only."""
+    out: list[tuple[kinds.Kind, Obj]] = []
+    for state, _, _ in R.STATES[R.GPUCLUSTER]:
+        if R.state_enabled(cr, state):
+            continue
+        selector = selectors.from_labels({R.STATE_LABEL: state})
+        for kind in simkinds.ALL:
+            if (kind.group, kind.version, kind.kind) not in STATE_SKEL_GVKS:
+                continue
+            if not _served(store, kind):
+                continue
+            items, _ = store.list(kind, namespace if kind.namespaced else None, selector)
+            for obj in items:
+                if kind is kinds.SERVICE and obj["metadata"]["name"] in SHARED_SERVICES:
+                    continue
+                if obj["metadata"].get("deletionTimestamp"):
+                    continue
+                out.append((kind, obj))
+    return out
+
+
 class OperatorImitation(Controller):
     """Reconciles DCGM/Exporter DaemonSets and Services against the CRs, periodically."""
 
@@ -90,6 +213,7 @@ class OperatorImitation(Controller):
         self.period = period
         self.namespace = namespace
         self.reconciles = 0
+        self.deletions = 0  # DELETEs that found their object (its state disabled)
         self._fixtures = Fixtures()
 
     def prime(self) -> None:
@@ -112,13 +236,41 @@ class OperatorImitation(Controller):
             cr = min(live, key=lambda c: (c["metadata"].get("creationTimestamp", ""),
                                           c["metadata"]["name"]))
             for desired in render(cr, self.namespace, self._fixtures):
-                if desired["kind"] not in RECONCILED_KINDS:
+                if desired["kind"] == "ServiceMonitor":
+                    if not self._missing_monitor(desired):
+                        continue
+                elif desired["kind"] not in RECONCILED_KINDS:
                     continue
                 try:
                     apply_desired(self.store, desired)
                 except (StoreError, ApiError) as err:
                     log.info("operator: %s %s: %s", desired["kind"],
                              desired["metadata"]["name"], err)
+            self.delete_disabled(cr)
+
+    def _missing_monitor(self, desired: Obj) -> bool:
+        """A rendered ServiceMonitor is only created, when absent and its CRD exists (so a
+        state switched back on gets it again); an existing one is never updated."""
+        meta = desired["metadata"]
+        return (self.store.find(kinds.CRD, None, SERVICE_MONITOR_CRD) is not None
+                and self.store.find(kinds.SERVICE_MONITOR, meta.get("namespace"),
+                                    meta["name"]) is None)
+
+    def delete_disabled(self, cr: Mapping[str, Any]) -> None:
+        """Delete the objects of the states `cr` disables, as its upstream controller does."""
+        if R.stack_of(cr) == R.CLUSTERPOLICY:
+            targets = [(kind, self.namespace if kind.namespaced else None, name)
+                       for kind, name in clusterpolicy_deletions(self.store, cr, self._fixtures)]
+        else:
+            targets = [(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+                       for kind, obj in gpucluster_deletions(self.store, cr, self.namespace)]
+        for kind, namespace, name in targets:
+            try:
+                if _delete(self.store, kind, namespace, name):
+                    self.deletions += 1
+                    log.info("operator: deleted %s %s (state disabled)", kind.kind, name)
+            except (StoreError, ApiError) as err:
+                log.info("operator: delete %s %s: %s", kind.kind, name, err)
 
 
 def _cr_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

@@ -11,6 +11,12 @@ filled (TransformDCGM / TransformDCGMExporter). GPUCluster objects: the golden f
 target namespace, plus the `nvidia.com/gpu-operator.state` label (`state-dcgm`,
 `state-dcgm-exporter`). Both: a controller ownerReference to the CR; DaemonSets carry
 `nvidia.com/last-applied-hash` of the rendered object.
+
+Which states a CR enables (`state_enabled`) is decided here once, for the render and for the
+operator imitation's deletion of a disabled state's objects (`operator.py`), so what one
+renders the other never deletes. A ClusterPolicy state's manifests are the
+`clusterpolicy/<state>_*` files (`clusterpolicy_state_manifests`), as upstream's
+`n.resources[state]` holds the objects of `assets/<state>/`.
 """
 
 from __future__ import annotations
@@ -96,6 +102,40 @@ def _enabled(section: Mapping[str, Any] | None, default: bool) -> bool:
     return bool(section["enabled"])
 
 
+# The states each stack's DCGM / DCGM Exporter objects belong to, in the operator's order, with
+# the CR spec section that switches each and whether it is on when the section says nothing
+# (ClusterPolicy: `isStateEnabled`, state_manager.go; GPUCluster: `dcgmEnabled` and the
+# exporter state's `isEnabled`, internal/state/dcgm.go, dcgm_exporter.go).
+STATES: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    CLUSTERPOLICY: (("state-dcgm", "dcgm", True), ("state-dcgm-exporter", "dcgmExporter", True)),
+    GPUCLUSTER: (("state-dcgm", "dcgm", False), ("state-dcgm-exporter", "dcgmExporter", True)),
+}
+
+
+def state_enabled(cr: Mapping[str, Any], state: str) -> bool:
+    """Whether the CR enables `state` (one of `STATES[stack_of(cr)]`)."""
+    spec = cr.get("spec") or {}
+    for name, section, default in STATES[stack_of(cr)]:
+        if name == state:
+            return _enabled(spec.get(section), default)
+    raise KeyError(f"no state {state!r} on the {stack_of(cr)} stack")
+
+
+def service_monitor_enabled(cr: Mapping[str, Any]) -> bool:
+    """ClusterPolicy `dcgmExporter.serviceMonitor.enabled` (off when unset, as upstream's
+    `serviceMonitor == nil || !serviceMonitor.IsEnabled()`)."""
+    exporter = (cr.get("spec") or {}).get("dcgmExporter") or {}
+    return _enabled(exporter.get("serviceMonitor"), False)
+
+
+def clusterpolicy_state_manifests(state: str, fx: Fixtures) -> list[Obj]:
+    """Every manifest of a ClusterPolicy state, in file order, unrendered: the
+    `clusterpolicy/<state>_*` fixture files (upstream: the objects of `assets/<state>/`)."""
+    root = resources.files("migrator.sim").joinpath("fixtures", "gpu-operator", CLUSTERPOLICY)
+    names = sorted(f.name for f in root.iterdir() if f.name.startswith(state + "_"))
+    return [doc for name in names for doc in fx.docs(f"{CLUSTERPOLICY}/{name}")]
+
+
 def _image(section: Mapping[str, Any] | None, default: tuple[str, str, str]) -> str:
     section = section or {}
     repo = section.get("repository") or default[0]
@@ -164,7 +204,7 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -
     spec = cr.get("spec") or {}
     daemonsets = spec.get("daemonsets") or {}
     validator = _image(spec.get("validator"), CP_DEFAULT_IMAGES["validator"])
-    dcgm_on = _enabled(spec.get("dcgm"), True)
+    dcgm_on = state_enabled(cr, "state-dcgm")
     out: list[Obj] = []
     if dcgm_on:
         ds, svc = (fx.docs("clusterpolicy/state-dcgm_0400_dcgm.yml")[0],
@@ -175,11 +215,11 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -
             init["image"] = validator
         _apply_common_config(ds, daemonsets, set(ds["spec"]["selector"]["matchLabels"]))
         out += [ds, svc]
-    if _enabled(spec.get("dcgmExporter"), True):
+    if state_enabled(cr, "state-dcgm-exporter"):
         exporter = spec.get("dcgmExporter") or {}
         svc = fx.docs("clusterpolicy/state-dcgm-exporter_0400_service.yaml")[0]
         out.append(svc)
-        if _enabled(exporter.get("serviceMonitor"), False):
+        if service_monitor_enabled(cr):
             smon = fx.docs("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
             smon["spec"]["namespaceSelector"]["matchNames"] = [namespace]
             out.append(smon)
@@ -203,11 +243,11 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -> l
     daemonsets = spec.get("daemonsets") or {}
     dcgm = spec.get("dcgm") or {}
     exporter = spec.get("dcgmExporter") or {}
-    dcgm_on = _enabled(dcgm, False)
+    dcgm_on = state_enabled(cr, "state-dcgm")
     out: list[tuple[str, Obj]] = []
     if dcgm_on:
         out += [("state-dcgm", o) for o in fx.docs("gpucluster-golden/gpucluster-dcgm.yaml")]
-    if _enabled(exporter, True):
+    if state_enabled(cr, "state-dcgm-exporter"):
         variant = "remote-engine" if dcgm_on else "embedded"
         docs = fx.docs(f"gpucluster-golden/gpucluster-dcgm-exporter-{variant}.yaml")
         out += [("state-dcgm-exporter", o) for o in docs]

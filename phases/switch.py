@@ -93,12 +93,15 @@ def plan(ctx: PlanContext) -> PhasePlan:
             is_alias = name == comp.alias
             if is_alias and not ctx.is_tool_owned(svc):
                 continue  # not our alias (e.g. the ClusterPolicy's own nvidia-dcgm)
-            if step.operator_owned and not ctx.options.include_operator_owned:
+            # Who owns it now, not when a step was recorded: an alias the ClusterPolicy's
+            # operator took over (a ClusterPolicy added beside the GPUCluster) is its now.
+            operator_owned = ctx.operator_owner(svc) is not None
+            if operator_owned and not ctx.options.include_operator_owned:
                 warnings.append(f"Service/{name} is owned by {ctx.operator_owner(svc)}, which "
                              "re-renders it on every reconcile and would revert the selector; "
                              "not switched (--include-operator-owned switches it anyway)")
                 continue
-            if step.operator_owned:
+            if operator_owned:
                 warnings.append(f"Service/{name} is operator-owned: {ctx.operator_owner(svc)} "
                                 "will revert its selector on the next reconcile")
             guarded.append(g.baseline(ctx.snapshot, name, step.local))

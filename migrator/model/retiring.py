@@ -6,13 +6,17 @@ that is not drift the tool should undo — the object's stack was removed (a Clu
 GPUCluster change), or an operator reverted a switch of a Service it owns and the user did not
 ask again with `--include-operator-owned` — the step is retired: kept in the state for the
 record, no longer verified or rolled back. Likewise an alias whose stack was removed (its
-source Service is gone) and whose name another owner holds now (GPUCluster → ClusterPolicy).
+source Service is gone) and whose name another owner holds now (GPUCluster → ClusterPolicy),
+or whose name a ClusterPolicy added beside the GPUCluster took over: handed over, the guard
+shares it (`model/sharing.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from migrator.model import sharing
 from migrator.model.discovery import collected
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PlanContext
@@ -43,6 +47,13 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
         return REPLACED, (f"{step.object} was the tool's alias of {source}, which no longer "
                           f"exists (its stack was removed), and the name is {holder}'s now: "
                           "its recorded step is retired and the Service is left alone")
+    if source is not None and not ctx.is_tool_owned(live) and _shared(ctx, live):
+        holder = ctx.operator_owner(live)
+        return REPLACED, (f"{step.object} was the tool's alias of {source}; {holder}'s "
+                          "operator renders the name now (both stacks run here), and the pods "
+                          f"of {source} join it through the EndpointSlices `dcgm-migrate guard` "
+                          "keeps: handed over, its recorded step is retired and the Service is "
+                          "left alone")
     if (isinstance(step, SetSelector) and step.operator_owned and not step.satisfied(live)
             and not ctx.options.include_operator_owned):
         owner = ctx.operator_owner(live) or "its operator"
@@ -50,6 +61,12 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
                           "--include-operator-owned; recorded as reverted by the operator "
                           "(run apply with --include-operator-owned to switch it again)")
     return None
+
+
+def _shared(ctx: PlanContext, live: Mapping[str, Any]) -> bool:
+    """A ClusterPolicy's operator renders this stable name for its own pods."""
+    owner = ctx.operator_owner(live) or ""
+    return owner.startswith(f"{sharing.OPERATOR_KIND}/")
 
 
 def _alias_source(ctx: PlanContext, step: Step) -> str | None:

@@ -25,7 +25,12 @@ from migrator.sim.controllers.rendering import (
 )
 from migrator.sim.seed import seeded_cr
 from tests.e2e.conftest import E2E, NS
-from tests.e2e.test_guard import _guard_kubeconfig, running_guard
+from tests.e2e.test_guard import (
+    COEXISTENCE_RULES,
+    GUARD_USER,
+    _guard_kubeconfig,
+    running_guard,
+)
 from tests.helpers.oracle import DiscoveryOracle
 
 RECONCILE = 2.0  # simulated seconds between the operator imitations' resyncs
@@ -158,6 +163,15 @@ def _shared_slices(env: E2E) -> list[dict[str, Any]]:
         sharing.MANAGED_BY_LABEL) == "dcgm-migrate"]
 
 
+def _assert_used_under_the_role(env: E2E, rules: set[tuple[str, str, None]]) -> None:
+    """The guard ran under the Role of docs/guard.yaml only, nothing was refused, and it used
+    these of the Role's coexistence rules (tests/e2e/test_guard.py's COEXISTENCE_RULES)."""
+    assert rules <= COEXISTENCE_RULES
+    mine = [e for e in env.sim.server.log.entries() if e.user == GUARD_USER]
+    assert mine and not [e for e in mine if e.code == 403]
+    assert {(e.verb, e.resource, None) for e in mine} >= rules
+
+
 def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_moves(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
@@ -213,17 +227,16 @@ def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_m
         assert _operator_object_writes(env, since) == []
     failures = _verify_failures(env)
     assert failures == [], "\n".join(failures)
-    mine = [e for e in env.sim.server.log.entries() if e.user.endswith(":dcgm-migrate-guard")]
-    assert mine and not [e for e in mine if e.code == 403]
-    assert {(e.verb, e.resource) for e in mine} >= {("create", "endpointslices"),
-                                                   ("update", "endpointslices")}
+    _assert_used_under_the_role(env, {("watch", "endpointslices", None),
+                                      ("create", "endpointslices", None),
+                                      ("update", "endpointslices", None)})
 
 
 def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
-        e2e_factory: Callable[..., E2E]) -> None:
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    with running_guard(env) as g:
+    with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))) as g:
         _until(env, lambda: _reaches_every_node(env), 30, "shared")
         # The ClusterPolicy goes: garbage collection takes its Services (and the tool's
         # slices with them, their owner); the guard creates the aliases again at once.
@@ -250,13 +263,14 @@ def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
             assert env.svc(name)["spec"]["selector"] != {"app": dra}
         failures = _verify_failures(env)
         assert failures == [], "\n".join(failures)
+    _assert_used_under_the_role(env, {("create", "services", None)})
 
 
 def test_deleting_the_gpucluster_removes_only_the_shared_slices(
-        e2e_factory: Callable[..., E2E]) -> None:
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    with running_guard(env):
+    with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))):
         _until(env, lambda: _reaches_every_node(env), 30, "shared")
         before = {n: copy.deepcopy(env.svc(n)) for n in STABLE}
         with env.monitor.replacing(*STABLE):  # the GPUCluster nodes leave the names
@@ -268,6 +282,7 @@ def test_deleting_the_gpucluster_removes_only_the_shared_slices(
             now = env.svc(name)
             assert now is not None and now["metadata"]["uid"] == before[name]["metadata"]["uid"]
             assert now["spec"] == before[name]["spec"]
+    _assert_used_under_the_role(env, {("delete", "endpointslices", None)})
 
 
 def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_guard_shares(

@@ -79,13 +79,22 @@ def test_rollback_after_phase3_restores_the_starting_objects(
     assert [p["status"] for p in res.json()["phases"]] == ["rolled-back"] * 3
 
 
-def test_coexistence_refuses_to_take_the_legacy_names(e2e_factory: Callable[..., E2E]) -> None:
+def test_coexistence_shares_the_legacy_names_and_never_writes_them(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """With both stacks, phase 2 takes no stable name the ClusterPolicy renders: it completes
+    with the name marked shared (the guard adds the GPUCluster pods through its own
+    EndpointSlices) and writes no Service."""
     env = e2e_factory("both")
     legacy_before = copy.deepcopy(env.svc("nvidia-dcgm"))
+    plan = env.cli("plan", "-o", "json").json()
+    alias = next(p for p in plan["phases"] if p["number"] == 2)
+    assert alias["changes"] == []
+    gate = next(g for g in alias["gates"] if g["name"] == "alias-name-free/nvidia-dcgm")
+    assert gate["ok"] and gate["detail"].startswith("shared: Service/nvidia-dcgm belongs to "
+                                                    "ClusterPolicy/"), gate
     mark = env.mark()
     res = env.cli("apply", "--phase", "2", "--yes")
-    assert res.code == 1, res.stdout + res.stderr
-    assert "nvidia-dcgm" in res.stderr and "not the tool's" in res.stderr
+    assert res.code == 0, res.stdout + res.stderr
     after = env.svc("nvidia-dcgm")
     assert after == legacy_before, "the ClusterPolicy Service was touched"
     svc_writes = [w for w in env.writes(since=mark) if w.resource == "services"]

@@ -48,7 +48,7 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
                           f"exists (its stack was removed), and the name is {holder}'s now: "
                           "its recorded step is retired and the Service is left alone")
     if source is not None and not ctx.is_tool_owned(live) and _shared(ctx, live):
-        holder = ctx.operator_owner(live)
+        holder = ctx.operator_owner(live) or "its operator"
         return REPLACED, (f"{step.object} was the tool's alias of {source}; {holder}'s "
                           "operator renders the name now (both stacks run here), and the pods "
                           f"of {source} join it through the EndpointSlices `dcgm-migrate guard` "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,18 @@ def _settled(env: E2E) -> bool:
                   if env.sim.store.find(kinds.DAEMONSET, NS, d) is not None]
     return (not any(p["metadata"].get("deletionTimestamp") for p in pods)
             and _rolled(env, *daemonsets) and _reaches_every_node(env))
+
+
+def _rolled_and_settled(env: E2E, daemonsets: tuple[str, ...]) -> bool:
+    return _rolled(env, *daemonsets) and _settled(env)
+
+
+def _moved(env: E2E, node: str, here: str, gone: str) -> bool:
+    """The node runs DaemonSet `here`'s pod, no longer `gone`'s, and `nvidia-dcgm` reaches
+    exactly that pod there."""
+    now = _gpu_nodes(env, (here,))
+    return (_settled(env) and node in now and node not in _gpu_nodes(env, (gone,))
+            and _ready_nodes(env, "nvidia-dcgm").get(node) == now[node])
 
 
 def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> float:
@@ -203,8 +216,8 @@ def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_m
             with env.monitor.rolling():  # the operator's rollout: its maxUnavailable
                 _patch_cr(env, kind, edit)
                 time.sleep(0.2)
-                _until(env, lambda d=daemonsets: _rolled(env, *d) and _settled(env),
-                       120, f"{kind.kind} edit")
+                _until(env, partial(_rolled_and_settled, env, daemonsets), 120,
+                       f"{kind.kind} edit")
             # The re-render dropped the common labels: apply puts them back (rolling again).
             again = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
             assert again.code == 0, again.stdout + again.stderr
@@ -217,11 +230,8 @@ def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_m
                 _move_node(env, "gpu-node-0001", to)
                 here, gone = (("nvidia-dcgm-dra", "nvidia-dcgm") if to == "gpucluster"
                               else ("nvidia-dcgm", "nvidia-dcgm-dra"))
-                _until(env, lambda h=here, x=gone: _settled(env)
-                       and "gpu-node-0001" in _gpu_nodes(env, (h,))
-                       and "gpu-node-0001" not in _gpu_nodes(env, (x,))
-                       and _ready_nodes(env, "nvidia-dcgm")["gpu-node-0001"]
-                       == _gpu_nodes(env, (h,))["gpu-node-0001"], 120, f"move to {to}")
+                _until(env, partial(_moved, env, "gpu-node-0001", here, gone), 120,
+                       f"move to {to}")
             for name in OPERATOR_OWNED:  # the node left one stack's own names for good
                 env.monitor.forget(name)
         assert _operator_object_writes(env, since) == []
@@ -260,7 +270,7 @@ def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
         again = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
         assert again.code == 0, again.stdout + again.stderr
         for name, (_cp, dra) in STABLE.items():
-            assert env.svc(name)["spec"]["selector"] != {"app": dra}
+            assert (env.svc(name) or {})["spec"]["selector"] != {"app": dra}
         failures = _verify_failures(env)
         assert failures == [], "\n".join(failures)
     _assert_used_under_the_role(env, {("create", "services", None)})
@@ -280,8 +290,10 @@ def test_deleting_the_gpucluster_removes_only_the_shared_slices(
                    "unshared")
         for name in STABLE:  # the operator's Services, untouched: same uid, clusterIP, spec
             now = env.svc(name)
-            assert now is not None and now["metadata"]["uid"] == before[name]["metadata"]["uid"]
-            assert now["spec"] == before[name]["spec"]
+            was = before[name]
+            assert now is not None and was is not None
+            assert now["metadata"]["uid"] == was["metadata"]["uid"]
+            assert now["spec"] == was["spec"]
     _assert_used_under_the_role(env, {("delete", "endpointslices", None)})
 
 
@@ -358,7 +370,8 @@ def test_conflicting_exporter_service_settings_keep_the_owners_and_are_reported(
     sl = next(s for s in _shared_slices(env)
               if s["metadata"]["labels"][sharing.SERVICE_NAME_LABEL] == "nvidia-dcgm-exporter")
     assert [(p["name"], p["port"]) for p in sl["ports"]] == [("gpu-metrics", 9400)]
-    assert env.svc("nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "ClientIP"  # kept
+    kept = env.svc("nvidia-dcgm-exporter")
+    assert kept is not None and kept["spec"]["sessionAffinity"] == "ClientIP"  # its own
 
 
 @pytest.mark.parametrize("stack", ["mixed", "both"])

@@ -391,3 +391,19 @@ def test_one_scrape_path_per_exporter_pod_with_both_stacks(
     for pod in pods:
         jobs = [(t["job"], t["service"]) for t in by_pod.get(pod, [])]
         assert len(jobs) == 1 and jobs[0][0].startswith("kubernetes-"), (pod, jobs)
+
+
+def test_rolling_phase_2_back_takes_the_sharing_back(e2e_factory: Callable[..., E2E]) -> None:
+    """The shared slices exist only while phase 2 is completed: after its rollback the guard's
+    next pass deletes them, and nothing else of the operators' changes."""
+    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=None)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    assert env.cli("guard", "--once").code == 0
+    assert len(_shared_slices(env)) == 2 and _reaches_every_node(env)
+    back = env.cli("rollback", "--phase", "2", "--yes", "--settle", "0s")
+    assert back.code == 0, back.stdout + back.stderr
+    with env.monitor.replacing(*STABLE):  # the GPUCluster nodes leave the names on purpose
+        once = env.cli("guard", "--once", "-o", "json")
+    assert once.code == 0 and once.json()["shared"] == []
+    assert sorted(w["action"] for w in once.json()["sliceWrites"]) == ["delete", "delete"]
+    assert _shared_slices(env) == []

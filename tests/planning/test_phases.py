@@ -99,11 +99,22 @@ CLUSTER_POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
 
 
 def test_phase2_refuses_a_name_it_does_not_own() -> None:
+    foreign = b.service("nvidia-dcgm", {"app": "someone-else"}, owner=None, local=True)
+    plan = phases.alias.plan(ctx(b.gpucluster_snapshot(extra_services=[foreign])))
+    assert plan.blocked and "not the tool's" in plan.blocked
+    assert [s.service for s in plan.steps if isinstance(s, CreateAlias)] == [
+        "nvidia-dcgm-exporter"]
+
+
+def test_phase2_shares_a_name_a_clusterpolicy_renders_and_writes_nothing_for_it() -> None:
     legacy = b.service("nvidia-dcgm", {"app": "nvidia-dcgm"}, owner="ClusterPolicy", local=True)
     snap = replace(b.gpucluster_snapshot(extra_services=[legacy]),
                    cluster_policies=(CLUSTER_POLICY,))
     plan = phases.alias.plan(ctx(snap))
-    assert plan.blocked and "ClusterPolicy" in plan.blocked
+    assert plan.blocked is None
+    gate = next(g for g in plan.gates if g.name == "alias-name-free/nvidia-dcgm")
+    assert gate.ok and gate.detail.startswith("shared: Service/nvidia-dcgm belongs to "
+                                              "ClusterPolicy/gpu-cluster")
     assert [s.service for s in plan.steps if isinstance(s, CreateAlias)] == [
         "nvidia-dcgm-exporter"]
 

@@ -124,10 +124,16 @@ def test_an_alias_whose_stack_was_removed_and_name_taken_is_replaced_not_recreat
         verdict = retired(ctx(moved), step)
         assert verdict is not None and verdict[0] == REPLACED, step
         assert "ClusterPolicy/gpu-cluster" in verdict[1]
-    # the same takeover while the source still exists (coexistence) is not retired
+    # the same takeover while the source still exists (both stacks run) is a hand-over: the
+    # ClusterPolicy's operator renders the name, the guard shares it, the record is retired
     kept = replace(snap, services={**snap.services, "nvidia-dcgm": taken},
                    cluster_policies=(policy,))
-    assert retired(ctx(kept), SWITCH) is None
+    verdict = retired(ctx(kept), SWITCH)
+    assert verdict is not None and verdict[0] == REPLACED and "handed over" in verdict[1]
+    # a takeover by anything but a ClusterPolicy is not (it is drift, reported as such)
+    foreign = b.service("nvidia-dcgm", {"app": "x"}, owner=None, local=True)
+    assert retired(ctx(replace(snap, services={**snap.services, "nvidia-dcgm": foreign})),
+                   SWITCH) is None
 
 
 def test_daemonsets_of_a_deleted_cr_are_not_a_running_stack() -> None:

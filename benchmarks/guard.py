@@ -1,0 +1,448 @@
+"""`python3 -m benchmarks.guard`: what `dcgm-migrate guard` costs in a cluster running both stacks.
+
+One `mixed` sim (ClusterPolicy and GPUCluster CRs, nodes split half and half) in this process,
+serving HTTP as `sim serve` does; the guard is the CLI (`python -m migrator guard`, as the
+`dcgm-migrate` console script runs it) in a process of its own, so the sim's memory is not
+counted, talking to the sim through a byte-counting TCP proxy in this process. Three figures:
+
+1. peak RSS of the guard process: `/proc/<pid>/status` VmHWM (peak since exec) once it has
+   shared both stable names to every GPUCluster node, after the steady window, after each
+   takeover, and the last sample before it is stopped (the whole run's peak);
+2. its reaction to an operator takeover, over `--takeovers` repetitions, in simulated seconds
+   (`sim.clock`): the ClusterPolicy is deleted (garbage collection takes its Services, the
+   guard creates the aliases again), then created again: its operator imitation replaces the
+   aliases whole. Reaction = from the store event of that takeover write of a stable Service
+   (its controller ownerReference becomes ClusterPolicy) to the store event after which the
+   tool's EndpointSlices of that name list a ready endpoint on every GPUCluster node;
+3. API bytes per hour of steady state: what the proxy carried both ways (requests, answers,
+   watch streams) over `--steady-seconds` of real time with nothing changing, scaled to an hour.
+
+Phase 1 rolls every DaemonSet one node at a time (7,500 waves per DaemonSet at 15,000 nodes),
+so the benchmark does not run `apply` on the big sim: it runs `apply --phase 3 --yes --settle
+0s` on an 8-node `mixed` sim and writes the state ConfigMap that apply left there (phases 1-3
+completed, both stable names shared) into the big one. The guard decides from the phase
+statuses, so it acts as it would after a real apply; the big sim's DaemonSets lack the common
+label phase 1 would have set. Measurements, never assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.procs import CLI
+from migrator.model import kinds, sharing
+from migrator.sim.cluster import SimCluster, write_kubeconfig
+from migrator.sim.controllers.operator import RESYNC_SECONDS
+from migrator.sim.seed import seeded_cr
+from migrator.sim.store import Event
+
+Obj = dict[str, Any]
+NS = "gpu-operator"
+STATE_CONFIGMAP = "dcgm-migrate-state"
+# Stable name → the GPUCluster DaemonSet whose pods the guard adds to it.
+STABLE = {"nvidia-dcgm": "nvidia-dcgm-dra", "nvidia-dcgm-exporter": "nvidia-dcgm-exporter-dra"}
+TOOL = "dcgm-migrate"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+def _controller_kind(obj: Obj | None) -> str:
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("kind") or "")
+    return ""
+
+
+@dataclass
+class _Name:
+    """What the EndpointSlices of one stable name cover: GPUCluster node → slices listing a
+    ready endpoint of that name's GPUCluster pod there, for the tool's slices and for all."""
+
+    pods: frozenset[str]
+    nodes: frozenset[str]
+    tool: Counter[str] = field(default_factory=Counter)
+    every: Counter[str] = field(default_factory=Counter)
+    takeover_at: float | None = None
+    reactions: list[float] = field(default_factory=list)
+
+    def covered(self, counts: Counter[str]) -> bool:
+        return all(counts[n] > 0 for n in self.nodes)
+
+
+class Tracker:
+    """A store subscriber (called under the store lock, stamped with the sim clock) that keeps
+    the coverage of each stable name incrementally and times takeovers."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim = sim
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        pods = sim.store.list(kinds.POD, NS)[0]
+        self.names: dict[str, _Name] = {}
+        for name, ds in STABLE.items():
+            mine = [p for p in pods if (p["metadata"].get("ownerReferences") or [{}])[0]
+                    .get("name") == ds]
+            self.names[name] = _Name(frozenset(p["metadata"]["name"] for p in mine),
+                                     frozenset(p["spec"].get("nodeName", "") for p in mine))
+        self.owner = {n: _controller_kind(sim.store.find(kinds.SERVICE, NS, n)) for n in STABLE}
+        self.tool_service = {n: False for n in STABLE}
+        for sl in sim.store.list(kinds.ENDPOINTSLICE, NS)[0]:
+            self._count(sl, +1)
+        sim.store.subscribe(self.on_event)
+
+    def close(self) -> None:
+        self.sim.store.unsubscribe(self.on_event)
+
+    def _count(self, sl: Obj | None, sign: int) -> None:
+        if not sl:
+            return
+        labels = sl["metadata"].get("labels") or {}
+        name = self.names.get(labels.get(sharing.SERVICE_NAME_LABEL, ""))
+        if name is None:
+            return
+        nodes = {ep.get("nodeName", "") for ep in sl.get("endpoints") or []
+                 if (ep.get("conditions") or {}).get("ready") in (None, True)
+                 and (ep.get("targetRef") or {}).get("name") in name.pods}
+        tool = labels.get(sharing.MANAGED_BY_LABEL) == TOOL
+        for node in nodes:
+            name.every[node] += sign
+            if tool:
+                name.tool[node] += sign
+
+    def on_event(self, event: Event) -> None:
+        kind = event.resource.kind
+        if kind == kinds.ENDPOINTSLICE.kind:
+            if (event.object.get("metadata") or {}).get("namespace") != NS:
+                return
+            with self.lock:
+                self._count(event.old if event.type == "MODIFIED" else None, -1)
+                self._count(event.object, -1 if event.type == "DELETED" else +1)
+                for name in self.names.values():
+                    if name.takeover_at is not None and name.covered(name.tool):
+                        name.reactions.append(self.sim.clock.now() - name.takeover_at)
+                        name.takeover_at = None
+                self.changed.notify_all()
+        elif kind == kinds.SERVICE.kind:
+            svc = event.object
+            svc_name = svc["metadata"].get("name", "")
+            if svc["metadata"].get("namespace") != NS or svc_name not in self.names:
+                return
+            with self.lock:
+                now_kind = "" if event.type == "DELETED" else _controller_kind(svc)
+                if now_kind == sharing.OPERATOR_KIND != self.owner[svc_name]:
+                    self.names[svc_name].takeover_at = self.sim.clock.now()
+                self.owner[svc_name] = now_kind
+                self.tool_service[svc_name] = (event.type != "DELETED" and (
+                    svc["metadata"].get("labels") or {}).get(MANAGED_BY) == TOOL)
+                self.changed.notify_all()
+
+    def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+                self.changed.wait(min(left, 1.0))
+
+    def shared(self) -> bool:
+        """Both stable names list the GPUCluster pod of every GPUCluster node in tool slices."""
+        return all(n.covered(n.tool) for n in self.names.values())
+
+    def aliases_again(self) -> bool:
+        """The tool's aliases hold both names and reach every GPUCluster node."""
+        return all(self.tool_service[s] and n.covered(n.every) for s, n in self.names.items())
+
+    def reacted(self, count: int) -> bool:
+        return all(len(n.reactions) >= count for n in self.names.values())
+
+
+class CountingProxy:
+    """127.0.0.1 TCP proxy to the sim that counts the bytes carried each way, for everything
+    the guard sends and receives (watch streams included, as they flow)."""
+
+    def __init__(self, target_url: str) -> None:
+        host_port = target_url.split("://", 1)[1].rstrip("/")
+        host, port = host_port.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.lock = threading.Lock()
+        self.up = 0  # client → server
+        self.down = 0  # server → client
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
+
+    def totals(self) -> tuple[int, int]:
+        with self.lock:
+            return self.up, self.down
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            with self.lock:
+                self.connections += 1
+            for src, dst, up in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(src, dst, up), daemon=True,
+                                 name="proxy-pump").start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
+        try:
+            while data := src.recv(256 * 1024):
+                dst.sendall(data)
+                with self.lock:
+                    if up:
+                        self.up += len(data)
+                    else:
+                        self.down += len(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """For predicates that read the store: never under the tracker's lock (the store calls
+    the tracker under its own)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    """The process's peak resident set since its exec (0 once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+class _HighWater:
+    """VmHWM of a child, sampled every 0.2 s until it exits. Not `wait4`'s ru_maxrss: that
+    counts the child from fork, when it was still a copy of this process and its seeded sim
+    (about 450 MB at 15,000 nodes), and exec does not reset it; VmHWM starts at exec."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._last = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="vmhwm")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._last = max(self._last, _vm_hwm_mb(self.pid))
+
+    def last(self) -> float:
+        self._last = max(self._last, _vm_hwm_mb(self.pid))
+        return self._last
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def _note(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def applied_state() -> Obj:
+    """The state ConfigMap `apply --phase 3 --yes --settle 0s` leaves on an 8-node `mixed`
+    sim: phases 1-3 completed, both stable names shared."""
+    with SimCluster(nodes=8, stack="mixed", time_scale=0.005) as small:
+        done = subprocess.run([*CLI, "apply", "--phase", "3", "--yes", "--settle", "0s",
+                               "--kubeconfig", small.kubeconfig], capture_output=True,
+                              text=True, timeout=600, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise RuntimeError(f"apply on the 8-node sim exited {done.returncode}: "
+                               f"{done.stderr[-800:]}")
+        cm = small.store.get(kinds.CONFIGMAP, NS, STATE_CONFIGMAP)
+    meta = cm["metadata"]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "data": dict(cm.get("data") or {}),
+            "metadata": {"name": meta["name"], "namespace": NS,
+                         "labels": dict(meta.get("labels") or {}),
+                         "annotations": dict(meta.get("annotations") or {})}}
+
+
+@dataclass
+class Figures:
+    nodes: int
+    gpucluster_nodes: int
+    seed_s: float = 0.0
+    share_real_s: float = 0.0
+    share_sim_s: float = 0.0
+    rss_shared_mb: float = 0.0
+    rss_steady_mb: float = 0.0
+    rss_peak_mb: float = 0.0
+    steady_real_s: float = 0.0
+    steady_bytes: int = 0
+    steady_bytes_down: int = 0
+    steady_requests: int = 0
+    bytes_per_hour: float = 0.0
+    requests_per_hour: float = 0.0
+    reactions_s: list[float] = field(default_factory=list)
+    rss_after_takeover_mb: list[float] = field(default_factory=list)  # VmHWM after each
+    reaction_median_s: float | None = None
+    reaction_max_s: float | None = None
+    takeovers: int = 0
+    time_scale: float = 1.0
+
+    def as_dict(self) -> Obj:
+        return {"benchmark": "guard", **self.__dict__}
+
+
+def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: float = 1.0,
+            timeout: float = 900.0, guard_log: Path | None = None) -> Figures:
+    state = applied_state()
+    _note(f"state from an 8-node apply; seeding {nodes} nodes (mixed)")
+    with SimCluster(nodes=nodes, stack="mixed", time_scale=time_scale,
+                    operator_reconcile_seconds=RESYNC_SECONDS) as sim, \
+            tempfile.TemporaryDirectory(prefix="dcgm-bench-guard-") as tmp:
+        sim.store.create(kinds.CONFIGMAP, state)
+        tracker = Tracker(sim)
+        gpu_nodes = len(tracker.names["nvidia-dcgm"].nodes)
+        fig = Figures(nodes, gpu_nodes, seed_s=sim.seed_seconds, time_scale=time_scale)
+        proxy = CountingProxy(sim.url)
+        kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", proxy.url, NS)
+        err_path = Path(tmp) / "guard.log"
+        with open(err_path, "wb") as err:
+            proc = subprocess.Popen([*CLI, "guard", "--kubeconfig", str(kubeconfig)],
+                                    stdout=subprocess.DEVNULL, stderr=err,
+                                    stdin=subprocess.DEVNULL)
+        hwm = _HighWater(proc.pid)
+        began, sim_began = time.monotonic(), sim.clock.now()
+        try:
+            _note(f"guard pid {proc.pid}; waiting until it shares both names to "
+                  f"{gpu_nodes} nodes")
+            tracker.wait(tracker.shared, timeout, "initial share")
+            fig.share_real_s = time.monotonic() - began
+            fig.share_sim_s = sim.clock.now() - sim_began
+            fig.rss_shared_mb = _vm_hwm_mb(proc.pid)
+            _note(f"shared in {fig.share_real_s:.1f} s; VmHWM {fig.rss_shared_mb:.0f} MB")
+
+            time.sleep(min(5.0, steady_seconds))  # the passes the share itself triggered
+            mark = sim.server.log.last_seq
+            up0, down0 = proxy.totals()
+            t0 = time.monotonic()
+            _note(f"steady state for {steady_seconds:.0f} s")
+            time.sleep(steady_seconds)
+            up1, down1 = proxy.totals()
+            fig.steady_real_s = time.monotonic() - t0
+            fig.steady_bytes = (up1 - up0) + (down1 - down0)
+            fig.steady_bytes_down = down1 - down0
+            fig.steady_requests = len(sim.server.log.since(mark))
+            hour = 3600.0 / fig.steady_real_s
+            fig.bytes_per_hour = fig.steady_bytes * hour
+            fig.requests_per_hour = fig.steady_requests * hour
+            fig.rss_steady_mb = _vm_hwm_mb(proc.pid)
+            _note(f"steady: {fig.steady_bytes} B, {fig.steady_requests} requests; "
+                  f"VmHWM {fig.rss_steady_mb:.0f} MB")
+
+            for i in range(takeovers):
+                cp = sim.store.list(kinds.CLUSTER_POLICY)[0][0]
+                sim.store.delete(kinds.CLUSTER_POLICY, None, cp["metadata"]["name"])
+                tracker.wait(tracker.aliases_again, timeout, "aliases created again")
+                _poll(lambda: not any(sim.store.find(kinds.DAEMONSET, NS, ds)
+                                      for ds in STABLE), timeout, "ClusterPolicy DaemonSets gone")
+                sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
+                tracker.wait(functools.partial(tracker.reacted, i + 1), timeout,
+                             "shared again")
+                last = [n.reactions[-1] for n in tracker.names.values()]
+                fig.rss_after_takeover_mb.append(_vm_hwm_mb(proc.pid))
+                _note(f"takeover {i + 1}: shared again after "
+                      f"{', '.join(f'{r:.2f}' for r in last)} simulated s; "
+                      f"VmHWM {fig.rss_after_takeover_mb[-1]:.0f} MB")
+            fig.takeovers = takeovers
+            fig.reactions_s = [r for n in tracker.names.values() for r in n.reactions]
+            if fig.reactions_s:
+                fig.reaction_median_s = statistics.median(fig.reactions_s)
+                fig.reaction_max_s = max(fig.reactions_s)
+        finally:
+            tracker.close()
+            if proc.poll() is None:
+                fig.rss_peak_mb = hwm.last()
+                proc.send_signal(signal.SIGTERM)
+            killer = threading.Timer(60, proc.kill)
+            killer.start()
+            os.wait4(proc.pid, 0)
+            killer.cancel()
+            proc.returncode = 0
+            hwm.stop()
+            fig.rss_peak_mb = max(hwm.last(), fig.rss_peak_mb)
+            proxy.close()
+            if guard_log is not None:
+                guard_log.write_bytes(err_path.read_bytes())
+    return fig
+
+
+def _table(fig: Figures) -> str:
+    def s(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+    rows = [
+        ("nodes (GPUCluster)", f"{fig.nodes} ({fig.gpucluster_nodes})"),
+        ("first share, real s", f"{fig.share_real_s:.1f}"),
+        ("guard peak RSS MB (shared / steady / whole run)",
+         f"{fig.rss_shared_mb:.0f} / {fig.rss_steady_mb:.0f} / {fig.rss_peak_mb:.0f}"),
+        (f"takeover reaction, simulated s (median / max of {len(fig.reactions_s)})",
+         f"{s(fig.reaction_median_s)} / {s(fig.reaction_max_s)}"),
+        (f"steady API bytes per hour ({fig.steady_real_s:.0f} s measured)",
+         f"{fig.bytes_per_hour / 1e6:.1f} MB "
+         f"({fig.steady_bytes_down / max(1, fig.steady_bytes):.0%} received)"),
+        ("steady requests per hour", f"{fig.requests_per_hour:.0f}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python3 -m benchmarks.guard",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=15000)
+    parser.add_argument("--takeovers", type=int, default=5)
+    parser.add_argument("--steady-seconds", type=float, default=300.0)
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="real seconds per simulated second (1.0: the guard's real-time "
+                             "throttles count as they would in a cluster)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="real seconds each wait may take")
+    parser.add_argument("--guard-log", type=Path, help="copy the guard's stderr here")
+    args = parser.parse_args(argv)
+    fig = measure(args.nodes, args.takeovers, args.steady_seconds, time_scale=args.time_scale,
+                  timeout=args.timeout, guard_log=args.guard_log)
+    print(_table(fig))
+    print(json.dumps(fig.as_dict(), sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -118,6 +118,13 @@ def plan(ctx: PlanContext) -> PhasePlan:
     what_if = ctx.snapshot
     for comp in comps:
         assert comp.alias
+        release = ctx.catalog.managed_by_release(ctx.service(comp.alias))
+        if release is not None:
+            detail = (f"handed over: Service/{comp.alias} is managed by the GPU Operator itself "
+                      f"(release {release.name}); the tool never writes it again")
+            gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
+            notes.append(detail)
+            continue
         source = ctx.service(comp.service)
         if source is None:
             notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")

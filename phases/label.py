@@ -24,15 +24,37 @@ def _component_of(ctx: PlanContext, daemonset: str) -> Component | None:
     return next((c for c in ctx.components if c.daemonset == daemonset), None)
 
 
+def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
+    """(key, value) of the component label of the release `--prepare-for` names, if any."""
+    if not ctx.options.prepare_for:
+        return None
+    label = ctx.catalog.release(ctx.options.prepare_for).component_labels.get(comp.component)
+    return (label.key, label.value) if label else None
+
+
 def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> SetLabels:
-    key, value = comp.common_label.key, comp.common_label.value
+    """The labels phase 1 writes on this DaemonSet: the common label, and with
+    `--prepare-for` the next release's component label (added to a recorded step when phase
+    1 ran before without it; its original value is read now, before the tool writes it)."""
+    wanted = {comp.common_label.key: comp.common_label.value}
+    extra = prepared_label(ctx, comp)
+    if extra:
+        wanted[extra[0]] = extra[1]
     recorded = ctx.recorded.get(SetLabels.id_of(comp.daemonset))
     if recorded:  # resuming: the originals are what we saw before our first write
         prior = from_record(recorded)
         assert isinstance(prior, SetLabels)
-        return prior
-    return SetLabels(comp.daemonset, {key: value}, {key: value},
-                     {key: o.labels(ds).get(key)}, {key: o.template_labels(ds).get(key)})
+        new = {k: v for k, v in wanted.items() if k not in prior.meta_after}
+        if not new:
+            return prior
+        return SetLabels(comp.daemonset, {**prior.meta_after, **new},
+                         {**prior.template_after, **new},
+                         {**prior.meta_before, **{k: o.labels(ds).get(k) for k in new}},
+                         {**prior.template_before,
+                          **{k: o.template_labels(ds).get(k) for k in new}})
+    return SetLabels(comp.daemonset, dict(wanted), dict(wanted),
+                     {k: o.labels(ds).get(k) for k in wanted},
+                     {k: o.template_labels(ds).get(k) for k in wanted})
 
 
 # Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
@@ -135,10 +157,25 @@ def plan(ctx: PlanContext) -> PhasePlan:
                                "pods one node at a time")
                     notes.append(reason)
                     blocked = f"{blocked}; {reason}" if blocked else reason
+    warnings += _release_warnings(ctx)
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
                      warnings=tuple(warnings), notes=tuple(notes), blocked=blocked,
                      guarded=tuple(bases), tolerance=tolerance, checks=tuple(checks))
+
+
+def _release_warnings(ctx: PlanContext) -> list[str]:
+    """What the release `--prepare-for` names takes away: the Services it deletes."""
+    if not ctx.options.prepare_for:
+        return []
+    release = ctx.catalog.release(ctx.options.prepare_for)
+    gone = [n for n in release.deletes_services if ctx.service(n) is not None]
+    if not gone:
+        return []
+    return [f"GPU Operator release {release.name} deletes {', '.join('Service/' + n for n in gone)}"
+            ": every consumer that resolves those names loses them with the upgrade; find "
+            "who still does before upgrading (docs/runbook.md, 'Upgrading to an operator with "
+            "shared Services')"]
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -164,6 +201,9 @@ def _wanted_pod_labels(ctx: PlanContext, daemonset: str) -> dict[str, str | None
     ds = ctx.snapshot.daemonsets.get(daemonset) or {}
     comp = _component_of(ctx, daemonset)
     keys = [comp.common_label.key] if comp else []
+    extra = prepared_label(ctx, comp) if comp else None
+    if extra:
+        keys.append(extra[0])
     tl = o.template_labels(ds)
     return {k: tl.get(k) for k in keys}
 
@@ -198,6 +238,12 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             continue
         out.append(GateResult(name, True, "labels on DaemonSet and template"))
         out.append(g.pods_carry(ctx.snapshot, step.daemonset, dict(step.template_after)))
+        comp = _component_of(ctx, step.daemonset)
+        extra = prepared_label(ctx, comp) if comp else None
+        if extra and o.template_labels(ds).get(extra[0]) != extra[1]:
+            out.append(GateResult(f"prepared/{step.daemonset}", False,
+                                  f"--prepare-for {ctx.options.prepare_for}: the template "
+                                  f"lacks {extra[0]}={extra[1]}; phase 1 adds it"))
     return out
 
 

@@ -91,6 +91,11 @@ def plan(ctx: PlanContext) -> PhasePlan:
             if step is None or svc is None:
                 continue
             is_alias = name == comp.alias
+            release = ctx.catalog.managed_by_release(svc)
+            if release is not None:
+                notes.append(f"Service/{name} is managed by the GPU Operator itself (release "
+                             f"{release.name}): handed over, never switched by the tool")
+                continue
             if is_alias and not ctx.is_tool_owned(svc):
                 continue  # not our alias (e.g. the ClusterPolicy's own nvidia-dcgm)
             # Who owns it now, not when a step was recorded: an alias the ClusterPolicy's

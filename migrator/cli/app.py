@@ -24,6 +24,7 @@ from migrator.cli.options import (
     Namespace,
     Output,
     OutputOpt,
+    PrepareFor,
     RollOnDelete,
     Settle,
     Timeout,
@@ -276,6 +277,7 @@ def plan(
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
     allow_foreign_pods: AllowForeignPods = False,
+    prepare_for: PrepareFor = "",
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -285,21 +287,33 @@ def plan(
     Example: dcgm-migrate plan --out plan.json
     """
     from migrator import commands
-    from migrator.model.planning import Options
 
-    options = Options(include_operator_owned, roll_on_delete, allow_foreign_pods)
+    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
     _report(kubeconfig, context, namespace, output, lambda s: commands.plan(s, options, out))
+
+
+def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_pods: bool,
+             prepare_for: str) -> Any:
+    """The planning options, `--prepare-for` checked against plans/releases.yaml."""
+    from migrator.model.planning import Options
+    from migrator.model.stacks import load_catalog
+
+    known = [r.name for r in load_catalog().releases]
+    if prepare_for and prepare_for not in known:
+        raise UsageError(f"--prepare-for {prepare_for!r} names no GPU Operator release the "
+                         "tool knows.", f"pass one of: {', '.join(known)}")
+    return Options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
 
 
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
-                 plan_file: Path | None = None, allow_foreign_pods: bool = False) -> Any:
+                 plan_file: Path | None = None, allow_foreign_pods: bool = False,
+                 prepare_for: str = "") -> Any:
     from migrator.cli.durations import parse_duration
     from migrator.commands import RunRequest
     from migrator.engine.runner import RunSettings
-    from migrator.model.planning import Options
 
-    options = Options(include_operator_owned, roll_on_delete, allow_foreign_pods)
+    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
     wait = parse_duration(timeout)
     if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
         raise UsageError(f"--timeout {timeout!r} leaves no time to wait for a rollout.",
@@ -348,6 +362,7 @@ def apply(
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
     allow_foreign_pods: AllowForeignPods = False,
+    prepare_for: PrepareFor = "",
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -359,7 +374,7 @@ def apply(
     from migrator import commands
 
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
-                           roll_on_delete, plan_file, allow_foreign_pods)
+                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for)
     _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
             dry_run=dry_run, asked=request.confirm if isinstance(request.confirm, _Confirm)
             else None)

@@ -64,6 +64,11 @@ AllowForeignPods = Annotated[bool, typer.Option(
     "--allow-foreign-pods",
     help="Let phase 3 switch a selector that also picks up pods outside the DCGM/exporter "
          "DaemonSets (recorded in the state).")]
+PrepareFor = Annotated[str, typer.Option(
+    "--prepare-for", metavar="RELEASE",
+    help="Phase 1 also puts this GPU Operator release's component labels on the pod "
+         "templates, so its shared Services select every Ready pod the moment it takes the "
+         "stable names over (plans/releases.yaml; e.g. shared-services).")]
 Timeout = Annotated[str, typer.Option("--timeout", help=(
     "Progress deadline (e.g. 90s, 10m, 1h): a wait fails when nothing moved for this long "
     "(no pod became updated or available in a rollout; gates still failing), not after this "

@@ -131,8 +131,8 @@ def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:
     common = catalog.common
     out = []
     for name, svc in sorted(snapshot.services.items()):
-        if not common.tool_owned(svc):
-            continue
+        if not common.tool_owned(svc) or catalog.managed_by_release(svc):
+            continue  # not ours, or handed over to an operator release that manages it
         source = o.annotations_of(svc).get(common.alias_of_annotation)
         comp = next((c for c in catalog.components
                      if c.alias == name and c.service == source), None)

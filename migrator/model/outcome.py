@@ -32,7 +32,7 @@ from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.gates import GateResult
 from migrator.model.snapshot import PodView, Snapshot
-from migrator.model.stacks import Catalog, Component
+from migrator.model.stacks import Catalog, Component, Label
 
 MAX_NAMED = g.MAX_NAMED
 DRA_STACK = "gpucluster"
@@ -114,16 +114,19 @@ class _Need:
         return any(c.local_traffic for c in self.components)
 
 
-def _needs(present: Sequence[Component]) -> list[_Need]:
+def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -> list[_Need]:
     """The names the running stacks need: per component kind the stable name, reaching that
-    kind's pods of every stack; and each GPUCluster component's own `-dra` name."""
+    kind's pods of every stack; and each GPUCluster component's own `-dra` name, unless the
+    operator release that manages the stable name deletes it (`plans/releases.yaml`)."""
     out: list[_Need] = []
     for kind in sorted({c.component for c in present}):
         comps = tuple(c for c in present if c.component == kind)
         stable = next(c.alias or c.service for c in comps)
         alias = all(c.alias for c in comps)
-        out.append(_Need(stable, comps, alias))
-    out += [_Need(c.service, (c,), False) for c in present if c.alias]
+        release = catalog.managed_by_release(snapshot.services.get(stable))
+        out.append(_Need(stable, comps, alias and release is None))
+        out += [_Need(c.service, (c,), False) for c in comps if c.alias
+                and not (release and c.service in release.deletes_services)]
     return out
 
 
@@ -230,14 +233,24 @@ def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> lis
 
 # ---- pods, rollouts, scraping ----------------------------------------------------------------
 
-def _daemonset_findings(snapshot: Snapshot, comp: Component) -> list[Finding]:
+def _selected_label(snapshot: Snapshot, catalog: Catalog, comp: Component) -> Label:
+    """The label the component's pods must carry: the common label, or the component label
+    of the operator release that manages its stable name now."""
+    release = catalog.managed_by_release(snapshot.services.get(comp.alias or comp.service))
+    return (release.component_labels.get(comp.component) or comp.common_label
+            if release else comp.common_label)
+
+
+def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component
+                        ) -> list[Finding]:
     ds = snapshot.daemonsets[comp.daemonset]
     subject = f"DaemonSet/{comp.daemonset}"
     rollout = g.daemonset_healthy(snapshot, ds)
     out = [Finding("rollout-complete", subject, rollout.ok, rollout.detail,
                    "" if rollout.ok else "see which pods are not Ready: kubectl -n "
                    f"{snapshot.namespace} rollout status ds/{comp.daemonset}")]
-    key, value = comp.common_label.key, comp.common_label.value
+    label = _selected_label(snapshot, catalog, comp)
+    key, value = label.key, label.value
     pods = _live(snapshot.pods_of(comp.daemonset))
     off = [p for p in pods if p.labels.get(key) != value]
     out.append(Finding("pods-labelled", subject, not off,
@@ -312,11 +325,11 @@ def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
             "no GPU Operator DCGM DaemonSet runs in this namespace",
             "pass the GPU Operator's namespace with -n"),))
     findings: list[Finding] = []
-    for need in _needs(present):
+    for need in _needs(snapshot, catalog, present):
         findings += _name_findings(snapshot, need)
     findings += _no_dra_names(snapshot, catalog, stacks)
     for comp in present:
-        findings += _daemonset_findings(snapshot, comp)
+        findings += _daemonset_findings(snapshot, catalog, comp)
     ours = {n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)}
     exporters = [c for c in present if c.exporter]
     findings += _scrape_findings(snapshot, exporters, ours)

@@ -21,6 +21,9 @@ class Options:
     include_operator_owned: bool = False
     roll_on_delete: bool = False
     allow_foreign_pods: bool = False  # phase 3 may switch a selector that picks up other pods
+    # An operator release (`plans/releases.yaml`) whose component labels phase 1 puts on the
+    # pod templates too, ahead of the upgrade to it ("" = none).
+    prepare_for: str = ""
 
 
 @dataclass(frozen=True)

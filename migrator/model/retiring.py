@@ -16,15 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from migrator.model import objects as o
 from migrator.model import sharing
 from migrator.model.discovery import collected
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PlanContext
-from migrator.model.steps import CreateAlias, RollPods, SetLabels, SetSelector, Step
+from migrator.model.steps import CreateAlias, DeleteAlias, RollPods, SetLabels, SetSelector, Step
 
 GONE = "gone"  # the object no longer exists
 REVERTED = "reverted"  # the operator re-rendered an operator-owned Service
 REPLACED = "replaced"  # an alias whose stack was removed; the name is another owner's now
+HANDED_OVER = "handed-over"  # an operator release's own reconciler manages the object now
 
 
 def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
@@ -41,6 +43,9 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
                "no longer exists: deleted, or its stack was removed")
         return GONE, (f"{step.object} {why}; its recorded step is retired, nothing is left to "
                       "verify or roll back")
+    handed = _handed_over(ctx, step, live)
+    if handed:
+        return HANDED_OVER, handed
     source = _alias_source(ctx, step)
     if source is not None and ctx.service(source) is None and not ctx.is_tool_owned(live):
         holder = ctx.operator_owner(live) or "another owner"
@@ -61,6 +66,34 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
                           "--include-operator-owned; recorded as reverted by the operator "
                           "(run apply with --include-operator-owned to switch it again)")
     return None
+
+
+def _handed_over(ctx: PlanContext, step: Step, live: Mapping[str, Any]) -> str | None:
+    """Why this step's object is an operator release's now (`plans/releases.yaml`): a stable
+    Service its shared-Service reconciler manages, or a DaemonSet whose template that release
+    renders (its component label, no common label) while the stable name is managed so."""
+    if isinstance(step, CreateAlias | SetSelector | DeleteAlias):
+        release = ctx.catalog.managed_by_release(live)
+        if release is None:
+            return None
+        return (f"{step.object} is managed by the GPU Operator itself now (release "
+                f"{release.name}: {release.shared_label.key}={release.shared_label.value}): "
+                "handed over — the tool never writes it again, verifies it like any "
+                "operator Service and leaves it alone on rollback")
+    comp = next((c for c in ctx.catalog.components if c.daemonset == getattr(
+        step, "daemonset", None)), None)
+    if comp is None or o.template_labels(live).get(comp.common_label.key):
+        return None
+    stable = ctx.service(comp.alias or comp.service)
+    release = ctx.catalog.managed_by_release(stable)
+    wanted = release.component_labels.get(comp.component) if release else None
+    if release is None or wanted is None or \
+            o.template_labels(live).get(wanted.key) != wanted.value:
+        return None
+    return (f"{step.object} is rendered by GPU Operator release {release.name} with "
+            f"{wanted.key}={wanted.value}, which Service/{o.name(stable or {})} selects now; "
+            "the tool's common label is no longer needed: handed over, nothing to verify or "
+            "roll back")
 
 
 def _shared(ctx: PlanContext, live: Mapping[str, Any]) -> bool:

@@ -87,11 +87,40 @@ class Common:
 
 
 @dataclass(frozen=True)
+class Release:
+    """A GPU Operator release that manages the stable names itself (`plans/releases.yaml`)."""
+
+    name: str
+    shared_label: Label  # on every stable Service its reconciler manages
+    component_labels: Mapping[str, Label]  # component → what its DaemonSets render
+    deletes_services: tuple[str, ...]
+
+    def manages(self, service: Mapping[str, Any]) -> bool:
+        """This release's reconciler manages the Service (its shared label is on it)."""
+        labels = (service.get("metadata") or {}).get("labels") or {}
+        return bool(labels.get(self.shared_label.key) == self.shared_label.value)
+
+
+@dataclass(frozen=True)
 class Catalog:
     """Both stacks plus the shared settings."""
 
     stacks: tuple[Stack, ...]
     common: Common
+    releases: tuple[Release, ...] = ()
+
+    def release(self, name: str) -> Release:
+        for r in self.releases:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def managed_by_release(self, service: Mapping[str, Any] | None) -> Release | None:
+        """The operator release whose own reconciler manages this Service (a stable name
+        handed over: the tool never writes it again), or None."""
+        if service is None:
+            return None
+        return next((r for r in self.releases if r.manages(service)), None)
 
     def stack(self, name: str) -> Stack:
         for s in self.stacks:
@@ -157,6 +186,15 @@ def parse_common(doc: dict[str, Any]) -> Common:
     )
 
 
+def parse_releases(doc: dict[str, Any]) -> tuple[Release, ...]:
+    return tuple(
+        Release(name=str(r["name"]), shared_label=_label(r["shared_label"]),
+                component_labels={str(k): _label(v)
+                                  for k, v in (r.get("component_labels") or {}).items()},
+                deletes_services=tuple(str(s) for s in r.get("deletes_services") or ()))
+        for r in doc.get("releases") or ())
+
+
 @cache
 def load_catalog() -> Catalog:
     """The shipped plans (package data `plans/*.yaml`)."""
@@ -165,4 +203,5 @@ def load_catalog() -> Catalog:
         parse_stack(yaml.safe_load(root.joinpath(f"{n}.yaml").read_text())) for n in STACK_NAMES
     )
     common = parse_common(yaml.safe_load(root.joinpath("common.yaml").read_text()))
-    return Catalog(stacks, common)
+    releases = parse_releases(yaml.safe_load(root.joinpath("releases.yaml").read_text()))
+    return Catalog(stacks, common, releases)

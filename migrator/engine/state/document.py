@@ -16,13 +16,13 @@ from typing import Any
 from migrator import phases as phase_modules
 from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import StateCorrupt
-from migrator.model.retiring import GONE, REPLACED, REVERTED
+from migrator.model.retiring import GONE, HANDED_OVER, REPLACED, REVERTED
 from migrator.model.steps import Step, from_record, to_record
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 50
 STATUSES = ("pending", "in-progress", "completed", "failed", "rolled-back")
-RETIRED = (GONE, REVERTED, REPLACED)  # step records model/retiring.py set aside
+RETIRED = (GONE, REVERTED, REPLACED, HANDED_OVER)  # step records model/retiring.py set aside
 
 
 def stamp(moment: datetime) -> str:
@@ -76,11 +76,23 @@ class PhaseRecord:
         records = self.undo if undo else self.steps
         for r in records:
             if r.id == step.id:
-                if r.status in RETIRED:  # the same id on a new object: its own originals
-                    r.step = to_record(step)
+                new = to_record(step)
+                if r.status in RETIRED or _extends(new, r.step):
+                    r.step = new  # a new object's own originals, or more labels of the same
                 r.status, r.at = status, stamp(self.clock.now())
                 return
         records.append(StepRecord(to_record(step), status, stamp(self.clock.now())))
+
+
+def _extends(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """`new` is `old` with more labels (phase 1 with `--prepare-for` after phase 1 ran
+    without it): the same originals for every key `old` recorded, and more keys."""
+    if new.get("type") != old.get("type") or new.get("type") != "set-labels":
+        return False
+    keys = ("meta_before", "template_before", "meta_after", "template_after")
+    return new != old and all(
+        all(k in new[f] and new[f][k] == v for k, v in (old.get(f) or {}).items())
+        for f in keys)
 
 
 @dataclass

@@ -1,0 +1,137 @@
+"""The hand-over to an operator release that manages the stable names itself
+(`plans/releases.yaml`), as pure data: a Service carrying the release's shared label is the
+operator's — never written, its records retired as handed over, judged like any operator
+Service — and `--prepare-for` puts the release's component labels on the templates first."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from migrator import phases
+from migrator.engine.state.document import PhaseRecord
+from migrator.model import guarding, outcome
+from migrator.model.discovery import discover
+from migrator.model.planning import Options, PlanContext
+from migrator.model.retiring import HANDED_OVER, retired
+from migrator.model.snapshot import PodView, Snapshot
+from migrator.model.stacks import load_catalog
+from migrator.model.steps import CreateAlias, SetLabels, SetSelector, to_record
+from tests.helpers import builders as b
+
+CATALOG = load_catalog()
+RELEASE = CATALOG.release("shared-services")
+COMPONENT = "app.kubernetes.io/component"
+
+
+def _ctx(snap: Snapshot, **options: Any) -> PlanContext:
+    return PlanContext(snap, CATALOG, discover(snap, CATALOG).components, Options(**options))
+
+
+def _shared(name: str, component: str) -> dict[str, Any]:
+    """The release's shared Service: its label, the component selector, a non-controller
+    ownerReference (and the tool's markers it merged in when it adopted the alias)."""
+    svc = b.service(name, {COMPONENT: component}, owner=None, local=name == "nvidia-dcgm",
+                    labels={"nvidia.com/shared-service": "true",
+                            "app.kubernetes.io/managed-by": "dcgm-migrate"},
+                    port=5555 if name == "nvidia-dcgm" else 9400,
+                    annotations={} if name == "nvidia-dcgm" else {"prometheus.io/scrape": "true"})
+    svc["metadata"]["ownerReferences"] = [{"kind": "GPUCluster", "name": "gpu-cluster",
+                                           "uid": "cr-uid", "controller": False,
+                                           "apiVersion": "nvidia.com/v1alpha1"}]
+    return svc
+
+
+def _upgraded() -> Snapshot:
+    """A migrated GPUCluster cluster after the upgrade: the -dra Services deleted, the
+    DaemonSets re-rendered with the component label (the tool's common label dropped), the
+    stable names the release's."""
+    snap = b.gpucluster_snapshot()
+    daemonsets, pods = {}, []
+    for ds_name, comp in (("nvidia-dcgm-dra", "nvidia-dcgm"),
+                          ("nvidia-dcgm-exporter-dra", "nvidia-dcgm-exporter")):
+        daemonsets[ds_name] = b.daemonset(ds_name, labels={COMPONENT: comp},
+                                          template_labels={COMPONENT: comp})
+        pods += b.pods(ds_name, 3, labels={COMPONENT: comp})
+    services = {n: _shared(n, n) for n in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
+    endpoints = {n: b.endpoints_for(n, [p for p in pods if p.labels[COMPONENT] == n])
+                 for n in services}
+    return replace(snap, daemonsets=daemonsets, services=services, pods=tuple(pods),
+                   endpoints=endpoints)
+
+
+def test_the_release_is_data_and_names_what_it_deletes() -> None:
+    assert RELEASE.shared_label.key == "nvidia.com/shared-service"
+    assert RELEASE.component_labels["dcgm-exporter"].value == "nvidia-dcgm-exporter"
+    assert set(RELEASE.deletes_services) == {"nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"}
+    assert CATALOG.managed_by_release(_shared("nvidia-dcgm", "nvidia-dcgm")) is RELEASE
+    assert CATALOG.managed_by_release(b.service("nvidia-dcgm", {"app": "x"})) is None
+
+
+def test_the_tools_records_on_handed_over_objects_retire_as_handed_over() -> None:
+    c = _ctx(_upgraded())
+    create = CreateAlias("nvidia-dcgm", "nvidia-dcgm-dra", {})
+    switch = SetSelector("nvidia-dcgm", {"app": "nvidia-dcgm-dra"},
+                         {"nvidia.com/gpu-operator.dcgm": "true"}, True)
+    labels = SetLabels("nvidia-dcgm-dra", {"nvidia.com/gpu-operator.dcgm": "true"},
+                       {"nvidia.com/gpu-operator.dcgm": "true"},
+                       {"nvidia.com/gpu-operator.dcgm": None},
+                       {"nvidia.com/gpu-operator.dcgm": None})
+    for step in (create, switch, labels):
+        verdict = retired(c, step)
+        assert verdict is not None and verdict[0] == HANDED_OVER, step
+        assert "handed over" in verdict[1]
+
+
+def test_nothing_writes_a_handed_over_name() -> None:
+    c = _ctx(_upgraded())
+    assert guarding.aliases(c.snapshot, CATALOG) == []  # the guard stands down
+    alias = phases.alias.plan(c)
+    assert alias.steps == () and alias.blocked is None
+    assert all(g.ok for g in alias.gates)
+    switch = phases.switch.plan(c)
+    assert switch.steps == ()
+    assert any("handed over" in n for n in switch.notes)
+
+
+def test_the_verdict_judges_the_release_services_as_the_tools_and_wants_no_dra_name() -> None:
+    found = outcome.verdict(_upgraded(), CATALOG)
+    failed = [f"{f.name}: {f.detail}" for f in found.findings if not f.ok]
+    assert failed == []
+    assert not any("-dra" in f.subject and f.check == "stable-name" for f in found.findings)
+    labelled = [f for f in found.findings if f.check == "pods-labelled"]
+    assert labelled and all(COMPONENT in f.detail for f in labelled)
+    # A pod that lacks the label the release's Service selects by is red.
+    snap = _upgraded()
+    odd = snap.pods[0]
+    stray = PodView(odd.name, odd.uid, odd.node, {"app": odd.owner_name or ""}, True, False,
+                    "DaemonSet", odd.owner_name)
+    found = outcome.verdict(replace(snap, pods=(stray, *snap.pods[1:])), CATALOG)
+    assert any(f.check == "pods-labelled" and not f.ok for f in found.findings)
+
+
+def test_prepare_for_adds_the_release_labels_and_extends_a_completed_phase_1() -> None:
+    snap = b.gpucluster_snapshot(labelled=True)  # phase 1 ran before, without preparing
+    earlier = SetLabels("nvidia-dcgm-dra", {"nvidia.com/gpu-operator.dcgm": "true"},
+                        {"nvidia.com/gpu-operator.dcgm": "true"},
+                        {"nvidia.com/gpu-operator.dcgm": None},
+                        {"nvidia.com/gpu-operator.dcgm": None})
+    c = replace(_ctx(snap, prepare_for="shared-services"),
+                recorded={earlier.id: to_record(earlier)})
+    plan = phases.label.plan(c)
+    step = next(s for s in plan.steps if isinstance(s, SetLabels)
+                and s.daemonset == "nvidia-dcgm-dra")
+    assert step.template_after == {"nvidia.com/gpu-operator.dcgm": "true",
+                                   COMPONENT: "nvidia-dcgm"}
+    assert step.template_before == {"nvidia.com/gpu-operator.dcgm": None, COMPONENT: None}
+    assert any("deletes Service/nvidia-dcgm-dra" in w for w in plan.warnings)
+    # The completed phase is drift until the templates carry the release label.
+    gates = phases.label.verify(c, [earlier])
+    assert any(g.name == "prepared/nvidia-dcgm-dra" and not g.ok for g in gates)
+    # The state keeps the extended step (its rollback removes both labels).
+    record = PhaseRecord(1)
+    record.mark(earlier, "done")
+    record.mark(step, "intent")
+    assert [r.step["template_after"] for r in record.steps] == [dict(step.template_after)]
+    assert step.inverse().template_after == {"nvidia.com/gpu-operator.dcgm": None,
+                                             COMPONENT: None}

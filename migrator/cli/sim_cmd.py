@@ -44,6 +44,13 @@ def serve_cmd(
         "--operator-reconcile", metavar="SECONDS",
         help="Run the GPU Operator imitation every SECONDS (simulated), as every real cluster "
              "runs the operator; 0 turns it off.")] = 5.0,  # controllers.operator.RESYNC_SECONDS
+    operator_release: Annotated[str, typer.Option(
+        "--operator-release", metavar="RELEASE",
+        help="Which GPU Operator release the imitation runs: current | shared-services (the "
+             "release that ships the shared nvidia-dcgm / nvidia-dcgm-exporter Services). The "
+             "cluster is seeded as current, so shared-services upgrades it at the first "
+             "reconcile; PUT /sim/v1/operator {\"release\": ...} upgrades a running server.")]
+    = "current",
     no_operator: Annotated[bool, typer.Option(
         "--no-operator", help="No GPU Operator imitation (same as --operator-reconcile 0).")]
     = False,
@@ -91,7 +98,7 @@ def serve_cmd(
         namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
         fail_nth_write=fail_nth_write, watch_window=watch_window, rbac=tuple(rbac or ()),
-        tls=tls)
+        tls=tls, operator_release=operator_release)
     try:
         code = serve(options)
     except ServeError as err:

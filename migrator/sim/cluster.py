@@ -9,6 +9,12 @@ The default `time_scale=0.02` runs simulated time 50x faster, so a pod that take
 seconds to start is Ready after 40 ms. The kubeconfig (bearer token `ADMIN_TOKEN`, context
 `sim`, namespace `namespace`) lives in a temporary directory removed by `stop()`.
 
+`operator_release` picks the GPU Operator release the imitation runs (needs
+`operator_reconcile_seconds`): `"current"` or `"shared-services"` (controllers/sharedservices.py).
+The cluster is always seeded with the current release's objects, so a `shared-services` start
+is an upgrade at the first reconcile; `set_operator_release` (or `PUT /sim/v1/operator`)
+upgrades a running one.
+
 kubectl (client-go) never sends credentials over plain HTTP, so by default a request without
 any `Authorization` header is served as a superuser, as a pre-1.20 API server's insecure port
 did (`insecure_port=False` turns that off: such requests get 401). The Python client does send
@@ -38,6 +44,7 @@ from migrator.sim.controllers.nodelifecycle import (
     annotate_node,
 )
 from migrator.sim.controllers.probes import PROBE_FLAP_ANNOTATION
+from migrator.sim.controllers.rendering import RELEASE_CURRENT, RELEASES
 from migrator.sim.faults import Faults
 from migrator.sim.seed import SeedSummary, seed
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
@@ -107,7 +114,14 @@ class SimCluster:
         readiness_probes: bool = True,
         watch_window: int | None = None,
         tls: bool = False,
+        operator_release: str = "current",
     ) -> None:
+        if operator_release not in RELEASES:
+            raise ValueError(f"unknown operator release {operator_release!r}: "
+                             f"one of {', '.join(RELEASES)}")
+        if operator_reconcile_seconds is None and operator_release != RELEASE_CURRENT:
+            raise ValueError("operator_release needs the operator imitation "
+                             "(operator_reconcile_seconds)")
         self.nodes = nodes
         self.stack = stack
         self.namespace = namespace
@@ -121,10 +135,11 @@ class SimCluster:
             termination_seconds=termination_seconds,
             operator_reconcile_seconds=operator_reconcile_seconds, namespace=namespace,
             node_monitor_grace_seconds=node_monitor_grace_seconds,
-            readiness_probes=readiness_probes)
+            readiness_probes=readiness_probes, operator_release=operator_release)
         access = AccessControl(allow_unauthenticated=insecure_port)
         self.server = ApiServer(self.store, faults=faults, access=access,
                                 bookmark_seconds=self.clock.to_real(60))
+        self.server.attach_operator(self.controllers.operator)
         self.url = ""
         self.summary: SeedSummary | None = None
         self.seed_seconds = 0.0
@@ -201,6 +216,23 @@ class SimCluster:
         """Fail the readiness probes of the node's Ready pods for `seconds` (simulated)."""
         annotate_node(self.store, name, PROBE_FLAP_ANNOTATION, None)
         annotate_node(self.store, name, PROBE_FLAP_ANNOTATION, f"{seconds:g}")
+
+    # ---- the GPU Operator release (also `GET|PUT /sim/v1/operator`) ---------------------------
+
+    @property
+    def operator_release(self) -> str:
+        """The release the operator imitation runs (`current` when it is off)."""
+        operator = self.controllers.operator
+        return RELEASE_CURRENT if operator is None else operator.release
+
+    def set_operator_release(self, release: str) -> None:
+        """Upgrade (or downgrade) the running operator imitation to `release`: it takes effect
+        at the next reconcile, which starts at once. Thread-safe. ValueError for an unknown
+        release, RuntimeError when the imitation is off."""
+        operator = self.controllers.operator
+        if operator is None:
+            raise RuntimeError("the operator imitation is off (operator_reconcile_seconds)")
+        operator.set_release(release)
 
     def load_rbac(self, rbac_yaml_text: str) -> list[str]:
         """Install roles and bindings (see `AccessControl.load_rbac`); returns whom they bind."""

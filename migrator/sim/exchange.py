@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from migrator.sim.access import AccessControl
 from migrator.sim.encoding import ObjectEncoder, dumps
@@ -72,6 +72,14 @@ class ListCache:
             self._entries[key] = (resource_version, objects)
 
 
+class OperatorControl(Protocol):
+    """The GPU Operator imitation as `/sim/v1/operator` drives it (`OperatorImitation`)."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def set_release(self, release: str) -> None: ...
+
+
 @dataclass
 class Backend:
     """What request handling needs from the server."""
@@ -85,3 +93,4 @@ class Backend:
     address: str = "127.0.0.1:0"
     bookmark_seconds: float = 60.0  # a watch's periodic BOOKMARK (allowWatchBookmarks)
     lists: ListCache = field(default_factory=ListCache)
+    operator: OperatorControl | None = None  # `/sim/v1/operator` (None: no imitation)

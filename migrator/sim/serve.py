@@ -1,5 +1,9 @@
 """`sim serve`: run a `SimCluster` in the foreground until SIGINT/SIGTERM.
 
+`--operator-release shared-services` runs the GPU Operator imitation as the release with shared
+Services (controllers/sharedservices.py) from the start; `PUT /sim/v1/operator
+{"release": ...}` upgrades a running server from outside.
+
 Prints exactly one line on stdout, `READY <url> <kubeconfig>` (flushed), once the API answers,
 so a script or a test can start it as a subprocess and wait for that line. Progress notes go to
 stderr, among them the https kubeconfigs (`<kubeconfig>-<identity>`) of the admin and of every
@@ -21,6 +25,7 @@ from typing import TextIO
 from migrator.sim.access import ADMIN_USER
 from migrator.sim.cluster import SimCluster, identity_slug
 from migrator.sim.controllers.operator import RESYNC_SECONDS
+from migrator.sim.controllers.rendering import RELEASE_CURRENT, RELEASES
 from migrator.sim.faults import Faults, FaultsError
 from migrator.sim.seed import STACKS
 from migrator.sim.tls import TLSUnavailable
@@ -48,6 +53,7 @@ class ServeOptions:
     watch_window: int | None = None  # past events kept (None: the store's default)
     rbac: tuple[Path, ...] = ()  # RBAC YAML files to install; each subject gets a kubeconfig
     tls: bool = True  # the HTTPS listener, where kubectl sends tokens (see sim/tls.py)
+    operator_release: str = RELEASE_CURRENT  # the imitation's release (rendering.RELEASES)
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""
@@ -62,6 +68,12 @@ class ServeOptions:
         if not self.operator_reconcile >= 0:
             raise ServeError("--operator-reconcile must be 0 (off) or more seconds, "
                              f"got {self.operator_reconcile}.")
+        if self.operator_release not in RELEASES:
+            raise ServeError(f"--operator-release must be one of {', '.join(RELEASES)}, "
+                             f"got {self.operator_release!r}.")
+        if self.operator_release != RELEASE_CURRENT and not self.operator_reconcile:
+            raise ServeError("--operator-release needs the operator imitation: drop "
+                             "--no-operator / --operator-reconcile 0.")
         if self.pod_start_seconds < 0:
             raise ServeError("--pod-start-seconds must be 0 or more, "
                              f"got {self.pod_start_seconds}.")
@@ -94,7 +106,7 @@ def build(options: ServeOptions) -> SimCluster:
         operator_reconcile_seconds=options.operator_reconcile or None, port=options.port,
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
         kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window,
-        tls=options.tls)
+        tls=options.tls, operator_release=options.operator_release)
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,

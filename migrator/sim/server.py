@@ -72,7 +72,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from migrator.sim.access import ADMIN_TOKEN, AccessControl
 from migrator.sim.dispatch import Audit, dispatch
 from migrator.sim.encoding import ObjectEncoder, dumps
-from migrator.sim.exchange import Backend, Request, Response
+from migrator.sim.exchange import Backend, OperatorControl, Request, Response
 from migrator.sim.faults import Faults
 from migrator.sim.requestlog import RequestLog, RequestRecord
 from migrator.sim.statuses import internal_error
@@ -104,6 +104,10 @@ class ApiServer:
         self._secure: tuple[_HTTPServer, threading.Thread] | None = None
         self._connections: set[socket.socket] = set()
         self._conn_lock = threading.Lock()
+
+    def attach_operator(self, control: OperatorControl | None) -> None:
+        """Serve `/sim/v1/operator` for this GPU Operator imitation (None: 404)."""
+        self._backend.operator = control
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen and serve in a daemon thread; returns the base URL."""

@@ -12,6 +12,10 @@ drives `ApiServer.faults`/`.log`/`.access`. Never faulted, never access-checked,
   `POST /sim/v1/nodes/<name>/probe-flap` `{"seconds": N}` → the node's Ready pods fail their
   readiness probes for N simulated seconds (controllers/probes.py). Each answers the Node.
   They set the node's `sim.dcgm-migrate/...` annotations, as `kubectl annotate` could.
+- `GET /sim/v1/operator` → the GPU Operator imitation's release and counters;
+  `PUT /sim/v1/operator` `{"release": "current" | "shared-services"}` → upgrade (or downgrade)
+  it, as an operator upgrade would: it reconciles at once with the new release
+  (controllers/operator.py, controllers/sharedservices.py). 404 when the imitation is off.
 - `GET /sim/v1/healthz` → ok.
 """
 
@@ -85,6 +89,8 @@ def _handle(b: Backend, info: RequestInfo, req: Request) -> Response:
         raise method_not_allowed()
     if what.startswith("nodes/"):
         return _node_fault(b, what, method, req)
+    if what == "operator":
+        return _operator(b, method, req)
     if what == "tokens":
         if method != "POST":
             raise method_not_allowed()
@@ -98,6 +104,26 @@ def _handle(b: Backend, info: RequestInfo, req: Request) -> Response:
         return json_response(201, {"user": policy.user, "groups": list(policy.groups),
                                    "rules": len(policy.grants)})
     raise no_such_path()
+
+
+def _operator(b: Backend, method: str, req: Request) -> Response:
+    """`operator`: the imitation's release (GET), a new one (PUT/POST)."""
+    if b.operator is None:
+        raise ApiError(404, "NotFound", "the GPU Operator imitation is off in this simulated "
+                       "cluster (--operator-reconcile 0)")
+    if method == "GET":
+        return json_response(200, b.operator.status())
+    if method not in ("PUT", "POST"):
+        raise method_not_allowed()
+    body = _body(req)
+    release = body.get("release") if isinstance(body, dict) else None
+    if not isinstance(release, str):
+        raise bad_request('expected {"release": "<operator release>"}')
+    try:
+        b.operator.set_release(release)
+    except ValueError as e:
+        raise bad_request(str(e)) from e
+    return json_response(200, b.operator.status())
 
 
 def _node_fault(b: Backend, what: str, method: str, req: Request) -> Response:

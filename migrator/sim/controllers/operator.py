@@ -49,12 +49,21 @@ as after any DELETE. The CR's own deletion is the garbage collector's alone (own
 
 It writes through the store (`writes.delete` for deletions, the API server's DELETE), not HTTP,
 so the request log shows only what clients did.
+
+Operator release (`release`, one of `rendering.RELEASES`): `current` is all of the above;
+`shared-services` is the release of rahulait/gpu-operator@5746d440: the stacks render their
+DaemonSets with the component label and no Services (so the ClusterPolicy deletes no Service
+by name either), and its SharedServiceReconciler (`sharedservices.py`, which says what could
+not be determined) owns `nvidia-dcgm` / `nvidia-dcgm-exporter`, triggered by every CR event,
+every event of those Services or their `-dra`, and once a simulated minute. `set_release`
+switches a running imitation, as an operator upgrade does: thread-safe, it reconciles at once.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import threading
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -62,6 +71,7 @@ from migrator.model import kinds, selectors
 from migrator.sim import admission, allocation, simkinds, writes
 from migrator.sim.clock import SimClock
 from migrator.sim.controllers import rendering as R
+from migrator.sim.controllers import sharedservices as S
 from migrator.sim.controllers.base import Controller
 from migrator.sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
 from migrator.sim.statuses import ApiError
@@ -152,11 +162,12 @@ def _served(store: Store, kind: kinds.Kind) -> bool:
     return store.find(kinds.CRD, None, f"{kind.plural}.{kind.group}") is not None
 
 
-def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any],
-                            fx: Fixtures) -> list[tuple[kinds.Kind, str]]:
+def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any], fx: Fixtures,
+                            release: str = R.RELEASE_CURRENT) -> list[tuple[kinds.Kind, str]]:
     """What the ClusterPolicy controller deletes for this CR: (kind, name) of each manifest of
     a disabled state, and the exporter's ServiceMonitor when its `serviceMonitor` is off; the
-    ServiceMonitors only while their CRD exists (`crdExists`). By name only."""
+    ServiceMonitors only while their CRD exists (`crdExists`). By name only. The
+    `shared-services` release has no Service assets, so it deletes no Service."""
     monitors = store.find(kinds.CRD, None, SERVICE_MONITOR_CRD) is not None
     out: list[tuple[kinds.Kind, str]] = []
     for state, _, _ in R.STATES[R.CLUSTERPOLICY]:
@@ -164,6 +175,8 @@ def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any],
         for doc in R.clusterpolicy_state_manifests(state, fx):
             kind = kinds.BY_KIND.get(doc.get("kind", ""))
             if kind is None:
+                continue
+            if kind is kinds.SERVICE and release == R.RELEASE_SHARED_SERVICES:
                 continue
             if kind is kinds.SERVICE_MONITOR:
                 if not monitors or (enabled and R.service_monitor_enabled(cr)):
@@ -203,30 +216,86 @@ class OperatorImitation(Controller):
     """Reconciles DCGM/Exporter DaemonSets and Services against the CRs, periodically."""
 
     name = "operator"
-    resources = frozenset(k.key for k in CR_KINDS)
+    resources = frozenset({*(k.key for k in CR_KINDS), kinds.SERVICE.key})
 
     def __init__(self, store: Store, clock: SimClock, *, period: float,
-                 namespace: str = "gpu-operator") -> None:
+                 namespace: str = "gpu-operator", release: str = R.RELEASE_CURRENT) -> None:
         super().__init__(store, clock)
         if period <= 0:
             raise ValueError(f"operator reconcile period must be > 0, got {period!r}")
+        _check_release(release)
         self.period = period
         self.namespace = namespace
         self.reconciles = 0
         self.deletions = 0  # DELETEs that found their object (its state disabled)
+        self.shared_reconciles = 0
+        self.shared_writes = 0  # creates, updates and deletes of the shared-service reconciler
+        self.shared_errors: list[str] = []  # what its last reconcile returned
+        self._release = release
+        self._release_lock = threading.Lock()
         self._fixtures = Fixtures()
+
+    # ---- the release (an operator upgrade or downgrade) --------------------------------------
+
+    @property
+    def release(self) -> str:
+        with self._release_lock:
+            return self._release
+
+    def set_release(self, release: str) -> None:
+        """Run `release` from the next reconcile on, and reconcile at once (ValueError for an
+        unknown release). Safe from any thread."""
+        _check_release(release)
+        with self._release_lock:
+            self._release = release
+        if self.loop is not None:
+            self.schedule("release", 0)
+
+    def status(self) -> dict[str, Any]:
+        """What `GET /sim/v1/operator` answers."""
+        return {"release": self.release, "releases": list(R.RELEASES),
+                "period": self.period, "reconciles": self.reconciles,
+                "sharedServiceReconciles": self.shared_reconciles,
+                "sharedServiceWrites": self.shared_writes,
+                "sharedServiceErrors": list(self.shared_errors)}
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    def wants(self, event: Event) -> bool:
+        if event.resource.key != kinds.SERVICE.key:
+            return True
+        meta = event.object["metadata"]
+        return meta.get("namespace") == self.namespace and meta["name"] in S.WATCHED_NAMES
 
     def prime(self) -> None:
         self.schedule("resync", 0)
+        self.schedule("shared-resync", S.SHARED_RESYNC_SECONDS, background=True)
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
-        changed = any(ev.type != "DELETED" and _cr_changed(ev.old, ev.object) for ev in events)
+        cr_events = [ev for ev in events if ev.resource.key != kinds.SERVICE.key]
+        changed = any(ev.type != "DELETED" and _cr_changed(ev.old, ev.object)
+                      for ev in cr_events)
         if "resync" in due:
             self.schedule("resync", self.period, background=True)
-        if changed or "resync" in due:
-            self.reconcile_all()
+        if "shared-resync" in due:
+            self.schedule("shared-resync", S.SHARED_RESYNC_SECONDS, background=True)
+        release = self.release
+        if changed or "resync" in due or "release" in due:
+            self.reconcile_all(release)
+        if release == R.RELEASE_SHARED_SERVICES and (
+                events or "release" in due or "shared-resync" in due):
+            self.reconcile_shared()
 
-    def reconcile_all(self) -> None:
+    def reconcile_shared(self) -> S.SharedResult:
+        """One SharedServiceReconciler reconcile (`sharedservices.reconcile`)."""
+        self.shared_reconciles += 1
+        result = S.reconcile(self.store, self.namespace)
+        self.shared_writes += result.writes
+        self.shared_errors = result.errors
+        return result
+
+    def reconcile_all(self, release: str | None = None) -> None:
+        release = self.release if release is None else release
         self.reconciles += 1
         for kind in CR_KINDS:
             crs, _ = self.store.list(kind)
@@ -235,7 +304,7 @@ class OperatorImitation(Controller):
                 continue
             cr = min(live, key=lambda c: (c["metadata"].get("creationTimestamp", ""),
                                           c["metadata"]["name"]))
-            for desired in render(cr, self.namespace, self._fixtures):
+            for desired in render(cr, self.namespace, self._fixtures, release):
                 if desired["kind"] == "ServiceMonitor":
                     if not self._missing_monitor(desired):
                         continue
@@ -246,7 +315,7 @@ class OperatorImitation(Controller):
                 except (StoreError, ApiError) as err:
                     log.info("operator: %s %s: %s", desired["kind"],
                              desired["metadata"]["name"], err)
-            self.delete_disabled(cr)
+            self.delete_disabled(cr, release)
 
     def _missing_monitor(self, desired: Obj) -> bool:
         """A rendered ServiceMonitor is only created, when absent and its CRD exists (so a
@@ -256,11 +325,12 @@ class OperatorImitation(Controller):
                 and self.store.find(kinds.SERVICE_MONITOR, meta.get("namespace"),
                                     meta["name"]) is None)
 
-    def delete_disabled(self, cr: Mapping[str, Any]) -> None:
+    def delete_disabled(self, cr: Mapping[str, Any], release: str = R.RELEASE_CURRENT) -> None:
         """Delete the objects of the states `cr` disables, as its upstream controller does."""
         if R.stack_of(cr) == R.CLUSTERPOLICY:
             targets = [(kind, self.namespace if kind.namespaced else None, name)
-                       for kind, name in clusterpolicy_deletions(self.store, cr, self._fixtures)]
+                       for kind, name in clusterpolicy_deletions(self.store, cr, self._fixtures,
+                                                                 release)]
         else:
             targets = [(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
                        for kind, obj in gpucluster_deletions(self.store, cr, self.namespace)]
@@ -271,6 +341,11 @@ class OperatorImitation(Controller):
                     log.info("operator: deleted %s %s (state disabled)", kind.kind, name)
             except (StoreError, ApiError) as err:
                 log.info("operator: delete %s %s: %s", kind.kind, name, err)
+
+
+def _check_release(release: str) -> None:
+    if release not in R.RELEASES:
+        raise ValueError(f"unknown operator release {release!r}: one of {', '.join(R.RELEASES)}")
 
 
 def _cr_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

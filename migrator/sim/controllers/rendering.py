@@ -17,6 +17,16 @@ operator imitation's deletion of a disabled state's objects (`operator.py`), so 
 renders the other never deletes. A ClusterPolicy state's manifests are the
 `clusterpolicy/<state>_*` files (`clusterpolicy_state_manifests`), as upstream's
 `n.resources[state]` holds the objects of `assets/<state>/`.
+
+Operator releases (`RELEASES`): `current` is the behaviour above; `shared-services` is the
+release of rahulait/gpu-operator@5746d440 (see `controllers/sharedservices.py`): every DCGM /
+DCGM Exporter DaemonSet of either stack carries `app.kubernetes.io/component: nvidia-dcgm` /
+`nvidia-dcgm-exporter` on the DaemonSet and its pod template, and a pod anti-affinity on that
+label (assets/state-dcgm/0400_dcgm.yml, assets/state-dcgm-exporter/0800_daemonset.yaml,
+manifests/state-dcgm/0500_daemonset.yaml, manifests/state-dcgm-exporter/0700_daemonset.yaml),
+and neither stack renders a Service: the GPUCluster golden files of that commit hold none, and
+the ClusterPolicy Services are taken as gone too (the module docstring of `sharedservices.py`
+says why). The shared Services are rendered by `shared_service`.
 """
 
 from __future__ import annotations
@@ -53,6 +63,15 @@ DEPLOY_LABELS = {
 DCGM_NAMES = frozenset({"nvidia-dcgm", "nvidia-dcgm-dra"})
 EXPORTER_NAMES = frozenset({"nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"})
 SERVED_KINDS = frozenset({"DaemonSet", "Service", "ServiceMonitor", "ResourceClaimTemplate"})
+
+# Operator releases the imitation can run (`OperatorImitation.release`).
+RELEASE_CURRENT = "current"
+RELEASE_SHARED_SERVICES = "shared-services"
+RELEASES = (RELEASE_CURRENT, RELEASE_SHARED_SERVICES)
+COMPONENT_LABEL = "app.kubernetes.io/component"
+DCGM_COMPONENT = "nvidia-dcgm"
+EXPORTER_COMPONENT = "nvidia-dcgm-exporter"
+SHARED_SERVICE_LABEL = "nvidia.com/shared-service"
 
 # Images the ClusterPolicy Helm chart would put in the CR when the user sets none.
 CP_DEFAULT_IMAGES = {
@@ -166,8 +185,10 @@ def _int_or_percent(value: Any) -> int | str:
     return text if text.endswith("%") else int(text)
 
 
-def _apply_common_config(ds: Obj, daemonsets: Mapping[str, Any], selector_keys: set[str]) -> None:
-    """`applyCommonDaemonsetConfig` + `applyCommonDaemonsetMetadata`."""
+def _apply_common_config(ds: Obj, daemonsets: Mapping[str, Any], selector_keys: set[str],
+                         reserved_extra: frozenset[str] = frozenset()) -> None:
+    """`applyCommonDaemonsetConfig` + `applyCommonDaemonsetMetadata`; `reserved_extra`: more
+    label keys `daemonsets.labels` may not set on the pod template."""
     spec = ds["spec"]
     pod = spec["template"].setdefault("spec", {})
     strategy = daemonsets.get("updateStrategy")
@@ -182,7 +203,7 @@ def _apply_common_config(ds: Obj, daemonsets: Mapping[str, Any], selector_keys: 
     if daemonsets.get("tolerations"):
         pod["tolerations"] = copy.deepcopy(daemonsets["tolerations"])
     tmeta = spec["template"].setdefault("metadata", {})
-    reserved = {"app", "app.kubernetes.io/part-of"} | selector_keys
+    reserved = {"app", "app.kubernetes.io/part-of"} | selector_keys | reserved_extra
     for key, value in (daemonsets.get("labels") or {}).items():
         if key not in reserved:
             tmeta.setdefault("labels", {})[key] = str(value)
@@ -200,7 +221,33 @@ def _add_common_labels(ds: Obj) -> None:
     ds["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})[label] = "true"
 
 
-def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -> list[Obj]:
+def component_of(name: str) -> str | None:
+    """The `app.kubernetes.io/component` value of a DCGM / Exporter DaemonSet (either stack)."""
+    if name in DCGM_NAMES:
+        return DCGM_COMPONENT
+    if name in EXPORTER_NAMES:
+        return EXPORTER_COMPONENT
+    return None
+
+
+def _add_component_label(ds: Obj) -> None:
+    """The shared-services release's DaemonSet shape: the component label on the DaemonSet and
+    its pod template, and a required pod anti-affinity on it (one pod of a component per node,
+    whichever stack runs it). The selector stays `app: <name>` (immutable)."""
+    component = component_of(ds["metadata"]["name"])
+    if component is None:
+        return
+    ds["metadata"].setdefault("labels", {})[COMPONENT_LABEL] = component
+    template = ds["spec"]["template"]
+    template.setdefault("metadata", {}).setdefault("labels", {})[COMPONENT_LABEL] = component
+    affinity = template.setdefault("spec", {}).setdefault("affinity", {})
+    affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {COMPONENT_LABEL: component}},
+        "topologyKey": "kubernetes.io/hostname"}]}
+
+
+def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
+                          reserved: frozenset[str] = frozenset()) -> list[Obj]:
     spec = cr.get("spec") or {}
     daemonsets = spec.get("daemonsets") or {}
     validator = _image(spec.get("validator"), CP_DEFAULT_IMAGES["validator"])
@@ -213,7 +260,8 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -
         pod["containers"][0]["image"] = _image(spec.get("dcgm"), CP_DEFAULT_IMAGES["dcgm"])
         for init in pod.get("initContainers") or []:
             init["image"] = validator
-        _apply_common_config(ds, daemonsets, set(ds["spec"]["selector"]["matchLabels"]))
+        _apply_common_config(ds, daemonsets, set(ds["spec"]["selector"]["matchLabels"]),
+                             reserved)
         out += [ds, svc]
     if state_enabled(cr, "state-dcgm-exporter"):
         exporter = spec.get("dcgmExporter") or {}
@@ -231,14 +279,16 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -
             init["image"] = validator
         if dcgm_on:
             _set_env(container, DCGM_REMOTE_ENGINE_ENV, "nvidia-dcgm:5555")
-        _apply_common_config(ds, daemonsets, set(ds["spec"]["selector"]["matchLabels"]))
+        _apply_common_config(ds, daemonsets, set(ds["spec"]["selector"]["matchLabels"]),
+                             reserved)
         out.append(ds)
     for obj in out:
         obj["metadata"]["namespace"] = namespace
     return out
 
 
-def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -> list[Obj]:
+def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
+                       reserved: frozenset[str] = frozenset()) -> list[Obj]:
     spec = cr.get("spec") or {}
     daemonsets = spec.get("daemonsets") or {}
     dcgm = spec.get("dcgm") or {}
@@ -265,7 +315,8 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -> l
             container["image"] = _image(section, default)
             if state == "state-dcgm-exporter" and exporter.get("enablePodLabels"):
                 _set_env(container, "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", "true")
-            _apply_common_config(obj, daemonsets, set(obj["spec"]["selector"]["matchLabels"]))
+            _apply_common_config(obj, daemonsets, set(obj["spec"]["selector"]["matchLabels"]),
+                                 reserved)
         elif obj["kind"] == "Service" and state == "state-dcgm-exporter":
             service = exporter.get("service") or {}
             if service.get("type"):
@@ -276,14 +327,23 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures) -> l
     return rendered
 
 
-def render(cr: Mapping[str, Any], namespace: str, fixtures: Fixtures | None = None) -> list[Obj]:
+def render(cr: Mapping[str, Any], namespace: str, fixtures: Fixtures | None = None,
+           release: str = RELEASE_CURRENT) -> list[Obj]:
     """The objects the operator wants for this CR, in its apply order, each with the controller
-    ownerReference (the CR must carry its uid) and, for DaemonSets, the last-applied hash."""
+    ownerReference (the CR must carry its uid) and, for DaemonSets, the last-applied hash.
+    `release` (`RELEASES`): `shared-services` adds the component label to the DaemonSets and
+    renders no Service (the shared Services are `shared_service`'s)."""
+    if release not in RELEASES:
+        raise ValueError(f"unknown operator release {release!r}; one of {', '.join(RELEASES)}")
     fx = fixtures if fixtures is not None else Fixtures()
+    shared = release == RELEASE_SHARED_SERVICES
+    reserved = frozenset({COMPONENT_LABEL}) if shared else frozenset()
     if stack_of(cr) == CLUSTERPOLICY:
-        objs = _render_clusterpolicy(cr, namespace, fx)
+        objs = _render_clusterpolicy(cr, namespace, fx, reserved)
     else:
-        objs = _render_gpucluster(cr, namespace, fx)
+        objs = _render_gpucluster(cr, namespace, fx, reserved)
+    if shared:
+        objs = [o for o in objs if o["kind"] != "Service"]
     common = str((cr.get("metadata", {}).get("annotations") or {}).get(RENDERS_COMMON_LABELS,
                                                                        "")).lower() == "true"
     for obj in objs:
@@ -292,7 +352,38 @@ def render(cr: Mapping[str, Any], namespace: str, fixtures: Fixtures | None = No
         if obj["kind"] == "DaemonSet":
             if common:
                 _add_common_labels(obj)
+            if shared:
+                _add_component_label(obj)
             annotations = meta.setdefault("annotations", {})
             annotations.pop(HASH_ANNOTATION, None)
             annotations[HASH_ANNOTATION] = object_hash(obj)
     return objs
+
+
+# manifests/shared/state-dcgm/service.yaml and state-dcgm-exporter/service.yaml
+# (rahulait/gpu-operator@5746d440), with their templating filled.
+def shared_service(name: str, namespace: str, service_type: str = "ClusterIP",
+                   internal_traffic_policy: str = "") -> Obj:
+    """The Service the SharedServiceReconciler renders for `name` (`nvidia-dcgm`: ClusterIP,
+    internalTrafficPolicy Local; `nvidia-dcgm-exporter`: the type and policy given, the
+    `prometheus.io/scrape` annotation), selecting by the component label."""
+    if name == DCGM_COMPONENT:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": {"app": name, COMPONENT_LABEL: name}},
+            "spec": {"type": "ClusterIP", "internalTrafficPolicy": "Local",
+                     "selector": {COMPONENT_LABEL: name},
+                     "ports": [{"name": "dcgm", "port": 5555, "targetPort": 5555,
+                                "protocol": "TCP"}]}}
+    if name == EXPORTER_COMPONENT:
+        spec: Obj = {"type": service_type}
+        if internal_traffic_policy:
+            spec["internalTrafficPolicy"] = internal_traffic_policy
+        spec["selector"] = {COMPONENT_LABEL: name}
+        spec["ports"] = [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400,
+                          "protocol": "TCP"}]
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": {"app": name, COMPONENT_LABEL: name},
+            "annotations": {"prometheus.io/scrape": "true"}}, "spec": spec}
+    raise KeyError(f"no shared Service {name!r}")

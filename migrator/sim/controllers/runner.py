@@ -30,6 +30,7 @@ class ControllerSet:
     namespace: str = "gpu-operator"
     node_monitor_grace_seconds: float = GRACE_SECONDS
     readiness_probes: bool = True
+    operator_release: str = "current"  # rendering.RELEASES
     controllers: list[Controller] = field(init=False, default_factory=list)
     _loop: ControllerLoop | None = field(init=False, default=None)
 
@@ -51,7 +52,7 @@ class ControllerSet:
         if self.operator_reconcile_seconds is not None:
             self.controllers.append(OperatorImitation(
                 self.store, self.clock, period=self.operator_reconcile_seconds,
-                namespace=self.namespace))
+                namespace=self.namespace, release=self.operator_release))
 
     def start(self) -> None:
         self._loop = run_together(self.controllers, self.clock)
@@ -87,3 +88,9 @@ class ControllerSet:
 
     def get(self, name: str) -> Controller | None:
         return next((c for c in self.controllers if c.name == name), None)
+
+    @property
+    def operator(self) -> OperatorImitation | None:
+        """The GPU Operator imitation, when on."""
+        found = self.get("operator")
+        return found if isinstance(found, OperatorImitation) else None

@@ -12,10 +12,10 @@ from migrator.engine.state import State
 from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
 from migrator.model.planning import Options, PhasePlan, PlanContext
-from migrator.model.retiring import reasked
+from migrator.model.retiring import HANDED_OVER, reasked, retired
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import CreateAlias, SetLabels, SetSelector
+from migrator.model.steps import CreateAlias, SetLabels, SetSelector, Step
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -53,6 +53,20 @@ def _exporters(found: Discovery) -> list[str]:
     return [c.daemonset for c in found.components if c.exporter]
 
 
+def _handed_over(ctx: PlanContext, steps: list[Step]) -> tuple[list[Step], list[str]]:
+    """(the recorded steps still to verify, why the others are not): a step on an object an
+    operator release manages now was handed over, not drifted (`model/retiring.py`); the
+    next `apply` records it so."""
+    kept, notes = [], []
+    for step in steps:
+        verdict = retired(ctx, step)
+        if verdict is not None and verdict[0] == HANDED_OVER:
+            notes.append(verdict[1])
+        else:
+            kept.append(step)
+    return kept, notes
+
+
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           ) -> dict[str, Any]:
     found = discover(snapshot, catalog)
@@ -69,10 +83,11 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         if rec is not None and module.SWITCHES_SELECTORS and status != "rolled-back":
             switches |= any(isinstance(st, SetSelector) for st in rec.done_steps())
         if status == "completed" and rec is not None:
-            gates = module.verify(ctx, rec.done_steps()) + reasked(rec.reverted_steps(), options)
+            kept, handed = _handed_over(ctx, rec.done_steps())
+            gates = module.verify(ctx, kept) + reasked(rec.reverted_steps(), options)
             again = module.plan(ctx)
             warnings.extend(again.warnings)  # e.g. operator-owned, still true
-            notes = []
+            notes = handed
             if module.SWITCHES_SELECTORS and options.include_operator_owned and again.steps:
                 notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                     s.object for s in again.steps)))

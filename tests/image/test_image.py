@@ -1,0 +1,292 @@
+"""The OCI image images/build makes (docs/image.md), run as a container runtime would run it:
+its layer unpacked, its config's entrypoint, environment and user (non-root), inside a chroot.
+
+Building the image takes minutes and root, more than CI's budget, so these tests skip unless
+DCGM_MIGRATE_IMAGE names the archive (`dcgm-migrate-<version>.oci.tar`) or the folder
+images/build wrote it to:
+
+    sudo images/build && sudo DCGM_MIGRATE_IMAGE=/var/tmp/dcgm-migrate-image \\
+        python3 -m pytest tests/image -n 0
+
+The guard runs as Kubernetes runs docs/guard.yaml's pod: the root filesystem mounted read-only,
+a tmpfs only where the manifest mounts an emptyDir, the service account's token and CA at
+/var/run/secrets/kubernetes.io/serviceaccount, the API server from KUBERNETES_SERVICE_HOST/PORT
+(`sim serve` on loopback, with guard.yaml's Role as the guard's only permissions)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import migrator
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "gpu-operator"
+SA_DIR = "run/secrets/kubernetes.io/serviceaccount"  # /var/run is a link to /run in the image
+
+pytestmark = [
+    pytest.mark.skipif(not os.environ.get("DCGM_MIGRATE_IMAGE"),
+                       reason="DCGM_MIGRATE_IMAGE names no built image (images/build)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="chroot and mounts need root"),
+    pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("chroot")),
+                       reason="unshare/chroot missing (util-linux, coreutils)"),
+]
+
+
+@dataclass
+class Image:
+    rootfs: Path
+    config: dict[str, Any]  # the OCI image config (its "config" is the runtime's settings)
+    archive: Path
+
+    @property
+    def run(self) -> dict[str, Any]:
+        run: dict[str, Any] = self.config["config"]
+        return run
+
+
+def _archive() -> Path:
+    path = Path(os.environ["DCGM_MIGRATE_IMAGE"])
+    if path.is_dir():
+        found = sorted(path.glob("dcgm-migrate-*.oci.tar"))
+        assert len(found) == 1, f"{path}: expected one dcgm-migrate-*.oci.tar, found {found}"
+        path = found[0]
+    return path
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    algorithm, hexdigest = digest.split(":")
+    return layout / "blobs" / algorithm / hexdigest
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
+    """The archive's image for tag <version>, its layers unpacked into a private folder."""
+    archive = _archive()
+    layout = tmp_path_factory.mktemp("layout")
+    with tarfile.open(archive) as tar:
+        tar.extractall(layout, filter="data")
+    index = json.loads((layout / "index.json").read_text())
+    (entry,) = [m for m in index["manifests"] if m.get("annotations", {}).get(
+        "org.opencontainers.image.ref.name") == migrator.__version__]
+    manifest = json.loads(_blob(layout, entry["digest"]).read_text())
+    config = json.loads(_blob(layout, manifest["config"]["digest"]).read_text())
+    rootfs = tmp_path_factory.mktemp("rootfs")
+    for layer in manifest["layers"]:
+        assert layer["mediaType"].endswith("tar+gzip"), layer["mediaType"]
+        subprocess.run(["tar", "-xzf", str(_blob(layout, layer["digest"])), "-C", str(rootfs),
+                        "--numeric-owner", "--same-permissions"], check=True)
+    shutil.rmtree(layout)
+    return Image(rootfs=rootfs, config=config, archive=archive)
+
+
+def run_in(image: Image, args: list[str], *, read_only: bool = False,
+           volumes: tuple[str, ...] = ("/tmp",), env: dict[str, str] | None = None,
+           service_account: Path | None = None, timeout: float = 120,
+           after: str = "") -> subprocess.CompletedProcess[str]:
+    """The image's entrypoint with `args`, as its user, in a private mount namespace: /proc,
+    a minimal /dev, a tmpfs at each of `volumes` (the manifest's emptyDirs) and, with
+    `read_only`, the root filesystem read-only. `after` runs (as root) in the same namespace
+    after the command, its output appended after a marker line."""
+    run = image.run
+    newroot = image.rootfs.parent / (image.rootfs.name + "-mnt")
+    newroot.mkdir(exist_ok=True)
+    r = shlex.quote(str(newroot))
+    lines = ["set -e", f"mount --bind {shlex.quote(str(image.rootfs))} {r}"]
+    if read_only:
+        lines.append(f"mount -o remount,bind,ro {r}")
+    for volume in volumes:
+        lines.append(f"mount -t tmpfs -o mode=1777,size=64m tmpfs {r}{volume}")
+    lines += [f"mount -t proc proc {r}/proc",
+              f"mount -t tmpfs -o mode=755,size=1m tmpfs {r}/dev"]
+    for dev in ("null", "zero", "random", "urandom", "tty"):
+        lines += [f"touch {r}/dev/{dev}", f"mount --bind /dev/{dev} {r}/dev/{dev}"]
+    if service_account is not None:
+        target = f"{r}/{SA_DIR}"
+        lines += [f"mount --bind {shlex.quote(str(service_account))} {target}",
+                  f"mount -o remount,bind,ro {target}"]
+    environment = dict(item.split("=", 1) for item in run.get("Env", []))
+    environment.update(env or {})
+    command = [*run["Entrypoint"], *run.get("Cmd", []), *args]
+    lines += ["set +e",
+              f"chroot --userspec={run['User']} {r} env -i -C {run.get('WorkingDir', '/')} "
+              + shlex.join([f"{k}={v}" for k, v in environment.items()] + command),
+              "rc=$?"]
+    if after:
+        lines += ["echo '--- after'", after]
+    lines.append("exit $rc")
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           "\n".join(lines)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_image_config_runs_the_tool_as_a_non_root_user(image: Image) -> None:
+    run = image.run
+    assert run["Entrypoint"] == ["dcgm-migrate"] and not run.get("Cmd")
+    user, _, group = run["User"].partition(":")
+    assert int(user) != 0 and int(group) != 0
+    assert run["Labels"]["org.opencontainers.image.version"] == migrator.__version__
+    assert image.config["os"] == "linux" and image.config["architecture"] == "amd64"
+    passwd = (image.rootfs / "etc" / "passwd").read_text()
+    assert f":{user}:{group}:" in passwd  # a named user: tools that look it up find it
+
+
+def test_the_image_is_small_and_has_no_build_tools(image: Image) -> None:
+    venv = image.rootfs / "opt" / "dcgm-migrate"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    assert (site / "migrator" / "__init__.py").exists()
+    for absent in ("bin/pip", "bin/pip3"):
+        assert not (venv / absent).exists(), absent
+    assert not list(site.glob("pip*")) and not list(site.glob("setuptools*"))
+    for tool in ("gcc", "cc", "make", "apt", "apt-get", "pip", "pip3"):
+        assert not (image.rootfs / "usr" / "bin" / tool).exists(), tool
+    for cache in ("root/.cache", "var/cache/apt/archives", "var/lib/apt/lists"):
+        assert not any((image.rootfs / cache).glob("*")), cache
+    assert image.archive.stat().st_size < 60 * 2**20, image.archive.stat().st_size
+
+
+def test_version(image: Image) -> None:
+    res = run_in(image, ["--version"], read_only=True)
+    assert res.returncode == 0, res.stderr
+    assert migrator.__version__ in res.stdout
+    assert "Traceback" not in res.stderr
+
+
+def test_demo_with_a_read_only_root(image: Image) -> None:
+    """The Job's pod (docs/job.yaml): read-only root, an emptyDir at /tmp, HOME=/tmp."""
+    res = run_in(image, ["demo", "--nodes", "4"], read_only=True, env={"HOME": "/tmp"},
+                 timeout=170)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+
+
+class Sim:
+    """`dcgm-migrate sim serve` on loopback (the host's tool, this checkout), with
+    docs/guard.yaml's Role installed: the guard's service account gets its own token."""
+
+    def __init__(self, folder: Path) -> None:
+        self.kubeconfig = folder / "kubeconfig"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "migrator", "sim", "serve", "--nodes", "3",
+             "--time-scale", "0.05", "--kubeconfig-out", str(self.kubeconfig),
+             "--rbac", str(REPO / "docs" / "guard.yaml")],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        readable, _, _ = select.select([self.proc.stdout], [], [], 30)
+        assert readable, "sim serve printed no READY line"
+        assert self.proc.stdout.readline().startswith("READY ")
+        self.admin = Path(f"{self.kubeconfig}-sim-admin")
+        self.guard = Path(f"{self.kubeconfig}-{NS}-dcgm-migrate-guard")
+        for _ in range(100):
+            if self.admin.exists() and self.guard.exists():
+                break
+            time.sleep(0.1)
+
+    def tool(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "migrator", *args, "--kubeconfig",
+                               str(self.admin)], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+
+    def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["kubectl", "--kubeconfig", str(self.admin), "-n", NS, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        res = self.kubectl("get", kind, name, "-o", "json")
+        assert res.returncode == 0, res.stderr
+        got: dict[str, Any] = json.loads(res.stdout)
+        return got
+
+    def service_account(self, folder: Path) -> tuple[Path, dict[str, str]]:
+        """The guard's token and CA as the kubelet mounts them, and the pod's environment."""
+        doc = yaml.safe_load(self.guard.read_text())
+        cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+        folder.mkdir()
+        (folder / "token").write_text(user["token"])
+        (folder / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+        (folder / "namespace").write_text(NS)
+        for name in ("token", "ca.crt", "namespace"):
+            (folder / name).chmod(0o644)
+        folder.chmod(0o755)
+        host, port = cluster["server"].removeprefix("https://").rsplit(":", 1)
+        return folder, {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Sim]:
+    served = Sim(tmp_path)
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def _guard_pod() -> tuple[dict[str, Any], dict[str, Any]]:
+    docs = {d["kind"]: d for d in yaml.safe_load_all((REPO / "docs" / "guard.yaml").read_text())
+            if d}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    return pod, pod["containers"][0]
+
+
+def test_guard_once_with_the_manifests_security_context(image: Image, sim: Sim,
+                                                       tmp_path: Path) -> None:
+    """After phase 3, an operator re-render drops the common label from a DaemonSet's pod
+    template: one `guard --once` pass, in the image as guard.yaml's pod (read-only root, its
+    emptyDirs only, its ServiceAccount's Role only), holds the alias back on the app label."""
+    pod, container = _guard_pod()
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = tuple(m["mountPath"] for m in container.get("volumeMounts", [])
+                   if "emptyDir" in volumes[m["name"]])
+    assert pod["securityContext"]["runAsUser"] == int(sim_user(image))
+    applied = sim.tool("apply", "--phase", "3", "--yes", "-o", "json")
+    assert applied.returncode == 0, applied.stderr[-2000:]
+    # what an operator upgrade that re-renders without the common label does
+    patch = sim.kubectl("patch", "ds", "nvidia-dcgm-dra", "--type", "json", "-p", json.dumps(
+        [{"op": "remove", "path": "/spec/template/metadata/labels/nvidia.com~1gpu-operator.dcgm"}]))
+    assert patch.returncode == 0, patch.stderr
+    account, env = sim.service_account(tmp_path / "serviceaccount")
+    (image.rootfs / SA_DIR).mkdir(parents=True, exist_ok=True)  # the runtime's mount point
+    env.update({e["name"]: e.get("value", "guard-0") for e in container.get("env", [])})
+    args = [a for a in container["args"] if a not in ("--lease-name", "dcgm-migrate-guard")]
+    res = run_in(image, [*args, "--once", "-o", "json"], read_only=True, volumes=mounts,
+                 env=env, service_account=account,
+                 after="find " + " ".join(f"{shlex.quote(str(image.rootfs) + '-mnt')}{m}"
+                                          for m in mounts) + " -mindepth 1")
+    out, _, written = res.stdout.partition("--- after\n")
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "Read-only file system" not in res.stderr
+    doc = json.loads(out)
+    assert [(c["action"], c["service"]) for c in doc["corrections"]] == [
+        ("hold", "nvidia-dcgm")], doc["corrections"]  # decided and written inside the image
+    assert written.strip() == "", f"the guard wrote files under its volumes: {written}"
+    service = sim.get("svc", "nvidia-dcgm")
+    assert "dcgm-migrate/guard-held" in service["metadata"].get("annotations", {}), service
+    assert "app" in service["spec"]["selector"], service["spec"]["selector"]
+
+
+def sim_user(image: Image) -> str:
+    return str(image.run["User"]).split(":")[0]

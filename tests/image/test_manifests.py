@@ -1,0 +1,79 @@
+"""The image's name and version agree everywhere (Containerfile, images/build, docs/job.yaml,
+docs/guard.yaml, migrator.__version__), and every pod of the manifests runs the image as
+tests/image/test_image.py proves it can run: non-root, read-only root, an emptyDir at /tmp.
+No image needed: these run in CI."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import migrator
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = f"dcgm-migrate:{migrator.__version__}"
+
+
+def _pods() -> list[tuple[str, dict[str, Any]]]:
+    pods = []
+    for manifest in ("job.yaml", "guard.yaml"):
+        for doc in yaml.safe_load_all((REPO / "docs" / manifest).read_text()):
+            if not doc or doc["kind"] not in {"Job", "CronJob", "Deployment"}:
+                continue
+            spec = doc["spec"]["jobTemplate"]["spec"] if doc["kind"] == "CronJob" else doc["spec"]
+            pods.append((f"{manifest}:{doc['kind']}", spec["template"]["spec"]))
+    return pods
+
+
+@pytest.mark.parametrize(("where", "pod"), _pods(), ids=[w for w, _ in _pods()])
+def test_every_pod_runs_the_image_read_only_with_tmp_as_its_volume(
+        where: str, pod: dict[str, Any]) -> None:
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001  # the image's user (images/build)
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for container in pod["containers"]:
+        assert container["image"] == IMAGE, where
+        assert container["command"] == ["dcgm-migrate"]  # the image's entrypoint
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True, where
+        mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+        assert "emptyDir" in mounts["/tmp"], where
+
+
+def test_the_job_has_no_total_deadline_a_large_rollout_would_hit() -> None:
+    """docs/runbook.md: ~12.5 h per DaemonSet at 1,000 nodes; --timeout is the progress
+    deadline, so the Job sets no activeDeadlineSeconds (its comment says why)."""
+    docs = {d["kind"]: d for d in yaml.safe_load_all((REPO / "docs" / "job.yaml").read_text())
+            if d}
+    assert "activeDeadlineSeconds" not in docs["Job"]["spec"]
+    assert "--timeout" in docs["Job"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    verify = docs["CronJob"]["spec"]["jobTemplate"]["spec"]
+    assert verify["activeDeadlineSeconds"] < 15 * 60  # shorter than the schedule's period
+
+
+def test_containerfile_and_build_agree_on_version_user_and_entrypoint() -> None:
+    text = (REPO / "Containerfile").read_text()
+    assert re.search(r"^ARG VERSION=(.+)$", text, re.M)[1] == migrator.__version__  # type: ignore[index]
+    assert 'org.opencontainers.image.version="${VERSION}"' in text
+    assert "USER 10001:10001" in text and 'ENTRYPOINT ["dcgm-migrate"]' in text
+    build = (REPO / "images" / "build").read_text()
+    assert "UID_GID=10001" in build and '--config.entrypoint "$NAME"' in build
+    assert "org.opencontainers.image.version=$VERSION" in build
+
+
+def test_the_pinned_requirements_cover_every_runtime_dependency() -> None:
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pinned = {line.split("==")[0].lower().replace("_", "-")
+              for line in (REPO / "images" / "requirements.txt").read_text().splitlines()
+              if line and not line.startswith("#")}
+    for dep in deps:
+        name = re.split(r"[<>=!~ \[]", dep)[0].lower().replace("_", "-")
+        assert name in pinned, f"{name} is not in images/requirements.txt: run images/lock"
+    assert all("--hash=sha256:" in line
+               for line in (REPO / "images" / "requirements.txt").read_text().splitlines()
+               if line and not line.startswith("#"))

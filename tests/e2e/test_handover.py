@@ -4,10 +4,18 @@ the disruption monitor running: the preparation (`--prepare-for`) and what the t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
 
 from migrator.model import kinds
+from migrator.sim.store import Event
 from tests.e2e.conftest import E2E, NS
+from tests.e2e.test_guard import running_guard
 
 COMPONENT = "app.kubernetes.io/component"
 DAEMONSETS = {"nvidia-dcgm-dra": "nvidia-dcgm", "nvidia-dcgm-exporter-dra": "nvidia-dcgm-exporter"}
@@ -50,3 +58,170 @@ def test_preparing_puts_the_release_labels_on_every_pod_of_a_migrated_cluster_an
         labels = env.sim.store.get(kinds.DAEMONSET, NS, ds)["spec"]["template"]["metadata"][
             "labels"]
         assert COMPONENT not in labels and "nvidia.com/gpu-operator.dcgm" not in str(labels)
+
+
+STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
+SHARED = "nvidia.com/shared-service"
+
+
+@dataclass
+class Lowest:
+    """The stable names' fewest ready endpoints (and, for Local, fewest nodes with one) seen
+    in any committed state of their EndpointSlices over a window, from the sim's own commits."""
+
+    ready: dict[str, int] = field(default_factory=dict)
+    nodes: dict[str, int] = field(default_factory=dict)
+
+
+@contextmanager
+def _lowest(env: E2E) -> Iterator[Lowest]:
+    found = Lowest()
+    slices: dict[str, dict[str, dict[str, int]]] = {n: {} for n in STABLE}
+
+    def note(name: str) -> None:
+        per_node: dict[str, int] = {}
+        for by_node in slices[name].values():
+            for node, count in by_node.items():
+                per_node[node] = per_node.get(node, 0) + count
+        total = sum(per_node.values())
+        found.ready[name] = min(found.ready.get(name, total), total)
+        up = sum(1 for c in per_node.values() if c)
+        found.nodes[name] = min(found.nodes.get(name, up), up)
+
+    def ready_by_node(sl: dict[str, Any]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for ep in sl.get("endpoints") or []:
+            if (ep.get("conditions") or {}).get("ready") in (None, True):
+                out[ep.get("nodeName", "")] = out.get(ep.get("nodeName", ""), 0) + 1
+        return out
+
+    def record(ev: Event) -> None:
+        if ev.resource is not kinds.ENDPOINTSLICE:
+            return
+        name = ev.object["metadata"].get("labels", {}).get("kubernetes.io/service-name")
+        if name in slices:
+            slices[name][ev.object["metadata"]["name"]] = (
+                {} if ev.type == "DELETED" else ready_by_node(ev.object))
+            note(name)
+
+    with env.sim.store.lock:
+        for sl in env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]:
+            name = sl["metadata"]["labels"].get("kubernetes.io/service-name")
+            if name in slices:
+                slices[name][sl["metadata"]["name"]] = ready_by_node(sl)
+        for name in STABLE:
+            note(name)
+        env.sim.store.subscribe(record)
+    try:
+        yield found
+    finally:
+        env.sim.store.unsubscribe(record)
+
+
+def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> None:
+    start = env.sim.clock.now()
+    while not predicate():
+        assert env.sim.clock.now() - start < sim_seconds, f"{what}: not within {sim_seconds} s"
+        time.sleep(0.02)
+
+
+def _daemonsets(env: E2E) -> dict[str, str]:
+    """DaemonSet → the component label value the release renders on it."""
+    names = (DAEMONSETS if env.sim.stack == "gpucluster" else
+             {"nvidia-dcgm": "nvidia-dcgm", "nvidia-dcgm-exporter": "nvidia-dcgm-exporter"})
+    return {d: v for d, v in names.items()
+            if env.sim.store.find(kinds.DAEMONSET, NS, d) is not None}
+
+
+def _upgraded(env: E2E) -> bool:
+    """The release runs: both stable names are its shared Services, the -dra names are gone,
+    and every DaemonSet rolled out its re-rendered template."""
+    for name in STABLE:
+        svc = env.svc(name)
+        if svc is None or svc["metadata"].get("labels", {}).get(SHARED) != "true":
+            return False
+    if any(env.svc(n) is not None for n in DAEMONSETS):
+        return False
+    for ds in _daemonsets(env):
+        d = env.ds(ds)
+        st = d.get("status") or {}
+        want = st.get("desiredNumberScheduled", 0)
+        if not (st.get("observedGeneration", 0) >= d["metadata"]["generation"]
+                and st.get("updatedNumberScheduled", 0) == want == st.get("numberAvailable", 0)
+                and COMPONENT in d["spec"]["template"]["metadata"]["labels"]):
+            return False
+    return True
+
+
+def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> Lowest:
+    """Upgrade to the release, the guard running: a migrated cluster (`apply --phase 3`) or
+    an unmigrated one, prepared (`--prepare-for`, phase 1 only when unmigrated) or not."""
+    args = ("--prepare-for", "shared-services") if prepare else ()
+    phase = "3" if migrated else "1"
+    if migrated or prepare:
+        applied = env.cli("apply", "--phase", phase, "--yes", "--settle", "0s", *args)
+        assert applied.code == 0, applied.stdout + applied.stderr
+    with running_guard(env) as g, env.monitor.expected_outage(), _lowest(env) as low:
+        _until(env, lambda: g.guard.passes >= 1, 30, "guard")
+        since = env.mark()
+        env.sim.set_operator_release("shared-services")
+        _until(env, lambda: _upgraded(env), 300, "upgraded")
+        # The guard stood down: it wrote nothing the release manages.
+        written = [e for e in env.writes(since) if e.resource == "services"
+                   and e.name in STABLE]
+        assert written == [], written
+    print(f"{env.sim.stack}, {'migrated' if migrated else 'unmigrated'}, "
+          f"{'with' if prepare else 'without'} preparation: lowest ready {low.ready}, "
+          f"lowest nodes reached {low.nodes}")
+    return low
+
+
+CASES = [(stack, migrated, prepare) for stack in ("gpucluster", "clusterpolicy")
+         for migrated, prepare in ((True, False), (True, True), (False, True))]
+
+
+@pytest.mark.parametrize(("stack", "migrated", "prepare"), CASES)
+def test_upgrade_to_the_release_with_shared_services(
+        e2e_factory: Callable[..., E2E], stack: str, migrated: bool, prepare: bool) -> None:
+    """Without preparation the release's reconciler moves the selectors of the stable names
+    it adopts to its component label at once, while the DaemonSets are still rolling to it:
+    they drain. Prepared, every Ready pod already carries the label: the stable names lose
+    only the pod restarts of the release's own rollout (maxUnavailable 1 per DaemonSet)."""
+    nodes = 4
+    env = e2e_factory(stack, nodes=nodes, operator_reconcile_seconds=2.0, time_scale=0.05)
+    low = _upgrade(env, migrated=migrated, prepare=prepare)
+    if not prepare:
+        assert min(low.ready.values()) < nodes - 1, low  # the hazard, measured
+        return
+    if migrated or stack == "clusterpolicy":  # the names existed before the upgrade
+        assert low.ready == {n: nodes - 1 for n in STABLE}, low
+        assert low.nodes["nvidia-dcgm"] == nodes - 1, low
+    verify = env.cli("verify", "-o", "json")
+    doc = verify.json()
+    assert verify.code == 0, ([c for c in doc["verdict"]["checks"] if not c["ok"]],
+                              [g for p in doc["phases"] for g in p["gates"] if not g["ok"]])
+    if not migrated:
+        return
+    # After the hand-over: apply has nothing to do; rollback leaves the release's objects
+    # alone, saying why, and records the tool's steps on them as handed over; with no state
+    # at all the verdict gives the same answer.
+    mark = env.mark()
+    again = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert again.code == 0, again.stdout + again.stderr
+    assert env.writes(since=mark) == []
+    before = {n: env.svc(n) for n in STABLE}
+    back = env.cli("rollback", "--phase", "1", "--yes", "--settle", "0s")
+    assert back.code == 0, back.stdout + back.stderr
+    assert "handed over to the GPU Operator" in back.stdout + back.stderr, back.stdout
+    retired = [h for h in env.state()["history"] if h.get("event") == "retired"]
+    assert retired and all("handed over" in h["reason"] for h in retired), retired
+    if stack == "gpucluster":  # the aliases' records (phases 2 and 3) and phase 1's labels
+        assert {h["step"] for h in retired} >= {"alias/service/nvidia-dcgm",
+                                                "labels/daemonset/nvidia-dcgm-dra"}, retired
+    assert {n: env.svc(n) for n in STABLE} == before
+    for ds, value in _daemonsets(env).items():  # the release's label stays: it selects by it
+        assert env.ds(ds)["spec"]["template"]["metadata"]["labels"][COMPONENT] == value
+    env.sim.store.delete(kinds.CONFIGMAP, NS, "dcgm-migrate-state")
+    stateless = env.cli("verify", "-o", "json").json()["verdict"]
+    assert stateless["ok"] and [c["name"] for c in stateless["checks"]] == [
+        c["name"] for c in doc["verdict"]["checks"]], stateless

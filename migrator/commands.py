@@ -23,7 +23,7 @@ from migrator.engine.locate import locate, namespace_check, wrong_namespace
 from migrator.engine.observe import read_snapshot
 from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.progress import Listener, Quiet
-from migrator.engine.runner import Runner, RunSettings
+from migrator.engine.runner import Runner, RunResult, RunSettings
 from migrator.engine.state import (
     ConfigMapStateStore,
     RunSession,
@@ -227,8 +227,9 @@ class RunRequest:
 
 
 def _locked_run(session: Session, request: RunRequest, state: State, version: str | None,
-                action: Callable[[Runner], Any]) -> dict[str, Any]:
-    """Open the run session (lock, save, heartbeat, dry run), run `action`, report. The
+                action: Callable[[Runner], RunResult]) -> reports.Report:
+    """Open the run session (lock, save, heartbeat, dry run), run `action`, report (the
+    document with the run's result, and the typed data the command judges it by). The
     runner reads the run's cache afresh; a run that wrote since `state` was loaded changed
     the state document, and then the runner's first save (before any write) fails."""
     dry = session.kube.dry_run
@@ -242,14 +243,15 @@ def _locked_run(session: Session, request: RunRequest, state: State, version: st
                         settings=settings, listener=session.listener, clock=session.clock,
                         heartbeat=run.heartbeat, dry_run=dry)
         result = action(runner)
-    after = reports.build(runner.snapshot(), session.catalog, state, request.options)
+    final = reports.assemble(runner.snapshot(), session.catalog, state, request.options)
+    after = final.document
     after["warnings"] = result.warnings + [w for w in after["warnings"]
                                            if w not in result.warnings]
     after["result"] = {"writes": result.writes, "dryRun": dry,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
                                            for k, v in result.lowest.items()},
                        "notes": list(result.notes)}
-    return after
+    return final
 
 
 def _cached(command: Callable[[Session, RunRequest], dict[str, Any]]) -> Callable[
@@ -272,12 +274,13 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         _check_plan_file(request.plan_file, snap, session.namespace)
     store = session.store()
     state, version = _load_state(session, store)
-    preview = reports.build(snap, session.catalog, state, request.options)
+    before = reports.assemble(snap, session.catalog, state, request.options)
+    preview = before.document
     _require_stack(preview, session.namespace)
     _require_operator_api(snap, session.kube.server)
     if state is None:
         _refuse_lost_state(session, snap)
-    if _still_holds(preview, request.phase) and store.lock_holder() is None:
+    if before.holds(request.phase) and store.lock_holder() is None:
         session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                  "nothing to do")
         preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
@@ -293,13 +296,14 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         raise UsageError("Aborted at the question.", ABORTED_HINT)
     state = state or State(session.namespace, clock=session.clock)
     state.plan_fingerprint = snap.fingerprint()
-    report = _locked_run(session, request, state, version,
-                         lambda runner: runner.apply(request.phase))
+    final = _locked_run(session, request, state, version,
+                        lambda runner: runner.apply(request.phase))
+    report = final.document
     report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
     # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
     # never success (exit 1), even when every step's wait passed.
-    report["ok"] = session.kube.dry_run or (_still_holds(report, request.phase)
-                                            and not reports.verdict_fails(report, request.phase))
+    report["ok"] = session.kube.dry_run or (final.holds(request.phase)
+                                            and not final.verdict_fails(request.phase))
     return report
 
 
@@ -338,12 +342,6 @@ def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
     return report
 
 
-def _still_holds(report: dict[str, Any], upto: int) -> bool:
-    """Phases 1..upto completed and every verification gate of theirs passes now."""
-    wanted = [p for p in report["phases"] if p["number"] <= upto]
-    return all(p["status"] == "completed" and all(g["ok"] for g in p["gates"]) for p in wanted)
-
-
 @_cached
 def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
@@ -368,13 +366,14 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
             session, reports.build(snap, session.catalog, state, request.options),
             lambda p: p["number"] in applied)):
         raise UsageError("Aborted at the question.", ABORTED_HINT)
-    report = _locked_run(session, request, state, version,
-                         lambda runner: runner.rollback(request.phase))
+    final = _locked_run(session, request, state, version,
+                        lambda runner: runner.rollback(request.phase))
+    report = final.document
     # Rolled back, and what the phases kept below N are answerable for still works.
     report["ok"] = session.kube.dry_run or (
-        all(p["status"] == "rolled-back" for p in report["phases"]
-            if p["number"] >= request.phase and p["status"] != "pending")
-        and not reports.verdict_fails(report, request.phase - 1))
+        all(p.status == "rolled-back" for p in final.phases
+            if p.number >= request.phase and p.status != "pending")
+        and not final.verdict_fails(request.phase - 1))
     return report
 
 

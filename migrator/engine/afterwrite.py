@@ -1,33 +1,33 @@
 """After a write: wait for the step's post-gates — its DaemonSet's rollout, the phase's
 `after_write` gates and the no-loss gates on every guarded Service — and act on a loss (a
-selector change that lost endpoints is undone at once). A part of the runner moved out to keep
-it small: it uses the runner's reads, waiter and failure path.
+selector change that lost endpoints is undone at once). A part of the loop kept out of the
+runner: it works through the run's public context (`steprun.RunContext`: reads, waiter,
+failure path) and the phase being run (`steprun.PhaseRun`), never the runner itself.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn
 
 from migrator.engine import executor, stalls
 from migrator.engine.progress import EndpointProgress, RolloutProgress, StepEvent
 from migrator.engine.state import PhaseRecord
+from migrator.engine.steprun import PhaseRun, RunContext
 from migrator.engine.waiting import Pace, RolloutOutcome
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.model.gates import GateResult, ServiceBaseline
+from migrator.model.gates import GateKind, GateResult, ServiceBaseline
 from migrator.model.planning import PhasePlan
 from migrator.model.snapshot import Snapshot
 from migrator.model.steps import Step
-from migrator.phases import Phase
 
-if TYPE_CHECKING:
-    from migrator.engine.runner import Runner
+# A failed gate of these kinds stops the wait at once: lost endpoints (act now) or a node that
+# stopped reporting (cannot heal by waiting).
+STOPS_AT_ONCE = frozenset({GateKind.ENDPOINTS, GateKind.NODES_REPORTING})
 
 
-def wait(run: Runner, module: Phase, rec: PhaseRecord, step: Step,
-                bases: list[ServiceBaseline], plan: PhasePlan, rollback: bool,
-                base: Snapshot | None) -> None:
+def wait(run: RunContext, phase: PhaseRun, step: Step, base: Snapshot | None) -> None:
     """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
     supplies only what a step never changes: the CRs, ServiceMonitors and update
     strategy; every gate check reads the DaemonSets, Services, pods and endpoints afresh
@@ -44,29 +44,28 @@ def wait(run: Runner, module: Phase, rec: PhaseRecord, step: Step,
                 blocked=lambda: stalls.lost_nodes_detail(
                     run.kube, run.namespace, base_snap.daemonsets[rolls]))
         if not out.complete:
-            _fail_rollout(run, rec, step, base_snap, out)
+            _fail_rollout(run, phase.rec, step, base_snap, out)
     deadline = run.clock.monotonic() + run.settings.timeout
     dips: dict[str, str] = {}
 
     def check() -> list[GateResult]:
-        snap = run._fresh(base_snap)
-        ctx = run._context(snap)
-        results: list[GateResult] = list(module.after_write(ctx, step))
+        snap = run.fresh(base_snap)
+        ctx = run.context(snap)
+        results: list[GateResult] = list(phase.module.after_write(ctx, step))
         if rolls is not None:
             results.append(g.nodes_reporting(rolls, snap.pods_of(rolls)))
-        for b in bases:
-            results.append(_endpoints_gate(snap, b, step, plan))
+        for b in phase.bases:
+            results.append(_endpoints_gate(snap, b, step, phase.plan))
             _note_endpoints(run, snap, b)
         for r in results:
-            if r.name.startswith("endpoints-dip/") and not r.ok:
+            if r.kind is GateKind.ENDPOINTS_DIP and not r.ok:
                 dips.setdefault(r.name.partition("/")[2], r.detail)
         return results
 
     def stop_now(results: list[GateResult]) -> bool:
         """Lost endpoints (act at once) or a node that stopped reporting (cannot heal by
         waiting); an endpoint dip the step did not cause is waited out."""
-        return any(r.name.startswith(("endpoints/", "nodes-reporting/"))
-                   for r in g.failed(results))
+        return any(r.kind in STOPS_AT_ONCE for r in g.failed(results))
 
     results = run.waiter.until(check, deadline, fatal=stop_now)
     for service, detail in sorted(dips.items()):
@@ -77,17 +76,17 @@ def wait(run: Runner, module: Phase, rec: PhaseRecord, step: Step,
         return
     undo = step.inverse() if step.selector_change(step.name) else None
     if undo is not None:  # a selector change that lost endpoints is undone at once
-        lost = [r for r in g.failed(results) if r.name.startswith("endpoints/")]
+        lost = [r for r in g.failed(results) if r.kind is GateKind.ENDPOINTS]
         if lost:
             executor.execute(run.kube, run.namespace, run.catalog, undo)
             run.result.writes += 1
-            rec.mark(step, "skipped", undo=rollback)
-            run.listener.step(StepEvent(rec.number, step, "restored"))
-            run._fail(rec, f"{step.object}: endpoints dropped after the selector change "
-                       f"({g.describe(lost)}); the old selector was restored",
-                       "check the pods the new selector should match, then retry")
-    run._fail(rec, f"{step.object}: {g.describe(results)}",
-               "run `dcgm-migrate status` to see the gates; rerun to resume")
+            phase.mark(step, "skipped")
+            run.listener.step(StepEvent(phase.rec.number, step, "restored"))
+            run.fail(phase.rec, f"{step.object}: endpoints dropped after the selector change "
+                     f"({g.describe(lost)}); the old selector was restored",
+                     "check the pods the new selector should match, then retry")
+    run.fail(phase.rec, f"{step.object}: {g.describe(results)}",
+             "run `dcgm-migrate status` to see the gates; rerun to resume")
 
 def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
                     plan: PhasePlan) -> GateResult:
@@ -101,28 +100,27 @@ def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
     selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
     return g.switch_loss(snap, base, selector, selector)
 
-def _fail_rollout(run: Runner, rec: PhaseRecord, step: Step, base: Snapshot,
-                  out: RolloutOutcome) -> None:
+def _fail_rollout(run: RunContext, rec: PhaseRecord, step: Step, base: Snapshot,
+                  out: RolloutOutcome) -> NoReturn:
     if out.ds is None:
-        run._fail(rec, f"DaemonSet/{step.name} disappeared during its rollout",
-                   "find out who deleted it (operator cleanup, a deleted CR); plan again")
-        return
+        run.fail(rec, f"DaemonSet/{step.name} disappeared during its rollout",
+                 "find out who deleted it (operator cleanup, a deleted CR); plan again")
     counts = g.rollout_complete(out.ds).detail
     if out.blocked:
-        run._fail(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
-                   f"{out.blocked}", stalls.NODE_HINT)
-    pods = run._fresh(base).pods_of(step.name)
+        run.fail(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
+                 f"{out.blocked}", stalls.NODE_HINT)
+    pods = run.fresh(base).pods_of(step.name)
     where, hint = stalls.where_stuck(run.kube, step.name, pods, step.pod_labels())
-    run._fail(rec, f"DaemonSet/{step.name} made no progress for "
-               f"{out.stalled_for:.0f}s (--timeout {run.settings.timeout:g}s; {counts}); "
-               f"{where}", hint)
+    run.fail(rec, f"DaemonSet/{step.name} made no progress for "
+             f"{out.stalled_for:.0f}s (--timeout {run.settings.timeout:g}s; {counts}); "
+             f"{where}", hint)
 
-def _report_rollout(run: Runner, ds: dict[str, Any], pace: Pace) -> None:
+def _report_rollout(run: RunContext, ds: dict[str, Any], pace: Pace) -> None:
     updated, available, desired = g.rollout_counts(ds)
     run.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
                                           eta_seconds=pace.eta))
 
-def _note_endpoints(run: Runner, snap: Snapshot, base: ServiceBaseline) -> None:
+def _note_endpoints(run: RunContext, snap: Snapshot, base: ServiceBaseline) -> None:
     ready = snap.endpoints_of(base.service).ready_total
     low = run.result.lowest.get(base.service, (ready, base.total))
     run.result.lowest[base.service] = (min(low[0], ready), base.total)

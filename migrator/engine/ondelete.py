@@ -1,17 +1,16 @@
 """OnDelete DaemonSets: the tool rolls the pods itself (`RollPods`, phase 1 with
 `--roll-on-delete`), deleting one node's outdated pod at a time and waiting for its
 replacement to turn Ready before the next. The one step the runner runs pod by pod instead of
-as a single write (`Step.pod_by_pod`). A part of the runner moved out to keep it small: it
-uses the runner's reads, saves and failure path.
+as a single write (`Step.pod_by_pod`). A part of the loop kept out of the runner: it works
+through the run's public context (`steprun.RunContext`: reads, saves, failure path) and the
+phase being run (`steprun.PhaseRun`), never the runner itself.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from migrator.engine import executor, interrupts
 from migrator.engine.progress import StepEvent
-from migrator.engine.state import PhaseRecord
+from migrator.engine.steprun import PhaseRun, RunContext
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -19,14 +18,12 @@ from migrator.model.gates import GateResult
 from migrator.model.snapshot import Snapshot
 from migrator.model.steps import RollPods, Step
 
-if TYPE_CHECKING:
-    from migrator.engine.runner import Runner
 
-
-def roll(run: Runner, rec: PhaseRecord, step: Step, rollback: bool) -> None:
+def roll(run: RunContext, phase: PhaseRun, step: Step) -> None:
     """Delete pods whose labels differ from the template, one node at a time, each after
     the previous node's new pod is Ready."""
     assert isinstance(step, RollPods), f"{step.type} is not run pod by pod"
+    rec = phase.rec
     while True:
         snap = run.snapshot()
         ds = snap.daemonsets.get(step.daemonset)
@@ -37,17 +34,17 @@ def roll(run: Runner, rec: PhaseRecord, step: Step, rollback: bool) -> None:
                         and any(p.labels.get(k) != v for k, v in want.items())),
                        key=lambda p: p.node)
         if not stale:
-            rec.mark(step, "done", undo=rollback)
+            phase.mark(step, "done")
             run.save()
             return
         unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
         if unready:
-            run._fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
-                      f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
-                      "another node's pod", "fix those nodes, then rerun to resume")
+            run.fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
+                     f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
+                     "another node's pod", "fix those nodes, then rerun to resume")
         pod = stale[0]
         with interrupts.shielded():  # a signal stops the run once this delete is answered
-            rec.mark(step, "intent", undo=rollback)
+            phase.mark(step, "intent")
             run.save()
             executor.delete_pod(run.kube, run.namespace, pod.name, pod.uid)
             run.result.writes += 1
@@ -56,7 +53,7 @@ def roll(run: Runner, rec: PhaseRecord, step: Step, rollback: bool) -> None:
 
         def node_back(node: str = pod.node, snap: Snapshot = snap,
                       want: dict[str, str | None] = want) -> list[GateResult]:
-            fresh = run._fresh(snap)
+            fresh = run.fresh(snap)
             new = [p for p in fresh.pods_of(step.daemonset)
                    if p.node == node and not p.deleting]
             ok = any(p.ready and all(p.labels.get(k) == v for k, v in want.items())
@@ -65,6 +62,6 @@ def roll(run: Runner, rec: PhaseRecord, step: Step, rollback: bool) -> None:
 
         results = run.waiter.until(node_back, deadline, wake_kind=kinds.POD)
         if not all(r.ok for r in results):
-            run._fail(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
-                      f"become Ready within {run.settings.timeout:g}s",
-                      "fix the node, then rerun to resume")
+            run.fail(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
+                     f"become Ready within {run.settings.timeout:g}s",
+                     "fix the node, then rerun to resume")

@@ -1,16 +1,19 @@
 """The report every command renders: per phase, what would change (object, field,
 before → after), every gate's status now, notes, and warnings. Pure: snapshot + state in,
 a JSON-ready dict out (the `-o json` document: docs/design.md, "Command line", and
-docs/output.schema.json)."""
+docs/output.schema.json) — `build` —, or with it the typed data it was made from (`assemble`:
+each phase's status and gates, the verdict), for a command that judges the report."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from migrator import phases
 from migrator.engine.state import State
 from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
+from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.retiring import HANDED_OVER, reasked, retired
 from migrator.model.snapshot import Snapshot
@@ -41,12 +44,58 @@ LOST_STATE = (
 )
 
 
-def verdict_fails(report: dict[str, Any], upto: int | None = None) -> list[dict[str, Any]]:
-    """The verdict's failed checks in a report; with `upto`, only those phases 1..upto answer
-    for (what `apply --phase upto` must leave right; a check no phase fixes is the cluster's
-    or the operator's, reported but not the run's failure)."""
-    return [c for c in report["verdict"]["checks"]
-            if not c["ok"] and (upto is None or 1 <= c["phase"] <= upto)]
+@dataclass
+class PhaseView:
+    """One phase in the report, as `as_dict` renders it under `phases`."""
+
+    number: int
+    name: str
+    status: str
+    changes: list[dict[str, Any]]
+    gates: list[GateResult]
+    notes: list[str]
+    error: str | None
+    blocked: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "name": self.name,
+            "status": self.status,
+            "changes": self.changes,
+            "gates": [g.as_dict() for g in self.gates],
+            "notes": self.notes,
+            "blocked": self.blocked,
+            "error": self.error,
+        }
+
+
+def _view(number: int, name: str, status: str, changes: list[dict[str, Any]],
+          gates: list[GateResult], notes: list[str], error: str | None,
+          blocked: str | None = None) -> dict[str, Any]:
+    """One phase's view as a dict (`engine/preview` builds its phases with it)."""
+    return PhaseView(number, name, status, changes, gates, notes, error, blocked).as_dict()
+
+
+@dataclass
+class Report:
+    """The report `document` (the `-o json` dict, which a command may extend) and the typed
+    data it was made from, to judge it by."""
+
+    document: dict[str, Any]
+    phases: list[PhaseView]
+    verdict: outcome.Verdict
+
+    def holds(self, upto: int) -> bool:
+        """Phases 1..upto completed and every verification gate of theirs passes now."""
+        return all(v.status == "completed" and all(g.ok for g in v.gates)
+                   for v in self.phases if v.number <= upto)
+
+    def verdict_fails(self, upto: int | None = None) -> list[outcome.Finding]:
+        """The verdict's failed checks; with `upto`, only those phases 1..upto answer for
+        (what `apply --phase upto` must leave right; a check no phase fixes is the cluster's
+        or the operator's, reported but not the run's failure)."""
+        return self.verdict.failures(upto)
 
 
 def _exporters(found: Discovery) -> list[str]:
@@ -69,9 +118,14 @@ def _handed_over(ctx: PlanContext, steps: list[Step]) -> tuple[list[Step], list[
 
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           ) -> dict[str, Any]:
+    return assemble(snapshot, catalog, state, options).document
+
+
+def assemble(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
+             ) -> Report:
     found = discover(snapshot, catalog)
     warnings: list[str] = list(found.warnings)
-    views: list[dict[str, Any]] = []
+    views: list[PhaseView] = []
     projected = snapshot
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()))
     switches = False  # a Service is (or is to be) switched to the common selector
@@ -92,10 +146,11 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                 notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                     s.object for s in again.steps)))
                 warnings.append(notes[-1])
-            views.append(_view(module.NUMBER, module.NAME, status, [], gates, notes, rec.error))
+            views.append(PhaseView(module.NUMBER, module.NAME, status, [], list(gates), notes,
+                                   rec.error))
             continue
         plan: PhasePlan = module.plan(ctx)
-        earlier = [v["number"] for v in views if v["status"] != "completed"]
+        earlier = [v.number for v in views if v.status != "completed"]
         for step in plan.steps:
             if isinstance(step, CreateAlias):
                 projected = monitoring.with_service(projected, step.body)
@@ -111,8 +166,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                          f"phase {', '.join(map(str, earlier))} completes")
         if plan.blocked and plan.blocked not in notes:
             notes.append(plan.blocked)
-        views.append(_view(module.NUMBER, module.NAME, status, changes, list(plan.gates), notes,
-                           rec.error if rec else None, plan.blocked))
+        views.append(PhaseView(module.NUMBER, module.NAME, status, changes, list(plan.gates),
+                               notes, rec.error if rec else None, plan.blocked))
     certain = monitoring.certain_duplicates(snapshot, _exporters(found))
     if certain:
         pod, paths = next(iter(sorted(certain.items())))
@@ -144,34 +199,22 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                   f"`dcgm-migrate apply --phase 3` re-plans them for {found.stack} "
                   "(docs/runbook.md, 'Changing stack')")
         warnings.insert(0, change)
-        first = next(v for v in views if v["status"] == "completed")
-        first["gates"].insert(0, {"name": "stack-unchanged", "ok": False, "detail": change})
-    return {
+        first = next(v for v in views if v.status == "completed")
+        first.gates.insert(0, GateResult("stack-unchanged", False, change))
+    verdict = outcome.verdict(snapshot, catalog)
+    document = {
         "stack": found.stack,
         "namespace": snapshot.namespace,
         "fingerprint": snapshot.fingerprint(),
         "components": [f"{c.stack}/{c.component}" for c in found.components],
-        "phases": views,
+        "phases": [v.as_dict() for v in views],
         "warnings": warnings,
         "toolDuplicates": len(tool_dups),
         "scrapeDuplicates": len(certain),
-        "verdict": outcome.verdict(snapshot, catalog).as_dict(),
+        "verdict": verdict.as_dict(),
         "lostState": lost,
     }
-
-
-def _view(number: int, name: str, status: str, changes: list[dict[str, Any]], gates: list[Any],
-          notes: list[str], error: str | None, blocked: str | None = None) -> dict[str, Any]:
-    return {
-        "number": number,
-        "name": name,
-        "status": status,
-        "changes": changes,
-        "gates": [g.as_dict() for g in gates],
-        "notes": notes,
-        "blocked": blocked,
-        "error": error,
-    }
+    return Report(document, views, verdict)
 
 
 def all_gates_ok(report: dict[str, Any], *, completed_only: bool = False) -> bool:

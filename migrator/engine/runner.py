@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
 from migrator.engine import afterwrite, executor, informer, interrupts, ondelete
@@ -20,14 +19,15 @@ from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import Listener, PhaseEvent, Quiet, StepEvent
 from migrator.engine.state import PhaseRecord, State
+from migrator.engine.steprun import Direction, PhaseRun, RunResult, RunSettings
 from migrator.engine.waiting import Waiter
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult, ServiceBaseline
-from migrator.model.planning import Options, PhasePlan, PlanContext
-from migrator.model.retiring import reasked, retired
+from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.retiring import HANDED_OVER, reasked, retired
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import Step, from_record
@@ -36,25 +36,15 @@ from migrator.phases import Phase
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
+__all__ = ["RunResult", "RunSettings", "Runner"]
+
 Save = Callable[[State], None]
-
-@dataclass
-class RunSettings:
-    timeout: float = 600.0  # progress deadline: seconds a wait may go without any progress
-    settle: float = 30.0  # seconds after a selector change before removing what it needed
-    options: Options = field(default_factory=Options)
-
-
-@dataclass
-class RunResult:
-    phases: list[dict[str, Any]] = field(default_factory=list)
-    writes: int = 0
-    lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
-    warnings: list[str] = field(default_factory=list)  # what the run skipped or retired, and why
-    notes: list[str] = field(default_factory=list)  # what happened that did not stop the run
 
 
 class Runner:
+    """The run: drives the phases, and is the `steprun.RunContext` that `afterwrite` and
+    `ondelete` work through."""
+
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog, state: State, save: Save,
                  *, settings: RunSettings | None = None, listener: Listener | None = None,
                  clock: Clock | None = None, heartbeat: Callable[[], None] = lambda: None,
@@ -79,12 +69,12 @@ class Runner:
         it: at least as new as the tool's own last write, so no read is ever reused stale."""
         return read_snapshot(self.kube, self.namespace, self.catalog)
 
-    def _context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
+    def context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
         found = discover(snap, self.catalog)
         return PlanContext(snap, self.catalog, found.components, self.settings.options,
                            recorded or {})
 
-    def _fresh(self, base: Snapshot) -> Snapshot:
+    def fresh(self, base: Snapshot) -> Snapshot:
         """The DaemonSets, Services, pods and endpoints read again; the base's CRs and
         ServiceMonitors kept (no step changes them)."""
         names = [c.daemonset for c in self.catalog.components]
@@ -119,7 +109,9 @@ class Runner:
             module = phases.by_number(number)
             rec = self.state.phase(number)
             if rec.status == "completed":
-                drift = g.failed(module.verify(self._context(snap), rec.done_steps())
+                if self._retire(self.context(snap), rec, only=HANDED_OVER):
+                    self.save()
+                drift = g.failed(module.verify(self.context(snap), rec.done_steps())
                                 + reasked(rec.reverted_steps(), self.settings.options))
                 if not drift and not changed:
                     self.listener.phase(PhaseEvent(number, module.NAME, "completed",
@@ -130,7 +122,7 @@ class Runner:
                                                gates=tuple(drift), message=why))
                 self.state.log("drift", phase=number, detail=why)
                 rec.status, rec.baselines = "in-progress", []
-            self._run_phase(module, rec, snap, rollback=False)
+            self._run_phase(module, rec, snap, Direction.FORWARD)
             snap = self.snapshot()
         return self.result
 
@@ -141,19 +133,23 @@ class Runner:
         self.listener.message(f"warning: {text}")
 
     def _run_phase(self, module: Phase, rec: PhaseRecord, snap: Snapshot,
-                   *, rollback: bool) -> None:
+                   direction: Direction) -> None:
+        rollback = direction is Direction.ROLLBACK
         resuming = rec.status in ("in-progress", "failed") and not rollback
         if resuming:
-            self._retire(self._context(snap), rec)  # before planning: no stale originals
-        ctx = self._context(snap, rec.recorded() if resuming else None)
+            self._retire(self.context(snap), rec)  # before planning: no stale originals
+        if rollback:  # never undo what an operator release manages now
+            self._retire(self.context(snap), rec, only=HANDED_OVER)
+            self._say_handed_over(rec)
+        ctx = self.context(snap, rec.recorded() if resuming else None)
         plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
         if rollback:
             for warning in plan.warnings:
                 self._warn(f"phase {rec.number} rollback: {warning}")
         if plan.refusal:
-            self._fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
-                       "gate and what to do")
+            self.fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
+                      "gate and what to do")
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
         if rollback:
@@ -165,11 +161,12 @@ class Runner:
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
                        target=self._target)
         self.save()  # baselines and originals are in the state before any write
-        bases = [ServiceBaseline.from_dict(b) for b in rec.baselines]
-        revisit = self._revisit(plan, rec, rollback)
+        run = PhaseRun(module, rec, plan,
+                       tuple(ServiceBaseline.from_dict(b) for b in rec.baselines), direction)
+        revisit = self._revisit(run)
         for step in revisit + list(plan.steps):
-            self._run_step(module, rec, step, bases, plan, rollback=rollback)
-        self._check_settled(module, rec, plan, bases, {s.id for s in revisit}, rollback)
+            self._run_step(run, step)
+        self._check_settled(run, {s.id for s in revisit})
         if rollback:
             rec.status, rec.finished = "rolled-back", self.state.stamp()
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
@@ -181,17 +178,15 @@ class Runner:
         self.state.log("rolled-back" if rollback else "completed", phase=rec.number)
         self.save()
         self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))
-        self.result.phases.append({"number": rec.number, "status": rec.status,
-                                   "writes": len(plan.steps)})
 
-    def _revisit(self, plan: PhasePlan, rec: PhaseRecord, rollback: bool) -> list[Step]:
+    def _revisit(self, run: PhaseRun) -> list[Step]:
         """Steps this phase wrote (or may have: intent) that the plan leaves out because the
         live object already shows their effect. A run killed between such a write and the end
         of its gates (rollout, endpoints) must still mark it done and wait for those gates
         before going on; they come first, as they did before the kill."""
-        planned = {s.id for s in plan.steps}
+        planned = {s.id for s in run.plan.steps}
         out: list[Step] = []
-        for r in rec.undo if rollback else rec.steps:
+        for r in run.records:
             if r.status not in ("intent", "done") or r.id in planned:
                 continue
             step = from_record(r.step)
@@ -199,31 +194,43 @@ class Runner:
                 out.append(step)
         return out
 
-    def _retire(self, ctx: PlanContext, rec: PhaseRecord) -> None:
+    def _retire(self, ctx: PlanContext, rec: PhaseRecord, *, only: str | None = None) -> bool:
         """Recorded steps whose object is gone, was reverted by its operator, or whose alias
         name another owner holds since its stack was removed (model/retiring.py) stop
-        counting: warned, logged, kept for the record, no longer used as originals."""
+        counting: warned, logged, kept for the record, no longer used as originals. `only`:
+        just that kind (a completed phase records a hand-over at once; the other kinds are
+        drift it re-plans for). True if it retired any."""
+        changed = False
         for r in rec.steps:
             if r.status not in ("intent", "done"):
                 continue
             verdict = retired(ctx, from_record(r.step))
-            if verdict is None:
+            if verdict is None or (only is not None and verdict[0] != only):
                 continue
             r.status, reason = verdict
             self.state.log("retired", phase=rec.number, step=r.id, reason=reason)
             self._warn(reason)
+            changed = True
+        return changed
 
-    def _check_settled(self, module: Phase, rec: PhaseRecord, plan: PhasePlan,
-                       bases: list[ServiceBaseline], done: set[str], rollback: bool) -> None:
+    def _say_handed_over(self, rec: PhaseRecord) -> None:
+        """A rollback names each object it leaves to the operator release, and why."""
+        for r in rec.steps:
+            if r.status == HANDED_OVER:
+                self._warn(f"phase {rec.number} rollback: {from_record(r.step).object} was "
+                           "handed over to the GPU Operator, whose own reconciler manages it "
+                           "now; left alone")
+
+    def _check_settled(self, run: PhaseRun, done: set[str]) -> None:
         """Steps that needed no write still have post-gates (an operator's own rollout of the
         labels, an alias's endpoints): the phase is completed only once they pass."""
-        if self.dry_run or rollback:
+        if self.dry_run or run.rollback:
             return
-        for step in plan.checks:
+        for step in run.plan.checks:
             if step.id not in done and self._live(step) is not None:
-                afterwrite.wait(self, module, rec, step, bases, plan, rollback, None)
+                afterwrite.wait(self, run, step, None)
 
-    def _fail(self, rec: PhaseRecord, message: str, hint: str) -> None:
+    def fail(self, rec: PhaseRecord, message: str, hint: str) -> NoReturn:
         rec.status, rec.error = "failed", message
         self.state.last_error = message
         self.state.log("failed", phase=rec.number, error=message)
@@ -236,47 +243,47 @@ class Runner:
     def _live(self, step: Step) -> dict[str, Any] | None:
         return self.kube.get(step.kind, step.name, self.namespace)
 
-    def _run_step(self, module: Phase, rec: PhaseRecord, step: Step,
-                  bases: list[ServiceBaseline], plan: PhasePlan, *, rollback: bool) -> None:
+    def _run_step(self, run: PhaseRun, step: Step) -> None:
         if step.pod_by_pod:
             if not self.dry_run:
-                ondelete.roll(self, rec, step, rollback)
+                ondelete.roll(self, run, step)
             return
-        recorded = {r.id: r.status for r in (rec.undo if rollback else rec.steps)}
+        rec, rollback = run.rec, run.rollback
+        recorded = {r.id: r.status for r in run.records}
         base: Snapshot | None = None
         if step.satisfied(self._live(step)):
             status = "done" if recorded.get(step.id) in ("intent", "done") else "skipped"
             if recorded.get(step.id) != "done":
-                rec.mark(step, status, undo=rollback)
+                run.mark(step, status)
                 if recorded.get(step.id) == "intent" and step.rolls_pods() and not rollback:
                     rec.wrote_labels = True  # our write landed; the run died before "done"
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "skipped"))
         else:
             base = self.snapshot()
-            pre = module.before_write(self._context(base), step)
+            pre = run.module.before_write(self.context(base), step)
             if g.failed(pre) and all(r.wait for r in g.failed(pre)):
-                pre = self._wait_pre(module, step, base, pre)
+                pre = self._wait_pre(run.module, step, base, pre)
             if g.failed(pre):
-                self._fail(rec, f"{step.object}: {g.describe(pre)}",
-                           _hint_for(step, rollback, g.failed(pre)))
+                self.fail(rec, f"{step.object}: {g.describe(pre)}",
+                          _hint_for(run, step, g.failed(pre)))
             # Intent, the write and its "done" go together: SIGTERM or Ctrl-C arriving while
             # the write is in flight stops the run only once it is recorded (interrupts.py).
             with interrupts.shielded():
-                rec.mark(step, "intent", undo=rollback)
+                run.mark(step, "intent")
                 self.save()
                 self.listener.step(StepEvent(rec.number, step, "writing"))
                 note = executor.execute(self.kube, self.namespace, self.catalog, step)
                 self.result.writes += 1
                 if note:
                     self.listener.message(note)
-                rec.mark(step, "done", undo=rollback)
+                run.mark(step, "done")
                 if step.rolls_pods() and not rollback:
                     rec.wrote_labels = True
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "done"))
         if not self.dry_run:  # a server-side dry run changes nothing to wait for
-            afterwrite.wait(self, module, rec, step, bases, plan, rollback, base)
+            afterwrite.wait(self, run, step, base)
 
     def _wait_pre(self, module: Phase, step: Step, base: Snapshot,
                   pre: list[GateResult]) -> list[GateResult]:
@@ -286,7 +293,7 @@ class Runner:
         deadline = self.clock.monotonic() + self.settings.timeout
 
         def check() -> list[GateResult]:
-            return list(module.before_write(self._context(self._fresh(base)), step))
+            return list(module.before_write(self.context(self.fresh(base)), step))
 
         return self.waiter.until(check, deadline, wake_kind=kinds.SERVICE,
                                  fatal=lambda rs: not all(r.wait for r in g.failed(rs)))
@@ -308,7 +315,7 @@ class Runner:
             if number < switching and not settled:  # phases the old selectors still needed
                 self._settle_after_restore()
                 settled = True
-            self._run_phase(module, rec, snap, rollback=True)
+            self._run_phase(module, rec, snap, Direction.ROLLBACK)
             snap = self.snapshot()
         return self.result
 
@@ -326,9 +333,9 @@ class Runner:
             self.waiter.settle(remaining, self.listener.settle)
 
 
-def _hint_for(step: Step, rollback: bool, failed: list[GateResult]) -> str:
+def _hint_for(run: PhaseRun, step: Step, failed: list[GateResult]) -> str:
     if any(r.name.startswith("selector-unchanged/") for r in failed):
         return ("someone else (often an operator reconcile) changed this Service since it was "
                 "read; nothing was written to it: run `dcgm-migrate status` to see its owner and "
                 "selector, then the same command again")
-    return step.stop_hint(rollback)
+    return step.stop_hint(run.rollback)

@@ -1,13 +1,15 @@
 """The gates (docs/design.md, "Gates") as pure functions over a Snapshot (or a DaemonSet object).
 
 Each returns a GateResult: a name, ok, and a one-line detail that names what is wrong (nodes,
-pods, Services), so a failed run tells the SRE where to look.
+pods, Services), so a failed run tells the SRE where to look; and its kind, for the few gates
+the runner acts on by what they are (never by their name).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from migrator.model import objects as o
@@ -15,6 +17,22 @@ from migrator.model.snapshot import PodView, Snapshot
 
 Obj = dict[str, Any]
 MAX_NAMED = 5
+
+
+class GateKind(Enum):
+    """What a gate is, where the runner's post-write wait treats it apart (engine/afterwrite)."""
+
+    # Any other gate: waited for until it passes, within --timeout.
+    CHECK = "check"
+    # A guarded Service's ready endpoints against its baseline (`endpoints/<svc>`); failed
+    # after a write, the write lost them: the wait stops at once, a selector change is undone.
+    ENDPOINTS = "endpoints"
+    # Endpoints below the baseline that a selector switch did not cause (`endpoints-dip/<svc>`):
+    # waited out, and noted.
+    ENDPOINTS_DIP = "endpoints-dip"
+    # A node running the DaemonSet stopped reporting (`nodes-reporting/<ds>`): waiting cannot
+    # heal it, so the wait stops at once.
+    NODES_REPORTING = "nodes-reporting"
 
 
 @dataclass(frozen=True)
@@ -25,6 +43,7 @@ class GateResult:
     # A failure that heals by itself (an object garbage collection is about to remove): the
     # runner waits for it, within --timeout, instead of stopping. Not part of the report.
     wait: bool = False
+    kind: GateKind = GateKind.CHECK  # not part of the report either
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
@@ -141,9 +160,10 @@ def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0
         detail = f"{eps.ready_total}/{base.total} ready, per node"
         if short:
             detail += f"; below baseline on {_names(short)}"
-        return GateResult(name, ok, detail)
+        return GateResult(name, ok, detail, kind=GateKind.ENDPOINTS)
     missing = base.total - eps.ready_total
-    return GateResult(name, missing <= tolerance, f"{eps.ready_total}/{base.total} ready")
+    return GateResult(name, missing <= tolerance, f"{eps.ready_total}/{base.total} ready",
+                      kind=GateKind.ENDPOINTS)
 
 
 def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> GateResult:
@@ -277,12 +297,12 @@ def nodes_reporting(daemonset: str, pods: Iterable[PodView],
     name = f"nodes-reporting/{daemonset}"
     lost = lost_nodes(pods)
     if not lost:
-        return GateResult(name, True, "every node reports")
+        return GateResult(name, True, "every node reports", kind=GateKind.NODES_REPORTING)
     notes = [f"{n} {node_trouble((nodes or {}).get(n))}".strip() for n in lost[:MAX_NAMED]]
     more = f" and {len(lost) - MAX_NAMED} more" if len(lost) > MAX_NAMED else ""
     return GateResult(name, False, f"node{'s' if len(lost) > 1 else ''} not reporting "
                       f"(its pods were marked not Ready by the node controller): "
-                      f"{', '.join(notes)}{more}")
+                      f"{', '.join(notes)}{more}", kind=GateKind.NODES_REPORTING)
 
 
 # ---- phase 3: which endpoint loss a selector switch caused -----------------------------------
@@ -315,7 +335,7 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
         return GateResult(f"endpoints/{base.service}", False,
                           "the new selector drops Ready pods the old one selected: "
                           f"{_names(p.name for p in dropped)} on nodes "
-                          f"{_names(p.node for p in dropped)}")
+                          f"{_names(p.node for p in dropped)}", kind=GateKind.ENDPOINTS)
     held = endpoints_hold(snapshot, base)
     if held.ok:
         return held
@@ -324,4 +344,5 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
     cause = (f"pods both selectors select are not Ready: {_names(unready)}" if unready
              else "the EndpointSlices have not caught up yet")
     return GateResult(f"endpoints-dip/{base.service}", False,
-                      f"{held.detail}; not caused by the selector switch: {cause}")
+                      f"{held.detail}; not caused by the selector switch: {cause}",
+                      kind=GateKind.ENDPOINTS_DIP)

@@ -1,0 +1,112 @@
+"""What the parts of the loop outside the runner — `afterwrite` (a step's post-gates) and
+`ondelete` (`RollPods`, pod by pod) — need of the run that drives them, so they depend on this
+and never on `runner`:
+
+    RunContext   the run (reads, the waiter, saves, the failure path); `runner.Runner` is one
+    PhaseRun     the phase being run: its module, record, plan, baselines, and its direction
+    RunSettings  what the command asked for (timeouts, settle, plan options)
+    RunResult    what the run did, for the final report
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, NoReturn, Protocol
+
+from migrator.engine.clock import Clock
+from migrator.engine.progress import Listener
+from migrator.engine.state import PhaseRecord
+from migrator.engine.waiting import Waiter
+from migrator.model.gates import ServiceBaseline
+from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog
+from migrator.model.steps import Step
+from migrator.phases import Phase
+
+if TYPE_CHECKING:
+    from migrator.engine.state.document import StepRecord
+    from migrator.kube.client import Kube
+
+
+@dataclass
+class RunSettings:
+    timeout: float = 600.0  # progress deadline: seconds a wait may go without any progress
+    settle: float = 30.0  # seconds after a selector change before removing what it needed
+    options: Options = field(default_factory=Options)
+
+
+@dataclass
+class RunResult:
+    writes: int = 0
+    lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
+    warnings: list[str] = field(default_factory=list)  # what the run skipped or retired, and why
+    notes: list[str] = field(default_factory=list)  # what happened that did not stop the run
+
+
+class Direction(Enum):
+    FORWARD = "forward"  # `apply`: the phase's plan, recorded in the record's steps
+    ROLLBACK = "rollback"  # `rollback`: its inverse, progress recorded in the record's undo
+
+
+@dataclass(frozen=True)
+class PhaseRun:
+    """One phase as the loop runs it: which way, and what its steps' waits hold it to (the
+    no-loss baselines and the plan's tolerances)."""
+
+    module: Phase
+    rec: PhaseRecord
+    plan: PhasePlan
+    bases: tuple[ServiceBaseline, ...]
+    direction: Direction
+
+    @property
+    def rollback(self) -> bool:
+        return self.direction is Direction.ROLLBACK
+
+    @property
+    def records(self) -> list[StepRecord]:
+        """The step records of this direction: rollback keeps its own (`undo`)."""
+        return self.rec.undo if self.rollback else self.rec.steps
+
+    def mark(self, step: Step, status: str) -> None:
+        self.rec.mark(step, status, undo=self.rollback)
+
+
+class RunContext(Protocol):
+    """The run, as `afterwrite` and `ondelete` use it."""
+
+    kube: Kube
+    namespace: str
+    catalog: Catalog
+    settings: RunSettings
+    clock: Clock
+    listener: Listener
+    waiter: Waiter
+    result: RunResult
+
+    def snapshot(self) -> Snapshot:
+        """The namespace from the run's cache, at least as new as the tool's last write."""
+        ...
+
+    def fresh(self, base: Snapshot) -> Snapshot:
+        """What a step changes (DaemonSets, Services, pods, endpoints) read again onto `base`."""
+        ...
+
+    def context(self, snap: Snapshot) -> PlanContext:
+        """The phases' view of a snapshot (no recorded originals)."""
+        ...
+
+    def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
+        """The cache stops following what this DaemonSet's rollout churns until it ends."""
+        ...
+
+    def save(self) -> None:
+        """Write the state document (a write in flight finishes before a signal stops us)."""
+        ...
+
+    def fail(self, rec: PhaseRecord, message: str, hint: str) -> NoReturn:
+        """Record the phase failed, save, report, and stop the run (`GateFailed`, exit 1)."""
+        ...

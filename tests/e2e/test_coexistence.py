@@ -242,9 +242,10 @@ def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_m
                                       ("update", "endpointslices", None)})
 
 
+@pytest.mark.parametrize("stack", ["mixed", "both"])
 def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
-        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+        e2e_factory: Callable[..., E2E], tmp_path: Path, stack: str) -> None:
+    env = e2e_factory(stack, nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))) as g:
         _until(env, lambda: _reaches_every_node(env), 30, "shared")

@@ -37,6 +37,26 @@ def collected(snapshot: Snapshot, obj: Mapping[str, Any]) -> str | None:
     return f"{ref['kind']}/{ref.get('name')}"
 
 
+def prepared_releases(snapshot: Snapshot, catalog: Catalog,
+                      present: list[Component]) -> list[str]:
+    """A cluster prepared for an operator release (`--prepare-for`: its component labels on
+    the pod templates) that does not manage the stable names yet: say, before the upgrade,
+    which Services that release deletes while they still exist."""
+    out = []
+    for release in catalog.releases:
+        prepared = [c for c in present if (label := release.component_labels.get(
+            c.component)) and o.template_labels(snapshot.daemonsets[c.daemonset]).get(
+            label.key) == label.value]
+        managed = any(release.manages(s) for s in snapshot.services.values())
+        doomed = [n for n in release.deletes_services if n in snapshot.services]
+        if prepared and not managed and doomed:
+            out.append(f"prepared for GPU Operator release {release.name}, which deletes "
+                       f"{', '.join('Service/' + n for n in doomed)} when it is installed: "
+                       "move every consumer of those names to the stable names first "
+                       "(docs/runbook.md, 'Upgrading to an operator with shared Services')")
+    return out
+
+
 def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     present: list[Component] = []
     absent: list[Component] = []
@@ -60,6 +80,7 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
             warnings.append(f"{stack.name}: its DaemonSets run but no {stack.cr.kind} exists")
     if not stacks:
         return Discovery("none", (), (), ())
+    warnings += prepared_releases(snapshot, catalog, present)
     if len(stacks) == 1:
         return Discovery(stacks[0], tuple(present), tuple(absent), tuple(warnings))
     nodes = {}

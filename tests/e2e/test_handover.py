@@ -51,6 +51,9 @@ def test_preparing_puts_the_release_labels_on_every_pod_of_a_migrated_cluster_an
         pods = env.pods(ds)
         assert pods and all(p["metadata"]["labels"].get(COMPONENT) == value for p in pods)
     assert env.cli("verify").code == 0
+    status = env.cli("status", "-o", "json").json()  # said before the upgrade, by status too
+    assert any(w.startswith("prepared for GPU Operator release shared-services, which deletes "
+                            "Service/nvidia-dcgm-dra") for w in status["warnings"]), status
 
     back = env.cli("rollback", "--phase", "1", "--yes", "--settle", "0s")
     assert back.code == 0, back.stdout + back.stderr

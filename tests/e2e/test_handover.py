@@ -193,7 +193,7 @@ def test_upgrade_to_the_release_with_shared_services(
     they drain. Prepared, every Ready pod already carries the label: the stable names lose
     only the pod restarts of the release's own rollout (maxUnavailable 1 per DaemonSet)."""
     nodes = 4
-    env = e2e_factory(stack, nodes=nodes, operator_reconcile_seconds=2.0, time_scale=0.05)
+    env = e2e_factory(stack, nodes=nodes, operator_reconcile_seconds=2.0)
     low = _upgrade(env, migrated=migrated, prepare=prepare)
     if not prepare:
         assert min(low.ready.values()) < nodes - 1, low  # the hazard, measured

@@ -3,6 +3,8 @@
 What is covered is what a migration tool can trip over: object names and label/annotation
 syntax, ownerReferences, Namespace/Pod/DaemonSet/ConfigMap defaults and rules (DaemonSet
 selector required, matching its template, immutable; pod spec immutable but for images),
+Deployment/Job/CronJob defaults and the template rules a manifest trips over (selector,
+restartPolicy),
 and Services via `allocation`. Custom resources (nvidia.com, monitoring.coreos.com) are stored
 schema-less, as a CRD without a structural schema would be. Status is reset on create for
 kinds whose status is a subresource, as the real strategies do.
@@ -20,7 +22,7 @@ from migrator.model import kinds, selectors
 from migrator.model.kinds import Kind
 from migrator.sim import allocation
 from migrator.sim.allocation import Allocated
-from migrator.sim.simkinds import ENDPOINTS
+from migrator.sim.simkinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB
 from migrator.sim.statuses import FieldErrors, bad_request
 
 Obj = dict[str, Any]
@@ -63,6 +65,7 @@ _STATUS_ON_CREATE: dict[str, Obj] = {
     kinds.CLUSTER_POLICY.key: {},
     kinds.GPU_CLUSTER.key: {},
     kinds.RESOURCE_CLAIM.key: {},  # PrepareForCreate drops a client's status
+    DEPLOYMENT.key: {}, JOB.key: {}, CRON_JOB.key: {},
 }
 _PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 
@@ -90,6 +93,12 @@ def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
         _configmap(obj, errors)
     elif kind == ENDPOINTS:
         _endpoints(obj)
+    elif kind == DEPLOYMENT:
+        _deployment(obj, old, errors)
+    elif kind == JOB:
+        _job_spec(obj.setdefault("spec", {}), "spec", errors, defaults=True)
+    elif kind == CRON_JOB:
+        _cronjob(obj, errors)
     elif kind == kinds.RESOURCE_CLAIM and old is not None and obj.get("spec") != old.get("spec"):
         # ValidateResourceClaimUpdate (pkg/apis/resource/validation): the spec is immutable.
         errors.add("Invalid", "spec", "field is immutable", obj.get("spec"))
@@ -274,33 +283,104 @@ def _daemonset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
         errors.add("NotSupported", "spec.updateStrategy",
                    'supported values: "OnDelete", "RollingUpdate"', strategy["type"])
     spec.setdefault("revisionHistoryLimit", 10)
-    template = spec.setdefault("template", {})
-    template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
-    pod_spec = template.setdefault("spec", {})
-    default_pod_spec(pod_spec)
+    pod_spec = _template_selector(spec, "spec", "daemonset", errors)
     selector = spec.get("selector")
-    if not selector:
-        errors.add("Required", "spec.selector")
-    elif not (selector.get("matchLabels") or selector.get("matchExpressions")):
-        errors.add("Invalid", "spec.selector", "empty selector is invalid for daemonset",
-                   selector)
-    else:
-        try:
-            matches = selectors.from_label_selector(selector).matches(
-                template["metadata"].get("labels") or {})
-        except selectors.SelectorError as e:
-            errors.add("Invalid", "spec.selector", str(e), selector)
-        else:
-            if not matches:
-                errors.add("Invalid", "spec.template.metadata.labels",
-                           "`selector` does not match template `labels`",
-                           template["metadata"].get("labels") or {})
     if old is not None and selector != (old.get("spec") or {}).get("selector"):
         errors.add("Invalid", "spec.selector", "field is immutable", selector)
     if pod_spec.get("restartPolicy") != "Always":
         errors.add("NotSupported", "spec.template.spec.restartPolicy",
                    'supported values: "Always"', pod_spec.get("restartPolicy"))
     _validate_pod_spec(pod_spec, "spec.template.spec", errors)
+
+
+def _template_selector(spec: Obj, path: str, what: str, errors: FieldErrors) -> Obj:
+    """Default the pod template and check the selector against its labels (DaemonSet,
+    Deployment: `ValidateDeploymentSpec`'s "empty selector is invalid for deployment")."""
+    template = spec.setdefault("template", {})
+    template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+    pod_spec: Obj = template.setdefault("spec", {})
+    default_pod_spec(pod_spec)
+    selector = spec.get("selector")
+    if not selector:
+        errors.add("Required", f"{path}.selector")
+    elif not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        errors.add("Invalid", f"{path}.selector", f"empty selector is invalid for {what}",
+                   selector)
+    else:
+        try:
+            matches = selectors.from_label_selector(selector).matches(
+                template["metadata"].get("labels") or {})
+        except selectors.SelectorError as e:
+            errors.add("Invalid", f"{path}.selector", str(e), selector)
+        else:
+            if not matches:
+                errors.add("Invalid", f"{path}.template.metadata.labels",
+                           "`selector` does not match template `labels`",
+                           template["metadata"].get("labels") or {})
+    return pod_spec
+
+
+def _deployment(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
+    """`SetDefaults_Deployment` (apps/v1) and the rules of `ValidateDeployment` a manifest can
+    trip over: selector required, matching the template, immutable; restartPolicy Always."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    strategy = spec.setdefault("strategy", {})
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        rolling = strategy.setdefault("rollingUpdate", {})
+        rolling.setdefault("maxUnavailable", "25%")
+        rolling.setdefault("maxSurge", "25%")
+    elif strategy["type"] != "Recreate":
+        errors.add("NotSupported", "spec.strategy.type",
+                   'supported values: "Recreate", "RollingUpdate"', strategy["type"])
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("progressDeadlineSeconds", 600)
+    pod_spec = _template_selector(spec, "spec", "deployment", errors)
+    if old is not None and spec.get("selector") != (old.get("spec") or {}).get("selector"):
+        errors.add("Invalid", "spec.selector", "field is immutable", spec.get("selector"))
+    if pod_spec.get("restartPolicy") != "Always":
+        errors.add("NotSupported", "spec.template.spec.restartPolicy",
+                   'supported values: "Always"', pod_spec.get("restartPolicy"))
+    _validate_pod_spec(pod_spec, "spec.template.spec", errors)
+
+
+def _job_spec(spec: Obj, path: str, errors: FieldErrors, *, defaults: bool) -> None:
+    """`SetDefaults_Job` (batch/v1, a Job's own spec only: a CronJob's jobTemplate gets the pod
+    defaults alone) and the restartPolicy rule. No selector is generated (upstream adds
+    `batch.kubernetes.io/controller-uid` to the selector and the template's labels)."""
+    if defaults:
+        if spec.get("completions") is None and spec.get("parallelism") is None:
+            spec["completions"] = spec["parallelism"] = 1
+        spec.setdefault("parallelism", 1)
+        spec.setdefault("backoffLimit",
+                        6 if spec.get("backoffLimitPerIndex") is None else 2147483647)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        spec.setdefault("podReplacementPolicy",
+                        "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+    template = spec.setdefault("template", {})
+    template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+    pod_spec = template.setdefault("spec", {})
+    default_pod_spec(pod_spec)
+    if pod_spec.get("restartPolicy") not in ("OnFailure", "Never"):
+        errors.add("NotSupported", f"{path}.template.spec.restartPolicy",
+                   'supported values: "OnFailure", "Never"', pod_spec.get("restartPolicy"))
+    _validate_pod_spec(pod_spec, f"{path}.template.spec", errors)
+
+
+def _cronjob(obj: Obj, errors: FieldErrors) -> None:
+    """`SetDefaults_CronJob` (batch/v1); a schedule is required (its syntax is not checked)."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("concurrencyPolicy", "Allow")
+    spec.setdefault("suspend", False)
+    spec.setdefault("successfulJobsHistoryLimit", 3)
+    spec.setdefault("failedJobsHistoryLimit", 1)
+    if not spec.get("schedule"):
+        errors.add("Required", "spec.schedule")
+    job_template = spec.setdefault("jobTemplate", {})
+    _job_spec(job_template.setdefault("spec", {}), "spec.jobTemplate.spec", errors,
+              defaults=False)
 
 
 def _configmap(obj: Obj, errors: FieldErrors) -> None:

@@ -18,7 +18,8 @@ from migrator.sim import simkinds
 Obj = dict[str, Any]
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-_CATEGORY_ALL = (kinds.POD, kinds.SERVICE, kinds.DAEMONSET)
+_CATEGORY_ALL = (kinds.POD, kinds.SERVICE, kinds.DAEMONSET, simkinds.DEPLOYMENT, simkinds.JOB,
+                 simkinds.CRON_JOB)
 _PREFERRED = {"nvidia.com": "v1"}
 
 

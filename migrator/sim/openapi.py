@@ -3,7 +3,9 @@
 `fieldValidation=Strict|Warn`.
 
 Built from a compact field table (`_DEFS`), not the full upstream schemas: the kinds the
-project's objects use (DaemonSet, Pod template, Service, ConfigMap, Namespace) are modelled with
+project's objects use (DaemonSet, Pod template, Service, ConfigMap, Namespace, and what
+docs/guard.yaml, docs/job.yaml and docs/rbac.yaml apply: Deployment, Job, CronJob,
+ServiceAccount, Role, RoleBinding, ClusterRole, ClusterRoleBinding) are modelled with
 every field name upstream's types have at v1.32, their nested objects the project does not use
 (probes, security contexts, volume sources, statuses, ...) are
 `x-kubernetes-preserve-unknown-fields` objects, and every other served kind is a root object
@@ -39,6 +41,8 @@ _PREFIXES = {
     "meta.": "io.k8s.apimachinery.pkg.apis.meta.v1.",
     "core.": "io.k8s.api.core.v1.",
     "apps.": "io.k8s.api.apps.v1.",
+    "batch.": "io.k8s.api.batch.v1.",
+    "rbac.": "io.k8s.api.rbac.v1.",
 }
 _PRESERVE: Obj = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
@@ -190,10 +194,134 @@ _DEFS: dict[str, tuple[str, dict[str, str]]] = {
             "spec": "@core.NamespaceSpec", "status": "any"}),
     "core.NamespaceSpec": (
         "NamespaceSpec describes the attributes on a Namespace.", {"finalizers": "[]string"}),
+    "apps.Deployment": (
+        "Deployment enables declarative updates for Pods and ReplicaSets.", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "spec": "@apps.DeploymentSpec", "status": "@apps.DeploymentStatus+"}),
+    "apps.DeploymentSpec": (
+        "DeploymentSpec is the specification of the desired behavior of the Deployment.", {
+            "replicas": "integer", "selector": "@meta.LabelSelector",
+            "template": "@core.PodTemplateSpec", "strategy": "@apps.DeploymentStrategy",
+            "minReadySeconds": "integer", "revisionHistoryLimit": "integer",
+            "paused": "boolean", "progressDeadlineSeconds": "integer"}),
+    "apps.DeploymentStrategy": (
+        "DeploymentStrategy describes how to replace existing pods with new ones.", {
+            "type": "string", "rollingUpdate": "@apps.RollingUpdateDeployment"}),
+    "apps.RollingUpdateDeployment": (
+        "Spec to control the desired behavior of rolling update.", {
+            "maxUnavailable": "intstr", "maxSurge": "intstr"}),
+    "apps.DeploymentStatus+": (
+        "DeploymentStatus is the most recently observed status of the Deployment.", {
+            "observedGeneration": "integer", "replicas": "integer",
+            "updatedReplicas": "integer", "readyReplicas": "integer",
+            "availableReplicas": "integer", "unavailableReplicas": "integer",
+            "conditions": "[]any", "collisionCount": "integer"}),
+    "batch.Job": (
+        "Job represents the configuration of a single job.", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "spec": "@batch.JobSpec", "status": "@batch.JobStatus+"}),
+    "batch.JobSpec": (
+        "JobSpec describes how the job execution will look like.", {
+            "parallelism": "integer", "completions": "integer",
+            "activeDeadlineSeconds": "integer", "podFailurePolicy": "@batch.PodFailurePolicy",
+            "successPolicy": "any", "backoffLimit": "integer",
+            "backoffLimitPerIndex": "integer", "maxFailedIndexes": "integer",
+            "selector": "@meta.LabelSelector", "manualSelector": "boolean",
+            "template": "@core.PodTemplateSpec", "ttlSecondsAfterFinished": "integer",
+            "completionMode": "string", "suspend": "boolean",
+            "podReplacementPolicy": "string", "managedBy": "string"}),
+    "batch.PodFailurePolicy": (
+        "PodFailurePolicy describes how failed pods influence the backoffLimit.", {
+            "rules": "[]@batch.PodFailurePolicyRule"}),
+    "batch.PodFailurePolicyRule": (
+        "PodFailurePolicyRule describes how a pod failure is handled when the requirements "
+        "are met. One of onExitCodes and onPodConditions, but not both, can be used in each "
+        "rule.", {
+            "action": "string", "onExitCodes": "@batch.PodFailurePolicyOnExitCodesRequirement",
+            "onPodConditions": "[]@batch.PodFailurePolicyOnPodConditionsPattern"}),
+    "batch.PodFailurePolicyOnExitCodesRequirement": (
+        "PodFailurePolicyOnExitCodesRequirement describes the requirement for handling a "
+        "failed pod based on its container exit codes.", {
+            "containerName": "string", "operator": "string", "values": "[]integer"}),
+    "batch.PodFailurePolicyOnPodConditionsPattern": (
+        "PodFailurePolicyOnPodConditionsPattern describes a pattern for matching an actual pod "
+        "condition type.", {"type": "string", "status": "string"}),
+    "batch.JobStatus+": (
+        "JobStatus represents the current state of a Job.", {
+            "conditions": "[]any", "startTime": "string", "completionTime": "string",
+            "active": "integer", "succeeded": "integer", "failed": "integer",
+            "terminating": "integer", "completedIndexes": "string",
+            "failedIndexes": "string", "uncountedTerminatedPods": "any", "ready": "integer"}),
+    "batch.CronJob": (
+        "CronJob represents the configuration of a single cron job.", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "spec": "@batch.CronJobSpec", "status": "@batch.CronJobStatus+"}),
+    "batch.CronJobSpec": (
+        "CronJobSpec describes how the job execution will look like and when it will "
+        "actually run.", {
+            "schedule": "string", "timeZone": "string", "startingDeadlineSeconds": "integer",
+            "concurrencyPolicy": "string", "suspend": "boolean",
+            "jobTemplate": "@batch.JobTemplateSpec", "successfulJobsHistoryLimit": "integer",
+            "failedJobsHistoryLimit": "integer"}),
+    "batch.JobTemplateSpec": (
+        "JobTemplateSpec describes the data a Job should have when created from a template", {
+            "metadata": "@meta.ObjectMeta", "spec": "@batch.JobSpec"}),
+    "batch.CronJobStatus+": (
+        "CronJobStatus represents the current state of a cron job.", {
+            "active": "[]any", "lastScheduleTime": "string", "lastSuccessfulTime": "string"}),
+    "core.ServiceAccount": (
+        "ServiceAccount binds together: * a name, understood by users, and perhaps by "
+        "peripheral systems, for an identity * a principal that can be authenticated and "
+        "authorized * a set of secrets", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "secrets": "[]any", "imagePullSecrets": "[]any",
+            "automountServiceAccountToken": "boolean"}),
+    "rbac.Role": (
+        "Role is a namespaced, logical grouping of PolicyRules that can be referenced as a "
+        "unit by a RoleBinding.", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "rules": "[]@rbac.PolicyRule"}),
+    "rbac.ClusterRole": (
+        "ClusterRole is a cluster level, logical grouping of PolicyRules that can be "
+        "referenced as a unit by a RoleBinding or ClusterRoleBinding.", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "rules": "[]@rbac.PolicyRule", "aggregationRule": "@rbac.AggregationRule"}),
+    "rbac.AggregationRule": (
+        "AggregationRule describes how to locate ClusterRoles to aggregate into the "
+        "ClusterRole", {"clusterRoleSelectors": "[]@meta.LabelSelector"}),
+    "rbac.PolicyRule": (
+        "PolicyRule holds information that describes a policy rule, but does not contain "
+        "information about who the rule applies to or which namespace the rule applies to.", {
+            "verbs": "[]string", "apiGroups": "[]string", "resources": "[]string",
+            "resourceNames": "[]string", "nonResourceURLs": "[]string"}),
+    "rbac.RoleBinding": (
+        "RoleBinding references a role, but does not contain it.  It can reference a Role in "
+        "the same namespace or a ClusterRole in the global namespace. It adds who information "
+        "via Subjects and namespace information by which namespace it exists in.  "
+        "RoleBindings in a given namespace only have effect in that namespace.", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "subjects": "[]@rbac.Subject", "roleRef": "@rbac.RoleRef"}),
+    "rbac.ClusterRoleBinding": (
+        "ClusterRoleBinding references a ClusterRole, but not contain it.  It can reference a "
+        "ClusterRole in the global namespace, and adds who information via Subject.", {
+            "apiVersion": "string", "kind": "string", "metadata": "@meta.ObjectMeta",
+            "subjects": "[]@rbac.Subject", "roleRef": "@rbac.RoleRef"}),
+    "rbac.RoleRef": (
+        "RoleRef contains information that points to the role being used", {
+            "apiGroup": "string", "kind": "string", "name": "string"}),
+    "rbac.Subject": (
+        "Subject contains a reference to the object or user identities a role binding applies "
+        "to.  This can either hold a direct API object reference, or a value for non-objects "
+        "such as user and group names.", {
+            "kind": "string", "apiGroup": "string", "name": "string", "namespace": "string"}),
 }
 _MODELLED = {kinds.DAEMONSET: "apps.DaemonSet", kinds.POD: "core.Pod",
              kinds.SERVICE: "core.Service", kinds.CONFIGMAP: "core.ConfigMap",
-             kinds.NAMESPACE: "core.Namespace"}
+             kinds.NAMESPACE: "core.Namespace", simkinds.DEPLOYMENT: "apps.Deployment",
+             simkinds.JOB: "batch.Job", simkinds.CRON_JOB: "batch.CronJob",
+             simkinds.SERVICE_ACCOUNT: "core.ServiceAccount", simkinds.ROLE: "rbac.Role",
+             simkinds.ROLE_BINDING: "rbac.RoleBinding", simkinds.CLUSTER_ROLE: "rbac.ClusterRole",
+             simkinds.CLUSTER_ROLE_BINDING: "rbac.ClusterRoleBinding"}
 _GROUP_PACKAGES = {"": "io.k8s.api.core", "apiextensions.k8s.io":
                    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions"}
 

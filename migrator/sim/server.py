@@ -28,14 +28,29 @@ Where the sim knowingly differs from a real API server:
   `kubectl auth can-i` and the ConfigMap of `kubectl create configmap` (`protobuf.py`).
 - OpenAPI (`openapi`): `/openapi/v3` and `/openapi/v2` (JSON only; a protobuf-only Accept is
   406) describe the served kinds from a compact field table, not upstream's full schemas:
-  DaemonSet, the pod template, Pod, Service, ConfigMap and Namespace with their field names
+  DaemonSet, Deployment, Job, CronJob, the pod template, Pod, Service, ConfigMap, Namespace,
+  ServiceAccount and the four RBAC kinds with their field names
   (nested objects the project does not use, statuses and every other kind are
   `x-kubernetes-preserve-unknown-fields`), without field descriptions. `fieldValidation=Strict`
   (kubectl's default) refuses an unknown field of those (400, upstream's `strict decoding error:
   unknown field "spec.foo"`; a patch is checked as sent, not as merged), `Warn` answers a
   `Warning` header; with no `fieldValidation` nothing is checked (upstream warns). PATCH
   operations list no strategic merge patch, so `kubectl apply` builds it from its compiled-in
-  types. Server-side apply (`application/apply-patch+yaml`) is 415.
+  types. Server-side apply (`application/apply-patch+yaml`) is 415. kubectl v1.32 sends
+  `Accept: application/json, */*` for `/openapi/v3` and `application/json` for its group
+  versions, but only `application/com.github.proto-openapi.spec.v2@v1.0+protobuf` for
+  `/openapi/v2` (upstream kube-openapi `handler.go` negotiates JSON and both protobuf spellings
+  with goautoneg and serves the gnostic protobuf); it asks v2 only when a kind is missing from
+  `/openapi/v3` (the `fieldValidation` verifier's fallback: applying a kind the sim does not
+  serve ends in "failed to download openapi", not upstream's "no matches for kind") and, without
+  consequence, when `apply` looks for a strategic-merge PATCH before its compiled-in types.
+- Stored-only kinds (`simkinds.STORED_ONLY`): ServiceAccount, Role, RoleBinding, ClusterRole,
+  ClusterRoleBinding, Deployment, Job and CronJob are kept, listed, watched, printed and
+  defaulted (`admission`) with no controller behind them: a Deployment makes no ReplicaSet or
+  pod (READY stays 0/N), a Job no pod (STATUS Running), a CronJob no Job; no token for a
+  ServiceAccount; no `deployments/scale`, `serviceaccounts/token` subresources; a Job's
+  selector and `controller-uid` labels are not generated; stored RBAC objects do not change
+  what the sim's authorizer allows (that is `sim serve --rbac`, `access`).
 - Later pages of a paginated list read the live store, not a snapshot of the first page's
   resourceVersion (no item is returned twice; one created or deleted meanwhile may or may not
   appear). One event window (`Store.event_log_size`, `sim serve --watch-window`) stands for

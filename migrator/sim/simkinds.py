@@ -3,6 +3,13 @@ the ones only the sim needs, so the tool's table stays what the tool reads or wr
 
 - core/v1 `endpoints` (kind Endpoints, namespaced, short name `ep`, no status subresource;
   singular `endpoints`, as upstream's discovery lists it), kept by the endpoints controller.
+- Stored only, no controller (what docs/guard.yaml, docs/job.yaml and docs/rbac.yaml apply):
+  core/v1 `serviceaccounts` (`sa`), `rbac.authorization.k8s.io/v1` `roles`, `rolebindings`
+  (namespaced), `clusterroles`, `clusterrolebindings` (cluster-scoped), `apps/v1` `deployments`
+  (`deploy`), `batch/v1` `jobs` and `cronjobs` (`cj`); the last three with a status
+  subresource. Scope and short names as upstream's discovery lists them (v1.32). A Deployment
+  makes no ReplicaSet or pod, a Job no pod, a CronJob no Job; stored RBAC objects are not what
+  the sim's authorizer reads (`access`: `sim serve --rbac`).
 - `monitoring.coreos.com/v1` `podmonitors` (kind PodMonitor) is in the tool's table; it is
   re-exported here, so the sim names every kind it adds or serves beyond the core ones from
   one place.
@@ -20,8 +27,22 @@ from migrator.model.kinds import Kind
 ENDPOINTS: Kind = kinds.BY_KEY.get(
     "endpoints", Kind("", "v1", "endpoints", "Endpoints", True, ("ep",)))
 POD_MONITOR: Kind = kinds.POD_MONITOR
+SERVICE_ACCOUNT = Kind("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",))
+_RBAC = "rbac.authorization.k8s.io"
+ROLE = Kind(_RBAC, "v1", "roles", "Role", True)
+ROLE_BINDING = Kind(_RBAC, "v1", "rolebindings", "RoleBinding", True)
+CLUSTER_ROLE = Kind(_RBAC, "v1", "clusterroles", "ClusterRole", False)
+CLUSTER_ROLE_BINDING = Kind(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
+DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment", True, ("deploy",), True)
+JOB = Kind("batch", "v1", "jobs", "Job", True, (), True)
+CRON_JOB = Kind("batch", "v1", "cronjobs", "CronJob", True, ("cj",), True)
+STORED_ONLY: tuple[Kind, ...] = (
+    SERVICE_ACCOUNT, ROLE, ROLE_BINDING, CLUSTER_ROLE, CLUSTER_ROLE_BINDING, DEPLOYMENT, JOB,
+    CRON_JOB,
+)
 
-SIM_ONLY: tuple[Kind, ...] = tuple(k for k in (ENDPOINTS,) if k.key not in kinds.BY_KEY)
+SIM_ONLY: tuple[Kind, ...] = tuple(
+    k for k in (ENDPOINTS, *STORED_ONLY) if k.key not in kinds.BY_KEY)
 ALL: tuple[Kind, ...] = kinds.ALL + SIM_ONLY
 BY_KEY: dict[str, Kind] = {k.key: k for k in ALL}
 BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL}

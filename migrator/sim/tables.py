@@ -4,8 +4,9 @@ A client asks for a Table with `Accept: application/json;as=Table;v=v1;g=meta.k8
 for its human-readable output; the tool to follow a rollout in few bytes). Upstream sources:
 
 - Columns and cells: `pkg/printers/internalversion/printers.go` (`AddHandlers`, `printPod`,
-  `printDaemonSet`, `printNode`, ...). The server always renders the wide (priority 1)
-  columns: `pkg/printers/storage` `TableConvertor.ConvertToTable` generates with
+  `printDaemonSet`, `printNode`, `printDeployment`, `printJob`, `printCronJob`,
+  `printServiceAccount`, `printRole`, `printRoleBinding`, ...). The server always renders the
+  wide (priority 1) columns: `pkg/printers/storage` `TableConvertor.ConvertToTable` generates with
   `GenerateOptions{Wide: true}`; kubectl hides priority > 0 itself. Kinds without a printer
   here get NAME and AGE. Ages are `duration.HumanDuration` of the wall clock.
 - `includeObject` (`TableOptions`): `k8s.io/apiserver/pkg/endpoints/handlers/response.go`
@@ -34,6 +35,7 @@ from typing import Any
 from migrator.model import kinds
 from migrator.model.kinds import Kind
 from migrator.sim import podprinter
+from migrator.sim import simkinds as S
 from migrator.sim.simkinds import ENDPOINTS
 from migrator.sim.statuses import bad_request
 
@@ -261,11 +263,169 @@ def _endpoints_row(obj: Obj, now: datetime) -> Row:
     return [name, cell if obj.get("subsets") else "<none>", age], None
 
 
+def _template_cells(obj: Obj, template: Obj, selector: Any) -> list[str]:
+    """The wide Containers, Images, Selector cells of a workload."""
+    return [*_containers(template.get("spec") or {}), format_label_selector(selector)]
+
+
+def _deployment_row(obj: Obj, now: datetime) -> Row:
+    """`printDeployment`: READY is ready/desired replicas."""
+    name, age = _name_age(obj, now)
+    spec, st = _spec(obj), _status(obj)
+    ready = f"{int(st.get('readyReplicas') or 0)}/{int(spec.get('replicas') or 0)}"
+    return ([name, ready, int(st.get("updatedReplicas") or 0),
+             int(st.get("availableReplicas") or 0), age,
+             *_template_cells(obj, spec.get("template") or {}, spec.get("selector"))], None)
+
+
+def _has_condition(st: Obj, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True"
+               for c in st.get("conditions") or [] if isinstance(c, dict))
+
+
+def _job_row(obj: Obj, now: datetime) -> Row:
+    """`printJob`: STATUS from the conditions (Running when none holds), COMPLETIONS
+    succeeded/completions, DURATION from startTime to completionTime (or now)."""
+    name, age = _name_age(obj, now)
+    spec, st = _spec(obj), _status(obj)
+    succeeded = int(st.get("succeeded") or 0)
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{int(spec['completions'])}"
+    elif int(spec.get("parallelism") or 0) > 1:
+        completions = f"{succeeded}/1 of {int(spec['parallelism'])}"
+    else:
+        completions = f"{succeeded}/1"
+    start = podprinter.parse_time(st.get("startTime"))
+    end = podprinter.parse_time(st.get("completionTime")) or now
+    duration = "" if start is None else human_duration((end - start).total_seconds())
+    status = "Running"
+    for cond, text in (("Complete", "Complete"), ("Failed", "Failed")):
+        if _has_condition(st, cond):
+            status = text
+            break
+    else:
+        if _meta(obj).get("deletionTimestamp"):
+            status = "Terminating"
+        elif _has_condition(st, "Suspended"):
+            status = "Suspended"
+        elif _has_condition(st, "FailureTarget"):
+            status = "FailureTarget"
+        elif _has_condition(st, "SuccessCriteriaMet"):
+            status = "SuccessCriteriaMet"
+    return ([name, status, completions, duration, age,
+             *_template_cells(obj, spec.get("template") or {}, spec.get("selector"))], None)
+
+
+def _bool_ptr(value: Any) -> str:
+    return "<unset>" if value is None else ("True" if value else "False")
+
+
+def _cronjob_row(obj: Obj, now: datetime) -> Row:
+    """`printCronJob`."""
+    name, age = _name_age(obj, now)
+    spec, st = _spec(obj), _status(obj)
+    last = st.get("lastScheduleTime")
+    job = (spec.get("jobTemplate") or {}).get("spec") or {}
+    return ([name, str(spec.get("schedule", "")), spec.get("timeZone") or "<none>",
+             _bool_ptr(spec.get("suspend")), len(st.get("active") or []),
+             human_age(last, now) if last else "<none>", age,
+             *_template_cells(obj, job.get("template") or {}, job.get("selector"))], None)
+
+
+def _serviceaccount_row(obj: Obj, now: datetime) -> Row:
+    name, age = _name_age(obj, now)
+    return [name, len(obj.get("secrets") or []), age], None
+
+
+def _created_at_row(obj: Obj, now: datetime) -> Row:
+    """Role and ClusterRole: NAME, CREATED AT (RFC 3339, UTC)."""
+    meta = _meta(obj)
+    created = podprinter.parse_time(meta.get("creationTimestamp"))
+    text = created.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if created else ""
+    return [str(meta.get("name", "")), text], None
+
+
+def _binding_row(obj: Obj, now: datetime) -> Row:
+    """`printRoleBinding`/`printClusterRoleBinding`: ROLE is Kind/name; wide: users, groups,
+    service accounts (namespace/name)."""
+    name, age = _name_age(obj, now)
+    ref = obj.get("roleRef") or {}
+    subjects = [s for s in obj.get("subjects") or [] if isinstance(s, dict)]
+
+    def named(kind: str) -> str:
+        return ", ".join(str(s.get("name", "")) for s in subjects if s.get("kind") == kind)
+    accounts = ", ".join(f"{s.get('namespace', '')}/{s.get('name', '')}" for s in subjects
+                         if s.get("kind") == "ServiceAccount")
+    return [name, f"{ref.get('kind', '')}/{ref.get('name', '')}", age, named("User"),
+            named("Group"), accounts], None
+
+
 def _default_row(obj: Obj, now: datetime) -> Row:
     return list(_name_age(obj, now)), None
 
 
+_WORKLOAD_WIDE = [_col("Containers", "string", _CONTAINERS_DOC, 1),
+                  _col("Images", "string", _IMAGES_DOC, 1)]
+_ROLE_COLS = [_NAME_COL, _col("Created At", "date", _AGE_DOC)]
+
+
+def _binding_cols(role_doc: str) -> list[Obj]:
+    return [_NAME_COL, _col("Role", "string", role_doc), _AGE_COL,
+            _col("Users", "string", "Users in the roleBinding", 1),
+            _col("Groups", "string", "Groups in the roleBinding", 1),
+            _col("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", 1)]
+
+
+_ROLE_REF_DOC = ("RoleRef can reference a Role in the current namespace or a ClusterRole in the "
+                 "global namespace. If the RoleRef cannot be resolved, the Authorizer must "
+                 "return an error. This field is immutable.")
+_CLUSTER_ROLE_REF_DOC = ("RoleRef can only reference a ClusterRole in the global namespace. If "
+                         "the RoleRef cannot be resolved, the Authorizer must return an error. "
+                         "This field is immutable.")
+_JOB_SELECTOR_DOC = ("A label query over pods that should match the pod count. Normally, the "
+                     "system sets this field for you. More info: https://kubernetes.io/docs/"
+                     "concepts/overview/working-with-objects/labels/#label-selectors")
+
 PRINTERS: dict[str, Printer] = {
+    S.DEPLOYMENT.key: ([
+        _NAME_COL, _col("Ready", "string", "Number of the pod with ready state"),
+        _col("Up-to-date", "integer", "Total number of non-terminated pods targeted by this "
+             "deployment that have the desired template spec."),
+        _col("Available", "integer", "Total number of available pods (ready for at least "
+             "minReadySeconds) targeted by this deployment."),
+        _AGE_COL, *_WORKLOAD_WIDE,
+        _col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods "
+             "are selected by this will be the ones affected by this deployment.", 1),
+    ], _deployment_row),
+    S.JOB.key: ([
+        _NAME_COL, _col("Status", "string", "Status of the job."),
+        _col("Completions", "string", "The number of pods which reached phase Succeeded."),
+        _col("Duration", "string", "Time required to complete the job."), _AGE_COL,
+        *_WORKLOAD_WIDE, _col("Selector", "string", _JOB_SELECTOR_DOC, 1),
+    ], _job_row),
+    S.CRON_JOB.key: ([
+        _NAME_COL,
+        _col("Schedule", "string", "The schedule in Cron format, see "
+             "https://en.wikipedia.org/wiki/Cron."),
+        _col("Timezone", "string", "The time zone name for the given schedule, see "
+             "https://en.wikipedia.org/wiki/List_of_tz_database_time_zones."),
+        _col("Suspend", "boolean", "This flag tells the controller to suspend subsequent "
+             "executions, it does not apply to already started executions.  Defaults to "
+             "false."),
+        _col("Active", "integer", "A list of pointers to currently running jobs."),
+        _col("Last Schedule", "string", "Information when was the last time the job was "
+             "successfully scheduled."),
+        _AGE_COL, *_WORKLOAD_WIDE, _col("Selector", "string", _JOB_SELECTOR_DOC, 1),
+    ], _cronjob_row),
+    S.SERVICE_ACCOUNT.key: ([
+        _NAME_COL,
+        _col("Secrets", "string", "Secrets is a list of the secrets in the same namespace "
+             "that pods running using this ServiceAccount are allowed to use."), _AGE_COL,
+    ], _serviceaccount_row),
+    S.ROLE.key: (_ROLE_COLS, _created_at_row),
+    S.CLUSTER_ROLE.key: (_ROLE_COLS, _created_at_row),
+    S.ROLE_BINDING.key: (_binding_cols(_ROLE_REF_DOC), _binding_row),
+    S.CLUSTER_ROLE_BINDING.key: (_binding_cols(_CLUSTER_ROLE_REF_DOC), _binding_row),
     kinds.POD.key: ([
         _NAME_COL,
         _col("Ready", "string", "The aggregate readiness state of this pod for accepting "

@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from migrator.model import kinds
-from migrator.sim import routing
+from migrator.sim import routing, simkinds
 from migrator.sim.tables import human_age
 from tests.sim.conftest import Raw
 
@@ -41,7 +40,7 @@ def test_core_discovery(raw: Raw, server: object) -> None:
 
 def test_group_discovery(api: client.ApiClient, raw: Raw) -> None:
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
-    assert set(groups) == {k.group for k in kinds.ALL if k.group}
+    assert set(groups) == {k.group for k in simkinds.ALL if k.group}
     nvidia = groups["nvidia.com"]
     assert [v.version for v in nvidia.versions] == ["v1", "v1alpha1"]
     # ignored below: the group names a preferred version
@@ -50,7 +49,8 @@ def test_group_discovery(api: client.ApiClient, raw: Raw) -> None:
     assert code == 200 and body["kind"] == "APIGroup" and body["name"] == "apps"
     code, body, _ = raw("GET", "/apis/apps/v1")
     assert {r["name"] for r in body["resources"]} == {
-        "daemonsets", "daemonsets/status", "controllerrevisions"}
+        "daemonsets", "daemonsets/status", "controllerrevisions", "deployments",
+        "deployments/status"}
     code, body, _ = raw("GET", "/apis/authorization.k8s.io/v1")
     assert body["resources"][0]["verbs"] == ["create"]
     code, body, _ = raw("GET", "/apis/nvidia.com/v1alpha1")
@@ -58,8 +58,8 @@ def test_group_discovery(api: client.ApiClient, raw: Raw) -> None:
 
 
 def test_unknown_paths_are_404_status(raw: Raw) -> None:
-    for path in ("/apis/batch/v1", "/apis/apps/v2/daemonsets", "/api/v1/secrets",
-                 "/openapi/v3/apis/batch/v1", "/nothing"):
+    for path in ("/apis/policy/v1", "/apis/apps/v2/daemonsets", "/api/v1/secrets",
+                 "/openapi/v3/apis/policy/v1", "/nothing"):
         code, body, _ = raw("GET", path)
         assert code == 404, path
         assert body["reason"] == "NotFound"

@@ -66,7 +66,7 @@ def test_v3_documents_of_every_served_kind(raw: Raw) -> None:
         "io.k8s.api.discovery.v1.EndpointSlice"]["x-kubernetes-preserve-unknown-fields"]
     crd = raw("GET", "/openapi/v3/apis/nvidia.com/v1")[1]["components"]["schemas"]
     assert crd["com.nvidia.v1.ClusterPolicy"][GVK][0]["kind"] == "ClusterPolicy"
-    assert raw("GET", "/openapi/v3/apis/batch/v1")[0] == 404
+    assert raw("GET", "/openapi/v3/apis/policy/v1")[0] == 404
 
 
 def test_disabled_group_is_left_out(raw: Raw) -> None:

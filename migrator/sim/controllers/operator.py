@@ -36,8 +36,9 @@ alone:
 - GPUCluster (internal/state/configurable_state.go `Sync`: a disabled state renders nothing, so
   `handleStateObjectsDeletion` → `deleteStateRelatedObjects` in state_skel.go, as of
   rahulait/gpu-operator@5746d440): for each kind of `getSupportedGVKs` the cluster serves
-  (`STATE_SKEL_GVKS`; here ConfigMap, DaemonSet, CustomResourceDefinition, Pod, Service,
-  ServiceMonitor, ResourceClaimTemplate), a List with the label selector
+  (`STATE_SKEL_GVKS`; here ServiceAccount, ConfigMap, DaemonSet, Deployment,
+  CustomResourceDefinition, ClusterRole, ClusterRoleBinding, Role, RoleBinding, CronJob, Pod,
+  Service, ServiceMonitor, ResourceClaimTemplate), a List with the label selector
   `nvidia.com/gpu-operator.state=<state>` (in the operator namespace for namespaced kinds,
   cluster-wide otherwise), then a default Delete of every item not already being deleted —
   again no ownership check, so any object carrying that label goes and a same-named object

@@ -61,8 +61,7 @@ def shared_with(ctx: PlanContext, alias: str) -> str | None:
     live = ctx.service(alias)
     if live is None or collected(ctx.snapshot, live) or o.terminating(live):
         return None
-    owner = ctx.operator_owner(live)
-    return owner if owner and owner.startswith(f"{sharing.OPERATOR_KIND}/") else None
+    return sharing.rendered_by(live)
 
 
 def _shared_detail(alias: str, owner: str, source: str) -> str:

@@ -52,9 +52,9 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
         return REPLACED, (f"{step.object} was the tool's alias of {source}, which no longer "
                           f"exists (its stack was removed), and the name is {holder}'s now: "
                           "its recorded step is retired and the Service is left alone")
-    if source is not None and not ctx.is_tool_owned(live) and _shared(ctx, live):
-        holder = ctx.operator_owner(live) or "its operator"
-        return REPLACED, (f"{step.object} was the tool's alias of {source}; {holder}'s "
+    renderer = sharing.rendered_by(live)
+    if source is not None and not ctx.is_tool_owned(live) and renderer:
+        return REPLACED, (f"{step.object} was the tool's alias of {source}; {renderer}'s "
                           "operator renders the name now (both stacks run here), and the pods "
                           f"of {source} join it through the EndpointSlices `dcgm-migrate guard` "
                           "keeps: handed over, its recorded step is retired and the Service is "
@@ -94,12 +94,6 @@ def _handed_over(ctx: PlanContext, step: Step, live: Mapping[str, Any]) -> str |
             f"{wanted.key}={wanted.value}, which Service/{o.name(stable or {})} selects now; "
             "the tool's common label is no longer needed: handed over, nothing to verify or "
             "roll back")
-
-
-def _shared(ctx: PlanContext, live: Mapping[str, Any]) -> bool:
-    """A ClusterPolicy's operator renders this stable name for its own pods."""
-    owner = ctx.operator_owner(live) or ""
-    return owner.startswith(f"{sharing.OPERATOR_KIND}/")
 
 
 def _alias_source(ctx: PlanContext, step: Step) -> str | None:

@@ -98,7 +98,9 @@ def is_shared_slice(slice_: Mapping[str, Any], common: Any) -> bool:
                 and common.tool_owned(slice_))
 
 
-def _operator_owner(service: Mapping[str, Any]) -> str | None:
+def rendered_by(service: Mapping[str, Any]) -> str | None:
+    """`ClusterPolicy/<name>` when the ClusterPolicy's operator renders this Service (its
+    controller ownerReference): a stable name the GPUCluster pods share, never take."""
     ref = o.controller_owner(service)
     if ref and ref.get("kind") == OPERATOR_KIND:
         return f"{OPERATOR_KIND}/{ref.get('name')}"
@@ -197,7 +199,7 @@ def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, A
         if not comp.alias or comp.daemonset not in snapshot.daemonsets:
             continue
         svc = snapshot.services.get(comp.alias)
-        owner = _operator_owner(svc) if svc is not None else None
+        owner = rendered_by(svc) if svc is not None else None
         if svc is None or owner is None or o.terminating(svc) or catalog.common.tool_owned(svc):
             continue
         covered = {str(e.get("nodeName") or "") for sl in controller.get(comp.alias, [])

@@ -236,9 +236,8 @@ def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> lis
 def _selected_label(snapshot: Snapshot, catalog: Catalog, comp: Component) -> Label:
     """The label the component's pods must carry: the common label, or the component label
     of the operator release that manages its stable name now."""
-    release = catalog.managed_by_release(snapshot.services.get(comp.alias or comp.service))
-    return (release.component_labels.get(comp.component) or comp.common_label
-            if release else comp.common_label)
+    found = catalog.release_label(comp, snapshot.services)
+    return found[1] if found else comp.common_label
 
 
 def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component

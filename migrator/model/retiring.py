@@ -80,18 +80,17 @@ def _handed_over(ctx: PlanContext, step: Step, live: Mapping[str, Any]) -> str |
                 f"{release.name}: {release.shared_label.key}={release.shared_label.value}): "
                 "handed over — the tool never writes it again, verifies it like any "
                 "operator Service and leaves it alone on rollback")
-    comp = next((c for c in ctx.catalog.components if c.daemonset == getattr(
-        step, "daemonset", None)), None)
+    daemonset = step.daemonset if isinstance(step, SetLabels | RollPods) else None
+    comp = next((c for c in ctx.catalog.components if c.daemonset == daemonset), None)
     if comp is None or o.template_labels(live).get(comp.common_label.key):
         return None
-    stable = ctx.service(comp.alias or comp.service)
-    release = ctx.catalog.managed_by_release(stable)
-    wanted = release.component_labels.get(comp.component) if release else None
-    if release is None or wanted is None or \
-            o.template_labels(live).get(wanted.key) != wanted.value:
+    found = ctx.catalog.release_label(comp, ctx.snapshot.services)
+    if found is None or o.template_labels(live).get(found[1].key) != found[1].value:
         return None
+    release, wanted = found
     return (f"{step.object} is rendered by GPU Operator release {release.name} with "
-            f"{wanted.key}={wanted.value}, which Service/{o.name(stable or {})} selects now; "
+            f"{wanted.key}={wanted.value}, which Service/{comp.alias or comp.service} selects "
+            "now; "
             "the tool's common label is no longer needed: handed over, nothing to verify or "
             "roll back")
 

@@ -31,7 +31,7 @@ from typing import Any
 from migrator.model import aliasing
 from migrator.model import objects as o
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog, Component
+from migrator.model.stacks import Catalog, Common, Component
 
 Obj = dict[str, Any]
 
@@ -91,7 +91,7 @@ class SliceWrite:
 
 # ---- what is shared ---------------------------------------------------------------------------
 
-def is_shared_slice(slice_: Mapping[str, Any], common: Any) -> bool:
+def is_shared_slice(slice_: Mapping[str, Any], common: Common) -> bool:
     """A slice this tool manages: its managed-by values on both labels."""
     labels = o.labels(slice_)
     return bool(labels.get(MANAGED_BY_LABEL) == common.managed_by.value

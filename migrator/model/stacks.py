@@ -122,6 +122,14 @@ class Catalog:
             return None
         return next((r for r in self.releases if r.manages(service)), None)
 
+    def release_label(self, comp: Component, services: Mapping[str, Mapping[str, Any]]
+                      ) -> tuple[Release, Label] | None:
+        """The operator release that manages this component's stable name now, and the
+        label its Service selects the component's pods by; None while the tool's is used."""
+        release = self.managed_by_release(services.get(comp.alias or comp.service))
+        label = release.component_labels.get(comp.component) if release else None
+        return (release, label) if release is not None and label is not None else None
+
     def stack(self, name: str) -> Stack:
         for s in self.stacks:
             if s.name == name:

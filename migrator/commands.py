@@ -6,7 +6,7 @@ Every command validates its input before it writes anything, so bad input costs 
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable
@@ -19,11 +19,12 @@ from migrator.engine import executor, informer, runstate
 from migrator.engine import preview as previews
 from migrator.engine import report as reports
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.informer import Informer
 from migrator.engine.locate import locate, namespace_check, wrong_namespace
 from migrator.engine.observe import read_snapshot
 from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.progress import Listener, Quiet
-from migrator.engine.runner import Runner, RunResult, RunSettings
+from migrator.engine.runner import Run, Runner, RunResult, RunSettings
 from migrator.engine.state import (
     ConfigMapStateStore,
     RunSession,
@@ -46,28 +47,31 @@ ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip t
 
 @dataclass
 class Session:
-    """One connection to one namespace, plus what every command needs around it."""
+    """One connection to one namespace, plus what every command needs around it: the one
+    state store the command loads, locks and saves with, and the clock handed down with the
+    run (`steprun.Run`)."""
 
     kube: Kube
     namespace: str
     listener: Listener = field(default_factory=Quiet)
     catalog: Catalog = field(default_factory=load_catalog)
-    clock: Clock = field(default_factory=SystemClock)  # handed down to the runner and waiter
+    clock: Clock = field(default_factory=SystemClock)
+    store: StateStore = field(init=False)
 
-    def store(self) -> StateStore:
-        """The state store: the catalog's state ConfigMap in this namespace."""
-        return ConfigMapStateStore(self.kube, self.namespace, self.catalog.common, self.clock)
+    def __post_init__(self) -> None:
+        self.store = ConfigMapStateStore(self.kube, self.namespace, self.catalog.common,
+                                         self.clock)
 
 
 # ---- shared checks ---------------------------------------------------------------------------
 
-def _observe(session: Session) -> Snapshot:
+def _observe(session: Session, cache: Informer | None = None) -> Snapshot:
     """The namespace as the planner sees it, refused (UsageError, before any write) when it
     does not exist or holds none of the DaemonSets the catalog names: a ClusterPolicy or
     GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
     A state there that records steps keeps it answerable (status shows their drift, rollback
     undoes them); `apply` refuses it all the same (`_require_stack`)."""
-    snap = read_snapshot(session.kube, session.namespace, session.catalog)
+    snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache)
     if snap.namespace_exists and (snap.daemonsets or _records_steps(session)):
         return snap
     message, hint = wrong_namespace(session.namespace, locate(session.kube, session.catalog),
@@ -128,9 +132,8 @@ def _check_phase(phase: int) -> int:
     return phase
 
 
-def _load_state(session: Session, store: StateStore | None = None) -> tuple[
-        State | None, str | None]:
-    stored = (store or session.store()).load()
+def _load_state(session: Session) -> tuple[State | None, str | None]:
+    stored = session.store.load()
     if stored is None:
         return None, None
     return State.from_document(stored.document, session.clock), stored.version
@@ -226,22 +229,22 @@ class RunRequest:
     holder: str = field(default_factory=default_holder)
 
 
-def _locked_run(session: Session, request: RunRequest, state: State, version: str | None,
-                action: Callable[[Runner], RunResult]) -> reports.Report:
-    """Open the run session (lock, save, heartbeat, dry run), run `action`, report (the
-    document with the run's result, and the typed data the command judges it by). The
-    runner reads the run's cache afresh; a run that wrote since `state` was loaded changed
-    the state document, and then the runner's first save (before any write) fails."""
+def _locked_run(session: Session, cache: Informer, request: RunRequest, state: State,
+                version: str | None, action: Callable[[Runner], RunResult]) -> reports.Report:
+    """Open the run session (lock, save, heartbeat, dry run), build the one `Run` the engine
+    works with, run `action`, report (the document with the run's result, and the typed data
+    the command judges it by). The runner reads the run's cache afresh; a run that wrote since
+    `state` was loaded changed the state document, and then the runner's first save (before
+    any write) fails."""
     dry = session.kube.dry_run
     settings = request.settings
     if dry:
         settings = RunSettings(timeout=0.0, settle=0.0, options=settings.options)
-    with RunSession(session.store(), version=version, holder=request.holder,
+    with RunSession(session.store, version=version, holder=request.holder,
                     clock=session.clock, listener=session.listener, dry_run=dry,
-                    common=session.catalog.common) as run:
-        runner = Runner(session.kube, session.namespace, session.catalog, state, run.save,
-                        settings=settings, listener=session.listener, clock=session.clock,
-                        heartbeat=run.heartbeat, dry_run=dry)
+                    common=session.catalog.common) as held:
+        runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
+                            session.clock, session.listener, settings), state)
         result = action(runner)
     final = reports.assemble(runner.snapshot(), session.catalog, state, request.options)
     after = final.document
@@ -254,33 +257,31 @@ def _locked_run(session: Session, request: RunRequest, state: State, version: st
     return final
 
 
-def _cached(command: Callable[[Session, RunRequest], dict[str, Any]]) -> Callable[
-        [Session, RunRequest], dict[str, Any]]:
-    """Run the command with the run's cache open (engine/informer.py): its reads and its
-    gates' reads come from one list per kind plus the watches that follow it."""
-    @functools.wraps(command)
-    def run(session: Session, request: RunRequest) -> dict[str, Any]:
-        _check_phase(request.phase)  # bad input before any request
-        with informer.opened(session.kube, session.namespace, session.catalog):
-            return command(session, request)
-    return run
+def _run_cache(session: Session) -> contextlib.AbstractContextManager[Informer]:
+    """The run's cache (engine/informer.py): the reads of `apply`/`rollback` and their gates
+    come from one list per kind plus the watches that follow it."""
+    return informer.opened(session.kube, session.namespace, session.catalog, session.clock)
 
 
-@_cached
 def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
-    snap = _observe(session)
+    _check_phase(request.phase)  # bad input before any request
+    with _run_cache(session) as cache:
+        return _apply(session, cache, request)
+
+
+def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, Any]:
+    snap = _observe(session, cache)
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace)
-    store = session.store()
-    state, version = _load_state(session, store)
+    state, version = _load_state(session)
     before = reports.assemble(snap, session.catalog, state, request.options)
     preview = before.document
     _require_stack(preview, session.namespace)
     _require_operator_api(snap, session.kube.server)
     if state is None:
         _refuse_lost_state(session, snap)
-    if before.holds(request.phase) and store.lock_holder() is None:
+    if before.holds(request.phase) and session.store.lock_holder() is None:
         session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                  "nothing to do")
         preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
@@ -296,7 +297,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
         raise UsageError("Aborted at the question.", ABORTED_HINT)
     state = state or State(session.namespace, clock=session.clock)
     state.plan_fingerprint = snap.fingerprint()
-    final = _locked_run(session, request, state, version,
+    final = _locked_run(session, cache, request, state, version,
                         lambda runner: runner.apply(request.phase))
     report = final.document
     report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
@@ -342,10 +343,15 @@ def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
     return report
 
 
-@_cached
 def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
-    snap = _observe(session)
+    _check_phase(request.phase)  # bad input before any request
+    with _run_cache(session) as cache:
+        return _rollback(session, cache, request)
+
+
+def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[str, Any]:
+    snap = _observe(session, cache)
     state, version = _load_state(session)
     applied = [n for n in phases.numbers() if state and n >= request.phase
                and state.phase(n).status in ("completed", "in-progress", "failed")]
@@ -366,7 +372,7 @@ def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
             session, reports.build(snap, session.catalog, state, request.options),
             lambda p: p["number"] in applied)):
         raise UsageError("Aborted at the question.", ABORTED_HINT)
-    final = _locked_run(session, request, state, version,
+    final = _locked_run(session, cache, request, state, version,
                         lambda runner: runner.rollback(request.phase))
     report = final.document
     # Rolled back, and what the phases kept below N are answerable for still works.
@@ -436,7 +442,7 @@ def unlock(session: Session, force: bool = False) -> dict[str, Any]:
             "once.",
             "wait for that run to finish (`dcgm-migrate status` shows it), or pass --force if "
             "you are sure it is dead")
-    holder = session.store().force_unlock()
+    holder = session.store.force_unlock()
     return {"namespace": session.namespace, "released": holder,
             "forced": bool(renewing and holder is not None)}
 

@@ -10,7 +10,7 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import monitoring
 from migrator.model import objects as o
-from migrator.model.gates import GateResult
+from migrator.model.gates import GateKind, GateResult
 from migrator.model.guarding import HELD_ANNOTATION
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
@@ -137,7 +137,7 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if live != dict(step.before):
         return [GateResult(f"selector-unchanged/{step.service}", False,
                            f"selector is {live}, expected {dict(step.before)}: changed outside "
-                           "the tool")]
+                           "the tool", kind=GateKind.CHANGED_MEANWHILE)]
     common_keys = {c.common_label.key for c in ctx.catalog.components}
     if not set(step.after) & common_keys:
         # Restoring the original selector (rollback): only the superset check applies.

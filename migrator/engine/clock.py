@@ -1,12 +1,16 @@
-"""Time, injected: the one Clock the commands hand down to the runner and its waiter.
+"""Time, injected: the one Clock the commands hand down with the run (`steprun.Run`) to the
+runner, its waiter, the run's cache and the state session, and that the guard and its Lease
+election take.
 
-Nothing in the engine reads the real clock directly, so tests of timeouts, settle countdowns
-and the read-reuse window can drive a fake clock and take no real time.
+Nothing in the engine reads the real clock directly, so tests of timeouts, settle countdowns,
+cache fences and lease expiry can drive a fake clock and take no real time.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -26,6 +30,12 @@ class Clock(Protocol):
         """Wait `seconds` of this clock's time."""
         ...
 
+    def wait_for(self, condition: threading.Condition, ready: Callable[[], bool],
+                 seconds: float) -> bool:
+        """With `condition` held: wait until `ready()` holds (another thread notifies the
+        condition) or `seconds` of this clock's time pass; the last `ready()`."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -38,3 +48,7 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def wait_for(self, condition: threading.Condition, ready: Callable[[], bool],
+                 seconds: float) -> bool:
+        return condition.wait_for(ready, timeout=seconds)

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Reflector
 from migrator.engine.leader import LeaseLock
 from migrator.engine.observe import read_pods, read_snapshot
@@ -126,16 +126,16 @@ class Guard:
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings = GuardSettings(), *, log: Log = lambda _: None,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 lease: LeaseLock | None = None) -> None:
+                 clock: Clock | None = None, lease: LeaseLock | None = None) -> None:
         self.kube = kube
         self.namespace = namespace
         self.catalog = catalog
         self.settings = settings
         self.log = log
-        self._now = monotonic
+        self.clock: Clock = clock or SystemClock()  # the loop's, the Lease's, the informer's
+        self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
-                                        lease_seconds=settings.lease_seconds)
+                                        lease_seconds=settings.lease_seconds, clock=self.clock)
         self.passes = 0
         self.written: list[Correction] = []  # every correction written, oldest first
         self.slice_writes: list[SliceWrite] = []  # every shared-slice write, oldest first
@@ -186,11 +186,11 @@ class Guard:
         """(the state, whether it could be read): an unreadable state moves nothing forward
         and removes nothing shared."""
         try:
-            stored = ConfigMapStateStore(self.kube, self.namespace, self.catalog.common).load()
+            stored = self.store.load()
         except ClusterError as exc:
             self.log(f"state unreadable, nothing is moved forward or shared anew: {exc}")
             return None, False
-        return (State.from_document(stored.document) if stored and stored.document
+        return (State.from_document(stored.document, self.clock) if stored and stored.document
                 else None), True
 
     def slice_selector(self) -> str:
@@ -376,7 +376,8 @@ class Guard:
             t.start()
         self.slices = Reflector(self.kube, kinds.ENDPOINTSLICE, self.namespace, _slice_view,
                                 self.slice_selector(),
-                                changed=lambda etype, obj: events.put((etype, obj)))
+                                changed=lambda etype, obj: events.put((etype, obj)),
+                                clock=self.clock)
         loop = _Loop(self)
         try:
             self._start_slices(stop)
@@ -406,7 +407,7 @@ class _Loop:
     def judge(self) -> None:
         """Check the verdict and log it when it changed since the last check."""
         g = self.guard
-        self.next_verdict = g._now() + g.settings.verdict_seconds
+        self.next_verdict = g.clock.monotonic() + g.settings.verdict_seconds
         try:
             summary = g.verdict().summary()
         except (APIError, ClusterError) as exc:
@@ -418,7 +419,7 @@ class _Loop:
 
     def tick(self, events: queue.Queue[tuple[str, Obj]], stop: threading.Event) -> None:
         g, s = self.guard, self.guard.settings
-        now = g._now()
+        now = g.clock.monotonic()
         if now >= self.next_lease:
             was = self.leading
             self.leading = g.lease.try_acquire_or_renew()
@@ -435,14 +436,14 @@ class _Loop:
                 g.reconcile()
             except (APIError, ClusterError) as exc:
                 g.log(f"pass failed ({exc}); retrying")
-            self.last_pass = g._now()
+            self.last_pass = g.clock.monotonic()
             self.next_pass = self.last_pass + s.resync_seconds
             self.dirty = False
-        if self.leading and g._now() >= self.next_verdict:
+        if self.leading and g.clock.monotonic() >= self.next_verdict:
             self.judge()
         wake = min(self.next_lease, self.next_pass,
                    self.last_pass + s.min_pass_seconds if self.dirty else self.next_pass)
-        timeout = max(0.0, min(wake - g._now(), s.retry_seconds))
+        timeout = max(0.0, min(wake - g.clock.monotonic(), s.retry_seconds))
         batch: list[tuple[str, Obj]] = []
         try:
             batch.append(events.get(timeout=timeout))

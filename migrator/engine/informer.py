@@ -23,10 +23,11 @@ object's resourceVersion, and a read of the reflector first waits until its watc
 delivered a version at least that new. So after the tool's own write the gate sees the write
 (the write's answer carries its version), and the endpoint-loss gate, woken by an
 EndpointSlice event, sees that event and every one before it. A reflector that does not catch
-up within FENCE_SECONDS (a broken stream), or that is not running, is listed again on the
-reading thread: a list is current by definition, and its errors reach the run. Versions
-are compared as integers (etcd revisions; Kubernetes documents them as comparable since 1.30,
-KEP-4988's `CompareResourceVersion`); a version that is not an integer is never waited for.
+up within FENCE_SECONDS of the run's clock (a broken stream), or that is not running, is
+listed again on the reading thread: a list is current by definition, and its errors reach the
+run. Versions are compared as integers (etcd revisions; Kubernetes documents them as
+comparable since 1.30, KEP-4988's `CompareResourceVersion`); a version that is not an integer
+is never waited for.
 The state ConfigMap and the lock are never read through this cache (engine/state/store.py reads
 and writes them directly, with optimistic concurrency).
 
@@ -36,9 +37,10 @@ again (29 full reads per apply at 100 nodes: docs/performance.md). Those reflect
 the rollout (the waiter follows it with its own DaemonSet watch) and list again when it ends;
 a read in between would list at once (`items` of a stopped reflector), never use the old view.
 
-Lifetime: `opened(...)` starts the cache for one run and registers it for `current(...)`; on
-exit every watch stream is shut down (its socket, so a blocked read returns) and every thread
-joined: nothing outlives the run.
+Lifetime: `opened(...)` starts the cache for one run; `commands` puts it in the run
+(`steprun.Run.cache`) and every read that should use it is handed it (`observe`'s `cache=`):
+no registry, nothing found by connection. On exit every watch stream is shut down (its
+socket, so a blocked read returns) and every thread joined: nothing outlives the run.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, WatchExpired
 from migrator.model import kinds
@@ -65,7 +68,7 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 T = TypeVar("T")
 
-FENCE_SECONDS = 10.0  # real seconds a read waits for a watch to catch up before re-listing
+FENCE_SECONDS = 10.0  # seconds a read waits for a watch to catch up before re-listing
 WATCH_SECONDS = 300  # timeoutSeconds of each watch request (the server ends it; we re-watch)
 RETRY_SECONDS = 0.5  # pause after a failed watch request before the next
 RELIST_MIN_SECONDS, RELIST_MAX_SECONDS = 0.05, 2.0  # pause before a relist after a repeated 410
@@ -76,9 +79,10 @@ class Reflector(Generic[T]):
 
     def __init__(self, kube: Kube, kind: Kind, namespace: str,
                  keep: Callable[[Obj], T | None], label_selector: str | None = None, *,
-                 printed: bool = False, changed: Callable[[str, Obj], None] | None = None
-                 ) -> None:
+                 printed: bool = False, changed: Callable[[str, Obj], None] | None = None,
+                 clock: Clock | None = None) -> None:
         self.kube, self.kind, self.namespace = kube, kind, namespace
+        self.clock: Clock = clock or SystemClock()  # the fence's time
         self.label_selector = label_selector
         self.printed = printed  # list and watch printed rows (model/printed.py), not objects
         self._selector: Selector = parse(label_selector)
@@ -192,8 +196,8 @@ class Reflector(Generic[T]):
     def items(self, fence: float = FENCE_SECONDS) -> list[T]:
         """The items, once every version the tool has seen of one of them has arrived."""
         with self._cond:
-            if self.alive and self._cond.wait_for(lambda: self.rv >= self.want,
-                                                  timeout=fence):
+            if self.alive and self.clock.wait_for(self._cond, lambda: self.rv >= self.want,
+                                                  fence):
                 return list(self._items.values())
         self.relists += 1
         self.load()  # the stream did not deliver it in time: a list is current by definition
@@ -230,12 +234,14 @@ class Informer:
     _unobserve: Callable[[], None] = lambda: None
 
     @classmethod
-    def start(cls, kube: Kube, namespace: str, catalog: Catalog) -> Informer:
+    def start(cls, kube: Kube, namespace: str, catalog: Catalog,
+              clock: Clock | None = None) -> Informer:
         inf = cls(kube, namespace,
-                  Reflector(kube, kinds.DAEMONSET, namespace, _whole),
-                  Reflector(kube, kinds.SERVICE, namespace, _whole),
-                  Reflector(kube, kinds.ENDPOINTSLICE, namespace, _whole),
-                  tuple(Reflector(kube, kinds.POD, namespace, _view, sel, printed=True)
+                  Reflector(kube, kinds.DAEMONSET, namespace, _whole, clock=clock),
+                  Reflector(kube, kinds.SERVICE, namespace, _whole, clock=clock),
+                  Reflector(kube, kinds.ENDPOINTSLICE, namespace, _whole, clock=clock),
+                  tuple(Reflector(kube, kinds.POD, namespace, _view, sel, printed=True,
+                                  clock=clock)
                         for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf._saw)
         started: list[Reflector[Any]] = []
@@ -293,29 +299,12 @@ class Informer:
             r.stop()
 
 
-_OPEN: dict[tuple[int, str], Informer] = {}
-_OPEN_LOCK = threading.Lock()
-
-
-def current(kube: Kube, namespace: str) -> Informer | None:
-    """The cache open for this connection and namespace, if a run opened one."""
-    with _OPEN_LOCK:
-        return _OPEN.get((id(kube), namespace))
-
-
 @contextlib.contextmanager
-def opened(kube: Kube, namespace: str, catalog: Catalog) -> Iterator[Informer]:
-    """A cache for the duration of the block (reused if one is already open)."""
-    existing = current(kube, namespace)
-    if existing is not None:
-        yield existing
-        return
-    inf = Informer.start(kube, namespace, catalog)
-    with _OPEN_LOCK:
-        _OPEN[(id(kube), namespace)] = inf
+def opened(kube: Kube, namespace: str, catalog: Catalog,
+           clock: Clock | None = None) -> Iterator[Informer]:
+    """A cache of the namespace for the duration of the block, closed on the way out."""
+    inf = Informer.start(kube, namespace, catalog, clock)
     try:
         yield inf
     finally:
-        with _OPEN_LOCK:
-            _OPEN.pop((id(kube), namespace), None)
         inf.close()

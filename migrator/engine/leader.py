@@ -16,10 +16,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import APIConflict, ClusterError
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -28,12 +28,7 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 Obj = dict[str, Any]
-Clock = Callable[[], datetime]
 MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def microtime(at: datetime) -> str:
@@ -45,7 +40,7 @@ class LeaseLock:
     """One candidate for one Lease. Not thread-safe: drive it from one loop."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
-                 lease_seconds: int = 15, clock: Clock = utcnow) -> None:
+                 lease_seconds: int = 15, clock: Clock | None = None) -> None:
         if lease_seconds < 1:
             raise ValueError("lease_seconds must be at least 1")
         self.kube = kube
@@ -53,7 +48,7 @@ class LeaseLock:
         self.name = name
         self.identity = identity
         self.lease_seconds = lease_seconds
-        self._clock = clock
+        self._clock: Clock = clock or SystemClock()  # the wall time of the record's stamps
         self._observed: str | None = None  # the record (spec) as last read, canonical JSON
         self._observed_at: datetime | None = None
         self._lease: Obj | None = None
@@ -87,7 +82,7 @@ class LeaseLock:
         """One attempt: create the Lease, renew it, or take it over once expired. Returns
         whether this candidate leads now; API errors count as not leading (retried next
         period), as upstream does."""
-        now = self._clock()
+        now = self._clock.now()
         try:
             lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
             if lease is None:
@@ -122,7 +117,7 @@ class LeaseLock:
         if not self.is_leader:
             return False
         self.is_leader = False
-        now = self._clock()
+        now = self._clock.now()
         try:
             lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
             spec = (lease or {}).get("spec") or {}

@@ -1,9 +1,9 @@
 """Read what the plan and the gates need into a Snapshot, with a number of requests that does
 not grow with the node count (paginated lists by label selector; no per-pod or per-node calls).
 
-While a run has its cache open (`engine/informer.py`), the DaemonSets, Services, pods and
-EndpointSlices come from it (no request at all) and only the namespace and the cluster-scoped
-CRs and ServiceMonitors (a few small objects) are read from the API server.
+Given a run's cache (`engine/informer.py`, passed as `cache`), the DaemonSets, Services, pods
+and EndpointSlices come from it (no request at all) and only the namespace and the
+cluster-scoped CRs and ServiceMonitors (a few small objects) are read from the API server.
 
 Pods are read as printed rows (`model/printed.py`); those a row cannot vouch for are read whole
 (`engine/wholepods.py`) before the Snapshot is built, so every gate sees real conditions.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine import informer
+from migrator.engine.informer import Informer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIForbidden
 from migrator.model import kinds
@@ -55,14 +55,14 @@ def settled(kube: Kube, namespace: str, listed: Iterable[PodView],
                         key=lambda p: (p.node, p.name)))
 
 
-def read_endpoints(kube: Kube, namespace: str,
-                   services: Iterable[str] | None = None) -> dict[str, ServiceEndpoints]:
-    """These Services' endpoints from their EndpointSlices (None: every Service's)."""
+def read_endpoints(kube: Kube, namespace: str, services: Iterable[str] | None = None, *,
+                   cache: Informer | None = None) -> dict[str, ServiceEndpoints]:
+    """These Services' endpoints from their EndpointSlices (None: every Service's), from
+    `cache` when given."""
     names = sorted(set(services)) if services is not None else None
     if names == []:
         return {}
     by_service: dict[str, list[Obj]] = {n: [] for n in names or ()}
-    cache = informer.current(kube, namespace)
     slices = cache.endpointslices.items() if cache is not None else kube.list(
         kinds.ENDPOINTSLICE, namespace,
         label_selector=_in("kubernetes.io/service-name", names) if names else None).items
@@ -82,7 +82,7 @@ def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
     return [p for p in pods if p.owner_kind == "DaemonSet" and p.owner_name == o.name(ds)]
 
 
-def _cached_pods(cache: informer.Informer, comps: Sequence[Component]) -> list[PodView]:
+def _cached_pods(cache: Informer, comps: Sequence[Component]) -> list[PodView]:
     """The pods the selectors below would list, from the cache: an app label of these
     components, or (with any app label or none) one of their common label keys."""
     apps = {c.app_label for c in comps}
@@ -105,14 +105,15 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
-                  cluster_scope: bool = True, whole: WholePods | None = None) -> Snapshot:
+                  cluster_scope: bool = True, whole: WholePods | None = None,
+                  cache: Informer | None = None) -> Snapshot:
     """The namespace as the planner and gates see it.
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
     catalog names plus every Service of the namespace. `cluster_scope` reads the Namespace, the
     CRs and the monitors too (skipped by narrow reads). `whole` reads the doubtful printed
-    pods whole (default: up to MAX_GETS by name, else by selector). While the run's cache is open
-    (engine/informer.py) every part comes from it.
+    pods whole (default: up to MAX_GETS by name, else by selector). Given the run's cache
+    (`cache`, engine/informer.py), every part but the cluster-scoped ones comes from it.
     """
     # The Namespace is cluster-scoped too: a narrow read (or the guard's) takes it as known.
     ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None if cluster_scope else True
@@ -120,7 +121,6 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
         return Snapshot(namespace, namespace_exists=False)
     wanted_ds = set(daemonsets) if daemonsets is not None else {
         c.daemonset for c in catalog.components}
-    cache = informer.current(kube, namespace)
     all_ds = {o.name(d): d for d in (cache.daemonsets.items() if cache is not None
                                      else kube.list(kinds.DAEMONSET, namespace).items)}
     ds_map = {n: d for n, d in all_ds.items() if n in wanted_ds}
@@ -131,7 +131,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
 
     comps = [c for c in catalog.components if c.daemonset in ds_map]
     selectors = pod_selectors(comps)
-    endpoints = read_endpoints(kube, namespace, svc_map)
+    endpoints = read_endpoints(kube, namespace, svc_map, cache=cache)
     if cache is not None:
         pods = settled(kube, namespace, _cached_pods(cache, comps), endpoints,
                        [str(r.label_selector) for r in cache.pod_reflectors], cache.whole)
@@ -161,12 +161,12 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                     pod_monitors=pod_monitors)
 
 
-def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *,
-           daemonsets: Sequence[str]) -> Snapshot:
+def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],
+           cache: Informer | None = None) -> Snapshot:
     """A fresh read of just these objects and the pods, keeping the base's CRs and
     ServiceMonitors."""
     fresh = read_snapshot(kube, base.namespace, catalog, daemonsets=daemonsets,
-                          services=None, cluster_scope=False)
+                          services=None, cluster_scope=False, cache=cache)
     return Snapshot(namespace=base.namespace, cluster_policies=base.cluster_policies,
                     gpu_clusters=base.gpu_clusters, daemonsets=fresh.daemonsets,
                     services=fresh.services, pods=fresh.pods, endpoints=fresh.endpoints,

@@ -9,23 +9,22 @@ every step knows whether the live object already shows its effect.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, informer, interrupts, ondelete
-from migrator.engine.clock import Clock, SystemClock
+from migrator.engine import afterwrite, executor, interrupts, ondelete
+from migrator.engine.clock import Clock
 from migrator.engine.observe import narrow, read_snapshot
-from migrator.engine.progress import Listener, PhaseEvent, Quiet, StepEvent
+from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.state import PhaseRecord, State
-from migrator.engine.steprun import Direction, PhaseRun, RunResult, RunSettings
+from migrator.engine.steprun import Direction, PhaseRun, Run, RunResult, RunSettings
 from migrator.engine.waiting import Waiter
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model.discovery import discover
-from migrator.model.gates import GateResult, ServiceBaseline
+from migrator.model.gates import GateKind, GateResult, ServiceBaseline
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.retiring import HANDED_OVER, reasked, retired
 from migrator.model.snapshot import Snapshot
@@ -36,29 +35,25 @@ from migrator.phases import Phase
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
-__all__ = ["RunResult", "RunSettings", "Runner"]
-
-Save = Callable[[State], None]
+__all__ = ["Run", "RunResult", "RunSettings", "Runner"]
 
 
 class Runner:
-    """The run: drives the phases, and is the `steprun.RunContext` that `afterwrite` and
-    `ondelete` work through."""
+    """The run's loop over the `Run` that `commands` built: drives the phases, and is the
+    `steprun.RunContext` that `afterwrite` and `ondelete` work through."""
 
-    def __init__(self, kube: Kube, namespace: str, catalog: Catalog, state: State, save: Save,
-                 *, settings: RunSettings | None = None, listener: Listener | None = None,
-                 clock: Clock | None = None, heartbeat: Callable[[], None] = lambda: None,
-                 dry_run: bool = False) -> None:
-        self.dry_run = dry_run
-        self.kube = kube
-        self.namespace = namespace
-        self.catalog = catalog
+    def __init__(self, run: Run, state: State) -> None:
+        self.run = run
         self.state = state
-        self._save = save
-        self.settings = settings or RunSettings()
-        self.listener = listener or Quiet()
-        self.clock: Clock = clock or SystemClock()
-        self.waiter = Waiter(kube, namespace, self.clock, heartbeat)
+        # What `RunContext` promises, straight from the one Run.
+        self.kube: Kube = run.kube
+        self.namespace: str = run.namespace
+        self.catalog: Catalog = run.catalog
+        self.settings: RunSettings = run.settings
+        self.clock: Clock = run.clock
+        self.listener: Listener = run.listener
+        self.dry_run = run.dry_run
+        self.waiter = Waiter(run.kube, run.namespace, run.clock, run.session.heartbeat)
         self.result = RunResult()
         self._target = 0  # the N of `apply --phase N` / `rollback --phase N`, for the history
 
@@ -67,7 +62,7 @@ class Runner:
     def snapshot(self) -> Snapshot:
         """The namespace as the run's cache (engine/informer.py, opened by `commands`) holds
         it: at least as new as the tool's own last write, so no read is ever reused stale."""
-        return read_snapshot(self.kube, self.namespace, self.catalog)
+        return read_snapshot(self.kube, self.namespace, self.catalog, cache=self.run.cache)
 
     def context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
         found = discover(snap, self.catalog)
@@ -78,12 +73,12 @@ class Runner:
         """The DaemonSets, Services, pods and endpoints read again; the base's CRs and
         ServiceMonitors kept (no step changes them)."""
         names = [c.daemonset for c in self.catalog.components]
-        return narrow(self.kube, base, self.catalog, daemonsets=names)
+        return narrow(self.kube, base, self.catalog, daemonsets=names, cache=self.run.cache)
 
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
         """The cache stops following what this DaemonSet's rollout churns until it is over
         (`Informer.quiet`); nothing reads it meanwhile."""
-        cache = informer.current(self.kube, self.namespace)
+        cache = self.run.cache
         comp = next((c for c in self.catalog.components if c.daemonset == daemonset), None)
         if cache is None or comp is None:
             return contextlib.nullcontext()
@@ -91,7 +86,7 @@ class Runner:
 
     def save(self) -> None:
         with interrupts.shielded():  # a state write in flight finishes before a signal stops us
-            self._save(self.state)
+            self.run.session.save(self.state)
 
     # ---- apply -----------------------------------------------------------------------------
 
@@ -334,7 +329,7 @@ class Runner:
 
 
 def _hint_for(run: PhaseRun, step: Step, failed: list[GateResult]) -> str:
-    if any(r.name.startswith("selector-unchanged/") for r in failed):
+    if any(r.kind is GateKind.CHANGED_MEANWHILE for r in failed):
         return ("someone else (often an operator reconcile) changed this Service since it was "
                 "read; nothing was written to it: run `dcgm-migrate status` to see its owner and "
                 "selector, then the same command again")

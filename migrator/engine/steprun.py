@@ -1,7 +1,10 @@
-"""What the parts of the loop outside the runner — `afterwrite` (a step's post-gates) and
-`ondelete` (`RollPods`, pod by pod) — need of the run that drives them, so they depend on this
-and never on `runner`:
+"""One run, as `commands` builds it and the loop works with it, so the parts of the loop
+outside the runner — `afterwrite` (a step's post-gates) and `ondelete` (`RollPods`, pod by
+pod) — depend on this and never on `runner`:
 
+    Run          what one apply or rollback works with, built once by `commands` and passed
+                 down: the connection, namespace, catalog, the run's cache, its state session,
+                 the clock, the listener and the settings (nothing is found by registry)
     RunContext   the run (reads, the waiter, saves, the failure path); `runner.Runner` is one
     PhaseRun     the phase being run: its module, record, plan, baselines, and its direction
     RunSettings  what the command asked for (timeouts, settle, plan options)
@@ -16,8 +19,9 @@ from enum import Enum
 from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from migrator.engine.clock import Clock
+from migrator.engine.informer import Informer
 from migrator.engine.progress import Listener
-from migrator.engine.state import PhaseRecord
+from migrator.engine.state import PhaseRecord, RunSession
 from migrator.engine.waiting import Waiter
 from migrator.model.gates import ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
@@ -36,6 +40,26 @@ class RunSettings:
     timeout: float = 600.0  # progress deadline: seconds a wait may go without any progress
     settle: float = 30.0  # seconds after a selector change before removing what it needed
     options: Options = field(default_factory=Options)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One apply or rollback: built once by `commands`, handed to the `Runner`, and from it to
+    every read (the cache), save (the session) and wait (the clock) of the run."""
+
+    kube: Kube
+    namespace: str
+    catalog: Catalog
+    cache: Informer | None  # the run's cache (engine/informer.py); None: read the API server
+    session: RunSession  # the lock, the state document's saves, the heartbeat, dry run
+    clock: Clock
+    listener: Listener
+    settings: RunSettings = field(default_factory=RunSettings)
+
+    @property
+    def dry_run(self) -> bool:
+        """The Kube's writes are not persisted (`dryRun=All`), nor is the state."""
+        return self.session.dry_run
 
 
 @dataclass

@@ -20,7 +20,8 @@ MAX_NAMED = 5
 
 
 class GateKind(Enum):
-    """What a gate is, where the runner's post-write wait treats it apart (engine/afterwrite)."""
+    """What a gate is, where the runner treats it apart: the post-write wait
+    (engine/afterwrite) and the hint of a stop before a write (engine/runner)."""
 
     # Any other gate: waited for until it passes, within --timeout.
     CHECK = "check"
@@ -33,6 +34,9 @@ class GateKind(Enum):
     # A node running the DaemonSet stopped reporting (`nodes-reporting/<ds>`): waiting cannot
     # heal it, so the wait stops at once.
     NODES_REPORTING = "nodes-reporting"
+    # The object changed since the plan read it (`selector-unchanged/<svc>`: someone else
+    # moved a selector): nothing was written, and the stop's hint says who to look at.
+    CHANGED_MEANWHILE = "changed-meanwhile"
 
 
 @dataclass(frozen=True)

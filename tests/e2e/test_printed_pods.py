@@ -102,9 +102,10 @@ def test_a_run_cache_reads_a_pod_that_stays_sick_whole_once(
         e2e_factory: Callable[..., E2E]) -> None:
     env = _with_lost_node(e2e_factory, "gpucluster", nodes=3)
     mark = env.mark()
-    for kube, read in _read(env):
+    for kube, _ in _read(env):
         with informer.opened(kube, NS, load_catalog()) as cache:
-            first, second = read(), read()
+            first, second = (observe.read_snapshot(kube, NS, load_catalog(), cache=cache)
+                             for _ in range(2))
             reads = cache.whole.reads
     assert [p for p in first.pods if p.node_lost] == [p for p in second.pods if p.node_lost]
     lost = sorted(p.name for p in first.pods if p.node_lost)

@@ -6,17 +6,15 @@ time."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import cast
 
 import pytest
 
 from migrator.engine.progress import Quiet
 from migrator.engine.runner import Runner, RunSettings
 from migrator.engine.state import State
-from migrator.kube.client import Kube
-from migrator.model.stacks import load_catalog
 from tests.helpers.builders import NS
 from tests.helpers.clock import FakeClock
+from tests.helpers.runs import offline_run
 
 
 class Countdown(Quiet):
@@ -37,9 +35,9 @@ def runner(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *
             "%Y-%m-%dT%H:%M:%SZ")
     listener = Countdown()
     # The settle reads only the state and the clock: no API server is needed.
-    return Runner(cast(Kube, None), NS, load_catalog(), state, save=lambda s: None,
-                  settings=RunSettings(settle=settle), listener=listener, clock=clock,
-                  dry_run=dry_run), listener
+    run = offline_run(clock, settings=RunSettings(settle=settle), listener=listener,
+                      dry_run=dry_run)
+    return Runner(run, state), listener
 
 
 @pytest.mark.parametrize(("restored_ago", "waited"), [

@@ -6,7 +6,6 @@ that afterwrite and ondelete are typed against. Plain data: no API server."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import cast
 
 import pytest
 
@@ -14,14 +13,13 @@ from migrator import phases
 from migrator.engine.runner import Runner
 from migrator.engine.state import State
 from migrator.engine.steprun import Direction, PhaseRun, RunContext
-from migrator.kube.client import Kube
 from migrator.model import gates as g
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
 from migrator.model.planning import PhasePlan
 from migrator.model.snapshot import PodView, Snapshot
-from migrator.model.stacks import load_catalog
 from migrator.model.steps import SetLabels
 from tests.helpers.builders import NS, endpoints_for, pods
+from tests.helpers.runs import offline_run
 
 COMMON = {"nvidia.com/gpu-operator.dcgm": "true"}
 OLD = {"app": "dcgm"}
@@ -46,7 +44,7 @@ def test_a_phase_records_its_steps_where_its_direction_keeps_them(direction: Dir
 
 
 def test_the_runner_is_the_run_context() -> None:
-    runner = Runner(cast(Kube, None), NS, load_catalog(), State(NS), save=lambda s: None)
+    runner = Runner(offline_run(), State(NS))
     context: RunContext = runner  # checked by mypy: afterwrite and ondelete need no more
     assert context.result.writes == 0
 

@@ -1,11 +1,14 @@
 """The one fake clock of the tests: time moves only when a test (or a sleep) moves it.
 
-It is a `migrator.engine.clock.Clock` (now / monotonic / sleep): the clock the runner, the
-waiter, the state document and the state store all take.
+It is a `migrator.engine.clock.Clock` (now / monotonic / sleep / wait_for): the clock the
+runner, the waiter, the run's cache, the state document, the state store, the guard and its
+Lease election all take.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -29,6 +32,12 @@ class FakeClock:
         assert seconds >= 0, f"asked to sleep {seconds} s"
         self.slept.append(seconds)
         self.advance(seconds)
+
+    def wait_for(self, condition: threading.Condition, ready: Callable[[], bool],
+                 seconds: float) -> bool:
+        """What another thread makes ready is real: wait for its notify in real time, at most
+        `seconds` (no fake clock makes a watch deliver sooner). Moves no time."""
+        return condition.wait_for(ready, timeout=seconds)
 
     def advance(self, seconds: float) -> None:
         self.wall += timedelta(seconds=seconds)

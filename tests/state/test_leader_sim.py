@@ -5,26 +5,14 @@ at once after a clean release; leaseTransitions counts the hand-overs."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from migrator.engine.leader import LeaseLock
 from migrator.errors import APIConflict
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.sim.server import ApiServer
+from tests.helpers.clock import FakeClock
 
 NS = "gpu-operator"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, 3, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def _lease(kube: Kube) -> dict[str, object]:
@@ -64,13 +52,13 @@ def test_one_of_two_candidates_leads_and_the_other_takes_over_after_expiry(
     assert b.try_acquire_or_renew() is False
     first = _lease(kube)
     assert first["holderIdentity"] == "a" and first["leaseTransitions"] == 0
-    assert first["acquireTime"] == first["renewTime"] == "2026-01-01T03:00:00.000000Z"
+    assert first["acquireTime"] == first["renewTime"] == "2025-03-01T12:00:00.000000Z"
 
     clock.advance(10)
     assert a.try_acquire_or_renew() is True  # renewal keeps acquireTime and the count
     renewed = _lease(kube)
     assert renewed["acquireTime"] == first["acquireTime"]
-    assert renewed["renewTime"] == "2026-01-01T03:00:10.000000Z"
+    assert renewed["renewTime"] == "2025-03-01T12:00:10.000000Z"
     assert renewed["leaseTransitions"] == 0
 
     clock.advance(2)  # b polls and sees the renewal: its clock for expiry restarts now
@@ -81,7 +69,7 @@ def test_one_of_two_candidates_leads_and_the_other_takes_over_after_expiry(
     assert b.try_acquire_or_renew() is True
     taken = _lease(kube)
     assert taken["holderIdentity"] == "b" and taken["leaseTransitions"] == 1
-    assert taken["acquireTime"] == "2026-01-01T03:00:27.000000Z"
+    assert taken["acquireTime"] == "2025-03-01T12:00:27.000000Z"
     assert a.try_acquire_or_renew() is False and a.is_leader is False
 
 

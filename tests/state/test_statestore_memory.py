@@ -280,18 +280,30 @@ def test_seeded_scratch_store_keeps_writes_in_memory(cm: MemoryConfigMap, clock:
     assert real.load() == stored
 
 
-def test_load_with_one_store_then_lock_and_save_with_another(
-    cm: MemoryConfigMap, clock: Clock
-) -> None:
-    """The commands load state with one store and lock and save with a fresh one."""
+def test_load_then_lock_and_save_with_the_same_store(cm: MemoryConfigMap, clock: Clock) -> None:
+    """A command loads, locks and saves with one store: its own lock write moved the
+    ConfigMap's version on, and the save still lands on the version it loaded."""
     first = store(cm, clock).save(DOC, expected_version=None)
-    loaded = store(cm, clock).load()
-    assert loaded is not None
     runner = store(cm, clock)
+    loaded = runner.load()
+    assert loaded is not None
     runner.acquire_lock("me@h pid 1", 60)
     writes = cm.writes
     saved = runner.save({**DOC, "n": 1}, expected_version=loaded.version)
     assert cm.writes == writes + 1 and int(saved.version) > int(first.version)
+
+
+def test_a_version_another_store_handed_out_holds_only_while_exact(
+    cm: MemoryConfigMap, clock: Clock
+) -> None:
+    """A version this store did not hand out is taken at that exact resourceVersion only:
+    once anything moved it (here the lock), the save refuses rather than guess."""
+    loaded = store(cm, clock).save(DOC, expected_version=None)
+    exact = store(cm, clock).save({**DOC, "n": 1}, expected_version=loaded.version)
+    runner = store(cm, clock)
+    runner.acquire_lock("me@h pid 1", 60)
+    with pytest.raises(StateConflict):
+        runner.save({**DOC, "n": 2}, expected_version=exact.version)
 
 
 def test_a_change_between_load_and_lock_is_still_a_conflict(
@@ -305,7 +317,7 @@ def test_a_change_between_load_and_lock_is_still_a_conflict(
         runner.save({**DOC, "n": 1}, expected_version=loaded.version)
 
 
-def test_a_seeded_dry_run_store_accepts_the_real_version(
+def test_a_seeded_dry_run_store_saves_on_its_own_versions(
     cm: MemoryConfigMap, clock: Clock
 ) -> None:
     stored = store(cm, clock).save(DOC, expected_version=None)
@@ -313,6 +325,8 @@ def test_a_seeded_dry_run_store_accepts_the_real_version(
     real = store(cm, clock).load()
     assert real is not None
     scratch = MemoryStateStore.seeded(real)
-    again = scratch.save({**DOC, "dry": 1}, expected_version=real.version)
+    copied = scratch.load()
+    assert copied is not None and copied.document == real.document
+    again = scratch.save({**DOC, "dry": 1}, expected_version=copied.version)
     scratch.save({**DOC, "dry": 2}, expected_version=again.version)
     assert store(cm, clock).load() == real and real.document == stored.document

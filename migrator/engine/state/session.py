@@ -38,9 +38,12 @@ class RunSession:
                  listener: Listener, dry_run: bool, common: Common | None = None,
                  ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
         self.dry_run = dry_run
-        self.store: StateStore = (MemoryStateStore.seeded(store.load(), clock, common)
-                                  if dry_run else store)
+        self.store: StateStore = store
         self._version = version
+        if dry_run:  # a scratch copy, saved on its own versions
+            self.store = MemoryStateStore.seeded(store.load(), clock, common)
+            copied = self.store.load()
+            self._version = copied.version if copied is not None else None
         self._holder = holder
         self._clock = clock
         self._listener = listener

@@ -44,7 +44,6 @@ from migrator.model.stacks import Common, Label, load_catalog
 Obj = dict[str, Any]
 
 _ROUNDS = 8  # re-reads after conflicts before giving up
-_VERSIONS_KEPT = 32
 
 
 class StateStore(Protocol):
@@ -69,24 +68,24 @@ class _ConfigMapState(ConfigMapFormat):
         # two runs through one store): each call is atomic for this store.
         self._mu = threading.RLock()
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
-        # resourceVersion -> checksum of the document at that version, for every version of
-        # the ConfigMap this store has read or written: a caller may pass a version it got from
-        # another store instance (load with one, lock and save with another).
-        self._versions: dict[str, str] = {}
+        # (resourceVersion, checksum) of the document this store last handed out, by `load` or
+        # `save`: the version a caller saves on next. Our own lock writes move the ConfigMap's
+        # version on without changing the document, so the checksum is what is compared.
+        self._handed: tuple[str, str] | None = None
         self._held: Lock | None = None
 
     # ---- reading and checking ---------------------------------------------------------
 
     def _view(self, cm: Obj) -> Obj:
-        """Remember `cm` as our latest view, and which document its version holds."""
+        """Remember `cm` as our latest view."""
         self._seen = cm
-        data = cm.get("data") or {}
-        text = data.get(STATE_KEY)
-        if isinstance(text, str) and data.get(CHECKSUM_KEY) == checksum(text):
-            self._versions[str(cm["metadata"]["resourceVersion"])] = checksum(text)
-            while len(self._versions) > _VERSIONS_KEPT:
-                del self._versions[next(iter(self._versions))]
         return cm
+
+    def _hand_out(self, cm: Obj, document: dict[str, Any]) -> StoredState:
+        """The document at `cm`'s version, remembered as the one the caller saves on next."""
+        version = str(cm["metadata"]["resourceVersion"])
+        self._handed = (version, self._stored_sha(cm) or "")
+        return StoredState(copy.deepcopy(document), version)
 
     # ---- the document -----------------------------------------------------------------
 
@@ -94,13 +93,13 @@ class _ConfigMapState(ConfigMapFormat):
         """The saved document, or None when there is none yet (or only a lock)."""
         with self._mu:
             cm = self._cm.get()
-            self._seen = None
+            self._seen = self._handed = None
             if cm is None:
                 return None
             document, _ = self._decode(cm)
             self._view(cm)
-            version = str(cm["metadata"]["resourceVersion"])
-            return StoredState(document, version) if document else None
+            stored = self._hand_out(cm, document)
+            return stored if document else None
 
     def lock_holder(self) -> str | None:
         """Who holds the run lock now, live or expired, or None when nobody does."""
@@ -132,11 +131,10 @@ class _ConfigMapState(ConfigMapFormat):
                     if base is not None and self._stored_sha(base) == checksum(text):
                         # An earlier attempt of this very save landed but its answer was lost
                         # (a timeout, a dropped connection): the retry's 409 is our own write.
-                        return StoredState(copy.deepcopy(document), str(version))
+                        return self._hand_out(base, document)
                     continue
                 self._view(written)
-                version = str(written["metadata"]["resourceVersion"])
-                return StoredState(copy.deepcopy(document), version)
+                return self._hand_out(written, document)
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} kept changing under this run.",
                 "make sure no other dcgm-migrate run or controller edits it, then run again",
@@ -146,8 +144,10 @@ class _ConfigMapState(ConfigMapFormat):
         """The checksum of the document the caller's version refers to (None: no state)."""
         if expected_version is None:
             return None
-        # A version never seen by this store: only an exact resourceVersion match will do.
-        return self._versions.get(expected_version, "")
+        if self._handed is not None and self._handed[0] == expected_version:
+            return self._handed[1]
+        # A version this store did not hand out: only an exact resourceVersion match will do.
+        return ""
 
     @staticmethod
     def _matches(sha: str | None, expected_sha: str | None) -> bool:
@@ -384,10 +384,9 @@ class MemoryStateStore(_ConfigMapState):
     @classmethod
     def seeded(cls, stored: StoredState | None, clock: Clock | None = None,
                common: Common | None = None) -> MemoryStateStore:
-        """A scratch copy of real state (for dry runs): writes stay in memory."""
+        """A scratch copy of real state (for dry runs): writes stay in memory, on the copy's
+        own versions (`load` it for the version to save on)."""
         store = cls(clock=clock, common=common)
         if stored is not None:
-            text = encode(stored.document)
-            store._view(store.configmap.create(store._new_configmap(text, {})))
-            store._versions[stored.version] = checksum(text)  # the caller saves with the real one
+            store.configmap.create(store._new_configmap(encode(stored.document), {}))
         return store

@@ -4,7 +4,7 @@ scope, subresources, resourceNames), 403 Forbidden bodies, SelfSubjectAccessRevi
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypedDict, Unpack, cast
 
 import pytest
 from kubernetes import client
@@ -61,8 +61,18 @@ def limited(server: ApiServer) -> client.ApiClient:
     return make_client(server.url, "limited-token")
 
 
+class _Attributes(TypedDict, total=False):
+    """The V1ResourceAttributes fields these reviews ask about."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str
+    name: str
+
+
 def _forbidden(exc: ApiException) -> dict[str, Any]:
-    assert exc.status == 403
+    assert exc.status == 403 and exc.body is not None
     body = dict(json.loads(exc.body))
     assert body["reason"] == "Forbidden"
     return body
@@ -124,16 +134,21 @@ def test_denied_request_is_403_with_the_real_message(limited: client.ApiClient) 
 
 def test_allowed_requests_go_through(limited: client.ApiClient, apps: client.AppsV1Api,
                                      server: ApiServer) -> None:
-    apps.create_namespaced_daemon_set(NS, daemonset("dcgm"))
+    # plain-dict bodies: the official client sends a dict as it is
+    apps.create_namespaced_daemon_set(NS, cast(client.V1DaemonSet, daemonset("dcgm")))
     mine = client.AppsV1Api(limited)
-    assert mine.read_namespaced_daemon_set("dcgm", NS).metadata.name == "dcgm"
+    got = mine.read_namespaced_daemon_set("dcgm", NS)
+    assert got.metadata is not None
+    assert got.metadata.name == "dcgm"
     patched = mine.patch_namespaced_daemon_set("dcgm", NS,
                                                {"metadata": {"labels": {"x": "1"}}})
+    assert patched.metadata is not None and patched.metadata.labels is not None
     assert patched.metadata.labels["x"] == "1"
     core = client.CoreV1Api(limited)
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "dcgm-migrate-state"}})
+    core.create_namespaced_config_map(
+        NS, cast(client.V1ConfigMap, {"metadata": {"name": "dcgm-migrate-state"}}))
     core.read_namespaced_config_map("dcgm-migrate-state", NS)
-    assert [n.metadata.name for n in core.list_node().items] == []
+    assert core.list_node().items == []
     users = {r.user for r in server.log.since()}
     assert users == {USER, "sim-admin"}  # user names, never tokens
 
@@ -141,14 +156,17 @@ def test_allowed_requests_go_through(limited: client.ApiClient, apps: client.App
 def test_self_subject_access_review(limited: client.ApiClient) -> None:
     authz = client.AuthorizationV1Api(limited)
 
-    def review(**attrs: str) -> client.V1SubjectAccessReviewStatus:
+    def review(**attrs: Unpack[_Attributes]) -> client.V1SubjectAccessReviewStatus:
         body = client.V1SelfSubjectAccessReview(
             spec=client.V1SelfSubjectAccessReviewSpec(
                 resource_attributes=client.V1ResourceAttributes(**attrs)))
-        return authz.create_self_subject_access_review(body).status
+        status = authz.create_self_subject_access_review(body).status
+        assert status is not None
+        return status
 
     yes = review(verb="patch", group="apps", resource="daemonsets", namespace=NS)
-    assert yes.allowed is True and "RBAC: allowed by RoleBinding" in yes.reason
+    assert yes.allowed is True and yes.reason is not None
+    assert "RBAC: allowed by RoleBinding" in yes.reason
     assert review(verb="delete", group="apps", resource="daemonsets",
                   namespace=NS).allowed is False
     assert review(verb="update", resource="configmaps", namespace=NS,
@@ -159,6 +177,7 @@ def test_admin_token_may_do_everything(api: client.ApiClient) -> None:
     status = client.AuthorizationV1Api(api).create_self_subject_access_review(
         client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
             resource_attributes=client.V1ResourceAttributes(verb="delete", resource="nodes"))))
+    assert status.status is not None
     assert status.status.allowed is True
 
 

@@ -43,8 +43,8 @@ def test_group_discovery(api: client.ApiClient, raw: Raw) -> None:
     assert set(groups) == {k.group for k in simkinds.ALL if k.group}
     nvidia = groups["nvidia.com"]
     assert [v.version for v in nvidia.versions] == ["v1", "v1alpha1"]
-    # ignored below: the group names a preferred version
-    assert nvidia.preferred_version.group_version == "nvidia.com/v1"  # type: ignore[union-attr]
+    assert nvidia.preferred_version is not None  # the group names a preferred version
+    assert nvidia.preferred_version.group_version == "nvidia.com/v1"
     code, body, _ = raw("GET", "/apis/apps")
     assert code == 200 and body["kind"] == "APIGroup" and body["name"] == "apps"
     code, body, _ = raw("GET", "/apis/apps/v1")

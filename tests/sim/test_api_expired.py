@@ -121,9 +121,10 @@ def test_official_client_sees_the_expired_continue_as_410(small: tuple[Store, Ap
         core = client.CoreV1Api(api)
         first = core.list_namespaced_config_map(NS, limit=3)
         _churn(store, WINDOW + 2)
+        assert first.metadata is not None
         with pytest.raises(ApiException) as raised:
             core.list_namespaced_config_map(NS, limit=3, _continue=first.metadata._continue)
-    assert raised.value.status == 410
+    assert raised.value.status == 410 and raised.value.body is not None
     assert json.loads(raised.value.body)["message"] == CONTINUE_TOO_OLD
 
 

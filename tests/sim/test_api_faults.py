@@ -3,6 +3,8 @@ groups, latency setting) and the request log, in process and through `/sim/v1`."
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -13,6 +15,11 @@ from migrator.sim.faults import Faults, FaultsError
 from migrator.sim.server import ApiServer
 from migrator.sim.store import Store
 from tests.sim.conftest import NS, Raw
+
+
+def _cm(body: dict[str, Any]) -> client.V1ConfigMap:
+    """A plain-dict ConfigMap body: the official client sends a dict as it is."""
+    return cast(client.V1ConfigMap, body)
 
 
 def test_error_rate_injects_the_chosen_codes(server: ApiServer, raw: Raw) -> None:
@@ -45,14 +52,14 @@ def test_error_rate_is_seeded_and_partial() -> None:
 def test_fail_nth_write_fails_once(store: Store, server: ApiServer,
                                    core: client.CoreV1Api) -> None:
     server.faults.update(fail_nth_write=2)
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "one"}})
+    core.create_namespaced_config_map(NS, _cm({"metadata": {"name": "one"}}))
     core.list_namespaced_config_map(NS)  # reads do not count
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "dry"}}, dry_run="All")
+    core.create_namespaced_config_map(NS, _cm({"metadata": {"name": "dry"}}), dry_run="All")
     with pytest.raises(ApiException) as err:
-        core.create_namespaced_config_map(NS, {"metadata": {"name": "two"}})
+        core.create_namespaced_config_map(NS, _cm({"metadata": {"name": "two"}}))
     assert err.value.status == 500
     assert store.find(kinds.CONFIGMAP, NS, "two") is None  # the failed write did nothing
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "two"}})
+    core.create_namespaced_config_map(NS, _cm({"metadata": {"name": "two"}}))
     assert server.faults.snapshot()["fail_nth_write"] is None
 
 
@@ -92,7 +99,7 @@ def test_sim_endpoints_are_never_faulted_checked_or_logged(server: ApiServer, ra
 
 def test_request_log_records_requests(server: ApiServer, core: client.CoreV1Api) -> None:
     start = server.log.last_seq
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "cm"}})
+    core.create_namespaced_config_map(NS, _cm({"metadata": {"name": "cm"}}))
     core.patch_namespaced_config_map("cm", NS, {"data": {"a": "1"}}, dry_run="All")
     core.read_namespaced_config_map("cm", NS)
     with pytest.raises(ApiException):
@@ -114,7 +121,7 @@ def test_request_log_records_requests(server: ApiServer, core: client.CoreV1Api)
 
 
 def test_request_log_over_http(server: ApiServer, core: client.CoreV1Api, raw: Raw) -> None:
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "cm"}})
+    core.create_namespaced_config_map(NS, _cm({"metadata": {"name": "cm"}}))
     mark = server.log.last_seq
     core.delete_namespaced_config_map("cm", NS)
     code, body, _ = raw("GET", f"/sim/v1/requests?since={mark}")

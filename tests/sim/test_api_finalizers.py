@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -28,24 +29,32 @@ def _cm(name: str, finalizers: list[str]) -> Obj:
             "data": {"k": "v"}}
 
 
+def _cm_body(name: str, finalizers: list[str]) -> client.V1ConfigMap:
+    """`_cm` for the official client, which sends a plain-dict body as it is."""
+    return cast(client.V1ConfigMap, _cm(name, finalizers))
+
+
 def _set_finalizers(core: client.CoreV1Api, name: str, finalizers: list[str] | None) -> Obj:
     """A JSON patch replacing (or removing) the list: a strategic merge would merge it."""
     op: Obj = ({"op": "remove", "path": "/metadata/finalizers"} if finalizers is None else
                {"op": "replace", "path": "/metadata/finalizers", "value": finalizers})
-    raw = core.patch_namespaced_config_map(name, NS, [op], _preload_content=False)
+    # unpreloaded, the client answers with the HTTP response itself, whatever its annotation says
+    raw = cast(urllib3.HTTPResponse,
+               core.patch_namespaced_config_map(name, NS, [op], _preload_content=False))
     result: Obj = json.loads(raw.data)
     return result
 
 
 def _delete_raw(core: client.CoreV1Api, name: str) -> Obj:
-    raw = core.delete_namespaced_config_map(name, NS, _preload_content=False)
+    raw = cast(urllib3.HTTPResponse,
+               core.delete_namespaced_config_map(name, NS, _preload_content=False))
     result: Obj = json.loads(raw.data)
     return result
 
 
 def test_delete_with_a_finalizer_keeps_the_object_terminating(
         store: Store, core: client.CoreV1Api) -> None:
-    core.create_namespaced_config_map(NS, _cm("held", ["example.com/hold"]))
+    core.create_namespaced_config_map(NS, _cm_body("held", ["example.com/hold"]))
     answer = _delete_raw(core, "held")
     kept = store.get(kinds.CONFIGMAP, NS, "held")
     assert kept["metadata"]["deletionTimestamp"]
@@ -60,7 +69,7 @@ def test_delete_with_a_finalizer_keeps_the_object_terminating(
 
 def test_update_removing_the_last_finalizer_deletes_the_object(
         store: Store, core: client.CoreV1Api) -> None:
-    core.create_namespaced_config_map(NS, _cm("held", ["a.example.com/x", "b.example.com/y"]))
+    core.create_namespaced_config_map(NS, _cm_body("held", ["a.example.com/x", "b.example.com/y"]))
     core.delete_namespaced_config_map("held", NS)
     since = store.resource_version
     _set_finalizers(core, "held", ["b.example.com/y"])
@@ -74,23 +83,23 @@ def test_update_removing_the_last_finalizer_deletes_the_object(
 
 def test_no_finalizer_can_be_added_to_a_terminating_object(
         store: Store, core: client.CoreV1Api) -> None:
-    core.create_namespaced_config_map(NS, _cm("held", ["a.example.com/x"]))
+    core.create_namespaced_config_map(NS, _cm_body("held", ["a.example.com/x"]))
     core.delete_namespaced_config_map("held", NS)
     with pytest.raises(ApiException) as err:
         _set_finalizers(core, "held", ["a.example.com/x", "b.example.com/new"])
-    assert err.value.status == 422
+    assert err.value.status == 422 and err.value.body is not None
     message = json.loads(err.value.body)["message"]
     assert "no new finalizers can be added if the object is being deleted" in message
     assert "b.example.com/new" in message
     # Before the deletion adding one was fine.
-    core.create_namespaced_config_map(NS, _cm("live", []))
+    core.create_namespaced_config_map(NS, _cm_body("live", []))
     assert _set_finalizers(core, "live", ["b.example.com/new"])["metadata"]["finalizers"] == [
         "b.example.com/new"]
 
 
 def test_deletion_timestamp_cannot_be_set_or_cleared_by_an_update(
         store: Store, core: client.CoreV1Api) -> None:
-    core.create_namespaced_config_map(NS, _cm("held", ["a.example.com/x"]))
+    core.create_namespaced_config_map(NS, _cm_body("held", ["a.example.com/x"]))
     core.delete_namespaced_config_map("held", NS)
     stamp = store.get(kinds.CONFIGMAP, NS, "held")["metadata"]["deletionTimestamp"]
     core.patch_namespaced_config_map("held", NS, [
@@ -183,7 +192,7 @@ def test_orphan_keeps_the_pods_and_strips_their_owner(make_bare: Callable[..., B
 
 def test_kubectl_delete_wait_false_shows_terminating_then_patch_releases(
         store: Store, core: client.CoreV1Api, kubectl: Kubectl) -> None:
-    core.create_namespaced_config_map(NS, _cm("held", ["example.com/hold"]))
+    core.create_namespaced_config_map(NS, _cm_body("held", ["example.com/hold"]))
     kubectl("delete", "configmap", "held", "-n", NS, "--wait=false")
     got = json.loads(kubectl("get", "configmap", "held", "-n", NS, "-o", "json").stdout)
     assert got["metadata"]["deletionTimestamp"]

@@ -4,8 +4,10 @@ pagination (limit/continue) and cluster-wide lists, through the official client.
 from __future__ import annotations
 
 import json
+from typing import Protocol, cast
 
 import pytest
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -28,8 +30,25 @@ def pods(store: Store) -> Store:
     return store
 
 
+class _Stored(Protocol):
+    @property
+    def metadata(self) -> client.V1ObjectMeta | None: ...
+
+
+def _name(obj: _Stored) -> str:
+    """The name of an object the server listed, which always carries one."""
+    assert obj.metadata is not None and obj.metadata.name is not None
+    return obj.metadata.name
+
+
 def _names(pod_list: client.V1PodList) -> list[str]:
-    return [p.metadata.name for p in pod_list.items]
+    return [_name(p) for p in pod_list.items]
+
+
+def _list_meta(page: client.V1PodList | client.V1ConfigMapList) -> client.V1ListMeta:
+    """A list's metadata, which the server always sends."""
+    assert page.metadata is not None
+    return page.metadata
 
 
 @pytest.mark.parametrize(("selector", "expected"), [
@@ -50,7 +69,7 @@ def test_label_selectors(pods: Store, core: client.CoreV1Api, selector: str,
 def test_malformed_label_selector_is_400(pods: Store, core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as err:
         core.list_namespaced_pod(NS, label_selector="app in (a")
-    assert err.value.status == 400
+    assert err.value.status == 400 and err.value.body is not None
     assert json.loads(err.value.body)["reason"] == "BadRequest"
 
 
@@ -68,7 +87,7 @@ def test_field_selectors(pods: Store, core: client.CoreV1Api, selector: str,
 def test_unsupported_field_selector_is_400(pods: Store, core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as err:
         core.list_namespaced_pod(NS, field_selector="spec.hostname=x")
-    assert err.value.status == 400
+    assert err.value.status == 400 and err.value.body is not None
     assert json.loads(err.value.body)["message"] == "field label not supported: spec.hostname"
     with pytest.raises(ApiException) as err:
         core.list_namespaced_config_map(NS, field_selector="spec.nodeName=x")
@@ -97,12 +116,12 @@ def test_pagination_returns_every_item_exactly_once(store: Store,
     while True:
         page = core.list_namespaced_config_map(NS, limit=5, _continue=token)
         pages += 1
-        seen += [i.metadata.name for i in page.items]
-        token = page.metadata._continue
+        seen += [_name(i) for i in page.items]
+        token = _list_meta(page)._continue
         if not token:
-            assert page.metadata.remaining_item_count is None
+            assert _list_meta(page).remaining_item_count is None
             break
-        assert page.metadata.remaining_item_count == 23 - len(seen)
+        assert _list_meta(page).remaining_item_count == 23 - len(seen)
     assert pages == 5
     assert seen == [f"cm-{i:02d}" for i in range(23)]
 
@@ -111,12 +130,12 @@ def test_pagination_with_a_selector_has_no_remaining_count(pods: Store,
                                                           core: client.CoreV1Api) -> None:
     first = core.list_namespaced_pod(NS, label_selector="app=a", limit=1)
     assert _names(first) == ["a-1"]
-    assert first.metadata._continue
-    assert first.metadata.remaining_item_count is None
+    assert _list_meta(first)._continue
+    assert _list_meta(first).remaining_item_count is None
     second = core.list_namespaced_pod(NS, label_selector="app=a", limit=1,
-                                      _continue=first.metadata._continue)
+                                      _continue=_list_meta(first)._continue)
     assert _names(second) == ["a-2"]
-    assert second.metadata.resource_version == first.metadata.resource_version
+    assert _list_meta(second).resource_version == _list_meta(first).resource_version
 
 
 def test_pagination_survives_deletion_between_pages(store: Store,
@@ -126,8 +145,9 @@ def test_pagination_survives_deletion_between_pages(store: Store,
     first = core.list_namespaced_config_map(NS, limit=3)
     writes.delete(store, kinds.CONFIGMAP, namespace=NS, name="cm-1")
     writes.delete(store, kinds.CONFIGMAP, namespace=NS, name="cm-4")
-    rest = core.list_namespaced_config_map(NS, limit=10, _continue=first.metadata._continue)
-    assert [i.metadata.name for i in rest.items] == ["cm-3", "cm-5"]
+    rest = core.list_namespaced_config_map(NS, limit=10,
+                                           _continue=_list_meta(first)._continue)
+    assert [_name(i) for i in rest.items] == ["cm-3", "cm-5"]
 
 
 def test_bad_continue_token_is_400(core: client.CoreV1Api) -> None:
@@ -137,7 +157,9 @@ def test_bad_continue_token_is_400(core: client.CoreV1Api) -> None:
 
 
 def test_preloadless_list_is_plain_json(pods: Store, core: client.CoreV1Api) -> None:
-    resp = core.list_namespaced_pod(NS, limit=2, _preload_content=False)
+    # unpreloaded, the client answers with the HTTP response itself, whatever its annotation says
+    resp = cast(urllib3.HTTPResponse,
+                core.list_namespaced_pod(NS, limit=2, _preload_content=False))
     body = json.loads(resp.data)
     assert [i["metadata"]["name"] for i in body["items"]] == ["a-1", "a-2"]
     assert resp.headers["Content-Type"] == "application/json"

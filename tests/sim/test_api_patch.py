@@ -4,7 +4,7 @@ strategic patch on a custom resource, 422 for a failed JSON patch `test`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -123,16 +123,20 @@ def test_strategic_merge_service_ports_by_port() -> None:
 def test_strategic_patch_through_the_server(apps: client.AppsV1Api) -> None:
     body = daemonset("dcgm")
     body["spec"]["template"]["spec"]["containers"].append({"name": "side", "image": "s:1"})
-    apps.create_namespaced_daemon_set(NS, body)
+    # a plain-dict body: the official client sends a dict as it is
+    apps.create_namespaced_daemon_set(NS, cast(client.V1DaemonSet, body))
     patched = apps.patch_namespaced_daemon_set("dcgm", NS, {"spec": {"template": {"spec": {
         "containers": [{"name": "c", "image": "img:2"}]}}}})
+    assert patched.spec is not None and patched.spec.template.spec is not None
     images = {c.name: c.image for c in patched.spec.template.spec.containers}
     assert images == {"c": "img:2", "side": "s:1"}
+    assert patched.metadata is not None
     assert patched.metadata.generation == 2
 
 
 def test_json_patch_test_failure_is_422(core: client.CoreV1Api) -> None:
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "cm"}, "data": {"a": "1"}})
+    core.create_namespaced_config_map(
+        NS, cast(client.V1ConfigMap, {"metadata": {"name": "cm"}, "data": {"a": "1"}}))
     with pytest.raises(ApiException) as err:
         core.patch_namespaced_config_map("cm", NS, [
             {"op": "test", "path": "/data/a", "value": "2"},

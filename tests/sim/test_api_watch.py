@@ -7,7 +7,7 @@ import json
 import threading
 import time
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, watch
 
@@ -35,7 +35,8 @@ def _raw_events(url: str, path: str, count: int | None = None) -> list[dict[str,
 def test_watch_sees_added_modified_deleted(core: client.CoreV1Api) -> None:
     w = watch.Watch()
     seen: list[tuple[str, str]] = []
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "first"}})
+    # a plain-dict body: the official client sends a dict as it is
+    core.create_namespaced_config_map(NS, cast(client.V1ConfigMap, {"metadata": {"name": "first"}}))
     for event in w.stream(core.list_namespaced_config_map, NS, timeout_seconds=10):
         obj = event["object"]
         seen.append((event["type"], obj.metadata.name))
@@ -79,7 +80,7 @@ def test_too_old_resource_version_gets_a_410_expired_error_event() -> None:
 
 def test_label_filtered_watch_reports_leaving_as_deleted(store: Store,
                                                          core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod(NS, pod("p1", labels={"app": "a"}))
+    core.create_namespaced_pod(NS, cast(client.V1Pod, pod("p1", labels={"app": "a"})))
     w = watch.Watch()
     seen: list[tuple[str, dict[str, str]]] = []
     for event in w.stream(core.list_namespaced_pod, NS, label_selector="app=a",

@@ -307,6 +307,12 @@ def _apps(sim: SimCluster) -> client.AppsV1Api:
     return client.AppsV1Api(config.new_client_from_config(sim.kubeconfig))
 
 
+def _generation(apps: client.AppsV1Api, name: str) -> int | None:
+    meta = apps.read_namespaced_daemon_set(name, NS).metadata
+    assert meta is not None
+    return meta.generation
+
+
 def test_official_client_label_patches(sim: SimCluster) -> None:
     apps = _apps(sim)
     nodes = [n["metadata"]["name"] for n in sim.store.list(kinds.NODE)[0]]
@@ -314,14 +320,15 @@ def test_official_client_label_patches(sim: SimCluster) -> None:
     sim.store.subscribe(sampler)
     try:
         apps.patch_namespaced_daemon_set(DCGM, NS, {"metadata": {"labels": {COMMON: "true"}}})
-        assert apps.read_namespaced_daemon_set(DCGM, NS).metadata.generation == 1
+        assert _generation(apps, DCGM) == 1
         apps.patch_namespaced_daemon_set(
             DCGM, NS, {"spec": {"template": {"metadata": {"labels": {COMMON: "true"}}}}})
-        assert apps.read_namespaced_daemon_set(DCGM, NS).metadata.generation == 2
+        assert _generation(apps, DCGM) == 2
         sim.wait_for(lambda: rolled_out(sim.store, DCGM))
     finally:
         sim.store.unsubscribe(sampler)
     status = apps.read_namespaced_daemon_set_status(DCGM, NS).status
+    assert status is not None
     assert (status.observed_generation, status.desired_number_scheduled,
             status.updated_number_scheduled, status.number_available,
             status.number_unavailable) == (2, 3, 3, 3, None)

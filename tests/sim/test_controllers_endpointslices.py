@@ -8,6 +8,7 @@ import copy
 import itertools
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -34,6 +35,10 @@ def endpoints(bare: Bare, svc: str) -> dict[str, Obj]:
 
 def ready_nodes(bare: Bare, svc: str) -> set[str]:
     return {ep["nodeName"] for ep in endpoints(bare, svc).values() if ep["conditions"]["ready"]}
+
+
+def _relabel(labels: dict[str, str], pod: Obj) -> None:
+    pod["metadata"].update(labels=labels)
 
 
 def _pod(name: str, node: str, labels: dict[str, str], ports: list[Obj] | None = None) -> Obj:
@@ -263,9 +268,7 @@ def test_incremental_passes_leave_what_a_full_pass_would(make_bare: Callable[...
                                                   port))
             elif pod is not None:
                 labels = {"app": "web" if what == "restore" else "off"}
-                # ignored below: mypy cannot infer a lambda with a default argument
-                bare.edit(kinds.POD, name, lambda p, labels=labels: p["metadata"].update(  # type: ignore[misc]
-                    labels=labels))
+                bare.edit(kinds.POD, name, partial(_relabel, labels))
         bare.wait_idle()
         svc = bare.store.get(kinds.SERVICE, NS, "web")
         pods = [p for p in bare.store.list(kinds.POD, NS)[0]

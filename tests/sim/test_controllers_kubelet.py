@@ -35,16 +35,26 @@ def _ip(bare: Bare, name: str) -> str | None:
     return ((_get(bare, name) or {}).get("status") or {}).get("podIP")
 
 
+def _once(bare: Bare, name: str, holds: Callable[[Obj], object]) -> Obj:
+    """The pod `name` as soon as `holds(pod)` is true (re-checked on every store change)."""
+    def found() -> Obj | None:
+        pod = _get(bare, name)
+        return pod if pod is not None and holds(pod) else None
+
+    pod = bare.wait_for(found)
+    assert pod is not None  # wait_for answers only once the predicate's value is truthy
+    return pod
+
+
 def test_pod_starts_after_the_start_time_with_full_status(make_bare: Callable[..., Bare]) -> None:
     bare = make_bare(nodes=1, stack="none", time_scale=0.01, pod_start_seconds=20.0)
     clock = bare.controllers.clock
     began = clock.now()
     bare.store.create(kinds.POD, _pod("p", "gpu-node-0001"))
-    pending = bare.wait_for(lambda: (_get(bare, "p") or {}).get("status", {}).get("hostIP")
-                            and _get(bare, "p"))
+    pending = _once(bare, "p", lambda pod: pod.get("status", {}).get("hostIP"))
     assert pending["status"]["phase"] == "Pending"
     assert _conditions(pending)["Ready"] == "False"
-    running = bare.wait_for(lambda: _phase(bare, "p") == "Running" and _get(bare, "p"))
+    running = _once(bare, "p", lambda pod: (pod.get("status") or {}).get("phase") == "Running")
     assert clock.now() - began >= 20  # simulated seconds
     st = running["status"]
     assert _conditions(running) == {"PodReadyToStartContainers": "True", "Initialized": "True",
@@ -83,8 +93,7 @@ def test_pods_ready_false_keeps_new_pods_running_but_not_ready(
     assert pod["status"]["containerStatuses"][0]["started"] is True
     started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
     bare.annotate_node("gpu-node-0001", PODS_READY_ANNOTATION, None)
-    ready = bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "True"
-                          and _get(bare, "p"))
+    ready = _once(bare, "p", lambda pod: _conditions(pod).get("Ready") == "True")
     assert ready["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == started
     bare.annotate_node("gpu-node-0001", PODS_READY_ANNOTATION, "false")
     bare.store.create(kinds.POD, _pod("q", "gpu-node-0001"))
@@ -99,8 +108,7 @@ def test_graceful_deletion_turns_not_ready_then_removes(make_bare: Callable[...,
     bare.store.create(kinds.POD, _pod("p", "gpu-node-0001"))
     bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "True")
     bare.store.mark_deleting(kinds.POD, NS, "p", 30)
-    terminating = bare.wait_for(lambda: _conditions(_get(bare, "p") or {}).get("Ready") == "False"
-                                and _get(bare, "p"))
+    terminating = _once(bare, "p", lambda pod: _conditions(pod).get("Ready") == "False")
     assert terminating["metadata"]["deletionTimestamp"]
     assert terminating["status"]["phase"] == "Running"
     bare.wait_for(lambda: _get(bare, "p") is None)
@@ -121,12 +129,12 @@ def test_pod_ips_are_unique_per_node_and_reused_after_deletion(
     for name in ("a", "b", "c"):
         bare.store.create(kinds.POD, _pod(name, "gpu-node-0001"))
     bare.wait_for(lambda: all(_ip(bare, n) for n in "abc"))
-    ips = {n: _get(bare, n)["status"]["podIP"] for n in "abc"}
+    ips = {n: bare.get(kinds.POD, n, NS)["status"]["podIP"] for n in "abc"}
     assert len(set(ips.values())) == 3
     bare.store.delete(kinds.POD, NS, "a")
     bare.store.create(kinds.POD, _pod("d", "gpu-node-0001"))
     bare.wait_for(lambda: _ip(bare, "d"))
-    assert _get(bare, "d")["status"]["podIP"] == ips["a"]
+    assert bare.get(kinds.POD, "d", NS)["status"]["podIP"] == ips["a"]
 
 
 def test_pods_of_a_deleted_node_are_collected(make_bare: Callable[..., Bare]) -> None:

@@ -59,11 +59,13 @@ def test_failed_node_goes_unknown_after_the_grace_period_tainted_pods_not_ready(
     assert cond["reason"] == "NodeStatusUnknown"
     pods = bare.wait_for(lambda: (ps := _on(bare, "nvidia-dcgm", BAD)) and not any(
         P.is_pod_ready(p) for p in ps) and ps)
+    assert pods  # wait_for answers only once the predicate's value is truthy
     pod = pods[0]
     # MarkPodsNotReady: only the Ready condition; the pod still runs, nothing evicted it.
     assert pod["status"]["phase"] == "Running" and not P.is_deleting(pod)
-    # ignored below: the kubelet set this condition
-    assert P.condition(pod, "ContainersReady")["status"] == "True"  # type: ignore[index]
+    containers_ready = P.condition(pod, "ContainersReady")
+    assert containers_ready is not None  # the kubelet set this condition
+    assert containers_ready["status"] == "True"
     bare.wait_idle()
     ds = bare.get(kinds.DAEMONSET, "nvidia-dcgm")
     # NodeShouldRunDaemonPod: the NoSchedule taint takes the node out of the desired set.
@@ -135,6 +137,7 @@ def test_readiness_probe_initial_delay_holds_ready(make_bare: Callable[..., Bare
     bare.store.create(kinds.POD, pod)
     running = bare.wait_for(lambda: (p := bare.store.find(kinds.POD, NS, "p"))
                             and p.get("status", {}).get("phase") == "Running" and p)
+    assert running  # wait_for answers only once the predicate's value is truthy
     assert not P.is_pod_ready(running)
     bare.wait_for(lambda: P.is_pod_ready(bare.get(kinds.POD, "p")))
     assert clock.now() - began >= 31  # start + initialDelaySeconds, simulated

@@ -5,6 +5,7 @@ common labels when asked; state labels and controller references as the real ope
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from migrator.model import kinds
@@ -72,16 +73,21 @@ def test_hand_added_daemonset_label_survives_until_the_desired_spec_changes(
     ) and len(bare.pods(name)) == 2)
 
 
+def _rolled_with_label(bare: Bare, name: str, label: str) -> bool:
+    """Both pods of DaemonSet `name` carry `label` and none is terminating."""
+    return all(
+        (p["metadata"]["labels"].get(label) == "true"
+         and not p["metadata"].get("deletionTimestamp")) for p in bare.pods(name)
+    ) and len(bare.pods(name)) == 2
+
+
 def test_new_operator_version_renders_the_common_labels(make_bare: Callable[..., Bare]) -> None:
     bare = make_bare(nodes=2, stack="clusterpolicy", operator_reconcile_seconds=2.0)
     bare.edit(kinds.CLUSTER_POLICY, "gpu-cluster-policy", lambda cr: cr["metadata"].setdefault(
         "annotations", {}).__setitem__(R.RENDERS_COMMON_LABELS, "true"))
     for name, label in (("nvidia-dcgm", R.DCGM_LABEL),
                         ("nvidia-dcgm-exporter", R.EXPORTER_LABEL)):
-        bare.wait_for(lambda n=name, lb=label: all(
-            (p["metadata"]["labels"].get(lb) == "true"
-             and not p["metadata"].get("deletionTimestamp")) for p in bare.pods(n)
-        ) and len(bare.pods(n)) == 2)
+        bare.wait_for(partial(_rolled_with_label, bare, name, label))
         ds = bare.get(kinds.DAEMONSET, name)
         assert ds["metadata"]["labels"][label] == "true"
         assert ds["spec"]["template"]["metadata"]["labels"][label] == "true"
@@ -114,6 +120,7 @@ def test_deleted_service_is_recreated(make_bare: Callable[..., Bare]) -> None:
     bare = make_bare(nodes=1, operator_reconcile_seconds=2.0)
     bare.store.delete(kinds.SERVICE, NS, "nvidia-dcgm-exporter-dra")
     svc = bare.wait_for(lambda: bare.store.find(kinds.SERVICE, NS, "nvidia-dcgm-exporter-dra"))
+    assert svc is not None  # wait_for answers only once the predicate's value is truthy
     assert svc["spec"]["clusterIP"] and svc["spec"]["selector"] == {
         "app": "nvidia-dcgm-exporter-dra"}
 
@@ -132,9 +139,9 @@ def test_render_follows_the_cr_spec_pure() -> None:
     remote = [o for o in R.render(cr, "ns1") if o["kind"] == "DaemonSet"]
     assert [o["metadata"]["name"] for o in remote] == ["nvidia-dcgm-dra",
                                                        "nvidia-dcgm-exporter-dra"]
-    env = {e["name"]: e.get("value") for e in remote[1]["spec"]["template"]["spec"]
-           ["containers"][0]["env"]}
-    assert env["DCGM_REMOTE_HOSTENGINE_INFO"] == "nvidia-dcgm-dra:5555"
+    values = {e["name"]: e.get("value") for e in remote[1]["spec"]["template"]["spec"]
+              ["containers"][0]["env"]}
+    assert values["DCGM_REMOTE_HOSTENGINE_INFO"] == "nvidia-dcgm-dra:5555"
     assert remote[0]["spec"]["template"]["spec"]["containers"][0]["image"] == (
         "nvcr.io/nvidia/cloud-native/dcgm:4.5.2-1-ubuntu22.04")
     assert all(o["metadata"]["namespace"] == "ns1" for o in remote)

@@ -73,6 +73,7 @@ def test_a_new_pod_gets_a_new_claim_and_the_old_one_goes(make_bare: Callable[...
                      and p["metadata"]["uid"] != old["metadata"]["uid"]
                      and P.is_pod_ready(p)), None)
     new = bare.wait_for(replaced)
+    assert new is not None  # wait_for answers only once the predicate's value is truthy
     _check_claimed(bare.store, new)
     bare.wait_for(lambda: bare.store.find(kinds.RESOURCE_CLAIM, NS,
                                           old_claim["metadata"]["name"]) is None)
@@ -90,9 +91,10 @@ def test_unallocatable_claim_keeps_the_pod_pending(make_bare: Callable[..., Bare
                     old["metadata"]["uid"] and _condition(p, "PodScheduled")["status"] == "False":
                 return p
         return None
-    pod = bare.wait_for(pending)
+    found = bare.wait_for(pending)
+    assert found is not None  # wait_for answers only once the predicate's value is truthy
     bare.wait_idle()
-    pod = bare.get(kinds.POD, pod["metadata"]["name"])
+    pod = bare.get(kinds.POD, found["metadata"]["name"])
     scheduled = _condition(pod, "PodScheduled")
     assert scheduled["reason"] == "Unschedulable"
     assert scheduled["message"] == ("0/3 nodes are available: 1 cannot allocate all claims, "
@@ -118,6 +120,7 @@ def test_a_node_without_gpus_cannot_allocate(make_bare: Callable[..., Bare]) -> 
     pod = bare.wait_for(lambda: next((p for p in bare.pods(DCGM)
                                       if p["spec"]["nodeName"] == "cpu-node" and _condition(
                                           p, "PodScheduled")["status"] == "False"), None))
+    assert pod is not None  # wait_for answers only once the predicate's value is truthy
     assert "cannot allocate all claims" in _condition(pod, "PodScheduled")["message"]
     assert pod["status"]["phase"] == "Pending"
 
@@ -132,6 +135,7 @@ def test_missing_template_waits_then_the_pod_starts(make_bare: Callable[..., Bar
     writes.create(bare.store, kinds.POD, pod, namespace=NS)
     waiting = bare.wait_for(lambda: (lambda p: p if _condition(p, "PodScheduled").get(
         "status") == "False" else None)(bare.get(kinds.POD, "user")))
+    assert waiting is not None  # wait_for answers only once the predicate's value is truthy
     assert "one" in _condition(waiting, "PodScheduled")["message"]
     assert waiting["status"]["phase"] == "Pending"
     template = {"metadata": {"name": "one", "namespace": NS}, "spec": {"spec": {"devices": {

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from migrator.cli.live import eta_text
 from migrator.engine.progress import RolloutProgress
 from migrator.engine.waiting import Pace, Waiter
+from migrator.kube.client import Kube
 from migrator.model.tables import Row, daemonset_row
 from tests.helpers.clock import FakeClock
 
@@ -62,8 +63,7 @@ class Time:
 def _waiter(script: Any, step: float = 5.0) -> tuple[Waiter, Time]:
     clock = FakeClock(monotonic=0.0)
     kube = ScriptedKube(clock, script, step)
-    # ignored below: ScriptedKube stands in for Kube
-    return Waiter(kube, "ns", clock), Time(clock)  # type: ignore[arg-type]
+    return Waiter(cast(Kube, kube), "ns", clock), Time(clock)  # ScriptedKube stands in
 
 
 def test_a_slow_rollout_that_keeps_moving_outlives_the_timeout() -> None:
@@ -98,10 +98,12 @@ def test_blocked_probe_ends_a_stalled_wait_at_once() -> None:
 def test_blocked_is_not_asked_while_the_rollout_moves() -> None:
     waiter, time = _waiter(lambda t: _ds(min(10, int(t // 10)), 10), step=5.0)
     asked: list[float] = []
-    out = waiter.rollout("d", 600.0, lambda ds, pace: None,
-                         # ignored below: list.append returns None, `or` makes the lambda's ""
-                         blocked=lambda: asked.append(time.t) or "",  # type: ignore[func-returns-value]
-                         probe_every=30.0)
+
+    def blocked() -> str:
+        asked.append(time.t)
+        return ""
+
+    out = waiter.rollout("d", 600.0, lambda ds, pace: None, blocked=blocked, probe_every=30.0)
     assert out.complete and asked == []
 
 

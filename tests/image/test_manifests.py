@@ -56,7 +56,8 @@ def test_the_job_has_no_total_deadline_a_large_rollout_would_hit() -> None:
 
 def test_containerfile_and_build_agree_on_version_user_and_entrypoint() -> None:
     text = (REPO / "Containerfile").read_text()
-    assert re.search(r"^ARG VERSION=(.+)$", text, re.M)[1] == migrator.__version__  # type: ignore[index]
+    version = re.search(r"^ARG VERSION=(.+)$", text, re.M)
+    assert version is not None and version[1] == migrator.__version__
     assert 'org.opencontainers.image.version="${VERSION}"' in text
     assert "USER 10001:10001" in text and 'ENTRYPOINT ["dcgm-migrate"]' in text
     build = (REPO / "images" / "build").read_text()

@@ -49,13 +49,11 @@ def bad_phase(env: Env, tmp: Path, mp: pytest.MonkeyPatch) -> list[str]:
 
 def unreachable(env: Env, tmp: Path, mp: pytest.MonkeyPatch) -> list[str]:
     """A stopped API server; retries without their real sleeps (the budget is tests/kube's)."""
-    # ignored below: mypy types a classmethod as a bound method
-    connect = Kube.connect.__func__  # type: ignore[attr-defined]
+    connect = Kube.connect  # bound to Kube: the patched one below calls it
 
     def no_sleep_connect(cls: type[Kube], *args: Any, **kwargs: Any) -> Kube:
         kwargs["retry"] = RetryPolicy(sleep=lambda s: None, random=lambda: 0.0)
-        # ignored below: connect is untyped once taken from __func__
-        return connect(cls, *args, **kwargs)  # type: ignore[no-any-return]
+        return connect(*args, **kwargs)
 
     mp.setattr(Kube, "connect", classmethod(no_sleep_connect))
     kubeconfig = _token_kubeconfig(env, tmp, ADMIN_TOKEN)  # stop() removes the sim's own

@@ -51,8 +51,7 @@ def test_serve_prints_ready_and_exits_cleanly_on_signal(tmp_path: Path, sig: int
         assert doc["contexts"][0]["context"]["namespace"] == "gpu-operator"
         api = config.new_client_from_config(str(kubeconfig))
         pods = client.CoreV1Api(api).list_namespaced_pod("gpu-operator", limit=4)
-        # ignored below: a list answer carries its metadata
-        assert len(pods.items) == 4 and pods.metadata._continue  # type: ignore[union-attr]
+        assert len(pods.items) == 4 and pods.metadata is not None and pods.metadata._continue
         api.close()
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)

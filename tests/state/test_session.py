@@ -69,8 +69,9 @@ def test_saves_follow_the_version_last_seen_and_refuse_another_writer() -> None:
     with session(other, clock) as run:
         run.save(state)
         replaced = State("ns", stack="clusterpolicy", clock=clock).to_document()
-        # ignored below: saved above: load() is not None
-        other.save(replaced, expected_version=other.load().version)  # type: ignore[union-attr]
+        saved = other.load()
+        assert saved is not None
+        other.save(replaced, expected_version=saved.version)
         with pytest.raises(StateConflict):
             run.save(state)
 

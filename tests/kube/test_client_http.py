@@ -123,8 +123,9 @@ def test_429_with_retry_after_is_waited_out(stub: Stub, kube: Kube, sleeps: list
         (200, {}, cm(rv="9")),
     )
     before = kube.request_count
-    # ignored below: get() is None on a 404 only
-    assert kube.get(kinds.CONFIGMAP, "a", "ns")["metadata"]["resourceVersion"] == "9"  # type: ignore[index]
+    got = kube.get(kinds.CONFIGMAP, "a", "ns")
+    assert got is not None  # get() is None on a 404 only
+    assert got["metadata"]["resourceVersion"] == "9"
     assert sleeps == [3.0]
     assert kube.request_count - before == 2 and kube.retry_count == 1
 

@@ -4,12 +4,14 @@ written; and `inverse()`/`satisfied()` are honest for every step type."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from migrator.engine import executor
+from migrator.kube.client import Kube
 from migrator.model import kinds
+from migrator.model.stacks import Catalog
 from migrator.model.steps import (
     CreateAlias,
     DeleteAlias,
@@ -55,14 +57,18 @@ def test_what_the_runner_asks_of_each_step() -> None:
     assert SWITCH.stop_hint(rollback=False) != SWITCH.stop_hint(rollback=True)
 
 
+def _inverse(step: Step) -> Step | None:
+    """A step's inverse as the runner asks for it: a step, or None where there is no undo."""
+    return step.inverse()
+
+
 def test_inverse_is_the_real_undo_or_none() -> None:
     assert LABELS.inverse() == SetLabels("nvidia-dcgm", {KEY: None}, {KEY: None},
                                          {KEY: "true"}, {KEY: "true"})
     assert SWITCH.inverse().inverse() == SWITCH
     assert ALIAS.inverse() == UNALIAS
-    # ignored below: these inverses are typed as returning None, which is what is checked
-    assert ROLL.inverse() is None  # type: ignore[func-returns-value]  # a deleted pod cannot be undeleted
-    assert UNALIAS.inverse() is None  # type: ignore[func-returns-value]  # the body was not recorded with the deletion
+    assert _inverse(ROLL) is None  # a deleted pod cannot be undeleted
+    assert _inverse(UNALIAS) is None  # the body was not recorded with the deletion
 
 
 def _ds(**kw: Any) -> dict[str, Any]:
@@ -85,8 +91,8 @@ def test_records_round_trip(step: Step) -> None:
 
 def test_a_pod_by_pod_step_has_no_single_write() -> None:
     with pytest.raises(TypeError, match="pod_by_pod"):
-        # ignored below: no client or state: refused before either is used
-        executor.execute(None, "ns", None, ROLL)  # type: ignore[arg-type]
+        # no client or catalog: refused before either is used
+        executor.execute(cast(Kube, None), "ns", cast(Catalog, None), ROLL)
 
 
 def test_the_phases_have_the_phase_surface_in_order() -> None:

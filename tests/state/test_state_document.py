@@ -29,7 +29,9 @@ def test_round_trip_keeps_steps_originals_and_baselines() -> None:
     assert again.phase(1).baselines == rec.baselines
     assert [(r.status, r.id) for r in again.phase(1).steps] == [("done", STEP.id)]
     assert again.phase(1).done_steps() == [STEP]
-    assert again.phase(1).done_steps()[0].inverse().template_after == {"k": "false"}
+    undo = again.phase(1).done_steps()[0].inverse()
+    assert isinstance(undo, SetLabels)
+    assert undo.template_after == {"k": "false"}
 
 
 def test_intent_without_done_still_counts_as_possibly_written() -> None:

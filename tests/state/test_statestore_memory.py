@@ -108,8 +108,9 @@ def test_a_stale_version_is_a_conflict_when_the_document_changed(
     with pytest.raises(StateConflict, match="changed by another run") as info:
         b.save({**DOC, "stack": "y"}, expected_version=first.version)
     assert exit_code_for(info.value) == 4
-    # ignored below: saved above: the ConfigMap exists
-    assert json.loads(cm.object["data"]["state.json"])["stack"] == "x"  # type: ignore[index]
+    obj = cm.object
+    assert obj is not None  # saved above: the ConfigMap exists
+    assert json.loads(obj["data"]["state.json"])["stack"] == "x"
 
 
 def test_saving_over_state_the_caller_did_not_know_is_a_conflict(
@@ -148,10 +149,12 @@ def test_own_lock_writes_do_not_cost_a_conflict(cm: MemoryConfigMap, clock: Cloc
     s.save({**DOC, "n": 2}, expected_version=saved.version)
     assert cm.writes == writes + 1  # straight PUT on the renewed version, no 409 round
     s.release_lock(lock)
-    # ignored below: saved above: the ConfigMap exists
-    assert locking.read(cm.object["metadata"].get("annotations")) is None  # type: ignore[index]
-    # ignored below: saved above: load() is not None
-    assert store(cm, clock).load().document == {**DOC, "n": 2}  # type: ignore[union-attr]
+    obj = cm.object
+    assert obj is not None  # saved above: the ConfigMap exists
+    assert locking.read(obj["metadata"].get("annotations")) is None
+    loaded = store(cm, clock).load()
+    assert loaded is not None  # saved above
+    assert loaded.document == {**DOC, "n": 2}
 
 
 def test_second_run_gets_lock_held_naming_holder_and_expiry(
@@ -180,8 +183,11 @@ def test_an_expired_lock_is_taken_over_and_the_old_holder_loses(
     with pytest.raises(LockHeld, match="bob@b pid 2"):
         old.save({**DOC, "late": True}, expected_version=state.version)
     old.release_lock(old_lock)  # not ours any more: left alone
-    # ignored below: saved and locked: object and lock are not None
-    assert locking.read(cm.object["metadata"]["annotations"]).holder == "bob@b pid 2"  # type: ignore[index,union-attr]
+    obj = cm.object
+    assert obj is not None  # saved and locked: the ConfigMap exists, with the lock
+    held = locking.read(obj["metadata"]["annotations"])
+    assert held is not None
+    assert held.holder == "bob@b pid 2"
 
 
 def test_a_killed_run_on_this_host_holds_its_lock_until_it_expires(

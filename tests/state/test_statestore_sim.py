@@ -110,8 +110,9 @@ def test_lock_then_state_then_release(empty_api: ApiServer, clock: Clock) -> Non
     assert annotations["dcgm-migrate/lock-expires"] == "2025-03-01T12:01:30Z"
     s.release_lock(lock)
     assert locking.read(stored_cm(empty_api)["metadata"].get("annotations")) is None
-    # ignored below: saved above: load() is not None
-    assert store(empty_api, clock).load().document == {**DOC, "step": 2}  # type: ignore[union-attr]
+    loaded = store(empty_api, clock).load()
+    assert loaded is not None  # saved above
+    assert loaded.document == {**DOC, "step": 2}
 
 
 def test_expired_lock_is_taken_over_and_force_unlock(empty_api: ApiServer, clock: Clock) -> None:

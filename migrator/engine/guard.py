@@ -75,9 +75,27 @@ class GuardSettings:
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
     watch_seconds: int = 30  # server-side timeout of each watch request
-    # The verdict (a whole read of the namespace) at most this often while leading, logged
-    # when it changes: the first line an SRE sees when a stable name stops reaching nodes.
+    # The verdict (a whole read of the namespace) while leading, logged when it changes: the
+    # first line an SRE sees when a stable name stops reaching nodes. At most this often, and
+    # only when something it reads changed since the last one (`verdict_due`)...
     verdict_seconds: float = 300.0
+    # ... and at least this often regardless (what no watched event shows: a pod relabelled
+    # by hand whose Service the tool does not follow).
+    verdict_idle_seconds: float = 3600.0
+
+
+def verdict_due(settings: GuardSettings, now: float, last: float | None,
+                changed: bool) -> bool:
+    """Is a verdict due at `now`, the last one taken at `last` (None: never)? Its inputs —
+    the DaemonSets (their status counts every pod's readiness), the Services and the stable
+    names' EndpointSlices — reach the guard as watch events, so a quiet cluster is judged
+    once per `verdict_idle_seconds` instead of once per `verdict_seconds`: the whole read is
+    nearly all of the guard's steady-state API bytes (docs/performance.md)."""
+    if last is None:
+        return True
+    elapsed = now - last
+    return elapsed >= settings.verdict_idle_seconds or (changed and
+                                                         elapsed >= settings.verdict_seconds)
 
 
 @dataclass(frozen=True)
@@ -397,7 +415,8 @@ class _Loop:
     guard: Guard
     next_lease: float = 0.0
     next_pass: float = 0.0
-    next_verdict: float = 0.0
+    last_judged: float | None = None  # when the last verdict was taken
+    changed: bool = True  # an event (or a relist) since the last verdict
     last_verdict: str = ""
     last_pass: float = float("-inf")
     dirty: bool = True
@@ -407,11 +426,12 @@ class _Loop:
     def judge(self) -> None:
         """Check the verdict and log it when it changed since the last check."""
         g = self.guard
-        self.next_verdict = g.clock.monotonic() + g.settings.verdict_seconds
+        self.last_judged, self.changed = g.clock.monotonic(), False
         try:
             summary = g.verdict().summary()
         except (APIError, ClusterError) as exc:
             g.log(f"verdict unreadable ({exc}); checked again later")
+            self.changed = True  # not judged: due again after verdict_seconds
             return
         if summary != self.last_verdict:
             self.last_verdict = summary
@@ -426,7 +446,7 @@ class _Loop:
             self.next_lease = now + s.retry_seconds
             if self.leading and not was:
                 g.log(f"leading: holds Lease/{s.lease_name} as {s.identity}")
-                self.dirty = True
+                self.dirty = self.changed = True  # a standby followed nothing
             elif was and not self.leading:
                 g.log(f"lost Lease/{s.lease_name} (holder {g.lease.holder or 'none'}); "
                       "standing by")
@@ -439,7 +459,7 @@ class _Loop:
             self.last_pass = g.clock.monotonic()
             self.next_pass = self.last_pass + s.resync_seconds
             self.dirty = False
-        if self.leading and g.clock.monotonic() >= self.next_verdict:
+        if self.leading and verdict_due(s, g.clock.monotonic(), self.last_judged, self.changed):
             self.judge()
         wake = min(self.next_lease, self.next_pass,
                    self.last_pass + s.min_pass_seconds if self.dirty else self.next_pass)
@@ -451,6 +471,7 @@ class _Loop:
                 batch.append(events.get_nowait())
         except queue.Empty:
             pass
+        self.changed = self.changed or bool(batch)
         if stop.is_set() or not batch or not self.leading:
             return
         latest: dict[str, Obj] = {}

@@ -1,0 +1,75 @@
+"""The guard's verdict in its loop (engine/guard.py): it reads the namespace whole once, then
+again only when an event shows something the verdict reads changed — here a node stopping
+reporting, whose pods the node lifecycle controller marks not Ready — and logs the new verdict
+naming the node. A quiet cluster is not read again (docs/performance.md, "Guard with both
+stacks": the whole read is nearly all of the guard's steady-state bytes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from migrator.engine.guard import Guard, GuardSettings
+from migrator.kube.client import Kube
+from migrator.model.outcome import Verdict
+from migrator.model.stacks import load_catalog
+from tests.e2e.conftest import E2E, NS
+
+VERDICT_SECONDS = 0.5  # real seconds: the guard runs on the real clock
+
+
+def _counted(guard: Guard) -> list[Verdict]:
+    """Every verdict the loop takes, in order (the guard's own method, counted)."""
+    taken: list[Verdict] = []
+    judge = guard.verdict
+
+    def counting() -> Verdict:
+        verdict = judge()
+        taken.append(verdict)
+        return verdict
+
+    guard.verdict = counting  # type: ignore[method-assign]  # counted for this one test
+    return taken
+
+
+def _until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_the_guard_judges_again_only_when_what_it_reads_changed(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster", nodes=3)
+    kube = Kube.connect(env.sim.kubeconfig)
+    log: list[str] = []
+    settings = GuardSettings(identity="guard-a", retry_seconds=0.2, watch_seconds=5,
+                             min_pass_seconds=0.05, verdict_seconds=VERDICT_SECONDS)
+    guard = Guard(kube, NS, load_catalog(), settings, log=log.append)
+    taken = _counted(guard)
+    stop = threading.Event()
+    thread = threading.Thread(target=guard.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert _until(lambda: len(taken) >= 1, 15), log
+        # The start's own lists count as changes: the second verdict comes one period later.
+        assert _until(lambda: len(taken) >= 2, 15), log
+        env.sim.wait_idle()
+        time.sleep(2 * VERDICT_SECONDS)
+        settled = len(taken)
+        time.sleep(10 * VERDICT_SECONDS)  # ten verdict periods of a quiet cluster
+        assert len(taken) == settled, f"a quiet cluster was judged again: {log}"
+        node = sorted(p["spec"]["nodeName"] for p in env.pods("nvidia-dcgm-dra"))[0]
+        with env.monitor.expected_outage():
+            env.sim.fail_node(node)
+            assert _until(lambda: any(node in line for line in log
+                                      if line.startswith("verdict:")), 30), log
+            assert len(taken) > settled
+            env.sim.heal_node(node)
+            assert _until(lambda: taken[-1].summary() == taken[0].summary(), 30), log
+    finally:
+        stop.set()
+        thread.join(10)
+        kube.close()

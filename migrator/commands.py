@@ -6,7 +6,6 @@ Every command validates its input before it writes anything, so bad input costs 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Callable
@@ -257,17 +256,22 @@ def _locked_run(session: Session, cache: Informer, request: RunRequest, state: S
     return final
 
 
-def _run_cache(session: Session) -> contextlib.AbstractContextManager[Informer]:
-    """The run's cache (engine/informer.py): the reads of `apply`/`rollback` and their gates
-    come from one list per kind plus the watches that follow it."""
-    return informer.opened(session.kube, session.namespace, session.catalog, session.clock)
+RunBody = Callable[[Session, Informer, RunRequest], dict[str, Any]]
+
+
+def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> dict[str, Any]:
+    """`body` with the run's cache open (engine/informer.py), so the reads of `apply` /
+    `rollback` and of their gates come from one list per kind plus the watches that follow
+    it; the phase is checked first (bad input costs no request at all)."""
+    _check_phase(request.phase)
+    with informer.opened(session.kube, session.namespace, session.catalog,
+                         session.clock) as cache:
+        return body(session, cache, request)
 
 
 def apply(session: Session, request: RunRequest) -> dict[str, Any]:
     """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
-    _check_phase(request.phase)  # bad input before any request
-    with _run_cache(session) as cache:
-        return _apply(session, cache, request)
+    return _with_run_cache(session, request, _apply)
 
 
 def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, Any]:
@@ -345,9 +349,7 @@ def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
 
 def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
     """Undo phases down to and including N, newest first, from the recorded originals."""
-    _check_phase(request.phase)  # bad input before any request
-    with _run_cache(session) as cache:
-        return _rollback(session, cache, request)
+    return _with_run_cache(session, request, _rollback)
 
 
 def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[str, Any]:

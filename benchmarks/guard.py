@@ -15,7 +15,10 @@ counted, talking to the sim through a byte-counting TCP proxy in this process. T
    (its controller ownerReference becomes ClusterPolicy) to the store event after which the
    tool's EndpointSlices of that name list a ready endpoint on every GPUCluster node;
 3. API bytes per hour of steady state: what the proxy carried both ways (requests, answers,
-   watch streams) over `--steady-seconds` of real time with nothing changing, scaled to an hour.
+   watch streams) over `--steady-seconds` of real time with nothing changing, scaled to an hour,
+   and how many of the guard's verdicts (a whole read of the namespace) fell in it. The window
+   opens once the verdict the guard's own start is owed has been taken, and that verdict's
+   bytes are measured too (what the proxy carried while it was taken, less the steady rate).
 
 Phase 1 rolls every DaemonSet one node at a time (7,500 waves per DaemonSet at 15,000 nodes),
 so the benchmark does not run `apply` on the big sim: it runs `apply --phase 3 --yes --settle
@@ -40,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.procs import CLI
+from migrator.engine.guard import GuardSettings
 from migrator.model import kinds, sharing
 from migrator.sim.cluster import SimCluster, write_kubeconfig
 from migrator.sim.controllers.operator import RESYNC_SECONDS
@@ -226,6 +231,25 @@ class CountingProxy:
         self.listener.close()
 
 
+def _verdict_reads(records: list[Any]) -> list[Any]:
+    """The first page of each of the guard's whole reads (its verdict): in steady state nothing
+    else of it lists pods, and a whole read lists them first by the components' app labels
+    (`stacks.pod_selectors`: `app in (...)`)."""
+    out = []
+    for r in records:
+        query = urllib.parse.parse_qs(r.query)
+        if (r.verb == "list" and r.resource == "pods" and "continue" not in query
+                and query.get("labelSelector", [""])[0].startswith("app in")):
+            out.append(r)
+    return out
+
+
+def _quiet_for(sim: SimCluster, seconds: float, after: int) -> bool:
+    """No list request since `after` arrived in the last `seconds` (a whole read is over)."""
+    lists = [r for r in sim.server.log.since(after) if r.verb == "list"]
+    return not lists or time.time() - lists[-1].time >= seconds
+
+
 def _poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     """For predicates that read the store: never under the tracker's lock (the store calls
     the tracker under its own)."""
@@ -311,6 +335,9 @@ class Figures:
     steady_requests: int = 0
     bytes_per_hour: float = 0.0
     requests_per_hour: float = 0.0
+    verdicts_in_window: int = 0  # the guard's whole reads in the steady window
+    owed_wait_s: float = 0.0  # from the share until the verdict the start is owed was taken
+    verdict_bytes: float = 0.0  # that verdict's bytes, less the steady rate meanwhile
     reactions_s: list[float] = field(default_factory=list)
     rss_after_takeover_mb: list[float] = field(default_factory=list)  # VmHWM after each
     reaction_median_s: float | None = None
@@ -352,6 +379,23 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
             _note(f"shared in {fig.share_real_s:.1f} s; VmHWM {fig.rss_shared_mb:.0f} MB")
 
             time.sleep(min(5.0, steady_seconds))  # the passes the share itself triggered
+            # The guard's start lists what it watches, which counts as a change: the verdict
+            # that is owed comes within verdict_seconds of the first. A window that long waits
+            # for it first (and for its read to end), so it shows a quiet cluster, and weighs
+            # it; a shorter window ends before it anyway.
+            owed_bytes = 0
+            if steady_seconds >= GuardSettings().verdict_seconds:
+                owed_mark = sim.server.log.last_seq
+                owed_up, owed_down = proxy.totals()
+                owed_t0 = time.monotonic()
+                _note("waiting for the verdict the guard's start is owed")
+                _poll(lambda: bool(_verdict_reads(sim.server.log.since(owed_mark))),
+                      GuardSettings().verdict_seconds + timeout, "the owed verdict")
+                _poll(lambda: _quiet_for(sim, 3.0, owed_mark), timeout,
+                      "the owed verdict's read")
+                owed_up1, owed_down1 = proxy.totals()
+                fig.owed_wait_s = time.monotonic() - owed_t0
+                owed_bytes = (owed_up1 - owed_up) + (owed_down1 - owed_down)
             mark = sim.server.log.last_seq
             up0, down0 = proxy.totals()
             t0 = time.monotonic()
@@ -362,12 +406,15 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
             fig.steady_bytes = (up1 - up0) + (down1 - down0)
             fig.steady_bytes_down = down1 - down0
             fig.steady_requests = len(sim.server.log.since(mark))
+            fig.verdicts_in_window = len(_verdict_reads(sim.server.log.since(mark)))
+            rate = fig.steady_bytes / fig.steady_real_s
+            fig.verdict_bytes = max(0.0, owed_bytes - rate * fig.owed_wait_s)
             hour = 3600.0 / fig.steady_real_s
             fig.bytes_per_hour = fig.steady_bytes * hour
             fig.requests_per_hour = fig.steady_requests * hour
             fig.rss_steady_mb = _vm_hwm_mb(proc.pid)
-            _note(f"steady: {fig.steady_bytes} B, {fig.steady_requests} requests; "
-                  f"VmHWM {fig.rss_steady_mb:.0f} MB")
+            _note(f"steady: {fig.steady_bytes} B, {fig.steady_requests} requests, "
+                  f"{fig.verdicts_in_window} verdicts; VmHWM {fig.rss_steady_mb:.0f} MB")
 
             for i in range(takeovers):
                 cp = sim.store.list(kinds.CLUSTER_POLICY)[0][0]
@@ -420,6 +467,9 @@ def _table(fig: Figures) -> str:
          f"{fig.bytes_per_hour / 1e6:.1f} MB "
          f"({fig.steady_bytes_down / max(1, fig.steady_bytes):.0%} received)"),
         ("steady requests per hour", f"{fig.requests_per_hour:.0f}"),
+        ("verdicts (whole reads) in the steady window", f"{fig.verdicts_in_window}"),
+        (f"one verdict's bytes (owed {fig.owed_wait_s:.0f} s after the share)",
+         f"{fig.verdict_bytes / 1e6:.1f} MB"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -33,6 +33,7 @@ from migrator.model.stacks import load_catalog
 from migrator.sim.cluster import kubeconfig_document
 from migrator.sim.store import Event
 from tests.e2e.conftest import E2E, NS
+from tests.helpers.readiness import ReadyEndpoints
 
 REPO = Path(__file__).resolve().parents[2]
 ALIASES = {"nvidia-dcgm": ("nvidia-dcgm-dra", "nvidia.com/gpu-operator.dcgm"),
@@ -142,32 +143,6 @@ def _timeline(events: list[Event], alias: str, ds_name: str, key: str) -> dict[s
     return out
 
 
-def _lowest_ready(events: list[Event], service: str, start: dict[str, int]) -> int:
-    """The fewest ready endpoints the Service had at any instant of the event log (every
-    EndpointSlice change, not a sample), starting from `start` (ready per slice)."""
-    ready = dict(start)
-    lowest = sum(ready.values())
-    for ev in events:
-        if ev.resource is not kinds.ENDPOINTSLICE or ev.object["metadata"].get(
-                "labels", {}).get("kubernetes.io/service-name") != service:
-            continue
-        name = ev.object["metadata"]["name"]
-        ready[name] = 0 if ev.type == "DELETED" else _ready_in(ev.object)
-        lowest = min(lowest, sum(ready.values()))
-    return lowest
-
-
-def _ready_in(endpoint_slice: dict[str, Any]) -> int:
-    return sum(1 for ep in endpoint_slice.get("endpoints") or []
-               if (ep.get("conditions") or {}).get("ready") in (None, True))
-
-
-def _slices_now(env: E2E, service: str) -> dict[str, int]:
-    items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
-    return {sl["metadata"]["name"]: _ready_in(sl) for sl in items
-            if sl["metadata"]["labels"].get("kubernetes.io/service-name") == service}
-
-
 def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0, time_scale=0.05)
@@ -177,9 +152,12 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
     kube = Kube.connect(_guard_kubeconfig(env, tmp_path))  # the Role of docs/guard.yaml only
     with running_guard(env, kube=kube) as g:
         env.sim.wait_for(lambda: g.guard.passes >= 1 and g.guard.lease.is_leader, 10)
-        since = env.sim.store.resource_version
-        start = {name: _slices_now(env, name) for name in (*ALIASES, *(d for d, _ in
-                                                                      ALIASES.values()))}
+        # Each alias's and source's ready endpoints from here on, replayed below from the
+        # event log (every EndpointSlice change, not a sample).
+        ready = ReadyEndpoints((*ALIASES, *(d for d, _ in ALIASES.values())))
+        with env.sim.store.lock:
+            since = env.sim.store.resource_version
+            ready.seed(env.sim.store, NS)
         with env.monitor.rolling():  # the operator's rollout: its maxUnavailable, no more
             _edit_cr(env)
             env.sim.wait_for(lambda: _rolled_without_label(env), 60)
@@ -189,6 +167,8 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
         assert env.monitor.violations == [], env.monitor.violations[:5]
         events = env.sim.store.events_since(since)
         assert events is not None
+        for ev in events:
+            ready.apply(ev)
         for alias, (ds_name, key) in ALIASES.items():
             t = _timeline(events, alias, ds_name, key)
             # The hold lands before the rollout takes a second old pod: from then on the alias
@@ -197,7 +177,7 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
             print(f"race {alias}: {sorted(t.items(), key=lambda kv: kv[1])}")
             # Exact, from every EndpointSlice change: the alias never had fewer ready endpoints
             # than 3 - maxUnavailable (1), the floor its source Service has in the same rollout.
-            low, low_source = (_lowest_ready(events, n, start[n]) for n in (alias, ds_name))
+            low, low_source = ready.lowest_ready[alias], ready.lowest_ready[ds_name]
             print(f"lowest ready: {alias} {low}/3, {ds_name} {low_source}/3")
             assert low >= 2 and low_source >= 2, (low, low_source)
 

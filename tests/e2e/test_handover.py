@@ -5,17 +5,14 @@ the disruption monitor running: the preparation (`--prepare-for`) and what the t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from migrator.model import kinds
-from migrator.sim.store import Event
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import running_guard
+from tests.helpers.readiness import ReadyEndpoints
 
 COMPONENT = "app.kubernetes.io/component"
 DAEMONSETS = {"nvidia-dcgm-dra": "nvidia-dcgm", "nvidia-dcgm-exporter-dra": "nvidia-dcgm-exporter"}
@@ -67,60 +64,6 @@ STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 SHARED = "nvidia.com/shared-service"
 
 
-@dataclass
-class Lowest:
-    """The stable names' fewest ready endpoints (and, for Local, fewest nodes with one) seen
-    in any committed state of their EndpointSlices over a window, from the sim's own commits."""
-
-    ready: dict[str, int] = field(default_factory=dict)
-    nodes: dict[str, int] = field(default_factory=dict)
-
-
-@contextmanager
-def _lowest(env: E2E) -> Iterator[Lowest]:
-    found = Lowest()
-    slices: dict[str, dict[str, dict[str, int]]] = {n: {} for n in STABLE}
-
-    def note(name: str) -> None:
-        per_node: dict[str, int] = {}
-        for by_node in slices[name].values():
-            for node, count in by_node.items():
-                per_node[node] = per_node.get(node, 0) + count
-        total = sum(per_node.values())
-        found.ready[name] = min(found.ready.get(name, total), total)
-        up = sum(1 for c in per_node.values() if c)
-        found.nodes[name] = min(found.nodes.get(name, up), up)
-
-    def ready_by_node(sl: dict[str, Any]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for ep in sl.get("endpoints") or []:
-            if (ep.get("conditions") or {}).get("ready") in (None, True):
-                out[ep.get("nodeName", "")] = out.get(ep.get("nodeName", ""), 0) + 1
-        return out
-
-    def record(ev: Event) -> None:
-        if ev.resource is not kinds.ENDPOINTSLICE:
-            return
-        name = ev.object["metadata"].get("labels", {}).get("kubernetes.io/service-name")
-        if name in slices:
-            slices[name][ev.object["metadata"]["name"]] = (
-                {} if ev.type == "DELETED" else ready_by_node(ev.object))
-            note(name)
-
-    with env.sim.store.lock:
-        for sl in env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]:
-            name = sl["metadata"]["labels"].get("kubernetes.io/service-name")
-            if name in slices:
-                slices[name][sl["metadata"]["name"]] = ready_by_node(sl)
-        for name in STABLE:
-            note(name)
-        env.sim.store.subscribe(record)
-    try:
-        yield found
-    finally:
-        env.sim.store.unsubscribe(record)
-
-
 def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> None:
     start = env.sim.clock.now()
     while not predicate():
@@ -156,15 +99,18 @@ def _upgraded(env: E2E) -> bool:
     return True
 
 
-def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> Lowest:
+def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> ReadyEndpoints:
     """Upgrade to the release, the guard running: a migrated cluster (`apply --phase 3`) or
-    an unmigrated one, prepared (`--prepare-for`, phase 1 only when unmigrated) or not."""
+    an unmigrated one, prepared (`--prepare-for`, phase 1 only when unmigrated) or not. The
+    answer holds the stable names' fewest ready endpoints (and, for Local, fewest nodes with
+    one) in any committed state of their EndpointSlices over the upgrade."""
     args = ("--prepare-for", "shared-services") if prepare else ()
     phase = "3" if migrated else "1"
     if migrated or prepare:
         applied = env.cli("apply", "--phase", phase, "--yes", "--settle", "0s", *args)
         assert applied.code == 0, applied.stdout + applied.stderr
-    with running_guard(env) as g, env.monitor.expected_outage(), _lowest(env) as low:
+    low = ReadyEndpoints(STABLE)
+    with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store, NS):
         _until(env, lambda: g.guard.passes >= 1, 30, "guard")
         since = env.mark()
         env.sim.set_operator_release("shared-services")
@@ -174,8 +120,8 @@ def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> Lowest:
                    and e.name in STABLE]
         assert written == [], written
     print(f"{env.sim.stack}, {'migrated' if migrated else 'unmigrated'}, "
-          f"{'with' if prepare else 'without'} preparation: lowest ready {low.ready}, "
-          f"lowest nodes reached {low.nodes}")
+          f"{'with' if prepare else 'without'} preparation: lowest ready {low.lowest_ready}, "
+          f"lowest nodes reached {low.lowest_nodes}")
     return low
 
 
@@ -196,11 +142,11 @@ def test_upgrade_to_the_release_with_shared_services(
     env = e2e_factory(stack, nodes=nodes, operator_reconcile_seconds=2.0)
     low = _upgrade(env, migrated=migrated, prepare=prepare)
     if not prepare:
-        assert min(low.ready.values()) < nodes - 1, low  # the hazard, measured
+        assert min(low.lowest_ready.values()) < nodes - 1, low  # the hazard, measured
         return
     if migrated or stack == "clusterpolicy":  # the names existed before the upgrade
-        assert low.ready == {n: nodes - 1 for n in STABLE}, low
-        assert low.nodes["nvidia-dcgm"] == nodes - 1, low
+        assert low.lowest_ready == {n: nodes - 1 for n in STABLE}, low
+        assert low.lowest_nodes["nvidia-dcgm"] == nodes - 1, low
     verify = env.cli("verify", "-o", "json")
     doc = verify.json()
     assert verify.code == 0, ([c for c in doc["verdict"]["checks"] if not c["ok"]],

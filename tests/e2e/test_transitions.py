@@ -18,8 +18,8 @@ from migrator.model import kinds
 from migrator.sim.controllers.garbage import GarbageCollector
 from migrator.sim.controllers.rendering import DEPLOY_LABELS, MODE_DRA, MODE_LABEL
 from migrator.sim.seed import seeded_cr
-from migrator.sim.store import Event
 from tests.e2e.conftest import E2E, NS
+from tests.helpers.readiness import ReadyEndpoints
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"
@@ -193,17 +193,13 @@ def _gaps_in_sim_time(env: E2E, names: tuple[str, ...]) -> Iterator[Gaps]:
     store, clock = env.sim.store, env.sim.clock
     found = Gaps()
     gaps = found.seconds
-    exists: dict[str, bool] = {}
-    ready: dict[str, dict[str, int]] = {n: {} for n in names}
+    ready = ReadyEndpoints(names)
     since: dict[str, float] = {}
     opened: dict[str, int] = {}  # the request log's position when each open gap began
 
-    def service_of(ev_obj: dict[str, Any]) -> str:
-        return str(ev_obj["metadata"].get("labels", {}).get("kubernetes.io/service-name", ""))
-
-    def update(name: str, at: float) -> None:
-        down = not exists.get(name) or sum(ready[name].values()) == 0
-        if down:
+    def changed(name: str) -> None:
+        at = clock.now()
+        if not ready.exists(name) or ready.ready(name) == 0:
             if name not in since:
                 since[name] = at
                 opened[name] = env.mark()
@@ -211,42 +207,17 @@ def _gaps_in_sim_time(env: E2E, names: tuple[str, ...]) -> Iterator[Gaps]:
             gaps.setdefault(name, []).append(at - since.pop(name))
             found.windows.append((opened.pop(name), env.mark()))
 
-    def record(ev: Event) -> None:
-        at = clock.now()
-        if ev.resource is kinds.SERVICE and ev.object["metadata"]["name"] in ready:
-            name = ev.object["metadata"]["name"]
-            exists[name] = ev.type != "DELETED"
-        elif ev.resource is kinds.ENDPOINTSLICE and service_of(ev.object) in ready:
-            name = service_of(ev.object)
-            ready[name][ev.object["metadata"]["name"]] = (
-                0 if ev.type == "DELETED" else _ready_in(ev.object))
-        else:
-            return
-        update(name, at)
-
-    with store.lock:  # the state now and every commit after it, nothing in between
-        for n in names:
-            exists[n] = store.find(kinds.SERVICE, NS, n) is not None
-        slices, _ = store.list(kinds.ENDPOINTSLICE, NS)
-        for sl in slices:
-            if service_of(sl) in ready:
-                ready[service_of(sl)][sl["metadata"]["name"]] = _ready_in(sl)
-        store.subscribe(record)
     try:
-        yield found
+        # the state now and every commit after it, nothing in between
+        with ready.follow(store, NS, on_change=changed):
+            yield found
     finally:
-        store.unsubscribe(record)
         with store.lock:
             end = clock.now()
             for n in names:
                 if n in since:  # a gap still open at the end counts until then
                     gaps.setdefault(n, []).append(end - since.pop(n))
                     found.windows.append((opened.pop(n), env.mark()))
-
-
-def _ready_in(endpoint_slice: dict[str, Any]) -> int:
-    return sum(1 for ep in endpoint_slice.get("endpoints") or []
-               if (ep.get("conditions") or {}).get("ready") in (None, True))
 
 
 def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from migrator.model import kinds
 from migrator.sim.controllers import pods as P
@@ -15,12 +16,19 @@ BAD = "gpu-node-0002"
 DCGM = "nvidia.com/gpu-operator.dcgm"
 
 
+def _svc(env: E2E, name: str) -> dict[str, Any]:
+    """The Service `name`, which the test knows exists here."""
+    svc = env.svc(name)
+    assert svc is not None, f"Service/{name} does not exist"
+    return svc
+
+
 def _make(e2e_factory: Callable[..., E2E], stack: str, nodes: int = 4) -> E2E:
     return e2e_factory(stack, nodes=nodes, node_monitor_grace_seconds=5,
                        operator_reconcile_seconds=30)
 
 
-def _pods_on(env: E2E, node: str) -> list[dict[str, object]]:
+def _pods_on(env: E2E, node: str) -> list[dict[str, Any]]:
     items, _ = env.sim.store.list(kinds.POD, NS)
     return [p for p in items if P.node_name(p) == node]
 
@@ -63,10 +71,13 @@ def test_node_down_stops_phase1_naming_it_then_resumes_once_back(
 
 def test_node_down_mid_rollout_stops_phase1_naming_it(e2e_factory: Callable[..., E2E]) -> None:
     env = _make(e2e_factory, "gpucluster", nodes=5)
-    failer = threading.Thread(target=lambda: (
+
+    def fail_once_rolling() -> None:
         env.sim.wait_for(lambda: any(DCGM in (p["metadata"].get("labels") or {})
-                                     for p in env.pods("nvidia-dcgm-dra")), timeout=30),
-        _fail(env, "gpu-node-0004")))
+                                     for p in env.pods("nvidia-dcgm-dra")), timeout=30)
+        _fail(env, "gpu-node-0004")
+
+    failer = threading.Thread(target=fail_once_rolling)
     failer.start()
     res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "3s")
     failer.join()
@@ -102,4 +113,4 @@ def test_probe_flap_during_phase3_is_waited_out_and_reported_not_reverted(
     assert any(BAD[-4:] in n or "not Ready" in n for n in notes), notes
     assert "restored" not in res.stderr
     assert env.phase_status(3) == "completed"
-    assert env.svc("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}

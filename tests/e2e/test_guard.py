@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,13 @@ COEXISTENCE_RULES = {("watch", "endpointslices", None), ("create", "endpointslic
                      ("create", "services", None)}
 GUARD_TOKEN = "dcgm-migrate-guard-sa-token-7a1e"  # a test credential, for the sim only
 GUARD_USER = "system:serviceaccount:gpu-operator:dcgm-migrate-guard"
+
+
+def _svc(env: E2E, name: str) -> dict[str, Any]:
+    """The Service `name`, which the test knows exists here."""
+    svc = env.svc(name)
+    assert svc is not None, f"Service/{name} does not exist"
+    return svc
 
 
 @dataclass
@@ -107,9 +115,13 @@ def _logged(log: list[str], prefix: str, timeout: float = 10.0) -> bool:
 
 
 def _selector(env: E2E, alias: str) -> dict[str, str]:
-    svc = env.svc(alias)
-    assert svc is not None
-    return dict(svc["spec"]["selector"])
+    return dict(_svc(env, alias)["spec"]["selector"])
+
+
+def _moved_forward(env: E2E, alias: str, key: str) -> bool:
+    """The alias selects by the common label again and carries no hold mark."""
+    return _selector(env, alias) == {key: "true"} and \
+        HELD_ANNOTATION not in _svc(env, alias)["metadata"]["annotations"]
 
 
 def _pod_ready(pod: dict[str, Any]) -> bool:
@@ -163,7 +175,7 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
             env.sim.wait_for(lambda: _rolled_without_label(env), 60)
         for alias, (ds_name, _key) in ALIASES.items():
             assert _selector(env, alias) == {"app": ds_name}
-            assert "lost" in env.svc(alias)["metadata"]["annotations"][HELD_ANNOTATION]
+            assert "lost" in _svc(env, alias)["metadata"]["annotations"][HELD_ANNOTATION]
         assert env.monitor.violations == [], env.monitor.violations[:5]
         events = env.sim.store.events_since(since)
         assert events is not None
@@ -193,8 +205,7 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
         healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
         assert healed.code == 0, healed.stdout + healed.stderr
         for alias, (_ds, key) in ALIASES.items():
-            env.sim.wait_for(lambda a=alias, k=key: _selector(env, a) == {k: "true"} and
-                             HELD_ANNOTATION not in env.svc(a)["metadata"]["annotations"], 30)
+            env.sim.wait_for(partial(_moved_forward, env, alias, key), 30)
         # The guard logs a correction right after its write lands, so the line can trail the
         # selector the test just saw by a moment: poll for it (bounded), do not race it.
         assert _logged(g.log, "release Service/nvidia-dcgm-exporter"), g.log
@@ -294,7 +305,7 @@ def test_guard_once_resyncs_alias_config_under_the_guard_role_only(
     [sync] = doc["corrections"]
     assert (sync["action"], sync["service"], sync["fields"]) == (
         "sync", "nvidia-dcgm-exporter", ["sessionAffinity"])
-    assert env.svc("nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "None"
+    assert _svc(env, "nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "None"
     assert {a["name"]: a["switched"] for a in doc["aliases"]} == {
         "nvidia-dcgm": True, "nvidia-dcgm-exporter": True}
     assert doc["verdict"]["ok"], doc["verdict"]  # judged after the sync, under the guard Role

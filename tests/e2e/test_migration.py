@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"
+
+
+def _svc(env: E2E, name: str) -> dict[str, Any]:
+    """The Service `name`, which the test knows exists here."""
+    svc = env.svc(name)
+    assert svc is not None, f"Service/{name} does not exist"
+    return svc
 
 
 def _slice_pods(env: E2E, service: str) -> set[str]:
@@ -28,8 +36,9 @@ def test_gpucluster_full_migration_exposes_four_names(e2e_factory: Callable[...,
     assert res.code == 0, res.stderr
     assert [p["status"] for p in res.json()["phases"]] == ["completed"] * 3
     names = ("nvidia-dcgm", "nvidia-dcgm-dra", "nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra")
-    svcs = {n: env.svc(n) for n in names}
-    assert all(svcs.values()), [n for n, s in svcs.items() if s is None]
+    found = {n: env.svc(n) for n in names}
+    assert all(found.values()), [n for n, s in found.items() if s is None]
+    svcs = {n: s for n, s in found.items() if s is not None}
     assert svcs["nvidia-dcgm"]["spec"]["internalTrafficPolicy"] == "Local"
     assert svcs["nvidia-dcgm-dra"]["spec"]["internalTrafficPolicy"] == "Local"
     assert svcs["nvidia-dcgm"]["spec"]["selector"] == {DCGM: "true"}
@@ -60,7 +69,7 @@ def test_clusterpolicy_full_migration_never_exposes_dra_names(
     assert not [s["metadata"]["name"] for s in items if s["metadata"]["name"].endswith("-dra")]
     doc = res.json()
     assert any("owned by ClusterPolicy" in w for w in doc["warnings"])
-    assert env.svc("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm"}
+    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm"}
 
 
 def test_rollback_after_phase3_restores_the_starting_objects(
@@ -129,8 +138,8 @@ def test_old_pods_with_new_template_refuse_the_switch(e2e_factory: Callable[...,
     mark = env.mark()
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert res.code == 1, res.stdout + res.stderr
-    for ds in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
-        old = sorted(p["metadata"]["name"] for p in env.pods(ds))
+    for ds_name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
+        old = sorted(p["metadata"]["name"] for p in env.pods(ds_name))
         assert all(name in res.stderr for name in old), res.stderr
     assert [w for w in env.writes(since=mark) if w.resource == "services"] == []
 
@@ -159,4 +168,4 @@ def test_all_pods_labelled_switch_succeeds(e2e_factory: Callable[..., E2E]) -> N
         env.sim.wait_idle(30)
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
     assert res.code == 0, res.stderr
-    assert env.svc("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}

@@ -177,9 +177,10 @@ def test_a_cluster_migrated_by_other_means_verifies_green_with_no_state(
             "nvidia-dcgm-exporter-dra": "nvidia.com/gpu-operator.dcgm-exporter"}
     with env.monitor.expected_outage():
         for ds, key in keys.items():
-            # ignored below: mypy cannot infer a lambda with a default argument
-            _edit(env, kinds.DAEMONSET, ds, NS, lambda d, k=key: d["spec"]["template"][  # type: ignore[misc]
-                "metadata"]["labels"].update({k: "true"}))
+            def label(d: dict[str, Any], k: str = key) -> None:
+                d["spec"]["template"]["metadata"]["labels"].update({k: "true"})
+
+            _edit(env, kinds.DAEMONSET, ds, NS, label)
         env.sim.wait_for(lambda: _rolled_out(env, *keys) and all(
             keys[ds] in p["metadata"]["labels"] for ds in keys for p in env.pods(ds)), 60)
     for source, name in (("nvidia-dcgm-dra", "nvidia-dcgm"),

@@ -43,6 +43,12 @@ class E2E:
     def svc(self, name: str) -> dict[str, Any] | None:
         return self.sim.store.find(kinds.SERVICE, NS, name)
 
+    def service(self, name: str) -> dict[str, Any]:
+        """The Service `name`, which the test knows exists here."""
+        svc = self.svc(name)
+        assert svc is not None, f"Service/{name} does not exist"
+        return svc
+
     def pods(self, app: str) -> list[dict[str, Any]]:
         items, _ = self.sim.store.list(kinds.POD, NS)
         return [p for p in items if (p["metadata"].get("labels") or {}).get("app") == app

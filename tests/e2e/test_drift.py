@@ -15,13 +15,6 @@ from tests.e2e.conftest import E2E, NS
 DCGM = "nvidia.com/gpu-operator.dcgm"
 
 
-def _svc(env: E2E, name: str) -> dict[str, Any]:
-    """The Service `name`, which the test knows exists here."""
-    svc = env.svc(name)
-    assert svc is not None, f"Service/{name} does not exist"
-    return svc
-
-
 def _edit_cr(env: E2E) -> None:
     """An operator upgrade / CR edit: the desired DaemonSets change, so their hash changes."""
     cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
@@ -70,7 +63,7 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
         healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
         assert healed.code == 0, healed.stderr
     assert env.cli("verify").code == 0
-    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
     items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
     ready = [ep for sl in items
              if sl["metadata"]["labels"]["kubernetes.io/service-name"] == "nvidia-dcgm"
@@ -87,8 +80,8 @@ def test_operator_reverts_a_switched_operator_owned_service(
                   "--include-operator-owned", "-o", "json")
     assert res.code == 0, res.stderr
     assert any("will revert" in w for w in res.json()["warnings"])
-    env.sim.wait_for(lambda: _svc(env, "nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm"},
-                     30)
+    env.sim.wait_for(
+        lambda: env.service("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm"}, 30)
     status = env.cli("status", "-o", "json")
     assert status.code == 1
     gates = [g for p in status.json()["phases"] for g in p["gates"] if not g["ok"]]

@@ -16,13 +16,6 @@ BAD = "gpu-node-0002"
 DCGM = "nvidia.com/gpu-operator.dcgm"
 
 
-def _svc(env: E2E, name: str) -> dict[str, Any]:
-    """The Service `name`, which the test knows exists here."""
-    svc = env.svc(name)
-    assert svc is not None, f"Service/{name} does not exist"
-    return svc
-
-
 def _make(e2e_factory: Callable[..., E2E], stack: str, nodes: int = 4) -> E2E:
     return e2e_factory(stack, nodes=nodes, node_monitor_grace_seconds=5,
                        operator_reconcile_seconds=30)
@@ -113,4 +106,4 @@ def test_probe_flap_during_phase3_is_waited_out_and_reported_not_reverted(
     assert any(BAD[-4:] in n or "not Ready" in n for n in notes), notes
     assert "restored" not in res.stderr
     assert env.phase_status(3) == "completed"
-    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}

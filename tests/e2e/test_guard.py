@@ -49,13 +49,6 @@ GUARD_TOKEN = "dcgm-migrate-guard-sa-token-7a1e"  # a test credential, for the s
 GUARD_USER = "system:serviceaccount:gpu-operator:dcgm-migrate-guard"
 
 
-def _svc(env: E2E, name: str) -> dict[str, Any]:
-    """The Service `name`, which the test knows exists here."""
-    svc = env.svc(name)
-    assert svc is not None, f"Service/{name} does not exist"
-    return svc
-
-
 @dataclass
 class Running:
     guard: Guard
@@ -115,13 +108,13 @@ def _logged(log: list[str], prefix: str, timeout: float = 10.0) -> bool:
 
 
 def _selector(env: E2E, alias: str) -> dict[str, str]:
-    return dict(_svc(env, alias)["spec"]["selector"])
+    return dict(env.service(alias)["spec"]["selector"])
 
 
 def _moved_forward(env: E2E, alias: str, key: str) -> bool:
     """The alias selects by the common label again and carries no hold mark."""
     return _selector(env, alias) == {key: "true"} and \
-        HELD_ANNOTATION not in _svc(env, alias)["metadata"]["annotations"]
+        HELD_ANNOTATION not in env.service(alias)["metadata"]["annotations"]
 
 
 def _pod_ready(pod: dict[str, Any]) -> bool:
@@ -175,7 +168,7 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
             env.sim.wait_for(lambda: _rolled_without_label(env), 60)
         for alias, (ds_name, _key) in ALIASES.items():
             assert _selector(env, alias) == {"app": ds_name}
-            assert "lost" in _svc(env, alias)["metadata"]["annotations"][HELD_ANNOTATION]
+            assert "lost" in env.service(alias)["metadata"]["annotations"][HELD_ANNOTATION]
         assert env.monitor.violations == [], env.monitor.violations[:5]
         events = env.sim.store.events_since(since)
         assert events is not None
@@ -305,7 +298,7 @@ def test_guard_once_resyncs_alias_config_under_the_guard_role_only(
     [sync] = doc["corrections"]
     assert (sync["action"], sync["service"], sync["fields"]) == (
         "sync", "nvidia-dcgm-exporter", ["sessionAffinity"])
-    assert _svc(env, "nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "None"
+    assert env.service("nvidia-dcgm-exporter")["spec"]["sessionAffinity"] == "None"
     assert {a["name"]: a["switched"] for a in doc["aliases"]} == {
         "nvidia-dcgm": True, "nvidia-dcgm-exporter": True}
     assert doc["verdict"]["ok"], doc["verdict"]  # judged after the sync, under the guard Role

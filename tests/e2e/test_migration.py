@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
 
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"
-
-
-def _svc(env: E2E, name: str) -> dict[str, Any]:
-    """The Service `name`, which the test knows exists here."""
-    svc = env.svc(name)
-    assert svc is not None, f"Service/{name} does not exist"
-    return svc
 
 
 def _slice_pods(env: E2E, service: str) -> set[str]:
@@ -69,7 +61,7 @@ def test_clusterpolicy_full_migration_never_exposes_dra_names(
     assert not [s["metadata"]["name"] for s in items if s["metadata"]["name"].endswith("-dra")]
     doc = res.json()
     assert any("owned by ClusterPolicy" in w for w in doc["warnings"])
-    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm"}
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm"}
 
 
 def test_rollback_after_phase3_restores_the_starting_objects(
@@ -168,4 +160,4 @@ def test_all_pods_labelled_switch_succeeds(e2e_factory: Callable[..., E2E]) -> N
         env.sim.wait_idle(30)
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
     assert res.code == 0, res.stderr
-    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}

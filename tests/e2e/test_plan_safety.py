@@ -24,13 +24,6 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 LB_INTERNAL = "service.beta.kubernetes.io/aws-load-balancer-internal"
 
 
-def _svc(env: E2E, name: str) -> dict[str, Any]:
-    """The Service `name`, which the test knows exists here."""
-    svc = env.svc(name)
-    assert svc is not None, f"Service/{name} does not exist"
-    return svc
-
-
 def _stray_pod(env: E2E, name: str, labels: dict[str, str]) -> None:
     """A pod no DaemonSet owns (a debug copy someone started by hand) on a GPU node."""
     env.sim.store.create(kinds.POD, {
@@ -75,7 +68,7 @@ def test_stray_pod_stops_phase3_until_allowed_and_apply_shows_the_warning(
     assert "no-foreign-pods/nvidia-dcgm" in refused.stderr
     assert "--allow-foreign-pods" in refused.stderr
     assert _service_writes(env, mark) == []  # the refusal came before any write
-    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm-dra"}
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm-dra"}
     assert env.phase_status(3) == "failed"
 
     allowed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
@@ -120,9 +113,9 @@ def test_loadbalancer_alias_keeps_class_source_ranges_and_internal_annotation(
     cr = _gpucluster(env)
     cr["spec"]["dcgmExporter"].setdefault("service", {})["type"] = "LoadBalancer"
     env.sim.store.update(kinds.GPU_CLUSTER, cr)
-    env.sim.wait_for(lambda: _svc(env, "nvidia-dcgm-exporter-dra")["spec"]["type"]
+    env.sim.wait_for(lambda: env.service("nvidia-dcgm-exporter-dra")["spec"]["type"]
                      == "LoadBalancer", 30)
-    src = copy.deepcopy(_svc(env, "nvidia-dcgm-exporter-dra"))
+    src = copy.deepcopy(env.service("nvidia-dcgm-exporter-dra"))
     src["spec"].update(loadBalancerClass="service.k8s.aws/nlb",
                        loadBalancerSourceRanges=["10.0.0.0/8"],
                        externalTrafficPolicy="Local", healthCheckNodePort=32100)
@@ -131,7 +124,7 @@ def test_loadbalancer_alias_keeps_class_source_ranges_and_internal_annotation(
 
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert res.code == 0, res.stdout + res.stderr
-    source, alias = _svc(env, "nvidia-dcgm-exporter-dra"), _svc(env, "nvidia-dcgm-exporter")
+    source, alias = env.service("nvidia-dcgm-exporter-dra"), env.service("nvidia-dcgm-exporter")
     assert source["spec"]["loadBalancerClass"] == "service.k8s.aws/nlb"  # not reconciled yet
     spec = alias["spec"]
     assert spec["type"] == "LoadBalancer"

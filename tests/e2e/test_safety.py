@@ -72,7 +72,7 @@ def test_endpoint_loss_after_switch_restores_the_old_selector(
         assert switched.is_set() and not errors, errors
         assert res.code == 1, res.stdout + res.stderr
         assert "restored" in res.stderr, res.stderr
-        assert env.svc("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm-dra"}
+        assert env.service("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm-dra"}
         assert env.phase_status(3) == "failed"
 
 
@@ -119,7 +119,7 @@ def test_standalone_dcgm_disabled_skips_the_component(e2e_factory: Callable[...,
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert res.code == 0, res.stderr
     assert env.svc("nvidia-dcgm") is None
-    assert env.svc("nvidia-dcgm-exporter")["spec"]["selector"] == {EXPORTER: "true"}
+    assert env.service("nvidia-dcgm-exporter")["spec"]["selector"] == {EXPORTER: "true"}
 
 
 def test_missing_servicemonitor_crd_counts_annotations_only(
@@ -144,7 +144,7 @@ def test_rollback_leaves_an_alias_that_is_no_longer_the_tools(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
     assert env.cli("apply", "--phase", "2", "--yes").code == 0
-    svc = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
+    svc = copy.deepcopy(env.service("nvidia-dcgm-exporter"))
     del svc["metadata"]["labels"]["app.kubernetes.io/managed-by"]  # someone adopted it
     env.sim.store.update(kinds.SERVICE, svc)
     res = env.cli("rollback", "--phase", "2", "--yes", "-o", "json")

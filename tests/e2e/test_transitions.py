@@ -27,13 +27,6 @@ STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 RECONCILE = 30.0  # simulated seconds between the operator imitation's resyncs
 
 
-def _svc(env: E2E, name: str) -> dict[str, Any]:
-    """The Service `name`, which the test knows exists here."""
-    svc = env.svc(name)
-    assert svc is not None, f"Service/{name} does not exist"
-    return svc
-
-
 def _nodes(env: E2E, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = ()) -> None:
     """Relabel every GPU node, as an admin (or the operator's node labeller) would."""
     for node in env.sim.store.list(kinds.NODE)[0]:
@@ -165,8 +158,8 @@ def test_stack_change_procedure_keeps_the_stable_names_gap_within_one_reconcile(
         res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
         assert res.code == 0, res.stderr
         env.sim.wait_for(lambda: all(_ready(env, n) == 3 for n in STABLE), 10)
-    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
-    assert _svc(env, "nvidia-dcgm-exporter")["spec"]["selector"] == {EXPORTER: "true"}
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert env.service("nvidia-dcgm-exporter")["spec"]["selector"] == {EXPORTER: "true"}
     assert env.cli("verify").code == 0
     longest = {n: max(gaps.seconds.get(n, [0.0])) for n in STABLE}
     print(f"stable-name gaps: { {n: round(g, 1) for n, g in longest.items()} } s simulated "
@@ -264,7 +257,8 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
                                 and "limit=1&" in r.query + "&"
                                 for r in env.sim.server.log.entries()),
                50 * RECONCILE)
-        assert _svc(env, "nvidia-dcgm")["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
+        owner = env.service("nvidia-dcgm")["metadata"]["ownerReferences"][0]
+        assert owner["kind"] == "ClusterPolicy"
         collector = GarbageCollector(env.sim.store, env.sim.clock)
         collector.start()
         try:
@@ -276,7 +270,7 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
     assert "waiting: alias-name-free/nvidia-dcgm" in res.stderr
     assert "garbage collection removes it" in res.stderr
     for name in STABLE:
-        assert _svc(env, name)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == \
+        assert env.service(name)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == \
             "dcgm-migrate"
     assert env.sim.store.find(kinds.DAEMONSET, NS, "nvidia-dcgm") is None
     assert env.cli("verify").code == 0
@@ -310,7 +304,7 @@ def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
     assert _step_statuses(env, 3)["set-selector/nvidia-dcgm"] == "replaced"
     assert any("the name is ClusterPolicy/" in w for w in res.json()["warnings"])
     for name in STABLE:
-        assert _svc(env, name)["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
+        assert env.service(name)["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
     verify = env.cli("verify", "-o", "json")
     assert verify.code == 0, _failed(verify.json())
 
@@ -335,7 +329,7 @@ def test_rollback_skips_aliases_an_operator_took_over(e2e_factory: Callable[...,
         assert any(f"Service/{name} is no longer the tool's alias" in w and "skipped" in w
                    for w in doc["warnings"]), doc["warnings"]
         assert f"Service/{name} is no longer the tool's alias" in res.stderr
-        assert _svc(env, name)["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
+        assert env.service(name)["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
     ds = env.ds("nvidia-dcgm-dra")
     assert DCGM not in ds["metadata"]["labels"]
     assert DCGM not in ds["spec"]["template"]["metadata"]["labels"]
@@ -352,7 +346,7 @@ def test_operator_reverted_switch_is_reconciled_by_apply_without_the_flag(
     first = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                     "--include-operator-owned")
     assert first.code == 0, first.stderr
-    env.sim.wait_for(lambda: _svc(env, "nvidia-dcgm")["spec"]["selector"] == {
+    env.sim.wait_for(lambda: env.service("nvidia-dcgm")["spec"]["selector"] == {
         "app": "nvidia-dcgm"}, 30)
     assert env.cli("verify").code == 1
 
@@ -367,7 +361,7 @@ def test_operator_reverted_switch_is_reconciled_by_apply_without_the_flag(
     again = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                     "--include-operator-owned", "-o", "json")
     assert again.code == 0, again.stderr
-    assert _svc(env, "nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
     assert _step_statuses(env, 3)["set-selector/nvidia-dcgm"] == "done"
 
 

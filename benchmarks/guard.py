@@ -18,7 +18,7 @@ counted, talking to the sim through a byte-counting TCP proxy in this process. T
    watch streams) over `--steady-seconds` of real time with nothing changing, scaled to an hour,
    and how many of the guard's verdicts (a whole read of the namespace) fell in it. The window
    opens once the verdict the guard's own start is owed has been taken, and that verdict's
-   bytes are measured too (what the proxy carried while it was taken, less the steady rate).
+   bytes are measured too (the answers to its lists, from the sim's request log).
 
 Phase 1 rolls every DaemonSet one node at a time (7,500 waves per DaemonSet at 15,000 nodes),
 so the benchmark does not run `apply` on the big sim: it runs `apply --phase 3 --yes --settle
@@ -244,6 +244,14 @@ def _verdict_reads(records: list[Any]) -> list[Any]:
     return out
 
 
+def _read_bytes(records: list[Any]) -> int:
+    """The answers to a whole read: every list from its first page on, until it ended."""
+    first = _verdict_reads(records)
+    if not first:
+        return 0
+    return sum(r.bytes_sent for r in records if r.verb == "list" and r.seq >= first[0].seq)
+
+
 def _quiet_for(sim: SimCluster, seconds: float, after: int) -> bool:
     """No list request since `after` arrived in the last `seconds` (a whole read is over)."""
     lists = [r for r in sim.server.log.since(after) if r.verb == "list"]
@@ -337,7 +345,7 @@ class Figures:
     requests_per_hour: float = 0.0
     verdicts_in_window: int = 0  # the guard's whole reads in the steady window
     owed_wait_s: float = 0.0  # from the share until the verdict the start is owed was taken
-    verdict_bytes: float = 0.0  # that verdict's bytes, less the steady rate meanwhile
+    verdict_bytes: int = 0  # the answers to that verdict's lists
     reactions_s: list[float] = field(default_factory=list)
     rss_after_takeover_mb: list[float] = field(default_factory=list)  # VmHWM after each
     reaction_median_s: float | None = None
@@ -383,19 +391,16 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
             # that is owed comes within verdict_seconds of the first. A window that long waits
             # for it first (and for its read to end), so it shows a quiet cluster, and weighs
             # it; a shorter window ends before it anyway.
-            owed_bytes = 0
             if steady_seconds >= GuardSettings().verdict_seconds:
                 owed_mark = sim.server.log.last_seq
-                owed_up, owed_down = proxy.totals()
                 owed_t0 = time.monotonic()
                 _note("waiting for the verdict the guard's start is owed")
                 _poll(lambda: bool(_verdict_reads(sim.server.log.since(owed_mark))),
                       GuardSettings().verdict_seconds + timeout, "the owed verdict")
                 _poll(lambda: _quiet_for(sim, 3.0, owed_mark), timeout,
                       "the owed verdict's read")
-                owed_up1, owed_down1 = proxy.totals()
                 fig.owed_wait_s = time.monotonic() - owed_t0
-                owed_bytes = (owed_up1 - owed_up) + (owed_down1 - owed_down)
+                fig.verdict_bytes = _read_bytes(sim.server.log.since(owed_mark))
             mark = sim.server.log.last_seq
             up0, down0 = proxy.totals()
             t0 = time.monotonic()
@@ -407,8 +412,6 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
             fig.steady_bytes_down = down1 - down0
             fig.steady_requests = len(sim.server.log.since(mark))
             fig.verdicts_in_window = len(_verdict_reads(sim.server.log.since(mark)))
-            rate = fig.steady_bytes / fig.steady_real_s
-            fig.verdict_bytes = max(0.0, owed_bytes - rate * fig.owed_wait_s)
             hour = 3600.0 / fig.steady_real_s
             fig.bytes_per_hour = fig.steady_bytes * hour
             fig.requests_per_hour = fig.steady_requests * hour

@@ -15,16 +15,7 @@ from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import load_catalog
-from migrator.model.steps import (
-    CreateAlias,
-    DeleteAlias,
-    RollPods,
-    SetLabels,
-    SetSelector,
-    Step,
-    from_record,
-    to_record,
-)
+from migrator.model.steps import SetLabels, SetSelector, from_record, to_record
 from tests.helpers import builders as b
 
 CAT = load_catalog()
@@ -35,18 +26,6 @@ EXPORTERS = ["nvidia-dcgm-exporter-dra"]
 
 def ctx(snap: Snapshot, **opts: Any) -> PlanContext:
     return PlanContext(snap, CAT, discover(snap, CAT).components, Options(**opts))
-
-
-def _service(step: Step) -> str:
-    """The Service a phase 2 or 3 step writes (only those step types name one)."""
-    assert isinstance(step, CreateAlias | DeleteAlias | SetSelector), step
-    return step.service
-
-
-def _daemonset(step: Step) -> str:
-    """The DaemonSet a phase 1 step writes (only those step types name one)."""
-    assert isinstance(step, SetLabels | RollPods), step
-    return step.daemonset
 
 
 def _switched_ready(allow: bool = False) -> Snapshot:
@@ -79,7 +58,7 @@ def test_phase2_duplicate_gate_refuses_both_aliases_not_only_the_exporter() -> N
           "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "nvidia-dcgm-exporter"}},
                    "endpoints": [{"port": "gpu-metrics"}]}}
     plan = phases.alias.plan(ctx(replace(b.gpucluster_snapshot(), service_monitors=(sm,))))
-    assert [_service(s) for s in plan.steps] == ["nvidia-dcgm", "nvidia-dcgm-exporter"]
+    assert [s.name for s in plan.steps] == ["nvidia-dcgm", "nvidia-dcgm-exporter"]
     assert plan.refusal and "no-duplicate-scrape" in plan.refusal
 
 
@@ -167,7 +146,7 @@ def test_cr_false_for_a_reserved_label_warns_naming_the_cr_field() -> None:
     snap = replace(snap, gpu_clusters=(cr,),
                    daemonsets={**snap.daemonsets, "nvidia-dcgm-exporter-dra": ds})
     plan = phases.label.plan(ctx(snap))
-    step = next(s for s in plan.steps if _daemonset(s) == "nvidia-dcgm-exporter-dra")
+    step = next(s for s in plan.steps if s.name == "nvidia-dcgm-exporter-dra")
     assert isinstance(step, SetLabels)
     assert step.template_after == {EXPORTER: "true"}  # the reserved label still wins
     cr_warn = [w for w in plan.warnings if w.startswith("GPUCluster/gpu-cluster ")]

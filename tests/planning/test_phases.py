@@ -13,10 +13,8 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import load_catalog
 from migrator.model.steps import (
     CreateAlias,
-    DeleteAlias,
     SetLabels,
     SetSelector,
-    Step,
     from_record,
     to_record,
 )
@@ -36,12 +34,6 @@ class _Options(TypedDict, total=False):
 
 def ctx(snap: Snapshot, **opts: Unpack[_Options]) -> PlanContext:
     return PlanContext(snap, CAT, discover(snap, CAT).components, Options(**opts))
-
-
-def _service(step: Step) -> str:
-    """The Service a phase 2 or 3 step writes (only those step types name one)."""
-    assert isinstance(step, CreateAlias | DeleteAlias | SetSelector), step
-    return step.service
 
 
 def test_discovery_recognises_gpucluster_and_its_components() -> None:
@@ -150,7 +142,7 @@ def test_phase2_waits_for_a_name_whose_clusterpolicy_was_deleted() -> None:
     c = ctx(b.gpucluster_snapshot(extra_services=[legacy]))
     plan = phases.alias.plan(c)
     assert plan.blocked is None
-    step = next(s for s in plan.steps if _service(s) == "nvidia-dcgm")
+    step = next(s for s in plan.steps if s.name == "nvidia-dcgm")
     gate = phases.alias.before_write(c, step)[0]
     assert (gate.ok, gate.wait) == (False, True) and "garbage collection" in gate.detail
 
@@ -188,13 +180,13 @@ def test_phase3_switches_owned_aliases_and_skips_operator_services() -> None:
                    endpoints={**snap.endpoints, "nvidia-dcgm": b.endpoints_for(
                        "nvidia-dcgm", snap.pods_of("nvidia-dcgm-dra"))})
     plan = phases.switch.plan(ctx(snap))
-    assert [_service(s) for s in plan.steps] == ["nvidia-dcgm"]
+    assert [s.name for s in plan.steps] == ["nvidia-dcgm"]
     step = plan.steps[0]
     assert isinstance(step, SetSelector) and step.after == {"nvidia.com/gpu-operator.dcgm": "true"}
     assert all(g.ok for g in plan.gates), plan.gates
     assert any("nvidia-dcgm-dra" in w and "operator" in w for w in plan.warnings)
     with_flag = phases.switch.plan(ctx(snap, include_operator_owned=True))
-    assert {_service(s) for s in with_flag.steps} == {"nvidia-dcgm", "nvidia-dcgm-dra",
+    assert {s.name for s in with_flag.steps} == {"nvidia-dcgm", "nvidia-dcgm-dra",
                                                      "nvidia-dcgm-exporter-dra"}
 
 

@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, cast
 
 import typer
 from typer.core import TyperGroup
@@ -41,6 +41,15 @@ EPILOG_EXIT = ("Exit codes: 0 done; 1 a gate stopped the run safely; 2 bad input
 
 # click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
 _clicks = sys.modules[typer.BadParameter.__module__]
+
+
+class _ClickError(Protocol):
+    """What a click UsageError offers (its class is found at run time, so typed here)."""
+
+    def show(self) -> None: ...
+    def format_message(self) -> str: ...
+
+
 ClickUsageError: type[Exception] = _clicks.UsageError
 NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
     e for e in (getattr(_clicks, "NoArgsIsHelpError", None),) if e is not None)
@@ -60,14 +69,15 @@ class _Group(TyperGroup):
         except NoArgsIsHelp:
             raise
         except ClickUsageError as exc:
-            exc.show()  # type: ignore[attr-defined]
+            shown = cast(_ClickError, exc)
+            shown.show()
             hint = _usage_hint(exc)
             typer.echo(f"fix: {hint}", err=True)
             output = _output_of(argv)
             if output is not Output.table:
                 from migrator.cli import render
 
-                message = exc.format_message()  # type: ignore[attr-defined]
+                message = shown.format_message()
                 render.document({"error": {"message": message, "hint": hint,
                                            "exitCode": 2, "type": "UsageError"}}, output)
             raise typer.Exit(2) from None
@@ -174,7 +184,7 @@ def handles_errors(fn: F) -> F:
                        "fix: rerun with --debug for the traceback and report it", err=True)
             raise typer.Exit(3) from None
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 @contextmanager

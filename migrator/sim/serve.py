@@ -17,10 +17,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 from migrator.sim.access import ADMIN_USER
 from migrator.sim.cluster import SimCluster, identity_slug
@@ -159,7 +160,8 @@ def _identity_kubeconfigs(sim: SimCluster, rbac: tuple[Path, ...]) -> list[tuple
             for user in users]
 
 
-Handlers = dict[int, object]
+Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes back
+Handlers = dict[signal.Signals, Handler]
 
 
 def _install_signal_handlers(stop: threading.Event) -> Handlers:
@@ -177,4 +179,4 @@ def _install_signal_handlers(stop: threading.Event) -> Handlers:
 
 def _restore_signal_handlers(previous: Handlers) -> None:
     for sig, handler in previous.items():
-        signal.signal(sig, handler)  # type: ignore[arg-type]
+        signal.signal(sig, handler)

@@ -34,7 +34,6 @@ from migrator.engine.state import (
 from migrator.engine.state import lock as locking
 from migrator.errors import LockHeld, StalePlan, UsageError
 from migrator.kube.client import Kube
-from migrator.model import kinds
 from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot, changed_fields
@@ -285,7 +284,7 @@ def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, 
     _require_operator_api(snap, session.kube.server)
     if state is None:
         _refuse_lost_state(session, snap)
-    if before.holds(request.phase) and session.store.lock_holder() is None:
+    if before.holds(request.phase) and session.store.lock_info() is None:
         session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                  "nothing to do")
         preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
@@ -396,7 +395,7 @@ def status(session: Session) -> dict[str, Any]:
         "planFingerprint": state.plan_fingerprint, "updated": state.updated,
         "lastError": state.last_error, "history": state.history[-10:],
     }
-    report["run"] = run = runstate.describe(state, _lock_info(session), session.clock.now(),
+    report["run"] = run = runstate.describe(state, session.store.lock_info(), session.clock.now(),
                                             session.namespace)
     if run["rollback"] is not None:  # a rollback in progress: its steps, not the forward diff
         undoing = {p["phase"] for p in run["rollback"]}
@@ -411,13 +410,6 @@ def status(session: Session) -> dict[str, Any]:
     return report
 
 
-def _lock_info(session: Session) -> locking.LockInfo | None:
-    """The run lock as the state ConfigMap's annotations describe it (anyone's, live or not)."""
-    cm = session.kube.get(kinds.CONFIGMAP, session.catalog.common.state_configmap,
-                          session.namespace)
-    return locking.read((cm or {}).get("metadata", {}).get("annotations"))
-
-
 def verify(session: Session) -> dict[str, Any]:
     """Gates only, for runbooks and cron: the verdict on the live cluster (the stable identity
     works for every consumer now: docs/design.md), completed phases still hold, no lost
@@ -429,7 +421,7 @@ def unlock(session: Session, force: bool = False) -> dict[str, Any]:
     """Remove the run lock. A lock whose holder is still renewing it (not expired, renewed
     within `lock.RENEWING_SECONDS`) is a live run's: refused (LockHeld, exit 4) unless
     `force`, since two runs would interleave their writes."""
-    info = _lock_info(session)
+    info = session.store.lock_info()
     now = session.clock.now()
     renewing = info is not None and info.renewing(now)
     if renewing and not force:

@@ -55,7 +55,7 @@ class StateStore(Protocol):
     def renew_lock(self, lock: Lock) -> Lock: ...
     def release_lock(self, lock: Lock) -> None: ...
     def force_unlock(self) -> str | None: ...
-    def lock_holder(self) -> str | None: ...
+    def lock_info(self) -> locking.LockInfo | None: ...
 
 
 class _ConfigMapState(ConfigMapFormat):
@@ -101,12 +101,12 @@ class _ConfigMapState(ConfigMapFormat):
             stored = self._hand_out(cm, document)
             return stored if document else None
 
-    def lock_holder(self) -> str | None:
-        """Who holds the run lock now, live or expired, or None when nobody does."""
+    def lock_info(self) -> locking.LockInfo | None:
+        """The run lock as the ConfigMap's annotations describe it now (anyone's, live or
+        expired), or None when nobody holds it."""
         with self._mu:
             cm = self._cm.get()
-            info = locking.read((cm.get("metadata") or {}).get("annotations")) if cm else None
-            return info.holder if info else None
+            return locking.read((cm.get("metadata") or {}).get("annotations")) if cm else None
 
     def save(self, document: dict[str, Any], *, expected_version: str | None) -> StoredState:
         """Write the document if nobody else changed it since `expected_version`."""

@@ -84,6 +84,11 @@ def serve_cmd(
         "--tls/--no-tls",
         help="Also serve https (self-signed) with kubeconfigs for the admin and "
              "the --rbac identities: kubectl sends tokens and --as only over https.")] = True,
+    ip_family: Annotated[str, typer.Option(
+        "--ip-family", metavar="FAMILY",
+        help="The cluster's IP families: ipv4 | ipv6 | dual (dual-stack, IPv4 primary). Sets "
+             "the nodes' podCIDRs, the pods' IPs, the Service CIDRs and the EndpointSlice "
+             "address types.")] = "ipv4",
 ) -> None:
     """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.
 
@@ -98,7 +103,7 @@ def serve_cmd(
         namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
         fail_nth_write=fail_nth_write, watch_window=watch_window, rbac=tuple(rbac or ()),
-        tls=tls, operator_release=operator_release)
+        tls=tls, operator_release=operator_release, ip_family=ip_family)
     try:
         code = serve(options)
     except ServeError as err:

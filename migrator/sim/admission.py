@@ -4,7 +4,7 @@ What is covered is what a migration tool can trip over: object names and label/a
 syntax, ownerReferences, Namespace/Pod/DaemonSet/ConfigMap defaults and rules (DaemonSet
 selector required, matching its template, immutable; pod spec immutable but for images),
 Deployment/Job/CronJob defaults and the template rules a manifest trips over (selector,
-restartPolicy),
+restartPolicy), EndpointSlices via `validation_endpointslice`,
 and Services via `allocation`. Custom resources (nvidia.com, monitoring.coreos.com) are stored
 schema-less, as a CRD without a structural schema would be. Status is reset on create for
 kinds whose status is a subresource, as the real strategies do.
@@ -20,7 +20,7 @@ from typing import Any
 
 from migrator.model import kinds, selectors
 from migrator.model.kinds import Kind
-from migrator.sim import allocation
+from migrator.sim import allocation, validation_endpointslice
 from migrator.sim.allocation import Allocated
 from migrator.sim.simkinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB
 from migrator.sim.statuses import FieldErrors, bad_request
@@ -93,6 +93,8 @@ def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
         _configmap(obj, errors)
     elif kind == ENDPOINTS:
         _endpoints(obj)
+    elif kind == kinds.ENDPOINTSLICE:
+        errors.errors += validation_endpointslice.validate(obj, old).errors
     elif kind == DEPLOYMENT:
         _deployment(obj, old, errors)
     elif kind == JOB:

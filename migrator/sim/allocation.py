@@ -1,11 +1,14 @@
-"""Service admission: defaults, `clusterIP` and `nodePort` allocation, and their immutability.
+"""Service admission: defaults, `clusterIP(s)` and `nodePort` allocation, and their immutability.
 
 Mirrors the real server (`pkg/registry/core/service/storage`, `pkg/apis/core/validation`):
-a ClusterIP comes from the service CIDR (10.96.0.0/12 here; 10.96.0.1 is the `kubernetes`
-Service's), node ports from 30000-32767; an update that omits `clusterIP`/`nodePort` keeps the
+cluster IPs come from the service CIDR of each of the Service's IP families (10.96.0.0/12 and
+fd00:10:96::/112 here, `network.py`; the first address of each is the `kubernetes`
+Service's), after `ipfamilies` has defaulted the policy and families against the cluster's;
+node ports come from 30000-32767; an update that omits `clusterIP`/`nodePort` keeps the
 allocated values (`patchAllocatedValues`), one that changes them is 422 ("may not change once
-set"); an explicit value already held by another Service is 422 ("provided ... is already
-allocated"). Addresses are plain strings: nothing here touches a network. Pure.
+set"; a secondary cluster IP may be added or released); an explicit value already held by
+another Service is 422 ("provided ... is already allocated"). Addresses are plain strings:
+nothing here touches a network. Pure.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
+from migrator.sim import ipfamilies
+from migrator.sim.network import DEFAULT as DEFAULT_NETWORK
+from migrator.sim.network import Network, family_of
 from migrator.sim.statuses import FieldErrors
 
 Obj = dict[str, Any]
 
-SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
+SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")  # the IPv4 one (network.SERVICE_CIDRS)
 NODE_PORT_RANGE = (30000, 32767)
 _FIRST_DYNAMIC_IP = 10  # 10.96.0.1 is the kubernetes Service, low addresses left for static use
 
@@ -29,9 +35,11 @@ class Allocated:
 
     cluster_ips: frozenset[str] = frozenset()
     node_ports: frozenset[int] = frozenset()
+    network: Network = DEFAULT_NETWORK  # the families and service CIDRs to allocate from
 
 
-def allocated_by(services: list[Obj], *, excluding_uid: str = "") -> Allocated:
+def allocated_by(services: list[Obj], *, excluding_uid: str = "",
+                 network: Network = DEFAULT_NETWORK) -> Allocated:
     ips: set[str] = set()
     ports: set[int] = set()
     for svc in services:
@@ -43,7 +51,7 @@ def allocated_by(services: list[Obj], *, excluding_uid: str = "") -> Allocated:
         ports.update(int(p["nodePort"]) for p in spec.get("ports") or [] if p.get("nodePort"))
         if spec.get("healthCheckNodePort"):
             ports.add(int(spec["healthCheckNodePort"]))
-    return Allocated(frozenset(ips), frozenset(ports))
+    return Allocated(frozenset(ips), frozenset(ports), network)
 
 
 def _needs_cluster_ip(spec: Obj) -> bool:
@@ -80,12 +88,15 @@ def apply_defaults(spec: Obj) -> None:
 class _Pool:
     taken_ips: set[str]
     taken_ports: set[int]
+    network: Network = DEFAULT_NETWORK
     errors: FieldErrors = field(default_factory=FieldErrors)
 
-    def next_ip(self) -> str:
-        base = int(SERVICE_CIDR.network_address)
-        for offset in range(_FIRST_DYNAMIC_IP, SERVICE_CIDR.num_addresses - 1):
-            ip = str(ipaddress.IPv4Address(base + offset))
+    def next_ip(self, family: str) -> str:
+        cidr = self.network.service_cidr(family)
+        base = int(cidr.network_address)
+        for offset in range(_FIRST_DYNAMIC_IP, cidr.num_addresses - 1):
+            ip = str(ipaddress.ip_address(base + offset) if cidr.version == 6
+                     else ipaddress.IPv4Address(base + offset))
             if ip not in self.taken_ips:
                 self.taken_ips.add(ip)
                 return ip
@@ -104,10 +115,11 @@ class _Pool:
         except ValueError:
             self.errors.add("Invalid", path, "must be a valid IP address", ips)
             return
-        if addr not in SERVICE_CIDR:
+        cidr = self.network.service_cidr(family_of(ip))
+        if addr not in cidr:
             self.errors.add("Invalid", path,
                             f"failed to allocate IP {ip}: the provided IP ({ip}) is not in the "
-                            f"valid range. The range of valid IPs is {SERVICE_CIDR}", ips)
+                            f"valid range. The range of valid IPs is {cidr}", ips)
         elif ip in self.taken_ips:
             self.errors.add("Invalid", path,
                             f"failed to allocate IP {ip}: provided IP is already allocated", ips)
@@ -161,11 +173,52 @@ def _carry_allocated(spec: Obj, old: Obj) -> None:
         spec.pop("healthCheckNodePort", None)
 
 
+def _reserved(network: Network) -> set[str]:
+    """The `kubernetes` Service's address in each service CIDR."""
+    return {str(network.service_cidr(f).network_address + 1) for f in network.families}
+
+
+def _keep_or_claim(spec: Obj, old_ips: list[str], families: list[str], pool: _Pool) -> None:
+    """Claim the explicit cluster IPs an update did not already hold, then allocate one for
+    each family that has none (`allocClusterIPs`)."""
+    ips = list(spec.get("clusterIPs") or [])
+    for ip in ips:
+        if ip and ip not in old_ips:
+            pool.claim_ip(ip, "spec.clusterIPs", ips)
+    for family in families[len(ips):]:
+        ips.append(pool.next_ip(family))
+    if ips != (spec.get("clusterIPs") or []):
+        spec["clusterIP"], spec["clusterIPs"] = ips[0], ips
+
+
+def _cluster_ips(spec: Obj, old_spec: Obj, updating: bool, pool: _Pool) -> None:
+    """Families first (`initIPFamilyFields`), then one cluster IP per family."""
+    fams = ipfamilies.init_ip_families(spec, old_spec if updating else None, pool.network,
+                                       pool.errors)
+    ips = spec.get("clusterIPs") or []
+    old_ips = list(old_spec.get("clusterIPs") or []) if _needs_cluster_ip(old_spec) else []
+    if updating and old_ips and ips:
+        for i in range(min(2, len(ips), len(old_ips))):
+            if ips[i] != old_ips[i]:
+                pool.errors.add("Invalid", f"spec.clusterIPs[{i}]", "may not change once set",
+                                ips)
+    if fams.policy is not None and not pool.errors.errors and (ips or [""])[0] != "None":
+        _keep_or_claim(spec, old_ips if updating else [], fams.families, pool)
+    if spec.get("clusterIP") != (spec.get("clusterIPs") or [None])[0]:
+        pool.errors.add("Invalid", "spec.clusterIPs", "must match `clusterIP` when set",
+                        spec.get("clusterIPs"))
+    if fams.policy is not None:
+        spec["ipFamilies"] = fams.families
+        spec["ipFamilyPolicy"] = fams.policy
+
+
 def admit_service(obj: Obj, old: Obj | None, allocated: Allocated) -> FieldErrors:
     """Default, allocate and validate a Service spec in place; returns the field errors."""
     spec = obj.setdefault("spec", {})
     apply_defaults(spec)
-    pool = _Pool(set(allocated.cluster_ips) | {"10.96.0.1"}, set(allocated.node_ports))
+    network = allocated.network
+    pool = _Pool(set(allocated.cluster_ips) | _reserved(network), set(allocated.node_ports),
+                 network)
     old_spec = (old or {}).get("spec") or {}
     if old is not None:
         _carry_allocated(spec, old_spec)
@@ -174,21 +227,7 @@ def admit_service(obj: Obj, old: Obj | None, allocated: Allocated) -> FieldError
     if spec.get("clusterIPs") and not spec.get("clusterIP"):
         spec["clusterIP"] = spec["clusterIPs"][0]
     if _needs_cluster_ip(spec):
-        ips = spec.get("clusterIPs") or []
-        unchanged = old is not None and ips == old_spec.get("clusterIPs")
-        if old is not None and old_spec.get("clusterIPs") and _needs_cluster_ip(old_spec):
-            if ips != old_spec.get("clusterIPs"):
-                pool.errors.add("Invalid", "spec.clusterIPs[0]", "may not change once set", ips)
-        elif not ips:
-            ip = pool.next_ip()
-            spec["clusterIP"], spec["clusterIPs"] = ip, [ip]
-        elif ips[0] != "None" and not unchanged:
-            pool.claim_ip(ips[0], "spec.clusterIPs", ips)
-        if spec.get("clusterIP") != (spec.get("clusterIPs") or [None])[0]:
-            pool.errors.add("Invalid", "spec.clusterIPs", "must match `clusterIP` when set",
-                            spec.get("clusterIPs"))
-        spec.setdefault("ipFamilies", ["IPv4"])
-        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        _cluster_ips(spec, old_spec, old is not None, pool)
     old_ports = {p.get("nodePort") for p in old_spec.get("ports") or [] if p.get("nodePort")}
     for i, port in enumerate(spec.get("ports") or []):
         path = f"spec.ports[{i}].nodePort"

@@ -15,6 +15,10 @@ The cluster is always seeded with the current release's objects, so a `shared-se
 is an upgrade at the first reconcile; `set_operator_release` (or `PUT /sim/v1/operator`)
 upgrades a running one.
 
+`ip_family` is the cluster's IP family setting (`network.py`): `"ipv4"` (the default),
+`"ipv6"` (IPv6-only) or `"dual"` (dual-stack, IPv4 primary): nodes' podCIDRs, pod IPs, Service
+cluster IPs and the EndpointSlice controller's address types follow it.
+
 kubectl (client-go) never sends credentials over plain HTTP, so by default a request without
 any `Authorization` header is served as a superuser, as a pre-1.20 API server's insecure port
 did (`insecure_port=False` turns that off: such requests get 401). The Python client does send
@@ -46,6 +50,7 @@ from migrator.sim.controllers.nodelifecycle import (
 from migrator.sim.controllers.probes import PROBE_FLAP_ANNOTATION
 from migrator.sim.controllers.rendering import RELEASE_CURRENT, RELEASES
 from migrator.sim.faults import Faults
+from migrator.sim.network import Network
 from migrator.sim.seed import SeedSummary, seed
 from migrator.sim.server import ADMIN_TOKEN, ApiServer
 from migrator.sim.store import Store
@@ -115,6 +120,7 @@ class SimCluster:
         watch_window: int | None = None,
         tls: bool = False,
         operator_release: str = "current",
+        ip_family: str = "ipv4",
     ) -> None:
         if operator_release not in RELEASES:
             raise ValueError(f"unknown operator release {operator_release!r}: "
@@ -127,8 +133,10 @@ class SimCluster:
         self.namespace = namespace
         self.port = port
         self.gpucluster_dcgm = gpucluster_dcgm
+        self.network = Network(ip_family)  # ValueError for an unknown setting
         # watch_window: past events kept for watches and continue tokens (None: the default).
-        self.store = Store() if watch_window is None else Store(event_log_size=watch_window)
+        self.store = (Store(network=self.network) if watch_window is None
+                      else Store(event_log_size=watch_window, network=self.network))
         self.clock = SimClock(time_scale)
         self.controllers = ControllerSet(
             self.store, self.clock, pod_start_seconds=pod_start_seconds,

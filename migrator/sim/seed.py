@@ -28,6 +28,8 @@ from migrator.sim.controllers import rollouts as D
 from migrator.sim.controllers.endpoints import seeded_endpoints
 from migrator.sim.controllers.podstatus import IPAllocator, running_status
 from migrator.sim.controllers.scheduling import node_should_run
+from migrator.sim.network import DEFAULT as DEFAULT_NETWORK
+from migrator.sim.network import IPV4, Network
 from migrator.sim.simkinds import ENDPOINTS, POD_MONITOR
 from migrator.sim.store import Store
 
@@ -66,8 +68,17 @@ def _node_stacks(stack: str, index: int, total: int) -> tuple[str, ...]:
     return ()
 
 
-def new_node(index: int, stacks: tuple[str, ...]) -> Obj:
-    """A GPU node labelled for the stacks that serve it (by the operator's node labeller)."""
+def _internal_ips(i: int, network: Network) -> list[Obj]:
+    """The node's InternalIP per family, primary first (as a dual-stack kubelet reports them
+    with `--node-ip`)."""
+    return [{"type": "InternalIP",
+             "address": f"192.168.{i // 250}.{i % 250 + 2}" if family == IPV4
+             else f"fd00:192:168::{i + 2:x}"} for family in network.families]
+
+
+def new_node(index: int, stacks: tuple[str, ...], network: Network = DEFAULT_NETWORK) -> Obj:
+    """A GPU node labelled for the stacks that serve it (by the operator's node labeller),
+    with a podCIDR per IP family of the cluster (the node IPAM controller's)."""
     name = node_name(index)
     labels = {
         "kubernetes.io/hostname": name,
@@ -81,15 +92,14 @@ def new_node(index: int, stacks: tuple[str, ...]) -> Obj:
     if stacks:
         labels[R.MODE_LABEL] = R.MODE_DEVICE_PLUGIN if stacks[0] == R.CLUSTERPOLICY else R.MODE_DRA
     i = index - 1
-    cidr = f"10.{128 + i // 256}.{i % 256}.0/24"
+    cidrs = network.node_pod_cidrs(i)
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+        "spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs},
         "status": {
-            "addresses": [{"type": "InternalIP", "address": f"192.168.{i // 250}.{i % 250 + 2}"},
-                          {"type": "Hostname", "address": name}],
+            "addresses": [*_internal_ips(i, network), {"type": "Hostname", "address": name}],
             "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
             "allocatable": {"cpu": "63", "memory": "500Gi", "pods": "110", "nvidia.com/gpu": "8"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -172,7 +182,8 @@ def _seed_daemonset(
         while store.find(kinds.POD, ds["metadata"]["namespace"], name) is not None:
             name = f"{ds['metadata']['name']}-{P.random_suffix()}"  # as generateName retries
         pod = factory.pod(ds, node, hash_, name)
-        pod["status"] = running_status(pod, by_name[node], ips.take(by_name[node]), True, now)
+        pod["status"] = running_status(pod, by_name[node], ips.take_all(by_name[node]), True,
+                                       now)
         claims = _claims_for(store, pod)
         if claims:
             pod["status"]["resourceClaimStatuses"] = [
@@ -239,12 +250,13 @@ def seed(
         crd(POD_MONITOR.group, POD_MONITOR.plural, POD_MONITOR.kind, POD_MONITOR.version,
             "Namespaced"),
     ])
-    node_objs = [store.create(kinds.NODE, new_node(i, _node_stacks(stack, i - 1, nodes)),
+    node_objs = [store.create(kinds.NODE, new_node(i, _node_stacks(stack, i - 1, nodes),
+                                                   store.network),
                               adopt=True) for i in range(1, nodes + 1)]
     cr_stacks = {"clusterpolicy": [R.CLUSTERPOLICY], "gpucluster": [R.GPUCLUSTER],
                  "mixed": [R.CLUSTERPOLICY, R.GPUCLUSTER], "both": [R.CLUSTERPOLICY, R.GPUCLUSTER],
                  "none": []}[stack]
-    ips = IPAllocator()
+    ips = IPAllocator(store.network)
     fixtures = R.Fixtures()
     all_pods: list[Obj] = []
     services: list[Obj] = []
@@ -258,7 +270,7 @@ def seed(
                 all_pods.extend(pods)
                 n_ds += 1
             elif desired["kind"] == "Service":
-                allocated = allocation.allocated_by(services)
+                allocated = allocation.allocated_by(services, network=store.network)
                 services.append(store.create(kinds.SERVICE, admission.admit(
                     kinds.SERVICE, desired, allocated=allocated)))
             elif desired["kind"] == "ServiceMonitor":
@@ -273,9 +285,11 @@ def seed(
         sel = {k: v for k, v in selector.items()}
         members = [p for p in all_pods if p["metadata"]["namespace"] == svc["metadata"]["namespace"]
                    and all(P.labels_of(p).get(k) == v for k, v in sel.items())]
-        plan = E.reconcile_slices(svc, [], E.desired_endpoints(svc, members))
-        _create_all(store, kinds.ENDPOINTSLICE, plan.create)
-        slices += len(plan.create)
+        for address_type in E.address_types(svc):
+            plan = E.reconcile_slices(svc, [], E.desired_endpoints(svc, members, address_type),
+                                      address_type=address_type)
+            _create_all(store, kinds.ENDPOINTSLICE, plan.create)
+            slices += len(plan.create)
         ep = seeded_endpoints(svc, members)
         if ep is not None:
             store.create(ENDPOINTS, ep, adopt=True)

@@ -9,6 +9,9 @@ so a script or a test can start it as a subprocess and wait for that line. Progr
 stderr, among them the https kubeconfigs (`<kubeconfig>-<identity>`) of the admin and of every
 subject of the `--rbac` files: kubectl runs as those identities (`tls`, `access`). A signal
 ends it cleanly (server and controllers stopped, exit code 0).
+
+`--ip-family ipv6|dual` serves an IPv6-only or a dual-stack (IPv4-primary) cluster
+(`network.py`); the default is IPv4-only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from migrator.sim.cluster import SimCluster, identity_slug
 from migrator.sim.controllers.operator import RESYNC_SECONDS
 from migrator.sim.controllers.rendering import RELEASE_CURRENT, RELEASES
 from migrator.sim.faults import Faults, FaultsError
+from migrator.sim.network import SETTINGS
 from migrator.sim.seed import STACKS
 from migrator.sim.tls import TLSUnavailable
 
@@ -55,6 +59,7 @@ class ServeOptions:
     rbac: tuple[Path, ...] = ()  # RBAC YAML files to install; each subject gets a kubeconfig
     tls: bool = True  # the HTTPS listener, where kubectl sends tokens (see sim/tls.py)
     operator_release: str = RELEASE_CURRENT  # the imitation's release (rendering.RELEASES)
+    ip_family: str = "ipv4"  # ipv4 | ipv6 | dual (network.SETTINGS)
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""
@@ -91,6 +96,9 @@ class ServeOptions:
                              "https): drop --no-tls.")
         if not self.namespace:
             raise ServeError("--namespace must not be empty.")
+        if self.ip_family not in SETTINGS:
+            raise ServeError(f"--ip-family must be one of {', '.join(SETTINGS)}, "
+                             f"got {self.ip_family!r}.")
         try:
             return Faults(error_rate=self.error_rate, latency_ms=self.latency_ms,
                           fail_nth_write=self.fail_nth_write)
@@ -107,7 +115,8 @@ def build(options: ServeOptions) -> SimCluster:
         operator_reconcile_seconds=options.operator_reconcile or None, port=options.port,
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
         kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window,
-        tls=options.tls, operator_release=options.operator_release)
+        tls=options.tls, operator_release=options.operator_release,
+        ip_family=options.ip_family)
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,

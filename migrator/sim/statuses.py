@@ -196,6 +196,7 @@ _CAUSE_TYPES = {
     "Forbidden": ("FieldValueForbidden", "Forbidden"),
     "NotSupported": ("FieldValueNotSupported", "Unsupported value"),
     "TooLong": ("FieldValueTooLong", "Too long"),
+    "TooMany": ("FieldValueTooMany", "Too many"),
 }
 
 

@@ -32,6 +32,8 @@ from migrator.model.kinds import Kind
 from migrator.model.selectors import Selector
 from migrator.sim import finalizers as F
 from migrator.sim import simkinds
+from migrator.sim.network import DEFAULT as DEFAULT_NETWORK
+from migrator.sim.network import Network
 
 Obj = dict[str, Any]
 
@@ -139,6 +141,9 @@ class Store:
     _events: deque[Event] = field(init=False)
     _rv: int = 1
     _subscribers: list[Subscriber] = field(default_factory=list)
+    # The cluster's IP families (network.py): read by Service allocation, the kubelet's pod
+    # IPs and the EndpointSlice controller, as the apiserver's and controllers' flags are.
+    network: Network = DEFAULT_NETWORK
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self.lock)

@@ -87,7 +87,7 @@ def _allocated(store: Store, kind: Kind, current: Obj | None) -> allocation.Allo
         return None
     services, _ = store.list(kinds.SERVICE)
     uid = current["metadata"].get("uid", "") if current else ""
-    return allocation.allocated_by(services, excluding_uid=uid)
+    return allocation.allocated_by(services, excluding_uid=uid, network=store.network)
 
 
 def create(store: Store, kind: Kind, body: Any, *, namespace: str = "",

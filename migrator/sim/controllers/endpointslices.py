@@ -1,11 +1,15 @@
 """The EndpointSlice controller, after kubernetes/pkg/controller/endpointslice.
 
 Per Service with a selector: slices named `<svc>-xxxxx`, labelled with the service name and the
-controller's managed-by value, owned by the Service, `addressType: IPv4`, at most 100 endpoints
-each, grouped by resolved port set. Endpoint conditions as upstream `podToEndpoint` sets them
-(serving = pod Ready; terminating = deletionTimestamp set; ready = serving and not terminating,
-or always true with `publishNotReadyAddresses`); pods without an IP or in a terminal phase are
-left out. A service with no endpoints keeps one empty placeholder slice.
+controller's managed-by value, owned by the Service, at most 100 endpoints each, grouped by
+resolved port set. One set of slices per address type the Service's `ipFamilies` name
+(`getAddressTypesForService`, staging/src/k8s.io/endpointslice/reconciler.go: IPv4, IPv6 or
+both on a dual-stack Service), each endpoint holding the pod's IPs of that family
+(`getEndpointAddresses`); slices of a type the Service no longer has are deleted. Endpoint
+conditions as upstream `podToEndpoint` sets them (serving = pod Ready; terminating =
+deletionTimestamp set; ready = serving and not terminating, or always true with
+`publishNotReadyAddresses`); pods without an IP or in a terminal phase are left out. A service
+with no endpoints keeps one empty placeholder slice per address type.
 
 It is incremental: a pod event touches only the Services in its namespace whose selector matched
 it before or after, and only the slices that hold (or will hold) that pod's endpoint are
@@ -25,18 +29,21 @@ from migrator.sim.clock import SimClock
 from migrator.sim.controllers import pods as P
 from migrator.sim.controllers.base import Controller
 from migrator.sim.controllers.membership import Membership
+from migrator.sim.network import IPV4, IPV6, family_of
 from migrator.sim.store import Event, Store, StoreError
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 SvcKey = tuple[str, str]
+SetKey = tuple[str, str, str]  # (namespace, service, addressType): one set of slices
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 CONTROLLER_NAME = "endpointslice-controller.k8s.io"
 HEADLESS_LABEL = "service.kubernetes.io/headless"
 MAX_ENDPOINTS_PER_SLICE = 100
+ADDRESS_TYPES = (IPV4, IPV6, "FQDN")
 
 
 # ---- pure pieces (shared with seed.py) -------------------------------------------------------
@@ -49,6 +56,19 @@ def service_selector(svc: Mapping[str, Any]) -> dict[str, str] | None:
         return None
     selector = spec.get("selector")
     return dict(selector) if selector else None
+
+
+def address_types(svc: Mapping[str, Any]) -> tuple[str, ...]:
+    """`getAddressTypesForService`: the Service's IP families; without any, the family of its
+    cluster IP, or both for a headless one (a Service from before dual-stack)."""
+    spec = svc.get("spec") or {}
+    types = tuple(dict.fromkeys(f for f in spec.get("ipFamilies") or [] if f in (IPV4, IPV6)))
+    if types:
+        return types
+    cluster_ip = spec.get("clusterIP")
+    if cluster_ip and cluster_ip != "None":
+        return (family_of(str(cluster_ip)),)
+    return (IPV4, IPV6)
 
 
 def _find_port(pod: Mapping[str, Any], svc_port: Mapping[str, Any]) -> int | None:
@@ -88,18 +108,21 @@ def endpoint_ports(svc: Mapping[str, Any], pod: Mapping[str, Any]) -> list[Obj]:
     return out
 
 
-def pod_endpoint(svc: Mapping[str, Any], pod: Mapping[str, Any]) -> Obj | None:
-    """`podToEndpoint`, or None when `ShouldPodBeInEndpoints(pod, includeTerminating=true)`
-    says the pod has no endpoint."""
-    ip = P.pod_ip(pod)
-    if P.is_pod_terminal(pod) or not ip:
+def pod_endpoint(svc: Mapping[str, Any], pod: Mapping[str, Any],
+                 address_type: str = IPV4) -> Obj | None:
+    """`podToEndpoint` for `address_type`, or None when `ShouldPodBeInEndpoints(pod,
+    includeTerminating=true)` says the pod has no endpoint or it has no IP of that family."""
+    if P.is_pod_terminal(pod) or not P.pod_ip(pod):
+        return None
+    addresses = [ip for ip in P.pod_ips(pod) if family_of(ip) == address_type]
+    if not addresses:
         return None
     serving = P.is_pod_ready(pod)
     terminating = P.is_deleting(pod)
     publish = bool((svc.get("spec") or {}).get("publishNotReadyAddresses"))
     meta = pod["metadata"]
     ep: Obj = {
-        "addresses": [ip],
+        "addresses": addresses,
         "conditions": {"ready": publish or (serving and not terminating),
                        "serving": serving, "terminating": terminating},
         "targetRef": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
@@ -122,7 +145,8 @@ def slice_labels(svc: Mapping[str, Any]) -> dict[str, str]:
     return labels
 
 
-def new_slice(svc: Mapping[str, Any], ports: list[Obj], endpoints: list[Obj]) -> Obj:
+def new_slice(svc: Mapping[str, Any], ports: list[Obj], endpoints: list[Obj],
+              address_type: str = IPV4) -> Obj:
     meta = svc["metadata"]
     return {
         "apiVersion": "discovery.k8s.io/v1",
@@ -134,7 +158,7 @@ def new_slice(svc: Mapping[str, Any], ports: list[Obj], endpoints: list[Obj]) ->
             "ownerReferences": [P.owner_reference(
                 {"apiVersion": "v1", "kind": "Service", "metadata": meta})],
         },
-        "addressType": "IPv4",
+        "addressType": address_type,
         "endpoints": endpoints,
         "ports": ports,
     }
@@ -153,11 +177,11 @@ class Desired:
 
 
 def desired_endpoints(
-    svc: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
+    svc: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], address_type: str = IPV4
 ) -> dict[str, Desired]:
     out: dict[str, Desired] = {}
     for pod in pods:
-        ep = pod_endpoint(svc, pod)
+        ep = pod_endpoint(svc, pod, address_type)
         if ep is not None:
             out[pod["metadata"]["name"]] = Desired(endpoint_ports(svc, pod), ep)
     return out
@@ -192,13 +216,14 @@ def reconcile_slices(
     svc: Mapping[str, Any], existing: Iterable[Obj], desired: Mapping[str, Desired],
     scope: set[str] | None = None,
     outline: Callable[[Obj], tuple[str, frozenset[str]]] = slice_outline,
-    *, every_slice: bool = True,
+    *, every_slice: bool = True, address_type: str = IPV4,
 ) -> SlicePlan:
     """The reconciler: rewrite only what differs. `scope` limits the pods considered (an
     incremental pass); endpoints of other pods stay where they are, and a slice without any
     of them is not even walked (`outline` may remember each stored slice version's).
     `every_slice=False`: `existing` is only the slices the pass may touch (see
-    `EndpointSliceController._for_scope`), so emptying them all is not "no endpoints"."""
+    `EndpointSliceController._for_scope`), so emptying them all is not "no endpoints".
+    `existing` and `desired` are of one `address_type`, the type of the slices it creates."""
     labels = slice_labels(svc)
     owner = new_slice(svc, [], [])["metadata"]["ownerReferences"]
     placed: set[str] = set()
@@ -250,7 +275,7 @@ def reconcile_slices(
         while names:
             chunk, names = names[:MAX_ENDPOINTS_PER_SLICE], names[MAX_ENDPOINTS_PER_SLICE:]
             plan.create.append(new_slice(svc, copy.deepcopy(desired[chunk[0]].ports),
-                                         [desired[n].endpoint for n in chunk]))
+                                         [desired[n].endpoint for n in chunk], address_type))
     for sl, _, changed in slots:
         if not sl.get("endpoints"):
             plan.delete.append(sl)
@@ -265,7 +290,7 @@ def reconcile_slices(
                     plan.update.append(sl)
                 break
         else:
-            plan.create.append(new_slice(svc, [], []))
+            plan.create.append(new_slice(svc, [], [], address_type))
     return plan
 
 
@@ -277,7 +302,7 @@ def _pod_signature(pod: Mapping[str, Any] | None) -> Any:
     if pod is None:
         return None
     status = pod.get("status") or {}
-    return (P.labels_of(pod), P.pod_ip(pod), P.is_pod_ready(pod), P.is_deleting(pod),
+    return (P.labels_of(pod), tuple(P.pod_ips(pod)), P.is_pod_ready(pod), P.is_deleting(pod),
             P.node_name(pod), status.get("phase"), pod["metadata"].get("uid"))
 
 
@@ -291,14 +316,15 @@ class EndpointSliceController(Controller):
         super().__init__(store, clock)
         self._services: dict[SvcKey, Obj] = {}
         self._index = Membership(_pod_signature)
-        self._slices: dict[SvcKey, dict[str, Obj]] = {}
+        # The caches below are per set of slices: (namespace, service, addressType).
+        self._slices: dict[SetKey, dict[str, Obj]] = {}
         self._own_rv: dict[tuple[str, str], str] = {}
         # (namespace, slice) -> (resourceVersion, its slice_outline)
         self._outlines: dict[tuple[str, str], tuple[str, tuple[str, frozenset[str]]]] = {}
         # service -> pod name -> the slice holding its endpoint: an incremental pass visits
         # those slices (and ones with room), not all 50 of a 5,000-pod Service.
-        self._holders: dict[SvcKey, dict[str, str]] = {}
-        self._empty: dict[SvcKey, set[str]] = {}  # slices without endpoints (a pass deletes them)
+        self._holders: dict[SetKey, dict[str, str]] = {}
+        self._empty: dict[SetKey, set[str]] = {}  # slices without endpoints (a pass deletes them)
 
     def prime(self) -> None:
         self._index.prime(self.store.list(kinds.POD)[0])
@@ -337,10 +363,10 @@ class EndpointSliceController(Controller):
         key = self._slice_owner(sl)
         if key is None:
             return None
-        self._put_slice(key, sl["metadata"]["name"], None if deleted else sl)
+        self._put_slice(_set_key(key, sl), sl["metadata"]["name"], None if deleted else sl)
         return key
 
-    def _put_slice(self, key: SvcKey, name: str, sl: Obj | None) -> None:
+    def _put_slice(self, key: SetKey, name: str, sl: Obj | None) -> None:
         """Cache (or forget, `sl` None) one slice version of `key`, and which pods it holds."""
         cache = self._slices.setdefault(key, {})
         holders = self._holders.setdefault(key, {})
@@ -360,7 +386,7 @@ class EndpointSliceController(Controller):
         if not targets:
             empty.add(name)
 
-    def _for_scope(self, key: SvcKey, scope: set[str],
+    def _for_scope(self, key: SetKey, scope: set[str],
                    desired: Mapping[str, Desired]) -> list[Obj]:
         """The slices an incremental pass over `scope` may change: those holding one of its
         pods, empty ones, and those with room for an endpoint of a port key it wants. The
@@ -412,8 +438,8 @@ class EndpointSliceController(Controller):
         mine = self._own_rv.pop(ident, None) == sl["metadata"]["resourceVersion"]
         old_owner = self._slice_owner(ev.old) if ev.old is not None else None
         key = self._cache_slice(sl, deleted=ev.type == "DELETED")
-        if old_owner is not None and old_owner != key:
-            self._put_slice(old_owner, ident[1], None)
+        if old_owner is not None and ev.old is not None and old_owner != key:
+            self._put_slice(_set_key(old_owner, ev.old), ident[1], None)
             self._index.full.add(old_owner)
         if not mine and key is not None and key in self._services:
             self._index.full.add(key)  # someone else touched our slice: rebuild it
@@ -422,16 +448,29 @@ class EndpointSliceController(Controller):
         svc = self._services.get(key)
         if svc is None or not self._index.selects(key) or P.is_deleting(svc):
             return
-        ns = key[0]
-        pods = self._index.pods(ns)
-        members = self._index.members(key)
+        types = address_types(svc)
+        for address_type in types:
+            self._sync_set(svc, (*key, address_type), scope)
+        for gone in ADDRESS_TYPES:
+            if gone not in types and self._slices.get((*key, gone)):
+                stale = list(self._slices[(*key, gone)].values())
+                self._write((*key, gone), SlicePlan(delete=stale))
+
+    def _sync_set(self, svc: Obj, key: SetKey, scope: set[str] | None) -> None:
+        """Reconcile the Service's slices of one address type."""
+        pods = self._index.pods(key[0])
+        members = self._index.members(key[:2])
         names = members if scope is None else (scope & members)
-        desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods))
+        desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods), key[2])
         slices = self._slices.get(key, {})
         existing = list(slices.values()) if scope is None else self._for_scope(key, scope,
                                                                                desired)
-        plan = reconcile_slices(svc, existing, desired, scope, self._outline,
-                                every_slice=len(existing) == len(slices))
+        self._write(key, reconcile_slices(svc, existing, desired, scope, self._outline,
+                                          every_slice=len(existing) == len(slices),
+                                          address_type=key[2]))
+
+    def _write(self, key: SetKey, plan: SlicePlan) -> None:
+        ns = key[0]
         for sl in plan.delete:
             gone = self.store.delete(kinds.ENDPOINTSLICE, ns, sl["metadata"]["name"])
             self._own_rv[(ns, sl["metadata"]["name"])] = gone["metadata"]["resourceVersion"]
@@ -446,7 +485,6 @@ class EndpointSliceController(Controller):
             self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
             self._put_slice(key, new["metadata"]["name"], new)
 
-
     def _outline(self, sl: Obj) -> tuple[str, frozenset[str]]:
         """`slice_outline`, remembered for the stored version of each slice."""
         meta = sl["metadata"]
@@ -457,7 +495,12 @@ class EndpointSliceController(Controller):
         return found[1]
 
 
+def _set_key(key: SvcKey, sl: Mapping[str, Any]) -> SetKey:
+    return (key[0], key[1], str(sl.get("addressType") or IPV4))
+
+
 def _service_signature(svc: Mapping[str, Any]) -> Any:
     spec = svc.get("spec") or {}
     return (P.labels_of(svc), spec.get("ports"), spec.get("publishNotReadyAddresses"),
-            spec.get("type"), spec.get("clusterIP"), svc["metadata"].get("uid"))
+            spec.get("type"), spec.get("clusterIP"), spec.get("ipFamilies"),
+            svc["metadata"].get("uid"))

@@ -84,7 +84,7 @@ class Kubelet(Controller):
         self._nodes = NodeCache()
         self._pods: dict[PodKey, Obj] = {}
         self._by_node: dict[str, set[PodKey]] = {}
-        self._ips = IPAllocator()
+        self._ips = IPAllocator(store.network)
         self._starting: set[str] = set()  # pod uids with a start timer
         self._killing: set[str] = set()  # pod uids with a removal timer
         # pod uid -> simulated time its creation / deletion mark was committed: start and
@@ -98,8 +98,7 @@ class Kubelet(Controller):
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
             self._index(key, pod)
             bound = P.node_name(pod)
-            ip = P.pod_ip(pod)
-            if bound and ip:
+            for ip in P.pod_ips(pod) if bound else []:
                 self._ips.mark(bound, ip)
             self.schedule(("pod", *key), 0)
 
@@ -133,7 +132,8 @@ class Kubelet(Controller):
             return
         node = P.node_name(pod)
         self._by_node.get(node, set()).discard(key)
-        self._ips.release(node, P.pod_ip(pod))
+        for ip in P.pod_ips(pod):
+            self._ips.release(node, ip)
         uid = pod["metadata"]["uid"]
         self._starting.discard(uid)
         self._killing.discard(uid)
@@ -254,8 +254,8 @@ class Kubelet(Controller):
         self._ready_at[uid] = self.clock.now() + delay
         if delay > 0:
             self.schedule(("probe", ns, name, uid), delay)
-        ip = P.pod_ip(pod) or self._ips.take(node)
-        self._write_status(pod, running_status(pod, node, ip, self._may_be_ready(pod, node),
+        ips = P.pod_ips(pod) or self._ips.take_all(node)
+        self._write_status(pod, running_status(pod, node, ips, self._may_be_ready(pod, node),
                                                P.now_rfc3339()))
 
     def _may_be_ready(self, pod: Obj, node: Obj) -> bool:

@@ -119,6 +119,13 @@ def is_pod_terminal(pod: Mapping[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") in POD_PHASES_TERMINAL
 
 
+def pod_ips(pod: Mapping[str, Any]) -> list[str]:
+    """Every pod IP, primary first: `status.podIPs`, or `podIP` alone when that is unset."""
+    status = pod.get("status") or {}
+    ips = [str(i["ip"]) for i in status.get("podIPs") or [] if i.get("ip")]
+    return ips or ([str(status["podIP"])] if status.get("podIP") else [])
+
+
 def pod_ip(pod: Mapping[str, Any]) -> str | None:
     status = pod.get("status", {})
     ip = status.get("podIP")

@@ -1,18 +1,23 @@
 """What a kubelet writes into a pod's status — Pending on acceptance, Running with container
-statuses and a pod IP, the Ready condition — and the pod IPs it hands out from the node's
-`spec.podCIDR`. Pure builders, shared by the simulated kubelet (kubelet.py) and the seeding of
-a cluster whose pods already run (seed.py). Upstream: kubelet `generateAPIPodStatus`
-(pkg/kubelet/kubelet_pods.go) and the Ready condition from `GeneratePodReadyCondition`
-(pkg/kubelet/status/generate.go).
+statuses and its pod IPs, the Ready condition — and the pod IPs it hands out: one from each of
+the node's `spec.podCIDRs`, in their order (the first is the primary `podIP`; two on a
+dual-stack cluster, as a CNI plugin gives them). Pure builders, shared by the simulated kubelet
+(kubelet.py) and the seeding of a cluster whose pods already run (seed.py). Upstream: kubelet
+`generateAPIPodStatus` (pkg/kubelet/kubelet_pods.go) and the Ready condition from
+`GeneratePodReadyCondition` (pkg/kubelet/status/generate.go).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from migrator.sim.network import DEFAULT as DEFAULT_NETWORK
+from migrator.sim.network import IPV6, Network, cidr_family
 
 Obj = dict[str, Any]
 
@@ -115,7 +120,11 @@ def _conditions(pod: Mapping[str, Any], now: str, *, sandbox: bool, ready: bool)
 
 
 def _host(node: Mapping[str, Any]) -> Obj:
-    return {"hostIP": host_ip(node), "hostIPs": [{"ip": host_ip(node)}]}
+    """`hostIP` and `hostIPs`: the node's InternalIPs, one per family, primary first."""
+    ips = [str(a["address"]) for a in (node.get("status") or {}).get("addresses") or []
+           if a.get("type") == "InternalIP" and a.get("address")]
+    ips = ips[:1] + [ip for ip in ips[1:] if (":" in ip) != (":" in ips[0])][:1]
+    return {"hostIP": host_ip(node), "hostIPs": [{"ip": i} for i in ips or [host_ip(node)]]}
 
 
 def pending_status(pod: Mapping[str, Any], node: Mapping[str, Any], now: str) -> Obj:
@@ -149,9 +158,12 @@ def pending_status(pod: Mapping[str, Any], node: Mapping[str, Any], now: str) ->
 
 
 def running_status(
-    pod: Mapping[str, Any], node: Mapping[str, Any], ip: str, ready: bool, now: str
+    pod: Mapping[str, Any], node: Mapping[str, Any], ip: str | Sequence[str], ready: bool,
+    now: str
 ) -> Obj:
-    """Running with `ip`; Ready and ContainersReady as `ready` says."""
+    """Running with `ip` (or several, primary first); Ready and ContainersReady as `ready`
+    says."""
+    ips = [ip] if isinstance(ip, str) else list(ip)
     old: Obj = dict(pod.get("status") or {})
     started = old.get("startTime") or now
     names = _container_names(pod)
@@ -161,8 +173,8 @@ def running_status(
         "phase": "Running",
         "qosClass": old.get("qosClass", "BestEffort"),
         **_host(node),
-        "podIP": ip,
-        "podIPs": [{"ip": ip}],
+        "podIP": ips[0],
+        "podIPs": [{"ip": i} for i in ips],
         "startTime": started,
         "conditions": _merge_conditions(old.get("conditions") or [],
                                         _conditions(pod, now, sandbox=True, ready=ready)),
@@ -203,22 +215,63 @@ def with_ready(pod: Mapping[str, Any], ready: bool, now: str) -> Obj:
     return status
 
 
-class IPAllocator:
-    """Per-node pod IPs from the node's podCIDR, lowest free address first."""
+def node_pod_cidrs(node: Mapping[str, Any], network: Network = DEFAULT_NETWORK) -> list[str]:
+    """The node's `spec.podCIDRs` (or its `podCIDR`); stable ones from its name when it has
+    none (a node made without the node IPAM controller's work)."""
+    spec = node.get("spec") or {}
+    cidrs = [str(c) for c in spec.get("podCIDRs") or [] if c]
+    if not cidrs and spec.get("podCIDR"):
+        cidrs = [str(spec["podCIDR"])]
+    return cidrs or network.fallback_pod_cidrs(node["metadata"]["name"])
 
-    def __init__(self) -> None:
+
+class IPAllocator:
+    """Per-node pod IPs from the node's podCIDRs, lowest free address first in each."""
+
+    def __init__(self, network: Network = DEFAULT_NETWORK) -> None:
         self._used: dict[str, set[str]] = {}
+        self.network = network
 
     def take(self, node: Mapping[str, Any]) -> str:
+        """One address from the node's `podCIDR` (`pod_cidr`): the IPv4-only cluster's path."""
+        return self._take_v4(node["metadata"]["name"], pod_cidr(node))
+
+    def take_all(self, node: Mapping[str, Any]) -> list[str]:
+        """One address per podCIDR of the node, primary first (an IPv4-only cluster: `take`,
+        as it always was)."""
+        if not self.network.dual and self.network.primary != IPV6:
+            return [self.take(node)]
         name = node["metadata"]["name"]
+        out = []
+        for cidr in node_pod_cidrs(node, self.network):
+            if cidr_family(cidr) == IPV6:
+                out.append(self._take_v6(name, cidr))
+            else:
+                out.append(self._take_v4(name, pod_cidr({"metadata": node["metadata"],
+                                                         "spec": {"podCIDR": cidr}})))
+        return out
+
+    def _take_v4(self, name: str, hosts: range) -> str:
         used = self._used.setdefault(name, set())
-        for address in pod_cidr(node):
+        for address in hosts:
             ip = _dotted(address)
             if address & 255 == 1 or ip in used:
                 continue
             used.add(ip)
             return ip
         raise RuntimeError(f"node {name} has no free pod IP")
+
+    def _take_v6(self, name: str, cidr: str) -> str:
+        """The lowest free address past `::1` (the gateway's, as `.1` is in IPv4)."""
+        net = ipaddress.IPv6Network(cidr, strict=False)
+        used = self._used.setdefault(name, set())
+        base = int(net.network_address)
+        for offset in range(2, net.num_addresses):
+            ip = str(ipaddress.IPv6Address(base + offset))
+            if ip not in used:
+                used.add(ip)
+                return ip
+        raise RuntimeError(f"node {name} has no free pod IP in {cidr}")
 
     def mark(self, node_name: str, ip: str) -> None:
         self._used.setdefault(node_name, set()).add(ip)

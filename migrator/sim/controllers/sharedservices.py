@@ -233,14 +233,16 @@ def _sync(store: Store, namespace: str, state: _State, result: SharedResult) -> 
         obj = mutate({"apiVersion": "v1", "kind": "Service",
                       "metadata": {"name": state.name, "namespace": namespace}},
                      desired, state.owners, existing=False)
-        allocated = allocation.allocated_by(store.list(kinds.SERVICE)[0])
+        allocated = allocation.allocated_by(store.list(kinds.SERVICE)[0],
+                                            network=store.network)
         store.create(kinds.SERVICE, admission.admit(kinds.SERVICE, obj, allocated=allocated))
         result.created.append(state.name)
     else:
         obj = mutate(live, desired, state.owners, existing=True)
         if _normalized(obj) != _normalized(live):
             allocated = allocation.allocated_by(store.list(kinds.SERVICE)[0],
-                                                excluding_uid=live["metadata"]["uid"])
+                                                excluding_uid=live["metadata"]["uid"],
+                                                network=store.network)
             new = admission.admit(kinds.SERVICE, obj, live, allocated=allocated)
             new["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
             if store.update(kinds.SERVICE, new) is not live:

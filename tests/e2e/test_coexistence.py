@@ -3,13 +3,18 @@ both operator imitations on, the guard running and the disruption monitor sampli
 Service: after `apply --phase 3` the stable names reach the DCGM / exporter pod of every GPU node
 of either stack (per node for Local), and keep doing so through both operators' reconciles, CR
 edits of either CR, a node moving from one stack to the other, adding the second CR to a
-migrated cluster and deleting either CR; the tool writes nothing an operator owns."""
+migrated cluster and deleting either CR; the tool writes nothing an operator owns.
+
+"Reach" is what a consumer gets: where each node's kube-proxy sends the name's cluster-IP traffic,
+port by port, as tests/helpers/kubeproxy.py computes it from the Services and EndpointSlices
+listed through the API (merged by name, ports matched by name and protocol, duplicates resolved,
+internalTrafficPolicy Local kept on the node), never the tool's own slices read back."""
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,6 +37,7 @@ from tests.e2e.test_guard import (
     _guard_kubeconfig,
     running_guard,
 )
+from tests.helpers.kubeproxy import ApiView, Routing
 from tests.helpers.oracle import DiscoveryOracle
 
 RECONCILE = 2.0  # simulated seconds between the operator imitations' resyncs
@@ -41,21 +47,25 @@ OPERATOR_OWNED = ("nvidia-dcgm", "nvidia-dcgm-exporter", "nvidia-dcgm-dra",
                   "nvidia-dcgm-exporter-dra")
 
 
+_VIEWS: dict[str, ApiView] = {}
+
+
+@pytest.fixture(autouse=True)
+def _close_views() -> Iterator[None]:
+    yield
+    while _VIEWS:
+        _VIEWS.popitem()[1].close()
+
+
+def _proxy(env: E2E) -> ApiView:
+    """The cluster as kube-proxy lists it, through the sim's API (tests/helpers/kubeproxy.py)."""
+    if env.sim.kubeconfig not in _VIEWS:
+        _VIEWS[env.sim.kubeconfig] = ApiView(env.sim.kubeconfig)
+    return _VIEWS[env.sim.kubeconfig]
+
+
 def _slices(env: E2E) -> list[dict[str, Any]]:
     return env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]
-
-
-def _ready_nodes(env: E2E, service: str) -> dict[str, set[str]]:
-    """Node → the pods a Service has a ready endpoint of there, over every slice of its name
-    (the operator's, the controller's and the tool's: what kube-proxy merges)."""
-    out: dict[str, set[str]] = {}
-    for sl in _slices(env):
-        if sl["metadata"]["labels"].get(sharing.SERVICE_NAME_LABEL) != service:
-            continue
-        for ep in sl.get("endpoints") or []:
-            if (ep.get("conditions") or {}).get("ready") in (None, True):
-                out.setdefault(ep.get("nodeName", ""), set()).add(ep["targetRef"]["name"])
-    return out
 
 
 def _gpu_nodes(env: E2E, daemonsets: tuple[str, ...]) -> dict[str, set[str]]:
@@ -70,18 +80,55 @@ def _gpu_nodes(env: E2E, daemonsets: tuple[str, ...]) -> dict[str, set[str]]:
     return out
 
 
-def _reaches_every_node(env: E2E) -> bool:
-    """Every stable name has a ready endpoint of its own kind's pod on every node that runs
-    one (of either stack), and no endpoint of a pod that is gone."""
+def _local(env: E2E, name: str) -> bool:
+    return ((env.svc(name) or {}).get("spec") or {}).get("internalTrafficPolicy") == "Local"
+
+
+Routes = dict[str, dict[str, Routing]]  # client node → port → where its kube-proxy sends it
+
+
+def _stray(name: str, by_client: Routes, live: set[str], skip: tuple[str, ...]) -> list[str]:
+    """Routes of `name` that may end at a pod outside `live`."""
+    return [f"{name}:{port} from {client} may go to {sorted(r.possible_pods - live)}"
+            for client, by_port in by_client.items() for port, r in by_port.items()
+            if port not in skip and r.possible_pods - live]
+
+
+def _missed(name: str, by_client: Routes, want: dict[str, set[str]], local: bool,
+            skip: tuple[str, ...]) -> list[str]:
+    """Nodes of `want` that some client's kube-proxy does not surely reach for `name`: the
+    node itself for a Local name, every client node otherwise."""
+    return [f"{name}:{port} from {client} reaches none of {sorted(pods)} on {node} "
+            f"(routes to {sorted(r.possible_pods)})"
+            for node, pods in want.items() for client in ([node] if local else by_client)
+            for port, r in by_client.get(client, {}).items()
+            if port not in skip and not r.pods & pods]
+
+
+def _unreached(env: E2E, skip: tuple[str, ...] = ()) -> list[str]:
+    """What a consumer of a stable name misses, as every node's kube-proxy routes it (empty when
+    nothing): for every port of the name but those in `skip`, each node running a Ready pod of
+    the name's own kind (of either stack) is reached by such a pod on that node — from that
+    node itself for an internalTrafficPolicy Local name, from every node otherwise — and no
+    node's kube-proxy may route to a pod that is not one of them (gone, terminating, not Ready
+    or of the other kind)."""
+    routing = _proxy(env).reach(NS, STABLE)  # the slices before the pods: a pod that goes
+    out = []  # in between shows up as routed to while gone, never hidden
     for name, daemonsets in STABLE.items():
         want = _gpu_nodes(env, daemonsets)
-        have = _ready_nodes(env, name)
-        if not want or any(not (have.get(node, set()) & pods) for node, pods in want.items()):
-            return False
-        live = set().union(*want.values())
-        if any(pods - live for pods in have.values()):
-            return False
-    return True
+        if not want or not any(routing[name].values()):
+            out.append(f"{name}: Ready pods on {sorted(want)}, kube-proxy rules "
+                       f"{any(routing[name].values())}")
+            continue
+        out += _stray(name, routing[name], set().union(*want.values()), skip)
+        out += _missed(name, routing[name], want, _local(env, name), skip)
+    return out
+
+
+def _reaches_every_node(env: E2E) -> bool:
+    """Every stable name reaches its own kind's Ready pod on every node that runs one (of
+    either stack), per node for Local, and routes to no other pod (`_unreached`)."""
+    return not _unreached(env)
 
 
 def _verify_failures(env: E2E) -> list[str]:
@@ -110,11 +157,14 @@ def _rolled_and_settled(env: E2E, daemonsets: tuple[str, ...]) -> bool:
 
 
 def _moved(env: E2E, node: str, here: str, gone: str) -> bool:
-    """The node runs DaemonSet `here`'s pod, no longer `gone`'s, and `nvidia-dcgm` reaches
-    exactly that pod there."""
+    """The node runs DaemonSet `here`'s pod, no longer `gone`'s, and the node's kube-proxy
+    routes `nvidia-dcgm` there to exactly that pod, on every port."""
+    routed = _proxy(env).reach(NS, ["nvidia-dcgm"], [node])["nvidia-dcgm"][node]
     now = _gpu_nodes(env, (here,))
     return (_settled(env) and node in now and node not in _gpu_nodes(env, (gone,))
-            and _ready_nodes(env, "nvidia-dcgm").get(node) == now[node])
+            and bool(routed) and all(
+                {e.pod for e in r.possible if e.node == node} == r.pods == now[node]
+                for r in routed.values()))
 
 
 def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> float:
@@ -122,7 +172,8 @@ def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: st
     `sim_seconds` of the sim's own clock, so a loaded machine cannot fail it)."""
     start = env.sim.clock.now()
     while not predicate():
-        assert env.sim.clock.now() - start < sim_seconds, f"{what}: not within {sim_seconds} s"
+        assert env.sim.clock.now() - start < sim_seconds, (
+            f"{what}: not within {sim_seconds} s; kube-proxy: {_unreached(env)}")
         time.sleep(0.01)
     return env.sim.clock.now() - start
 
@@ -190,7 +241,7 @@ def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_m
     env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     applied = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert applied.code == 0, applied.stdout + applied.stderr
-    assert not _reaches_every_node(env)  # the operator's Services select only their own pods
+    assert _unreached(env)  # the operator's Services select only their own pods
     kube = Kube.connect(_guard_kubeconfig(env, tmp_path))  # the Role of docs/guard.yaml only
     with running_guard(env, kube=kube):
         took = _until(env, lambda: _reaches_every_node(env), 30, "shared")
@@ -205,7 +256,7 @@ def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_m
         assert _operator_object_writes(env, since) == []
         assert [e for e in env.writes(since) if e.user != "system:kube-controller-manager"
                 and e.resource == "endpointslices"] == []
-        assert _reaches_every_node(env)
+        assert _unreached(env) == []
 
         # A CR edit of either CR re-renders and rolls its DaemonSets; the stable names follow.
         for kind, daemonsets, edit in (
@@ -341,7 +392,7 @@ def test_both_stacks_on_every_node_share_nothing_and_warn_of_double_reporting(
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with running_guard(env) as g:
         _until(env, lambda: g.guard.passes >= 2, 30, "passes")
-        assert _reaches_every_node(env)  # the ClusterPolicy's pods are on every node
+        assert _unreached(env) == []  # the ClusterPolicy's pods are on every node
         assert _shared_slices(env) == []
     verify = env.cli("verify", "-o", "json")
     failed = {c["name"]: c for c in verify.json()["verdict"]["checks"] if not c["ok"]}
@@ -371,6 +422,13 @@ def test_conflicting_exporter_service_settings_keep_the_owners_and_are_reported(
     sl = next(s for s in _shared_slices(env)
               if s["metadata"]["labels"][sharing.SERVICE_NAME_LABEL] == "nvidia-dcgm-exporter")
     assert [(p["name"], p["port"]) for p in sl["ports"]] == [("gpu-metrics", 9400)]
+    # What kube-proxy makes of it: the shared port reaches every node's exporter, and the
+    # port the GPUCluster pods do not serve never sends traffic to one of them.
+    _until(env, lambda: _unreached(env, skip=("debug",)) == [], 60, "gpu-metrics shared")
+    dra = set().union(*_gpu_nodes(env, ("nvidia-dcgm-exporter-dra",)).values())
+    routed = _proxy(env).reach(NS, ["nvidia-dcgm-exporter"])["nvidia-dcgm-exporter"]
+    assert dra and not [(client, r.possible_pods & dra) for client, by_port in routed.items()
+                        if (r := by_port["debug"]).possible_pods & dra]
     kept = env.svc("nvidia-dcgm-exporter")
     assert kept is not None and kept["spec"]["sessionAffinity"] == "ClientIP"  # its own
 
@@ -400,7 +458,7 @@ def test_rolling_phase_2_back_takes_the_sharing_back(e2e_factory: Callable[..., 
     env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=None)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     assert env.cli("guard", "--once").code == 0
-    assert len(_shared_slices(env)) == 2 and _reaches_every_node(env)
+    assert len(_shared_slices(env)) == 2 and _unreached(env) == []
     back = env.cli("rollback", "--phase", "2", "--yes", "--settle", "0s")
     assert back.code == 0, back.stdout + back.stderr
     with env.monitor.replacing(*STABLE):  # the GPUCluster nodes leave the names on purpose

@@ -12,7 +12,7 @@ import pytest
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import running_guard
-from tests.helpers.readiness import ReadyEndpoints
+from tests.helpers.kubeproxy import RoutedEndpoints
 
 COMPONENT = "app.kubernetes.io/component"
 DAEMONSETS = {"nvidia-dcgm-dra": "nvidia-dcgm", "nvidia-dcgm-exporter-dra": "nvidia-dcgm-exporter"}
@@ -99,18 +99,19 @@ def _upgraded(env: E2E) -> bool:
     return True
 
 
-def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> ReadyEndpoints:
+def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> RoutedEndpoints:
     """Upgrade to the release, the guard running: a migrated cluster (`apply --phase 3`) or
     an unmigrated one, prepared (`--prepare-for`, phase 1 only when unmigrated) or not. The
-    answer holds the stable names' fewest ready endpoints (and, for Local, fewest nodes with
-    one) in any committed state of their EndpointSlices over the upgrade."""
+    answer holds the stable names' fewest endpoints kube-proxy routes them to (and fewest
+    nodes hosting one: for Local, nodes whose own kube-proxy reaches one) in any committed
+    state of their Services and EndpointSlices over the upgrade (tests/helpers/kubeproxy.py)."""
     args = ("--prepare-for", "shared-services") if prepare else ()
     phase = "3" if migrated else "1"
     if migrated or prepare:
         applied = env.cli("apply", "--phase", phase, "--yes", "--settle", "0s", *args)
         assert applied.code == 0, applied.stdout + applied.stderr
-    low = ReadyEndpoints(STABLE)
-    with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store, NS):
+    low = RoutedEndpoints(STABLE, NS)
+    with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store):
         _until(env, lambda: g.guard.passes >= 1, 30, "guard")
         since = env.mark()
         env.sim.set_operator_release("shared-services")
@@ -120,8 +121,7 @@ def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> ReadyEndpoints:
                    and e.name in STABLE]
         assert written == [], written
     print(f"{env.sim.stack}, {'migrated' if migrated else 'unmigrated'}, "
-          f"{'with' if prepare else 'without'} preparation: lowest ready {low.lowest_ready}, "
-          f"lowest nodes reached {low.lowest_nodes}")
+          f"{'with' if prepare else 'without'} preparation: {low}")
     return low
 
 
@@ -142,10 +142,10 @@ def test_upgrade_to_the_release_with_shared_services(
     env = e2e_factory(stack, nodes=nodes, operator_reconcile_seconds=2.0)
     low = _upgrade(env, migrated=migrated, prepare=prepare)
     if not prepare:
-        assert min(low.lowest_ready.values()) < nodes - 1, low  # the hazard, measured
+        assert min(low.lowest_routed.values()) < nodes - 1, low  # the hazard, measured
         return
     if migrated or stack == "clusterpolicy":  # the names existed before the upgrade
-        assert low.lowest_ready == {n: nodes - 1 for n in STABLE}, low
+        assert low.lowest_routed == {n: nodes - 1 for n in STABLE}, low
         assert low.lowest_nodes["nvidia-dcgm"] == nodes - 1, low
     verify = env.cli("verify", "-o", "json")
     doc = verify.json()

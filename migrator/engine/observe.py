@@ -11,6 +11,7 @@ Pods are read as printed rows (`model/printed.py`); those a row cannot vouch for
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,27 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
         return tuple(kube.list(kind, namespace).items)
 
 
+# Per client: the access review's answer (the token's rights do not change within a run).
+_MAY_LIST_PROMETHEUSES: weakref.WeakKeyDictionary[Kube, bool] = weakref.WeakKeyDictionary()
+
+
+def _prometheuses(kube: Kube) -> tuple[Obj, ...]:
+    """Prometheus CRs cluster-wide, for their ServiceMonitor discovery role; none where the
+    CRD is absent or the tool may not list them (docs/rbac.yaml does not grant it: the role
+    then defaults as the Prometheus Operator's does). Asked first with one access review per
+    client, so a least-privilege token is never refused a request."""
+    if not kube.has_kind(kinds.PROMETHEUS):
+        return ()
+    if kube not in _MAY_LIST_PROMETHEUSES:
+        _MAY_LIST_PROMETHEUSES[kube] = kube.can_i("list", kinds.PROMETHEUS)[0]
+    if not _MAY_LIST_PROMETHEUSES[kube]:
+        return ()
+    try:
+        return tuple(kube.list(kinds.PROMETHEUS).items)
+    except APIForbidden:
+        return ()
+
+
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
@@ -142,6 +164,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     gcs: tuple[Obj, ...] = ()
     monitors: tuple[Obj, ...] = ()
     pod_monitors: tuple[Obj, ...] = ()
+    prometheuses: tuple[Obj, ...] = ()
     nvidia_api = sm_api = False
     if cluster_scope:
         if kube.has_api(kinds.CLUSTER_POLICY.group, kinds.CLUSTER_POLICY.version):
@@ -155,10 +178,11 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
             monitors = _monitors(kube, kinds.SERVICE_MONITOR, namespace)
             if kube.has_kind(kinds.POD_MONITOR):
                 pod_monitors = _monitors(kube, kinds.POD_MONITOR, namespace)
+            prometheuses = _prometheuses(kube)
     return Snapshot(namespace=namespace, cluster_policies=cps, gpu_clusters=gcs,
                     daemonsets=ds_map, services=svc_map, pods=pods, endpoints=endpoints,
                     service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api,
-                    pod_monitors=pod_monitors)
+                    pod_monitors=pod_monitors, prometheuses=prometheuses)
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],
@@ -171,4 +195,5 @@ def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence
                     gpu_clusters=base.gpu_clusters, daemonsets=fresh.daemonsets,
                     services=fresh.services, pods=fresh.pods, endpoints=fresh.endpoints,
                     service_monitors=base.service_monitors, pod_monitors=base.pod_monitors,
+                    prometheuses=base.prometheuses,
                     servicemonitor_api=base.servicemonitor_api, nvidia_api=base.nvidia_api)

@@ -66,6 +66,10 @@ SERVICE_MONITOR = Kind(
 POD_MONITOR = Kind(
     "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, ("pmon",)
 )
+# Read only for its ServiceMonitor discovery role (`model/monitoring.py`).
+PROMETHEUS = Kind(
+    "monitoring.coreos.com", "v1", "prometheuses", "Prometheus", True, ("prom",), True
+)
 CRD = Kind(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
     False, ("crd", "crds"), True,
@@ -87,7 +91,7 @@ ACCESS_REVIEWS: tuple[Kind, ...] = (SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_R
 
 ALL: tuple[Kind, ...] = (
     NAMESPACE, NODE, POD, SERVICE, CONFIGMAP, EVENT, DAEMONSET, CONTROLLER_REVISION,
-    ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, POD_MONITOR, CRD,
+    ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, POD_MONITOR, PROMETHEUS, CRD,
     SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW, LEASE, RESOURCE_CLAIM_TEMPLATE,
     RESOURCE_CLAIM,
 )

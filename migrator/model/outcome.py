@@ -296,11 +296,16 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
     out = []
     if certain:
         pod, example = next(iter(sorted(certain.items())))
-        ours = any(t.service in tool_services for ts in certain.values() for t in ts)
+        # A second path through the tool's shared EndpointSlices (role endpointslice) is the
+        # migration's doing, but only the consumer's relabeling can remove it: the fix says
+        # which field of which object takes it (docs/monitoring.md, "Discovery roles").
+        shared = monitoring.shared_slice_fix(snapshot, certain)
+        ours = shared or any(t.service in tool_services for ts in certain.values() for t in ts)
         out.append(Finding("scrape-once", "Pod/exporters", False,
                            f"{len(certain)} of {len(pods)} exporter pods are scraped more than "
                            f"once, e.g. {pod} via {'; '.join(map(str, example))}",
-                           "keep one scrape path per pod (docs/monitoring.md)", 2 if ours else 0))
+                           shared or "keep one scrape path per pod (docs/monitoring.md)",
+                           2 if ours else 0))
     if none:
         out.append(Finding("scrape-once", "Pod/unscraped", False,
                            f"{len(none)} Ready exporter pods are reached by no scrape target: "

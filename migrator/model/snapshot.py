@@ -114,6 +114,8 @@ class EndpointView:
     serving: bool
     terminating: bool
     version: int = 0  # its EndpointSlice's resourceVersion as an integer
+    slice: str = ""  # the EndpointSlice that lists it
+    managed_by: str = ""  # that slice's `endpointslice.kubernetes.io/managed-by`
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
     seen: set[tuple[str | None, str | None]] = set()
     for sl in slices:
         slice_version = o.int_version(o.meta(sl).get("resourceVersion"))
+        slice_name = o.name(sl)
+        managed_by = o.labels(sl).get("endpointslice.kubernetes.io/managed-by", "")
         for ep in sl.get("endpoints") or []:
             cond = ep.get("conditions") or {}
             ready = cond.get("ready")
@@ -156,6 +160,8 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
                     serving=bool(cond.get("serving", ready is None or bool(ready))),
                     terminating=bool(cond.get("terminating", False)),
                     version=slice_version,
+                    slice=slice_name,
+                    managed_by=managed_by,
                 )
             )
     return ServiceEndpoints(service, tuple(views))
@@ -175,6 +181,10 @@ class Snapshot:
     servicemonitor_api: bool = True
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
+    # Prometheus Operator `Prometheus` CRs (any namespace): which discovery role their
+    # ServiceMonitors get (`monitoring.monitor_roles`); empty where the CRD is absent or the
+    # tool may not list them, and then every ServiceMonitor has the operator's default role.
+    prometheuses: tuple[Obj, ...] = ()
 
     @cached_property
     def memo(self) -> dict[Any, Any]:

@@ -51,6 +51,20 @@ VictoriaMetrics 1.79 next to Prometheus (the test module says what each case giv
   `/api/v1/targets` is read here.
 * The `endpoints` role retries a failing list (e.g. a 404) with a doubling backoff, and
   meanwhile that job simply has no targets; `discovery_errors()` shows why.
+
+ServiceMonitor jobs (`service_monitor_jobs`, passed as `extra_jobs`): the scrape jobs the
+Prometheus Operator generates from a ServiceMonitor, written here from its
+`pkg/prometheus/promcfg.go` `generateServiceMonitorConfig` for the fields the GPU Operator's
+ServiceMonitors use (selector `matchLabels`/`matchExpressions`, `namespaceSelector`, endpoint
+`port`/`targetPort`/`path`/`interval`/`honorLabels`/`relabelings`, `jobLabel`), under either
+discovery role: `role: endpoints` keeps the port on `__meta_kubernetes_endpoint_port_name`,
+`role: endpointslice` on `__meta_kubernetes_endpointslice_port_name` (and reads the pod from
+`__meta_kubernetes_endpointslice_address_target_*`). The role is the ServiceMonitor's
+`spec.serviceDiscoveryRole` when set, else the Prometheus' (`role` argument). Not generated:
+scrape classes, authentication, TLS, sharding, limits (nothing here sets them). VM 1.79 serves
+`role: endpointslice` from `discovery.k8s.io/v1` and gives each target the slice's name and
+labels (`__meta_kubernetes_endpointslice_name`, `__meta_kubernetes_endpointslice_label_*`), as
+Prometheus (labels since 2.46) does.
 """
 
 from __future__ import annotations
@@ -60,6 +74,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -69,7 +84,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -289,16 +304,145 @@ def find_binary() -> str | None:
 
 
 def scrape_configs(kubeconfig: str | Path, namespaces: Sequence[str],
-                   proxy_url: str) -> list[dict[str, Any]]:
-    """The chart's jobs pointed at one cluster (`kubeconfig`) and `namespaces`, every scrape
-    sent to `proxy_url` once an hour (see the module docstring)."""
+                   proxy_url: str, extra_jobs: Sequence[Mapping[str, Any]] = ()
+                   ) -> list[dict[str, Any]]:
+    """The chart's jobs (and `extra_jobs`, e.g. `service_monitor_jobs`) pointed at one cluster
+    (`kubeconfig`) and `namespaces` (the extra jobs keep theirs when they name some), every
+    scrape sent to `proxy_url` once an hour (see the module docstring)."""
     jobs: list[dict[str, Any]] = copy.deepcopy(yaml.safe_load(CHART_SCRAPE_CONFIGS))
+    jobs += [copy.deepcopy(dict(j)) for j in extra_jobs]
     for job in jobs:
         for sd in job["kubernetes_sd_configs"]:
             sd["kubeconfig_file"] = str(kubeconfig)
-            sd["namespaces"] = {"names": list(namespaces)}
+            sd.setdefault("namespaces", {"names": list(namespaces)})
         job["scrape_interval"] = SCRAPE_INTERVAL
         job["proxy_url"] = proxy_url
+    return jobs
+
+
+ROLE_ENDPOINTS, ROLE_ENDPOINTSLICE = "endpoints", "endpointslice"
+
+
+def _sanitize(name: str) -> str:
+    """Prometheus' `strutil.SanitizeLabelName`: every character outside [a-zA-Z0-9_] is `_`."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def _role_of(monitor: Mapping[str, Any], role: str) -> str:
+    """promcfg.go `endpointRoleFlavor`: the monitor's own `serviceDiscoveryRole` wins over the
+    Prometheus' (`role`); "EndpointSlice" is the endpointslice role, anything else endpoints."""
+    own = (monitor.get("spec") or {}).get("serviceDiscoveryRole")
+    if own is None:
+        return role
+    return ROLE_ENDPOINTSLICE if own == "EndpointSlice" else ROLE_ENDPOINTS
+
+
+def _selector_relabelings(selector: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The keep/drop rules promcfg.go makes of `spec.selector` (SelectorMechanism Relabel)."""
+    out: list[dict[str, Any]] = []
+    for key in sorted(selector.get("matchLabels") or {}):
+        k = _sanitize(key)
+        out.append({"action": "keep",
+                    "source_labels": [f"__meta_kubernetes_service_label_{k}",
+                                      f"__meta_kubernetes_service_labelpresent_{k}"],
+                    "regex": f"({selector['matchLabels'][key]});true"})
+    for exp in selector.get("matchExpressions") or []:
+        k = _sanitize(exp["key"])
+        both = [f"__meta_kubernetes_service_label_{k}",
+                f"__meta_kubernetes_service_labelpresent_{k}"]
+        present = [f"__meta_kubernetes_service_labelpresent_{k}"]
+        values = "|".join(exp.get("values") or [])
+        out.append({
+            "In": {"action": "keep", "source_labels": both, "regex": f"({values});true"},
+            "NotIn": {"action": "drop", "source_labels": both, "regex": f"({values});true"},
+            "Exists": {"action": "keep", "source_labels": present, "regex": "true"},
+            "DoesNotExist": {"action": "drop", "source_labels": present, "regex": "true"},
+        }[exp["operator"]])
+    return out
+
+
+def _relabel(rule: Mapping[str, Any]) -> dict[str, Any]:
+    """A ServiceMonitor `RelabelConfig` (camelCase) as Prometheus configuration (snake_case),
+    the action lower-cased as promcfg.go's `generateRelabelConfig` writes it."""
+    names = {"sourceLabels": "source_labels", "targetLabel": "target_label",
+             "separator": "separator", "regex": "regex", "modulus": "modulus",
+             "replacement": "replacement", "action": "action"}
+    out = {names[k]: v for k, v in rule.items() if k in names}
+    if "action" in out:
+        out["action"] = str(out["action"]).lower()
+    return out
+
+
+def service_monitor_jobs(monitor: Mapping[str, Any], role: str = ROLE_ENDPOINTS
+                         ) -> list[dict[str, Any]]:
+    """The scrape jobs the Prometheus Operator generates from one ServiceMonitor, one per
+    endpoint (promcfg.go `generateServiceMonitorConfig`, for the fields named in the module
+    docstring), under the monitor's own role or else `role` (the Prometheus')."""
+    meta, spec = monitor["metadata"], monitor.get("spec") or {}
+    ns, name = meta["namespace"], meta["name"]
+    role = _role_of(monitor, role)
+    target_labels = ("__meta_kubernetes_endpointslice_address_target_kind",
+                     "__meta_kubernetes_endpointslice_address_target_name") \
+        if role == ROLE_ENDPOINTSLICE else (
+        "__meta_kubernetes_endpoint_address_target_kind",
+        "__meta_kubernetes_endpoint_address_target_name")
+    port_label = ("__meta_kubernetes_endpointslice_port_name" if role == ROLE_ENDPOINTSLICE
+                  else "__meta_kubernetes_endpoint_port_name")
+    ns_sel = spec.get("namespaceSelector") or {}
+    sd: dict[str, Any] = {"role": role}
+    if not ns_sel.get("any"):
+        sd["namespaces"] = {"names": list(ns_sel.get("matchNames") or [ns])}
+    jobs = []
+    for i, ep in enumerate(spec.get("endpoints") or []):
+        job: dict[str, Any] = {"job_name": f"serviceMonitor/{ns}/{name}/{i}",
+                               "honor_labels": bool(ep.get("honorLabels", False)),
+                               "kubernetes_sd_configs": [dict(sd)]}
+        if ep.get("interval"):
+            job["scrape_interval"] = ep["interval"]
+        if ep.get("path"):
+            job["metrics_path"] = ep["path"]
+        rules: list[dict[str, Any]] = [{"source_labels": ["job"],
+                                        "target_label": "__tmp_prometheus_job_name"}]
+        rules += _selector_relabelings(spec.get("selector") or {})
+        target_port = ep.get("targetPort")
+        if ep.get("port"):
+            rules.append({"action": "keep", "source_labels": [port_label],
+                          "regex": ep["port"]})
+        elif isinstance(target_port, str) and target_port:
+            rules.append({"action": "keep",
+                          "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                          "regex": target_port})
+        elif isinstance(target_port, int) and target_port:
+            rules.append({"action": "keep",
+                          "source_labels": ["__meta_kubernetes_pod_container_port_number"],
+                          "regex": str(target_port)})
+        rules += [
+            {"source_labels": list(target_labels), "separator": ";", "regex": "Node;(.*)",
+             "replacement": "${1}", "target_label": "node"},
+            {"source_labels": list(target_labels), "separator": ";", "regex": "Pod;(.*)",
+             "replacement": "${1}", "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_pod_container_name"],
+             "target_label": "container"},
+        ]
+        if ep.get("filterRunning", True):
+            rules.append({"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"],
+                          "regex": "(Failed|Succeeded)"})
+        rules.append({"source_labels": ["__meta_kubernetes_service_name"],
+                      "target_label": "job", "replacement": "${1}"})
+        if spec.get("jobLabel"):
+            rules.append({"source_labels": [
+                f"__meta_kubernetes_service_label_{_sanitize(spec['jobLabel'])}"],
+                "target_label": "job", "regex": "(.+)", "replacement": "${1}"})
+        if ep.get("port"):
+            rules.append({"target_label": "endpoint", "replacement": ep["port"]})
+        elif target_port not in (None, ""):
+            rules.append({"target_label": "endpoint", "replacement": str(target_port)})
+        rules += [_relabel(r) for r in ep.get("relabelings") or []]
+        job["relabel_configs"] = rules
+        jobs.append(job)
     return jobs
 
 
@@ -360,9 +504,11 @@ class DiscoveryOracle:
     def __init__(self, kubeconfig: str | Path, namespaces: Sequence[str], *,
                  settle: Callable[[], object] | None = None,
                  settle_timeout: float = SETTLE_TIMEOUT,
-                 binary: str | None = None) -> None:
+                 binary: str | None = None,
+                 extra_jobs: Sequence[Mapping[str, Any]] = ()) -> None:
         self.kubeconfig = Path(kubeconfig)
         self.namespaces = list(namespaces)
+        self.extra_jobs = [dict(j) for j in extra_jobs]
         self.settle = settle
         self.settle_timeout = settle_timeout
         self.binary = binary
@@ -388,10 +534,7 @@ class DiscoveryOracle:
         began = time.monotonic()
         self._dir = Path(tempfile.mkdtemp(prefix="dcgm-migrate-oracle-"))
         self._sink = _Sink()
-        config = {"global": {"scrape_interval": SCRAPE_INTERVAL},
-                  "scrape_configs": scrape_configs(self.kubeconfig, self.namespaces,
-                                                   f"http://127.0.0.1:{self._sink.port}")}
-        (self._dir / "scrape.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self._write_config()
         _RUNNING.add(self)
         try:
             self._run()
@@ -400,6 +543,21 @@ class DiscoveryOracle:
             raise
         self.start_seconds = time.monotonic() - began
         return self
+
+    def _write_config(self) -> None:
+        assert self._dir is not None and self._sink is not None
+        config = {"global": {"scrape_interval": SCRAPE_INTERVAL},
+                  "scrape_configs": scrape_configs(self.kubeconfig, self.namespaces,
+                                                   f"http://127.0.0.1:{self._sink.port}",
+                                                   self.extra_jobs)}
+        (self._dir / "scrape.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def reconfigure(self, extra_jobs: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the extra jobs (e.g. ServiceMonitor jobs regenerated after an edit, as the
+        Prometheus Operator regenerates them) and restart VM over the new configuration."""
+        self.extra_jobs = [dict(j) for j in extra_jobs]
+        self._write_config()
+        self.restart()
 
     def restart(self) -> None:
         """A new VM process over the same config: a discovery with no history (see
@@ -558,9 +716,9 @@ class DiscoveryOracle:
     def targets_per_pod(self, namespace: str, *, fresh: bool = True
                         ) -> dict[str, list[dict[str, Any]]]:
         """For each pod of `namespace` (discovered `__meta_kubernetes_pod_name`), the settled
-        active targets that reach it: job, instance (the relabeled `__address__`), scrape URL,
-        the Service (endpoints jobs), container and whether it is an init container, and all
-        target labels.
+        active targets that reach it: job, scrape pool, instance (the relabeled `__address__`),
+        scrape URL, the Service (endpoints jobs), container and whether it is an init
+        container, and all target labels.
 
         `fresh` (the default) restarts VM first: VM 1.79 keeps a target's scrape loop, and the
         discovered labels it was created with, for as long as a target with the same labels
@@ -578,6 +736,7 @@ class DiscoveryOracle:
                 continue
             out.setdefault(pod, []).append({
                 "job": t["labels"].get("job", t["scrapePool"]),
+                "pool": t["scrapePool"],
                 "instance": t["labels"].get("instance", ""),
                 "scrape_url": t["scrapeUrl"],
                 "service": found.get("__meta_kubernetes_service_name", ""),

@@ -13,7 +13,9 @@ oldest of each kind wins, as upstream) and applies them as upstream does
 - ResourceClaimTemplates (the GPUCluster DCGM pods' admin-access GPU claims): replaced when
   they differ.
 - Missing objects are created, ServiceMonitors too (when their CRD exists); an existing
-  ServiceMonitor is left as it is (upstream updates it on every reconcile).
+  ServiceMonitor is updated when its labels or spec differ from the render (upstream updates it
+  on every reconcile), so the ClusterPolicy's `dcgmExporter.serviceMonitor` edits (its
+  `relabelings`, `rendering.service_monitor_edits`) reach it and a hand edit is reverted.
 
 The objects of a state the CR disables are deleted, on every reconcile, as upstream deletes
 them; neither operator checks ownership first, so what survives is decided by name or label
@@ -308,7 +310,7 @@ class OperatorImitation(Controller):
                                           c["metadata"]["name"]))
             for desired in render(cr, self.namespace, self._fixtures, release):
                 if desired["kind"] == "ServiceMonitor":
-                    if not self._missing_monitor(desired):
+                    if not self._monitor_outdated(desired):
                         continue
                 elif desired["kind"] not in RECONCILED_KINDS:
                     continue
@@ -319,13 +321,16 @@ class OperatorImitation(Controller):
                              desired["metadata"]["name"], err)
             self.delete_disabled(cr, release)
 
-    def _missing_monitor(self, desired: Obj) -> bool:
-        """A rendered ServiceMonitor is only created, when absent and its CRD exists (so a
-        state switched back on gets it again); an existing one is never updated."""
+    def _monitor_outdated(self, desired: Obj) -> bool:
+        """A rendered ServiceMonitor is written while its CRD exists: created when absent (so
+        a state switched back on gets it again), updated when its labels or spec differ."""
         meta = desired["metadata"]
-        return (self.store.find(kinds.CRD, None, SERVICE_MONITOR_CRD) is not None
-                and self.store.find(kinds.SERVICE_MONITOR, meta.get("namespace"),
-                                    meta["name"]) is None)
+        if self.store.find(kinds.CRD, None, SERVICE_MONITOR_CRD) is None:
+            return False
+        live = self.store.find(kinds.SERVICE_MONITOR, meta.get("namespace"), meta["name"])
+        return live is None or (live.get("spec") != desired.get("spec") or any(
+            (live["metadata"].get("labels") or {}).get(k) != v
+            for k, v in (meta.get("labels") or {}).items()))
 
     def delete_disabled(self, cr: Mapping[str, Any], release: str = R.RELEASE_CURRENT) -> None:
         """Delete the objects of the states `cr` disables, as its upstream controller does."""

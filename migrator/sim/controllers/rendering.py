@@ -147,6 +147,26 @@ def service_monitor_enabled(cr: Mapping[str, Any]) -> bool:
     return _enabled(exporter.get("serviceMonitor"), False)
 
 
+def service_monitor_edits(config: Mapping[str, Any], smon: Obj) -> None:
+    """ClusterPolicy `dcgmExporter.serviceMonitor` applied to the rendered ServiceMonitor, as
+    upstream's `applyServiceMonitorCustomEdits` (controllers/object_controls.go) does:
+    `additionalLabels` join its labels; `interval`, `scrapeTimeout`, `honorLabels` and
+    `relabelings` go to its first endpoint, the relabelings replacing that endpoint's list."""
+    if config.get("additionalLabels"):
+        smon["metadata"].setdefault("labels", {}).update(config["additionalLabels"])
+    endpoints = smon["spec"].get("endpoints") or []
+    if not endpoints:
+        return
+    first = endpoints[0]
+    for field in ("interval", "scrapeTimeout"):
+        if config.get(field):
+            first[field] = config[field]
+    if config.get("honorLabels") is not None:
+        first["honorLabels"] = bool(config["honorLabels"])
+    if config.get("relabelings") is not None:
+        first["relabelings"] = [dict(r) for r in config["relabelings"] if r is not None]
+
+
 def clusterpolicy_state_manifests(state: str, fx: Fixtures) -> list[Obj]:
     """Every manifest of a ClusterPolicy state, in file order, unrendered: the
     `clusterpolicy/<state>_*` fixture files (upstream: the objects of `assets/<state>/`)."""
@@ -270,6 +290,7 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
         if service_monitor_enabled(cr):
             smon = fx.docs("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
             smon["spec"]["namespaceSelector"]["matchNames"] = [namespace]
+            service_monitor_edits(exporter.get("serviceMonitor") or {}, smon)
             out.append(smon)
         ds = fx.docs("clusterpolicy/state-dcgm-exporter_0800_daemonset.yaml")[0]
         pod = ds["spec"]["template"]["spec"]

@@ -24,12 +24,85 @@ def _component_of(ctx: PlanContext, daemonset: str) -> Component | None:
     return next((c for c in ctx.components if c.daemonset == daemonset), None)
 
 
-def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
-    """(key, value) of the component label of the release `--prepare-for` names, if any."""
+def _release_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
     if not ctx.options.prepare_for:
         return None
     label = ctx.catalog.release(ctx.options.prepare_for).component_labels.get(comp.component)
     return (label.key, label.value) if label else None
+
+
+def _nodes(ctx: PlanContext, comp: Component) -> set[str]:
+    return {p.node for p in ctx.snapshot.pods_of(comp.daemonset) if p.node}
+
+
+def sharing_nodes(ctx: PlanContext, comp: Component) -> tuple[Component, set[str]] | None:
+    """The other stack's DaemonSet the release gives the same component label, and the nodes
+    both run a pod on. The release's DaemonSets require pod anti-affinity on that label
+    (topologyKey kubernetes.io/hostname, `assets/state-dcgm/0400_dcgm.yml` and the
+    `manifests/state-dcgm*/` DaemonSets of plans/releases.yaml's release), so the scheduler
+    runs one pod of a component per node, whichever stack it belongs to."""
+    own = _release_label(ctx, comp)
+    if own is None:
+        return None
+    for other in ctx.components:
+        if other.daemonset == comp.daemonset or _release_label(ctx, other) != own:
+            continue
+        shared = _nodes(ctx, comp) & _nodes(ctx, other)
+        if shared:
+            return other, shared
+    return None
+
+
+def _keeps_node(comp: Component, other: Component) -> bool:
+    """Of two DaemonSets sharing nodes, the one the release keeps serving them once prepared:
+    the stack whose own Service is the stable name (the other joins it through an alias)."""
+    if (comp.alias is None) != (other.alias is None):
+        return comp.alias is None
+    return comp.daemonset < other.daemonset
+
+
+def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
+    """(key, value) of the component label of the release `--prepare-for` names, if phase 1
+    puts it on this DaemonSet: not on one whose nodes the other stack's prepared DaemonSet
+    keeps (a labelled old pod there would keep the release's new pods of *both* DaemonSets
+    Pending: its anti-affinity matches the label either way)."""
+    label = _release_label(ctx, comp)
+    shared = sharing_nodes(ctx, comp) if label else None
+    if shared is not None and not _keeps_node(comp, shared[0]):
+        return None
+    return label
+
+
+def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
+    """What `--prepare-for` does where both stacks run a component on the same nodes: a note
+    per DaemonSet left unprepared, and a block when the overlap is partial (the release's
+    rollout of the unprepared DaemonSet would stall at its first shared node, leaving its
+    unlabelled pods elsewhere out of the stable name)."""
+    notes: list[str] = []
+    blocked: list[str] = []
+    release = ctx.options.prepare_for
+    for comp in ctx.components:
+        found = sharing_nodes(ctx, comp) if ctx.daemonset(comp) is not None else None
+        if found is None or _keeps_node(comp, found[0]):
+            continue
+        other, shared = found
+        key, value = _release_label(ctx, comp) or ("", "")
+        if _nodes(ctx, comp) - shared or _nodes(ctx, other) - shared:
+            blocked.append(
+                f"DaemonSet/{comp.daemonset} and DaemonSet/{other.daemonset} share "
+                f"{len(shared)} of their nodes but not all: release {release} runs one pod "
+                f"with {key}={value} per node (required pod anti-affinity), so its rollout "
+                f"of one of them would stall at a shared node and leave that stack's other "
+                f"nodes out of the stable name; run each component on both stacks' nodes "
+                f"or on separate ones (nvidia.com/gpu.deploy.* node labels) before preparing")
+            continue
+        notes.append(
+            f"--prepare-for {release}: DaemonSet/{comp.daemonset} runs on the nodes of "
+            f"DaemonSet/{other.daemonset}, and the release runs one pod with {key}={value} per "
+            f"node (required pod anti-affinity): only DaemonSet/{other.daemonset} is prepared "
+            f"and keeps serving them; the release's new {comp.daemonset} pods stay Pending "
+            f"(Unschedulable) there until that stack's DCGM leaves those nodes")
+    return notes, "; ".join(blocked) or None
 
 
 def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> SetLabels:
@@ -158,6 +231,10 @@ def plan(ctx: PlanContext) -> PhasePlan:
                     notes.append(reason)
                     blocked = f"{blocked}; {reason}" if blocked else reason
     warnings += _release_warnings(ctx)
+    sharing, unsafe = _sharing_notes(ctx)
+    notes += sharing
+    if unsafe:
+        blocked = f"{blocked}; {unsafe}" if blocked else unsafe
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
                      warnings=tuple(warnings), notes=tuple(notes), blocked=blocked,

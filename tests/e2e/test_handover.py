@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -176,3 +177,104 @@ def test_upgrade_to_the_release_with_shared_services(
     stateless = env.cli("verify", "-o", "json").json()["verdict"]
     assert stateless["ok"] and [c["name"] for c in stateless["checks"]] == [
         c["name"] for c in doc["verdict"]["checks"]], stateless
+
+
+# ---- mixed and both clusters (both CRs; their nodes split, or shared) ------------------------
+
+ALL_DAEMONSETS = {**DAEMONSETS, "nvidia-dcgm": "nvidia-dcgm",
+                  "nvidia-dcgm-exporter": "nvidia-dcgm-exporter"}
+GENERATION = "pod-template-generation"
+
+
+def _serving(env: E2E) -> dict[str, set[str]]:
+    """Component label value -> the nodes where a Ready pod of its DaemonSet's current template
+    carries it (a pod left Pending by the release's anti-affinity serves no node)."""
+    out: dict[str, set[str]] = {v: set() for v in ALL_DAEMONSETS.values()}
+    for ds_name, value in ALL_DAEMONSETS.items():
+        ds = env.sim.store.find(kinds.DAEMONSET, NS, ds_name)
+        if ds is None:
+            continue
+        for pod in env.pods(ds_name):
+            labels = pod["metadata"].get("labels") or {}
+            ready = any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or [])
+            if (ready and labels.get(COMPONENT) == value
+                    and labels.get(GENERATION) == str(ds["metadata"]["generation"])):
+                out[value].add(pod["spec"]["nodeName"])
+    return out
+
+
+def _pending(env: E2E) -> list[dict[str, Any]]:
+    """Pods the scheduler left Pending (no node, PodScheduled False)."""
+    return [p for ds in ALL_DAEMONSETS for p in env.pods(ds) if not p["spec"].get("nodeName")]
+
+
+def _handed_over(env: E2E, nodes: int) -> bool:
+    """The release runs: the stable names are its shared Services, the -dra names are gone,
+    every DaemonSet observed its re-rendered template, and on every node a Ready pod of the
+    current template carries each component label."""
+    for name in STABLE:
+        svc = env.svc(name)
+        if svc is None or svc["metadata"].get("labels", {}).get(SHARED) != "true":
+            return False
+    if any(env.svc(n) is not None for n in DAEMONSETS):
+        return False
+    for ds_name in ALL_DAEMONSETS:
+        ds = env.sim.store.find(kinds.DAEMONSET, NS, ds_name)
+        if ds is not None and (
+                (ds.get("status") or {}).get("observedGeneration", 0) < ds["metadata"]["generation"]
+                or COMPONENT not in ds["spec"]["template"]["metadata"]["labels"]):
+            return False
+    return all(len(n) == nodes for n in _serving(env).values())
+
+
+def _hand_over_shared_nodes(env: E2E, nodes: int) -> RoutedEndpoints:
+    """Migrate (phases 1-3), prepare, then switch the release on with the guard running; the
+    stable names' fewest endpoints kube-proxy routes them to, and nodes hosting one, over the
+    upgrade (as `_upgrade`)."""
+    for extra in ((), ("--prepare-for", "shared-services")):
+        applied = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", *extra)
+        assert applied.code == 0, applied.stdout + applied.stderr
+    low = RoutedEndpoints(STABLE, NS)
+    with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store):
+        _until(env, lambda: g.guard.passes >= 1, 30, "guard")
+        env.sim.set_operator_release("shared-services")
+        try:
+            _until(env, lambda: _handed_over(env, nodes), 300, "handed over")
+        except AssertionError as err:
+            raise AssertionError(f"{err}: nodes served {_serving(env)}, pending "
+                                 f"{[p['metadata']['name'] for p in _pending(env)]}") from None
+        # Whatever the scheduler left Pending stays so (the release's own anti-affinity):
+        # a minute on, every node is still served, every stable name still there.
+        settled = env.sim.clock.now()
+        _until(env, lambda: env.sim.clock.now() - settled > 60, 120, "a minute on")
+        assert _handed_over(env, nodes), _serving(env)
+    print(f"{env.sim.stack}, migrated, prepared: {low}, pending after the upgrade "
+          f"{sorted(p['metadata']['name'] for p in _pending(env))}")
+    return low
+
+
+@pytest.mark.parametrize("stack", ["mixed", "both"])
+def test_hand_over_on_mixed_and_both_clusters_keeps_every_node_reached(
+        e2e_factory: Callable[..., E2E], stack: str) -> None:
+    """Mixed: each node runs one stack, both DaemonSets of a component roll at once (each
+    within its own maxUnavailable 1), so a stable name may miss one node of each stack. Both:
+    the release's required anti-affinity on the component label lets one pod of a component
+    run per node, and `--prepare-for` labels only the stack that keeps it, so its pods serve
+    the stable names throughout and the other stack's new pods stay Pending."""
+    nodes = 4
+    env = e2e_factory(stack, nodes=nodes, operator_reconcile_seconds=2.0)
+    low = _hand_over_shared_nodes(env, nodes)
+    lost = 2 if stack == "mixed" else 1  # nodes the release's own rollouts take at once
+    assert min(low.lowest_nodes.values()) >= nodes - lost, low.lowest_nodes
+    assert min(low.lowest_routed.values()) >= nodes - lost, low
+    pending = _pending(env)
+    if stack == "mixed":
+        assert pending == [], pending
+        return
+    # The GPUCluster stack's new pods, one per component, on the node its rollout reached
+    # first; the ClusterPolicy's (prepared) pods serve every node.
+    assert sorted(p["metadata"]["labels"]["app"] for p in pending) == sorted(DAEMONSETS), pending
+    for pod in pending:
+        cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        assert cond["status"] == "False" and cond["reason"] == "Unschedulable", cond

@@ -135,3 +135,62 @@ def test_prepare_for_adds_the_release_labels_and_extends_a_completed_phase_1() -
     assert [r.step["template_after"] for r in record.steps] == [dict(step.template_after)]
     assert step.inverse().template_after == {"nvidia.com/gpu-operator.dcgm": None,
                                              COMPONENT: None}
+
+
+def _both(cp_nodes: int = 3) -> Snapshot:
+    """Both stacks: the GPUCluster's on three nodes, the ClusterPolicy's (whose own Services
+    are the stable names) on the first `cp_nodes` of them."""
+    snap = b.gpucluster_snapshot()
+    daemonsets, pods, services = dict(snap.daemonsets), list(snap.pods), dict(snap.services)
+    for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
+        ds = b.daemonset(name, owner="ClusterPolicy", desired=cp_nodes)
+        ds["metadata"]["ownerReferences"][0].update(apiVersion="nvidia.com/v1",
+                                                    name="cluster-policy", uid="cp-uid")
+        daemonsets[name] = ds
+        pods += b.pods(name, cp_nodes)
+        services[name] = b.service(name, {"app": name}, owner="ClusterPolicy",
+                                   local=name == "nvidia-dcgm",
+                                   port=5555 if name == "nvidia-dcgm" else 9400)
+    cp = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+          "metadata": {"name": "cluster-policy", "uid": "cp-uid", "generation": 1}}
+    endpoints = {n: b.endpoints_for(n, [p for p in pods if p.owner_name == n])
+                 for n in services}
+    return replace(snap, daemonsets=daemonsets, pods=tuple(pods), services=services,
+                   endpoints=endpoints, cluster_policies=(cp,))
+
+
+def test_prepare_for_labels_one_stack_where_both_run_a_component_on_the_same_nodes() -> None:
+    """The release's required anti-affinity on its component label runs one pod of a
+    component per node: a labelled old pod of the other stack would keep the new pods of both
+    DaemonSets Pending, so only the stack whose own Service is the stable name is prepared."""
+    c = _ctx(_both(), prepare_for="shared-services")
+    plan = phases.label.plan(c)
+    assert plan.blocked is None, plan.blocked
+    after = {s.daemonset: s.template_after for s in plan.steps if isinstance(s, SetLabels)}
+    assert after["nvidia-dcgm"][COMPONENT] == "nvidia-dcgm"
+    assert after["nvidia-dcgm-exporter"][COMPONENT] == "nvidia-dcgm-exporter"
+    assert COMPONENT not in after["nvidia-dcgm-dra"]
+    assert COMPONENT not in after["nvidia-dcgm-exporter-dra"]
+    said = [n for n in plan.notes if "only DaemonSet/nvidia-dcgm is prepared" in n]
+    assert len(said) == 1 and "stay Pending" in said[0], plan.notes
+    gates = phases.label.verify(c, [s for s in plan.steps if isinstance(s, SetLabels)])
+    assert not any(g.name == "prepared/nvidia-dcgm-dra" for g in gates)
+
+
+def test_prepare_for_is_refused_where_the_stacks_share_only_some_nodes() -> None:
+    plan = phases.label.plan(_ctx(_both(cp_nodes=2), prepare_for="shared-services"))
+    assert plan.blocked is not None and "share 2 of their nodes but not all" in plan.blocked
+    assert "nvidia.com/gpu.deploy" in plan.blocked
+
+
+def test_prepare_for_labels_both_stacks_when_their_nodes_are_apart() -> None:
+    snap = _both()
+    moved = tuple(replace(p, node=f"cp-{p.node}") if p.owner_name in ("nvidia-dcgm",
+                                                                      "nvidia-dcgm-exporter")
+                  else p for p in snap.pods)
+    plan = phases.label.plan(_ctx(replace(snap, pods=moved), prepare_for="shared-services"))
+    assert plan.blocked is None
+    labelled = {s.daemonset for s in plan.steps
+                if isinstance(s, SetLabels) and COMPONENT in s.template_after}
+    assert labelled == {"nvidia-dcgm", "nvidia-dcgm-exporter", "nvidia-dcgm-dra",
+                        "nvidia-dcgm-exporter-dra"}

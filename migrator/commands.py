@@ -69,7 +69,8 @@ def _observe(session: Session, cache: Informer | None = None) -> Snapshot:
     GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
     A state there that records steps keeps it answerable (status shows their drift, rollback
     undoes them); `apply` refuses it all the same (`_require_stack`)."""
-    snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache)
+    snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache,
+                         clock=session.clock)
     if snap.namespace_exists and (snap.daemonsets or _records_steps(session)):
         return snap
     message, hint = wrong_namespace(session.namespace, locate(session.kube, session.catalog),

@@ -22,6 +22,12 @@ GPUCluster pods on the nodes the operator's Service does not reach, kept from an
 the namespace's EndpointSlices; a stable name that no Service holds any more while the
 GPUCluster stack needs it (its ClusterPolicy was deleted) is created again as the tool's alias.
 Both only once phase 2 is completed, so a guard deployed early writes nothing new.
+
+The shared slices belong to the guard's Lease (`sharing.Keeper`): deleting the guard with its
+manifest (which carries the Lease) lets the garbage collector remove them, and `verify`
+requires the Lease to be renewed wherever the stable names depend on them (`model/outcome.py`).
+A slice the API server refuses is reported and the others are still written; a watch that
+fails in any way is retried.
 """
 
 from __future__ import annotations
@@ -108,12 +114,13 @@ class PassResult:
     shared: tuple[dict[str, Any], ...] = ()  # stable names the GPUCluster pods join (sharing)
     slice_writes: tuple[SliceWrite, ...] = ()
     created: tuple[str, ...] = ()  # aliases created again
+    failed: tuple[str, ...] = ()  # slice writes the API server refused, each with its reason
 
     def as_dict(self) -> dict[str, Any]:
         return {"aliases": list(self.aliases), "corrections": [c.as_dict() for c in self.applied],
                 "skipped": list(self.skipped), "shared": list(self.shared),
                 "sliceWrites": [w.as_dict() for w in self.slice_writes],
-                "created": list(self.created)}
+                "created": list(self.created), "failed": list(self.failed)}
 
 
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
@@ -152,8 +159,10 @@ class Guard:
         self.log = log
         self.clock: Clock = clock or SystemClock()  # the loop's, the Lease's, the informer's
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
+        mb = catalog.common.managed_by
         self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
-                                        lease_seconds=settings.lease_seconds, clock=self.clock)
+                                        lease_seconds=settings.lease_seconds, clock=self.clock,
+                                        labels={mb.key: mb.value})
         self.passes = 0
         self.written: list[Correction] = []  # every correction written, oldest first
         self.slice_writes: list[SliceWrite] = []  # every shared-slice write, oldest first
@@ -193,7 +202,7 @@ class Guard:
         (ServiceMonitors of other namespaces are out of its sight). Its Role lists pods and
         never gets one, so doubtful printed pods are read whole by listing their selectors."""
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
-                             whole=WholePods(max_gets=0))
+                             whole=WholePods(max_gets=0), clock=self.clock)
         return outcome.verdict(snap, self.catalog)
 
     def read_state(self) -> State | None:
@@ -259,10 +268,19 @@ class Guard:
             self.log(s)
         return done, skipped
 
-    def write_slices(self, writes: Sequence[SliceWrite]) -> list[SliceWrite]:
-        """Create, update (at the version decided on) or delete shared slices; a slice changed
-        meanwhile is re-decided on the next pass."""
-        done = []
+    def keeper(self) -> sharing.Keeper:
+        """What the shared slices belong to: this guard's Lease (created with no holder when
+        no replica has led yet, as under `--once`)."""
+        lease = self.lease.lease
+        if lease is None or not o.meta(lease).get("uid"):
+            lease = self.lease.ensure()
+        return sharing.Keeper.of(lease)
+
+    def write_slices(self, writes: Sequence[SliceWrite]) -> tuple[list[SliceWrite], list[str]]:
+        """Create, update (at the version decided on) or delete shared slices: (written,
+        refused). A slice changed meanwhile is re-decided on the next pass; one the API server
+        refuses (invalid, forbidden) is reported and the rest are still written."""
+        done, refused = [], []
         for w in writes:
             try:
                 if w.action == sharing.CREATE:
@@ -278,10 +296,16 @@ class Guard:
                 self.log(f"EndpointSlice/{w.name}: changed meanwhile ({exc.reason}); "
                          "re-decided on the next pass")
                 continue
+            except APIError as exc:
+                refused.append(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: "
+                               f"{exc}")
+                self.note(f"{refused[-1]}; the other slices are written, this one is tried "
+                          "again on every pass")
+                continue
             done.append(w)
             self.slice_writes.append(w)
             self.log(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: {w.reason}")
-        return done
+        return done, refused
 
     def create_aliases(self, bodies: Sequence[Obj]) -> list[str]:
         done = []
@@ -336,15 +360,20 @@ class Guard:
         enabled = aliases_completed(state)
         created = self.create_aliases(guarding.missing_aliases(snap, self.catalog, switched)
                                       if enabled else [])
-        shared, writes = sharing.all_writes(snap, self.catalog, self.read_slices(),
-                                            enabled=enabled)
+        slices = self.read_slices()
+        needed = ((enabled and sharing.shared_names(snap, self.catalog))
+                  or sharing.shared_slices(slices, self.catalog.common))
+        keeper = self.keeper() if needed else None
+        shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper, enabled=enabled)
+                          if keeper is not None else ([], []))
         for share in shared:
             for conflict in share.conflicts:
                 self.note(f"Service/{share.name} and Service/{share.component.service} "
                           f"differ: {conflict}")
-        written = self.write_slices(writes)
+        written, refused = self.write_slices(writes)
         return PassResult(seen, tuple(done), tuple(skipped),
-                          tuple(s.as_dict() for s in shared), tuple(written), tuple(created))
+                          tuple(s.as_dict() for s in shared), tuple(written), tuple(created),
+                          tuple(refused))
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -378,8 +407,9 @@ class Guard:
                         return
             except WatchExpired:
                 version = ""
-            except (APIError, ClusterError) as exc:
-                self.log(f"watch of {kind.plural} failed ({exc}); retrying")
+            except Exception as exc:  # a watch that fails in any way is retried
+                self.log(f"watch of {kind.plural} failed ({exc or type(exc).__name__}); "
+                         "retrying")
                 version = ""
                 stop.wait(self.settings.retry_seconds)
 

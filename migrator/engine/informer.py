@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.wholepods import WholePods
-from migrator.errors import APIError, WatchExpired
+from migrator.errors import ClusterError, WatchExpired
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.kinds import Kind
@@ -92,6 +92,8 @@ class Reflector(Generic[T]):
         self.rv = 0  # every event up to this version is in `_items`
         self.want = 0  # the newest version of a matching object the tool has seen
         self.relists = 0  # lists after the first (410 Expired, a late fence, a quiet period)
+        self.failures = 0  # watch requests or streams that failed and were retried
+        self.last_error = ""
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._stream: Events | None = None
@@ -138,7 +140,10 @@ class Reflector(Generic[T]):
                 stop.wait(backoff)
                 backoff = min(max(backoff * 2, RELIST_MIN_SECONDS), RELIST_MAX_SECONDS)
                 self._relist(stop)
-            except APIError:
+            except Exception as exc:  # a watch that fails in any way is retried
+                # (client-go's reflector logs and retries: its goroutine never ends on an error)
+                self.failures += 1
+                self.last_error = str(exc) or type(exc).__name__
                 stop.wait(RETRY_SECONDS)
             finally:
                 with self._cond:
@@ -150,7 +155,9 @@ class Reflector(Generic[T]):
         self.relists += 1
         try:
             self.load()
-        except APIError:
+        except ClusterError as exc:
+            self.failures += 1
+            self.last_error = str(exc)
             stop.wait(RETRY_SECONDS)
 
     def _apply(self, etype: str, obj: Obj) -> None:

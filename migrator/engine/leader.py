@@ -40,7 +40,8 @@ class LeaseLock:
     """One candidate for one Lease. Not thread-safe: drive it from one loop."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
-                 lease_seconds: int = 15, clock: Clock | None = None) -> None:
+                 lease_seconds: int = 15, clock: Clock | None = None,
+                 labels: dict[str, str] | None = None) -> None:
         if lease_seconds < 1:
             raise ValueError("lease_seconds must be at least 1")
         self.kube = kube
@@ -48,11 +49,44 @@ class LeaseLock:
         self.name = name
         self.identity = identity
         self.lease_seconds = lease_seconds
+        self.labels = dict(labels or {})
         self._clock: Clock = clock or SystemClock()  # the wall time of the record's stamps
         self._observed: str | None = None  # the record (spec) as last read, canonical JSON
         self._observed_at: datetime | None = None
         self._lease: Obj | None = None
         self.is_leader = False
+
+    @property
+    def lease(self) -> Obj | None:
+        """The Lease as last read or written (None before the first attempt)."""
+        return self._lease
+
+    def _new(self, spec: Obj) -> Obj:
+        return {"apiVersion": kinds.LEASE.api_version, "kind": kinds.LEASE.kind,
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             **({"labels": dict(self.labels)} if self.labels else {})},
+                "spec": spec}
+
+    def _labelled(self, lease: Obj) -> Obj:
+        meta = o.meta(lease)
+        have = meta.get("labels") or {}
+        if all(have.get(k) == v for k, v in self.labels.items()):
+            return lease
+        return {**lease, "metadata": {**meta, "labels": {**have, **self.labels}}}
+
+    def ensure(self) -> Obj:
+        """The Lease, created with no holder if there is none yet: what the guard's shared
+        slices belong to even when no replica leads (`guard --once`)."""
+        lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
+        if lease is None:
+            try:
+                lease = self.kube.create(self._new({}))
+            except APIConflict:
+                lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
+        if lease is None:
+            raise ClusterError(f"Lease/{self.name} vanished while it was created")
+        self._lease = lease
+        return lease
 
     @property
     def holder(self) -> str:
@@ -86,10 +120,7 @@ class LeaseLock:
         try:
             lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
             if lease is None:
-                body = {"apiVersion": kinds.LEASE.api_version, "kind": kinds.LEASE.kind,
-                        "metadata": {"name": self.name, "namespace": self.namespace},
-                        "spec": self._record(now, None)}
-                self._observe(self.kube.create(body), now)
+                self._observe(self.kube.create(self._new(self._record(now, None))), now)
                 self.is_leader = True
                 return True
             self._observe(lease, now)
@@ -101,7 +132,7 @@ class LeaseLock:
             if holder and holder != self.identity and not expired:
                 self.is_leader = False
                 return False
-            updated = {**lease, "spec": {**spec, **self._record(now, spec)}}
+            updated = {**self._labelled(lease), "spec": {**spec, **self._record(now, spec)}}
             self._observe(self.kube.replace(updated), now)
             self.is_leader = True
             return True

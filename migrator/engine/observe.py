@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Informer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIForbidden
@@ -103,6 +104,18 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
         return tuple(kube.list(kind, namespace).items)
 
 
+def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
+                      ) -> tuple[tuple[Obj, ...], bool]:
+    """The guard's Leases in the namespace (the tool's managed-by label, whatever their name)
+    and whether they could be read (a Role without `list leases` cannot tell)."""
+    mb = catalog.common.managed_by
+    try:
+        return tuple(kube.list(kinds.LEASE, namespace,
+                               label_selector=f"{mb.key}={mb.value}").items), True
+    except APIForbidden:
+        return (), False
+
+
 # Per client: the access review's answer (the token's rights do not change within a run).
 _MAY_LIST_PROMETHEUSES: weakref.WeakKeyDictionary[Kube, bool] = weakref.WeakKeyDictionary()
 
@@ -128,7 +141,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
                   cluster_scope: bool = True, whole: WholePods | None = None,
-                  cache: Informer | None = None) -> Snapshot:
+                  cache: Informer | None = None, clock: Clock | None = None) -> Snapshot:
     """The namespace as the planner and gates see it.
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
@@ -179,10 +192,15 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
             if kube.has_kind(kinds.POD_MONITOR):
                 pod_monitors = _monitors(kube, kinds.POD_MONITOR, namespace)
             prometheuses = _prometheuses(kube)
+    whole_read = daemonsets is None and services is None
+    leases, leases_read = (read_guard_leases(kube, namespace, catalog) if whole_read
+                           else ((), False))
     return Snapshot(namespace=namespace, cluster_policies=cps, gpu_clusters=gcs,
                     daemonsets=ds_map, services=svc_map, pods=pods, endpoints=endpoints,
                     service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api,
-                    pod_monitors=pod_monitors, prometheuses=prometheuses)
+                    pod_monitors=pod_monitors, prometheuses=prometheuses, guard_leases=leases,
+                    leases_read=leases_read,
+                    taken_at=(clock or SystemClock()).now())
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],
@@ -196,4 +214,6 @@ def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence
                     services=fresh.services, pods=fresh.pods, endpoints=fresh.endpoints,
                     service_monitors=base.service_monitors, pod_monitors=base.pod_monitors,
                     prometheuses=base.prometheuses,
-                    servicemonitor_api=base.servicemonitor_api, nvidia_api=base.nvidia_api)
+                    servicemonitor_api=base.servicemonitor_api, nvidia_api=base.nvidia_api,
+                    guard_leases=base.guard_leases, leases_read=base.leases_read,
+                    taken_at=base.taken_at)

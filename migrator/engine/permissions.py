@@ -47,7 +47,9 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
         Permission("list", kinds.GPU_CLUSTER, namespaced=False),
         Permission("list", kinds.SERVICE_MONITOR, namespaced=False),
         Permission("list", kinds.POD_MONITOR, namespaced=False),
+        Permission("list", kinds.PROMETHEUS, namespaced=False),  # their discovery role
         *reads,
+        Permission("list", kinds.LEASE),  # the verdict's guard-live check
         *(Permission("patch", kinds.DAEMONSET, n) for n in ds_names),
         Permission("create", kinds.SERVICE),
         *(Permission("patch", kinds.SERVICE, n) for n in svc_names),

@@ -62,7 +62,8 @@ class Runner:
     def snapshot(self) -> Snapshot:
         """The namespace as the run's cache (engine/informer.py, opened by `commands`) holds
         it: at least as new as the tool's own last write, so no read is ever reused stale."""
-        return read_snapshot(self.kube, self.namespace, self.catalog, cache=self.run.cache)
+        return read_snapshot(self.kube, self.namespace, self.catalog, cache=self.run.cache,
+                             clock=self.clock)
 
     def context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
         found = discover(snap, self.catalog)

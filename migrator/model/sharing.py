@@ -20,6 +20,17 @@ the GPUCluster pod template. Configuration conflicts have one rule: the Service 
 stable name keeps its configuration; the GPUCluster pods join it as they are, and every
 difference (a port the GPUCluster pods do not serve, another type or traffic policy) is
 reported, never applied.
+
+Each address family is shared on its own, as the EndpointSlice controller keeps one set of
+slices per `addressType`: a family of the operator Service's `spec.ipFamilies` gets slices of
+that `addressType` holding the GPUCluster endpoints of that family (kube-proxy's proxier of
+each family reads only its own).
+
+The slices belong to their keeper, not to the Service: their one ownerReference names the
+guard's Lease (`Keeper`), so deleting the guard (its manifest carries the Lease) lets the
+garbage collector remove them, while a Service that is re-rendered or adopted keeps none that
+nobody maintains. A dependent goes only when *all* its owners are gone, which is why the
+Service is not a second owner.
 """
 
 from __future__ import annotations
@@ -41,11 +52,16 @@ CONTROLLER_NAME = "endpointslice-controller.k8s.io"  # the EndpointSlice control
 SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"
 # Endpoints per slice: the EndpointSlice controller's default (--max-endpoints-per-slice).
 MAX_ENDPOINTS = 100
+IPV4, IPV6 = "IPv4", "IPv6"
 OPERATOR_KIND = "ClusterPolicy"  # the operator that replaces the stable names whole
 # Service fields whose difference between the two stacks' Services is reported as a conflict
 # (ports are compared one by one, as they resolve on the GPUCluster pods).
 COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
                              if f not in ("ipFamilies", "ipFamilyPolicy"))
+# What the API server defaults a field to when a Service leaves it out: a Service that omits
+# one and a Service that spells the default agree.
+SPEC_DEFAULTS = {"type": "ClusterIP", "internalTrafficPolicy": "Cluster",
+                 "sessionAffinity": "None", "publishNotReadyAddresses": False}
 CREATE, UPDATE, DELETE = "create", "update", "delete"
 
 
@@ -57,19 +73,45 @@ class Share:
     component: Component  # the GPUCluster component whose pods join it
     owner: str  # `ClusterPolicy/<name>`
     ports: tuple[Obj, ...]  # the shared slices' ports
-    endpoints: tuple[Obj, ...]  # the GPUCluster endpoints on nodes the operator's slices miss
+    # addressType → the GPUCluster endpoints of that family on nodes the operator's slices
+    # miss, for each family the operator's Service serves
+    by_family: Mapping[str, tuple[Obj, ...]]
     conflicts: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return o.name(self.service)
 
+    @property
+    def endpoints(self) -> tuple[Obj, ...]:
+        """Every shared endpoint, family after family."""
+        return tuple(e for f in sorted(self.by_family) for e in self.by_family[f])
+
     def as_dict(self) -> dict[str, Any]:
         nodes = sorted({str(e.get("nodeName") or "") for e in self.endpoints} - {""})
         ready = sum(1 for e in self.endpoints if (e.get("conditions") or {}).get("ready"))
         return {"name": self.name, "owner": self.owner, "source": self.component.service,
                 "endpoints": len(self.endpoints), "ready": ready, "nodes": len(nodes),
-                "conflicts": list(self.conflicts)}
+                "families": sorted(self.by_family), "conflicts": list(self.conflicts)}
+
+
+@dataclass(frozen=True)
+class Keeper:
+    """The object the shared slices belong to (their one ownerReference): the guard's Lease."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    @staticmethod
+    def of(obj: Mapping[str, Any]) -> Keeper:
+        return Keeper(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), o.name(obj),
+                      str(o.meta(obj).get("uid") or ""))
+
+    def reference(self) -> Obj:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name,
+                "uid": self.uid, "controller": False}
 
 
 @dataclass(frozen=True)
@@ -176,52 +218,91 @@ def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
 
 
 def _config_conflicts(service: Mapping[str, Any], source: Mapping[str, Any] | None) -> list[str]:
-    """Settings the two stacks' Services disagree on; the stable name keeps its own."""
+    """Settings the two stacks' Services disagree on (an omitted field read as the API server
+    defaults it); the stable name keeps its own. `internalTrafficPolicy` is among them: the
+    GPUCluster pods joining a `Cluster` name are reached from every node, not their own."""
     if source is None:
         return []
     have, other = service.get("spec") or {}, source.get("spec") or {}
-    return [f"{f}: {have.get(f)!r} here, {other.get(f)!r} on Service/{o.name(source)} (this "
-            "Service's setting applies to both stacks' pods)"
+
+    def value(spec: Mapping[str, Any], f: str) -> Any:
+        return spec.get(f, SPEC_DEFAULTS.get(f))
+
+    return [f"{f}: {value(have, f)!r} here, {value(other, f)!r} on Service/{o.name(source)} "
+            "(this Service's setting applies to both stacks' pods)"
             for f in COMPARED_SPEC_FIELDS if f in have or f in other
-            if have.get(f) != other.get(f) and f != "internalTrafficPolicy"]
+            if value(have, f) != value(other, f)]
 
 
-def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]]
-           ) -> list[Share]:
-    """Every operator Service of a stable name that GPUCluster pods must join: the stable name
-    of a GPUCluster component whose DaemonSet runs here is a ClusterPolicy's Service (the
-    operator rendered it), not the tool's alias. Its shared endpoints are the GPUCluster
-    Service's endpoints on nodes that no endpoint of the operator's own slices is on."""
-    all_slices = list(slices)
-    controller = _by_service(all_slices, CONTROLLER_NAME)
+def families(service: Mapping[str, Any]) -> tuple[str, ...]:
+    """The address families a Service serves (`spec.ipFamilies`; the API server always sets
+    it, IPv4 is read for an object that predates dual-stack)."""
+    return tuple(o.dig(service, "spec", "ipFamilies") or (IPV4,))
+
+
+def _address_type(slice_: Mapping[str, Any]) -> str:
+    return str(slice_.get("addressType") or IPV4)
+
+
+def shared_names(snapshot: Snapshot, catalog: Catalog) -> list[tuple[Component, Obj, str]]:
+    """(GPUCluster component, operator Service, `ClusterPolicy/<name>`) for each stable name
+    whose pods must be shared: the stable name of a GPUCluster component whose DaemonSet runs
+    here is a ClusterPolicy's Service (the operator rendered it), not the tool's alias, not
+    being deleted, and not handed over to an operator release that selects both stacks'
+    pods itself. The one answer to "does the identity here depend on the guard's slices"."""
     out = []
     for comp in catalog.components:
         if not comp.alias or comp.daemonset not in snapshot.daemonsets:
             continue
         svc = snapshot.services.get(comp.alias)
         owner = rendered_by(svc) if svc is not None else None
-        if svc is None or owner is None or o.terminating(svc) or catalog.common.tool_owned(svc):
+        if (svc is None or owner is None or o.terminating(svc)
+                or catalog.common.tool_owned(svc) or catalog.managed_by_release(svc)):
             continue
-        covered = {str(e.get("nodeName") or "") for sl in controller.get(comp.alias, [])
+        out.append((comp, dict(svc), owner))
+    return out
+
+
+def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]]
+           ) -> list[Share]:
+    """Every operator Service of a stable name that GPUCluster pods must join
+    (`shared_names`). Its shared endpoints, per address family it serves, are the GPUCluster
+    Service's endpoints of that family on nodes that no endpoint of the operator's own slices
+    is on; a family it serves that the GPUCluster slices do not list is reported."""
+    all_slices = list(slices)
+    controller = _by_service(all_slices, CONTROLLER_NAME)
+    out = []
+    for comp, svc, owner in shared_names(snapshot, catalog):
+        covered = {str(e.get("nodeName") or "") for sl in controller.get(comp.alias or "", [])
                    for e in sl.get("endpoints") or []}
-        seen: dict[str, Obj] = {}
-        for sl in controller.get(comp.service, []):
-            for ep in sl.get("endpoints") or []:
-                if ep.get("nodeName") and ep["nodeName"] not in covered:
-                    seen.setdefault(_key(ep), _endpoint(ep, snapshot.namespace))
-        endpoints = sorted(seen.values(), key=lambda e: (e.get("nodeName", ""), _key(e)))
-        ports, conflicts = _ports(svc, snapshot.daemonsets[comp.daemonset], comp)
-        conflicts += _config_conflicts(svc, snapshot.services.get(comp.service))
-        out.append(Share(svc, comp, owner, tuple(ports), tuple(endpoints), tuple(conflicts)))
+        source_slices = controller.get(comp.service, [])
+        by_family: dict[str, tuple[Obj, ...]] = {}
+        conflicts: list[str] = []
+        for family in families(svc):
+            seen: dict[str, Obj] = {}
+            for sl in source_slices:
+                if _address_type(sl) != family:
+                    continue
+                for ep in sl.get("endpoints") or []:
+                    if ep.get("nodeName") and ep["nodeName"] not in covered:
+                        seen.setdefault(_key(ep), _endpoint(ep, snapshot.namespace))
+            by_family[family] = tuple(sorted(seen.values(),
+                                             key=lambda e: (e.get("nodeName", ""), _key(e))))
+            if source_slices and not any(_address_type(sl) == family for sl in source_slices):
+                conflicts.append(f"Service/{comp.alias} serves {family}, but the "
+                                 f"EndpointSlices of Service/{comp.service} list no {family} "
+                                 f"address: the {comp.stack} pods join it without {family}")
+        ports, port_conflicts = _ports(svc, snapshot.daemonsets[comp.daemonset], comp)
+        conflicts += port_conflicts + _config_conflicts(svc, snapshot.services.get(comp.service))
+        out.append(Share(svc, comp, owner, tuple(ports), by_family, tuple(conflicts)))
     return out
 
 
 # ---- the writes -------------------------------------------------------------------------------
 
-def _slice_body(share: Share, name: str, endpoints: Sequence[Obj], namespace: str,
-                catalog: Catalog) -> Obj:
+def _slice_body(share: Share, name: str, family: str, endpoints: Sequence[Obj], namespace: str,
+                catalog: Catalog, keeper: Keeper) -> Obj:
     mb = catalog.common.managed_by
-    svc_meta = o.meta(share.service)
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {
@@ -229,11 +310,9 @@ def _slice_body(share: Share, name: str, endpoints: Sequence[Obj], namespace: st
             "labels": {SERVICE_NAME_LABEL: share.name, MANAGED_BY_LABEL: mb.value,
                        mb.key: mb.value},
             "annotations": {SHARED_FROM_ANNOTATION: share.component.service},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": share.name,
-                                 "uid": str(svc_meta.get("uid") or ""),
-                                 "controller": False}],
+            "ownerReferences": [keeper.reference()],
         },
-        "addressType": "IPv4",
+        "addressType": family,
         "ports": [dict(p) for p in share.ports],
         "endpoints": [dict(e) for e in endpoints],
     }
@@ -258,32 +337,59 @@ def _canonical_port(p: Mapping[str, Any]) -> tuple[Any, ...]:
             p.get("appProtocol"))
 
 
-def _free_name(stable: str, taken: set[str]) -> str:
+def slice_prefix(stable: str, family: str) -> str:
+    """The names of the tool's slices of one stable name and family: `<name>-dcgm-migrate-<n>`
+    for IPv4 (as before dual-stack), `<name>-dcgm-migrate-ipv6-<n>` for IPv6."""
+    return f"{stable}-dcgm-migrate-" + ("" if family == IPV4 else f"{family.lower()}-")
+
+
+def _free_name(prefix: str, taken: set[str]) -> str:
     i = 0
-    while f"{stable}-dcgm-migrate-{i}" in taken:
+    while f"{prefix}{i}" in taken:
         i += 1
-    return f"{stable}-dcgm-migrate-{i}"
+    return f"{prefix}{i}"
+
+
+def _delete(sl: Mapping[str, Any], stable: str, why: str) -> SliceWrite:
+    return SliceWrite(DELETE, o.name(sl), stable, why,
+                      resource_version=str(o.meta(sl).get("resourceVersion") or ""))
 
 
 def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[str, Any]],
-                 namespace: str, catalog: Catalog) -> list[SliceWrite]:
-    """The writes that make the shared slices of `stable` hold `share`'s endpoints (none for
-    `share` None: every shared slice of that name goes). Like the EndpointSlice controller's
-    reconciler, an endpoint stays in the slice that has it, new ones fill slices with room
-    before a new slice is made, and a slice left empty is deleted, so one pod's change is
-    one write."""
-    current = sorted(existing, key=o.name)
-    if share is None or not share.endpoints:
-        why = ("no GPUCluster pod to share" if share is not None else
-               f"Service/{stable} needs no shared slice (the tool's alias, or gone)")
-        return [SliceWrite(DELETE, o.name(s), stable, why,
-                           resource_version=str(o.meta(s).get("resourceVersion") or ""))
-                for s in current]
-    wanted = {_key(e): e for e in share.endpoints}
+                 namespace: str, catalog: Catalog, keeper: Keeper) -> list[SliceWrite]:
+    """The writes that make the shared slices of `stable` hold `share`'s endpoints, one set of
+    slices per address family (none for `share` None: every shared slice of that name goes).
+    A slice of a family the Service no longer serves is deleted."""
+    by_family: dict[str, list[Obj]] = {}
+    for sl in sorted(existing, key=o.name):
+        by_family.setdefault(_address_type(sl), []).append(dict(sl))
+    if share is None:
+        why = f"Service/{stable} needs no shared slice (the tool's alias, handed over, or gone)"
+        return [_delete(sl, stable, why) for f in sorted(by_family) for sl in by_family[f]]
+    out = []
+    for family in sorted(set(by_family) | set(share.by_family)):
+        current = by_family.get(family, [])
+        if family not in share.by_family:
+            out += [_delete(sl, stable, f"Service/{stable} no longer serves {family}")
+                    for sl in current]
+            continue
+        out += _family_writes(share, stable, family, current, namespace, catalog, keeper)
+    return out
+
+
+def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj],
+                   namespace: str, catalog: Catalog, keeper: Keeper) -> list[SliceWrite]:
+    """One family's writes. Like the EndpointSlice controller's reconciler, an endpoint stays
+    in the slice that has it, new ones fill slices with room before a new slice is made, and
+    a slice left empty is deleted, so one pod's change is one write."""
+    endpoints = share.by_family[family]
+    if not endpoints:
+        return [_delete(sl, stable, "no GPUCluster pod to share") for sl in current]
+    wanted = {_key(e): e for e in endpoints}
     placed: dict[str, list[Obj]] = {}
     for sl in current:
-        keep = [wanted.pop(_key(e)) for e in sl.get("endpoints") or [] if _key(e) in wanted]
-        placed[o.name(sl)] = keep
+        placed[o.name(sl)] = [wanted.pop(_key(e)) for e in sl.get("endpoints") or []
+                              if _key(e) in wanted]
     rest = list(wanted.values())  # in share order: by node
     for name in sorted(placed):
         room = MAX_ENDPOINTS - len(placed[name])
@@ -293,42 +399,50 @@ def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[st
     taken = set(placed)
     new: dict[str, list[Obj]] = {}
     while rest:
-        name = _free_name(stable, taken)
+        name = _free_name(slice_prefix(stable, family), taken)
         taken.add(name)
         new[name], rest = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:]
     out = []
     for sl in current:
         name = o.name(sl)
-        rv = str(o.meta(sl).get("resourceVersion") or "")
         if not placed[name]:
-            out.append(SliceWrite(DELETE, name, stable, "its endpoints left", resource_version=rv))
+            out.append(_delete(sl, stable, "its endpoints left"))
             continue
-        body = _slice_body(share, name, placed[name], namespace, catalog)
+        body = _slice_body(share, name, family, placed[name], namespace, catalog, keeper)
         if not _same_slice(sl, body):
             out.append(SliceWrite(UPDATE, name, stable,
                                   f"the {share.component.stack} pods of "
-                                  f"Service/{share.component.service} changed", body, rv))
+                                  f"Service/{share.component.service} changed", body,
+                                  str(o.meta(sl).get("resourceVersion") or "")))
     for name, eps in new.items():
         out.append(SliceWrite(CREATE, name, stable,
                               f"Service/{stable} belongs to {share.owner} and selects only its "
-                              f"pods; {len(eps)} {share.component.stack} endpoints join it",
-                              _slice_body(share, name, eps, namespace, catalog)))
+                              f"pods; {len(eps)} {share.component.stack} {family} endpoints "
+                              "join it",
+                              _slice_body(share, name, family, eps, namespace, catalog,
+                                          keeper)))
     return out
 
 
+def shared_slices(slices: Iterable[Mapping[str, Any]], common: Common) -> dict[str, list[Obj]]:
+    """The tool's slices by the stable name they carry."""
+    ours: dict[str, list[Obj]] = {}
+    for sl in slices:
+        if is_shared_slice(sl, common):
+            ours.setdefault(o.labels(sl).get(SERVICE_NAME_LABEL, ""), []).append(dict(sl))
+    return ours
+
+
 def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]],
-               *, enabled: bool) -> tuple[list[Share], list[SliceWrite]]:
+               keeper: Keeper, *, enabled: bool) -> tuple[list[Share], list[SliceWrite]]:
     """Every shared name and every write its slices need; with `enabled` False (the alias
     phase is not completed) every shared slice goes."""
     all_slices = list(slices)
     found = shares(snapshot, catalog, all_slices) if enabled else []
-    ours: dict[str, list[Obj]] = {}
-    for sl in all_slices:
-        if is_shared_slice(sl, catalog.common):
-            ours.setdefault(o.labels(sl).get(SERVICE_NAME_LABEL, ""), []).append(dict(sl))
+    ours = shared_slices(all_slices, catalog.common)
     by_name = {s.name: s for s in found}
     writes = []
     for stable in sorted(set(by_name) | set(ours)):
         writes += slice_writes(by_name.get(stable), stable, ours.get(stable, []),
-                               snapshot.namespace, catalog)
+                               snapshot.namespace, catalog, keeper)
     return found, writes

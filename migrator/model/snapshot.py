@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -114,6 +115,8 @@ class EndpointView:
     serving: bool
     terminating: bool
     version: int = 0  # its EndpointSlice's resourceVersion as an integer
+    uid: str | None = None  # its targetRef's pod uid
+    address: str | None = None  # its first address
     slice: str = ""  # the EndpointSlice that lists it
     managed_by: str = ""  # that slice's `endpointslice.kubernetes.io/managed-by`
 
@@ -160,6 +163,8 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
                     serving=bool(cond.get("serving", ready is None or bool(ready))),
                     terminating=bool(cond.get("terminating", False)),
                     version=slice_version,
+                    uid=(ep.get("targetRef") or {}).get("uid"),
+                    address=key[1],
                     slice=slice_name,
                     managed_by=managed_by,
                 )
@@ -185,6 +190,11 @@ class Snapshot:
     # ServiceMonitors get (`monitoring.monitor_roles`); empty where the CRD is absent or the
     # tool may not list them, and then every ServiceMonitor has the operator's default role.
     prometheuses: tuple[Obj, ...] = ()
+    # The guard's Leases (the tool's managed-by label) and whether they could be read; the
+    # wall time of the read, against which a Lease's renewal is judged.
+    guard_leases: tuple[Obj, ...] = ()
+    leases_read: bool = False
+    taken_at: datetime | None = None
 
     @cached_property
     def memo(self) -> dict[Any, Any]:

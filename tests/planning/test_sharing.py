@@ -13,6 +13,7 @@ from tests.helpers.builders import NS, daemonset, service
 
 CATALOG = load_catalog()
 EXPORTER = "nvidia-dcgm-exporter"
+KEEPER = sharing.Keeper("coordination.k8s.io/v1", "Lease", "dcgm-migrate-guard", "uid-lease")
 
 
 def _endpoint(pod: str, node: str, ready: bool = True, ip: str = "") -> dict[str, Any]:
@@ -64,7 +65,7 @@ def test_a_node_the_operator_covers_is_not_shared_even_when_both_run_there() -> 
     snap, slices = _mixed(["n1", "n2", "n3"], ["n1", "n2", "n3"])  # `both`
     [share] = sharing.shares(snap, CATALOG, slices)
     assert share.endpoints == ()
-    assert sharing.slice_writes(share, EXPORTER, [], NS, CATALOG) == []
+    assert sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER) == []
 
 
 def test_the_tools_alias_and_a_foreign_service_are_never_shared() -> None:
@@ -103,23 +104,24 @@ def test_a_named_target_port_resolves_on_the_gpucluster_pod_template() -> None:
 def test_writes_create_then_keep_then_follow_one_pod_with_one_write() -> None:
     snap, slices = _mixed(["n1"], ["n2", "n3"])
     [share] = sharing.shares(snap, CATALOG, slices)
-    [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG)
+    [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
     assert create.action == sharing.CREATE and create.name == f"{EXPORTER}-dcgm-migrate-0"
     body = create.body
     assert body["metadata"]["labels"] == {
         sharing.SERVICE_NAME_LABEL: EXPORTER, sharing.MANAGED_BY_LABEL: "dcgm-migrate",
         "app.kubernetes.io/managed-by": "dcgm-migrate"}
+    # The keeper (the guard's Lease) owns them: gone with the guard, not with the Service.
     assert body["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Service", "name": EXPORTER, "uid": f"uid-{EXPORTER}",
-         "controller": False}]
+        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": "dcgm-migrate-guard",
+         "uid": "uid-lease", "controller": False}]
     live = {**body, "metadata": {**body["metadata"], "resourceVersion": "7"}}
-    assert sharing.slice_writes(share, EXPORTER, [live], NS, CATALOG) == []  # steady
+    assert sharing.slice_writes(share, EXPORTER, [live], NS, CATALOG, KEEPER) == []  # steady
 
     # One GPUCluster pod restarts (not ready): one update of the slice that holds it.
     slices[1]["endpoints"][0]["conditions"] = {"ready": False, "serving": False,
                                                "terminating": False}
     [share] = sharing.shares(snap, CATALOG, slices)
-    [update] = sharing.slice_writes(share, EXPORTER, [live], NS, CATALOG)
+    [update] = sharing.slice_writes(share, EXPORTER, [live], NS, CATALOG, KEEPER)
     assert update.action == sharing.UPDATE and update.resource_version == "7"
     assert [e["conditions"]["ready"] for e in update.body["endpoints"]] == [False, True]
 
@@ -128,7 +130,7 @@ def test_endpoints_stay_where_they_are_and_fill_slices_before_a_new_one() -> Non
     many = [f"n{i:03d}" for i in range(250)]
     snap, slices = _mixed([], many)
     [share] = sharing.shares(snap, CATALOG, slices)
-    writes = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG)
+    writes = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
     assert [(w.action, len(w.body["endpoints"])) for w in writes] == [
         (sharing.CREATE, 100), (sharing.CREATE, 100), (sharing.CREATE, 50)]
     live = [{**w.body, "metadata": {**w.body["metadata"], "resourceVersion": "1"}}
@@ -138,7 +140,7 @@ def test_endpoints_stay_where_they_are_and_fill_slices_before_a_new_one() -> Non
     slices[1]["endpoints"] = [e for e in slices[1]["endpoints"] if e["nodeName"] != "n000"]
     slices[1]["endpoints"].append(_endpoint("dra-n999", "n999"))
     [share] = sharing.shares(snap, CATALOG, slices)
-    again = sharing.slice_writes(share, EXPORTER, live, NS, CATALOG)
+    again = sharing.slice_writes(share, EXPORTER, live, NS, CATALOG, KEEPER)
     assert [(w.action, w.name) for w in again] == [(sharing.UPDATE, f"{EXPORTER}-dcgm-migrate-0")]
     assert "n999" in {e["nodeName"] for e in again[0].body["endpoints"]}
 
@@ -146,14 +148,115 @@ def test_endpoints_stay_where_they_are_and_fill_slices_before_a_new_one() -> Non
 def test_a_name_no_longer_shared_loses_its_slices_and_disabled_sharing_removes_them() -> None:
     snap, slices = _mixed(["n1"], ["n2"])
     [share] = sharing.shares(snap, CATALOG, slices)
-    [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG)
+    [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
     ours = {**create.body, "metadata": {**create.body["metadata"], "resourceVersion": "3"}}
-    found, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], enabled=True)
+    found, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=True)
     assert writes == [] and [s.name for s in found] == [EXPORTER]
-    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], enabled=False)
+    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=False)
     assert [(w.action, w.name, w.resource_version) for w in writes] == [
         (sharing.DELETE, f"{EXPORTER}-dcgm-migrate-0", "3")]
     # The GPUCluster pods are gone (its CR deleted): the slice goes too.
     slices[1]["endpoints"] = []
-    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], enabled=True)
+    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=True)
     assert [w.action for w in writes] == [sharing.DELETE]
+
+
+def test_an_internal_traffic_policy_difference_is_reported() -> None:
+    """Local on one name, Cluster on the other: the GPUCluster pods joining a Cluster name are
+    reached from every node, not their own; a left-out field reads as its default."""
+    svc = service(EXPORTER, {"app": EXPORTER}, owner="ClusterPolicy")
+    snap, slices = _mixed(["n1"], ["n2"], exporter_svc=svc)
+    [share] = sharing.shares(snap, CATALOG, slices)
+    assert share.conflicts == ()  # both Cluster: the -dra Service spells it, this one not
+    svc["spec"]["internalTrafficPolicy"] = "Local"
+    [share] = sharing.shares(snap, CATALOG, slices)
+    assert share.conflicts == (
+        "internalTrafficPolicy: 'Local' here, 'Cluster' on Service/nvidia-dcgm-exporter-dra "
+        "(this Service's setting applies to both stacks' pods)",)
+
+
+def _family(sl: dict[str, Any], family: str, prefix: str) -> dict[str, Any]:
+    """The same slice in another address family (its endpoints' addresses in it)."""
+    out = {**sl, "metadata": {**sl["metadata"], "name": sl["metadata"]["name"] + prefix},
+           "addressType": family}
+    if family == sharing.IPV6:
+        out["endpoints"] = [{**e, "addresses": [f"fd00::{i + 1}"]}
+                            for i, e in enumerate(sl["endpoints"])]
+    return out
+
+
+def test_an_ipv6_only_service_gets_ipv6_slices() -> None:
+    svc = service(EXPORTER, {"app": EXPORTER}, owner="ClusterPolicy")
+    svc["spec"]["ipFamilies"] = ["IPv6"]
+    snap, slices = _mixed(["n1"], ["n2", "n3"], exporter_svc=svc)
+    slices = [_family(sl, sharing.IPV6, "-v6") for sl in slices]
+    [share] = sharing.shares(snap, CATALOG, slices)
+    assert share.conflicts == ()
+    [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
+    assert create.name == f"{EXPORTER}-dcgm-migrate-ipv6-0"
+    assert create.body["addressType"] == "IPv6"
+    assert [e["addresses"] for e in create.body["endpoints"]] == [["fd00::1"], ["fd00::2"]]
+
+
+def test_a_dual_stack_service_gets_one_slice_set_per_family() -> None:
+    svc = service(EXPORTER, {"app": EXPORTER}, owner="ClusterPolicy")
+    svc["spec"]["ipFamilies"] = ["IPv4", "IPv6"]
+    snap, slices = _mixed(["n1"], ["n2"], exporter_svc=svc)
+    slices = [*slices, *(_family(sl, sharing.IPV6, "-v6") for sl in slices)]
+    [share] = sharing.shares(snap, CATALOG, slices)
+    writes = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
+    assert [(w.name, w.body["addressType"], w.body["endpoints"][0]["addresses"][0])
+            for w in writes] == [(f"{EXPORTER}-dcgm-migrate-0", "IPv4", "10.0.2.6"),
+                                 (f"{EXPORTER}-dcgm-migrate-ipv6-0", "IPv6", "fd00::1")]
+    live = [{**w.body, "metadata": {**w.body["metadata"], "resourceVersion": "4"}}
+            for w in writes]
+    assert sharing.slice_writes(share, EXPORTER, live, NS, CATALOG, KEEPER) == []
+    # The Service drops IPv6 (SingleStack again): only its IPv6 slice goes.
+    svc["spec"]["ipFamilies"] = ["IPv4"]
+    [share] = sharing.shares(snap, CATALOG, slices)
+    assert [(w.action, w.name) for w in sharing.slice_writes(
+        share, EXPORTER, live, NS, CATALOG, KEEPER)] == [
+        (sharing.DELETE, f"{EXPORTER}-dcgm-migrate-ipv6-0")]
+
+
+def test_a_family_the_gpucluster_slices_do_not_list_is_reported() -> None:
+    svc = service(EXPORTER, {"app": EXPORTER}, owner="ClusterPolicy")
+    svc["spec"]["ipFamilies"] = ["IPv4", "IPv6"]
+    snap, slices = _mixed(["n1"], ["n2"], exporter_svc=svc)
+    [share] = sharing.shares(snap, CATALOG, slices)
+    assert share.by_family["IPv6"] == ()
+    assert share.conflicts == (
+        "Service/nvidia-dcgm-exporter serves IPv6, but the EndpointSlices of "
+        "Service/nvidia-dcgm-exporter-dra list no IPv6 address: the gpucluster pods join it "
+        "without IPv6",)
+
+
+def test_slices_of_the_old_owner_move_to_the_keeper_with_one_update() -> None:
+    """Slices written when they belonged to the Service are taken over by the Lease."""
+    snap, slices = _mixed(["n1"], ["n2"])
+    [share] = sharing.shares(snap, CATALOG, slices)
+    [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
+    old = {**create.body, "metadata": {**create.body["metadata"], "resourceVersion": "2",
+                                       "ownerReferences": [{"apiVersion": "v1",
+                                                            "kind": "Service",
+                                                            "name": EXPORTER, "uid": "u"}]}}
+    [update] = sharing.slice_writes(share, EXPORTER, [old], NS, CATALOG, KEEPER)
+    assert update.action == sharing.UPDATE
+    assert update.body["metadata"]["ownerReferences"][0]["kind"] == "Lease"
+
+
+def test_a_name_handed_over_to_an_operator_release_is_not_shared() -> None:
+    """The release's own reconciler selects both stacks' pods: the tool's slices go."""
+    svc = service(EXPORTER, {"app.kubernetes.io/component": EXPORTER}, owner=None,
+                  labels={"nvidia.com/shared-service": "true"})
+    svc["metadata"]["ownerReferences"] = [{"kind": "ClusterPolicy", "name": "cp",
+                                           "controller": True, "uid": "u",
+                                           "apiVersion": "nvidia.com/v1"}]
+    snap, slices = _mixed(["n1"], ["n2"], exporter_svc=svc)
+    assert CATALOG.managed_by_release(svc) is not None
+    assert sharing.shares(snap, CATALOG, slices) == []
+    ours = _slice(f"{EXPORTER}-dcgm-migrate-0", EXPORTER, [_endpoint("dra-n2", "n2")],
+                  managed_by="dcgm-migrate")
+    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=True)
+    assert [(w.action, w.name) for w in writes] == [(sharing.DELETE,
+                                                     f"{EXPORTER}-dcgm-migrate-0")]

@@ -220,7 +220,8 @@ def test_pod_monitor_discovery_and_watch(api: client.ApiClient, raw: Raw) -> Non
     assert resources["podmonitors"]["kind"] == "PodMonitor"
     assert resources["podmonitors"]["shortNames"] == ["pmon"]
     assert resources["podmonitors"]["namespaced"] is True
-    assert set(resources) == {"servicemonitors", "podmonitors"}
+    assert set(resources) == {"servicemonitors", "podmonitors", "prometheuses",
+                              "prometheuses/status"}
     custom: Any = client.CustomObjectsApi(api)  # answers plain dicts
     custom.create_namespaced_custom_object(*PMON, NS, "podmonitors", _pod_monitor("a"))
     seen: list[tuple[str, str]] = []

@@ -26,6 +26,7 @@ MANIFESTS = {
     "guard.yaml": [("serviceaccount", "dcgm-migrate-guard", True),
                    ("role.rbac.authorization.k8s.io", "dcgm-migrate-guard", True),
                    ("rolebinding.rbac.authorization.k8s.io", "dcgm-migrate-guard", True),
+                   ("lease.coordination.k8s.io", "dcgm-migrate-guard", True),
                    ("deployment.apps", "dcgm-migrate-guard", True)],
     "job.yaml": [("serviceaccount", "dcgm-migrate", True),
                  ("job.batch", "dcgm-migrate-apply", True),

@@ -249,6 +249,10 @@ def _hand_over_shared_nodes(env: E2E, nodes: int) -> RoutedEndpoints:
         settled = env.sim.clock.now()
         _until(env, lambda: env.sim.clock.now() - settled > 60, 120, "a minute on")
         assert _handed_over(env, nodes), _serving(env)
+        # The release's Services select both stacks' pods: the guard's slices are gone.
+        assert not [sl["metadata"]["name"] for sl in env.sim.store.list(
+            kinds.ENDPOINTSLICE, NS)[0] if (sl["metadata"].get("labels") or {}).get(
+            "endpointslice.kubernetes.io/managed-by") == "dcgm-migrate"]
     print(f"{env.sim.stack}, migrated, prepared: {low}, pending after the upgrade "
           f"{sorted(p['metadata']['name'] for p in _pending(env))}")
     return low
@@ -271,6 +275,9 @@ def test_hand_over_on_mixed_and_both_clusters_keeps_every_node_reached(
     pending = _pending(env)
     if stack == "mixed":
         assert pending == [], pending
+        # Nothing depends on a guard any more: verify is green with none running.
+        verify = env.cli("verify", "-o", "json")
+        assert verify.code == 0, [c for c in verify.json()["verdict"]["checks"] if not c["ok"]]
         return
     # The GPUCluster stack's new pods, one per component, on the node its rollout reached
     # first; the ClusterPolicy's (prepared) pods serve every node.

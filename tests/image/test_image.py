@@ -1,12 +1,14 @@
 """The OCI image images/build makes (docs/image.md), run as a container runtime would run it:
 its layer unpacked, its config's entrypoint, environment and user (non-root), inside a chroot.
 
-Building the image takes minutes and root, more than CI's budget, so these tests skip unless
 DCGM_MIGRATE_IMAGE names the archive (`dcgm-migrate-<version>.oci.tar`) or the folder
-images/build wrote it to:
+images/build wrote it to; the tests need root (chroot, mount namespaces):
 
-    sudo images/build && sudo DCGM_MIGRATE_IMAGE=/var/tmp/dcgm-migrate-image \\
+    images/build && DCGM_MIGRATE_IMAGE=/var/tmp/dcgm-migrate-image \\
         python3 -m pytest tests/image -n 0
+
+`.ci/run` builds the image and runs them with the whole suite. Without an image (or root) they
+skip locally and fail under CI=true: CI must run them.
 
 The guard runs as Kubernetes runs docs/guard.yaml's pod: the root filesystem mounted read-only,
 a tmpfs only where the manifest mounts an emptyDir, the service account's token and CA at
@@ -39,13 +41,16 @@ REPO = Path(__file__).resolve().parents[2]
 NS = "gpu-operator"
 SA_DIR = "run/secrets/kubernetes.io/serviceaccount"  # /var/run is a link to /run in the image
 
-pytestmark = [
-    pytest.mark.skipif(not os.environ.get("DCGM_MIGRATE_IMAGE"),
-                       reason="DCGM_MIGRATE_IMAGE names no built image (images/build)"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="chroot and mounts need root"),
-    pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("chroot")),
-                       reason="unshare/chroot missing (util-linux, coreutils)"),
-]
+
+def _unavailable() -> str | None:
+    """Why the image cannot be run here, or None."""
+    if not os.environ.get("DCGM_MIGRATE_IMAGE"):
+        return "DCGM_MIGRATE_IMAGE names no built image (images/build)"
+    if os.geteuid() != 0:
+        return "chroot and mounts need root"
+    if not (shutil.which("unshare") and shutil.which("chroot")):
+        return "unshare/chroot missing (util-linux, coreutils)"
+    return None
 
 
 @dataclass
@@ -76,7 +81,13 @@ def _blob(layout: Path, digest: str) -> Path:
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
-    """The archive's image for tag <version>, its layers unpacked into a private folder."""
+    """The archive's image for tag <version>, its layers unpacked into a private folder.
+    No image: a skip locally, a failure under CI=true (.ci/run builds one)."""
+    reason = _unavailable()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI must run the image tests", pytrace=False)
+        pytest.skip(reason)
     archive = _archive()
     layout = tmp_path_factory.mktemp("layout")
     with tarfile.open(archive) as tar:

@@ -30,13 +30,13 @@ from typing import Any
 from migrator import phases
 from migrator.engine import report as reports
 from migrator.engine.state import PhaseRecord, State
+from migrator.engine.walk import Action, Decision, decide
 from migrator.model import gates as g
 from migrator.model import kinds, projection
 from migrator.model import objects as o
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PhasePlan, PlanContext
-from migrator.model.retiring import reasked, retired
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 from migrator.model.steps import Step, from_record
@@ -109,58 +109,44 @@ def _unasked(walk: _Walk, module: Phase, rec: PhaseRecord | None, *,
              asked: bool) -> dict[str, Any]:
     """A phase past N (shown as the run's final report would show it), or one an earlier
     phase's refusal keeps the run from reaching."""
-    ctx = walk.context(walk.projected)
+    decision = _decide(walk, module, rec)
     notes = [] if not asked else [f"not reached: phase {walk.stopped} would stop the run first"]
-    if rec is not None and rec.status == "completed":
-        gates = module.verify(ctx, rec.done_steps()) + reasked(rec.reverted_steps(),
-                                                               walk.options)
-        return _view(module, rec, [], gates, notes, outcome=NOT_REACHED if asked else None)
-    ctx = walk.context(walk.projected, _recorded(walk, ctx, rec, quiet=True))
-    plan = module.plan(ctx)
+    outcome = NOT_REACHED if asked else None
+    if decision.status == "completed" or decision.plan is None:
+        return _view(module, rec, [], decision.gates, notes, outcome=outcome)
+    plan = decision.plan
     notes = [*notes, *plan.notes]
     if plan.blocked and plan.blocked not in notes:
         notes.append(plan.blocked)
     return _view(module, rec, _changes(plan.steps), plan.gates, notes, plan.blocked,
-                 outcome=NOT_REACHED if asked else None)
+                 outcome=outcome)
+
+
+def _decide(walk: _Walk, module: Phase, rec: PhaseRecord | None,
+            new_stack: str | None = None) -> Decision:
+    """The walk's decision (engine/walk.py) on the cluster as it would be by now."""
+    return decide(module, rec, walk.projected, walk.catalog, walk.components, walk.options,
+                  new_stack=new_stack)
 
 
 def _changes(steps: Iterable[Step]) -> list[dict[str, Any]]:
     return [c.as_dict() for step in steps for c in step.changes()]
 
 
-def _recorded(walk: _Walk, ctx: PlanContext, rec: PhaseRecord | None, *,
-              quiet: bool = False) -> dict[str, Any]:
-    """The originals a resumed (or re-run) phase plans with: the recorded steps, less those
-    the runner would retire first (`model/retiring.py`; warned, unless `quiet`)."""
-    if rec is None or rec.status not in ("in-progress", "failed", "completed"):
-        return {}
-    recorded = dict(rec.recorded())
-    for r in rec.steps:
-        if r.status not in ("intent", "done"):
-            continue
-        verdict = retired(ctx, from_record(r.step))
-        if verdict is not None:
-            recorded.pop(r.id, None)
-            if not quiet:
-                walk.warnings.append(f"the run would retire a recorded step: {verdict[1]}")
-    return recorded
-
-
 def _phase(walk: _Walk, module: Phase, rec: PhaseRecord | None,
            new_stack: str | None) -> dict[str, Any]:
     """One phase the run would reach: holds, would run, or would stop."""
-    ctx = walk.context(walk.projected)
+    decision = _decide(walk, module, rec, new_stack)
+    if decision.action is Action.HOLDS:
+        return _view(module, rec, [], decision.gates, [], outcome=HOLDS)
     reason = None
-    if rec is not None and rec.status == "completed":
-        held = module.verify(ctx, rec.done_steps()) + reasked(rec.reverted_steps(),
-                                                              walk.options)
-        drift = g.failed(held)
-        if not drift and new_stack is None:
-            return _view(module, rec, [], held, [], outcome=HOLDS)
-        reason = (f"it no longer holds ({g.describe(drift)})" if drift
+    if decision.action is Action.RERUN:
+        reason = (f"it no longer holds ({g.describe(decision.drift)})" if decision.drift
                   else f"the stack changed to {new_stack}")
-    ctx = walk.context(walk.projected, _recorded(walk, ctx, rec))
-    plan = module.plan(ctx)
+    walk.warnings += [f"the run would retire a recorded step: {r.reason}"
+                      for r in decision.retire]
+    plan = decision.plan
+    assert plan is not None
     notes = list(plan.notes)
     if reason:
         notes.insert(0, f"recorded completed, but {reason}: the run would run it again")

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator import phases
+from migrator.engine import walk
 from migrator.engine.state import State
 from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
 from migrator.model.gates import GateResult
-from migrator.model.planning import Options, PhasePlan, PlanContext
-from migrator.model.retiring import HANDED_OVER, reasked, retired
+from migrator.model.planning import Options, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import CreateAlias, SetLabels, SetSelector, Step
+from migrator.model.steps import CreateAlias, SetLabels, SetSelector
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -102,20 +102,6 @@ def _exporters(found: Discovery) -> list[str]:
     return [c.daemonset for c in found.components if c.exporter]
 
 
-def _handed_over(ctx: PlanContext, steps: list[Step]) -> tuple[list[Step], list[str]]:
-    """(the recorded steps still to verify, why the others are not): a step on an object an
-    operator release manages now was handed over, not drifted (`model/retiring.py`); the
-    next `apply` records it so."""
-    kept, notes = [], []
-    for step in steps:
-        verdict = retired(ctx, step)
-        if verdict is not None and verdict[0] == HANDED_OVER:
-            notes.append(verdict[1])
-        else:
-            kept.append(step)
-    return kept, notes
-
-
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           ) -> dict[str, Any]:
     return assemble(snapshot, catalog, state, options).document
@@ -131,25 +117,24 @@ def assemble(snapshot: Snapshot, catalog: Catalog, state: State | None, options:
     switches = False  # a Service is (or is to be) switched to the common selector
     for module in phases.PHASES:
         rec = state.phase(module.NUMBER) if state else None
-        status = rec.status if rec else "pending"
-        ctx = PlanContext(projected, catalog, found.components, options,
-                          rec.recorded() if rec and status in ("in-progress", "failed") else {})
+        decision = walk.decide(module, rec, projected, catalog, found.components, options)
+        status = decision.status
         if rec is not None and module.SWITCHES_SELECTORS and status != "rolled-back":
             switches |= any(isinstance(st, SetSelector) for st in rec.done_steps())
-        if status == "completed" and rec is not None:
-            kept, handed = _handed_over(ctx, rec.done_steps())
-            gates = module.verify(ctx, kept) + reasked(rec.reverted_steps(), options)
+        if status == "completed":
+            ctx = PlanContext(projected, catalog, found.components, options)
             again = module.plan(ctx)
             warnings.extend(again.warnings)  # e.g. operator-owned, still true
-            notes = handed
+            notes = decision.handed_over
             if module.SWITCHES_SELECTORS and options.include_operator_owned and again.steps:
                 notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                     s.object for s in again.steps)))
                 warnings.append(notes[-1])
-            views.append(PhaseView(module.NUMBER, module.NAME, status, [], list(gates), notes,
-                                   rec.error))
+            views.append(PhaseView(module.NUMBER, module.NAME, status, [],
+                                   list(decision.gates), notes, decision.record_error))
             continue
-        plan: PhasePlan = module.plan(ctx)
+        plan = decision.plan
+        assert plan is not None
         earlier = [v.number for v in views if v.status != "completed"]
         for step in plan.steps:
             if isinstance(step, CreateAlias):
@@ -167,7 +152,7 @@ def assemble(snapshot: Snapshot, catalog: Catalog, state: State | None, options:
         if plan.blocked and plan.blocked not in notes:
             notes.append(plan.blocked)
         views.append(PhaseView(module.NUMBER, module.NAME, status, changes, list(plan.gates),
-                               notes, rec.error if rec else None, plan.blocked))
+                               notes, decision.record_error, plan.blocked))
     certain = monitoring.certain_duplicates(snapshot, _exporters(found))
     if certain:
         pod, paths = next(iter(sorted(certain.items())))

@@ -13,22 +13,23 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, interrupts, ondelete
+from migrator.engine import afterwrite, executor, interrupts, ondelete, walk
 from migrator.engine.clock import Clock
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.state import PhaseRecord, State
 from migrator.engine.steprun import Direction, PhaseRun, Run, RunResult, RunSettings
 from migrator.engine.waiting import Waiter
+from migrator.engine.walk import Action
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model.discovery import discover
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
-from migrator.model.planning import PhasePlan, PlanContext
-from migrator.model.retiring import HANDED_OVER, reasked, retired
+from migrator.model.planning import PlanContext
+from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog
+from migrator.model.stacks import Catalog, Component
 from migrator.model.steps import Step, from_record
 from migrator.phases import Phase
 
@@ -65,9 +66,11 @@ class Runner:
         return read_snapshot(self.kube, self.namespace, self.catalog, cache=self.run.cache,
                              clock=self.clock)
 
+    def _components(self, snap: Snapshot) -> tuple[Component, ...]:
+        return discover(snap, self.catalog).components
+
     def context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
-        found = discover(snap, self.catalog)
-        return PlanContext(snap, self.catalog, found.components, self.settings.options,
+        return PlanContext(snap, self.catalog, self._components(snap), self.settings.options,
                            recorded or {})
 
     def fresh(self, base: Snapshot) -> Snapshot:
@@ -104,21 +107,22 @@ class Runner:
         for number in range(1, upto + 1):
             module = phases.by_number(number)
             rec = self.state.phase(number)
-            if rec.status == "completed":
-                if self._retire(self.context(snap), rec, only=HANDED_OVER):
+            decision = walk.decide(module, rec, snap, self.catalog, self._components(snap),
+                                   self.settings.options,
+                                   new_stack=live_stack if changed else None)
+            if decision.action is Action.HOLDS:
+                if self._retire(rec, decision):  # handed over: recorded so at once
                     self.save()
-                drift = g.failed(module.verify(self.context(snap), rec.done_steps())
-                                + reasked(rec.reverted_steps(), self.settings.options))
-                if not drift and not changed:
-                    self.listener.phase(PhaseEvent(number, module.NAME, "completed",
-                                                   message="still holds"))
-                    continue
-                why = g.describe(drift) if drift else f"stack changed to {live_stack}"
+                self.listener.phase(PhaseEvent(number, module.NAME, "completed",
+                                               message="still holds"))
+                continue
+            if decision.action is Action.RERUN:
                 self.listener.phase(PhaseEvent(number, module.NAME, "drifted",
-                                               gates=tuple(drift), message=why))
-                self.state.log("drift", phase=number, detail=why)
+                                               gates=tuple(decision.drift),
+                                               message=decision.reason))
+                self.state.log("drift", phase=number, detail=decision.reason)
                 rec.status, rec.baselines = "in-progress", []
-            self._run_phase(module, rec, snap, Direction.FORWARD)
+            self._run_phase(decision, Direction.FORWARD)
             snap = self.snapshot()
         return self.result
 
@@ -128,17 +132,17 @@ class Runner:
             self.result.warnings.append(text)
         self.listener.message(f"warning: {text}")
 
-    def _run_phase(self, module: Phase, rec: PhaseRecord, snap: Snapshot,
-                   direction: Direction) -> None:
+    def _run_phase(self, decision: walk.Decision, direction: Direction) -> None:
+        """Run the walk's decision for one phase: retire what it says, record the baselines
+        and originals, then its steps one at a time."""
+        module, plan = decision.module, decision.plan
+        rec = decision.record
+        assert rec is not None and plan is not None
         rollback = direction is Direction.ROLLBACK
-        resuming = rec.status in ("in-progress", "failed") and not rollback
-        if resuming:
-            self._retire(self.context(snap), rec)  # before planning: no stale originals
-        if rollback:  # never undo what an operator release manages now
-            self._retire(self.context(snap), rec, only=HANDED_OVER)
+        resuming = decision.action in (Action.RESUME, Action.RERUN)
+        self._retire(rec, decision)  # before anything: no stale originals, nothing handed over
+        if rollback:
             self._say_handed_over(rec)
-        ctx = self.context(snap, rec.recorded() if resuming else None)
-        plan: PhasePlan = module.rollback(ctx, rec.done_steps()) if rollback else module.plan(ctx)
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
         if rollback:
             for warning in plan.warnings:
@@ -190,22 +194,18 @@ class Runner:
                 out.append(step)
         return out
 
-    def _retire(self, ctx: PlanContext, rec: PhaseRecord, *, only: str | None = None) -> bool:
-        """Recorded steps whose object is gone, was reverted by its operator, or whose alias
-        name another owner holds since its stack was removed (model/retiring.py) stop
-        counting: warned, logged, kept for the record, no longer used as originals. `only`:
-        just that kind (a completed phase records a hand-over at once; the other kinds are
-        drift it re-plans for). True if it retired any."""
+    def _retire(self, rec: PhaseRecord, decision: walk.Decision) -> bool:
+        """Record the walk's retirements (model/retiring.py): each warned and logged, kept
+        for the record, no longer used as an original. True if it retired any."""
+        statuses = {r.step_id: r for r in decision.retire}
         changed = False
         for r in rec.steps:
-            if r.status not in ("intent", "done"):
+            found = statuses.get(r.id)
+            if found is None or r.status not in ("intent", "done"):
                 continue
-            verdict = retired(ctx, from_record(r.step))
-            if verdict is None or (only is not None and verdict[0] != only):
-                continue
-            r.status, reason = verdict
-            self.state.log("retired", phase=rec.number, step=r.id, reason=reason)
-            self._warn(reason)
+            r.status = found.status
+            self.state.log("retired", phase=rec.number, step=r.id, reason=found.reason)
+            self._warn(found.reason)
             changed = True
         return changed
 
@@ -311,7 +311,9 @@ class Runner:
             if number < switching and not settled:  # phases the old selectors still needed
                 self._settle_after_restore()
                 settled = True
-            self._run_phase(module, rec, snap, Direction.ROLLBACK)
+                snap = self.snapshot()
+            self._run_phase(walk.undo(module, rec, snap, self.catalog, self._components(snap),
+                                      self.settings.options), Direction.ROLLBACK)
             snap = self.snapshot()
         return self.result
 

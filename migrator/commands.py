@@ -229,7 +229,8 @@ class RunRequest:
 
 
 def _locked_run(session: Session, cache: Informer, request: RunRequest, state: State,
-                version: str | None, action: Callable[[Runner], RunResult]) -> reports.Report:
+                version: str | None, operation: str,
+                action: Callable[[Runner], RunResult]) -> reports.Report:
     """Open the run session (lock, save, heartbeat, dry run), build the one `Run` the engine
     works with, run `action`, report (the document with the run's result, and the typed data
     the command judges it by). The runner reads the run's cache afresh; a run that wrote since
@@ -249,7 +250,7 @@ def _locked_run(session: Session, cache: Informer, request: RunRequest, state: S
     after = final.document
     after["warnings"] = result.warnings + [w for w in after["warnings"]
                                            if w not in result.warnings]
-    after["result"] = {"writes": result.writes, "dryRun": dry,
+    after["result"] = {"operation": operation, "writes": result.writes, "dryRun": dry,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
                                            for k, v in result.lowest.items()},
                        "notes": list(result.notes)}
@@ -288,8 +289,8 @@ def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, 
     if before.holds(request.phase) and session.store.lock_info() is None:
         session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                  "nothing to do")
-        preview["result"] = {"writes": 0, "dryRun": session.kube.dry_run,
-                             "lowestEndpoints": {}}
+        preview["result"] = {"operation": "apply", "writes": 0,
+                             "dryRun": session.kube.dry_run, "lowestEndpoints": {}}
         preview["ok"] = True
         return preview  # no lock, no state write: a repeated apply writes nothing at all
     for warning in preview["warnings"]:  # --yes and no TTY skip the question, not these
@@ -301,7 +302,7 @@ def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, 
         raise UsageError("Aborted at the question.", ABORTED_HINT)
     state = state or State(session.namespace, clock=session.clock)
     state.plan_fingerprint = snap.fingerprint()
-    final = _locked_run(session, cache, request, state, version,
+    final = _locked_run(session, cache, request, state, version, "apply",
                         lambda runner: runner.apply(request.phase))
     report = final.document
     report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
@@ -341,7 +342,8 @@ def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
                                  "server (nothing persisted)")
     if found.refusal:
         session.listener.message(f"dry run: the run would stop: {found.refusal}")
-    report["result"] = {"writes": len(found.writes), "dryRun": True, "lowestEndpoints": {},
+    report["result"] = {"operation": "apply", "writes": len(found.writes), "dryRun": True,
+                        "lowestEndpoints": {},
                         "notes": list(found.unsent)}
     report["ok"] = found.refusal is None
     return report
@@ -374,7 +376,7 @@ def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[st
             session, reports.build(snap, session.catalog, state, request.options),
             lambda p: p["number"] in applied)):
         raise UsageError("Aborted at the question.", ABORTED_HINT)
-    final = _locked_run(session, cache, request, state, version,
+    final = _locked_run(session, cache, request, state, version, "rollback",
                         lambda runner: runner.rollback(request.phase))
     report = final.document
     # Rolled back, and what the phases kept below N are answerable for still works.

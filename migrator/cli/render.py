@@ -104,9 +104,18 @@ def report_table(doc: dict[str, Any], shown: Sequence[str] = ()) -> None:
         con.print(f"\n[bold]writes[/bold] {result['writes']}"
                   + ("  (server-side dry run: nothing persisted)" if result.get("dryRun")
                      else ""))
-    if "ok" in doc:
-        con.print("\n[bold]verdict[/bold] " + ("[green]OK[/green]" if doc["ok"]
-                                                else "[red]NOT OK[/red]"))
+    from migrator.engine.report import closing
+
+    lines = closing(doc)
+    if lines:
+        con.print()
+    for line in lines:
+        head, _, rest = line.partition(": ")
+        good = rest.startswith("OK")
+        word, _, tail = rest.partition(" — ")
+        color = "green" if good else "red"
+        con.print(f"[bold]{esc(head)}[/bold] [{color}]{esc(word)}[/{color}]"
+                  + (f" — {esc(tail)}" if tail else ""))
 
 
 def changes_table(con: Any, changes: list[dict[str, Any]]) -> None:

@@ -6,6 +6,7 @@ each phase's status and gates, the verdict), for a command that judges the repor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,3 +210,63 @@ def all_gates_ok(report: dict[str, Any], *, completed_only: bool = False) -> boo
         if any(not g["ok"] for g in phase["gates"]):
             return False
     return True
+
+
+def _span(numbers: list[int]) -> str:
+    return (f"{numbers[0]}-{numbers[-1]}" if len(numbers) > 1 and
+            numbers == list(range(numbers[0], numbers[-1] + 1)) else ", ".join(map(str, numbers)))
+
+
+def _status_faults(document: Mapping[str, Any]) -> list[str]:
+    """Why `status` fails beyond the verdict: the state's side of the answer."""
+    out = []
+    run = document.get("run") or {}
+    if run.get("state") == "interrupted":
+        out.append(f"a run was interrupted; resume: {run.get('resume')}")
+    if document.get("lostState"):
+        out.append("the state is lost (Warnings)")
+    if not all_gates_ok(dict(document), completed_only=True):
+        out.append("a completed phase no longer holds (above)")
+    if not (document.get("verdict") or {}).get("ok", True):
+        out.append("the stable identity is broken (verdict above)")
+    return out or ["see above"]
+
+
+def closing(document: Mapping[str, Any]) -> list[str]:
+    """The report's last lines, worded alike for every command: the verdict on the live
+    cluster (the one `verify` gives), and, after `apply` or `rollback`, what the run itself
+    achieved — both, when the run's own work is done but the identity is not whole yet (a
+    check no phase answers for: the guard not running yet, a node's pod not Ready)."""
+    lines = []
+    verdict = document.get("verdict")
+    if verdict is not None:
+        checks = verdict["checks"]
+        bad = [c for c in checks if not c["ok"]]
+        lines.append(f"verdict: OK — the stable identity works ({len(checks)} checks)" if not bad
+                     else f"verdict: NOT OK — {len(bad)} of {len(checks)} checks fail")
+    result = document.get("result")
+    if result is None:
+        if document.get("ok") is False and "run" in document:  # status and verify
+            lines.append("status: NOT OK — " + "; ".join(_status_faults(document)))
+        return lines
+    if "ok" not in document:
+        return lines
+    rollback = result.get("operation") == "rollback"
+    phases_done = [p["number"] for p in document["phases"]
+                   if p["status"] == ("rolled-back" if rollback else "completed")]
+    done = (f"phase{'s' if len(phases_done) > 1 else ''} {_span(phases_done)} "
+            f"{'rolled back' if rollback else 'done'}" if phases_done else "no phase done")
+    if result.get("dryRun"):
+        lines.append("dry run: OK — the run would go through" if document["ok"] else
+                     "dry run: NOT OK — the run would stop at a gate (above)")
+    elif not document["ok"]:
+        lines.append(f"run: NOT OK — {done}; a gate of the phases it ran fails (above)")
+    elif verdict is not None and not verdict["ok"]:
+        bad = sorted((c for c in verdict["checks"] if not c["ok"]),
+                     key=lambda c: not c["name"].startswith("guard-live/"))  # the root cause
+        fix = f"; fix: {bad[0]['fix']}" if bad[0].get("fix") else ""
+        lines.append(f"run: OK — {done}; the stable identity is not whole yet "
+                     f"({', '.join(c['name'] for c in bad)}), which no phase answers for{fix}")
+    else:
+        lines.append(f"run: OK — {done}")
+    return lines

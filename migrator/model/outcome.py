@@ -475,7 +475,9 @@ def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
     """Services that carry what only this tool writes: its managed-by label or its alias
     annotation. With no state they mean the state was lost: the records rollback needs are
     gone while their effects remain. (A selector on a common label or common labels on a
-    DaemonSet are no such mark: a person or an operator release may have made them.)"""
+    DaemonSet are no such mark: a person or an operator release may have made them. Nor is a
+    Service an operator release manages now: handed over, it is the operator's.)"""
     common = catalog.common
     return [f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
-            if common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc)]
+            if (common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc))
+            and catalog.managed_by_release(svc) is None]

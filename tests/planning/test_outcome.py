@@ -172,3 +172,13 @@ def test_the_alias_owner_is_the_oldest_gpucluster_not_the_first_listed() -> None
     assert aliasing.owner_of([stray, real]) is real
     assert aliasing.owner_of([going, stray, real]) is real  # one being deleted is passed over
     assert aliasing.owner_of([]) is None
+
+
+def test_a_service_an_operator_release_manages_is_no_mark_of_a_lost_state() -> None:
+    """Handed over: the release's reconciler adopted the alias and labels it its own."""
+    snap = _migrated()
+    adopted = {name: {**svc, "metadata": {
+        **svc["metadata"], "labels": {**svc["metadata"]["labels"],
+                                      "nvidia.com/shared-service": "true"}}}
+        for name, svc in snap.services.items() if name in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
+    assert tool_marks(replace(snap, services={**snap.services, **adopted}), CAT) == []

@@ -80,7 +80,8 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
     assert code == 1 and doc["ok"] is False  # an interrupted run never looks healthy
     assert "run interrupted — apply --phase 3, at phase 1, and no run holds the lock" in table
     assert f"resume: dcgm-migrate apply --phase 3 -n {NS}" in table
-    assert "verdict NOT OK" in table
+    assert f"status NOT OK — a run was interrupted; resume: dcgm-migrate apply --phase 3 -n {NS}" \
+        in table
 
     again = crash.run(env.kubeconfig, *shlex.split(run["resume"])[1:])  # the exact command
     assert again.code == 0, again.stderr

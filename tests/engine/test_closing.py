@@ -1,0 +1,54 @@
+"""The report's closing lines (engine/report.py `closing`), on plain documents: the verdict
+worded alike for every command, and after a run what the run achieved, both when they differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from migrator.engine.report import closing
+
+
+def _doc(verdict_ok: bool, *, ok: bool | None = None, operation: str | None = None,
+         statuses: tuple[str, ...] = ("completed", "completed", "completed"),
+         **extra: Any) -> dict[str, Any]:
+    checks = [{"name": "stable-name/nvidia-dcgm", "ok": True, "detail": "exists", "fix": None},
+              {"name": "nodes-covered/nvidia-dcgm", "ok": verdict_ok, "detail": "2 of 4",
+               "fix": None if verdict_ok else "run the guard"}]
+    doc: dict[str, Any] = {"verdict": {"ok": verdict_ok, "checks": checks},
+                           "phases": [{"number": i + 1, "status": st, "gates": []}
+                                      for i, st in enumerate(statuses)], **extra}
+    if ok is not None:
+        doc["ok"] = ok
+    if operation is not None:
+        doc["result"] = {"operation": operation, "writes": 1, "dryRun": False}
+    return doc
+
+
+def test_plan_and_verify_say_the_verdict_only() -> None:
+    assert closing(_doc(True)) == ["verdict: OK — the stable identity works (2 checks)"]
+    assert closing(_doc(False)) == ["verdict: NOT OK — 1 of 2 checks fail"]
+
+
+def test_a_run_whose_phases_are_done_on_a_broken_identity_says_both() -> None:
+    assert closing(_doc(False, ok=True, operation="apply")) == [
+        "verdict: NOT OK — 1 of 2 checks fail",
+        "run: OK — phases 1-3 done; the stable identity is not whole yet "
+        "(nodes-covered/nvidia-dcgm), which no phase answers for; fix: run the guard"]
+    assert closing(_doc(True, ok=True, operation="apply")) == [
+        "verdict: OK — the stable identity works (2 checks)", "run: OK — phases 1-3 done"]
+
+
+def test_a_failed_run_and_a_rollback_name_what_they_did() -> None:
+    assert closing(_doc(True, ok=False, operation="apply",
+                        statuses=("completed", "failed", "pending")))[1] == (
+        "run: NOT OK — phase 1 done; a gate of the phases it ran fails (above)")
+    assert closing(_doc(True, ok=True, operation="rollback",
+                        statuses=("completed", "rolled-back", "rolled-back")))[1] == (
+        "run: OK — phases 2-3 rolled back")
+
+
+def test_status_names_why_it_fails_beyond_the_verdict() -> None:
+    doc = _doc(True, ok=False, run={"state": "interrupted",
+                                    "resume": "dcgm-migrate rollback --phase 1 -n x"})
+    assert closing(doc)[1] == ("status: NOT OK — a run was interrupted; resume: "
+                               "dcgm-migrate rollback --phase 1 -n x")

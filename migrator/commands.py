@@ -231,26 +231,21 @@ class RunRequest:
 def _locked_run(session: Session, cache: Informer, request: RunRequest, state: State,
                 version: str | None, operation: str,
                 action: Callable[[Runner], RunResult]) -> reports.Report:
-    """Open the run session (lock, save, heartbeat, dry run), build the one `Run` the engine
+    """Open the run session (lock, save, heartbeat), build the one `Run` the engine
     works with, run `action`, report (the document with the run's result, and the typed data
     the command judges it by). The runner reads the run's cache afresh; a run that wrote since
     `state` was loaded changed the state document, and then the runner's first save (before
     any write) fails."""
-    dry = session.kube.dry_run
-    settings = request.settings
-    if dry:
-        settings = RunSettings(timeout=0.0, settle=0.0, options=settings.options)
     with RunSession(session.store, version=version, holder=request.holder,
-                    clock=session.clock, listener=session.listener, dry_run=dry,
-                    common=session.catalog.common) as held:
+                    clock=session.clock, listener=session.listener) as held:
         runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
-                            session.clock, session.listener, settings), state)
+                            session.clock, session.listener, request.settings), state)
         result = action(runner)
     final = reports.assemble(runner.snapshot(), session.catalog, state, request.options)
     after = final.document
     after["warnings"] = result.warnings + [w for w in after["warnings"]
                                            if w not in result.warnings]
-    after["result"] = {"operation": operation, "writes": result.writes, "dryRun": dry,
+    after["result"] = {"operation": operation, "writes": result.writes, "dryRun": False,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
                                            for k, v in result.lowest.items()},
                        "notes": list(result.notes)}
@@ -308,8 +303,7 @@ def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, 
     report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
     # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
     # never success (exit 1), even when every step's wait passed.
-    report["ok"] = session.kube.dry_run or (final.holds(request.phase)
-                                            and not final.verdict_fails(request.phase))
+    report["ok"] = final.holds(request.phase) and not final.verdict_fails(request.phase)
     return report
 
 
@@ -380,10 +374,9 @@ def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[st
                         lambda runner: runner.rollback(request.phase))
     report = final.document
     # Rolled back, and what the phases kept below N are answerable for still works.
-    report["ok"] = session.kube.dry_run or (
-        all(p.status == "rolled-back" for p in final.phases
-            if p.number >= request.phase and p.status != "pending")
-        and not final.verdict_fails(request.phase - 1))
+    report["ok"] = (all(p.status == "rolled-back" for p in final.phases
+                        if p.number >= request.phase and p.status != "pending")
+                    and not final.verdict_fails(request.phase - 1))
     return report
 
 

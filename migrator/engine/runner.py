@@ -53,7 +53,6 @@ class Runner:
         self.settings: RunSettings = run.settings
         self.clock: Clock = run.clock
         self.listener: Listener = run.listener
-        self.dry_run = run.dry_run
         self.waiter = Waiter(run.kube, run.namespace, run.clock, run.session.heartbeat)
         self.result = RunResult()
         self._target = 0  # the N of `apply --phase N` / `rollback --phase N`, for the history
@@ -220,7 +219,7 @@ class Runner:
     def _check_settled(self, run: PhaseRun, done: set[str]) -> None:
         """Steps that needed no write still have post-gates (an operator's own rollout of the
         labels, an alias's endpoints): the phase is completed only once they pass."""
-        if self.dry_run or run.rollback:
+        if run.rollback:
             return
         for step in run.plan.checks:
             if step.id not in done and self._live(step) is not None:
@@ -241,8 +240,7 @@ class Runner:
 
     def _run_step(self, run: PhaseRun, step: Step) -> None:
         if step.pod_by_pod:
-            if not self.dry_run:
-                ondelete.roll(self, run, step)
+            ondelete.roll(self, run, step)
             return
         rec, rollback = run.rec, run.rollback
         recorded = {r.id: r.status for r in run.records}
@@ -278,8 +276,7 @@ class Runner:
                     rec.wrote_labels = True
                 self.save()
             self.listener.step(StepEvent(rec.number, step, "done"))
-        if not self.dry_run:  # a server-side dry run changes nothing to wait for
-            afterwrite.wait(self, run, step, base)
+        afterwrite.wait(self, run, step, base)
 
     def _wait_pre(self, module: Phase, step: Step, base: Snapshot,
                   pre: list[GateResult]) -> list[GateResult]:
@@ -322,7 +319,7 @@ class Runner:
         selectors were restored — measured from the recorded finish, so a run killed during
         the countdown waits only the rest of it when run again."""
         rec = self.state.phase(phases.selector_phase().NUMBER)
-        if rec.status != "rolled-back" or not rec.finished or self.dry_run:
+        if rec.status != "rolled-back" or not rec.finished:
             return
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         elapsed = (self.clock.now() - finished).total_seconds()

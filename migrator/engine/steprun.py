@@ -51,15 +51,10 @@ class Run:
     namespace: str
     catalog: Catalog
     cache: Informer | None  # the run's cache (engine/informer.py); None: read the API server
-    session: RunSession  # the lock, the state document's saves, the heartbeat, dry run
+    session: RunSession  # the lock, the state document's saves, the heartbeat
     clock: Clock
     listener: Listener
     settings: RunSettings = field(default_factory=RunSettings)
-
-    @property
-    def dry_run(self) -> bool:
-        """The Kube's writes are not persisted (`dryRun=All`), nor is the state."""
-        return self.session.dry_run
 
 
 @dataclass

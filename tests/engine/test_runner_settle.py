@@ -26,7 +26,7 @@ class Countdown(Quiet):
 
 
 def runner(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *,
-           status: str = "rolled-back", dry_run: bool = False) -> tuple[Runner, Countdown]:
+           status: str = "rolled-back") -> tuple[Runner, Countdown]:
     state = State(NS)
     rec = state.phase(3)
     rec.status = status
@@ -35,8 +35,7 @@ def runner(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *
             "%Y-%m-%dT%H:%M:%SZ")
     listener = Countdown()
     # The settle reads only the state and the clock: no API server is needed.
-    run = offline_run(clock, settings=RunSettings(settle=settle), listener=listener,
-                      dry_run=dry_run)
+    run = offline_run(clock, settings=RunSettings(settle=settle), listener=listener)
     return Runner(run, state), listener
 
 
@@ -58,14 +57,12 @@ def test_the_settle_is_counted_from_the_recorded_restore(restored_ago: float,
         assert listener.left == []
 
 
-@pytest.mark.parametrize(("status", "restored_ago", "dry_run"), [
-    ("completed", 0.0, False),  # phase 3 not rolled back (yet): nothing was restored
-    ("rolled-back", None, False),  # no recorded finish
-    ("rolled-back", 0.0, True),  # a dry run changes no selector
+@pytest.mark.parametrize(("status", "restored_ago"), [
+    ("completed", 0.0),  # phase 3 not rolled back (yet): nothing was restored
+    ("rolled-back", None),  # no recorded finish
 ])
-def test_no_settle_without_a_recorded_restore(status: str, restored_ago: float | None,
-                                              dry_run: bool) -> None:
+def test_no_settle_without_a_recorded_restore(status: str, restored_ago: float | None) -> None:
     clock = FakeClock()
-    run, listener = runner(clock, restored_ago, status=status, dry_run=dry_run)
+    run, listener = runner(clock, restored_ago, status=status)
     run._settle_after_restore()
     assert clock.slept == [] and listener.left == []

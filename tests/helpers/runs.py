@@ -18,10 +18,10 @@ from tests.helpers.clock import FakeClock
 
 
 def offline_run(clock: Clock | None = None, *, settings: RunSettings | None = None,
-                listener: Listener | None = None, dry_run: bool = False) -> Run:
+                listener: Listener | None = None) -> Run:
     clock = clock or FakeClock()
     listener = listener or Quiet()
     session = RunSession(MemoryStateStore(clock=clock), version=None, holder="test@host pid 1",
-                         clock=clock, listener=listener, dry_run=dry_run)
+                         clock=clock, listener=listener)
     return Run(cast(Kube, None), NS, load_catalog(), None, session, clock, listener,
                settings or RunSettings())

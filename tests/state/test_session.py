@@ -1,6 +1,6 @@
 """The run session (engine/state/session.py): the lock around a run, saves on the version last
-seen, the lock heartbeat on the injected clock, dry runs that never touch the state ConfigMap,
-and the ConfigMap's name and label taken from the catalog (plans/common.yaml)."""
+seen, the lock heartbeat on the injected clock, and the ConfigMap's name and label taken from
+the catalog (plans/common.yaml)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ class Said(Quiet):
         self.lines.append(text)
 
 
-def session(store: MemoryStateStore, clock: FakeClock, *, dry_run: bool = False,
+def session(store: MemoryStateStore, clock: FakeClock, *,
             version: str | None = None, listener: Quiet | None = None) -> RunSession:
     return RunSession(store, version=version, holder=HOLDER, clock=clock,
-                      listener=listener or Quiet(), dry_run=dry_run)
+                      listener=listener or Quiet())
 
 
 def _annotations(cm: MemoryConfigMap) -> dict[str, str]:
@@ -91,26 +91,6 @@ def test_the_heartbeat_renews_only_after_a_quarter_of_the_ttl() -> None:
         assert _annotations(cm)[locking.EXPIRES] > first
         run.heartbeat()
         assert cm.writes == writes + 1  # renewed just now
-
-
-def test_a_dry_run_takes_no_lock_and_writes_a_scratch_copy_only() -> None:
-    clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock)
-    saved = store.save(State("ns", stack="gpucluster", clock=clock).to_document(),
-                       expected_version=None)
-    writes = cm.writes
-    with session(store, clock, dry_run=True, version=saved.version) as run:
-        state = State("ns", stack="clusterpolicy", clock=clock)
-        run.save(state)
-        run.save(state)
-        clock.advance(LOCK_TTL_SECONDS)
-        run.heartbeat()
-        assert run.store is not store
-        loaded = run.store.load()
-        assert loaded is not None and loaded.document["stack"] == "clusterpolicy"
-    assert cm.writes == writes
-    real = store.load()
-    assert real is not None and real.document["stack"] == "gpucluster"
 
 
 def test_taking_over_an_expired_lock_is_said() -> None:

@@ -276,16 +276,6 @@ def test_threads_racing_for_the_lock_exactly_one_wins(cm: MemoryConfigMap, clock
     assert all(won[0] in err.message for err in refused)
 
 
-def test_seeded_scratch_store_keeps_writes_in_memory(cm: MemoryConfigMap, clock: Clock) -> None:
-    real = store(cm, clock)
-    stored = real.save(DOC, expected_version=None)
-    scratch = MemoryStateStore.seeded(stored)
-    loaded = scratch.load()
-    assert loaded is not None and loaded.document == DOC
-    scratch.save({"dry": True}, expected_version=loaded.version)
-    assert real.load() == stored
-
-
 def test_load_then_lock_and_save_with_the_same_store(cm: MemoryConfigMap, clock: Clock) -> None:
     """A command loads, locks and saves with one store: its own lock write moved the
     ConfigMap's version on, and the save still lands on the version it loaded."""
@@ -321,18 +311,3 @@ def test_a_change_between_load_and_lock_is_still_a_conflict(
     runner.acquire_lock("me@h pid 1", 60)
     with pytest.raises(StateConflict):
         runner.save({**DOC, "n": 1}, expected_version=loaded.version)
-
-
-def test_a_seeded_dry_run_store_saves_on_its_own_versions(
-    cm: MemoryConfigMap, clock: Clock
-) -> None:
-    stored = store(cm, clock).save(DOC, expected_version=None)
-    cm.edit(lambda o: None)  # move the real version past the scratch store's own numbering
-    real = store(cm, clock).load()
-    assert real is not None
-    scratch = MemoryStateStore.seeded(real)
-    copied = scratch.load()
-    assert copied is not None and copied.document == real.document
-    again = scratch.save({**DOC, "dry": 1}, expected_version=copied.version)
-    scratch.save({**DOC, "dry": 2}, expected_version=again.version)
-    assert store(cm, clock).load() == real and real.document == stored.document

@@ -1,8 +1,8 @@
-"""One run's hold on the state: the lock, saving the document, the lock heartbeat, dry runs.
+"""One run's hold on the state: the lock, saving the document, the lock heartbeat.
 
 `commands` opens a `RunSession` around a run and hands the runner its `save` and `heartbeat`:
 
-    with RunSession(store, version=..., holder=..., clock=..., listener=..., dry_run=...) as s:
+    with RunSession(store, version=..., holder=..., clock=..., listener=...) as s:
         Runner(..., save=s.save, heartbeat=s.heartbeat, ...)
 
 - the lock is taken on entry and released on exit (a failed release is left to expire: it
@@ -10,9 +10,10 @@
 - `save` writes the document on the ConfigMap version this run last saw, so a change by
   anyone else is a conflict, never overwritten;
 - `heartbeat` (called by the runner's waits, on its thread) renews the lock once a quarter of
-  its TTL has passed on the injected clock;
-- on a dry run (the Kube's writes are not persisted) the store is a scratch in-memory copy of
-  the real state, and no lock is taken: a dry run never writes the state ConfigMap.
+  its TTL has passed on the injected clock.
+
+A dry run never opens one: `apply --dry-run` is the preview's walk (`engine/preview.py`),
+which takes no lock and writes no state.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from migrator.engine.clock import Clock
 from migrator.engine.progress import Listener
 from migrator.engine.state.document import State
 from migrator.engine.state.lock import Lock, format_time, takeover_message
-from migrator.engine.state.store import MemoryStateStore, StateStore
+from migrator.engine.state.store import StateStore
 from migrator.errors import APIError
-from migrator.model.stacks import Common
 
 LOCK_TTL_SECONDS = 120.0
 
@@ -35,15 +35,9 @@ class RunSession:
     """The store, lock and document version of one apply or rollback (a context manager)."""
 
     def __init__(self, store: StateStore, *, version: str | None, holder: str, clock: Clock,
-                 listener: Listener, dry_run: bool, common: Common | None = None,
-                 ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
-        self.dry_run = dry_run
+                 listener: Listener, ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
         self.store: StateStore = store
         self._version = version
-        if dry_run:  # a scratch copy, saved on its own versions
-            self.store = MemoryStateStore.seeded(store.load(), clock, common)
-            copied = self.store.load()
-            self._version = copied.version if copied is not None else None
         self._holder = holder
         self._clock = clock
         self._listener = listener
@@ -52,12 +46,11 @@ class RunSession:
         self._renewed = clock.monotonic()
 
     def __enter__(self) -> RunSession:
-        if not self.dry_run:
-            self._lock = self.store.acquire_lock(self._holder, self._ttl)
-            self._renewed = self._clock.monotonic()
-            said = takeover_message(self._lock)  # expired, or its expiry unreadable
-            if said:
-                self._listener.message(said)
+        self._lock = self.store.acquire_lock(self._holder, self._ttl)
+        self._renewed = self._clock.monotonic()
+        said = takeover_message(self._lock)  # expired, or its expiry unreadable
+        if said:
+            self._listener.message(said)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

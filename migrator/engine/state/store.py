@@ -12,8 +12,7 @@ renewal, a label added by hand) and nobody else holds the lock, the save is retr
 version; if the document itself changed, `StateConflict`; if another run holds the lock,
 `LockHeld`.
 
-For `apply --dry-run` (a Kube with dry_run=True, whose writes are not persisted) the run
-session (`session.py`) hands the engine a `MemoryStateStore.seeded(...)` copy instead.
+`apply --dry-run` never reaches a store: the preview (`engine/preview.py`) writes no state.
 """
 
 from __future__ import annotations
@@ -367,7 +366,7 @@ class ConfigMapStateStore(_ConfigMapState):
 
 
 class MemoryStateStore(_ConfigMapState):
-    """The same behaviour over an in-memory ConfigMap, for engine unit tests and dry runs.
+    """The same behaviour over an in-memory ConfigMap, for engine unit tests.
 
     Two stores built on the same `configmap` act like two processes sharing a cluster;
     `configmap.edit(...)` plays a second client (kubectl edit) changing it between calls.
@@ -381,12 +380,3 @@ class MemoryStateStore(_ConfigMapState):
         self.configmap = configmap or MemoryConfigMap(name=common.state_configmap)
         super().__init__(self.configmap, common.managed_by, clock or SystemClock())
 
-    @classmethod
-    def seeded(cls, stored: StoredState | None, clock: Clock | None = None,
-               common: Common | None = None) -> MemoryStateStore:
-        """A scratch copy of real state (for dry runs): writes stay in memory, on the copy's
-        own versions (`load` it for the version to save on)."""
-        store = cls(clock=clock, common=common)
-        if stored is not None:
-            store.configmap.create(store._new_configmap(encode(stored.document), {}))
-        return store

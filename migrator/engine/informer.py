@@ -54,12 +54,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.wholepods import WholePods
 from migrator.errors import ClusterError, WatchExpired
-from migrator.model import kinds
+from migrator.model import kinds, stacks
 from migrator.model import objects as o
 from migrator.model.kinds import Kind
 from migrator.model.selectors import Selector, parse
 from migrator.model.snapshot import PodView
-from migrator.model.stacks import Catalog, stray_selectors
+from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -214,9 +214,8 @@ class Reflector(Generic[T]):
 
 def pod_selectors(catalog: Catalog) -> list[str]:
     """One pod reflector per app label of the catalog (a rollout re-lists only its own), and
-    one per common label key for pods with it and none of those app labels (strays)."""
-    apps = sorted({c.app_label for c in catalog.components})
-    return [f"app={a}" for a in apps] + stray_selectors(catalog.components)
+    one per common label key for the strays (`stacks.pod_selectors`)."""
+    return stacks.pod_selectors(catalog.components, per_app=True)
 
 
 def _view(pod: Obj) -> PodView:

@@ -22,7 +22,7 @@ from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.snapshot import PodView, ServiceEndpoints, Snapshot, endpoints_from_slices
-from migrator.model.stacks import Catalog, Component, pod_selectors
+from migrator.model.stacks import Catalog, Component, belongs, pod_selectors
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -85,14 +85,11 @@ def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
 
 
 def _cached_pods(cache: Informer, comps: Sequence[Component]) -> list[PodView]:
-    """The pods the selectors below would list, from the cache: an app label of these
-    components, or (with any app label or none) one of their common label keys."""
-    apps = {c.app_label for c in comps}
-    keys = {c.common_label.key for c in comps}
+    """The pods of these components (`stacks.pod_selectors`) from the cache."""
     if not comps:
         return []
-    return [p for p in cache.pods()
-            if p.labels.get("app") in apps or any(k in p.labels for k in keys)]
+    mine = belongs(comps)
+    return [p for p in cache.pods() if mine(p.labels)]
 
 
 def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:

@@ -6,13 +6,15 @@ data only; everything else in this module is pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import yaml
+
+from migrator.model.selectors import parse
 
 STACK_NAMES = ("clusterpolicy", "gpucluster")
 
@@ -149,14 +151,24 @@ def stray_selectors(components: Iterable[Component]) -> list[str]:
     return [f"{key},app notin ({apps})" for key in sorted({c.common_label.key for c in comps})]
 
 
-def pod_selectors(components: Iterable[Component]) -> list[str]:
-    """Label selectors whose union is every pod these components' gates look at: their app
-    labels, then the strays, so DaemonSet pods that phase 1 labelled are not read twice."""
+def pod_selectors(components: Iterable[Component], *, per_app: bool = False) -> list[str]:
+    """The one definition of the pods that belong to these components (every pod their gates
+    look at), as label selectors whose union they are: their app labels, then the strays, so
+    DaemonSet pods that phase 1 labelled are not read twice. `per_app`: one selector per app
+    label (a reflector each, so a rollout re-lists only its own)."""
     comps = list(components)
     if not comps:
         return []
-    apps = ",".join(sorted({c.app_label for c in comps}))
-    return [f"app in ({apps})", *stray_selectors(comps)]
+    apps = sorted({c.app_label for c in comps})
+    own = [f"app={a}" for a in apps] if per_app else [f"app in ({','.join(apps)})"]
+    return [*own, *stray_selectors(comps)]
+
+
+def belongs(components: Iterable[Component]) -> Callable[[Mapping[str, str]], bool]:
+    """Does a pod with these labels belong to the components: `pod_selectors` as a predicate
+    (for pods already in hand, such as a cache's)."""
+    selectors = [parse(s) for s in pod_selectors(components)]
+    return lambda labels: any(s.matches(labels) for s in selectors)
 
 
 def _label(d: dict[str, Any]) -> Label:

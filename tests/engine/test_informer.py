@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from migrator.engine import informer
 from migrator.kube.client import Kube
-from migrator.model import kinds
+from migrator.model import kinds, stacks
 from migrator.model import objects as o
 from migrator.model.selectors import parse
 from migrator.model.stacks import load_catalog
@@ -63,3 +63,19 @@ def test_pod_selectors_cover_every_app_and_the_strays_once() -> None:
         stray = {"app": "something-else", c.common_label.key: c.common_label.value}
         assert sum(s.matches(stray) for s in selectors) >= 1
     assert not any(s.matches({"app": "something-else"}) for s in selectors)
+
+
+def test_which_pods_belong_is_one_definition_whether_listed_per_app_cached_or_read() -> None:
+    """The API reads (one selector for the app labels), the cache's reflectors (one per app
+    label) and the filter over cached pods answer alike."""
+    comps = load_catalog().components
+    together = [parse(s) for s in stacks.pod_selectors(comps)]
+    apart = [parse(s) for s in stacks.pod_selectors(comps, per_app=True)]
+    mine = stacks.belongs(comps)
+    samples = [{"app": c.app_label} for c in comps] + [
+        {"app": "x", c.common_label.key: "true"} for c in comps] + [
+        {c.common_label.key: "true"} for c in comps] + [{"app": "x"}, {}]
+    for labels in samples:
+        expected = any(s.matches(labels) for s in together)
+        assert any(s.matches(labels) for s in apart) == expected == mine(labels), labels
+    assert sum(mine(labels) for labels in samples) == len(samples) - 2

@@ -1,9 +1,10 @@
 """Read what the plan and the gates need into a Snapshot, with a number of requests that does
 not grow with the node count (paginated lists by label selector; no per-pod or per-node calls).
 
-Given a run's cache (`engine/informer.py`, passed as `cache`), the DaemonSets, Services, pods
-and EndpointSlices come from it (no request at all) and only the namespace and the
-cluster-scoped CRs and ServiceMonitors (a few small objects) are read from the API server.
+The DaemonSets, Services, pods and EndpointSlices come through one `Reader`: the API server
+(`DirectReader`), or, given a run's cache (`engine/informer.py`, passed as `cache`), the cache
+(`CachedReader`: no request at all); only the namespace and the cluster-scoped CRs and
+monitors (a few small objects) are always read from the API server.
 
 Pods are read as printed rows (`model/printed.py`); those a row cannot vouch for are read whole
 (`engine/wholepods.py`) before the Snapshot is built, so every gate sees real conditions.
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Informer
@@ -57,17 +59,88 @@ def settled(kube: Kube, namespace: str, listed: Iterable[PodView],
                         key=lambda p: (p.node, p.name)))
 
 
+class Reader(Protocol):
+    """Where the namespace's DaemonSets, Services, EndpointSlices and pods come from: the API
+    server (`DirectReader`) or a run's cache (`CachedReader`). Chosen once, by `reader`."""
+
+    def daemonsets(self) -> list[Obj]: ...
+
+    def services(self) -> list[Obj]: ...
+
+    def endpointslices(self, services: Sequence[str] | None) -> list[Obj]: ...
+
+    def pods(self, comps: Sequence[Component],
+             endpoints: Mapping[str, ServiceEndpoints]) -> tuple[PodView, ...]: ...
+
+
+@dataclass(frozen=True)
+class DirectReader:
+    """One list per kind (paginated, by label selector), the doubtful pods read whole."""
+
+    kube: Kube
+    namespace: str
+    whole: WholePods | None = None
+
+    def daemonsets(self) -> list[Obj]:
+        return list(self.kube.list(kinds.DAEMONSET, self.namespace).items)
+
+    def services(self) -> list[Obj]:
+        return list(self.kube.list(kinds.SERVICE, self.namespace).items)
+
+    def endpointslices(self, services: Sequence[str] | None) -> list[Obj]:
+        return list(self.kube.list(
+            kinds.ENDPOINTSLICE, self.namespace,
+            label_selector=_in("kubernetes.io/service-name", services) if services else None
+        ).items)
+
+    def pods(self, comps: Sequence[Component],
+             endpoints: Mapping[str, ServiceEndpoints]) -> tuple[PodView, ...]:
+        selectors = pod_selectors(comps)
+        return (read_pods(self.kube, self.namespace, selectors, endpoints, self.whole)
+                if selectors else ())
+
+
+@dataclass(frozen=True)
+class CachedReader:
+    """The run's cache (engine/informer.py): no request, but for doubtful pods read whole."""
+
+    kube: Kube
+    namespace: str
+    cache: Informer
+
+    def daemonsets(self) -> list[Obj]:
+        return self.cache.daemonsets.items()
+
+    def services(self) -> list[Obj]:
+        return self.cache.services.items()
+
+    def endpointslices(self, services: Sequence[str] | None) -> list[Obj]:
+        return self.cache.endpointslices.items()
+
+    def pods(self, comps: Sequence[Component],
+             endpoints: Mapping[str, ServiceEndpoints]) -> tuple[PodView, ...]:
+        return settled(self.kube, self.namespace, _cached_pods(self.cache, comps), endpoints,
+                       [str(r.label_selector) for r in self.cache.pod_reflectors],
+                       self.cache.whole)
+
+
+def reader(kube: Kube, namespace: str, cache: Informer | None = None,
+           whole: WholePods | None = None) -> Reader:
+    """The run's cache when there is one, else the API server."""
+    if cache is not None:
+        return CachedReader(kube, namespace, cache)
+    return DirectReader(kube, namespace, whole)
+
+
 def read_endpoints(kube: Kube, namespace: str, services: Iterable[str] | None = None, *,
-                   cache: Informer | None = None) -> dict[str, ServiceEndpoints]:
-    """These Services' endpoints from their EndpointSlices (None: every Service's), from
-    `cache` when given."""
+                   source: Reader | None = None) -> dict[str, ServiceEndpoints]:
+    """These Services' endpoints from their EndpointSlices (None: every Service's), read
+    through `source` (default: the API server)."""
     names = sorted(set(services)) if services is not None else None
     if names == []:
         return {}
     by_service: dict[str, list[Obj]] = {n: [] for n in names or ()}
-    slices = cache.endpointslices.items() if cache is not None else kube.list(
-        kinds.ENDPOINTSLICE, namespace,
-        label_selector=_in("kubernetes.io/service-name", names) if names else None).items
+    slices = (source or DirectReader(kube, namespace)).endpointslices(names)
     for sl in slices:
         svc = o.labels(sl).get("kubernetes.io/service-name", "")
         if names is None or svc in by_service:
@@ -151,24 +224,15 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None if cluster_scope else True
     if not ns_exists:
         return Snapshot(namespace, namespace_exists=False)
+    source = reader(kube, namespace, cache, whole)
     wanted_ds = set(daemonsets) if daemonsets is not None else {
         c.daemonset for c in catalog.components}
-    all_ds = {o.name(d): d for d in (cache.daemonsets.items() if cache is not None
-                                     else kube.list(kinds.DAEMONSET, namespace).items)}
-    ds_map = {n: d for n, d in all_ds.items() if n in wanted_ds}
-
-    svc_items = (cache.services.items() if cache is not None
-                 else kube.list(kinds.SERVICE, namespace).items)
-    svc_map = {o.name(s): s for s in svc_items if services is None or o.name(s) in services}
-
+    ds_map = {o.name(d): d for d in source.daemonsets() if o.name(d) in wanted_ds}
+    svc_map = {o.name(s): s for s in source.services()
+               if services is None or o.name(s) in services}
     comps = [c for c in catalog.components if c.daemonset in ds_map]
-    selectors = pod_selectors(comps)
-    endpoints = read_endpoints(kube, namespace, svc_map, cache=cache)
-    if cache is not None:
-        pods = settled(kube, namespace, _cached_pods(cache, comps), endpoints,
-                       [str(r.label_selector) for r in cache.pod_reflectors], cache.whole)
-    else:
-        pods = read_pods(kube, namespace, selectors, endpoints, whole) if selectors else ()
+    endpoints = read_endpoints(kube, namespace, svc_map, source=source)
+    pods = source.pods(comps, endpoints)
 
     cps: tuple[Obj, ...] = ()
     gcs: tuple[Obj, ...] = ()

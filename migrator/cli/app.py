@@ -9,12 +9,12 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
-from typer.core import TyperGroup
 
 from migrator import __version__
+from migrator.cli.group import Group
 from migrator.cli.options import (
     AllowForeignPods,
     Context,
@@ -39,87 +39,9 @@ if TYPE_CHECKING:
 EPILOG_EXIT = ("Exit codes: 0 done; 1 a gate stopped the run safely; 2 bad input; "
                "3 cluster/API error; 4 lock held or stale plan.")
 
-# click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
-_clicks = sys.modules[typer.BadParameter.__module__]
-
-
-class _ClickError(Protocol):
-    """What a click UsageError offers (its class is found at run time, so typed here)."""
-
-    def show(self) -> None: ...
-    def format_message(self) -> str: ...
-
-
-ClickUsageError: type[Exception] = _clicks.UsageError
-NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
-    e for e in (getattr(_clicks, "NoArgsIsHelpError", None),) if e is not None)
-
-
-class _Group(TyperGroup):
-    """The root group: a usage error click finds while parsing a command's options (a
-    missing or malformed value, an unknown option) gets a `fix:` line like every other error,
-    and under `-o json`/`-o yaml` the same error document on stdout (docs/output.schema.json)."""
-
-    def invoke(self, ctx: Any) -> Any:
-        _show_invoked_name(self, ctx.info_name or "dcgm-migrate")
-        argv = [*getattr(ctx, "_protected_args", getattr(ctx, "protected_args", [])),
-                *ctx.args]
-        try:
-            return super().invoke(ctx)
-        except NoArgsIsHelp:
-            raise
-        except ClickUsageError as exc:
-            shown = cast(_ClickError, exc)
-            shown.show()
-            hint = _usage_hint(exc)
-            typer.echo(f"fix: {hint}", err=True)
-            output = _output_of(argv)
-            if output is not Output.table:
-                from migrator.cli import render
-
-                message = shown.format_message()
-                render.document({"error": {"message": message, "hint": hint,
-                                           "exitCode": 2, "type": "UsageError"}}, output)
-            raise typer.Exit(2) from None
-
-
-def _show_invoked_name(group: Any, name: str) -> None:
-    """Every command's `Example:` line with the name the user invoked (`kubectl
-    dcgm-migrate` for the plugin), as its usage line has."""
-    if name == "dcgm-migrate":
-        return
-    for cmd in group.commands.values():
-        if cmd.help:
-            cmd.help = cmd.help.replace("Example: dcgm-migrate ", f"Example: {name} ")
-        if hasattr(cmd, "commands"):
-            _show_invoked_name(cmd, name)
-
-
-def _usage_hint(exc: Any) -> str:
-    param = getattr(exc, "param", None)
-    names = set(param.opts) if param is not None else set()
-    if "--phase" in names:
-        return "pass --phase 1, 2 or 3"
-    if "--output" in names:
-        return "pass -o table, json or yaml"
-    where = exc.ctx.command_path if exc.ctx else "dcgm-migrate"
-    return f"see `{where} --help` for the options and their values"
-
-
-def _output_of(argv: list[str]) -> Output:
-    """The -o/--output the command line asked for (table when none or not a format)."""
-    pairs = zip(argv, [*argv[1:], ""], strict=True)
-    for a, b in pairs:
-        value = (b if a in ("-o", "--output") else a[2:] if a.startswith("-o")
-                 else a.split("=", 1)[1] if a.startswith("--output=") else None)
-        if value is not None and value.lower() in Output.__members__:
-            return Output(value.lower())
-    return Output.table
-
-
 app = typer.Typer(
     name="dcgm-migrate",
-    cls=_Group,
+    cls=Group,
     help="Move a live GPU Operator cluster to one stable DCGM / DCGM Exporter identity, in "
          "three gated, resumable phases: label, alias, switch.",
     epilog=EPILOG_EXIT,

@@ -13,10 +13,12 @@ from typing import Annotated
 
 import typer
 
+from migrator.cli.group import Group
 from migrator.sim.stacknames import STACKS
 
 sim_app = typer.Typer(
     name="sim",
+    cls=Group,
     help="The simulated GPU cluster: a Kubernetes API stand-in on loopback, for demos and tests.",
     no_args_is_help=True,
     add_completion=False,

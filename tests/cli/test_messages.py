@@ -343,6 +343,13 @@ def test_the_plugin_help_shows_the_kubectl_command_line() -> None:
     assert flat.startswith("Usage: kubectl dcgm-migrate apply")
     assert "Example: kubectl dcgm-migrate apply --phase 2 --yes" in flat
     assert "Example: dcgm-migrate" not in flat
+    # Computed per call: the shared app is not rewritten for the next invocation.
+    again = " ".join(CliRunner().invoke(app, ["apply", "--help"],
+                                        prog_name="dcgm-migrate").stdout.split())
+    assert "Example: dcgm-migrate apply --phase 2 --yes" in again and "kubectl" not in again
+    sim = " ".join(CliRunner().invoke(app, ["sim", "serve", "--help"],
+                                      prog_name="kubectl dcgm-migrate").stdout.split())
+    assert "Example: kubectl dcgm-migrate sim serve" in sim
 
 
 # ---- the README's serial test command works ----------------------------------------------------

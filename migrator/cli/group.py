@@ -1,0 +1,101 @@
+"""The CLI's click group: what every command and subgroup shares at the click level — a usage
+error's `fix:` line and `-o json` error document, and the `Example:` lines in the name the user
+invoked. Typer is pinned to the range this is tested with (pyproject.toml)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any, Protocol, cast
+
+import typer
+from typer.core import TyperGroup
+
+from migrator.cli.options import Output
+
+# click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
+_clicks = sys.modules[typer.BadParameter.__module__]
+
+
+class _ClickError(Protocol):
+    """What a click UsageError offers (its class is found at run time, so typed here)."""
+
+    def show(self) -> None: ...
+    def format_message(self) -> str: ...
+
+
+ClickUsageError: type[Exception] = _clicks.UsageError
+NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
+    e for e in (getattr(_clicks, "NoArgsIsHelpError", None),) if e is not None)
+
+
+class Group(TyperGroup):
+    """The root group and its subgroups. A usage error click finds while parsing a command's
+    options (a missing or malformed value, an unknown option) gets a `fix:` line like every
+    other error, and under `-o json`/`-o yaml` the same error document on stdout
+    (docs/output.schema.json). Each command's `Example:` line shows the name the user invoked
+    (`kubectl dcgm-migrate` for the plugin), as its usage line does: computed per call on a
+    copy of the command, never written into the shared app."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta.setdefault(ARGV_KEY, list(args))  # the whole command line, for `-o`
+        return list(super().parse_args(ctx, args))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        found = super().get_command(ctx, cmd_name)
+        return _as_invoked(found, ctx.find_root().info_name or "dcgm-migrate")
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except NoArgsIsHelp:
+            raise
+        except ClickUsageError as exc:
+            shown = cast(_ClickError, exc)
+            shown.show()
+            hint = _usage_hint(exc)
+            typer.echo(f"fix: {hint}", err=True)
+            output = _output_of(ctx.meta.get(ARGV_KEY, []))
+            if output is not Output.table:
+                from migrator.cli import render
+
+                message = shown.format_message()
+                render.document({"error": {"message": message, "hint": hint,
+                                           "exitCode": 2, "type": "UsageError"}}, output)
+            raise typer.Exit(2) from None
+
+
+ARGV_KEY = "dcgm-migrate.argv"
+
+
+def _as_invoked(cmd: Any, name: str) -> Any:
+    """`cmd` as the user invoked it: a copy whose `Example:` line names `name` (a subgroup is a
+    `Group` too, so its own commands are shown alike)."""
+    if cmd is None or name == "dcgm-migrate":
+        return cmd
+    shown = copy.copy(cmd)
+    if cmd.help:
+        shown.help = cmd.help.replace("Example: dcgm-migrate ", f"Example: {name} ")
+    return shown
+
+
+def _usage_hint(exc: Any) -> str:
+    param = getattr(exc, "param", None)
+    names = set(param.opts) if param is not None else set()
+    if "--phase" in names:
+        return "pass --phase 1, 2 or 3"
+    if "--output" in names:
+        return "pass -o table, json or yaml"
+    where = exc.ctx.command_path if exc.ctx else "dcgm-migrate"
+    return f"see `{where} --help` for the options and their values"
+
+
+def _output_of(argv: list[str]) -> Output:
+    """The -o/--output the command line asked for (table when none or not a format)."""
+    pairs = zip(argv, [*argv[1:], ""], strict=True)
+    for a, b in pairs:
+        value = (b if a in ("-o", "--output") else a[2:] if a.startswith("-o")
+                 else a.split("=", 1)[1] if a.startswith("--output=") else None)
+        if value is not None and value.lower() in Output.__members__:
+            return Output(value.lower())
+    return Output.table

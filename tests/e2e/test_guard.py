@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from migrator.engine.clock import Clock
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.kube.client import Kube
 from migrator.model import kinds
@@ -34,6 +35,7 @@ from migrator.model.stacks import load_catalog
 from migrator.sim.cluster import kubeconfig_document
 from migrator.sim.store import Event
 from tests.e2e.conftest import E2E, NS
+from tests.helpers.clock import SeenClock
 from tests.helpers.readiness import ReadyEndpoints
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,13 +61,13 @@ class Running:
 
 @contextmanager
 def running_guard(env: E2E, identity: str = "guard-a", *, lease_seconds: int = 15,
-                  kube: Kube | None = None) -> Iterator[Running]:
+                  kube: Kube | None = None, clock: Clock | None = None) -> Iterator[Running]:
     """A guard loop in a thread against the sim (as the Deployment's leader would run)."""
     kube = kube or Kube.connect(env.sim.kubeconfig)
     log: list[str] = []
     settings = GuardSettings(identity=identity, lease_seconds=lease_seconds,
                              retry_seconds=0.2, watch_seconds=5, min_pass_seconds=0.05)
-    guard = Guard(kube, NS, load_catalog(), settings, log=log.append)
+    guard = Guard(kube, NS, load_catalog(), settings, log=log.append, clock=clock)
     stop = threading.Event()
     thread = threading.Thread(target=guard.run, args=(stop,), daemon=True, name=identity)
     thread.start()
@@ -254,8 +256,11 @@ def test_two_guards_one_leads_and_the_other_takes_over_after_the_lease_expires(
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with running_guard(env, "guard-a", lease_seconds=1) as a:
         env.sim.wait_for(lambda: a.guard.lease.is_leader, 10)
-        with running_guard(env, "guard-b", lease_seconds=1) as b:
-            time.sleep(0.5)  # several of b's retry periods
+        b_clock = SeenClock()
+        with running_guard(env, "guard-b", lease_seconds=1, clock=b_clock) as b:
+            # Several of b's retry periods, as b's loop lived them, having seen a lead.
+            env.sim.wait_for(lambda: b.guard.lease.holder == "guard-a", 10)
+            assert b_clock.lived_through(3 * 0.2)
             assert not b.guard.lease.is_leader and b.guard.passes == 0
             # a dies without releasing (a crash, not SIGTERM): b waits the lease out.
             # ignored below: patched for this one test

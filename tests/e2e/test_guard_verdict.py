@@ -15,6 +15,7 @@ from migrator.kube.client import Kube
 from migrator.model.outcome import Verdict
 from migrator.model.stacks import load_catalog
 from tests.e2e.conftest import E2E, NS
+from tests.helpers.clock import SeenClock
 
 VERDICT_SECONDS = 0.5  # real seconds: the guard runs on the real clock
 
@@ -47,7 +48,8 @@ def test_the_guard_judges_again_only_when_what_it_reads_changed(
     log: list[str] = []
     settings = GuardSettings(identity="guard-a", retry_seconds=0.2, watch_seconds=5,
                              min_pass_seconds=0.05, verdict_seconds=VERDICT_SECONDS)
-    guard = Guard(kube, NS, load_catalog(), settings, log=log.append)
+    clock = SeenClock()  # the guard's own clock: the waits below are spans it lived through
+    guard = Guard(kube, NS, load_catalog(), settings, log=log.append, clock=clock)
     taken = _counted(guard)
     stop = threading.Event()
     thread = threading.Thread(target=guard.run, args=(stop,), daemon=True)
@@ -57,9 +59,10 @@ def test_the_guard_judges_again_only_when_what_it_reads_changed(
         # The start's own lists count as changes: the second verdict comes one period later.
         assert _until(lambda: len(taken) >= 2, 15), log
         env.sim.wait_idle()
-        time.sleep(2 * VERDICT_SECONDS)
+        assert clock.lived_through(2 * VERDICT_SECONDS)
         settled = len(taken)
-        time.sleep(10 * VERDICT_SECONDS)  # ten verdict periods of a quiet cluster
+        # Ten verdict periods of a quiet cluster, as the guard's loop itself lived them.
+        assert clock.lived_through(10 * VERDICT_SECONDS)
         assert len(taken) == settled, f"a quiet cluster was judged again: {log}"
         node = sorted(p["spec"]["nodeName"] for p in env.pods("nvidia-dcgm-dra"))[0]
         with env.monitor.expected_outage():

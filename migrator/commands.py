@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from migrator import phases
-from migrator.engine import executor, informer, runstate
+from migrator.engine import executor, informer, runstatus
 from migrator.engine import preview as previews
 from migrator.engine import report as reports
 from migrator.engine.clock import Clock, SystemClock
@@ -47,7 +47,7 @@ ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip t
 class Session:
     """One connection to one namespace, plus what every command needs around it: the one
     state store the command loads, locks and saves with, and the clock handed down with the
-    run (`steprun.Run`)."""
+    run (`loop.Run`)."""
 
     kube: Kube
     namespace: str
@@ -391,7 +391,7 @@ def status(session: Session) -> dict[str, Any]:
         "planFingerprint": state.plan_fingerprint, "updated": state.updated,
         "lastError": state.last_error, "history": state.history[-10:],
     }
-    report["run"] = run = runstate.describe(state, session.store.lock_info(), session.clock.now(),
+    report["run"] = run = runstatus.describe(state, session.store.lock_info(), session.clock.now(),
                                             session.namespace)
     if run["rollback"] is not None:  # a rollback in progress: its steps, not the forward diff
         undoing = {p["phase"] for p in run["rollback"]}

@@ -1,8 +1,8 @@
 """After a write: wait for the step's post-gates — its DaemonSet's rollout, the phase's
 `after_write` gates and the no-loss gates on every guarded Service — and act on a loss (a
 selector change that lost endpoints is undone at once). A part of the loop kept out of the
-runner: it works through the run's public context (`steprun.RunContext`: reads, waiter,
-failure path) and the phase being run (`steprun.PhaseRun`), never the runner itself.
+runner: it works through the run's public context (`loop.Loop`: reads, waiter,
+failure path) and the phase being run (`loop.PhaseWork`), never the runner itself.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from migrator.engine import executor, stalls
+from migrator.engine.loop import Loop, PhaseWork
 from migrator.engine.progress import EndpointProgress, RolloutProgress, StepEvent
 from migrator.engine.state import PhaseRecord
-from migrator.engine.steprun import PhaseRun, RunContext
 from migrator.engine.waiting import Pace, RolloutOutcome
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -27,7 +27,7 @@ from migrator.model.steps import Step
 STOPS_AT_ONCE = frozenset({GateKind.ENDPOINTS, GateKind.NODES_REPORTING})
 
 
-def wait(run: RunContext, phase: PhaseRun, step: Step, base: Snapshot | None) -> None:
+def wait(run: Loop, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
     """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
     supplies only what a step never changes: the CRs, ServiceMonitors and update
     strategy; every gate check reads the DaemonSets, Services, pods and endpoints afresh
@@ -100,7 +100,7 @@ def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
     selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
     return g.switch_loss(snap, base, selector, selector)
 
-def _fail_rollout(run: RunContext, rec: PhaseRecord, step: Step, base: Snapshot,
+def _fail_rollout(run: Loop, rec: PhaseRecord, step: Step, base: Snapshot,
                   out: RolloutOutcome) -> NoReturn:
     if out.ds is None:
         run.fail(rec, f"DaemonSet/{step.name} disappeared during its rollout",
@@ -115,12 +115,12 @@ def _fail_rollout(run: RunContext, rec: PhaseRecord, step: Step, base: Snapshot,
              f"{out.stalled_for:.0f}s (--timeout {run.settings.timeout:g}s; {counts}); "
              f"{where}", hint)
 
-def _report_rollout(run: RunContext, ds: dict[str, Any], pace: Pace) -> None:
+def _report_rollout(run: Loop, ds: dict[str, Any], pace: Pace) -> None:
     updated, available, desired = g.rollout_counts(ds)
     run.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
                                           eta_seconds=pace.eta))
 
-def _note_endpoints(run: RunContext, snap: Snapshot, base: ServiceBaseline) -> None:
+def _note_endpoints(run: Loop, snap: Snapshot, base: ServiceBaseline) -> None:
     ready = snap.endpoints_of(base.service).ready_total
     low = run.result.lowest.get(base.service, (ready, base.total))
     run.result.lowest[base.service] = (min(low[0], ready), base.total)

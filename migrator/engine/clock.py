@@ -1,4 +1,4 @@
-"""Time, injected: the one Clock the commands hand down with the run (`steprun.Run`) to the
+"""Time, injected: the one Clock the commands hand down with the run (`loop.Run`) to the
 runner, its waiter, the run's cache and the state session, and that the guard and its Lease
 election take.
 

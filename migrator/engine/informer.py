@@ -38,7 +38,7 @@ the rollout (the waiter follows it with its own DaemonSet watch) and list again 
 a read in between would list at once (`items` of a stopped reflector), never use the old view.
 
 Lifetime: `opened(...)` starts the cache for one run; `commands` puts it in the run
-(`steprun.Run.cache`) and every read that should use it is handed it (`observe`'s `cache=`):
+(`loop.Run.cache`) and every read that should use it is handed it (`observe`'s `cache=`):
 no registry, nothing found by connection. On exit every watch stream is shut down (its
 socket, so a blocked read returns) and every thread joined: nothing outlives the run.
 """

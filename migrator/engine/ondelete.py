@@ -2,15 +2,15 @@
 `--roll-on-delete`), deleting one node's outdated pod at a time and waiting for its
 replacement to turn Ready before the next. The one step the runner runs pod by pod instead of
 as a single write (`Step.pod_by_pod`). A part of the loop kept out of the runner: it works
-through the run's public context (`steprun.RunContext`: reads, saves, failure path) and the
-phase being run (`steprun.PhaseRun`), never the runner itself.
+through the run's public context (`loop.Loop`: reads, saves, failure path) and the
+phase being run (`loop.PhaseWork`), never the runner itself.
 """
 
 from __future__ import annotations
 
 from migrator.engine import executor, interrupts
+from migrator.engine.loop import Loop, PhaseWork
 from migrator.engine.progress import StepEvent
-from migrator.engine.steprun import PhaseRun, RunContext
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -19,7 +19,7 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.steps import RollPods, Step
 
 
-def roll(run: RunContext, phase: PhaseRun, step: Step) -> None:
+def roll(run: Loop, phase: PhaseWork, step: Step) -> None:
     """Delete pods whose labels differ from the template, one node at a time, each after
     the previous node's new pod is Ready."""
     assert isinstance(step, RollPods), f"{step.type} is not run pod by pod"

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from migrator import phases
 from migrator.engine import afterwrite, executor, interrupts, ondelete, walk
 from migrator.engine.clock import Clock
+from migrator.engine.loop import Direction, PhaseWork, Run, RunResult, RunSettings
 from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.state import PhaseRecord, State
-from migrator.engine.steprun import Direction, PhaseRun, Run, RunResult, RunSettings
 from migrator.engine.waiting import Waiter
 from migrator.engine.walk import Action
 from migrator.errors import GateFailed
@@ -41,12 +41,12 @@ __all__ = ["Run", "RunResult", "RunSettings", "Runner"]
 
 class Runner:
     """The run's loop over the `Run` that `commands` built: drives the phases, and is the
-    `steprun.RunContext` that `afterwrite` and `ondelete` work through."""
+    `loop.Loop` that `afterwrite` and `ondelete` work through."""
 
     def __init__(self, run: Run, state: State) -> None:
         self.run = run
         self.state = state
-        # What `RunContext` promises, straight from the one Run.
+        # What `Loop` promises, straight from the one Run.
         self.kube: Kube = run.kube
         self.namespace: str = run.namespace
         self.catalog: Catalog = run.catalog
@@ -160,7 +160,7 @@ class Runner:
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
                        target=self._target)
         self.save()  # baselines and originals are in the state before any write
-        run = PhaseRun(module, rec, plan,
+        run = PhaseWork(module, rec, plan,
                        tuple(ServiceBaseline.from_dict(b) for b in rec.baselines), direction)
         revisit = self._revisit(run)
         for step in revisit + list(plan.steps):
@@ -178,7 +178,7 @@ class Runner:
         self.save()
         self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))
 
-    def _revisit(self, run: PhaseRun) -> list[Step]:
+    def _revisit(self, run: PhaseWork) -> list[Step]:
         """Steps this phase wrote (or may have: intent) that the plan leaves out because the
         live object already shows their effect. A run killed between such a write and the end
         of its gates (rollout, endpoints) must still mark it done and wait for those gates
@@ -216,7 +216,7 @@ class Runner:
                            "handed over to the GPU Operator, whose own reconciler manages it "
                            "now; left alone")
 
-    def _check_settled(self, run: PhaseRun, done: set[str]) -> None:
+    def _check_settled(self, run: PhaseWork, done: set[str]) -> None:
         """Steps that needed no write still have post-gates (an operator's own rollout of the
         labels, an alias's endpoints): the phase is completed only once they pass."""
         if run.rollback:
@@ -238,7 +238,7 @@ class Runner:
     def _live(self, step: Step) -> dict[str, Any] | None:
         return self.kube.get(step.kind, step.name, self.namespace)
 
-    def _run_step(self, run: PhaseRun, step: Step) -> None:
+    def _run_step(self, run: PhaseWork, step: Step) -> None:
         if step.pod_by_pod:
             ondelete.roll(self, run, step)
             return
@@ -328,7 +328,7 @@ class Runner:
             self.waiter.settle(remaining, self.listener.settle)
 
 
-def _hint_for(run: PhaseRun, step: Step, failed: list[GateResult]) -> str:
+def _hint_for(run: PhaseWork, step: Step, failed: list[GateResult]) -> str:
     if any(r.kind is GateKind.CHANGED_MEANWHILE for r in failed):
         return ("someone else (often an operator reconcile) changed this Service since it was "
                 "read; nothing was written to it: run `dcgm-migrate status` to see its owner and "

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import cast
 
 from migrator.engine.clock import Clock
+from migrator.engine.loop import Run, RunSettings
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.state import RunSession
 from migrator.engine.state.store import MemoryStateStore
-from migrator.engine.steprun import Run, RunSettings
 from migrator.kube.client import Kube
 from migrator.model.stacks import load_catalog
 from tests.helpers.builders import NS

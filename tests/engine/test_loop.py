@@ -1,4 +1,4 @@
-"""What the parts of the loop outside the runner work through (engine/steprun.py): the phase's
+"""What the parts of the loop outside the runner work through (engine/loop.py): the phase's
 direction as data (forward records in the steps, rollback in its own undo), the gates the
 post-write wait acts on found by their kind (never by name), and the Runner as the run's context
 that afterwrite and ondelete are typed against. Plain data: no API server."""
@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from migrator import phases
+from migrator.engine.loop import Direction, Loop, PhaseWork
 from migrator.engine.runner import Runner
 from migrator.engine.state import State
-from migrator.engine.steprun import Direction, PhaseRun, RunContext
 from migrator.model import gates as g
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
 from migrator.model.planning import PhasePlan
@@ -26,9 +26,9 @@ OLD = {"app": "dcgm"}
 STEP = SetLabels("dcgm", COMMON, COMMON, {}, {})
 
 
-def _phase(direction: Direction) -> PhaseRun:
+def _phase(direction: Direction) -> PhaseWork:
     state = State(NS)
-    return PhaseRun(phases.by_number(1), state.phase(1), PhasePlan(number=1, name="label"), (),
+    return PhaseWork(phases.by_number(1), state.phase(1), PhasePlan(number=1, name="label"), (),
                     direction)
 
 
@@ -45,7 +45,7 @@ def test_a_phase_records_its_steps_where_its_direction_keeps_them(direction: Dir
 
 def test_the_runner_is_the_run_context() -> None:
     runner = Runner(offline_run(), State(NS))
-    context: RunContext = runner  # checked by mypy: afterwrite and ondelete need no more
+    context: Loop = runner  # checked by mypy: afterwrite and ondelete need no more
     assert context.result.writes == 0
 
 

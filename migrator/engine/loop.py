@@ -1,12 +1,13 @@
-"""One run, as `commands` builds it and the loop works with it, so the parts of the loop
-outside the runner — `afterwrite` (a step's post-gates) and `ondelete` (`RollPods`, pod by
-pod) — depend on this and never on `runner`:
+"""What the loop (gate → write → record → gate) works with, as `commands` builds it, so the
+parts of the loop outside the runner — `afterwrite` (a step's post-gates) and `ondelete`
+(`RollPods`, pod by pod) — depend on this and never on `runner`:
 
-    Run          what one apply or rollback works with, built once by `commands` and passed
-                 down: the connection, namespace, catalog, the run's cache, its state session,
-                 the clock, the listener and the settings (nothing is found by registry)
-    RunContext   the run (reads, the waiter, saves, the failure path); `runner.Runner` is one
-    PhaseRun     the phase being run: its module, record, plan, baselines, and its direction
+    Run          one apply or rollback: built once by `commands` and passed down: the
+                 connection, namespace, catalog, the run's cache, its state session, the clock,
+                 the listener and the settings (nothing is found by registry)
+    Loop         the loop as those parts use it (reads, the waiter, saves, the failure path);
+                 `runner.Runner` is the one implementation
+    PhaseWork    the phase the loop works on: its module, record, plan, baselines, direction
     RunSettings  what the command asked for (timeouts, settle, plan options)
     RunResult    what the run did, for the final report
 """
@@ -71,7 +72,7 @@ class Direction(Enum):
 
 
 @dataclass(frozen=True)
-class PhaseRun:
+class PhaseWork:
     """One phase as the loop runs it: which way, and what its steps' waits hold it to (the
     no-loss baselines and the plan's tolerances)."""
 
@@ -94,8 +95,8 @@ class PhaseRun:
         self.rec.mark(step, status, undo=self.rollback)
 
 
-class RunContext(Protocol):
-    """The run, as `afterwrite` and `ondelete` use it."""
+class Loop(Protocol):
+    """The loop, as `afterwrite` and `ondelete` use it (`runner.Runner` is one)."""
 
     kube: Kube
     namespace: str

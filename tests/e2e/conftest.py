@@ -5,7 +5,7 @@ fails the test at teardown)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,14 +99,17 @@ def e2e(request: pytest.FixtureRequest, e2e_factory: Callable[..., E2E]) -> E2E:
 @pytest.fixture
 def discovery_oracle() -> Iterator[Callable[..., DiscoveryOracle]]:
     """`discovery_oracle(sim)`: VictoriaMetrics' Kubernetes discovery with the Prometheus Helm
-    chart's pod-reaching jobs (tests/helpers/oracle.py), started on `sim` (its HTTPS listener
-    when it has one) for `namespace`, and settled after `sim.wait_idle()` on every read;
+    chart's pod-reaching jobs (tests/helpers/oracle.py) and any `extra_jobs`, started on `sim`
+    (its HTTPS listener when it has one) for `namespace`, and settled after `sim.wait_idle()`
+    on every read;
     stopped at teardown. No binary: a skip locally, a failure under CI=true."""
     started: list[DiscoveryOracle] = []
 
-    def start(sim: SimCluster, namespace: str = NS) -> DiscoveryOracle:
+    def start(sim: SimCluster, namespace: str = NS,
+              extra_jobs: Sequence[dict[str, Any]] = ()) -> DiscoveryOracle:
         kubeconfig = sim.kubeconfig_for(ADMIN_USER) if sim.tls else sim.kubeconfig
-        oracle = DiscoveryOracle(kubeconfig, [namespace], settle=sim.wait_idle)
+        oracle = DiscoveryOracle(kubeconfig, [namespace], settle=sim.wait_idle,
+                                 extra_jobs=list(extra_jobs))
         started.append(oracle)
         try:
             return oracle.start()

@@ -20,8 +20,7 @@ under test. Under each role VM's targets per pod are what `monitoring.scrape_pat
 from __future__ import annotations
 
 import copy
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,9 +29,8 @@ from migrator.engine.observe import read_snapshot
 from migrator.kube.client import Kube
 from migrator.model import kinds, monitoring
 from migrator.model.stacks import load_catalog
-from migrator.sim.access import ADMIN_USER
 from tests.e2e.conftest import E2E, NS
-from tests.helpers.oracle import DiscoveryOracle, OracleUnavailable, service_monitor_jobs
+from tests.helpers.oracle import DiscoveryOracle, service_monitor_jobs
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -62,25 +60,12 @@ def _prometheus(role: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def oracles() -> Iterator[Callable[[E2E, str], DiscoveryOracle]]:
+def oracles(discovery_oracle: Callable[..., DiscoveryOracle]
+            ) -> Callable[[E2E, str], DiscoveryOracle]:
     """`start(env, role)`: VM with the chart's jobs and the Prometheus Operator's jobs of the
-    cluster's ServiceMonitors under `role`; a skip without the binary (a failure under CI)."""
-    started: list[DiscoveryOracle] = []
-
-    def start(env: E2E, role: str) -> DiscoveryOracle:
-        oracle = DiscoveryOracle(env.sim.kubeconfig_for(ADMIN_USER), [NS],
-                                 settle=env.sim.wait_idle, extra_jobs=_monitor_jobs(env, role))
-        started.append(oracle)
-        try:
-            return oracle.start()
-        except OracleUnavailable as exc:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"{exc}; CI must have it", pytrace=False)
-            pytest.skip(str(exc))
-
-    yield start
-    for oracle in started:
-        oracle.stop()
+    cluster's ServiceMonitors under `role` (the e2e `discovery_oracle`: a skip without the
+    binary, a failure under CI)."""
+    return lambda env, role: discovery_oracle(env.sim, extra_jobs=_monitor_jobs(env, role))
 
 
 def _monitor_jobs(env: E2E, role: str) -> list[dict[str, Any]]:

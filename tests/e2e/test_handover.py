@@ -80,14 +80,17 @@ def _daemonsets(env: E2E) -> dict[str, str]:
             if env.sim.store.find(kinds.DAEMONSET, NS, d) is not None}
 
 
+def _release_services(env: E2E) -> bool:
+    """Both stable names are the release's shared Services and its -dra names are gone."""
+    return (all((env.svc(n) or {}).get("metadata", {}).get("labels", {}).get(SHARED) == "true"
+                for n in STABLE)
+            and all(env.svc(n) is None for n in DAEMONSETS))
+
+
 def _upgraded(env: E2E) -> bool:
     """The release runs: both stable names are its shared Services, the -dra names are gone,
     and every DaemonSet rolled out its re-rendered template."""
-    for name in STABLE:
-        svc = env.svc(name)
-        if svc is None or svc["metadata"].get("labels", {}).get(SHARED) != "true":
-            return False
-    if any(env.svc(n) is not None for n in DAEMONSETS):
+    if not _release_services(env):
         return False
     for ds in _daemonsets(env):
         d = env.ds(ds)
@@ -216,11 +219,7 @@ def _handed_over(env: E2E, nodes: int) -> bool:
     """The release runs: the stable names are its shared Services, the -dra names are gone,
     every DaemonSet observed its re-rendered template, and on every node a Ready pod of the
     current template carries each component label."""
-    for name in STABLE:
-        svc = env.svc(name)
-        if svc is None or svc["metadata"].get("labels", {}).get(SHARED) != "true":
-            return False
-    if any(env.svc(n) is not None for n in DAEMONSETS):
+    if not _release_services(env):
         return False
     for ds_name in ALL_DAEMONSETS:
         ds = env.sim.store.find(kinds.DAEMONSET, NS, ds_name)

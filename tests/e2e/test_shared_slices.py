@@ -8,8 +8,6 @@ clusters reach every node in every family their Services serve."""
 from __future__ import annotations
 
 import copy
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
@@ -23,6 +21,7 @@ from migrator.model import kinds, sharing
 from migrator.sim.controllers.rendering import MODE_DRA, MODE_LABEL
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import _guard_kubeconfig, running_guard
+from tests.helpers.kubectl import kubectl_for
 from tests.helpers.kubeproxy import IPV4, IPV6, ApiView, routes_by_port
 
 RECONCILE = 2.0  # simulated seconds between the operator imitations' resyncs
@@ -154,22 +153,12 @@ def test_a_stopped_guard_is_caught_before_its_slices_blackhole_a_node_and_a_new_
         assert not _routing_faults(env)
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
 def test_deleting_the_guard_with_its_manifest_leaves_no_shared_slice(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     _migrated_mixed(env)
-    kubeconfig = str(tmp_path / "kubeconfig-admin")
-    Path(kubeconfig).write_text(Path(env.sim.kubeconfig).read_text())
-
-    def kubectl(*args: str) -> str:
-        out = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], cwd=REPO,
-                             capture_output=True, text=True, timeout=90, check=False,
-                             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin:/usr/local/bin"})
-        assert out.returncode == 0, out.stderr
-        return out.stdout
-
-    kubectl("apply", "-f", "docs/guard.yaml")  # its Lease included; no pod runs on the sim
+    kubectl = kubectl_for(env.sim.kubeconfig, tmp_path)
+    kubectl("apply", "-f", str(REPO / "docs" / "guard.yaml"))  # its Lease; no pod runs here
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))):
         _until(env, lambda: not _routing_faults(env), 30, "shared")
     lease = env.sim.store.get(kinds.LEASE, NS, "dcgm-migrate-guard")
@@ -180,7 +169,7 @@ def test_deleting_the_guard_with_its_manifest_leaves_no_shared_slice(
         for sl in _shared(env))
 
     with env.monitor.expected_outage():  # the GPUCluster nodes leave the stable names
-        kubectl("delete", "-f", "docs/guard.yaml", "--wait=false")
+        kubectl("delete", "-f", str(REPO / "docs" / "guard.yaml"), "--wait=false")
         _until(env, lambda: not _shared(env), 30, "slices collected")
     # What is left routes nowhere dead: the GPUCluster nodes answer under their -dra names
     # only, and `verify` names the guard the stable names now lack.

@@ -5,9 +5,6 @@ through the official client, raw HTTP and kubectl (`kubectl get endpoints` on a 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +20,7 @@ from migrator.sim.cluster import SimCluster
 from migrator.sim.server import ApiServer
 from migrator.sim.simkinds import ENDPOINTS
 from migrator.sim.store import Store
+from tests.helpers.kubectl import kubectl_for
 from tests.sim.conftest import NS, Raw, make_client
 
 Obj = dict[str, Any]
@@ -160,18 +158,8 @@ rules:
 
 
 def test_kubectl_get_endpoints(make_sim: Callable[..., SimCluster], tmp_path: Path) -> None:
-    binary = shutil.which("kubectl")
-    if binary is None:
-        pytest.skip("kubectl is not on PATH")
     sim = make_sim(nodes=3, stack="gpucluster")
-    env = {**os.environ, "KUBECONFIG": sim.kubeconfig, "HOME": str(tmp_path),
-           "KUBECACHEDIR": str(tmp_path / "cache")}
-
-    def kubectl(*args: str) -> str:
-        out = subprocess.run([binary, *args], env=env, capture_output=True, text=True,
-                             timeout=60, check=False)
-        assert out.returncode == 0, out.stderr
-        return out.stdout
+    kubectl = kubectl_for(sim.kubeconfig, tmp_path)
 
     lines = kubectl("get", "endpoints", "-n", NS).splitlines()
     assert lines[0].split() == ["NAME", "ENDPOINTS", "AGE"]

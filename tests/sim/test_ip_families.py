@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +20,7 @@ from migrator.model import kinds
 from migrator.sim.cluster import SimCluster
 from migrator.sim.controllers import pods as P
 from migrator.sim.serve import ServeError, ServeOptions, build
+from tests.helpers.kubectl import kubectl_for
 from tests.sim.conftest import NS, make_client
 
 Obj = dict[str, Any]
@@ -229,18 +227,8 @@ def test_the_default_cluster_stays_ipv4_only(
 
 def test_kubectl_prints_ipv6_slices_and_pods(make_sim: Callable[..., SimCluster],
                                              tmp_path: Path) -> None:
-    binary = shutil.which("kubectl")
-    if binary is None:
-        pytest.skip("kubectl is not on PATH")
     sim = make_sim(nodes=2, stack="gpucluster", ip_family="dual")
-    env = {**os.environ, "KUBECONFIG": sim.kubeconfig, "HOME": str(tmp_path),
-           "KUBECACHEDIR": str(tmp_path / "cache")}
-
-    def kubectl(*args: str) -> str:
-        out = subprocess.run([binary, *args], env=env, capture_output=True, text=True,
-                             timeout=60, check=False)
-        assert out.returncode == 0, out.stderr
-        return out.stdout
+    kubectl = kubectl_for(sim.kubeconfig, tmp_path)
 
     selector = sim.store.get(kinds.SERVICE, NS, DCGM)["spec"]["selector"]
     manifest = tmp_path / "both.json"

@@ -6,12 +6,14 @@ Every command validates its input before it writes anything, so bad input costs 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from migrator import phases
 from migrator.engine import executor, informer, runstatus
@@ -32,7 +34,8 @@ from migrator.engine.state import (
     default_holder,
 )
 from migrator.engine.state import lock as locking
-from migrator.errors import LockHeld, StalePlan, UsageError
+from migrator.engine.state.configmap import restore_hint
+from migrator.errors import APIForbidden, LockHeld, StalePlan, UsageError
 from migrator.kube.client import Kube
 from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
@@ -69,14 +72,31 @@ def _observe(session: Session, cache: Informer | None = None) -> Snapshot:
     GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
     A state there that records steps keeps it answerable (status shows their drift, rollback
     undoes them); `apply` refuses it all the same (`_require_stack`)."""
-    snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache,
-                         clock=session.clock)
+    try:
+        snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache,
+                             clock=session.clock)
+    except APIForbidden as denied:
+        _refuse_denied_namespace(session, denied)
     if snap.namespace_exists and (snap.daemonsets or _records_steps(session)):
         return snap
-    message, hint = wrong_namespace(session.namespace, locate(session.kube, session.catalog),
+    message, hint = wrong_namespace(session.namespace,
+                                    locate(session.kube, session.catalog, session.namespace),
                                     session.catalog, server=session.kube.server,
                                     exists=snap.namespace_exists)
     raise UsageError(message, hint)
+
+
+def _refuse_denied_namespace(session: Session, denied: APIForbidden) -> NoReturn:
+    """A 403 on the namespace's first read. An identity bound to the operator's namespace
+    only (docs/rbac.yaml) may read nothing elsewhere: a typo'd -n is then a wrong namespace
+    (UsageError naming where the DaemonSets run), not a missing permission — unless they are
+    found nowhere it may read, when the missing permission is the answer."""
+    where = locate(session.kube, session.catalog, session.namespace)
+    if not [n for n in where.namespaces if n != session.namespace]:
+        raise denied
+    message, hint = wrong_namespace(session.namespace, where, session.catalog,
+                                    server=session.kube.server, denied=True)
+    raise UsageError(message, hint) from denied
 
 
 def _records_steps(session: Session) -> bool:
@@ -117,8 +137,15 @@ def _refuse_lost_state(session: Session, snap: Snapshot) -> None:
             f"No state ConfigMap {session.namespace}/{cm}, yet {len(marks)} objects carry "
             f"dcgm-migrate's marks ({', '.join(marks[:3])}{' …' if len(marks) > 3 else ''}): "
             "the state was deleted, and what to roll back is not known.",
-            "restore the state from your backup (docs/runbook.md, 'Restoring the state'), "
-            "then run the command again; `dcgm-migrate status` lists every marked object")
+            f"{restore_hint(session.namespace, cm, _managed_by(session))}, then run the "
+            "command again "
+            f"(`dcgm-migrate status -n {session.namespace}` lists every marked object; "
+            "without a backup see docs/runbook.md, 'Restoring the state')")
+
+
+def _managed_by(session: Session) -> str:
+    label = session.catalog.common.managed_by
+    return f"{label.key}={label.value}"
 
 
 def _check_phase(phase: int) -> int:
@@ -135,7 +162,8 @@ def _load_state(session: Session) -> tuple[State | None, str | None]:
     stored = session.store.load()
     if stored is None:
         return None, None
-    return State.from_document(stored.document, session.clock), stored.version
+    where = (session.namespace, session.catalog.common.state_configmap)
+    return State.from_document(stored.document, session.clock, where), stored.version
 
 
 # ---- plan ------------------------------------------------------------------------------------
@@ -198,7 +226,7 @@ def _read_plan(path: Path) -> dict[str, Any]:
 STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
 
 
-def _check_plan_file(path: Path, snap: Snapshot, namespace: str) -> None:
+def _check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int) -> None:
     doc = _read_plan(path)
     saved: dict[str, Any] = doc["report"]
     if saved.get("namespace") != namespace:
@@ -211,9 +239,12 @@ def _check_plan_file(path: Path, snap: Snapshot, namespace: str) -> None:
             more = len(changed) - STALE_SHOWN
             what = (": changed " + ", ".join(changed[:STALE_SHOWN])
                     + (f" and {more} more" if more > 0 else "")) if changed else ""
+        quoted = shlex.quote(str(path))
         raise StalePlan(f"The cluster changed since plan {path} was saved, so it is "
                         f"stale{what}.",
-                        "review a fresh `dcgm-migrate plan --out FILE` and apply that")
+                        f"save a fresh plan with `dcgm-migrate plan --out {quoted} -n "
+                        f"{namespace}`, review it, then apply that one: `dcgm-migrate apply "
+                        f"--phase {phase} --plan {quoted} -n {namespace}`")
 
 
 # ---- apply / rollback ------------------------------------------------------------------------
@@ -241,10 +272,10 @@ def _locked_run(session: Session, cache: Informer, request: RunRequest, state: S
         runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
                             session.clock, session.listener, request.settings), state)
         result = action(runner)
-    final = reports.assemble(runner.snapshot(), session.catalog, state, request.options)
+    final = reports.assemble(runner.snapshot(), session.catalog, state, request.options,
+                             forward=operation == "apply")
     after = final.document
-    after["warnings"] = result.warnings + [w for w in after["warnings"]
-                                           if w not in result.warnings]
+    after["warnings"] = reports.merge_warnings(result.warnings, after["warnings"])
     after["result"] = {"operation": operation, "writes": result.writes, "dryRun": False,
                        "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
                                            for k, v in result.lowest.items()},
@@ -260,9 +291,14 @@ def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> dic
     `rollback` and of their gates come from one list per kind plus the watches that follow
     it; the phase is checked first (bad input costs no request at all)."""
     _check_phase(request.phase)
-    with informer.opened(session.kube, session.namespace, session.catalog,
-                         session.clock) as cache:
+    with contextlib.ExitStack() as stack:
+        try:  # the cache's first lists are the namespace's first reads
+            cache = stack.enter_context(informer.opened(session.kube, session.namespace,
+                                                        session.catalog, session.clock))
+        except APIForbidden as denied:
+            _refuse_denied_namespace(session, denied)
         return body(session, cache, request)
+    raise AssertionError("unreachable")  # mypy: ExitStack may swallow exceptions
 
 
 def apply(session: Session, request: RunRequest) -> dict[str, Any]:
@@ -273,7 +309,7 @@ def apply(session: Session, request: RunRequest) -> dict[str, Any]:
 def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, Any]:
     snap = _observe(session, cache)
     if request.plan_file is not None:
-        _check_plan_file(request.plan_file, snap, session.namespace)
+        _check_plan_file(request.plan_file, snap, session.namespace, request.phase)
     state, version = _load_state(session)
     before = reports.assemble(snap, session.catalog, state, request.options)
     preview = before.document
@@ -282,14 +318,16 @@ def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, 
     if state is None:
         _refuse_lost_state(session, snap)
     if before.holds(request.phase) and session.store.lock_info() is None:
+        _say_warnings(session, preview)
         session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                  "nothing to do")
         preview["result"] = {"operation": "apply", "writes": 0,
                              "dryRun": session.kube.dry_run, "lowestEndpoints": {}}
         preview["ok"] = True
         return preview  # no lock, no state write: a repeated apply writes nothing at all
-    for warning in preview["warnings"]:  # --yes and no TTY skip the question, not these
-        session.listener.message(f"warning: {warning}")
+    if not session.kube.dry_run:
+        session.store.check_free()  # someone else's run: refused before warnings or question
+    _say_warnings(session, preview)  # --yes and no TTY skip the question, not these
     if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
         return _dry_run(session, request, snap, state)
     if not request.confirm(_question(session, preview, lambda p: p["number"] <= request.phase
@@ -300,11 +338,19 @@ def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, 
     final = _locked_run(session, cache, request, state, version, "apply",
                         lambda runner: runner.apply(request.phase))
     report = final.document
-    report["warnings"] = list(dict.fromkeys([*report["warnings"], *preview["warnings"]]))
+    report["warnings"] = reports.merge_warnings(report["warnings"], preview["warnings"])
     # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
     # never success (exit 1), even when every step's wait passed.
     report["ok"] = final.holds(request.phase) and not final.verdict_fails(request.phase)
     return report
+
+
+def _say_warnings(session: Session, report: dict[str, Any]) -> None:
+    """The report's warnings on the progress stream (stderr): with -o json/yaml the document
+    on stdout is not read by a person, so each is said there too (a table prints them once,
+    in the report)."""
+    for warning in report["warnings"]:
+        session.listener.message(f"warning: {warning}")
 
 
 def _question(session: Session, report: dict[str, Any],
@@ -360,6 +406,7 @@ def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[st
     if state is None or not (applied or undone):
         raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing to "
                          "roll back.", "run `dcgm-migrate status` to see which phases are done")
+    session.store.check_free()  # someone else's run: refused before the question
     if not applied:
         # The same command run again after it finished (or was killed after its last state
         # write): nothing is left to undo, which is success, not bad input. It still goes
@@ -367,7 +414,8 @@ def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[st
         session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                  "back; nothing to do")
     elif not request.confirm(_question(
-            session, reports.build(snap, session.catalog, state, request.options),
+            session, reports.build(snap, session.catalog, state, request.options,
+                                   forward=False),
             lambda p: p["number"] in applied)):
         raise UsageError("Aborted at the question.", ABORTED_HINT)
     final = _locked_run(session, cache, request, state, version, "rollback",
@@ -386,13 +434,14 @@ def status(session: Session) -> dict[str, Any]:
     """State, live verification of completed phases, drift."""
     snap = _observe(session)
     state, _ = _load_state(session)
-    report = reports.build(snap, session.catalog, state, Options())
+    report = reports.build(snap, session.catalog, state, Options(), forward=False)
     report["state"] = None if state is None else {
         "planFingerprint": state.plan_fingerprint, "updated": state.updated,
         "lastError": state.last_error, "history": state.history[-10:],
     }
-    report["run"] = run = runstatus.describe(state, session.store.lock_info(), session.clock.now(),
-                                            session.namespace)
+    lock = session.store.lock_info()
+    report["run"] = run = runstatus.describe(state, lock, session.clock.now(),
+                                            session.namespace, session.store.holder_gone(lock))
     if run["rollback"] is not None:  # a rollback in progress: its steps, not the forward diff
         undoing = {p["phase"] for p in run["rollback"]}
         for view in report["phases"]:
@@ -416,10 +465,13 @@ def verify(session: Session) -> dict[str, Any]:
 def unlock(session: Session, force: bool = False) -> dict[str, Any]:
     """Remove the run lock. A lock whose holder is still renewing it (not expired, renewed
     within `lock.RENEWING_SECONDS`) is a live run's: refused (LockHeld, exit 4) unless
-    `force`, since two runs would interleave their writes."""
+    `force`, since two runs would interleave their writes — unless its holder is provably
+    gone (`engine/state/liveness.py`: a killed process of this host, a pod that no longer
+    exists), which is released at once."""
     info = session.store.lock_info()
     now = session.clock.now()
-    renewing = info is not None and info.renewing(now)
+    gone = session.store.holder_gone(info)
+    renewing = info is not None and info.renewing(now) and gone is None
     if renewing and not force:
         assert info is not None and info.renewed is not None and info.expires is not None
         ago = (now - info.renewed).total_seconds()
@@ -430,11 +482,13 @@ def unlock(session: Session, force: bool = False) -> dict[str, Any]:
             f"{locking.format_time(info.renewed)} ({ago:.0f}s ago), until "
             f"{locking.format_time(info.expires)}; unlocking it would let two runs write at "
             "once.",
-            "wait for that run to finish (`dcgm-migrate status` shows it), or pass --force if "
-            "you are sure it is dead")
+            f"wait for that run to finish (`dcgm-migrate status -n {session.namespace}` shows "
+            "it); only if you are sure it is dead, "
+            f"`dcgm-migrate unlock --force -n {session.namespace}`")
     holder = session.store.force_unlock()
     return {"namespace": session.namespace, "released": holder,
-            "forced": bool(renewing and holder is not None)}
+            "forced": bool(renewing and holder is not None),
+            "holderGone": gone if holder is not None else None}
 
 
 def preflight(session: Session) -> dict[str, Any]:

@@ -86,10 +86,11 @@ def handles_errors(fn: F) -> F:
                 traceback.print_exc(file=sys.stderr)
             from migrator.cli import render
 
-            render.error(exc)
+            hint = render.fix_line(exc.hint, _invoked())
+            render.error(exc, hint)
             output = kwargs.get("output")
             if isinstance(output, Output) and output is not Output.table:
-                render.document({"error": {"message": exc.message, "hint": exc.hint,
+                render.document({"error": {"message": exc.message, "hint": hint,
                                            "exitCode": exit_code_for(exc),
                                            "type": type(exc).__name__}}, output)
             raise typer.Exit(exit_code_for(exc)) from None
@@ -133,6 +134,25 @@ def _stop_on_signals() -> Iterator[None]:
         for number, handler in previous.items():
             if handler is not None:
                 signal.signal(number, handler)
+
+
+def _invoked() -> list[str] | None:
+    """The command line this command was invoked with, as the user would type it again
+    (`dcgm-migrate` or `kubectl dcgm-migrate`, then its arguments): what a fix line shows
+    with an option changed. None outside a click invocation."""
+    import importlib
+
+    from migrator.cli.group import ARGV_KEY
+
+    globals_ = importlib.import_module(
+        typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
+    ctx = globals_.get_current_context(silent=True)
+    args = ctx.meta.get(ARGV_KEY) if ctx is not None else None
+    if not args:
+        return None
+    root = str(ctx.find_root().info_name or "")
+    prog = ["kubectl", "dcgm-migrate"] if root.startswith("kubectl") else ["dcgm-migrate"]
+    return [*prog, *args]
 
 
 def _same_command() -> str | None:
@@ -405,9 +425,7 @@ def unlock(
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.unlock(s, force=force)
     if output is Output.table:
-        typer.echo(("released the live lock of {} (--force)" if report["forced"] else
-                    "released the lock of {}").format(report["released"]) if report["released"]
-                   else "no lock was held")
+        typer.echo(render.unlocked(report))
     else:
         render.document(report, output)
 

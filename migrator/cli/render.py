@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -164,12 +166,15 @@ def run_lines(con: Any, run: dict[str, Any]) -> None:
         head += f" — {run['operation']} --phase {run['target']}"
         if run.get("phase"):
             head += f", at phase {run['phase']}"
-    if run["state"] == "interrupted":
-        head += ", and no run holds the lock"
-    con.print(head)
     lock = run.get("lock")
+    if run["state"] == "interrupted":
+        head += (", and its lock's holder is gone" if lock and lock.get("gone") else
+                 ", and no run holds the lock")
+    con.print(head)
     if lock:
         when = (f"since {esc(lock['acquired'])}, " if lock.get("acquired") else "") + (
+            f"holder gone ({esc(lock['gone'])}): the next run takes it over at once"
+            if lock.get("gone") else
             f"renewed until {esc(lock['expires'])}" if lock["live"] else
             f"expired at {esc(lock['expires'])} (anyone's to take over)")
         con.print(f"  lock: {esc(lock['holder'])}, {when}")
@@ -190,6 +195,18 @@ def run_lines(con: Any, run: dict[str, Any]) -> None:
                           f"{esc(_val(c['after']))}")
 
 
+def unlocked(report: dict[str, Any]) -> str:
+    """`unlock`'s line: whose lock it released, and why it could."""
+    holder = report["released"]
+    if not holder:
+        return "no lock was held"
+    if report["forced"]:
+        return f"released the live lock of {holder} (--force)"
+    if report.get("holderGone"):
+        return f"released the lock of {holder}: {report['holderGone']}"
+    return f"released the lock of {holder}"
+
+
 def history_lines(con: Any, history: list[dict[str, Any]]) -> None:
     con.print(f"\n[bold]History[/bold] (last {len(history)} events, oldest first)")
     for event in history:
@@ -203,9 +220,94 @@ def checks_table(doc: dict[str, Any]) -> None:
         con.print(f"{mark} {esc(c['name'])}: {esc(c['detail'])}")
 
 
-def error(exc: MigrateError) -> None:
-    """One clear sentence, then what to do about it, on stderr."""
+def error(exc: MigrateError, hint: str | None = None) -> None:
+    """One clear sentence, then what to do about it (`hint`: the fix as `fix_line` completed
+    it), on stderr."""
     con = _console(stderr=True)
     con.print(f"[red]error:[/red] {esc(exc.message)}")
-    if exc.hint:
-        con.print(f"[bold]fix:[/bold] {esc(exc.hint)}")
+    hint = exc.hint if hint is None else hint
+    if hint:
+        con.print(f"[bold]fix:[/bold] {esc(hint)}")
+
+
+# A fix that names options to pass (`-n gpu-operator`, `--timeout 20m`) in backticks is shown
+# with the whole command line that passes them, and a command it names (`dcgm-migrate status`,
+# `kubectl get …`) gets the invoked command's connection options, so each can be run as written
+# against the same cluster.
+_QUOTED = re.compile(r"`([^`]+)`")
+_ALIASES = {"-n": "--namespace", "-o": "--output"}
+CONNECTION = ("--kubeconfig", "--context")  # the same meaning to dcgm-migrate and kubectl
+PROGRAMS = ("dcgm-migrate", "kubectl")
+
+
+def _long(option: str) -> str:
+    return _ALIASES.get(option, option)
+
+
+def with_options(command: Sequence[str], tokens: Sequence[str]) -> list[str]:
+    """`command` (program and arguments) with the options in `tokens` (`--opt value` pairs)
+    set: each one's earlier occurrences (`-n x`, `--namespace x`, `--namespace=x`, `-nx`)
+    removed, the new ones appended."""
+    names = {_long(t) for t in tokens if t.startswith("-")}
+    out: list[str] = []
+    skip = False
+    for arg in command:
+        if skip:
+            skip = False
+            continue
+        head = arg.split("=", 1)[0]
+        if _long(head) in names:
+            skip = "=" not in arg
+            continue
+        if len(arg) > 2 and not arg.startswith("--") and _long(arg[:2]) in names:
+            continue  # -nvalue
+        out.append(arg)
+    return [*out, *tokens]
+
+
+def connection(command: Sequence[str], *, namespace: bool = False) -> list[str]:
+    """The `--kubeconfig` / `--context` options of an invoked command line (and with
+    `namespace` its `--namespace`), as `--option value` tokens."""
+    wanted = (*CONNECTION, "--namespace") if namespace else CONNECTION
+    out: list[str] = []
+    for i, arg in enumerate(command):
+        head, eq, value = arg.partition("=")
+        head = _long(head)
+        if head in wanted:
+            if eq:
+                out += [head, value]
+            elif i + 1 < len(command):
+                out += [head, command[i + 1]]
+    return out
+
+
+def _named(text: str, invoked: Sequence[str]) -> str:
+    """A command a fix names, with the invoked command's connection options it lacks."""
+    try:
+        argv = shlex.split(text)
+    except ValueError:
+        return text
+    if not argv or argv[0] not in PROGRAMS or (
+            argv[0] == "dcgm-migrate" and (len(argv) < 2 or argv[1].startswith("-"))):
+        return text  # not a command that talks to a cluster (`dcgm-migrate --version`)
+    given = {_long(a.split("=", 1)[0]) for a in argv}
+    extra = connection(invoked, namespace=argv[0] == "dcgm-migrate")
+    extra = [t for i in range(0, len(extra), 2) if extra[i] not in given
+             for t in extra[i:i + 2]]
+    return shlex.join([*argv, *extra]) if extra else text
+
+
+def fix_line(hint: str, command: Sequence[str] | None) -> str:
+    """The hint with each backticked option fragment followed by the command that passes it
+    ("pass -n gpu-operator: `dcgm-migrate status -n gpu-operator`"), and each command it names
+    pointed at the same cluster; unchanged without a command line to complete."""
+    if not command:
+        return hint
+
+    def whole(match: re.Match[str]) -> str:
+        text = match.group(1)
+        if text.startswith("-"):
+            return f"{text}: `{shlex.join(with_options(command, shlex.split(text)))}`"
+        return f"`{_named(text, command)}`"
+
+    return _QUOTED.sub(whole, hint)

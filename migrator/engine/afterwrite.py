@@ -110,7 +110,8 @@ def _fail_rollout(run: Loop, rec: PhaseRecord, step: Step, base: Snapshot,
         run.fail(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
                  f"{out.blocked}", stalls.NODE_HINT)
     pods = run.fresh(base).pods_of(step.name)
-    where, hint = stalls.where_stuck(run.kube, step.name, pods, step.pod_labels())
+    where, hint = stalls.where_stuck(run.kube, step.name, pods, step.pod_labels(),
+                                     namespace=run.namespace, timeout=run.settings.timeout)
     run.fail(rec, f"DaemonSet/{step.name} made no progress for "
              f"{out.stalled_for:.0f}s (--timeout {run.settings.timeout:g}s; {counts}); "
              f"{where}", hint)

@@ -5,16 +5,21 @@ namespace the tool was pointed at: the namespace is right only when it holds the
 the catalog (`plans/*.yaml`) names. When it does not, one cluster-wide list of DaemonSets by
 their `app` labels (printed rows with their metadata: a few hundred bytes each) finds where
 they do run, so the refusal can say which `-n` to pass. An identity that may not list
-DaemonSets cluster-wide (a namespaced Role, as `docs/rbac.yaml` grants) is told so instead.
+DaemonSets cluster-wide (a namespaced Role, as `docs/rbac.yaml` grants) looks in the
+namespaces the GPU Operator is usually installed in and in its own (a pod's service account):
+a Role bound there finds them, so a typo'd `-n` (a 403 there) is still answered with the
+namespace to pass; only when none of those holds them is it told where it cannot look.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migrator.errors import APIForbidden
+from migrator.errors import APIForbidden, APINotFound
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
@@ -22,6 +27,12 @@ from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
+
+
+# Where the GPU Operator is installed by its Helm chart's docs and by OperatorHub (OpenShift):
+# looked in one by one when the identity may not list DaemonSets cluster-wide.
+USUAL_NAMESPACES = ("gpu-operator", "nvidia-gpu-operator")
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclass(frozen=True)
@@ -55,13 +66,43 @@ def _listed(kube: Kube, catalog: Catalog, namespace: str | None) -> list[tuple[s
     return rows
 
 
-def locate(kube: Kube, catalog: Catalog) -> Whereabouts:
-    """One cluster-wide list (printed rows, metadata only) of the catalog's DaemonSets."""
+def candidates(asked: str | None = None,
+               service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> list[str]:
+    """The namespaces to look in one by one: the usual ones, and this pod's own."""
+    own = os.environ.get("POD_NAMESPACE")
+    if not own:
+        try:
+            own = service_account.read_text().strip()
+        except OSError:
+            own = None
+    out = [n for n in (*USUAL_NAMESPACES, own) if n and n != asked]
+    return list(dict.fromkeys(out))
+
+
+def _probe(kube: Kube, catalog: Catalog, asked: str | None) -> Whereabouts:
+    """Without the right to list DaemonSets cluster-wide: each candidate namespace's own
+    list (what a Role bound there allows); forbidden ones are skipped."""
+    names = set(daemonset_names(catalog))
+    found: dict[str, tuple[str, ...]] = {}
+    for namespace in candidates(asked):
+        try:
+            held = sorted({n for _, n in _listed(kube, catalog, namespace)} & names)
+        except (APIForbidden, APINotFound):
+            continue
+        if held:
+            found[namespace] = tuple(held)
+    return Whereabouts(found, forbidden=not found)
+
+
+def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabouts:
+    """One cluster-wide list (printed rows, metadata only) of the catalog's DaemonSets; when
+    that is forbidden, the candidate namespaces one by one (`asked`: the namespace already
+    tried)."""
     names = set(daemonset_names(catalog))
     try:
         rows = _listed(kube, catalog, None)
     except APIForbidden:
-        return Whereabouts(forbidden=True)
+        return _probe(kube, catalog, asked)
     found: dict[str, set[str]] = {}
     for namespace, name in rows:
         if name in names and namespace:
@@ -75,10 +116,16 @@ def _quoted(items: list[str]) -> str:
 
 
 def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, server: str,
-                    exists: bool = True) -> tuple[str, str]:
-    """(the one-sentence refusal, the fix) for a namespace that does not exist or holds none
-    of the catalog's DaemonSets, naming where they run."""
-    if exists:
+                    exists: bool = True, denied: bool = False) -> tuple[str, str]:
+    """(the one-sentence refusal, the fix) for a namespace that does not exist, holds none
+    of the catalog's DaemonSets, or may not be read (`denied`) while they run elsewhere,
+    naming where they run. The fix names the option to pass in backticks (`-n NS`): the CLI
+    shows it as the whole command line with that option."""
+    if denied:
+        head = (f"No GPU Operator DCGM found in namespace {namespace!r}: this identity may "
+                "not read it (403 Forbidden)")
+        they, them = "the GPU Operator's DCGM DaemonSets", "none of them"
+    elif exists:
         head = (f"No GPU Operator DCGM found in namespace {namespace!r}: none of the "
                 "DaemonSets this tool migrates runs there")
         they, them = "they", "none of them"
@@ -94,7 +141,7 @@ def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, ser
                 f"DaemonSets finds it with `kubectl get daemonsets -A -l '{selector(catalog)}'`)")
     if others:
         plural = "namespace" if len(others) == 1 else "namespaces"
-        hint = f"pass -n {others[0]}" + "".join(f" (or -n {n})" for n in others[1:])
+        hint = f"pass `-n {others[0]}`" + "".join(f" (or -n {n})" for n in others[1:])
         return f"{head}; {they} run in {plural} {_quoted(others)}.", hint
     return (f"{head}; {them} ({', '.join(daemonset_names(catalog))}) runs in any namespace "
             "of this cluster.",
@@ -118,6 +165,6 @@ def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
     if held:
         return GateResult(name, True, f"holds DaemonSet{'s' if len(held) > 1 else ''} "
                           f"{', '.join(held)}")
-    message, hint = wrong_namespace(namespace, locate(kube, catalog), catalog,
+    message, hint = wrong_namespace(namespace, locate(kube, catalog, namespace), catalog,
                                     server=kube.server, exists=exists)
-    return GateResult(name, False, f"{message} Fix: {hint}.")
+    return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")

@@ -12,7 +12,7 @@ from typing import Any
 
 from migrator import phases
 from migrator.engine import walk
-from migrator.engine.state import State
+from migrator.engine.state import PhaseRecord, State
 from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
 from migrator.model.gates import GateResult
@@ -103,25 +103,60 @@ def _exporters(found: Discovery) -> list[str]:
     return [c.daemonset for c in found.components if c.exporter]
 
 
+# Warnings that count objects and name one example ("… 3 exporter pods …, e.g. <pod>"): the
+# same warning, read before and after a run, names other pods; one of each kind is kept.
+COUNTED = ("duplicate scraping now", "possible duplicate scraping",
+           "duplicate scraping through the tool's aliases")
+
+
+def warning_kind(text: str) -> str:
+    """What makes two warnings the same one: a counted warning's kind, else its text."""
+    head = text.split(":", 1)[0]
+    return head if head in COUNTED else text
+
+
+def merge_warnings(*groups: list[str]) -> list[str]:
+    """The warnings of several reports of one command, each kind once (the first group's
+    wording wins: the newest report comes first)."""
+    out: dict[str, str] = {}
+    for group in groups:
+        for text in group:
+            out.setdefault(warning_kind(text), text)
+    return list(out.values())
+
+
+def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
+    """The phase switched a Service to the common selector that is still the tool's (not
+    rolled back, not handed over to an operator release that renders its own labels)."""
+    if rec.status == "rolled-back":
+        return False
+    retired = {r.step_id for r in decision.retire}
+    return any(isinstance(r, SetSelector) and r.id not in retired for r in rec.done_steps())
+
+
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
-          ) -> dict[str, Any]:
-    return assemble(snapshot, catalog, state, options).document
+          *, forward: bool = True) -> dict[str, Any]:
+    return assemble(snapshot, catalog, state, options, forward=forward).document
 
 
 def assemble(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
-             ) -> Report:
+             *, forward: bool = True) -> Report:
+    """The report. `forward`: warn about what the plan would do, too (plan, apply); a report
+    of the cluster as it is (`status`, a rollback's result) warns only about what is true now
+    — the drift risk only while a Service the tool switched selects by labels it wrote."""
     found = discover(snapshot, catalog)
     warnings: list[str] = list(found.warnings)
     views: list[PhaseView] = []
     projected = snapshot
-    drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()))
+    drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
+                                    if r.status != "rolled-back"))
     switches = False  # a Service is (or is to be) switched to the common selector
     for module in phases.PHASES:
         rec = state.phase(module.NUMBER) if state else None
         decision = walk.decide(module, rec, projected, catalog, found.components, options)
         status = decision.status
-        if rec is not None and module.SWITCHES_SELECTORS and status != "rolled-back":
-            switches |= any(isinstance(st, SetSelector) for st in rec.done_steps())
+        if rec is not None and module.SWITCHES_SELECTORS:
+            switches |= _switched(rec, decision)
         if status == "completed":
             ctx = PlanContext(projected, catalog, found.components, options)
             again = module.plan(ctx)
@@ -140,9 +175,9 @@ def assemble(snapshot: Snapshot, catalog: Catalog, state: State | None, options:
         for step in plan.steps:
             if isinstance(step, CreateAlias):
                 projected = monitoring.with_service(projected, step.body)
-            if isinstance(step, SetLabels) and step.rolls_pods():
+            if isinstance(step, SetLabels) and step.rolls_pods() and forward:
                 drift_risk = True
-            if isinstance(step, SetSelector) and module.SWITCHES_SELECTORS:
+            if isinstance(step, SetSelector) and module.SWITCHES_SELECTORS and forward:
                 switches = True
         warnings.extend(plan.warnings)
         changes = [c.as_dict() for step in plan.steps for c in step.changes()]

@@ -1,14 +1,22 @@
 """What `status` says about runs (docs/output.schema.json, `$defs/run`): is one running, was one
 interrupted halfway, is a rollback in progress — from the state document and the run lock.
 
-- `running` / `rolling-back`: a live lock (its expiry is in the future); the operation is the
-  last `phase-start` / `rollback-start` event of the phase in progress; `waitsFor` is derived
-  from that phase's newest step record;
-- `interrupted`: a phase `in-progress` or `failed` and no live lock (Ctrl-C, SIGTERM, a kill
-  whose lock expired, a gate that stopped the run): `resume` is the command that goes on;
-- `idle`: nothing in progress and no live lock.
+- `running` / `rolling-back`: a live lock (its expiry is in the future) whose holder is not
+  provably gone; the operation is the last `phase-start` / `rollback-start` event of the phase
+  in progress; `waitsFor` is derived from that phase's newest step record;
+- `interrupted`: no live run, and the last run did not finish: a phase `in-progress` or
+  `failed` (Ctrl-C, SIGTERM, a gate that stopped it), or the last run's target not reached — an
+  apply whose target phase is not completed, a rollback whose target phase is not rolled back
+  (a run killed between two phases leaves each phase completed or rolled back, so only the
+  history's last start event and its `target` tell it stopped): `resume` is the command that
+  goes on;
+- `idle`: nothing unfinished and no live run.
 
-Pure: the caller reads the state and the lock annotations.
+A lock whose holder is provably gone (`engine/state/liveness.py`: a killed process of this
+host, a pod that no longer exists) is no live run: its lock view says `gone` and why, and the
+next run takes it over at once.
+
+Pure: the caller reads the state, the lock annotations and whether the holder is gone.
 """
 
 from __future__ import annotations
@@ -25,6 +33,17 @@ ACTIVE = ("in-progress", "failed")
 STARTS = {"phase-start": "apply", "rollback-start": "rollback"}
 
 
+def _last_start(state: State) -> tuple[str | None, int | None]:
+    """(apply | rollback, its --phase) of the newest run start the history records."""
+    for event in reversed(state.history):
+        operation = STARTS.get(str(event.get("event")))
+        if operation:
+            target = event.get("target")
+            known = isinstance(target, int) and target in phases.numbers()
+            return operation, target if known else None
+    return None, None
+
+
 def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int | None]:
     """(apply | rollback, the command's --phase) of the run that left `active` in progress."""
     numbers = {r.number for r in active}
@@ -37,6 +56,37 @@ def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int
     if any(r.undo for r in active):
         return "rollback", None
     return ("apply", None) if active else (None, None)
+
+
+def left_to_do(state: State, operation: str | None, target: int | None) -> list[PhaseRecord]:
+    """The phases the run `operation --phase target` has not finished: for an apply, phases
+    1..target not completed; for a rollback, phases target.. still applied (lowest first)."""
+    if operation is None or target is None:
+        return []
+    if operation == "apply":
+        return [state.phase(n) for n in phases.numbers()
+                if n <= target and state.phase(n).status != "completed"]
+    return [state.phase(n) for n in phases.numbers()
+            if n >= target and state.phase(n).status not in ("pending", "rolled-back")]
+
+
+def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]:
+    """The run that did not finish: (operation, target, its phases in progress or left to do);
+    (None, None, []) when the last run finished. A phase in progress or failed names its run
+    (`_operation`); otherwise the newest start event's run is unfinished while its target is
+    not reached."""
+    active = sorted((r for r in state.phases.values() if r.status in ACTIVE),
+                    key=lambda r: r.number)
+    if active:
+        operation, target = _operation(state, active)
+        if operation == "rollback" and target is None:
+            target = min(r.number for r in active)
+        if operation == "apply" and target is None:
+            target = max(r.number for r in active)
+        return operation, target, active
+    operation, target = _last_start(state)
+    rest = left_to_do(state, operation, target)
+    return (operation, target, rest) if rest else (None, None, [])
 
 
 def _rollback_steps(state: State, target: int | None) -> list[dict[str, Any]]:
@@ -94,29 +144,31 @@ def _command(operation: str, target: int, namespace: str) -> str:
     return f"dcgm-migrate {operation} --phase {target} -n {namespace}"
 
 
+def _lock_view(lock: LockInfo | None, live: bool, gone: str | None) -> dict[str, Any] | None:
+    if lock is None:
+        return None
+    return {"holder": lock.holder, "acquired": lock.acquired or None,
+            "expires": format_time(lock.expires) if lock.expires else None, "live": live,
+            "gone": gone}
+
+
 def describe(state: State | None, lock: LockInfo | None, now: datetime,
-             namespace: str) -> dict[str, Any]:
-    """The `run` object of `status -o json`."""
-    live = lock is not None and lock.live(now)
-    lock_view = None if lock is None else {
-        "holder": lock.holder, "acquired": lock.acquired or None,
-        "expires": format_time(lock.expires) if lock.expires else None, "live": live}
-    active = [r for r in (state.phases.values() if state else []) if r.status in ACTIVE]
-    active.sort(key=lambda r: r.number)
-    operation, target = _operation(state, active) if state else (None, None)
-    if operation == "rollback" and target is None:
-        target = min((r.number for r in active), default=None)
-    if operation == "apply" and target is None:
-        target = max((r.number for r in active), default=None)
-    current = (max if operation == "rollback" else min)(active, key=lambda r: r.number) \
-        if active else None
+             namespace: str, gone: str | None = None) -> dict[str, Any]:
+    """The `run` object of `status -o json`. `gone`: why the lock's holder is provably gone
+    (None: it may be alive)."""
+    live = lock is not None and lock.live(now) and gone is None
+    operation, target, pending = unfinished(state) if state else (None, None, [])
+    active = [r for r in pending if r.status in ACTIVE]
+    rollback = operation == "rollback"
+    # the phase in progress, else the one the run goes on with
+    current = (max if rollback else min)(pending, key=lambda r: r.number) if pending else None
     if live:
-        run = "rolling-back" if operation == "rollback" and active else "running"
-    elif active:
+        run = "rolling-back" if rollback and active else "running"
+    elif pending:
         run = "interrupted"
     else:
         run = "idle"
-    if run == "idle" or (run == "running" and not active):
+    if not pending:  # idle, or a run that has not recorded its start yet
         operation = target = None
     history = state.history if state else []
     return {
@@ -124,12 +176,13 @@ def describe(state: State | None, lock: LockInfo | None, now: datetime,
         "operation": operation,
         "target": target,
         "phase": current.number if current else None,
-        "lock": lock_view,
+        "lock": _lock_view(lock, lock is not None and lock.live(now), gone),
         "resume": (_command(operation, target, namespace)
                    if run == "interrupted" and operation and target else None),
         "lastEvent": history[-1] if history else None,
-        "waitsFor": (waits_for(current, operation == "rollback")
+        "waitsFor": (waits_for(current, rollback)
                      if run in ("running", "rolling-back") else None),
         "rollback": (_rollback_steps(state, target)
-                     if state is not None and operation == "rollback" and active else None),
+                     if state is not None and rollback and run != "idle" and pending
+                     else None),
     }

@@ -1,6 +1,9 @@
 """Why a rollout stopped moving, in words an SRE can act on: which nodes stopped reporting
 (their pods marked not Ready by the node lifecycle controller), which pods are not Ready or
-not yet updated. Reads go through `Kube`; the judging is `gates.nodes_reporting`."""
+not yet updated — and whether anything is wrong with them at all: pods that are merely still
+starting (scheduled, containers being created, no error, no restart) mean the progress
+deadline was shorter than a pod takes to start, and the fix is a longer `--timeout`, not the
+nodes. Reads go through `Kube`; the judging is `gates.nodes_reporting` and `still_starting`."""
 
 from __future__ import annotations
 
@@ -22,6 +25,64 @@ NODE_HINT = ("bring the node back (its kubelet must report again), or drain and 
              "the cluster; then run the same command again: it resumes where it stopped")
 POD_HINT = ("fix those nodes (kubectl describe pod), then run the same command again: it "
             "resumes where it stopped")
+DEFAULT_TIMEOUT = 600.0  # the CLI's --timeout default (10m)
+# Waiting reasons of a container that is on its way up; any other one is an error.
+STARTING_REASONS = ("", "ContainerCreating", "PodInitializing")
+STOPPED_PHASES = ("Failed", "Succeeded", "Unknown")
+
+
+def still_starting(pod: Mapping[str, Any]) -> bool:
+    """The pod is on its way to Ready with nothing wrong the API shows: scheduled, not
+    stopped, no container restarted, failed or waiting for any reason but its creation."""
+    if o.meta(pod).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") in STOPPED_PHASES:
+        return False
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return False
+    for cs in [*(status.get("initContainerStatuses") or []),
+               *(status.get("containerStatuses") or [])]:
+        state = cs.get("state") or {}
+        waiting = state.get("waiting")
+        if int(cs.get("restartCount") or 0) > 0:
+            return False
+        if waiting is not None and str(waiting.get("reason") or "") not in STARTING_REASONS:
+            return False
+        if (state.get("terminated") or {}).get("exitCode") not in (None, 0):
+            return False
+    return True
+
+
+def longer_timeout(timeout: float | None) -> str:
+    """A --timeout worth trying: the default, or twice the one that ran out."""
+    seconds = max(DEFAULT_TIMEOUT, 2 * (timeout or 0.0))
+    return f"{seconds / 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.0f}s"
+
+
+STARTING = ("nothing is wrong with those pods that the API shows: they are still starting (no "
+            "error, no restart) and took longer than --timeout allows")
+NOT_REPLACED = ("no pod is failing: the DaemonSet controller had not replaced those pods yet "
+                "when --timeout ran out")
+
+
+def timeout_hint(timeout: float | None, why: str = STARTING) -> str:
+    """The fix when nothing is wrong but time: a longer progress deadline."""
+    return (f"{why}; run the same command again with a longer one (it resumes where it "
+            f"stopped): `--timeout {longer_timeout(timeout)}`")
+
+
+def _all_starting(kube: Kube, namespace: str | None, unready: Sequence[PodView]) -> bool:
+    """Every not-Ready pod (read whole, the first few) is still starting; False when they
+    cannot be read (nothing is claimed then)."""
+    if namespace is None or not unready:
+        return False
+    try:
+        pods = [kube.get(kinds.POD, p.name, namespace) for p in unready[:g.MAX_NAMED]]
+    except APIError:
+        return False
+    return all(pod is not None and still_starting(pod) for pod in pods)
 
 
 def read_nodes(kube: Kube, names: Sequence[str]) -> dict[str, Obj | None]:
@@ -47,15 +108,21 @@ def lost_nodes_detail(kube: Kube, namespace: str, ds: Obj) -> str:
 
 
 def where_stuck(kube: Kube, daemonset: str, pods: Sequence[PodView],
-                template_labels: Mapping[str, str | None]) -> tuple[str, str]:
+                template_labels: Mapping[str, str | None], *, namespace: str | None = None,
+                timeout: float | None = None) -> tuple[str, str]:
     """(where a stalled rollout is stuck, what to do): nodes that stopped reporting first,
-    then nodes whose pods are not Ready, then nodes whose pods are not yet updated."""
+    then nodes whose pods are not Ready, then nodes whose pods are not yet updated. Pods that
+    are merely still starting (read whole from `namespace`), or none not Ready at all while
+    the DaemonSet controller works through its waves, say to pass a longer `--timeout`."""
     lost = g.nodes_reporting(daemonset, pods, read_nodes(kube, g.lost_nodes(pods)))
     if not lost.ok:
         return lost.detail, NODE_HINT
     unready = g.not_ready_where(pods)
     if unready:
-        return f"pods not ready on nodes: {', '.join(unready[:10])}", POD_HINT
+        slow = _all_starting(kube, namespace, [p for p in pods if not p.ready])
+        return (f"pods not ready on nodes: {', '.join(unready[:10])}",
+                timeout_hint(timeout) if slow else POD_HINT)
     old = sorted({p.node for p in pods
                   if any(p.labels.get(k) != v for k, v in template_labels.items())})
-    return f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}", POD_HINT
+    return (f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}",
+            timeout_hint(timeout, NOT_REPLACED) if namespace is not None else POD_HINT)

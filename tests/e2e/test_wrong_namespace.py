@@ -45,7 +45,9 @@ def test_a_namespace_without_the_daemonsets_is_refused_naming_where_they_run(e2e
         error, fix = [line for line in res.stderr.splitlines() if line.strip()][-2:]
         assert error.startswith("error: No GPU Operator DCGM found in namespace 'default'"), error
         assert "they run in namespace 'gpu-operator'." in error, error
-        assert fix == "fix: pass -n gpu-operator", fix
+        # the option, and the whole command line that passes it (run as written)
+        assert fix.startswith(f"fix: pass -n gpu-operator: `dcgm-migrate {argv[0]} "), fix
+        assert fix.endswith(" -n gpu-operator`") and " -n default" not in fix, fix
     assert e2e.writes(since=mark) == [], [(w.verb, w.resource, w.name)
                                           for w in e2e.writes(since=mark)]
     dry = [e for e in e2e.sim.server.log.entries() if e.seq > mark and e.dry_run]
@@ -61,7 +63,8 @@ def test_the_refusal_is_a_json_error_document(e2e_factory: Callable[..., E2E]) -
     doc = res.json()["error"]  # validated against $defs/error
     assert doc["exitCode"] == 2 and doc["type"] == "UsageError"
     assert "'default'" in doc["message"] and "'gpu-operator'" in doc["message"]
-    assert doc["hint"] == "pass -n gpu-operator"
+    assert doc["hint"].startswith("pass -n gpu-operator: `dcgm-migrate apply --phase 3 --yes ")
+    assert doc["hint"].endswith(" -n gpu-operator`"), doc["hint"]
     assert env.writes(since=mark) == []
 
 

@@ -1,7 +1,8 @@
 """Concurrency (docs/design.md, "State and resume"): several `apply` processes started together —
 exactly one migrates, the others exit 4 naming the holder and write nothing; an expired lock is
-taken over; a live lock of another host is respected until `unlock` forces it; a killed run's
-lock, on this host too, until it expires."""
+taken over; a live lock of another host is respected until `unlock` releases it; a run killed
+on this host, or a Job's pod that no longer exists, is provably gone: its lock is taken over at
+once by the next run, which says whose and why (docs/runbook.md, "Lock held / unlock")."""
 
 from __future__ import annotations
 
@@ -64,9 +65,10 @@ def test_runs_started_together_exactly_one_proceeds(
     assert not env.finish()
 
 
-def _locked_configmap(env: Env, holder: str, acquired: datetime, ttl: float) -> None:
+def _locked_configmap(env: Env, holder: str, acquired: datetime, ttl: float,
+                      process: locking.Process | None = None) -> None:
     """A state ConfigMap with only a lock in it (no state yet), as `acquire_lock` leaves it."""
-    lock = locking.new_lock(holder, acquired, ttl, None)
+    lock = locking.new_lock(holder, acquired, ttl, None, process=process)
     env.sim.store.create(kinds.CONFIGMAP, {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": STATE_CM, "namespace": NS,
@@ -111,10 +113,10 @@ def test_a_live_lock_is_respected_until_unlock(fresh: Callable[..., Env]) -> Non
     assert not env.finish()
 
 
-def test_a_killed_run_holds_its_lock_until_it_expires(fresh: Callable[..., Env]) -> None:
-    """A run SIGKILLed on this very host is not probed (on Windows `os.kill(pid, 0)` would send
-    it Ctrl+C): its lock holds until the lease runs out, 2 minutes after its last renewal, and
-    the rerun takes it over then (`unlock` frees it at once: the test above)."""
+def test_a_run_killed_on_this_host_is_taken_over_at_once(fresh: Callable[..., Env]) -> None:
+    """kill -9 leaves the lock with two minutes of lease, but its process no longer runs on
+    this host (/proc, its pid and start time): `status` says so instead of `running`, and the
+    next run takes the lock over at once, saying whose and why."""
     env = fresh()
     args = ("apply", "--phase", "1", "--yes", "-o", "json")
     assert crash.kill_after_write(env.sim, 2, *args)  # write 1 took the lock, 2 saved the state
@@ -124,23 +126,78 @@ def test_a_killed_run_holds_its_lock_until_it_expires(fresh: Callable[..., Env])
         time.sleep(0.01)
     cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
     info = locking.read(cm["metadata"]["annotations"])
-    acquired = locking.parse_time(info.acquired) if info else None
-    assert info is not None and info.expires is not None and acquired is not None
-    assert info.expires - acquired == timedelta(minutes=2)  # the lease a run holds
+    assert info is not None and info.expires is not None and info.process is not None
+    assert info.expires > datetime.now(UTC)  # its lease still runs
     host = locking.default_holder().rsplit(" pid ", 1)[0]
-    assert info.holder.startswith(f"{host} pid ") and info.holder != locking.default_holder()
+    assert info.holder == f"{host} pid {info.process.pid}"
+    assert info.process.started is not None  # /proc/<pid>/stat field 22: a reused pid is not it
+
+    status = crash.run(env.kubeconfig, "status", "-o", "json")
+    run = json.loads(status.stdout)["run"]
+    assert run["state"] == "interrupted" and run["lock"]["gone"], run  # never `running`
+    assert status.code == 1
 
     mark = env.mark()
-    held = crash.run(env.kubeconfig, *args)
-    assert held.code == 4, held.output
-    assert (f"holds the lock on {NS}/{STATE_CM}: {info.holder}, "
-            f"until {locking.format_time(info.expires)}.") in held.stderr
-    assert "wait for the lock to expire or run `dcgm-migrate unlock" in held.stderr
-    assert env.writes(mark) == []
-
-    assert env.let_the_lock_expire() == info.holder
     done = crash.run(env.kubeconfig, *args)
     assert done.code == 0, done.stderr
-    assert f"took over the expired lock of {info.holder}" in done.stderr
+    assert (f"took over the lock of {info.holder} at once: its process (pid "
+            f"{info.process.pid} on {info.process.host}) no longer runs, so its run is gone "
+            f"(its lease ran until {locking.format_time(info.expires)})") in done.stderr
+    assert env.writes(mark), "the rerun did nothing"
     crash.state_document(env.sim)  # intact, and the lock released
     assert not env.finish()
+
+
+def test_unlock_releases_a_killed_runs_lock_without_force(fresh: Callable[..., Env]) -> None:
+    env = fresh()
+    args = ("apply", "--phase", "1", "--yes", "-o", "json")
+    assert crash.kill_after_write(env.sim, 2, *args)
+    info = locking.read(env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)["metadata"][
+        "annotations"])
+    assert info is not None and info.process is not None
+    done = crash.run(env.kubeconfig, "unlock", "-o", "json")
+    assert done.code == 0, done.stderr
+    gone = f"its process (pid {info.process.pid} on {info.process.host}) no longer runs"
+    assert json.loads(done.stdout) == {"namespace": NS, "released": info.holder,
+                                       "forced": False, "holderGone": gone}
+    assert not env.finish()
+
+
+JOB_POD = "dcgm-migrate-apply-x7k2q"
+
+
+def _job_lock(env: Env) -> str:
+    """A live lock, renewed just now, of a Job's pod on another node."""
+    holder = f"root@{JOB_POD} pid 1 (pod {NS}/{JOB_POD})"
+    process = locking.Process(JOB_POD, 1, 4711, "node-7-boot", "pid:[4026532999]",
+                              f"{NS}/{JOB_POD}")
+    _locked_configmap(env, holder, datetime.now(UTC), 120.0, process)
+    return holder
+
+
+def test_a_lock_of_a_job_pod_that_no_longer_exists_is_taken_over_at_once(
+        fresh: Callable[..., Env], migrated: EndState) -> None:
+    env = fresh()
+    holder = _job_lock(env)
+    done = crash.run(env.kubeconfig, *APPLY)
+    assert done.code == 0, done.stderr
+    assert (f"took over the lock of {holder} at once: its pod {NS}/{JOB_POD} no longer "
+            "exists, so its run is gone") in done.stderr
+    assert crash.diff(migrated.objects, crash.comparable(env.sim)) == []
+    assert not env.finish()
+
+
+def test_a_lock_of_a_job_pod_that_runs_is_refused(fresh: Callable[..., Env]) -> None:
+    env = fresh(monitor=False)
+    holder = _job_lock(env)
+    env.sim.store.create(kinds.POD, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": JOB_POD, "namespace": NS, "labels": {"job-name": "dcgm-migrate"}},
+        "spec": {"containers": [{"name": "dcgm-migrate", "image": "dcgm-migrate:0.1.0"}]},
+        "status": {"phase": "Running"}})
+    mark = env.mark()
+    held = crash.run(env.kubeconfig, *APPLY)
+    assert held.code == 4, held.output
+    assert f"holds the lock on {NS}/{STATE_CM}: {holder}, until " in held.stderr
+    assert f"`dcgm-migrate status -n {NS}` shows its progress" in held.stderr
+    assert env.writes(mark) == []

@@ -1,17 +1,22 @@
 """`status` tells a run in progress from an interrupted one and from a rollback (the `run`
 object of docs/output.schema.json, and the table): who holds the lock and since when, the
 command that resumes an interrupted run, the rollback's own steps instead of the forward diff,
-and the history. The runs are real subprocesses on a sim with slow pod starts; `status` is the
-CLI in-process."""
+and the history. A rollback stopped between two phases (SIGTERM, or kill -9 whose lock the next
+run takes over at once) reads as interrupted — `status` and `verify` exit 1 — until it is
+resumed. The runs are real subprocesses on a sim with slow pod starts; `status` is the CLI
+in-process."""
 
 from __future__ import annotations
 
 import json
 import shlex
 import signal
+import socket
 import subprocess
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from migrator.model import kinds
 from tests.helpers import cli, crash
@@ -26,8 +31,6 @@ def _phases(env: Env) -> list[dict[str, Any]]:
     text = ((cm or {}).get("data") or {}).get("state.json") or "{}"
     phases: list[dict[str, Any]] = json.loads(text).get("phases") or []
     return phases
-
-
 
 
 def _stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
@@ -122,4 +125,73 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
     assert doc["run"]["rollback"] and doc["phases"][0]["changes"] == []
     again = crash.run(env.kubeconfig, *shlex.split(doc["run"]["resume"])[1:], "--settle", "0s")
     assert again.code == 0, again.stderr
+    assert not env.finish()
+
+
+def _statuses(env: Env) -> list[str]:
+    return [p["status"] for p in _phases(env)]
+
+
+def _history(env: Env) -> list[dict[str, Any]]:
+    cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
+    history: list[dict[str, Any]] = json.loads(cm["data"]["state.json"])["history"]
+    return history
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "kill-9"])
+def test_a_rollback_stopped_between_two_phases_reads_as_interrupted_until_resumed(
+        fresh: Callable[..., Env], signum: signal.Signals) -> None:
+    """Phase 3 rolled back, phases 2 and 1 still applied, and the run stopped in the settle
+    time before phase 2: no phase is in progress, yet the rollback is not done."""
+    env = fresh(time_scale=SLOW)
+    assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0
+    rollback = ("rollback", "--phase", "1", "--yes", "--settle", "60s", "-o", "json")
+    proc = crash.start(env.kubeconfig, *rollback)
+    try:
+        crash.until(lambda: _statuses(env) == ["completed", "completed", "rolled-back"], proc)
+    finally:
+        proc.send_signal(signum)
+        code, _, err = crash.finish(proc)
+    assert code == (143 if signum == signal.SIGTERM else -9), err
+
+    resume = f"dcgm-migrate rollback --phase 1 -n {NS}"
+    for _ in range(2):  # status and verify alike, as often as asked
+        code, doc, table = _status(env)
+        run = doc["run"]
+        assert code == 1 and doc["ok"] is False, run
+        assert (run["state"], run["operation"], run["target"], run["phase"]) == (
+            "interrupted", "rollback", 1, 2), run
+        assert run["resume"] == resume
+        assert [p["phase"] for p in run["rollback"]] == [2, 1]  # what is left to undo
+        assert "run interrupted — rollback --phase 1, at phase 2" in table
+        assert f"resume: {resume}" in table
+        assert f"status NOT OK — a run was interrupted; resume: {resume}" in table
+        verify = cli.run(env.kubeconfig, "verify")
+        assert verify.code == 1, verify.stdout
+    events = [(e["event"], e.get("phase"), e.get("target")) for e in _history(env)]
+    assert ("rollback-start", 3, 1) in events and ("rolled-back", 3, None) in events
+    if signum == signal.SIGTERM:
+        assert run["lock"] is None  # released on the way out
+        assert _history(env)[-1]["event"] == "interrupted"
+        assert _history(env)[-1]["signal"] == "SIGTERM"
+        assert "interrupted signal=SIGTERM" in table
+    else:  # the lock stays, but its holder is provably gone: no run is said to be running
+        lock = run["lock"]
+        assert lock["live"] and lock["holder"].endswith(f" pid {proc.pid}")
+        assert lock["gone"] == (f"its process (pid {proc.pid} on {socket.gethostname()}) "
+                                "no longer runs"), lock
+        assert "run interrupted — rollback --phase 1, at phase 2, and its lock's holder " \
+               "is gone" in table
+        assert f"holder gone ({lock['gone']}): the next run takes it over at once" in table
+
+    again = crash.run(env.kubeconfig, *shlex.split(resume)[1:], "--settle", "0s")
+    assert again.code == 0, again.stderr
+    if signum == signal.SIGKILL:  # at once, not two minutes later, and it says whose and why
+        assert (f"took over the lock of {lock['holder']} at once: {lock['gone']}, so its run "
+                "is gone") in again.stderr, again.stderr
+    assert _statuses(env) == ["rolled-back"] * 3
+    _, doc, table = _status(env)
+    assert doc["run"]["state"] == "idle" and doc["run"]["resume"] is None
+    # Unmigrated again: the verdict (no stable name yet) is all status still says.
+    assert "run idle" in table and "a run was interrupted" not in table, table
     assert not env.finish()

@@ -23,8 +23,6 @@ def _lock(env: Env) -> locking.LockInfo | None:
     return locking.read((cm or {}).get("metadata", {}).get("annotations"))
 
 
-
-
 def test_unlock_is_refused_while_the_run_renews_and_forced_with_force(
         fresh: Callable[..., Env]) -> None:
     env = fresh(time_scale=0.25)  # each new pod takes 0.5 s to become Ready: a slow apply
@@ -42,7 +40,8 @@ def test_unlock_is_refused_while_the_run_renews_and_forced_with_force(
         assert (f"A live dcgm-migrate run holds the lock on {NS}/{STATE_CM}: {held.holder}, "
                 f"acquired {held.acquired}, last renewed ") in refused.stderr
         assert "s ago), until " in refused.stderr
-        assert "or pass --force if you are sure it is dead" in refused.stderr
+        assert (f"only if you are sure it is dead, `dcgm-migrate unlock --force -n {NS}`"
+                in refused.stderr)
         as_json = cli.run(env.kubeconfig, "unlock", "-o", "json")
         assert as_json.code == 4 and as_json.json()["error"]["exitCode"] == 4
         still = _lock(env)
@@ -51,7 +50,8 @@ def test_unlock_is_refused_while_the_run_renews_and_forced_with_force(
 
         forced = cli.run(env.kubeconfig, "unlock", "--force", "-o", "json")
         assert forced.code == 0, forced.stderr
-        assert forced.json() == {"namespace": NS, "released": held.holder, "forced": True}
+        assert forced.json() == {"namespace": NS, "released": held.holder, "forced": True,
+                                 "holderGone": None}
         after = _lock(env)
         assert after is None or after.holder != held.holder
     finally:
@@ -81,4 +81,4 @@ def test_a_lock_nobody_renews_is_released_without_force(fresh: Callable[..., Env
     assert done.stdout.strip() == f"released the lock of {lock.holder}"
     assert _lock(env) is None
     assert json.loads(cli.run(env.kubeconfig, "unlock", "-o", "json").stdout) == {
-        "namespace": NS, "released": None, "forced": False}
+        "namespace": NS, "released": None, "forced": False, "holderGone": None}

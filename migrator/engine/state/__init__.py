@@ -4,7 +4,8 @@
                   from the injected Clock
     configmap.py  the ConfigMap's layout: keys, checksum, managed-by label (from the catalog)
     backends.py   one ConfigMap, in the cluster or in memory, with the API's concurrency errors
-    lock.py       the run lock's data (annotations) and who holds it
+    lock.py       the run lock's data (annotations) and who holds it, where it runs
+    liveness.py   whether a lock's holder is provably gone (its process, its pod)
     store.py      load/save and lock/renew/release with resourceVersion-guarded writes
     session.py    one run's hold on it: lock, save, heartbeat, dry run (what `commands` opens)
 
@@ -12,7 +13,7 @@ The names below are the package's surface for the rest of the engine and the com
 """
 
 from migrator.engine.state.document import PhaseRecord, State
-from migrator.engine.state.lock import default_holder
+from migrator.engine.state.liveness import default_holder
 from migrator.engine.state.session import RunSession
 from migrator.engine.state.store import ConfigMapStateStore, StateStore
 

@@ -48,6 +48,26 @@ def checksum(text: str) -> str:
 
 EMPTY_TEXT = encode({})
 EMPTY_SHA = checksum(EMPTY_TEXT)
+MANAGED_BY = "app.kubernetes.io/managed-by=dcgm-migrate"  # plans/common.yaml's, for hints
+
+
+def restore_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
+    """How to put the backup of the two data keys back (docs/runbook.md, 'Restoring the
+    state'), as commands that work as written in the directory holding the backup."""
+    return ("restore it from your backup of state.json and state.sha256 (docs/runbook.md, "
+            f"'Restoring the state'): `kubectl -n {namespace} create configmap {name} "
+            "--from-file=state.json --from-file=state.sha256`, then "
+            f"`kubectl -n {namespace} label configmap {name} {managed_by}`")
+
+
+def corrupt_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
+    """What to do about a state the tool refuses to read. Deleting it alone is no way out:
+    the cluster keeps the tool's marks, and `apply`/`rollback` then refuse a lost state, so
+    the way that works is to put the backup in its place."""
+    return (f"inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`; undo "
+            f"the edit, or replace it: `kubectl -n {namespace} delete configmap {name}`, then "
+            f"{restore_hint(namespace, name, managed_by)} (without a backup, apply and "
+            "rollback refuse the lost state: docs/runbook.md, 'Restoring the state')")
 
 
 class ConfigMapFormat:
@@ -61,12 +81,11 @@ class ConfigMapFormat:
         return f"kubectl -n {self._cm.namespace} get configmap {self._cm.name} -o yaml"
 
     def _corrupt(self, what: str) -> StateCorrupt:
+        label = f"{self._managed_by.key}={self._managed_by.value}"
         return StateCorrupt(
             f"The migration state in ConfigMap {self._cm.where} {what}, so dcgm-migrate "
             "refuses to use it.",
-            f"inspect it with `{self._kubectl()}`; if you edited it, restore it, or delete the "
-            "ConfigMap to start over (the cluster objects are unchanged by deleting state, but "
-            "rollback then no longer knows the original values)",
+            corrupt_hint(self._cm.namespace, self._cm.name, label),
         )
 
     def _check_ours(self, cm: Obj) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from migrator import phases as phase_modules
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.state.configmap import corrupt_hint
 from migrator.errors import StateCorrupt
 from migrator.model.retiring import GONE, HANDED_OVER, REPLACED, REVERTED
 from migrator.model.steps import Step, from_record, to_record
@@ -152,14 +153,17 @@ class State:
         }
 
     @staticmethod
-    def from_document(doc: dict[str, Any], clock: Clock | None = None) -> State:
+    def from_document(doc: dict[str, Any], clock: Clock | None = None,
+                      where: tuple[str, str] = ("gpu-operator", "dcgm-migrate-state")) -> State:
+        """The state a document holds; StateCorrupt when it is not one this version reads,
+        with the fix for the ConfigMap `where` (namespace, name) it was read from."""
         try:
             if doc.get("schema") != SCHEMA_VERSION:
                 raise StateCorrupt(
                     f"The state ConfigMap has schema {doc.get('schema')!r}, but this tool "
                     f"reads schema {SCHEMA_VERSION}.",
-                    "use the dcgm-migrate version that wrote it, or delete the ConfigMap to "
-                    "start over")
+                    "use the dcgm-migrate version that wrote it (`dcgm-migrate --version` "
+                    f"names this one), or {corrupt_hint(*where)}")
             phases = {}
             for p in doc["phases"]:
                 if p["status"] not in STATUSES:
@@ -186,5 +190,4 @@ class State:
         except (KeyError, TypeError, ValueError) as exc:
             raise StateCorrupt(
                 f"The state ConfigMap does not hold a valid dcgm-migrate state ({exc}).",
-                "inspect it with `kubectl get configmap dcgm-migrate-state -o yaml`; delete it "
-                "to start over (deleting state changes no cluster object)") from exc
+                corrupt_hint(*where)) from exc

@@ -10,7 +10,9 @@
 - `save` writes the document on the ConfigMap version this run last saw, so a change by
   anyone else is a conflict, never overwritten;
 - `heartbeat` (called by the runner's waits, on its thread) renews the lock once a quarter of
-  its TTL has passed on the injected clock.
+  its TTL has passed on the injected clock;
+- a run stopped by Ctrl-C or SIGTERM records an `interrupted` event in the state's history
+  (with the signal) before it releases the lock, so `status` shows when and how it stopped.
 
 A dry run never opens one: `apply --dry-run` is the preview's walk (`engine/preview.py`),
 which takes no lock and writes no state.
@@ -26,7 +28,7 @@ from migrator.engine.progress import Listener
 from migrator.engine.state.document import State
 from migrator.engine.state.lock import Lock, format_time, takeover_message
 from migrator.engine.state.store import StateStore
-from migrator.errors import APIError
+from migrator.errors import Interrupted, MigrateError
 
 LOCK_TTL_SECONDS = 120.0
 
@@ -44,6 +46,7 @@ class RunSession:
         self._ttl = ttl_seconds
         self._lock: Lock | None = None
         self._renewed = clock.monotonic()
+        self._state: State | None = None  # the document as this run last saved it
 
     def __enter__(self) -> RunSession:
         self._lock = self.store.acquire_lock(self._holder, self._ttl)
@@ -56,8 +59,10 @@ class RunSession:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         if self._lock is not None:
+            if isinstance(error, KeyboardInterrupt):
+                self._record_interruption(error)
             released = False
-            with contextlib.suppress(APIError):  # it expires on its own; never mask the
+            with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
                 self.store.release_lock(self._lock)  # run's own outcome
                 released = True
             if isinstance(error, KeyboardInterrupt):  # Ctrl-C, SIGTERM (errors.Interrupted)
@@ -67,10 +72,23 @@ class RunSession:
                     f"{format_time(self._lock.expires)}")
             self._lock = None
 
+    def _record_interruption(self, error: KeyboardInterrupt) -> None:
+        """The history says the run was stopped, and by what (a kill -9 cannot say it: there
+        `status` reads the unfinished run from the history's last start event). Only a run
+        that saved its state has one to add to; a failed save is left (the lock release
+        matters more)."""
+        if self._state is None:
+            return
+        name = error.name if isinstance(error, Interrupted) else "SIGINT"
+        self._state.log("interrupted", signal=name)
+        with contextlib.suppress(MigrateError):
+            self.save(self._state)
+
     def save(self, state: State) -> None:
         """Write `state` on the version this run last saw (StateConflict if anyone else wrote)."""
         self._version = self.store.save(state.to_document(),
                                         expected_version=self._version).version
+        self._state = state
 
     def heartbeat(self) -> None:
         """Renew the lock when a quarter of its TTL has passed since the last renewal."""

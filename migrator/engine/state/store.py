@@ -12,6 +12,12 @@ renewal, a label added by hand) and nobody else holds the lock, the save is retr
 version; if the document itself changed, `StateConflict`; if another run holds the lock,
 `LockHeld`.
 
+The lock records where its holder runs (`lock.Process`); a live lock whose holder is provably
+gone (`liveness.HolderCheck`: its process no longer runs on this host, its pod no longer
+exists) is taken over at once, and the takeover says whose and why. A holder that may be alive
+is refused (`LockHeld`) with the command that applies to it: `status` to follow a renewing
+run, `unlock` for one that stopped renewing.
+
 `apply --dry-run` never reaches a store: the preview (`engine/preview.py`) writes no state.
 """
 
@@ -35,9 +41,11 @@ from migrator.engine.state.configmap import (
     checksum,
     encode,
 )
+from migrator.engine.state.liveness import HolderCheck
 from migrator.engine.state.lock import Lock
 from migrator.errors import APIConflict, APINotFound, LockHeld, StateConflict
 from migrator.kube import Kube
+from migrator.model import kinds
 from migrator.model.stacks import Common, Label, load_catalog
 
 Obj = dict[str, Any]
@@ -55,14 +63,18 @@ class StateStore(Protocol):
     def release_lock(self, lock: Lock) -> None: ...
     def force_unlock(self) -> str | None: ...
     def lock_info(self) -> locking.LockInfo | None: ...
+    def holder_gone(self, info: locking.LockInfo | None) -> str | None: ...
+    def check_free(self) -> None: ...
 
 
 class _ConfigMapState(ConfigMapFormat):
     """The store's logic, over any backend that behaves like the API for one ConfigMap."""
 
-    def __init__(self, backend: Backend, managed_by: Label, clock: Clock) -> None:
+    def __init__(self, backend: Backend, managed_by: Label, clock: Clock,
+                 holders: HolderCheck | None = None) -> None:
         super().__init__(backend, managed_by)
         self._clock = clock
+        self._holders = holders or HolderCheck()
         # One store may be called from more than one thread (the guard's loops, tests racing
         # two runs through one store): each call is atomic for this store.
         self._mu = threading.RLock()
@@ -182,12 +194,13 @@ class _ConfigMapState(ConfigMapFormat):
             if self._held is not None:
                 raise StateConflict(
                     f"ConfigMap {self._cm.where} was deleted while this run held its lock.",
-                    "someone reset the migration state; run `dcgm-migrate status` and decide",
+                    "someone reset the migration state; run `dcgm-migrate status -n "
+                    f"{self._cm.namespace}` and decide",
                 )
             if expected_sha is not None and expected_sha != EMPTY_SHA:
                 raise StateConflict(
                     f"The state in ConfigMap {self._cm.where} was deleted by someone else.",
-                    "run `dcgm-migrate status` and start again",
+                    f"run `dcgm-migrate status -n {self._cm.namespace}` and start again",
                 )
             return None
         _, current_sha = self._decode(current)
@@ -200,7 +213,8 @@ class _ConfigMapState(ConfigMapFormat):
         if self._held is not None and not held_by_us:
             raise StateConflict(
                 f"This run's lock on ConfigMap {self._cm.where} was removed or taken over.",
-                "another run may be migrating; run `dcgm-migrate status` before going on",
+                "another run may be migrating: see `dcgm-migrate status -n "
+                f"{self._cm.namespace}` before going on",
             )
         version = str(current["metadata"]["resourceVersion"])
         if not (self._matches(current_sha, expected_sha) or version == expected_version
@@ -208,27 +222,47 @@ class _ConfigMapState(ConfigMapFormat):
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} was changed by another run since "
                 "this run read it.",
-                "run `dcgm-migrate status` to see the current state, then run the command again",
+                f"run `dcgm-migrate status -n {self._cm.namespace}` to see the current state, "
+                "then the command again",
             )
         return current
 
     # ---- the lock ---------------------------------------------------------------------
 
+    def holder_gone(self, info: locking.LockInfo | None) -> str | None:
+        """Why the holder of this lock is provably gone, or None when it may be alive."""
+        return self._holders(info)
+
+    def check_free(self) -> None:
+        """LockHeld now when another run that may be alive holds the lock: what `apply` and
+        `rollback` check before they print warnings or ask their question (the lock itself
+        is taken later, by `acquire_lock`)."""
+        with self._mu:
+            info = self.lock_info()
+            if info is not None and info.live(self._clock.now()) and self._held is None \
+                    and self.holder_gone(info) is None:
+                raise self._lock_held(info)
+
     def _lock_held(self, info: locking.LockInfo) -> LockHeld:
         until = locking.format_time(info.expires) if info.expires else "an unreadable time"
-        return LockHeld(
-            f"Another dcgm-migrate run holds the lock on {self._cm.where}: {info.holder}, "
-            f"until {until}.",
-            "wait for that run to finish; if it is dead, wait for the lock to expire or run "
-            f"`dcgm-migrate unlock -n {self._cm.namespace}`",
-        )
+        ns = self._cm.namespace
+        message = (f"Another dcgm-migrate run holds the lock on {self._cm.where}: "
+                   f"{info.holder}, until {until}.")
+        if info.renewing(self._clock.now()):
+            return LockHeld(message, "wait for that run to finish: `dcgm-migrate status -n "
+                            f"{ns}` shows its progress; only if you are sure it is dead, "
+                            f"`dcgm-migrate unlock --force -n {ns}` releases it")
+        renewed = locking.format_time(info.renewed) if info.renewed else "an unknown time"
+        return LockHeld(f"{message} Its holder has not renewed it since {renewed}, so its run "
+                        "is probably dead.",
+                        f"`dcgm-migrate unlock -n {ns}` releases it now (or the next run takes "
+                        f"it over at {until})")
 
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
-        """Take the lock; LockHeld when another run holds it (an expired lock is taken over).
-
-        A holder is alive while its lock has not expired, whoever and wherever it is: a killed
-        run's lock is taken over once it expires (or after `force_unlock`), never before.
-        """
+        """Take the lock; LockHeld when another run that may be alive holds it. An expired
+        lock is taken over, and so is a live one whose holder is provably gone (`liveness`):
+        a run killed on this host, a Job pod that no longer exists."""
+        here = self._holders.here
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
             for _ in range(_ROUNDS):
@@ -242,7 +276,7 @@ class _ConfigMapState(ConfigMapFormat):
                     self._held = tried
                     return tried
                 if current is None:
-                    lock = tried = locking.new_lock(holder, now, ttl_seconds, None)
+                    lock = tried = locking.new_lock(holder, now, ttl_seconds, None, process=here)
                     body = self._new_configmap(EMPTY_TEXT, locking.annotations_for(lock))
                     try:
                         written = self._cm.create(body)
@@ -253,11 +287,14 @@ class _ConfigMapState(ConfigMapFormat):
                     self._check_not_terminating(current)
                     self._view(current)
                     info = locking.read(current["metadata"].get("annotations"))
+                    gone = None
                     if info is not None and info.live(now):
-                        raise self._lock_held(info)
+                        gone = self.holder_gone(info)
+                        if gone is None:
+                            raise self._lock_held(info)
                     lock = tried = locking.new_lock(
-                        holder, now, ttl_seconds, info.holder if info else None, info
-                    )
+                        holder, now, ttl_seconds, info.holder if info else None, info,
+                        process=here, gone=gone)
                     try:
                         written = self._write_lock(current, locking.annotations_for(lock))
                     except (APIConflict, APINotFound):
@@ -290,18 +327,12 @@ class _ConfigMapState(ConfigMapFormat):
                     who = f"taken over by {info.holder}" if info else "removed"
                     raise LockHeld(
                         f"This run's lock on {self._cm.where} was {who}.",
-                        "another run may be migrating; run `dcgm-migrate status` before going on",
+                        "another run may be migrating: see `dcgm-migrate status -n "
+                        f"{self._cm.namespace}` before going on",
                     )
                 self._view(current)
                 self._check_not_terminating(current)
-                now = self._clock.now()
-                renewed = Lock(
-                    lock.holder, lock.acquired,
-                    max(lock.expires, locking.new_lock(
-                        lock.holder, now, lock.ttl_seconds, None).expires),
-                    lock.ttl_seconds, lock.taken_over_from, renewed=now,
-                    taken_over=lock.taken_over,
-                )
+                renewed = locking.renewed_lock(lock, self._clock.now())
                 try:
                     written = self._write_lock(current, locking.annotations_for(renewed))
                 except (APIConflict, APINotFound):
@@ -311,7 +342,7 @@ class _ConfigMapState(ConfigMapFormat):
                 return renewed
             raise LockHeld(
                 f"Could not renew the lock on {self._cm.where}: it kept changing.",
-                "run `dcgm-migrate status` before going on",
+                f"run `dcgm-migrate status -n {self._cm.namespace}` before going on",
             )
 
     def release_lock(self, lock: Lock) -> None:
@@ -362,7 +393,8 @@ class ConfigMapStateStore(_ConfigMapState):
     ) -> None:
         common = common or load_catalog().common
         super().__init__(KubeConfigMap(kube, namespace, common.state_configmap),
-                         common.managed_by, clock or SystemClock())
+                         common.managed_by, clock or SystemClock(),
+                         HolderCheck(pod=lambda ns, name: kube.get(kinds.POD, name, ns)))
 
 
 class MemoryStateStore(_ConfigMapState):
@@ -374,9 +406,9 @@ class MemoryStateStore(_ConfigMapState):
 
     def __init__(
         self, configmap: MemoryConfigMap | None = None, clock: Clock | None = None,
-        common: Common | None = None,
+        common: Common | None = None, holders: HolderCheck | None = None,
     ) -> None:
         common = common or load_catalog().common
         self.configmap = configmap or MemoryConfigMap(name=common.state_configmap)
-        super().__init__(self.configmap, common.managed_by, clock or SystemClock())
+        super().__init__(self.configmap, common.managed_by, clock or SystemClock(), holders)
 

@@ -1,0 +1,159 @@
+"""Is a lock's holder provably gone? The lease (`lock.py`) answers "maybe alive" for two
+minutes after a `kill -9`; this module answers sooner when it can prove the holder dead, and
+never guesses:
+
+- a holder on this very host (same host name, boot and pid namespace): its pid no longer runs,
+  has exited (a zombie), or runs a process started later than the holder (a reused pid) —
+  read from /proc/<pid>/stat (field 22, the start time in clock ticks after boot);
+- a holder that ran in a pod (a Job's): that pod no longer exists or has stopped (phase
+  Succeeded/Failed), read through the API; a holder of this very pod in another pid namespace
+  is an earlier container of it (restarted since);
+- anything else (another host, a live pid, no /proc, a pod that cannot be read): None, maybe
+  alive — its lock is refused until its lease runs out, as before.
+
+Nothing is ever signalled (on Windows `os.kill(pid, 0)` would send the process Ctrl+C): /proc
+is read, and where there is none nothing is judged.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from migrator.engine.state import lock as locking
+from migrator.engine.state.lock import LockInfo, Process
+from migrator.errors import MigrateError
+
+PROC = Path("/proc")
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+STOPPED_PHASES = ("Succeeded", "Failed")
+
+PodLookup = Callable[[str, str], Mapping[str, Any] | None]  # (namespace, name) → pod or None
+
+
+def parse_stat(text: str) -> tuple[str, int]:
+    """(state, start time in clock ticks) from the text of /proc/<pid>/stat. The command name
+    (field 2) is in parentheses and may itself hold spaces and parentheses: fields are counted
+    after its last `)`."""
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[19])  # field 3 is fields[0]; field 22 is fields[19]
+
+
+def read_stat(pid: int, proc: Path = PROC) -> tuple[str, int] | None:
+    """(state, start) of a running pid, or None when no such process exists."""
+    try:
+        return parse_stat((proc / str(pid) / "stat").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, IndexError):
+        raise LookupError(pid) from None  # unreadable: nothing can be judged from it
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _readlink(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def pod_of_this_process(env: Mapping[str, str] | None = None,
+                        service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
+    """`namespace/name` of the pod this run is, or None outside a cluster. The name is the
+    downward API's POD_NAME when set, else the host name (a pod's host name is its name); the
+    namespace POD_NAMESPACE, else the service account's."""
+    environ = os.environ if env is None else env
+    in_cluster = bool(environ.get("KUBERNETES_SERVICE_HOST"))
+    name = environ.get("POD_NAME") or (socket.gethostname() if in_cluster else "")
+    namespace = environ.get("POD_NAMESPACE") or (_read(service_account) if in_cluster else None)
+    return f"{namespace}/{name}" if name and namespace else None
+
+
+def this_process(proc: Path = PROC, pod: str | None = None) -> Process:
+    """This run, as a lock records it."""
+    started = None
+    try:
+        stat = read_stat(os.getpid(), proc)
+        started = stat[1] if stat else None
+    except LookupError:
+        pass
+    return Process(socket.gethostname(), os.getpid(), started,
+                   _read(proc / "sys" / "kernel" / "random" / "boot_id"),
+                   _readlink(proc / "self" / "ns" / "pid"), pod)
+
+
+def default_holder() -> str:
+    """The holder string of this run (`user@host pid N`, and its pod in a cluster)."""
+    return locking.default_holder(pod_of_this_process())
+
+
+def gone_from_this_host(holder: Process, here: Process, proc: Path = PROC) -> str | None:
+    """Why a holder that ran on this host is gone, or None (alive, or not this host's)."""
+    if not holder.same_pids(here) or (holder.pid, holder.started) == (here.pid, here.started):
+        return None
+    try:
+        stat = read_stat(holder.pid, proc)
+    except LookupError:
+        return None
+    where = f"pid {holder.pid} on {holder.host}"
+    if stat is None:
+        return f"its process ({where}) no longer runs"
+    state, started = stat
+    if state in ("Z", "X"):
+        return f"its process ({where}) has exited"
+    if holder.started is not None and started != holder.started:
+        return f"{where} is another process now (started after the holder's)"
+    return None
+
+
+def gone_from_the_cluster(holder: Process, here: Process, pod: PodLookup | None) -> str | None:
+    """Why a holder that ran in a pod is gone, or None (its pod runs, or cannot be read)."""
+    if holder.pod is None or "/" not in holder.pod:
+        return None
+    if holder.pod == here.pod:  # this very pod, in another pid namespace: a restart
+        restarted = None not in (holder.pidns, here.pidns) and holder.pidns != here.pidns
+        return f"pod {holder.pod} restarted its container since" if restarted else None
+    if pod is None:
+        return None
+    namespace, name = holder.pod.split("/", 1)
+    try:
+        found = pod(namespace, name)
+    except MigrateError:  # forbidden, unreachable: nothing proven
+        return None
+    if found is None:
+        return f"its pod {holder.pod} no longer exists"
+    phase = str((found.get("status") or {}).get("phase") or "")
+    return f"its pod {holder.pod} has stopped ({phase})" if phase in STOPPED_PHASES else None
+
+
+class HolderCheck:
+    """`check(info)`: why the lock's holder is provably gone, or None when it may be alive
+    (what the state store asks before refusing a live lock, and `status`/`unlock` too)."""
+
+    def __init__(self, pod: PodLookup | None = None, here: Process | None = None,
+                 proc: Path = PROC) -> None:
+        self._pod = pod
+        self._here = here
+        self._proc = proc
+
+    @property
+    def here(self) -> Process:
+        if self._here is None:
+            self._here = this_process(self._proc, pod_of_this_process())
+        return self._here
+
+    def __call__(self, info: LockInfo | None) -> str | None:
+        if info is None or info.process is None:
+            return None
+        holder = info.process
+        return (gone_from_this_host(holder, self.here, self._proc)
+                or gone_from_the_cluster(holder, self.here, self._pod))

@@ -1,8 +1,10 @@
 """`dcgm-migrate guard`: the long-running alias guard (see migrator/engine/guard.py), thin.
 
 In a pod (docs/guard.yaml) it runs until SIGTERM, logging one timestamped line per decision
-to stderr, and gives its Lease up on the way out. `--once` runs one full pass without the
-Lease (a manual check or repair; writes are still guarded) and prints what it did.
+to stderr, and gives its Lease up on the way out. `--metrics-bind-address`/`--metrics-port`
+serve `/metrics`, `/healthz` and `/readyz` on one port (`engine/serving.py`). `--once` runs
+one full pass without the Lease (a manual check or repair; writes are still guarded) and
+prints what it did.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from migrator.cli.options import Context, Debug, Kubeconfig, Namespace, Output, OutputOpt
+from migrator.errors import UsageError
 
 
 def _identity() -> str:
@@ -58,6 +61,16 @@ def guard(
                                           "without events.", min=1.0)] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="One full pass, no Lease, then exit.")]
     = False,
+    metrics_bind_address: Annotated[str | None, typer.Option(
+        "--metrics-bind-address", help="[HOST]:PORT to serve /metrics, /healthz and /readyz "
+        "on (as controller-runtime's flag: :8080 every address, 127.0.0.1:0 a free loopback "
+        "port; 0: off). Default: off.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="Serve /metrics, /healthz and /readyz on this port of every "
+        "address (short for --metrics-bind-address :PORT).", min=0, max=65535)] = None,
+    verdict_seconds: Annotated[float, typer.Option(
+        "--verdict-seconds", help="The verdict (a whole read of the namespace) at most this "
+        "often after a watched change; at least hourly regardless.", min=1.0)] = 300.0,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -70,17 +83,24 @@ def guard(
     """
     from migrator.cli import render
     from migrator.engine.guard import Guard, GuardSettings
+    from migrator.engine.serving import MetricsServer
     from migrator.kube.client import Kube
     from migrator.model.stacks import load_catalog
 
+    address = _bind_address(metrics_bind_address, metrics_port)
+    if once and address is not None:
+        raise UsageError("--metrics-bind-address/--metrics-port serve nothing with --once "
+                         "(one pass, then exit).")
     settings = GuardSettings(lease_name=lease_name, identity=identity or _identity(),
-                             lease_seconds=lease_seconds, resync_seconds=resync)
+                             lease_seconds=lease_seconds, resync_seconds=resync,
+                             verdict_seconds=verdict_seconds)
     kube = Kube.connect(kubeconfig, context)
     try:
         g = Guard(kube, namespace, load_catalog(), settings, log=_log)
         if once:
-            doc = {"namespace": namespace, **g.reconcile().as_dict(),
-                   "verdict": g.verdict().as_dict()}
+            with g.recorder.running():  # the Events of its writes go out before it exits
+                doc = {"namespace": namespace, **g.reconcile().as_dict(),
+                       "verdict": g.verdict().as_dict()}
             if output is Output.table:
                 _table(doc)
             else:
@@ -97,6 +117,30 @@ def guard(
             signal.signal(signal.SIGINT, _stop)
         _log(f"guarding aliases in namespace {namespace} as {settings.identity} "
              f"(Lease {lease_name})")
-        g.run(stop)
+        server = MetricsServer(address, g.metrics.registry, g.health) if address else None
+        if server is not None:
+            _log(f"serving /metrics, /healthz, /readyz on {server.url}")
+        try:
+            g.run(stop)
+        finally:
+            if server is not None:
+                server.close()
     finally:
         kube.close()
+
+
+def _bind_address(bind: str | None, port: int | None) -> tuple[str, int] | None:
+    """(host, port) to serve on, or None: `--metrics-port N` is `--metrics-bind-address :N`;
+    both may be given only when they name the same port."""
+    from migrator.engine.serving import parse_address
+
+    try:
+        address = parse_address(bind) if bind is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--metrics-bind-address {exc}.") from exc
+    if port is None:
+        return address
+    if bind is not None and (address is None or address[1] != port):
+        raise UsageError(f"--metrics-bind-address {bind!r} names another port than "
+                         f"--metrics-port {port}.")
+    return address or ("0.0.0.0", port)

@@ -28,20 +28,35 @@ manifest (which carries the Lease) lets the garbage collector remove them, and `
 requires the Lease to be renewed wherever the stable names depend on them (`model/outcome.py`).
 A slice the API server refuses is reported and the others are still written; a watch that
 fails in any way is retried.
+
+What an operator sees of it besides its log (docs/runbook.md, "The guard"): its metrics and
+probes (`engine/metrics.py`, `engine/health.py`, served by `engine/serving.py` when the CLI
+names a port), and Kubernetes Events on the objects it acts on (`engine/events.py`): the alias
+it holds, releases or re-syncs, the stable Service whose slices it writes or that it creates
+again, and the state ConfigMap for a verdict that changed. The slice writes of a pass run
+concurrently, what restores reach first (`engine/slicewrites.py`). The loop's timing is
+`engine/guardloop.py`'s, the settings `engine/guardsettings.py`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
+from migrator.engine import slicewrites
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.events import NORMAL, WARNING, Recorder
+from migrator.engine.guardloop import Loop, Queued, typed
+from migrator.engine.guardsettings import DEFAULT_LEASE, GuardSettings, verdict_due
+from migrator.engine.health import Health
 from migrator.engine.informer import Reflector
 from migrator.engine.leader import LeaseLock
+from migrator.engine.metrics import GuardMetrics
 from migrator.engine.observe import read_pods, read_snapshot
 from migrator.engine.state import ConfigMapStateStore, State
 from migrator.engine.wholepods import WholePods
@@ -51,9 +66,8 @@ from migrator.errors import (
     APIInvalid,
     APINotFound,
     ClusterError,
-    WatchExpired,
 )
-from migrator.model import guarding, kinds, outcome, sharing
+from migrator.model import guarding, kinds, outcome, reach, sharing
 from migrator.model import objects as o
 from migrator.model.guarding import Correction
 from migrator.model.kinds import Kind
@@ -69,39 +83,14 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
-DEFAULT_LEASE = "dcgm-migrate-guard"
-
-
-@dataclass(frozen=True)
-class GuardSettings:
-    lease_name: str = DEFAULT_LEASE
-    identity: str = "dcgm-migrate-guard"
-    lease_seconds: int = 15  # client-go's default LeaseDuration
-    retry_seconds: float = 2.0  # client-go's default RetryPeriod: renew / try to acquire
-    resync_seconds: float = 30.0  # a full pass at least this often
-    min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
-    watch_seconds: int = 30  # server-side timeout of each watch request
-    # The verdict (a whole read of the namespace) while leading, logged when it changes: the
-    # first line an SRE sees when a stable name stops reaching nodes. At most this often, and
-    # only when something it reads changed since the last one (`verdict_due`)...
-    verdict_seconds: float = 300.0
-    # ... and at least this often regardless (what no watched event shows: a pod relabelled
-    # by hand whose Service the tool does not follow).
-    verdict_idle_seconds: float = 3600.0
-
-
-def verdict_due(settings: GuardSettings, now: float, last: float | None,
-                changed: bool) -> bool:
-    """Is a verdict due at `now`, the last one taken at `last` (None: never)? Its inputs —
-    the DaemonSets (their status counts every pod's readiness), the Services and the stable
-    names' EndpointSlices — reach the guard as watch events, so a quiet cluster is judged
-    once per `verdict_idle_seconds` instead of once per `verdict_seconds`: the whole read is
-    nearly all of the guard's steady-state API bytes (docs/performance.md)."""
-    if last is None:
-        return True
-    elapsed = now - last
-    return elapsed >= settings.verdict_idle_seconds or (changed and
-                                                         elapsed >= settings.verdict_seconds)
+__all__ = ["DEFAULT_LEASE", "Guard", "GuardSettings", "PassResult", "verdict_due"]
+DEFAULT_SETTINGS = GuardSettings()
+# Correction action → the Event on the alias: (type, reason, action). A hold is a Warning: the
+# operator rendered a DaemonSet without the common label, and someone must bring it back.
+CORRECTION_EVENTS = {guarding.HOLD: (WARNING, "SelectorHeld", "Hold"),
+                     guarding.RELEASE: (NORMAL, "SelectorReleased", "Release"),
+                     guarding.CLEAR: (NORMAL, "HoldCleared", "Release"),
+                     guarding.SYNC: (NORMAL, "ConfigResynced", "Resync")}
 
 
 @dataclass(frozen=True)
@@ -150,8 +139,9 @@ class Guard:
     """The loop and its I/O; decisions are `model.guarding`'s."""
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
-                 settings: GuardSettings = GuardSettings(), *, log: Log = lambda _: None,
-                 clock: Clock | None = None, lease: LeaseLock | None = None) -> None:
+                 settings: GuardSettings = DEFAULT_SETTINGS, *, log: Log = lambda _: None,
+                 clock: Clock | None = None, lease: LeaseLock | None = None,
+                 metrics: GuardMetrics | None = None) -> None:
         self.kube = kube
         self.namespace = namespace
         self.catalog = catalog
@@ -167,15 +157,33 @@ class Guard:
         self.written: list[Correction] = []  # every correction written, oldest first
         self.slice_writes: list[SliceWrite] = []  # every shared-slice write, oldest first
         self._noted: set[str] = set()  # notes already logged once
+        # The loop's informers (kind plural → cache): DaemonSets and Services whole, the
+        # stable names' EndpointSlices without managedFields. A pass reads them, not the API.
+        self.caches: dict[str, Reflector[Obj]] = {}
         self.slices: Reflector[Obj] | None = None  # the loop's EndpointSlice informer
+        self.metrics = metrics or GuardMetrics()  # its own registry (engine/metrics.py)
+        self.status = self.metrics.status
+        self.health = Health(self.clock, settings.stall_seconds)
+        self.recorder = Recorder(kube, settings.identity, self.clock, log=self.note,
+                                 counted=self.metrics.event)
+        self.status.watches = self._watches
+        self._owners: dict[str, str] = {}  # stable name → who held it at the last pass
+        self.last_written: dict[str, float] = {}  # stable name → its last slice write's answer
 
     # ---- reads -------------------------------------------------------------------------------
 
+    def _listed(self, kind: Kind) -> list[Obj]:
+        """Every `kind` of the namespace: the loop's cache while it runs (current up to the
+        guard's own writes: `_saw`), else one list (`--once`)."""
+        cache = self.caches.get(kind.plural)
+        if cache is not None and cache.alive:
+            return cache.items()
+        return self.kube.list(kind, self.namespace).items
+
     def _managed_services(self) -> dict[str, Obj]:
         mb = self.catalog.common.managed_by
-        items = self.kube.list(kinds.SERVICE, self.namespace,
-                               label_selector=f"{mb.key}={mb.value}").items
-        return {o.name(s): s for s in items}
+        return {o.name(s): s for s in self._listed(kinds.SERVICE)
+                if o.labels(s).get(mb.key) == mb.value}
 
     def read(self, *, pods: bool = True) -> Snapshot:
         """What a full pass needs, from this namespace only (the guard's Role is namespaced):
@@ -187,9 +195,9 @@ class Guard:
         release gates pass only once every live pod carries the common label, and then the
         same pods stand on both sides of the superset check, Ready or not."""
         wanted = {c.daemonset for c in self.catalog.components}
-        daemonsets = {o.name(d): d for d in self.kube.list(kinds.DAEMONSET, self.namespace).items
+        daemonsets = {o.name(d): d for d in self._listed(kinds.DAEMONSET)
                       if o.name(d) in wanted}
-        services = {o.name(s): s for s in self.kube.list(kinds.SERVICE, self.namespace).items}
+        services = {o.name(s): s for s in self._listed(kinds.SERVICE)}
         comps = [c for c in self.catalog.components if c.daemonset in daemonsets]
         selectors = pod_selectors(comps)
         views = (read_pods(self.kube, self.namespace, selectors, whole=WholePods(max_gets=0))
@@ -203,7 +211,22 @@ class Guard:
         never gets one, so doubtful printed pods are read whole by listing their selectors."""
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), clock=self.clock)
-        return outcome.verdict(snap, self.catalog)
+        verdict = outcome.verdict(snap, self.catalog)
+        self.status.judged(verdict, reach.reach(snap, self.catalog, verdict),
+                           self.clock.now().timestamp())
+        return verdict
+
+    def state_configmap(self) -> Obj | None:
+        """The state ConfigMap itself (the object a verdict's Event regards), or None."""
+        try:
+            return self.kube.get(kinds.CONFIGMAP, self.catalog.common.state_configmap,
+                                 self.namespace)
+        except ClusterError:
+            return None
+
+    def _watches(self) -> dict[str, tuple[int, int]]:
+        """(failures, relists) of every watch the loop runs, for the metrics."""
+        return {plural: (r.failures, r.relists) for plural, r in self.caches.items()}
 
     def read_state(self) -> State | None:
         """The migration state, read-only; unreadable state means: release nothing."""
@@ -246,24 +269,37 @@ class Guard:
 
     # ---- writes ------------------------------------------------------------------------------
 
-    def apply(self, corrections: Sequence[Correction]) -> tuple[list[Correction], list[str]]:
+    def apply(self, corrections: Sequence[Correction], *, since: float | None = None
+              ) -> tuple[list[Correction], list[str]]:
+        """Write the corrections (guarded JSON patches); `since`: when the event that made
+        them needed arrived (monotonic), for the repair-time histogram."""
         done, skipped = [], []
         for c in corrections:
+            live: Obj | None
             try:
-                self.kube.patch(kinds.SERVICE, c.service, self.namespace, c.patch(),
-                                patch_type="json")
+                live = self.kube.patch(kinds.SERVICE, c.service, self.namespace, c.patch(),
+                                       patch_type="json")
             except APIInvalid:  # a `test` failed: changed meanwhile (or our own write landed)
                 live = self.kube.get(kinds.SERVICE, c.service, self.namespace)
                 if not c.satisfied(live):
+                    self.metrics.wrote(kinds.SERVICE.kind, "conflict")
                     skipped.append(f"Service/{c.service}: changed meanwhile; {c.action} "
                                    "re-decided on the next pass")
                     continue
             except APINotFound:
+                self.metrics.wrote(kinds.SERVICE.kind, "gone")
                 skipped.append(f"Service/{c.service}: gone")
                 continue
             done.append(c)
             self.written.append(c)
+            self.metrics.wrote(kinds.SERVICE.kind, "ok")
+            if since is not None:
+                self.metrics.repaired(c.action, self.clock.monotonic() - since)
             self.log(f"{c.action} Service/{c.service}: {c.reason}")
+            type_, reason, action = CORRECTION_EVENTS.get(c.action, (NORMAL, "Corrected", "Patch"))
+            if live is not None:
+                self.recorder.record(typed(kinds.SERVICE, live), type_, reason, action,
+                                     c.reason)
         for s in skipped:
             self.log(s)
         return done, skipped
@@ -276,49 +312,74 @@ class Guard:
             lease = self.lease.ensure()
         return sharing.Keeper.of(lease)
 
-    def write_slices(self, writes: Sequence[SliceWrite]) -> tuple[list[SliceWrite], list[str]]:
+    def write_slices(self, writes: Sequence[SliceWrite], *,
+                     covered: Mapping[str, set[str]] | None = None
+                     ) -> tuple[list[SliceWrite], list[str]]:
         """Create, update (at the version decided on) or delete shared slices: (written,
         refused). A slice changed meanwhile is re-decided on the next pass; one the API server
-        refuses (invalid, forbidden) is reported and the rest are still written."""
+        refuses (invalid, forbidden) is reported and the rest are still written.
+
+        Up to `write_concurrency` at once, the writes that give nodes of `covered` (stable
+        name → nodes with a ready endpoint now) their first endpoint first, deletes once the
+        rest is answered (`engine/slicewrites.py`)."""
+        first, deletes = slicewrites.ordered(writes, covered or {})
+        results = slicewrites.run((first, deletes), self._write_slice,
+                                  self.settings.write_concurrency)
         done, refused = [], []
-        for w in writes:
-            try:
-                if w.action == sharing.CREATE:
-                    self.kube.create(w.body)
-                elif w.action == sharing.UPDATE:
-                    body = {**w.body, "metadata": {**w.body["metadata"],
-                                                   "resourceVersion": w.resource_version}}
-                    self.kube.replace(body)
-                else:
-                    self.kube.delete(kinds.ENDPOINTSLICE, w.name, self.namespace,
-                                     resource_version=w.resource_version)
-            except (APIConflict, APINotFound) as exc:
-                self.log(f"EndpointSlice/{w.name}: changed meanwhile ({exc.reason}); "
+        self.last_written = {}
+        for w, (result, detail, at) in results:
+            self.metrics.wrote(kinds.ENDPOINTSLICE.kind, result)
+            if result == "conflict":
+                self.log(f"EndpointSlice/{w.name}: changed meanwhile ({detail}); "
                          "re-decided on the next pass")
-                continue
-            except APIError as exc:
+            elif result == "refused":
                 refused.append(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: "
-                               f"{exc}")
+                               f"{detail}")
                 self.note(f"{refused[-1]}; the other slices are written, this one is tried "
                           "again on every pass")
-                continue
-            done.append(w)
-            self.slice_writes.append(w)
-            self.log(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: {w.reason}")
+            else:
+                done.append(w)
+                self.slice_writes.append(w)
+                self.last_written[w.service] = max(at, self.last_written.get(w.service, at))
+                self.log(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: "
+                         f"{w.reason}")
         return done, refused
+
+    def _write_slice(self, w: SliceWrite) -> tuple[str, str, float]:
+        """One slice write, on a pool thread: (ok | conflict | refused, detail, when its
+        answer came)."""
+        try:
+            if w.action == sharing.CREATE:
+                self.kube.create(w.body)
+            elif w.action == sharing.UPDATE:
+                body = {**w.body, "metadata": {**w.body["metadata"],
+                                               "resourceVersion": w.resource_version}}
+                self.kube.replace(body)
+            else:
+                self.kube.delete(kinds.ENDPOINTSLICE, w.name, self.namespace,
+                                 resource_version=w.resource_version)
+        except (APIConflict, APINotFound) as exc:
+            return "conflict", exc.reason, self.clock.monotonic()
+        except APIError as exc:
+            return "refused", str(exc), self.clock.monotonic()
+        return "ok", "", self.clock.monotonic()
 
     def create_aliases(self, bodies: Sequence[Obj]) -> list[str]:
         done = []
         for body in bodies:
             name = o.name(body)
             try:
-                self.kube.create(body)
+                created = self.kube.create(body)
             except APIConflict:
+                self.metrics.wrote(kinds.SERVICE.kind, "conflict")
                 self.log(f"Service/{name}: taken meanwhile; re-decided on the next pass")
                 continue
             done.append(name)
-            self.log(f"create Service/{name}: the GPUCluster stack needs the stable name and "
-                     "no Service holds it any more")
+            self.metrics.wrote(kinds.SERVICE.kind, "ok")
+            why = "the GPUCluster stack needs the stable name and no Service holds it any more"
+            self.log(f"create Service/{name}: {why}")
+            self.recorder.record(typed(kinds.SERVICE, created), NORMAL, "AliasCreated",
+                                 "Create", f"created as the tool's alias: {why}")
         return done
 
     def note(self, message: str) -> None:
@@ -329,20 +390,23 @@ class Guard:
 
     # ---- the two paths -----------------------------------------------------------------------
 
-    def on_daemonset(self, daemonset: Obj) -> list[Correction]:
-        """The fast path: from one DaemonSet event, hold the aliases whose template lost the
-        label. One list and at most one patch per alias; no snapshot."""
+    def on_daemonset(self, daemonset: Obj, since: float | None = None) -> list[Correction]:
+        """The fast path: from one DaemonSet event (arrived at `since`), hold the aliases
+        whose template lost the label. One list and at most one patch per alias; no
+        snapshot."""
         comps = [c for c in self.catalog.components if c.daemonset == o.name(daemonset)]
         labels = o.template_labels(daemonset)
         if all(labels.get(c.common_label.key) == c.common_label.value for c in comps):
             return []  # not ours, or the template still carries the label: nothing to hold
         snap = Snapshot(self.namespace, daemonsets={o.name(daemonset): daemonset},
                         services=self._managed_services())
-        done, _ = self.apply(guarding.holds(snap, self.catalog))
+        done, _ = self.apply(guarding.holds(snap, self.catalog), since=since)
         return done
 
-    def reconcile(self) -> PassResult:
-        """One full pass: read, decide (hold, release, re-sync), write."""
+    def reconcile(self, since: float | None = None) -> PassResult:
+        """One full pass: read, decide (hold, release, re-sync), write. `since`: when the
+        oldest watch event it answers arrived (monotonic; None: the pass's own start)."""
+        since = self.clock.monotonic() if since is None else since
         self.passes += 1
         snap = self.read(pods=False)
         state, readable = self._read_state()
@@ -350,18 +414,25 @@ class Guard:
         if guarding.release_pending(snap, self.catalog, switched):
             snap = self.read()  # the release gates look at every pod: only now read them
         desired = self.desired(snap)
-        done, skipped = self.apply(guarding.decide(snap, self.catalog, switched, desired))
+        done, skipped = self.apply(guarding.decide(snap, self.catalog, switched, desired),
+                                   since=since)
         seen = tuple({"name": a.name, "source": a.component.service, "selector": a.selector,
                       "held": o.annotations_of(a.service).get(guarding.HELD_ANNOTATION),
                       "switched": a.name in switched}
                      for a in guarding.aliases(snap, self.catalog))
         if not readable:
+            self._state_unreadable()
             return PassResult(seen, tuple(done), tuple(skipped))
+        self._count_takeovers(snap)
         enabled = aliases_completed(state)
         created = self.create_aliases(guarding.missing_aliases(snap, self.catalog, switched)
                                       if enabled else [])
-        slices = self.read_slices()
-        needed = ((enabled and sharing.shared_names(snap, self.catalog))
+        if created:
+            self.metrics.repaired("alias", self.clock.monotonic() - since)
+        names = sharing.shared_names(snap, self.catalog)
+        slices = slicewrites.caught_up(self.read_slices(),
+                                       {c.alias or "": c.service for c, _, _ in names})
+        needed = ((enabled and names)
                   or sharing.shared_slices(slices, self.catalog.common))
         keeper = self.keeper() if needed else None
         shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper, enabled=enabled)
@@ -370,148 +441,132 @@ class Guard:
             for conflict in share.conflicts:
                 self.note(f"Service/{share.name} and Service/{share.component.service} "
                           f"differ: {conflict}")
-        written, refused = self.write_slices(writes)
+        written, refused = self.write_slices(writes,
+                                             covered=slicewrites.covered_nodes(slices))
+        self._report_slices(snap, shared, written, refused, since)
+        self.status.passed({s.name: len(s.endpoints) for s in shared},
+                           self.clock.now().timestamp())
         return PassResult(seen, tuple(done), tuple(skipped),
                           tuple(s.as_dict() for s in shared), tuple(written), tuple(created),
                           tuple(refused))
 
+    def _count_takeovers(self, snap: Snapshot) -> None:
+        """A stable name whose Service changed hands since the last pass (an operator took
+        the alias over, or the guard created it again) counts once."""
+        for comp in self.catalog.components:
+            if not comp.alias:
+                continue
+            svc = snap.services.get(comp.alias)
+            owner = ("" if svc is None else sharing.rendered_by(svc)
+                     or ("tool" if self.catalog.common.tool_owned(svc) else "other"))
+            before = self._owners.get(comp.alias)
+            self._owners[comp.alias] = owner
+            if before is not None and owner and owner != before:
+                self.metrics.takeover(comp.alias)
+
+    def _report_slices(self, snap: Snapshot, shared: Sequence[sharing.Share],
+                       written: Sequence[SliceWrite], refused: Sequence[str],
+                       since: float) -> None:
+        """One Event per stable Service whose slices this pass wrote or could not write, and
+        the repair time of each."""
+        by_name = {s.name: s for s in shared}
+        for name in sorted({w.service for w in written}):
+            mine = [w for w in written if w.service == name]
+            counts = ", ".join(f"{sum(1 for w in mine if w.action == a)} {a}d"
+                               for a in (sharing.CREATE, sharing.UPDATE, sharing.DELETE))
+            share = by_name.get(name)
+            why = (f"{len(share.endpoints)} {share.component.stack} endpoints of "
+                   f"Service/{share.component.service} join it ({share.owner} selects only "
+                   "its own pods)" if share is not None else "it needs no shared slice now")
+            self.metrics.repaired("share", self.last_written.get(name, since) - since)
+            svc = snap.services.get(name)
+            if svc is not None:
+                self.recorder.record(typed(kinds.SERVICE, svc), NORMAL, "SharedEndpointSlices",
+                                     "Share", f"the guard's EndpointSlices: {counts}; {why}")
+        for line in refused:
+            name = line.rsplit("for Service/", 1)[-1].split(":", 1)[0]
+            svc = snap.services.get(name)
+            if svc is not None:
+                self.recorder.record(typed(kinds.SERVICE, svc), WARNING,
+                                     "EndpointSliceRefused", "Share", line)
+
+    def _state_unreadable(self) -> None:
+        self.metrics.api_error("state")
+        cm = self.state_configmap()
+        if cm is not None:
+            self.recorder.record(typed(kinds.CONFIGMAP, cm), WARNING, "StateUnreadable",
+                                 "Read", "the migration state cannot be read: the guard moves "
+                                 "no alias forward and shares nothing anew until it can")
+
     # ---- the loop ----------------------------------------------------------------------------
 
-    def _start_slices(self, stop: threading.Event) -> None:
-        """Start the EndpointSlice informer, retrying while the API refuses (a pass lists
-        them directly meanwhile)."""
-        assert self.slices is not None
+    def _saw(self, kind: Kind, obj: Obj) -> None:
+        """The guard wrote or read `obj` (`Kube.observe`): a cache read waits until its watch
+        has delivered that version (engine/informer.py), so a pass never decides again on a
+        view older than its own last write."""
+        for cache in self.caches.values():
+            cache.saw(kind, obj)
+
+    def _start(self, cache: Reflector[Obj], stop: threading.Event) -> None:
+        """Start one informer, retrying while the API refuses (a pass lists meanwhile)."""
+        name = f"watch/{cache.kind.plural}"
         while not stop.is_set():
             try:
-                self.slices.start()
+                cache.start()
+                self.health.synced(name)
                 return
             except (APIError, ClusterError) as exc:
-                self.log(f"watch of endpointslices failed ({exc}); retrying")
-                stop.wait(self.settings.retry_seconds)
-
-    def _follow(self, kind: Kind, stop: threading.Event,
-                events: queue.Queue[tuple[str, Obj]]) -> None:
-        """List then watch `kind` in the namespace until `stop`, feeding `events`."""
-        version = ""
-        while not stop.is_set():
-            try:
-                if not version:
-                    version = self.kube.list(kind, self.namespace).resource_version
-                    events.put(("RESYNC", {"kind": kind.kind}))
-                for etype, obj in self.kube.watch(kind, self.namespace,
-                                                  resource_version=version,
-                                                  timeout_seconds=self.settings.watch_seconds):
-                    version = str(o.meta(obj).get("resourceVersion") or version)
-                    events.put((etype, obj))
-                    if stop.is_set():
-                        return
-            except WatchExpired:
-                version = ""
-            except Exception as exc:  # a watch that fails in any way is retried
-                self.log(f"watch of {kind.plural} failed ({exc or type(exc).__name__}); "
-                         "retrying")
-                version = ""
+                self.metrics.api_error("watch")
+                self.log(f"watch of {cache.kind.plural} failed ({exc}); retrying")
                 stop.wait(self.settings.retry_seconds)
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop` is set: lead (or wait to), react to events, resync; on the way out
-        give the Lease up so a standby takes over at once."""
-        events: queue.Queue[tuple[str, Obj]] = queue.Queue()
-        watchers = [threading.Thread(target=self._follow, args=(kind, stop, events),
-                                     daemon=True, name=f"guard-watch-{kind.plural}")
-                    for kind in (kinds.DAEMONSET, kinds.SERVICE)]
-        for t in watchers:
-            t.start()
-        self.slices = Reflector(self.kube, kinds.ENDPOINTSLICE, self.namespace, _slice_view,
-                                self.slice_selector(),
-                                changed=lambda etype, obj: events.put((etype, obj)),
-                                clock=self.clock)
-        loop = _Loop(self)
+        give the Lease up so a standby takes over at once.
+
+        Each informer lists, then watches from that version and is retried however its
+        watch fails (engine/informer.py); every event reaches the loop with its arrival
+        time. A watch request ends within its timeout (the transport's read timeout bounds a
+        silent stream), so liveness checks only that each informer's thread still runs."""
+        events: queue.Queue[Queued] = queue.Queue()
+
+        def changed(etype: str, obj: Obj) -> None:
+            events.put((etype, obj, self.clock.monotonic()))
+
+        self.caches = {kind.plural: Reflector(self.kube, kind, self.namespace, keep, selector,
+                                              changed=changed, clock=self.clock)
+                       for kind, keep, selector in (
+                           (kinds.DAEMONSET, _whole, None), (kinds.SERVICE, _whole, None),
+                           (kinds.ENDPOINTSLICE, _slice_view, self.slice_selector()))}
+        self.slices = self.caches[kinds.ENDPOINTSLICE.plural]
+        self.health.beating("loop")
+        for plural, cache in self.caches.items():
+            self.health.expect(f"watch/{plural}")
+            self.health.check(f"watch/{plural}", functools.partial(_thread_ended, cache, stop))
+        unobserve = self.kube.observe(self._saw)
+        loop = Loop(self)
+        self.recorder.start()
         try:
-            self._start_slices(stop)
+            for cache in self.caches.values():
+                self._start(cache, stop)
+                changed("RESYNC", {"kind": cache.kind.kind})  # its list is a change, as ever
             while not stop.is_set():
                 loop.tick(events, stop)
         finally:
             stop.set()
-            self.slices.stop()
+            loop.close()
+            unobserve()
+            for cache in self.caches.values():
+                cache.stop()
+            self.recorder.stop()
+            self.status.leading(False)
             if self.lease.release():
                 self.log(f"released Lease/{self.settings.lease_name}")
 
 
-@dataclass
-class _Loop:
-    """The run loop's clocks: when to renew the Lease, when the next full pass is due."""
+def _whole(obj: Obj) -> Obj:
+    return obj
 
-    guard: Guard
-    next_lease: float = 0.0
-    next_pass: float = 0.0
-    last_judged: float | None = None  # when the last verdict was taken
-    changed: bool = True  # an event (or a relist) since the last verdict
-    last_verdict: str = ""
-    last_pass: float = float("-inf")
-    dirty: bool = True
-    leading: bool = False
-    pending: list[tuple[str, Obj]] = field(default_factory=list)
 
-    def judge(self) -> None:
-        """Check the verdict and log it when it changed since the last check."""
-        g = self.guard
-        self.last_judged, self.changed = g.clock.monotonic(), False
-        try:
-            summary = g.verdict().summary()
-        except (APIError, ClusterError) as exc:
-            g.log(f"verdict unreadable ({exc}); checked again later")
-            self.changed = True  # not judged: due again after verdict_seconds
-            return
-        if summary != self.last_verdict:
-            self.last_verdict = summary
-            g.log(f"verdict: {summary}")
-
-    def tick(self, events: queue.Queue[tuple[str, Obj]], stop: threading.Event) -> None:
-        g, s = self.guard, self.guard.settings
-        now = g.clock.monotonic()
-        if now >= self.next_lease:
-            was = self.leading
-            self.leading = g.lease.try_acquire_or_renew()
-            self.next_lease = now + s.retry_seconds
-            if self.leading and not was:
-                g.log(f"leading: holds Lease/{s.lease_name} as {s.identity}")
-                self.dirty = self.changed = True  # a standby followed nothing
-            elif was and not self.leading:
-                g.log(f"lost Lease/{s.lease_name} (holder {g.lease.holder or 'none'}); "
-                      "standing by")
-        if self.leading and (now >= self.next_pass or
-                             (self.dirty and now - self.last_pass >= s.min_pass_seconds)):
-            try:
-                g.reconcile()
-            except (APIError, ClusterError) as exc:
-                g.log(f"pass failed ({exc}); retrying")
-            self.last_pass = g.clock.monotonic()
-            self.next_pass = self.last_pass + s.resync_seconds
-            self.dirty = False
-        if self.leading and verdict_due(s, g.clock.monotonic(), self.last_judged, self.changed):
-            self.judge()
-        wake = min(self.next_lease, self.next_pass,
-                   self.last_pass + s.min_pass_seconds if self.dirty else self.next_pass)
-        timeout = max(0.0, min(wake - g.clock.monotonic(), s.retry_seconds))
-        batch: list[tuple[str, Obj]] = []
-        try:
-            batch.append(events.get(timeout=timeout))
-            while True:
-                batch.append(events.get_nowait())
-        except queue.Empty:
-            pass
-        self.changed = self.changed or bool(batch)
-        if stop.is_set() or not batch or not self.leading:
-            return
-        latest: dict[str, Obj] = {}
-        for etype, obj in batch:
-            if etype in ("ADDED", "MODIFIED") and obj.get("kind") == kinds.DAEMONSET.kind:
-                latest[o.name(obj)] = obj
-        for ds in latest.values():
-            try:
-                g.on_daemonset(ds)
-            except (APIError, ClusterError) as exc:
-                g.log(f"hold check of DaemonSet/{o.name(ds)} failed ({exc})")
-        self.dirty = True
-
+def _thread_ended(cache: Reflector[Obj], stop: threading.Event) -> str:
+    return "" if cache.alive or stop.is_set() or not cache.rv else "its watch thread ended"

@@ -339,9 +339,11 @@ class Kube:
 
     # ---- writes ------------------------------------------------------------------------
 
-    def create(self, obj: Obj) -> Obj:
-        """POST the object; APIAlreadyExists (a 409) when the name is taken."""
-        kind = kind_of(obj)
+    def create(self, obj: Obj, *, kind: Kind | None = None) -> Obj:
+        """POST the object; APIAlreadyExists (a 409) when the name is taken. `kind` names a
+        type outside the table `kind_of` reads (the guard's `events.k8s.io/v1` Events, whose
+        kind name core/v1 already uses)."""
+        kind = kind or kind_of(obj)
         _, namespace = _name_ns(obj, kind)
         created: Obj = self._request(
             "POST", kind.collection_path(namespace), self._write_query(), obj

@@ -15,7 +15,16 @@ import time
 from dataclasses import dataclass
 
 from migrator.model import kinds
-from migrator.sim import discovery, handlers, impersonation, openapi, routing, simendpoints
+from migrator.sim import (
+    discovery,
+    eventsapi,
+    handlers,
+    impersonation,
+    openapi,
+    routing,
+    simendpoints,
+    simkinds,
+)
 from migrator.sim.access import Attributes, Policy, forbidden_reason
 from migrator.sim.exchange import Backend, Request, Response, error_response, json_response
 from migrator.sim.routing import RequestInfo
@@ -104,7 +113,11 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     if code is not None:
         raise _injected(code, b.faults.snapshot()["retry_after_seconds"])
     if info.is_resource:
-        response = handlers.handle(b, info, req, policy)
+        if kind is not None and kind.key == simkinds.EVENTS_V1.key:  # core Events, converted
+            core_info, core_req = eventsapi.core_request(info, req)
+            response = eventsapi.answer(handlers.handle(b, core_info, core_req, policy))
+        else:
+            response = handlers.handle(b, info, req, policy)
         if counts_as_write and response.code < 400:
             b.faults.after_write()  # the crash-test hook may hold this answer back
         return response

@@ -27,6 +27,13 @@ _EXTRA: dict[str, tuple[str, ...]] = {
         "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
     ),
 }
+# events.k8s.io/v1's names of the same fields (`pkg/registry/core/event` serves both versions;
+# the sim matches them on the stored core object: `eventsapi.core_selector`)
+_EXTRA["events.events.k8s.io"] = (
+    "regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+    "regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath", "reason",
+    "reportingController", "source", "type",
+)
 _CUSTOM_GROUPS = ("nvidia.com", "monitoring.coreos.com")
 _BOOL_FIELDS = ("spec.hostNetwork", "spec.unschedulable")  # unset reads as "false"
 

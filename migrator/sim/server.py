@@ -15,6 +15,7 @@ Module map: `routing` (path -> verb/resource), `dispatch` (authn, RBAC, faults),
 (verbs), `writes` (create/update/patch/delete with admission, usable without HTTP), `admission`
 + `allocation` (defaults, validation, clusterIP/nodePort), `patching`, `watching`,
 `fieldselectors`, `discovery`, `tables` (kubectl columns), `statuses` (Status errors),
+`eventsapi` (events.k8s.io/v1 over core Events),
 `access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `openapi` (OpenAPI documents,
 `fieldValidation`), `protobuf` (the SSAR and ConfigMap bodies kubectl sends), `finalizers`
 (finalizer rules of deletes and updates).
@@ -68,7 +69,11 @@ Where the sim knowingly differs from a real API server:
   Background is the default; pods are marked for graceful deletion (the simulated kubelet
   removes them). What differs: there is no namespace controller, so a DELETE of a Namespace
   removes it at once (its `spec.finalizers` are not waited for) and leaves its contents.
-- Custom resources (nvidia.com, monitoring.coreos.com) are stored without schema validation.
+- Custom resources (nvidia.com, monitoring.coreos.com, PrometheusRule included) are stored
+  without schema validation.
+- `events.k8s.io/v1` Events are the core/v1 Events under a second version, converted at the edge
+  (`eventsapi`, as upstream's one storage with two versions); no event TTL (upstream's one
+  hour) and no `kubectl events` table columns beyond the core kind's.
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ the ones only the sim needs, so the tool's table stays what the tool reads or wr
 - `monitoring.coreos.com/v1` `podmonitors` (kind PodMonitor) is in the tool's table; it is
   re-exported here, so the sim names every kind it adds or serves beyond the core ones from
   one place.
+- `monitoring.coreos.com/v1` `prometheusrules` (kind PrometheusRule, short name `promrule`, as
+  the Prometheus Operator's CRD): stored only, what docs/prometheusrule.yaml applies; no rule is
+  evaluated.
+- `events.k8s.io/v1` `events` (kind Event, `ev`): the core/v1 Events under another API version,
+  converted at the edge (`eventsapi`); it stores nothing of its own. `BY_KIND["Event"]` stays
+  the core kind, the one the store files Events under.
 
 Every part of the sim that serves or tracks "all kinds" (store, routing, discovery, garbage
 collector) reads `ALL` / `BY_KEY` / `BY_KIND` here. A kind the tool's table gains later is
@@ -36,13 +42,17 @@ CLUSTER_ROLE_BINDING = Kind(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBind
 DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment", True, ("deploy",), True)
 JOB = Kind("batch", "v1", "jobs", "Job", True, (), True)
 CRON_JOB = Kind("batch", "v1", "cronjobs", "CronJob", True, ("cj",), True)
+PROMETHEUS_RULE = Kind("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True,
+                       ("promrule",))
 STORED_ONLY: tuple[Kind, ...] = (
     SERVICE_ACCOUNT, ROLE, ROLE_BINDING, CLUSTER_ROLE, CLUSTER_ROLE_BINDING, DEPLOYMENT, JOB,
-    CRON_JOB,
+    CRON_JOB, PROMETHEUS_RULE,
 )
+EVENTS_V1: Kind = kinds.BY_KEY.get(
+    "events.events.k8s.io", Kind("events.k8s.io", "v1", "events", "Event", True, ("ev",)))
 
 SIM_ONLY: tuple[Kind, ...] = tuple(
-    k for k in (ENDPOINTS, *STORED_ONLY) if k.key not in kinds.BY_KEY)
+    k for k in (ENDPOINTS, *STORED_ONLY, EVENTS_V1) if k.key not in kinds.BY_KEY)
 ALL: tuple[Kind, ...] = kinds.ALL + SIM_ONLY
 BY_KEY: dict[str, Kind] = {k.key: k for k in ALL}
-BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL}
+BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL if k.key != EVENTS_V1.key}

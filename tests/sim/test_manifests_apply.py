@@ -1,6 +1,7 @@
 """The repository's own manifests against `sim serve`, with kubectl exactly as the runbook says:
 `kubectl apply --dry-run=server -f docs/guard.yaml`, `kubectl apply -f docs/guard.yaml` (default
-validation, no `--validate=false`), the same for docs/job.yaml and docs/rbac.yaml, and
+validation, no `--validate=false`), the same for docs/job.yaml, docs/rbac.yaml and
+docs/prometheusrule.yaml (the guard's PodMonitor and alerts), and
 `kubectl get` of what was created. Validation reads `/openapi/v3` only (no "failed to download
 openapi"), and an unknown field of a Deployment is refused with kubectl's own message."""
 
@@ -28,6 +29,8 @@ MANIFESTS = {
                    ("rolebinding.rbac.authorization.k8s.io", "dcgm-migrate-guard", True),
                    ("lease.coordination.k8s.io", "dcgm-migrate-guard", True),
                    ("deployment.apps", "dcgm-migrate-guard", True)],
+    "prometheusrule.yaml": [("podmonitor.monitoring.coreos.com", "dcgm-migrate-guard", True),
+                            ("prometheusrule.monitoring.coreos.com", "dcgm-migrate", True)],
     "job.yaml": [("serviceaccount", "dcgm-migrate", True),
                  ("job.batch", "dcgm-migrate-apply", True),
                  ("cronjob.batch", "dcgm-migrate-verify", True)],

@@ -1,0 +1,53 @@
+"""The guard's knobs and its verdict cadence, apart from the loop that reads them (so the loop,
+the CLI and the benchmark share one definition; `engine/guard.py` re-exports both names). Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from migrator.engine import slicewrites
+
+DEFAULT_LEASE = "dcgm-migrate-guard"
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    lease_name: str = DEFAULT_LEASE
+    identity: str = "dcgm-migrate-guard"
+    lease_seconds: int = 15  # client-go's default LeaseDuration
+    retry_seconds: float = 2.0  # client-go's default RetryPeriod: renew / try to acquire
+    resync_seconds: float = 30.0  # a full pass at least this often
+    min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
+    # Unused since the loop's watches are informers (engine/informer.py's WATCH_SECONDS); kept
+    # so that settings written for the earlier loop still construct.
+    watch_seconds: int = 30
+    # The verdict (a whole read of the namespace) while leading, logged when it changes: the
+    # first line an SRE sees when a stable name stops reaching nodes. At most this often, and
+    # only when something it reads changed since the last one (`verdict_due`)...
+    verdict_seconds: float = 300.0
+    # ... and at least this often regardless (what no watched event shows: a pod relabelled
+    # by hand whose Service the tool does not follow).
+    verdict_idle_seconds: float = 3600.0
+    # Shared-slice writes of one pass in flight at once (`engine/slicewrites.py`).
+    write_concurrency: int = slicewrites.WORKERS
+    # Liveness: the loop and every watch show progress at least this often (`engine/health.py`).
+    stall_seconds: float = 300.0
+    # After a stable name changes hands, passes follow its events without `min_pass_seconds`
+    # for this long: the EndpointSlice controller empties the old owner's slices of it a
+    # moment after the takeover, and that is when the GPUCluster nodes lose the name.
+    takeover_seconds: float = 10.0
+
+
+def verdict_due(settings: GuardSettings, now: float, last: float | None,
+                changed: bool) -> bool:
+    """Is a verdict due at `now`, the last one taken at `last` (None: never)? Its inputs —
+    the DaemonSets (their status counts every pod's readiness), the Services and the stable
+    names' EndpointSlices — reach the guard as watch events, so a quiet cluster is judged
+    once per `verdict_idle_seconds` instead of once per `verdict_seconds`: the whole read is
+    nearly all of the guard's steady-state API bytes (docs/performance.md)."""
+    if last is None:
+        return True
+    elapsed = now - last
+    return elapsed >= settings.verdict_idle_seconds or (changed and
+                                                         elapsed >= settings.verdict_seconds)

@@ -209,7 +209,7 @@ def test_pod_monitor_discovery_and_watch(api: client.ApiClient, raw: Raw) -> Non
     assert resources["podmonitors"]["shortNames"] == ["pmon"]
     assert resources["podmonitors"]["namespaced"] is True
     assert set(resources) == {"servicemonitors", "podmonitors", "prometheuses",
-                              "prometheuses/status"}
+                              "prometheuses/status", "prometheusrules"}  # docs/prometheusrule.yaml
     custom: Any = client.CustomObjectsApi(api)  # answers plain dicts
     custom.create_namespaced_custom_object(*PMON, NS, "podmonitors", _pod_monitor("a"))
     seen: list[tuple[str, str]] = []

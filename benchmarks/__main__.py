@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         "termination_seconds": args.termination_seconds, "time_scale": args.time_scale}}
     echo("CLI start ...")
     results["cli_start"] = suite.cli_start(args.help_runs)
+    results["imports"] = suite.imports(args.help_runs)
     results["reads"] = []
     results["apply"] = []
     apply_settings = suite.ApplySettings(args.pod_start_seconds, args.termination_seconds,

@@ -16,6 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CLI = (sys.executable, "-m", "migrator")
+IMPORT_COMMANDS = (sys.executable, "-c", "import migrator.commands")
+# Bytecode cached as an installed tool has it (pip compiles it at install): a shell or CI with
+# PYTHONDONTWRITEBYTECODE would recompile every module on every run and time that instead.
+PYCACHE = str(Path(os.environ.get("TMPDIR", "/tmp")) / "dcgm-migrate-bench-pycache")
+
+
+def cli_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the CLI is measured in: this one, with bytecode cached."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k != "PYTHONDONTWRITEBYTECODE"}
+    env.setdefault("PYTHONPYCACHEPREFIX", PYCACHE)
+    return env
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ RSS_TARGET_MB = 200.0
 APPLY_TARGET_RATIO = 1.05
 APPLY_TARGET_NODES = 1000
 STATUS_TARGET_RATIO = 1.0
+# A small cluster pays the fixed cost of starting Python and importing what `status` uses
+# against kubectl's compiled start: within this factor (docs/performance.md, "Small clusters").
+SMALL_STATUS_TARGET_RATIO = 3.0
+SMALL_NODES = 10
 # MB an apply reads / MB of one full read (docs/performance.md, "API load per apply")
 FULL_READS_TARGET = 1.5
 
@@ -44,6 +48,9 @@ def table(results: Obj) -> str:
     if cli:
         lines.append(f"CLI start (`dcgm-migrate --help`): {_s(cli['wall_s'], 's', 3)}, "
                      f"peak RSS {_s(cli['peak_rss_mb'], ' MB', 0)}")
+    imported = results.get("imports")
+    if imported:
+        lines.append(f"`python -c 'import migrator.commands'`: {_s(imported['wall_s'], 's', 3)}")
     for r in results.get("reads", []):
         lines.append("")
         lines.append(f"== {r['nodes']} nodes, {r['stack']} ({r['runs']} runs; sim ready in "
@@ -117,6 +124,15 @@ def targets(results: Obj) -> list[Obj]:
         med = cli["wall_s"]["median"]
         out.append({"target": f"--help under {HELP_TARGET_S}s", "met": med < HELP_TARGET_S,
                     "figure": f"{med:.3f}s median"})
+    for r in reads:
+        if r["nodes"] == SMALL_NODES and r.get("ratios"):
+            ratio = r["ratios"]["status_vs_kubectl"]
+            out.append({"target": f"status/kubectl <= {SMALL_STATUS_TARGET_RATIO:g} at "
+                                  f"{SMALL_NODES} nodes ({r['stack']})",
+                        "met": ratio is not None and ratio <= SMALL_STATUS_TARGET_RATIO,
+                        "figure": f"ratio {ratio} (status "
+                                  f"{r['commands']['status']['wall_s']['median']}s, kubectl "
+                                  f"{r['commands']['kubectl']['wall_s']['median']}s)"})
     for stack in sorted({r["stack"] for r in reads}):
         big = _largest(reads, stack)
         if big and big.get("ratios"):

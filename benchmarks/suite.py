@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks import floor, stats
-from benchmarks.procs import CLI, Measured, run
+from benchmarks.procs import CLI, IMPORT_COMMANDS, Measured, cli_env, run
 from benchmarks.simproc import NS, SimProcess, SimSettings, Traffic
 
 Obj = dict[str, Any]
@@ -70,17 +70,27 @@ def cli_start(runs: int) -> Obj:
     script = shutil.which("dcgm-migrate")
     argv = [script, "--help"] if script else [*CLI, "--help"]
     s = Samples()
-    run(argv)  # warm the file cache
+    run(argv, env=cli_env())  # warm the file cache and the bytecode
     for _ in range(runs):
-        s.add(run(argv))
+        s.add(run(argv, env=cli_env()))
     return {"argv": argv, **s.as_dict()}
+
+
+def imports(runs: int) -> Obj:
+    """`python -c "import migrator.commands"`: the interpreter and what importing the
+    commands costs (docs/performance.md, "Small clusters")."""
+    s = Samples()
+    run(IMPORT_COMMANDS, env=cli_env())
+    for _ in range(runs):
+        s.add(run(IMPORT_COMMANDS, env=cli_env()))
+    return {"argv": list(IMPORT_COMMANDS), **s.as_dict()}
 
 
 def _measured(sim: SimProcess, argv: Sequence[str], keep_stdout: bool = True) -> tuple[
         Measured, Traffic, float]:
     sim.clear_log()
     before = sim.cpu_seconds()
-    m = run(argv, keep_stdout=keep_stdout)
+    m = run(argv, keep_stdout=keep_stdout, env=cli_env() if argv[0] != "kubectl" else None)
     traffic = sim.traffic()
     return m, traffic, sim.cpu_seconds() - before
 
@@ -98,8 +108,9 @@ def reads(nodes: int, stack: str, runs: int, *, kubectl: bool, echo: Echo) -> Ob
                                    *kc]
         samples = {name: Samples() for name in commands}
         full_mb = round(sim.full_read_bytes() / 1e6, 3)
-        for name, argv in commands.items():  # warm-up: caches, kubectl discovery
-            run(argv, keep_stdout=False).checked(f"{name} at {nodes} nodes", ok=(0, 1))
+        for name, argv in commands.items():  # warm-up: caches, bytecode, kubectl discovery
+            run(argv, keep_stdout=False, env=cli_env() if name != "kubectl" else None).checked(
+                f"{name} at {nodes} nodes", ok=(0, 1))
         for i in range(runs):
             for name, argv in commands.items():
                 m, traffic, sim_cpu = _measured(sim, argv, keep_stdout=name != "kubectl")

@@ -2,6 +2,9 @@
 drives the engine, and returns a report dict for the CLI to render. No printing, no typer.
 
 Every command validates its input before it writes anything, so bad input costs zero writes.
+What only some commands use — the runner and its cache, the dry-run preview, the permission
+review — is imported by those commands: on a small cluster, `status` would otherwise spend
+more on imports it does not use than on its reads.
 """
 
 from __future__ import annotations
@@ -13,19 +16,15 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import executor, informer, runstatus
-from migrator.engine import preview as previews
 from migrator.engine import report as reports
+from migrator.engine import runstatus
 from migrator.engine.clock import Clock, SystemClock
-from migrator.engine.informer import Informer
 from migrator.engine.locate import locate, namespace_check, wrong_namespace
 from migrator.engine.observe import read_snapshot
-from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.progress import Listener, Quiet
-from migrator.engine.runner import Run, Runner, RunResult, RunSettings
 from migrator.engine.state import (
     ConfigMapStateStore,
     RunSession,
@@ -41,6 +40,10 @@ from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot, changed_fields
 from migrator.model.stacks import Catalog, load_catalog
+
+if TYPE_CHECKING:
+    from migrator.engine.informer import Informer
+    from migrator.engine.runner import Runner, RunResult, RunSettings
 
 PLAN_FORMAT = "dcgm-migrate/plan-v1"
 ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip the question"
@@ -249,11 +252,17 @@ def _check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int) -> 
 
 # ---- apply / rollback ------------------------------------------------------------------------
 
+def _default_settings() -> RunSettings:
+    from migrator.engine.runner import RunSettings
+
+    return RunSettings()
+
+
 @dataclass
 class RunRequest:
     phase: int
     options: Options = field(default_factory=Options)
-    settings: RunSettings = field(default_factory=RunSettings)
+    settings: RunSettings = field(default_factory=_default_settings)
     plan_file: Path | None = None
     confirm: Callable[[dict[str, Any]], bool] = lambda report: True
     holder: str = field(default_factory=default_holder)
@@ -267,6 +276,8 @@ def _locked_run(session: Session, cache: Informer, request: RunRequest, state: S
     the command judges it by). The runner reads the run's cache afresh; a run that wrote since
     `state` was loaded changed the state document, and then the runner's first save (before
     any write) fails."""
+    from migrator.engine.runner import Run, Runner
+
     with RunSession(session.store, version=version, holder=request.holder,
                     clock=session.clock, listener=session.listener) as held:
         runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
@@ -283,13 +294,15 @@ def _locked_run(session: Session, cache: Informer, request: RunRequest, state: S
     return final
 
 
-RunBody = Callable[[Session, Informer, RunRequest], dict[str, Any]]
+RunBody = Callable[[Session, "Informer", RunRequest], dict[str, Any]]
 
 
 def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> dict[str, Any]:
     """`body` with the run's cache open (engine/informer.py), so the reads of `apply` /
     `rollback` and of their gates come from one list per kind plus the watches that follow
     it; the phase is checked first (bad input costs no request at all)."""
+    from migrator.engine import informer
+
     _check_phase(request.phase)
     with contextlib.ExitStack() as stack:
         try:  # the cache's first lists are the namespace's first reads
@@ -369,6 +382,9 @@ def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
     of every step the API server can take now, so it validates them. Nothing is persisted, no
     lock is taken, the state is not written and no phase is reported completed; `ok` is false
     (exit 1) when a gate the preview can evaluate would stop the run."""
+    from migrator.engine import executor
+    from migrator.engine import preview as previews
+
     found = previews.build(snap, session.catalog, state, request.options, request.phase)
     report = found.report
     for view in report["phases"]:
@@ -494,6 +510,8 @@ def unlock(session: Session, force: bool = False) -> dict[str, Any]:
 def preflight(session: Session) -> dict[str, Any]:
     """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
     every permission the migration needs (SSAR)."""
+    from migrator.engine.permissions import missing_permissions, required
+
     session.kube.ping()
     apis = {
         "nvidia.com/v1 (ClusterPolicy)": session.kube.has_api("nvidia.com", "v1"),

@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from kubernetes.client import Configuration
-
 from migrator.errors import APINotFound, WatchExpired
 from migrator.kube import watching
 from migrator.kube.config import check_context, load_configuration
+from migrator.kube.endpoint import Endpoint
 from migrator.kube.retrying import RetryPolicy
 from migrator.kube.transport import Query, Response, Transport
 from migrator.model import kinds, tables
@@ -100,7 +99,7 @@ class Kube:
     """A connection to one API server. Thread-safe; share one per run."""
 
     def __init__(
-        self, configuration: Configuration, *, retry: RetryPolicy | None = None,
+        self, configuration: Endpoint | Any, *, retry: RetryPolicy | None = None,
         dry_run: bool = False, page_size: int = PAGE_SIZE,
     ) -> None:
         self._transport = Transport(configuration, retry or RetryPolicy())
@@ -129,11 +128,8 @@ class Kube:
         dry_run: bool = False, page_size: int = PAGE_SIZE,
     ) -> Kube:
         """Straight to a URL with an optional bearer token (the simulated cluster, tests)."""
-        configuration = Configuration(host=url.rstrip("/"))
-        if token:
-            configuration.api_key = {"authorization": token}
-            configuration.api_key_prefix = {"authorization": "Bearer"}
-        return cls(configuration, retry=retry, dry_run=dry_run, page_size=page_size)
+        return cls(Endpoint(url.rstrip("/"), token or None), retry=retry, dry_run=dry_run,
+                   page_size=page_size)
 
     def __repr__(self) -> str:
         return f"Kube(server={self.server!r}, dry_run={self.dry_run})"

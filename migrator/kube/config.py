@@ -4,6 +4,10 @@ The search order is kubectl's: an explicit `--kubeconfig`, then `$KUBECONFIG` (a
 merged), then `~/.kube/config`, then the in-cluster service account. Every way this can fail is a
 `UsageError` (exit 2) naming the file or context and the fix. Messages never quote the file's
 contents: a kubeconfig holds tokens and keys.
+
+A kubeconfig with static credentials becomes an `endpoint.Endpoint` without the kubernetes
+client; anything else is read by the client's own loader, imported only then (it costs more
+than a whole short command).
 """
 
 from __future__ import annotations
@@ -14,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.config.config_exception import ConfigException
 
 from migrator.errors import UsageError
+from migrator.kube.endpoint import Endpoint, from_kubeconfig
 
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
 
@@ -117,9 +119,24 @@ def check_context(source: Source, context: str | None) -> str:
 
 def load_configuration(
     kubeconfig: str | None = None, context: str | None = None
-) -> tuple[k8s_client.Configuration, Source]:
-    """A client Configuration for the chosen kubeconfig/context (or the service account)."""
+) -> tuple[Endpoint | Any, Source]:
+    """The connection for the chosen kubeconfig/context (or the service account): an
+    `Endpoint` when its credentials are static, else a client Configuration."""
     source = resolve_source(kubeconfig)
+    if not source.in_cluster:
+        chosen = check_context(source, context)
+        endpoint = from_kubeconfig(source.paths, _read_yaml(source.paths[0]), chosen)
+        if endpoint is not None:
+            return endpoint, source
+    return _client_configuration(source, context), source
+
+
+def _client_configuration(source: Source, context: str | None) -> Any:
+    """The kubernetes client's loader, for what `endpoint` does not read."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.config.config_exception import ConfigException
+
     cfg = k8s_client.Configuration()
     if source.in_cluster:
         if context:
@@ -135,7 +152,7 @@ def load_configuration(
             raise UsageError(
                 f"Cannot use the in-cluster service account: {exc}.", _HINT
             ) from None
-        return cfg, source
+        return cfg
     chosen = check_context(source, context)
     try:
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -156,4 +173,4 @@ def load_configuration(
             f"({type(exc).__name__}).",
             _HINT,
         ) from None
-    return cfg, source
+    return cfg

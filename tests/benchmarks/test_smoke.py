@@ -95,6 +95,22 @@ def test_targets_judge_api_bytes_per_apply_in_full_reads() -> None:
     assert phase3["met"] is True and "100 nodes gpucluster 1.1" in phase3["figure"]
 
 
+def test_targets_judge_status_against_kubectl_at_ten_nodes() -> None:
+    def read(nodes: int, ratio: float) -> dict[str, Any]:
+        cmd = {"traffic": {"first_pages": 14}, "wall_s": {"median": 1.0},
+               "peak_rss_mb": {"max": 50.0}}
+        return {"nodes": nodes, "stack": "gpucluster", "ratios": {"status_vs_kubectl": ratio},
+                "commands": {"plan": cmd, "status": cmd, "kubectl": cmd}}
+
+    def small(*reads: dict[str, Any]) -> list[dict[str, Any]]:
+        return [t for t in report.targets({"reads": list(reads)})
+                if t["target"].startswith("status/kubectl <= 3 at 10 nodes")]
+
+    assert [t["met"] for t in small(read(10, 2.9), read(1000, 0.5))] == [True]
+    assert [t["met"] for t in small(read(10, 3.4))] == [False]
+    assert small(read(100, 2.0)) == []
+
+
 def test_breakdown_groups_requests_by_verb_resource_name_and_selector() -> None:
     record = {"verb": "watch", "resource": "daemonsets", "name": "",
               "query": "watch=1&fieldSelector=metadata.name%3Dnvidia-dcgm&includeObject=None"}

@@ -199,5 +199,6 @@ def test_a_lock_of_a_job_pod_that_runs_is_refused(fresh: Callable[..., Env]) -> 
     held = crash.run(env.kubeconfig, *APPLY)
     assert held.code == 4, held.output
     assert f"holds the lock on {NS}/{STATE_CM}: {holder}, until " in held.stderr
-    assert f"`dcgm-migrate status -n {NS}` shows its progress" in held.stderr
+    assert (f"`dcgm-migrate status -n {NS} --kubeconfig {env.kubeconfig}` shows its "
+            "progress") in held.stderr
     assert env.writes(mark) == []

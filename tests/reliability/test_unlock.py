@@ -40,8 +40,8 @@ def test_unlock_is_refused_while_the_run_renews_and_forced_with_force(
         assert (f"A live dcgm-migrate run holds the lock on {NS}/{STATE_CM}: {held.holder}, "
                 f"acquired {held.acquired}, last renewed ") in refused.stderr
         assert "s ago), until " in refused.stderr
-        assert (f"only if you are sure it is dead, `dcgm-migrate unlock --force -n {NS}`"
-                in refused.stderr)
+        assert (f"only if you are sure it is dead, `dcgm-migrate unlock --force -n {NS} "
+                f"--kubeconfig {env.kubeconfig}`" in refused.stderr)
         as_json = cli.run(env.kubeconfig, "unlock", "-o", "json")
         assert as_json.code == 4 and as_json.json()["error"]["exitCode"] == 4
         still = _lock(env)

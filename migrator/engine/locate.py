@@ -159,6 +159,11 @@ def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
         exists = kube.get(kinds.NAMESPACE, namespace) is not None
         listed = _listed(kube, catalog, namespace) if exists else []
     except APIForbidden:
+        where = locate(kube, catalog, namespace)
+        if [n for n in where.namespaces if n != namespace]:  # a typo'd -n, not a permission
+            message, hint = wrong_namespace(namespace, where, catalog, server=kube.server,
+                                            denied=True)
+            return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
         return GateResult(name, False, f"namespace {namespace!r} or its DaemonSets cannot be "
                           f"read {denied}")
     held = sorted({n for _, n in listed} & set(daemonset_names(catalog)))

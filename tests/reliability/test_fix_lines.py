@@ -239,3 +239,16 @@ def test_a_gate_that_stops_the_run(fresh: Callable[..., Env], tmp_path: Path) ->
     env.sim.store.delete(kinds.POD, NS, "stray")
     assert crash.run(env.kubeconfig, *apply3).code == 0
 
+
+
+def test_preflight_of_a_wrong_namespace_as_the_service_account(fresh: Callable[..., Env],
+                                                               tmp_path: Path) -> None:
+    env = fresh(monitor=False, insecure_port=False)
+    kubeconfig = _service_account(env, tmp_path)
+    checked = crash.run(kubeconfig, "preflight", "-n", "default", "-o", "json")
+    assert checked.code == 1, checked.output
+    check = next(c for c in json.loads(checked.stdout)["checks"]
+                 if c["name"] == "namespace/default")
+    assert "they run in namespace 'gpu-operator'" in check["detail"] or (
+        "DaemonSets run in namespace 'gpu-operator'" in check["detail"]), check
+    assert check["detail"].endswith("Fix: pass -n gpu-operator."), check

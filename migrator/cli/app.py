@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 import typer
 
 from migrator import __version__
-from migrator.cli.group import Group
+from migrator.cli.group import RootGroup
 from migrator.cli.options import (
     AllowForeignPods,
     Context,
@@ -41,7 +41,7 @@ EPILOG_EXIT = ("Exit codes: 0 done; 1 a gate stopped the run safely; 2 bad input
 
 app = typer.Typer(
     name="dcgm-migrate",
-    cls=Group,
+    cls=RootGroup,
     help="Move a live GPU Operator cluster to one stable DCGM / DCGM Exporter identity, in "
          "three gated, resumable phases: label, alias, switch.",
     epilog=EPILOG_EXIT,

@@ -30,20 +30,24 @@ NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
 
 
 class Group(TyperGroup):
-    """The root group and its subgroups. A usage error click finds while parsing a command's
-    options (a missing or malformed value, an unknown option) gets a `fix:` line like every
-    other error, and under `-o json`/`-o yaml` the same error document on stdout
-    (docs/output.schema.json). Each command's `Example:` line shows the name the user invoked
-    (`kubectl dcgm-migrate` for the plugin), as its usage line does: computed per call on a
-    copy of the command, never written into the shared app."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        ctx.meta.setdefault(ARGV_KEY, list(args))  # the whole command line, for `-o`
-        return list(super().parse_args(ctx, args))
+    """A group whose commands' `Example:` lines show the name the user invoked (`kubectl
+    dcgm-migrate` for the plugin), as their usage lines do: computed per call on a copy of
+    the command, never written into the shared app."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         found = super().get_command(ctx, cmd_name)
         return _as_invoked(found, ctx.find_root().info_name or "dcgm-migrate")
+
+
+class RootGroup(Group):
+    """The `dcgm-migrate` program itself: a usage error click finds while parsing a command's
+    options (a missing or malformed value, an unknown option) gets a `fix:` line like every
+    other error, and under `-o json`/`-o yaml` the same error document on stdout
+    (docs/output.schema.json)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta.setdefault(ARGV_KEY, list(args))  # the whole command line, for `-o`
+        return list(super().parse_args(ctx, args))
 
     def invoke(self, ctx: Any) -> Any:
         try:

@@ -107,10 +107,15 @@ def test_a_daemonset_pod_anti_affine_to_a_pod_on_its_node_stays_pending_until_it
         "Pending", "False", "Unschedulable")
     assert cond["message"] == _message(I.ANTI_AFFINITY_RULES)
     assert I.target_node(pending) == NODES[0]
-    status = apps.read_namespaced_daemon_set_status("dcgm", NS).status
-    assert status is not None
-    assert (status.desired_number_scheduled, status.current_number_scheduled,
-            status.number_ready) == (3, 3, 2)  # counted on its node, as upstream
+    def counts() -> tuple[int | None, int | None, int | None]:
+        status = apps.read_namespaced_daemon_set_status("dcgm", NS).status
+        assert status is not None
+        return (status.desired_number_scheduled, status.current_number_scheduled,
+                status.number_ready)
+
+    # The pending pod is counted on its node, as upstream does (once the controller has
+    # written the status of what the kubelets reported).
+    assert cluster.wait_for(lambda: counts() == (3, 3, 2), timeout=20), counts()
 
     core.delete_namespaced_pod("holder", NS, grace_period_seconds=0)
     _settled(cluster, "dcgm", ready=3, pending=0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +19,6 @@ from migrator.engine.state import lock as locking
 from migrator.engine.state.document import State
 from migrator.model import kinds
 from migrator.model.planning import Options
-from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import load_catalog
 from migrator.model.steps import CreateAlias, SetLabels, SetSelector
 from migrator.sim.cluster import SimCluster
@@ -30,7 +28,7 @@ from tests.helpers import cli
 NS = "gpu-operator"
 CATALOG = load_catalog()
 DRIFT = "Drift risk after phase 3"
-COMPONENT = "app.kubernetes.io/component"
+COMPONENT = b.COMPONENT
 
 
 def _warnings(doc: dict[str, Any]) -> list[str]:
@@ -100,35 +98,6 @@ def _migrated_state() -> State:
     return state
 
 
-def _shared(name: str) -> dict[str, Any]:
-    """The release's shared Service (plans/releases.yaml, shared-services) of `name`."""
-    svc = b.service(name, {COMPONENT: name}, owner=None, local=name == "nvidia-dcgm",
-                    labels={"nvidia.com/shared-service": "true",
-                            "app.kubernetes.io/managed-by": "dcgm-migrate"},
-                    port=5555 if name == "nvidia-dcgm" else 9400)
-    svc["metadata"]["ownerReferences"] = [{"kind": "GPUCluster", "name": "gpu-cluster",
-                                           "uid": "cr-uid", "controller": False,
-                                           "apiVersion": "nvidia.com/v1alpha1"}]
-    return svc
-
-
-def _handed_over() -> Snapshot:
-    """After the upgrade to the release: the DaemonSets render the component labels, the
-    stable names are its shared Services."""
-    snap = b.gpucluster_snapshot()
-    daemonsets, pods = {}, []
-    for ds_name, comp in (("nvidia-dcgm-dra", "nvidia-dcgm"),
-                          ("nvidia-dcgm-exporter-dra", "nvidia-dcgm-exporter")):
-        daemonsets[ds_name] = b.daemonset(ds_name, labels={COMPONENT: comp},
-                                          template_labels={COMPONENT: comp})
-        pods += b.pods(ds_name, 3, labels={COMPONENT: comp})
-    services = {n: _shared(n) for n in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
-    endpoints = {n: b.endpoints_for(n, [p for p in pods if p.labels[COMPONENT] == n])
-                 for n in services}
-    return replace(snap, daemonsets=daemonsets, services=services, pods=tuple(pods),
-                   endpoints=endpoints)
-
-
 def test_no_drift_risk_after_the_hand_over() -> None:
     """The Service phase 3 switched is the release's now (its records handed over): no
     Service the tool switched selects by labels the tool wrote, whatever phase 1 recorded."""
@@ -142,7 +111,7 @@ def test_no_drift_risk_after_the_hand_over() -> None:
                                forward=forward)
         assert any(w.startswith(DRIFT) for w in _warnings(before)), before["warnings"]
     for forward in (True, False):
-        after = reports.build(_handed_over(), CATALOG, _migrated_state(), Options(),
+        after = reports.build(b.handed_over_snapshot(), CATALOG, _migrated_state(), Options(),
                               forward=forward)
         assert not any(w.startswith(DRIFT) for w in _warnings(after)), after["warnings"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from migrator.model.snapshot import EndpointView, PodView, ServiceEndpoints, Snapshot
@@ -96,3 +97,39 @@ def gpucluster_snapshot(nodes: int = 3, *, labelled: bool = False, aliases: bool
           "metadata": {"name": "gpu-cluster", "uid": "cr-uid", "generation": 1}}
     return Snapshot(NS, gpu_clusters=(gc,), daemonsets=ds, services=svcs, pods=(*pd, *pe),
                     endpoints=eps)
+
+
+COMPONENT = "app.kubernetes.io/component"  # the shared-services release's component label
+
+
+def shared_service(name: str, component: str) -> dict[str, Any]:
+    """The shared-services release's Service of a stable name (plans/releases.yaml): its
+    label, the component selector, a non-controller ownerReference, and the tool's markers it
+    merged in when it adopted the alias."""
+    svc = service(name, {COMPONENT: component}, owner=None, local=name == "nvidia-dcgm",
+                  labels={"nvidia.com/shared-service": "true",
+                          "app.kubernetes.io/managed-by": "dcgm-migrate"},
+                  port=5555 if name == "nvidia-dcgm" else 9400,
+                  annotations={} if name == "nvidia-dcgm" else {"prometheus.io/scrape": "true"})
+    svc["metadata"]["ownerReferences"] = [{"kind": "GPUCluster", "name": "gpu-cluster",
+                                           "uid": "cr-uid", "controller": False,
+                                           "apiVersion": "nvidia.com/v1alpha1"}]
+    return svc
+
+
+def handed_over_snapshot() -> Snapshot:
+    """A migrated GPUCluster cluster after the upgrade to the shared-services release: the -dra
+    Services deleted, the DaemonSets re-rendered with the component label (the tool's common
+    label dropped), the stable names the release's."""
+    snap = gpucluster_snapshot()
+    daemonsets, all_pods = {}, []
+    for ds_name, comp in (("nvidia-dcgm-dra", "nvidia-dcgm"),
+                          ("nvidia-dcgm-exporter-dra", "nvidia-dcgm-exporter")):
+        daemonsets[ds_name] = daemonset(ds_name, labels={COMPONENT: comp},
+                                        template_labels={COMPONENT: comp})
+        all_pods += pods(ds_name, 3, labels={COMPONENT: comp})
+    services = {n: shared_service(n, n) for n in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
+    endpoints = {n: endpoints_for(n, [p for p in all_pods if p.labels[COMPONENT] == n])
+                 for n in services}
+    return replace(snap, daemonsets=daemonsets, services=services, pods=tuple(all_pods),
+                   endpoints=endpoints)

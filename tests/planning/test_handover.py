@@ -21,55 +21,23 @@ from tests.helpers import builders as b
 
 CATALOG = load_catalog()
 RELEASE = CATALOG.release("shared-services")
-COMPONENT = "app.kubernetes.io/component"
+COMPONENT = b.COMPONENT
 
 
 def _ctx(snap: Snapshot, **options: Any) -> PlanContext:
     return PlanContext(snap, CATALOG, discover(snap, CATALOG).components, Options(**options))
 
 
-def _shared(name: str, component: str) -> dict[str, Any]:
-    """The release's shared Service: its label, the component selector, a non-controller
-    ownerReference (and the tool's markers it merged in when it adopted the alias)."""
-    svc = b.service(name, {COMPONENT: component}, owner=None, local=name == "nvidia-dcgm",
-                    labels={"nvidia.com/shared-service": "true",
-                            "app.kubernetes.io/managed-by": "dcgm-migrate"},
-                    port=5555 if name == "nvidia-dcgm" else 9400,
-                    annotations={} if name == "nvidia-dcgm" else {"prometheus.io/scrape": "true"})
-    svc["metadata"]["ownerReferences"] = [{"kind": "GPUCluster", "name": "gpu-cluster",
-                                           "uid": "cr-uid", "controller": False,
-                                           "apiVersion": "nvidia.com/v1alpha1"}]
-    return svc
-
-
-def _upgraded() -> Snapshot:
-    """A migrated GPUCluster cluster after the upgrade: the -dra Services deleted, the
-    DaemonSets re-rendered with the component label (the tool's common label dropped), the
-    stable names the release's."""
-    snap = b.gpucluster_snapshot()
-    daemonsets, pods = {}, []
-    for ds_name, comp in (("nvidia-dcgm-dra", "nvidia-dcgm"),
-                          ("nvidia-dcgm-exporter-dra", "nvidia-dcgm-exporter")):
-        daemonsets[ds_name] = b.daemonset(ds_name, labels={COMPONENT: comp},
-                                          template_labels={COMPONENT: comp})
-        pods += b.pods(ds_name, 3, labels={COMPONENT: comp})
-    services = {n: _shared(n, n) for n in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
-    endpoints = {n: b.endpoints_for(n, [p for p in pods if p.labels[COMPONENT] == n])
-                 for n in services}
-    return replace(snap, daemonsets=daemonsets, services=services, pods=tuple(pods),
-                   endpoints=endpoints)
-
-
 def test_the_release_is_data_and_names_what_it_deletes() -> None:
     assert RELEASE.shared_label.key == "nvidia.com/shared-service"
     assert RELEASE.component_labels["dcgm-exporter"].value == "nvidia-dcgm-exporter"
     assert set(RELEASE.deletes_services) == {"nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"}
-    assert CATALOG.managed_by_release(_shared("nvidia-dcgm", "nvidia-dcgm")) is RELEASE
+    assert CATALOG.managed_by_release(b.shared_service("nvidia-dcgm", "nvidia-dcgm")) is RELEASE
     assert CATALOG.managed_by_release(b.service("nvidia-dcgm", {"app": "x"})) is None
 
 
 def test_the_tools_records_on_handed_over_objects_retire_as_handed_over() -> None:
-    c = _ctx(_upgraded())
+    c = _ctx(b.handed_over_snapshot())
     create = CreateAlias("nvidia-dcgm", "nvidia-dcgm-dra", {})
     switch = SetSelector("nvidia-dcgm", {"app": "nvidia-dcgm-dra"},
                          {"nvidia.com/gpu-operator.dcgm": "true"}, True)
@@ -84,7 +52,7 @@ def test_the_tools_records_on_handed_over_objects_retire_as_handed_over() -> Non
 
 
 def test_nothing_writes_a_handed_over_name() -> None:
-    c = _ctx(_upgraded())
+    c = _ctx(b.handed_over_snapshot())
     assert guarding.aliases(c.snapshot, CATALOG) == []  # the guard stands down
     alias = phases.alias.plan(c)
     assert alias.steps == () and alias.blocked is None
@@ -95,14 +63,14 @@ def test_nothing_writes_a_handed_over_name() -> None:
 
 
 def test_the_verdict_judges_the_release_services_as_the_tools_and_wants_no_dra_name() -> None:
-    found = outcome.verdict(_upgraded(), CATALOG)
+    found = outcome.verdict(b.handed_over_snapshot(), CATALOG)
     failed = [f"{f.name}: {f.detail}" for f in found.findings if not f.ok]
     assert failed == []
     assert not any("-dra" in f.subject and f.check == "stable-name" for f in found.findings)
     labelled = [f for f in found.findings if f.check == "pods-labelled"]
     assert labelled and all(COMPONENT in f.detail for f in labelled)
     # A pod that lacks the label the release's Service selects by is red.
-    snap = _upgraded()
+    snap = b.handed_over_snapshot()
     odd = snap.pods[0]
     stray = PodView(odd.name, odd.uid, odd.node, {"app": odd.owner_name or ""}, True, False,
                     "DaemonSet", odd.owner_name)

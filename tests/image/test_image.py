@@ -282,7 +282,15 @@ def test_guard_once_with_the_manifests_security_context(image: Image, sim: Sim,
     account, env = sim.service_account(tmp_path / "serviceaccount")
     (image.rootfs / SA_DIR).mkdir(parents=True, exist_ok=True)  # the runtime's mount point
     env.update({e["name"]: e.get("value", "guard-0") for e in container.get("env", [])})
-    args = [a for a in container["args"] if a not in ("--lease-name", "dcgm-migrate-guard")]
+    # The Deployment's args less what a single pass has no use for (and refuses with --once):
+    # its Lease and its metrics listener, each an option and its value.
+    args: list[str] = []
+    skip = False
+    for a in container["args"]:
+        if skip or a in ("--lease-name", "--metrics-bind-address", "--metrics-port"):
+            skip = not skip
+            continue
+        args.append(a)
     res = run_in(image, [*args, "--once", "-o", "json"], read_only=True, volumes=mounts,
                  env=env, service_account=account,
                  after="find " + " ".join(f"{shlex.quote(str(image.rootfs) + '-mnt')}{m}"

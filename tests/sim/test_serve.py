@@ -115,3 +115,15 @@ def test_serve_in_process_stops_on_event(tmp_path: Path) -> None:
         stop.set()
         worker.join(10)
     assert not worker.is_alive()
+
+
+def test_the_clis_stack_choices_are_the_sims_and_the_cli_imports_no_sim_module() -> None:
+    from migrator.cli import sim_cmd
+    from migrator.sim.stacknames import STACKS
+
+    assert "|".join(STACKS) == sim_cmd.STACK_CHOICES
+    code = ("import sys, migrator.cli.app; "
+            "print([n for n in sys.modules if n.startswith('migrator.sim')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -22,22 +22,6 @@ from migrator.sim.store import Store, StoreError
 T = TypeVar("T")
 Obj = dict[str, Any]
 
-# The longest tests first. pytest-xdist's load scheduling hands tests to the workers in
-# collection order, so a long test collected last (the fresh venv, the crash-anywhere runs)
-# keeps one worker busy while the others have finished; started first, it overlaps the rest.
-LONGEST_FIRST = ("tests/cli/test_fresh_venv.py", "tests/reliability/test_crash_anywhere.py",
-                 "tests/e2e/test_transitions.py", "tests/e2e/test_coexistence.py",
-                 "tests/e2e/", "tests/reliability/", "tests/image/")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the tests longest first (a stable sort: the same order on every worker)."""
-    def rank(item: pytest.Item) -> int:
-        return next((i for i, prefix in enumerate(LONGEST_FIRST)
-                     if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
-
-    items.sort(key=rank)
-
 
 @pytest.fixture
 def empty_api() -> Iterator[ApiServer]:

@@ -305,15 +305,17 @@ def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))) as g:
         _until(env, lambda: _reaches_every_node(env), 30, "shared")
-        # The ClusterPolicy goes: garbage collection takes its Services (and the tool's
-        # slices with them, their owner); the guard creates the aliases again at once.
+        # The ClusterPolicy goes: garbage collection takes its Services; the guard creates
+        # the aliases again at once and deletes its slices (their owner is its Lease: a name
+        # that is the tool's alias again needs none).
         with env.monitor.replacing(*STABLE):
             cp = env.sim.store.list(kinds.CLUSTER_POLICY)[0][0]
             env.sim.store.delete(kinds.CLUSTER_POLICY, None, cp["metadata"]["name"])
             took = _until(env, lambda: all(
                 (env.svc(n) or {}).get("metadata", {}).get("labels", {}).get(
                     "app.kubernetes.io/managed-by") == "dcgm-migrate" for n in STABLE)
-                and _reaches_every_node(env), 60, "aliases again")
+                and _reaches_every_node(env) and not _shared_slices(env), 60,
+                "aliases again")
         print(f"aliases created again within {took:.1f} simulated s; gaps {env.monitor.gaps}")
         assert _shared_slices(env) == []
         for name in STABLE:

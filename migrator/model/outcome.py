@@ -382,12 +382,10 @@ def _guard_live(snapshot: Snapshot, names: Sequence[str]) -> Finding:
                    "docs/guard.yaml); its first pass repairs the slices")
 
 
-def _stale(snapshot: Snapshot, need: _Need, ep: EndpointView) -> str:
+def _stale(pods: Mapping[str, PodView], ep: EndpointView) -> str:
     """Why a shared endpoint routes nowhere ("" when it is a live Ready pod of the name's
-    DaemonSets on its node)."""
-    pods = [p for c in need.components for p in snapshot.pods_of(c.daemonset)]
-    pod = next((p for p in pods if (ep.uid and p.uid == ep.uid) or
-                (not ep.uid and p.name == ep.pod)), None)
+    DaemonSets on its node); `pods`: those DaemonSets' pods by uid and by name."""
+    pod = pods.get(ep.uid) if ep.uid else pods.get(ep.pod or "")
     where = f"{ep.pod or ep.address} on {ep.node or 'no node'}"
     if pod is None or pod.deleting:
         return f"{where}: the pod is gone"
@@ -431,7 +429,9 @@ def _shared_findings(snapshot: Snapshot, catalog: Catalog, needs: Sequence[_Need
                                f"tool's alias): {_names({e.slice for e in ours})}",
                                f"the guard deletes them on its next pass, or: {delete}"))
             continue
-        stale = [why for e in ours if e.ready for why in [_stale(snapshot, need, e)] if why]
+        pods = {key: p for c in need.components for p in snapshot.pods_of(c.daemonset)
+                for key in (p.uid, p.name)}  # one index per name, not a scan per endpoint
+        stale = [why for e in ours if e.ready for why in [_stale(pods, e)] if why]
         if stale:
             out.append(Finding("shared-endpoints", subject, False,
                                f"{len(stale)} ready endpoints of the tool's EndpointSlices "

@@ -7,7 +7,6 @@ rollback, after the hand-over to an operator release that renders its own labels
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,7 +22,7 @@ from migrator.model.stacks import load_catalog
 from migrator.model.steps import CreateAlias, SetLabels, SetSelector
 from migrator.sim.cluster import SimCluster
 from tests.helpers import builders as b
-from tests.helpers import cli
+from tests.helpers import cli, crash
 
 NS = "gpu-operator"
 CATALOG = load_catalog()
@@ -40,13 +39,7 @@ def _warnings(doc: dict[str, Any]) -> list[str]:
 def _foreign_lock(sim: SimCluster) -> None:
     now = datetime.now(UTC)
     lock = locking.Lock("oncall@bastion-2 pid 4242", now, now + timedelta(minutes=2), 120.0)
-    sim.store.create(kinds.CONFIGMAP, {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "dcgm-migrate-state", "namespace": NS,
-                     "labels": {"app.kubernetes.io/managed-by": "dcgm-migrate"},
-                     "annotations": locking.annotations_for(lock)},
-        "data": {"state.json": "{}", "state.sha256": hashlib.sha256(b"{}").hexdigest()},
-    })
+    crash.create_locked_state(sim.store, NS, lock)
 
 
 @pytest.mark.parametrize("argv", [

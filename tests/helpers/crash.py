@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from migrator.engine.state.configmap import CHECKSUM_KEY, EMPTY_SHA, EMPTY_TEXT, STATE_KEY
+from migrator.engine.state.lock import Lock, annotations_for
 from migrator.model import kinds
 from migrator.model.steps import from_record
 from migrator.sim.cluster import SimCluster
@@ -199,6 +201,17 @@ def diff(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
 def sha256(text: str) -> str:
     """The checksum the state ConfigMap keeps beside `state.json`."""
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def create_locked_state(store: Any, namespace: str, lock: Lock) -> None:
+    """An empty state ConfigMap holding `lock`, as another run's would: a lock a test plants."""
+    store.create(kinds.CONFIGMAP, {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dcgm-migrate-state", "namespace": namespace,
+                     "labels": {"app.kubernetes.io/managed-by": "dcgm-migrate"},
+                     "annotations": annotations_for(lock)},
+        "data": {STATE_KEY: EMPTY_TEXT, CHECKSUM_KEY: EMPTY_SHA},
+    })
 
 
 def state_document(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from migrator.engine.state import lock as locking
-from migrator.engine.state.configmap import CHECKSUM_KEY, EMPTY_SHA, EMPTY_TEXT, STATE_KEY
 from migrator.model import kinds
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, EndState, Env
@@ -69,13 +68,7 @@ def _locked_configmap(env: Env, holder: str, acquired: datetime, ttl: float,
                       process: locking.Process | None = None) -> None:
     """A state ConfigMap with only a lock in it (no state yet), as `acquire_lock` leaves it."""
     lock = locking.new_lock(holder, acquired, ttl, None, process=process)
-    env.sim.store.create(kinds.CONFIGMAP, {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": STATE_CM, "namespace": NS,
-                     "labels": {"app.kubernetes.io/managed-by": "dcgm-migrate"},
-                     "annotations": locking.annotations_for(lock)},
-        "data": {STATE_KEY: EMPTY_TEXT, CHECKSUM_KEY: EMPTY_SHA},
-    })
+    crash.create_locked_state(env.sim.store, NS, lock)
 
 
 def _foreign_lock(env: Env, *, expired: bool) -> None:

@@ -86,13 +86,7 @@ def _foreign_lock(env: Env, renewed_ago: float) -> None:
     now = datetime.now(UTC)
     lock = locking.Lock(OTHER, now - timedelta(minutes=10), now + timedelta(minutes=2), 120.0,
                         renewed=now - timedelta(seconds=renewed_ago))
-    env.sim.store.create(kinds.CONFIGMAP, {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": STATE_CM, "namespace": NS,
-                     "labels": {"app.kubernetes.io/managed-by": "dcgm-migrate"},
-                     "annotations": locking.annotations_for(lock)},
-        "data": {"state.json": "{}", "state.sha256": crash.sha256("{}")},
-    })
+    crash.create_locked_state(env.sim.store, NS, lock)
 
 
 APPLY1 = ("apply", "--phase", "1", "--yes", "--settle", "0s")

@@ -69,13 +69,7 @@ def test_a_lock_nobody_renews_is_released_without_force(fresh: Callable[..., Env
     now = datetime.now(UTC)
     lock = locking.Lock("oncall@bastion-2 pid 4242", now - timedelta(minutes=10),
                         now + timedelta(minutes=5), 3600.0, renewed=now - timedelta(minutes=2))
-    env.sim.store.create(kinds.CONFIGMAP, {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": STATE_CM, "namespace": NS,
-                     "labels": {"app.kubernetes.io/managed-by": "dcgm-migrate"},
-                     "annotations": locking.annotations_for(lock)},
-        "data": {"state.json": "{}", "state.sha256": crash.sha256("{}")},
-    })
+    crash.create_locked_state(env.sim.store, NS, lock)
     done = cli.run(env.kubeconfig, "unlock")
     assert done.code == 0, done.stderr
     assert done.stdout.strip() == f"released the lock of {lock.holder}"

@@ -51,12 +51,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.procs import CLI
+from dcgm_sim.cluster import SimCluster, write_kubeconfig
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.seed import seeded_cr
+from dcgm_sim.store import Event
 from migrator.engine.guard import GuardSettings
 from migrator.model import kinds, sharing
-from migrator.sim.cluster import SimCluster, write_kubeconfig
-from migrator.sim.controllers.operator import RESYNC_SECONDS
-from migrator.sim.seed import seeded_cr
-from migrator.sim.store import Event
 
 Obj = dict[str, Any]
 NS = "gpu-operator"

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from dcgm_sim.cluster import SimCluster
 from migrator.engine import report
 from migrator.engine.observe import read_snapshot
 from migrator.kube.client import Kube
 from migrator.model.outcome import verdict
 from migrator.model.planning import Options
 from migrator.model.stacks import Catalog, load_catalog
-from migrator.sim.cluster import SimCluster
 
 
 def _median_ms(call: Callable[[], object], runs: int) -> float:

@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 
 import pytest
 
+from dcgm_sim.clock import SimClock
+from dcgm_sim.cluster import SimCluster, wait_for
+from dcgm_sim.controllers import ControllerSet
+from dcgm_sim.seed import seed
+from dcgm_sim.server import ApiServer
+from dcgm_sim.store import Store, StoreError
 from migrator.model import kinds
-from migrator.sim.clock import SimClock
-from migrator.sim.cluster import SimCluster, wait_for
-from migrator.sim.controllers import ControllerSet
-from migrator.sim.seed import seed
-from migrator.sim.server import ApiServer
-from migrator.sim.store import Store, StoreError
 
 T = TypeVar("T")
 Obj = dict[str, Any]

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from migrator.cli.options import Debug
+from migrator.cli.sim_cmd import require_simulator
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dcgm_sim.cluster import SimCluster
+    from dcgm_sim.store import Event
     from migrator.commands import Session
-    from migrator.sim.cluster import SimCluster
-    from migrator.sim.store import Event
 
 DEMO_TARGET_SECONDS = 20.0  # real seconds the phase-1 rollouts should take at any size
 MAX_TIME_SCALE = 0.05  # never slower than 20x real time
@@ -124,8 +125,8 @@ class EndpointTracker:
 
     def prime(self, slices: Sequence[dict[str, Any]]) -> None:
         """Start from the slices that exist before the demo's first command."""
+        from dcgm_sim.store import Event
         from migrator.model import kinds
-        from migrator.sim.store import Event
 
         for i, obj in enumerate(slices):
             self(Event("ADDED", kinds.ENDPOINTSLICE, obj, i))
@@ -273,12 +274,13 @@ def demo(
 
     Example: dcgm-migrate demo --stack clusterpolicy --nodes 4
     """
+    require_simulator("demo")
     from rich.console import Console
 
+    from dcgm_sim.cluster import SimCluster
+    from dcgm_sim.controllers.operator import RESYNC_SECONDS
     from migrator.commands import Session
     from migrator.kube.client import Kube
-    from migrator.sim.cluster import SimCluster
-    from migrator.sim.controllers.operator import RESYNC_SECONDS
 
     termination = 5.0
     scale = time_scale or auto_time_scale(nodes, pod_start_seconds, termination)

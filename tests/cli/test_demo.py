@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -98,3 +99,19 @@ def test_demo_rejects_an_unknown_stack_with_exit_2() -> None:
     res = CliRunner().invoke(app, ["demo", "--stack", "mixed"])
     assert res.exit_code == 2
     assert "gpucluster" in res.output and "clusterpolicy" in res.output
+
+
+# ---- without the simulator (the container image) --------------------------------------------
+
+@pytest.mark.parametrize("argv", [["demo", "--nodes", "2"], ["sim", "serve", "--nodes", "2"]])
+def test_without_the_simulator_demo_and_serve_refuse_with_the_fix(
+        argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installation without `dcgm_sim` (the image) refuses in one sentence, the fix and
+    exit 2, before anything starts."""
+    monkeypatch.setitem(sys.modules, "dcgm_sim", None)  # find_spec: not installed
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    assert "which this installation does not carry" in res.output
+    assert "fix: install the tool from its source checkout: `python3 -m pip install .`" in (
+        res.output)
+    assert "Traceback" not in res.output

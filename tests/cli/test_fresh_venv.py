@@ -189,11 +189,13 @@ def pip_install(python: Path, *args: str, cwd: Path, env: dict[str, str]) -> Non
 
 def test_the_package_list_names_every_package() -> None:
     """pyproject.toml lists the packages (discovery cannot name a mapped folder): every package
-    folder under migrator/ and under each package-dir folder must be in it."""
+    folder under migrator/, under each package-dir folder and under dcgm_sim/ (the simulated
+    cluster, a top-level package of its own) must be in it."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapped = {name: folder for name, folder in config["package-dir"].items() if name}
     assert mapped == {"migrator.phases": "phases", "migrator.plans": "plans"}
-    expected = set(setuptools.find_packages(str(REPO), include=["migrator", "migrator.*"]))
+    expected = set(setuptools.find_packages(
+        str(REPO), include=["migrator", "migrator.*", "dcgm_sim", "dcgm_sim.*"]))
     for name, folder in mapped.items():
         assert (REPO / folder / "__init__.py").is_file(), folder
         expected |= {name} | {f"{name}.{sub}" for sub in setuptools.find_packages(
@@ -236,7 +238,8 @@ def test_wheel_and_sdist_install_phases_and_plans_inside_the_package(
         with zipfile.ZipFile(artifact) as wheel:
             names = wheel.namelist()
         assert {n.split("/")[0] for n in names} == {
-            "migrator", f"dcgm_migrate-{__version__}.dist-info"}, sorted(names)
+            "migrator", "dcgm_sim", f"dcgm_migrate-{__version__}.dist-info"}, sorted(names)
+        assert any(n.startswith("dcgm_sim/fixtures/gpu-operator/") for n in names)
         inside = "migrator/"
     else:
         with tarfile.open(artifact) as sdist:

@@ -2,7 +2,7 @@
 service account — token and CA files, KUBERNETES_SERVICE_HOST/PORT — over TLS, as in a Job.
 
 The simulated API server speaks plain HTTP, so a small TLS terminator with a throwaway
-self-signed certificate (the sim's own, `migrator.sim.tls`, serving as its own CA) stands in
+self-signed certificate (the sim's own, `dcgm_sim.tls`, serving as its own CA) stands in
 front of it; only the service-account file locations are redirected (a test cannot write
 /var/run/secrets)."""
 
@@ -22,11 +22,11 @@ import pytest
 from kubernetes.config import incluster_config
 from typer.testing import CliRunner
 
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.server import ADMIN_TOKEN
+from dcgm_sim.tls import make_certificate
 from migrator.cli.app import app
 from migrator.kube.config import resolve_source
-from migrator.sim.cluster import SimCluster
-from migrator.sim.server import ADMIN_TOKEN
-from migrator.sim.tls import make_certificate
 from tests.helpers.cli import validate
 
 if TYPE_CHECKING:

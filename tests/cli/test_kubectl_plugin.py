@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from migrator.sim.cluster import SimCluster
+from dcgm_sim.cluster import SimCluster
 from tests.helpers.cli import validate
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,6 +25,7 @@ from jsonschema import Draft202012Validator
 from rich.console import Console
 from typer.testing import CliRunner
 
+from dcgm_sim.cluster import SimCluster
 from migrator.cli import app as app_module
 from migrator.cli import render
 from migrator.cli.app import app
@@ -35,7 +36,6 @@ from migrator.model import kinds
 from migrator.model.planning import Options
 from migrator.model.snapshot import changed_fields
 from migrator.model.stacks import load_catalog
-from migrator.sim.cluster import SimCluster
 from tests.helpers import builders as b
 from tests.helpers import cli
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.cluster import SimCluster
 from migrator.engine import report as reports
 from migrator.engine.state import lock as locking
 from migrator.engine.state.document import State
@@ -20,7 +21,6 @@ from migrator.model import kinds
 from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
 from migrator.model.steps import CreateAlias, SetLabels, SetSelector
-from migrator.sim.cluster import SimCluster
 from tests.helpers import builders as b
 from tests.helpers import cli, crash
 

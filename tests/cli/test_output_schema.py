@@ -14,7 +14,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from migrator.sim.cluster import SimCluster
+from dcgm_sim.cluster import SimCluster
 from tests.helpers import cli
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "output.schema.json"

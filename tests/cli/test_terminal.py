@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from migrator.sim.cluster import SimCluster
+from dcgm_sim.cluster import SimCluster
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = [sys.executable, "-m", "migrator", "demo", "--nodes", "3", "--time-scale", "0.004"]

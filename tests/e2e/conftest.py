@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.access import ADMIN_USER
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from migrator.model import kinds
-from migrator.sim.access import ADMIN_USER
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers.operator import RESYNC_SECONDS
 from tests.helpers import cli, crash
 from tests.helpers.disruption import DisruptionMonitor
 from tests.helpers.oracle import DiscoveryOracle, OracleUnavailable

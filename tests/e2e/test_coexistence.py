@@ -21,15 +21,15 @@ from typing import Any
 
 import pytest
 
-from migrator.kube.client import Kube
-from migrator.model import kinds, sharing
-from migrator.sim.controllers.rendering import (
+from dcgm_sim.controllers.rendering import (
     DEPLOY_LABELS,
     MODE_DEVICE_PLUGIN,
     MODE_DRA,
     MODE_LABEL,
 )
-from migrator.sim.seed import seeded_cr
+from dcgm_sim.seed import seeded_cr
+from migrator.kube.client import Kube
+from migrator.model import kinds, sharing
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import (
     COEXISTENCE_RULES,

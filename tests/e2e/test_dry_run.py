@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.cluster import SimCluster
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"

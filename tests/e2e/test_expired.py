@@ -17,6 +17,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from dcgm_sim import writes
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
+from dcgm_sim.store import Store
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine import informer
@@ -27,9 +30,6 @@ from migrator.model import kinds
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
-from migrator.sim import writes
-from migrator.sim.server import ADMIN_TOKEN, ApiServer
-from migrator.sim.store import Store
 from tests.e2e.conftest import E2E, NS
 
 WINDOW = 3

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from dcgm_sim.controllers import pods as P
 from migrator.model import kinds
-from migrator.sim.controllers import pods as P
 from tests.e2e.conftest import E2E, NS
 
 BAD = "gpu-node-0002"

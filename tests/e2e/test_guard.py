@@ -26,14 +26,14 @@ from typing import Any
 import pytest
 import yaml
 
+from dcgm_sim.cluster import kubeconfig_document
+from dcgm_sim.store import Event
 from migrator.engine.clock import Clock
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.guarding import HELD_ANNOTATION, Correction
 from migrator.model.stacks import load_catalog
-from migrator.sim.cluster import kubeconfig_document
-from migrator.sim.store import Event
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.clock import SeenClock
 from tests.helpers.readiness import ReadyEndpoints

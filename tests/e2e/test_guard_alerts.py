@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION
+from dcgm_sim.controllers.nodelifecycle import annotate_node
 from migrator.model import kinds
-from migrator.sim.controllers.kubelet import PODS_READY_ANNOTATION
-from migrator.sim.controllers.nodelifecycle import annotate_node
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard_metrics import guard_kubeconfig, start_guard, stop_guard
 from tests.helpers.oracle import find_binary

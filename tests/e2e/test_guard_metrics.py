@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from migrator.sim.cluster import kubeconfig_document
+from dcgm_sim.cluster import kubeconfig_document
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import _edit_cr, _rolled_without_label
 

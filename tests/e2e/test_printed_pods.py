@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from dcgm_sim.controllers import pods as P
+from dcgm_sim.requestlog import RequestRecord
+from dcgm_sim.server import ADMIN_TOKEN
 from migrator.engine import informer, observe, stalls
 from migrator.kube.client import Kube
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import load_catalog
-from migrator.sim.controllers import pods as P
-from migrator.sim.requestlog import RequestRecord
-from migrator.sim.server import ADMIN_TOKEN
 from tests.e2e.conftest import E2E, NS
 
 BAD = "gpu-node-0002"

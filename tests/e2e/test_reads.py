@@ -19,6 +19,10 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim import writes
+from dcgm_sim.requestlog import RequestRecord
+from dcgm_sim.server import ADMIN_TOKEN
+from dcgm_sim.watching import IDLE_SECONDS
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine import informer
@@ -28,10 +32,6 @@ from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.stacks import load_catalog
-from migrator.sim import writes
-from migrator.sim.requestlog import RequestRecord
-from migrator.sim.server import ADMIN_TOKEN
-from migrator.sim.watching import IDLE_SECONDS
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.clock import FakeClock
 

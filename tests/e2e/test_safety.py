@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.store import Event
 from migrator.engine import informer
 from migrator.model import kinds
-from migrator.sim.store import Event
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from dcgm_sim.access import ADMIN_USER
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
-from migrator.sim.access import ADMIN_USER
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.oracle import DiscoveryOracle
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers.rendering import MODE_DRA, MODE_LABEL
 from migrator.kube.client import Kube
 from migrator.model import kinds, sharing
-from migrator.sim.controllers.rendering import MODE_DRA, MODE_LABEL
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import _guard_kubeconfig, running_guard
 from tests.helpers.kubectl import kubectl_for

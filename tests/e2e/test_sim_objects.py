@@ -11,9 +11,9 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from dcgm_sim import dra, writes
+from dcgm_sim.controllers import pods as P
 from migrator.model import kinds
-from migrator.sim import dra, writes
-from migrator.sim.controllers import pods as P
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia-dcgm-dra"

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcgm_sim.controllers.garbage import GarbageCollector
+from dcgm_sim.controllers.rendering import DEPLOY_LABELS, MODE_DRA, MODE_LABEL
+from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
-from migrator.sim.controllers.garbage import GarbageCollector
-from migrator.sim.controllers.rendering import DEPLOY_LABELS, MODE_DRA, MODE_LABEL
-from migrator.sim.seed import seeded_cr
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.readiness import ReadyEndpoints
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dcgm_sim.cluster import kubeconfig_document
 from migrator.model import kinds
-from migrator.sim.cluster import kubeconfig_document
 from tests.e2e.conftest import E2E, NS
 from tests.helpers import cli
 

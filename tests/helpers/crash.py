@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dcgm_sim.cluster import SimCluster
 from migrator.engine.state.configmap import CHECKSUM_KEY, EMPTY_SHA, EMPTY_TEXT, STATE_KEY
 from migrator.engine.state.lock import Lock, annotations_for
 from migrator.model import kinds
 from migrator.model.steps import from_record
-from migrator.sim.cluster import SimCluster
 
 REPO = Path(__file__).resolve().parents[2]
 PYCACHE = str(Path(tempfile.gettempdir()) / "dcgm-migrate-test-pycache")

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcgm_sim.store import Store
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.sim.store import Store
 
 
 @dataclass

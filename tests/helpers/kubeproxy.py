@@ -70,8 +70,8 @@ from typing import Any
 
 from kubernetes import client, config
 
+from dcgm_sim.store import Event, Store
 from migrator.model import kinds
-from migrator.sim.store import Event, Store
 
 Obj = dict[str, Any]
 

@@ -6,8 +6,9 @@ top-level phases/ and plans/ into the package when it builds or installs it (the
 install's import finder does the same at import time). This lays the package out as it
 installs — migrator/ plus each `package-dir` folder of pyproject.toml at its package's place —
 in a temporary folder, runs the tool there on the checkout's own configuration, and prints the
-tool's paths as the checkout's (`migrator/phases/alias.py` as `phases/alias.py`). The test
-suite (tests/, with the benchmarks/ it imports) is copied beside the package, so that mypy checks
+tool's paths as the checkout's (`migrator/phases/alias.py` as `phases/alias.py`). The
+simulated cluster (dcgm_sim/) and the test suite (tests/, with the benchmarks/ it imports) are
+copied beside the package, so that mypy checks
 the tests against the package as it installs too.
 
     python3 -m tests.helpers.layout mypy            # `mypy --strict` of migrator and tests
@@ -28,8 +29,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "migrator"
-# Checked beside the package: the test suite, and the benchmarks it imports.
-BESIDE = ("tests", "benchmarks")
+# Checked beside the package: the simulated cluster (a package of its own), the test suite, and
+# the benchmarks it imports.
+BESIDE = ("dcgm_sim", "tests", "benchmarks")
 
 
 def package_dirs(repo: Path = REPO) -> dict[str, Path]:

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from dcgm_sim.store import Event, Store
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.sim.store import Event, Store
 
 SERVICE_NAME = "kubernetes.io/service-name"
 

@@ -160,6 +160,7 @@ def test_the_image_is_small_and_has_no_build_tools(image: Image) -> None:
     venv = image.rootfs / "opt" / "dcgm-migrate"
     site = venv / "lib" / "python3.11" / "site-packages"
     assert (site / "migrator" / "__init__.py").exists()
+    assert not (site / "dcgm_sim").exists()  # the simulated cluster is no part of the product
     for absent in ("bin/pip", "bin/pip3"):
         assert not (venv / absent).exists(), absent
     assert not list(site.glob("pip*")) and not list(site.glob("setuptools*"))
@@ -177,12 +178,15 @@ def test_version(image: Image) -> None:
     assert "Traceback" not in res.stderr
 
 
-def test_demo_with_a_read_only_root(image: Image) -> None:
-    """The Job's pod (docs/job.yaml): read-only root, an emptyDir at /tmp, HOME=/tmp."""
-    res = run_in(image, ["demo", "--nodes", "4"], read_only=True, env={"HOME": "/tmp"},
-                 timeout=170)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+def test_the_image_carries_no_simulator_and_demo_says_so(image: Image) -> None:
+    """The image is the tool only: `demo` (which needs the simulated cluster) refuses in one
+    sentence with the fix and exit 2, on the Job's read-only root with HOME=/tmp."""
+    res = run_in(image, ["demo", "--nodes", "4"], read_only=True, env={"HOME": "/tmp"})
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "does not carry" in res.stderr and "fix: install the tool" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+    probe = run_in(image, [], after="/opt/dcgm-migrate/bin/python -c 'import dcgm_sim'")
+    assert "ModuleNotFoundError: No module named 'dcgm_sim'" in probe.stdout + probe.stderr
 
 
 class Sim:

@@ -101,9 +101,9 @@ def stub() -> Iterator[Stub]:
 @pytest.fixture
 def api() -> Iterator[Any]:
     """The simulated API server on an empty store with namespace `ns`, stopped at teardown."""
+    from dcgm_sim.server import ApiServer
+    from dcgm_sim.store import Store
     from migrator.model import kinds
-    from migrator.sim.server import ApiServer
-    from migrator.sim.store import Store
 
     store = Store()
     store.create(kinds.NAMESPACE, {"metadata": {"name": "ns"}})

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dcgm_sim.cluster import SimCluster
 from migrator.kube.endpoint import Endpoint, from_kubeconfig, query_string
-from migrator.sim.cluster import SimCluster
 from tests.helpers import crash
 
 

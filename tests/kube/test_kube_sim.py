@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.server import ADMIN_TOKEN
+from dcgm_sim.store import Store
 from migrator.errors import (
     APIAlreadyExists,
     APIConflict,
@@ -21,11 +23,9 @@ from migrator.errors import (
 )
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
-from migrator.sim.server import ADMIN_TOKEN
-from migrator.sim.store import Store
 from tests.helpers.builders import daemonset
 
-Api = Any  # the `api` fixture: a started migrator.sim.server.ApiServer
+Api = Any  # the `api` fixture: a started dcgm_sim.server.ApiServer
 
 
 def configmap(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -130,7 +130,7 @@ rules:
 
 
 def test_watch_from_a_version_and_expiry() -> None:
-    from migrator.sim.server import ApiServer
+    from dcgm_sim.server import ApiServer
 
     store = Store(event_log_size=5)
     store.create(kinds.NAMESPACE, {"metadata": {"name": "ns"}})

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.cluster import SimCluster
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
 from tests.helpers.disruption import DisruptionMonitor
 
 NS = "gpu-operator"

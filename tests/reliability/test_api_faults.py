@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from dcgm_sim.cluster import SimCluster, write_kubeconfig
+from dcgm_sim.requestlog import RequestRecord
+from dcgm_sim.server import ADMIN_TOKEN
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine.runner import RunSettings
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster, write_kubeconfig
-from migrator.sim.requestlog import RequestRecord
-from migrator.sim.server import ADMIN_TOKEN
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, EndState, Env
 

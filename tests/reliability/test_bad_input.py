@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dcgm_sim.cluster import SimCluster
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
 from tests.helpers import cli, crash
 from tests.reliability.conftest import APPLY, NS, Env
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from dcgm_sim.cluster import kubeconfig_document
+from dcgm_sim.server import ADMIN_TOKEN
 from migrator import commands
 from migrator.kube import Kube, RetryPolicy
-from migrator.sim.cluster import kubeconfig_document
-from migrator.sim.server import ADMIN_TOKEN
 from tests.helpers import cli
 from tests.reliability.conftest import NS, Env
 from tests.reliability.test_concurrency import _foreign_lock

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dcgm_sim.cluster import kubeconfig_document
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
-from migrator.sim.cluster import kubeconfig_document
 from tests.helpers import crash
 from tests.reliability.conftest import NS, Env
 

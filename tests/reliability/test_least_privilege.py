@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dcgm_sim.cluster import kubeconfig_document
 from migrator.engine.permissions import REQUIRED, Permission
 from migrator.model import kinds
-from migrator.sim.cluster import kubeconfig_document
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, Env
 

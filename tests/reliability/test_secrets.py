@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from dcgm_sim.cluster import kubeconfig_document
 from migrator.model import kinds
-from migrator.sim.cluster import kubeconfig_document
 from tests.helpers import crash
 from tests.reliability.conftest import NS, Env
 

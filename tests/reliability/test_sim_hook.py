@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.faults import FaultsError
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
-from migrator.sim.faults import FaultsError
-from migrator.sim.server import ADMIN_TOKEN, ApiServer
 
 NS = "gpu-operator"
 

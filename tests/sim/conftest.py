@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from dcgm_sim import writes
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.server import ADMIN_TOKEN, ApiServer
-from migrator.sim.store import Store
 
 NS = "gpu-operator"
 

@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from migrator.sim.access import Attributes, policy_from_rbac
-from migrator.sim.server import ApiServer
+from dcgm_sim.access import Attributes, policy_from_rbac
+from dcgm_sim.server import ApiServer
 from tests.sim.conftest import NS, Raw, daemonset, make_client
 
 RBAC = """

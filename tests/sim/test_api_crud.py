@@ -10,9 +10,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dcgm_sim.server import ApiServer
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim.server import ApiServer
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, Raw, daemonset, pod
 
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from migrator.sim import routing, simkinds
-from migrator.sim.tables import human_age
+from dcgm_sim import routing, simkinds
+from dcgm_sim.tables import human_age
 from tests.sim.conftest import Raw
 
 

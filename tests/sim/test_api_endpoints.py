@@ -14,12 +14,12 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client import ApiException
 
+from dcgm_sim import writes
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.server import ApiServer
+from dcgm_sim.simkinds import ENDPOINTS
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.cluster import SimCluster
-from migrator.sim.server import ApiServer
-from migrator.sim.simkinds import ENDPOINTS
-from migrator.sim.store import Store
 from tests.helpers.kubectl import kubectl_for
 from tests.sim.conftest import NS, Raw, make_client
 

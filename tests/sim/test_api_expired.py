@@ -14,12 +14,12 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from dcgm_sim import writes
+from dcgm_sim.serve import ServeOptions, build
+from dcgm_sim.server import ApiServer
+from dcgm_sim.statuses import CONTINUE_TOO_OLD, LIST_TOO_OLD
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.serve import ServeOptions, build
-from migrator.sim.server import ApiServer
-from migrator.sim.statuses import CONTINUE_TOO_OLD, LIST_TOO_OLD
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, Raw, make_client
 
 WINDOW = 4

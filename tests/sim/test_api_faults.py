@@ -9,11 +9,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dcgm_sim import writes
+from dcgm_sim.faults import Faults, FaultsError
+from dcgm_sim.server import ApiServer
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.faults import Faults, FaultsError
-from migrator.sim.server import ApiServer
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, Raw
 
 

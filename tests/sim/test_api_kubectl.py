@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import time
 
+from dcgm_sim import writes
+from dcgm_sim.server import ApiServer
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.server import ApiServer
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, Kubectl, daemonset, pod, service
 
 

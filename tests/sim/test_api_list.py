@@ -11,9 +11,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dcgm_sim import writes
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, Raw, pod
 
 

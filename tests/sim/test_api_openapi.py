@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
+from dcgm_sim import openapi
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
 from migrator.model import kinds
-from migrator.sim import openapi
-from migrator.sim.server import ADMIN_TOKEN, ApiServer
 from tests.sim.conftest import NS, Kubectl, Raw, daemonset, service
 
 GVK = "x-kubernetes-group-version-kind"

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from migrator.sim import patching
+from dcgm_sim import patching
 from tests.sim.conftest import NS, Raw, daemonset
 
 POD_SPEC: dict[str, Any] = {

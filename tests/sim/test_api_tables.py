@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from dcgm_sim import tables, writes
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers.podstatus import pending_status, running_status
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import tables, writes
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers.podstatus import pending_status, running_status
-from migrator.sim.server import ADMIN_TOKEN, ApiServer
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, Kubectl, daemonset, make_client, pod
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"

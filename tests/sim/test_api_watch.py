@@ -11,10 +11,10 @@ from typing import Any, cast
 
 from kubernetes import client, watch
 
+from dcgm_sim import writes
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.server import ADMIN_TOKEN, ApiServer
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, make_client, pod
 
 

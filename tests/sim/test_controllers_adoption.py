@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim import writes
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers import pods as P
+from dcgm_sim.controllers.rollouts import HASH_LABEL
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import writes
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers import pods as P
-from migrator.sim.controllers.rollouts import HASH_LABEL
-from migrator.sim.store import Store
 from tests.conftest import Bare
 
 NS = "gpu-operator"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from migrator.sim.controllers import rollouts as R
-from migrator.sim.controllers.daemonindex import DaemonPods, NodeShares
+from dcgm_sim.controllers import rollouts as R
+from dcgm_sim.controllers.daemonindex import DaemonPods, NodeShares
 
 NEW, OLD = "newhash", "oldhash"
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from kubernetes import client, config
 
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION
+from dcgm_sim.controllers.rollouts import GENERATION_LABEL, HASH_LABEL
+from dcgm_sim.store import Event, Store
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers.kubelet import PODS_READY_ANNOTATION
-from migrator.sim.controllers.rollouts import GENERATION_LABEL, HASH_LABEL
-from migrator.sim.store import Event, Store
 from tests.conftest import Bare
 
 NS = "gpu-operator"

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from dcgm_sim.clock import SimClock
+from dcgm_sim.controllers import endpointsobject as O
+from dcgm_sim.controllers.endpoints import EndpointsController
+from dcgm_sim.seed import seed
+from dcgm_sim.server import ApiServer
+from dcgm_sim.simkinds import ENDPOINTS
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim.clock import SimClock
-from migrator.sim.controllers import endpointsobject as O
-from migrator.sim.controllers.endpoints import EndpointsController
-from migrator.sim.seed import seed
-from migrator.sim.server import ApiServer
-from migrator.sim.simkinds import ENDPOINTS
-from migrator.sim.store import Store
 from tests.sim.conftest import NS, make_client
 
 Obj = dict[str, Any]

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers import endpointslices as E
+from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION
 from migrator.model import kinds
-from migrator.sim.controllers import endpointslices as E
-from migrator.sim.controllers.kubelet import PODS_READY_ANNOTATION
 from tests.conftest import Bare
 
 NS = "gpu-operator"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from migrator.sim.controllers import endpointsubsets as S
+from dcgm_sim.controllers import endpointsubsets as S
 
 NS = "gpu-operator"
 Obj = dict[str, Any]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION, START_SECONDS_ANNOTATION
 from migrator.model import kinds
-from migrator.sim.controllers.kubelet import PODS_READY_ANNOTATION, START_SECONDS_ANNOTATION
 from tests.conftest import Bare
 
 NS = "gpu-operator"

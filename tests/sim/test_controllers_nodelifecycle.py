@@ -9,11 +9,11 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers import pods as P
+from dcgm_sim.controllers.nodelifecycle import NODE_FAILED_ANNOTATION
+from dcgm_sim.controllers.probes import PROBE_FLAP_ANNOTATION, readiness_delay
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers import pods as P
-from migrator.sim.controllers.nodelifecycle import NODE_FAILED_ANNOTATION
-from migrator.sim.controllers.probes import PROBE_FLAP_ANNOTATION, readiness_delay
 from tests.conftest import Bare
 from tests.sim.conftest import Raw
 

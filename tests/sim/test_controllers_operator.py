@@ -8,9 +8,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from dcgm_sim.controllers import rendering as R
+from dcgm_sim.controllers.operator import OperatorImitation
 from migrator.model import kinds
-from migrator.sim.controllers import rendering as R
-from migrator.sim.controllers.operator import OperatorImitation
 from tests.conftest import Bare
 
 NS = "gpu-operator"

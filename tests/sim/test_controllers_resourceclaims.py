@@ -10,10 +10,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from dcgm_sim import dra, writes
+from dcgm_sim.controllers import pods as P
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim import dra, writes
-from migrator.sim.controllers import pods as P
-from migrator.sim.store import Store
 from tests.conftest import Bare
 from tests.sim.conftest import NS, Kubectl, Raw
 

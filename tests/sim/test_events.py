@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from dcgm_sim.cluster import SimCluster, kubeconfig_document
 from migrator.engine.events import EVENTS, PATCH_SECONDS, REPORTING_CONTROLLER, Recorder
 from migrator.kube.client import Kube
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster, kubeconfig_document
 from tests.helpers.clock import FakeClock
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,11 +15,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers import pods as P
+from dcgm_sim.serve import ServeError, ServeOptions, build
 from migrator.cli.sim_cmd import main
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers import pods as P
-from migrator.sim.serve import ServeError, ServeOptions, build
 from tests.helpers.kubectl import kubectl_for
 from tests.sim.conftest import NS, make_client
 

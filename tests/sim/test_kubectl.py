@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers.kubelet import PODS_READY_ANNOTATION
 
 NS = "gpu-operator"
 DCGM = "nvidia-dcgm-dra"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.cluster import SimCluster
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
 from tests.helpers.kubeproxy import (
     HEADLESS,
     IPV6,

@@ -1,5 +1,5 @@
 """The GPU Operator imitation deletes the objects of a state its CR disables, as upstream does
-(module docstring of migrator/sim/controllers/operator.py): the ClusterPolicy controller by kind
+(module docstring of dcgm_sim/controllers/operator.py): the ClusterPolicy controller by kind
 and name (controllers/object_controls.go), the GPUCluster states by the
 `nvidia.com/gpu-operator.state` label (internal/state/state_skel.go `deleteStateRelatedObjects`),
 neither checking ownership. Everything here goes through the official client over HTTP; times
@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers.operator import OperatorImitation
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers.operator import OperatorImitation
 from tests.sim.conftest import make_client
 
 NS = "gpu-operator"

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers import rendering as R
+from dcgm_sim.controllers.operator import OperatorImitation
+from dcgm_sim.controllers.sharedservices import SHARED_RESYNC_SECONDS
+from dcgm_sim.serve import ServeError, ServeOptions, build
+from dcgm_sim.store import Event
 from migrator.cli import sim_cmd
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers import rendering as R
-from migrator.sim.controllers.operator import OperatorImitation
-from migrator.sim.controllers.sharedservices import SHARED_RESYNC_SECONDS
-from migrator.sim.serve import ServeError, ServeOptions, build
-from migrator.sim.store import Event
 from tests.sim.conftest import Raw, make_client
 
 NS = "gpu-operator"
@@ -257,7 +257,7 @@ def test_a_foreign_same_named_service_is_not_adopted(
         make_sim: MakeSim, caplog: pytest.LogCaptureFixture) -> None:
     sim = make_sim("gpucluster")
     foreign = core(sim).create_namespaced_service(NS, _service("nvidia-dcgm"))
-    caplog.set_level(logging.WARNING, logger="migrator.sim.controllers.sharedservices")
+    caplog.set_level(logging.WARNING, logger="dcgm_sim.controllers.sharedservices")
     upgrade(sim)
     sim.wait_for(lambda: shared_ready(sim, "nvidia-dcgm-exporter"), timeout=30)
     wait_reconciles(sim, 2)
@@ -276,7 +276,7 @@ def test_a_conflicting_exporter_setting_is_reported_and_the_service_left(
     sim.wait_for(lambda: shared_ready(sim, *SHARED), timeout=30)
     sim.wait_idle(30)
     before = services(sim)["nvidia-dcgm-exporter"]
-    caplog.set_level(logging.WARNING, logger="migrator.sim.controllers.sharedservices")
+    caplog.set_level(logging.WARNING, logger="dcgm_sim.controllers.sharedservices")
     node_port = {"spec": {"dcgmExporter": {"service": {"type": "NodePort"}}}}
     custom(sim).patch_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters",
                                             "gpu-cluster", node_port)
@@ -360,7 +360,7 @@ def test_serve_option(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(options)
         return 0
 
-    monkeypatch.setattr("migrator.sim.serve.serve", fake_serve)
+    monkeypatch.setattr("dcgm_sim.serve.serve", fake_serve)
     assert sim_cmd.main(["serve", "--nodes", "1"]) == 0
     assert sim_cmd.main(["serve", "--nodes", "1", "--operator-release", "shared-services"]) == 0
     assert [o.operator_release for o in seen] == ["current", "shared-services"]

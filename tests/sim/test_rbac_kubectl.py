@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from dcgm_sim.access import ADMIN_USER
+from dcgm_sim.cluster import SimCluster
 from migrator.engine.permissions import REQUIRED, Permission
-from migrator.sim.access import ADMIN_USER
-from migrator.sim.cluster import SimCluster
 from tests.helpers import cli
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def test_impersonation_headers_over_raw_http(rbac_sim: Cluster) -> None:
     import urllib.error
     import urllib.request
 
-    from migrator.sim.access import ADMIN_TOKEN
+    from dcgm_sim.access import ADMIN_TOKEN
 
     def get(path: str, **headers: str) -> int:
         req = urllib.request.Request(rbac_sim.sim.url + path, headers={
@@ -201,7 +201,7 @@ def test_sim_serve_rbac_writes_a_kubeconfig_per_identity(tmp_path: Path) -> None
     import threading
     import time
 
-    from migrator.sim.serve import ServeError, ServeOptions, serve
+    from dcgm_sim.serve import ServeError, ServeOptions, serve
 
     binary = shutil.which("kubectl")
     if binary is None:

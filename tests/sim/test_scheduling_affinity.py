@@ -1,5 +1,5 @@
 """Required inter-pod (anti-)affinity of DaemonSet pods, as the default scheduler filters it
-(`migrator/sim/controllers/interpod.py`): through the API server with the official client on a
+(`dcgm_sim/controllers/interpod.py`): through the API server with the official client on a
 cluster without GPU stacks, and the filter's rules on plain dicts."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any, cast
 import pytest
 from kubernetes import client, config
 
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers import interpod as I
 from migrator.model import kinds
-from migrator.sim.cluster import SimCluster
-from migrator.sim.controllers import interpod as I
 
 NS = "gpu-operator"
 NODES = ["gpu-node-0001", "gpu-node-0002", "gpu-node-0003"]

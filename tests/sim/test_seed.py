@@ -8,13 +8,13 @@ import json
 
 import pytest
 
+from dcgm_sim.clock import SimClock
+from dcgm_sim.controllers import ControllerSet
+from dcgm_sim.controllers import rendering as R
+from dcgm_sim.seed import seed
+from dcgm_sim.simkinds import ENDPOINTS
+from dcgm_sim.store import Store
 from migrator.model import kinds
-from migrator.sim.clock import SimClock
-from migrator.sim.controllers import ControllerSet
-from migrator.sim.controllers import rendering as R
-from migrator.sim.seed import seed
-from migrator.sim.simkinds import ENDPOINTS
-from migrator.sim.store import Store
 
 NS = "gpu-operator"
 CP_DS = ["nvidia-dcgm", "nvidia-dcgm-exporter"]

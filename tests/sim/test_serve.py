@@ -17,8 +17,8 @@ import yaml
 from kubernetes import client, config
 from typer.testing import CliRunner
 
+from dcgm_sim.serve import ServeError, ServeOptions, build, serve
 from migrator.cli.sim_cmd import main, sim_app
-from migrator.sim.serve import ServeError, ServeOptions, build, serve
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,12 +118,12 @@ def test_serve_in_process_stops_on_event(tmp_path: Path) -> None:
 
 
 def test_the_clis_stack_choices_are_the_sims_and_the_cli_imports_no_sim_module() -> None:
+    from dcgm_sim.stacknames import STACKS
     from migrator.cli import sim_cmd
-    from migrator.sim.stacknames import STACKS
 
     assert "|".join(STACKS) == sim_cmd.STACK_CHOICES
     code = ("import sys, migrator.cli.app; "
-            "print([n for n in sys.modules if n.startswith('migrator.sim')])")
+            "print([n for n in sys.modules if n.startswith('dcgm_sim')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout

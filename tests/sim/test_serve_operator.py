@@ -8,9 +8,9 @@ import inspect
 
 import pytest
 
+from dcgm_sim.controllers.operator import RESYNC_SECONDS, OperatorImitation
+from dcgm_sim.serve import ServeError, ServeOptions, build
 from migrator.cli import sim_cmd
-from migrator.sim.controllers.operator import RESYNC_SECONDS, OperatorImitation
-from migrator.sim.serve import ServeError, ServeOptions, build
 
 
 def test_serve_runs_the_operator_by_default() -> None:
@@ -37,7 +37,7 @@ def test_cli_flags_default_on_and_no_operator_turns_it_off(
         seen.append(options)
         return 0
 
-    monkeypatch.setattr("migrator.sim.serve.serve", fake_serve)
+    monkeypatch.setattr("dcgm_sim.serve.serve", fake_serve)
     assert sim_cmd.main(["serve", "--nodes", "1"]) == 0
     assert sim_cmd.main(["serve", "--nodes", "1", "--no-operator"]) == 0
     assert sim_cmd.main(["serve", "--nodes", "1", "--operator-reconcile", "0"]) == 0

@@ -5,11 +5,11 @@ at once after a clean release; leaseTransitions counts the hand-overs."""
 
 from __future__ import annotations
 
+from dcgm_sim.server import ApiServer
 from migrator.engine.leader import LeaseLock
 from migrator.errors import APIConflict
 from migrator.kube.client import Kube
 from migrator.model import kinds
-from migrator.sim.server import ApiServer
 from tests.helpers.clock import FakeClock
 
 NS = "gpu-operator"

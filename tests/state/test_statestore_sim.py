@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
 from migrator.engine.state import ConfigMapStateStore
 from migrator.engine.state import lock as locking
 from migrator.errors import LockHeld, StateConflict, StateCorrupt
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
-from migrator.sim.server import ADMIN_TOKEN, ApiServer
 from tests.helpers.clock import FakeClock as Clock
 
 NS = "gpu-operator"
@@ -193,7 +193,7 @@ def test_losing_the_lock_stops_the_next_save(empty_api: ApiServer, clock: Clock)
 
 def _delete_held(empty_api: ApiServer) -> None:
     """Someone deletes the state ConfigMap while a finalizer holds it: Terminating."""
-    from migrator.sim import writes
+    from dcgm_sim import writes
 
     writes.patch(empty_api.store, kinds.CONFIGMAP, writes.MERGE_PATCH,
                  {"metadata": {"finalizers": ["example.com/hold"]}}, namespace=NS, name=NAME)

@@ -1,0 +1,505 @@
+"""The DaemonSet controller, after kubernetes/pkg/controller/daemon (daemon_controller.go,
+update.go).
+
+One sync of a DaemonSet runs, as upstream: history (ControllerRevisions and the template hash),
+`manage` (a pod on every node that should run one, surplus and misplaced pods deleted), and only
+when `manage` had nothing to do (upstream: expectations satisfied) the rolling update; then
+history cleanup and the status counters. The decisions themselves are the pure functions of
+`rollouts`, shared with `seed.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from dcgm_sim.clock import SimClock
+from dcgm_sim.controllers import adoption
+from dcgm_sim.controllers import interpod as I
+from dcgm_sim.controllers import pods as P
+from dcgm_sim.controllers.base import Controller, NodeCache
+from dcgm_sim.controllers.daemonindex import DaemonPods, NodeShares
+from dcgm_sim.controllers.rollouts import (
+    HASH_LABEL,
+    Available,
+    NodePods,
+    Plan,
+    PodFactory,
+    PodView,
+    _allows_surge,
+    _rolling_counts,
+    compute_status,
+    ds_hash,
+    manage_plan,
+    new_revision,
+    revision_patch,
+    rolling_update_plan,
+    status_of,
+    template_generation,
+)
+from dcgm_sim.controllers.scheduling import node_should_run
+from dcgm_sim.store import Event, Store, StoreError
+from migrator.model import kinds
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+DSKey = tuple[str, str]
+DEFAULT_GRACE_SECONDS = 30
+
+
+# ---- the controller --------------------------------------------------------------------------
+
+
+class DaemonSetController(Controller):
+    """Keeps every DaemonSet's pods, history and status as kube-controller-manager does."""
+
+    name = "daemonset"
+    resources = frozenset({kinds.DAEMONSET.key, kinds.POD.key, kinds.NODE.key})
+
+    def __init__(self, store: Store, clock: SimClock) -> None:
+        super().__init__(store, clock)
+        self._dsets: dict[DSKey, Obj] = {}
+        self._pods: dict[str, DaemonPods] = {}  # owner uid -> its pods
+        self._nodes = NodeCache()
+        self._ready_since: dict[str, float] = {}
+        self._factory = PodFactory()
+        # key -> (fingerprint, nodes epoch, per-node (rv, fit), fits, fits version)
+        self._fit_cache: dict[DSKey, tuple[str, int, dict[str, tuple[str, tuple[bool, bool]]],
+                                           dict[str, tuple[bool, bool]], int]] = {}
+        self._nodes_epoch = 0
+        self._fits_versions = 0
+        self._hashes: dict[tuple[str, int, int], str] = {}
+        self._shares: dict[DSKey, NodeShares] = {}
+        self._orphans: dict[str, dict[str, Obj]] = {}  # namespace -> name -> pod, no controller
+        self._owner_of: dict[str, str] = {}  # pod uid -> the DaemonSet uid it is indexed under
+        # The default scheduler's part in placing DaemonSet pods (`interpod`): the assigned
+        # pods it filters against, and the pods it left Pending.
+        self._placement = I.Placement(self._nodes, self._namespace_labels)
+        self._pending: dict[tuple[str, str], Obj] = {}
+        self._retry_pending = False
+
+    # ---- caches ----------------------------------------------------------------------------
+
+    def prime(self) -> None:
+        self._nodes.prime(self.store)
+        for ds in self.store.list(kinds.DAEMONSET)[0]:
+            key = (ds["metadata"]["namespace"], ds["metadata"]["name"])
+            self._dsets[key] = ds
+            self.schedule(key, 0)
+        for pod in self.store.list(kinds.POD)[0]:
+            self._cache_pod(pod, deleted=False, primed=True)
+            self._note_placement(pod, deleted=False)
+        self._retry_pending = bool(self._pending)
+
+    def _cache_pod(self, pod: Obj, *, deleted: bool, primed: bool = False) -> DSKey | None:
+        """Index the pod under its controlling DaemonSet's uid; returns that DaemonSet's key."""
+        ref = P.controller_ref(pod)
+        name = pod["metadata"]["name"]
+        uid = pod["metadata"]["uid"]
+        owner = str(ref.get("uid")) if ref is not None else ""
+        previous = self._owner_of.get(uid)
+        if previous is not None and (deleted or previous != owner):
+            self._drop_pod(previous, name, uid, deleted)  # gone, or orphaned (or re-owned)
+        orphans = self._orphans.setdefault(pod["metadata"]["namespace"], {})
+        if ref is None and not deleted and not P.is_deleting(pod):
+            orphans[name] = pod
+        else:
+            orphans.pop(name, None)
+        if ref is None or ref.get("kind") != "DaemonSet":
+            return None
+        key = (pod["metadata"]["namespace"], str(ref["name"]))
+        if deleted:
+            pods = self._pods.get(owner)
+            if pods is not None:
+                pods.drop(name)
+                if not pods:
+                    del self._pods[owner]
+            self._ready_since.pop(uid, None)
+            return key
+        view = _view(pod)
+        self._owner_of[uid] = owner
+        changed = self._pods.setdefault(owner, DaemonPods()).put(view)
+        if view.ready:
+            # Pods already Ready when the controller starts count as ready long ago.
+            self._ready_since.setdefault(uid, float("-inf") if primed else self.clock.now())
+        else:
+            self._ready_since.pop(uid, None)
+        # A version that changes nothing the sync reads (the controller's own write coming
+        # back, a Pending status) needs no sync.
+        return key if changed else None
+
+    def _drop_pod(self, owner: str, name: str, uid: str, deleted: bool) -> None:
+        """Un-index a pod from `owner`; an orphaned pod keeps its Ready-since (still running)."""
+        self._owner_of.pop(uid, None)
+        if deleted:
+            self._ready_since.pop(uid, None)
+        pods = self._pods.get(owner)
+        if pods is not None:
+            pods.drop(name)
+            if not pods:
+                del self._pods[owner]
+
+    def _adopters(self, pod: Obj) -> list[DSKey]:
+        """`addPod`/`updatePod` for an orphan: the DaemonSets that would claim it."""
+        ns = pod["metadata"]["namespace"]
+        return [key for key, ds in self._dsets.items()
+                if key[0] == ns and adoption.claimable(ds, pod)]
+
+    def handle(self, events: list[Event], due: list[Hashable]) -> None:
+        dirty: set[DSKey] = set()
+        for k in due:
+            if isinstance(k, tuple):
+                dirty.add((str(k[0]), str(k[1])))
+        all_dirty = False
+        for ev in events:
+            obj = ev.object
+            if ev.resource is kinds.DAEMONSET:
+                key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+                if ev.type == "DELETED":
+                    self._dsets.pop(key, None)
+                    self._fit_cache.pop(key, None)
+                    self._shares.pop(key, None)
+                    self._factory.forget(obj["metadata"]["uid"])
+                elif obj is self._dsets.get(key):
+                    continue  # our own status write coming back: nothing new to sync
+                else:
+                    self._dsets[key] = obj
+                dirty.add(key)
+            elif ev.resource is kinds.POD:
+                self._note_placement(obj, deleted=ev.type == "DELETED")
+                owner = self._cache_pod(obj, deleted=ev.type == "DELETED")
+                if owner is not None:
+                    dirty.add(owner)
+                elif ev.type != "DELETED" and P.controller_ref(obj) is None:
+                    dirty.update(self._adopters(obj))
+            elif ev.resource is kinds.NODE:
+                self._nodes.note(ev)
+                self._nodes_epoch += 1
+                if (ev.type in ("ADDED", "DELETED")
+                        or _placement_changed(ev.old, obj)):
+                    all_dirty = True
+                    self._placement.nodes_changed()
+                    self._retry_pending = True
+        if all_dirty:
+            dirty.update(self._dsets)
+        for key in sorted(dirty):
+            try:
+                self.sync(key)
+            except StoreError as err:
+                log.info("daemonset %s/%s: %s; retrying", key[0], key[1], err.message)
+                self.schedule(key, 1.0)
+        if self._retry_pending:
+            self._schedule_pending()
+
+    # ---- the scheduler's part --------------------------------------------------------------
+
+    def _namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        found = self.store.find(kinds.NAMESPACE, None, namespace)
+        return None if found is None else dict(found["metadata"].get("labels") or {})
+
+    def _note_placement(self, pod: Obj, *, deleted: bool) -> None:
+        """Keep the scheduler cache and the Pending DaemonSet pods; an assigned pod added,
+        removed or relabelled queues the Pending ones for another attempt."""
+        uid = str(pod["metadata"].get("uid", ""))
+        changed = self._placement.drop(uid) if deleted else self._placement.put(pod)
+        self._retry_pending = self._retry_pending or changed
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        ref = P.controller_ref(pod) or {}
+        if (deleted or P.node_name(pod) or P.is_deleting(pod) or P.is_pod_terminal(pod)
+                or ref.get("kind") != "DaemonSet"):
+            self._pending.pop(key, None)
+        else:
+            self._pending[key] = pod
+
+    def _schedule_pending(self) -> None:
+        """Another scheduling attempt for each Pending DaemonSet pod: bound when the filter
+        passes now (`pods/binding`), else its Unschedulable condition kept."""
+        self._retry_pending = False
+        for key in sorted(self._pending):
+            pod = self._pending[key]
+            node = I.target_node(pod)
+            reason = self._placement.check(pod, node)
+            try:
+                if reason is None:
+                    self._bind(pod, node)
+                elif not I.is_unschedulable(pod):
+                    message = I.fit_error(len(self._nodes), reason)
+                    self._write_pod_status(pod, I.scheduled_condition(False, message))
+            except StoreError as err:
+                if err.code not in (404, 409):
+                    raise
+                self._retry_pending = True  # its next event brings it back
+
+    def _bind(self, pod: Obj, node: str) -> None:
+        bound = self.store.update(kinds.POD, dict(pod, spec=dict(pod["spec"], nodeName=node)))
+        self._note_placement(bound, deleted=False)
+        self._write_pod_status(bound, I.scheduled_condition(True))
+        log.info("scheduler bound pod %s/%s to %s", pod["metadata"]["namespace"],
+                 pod["metadata"]["name"], node)
+
+    def _write_pod_status(self, pod: Obj, cond: Obj) -> None:
+        meta = pod["metadata"]
+        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": I.with_scheduled(pod.get("status") or {}, cond)}
+        self._note_placement(self.store.update(kinds.POD, body, subresource="status"),
+                             deleted=False)
+
+    # ---- one sync --------------------------------------------------------------------------
+
+    def available_fn(self, ds: Mapping[str, Any]) -> Available:
+        """`podutil.IsPodAvailable` with the DaemonSet's minReadySeconds, in simulated time."""
+        min_ready = int(ds["spec"].get("minReadySeconds") or 0)
+        now = self.clock.now()
+
+        def available(pod: PodView) -> bool:
+            if not pod.ready:
+                return False
+            if min_ready <= 0:
+                return True
+            since = self._ready_since.get(pod.uid)
+            return since is not None and now - since >= min_ready
+
+        return available
+
+    def _fits(self, key: DSKey, ds: Mapping[str, Any]) -> tuple[dict[str, tuple[bool, bool]],
+                                                                   int]:
+        """(node -> (shouldRun, shouldContinueRunning), a version that changes with it)."""
+        spec = ds["spec"]["template"].get("spec") or {}
+        fingerprint = P.canonical_json([spec.get(k) for k in (
+            "nodeName", "nodeSelector", "affinity", "tolerations", "hostNetwork")])
+        cached = self._fit_cache.get(key)
+        if cached is not None and cached[0] == fingerprint and cached[1] == self._nodes_epoch:
+            return cached[3], cached[4]
+        cache = cached[2] if cached is not None and cached[0] == fingerprint else {}
+        out: dict[str, tuple[bool, bool]] = {}
+        fresh: dict[str, tuple[str, tuple[bool, bool]]] = {}
+        for name, node in self._nodes.items():
+            rv = node["metadata"]["resourceVersion"]
+            hit = cache.get(name)
+            result = hit[1] if hit is not None and hit[0] == rv else node_should_run(spec, node)
+            fresh[name] = (rv, result)
+            out[name] = result
+        if cached is not None and cached[3] == out:
+            out, version = cached[3], cached[4]
+        else:
+            self._fits_versions += 1
+            version = self._fits_versions
+        self._fit_cache[key] = (fingerprint, self._nodes_epoch, fresh, out, version)
+        return out, version
+
+    def _hash(self, ds: Obj) -> str:
+        """`ds_hash`, remembered per template (a spec change moves `generation`)."""
+        meta = ds["metadata"]
+        generation = meta.get("generation")
+        if generation is None:
+            return ds_hash(ds)
+        collisions = int((ds.get("status") or {}).get("collisionCount") or 0)
+        key = (str(meta.get("uid")), int(generation), collisions)
+        hash_ = self._hashes.get(key)
+        if hash_ is None:
+            hash_ = self._hashes[key] = ds_hash(ds)
+        return hash_
+
+    def sync(self, key: DSKey) -> None:
+        ds = self._dsets.get(key)
+        if ds is None or P.is_deleting(ds):
+            return
+        self._adopt(ds)
+        hash_, old_revisions = self._construct_history(ds)
+        fits, fits_version = self._fits(key, ds)
+        pods = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
+        min_ready = int(ds["spec"].get("minReadySeconds") or 0)
+        rolling = ((ds["spec"].get("updateStrategy") or {}).get("type")
+                   or "RollingUpdate") == "RollingUpdate"
+        if min_ready > 0:
+            status = self._full_sync(ds, fits, pods, hash_, old_revisions, rolling)
+        else:
+            status = self._shared_sync(key, ds, fits, fits_version, pods, hash_, old_revisions,
+                                       rolling)
+        if status != (ds.get("status") or {}):
+            self._write_status(ds, status)
+        if min_ready > 0 and status.get("numberReady", 0) != status.get("numberAvailable", 0):
+            self.schedule(key, min_ready)
+
+    def _adopt(self, ds: Obj) -> None:
+        """`ClaimPods` before `manage` (`getNodesToDaemonPods`): matching orphans become this
+        DaemonSet's pods, so it creates no second pod beside them; a pod whose template hash
+        differs is then rolled by the update strategy like any other old pod."""
+        orphans = self._orphans.get(ds["metadata"]["namespace"]) or {}
+        for name, pod in sorted(orphans.items()):
+            if not adoption.claimable(ds, pod):
+                continue
+            try:
+                new = self.store.update(kinds.POD, adoption.adopted(ds, pod), adopt=True)
+            except StoreError as err:
+                if err.code not in (404, 409):
+                    raise
+                continue  # changed or gone meanwhile: its event brings it back here
+            self._cache_pod(new, deleted=False)
+            log.info("daemonset %s adopted pod %s", ds["metadata"]["name"], name)
+
+    def _full_sync(self, ds: Obj, fits: dict[str, tuple[bool, bool]], pods: DaemonPods,
+                   hash_: str, old_revisions: list[Obj], rolling: bool) -> Obj:
+        """Every node visited (availability depends on time with minReadySeconds)."""
+        available = self.available_fn(ds)
+        plan = manage_plan(ds, fits, pods.by_node, hash_, available)
+        if not plan and rolling:
+            plan = rolling_update_plan(ds, fits, pods.by_node, hash_, available)
+        self._apply(ds, plan, hash_)
+        self._cleanup_history(ds, old_revisions, pods.by_node)
+        return compute_status(ds, fits, pods.by_node, hash_, available)
+
+    def _shared_sync(self, key: DSKey, ds: Obj, fits: dict[str, tuple[bool, bool]],
+                     fits_version: int, pods: DaemonPods, hash_: str, old_revisions: list[Obj],
+                     rolling: bool) -> Obj:
+        """The same decisions from the remembered per-node shares (see `daemonindex`)."""
+        surge = _allows_surge(ds)
+        generation = template_generation(ds)
+        signature = (ds["metadata"]["uid"], fits_version, hash_, generation, surge)
+        shares = self._shares.get(key)
+        if shares is None or shares.signature != signature or not shares.over(pods):
+            shares = self._shares[key] = NodeShares(signature, fits, pods, hash_, generation,
+                                                    surge)
+        else:
+            shares.refresh()
+        plan = shares.manage_plan()
+        if not plan and rolling:
+            max_surge, max_unavailable = _rolling_counts(ds, shares.totals[0])
+            if max_surge == 0:
+                plan = shares.rolling_plan(max_unavailable)
+            else:
+                plan = rolling_update_plan(ds, fits, pods.by_node, hash_, self.available_fn(ds))
+        self._apply(ds, plan, hash_)
+        shares.refresh()
+        self._cleanup_history(ds, old_revisions, pods.by_node)
+        return status_of(ds, shares.totals)
+
+    def _apply(self, ds: Obj, plan: Plan, hash_: str) -> None:
+        ns = ds["metadata"]["namespace"]
+        cache = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
+        for name in plan.delete:
+            view = cache.get(name)
+            grace = DEFAULT_GRACE_SECONDS
+            if view is not None:
+                grace = int(view.obj["spec"].get("terminationGracePeriodSeconds", grace))
+            try:
+                cache.put(_view(self.store.mark_deleting(kinds.POD, ns, name, grace)))
+            except StoreError as err:
+                if err.code != 404:
+                    raise
+                cache.drop(name)
+        for node in plan.create:
+            for _ in range(5):
+                name = f"{ds['metadata']['name']}-{P.random_suffix()}"
+                try:
+                    pod = self._factory.pod(ds, node, hash_, name)
+                    reason = self._placement.check(pod, node)
+                    if reason is not None:  # the scheduler leaves it Pending
+                        pod = I.unschedulable(pod, I.fit_error(len(self._nodes), reason))
+                    created = self.store.create(kinds.POD, pod, adopt=True)
+                    self._note_placement(created, deleted=False)
+                    cache.put(_view(created))
+                    break
+                except StoreError as err:
+                    if err.reason != "AlreadyExists":
+                        raise
+
+    def _write_status(self, ds: Obj, status: Obj) -> None:
+        meta = ds["metadata"]
+        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": status}
+        try:
+            self._dsets[(meta["namespace"], meta["name"])] = self.store.update(
+                kinds.DAEMONSET, body, subresource="status", adopt=True)
+        except StoreError as err:
+            if err.code != 404:
+                raise
+
+    # ---- history ---------------------------------------------------------------------------
+
+    def _revisions(self, ds: Mapping[str, Any]) -> list[Obj]:
+        uid = ds["metadata"]["uid"]
+        revs, _ = self.store.list(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"])
+        return [r for r in revs if (P.controller_ref(r) or {}).get("uid") == uid]
+
+    def _construct_history(self, ds: Obj) -> tuple[str, list[Obj]]:
+        """`constructHistory` + `snapshot`: the current revision's hash and the old revisions."""
+        hash_ = self._hash(ds)
+        patch = revision_patch(ds)
+        revs = self._revisions(ds)
+        current = [r for r in revs if r.get("data") == patch]
+        old = [r for r in revs if r.get("data") != patch]
+        next_rev = max((int(r.get("revision", 0)) for r in old), default=0) + 1
+        if not current:
+            self._snapshot(ds, hash_, patch, next_rev)
+            return hash_, old
+        cur = max(current, key=lambda r: int(r.get("revision", 0)))
+        if int(cur.get("revision", 0)) < next_rev:
+            updated = copy.deepcopy(cur)
+            updated["revision"] = next_rev
+            self.store.update(kinds.CONTROLLER_REVISION, updated)
+        return str((cur["metadata"].get("labels") or {}).get(HASH_LABEL) or hash_), old
+
+    def _snapshot(self, ds: Obj, hash_: str, patch: Obj, revision: int) -> None:
+        rev = new_revision(ds, hash_, revision)
+        try:
+            self.store.create(kinds.CONTROLLER_REVISION, rev)
+            return
+        except StoreError as err:
+            if err.reason != "AlreadyExists":
+                raise
+        existing = self.store.get(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"],
+                                  rev["metadata"]["name"])
+        if existing.get("data") == patch:  # ours already, from an earlier namesake: adopt it
+            adopted = copy.deepcopy(existing)
+            adopted["metadata"]["ownerReferences"] = rev["metadata"]["ownerReferences"]
+            adopted["revision"] = revision
+            self.store.update(kinds.CONTROLLER_REVISION, adopted)
+            return
+        # A different template under the same hash: bump collisionCount, as upstream.
+        status = dict(ds.get("status") or {})
+        status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
+        self._write_status(ds, status)
+        raise StoreError(409, "Conflict", f"hash collision on ControllerRevision {hash_}")
+
+    def _cleanup_history(self, ds: Obj, old: list[Obj], node_pods: NodePods) -> None:
+        """`cleanupHistory`: keep `revisionHistoryLimit` old revisions (and any a pod uses)."""
+        limit = ds["spec"].get("revisionHistoryLimit")
+        kill = len(old) - (10 if limit is None else int(limit))
+        if kill <= 0:
+            return
+        live = {p.hash for pods in node_pods.values() for p in pods}
+        for rev in sorted(old, key=lambda r: int(r.get("revision", 0))):
+            if kill <= 0:
+                break
+            if (rev["metadata"].get("labels") or {}).get(HASH_LABEL) in live:
+                continue
+            try:
+                self.store.delete(kinds.CONTROLLER_REVISION, rev["metadata"]["namespace"],
+                                  rev["metadata"]["name"])
+            except StoreError as err:
+                if err.code != 404:
+                    raise
+            kill -= 1
+
+
+def _view(pod: Obj) -> PodView:
+    """`PodView.of`, a Pending pod counted on the node it is pinned to (`GetTargetNodeName`)."""
+    view = PodView.of(pod)
+    if view.node:
+        return view
+    return dataclasses.replace(view, node=I.target_node(pod))
+
+
+def _placement_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """A node change that can move DaemonSet pods: labels or taints."""
+    if old is None:
+        return True
+    return bool(
+        old["metadata"].get("labels") != new["metadata"].get("labels")
+        or (old.get("spec") or {}).get("taints") != (new.get("spec") or {}).get("taints")
+    )

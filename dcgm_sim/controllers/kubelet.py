@@ -248,8 +248,10 @@ class Kubelet(Controller):
         if pod is None or pod["metadata"]["uid"] != uid or P.is_deleting(pod):
             return
         node = self._nodes.get(P.node_name(pod))
-        if node is None or node_failed(node) or (pod.get("status") or {}).get("phase") == "Running":
-            return
+        phase = (pod.get("status") or {}).get("phase")
+        if node is None or node_failed(node) or phase == "Running" or phase in (
+                P.POD_PHASES_TERMINAL):
+            return  # already running, or it ended meanwhile (a terminal phase stays)
         delay = readiness_delay(pod) if self.readiness_probes else 0.0
         self._ready_at[uid] = self.clock.now() + delay
         if delay > 0:

@@ -44,7 +44,27 @@ def _labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
 class _StepDefaults:
     """What most steps answer; a step that differs says so itself."""
 
+    kind: ClassVar[Kind]
+    id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
     pod_by_pod: ClassVar[bool] = False  # True: the runner runs it pod by pod (engine/ondelete)
+
+    @property
+    def name(self) -> str:
+        """The name of the object the step writes (its kind is `kind`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def id_of(cls, name: str) -> str:
+        """The id of this type's step on the object `name` (what the state records it under)."""
+        return f"{cls.id_prefix}/{name}"
+
+    @property
+    def id(self) -> str:
+        return self.id_of(self.name)
+
+    @property
+    def object(self) -> str:
+        return f"{self.kind.kind}/{self.name}"
     creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
 
     def rolls_pods(self) -> bool:
@@ -80,22 +100,11 @@ class SetLabels(_StepDefaults):
     meta_before: LabelMap
     template_before: LabelMap
 
-    @staticmethod
-    def id_of(daemonset: str) -> str:
-        """The id of this type's step on `daemonset` (what the state records it under)."""
-        return f"labels/daemonset/{daemonset}"
-
-    @property
-    def id(self) -> str:
-        return self.id_of(self.daemonset)
+    id_prefix: ClassVar[str] = "labels/daemonset"
 
     @property
     def name(self) -> str:
         return self.daemonset
-
-    @property
-    def object(self) -> str:
-        return f"DaemonSet/{self.daemonset}"
 
     def changes(self) -> list[Change]:
         out = [Change(self.object, f"metadata.labels[{k}]", self.meta_before.get(k), v)
@@ -139,22 +148,11 @@ class RollPods(_StepDefaults):
     daemonset: str
     label_keys: tuple[str, ...]
 
-    @staticmethod
-    def id_of(daemonset: str) -> str:
-        """The id of this type's step on `daemonset` (what the state records it under)."""
-        return f"roll/daemonset/{daemonset}"
-
-    @property
-    def id(self) -> str:
-        return self.id_of(self.daemonset)
+    id_prefix: ClassVar[str] = "roll/daemonset"
 
     @property
     def name(self) -> str:
         return self.daemonset
-
-    @property
-    def object(self) -> str:
-        return f"DaemonSet/{self.daemonset}"
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "pods", "old template", "deleted one node at a time")]
@@ -191,22 +189,11 @@ class CreateAlias(_StepDefaults):
     source: str
     body: Obj = field(hash=False)
 
-    @staticmethod
-    def id_of(service: str) -> str:
-        """The id of this type's step on `service` (what the state records it under)."""
-        return f"alias/service/{service}"
-
-    @property
-    def id(self) -> str:
-        return self.id_of(self.service)
+    id_prefix: ClassVar[str] = "alias/service"
 
     @property
     def name(self) -> str:
         return self.service
-
-    @property
-    def object(self) -> str:
-        return f"Service/{self.service}"
 
     def changes(self) -> list[Change]:
         spec = self.body.get("spec", {})
@@ -236,22 +223,11 @@ class DeleteAlias(_StepDefaults):
     service: str
     source: str
 
-    @staticmethod
-    def id_of(service: str) -> str:
-        """The id of this type's step on `service` (what the state records it under)."""
-        return f"unalias/service/{service}"
-
-    @property
-    def id(self) -> str:
-        return self.id_of(self.service)
+    id_prefix: ClassVar[str] = "unalias/service"
 
     @property
     def name(self) -> str:
         return self.service
-
-    @property
-    def object(self) -> str:
-        return f"Service/{self.service}"
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "(object)", f"alias of {self.source}", None)]
@@ -280,22 +256,11 @@ class SetSelector(_StepDefaults):
     operator_owned: bool = False
     allow_foreign: bool = False  # switched with --allow-foreign-pods (kept in the state)
 
-    @staticmethod
-    def id_of(service: str) -> str:
-        """The id of this type's step on `service` (what the state records it under)."""
-        return f"selector/service/{service}"
-
-    @property
-    def id(self) -> str:
-        return self.id_of(self.service)
+    id_prefix: ClassVar[str] = "selector/service"
 
     @property
     def name(self) -> str:
         return self.service
-
-    @property
-    def object(self) -> str:
-        return f"Service/{self.service}"
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "spec.selector", dict(self.before), dict(self.after))]

@@ -1,5 +1,7 @@
 """The commands, as plain functions (alembic's `command.py`): each takes a Session and options,
-drives the engine, and returns a report dict for the CLI to render. No printing, no typer.
+drives the engine, and returns a typed report (engine/reports.py) for the CLI to render and
+serialise. No printing, no typer. A command's warnings travel one way: said through its
+listener (`Warned`), and listed once in its report.
 
 Every command validates its input before it writes anything, so bad input costs zero writes.
 What only some commands use — the runner and its cache, the dry-run preview, the permission
@@ -13,8 +15,8 @@ import contextlib
 import hashlib
 import json
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,6 +27,19 @@ from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.locate import locate, namespace_check, wrong_namespace
 from migrator.engine.observe import read_snapshot
 from migrator.engine.progress import Listener, Quiet
+from migrator.engine.reports import (
+    Lowest,
+    PhaseView,
+    PlanReport,
+    PreflightReport,
+    Question,
+    RunOutcome,
+    RunReport,
+    StateDigest,
+    StatusReport,
+    Target,
+    UnlockReport,
+)
 from migrator.engine.state import (
     ConfigMapStateStore,
     RunSession,
@@ -34,8 +49,10 @@ from migrator.engine.state import (
 )
 from migrator.engine.state import lock as locking
 from migrator.engine.state.configmap import restore_hint
+from migrator.engine.warned import Warned
 from migrator.errors import APIForbidden, LockHeld, StalePlan, UsageError
 from migrator.kube.client import Kube
+from migrator.model.gates import GateResult
 from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot, changed_fields
@@ -108,8 +125,8 @@ def _records_steps(session: Session) -> bool:
     return state is not None and any(r.done_steps() for r in state.phases.values())
 
 
-def _require_stack(report: dict[str, Any], namespace: str) -> None:
-    if report["stack"] == "none" or not report["components"]:
+def _require_stack(report: PlanReport, namespace: str) -> None:
+    if report.stack == "none" or not report.components:
         raise UsageError(
             f"No GPU Operator DCGM found in namespace {namespace!r}: none of the DCGM "
             "DaemonSets this tool migrates runs there (any left belong to a deleted "
@@ -171,14 +188,12 @@ def _load_state(session: Session) -> tuple[State | None, str | None]:
 
 # ---- plan ------------------------------------------------------------------------------------
 
-def plan(session: Session, options: Options, out: Path | None = None) -> dict[str, Any]:
-    """What each phase would change, with every gate's status now. Writes nothing."""
+def plan(session: Session, options: Options) -> PlanReport:
+    """What each phase would change, with every gate's status now (and what its fingerprint
+    covers, for `save_plan`). Writes nothing."""
     snap = _observe(session)
     state, _ = _load_state(session)
-    report = reports.build(snap, session.catalog, state, options)
-    if out is not None:
-        save_plan(out, report, snap.fingerprint_fields())
-    return report
+    return reports.build(snap, session.catalog, state, options, objects=True)
 
 
 def _plan_checksum(body: dict[str, Any]) -> str:
@@ -187,12 +202,12 @@ def _plan_checksum(body: dict[str, Any]) -> str:
 
 
 def save_plan(path: Path, report: dict[str, Any],
-              objects: dict[str, dict[str, str]] | None = None) -> None:
-    """The plan file: the report, and what its fingerprint covers per object and field
-    (`objects`, so a stale plan names what changed), under a checksum."""
+              objects: Mapping[str, Mapping[str, str]] | None = None) -> None:
+    """The plan file: the report's document, and what its fingerprint covers per object and
+    field (`objects`, so a stale plan names what changed), under a checksum."""
     body: dict[str, Any] = {"format": PLAN_FORMAT, "report": report}
     if objects is not None:
-        body["objects"] = objects
+        body["objects"] = {name: dict(fields) for name, fields in objects.items()}
     doc = {**body, "checksum": _plan_checksum(body)}
     try:
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -264,40 +279,37 @@ class RunRequest:
     options: Options = field(default_factory=Options)
     settings: RunSettings = field(default_factory=_default_settings)
     plan_file: Path | None = None
-    confirm: Callable[[dict[str, Any]], bool] = lambda report: True
+    confirm: Callable[[Question], bool] = lambda question: True
     holder: str = field(default_factory=default_holder)
 
 
-def _locked_run(session: Session, cache: Informer, request: RunRequest, state: State,
-                version: str | None, operation: str,
-                action: Callable[[Runner], RunResult]) -> reports.Report:
+def _locked_run(session: Session, told: Warned, cache: Informer, request: RunRequest,
+                state: State, version: str | None, operation: str,
+                action: Callable[[Runner], RunResult]) -> tuple[PlanReport, RunOutcome]:
     """Open the run session (lock, save, heartbeat), build the one `Run` the engine
-    works with, run `action`, report (the document with the run's result, and the typed data
-    the command judges it by). The runner reads the run's cache afresh; a run that wrote since
-    `state` was loaded changed the state document, and then the runner's first save (before
-    any write) fails."""
+    works with, run `action`, report: the cluster after the run (with every warning the
+    command said, `told`) and what the run did. The runner reads the run's cache afresh; a run
+    that wrote since `state` was loaded changed the state document, and then the runner's
+    first save (before any write) fails."""
     from migrator.engine.runner import Run, Runner
 
     with RunSession(session.store, version=version, holder=request.holder,
-                    clock=session.clock, listener=session.listener) as held:
+                    clock=session.clock, listener=told) as held:
         runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
-                            session.clock, session.listener, request.settings), state)
+                            session.clock, told, request.settings), state)
         result = action(runner)
-    final = reports.assemble(runner.snapshot(), session.catalog, state, request.options,
-                             forward=operation == "apply")
-    after = final.document
-    after["warnings"] = reports.merge_warnings(result.warnings, after["warnings"])
-    after["result"] = {"operation": operation, "writes": result.writes, "dryRun": False,
-                       "lowestEndpoints": {k: {"lowest": v[0], "baseline": v[1]}
-                                           for k, v in result.lowest.items()},
-                       "notes": list(result.notes)}
-    return final
+    final = reports.build(runner.snapshot(), session.catalog, state, request.options,
+                          forward=operation == "apply", earlier=told.warnings)
+    told.say(final.warnings)
+    return final, RunOutcome(operation, result.writes, False,
+                             {k: Lowest(*v) for k, v in result.lowest.items()},
+                             tuple(result.notes))
 
 
-RunBody = Callable[[Session, "Informer", RunRequest], dict[str, Any]]
+RunBody = Callable[[Session, "Informer", RunRequest], RunReport]
 
 
-def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> dict[str, Any]:
+def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> RunReport:
     """`body` with the run's cache open (engine/informer.py), so the reads of `apply` /
     `rollback` and of their gates come from one list per kind plus the watches that follow
     it; the phase is checked first (bad input costs no request at all)."""
@@ -314,69 +326,57 @@ def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> dic
     raise AssertionError("unreachable")  # mypy: ExitStack may swallow exceptions
 
 
-def apply(session: Session, request: RunRequest) -> dict[str, Any]:
+def apply(session: Session, request: RunRequest) -> RunReport:
     """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
     return _with_run_cache(session, request, _apply)
 
 
-def _apply(session: Session, cache: Informer, request: RunRequest) -> dict[str, Any]:
+def _apply(session: Session, cache: Informer, request: RunRequest) -> RunReport:
     snap = _observe(session, cache)
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace, request.phase)
     state, version = _load_state(session)
-    before = reports.assemble(snap, session.catalog, state, request.options)
-    preview = before.document
-    _require_stack(preview, session.namespace)
+    before = reports.build(snap, session.catalog, state, request.options)
+    _require_stack(before, session.namespace)
     _require_operator_api(snap, session.kube.server)
     if state is None:
         _refuse_lost_state(session, snap)
+    told = Warned(session.listener)
     if before.holds(request.phase) and session.store.lock_info() is None:
-        _say_warnings(session, preview)
+        told.say(before.warnings)
         session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                  "nothing to do")
-        preview["result"] = {"operation": "apply", "writes": 0,
-                             "dryRun": session.kube.dry_run, "lowestEndpoints": {}}
-        preview["ok"] = True
-        return preview  # no lock, no state write: a repeated apply writes nothing at all
+        # no lock, no state write: a repeated apply writes nothing at all
+        return RunReport(before, RunOutcome("apply", 0, session.kube.dry_run, {}), ok=True)
     if not session.kube.dry_run:
         session.store.check_free()  # someone else's run: refused before warnings or question
-    _say_warnings(session, preview)  # --yes and no TTY skip the question, not these
+    told.say(before.warnings)  # --yes and no TTY skip the question, not these
     if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
-        return _dry_run(session, request, snap, state)
-    if not request.confirm(_question(session, preview, lambda p: p["number"] <= request.phase
-                                     and p["status"] != "completed")):
+        return _dry_run(session, told, request, snap, state)
+    if not request.confirm(_question(session, before, lambda p: p.number <= request.phase
+                                     and p.status != "completed")):
         raise UsageError("Aborted at the question.", ABORTED_HINT)
     state = state or State(session.namespace, clock=session.clock)
     state.plan_fingerprint = snap.fingerprint()
-    final = _locked_run(session, cache, request, state, version, "apply",
-                        lambda runner: runner.apply(request.phase))
-    report = final.document
-    report["warnings"] = reports.merge_warnings(report["warnings"], preview["warnings"])
+    final, result = _locked_run(session, told, cache, request, state, version, "apply",
+                                lambda runner: runner.apply(request.phase))
     # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
     # never success (exit 1), even when every step's wait passed.
-    report["ok"] = final.holds(request.phase) and not final.verdict_fails(request.phase)
-    return report
+    return RunReport(final, result, ok=final.holds(request.phase)
+                     and not final.verdict_fails(request.phase))
 
 
-def _say_warnings(session: Session, report: dict[str, Any]) -> None:
-    """The report's warnings on the progress stream (stderr): with -o json/yaml the document
-    on stdout is not read by a person, so each is said there too (a table prints them once,
-    in the report)."""
-    for warning in report["warnings"]:
-        session.listener.message(f"warning: {warning}")
-
-
-def _question(session: Session, report: dict[str, Any],
-              runs: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+def _question(session: Session, report: PlanReport,
+              runs: Callable[[PhaseView], bool]) -> Question:
     """What the question before the first write shows: only the phases this run writes, and
-    where it writes (`target`: context, API server, namespace)."""
-    return {**report, "phases": [p for p in report["phases"] if runs(p)],
-            "target": {"context": session.kube.context or "(none)",
-                       "server": session.kube.server, "namespace": session.namespace}}
+    where it writes (context, API server, namespace)."""
+    return Question(replace(report, phases=tuple(p for p in report.phases if runs(p))),
+                    Target(session.kube.context or "(none)", session.kube.server,
+                           session.namespace))
 
 
-def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
-             state: State | None) -> dict[str, Any]:
+def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot,
+             state: State | None) -> RunReport:
     """`apply --dry-run`: the preview of phases 1..N against the cluster as it would be after
     each earlier phase (engine/preview.py), with the server-side dry-run write (`dryRun=All`)
     of every step the API server can take now, so it validates them. Nothing is persisted, no
@@ -386,31 +386,27 @@ def _dry_run(session: Session, request: RunRequest, snap: Snapshot,
     from migrator.engine import preview as previews
 
     found = previews.build(snap, session.catalog, state, request.options, request.phase)
-    report = found.report
-    for view in report["phases"]:
-        outcome = (view.get("preview") or {}).get("outcome")
-        if outcome:
-            session.listener.message(f"dry run: phase {view['number']} ({view['name']}) "
-                                     f"{outcome.replace('-', ' ')}")
+    told.say(found.report.warnings)
+    for view in found.report.phases:
+        if view.preview is not None:
+            session.listener.message(f"dry run: phase {view.number} ({view.name}) "
+                                     f"{view.preview.outcome.replace('-', ' ')}")
     for step in found.writes:
         executor.execute(session.kube, session.namespace, session.catalog, step)
         session.listener.message(f"dry run: {step.object} ({step.type}) accepted by the API "
                                  "server (nothing persisted)")
     if found.refusal:
         session.listener.message(f"dry run: the run would stop: {found.refusal}")
-    report["result"] = {"operation": "apply", "writes": len(found.writes), "dryRun": True,
-                        "lowestEndpoints": {},
-                        "notes": list(found.unsent)}
-    report["ok"] = found.refusal is None
-    return report
+    return RunReport(found.report, RunOutcome("apply", len(found.writes), True, {}, found.unsent),
+                     ok=found.refusal is None)
 
 
-def rollback(session: Session, request: RunRequest) -> dict[str, Any]:
+def rollback(session: Session, request: RunRequest) -> RunReport:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     return _with_run_cache(session, request, _rollback)
 
 
-def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[str, Any]:
+def _rollback(session: Session, cache: Informer, request: RunRequest) -> RunReport:
     snap = _observe(session, cache)
     state, version = _load_state(session)
     applied = [n for n in phases.numbers() if state and n >= request.phase
@@ -432,53 +428,49 @@ def _rollback(session: Session, cache: Informer, request: RunRequest) -> dict[st
     elif not request.confirm(_question(
             session, reports.build(snap, session.catalog, state, request.options,
                                    forward=False),
-            lambda p: p["number"] in applied)):
+            lambda p: p.number in applied)):
         raise UsageError("Aborted at the question.", ABORTED_HINT)
-    final = _locked_run(session, cache, request, state, version, "rollback",
-                        lambda runner: runner.rollback(request.phase))
-    report = final.document
+    final, result = _locked_run(session, Warned(session.listener), cache, request, state,
+                                version, "rollback",
+                                lambda runner: runner.rollback(request.phase))
     # Rolled back, and what the phases kept below N are answerable for still works.
-    report["ok"] = (all(p.status == "rolled-back" for p in final.phases
-                        if p.number >= request.phase and p.status != "pending")
-                    and not final.verdict_fails(request.phase - 1))
-    return report
+    return RunReport(final, result, ok=all(p.status == "rolled-back" for p in final.phases
+                                           if p.number >= request.phase
+                                           and p.status != "pending")
+                     and not final.verdict_fails(request.phase - 1))
 
 
 # ---- status / verify / unlock / preflight ----------------------------------------------------
 
-def status(session: Session) -> dict[str, Any]:
+def status(session: Session) -> StatusReport:
     """State, live verification of completed phases, drift."""
     snap = _observe(session)
     state, _ = _load_state(session)
     report = reports.build(snap, session.catalog, state, Options(), forward=False)
-    report["state"] = None if state is None else {
-        "planFingerprint": state.plan_fingerprint, "updated": state.updated,
-        "lastError": state.last_error, "history": state.history[-10:],
-    }
+    digest = None if state is None else StateDigest(
+        state.plan_fingerprint, state.updated, state.last_error, tuple(state.history[-10:]))
     lock = session.store.lock_info()
-    report["run"] = run = runstatus.describe(state, lock, session.clock.now(),
-                                            session.namespace, session.store.holder_gone(lock))
-    if run["rollback"] is not None:  # a rollback in progress: its steps, not the forward diff
-        undoing = {p["phase"] for p in run["rollback"]}
-        for view in report["phases"]:
-            if view["number"] in undoing:
-                view["changes"] = []
-                view["notes"] = [*view["notes"], "being rolled back: the rollback's steps are "
-                                 "under `run.rollback`"]
-    report["ok"] = (report["verdict"]["ok"] and not report["lostState"]
-                    and reports.all_gates_ok(report, completed_only=True)
-                    and run["state"] != "interrupted")
-    return report
+    run = runstatus.describe(state, lock, session.clock.now(), session.namespace,
+                             session.store.holder_gone(lock))
+    if run.rollback is not None:  # a rollback in progress: its steps, not the forward diff
+        undoing = {p.phase for p in run.rollback}
+        report = replace(report, phases=tuple(
+            replace(v, changes=(), notes=(*v.notes, "being rolled back: the rollback's steps "
+                                          "are under `run.rollback`"))
+            if v.number in undoing else v for v in report.phases))
+    return StatusReport(report, digest, run, ok=report.verdict.ok and not report.lost_state
+                        and report.gates_ok(completed_only=True)
+                        and run.state != "interrupted")
 
 
-def verify(session: Session) -> dict[str, Any]:
+def verify(session: Session) -> StatusReport:
     """Gates only, for runbooks and cron: the verdict on the live cluster (the stable identity
     works for every consumer now: docs/design.md), completed phases still hold, no lost
     state. Exactly the answer `status` gives."""
     return status(session)
 
 
-def unlock(session: Session, force: bool = False) -> dict[str, Any]:
+def unlock(session: Session, force: bool = False) -> UnlockReport:
     """Remove the run lock. A lock whose holder is still renewing it (not expired, renewed
     within `lock.RENEWING_SECONDS`) is a live run's: refused (LockHeld, exit 4) unless
     `force`, since two runs would interleave their writes — unless its holder is provably
@@ -502,12 +494,11 @@ def unlock(session: Session, force: bool = False) -> dict[str, Any]:
             "it); only if you are sure it is dead, "
             f"`dcgm-migrate unlock --force -n {session.namespace}`")
     holder = session.store.force_unlock()
-    return {"namespace": session.namespace, "released": holder,
-            "forced": bool(renewing and holder is not None),
-            "holderGone": gone if holder is not None else None}
+    return UnlockReport(session.namespace, holder, bool(renewing and holder is not None),
+                        gone if holder is not None else None)
 
 
-def preflight(session: Session) -> dict[str, Any]:
+def preflight(session: Session) -> PreflightReport:
     """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
     every permission the migration needs (SSAR)."""
     from migrator.engine.permissions import missing_permissions, required
@@ -521,15 +512,14 @@ def preflight(session: Session) -> dict[str, Any]:
     }
     wanted = required(session.namespace)
     missing = missing_permissions(session.kube, session.namespace, wanted)
-    checks = [{"name": f"api/{k}", "ok": True,
-               "detail": "served" if v else "not served (fine if the cluster does not use it)"}
+    checks = [GateResult(f"api/{k}", True, "served" if v else
+                         "not served (fine if the cluster does not use it)")
               for k, v in apis.items()]
-    checks.append({"name": "api/any-gpu-operator-crd",
-                   "ok": any(v for k, v in apis.items() if "nvidia" in k),
-                   "detail": "ClusterPolicy or GPUCluster CRD present"})
-    checks.append(namespace_check(session.kube, session.namespace, session.catalog).as_dict())
-    checks += [{"name": f"rbac/{p}", "ok": False, "detail": "not allowed"} for p in missing]
-    checks.append({"name": "rbac", "ok": not missing,
-                   "detail": f"{len(wanted) - len(missing)}/{len(wanted)} permissions"})
-    return {"namespace": session.namespace, "server": session.kube.server, "checks": checks,
-            "ok": all(c["ok"] for c in checks)}
+    checks.append(GateResult("api/any-gpu-operator-crd",
+                             any(v for k, v in apis.items() if "nvidia" in k),
+                             "ClusterPolicy or GPUCluster CRD present"))
+    checks.append(namespace_check(session.kube, session.namespace, session.catalog))
+    checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
+    checks.append(GateResult("rbac", not missing,
+                             f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
+    return PreflightReport(session.namespace, session.kube.server, tuple(checks))

@@ -35,6 +35,7 @@ from migrator.errors import Interrupted, MigrateError, UsageError, exit_code_for
 
 if TYPE_CHECKING:
     from migrator.commands import Session
+    from migrator.engine.reports import PlanReport, Question, Report
 
 EPILOG_EXIT = ("Exit codes: 0 done; 1 a gate stopped the run safely; 2 bad input; "
                "3 cluster/API error; 4 lock held or stale plan.")
@@ -90,9 +91,9 @@ def handles_errors(fn: F) -> F:
             render.error(exc, hint)
             output = kwargs.get("output")
             if isinstance(output, Output) and output is not Output.table:
-                render.document({"error": {"message": exc.message, "hint": hint,
-                                           "exitCode": exit_code_for(exc),
-                                           "type": type(exc).__name__}}, output)
+                render.raw({"error": {"message": exc.message, "hint": hint,
+                                      "exitCode": exit_code_for(exc),
+                                      "type": type(exc).__name__}}, output)
             raise typer.Exit(exit_code_for(exc)) from None
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the lock is released already
             name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
@@ -203,20 +204,20 @@ class _Confirm:
 
     def __init__(self, yes: bool, output: Output) -> None:
         self.yes, self.output = yes, output
-        self.shown: list[str] = []
+        self.shown: tuple[str, ...] = ()
 
-    def __call__(self, report: dict[str, Any]) -> bool:
+    def __call__(self, question: Question) -> bool:
         if self.yes or not _interactive():
             return True
         from migrator.cli import render
 
         if self.output is Output.table:
-            render.report_table(report)
-            self.shown = list(report.get("warnings") or [])
-        target = report.get("target") or {}
-        where = (f" to context {target['context']} (server {target['server']}), namespace "
-                 f"{target['namespace']}" if target else "")
-        return typer.confirm(f"Write these changes{where}?", default=False, err=True)
+            render.report_table(question)
+            self.shown = question.report.warnings
+        target = question.target
+        return typer.confirm(f"Write these changes to context {target.context} (server "
+                             f"{target.server}), namespace {target.namespace}?", default=False,
+                             err=True)
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -241,7 +242,18 @@ def plan(
     from migrator import commands
 
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
-    _report(kubeconfig, context, namespace, output, lambda s: commands.plan(s, options, out))
+    _report(kubeconfig, context, namespace, output,
+            lambda s: _saved(commands.plan(s, options), out))
+
+
+def _saved(report: PlanReport, out: Path | None) -> PlanReport:
+    """`plan --out`: the plan file keeps the report's document."""
+    if out is not None:
+        from migrator.cli.documents import to_document
+        from migrator.commands import save_plan
+
+        save_plan(out, to_document(report), report.objects)
+    return report
 
 
 def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_pods: bool,
@@ -276,13 +288,15 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
                       confirm=_Confirm(yes, output))
 
 
-def _exit_for(report: dict[str, Any]) -> None:
-    if report.get("ok") is False:
+def _exit_for(report: Report) -> None:
+    from migrator.engine.reports import PreflightReport, RunReport, StatusReport
+
+    if isinstance(report, RunReport | StatusReport | PreflightReport) and not report.ok:
         raise typer.Exit(1)
 
 
 def _report(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
-            call: Callable[[Session], dict[str, Any]], *, dry_run: bool = False,
+            call: Callable[[Session], Report], *, dry_run: bool = False,
             asked: _Confirm | None = None) -> None:
     """The shape of every cluster command: connect, call the command, render, exit 1 when
     the report says not ok. `asked`: the question before the run, whose table already
@@ -424,10 +438,7 @@ def unlock(
 
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.unlock(s, force=force)
-    if output is Output.table:
-        typer.echo(render.unlocked(report))
-    else:
-        render.document(report, output)
+    render.document(report, output)
 
 
 @app.command()

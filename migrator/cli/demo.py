@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dcgm_sim.cluster import SimCluster
     from dcgm_sim.store import Event
     from migrator.commands import Session
+    from migrator.engine.reports import StatusReport
 
 DEMO_TARGET_SECONDS = 20.0  # real seconds the phase-1 rollouts should take at any size
 MAX_TIME_SCALE = 0.05  # never slower than 20x real time
@@ -176,16 +177,15 @@ def _apply(session: Session, console: Console, phase: int, time_scale: float) ->
             progress.close()
         session.listener = Quiet()
     seconds = time.monotonic() - began
-    result = report["result"]
-    lowest = {svc: (int(v["lowest"]), int(v["baseline"]))
-              for svc, v in result["lowestEndpoints"].items()}
-    status = next(p["status"] for p in report["phases"] if p["number"] == phase)
-    console.print(f"phase {phase} {status}: {result['writes']} writes in {seconds:.1f} s")
-    return Stage(command, seconds, phase, int(result["writes"]), lowest)
+    result = report.result
+    lowest = {svc: (v.lowest, v.baseline) for svc, v in result.lowest_endpoints.items()}
+    status = next(p.status for p in report.report.phases if p.number == phase)
+    console.print(f"phase {phase} {status}: {result.writes} writes in {seconds:.1f} s")
+    return Stage(command, seconds, phase, result.writes, lowest)
 
 
 def run_stages(session: Session, console: Console, time_scale: float,
-               ) -> tuple[list[Stage], dict[str, Any]]:
+               ) -> tuple[list[Stage], StatusReport]:
     """plan → apply 1, 2, 3 → status, each through `migrator.commands` as the CLI calls it.
     Returns the stages and the final status report."""
     from migrator import commands
@@ -208,7 +208,7 @@ def run_stages(session: Session, console: Console, time_scale: float,
 # ---- the summary ----------------------------------------------------------------------------
 
 def print_summary(console: Console, sim: SimCluster, stages: Sequence[Stage],
-                  final: Mapping[str, Any], series: Mapping[str, Sequence[int]],
+                  final: StatusReport, series: Mapping[str, Sequence[int]],
                   seconds: float) -> None:
     from rich import box
     from rich.table import Table
@@ -219,8 +219,8 @@ def print_summary(console: Console, sim: SimCluster, stages: Sequence[Stage],
     console.print(f"\n[bold]Summary[/bold] — simulated {sim.stack} cluster, {sim.nodes} nodes: "
                   f"{seconds:.1f} s, {requests} API requests, {step_writes} writes to the "
                   f"migrated objects (+{api_writes - step_writes} to the state ConfigMap)")
-    status = {p["number"]: p["status"] for p in final["phases"]}
-    names = {p["number"]: p["name"] for p in final["phases"]}
+    status = {p.number: p.status for p in final.report.phases}
+    names = {p.number: p.name for p in final.report.phases}
     phases = Table(box=box.SIMPLE, pad_edge=False)
     for col in ("phase", "status", "writes", "duration"):
         phases.add_column(col, justify="right" if col in ("writes", "duration") else "left")
@@ -241,9 +241,9 @@ def print_summary(console: Console, sim: SimCluster, stages: Sequence[Stage],
                   "lowest (any time): after every EndpointSlice change. Phase 1 restarts each "
                   "node's pod once, one node at a time (the DaemonSet's maxUnavailable): a dip "
                   "of that size during phase 1 is its budget; phases 2 and 3 move no pods.")
-    verdict = "[green]OK[/green]" if final.get("ok") else "[red]NOT OK[/red]"
+    verdict = "[green]OK[/green]" if final.ok else "[red]NOT OK[/red]"
     console.print(f"[bold]verdict[/bold] {verdict}: status after phase 3 "
-                  + ("holds" if final.get("ok") else "reports failed gates"))
+                  + ("holds" if final.ok else "reports failed gates"))
 
 
 # ---- the command ----------------------------------------------------------------------------
@@ -303,5 +303,5 @@ def demo(
         finally:
             kube.close()
         print_summary(console, sim, stages, final, tracker.series, time.monotonic() - began)
-    if not final.get("ok"):
+    if not final.ok:
         raise typer.Exit(1)

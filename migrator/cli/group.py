@@ -64,8 +64,8 @@ class RootGroup(Group):
                 from migrator.cli import render
 
                 message = shown.format_message()
-                render.document({"error": {"message": message, "hint": hint,
-                                           "exitCode": 2, "type": "UsageError"}}, output)
+                render.raw({"error": {"message": message, "hint": hint,
+                                      "exitCode": 2, "type": "UsageError"}}, output)
             raise typer.Exit(2) from None
 
 

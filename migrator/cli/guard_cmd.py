@@ -34,20 +34,6 @@ def _log(message: str) -> None:
     sys.stderr.flush()
 
 
-def _table(doc: dict[str, Any]) -> None:
-    for alias in doc["aliases"]:
-        state = f"held: {alias['held']}" if alias["held"] else "not held"
-        typer.echo(f"Service/{alias['name']} → {alias['selector']} ({state})")
-    for c in doc["corrections"]:
-        typer.echo(f"{c['action']} Service/{c['service']}: {c['reason']}")
-    for s in doc["skipped"]:
-        typer.echo(f"skipped {s}")
-    if not doc["corrections"]:
-        typer.echo("nothing to correct")
-    verdict = doc["verdict"]
-    typer.echo(f"verdict: {verdict['summary']}")
-
-
 def guard(
     lease_name: Annotated[str, typer.Option("--lease-name", help="The coordination.k8s.io "
                                             "Lease the replicas elect a leader on.")]
@@ -83,6 +69,7 @@ def guard(
     """
     from migrator.cli import render
     from migrator.engine.guard import Guard, GuardSettings
+    from migrator.engine.reports import GuardReport
     from migrator.engine.serving import MetricsServer
     from migrator.kube.client import Kube
     from migrator.model.stacks import load_catalog
@@ -99,12 +86,8 @@ def guard(
         g = Guard(kube, namespace, load_catalog(), settings, log=_log)
         if once:
             with g.recorder.running():  # the Events of its writes go out before it exits
-                doc = {"namespace": namespace, **g.reconcile().as_dict(),
-                       "verdict": g.verdict().as_dict()}
-            if output is Output.table:
-                _table(doc)
-            else:
-                render.document(doc, output)
+                report = GuardReport(namespace, g.reconcile(), g.verdict())
+            render.document(report, output)
             return
         stop = threading.Event()
 

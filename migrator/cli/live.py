@@ -29,16 +29,17 @@ def eta_text(p: RolloutProgress) -> str:
 
 class PlainProgress:
     """One line per meaningful change; rollout lines at most every few seconds per DaemonSet;
-    a settle countdown as its start and its end. `warnings=False` leaves out the `warning:`
-    lines: the report on stdout prints each warning once (a table run); with `-o json/yaml`
-    they are only in the document, so the progress stream says them too."""
+    a settle countdown as its start and its end. Warnings come each once (engine/warned.py):
+    with `-o json/yaml` the document on stdout is not read by a person, so each is said here
+    as a `warning:` line too; `warnings=False` (a table, whose report prints each once) holds
+    them, to say only if no report comes (`say_held`)."""
 
     def __init__(self, stream: Any = None, interval: float = 2.0,
                  warnings: bool = True) -> None:
         self.stream = stream or sys.stderr
         self.interval = interval
         self.warnings = warnings
-        self.held: list[str] = []  # warnings left to the report (said if no report comes)
+        self.held: list[str] = []  # warnings left to the report
         self._last: dict[str, tuple[float, tuple[int, ...]]] = {}
         self._settling: float | None = None  # the countdown's length while one runs
 
@@ -89,15 +90,18 @@ class PlainProgress:
             self._settling = None
 
     def message(self, text: str) -> None:
-        if self.warnings or not text.startswith("warning: "):
-            self._say(text)
-        elif text not in self.held:
+        self._say(text)
+
+    def warning(self, text: str) -> None:
+        if self.warnings:
+            self._say(f"warning: {text}")
+        else:
             self.held.append(text)
 
     def say_held(self) -> None:
         """The warnings left to a report that will not be printed (the command failed)."""
         for text in self.held:
-            self._say(text)
+            self._say(f"warning: {text}")
         self.held.clear()
 
     def close(self) -> None:

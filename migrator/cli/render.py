@@ -6,11 +6,24 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from migrator.cli.documents import to_document
 from migrator.cli.options import Output
+from migrator.engine.reports import (
+    GuardReport,
+    PlanReport,
+    PreflightReport,
+    Question,
+    Report,
+    RunReport,
+    RunView,
+    StatusReport,
+    UnlockReport,
+)
 from migrator.errors import MigrateError
+from migrator.model.steps import Change
 
 
 def _console(stderr: bool = False) -> Any:
@@ -21,22 +34,37 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
 
 
-def document(doc: dict[str, Any], output: Output, shown: Sequence[str] = ()) -> None:
-    """Print a report in the chosen format (json/yaml: exactly one document on stdout);
-    `shown`: warnings a table already printed before the run (not repeated in a table)."""
+def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
+    """Print a report in the chosen format (json/yaml: exactly one document on stdout, from
+    `documents.to_document`); `shown`: warnings a table already printed at the question before
+    the run (not repeated)."""
+    if output is Output.table:
+        table(report, shown)
+    else:
+        raw(to_document(report), output)
+
+
+def raw(doc: dict[str, Any], output: Output) -> None:
+    """A document as JSON or YAML on stdout (the reports', and the error document)."""
     if output is Output.json:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
-    elif output is Output.yaml:
+    else:
         import yaml
 
         sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    sys.stdout.flush()
+
+
+def table(report: Report, shown: Sequence[str] = ()) -> None:
+    """A report for people, by its type."""
+    if isinstance(report, UnlockReport):
+        sys.stdout.write(unlocked(report) + "\n")
+    elif isinstance(report, PreflightReport):
+        checks_table(report)
+    elif isinstance(report, GuardReport):
+        guard_lines(report)
     else:
-        if "phases" in doc:
-            report_table(doc, shown)
-        elif "checks" in doc:
-            checks_table(doc)
-        else:
-            _console().print(" ".join(f"{k}: {v}" for k, v in doc.items()))
+        report_table(report, shown)
     sys.stdout.flush()
 
 
@@ -54,63 +82,65 @@ def _val(v: Any) -> str:
     return str(v)
 
 
-def report_table(doc: dict[str, Any], shown: Sequence[str] = ()) -> None:
+def _mark(ok: bool) -> str:
+    return "[green]✓[/green]" if ok else "[red]✗[/red]"
+
+
+def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
+                 shown: Sequence[str] = ()) -> None:
     con = _console()
-    target = doc.get("target")  # the question before a write: where it writes
-    if target:
-        con.print(f"[bold]about to write to[/bold] context {esc(target['context'])} "
-                  f"(server {esc(target['server'])}), namespace {esc(target['namespace'])}")
-    con.print(f"[bold]stack[/bold] {doc['stack']}   [bold]namespace[/bold] {doc['namespace']}"
-              + (f"   [bold]components[/bold] {', '.join(doc.get('components') or [])}"
-                 if doc.get("components") else ""))
-    if doc.get("run"):
-        run_lines(con, doc["run"])
-    verdict = doc.get("verdict")
-    if verdict:
-        head = "the stable identity works" if verdict["ok"] else "the stable identity is broken"
-        con.print(f"\n[bold]Verdict — {head}[/bold] (live cluster, no state needed)")
-        for c in verdict["checks"]:
-            mark = "[green]✓[/green]" if c["ok"] else "[red]✗[/red]"
-            fix = f" [dim]fix: {esc(c['fix'])}[/dim]" if c.get("fix") and not c["ok"] else ""
-            con.print(f"  {mark} {esc(c['name'])}: {esc(c['detail'])}{fix}")
-    for phase in doc["phases"]:
-        title = f"Phase {phase['number']} — {phase['name']}: {phase['status']}"
-        preview = phase.get("preview")  # apply --dry-run: what the run would do
+    target = shown_report.target if isinstance(shown_report, Question) else None
+    doc = shown_report if isinstance(shown_report, PlanReport) else shown_report.report
+    if target:  # the question before a write: where it writes
+        con.print(f"[bold]about to write to[/bold] context {esc(target.context)} "
+                  f"(server {esc(target.server)}), namespace {esc(target.namespace)}")
+    con.print(f"[bold]stack[/bold] {doc.stack}   [bold]namespace[/bold] {doc.namespace}"
+              + (f"   [bold]components[/bold] {', '.join(doc.components)}"
+                 if doc.components else ""))
+    if isinstance(shown_report, StatusReport):
+        run_lines(con, shown_report.run)
+    verdict = doc.verdict
+    head = "the stable identity works" if verdict.ok else "the stable identity is broken"
+    con.print(f"\n[bold]Verdict — {head}[/bold] (live cluster, no state needed)")
+    for c in verdict.findings:
+        fix = f" [dim]fix: {esc(c.fix)}[/dim]" if c.fix and not c.ok else ""
+        con.print(f"  {_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}{fix}")
+    for phase in doc.phases:
+        title = f"Phase {phase.number} — {phase.name}: {phase.status}"
+        preview = phase.preview  # apply --dry-run: what the run would do
         if preview:
-            title += f" — dry run: {preview['outcome'].replace('-', ' ')}"
+            title += f" — dry run: {preview.outcome.replace('-', ' ')}"
         con.print(f"\n[bold]{title}[/bold]")
-        if phase["changes"]:
-            changes_table(con, phase["changes"])
-        elif phase["status"] != "completed":
+        if phase.changes:
+            changes_table(con, phase.changes)
+        elif phase.status != "completed":
             con.print("  no changes")
-        for g in phase["gates"]:
-            mark = "[green]✓[/green]" if g["ok"] else "[red]✗[/red]"
-            con.print(f"  {mark} {esc(g['name'])}: {esc(g['detail'])}")
-        for note in phase.get("notes") or []:
+        for g in phase.gates:
+            con.print(f"  {_mark(g.ok)} {esc(g.name)}: {esc(g.detail)}")
+        for note in phase.notes:
             con.print(f"  • {esc(note)}")
-        for wait in (preview or {}).get("wouldWaitFor") or []:
+        for wait in preview.would_wait_for if preview else ():
             con.print(f"  … would wait for {esc(wait)}")
-        if phase.get("error"):
-            con.print(f"  [red]last error:[/red] {esc(phase['error'])}")
-    if (doc.get("state") or {}).get("history"):
-        history_lines(con, doc["state"]["history"])
-    fresh = [w for w in doc.get("warnings") or [] if w not in shown]
+        if phase.error:
+            con.print(f"  [red]last error:[/red] {esc(phase.error)}")
+    state = shown_report.state if isinstance(shown_report, StatusReport) else None
+    if state is not None and state.history:
+        history_lines(con, state.history)
+    fresh = [w for w in doc.warnings if w not in shown]
     if fresh:
         con.print("\n[bold yellow]Warnings[/bold yellow]")
         for w in fresh:
             con.print(f"  ! {esc(w)}")
-    if len(fresh) < len(doc.get("warnings") or []):
-        con.print(f"\n({len(doc['warnings']) - len(fresh)} warnings shown before the question)")
-    result = doc.get("result")
-    if result:
-        con.print(f"\n[bold]writes[/bold] {result['writes']}"
-                  + ("  (server-side dry run: nothing persisted)" if result.get("dryRun")
-                     else ""))
+    if len(fresh) < len(doc.warnings):
+        con.print(f"\n({len(doc.warnings) - len(fresh)} warnings shown before the question)")
+    if isinstance(shown_report, RunReport):
+        result = shown_report.result
+        con.print(f"\n[bold]writes[/bold] {result.writes}"
+                  + ("  (server-side dry run: nothing persisted)" if result.dry_run else ""))
     from migrator.engine.report import closing
 
-    lines = closing(doc)
-    if lines:
-        con.print()
+    lines = closing(doc if isinstance(shown_report, Question) else shown_report)
+    con.print()
     for line in lines:
         head, _, rest = line.partition(": ")
         good = rest.startswith("OK")
@@ -120,15 +150,14 @@ def report_table(doc: dict[str, Any], shown: Sequence[str] = ()) -> None:
                   + (f" — {esc(tail)}" if tail else ""))
 
 
-def changes_table(con: Any, changes: list[dict[str, Any]]) -> None:
+def changes_table(con: Any, changes: Sequence[Change]) -> None:
     """Object, field, before, after. Names are never split: object and field do not wrap and
     values wrap only at their spaces, so when the longest name of each column does not fit
     the console side by side, each change is printed as its object and, indented below, its
     field and before → after, on lines that wrap at spaces only."""
     from rich.table import Table
 
-    rows = [(str(c["object"]), str(c["field"]), _val(c["before"]), _val(c["after"]))
-            for c in changes]
+    rows = [(str(c.object), str(c.field), _val(c.before), _val(c.after)) for c in changes]
     heads = ("object", "field", "before", "after")
     widest = [max(len(word) for r in [heads, *rows] for word in r[i].split(" "))
               for i in range(4)]
@@ -153,71 +182,84 @@ _RUN_HEADS = {"idle": "idle (no run in progress)", "running": "[bold]running[/bo
               "interrupted": "[bold red]interrupted[/bold red]"}
 
 
-def _event(event: dict[str, Any]) -> str:
+def _event(event: Mapping[str, Any]) -> str:
     details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("at", "event"))
     return f"{event.get('at', '')} {event.get('event', '')}" + (f" {details}" if details else "")
 
 
-def run_lines(con: Any, run: dict[str, Any]) -> None:
+def run_lines(con: Any, run: RunView) -> None:
     """`status`: is a run going on, was one interrupted (and the command that resumes), which
     steps a rollback in progress writes (docs/output.schema.json, `$defs/run`)."""
-    head = f"[bold]run[/bold] {_RUN_HEADS.get(run['state'], run['state'])}"
-    if run.get("operation"):
-        head += f" — {run['operation']} --phase {run['target']}"
-        if run.get("phase"):
-            head += f", at phase {run['phase']}"
-    lock = run.get("lock")
-    if run["state"] == "interrupted":
-        head += (", and its lock's holder is gone" if lock and lock.get("gone") else
+    head = f"[bold]run[/bold] {_RUN_HEADS.get(run.state, run.state)}"
+    if run.operation:
+        head += f" — {run.operation} --phase {run.target}"
+        if run.phase:
+            head += f", at phase {run.phase}"
+    lock = run.lock
+    if run.state == "interrupted":
+        head += (", and its lock's holder is gone" if lock and lock.gone else
                  ", and no run holds the lock")
     con.print(head)
     if lock:
-        when = (f"since {esc(lock['acquired'])}, " if lock.get("acquired") else "") + (
-            f"holder gone ({esc(lock['gone'])}): the next run takes it over at once"
-            if lock.get("gone") else
-            f"renewed until {esc(lock['expires'])}" if lock["live"] else
-            f"expired at {esc(lock['expires'])} (anyone's to take over)")
-        con.print(f"  lock: {esc(lock['holder'])}, {when}")
-    if run.get("waitsFor"):
-        con.print(f"  waits for: {esc(run['waitsFor'])}")
-    if run.get("lastEvent"):
-        con.print(f"  last event: {esc(_event(run['lastEvent']))}")
-    if run.get("resume"):
-        con.print(f"  [bold]resume:[/bold] {esc(run['resume'])}")
-    for phase in run.get("rollback") or []:
-        con.print(f"  rollback of phase {phase['phase']} — {phase['name']} ({phase['status']})")
-        for step in phase["steps"]:
-            mark = "✓" if step["status"] in ("done", "skipped") else "…"
-            con.print(f"    {mark} {esc(step['status'])}: {esc(step['object'])} "
-                      f"({esc(step['type'])})")
-            for c in step["changes"]:
-                con.print(f"        {esc(c['field'])}: {esc(_val(c['before']))} → "
-                          f"{esc(_val(c['after']))}")
+        when = (f"since {esc(lock.acquired)}, " if lock.acquired else "") + (
+            f"holder gone ({esc(lock.gone)}): the next run takes it over at once"
+            if lock.gone else
+            f"renewed until {esc(lock.expires)}" if lock.live else
+            f"expired at {esc(lock.expires)} (anyone's to take over)")
+        con.print(f"  lock: {esc(lock.holder)}, {when}")
+    if run.waits_for:
+        con.print(f"  waits for: {esc(run.waits_for)}")
+    if run.last_event:
+        con.print(f"  last event: {esc(_event(run.last_event))}")
+    if run.resume:
+        con.print(f"  [bold]resume:[/bold] {esc(run.resume)}")
+    for phase in run.rollback or ():
+        con.print(f"  rollback of phase {phase.phase} — {phase.name} ({phase.status})")
+        for step in phase.steps:
+            mark = "✓" if step.status in ("done", "skipped") else "…"
+            con.print(f"    {mark} {esc(step.status)}: {esc(step.object)} "
+                      f"({esc(step.type)})")
+            for c in step.changes:
+                con.print(f"        {esc(c.field)}: {esc(_val(c.before))} → "
+                          f"{esc(_val(c.after))}")
 
 
-def unlocked(report: dict[str, Any]) -> str:
+def unlocked(report: UnlockReport) -> str:
     """`unlock`'s line: whose lock it released, and why it could."""
-    holder = report["released"]
+    holder = report.released
     if not holder:
         return "no lock was held"
-    if report["forced"]:
+    if report.forced:
         return f"released the live lock of {holder} (--force)"
-    if report.get("holderGone"):
-        return f"released the lock of {holder}: {report['holderGone']}"
+    if report.holder_gone:
+        return f"released the lock of {holder}: {report.holder_gone}"
     return f"released the lock of {holder}"
 
 
-def history_lines(con: Any, history: list[dict[str, Any]]) -> None:
+def history_lines(con: Any, history: Sequence[Mapping[str, Any]]) -> None:
     con.print(f"\n[bold]History[/bold] (last {len(history)} events, oldest first)")
     for event in history:
         con.print(f"  {esc(_event(event))}")
 
 
-def checks_table(doc: dict[str, Any]) -> None:
+def checks_table(report: PreflightReport) -> None:
     con = _console()
-    for c in doc["checks"]:
-        mark = "[green]✓[/green]" if c["ok"] else "[red]✗[/red]"
-        con.print(f"{mark} {esc(c['name'])}: {esc(c['detail'])}")
+    for c in report.checks:
+        con.print(f"{_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}")
+
+
+def guard_lines(report: GuardReport) -> None:
+    """`guard --once`: the aliases it saw, what it corrected or skipped, the verdict."""
+    lines = []
+    for alias in report.passed.aliases:
+        state = f"held: {alias['held']}" if alias["held"] else "not held"
+        lines.append(f"Service/{alias['name']} → {alias['selector']} ({state})")
+    lines += [f"{c.action} Service/{c.service}: {c.reason}" for c in report.passed.applied]
+    lines += [f"skipped {skipped}" for skipped in report.passed.skipped]
+    if not report.passed.applied:
+        lines.append("nothing to correct")
+    lines.append(f"verdict: {report.verdict.summary()}")
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
 
 
 def error(exc: MigrateError, hint: str | None = None) -> None:

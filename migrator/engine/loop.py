@@ -62,7 +62,6 @@ class Run:
 class RunResult:
     writes: int = 0
     lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
-    warnings: list[str] = field(default_factory=list)  # what the run skipped or retired, and why
     notes: list[str] = field(default_factory=list)  # what happened that did not stop the run
 
 

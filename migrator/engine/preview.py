@@ -24,13 +24,15 @@ that creates it), so the API server validates them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from migrator import phases
 from migrator.engine import report as reports
+from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, State
 from migrator.engine.walk import Action, Decision, decide
+from migrator.engine.warned import merged
 from migrator.model import gates as g
 from migrator.model import kinds, projection
 from migrator.model import objects as o
@@ -39,7 +41,7 @@ from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
-from migrator.model.steps import Step, from_record
+from migrator.model.steps import Change, Step, from_record
 from migrator.phases import Phase
 
 WOULD_RUN = "would-run"  # the run would plan and write this phase (or only wait, if nothing)
@@ -50,12 +52,12 @@ NOT_REACHED = "not-reached"  # an earlier phase would stop the run first
 Obj = dict[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Preview:
-    report: dict[str, Any]  # the apply document: phases carry `preview`
-    writes: list[Step] = field(default_factory=list)  # to send as server-side dry runs
-    unsent: list[str] = field(default_factory=list)  # steps whose object exists only after N
-    refusal: str | None = None  # what would stop the run, or None
+    report: PlanReport  # its phases carry `preview`
+    writes: tuple[Step, ...]  # to send as server-side dry runs
+    unsent: tuple[str, ...]  # steps whose object exists only after N
+    refusal: str | None  # what would stop the run, or None
 
 
 @dataclass
@@ -67,7 +69,9 @@ class _Walk:
     options: Options
     live: Snapshot  # the cluster now: which objects a dry-run write can reach
     projected: Snapshot  # the cluster as it would be after the phases walked so far
-    preview: Preview
+    writes: list[Step] = field(default_factory=list)
+    unsent: list[str] = field(default_factory=list)
+    refusal: str | None = None
     warnings: list[str] = field(default_factory=list)
     stopped: int | None = None  # the phase that would stop the run
 
@@ -80,9 +84,9 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     """The preview of `apply --phase upto --dry-run` (module docstring)."""
     report = reports.build(snapshot, catalog, state, options)
     found = discover(snapshot, catalog)
-    walk = _Walk(catalog, found.components, options, snapshot, snapshot, Preview(report))
+    walk = _Walk(catalog, found.components, options, snapshot, snapshot)
     changed = state is not None and state.stack_changed(found.stack)
-    views: list[dict[str, Any]] = []
+    views: list[PhaseView] = []
     for module in phases.PHASES:
         number = module.NUMBER
         rec = state.phase(number) if state else None
@@ -90,35 +94,35 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
             views.append(_unasked(walk, module, rec, asked=number <= upto))
         else:
             views.append(_phase(walk, module, rec, found.stack if changed else None))
-    report["phases"] = views
-    report["warnings"] = list(dict.fromkeys([*report["warnings"], *walk.warnings]))
-    return walk.preview
+    # the report of `apply`, with these phases: derived once, from final values
+    previewed = replace(report, phases=tuple(views),
+                        warnings=merged(report.warnings, walk.warnings))
+    return Preview(previewed, tuple(walk.writes), tuple(walk.unsent), walk.refusal)
 
 
-def _view(module: Phase, rec: PhaseRecord | None, changes: list[dict[str, Any]],
+def _view(module: Phase, rec: PhaseRecord | None, changes: tuple[Change, ...],
           gates: Iterable[GateResult], notes: list[str], blocked: str | None = None, *,
-          outcome: str | None = None, waits: Iterable[str] = ()) -> dict[str, Any]:
-    view = reports._view(module.NUMBER, module.NAME, rec.status if rec else "pending",
-                         changes, list(gates), notes, rec.error if rec else None, blocked)
-    if outcome is not None:
-        view["preview"] = {"outcome": outcome, "wouldWaitFor": list(dict.fromkeys(waits))}
-    return view
+          outcome: str | None = None, waits: Iterable[str] = ()) -> PhaseView:
+    return PhaseView(module.NUMBER, module.NAME, rec.status if rec else "pending", changes,
+                     tuple(gates), tuple(notes), rec.error if rec else None, blocked,
+                     None if outcome is None else PhasePreview(outcome,
+                                                               tuple(dict.fromkeys(waits))))
 
 
 def _unasked(walk: _Walk, module: Phase, rec: PhaseRecord | None, *,
-             asked: bool) -> dict[str, Any]:
+             asked: bool) -> PhaseView:
     """A phase past N (shown as the run's final report would show it), or one an earlier
     phase's refusal keeps the run from reaching."""
     decision = _decide(walk, module, rec)
     notes = [] if not asked else [f"not reached: phase {walk.stopped} would stop the run first"]
     outcome = NOT_REACHED if asked else None
     if decision.status == "completed" or decision.plan is None:
-        return _view(module, rec, [], decision.gates, notes, outcome=outcome)
+        return _view(module, rec, (), decision.gates, notes, outcome=outcome)
     plan = decision.plan
     notes = [*notes, *plan.notes]
     if plan.blocked and plan.blocked not in notes:
         notes.append(plan.blocked)
-    return _view(module, rec, _changes(plan.steps), plan.gates, notes, plan.blocked,
+    return _view(module, rec, reports.changes_of(plan.steps), plan.gates, notes, plan.blocked,
                  outcome=outcome)
 
 
@@ -129,16 +133,12 @@ def _decide(walk: _Walk, module: Phase, rec: PhaseRecord | None,
                   new_stack=new_stack)
 
 
-def _changes(steps: Iterable[Step]) -> list[dict[str, Any]]:
-    return [c.as_dict() for step in steps for c in step.changes()]
-
-
 def _phase(walk: _Walk, module: Phase, rec: PhaseRecord | None,
-           new_stack: str | None) -> dict[str, Any]:
+           new_stack: str | None) -> PhaseView:
     """One phase the run would reach: holds, would run, or would stop."""
     decision = _decide(walk, module, rec, new_stack)
     if decision.action is Action.HOLDS:
-        return _view(module, rec, [], decision.gates, [], outcome=HOLDS)
+        return _view(module, rec, (), decision.gates, [], outcome=HOLDS)
     reason = None
     if decision.action is Action.RERUN:
         reason = (f"it no longer holds ({g.describe(decision.drift)})" if decision.drift
@@ -179,9 +179,9 @@ def _phase(walk: _Walk, module: Phase, rec: PhaseRecord | None,
             snap = after
     if refusal is not None:
         walk.stopped = module.NUMBER
-        walk.preview.refusal = walk.preview.refusal or f"phase {module.NUMBER}: {refusal}"
-        return _view(module, rec, _changes(plan.steps), gates.values(), notes, plan.blocked,
-                     outcome=WOULD_STOP, waits=waits)
+        walk.refusal = walk.refusal or f"phase {module.NUMBER}: {refusal}"
+        return _view(module, rec, reports.changes_of(plan.steps), gates.values(), notes,
+                     plan.blocked, outcome=WOULD_STOP, waits=waits)
     for step in plan.checks:  # already true, no write: the run still waits for these
         if _live(snap, step) is not None:
             waits += [f"{r.name}: {r.detail}" for r in
@@ -189,7 +189,7 @@ def _phase(walk: _Walk, module: Phase, rec: PhaseRecord | None,
     if plan.steps or plan.checks:
         waits += _baselines(plan)
     walk.projected = snap
-    return _view(module, rec, _changes(plan.steps), gates.values(), notes, plan.blocked,
+    return _view(module, rec, reports.changes_of(plan.steps), gates.values(), notes, plan.blocked,
                  outcome=WOULD_RUN, waits=waits)
 
 
@@ -220,9 +220,9 @@ def _send(walk: _Walk, step: Step) -> None:
     if step.pod_by_pod:
         return
     if step.creates or _live(walk.live, step) is not None:
-        walk.preview.writes.append(step)
+        walk.writes.append(step)
         return
-    walk.preview.unsent.append(f"{step.object} ({step.type}) not sent as a dry-run write: it "
+    walk.unsent.append(f"{step.object} ({step.type}) not sent as a dry-run write: it "
                                "exists only once an earlier phase has created it")
 
 

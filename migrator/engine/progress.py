@@ -44,7 +44,8 @@ class PhaseEvent:
 
 
 class Listener(Protocol):
-    """Callbacks the runner fires; every method is optional to act on."""
+    """Callbacks the runner fires; every method is optional to act on. `warning`: the one
+    way a warning travels (engine/warned.py collects a command's for its report)."""
 
     def phase(self, event: PhaseEvent) -> None: ...
     def step(self, event: StepEvent) -> None: ...
@@ -52,6 +53,7 @@ class Listener(Protocol):
     def endpoints(self, progress: EndpointProgress) -> None: ...
     def settle(self, seconds_left: float) -> None: ...
     def message(self, text: str) -> None: ...
+    def warning(self, text: str) -> None: ...
 
 
 class Quiet:
@@ -73,4 +75,7 @@ class Quiet:
         pass
 
     def message(self, text: str) -> None:
+        pass
+
+    def warning(self, text: str) -> None:
         pass

@@ -99,8 +99,9 @@ class Runner:
         live_stack = discover(snap, self.catalog).stack
         changed = self.state.stack_changed(live_stack)
         if changed:
-            self._warn(f"the GPU Operator stack changed from {self.state.stack} (recorded) to "
-                       f"{live_stack}: completed phases are re-planned for {live_stack}")
+            self.listener.warning(f"the GPU Operator stack changed from {self.state.stack} "
+                                  f"(recorded) to {live_stack}: completed phases are "
+                                  f"re-planned for {live_stack}")
             self.state.log("stack-changed", before=self.state.stack, after=live_stack)
         self.state.stack = live_stack
         for number in range(1, upto + 1):
@@ -125,12 +126,6 @@ class Runner:
             snap = self.snapshot()
         return self.result
 
-    def _warn(self, text: str) -> None:
-        """A warning for the final report and, at once, the progress stream."""
-        if text not in self.result.warnings:
-            self.result.warnings.append(text)
-        self.listener.message(f"warning: {text}")
-
     def _run_phase(self, decision: walk.Decision, direction: Direction) -> None:
         """Run the walk's decision for one phase: retire what it says, record the baselines
         and originals, then its steps one at a time."""
@@ -145,7 +140,7 @@ class Runner:
         self.listener.phase(PhaseEvent(rec.number, module.NAME, "planning", plan))
         if rollback:
             for warning in plan.warnings:
-                self._warn(f"phase {rec.number} rollback: {warning}")
+                self.listener.warning(f"phase {rec.number} rollback: {warning}")
         if plan.refusal:
             self.fail(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
                       "gate and what to do")
@@ -204,7 +199,7 @@ class Runner:
                 continue
             r.status = found.status
             self.state.log("retired", phase=rec.number, step=r.id, reason=found.reason)
-            self._warn(found.reason)
+            self.listener.warning(found.reason)
             changed = True
         return changed
 
@@ -212,9 +207,10 @@ class Runner:
         """A rollback names each object it leaves to the operator release, and why."""
         for r in rec.steps:
             if r.status == HANDED_OVER:
-                self._warn(f"phase {rec.number} rollback: {from_record(r.step).object} was "
-                           "handed over to the GPU Operator, whose own reconciler manages it "
-                           "now; left alone")
+                self.listener.warning(f"phase {rec.number} rollback: "
+                                      f"{from_record(r.step).object} was handed over to the "
+                                      "GPU Operator, whose own reconciler manages it now; "
+                                      "left alone")
 
     def _check_settled(self, run: PhaseWork, done: set[str]) -> None:
         """Steps that needed no write still have post-gates (an operator's own rollout of the

@@ -22,9 +22,9 @@ Pure: the caller reads the state, the lock annotations and whether the holder is
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from migrator import phases
+from migrator.engine.reports import LockView, RollbackPhase, RollbackStep, RunView
 from migrator.engine.state import PhaseRecord, State
 from migrator.engine.state.lock import LockInfo, format_time
 from migrator.model.steps import from_record
@@ -89,7 +89,7 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
     return (operation, target, rest) if rest else (None, None, [])
 
 
-def _rollback_steps(state: State, target: int | None) -> list[dict[str, Any]]:
+def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ...]:
     """Per phase the rollback undoes (newest first), each recorded step's inverse and whether
     it is done: what the rollback writes, instead of the forward diff."""
     out = []
@@ -103,17 +103,16 @@ def _rollback_steps(state: State, target: int | None) -> list[dict[str, Any]]:
             inverse = step.inverse()
             if inverse is None:
                 continue
-            steps.append({"object": inverse.object, "type": inverse.type,
-                          "status": undone.get(inverse.id, "to-do"),
-                          "changes": [c.as_dict() for c in inverse.changes()]})
+            steps.append(RollbackStep(inverse.object, inverse.type,
+                                      undone.get(inverse.id, "to-do"), tuple(inverse.changes())))
         for r in rec.undo:  # recorded by the rollback itself (e.g. a pod roll), not an inverse
             step = from_record(r.step)
-            if not any(s["object"] == step.object and s["type"] == step.type for s in steps):
-                steps.append({"object": step.object, "type": step.type, "status": r.status,
-                              "changes": [c.as_dict() for c in step.changes()]})
-        out.append({"phase": number, "name": phases.by_number(number).NAME, "status": rec.status,
-                    "steps": steps})
-    return out
+            if not any(s.object == step.object and s.type == step.type for s in steps):
+                steps.append(RollbackStep(step.object, step.type, r.status,
+                                          tuple(step.changes())))
+        out.append(RollbackPhase(number, phases.by_number(number).NAME, rec.status,
+                                 tuple(steps)))
+    return tuple(out)
 
 
 def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
@@ -144,17 +143,16 @@ def _command(operation: str, target: int, namespace: str) -> str:
     return f"dcgm-migrate {operation} --phase {target} -n {namespace}"
 
 
-def _lock_view(lock: LockInfo | None, live: bool, gone: str | None) -> dict[str, Any] | None:
+def _lock_view(lock: LockInfo | None, live: bool, gone: str | None) -> LockView | None:
     if lock is None:
         return None
-    return {"holder": lock.holder, "acquired": lock.acquired or None,
-            "expires": format_time(lock.expires) if lock.expires else None, "live": live,
-            "gone": gone}
+    return LockView(lock.holder, lock.acquired or None,
+                    format_time(lock.expires) if lock.expires else None, live, gone)
 
 
 def describe(state: State | None, lock: LockInfo | None, now: datetime,
-             namespace: str, gone: str | None = None) -> dict[str, Any]:
-    """The `run` object of `status -o json`. `gone`: why the lock's holder is provably gone
+             namespace: str, gone: str | None = None) -> RunView:
+    """The `run` of `status`. `gone`: why the lock's holder is provably gone
     (None: it may be alive)."""
     live = lock is not None and lock.live(now) and gone is None
     operation, target, pending = unfinished(state) if state else (None, None, [])
@@ -171,18 +169,18 @@ def describe(state: State | None, lock: LockInfo | None, now: datetime,
     if not pending:  # idle, or a run that has not recorded its start yet
         operation = target = None
     history = state.history if state else []
-    return {
-        "state": run,
-        "operation": operation,
-        "target": target,
-        "phase": current.number if current else None,
-        "lock": _lock_view(lock, lock is not None and lock.live(now), gone),
-        "resume": (_command(operation, target, namespace)
-                   if run == "interrupted" and operation and target else None),
-        "lastEvent": history[-1] if history else None,
-        "waitsFor": (waits_for(current, rollback)
-                     if run in ("running", "rolling-back") else None),
-        "rollback": (_rollback_steps(state, target)
-                     if state is not None and rollback and run != "idle" and pending
-                     else None),
-    }
+    return RunView(
+        state=run,
+        operation=operation,
+        target=target,
+        phase=current.number if current else None,
+        lock=_lock_view(lock, lock is not None and lock.live(now), gone),
+        resume=(_command(operation, target, namespace)
+                if run == "interrupted" and operation and target else None),
+        last_event=history[-1] if history else None,
+        waits_for=(waits_for(current, rollback)
+                   if run in ("running", "rolling-back") else None),
+        rollback=(_rollback_steps(state, target)
+                  if state is not None and rollback and run != "idle" and pending
+                  else None),
+    )

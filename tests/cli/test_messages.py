@@ -36,6 +36,7 @@ from migrator.model import kinds
 from migrator.model.planning import Options
 from migrator.model.snapshot import changed_fields
 from migrator.model.stacks import load_catalog
+from migrator.model.steps import Change
 from tests.helpers import builders as b
 from tests.helpers import cli
 
@@ -120,11 +121,14 @@ def test_each_warning_is_printed_once_in_the_report_not_again_on_stderr(
 
 def test_with_json_output_the_progress_stream_says_the_warnings() -> None:
     out = io.StringIO()
-    PlainProgress(out, warnings=False).message("warning: x")
-    PlainProgress(out, warnings=False).message("phase 1 (label) done")
-    PlainProgress(out, warnings=True).message("warning: y")
+    table = PlainProgress(out, warnings=False)
+    table.warning("x")
+    table.message("phase 1 (label) done")
+    PlainProgress(out, warnings=True).warning("y")
     assert [line.split(" ", 1)[1] for line in out.getvalue().splitlines()] == [
         "phase 1 (label) done", "warning: y"]
+    table.say_held()  # no report came: the table run says what it held
+    assert out.getvalue().splitlines()[-1].split(" ", 1)[1] == "warning: x"
 
 
 def test_no_drift_risk_warning_where_phase_3_switches_nothing(
@@ -142,7 +146,7 @@ def test_no_drift_risk_warning_where_phase_3_switches_nothing(
 
 def test_drift_risk_stays_while_phase_3_has_switched() -> None:
     doc = reports.build(b.gpucluster_snapshot(), load_catalog(), None, Options())
-    assert any(w.startswith("Drift risk") for w in doc["warnings"])
+    assert any(w.startswith("Drift risk") for w in doc.warnings)
 
 
 # ---- the question before a write -------------------------------------------------------------
@@ -191,18 +195,18 @@ def test_at_80_columns_no_object_name_is_split(monkeypatch: pytest.MonkeyPatch) 
     text = out.getvalue()
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines)
-    for phase in doc["phases"]:
-        for change in phase["changes"]:
-            assert any(change["object"] in line for line in lines), change["object"]
-            assert any(change["field"] in line for line in lines), change["field"]
+    for phase in doc.phases:
+        for change in phase.changes:
+            assert any(change.object in line for line in lines), change.object
+            assert any(change.field in line for line in lines), change.field
     assert "exporter-d\n" not in text and "nvidia-dcgm-exporter-dr\n" not in text
 
 
 def test_wide_enough_changes_stay_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
     out = io.StringIO()
     con = Console(file=out, width=160, highlight=False, color_system=None)
-    changes = [{"object": "Service/nvidia-dcgm-exporter", "field": "spec.selector",
-                "before": {"app": "nvidia-dcgm-exporter-dra"}, "after": {"a": "b", "c": "d"}}]
+    changes = [Change("Service/nvidia-dcgm-exporter", "spec.selector",
+                      {"app": "nvidia-dcgm-exporter-dra"}, {"a": "b", "c": "d"})]
     render.changes_table(con, changes)
     assert _lines(out.getvalue())[1].split() == [
         "Service/nvidia-dcgm-exporter", "spec.selector", "app=nvidia-dcgm-exporter-dra",

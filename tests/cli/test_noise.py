@@ -15,6 +15,8 @@ import pytest
 
 from dcgm_sim.cluster import SimCluster
 from migrator.engine import report as reports
+from migrator.engine import warned
+from migrator.engine.progress import Quiet
 from migrator.engine.state import lock as locking
 from migrator.engine.state.document import State
 from migrator.model import kinds
@@ -102,11 +104,11 @@ def test_no_drift_risk_after_the_hand_over() -> None:
     for forward in (True, False):  # before the upgrade: the tool's switch, the tool's labels
         before = reports.build(switched, CATALOG, _migrated_state(), Options(),
                                forward=forward)
-        assert any(w.startswith(DRIFT) for w in _warnings(before)), before["warnings"]
+        assert any(w.startswith(DRIFT) for w in before.warnings), before.warnings
     for forward in (True, False):
         after = reports.build(b.handed_over_snapshot(), CATALOG, _migrated_state(), Options(),
                               forward=forward)
-        assert not any(w.startswith(DRIFT) for w in _warnings(after)), after["warnings"]
+        assert not any(w.startswith(DRIFT) for w in after.warnings), after.warnings
 
 
 # ---- one warning per kind ----------------------------------------------------------------------
@@ -115,7 +117,27 @@ def test_counted_warnings_are_merged_per_kind() -> None:
     newest = ["possible duplicate scraping: 3 exporter pods ..., e.g. pod-b via x", "other"]
     oldest = ["possible duplicate scraping: 3 exporter pods ..., e.g. pod-a via x", "other",
               "duplicate scraping now: 1 exporter pods scraped more than once, e.g. pod-a"]
-    assert reports.merge_warnings(newest, oldest) == [newest[0], "other", oldest[2]]
+    assert warned.merged(oldest, newest) == (newest[0], "other", oldest[2])
+
+
+class _Said(Quiet):
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def warning(self, text: str) -> None:
+        self.said.append(text)
+
+
+def test_a_command_says_each_kind_of_warning_once_and_lists_the_newest_wording() -> None:
+    below = _Said()
+    told = warned.Warned(below)
+    told.say(["possible duplicate scraping: 3 exporter pods, e.g. pod-a", "drift"])
+    told.warning("drift")
+    told.say(["possible duplicate scraping: 3 exporter pods, e.g. pod-b", "retired"])
+    assert below.said == ["possible duplicate scraping: 3 exporter pods, e.g. pod-a", "drift",
+                          "retired"]
+    assert told.warnings == ("possible duplicate scraping: 3 exporter pods, e.g. pod-b",
+                             "drift", "retired")
 
 
 def _service_monitor_on_the_exporter(sim: SimCluster) -> None:

@@ -91,8 +91,8 @@ def test_plan_and_apply_finish_while_continue_tokens_and_watches_expire(
     finally:
         kube.close()
     assert ticks[0] > 100, "the cluster was not busy"
-    assert plan["stack"] == stack
-    assert result["result"]["writes"] > 0
+    assert plan.stack == stack
+    assert result.result.writes > 0
     assert [p["status"] for p in env.state()["phases"]] == ["completed"] * 3
     log = env.sim.server.log.since(mark)
     expired_pages = [r for r in log if r.verb == "list" and r.code == 410

@@ -26,6 +26,7 @@ from dcgm_sim.watching import IDLE_SECONDS
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine import informer
+from migrator.engine.reports import RunReport
 from migrator.engine.runner import RunSettings
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
@@ -61,7 +62,7 @@ def _informer_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("informer-")]
 
 
-def _apply(env: E2E, clock: FakeClock) -> dict[str, Any]:
+def _apply(env: E2E, clock: FakeClock) -> RunReport:
     kube = Kube.for_server(env.sim.url, ADMIN_TOKEN)
     try:
         return commands.apply(Session(kube, NS, clock=clock), RunRequest(
@@ -77,7 +78,7 @@ def test_apply_lists_each_kind_once_and_again_only_after_a_rollout(
     mark = env.mark()
     report = _apply(env, FakeClock())
     records = env.sim.server.log.since(mark)
-    assert report["result"]["writes"] > 0
+    assert report.result.writes > 0
     rollouts = [r for r in records if r.is_write and r.resource == "daemonsets"]
     assert rollouts, "phase 1 rolled no DaemonSet: the test tests nothing"
     lists = _first_pages(records)

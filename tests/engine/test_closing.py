@@ -1,27 +1,42 @@
-"""The report's closing lines (engine/report.py `closing`), on plain documents: the verdict
+"""The report's closing lines (engine/report.py `closing`), on typed reports: the verdict
 worded alike for every command, and after a run what the run achieved, both when they differ."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from migrator.engine.report import closing
+from migrator.engine.reports import (
+    PhaseView,
+    PlanReport,
+    RunOutcome,
+    RunReport,
+    RunView,
+    StatusReport,
+)
+from migrator.model.outcome import Finding, Verdict
+
+
+def _report(verdict_ok: bool, statuses: tuple[str, ...]) -> PlanReport:
+    checks = (Finding("stable-name", "Service/nvidia-dcgm", True, "exists"),
+              Finding("nodes-covered", "Service/nvidia-dcgm", verdict_ok, "2 of 4",
+                      "" if verdict_ok else "run the guard", phase=0))
+    return PlanReport("gpucluster", "gpu-operator", "sha256:" + "0" * 64, (),
+                      tuple(PhaseView(i + 1, name, st, (), (), (), None)
+                            for i, (name, st) in enumerate(zip(("label", "alias", "switch"),
+                                                               statuses, strict=True))),
+                      (), 0, 0, Verdict("gpucluster", checks), ())
 
 
 def _doc(verdict_ok: bool, *, ok: bool | None = None, operation: str | None = None,
          statuses: tuple[str, ...] = ("completed", "completed", "completed"),
-         **extra: Any) -> dict[str, Any]:
-    checks = [{"name": "stable-name/nvidia-dcgm", "ok": True, "detail": "exists", "fix": None},
-              {"name": "nodes-covered/nvidia-dcgm", "ok": verdict_ok, "detail": "2 of 4",
-               "fix": None if verdict_ok else "run the guard"}]
-    doc: dict[str, Any] = {"verdict": {"ok": verdict_ok, "checks": checks},
-                           "phases": [{"number": i + 1, "status": st, "gates": []}
-                                      for i, st in enumerate(statuses)], **extra}
-    if ok is not None:
-        doc["ok"] = ok
+         run: RunView | None = None) -> PlanReport | RunReport | StatusReport:
+    report = _report(verdict_ok, statuses)
+    if run is not None:
+        assert ok is not None
+        return StatusReport(report, None, run, ok)
     if operation is not None:
-        doc["result"] = {"operation": operation, "writes": 1, "dryRun": False}
-    return doc
+        assert ok is not None
+        return RunReport(report, RunOutcome(operation, 1, False, {}), ok)
+    return report
 
 
 def test_plan_and_verify_say_the_verdict_only() -> None:
@@ -48,7 +63,8 @@ def test_a_failed_run_and_a_rollback_name_what_they_did() -> None:
 
 
 def test_status_names_why_it_fails_beyond_the_verdict() -> None:
-    doc = _doc(True, ok=False, run={"state": "interrupted",
-                                    "resume": "dcgm-migrate rollback --phase 1 -n x"})
+    doc = _doc(True, ok=False, run=RunView("interrupted", "rollback", 1, 1, None,
+                                           "dcgm-migrate rollback --phase 1 -n x", None, None,
+                                           None))
     assert closing(doc)[1] == ("status: NOT OK — a run was interrupted; resume: "
                                "dcgm-migrate rollback --phase 1 -n x")

@@ -5,10 +5,10 @@ on a gate it can evaluate (engine/preview.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from migrator import phases
 from migrator.engine import preview
+from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import State
 from migrator.model import projection
 from migrator.model.discovery import discover
@@ -63,26 +63,31 @@ def test_an_alias_and_a_switch_project_with_the_endpoints_they_would_get() -> No
     assert switched.endpoints_of(create.service).ready_total == 3
 
 
-def _outcomes(report: dict[str, Any]) -> list[str]:
-    return [p["preview"]["outcome"] for p in report["phases"]]
+def _outcomes(report: PlanReport) -> list[str]:
+    return [_preview(p).outcome for p in report.phases]
+
+
+def _preview(view: PhaseView) -> PhasePreview:
+    assert view.preview is not None, view
+    return view.preview
 
 
 def test_a_fresh_cluster_previews_all_three_phases_as_they_would_run() -> None:
     found = preview.build(b.gpucluster_snapshot(), CAT, None, Options(), 3)
-    views = found.report["phases"]
+    views = found.report.phases
     assert found.refusal is None
-    assert [v["status"] for v in views] == ["pending"] * 3  # a dry run records nothing
+    assert [v.status for v in views] == ["pending"] * 3  # a dry run records nothing
     assert _outcomes(found.report) == ["would-run"] * 3
-    assert all(g["ok"] for v in views for g in v["gates"]), [
-        g for v in views for g in v["gates"] if not g["ok"]]
-    switched = {(c["object"], str(c["after"])) for c in views[2]["changes"]}
+    assert all(g.ok for v in views for g in v.gates), [
+        g for v in views for g in v.gates if not g.ok]
+    switched = {(c.object, str(c.after)) for c in views[2].changes}
     assert switched == {("Service/nvidia-dcgm", str({DCGM: "true"})),
                         ("Service/nvidia-dcgm-exporter", str({EXPORTER: "true"}))}
-    assert any(g["name"] == "mixed-rollout/nvidia-dcgm-dra" for g in views[2]["gates"])
-    waits = views[0]["preview"]["wouldWaitFor"]
+    assert any(g.name == "mixed-rollout/nvidia-dcgm-dra" for g in views[2].gates)
+    waits = _preview(views[0]).would_wait_for
     assert any(w.startswith("the rollout of DaemonSet/nvidia-dcgm-dra") for w in waits), waits
     assert any("EndpointSlices of Service/nvidia-dcgm " in w
-               for w in views[1]["preview"]["wouldWaitFor"])
+               for w in _preview(views[1]).would_wait_for)
     # the aliases' switches cannot reach the API server: the aliases do not exist yet
     assert [s.type for s in found.writes] == ["set-labels"] * 2 + ["create-alias"] * 2
     assert len(found.unsent) == 2 and all("set-selector" in u for u in found.unsent)
@@ -98,12 +103,12 @@ def test_a_gate_that_fails_now_stops_the_preview_there() -> None:
     assert found.refusal and "rollout-complete/nvidia-dcgm-dra" in found.refusal
     assert "node-1" in found.refusal
     assert _outcomes(found.report) == ["would-stop", "not-reached", "not-reached"]
-    assert found.writes == []
+    assert found.writes == ()
 
 
 def test_a_phase_past_n_is_shown_without_a_preview() -> None:
     found = preview.build(b.gpucluster_snapshot(), CAT, None, Options(), 1)
-    assert [("preview" in v) for v in found.report["phases"]] == [True, False, False]
+    assert [v.preview is not None for v in found.report.phases] == [True, False, False]
     assert [s.type for s in found.writes] == ["set-labels"] * 2
 
 
@@ -118,8 +123,8 @@ def test_a_completed_phase_that_holds_is_left_alone() -> None:
     rec.status = "completed"
     found = preview.build(labelled, CAT, state, Options(), 3)
     assert _outcomes(found.report) == ["holds", "would-run", "would-run"]
-    assert found.report["phases"][0]["status"] == "completed"
-    assert all(g["ok"] for g in found.report["phases"][0]["gates"])
+    assert found.report.phases[0].status == "completed"
+    assert all(g.ok for g in found.report.phases[0].gates)
     assert [s.type for s in found.writes] == ["create-alias"] * 2
 
 
@@ -129,11 +134,11 @@ def test_ondelete_stops_the_preview_unless_the_tool_may_roll_the_pods() -> None:
                                      for n in snap.daemonsets})
     blocked = preview.build(snap, CAT, None, Options(), 3)
     assert blocked.refusal and "--roll-on-delete" in blocked.refusal
-    assert blocked.report["phases"][0]["preview"]["outcome"] == "would-stop"
+    assert _preview(blocked.report.phases[0]).outcome == "would-stop"
     found = preview.build(snap, CAT, None, Options(roll_on_delete=True), 3)
     assert found.refusal is None and _outcomes(found.report) == ["would-run"] * 3
-    waits = found.report["phases"][0]["preview"]["wouldWaitFor"]
+    waits = _preview(found.report.phases[0]).would_wait_for
     assert any("old pods deleted one node at a time" in w for w in waits), waits
     assert not any(w.startswith("the rollout of") for w in waits), waits  # OnDelete: none
-    assert all(g["ok"] for g in found.report["phases"][2]["gates"])  # pods relabelled by then
+    assert all(g.ok for g in found.report.phases[2].gates)  # pods relabelled by then
     assert [s.type for s in found.writes] == ["set-labels"] * 2 + ["create-alias"] * 2

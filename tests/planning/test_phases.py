@@ -197,9 +197,9 @@ def test_steps_round_trip_through_state_records() -> None:
 
 def test_report_shows_projected_phase3_changes_and_drift_risk() -> None:
     doc = reports.build(b.gpucluster_snapshot(), CAT, None, Options())
-    assert doc["stack"] == "gpucluster"
-    assert [p["number"] for p in doc["phases"]] == [1, 2, 3]
-    p3 = doc["phases"][2]
-    assert {c["object"] for c in p3["changes"]} == {"Service/nvidia-dcgm",
-                                                    "Service/nvidia-dcgm-exporter"}
-    assert any(w.startswith("Drift risk") for w in doc["warnings"])
+    assert doc.stack == "gpucluster"
+    assert [p.number for p in doc.phases] == [1, 2, 3]
+    p3 = doc.phases[2]
+    assert {c.object for c in p3.changes} == {"Service/nvidia-dcgm",
+                                              "Service/nvidia-dcgm-exporter"}
+    assert any(w.startswith("Drift risk") for w in doc.warnings)

@@ -133,8 +133,8 @@ def test_two_servicemonitors_or_two_annotations_are_certain_on_any_service() -> 
     dups = monitoring.certain_duplicates(two_ann, EXPORTERS)
     assert len(dups) == 3 and all(len(p) == 2 for p in dups.values())
     report = reports.build(two_ann, CAT, None, Options())
-    assert report["scrapeDuplicates"] == 3 and report["toolDuplicates"] == 0
-    assert any(w.startswith("duplicate scraping now: 3") for w in report["warnings"])
+    assert report.scrape_duplicates == 3 and report.tool_duplicates == 0
+    assert any(w.startswith("duplicate scraping now: 3") for w in report.warnings)
 
 
 # ---- reserved label set by the CR --------------------------------------------------------

@@ -15,6 +15,7 @@ import yaml
 from dcgm_sim.cluster import kubeconfig_document
 from dcgm_sim.server import ADMIN_TOKEN
 from migrator import commands
+from migrator.engine.reports import StatusReport
 from migrator.kube import Kube, RetryPolicy
 from tests.helpers import cli
 from tests.reliability.conftest import NS, Env
@@ -77,7 +78,7 @@ def lock_held(env: Env, tmp: Path, mp: pytest.MonkeyPatch) -> list[str]:
 
 def unexpected(env: Env, tmp: Path, mp: pytest.MonkeyPatch) -> list[str]:
     """A bug: an exception that is not a MigrateError escapes the command."""
-    def broken(session: commands.Session) -> dict[str, Any]:
+    def broken(session: commands.Session) -> StatusReport:
         raise RuntimeError("a bug in status")
 
     mp.setattr(commands, "status", broken)

@@ -28,7 +28,7 @@ def _state(statuses: tuple[str, str, str], *events: tuple[str, int, int | None])
 def _run(state: State, lock: LockInfo | None = None, gone: str | None = None) -> tuple[
         str, str | None, int | None, int | None, str | None]:
     run = runstatus.describe(state, lock, NOW, NS, gone)
-    return run["state"], run["operation"], run["target"], run["phase"], run["resume"]
+    return run.state, run.operation, run.target, run.phase, run.resume
 
 
 def test_an_apply_killed_between_two_phases_is_interrupted() -> None:
@@ -45,7 +45,8 @@ def test_a_rollback_killed_between_two_phases_is_interrupted() -> None:
     assert _run(state) == ("interrupted", "rollback", 1, 2,
                            f"dcgm-migrate rollback --phase 1 -n {NS}")
     run = runstatus.describe(state, None, NOW, NS)
-    assert [p["phase"] for p in run["rollback"]] == [2, 1]  # what is left to undo
+    assert run.rollback is not None
+    assert [p.phase for p in run.rollback] == [2, 1]  # what is left to undo
 
 
 def test_finished_runs_are_idle() -> None:
@@ -75,5 +76,5 @@ def test_a_live_lock_is_a_run_unless_its_holder_is_gone() -> None:
     gone = "its process (pid 7 on host) no longer runs"
     assert _run(state, lock, gone) == ("interrupted", "apply", 3, 2,
                                        f"dcgm-migrate apply --phase 3 -n {NS}")
-    view = runstatus.describe(state, lock, NOW, NS, gone)["lock"]
-    assert view["live"] is True and view["gone"] == gone
+    view = runstatus.describe(state, lock, NOW, NS, gone).lock
+    assert view is not None and view.live is True and view.gone == gone

@@ -1,0 +1,209 @@
+"""The reports the commands return, typed: built once from final values (engine/report.py,
+engine/preview.py, `commands`), never patched, and serialised to the `-o json` document in one
+place, at the CLI edge (cli/documents.py, docs/output.schema.json). Pure data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from migrator.model.gates import GateResult
+from migrator.model.outcome import Finding, Verdict
+from migrator.model.steps import Change
+
+if TYPE_CHECKING:
+    from migrator.engine.guard import PassResult
+
+
+@dataclass(frozen=True)
+class PhasePreview:
+    """`apply --dry-run`: what the run would do with one phase (engine/preview.py)."""
+
+    outcome: str  # would-run | holds | would-stop | not-reached
+    would_wait_for: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PhaseView:
+    """One phase: its status, what it would change, its gates now, notes."""
+
+    number: int
+    name: str
+    status: str
+    changes: tuple[Change, ...]
+    gates: tuple[GateResult, ...]
+    notes: tuple[str, ...]
+    error: str | None
+    blocked: str | None = None
+    preview: PhasePreview | None = None
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """What `plan` prints, and the common part of every report of the cluster (apply,
+    rollback, status, verify)."""
+
+    stack: str
+    namespace: str
+    fingerprint: str
+    components: tuple[str, ...]
+    phases: tuple[PhaseView, ...]
+    warnings: tuple[str, ...]
+    tool_duplicates: int
+    scrape_duplicates: int
+    verdict: Verdict
+    lost_state: tuple[str, ...]
+    # `plan` only: what the fingerprint covers, per object and field (the plan file keeps it,
+    # so a stale plan names what changed); not part of the document
+    objects: Mapping[str, Mapping[str, str]] | None = None
+
+    def holds(self, upto: int) -> bool:
+        """Phases 1..upto completed and every verification gate of theirs passes now."""
+        return all(v.status == "completed" and all(g.ok for g in v.gates)
+                   for v in self.phases if v.number <= upto)
+
+    def gates_ok(self, *, completed_only: bool = False) -> bool:
+        return all(g.ok for v in self.phases for g in v.gates
+                   if not completed_only or v.status == "completed")
+
+    def verdict_fails(self, upto: int | None = None) -> list[Finding]:
+        """The verdict's failed checks; with `upto`, only those phases 1..upto answer for
+        (what `apply --phase upto` must leave right; a check no phase fixes is the cluster's
+        or the operator's, reported but not the run's failure)."""
+        return self.verdict.failures(upto)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run writes: what the question before the first write names."""
+
+    context: str
+    server: str
+    namespace: str
+
+
+@dataclass(frozen=True)
+class Question:
+    """The question before the first write: only the phases this run writes, and where."""
+
+    report: PlanReport
+    target: Target
+
+
+@dataclass(frozen=True)
+class Lowest:
+    lowest: int
+    baseline: int
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What an apply or rollback run did (or, with `dry_run`, would send)."""
+
+    operation: str  # apply | rollback
+    writes: int
+    dry_run: bool
+    lowest_endpoints: Mapping[str, Lowest]
+    notes: tuple[str, ...] | None = None  # None: no run went (apply with nothing to do)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """`apply` (also `--dry-run`) and `rollback`: the report after the run."""
+
+    report: PlanReport
+    result: RunOutcome
+    ok: bool
+
+
+@dataclass(frozen=True)
+class StateDigest:
+    """The state ConfigMap as `status` summarises it."""
+
+    plan_fingerprint: str | None
+    updated: str
+    last_error: str | None
+    history: tuple[Mapping[str, Any], ...]  # the last 10 events, oldest first
+
+
+@dataclass(frozen=True)
+class LockView:
+    holder: str
+    acquired: str | None
+    expires: str | None
+    live: bool  # its expiry is in the future
+    gone: str | None  # why its holder is provably gone, or None
+
+
+@dataclass(frozen=True)
+class RollbackStep:
+    object: str
+    type: str
+    status: str  # to-do | intent | done | skipped
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True)
+class RollbackPhase:
+    phase: int
+    name: str
+    status: str
+    steps: tuple[RollbackStep, ...]
+
+
+@dataclass(frozen=True)
+class RunView:
+    """Runs, from the state and the lock (engine/runstatus.py)."""
+
+    state: str  # idle | running | rolling-back | interrupted
+    operation: str | None
+    target: int | None
+    phase: int | None
+    lock: LockView | None
+    resume: str | None
+    last_event: Mapping[str, Any] | None
+    waits_for: str | None
+    rollback: tuple[RollbackPhase, ...] | None
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """`status` and `verify`."""
+
+    report: PlanReport
+    state: StateDigest | None
+    run: RunView
+    ok: bool
+
+
+@dataclass(frozen=True)
+class UnlockReport:
+    namespace: str
+    released: str | None  # the holder whose lock was released
+    forced: bool
+    holder_gone: str | None
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    namespace: str
+    server: str
+    checks: tuple[GateResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    """`guard --once`: one pass and the verdict after it."""
+
+    namespace: str
+    passed: PassResult
+    verdict: Verdict
+
+
+Report = (PlanReport | Question | RunReport | StatusReport | UnlockReport | PreflightReport
+          | GuardReport)

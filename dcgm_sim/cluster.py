@@ -25,6 +25,11 @@ did (`insecure_port=False` turns that off: such requests get 401). The Python cl
 the token, so RBAC-restricted tokens still work as on a real cluster. `tls=True` adds an HTTPS
 listener (`secure_url`); `kubeconfig_for(user)` writes a kubeconfig with that user's token for
 it, so kubectl runs as that user, and with the admin's, `kubectl --as` impersonates.
+
+`images` (an OCI image images/build wrote, needs root and `tls=True`) gives the kubelets a
+container runtime (dcgm_sim/runtime): pods of that image run for real, reach the API server at
+the `kubernetes` Service's address over the HTTPS listener, and their output is served by
+pods/log. The image is unpacked by `start`, before the controllers run.
 """
 
 from __future__ import annotations
@@ -35,13 +40,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from dcgm_sim.access import ADMIN_USER, AccessControl
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import ControllerSet
+from dcgm_sim.controllers.kubelet import Kubelet
 from dcgm_sim.controllers.nodelifecycle import (
     GRACE_SECONDS,
     NODE_FAILED_ANNOTATION,
@@ -55,6 +61,9 @@ from dcgm_sim.seed import SeedSummary, seed
 from dcgm_sim.server import ADMIN_TOKEN, ApiServer
 from dcgm_sim.store import Store
 from dcgm_sim.tls import Certificate, make_certificate
+
+if TYPE_CHECKING:
+    from dcgm_sim.runtime.runtime import ContainerRuntime
 
 T = TypeVar("T")
 
@@ -121,6 +130,7 @@ class SimCluster:
         tls: bool = False,
         operator_release: str = "current",
         ip_family: str = "ipv4",
+        images: str | Path | None = None,
     ) -> None:
         if operator_release not in RELEASES:
             raise ValueError(f"unknown operator release {operator_release!r}: "
@@ -157,6 +167,8 @@ class SimCluster:
         self.tls = tls
         self.secure_url = ""  # the HTTPS listener (tls=True), where kubectl sends tokens
         self._certificate: Certificate | None = None
+        self.images = Path(images) if images is not None else None
+        self.runtime: ContainerRuntime | None = None  # with `images`, once started
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -169,15 +181,20 @@ class SimCluster:
         self.seed_seconds = time.perf_counter() - began
         self._started = True
         try:
+            self._tmpdir = tempfile.mkdtemp(prefix="dcgm-migrate-sim-")
+            if self.images is not None:
+                self._attach_runtime(self.images, Path(self._tmpdir) / "pods")
             self.controllers.start()
             self.url = self.server.start("127.0.0.1", self.port)
-            self._tmpdir = tempfile.mkdtemp(prefix="dcgm-migrate-sim-")
             if self._kubeconfig_path is None:
                 self._kubeconfig_path = Path(self._tmpdir) / "kubeconfig"
             write_kubeconfig(self._kubeconfig_path, self.url, self.namespace)
             if self.tls:
                 self._certificate = make_certificate(Path(self._tmpdir) / "tls")
                 self.secure_url = self.server.start_tls(self._certificate.server_context())
+                if self.runtime is not None:
+                    port = int(self.secure_url.rsplit(":", 1)[1])
+                    self.runtime.connect(("127.0.0.1", port), self._certificate.pem)
         except BaseException:
             self.stop()
             raise
@@ -188,6 +205,8 @@ class SimCluster:
         if not self._started:
             return
         self._started = False
+        if self.runtime is not None:
+            self.runtime.shutdown()  # the pods' processes first, while they can still talk
         self.server.stop()
         self.controllers.stop()
         if self._tmpdir is not None:
@@ -199,6 +218,20 @@ class SimCluster:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+    def _attach_runtime(self, images: Path, folder: Path) -> None:
+        """Load the image and give it to the kubelets (before they start)."""
+        if not self.tls:
+            raise ValueError("a container runtime (images) needs the TLS listener (tls=True)")
+        from dcgm_sim.runtime.image import load
+        from dcgm_sim.runtime.runtime import ContainerRuntime
+
+        self.runtime = ContainerRuntime(load(images), self.clock, folder, self.server.access,
+                                        self.network)
+        kubelet = self.controllers.get("kubelet")
+        assert isinstance(kubelet, Kubelet)
+        kubelet.runtime = self.runtime
+        self.server.backend.pod_logs = self.runtime
 
     # ---- access ------------------------------------------------------------------------------
 

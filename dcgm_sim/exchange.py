@@ -94,3 +94,4 @@ class Backend:
     bookmark_seconds: float = 60.0  # a watch's periodic BOOKMARK (allowWatchBookmarks)
     lists: ListCache = field(default_factory=ListCache)
     operator: OperatorControl | None = None  # `/sim/v1/operator` (None: no imitation)
+    pod_logs: Any = None  # pods/log of pods run for real (`podlog.LogSource`; None: none)

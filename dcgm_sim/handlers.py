@@ -18,7 +18,7 @@ import bisect
 import json
 from typing import Any
 
-from dcgm_sim import fieldselectors, openapi, protobuf, tables, watching, writes
+from dcgm_sim import fieldselectors, openapi, podlog, protobuf, tables, watching, writes
 from dcgm_sim.access import Attributes, Policy
 from dcgm_sim.encoding import dumps
 from dcgm_sim.exchange import Backend, Request, Response, json_response
@@ -104,6 +104,8 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
     assert kind is not None
     if info.namespace and not kind.namespaced and kind != kinds.NAMESPACE:
         raise no_such_path()
+    if kind == kinds.POD and info.subresource == "log" and info.name:
+        return podlog.serve(b, info)
     if info.subresource and not (info.subresource == "status" and kind.has_status):
         raise no_such_path()
     if kind in kinds.ACCESS_REVIEWS:

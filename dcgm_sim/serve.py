@@ -10,12 +10,18 @@ stderr, among them the https kubeconfigs (`<kubeconfig>-<identity>`) of the admi
 subject of the `--rbac` files: kubectl runs as those identities (`tls`, `access`). A signal
 ends it cleanly (server and controllers stopped, exit code 0).
 
+`--images DIR` (images/build's folder or archive; root only) runs the pods of that image for
+real (dcgm_sim/runtime): `kubectl apply -f docs/guard.yaml` starts the guard's replicas,
+`kubectl logs` shows their output.
+
 `--ip-family ipv6|dual` serves an IPv6-only or a dual-stack (IPv4-primary) cluster
 (`network.py`); the default is IPv4-only.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -32,6 +38,7 @@ from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from dcgm_sim.controllers.rendering import RELEASE_CURRENT, RELEASES
 from dcgm_sim.faults import Faults, FaultsError
 from dcgm_sim.network import SETTINGS
+from dcgm_sim.runtime.image import ImageError
 from dcgm_sim.seed import STACKS
 from dcgm_sim.tls import TLSUnavailable
 
@@ -60,6 +67,7 @@ class ServeOptions:
     tls: bool = True  # the HTTPS listener, where kubectl sends tokens (see sim/tls.py)
     operator_release: str = RELEASE_CURRENT  # the imitation's release (rendering.RELEASES)
     ip_family: str = "ipv4"  # ipv4 | ipv6 | dual (network.SETTINGS)
+    images: Path | None = None  # an OCI image whose pods run for real (dcgm_sim/runtime)
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""
@@ -99,11 +107,28 @@ class ServeOptions:
         if self.ip_family not in SETTINGS:
             raise ServeError(f"--ip-family must be one of {', '.join(SETTINGS)}, "
                              f"got {self.ip_family!r}.")
+        if self.images is not None:
+            _check_images(self.images, self.tls)
         try:
             return Faults(error_rate=self.error_rate, latency_ms=self.latency_ms,
                           fail_nth_write=self.fail_nth_write)
         except FaultsError as err:
             raise ServeError(f"bad fault setting: {err}.") from err
+
+
+def _check_images(images: Path, tls: bool) -> None:
+    if not images.exists():
+        raise ServeError(f"--images {images}: no such folder or archive.")
+    if not tls:
+        raise ServeError("--images needs the TLS listener (pods reach the API server over "
+                         "https): drop --no-tls.")
+    if os.geteuid() != 0:
+        raise ServeError("--images runs containers (mount and network namespaces, chroot): "
+                         "run sim serve as root.")
+    missing = [t for t in ("unshare", "nsenter", "chroot", "setpriv", "tar")
+               if shutil.which(t) is None]
+    if missing:
+        raise ServeError(f"--images needs {', '.join(missing)} (util-linux, coreutils, tar).")
 
 
 def build(options: ServeOptions) -> SimCluster:
@@ -116,7 +141,7 @@ def build(options: ServeOptions) -> SimCluster:
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
         kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window,
         tls=options.tls, operator_release=options.operator_release,
-        ip_family=options.ip_family)
+        ip_family=options.ip_family, images=options.images)
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,
@@ -135,6 +160,8 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
             sim.start()
         except TLSUnavailable as error:
             raise ServeError(f"{error}; pass --no-tls to serve plain http only.") from error
+        except ImageError as error:
+            raise ServeError(f"--images: {error}.") from error
         except OSError as error:
             raise ServeError(f"cannot listen on 127.0.0.1:{options.port}: "
                              f"{error.strerror or error}.") from error
@@ -144,6 +171,9 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
                   f"DaemonSets, {summary.pods} pods, {summary.services} Services, "
                   f"{summary.endpointslices} EndpointSlices in {sim.seed_seconds:.2f}s; "
                   f"ready in {time.perf_counter() - began:.2f}s", file=err, flush=True)
+        if sim.runtime is not None:
+            print(f"container runtime: pods of {sim.runtime.image.reference} (any registry) "
+                  f"run for real, from {sim.runtime.image.rootfs}", file=err, flush=True)
         for user, path in _identity_kubeconfigs(sim, options.rbac):
             print(f"kubeconfig for {user} (https, token): {path}", file=err, flush=True)
         print(f"READY {sim.url} {sim.kubeconfig}", file=out, flush=True)

@@ -6,7 +6,10 @@ information if we are secure", `isConfigTransportTLS`). Over the sim's plain-HTT
 therefore always arrives without a token; over this listener it runs as the kubeconfig's
 identity, and `--as`/`--as-group` impersonation headers reach the server.
 
-The certificate is self-signed for 127.0.0.1/localhost, made in the caller's directory with the
+The certificate is self-signed for 127.0.0.1/localhost and, as a real API server's serving
+certificate, for the `kubernetes` Service (its first cluster IP in each family's service range,
+10.96.0.1 and fd00:10:96::1, and its DNS names), where pods run by the sim's container runtime
+reach it (runtime/relay.py). It is made in the caller's directory with the
 `cryptography` package when it is installed (the `test` extra brings it), else with the
 `openssl` command, so neither is a hard dependency of the tool; kubeconfigs carry it as
 `certificate-authority-data`, so clients verify the server as they would a real cluster's.
@@ -22,8 +25,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from dcgm_sim.network import SERVICE_CIDRS
+
 SUBJECT = "dcgm-migrate-sim"
 VALID_DAYS = 3650
+# 127.0.0.1, then the `kubernetes` Service's cluster IPs (the first of each service range)
+IP_NAMES = ("127.0.0.1", *(str(cidr.network_address + 1) for cidr in SERVICE_CIDRS.values()))
+DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "kubernetes.default.svc.cluster.local")
 
 
 class TLSUnavailable(RuntimeError):
@@ -48,7 +57,8 @@ class Certificate:
 
 
 def make_certificate(directory: Path) -> Certificate:
-    """A fresh self-signed P-256 certificate for 127.0.0.1 and localhost, valid ten years."""
+    """A fresh self-signed P-256 certificate for `IP_NAMES` and `DNS_NAMES`, valid ten
+    years."""
     directory.mkdir(parents=True, exist_ok=True)
     cert, key = directory / "sim-tls.crt", directory / "sim-tls.key"
     try:
@@ -73,9 +83,9 @@ def _with_cryptography(cert: Path, key: Path) -> None:
         .public_key(private.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-        .add_extension(x509.SubjectAlternativeName([
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-            critical=False)
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address(ip)) for ip in IP_NAMES]
+            + [x509.DNSName(name) for name in DNS_NAMES]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(private, hashes.SHA256()))
     key.write_bytes(private.private_bytes(serialization.Encoding.PEM,
@@ -93,7 +103,8 @@ def _with_openssl(cert: Path, key: Path) -> None:
         [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
          "-nodes", "-keyout", str(key), "-out", str(cert), "-days", str(VALID_DAYS),
          "-subj", f"/CN={SUBJECT}",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+         "-addext", "subjectAltName=" + ",".join(
+             [f"IP:{ip}" for ip in IP_NAMES] + [f"DNS:{name}" for name in DNS_NAMES])],
         capture_output=True, text=True, check=False, timeout=30)
     if result.returncode != 0:
         raise TLSUnavailable(f"openssl could not make the sim's certificate: "

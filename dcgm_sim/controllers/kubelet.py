@@ -15,13 +15,19 @@ deletion turns not-Ready at once and is removed when its containers have stopped
 `termination_seconds`, never more than the pod's grace period). Pods on a deleted node are
 removed, as the pod garbage collector does. A pod with DRA claims is not accepted until each
 is allocated and reserved for it (`dra.claims_ready`, the kubelet's PrepareResources check).
+
+With a container runtime (`sim serve --images`, dcgm_sim/runtime) a pod whose image it holds
+runs for real: started after the same start delay, its status is what its worker reports
+(containers running, exited, restarting; readiness from its probes; phase), and a pod marked
+for deletion is removed once its containers have stopped (SIGTERM, SIGKILL after the grace
+period).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dcgm_sim import dra
 from dcgm_sim.clock import SimClock
@@ -37,6 +43,9 @@ from dcgm_sim.controllers.podstatus import (
 from dcgm_sim.controllers.probes import flap_key, flap_seconds, readiness_delay
 from dcgm_sim.store import Event, Store, StoreError
 from migrator.model import kinds
+
+if TYPE_CHECKING:
+    from dcgm_sim.runtime.runtime import ContainerRuntime
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +85,11 @@ class Kubelet(Controller):
     def __init__(
         self, store: Store, clock: SimClock, *, pod_start_seconds: float = 2.0,
         termination_seconds: float = 1.0, readiness_probes: bool = True,
+        runtime: ContainerRuntime | None = None,
     ) -> None:
         super().__init__(store, clock)
+        self.runtime = runtime  # runs the pods whose image it holds (None: all simulated)
+        self._real: dict[str, list[str]] = {}  # uid -> pod IPs of pods the runtime runs
         self.readiness_probes = readiness_probes  # off: Ready as soon as running (fast tests)
         self.pod_start_seconds = pod_start_seconds
         self.termination_seconds = termination_seconds
@@ -135,6 +147,11 @@ class Kubelet(Controller):
         for ip in P.pod_ips(pod):
             self._ips.release(node, ip)
         uid = pod["metadata"]["uid"]
+        real_ips = self._real.pop(uid, None)
+        if real_ips is not None and self.runtime is not None:
+            self.runtime.forget(uid)
+            for ip in real_ips:
+                self._ips.release(node, ip)
         self._starting.discard(uid)
         self._killing.discard(uid)
         self._since.pop(("start", uid), None)
@@ -168,6 +185,8 @@ class Kubelet(Controller):
             uid = str(item[3]) if len(item) > 3 else ""
             if kind == "start":
                 self._start(ns, name, uid)
+            elif kind == "runtime":
+                self._sync_real(ns, name, uid)
             elif kind == "kill":
                 self._kill(ns, name, uid)
             else:
@@ -215,6 +234,11 @@ class Kubelet(Controller):
                 return
             self._killing.add(uid)
             self._starting.discard(uid)
+            if uid in self._real and self.runtime is not None:
+                grace = pod["metadata"].get("deletionGracePeriodSeconds")
+                self.runtime.stop(uid, None if grace is None else float(grace))
+                self._sync_real(*key, uid)  # removed once its containers stopped
+                return
             if P.is_pod_ready(pod):
                 self._write_status(pod, with_ready(pod, False, P.now_rfc3339()))
             grace = pod["metadata"].get("deletionGracePeriodSeconds")
@@ -226,6 +250,8 @@ class Kubelet(Controller):
         phase = (pod.get("status") or {}).get("phase")
         if phase in P.POD_PHASES_TERMINAL:
             return
+        if uid in self._real:
+            return  # its worker reports its state (`_sync_real`)
         if phase == "Running":
             # The fault stops pods from *becoming* Ready; a pod already Ready stays Ready.
             if not P.is_pod_ready(pod) and self._may_be_ready(pod, node):
@@ -252,6 +278,9 @@ class Kubelet(Controller):
         if node is None or node_failed(node) or phase == "Running" or phase in (
                 P.POD_PHASES_TERMINAL):
             return  # already running, or it ended meanwhile (a terminal phase stays)
+        if self.runtime is not None and self.runtime.runs(pod):
+            self._start_real(pod, node)
+            return
         delay = readiness_delay(pod) if self.readiness_probes else 0.0
         self._ready_at[uid] = self.clock.now() + delay
         if delay > 0:
@@ -259,6 +288,40 @@ class Kubelet(Controller):
         ips = P.pod_ips(pod) or self._ips.take_all(node)
         self._write_status(pod, running_status(pod, node, ips, self._may_be_ready(pod, node),
                                                P.now_rfc3339()))
+
+    def _start_real(self, pod: Obj, node: Obj) -> None:
+        """Hand the pod to the runtime, with its IPs (the downward API's `status.podIP`)."""
+        assert self.runtime is not None
+        meta = pod["metadata"]
+        uid, key = meta["uid"], (meta["namespace"], meta["name"])
+        ips = P.pod_ips(pod) or self._ips.take_all(node)
+        self._real[uid] = list(ips)
+        seen = running_status(pod, node, ips, False, P.now_rfc3339())
+        self.runtime.start({**pod, "status": seen}, ips,
+                           lambda: self.schedule(("runtime", *key, uid), 0))
+        self._sync_real(*key, uid)
+
+    def _sync_real(self, ns: str, name: str, uid: str) -> None:
+        """Write what the runtime reports for the pod; remove it once a deletion's containers
+        have stopped."""
+        pod = self._pods.get((ns, name))
+        if pod is None or pod["metadata"]["uid"] != uid or self.runtime is None:
+            return
+        snapshot = self.runtime.snapshot(uid)
+        node = self._nodes.get(P.node_name(pod))
+        if snapshot is None or node is None or node_failed(node):
+            return
+        from dcgm_sim.runtime.status import pod_status  # only with a runtime
+
+        images = {c.get("name", ""): self.runtime.image_id(str(c.get("image", "")))
+                  for c in (pod.get("spec") or {}).get("containers") or []}
+        status = pod_status(pod, node, self._real.get(uid, []), snapshot, images,
+                            P.now_rfc3339(), node_allows_ready(node)
+                            and ready_status(node) == "True" and not P.is_deleting(pod))
+        if _changed(pod.get("status") or {}, status):
+            self._write_status(pod, status)
+        if snapshot.ended and P.is_deleting(pod):
+            self._kill(ns, name, uid)
 
     def _may_be_ready(self, pod: Obj, node: Obj) -> bool:
         """Readiness probes pass (delay over, no flap), the node fault allows it, and the
@@ -304,6 +367,15 @@ class Kubelet(Controller):
             except StoreError as err:
                 if err.code != 404:
                     log.info("pod gc: %s/%s: %s", ns, name, err.message)
+
+
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether a status differs beyond its condition timestamps."""
+    def plain(status: Mapping[str, Any]) -> Any:
+        return {**status, "conditions": [{k: v for k, v in c.items()
+                                          if k not in ("lastTransitionTime", "lastProbeTime")}
+                                         for c in status.get("conditions") or []]}
+    return bool(plain(old) != plain(new))
 
 
 def _node_gate(node: Mapping[str, Any]) -> tuple[bool, bool, str]:

@@ -111,6 +111,11 @@ def serve_cmd(
         help="The cluster's IP families: ipv4 | ipv6 | dual (dual-stack, IPv4 primary). Sets "
              "the nodes' podCIDRs, the pods' IPs, the Service CIDRs and the EndpointSlice "
              "address types.")] = "ipv4",
+    images: Annotated[Path | None, typer.Option(
+        "--images", metavar="DIR",
+        help="Run the pods of this OCI image for real (images/build's folder or .oci.tar; "
+             "as root): `kubectl apply -f docs/guard.yaml` starts the guard, `kubectl logs` "
+             "shows its output. Pods of other images stay simulated.")] = None,
 ) -> None:
     """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.
 
@@ -130,7 +135,7 @@ def serve_cmd(
         namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
         fail_nth_write=fail_nth_write, watch_window=watch_window, rbac=tuple(rbac or ()),
-        tls=tls, operator_release=operator_release, ip_family=ip_family)
+        tls=tls, operator_release=operator_release, ip_family=ip_family, images=images)
     try:
         code = serve(options)
     except ServeError as err:

@@ -3,11 +3,11 @@
 What is covered is what a migration tool can trip over: object names and label/annotation
 syntax, ownerReferences, Namespace/Pod/DaemonSet/ConfigMap defaults and rules (DaemonSet
 selector required, matching its template, immutable; pod spec immutable but for images),
-Deployment/Job/CronJob defaults and the template rules a manifest trips over (selector,
-restartPolicy), EndpointSlices via `validation_endpointslice`,
-and Services via `allocation`. Custom resources (nvidia.com, monitoring.coreos.com) are stored
-schema-less, as a CRD without a structural schema would be. Status is reset on create for
-kinds whose status is a subresource, as the real strategies do.
+Deployment/ReplicaSet/Job/CronJob defaults and the template rules a manifest trips over
+(selector, restartPolicy; a Job's selector and labels generated from its uid), EndpointSlices
+via `validation_endpointslice`, and Services via `allocation`. Custom resources (nvidia.com,
+monitoring.coreos.com) are stored schema-less, as a CRD without a structural schema would be.
+Status is reset on create for kinds whose status is a subresource, as the real strategies do.
 
 `admit` is pure: the caller supplies the addresses and ports other Services hold.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from dcgm_sim import allocation, validation_endpointslice
 from dcgm_sim.allocation import Allocated
-from dcgm_sim.simkinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB
+from dcgm_sim.simkinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET
 from dcgm_sim.statuses import FieldErrors, bad_request
 from migrator.model import kinds, selectors
 from migrator.model.kinds import Kind
@@ -66,6 +66,7 @@ _STATUS_ON_CREATE: dict[str, Obj] = {
     kinds.GPU_CLUSTER.key: {},
     kinds.RESOURCE_CLAIM.key: {},  # PrepareForCreate drops a client's status
     DEPLOYMENT.key: {}, JOB.key: {}, CRON_JOB.key: {},
+    REPLICA_SET.key: {"replicas": 0},  # `replicas` has no omitempty
 }
 _PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 
@@ -97,8 +98,16 @@ def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
         errors.errors += validation_endpointslice.validate(obj, old).errors
     elif kind == DEPLOYMENT:
         _deployment(obj, old, errors)
+    elif kind == REPLICA_SET:
+        _replicaset(obj, old, errors)
     elif kind == JOB:
+        if old is None:
+            _generate_job_selector(obj)
         _job_spec(obj.setdefault("spec", {}), "spec", errors, defaults=True)
+        if old is not None and obj["spec"].get("selector") != (old.get("spec") or {}).get(
+                "selector"):
+            errors.add("Invalid", "spec.selector", "field is immutable",
+                       obj["spec"].get("selector"))
     elif kind == CRON_JOB:
         _cronjob(obj, errors)
     elif kind == kinds.RESOURCE_CLAIM and old is not None and obj.get("spec") != old.get("spec"):
@@ -347,10 +356,48 @@ def _deployment(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
     _validate_pod_spec(pod_spec, "spec.template.spec", errors)
 
 
+def _replicaset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
+    """`SetDefaults_ReplicaSet` (replicas 1) and `ValidateReplicaSet`'s selector rules (required,
+    matching the template, immutable in apps/v1); restartPolicy Always."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    pod_spec = _template_selector(spec, "spec", "replicaset", errors)
+    if old is not None and spec.get("selector") != (old.get("spec") or {}).get("selector"):
+        errors.add("Invalid", "spec.selector", "field is immutable", spec.get("selector"))
+    if pod_spec.get("restartPolicy") != "Always":
+        errors.add("NotSupported", "spec.template.spec.restartPolicy",
+                   'supported values: "Always"', pod_spec.get("restartPolicy"))
+
+
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+
+
+def _generate_job_selector(obj: Obj) -> None:
+    """The Job strategy's `PrepareForCreate` → `generateSelector` (pkg/registry/batch/job/
+    strategy.go), unless `spec.manualSelector` is true: the template gains the legacy and the
+    `batch.kubernetes.io/` job-name and controller-uid labels (those it lacks), and the selector
+    `batch.kubernetes.io/controller-uid: <uid>`, which makes the pods this Job's alone."""
+    spec = obj.setdefault("spec", {})
+    if spec.get("manualSelector") is True:
+        return
+    meta = obj["metadata"]
+    labels = spec.setdefault("template", {}).setdefault("metadata", {}).get("labels") or {}
+    for key in JOB_NAME_LABELS:
+        labels.setdefault(key, str(meta.get("name") or ""))
+    for key in CONTROLLER_UID_LABELS:
+        labels.setdefault(key, str(meta.get("uid") or ""))
+    spec["template"]["metadata"]["labels"] = labels
+    selector = spec.get("selector") or {}
+    match = dict(selector.get("matchLabels") or {})
+    match.setdefault(CONTROLLER_UID_LABELS[1], str(meta.get("uid") or ""))
+    spec["selector"] = dict(selector, matchLabels=match)
+
+
 def _job_spec(spec: Obj, path: str, errors: FieldErrors, *, defaults: bool) -> None:
     """`SetDefaults_Job` (batch/v1, a Job's own spec only: a CronJob's jobTemplate gets the pod
-    defaults alone) and the restartPolicy rule. No selector is generated (upstream adds
-    `batch.kubernetes.io/controller-uid` to the selector and the template's labels)."""
+    defaults alone) and the restartPolicy rule. The selector is generated before this
+    (`_generate_job_selector`)."""
     if defaults:
         if spec.get("completions") is None and spec.get("parallelism") is None:
             spec["completions"] = spec["parallelism"] = 1

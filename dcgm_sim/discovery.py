@@ -18,8 +18,8 @@ from migrator.model.kinds import Kind
 Obj = dict[str, Any]
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-_CATEGORY_ALL = (kinds.POD, kinds.SERVICE, kinds.DAEMONSET, simkinds.DEPLOYMENT, simkinds.JOB,
-                 simkinds.CRON_JOB)
+_CATEGORY_ALL = (kinds.POD, kinds.SERVICE, kinds.DAEMONSET, simkinds.DEPLOYMENT,
+                 simkinds.REPLICA_SET, simkinds.JOB, simkinds.CRON_JOB)
 _PREFERRED = {"nvidia.com": "v1"}
 
 

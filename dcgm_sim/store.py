@@ -269,13 +269,15 @@ class Store:
         return str(self._rv)
 
     def create(
-        self, resource: Resource, obj: Obj, *, dry_run: bool = False, adopt: bool = False
+        self, resource: Resource, obj: Obj, *, dry_run: bool = False, adopt: bool = False,
+        uid: str | None = None,
     ) -> Obj:
         """Store a new object, filling server-assigned metadata; AlreadyExists on a name clash.
 
         `adopt=True` (bulk seeding): the caller hands `obj` over and never touches it again, so
         it is stored without the defensive deep copy; only its top level and `metadata` dict
-        are written to, so those must be the caller's own (other parts may be shared)."""
+        are written to, so those must be the caller's own (other parts may be shared).
+        `uid`: the one admission already used (a Job's generated selector names it)."""
         with self.lock:
             obj = _taken(obj, adopt)
             meta = obj.setdefault("metadata", {})
@@ -301,7 +303,7 @@ class Store:
                 raise already_exists(resource, name)
             obj["apiVersion"] = resource.api_version
             obj["kind"] = resource.kind
-            meta["uid"] = str(uuid.uuid4())
+            meta["uid"] = uid or str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
             meta.pop("resourceVersion", None)
             meta.pop("deletionTimestamp", None)

@@ -4,7 +4,7 @@ A client asks for a Table with `Accept: application/json;as=Table;v=v1;g=meta.k8
 for its human-readable output; the tool to follow a rollout in few bytes). Upstream sources:
 
 - Columns and cells: `pkg/printers/internalversion/printers.go` (`AddHandlers`, `printPod`,
-  `printDaemonSet`, `printNode`, `printDeployment`, `printJob`, `printCronJob`,
+  `printDaemonSet`, `printNode`, `printDeployment`, `printReplicaSet`, `printJob`, `printCronJob`,
   `printServiceAccount`, `printRole`, `printRoleBinding`, ...). The server always renders the
   wide (priority 1) columns: `pkg/printers/storage` `TableConvertor.ConvertToTable` generates with
   `GenerateOptions{Wide: true}`; kubectl hides priority > 0 itself. Kinds without a printer
@@ -278,6 +278,15 @@ def _deployment_row(obj: Obj, now: datetime) -> Row:
              *_template_cells(obj, spec.get("template") or {}, spec.get("selector"))], None)
 
 
+def _replicaset_row(obj: Obj, now: datetime) -> Row:
+    """`printReplicaSet`: DESIRED spec.replicas, CURRENT status.replicas, READY readyReplicas."""
+    name, age = _name_age(obj, now)
+    spec, st = _spec(obj), _status(obj)
+    return ([name, int(spec.get("replicas") or 0), int(st.get("replicas") or 0),
+             int(st.get("readyReplicas") or 0), age,
+             *_template_cells(obj, spec.get("template") or {}, spec.get("selector"))], None)
+
+
 def _has_condition(st: Obj, type_: str) -> bool:
     return any(c.get("type") == type_ and c.get("status") == "True"
                for c in st.get("conditions") or [] if isinstance(c, dict))
@@ -397,6 +406,21 @@ PRINTERS: dict[str, Printer] = {
         _col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods "
              "are selected by this will be the ones affected by this deployment.", 1),
     ], _deployment_row),
+    S.REPLICA_SET.key: ([
+        _NAME_COL,
+        _col("Desired", "integer", "Replicas is the number of desired pods. This is a pointer "
+             "to distinguish between explicit zero and unspecified. Defaults to 1. More info: "
+             "https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/"
+             "#how-a-replicaset-works"),
+        _col("Current", "integer", "Replicas is the most recently observed number of non-"
+             "terminating pods. More info: https://kubernetes.io/docs/concepts/workloads/"
+             "controllers/replicaset/#how-a-replicaset-works"),
+        _col("Ready", "integer", "The number of non-terminating pods targeted by this "
+             "ReplicaSet with a Ready Condition."),
+        _AGE_COL, *_WORKLOAD_WIDE,
+        _col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods "
+             "are selected by this will be the ones affected by this deployment.", 1),
+    ], _replicaset_row),
     S.JOB.key: ([
         _NAME_COL, _col("Status", "string", "Status of the job."),
         _col("Completions", "string", "The number of pods which reached phase Succeeded."),

@@ -1,6 +1,7 @@
 """The simulated cluster's controllers: DaemonSet, kubelet (pod start/readiness/termination and
-pod GC), EndpointSlice, Endpoints, garbage collector, node lifecycle (node failure), DRA
-resource claims (with the scheduler's claim allocation), and an optional GPU Operator imitation.
+pod GC), the scheduler (pods without a node), Deployment, ReplicaSet, Job, EndpointSlice,
+Endpoints, garbage collector, node lifecycle (node failure), DRA resource claims (with the
+scheduler's claim allocation), and an optional GPU Operator imitation.
 
 All run on one thread (`base.ControllerLoop`), are fed by `Store.subscribe` (the callback only
 enqueues) and by timers on the injectable `SimClock`, and write straight into the store, never

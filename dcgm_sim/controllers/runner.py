@@ -8,13 +8,17 @@ from dataclasses import dataclass, field
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers.base import Controller, ControllerLoop, run_together
 from dcgm_sim.controllers.daemonsets import DaemonSetController
+from dcgm_sim.controllers.deployments import DeploymentController
 from dcgm_sim.controllers.endpoints import EndpointsController
 from dcgm_sim.controllers.endpointslices import EndpointSliceController
 from dcgm_sim.controllers.garbage import GarbageCollector
+from dcgm_sim.controllers.jobs import JobController
 from dcgm_sim.controllers.kubelet import Kubelet
 from dcgm_sim.controllers.nodelifecycle import GRACE_SECONDS, NodeLifecycleController
 from dcgm_sim.controllers.operator import OperatorImitation
+from dcgm_sim.controllers.replicasets import ReplicaSetController
 from dcgm_sim.controllers.resourceclaims import ResourceClaimController
+from dcgm_sim.controllers.scheduler import Scheduler
 from dcgm_sim.store import Store
 
 
@@ -42,6 +46,10 @@ class ControllerSet:
                     termination_seconds=self.termination_seconds,
                     readiness_probes=self.readiness_probes),
             DaemonSetController(self.store, self.clock),
+            Scheduler(self.store, self.clock),
+            ReplicaSetController(self.store, self.clock),
+            DeploymentController(self.store, self.clock),
+            JobController(self.store, self.clock),
             ResourceClaimController(self.store, self.clock),
             GarbageCollector(self.store, self.clock),
             EndpointSliceController(self.store, self.clock),

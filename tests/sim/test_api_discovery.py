@@ -50,7 +50,7 @@ def test_group_discovery(api: client.ApiClient, raw: Raw) -> None:
     code, body, _ = raw("GET", "/apis/apps/v1")
     assert {r["name"] for r in body["resources"]} == {
         "daemonsets", "daemonsets/status", "controllerrevisions", "deployments",
-        "deployments/status"}
+        "deployments/status", "replicasets", "replicasets/status"}
     code, body, _ = raw("GET", "/apis/authorization.k8s.io/v1")
     assert body["resources"][0]["verbs"] == ["create"]
     code, body, _ = raw("GET", "/apis/nvidia.com/v1alpha1")

@@ -138,8 +138,10 @@ def test_get_prints_what_was_created(kubectl: Kubectl) -> None:
     header = next(line for line in out.splitlines()
                   if line.startswith("NAME") and "READY" in line)
     assert header.split() == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    _ok(kubectl("-n", NS, "rollout", "status", "deploy/dcgm-migrate-guard", "--timeout=60s"))
+    out = _ok(kubectl("get", "deploy,job,cj,sa,role,rolebinding", "-n", NS))
     row = next(line for line in out.splitlines() if "deployment.apps/" in line)
-    assert row.split()[1:4] == ["0/2", "0", "0"]  # no controller: the replicas never come
+    assert row.split()[1:4] == ["2/2", "2", "2"]  # its ReplicaSet's two pods run
     row = next(line for line in out.splitlines() if "job.batch/" in line)
     assert row.split()[:3] == ["job.batch/dcgm-migrate-apply", "Running", "0/1"]
     row = next(line for line in out.splitlines() if "cronjob.batch/" in line)
@@ -168,7 +170,9 @@ def test_discovery_lists_the_kinds_as_upstream(kubectl: Kubectl) -> None:
                            ("clusterroles", "false"), ("clusterrolebindings", "false")):
         assert rows[plural][1:3] == ["rbac.authorization.k8s.io/v1", scoped]
     out = _ok(kubectl("api-resources", "--categories=all", "-o", "name"))
-    assert {"deployments.apps", "jobs.batch", "cronjobs.batch"} <= set(out.split())
+    assert {"deployments.apps", "replicasets.apps", "jobs.batch", "cronjobs.batch"} <= set(
+        out.split())
+    assert rows["replicasets"][1:] == ["rs", "apps/v1", "true", "ReplicaSet"]
 
 
 def _with_unknown_field(tmp_path: Path) -> Path:

@@ -6,10 +6,15 @@ Per container instance one thread runs its startup, readiness and liveness probe
 result flips after `failureThreshold` failures or `successThreshold` successes in a row;
 readiness starts as failure, liveness as success; until a startup probe succeeds the other two
 do not run. An HTTP answer from 200 to 399 is a success (`probe/http`), any other answer, a
-refused connection or no answer within `timeoutSeconds` a failure. Delays and periods are
-simulated seconds (the sim's clock, like every other kubelet timing); `timeoutSeconds` is real
-time, since it bounds a real process's answer. `exec` probes are not run (counted as
-successes).
+refused connection or no answer within `timeoutSeconds` a failure. `exec` probes are not run
+(counted as successes).
+
+Time: liveness and startup probes kill a real process, whose start-up and answers take real
+time, so their delays, periods and timeouts are real seconds (scaled, a 10 s initial delay
+would kill the guard before Python has imported it at `--time-scale 0.02`). Readiness only
+reports: its delay and period are simulated seconds like the simulated pods' readiness
+(controllers/probes.py), so a fast sim sees a real pod turn Ready promptly; its timeout is
+real.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import http.client
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,7 +95,7 @@ def probe_once(network: PodNetwork, pod_ip: str, probe: Mapping[str, Any],
 class _State:
     probe: Mapping[str, Any]
     result: bool
-    due: float  # simulated time of the next probe
+    due: float  # time.monotonic() of the next probe
     successes: int = 0
     failures: int = 0
 
@@ -106,12 +112,17 @@ class Prober:
         self.clock = clock
         self.on_change = on_change
         self._stop = threading.Event()
-        now = clock.now()
+        now = time.monotonic()
         self.states = {kind: _State(container[kind], kind == "livenessProbe",
-                                    now + float(container[kind].get("initialDelaySeconds") or 0))
+                                    now + self._real(kind, container[kind].get(
+                                        "initialDelaySeconds")))
                        for kind in KINDS if isinstance(container.get(kind), Mapping)}
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"sim-prober-{container.get('name')}")
+
+    def _real(self, kind: str, seconds: Any) -> float:
+        value = float(seconds or 0)
+        return self.clock.to_real(value) if kind == "readinessProbe" else value
 
     @property
     def ready(self) -> bool:
@@ -133,7 +144,7 @@ class Prober:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            now = self.clock.now()
+            now = time.monotonic()
             for kind, state in self.states.items():
                 if state.due > now or (kind != "startupProbe" and not self.started):
                     continue
@@ -142,12 +153,13 @@ class Prober:
                 ok = probe_once(self.network, self.pod_ip, state.probe, self.container)
                 if self._stop.is_set():
                     return
-                state.due = self.clock.now() + float(state.probe.get("periodSeconds") or 10)
+                state.due = time.monotonic() + self._real(
+                    kind, state.probe.get("periodSeconds") or 10)
                 self._count(kind, state, ok)
             dues = [s.due for k, s in self.states.items()
                     if not (k == "startupProbe" and s.result)]
-            wait = min(dues) - self.clock.now() if dues else 1.0
-            self._stop.wait(self.clock.to_real(max(wait, 0.0)) or 0.001)
+            wait = min(dues) - time.monotonic() if dues else 1.0
+            self._stop.wait(max(wait, 0.001))
 
     def _count(self, kind: str, state: _State, ok: bool) -> None:
         if ok:

@@ -116,6 +116,8 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
         if kind is not None and kind.key == simkinds.EVENTS_V1.key:  # core Events, converted
             core_info, core_req = eventsapi.core_request(info, req)
             response = eventsapi.answer(handlers.handle(b, core_info, core_req, policy))
+        elif counts_as_write and b.write_latency is not None:
+            response = b.write_latency.serve(lambda: handlers.handle(b, info, req, policy))
         else:
             response = handlers.handle(b, info, req, policy)
         if counts_as_write and response.code < 400:

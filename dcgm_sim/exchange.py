@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dcgm_sim.access import AccessControl
+from dcgm_sim.apilatency import WriteLatency
 from dcgm_sim.encoding import ObjectEncoder, dumps
 from dcgm_sim.faults import Faults
 from dcgm_sim.requestlog import RequestLog
@@ -95,3 +96,4 @@ class Backend:
     lists: ListCache = field(default_factory=ListCache)
     operator: OperatorControl | None = None  # `/sim/v1/operator` (None: no imitation)
     pod_logs: Any = None  # pods/log of pods run for real (`podlog.LogSource`; None: none)
+    write_latency: WriteLatency | None = None  # a real server's write time (apilatency.py)

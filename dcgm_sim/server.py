@@ -18,7 +18,8 @@ Module map: `routing` (path -> verb/resource), `dispatch` (authn, RBAC, faults),
 `eventsapi` (events.k8s.io/v1 over core Events),
 `access`, `faults`, `requestlog`, `simendpoints` (`/sim/v1`), `openapi` (OpenAPI documents,
 `fieldValidation`), `protobuf` (the SSAR and ConfigMap bodies kubectl sends), `finalizers`
-(finalizer rules of deletes and updates).
+(finalizer rules of deletes and updates), `apilatency` (opt-in, `model_writes`: each write
+takes a real API server's few milliseconds of simulated time, not the sim's own handling time).
 
 Where the sim knowingly differs from a real API server:
 - The main listener is plain HTTP, so kubectl (client-go) sends no credentials there: a request
@@ -90,6 +91,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from dcgm_sim.access import ADMIN_TOKEN, AccessControl
+from dcgm_sim.apilatency import WriteLatency
 from dcgm_sim.dispatch import Audit, dispatch
 from dcgm_sim.encoding import ObjectEncoder, dumps
 from dcgm_sim.exchange import Backend, OperatorControl, Request, Response
@@ -128,6 +130,11 @@ class ApiServer:
     def attach_operator(self, control: OperatorControl | None) -> None:
         """Serve `/sim/v1/operator` for this GPU Operator imitation (None: 404)."""
         self._backend.operator = control
+
+    def model_writes(self, latency: WriteLatency | None) -> None:
+        """Answer every write in a real API server's time instead of the sim's own
+        (`apilatency.py`; None: the sim's own time again)."""
+        self._backend.write_latency = latency
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen and serve in a daemon thread; returns the base URL."""

@@ -13,6 +13,7 @@ makes one layer).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import shutil
 import subprocess
@@ -127,6 +128,21 @@ def default_cache(source: Path) -> Path:
     return folder / "sim-rootfs"
 
 
+def _unpack_into(layout: _Layout, manifest: dict[str, Any], cache: Path, target: Path) -> None:
+    """Unpack beside `target`, then rename it into place; other builds' roots are removed."""
+    scratch = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=cache))
+    try:
+        _unpack(layout, list(manifest.get("layers") or []), scratch / "rootfs")
+        (scratch / "complete").touch()
+        shutil.rmtree(target, ignore_errors=True)
+        scratch.rename(target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for other in cache.iterdir():  # roots of earlier builds of the image
+        if other != target and not other.name.startswith("."):
+            shutil.rmtree(other, ignore_errors=True)
+
+
 def load(source: Path, cache: Path | None = None) -> OciImage:
     """Read the image `source` names; its layers are unpacked (as root: owners and modes kept)
     into `cache`/<manifest digest>/rootfs unless an earlier run did. ImageError when it is not
@@ -148,18 +164,10 @@ def load(source: Path, cache: Path | None = None) -> OciImage:
         target = cache / str(entry["digest"]).partition(":")[2][:32]
         if not (target / "complete").exists():
             cache.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=cache))
-            try:
-                _unpack(layout, list(manifest.get("layers") or []), scratch / "rootfs")
-                (scratch / "complete").touch()
+            with (cache / ".lock").open("w") as lock:  # one unpacker at a time (parallel tests)
+                fcntl.flock(lock, fcntl.LOCK_EX)
                 if not (target / "complete").exists():
-                    shutil.rmtree(target, ignore_errors=True)
-                    scratch.rename(target)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            for other in cache.iterdir():  # roots of earlier builds of the image
-                if other != target and not other.name.startswith("."):
-                    shutil.rmtree(other, ignore_errors=True)
+                    _unpack_into(layout, manifest, cache, target)
         return OciImage(name=str(name), tag=str(entry["annotations"][REF_ANNOTATION]),
                         digest=str(entry["digest"]), config=run, rootfs=target / "rootfs")
     finally:

@@ -407,6 +407,7 @@ class Guard:
         """One full pass: read, decide (hold, release, re-sync), write. `since`: when the
         oldest watch event it answers arrived (monotonic; None: the pass's own start)."""
         since = self.clock.monotonic() if since is None else since
+        began = self.clock.monotonic()
         self.passes += 1
         snap = self.read(pods=False)
         state, readable = self._read_state()
@@ -441,8 +442,13 @@ class Guard:
             for conflict in share.conflicts:
                 self.note(f"Service/{share.name} and Service/{share.component.service} "
                           f"differ: {conflict}")
+        decided = self.clock.monotonic()
         written, refused = self.write_slices(writes,
                                              covered=slicewrites.covered_nodes(slices))
+        if writes:
+            self.log(f"slice writes: {len(writes)} decided {(decided - began) * 1000:.0f} ms "
+                     f"into the pass ({(began - since) * 1000:.0f} ms after its first event), "
+                     f"answered {(self.clock.monotonic() - decided) * 1000:.0f} ms later")
         self._report_slices(snap, shared, written, refused, since)
         self.status.passed({s.name: len(s.endpoints) for s in shared},
                            self.clock.now().timestamp())

@@ -175,6 +175,39 @@ def _endpoint(ep: Mapping[str, Any], namespace: str) -> Obj:
     return out
 
 
+# Slice uid → (its resourceVersion, namespace, its endpoints as `_endpoint` shapes them). A
+# version names one content, so each slice is shaped once, not on every pass: at 15,000 nodes
+# a pass shaped 15,000 source endpoints and compared 15,000 of its own, most of the guard's
+# decision (docs/performance.md, "Guard with both stacks"). One entry per slice (its latest
+# version seen); an endpoint already in shape is kept as it is, not copied. Cleared when full.
+_SHAPED: dict[str, tuple[str, str, tuple[Obj, ...]]] = {}
+_SHAPED_MAX = 4096
+
+
+def _shaped(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
+    out = []
+    for ep in slice_.get("endpoints") or []:
+        shaped = _endpoint(ep, namespace)
+        out.append(ep if shaped == ep else shaped)
+    return tuple(out)
+
+
+def _endpoints_of(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
+    """`_endpoint` of every endpoint of the slice, once per version of it (do not mutate)."""
+    meta = o.meta(slice_)
+    uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+    if not uid or not version:
+        return _shaped(slice_, namespace)
+    hit = _SHAPED.get(uid)
+    if hit is not None and hit[0] == version and hit[1] == namespace:
+        return hit[2]
+    if len(_SHAPED) >= _SHAPED_MAX:
+        _SHAPED.clear()
+    shaped = _shaped(slice_, namespace)
+    _SHAPED[uid] = (version, namespace, shaped)
+    return shaped
+
+
 def _key(ep: Mapping[str, Any]) -> str:
     ref = ep.get("targetRef") or {}
     return str(ref.get("uid") or ref.get("name") or ",".join(ep.get("addresses") or []))
@@ -283,11 +316,11 @@ def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, A
             for sl in source_slices:
                 if _address_type(sl) != family:
                     continue
-                for ep in sl.get("endpoints") or []:
+                for ep in _endpoints_of(sl, snapshot.namespace):
                     if ep.get("nodeName") and ep["nodeName"] not in covered:
-                        seen.setdefault(_key(ep), _endpoint(ep, snapshot.namespace))
-            by_family[family] = tuple(sorted(seen.values(),
-                                             key=lambda e: (e.get("nodeName", ""), _key(e))))
+                        seen.setdefault(_key(ep), ep)
+            by_family[family] = tuple(e for _, e in sorted(
+                seen.items(), key=lambda kv: (kv[1].get("nodeName", ""), kv[0])))
             if source_slices and not any(_address_type(sl) == family for sl in source_slices):
                 conflicts.append(f"Service/{comp.alias} serves {family}, but the "
                                  f"EndpointSlices of Service/{comp.service} list no {family} "
@@ -328,8 +361,8 @@ def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
                 == [(r["kind"], r["name"], r["uid"]) for r in bm["ownerReferences"]]
                 and [_canonical_port(p) for p in live.get("ports") or []]
                 == [_canonical_port(p) for p in body.get("ports") or []]
-                and [_endpoint(e, str(lm.get("namespace") or "")) for e in
-                     live.get("endpoints") or []] == list(body.get("endpoints") or []))
+                and list(_endpoints_of(live, str(lm.get("namespace") or "")))
+                == list(body.get("endpoints") or []))
 
 
 def _canonical_port(p: Mapping[str, Any]) -> tuple[Any, ...]:

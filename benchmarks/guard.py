@@ -50,7 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import guardprofile
 from benchmarks.procs import CLI
+from dcgm_sim.apilatency import DEFAULT_WRITE_SECONDS, WriteLatency
 from dcgm_sim.cluster import SimCluster, write_kubeconfig
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from dcgm_sim.seed import seeded_cr
@@ -83,11 +85,32 @@ class _Name:
     nodes: frozenset[str]
     tool: Counter[str] = field(default_factory=Counter)
     every: Counter[str] = field(default_factory=Counter)
+    # Nodes of `nodes` with no count in `tool` / `every`, kept as the counts change: the
+    # tracker runs under the sim's store lock on every slice event, so checking coverage by
+    # scanning 7,500 nodes each time would slow the very writes it times.
+    tool_missing: int = -1
+    every_missing: int = -1
     takeover_at: float | None = None
+    takeover_wall: float = 0.0  # time.time() of the takeover, for the request log (--profile)
     reactions: list[float] = field(default_factory=list)
+    real: list[float] = field(default_factory=list)  # the same reactions in real seconds
+    takeover_cpu: float = 0.0  # the guard's CPU seconds at the takeover
+    cpu: list[float] = field(default_factory=list)  # the guard's CPU seconds in each reaction
+    windows: list[tuple[float, float]] = field(default_factory=list)  # (wall start, real)
 
-    def covered(self, counts: Counter[str]) -> bool:
-        return all(counts[n] > 0 for n in self.nodes)
+    def __post_init__(self) -> None:
+        self.tool_missing = self.every_missing = len(self.nodes)
+
+    def add(self, node: str, sign: int, tool: bool) -> None:
+        for counts, attr in ((self.every, "every_missing"),
+                             *(((self.tool, "tool_missing"),) if tool else ())):
+            before = counts[node]
+            counts[node] = before + sign
+            if node in self.nodes and (before > 0) != (before + sign > 0):
+                setattr(self, attr, getattr(self, attr) + (1 if before > 0 else -1))
+
+    def covered(self, tool: bool) -> bool:
+        return (self.tool_missing if tool else self.every_missing) == 0
 
 
 class Tracker:
@@ -96,6 +119,7 @@ class Tracker:
 
     def __init__(self, sim: SimCluster) -> None:
         self.sim = sim
+        self.pid = 0  # the guard's, once it runs (its CPU time per reaction)
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         pods = sim.store.list(kinds.POD, NS)[0]
@@ -126,9 +150,7 @@ class Tracker:
                  and (ep.get("targetRef") or {}).get("name") in name.pods}
         tool = labels.get(sharing.MANAGED_BY_LABEL) == TOOL
         for node in nodes:
-            name.every[node] += sign
-            if tool:
-                name.tool[node] += sign
+            name.add(node, sign, tool)
 
     def on_event(self, event: Event) -> None:
         kind = event.resource.kind
@@ -139,8 +161,11 @@ class Tracker:
                 self._count(event.old if event.type == "MODIFIED" else None, -1)
                 self._count(event.object, -1 if event.type == "DELETED" else +1)
                 for name in self.names.values():
-                    if name.takeover_at is not None and name.covered(name.tool):
+                    if name.takeover_at is not None and name.covered(tool=True):
                         name.reactions.append(self.sim.clock.now() - name.takeover_at)
+                        name.real.append(time.time() - name.takeover_wall)
+                        name.cpu.append(_cpu_seconds(self.pid) - name.takeover_cpu)
+                        name.windows.append((name.takeover_wall, name.real[-1]))
                         name.takeover_at = None
                 self.changed.notify_all()
         elif kind == kinds.SERVICE.kind:
@@ -152,6 +177,8 @@ class Tracker:
                 now_kind = "" if event.type == "DELETED" else _controller_kind(svc)
                 if now_kind == sharing.OPERATOR_KIND != self.owner[svc_name]:
                     self.names[svc_name].takeover_at = self.sim.clock.now()
+                    self.names[svc_name].takeover_wall = time.time()
+                    self.names[svc_name].takeover_cpu = _cpu_seconds(self.pid)
                 self.owner[svc_name] = now_kind
                 self.tool_service[svc_name] = (event.type != "DELETED" and (
                     svc["metadata"].get("labels") or {}).get(MANAGED_BY) == TOOL)
@@ -168,11 +195,11 @@ class Tracker:
 
     def shared(self) -> bool:
         """Both stable names list the GPUCluster pod of every GPUCluster node in tool slices."""
-        return all(n.covered(n.tool) for n in self.names.values())
+        return all(n.covered(tool=True) for n in self.names.values())
 
     def aliases_again(self) -> bool:
         """The tool's aliases hold both names and reach every GPUCluster node."""
-        return all(self.tool_service[s] and n.covered(n.every) for s, n in self.names.items())
+        return all(self.tool_service[s] and n.covered(tool=False) for s, n in self.names.items())
 
     def reacted(self, count: int) -> bool:
         return all(len(n.reactions) >= count for n in self.names.values())
@@ -268,6 +295,15 @@ def _poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of the process so far, every thread (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _vm_hwm_mb(pid: int) -> float:
     """The process's peak resident set since its exec (0 once it is gone)."""
     try:
@@ -350,24 +386,40 @@ class Figures:
     rss_after_takeover_mb: list[float] = field(default_factory=list)  # VmHWM after each
     reaction_median_s: float | None = None
     reaction_max_s: float | None = None
+    # The same reactions in real seconds: with the sim's own write handling (and its
+    # controllers' share of the interpreter meanwhile), which `api_write_ms` leaves out.
+    reactions_real_s: list[float] = field(default_factory=list)
+    reaction_real_median_s: float | None = None
+    reaction_real_max_s: float | None = None
+    api_write_ms: float = 0.0  # the modelled write latency (0: the sim's own time)
+    # The guard's CPU seconds (every thread) within each reaction: what no API server speed
+    # takes away (its decision, its requests, its watches' decoding).
+    reaction_cpu_s: list[float] = field(default_factory=list)
+    reaction_cpu_median_s: float | None = None
     takeovers: int = 0
     time_scale: float = 1.0
+    profile: list[str] = field(default_factory=list)  # --profile: one line per reaction
 
     def as_dict(self) -> Obj:
         return {"benchmark": "guard", **self.__dict__}
 
 
 def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: float = 1.0,
-            timeout: float = 900.0, guard_log: Path | None = None) -> Figures:
+            timeout: float = 900.0, guard_log: Path | None = None,
+            profile: bool = False,
+            api_write_ms: float = DEFAULT_WRITE_SECONDS * 1000) -> Figures:
     state = applied_state()
     _note(f"state from an 8-node apply; seeding {nodes} nodes (mixed)")
     with SimCluster(nodes=nodes, stack="mixed", time_scale=time_scale,
                     operator_reconcile_seconds=RESYNC_SECONDS) as sim, \
             tempfile.TemporaryDirectory(prefix="dcgm-bench-guard-") as tmp:
         sim.store.create(kinds.CONFIGMAP, state)
+        if api_write_ms > 0:
+            sim.server.model_writes(WriteLatency(sim.clock, api_write_ms / 1000.0))
         tracker = Tracker(sim)
         gpu_nodes = len(tracker.names["nvidia-dcgm"].nodes)
-        fig = Figures(nodes, gpu_nodes, seed_s=sim.seed_seconds, time_scale=time_scale)
+        fig = Figures(nodes, gpu_nodes, seed_s=sim.seed_seconds, time_scale=time_scale,
+                      api_write_ms=api_write_ms)
         proxy = CountingProxy(sim.url)
         kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", proxy.url, NS)
         err_path = Path(tmp) / "guard.log"
@@ -376,6 +428,7 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
                                     stdout=subprocess.DEVNULL, stderr=err,
                                     stdin=subprocess.DEVNULL)
         hwm = _HighWater(proc.pid)
+        tracker.pid = proc.pid
         began, sim_began = time.monotonic(), sim.clock.now()
         try:
             _note(f"guard pid {proc.pid}; waiting until it shares both names to "
@@ -420,6 +473,7 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
                   f"{fig.verdicts_in_window} verdicts; VmHWM {fig.rss_steady_mb:.0f} MB")
 
             for i in range(takeovers):
+                before = sim.server.log.last_seq
                 cp = sim.store.list(kinds.CLUSTER_POLICY)[0][0]
                 sim.store.delete(kinds.CLUSTER_POLICY, None, cp["metadata"]["name"])
                 tracker.wait(tracker.aliases_again, timeout, "aliases created again")
@@ -433,11 +487,25 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
                 _note(f"takeover {i + 1}: shared again after "
                       f"{', '.join(f'{r:.2f}' for r in last)} simulated s; "
                       f"VmHWM {fig.rss_after_takeover_mb[-1]:.0f} MB")
+                if profile:
+                    records = sim.server.log.since(before)
+                    for name, n in tracker.names.items():
+                        wall, reaction = n.windows[-1]
+                        fig.profile.append(guardprofile.breakdown(
+                            name, wall, reaction, records, STATE_CONFIGMAP).line()
+                            + f"; simulated {n.reactions[-1] * 1000:.0f} ms, guard CPU "
+                              f"{n.cpu[-1] * 1000:.0f} ms")
+                        _note(f"  {fig.profile[-1]}")
             fig.takeovers = takeovers
             fig.reactions_s = [r for n in tracker.names.values() for r in n.reactions]
+            fig.reactions_real_s = [r for n in tracker.names.values() for r in n.real]
             if fig.reactions_s:
                 fig.reaction_median_s = statistics.median(fig.reactions_s)
                 fig.reaction_max_s = max(fig.reactions_s)
+                fig.reaction_real_median_s = statistics.median(fig.reactions_real_s)
+                fig.reaction_real_max_s = max(fig.reactions_real_s)
+                fig.reaction_cpu_s = [c for n in tracker.names.values() for c in n.cpu]
+                fig.reaction_cpu_median_s = statistics.median(fig.reaction_cpu_s)
         finally:
             tracker.close()
             if proc.poll() is None:
@@ -465,7 +533,12 @@ def _table(fig: Figures) -> str:
         ("guard peak RSS MB (shared / steady / whole run)",
          f"{fig.rss_shared_mb:.0f} / {fig.rss_steady_mb:.0f} / {fig.rss_peak_mb:.0f}"),
         (f"takeover reaction, simulated s (median / max of {len(fig.reactions_s)})",
-         f"{s(fig.reaction_median_s)} / {s(fig.reaction_max_s)}"),
+         f"{s(fig.reaction_median_s)} / {s(fig.reaction_max_s)}"
+         + (f" (API writes {fig.api_write_ms:g} ms each)" if fig.api_write_ms else "")),
+        ("the same, real s (the sim's own write handling included)",
+         f"{s(fig.reaction_real_median_s)} / {s(fig.reaction_real_max_s)}"),
+        ("the guard's CPU s within a reaction, median",
+         f"{s(fig.reaction_cpu_median_s)}"),
         (f"steady API bytes per hour ({fig.steady_real_s:.0f} s measured)",
          f"{fig.bytes_per_hour / 1e6:.1f} MB "
          f"({fig.steady_bytes_down / max(1, fig.steady_bytes):.0%} received)"),
@@ -490,9 +563,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="real seconds each wait may take")
     parser.add_argument("--guard-log", type=Path, help="copy the guard's stderr here")
+    parser.add_argument("--profile", action="store_true",
+                        help="print where each reaction went, from the sim's request log "
+                             "(benchmarks/guardprofile.py)")
+    parser.add_argument("--api-write-ms", type=float, default=DEFAULT_WRITE_SECONDS * 1000,
+                        help="simulated ms each API write takes, as on a real API server, "
+                             "instead of the sim's own handling time (dcgm_sim/apilatency.py; "
+                             "0: the sim's own time)")
     args = parser.parse_args(argv)
     fig = measure(args.nodes, args.takeovers, args.steady_seconds, time_scale=args.time_scale,
-                  timeout=args.timeout, guard_log=args.guard_log)
+                  timeout=args.timeout, guard_log=args.guard_log, profile=args.profile,
+                  api_write_ms=args.api_write_ms)
     print(_table(fig))
     print(json.dumps(fig.as_dict(), sort_keys=True))
 

@@ -89,9 +89,11 @@ def test_containers_run_exit_restart_and_log_as_on_a_node(serve: Callable[..., S
     assert sim.kubectl("logs", "once", "--since", "1h").stdout == "dcgm-migrate 0.1.0\n"
 
     # one network namespace per pod: both bind port 7000 and stay up; the probe reaches one
-    for name in ("port-a", "port-b"):
-        until(f"{name} bound", lambda n=name: sim.kubectl("logs", n, check=False).stdout
-              == "bound\n")
+    def bound(name: str) -> bool:
+        return sim.kubectl("logs", name, check=False).stdout == "bound\n"
+
+    until("port-a bound", lambda: bound("port-a"))
+    until("port-b bound", lambda: bound("port-b"))
     time.sleep(5)  # past port-b's liveness delay, a few of its periods
     assert _container(sim, "port-b")["restartCount"] == 0, _container(sim, "port-b")
     assert _container(sim, "port-a")["ready"] and _container(sim, "port-b")["ready"]

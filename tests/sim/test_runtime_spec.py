@@ -125,3 +125,15 @@ def test_paths_resolve_inside_the_root(tmp_path: Path) -> None:
     (tmp_path / "up").symlink_to("../../..")
     assert resolve_in_root(tmp_path, "/var/run/secrets/x") == "run/secrets/x"
     assert resolve_in_root(tmp_path, "/up/etc") == "etc"
+
+
+def test_serve_refuses_what_the_runtime_cannot_run(tmp_path: Path) -> None:
+    from dcgm_sim.runtime.image import ImageError, load
+    from dcgm_sim.serve import ServeError, ServeOptions
+
+    with pytest.raises(ServeError, match="no such folder or archive"):
+        ServeOptions(images=tmp_path / "missing").validate()
+    with pytest.raises(ServeError, match="needs the TLS listener"):
+        ServeOptions(images=tmp_path, tls=False).validate()
+    with pytest.raises(ImageError, match="expected one"):
+        load(tmp_path, tmp_path / "cache")  # a folder without an archive

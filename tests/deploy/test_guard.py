@@ -70,8 +70,12 @@ def test_guard_deployment_shares_the_names_and_fails_over(
     one = sim.kubectl("logs", "deploy/dcgm-migrate-guard").stdout  # kubectl picks a replica
     assert "guarding aliases in namespace gpu-operator" in one, one
 
-    # the leader's pod deleted: SIGTERM releases the Lease, the standby takes it at once and
-    # the ReplicaSet starts a replacement
+    # the leader's pod deleted: SIGTERM releases the Lease, the standby takes it at its next
+    # try (every 2 s) and the ReplicaSet starts a replacement. A real node takes seconds to
+    # start that (image pull, sandbox); the sim's node setting makes it 300 simulated seconds
+    # (6 s), lest a replacement that starts at once race the standby for the released Lease.
+    sim.kubectl("annotate", "nodes", "--all", "--overwrite",
+                "sim.dcgm-migrate/pod-start-seconds=300")
     deleted_at = time.monotonic()
     sim.kubectl("delete", "pod", leader)
     successor = until("another holder", lambda: (h := _holder(sim)) and h != leader and h)

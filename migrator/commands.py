@@ -193,7 +193,9 @@ def plan(session: Session, options: Options) -> PlanReport:
     covers, for `save_plan`). Writes nothing."""
     snap = _observe(session)
     state, _ = _load_state(session)
-    return reports.build(snap, session.catalog, state, options, objects=True)
+    report = reports.build(snap, session.catalog, state, options, objects=True)
+    Warned(session.listener).say(report.warnings)
+    return report
 
 
 def _plan_checksum(body: dict[str, Any]) -> str:
@@ -447,6 +449,7 @@ def status(session: Session) -> StatusReport:
     snap = _observe(session)
     state, _ = _load_state(session)
     report = reports.build(snap, session.catalog, state, Options(), forward=False)
+    Warned(session.listener).say(report.warnings)
     digest = None if state is None else StateDigest(
         state.plan_fingerprint, state.updated, state.last_error, tuple(state.history[-10:]))
     lock = session.store.lock_info()

@@ -95,7 +95,7 @@ class PlainProgress:
     def warning(self, text: str) -> None:
         if self.warnings:
             self._say(f"warning: {text}")
-        else:
+        elif text not in self.held:  # `status --watch` reads the same warnings every refresh
             self.held.append(text)
 
     def say_held(self) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
 from dcgm_sim.cluster import SimCluster
 from migrator.engine import report as reports
@@ -177,3 +178,21 @@ def test_json_nothing_to_do_says_its_warnings_on_stderr(sim: SimCluster) -> None
         assert f"warning: {warning}" in again.stderr, warning
     table = cli.run(sim.kubeconfig, "apply", "--phase", "1", "--yes")
     assert "warning:" not in table.stderr  # a table prints them once, in the report
+
+
+@pytest.mark.parametrize("command", ["plan", "status", "verify"])
+def test_plan_status_and_verify_say_their_warnings_on_stderr_under_json(
+        sim: SimCluster, command: str) -> None:
+    """The README's rule for every command: with -o json/yaml each warning is in the document
+    and once as a `warning:` line on stderr; a table prints it once, in the report only."""
+    _service_monitor_on_the_exporter(sim)
+    for output in ("json", "yaml"):
+        done = cli.run(sim.kubeconfig, command, "-o", output)
+        doc = json.loads(done.stdout) if output == "json" else yaml.safe_load(done.stdout)
+        warnings = doc.get("warnings") or doc["report"]["warnings"]
+        assert warnings, doc
+        for warning in warnings:
+            assert done.stderr.count(f"warning: {warning}") == 1, (warning, done.stderr)
+    table = cli.run(sim.kubeconfig, command)
+    assert "warning:" not in table.stderr
+    assert "possible duplicate scraping" in table.stdout

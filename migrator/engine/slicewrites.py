@@ -27,7 +27,14 @@ What upstream does instead, and what is taken here:
 Fuller slices were considered and not taken: `MAX_ENDPOINTS` stays the controller's 100
 because every kube-proxy and every `role: endpointslice` scraper receives a whole slice on each
 change; at 1,000 endpoints a single pod's restart would resend ten times the bytes to every
-node of the cluster (docs/performance.md).
+node of the cluster (docs/performance.md). The takeover pays for it with 150 requests instead
+of 16, which against an API server that answers a write in a few milliseconds, WORKERS at a
+time, is about ten round trips: measured with the sim's write latency modelled that way
+(`benchmarks.guard --api-write-ms`), what was left of a takeover's reaction was the guard's
+own decision before its first write, not its writes, and that is what was made cheaper
+(`sharing._endpoints_of`: each slice's endpoints shaped once per version). More workers were
+not taken either: the requests are built and their answers decoded on the guard's one
+interpreter, so past a few in flight they only queue there instead of at the server.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 import urllib3
 
+POOLED = 32  # keep-alive connections per server, at least (see `Sender`'s pool)
 CLUSTER_KEYS = frozenset({"server", "certificate-authority", "certificate-authority-data",
                           "insecure-skip-tls-verify", "tls-server-name", "extensions"})
 USER_KEYS = frozenset({"token", "tokenFile", "client-certificate", "client-certificate-data",
@@ -194,7 +195,12 @@ class Sender:
             if endpoint.server_name:
                 tls["server_hostname"] = endpoint.server_name
                 tls["assert_hostname"] = endpoint.server_name
-        self._pool = urllib3.PoolManager(num_pools=4, maxsize=(os.cpu_count() or 1) * 5,
+        # At least POOLED connections kept alive: the guard holds three watches open and sends
+        # 16 slice writes at once (engine/slicewrites.py); with fewer, each wave of writes
+        # opened new connections, a TCP and TLS handshake each on a real server, and at a
+        # 15,000-node takeover on the sim waited seconds to be accepted.
+        self._pool = urllib3.PoolManager(num_pools=4,
+                                         maxsize=max((os.cpu_count() or 1) * 5, POOLED),
                                          retries=False, **tls)
 
     def request(self, method: str, path: str, query: Sequence[tuple[str, str]], body: Any,

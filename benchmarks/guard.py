@@ -423,6 +423,7 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
         proxy = CountingProxy(sim.url)
         kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", proxy.url, NS)
         err_path = Path(tmp) / "guard.log"
+        start_mark = sim.server.log.last_seq
         with open(err_path, "wb") as err:
             proc = subprocess.Popen([*CLI, "guard", "--kubeconfig", str(kubeconfig)],
                                     stdout=subprocess.DEVNULL, stderr=err,
@@ -443,13 +444,15 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
             # The guard's start lists what it watches, which counts as a change: the verdict
             # that is owed comes within verdict_seconds of the first. A window that long waits
             # for it first (and for its read to end), so it shows a quiet cluster, and weighs
-            # it; a shorter window ends before it anyway.
+            # it; a shorter window ends before it anyway. The first verdict is taken at the
+            # start, but its whole read may still be under way after the share: the owed one
+            # is the second whole read since the guard started.
             if steady_seconds >= GuardSettings().verdict_seconds:
-                owed_mark = sim.server.log.last_seq
                 owed_t0 = time.monotonic()
                 _note("waiting for the verdict the guard's start is owed")
-                _poll(lambda: bool(_verdict_reads(sim.server.log.since(owed_mark))),
+                _poll(lambda: len(_verdict_reads(sim.server.log.since(start_mark))) >= 2,
                       GuardSettings().verdict_seconds + timeout, "the owed verdict")
+                owed_mark = _verdict_reads(sim.server.log.since(start_mark))[1].seq - 1
                 _poll(lambda: _quiet_for(sim, 3.0, owed_mark), timeout,
                       "the owed verdict's read")
                 fig.owed_wait_s = time.monotonic() - owed_t0

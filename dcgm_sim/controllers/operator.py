@@ -129,7 +129,7 @@ def apply_desired(store: Store, desired: Obj) -> str:
         allocated = _allocated(store) if kind is kinds.SERVICE else None
         store.create(kind, admission.admit(kind, desired, allocated=allocated))
         return "created"
-    obj = copy.deepcopy(desired)
+    obj = desired  # admission.admit copies it: `desired` is never mutated (render's cache)
     allocated = None
     if kind is kinds.DAEMONSET:
         live_hash = (live["metadata"].get("annotations") or {}).get(HASH_ANNOTATION)
@@ -137,6 +137,7 @@ def apply_desired(store: Store, desired: Obj) -> str:
             return "skipped"
     elif kind is kinds.SERVICE:
         live_spec = live.get("spec") or {}
+        obj = {**desired, "spec": dict(desired["spec"])}
         for field in ("clusterIP", "clusterIPs"):
             if field in live_spec:
                 obj["spec"][field] = copy.deepcopy(live_spec[field])
@@ -238,6 +239,14 @@ class OperatorImitation(Controller):
         self._release = release
         self._release_lock = threading.Lock()
         self._fixtures = Fixtures()
+        # render() is a pure function of the CR, the namespace and the release: each resync
+        # of an unchanged CR reuses the last rendering instead of re-rendering every manifest
+        # (the objects are only read: apply_desired and admission copy before writing).
+        self._rendered: dict[tuple[str, str, str, str], list[Obj]] = {}
+        # (kind, namespace, name) -> (the rendered object, the live resourceVersion) of the
+        # last apply that changed nothing: the same object against the same live version
+        # would change nothing again, so a resync skips its admission and update.
+        self._unchanged: dict[tuple[str, str, str], tuple[Obj, str]] = {}
 
     # ---- the release (an operator upgrade or downgrade) --------------------------------------
 
@@ -308,18 +317,42 @@ class OperatorImitation(Controller):
                 continue
             cr = min(live, key=lambda c: (c["metadata"].get("creationTimestamp", ""),
                                           c["metadata"]["name"]))
-            for desired in render(cr, self.namespace, self._fixtures, release):
+            for desired in self._render(kind, cr, release):
                 if desired["kind"] == "ServiceMonitor":
                     if not self._monitor_outdated(desired):
                         continue
                 elif desired["kind"] not in RECONCILED_KINDS:
                     continue
                 try:
-                    apply_desired(self.store, desired)
+                    self._apply(desired)
                 except (StoreError, ApiError) as err:
                     log.info("operator: %s %s: %s", desired["kind"],
                              desired["metadata"]["name"], err)
             self.delete_disabled(cr, release)
+
+    def _apply(self, desired: Obj) -> None:
+        meta = desired["metadata"]
+        kind = kinds.BY_KIND[desired["kind"]]
+        key = (kind.key, str(meta.get("namespace") or ""), str(meta["name"]))
+        live = self.store.find(kind, meta.get("namespace"), meta["name"])
+        memo = self._unchanged.pop(key, None)
+        if (memo is not None and live is not None and memo[0] is desired
+                and memo[1] == live["metadata"].get("resourceVersion")):
+            self._unchanged[key] = memo
+            return
+        if apply_desired(self.store, desired) == "unchanged" and live is not None:
+            self._unchanged[key] = (desired, str(live["metadata"].get("resourceVersion")))
+
+    def _render(self, kind: kinds.Kind, cr: Obj, release: str) -> list[Obj]:
+        meta = cr["metadata"]
+        key = (kind.key, str(meta.get("uid", "")), str(meta.get("resourceVersion", "")),
+               release)
+        objs = self._rendered.get(key)
+        if objs is None:
+            objs = render(cr, self.namespace, self._fixtures, release)
+            self._rendered = {k: v for k, v in self._rendered.items() if k[0] != kind.key}
+            self._rendered[key] = objs
+        return objs
 
     def _monitor_outdated(self, desired: Obj) -> bool:
         """A rendered ServiceMonitor is written while its CRD exists: created when absent (so

@@ -2,7 +2,13 @@
 (per node for `internalTrafficPolicy: Local`) throughout an end-to-end test and records every sample
 outside the disruption budget (docs/design.md, "Gates"): zero tolerance, except while phase 1 (or
 its rollback) rolls pods, when the DaemonSet's own maxUnavailable applies. Which phase runs is read
-from the tool's own state ConfigMap, so the budget follows the run exactly."""
+from the tool's own state ConfigMap, so the budget follows the run exactly.
+
+It samples when the store commits a change to what it reads (an EndpointSlice, Service or
+ConfigMap of the namespace; changes that come faster than a sample are read together, as a
+poll would read them), and at least every `interval` seconds besides: between two commits
+nothing it reads can change, so polling the unchanged store every few milliseconds would only
+burn CPU and contend for the store lock with the controllers under test."""
 
 from __future__ import annotations
 
@@ -15,9 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcgm_sim.store import Store
+from dcgm_sim.store import Event, Store
 from migrator.model import kinds
 from migrator.model import objects as o
+
+WATCHED = frozenset(k.key for k in (kinds.ENDPOINTSLICE, kinds.SERVICE, kinds.CONFIGMAP))
 
 
 @dataclass
@@ -31,13 +39,14 @@ class Sample:
 class DisruptionMonitor:
     store: Store
     namespace: str = "gpu-operator"
-    interval: float = 0.002
+    interval: float = 0.25  # the longest time between two samples when nothing changes
     rolling_budget: int = 1
     violations: list[str] = field(default_factory=list)
     samples: int = 0
     lowest: dict[str, tuple[int, int]] = field(default_factory=dict)
     _baseline: dict[str, Sample] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _dirty: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _external: bool = False
     _paused: bool = False
@@ -164,12 +173,22 @@ class DisruptionMonitor:
             self._baseline.clear()
             self._paused = False
 
+    def _on_event(self, event: Event) -> None:
+        """Store subscriber (under the store lock, so only a flag): something it reads changed."""
+        if (event.resource.key in WATCHED
+                and (event.object.get("metadata") or {}).get("namespace") == self.namespace):
+            self._dirty.set()
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._dirty.wait(self.interval)
+            self._dirty.clear()  # before reading: a commit during the sample sets it again
+            if self._stop.is_set():
+                break
             self._check()
-            self._stop.wait(self.interval)
 
     def start(self) -> DisruptionMonitor:
+        self.store.subscribe(self._on_event)
         self._check()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="disruption")
         self._thread.start()
@@ -177,8 +196,10 @@ class DisruptionMonitor:
 
     def stop(self) -> None:
         self._stop.set()
+        self._dirty.set()
         if self._thread:
             self._thread.join(5)
+        self.store.unsubscribe(self._on_event)
         self._check()
 
     def forget(self, service: str) -> None:

@@ -6,6 +6,11 @@ Each k gets a fresh simulated cluster watched by the disruption monitor; the CLI
 subprocess; the kill is exact (the sim holds the answer of write k until the process is dead).
 The killed run's lock stays held until it expires (tests/reliability/test_concurrency.py): each
 rerun meets it expired, as after waiting out its TTL.
+
+Each command's K crash points are split into `SHARDS` tests (k = shard+1, shard+1+SHARDS, ...),
+so pytest-xdist runs them side by side; together they cover every k from 1 to K, as one test
+did. The uninterrupted reference run is made once per worker process and command, on its own
+fresh cluster, and every shard checks it (more than 5 writes, its end state) as before.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from tests.helpers import cli, crash
 from tests.reliability.conftest import APPLY, ROLLBACK, Env
 
 Prepare = Callable[[Env], None]
+SHARDS = 4
 
 
 @dataclass
@@ -70,12 +76,20 @@ def _resume_problems(env: Env, ref: Reference, args: tuple[str, ...]) -> list[st
     return problems
 
 
+_references: dict[tuple[str, ...], Reference] = {}  # per worker process: made once per command
+_pristine: list[dict[str, Any]] = []
+
+
 def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...],
-                          label: str, capsys: pytest.CaptureFixture[str]) -> Reference:
-    ref = _reference(fresh, prepare, args)
+                          label: str, capsys: pytest.CaptureFixture[str],
+                          shard: int) -> Reference:
+    ref = _references.get(args)
+    if ref is None:
+        ref = _references[args] = _reference(fresh, prepare, args)
     assert ref.writes > 5, f"{label}: only {ref.writes} writes; the harness counted nothing real"
     failures = []
-    for k in range(1, ref.writes + 1):
+    points = range(shard + 1, ref.writes + 1, SHARDS)
+    for k in points:
         env = fresh()
         prepare(env)
         if not crash.kill_after_write(env.sim, k, *args):
@@ -88,28 +102,32 @@ def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tup
         if problems:
             failures.append(f"k={k}: " + "; ".join(problems[:5]))
     with capsys.disabled():
-        print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, "
-              f"resumed cleanly {ref.writes - len(failures)}/{ref.writes}")
+        print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
+              f"{shard + 1}/{SHARDS}: resumed cleanly {len(points) - len(failures)}/{len(points)}")
     assert not failures, "\n".join(failures)
     return ref
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize("shard", range(SHARDS))
 def test_apply_killed_after_any_write_resumes_to_the_same_end_state(
-        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str]) -> None:
-    ref = _crash_at_every_write(fresh, _nothing, APPLY, "apply", capsys)
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], shard: int) -> None:
+    ref = _crash_at_every_write(fresh, _nothing, APPLY, "apply", capsys, shard)
     assert [p["status"] for p in ref.state["phases"].values()] == ["completed"] * 3
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize("shard", range(SHARDS))
 def test_rollback_killed_after_any_write_resumes_to_the_same_end_state(
-        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str]) -> None:
-    pristine = fresh(monitor=False)
-    before = crash.comparable(pristine.sim)
-    pristine.sim.stop()
-    ref = _crash_at_every_write(fresh, _migrated, ROLLBACK, "rollback", capsys)
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], shard: int) -> None:
+    if not _pristine:
+        pristine = fresh(monitor=False)
+        _pristine.append(crash.comparable(pristine.sim))
+        pristine.sim.stop()
+    before = _pristine[0]
+    ref = _crash_at_every_write(fresh, _migrated, ROLLBACK, "rollback", capsys, shard)
     assert [p["status"] for p in ref.state["phases"].values()] == ["rolled-back"] * 3
     assert crash.diff(before, ref.objects) == [], "rollback did not restore the cluster"
 

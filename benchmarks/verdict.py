@@ -2,7 +2,7 @@
 
 For each size: one sim in this process, one snapshot read over HTTP exactly as `status` reads
 it, then the pure parts timed on that snapshot — the verdict alone, and the whole report
-(`engine/report.build`, which includes it) — as medians of several runs, beside the read
+(`engine/assemble.build`, which includes it) — as medians of several runs, beside the read
 itself. Measurements, never assertions.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from dcgm_sim.cluster import SimCluster
-from migrator.engine import report
-from migrator.engine.observe import read_snapshot
+from migrator.engine import assemble
+from migrator.engine.reads import read_snapshot
 from migrator.kube.client import Kube
 from migrator.model.outcome import verdict
 from migrator.model.planning import Options
@@ -53,7 +53,7 @@ def _measure(size: int, stack: str, runs: int, catalog: Catalog) -> None:
         read = _median_ms(lambda: read_snapshot(kube, sim.namespace, catalog), max(1, runs // 2))
         # A fresh copy each run: a snapshot keeps what it computed (`Snapshot.memo`).
         judged = _median_ms(lambda: verdict(replace(snap), catalog), runs)
-        built = _median_ms(lambda: report.build(replace(snap), catalog, None, Options()), runs)
+        built = _median_ms(lambda: assemble.build(replace(snap), catalog, None, Options()), runs)
         kube.close()
     print(f"{size:>6} {len(snap.pods):>6} {read:>9.0f} {judged:>11.0f} {built:>10.0f} "
           f"{judged / read:>13.2f}")

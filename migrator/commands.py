@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import report as reports
-from migrator.engine import runstatus
+from migrator.engine import assemble, runstatus
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.locate import locate, namespace_check, wrong_namespace
-from migrator.engine.observe import read_snapshot
 from migrator.engine.progress import Listener, Quiet
+from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import (
     Lowest,
     PhaseView,
@@ -193,7 +192,7 @@ def plan(session: Session, options: Options) -> PlanReport:
     covers, for `save_plan`). Writes nothing."""
     snap = _observe(session)
     state, _ = _load_state(session)
-    report = reports.build(snap, session.catalog, state, options, objects=True)
+    report = assemble.build(snap, session.catalog, state, options, objects=True)
     Warned(session.listener).say(report.warnings)
     return report
 
@@ -300,7 +299,7 @@ def _locked_run(session: Session, told: Warned, cache: Informer, request: RunReq
         runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
                             session.clock, told, request.settings), state)
         result = action(runner)
-    final = reports.build(runner.snapshot(), session.catalog, state, request.options,
+    final = assemble.build(runner.snapshot(), session.catalog, state, request.options,
                           forward=operation == "apply", earlier=told.warnings)
     told.say(final.warnings)
     return final, RunOutcome(operation, result.writes, False,
@@ -338,7 +337,7 @@ def _apply(session: Session, cache: Informer, request: RunRequest) -> RunReport:
     if request.plan_file is not None:
         _check_plan_file(request.plan_file, snap, session.namespace, request.phase)
     state, version = _load_state(session)
-    before = reports.build(snap, session.catalog, state, request.options)
+    before = assemble.build(snap, session.catalog, state, request.options)
     _require_stack(before, session.namespace)
     _require_operator_api(snap, session.kube.server)
     if state is None:
@@ -428,7 +427,7 @@ def _rollback(session: Session, cache: Informer, request: RunRequest) -> RunRepo
         session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                  "back; nothing to do")
     elif not request.confirm(_question(
-            session, reports.build(snap, session.catalog, state, request.options,
+            session, assemble.build(snap, session.catalog, state, request.options,
                                    forward=False),
             lambda p: p.number in applied)):
         raise UsageError("Aborted at the question.", ABORTED_HINT)
@@ -448,7 +447,7 @@ def status(session: Session) -> StatusReport:
     """State, live verification of completed phases, drift."""
     snap = _observe(session)
     state, _ = _load_state(session)
-    report = reports.build(snap, session.catalog, state, Options(), forward=False)
+    report = assemble.build(snap, session.catalog, state, Options(), forward=False)
     Warned(session.listener).say(report.warnings)
     digest = None if state is None else StateDigest(
         state.plan_fingerprint, state.updated, state.last_error, tuple(state.history[-10:]))

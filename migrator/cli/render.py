@@ -137,7 +137,7 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
         result = shown_report.result
         con.print(f"\n[bold]writes[/bold] {result.writes}"
                   + ("  (server-side dry run: nothing persisted)" if result.dry_run else ""))
-    from migrator.engine.report import closing
+    from migrator.engine.assemble import closing
 
     lines = closing(doc if isinstance(shown_report, Question) else shown_report)
     con.print()

@@ -57,7 +57,7 @@ from migrator.engine.health import Health
 from migrator.engine.informer import Reflector
 from migrator.engine.leader import LeaseLock
 from migrator.engine.metrics import GuardMetrics
-from migrator.engine.observe import read_pods, read_snapshot
+from migrator.engine.reads import read_pods, read_snapshot
 from migrator.engine.state import ConfigMapStateStore, State
 from migrator.engine.wholepods import WholePods
 from migrator.errors import (

@@ -10,7 +10,7 @@ simulated server sends bookmarks only with `sendInitialEvents`, so none are aske
 
 What the cache holds: the namespace's DaemonSets, Services and EndpointSlices (unfiltered),
 and its pods as `PodView`s, one reflector per app label of the catalog plus one per common
-label key for strays (`pod_selectors`; the union is what `observe.read_snapshot` lists). Pods
+label key for strays (`pod_selectors`; the union is what `reads.read_snapshot` lists). Pods
 are listed and watched as printed rows with their metadata (`model/printed.py`, a sixth of the
 bytes); a row that does not show its pod plainly healthy is read whole before any gate sees it
 (`engine/wholepods.py`, kept in `Informer.whole` for the run).
@@ -38,7 +38,7 @@ the rollout (the waiter follows it with its own DaemonSet watch) and list again 
 a read in between would list at once (`items` of a stopped reflector), never use the old view.
 
 Lifetime: `opened(...)` starts the cache for one run; `commands` puts it in the run
-(`loop.Run.cache`) and every read that should use it is handed it (`observe`'s `cache=`):
+(`loop.Run.cache`) and every read that should use it is handed it (`reads`' `cache=`):
 no registry, nothing found by connection. On exit every watch stream is shut down (its
 socket, so a blocked read returns) and every thread joined: nothing outlives the run.
 """

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from migrator import phases
-from migrator.engine import report as reports
+from migrator.engine import assemble
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, State
 from migrator.engine.walk import Action, Decision, decide
@@ -82,7 +82,7 @@ class _Walk:
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           upto: int) -> Preview:
     """The preview of `apply --phase upto --dry-run` (module docstring)."""
-    report = reports.build(snapshot, catalog, state, options)
+    report = assemble.build(snapshot, catalog, state, options)
     found = discover(snapshot, catalog)
     walk = _Walk(catalog, found.components, options, snapshot, snapshot)
     changed = state is not None and state.stack_changed(found.stack)
@@ -122,7 +122,7 @@ def _unasked(walk: _Walk, module: Phase, rec: PhaseRecord | None, *,
     notes = [*notes, *plan.notes]
     if plan.blocked and plan.blocked not in notes:
         notes.append(plan.blocked)
-    return _view(module, rec, reports.changes_of(plan.steps), plan.gates, notes, plan.blocked,
+    return _view(module, rec, assemble.changes_of(plan.steps), plan.gates, notes, plan.blocked,
                  outcome=outcome)
 
 
@@ -180,7 +180,7 @@ def _phase(walk: _Walk, module: Phase, rec: PhaseRecord | None,
     if refusal is not None:
         walk.stopped = module.NUMBER
         walk.refusal = walk.refusal or f"phase {module.NUMBER}: {refusal}"
-        return _view(module, rec, reports.changes_of(plan.steps), gates.values(), notes,
+        return _view(module, rec, assemble.changes_of(plan.steps), gates.values(), notes,
                      plan.blocked, outcome=WOULD_STOP, waits=waits)
     for step in plan.checks:  # already true, no write: the run still waits for these
         if _live(snap, step) is not None:
@@ -189,7 +189,7 @@ def _phase(walk: _Walk, module: Phase, rec: PhaseRecord | None,
     if plan.steps or plan.checks:
         waits += _baselines(plan)
     walk.projected = snap
-    return _view(module, rec, reports.changes_of(plan.steps), gates.values(), notes, plan.blocked,
+    return _view(module, rec, assemble.changes_of(plan.steps), gates.values(), notes, plan.blocked,
                  outcome=WOULD_RUN, waits=waits)
 
 

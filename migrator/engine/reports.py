@@ -1,4 +1,4 @@
-"""The reports the commands return, typed: built once from final values (engine/report.py,
+"""The reports the commands return, typed: built once from final values (engine/assemble.py,
 engine/preview.py, `commands`), never patched, and serialised to the `-o json` document in one
 place, at the CLI edge (cli/documents.py, docs/output.schema.json). Pure data."""
 

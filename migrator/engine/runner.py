@@ -16,8 +16,8 @@ from migrator import phases
 from migrator.engine import afterwrite, executor, interrupts, ondelete, walk
 from migrator.engine.clock import Clock
 from migrator.engine.loop import Direction, PhaseWork, Run, RunResult, RunSettings
-from migrator.engine.observe import narrow, read_snapshot
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
+from migrator.engine.reads import narrow, read_snapshot
 from migrator.engine.state import PhaseRecord, State
 from migrator.engine.waiting import Waiter
 from migrator.engine.walk import Action

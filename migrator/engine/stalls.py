@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine import observe
+from migrator.engine import reads
 from migrator.errors import APIError
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -102,7 +102,7 @@ def lost_nodes_detail(kube: Kube, namespace: str, ds: Obj) -> str:
     when none (one printed pod list of the DaemonSet and the EndpointSlices, the pods they
     contradict read whole, and a Node read each when RBAC allows)."""
     name = o.name(ds)
-    pods = observe.read_daemonset_pods(kube, namespace, ds)
+    pods = reads.read_daemonset_pods(kube, namespace, ds)
     gate = g.nodes_reporting(name, pods, read_nodes(kube, g.lost_nodes(pods)))
     return "" if gate.ok else gate.detail
 

@@ -31,7 +31,7 @@ from migrator.cli import render
 from migrator.cli.app import app
 from migrator.cli.live import PlainProgress
 from migrator.commands import STALE_SHOWN
-from migrator.engine import report as reports
+from migrator.engine import assemble
 from migrator.model import kinds
 from migrator.model.planning import Options
 from migrator.model.snapshot import changed_fields
@@ -145,7 +145,7 @@ def test_no_drift_risk_warning_where_phase_3_switches_nothing(
 
 
 def test_drift_risk_stays_while_phase_3_has_switched() -> None:
-    doc = reports.build(b.gpucluster_snapshot(), load_catalog(), None, Options())
+    doc = assemble.build(b.gpucluster_snapshot(), load_catalog(), None, Options())
     assert any(w.startswith("Drift risk") for w in doc.warnings)
 
 
@@ -190,7 +190,7 @@ def test_at_80_columns_no_object_name_is_split(monkeypatch: pytest.MonkeyPatch) 
     out = io.StringIO()
     monkeypatch.setattr(render, "_console", lambda stderr=False: Console(
         file=out, width=80, highlight=False, color_system=None))
-    doc = reports.build(b.gpucluster_snapshot(), load_catalog(), None, Options())
+    doc = assemble.build(b.gpucluster_snapshot(), load_catalog(), None, Options())
     render.report_table(doc)
     text = out.getvalue()
     lines = text.splitlines()

@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from dcgm_sim.cluster import SimCluster
-from migrator.engine import report as reports
-from migrator.engine import warned
+from migrator.engine import assemble, warned
 from migrator.engine.progress import Quiet
 from migrator.engine.state import lock as locking
 from migrator.engine.state.document import State
@@ -103,11 +102,11 @@ def test_no_drift_risk_after_the_hand_over() -> None:
                       annotations={"dcgm-migrate/alias-of": "nvidia-dcgm-dra"})
     switched = b.gpucluster_snapshot(labelled=True, extra_services=[alias])
     for forward in (True, False):  # before the upgrade: the tool's switch, the tool's labels
-        before = reports.build(switched, CATALOG, _migrated_state(), Options(),
+        before = assemble.build(switched, CATALOG, _migrated_state(), Options(),
                                forward=forward)
         assert any(w.startswith(DRIFT) for w in before.warnings), before.warnings
     for forward in (True, False):
-        after = reports.build(b.handed_over_snapshot(), CATALOG, _migrated_state(), Options(),
+        after = assemble.build(b.handed_over_snapshot(), CATALOG, _migrated_state(), Options(),
                               forward=forward)
         assert not any(w.startswith(DRIFT) for w in after.warnings), after.warnings
 

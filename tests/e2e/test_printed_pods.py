@@ -12,7 +12,8 @@ from typing import Any
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.requestlog import RequestRecord
 from dcgm_sim.server import ADMIN_TOKEN
-from migrator.engine import informer, observe, stalls
+from migrator.engine import informer, stalls
+from migrator.engine.reads import read_snapshot
 from migrator.kube.client import Kube
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -50,7 +51,7 @@ def _whole(records: list[RequestRecord]) -> list[RequestRecord]:
 def _read(env: E2E) -> Iterator[tuple[Kube, Callable[[], Snapshot]]]:
     kube = Kube.for_server(env.sim.url, ADMIN_TOKEN)
     try:
-        yield kube, lambda: observe.read_snapshot(kube, NS, load_catalog())
+        yield kube, lambda: read_snapshot(kube, NS, load_catalog())
     finally:
         kube.close()
 
@@ -104,7 +105,7 @@ def test_a_run_cache_reads_a_pod_that_stays_sick_whole_once(
     mark = env.mark()
     for kube, _ in _read(env):
         with informer.opened(kube, NS, load_catalog()) as cache:
-            first, second = (observe.read_snapshot(kube, NS, load_catalog(), cache=cache)
+            first, second = (read_snapshot(kube, NS, load_catalog(), cache=cache)
                              for _ in range(2))
             reads = cache.whole.reads
     assert [p for p in first.pods if p.node_lost] == [p for p in second.pods if p.node_lost]

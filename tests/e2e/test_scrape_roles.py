@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from migrator.engine.observe import read_snapshot
+from migrator.engine.reads import read_snapshot
 from migrator.kube.client import Kube
 from migrator.model import kinds, monitoring
 from migrator.model.stacks import load_catalog

@@ -1,9 +1,9 @@
-"""The report's closing lines (engine/report.py `closing`), on typed reports: the verdict
+"""The report's closing lines (engine/assemble.py `closing`), on typed reports: the verdict
 worded alike for every command, and after a run what the run achieved, both when they differ."""
 
 from __future__ import annotations
 
-from migrator.engine.report import closing
+from migrator.engine.assemble import closing
 from migrator.engine.reports import (
     PhaseView,
     PlanReport,

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TypedDict, Unpack
 
 from migrator import phases
-from migrator.engine import report as reports
+from migrator.engine import assemble
 from migrator.model.discovery import discover
 from migrator.model.planning import Options, PlanContext
 from migrator.model.snapshot import Snapshot
@@ -196,7 +196,7 @@ def test_steps_round_trip_through_state_records() -> None:
 
 
 def test_report_shows_projected_phase3_changes_and_drift_risk() -> None:
-    doc = reports.build(b.gpucluster_snapshot(), CAT, None, Options())
+    doc = assemble.build(b.gpucluster_snapshot(), CAT, None, Options())
     assert doc.stack == "gpucluster"
     assert [p.number for p in doc.phases] == [1, 2, 3]
     p3 = doc.phases[2]

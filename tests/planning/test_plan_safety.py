@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from migrator import phases
-from migrator.engine import report as reports
+from migrator.engine import assemble
 from migrator.model import monitoring
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult
@@ -132,7 +132,7 @@ def test_two_servicemonitors_or_two_annotations_are_certain_on_any_service() -> 
     two_ann = b.gpucluster_snapshot(extra_services=[other])
     dups = monitoring.certain_duplicates(two_ann, EXPORTERS)
     assert len(dups) == 3 and all(len(p) == 2 for p in dups.values())
-    report = reports.build(two_ann, CAT, None, Options())
+    report = assemble.build(two_ann, CAT, None, Options())
     assert report.scrape_duplicates == 3 and report.tool_duplicates == 0
     assert any(w.startswith("duplicate scraping now: 3") for w in report.warnings)
 

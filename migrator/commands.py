@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import json
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -307,13 +307,11 @@ def _locked_run(session: Session, told: Warned, cache: Informer, request: RunReq
                              tuple(result.notes))
 
 
-RunBody = Callable[[Session, "Informer", RunRequest], RunReport]
-
-
-def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> RunReport:
-    """`body` with the run's cache open (engine/informer.py), so the reads of `apply` /
-    `rollback` and of their gates come from one list per kind plus the watches that follow
-    it; the phase is checked first (bad input costs no request at all)."""
+@contextlib.contextmanager
+def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
+    """The run's cache (engine/informer.py), so the reads of `apply` / `rollback` and of their
+    gates come from one list per kind plus the watches that follow it; the phase is checked
+    first (bad input costs no request at all)."""
     from migrator.engine import informer
 
     _check_phase(request.phase)
@@ -323,48 +321,44 @@ def _with_run_cache(session: Session, request: RunRequest, body: RunBody) -> Run
                                                         session.catalog, session.clock))
         except APIForbidden as denied:
             _refuse_denied_namespace(session, denied)
-        return body(session, cache, request)
-    raise AssertionError("unreachable")  # mypy: ExitStack may swallow exceptions
+        yield cache
 
 
 def apply(session: Session, request: RunRequest) -> RunReport:
     """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
-    return _with_run_cache(session, request, _apply)
-
-
-def _apply(session: Session, cache: Informer, request: RunRequest) -> RunReport:
-    snap = _observe(session, cache)
-    if request.plan_file is not None:
-        _check_plan_file(request.plan_file, snap, session.namespace, request.phase)
-    state, version = _load_state(session)
-    before = assemble.build(snap, session.catalog, state, request.options)
-    _require_stack(before, session.namespace)
-    _require_operator_api(snap, session.kube.server)
-    if state is None:
-        _refuse_lost_state(session, snap)
-    told = Warned(session.listener)
-    if before.holds(request.phase) and session.store.lock_info() is None:
-        told.say(before.warnings)
-        session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
-                                 "nothing to do")
-        # no lock, no state write: a repeated apply writes nothing at all
-        return RunReport(before, RunOutcome("apply", 0, session.kube.dry_run, {}), ok=True)
-    if not session.kube.dry_run:
-        session.store.check_free()  # someone else's run: refused before warnings or question
-    told.say(before.warnings)  # --yes and no TTY skip the question, not these
-    if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
-        return _dry_run(session, told, request, snap, state)
-    if not request.confirm(_question(session, before, lambda p: p.number <= request.phase
-                                     and p.status != "completed")):
-        raise UsageError("Aborted at the question.", ABORTED_HINT)
-    state = state or State(session.namespace, clock=session.clock)
-    state.plan_fingerprint = snap.fingerprint()
-    final, result = _locked_run(session, told, cache, request, state, version, "apply",
-                                lambda runner: runner.apply(request.phase))
-    # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
-    # never success (exit 1), even when every step's wait passed.
-    return RunReport(final, result, ok=final.holds(request.phase)
-                     and not final.verdict_fails(request.phase))
+    with _run_cache(session, request) as cache:
+        snap = _observe(session, cache)
+        if request.plan_file is not None:
+            _check_plan_file(request.plan_file, snap, session.namespace, request.phase)
+        state, version = _load_state(session)
+        before = assemble.build(snap, session.catalog, state, request.options)
+        _require_stack(before, session.namespace)
+        _require_operator_api(snap, session.kube.server)
+        if state is None:
+            _refuse_lost_state(session, snap)
+        told = Warned(session.listener)
+        if before.holds(request.phase) and session.store.lock_info() is None:
+            told.say(before.warnings)
+            session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
+                                     "nothing to do")
+            # no lock, no state write: a repeated apply writes nothing at all
+            return RunReport(before, RunOutcome("apply", 0, session.kube.dry_run, {}), ok=True)
+        if not session.kube.dry_run:
+            session.store.check_free()  # someone else's run: refused before warnings or question
+        told.say(before.warnings)  # --yes and no TTY skip the question, not these
+        if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
+            return _dry_run(session, told, request, snap, state)
+        if not request.confirm(_question(session, before, lambda p: p.number <= request.phase
+                                         and p.status != "completed")):
+            raise UsageError("Aborted at the question.", ABORTED_HINT)
+        state = state or State(session.namespace, clock=session.clock)
+        state.plan_fingerprint = snap.fingerprint()
+        final, result = _locked_run(session, told, cache, request, state, version, "apply",
+                                    lambda runner: runner.apply(request.phase))
+        # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
+        # never success (exit 1), even when every step's wait passed.
+        return RunReport(final, result, ok=final.holds(request.phase)
+                         and not final.verdict_fails(request.phase))
 
 
 def _question(session: Session, report: PlanReport,
@@ -404,41 +398,39 @@ def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot
 
 def rollback(session: Session, request: RunRequest) -> RunReport:
     """Undo phases down to and including N, newest first, from the recorded originals."""
-    return _with_run_cache(session, request, _rollback)
-
-
-def _rollback(session: Session, cache: Informer, request: RunRequest) -> RunReport:
-    snap = _observe(session, cache)
-    state, version = _load_state(session)
-    applied = [n for n in phases.numbers() if state and n >= request.phase
-               and state.phase(n).status in ("completed", "in-progress", "failed")]
-    undone = [n for n in phases.numbers() if state and n >= request.phase
-              and state.phase(n).status == "rolled-back"]
-    if state is None:
-        _refuse_lost_state(session, snap)
-    if state is None or not (applied or undone):
-        raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing to "
-                         "roll back.", "run `dcgm-migrate status` to see which phases are done")
-    session.store.check_free()  # someone else's run: refused before the question
-    if not applied:
-        # The same command run again after it finished (or was killed after its last state
-        # write): nothing is left to undo, which is success, not bad input. It still goes
-        # through the lock, so a killed run's lock is taken over and released.
-        session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
-                                 "back; nothing to do")
-    elif not request.confirm(_question(
-            session, assemble.build(snap, session.catalog, state, request.options,
-                                   forward=False),
-            lambda p: p.number in applied)):
-        raise UsageError("Aborted at the question.", ABORTED_HINT)
-    final, result = _locked_run(session, Warned(session.listener), cache, request, state,
-                                version, "rollback",
-                                lambda runner: runner.rollback(request.phase))
-    # Rolled back, and what the phases kept below N are answerable for still works.
-    return RunReport(final, result, ok=all(p.status == "rolled-back" for p in final.phases
-                                           if p.number >= request.phase
-                                           and p.status != "pending")
-                     and not final.verdict_fails(request.phase - 1))
+    with _run_cache(session, request) as cache:
+        snap = _observe(session, cache)
+        state, version = _load_state(session)
+        applied = [n for n in phases.numbers() if state and n >= request.phase
+                   and state.phase(n).status in ("completed", "in-progress", "failed")]
+        undone = [n for n in phases.numbers() if state and n >= request.phase
+                  and state.phase(n).status == "rolled-back"]
+        if state is None:
+            _refuse_lost_state(session, snap)
+        if state is None or not (applied or undone):
+            raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
+                             "to roll back.",
+                             "run `dcgm-migrate status` to see which phases are done")
+        session.store.check_free()  # someone else's run: refused before the question
+        if not applied:
+            # The same command run again after it finished (or was killed after its last state
+            # write): nothing is left to undo, which is success, not bad input. It still goes
+            # through the lock, so a killed run's lock is taken over and released.
+            session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
+                                     "back; nothing to do")
+        elif not request.confirm(_question(
+                session, assemble.build(snap, session.catalog, state, request.options,
+                                       forward=False),
+                lambda p: p.number in applied)):
+            raise UsageError("Aborted at the question.", ABORTED_HINT)
+        final, result = _locked_run(session, Warned(session.listener), cache, request, state,
+                                    version, "rollback",
+                                    lambda runner: runner.rollback(request.phase))
+        # Rolled back, and what the phases kept below N are answerable for still works.
+        return RunReport(final, result, ok=all(p.status == "rolled-back" for p in final.phases
+                                               if p.number >= request.phase
+                                               and p.status != "pending")
+                         and not final.verdict_fails(request.phase - 1))
 
 
 # ---- status / verify / unlock / preflight ----------------------------------------------------

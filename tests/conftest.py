@@ -23,6 +23,33 @@ T = TypeVar("T")
 Obj = dict[str, Any]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the tests marked `slow` (crash-anywhere's shards, the fresh-venv
+    installs: most of a minute each) open the workers' shares, dealt round-robin, instead of
+    waiting in one worker's share until the end of the run. `--dist worksteal` first hands
+    worker i the i-th of as many equal runs of the collection as there are workers (and idle
+    workers later steal from the end of a busy one's queue): each run here starts with its slow
+    tests. Without xdist (or with one worker) the order is the collection's."""
+    workerinput = getattr(config, "workerinput", None)
+    workers = int(workerinput["workercount"]) if workerinput else 1
+    if workers < 2:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if not slow:
+        return
+    chosen = {id(item) for item in slow}
+    rest = iter([item for item in items if id(item) not in chosen])
+    ordered: list[pytest.Item] = []
+    remaining = len(items)
+    for i in range(workers):  # the sizes worksteal's first distribution gives each worker
+        size = remaining // (workers - i)
+        remaining -= size
+        share = slow[i::workers]
+        ordered += share + [next(rest) for _ in range(max(0, size - len(share)))]
+    ordered += list(rest)
+    items[:] = ordered
+
+
 @pytest.fixture
 def empty_api() -> Iterator[ApiServer]:
     """The API server over a store with only the `gpu-operator` namespace: no controllers."""

@@ -64,6 +64,7 @@ def test_the_readme_commands_are_the_promised_ones() -> None:
     assert "python3 -m pip install -e '.[test]' && python3 -m pytest" in text
 
 
+@pytest.mark.timeout(2 * GUARD_SECONDS)  # a venv, an install of every dependency and the demo
 def test_fresh_venv_installs_and_runs_the_demo(tmp_path: Path) -> None:
     install, demo = readme_install_and_demo()
     src = tmp_path / "checkout"

@@ -110,16 +110,21 @@ def run(kubeconfig: str | None, *args: str, env: dict[str, str] | None = None,
     return Proc(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
 
 
-def kill_after_write(sim: SimCluster, k: int, *args: str, timeout: float = 60.0) -> bool:
+def kill_after_write(sim: SimCluster, k: int, *args: str, timeout: float = 60.0,
+                     ended: list[str] | None = None) -> bool:
     """Start the command, SIGKILL it right after its k-th write (counted from now).
 
-    False when the process finished before making k writes (it was not killed)."""
+    False when the process finished before making k writes (it was not killed); then its exit
+    code and the end of its stderr are appended to `ended`, when given."""
     sim.server.faults.update(hang_nth_write=k)
     proc = start(sim.kubeconfig, *args)
     try:
         deadline = time.monotonic() + timeout
         while not sim.server.faults.wait_held(0.02):
             if proc.poll() is not None:
+                if ended is not None:
+                    _, err = proc.communicate()
+                    ended.append(f"exit {proc.returncode}: {err.strip()[-600:]}")
                 return False
             if time.monotonic() > deadline:
                 raise TimeoutError(f"write {k} did not come within {timeout}s")

@@ -92,8 +92,10 @@ def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tup
     for k in points:
         env = fresh()
         prepare(env)
-        if not crash.kill_after_write(env.sim, k, *args):
-            failures.append(f"k={k}: the run ended before its write {k} (not deterministic)")
+        ended: list[str] = []
+        if not crash.kill_after_write(env.sim, k, *args, ended=ended):
+            failures.append(f"k={k}: the run ended before its write {k} (not deterministic): "
+                            + "; ".join(ended))
             env.sim.stop()
             continue
         env.let_the_lock_expire()

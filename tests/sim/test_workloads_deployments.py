@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from dcgm_sim import simkinds
@@ -21,6 +20,7 @@ from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.store import Event
 from migrator.model import kinds
+from tests.helpers import workloads as w
 from tests.helpers.kubectl import kubectl_for
 from tests.sim.conftest import make_client
 
@@ -29,17 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 Obj = dict[str, Any]
 
 
-def _apps(api: client.ApiClient) -> Any:
-    """The typed client's models are all Optional: read them as the test knows them."""
-    return client.AppsV1Api(api)
 
-
-def _core(api: client.ApiClient) -> Any:
-    return client.CoreV1Api(api)
-
-
-def _batch(api: client.ApiClient) -> Any:
-    return client.BatchV1Api(api)
 
 
 @pytest.fixture
@@ -70,11 +60,6 @@ def _deployment(name: str, image: str, replicas: int, **spec: Any) -> Obj:
                      **spec}}
 
 
-def _apply(kubectl: Callable[..., str], tmp_path: Path, obj: Obj) -> str:
-    path = tmp_path / f"{obj['metadata']['name']}.yaml"
-    path.write_text(yaml.safe_dump(obj))
-    return kubectl("apply", "-f", str(path))
-
 
 def _ready_pods(core: Any, app: str) -> list[Any]:
     pods = core.list_namespaced_pod(NS, label_selector=f"app={app}").items
@@ -85,12 +70,12 @@ def _ready_pods(core: Any, app: str) -> list[Any]:
 def test_apply_then_rollout_status_finishes_with_the_pods_ready(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
-    assert "deployment.apps/web created" in _apply(kubectl, tmp_path,
+    assert "deployment.apps/web created" in w.apply_object(kubectl, tmp_path,
                                                    _deployment("web", "img:1", 3))
     out = kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     assert 'deployment "web" successfully rolled out' in out
 
-    apps, core = _apps(api), _core(api)
+    apps, core = w.apps(api), w.core(api)
     dep = apps.read_namespaced_deployment("web", NS)
     assert dep.metadata.annotations["deployment.kubernetes.io/revision"] == "1"
     assert (dep.status.replicas, dep.status.updated_replicas, dep.status.ready_replicas,
@@ -130,9 +115,9 @@ def test_apply_then_rollout_status_finishes_with_the_pods_ready(
 def test_a_template_change_rolls_within_max_surge_and_max_unavailable(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
-    _apply(kubectl, tmp_path, _deployment("web", "img:1", 4))
+    w.apply_object(kubectl, tmp_path, _deployment("web", "img:1", 4))
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
-    apps = _apps(api)
+    apps = w.apps(api)
     (old,) = apps.list_namespaced_replica_set(NS).items
 
     # Every pod write from here on: never fewer than 4 - 1 ready pods (maxUnavailable 25%),
@@ -155,7 +140,7 @@ def test_a_template_change_rolls_within_max_surge_and_max_unavailable(
             high[0] = max(high[0], len(running))
 
     sim.store.subscribe(watch)
-    _apply(kubectl, tmp_path, _deployment("web", "img:2", 4))
+    w.apply_object(kubectl, tmp_path, _deployment("web", "img:2", 4))
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     sim.store.unsubscribe(watch)
     assert low[0] >= 3 and high[0] <= 5, (low, high)
@@ -170,16 +155,16 @@ def test_a_template_change_rolls_within_max_surge_and_max_unavailable(
     assert new.spec.replicas == 4 and new.status.available_replicas == 4
     assert new.metadata.annotations["deployment.kubernetes.io/revision"] == "2"
     assert new.spec.template.spec.containers[0].image == "img:2"
-    images = {p.spec.containers[0].image for p in _ready_pods(_core(api), "web")}
+    images = {p.spec.containers[0].image for p in _ready_pods(w.core(api), "web")}
     assert images == {"img:2"}
     sim.wait_for(lambda: len([p for p in sim.store.list(kinds.POD, NS)[0]]) == 4)
 
 
 def test_a_deleted_pod_is_replaced(sim: SimCluster, kubectl: Callable[..., str],
                                    api: client.ApiClient, tmp_path: Path) -> None:
-    _apply(kubectl, tmp_path, _deployment("web", "img:1", 2))
+    w.apply_object(kubectl, tmp_path, _deployment("web", "img:1", 2))
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
-    core = _core(api)
+    core = w.core(api)
     victim = _ready_pods(core, "web")[0].metadata.name
     kubectl("-n", NS, "delete", "pod", victim)  # waits until it is gone
     sim.wait_for(lambda: len(_ready_pods(core, "web")) == 2, timeout=30)
@@ -191,13 +176,13 @@ def test_a_deleted_pod_is_replaced(sim: SimCluster, kubectl: Callable[..., str],
 def test_scaling_the_deployment_resizes_its_replica_set(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
-    _apply(kubectl, tmp_path, _deployment("web", "img:1", 2))
+    w.apply_object(kubectl, tmp_path, _deployment("web", "img:1", 2))
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     kubectl("-n", NS, "patch", "deploy", "web", "-p", '{"spec":{"replicas":4}}')
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
-    core = _core(api)
+    core = w.core(api)
     assert len(_ready_pods(core, "web")) == 4
-    (rs,) = _apps(api).list_namespaced_replica_set(NS).items
+    (rs,) = w.apps(api).list_namespaced_replica_set(NS).items
     assert rs.metadata.annotations["deployment.kubernetes.io/desired-replicas"] == "4"
     assert rs.metadata.annotations["deployment.kubernetes.io/revision"] == "1"
 
@@ -206,7 +191,7 @@ def test_recreate_stops_every_old_pod_before_a_new_one(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
     recreate = {"strategy": {"type": "Recreate"}}
-    _apply(kubectl, tmp_path, _deployment("web", "img:1", 2, **recreate))
+    w.apply_object(kubectl, tmp_path, _deployment("web", "img:1", 2, **recreate))
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     images: list[set[str]] = []
     lock = threading.Lock()
@@ -223,12 +208,12 @@ def test_recreate_stops_every_old_pod_before_a_new_one(
             images.append({p["spec"]["containers"][0]["image"] for p in live.values()})
 
     sim.store.subscribe(watch)
-    _apply(kubectl, tmp_path, _deployment("web", "img:2", 2, **recreate))
+    w.apply_object(kubectl, tmp_path, _deployment("web", "img:2", 2, **recreate))
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     sim.store.unsubscribe(watch)
     assert {"img:2"} in images
     assert not any(seen == {"img:1", "img:2"} for seen in images)  # never both at once
-    assert {p.spec.containers[0].image for p in _ready_pods(_core(api), "web")} == {
+    assert {p.spec.containers[0].image for p in _ready_pods(w.core(api), "web")} == {
         "img:2"}
 
 
@@ -237,9 +222,9 @@ def test_the_repository_guard_manifest_runs_its_replicas(
     kubectl("apply", "-f", str(REPO / "docs" / "rbac.yaml"), "-f",
             str(REPO / "docs" / "guard.yaml"))
     kubectl("-n", NS, "rollout", "status", "deploy/dcgm-migrate-guard", "--timeout=60s")
-    (rs,) = _apps(api).list_namespaced_replica_set(NS).items
+    (rs,) = w.apps(api).list_namespaced_replica_set(NS).items
     assert rs.metadata.name.startswith("dcgm-migrate-guard-")
-    pods = _ready_pods_by(_core(api), "app.kubernetes.io/name=dcgm-migrate-guard")
+    pods = _ready_pods_by(w.core(api), "app.kubernetes.io/name=dcgm-migrate-guard")
     assert len(pods) == 2
     assert all(p.metadata.owner_references[0].name == rs.metadata.name for p in pods)
     assert len({p.spec.node_name for p in pods}) == 2  # the replicas on different nodes

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers.joblogic import TRACKING_FINALIZER
 from dcgm_sim.store import Event
 from migrator.model import kinds
+from tests.helpers import workloads as w
 from tests.helpers.kubectl import kubectl_for
 from tests.helpers.podexit import finish_pod
 from tests.sim.conftest import make_client
@@ -30,13 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 Obj = dict[str, Any]
 
 
-def _core(api: client.ApiClient) -> Any:
-    """The typed client's models are all Optional: read them as the test knows them."""
-    return client.CoreV1Api(api)
-
-
-def _batch(api: client.ApiClient) -> Any:
-    return client.BatchV1Api(api)
 
 
 @pytest.fixture
@@ -64,11 +57,6 @@ def _job(name: str, **spec: Any) -> Obj:
                 {"name": "work", "image": "img:1"}]}}, **spec}}
 
 
-def _apply(kubectl: Callable[..., str], tmp_path: Path, obj: Obj) -> str:
-    path = tmp_path / f"{obj['metadata']['name']}.yaml"
-    path.write_text(yaml.safe_dump(obj))
-    return kubectl("apply", "-f", str(path))
-
 
 def _running(sim: SimCluster, core: Any, job: str,
              not_in: frozenset[str] = frozenset()) -> str:
@@ -87,8 +75,8 @@ def _running(sim: SimCluster, core: Any, job: str,
 def test_defaults_then_a_succeeded_pod_completes_the_job(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
-    _apply(kubectl, tmp_path, _job("once"))
-    batch, core = _batch(api), _core(api)
+    w.apply_object(kubectl, tmp_path, _job("once"))
+    batch, core = w.batch(api), w.core(api)
     job = batch.read_namespaced_job("once", NS)
     uid = job.metadata.uid
     assert job.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
@@ -137,8 +125,8 @@ def test_failures_up_to_the_backoff_limit_fail_the_job_after_backoffs(
                 created[event.object["metadata"]["name"]] = sim.clock.now()
 
     sim.store.subscribe(watch)
-    _apply(kubectl, tmp_path, _job("flaky", backoffLimit=2))
-    core, batch = _core(api), _batch(api)
+    w.apply_object(kubectl, tmp_path, _job("flaky", backoffLimit=2))
+    core, batch = w.core(api), w.batch(api)
     seen: set[str] = set()
     failed_at: list[float] = []
     for attempt in range(3):
@@ -167,8 +155,8 @@ def test_failures_up_to_the_backoff_limit_fail_the_job_after_backoffs(
 def test_a_running_pod_deleted_counts_as_failed_and_is_replaced(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
-    _apply(kubectl, tmp_path, _job("keep"))
-    core, batch = _core(api), _batch(api)
+    w.apply_object(kubectl, tmp_path, _job("keep"))
+    core, batch = w.core(api), w.batch(api)
     first = _running(sim, core, "keep")
     kubectl("-n", NS, "delete", "pod", first, "--wait=false")
     sim.wait_for(lambda: batch.read_namespaced_job_status("keep", NS).status.failed == 1,
@@ -187,8 +175,8 @@ def test_a_running_pod_deleted_counts_as_failed_and_is_replaced(
 def test_deleting_a_job_releases_and_removes_its_pods(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
-    _apply(kubectl, tmp_path, _job("gone"))
-    core = _core(api)
+    w.apply_object(kubectl, tmp_path, _job("gone"))
+    core = w.core(api)
     _running(sim, core, "gone")
     kubectl("-n", NS, "delete", "job", "gone")
     sim.wait_for(lambda: not core.list_namespaced_pod(
@@ -199,7 +187,7 @@ def test_the_repository_job_manifest_runs_its_pod(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient) -> None:
     kubectl("apply", "-f", str(REPO / "docs" / "rbac.yaml"), "-f",
             str(REPO / "docs" / "job.yaml"))
-    core = _core(api)
+    core = w.core(api)
     name = _running(sim, core, "dcgm-migrate-apply")
     pod = core.read_namespaced_pod(name, NS)
     assert pod.spec.service_account_name == "dcgm-migrate"

@@ -127,7 +127,8 @@ def apply_desired(store: Store, desired: Obj) -> str:
     live = store.find(kind, meta.get("namespace"), meta["name"])
     if live is None:
         allocated = _allocated(store) if kind is kinds.SERVICE else None
-        store.create(kind, admission.admit(kind, desired, allocated=allocated))
+        # admit returns a copy of its own: handed over (adopt), not copied again
+        store.create(kind, admission.admit(kind, desired, allocated=allocated), adopt=True)
         return "created"
     obj = desired  # admission.admit copies it: `desired` is never mutated (render's cache)
     allocated = None
@@ -144,7 +145,7 @@ def apply_desired(store: Store, desired: Obj) -> str:
         allocated = _allocated(store, live["metadata"]["uid"])
     obj = admission.admit(kind, obj, live, allocated=allocated)
     obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-    new = store.update(kind, obj)
+    new = store.update(kind, obj, adopt=True)  # admit's own copy, handed over
     return "unchanged" if new is live else "updated"
 
 

@@ -182,6 +182,8 @@ def _session(kubeconfig: str | None, context: str | None, namespace: str, output
     progress = make_progress(quiet=False, warnings=output is not Output.table)
     try:
         yield Session(kube, namespace, listener=progress or Quiet())
+    except UsageError:
+        raise  # bad input is refused in one sentence and its fix, without the report's warnings
     except BaseException:
         if progress is not None:  # no report will print the warnings: say them here
             progress.say_held()

@@ -347,13 +347,21 @@ def _deployment(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
                    'supported values: "Recreate", "RollingUpdate"', strategy["type"])
     spec.setdefault("revisionHistoryLimit", 10)
     spec.setdefault("progressDeadlineSeconds", 600)
-    pod_spec = _template_selector(spec, "spec", "deployment", errors)
+    pod_spec = _replicated_template(spec, old, "deployment", errors)
+    _validate_pod_spec(pod_spec, "spec.template.spec", errors)
+
+
+def _replicated_template(spec: Obj, old: Obj | None, what: str, errors: FieldErrors) -> Obj:
+    """What apps/v1 checks alike on a Deployment's and a ReplicaSet's template: the selector
+    (required, matching the template's labels, immutable) and restartPolicy Always; the pod
+    spec, for the caller's further checks."""
+    pod_spec = _template_selector(spec, "spec", what, errors)
     if old is not None and spec.get("selector") != (old.get("spec") or {}).get("selector"):
         errors.add("Invalid", "spec.selector", "field is immutable", spec.get("selector"))
     if pod_spec.get("restartPolicy") != "Always":
         errors.add("NotSupported", "spec.template.spec.restartPolicy",
                    'supported values: "Always"', pod_spec.get("restartPolicy"))
-    _validate_pod_spec(pod_spec, "spec.template.spec", errors)
+    return pod_spec
 
 
 def _replicaset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
@@ -361,12 +369,7 @@ def _replicaset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
     matching the template, immutable in apps/v1); restartPolicy Always."""
     spec = obj.setdefault("spec", {})
     spec.setdefault("replicas", 1)
-    pod_spec = _template_selector(spec, "spec", "replicaset", errors)
-    if old is not None and spec.get("selector") != (old.get("spec") or {}).get("selector"):
-        errors.add("Invalid", "spec.selector", "field is immutable", spec.get("selector"))
-    if pod_spec.get("restartPolicy") != "Always":
-        errors.add("NotSupported", "spec.template.spec.restartPolicy",
-                   'supported values: "Always"', pod_spec.get("restartPolicy"))
+    _replicated_template(spec, old, "replicaset", errors)
 
 
 JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,30 @@ def _ready_pods(core: Any, app: str) -> list[Any]:
         c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
 
 
+@contextmanager
+def _every_pod_write(sim: SimCluster, seen: Callable[[list[Obj]], None]) -> Iterator[None]:
+    """`seen(pods)` with the namespace's pods as they stand after each pod write the store
+    commits while the block runs (one call at a time)."""
+    lock = threading.Lock()
+    live: dict[str, Obj] = {p["metadata"]["name"]: p for p in sim.store.list(kinds.POD, NS)[0]}
+
+    def watch(event: Event) -> None:
+        if event.resource is not kinds.POD:
+            return
+        with lock:
+            if event.type == "DELETED":
+                live.pop(event.object["metadata"]["name"], None)
+            else:
+                live[event.object["metadata"]["name"]] = event.object
+            seen(list(live.values()))
+
+    sim.store.subscribe(watch)
+    try:
+        yield
+    finally:
+        sim.store.unsubscribe(watch)
+
+
 def test_apply_then_rollout_status_finishes_with_the_pods_ready(
         sim: SimCluster, kubectl: Callable[..., str], api: client.ApiClient,
         tmp_path: Path) -> None:
@@ -122,27 +147,16 @@ def test_a_template_change_rolls_within_max_surge_and_max_unavailable(
 
     # Every pod write from here on: never fewer than 4 - 1 ready pods (maxUnavailable 25%),
     # never more than 4 + 1 pods not being deleted (maxSurge 25%).
-    lock = threading.Lock()
-    live: dict[str, Obj] = {p["metadata"]["name"]: p
-                            for p in sim.store.list(kinds.POD, NS)[0]}
     low, high = [4], [4]
 
-    def watch(event: Event) -> None:
-        if event.resource is not kinds.POD:
-            return
-        with lock:
-            if event.type == "DELETED":
-                live.pop(event.object["metadata"]["name"], None)
-            else:
-                live[event.object["metadata"]["name"]] = event.object
-            running = [p for p in live.values() if not P.is_deleting(p)]
-            low[0] = min(low[0], sum(1 for p in running if P.is_pod_ready(p)))
-            high[0] = max(high[0], len(running))
+    def counted(pods: list[Obj]) -> None:
+        running = [p for p in pods if not P.is_deleting(p)]
+        low[0] = min(low[0], sum(1 for p in running if P.is_pod_ready(p)))
+        high[0] = max(high[0], len(running))
 
-    sim.store.subscribe(watch)
-    w.apply_object(kubectl, tmp_path, _deployment("web", "img:2", 4))
-    kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
-    sim.store.unsubscribe(watch)
+    with _every_pod_write(sim, counted):
+        w.apply_object(kubectl, tmp_path, _deployment("web", "img:2", 4))
+        kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     assert low[0] >= 3 and high[0] <= 5, (low, high)
 
     dep = apps.read_namespaced_deployment("web", NS)
@@ -194,23 +208,10 @@ def test_recreate_stops_every_old_pod_before_a_new_one(
     w.apply_object(kubectl, tmp_path, _deployment("web", "img:1", 2, **recreate))
     kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     images: list[set[str]] = []
-    lock = threading.Lock()
-    live: dict[str, Obj] = {p["metadata"]["name"]: p for p in sim.store.list(kinds.POD, NS)[0]}
-
-    def watch(event: Event) -> None:
-        if event.resource is not kinds.POD:
-            return
-        with lock:
-            if event.type == "DELETED":
-                live.pop(event.object["metadata"]["name"], None)
-            else:
-                live[event.object["metadata"]["name"]] = event.object
-            images.append({p["spec"]["containers"][0]["image"] for p in live.values()})
-
-    sim.store.subscribe(watch)
-    w.apply_object(kubectl, tmp_path, _deployment("web", "img:2", 2, **recreate))
-    kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
-    sim.store.unsubscribe(watch)
+    with _every_pod_write(sim, lambda pods: images.append(
+            {p["spec"]["containers"][0]["image"] for p in pods})):
+        w.apply_object(kubectl, tmp_path, _deployment("web", "img:2", 2, **recreate))
+        kubectl("-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
     assert {"img:2"} in images
     assert not any(seen == {"img:1", "img:2"} for seen in images)  # never both at once
     assert {p.spec.containers[0].image for p in _ready_pods(w.core(api), "web")} == {

@@ -5,6 +5,7 @@ server alone over a store holding just the namespace (`empty_api`)."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -18,18 +19,30 @@ from dcgm_sim.seed import seed
 from dcgm_sim.server import ApiServer
 from dcgm_sim.store import Store, StoreError
 from migrator.model import kinds
+from tests.helpers import built_image
 
 T = TypeVar("T")
 Obj = dict[str, Any]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, the tests marked `slow` (crash-anywhere's shards, the fresh-venv
+    """The order that keeps 2 cores busy. The tests that run the built image (the `image`
+    fixture) go last: `.ci/run` starts the suite while images/build still runs, and they wait
+    for it. Under pytest-xdist, the tests marked `slow` (crash-anywhere's shards, the fresh-venv
     installs: most of a minute each) open the workers' shares, dealt round-robin, instead of
     waiting in one worker's share until the end of the run. `--dist worksteal` first hands
     worker i the i-th of as many equal runs of the collection as there are workers (and idle
     workers later steal from the end of a busy one's queue): each run here starts with its slow
-    tests. Without xdist (or with one worker) the order is the collection's."""
+    tests. Without xdist (or with one worker) the order is otherwise the collection's."""
+    needs_image = [item for item in items if "image" in getattr(item, "fixturenames", ())]
+    later = {id(item) for item in needs_image}
+    if os.environ.get("DCGM_MIGRATE_IMAGE_BUILD_RC"):  # their wait is not their run time
+        for item in needs_image:
+            own = item.get_closest_marker("timeout")
+            limit = float(own.args[0]) if own and own.args else float(
+                config.getini("timeout") or 0)
+            item.add_marker(pytest.mark.timeout(limit + built_image.BUILD_WAIT_SECONDS))
+    items[:] = [item for item in items if id(item) not in later] + needs_image
     workerinput = getattr(config, "workerinput", None)
     workers = int(workerinput["workercount"]) if workerinput else 1
     if workers < 2:

@@ -14,9 +14,7 @@ and fail under CI=true (.ci/run builds the image and runs them with the suite):
 from __future__ import annotations
 
 import json
-import os
 import select
-import shutil
 import subprocess
 import sys
 import time
@@ -26,30 +24,19 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.helpers import built_image
+
 REPO = Path(__file__).resolve().parents[2]
 NS = "gpu-operator"
 REGISTRY_IMAGE = "registry.example.com/gpu-tools/dcgm-migrate:0.1.0"  # as pushed (image.md)
 T = TypeVar("T")
 
 
-def _unavailable() -> str | None:
-    if not os.environ.get("DCGM_MIGRATE_IMAGE"):
-        return "DCGM_MIGRATE_IMAGE names no built image (images/build)"
-    if os.geteuid() != 0:
-        return "the sim's container runtime needs root (namespaces, chroot)"
-    missing = [t for t in ("kubectl", "unshare", "nsenter", "chroot", "setpriv")
-               if shutil.which(t) is None]
-    return f"{', '.join(missing)} missing" if missing else None
-
-
 @pytest.fixture(scope="session")
 def image() -> Path:
-    reason = _unavailable()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}; CI must run the deployment tests", pytrace=False)
-        pytest.skip(reason)
-    return Path(os.environ["DCGM_MIGRATE_IMAGE"])
+    return built_image.require("deployment tests", ("kubectl", "unshare", "nsenter", "chroot",
+                                                    "setpriv"),
+                               "the sim's container runtime needs root (namespaces, chroot)")
 
 
 def manifest(name: str, folder: Path, replace: dict[str, str] | None = None) -> Path:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import select
 import shlex
 import shutil
@@ -36,21 +35,11 @@ import pytest
 import yaml
 
 import migrator
+from tests.helpers import built_image
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "gpu-operator"
 SA_DIR = "run/secrets/kubernetes.io/serviceaccount"  # /var/run is a link to /run in the image
-
-
-def _unavailable() -> str | None:
-    """Why the image cannot be run here, or None."""
-    if not os.environ.get("DCGM_MIGRATE_IMAGE"):
-        return "DCGM_MIGRATE_IMAGE names no built image (images/build)"
-    if os.geteuid() != 0:
-        return "chroot and mounts need root"
-    if not (shutil.which("unshare") and shutil.which("chroot")):
-        return "unshare/chroot missing (util-linux, coreutils)"
-    return None
 
 
 @dataclass
@@ -65,8 +54,7 @@ class Image:
         return run
 
 
-def _archive() -> Path:
-    path = Path(os.environ["DCGM_MIGRATE_IMAGE"])
+def _archive(path: Path) -> Path:
     if path.is_dir():
         found = sorted(path.glob("dcgm-migrate-*.oci.tar"))
         assert len(found) == 1, f"{path}: expected one dcgm-migrate-*.oci.tar, found {found}"
@@ -83,12 +71,8 @@ def _blob(layout: Path, digest: str) -> Path:
 def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     """The archive's image for tag <version>, its layers unpacked into a private folder.
     No image: a skip locally, a failure under CI=true (.ci/run builds one)."""
-    reason = _unavailable()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}; CI must run the image tests", pytrace=False)
-        pytest.skip(reason)
-    archive = _archive()
+    archive = _archive(built_image.require("image tests", ("unshare", "chroot"),
+                                           "chroot and mounts need root"))
     layout = tmp_path_factory.mktemp("layout")
     with tarfile.open(archive) as tar:
         tar.extractall(layout, filter="data")

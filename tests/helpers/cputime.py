@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import forkserver
+
 KEY = "cputime"
 _rows: dict[str, tuple[float, float, float]] = {}
 
@@ -72,8 +74,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _children() -> float:
+    """Waited-for children, and the CLI runs of the fork server (its children, not ours)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime + forkserver.children_cpu()
 
 
 @pytest.hookimpl(hookwrapper=True)

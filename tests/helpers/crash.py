@@ -29,6 +29,7 @@ from migrator.engine.state.configmap import CHECKSUM_KEY, EMPTY_SHA, EMPTY_TEXT,
 from migrator.engine.state.lock import Lock, annotations_for
 from migrator.model import kinds
 from migrator.model.steps import from_record
+from tests.helpers import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
 PYCACHE = str(Path(tempfile.gettempdir()) / "dcgm-migrate-test-pycache")
@@ -61,11 +62,12 @@ def argv(kubeconfig: str | None, *args: str) -> list[str]:
     return out
 
 
-def start(kubeconfig: str | None, *args: str, env: dict[str, str] | None = None
-          ) -> subprocess.Popen[str]:
-    return subprocess.Popen(argv(kubeconfig, *args), cwd=REPO, env=cli_env(env),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def start(kubeconfig: str | None, *args: str, env: dict[str, str] | None = None,
+          cwd: Path = REPO) -> subprocess.Popen[str]:
+    """Start the CLI (stdin /dev/null, stdout and stderr piped): a child of this worker's fork
+    server, which stands for a fresh `python -m migrator` without its start-up CPU
+    (tests/helpers/forkserver.py; `DCGM_TEST_FORKSERVER=0`: a plain subprocess)."""
+    return forkserver.popen(argv(kubeconfig, *args), cwd, cli_env(env), cli_env())
 
 
 @dataclass
@@ -101,13 +103,12 @@ def until(what: Callable[[], bool], proc: subprocess.Popen[str], timeout: float 
 
 
 def run(kubeconfig: str | None, *args: str, env: dict[str, str] | None = None,
-        timeout: float = 120.0) -> Proc:
-    """Run the CLI to completion (a subprocess, as a user would)."""
+        timeout: float = 120.0, cwd: Path = REPO) -> Proc:
+    """Run the CLI to completion (a subprocess, as a user would; see `start`)."""
     began = time.monotonic()
-    done = subprocess.run(argv(kubeconfig, *args), cwd=REPO, env=cli_env(env),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    return Proc(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+    code, out, err = forkserver.run(argv(kubeconfig, *args), cwd, cli_env(env), cli_env(),
+                                    timeout)
+    return Proc(code, out, err, time.monotonic() - began)
 
 
 def kill_after_write(sim: SimCluster, k: int, *args: str, timeout: float = 60.0,

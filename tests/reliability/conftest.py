@@ -15,6 +15,7 @@ import pytest
 from dcgm_sim.cluster import SimCluster
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
+from tests.helpers import forkserver
 from tests.helpers.disruption import DisruptionMonitor
 
 NS = "gpu-operator"
@@ -89,6 +90,14 @@ def fresh() -> Iterator[Callable[..., Env]]:
     for env in made:
         if env.monitor is not None:
             env.monitor.assert_within_budget()
+
+
+@pytest.fixture
+def fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CLI subprocess of the test a plain `python -m migrator`, not a fork server's
+    child: for the tests about how a process starts and ends (signals, a kill -9 taken over),
+    which keep checking the real thing."""
+    monkeypatch.setenv(forkserver.SWITCH, "0")
 
 
 @dataclass(frozen=True)

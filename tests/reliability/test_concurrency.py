@@ -106,6 +106,7 @@ def test_a_live_lock_is_respected_until_unlock(fresh: Callable[..., Env]) -> Non
     assert not env.finish()
 
 
+@pytest.mark.usefixtures("fresh_interpreters")  # kill -9 and /proc: real process starts
 def test_a_run_killed_on_this_host_is_taken_over_at_once(fresh: Callable[..., Env]) -> None:
     """kill -9 leaves the lock with two minutes of lease, but its process no longer runs on
     this host (/proc, its pid and start time): `status` says so instead of `running`, and the
@@ -141,6 +142,7 @@ def test_a_run_killed_on_this_host_is_taken_over_at_once(fresh: Callable[..., En
     assert not env.finish()
 
 
+@pytest.mark.usefixtures("fresh_interpreters")
 def test_unlock_releases_a_killed_runs_lock_without_force(fresh: Callable[..., Env]) -> None:
     env = fresh()
     args = ("apply", "--phase", "1", "--yes", "-o", "json")

@@ -51,15 +51,11 @@ def run_as_written(command: str, kubeconfig: str, cwd: Path) -> crash.Proc:
     assert argv[0] in ("dcgm-migrate", "kubectl"), f"a fix names an unknown program: {command}"
     assert argv[argv.index("--kubeconfig") + 1] == kubeconfig, command  # the same cluster
     if argv[0] == "dcgm-migrate":
-        done = subprocess.run(crash.argv(None, *argv[1:]), cwd=cwd, env=crash.cli_env(),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=300, check=False)
-    else:
-        if KUBECTL is None:
-            pytest.skip("kubectl is not on PATH")
-        done = subprocess.run([KUBECTL, *argv[1:]], cwd=cwd,
-                              env={**os.environ, "HOME": str(cwd)}, capture_output=True,
-                              text=True, timeout=120, check=False)
+        return crash.run(None, *argv[1:], cwd=cwd, timeout=300)
+    if KUBECTL is None:
+        pytest.skip("kubectl is not on PATH")
+    done = subprocess.run([KUBECTL, *argv[1:]], cwd=cwd, env={**os.environ, "HOME": str(cwd)},
+                          capture_output=True, text=True, timeout=120, check=False)
     return crash.Proc(done.returncode, done.stdout, done.stderr, 0.0)
 
 

@@ -11,12 +11,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, EndState, Env
 
 STATE_CM = "dcgm-migrate-state"
+pytestmark = pytest.mark.usefixtures("fresh_interpreters")  # signals: real process starts
 
 
 def _lock_annotations(env: Env) -> dict[str, str]:

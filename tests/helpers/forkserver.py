@@ -94,7 +94,8 @@ class _Child:
     pid: int
     channel: socket.socket
     pidfd: int | None
-    status: int | None = None  # the returncode, once sent
+    status: int | None = None  # the returncode, once known
+    released: bool = False  # the test side read the status, or let go of the child
 
 
 @dataclass
@@ -124,11 +125,13 @@ class _Server:
         if what == "control":
             return self._request()
         kind, pid = what
-        child = self.children[pid]
+        child = self.children.get(pid)
+        if child is None:
+            return None
         if kind == "exited":
             self._exited(child)
         else:
-            self._acknowledged(child)
+            self._release(child)
         return None
 
     def _request(self) -> _Request | None:
@@ -174,15 +177,20 @@ class _Server:
         assert info is not None
         killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
         child.status = -info.si_status if killed else info.si_status
+        if child.released:
+            self._reap(child)
+            return
         try:
             child.channel.sendall(f"exit {child.status} {cpu_seconds(child.pid)}\n".encode())
-        except OSError:  # the test side let go of it: nobody will acknowledge
-            self._reap(child)
+        except OSError:  # the test side let go of it: nobody will read it
+            self._release(child)
 
-    def _acknowledged(self, child: _Child) -> None:
-        """The test side read the status (or let go of the child): reap it once it ended."""
+    def _release(self, child: _Child) -> None:
+        """The test side closed its end (it read the status, or let go of the child): reap
+        the child once it has ended."""
         self.selector.unregister(child.channel)
         child.channel.close()
+        child.released = True
         if child.status is not None:
             self._reap(child)
 

@@ -7,9 +7,11 @@ real CLI's lock names the child's own pid and start time."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,23 @@ def test_a_signal_death_reads_as_popen_reads_it(signum: int) -> None:
     assert proc.wait(30) == -signum
     proc.send_signal(signum)  # after the end: nothing is signalled, as with Popen
     assert proc.communicate() == ("", "")
+
+
+def test_a_child_let_go_of_before_it_ends_is_still_reaped() -> None:
+    proc = _forked("sleep")
+    assert proc.stdout is not None and proc.stderr is not None
+    assert isinstance(proc, forkserver.Forked) and proc._channel is not None
+    proc._channel.close()  # the test side's end goes before the child's status came
+    proc._channel = None
+    os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{proc.pid}").exists():  # a zombie until the server reaps it
+        assert time.monotonic() < deadline, "the fork server did not reap its child"
+        time.sleep(0.01)
+    proc.returncode = -signal.SIGKILL
+    proc.stdout.close()
+    proc.stderr.close()
+    assert _ended(_forked("exit", "5"))[0] == 5  # and it serves on
 
 
 def test_large_output_and_a_timeout_of_communicate() -> None:

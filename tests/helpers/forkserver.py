@@ -1,7 +1,7 @@
 """A fork server for CLI subprocesses: `python -m migrator ...` without paying its start-up.
 
 Every CLI subprocess the tests start spends ~0.2 CPU-s starting the interpreter and ~0.5 CPU-s
-importing typer, pydantic and the migrator modules before it does anything; the crash-anywhere
+importing typer, rich and the migrator modules before it does anything; the crash-anywhere
 tests start two per crash point. Here one helper process per pytest worker (started on first
 use, never a fork of the worker, whose sim threads a fork would copy half-way) imports them once
 and forks a child per request. The child is a real process with its own pid, start time and
@@ -46,12 +46,12 @@ REPO = Path(__file__).resolve().parents[2]
 MODULE = "migrator"
 # What the CLI imports on its way to a cluster command: imported once, in the server.
 PRELOAD = (
-    "typer", "typer._adapters", "typer.testing", "pydantic", "rich.console", "rich.table",
+    "typer", "typer.testing", "rich.console", "rich.table",
     "yaml", "urllib3", "migrator", "migrator.cli.app", "migrator.commands",
     "migrator.cli.render", "migrator.cli.live", "migrator.cli.documents",
     "migrator.cli.durations", "migrator.kube.client", "migrator.engine.runner",
     "migrator.engine.reports", "migrator.engine.progress", "migrator.plans",
-    "pydantic.plugin._loader", "typer._click.decorators", "importlib.resources.readers",
+    "typer._click.decorators", "importlib.resources.readers",
     "encodings.idna", "pwd", "_strptime",
 )
 STARTUP_PREFIXES = ("PYTHON", "LC_")  # read by the interpreter before any import

@@ -17,6 +17,9 @@ import yaml
 from migrator.model.selectors import parse
 
 STACK_NAMES = ("clusterpolicy", "gpucluster")
+# libyaml's parser when PyYAML was built with it (its wheels are): every command loads the
+# catalog, in a tenth of the pure-Python parser's time
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -219,9 +222,9 @@ def parse_releases(doc: dict[str, Any]) -> tuple[Release, ...]:
 def load_catalog() -> Catalog:
     """The shipped plans (package data `plans/*.yaml`)."""
     root = resources.files("migrator.plans")
-    stacks = tuple(
-        parse_stack(yaml.safe_load(root.joinpath(f"{n}.yaml").read_text())) for n in STACK_NAMES
-    )
-    common = parse_common(yaml.safe_load(root.joinpath("common.yaml").read_text()))
-    releases = parse_releases(yaml.safe_load(root.joinpath("releases.yaml").read_text()))
-    return Catalog(stacks, common, releases)
+
+    def load(name: str) -> Any:
+        return yaml.load(root.joinpath(f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
+
+    stacks = tuple(parse_stack(load(n)) for n in STACK_NAMES)
+    return Catalog(stacks, parse_common(load("common")), parse_releases(load("releases")))

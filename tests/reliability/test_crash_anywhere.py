@@ -3,7 +3,9 @@ each SIGKILLed right after every one of its K writes in turn, then run again, en
 uninterrupted run ends.
 
 Each k gets a fresh simulated cluster watched by the disruption monitor; the CLI is a real
-subprocess; the kill is exact (the sim holds the answer of write k until the process is dead).
+process (a child of the worker's fork server, tests/helpers/forkserver.py: a fresh interpreter's
+start without its import CPU); the kill is exact (the sim holds the answer of write k until the
+process is dead).
 The killed run's lock stays held until it expires (tests/reliability/test_concurrency.py): each
 rerun meets it expired, as after waiting out its TTL.
 

@@ -34,6 +34,7 @@ import selectors
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import types
 from collections.abc import Mapping
@@ -57,6 +58,7 @@ PRELOAD = (
 STARTUP_PREFIXES = ("PYTHON", "LC_")  # read by the interpreter before any import
 STARTUP_KEYS = ("LANG", "LANGUAGE", "TZ", "HOME")
 MAX_MESSAGE = 1 << 20
+LOG = Path(tempfile.gettempdir()) / "dcgm-migrate-forkserver.log"
 START_TIMEOUT = 120.0
 
 
@@ -305,7 +307,7 @@ class Server:
             theirs.close()
         ours.settimeout(START_TIMEOUT)
         line = _read_line(ours, bytearray())
-        assert line is not None and line.startswith("pid "), f"fork server: {line!r}"
+        assert line is not None and line.startswith("pid "), f"fork server: {line!r} (see {LOG})"
         ours.settimeout(None)
         return int(line.split()[1]), ours
 
@@ -335,9 +337,11 @@ def start_server(env: Mapping[str, str]) -> Server:
     imported PRELOAD."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     code = "from tests.helpers.forkserver import main; main()"
-    process = subprocess.Popen([sys.executable, "-c", code, str(theirs.fileno())], cwd=REPO,
-                               env=dict(env), pass_fds=(theirs.fileno(),),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    with LOG.open("ab") as log:  # its own errors (a child's stderr is the child's)
+        process = subprocess.Popen([sys.executable, "-c", code, str(theirs.fileno())],
+                                   cwd=REPO, env=dict(env), pass_fds=(theirs.fileno(),),
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=log)
     theirs.close()
     ours.settimeout(START_TIMEOUT)
     try:
@@ -346,7 +350,7 @@ def start_server(env: Mapping[str, str]) -> Server:
         hello = b""
     if not hello:
         process.kill()
-        raise RuntimeError(f"the fork server did not start (exit {process.wait()})")
+        raise RuntimeError(f"the fork server did not start (exit {process.wait()}; see {LOG})")
     ours.settimeout(None)
     return Server(process, ours, dict(env), json.loads(hello)["reads"])
 
@@ -419,7 +423,7 @@ class Forked(subprocess.Popen[str]):
             line = _read_line(self._channel, self._pending)
         except (TimeoutError, BlockingIOError):
             return None
-        assert line is not None and line.startswith("exit "), f"fork server: {line!r}"
+        assert line is not None and line.startswith("exit "), f"fork server: {line!r} (see {LOG})"
         _, code, cpu = line.split()
         _forked_cpu[0] += float(cpu)
         self.returncode = int(code)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,22 @@ PROBE = [sys.executable, "-m", "tests.helpers.forkprobe"]
 OWN = ("pid", "random")  # what differs between any two processes
 
 
-def _server() -> forkserver.Server:
-    server = forkserver.server(crash.cli_env())
-    assert server is not None, f"{forkserver.SWITCH}=0 is set"
-    return server
+@pytest.fixture(scope="module")
+def server() -> Iterator[forkserver.Server]:
+    """The worker's fork server; one of these tests' own when DCGM_TEST_FORKSERVER=0 has the
+    CLI runs start plain (the server is still what is under test here)."""
+    shared = forkserver.server(crash.cli_env())
+    if shared is not None:
+        yield shared
+        return
+    own = forkserver.start_server(crash.cli_env())
+    yield own
+    own.close()
 
 
-def _forked(*args: str, env: dict[str, str] | None = None, cwd: Path = crash.REPO
-            ) -> subprocess.Popen[str]:
-    return forkserver.Forked(_server(), [*PROBE, *args], str(cwd), crash.cli_env(env))
+def _forked(server: forkserver.Server, *args: str, env: dict[str, str] | None = None,
+            cwd: Path = crash.REPO) -> subprocess.Popen[str]:
+    return forkserver.Forked(server, [*PROBE, *args], str(cwd), crash.cli_env(env))
 
 
 def _plain(*args: str, env: dict[str, str] | None = None, cwd: Path = crash.REPO
@@ -54,8 +61,9 @@ def _ended(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any], list[str],
     return proc.returncode, json.loads(first), rest, err
 
 
-def test_a_forked_child_starts_as_a_fresh_interpreter_does() -> None:
-    code, forked, _, err = _ended(_forked(env={PROBED: "same"}))
+def test_a_forked_child_starts_as_a_fresh_interpreter_does(
+        server: forkserver.Server) -> None:
+    code, forked, _, err = _ended(_forked(server, env={PROBED: "same"}))
     assert code == 0, err
     _, plain, _, _ = _ended(_plain(env={PROBED: "same"}))
     differ = {k for k in plain if forked[k] != plain[k]}
@@ -63,9 +71,10 @@ def test_a_forked_child_starts_as_a_fresh_interpreter_does() -> None:
     assert forked["fds"] == [0, 1, 2, 3]  # and the one listing /proc/self/fd: nothing leaked
 
 
-def test_each_child_sees_its_own_environment_argv_cwd_and_pid(tmp_path: Path) -> None:
-    one = _forked("exit", "0", env={PROBED: "one"})
-    two = _forked("atexit", env={PROBED: "two"}, cwd=tmp_path)
+def test_each_child_sees_its_own_environment_argv_cwd_and_pid(
+        server: forkserver.Server, tmp_path: Path) -> None:
+    one = _forked(server, "exit", "0", env={PROBED: "one"})
+    two = _forked(server, "atexit", env={PROBED: "two"}, cwd=tmp_path)
     (_, first, _, _), (_, second, _, _) = _ended(one), _ended(two)
     assert (first["value"], second["value"]) == ("one", "two")
     assert first["argv"][1:] == ["exit", "0"] and second["argv"][1:] == ["atexit"]
@@ -85,9 +94,10 @@ def test_each_child_sees_its_own_environment_argv_cwd_and_pid(tmp_path: Path) ->
     (("thread",), 0, ""),
     (("atexit",), 0, ""),
 ])
-def test_a_child_ends_as_the_interpreter_ends_it(args: tuple[str, ...], code: int,
+def test_a_child_ends_as_the_interpreter_ends_it(server: forkserver.Server,
+                                                 args: tuple[str, ...], code: int,
                                                  says: str) -> None:
-    f_code, _, f_out, f_err = _ended(_forked(*args))
+    f_code, _, f_out, f_err = _ended(_forked(server, *args))
     p_code, _, p_out, p_err = _ended(_plain(*args))
     assert f_code == p_code == code
     assert f_out == p_out
@@ -104,8 +114,9 @@ def _from_the_probe(stderr: str) -> list[str]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
-def test_a_signal_death_reads_as_popen_reads_it(signum: int) -> None:
-    proc = _forked("sleep")
+def test_a_signal_death_reads_as_popen_reads_it(server: forkserver.Server,
+                                                signum: int) -> None:
+    proc = _forked(server, "sleep")
     assert proc.stdout is not None and json.loads(proc.stdout.readline())["pid"] == proc.pid
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(0.05)
@@ -116,8 +127,8 @@ def test_a_signal_death_reads_as_popen_reads_it(signum: int) -> None:
     assert proc.communicate() == ("", "")
 
 
-def test_a_child_let_go_of_before_it_ends_is_still_reaped() -> None:
-    proc = _forked("sleep")
+def test_a_child_let_go_of_before_it_ends_is_still_reaped(server: forkserver.Server) -> None:
+    proc = _forked(server, "sleep")
     assert proc.stdout is not None and proc.stderr is not None
     assert isinstance(proc, forkserver.Forked) and proc._channel is not None
     proc._channel.close()  # the test side's end goes before the child's status came
@@ -130,14 +141,14 @@ def test_a_child_let_go_of_before_it_ends_is_still_reaped() -> None:
     proc.returncode = -signal.SIGKILL
     proc.stdout.close()
     proc.stderr.close()
-    assert _ended(_forked("exit", "5"))[0] == 5  # and it serves on
+    assert _ended(_forked(server, "exit", "5"))[0] == 5  # and it serves on
 
 
-def test_large_output_and_a_timeout_of_communicate() -> None:
-    proc = _forked("big")
+def test_large_output_and_a_timeout_of_communicate(server: forkserver.Server) -> None:
+    proc = _forked(server, "big")
     code, _, out, err = _ended(proc)
     assert code == 0 and out == ["o" * (1 << 20)] and err == "e" * (1 << 20)
-    sleeper = _forked("sleep")
+    sleeper = _forked(server, "sleep")
     with pytest.raises(subprocess.TimeoutExpired):
         sleeper.communicate(timeout=0.2)
     sleeper.kill()
@@ -145,8 +156,8 @@ def test_large_output_and_a_timeout_of_communicate() -> None:
     assert sleeper.returncode == -signal.SIGKILL and json.loads(out2)["argv"][1:] == ["sleep"]
 
 
-def test_a_request_whose_environment_changes_the_start_runs_plain() -> None:
-    server = _server()
+def test_a_request_whose_environment_changes_the_start_runs_plain(
+        server: forkserver.Server) -> None:
     argv = crash.argv(None, "--version")
     base = crash.cli_env()
     assert server.serves(argv, base)
@@ -158,12 +169,13 @@ def test_a_request_whose_environment_changes_the_start_runs_plain() -> None:
     assert not server.serves([sys.executable, "-m", "pip", "--version"], base)
 
 
-def test_the_lock_names_the_forked_child(fresh: Callable[..., Env]) -> None:
+def test_the_lock_names_the_forked_child(server: forkserver.Server,
+                                        fresh: Callable[..., Env]) -> None:
     env = fresh(monitor=False)
     env.sim.server.faults.update(hang_nth_write=2)  # write 1 took the lock, 2 saves the state
-    proc = crash.start(env.kubeconfig, *APPLY)
+    proc = forkserver.Forked(server, crash.argv(env.kubeconfig, *APPLY), str(crash.REPO),
+                             crash.cli_env())
     try:
-        assert isinstance(proc, forkserver.Forked)
         assert env.sim.server.faults.wait_held(60), "no second write"
         cm = env.sim.store.get(kinds.CONFIGMAP, NS, "dcgm-migrate-state")
         info = locking.read(cm["metadata"]["annotations"])

@@ -31,12 +31,14 @@ def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
 
     import yaml
 
+    from migrator.model import yamldoc
+
     given = (ctx.params or {}).get("kubeconfig")
     paths = [given] if given else (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
     names: list[str] = []
     for path in [p for p in paths if p] or [str(Path.home() / ".kube" / "config")]:
         try:
-            doc = yaml.safe_load(Path(path).expanduser().read_text())
+            doc = yamldoc.safe_load(Path(path).expanduser().read_text())
         except (OSError, yaml.YAMLError):
             continue
         for entry in (doc or {}).get("contexts") or [] if isinstance(doc, dict) else []:

@@ -21,11 +21,9 @@ import yaml
 
 from migrator.errors import UsageError
 from migrator.kube.endpoint import Endpoint, from_kubeconfig
+from migrator.model import yamldoc
 
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
-# libyaml's parser when PyYAML was built with it (its wheels are): a tenth of the pure-Python
-# parser's time on a kubeconfig, whose certificates and keys are kilobytes of base64
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) ->
 def _read_yaml(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_SAFE_LOADER)
+            data = yamldoc.safe_load(fh)
     except OSError as exc:
         raise UsageError(
             f"Cannot read the kubeconfig file {path}: {exc.strerror or exc}.", _HINT

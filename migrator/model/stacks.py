@@ -12,14 +12,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from migrator.model import yamldoc
 from migrator.model.selectors import parse
 
 STACK_NAMES = ("clusterpolicy", "gpucluster")
-# libyaml's parser when PyYAML was built with it (its wheels are): every command loads the
-# catalog, in a tenth of the pure-Python parser's time
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -224,7 +220,7 @@ def load_catalog() -> Catalog:
     root = resources.files("migrator.plans")
 
     def load(name: str) -> Any:
-        return yaml.load(root.joinpath(f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
+        return yamldoc.safe_load(root.joinpath(f"{name}.yaml").read_text())
 
     stacks = tuple(parse_stack(load(n)) for n in STACK_NAMES)
     return Catalog(stacks, parse_common(load("common")), parse_releases(load("releases")))

@@ -60,26 +60,26 @@ class Correction:
     selector_before: Mapping[str, str] = field(default_factory=dict)
     selector_after: Mapping[str, str] = field(default_factory=dict)
     fields: Mapping[str, Any] = field(default_factory=dict)  # sync: spec field → wanted value
-    resource_version: str = ""  # sync: the version the difference was seen at
+    resource_version: str = ""  # the version of the Service the correction was decided on
     held: bool = False  # the Service carries the held annotation now
 
     def patch(self) -> list[Obj]:
-        """A JSON patch guarded by `test`s: of the old selector for a move (a selector changed
-        by someone else is never overwritten), of the resourceVersion for a sync."""
+        """A JSON patch guarded by `test`s: of the resourceVersion the correction was decided
+        on (a Service anyone changed since, an operator release adopting it included, is
+        re-read and re-decided, never overwritten), and of the old selector for a move."""
+        ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
+                           "value": self.resource_version}] if self.resource_version else []
         if self.action == SYNC:
-            ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
-                               "value": self.resource_version}]
             ops += [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}",
                      "value": value}
                     for key, value in sorted((self.fields.get("annotations") or {}).items())]
             ops += [{"op": "add", "path": f"/spec/{key}", "value": value}
                     for key, value in sorted(self.fields.items()) if key != "annotations"]
             return ops
+        ops.append({"op": "test", "path": "/spec/selector", "value": dict(self.selector_before)})
         if self.action == CLEAR:
-            return [{"op": "test", "path": "/spec/selector", "value": dict(self.selector_before)},
-                    {"op": "remove", "path": HELD_PATH}]
-        ops = [{"op": "test", "path": "/spec/selector", "value": dict(self.selector_before)},
-               {"op": "replace", "path": "/spec/selector", "value": dict(self.selector_after)}]
+            return [*ops, {"op": "remove", "path": HELD_PATH}]
+        ops.append({"op": "replace", "path": "/spec/selector", "value": dict(self.selector_after)})
         if self.action == HOLD:
             ops.append({"op": "add", "path": HELD_PATH, "value": self.reason})
         elif self.held:
@@ -124,6 +124,10 @@ class Alias:
     def held(self) -> bool:
         return HELD_ANNOTATION in o.annotations_of(self.service)
 
+    @property
+    def resource_version(self) -> str:
+        return str(o.meta(self.service).get("resourceVersion") or "")
+
 
 def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:
     """The Services the tool owns as aliases: managed-by label, alias-of annotation naming the
@@ -158,7 +162,7 @@ def holds(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
                   "re-render?); the alias selects the app label until it is back and rolled "
                   "out")
         out.append(Correction(HOLD, alias.name, reason, alias.selector, comp.app_selector,
-                              held=alias.held))
+                              resource_version=alias.resource_version, held=alias.held))
     return out
 
 
@@ -215,7 +219,8 @@ def releases(snapshot: Snapshot, catalog: Catalog,
         out.append(Correction(RELEASE, alias.name,
                               f"DaemonSet/{comp.daemonset} carries "
                               f"{comp.common_label.key} again and is rolled out",
-                              alias.selector, dict(forward), held=True))
+                              alias.selector, dict(forward),
+                              resource_version=alias.resource_version, held=True))
     return out
 
 
@@ -223,7 +228,7 @@ def clears(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
     """A held annotation on an alias that no longer selects the app label (phase 3 re-run by
     `apply` moved it forward first) is stale: removed, so it cannot mislead `verify`."""
     return [Correction(CLEAR, a.name, "no longer held: the alias left the app label",
-                       a.selector, a.selector, held=True)
+                       a.selector, a.selector, resource_version=a.resource_version, held=True)
             for a in aliases(snapshot, catalog)
             if a.held and a.selector != a.component.app_selector]
 
@@ -245,8 +250,7 @@ def syncs(snapshot: Snapshot, catalog: Catalog,
             out.append(Correction(SYNC, alias.name,
                                   f"differs from Service/{alias.component.service} in "
                                   f"{aliasing.describe(diff)}", fields=diff,
-                                  resource_version=str(o.meta(alias.service).get(
-                                      "resourceVersion") or "")))
+                                  resource_version=alias.resource_version))
     return out
 
 

@@ -221,6 +221,32 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
     assert used | conflict_path >= granted, sorted(granted - used - conflict_path)
 
 
+def test_a_correction_on_a_service_changed_since_it_was_decided_is_not_written(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """The selector the guard saw is still there, but the Service changed after the guard
+    read it (as when an operator release adopts a stable name: its labels first, its selector
+    on a later write): the correction is re-decided on the next pass, never written over it."""
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    kube = Kube.connect(_guard_kubeconfig(env, tmp_path))
+    guard = Guard(kube, NS, load_catalog(), GuardSettings())
+    key = ALIASES["nvidia-dcgm-exporter"][1]
+    seen = env.sim.store.get(kinds.SERVICE, NS, "nvidia-dcgm-exporter")
+    hold = Correction("hold", "nvidia-dcgm-exporter", "r", {key: "true"},
+                      {"app": "nvidia-dcgm-exporter-dra"},
+                      resource_version=seen["metadata"]["resourceVersion"])
+    adopted = copy.deepcopy(seen)
+    adopted["metadata"].setdefault("labels", {})["example.com/adopted-by"] = "a-release"
+    env.sim.store.update(kinds.SERVICE, adopted)
+    mark = env.mark()
+    done, skipped = guard.apply([hold])
+    assert done == [] and skipped and "changed meanwhile" in skipped[0]
+    assert _selector(env, "nvidia-dcgm-exporter") == {key: "true"}  # untouched
+    assert [e for e in env.writes(mark) if e.user == GUARD_USER] == []  # nothing landed
+    assert [(e.verb, e.code) for e in env.sim.server.log.entries()
+            if e.seq > mark and e.user == GUARD_USER and e.verb == "patch"] == [("patch", 422)]
+
+
 def test_a_correction_whose_selector_changed_meanwhile_is_not_written(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("gpucluster")

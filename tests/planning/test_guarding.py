@@ -55,6 +55,7 @@ def test_an_alias_on_the_common_label_is_held_when_the_template_loses_it() -> No
     assert dict(c.selector_before) == FORWARD and dict(c.selector_after) == APP
     assert EXP_DS in c.reason and EXP_KEY in c.reason
     assert c.patch() == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
         {"op": "test", "path": "/spec/selector", "value": FORWARD},
         {"op": "replace", "path": "/spec/selector", "value": APP},
         {"op": "add", "path": "/metadata/annotations/dcgm-migrate~1guard-held",
@@ -90,6 +91,7 @@ def test_a_held_alias_is_released_once_the_label_is_back_and_rolled_out() -> Non
                  pod_labels={EXP_KEY: "true"})
     [c] = guarding.releases(snap, CAT, {"nvidia-dcgm-exporter": FORWARD})
     assert dict(c.selector_before) == APP and dict(c.selector_after) == FORWARD
+    assert c.patch()[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "41"}
     assert c.patch()[-1] == {"op": "remove",
                              "path": "/metadata/annotations/dcgm-migrate~1guard-held"}
 
@@ -121,7 +123,8 @@ def test_a_held_mark_on_an_alias_that_moved_forward_is_cleared() -> None:
                  pod_labels={EXP_KEY: "true"})
     [c] = guarding.decide(snap, CAT, {"nvidia-dcgm-exporter": FORWARD}, {})
     assert c.action == "clear"
-    assert c.patch() == [{"op": "test", "path": "/spec/selector", "value": FORWARD},
+    assert c.patch() == [{"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+                         {"op": "test", "path": "/spec/selector", "value": FORWARD},
                          {"op": "remove",
                           "path": "/metadata/annotations/dcgm-migrate~1guard-held"}]
 

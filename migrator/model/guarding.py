@@ -126,7 +126,7 @@ class Alias:
 
     @property
     def resource_version(self) -> str:
-        return str(o.meta(self.service).get("resourceVersion") or "")
+        return o.resource_version(self.service)
 
 
 def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:

@@ -47,6 +47,12 @@ def controller_owner(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def resource_version(obj: Mapping[str, Any]) -> str:
+    """The object's resourceVersion as the API gives it (opaque: a write's precondition), or
+    "" when it has none."""
+    return str(meta(obj).get("resourceVersion") or "")
+
+
 def int_version(rv: object) -> int:
     """A resourceVersion as an integer (etcd revisions, comparable since Kubernetes 1.30:
     KEP-4988 `CompareResourceVersion`); 0 for none or one that is not an integer."""

@@ -195,7 +195,7 @@ def _shaped(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
 def _endpoints_of(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
     """`_endpoint` of every endpoint of the slice, once per version of it (do not mutate)."""
     meta = o.meta(slice_)
-    uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+    uid, version = str(meta.get("uid") or ""), o.resource_version(slice_)
     if not uid or not version:
         return _shaped(slice_, namespace)
     hit = _SHAPED.get(uid)
@@ -385,7 +385,7 @@ def _free_name(prefix: str, taken: set[str]) -> str:
 
 def _delete(sl: Mapping[str, Any], stable: str, why: str) -> SliceWrite:
     return SliceWrite(DELETE, o.name(sl), stable, why,
-                      resource_version=str(o.meta(sl).get("resourceVersion") or ""))
+                      resource_version=o.resource_version(sl))
 
 
 def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[str, Any]],
@@ -446,7 +446,7 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
             out.append(SliceWrite(UPDATE, name, stable,
                                   f"the {share.component.stack} pods of "
                                   f"Service/{share.component.service} changed", body,
-                                  str(o.meta(sl).get("resourceVersion") or "")))
+                                  o.resource_version(sl)))
     for name, eps in new.items():
         out.append(SliceWrite(CREATE, name, stable,
                               f"Service/{stable} belongs to {share.owner} and selects only its "

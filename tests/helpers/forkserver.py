@@ -357,6 +357,7 @@ def start_server(env: Mapping[str, str]) -> Server:
 
 _servers: dict[int, Server] = {}  # per process (a fork of a worker must not share it)
 _forked_cpu = [0.0]  # CPU seconds of the children whose status this process read
+_stopped_cpu = [0.0]  # CPU seconds of this process's servers already gone
 
 
 def children_cpu() -> float:
@@ -367,8 +368,6 @@ def children_cpu() -> float:
     own = cpu_seconds(mine.process.pid, waited=False) if mine is not None else 0.0
     return own + _forked_cpu[0] + _stopped_cpu[0]
 
-
-_stopped_cpu = [0.0]  # of servers already gone
 
 
 def server(env: Mapping[str, str]) -> Server | None:

@@ -93,25 +93,42 @@ class DisruptionMonitor:
     def _check(self) -> None:
         if self._paused:
             return
+        # The test's own rollout window as it was when the sample was read: a window that
+        # closes while a sample is being read still covers that sample.
+        external = self._external
         now, local, rolling = self._read()
-        rolling = rolling or self._external
+        budget = self.rolling_budget if rolling or external or self._external else 0
         self.samples += 1
         self._measure_gaps(now)
         for name, sample in now.items():
             if name in self._replacing:
                 continue
             base = self._ratchet(name, sample)
-            budget = self.rolling_budget if rolling else 0
             low = self.lowest.get(name, (sample.total, base.total))
             self.lowest[name] = (min(low[0], sample.total), base.total)
-            if local.get(name):
-                short = [n for n, c in base.by_node.items() if sample.by_node.get(n, 0) < c]
-                if len(short) > budget:
-                    self.violations.append(f"Service/{name}: nodes {short} below baseline "
-                                           f"(budget {budget})")
-            elif sample.total < base.total - budget:
-                self.violations.append(f"Service/{name}: {sample.total} ready < baseline "
-                                       f"{base.total} - budget {budget}")
+            short = self._short(name, sample, base, local.get(name, False), budget)
+            if short:
+                self.violations.append(short)
+
+    @staticmethod
+    def _short(name: str, sample: Sample, base: Sample, local: bool, budget: int) -> str:
+        """Why `sample` is outside `budget` below `base` ("" when it is within)."""
+        if local:
+            short = [n for n, c in base.by_node.items() if sample.by_node.get(n, 0) < c]
+            if len(short) > budget:
+                return f"Service/{name}: nodes {short} below baseline (budget {budget})"
+        elif sample.total < base.total - budget:
+            return (f"Service/{name}: {sample.total} ready < baseline {base.total} - budget "
+                    f"{budget}")
+        return ""
+
+    def _recovered(self) -> bool:
+        """Is every Service back at its baseline, as its consumers read it?"""
+        now, local, _ = self._read()
+        return not any(
+            self._short(name, sample, self._baseline[name], local.get(name, False), 0)
+            for name, sample in now.items()
+            if name not in self._replacing and name in self._baseline)
 
     def _ratchet(self, name: str, sample: Sample) -> Sample:
         """The baseline is the most ever seen (per node and in total): a Service created during
@@ -127,11 +144,18 @@ class DisruptionMonitor:
         return base
 
     @contextmanager
-    def rolling(self) -> Iterator[None]:
-        """A rollout the test itself started (an operator upgrade): the rolling budget holds."""
+    def rolling(self, settle: float = 30.0) -> Iterator[None]:
+        """A rollout the test itself started (an operator upgrade): the rolling budget holds
+        until every Service is back at its baseline in the EndpointSlices (at most `settle`
+        seconds after the block). A DaemonSet's status says the rollout is done a moment before
+        the EndpointSlice controller has marked the last new pod ready; consumers see the
+        slices, so the rollout ends for them only then."""
         self._external = True
         try:
             yield
+            deadline = time.monotonic() + settle
+            while not self._recovered() and time.monotonic() < deadline:
+                time.sleep(0.02)
         finally:
             self._external = False
 

@@ -5,6 +5,7 @@ fails the test at teardown)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from tests.helpers.disruption import DisruptionMonitor
 from tests.helpers.oracle import DiscoveryOracle, OracleUnavailable
 
 NS = "gpu-operator"
+REAL_FLOOR = 30.0  # real seconds no `E2E.until` gives up before
 
 
 @dataclass
@@ -66,6 +68,21 @@ class E2E:
 
     def phase_status(self, number: int) -> str:
         return str(next(p for p in self.state()["phases"] if p["number"] == number)["status"])
+
+    def until(self, predicate: Callable[[], object], sim_seconds: float, what: str,
+              detail: Callable[[], object] = str) -> float:
+        """Poll until `predicate` holds; the simulated seconds it took. Fails once
+        `sim_seconds` of the sim's own clock have passed, but never before REAL_FLOOR real
+        seconds: the sim's clock is real time scaled, and what reacts (the guard, a thread of
+        this process, and the CLI) runs on the real clock, which a loaded machine slows.
+        `detail()` is added to the failure."""
+        start, began = self.sim.clock.now(), time.monotonic()
+        while not predicate():
+            assert (self.sim.clock.now() - start < sim_seconds
+                    or time.monotonic() - began < REAL_FLOOR), (
+                f"{what}: not within {sim_seconds} s {detail()}")
+            time.sleep(0.01)
+        return self.sim.clock.now() - start
 
 
 @pytest.fixture

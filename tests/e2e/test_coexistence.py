@@ -168,14 +168,8 @@ def _moved(env: E2E, node: str, here: str, gone: str) -> bool:
 
 
 def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> float:
-    """Poll until `predicate` holds; the simulated seconds it took (fails after
-    `sim_seconds` of the sim's own clock, so a loaded machine cannot fail it)."""
-    start = env.sim.clock.now()
-    while not predicate():
-        assert env.sim.clock.now() - start < sim_seconds, (
-            f"{what}: not within {sim_seconds} s; kube-proxy: {_unreached(env)}")
-        time.sleep(0.01)
-    return env.sim.clock.now() - start
+    """`E2E.until`, naming what kube-proxy does not reach when it fails."""
+    return env.until(predicate, sim_seconds, what, lambda: f"kube-proxy: {_unreached(env)}")
 
 
 def _operator_object_writes(env: E2E, since: int) -> list[str]:

@@ -4,7 +4,6 @@ the disruption monitor running: the preparation (`--prepare-for`) and what the t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,13 +64,6 @@ STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 SHARED = "nvidia.com/shared-service"
 
 
-def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> None:
-    start = env.sim.clock.now()
-    while not predicate():
-        assert env.sim.clock.now() - start < sim_seconds, f"{what}: not within {sim_seconds} s"
-        time.sleep(0.02)
-
-
 def _daemonsets(env: E2E) -> dict[str, str]:
     """DaemonSet → the component label value the release renders on it."""
     names = (DAEMONSETS if env.sim.stack == "gpucluster" else
@@ -116,10 +108,10 @@ def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> RoutedEndpoints:
         assert applied.code == 0, applied.stdout + applied.stderr
     low = RoutedEndpoints(STABLE, NS)
     with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store):
-        _until(env, lambda: g.guard.passes >= 1, 30, "guard")
+        env.until(lambda: g.guard.passes >= 1, 30, "guard")
         since = env.mark()
         env.sim.set_operator_release("shared-services")
-        _until(env, lambda: _upgraded(env), 300, "upgraded")
+        env.until(lambda: _upgraded(env), 300, "upgraded")
         # The guard stood down: it wrote nothing the release manages.
         written = [e for e in env.writes(since) if e.resource == "services"
                    and e.name in STABLE]
@@ -239,17 +231,17 @@ def _hand_over_shared_nodes(env: E2E, nodes: int) -> RoutedEndpoints:
         assert applied.code == 0, applied.stdout + applied.stderr
     low = RoutedEndpoints(STABLE, NS)
     with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store):
-        _until(env, lambda: g.guard.passes >= 1, 30, "guard")
+        env.until(lambda: g.guard.passes >= 1, 30, "guard")
         env.sim.set_operator_release("shared-services")
         try:
-            _until(env, lambda: _handed_over(env, nodes), 300, "handed over")
+            env.until(lambda: _handed_over(env, nodes), 300, "handed over")
         except AssertionError as err:
             raise AssertionError(f"{err}: nodes served {_serving(env)}, pending "
                                  f"{[p['metadata']['name'] for p in _pending(env)]}") from None
         # Whatever the scheduler left Pending stays so (the release's own anti-affinity):
         # a minute on, every node is still served, every stable name still there.
         settled = env.sim.clock.now()
-        _until(env, lambda: env.sim.clock.now() - settled > 60, 120, "a minute on")
+        env.until(lambda: env.sim.clock.now() - settled > 60, 120, "a minute on")
         assert _handed_over(env, nodes), _serving(env)
         # The release's Services select both stacks' pods: the guard's slices are gone.
         assert not [sl["metadata"]["name"] for sl in env.sim.store.list(

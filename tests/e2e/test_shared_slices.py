@@ -8,7 +8,6 @@ clusters reach every node in every family their Services serve."""
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -73,16 +72,6 @@ def _unfaulted(env: E2E, family: str) -> bool:
     return not _routing_faults(env, family)
 
 
-def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float, what: str) -> float:
-    """Poll until `predicate` holds; the simulated seconds it took (fails after `sim_seconds`
-    of the sim's own clock, so a loaded machine cannot fail it)."""
-    start = env.sim.clock.now()
-    while not predicate():
-        assert env.sim.clock.now() - start < sim_seconds, f"{what}: not within {sim_seconds} s"
-        time.sleep(0.02)
-    return env.sim.clock.now() - start
-
-
 def _verify(env: E2E) -> tuple[int, dict[str, str]]:
     """`verify`'s exit code and its failed checks (name → detail; fix)."""
     res = env.cli("verify", "-o", "json")
@@ -118,7 +107,7 @@ def test_a_stopped_guard_is_caught_before_its_slices_blackhole_a_node_and_a_new_
     _migrated_mixed(env)
     kubeconfig = _guard_kubeconfig(env, tmp_path)  # the Role of docs/guard.yaml only
     with running_guard(env, kube=Kube.connect(kubeconfig)):
-        _until(env, lambda: not _routing_faults(env), 30, "shared")
+        env.until(lambda: not _routing_faults(env), 30, "shared")
         code, failed = _verify(env)
         assert (code, failed) == (0, {})
     # The guard stopped (its Lease released): the names still depend on its slices.
@@ -134,7 +123,7 @@ def test_a_stopped_guard_is_caught_before_its_slices_blackhole_a_node_and_a_new_
         gone = {p for p, n in _live_ready(env, ("nvidia-dcgm-exporter-dra",)).items()
                 if n == node}
         _label_node(env, node, "nvidia.com/gpu.deploy.dcgm-exporter-dra", "false")
-        _until(env, lambda: not gone & set(_live_ready(env, ("nvidia-dcgm-exporter-dra",))),
+        env.until(lambda: not gone & set(_live_ready(env, ("nvidia-dcgm-exporter-dra",))),
                30, "pod gone")
         faults = _routing_faults(env)
         assert any(f"routes to {sorted(gone)}" in f for f in faults), faults  # a real hazard
@@ -145,7 +134,7 @@ def test_a_stopped_guard_is_caught_before_its_slices_blackhole_a_node_and_a_new_
 
         # A guard that starts again repairs the slices in its first pass.
         with running_guard(env, identity="guard-b", kube=Kube.connect(kubeconfig)):
-            took = _until(env, lambda: not _routing_faults(env), 30, "repaired")
+            took = env.until(lambda: not _routing_faults(env), 30, "repaired")
             print(f"a restarted guard repaired the shared slices within {took:.1f} simulated s")
     with running_guard(env, identity="guard-c", kube=Kube.connect(kubeconfig)):
         code, failed = _verify(env)
@@ -160,7 +149,7 @@ def test_deleting_the_guard_with_its_manifest_leaves_no_shared_slice(
     kubectl = kubectl_for(env.sim.kubeconfig, tmp_path)
     kubectl("apply", "-f", str(REPO / "docs" / "guard.yaml"))  # its Lease; no pod runs here
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))):
-        _until(env, lambda: not _routing_faults(env), 30, "shared")
+        env.until(lambda: not _routing_faults(env), 30, "shared")
     lease = env.sim.store.get(kinds.LEASE, NS, "dcgm-migrate-guard")
     assert _shared(env) and all(
         sl["metadata"]["ownerReferences"] == [{
@@ -170,7 +159,7 @@ def test_deleting_the_guard_with_its_manifest_leaves_no_shared_slice(
 
     with env.monitor.expected_outage():  # the GPUCluster nodes leave the stable names
         kubectl("delete", "-f", str(REPO / "docs" / "guard.yaml"), "--wait=false")
-        _until(env, lambda: not _shared(env), 30, "slices collected")
+        env.until(lambda: not _shared(env), 30, "slices collected")
     # What is left routes nowhere dead: the GPUCluster nodes answer under their -dra names
     # only, and `verify` names the guard the stable names now lack.
     assert not [f for f in _routing_faults(env) if "routes to" in f]
@@ -194,14 +183,14 @@ def test_every_node_is_reached_in_every_family_the_stable_names_serve(
             admin.patch(kinds.SERVICE, name, NS, {"spec": {"ipFamilyPolicy": "PreferDualStack"}},
                         patch_type="merge")
         admin.close()
-        _until(env, lambda: all(
+        env.until(lambda: all(
             {sl["addressType"] for sl in env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]
              if sl["metadata"]["labels"].get(sharing.SERVICE_NAME_LABEL) == name}
             == {IPV4, IPV6} for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")),
             30, "dual-stack slices")
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))):
         for family in families:
-            _until(env, partial(_unfaulted, env, family), 30, f"{family} shared")
+            env.until(partial(_unfaulted, env, family), 30, f"{family} shared")
         types = sorted({(sl["metadata"]["labels"][sharing.SERVICE_NAME_LABEL],
                          sl["addressType"]) for sl in _shared(env)})
         assert types == sorted((n, f) for n in KINDS_OF for f in families)

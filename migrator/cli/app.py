@@ -3,16 +3,18 @@ exit codes in `migrator.errors.exit_code_for`, applied here in one decorator."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import gc
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
+from typer.main import get_command_name
 
 from migrator import __version__
 from migrator.cli.group import RootGroup
@@ -488,9 +490,33 @@ def main() -> None:
     10-node `status`, docs/performance.md). Atexit handlers still run and output is still
     flushed; only cyclic garbage left at exit is not collected, as the process ends anyway."""
     try:
-        app(prog_name=prog_name(sys.argv[0]))
+        only_invoked(app, sys.argv[1:])(prog_name=prog_name(sys.argv[0]))
     finally:
         gc.freeze()
+
+
+def only_invoked(root: typer.Typer, args: Sequence[str]) -> typer.Typer:
+    """`root` as this command line needs it. Typer turns every command into a click command on
+    every run, reading each one's signature and evaluating its type hints (a sixth of a
+    10-node `status`, docs/performance.md); when the first argument names a command or
+    subgroup, a copy that holds only that one is built. Anything else (`--help`,
+    `--version`, completion, a mistyped name click suggests the right one for) gets them all."""
+    if not args or args[0].startswith("-"):
+        return root
+    commands = [c for c in root.registered_commands if _command_name(c) == args[0]]
+    groups = [g for g in root.registered_groups if g.name == args[0]]
+    if not commands and not groups:
+        return root
+    shown = copy.copy(root)
+    shown.registered_commands, shown.registered_groups = commands, groups
+    return shown
+
+
+def _command_name(info: Any) -> str | None:
+    """The name click will know a registered command by (typer's own rule)."""
+    if info.name:
+        return str(info.name)
+    return None if info.callback is None else get_command_name(info.callback.__name__)
 
 
 if __name__ == "__main__":

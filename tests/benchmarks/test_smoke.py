@@ -110,6 +110,16 @@ def test_targets_judge_status_against_kubectl_at_ten_nodes() -> None:
     assert [t["met"] for t in small(read(10, 3.4))] == [False]
     assert small(read(100, 2.0)) == []
 
+    def fleet(*reads: dict[str, Any]) -> list[tuple[str, bool | None]]:
+        return [(t["target"], t["met"]) for t in report.targets({"reads": list(reads)})
+                if t["target"].startswith("status/kubectl <= 1 ")]
+
+    # no slower than kubectl is a fleet's target: a run of small sizes does not judge it
+    assert fleet(read(10, 2.9), read(100, 2.0)) == []
+    assert fleet(read(10, 2.9), read(5000, 0.2)) == [
+        ("status/kubectl <= 1 at 5000 nodes (gpucluster)", True)]
+    assert fleet(read(5000, 1.3)) == [("status/kubectl <= 1 at 5000 nodes (gpucluster)", False)]
+
 
 def test_breakdown_groups_requests_by_verb_resource_name_and_selector() -> None:
     record = {"verb": "watch", "resource": "daemonsets", "name": "",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from typer.main import get_command_name
+from typer.models import CommandInfo
 
 from migrator import __version__
 from migrator.cli.group import RootGroup
@@ -512,10 +513,10 @@ def only_invoked(root: typer.Typer, args: Sequence[str]) -> typer.Typer:
     return shown
 
 
-def _command_name(info: Any) -> str | None:
+def _command_name(info: CommandInfo) -> str | None:
     """The name click will know a registered command by (typer's own rule)."""
     if info.name:
-        return str(info.name)
+        return info.name
     return None if info.callback is None else get_command_name(info.callback.__name__)
 
 

@@ -153,7 +153,7 @@ class Guard:
         self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
                                         lease_seconds=settings.lease_seconds, clock=self.clock,
                                         labels={mb.key: mb.value})
-        self.passes = 0
+        self.passes = 0  # passes completed (a pass that raised is not one)
         self.written: list[Correction] = []  # every correction written, oldest first
         self.slice_writes: list[SliceWrite] = []  # every shared-slice write, oldest first
         self._noted: set[str] = set()  # notes already logged once
@@ -406,9 +406,12 @@ class Guard:
     def reconcile(self, since: float | None = None) -> PassResult:
         """One full pass: read, decide (hold, release, re-sync), write. `since`: when the
         oldest watch event it answers arrived (monotonic; None: the pass's own start)."""
-        since = self.clock.monotonic() if since is None else since
-        began = self.clock.monotonic()
+        result = self._pass(self.clock.monotonic() if since is None else since)
         self.passes += 1
+        return result
+
+    def _pass(self, since: float) -> PassResult:
+        began = self.clock.monotonic()
         snap = self.read(pods=False)
         state, readable = self._read_state()
         switched = switched_aliases(state)

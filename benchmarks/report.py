@@ -124,24 +124,17 @@ def targets(results: Obj) -> list[Obj]:
         med = cli["wall_s"]["median"]
         out.append({"target": f"--help under {HELP_TARGET_S}s", "met": med < HELP_TARGET_S,
                     "figure": f"{med:.3f}s median"})
-    for r in reads:
-        if r["nodes"] == SMALL_NODES and r.get("ratios"):
-            ratio = r["ratios"]["status_vs_kubectl"]
-            out.append({"target": f"status/kubectl <= {SMALL_STATUS_TARGET_RATIO:g} at "
-                                  f"{SMALL_NODES} nodes ({r['stack']})",
-                        "met": ratio is not None and ratio <= SMALL_STATUS_TARGET_RATIO,
-                        "figure": f"ratio {ratio} (status "
-                                  f"{r['commands']['status']['wall_s']['median']}s, kubectl "
-                                  f"{r['commands']['kubectl']['wall_s']['median']}s)"})
-    for big in reads:
-        if big["nodes"] == STATUS_TARGET_NODES and big.get("ratios"):
-            ratio = big["ratios"]["status_vs_kubectl"]
-            out.append({"target": f"status/kubectl <= {STATUS_TARGET_RATIO:g} at {big['nodes']} "
-                                  f"nodes ({big['stack']})",
-                        "met": ratio is not None and ratio <= STATUS_TARGET_RATIO,
-                        "figure": f"ratio {ratio} (status "
-                                  f"{big['commands']['status']['wall_s']['median']}s, kubectl "
-                                  f"{big['commands']['kubectl']['wall_s']['median']}s)"})
+    for nodes, limit in ((SMALL_NODES, SMALL_STATUS_TARGET_RATIO),
+                         (STATUS_TARGET_NODES, STATUS_TARGET_RATIO)):
+        for r in reads:
+            if r["nodes"] == nodes and r.get("ratios"):
+                ratio = r["ratios"]["status_vs_kubectl"]
+                out.append({"target": f"status/kubectl <= {limit:g} at {nodes} nodes "
+                                      f"({r['stack']})",
+                            "met": ratio is not None and ratio <= limit,
+                            "figure": f"ratio {ratio} (status "
+                                      f"{r['commands']['status']['wall_s']['median']}s, kubectl "
+                                      f"{r['commands']['kubectl']['wall_s']['median']}s)"})
     applies = results.get("apply", [])
     at = [a for a in applies if a["nodes"] == APPLY_TARGET_NODES]
     pct = round((APPLY_TARGET_RATIO - 1) * 100)

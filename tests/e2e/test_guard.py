@@ -61,6 +61,10 @@ class Running:
     thread: threading.Thread
     log: list[str] = field(default_factory=list)
 
+    def leading(self) -> bool:
+        """It holds the Lease and has finished a pass (what `verify` reads of a running guard)."""
+        return self.guard.passes >= 1 and self.guard.lease.is_leader
+
 
 @contextmanager
 def running_guard(env: E2E, identity: str = "guard-a", *, lease_seconds: int = 15,
@@ -161,7 +165,7 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
         assert _selector(env, alias) == {key: "true"}
     kube = Kube.connect(_guard_kubeconfig(env, tmp_path))  # the Role of docs/guard.yaml only
     with running_guard(env, kube=kube) as g:
-        env.sim.wait_for(lambda: g.guard.passes >= 1 and g.guard.lease.is_leader, 10)
+        env.sim.wait_for(g.leading, 10)
         # Each alias's and source's ready endpoints from here on, replayed below from the
         # event log (every EndpointSlice change, not a sample).
         ready = ReadyEndpoints((*ALIASES, *(d for d, _ in ALIASES.values())))

@@ -44,7 +44,7 @@ def test_every_command_gives_the_same_verdict_and_apply_says_both(
     assert _closing(table.stdout).startswith("verdict NOT OK — 3 of "), table.stdout
 
     with running_guard(env) as g:
-        env.until(lambda: g.guard.passes >= 1 and g.guard.lease.is_leader, 30, "leading")
+        env.until(g.leading, 30, "leading")
         docs = {}
         for _ in range(200):  # the guard's first pass shares the names
             docs["verify"] = env.cli("verify", "-o", "json")

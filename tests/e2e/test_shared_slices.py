@@ -138,7 +138,7 @@ def test_a_stopped_guard_is_caught_before_its_slices_blackhole_a_node_and_a_new_
             print(f"a restarted guard repaired the shared slices within {took:.1f} simulated s")
     with running_guard(env, identity="guard-c", kube=Kube.connect(kubeconfig)) as guard:
         # the slices are already right: its Lease, taken on its first pass, is what verify reads
-        env.until(lambda: guard.guard.passes >= 1 and guard.guard.lease.is_leader, 30, "leading")
+        env.until(guard.leading, 30, "leading")
         code, failed = _verify(env)
         assert (code, failed) == (0, {})
         assert not _routing_faults(env)

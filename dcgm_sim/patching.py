@@ -1,12 +1,12 @@
 """The three patch formats the API server accepts: JSON merge patch (RFC 7386), JSON patch
 (RFC 6902, as evanphx/json-patch v4 applies it) and Kubernetes strategic merge patch.
 
-Strategic merge patch is schema-driven on a real server; here the schema is the table of
-`patchMergeKey`s of the fields this project and kubectl touch (from the `k8s.io/api` struct
-tags): lists of containers, env, volumes, volumeMounts, ports, ownerReferences, ... merge
-element-wise by key, `finalizers` merge as a set, every other list is replaced. Maps merge
-recursively, `null` deletes a key, and the `$patch`, `$retainKeys`,
-`$deleteFromPrimitiveList/<f>` and `$setElementOrder/<f>` directives are honoured.
+Strategic merge patch is schema-driven on a real server; here the schema (`KUBERNETES`) is the
+table of `patchMergeKey`s of the fields this project and kubectl touch (from the `k8s.io/api`
+struct tags): lists of containers, env, volumes, volumeMounts, ports, ownerReferences, ...
+merge element-wise by key, `finalizers` merge as a set, every other list is replaced. The
+merge itself (maps, null, `$patch`, `$retainKeys`, `$deleteFromPrimitiveList/<f>`,
+`$setElementOrder/<f>`, the merged list's order) is apimachinery's, ported in `strategic`.
 
 Pure functions on JSON-like values; inputs are never mutated.
 """
@@ -17,11 +17,13 @@ import copy
 import json
 from typing import Any
 
+from dcgm_sim import strategic
+from dcgm_sim.strategic import MergeSchema, PatchError
+
+__all__ = ["KUBERNETES", "MergeSchema", "PatchError", "json_patch", "merge_key", "merge_patch",
+           "strategic_merge"]
+
 Path = tuple[str, ...]
-
-
-class PatchError(ValueError):
-    """The patch cannot be applied (422 for JSON patch, 400 for a malformed document)."""
 
 
 # ---- RFC 7386 JSON merge patch -------------------------------------------------------------
@@ -232,83 +234,18 @@ _MERGE_KEYS: dict[tuple[str, str], str] = {
     ("status", "hostIPs"): "ip",
 }
 _PRIMITIVE_MERGE = {("metadata", "finalizers")}
-_DIRECTIVE = "$patch"
-_RETAIN = "$retainKeys"
-_DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
-_ORDER = "$setElementOrder/"
+
+
+KUBERNETES = MergeSchema(_MERGE_KEYS, frozenset(_PRIMITIVE_MERGE))
 
 
 def merge_key(path: Path) -> str | None:
     """The patchMergeKey of the list at `path` (field names only), None when it is replaced."""
-    if len(path) < 2:
-        return None
-    return _MERGE_KEYS.get((path[-2], path[-1]))
+    return KUBERNETES.merge_key(path)
 
 
-def _strip(value: Any) -> Any:
-    """A patch fragment added as new content: drop directives it carries."""
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items()
-                if not k.startswith("$") and v is not None}
-    if isinstance(value, list):
-        return [_strip(v) for v in value if not (isinstance(v, dict) and v.get(_DIRECTIVE))]
-    return value
-
-
-def strategic_merge(original: Any, patch: Any, path: Path = ()) -> Any:
-    """Apply a strategic merge patch to `original` (an object or a nested map at `path`)."""
-    if not isinstance(patch, dict):
-        raise PatchError("a strategic merge patch must be a JSON object")
-    directive = patch.get(_DIRECTIVE)
-    if directive == "replace":
-        return _strip({k: v for k, v in patch.items() if k != _DIRECTIVE})
-    if directive not in (None, "merge"):
-        raise PatchError(f"unknown patch type: {directive!r} in map at {'.'.join(path)}")
-    result: dict[str, Any] = dict(original) if isinstance(original, dict) else {}
-    for key, value in patch.items():
-        if key.startswith(_DELETE_PRIMITIVE):
-            fld = key[len(_DELETE_PRIMITIVE):]
-            drop = value if isinstance(value, list) else []
-            if isinstance(result.get(fld), list):
-                result[fld] = [v for v in result[fld] if v not in drop]
-            continue
-        if key.startswith("$"):
-            continue  # $setElementOrder/..., $retainKeys (below), $patch
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict):
-            if value.get(_DIRECTIVE) == "delete":
-                result.pop(key, None)
-            else:
-                result[key] = strategic_merge(result.get(key), value, (*path, key))
-        elif isinstance(value, list):
-            result[key] = _merge_list(result.get(key), value, (*path, key))
-        else:
-            result[key] = value
-    retain = patch.get(_RETAIN)
-    if isinstance(retain, list):
-        result = {k: v for k, v in result.items() if k in retain}
-    return result
-
-
-def _merge_list(original: Any, patch: list[Any], path: Path) -> list[Any]:
-    if any(isinstance(v, dict) and v.get(_DIRECTIVE) == "replace" for v in patch):
-        return [_strip(v) for v in patch if not (isinstance(v, dict) and v.get(_DIRECTIVE))]
-    current = list(original) if isinstance(original, list) else []
-    if path[-2:] in _PRIMITIVE_MERGE:
-        return current + [v for v in patch if v not in current]
-    key = merge_key(path)
-    if key is None:
-        return [_strip(v) for v in patch]
-    for item in patch:
-        if not isinstance(item, dict) or key not in item:
-            raise PatchError(f"map: {item!r} does not contain declared merge key: {key}")
-        found = next((i for i, v in enumerate(current)
-                      if isinstance(v, dict) and v.get(key) == item[key]), None)
-        if item.get(_DIRECTIVE) == "delete":
-            current = [v for v in current if not (isinstance(v, dict) and v.get(key) == item[key])]
-        elif found is None:
-            current.append(strategic_merge({}, item, path))
-        else:
-            current[found] = strategic_merge(current[found], item, path)
-    return current
+def strategic_merge(original: Any, patch: Any, path: Path = (),
+                    schema: MergeSchema = KUBERNETES) -> Any:
+    """Apply a strategic merge patch to `original` (an object or a nested map at `path`), as
+    apimachinery's strategicpatch does (`strategic.apply`)."""
+    return strategic.apply(original, patch, schema, path)

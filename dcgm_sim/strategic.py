@@ -75,7 +75,11 @@ def _kind(value: Any) -> str:
         return "bool"
     if isinstance(value, (int, float)):
         return "number"
-    return {dict: "map", list: "list", str: "string"}.get(type(value), "null")
+    if isinstance(value, dict):
+        return "map"
+    if isinstance(value, list):
+        return "list"
+    return "string" if isinstance(value, str) else "null"
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -99,7 +99,8 @@ def test_replace_of_a_missing_key_through_the_api(empty_api: ApiServer) -> None:
     """kube-apiserver answers a `replace` of a missing member as an add (evanphx v4), where
     RFC 6902 says 422: the sim does the same over HTTP."""
     core = client.CoreV1Api(make_client(empty_api.url))
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "c"}, "data": {"a": "1"}})
+    core.create_namespaced_config_map(NS, cast(client.V1ConfigMap, {
+        "metadata": {"name": "c"}, "data": {"a": "1"}}))
     patched = core.patch_namespaced_config_map(
         "c", NS, [{"op": "replace", "path": "/data/b", "value": "2"}])
     assert patched.data == {"a": "1", "b": "2"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -87,15 +87,16 @@ def test_a_merged_list_is_ordered_as_upstream_orders_it(empty_api: ApiServer) ->
     `kubectl apply` sends) puts them in its order."""
     apps = client.AppsV1Api(make_client(empty_api.url))
     labels = {"app": "x"}
-    apps.create_namespaced_daemon_set(NS, {
+    apps.create_namespaced_daemon_set(NS, cast(client.V1DaemonSet, {
         "metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": labels}, "template": {
             "metadata": {"labels": labels}, "spec": {"containers": [
-                {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}}}})
+                {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}}}}))
 
     def names(patch: dict[str, Any]) -> list[str]:
         spec = {"spec": {"template": {"spec": patch}}}
         out = apps.patch_namespaced_daemon_set("d", NS, spec)
-        return [c.name for c in out.spec.template.spec.containers]
+        return [c["name"] for c in apps.api_client.sanitize_for_serialization(out)["spec"][
+            "template"]["spec"]["containers"]]
 
     assert names({"containers": [{"name": "a", "image": "a:2"},
                                  {"name": "c", "image": "c:1"}]}) == ["a", "c", "b"]

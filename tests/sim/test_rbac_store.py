@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -24,13 +24,13 @@ SA = f"system:serviceaccount:{NS}:reader"
 RBAC_API = "rbac.authorization.k8s.io"
 
 
-def _role(name: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+def _role(name: str, rules: list[dict[str, Any]]) -> Any:
     return {"apiVersion": f"{RBAC_API}/v1", "kind": "Role",
             "metadata": {"name": name, "namespace": NS}, "rules": rules}
 
 
 def _binding(name: str, role: str, subjects: list[dict[str, str]],
-             role_kind: str = "Role") -> dict[str, Any]:
+             role_kind: str = "Role") -> Any:
     return {"apiVersion": f"{RBAC_API}/v1", "kind": "RoleBinding",
             "metadata": {"name": name, "namespace": NS},
             "roleRef": {"apiGroup": RBAC_API, "kind": role_kind, "name": role},
@@ -78,8 +78,9 @@ def test_rule_allows_as_upstream(rule: dict[str, Any], attrs: dict[str, str],
 
 
 def _review(server: ApiServer, user: str, groups: list[str], **attrs: str) -> Any:
+    resource = client.V1ResourceAttributes(**cast(dict[str, Any], attrs))
     body = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-        user=user, groups=groups, resource_attributes=client.V1ResourceAttributes(**attrs)))
+        user=user, groups=groups, resource_attributes=resource))
     status = client.AuthorizationV1Api(make_client(server.url)) \
         .create_subject_access_review(body).status
     return status
@@ -135,22 +136,22 @@ def test_subjects_by_group_user_and_service_account(server: ApiServer) -> None:
     assert _review(server, "system:serviceaccount:default:x", other_ns, **log).allowed is False
     assert _review(server, "alice", ["system:authenticated"], **log).allowed is False
     # a ClusterRoleBinding to a User: everywhere, and only that user
-    rbac.create_cluster_role_binding({
+    rbac.create_cluster_role_binding(cast(client.V1ClusterRoleBinding, {
         "apiVersion": f"{RBAC_API}/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "alice-logs"},
         "roleRef": {"apiGroup": RBAC_API, "kind": "ClusterRole", "name": "logs"},
-        "subjects": [{"kind": "User", "name": "alice", "apiGroup": RBAC_API}]})
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": RBAC_API}]}))
     status = _review(server, "alice", [], **{**log, "namespace": "default"})
     assert status.allowed is True
     assert status.reason == ('RBAC: allowed by ClusterRoleBinding "alice-logs" of ClusterRole '
                              '"logs" to User "alice"')
     assert _review(server, "bob", [], **log).allowed is False
     # a ServiceAccount subject of a ClusterRoleBinding needs its namespace (appliesToUser)
-    rbac.create_cluster_role_binding({
+    rbac.create_cluster_role_binding(cast(client.V1ClusterRoleBinding, {
         "apiVersion": f"{RBAC_API}/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "no-namespace"},
         "roleRef": {"apiGroup": RBAC_API, "kind": "ClusterRole", "name": "logs"},
-        "subjects": [{"kind": "ServiceAccount", "name": "x"}]})
+        "subjects": [{"kind": "ServiceAccount", "name": "x"}]}))
     assert _review(server, "system:serviceaccount:default:x", [], **{
         **log, "namespace": "default"}).allowed is False
 
@@ -190,11 +191,11 @@ def test_the_bootstrap_roles_are_built_in_and_a_stored_one_replaces_them(
     assert _review(server, "bob", [], **ssar).allowed is False
     rbac = client.RbacAuthorizationV1Api(make_client(server.url))
     assert rbac.list_cluster_role_binding().items == []  # built in, not stored
-    rbac.create_cluster_role_binding({
+    rbac.create_cluster_role_binding(cast(client.V1ClusterRoleBinding, {
         "apiVersion": f"{RBAC_API}/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "system:basic-user"},
         "roleRef": {"apiGroup": RBAC_API, "kind": "ClusterRole", "name": "system:basic-user"},
-        "subjects": [{"kind": "User", "name": "carol", "apiGroup": RBAC_API}]})
+        "subjects": [{"kind": "User", "name": "carol", "apiGroup": RBAC_API}]}))
     assert _review(server, "bob", authenticated, **ssar).allowed is False
     assert _review(server, "carol", [], **ssar).allowed is True
 
@@ -210,6 +211,7 @@ def test_load_rbac_creates_stored_objects(make_sim: Callable[..., SimCluster]) -
     assert sim.load_rbac(yaml.safe_dump_all(copy.deepcopy(docs))) == [SA]
     assert _sa_may(sim.server, "list", "pods")
     rbac = client.RbacAuthorizationV1Api(make_client(sim.url))
-    assert [b.metadata.name for b in rbac.list_namespaced_role_binding(NS).items] == ["reader"]
+    assert [b.metadata.name for b in rbac.list_namespaced_role_binding(NS).items
+            if b.metadata] == ["reader"]
     rbac.delete_namespaced_role_binding("reader", NS)
     assert not _sa_may(sim.server, "list", "pods")

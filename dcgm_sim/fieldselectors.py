@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.model import kinds
-from migrator.model.kinds import Kind
+from dcgm_sim import kinds
+from dcgm_sim.kinds import Kind
 
 _COMMON = ("metadata.name", "metadata.namespace")
 _EXTRA: dict[str, tuple[str, ...]] = {

@@ -1,9 +1,10 @@
 """Kubernetes label selectors: parse the string form, build them from objects, match label sets.
 
-Shared by the simulated API server (list/watch `labelSelector`) and the tool (which pods a
-Service selector picks), so both read selectors exactly the same way — and a bug here would be
-invisible to every end-to-end test; tests/planning/test_selectors.py checks it against the
-upstream rules directly. Upstream, all in k8s.io/apimachinery:
+The tool's reading (which pods a Service selector picks, the cache's pod selectors). The
+simulated API server evaluates selectors with its own code (`dcgm_sim/labelselectors.py`), so a
+bug here shows up in end-to-end tests; tests/planning/test_selectors.py checks it against the
+upstream rules directly, and tests/peers runs apimachinery's own parse and match tables against
+both. Upstream, all in k8s.io/apimachinery:
 
 - `pkg/labels/selector.go`: the lexer and parser of `labels.Parse` (the string grammar,
   `x in ()` and `x in (a,)` holding the empty value), `NewRequirement` (one value for

@@ -47,10 +47,10 @@ def served_discovery(api: client.ApiClient) -> dict[str, Served | str]:
     walking discovery the way a client does: /api and /apis name the group versions."""
     paths: list[tuple[str, str, str]] = [
         ("", v, f"/api/{v}") for v in client.CoreApi(api).get_api_versions().versions]
-    for group in client.ApisApi(api).get_api_versions().groups:
-        assert group.preferred_version.group_version in {
-            v.group_version for v in group.versions}
-        paths += [(group.name, v.version, f"/apis/{v.group_version}") for v in group.versions]
+    for doc in client.ApisApi(api).get_api_versions().groups:
+        assert doc.preferred_version is not None
+        assert doc.preferred_version.group_version in {v.group_version for v in doc.versions}
+        paths += [(doc.name, v.version, f"/apis/{v.group_version}") for v in doc.versions]
     out: dict[str, Served | str] = {}
     for group, version, path in paths:
         body = _resources(api, path)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from dcgm_sim import kinds, podprinter
+from dcgm_sim import kinds, labelselectors, podprinter
 from dcgm_sim.kinds import ENDPOINTS, Kind
 from dcgm_sim.statuses import bad_request
 
@@ -149,18 +149,12 @@ def format_labels(labels: Mapping[str, str] | None) -> str:
 
 
 def format_label_selector(selector: Mapping[str, Any] | None) -> str:
-    """`metav1.FormatLabelSelector`: requirements sorted by key, "<none>" when empty."""
-    reqs = [(k, f"{k}={v}") for k, v in ((selector or {}).get("matchLabels") or {}).items()]
-    for expr in (selector or {}).get("matchExpressions") or []:
-        key, op = str(expr.get("key", "")), expr.get("operator")
-        values = sorted(str(v) for v in expr.get("values") or [])
-        text = {"In": f"{key} in ({','.join(values)})",
-                "NotIn": f"{key} notin ({','.join(values)})",
-                "Exists": key, "DoesNotExist": f"!{key}"}.get(str(op))
-        if text is None:
-            return "<error>"
-        reqs.append((key, text))
-    return ",".join(text for _, text in sorted(reqs, key=lambda r: r[0])) or "<none>"
+    """`metav1.FormatLabelSelector`: `LabelSelectorAsSelector(...).String()`, "<none>" when
+    that is empty, "<error>" when it does not convert."""
+    try:
+        return str(labelselectors.label_selector_as_selector(selector)) or "<none>"
+    except labelselectors.SelectorError:
+        return "<error>"
 
 
 def _containers(template_spec: Obj) -> list[str]:

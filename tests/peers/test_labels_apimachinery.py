@@ -13,7 +13,7 @@ import copy
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
@@ -22,19 +22,6 @@ from migrator.model import selectors as tool
 
 DATA = json.loads((Path(__file__).parent / "apimachinery_labels.json").read_text())
 Req = tuple[str, str, frozenset[str]]  # key, selection.Operator, values
-
-
-class Implementation(Protocol):
-    name: str
-
-    def parse(self, text: str) -> tuple[Req, ...]: ...
-    def string(self, text: str) -> str: ...
-    def matches(self, text: str, labels: Mapping[str, str]) -> bool: ...
-    def everything(self) -> tuple[bool, Callable[[Mapping[str, str]], bool]]: ...
-    def from_set(self, labels: Mapping[str, str] | None) -> tuple[bool, Callable[..., bool]]: ...
-    def requirement(self, key: str, op: str, values: list[str] | None) -> None: ...
-    def built(self, reqs: list[list[Any]], labels: Mapping[str, str]) -> bool: ...
-    def label_selector(self, obj: Any) -> tuple[tuple[Req, ...] | str, Callable[..., bool]]: ...
 
 
 class Sim:

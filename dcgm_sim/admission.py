@@ -18,12 +18,10 @@ import copy
 import re
 from typing import Any
 
-from dcgm_sim import allocation, validation_endpointslice
+from dcgm_sim import allocation, kinds, labelselectors, validation_endpointslice
 from dcgm_sim.allocation import Allocated
-from dcgm_sim.simkinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET
+from dcgm_sim.kinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET, Kind
 from dcgm_sim.statuses import FieldErrors, bad_request
-from migrator.model import kinds, selectors
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 
@@ -331,9 +329,9 @@ def _template_selector(spec: Obj, path: str, what: str, errors: FieldErrors) -> 
                    selector)
     else:
         try:
-            matches = selectors.from_label_selector(selector).matches(
+            matches = labelselectors.label_selector_as_selector(selector).matches(
                 template["metadata"].get("labels") or {})
-        except selectors.SelectorError as e:
+        except labelselectors.SelectorError as e:
             errors.add("Invalid", f"{path}.selector", str(e), selector)
         else:
             if not matches:

@@ -22,10 +22,10 @@ from dcgm_sim import (
     eventsapi,
     handlers,
     impersonation,
+    kinds,
     openapi,
     routing,
     simendpoints,
-    simkinds,
 )
 from dcgm_sim.access import Attributes, Policy, forbidden_reason
 from dcgm_sim.exchange import Backend, Request, Response, error_response, json_response
@@ -41,7 +41,6 @@ from dcgm_sim.statuses import (
     too_many_requests,
     unauthorized,
 )
-from migrator.model import kinds
 
 
 @dataclass
@@ -119,7 +118,7 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     if code is not None:
         raise _injected(code, b.faults.snapshot()["retry_after_seconds"])
     if info.is_resource:
-        if kind is not None and kind.key == simkinds.EVENTS_V1.key:  # core Events, converted
+        if kind is not None and kind.key == kinds.EVENTS_V1.key:  # core Events, converted
             core_info, core_req = eventsapi.core_request(info, req)
             response = eventsapi.answer(handlers.handle(b, core_info, core_req, policy))
         elif counts_as_write and b.write_latency is not None:

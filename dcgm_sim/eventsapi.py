@@ -32,11 +32,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from dcgm_sim import fieldselectors, simkinds
+from dcgm_sim import fieldselectors, kinds
 from dcgm_sim.exchange import Request, Response
 from dcgm_sim.routing import RequestInfo
 from dcgm_sim.statuses import ApiError, bad_request
-from migrator.model import kinds
 
 Obj = dict[str, Any]
 
@@ -65,7 +64,7 @@ def to_core(event: Obj) -> Obj:
 
 def to_v1(event: Obj) -> Obj:
     """A core/v1 Event in events.k8s.io/v1 names."""
-    return _rename(event, _TO_V1, simkinds.EVENTS_V1.api_version)
+    return _rename(event, _TO_V1, kinds.EVENTS_V1.api_version)
 
 
 def core_selector(text: str) -> str:
@@ -134,7 +133,7 @@ def _converted(value: Any) -> Any:
     if value.get("kind") == "Event":
         return to_v1(value)
     if value.get("kind") == "EventList":
-        return {**value, "apiVersion": simkinds.EVENTS_V1.api_version,
+        return {**value, "apiVersion": kinds.EVENTS_V1.api_version,
                 "items": [to_v1(i) for i in value.get("items") or []]}
     if value.get("kind") == "Table":
         for row in value.get("rows") or []:
@@ -164,7 +163,7 @@ def core_request(info: RequestInfo, req: Request) -> tuple[RequestInfo, Request]
     query = dict(info.query)
     if "fieldSelector" in query:
         try:  # this version's field names only (core's `involvedObject.*` is a 400 here)
-            fieldselectors.parse(query["fieldSelector"], simkinds.EVENTS_V1)
+            fieldselectors.parse(query["fieldSelector"], kinds.EVENTS_V1)
         except fieldselectors.FieldSelectorError as e:
             raise bad_request(str(e)) from e
         query["fieldSelector"] = core_selector(query["fieldSelector"])

@@ -18,10 +18,21 @@ import bisect
 import json
 from typing import Any
 
-from dcgm_sim import fieldselectors, openapi, podlog, protobuf, tables, watching, writes
+from dcgm_sim import (
+    fieldselectors,
+    kinds,
+    labelselectors,
+    openapi,
+    podlog,
+    protobuf,
+    tables,
+    watching,
+    writes,
+)
 from dcgm_sim.access import Attributes, Policy
 from dcgm_sim.encoding import dumps
 from dcgm_sim.exchange import Backend, Request, Response, json_response
+from dcgm_sim.kinds import Kind
 from dcgm_sim.routing import RequestInfo
 from dcgm_sim.statuses import (
     LIST_TOO_OLD,
@@ -35,8 +46,6 @@ from dcgm_sim.statuses import (
     success,
     unsupported_media_type,
 )
-from migrator.model import kinds, selectors
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 
@@ -75,12 +84,12 @@ def _dry_run(info: RequestInfo, body: Any = None) -> bool:
     return bool(values)
 
 
-def _selectors(info: RequestInfo, kind: Kind) -> tuple[selectors.Selector,
+def _selectors(info: RequestInfo, kind: Kind) -> tuple[labelselectors.Selector,
                                                       fieldselectors.FieldSelector]:
     try:
-        labels = selectors.parse(info.query.get("labelSelector"))
-    except selectors.SelectorError as e:
-        raise bad_request(f"unable to parse requirement: {e}") from e
+        labels = labelselectors.parse(info.query.get("labelSelector"))
+    except labelselectors.SelectorError as e:
+        raise bad_request(str(e)) from e
     try:
         fields = fieldselectors.parse(info.query.get("fieldSelector"), kind)
     except fieldselectors.FieldSelectorError as e:

@@ -34,7 +34,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from dcgm_sim import simkinds
+from dcgm_sim import kinds
 from dcgm_sim.store import Resource, Store
 
 Obj = dict[str, Any]
@@ -126,22 +126,22 @@ class StoreAuthorizer:
         """`GetRoleReferenceRules`; None for a missing role or an unknown kind."""
         name = ref.get("name", "")
         if ref.get("kind") == "Role":
-            role = self.store.find(simkinds.ROLE, namespace, name)
+            role = self.store.find(kinds.ROLE, namespace, name)
         elif ref.get("kind") == "ClusterRole":
-            role = (self.store.find(simkinds.CLUSTER_ROLE, None, name)
+            role = (self.store.find(kinds.CLUSTER_ROLE, None, name)
                     or _BUILT_IN.get(("ClusterRole", name)))
         else:
             return None
         return None if role is None else list(role.get("rules") or [])
 
     def _bindings(self, namespace: str) -> Iterable[tuple[Obj, str]]:
-        cluster, _ = self.store.list(simkinds.CLUSTER_ROLE_BINDING)
+        cluster, _ = self.store.list(kinds.CLUSTER_ROLE_BINDING)
         stored = {b["metadata"]["name"] for b in cluster}
         yield from ((b, "") for (kind, name), b in _BUILT_IN.items()
                     if kind == "ClusterRoleBinding" and name not in stored)
         yield from ((b, "") for b in cluster)
         if namespace:
-            local, _ = self.store.list(simkinds.ROLE_BINDING, namespace)
+            local, _ = self.store.list(kinds.ROLE_BINDING, namespace)
             yield from ((b, namespace) for b in local)
 
     def reason_allowed(self, user: str, groups: tuple[str, ...], *, verb: str,
@@ -160,14 +160,14 @@ class StoreAuthorizer:
 
 
 def _cluster_role(name: str, rules: list[Obj]) -> Obj:
-    return {"apiVersion": simkinds.CLUSTER_ROLE.api_version, "kind": "ClusterRole",
+    return {"apiVersion": kinds.CLUSTER_ROLE.api_version, "kind": "ClusterRole",
             "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
                          "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
             "rules": rules}
 
 
 def _cluster_binding(name: str, *groups: str) -> Obj:
-    return {"apiVersion": simkinds.CLUSTER_ROLE_BINDING.api_version,
+    return {"apiVersion": kinds.CLUSTER_ROLE_BINDING.api_version,
             "kind": "ClusterRoleBinding",
             "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
                          "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
@@ -204,9 +204,9 @@ _BUILT_IN: dict[tuple[str, str], Obj] = {(d["kind"], d["metadata"]["name"]): d
 
 
 def _kind_of(doc: Obj) -> Resource | None:
-    return {"Role": simkinds.ROLE, "RoleBinding": simkinds.ROLE_BINDING,
-            "ClusterRole": simkinds.CLUSTER_ROLE,
-            "ClusterRoleBinding": simkinds.CLUSTER_ROLE_BINDING}.get(str(doc.get("kind")))
+    return {"Role": kinds.ROLE, "RoleBinding": kinds.ROLE_BINDING,
+            "ClusterRole": kinds.CLUSTER_ROLE,
+            "ClusterRoleBinding": kinds.CLUSTER_ROLE_BINDING}.get(str(doc.get("kind")))
 
 
 def install(store: Store, docs: Iterable[Obj]) -> None:

@@ -140,13 +140,13 @@ def _timeline(events: list[Event], alias: str, ds_name: str, key: str) -> dict[s
     for ev in events:
         obj, rv = ev.object, ev.resource_version
         meta = obj["metadata"]
-        if ev.resource is kinds.DAEMONSET and meta["name"] == ds_name:
+        if ev.resource.key == kinds.DAEMONSET.key and meta["name"] == ds_name:
             if key not in obj["spec"]["template"]["metadata"].get("labels", {}):
                 out.setdefault("template-lost-label", rv)
-        elif ev.resource is kinds.SERVICE and meta["name"] == alias:
+        elif ev.resource.key == kinds.SERVICE.key and meta["name"] == alias:
             if obj["spec"].get("selector") == {"app": ds_name}:
                 out.setdefault("guard-hold", rv)
-        elif ev.resource is kinds.POD and meta.get("labels", {}).get("app") == ds_name:
+        elif ev.resource.key == kinds.POD.key and meta.get("labels", {}).get("app") == ds_name:
             old = key in meta.get("labels", {})
             if old and (meta.get("deletionTimestamp") or ev.type == "DELETED") and \
                     meta["name"] not in deleted:

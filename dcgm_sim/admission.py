@@ -143,9 +143,21 @@ def _check_types(kind: Kind, obj: Obj) -> None:
                           "metadata must be an object")
 
 
+def _path_segment_problems(name: str) -> list[str]:
+    """apimachinery/pkg/api/validation/path/name.go `IsValidPathSegmentName`."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
+
 def _metadata(kind: Kind, meta: Obj, creating: bool, errors: FieldErrors) -> None:
     name = meta.get("name", "")
-    if name and creating:
+    if name and creating and kind.group == "rbac.authorization.k8s.io":
+        # pkg/apis/rbac/validation: ValidateRBACName = path.IsValidPathSegmentName, so the
+        # bootstrap names ("system:basic-user") are valid
+        for problem in _path_segment_problems(name):
+            errors.add("Invalid", "metadata.name", problem, name)
+    elif name and creating:
         if kind in (kinds.NAMESPACE,):
             pattern, message, limit = _DNS1123_LABEL, _LABEL_MSG, 63
         elif kind == kinds.SERVICE:

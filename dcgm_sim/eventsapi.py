@@ -13,8 +13,10 @@ involvedObject.kind=…,involvedObject.uid=…`), and the reverse.
 
 Create through events.k8s.io/v1 is validated as upstream's `ValidateEventCreate` for that
 version (`pkg/apis/core/validation/events.go`): `eventTime`, `reportingController` (a
-qualified name), `reportingInstance`, `action` and `reason` (at most 128 characters each) are
-required, `type` is Normal or Warning, `note` at most 1 kB, the deprecated fields unset, and
+qualified name), `reportingInstance`, `action` and `reason` (at most 128 bytes each) are
+required, `type` is Normal or Warning, `note` at most 1024 bytes (Go's `len`: a note of 1024
+characters with any non-ASCII one is refused, though the message says "characters", and is
+reported under the internal type's name, `message`), the deprecated fields unset, and
 `regarding.namespace` that of the Event. Field selectors take upstream's events.k8s.io names
 (`regarding.kind`, `regarding.name`, …, `reportingController`) and are matched on the stored
 object under their core names. Watches, gets, lists, patches (merge, strategic merge, JSON
@@ -79,6 +81,11 @@ def core_selector(text: str) -> str:
     return ",".join(out)
 
 
+def _bytes(value: Any) -> int:
+    """Go's `len` of a string: its UTF-8 bytes, not its characters."""
+    return len(str(value or "").encode("utf-8"))
+
+
 def validate_create(event: Obj, namespace: str) -> None:
     """events.k8s.io/v1 create validation (module docstring); 422 naming every field."""
     errors = []
@@ -86,16 +93,16 @@ def validate_create(event: Obj, namespace: str) -> None:
         if not event.get(name):
             errors.append(f"{name}: Required value")
     for name in ("reportingInstance", "action", "reason"):
-        if len(str(event.get(name) or "")) > LENGTH_LIMIT:
-            errors.append(f"{name}: Too long: may not be more than {LENGTH_LIMIT} bytes")
+        if _bytes(event.get(name)) > LENGTH_LIMIT:
+            errors.append(f'{name}: Invalid value: "": can have at most {LENGTH_LIMIT} characters')
     controller = str(event.get("reportingController") or "")
     if controller and not _QUALIFIED.match(controller):
         errors.append(f'reportingController: Invalid value: "{controller}": a qualified name '
                       "must consist of alphanumeric characters, '-', '_' or '.'")
     if event.get("type") not in ("Normal", "Warning"):
         errors.append(f'type: Invalid value: "": has invalid value: {event.get("type") or ""}')
-    if len(str(event.get("note") or "")) > NOTE_LIMIT:
-        errors.append(f"note: Too long: may not be more than {NOTE_LIMIT} bytes")
+    if _bytes(event.get("note")) > NOTE_LIMIT:  # checked on the internal type: "message"
+        errors.append(f'message: Invalid value: "": can have at most {NOTE_LIMIT} characters')
     for name in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount"):
         if event.get(name):
             errors.append(f'{name}: Invalid value: "": needs to be unset')

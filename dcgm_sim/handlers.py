@@ -388,19 +388,17 @@ def _review_answer(kind: Kind, spec: Obj, policy: Policy) -> Response:
     """The review with its `status`: what `policy` allows for the attributes in `spec`."""
     res = spec.get("resourceAttributes")
     if isinstance(res, dict):
-        decision = policy.decide(Attributes(
+        attrs = Attributes(
             policy.user, res.get("verb", ""), res.get("group", ""), res.get("resource", ""),
-            res.get("subresource", ""), res.get("namespace", ""), res.get("name", "")))
-        status: Obj = {"allowed": decision.allowed}
-        if decision.reason:
-            status["reason"] = decision.reason
-    elif "system:authenticated" in policy.groups or policy.superuser:
-        # Non-resource URLs (discovery, /version, /healthz) are open to every authenticated user.
-        status = {"allowed": True, "reason": "RBAC: allowed by ClusterRoleBinding "
-                  '"system:discovery" of ClusterRole "system:discovery" to Group '
-                  '"system:authenticated"'}
-    else:
-        status = {"allowed": False}
+            res.get("subresource", ""), res.get("namespace", ""), res.get("name", ""))
+    else:  # nonResourceAttributes: judged by the same rules (system:discovery, ...)
+        non = spec.get("nonResourceAttributes")
+        non = non if isinstance(non, dict) else {}
+        attrs = Attributes(policy.user, non.get("verb", ""), path=non.get("path", ""))
+    decision = policy.decide(attrs)
+    status: Obj = {"allowed": decision.allowed}
+    if decision.reason:
+        status["reason"] = decision.reason
     answer = {"kind": kind.kind, "apiVersion": kind.api_version,
               "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
     return json_response(201, answer)

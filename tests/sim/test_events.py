@@ -153,7 +153,10 @@ def test_an_event_reads_back_through_events_v1_with_its_field_selectors(
     ({"eventTime": None}, "eventTime: Required value"),
     ({"type": "Info"}, "type: Invalid value"),
     ({"deprecatedCount": 2}, "deprecatedCount: Invalid value"),
-    ({"reason": "R" * 129}, "reason: Too long"),
+    ({"reason": "R" * 129}, 'reason: Invalid value: "": can have at most 128 characters'),
+    # Go's len counts bytes: 1024 characters of which one takes two bytes are too many
+    ({"note": "é" + "n" * 1023}, 'message: Invalid value: "": can have at most 1024 characters'),
+    ({"action": "é" * 65}, 'action: Invalid value: "": can have at most 128 characters'),
 ])
 def test_an_events_v1_create_is_validated_as_upstream(
         sim: SimCluster, change: dict[str, Any], field: str) -> None:
@@ -164,3 +167,19 @@ def test_an_events_v1_create_is_validated_as_upstream(
             "regarding": {"kind": "Service", "name": SERVICE, "namespace": NS}, **change}
     code, status = _post(sim, f"/apis/events.k8s.io/v1/namespaces/{NS}/events", body)
     assert code == 422 and field in status["message"], status
+
+
+def test_an_events_v1_note_of_1024_bytes_is_accepted(sim: SimCluster) -> None:
+    """The limit is upstream's `len(event.Message) > NoteLengthLimit`: bytes, so 512 two-byte
+    characters (1024 bytes) pass where 513 do not."""
+    def create(name: str, note: str) -> int:
+        body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": NS},
+                "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "c",
+                "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+                "note": note, "regarding": {"kind": "Service", "name": SERVICE, "namespace": NS}}
+        return _post(sim, f"/apis/events.k8s.io/v1/namespaces/{NS}/events", body)[0]
+
+    assert create("e.512", "é" * 512) == 201
+    assert create("e.ascii", "n" * 1024) == 201
+    assert create("e.513", "é" * 513) == 422

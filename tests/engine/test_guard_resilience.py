@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from migrator.engine import informer
 from migrator.engine.guard import Guard
+from migrator.engine.guardwrites import Outcome
 from migrator.errors import APIInvalid, APIUnreachable
 from migrator.kube.client import Kube
 from migrator.model import kinds, sharing
@@ -47,14 +48,20 @@ def test_a_refused_slice_is_reported_and_the_rest_are_written() -> None:
     guard = Guard(cast(Kube, kube), "gpu-operator", load_catalog(), log=log.append)
     writes = [_create("nvidia-dcgm-dcgm-migrate-0", "nvidia-dcgm"),
               _create("nvidia-dcgm-exporter-dcgm-migrate-0", "nvidia-dcgm-exporter")]
-    done, refused = guard.write_slices(writes)
+    done, refused = guard.writers.write_slices(writes)
     assert [w.name for w in done] == ["nvidia-dcgm-exporter-dcgm-migrate-0"]
     assert kube.created == ["nvidia-dcgm-exporter-dcgm-migrate-0"]
-    assert len(refused) == 1 and refused[0].startswith(
+    # A typed value with the API Status, not a line to parse; its line names slice and Service.
+    [refusal] = refused
+    assert (refusal.outcome, refusal.kind, refusal.name, refusal.action, refusal.service,
+            refusal.status, refusal.reason) == (
+        Outcome.REFUSED, "EndpointSlice", "nvidia-dcgm-dcgm-migrate-0", "create",
+        "nvidia-dcgm", 422, "Invalid")
+    assert "is invalid" in refusal.message
+    assert str(refusal).startswith(
         "create EndpointSlice/nvidia-dcgm-dcgm-migrate-0 for Service/nvidia-dcgm: ")
-    assert "is invalid" in refused[0]
     # Logged once, not on every pass that tries it again.
-    guard.write_slices(writes[:1])
+    guard.writers.write_slices(writes[:1])
     assert sum("nvidia-dcgm-dcgm-migrate-0" in line for line in log) == 1
 
 

@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import yaml
 
-from dcgm_sim.cluster import SimCluster
+from dcgm_sim.cluster import SimCluster, kubeconfig_document
 from migrator.engine.elector import LeaderElector, Timing
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.engine.guardsettings import timing
@@ -31,6 +33,7 @@ from migrator.model.stacks import load_catalog
 from tests.helpers import cli
 
 NS = "gpu-operator"
+REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 REAL_BOUND = 20.0  # real seconds any wait for another thread may take (a loaded machine)
 
@@ -303,3 +306,34 @@ def _step_both(a: Guard, b: Guard, clock: StepClock, seconds: float) -> None:
 def _renew_time(sim: SimCluster) -> datetime:
     spec = sim.store.get(kinds.LEASE, NS, "dcgm-migrate-guard")["spec"]
     return datetime.strptime(spec["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+GUARD_TOKEN = "dcgm-migrate-guard-leader-token"  # a test credential, for the sim only
+GUARD_USER = "system:serviceaccount:gpu-operator:dcgm-migrate-guard"
+
+
+def test_a_steady_leader_writes_nothing_but_its_lease_renewals(
+        make_sim: Callable[..., SimCluster], tmp_path: Path) -> None:
+    """After phase 3, with nothing changing: many passes and renewals later, the only writes
+    the guard sent are updates of its Lease (its renewals, on the elector's thread)."""
+    sim = make_sim(nodes=3, stack="gpucluster", operator_reconcile_seconds=None)
+    assert cli.run(sim.kubeconfig, "apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    sim.server.access.add_token(GUARD_TOKEN, (REPO / "docs" / "guard.yaml").read_text())
+    kubeconfig = tmp_path / "kubeconfig-guard"
+    kubeconfig.write_text(yaml.safe_dump(kubeconfig_document(sim.url, NS, GUARD_TOKEN)))
+    log: list[str] = []
+    settings = GuardSettings(identity="guard-a", lease_seconds=3, retry_seconds=0.2,
+                             resync_seconds=0.2, min_pass_seconds=0.05)
+    guard = Guard(Kube.connect(str(kubeconfig)), NS, load_catalog(), settings, log=log.append)
+    created = ("dcgm_migrate_events_total", {"result": "created"})
+    with _running(guard):
+        _until(lambda: any(line.startswith("verdict:") for line in log)
+               and guard.metrics.registry.get_sample_value(*created), "no first verdict")
+        sim.wait_idle()
+        mark = sim.server.log.entries()[-1].seq
+        passes, attempts = guard.passes, guard.elector.attempts
+        _until(lambda: guard.passes >= passes + 10 and guard.elector.attempts >= attempts + 5,
+               "too few passes")
+        mine = [(e.verb, e.resource, e.name) for e in sim.server.log.writes(mark)
+                if e.user == GUARD_USER]
+    assert mine and set(mine) == {("update", "leases", "dcgm-migrate-guard")}, mine

@@ -13,8 +13,8 @@ Composed as controller-runtime's `Manager` composes a controller (pkg/manager/in
 - the **reconciler** (`engine/guardreconcile.py`), whose decisions are pure
   (`model/guarding.py`, `model/sharing.py`), and the **writers** (`engine/guardwrites.py`);
 - the **loop** that says when (`engine/guardloop.py`);
-- **metrics** (`engine/metrics.py`), **probes** (`engine/health.py`, served with the metrics by
-  `engine/serving.py` when the CLI names a port) and **Events** (`engine/events.py`).
+- **metrics** (`engine/metrics.py`) and **probes** (`engine/health.py`), served on one port by
+  `engine/serving.py` when `run` is given one, and **Events** (`engine/events.py`).
 
 Shared slices belong to the guard's Lease (`sharing.Keeper`): deleting the guard with its
 manifest lets the garbage collector remove them, and `verify` requires the Lease renewed
@@ -40,6 +40,7 @@ from migrator.engine.health import Health
 from migrator.engine.informer import Reflector
 from migrator.engine.leader import LeaseLock
 from migrator.engine.metrics import GuardMetrics
+from migrator.engine.serving import MetricsServer
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds
 from migrator.model.kinds import Kind
@@ -133,13 +134,17 @@ class Guard:
                 self.log(f"watch of {cache.kind.plural} failed ({exc}); retrying")
                 stop.wait(self.settings.retry_seconds)
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, *, serve: tuple[str, int] | None = None) -> None:
         """Until `stop` is set: elect (on the elector's thread), react to events, resync; on
-        the way out give the Lease up so a standby takes over at once.
+        the way out give the Lease up so a standby takes over at once. `serve`: (host, port)
+        to serve `/metrics`, `/healthz` and `/readyz` on meanwhile.
 
         Each informer lists, then watches from that version and is retried however its watch
         fails; every event reaches the loop with its arrival time. A watch request ends
         within its timeout, so liveness checks only that each informer's thread still runs."""
+        server = MetricsServer(serve, self.metrics.registry, self.health) if serve else None
+        if server is not None:
+            self.log(f"serving /metrics, /healthz, /readyz on {server.url}")
         events: queue.Queue[Queued] = queue.Queue()
 
         def changed(etype: str, obj: Obj) -> None:
@@ -182,6 +187,8 @@ class Guard:
             self.metrics.status.leading(False)
             if self.elector.released:
                 self.log(f"released Lease/{self.settings.lease_name}")
+            if server is not None:
+                server.close()
 
 
 def _whole(obj: Obj) -> Obj:

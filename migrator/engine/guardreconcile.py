@@ -110,12 +110,15 @@ class Reconciler:
 
     # ---- reads -------------------------------------------------------------------------------
 
-    def _listed(self, kind: Kind, *, selector: str | None = None) -> list[Obj]:
-        """Every `kind` of the namespace: the loop's cache while it runs, else one list."""
+    def _listed(self, kind: Kind, view: Callable[[Obj], Obj] | None = None,
+                selector: str | None = None) -> list[Obj]:
+        """Every `kind` of the namespace: the loop's cache while it runs (which keeps each as
+        `view`), else one list, each as `view` keeps it."""
         cache = self.caches.get(kind.plural)
         if cache is not None and cache.alive:
             return cache.items()
-        return self.kube.list(kind, self.namespace, label_selector=selector).items
+        items = self.kube.list(kind, self.namespace, label_selector=selector).items
+        return items if view is None else [view(i) for i in items]
 
     def _managed_services(self) -> dict[str, Obj]:
         mb = self.catalog.common.managed_by
@@ -178,11 +181,7 @@ class Reconciler:
         return f"{sharing.SERVICE_NAME_LABEL} in ({','.join(names)})"
 
     def read_slices(self) -> list[Obj]:
-        cache = self.caches.get(kinds.ENDPOINTSLICE.plural)
-        if cache is not None and cache.alive:
-            return cache.items()
-        return [slice_view(s) for s in self._listed(kinds.ENDPOINTSLICE,
-                                                    selector=self.slice_selector())]
+        return self._listed(kinds.ENDPOINTSLICE, slice_view, self.slice_selector())
 
     def desired(self, snapshot: Snapshot) -> dict[str, dict[str, Any]]:
         """Alias → the body the alias phase would create from its source Service now."""

@@ -74,7 +74,7 @@ class Refusal:
     def of(exc: APIError, outcome: Outcome, kind: str, name: str, action: str,
            service: str) -> Refusal:
         return Refusal(outcome, kind, name, action, service, exc.status, exc.reason,
-                       exc.message, tuple(str(c) for c in getattr(exc, "causes", ()) or ()))
+                       exc.message, exc.causes)
 
     def __str__(self) -> str:
         """The line the log, `guard --once` and the Event show."""

@@ -1,4 +1,4 @@
-"""Leader election on a `coordination.k8s.io/v1` Lease, as client-go does it
+"""One attempt at leader election on a `coordination.k8s.io/v1` Lease, as client-go makes it
 (staging/src/k8s.io/client-go/tools/leaderelection/leaderelection.go, `tryAcquireOrRenew` and
 `release`; resourcelock/leaselock.go).
 
@@ -37,7 +37,9 @@ def microtime(at: datetime) -> str:
 
 
 class LeaseLock:
-    """One candidate for one Lease. Not thread-safe: drive it from one loop."""
+    """One candidate for one Lease. Its attempts and release come from one thread (the
+    elector's, `engine/elector.py`); `ensure` and the read-only properties may be used from
+    another (a reference swapped whole, never a record half written)."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
                  lease_seconds: int = 15, clock: Clock | None = None,

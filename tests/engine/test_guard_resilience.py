@@ -5,6 +5,7 @@ refuses no well-formed slice, so the failing calls are scripted here."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any, cast
@@ -12,7 +13,8 @@ from typing import Any, cast
 from migrator.engine import informer
 from migrator.engine.guard import Guard
 from migrator.engine.guardwrites import Outcome
-from migrator.errors import APIInvalid, APIUnreachable
+from migrator.errors import APIUnreachable
+from migrator.kube import statuses
 from migrator.kube.client import Kube
 from migrator.model import kinds, sharing
 from migrator.model.stacks import load_catalog
@@ -29,10 +31,15 @@ class _Refusing:
 
     def create(self, body: Obj) -> Obj:
         name = body["metadata"]["name"]
-        if name in self.refuse:
-            raise APIInvalid(f'EndpointSlice.discovery.k8s.io "{name}" is invalid: '
-                             "endpoints[0].addresses[0]: Invalid value", status=422,
-                             reason="Invalid")
+        if name in self.refuse:  # the API server's Status, through the client's translation
+            raise statuses.error_for(422, json.dumps({
+                "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+                "message": f'EndpointSlice.discovery.k8s.io "{name}" is invalid: '
+                           "endpoints[0].addresses[0]: Invalid value",
+                "details": {"name": name, "kind": "EndpointSlice", "causes": [
+                    {"reason": "FieldValueInvalid", "field": "endpoints[0].addresses[0]",
+                     "message": "Invalid value: \"300.0.0.1\""}]}}).encode(),
+                method="POST", path="/apis/discovery.k8s.io/v1/endpointslices")
         self.created.append(name)
         return body
 
@@ -58,6 +65,7 @@ def test_a_refused_slice_is_reported_and_the_rest_are_written() -> None:
         Outcome.REFUSED, "EndpointSlice", "nvidia-dcgm-dcgm-migrate-0", "create",
         "nvidia-dcgm", 422, "Invalid")
     assert "is invalid" in refusal.message
+    assert refusal.causes == ('endpoints[0].addresses[0]: Invalid value: "300.0.0.1"',)
     assert str(refusal).startswith(
         "create EndpointSlice/nvidia-dcgm-dcgm-migrate-0 for Service/nvidia-dcgm: ")
     # Logged once, not on every pass that tries it again.

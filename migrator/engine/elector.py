@@ -46,7 +46,7 @@ class Timing:
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
-        """Upstream's `NewLeaderElector` checks, word for word in spirit."""
+        """The checks of upstream's `NewLeaderElector`."""
         if self.lease_duration <= self.renew_deadline:
             raise ValueError("leaseDuration must be greater than renewDeadline")
         if self.renew_deadline <= JITTER_FACTOR * self.retry_period:

@@ -315,7 +315,8 @@ GUARD_USER = "system:serviceaccount:gpu-operator:dcgm-migrate-guard"
 def test_a_steady_leader_writes_nothing_but_its_lease_renewals(
         make_sim: Callable[..., SimCluster], tmp_path: Path) -> None:
     """After phase 3, with nothing changing: many passes and renewals later, the only writes
-    the guard sent are updates of its Lease (its renewals, on the elector's thread)."""
+    the guard sent are updates of its Lease (its renewals, on the elector's thread), each
+    renewal one request (client-go's optimistic fast path for the leader)."""
     sim = make_sim(nodes=3, stack="gpucluster", operator_reconcile_seconds=None)
     assert cli.run(sim.kubeconfig, "apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     sim.server.access.add_token(GUARD_TOKEN, (REPO / "docs" / "guard.yaml").read_text())
@@ -336,4 +337,7 @@ def test_a_steady_leader_writes_nothing_but_its_lease_renewals(
                "too few passes")
         mine = [(e.verb, e.resource, e.name) for e in sim.server.log.writes(mark)
                 if e.user == GUARD_USER]
+        leases = [e.verb for e in sim.server.log.since(mark)
+                  if e.user == GUARD_USER and e.resource == "leases"]
     assert mine and set(mine) == {("update", "leases", "dcgm-migrate-guard")}, mine
+    assert set(leases) == {"update"}  # a renewal is one request: no read before it

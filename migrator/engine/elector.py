@@ -87,6 +87,8 @@ class LeaderElector:
     # ---- the thread --------------------------------------------------------------------------
 
     def start(self) -> None:
+        with self._cond:
+            self._stopping = False
         self._thread = threading.Thread(target=self.run, daemon=True, name="guard-elector")
         self._thread.start()
 

@@ -57,6 +57,13 @@ NOTE_LIMIT = 1024  # events.k8s.io validation: a note of at most 1 kB
 IDLE_SECONDS = 1.0  # the worker's wake-up when nothing is queued (series patches fall due)
 
 
+def typed(kind: Kind, obj: Mapping[str, Any]) -> Obj:
+    """The object with its apiVersion and kind (an Event's reference names both; a list's
+    items and a cache's objects may lack them)."""
+    return {**obj, "apiVersion": obj.get("apiVersion") or kind.api_version,
+            "kind": obj.get("kind") or kind.kind}
+
+
 @dataclass(frozen=True)
 class Occurrence:
     """One thing the guard did or saw, about one object."""

@@ -20,7 +20,13 @@ import pytest
 import yaml
 
 from dcgm_sim.cluster import SimCluster, kubeconfig_document
-from migrator.engine.events import EVENTS, PATCH_SECONDS, REPORTING_CONTROLLER, Recorder
+from migrator.engine.events import (
+    EVENTS,
+    NOTE_LIMIT,
+    PATCH_SECONDS,
+    REPORTING_CONTROLLER,
+    Recorder,
+)
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from tests.helpers.clock import FakeClock
@@ -183,3 +189,19 @@ def test_an_events_v1_note_of_1024_bytes_is_accepted(sim: SimCluster) -> None:
     assert create("e.512", "é" * 512) == 201
     assert create("e.ascii", "n" * 1024) == 201
     assert create("e.513", "é" * 513) == 422
+
+
+def test_the_recorder_cuts_a_long_note_by_bytes_so_the_server_takes_it(
+        sim: SimCluster, tmp_path: Path) -> None:
+    """A note of 1,000 two-byte characters (2,000 bytes) is cut to at most 1,024 bytes, never
+    inside a character, and the API server (which counts bytes, as upstream) accepts it."""
+    kube = _guard_kube(sim, tmp_path)
+    recorder = Recorder(kube, "guard-a_1", FakeClock())
+    svc = {**sim.store.get(kinds.SERVICE, NS, SERVICE), "apiVersion": "v1", "kind": "Service"}
+    with recorder.running():
+        recorder.record(svc, "Warning", "EndpointSliceRefused", "Share", "é" * 1000)
+        sim.wait_for(lambda: len(_core_events(sim, svc)) == 1)
+    [event] = _core_events(sim, svc)
+    assert event["message"] == "é" * (NOTE_LIMIT // 2)
+    assert not [e for e in sim.server.log.entries() if e.user == GUARD_USER and e.code >= 400]
+    kube.close()

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dcgm_sim import kinds
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from dcgm_sim.store import Event
@@ -35,7 +36,6 @@ from migrator.engine.progress import Quiet
 from migrator.engine.reports import StatusReport
 from migrator.engine.runner import RunSettings
 from migrator.kube.client import Kube
-from migrator.model import kinds
 from migrator.model.planning import Options
 from migrator.model.snapshot import endpoints_from_slices
 

@@ -10,7 +10,6 @@ history cleanup and the status counters. The decisions themselves are the pure f
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 from collections.abc import Hashable, Mapping
@@ -21,11 +20,10 @@ from dcgm_sim.controllers import adoption
 from dcgm_sim.controllers import interpod as I
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller, NodeCache
+from dcgm_sim.controllers.daemonhistory import History
 from dcgm_sim.controllers.daemonindex import DaemonPods, NodeShares
 from dcgm_sim.controllers.rollouts import (
-    HASH_LABEL,
     Available,
-    NodePods,
     Plan,
     PodFactory,
     PodView,
@@ -34,8 +32,6 @@ from dcgm_sim.controllers.rollouts import (
     compute_status,
     ds_hash,
     manage_plan,
-    new_revision,
-    revision_patch,
     rolling_update_plan,
     status_of,
     template_generation,
@@ -58,7 +54,8 @@ class DaemonSetController(Controller):
     """Keeps every DaemonSet's pods, history and status as kube-controller-manager does."""
 
     name = "daemonset"
-    resources = frozenset({kinds.DAEMONSET.key, kinds.POD.key, kinds.NODE.key})
+    resources = frozenset({kinds.DAEMONSET.key, kinds.POD.key, kinds.NODE.key,
+                           kinds.CONTROLLER_REVISION.key})
 
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
@@ -67,6 +64,7 @@ class DaemonSetController(Controller):
         self._nodes = NodeCache()
         self._ready_since: dict[str, float] = {}
         self._factory = PodFactory()
+        self._history = History(store)
         # key -> (fingerprint, nodes epoch, per-node (rv, fit), fits, fits version)
         self._fit_cache: dict[DSKey, tuple[str, int, dict[str, tuple[str, tuple[bool, bool]]],
                                            dict[str, tuple[bool, bool]], int]] = {}
@@ -176,6 +174,8 @@ class DaemonSetController(Controller):
                     dirty.add(owner)
                 elif ev.type != "DELETED" and P.controller_ref(obj) is None:
                     dirty.update(self._adopters(obj))
+            elif ev.resource is kinds.CONTROLLER_REVISION:
+                dirty.update(History.owners(obj, ev.old, self._dsets))
             elif ev.resource is kinds.NODE:
                 self._nodes.note(ev)
                 self._nodes_epoch += 1
@@ -309,9 +309,12 @@ class DaemonSetController(Controller):
         if ds is None or P.is_deleting(ds):
             return
         self._adopt(ds)
-        hash_, old_revisions = self._construct_history(ds)
-        fits, fits_version = self._fits(key, ds)
+        known = self._pods.get(ds["metadata"]["uid"])
+        hash_, old_revisions = self._history.construct(
+            ds, self._hash(ds), list(known.by_name.values()) if known else [],
+            self._pod_written)
         pods = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
+        fits, fits_version = self._fits(key, ds)
         min_ready = int(ds["spec"].get("minReadySeconds") or 0)
         rolling = ((ds["spec"].get("updateStrategy") or {}).get("type")
                    or "RollingUpdate") == "RollingUpdate"
@@ -350,7 +353,7 @@ class DaemonSetController(Controller):
         if not plan and rolling:
             plan = rolling_update_plan(ds, fits, pods.by_node, hash_, available)
         self._apply(ds, plan, hash_)
-        self._cleanup_history(ds, old_revisions, pods.by_node)
+        self._history.cleanup(ds, old_revisions, pods.by_name.values())
         return compute_status(ds, fits, pods.by_node, hash_, available)
 
     def _shared_sync(self, key: DSKey, ds: Obj, fits: dict[str, tuple[bool, bool]],
@@ -375,7 +378,7 @@ class DaemonSetController(Controller):
                 plan = rolling_update_plan(ds, fits, pods.by_node, hash_, self.available_fn(ds))
         self._apply(ds, plan, hash_)
         shares.refresh()
-        self._cleanup_history(ds, old_revisions, pods.by_node)
+        self._history.cleanup(ds, old_revisions, pods.by_name.values())
         return status_of(ds, shares.totals)
 
     def _apply(self, ds: Obj, plan: Plan, hash_: str) -> None:
@@ -419,72 +422,9 @@ class DaemonSetController(Controller):
             if err.code != 404:
                 raise
 
-    # ---- history ---------------------------------------------------------------------------
-
-    def _revisions(self, ds: Mapping[str, Any]) -> list[Obj]:
-        uid = ds["metadata"]["uid"]
-        revs, _ = self.store.list(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"])
-        return [r for r in revs if (P.controller_ref(r) or {}).get("uid") == uid]
-
-    def _construct_history(self, ds: Obj) -> tuple[str, list[Obj]]:
-        """`constructHistory` + `snapshot`: the current revision's hash and the old revisions."""
-        hash_ = self._hash(ds)
-        patch = revision_patch(ds)
-        revs = self._revisions(ds)
-        current = [r for r in revs if r.get("data") == patch]
-        old = [r for r in revs if r.get("data") != patch]
-        next_rev = max((int(r.get("revision", 0)) for r in old), default=0) + 1
-        if not current:
-            self._snapshot(ds, hash_, patch, next_rev)
-            return hash_, old
-        cur = max(current, key=lambda r: int(r.get("revision", 0)))
-        if int(cur.get("revision", 0)) < next_rev:
-            updated = copy.deepcopy(cur)
-            updated["revision"] = next_rev
-            self.store.update(kinds.CONTROLLER_REVISION, updated)
-        return str((cur["metadata"].get("labels") or {}).get(HASH_LABEL) or hash_), old
-
-    def _snapshot(self, ds: Obj, hash_: str, patch: Obj, revision: int) -> None:
-        rev = new_revision(ds, hash_, revision)
-        try:
-            self.store.create(kinds.CONTROLLER_REVISION, rev)
-            return
-        except StoreError as err:
-            if err.reason != "AlreadyExists":
-                raise
-        existing = self.store.get(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"],
-                                  rev["metadata"]["name"])
-        if existing.get("data") == patch:  # ours already, from an earlier namesake: adopt it
-            adopted = copy.deepcopy(existing)
-            adopted["metadata"]["ownerReferences"] = rev["metadata"]["ownerReferences"]
-            adopted["revision"] = revision
-            self.store.update(kinds.CONTROLLER_REVISION, adopted)
-            return
-        # A different template under the same hash: bump collisionCount, as upstream.
-        status = dict(ds.get("status") or {})
-        status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
-        self._write_status(ds, status)
-        raise StoreError(409, "Conflict", f"hash collision on ControllerRevision {hash_}")
-
-    def _cleanup_history(self, ds: Obj, old: list[Obj], node_pods: NodePods) -> None:
-        """`cleanupHistory`: keep `revisionHistoryLimit` old revisions (and any a pod uses)."""
-        limit = ds["spec"].get("revisionHistoryLimit")
-        kill = len(old) - (10 if limit is None else int(limit))
-        if kill <= 0:
-            return
-        live = {p.hash for pods in node_pods.values() for p in pods}
-        for rev in sorted(old, key=lambda r: int(r.get("revision", 0))):
-            if kill <= 0:
-                break
-            if (rev["metadata"].get("labels") or {}).get(HASH_LABEL) in live:
-                continue
-            try:
-                self.store.delete(kinds.CONTROLLER_REVISION, rev["metadata"]["namespace"],
-                                  rev["metadata"]["name"])
-            except StoreError as err:
-                if err.code != 404:
-                    raise
-            kill -= 1
+    def _pod_written(self, pod: Obj) -> None:
+        """A pod the history relabelled (`dedupCurHistories`): cached at once, as a create."""
+        self._cache_pod(pod, deleted=False)
 
 
 def _view(pod: Obj) -> PodView:

@@ -1,0 +1,305 @@
+"""The simulated DaemonSet controller's history as kube-controller-manager keeps it, over HTTP
+with the official client: the ControllerRevision a template change makes under `OnDelete`
+(`constructHistory`/`snapshot`/`getPatch`, pkg/controller/daemon/update.go), pods counted as
+updated by their `controller-revision-hash` alone (`IsPodUpdated`,
+pkg/controller/daemon/util/daemonset_util.go) and so relabelled in place without a restart,
+stale pods rolled once `RollingUpdate` is back (`rollingUpdate`), revisions reused on a revert
+and deduplicated (`dedupCurHistories`), and the pod updates the API server allows
+(`ValidatePodUpdate`, pkg/apis/core/validation/validation.go)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import pytest
+import urllib3
+from kubernetes import client, config
+
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers.rollouts import HASH_LABEL
+
+NS = "gpu-operator"
+DCGM = "nvidia-dcgm-dra"
+COMMON = "nvidia.com/gpu-operator.dcgm"
+JSON_PATCH = "application/json-patch+json"
+Obj = dict[str, Any]
+
+
+class Api:
+    """The official client against one sim, answering raw JSON (what the server sent)."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim = sim
+        api = config.new_client_from_config(sim.kubeconfig)
+        self.apps = client.AppsV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    @staticmethod
+    def _json(resp: object) -> Any:
+        return json.loads(cast(urllib3.HTTPResponse, resp).data)
+
+    def ds(self) -> Obj:
+        found: Obj = self._json(self.apps.read_namespaced_daemon_set(
+            DCGM, NS, _preload_content=False))
+        return found
+
+    def patch_ds(self, body: Obj) -> Obj:
+        patched: Obj = self._json(self.apps.patch_namespaced_daemon_set(
+            DCGM, NS, body, _preload_content=False))
+        return patched
+
+    def revisions(self) -> list[Obj]:
+        """The ControllerRevisions the DaemonSet controls, by revision number."""
+        uid = self.ds()["metadata"]["uid"]
+        items = self._json(self.apps.list_namespaced_controller_revision(
+            NS, _preload_content=False))["items"]
+        owned = [r for r in items if any(ref.get("controller") and ref["uid"] == uid
+                                         for ref in r["metadata"].get("ownerReferences") or [])]
+        return sorted(owned, key=lambda r: int(r["revision"]))
+
+    def pods(self) -> dict[str, Obj]:
+        """The DaemonSet's pods that are not terminating, by node."""
+        items = self._json(self.core.list_namespaced_pod(
+            NS, label_selector=f"app={DCGM}", _preload_content=False))["items"]
+        return {p["spec"]["nodeName"]: p for p in items
+                if not p["metadata"].get("deletionTimestamp")}
+
+    def relabel(self, pod: Obj, labels: dict[str, str], hash_: str) -> Obj:
+        """The in-place update: a JSON patch that tests the pod's uid and hash first."""
+        meta = pod["metadata"]
+        ops: list[Obj] = [
+            {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+            {"op": "test", "path": "/metadata/labels/controller-revision-hash",
+             "value": meta["labels"][HASH_LABEL]},
+            {"op": "replace", "path": "/metadata/labels/controller-revision-hash",
+             "value": hash_},
+        ]
+        ops += [{"op": "add", "path": "/metadata/labels/" + k.replace("~", "~0").replace(
+            "/", "~1"), "value": v} for k, v in labels.items()]
+        patched: Obj = self._json(self.core.patch_namespaced_pod(
+            meta["name"], NS, ops, _content_type=JSON_PATCH, _preload_content=False))
+        return patched
+
+    def status(self) -> Obj:
+        status: Obj = self.ds().get("status") or {}
+        return status
+
+    def observed(self) -> bool:
+        ds = self.ds()
+        return bool((ds.get("status") or {}).get("observedGeneration", 0)
+                    >= ds["metadata"]["generation"])
+
+    def settle(self, seconds: float = 30) -> None:
+        """Let the controllers finish and `seconds` of simulated time pass."""
+        self.sim.wait_for(self.observed)
+        self.sim.wait_idle()
+        self.sim.controllers.clock.sleep(seconds)
+        self.sim.wait_idle()
+
+
+@pytest.fixture
+def api(make_sim: Callable[..., SimCluster]) -> Iterator[Api]:
+    yield Api(make_sim(nodes=3, stack="gpucluster"))
+
+
+def _uids(pods: dict[str, Obj]) -> dict[str, str]:
+    return {node: p["metadata"]["uid"] for node, p in pods.items()}
+
+
+def _hashes(pods: dict[str, Obj]) -> set[str]:
+    return {p["metadata"]["labels"][HASH_LABEL] for p in pods.values()}
+
+
+def _on_delete(api: Api) -> None:
+    api.patch_ds({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}})
+
+
+def _rolling(api: Api) -> None:
+    api.patch_ds({"spec": {"updateStrategy": {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}}})
+
+
+def _label_template(api: Api, value: str | None = "true") -> Obj:
+    return api.patch_ds({"spec": {"template": {"metadata": {"labels": {COMMON: value}}}}})
+
+
+def _get_patch(ds: Obj) -> Obj:
+    """`getPatch` (update.go): the template, marked `$patch: replace`, under `spec`."""
+    return {"spec": {"template": dict(ds["spec"]["template"], **{"$patch": "replace"})}}
+
+
+def test_on_delete_template_change_makes_the_revision_and_restarts_nothing(api: Api) -> None:
+    """`constructHistory` runs whatever the strategy (`syncDaemonSet`); `OnDelete` skips only
+    `rollingUpdate`; `updateDaemonSetStatus` counts a pod updated by `IsPodUpdated`; and a
+    labels-only template change is a spec change: generation moves, observedGeneration
+    follows (`PrepareForUpdate`, pkg/registry/apps/daemonset/strategy.go;
+    `storeDaemonSetStatus`)."""
+    api.settle(0)
+    (first,) = api.revisions()
+    before = api.pods()
+    old_hash = first["metadata"]["labels"][HASH_LABEL]
+    assert _hashes(before) == {old_hash} and len(before) == 3
+    _on_delete(api)
+    api.settle(0)
+    assert [r["metadata"]["name"] for r in api.revisions()] == [first["metadata"]["name"]]
+    generation = api.ds()["metadata"]["generation"]
+    ds = _label_template(api)
+    assert ds["metadata"]["generation"] == generation + 1
+    api.settle()
+    ds = api.ds()
+    assert ds["status"]["observedGeneration"] == ds["metadata"]["generation"]
+    old, new = api.revisions()
+    assert old["metadata"]["name"] == first["metadata"]["name"] and old["revision"] == 1
+    new_hash = new["metadata"]["labels"][HASH_LABEL]
+    assert new_hash != old_hash and new["revision"] == 2
+    assert new["metadata"]["name"] == f"{DCGM}-{new_hash}"
+    assert new["metadata"]["labels"] == {**ds["spec"]["template"]["metadata"]["labels"],
+                                         HASH_LABEL: new_hash}
+    assert new["data"] == _get_patch(ds)
+    assert old["data"]["spec"]["template"]["metadata"]["labels"] == {"app": DCGM}
+    after = api.pods()
+    assert _uids(after) == _uids(before) and _hashes(after) == {old_hash}
+    status = api.status()
+    assert status["desiredNumberScheduled"] == 3 and status["numberAvailable"] == 3
+    assert status.get("updatedNumberScheduled", 0) == 0
+
+
+def test_relabelled_pods_count_as_updated_and_stay_running_after_rolling_update_is_back(
+    api: Api,
+) -> None:
+    """A pod carrying the current revision's hash is updated (`IsPodUpdated`): `rollingUpdate`
+    finds it on its node as the new pod (`findUpdatedPodsOnNode`) and deletes nothing."""
+    api.settle(0)
+    before = api.pods()
+    _on_delete(api)
+    _label_template(api)
+    api.settle(0)
+    new_hash = api.revisions()[-1]["metadata"]["labels"][HASH_LABEL]
+    for pod in before.values():
+        relabelled = api.relabel(pod, {COMMON: "true"}, new_hash)
+        assert relabelled["metadata"]["uid"] == pod["metadata"]["uid"]
+    api.sim.wait_for(lambda: api.status().get("updatedNumberScheduled") == 3)
+    _rolling(api)
+    api.settle()
+    after = api.pods()
+    assert _uids(after) == _uids(before)
+    assert _hashes(after) == {new_hash}
+    assert all(p["metadata"]["labels"][COMMON] == "true" for p in after.values())
+    status = api.status()
+    assert (status["updatedNumberScheduled"], status["numberAvailable"]) == (3, 3)
+    assert len(api.revisions()) == 2
+
+
+def test_a_pod_with_a_stale_hash_is_rolled_once_rolling_update_is_back(api: Api) -> None:
+    """`rollingUpdate` (maxSurge 0): an old available pod is a candidate for deletion within
+    maxUnavailable; `manage` then creates its replacement from the current revision."""
+    api.settle(0)
+    before = api.pods()
+    _on_delete(api)
+    _label_template(api)
+    api.settle(0)
+    new_hash = api.revisions()[-1]["metadata"]["labels"][HASH_LABEL]
+    stale = before["gpu-node-0002"]
+    for node, pod in before.items():
+        if node != "gpu-node-0002":
+            api.relabel(pod, {COMMON: "true"}, new_hash)
+    api.settle()
+    assert api.pods()["gpu-node-0002"]["metadata"]["uid"] == stale["metadata"]["uid"]
+    assert api.status()["updatedNumberScheduled"] == 2
+    _rolling(api)
+    api.sim.wait_for(lambda: api.status().get("updatedNumberScheduled") == 3
+                     and api.status().get("numberAvailable") == 3)
+    api.settle()
+    after = api.pods()
+    assert after["gpu-node-0002"]["metadata"]["uid"] != stale["metadata"]["uid"]
+    assert after["gpu-node-0002"]["metadata"]["labels"][COMMON] == "true"
+    assert {n: u for n, u in _uids(after).items() if n != "gpu-node-0002"} == {
+        n: u for n, u in _uids(before).items() if n != "gpu-node-0002"}
+    assert _hashes(after) == {new_hash}
+
+
+def test_the_hash_follows_the_template_alone(api: Api) -> None:
+    """`ComputeHash(&ds.Spec.Template, collisionCount)` and `Match` compare the template only:
+    a strategy or DaemonSet-label change makes no revision; a template reverted to an earlier
+    one reuses that revision with the next revision number (`constructHistory`)."""
+    api.settle(0)
+    (first,) = api.revisions()
+    old_hash = first["metadata"]["labels"][HASH_LABEL]
+    _on_delete(api)
+    api.patch_ds({"metadata": {"labels": {COMMON: "true"}}})
+    api.patch_ds({"spec": {"revisionHistoryLimit": 5}})
+    api.settle(0)
+    assert [r["metadata"]["name"] for r in api.revisions()] == [first["metadata"]["name"]]
+    assert api.revisions()[0]["revision"] == 1
+    _label_template(api)
+    api.settle(0)
+    assert [r["revision"] for r in api.revisions()] == [1, 2]
+    new_hash = api.revisions()[1]["metadata"]["labels"][HASH_LABEL]
+    assert api.status().get("updatedNumberScheduled", 0) == 0
+    _label_template(api, None)  # back to the first template
+    api.settle(0)
+    revisions = api.revisions()
+    assert [(r["metadata"]["labels"][HASH_LABEL], r["revision"]) for r in revisions] == [
+        (new_hash, 2), (old_hash, 3)]
+    assert api.status()["updatedNumberScheduled"] == 3  # the pods run that template again
+    _rolling(api)
+    api.settle()
+    assert _hashes(api.pods()) == {old_hash}
+    assert len(api.revisions()) == 2
+
+
+def test_duplicate_current_revisions_are_deduplicated_and_pods_relabelled(api: Api) -> None:
+    """`dedupCurHistories`: of the revisions matching the template, the one with the highest
+    revision is kept, every pod is relabelled to its hash (a merge patch: no restart) and the
+    others are deleted; `constructHistory` first labels a revision that lacks the hash label
+    with its own name."""
+    api.settle(0)
+    (first,) = api.revisions()
+    before = api.pods()
+    ds = api.ds()
+    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": DCGM,
+             "uid": ds["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    labels = dict(first["metadata"]["labels"])
+    del labels[HASH_LABEL]
+    duplicate = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                 "metadata": {"name": f"{DCGM}-copy", "labels": labels,
+                              "ownerReferences": [owner]},
+                 "data": first["data"], "revision": 7}
+    api.apps.create_namespaced_controller_revision(NS, duplicate)
+    api.sim.wait_for(lambda: [r["metadata"]["name"] for r in api.revisions()] == [
+        f"{DCGM}-copy"])
+    api.settle()
+    (kept,) = api.revisions()
+    assert kept["metadata"]["labels"][HASH_LABEL] == f"{DCGM}-copy" and kept["revision"] == 7
+    after = api.pods()
+    assert _uids(after) == _uids(before)
+    assert _hashes(after) == {f"{DCGM}-copy"}
+    assert api.status()["updatedNumberScheduled"] == 3
+
+
+def test_pod_labels_are_mutable_and_the_rest_is_not(api: Api) -> None:
+    """`ValidatePodUpdate`: metadata labels may change; the spec (but for images, tolerations
+    and deadlines) and the uid may not; a JSON patch whose `test` fails changes nothing."""
+    api.settle(0)
+    pod = api.pods()["gpu-node-0001"]
+    name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    patched = api.relabel(pod, {COMMON: "true"}, "other")
+    assert patched["metadata"]["labels"][COMMON] == "true"
+    with pytest.raises(client.ApiException) as stale:
+        api.relabel(pod, {COMMON: "again"}, "third")  # the hash is no longer the old one
+    assert stale.value.status == 422
+    assert api.pods()["gpu-node-0001"]["metadata"]["labels"][HASH_LABEL] == "other"
+    with pytest.raises(client.ApiException) as spec:
+        api.core.patch_namespaced_pod(name, NS, [
+            {"op": "replace", "path": "/spec/nodeName", "value": "gpu-node-0002"}],
+            _content_type=JSON_PATCH)
+    assert spec.value.status == 422 and "pod updates may not change fields" in str(
+        spec.value.body)
+    with pytest.raises(client.ApiException) as moved:
+        api.core.patch_namespaced_pod(name, NS, [
+            {"op": "replace", "path": "/metadata/uid", "value": "0" * 8}],
+            _content_type=JSON_PATCH)
+    assert moved.value.status == 422 and "metadata.uid" in str(moved.value.body)
+    assert api.pods()["gpu-node-0001"]["metadata"]["uid"] == uid

@@ -306,7 +306,6 @@ def _daemonset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
                    'supported values: "OnDelete", "RollingUpdate"', strategy["type"])
     spec.setdefault("revisionHistoryLimit", 10)
     pod_spec = _template_selector(spec, "spec", "daemonset", errors)
-    _template_generation(obj, old, errors)
     selector = spec.get("selector")
     if old is not None and selector != (old.get("spec") or {}).get("selector"):
         errors.add("Invalid", "spec.selector", "field is immutable", selector)
@@ -314,39 +313,6 @@ def _daemonset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
         errors.add("NotSupported", "spec.template.spec.restartPolicy",
                    'supported values: "Always"', pod_spec.get("restartPolicy"))
     _validate_pod_spec(pod_spec, "spec.template.spec", errors)
-
-
-TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
-
-
-def _template_generation(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
-    """The server-owned `deprecated.daemonset.template.generation` annotation: apps/v1 carries
-    the internal `spec.templateGeneration` in it (pkg/apis/apps/v1/conversion.go), which
-    `PrepareForCreate` starts at 1 and `PrepareForUpdate` (pkg/registry/apps/daemonset/
-    strategy.go) keeps, plus one when the pod template changed; what a client sends on update
-    is ignored. `metadata.generation` moves on any spec change (the store does that)."""
-    annotations = obj["metadata"].get("annotations") or {}
-    sent = annotations.get(TEMPLATE_GENERATION_ANNOTATION)
-    if old is None:
-        generation = 1
-        if sent is not None:
-            try:
-                generation = max(int(sent), 1)
-            except ValueError:
-                errors.add("Invalid", f"metadata.annotations[{TEMPLATE_GENERATION_ANNOTATION}]",
-                           "must be an integer", sent)
-    else:
-        old_meta = old.get("metadata") or {}
-        raw = (old_meta.get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION)
-        generation = int(raw) if raw is not None and raw.isdigit() else int(
-            old_meta.get("generation") or 1)  # stored straight, without this admission
-        before = copy.deepcopy((old.get("spec") or {}).get("template") or {})
-        before.setdefault("metadata", {}).setdefault("creationTimestamp", None)
-        default_pod_spec(before.setdefault("spec", {}))
-        if obj["spec"].get("template") != before:
-            generation += 1
-    obj["metadata"]["annotations"] = {**annotations,
-                                      TEMPLATE_GENERATION_ANNOTATION: str(generation)}
 
 
 def _template_selector(spec: Obj, path: str, what: str, errors: FieldErrors) -> Obj:

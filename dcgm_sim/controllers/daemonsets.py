@@ -22,6 +22,7 @@ from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller, NodeCache
 from dcgm_sim.controllers.daemonhistory import History
 from dcgm_sim.controllers.daemonindex import DaemonPods, NodeShares
+from dcgm_sim.controllers.daemonpending import PendingPods
 from dcgm_sim.controllers.rollouts import (
     Available,
     Plan,
@@ -74,11 +75,7 @@ class DaemonSetController(Controller):
         self._shares: dict[DSKey, NodeShares] = {}
         self._orphans: dict[str, dict[str, Obj]] = {}  # namespace -> name -> pod, no controller
         self._owner_of: dict[str, str] = {}  # pod uid -> the DaemonSet uid it is indexed under
-        # The default scheduler's part in placing DaemonSet pods (`interpod`): the assigned
-        # pods it filters against, and the pods it left Pending.
-        self._placement = I.Placement(self._nodes, self._namespace_labels)
-        self._pending: dict[tuple[str, str], Obj] = {}
-        self._retry_pending = False
+        self._scheduler = PendingPods(store, self._nodes)  # the default scheduler's part
 
     # ---- caches ----------------------------------------------------------------------------
 
@@ -90,8 +87,8 @@ class DaemonSetController(Controller):
             self.schedule(key, 0)
         for pod in self.store.list(kinds.POD)[0]:
             self._cache_pod(pod, deleted=False, primed=True)
-            self._note_placement(pod, deleted=False)
-        self._retry_pending = bool(self._pending)
+            self._scheduler.note(pod, deleted=False)
+        self._scheduler.primed()
 
     def _cache_pod(self, pod: Obj, *, deleted: bool, primed: bool = False) -> DSKey | None:
         """Index the pod under its controlling DaemonSet's uid; returns that DaemonSet's key."""
@@ -168,7 +165,7 @@ class DaemonSetController(Controller):
                     self._dsets[key] = obj
                 dirty.add(key)
             elif ev.resource is kinds.POD:
-                self._note_placement(obj, deleted=ev.type == "DELETED")
+                self._scheduler.note(obj, deleted=ev.type == "DELETED")
                 owner = self._cache_pod(obj, deleted=ev.type == "DELETED")
                 if owner is not None:
                     dirty.add(owner)
@@ -182,8 +179,7 @@ class DaemonSetController(Controller):
                 if (ev.type in ("ADDED", "DELETED")
                         or _placement_changed(ev.old, obj)):
                     all_dirty = True
-                    self._placement.nodes_changed()
-                    self._retry_pending = True
+                    self._scheduler.nodes_changed()
         if all_dirty:
             dirty.update(self._dsets)
         for key in sorted(dirty):
@@ -192,61 +188,8 @@ class DaemonSetController(Controller):
             except StoreError as err:
                 log.info("daemonset %s/%s: %s; retrying", key[0], key[1], err.message)
                 self.schedule(key, 1.0)
-        if self._retry_pending:
-            self._schedule_pending()
-
-    # ---- the scheduler's part --------------------------------------------------------------
-
-    def _namespace_labels(self, namespace: str) -> dict[str, str] | None:
-        found = self.store.find(kinds.NAMESPACE, None, namespace)
-        return None if found is None else dict(found["metadata"].get("labels") or {})
-
-    def _note_placement(self, pod: Obj, *, deleted: bool) -> None:
-        """Keep the scheduler cache and the Pending DaemonSet pods; an assigned pod added,
-        removed or relabelled queues the Pending ones for another attempt."""
-        uid = str(pod["metadata"].get("uid", ""))
-        changed = self._placement.drop(uid) if deleted else self._placement.put(pod)
-        self._retry_pending = self._retry_pending or changed
-        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-        ref = P.controller_ref(pod) or {}
-        if (deleted or P.node_name(pod) or P.is_deleting(pod) or P.is_pod_terminal(pod)
-                or ref.get("kind") != "DaemonSet"):
-            self._pending.pop(key, None)
-        else:
-            self._pending[key] = pod
-
-    def _schedule_pending(self) -> None:
-        """Another scheduling attempt for each Pending DaemonSet pod: bound when the filter
-        passes now (`pods/binding`), else its Unschedulable condition kept."""
-        self._retry_pending = False
-        for key in sorted(self._pending):
-            pod = self._pending[key]
-            node = I.target_node(pod)
-            reason = self._placement.check(pod, node)
-            try:
-                if reason is None:
-                    self._bind(pod, node)
-                elif not I.is_unschedulable(pod):
-                    message = I.fit_error(len(self._nodes), reason)
-                    self._write_pod_status(pod, I.scheduled_condition(False, message))
-            except StoreError as err:
-                if err.code not in (404, 409):
-                    raise
-                self._retry_pending = True  # its next event brings it back
-
-    def _bind(self, pod: Obj, node: str) -> None:
-        bound = self.store.update(kinds.POD, dict(pod, spec=dict(pod["spec"], nodeName=node)))
-        self._note_placement(bound, deleted=False)
-        self._write_pod_status(bound, I.scheduled_condition(True))
-        log.info("scheduler bound pod %s/%s to %s", pod["metadata"]["namespace"],
-                 pod["metadata"]["name"], node)
-
-    def _write_pod_status(self, pod: Obj, cond: Obj) -> None:
-        meta = pod["metadata"]
-        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "status": I.with_scheduled(pod.get("status") or {}, cond)}
-        self._note_placement(self.store.update(kinds.POD, body, subresource="status"),
-                             deleted=False)
+        if self._scheduler.retry:
+            self._scheduler.schedule()
 
     # ---- one sync --------------------------------------------------------------------------
 
@@ -399,12 +342,9 @@ class DaemonSetController(Controller):
             for _ in range(5):
                 name = f"{ds['metadata']['name']}-{P.random_suffix()}"
                 try:
-                    pod = self._factory.pod(ds, node, hash_, name)
-                    reason = self._placement.check(pod, node)
-                    if reason is not None:  # the scheduler leaves it Pending
-                        pod = I.unschedulable(pod, I.fit_error(len(self._nodes), reason))
+                    pod = self._scheduler.placed(self._factory.pod(ds, node, hash_, name), node)
                     created = self.store.create(kinds.POD, pod, adopt=True)
-                    self._note_placement(created, deleted=False)
+                    self._scheduler.note(created, deleted=False)
                     cache.put(_view(created))
                     break
                 except StoreError as err:

@@ -18,7 +18,8 @@ import urllib3
 from kubernetes import client, config
 
 from dcgm_sim.cluster import SimCluster
-from dcgm_sim.controllers.rollouts import HASH_LABEL
+from dcgm_sim.controllers.rollouts import GENERATION_LABEL, HASH_LABEL
+from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION as TEMPLATE_GENERATION
 
 NS = "gpu-operator"
 DCGM = "nvidia-dcgm-dra"
@@ -303,3 +304,61 @@ def test_pod_labels_are_mutable_and_the_rest_is_not(api: Api) -> None:
             _content_type=JSON_PATCH)
     assert moved.value.status == 422 and "metadata.uid" in str(moved.value.body)
     assert api.pods()["gpu-node-0001"]["metadata"]["uid"] == uid
+
+
+def test_the_template_generation_annotation_moves_with_the_template_alone(api: Api) -> None:
+    """The server-owned `deprecated.daemonset.template.generation` (`PrepareForUpdate`,
+    pkg/registry/apps/daemonset/strategy.go): one more on a template change, kept on any other
+    change and whatever a client sends; new pods carry it as `pod-template-generation`
+    (`CreatePodTemplate`) and a revision copies the DaemonSet's annotations (`snapshot`)."""
+    api.settle(0)
+    assert api.ds()["metadata"]["annotations"][TEMPLATE_GENERATION] == "1"
+    assert {p["metadata"]["labels"][GENERATION_LABEL] for p in api.pods().values()} == {"1"}
+    _on_delete(api)
+    ds = api.patch_ds({"metadata": {"annotations": {TEMPLATE_GENERATION: "9"}}})
+    assert ds["metadata"]["annotations"][TEMPLATE_GENERATION] == "1"
+    assert ds["metadata"]["generation"] == 2
+    ds = _label_template(api)
+    assert ds["metadata"]["annotations"][TEMPLATE_GENERATION] == "2"
+    assert ds["metadata"]["generation"] == 3
+    api.settle(0)
+    new = api.revisions()[-1]
+    assert new["metadata"]["annotations"][TEMPLATE_GENERATION] == "2"
+    victim = api.pods()["gpu-node-0003"]
+    api.core.delete_namespaced_pod(victim["metadata"]["name"], NS)
+    api.sim.wait_for(lambda: api.status().get("updatedNumberScheduled") == 1
+                     and api.status().get("numberAvailable") == 3)
+    labels = api.pods()["gpu-node-0003"]["metadata"]["labels"]
+    assert labels[GENERATION_LABEL] == "2"
+    assert labels[HASH_LABEL] == new["metadata"]["labels"][HASH_LABEL]
+
+
+def test_revisions_are_claimed_by_the_selector(api: Api) -> None:
+    """`controlledHistories` (`ClaimControllerRevisions`, controller_ref_manager.go): an
+    orphan revision matching the selector is adopted as an old revision (the current one is
+    renumbered above it), one that does not is left alone, and an owned one whose labels stop
+    matching is released."""
+    api.settle(0)
+    (first,) = api.revisions()
+    other = json.loads(json.dumps(first["data"]))
+    other["spec"]["template"]["metadata"]["labels"]["older"] = "yes"
+
+    def orphan(name: str, app: str, revision: int) -> Obj:
+        return {"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                "metadata": {"name": name, "labels": {"app": app, HASH_LABEL: name}},
+                "data": other, "revision": revision}
+
+    api.apps.create_namespaced_controller_revision(NS, orphan("older", DCGM, 4))
+    api.apps.create_namespaced_controller_revision(NS, orphan("stranger", "other", 9))
+    api.sim.wait_for(lambda: [(r["metadata"]["name"], r["revision"]) for r in api.revisions()]
+                     == [("older", 4), (first["metadata"]["name"], 5)])
+    api.settle(0)
+    stranger = api.apps.read_namespaced_controller_revision("stranger", NS)
+    assert stranger.metadata is not None and not stranger.metadata.owner_references
+    api.apps.patch_namespaced_controller_revision(
+        "older", NS, {"metadata": {"labels": {"app": "other"}}})
+    api.sim.wait_for(lambda: [r["metadata"]["name"] for r in api.revisions()] == [
+        first["metadata"]["name"]])
+    released = api.apps.read_namespaced_controller_revision("older", NS)
+    assert released.metadata is not None and not released.metadata.owner_references
+    assert _hashes(api.pods()) == {first["metadata"]["labels"][HASH_LABEL]}

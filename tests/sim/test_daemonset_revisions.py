@@ -18,6 +18,7 @@ import urllib3
 from kubernetes import client, config
 
 from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.rollouts import GENERATION_LABEL, HASH_LABEL
 from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION as TEMPLATE_GENERATION
 
@@ -38,23 +39,23 @@ class Api:
         self.core = client.CoreV1Api(api)
 
     @staticmethod
-    def _json(resp: object) -> Any:
+    def decode(resp: object) -> Any:
         return json.loads(cast(urllib3.HTTPResponse, resp).data)
 
     def ds(self) -> Obj:
-        found: Obj = self._json(self.apps.read_namespaced_daemon_set(
+        found: Obj = self.decode(self.apps.read_namespaced_daemon_set(
             DCGM, NS, _preload_content=False))
         return found
 
     def patch_ds(self, body: Obj) -> Obj:
-        patched: Obj = self._json(self.apps.patch_namespaced_daemon_set(
+        patched: Obj = self.decode(self.apps.patch_namespaced_daemon_set(
             DCGM, NS, body, _preload_content=False))
         return patched
 
     def revisions(self) -> list[Obj]:
         """The ControllerRevisions the DaemonSet controls, by revision number."""
         uid = self.ds()["metadata"]["uid"]
-        items = self._json(self.apps.list_namespaced_controller_revision(
+        items = self.decode(self.apps.list_namespaced_controller_revision(
             NS, _preload_content=False))["items"]
         owned = [r for r in items if any(ref.get("controller") and ref["uid"] == uid
                                          for ref in r["metadata"].get("ownerReferences") or [])]
@@ -62,7 +63,7 @@ class Api:
 
     def pods(self) -> dict[str, Obj]:
         """The DaemonSet's pods that are not terminating, by node."""
-        items = self._json(self.core.list_namespaced_pod(
+        items = self.decode(self.core.list_namespaced_pod(
             NS, label_selector=f"app={DCGM}", _preload_content=False))["items"]
         return {p["spec"]["nodeName"]: p for p in items
                 if not p["metadata"].get("deletionTimestamp")}
@@ -79,7 +80,7 @@ class Api:
         ]
         ops += [{"op": "add", "path": "/metadata/labels/" + k.replace("~", "~0").replace(
             "/", "~1"), "value": v} for k, v in labels.items()]
-        patched: Obj = self._json(self.core.patch_namespaced_pod(
+        patched: Obj = self.decode(self.core.patch_namespaced_pod(
             meta["name"], NS, ops, _content_type=JSON_PATCH, _preload_content=False))
         return patched
 
@@ -362,3 +363,31 @@ def test_revisions_are_claimed_by_the_selector(api: Api) -> None:
     released = api.apps.read_namespaced_controller_revision("older", NS)
     assert released.metadata is not None and not released.metadata.owner_references
     assert _hashes(api.pods()) == {first["metadata"]["labels"][HASH_LABEL]}
+
+
+def test_a_hash_collision_bumps_the_collision_count(api: Api) -> None:
+    """`snapshot`: a revision of the new hash's name already there with other data (adopted,
+    an orphan matching the selector) bumps `status.collisionCount`; the next sync hashes the
+    template with it (`ComputeHash`) and makes the revision under that name."""
+    api.settle(0)
+    _on_delete(api)
+    preview = api.decode(api.apps.patch_namespaced_daemon_set(
+        DCGM, NS, {"spec": {"template": {"metadata": {"labels": {COMMON: "true"}}}}},
+        dry_run="All", _preload_content=False))
+    taken = P.template_hash(preview["spec"]["template"])
+    squatter = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                "metadata": {"name": f"{DCGM}-{taken}", "labels": {"app": DCGM}},
+                "data": {"spec": {"template": {"$patch": "replace"}}}, "revision": 1}
+    api.apps.create_namespaced_controller_revision(NS, squatter)
+    api.sim.wait_for(lambda: len(api.revisions()) == 2)
+    ds = _label_template(api)
+    api.sim.wait_for(lambda: api.status().get("collisionCount") == 1 and len(
+        api.revisions()) == 3)
+    api.settle(0)
+    new = api.revisions()[-1]
+    expected = P.template_hash(ds["spec"]["template"], 1)
+    assert expected != taken
+    assert (new["metadata"]["name"], new["metadata"]["labels"][HASH_LABEL]) == (
+        f"{DCGM}-{expected}", expected)
+    assert new["data"] == _get_patch(ds) and new["revision"] == 3
+    assert api.status().get("updatedNumberScheduled", 0) == 0

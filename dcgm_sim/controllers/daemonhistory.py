@@ -93,10 +93,11 @@ class History:
 
     # ---- constructHistory ------------------------------------------------------------------
 
-    def construct(self, ds: Obj, hash_: str, pods: Iterable[PodView],
+    def construct(self, ds: Obj, hash_: str, pods: Callable[[], Iterable[PodView]],
                   written: PodWritten) -> tuple[str, list[Obj]]:
         """`constructHistory`: (the current revision's hash label, the old revisions).
-        `hash_` is `ComputeHash` of the template, for a revision still to be made."""
+        `hash_` is `ComputeHash` of the template, for a revision still to be made; `pods`
+        gives the DaemonSet's pods, read only to deduplicate."""
         patch = revision_patch(ds)
         current: list[Obj] = []
         old: list[Obj] = []
@@ -139,7 +140,7 @@ class History:
                                                 "status": status}, subresource="status")
         raise StoreError(409, "Conflict", f"hash collision on ControllerRevision {hash_}")
 
-    def _dedup(self, ds: Obj, current: list[Obj], pods: Iterable[PodView],
+    def _dedup(self, ds: Obj, current: list[Obj], pods: Callable[[], Iterable[PodView]],
                written: PodWritten) -> Obj:
         """`dedupCurHistories`: keep the highest revision (the last of equals), merge-patch
         every pod's hash label to its hash, delete the other current revisions."""
@@ -150,7 +151,7 @@ class History:
             if _revision(rev) >= _revision(keep):
                 keep = rev
         keep_hash = _hash_of(keep)
-        for view in list(pods):
+        for view in list(pods()):
             if view.hash != keep_hash:
                 relabelled = self._relabel(ds["metadata"]["namespace"], view.name, keep_hash)
                 if relabelled is not None:

@@ -252,9 +252,9 @@ class DaemonSetController(Controller):
         if ds is None or P.is_deleting(ds):
             return
         self._adopt(ds)
-        known = self._pods.get(ds["metadata"]["uid"])
+        uid = ds["metadata"]["uid"]
         hash_, old_revisions = self._history.construct(
-            ds, self._hash(ds), list(known.by_name.values()) if known else [],
+            ds, self._hash(ds), lambda: (self._pods.get(uid) or DaemonPods()).by_name.values(),
             self._pod_written)
         pods = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
         fits, fits_version = self._fits(key, ds)

@@ -21,6 +21,8 @@ from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.rollouts import GENERATION_LABEL, HASH_LABEL
 from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION as TEMPLATE_GENERATION
+from dcgm_sim.store import Event
+from migrator.model import kinds
 
 NS = "gpu-operator"
 DCGM = "nvidia-dcgm-dra"
@@ -51,6 +53,11 @@ class Api:
         patched: Obj = self.decode(self.apps.patch_namespaced_daemon_set(
             DCGM, NS, body, _preload_content=False))
         return patched
+
+    def create_revision(self, body: Obj) -> None:
+        """POST a ControllerRevision (the client sends a plain dict as it is)."""
+        self.apps.create_namespaced_controller_revision(NS, cast(client.V1ControllerRevision,
+                                                                 body))
 
     def revisions(self) -> list[Obj]:
         """The ControllerRevisions the DaemonSet controls, by revision number."""
@@ -194,31 +201,43 @@ def test_relabelled_pods_count_as_updated_and_stay_running_after_rolling_update_
     assert len(api.revisions()) == 2
 
 
-def test_a_pod_with_a_stale_hash_is_rolled_once_rolling_update_is_back(api: Api) -> None:
+def test_pods_with_a_stale_hash_are_rolled_once_rolling_update_is_back(api: Api) -> None:
     """`rollingUpdate` (maxSurge 0): an old available pod is a candidate for deletion within
-    maxUnavailable; `manage` then creates its replacement from the current revision."""
+    maxUnavailable (one node at a time here); `manage` then creates its replacement from the
+    current revision. The relabelled pod is left alone."""
     api.settle(0)
     before = api.pods()
     _on_delete(api)
     _label_template(api)
     api.settle(0)
     new_hash = api.revisions()[-1]["metadata"]["labels"][HASH_LABEL]
-    stale = before["gpu-node-0002"]
-    for node, pod in before.items():
-        if node != "gpu-node-0002":
-            api.relabel(pod, {COMMON: "true"}, new_hash)
+    api.relabel(before["gpu-node-0001"], {COMMON: "true"}, new_hash)
     api.settle()
-    assert api.pods()["gpu-node-0002"]["metadata"]["uid"] == stale["metadata"]["uid"]
-    assert api.status()["updatedNumberScheduled"] == 2
-    _rolling(api)
-    api.sim.wait_for(lambda: api.status().get("updatedNumberScheduled") == 3
-                     and api.status().get("numberAvailable") == 3)
-    api.settle()
+    assert _uids(api.pods()) == _uids(before)
+    assert api.status()["updatedNumberScheduled"] == 1
+    down: list[int] = []
+
+    def sample(event: Event) -> None:  # nodes without a Ready, non-terminating pod
+        if event.resource is kinds.POD:
+            serving = {p["spec"].get("nodeName") for p in api.sim.store.list(kinds.POD, NS)[0]
+                       if p["metadata"]["labels"].get("app") == DCGM and P.is_pod_ready(p)
+                       and not P.is_deleting(p)}
+            down.append(len(set(before) - serving))
+
+    api.sim.store.subscribe(sample)
+    try:
+        _rolling(api)
+        api.sim.wait_for(lambda: api.status().get("updatedNumberScheduled") == 3
+                         and api.status().get("numberAvailable") == 3)
+        api.settle()
+    finally:
+        api.sim.store.unsubscribe(sample)
+    assert max(down) == 1
     after = api.pods()
-    assert after["gpu-node-0002"]["metadata"]["uid"] != stale["metadata"]["uid"]
-    assert after["gpu-node-0002"]["metadata"]["labels"][COMMON] == "true"
-    assert {n: u for n, u in _uids(after).items() if n != "gpu-node-0002"} == {
-        n: u for n, u in _uids(before).items() if n != "gpu-node-0002"}
+    assert after["gpu-node-0001"]["metadata"]["uid"] == before["gpu-node-0001"]["metadata"]["uid"]
+    for node in ("gpu-node-0002", "gpu-node-0003"):
+        assert after[node]["metadata"]["uid"] != before[node]["metadata"]["uid"]
+        assert after[node]["metadata"]["labels"][COMMON] == "true"
     assert _hashes(after) == {new_hash}
 
 
@@ -269,7 +288,7 @@ def test_duplicate_current_revisions_are_deduplicated_and_pods_relabelled(api: A
                  "metadata": {"name": f"{DCGM}-copy", "labels": labels,
                               "ownerReferences": [owner]},
                  "data": first["data"], "revision": 7}
-    api.apps.create_namespaced_controller_revision(NS, duplicate)
+    api.create_revision(duplicate)
     api.sim.wait_for(lambda: [r["metadata"]["name"] for r in api.revisions()] == [
         f"{DCGM}-copy"])
     api.settle()
@@ -349,8 +368,8 @@ def test_revisions_are_claimed_by_the_selector(api: Api) -> None:
                 "metadata": {"name": name, "labels": {"app": app, HASH_LABEL: name}},
                 "data": other, "revision": revision}
 
-    api.apps.create_namespaced_controller_revision(NS, orphan("older", DCGM, 4))
-    api.apps.create_namespaced_controller_revision(NS, orphan("stranger", "other", 9))
+    api.create_revision(orphan("older", DCGM, 4))
+    api.create_revision(orphan("stranger", "other", 9))
     api.sim.wait_for(lambda: [(r["metadata"]["name"], r["revision"]) for r in api.revisions()]
                      == [("older", 4), (first["metadata"]["name"], 5)])
     api.settle(0)
@@ -378,7 +397,7 @@ def test_a_hash_collision_bumps_the_collision_count(api: Api) -> None:
     squatter = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
                 "metadata": {"name": f"{DCGM}-{taken}", "labels": {"app": DCGM}},
                 "data": {"spec": {"template": {"$patch": "replace"}}}, "revision": 1}
-    api.apps.create_namespaced_controller_revision(NS, squatter)
+    api.create_revision(squatter)
     api.sim.wait_for(lambda: len(api.revisions()) == 2)
     ds = _label_template(api)
     api.sim.wait_for(lambda: api.status().get("collisionCount") == 1 and len(

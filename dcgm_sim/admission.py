@@ -18,7 +18,7 @@ import copy
 import re
 from typing import Any
 
-from dcgm_sim import allocation, validation_endpointslice
+from dcgm_sim import allocation, podupdates, validation_endpointslice
 from dcgm_sim.allocation import Allocated
 from dcgm_sim.simkinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET
 from dcgm_sim.statuses import FieldErrors, bad_request
@@ -260,9 +260,6 @@ def _validate_pod_spec(spec: Obj, path: str, errors: FieldErrors) -> None:
             errors.add("Required", f"{path}.containers[{i}].image")
 
 
-_POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
-
-
 def _pod(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
     spec = obj.setdefault("spec", {})
     default_pod_spec(spec)
@@ -275,22 +272,9 @@ def _pod(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": "Burstable" if burstable else "BestEffort"}
     _validate_pod_spec(spec, "spec", errors)
     if old is not None:
-        def comparable(s: Obj) -> Obj:
-            s = copy.deepcopy(s)
-            for k in _POD_MUTABLE:
-                s.pop(k, None)
-            for group in ("initContainers", "containers"):
-                for c in s.get(group) or []:
-                    c.pop("image", None)
-            return s
         old_spec = copy.deepcopy(old.get("spec") or {})
         default_pod_spec(old_spec)  # objects written straight to the store may lack defaults
-        if comparable(spec) != comparable(old_spec):
-            errors.add("Forbidden", "spec", "pod updates may not change fields other than "
-                       "`spec.containers[*].image`,`spec.initContainers[*].image`,"
-                       "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
-                       "existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to "
-                       "be set to 1 if it was previously negative)")
+        podupdates.validate(spec, old_spec, errors)
 
 
 def _daemonset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:

@@ -10,7 +10,11 @@ and deduplicated (`dedupCurHistories`), and the pod updates the API server allow
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -410,3 +414,74 @@ def test_a_hash_collision_bumps_the_collision_count(api: Api) -> None:
         f"{DCGM}-{expected}", expected)
     assert new["data"] == _get_patch(ds) and new["revision"] == 3
     assert api.status().get("updatedNumberScheduled", 0) == 0
+
+
+def test_kubectl_rollout_undo_reads_the_history(api: Api, tmp_path: Path) -> None:
+    """kubectl's DaemonSet rollback (staging/src/k8s.io/kubectl/pkg/polymorphichelpers/
+    rollback.go, `DaemonSetRollbacker`) finds the revision by number among those the DaemonSet
+    controls and patches its `data` back as a strategic merge patch: the sim's revisions are
+    ones it can read, and the controller reuses the reverted-to revision, renumbered."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not on PATH")
+    env = {**os.environ, "KUBECONFIG": api.sim.kubeconfig, "HOME": str(tmp_path)}
+
+    def kubectl(*args: str) -> str:
+        out = subprocess.run([binary, *args], env=env, capture_output=True, text=True,
+                             timeout=90, check=False)
+        assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
+        return out.stdout
+
+    api.settle(0)
+    (first,) = api.revisions()
+    _label_template(api)
+    api.sim.wait_for(lambda: len(api.revisions()) == 2)
+    kubectl("rollout", "undo", f"daemonset/{DCGM}", "--to-revision=1")
+    kubectl("rollout", "status", f"daemonset/{DCGM}", "--timeout=60s")
+    ds = api.ds()
+    assert ds["spec"]["template"]["metadata"]["labels"] == {"app": DCGM}
+    revisions = api.revisions()
+    assert (revisions[-1]["metadata"]["name"], revisions[-1]["revision"]) == (
+        first["metadata"]["name"], 3)
+    history = kubectl("rollout", "history", f"daemonset/{DCGM}")
+    assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["2", "3"]
+    assert _hashes(api.pods()) == {first["metadata"]["labels"][HASH_LABEL]}
+
+
+def test_pod_spec_updates_allowed_as_upstream(api: Api) -> None:
+    """`ValidatePodUpdate`: an image may change; a toleration may be added but an existing one
+    changed only in `tolerationSeconds` (`validateOnlyAddedTolerations`); an active deadline
+    set, then only lowered; the grace period is immutable."""
+    api.settle(0)
+    pod = api.pods()["gpu-node-0002"]
+    name = pod["metadata"]["name"]
+
+    def patch(*ops: Obj) -> int:
+        try:
+            api.core.patch_namespaced_pod(name, NS, list(ops), _content_type=JSON_PATCH)
+        except client.ApiException as err:
+            assert err.status == 422, err.body
+            return 422
+        return 200
+
+    image = pod["spec"]["containers"][0]["image"] + "-next"
+    assert patch({"op": "replace", "path": "/spec/containers/0/image", "value": image}) == 200
+    added = {"key": "example.com/x", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 30}
+    assert patch({"op": "add", "path": "/spec/tolerations/-", "value": added}) == 200
+    last = len(pod["spec"]["tolerations"])
+    assert patch({"op": "replace", "path": f"/spec/tolerations/{last}/tolerationSeconds",
+                  "value": 60}) == 200
+    assert patch({"op": "replace", "path": f"/spec/tolerations/{last}/key",
+                  "value": "example.com/y"}) == 422
+    assert patch({"op": "remove", "path": "/spec/tolerations/0"}) == 422
+    assert patch({"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 600}) == 200
+    assert patch({"op": "replace", "path": "/spec/activeDeadlineSeconds", "value": 900}) == 422
+    assert patch({"op": "replace", "path": "/spec/activeDeadlineSeconds", "value": 300}) == 200
+    assert patch({"op": "remove", "path": "/spec/activeDeadlineSeconds"}) == 422
+    assert patch({"op": "replace", "path": "/spec/terminationGracePeriodSeconds",
+                  "value": 5}) == 422
+    spec = api.pods()["gpu-node-0002"]["spec"]
+    assert spec["containers"][0]["image"] == image and spec["activeDeadlineSeconds"] == 300
+    assert spec["tolerations"][last] == dict(added, tolerationSeconds=60)
+    assert api.pods()["gpu-node-0002"]["metadata"]["uid"] == pod["metadata"]["uid"]

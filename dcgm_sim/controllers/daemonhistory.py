@@ -19,7 +19,10 @@ update.go.
   earlier one reuses that revision, renumbered).
 
 The DaemonSet's hash is the current revision's label; pods are "updated" when they carry it
-(`IsPodUpdated`, in `rollouts`). `History.cleanup` is `cleanupHistory`.
+(`IsPodUpdated`, in `rollouts`). `History.cleanup` is `cleanupHistory`. (The generic
+`pkg/controller/history` helpers — `NewControllerRevision`, `HashControllerRevision` over the
+revision's data, `EqualRevision` — are the StatefulSet controller's; the DaemonSet controller
+names its revisions by `ComputeHash` of the template and compares them by `Match`.)
 """
 
 from __future__ import annotations

@@ -31,12 +31,12 @@ import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.controllers import adoption
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.rollouts import HASH_LABEL, PodView, new_revision, revision_patch
+from dcgm_sim.labelselectors import label_selector_as_selector
 from dcgm_sim.store import Store, StoreError
-from migrator.model import kinds
-from migrator.model.selectors import from_label_selector
 
 Obj = dict[str, Any]
 PodWritten = Callable[[Obj], None]  # the controller's cache hears of a pod it wrote
@@ -61,7 +61,7 @@ class History:
     def controlled(self, ds: Mapping[str, Any]) -> list[Obj]:
         """`controlledHistories`: `ClaimObject` over every revision of the namespace."""
         uid = ds["metadata"]["uid"]
-        selector = from_label_selector(ds["spec"]["selector"])
+        selector = label_selector_as_selector(ds["spec"]["selector"])
         revs, _ = self.store.list(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"])
         claimed: list[Obj] = []
         for rev in revs:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.controllers import interpod as I
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import NodeCache
 from dcgm_sim.store import Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

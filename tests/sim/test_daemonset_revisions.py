@@ -21,12 +21,12 @@ import pytest
 import urllib3
 from kubernetes import client, config
 
+from dcgm_sim import kinds
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.rollouts import GENERATION_LABEL, HASH_LABEL
 from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION as TEMPLATE_GENERATION
 from dcgm_sim.store import Event
-from migrator.model import kinds
 
 NS = "gpu-operator"
 DCGM = "nvidia-dcgm-dra"

@@ -90,7 +90,7 @@ def _merged(source: Source) -> KubeConfigMerger:
     """The files read and merged by the client (first entry of a name wins, as kubectl)."""
     where = source.describe()
     try:
-        merger = KubeConfigMerger(os.pathsep.join(source.paths))
+        merger = KubeConfigMerger(os.pathsep.join(source.paths))  # type: ignore[no-untyped-call]
     except OSError as exc:
         raise UsageError(f"Cannot read the kubeconfig file {exc.filename or where}: "
                          f"{exc.strerror or exc}.", _HINT) from None
@@ -142,7 +142,8 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
                 _HINT,
             )
         try:
-            load_incluster_config(client_configuration=configuration, try_refresh_token=True)
+            load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration, try_refresh_token=True)
         except ConfigException as exc:
             raise UsageError(f"Cannot use the in-cluster service account: {exc}.",
                              _HINT) from None
@@ -150,10 +151,13 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
     merger = _merged(source)
     chosen = _context(merger, source.describe(), context)
     try:
-        # The persister writes back what an auth provider refreshed (an OIDC refresh token),
-        # as kubectl does; an exec plugin is run again instead.
-        KubeConfigLoader(config_dict=merger.config, active_context=chosen,
-                         config_persister=merger.save_changes).load_and_set(configuration)
+        # As the client's load_kube_config: relative paths from each file's own folder
+        # (config_base_path None), and what an auth provider refreshed (an OIDC refresh token)
+        # written back, as kubectl does; an exec plugin is run again instead.
+        loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
+            config_dict=merger.config, active_context=chosen, config_base_path=None,
+            config_persister=merger.save_changes)
+        loader.load_and_set(configuration)
     except ConfigException as exc:
         raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
                          f"{chosen!r}: {exc}.", _HINT) from None

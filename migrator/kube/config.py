@@ -157,7 +157,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
         loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
             config_dict=merger.config, active_context=chosen, config_base_path=None,
             config_persister=merger.save_changes)
-        loader.load_and_set(configuration)
+        loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
         raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
                          f"{chosen!r}: {exc}.", _HINT) from None

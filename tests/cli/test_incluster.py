@@ -183,7 +183,7 @@ def test_a_rotated_token_is_read_again(pod: tuple[SimCluster, Path],
 
     def at_once(self: incluster_config.InClusterConfigLoader, *args: object,
                 **kwargs: object) -> None:
-        made(self, *args, **kwargs)  # type: ignore[arg-type]
+        made(self, *args, **kwargs)
         self._token_refresh_period = datetime.timedelta(0)
 
     monkeypatch.setattr(loader, "__init__", at_once)

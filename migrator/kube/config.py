@@ -36,8 +36,8 @@ def official() -> Any:
     """The official `kubernetes` package, imported when the first connection is made. With
     what it imports (pydantic, requests-oauthlib, websocket-client) it is 2.9 G of the 6.5 G
     instructions of `dcgm-migrate --help` (about 0.47 s): `--help`, shell completion and
-    usage errors never need it, and the CLI's start stays under a second
-    (docs/performance.md). The one function-local import of a required dependency."""
+    usage errors never need it, and the CLI's start stays under a second. The one
+    function-local import of a required dependency."""
     import kubernetes
 
     return kubernetes

@@ -9,8 +9,6 @@ data, `proxy-url`, relative paths from each file's folder), the service account 
 picks the files and the context and says, in one `UsageError` (exit 2), what is wrong: messages
 name the file or context and never quote the file's contents (a kubeconfig holds tokens and
 keys).
-
-The client is imported by the first connection (`official`), not with this module.
 """
 
 from __future__ import annotations
@@ -21,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes.client import Configuration
+from kubernetes.config import ConfigException, load_incluster_config
+from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from migrator.errors import UsageError
 
@@ -30,17 +31,6 @@ _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid -
 # new connections (a TCP and TLS handshake each), and at a 15,000-node takeover on the sim
 # waited seconds to be accepted. The client's default is five per CPU.
 POOLED = 32
-
-
-def official() -> Any:
-    """The official `kubernetes` package, imported when the first connection is made. With
-    what it imports (pydantic, requests-oauthlib, websocket-client) it is 2.9 G of the 6.5 G
-    instructions of `dcgm-migrate --help` (about 0.47 s): `--help`, shell completion and
-    usage errors never need it, and the CLI's start stays under a second. The one
-    function-local import of a required dependency."""
-    import kubernetes
-
-    return kubernetes
 
 
 @dataclass(frozen=True)
@@ -96,13 +86,11 @@ def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) ->
     )
 
 
-def _merged(source: Source) -> Any:
-    """The files read and merged by the client (first entry of a name wins, as kubectl):
-    a `kubernetes.config.kube_config.KubeConfigMerger`."""
+def _merged(source: Source) -> KubeConfigMerger:
+    """The files read and merged by the client (first entry of a name wins, as kubectl)."""
     where = source.describe()
-    kube_config = official().config.kube_config
     try:
-        merger = kube_config.KubeConfigMerger(os.pathsep.join(source.paths))
+        merger = KubeConfigMerger(os.pathsep.join(source.paths))  # type: ignore[no-untyped-call]
     except OSError as exc:
         raise UsageError(f"Cannot read the kubeconfig file {exc.filename or where}: "
                          f"{exc.strerror or exc}.", _HINT) from None
@@ -112,7 +100,7 @@ def _merged(source: Source) -> Any:
         name = mark.name if mark is not None and mark.name in source.paths else where
         # `from None`: the YAML error quotes the offending line, which may hold a token.
         raise UsageError(f"The kubeconfig file {name} is not valid YAML{line}.", _HINT) from None
-    except kube_config.ConfigException:
+    except ConfigException:
         raise UsageError(f"The kubeconfig {where} is empty.", _HINT) from None
     except (AttributeError, TypeError, KeyError):
         raise UsageError(f"The kubeconfig {where} is not a kubeconfig (not a mapping, or an "
@@ -120,7 +108,7 @@ def _merged(source: Source) -> Any:
     return merger
 
 
-def _context(merger: Any, where: str, context: str | None) -> str:
+def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
     """The context that will be used; UsageError when it is unknown or none is set. The
     current-context is the first file's that sets one, as kubectl reads a KUBECONFIG list."""
     config = merger.config.value if merger.config is not None else {}
@@ -146,9 +134,7 @@ def _context(merger: Any, where: str, context: str | None) -> str:
 def load(kubeconfig: str | None = None, context: str | None = None) -> Connection:
     """The connection for the chosen kubeconfig/context, or the pod's service account."""
     source = resolve_source(kubeconfig)
-    kubernetes = official()
-    configuration = kubernetes.client.Configuration()
-    invalid = kubernetes.config.ConfigException
+    configuration = Configuration()
     if source.in_cluster:
         if context:
             raise UsageError(
@@ -156,9 +142,9 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
                 _HINT,
             )
         try:
-            kubernetes.config.load_incluster_config(client_configuration=configuration,
-                                                    try_refresh_token=True)
-        except invalid as exc:
+            load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration, try_refresh_token=True)
+        except ConfigException as exc:
             raise UsageError(f"Cannot use the in-cluster service account: {exc}.",
                              _HINT) from None
         return Connection(pooled(configuration), "in-cluster")
@@ -168,10 +154,11 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
         # As the client's load_kube_config: relative paths from each file's own folder
         # (config_base_path None), and what an auth provider refreshed (an OIDC refresh token)
         # written back, as kubectl does; an exec plugin is run again instead.
-        kubernetes.config.kube_config.KubeConfigLoader(
+        loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
             config_dict=merger.config, active_context=chosen, config_base_path=None,
-            config_persister=merger.save_changes).load_and_set(configuration)
-    except invalid as exc:
+            config_persister=merger.save_changes)
+        loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+    except ConfigException as exc:
         raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
                          f"{chosen!r}: {exc}.", _HINT) from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -184,7 +171,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
 
 def for_server(url: str, token: str | None = None) -> Connection:
     """A bare URL with an optional bearer token (the simulated cluster, tests)."""
-    configuration = official().client.Configuration(host=url.rstrip("/"))
+    configuration = Configuration(host=url.rstrip("/"))
     if token:
         configuration.api_key["BearerToken"] = f"Bearer {token}"  # as the loader sets it
     return Connection(pooled(configuration), "")

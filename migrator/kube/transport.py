@@ -5,8 +5,7 @@ an exec plugin or the service account refreshes; its urllib3 pool with the kubec
 and proxy settings). Here they get timeouts, retries (see `retrying`), a count, and failures
 become typed errors. Bodies are JSON parsed by the caller: the client's generated model
 classes are never used (they cost seconds on 10,000 pods); `ApiClient.call_api` hands back
-the urllib3 response unread, so a watch streams it. The client is imported by the first
-connection (`config.official`).
+the urllib3 response unread, so a watch streams it.
 
 Nothing here ever formats a header, a token or a client key into a message.
 """
@@ -20,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from migrator import __version__
 from migrator.errors import APIError, APIUnreachable
-from migrator.kube.config import official
 from migrator.kube.retrying import (
     RETRYABLE_STATUSES,
     Outcome,
@@ -78,9 +78,7 @@ class Transport:
 
     def __init__(self, configuration: Any, policy: RetryPolicy) -> None:
         """`configuration`: a kubernetes.client.Configuration (config.py made it)."""
-        client = official().client
-        self._api = client.ApiClient(configuration)
-        self._client_error: type[Exception] = client.exceptions.ApiException
+        self._api = ApiClient(configuration)
         self._api.user_agent = f"dcgm-migrate/{__version__}"
         self.server: str = configuration.host
         self.policy = policy
@@ -100,7 +98,7 @@ class Transport:
             return self._retries
 
     def close(self) -> None:
-        self._api.close()
+        self._api.close()  # type: ignore[no-untyped-call]
 
     def send(
         self,
@@ -153,8 +151,8 @@ class Transport:
             raw = self._api.call_api(*request, _request_timeout=timeout).response
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Transient(short_reason(exc)) from exc
-        except self._client_error as exc:  # the client's wrapper of a TLS failure (status 0)
-            if getattr(exc, "status", 0):
+        except ApiException as exc:  # the client's wrapper of a TLS failure (status 0)
+            if exc.status:
                 raise
             raise Transient("TLS handshake failed") from exc
         status = int(raw.status)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 
 from dcgm_sim.access import ADMIN_TOKEN, ADMIN_USER
 from dcgm_sim.cluster import SimCluster
+from tests.helpers import crash
 from tests.helpers.cli import run
 
 PLUGIN = """#!{python}
@@ -101,3 +103,21 @@ def test_a_token_the_server_rejects_is_an_api_error(tls_sim: SimCluster,
     assert "rejected the credentials" in res.stderr and "Traceback" not in res.stderr
     assert "not-a-token-the-sim-knows" not in res.stdout + res.stderr
     assert len(calls(tmp_path)) == 1
+
+
+def test_a_plugin_that_fails_is_shown_with_its_own_message(tls_sim: SimCluster,
+                                                           tmp_path: Path) -> None:
+    """In a process of its own, as a user runs it: the client logs the plugin's failure (its
+    stderr) and sends no credentials, so the server refuses and the fix says to log in."""
+    kubeconfig = exec_kubeconfig(tls_sim, tmp_path, ADMIN_TOKEN)
+    (tmp_path / "get-token.py").write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        "print('SSO session expired: log in again', file=sys.stderr)\nsys.exit(1)\n")
+    code = ("import sys\nsys.argv[0] = 'dcgm-migrate'\nfrom migrator.cli.app import main\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code, "status", "--kubeconfig",
+                           str(kubeconfig)], env=crash.cli_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 3, done.stderr
+    assert "exec: process returned 1. SSO session expired: log in again" in done.stderr
+    assert "rejected the credentials" in done.stderr and "Traceback" not in done.stderr

@@ -349,6 +349,8 @@ def test_operator_reverted_switch_is_reconciled_by_apply_without_the_flag(
     (exit 1); apply without the flag records it as reverted by the operator (warning, exit 0),
     after which verify is green; apply with the flag switches it again."""
     env = e2e_factory("clusterpolicy", nodes=3, operator_reconcile_seconds=150.0)
+    assert env.cli("apply", "--phase", "2", "--yes").code == 0
+    env.clusterpolicy_settled()  # so it reverts at its resync, after the run
     first = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                     "--include-operator-owned")
     assert first.code == 0, first.stderr

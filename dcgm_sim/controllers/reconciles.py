@@ -142,8 +142,9 @@ def gpucluster(op: Operand, release: releases.Release) -> float | None:
         return Q.GPUCLUSTER_READY_REQUEUE
     deleted = op.deletions
     objs = op.sync(GPU_CLUSTER, cr, release)
-    ready = (op.deletions == deleted
-             and all(op.find(o) is not None for o in objs)
+    ready = (op.deletions == deleted  # `found` objects of a disabled state: not ready yet
+             and all(op.find(o) is not None for o in objs  # a ServiceMonitor: with its CRD
+                     if o["kind"] != "ServiceMonitor")
              and all(_ds_ready(op, name, C.gpucluster_daemonset_ready)
                      for _, name in daemonset_states(objs)))
     if not ready:

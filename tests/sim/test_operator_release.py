@@ -356,7 +356,7 @@ def test_operator_endpoint_and_errors(make_sim: MakeSim) -> None:
 
 
 def test_serve_option(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert sim_cmd.RELEASE_CHOICES == "|".join(R.RELEASES)  # the CLI's help spells them
+    assert "|".join(R.RELEASES) == sim_cmd.RELEASE_CHOICES  # the CLI's help spells them
     op = build(ServeOptions(nodes=1, operator_release=FORK)).controllers.operator
     assert op is not None and op.release == FORK
     with pytest.raises(ServeError, match="--operator-release must be one of"):

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from dcgm_sim import admission, allocation, simkinds, writes
+from dcgm_sim import admission, allocation, kinds, labelselectors, writes
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import operatorqueue as Q
 from dcgm_sim.controllers import reconciles, releases
@@ -48,7 +48,6 @@ from dcgm_sim.controllers.base import Controller
 from dcgm_sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
 from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Event, Store, StoreError, now_rfc3339
-from migrator.model import kinds, selectors
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +154,8 @@ def gpucluster_deletions(store: Store, cr: Mapping[str, Any], namespace: str,
     for state, _, _ in R.STATES[R.GPUCLUSTER]:
         if R.state_enabled(cr, state):
             continue
-        selector = selectors.from_labels({R.STATE_LABEL: state})
-        for kind in simkinds.ALL:
+        selector = labelselectors.selector_from_set({R.STATE_LABEL: state})
+        for kind in kinds.ALL:
             if (kind.group, kind.version, kind.kind) not in STATE_SKEL_GVKS:
                 continue
             if not _served(store, kind):

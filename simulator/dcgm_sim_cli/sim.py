@@ -15,11 +15,13 @@ from typing import Annotated
 
 import typer
 
+from dcgm_sim.controllers.releases import RELEASES
 from dcgm_sim.serve import ServeError, ServeOptions, serve
 from dcgm_sim.stacknames import STACKS
 from migrator.cli.group import Group
 
 STACK_CHOICES = "|".join(STACKS)
+RELEASE_CHOICES = "|".join(RELEASES)
 
 sim_app = typer.Typer(
     name="sim",
@@ -41,7 +43,9 @@ def _sim() -> None:
 def serve_cmd(
     nodes: Annotated[int, typer.Option("--nodes", help="Number of GPU nodes.")] = 3,
     stack: Annotated[str, typer.Option(
-        "--stack", help=f"Which GPU Operator stack to seed: {STACK_CHOICES}.")] = "gpucluster",
+        "--stack", help=f"Which GPU Operator stack to seed: {STACK_CHOICES} (mixed and both "
+                        "only with an --operator-release that lets both CRs exist at once)."
+                        )] = "gpucluster",
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free).")] = 0,
     kubeconfig_out: Annotated[Path | None, typer.Option(
         "--kubeconfig-out", help="Write the kubeconfig here (default: a temporary file).")] = None,
@@ -49,15 +53,21 @@ def serve_cmd(
         "--time-scale", help="Real seconds per simulated second (0.01 runs 100x faster).")] = 1.0,
     operator_reconcile: Annotated[float, typer.Option(
         "--operator-reconcile", metavar="SECONDS",
-        help="Run the GPU Operator imitation every SECONDS (simulated), as every real cluster "
-             "runs the operator; 0 turns it off.")] = 5.0,  # controllers.operator.RESYNC_SECONDS
+        help="Run the GPU Operator imitation, as every real cluster runs the operator, with its "
+             "informers resyncing every SECONDS (simulated; controller-runtime's default is "
+             "36000, 10 h). Between resyncs it reconciles as upstream: on events of its CRs, "
+             "DaemonSets and node labels, every 5 s while not ready, every minute for a "
+             "GPUCluster. 0 turns it off.")] = 36000.0,  # controllers.operator.RESYNC_SECONDS
     operator_release: Annotated[str, typer.Option(
         "--operator-release", metavar="RELEASE",
-        help="Which GPU Operator release the imitation runs: current | shared-services (the "
-             "release that ships the shared nvidia-dcgm / nvidia-dcgm-exporter Services). The "
-             "cluster is seeded as current, so shared-services upgrades it at the first "
-             "reconcile; PUT /sim/v1/operator {\"release\": ...} upgrades a running server.")]
-    = "current",
+        help=f"Which GPU Operator release the cluster runs: {RELEASE_CHOICES}. shipped (the "
+             "released operator, v26.7.0 on) refuses a ClusterPolicy and a GPUCluster at once, "
+             "so --stack mixed|both need future-coexistence (a release that lets both stacks "
+             "coexist, none has shipped) or shared-services-fork (the seed author's fork, with "
+             "the shared nvidia-dcgm / nvidia-dcgm-exporter Services; it upgrades the seeded "
+             "cluster at the first reconcile). PUT /sim/v1/operator {\"release\": ...} "
+             "upgrades a running server.")]
+    = "shipped",
     no_operator: Annotated[bool, typer.Option(
         "--no-operator", help="No GPU Operator imitation (same as --operator-reconcile 0).")]
     = False,

@@ -23,7 +23,7 @@ from dcgm_sim.controllers.operator import OperatorImitation
 from dcgm_sim.controllers.sharedservices import SHARED_RESYNC_SECONDS
 from dcgm_sim.serve import ServeError, ServeOptions, build
 from dcgm_sim.store import Event
-from migrator.cli import sim_cmd
+from dcgm_sim_cli import sim as sim_cmd
 from migrator.model import kinds
 from tests.sim.conftest import Raw, make_client
 
@@ -356,7 +356,6 @@ def test_operator_endpoint_and_errors(make_sim: MakeSim) -> None:
 
 
 def test_serve_option(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "|".join(R.RELEASES) == sim_cmd.RELEASE_CHOICES  # the CLI's help spells them
     op = build(ServeOptions(nodes=1, operator_release=FORK)).controllers.operator
     assert op is not None and op.release == FORK
     with pytest.raises(ServeError, match="--operator-release must be one of"):
@@ -371,7 +370,7 @@ def test_serve_option(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(options)
         return 0
 
-    monkeypatch.setattr("dcgm_sim.serve.serve", fake_serve)
+    monkeypatch.setattr(sim_cmd, "serve", fake_serve)
     assert sim_cmd.main(["serve", "--nodes", "1"]) == 0
     assert sim_cmd.main(["serve", "--nodes", "1", "--operator-release", FORK]) == 0
     assert [o.operator_release for o in seen] == ["shipped", FORK]

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import rendering as R
-from migrator.cli import sim_cmd
+from dcgm_sim_cli import sim as sim_cmd
 from tests.sim.conftest import Raw, make_client
 
 NS = "gpu-operator"

@@ -1,42 +1,27 @@
 """`dcgm-migrate sim ...`: the simulated GPU cluster as a standalone server (docs/design.md,
 "The simulated cluster").
 
-A thin typer wrapper over `dcgm_sim.serve`; also runnable as `python -m migrator sim`. The
-simulator is a package of its own beside the tool (`dcgm_sim`): only `demo` and `sim serve`
-load it, lazily (import-linter contract `sim`), and the container image carries none of it. It
-has no `__main__` of its own: it never imports the CLI (contract `sim-imports`).
+A thin typer wrapper over `dcgm_sim.serve`, in the simulator's own distribution
+(simulator/pyproject.toml), which plugs it into `dcgm-migrate` as the command `sim` through
+the entry point group `dcgm_migrate.commands` (migrator/cli/plugins.py); also runnable as
+`python -m migrator sim`. The tool's own distribution and its container image carry none of it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from dcgm_sim.controllers.releases import RELEASES
+from dcgm_sim.serve import ServeError, ServeOptions, serve
+from dcgm_sim.stacknames import STACKS
 from migrator.cli.group import Group
-from migrator.errors import UsageError
 
-SIMULATOR = "dcgm_sim"
-
-
-def require_simulator(command: str) -> None:
-    """Refuse `command` in one sentence where the simulator is not installed: the container
-    image and any install without it carry only the tool (docs/image.md)."""
-    if importlib.util.find_spec(SIMULATOR) is None:
-        raise UsageError(
-            f"`dcgm-migrate {command}` needs the simulated cluster ({SIMULATOR}), which this "
-            "installation does not carry (the container image has only the tool)",
-            "install the tool from its source checkout: `python3 -m pip install .`")
-
-# The stacks the sim seeds (its `stacknames.STACKS`, which checks the value), spelled here so
-# that building the CLI's help imports nothing of the simulator (tests/sim/test_serve.py
-# keeps the two equal).
-STACK_CHOICES = "clusterpolicy|gpucluster|mixed|both|none"
-# Likewise the operator releases (`dcgm_sim.controllers.releases.RELEASES`).
-RELEASE_CHOICES = "shipped|future-coexistence|shared-services-fork"
+STACK_CHOICES = "|".join(STACKS)
+RELEASE_CHOICES = "|".join(RELEASES)
 
 sim_app = typer.Typer(
     name="sim",
@@ -133,13 +118,6 @@ def serve_cmd(
 
     Example: dcgm-migrate sim serve --nodes 10 --time-scale 0.1 --kubeconfig-out sim.kubeconfig
     """
-    try:
-        require_simulator("sim serve")
-    except UsageError as err:
-        typer.echo(f"error: {err.message}\nfix: {err.hint}", err=True)
-        raise typer.Exit(2) from err
-    from dcgm_sim.serve import ServeError, ServeOptions, serve  # heavy: not for --help
-
     options = ServeOptions(
         nodes=nodes, stack=stack, port=port, kubeconfig_out=kubeconfig_out,
         time_scale=time_scale, operator_reconcile=0.0 if no_operator else operator_reconcile,

@@ -495,7 +495,7 @@ def unlock(session: Session, force: bool = False) -> UnlockReport:
 def preflight(session: Session) -> PreflightReport:
     """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
     every permission the migration needs (SSAR)."""
-    from migrator.engine.permissions import missing_permissions, required
+    from migrator.engine.permissions import guard_checks, missing_permissions, required
 
     session.kube.ping()
     apis = {
@@ -516,4 +516,5 @@ def preflight(session: Session) -> PreflightReport:
     checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
     checks.append(GateResult("rbac", not missing,
                              f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
+    checks += guard_checks(session.kube, session.namespace)
     return PreflightReport(session.namespace, session.kube.server, tuple(checks))

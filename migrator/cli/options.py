@@ -48,8 +48,34 @@ def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
 
 Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use.",
                                              autocompletion=complete_context)]
-Namespace = Annotated[str, typer.Option("-n", "--namespace",
-                                        help="Namespace the GPU Operator runs in.")]
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+OUTSIDE_A_POD = "gpu-operator"
+
+
+def default_namespace(service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """-n's default: in a pod, the namespace it runs in, read as client-go's in-cluster config
+    reads it (tools/clientcmd/client_config.go `inClusterClientConfig.Namespace`: $POD_NAMESPACE,
+    else the service account's namespace file), so docs/guard.yaml and docs/job.yaml follow a
+    kustomize overlay's `namespace:`; elsewhere gpu-operator."""
+    own = os.environ.get("POD_NAMESPACE", "").strip()
+    if not own:
+        try:
+            own = service_account.read_text().strip()
+        except OSError:
+            own = ""
+    return own or OUTSIDE_A_POD
+
+
+def _namespace_or_default(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """An -n not given on the command line is `default_namespace()`, decided when it runs."""
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    # typer's own click names its ParameterSource members as click's do
+    return default_namespace() if getattr(source, "name", "") == "DEFAULT" else value
+
+
+Namespace = Annotated[str, typer.Option(
+    "-n", "--namespace", callback=_namespace_or_default,
+    help="Namespace the GPU Operator runs in (in a pod: the pod's own).")]
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.",
                                            case_sensitive=False)]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")]

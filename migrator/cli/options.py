@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -52,25 +53,41 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 OUTSIDE_A_POD = "gpu-operator"
 
 
-def default_namespace(service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
-    """-n's default: in a pod, the namespace it runs in, read as client-go's in-cluster config
-    reads it (tools/clientcmd/client_config.go `inClusterClientConfig.Namespace`: $POD_NAMESPACE,
-    else the service account's namespace file), so docs/guard.yaml and docs/job.yaml follow a
-    kustomize overlay's `namespace:`; elsewhere gpu-operator."""
-    own = os.environ.get("POD_NAMESPACE", "").strip()
+def default_namespace(kubeconfig: str | None = None, service_account: Path | None = None,
+                      environ: Mapping[str, str] | None = None) -> str:
+    """-n's default: where the tool uses the in-cluster config (no --kubeconfig, $KUBECONFIG
+    or ~/.kube/config, and $KUBERNETES_SERVICE_HOST set: kube/config.py `resolve_source`), the
+    namespace its pod runs in, read as client-go's in-cluster config reads it
+    (tools/clientcmd/client_config.go `inClusterClientConfig.Namespace`: $POD_NAMESPACE, else
+    the service account's namespace file), so docs/guard.yaml and docs/job.yaml follow a
+    kustomize overlay's `namespace:`; anywhere else gpu-operator."""
+    from migrator.errors import UsageError
+    from migrator.kube.config import resolve_source
+
+    env = dict(os.environ if environ is None else environ)
+    try:
+        in_cluster = resolve_source(kubeconfig, env).in_cluster
+    except UsageError:
+        in_cluster = False
+    if not in_cluster:
+        return OUTSIDE_A_POD
+    own = env.get("POD_NAMESPACE", "").strip()
     if not own:
         try:
-            own = service_account.read_text().strip()
+            own = (service_account or SERVICE_ACCOUNT_NAMESPACE).read_text().strip()
         except OSError:
             own = ""
     return own or OUTSIDE_A_POD
 
 
 def _namespace_or_default(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
-    """An -n not given on the command line is `default_namespace()`, decided when it runs."""
+    """An -n not given on the command line is `default_namespace()`, decided when it runs
+    (--kubeconfig comes first in every command, so it is parsed by then)."""
     source = ctx.get_parameter_source(param.name) if param.name else None
     # typer's own click names its ParameterSource members as click's do
-    return default_namespace() if getattr(source, "name", "") == "DEFAULT" else value
+    if getattr(source, "name", "") != "DEFAULT":
+        return value
+    return default_namespace((ctx.params or {}).get("kubeconfig"))
 
 
 Namespace = Annotated[str, typer.Option(

@@ -145,14 +145,14 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         body = _body_json(req)
         warning = _field_validation(info, kind, body)
         created = writes.create(b.store, kind, body, namespace=info.namespace,
-                                dry_run=_dry_run(info), plugins=_plugins(b, policy))
+                                dry_run=_dry_run(info), plugins=openshift.plugins(b.store, policy))
         return Response(201, dumps(created), headers=warning)
     if verb == "update":
         body = _body_json(req)
         warning = _field_validation(info, kind, body)
         updated = writes.update(b.store, kind, body, namespace=info.namespace,
                                 name=info.name, subresource=info.subresource,
-                                dry_run=_dry_run(info), plugins=_plugins(b, policy))
+                                dry_run=_dry_run(info), plugins=openshift.plugins(b.store, policy))
         return Response(200, dumps(updated), headers=warning)
     if verb == "patch":
         media = writes.patch_media(kind, req.header("content-type"))
@@ -162,20 +162,13 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         patched = writes.patch(b.store, kind, req.header("content-type"), body,
                                namespace=info.namespace, name=info.name,
                                subresource=info.subresource, dry_run=_dry_run(info),
-                               plugins=_plugins(b, policy))
+                               plugins=openshift.plugins(b.store, policy))
         return Response(200, dumps(patched), headers=warning)
     if verb == "delete":
         return _delete(b, info, req, kind)
     if verb == "deletecollection":
         return _delete_collection(b, info, req, kind)
     raise method_not_allowed()
-
-
-def _plugins(b: Backend, policy: Policy) -> writes.Plugins | None:
-    """The platform's admission plugins for this requester (OpenShift's), None on Kubernetes."""
-    if not openshift.enabled(b.store):
-        return None
-    return lambda kind, new, old: openshift.admit_request(b.store, policy, kind, new, old)
 
 
 _FIELD_VALIDATION = ("Ignore", "Warn", "Strict")

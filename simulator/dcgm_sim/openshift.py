@@ -36,7 +36,7 @@ pods (the guard's, the Job's) are.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dcgm_sim import kinds
@@ -229,6 +229,13 @@ def admit_pod(store: Store, pod: Obj, creator: Policy | None = None) -> Obj:
     annotations = pod["metadata"].setdefault("annotations", {})
     annotations["openshift.io/scc"] = "restricted-v2"  # securityv1.ValidatedSCCAnnotation
     return pod
+
+
+def plugins(store: Store, policy: Policy) -> Callable[[kinds.Kind, Obj, Obj | None], Obj] | None:
+    """`writes`' plugins for one request of `policy`'s user: None on Kubernetes."""
+    if not enabled(store):
+        return None
+    return lambda kind, new, old: admit_request(store, policy, kind, new, old)
 
 
 def admit_request(store: Store, policy: Policy, kind: kinds.Kind, new: Obj,

@@ -95,7 +95,7 @@ def test_the_overlay_brings_the_guard_up_in_the_olm_namespace(
                 and any(c["type"] == "Ready" and c["status"] == "True"
                         for c in p.get("status", {}).get("conditions") or [])]
 
-    pods = sim.wait_for(lambda: len(ready_guards()) == 2 and ready_guards(), timeout=60)
+    pods = sim.wait_for(lambda: ready_guards() if len(ready_guards()) == 2 else [], timeout=60)
     assert {p["spec"]["serviceAccountName"] for p in pods} == {"dcgm-migrate-guard"}
     deployment = sim.store.find(kinds.DEPLOYMENT, NS, "dcgm-migrate-guard")
     assert deployment is not None and deployment["status"].get("readyReplicas") == 2

@@ -87,7 +87,7 @@ def test_the_docs_manifests_run_on_openshift_unchanged(openshift: SimCluster,
                                                        tmp_path: Path) -> None:
     sim, kubectl = openshift, _kubectl(tmp_path)
     namespace = sim.store.find(kinds.NAMESPACE, None, NS)
-    assert uid_range(namespace) == (FIRST, LAST), namespace["metadata"]
+    assert namespace is not None and uid_range(namespace) == (FIRST, LAST), namespace
     admin = sim.kubeconfig_for(ADMIN_USER)
     applied = kubectl(admin, "apply", "-f", str(REPO / "docs" / "rbac.yaml"),
                       "-f", str(REPO / "docs" / "guard.yaml"))

@@ -41,10 +41,12 @@ from migrator.engine.reports import (
 )
 from migrator.engine.state import (
     ConfigMapStateStore,
+    PhaseStatus,
     RunSession,
     State,
     StateStore,
     default_holder,
+    holds,
 )
 from migrator.engine.state import lock as locking
 from migrator.engine.state.configmap import restore_hint
@@ -349,7 +351,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
             return _dry_run(session, told, request, snap, state)
         if not request.confirm(_question(session, before, lambda p: p.number <= request.phase
-                                         and p.status != "completed")):
+                                         and not holds(p.status))):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
         state = state or State(session.namespace, clock=session.clock)
         state.plan_fingerprint = snap.fingerprint()
@@ -402,9 +404,9 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
         snap = _observe(session, cache)
         state, version = _load_state(session)
         applied = [n for n in phases.numbers() if state and n >= request.phase
-                   and state.phase(n).status in ("completed", "in-progress", "failed")]
+                   and state.phase(n).status.applied]
         undone = [n for n in phases.numbers() if state and n >= request.phase
-                  and state.phase(n).status == "rolled-back"]
+                  and state.phase(n).status is PhaseStatus.ROLLED_BACK]
         if state is None:
             _refuse_lost_state(session, snap)
         if state is None or not (applied or undone):
@@ -427,9 +429,10 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                                     version, "rollback",
                                     lambda runner: runner.rollback(request.phase))
         # Rolled back, and what the phases kept below N are answerable for still works.
-        return RunReport(final, result, ok=all(p.status == "rolled-back" for p in final.phases
+        return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
+                                               for p in final.phases
                                                if p.number >= request.phase
-                                               and p.status != "pending")
+                                               and p.status is not PhaseStatus.PENDING)
                          and not final.verdict_fails(request.phase - 1))
 
 

@@ -12,6 +12,7 @@ from migrator.model import monitoring
 from migrator.model import objects as o
 from migrator.model.gates import GateKind, GateResult
 from migrator.model.guarding import HELD_ANNOTATION
+from migrator.model.outcome import Remedy
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import SetSelector, Step, from_record
@@ -19,6 +20,7 @@ from migrator.model.steps import SetSelector, Step, from_record
 NUMBER = 3
 NAME = "switch"
 SWITCHES_SELECTORS = True
+ANSWERS_FOR = frozenset[Remedy]()  # the verdict judges pods and names, not selectors
 
 
 def _targets(ctx: PlanContext, comp: Component) -> list[str]:

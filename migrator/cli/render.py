@@ -23,6 +23,7 @@ from migrator.engine.reports import (
     UnlockReport,
 )
 from migrator.errors import MigrateError
+from migrator.model.phasestatus import PhaseStatus
 from migrator.model.steps import Change
 
 
@@ -106,14 +107,14 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
         fix = f" [dim]fix: {esc(c.fix)}[/dim]" if c.fix and not c.ok else ""
         con.print(f"  {_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}{fix}")
     for phase in doc.phases:
-        title = f"Phase {phase.number} — {phase.name}: {phase.status}"
+        title = f"Phase {phase.number} — {phase.name}: {phase.status.value}"
         preview = phase.preview  # apply --dry-run: what the run would do
         if preview:
             title += f" — dry run: {preview.outcome.replace('-', ' ')}"
         con.print(f"\n[bold]{title}[/bold]")
         if phase.changes:
             changes_table(con, phase.changes)
-        elif phase.status != "completed":
+        elif phase.status is not PhaseStatus.COMPLETED:
             con.print("  no changes")
         for g in phase.gates:
             con.print(f"  {_mark(g.ok)} {esc(g.name)}: {esc(g.detail)}")
@@ -214,7 +215,7 @@ def run_lines(con: Any, run: RunView) -> None:
     if run.resume:
         con.print(f"  [bold]resume:[/bold] {esc(run.resume)}")
     for phase in run.rollback or ():
-        con.print(f"  rollback of phase {phase.phase} — {phase.name} ({phase.status})")
+        con.print(f"  rollback of phase {phase.phase} — {phase.name} ({phase.status.value})")
         for step in phase.steps:
             mark = "✓" if step.status in ("done", "skipped") else "…"
             con.print(f"    {mark} {esc(step.status)}: {esc(step.object)} "

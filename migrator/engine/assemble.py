@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from migrator import phases
 from migrator.engine import walk
 from migrator.engine.reports import PhaseView, PlanReport, RunReport, StatusReport
-from migrator.engine.state import PhaseRecord, State
+from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
@@ -51,7 +51,7 @@ def _exporters(found: Discovery) -> list[str]:
 def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
     """The phase switched a Service to the common selector that is still the tool's (not
     rolled back, not handed over to an operator release that renders its own labels)."""
-    if rec.status == "rolled-back":
+    if not rec.status.applied:
         return False
     retired = {r.step_id for r in decision.retire}
     return any(isinstance(r, SetSelector) and r.id not in retired for r in rec.done_steps())
@@ -70,7 +70,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     views: list[PhaseView] = []
     projected = snapshot
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
-                                    if r.status != "rolled-back"))
+                                    if r.status.applied))
     changed = state is not None and state.stack_changed(found.stack)
     change = (f"the GPU Operator stack changed from {state.stack} (recorded) to "
               f"{found.stack}: the completed phases were planned for {state.stack}; "
@@ -83,7 +83,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         status = decision.status
         if rec is not None and module.SWITCHES_SELECTORS:
             switches |= _switched(rec, decision)
-        if status == "completed":
+        if status is PhaseStatus.COMPLETED:
             ctx = PlanContext(projected, catalog, found.components, options)
             again = module.plan(ctx)
             warnings.extend(again.warnings)  # e.g. operator-owned, still true
@@ -92,7 +92,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                 notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                     s.object for s in again.steps)))
                 warnings.append(notes[-1])
-            first = change and not any(v.status == "completed" for v in views)
+            first = change and not any(v.status is PhaseStatus.COMPLETED for v in views)
             gates = ((GateResult("stack-unchanged", False, change),) if first else ()) \
                 + decision.gates
             views.append(PhaseView(module.NUMBER, module.NAME, status, (), gates,
@@ -100,7 +100,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
             continue
         plan = decision.plan
         assert plan is not None
-        earlier_phases = [v.number for v in views if v.status != "completed"]
+        earlier_phases = [v.number for v in views if not holds(v.status)]
         for step in plan.steps:
             if isinstance(step, CreateAlias):
                 projected = monitoring.with_service(projected, step.body)
@@ -148,7 +148,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
         phases=tuple(views), warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
-        verdict=outcome.verdict(snapshot, catalog), lost_state=tuple(lost),
+        verdict=outcome.verdict(snapshot, catalog, phases.answers()), lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
@@ -193,7 +193,7 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
     result = shown.result
     rollback = result.operation == "rollback"
     phases_done = [p.number for p in report.phases
-                   if p.status == ("rolled-back" if rollback else "completed")]
+                   if (p.status is PhaseStatus.ROLLED_BACK if rollback else holds(p.status))]
     done = (f"phase{'s' if len(phases_done) > 1 else ''} {_span(phases_done)} "
             f"{'rolled back' if rollback else 'done'}" if phases_done else "no phase done")
     if result.dry_run:

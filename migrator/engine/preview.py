@@ -30,7 +30,7 @@ from typing import Any
 from migrator import phases
 from migrator.engine import assemble
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
-from migrator.engine.state import PhaseRecord, State
+from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.walk import Action, Decision, decide
 from migrator.engine.warned import merged
 from migrator.model import gates as g
@@ -103,7 +103,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
 def _view(module: Phase, rec: PhaseRecord | None, changes: tuple[Change, ...],
           gates: Iterable[GateResult], notes: list[str], blocked: str | None = None, *,
           outcome: str | None = None, waits: Iterable[str] = ()) -> PhaseView:
-    return PhaseView(module.NUMBER, module.NAME, rec.status if rec else "pending", changes,
+    return PhaseView(module.NUMBER, module.NAME, rec.status if rec else PhaseStatus.PENDING,
+                     changes,
                      tuple(gates), tuple(notes), rec.error if rec else None, blocked,
                      None if outcome is None else PhasePreview(outcome,
                                                                tuple(dict.fromkeys(waits))))
@@ -116,7 +117,7 @@ def _unasked(walk: _Walk, module: Phase, rec: PhaseRecord | None, *,
     decision = _decide(walk, module, rec)
     notes = [] if not asked else [f"not reached: phase {walk.stopped} would stop the run first"]
     outcome = NOT_REACHED if asked else None
-    if decision.status == "completed" or decision.plan is None:
+    if decision.status is PhaseStatus.COMPLETED or decision.plan is None:
         return _view(module, rec, (), decision.gates, notes, outcome=outcome)
     plan = decision.plan
     notes = [*notes, *plan.notes]

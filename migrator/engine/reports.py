@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from migrator.model.gates import GateResult
 from migrator.model.outcome import Finding, Verdict
+from migrator.model.phasestatus import PhaseStatus, holds
 from migrator.model.steps import Change
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class PhaseView:
 
     number: int
     name: str
-    status: str
+    status: PhaseStatus
     changes: tuple[Change, ...]
     gates: tuple[GateResult, ...]
     notes: tuple[str, ...]
@@ -60,12 +61,11 @@ class PlanReport:
 
     def holds(self, upto: int) -> bool:
         """Phases 1..upto completed and every verification gate of theirs passes now."""
-        return all(v.status == "completed" and all(g.ok for g in v.gates)
-                   for v in self.phases if v.number <= upto)
+        return all(holds(v.status, v.gates) for v in self.phases if v.number <= upto)
 
     def gates_ok(self, *, completed_only: bool = False) -> bool:
         return all(g.ok for v in self.phases for g in v.gates
-                   if not completed_only or v.status == "completed")
+                   if not completed_only or v.status is PhaseStatus.COMPLETED)
 
     def verdict_fails(self, upto: int | None = None) -> list[Finding]:
         """The verdict's failed checks; with `upto`, only those phases 1..upto answer for
@@ -148,7 +148,7 @@ class RollbackStep:
 class RollbackPhase:
     phase: int
     name: str
-    status: str
+    status: PhaseStatus
     steps: tuple[RollbackStep, ...]
 
 

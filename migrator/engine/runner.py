@@ -18,7 +18,7 @@ from migrator.engine.clock import Clock
 from migrator.engine.loop import Direction, PhaseWork, Run, RunResult, RunSettings
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
-from migrator.engine.state import PhaseRecord, State
+from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.waiting import Waiter
 from migrator.engine.walk import Action
 from migrator.errors import GateFailed
@@ -113,7 +113,8 @@ class Runner:
             if decision.action is Action.HOLDS:
                 if self._retire(rec, decision):  # handed over: recorded so at once
                     self.save()
-                self.listener.phase(PhaseEvent(number, module.NAME, "completed",
+                self.listener.phase(PhaseEvent(number, module.NAME,
+                                               PhaseStatus.COMPLETED.value,
                                                message="still holds"))
                 continue
             if decision.action is Action.RERUN:
@@ -121,7 +122,7 @@ class Runner:
                                                gates=tuple(decision.drift),
                                                message=decision.reason))
                 self.state.log("drift", phase=number, detail=decision.reason)
-                rec.status, rec.baselines = "in-progress", []
+                rec.status, rec.baselines = PhaseStatus.IN_PROGRESS, []
             self._run_phase(decision, Direction.FORWARD)
             snap = self.snapshot()
         return self.result
@@ -147,9 +148,9 @@ class Runner:
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
         if rollback:
-            rec.status = "in-progress"
+            rec.status = PhaseStatus.IN_PROGRESS
         else:
-            rec.status, rec.error = "in-progress", None
+            rec.status, rec.error = PhaseStatus.IN_PROGRESS, None
             rec.started = rec.started if resuming else self.state.stamp()
         # `target`: the command's --phase, so `status` can name the exact command that resumes
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
@@ -162,16 +163,16 @@ class Runner:
             self._run_step(run, step)
         self._check_settled(run, {s.id for s in revisit})
         if rollback:
-            rec.status, rec.finished = "rolled-back", self.state.stamp()
+            rec.status, rec.finished = PhaseStatus.ROLLED_BACK, self.state.stamp()
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
         else:
-            rec.status, rec.finished = "completed", self.state.stamp()
+            rec.status, rec.finished = PhaseStatus.COMPLETED, self.state.stamp()
             # The baseline is spent: a drifted phase and a rollback record their own. Kept, a
             # per-node map per phase would grow every later save (and the 1 MiB ConfigMap).
             rec.baselines = []
-        self.state.log("rolled-back" if rollback else "completed", phase=rec.number)
+        self.state.log(rec.status.value, phase=rec.number)
         self.save()
-        self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status, plan))
+        self.listener.phase(PhaseEvent(rec.number, module.NAME, rec.status.value, plan))
 
     def _revisit(self, run: PhaseWork) -> list[Step]:
         """Steps this phase wrote (or may have: intent) that the plan leaves out because the
@@ -222,11 +223,11 @@ class Runner:
                 afterwrite.wait(self, run, step, None)
 
     def fail(self, rec: PhaseRecord, message: str, hint: str) -> NoReturn:
-        rec.status, rec.error = "failed", message
+        rec.status, rec.error = PhaseStatus.FAILED, message
         self.state.last_error = message
-        self.state.log("failed", phase=rec.number, error=message)
+        self.state.log(rec.status.value, phase=rec.number, error=message)
         self.save()
-        self.listener.phase(PhaseEvent(rec.number, rec.name, "failed", message=message))
+        self.listener.phase(PhaseEvent(rec.number, rec.name, rec.status.value, message=message))
         raise GateFailed(message, hint)
 
     # ---- one step --------------------------------------------------------------------------
@@ -299,7 +300,7 @@ class Runner:
                 continue
             module = phases.by_number(number)
             rec = self.state.phase(number)
-            if rec.status in ("pending", "rolled-back"):
+            if not rec.status.applied:
                 continue
             if number < switching and not settled:  # phases the old selectors still needed
                 self._settle_after_restore()
@@ -315,7 +316,7 @@ class Runner:
         selectors were restored — measured from the recorded finish, so a run killed during
         the countdown waits only the rest of it when run again."""
         rec = self.state.phase(phases.selector_phase().NUMBER)
-        if rec.status != "rolled-back" or not rec.finished:
+        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished:
             return
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         elapsed = (self.clock.now() - finished).total_seconds()

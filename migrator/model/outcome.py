@@ -20,7 +20,9 @@ It judges the cluster the way a consumer meets it, for every stack present:
 
 Each finding says what is wrong, the fix, and the phase whose `apply` makes it right (0: none
 does; it is the cluster's or the operator's), so `apply --phase N` is judged on what phases
-1..N answer for, while `verify` and `status` judge everything. What the state recorded never
+1..N answer for, while `verify` and `status` judge everything. Which phase that is the phases
+say (each module's `ANSWERS_FOR`, a set of `Remedy`, collected by `migrator.phases.answers()`
+and passed in): no phase number is written here. What the state recorded never
 enters here: it adds history, drift and rollback on top, and never turns a failing check green.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from migrator.model import gates as g
@@ -41,6 +44,20 @@ from migrator.model.stacks import Catalog, Component, Label
 
 MAX_NAMED = g.MAX_NAMED
 DRA_STACK = "gpucluster"
+
+
+class Remedy(Enum):
+    """What a phase's `apply` puts right, so a finding names the phase that answers for it."""
+
+    COMMON_LABELS = "common-labels"  # every DCGM / exporter pod carries its common label
+    ALIASES = "aliases"  # the tool's stable names, and the scrape paths through them
+
+
+Answers = Mapping[Remedy, int]  # remedy → the number of the phase whose apply makes it
+
+
+def _fix(answers: Answers, remedy: Remedy) -> str:
+    return f"`dcgm-migrate apply --phase {answers.get(remedy, 0)}`"
 
 
 @dataclass(frozen=True)
@@ -163,9 +180,10 @@ def _node_reasons(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any],
     return "; ".join(parts)
 
 
-def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> Finding:
+def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any], answers: Answers
+              ) -> Finding:
     subject = f"Service/{need.service}"
-    phase = 2 if need.alias else 0
+    phase = answers.get(Remedy.ALIASES, 0) if need.alias else 0
     expected: set[str] = set()
     pod_names: set[str] = set()
     short = []
@@ -184,12 +202,12 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> Findin
     if missing or short:
         why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
                f"{_node_reasons(snapshot, need, svc, missing)}"] if missing else []
-        fix = ("run `dcgm-migrate apply --phase 2` (and keep `dcgm-migrate guard` running)"
+        fix = (f"run {_fix(answers, Remedy.ALIASES)} (and keep `dcgm-migrate guard` running)"
                if need.alias else "make the pods on those nodes Ready (kubectl -n "
                f"{snapshot.namespace} describe pod …); the operator renders this Service")
         if any(c.stack != need.components[0].stack for c in need.components) and missing:
             fix = ("both stacks run here and the ClusterPolicy operator's Service selects only "
-                   "its own pods: run `dcgm-migrate apply --phase 2` and keep `dcgm-migrate "
+                   f"its own pods: run {_fix(answers, Remedy.ALIASES)} and keep `dcgm-migrate "
                    "guard` running, which adds the GPUCluster pods through EndpointSlices of its "
                    "own (docs/runbook.md, 'Clusters running both stacks')")
         return Finding("nodes-covered", subject, False, "; ".join(why + short), fix, phase)
@@ -197,19 +215,19 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> Findin
                    f"a ready endpoint on each of {len(expected)} nodes", phase=phase)
 
 
-def _name_findings(snapshot: Snapshot, need: _Need) -> list[Finding]:
+def _name_findings(snapshot: Snapshot, need: _Need, answers: Answers) -> list[Finding]:
     subject = f"Service/{need.service}"
-    phase = 2 if need.alias else 0
+    phase = answers.get(Remedy.ALIASES, 0) if need.alias else 0
     svc = snapshot.services.get(need.service)
     if svc is None:
-        fix = ("run `dcgm-migrate apply --phase 2`" if need.alias else
+        fix = (f"run {_fix(answers, Remedy.ALIASES)}" if need.alias else
                "the operator renders it: check that its CR enables "
                f"{need.components[0].component}")
         return [Finding("stable-name", subject, False, "does not exist", fix, phase)]
     leaving = collected(snapshot, svc) or o.terminating(svc)
     if leaving:
         return [Finding("stable-name", subject, False, f"is being deleted ({leaving})",
-                        "`dcgm-migrate apply --phase 2` re-creates an alias once it is gone"
+                        f"{_fix(answers, Remedy.ALIASES)} re-creates an alias once it is gone"
                         if need.alias else "", phase)]
     out = [Finding("stable-name", subject, True, "exists", phase=phase)]
     if need.local:
@@ -218,9 +236,10 @@ def _name_findings(snapshot: Snapshot, need: _Need) -> list[Finding]:
                            f"internalTrafficPolicy {policy}",
                            "" if policy == "Local" else
                            "DCGM is reached on the consumer's own node: set "
-                           "internalTrafficPolicy: Local (phase 2 renders aliases with it)",
+                           "internalTrafficPolicy: Local (phase "
+                           f"{answers.get(Remedy.ALIASES, 0)} renders aliases with it)",
                            phase))
-    return [*out, _coverage(snapshot, need, svc)]
+    return [*out, _coverage(snapshot, need, svc, answers)]
 
 
 def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> list[Finding]:
@@ -245,8 +264,8 @@ def _selected_label(snapshot: Snapshot, catalog: Catalog, comp: Component) -> La
     return found[1] if found else comp.common_label
 
 
-def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component
-                        ) -> list[Finding]:
+def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
+                        answers: Answers) -> list[Finding]:
     ds = snapshot.daemonsets[comp.daemonset]
     subject = f"DaemonSet/{comp.daemonset}"
     rollout = g.daemonset_healthy(snapshot, ds)
@@ -261,7 +280,8 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component
                        f"{len(off)} of {len(pods)} pods lack {key}={value}: "
                        f"{_names(p.name for p in off)}" if off else f"{len(pods)} pods carry "
                        f"{key}={value}",
-                       "run `dcgm-migrate apply --phase 1`" if off else "", 1))
+                       f"run {_fix(answers, Remedy.COMMON_LABELS)}" if off else "",
+                       answers.get(Remedy.COMMON_LABELS, 0)))
     return out
 
 
@@ -290,7 +310,7 @@ def _one_exporter_per_node(snapshot: Snapshot, exporters: Sequence[Component]) -
 
 
 def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
-                     tool_services: set[str]) -> list[Finding]:
+                     tool_services: set[str], answers: Answers) -> list[Finding]:
     daemonsets = [c.daemonset for c in exporters]
     if not daemonsets:
         return []
@@ -310,7 +330,7 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
                            f"{len(certain)} of {len(pods)} exporter pods are scraped more than "
                            f"once, e.g. {pod} via {'; '.join(map(str, example))}",
                            shared or "keep one scrape path per pod (docs/monitoring.md)",
-                           2 if ours else 0))
+                           answers.get(Remedy.ALIASES, 0) if ours else 0))
     if none:
         out.append(Finding("scrape-once", "Pod/unscraped", False,
                            f"{len(none)} Ready exporter pods are reached by no scrape target: "
@@ -446,8 +466,9 @@ def _shared_findings(snapshot: Snapshot, catalog: Catalog, needs: Sequence[_Need
     return out
 
 
-def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
-    """The verdict on the live cluster (module docstring)."""
+def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers) -> Verdict:
+    """The verdict on the live cluster (module docstring); `answers`: which phase puts each
+    remedy right (`migrator.phases.answers()`)."""
     found = discover(snapshot, catalog)
     present = list(found.components)
     stacks = {c.stack for c in present}
@@ -459,14 +480,14 @@ def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
     findings: list[Finding] = []
     needs = _needs(snapshot, catalog, present)
     for need in needs:
-        findings += _name_findings(snapshot, need)
+        findings += _name_findings(snapshot, need, answers)
     findings += _shared_findings(snapshot, catalog, needs)
     findings += _no_dra_names(snapshot, catalog, stacks)
     for comp in present:
-        findings += _daemonset_findings(snapshot, catalog, comp)
+        findings += _daemonset_findings(snapshot, catalog, comp, answers)
     ours = {n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)}
     exporters = [c for c in present if c.exporter]
-    findings += _scrape_findings(snapshot, exporters, ours)
+    findings += _scrape_findings(snapshot, exporters, ours, answers)
     findings += _one_exporter_per_node(snapshot, exporters)
     return Verdict(found.stack, tuple(findings))
 

@@ -13,6 +13,7 @@ from migrator.engine.reports import (
     StatusReport,
 )
 from migrator.model.outcome import Finding, Verdict
+from migrator.model.phasestatus import PhaseStatus
 
 
 def _report(verdict_ok: bool, statuses: tuple[str, ...]) -> PlanReport:
@@ -20,7 +21,7 @@ def _report(verdict_ok: bool, statuses: tuple[str, ...]) -> PlanReport:
               Finding("nodes-covered", "Service/nvidia-dcgm", verdict_ok, "2 of 4",
                       "" if verdict_ok else "run the guard", phase=0))
     return PlanReport("gpucluster", "gpu-operator", "sha256:" + "0" * 64, (),
-                      tuple(PhaseView(i + 1, name, st, (), (), (), None)
+                      tuple(PhaseView(i + 1, name, PhaseStatus(st), (), (), (), None)
                             for i, (name, st) in enumerate(zip(("label", "alias", "switch"),
                                                                statuses, strict=True))),
                       (), 0, 0, Verdict("gpucluster", checks), ())

@@ -11,7 +11,7 @@ import pytest
 
 from migrator.engine.progress import Quiet
 from migrator.engine.runner import Runner, RunSettings
-from migrator.engine.state import State
+from migrator.engine.state import PhaseStatus, State
 from tests.helpers.builders import NS
 from tests.helpers.clock import FakeClock
 from tests.helpers.runs import offline_run
@@ -29,7 +29,7 @@ def runner(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *
            status: str = "rolled-back") -> tuple[Runner, Countdown]:
     state = State(NS)
     rec = state.phase(3)
-    rec.status = status
+    rec.status = PhaseStatus(status)
     if restored_ago is not None:
         rec.finished = (clock.now() - timedelta(seconds=restored_ago)).strftime(
             "%Y-%m-%dT%H:%M:%SZ")

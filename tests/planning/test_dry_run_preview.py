@@ -9,7 +9,7 @@ from dataclasses import replace
 from migrator import phases
 from migrator.engine import preview
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
-from migrator.engine.state import State
+from migrator.engine.state import PhaseStatus, State
 from migrator.model import projection
 from migrator.model.discovery import discover
 from migrator.model.planning import Options, PlanContext
@@ -76,7 +76,7 @@ def test_a_fresh_cluster_previews_all_three_phases_as_they_would_run() -> None:
     found = preview.build(b.gpucluster_snapshot(), CAT, None, Options(), 3)
     views = found.report.phases
     assert found.refusal is None
-    assert [v.status for v in views] == ["pending"] * 3  # a dry run records nothing
+    assert [v.status for v in views] == [PhaseStatus.PENDING] * 3  # a dry run records nothing
     assert _outcomes(found.report) == ["would-run"] * 3
     assert all(g.ok for v in views for g in v.gates), [
         g for v in views for g in v.gates if not g.ok]
@@ -120,10 +120,10 @@ def test_a_completed_phase_that_holds_is_left_alone() -> None:
     rec = state.phase(1)
     for s in step:
         rec.mark(s, "done")
-    rec.status = "completed"
+    rec.status = PhaseStatus.COMPLETED
     found = preview.build(labelled, CAT, state, Options(), 3)
     assert _outcomes(found.report) == ["holds", "would-run", "would-run"]
-    assert found.report.phases[0].status == "completed"
+    assert found.report.phases[0].status is PhaseStatus.COMPLETED
     assert all(g.ok for g in found.report.phases[0].gates)
     assert [s.type for s in found.writes] == ["create-alias"] * 2
 

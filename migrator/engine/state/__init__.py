@@ -16,6 +16,7 @@ from migrator.engine.state.document import PhaseRecord, State
 from migrator.engine.state.liveness import default_holder
 from migrator.engine.state.session import RunSession
 from migrator.engine.state.store import ConfigMapStateStore, StateStore
+from migrator.model.phasestatus import PhaseStatus, holds
 
-__all__ = ["ConfigMapStateStore", "PhaseRecord", "RunSession", "State", "StateStore",
-           "default_holder"]
+__all__ = ["ConfigMapStateStore", "PhaseRecord", "PhaseStatus", "RunSession", "State",
+           "StateStore", "default_holder", "holds"]

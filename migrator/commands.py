@@ -4,9 +4,9 @@ serialise. No printing, no typer. A command's warnings travel one way: said thro
 listener (`Warned`), and listed once in its report.
 
 Every command validates its input before it writes anything, so bad input costs zero writes.
-What only some commands use — the runner and its cache, the dry-run preview, the permission
-review — is imported by those commands: on a small cluster, `status` would otherwise spend
-more on imports it does not use than on its reads.
+What only some commands use — the apply back end and its cache, the projecting back ends,
+the permission review — is imported by those commands: on a small cluster, `status` would
+otherwise spend more on imports it does not use than on its reads.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from migrator.model.stacks import Catalog, load_catalog
 
 if TYPE_CHECKING:
     from migrator.engine.informer import Informer
-    from migrator.engine.runner import Runner, RunResult, RunSettings
+    from migrator.engine.loop import RunSettings
 
 PLAN_FORMAT = "dcgm-migrate/plan-v1"
 ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip the question"
@@ -271,7 +271,7 @@ def _check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int) -> 
 # ---- apply / rollback ------------------------------------------------------------------------
 
 def _default_settings() -> RunSettings:
-    from migrator.engine.runner import RunSettings
+    from migrator.engine.loop import RunSettings
 
     return RunSettings()
 
@@ -284,24 +284,31 @@ class RunRequest:
     plan_file: Path | None = None
     confirm: Callable[[Question], bool] = lambda question: True
     holder: str = field(default_factory=default_holder)
+    dry_run: bool = False  # the server-dry-run back end: `dryRun=All` writes, no lock, no state
 
 
 def _locked_run(session: Session, told: Warned, cache: Informer, request: RunRequest,
-                state: State, version: str | None, operation: str,
-                action: Callable[[Runner], RunResult]) -> tuple[PlanReport, RunOutcome]:
-    """Open the run session (lock, save, heartbeat), build the one `Run` the engine
-    works with, run `action`, report: the cluster after the run (with every warning the
-    command said, `told`) and what the run did. The runner reads the run's cache afresh; a run
-    that wrote since `state` was loaded changed the state document, and then the runner's
-    first save (before any write) fails."""
-    from migrator.engine.runner import Run, Runner
+                state: State, version: str | None, operation: str
+                ) -> tuple[PlanReport, RunOutcome]:
+    """Open the run session (lock, save, heartbeat), build the one `Run` the engine works
+    with, run the one loop on the apply back end, report: the cluster after the run (with
+    every warning the command said, `told`) and what the run did. The back end reads the
+    run's cache afresh; a run that wrote since `state` was loaded changed the state document,
+    and then its first save (before any write) fails."""
+    from migrator.engine.applying import Apply
+    from migrator.engine.loop import Loop, Run
 
     with RunSession(session.store, version=version, holder=request.holder,
                     clock=session.clock, listener=told) as held:
-        runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
-                            session.clock, told, request.settings), state)
-        result = action(runner)
-    final = assemble.build(runner.snapshot(), session.catalog, state, request.options,
+        backend = Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
+                            session.clock, told, request.settings), state, request.phase)
+        loop = Loop(backend, state)
+        if operation == "apply":
+            loop.apply(request.phase)
+        else:
+            loop.rollback(request.phase)
+        result = backend.result
+    final = assemble.build(backend.snapshot(), session.catalog, state, request.options,
                           forward=operation == "apply", earlier=told.warnings)
     told.say(final.warnings)
     return final, RunOutcome(operation, result.writes, False,
@@ -344,19 +351,18 @@ def apply(session: Session, request: RunRequest) -> RunReport:
             session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                      "nothing to do")
             # no lock, no state write: a repeated apply writes nothing at all
-            return RunReport(before, RunOutcome("apply", 0, session.kube.dry_run, {}), ok=True)
-        if not session.kube.dry_run:
+            return RunReport(before, RunOutcome("apply", 0, request.dry_run, {}), ok=True)
+        if not request.dry_run:
             session.store.check_free()  # someone else's run: refused before warnings or question
         told.say(before.warnings)  # --yes and no TTY skip the question, not these
-        if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
-            return _dry_run(session, told, request, snap, state)
+        if request.dry_run:  # no question, no lock, no state, nothing persisted
+            return _dry_run(session, told, request, snap, state, before)
         if not request.confirm(_question(session, before, lambda p: p.number <= request.phase
                                          and not holds(p.status))):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
         state = state or State(session.namespace, clock=session.clock)
         state.plan_fingerprint = snap.fingerprint()
-        final, result = _locked_run(session, told, cache, request, state, version, "apply",
-                                    lambda runner: runner.apply(request.phase))
+        final, result = _locked_run(session, told, cache, request, state, version, "apply")
         # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
         # never success (exit 1), even when every step's wait passed.
         return RunReport(final, result, ok=final.holds(request.phase)
@@ -373,29 +379,27 @@ def _question(session: Session, report: PlanReport,
 
 
 def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot,
-             state: State | None) -> RunReport:
-    """`apply --dry-run`: the preview of phases 1..N against the cluster as it would be after
-    each earlier phase (engine/preview.py), with the server-side dry-run write (`dryRun=All`)
-    of every step the API server can take now, so it validates them. Nothing is persisted, no
-    lock is taken, the state is not written and no phase is reported completed; `ok` is false
-    (exit 1) when a gate the preview can evaluate would stop the run."""
-    from migrator.engine import executor
-    from migrator.engine import preview as previews
+             state: State | None, report: PlanReport, operation: str = "apply") -> RunReport:
+    """`--dry-run`: the one loop on the server-dry-run back end (engine/projecting.py): each
+    phase run against the cluster as the earlier writes would leave it, every write the API
+    server can take now sent with `dryRun=All`, so it validates them. Nothing is persisted,
+    no lock is taken, the state is not written and no phase is reported completed; `ok` is
+    false (exit 1) when a gate the projection can evaluate would stop the run."""
+    from migrator.engine import projecting
 
-    found = previews.build(snap, session.catalog, state, request.options, request.phase)
+    backend = projecting.ServerDryRun(snap, session.catalog, request.settings, session.kube,
+                                      session.listener.message)
+    found = projecting.preview(backend, state, report, request.phase,
+                               rollback=operation == "rollback")
     told.say(found.report.warnings)
     for view in found.report.phases:
         if view.preview is not None:
             session.listener.message(f"dry run: phase {view.number} ({view.name}) "
                                      f"{view.preview.outcome.replace('-', ' ')}")
-    for step in found.writes:
-        executor.execute(session.kube, session.namespace, session.catalog, step)
-        session.listener.message(f"dry run: {step.object} ({step.type}) accepted by the API "
-                                 "server (nothing persisted)")
     if found.refusal:
         session.listener.message(f"dry run: the run would stop: {found.refusal}")
-    return RunReport(found.report, RunOutcome("apply", len(found.writes), True, {}, found.unsent),
-                     ok=found.refusal is None)
+    return RunReport(found.report, RunOutcome(operation, len(found.writes), True, {},
+                                              found.unsent), ok=found.refusal is None)
 
 
 def rollback(session: Session, request: RunRequest) -> RunReport:
@@ -413,6 +417,12 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
                              "to roll back.",
                              "run `dcgm-migrate status` to see which phases are done")
+        if request.dry_run:  # no question, no lock, no state, nothing persisted
+            told = Warned(session.listener)
+            before = assemble.build(snap, session.catalog, state, request.options,
+                                    forward=False)
+            told.say(before.warnings)
+            return _dry_run(session, told, request, snap, state, before, "rollback")
         session.store.check_free()  # someone else's run: refused before the question
         if not applied:
             # The same command run again after it finished (or was killed after its last state
@@ -426,8 +436,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                 lambda p: p.number in applied)):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
         final, result = _locked_run(session, Warned(session.listener), cache, request, state,
-                                    version, "rollback",
-                                    lambda runner: runner.rollback(request.phase))
+                                    version, "rollback")
         # Rolled back, and what the phases kept below N are answerable for still works.
         return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
                                                for p in final.phases

@@ -173,14 +173,14 @@ def _same_command() -> str | None:
 
 
 @contextmanager
-def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
-             dry_run: bool = False) -> Iterator[Session]:
+def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
+             ) -> Iterator[Session]:
     from migrator.cli.live import make_progress
     from migrator.commands import Session
     from migrator.engine.progress import Quiet
     from migrator.kube.client import Kube
 
-    kube = Kube.connect(kubeconfig, context, dry_run=dry_run)
+    kube = Kube.connect(kubeconfig, context)
     # stderr only: -o json stdout stays one document. A table prints each warning once, in
     # the report on stdout; under -o json/yaml the progress stream says them too.
     progress = make_progress(quiet=False, warnings=output is not Output.table)
@@ -278,10 +278,10 @@ def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_p
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
                  plan_file: Path | None = None, allow_foreign_pods: bool = False,
-                 prepare_for: str = "") -> Any:
+                 prepare_for: str = "", dry_run: bool = False) -> Any:
     from migrator.cli.durations import parse_duration
     from migrator.commands import RunRequest
-    from migrator.engine.runner import RunSettings
+    from migrator.engine.loop import RunSettings
 
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
     wait = parse_duration(timeout)
@@ -291,7 +291,7 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
     settings = RunSettings(timeout=wait, settle=parse_duration(settle, "--settle"),
                            options=options)
     return RunRequest(phase=phase, options=options, settings=settings, plan_file=plan_file,
-                      confirm=_Confirm(yes, output))
+                      confirm=_Confirm(yes, output), dry_run=dry_run)
 
 
 def _exit_for(report: Report) -> None:
@@ -302,14 +302,13 @@ def _exit_for(report: Report) -> None:
 
 
 def _report(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
-            call: Callable[[Session], Report], *, dry_run: bool = False,
-            asked: _Confirm | None = None) -> None:
+            call: Callable[[Session], Report], *, asked: _Confirm | None = None) -> None:
     """The shape of every cluster command: connect, call the command, render, exit 1 when
     the report says not ok. `asked`: the question before the run, whose table already
     printed its warnings."""
     from migrator.cli import render
 
-    with _session(kubeconfig, context, namespace, output, dry_run) as s:
+    with _session(kubeconfig, context, namespace, output) as s:
         report = call(s)
     render.document(report, output, shown=asked.shown if asked is not None else ())
     _exit_for(report)
@@ -346,10 +345,9 @@ def apply(
     from migrator import commands
 
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
-                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for)
+                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run)
     _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
-            dry_run=dry_run, asked=request.confirm if isinstance(request.confirm, _Confirm)
-            else None)
+            asked=request.confirm if isinstance(request.confirm, _Confirm) else None)
 
 
 @app.command()
@@ -358,6 +356,11 @@ def rollback(
     phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.",
                                        autocompletion=complete_phase)],
     yes: Yes = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Preview the rollback of phases "
+                                          "N.. against the cluster as the later phases' undo "
+                                          "would leave it, with server-side dry-run writes; "
+                                          "nothing is persisted, no state is written; exit 1 "
+                                          "if a gate would stop the run.")] = False,
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     roll_on_delete: RollOnDelete = False,
@@ -371,7 +374,8 @@ def rollback(
     """
     from migrator import commands
 
-    request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete)
+    request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
+                           dry_run=dry_run)
     _report(kubeconfig, context, namespace, output, lambda s: commands.rollback(s, request))
 
 

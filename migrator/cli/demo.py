@@ -162,7 +162,7 @@ def _apply(session: Session, console: Console, phase: int, time_scale: float) ->
     from migrator.cli.live import make_progress
     from migrator.commands import RunRequest
     from migrator.engine.progress import Quiet
-    from migrator.engine.runner import RunSettings
+    from migrator.engine.loop import RunSettings
 
     command = f"apply --phase {phase} --yes"
     _say(console, f"dcgm-migrate {command}")

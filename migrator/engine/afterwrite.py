@@ -1,8 +1,8 @@
 """After a write: wait for the step's post-gates — its DaemonSet's rollout, the phase's
 `after_write` gates and the no-loss gates on every guarded Service — and act on a loss (a
-selector change that lost endpoints is undone at once). A part of the loop kept out of the
-runner: it works through the run's public context (`loop.Loop`: reads, waiter,
-failure path) and the phase being run (`loop.PhaseWork`), never the runner itself.
+selector change that lost endpoints is undone at once). A part of the apply back end
+(engine/applying.py) in its own module: it works through that back end's public face
+(`loop.Applier`: reads, waiter, refusal) and the phase being run (`loop.PhaseWork`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from migrator.engine import executor, stalls
-from migrator.engine.loop import Loop, PhaseWork
+from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import EndpointProgress, RolloutProgress, StepEvent
 from migrator.engine.state import PhaseRecord
 from migrator.engine.waiting import Pace, RolloutOutcome
@@ -27,7 +27,7 @@ from migrator.model.steps import Step
 STOPS_AT_ONCE = frozenset({GateKind.ENDPOINTS, GateKind.NODES_REPORTING})
 
 
-def wait(run: Loop, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
+def wait(run: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
     """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
     supplies only what a step never changes: the CRs, ServiceMonitors and update
     strategy; every gate check reads the DaemonSets, Services, pods and endpoints afresh
@@ -82,10 +82,10 @@ def wait(run: Loop, phase: PhaseWork, step: Step, base: Snapshot | None) -> None
             run.result.writes += 1
             phase.mark(step, "skipped")
             run.listener.step(StepEvent(phase.rec.number, step, "restored"))
-            run.fail(phase.rec, f"{step.object}: endpoints dropped after the selector change "
+            run.refuse(phase.rec, f"{step.object}: endpoints dropped after the selector change "
                      f"({g.describe(lost)}); the old selector was restored",
                      "check the pods the new selector should match, then retry")
-    run.fail(phase.rec, f"{step.object}: {g.describe(results)}",
+    run.refuse(phase.rec, f"{step.object}: {g.describe(results)}",
              "run `dcgm-migrate status` to see the gates; rerun to resume")
 
 def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
@@ -100,28 +100,28 @@ def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
     selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
     return g.switch_loss(snap, base, selector, selector)
 
-def _fail_rollout(run: Loop, rec: PhaseRecord, step: Step, base: Snapshot,
+def _fail_rollout(run: Applier, rec: PhaseRecord, step: Step, base: Snapshot,
                   out: RolloutOutcome) -> NoReturn:
     if out.ds is None:
-        run.fail(rec, f"DaemonSet/{step.name} disappeared during its rollout",
+        run.refuse(rec, f"DaemonSet/{step.name} disappeared during its rollout",
                  "find out who deleted it (operator cleanup, a deleted CR); plan again")
     counts = g.rollout_complete(out.ds).detail
     if out.blocked:
-        run.fail(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
+        run.refuse(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
                  f"{out.blocked}", stalls.NODE_HINT)
     pods = run.fresh(base).pods_of(step.name)
     where, hint = stalls.where_stuck(run.kube, step.name, pods, step.pod_labels(),
                                      namespace=run.namespace, timeout=run.settings.timeout)
-    run.fail(rec, f"DaemonSet/{step.name} made no progress for "
+    run.refuse(rec, f"DaemonSet/{step.name} made no progress for "
              f"{out.stalled_for:.0f}s (--timeout {run.settings.timeout:g}s; {counts}); "
              f"{where}", hint)
 
-def _report_rollout(run: Loop, ds: dict[str, Any], pace: Pace) -> None:
+def _report_rollout(run: Applier, ds: dict[str, Any], pace: Pace) -> None:
     updated, available, desired = g.rollout_counts(ds)
     run.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
                                           eta_seconds=pace.eta))
 
-def _note_endpoints(run: Loop, snap: Snapshot, base: ServiceBaseline) -> None:
+def _note_endpoints(run: Applier, snap: Snapshot, base: ServiceBaseline) -> None:
     ready = snap.endpoints_of(base.service).ready_total
     low = run.result.lowest.get(base.service, (ready, base.total))
     run.result.lowest[base.service] = (min(low[0], ready), base.total)

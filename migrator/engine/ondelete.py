@@ -1,15 +1,15 @@
 """OnDelete DaemonSets: the tool rolls the pods itself (`RollPods`, phase 1 with
 `--roll-on-delete`), deleting one node's outdated pod at a time and waiting for its
-replacement to turn Ready before the next. The one step the runner runs pod by pod instead of
-as a single write (`Step.pod_by_pod`). A part of the loop kept out of the runner: it works
-through the run's public context (`loop.Loop`: reads, saves, failure path) and the
-phase being run (`loop.PhaseWork`), never the runner itself.
+replacement to turn Ready before the next. The one step the loop runs pod by pod instead of
+as a single write (`Step.pod_by_pod`). A part of the apply back end (engine/applying.py) in its
+own module: it works through that back end's public face (`loop.Applier`: reads, saves,
+refusal) and the phase being run (`loop.PhaseWork`).
 """
 
 from __future__ import annotations
 
 from migrator.engine import executor, interrupts
-from migrator.engine.loop import Loop, PhaseWork
+from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import StepEvent
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -19,7 +19,7 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.steps import RollPods, Step
 
 
-def roll(run: Loop, phase: PhaseWork, step: Step) -> None:
+def roll(run: Applier, phase: PhaseWork, step: Step) -> None:
     """Delete pods whose labels differ from the template, one node at a time, each after
     the previous node's new pod is Ready."""
     assert isinstance(step, RollPods), f"{step.type} is not run pod by pod"
@@ -39,7 +39,7 @@ def roll(run: Loop, phase: PhaseWork, step: Step) -> None:
             return
         unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
         if unready:
-            run.fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
+            run.refuse(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
                      f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
                      "another node's pod", "fix those nodes, then rerun to resume")
         pod = stale[0]
@@ -62,6 +62,6 @@ def roll(run: Loop, phase: PhaseWork, step: Step) -> None:
 
         results = run.waiter.until(node_back, deadline, wake_kind=kinds.POD)
         if not all(r.ok for r in results):
-            run.fail(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
+            run.refuse(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
                      f"become Ready within {run.settings.timeout:g}s",
                      "fix the node, then rerun to resume")

@@ -1,5 +1,5 @@
 """The reports the commands return, typed: built once from final values (engine/assemble.py,
-engine/preview.py, `commands`), never patched, and serialised to the `-o json` document in one
+engine/projecting.py, `commands`), never patched, and serialised to the `-o json` document in one
 place, at the CLI edge (cli/documents.py, docs/output.schema.json). Pure data."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PhasePreview:
-    """`apply --dry-run`: what the run would do with one phase (engine/preview.py)."""
+    """`apply --dry-run`: what the run would do with one phase (engine/projecting.py)."""
 
     outcome: str  # would-run | holds | would-stop | not-reached
     would_wait_for: tuple[str, ...]

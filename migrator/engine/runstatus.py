@@ -116,7 +116,7 @@ def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ..
 
 def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
     """What a live run of this phase waits for, derived from its newest step record (the
-    runner records a step before and after each write, and waits on its post-gates after):
+    apply back end records a step before and after each write, and waits on its post-gates after):
     an `intent` is a write in flight; a `done` step is followed by its post-gates."""
     records = (record.undo if rollback else record.steps) if record is not None else []
     if not records:

@@ -15,7 +15,7 @@ Each write is projected as if it had taken effect and everything it waits for ha
   would write them: one endpoint per pod the selector matches, ready when the pod is.
 
 Nothing here is evaluated against the API server: the preview says which waits these stand
-for ("would wait for …", `engine/preview.py`).
+for ("would wait for …", `engine/projecting.py`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A `Run` with no API server behind it, for the runner's logic that reads only the state and
-the clock (the settle countdown, the run context's shape): the state session saves into an
-in-memory ConfigMap."""
+"""A `Run` with no API server behind it, for the apply back end's logic that reads only the
+state and the clock (the settle countdown, the run context's shape): the state session saves
+into an in-memory ConfigMap."""
 
 from __future__ import annotations
 

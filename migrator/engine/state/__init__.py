@@ -7,7 +7,7 @@
     lock.py       the run lock's data (annotations) and who holds it, where it runs
     liveness.py   whether a lock's holder is provably gone (its process, its pod)
     store.py      load/save and lock/renew/release with resourceVersion-guarded writes
-    session.py    one run's hold on it: lock, save, heartbeat, dry run (what `commands` opens)
+    session.py    one run's hold on it: lock, save, heartbeat (what `commands` opens)
 
 The names below are the package's surface for the rest of the engine and the commands.
 """

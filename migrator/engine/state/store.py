@@ -18,7 +18,7 @@ exists) is taken over at once, and the takeover says whose and why. A holder tha
 is refused (`LockHeld`) with the command that applies to it: `status` to follow a renewing
 run, `unlock` for one that stopped renewing.
 
-`apply --dry-run` never reaches a store: the preview (`engine/preview.py`) writes no state.
+`--dry-run` never reaches a store: its back end (`engine/projecting.py`) writes no state.
 """
 
 from __future__ import annotations

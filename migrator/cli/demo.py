@@ -161,8 +161,8 @@ def _apply(session: Session, console: Console, phase: int, time_scale: float) ->
     from migrator import commands
     from migrator.cli.live import make_progress
     from migrator.commands import RunRequest
-    from migrator.engine.progress import Quiet
     from migrator.engine.loop import RunSettings
+    from migrator.engine.progress import Quiet
 
     command = f"apply --phase {phase} --yes"
     _say(console, f"dcgm-migrate {command}")

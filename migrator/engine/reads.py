@@ -12,7 +12,6 @@ Pods are read as printed rows (`model/printed.py`); those a row cannot vouch for
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -186,20 +185,18 @@ def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
         return (), False
 
 
-# Per client: the access review's answer (the token's rights do not change within a run).
-_MAY_LIST_PROMETHEUSES: weakref.WeakKeyDictionary[Kube, bool] = weakref.WeakKeyDictionary()
-
-
-def _prometheuses(kube: Kube) -> tuple[Obj, ...]:
+def _prometheuses(kube: Kube, allowed: dict[str, bool]) -> tuple[Obj, ...]:
     """Prometheus CRs cluster-wide, for their ServiceMonitor discovery role; none where the
     CRD is absent or the tool may not list them (docs/rbac.yaml does not grant it: the role
     then defaults as the Prometheus Operator's does). Asked first with one access review per
-    client, so a least-privilege token is never refused a request."""
+    run (`allowed`: the run cache's answers), so a least-privilege token is never refused a
+    request."""
     if not kube.has_kind(kinds.PROMETHEUS):
         return ()
-    if kube not in _MAY_LIST_PROMETHEUSES:
-        _MAY_LIST_PROMETHEUSES[kube] = kube.can_i("list", kinds.PROMETHEUS)[0]
-    if not _MAY_LIST_PROMETHEUSES[kube]:
+    key = "list prometheuses"
+    if key not in allowed:
+        allowed[key] = kube.can_i("list", kinds.PROMETHEUS)[0]
+    if not allowed[key]:
         return ()
     try:
         return tuple(kube.list(kinds.PROMETHEUS).items)
@@ -252,7 +249,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
             monitors = _monitors(kube, kinds.SERVICE_MONITOR, namespace)
             if kube.has_kind(kinds.POD_MONITOR):
                 pod_monitors = _monitors(kube, kinds.POD_MONITOR, namespace)
-            prometheuses = _prometheuses(kube)
+            prometheuses = _prometheuses(kube, cache.allowed if cache is not None else {})
     whole_read = daemonsets is None and services is None
     leases, leases_read = (read_guard_leases(kube, namespace, catalog) if whole_read
                            else ((), False))

@@ -10,11 +10,11 @@ from migrator.engine.clock import Clock
 from migrator.engine.loop import Run, RunSettings
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.state import RunSession
-from migrator.engine.state.store import MemoryStateStore
 from migrator.kube.client import Kube
 from migrator.model.stacks import load_catalog
 from tests.helpers.builders import NS
 from tests.helpers.clock import FakeClock
+from tests.helpers.memorystate import MemoryStateStore
 
 
 def offline_run(clock: Clock | None = None, *, settings: RunSettings | None = None,

@@ -3,7 +3,7 @@
     document.py   the state document (schema 1): phases, step records, history; timestamps
                   from the injected Clock
     configmap.py  the ConfigMap's layout: keys, checksum, managed-by label (from the catalog)
-    backends.py   one ConfigMap, in the cluster or in memory, with the API's concurrency errors
+    backends.py   one ConfigMap as the store works over it (the tests add an in-memory one)
     lock.py       the run lock's data (annotations) and who holds it, where it runs
     liveness.py   whether a lock's holder is provably gone (its process, its pod)
     store.py      load/save and lock/renew/release with resourceVersion-guarded writes

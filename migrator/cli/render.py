@@ -140,15 +140,11 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
                   + ("  (server-side dry run: nothing persisted)" if result.dry_run else ""))
     from migrator.engine.assemble import closing
 
-    lines = closing(doc if isinstance(shown_report, Question) else shown_report)
     con.print()
-    for line in lines:
-        head, _, rest = line.partition(": ")
-        good = rest.startswith("OK")
-        word, _, tail = rest.partition(" — ")
-        color = "green" if good else "red"
-        con.print(f"[bold]{esc(head)}[/bold] [{color}]{esc(word)}[/{color}]"
-                  + (f" — {esc(tail)}" if tail else ""))
+    for line in closing(doc if isinstance(shown_report, Question) else shown_report):
+        color = "green" if line.ok else "red"
+        con.print(f"[bold]{esc(line.subject)}[/bold] "
+                  f"[{color}]{'OK' if line.ok else 'NOT OK'}[/{color}] — {esc(line.detail)}")
 
 
 def changes_table(con: Any, changes: Sequence[Change]) -> None:

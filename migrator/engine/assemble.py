@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from migrator import phases
 from migrator.engine import walk
-from migrator.engine.reports import PhaseView, PlanReport, RunReport, StatusReport
+from migrator.engine.reports import Closing, PhaseView, PlanReport, RunReport, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome
@@ -176,7 +176,7 @@ def _status_faults(status: StatusReport) -> list[str]:
     return out or ["see above"]
 
 
-def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
+def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     """The report's last lines, worded alike for every command: the verdict on the live
     cluster (the one `verify` gives), and, after `apply` or `rollback`, what the run itself
     achieved — both, when the run's own work is done but the identity is not whole yet (a
@@ -184,10 +184,10 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
-    lines = [f"verdict: OK — the stable identity works ({len(checks)} checks)" if not bad
-             else f"verdict: NOT OK — {len(bad)} of {len(checks)} checks fail"]
+    lines = [Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
+                     if not bad else f"{len(bad)} of {len(checks)} checks fail")]
     if isinstance(shown, StatusReport) and not shown.ok:
-        lines.append("status: NOT OK — " + "; ".join(_status_faults(shown)))
+        lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
     if not isinstance(shown, RunReport):
         return lines
     result = shown.result
@@ -197,15 +197,17 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
     done = (f"phase{'s' if len(phases_done) > 1 else ''} {_span(phases_done)} "
             f"{'rolled back' if rollback else 'done'}" if phases_done else "no phase done")
     if result.dry_run:
-        lines.append("dry run: OK — the run would go through" if shown.ok else
-                     "dry run: NOT OK — the run would stop at a gate (above)")
+        lines.append(Closing("dry run", shown.ok, "the run would go through" if shown.ok
+                             else "the run would stop at a gate (above)"))
     elif not shown.ok:
-        lines.append(f"run: NOT OK — {done}; a gate of the phases it ran fails (above)")
+        lines.append(Closing("run", False, f"{done}; a gate of the phases it ran fails "
+                             "(above)"))
     elif bad:
         bad.sort(key=lambda c: not c.name.startswith("guard-live/"))  # the root cause first
         fix = f"; fix: {bad[0].fix}" if bad[0].fix else ""
-        lines.append(f"run: OK — {done}; the stable identity is not whole yet "
-                     f"({', '.join(c.name for c in bad)}), which no phase answers for{fix}")
+        lines.append(Closing("run", True, f"{done}; the stable identity is not whole yet "
+                             f"({', '.join(c.name for c in bad)}), which no phase answers "
+                             f"for{fix}"))
     else:
-        lines.append(f"run: OK — {done}")
+        lines.append(Closing("run", True, done))
     return lines

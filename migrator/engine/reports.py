@@ -75,6 +75,19 @@ class PlanReport:
 
 
 @dataclass(frozen=True)
+class Closing:
+    """One of the lines a report's table ends with (engine/assemble.py `closing`): what it
+    judges, whether that is OK, and why; the renderer draws it, nothing parses it back."""
+
+    subject: str  # verdict | run | dry run | status
+    ok: bool
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {'OK' if self.ok else 'NOT OK'} — {self.detail}"
+
+
+@dataclass(frozen=True)
 class Target:
     """Where a run writes: what the question before the first write names."""
 

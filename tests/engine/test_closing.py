@@ -3,8 +3,9 @@ worded alike for every command, and after a run what the run achieved, both when
 
 from __future__ import annotations
 
-from migrator.engine.assemble import closing
+from migrator.engine import assemble
 from migrator.engine.reports import (
+    Closing,
     PhaseView,
     PlanReport,
     RunOutcome,
@@ -38,6 +39,13 @@ def _doc(verdict_ok: bool, *, ok: bool | None = None, operation: str | None = No
         assert ok is not None
         return RunReport(report, RunOutcome(operation, 1, False, {}), ok)
     return report
+
+
+def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
+    """The typed closing lines as the table reads them."""
+    lines = assemble.closing(shown)
+    assert all(isinstance(line, Closing) for line in lines)
+    return [str(line) for line in lines]
 
 
 def test_plan_and_verify_say_the_verdict_only() -> None:

@@ -279,8 +279,7 @@ def _default_settings() -> RunSettings:
 @dataclass
 class RunRequest:
     phase: int
-    options: Options = field(default_factory=Options)
-    settings: RunSettings = field(default_factory=_default_settings)
+    settings: RunSettings = field(default_factory=_default_settings)  # with the plan options
     plan_file: Path | None = None
     confirm: Callable[[Question], bool] = lambda question: True
     holder: str = field(default_factory=default_holder)
@@ -308,7 +307,7 @@ def _locked_run(session: Session, told: Warned, cache: Informer, request: RunReq
         else:
             loop.rollback(request.phase)
         result = backend.result
-    final = assemble.build(backend.snapshot(), session.catalog, state, request.options,
+    final = assemble.build(backend.snapshot(), session.catalog, state, request.settings.options,
                           forward=operation == "apply", earlier=told.warnings)
     told.say(final.warnings)
     return final, RunOutcome(operation, result.writes, False,
@@ -340,7 +339,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         if request.plan_file is not None:
             _check_plan_file(request.plan_file, snap, session.namespace, request.phase)
         state, version = _load_state(session)
-        before = assemble.build(snap, session.catalog, state, request.options)
+        before = assemble.build(snap, session.catalog, state, request.settings.options)
         _require_stack(before, session.namespace)
         _require_operator_api(snap, session.kube.server)
         if state is None:
@@ -419,7 +418,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                              "run `dcgm-migrate status` to see which phases are done")
         if request.dry_run:  # no question, no lock, no state, nothing persisted
             told = Warned(session.listener)
-            before = assemble.build(snap, session.catalog, state, request.options,
+            before = assemble.build(snap, session.catalog, state, request.settings.options,
                                     forward=False)
             told.say(before.warnings)
             return _dry_run(session, told, request, snap, state, before, "rollback")
@@ -431,7 +430,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                      "back; nothing to do")
         elif not request.confirm(_question(
-                session, assemble.build(snap, session.catalog, state, request.options,
+                session, assemble.build(snap, session.catalog, state, request.settings.options,
                                        forward=False),
                 lambda p: p.number in applied)):
             raise UsageError("Aborted at the question.", ABORTED_HINT)

@@ -290,7 +290,7 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
                          "pass a positive duration such as 90s or 10m (the default)")
     settings = RunSettings(timeout=wait, settle=parse_duration(settle, "--settle"),
                            options=options)
-    return RunRequest(phase=phase, options=options, settings=settings, plan_file=plan_file,
+    return RunRequest(phase=phase, settings=settings, plan_file=plan_file,
                       confirm=_Confirm(yes, output), dry_run=dry_run)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from migrator import phases
 from migrator.engine import afterwrite, executor, interrupts, ondelete
 from migrator.engine.clock import Clock
-from migrator.engine.loop import Direction, PhaseWork, Run, RunResult, RunSettings
+from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
@@ -47,7 +47,7 @@ class Apply:
         self.clock: Clock = run.clock
         self.listener: Listener = run.listener
         self.waiter = Waiter(run.kube, run.namespace, run.clock, run.session.heartbeat)
-        self.result = RunResult()
+        self.result = Tally()
         self.target = target  # the command's --phase, so `status` names the command resuming
 
     # ---- reads & context -------------------------------------------------------------------

@@ -15,7 +15,7 @@ time. What a step *does* is its back end's (Alembic runs the walk `upgrade` runs
     Applier      the apply back end as `afterwrite` and `ondelete` use it
 
 So resume, skip-if-satisfied, the pre-gates that heal by themselves, the revisit of a write a
-killed run made and the settle checks are written once, here.
+killed run made and the post-gates of steps already true are written once, here.
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ class Run:
 
 
 @dataclass
-class RunResult:
+class Tally:
+    """What the apply back end has done so far: the report's `RunOutcome` is built from it."""
+
     writes: int = 0
     lowest: dict[str, tuple[int, int]] = field(default_factory=dict)  # svc → (lowest, baseline)
     notes: list[str] = field(default_factory=list)  # what happened that did not stop the run
@@ -303,7 +305,7 @@ class Applier(Protocol):
     clock: Clock
     listener: Listener
     waiter: Waiter
-    result: RunResult
+    result: Tally
 
     def snapshot(self) -> Snapshot:
         """The namespace from the run's cache, at least as new as the tool's last write."""

@@ -46,15 +46,15 @@ def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
         views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of,
                                 printed=True)
         seen.update((view.uid, view) for view in views)
-    return settled(kube, namespace, seen.values(), endpoints or {}, selectors,
+    return resolved(kube, namespace, seen.values(), endpoints or {}, selectors,
                    whole or WholePods())
 
 
-def settled(kube: Kube, namespace: str, listed: Iterable[PodView],
-            endpoints: Mapping[str, ServiceEndpoints], selectors: Sequence[str],
-            whole: WholePods) -> tuple[PodView, ...]:
+def resolved(kube: Kube, namespace: str, listed: Iterable[PodView],
+             endpoints: Mapping[str, ServiceEndpoints], selectors: Sequence[str],
+             whole: WholePods) -> tuple[PodView, ...]:
     """The listed views with the doubtful ones read whole, ordered by node and name."""
-    return tuple(sorted(whole.settle(kube, namespace, listed, endpoints, selectors),
+    return tuple(sorted(whole.resolve(kube, namespace, listed, endpoints, selectors),
                         key=lambda p: (p.node, p.name)))
 
 
@@ -118,7 +118,7 @@ class CachedReader:
 
     def pods(self, comps: Sequence[Component],
              endpoints: Mapping[str, ServiceEndpoints]) -> tuple[PodView, ...]:
-        return settled(self.kube, self.namespace, _cached_pods(self.cache, comps), endpoints,
+        return resolved(self.kube, self.namespace, _cached_pods(self.cache, comps), endpoints,
                        [str(r.label_selector) for r in self.cache.pod_reflectors],
                        self.cache.whole)
 

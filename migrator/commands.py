@@ -24,6 +24,7 @@ from migrator import phases
 from migrator.engine import assemble, runstatus
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.locate import locate, namespace_check, wrong_namespace
+from migrator.engine.loop import Loop, Run, RunSettings
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import (
@@ -60,8 +61,8 @@ from migrator.model.snapshot import Snapshot, changed_fields
 from migrator.model.stacks import Catalog, load_catalog
 
 if TYPE_CHECKING:
+    from migrator.engine.applying import Apply
     from migrator.engine.informer import Informer
-    from migrator.engine.loop import RunSettings
 
 PLAN_FORMAT = "dcgm-migrate/plan-v1"
 ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip the question"
@@ -270,49 +271,42 @@ def _check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int) -> 
 
 # ---- apply / rollback ------------------------------------------------------------------------
 
-def _default_settings() -> RunSettings:
-    from migrator.engine.loop import RunSettings
-
-    return RunSettings()
-
-
 @dataclass
 class RunRequest:
     phase: int
-    settings: RunSettings = field(default_factory=_default_settings)  # with the plan options
+    settings: RunSettings = field(default_factory=RunSettings)  # with the plan options
     plan_file: Path | None = None
     confirm: Callable[[Question], bool] = lambda question: True
     holder: str = field(default_factory=default_holder)
     dry_run: bool = False  # the server-dry-run back end: `dryRun=All` writes, no lock, no state
 
 
-def _locked_run(session: Session, told: Warned, cache: Informer, request: RunRequest,
-                state: State, version: str | None, operation: str
-                ) -> tuple[PlanReport, RunOutcome]:
-    """Open the run session (lock, save, heartbeat), build the one `Run` the engine works
-    with, run the one loop on the apply back end, report: the cluster after the run (with
-    every warning the command said, `told`) and what the run did. The back end reads the
-    run's cache afresh; a run that wrote since `state` was loaded changed the state document,
-    and then its first save (before any write) fails."""
+@contextlib.contextmanager
+def _applying(session: Session, told: Warned, cache: Informer, request: RunRequest,
+              state: State, version: str | None) -> Iterator[Apply]:
+    """The run session (lock, save, heartbeat) held around the apply back end, built on the
+    one `Run` the engine works with; the caller runs the one loop on it. The back end reads
+    the run's cache afresh; a run that wrote since `state` was loaded changed the state
+    document, and then its first save (before any write) fails."""
     from migrator.engine.applying import Apply
-    from migrator.engine.loop import Loop, Run
 
     with RunSession(session.store, version=version, holder=request.holder,
                     clock=session.clock, listener=told) as held:
-        backend = Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
-                            session.clock, told, request.settings), state, request.phase)
-        loop = Loop(backend, state)
-        if operation == "apply":
-            loop.apply(request.phase)
-        else:
-            loop.rollback(request.phase)
-        result = backend.result
+        yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
+                        session.clock, told, request.settings), state, request.phase)
+
+
+def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
+             backend: Apply, operation: str) -> tuple[PlanReport, RunOutcome]:
+    """The cluster after the run (with every warning the command said, `told`) and what the
+    run did."""
     final = assemble.build(backend.snapshot(), session.catalog, state, request.settings.options,
                           forward=operation == "apply", earlier=told.warnings)
     told.say(final.warnings)
-    return final, RunOutcome(operation, result.writes, False,
-                             {k: Lowest(*v) for k, v in result.lowest.items()},
-                             tuple(result.notes))
+    tally = backend.result
+    return final, RunOutcome(operation, tally.writes, False,
+                             {k: Lowest(*v) for k, v in tally.lowest.items()},
+                             tuple(tally.notes))
 
 
 @contextlib.contextmanager
@@ -361,7 +355,9 @@ def apply(session: Session, request: RunRequest) -> RunReport:
             raise UsageError("Aborted at the question.", ABORTED_HINT)
         state = state or State(session.namespace, clock=session.clock)
         state.plan_fingerprint = snap.fingerprint()
-        final, result = _locked_run(session, told, cache, request, state, version, "apply")
+        with _applying(session, told, cache, request, state, version) as backend:
+            Loop(backend, state).apply(request.phase)
+        final, result = _outcome(session, told, request, state, backend, "apply")
         # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
         # never success (exit 1), even when every step's wait passed.
         return RunReport(final, result, ok=final.holds(request.phase)
@@ -434,8 +430,10 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                                        forward=False),
                 lambda p: p.number in applied)):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
-        final, result = _locked_run(session, Warned(session.listener), cache, request, state,
-                                    version, "rollback")
+        told = Warned(session.listener)
+        with _applying(session, told, cache, request, state, version) as backend:
+            Loop(backend, state).rollback(request.phase)
+        final, result = _outcome(session, told, request, state, backend, "rollback")
         # Rolled back, and what the phases kept below N are answerable for still works.
         return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
                                                for p in final.phases

@@ -346,7 +346,8 @@ def apply(
 
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
                            roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run)
-    _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
+    _report(kubeconfig, context, namespace, output,
+            functools.partial(commands.apply, request=request),
             asked=request.confirm if isinstance(request.confirm, _Confirm) else None)
 
 
@@ -376,7 +377,8 @@ def rollback(
 
     request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
                            dry_run=dry_run)
-    _report(kubeconfig, context, namespace, output, lambda s: commands.rollback(s, request))
+    _report(kubeconfig, context, namespace, output,
+            functools.partial(commands.rollback, request=request))
 
 
 @app.command()

@@ -79,7 +79,7 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
     if undo is not None:  # a selector change that lost endpoints is undone at once
         lost = [r for r in g.failed(results) if r.kind is GateKind.ENDPOINTS]
         if lost:
-            executor.execute(backend.kube, backend.namespace, backend.catalog, undo)
+            executor.execute(undo, backend.kube, backend.namespace, backend.catalog)
             backend.result.writes += 1
             phase.mark(step, "skipped")
             backend.listener.step(StepEvent(phase.rec.number, step, "restored"))

@@ -220,7 +220,7 @@ class Apply:
             work.mark(step, "intent")
             self.save()
             self.listener.step(StepEvent(work.rec.number, step, "writing"))
-            note = executor.execute(self.kube, self.namespace, self.catalog, step)
+            note = executor.execute(step, self.kube, self.namespace, self.catalog)
             self.result.writes += 1
             if note:
                 self.listener.message(note)

@@ -244,8 +244,23 @@ class Loop:
         work = b.start(decision, direction)
         revisit = self._revisit(work)
         again = {s.id for s in revisit}
-        for step in revisit + list(plan.steps):
-            self._step(work, step, step.id in again)
+        for step in revisit + list(plan.steps):  # one step (inline: the write's stack is short)
+            if step.pod_by_pod:
+                b.roll(work, step)
+                continue
+            base: Snapshot | None = None
+            if step.satisfied(b.live(step)):  # resume: no double write
+                b.skip(work, step)
+            else:
+                base = b.snapshot()
+                pre = list(work.module.before_write(self.context(base), step))
+                if g.failed(pre) and all(r.wait for r in g.failed(pre)):
+                    pre = b.wait_pre(work, step, base, pre)
+                if g.failed(pre):
+                    b.refuse(work.rec, f"{step.object}: {g.describe(pre)}",
+                             _hint_for(work, step, g.failed(pre)), step, pre)
+                b.write(work, step, pre)
+            b.after(work, step, base, base is not None or step.id in again)
         if not work.rollback:
             for step in plan.checks:  # no write needed: still gated
                 if step.id not in again and b.live(step) is not None:
@@ -266,25 +281,6 @@ class Loop:
             if step.satisfied(self.backend.live(step)):
                 out.append(step)
         return out
-
-    def _step(self, work: PhaseWork, step: Step, revisited: bool) -> None:
-        b = self.backend
-        if step.pod_by_pod:
-            b.roll(work, step)
-            return
-        base: Snapshot | None = None
-        if step.satisfied(b.live(step)):  # resume: no double write
-            b.skip(work, step)
-        else:
-            base = b.snapshot()
-            pre = list(work.module.before_write(self.context(base), step))
-            if g.failed(pre) and all(r.wait for r in g.failed(pre)):
-                pre = b.wait_pre(work, step, base, pre)
-            if g.failed(pre):
-                b.refuse(work.rec, f"{step.object}: {g.describe(pre)}",
-                         _hint_for(work, step, g.failed(pre)), step, pre)
-            b.write(work, step, pre)
-        b.after(work, step, base, base is not None or revisited)
 
 
 def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:

@@ -233,7 +233,7 @@ class ServerDryRun(Project):
         sent = len(self.writes)
         super().send(step)
         if len(self.writes) > sent:
-            executor.execute(self.kube, self.now.namespace, self.catalog, step, dry_run=True)
+            executor.execute(step, self.kube, self.now.namespace, self.catalog, dry_run=True)
             self.say(f"dry run: {step.object} ({step.type}) accepted by the API server "
                      "(nothing persisted)")
 

@@ -220,12 +220,6 @@ def save_plan(path: Path, report: dict[str, Any],
                          "choose a writable path for --out") from exc
 
 
-def load_plan(path: Path) -> dict[str, Any]:
-    """The saved report of a plan file (UsageError when it is not a plan, or was edited)."""
-    report: dict[str, Any] = _read_plan(path)["report"]
-    return report
-
-
 def _read_plan(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())

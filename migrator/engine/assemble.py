@@ -1,24 +1,24 @@
 """The report every command renders: per phase, what would change (object, field,
-before → after), every gate's status now, notes, and warnings, with the verdict. Pure:
-snapshot + state in, a typed `PlanReport` out (engine/reports.py; the CLI serialises it), and
-the closing lines every command's table ends with."""
+before → after), every gate's status, notes, and warnings, with the verdict. Pure: snapshot +
+state in, a typed `PlanReport` out (engine/reports.py; the CLI serialises it), and the closing
+lines every command's table ends with. Its phases are the one loop's, on the report back end
+(engine/reporting.py): no walk of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import walk
-from migrator.engine.reports import Closing, PhaseView, PlanReport, RunReport, StatusReport
+from migrator.engine import reporting, walk
+from migrator.engine.reports import Closing, PlanReport, RunReport, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
-from migrator.model.gates import GateResult
-from migrator.model.planning import Options, PlanContext
+from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import Change, CreateAlias, SetLabels, SetSelector, Step
+from migrator.model.steps import Change, SetLabels, SetSelector, Step
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -28,12 +28,6 @@ DRIFT_RISK = (
     "holds the tool's aliases on the app label while the labels are missing, or roll back "
     "phase 3 before any operator change that does not render the common labels; "
     "`dcgm-migrate verify` exits 1 when it happens."
-)
-
-OWNED_AFTER_SWITCH = (
-    "--include-operator-owned changes nothing now: phase 3 is completed, so {services} stay "
-    "as they are; to switch them too, run `dcgm-migrate rollback --phase 3`, then "
-    "`dcgm-migrate apply --phase 3 --include-operator-owned`"
 )
 
 LOST_STATE = (
@@ -66,9 +60,6 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     `earlier`: the warnings this command said before (engine/warned.py), listed first;
     `objects`: keep what the fingerprint covers per object (`plan`, for its file)."""
     found = discover(snapshot, catalog)
-    warnings: list[str] = list(found.warnings)
-    views: list[PhaseView] = []
-    projected = snapshot
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
                                     if r.status.applied))
     changed = state is not None and state.stack_changed(found.stack)
@@ -76,48 +67,18 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
               f"{found.stack}: the completed phases were planned for {state.stack}; "
               f"`dcgm-migrate apply --phase 3` re-plans them for {found.stack} "
               "(docs/runbook.md, 'Changing stack')") if state is not None and changed else ""
+    views, decisions, said = reporting.walked(snapshot, catalog, state, options, change)
+    warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector
-    for module in phases.PHASES:
-        rec = state.phase(module.NUMBER) if state else None
-        decision = walk.decide(module, rec, projected, catalog, found.components, options)
-        status = decision.status
-        if rec is not None and module.SWITCHES_SELECTORS:
+    for _number, decision in sorted(decisions.items()):
+        module, rec, plan = decision.module, decision.record, decision.plan
+        if rec is not None and state is not None and module.SWITCHES_SELECTORS:
             switches |= _switched(rec, decision)
-        if status is PhaseStatus.COMPLETED:
-            ctx = PlanContext(projected, catalog, found.components, options)
-            again = module.plan(ctx)
-            warnings.extend(again.warnings)  # e.g. operator-owned, still true
-            notes = decision.handed_over
-            if module.SWITCHES_SELECTORS and options.include_operator_owned and again.steps:
-                notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
-                    s.object for s in again.steps)))
-                warnings.append(notes[-1])
-            first = change and not any(v.status is PhaseStatus.COMPLETED for v in views)
-            gates = ((GateResult("stack-unchanged", False, change),) if first else ()) \
-                + decision.gates
-            views.append(PhaseView(module.NUMBER, module.NAME, status, (), gates,
-                                   tuple(notes), decision.record_error))
+        if decision.status is PhaseStatus.COMPLETED or plan is None or not forward:
             continue
-        plan = decision.plan
-        assert plan is not None
-        earlier_phases = [v.number for v in views if not holds(v.status)]
-        for step in plan.steps:
-            if isinstance(step, CreateAlias):
-                projected = monitoring.with_service(projected, step.body)
-            if isinstance(step, SetLabels) and step.rolls_pods() and forward:
-                drift_risk = True
-            if isinstance(step, SetSelector) and module.SWITCHES_SELECTORS and forward:
-                switches = True
-        warnings.extend(plan.warnings)
-        notes = list(plan.notes)
-        if earlier_phases and any(not g.ok for g in plan.gates):
-            notes.append(f"gates show the cluster as it is now; they are expected to pass once "
-                         f"phase {', '.join(map(str, earlier_phases))} completes")
-        if plan.blocked and plan.blocked not in notes:
-            notes.append(plan.blocked)
-        views.append(PhaseView(module.NUMBER, module.NAME, status, changes_of(plan.steps),
-                               tuple(plan.gates), tuple(notes), decision.record_error,
-                               plan.blocked))
+        drift_risk |= any(isinstance(s, SetLabels) and s.rolls_pods() for s in plan.steps)
+        switches |= module.SWITCHES_SELECTORS and any(isinstance(s, SetSelector)
+                                                      for s in plan.steps)
     certain = monitoring.certain_duplicates(snapshot, _exporters(found))
     if certain:
         pod, paths = next(iter(sorted(certain.items())))
@@ -146,7 +107,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     return PlanReport(
         stack=found.stack, namespace=snapshot.namespace, fingerprint=snapshot.fingerprint(),
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
-        phases=tuple(views), warnings=merged(earlier, [change] if change else [], warnings),
+        phases=views, warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
         verdict=outcome.verdict(snapshot, catalog, phases.answers()), lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)

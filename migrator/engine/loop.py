@@ -110,74 +110,44 @@ class PhaseWork:
 
 
 class Backend(Protocol):
-    """What a step does: the loop calls these and nothing else with an effect."""
+    """What a step does: the loop calls these and nothing else with an effect.
+
+    snapshot / live     the cluster (as read, or as it would be) / the step's object now
+    stack               the stack running now (`changed`: not the completed phases' one)
+    holds               a completed phase that still holds: left alone
+    begin / start       a phase worked on: its retirements and plan / recorded as started
+                        (baselines and originals before any write)
+    refuse              a gate stops the run (apply: `GateFailed`; a projection: `Stopped`),
+                        before `step` when one of its pre-gates (`gates`) refuses
+    skip / write / roll the step already true / its write / pod by pod (`RollPods`)
+    wait_pre            pre-gates that heal by themselves: waited for (or said), rest returned
+    after / check       a step's post-gates (`wrote`: now, or by a run killed before them) /
+                        those of a step already true (an operator's own rollout)
+    finish              the phase completed (or rolled back)
+    settle_after_restore  `--settle` after the selectors are restored
+    """
 
     catalog: Catalog
     settings: RunSettings
 
-    def snapshot(self) -> Snapshot:
-        """The cluster as this back end sees it now (read, or as it would be)."""
-        ...
-
-    def live(self, step: Step) -> Obj | None:
-        """The object the step writes, now."""
-        ...
-
-    def stack(self, state: State, live: str, changed: bool) -> None:
-        """The stack running now (`changed`: not the one the completed phases were for)."""
-        ...
-
-    def holds(self, decision: Decision) -> None:
-        """A completed phase that still holds: left alone."""
-        ...
-
-    def begin(self, decision: Decision, direction: Direction) -> None:
-        """A phase the run works on: its retirements, its plan, before any gate."""
-        ...
-
+    def snapshot(self) -> Snapshot: ...
+    def live(self, step: Step) -> Obj | None: ...
+    def stack(self, state: State, live: str, changed: bool) -> None: ...
+    def holds(self, decision: Decision) -> None: ...
+    def begin(self, decision: Decision, direction: Direction) -> None: ...
+    def start(self, decision: Decision, direction: Direction) -> PhaseWork: ...
     def refuse(self, rec: PhaseRecord, message: str, hint: str, step: Step | None = None,
-               gates: list[GateResult] | None = None) -> NoReturn:
-        """A gate stops the run here (apply: `GateFailed`; a projection: `Stopped`), before
-        `step`'s write when a pre-gate in `gates` refuses it."""
-        ...
-
-    def start(self, decision: Decision, direction: Direction) -> PhaseWork:
-        """Record the phase started (baselines and originals before any write)."""
-        ...
-
-    def skip(self, work: PhaseWork, step: Step) -> None:
-        """The live object already shows the step: nothing to write."""
-        ...
-
+               gates: list[GateResult] | None = None) -> NoReturn: ...
+    def skip(self, work: PhaseWork, step: Step) -> None: ...
     def wait_pre(self, work: PhaseWork, step: Step, base: Snapshot,
-                 pre: list[GateResult]) -> list[GateResult]:
-        """Pre-gates that heal by themselves: waited for (or said to be), the rest returned."""
-        ...
-
-    def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
-        """The step's write (`pre`: its pre-gates, all passed)."""
-        ...
-
-    def roll(self, work: PhaseWork, step: Step) -> None:
-        """A step run pod by pod (`RollPods`)."""
-        ...
-
-    def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
-        """After the step (`wrote`: now, or by a run killed before its gates): its
-        post-gates."""
-        ...
-
-    def check(self, work: PhaseWork, step: Step) -> None:
-        """A step already true that still has post-gates (an operator's own rollout)."""
-        ...
-
-    def finish(self, work: PhaseWork) -> None:
-        """The phase is completed (or rolled back)."""
-        ...
-
-    def settle_after_restore(self, state: State) -> None:
-        """Before undoing what the old selectors needed: `--settle` after their restore."""
-        ...
+                 pre: list[GateResult]) -> list[GateResult]: ...
+    def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None: ...
+    def roll(self, work: PhaseWork, step: Step) -> None: ...
+    def after(self, work: PhaseWork, step: Step, base: Snapshot | None,
+              wrote: bool) -> None: ...
+    def check(self, work: PhaseWork, step: Step) -> None: ...
+    def finish(self, work: PhaseWork) -> None: ...
+    def settle_after_restore(self, state: State) -> None: ...
 
 
 class Stopped(Exception):
@@ -292,7 +262,11 @@ def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:
 
 
 class Applier(Protocol):
-    """The apply back end as `afterwrite` and `ondelete` use it (`applying.Apply` is it)."""
+    """The apply back end as `afterwrite` and `ondelete` use it (`applying.Apply` is it): the
+    snapshot from the run's cache (as new as the tool's last write), `fresh` (what a step
+    changes read again onto `base`), the phases' `context`, `quiet` (the cache stops following
+    a rolling DaemonSet), `save` (the state, shielded from signals) and `refuse` (the phase
+    recorded failed, `GateFailed`)."""
 
     kube: Kube
     namespace: str
@@ -303,27 +277,10 @@ class Applier(Protocol):
     waiter: Waiter
     result: Tally
 
-    def snapshot(self) -> Snapshot:
-        """The namespace from the run's cache, at least as new as the tool's last write."""
-        ...
-
-    def fresh(self, base: Snapshot) -> Snapshot:
-        """What a step changes (DaemonSets, Services, pods, endpoints) read again onto `base`."""
-        ...
-
-    def context(self, snap: Snapshot) -> PlanContext:
-        """The phases' view of a snapshot (no recorded originals)."""
-        ...
-
-    def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
-        """The cache stops following what this DaemonSet's rollout churns until it ends."""
-        ...
-
-    def save(self) -> None:
-        """Write the state document (a write in flight finishes before a signal stops us)."""
-        ...
-
+    def snapshot(self) -> Snapshot: ...
+    def fresh(self, base: Snapshot) -> Snapshot: ...
+    def context(self, snap: Snapshot) -> PlanContext: ...
+    def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]: ...
+    def save(self) -> None: ...
     def refuse(self, rec: PhaseRecord, message: str, hint: str, step: Step | None = None,
-               gates: list[GateResult] | None = None) -> NoReturn:
-        """Record the phase failed, save, report, and stop the run (`GateFailed`, exit 1)."""
-        ...
+               gates: list[GateResult] | None = None) -> NoReturn: ...

@@ -256,7 +256,7 @@ def preview(backend: Project, state: State | None, report: PlanReport, upto: int
         if view.number in backend.views:
             views.append(backend.views[view.number])
         elif not rollback:
-            views.append(_unasked(backend, walked.phase(view.number), asked))
+            views.append(unasked(backend, walked.phase(view.number), asked))
         elif asked and backend.stopped is not None:
             views.append(replace(view, preview=PhasePreview(NOT_REACHED, ())))
         else:
@@ -275,7 +275,7 @@ def _view(decision: Decision, changes: tuple[Change, ...], gates: Any, notes: li
                                                                tuple(dict.fromkeys(waits or []))))
 
 
-def _unasked(b: Project, rec: PhaseRecord, asked: bool) -> PhaseView:
+def unasked(b: Project, rec: PhaseRecord, asked: bool) -> PhaseView:
     """A phase past N (shown as the run's final report would show it), or one an earlier
     phase's refusal keeps the run from reaching."""
     module = phases.by_number(rec.number)

@@ -2,6 +2,9 @@
 the migration's gates depend on (DaemonSet, pod readiness, EndpointSlice, garbage collector, an
 imitation of the GPU Operator's reconcile loop).
 
-It is a server, not part of the tool's layers: it may import `migrator.model` and nothing else
-of the tool, and nothing in the tool's engine imports it (only the CLI's `sim`/`demo` commands).
+It is a server, not part of the tool's layers, and the judge of the tool: it imports nothing of
+the tool (its resource catalog is `kinds`, its label selectors `labelselectors`, its field
+selectors `fieldselectors`), so a misreading in the tool cannot be shared by the sim; nothing in
+the tool's engine imports it (only the CLI's `sim`/`demo` commands). `.importlinter` keeps both
+directions so.
 """

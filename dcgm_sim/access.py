@@ -1,18 +1,21 @@
 """Bearer tokens and RBAC: who is calling, and may they do this?
 
-Each token maps to a `Policy`: a user name, its groups, and the rules granted to it by RBAC
-objects (Role/ClusterRole + RoleBinding/ClusterRoleBinding) parsed from YAML. Evaluation
-follows the real RBAC authorizer (`plugin/pkg/auth/authorizer/rbac`): a Role's rules apply in
-its binding's namespace, a ClusterRole bound by a ClusterRoleBinding applies everywhere and by
-a RoleBinding only in that namespace; `resources` entries may name `resource/subresource`;
-`resourceNames` only match requests that carry a name (so `list` and `create` cannot be
-restricted by name, while a `metadata.name=` field selector names a list or watch).
+A token names a `Policy`: a user, its groups, and how the request is authorised. As on a real
+API server, the privileged group `system:masters` may do anything (the privileged-group
+authorizer runs before RBAC), and everyone else is judged by the Roles, ClusterRoles and
+bindings in the store at that request (`rbac.StoreAuthorizer`, attached by the `ApiServer`):
+a binding created, changed or deleted through the API counts at once. `issue_token` (the
+tokens of `SimCluster.kubeconfig_for` and of the pods' ServiceAccounts) and impersonated users
+(`impersonation`) are judged by the store alone.
 
-Convenience of the sim (not Kubernetes): YAML with roles but no bindings binds every
-ClusterRole cluster-wide and every Role in its namespace to the token's user.
-
-The cluster's own RBAC (`load_rbac`, `sim serve --rbac`) is what `issue_token` identities and
-impersonated users (`impersonation`) are judged by, as a real cluster's RBAC objects are.
+Convenience of the sim (not Kubernetes): `add_token` gives a token rules of its own, parsed
+from RBAC YAML and never stored (like a static token file plus a webhook authorizer), on top
+of what the store grants its user; YAML with roles but no bindings binds every ClusterRole
+cluster-wide and every Role in its namespace to that token's user. The rules follow the same
+`RuleAllows` (`rbac.rule_allows`): a Role's rules apply in its binding's namespace,
+`resources` entries may name `resource/subresource`, `resourceNames` only match requests that
+carry a name (so `list` and `create` cannot be restricted by name, while a `metadata.name=`
+field selector names a list or watch).
 
 Requests without credentials: kubectl never sends a token over plain HTTP (client-go only
 attaches credentials to TLS connections), so by default such a request is served as
@@ -26,10 +29,12 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
+
+from dcgm_sim.rbac import StoreAuthorizer, rule_allows
 
 ADMIN_TOKEN = "sim-admin-token"
 ADMIN_USER = "sim-admin"
@@ -47,6 +52,14 @@ class Attributes:
     subresource: str = ""
     namespace: str = ""
     name: str = ""
+    path: str = ""  # a non-resource request (no `resource`): its URL path
+
+    def rule_attributes(self) -> dict[str, str]:
+        """What `rbac.rule_allows` reads, beside the verb."""
+        if self.resource:
+            return {"group": self.group, "resource": self.resource,
+                    "subresource": self.subresource, "name": self.name}
+        return {"path": self.path}
 
 
 @dataclass(frozen=True)
@@ -55,17 +68,12 @@ class Rule:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     resource_names: tuple[str, ...] = ()
+    non_resource_urls: tuple[str, ...] = ()
 
     def allows(self, a: Attributes) -> bool:
-        if not ("*" in self.verbs or a.verb in self.verbs):
-            return False
-        if not ("*" in self.api_groups or a.group in self.api_groups):
-            return False
-        combined = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
-        if not any(r in ("*", combined) or (a.subresource and r == f"*/{a.subresource}")
-                   for r in self.resources):
-            return False
-        return not self.resource_names or (bool(a.name) and a.name in self.resource_names)
+        rule = {"apiGroups": self.api_groups, "resources": self.resources, "verbs": self.verbs,
+                "resourceNames": self.resource_names, "nonResourceURLs": self.non_resource_urls}
+        return rule_allows(rule, verb=a.verb, **a.rule_attributes())
 
 
 @dataclass(frozen=True)
@@ -85,12 +93,14 @@ class Decision:
 
 @dataclass(frozen=True)
 class Policy:
-    """What one token may do."""
+    """Who a token (or an impersonation) is, and what decides for it: `system:masters`, the
+    token's own rules (`grants`, a sim convenience), then the store's RBAC (`rbac`)."""
 
     user: str
     groups: tuple[str, ...] = ("system:authenticated",)
     grants: tuple[Grant, ...] = ()
     superuser: bool = False
+    rbac: StoreAuthorizer | None = field(default=None, compare=False, repr=False)
 
     def decide(self, a: Attributes) -> Decision:
         if self.superuser:
@@ -100,6 +110,11 @@ class Policy:
                 continue
             if grant.rule.allows(a):
                 return Decision(True, f"RBAC: allowed by {grant.source}")
+        if self.rbac is not None:
+            reason = self.rbac.reason_allowed(self.user, self.groups, verb=a.verb,
+                                              namespace=a.namespace, **a.rule_attributes())
+            if reason:
+                return Decision(True, reason)
         return Decision(False, "")
 
 
@@ -113,6 +128,7 @@ def _rules(doc: dict[str, Any]) -> list[Rule]:
         out.append(Rule(
             tuple(r.get("apiGroups") or ()), tuple(r.get("resources") or ()),
             tuple(r.get("verbs") or ()), tuple(r.get("resourceNames") or ()),
+            tuple(r.get("nonResourceURLs") or ()),
         ))
     return out
 
@@ -195,17 +211,6 @@ def policy_from_rbac(rbac_yaml: str, user: str | None = None) -> Policy:
     return Policy(user, groups, _granted(docs, user, groups))
 
 
-def policy_for_user(docs: list[dict[str, Any]], user: str,
-                    groups: tuple[str, ...] | None = None) -> Policy:
-    """What the bindings in `docs` grant `user` (with `groups`; default: the groups the
-    authenticator gives that user). Members of `system:masters` may do anything, as the
-    API server's privileged-group authorizer allows them before RBAC is asked."""
-    groups = _groups_for(user) if groups is None else groups
-    if "system:masters" in groups:
-        return Policy(user, groups, superuser=True)
-    return Policy(user, groups, _granted(docs, user, groups))
-
-
 def _granted(docs: list[dict[str, Any]], user: str, groups: tuple[str, ...]) -> tuple[Grant, ...]:
     roles = {(d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
              for d in docs if d.get("kind") == "Role"}
@@ -232,7 +237,10 @@ def _granted(docs: list[dict[str, Any]], user: str, groups: tuple[str, ...]) -> 
 
 
 class AccessControl:
-    """Token → policy table (thread-safe). ADMIN_TOKEN is always present and allows everything."""
+    """Token → policy table (thread-safe). ADMIN_TOKEN is always present and allows everything.
+
+    `attach(authorizer)` (done by the `ApiServer` for its store) makes every policy but the
+    superusers' ask the store's RBAC; unattached, only a token's own rules count."""
 
     def __init__(self, tokens: Iterable[tuple[str, Policy]] = (), *,
                  allow_unauthenticated: bool = True) -> None:
@@ -242,36 +250,34 @@ class AccessControl:
             self._tokens[token] = policy
         self.anonymous: Policy | None = (
             admin_policy(UNSECURED_USER) if allow_unauthenticated else None)
-        self._rbac: list[dict[str, Any]] = []  # the cluster's roles and bindings
         self._identities: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+        self._rbac: StoreAuthorizer | None = None
 
-    def load_rbac(self, rbac_yaml_text: str) -> list[str]:
-        """Add roles and bindings to the cluster's, as `kubectl apply -f rbac.yaml` would;
-        returns the users (and ServiceAccounts) they bind. Identities with tokens from
-        `issue_token`, and impersonated users, get exactly what the loaded bindings grant."""
-        docs = rbac_documents(rbac_yaml_text)
+    def attach(self, authorizer: StoreAuthorizer) -> None:
+        """Judge by the RBAC objects of `authorizer`'s store from now on."""
         with self._lock:
-            self._rbac.extend(docs)
-        return subjects(docs)
+            self._rbac = authorizer
 
     def issue_token(self, user: str, groups: tuple[str, ...] | None = None) -> str:
         """A new bearer token for `user` (like a ServiceAccount's token): its rights are what
-        the loaded RBAC grants the user at each request."""
+        the store's RBAC grants the user at each request."""
         token = f"sim-{secrets.token_urlsafe(18)}"
         with self._lock:
             self._identities[token] = (user, groups)
         return token
 
     def policy_of(self, user: str, groups: tuple[str, ...] | None = None) -> Policy:
-        """`user`'s rights: the loaded bindings', plus the rules of any token registered for
-        that user with `add_token` (so impersonating it sees the same as using its token)."""
+        """`user`'s rights: `system:masters` may do anything; else the store's RBAC, plus the
+        rules of any token registered for that user with `add_token` (so impersonating it
+        sees the same as using its token). `groups` default to the authenticator's."""
+        groups = _groups_for(user) if groups is None else groups
+        if "system:masters" in groups:
+            return Policy(user, groups, superuser=True)
         with self._lock:
-            docs = list(self._rbac)
             extra = tuple(g for p in self._tokens.values()
                           if p.user == user and not p.superuser for g in p.grants)
-        policy = policy_for_user(docs, user, groups)
-        return policy if policy.superuser or not extra else replace(
-            policy, grants=policy.grants + extra)
+            authorizer = self._rbac
+        return Policy(user, groups, extra, rbac=authorizer)
 
     def add_token(self, token: str, rbac_yaml_text: str, user: str | None = None) -> Policy:
         """Register `token` with the rules granted by the RBAC YAML; returns its policy."""
@@ -292,15 +298,21 @@ class AccessControl:
         with self._lock:
             policy = self._tokens.get(token)
             identity = self._identities.get(token)
+            authorizer = self._rbac
         if policy is None and identity is not None:
             return self.policy_of(*identity)
         if policy is None and not token:
-            return self.anonymous
-        return policy
+            policy = self.anonymous
+        if policy is None or policy.superuser or policy.rbac is not None:
+            return policy
+        return replace(policy, rbac=authorizer)
 
 
 def forbidden_reason(a: Attributes) -> str:
-    """The authorizer's sentence, as the real server puts it in a 403 message."""
+    """The authorizer's sentence, as the real server puts it in a 403 message
+    (apiserver/pkg/endpoints/handlers/responsewriters/errors.go `forbiddenMessage`)."""
+    if not a.resource:
+        return f'User "{a.user}" cannot {a.verb} path "{a.path}"'
     resource = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
     where = (f'in the namespace "{a.namespace}"' if a.namespace else "at the cluster scope")
     return (f'User "{a.user}" cannot {a.verb} resource "{resource}" in API group "{a.group}" '

@@ -18,12 +18,10 @@ import copy
 import re
 from typing import Any
 
-from dcgm_sim import allocation, validation_endpointslice
+from dcgm_sim import allocation, kinds, labelselectors, validation_endpointslice
 from dcgm_sim.allocation import Allocated
-from dcgm_sim.simkinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET
+from dcgm_sim.kinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET, Kind
 from dcgm_sim.statuses import FieldErrors, bad_request
-from migrator.model import kinds, selectors
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 
@@ -145,9 +143,21 @@ def _check_types(kind: Kind, obj: Obj) -> None:
                           "metadata must be an object")
 
 
+def _path_segment_problems(name: str) -> list[str]:
+    """apimachinery/pkg/api/validation/path/name.go `IsValidPathSegmentName`."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
+
 def _metadata(kind: Kind, meta: Obj, creating: bool, errors: FieldErrors) -> None:
     name = meta.get("name", "")
-    if name and creating:
+    if name and creating and kind.group == "rbac.authorization.k8s.io":
+        # pkg/apis/rbac/validation: ValidateRBACName = path.IsValidPathSegmentName, so the
+        # bootstrap names ("system:basic-user") are valid
+        for problem in _path_segment_problems(name):
+            errors.add("Invalid", "metadata.name", problem, name)
+    elif name and creating:
         if kind in (kinds.NAMESPACE,):
             pattern, message, limit = _DNS1123_LABEL, _LABEL_MSG, 63
         elif kind == kinds.SERVICE:
@@ -319,9 +329,9 @@ def _template_selector(spec: Obj, path: str, what: str, errors: FieldErrors) -> 
                    selector)
     else:
         try:
-            matches = selectors.from_label_selector(selector).matches(
+            matches = labelselectors.label_selector_as_selector(selector).matches(
                 template["metadata"].get("labels") or {})
-        except selectors.SelectorError as e:
+        except labelselectors.SelectorError as e:
             errors.add("Invalid", f"{path}.selector", str(e), selector)
         else:
             if not matches:

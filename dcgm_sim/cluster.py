@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
-from dcgm_sim.access import ADMIN_USER, AccessControl
+from dcgm_sim import rbac
+from dcgm_sim.access import ADMIN_USER, AccessControl, rbac_documents, subjects
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import ControllerSet
 from dcgm_sim.controllers.kubelet import Kubelet
@@ -276,8 +277,11 @@ class SimCluster:
         operator.set_release(release)
 
     def load_rbac(self, rbac_yaml_text: str) -> list[str]:
-        """Install roles and bindings (see `AccessControl.load_rbac`); returns whom they bind."""
-        return self.server.access.load_rbac(rbac_yaml_text)
+        """Create (or replace) the YAML's Roles, ClusterRoles and bindings in the store, as
+        `kubectl apply -f` would; returns the users and ServiceAccounts they bind."""
+        docs = rbac_documents(rbac_yaml_text)
+        rbac.install(self.store, docs)
+        return subjects(docs)
 
     def kubeconfig_for(self, user: str, path: str | Path | None = None, *,
                        token: str | None = None) -> Path:

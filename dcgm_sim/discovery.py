@@ -1,9 +1,10 @@
 """Discovery documents: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}[/{version}]`.
 
-Built from the one Kind table so the sim serves exactly what the tool knows. Legacy
-(unaggregated) discovery only: kubectl asks for the aggregated form first and falls back when
-the answer is plain `application/json`. Groups disabled by a fault are left out, as a CRD
-that is not installed would be. Pure.
+Built from the sim's own catalog (`kinds`): each resource's scope, verbs, short names,
+categories and subresources as kube-apiserver lists them. Legacy (unaggregated) discovery only:
+kubectl asks for the aggregated form first and falls back when the answer is plain
+`application/json`. Groups disabled by a fault are left out, as a CRD that is not installed
+would be. Pure.
 """
 
 from __future__ import annotations
@@ -11,15 +12,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from dcgm_sim import simkinds
-from migrator.model import kinds
-from migrator.model.kinds import Kind
+from dcgm_sim import kinds
+from dcgm_sim.kinds import Kind
 
 Obj = dict[str, Any]
 
-ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-_CATEGORY_ALL = (kinds.POD, kinds.SERVICE, kinds.DAEMONSET, simkinds.DEPLOYMENT,
-                 simkinds.REPLICA_SET, simkinds.JOB, simkinds.CRON_JOB)
 _PREFERRED = {"nvidia.com": "v1"}
 
 
@@ -43,7 +40,7 @@ def api_versions(server_address: str) -> Obj:
 def _groups(disabled: Collection[str]) -> dict[str, list[str]]:
     """group -> versions, in Kind-table order, core excluded."""
     out: dict[str, list[str]] = {}
-    for k in simkinds.ALL:
+    for k in kinds.ALL:
         if k.group and k.group not in disabled:
             versions = out.setdefault(k.group, [])
             if k.version not in versions:
@@ -73,34 +70,26 @@ def api_group(group: str, disabled: Collection[str] = ()) -> Obj | None:
     return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group, versions)}
 
 
-def _verbs(kind: Kind) -> list[str]:
-    if kind in kinds.ACCESS_REVIEWS:
-        return ["create"]
-    return list(ALL_VERBS)
-
-
 def _resource_entries(kind: Kind) -> list[Obj]:
     main: Obj = {
         "name": kind.plural, "singularName": kind.singular, "namespaced": kind.namespaced,
-        "kind": kind.kind, "verbs": _verbs(kind),
+        "kind": kind.kind, "verbs": list(kind.verbs),
     }
     if kind.short_names:
         main["shortNames"] = list(kind.short_names)
-    if kind in _CATEGORY_ALL:
-        main["categories"] = ["all"]
-    entries = [main]
-    if kind.has_status:
-        entries.append({"name": f"{kind.plural}/status", "singularName": "",
-                        "namespaced": kind.namespaced, "kind": kind.kind,
-                        "verbs": ["get", "patch", "update"]})
-    return entries
+    if kind.categories:
+        main["categories"] = list(kind.categories)
+    return [main, *({"name": f"{kind.plural}/{sub}", "singularName": "",
+                     "namespaced": kind.namespaced, "kind": kind.kind,
+                     "verbs": list(kinds.SUBRESOURCE_VERBS[sub])}
+                    for sub in sorted(kind.subresources))]
 
 
 def resource_list(group: str, version: str, disabled: Collection[str] = ()) -> Obj | None:
     """The APIResourceList of one group version, or None when it is not served."""
     if group in disabled:
         return None
-    served = [k for k in simkinds.ALL if k.group == group and k.version == version]
+    served = [k for k in kinds.ALL if k.group == group and k.version == version]
     if not served:
         return None
     resources = [entry for k in served for entry in _resource_entries(k)]

@@ -2,9 +2,12 @@
 
 Order as on a real server: the bearer token names the user (401 if unknown); impersonation
 headers, if the caller may use them, replace it (`impersonation`); the request is
-authorised by RBAC (403 with the authorizer's sentence); then this sim's faults (latency, a
-random 500/503/429, the Nth write failing) apply; then discovery or the resource handler runs
-(and `Faults.after_write` may hold a successful write's answer: the crash-test hook).
+authorised (403 with the authorizer's sentence): `system:masters` may do anything, everyone else
+is judged by the RBAC objects in the store at that moment (`access`, `rbac`), discovery and the
+reviews included (the bootstrap roles grant them to `system:authenticated`); then this sim's
+faults (latency, a random 500/503/429, the Nth write failing) apply; then discovery or the
+resource handler runs (and `Faults.after_write` may hold a successful write's answer: the
+crash-test hook).
 `/sim/v1/*` (the sim's own control endpoints) skips all of it and is not logged.
 """
 
@@ -19,10 +22,10 @@ from dcgm_sim import (
     eventsapi,
     handlers,
     impersonation,
+    kinds,
     openapi,
     routing,
     simendpoints,
-    simkinds,
 )
 from dcgm_sim.access import Attributes, Policy, forbidden_reason
 from dcgm_sim.exchange import Backend, Request, Response, error_response, json_response
@@ -38,7 +41,6 @@ from dcgm_sim.statuses import (
     too_many_requests,
     unauthorized,
 )
-from migrator.model import kinds
 
 
 @dataclass
@@ -99,11 +101,14 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     if info.is_resource:
         if kind is None or b.faults.group_disabled(info.group):
             raise no_such_path()
-        if kind != kinds.SELF_SUBJECT_ACCESS_REVIEW:
-            attrs = Attributes(policy.user, info.verb, info.group, info.resource,
-                               info.subresource, info.namespace, routing.authz_name(info))
-            if not policy.decide(attrs).allowed:
-                raise forbidden(kind, info.resource, attrs.name, forbidden_reason(attrs))
+        attrs = Attributes(policy.user, info.verb, info.group, info.resource,
+                           info.subresource, info.namespace, routing.authz_name(info))
+        if not policy.decide(attrs).allowed:
+            raise forbidden(kind, info.resource, attrs.name, forbidden_reason(attrs))
+    else:
+        attrs = Attributes(policy.user, info.method.lower(), path=info.path)
+        if not policy.decide(attrs).allowed:  # status.NewForbidden with no resource
+            raise ApiError(403, "Forbidden", f"forbidden: {forbidden_reason(attrs)}", {})
     latency = b.faults.latency_seconds()
     if latency > 0:
         time.sleep(latency)
@@ -113,7 +118,7 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     if code is not None:
         raise _injected(code, b.faults.snapshot()["retry_after_seconds"])
     if info.is_resource:
-        if kind is not None and kind.key == simkinds.EVENTS_V1.key:  # core Events, converted
+        if kind is not None and kind.key == kinds.EVENTS_V1.key:  # core Events, converted
             core_info, core_req = eventsapi.core_request(info, req)
             response = eventsapi.answer(handlers.handle(b, core_info, core_req, policy))
         elif counts_as_write and b.write_latency is not None:

@@ -12,8 +12,8 @@ import json
 import threading
 from typing import Any
 
+from dcgm_sim.kinds import Kind
 from dcgm_sim.store import Event
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 _CacheKey = tuple[str, str, str]

@@ -13,8 +13,10 @@ involvedObject.kind=…,involvedObject.uid=…`), and the reverse.
 
 Create through events.k8s.io/v1 is validated as upstream's `ValidateEventCreate` for that
 version (`pkg/apis/core/validation/events.go`): `eventTime`, `reportingController` (a
-qualified name), `reportingInstance`, `action` and `reason` (at most 128 characters each) are
-required, `type` is Normal or Warning, `note` at most 1 kB, the deprecated fields unset, and
+qualified name), `reportingInstance`, `action` and `reason` (at most 128 bytes each) are
+required, `type` is Normal or Warning, `note` at most 1024 bytes (Go's `len`: a note of 1024
+characters with any non-ASCII one is refused, though the message says "characters", and is
+reported under the internal type's name, `message`), the deprecated fields unset, and
 `regarding.namespace` that of the Event. Field selectors take upstream's events.k8s.io names
 (`regarding.kind`, `regarding.name`, …, `reportingController`) and are matched on the stored
 object under their core names. Watches, gets, lists, patches (merge, strategic merge, JSON
@@ -30,11 +32,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from dcgm_sim import fieldselectors, simkinds
+from dcgm_sim import fieldselectors, kinds
 from dcgm_sim.exchange import Request, Response
 from dcgm_sim.routing import RequestInfo
 from dcgm_sim.statuses import ApiError, bad_request
-from migrator.model import kinds
 
 Obj = dict[str, Any]
 
@@ -63,7 +64,7 @@ def to_core(event: Obj) -> Obj:
 
 def to_v1(event: Obj) -> Obj:
     """A core/v1 Event in events.k8s.io/v1 names."""
-    return _rename(event, _TO_V1, simkinds.EVENTS_V1.api_version)
+    return _rename(event, _TO_V1, kinds.EVENTS_V1.api_version)
 
 
 def core_selector(text: str) -> str:
@@ -80,6 +81,11 @@ def core_selector(text: str) -> str:
     return ",".join(out)
 
 
+def _bytes(value: Any) -> int:
+    """Go's `len` of a string: its UTF-8 bytes, not its characters."""
+    return len(str(value or "").encode("utf-8"))
+
+
 def validate_create(event: Obj, namespace: str) -> None:
     """events.k8s.io/v1 create validation (module docstring); 422 naming every field."""
     errors = []
@@ -87,16 +93,16 @@ def validate_create(event: Obj, namespace: str) -> None:
         if not event.get(name):
             errors.append(f"{name}: Required value")
     for name in ("reportingInstance", "action", "reason"):
-        if len(str(event.get(name) or "")) > LENGTH_LIMIT:
-            errors.append(f"{name}: Too long: may not be more than {LENGTH_LIMIT} bytes")
+        if _bytes(event.get(name)) > LENGTH_LIMIT:
+            errors.append(f'{name}: Invalid value: "": can have at most {LENGTH_LIMIT} characters')
     controller = str(event.get("reportingController") or "")
     if controller and not _QUALIFIED.match(controller):
         errors.append(f'reportingController: Invalid value: "{controller}": a qualified name '
                       "must consist of alphanumeric characters, '-', '_' or '.'")
     if event.get("type") not in ("Normal", "Warning"):
         errors.append(f'type: Invalid value: "": has invalid value: {event.get("type") or ""}')
-    if len(str(event.get("note") or "")) > NOTE_LIMIT:
-        errors.append(f"note: Too long: may not be more than {NOTE_LIMIT} bytes")
+    if _bytes(event.get("note")) > NOTE_LIMIT:  # checked on the internal type: "message"
+        errors.append(f'message: Invalid value: "": can have at most {NOTE_LIMIT} characters')
     for name in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount"):
         if event.get(name):
             errors.append(f'{name}: Invalid value: "": needs to be unset')
@@ -127,7 +133,7 @@ def _converted(value: Any) -> Any:
     if value.get("kind") == "Event":
         return to_v1(value)
     if value.get("kind") == "EventList":
-        return {**value, "apiVersion": simkinds.EVENTS_V1.api_version,
+        return {**value, "apiVersion": kinds.EVENTS_V1.api_version,
                 "items": [to_v1(i) for i in value.get("items") or []]}
     if value.get("kind") == "Table":
         for row in value.get("rows") or []:
@@ -157,7 +163,7 @@ def core_request(info: RequestInfo, req: Request) -> tuple[RequestInfo, Request]
     query = dict(info.query)
     if "fieldSelector" in query:
         try:  # this version's field names only (core's `involvedObject.*` is a 400 here)
-            fieldselectors.parse(query["fieldSelector"], simkinds.EVENTS_V1)
+            fieldselectors.parse(query["fieldSelector"], kinds.EVENTS_V1)
         except fieldselectors.FieldSelectorError as e:
             raise bad_request(str(e)) from e
         query["fieldSelector"] = core_selector(query["fieldSelector"])

@@ -1,7 +1,10 @@
 """`fieldSelector` for list and watch: parse, check the field is one the real server indexes, match.
 
-Only the fields the real API server supports per kind are accepted (`pkg/registry/*/strategy.go`
-`*ToSelectableFields`); any other field is a 400, as on a real cluster. Pure: no I/O.
+Parsed as apimachinery's `fields.ParseSelector` (`pkg/fields/selector.go`: terms split on
+unescaped commas, each at the first `!=`, `==` or `=`, the value unescaped by `UnescapeValue`,
+which refuses a bare `,` or `=` and unknown escapes; no trimming). Only the fields the real API
+server supports per kind are accepted (`pkg/registry/*/strategy.go` `*ToSelectableFields`); any
+other field is a 400, as on a real cluster. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -9,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.model import kinds
-from migrator.model.kinds import Kind
+from dcgm_sim import kinds
+from dcgm_sim.kinds import Kind
 
 _COMMON = ("metadata.name", "metadata.namespace")
 _EXTRA: dict[str, tuple[str, ...]] = {
@@ -56,53 +59,74 @@ class FieldRequirement:
 FieldSelector = tuple[FieldRequirement, ...]
 
 
-def _split_unescaped(text: str, sep: str) -> list[str]:
-    out, current, escaped = [], [], False
-    for char in text:
+def split_terms(text: str) -> list[str]:
+    """`splitTerms`: split on commas not escaped by a backslash (the backslash is kept)."""
+    if not text:
+        return []
+    out, start, escaped = [], 0, False
+    for i, char in enumerate(text):
         if escaped:
-            current.append(char)
             escaped = False
         elif char == "\\":
-            current.append(char)
             escaped = True
-        elif char == sep:
-            out.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    out.append("".join(current))
+        elif char == ",":
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
     return out
 
 
-def _unescape(value: str) -> str:
+def split_term(term: str) -> tuple[str, str, str] | None:
+    """`splitTerm`: the first position where `!=`, `==` or `=` starts (tried in that order)
+    splits the term; the field takes no escapes."""
+    for i in range(len(term)):
+        for op in ("!=", "==", "="):
+            if term.startswith(op, i):
+                return term[:i], op, term[i + len(op):]
+    return None
+
+
+def unescape_value(value: str) -> str:
+    """`UnescapeValue`: `\\\\`, `\\,` and `\\=` are the escapes; any other escape, a trailing
+    backslash, or a bare `,` or `=` in the value is an error."""
     out, escaped = [], False
     for char in value:
         if escaped:
+            if char not in "\\,=":
+                raise FieldSelectorError(
+                    f"invalid field selector: invalid escape sequence: \\{char}")
             out.append(char)
             escaped = False
         elif char == "\\":
             escaped = True
+        elif char in ",=":
+            raise FieldSelectorError(
+                f"invalid field selector: unescaped character in value: {ord(char)}")
         else:
             out.append(char)
+    if escaped:
+        raise FieldSelectorError("invalid field selector: invalid escape sequence: \\")
     return "".join(out)
 
 
-def parse(text: str | None, kind: Kind) -> FieldSelector:
-    """Parse `a=b,c!=d`; FieldSelectorError names the unsupported field like the real server."""
-    if not text or not text.strip():
-        return ()
+def parse_selector(text: str | None) -> FieldSelector:
+    """`fields.ParseSelector`: terms in sorted order, empty ones skipped; `==` is `=`."""
     reqs: list[FieldRequirement] = []
-    for term in _split_unescaped(text, ","):
+    for term in sorted(split_terms(text or "")):
         if not term:
             continue
-        for op in ("!=", "==", "="):
-            idx = term.find(op)
-            if idx > 0:
-                key, value = term[:idx].strip(), _unescape(term[idx + len(op):])
-                reqs.append(FieldRequirement(key, "!=" if op == "!=" else "=", value))
-                break
-        else:
+        split = split_term(term)
+        if split is None:
             raise FieldSelectorError(f"invalid selector: '{text}'; can't understand '{term}'")
+        field, op, value = split
+        reqs.append(FieldRequirement(field, "!=" if op == "!=" else "=", unescape_value(value)))
+    return tuple(reqs)
+
+
+def parse(text: str | None, kind: Kind) -> FieldSelector:
+    """`fields.ParseSelector`, then the kind's field check; FieldSelectorError names the
+    problem as the real server does."""
+    reqs = parse_selector(text)
     allowed = _COMMON + _EXTRA.get(kind.key, ())
     for req in reqs:
         if req.field not in allowed:

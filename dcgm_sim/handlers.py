@@ -18,10 +18,21 @@ import bisect
 import json
 from typing import Any
 
-from dcgm_sim import fieldselectors, openapi, podlog, protobuf, tables, watching, writes
+from dcgm_sim import (
+    fieldselectors,
+    kinds,
+    labelselectors,
+    openapi,
+    podlog,
+    protobuf,
+    tables,
+    watching,
+    writes,
+)
 from dcgm_sim.access import Attributes, Policy
 from dcgm_sim.encoding import dumps
 from dcgm_sim.exchange import Backend, Request, Response, json_response
+from dcgm_sim.kinds import Kind
 from dcgm_sim.routing import RequestInfo
 from dcgm_sim.statuses import (
     LIST_TOO_OLD,
@@ -35,8 +46,6 @@ from dcgm_sim.statuses import (
     success,
     unsupported_media_type,
 )
-from migrator.model import kinds, selectors
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 
@@ -75,12 +84,12 @@ def _dry_run(info: RequestInfo, body: Any = None) -> bool:
     return bool(values)
 
 
-def _selectors(info: RequestInfo, kind: Kind) -> tuple[selectors.Selector,
+def _selectors(info: RequestInfo, kind: Kind) -> tuple[labelselectors.Selector,
                                                       fieldselectors.FieldSelector]:
     try:
-        labels = selectors.parse(info.query.get("labelSelector"))
-    except selectors.SelectorError as e:
-        raise bad_request(f"unable to parse requirement: {e}") from e
+        labels = labelselectors.parse(info.query.get("labelSelector"))
+    except labelselectors.SelectorError as e:
+        raise bad_request(str(e)) from e
     try:
         fields = fieldselectors.parse(info.query.get("fieldSelector"), kind)
     except fieldselectors.FieldSelectorError as e:
@@ -379,19 +388,17 @@ def _review_answer(kind: Kind, spec: Obj, policy: Policy) -> Response:
     """The review with its `status`: what `policy` allows for the attributes in `spec`."""
     res = spec.get("resourceAttributes")
     if isinstance(res, dict):
-        decision = policy.decide(Attributes(
+        attrs = Attributes(
             policy.user, res.get("verb", ""), res.get("group", ""), res.get("resource", ""),
-            res.get("subresource", ""), res.get("namespace", ""), res.get("name", "")))
-        status: Obj = {"allowed": decision.allowed}
-        if decision.reason:
-            status["reason"] = decision.reason
-    elif "system:authenticated" in policy.groups or policy.superuser:
-        # Non-resource URLs (discovery, /version, /healthz) are open to every authenticated user.
-        status = {"allowed": True, "reason": "RBAC: allowed by ClusterRoleBinding "
-                  '"system:discovery" of ClusterRole "system:discovery" to Group '
-                  '"system:authenticated"'}
-    else:
-        status = {"allowed": False}
+            res.get("subresource", ""), res.get("namespace", ""), res.get("name", ""))
+    else:  # nonResourceAttributes: judged by the same rules (system:discovery, ...)
+        non = spec.get("nonResourceAttributes")
+        non = non if isinstance(non, dict) else {}
+        attrs = Attributes(policy.user, non.get("verb", ""), path=non.get("path", ""))
+    decision = policy.decide(attrs)
+    status: Obj = {"allowed": decision.allowed}
+    if decision.reason:
+        status["reason"] = decision.reason
     answer = {"kind": kind.kind, "apiVersion": kind.api_version,
               "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
     return json_response(201, answer)

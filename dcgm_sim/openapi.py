@@ -30,10 +30,9 @@ import hashlib
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from dcgm_sim import simkinds
+from dcgm_sim import kinds
 from dcgm_sim.encoding import dumps
-from migrator.model import kinds
-from migrator.model.kinds import Kind
+from dcgm_sim.kinds import Kind, ResourceName
 
 Obj = dict[str, Any]
 
@@ -317,11 +316,11 @@ _DEFS: dict[str, tuple[str, dict[str, str]]] = {
 }
 _MODELLED = {kinds.DAEMONSET: "apps.DaemonSet", kinds.POD: "core.Pod",
              kinds.SERVICE: "core.Service", kinds.CONFIGMAP: "core.ConfigMap",
-             kinds.NAMESPACE: "core.Namespace", simkinds.DEPLOYMENT: "apps.Deployment",
-             simkinds.JOB: "batch.Job", simkinds.CRON_JOB: "batch.CronJob",
-             simkinds.SERVICE_ACCOUNT: "core.ServiceAccount", simkinds.ROLE: "rbac.Role",
-             simkinds.ROLE_BINDING: "rbac.RoleBinding", simkinds.CLUSTER_ROLE: "rbac.ClusterRole",
-             simkinds.CLUSTER_ROLE_BINDING: "rbac.ClusterRoleBinding"}
+             kinds.NAMESPACE: "core.Namespace", kinds.DEPLOYMENT: "apps.Deployment",
+             kinds.JOB: "batch.Job", kinds.CRON_JOB: "batch.CronJob",
+             kinds.SERVICE_ACCOUNT: "core.ServiceAccount", kinds.ROLE: "rbac.Role",
+             kinds.ROLE_BINDING: "rbac.RoleBinding", kinds.CLUSTER_ROLE: "rbac.ClusterRole",
+             kinds.CLUSTER_ROLE_BINDING: "rbac.ClusterRoleBinding"}
 _GROUP_PACKAGES = {"": "io.k8s.api.core", "apiextensions.k8s.io":
                    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions"}
 
@@ -461,7 +460,7 @@ def _paths(kind: Kind, ref: Obj, v3: bool) -> dict[str, Obj]:
 
 
 def _served(group: str, version: str) -> list[Kind]:
-    return [k for k in simkinds.ALL if k.group == group and k.version == version]
+    return [k for k in kinds.ALL if k.group == group and k.version == version]
 
 
 def _gv_path(group: str, version: str) -> str:
@@ -470,7 +469,7 @@ def _gv_path(group: str, version: str) -> str:
 
 def _group_versions(disabled: Collection[str]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    for k in simkinds.ALL:
+    for k in kinds.ALL:
         if (k.group, k.version) not in out and k.group not in disabled:
             out.append((k.group, k.version))
     return out
@@ -524,7 +523,7 @@ def v3_target(parts: tuple[str, ...]) -> tuple[str, str] | None:
 
 @functools.lru_cache(maxsize=8)
 def _v2_bytes(disabled: frozenset[str]) -> bytes:
-    served = [k for k in simkinds.ALL if k.group not in disabled]
+    served = [k for k in kinds.ALL if k.group not in disabled]
     prefix = "#/definitions/"
     paths: Obj = {}
     for k in served:
@@ -571,10 +570,11 @@ def accepts_json(accept: str) -> bool:
 
 # ---- fieldValidation ------------------------------------------------------------------------
 
-def unknown_fields(kind: Kind, body: Any, *, patch: bool = False) -> list[str]:
+def unknown_fields(kind: ResourceName, body: Any, *, patch: bool = False) -> list[str]:
     """Paths of the fields of `body` this kind's schema does not declare, as upstream's strict
     decoder names them (`spec.template.spec.containers[0].foo`). A patch's directives (`$patch`,
     `$setElementOrder/...`) and deletions (null) are not fields."""
+    kind = kinds.resolve(kind)
     if not isinstance(body, dict):
         return []
     out: list[str] = []

@@ -1,12 +1,12 @@
 """The three patch formats the API server accepts: JSON merge patch (RFC 7386), JSON patch
-(RFC 6902) and Kubernetes strategic merge patch.
+(RFC 6902, as evanphx/json-patch v4 applies it) and Kubernetes strategic merge patch.
 
-Strategic merge patch is schema-driven on a real server; here the schema is the table of
-`patchMergeKey`s of the fields this project and kubectl touch (from the `k8s.io/api` struct
-tags): lists of containers, env, volumes, volumeMounts, ports, ownerReferences, ... merge
-element-wise by key, `finalizers` merge as a set, every other list is replaced. Maps merge
-recursively, `null` deletes a key, and the `$patch`, `$retainKeys`,
-`$deleteFromPrimitiveList/<f>` and `$setElementOrder/<f>` directives are honoured.
+Strategic merge patch is schema-driven on a real server; here the schema (`KUBERNETES`) is the
+table of `patchMergeKey`s of the fields this project and kubectl touch (from the `k8s.io/api`
+struct tags): lists of containers, env, volumes, volumeMounts, ports, ownerReferences, ...
+merge element-wise by key, `finalizers` merge as a set, every other list is replaced. The
+merge itself (maps, null, `$patch`, `$retainKeys`, `$deleteFromPrimitiveList/<f>`,
+`$setElementOrder/<f>`, the merged list's order) is apimachinery's, ported in `strategic`.
 
 Pure functions on JSON-like values; inputs are never mutated.
 """
@@ -14,13 +14,16 @@ Pure functions on JSON-like values; inputs are never mutated.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
+from dcgm_sim import strategic
+from dcgm_sim.strategic import MergeSchema, PatchError
+
+__all__ = ["KUBERNETES", "MergeSchema", "PatchError", "json_patch", "merge_key", "merge_patch",
+           "strategic_merge"]
+
 Path = tuple[str, ...]
-
-
-class PatchError(ValueError):
-    """The patch cannot be applied (422 for JSON patch, 400 for a malformed document)."""
 
 
 # ---- RFC 7386 JSON merge patch -------------------------------------------------------------
@@ -39,118 +42,169 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-# ---- RFC 6902 JSON patch -------------------------------------------------------------------
+# ---- RFC 6902 JSON patch, as kube-apiserver applies it -------------------------------------
+#
+# kube-apiserver applies JSON patches with evanphx/json-patch v4 (gopkg.in/evanphx/json-patch.v4
+# v4.12.0, `Patch.Apply` in apiserver/pkg/endpoints/handlers/patch.go `applyJSPatch`); where
+# that library departs from RFC 6902 the sim does as it does (patch.go at v4.12.0):
+# - `replace` of a missing object member sets it (`partialDoc.get` never fails);
+# - array indices are `strconv.Atoi`'s ("01" is 1, "+1" too) and negative ones count from the
+#   end (`SupportNegativeIndices` defaults to true);
+# - `add` and `replace` without a `value` write null; `add` at the root ("") is refused
+#   (`findObject` needs a "/"), a root `replace` takes only an object or an array;
+# - `copy` from a missing object member writes null; `test` of a missing member against null
+#   passes, and scalars are equal only as the same JSON text (1 is not 1.0).
+# tests/peers/test_jsonpatch.py runs json-patch/json-patch-tests against this and lists where
+# the library (and so this) differs from the RFC suite.
 
 
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise PatchError(f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+def _string_member(op: dict[str, Any], name: str) -> str:
+    """`Operation.Path` / `Operation.From`: present, not null, a string."""
+    value = op.get(name)
+    if not isinstance(value, str):
+        raise PatchError(f"operation missing {name} field" if value is None
+                         else f"json: cannot unmarshal {name} into Go value of type string")
+    return value
 
 
-def _index(container: list[Any], token: str, *, adding: bool, path: str) -> int:
-    if adding and token == "-":
-        return len(container)
-    if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
-        raise PatchError(f"invalid array index {token!r} in {path}")
-    idx = int(token)
-    limit = len(container) if adding else len(container) - 1
-    if idx > limit:
-        raise PatchError(f"array index out of bounds: {path}")
+def _find(doc: Any, path: str) -> tuple[Any, str]:
+    """`findObject`: the container of the path's last token, and that token; PatchError when
+    the path has no "/" or a container on the way is missing."""
+    split = path.split("/")
+    if len(split) < 2:
+        raise PatchError(f'doc is missing path: "{path}"')
+    node = doc
+    for part in split[1:-1]:
+        child = _member(node, _decode(part))
+        if not isinstance(child, (dict, list)):
+            raise PatchError(f'doc is missing path: "{path}"')
+        node = child
+    return node, _decode(split[-1])
+
+
+def _decode(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def _atoi(key: str) -> int:
+    body = key[1:] if key[:1] in ("+", "-") else key
+    if not body.isascii() or not body.isdigit():
+        raise PatchError(f"value was not a proper array index: '{key}'")
+    return int(key)
+
+
+def _array_index(items: list[Any], key: str, size: int) -> int:
+    """An index into `size` slots (`len` to read, `len + 1` to insert), negatives from the end."""
+    idx = _atoi(key)
+    if idx < 0:
+        if idx < -size:
+            raise PatchError(f"Unable to access invalid index: {idx}")
+        idx += size
+    if idx >= size:
+        raise PatchError(f"Unable to access invalid index: {idx}")
     return idx
 
 
-def _parent(doc: Any, tokens: list[str], path: str) -> Any:
-    node = doc
-    for token in tokens[:-1]:
-        if isinstance(node, dict):
-            if token not in node:
-                raise PatchError(f'doc is missing path: "{path}"')
-            node = node[token]
-        elif isinstance(node, list):
-            node = node[_index(node, token, adding=False, path=path)]
-        else:
-            raise PatchError(f'doc is missing path: "{path}"')
-    return node
+def _member(node: Any, key: str) -> Any:
+    """`container.get`: an object's missing member is None (no error), an array's index must
+    exist."""
+    if isinstance(node, dict):
+        return node.get(key)
+    if isinstance(node, list):
+        return node[_array_index(node, key, len(node))]
+    raise PatchError(f"doc is missing key: {key}")
 
 
-def _get(doc: Any, path: str) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
-        return doc
-    parent = _parent(doc, tokens, path)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise PatchError(f'doc is missing path: "{path}"')
-        return parent[last]
-    if isinstance(parent, list):
-        return parent[_index(parent, last, adding=False, path=path)]
-    raise PatchError(f'doc is missing path: "{path}"')
-
-
-def _add(doc: Any, path: str, value: Any) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
-        return value
-    parent = _parent(doc, tokens, path)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, last, adding=True, path=path), value)
+def _insert(node: Any, key: str, value: Any) -> None:
+    """`container.add`: set an object member; insert into an array ("-" appends)."""
+    if isinstance(node, dict):
+        node[key] = value
+    elif key == "-":
+        node.append(value)
     else:
-        raise PatchError(f'doc is missing path: "{path}"')
+        node.insert(_array_index(node, key, len(node) + 1), value)
+
+
+def _delete(node: Any, key: str) -> None:
+    if isinstance(node, dict):
+        if key not in node:
+            raise PatchError(f"Unable to remove nonexistent key: {key}")
+        del node[key]
+    else:
+        del node[_array_index(node, key, len(node))]
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """`lazyNode.equal`: members and elements recursively, scalars as the same JSON text."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (dict, list)) or isinstance(b, (dict, list)):
+        return False
+    return bool(json.dumps(a) == json.dumps(b))
+
+
+def _apply_one(doc: Any, op: dict[str, Any]) -> Any:
+    kind = op.get("op")
+    value = copy.deepcopy(op.get("value"))
+    if kind == "add":
+        node, key = _find(doc, _string_member(op, "path"))
+        _insert(node, key, value)
+    elif kind == "remove":
+        node, key = _find(doc, _string_member(op, "path"))
+        _delete(node, key)
+    elif kind == "replace":
+        path = _string_member(op, "path")
+        if path == "":
+            if not isinstance(value, (dict, list)):
+                raise PatchError("replace operation value must be object or array")
+            return value
+        node, key = _find(doc, path)
+        if isinstance(node, list):
+            node[_array_index(node, key, len(node))] = value
+        else:
+            node[key] = value
+    elif kind in ("move", "copy"):
+        node, key = _find(doc, _string_member(op, "from"))
+        moved = copy.deepcopy(_member(node, key))
+        if kind == "move":
+            _delete(node, key)
+        target, at = _find(doc, _string_member(op, "path"))
+        _insert(target, at, moved)
+    elif kind == "test":
+        _test(doc, op)
+    else:
+        raise PatchError(f"Unexpected kind: {kind if isinstance(kind, str) else 'unknown'}")
     return doc
 
 
-def _remove(doc: Any, path: str) -> tuple[Any, Any]:
-    tokens = _pointer(path)
-    if not tokens:
-        raise PatchError("cannot remove the whole document")
-    parent = _parent(doc, tokens, path)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise PatchError(f'remove operation does not apply: doc is missing path: "{path}"')
-        return doc, parent.pop(last)
-    if isinstance(parent, list):
-        return doc, parent.pop(_index(parent, last, adding=False, path=path))
-    raise PatchError(f'remove operation does not apply: doc is missing path: "{path}"')
+def _test(doc: Any, op: dict[str, Any]) -> None:
+    path = _string_member(op, "path")
+    failed = PatchError(f"testing value {path} failed: test failed")
+    if path == "":
+        if "value" not in op or not _equal(doc, op["value"]):
+            raise failed
+        return
+    node, key = _find(doc, path)
+    current = _member(node, key)
+    if "value" not in op:  # upstream dereferences the missing value (a panic: 500)
+        raise failed
+    if current is None:
+        if op["value"] is not None:
+            raise failed
+    elif not _equal(current, op["value"]):
+        raise failed
 
 
 def json_patch(doc: Any, operations: Any) -> Any:
-    """Apply an RFC 6902 operation list (add, remove, replace, move, copy, test)."""
-    if not isinstance(operations, list):
+    """Apply an RFC 6902 operation list (add, remove, replace, move, copy, test) as
+    kube-apiserver's evanphx/json-patch v4 does (see above)."""
+    if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
         raise PatchError("a JSON patch must be a list of operations")
     doc = copy.deepcopy(doc)
     for op in operations:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise PatchError(f"invalid JSON patch operation: {op!r}")
-        kind, path = op["op"], op["path"]
-        if kind in ("add", "replace", "test") and "value" not in op:
-            raise PatchError(f"missing value for {kind} operation at {path}")
-        if kind == "add":
-            doc = _add(doc, path, copy.deepcopy(op["value"]))
-        elif kind == "remove":
-            doc, _ = _remove(doc, path)
-        elif kind == "replace":
-            _get(doc, path)  # must exist
-            if _pointer(path):
-                doc, _ = _remove(doc, path)
-            doc = _add(doc, path, copy.deepcopy(op["value"]))
-        elif kind == "move":
-            doc, value = _remove(doc, op.get("from", ""))
-            doc = _add(doc, path, value)
-        elif kind == "copy":
-            doc = _add(doc, path, copy.deepcopy(_get(doc, op.get("from", ""))))
-        elif kind == "test":
-            if _get(doc, path) != op["value"]:
-                raise PatchError(f"testing value {path} failed: test failed")
-        else:
-            raise PatchError(f"unexpected kind of operation: {kind!r}")
+        doc = _apply_one(doc, op)
     return doc
 
 
@@ -180,83 +234,18 @@ _MERGE_KEYS: dict[tuple[str, str], str] = {
     ("status", "hostIPs"): "ip",
 }
 _PRIMITIVE_MERGE = {("metadata", "finalizers")}
-_DIRECTIVE = "$patch"
-_RETAIN = "$retainKeys"
-_DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
-_ORDER = "$setElementOrder/"
+
+
+KUBERNETES = MergeSchema(_MERGE_KEYS, frozenset(_PRIMITIVE_MERGE))
 
 
 def merge_key(path: Path) -> str | None:
     """The patchMergeKey of the list at `path` (field names only), None when it is replaced."""
-    if len(path) < 2:
-        return None
-    return _MERGE_KEYS.get((path[-2], path[-1]))
+    return KUBERNETES.merge_key(path)
 
 
-def _strip(value: Any) -> Any:
-    """A patch fragment added as new content: drop directives it carries."""
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items()
-                if not k.startswith("$") and v is not None}
-    if isinstance(value, list):
-        return [_strip(v) for v in value if not (isinstance(v, dict) and v.get(_DIRECTIVE))]
-    return value
-
-
-def strategic_merge(original: Any, patch: Any, path: Path = ()) -> Any:
-    """Apply a strategic merge patch to `original` (an object or a nested map at `path`)."""
-    if not isinstance(patch, dict):
-        raise PatchError("a strategic merge patch must be a JSON object")
-    directive = patch.get(_DIRECTIVE)
-    if directive == "replace":
-        return _strip({k: v for k, v in patch.items() if k != _DIRECTIVE})
-    if directive not in (None, "merge"):
-        raise PatchError(f"unknown patch type: {directive!r} in map at {'.'.join(path)}")
-    result: dict[str, Any] = dict(original) if isinstance(original, dict) else {}
-    for key, value in patch.items():
-        if key.startswith(_DELETE_PRIMITIVE):
-            fld = key[len(_DELETE_PRIMITIVE):]
-            drop = value if isinstance(value, list) else []
-            if isinstance(result.get(fld), list):
-                result[fld] = [v for v in result[fld] if v not in drop]
-            continue
-        if key.startswith("$"):
-            continue  # $setElementOrder/..., $retainKeys (below), $patch
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict):
-            if value.get(_DIRECTIVE) == "delete":
-                result.pop(key, None)
-            else:
-                result[key] = strategic_merge(result.get(key), value, (*path, key))
-        elif isinstance(value, list):
-            result[key] = _merge_list(result.get(key), value, (*path, key))
-        else:
-            result[key] = value
-    retain = patch.get(_RETAIN)
-    if isinstance(retain, list):
-        result = {k: v for k, v in result.items() if k in retain}
-    return result
-
-
-def _merge_list(original: Any, patch: list[Any], path: Path) -> list[Any]:
-    if any(isinstance(v, dict) and v.get(_DIRECTIVE) == "replace" for v in patch):
-        return [_strip(v) for v in patch if not (isinstance(v, dict) and v.get(_DIRECTIVE))]
-    current = list(original) if isinstance(original, list) else []
-    if path[-2:] in _PRIMITIVE_MERGE:
-        return current + [v for v in patch if v not in current]
-    key = merge_key(path)
-    if key is None:
-        return [_strip(v) for v in patch]
-    for item in patch:
-        if not isinstance(item, dict) or key not in item:
-            raise PatchError(f"map: {item!r} does not contain declared merge key: {key}")
-        found = next((i for i, v in enumerate(current)
-                      if isinstance(v, dict) and v.get(key) == item[key]), None)
-        if item.get(_DIRECTIVE) == "delete":
-            current = [v for v in current if not (isinstance(v, dict) and v.get(key) == item[key])]
-        elif found is None:
-            current.append(strategic_merge({}, item, path))
-        else:
-            current[found] = strategic_merge(current[found], item, path)
-    return current
+def strategic_merge(original: Any, patch: Any, path: Path = (),
+                    schema: MergeSchema = KUBERNETES) -> Any:
+    """Apply a strategic merge patch to `original` (an object or a nested map at `path`), as
+    apimachinery's strategicpatch does (`strategic.apply`)."""
+    return strategic.apply(original, patch, schema, path)

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from dcgm_sim import kinds
 from dcgm_sim.exchange import Backend, Response
 from dcgm_sim.routing import RequestInfo
 from dcgm_sim.runtime.logs import LogOptions, parse_time, read
 from dcgm_sim.statuses import bad_request, not_found
-from migrator.model import kinds
 
 TEXT = "text/plain"
 

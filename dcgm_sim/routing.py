@@ -10,15 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from dcgm_sim import simkinds
-from migrator.model.kinds import Kind
+from dcgm_sim import kinds
+from dcgm_sim.kinds import Kind
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "GET": "get", "DELETE": "delete"}
 _NAMESPACE_SUBRESOURCES = {"status", "finalize"}
 _TRUE = {"true", "1", "True", "TRUE"}
 
 KINDS_BY_PATH: dict[tuple[str, str, str], Kind] = {
-    (k.group, k.version, k.plural): k for k in simkinds.ALL
+    (k.group, k.version, k.plural): k for k in kinds.ALL
 }
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dcgm_sim import admission, allocation, dra, stacknames
+from dcgm_sim import admission, allocation, dra, kinds, stacknames
 from dcgm_sim.controllers import endpointslices as E
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers import rendering as R
@@ -27,11 +27,10 @@ from dcgm_sim.controllers import rollouts as D
 from dcgm_sim.controllers.endpoints import seeded_endpoints
 from dcgm_sim.controllers.podstatus import IPAllocator, running_status
 from dcgm_sim.controllers.scheduling import node_should_run
+from dcgm_sim.kinds import ENDPOINTS, POD_MONITOR
 from dcgm_sim.network import DEFAULT as DEFAULT_NETWORK
 from dcgm_sim.network import IPV4, Network
-from dcgm_sim.simkinds import ENDPOINTS, POD_MONITOR
 from dcgm_sim.store import Store
-from migrator.model import kinds
 
 Obj = dict[str, Any]
 STACKS = stacknames.STACKS

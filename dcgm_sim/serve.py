@@ -7,8 +7,11 @@ Services (controllers/sharedservices.py) from the start; `PUT /sim/v1/operator
 Prints exactly one line on stdout, `READY <url> <kubeconfig>` (flushed), once the API answers,
 so a script or a test can start it as a subprocess and wait for that line. Progress notes go to
 stderr, among them the https kubeconfigs (`<kubeconfig>-<identity>`) of the admin and of every
-subject of the `--rbac` files: kubectl runs as those identities (`tls`, `access`). A signal
-ends it cleanly (server and controllers stopped, exit code 0).
+subject of the `--rbac` files: kubectl runs as those identities (`tls`, `access`). `--rbac`
+only creates the files' Roles and bindings before the first request: the authorizer reads
+whatever RBAC objects the cluster holds at each request (`rbac`), so `kubectl apply -f` of the
+same files later grants the same. A signal ends it cleanly (server and controllers stopped,
+exit code 0).
 
 `--images DIR` (images/build's folder or archive; root only) runs the pods of that image for
 real (dcgm_sim/runtime): `kubectl apply -f docs/guard.yaml` starts the guard's replicas,
@@ -63,7 +66,7 @@ class ServeOptions:
     latency_ms: float = 0.0
     fail_nth_write: int | None = None
     watch_window: int | None = None  # past events kept (None: the store's default)
-    rbac: tuple[Path, ...] = ()  # RBAC YAML files to install; each subject gets a kubeconfig
+    rbac: tuple[Path, ...] = ()  # RBAC YAML files created at start; each subject a kubeconfig
     tls: bool = True  # the HTTPS listener, where kubectl sends tokens (see sim/tls.py)
     operator_release: str = RELEASE_CURRENT  # the imitation's release (rendering.RELEASES)
     ip_family: str = "ipv4"  # ipv4 | ipv6 | dual (network.SETTINGS)
@@ -186,9 +189,9 @@ def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | Non
 
 
 def _identity_kubeconfigs(sim: SimCluster, rbac: tuple[Path, ...]) -> list[tuple[str, Path]]:
-    """Install the RBAC files and write, next to the main kubeconfig, one https kubeconfig per
-    subject they bind (its own token) and one for the admin (so `kubectl --as` impersonates:
-    kubectl sends neither token nor impersonation headers over plain http)."""
+    """Create the RBAC files' objects and write, next to the main kubeconfig, one https
+    kubeconfig per subject they bind (its own token) and one for the admin (so `kubectl --as`
+    impersonates: kubectl sends neither token nor impersonation headers over plain http)."""
     if not sim.secure_url:
         return []
     users = [ADMIN_USER]

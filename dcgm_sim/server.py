@@ -46,13 +46,14 @@ Where the sim knowingly differs from a real API server:
   `/openapi/v3` (the `fieldValidation` verifier's fallback: applying a kind the sim does not
   serve ends in "failed to download openapi", not upstream's "no matches for kind") and, without
   consequence, when `apply` looks for a strategic-merge PATCH before its compiled-in types.
-- Stored-only kinds (`simkinds.STORED_ONLY`): ServiceAccount, Role, RoleBinding, ClusterRole,
+- Stored-only kinds (`kinds.STORED_ONLY`): ServiceAccount, Role, RoleBinding, ClusterRole,
   ClusterRoleBinding and CronJob are kept, listed, watched, printed and defaulted
   (`admission`) with no controller behind them: a CronJob makes no Job; no token for a
   ServiceAccount; no `deployments/scale`, `replicasets/scale`, `serviceaccounts/token`
-  subresources; stored RBAC objects do not change what the sim's authorizer allows (that is
-  `sim serve --rbac`, `access`). Deployments, ReplicaSets and Jobs have their controllers
-  (`simkinds.WORKLOADS`; what they leave out is in each controller's module docstring).
+  subresources. Stored RBAC objects are what the authorizer reads at every request
+  (`rbac`, `access`; the bootstrap roles are built into it). Deployments, ReplicaSets and
+  Jobs have their controllers (`kinds.WORKLOADS`; what they leave out is in each
+  controller's module docstring).
 - Later pages of a paginated list read the live store, not a snapshot of the first page's
   resourceVersion (no item is returned twice; one created or deleted meanwhile may or may not
   appear). One event window (`Store.event_log_size`, `sim serve --watch-window`) stands for
@@ -90,6 +91,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from dcgm_sim import rbac
 from dcgm_sim.access import ADMIN_TOKEN, AccessControl
 from dcgm_sim.apilatency import WriteLatency
 from dcgm_sim.dispatch import Audit, dispatch
@@ -115,6 +117,7 @@ class ApiServer:
         self.faults = faults if faults is not None else Faults()
         self.log = log if log is not None else RequestLog()
         self.access = access if access is not None else AccessControl()
+        self.access.attach(rbac.StoreAuthorizer(store))
         self.url = ""
         self._stopping = threading.Event()
         self._encoder = ObjectEncoder()

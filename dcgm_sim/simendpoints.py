@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from dcgm_sim import kinds
 from dcgm_sim.controllers.nodelifecycle import NODE_FAILED_ANNOTATION, annotate_node
 from dcgm_sim.controllers.probes import PROBE_FLAP_ANNOTATION
 from dcgm_sim.exchange import Backend, Request, Response, error_response, json_response
@@ -39,7 +40,6 @@ from dcgm_sim.statuses import (
     not_found,
 )
 from dcgm_sim.store import StoreError
-from migrator.model import kinds
 
 PREFIX = "/sim/v1/"
 

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcgm_sim.kinds import Kind
 from dcgm_sim.store import StoreError
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 

@@ -29,19 +29,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dcgm_sim import finalizers as F
-from dcgm_sim import simkinds
+from dcgm_sim import kinds
+from dcgm_sim.kinds import Kind, ResourceName
+from dcgm_sim.labelselectors import Selector
 from dcgm_sim.network import DEFAULT as DEFAULT_NETWORK
 from dcgm_sim.network import Network
-from migrator.model.kinds import Kind
-from migrator.model.selectors import Selector
 
 Obj = dict[str, Any]
 
 
 Resource = Kind
-RESOURCES: tuple[Kind, ...] = simkinds.ALL
-RESOURCES_BY_KEY: dict[str, Kind] = simkinds.BY_KEY
-RESOURCES_BY_KIND: dict[str, Kind] = simkinds.BY_KIND
+RESOURCES: tuple[Kind, ...] = kinds.ALL
+RESOURCES_BY_KEY: dict[str, Kind] = kinds.BY_KEY
+RESOURCES_BY_KIND: dict[str, Kind] = kinds.BY_KIND
 
 
 class StoreError(Exception):
@@ -151,9 +151,10 @@ class Store:
         for r in RESOURCES:
             self._objects.setdefault(r.key, {})
 
-    def changes_of(self, resource: Resource) -> threading.Condition:
+    def changes_of(self, resource: ResourceName) -> threading.Condition:
         """A condition (on the store lock) notified only by commits of this kind: a watch of
         DaemonSets sleeps through the pod and EndpointSlice churn of a rollout."""
+        resource = kinds.resolve(resource)
         with self.lock:
             cond = self._kind_changed.get(resource.key)
             if cond is None:
@@ -174,26 +175,29 @@ class Store:
         with self.lock:
             return self._rv
 
-    def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+    def get(self, resource: ResourceName, namespace: str | None, name: str) -> Obj:
         """The stored object (do not mutate it); StoreError NotFound when absent."""
+        resource = kinds.resolve(resource)
         with self.lock:
             obj = self._objects[resource.key].get(_key(resource, namespace, name))
             if obj is None:
                 raise not_found(resource, name)
             return obj
 
-    def find(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+    def find(self, resource: ResourceName, namespace: str | None, name: str) -> Obj | None:
+        resource = kinds.resolve(resource)
         with self.lock:
             return self._objects[resource.key].get(_key(resource, namespace, name))
 
     def list(
         self,
-        resource: Resource,
+        resource: ResourceName,
         namespace: str | None = None,
         selector: Selector | None = None,
         name: str | None = None,
     ) -> tuple[list[Obj], int]:
         """Objects sorted by (namespace, name), plus the store's resourceVersion at read time."""
+        resource = kinds.resolve(resource)
         with self.lock:
             table = self._objects[resource.key]
             if name is not None:
@@ -269,7 +273,7 @@ class Store:
         return str(self._rv)
 
     def create(
-        self, resource: Resource, obj: Obj, *, dry_run: bool = False, adopt: bool = False,
+        self, resource: ResourceName, obj: Obj, *, dry_run: bool = False, adopt: bool = False,
         uid: str | None = None,
     ) -> Obj:
         """Store a new object, filling server-assigned metadata; AlreadyExists on a name clash.
@@ -278,6 +282,7 @@ class Store:
         it is stored without the defensive deep copy; only its top level and `metadata` dict
         are written to, so those must be the caller's own (other parts may be shared).
         `uid`: the one admission already used (a Job's generated selector names it)."""
+        resource = kinds.resolve(resource)
         with self.lock:
             obj = _taken(obj, adopt)
             meta = obj.setdefault("metadata", {})
@@ -320,7 +325,7 @@ class Store:
 
     def update(
         self,
-        resource: Resource,
+        resource: ResourceName,
         obj: Obj,
         *,
         subresource: str | None = None,
@@ -337,6 +342,7 @@ class Store:
         over and stored without a deep copy, and unchanged parts are shared with the stored
         object rather than copied; both are safe because stored objects are never mutated.
         """
+        resource = kinds.resolve(resource)
         with self.lock:
             obj = _taken(obj, adopt)
             meta = obj.setdefault("metadata", {})
@@ -393,13 +399,14 @@ class Store:
             return new
 
     def mark_deleting(
-        self, resource: Resource, namespace: str | None, name: str, grace_seconds: int,
+        self, resource: ResourceName, namespace: str | None, name: str, grace_seconds: int,
         finalizers: builtins.list[str] | None = None,
     ) -> Obj:
         """Graceful deletion or deletion pending finalizers: set `deletionTimestamp` (kept when
         already set), `deletionGracePeriodSeconds` and (when given) the finalizers, and keep the
         object until its owner (the simulated kubelet, for pods) or the last finalizer's removal
         deletes it. An object already marked this way is returned unchanged."""
+        resource = kinds.resolve(resource)
         with self.lock:
             current = self.get(resource, namespace, name)
             meta = current["metadata"]
@@ -422,7 +429,7 @@ class Store:
             return new
 
     def delete(
-        self, resource: Resource, namespace: str | None, name: str, *, dry_run: bool = False
+        self, resource: ResourceName, namespace: str | None, name: str, *, dry_run: bool = False
     ) -> Obj:
         """Remove an object now, unless it has finalizers: then it is only marked (grace 0) and
         stays until an update removes the last one (apiserver registry `Store.Delete`).
@@ -430,6 +437,7 @@ class Store:
 
         Dependents are removed by the garbage collector controller, which watches DELETED events.
         """
+        resource = kinds.resolve(resource)
         with self.lock:
             key = (namespace or "" if resource.namespaced else "", name)
             current = self._objects[resource.key].get(key)
@@ -445,6 +453,7 @@ class Store:
             self._commit("DELETED", resource, gone)
             return gone
 
-    def count(self, resource: Resource) -> int:
+    def count(self, resource: ResourceName) -> int:
+        resource = kinds.resolve(resource)
         with self.lock:
             return len(self._objects[resource.key])

@@ -32,12 +32,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from dcgm_sim import podprinter
-from dcgm_sim import simkinds as S
-from dcgm_sim.simkinds import ENDPOINTS
+from dcgm_sim import kinds, labelselectors, podprinter
+from dcgm_sim.kinds import ENDPOINTS, Kind
 from dcgm_sim.statuses import bad_request
-from migrator.model import kinds
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 Row = tuple[list[Any], list[dict[str, str]] | None]  # cells, row conditions
@@ -152,18 +149,12 @@ def format_labels(labels: Mapping[str, str] | None) -> str:
 
 
 def format_label_selector(selector: Mapping[str, Any] | None) -> str:
-    """`metav1.FormatLabelSelector`: requirements sorted by key, "<none>" when empty."""
-    reqs = [(k, f"{k}={v}") for k, v in ((selector or {}).get("matchLabels") or {}).items()]
-    for expr in (selector or {}).get("matchExpressions") or []:
-        key, op = str(expr.get("key", "")), expr.get("operator")
-        values = sorted(str(v) for v in expr.get("values") or [])
-        text = {"In": f"{key} in ({','.join(values)})",
-                "NotIn": f"{key} notin ({','.join(values)})",
-                "Exists": key, "DoesNotExist": f"!{key}"}.get(str(op))
-        if text is None:
-            return "<error>"
-        reqs.append((key, text))
-    return ",".join(text for _, text in sorted(reqs, key=lambda r: r[0])) or "<none>"
+    """`metav1.FormatLabelSelector`: `LabelSelectorAsSelector(...).String()`, "<none>" when
+    that is empty, "<error>" when it does not convert."""
+    try:
+        return str(labelselectors.label_selector_as_selector(selector)) or "<none>"
+    except labelselectors.SelectorError:
+        return "<error>"
 
 
 def _containers(template_spec: Obj) -> list[str]:
@@ -396,7 +387,7 @@ _JOB_SELECTOR_DOC = ("A label query over pods that should match the pod count. N
                      "concepts/overview/working-with-objects/labels/#label-selectors")
 
 PRINTERS: dict[str, Printer] = {
-    S.DEPLOYMENT.key: ([
+    kinds.DEPLOYMENT.key: ([
         _NAME_COL, _col("Ready", "string", "Number of the pod with ready state"),
         _col("Up-to-date", "integer", "Total number of non-terminated pods targeted by this "
              "deployment that have the desired template spec."),
@@ -406,7 +397,7 @@ PRINTERS: dict[str, Printer] = {
         _col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods "
              "are selected by this will be the ones affected by this deployment.", 1),
     ], _deployment_row),
-    S.REPLICA_SET.key: ([
+    kinds.REPLICA_SET.key: ([
         _NAME_COL,
         _col("Desired", "integer", "Replicas is the number of desired pods. This is a pointer "
              "to distinguish between explicit zero and unspecified. Defaults to 1. More info: "
@@ -421,13 +412,13 @@ PRINTERS: dict[str, Printer] = {
         _col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods "
              "are selected by this will be the ones affected by this deployment.", 1),
     ], _replicaset_row),
-    S.JOB.key: ([
+    kinds.JOB.key: ([
         _NAME_COL, _col("Status", "string", "Status of the job."),
         _col("Completions", "string", "The number of pods which reached phase Succeeded."),
         _col("Duration", "string", "Time required to complete the job."), _AGE_COL,
         *_WORKLOAD_WIDE, _col("Selector", "string", _JOB_SELECTOR_DOC, 1),
     ], _job_row),
-    S.CRON_JOB.key: ([
+    kinds.CRON_JOB.key: ([
         _NAME_COL,
         _col("Schedule", "string", "The schedule in Cron format, see "
              "https://en.wikipedia.org/wiki/Cron."),
@@ -441,15 +432,15 @@ PRINTERS: dict[str, Printer] = {
              "successfully scheduled."),
         _AGE_COL, *_WORKLOAD_WIDE, _col("Selector", "string", _JOB_SELECTOR_DOC, 1),
     ], _cronjob_row),
-    S.SERVICE_ACCOUNT.key: ([
+    kinds.SERVICE_ACCOUNT.key: ([
         _NAME_COL,
         _col("Secrets", "string", "Secrets is a list of the secrets in the same namespace "
              "that pods running using this ServiceAccount are allowed to use."), _AGE_COL,
     ], _serviceaccount_row),
-    S.ROLE.key: (_ROLE_COLS, _created_at_row),
-    S.CLUSTER_ROLE.key: (_ROLE_COLS, _created_at_row),
-    S.ROLE_BINDING.key: (_binding_cols(_ROLE_REF_DOC), _binding_row),
-    S.CLUSTER_ROLE_BINDING.key: (_binding_cols(_CLUSTER_ROLE_REF_DOC), _binding_row),
+    kinds.ROLE.key: (_ROLE_COLS, _created_at_row),
+    kinds.CLUSTER_ROLE.key: (_ROLE_COLS, _created_at_row),
+    kinds.ROLE_BINDING.key: (_binding_cols(_ROLE_REF_DOC), _binding_row),
+    kinds.CLUSTER_ROLE_BINDING.key: (_binding_cols(_CLUSTER_ROLE_REF_DOC), _binding_row),
     kinds.POD.key: ([
         _NAME_COL,
         _col("Ready", "string", "The aggregate readiness state of this pod for accepting "

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from dcgm_sim import fieldselectors, tables
 from dcgm_sim.encoding import ObjectEncoder, dumps
 from dcgm_sim.fieldselectors import FieldSelector
+from dcgm_sim.kinds import Kind
+from dcgm_sim.labelselectors import Selector
 from dcgm_sim.statuses import expired
 from dcgm_sim.store import Event, Obj, Store
-from migrator.model.kinds import Kind
-from migrator.model.selectors import Selector
 
 IDLE_SECONDS = 1.0
 

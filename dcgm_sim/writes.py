@@ -14,8 +14,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from dcgm_sim import admission, allocation, patching
+from dcgm_sim import admission, allocation, kinds, patching
 from dcgm_sim import finalizers as F
+from dcgm_sim.kinds import Kind, ResourceName
 from dcgm_sim.statuses import (
     ApiError,
     already_exists,
@@ -28,8 +29,6 @@ from dcgm_sim.statuses import (
     unsupported_media_type,
 )
 from dcgm_sim.store import Store, StoreError, now_rfc3339
-from migrator.model import kinds
-from migrator.model.kinds import Kind
 
 Obj = dict[str, Any]
 
@@ -96,9 +95,10 @@ def _allocated(store: Store, kind: Kind, current: Obj | None) -> allocation.Allo
     return allocation.allocated_by(services, excluding_uid=uid, network=store.network)
 
 
-def create(store: Store, kind: Kind, body: Any, *, namespace: str = "",
+def create(store: Store, kind: ResourceName, body: Any, *, namespace: str = "",
            dry_run: bool = False) -> Obj:
     """POST: admission, then store; 409 AlreadyExists, 404 for a missing namespace."""
+    kind = kinds.resolve(kind)
     body = _check_identity(kind, body, namespace, None)
     # `FillObjectMetaSystemFields` runs before the strategy's `PrepareForCreate`: admission
     # sees the uid the object will have (a Job's generated selector names it).
@@ -143,9 +143,10 @@ def _store_update(store: Store, kind: Kind, new: Obj, current: Obj, subresource:
         raise from_store(e, kind, name) from e
 
 
-def update(store: Store, kind: Kind, body: Any, *, namespace: str, name: str,
+def update(store: Store, kind: ResourceName, body: Any, *, namespace: str, name: str,
            subresource: str = "", dry_run: bool = False) -> Obj:
     """PUT: 404 when absent, 409 Conflict on a stale resourceVersion, 422 when invalid."""
+    kind = kinds.resolve(kind)
     body = _check_identity(kind, body, namespace, name)
     with store.lock:
         current = _current(store, kind, namespace, name)
@@ -183,9 +184,10 @@ def apply_patch(kind: Kind, current: Obj, content_type: str, patch: Any) -> Obj:
     return result
 
 
-def patch(store: Store, kind: Kind, content_type: str, body: Any, *, namespace: str, name: str,
-          subresource: str = "", dry_run: bool = False) -> Obj:
+def patch(store: Store, kind: ResourceName, content_type: str, body: Any, *, namespace: str,
+          name: str, subresource: str = "", dry_run: bool = False) -> Obj:
     """PATCH: apply to the current object and update it atomically (404/409/415/422)."""
+    kind = kinds.resolve(kind)
     with store.lock:
         current = _current(store, kind, namespace, name)
         patched = apply_patch(kind, copy.deepcopy(current), content_type, body)
@@ -216,7 +218,7 @@ def _pod_grace(current: Obj, options: DeleteOptions) -> int:
     return 30 if configured is None else max(0, int(configured))
 
 
-def delete(store: Store, kind: Kind, *, namespace: str, name: str,
+def delete(store: Store, kind: ResourceName, *, namespace: str, name: str,
            options: DeleteOptions = DeleteOptions(), dry_run: bool = False) -> Obj:
     """DELETE, as the registry store's `Delete` (apiserver/pkg/registry/generic/registry/
     store.go): the object as deleted, or as marked when it stays.
@@ -227,6 +229,7 @@ def delete(store: Store, kind: Kind, *, namespace: str, name: str,
     `foregroundDeletion`); an object left with any finalizer is marked (grace 0) and stays until
     an update removes the last one; anything else is removed at once.
     """
+    kind = kinds.resolve(kind)
     with store.lock:
         current = _current(store, kind, namespace, name)
         _check_preconditions(kind, current, options)

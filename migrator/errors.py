@@ -52,10 +52,12 @@ class StateCorrupt(ClusterError):
 class APIError(ClusterError):
     """The API server answered with an error Status."""
 
-    def __init__(self, message: str, hint: str = "", *, status: int = 0, reason: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", *, status: int = 0, reason: str = "",
+                 causes: tuple[str, ...] = ()) -> None:
         super().__init__(message, hint)
         self.status = status
         self.reason = reason
+        self.causes = causes  # the Status' details.causes, each "field: message"
 
 
 class APINotFound(APIError):

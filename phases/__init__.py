@@ -71,3 +71,8 @@ def answers() -> Answers:
 def selector_phase() -> Phase:
     """The phase whose steps switch Service selectors."""
     return next(module for module in PHASES if module.SWITCHES_SELECTORS)
+
+
+def alias_phase() -> Phase:
+    """The phase whose steps create the aliases (what the guard may create again)."""
+    return alias

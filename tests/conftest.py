@@ -63,6 +63,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = ordered
 
 
+PEER_SUITE = "peer-suite"  # the user_properties key of tests/peers' counts
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the peer suites' counts (tests/peers: `("peer-suite", "<suite>: N cases run, P
+    pass, U unsupported")` in a test's user_properties), which travel with the reports from
+    pytest-xdist's workers, so `.ci/run` shows them whatever the worker count."""
+    lines: list[str] = []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for key, value in getattr(report, "user_properties", ()):
+                if key == PEER_SUITE and getattr(report, "when", "call") == "call" \
+                        and str(value) not in lines:
+                    lines.append(str(value))
+    if lines:
+        terminalreporter.write_sep("=", "peer suites")
+        for line in sorted(lines):
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def empty_api() -> Iterator[ApiServer]:
     """The API server over a store with only the `gpu-operator` namespace: no controllers."""

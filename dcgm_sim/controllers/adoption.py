@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dcgm_sim.controllers import pods as P
-from migrator.model.selectors import from_label_selector
+from dcgm_sim.labelselectors import label_selector_as_selector
 
 Obj = dict[str, Any]
 
@@ -29,7 +29,7 @@ def claimable(owner: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     raw = (owner.get("spec") or {}).get("selector")
     if not raw:
         return False  # an empty selector adopts nothing (DaemonSet validation requires one)
-    selector = from_label_selector(raw)
+    selector = label_selector_as_selector(raw)
     return not selector.empty and selector.matches(P.labels_of(obj))
 
 

@@ -24,9 +24,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.store import Event, Store
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

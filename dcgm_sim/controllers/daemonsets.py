@@ -16,6 +16,7 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import adoption
 from dcgm_sim.controllers import interpod as I
@@ -42,7 +43,6 @@ from dcgm_sim.controllers.rollouts import (
 )
 from dcgm_sim.controllers.scheduling import node_should_run
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

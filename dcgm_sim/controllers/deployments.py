@@ -26,13 +26,13 @@ import logging
 from collections.abc import Hashable
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import deploymentlogic as D
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller
-from dcgm_sim.simkinds import DEPLOYMENT, REPLICA_SET
+from dcgm_sim.kinds import DEPLOYMENT, REPLICA_SET
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import endpointsobject as O
 from dcgm_sim.controllers import endpointsubsets as S
@@ -37,9 +38,8 @@ from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller
 from dcgm_sim.controllers.endpointslices import service_selector
 from dcgm_sim.controllers.membership import Membership
-from dcgm_sim.simkinds import ENDPOINTS
+from dcgm_sim.kinds import ENDPOINTS
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller
 from dcgm_sim.controllers.membership import Membership
 from dcgm_sim.network import IPV4, IPV6, family_of
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,11 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from dcgm_sim import finalizers as F
-from dcgm_sim import simkinds
+from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class GarbageCollector(Controller):
     """Deletes dependents whose owners are gone."""
 
     name = "garbage-collector"
-    resources = frozenset(k.key for k in simkinds.ALL
+    resources = frozenset(k.key for k in kinds.ALL
                           if k is not kinds.SELF_SUBJECT_ACCESS_REVIEW)
 
     def __init__(self, store: Store, clock: SimClock) -> None:
@@ -53,7 +52,7 @@ class GarbageCollector(Controller):
 
     def prime(self) -> None:
         objs: list[tuple[kinds.Kind, Obj]] = []
-        for kind in simkinds.ALL:
+        for kind in kinds.ALL:
             if kind.key in self.resources:
                 objs.extend((kind, o) for o in self.store.list(kind)[0])
         for _, obj in objs:
@@ -145,7 +144,7 @@ class GarbageCollector(Controller):
     def _owner_alive(self, ref: Mapping[str, Any], namespace: str) -> bool:
         """A "solid" owner (`classifyReferences`): it exists with that uid and is not waiting
         for its dependents' deletion (foreground) nor orphaning them."""
-        kind = simkinds.BY_KIND.get(str(ref.get("kind")))
+        kind = kinds.BY_KIND.get(str(ref.get("kind")))
         if kind is None or kind.api_version != ref.get("apiVersion"):
             return True
         owner = self.store.find(kind, namespace if kind.namespaced else None, str(ref.get("name")))
@@ -157,7 +156,7 @@ class GarbageCollector(Controller):
     def _finalize_owner(self, ident: Ident) -> None:
         """`attemptToOrphan` / `processDeletingDependentsItem`: orphan the dependents, or wait
         until no dependent blocks the owner's deletion; then remove that finalizer."""
-        kind = simkinds.BY_KEY[ident[0]]
+        kind = kinds.BY_KEY[ident[0]]
         owner = self.store.find(kind, ident[1] or None, ident[2])
         if owner is None or not P.is_deleting(owner):
             return
@@ -180,14 +179,14 @@ class GarbageCollector(Controller):
 
     def _blocks(self, ident: Ident, owner_uid: str) -> bool:
         """The dependent still exists with `blockOwnerDeletion` on its reference to the owner."""
-        obj = self.store.find(simkinds.BY_KEY[ident[0]], ident[1] or None, ident[2])
+        obj = self.store.find(kinds.BY_KEY[ident[0]], ident[1] or None, ident[2])
         return obj is not None and any(
             r.get("uid") == owner_uid and r.get("blockOwnerDeletion")
             for r in obj["metadata"].get("ownerReferences") or [])
 
     def _orphan(self, ident: Ident, owner_uid: str) -> None:
         """`propagationPolicy: Orphan`: the dependent only loses its reference to the owner."""
-        kind = simkinds.BY_KEY[ident[0]]
+        kind = kinds.BY_KEY[ident[0]]
         obj = self.store.find(kind, ident[1] or None, ident[2])
         if obj is None:
             return
@@ -203,7 +202,7 @@ class GarbageCollector(Controller):
         self.store.update(kind, new)
 
     def _check(self, ident: Ident) -> None:
-        kind = simkinds.BY_KEY[ident[0]]
+        kind = kinds.BY_KEY[ident[0]]
         obj = self.store.find(kind, ident[1] or None, ident[2])
         if obj is None or P.is_deleting(obj):
             return
@@ -237,7 +236,7 @@ class GarbageCollector(Controller):
         ident = self._finalizing.get(str(ref.get("uid")))
         if ident is None:
             return False
-        owner = self.store.find(simkinds.BY_KEY[ident[0]], ident[1] or None, ident[2])
+        owner = self.store.find(kinds.BY_KEY[ident[0]], ident[1] or None, ident[2])
         return owner is not None and F.ORPHAN in (owner["metadata"].get("finalizers") or [])
 
     def _waiting(self, ref: Mapping[str, Any]) -> bool:

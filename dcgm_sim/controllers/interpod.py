@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dcgm_sim import labelselectors
 from dcgm_sim.controllers import pods as P
 
 Obj = dict[str, Any]
@@ -79,30 +80,15 @@ class Term:
         return selector_matches(self.selector, labels)
 
 
-def _expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = str(expr.get("key", ""))
-    op = expr.get("operator")
-    values = {str(v) for v in expr.get("values") or []}
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    return False
-
-
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """`metav1.LabelSelectorAsSelector(...).Matches`: a null selector matches nothing, an
-    empty one everything."""
-    if selector is None:
+    """`metav1.LabelSelectorAsSelector(...).Matches` (`labelselectors`): a null selector
+    matches nothing, an empty one everything. The API server refuses a pod whose affinity
+    selector does not parse, so one that does not (a pod written around admission) selects
+    nothing rather than stopping the scheduler."""
+    try:
+        return labelselectors.label_selector_as_selector(selector).matches(labels)
+    except labelselectors.SelectorError:
         return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != str(value):
-            return False
-    return all(_expression(e, labels) for e in selector.get("matchExpressions") or [])
 
 
 def _merged_selector(raw: Mapping[str, Any], labels: Mapping[str, str]) -> Obj | None:

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dcgm_sim import dra
+from dcgm_sim import dra, kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller, NodeCache
@@ -42,7 +42,6 @@ from dcgm_sim.controllers.podstatus import (
 )
 from dcgm_sim.controllers.probes import flap_key, flap_seconds, readiness_delay
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds
 
 if TYPE_CHECKING:
     from dcgm_sim.runtime.runtime import ContainerRuntime

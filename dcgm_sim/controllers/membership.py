@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.labelselectors import Selector, selector_from_set
 from dcgm_sim.store import Event, StoreError
-from migrator.model.selectors import Selector, from_labels
 
 Obj = dict[str, Any]
 SvcKey = tuple[str, str]
@@ -92,7 +92,7 @@ class Membership:
     def select(self, key: SvcKey, selector: Mapping[str, str]) -> None:
         """`key` selects with `selector` (new, or a changed selector): its members are matched
         again over the namespace's pods, and it is synced in full."""
-        sel = self._selectors[key] = from_labels(selector)
+        sel = self._selectors[key] = selector_from_set(selector)
         self._by_ns.setdefault(key[0], set()).add(key[1])
         self._members[key] = {name for name, pod in self._pods.get(key[0], {}).items()
                               if sel.matches(P.labels_of(pod))}

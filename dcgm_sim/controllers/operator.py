@@ -70,7 +70,7 @@ import threading
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from dcgm_sim import admission, allocation, simkinds, writes
+from dcgm_sim import admission, allocation, kinds, labelselectors, writes
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers import sharedservices as S
@@ -78,7 +78,6 @@ from dcgm_sim.controllers.base import Controller
 from dcgm_sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
 from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds, selectors
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +201,8 @@ def gpucluster_deletions(store: Store, cr: Mapping[str, Any],
     for state, _, _ in R.STATES[R.GPUCLUSTER]:
         if R.state_enabled(cr, state):
             continue
-        selector = selectors.from_labels({R.STATE_LABEL: state})
-        for kind in simkinds.ALL:
+        selector = labelselectors.selector_from_set({R.STATE_LABEL: state})
+        for kind in kinds.ALL:
             if (kind.group, kind.version, kind.kind) not in STATE_SKEL_GVKS:
                 continue
             if not _served(store, kind):

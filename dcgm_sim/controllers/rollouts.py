@@ -12,10 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcgm_sim import admission
+from dcgm_sim import admission, kinds
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.scheduling import daemon_tolerations, pin_to_node
-from migrator.model import kinds
 
 Obj = dict[str, Any]
 

@@ -18,13 +18,13 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
+from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import interpod as I
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers import schedulerlogic as S
 from dcgm_sim.controllers.base import Controller, NodeCache
 from dcgm_sim.store import Event, Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

@@ -98,11 +98,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcgm_sim import admission, allocation, writes
+from dcgm_sim import admission, allocation, kinds, writes
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Store, StoreError
-from migrator.model import kinds
 
 log = logging.getLogger(__name__)
 

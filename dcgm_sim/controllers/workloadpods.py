@@ -13,10 +13,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from dcgm_sim import admission
+from dcgm_sim import admission, kinds
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.store import Store, StoreError
-from migrator.model import kinds
 
 Obj = dict[str, Any]
 DEFAULT_GRACE_SECONDS = 30

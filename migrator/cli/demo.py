@@ -106,7 +106,7 @@ class EndpointTracker:
         self.series: dict[str, list[int]] = {}
 
     def __call__(self, event: Event) -> None:
-        from migrator.model import kinds
+        from dcgm_sim import kinds
         from migrator.model.snapshot import endpoints_from_slices
 
         if event.resource != kinds.ENDPOINTSLICE:
@@ -126,8 +126,8 @@ class EndpointTracker:
 
     def prime(self, slices: Sequence[dict[str, Any]]) -> None:
         """Start from the slices that exist before the demo's first command."""
+        from dcgm_sim import kinds
         from dcgm_sim.store import Event
-        from migrator.model import kinds
 
         for i, obj in enumerate(slices):
             self(Event("ADDED", kinds.ENDPOINTSLICE, obj, i))
@@ -137,7 +137,7 @@ class EndpointTracker:
 
 @contextmanager
 def _tracked(sim: SimCluster) -> Iterator[EndpointTracker]:
-    from migrator.model import kinds
+    from dcgm_sim import kinds
 
     tracker = EndpointTracker(sim.namespace)
     with sim.store.lock:

@@ -70,7 +70,6 @@ def guard(
     from migrator.cli import render
     from migrator.engine.guard import Guard, GuardSettings
     from migrator.engine.reports import GuardReport
-    from migrator.engine.serving import MetricsServer
     from migrator.kube.client import Kube
     from migrator.model.stacks import load_catalog
 
@@ -100,14 +99,7 @@ def guard(
             signal.signal(signal.SIGINT, _stop)
         _log(f"guarding aliases in namespace {namespace} as {settings.identity} "
              f"(Lease {lease_name})")
-        server = MetricsServer(address, g.metrics.registry, g.health) if address else None
-        if server is not None:
-            _log(f"serving /metrics, /healthz, /readyz on {server.url}")
-        try:
-            g.run(stop)
-        finally:
-            if server is not None:
-                server.close()
+        g.run(stop, serve=address)
     finally:
         kube.close()
 

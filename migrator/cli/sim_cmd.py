@@ -100,8 +100,10 @@ def serve_cmd(
              "compaction (default: 500000).")] = None,
     rbac: Annotated[list[Path] | None, typer.Option(
         "--rbac", metavar="FILE",
-        help="Install these RBAC roles and bindings (repeatable); each User/ServiceAccount they "
-             "bind gets an https kubeconfig with its own token, so kubectl runs as it.")] = None,
+        help="Create these RBAC roles and bindings in the cluster at start (repeatable; as "
+             "`kubectl apply -f` would, which works as well later on); each "
+             "User/ServiceAccount they bind gets an https kubeconfig with its own token, so "
+             "kubectl runs as it.")] = None,
     tls: Annotated[bool, typer.Option(
         "--tls/--no-tls",
         help="Also serve https (self-signed) with kubeconfigs for the admin and "

@@ -53,8 +53,22 @@ SERIES_SECONDS = 360.0
 PATCH_SECONDS = 30.0
 BURST, REFILL_SECONDS = 25, 300.0
 QUEUE_SIZE = 1000
-NOTE_LIMIT = 1024  # events.k8s.io validation: a note of at most 1 kB
+NOTE_LIMIT = 1024  # events.k8s.io validation: `len(event.Note) > NoteLengthLimit`, Go bytes
 IDLE_SECONDS = 1.0  # the worker's wake-up when nothing is queued (series patches fall due)
+
+
+def fit_note(note: str) -> str:
+    """`note` cut to the API server's limit, which counts UTF-8 bytes (Go's `len`), never
+    inside a character: a cut by characters lets a non-ASCII note through at up to 4 kB, and
+    the server refuses the Event."""
+    return note.encode()[:NOTE_LIMIT].decode("utf-8", "ignore")
+
+
+def typed(kind: Kind, obj: Mapping[str, Any]) -> Obj:
+    """The object with its apiVersion and kind (an Event's reference names both; a list's
+    items and a cache's objects may lack them)."""
+    return {**obj, "apiVersion": obj.get("apiVersion") or kind.api_version,
+            "kind": obj.get("kind") or kind.kind}
 
 
 @dataclass(frozen=True)
@@ -163,7 +177,7 @@ class Recorder:
             return  # kubectl describe finds Events by the object's uid
         try:
             self._queue.put_nowait(Occurrence(regarding, type_, reason, action,
-                                              note[:NOTE_LIMIT], self.clock.now()))
+                                              fit_note(note), self.clock.now()))
         except queue.Full:
             self.counted("dropped")
 

@@ -1,5 +1,5 @@
 """The guard's knobs and its verdict cadence, apart from the loop that reads them (so the loop,
-the CLI and the benchmark share one definition; `engine/guard.py` re-exports both names). Pure.
+the CLI and the benchmark share one definition; `engine/guard.py` re-exports them). Pure.
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from migrator.engine import slicewrites
+from migrator.engine.elector import JITTER_FACTOR, Timing
 
 DEFAULT_LEASE = "dcgm-migrate-guard"
 
@@ -17,6 +18,9 @@ class GuardSettings:
     identity: str = "dcgm-migrate-guard"
     lease_seconds: int = 15  # client-go's default LeaseDuration
     retry_seconds: float = 2.0  # client-go's default RetryPeriod: renew / try to acquire
+    # client-go's RenewDeadline: a leader that has not renewed for this long stops writing.
+    # None: two thirds of the lease, client-go's 10 s of 15 (`timing`).
+    renew_deadline_seconds: float | None = None
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
     # Unused since the loop's watches are informers (engine/informer.py's WATCH_SECONDS); kept
@@ -37,6 +41,15 @@ class GuardSettings:
     # for this long: the EndpointSlice controller empties the old owner's slices of it a
     # moment after the takeover, and that is when the GPUCluster nodes lose the name.
     takeover_seconds: float = 10.0
+
+
+def timing(settings: GuardSettings) -> Timing:
+    """The election's timing: the lease, its renew deadline (two thirds of the lease unless
+    set) and the retry period, shortened for a short lease so that client-go's rule (a renew
+    deadline longer than 1.2 retry periods) holds: `--lease-seconds 2` renews every 0.67 s."""
+    deadline = settings.renew_deadline_seconds or settings.lease_seconds * 2.0 / 3.0
+    retry = min(settings.retry_seconds, deadline / (JITTER_FACTOR + 0.3))
+    return Timing(float(settings.lease_seconds), deadline, retry)
 
 
 def verdict_due(settings: GuardSettings, now: float, last: float | None,

@@ -1,6 +1,6 @@
-"""Leader election on a `coordination.k8s.io/v1` Lease, as client-go does it
-(staging/src/k8s.io/client-go/tools/leaderelection/leaderelection.go, `tryAcquireOrRenew` and
-`release`; resourcelock/leaselock.go).
+"""One attempt at leader election on a `coordination.k8s.io/v1` Lease, as client-go makes it
+(staging/src/k8s.io/client-go/tools/leaderelection/leaderelection.go, `tryAcquireOrRenew` with
+its optimistic fast path for the leader, and `release`; resourcelock/leaselock.go).
 
 - The record is the Lease's spec: `holderIdentity`, `leaseDurationSeconds`, `acquireTime`,
   `renewTime`, `leaseTransitions`.
@@ -37,7 +37,9 @@ def microtime(at: datetime) -> str:
 
 
 class LeaseLock:
-    """One candidate for one Lease. Not thread-safe: drive it from one loop."""
+    """One candidate for one Lease. Its attempts and release come from one thread (the
+    elector's, `engine/elector.py`); `ensure` and the read-only properties may be used from
+    another (a reference swapped whole, never a record half written)."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
                  lease_seconds: int = 15, clock: Clock | None = None,
@@ -117,6 +119,8 @@ class LeaseLock:
         whether this candidate leads now; API errors count as not leading (retried next
         period), as upstream does."""
         now = self._clock.now()
+        if self._renewed_optimistically(now):
+            return True
         try:
             lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
             if lease is None:
@@ -143,12 +147,31 @@ class LeaseLock:
             self.is_leader = False
             return False
 
+    def _renewed_optimistically(self, now: datetime) -> bool:
+        """Upstream's fast path: a leader whose lease is still valid on its own clock renews
+        the record it last observed, at that record's resourceVersion, without reading it
+        first (one request per renewal instead of two). Any failure, a 409 from a record
+        changed meanwhile included, falls back to the read-then-decide path."""
+        lease = self._lease
+        if not (self.is_leader and lease is not None and self._observed_at is not None
+                and self._observed_at + timedelta(seconds=self.lease_seconds) > now):
+            return False
+        spec = lease.get("spec") or {}
+        try:
+            self._observe(self.kube.replace({**self._labelled(lease),
+                                             "spec": {**spec, **self._record(now, spec)}}), now)
+        except ClusterError:
+            return False
+        return True
+
     def release(self) -> bool:
         """Give the Lease up if this candidate holds it (on shutdown). Returns whether it did."""
         if not self.is_leader:
             return False
         self.is_leader = False
         now = self._clock.now()
+        if self._renewed_optimistically(now):
+            return True
         try:
             lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
             spec = (lease or {}).get("spec") or {}

@@ -29,6 +29,14 @@ def parse_status(body: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def causes(status: dict[str, Any]) -> tuple[str, ...]:
+    """The Status' `details.causes`, each as "field: message" (what an Invalid answer lists)."""
+    details = status.get("details")
+    found = details.get("causes") if isinstance(details, dict) else None
+    return tuple(f"{c.get('field') or ''}: {c.get('message') or ''}".lstrip(": ")
+                 for c in found or () if isinstance(c, dict))
+
+
 def error_for(
     code: int, body: bytes, *, method: str, path: str, after_retry: bool = False
 ) -> APIError:
@@ -84,6 +92,7 @@ def error_for(
             "the API server rejected the object; this is a bug in dcgm-migrate, please report it",
             status=code,
             reason=reason or "Invalid",
+            causes=causes(status),
         )
     return APIError(
         message,

@@ -21,6 +21,10 @@ The guard is the shared-Service reconciler for the Services the tool owns (label
   source Service belongs to; held on the app label when phase 3 had switched it, so the
   release above moves it forward once its gates pass.
 
+Who holds a stable name, and whether it changed hands (`holder`, `changed_hands`), is answered
+here once: the loop follows a takeover without its throttle and counts it for `/metrics` from
+the same answer.
+
 A held alias carries the annotation `dcgm-migrate/guard-held: <reason>`, so `verify` and an SRE
 can tell a deliberate hold from drift.
 """
@@ -34,12 +38,14 @@ from typing import Any
 from migrator.model import aliasing
 from migrator.model import gates as g
 from migrator.model import objects as o
+from migrator.model.slices import rendered_by
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 
 Obj = dict[str, Any]
 HELD_ANNOTATION = "dcgm-migrate/guard-held"
 HOLD, RELEASE, CLEAR, SYNC = "hold", "release", "clear", "sync"
+NOBODY, TOOL, OTHER = "", "dcgm-migrate", "other"  # holders of a stable name (`holder`)
 
 
 def _pointer(key: str) -> str:
@@ -291,3 +297,27 @@ def decide(snapshot: Snapshot, catalog: Catalog, switched: Mapping[str, Mapping[
     releases, stale held marks, config re-syncs."""
     return [*holds(snapshot, catalog), *releases(snapshot, catalog, switched),
             *clears(snapshot, catalog), *syncs(snapshot, catalog, desired)]
+
+
+def holder(service: Mapping[str, Any] | None, catalog: Catalog) -> str:
+    """Who holds a stable name whose Service is `service`: NOBODY (no Service, or one being
+    deleted), `ClusterPolicy/<name>` when that operator renders it (`slices.rendered_by`),
+    TOOL for the tool's alias, `<Kind>/<name>` of any other controller (an operator release
+    that adopted it), else OTHER. By name, not uid: an operator re-rendering its Service
+    whole, or the garbage collector and the operator replacing it, is the same holder."""
+    if service is None or o.terminating(service):
+        return NOBODY
+    rendered = rendered_by(service)
+    if rendered is not None:
+        return rendered
+    if catalog.common.tool_owned(service) and not catalog.managed_by_release(service):
+        return TOOL
+    ref = o.controller_owner(service)
+    return f"{ref.get('kind')}/{ref.get('name')}" if ref else OTHER
+
+
+def changed_hands(before: str | None, after: str) -> bool:
+    """Did a stable name change hands, its holder last seen `before` (None: never seen, so a
+    first look is no change) and now `after`? Losing its Service counts (NOBODY): the guard
+    creates the alias again at once, as it answers a takeover."""
+    return before is not None and after != before

@@ -1,9 +1,10 @@
 """Kubernetes label selectors: parse the string form, build them from objects, match label sets.
 
-Shared by the simulated API server (list/watch `labelSelector`) and the tool (which pods a
-Service selector picks), so both read selectors exactly the same way — and a bug here would be
-invisible to every end-to-end test; tests/planning/test_selectors.py checks it against the
-upstream rules directly. Upstream, all in k8s.io/apimachinery:
+The tool's reading (which pods a Service selector picks, the cache's pod selectors). The
+simulated API server evaluates selectors with its own code (`dcgm_sim/labelselectors.py`), so a
+bug here shows up in end-to-end tests; tests/planning/test_selectors.py checks it against the
+upstream rules directly, and tests/peers runs apimachinery's own parse and match tables against
+both. Upstream, all in k8s.io/apimachinery:
 
 - `pkg/labels/selector.go`: the lexer and parser of `labels.Parse` (the string grammar,
   `x in ()` and `x in (a,)` holding the empty value), `NewRequirement` (one value for
@@ -217,13 +218,13 @@ class _Parser:
         while True:
             kind, lit = self._peek(values=True)
             if kind == "end":
-                return Selector(tuple(reqs))
+                return _by_key(reqs)
             if kind not in ("id", "!"):
                 raise self._fail(lit, "'!', a key or the end")
             reqs.append(self._requirement())
             kind, lit = self._take(values=True)
             if kind == "end":
-                return Selector(tuple(reqs))
+                return _by_key(reqs)
             if kind != ",":
                 raise self._fail(lit, "',' or the end")
             if self._peek(values=True)[0] not in ("id", "!"):
@@ -282,6 +283,12 @@ class _Parser:
                 raise self._fail(lit, "',' or ')'" if not expect_value else "a value, ',' or ')'")
 
 
+def _by_key(reqs: list[Requirement]) -> Selector:
+    """Requirements in key order, as `labels.Parse` and `Selector.Add` leave them (`sort.Sort(
+    ByKey(...))`): equal selectors written in another order are the same selector."""
+    return Selector(tuple(sorted(reqs, key=lambda r: r.key)))
+
+
 def parse(text: str | None) -> Selector:
     """`labels.Parse`: `a=b,c!=d,e in (f,g),h notin (i),j,!k,l>3`; SelectorError when Kubernetes
     would reject it. The empty string matches everything."""
@@ -320,4 +327,4 @@ def from_label_selector(obj: Mapping[str, Any] | None) -> Selector:
                                 "operator: In, NotIn, Exists or DoesNotExist")
         reqs.append(requirement(str(expr.get("key", "")), op,
                                 frozenset(expr.get("values") or [])))
-    return Selector(tuple(reqs))
+    return _by_key(reqs)

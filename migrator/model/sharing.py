@@ -36,24 +36,40 @@ Service is not a second owner.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from migrator.model import aliasing
 from migrator.model import objects as o
+from migrator.model.slices import (
+    CONTROLLER_NAME,
+    CREATE,
+    DELETE,
+    IPV4,
+    IPV6,
+    MANAGED_BY_LABEL,
+    MAX_ENDPOINTS,
+    OPERATOR_KIND,
+    SERVICE_NAME_LABEL,
+    SHARED_FROM_ANNOTATION,
+    UPDATE,
+    Keeper,
+    SliceWrite,
+    _endpoints_of,
+    _key,
+    is_shared_slice,
+    rendered_by,
+)
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Common, Component
 
 Obj = dict[str, Any]
+__all__ = ["CONTROLLER_NAME", "CREATE", "DELETE", "IPV4", "IPV6", "MANAGED_BY_LABEL",
+           "MAX_ENDPOINTS", "OPERATOR_KIND", "SERVICE_NAME_LABEL", "SHARED_FROM_ANNOTATION",
+           "UPDATE", "Keeper", "Share", "SliceWrite", "_endpoints_of", "all_writes", "families",
+           "is_shared_slice", "rendered_by", "shared_names", "shared_slices", "shares",
+           "slice_prefix", "slice_writes"]
 
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
-CONTROLLER_NAME = "endpointslice-controller.k8s.io"  # the EndpointSlice controller's value
-SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"
-# Endpoints per slice: the EndpointSlice controller's default (--max-endpoints-per-slice).
-MAX_ENDPOINTS = 100
-IPV4, IPV6 = "IPv4", "IPv6"
-OPERATOR_KIND = "ClusterPolicy"  # the operator that replaces the stable names whole
 # Service fields whose difference between the two stacks' Services is reported as a conflict
 # (ports are compared one by one, as they resolve on the GPUCluster pods).
 COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
@@ -62,8 +78,6 @@ COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
 # one and a Service that spells the default agree.
 SPEC_DEFAULTS = {"type": "ClusterIP", "internalTrafficPolicy": "Cluster",
                  "sessionAffinity": "None", "publishNotReadyAddresses": False}
-CREATE, UPDATE, DELETE = "create", "update", "delete"
-
 
 @dataclass(frozen=True)
 class Share:
@@ -95,59 +109,7 @@ class Share:
                 "families": sorted(self.by_family), "conflicts": list(self.conflicts)}
 
 
-@dataclass(frozen=True)
-class Keeper:
-    """The object the shared slices belong to (their one ownerReference): the guard's Lease."""
-
-    api_version: str
-    kind: str
-    name: str
-    uid: str
-
-    @staticmethod
-    def of(obj: Mapping[str, Any]) -> Keeper:
-        return Keeper(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), o.name(obj),
-                      str(o.meta(obj).get("uid") or ""))
-
-    def reference(self) -> Obj:
-        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name,
-                "uid": self.uid, "controller": False}
-
-
-@dataclass(frozen=True)
-class SliceWrite:
-    """One write to one shared EndpointSlice."""
-
-    action: str  # create | update | delete
-    name: str
-    service: str  # the stable name it belongs to
-    reason: str
-    body: Obj = field(default_factory=dict)  # create / update: the whole slice
-    resource_version: str = ""  # update / delete: the version it was decided on
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "endpointSlice": self.name, "service": self.service,
-                "reason": self.reason,
-                "endpoints": len(self.body.get("endpoints") or []) if self.body else 0}
-
-
 # ---- what is shared ---------------------------------------------------------------------------
-
-def is_shared_slice(slice_: Mapping[str, Any], common: Common) -> bool:
-    """A slice this tool manages: its managed-by values on both labels."""
-    labels = o.labels(slice_)
-    return bool(labels.get(MANAGED_BY_LABEL) == common.managed_by.value
-                and common.tool_owned(slice_))
-
-
-def rendered_by(service: Mapping[str, Any]) -> str | None:
-    """`ClusterPolicy/<name>` when the ClusterPolicy's operator renders this Service (its
-    controller ownerReference): a stable name the GPUCluster pods share, never take."""
-    ref = o.controller_owner(service)
-    if ref and ref.get("kind") == OPERATOR_KIND:
-        return f"{OPERATOR_KIND}/{ref.get('name')}"
-    return None
-
 
 def _by_service(slices: Iterable[Mapping[str, Any]], managed_by: str) -> dict[str, list[Obj]]:
     out: dict[str, list[Obj]] = {}
@@ -157,60 +119,6 @@ def _by_service(slices: Iterable[Mapping[str, Any]], managed_by: str) -> dict[st
             out.setdefault(labels[SERVICE_NAME_LABEL], []).append(dict(sl))
     return out
 
-
-def _endpoint(ep: Mapping[str, Any], namespace: str) -> Obj:
-    """The fields of a controller-made endpoint a shared slice carries, in a fixed shape."""
-    ref = ep.get("targetRef") or {}
-    cond = ep.get("conditions") or {}
-    out: Obj = {"addresses": list(ep.get("addresses") or []),
-                "conditions": {k: bool(cond[k]) for k in ("ready", "serving", "terminating")
-                               if k in cond}}
-    for key in ("nodeName", "zone"):
-        if ep.get(key):
-            out[key] = ep[key]
-    if ref:
-        out["targetRef"] = {"kind": ref.get("kind", "Pod"), "name": ref.get("name"),
-                            "namespace": ref.get("namespace") or namespace,
-                            "uid": ref.get("uid")}
-    return out
-
-
-# Slice uid → (its resourceVersion, namespace, its endpoints as `_endpoint` shapes them). A
-# version names one content, so each slice is shaped once, not on every pass: at 15,000 nodes
-# a pass shaped 15,000 source endpoints and compared 15,000 of its own, most of the guard's
-# decision (docs/performance.md, "Guard with both stacks"). One entry per slice (its latest
-# version seen); an endpoint already in shape is kept as it is, not copied. Cleared when full.
-_SHAPED: dict[str, tuple[str, str, tuple[Obj, ...]]] = {}
-_SHAPED_MAX = 4096
-
-
-def _shaped(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
-    out = []
-    for ep in slice_.get("endpoints") or []:
-        shaped = _endpoint(ep, namespace)
-        out.append(ep if shaped == ep else shaped)
-    return tuple(out)
-
-
-def _endpoints_of(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
-    """`_endpoint` of every endpoint of the slice, once per version of it (do not mutate)."""
-    meta = o.meta(slice_)
-    uid, version = str(meta.get("uid") or ""), o.resource_version(slice_)
-    if not uid or not version:
-        return _shaped(slice_, namespace)
-    hit = _SHAPED.get(uid)
-    if hit is not None and hit[0] == version and hit[1] == namespace:
-        return hit[2]
-    if len(_SHAPED) >= _SHAPED_MAX:
-        _SHAPED.clear()
-    shaped = _shaped(slice_, namespace)
-    _SHAPED[uid] = (version, namespace, shaped)
-    return shaped
-
-
-def _key(ep: Mapping[str, Any]) -> str:
-    ref = ep.get("targetRef") or {}
-    return str(ref.get("uid") or ref.get("name") or ",".join(ep.get("addresses") or []))
 
 
 def _container_ports(daemonset: Mapping[str, Any]) -> list[Obj]:

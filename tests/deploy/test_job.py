@@ -38,8 +38,7 @@ def _run_phase(sim: Sim, folder: Path, phase: int) -> float:
 
 def test_job_runs_phases_1_to_3_and_verify_is_green(serve: Callable[..., Sim],
                                                      tmp_path: Path) -> None:
-    sim = serve("--stack", "gpucluster", "--nodes", "4", "--time-scale", "0.01",
-                "--rbac", "docs/rbac.yaml")
+    sim = serve("--stack", "gpucluster", "--nodes", "4", "--time-scale", "0.01")
     sim.kubectl("apply", "-f", str(manifest("rbac.yaml", tmp_path)))
     took = {phase: _run_phase(sim, tmp_path, phase) for phase in (1, 2, 3)}
     print("\njob on a 4-node sim (time-scale 0.01), kubectl apply -> Complete: "
@@ -52,8 +51,7 @@ def test_job_runs_phases_1_to_3_and_verify_is_green(serve: Callable[..., Sim],
 
 def test_a_deleted_job_pod_is_retried_and_resumes(serve: Callable[..., Sim],
                                                   tmp_path: Path) -> None:
-    sim = serve("--stack", "gpucluster", "--nodes", "4", "--time-scale", "0.05",
-                "--rbac", "docs/rbac.yaml")
+    sim = serve("--stack", "gpucluster", "--nodes", "4", "--time-scale", "0.05")
     sim.kubectl("apply", "-f", str(manifest("rbac.yaml", tmp_path)),
                 "-f", str(_job_manifest(tmp_path, 1)))
     # follow the first pod's log (`kubectl logs -f job/...`) until its first write is done

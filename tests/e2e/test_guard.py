@@ -30,6 +30,7 @@ from dcgm_sim.cluster import kubeconfig_document
 from dcgm_sim.store import Event
 from migrator.engine.clock import Clock
 from migrator.engine.guard import Guard, GuardSettings
+from migrator.engine.guardwrites import Outcome
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.guarding import HELD_ANNOTATION, Correction
@@ -140,13 +141,13 @@ def _timeline(events: list[Event], alias: str, ds_name: str, key: str) -> dict[s
     for ev in events:
         obj, rv = ev.object, ev.resource_version
         meta = obj["metadata"]
-        if ev.resource is kinds.DAEMONSET and meta["name"] == ds_name:
+        if ev.resource.key == kinds.DAEMONSET.key and meta["name"] == ds_name:
             if key not in obj["spec"]["template"]["metadata"].get("labels", {}):
                 out.setdefault("template-lost-label", rv)
-        elif ev.resource is kinds.SERVICE and meta["name"] == alias:
+        elif ev.resource.key == kinds.SERVICE.key and meta["name"] == alias:
             if obj["spec"].get("selector") == {"app": ds_name}:
                 out.setdefault("guard-hold", rv)
-        elif ev.resource is kinds.POD and meta.get("labels", {}).get("app") == ds_name:
+        elif ev.resource.key == kinds.POD.key and meta.get("labels", {}).get("app") == ds_name:
             old = key in meta.get("labels", {})
             if old and (meta.get("deletionTimestamp") or ev.type == "DELETED") and \
                     meta["name"] not in deleted:
@@ -243,8 +244,9 @@ def test_a_correction_on_a_service_changed_since_it_was_decided_is_not_written(
     adopted["metadata"].setdefault("labels", {})["example.com/adopted-by"] = "a-release"
     env.sim.store.update(kinds.SERVICE, adopted)
     mark = env.mark()
-    done, skipped = guard.apply([hold])
-    assert done == [] and skipped and "changed meanwhile" in skipped[0]
+    done, skipped = guard.writers.apply([hold])
+    assert done == [] and [s.outcome for s in skipped] == [Outcome.CONFLICT]
+    assert "changed meanwhile" in str(skipped[0]) and skipped[0].status == 422
     assert _selector(env, "nvidia-dcgm-exporter") == {key: "true"}  # untouched
     assert [e for e in env.writes(mark) if e.user == GUARD_USER] == []  # nothing landed
     assert [(e.verb, e.code) for e in env.sim.server.log.entries()
@@ -260,11 +262,12 @@ def test_a_correction_whose_selector_changed_meanwhile_is_not_written(
     key = ALIASES["nvidia-dcgm-exporter"][1]
     stale = Correction("hold", "nvidia-dcgm-exporter", "r", {"app": "what-the-guard-saw"},
                        {"app": "nvidia-dcgm-exporter-dra"})
-    done, skipped = guard.apply([stale])
-    assert done == [] and skipped and "changed meanwhile" in skipped[0]
+    done, skipped = guard.writers.apply([stale])
+    assert done == [] and [s.outcome for s in skipped] == [Outcome.CONFLICT]
+    assert "changed meanwhile" in str(skipped[0])
     assert _selector(env, "nvidia-dcgm-exporter") == {key: "true"}  # untouched
     landed = Correction("hold", "nvidia-dcgm-exporter", "r", {"app": "x"}, {key: "true"})
-    assert guard.apply([landed])[0] == [landed]  # already true: an earlier attempt landed
+    assert guard.writers.apply([landed])[0] == [landed]  # already true: an earlier attempt landed
     mine = [e for e in env.sim.server.log.entries() if e.user == GUARD_USER]
     assert ("get", "services", "nvidia-dcgm-exporter", 200) in {
         (e.verb, e.resource, e.name, e.code) for e in mine}

@@ -21,16 +21,16 @@ VERDICT_SECONDS = 0.5  # real seconds: the guard runs on the real clock
 
 
 def _counted(guard: Guard) -> list[Verdict]:
-    """Every verdict the loop takes, in order (the guard's own method, counted)."""
+    """Every verdict the loop takes, in order (the reconciler's own method, counted)."""
     taken: list[Verdict] = []
-    judge = guard.verdict
+    judge = guard.reconciler.verdict
 
     def counting() -> Verdict:
         verdict = judge()
         taken.append(verdict)
         return verdict
 
-    guard.verdict = counting  # type: ignore[method-assign]  # counted for this one test
+    guard.reconciler.verdict = counting  # type: ignore[method-assign]  # counted here only
     return taken
 
 

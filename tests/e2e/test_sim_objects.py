@@ -83,7 +83,7 @@ def test_daemonset_recreated_after_orphan_delete_adopts_pods(
     created: list[str] = []
 
     def count(ev: Any) -> None:
-        if ev.resource is kinds.POD and ev.type == "ADDED" and P.labels_of(
+        if ev.resource.key == kinds.POD.key and ev.type == "ADDED" and P.labels_of(
                 ev.object).get("app") == DCGM:
             created.append(ev.object["metadata"]["name"])
     env.sim.store.subscribe(count)

@@ -5,13 +5,16 @@ refuses no well-formed slice, so the failing calls are scripted here."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any, cast
 
 from migrator.engine import informer
 from migrator.engine.guard import Guard
-from migrator.errors import APIInvalid, APIUnreachable
+from migrator.engine.guardwrites import Outcome
+from migrator.errors import APIUnreachable
+from migrator.kube import statuses
 from migrator.kube.client import Kube
 from migrator.model import kinds, sharing
 from migrator.model.stacks import load_catalog
@@ -28,10 +31,15 @@ class _Refusing:
 
     def create(self, body: Obj) -> Obj:
         name = body["metadata"]["name"]
-        if name in self.refuse:
-            raise APIInvalid(f'EndpointSlice.discovery.k8s.io "{name}" is invalid: '
-                             "endpoints[0].addresses[0]: Invalid value", status=422,
-                             reason="Invalid")
+        if name in self.refuse:  # the API server's Status, through the client's translation
+            raise statuses.error_for(422, json.dumps({
+                "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+                "message": f'EndpointSlice.discovery.k8s.io "{name}" is invalid: '
+                           "endpoints[0].addresses[0]: Invalid value",
+                "details": {"name": name, "kind": "EndpointSlice", "causes": [
+                    {"reason": "FieldValueInvalid", "field": "endpoints[0].addresses[0]",
+                     "message": "Invalid value: \"300.0.0.1\""}]}}).encode(),
+                method="POST", path="/apis/discovery.k8s.io/v1/endpointslices")
         self.created.append(name)
         return body
 
@@ -47,14 +55,21 @@ def test_a_refused_slice_is_reported_and_the_rest_are_written() -> None:
     guard = Guard(cast(Kube, kube), "gpu-operator", load_catalog(), log=log.append)
     writes = [_create("nvidia-dcgm-dcgm-migrate-0", "nvidia-dcgm"),
               _create("nvidia-dcgm-exporter-dcgm-migrate-0", "nvidia-dcgm-exporter")]
-    done, refused = guard.write_slices(writes)
+    done, refused = guard.writers.write_slices(writes)
     assert [w.name for w in done] == ["nvidia-dcgm-exporter-dcgm-migrate-0"]
     assert kube.created == ["nvidia-dcgm-exporter-dcgm-migrate-0"]
-    assert len(refused) == 1 and refused[0].startswith(
+    # A typed value with the API Status, not a line to parse; its line names slice and Service.
+    [refusal] = refused
+    assert (refusal.outcome, refusal.kind, refusal.name, refusal.action, refusal.service,
+            refusal.status, refusal.reason) == (
+        Outcome.REFUSED, "EndpointSlice", "nvidia-dcgm-dcgm-migrate-0", "create",
+        "nvidia-dcgm", 422, "Invalid")
+    assert "is invalid" in refusal.message
+    assert refusal.causes == ('endpoints[0].addresses[0]: Invalid value: "300.0.0.1"',)
+    assert str(refusal).startswith(
         "create EndpointSlice/nvidia-dcgm-dcgm-migrate-0 for Service/nvidia-dcgm: ")
-    assert "is invalid" in refused[0]
     # Logged once, not on every pass that tries it again.
-    guard.write_slices(writes[:1])
+    guard.writers.write_slices(writes[:1])
     assert sum("nvidia-dcgm-dcgm-migrate-0" in line for line in log) == 1
 
 

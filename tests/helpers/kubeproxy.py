@@ -394,18 +394,18 @@ class RoutedEndpoints:
         """Take one committed change in; returns the followed Service it concerns, if any."""
         obj, gone = event.object, event.type == "DELETED"
         meta = obj.get("metadata") or {}
-        if event.resource is kinds.NODE:
+        if event.resource.key == kinds.NODE.key:
             (self._nodes.discard if gone else self._nodes.add)(str(meta.get("name")))
             return None
         if meta.get("namespace") != self.namespace:
             return None
-        if event.resource is kinds.SERVICE and meta.get("name") in self.names:
+        if event.resource.key == kinds.SERVICE.key and meta.get("name") in self.names:
             name = str(meta["name"])
             if gone:
                 self._services.pop(name, None)
             else:
                 self._services[name] = obj
-        elif event.resource is kinds.ENDPOINTSLICE:
+        elif event.resource.key == kinds.ENDPOINTSLICE.key:
             old = self._slices.pop(str(meta.get("name")), None)
             if not gone:
                 self._slices[str(meta.get("name"))] = obj

@@ -57,10 +57,10 @@ class ReadyEndpoints:
     def apply(self, event: Event) -> str | None:
         """Take one committed change in; returns the Service it concerns, if one followed."""
         obj = event.object
-        if event.resource is kinds.SERVICE and o.name(obj) in self._slices:
+        if event.resource.key == kinds.SERVICE.key and o.name(obj) in self._slices:
             self._exists[o.name(obj)] = event.type != "DELETED"
             return o.name(obj)
-        if event.resource is not kinds.ENDPOINTSLICE:
+        if event.resource.key != kinds.ENDPOINTSLICE.key:
             return None
         service = o.labels(obj).get(SERVICE_NAME, "")
         if service not in self._slices:

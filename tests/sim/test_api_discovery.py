@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from dcgm_sim import routing, simkinds
+from dcgm_sim import kinds as simkinds
+from dcgm_sim import routing
 from dcgm_sim.tables import human_age
 from tests.sim.conftest import Raw
 

@@ -16,8 +16,8 @@ from kubernetes.client import ApiException
 
 from dcgm_sim import writes
 from dcgm_sim.cluster import SimCluster
+from dcgm_sim.kinds import ENDPOINTS
 from dcgm_sim.server import ApiServer
-from dcgm_sim.simkinds import ENDPOINTS
 from dcgm_sim.store import Store
 from migrator.model import kinds
 from tests.helpers.kubectl import kubectl_for

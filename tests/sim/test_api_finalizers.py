@@ -146,7 +146,7 @@ def test_foreground_keeps_the_owner_until_its_dependents_are_gone(
     seen: list[tuple[str, str, int]] = []  # (event, kind, pods of the DaemonSet left)
 
     def note(ev: Any) -> None:
-        if ev.resource is kinds.DAEMONSET and ev.object["metadata"]["name"] == DCGM:
+        if ev.resource.key == kinds.DAEMONSET.key and ev.object["metadata"]["name"] == DCGM:
             left = len([p for p in bare.store.list(kinds.POD, NS)[0]
                         if p["metadata"]["labels"].get("app") == DCGM])
             seen.append((ev.type, "ds", left))

@@ -55,7 +55,7 @@ def test_json_patch_operations() -> None:
 @pytest.mark.parametrize("op", [
     {"op": "test", "path": "/a", "value": 2},
     {"op": "remove", "path": "/missing"},
-    {"op": "replace", "path": "/missing", "value": 1},
+    {"op": "replace", "path": "/no/parent", "value": 1},  # (a missing key alone: set, as v4)
     {"op": "add", "path": "/no/parent", "value": 1},
 ])
 def test_json_patch_failures(op: dict[str, Any]) -> None:
@@ -71,11 +71,13 @@ def test_strategic_merge_merges_lists_by_their_keys() -> None:
         {"name": "c", "image": "c:1"},
     ], "tolerations": [{"key": "other", "operator": "Exists"}]}}
     out = patching.strategic_merge(POD_SPEC, patch)
-    a, b, c = out["spec"]["containers"]
-    assert (a["name"], a["image"], b["name"], c["name"]) == ("a", "a:2", "b", "c")
+    # apimachinery's order (normalizeElementOrder): the patch's elements in its order, and a
+    # server-only one before them only where the server's order puts it before one of them
+    a, c, b = out["spec"]["containers"]
+    assert (a["name"], a["image"], c["name"], b["name"]) == ("a", "a:2", "c", "b")
     assert a["env"] == [{"name": "X", "value": "1"}, {"name": "Y", "value": "20"},
                         {"name": "Z", "value": "3"}]
-    assert [p["containerPort"] for p in a["ports"]] == [80, 81]
+    assert [p["containerPort"] for p in a["ports"]] == [81, 80]
     assert a["volumeMounts"] == [{"name": "v", "mountPath": "/v"}]
     assert b["args"] == ["--one", "--two"]
     assert out["spec"]["tolerations"] == [{"key": "other", "operator": "Exists"}]  # replaced
@@ -87,8 +89,8 @@ def test_strategic_merge_maps_nulls_and_set_like_lists() -> None:
                                                "apiVersion": "v"}]}}
     out = patching.strategic_merge(POD_SPEC, patch)
     assert out["metadata"]["labels"] == {"app": "x", "new": "1"}
-    assert out["metadata"]["finalizers"] == ["f1", "f2"]
-    assert [r["uid"] for r in out["metadata"]["ownerReferences"]] == ["u1", "u2"]
+    assert out["metadata"]["finalizers"] == ["f2", "f1"]  # a set, in the patch's order
+    assert [r["uid"] for r in out["metadata"]["ownerReferences"]] == ["u2", "u1"]
 
 
 def test_strategic_merge_directives() -> None:
@@ -102,8 +104,8 @@ def test_strategic_merge_directives() -> None:
     assert out["spec"]["containers"] == [{"name": "only", "image": "o:1"}]
     replace_map = {"metadata": {"labels": {"$patch": "replace", "solo": "1"}}}
     assert patching.strategic_merge(POD_SPEC, replace_map)["metadata"]["labels"] == {"solo": "1"}
-    delete_map = {"spec": {"$patch": "delete"}}
-    assert "spec" not in patching.strategic_merge(POD_SPEC, delete_map)
+    delete_map = {"spec": {"$patch": "delete"}}  # mergeMap: an empty map, the key stays
+    assert patching.strategic_merge(POD_SPEC, delete_map)["spec"] == {}
     drop = {"metadata": {"$deleteFromPrimitiveList/finalizers": ["f1"]}}
     assert patching.strategic_merge(POD_SPEC, drop)["metadata"]["finalizers"] == []
     retain = {"spec": {"volumes": [{"name": "v", "emptyDir": {}, "$retainKeys": ["emptyDir",

@@ -67,7 +67,7 @@ def test_recreated_daemonset_adopts_its_orphans(make_bare: Callable[..., Bare]) 
     created = [0]
 
     def count(ev: Any) -> None:
-        if ev.resource is kinds.POD and ev.type == "ADDED":
+        if ev.resource.key == kinds.POD.key and ev.type == "ADDED":
             created[0] += 1
     bare.store.subscribe(count)
     bare.samplers.append(count)
@@ -114,7 +114,7 @@ def test_adopted_pods_of_another_template_are_rolled(make_bare: Callable[..., Ba
     most = [0]
 
     def sample(ev: Any) -> None:
-        if ev.resource is kinds.POD:
+        if ev.resource.key == kinds.POD.key:
             most[0] = max(most[0], len([p for p in bare.store.list(kinds.POD, NS)[0]
                                         if p["metadata"]["labels"].get("app") == DCGM]))
     bare.store.subscribe(sample)

@@ -33,7 +33,7 @@ class ReadySampler:
         self.samples = 0
 
     def __call__(self, event: Event) -> None:
-        if event.resource is not kinds.POD:
+        if event.resource.key != kinds.POD.key:
             return
         pods = [p for p in self.store.list(kinds.POD, NS)[0]
                 if (p["metadata"].get("labels") or {}).get("app") == self.app]
@@ -287,7 +287,7 @@ def test_min_ready_seconds_delays_availability(make_bare: Callable[..., Bare]) -
     seen_lag: list[bool] = []
 
     def watch(event: Event) -> None:
-        if event.resource is kinds.DAEMONSET and event.object["metadata"]["name"] == DCGM:
+        if event.resource.key == kinds.DAEMONSET.key and event.object["metadata"]["name"] == DCGM:
             st = event.object.get("status") or {}
             seen_lag.append(st.get("numberReady", 0) > st.get("numberAvailable", 0))
 

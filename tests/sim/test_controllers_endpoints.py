@@ -16,9 +16,9 @@ from kubernetes import client
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import endpointsobject as O
 from dcgm_sim.controllers.endpoints import EndpointsController
+from dcgm_sim.kinds import ENDPOINTS
 from dcgm_sim.seed import seed
 from dcgm_sim.server import ApiServer
-from dcgm_sim.simkinds import ENDPOINTS
 from dcgm_sim.store import Store
 from migrator.model import kinds
 from tests.sim.conftest import NS, make_client

@@ -123,7 +123,7 @@ def test_terminating_endpoint_conditions(make_bare: Callable[..., Bare]) -> None
     seen: list[Obj] = []
 
     def capture(event: Any) -> None:
-        if event.resource is kinds.ENDPOINTSLICE:
+        if event.resource.key == kinds.ENDPOINTSLICE.key:
             for ep in event.object.get("endpoints") or []:
                 if ep["targetRef"]["name"] == name:
                     seen.append(dict(ep["conditions"]))

@@ -20,7 +20,13 @@ import pytest
 import yaml
 
 from dcgm_sim.cluster import SimCluster, kubeconfig_document
-from migrator.engine.events import EVENTS, PATCH_SECONDS, REPORTING_CONTROLLER, Recorder
+from migrator.engine.events import (
+    EVENTS,
+    NOTE_LIMIT,
+    PATCH_SECONDS,
+    REPORTING_CONTROLLER,
+    Recorder,
+)
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from tests.helpers.clock import FakeClock
@@ -153,7 +159,10 @@ def test_an_event_reads_back_through_events_v1_with_its_field_selectors(
     ({"eventTime": None}, "eventTime: Required value"),
     ({"type": "Info"}, "type: Invalid value"),
     ({"deprecatedCount": 2}, "deprecatedCount: Invalid value"),
-    ({"reason": "R" * 129}, "reason: Too long"),
+    ({"reason": "R" * 129}, 'reason: Invalid value: "": can have at most 128 characters'),
+    # Go's len counts bytes: 1024 characters of which one takes two bytes are too many
+    ({"note": "é" + "n" * 1023}, 'message: Invalid value: "": can have at most 1024 characters'),
+    ({"action": "é" * 65}, 'action: Invalid value: "": can have at most 128 characters'),
 ])
 def test_an_events_v1_create_is_validated_as_upstream(
         sim: SimCluster, change: dict[str, Any], field: str) -> None:
@@ -164,3 +173,35 @@ def test_an_events_v1_create_is_validated_as_upstream(
             "regarding": {"kind": "Service", "name": SERVICE, "namespace": NS}, **change}
     code, status = _post(sim, f"/apis/events.k8s.io/v1/namespaces/{NS}/events", body)
     assert code == 422 and field in status["message"], status
+
+
+def test_an_events_v1_note_of_1024_bytes_is_accepted(sim: SimCluster) -> None:
+    """The limit is upstream's `len(event.Message) > NoteLengthLimit`: bytes, so 512 two-byte
+    characters (1024 bytes) pass where 513 do not."""
+    def create(name: str, note: str) -> int:
+        body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": NS},
+                "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "c",
+                "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+                "note": note, "regarding": {"kind": "Service", "name": SERVICE, "namespace": NS}}
+        return _post(sim, f"/apis/events.k8s.io/v1/namespaces/{NS}/events", body)[0]
+
+    assert create("e.512", "é" * 512) == 201
+    assert create("e.ascii", "n" * 1024) == 201
+    assert create("e.513", "é" * 513) == 422
+
+
+def test_the_recorder_cuts_a_long_note_by_bytes_so_the_server_takes_it(
+        sim: SimCluster, tmp_path: Path) -> None:
+    """A note of 1,000 two-byte characters (2,000 bytes) is cut to at most 1,024 bytes, never
+    inside a character, and the API server (which counts bytes, as upstream) accepts it."""
+    kube = _guard_kube(sim, tmp_path)
+    recorder = Recorder(kube, "guard-a_1", FakeClock())
+    svc = {**sim.store.get(kinds.SERVICE, NS, SERVICE), "apiVersion": "v1", "kind": "Service"}
+    with recorder.running():
+        recorder.record(svc, "Warning", "EndpointSliceRefused", "Share", "é" * 1000)
+        sim.wait_for(lambda: len(_core_events(sim, svc)) == 1)
+    [event] = _core_events(sim, svc)
+    assert event["message"] == "é" * (NOTE_LIMIT // 2)
+    assert not [e for e in sim.server.log.entries() if e.user == GUARD_USER and e.code >= 400]
+    kube.close()

@@ -2,7 +2,9 @@
 into the sim, kubectl running as its ServiceAccount (a kubeconfig with that identity's token, over
 the sim's https listener: kubectl sends tokens only over https), `kubectl auth can-i` for every
 permission the tool needs (yes) and some it must not have (no), the same through `--as`
-impersonation, and a forbidden `kubectl get` printing the real server's Forbidden sentence."""
+impersonation, and a forbidden `kubectl get` printing the real server's Forbidden sentence; and
+on a sim started without --rbac, `kubectl apply` / `kubectl delete` of docs/guard.yaml's RBAC
+deciding `kubectl auth can-i --as` its ServiceAccount at once."""
 
 from __future__ import annotations
 
@@ -274,3 +276,78 @@ def test_subject_access_review_through_kubectl(rbac_sim: Cluster, tmp_path: Path
     assert res.returncode == 1
     assert 'spec.user: Invalid value: "": at least one of user or group must be specified' \
         in res.stderr
+
+
+GUARD_SA = f"system:serviceaccount:{NS}:dcgm-migrate-guard"
+
+
+def _guard_needs() -> list[tuple[str, str]]:
+    """(verb, resource[.group][/name]) for every verb of every rule of docs/guard.yaml's Role:
+    what the guard asks the API server for."""
+    import yaml
+
+    role = next(d for d in yaml.safe_load_all((REPO / "docs" / "guard.yaml").read_text())
+                if d and d.get("kind") == "Role")
+    out = []
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                target = f"{resource}.{group}" if group else resource
+                for name in rule.get("resourceNames") or [""]:
+                    for verb in rule["verbs"]:
+                        out.append((verb, f"{target}/{name}" if name else target))
+    return out
+
+
+def test_kubectl_apply_of_the_guards_rbac_on_a_running_sim(tmp_path: Path) -> None:
+    """What a user does: `sim serve` without --rbac, `kubectl apply -f docs/rbac.yaml -f
+    docs/guard.yaml`; `kubectl auth can-i --as` the guard's ServiceAccount says yes for all it
+    needs; `kubectl delete` of its RoleBinding says no again, and a re-apply yes."""
+    import io
+    import threading
+    import time
+
+    from dcgm_sim.serve import ServeOptions, serve
+
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not on PATH")
+    out, err, stop = io.StringIO(), io.StringIO(), threading.Event()
+    options = ServeOptions(nodes=1, time_scale=0.02, kubeconfig_out=tmp_path / "kc")
+    worker = threading.Thread(target=serve, args=(options,),
+                              kwargs={"out": out, "err": err, "stop": stop})
+    worker.start()
+    try:
+        for _ in range(300):
+            if out.getvalue():
+                break
+            time.sleep(0.05)
+        assert out.getvalue().startswith("READY http://"), err.getvalue()
+        admin = tmp_path / "kc-sim-admin"
+        kubectl = Kubectl(binary, tmp_path)
+        needs = _guard_needs()
+        assert ("patch", "services/nvidia-dcgm") in needs and len(needs) > 10
+
+        def answers(*extra: str) -> list[str]:
+            return [kubectl(admin, "auth", "can-i", verb, target, "-n", NS, "--as", GUARD_SA,
+                            *extra).stdout.strip() for verb, target in needs]
+
+        assert set(answers()) == {"no"}
+        applied = kubectl(admin, "apply", "-f", str(REPO / "docs" / "rbac.yaml"),
+                          "-f", str(REPO / "docs" / "guard.yaml"))
+        assert applied.returncode == 0, applied.stderr
+        assert answers() == ["yes"] * len(needs)
+        # least privilege still holds: nothing beyond the Role
+        for verb, target in (("delete", "services/nvidia-dcgm"), ("patch", "services/other"),
+                             ("list", "nodes"), ("update", "configmaps/dcgm-migrate-state")):
+            assert kubectl(admin, "auth", "can-i", verb, target, "-n", NS, "--as", GUARD_SA
+                           ).stdout.strip() == "no", (verb, target)
+        deleted = kubectl(admin, "delete", "rolebinding", "dcgm-migrate-guard", "-n", NS)
+        assert deleted.returncode == 0, deleted.stderr
+        assert set(answers()) == {"no"}
+        again = kubectl(admin, "apply", "-f", str(REPO / "docs" / "guard.yaml"))
+        assert again.returncode == 0, again.stderr
+        assert answers() == ["yes"] * len(needs)
+    finally:
+        stop.set()
+        worker.join(30)

@@ -11,8 +11,8 @@ import pytest
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import ControllerSet
 from dcgm_sim.controllers import rendering as R
+from dcgm_sim.kinds import ENDPOINTS, ResourceName
 from dcgm_sim.seed import seed
-from dcgm_sim.simkinds import ENDPOINTS
 from dcgm_sim.store import Store
 from migrator.model import kinds
 
@@ -21,7 +21,7 @@ CP_DS = ["nvidia-dcgm", "nvidia-dcgm-exporter"]
 GC_DS = ["nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"]
 
 
-def names(store: Store, kind: kinds.Kind, ns: str | None = NS) -> list[str]:
+def names(store: Store, kind: ResourceName, ns: str | None = NS) -> list[str]:
     return sorted(o["metadata"]["name"] for o in store.list(kind, ns)[0])
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dcgm_sim import simkinds
+from dcgm_sim import kinds as simkinds
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.store import Event
@@ -76,7 +76,7 @@ def _every_pod_write(sim: SimCluster, seen: Callable[[list[Obj]], None]) -> Iter
     live: dict[str, Obj] = {p["metadata"]["name"]: p for p in sim.store.list(kinds.POD, NS)[0]}
 
     def watch(event: Event) -> None:
-        if event.resource is not kinds.POD:
+        if event.resource.key != kinds.POD.key:
             return
         with lock:
             if event.type == "DELETED":

@@ -120,7 +120,7 @@ def test_failures_up_to_the_backoff_limit_fail_the_job_after_backoffs(
     lock = threading.Lock()
 
     def watch(event: Event) -> None:
-        if event.resource is kinds.POD and event.type == "ADDED":
+        if event.resource.key == kinds.POD.key and event.type == "ADDED":
             with lock:
                 created[event.object["metadata"]["name"]] = sim.clock.now()
 

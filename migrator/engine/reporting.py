@@ -93,6 +93,12 @@ class Report(Project):
     def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
         super().write(work, step, [])  # the report shows the plan's gates only
 
+    def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
+        """The report shows no waits."""
+
+    def check(self, work: PhaseWork, step: Step) -> None:
+        """The report shows no waits."""
+
     def _close(self, outcome: str) -> None:
         on = self._on
         assert on is not None and on.decision.plan is not None

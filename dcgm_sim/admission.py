@@ -18,7 +18,7 @@ import copy
 import re
 from typing import Any
 
-from dcgm_sim import allocation, kinds, labelselectors, validation_endpointslice
+from dcgm_sim import allocation, kinds, labelselectors, podupdates, validation_endpointslice
 from dcgm_sim.allocation import Allocated
 from dcgm_sim.kinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET, Kind
 from dcgm_sim.statuses import FieldErrors, bad_request
@@ -112,8 +112,19 @@ def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
         # ValidateResourceClaimUpdate (pkg/apis/resource/validation): the spec is immutable.
         errors.add("Invalid", "spec", "field is immutable", obj.get("spec"))
     _metadata(kind, meta, old is None, errors)
+    if old is not None:
+        _metadata_update(meta, old, errors)
     errors.raise_if_any(kind, name)
     return obj
+
+
+def _metadata_update(meta: Obj, old: Obj, errors: FieldErrors) -> None:
+    """`ValidateObjectMetaUpdate` (apimachinery/pkg/api/validation/objectmeta.go), run for
+    every kind by `rest.BeforeUpdate`: a body without a uid gets the stored one, a different
+    uid is refused (a pod's labels may change, its identity may not)."""
+    old_uid = (old.get("metadata") or {}).get("uid")
+    if meta.get("uid") and old_uid and meta["uid"] != old_uid:
+        errors.add("Invalid", "metadata.uid", "field is immutable", meta["uid"])
 
 
 def _endpoints(obj: Obj) -> None:
@@ -259,9 +270,6 @@ def _validate_pod_spec(spec: Obj, path: str, errors: FieldErrors) -> None:
             errors.add("Required", f"{path}.containers[{i}].image")
 
 
-_POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
-
-
 def _pod(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
     spec = obj.setdefault("spec", {})
     default_pod_spec(spec)
@@ -274,22 +282,9 @@ def _pod(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": "Burstable" if burstable else "BestEffort"}
     _validate_pod_spec(spec, "spec", errors)
     if old is not None:
-        def comparable(s: Obj) -> Obj:
-            s = copy.deepcopy(s)
-            for k in _POD_MUTABLE:
-                s.pop(k, None)
-            for group in ("initContainers", "containers"):
-                for c in s.get(group) or []:
-                    c.pop("image", None)
-            return s
         old_spec = copy.deepcopy(old.get("spec") or {})
         default_pod_spec(old_spec)  # objects written straight to the store may lack defaults
-        if comparable(spec) != comparable(old_spec):
-            errors.add("Forbidden", "spec", "pod updates may not change fields other than "
-                       "`spec.containers[*].image`,`spec.initContainers[*].image`,"
-                       "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
-                       "existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to "
-                       "be set to 1 if it was previously negative)")
+        podupdates.validate(spec, old_spec, errors)
 
 
 def _daemonset(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:

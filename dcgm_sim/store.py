@@ -10,7 +10,8 @@ Contract (read by the HTTP layer and the controllers):
 - Stored dicts are never mutated in place: every write stores a fresh dict. Readers get the
   stored object itself (cheap); a reader that wants to modify one must `copy.deepcopy` it.
 - One global, monotonically increasing resourceVersion (an integer, sent as a string).
-- `generation` starts at 1 and moves only when `spec` changes (for kinds with a spec).
+- `generation` starts at 1 and moves only when `spec` changes (for kinds with a spec); a
+  DaemonSet's template generation likewise (`template_generation`).
 - Every mutation calls the subscribers synchronously, under the store lock, with the event.
   Subscribers must be quick (enqueue work) and must not write to the store from the callback.
 """
@@ -36,6 +37,32 @@ from dcgm_sim.network import DEFAULT as DEFAULT_NETWORK
 from dcgm_sim.network import Network
 
 Obj = dict[str, Any]
+
+TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
+
+
+def template_generation(resource: Kind, new: Obj, current: Obj | None) -> None:
+    """A DaemonSet's server-owned `deprecated.daemonset.template.generation` annotation, set on
+    `new` in place: apps/v1 carries the internal `spec.templateGeneration` in it
+    (kubernetes/pkg/apis/apps/v1/conversion.go), which `PrepareForCreate` starts at 1 (or the
+    value sent, if higher) and `PrepareForUpdate` (pkg/registry/apps/daemonset/strategy.go)
+    keeps, plus one when the pod template changed: a value sent on update is ignored."""
+    if resource.kind != "DaemonSet" or resource.group != "apps":
+        return
+    meta = new["metadata"]
+    annotations = dict(meta.get("annotations") or {})
+    if current is None:
+        sent = str(annotations.get(TEMPLATE_GENERATION_ANNOTATION, "1"))
+        generation = max(int(sent), 1) if sent.isdigit() else 1
+    else:
+        old = current["metadata"]
+        raw = str((old.get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION, ""))
+        generation = int(raw) if raw.isdigit() else int(old.get("generation") or 1)
+        if (new.get("spec") or {}).get("template") != (current.get("spec") or {}).get(
+                "template"):
+            generation += 1
+    annotations[TEMPLATE_GENERATION_ANNOTATION] = str(generation)
+    meta["annotations"] = annotations
 
 
 Resource = Kind
@@ -315,6 +342,7 @@ class Store:
             meta.pop("deletionGracePeriodSeconds", None)
             if "spec" in obj or resource.has_status:
                 meta["generation"] = 1
+            template_generation(resource, obj, None)
             if dry_run:
                 meta["resourceVersion"] = str(self._rv)
                 return obj
@@ -377,6 +405,7 @@ class Store:
                 new["kind"] = resource.kind
                 if new.get("spec") != current.get("spec") and "generation" in current["metadata"]:
                     new["metadata"]["generation"] = current["metadata"]["generation"] + 1
+                template_generation(resource, new, current)
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             if new == current:
                 # A no-op write keeps the resourceVersion and emits no event, as the real server.

@@ -10,7 +10,6 @@ history cleanup and the status counters. The decisions themselves are the pure f
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 from collections.abc import Hashable, Mapping
@@ -22,11 +21,11 @@ from dcgm_sim.controllers import adoption
 from dcgm_sim.controllers import interpod as I
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller, NodeCache
+from dcgm_sim.controllers.daemonhistory import History
 from dcgm_sim.controllers.daemonindex import DaemonPods, NodeShares
+from dcgm_sim.controllers.daemonpending import PendingPods
 from dcgm_sim.controllers.rollouts import (
-    HASH_LABEL,
     Available,
-    NodePods,
     Plan,
     PodFactory,
     PodView,
@@ -35,8 +34,6 @@ from dcgm_sim.controllers.rollouts import (
     compute_status,
     ds_hash,
     manage_plan,
-    new_revision,
-    revision_patch,
     rolling_update_plan,
     status_of,
     template_generation,
@@ -58,7 +55,8 @@ class DaemonSetController(Controller):
     """Keeps every DaemonSet's pods, history and status as kube-controller-manager does."""
 
     name = "daemonset"
-    resources = frozenset({kinds.DAEMONSET.key, kinds.POD.key, kinds.NODE.key})
+    resources = frozenset({kinds.DAEMONSET.key, kinds.POD.key, kinds.NODE.key,
+                           kinds.CONTROLLER_REVISION.key})
 
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
@@ -67,6 +65,7 @@ class DaemonSetController(Controller):
         self._nodes = NodeCache()
         self._ready_since: dict[str, float] = {}
         self._factory = PodFactory()
+        self._history = History(store)
         # key -> (fingerprint, nodes epoch, per-node (rv, fit), fits, fits version)
         self._fit_cache: dict[DSKey, tuple[str, int, dict[str, tuple[str, tuple[bool, bool]]],
                                            dict[str, tuple[bool, bool]], int]] = {}
@@ -76,11 +75,7 @@ class DaemonSetController(Controller):
         self._shares: dict[DSKey, NodeShares] = {}
         self._orphans: dict[str, dict[str, Obj]] = {}  # namespace -> name -> pod, no controller
         self._owner_of: dict[str, str] = {}  # pod uid -> the DaemonSet uid it is indexed under
-        # The default scheduler's part in placing DaemonSet pods (`interpod`): the assigned
-        # pods it filters against, and the pods it left Pending.
-        self._placement = I.Placement(self._nodes, self._namespace_labels)
-        self._pending: dict[tuple[str, str], Obj] = {}
-        self._retry_pending = False
+        self._scheduler = PendingPods(store, self._nodes)  # the default scheduler's part
 
     # ---- caches ----------------------------------------------------------------------------
 
@@ -92,8 +87,8 @@ class DaemonSetController(Controller):
             self.schedule(key, 0)
         for pod in self.store.list(kinds.POD)[0]:
             self._cache_pod(pod, deleted=False, primed=True)
-            self._note_placement(pod, deleted=False)
-        self._retry_pending = bool(self._pending)
+            self._scheduler.note(pod, deleted=False)
+        self._scheduler.primed()
 
     def _cache_pod(self, pod: Obj, *, deleted: bool, primed: bool = False) -> DSKey | None:
         """Index the pod under its controlling DaemonSet's uid; returns that DaemonSet's key."""
@@ -170,20 +165,21 @@ class DaemonSetController(Controller):
                     self._dsets[key] = obj
                 dirty.add(key)
             elif ev.resource is kinds.POD:
-                self._note_placement(obj, deleted=ev.type == "DELETED")
+                self._scheduler.note(obj, deleted=ev.type == "DELETED")
                 owner = self._cache_pod(obj, deleted=ev.type == "DELETED")
                 if owner is not None:
                     dirty.add(owner)
                 elif ev.type != "DELETED" and P.controller_ref(obj) is None:
                     dirty.update(self._adopters(obj))
+            elif ev.resource is kinds.CONTROLLER_REVISION:
+                dirty.update(History.owners(obj, ev.old, self._dsets))
             elif ev.resource is kinds.NODE:
                 self._nodes.note(ev)
                 self._nodes_epoch += 1
                 if (ev.type in ("ADDED", "DELETED")
                         or _placement_changed(ev.old, obj)):
                     all_dirty = True
-                    self._placement.nodes_changed()
-                    self._retry_pending = True
+                    self._scheduler.nodes_changed()
         if all_dirty:
             dirty.update(self._dsets)
         for key in sorted(dirty):
@@ -192,61 +188,8 @@ class DaemonSetController(Controller):
             except StoreError as err:
                 log.info("daemonset %s/%s: %s; retrying", key[0], key[1], err.message)
                 self.schedule(key, 1.0)
-        if self._retry_pending:
-            self._schedule_pending()
-
-    # ---- the scheduler's part --------------------------------------------------------------
-
-    def _namespace_labels(self, namespace: str) -> dict[str, str] | None:
-        found = self.store.find(kinds.NAMESPACE, None, namespace)
-        return None if found is None else dict(found["metadata"].get("labels") or {})
-
-    def _note_placement(self, pod: Obj, *, deleted: bool) -> None:
-        """Keep the scheduler cache and the Pending DaemonSet pods; an assigned pod added,
-        removed or relabelled queues the Pending ones for another attempt."""
-        uid = str(pod["metadata"].get("uid", ""))
-        changed = self._placement.drop(uid) if deleted else self._placement.put(pod)
-        self._retry_pending = self._retry_pending or changed
-        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-        ref = P.controller_ref(pod) or {}
-        if (deleted or P.node_name(pod) or P.is_deleting(pod) or P.is_pod_terminal(pod)
-                or ref.get("kind") != "DaemonSet"):
-            self._pending.pop(key, None)
-        else:
-            self._pending[key] = pod
-
-    def _schedule_pending(self) -> None:
-        """Another scheduling attempt for each Pending DaemonSet pod: bound when the filter
-        passes now (`pods/binding`), else its Unschedulable condition kept."""
-        self._retry_pending = False
-        for key in sorted(self._pending):
-            pod = self._pending[key]
-            node = I.target_node(pod)
-            reason = self._placement.check(pod, node)
-            try:
-                if reason is None:
-                    self._bind(pod, node)
-                elif not I.is_unschedulable(pod):
-                    message = I.fit_error(len(self._nodes), reason)
-                    self._write_pod_status(pod, I.scheduled_condition(False, message))
-            except StoreError as err:
-                if err.code not in (404, 409):
-                    raise
-                self._retry_pending = True  # its next event brings it back
-
-    def _bind(self, pod: Obj, node: str) -> None:
-        bound = self.store.update(kinds.POD, dict(pod, spec=dict(pod["spec"], nodeName=node)))
-        self._note_placement(bound, deleted=False)
-        self._write_pod_status(bound, I.scheduled_condition(True))
-        log.info("scheduler bound pod %s/%s to %s", pod["metadata"]["namespace"],
-                 pod["metadata"]["name"], node)
-
-    def _write_pod_status(self, pod: Obj, cond: Obj) -> None:
-        meta = pod["metadata"]
-        body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "status": I.with_scheduled(pod.get("status") or {}, cond)}
-        self._note_placement(self.store.update(kinds.POD, body, subresource="status"),
-                             deleted=False)
+        if self._scheduler.retry:
+            self._scheduler.schedule()
 
     # ---- one sync --------------------------------------------------------------------------
 
@@ -309,9 +252,12 @@ class DaemonSetController(Controller):
         if ds is None or P.is_deleting(ds):
             return
         self._adopt(ds)
-        hash_, old_revisions = self._construct_history(ds)
-        fits, fits_version = self._fits(key, ds)
+        uid = ds["metadata"]["uid"]
+        hash_, old_revisions = self._history.construct(
+            ds, self._hash(ds), lambda: (self._pods.get(uid) or DaemonPods()).by_name.values(),
+            self._pod_written)
         pods = self._pods.setdefault(ds["metadata"]["uid"], DaemonPods())
+        fits, fits_version = self._fits(key, ds)
         min_ready = int(ds["spec"].get("minReadySeconds") or 0)
         rolling = ((ds["spec"].get("updateStrategy") or {}).get("type")
                    or "RollingUpdate") == "RollingUpdate"
@@ -350,7 +296,7 @@ class DaemonSetController(Controller):
         if not plan and rolling:
             plan = rolling_update_plan(ds, fits, pods.by_node, hash_, available)
         self._apply(ds, plan, hash_)
-        self._cleanup_history(ds, old_revisions, pods.by_node)
+        self._history.cleanup(ds, old_revisions, pods.by_name.values())
         return compute_status(ds, fits, pods.by_node, hash_, available)
 
     def _shared_sync(self, key: DSKey, ds: Obj, fits: dict[str, tuple[bool, bool]],
@@ -375,7 +321,7 @@ class DaemonSetController(Controller):
                 plan = rolling_update_plan(ds, fits, pods.by_node, hash_, self.available_fn(ds))
         self._apply(ds, plan, hash_)
         shares.refresh()
-        self._cleanup_history(ds, old_revisions, pods.by_node)
+        self._history.cleanup(ds, old_revisions, pods.by_name.values())
         return status_of(ds, shares.totals)
 
     def _apply(self, ds: Obj, plan: Plan, hash_: str) -> None:
@@ -396,12 +342,9 @@ class DaemonSetController(Controller):
             for _ in range(5):
                 name = f"{ds['metadata']['name']}-{P.random_suffix()}"
                 try:
-                    pod = self._factory.pod(ds, node, hash_, name)
-                    reason = self._placement.check(pod, node)
-                    if reason is not None:  # the scheduler leaves it Pending
-                        pod = I.unschedulable(pod, I.fit_error(len(self._nodes), reason))
+                    pod = self._scheduler.placed(self._factory.pod(ds, node, hash_, name), node)
                     created = self.store.create(kinds.POD, pod, adopt=True)
-                    self._note_placement(created, deleted=False)
+                    self._scheduler.note(created, deleted=False)
                     cache.put(_view(created))
                     break
                 except StoreError as err:
@@ -419,72 +362,9 @@ class DaemonSetController(Controller):
             if err.code != 404:
                 raise
 
-    # ---- history ---------------------------------------------------------------------------
-
-    def _revisions(self, ds: Mapping[str, Any]) -> list[Obj]:
-        uid = ds["metadata"]["uid"]
-        revs, _ = self.store.list(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"])
-        return [r for r in revs if (P.controller_ref(r) or {}).get("uid") == uid]
-
-    def _construct_history(self, ds: Obj) -> tuple[str, list[Obj]]:
-        """`constructHistory` + `snapshot`: the current revision's hash and the old revisions."""
-        hash_ = self._hash(ds)
-        patch = revision_patch(ds)
-        revs = self._revisions(ds)
-        current = [r for r in revs if r.get("data") == patch]
-        old = [r for r in revs if r.get("data") != patch]
-        next_rev = max((int(r.get("revision", 0)) for r in old), default=0) + 1
-        if not current:
-            self._snapshot(ds, hash_, patch, next_rev)
-            return hash_, old
-        cur = max(current, key=lambda r: int(r.get("revision", 0)))
-        if int(cur.get("revision", 0)) < next_rev:
-            updated = copy.deepcopy(cur)
-            updated["revision"] = next_rev
-            self.store.update(kinds.CONTROLLER_REVISION, updated)
-        return str((cur["metadata"].get("labels") or {}).get(HASH_LABEL) or hash_), old
-
-    def _snapshot(self, ds: Obj, hash_: str, patch: Obj, revision: int) -> None:
-        rev = new_revision(ds, hash_, revision)
-        try:
-            self.store.create(kinds.CONTROLLER_REVISION, rev)
-            return
-        except StoreError as err:
-            if err.reason != "AlreadyExists":
-                raise
-        existing = self.store.get(kinds.CONTROLLER_REVISION, ds["metadata"]["namespace"],
-                                  rev["metadata"]["name"])
-        if existing.get("data") == patch:  # ours already, from an earlier namesake: adopt it
-            adopted = copy.deepcopy(existing)
-            adopted["metadata"]["ownerReferences"] = rev["metadata"]["ownerReferences"]
-            adopted["revision"] = revision
-            self.store.update(kinds.CONTROLLER_REVISION, adopted)
-            return
-        # A different template under the same hash: bump collisionCount, as upstream.
-        status = dict(ds.get("status") or {})
-        status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
-        self._write_status(ds, status)
-        raise StoreError(409, "Conflict", f"hash collision on ControllerRevision {hash_}")
-
-    def _cleanup_history(self, ds: Obj, old: list[Obj], node_pods: NodePods) -> None:
-        """`cleanupHistory`: keep `revisionHistoryLimit` old revisions (and any a pod uses)."""
-        limit = ds["spec"].get("revisionHistoryLimit")
-        kill = len(old) - (10 if limit is None else int(limit))
-        if kill <= 0:
-            return
-        live = {p.hash for pods in node_pods.values() for p in pods}
-        for rev in sorted(old, key=lambda r: int(r.get("revision", 0))):
-            if kill <= 0:
-                break
-            if (rev["metadata"].get("labels") or {}).get(HASH_LABEL) in live:
-                continue
-            try:
-                self.store.delete(kinds.CONTROLLER_REVISION, rev["metadata"]["namespace"],
-                                  rev["metadata"]["name"])
-            except StoreError as err:
-                if err.code != 404:
-                    raise
-            kill -= 1
+    def _pod_written(self, pod: Obj) -> None:
+        """A pod the history relabelled (`dedupCurHistories`): cached at once, as a create."""
+        self._cache_pod(pod, deleted=False)
 
 
 def _view(pod: Obj) -> PodView:

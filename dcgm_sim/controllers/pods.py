@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import struct
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -57,11 +58,14 @@ def fnv32a(data: bytes) -> int:
 
 
 def template_hash(template: Mapping[str, Any], collision_count: int = 0) -> str:
-    """`controller.ComputeHash`: fnv32a of the pod template, safe-encoded (a
-    `controller-revision-hash` label value such as `7c9b5d4f8`)."""
+    """`controller.ComputeHash` (kubernetes/pkg/controller/controller_utils.go): fnv32a of the
+    pod template (upstream hashes its Go value as spew prints it, the sim its canonical JSON),
+    then of the collision count as 8 bytes, little-endian uint32 first; safe-encoded (a
+    `controller-revision-hash` label value such as `7c9b5d4f8`). Upstream adds the count when
+    the pointer is set; the sim's callers pass 0 for unset, and nothing sets it to 0."""
     data = canonical_json(template).encode()
     if collision_count:
-        data += str(collision_count).encode()
+        data += struct.pack("<I", collision_count & 0xFFFFFFFF) + bytes(4)
     return safe_encode(str(fnv32a(data)))
 
 

@@ -15,20 +15,20 @@ from typing import Any
 from dcgm_sim import admission, kinds
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.scheduling import daemon_tolerations, pin_to_node
+from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION
 
 Obj = dict[str, Any]
 
 HASH_LABEL = "controller-revision-hash"
 GENERATION_LABEL = "pod-template-generation"
-TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
 # Status fields the API omits when zero (`omitempty` in apps/v1 DaemonSetStatus).
 _OMIT_WHEN_ZERO = ("observedGeneration", "updatedNumberScheduled", "numberAvailable",
                    "numberUnavailable")
 
 
 def template_generation(ds: Mapping[str, Any]) -> int | None:
-    """`util.GetTemplateGeneration`; the sim falls back to `metadata.generation` when the
-    server did not set the deprecated annotation."""
+    """`util.GetTemplateGeneration`: the server-owned annotation (`store.template_generation`);
+    an object without it (none the store wrote) falls back to `metadata.generation`."""
     meta = ds.get("metadata", {})
     raw = (meta.get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION)
     if raw is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dcgm_sim.cluster import SimCluster
+from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION
 from migrator.engine.state.configmap import CHECKSUM_KEY, EMPTY_SHA, EMPTY_TEXT, STATE_KEY
 from migrator.engine.state.lock import Lock, annotations_for
 from migrator.model import kinds
@@ -160,6 +161,8 @@ def comparable(sim: SimCluster, namespace: str = NS, *,
             meta = o["metadata"]
             for f in WRITE_META if same_cluster else SERVER_META:
                 meta.pop(f, None)
+            # A DaemonSet's template generation: the server counts template writes in it.
+            (meta.get("annotations") or {}).pop(TEMPLATE_GENERATION_ANNOTATION, None)
             o.pop("status", None)
             if same_cluster:
                 out[f"{kind.kind}/{meta['name']}"] = o

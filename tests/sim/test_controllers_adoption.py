@@ -20,7 +20,7 @@ from dcgm_sim import writes
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.rollouts import HASH_LABEL
-from dcgm_sim.store import Store
+from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION, Store
 from migrator.model import kinds
 from tests.conftest import Bare
 
@@ -30,12 +30,15 @@ Obj = dict[str, Any]
 
 
 def _fresh_copy(ds: Obj) -> Obj:
-    """The DaemonSet as a client would create it again: spec and labels, no server fields."""
+    """The DaemonSet as a client would create it again: spec and labels, no server fields
+    (the template-generation annotation is one: sent on create, the server would keep it)."""
     meta = ds["metadata"]
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k != TEMPLATE_GENERATION_ANNOTATION}
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"],
                          "labels": dict(meta.get("labels") or {}),
-                         "annotations": dict(meta.get("annotations") or {})},
+                         "annotations": annotations},
             "spec": copy.deepcopy(ds["spec"])}
 
 

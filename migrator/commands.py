@@ -4,9 +4,6 @@ serialise. No printing, no typer. A command's warnings travel one way: said thro
 listener (`Warned`), and listed once in its report.
 
 Every command validates its input before it writes anything, so bad input costs zero writes.
-What only some commands use — the apply back end and its cache, the projecting back ends,
-the permission review — is imported by those commands: on a small cluster, `status` would
-otherwise spend more on imports it does not use than on its reads.
 """
 
 from __future__ import annotations
@@ -15,13 +12,16 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from migrator import phases
-from migrator.engine import assemble, runstatus
+from migrator.engine import assemble, informer, projecting, runstatus
+from migrator.engine.applying import Apply
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.informer import Informer
 from migrator.engine.locate import locate, namespace_check, wrong_namespace
 from migrator.engine.loop import Loop, Run, RunSettings
+from migrator.engine.permissions import missing_permissions, required
 from migrator.engine.planfile import STALE_SHOWN as STALE_SHOWN
 from migrator.engine.planfile import check_plan_file
 from migrator.engine.planfile import save_plan as save_plan
@@ -59,10 +59,6 @@ from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
-
-if TYPE_CHECKING:
-    from migrator.engine.applying import Apply
-    from migrator.engine.informer import Informer
 
 ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip the question"
 
@@ -218,8 +214,6 @@ def _applying(session: Session, told: Warned, cache: Informer, request: RunReque
     one `Run` the engine works with; the caller runs the one loop on it. The back end reads
     the run's cache afresh; a run that wrote since `state` was loaded changed the state
     document, and then its first save (before any write) fails."""
-    from migrator.engine.applying import Apply
-
     with RunSession(session.store, version=version, holder=request.holder,
                     clock=session.clock, listener=told) as held:
         yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
@@ -244,8 +238,6 @@ def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
     """The run's cache (engine/informer.py), so the reads of `apply` / `rollback` and of their
     gates come from one list per kind plus the watches that follow it; the phase is checked
     first (bad input costs no request at all)."""
-    from migrator.engine import informer
-
     _check_phase(request.phase)
     with contextlib.ExitStack() as stack:
         try:  # the cache's first lists are the namespace's first reads
@@ -310,8 +302,6 @@ def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot
     server can take now sent with `dryRun=All`, so it validates them. Nothing is persisted,
     no lock is taken, the state is not written and no phase is reported completed; `ok` is
     false (exit 1) when a gate the projection can evaluate would stop the run."""
-    from migrator.engine import projecting
-
     backend = projecting.ServerDryRun(snap, session.catalog, request.settings, session.kube,
                                       session.listener.message)
     found = projecting.preview(backend, state, report, request.phase,
@@ -434,8 +424,6 @@ def unlock(session: Session, force: bool = False) -> UnlockReport:
 def preflight(session: Session) -> PreflightReport:
     """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
     every permission the migration needs (SSAR)."""
-    from migrator.engine.permissions import missing_permissions, required
-
     session.kube.ping()
     apis = {
         "nvidia.com/v1 (ClusterPolicy)": session.kube.has_api("nvidia.com", "v1"),

@@ -3,22 +3,27 @@ exit codes in `migrator.errors.exit_code_for`, applied here in one decorator."""
 
 from __future__ import annotations
 
-import copy
 import functools
-import gc
+import importlib
+import shlex
+import signal
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
-from typer.main import get_command_name
-from typer.models import CommandInfo
 
-from migrator import __version__
-from migrator.cli.group import RootGroup
+from migrator import __version__, commands
+from migrator.cli import render
+from migrator.cli.documents import to_document
+from migrator.cli.durations import parse_duration
+from migrator.cli.group import ARGV_KEY, RootGroup
+from migrator.cli.live import make_progress
 from migrator.cli.options import (
     AllowForeignPods,
     Context,
@@ -35,11 +40,22 @@ from migrator.cli.options import (
     Yes,
     complete_phase,
 )
+from migrator.commands import RunRequest, Session, save_plan
+from migrator.engine import interrupts
+from migrator.engine.loop import RunSettings
+from migrator.engine.progress import Quiet
+from migrator.engine.reports import (
+    PlanReport,
+    PreflightReport,
+    Question,
+    Report,
+    RunReport,
+    StatusReport,
+)
 from migrator.errors import Interrupted, MigrateError, UsageError, exit_code_for
-
-if TYPE_CHECKING:
-    from migrator.commands import Session
-    from migrator.engine.reports import PlanReport, Question, Report
+from migrator.kube.client import Kube
+from migrator.model.planning import Options
+from migrator.model.stacks import load_catalog
 
 EPILOG_EXIT = ("Exit codes: 0 done; 1 a gate stopped the run safely; 2 bad input; "
                "3 cluster/API error; 4 lock held or stale plan.")
@@ -89,8 +105,6 @@ def handles_errors(fn: F) -> F:
         except MigrateError as exc:
             if debug:
                 traceback.print_exc(file=sys.stderr)
-            from migrator.cli import render
-
             hint = render.fix_line(exc.hint, _invoked())
             render.error(exc, hint)
             output = kwargs.get("output")
@@ -121,13 +135,9 @@ def _stop_on_signals() -> Iterator[None]:
     the same way: `errors.Interrupted`, raised once the write in flight is recorded
     (engine/interrupts.py); the run session releases the lock on its way out; exit 130 / 143.
     Only the main thread receives signals (tests run commands on others: left as they are)."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    from migrator.engine import interrupts
 
     def stop(signum: int, frame: Any) -> None:
         interrupts.interrupt(Interrupted(signum, signal.Signals(signum).name))
@@ -145,10 +155,6 @@ def _invoked() -> list[str] | None:
     """The command line this command was invoked with, as the user would type it again
     (`dcgm-migrate` or `kubectl dcgm-migrate`, then its arguments): what a fix line shows
     with an option changed. None outside a click invocation."""
-    import importlib
-
-    from migrator.cli.group import ARGV_KEY
-
     globals_ = importlib.import_module(
         typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
     ctx = globals_.get_current_context(silent=True)
@@ -163,8 +169,6 @@ def _invoked() -> list[str] | None:
 def _same_command() -> str | None:
     """The command line this process was started with, to print after an interruption (None
     when it was not started as the CLI: a test's CliRunner)."""
-    import shlex
-
     started_as = Path(sys.argv[0]).stem if sys.argv else ""  # `.exe` on Windows
     if started_as not in ("dcgm-migrate", "kubectl-dcgm_migrate", "__main__"):
         return None
@@ -175,11 +179,6 @@ def _same_command() -> str | None:
 @contextmanager
 def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
              ) -> Iterator[Session]:
-    from migrator.cli.live import make_progress
-    from migrator.commands import Session
-    from migrator.engine.progress import Quiet
-    from migrator.kube.client import Kube
-
     kube = Kube.connect(kubeconfig, context)
     # stderr only: -o json stdout stays one document. A table prints each warning once, in
     # the report on stdout; under -o json/yaml the progress stream says them too.
@@ -215,8 +214,6 @@ class _Confirm:
     def __call__(self, question: Question) -> bool:
         if self.yes or not _interactive():
             return True
-        from migrator.cli import render
-
         if self.output is Output.table:
             render.report_table(question)
             self.shown = question.report.warnings
@@ -245,8 +242,6 @@ def plan(
 
     Example: dcgm-migrate plan --out plan.json
     """
-    from migrator import commands
-
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
     _report(kubeconfig, context, namespace, output,
             lambda s: _saved(commands.plan(s, options), out))
@@ -255,19 +250,13 @@ def plan(
 def _saved(report: PlanReport, out: Path | None) -> PlanReport:
     """`plan --out`: the plan file keeps the report's document."""
     if out is not None:
-        from migrator.cli.documents import to_document
-        from migrator.commands import save_plan
-
         save_plan(out, to_document(report), report.objects)
     return report
 
 
 def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_pods: bool,
-             prepare_for: str) -> Any:
+             prepare_for: str) -> Options:
     """The planning options, `--prepare-for` checked against plans/releases.yaml."""
-    from migrator.model.planning import Options
-    from migrator.model.stacks import load_catalog
-
     known = [r.name for r in load_catalog().releases]
     if prepare_for and prepare_for not in known:
         raise UsageError(f"--prepare-for {prepare_for!r} names no GPU Operator release the "
@@ -278,11 +267,7 @@ def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_p
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
                  plan_file: Path | None = None, allow_foreign_pods: bool = False,
-                 prepare_for: str = "", dry_run: bool = False) -> Any:
-    from migrator.cli.durations import parse_duration
-    from migrator.commands import RunRequest
-    from migrator.engine.loop import RunSettings
-
+                 prepare_for: str = "", dry_run: bool = False) -> RunRequest:
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
     wait = parse_duration(timeout)
     if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
@@ -295,8 +280,6 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
 
 
 def _exit_for(report: Report) -> None:
-    from migrator.engine.reports import PreflightReport, RunReport, StatusReport
-
     if isinstance(report, RunReport | StatusReport | PreflightReport) and not report.ok:
         raise typer.Exit(1)
 
@@ -306,8 +289,6 @@ def _report(kubeconfig: str | None, context: str | None, namespace: str, output:
     """The shape of every cluster command: connect, call the command, render, exit 1 when
     the report says not ok. `asked`: the question before the run, whose table already
     printed its warnings."""
-    from migrator.cli import render
-
     with _session(kubeconfig, context, namespace, output) as s:
         report = call(s)
     render.document(report, output, shown=asked.shown if asked is not None else ())
@@ -342,8 +323,6 @@ def apply(
 
     Example: dcgm-migrate apply --phase 2 --yes
     """
-    from migrator import commands
-
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
                            roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run)
     _report(kubeconfig, context, namespace, output,
@@ -373,8 +352,6 @@ def rollback(
 
     Example: dcgm-migrate rollback --phase 1 --yes
     """
-    from migrator import commands
-
     request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
                            dry_run=dry_run)
     _report(kubeconfig, context, namespace, output,
@@ -396,11 +373,6 @@ def status(
 
     Example: dcgm-migrate status -o json
     """
-    import time
-
-    from migrator import commands
-    from migrator.cli import render
-
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.status(s)
         render.document(report, output)
@@ -426,8 +398,6 @@ def verify(
 
     Example: dcgm-migrate verify || page-oncall
     """
-    from migrator import commands
-
     _report(kubeconfig, context, namespace, output, commands.verify)
 
 
@@ -445,9 +415,6 @@ def unlock(
 
     Example: dcgm-migrate unlock
     """
-    from migrator import commands
-    from migrator.cli import render
-
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.unlock(s, force=force)
     render.document(report, output)
@@ -464,8 +431,6 @@ def preflight(
 
     Example: dcgm-migrate preflight --context prod
     """
-    from migrator import commands
-
     _report(kubeconfig, context, namespace, output, commands.preflight)
 
 
@@ -489,41 +454,8 @@ def prog_name(argv0: str) -> str | None:
 
 
 def main() -> None:
-    """Console-script entry point (`dcgm-migrate`, `kubectl-dcgm_migrate`).
-
-    The process ends with the command, so its objects are frozen out of the cyclic garbage
-    collector first: the interpreter's shutdown then frees them by reference count alone,
-    instead of running full collections over every object the imports made (a sixth of a
-    10-node `status`, docs/performance.md). Atexit handlers still run and output is still
-    flushed; only cyclic garbage left at exit is not collected, as the process ends anyway."""
-    try:
-        only_invoked(app, sys.argv[1:])(prog_name=prog_name(sys.argv[0]))
-    finally:
-        gc.freeze()
-
-
-def only_invoked(root: typer.Typer, args: Sequence[str]) -> typer.Typer:
-    """`root` as this command line needs it. Typer turns every command into a click command on
-    every run, reading each one's signature and evaluating its type hints (a sixth of a
-    10-node `status`, docs/performance.md); when the first argument names a command or
-    subgroup, a copy that holds only that one is built. Anything else (`--help`,
-    `--version`, completion, a mistyped name click suggests the right one for) gets them all."""
-    if not args or args[0].startswith("-"):
-        return root
-    commands = [c for c in root.registered_commands if _command_name(c) == args[0]]
-    groups = [g for g in root.registered_groups if g.name == args[0]]
-    if not commands and not groups:
-        return root
-    shown = copy.copy(root)
-    shown.registered_commands, shown.registered_groups = commands, groups
-    return shown
-
-
-def _command_name(info: CommandInfo) -> str | None:
-    """The name click will know a registered command by (typer's own rule)."""
-    if info.name:
-        return info.name
-    return None if info.callback is None else get_command_name(info.callback.__name__)
+    """Console-script entry point (`dcgm-migrate`, `kubectl-dcgm_migrate`)."""
+    app(prog_name=prog_name(sys.argv[0]))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from typing import Any, Protocol, cast
 import typer
 from typer.core import TyperGroup
 
+from migrator.cli import render
 from migrator.cli.options import Output
 
 # click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
@@ -61,8 +62,6 @@ class RootGroup(Group):
             typer.echo(f"fix: {hint}", err=True)
             output = _output_of(ctx.meta.get(ARGV_KEY, []))
             if output is not Output.table:
-                from migrator.cli import render
-
                 message = shown.format_message()
                 render.raw({"error": {"message": message, "hint": hint,
                                       "exitCode": 2, "type": "UsageError"}}, output)

@@ -19,8 +19,14 @@ from typing import Annotated, Any
 
 import typer
 
+from migrator.cli import render
 from migrator.cli.options import Context, Debug, Kubeconfig, Namespace, Output, OutputOpt
+from migrator.engine.guard import Guard, GuardSettings
+from migrator.engine.reports import GuardReport
+from migrator.engine.serving import parse_address
 from migrator.errors import UsageError
+from migrator.kube.client import Kube
+from migrator.model.stacks import load_catalog
 
 
 def _identity() -> str:
@@ -67,12 +73,6 @@ def guard(
 
     Example: dcgm-migrate guard --once -o json
     """
-    from migrator.cli import render
-    from migrator.engine.guard import Guard, GuardSettings
-    from migrator.engine.reports import GuardReport
-    from migrator.kube.client import Kube
-    from migrator.model.stacks import load_catalog
-
     address = _bind_address(metrics_bind_address, metrics_port)
     if once and address is not None:
         raise UsageError("--metrics-bind-address/--metrics-port serve nothing with --once "
@@ -107,8 +107,6 @@ def guard(
 def _bind_address(bind: str | None, port: int | None) -> tuple[str, int] | None:
     """(host, port) to serve on, or None: `--metrics-port N` is `--metrics-bind-address :N`;
     both may be given only when they name the same port."""
-    from migrator.engine.serving import parse_address
-
     try:
         address = parse_address(bind) if bind is not None else None
     except ValueError as exc:

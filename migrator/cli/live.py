@@ -7,6 +7,10 @@ import sys
 import time
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
 from migrator.engine.progress import (
     EndpointProgress,
     PhaseEvent,
@@ -113,9 +117,6 @@ class RichProgress(PlainProgress):
 
     def __init__(self, warnings: bool = True) -> None:
         super().__init__(warnings=warnings)
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         self.console = Console(stderr=True)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[extra]}"),
@@ -124,8 +125,6 @@ class RichProgress(PlainProgress):
         self.progress.start()
 
     def _say(self, text: str) -> None:
-        from rich.markup import escape
-
         self.progress.console.print(escape(text))
 
     def _task(self, key: str, label: str, total: int, completed: int = 0) -> Any:

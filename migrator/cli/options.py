@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
+
+from migrator.model import yamldoc
 
 
 class Output(StrEnum):
@@ -26,13 +31,6 @@ def complete_phase(incomplete: str) -> list[tuple[str, str]]:
 def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of --context: the context names of the kubeconfig (--kubeconfig,
     else $KUBECONFIG, else ~/.kube/config), read as plain YAML so a TAB stays fast."""
-    import os
-    from pathlib import Path
-
-    import yaml
-
-    from migrator.model import yamldoc
-
     given = (ctx.params or {}).get("kubeconfig")
     paths = [given] if given else (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
     names: list[str] = []

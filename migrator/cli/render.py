@@ -9,6 +9,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
 from migrator.cli.documents import to_document
 from migrator.cli.options import Output
 from migrator.engine.reports import (
@@ -28,8 +33,6 @@ from migrator.model.steps import Change
 
 
 def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 160  # logs and CI: wide enough not to fold names
     return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
@@ -50,8 +53,6 @@ def raw(doc: dict[str, Any], output: Output) -> None:
     if output is Output.json:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     else:
-        import yaml
-
         sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
     sys.stdout.flush()
 
@@ -70,8 +71,6 @@ def table(report: Report, shown: Sequence[str] = ()) -> None:
 
 
 def esc(text: Any) -> str:
-    from rich.markup import escape
-
     return str(escape(str(text)))
 
 
@@ -152,8 +151,6 @@ def changes_table(con: Any, changes: Sequence[Change]) -> None:
     values wrap only at their spaces, so when the longest name of each column does not fit
     the console side by side, each change is printed as its object and, indented below, its
     field and before → after, on lines that wrap at spaces only."""
-    from rich.table import Table
-
     rows = [(str(c.object), str(c.field), _val(c.before), _val(c.after)) for c in changes]
     heads = ("object", "field", "before", "after")
     widest = [max(len(word) for r in [heads, *rows] for word in r[i].split(" "))

@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from migrator.errors import APINotFound, WatchExpired
-from migrator.kube import watching
-from migrator.kube.config import check_context, load_configuration
-from migrator.kube.endpoint import Endpoint
+from migrator.kube import config, watching
 from migrator.kube.retrying import RetryPolicy
 from migrator.kube.transport import Query, Response, Transport
 from migrator.model import kinds, tables
@@ -101,12 +99,12 @@ class Kube:
     """A connection to one API server. Thread-safe; share one per run."""
 
     def __init__(
-        self, configuration: Endpoint | Any, *, retry: RetryPolicy | None = None,
+        self, connection: config.Connection, *, retry: RetryPolicy | None = None,
         page_size: int = PAGE_SIZE,
     ) -> None:
-        self._transport = Transport(configuration, retry or RetryPolicy())
+        self._transport = Transport(connection.configuration, retry or RetryPolicy())
         self.server: str = self._transport.server
-        self.context = ""  # the kubeconfig context `connect` chose ("" when not from one)
+        self.context = connection.context  # the kubeconfig context ("" when not from one)
         self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
         self._apis_lock = threading.Lock()
@@ -118,10 +116,7 @@ class Kube:
         retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE,
     ) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
-        configuration, source = load_configuration(kubeconfig, context)
-        kube = cls(configuration, retry=retry, page_size=page_size)
-        kube.context = "in-cluster" if source.in_cluster else check_context(source, context)
-        return kube
+        return cls(config.load(kubeconfig, context), retry=retry, page_size=page_size)
 
     @classmethod
     def for_server(
@@ -129,7 +124,7 @@ class Kube:
         page_size: int = PAGE_SIZE,
     ) -> Kube:
         """Straight to a URL with an optional bearer token (the simulated cluster, tests)."""
-        return cls(Endpoint(url.rstrip("/"), token or None), retry=retry, page_size=page_size)
+        return cls(config.for_server(url, token), retry=retry, page_size=page_size)
 
     def __repr__(self) -> str:
         return f"Kube(server={self.server!r})"

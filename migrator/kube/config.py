@@ -1,13 +1,14 @@
 """Where the client's connection settings come from: kubeconfig or the pod's service account.
 
 The search order is kubectl's: an explicit `--kubeconfig`, then `$KUBECONFIG` (a list of files,
-merged), then `~/.kube/config`, then the in-cluster service account. Every way this can fail is a
-`UsageError` (exit 2) naming the file or context and the fix. Messages never quote the file's
-contents: a kubeconfig holds tokens and keys.
-
-A kubeconfig with static credentials becomes an `endpoint.Endpoint` without the kubernetes
-client; anything else is read by the client's own loader, imported only then (it costs more
-than a whole short command).
+merged), then `~/.kube/config`, then the in-cluster service account. The files are read,
+merged and turned into a client `Configuration` by the official client's own loader
+(`kubernetes.config.kube_config`: exec plugins, auth providers, client certificates, embedded
+data, `proxy-url`, relative paths from each file's folder), the service account by its
+`load_incluster_config`, whose token is re-read as the kubelet rotates it. This module only
+picks the files and the context and says, in one `UsageError` (exit 2), what is wrong: messages
+name the file or context and never quote the file's contents (a kubeconfig holds tokens and
+keys).
 """
 
 from __future__ import annotations
@@ -18,12 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes.client import Configuration
+from kubernetes.config import ConfigException, load_incluster_config
+from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from migrator.errors import UsageError
-from migrator.kube.endpoint import Endpoint, from_kubeconfig
-from migrator.model import yamldoc
 
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
+# At least this many keep-alive connections per server: the guard holds three watches open and
+# sends 16 slice writes at once (engine/slicewrites.py); with fewer, each wave of writes opened
+# new connections (a TCP and TLS handshake each), and at a 15,000-node takeover on the sim
+# waited seconds to be accepted. The client's default is five per CPU.
+POOLED = 32
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,15 @@ class Source:
 
     def describe(self) -> str:
         return "the in-cluster service account" if self.in_cluster else ", ".join(self.paths)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A client Configuration and the context it was made from ("in-cluster" for the pod's
+    service account, "" for a bare URL)."""
+
+    configuration: Any  # kubernetes.client.Configuration
+    context: str
 
 
 def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) -> Source:
@@ -70,39 +86,36 @@ def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) ->
     )
 
 
-def _read_yaml(path: str) -> dict[str, Any]:
+def _merged(source: Source) -> KubeConfigMerger:
+    """The files read and merged by the client (first entry of a name wins, as kubectl)."""
+    where = source.describe()
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yamldoc.safe_load(fh)
+        merger = KubeConfigMerger(os.pathsep.join(source.paths))  # type: ignore[no-untyped-call]
     except OSError as exc:
-        raise UsageError(
-            f"Cannot read the kubeconfig file {path}: {exc.strerror or exc}.", _HINT
-        ) from None
+        raise UsageError(f"Cannot read the kubeconfig file {exc.filename or where}: "
+                         f"{exc.strerror or exc}.", _HINT) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        name = mark.name if mark is not None and mark.name in source.paths else where
         # `from None`: the YAML error quotes the offending line, which may hold a token.
-        raise UsageError(f"The kubeconfig file {path} is not valid YAML{where}.", _HINT) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UsageError(f"The kubeconfig file {path} is not a kubeconfig (not a mapping).", _HINT)
-    return data
+        raise UsageError(f"The kubeconfig file {name} is not valid YAML{line}.", _HINT) from None
+    except ConfigException:
+        raise UsageError(f"The kubeconfig {where} is empty.", _HINT) from None
+    except (AttributeError, TypeError, KeyError):
+        raise UsageError(f"The kubeconfig {where} is not a kubeconfig (not a mapping, or an "
+                         "entry without a name).", _HINT) from None
+    return merger
 
 
-def check_context(source: Source, context: str | None) -> str:
-    """The context that will be used; UsageError when it is unknown or none is set."""
-    names: list[str] = []
-    current = ""
-    for path in source.paths:
-        data = _read_yaml(path)
-        for entry in data.get("contexts") or []:
-            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-                names.append(entry["name"])
-        if not current and isinstance(data.get("current-context"), str):
-            current = data["current-context"]
+def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
+    """The context that will be used; UsageError when it is unknown or none is set. The
+    current-context is the first file's that sets one, as kubectl reads a KUBECONFIG list."""
+    config = merger.config.value if merger.config is not None else {}
+    names = [str(entry["name"]) for entry in config.get("contexts") or []]
+    current = next((str(doc["current-context"]) for doc in merger.config_files.values()
+                    if isinstance(doc, dict) and doc.get("current-context")), "")
     wanted = context or current
-    where = source.describe()
     if not names:
         raise UsageError(f"The kubeconfig {where} defines no contexts.", _HINT)
     if not wanted:
@@ -118,27 +131,10 @@ def check_context(source: Source, context: str | None) -> str:
     return wanted
 
 
-def load_configuration(
-    kubeconfig: str | None = None, context: str | None = None
-) -> tuple[Endpoint | Any, Source]:
-    """The connection for the chosen kubeconfig/context (or the service account): an
-    `Endpoint` when its credentials are static, else a client Configuration."""
+def load(kubeconfig: str | None = None, context: str | None = None) -> Connection:
+    """The connection for the chosen kubeconfig/context, or the pod's service account."""
     source = resolve_source(kubeconfig)
-    if not source.in_cluster:
-        chosen = check_context(source, context)
-        endpoint = from_kubeconfig(source.paths, _read_yaml(source.paths[0]), chosen)
-        if endpoint is not None:
-            return endpoint, source
-    return _client_configuration(source, context), source
-
-
-def _client_configuration(source: Source, context: str | None) -> Any:
-    """The kubernetes client's loader, for what `endpoint` does not read."""
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-    from kubernetes.config.config_exception import ConfigException
-
-    cfg = k8s_client.Configuration()
+    configuration = Configuration()
     if source.in_cluster:
         if context:
             raise UsageError(
@@ -146,32 +142,45 @@ def _client_configuration(source: Source, context: str | None) -> Any:
                 _HINT,
             )
         try:
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=cfg
-            )
+            load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration, try_refresh_token=True)
         except ConfigException as exc:
-            raise UsageError(
-                f"Cannot use the in-cluster service account: {exc}.", _HINT
-            ) from None
-        return cfg
-    chosen = check_context(source, context)
+            raise UsageError(f"Cannot use the in-cluster service account: {exc}.",
+                             _HINT) from None
+        return Connection(pooled(configuration), "in-cluster")
+    merger = _merged(source)
+    chosen = _context(merger, source.describe(), context)
     try:
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=os.pathsep.join(source.paths),
-            context=chosen,
-            client_configuration=cfg,
-            persist_config=False,
-        )
+        # As the client's load_kube_config: relative paths from each file's own folder
+        # (config_base_path None), and what an auth provider refreshed (an OIDC refresh token)
+        # written back, as kubectl does; an exec plugin is run again instead.
+        loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
+            config_dict=merger.config, active_context=chosen, config_base_path=None,
+            config_persister=merger.save_changes)
+        loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
-        raise UsageError(
-            f"The kubeconfig {source.describe()} is invalid for context {chosen!r}: {exc}.", _HINT
-        ) from None
+        raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
+                         f"{chosen!r}: {exc}.", _HINT) from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         # Malformed entries (a list where a mapping belongs, bad base64 data): name the type
         # only, since the values may be credentials.
-        raise UsageError(
-            f"The kubeconfig {source.describe()} is malformed for context {chosen!r} "
-            f"({type(exc).__name__}).",
-            _HINT,
-        ) from None
-    return cfg
+        raise UsageError(f"The kubeconfig {source.describe()} is malformed for context "
+                         f"{chosen!r} ({type(exc).__name__}).", _HINT) from None
+    return Connection(pooled(configuration), chosen)
+
+
+def for_server(url: str, token: str | None = None) -> Connection:
+    """A bare URL with an optional bearer token (the simulated cluster, tests)."""
+    configuration = Configuration(host=url.rstrip("/"))
+    if token:
+        configuration.api_key["BearerToken"] = f"Bearer {token}"  # as the loader sets it
+    return Connection(pooled(configuration), "")
+
+
+def pooled(configuration: Any) -> Any:
+    """The configuration with at least POOLED keep-alive connections and no retries of
+    urllib3's own (the choke point retries, transport.py)."""
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
+                                                POOLED)
+    configuration.retries = False
+    return configuration

@@ -13,10 +13,9 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-if TYPE_CHECKING:
-    import tenacity
+import tenacity
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -106,12 +105,7 @@ def _stop(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], bool]:
 def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, outcome: Outcome) -> T:
     """Run `fn` until it returns, raises a non-`Transient` error, or the budget is spent.
 
-    On giving up, the last `Transient` is re-raised for the caller to translate. The first
-    attempt runs before tenacity is imported: most requests succeed at once, and its import
-    is a tenth of a small cluster's `status` (docs/performance.md). Tenacity then replays
-    that first failure, so its attempt numbers, waits and budget are what they would be had
-    it run the first attempt itself.
-    """
+    On giving up, the last `Transient` is re-raised for the caller to translate."""
 
     def attempt() -> T:
         outcome.attempts += 1
@@ -120,20 +114,6 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, outcome: Outcome
         except Transient:
             outcome.transient_failures += 1
             raise
-
-    try:
-        return attempt()
-    except Transient as exc:
-        first: Transient | None = exc
-
-    def replay_then_attempt() -> T:
-        nonlocal first
-        if first is not None:
-            failed, first = first, None
-            raise failed
-        return attempt()
-
-    import tenacity
 
     def record_sleep(state: tenacity.RetryCallState) -> None:
         outcome.waited += state.upcoming_sleep
@@ -146,4 +126,4 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, outcome: Outcome
         before_sleep=record_sleep,
         reraise=True,
     )
-    return retrying(replay_then_attempt)
+    return retrying(attempt)

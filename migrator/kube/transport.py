@@ -1,11 +1,11 @@
 """The choke point: every HTTP request the tool sends to the API server goes through `send`.
 
-It adds auth, timeouts, retries (see `retrying`), counts requests, and turns failures into
-typed errors. Bodies are JSON parsed by the caller: the client's generated model classes are
-never used (they cost seconds on 10,000 pods). Requests go out over urllib3 straight to an
-`endpoint.Endpoint` (a kubeconfig with static credentials), or through the kubernetes client's
-ApiClient for a client Configuration (exec plugins, auth providers, in-cluster): that client is
-imported only then.
+Requests go out through the official client's `ApiClient` (its auth settings, with the token
+an exec plugin or the service account refreshes; its urllib3 pool with the kubeconfig's TLS
+and proxy settings). Here they get timeouts, retries (see `retrying`), a count, and failures
+become typed errors. Bodies are JSON parsed by the caller: the client's generated model
+classes are never used (they cost seconds on 10,000 pods); `ApiClient.call_api` hands back
+the urllib3 response unread, so a watch streams it.
 
 Nothing here ever formats a header, a token or a client key into a message.
 """
@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from migrator import __version__
 from migrator.errors import APIError, APIUnreachable
-from migrator.kube.endpoint import Endpoint, Sender
 from migrator.kube.retrying import (
     RETRYABLE_STATUSES,
     Outcome,
@@ -72,47 +73,14 @@ class Response:
     raw: Any = None
 
 
-class TlsFailed(Exception):
-    """The kubernetes client's wrapper for a TLS failure (its ApiException, status 0)."""
-
-
-class ClientSender:
-    """Requests through the kubernetes client's ApiClient, for a client Configuration its
-    loader made (token refresh hooks, exec plugins): imported only for it."""
-
-    def __init__(self, configuration: Any, user_agent: str) -> None:
-        from kubernetes.client import ApiClient
-
-        configuration.retries = False  # urllib3 must not retry behind our back
-        self._api = ApiClient(configuration)
-        self._api.user_agent = user_agent
-        self.server: str = configuration.host
-
-    def request(self, method: str, path: str, query: Query, body: Any,
-                headers: dict[str, str], timeout: tuple[float, float]) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            request = self._api.param_serialize(
-                method=method, resource_path=path, query_params=list(query) or None,
-                header_params=headers, body=body, auth_settings=["BearerToken"])
-            return self._api.call_api(*request, _request_timeout=timeout).response
-        except ApiException as exc:  # the client's wrapper for TLS failures (status 0)
-            raise TlsFailed from exc
-
-    def close(self) -> None:
-        self._api.close()  # type: ignore[no-untyped-call]
-
-
 class Transport:
     """Sends requests with auth, timeouts and retries; counts them. Thread-safe."""
 
-    def __init__(self, configuration: Endpoint | Any, policy: RetryPolicy) -> None:
-        agent = f"dcgm-migrate/{__version__}"
-        self._sender: Sender | ClientSender = (
-            Sender(configuration, agent) if isinstance(configuration, Endpoint)
-            else ClientSender(configuration, agent))
-        self.server: str = self._sender.server
+    def __init__(self, configuration: Any, policy: RetryPolicy) -> None:
+        """`configuration`: a kubernetes.client.Configuration (config.py made it)."""
+        self._api = ApiClient(configuration)
+        self._api.user_agent = f"dcgm-migrate/{__version__}"
+        self.server: str = configuration.host
         self.policy = policy
         self._lock = threading.Lock()
         self._requests = 0
@@ -130,7 +98,7 @@ class Transport:
             return self._retries
 
     def close(self) -> None:
-        self._sender.close()
+        self._api.close()  # type: ignore[no-untyped-call]
 
     def send(
         self,
@@ -177,10 +145,15 @@ class Transport:
         if body is not None:
             headers["Content-Type"] = content_type
         try:
-            raw = self._sender.request(method, path, query, body, headers, timeout)
+            request = self._api.param_serialize(
+                method=method, resource_path=path, query_params=list(query) or None,
+                header_params=headers, body=body, auth_settings=["BearerToken"])
+            raw = self._api.call_api(*request, _request_timeout=timeout).response
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Transient(short_reason(exc)) from exc
-        except TlsFailed as exc:
+        except ApiException as exc:  # the client's wrapper of a TLS failure (status 0)
+            if exc.status:
+                raise
             raise Transient("TLS handshake failed") from exc
         status = int(raw.status)
         if 200 <= status < 300 and stream:

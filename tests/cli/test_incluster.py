@@ -8,6 +8,7 @@ front of it; only the service-account file locations are redirected (a test cann
 
 from __future__ import annotations
 
+import datetime
 import json
 import select
 import shutil
@@ -26,6 +27,7 @@ from dcgm_sim.cluster import SimCluster
 from dcgm_sim.server import ADMIN_TOKEN
 from dcgm_sim.tls import make_certificate
 from migrator.cli.app import app
+from migrator.kube import Kube
 from migrator.kube.config import resolve_source
 from tests.helpers.cli import validate
 
@@ -169,3 +171,28 @@ def test_a_pod_without_its_token_says_so(pod: tuple[SimCluster, Path]) -> None:
     assert res.exit_code == 2, res.output
     assert "in-cluster service account" in res.stderr
     assert "token file does not exist" in res.stderr
+
+
+def test_a_rotated_token_is_read_again(pod: tuple[SimCluster, Path],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet rotates a projected service-account token in place: the client re-reads
+    the file once its copy is older than its refresh period (a minute; none here)."""
+    sim, account = pod
+    loader = incluster_config.InClusterConfigLoader
+    made = loader.__init__
+
+    def at_once(self: incluster_config.InClusterConfigLoader, *args: object,
+                **kwargs: object) -> None:
+        made(self, *args, **kwargs)
+        self._token_refresh_period = datetime.timedelta(0)
+
+    monkeypatch.setattr(loader, "__init__", at_once)
+    kube = Kube.connect()
+    try:
+        mark = sim.server.log.last_seq
+        kube.ping()
+        (account / "token").write_text(sim.server.access.issue_token("rotated-sa"))
+        kube.ping()
+    finally:
+        kube.close()
+    assert [r.user for r in sim.server.log.since(mark)] == ["sim-admin", "rotated-sa"]

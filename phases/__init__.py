@@ -4,7 +4,7 @@ protocol (mypy checks every module in `PHASES` against it):
     NUMBER, NAME                                 the phase's identity (the state document's,
                                                  every report's and the CLI's --phase)
     ANSWERS_FOR                                  what of the verdict its apply puts right
-                                                 (`model/outcome.py`'s `Remedy`)
+                                                 (`model/findings.py`'s `Remedy`)
     SWITCHES_SELECTORS                           its steps move Service selectors: the guard
                                                  follows what it recorded, and a rollback
                                                  settles after it before undoing earlier phases
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from migrator.model.findings import Answers, Remedy
 from migrator.model.gates import GateResult
-from migrator.model.outcome import Answers, Remedy
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.steps import Step
 from migrator.phases import alias, label, switch

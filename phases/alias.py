@@ -11,8 +11,8 @@ from migrator.model import aliasing, monitoring, sharing
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected
+from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
-from migrator.model.outcome import Remedy
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import CreateAlias, DeleteAlias, Step

@@ -10,8 +10,8 @@ from typing import Any
 
 from migrator.model import gates as g
 from migrator.model import objects as o
+from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
-from migrator.model.outcome import Remedy
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import RollPods, SetLabels, Step, from_record

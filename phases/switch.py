@@ -10,9 +10,9 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import monitoring
 from migrator.model import objects as o
+from migrator.model.findings import Remedy
 from migrator.model.gates import GateKind, GateResult
 from migrator.model.guarding import HELD_ANNOTATION
-from migrator.model.outcome import Remedy
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import SetSelector, Step, from_record

@@ -19,9 +19,9 @@ from migrator.engine import assemble, informer, projecting, runstatus
 from migrator.engine.applying import Apply
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Informer
-from migrator.engine.locate import locate, namespace_check, wrong_namespace
+from migrator.engine.locate import locate, require_operator_api, require_stack, wrong_namespace
 from migrator.engine.loop import Loop, Run, RunSettings
-from migrator.engine.permissions import missing_permissions, required
+from migrator.engine.permissions import preflight_checks
 from migrator.engine.planfile import STALE_SHOWN as STALE_SHOWN
 from migrator.engine.planfile import check_plan_file
 from migrator.engine.planfile import save_plan as save_plan
@@ -54,7 +54,6 @@ from migrator.engine.state.configmap import restore_hint
 from migrator.engine.warned import Warned
 from migrator.errors import APIForbidden, LockHeld, UsageError
 from migrator.kube.client import Kube
-from migrator.model.gates import GateResult
 from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
@@ -88,7 +87,7 @@ def _observe(session: Session, cache: Informer | None = None) -> Snapshot:
     does not exist or holds none of the DaemonSets the catalog names: a ClusterPolicy or
     GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
     A state there that records steps keeps it answerable (status shows their drift, rollback
-    undoes them); `apply` refuses it all the same (`_require_stack`)."""
+    undoes them); `apply` refuses it all the same (`locate.require_stack`)."""
     try:
         snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache,
                              clock=session.clock)
@@ -122,47 +121,20 @@ def _records_steps(session: Session) -> bool:
     return state is not None and any(r.done_steps() for r in state.phases.values())
 
 
-def _require_stack(report: PlanReport, namespace: str) -> None:
-    if report.stack == "none" or not report.components:
-        raise UsageError(
-            f"No GPU Operator DCGM found in namespace {namespace!r}: none of the DCGM "
-            "DaemonSets this tool migrates runs there (any left belong to a deleted "
-            "ClusterPolicy or GPUCluster).",
-            "pass the GPU Operator's namespace with -n, or check that the operator is installed "
-            "and has rendered its DaemonSets")
-
-
-def _require_operator_api(snap: Snapshot, server: str) -> None:
-    """Aliases are owned by the CR and drift is judged against the operator: without its API
-    the migration would run half-blind, so it does not start."""
-    if not snap.nvidia_api:
-        raise UsageError(
-            f"The GPU Operator API (nvidia.com ClusterPolicy/GPUCluster CRDs) is not served by "
-            f"{server}, so the operator that owns these DaemonSets cannot be checked.",
-            "install or repair the GPU Operator CRDs (kubectl get crd | grep nvidia.com), then "
-            "run `dcgm-migrate preflight`")
-
-
 def _refuse_lost_state(session: Session, snap: Snapshot) -> None:
     """No state, but the cluster carries the tool's marks: the records rollback needs were
     lost. Going on would record a migration from a cluster that is already half-migrated, with
     originals that are not the originals, so `apply` and `rollback` stop here (zero writes)."""
     marks = tool_marks(snap, session.catalog)
     if marks:
-        cm = session.catalog.common.state_configmap
+        cm, mb = session.catalog.common.state_configmap, session.catalog.common.managed_by
         raise UsageError(
             f"No state ConfigMap {session.namespace}/{cm}, yet {len(marks)} objects carry "
             f"dcgm-migrate's marks ({', '.join(marks[:3])}{' …' if len(marks) > 3 else ''}): "
             "the state was deleted, and what to roll back is not known.",
-            f"{restore_hint(session.namespace, cm, _managed_by(session))}, then run the "
-            "command again "
-            f"(`dcgm-migrate status -n {session.namespace}` lists every marked object; "
-            "without a backup see docs/runbook.md, 'Restoring the state')")
-
-
-def _managed_by(session: Session) -> str:
-    label = session.catalog.common.managed_by
-    return f"{label.key}={label.value}"
+            f"{restore_hint(session.namespace, cm, f'{mb.key}={mb.value}')}, then run the "
+            f"command again (`dcgm-migrate status -n {session.namespace}` lists every marked "
+            "object; without a backup see docs/runbook.md, 'Restoring the state')")
 
 
 def _check_phase(phase: int) -> int:
@@ -256,8 +228,8 @@ def apply(session: Session, request: RunRequest) -> RunReport:
             check_plan_file(request.plan_file, snap, session.namespace, request.phase)
         state, version = _load_state(session)
         before = assemble.build(snap, session.catalog, state, request.settings.options)
-        _require_stack(before, session.namespace)
-        _require_operator_api(snap, session.kube.server)
+        require_stack(before.stack, bool(before.components), session.namespace)
+        require_operator_api(snap.nvidia_api, session.kube.server)
         if state is None:
             _refuse_lost_state(session, snap)
         told = Warned(session.listener)
@@ -424,23 +396,5 @@ def unlock(session: Session, force: bool = False) -> UnlockReport:
 def preflight(session: Session) -> PreflightReport:
     """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
     every permission the migration needs (SSAR)."""
-    session.kube.ping()
-    apis = {
-        "nvidia.com/v1 (ClusterPolicy)": session.kube.has_api("nvidia.com", "v1"),
-        "nvidia.com/v1alpha1 (GPUCluster)": session.kube.has_api("nvidia.com", "v1alpha1"),
-        "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
-            session.kube.has_api("monitoring.coreos.com", "v1"),
-    }
-    wanted = required(session.namespace)
-    missing = missing_permissions(session.kube, session.namespace, wanted)
-    checks = [GateResult(f"api/{k}", True, "served" if v else
-                         "not served (fine if the cluster does not use it)")
-              for k, v in apis.items()]
-    checks.append(GateResult("api/any-gpu-operator-crd",
-                             any(v for k, v in apis.items() if "nvidia" in k),
-                             "ClusterPolicy or GPUCluster CRD present"))
-    checks.append(namespace_check(session.kube, session.namespace, session.catalog))
-    checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
-    checks.append(GateResult("rbac", not missing,
-                             f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
-    return PreflightReport(session.namespace, session.kube.server, tuple(checks))
+    return PreflightReport(session.namespace, session.kube.server,
+                           preflight_checks(session.kube, session.namespace, session.catalog))

@@ -1,6 +1,8 @@
 """`python3 -m benchmarks.guard`: what `dcgm-migrate guard` costs in a cluster running both stacks.
 
-One `mixed` sim (ClusterPolicy and GPUCluster CRs, nodes split half and half) in this process,
+One `mixed` sim (ClusterPolicy and GPUCluster CRs, nodes split half and half; so the operator
+release that lets both stacks coexist, `future-coexistence`: the shipped one refuses) in this
+process,
 serving HTTP as `sim serve` does; the guard is the CLI (`python -m migrator guard`, as the
 `dcgm-migrate` console script runs it) in a process of its own, so the sim's memory is not
 counted, talking to the sim through a byte-counting TCP proxy in this process. Three figures:
@@ -55,6 +57,7 @@ from benchmarks.procs import CLI
 from dcgm_sim.apilatency import DEFAULT_WRITE_SECONDS, WriteLatency
 from dcgm_sim.cluster import SimCluster, write_kubeconfig
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE
 from dcgm_sim.seed import seeded_cr
 from dcgm_sim.store import Event
 from migrator.engine.guard import GuardSettings
@@ -348,7 +351,8 @@ def _note(message: str) -> None:
 def applied_state() -> Obj:
     """The state ConfigMap `apply --phase 3 --yes --settle 0s` leaves on an 8-node `mixed`
     sim: phases 1-3 completed, both stable names shared."""
-    with SimCluster(nodes=8, stack="mixed", time_scale=0.005) as small:
+    with SimCluster(nodes=8, stack="mixed", operator_release=FUTURE_COEXISTENCE,
+                    time_scale=0.005) as small:
         done = subprocess.run([*CLI, "apply", "--phase", "3", "--yes", "--settle", "0s",
                                "--kubeconfig", small.kubeconfig], capture_output=True,
                               text=True, timeout=600, stdin=subprocess.DEVNULL)
@@ -410,8 +414,8 @@ def measure(nodes: int, takeovers: int, steady_seconds: float, *, time_scale: fl
             api_write_ms: float = DEFAULT_WRITE_SECONDS * 1000) -> Figures:
     state = applied_state()
     _note(f"state from an 8-node apply; seeding {nodes} nodes (mixed)")
-    with SimCluster(nodes=nodes, stack="mixed", time_scale=time_scale,
-                    operator_reconcile_seconds=RESYNC_SECONDS) as sim, \
+    with SimCluster(nodes=nodes, stack="mixed", operator_release=FUTURE_COEXISTENCE,
+                    time_scale=time_scale, operator_reconcile_seconds=RESYNC_SECONDS) as sim, \
             tempfile.TemporaryDirectory(prefix="dcgm-bench-guard-") as tmp:
         sim.store.create(kinds.CONFIGMAP, state)
         if api_write_ms > 0:

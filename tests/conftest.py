@@ -15,6 +15,7 @@ import pytest
 from dcgm_sim.clock import SimClock
 from dcgm_sim.cluster import SimCluster, wait_for
 from dcgm_sim.controllers import ControllerSet
+from dcgm_sim.controllers.releases import DEFAULT as DEFAULT_RELEASE
 from dcgm_sim.seed import seed
 from dcgm_sim.server import ApiServer
 from dcgm_sim.store import Store, StoreError
@@ -170,13 +171,15 @@ class Bare:
 @pytest.fixture
 def make_bare() -> Iterator[Callable[..., Bare]]:
     """`make_bare(nodes=3, stack="gpucluster", time_scale=0.01, start=True, **ControllerSet
-    options)`: the controllers on a seeded Store, no API server; stopped at teardown."""
+    options)`: the controllers on a seeded Store, no API server; stopped at teardown. The seed
+    follows `operator_release` (`mixed`/`both` need `future-coexistence`)."""
     made: list[Bare] = []
 
     def make(nodes: int = 3, stack: str = "gpucluster", *, time_scale: float = 0.01,
              start: bool = True, gpucluster_dcgm: bool = True, **options: Any) -> Bare:
         store = Store()
-        seed(store, nodes=nodes, stack=stack, gpucluster_dcgm=gpucluster_dcgm)
+        seed(store, nodes=nodes, stack=stack, gpucluster_dcgm=gpucluster_dcgm,
+             release=options.get("operator_release", DEFAULT_RELEASE))
         bare = Bare(store, ControllerSet(store, SimClock(time_scale), **options))
         made.append(bare)
         if start:

@@ -23,6 +23,7 @@ from migrator.cli import render
 from migrator.cli.documents import to_document
 from migrator.cli.durations import parse_duration
 from migrator.cli.group import ARGV_KEY, RootGroup
+from migrator.cli.guard_cmd import guard
 from migrator.cli.live import make_progress
 from migrator.cli.options import (
     AllowForeignPods,
@@ -40,6 +41,7 @@ from migrator.cli.options import (
     Yes,
     complete_phase,
 )
+from migrator.cli.plugins import INSTALL_HINT
 from migrator.commands import RunRequest, Session, save_plan
 from migrator.engine import interrupts
 from migrator.engine.loop import RunSettings
@@ -434,17 +436,36 @@ def preflight(
     _report(kubeconfig, context, namespace, output, commands.preflight)
 
 
-def _mount_subcommands() -> None:
-    from migrator.cli.demo import demo
-    from migrator.cli.guard_cmd import guard
-    from migrator.cli.sim_cmd import sim_app
-
-    app.add_typer(sim_app, name="sim", help="The simulated GPU cluster (for demos and tests).")
-    app.command("demo")(handles_errors(demo))
-    app.command("guard")(handles_errors(guard))
+app.command("guard")(handles_errors(guard))
 
 
-_mount_subcommands()
+# Stand-ins for the commands the simulated cluster's distribution provides (cli/plugins.py):
+# with it installed, its own `demo` and `sim` are found first; without it (the tool alone, its
+# container image) these refuse in one sentence, with the fix, exit 2.
+_PLUGGED = {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
+            "add_help_option": False}
+
+
+@app.command("demo", **_PLUGGED)
+@handles_errors
+def _demo() -> None:
+    """Run the whole migration on a simulated GPU cluster started in-process (needs the
+    simulated cluster installed: `python3 -m pip install ./simulator`)."""
+    raise _missing("demo")
+
+
+@app.command("sim", **_PLUGGED)
+@handles_errors
+def _sim() -> None:
+    """The simulated GPU cluster as a standalone server (needs it installed:
+    `python3 -m pip install ./simulator`)."""
+    raise _missing("sim")
+
+
+def _missing(command: str) -> UsageError:
+    return UsageError(f"`dcgm-migrate {command}` needs the simulated cluster, which is not "
+                      "installed here (the tool's own package and its image do not carry it)",
+                      INSTALL_HINT)
 
 
 def prog_name(argv0: str) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any, Protocol, cast
 import typer
 from typer.core import TyperGroup
 
-from migrator.cli import render
+from migrator.cli import plugins, render
 from migrator.cli.options import Output
 
 # click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
@@ -38,6 +38,16 @@ class Group(TyperGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         found = super().get_command(ctx, cmd_name)
         return _as_invoked(found, ctx.find_root().info_name or "dcgm-migrate")
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """The command to invoke: an installed plugin's where one provides it
+        (cli/plugins.py), looked up only here, so that listing the commands for `--help`
+        loads no plugin."""
+        name, found, rest = super().resolve_command(ctx, args)
+        plugged = plugins.command(name) if name else None
+        if plugged is not None:
+            found = _as_invoked(plugged, ctx.find_root().info_name or "dcgm-migrate")
+        return name, found, rest
 
 
 class RootGroup(Group):

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 from typer.testing import CliRunner
 
-from migrator.cli.app import app
-from migrator.cli.demo import (
+from dcgm_sim_cli.demo import (
     MAX_TIME_SCALE,
     Stage,
     auto_time_scale,
@@ -17,6 +15,8 @@ from migrator.cli.demo import (
     merge_lowest,
     service_rows,
 )
+from migrator.cli import plugins
+from migrator.cli.app import app
 
 FAST = ["--time-scale", "0.002"]  # 25 simulated seconds per pod restart -> 50 ms
 
@@ -106,12 +106,23 @@ def test_demo_rejects_an_unknown_stack_with_exit_2() -> None:
 @pytest.mark.parametrize("argv", [["demo", "--nodes", "2"], ["sim", "serve", "--nodes", "2"]])
 def test_without_the_simulator_demo_and_serve_refuse_with_the_fix(
         argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """An installation without `dcgm_sim` (the image) refuses in one sentence, the fix and
-    exit 2, before anything starts."""
-    monkeypatch.setitem(sys.modules, "dcgm_sim", None)  # find_spec: not installed
+    """An installation without the simulated cluster's distribution (the tool alone, its image:
+    no entry point provides `demo` or `sim`) refuses in one sentence, the fix and exit 2,
+    before anything starts. tests/cli/test_fresh_venv.py checks the same on a real install."""
+    monkeypatch.setattr(plugins, "entry_points", lambda **_: ())
     res = CliRunner().invoke(app, argv)
     assert res.exit_code == 2, res.output
-    assert "which this installation does not carry" in res.output
-    assert "fix: install the tool from its source checkout: `python3 -m pip install .`" in (
-        res.output)
+    assert "needs the simulated cluster, which is not installed here" in res.output
+    assert "fix: install the simulated cluster beside the tool from the source checkout: " \
+        "`python3 -m pip install ./simulator`" in res.output
     assert "Traceback" not in res.output
+
+
+def test_the_installed_simulator_provides_demo_and_sim_through_entry_points() -> None:
+    """With the simulated cluster installed (as for the tests), its distribution's entry points
+    are what `demo` and `sim` run: their help is the plugin's, with its options."""
+    for argv, option in ((["demo", "--help"], "--nodes"), (["sim", "serve", "--help"],
+                                                           "--kubeconfig-out")):
+        res = CliRunner().invoke(app, argv)
+        assert res.exit_code == 0, res.output
+        assert option in res.output

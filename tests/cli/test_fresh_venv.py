@@ -59,9 +59,9 @@ def readme_install_and_demo() -> tuple[str, str]:
 
 def test_the_readme_commands_are_the_promised_ones() -> None:
     install, _ = readme_install_and_demo()
-    assert install == "python3 -m pip install ."
+    assert install == "python3 -m pip install . ./simulator"
     text = (REPO / "README.md").read_text()
-    assert "python3 -m pip install -e '.[test]' && python3 -m pytest" in text
+    assert "python3 -m pip install -e '.[test]' -e ./simulator && python3 -m pytest" in text
 
 
 @pytest.mark.timeout(2 * GUARD_SECONDS)  # a venv, an install of every dependency and the demo
@@ -199,13 +199,15 @@ def pip_install(python: Path, *args: str, cwd: Path, env: dict[str, str]) -> Non
 
 def test_the_package_list_names_every_package() -> None:
     """pyproject.toml lists the packages (discovery cannot name a mapped folder): every package
-    folder under migrator/, under each package-dir folder and under dcgm_sim/ (the simulated
-    cluster, a top-level package of its own) must be in it."""
+    folder under migrator/ and under each package-dir folder must be in it, and nothing of the
+    simulated cluster, whose own pyproject.toml (simulator/) lists every package folder there."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapped = {name: folder for name, folder in config["package-dir"].items() if name}
     assert mapped == {"migrator.phases": "phases", "migrator.plans": "plans"}
-    expected = set(setuptools.find_packages(
-        str(REPO), include=["migrator", "migrator.*", "dcgm_sim", "dcgm_sim.*"]))
+    simulator = tomllib.loads((REPO / "simulator" / "pyproject.toml").read_text())
+    assert sorted(simulator["tool"]["setuptools"]["packages"]) == sorted(
+        setuptools.find_packages(str(REPO / "simulator")))
+    expected = set(setuptools.find_packages(str(REPO), include=["migrator", "migrator.*"]))
     for name, folder in mapped.items():
         assert (REPO / folder / "__init__.py").is_file(), folder
         expected |= {name} | {f"{name}.{sub}" for sub in setuptools.find_packages(
@@ -246,9 +248,9 @@ def test_wheel_and_sdist_install_phases_and_plans_inside_the_package(
     if kind == "wheel":
         with zipfile.ZipFile(artifact) as wheel:
             names = wheel.namelist()
+        # the tool alone: the simulated cluster is a distribution of its own (simulator/)
         assert {n.split("/")[0] for n in names} == {
-            "migrator", "dcgm_sim", f"dcgm_migrate-{__version__}.dist-info"}, sorted(names)
-        assert any(n.startswith("dcgm_sim/fixtures/gpu-operator/") for n in names)
+            "migrator", f"dcgm_migrate-{__version__}.dist-info"}, sorted(names)
         inside = "migrator/"
     else:
         with tarfile.open(artifact) as sdist:
@@ -269,6 +271,11 @@ def test_wheel_and_sdist_install_phases_and_plans_inside_the_package(
         path = Path(str(found[key]))
         assert path.is_relative_to(site) and where in path.as_posix(), (key, path)
     assert found["top-level phases"] is None and found["top-level plans"] is None, found
+    # without the simulated cluster, `demo` and `sim` refuse in one sentence with the fix
+    demo = run([str(python), "-m", "migrator", "demo"], tmp_path, env)
+    assert demo.returncode == 2, demo.stdout + demo.stderr
+    assert "needs the simulated cluster, which is not installed here" in demo.stderr
+    assert "python3 -m pip install ./simulator" in demo.stderr
 
 
 def test_a_clone_without_symlinks_installs_editable_and_runs_its_tests(tmp_path: Path) -> None:
@@ -295,7 +302,8 @@ def test_a_clone_without_symlinks_installs_editable_and_runs_its_tests(tmp_path:
     assert [line for line in tracked if line.startswith("120000")] == []
 
     python = fresh_venv(tmp_path / "venv")
-    pip_install(python, "--editable", str(clone), cwd=tmp_path, env=env)
+    pip_install(python, "--editable", str(clone), "--editable", str(clone / "simulator"),
+                cwd=tmp_path, env=env)
     for cwd in (tmp_path, clone):
         found = probe(python, cwd, env)
         assert Path(str(found["migrator"])) == clone / "migrator" / "__init__.py", found

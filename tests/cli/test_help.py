@@ -12,11 +12,15 @@ import typer
 from typer.testing import CliRunner
 
 from migrator import __version__
+from migrator.cli import plugins
 from migrator.cli.app import app, prog_name
 
 
 def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    for name, cmd in group.commands.items():
+    """Every command path, the installed simulated cluster's `demo` and `sim` as it plugs them
+    in (cli/plugins.py) in place of the tool's stand-ins."""
+    for name, found in group.commands.items():
+        cmd = (plugins.command(name) if not path else None) or found
         yield (*path, name)
         if hasattr(cmd, "commands"):  # a group (typer vendors its own click)
             yield from _commands(cmd, (*path, name))

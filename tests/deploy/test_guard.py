@@ -37,7 +37,8 @@ def _holder(sim: Sim) -> str:
 
 def test_guard_deployment_shares_the_names_and_fails_over(
         serve: Callable[..., Sim], tmp_path: Path) -> None:
-    sim = serve("--stack", "mixed", "--nodes", "3", "--time-scale", "0.02")
+    sim = serve("--stack", "mixed", "--operator-release", "future-coexistence", "--nodes", "3",
+                "--time-scale", "0.02")
     applied = sim.tool("apply", "--phase", "3", "--yes")
     assert applied.returncode in (0, 1), applied.stderr[-2000:]
 

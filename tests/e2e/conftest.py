@@ -15,6 +15,7 @@ import pytest
 from dcgm_sim.access import ADMIN_USER
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.controllers.operatorqueue import NOT_READY_REQUEUE as REQUEUE_SECONDS
 from migrator.model import kinds
 from tests.helpers import cli, crash
 from tests.helpers.disruption import DisruptionMonitor
@@ -68,6 +69,20 @@ class E2E:
 
     def phase_status(self, number: int) -> str:
         return str(next(p for p in self.state()["phases"] if p["number"] == number)["status"])
+
+    def clusterpolicy_settled(self) -> None:
+        """Wait until the ClusterPolicy reports Ready and its last 5-s requeue is behind it:
+        from then on the released operator reconciles it again only on an event (of its CR,
+        its DaemonSets, node labels) or its informers' resync
+        (dcgm_sim/controllers/operatorqueue.py)."""
+        def ready() -> bool:
+            cr = self.sim.store.list(kinds.CLUSTER_POLICY)[0][0]
+            return any(c.get("type") == "Ready" and c.get("status") == "True"
+                       for c in (cr.get("status") or {}).get("conditions") or [])
+        self.until(ready, 120, "ClusterPolicy Ready")
+        began = self.sim.clock.now()
+        self.until(lambda: self.sim.clock.now() - began > REQUEUE_SECONDS + 1, 60,
+                   "its last requeue")
 
     def until(self, predicate: Callable[[], object], sim_seconds: float, what: str,
               detail: Callable[[], object] = str) -> float:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.controllers.rendering import (
     DEPLOY_LABELS,
     MODE_DEVICE_PLUGIN,
@@ -232,7 +233,8 @@ def _assert_used_under_the_role(env: E2E, rules: set[tuple[str, str, None]]) -> 
 
 def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_moves(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     applied = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert applied.code == 0, applied.stdout + applied.stderr
     assert _unreached(env)  # the operator's Services select only their own pods
@@ -295,7 +297,8 @@ def test_mixed_stable_names_reach_every_node_through_reconciles_edits_and_node_m
 @pytest.mark.parametrize("stack", ["mixed", "both"])
 def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
         e2e_factory: Callable[..., E2E], tmp_path: Path, stack: str) -> None:
-    env = e2e_factory(stack, nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    env = e2e_factory(stack, operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))) as g:
         _until(env, lambda: _reaches_every_node(env), 30, "shared")
@@ -331,7 +334,8 @@ def test_deleting_either_cr_keeps_the_names_while_a_stack_needs_them(
 
 def test_deleting_the_gpucluster_removes_only_the_shared_slices(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))):
         _until(env, lambda: _reaches_every_node(env), 30, "shared")
@@ -352,7 +356,8 @@ def test_deleting_the_gpucluster_removes_only_the_shared_slices(
 
 def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_guard_shares(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("gpucluster", nodes=4, operator_reconcile_seconds=RECONCILE,
+    env = e2e_factory("gpucluster", operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE,
                       time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     reactions = []
@@ -387,7 +392,8 @@ def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_gua
 
 def test_both_stacks_on_every_node_share_nothing_and_warn_of_double_reporting(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("both", nodes=3, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    env = e2e_factory("both", operator_release=FUTURE, nodes=3,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     plan = env.cli("plan", "-o", "json")
     assert any("reported twice" in w for w in plan.json()["warnings"])
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
@@ -405,7 +411,7 @@ def test_conflicting_exporter_service_settings_keep_the_owners_and_are_reported(
         e2e_factory: Callable[..., E2E]) -> None:
     """The rule: the Service that owns the stable name keeps its configuration; a port the
     GPUCluster pods do not serve is left out of the shared slices and reported."""
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=None)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4, operator_reconcile_seconds=None)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     svc = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
     assert svc is not None
@@ -441,7 +447,8 @@ def test_one_scrape_path_per_exporter_pod_with_both_stacks(
     """VictoriaMetrics' Kubernetes discovery (the Prometheus chart's jobs) against the sim
     after phase 3 with the guard's shared slices in place: every exporter pod is one target
     per mechanism, and the tool's slices (read by `role: endpointslice` only) add none."""
-    env = e2e_factory(stack, nodes=4, operator_reconcile_seconds=None, tls=True)
+    env = e2e_factory(stack, operator_release=FUTURE, nodes=4, operator_reconcile_seconds=None,
+                      tls=True)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     assert env.cli("guard", "--once").code == 0
     oracle = discovery_oracle(env.sim)
@@ -456,7 +463,7 @@ def test_one_scrape_path_per_exporter_pod_with_both_stacks(
 def test_rolling_phase_2_back_takes_the_sharing_back(e2e_factory: Callable[..., E2E]) -> None:
     """The shared slices exist only while phase 2 is completed: after its rollback the guard's
     next pass deletes them, and nothing else of the operators' changes."""
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=None)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4, operator_reconcile_seconds=None)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     assert env.cli("guard", "--once").code == 0
     assert len(_shared_slices(env)) == 2 and _unreached(env) == []

@@ -73,9 +73,12 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
 
 def test_operator_reverts_a_switched_operator_owned_service(
         e2e_factory: Callable[..., E2E]) -> None:
-    # a period longer than the run: the revert comes after apply's final report (a revert
-    # within the run makes its final report show ✗ and the exit code 1: test_transitions)
+    # the revert comes after apply's final report (a revert within the run makes its final
+    # report show ✗ and the exit code 1: test_transitions): phase 1's rollouts over, the
+    # operator settled, it reconciles next at its informers' resync, 150 s here
     env = e2e_factory("clusterpolicy", operator_reconcile_seconds=150.0)
+    assert env.cli("apply", "--phase", "2", "--yes").code == 0
+    env.clusterpolicy_settled()
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                   "--include-operator-owned", "-o", "json")
     assert res.code == 0, res.stderr

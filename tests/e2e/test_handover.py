@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import running_guard
@@ -110,7 +111,7 @@ def _upgrade(env: E2E, *, migrated: bool, prepare: bool) -> RoutedEndpoints:
     with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store):
         env.until(lambda: g.guard.passes >= 1, 30, "guard")
         since = env.mark()
-        env.sim.set_operator_release("shared-services")
+        env.sim.set_operator_release("shared-services-fork")
         env.until(lambda: _upgraded(env), 300, "upgraded")
         # The guard stood down: it wrote nothing the release manages.
         written = [e for e in env.writes(since) if e.resource == "services"
@@ -232,7 +233,7 @@ def _hand_over_shared_nodes(env: E2E, nodes: int) -> RoutedEndpoints:
     low = RoutedEndpoints(STABLE, NS)
     with running_guard(env) as g, env.monitor.expected_outage(), low.follow(env.sim.store):
         env.until(lambda: g.guard.passes >= 1, 30, "guard")
-        env.sim.set_operator_release("shared-services")
+        env.sim.set_operator_release("shared-services-fork")
         try:
             env.until(lambda: _handed_over(env, nodes), 300, "handed over")
         except AssertionError as err:
@@ -261,7 +262,7 @@ def test_hand_over_on_mixed_and_both_clusters_keeps_every_node_reached(
     run per node, and `--prepare-for` labels only the stack that keeps it, so its pods serve
     the stable names throughout and the other stack's new pods stay Pending."""
     nodes = 4
-    env = e2e_factory(stack, nodes=nodes, operator_reconcile_seconds=2.0)
+    env = e2e_factory(stack, operator_release=FUTURE, nodes=nodes, operator_reconcile_seconds=2.0)
     low = _hand_over_shared_nodes(env, nodes)
     lost = 2 if stack == "mixed" else 1  # nodes the release's own rollouts take at once
     assert min(low.lowest_nodes.values()) >= nodes - lost, low.lowest_nodes

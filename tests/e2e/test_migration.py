@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
 
@@ -87,7 +88,7 @@ def test_coexistence_shares_the_legacy_names_and_never_writes_them(
     """With both stacks, phase 2 takes no stable name the ClusterPolicy renders: it completes
     with the name marked shared (the guard adds the GPUCluster pods through its own
     EndpointSlices) and writes no Service."""
-    env = e2e_factory("both")
+    env = e2e_factory("both", operator_release=FUTURE)
     legacy_before = copy.deepcopy(env.svc("nvidia-dcgm"))
     plan = env.cli("plan", "-o", "json").json()
     alias = next(p for p in plan["phases"] if p["number"] == 2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from tests.e2e.conftest import E2E
 from tests.e2e.test_guard import running_guard
 
@@ -25,7 +26,8 @@ def _closing(text: str) -> str:
 
 def test_every_command_gives_the_same_verdict_and_apply_says_both(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     applied = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert applied.code == 0, applied.stdout + applied.stderr  # its phases are done ...
     closing = _closing(applied.stdout)  # ... and the identity is not whole yet: both said

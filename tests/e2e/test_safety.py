@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.store import Event
 from migrator.engine import informer
 from migrator.model import kinds
@@ -137,7 +138,7 @@ def test_missing_servicemonitor_crd_counts_annotations_only(
 
 
 def test_mixed_stack_is_recognised(e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("mixed", nodes=4)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4)
     doc = env.cli("plan", "-o", "json").json()
     assert doc["stack"] == "mixed"
     assert len(doc["components"]) == 4

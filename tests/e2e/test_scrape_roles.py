@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.engine.reads import read_snapshot
 from migrator.kube.client import Kube
 from migrator.model import kinds, monitoring
@@ -115,7 +116,7 @@ def _scrape_once(env: E2E) -> list[dict[str, Any]]:
 def test_targets_per_pod_are_what_the_model_predicts_under_each_role(
         e2e_factory: Callable[..., E2E], oracles: Callable[[E2E, str], DiscoveryOracle],
         role: str) -> None:
-    env = e2e_factory("mixed", nodes=4, tls=True)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4, tls=True)
     _migrated(env, role)
     shared = [s for s in env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]
               if s["metadata"]["name"].startswith("nvidia-dcgm-exporter-dcgm-migrate-")]
@@ -149,7 +150,7 @@ def test_targets_per_pod_are_what_the_model_predicts_under_each_role(
 def test_the_clusterpolicy_relabeling_leaves_one_target_per_pod_under_endpointslice(
         e2e_factory: Callable[..., E2E],
         oracles: Callable[[E2E, str], DiscoveryOracle]) -> None:
-    env = e2e_factory("mixed", nodes=4, tls=True)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4, tls=True)
     _migrated(env, "endpointslice")
     cr = copy.deepcopy(env.sim.store.list(kinds.CLUSTER_POLICY)[0][0])
     cr["spec"]["dcgmExporter"].setdefault("serviceMonitor", {})["relabelings"] = [DROP]

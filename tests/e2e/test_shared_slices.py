@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.controllers.rendering import MODE_DRA, MODE_LABEL
 from migrator.kube.client import Kube
 from migrator.model import kinds, sharing
@@ -103,7 +104,8 @@ def _migrated_mixed(env: E2E) -> None:
 
 def test_a_stopped_guard_is_caught_before_its_slices_blackhole_a_node_and_a_new_one_repairs(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     _migrated_mixed(env)
     kubeconfig = _guard_kubeconfig(env, tmp_path)  # the Role of docs/guard.yaml only
     with running_guard(env, kube=Kube.connect(kubeconfig)):
@@ -146,7 +148,8 @@ def test_a_stopped_guard_is_caught_before_its_slices_blackhole_a_node_and_a_new_
 
 def test_deleting_the_guard_with_its_manifest_leaves_no_shared_slice(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
     _migrated_mixed(env)
     kubectl = kubectl_for(env.sim.kubeconfig, tmp_path)
     kubectl("apply", "-f", str(REPO / "docs" / "guard.yaml"))  # its Lease; no pod runs here
@@ -174,7 +177,8 @@ def test_every_node_is_reached_in_every_family_the_stable_names_serve(
         e2e_factory: Callable[..., E2E], tmp_path: Path, ip_family: str) -> None:
     """IPv6-only: one IPv6 slice set per name. Dual-stack: the operators render SingleStack
     Services (the primary family); made PreferDualStack, both families are shared."""
-    env = e2e_factory("mixed", nodes=4, operator_reconcile_seconds=None, time_scale=0.05,
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4, operator_reconcile_seconds=None,
+                      time_scale=0.05,
                       ip_family=ip_family)
     _migrated_mixed(env)
     families = [IPV6] if ip_family == "ipv6" else [IPV4, IPV6]

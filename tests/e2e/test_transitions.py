@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dcgm_sim.controllers.garbage import GarbageCollector
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.controllers.rendering import DEPLOY_LABELS, MODE_DRA, MODE_LABEL
 from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
@@ -88,7 +89,8 @@ def test_stack_change_is_detected_and_apply_replans_for_the_new_stack(
     """A stack change done naively: relabel the nodes for -dra, create a GPUCluster, delete the
     ClusterPolicy. status/verify say the stack changed and the stable names are missing;
     apply re-plans for the GPUCluster stack and creates and switches the aliases."""
-    env = e2e_factory("clusterpolicy", nodes=3, operator_reconcile_seconds=RECONCILE)
+    env = e2e_factory("clusterpolicy", operator_release=FUTURE, nodes=3,
+                      operator_reconcile_seconds=RECONCILE)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with env.monitor.replacing(*STABLE):
         _nodes(env, add=DEPLOY_LABELS["gpucluster"], remove=DEPLOY_LABELS["clusterpolicy"])
@@ -143,7 +145,8 @@ def test_stack_change_procedure_keeps_the_stable_names_gap_within_one_reconcile(
     reaction room under a loaded CI machine, and what the tool did during each gap is checked
     by what it wrote, which no load changes: nothing but the alias it creates (and the state
     records around that write)."""
-    env = e2e_factory("clusterpolicy", nodes=3, operator_reconcile_seconds=RECONCILE,
+    env = e2e_factory("clusterpolicy", operator_release=FUTURE, nodes=3,
+                      operator_reconcile_seconds=RECONCILE,
                       time_scale=0.1)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     _add_gpucluster(env, 3)
@@ -236,7 +239,8 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
     """On a big cluster garbage collection takes a while: apply, run right after the
     ClusterPolicy is deleted, finds its Services still holding the stable names, says it waits
     for them, and creates the aliases as soon as they are gone (no exit 1, no adoption)."""
-    env = e2e_factory("clusterpolicy", nodes=3, operator_reconcile_seconds=RECONCILE)
+    env = e2e_factory("clusterpolicy", operator_release=FUTURE, nodes=3,
+                      operator_reconcile_seconds=RECONCILE)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     _add_gpucluster(env, 3)
     assert env.cli("apply", "--phase", "1", "--yes").code == 0
@@ -281,7 +285,8 @@ def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
     """The reverse move (GPUCluster → ClusterPolicy): the ClusterPolicy's operator takes the
     stable names over and the GPUCluster's objects are garbage-collected. apply re-plans for
     the legacy stack; the aliases' records are retired (`replaced`), not eternal failures."""
-    env = e2e_factory("gpucluster", nodes=3, operator_reconcile_seconds=RECONCILE)
+    env = e2e_factory("gpucluster", operator_release=FUTURE, nodes=3,
+                      operator_reconcile_seconds=RECONCILE)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with env.monitor.replacing(*STABLE):
         _nodes(env, add=DEPLOY_LABELS["clusterpolicy"])
@@ -314,7 +319,8 @@ def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
 def test_rollback_skips_aliases_an_operator_took_over(e2e_factory: Callable[..., E2E]) -> None:
     """A ClusterPolicy created beside a migrated GPUCluster: its operator replaces the aliases
     with its own Services. Rollback leaves those alone with a warning and undoes the rest."""
-    env = e2e_factory("gpucluster", nodes=3, operator_reconcile_seconds=RECONCILE)
+    env = e2e_factory("gpucluster", operator_release=FUTURE, nodes=3,
+                      operator_reconcile_seconds=RECONCILE)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     with env.monitor.replacing(*STABLE):  # the operator's takeover is not the tool's doing
         env.sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
@@ -343,6 +349,8 @@ def test_operator_reverted_switch_is_reconciled_by_apply_without_the_flag(
     (exit 1); apply without the flag records it as reverted by the operator (warning, exit 0),
     after which verify is green; apply with the flag switches it again."""
     env = e2e_factory("clusterpolicy", nodes=3, operator_reconcile_seconds=150.0)
+    assert env.cli("apply", "--phase", "2", "--yes").code == 0
+    env.clusterpolicy_settled()  # so it reverts at its resync, after the run
     first = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                     "--include-operator-owned")
     assert first.code == 0, first.stderr

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
 from tests.e2e.conftest import E2E, NS
@@ -95,7 +96,7 @@ def test_a_deleted_state_is_reported_and_rollback_claims_nothing(
 
 def test_both_stacks_on_every_node_are_red_for_gpus_reported_twice(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("both", nodes=3)
+    env = e2e_factory("both", operator_release=FUTURE, nodes=3)
     doc = env.cli("verify", "-o", "json")
     assert doc.code == 1
     failed = _failed(doc.json())
@@ -108,7 +109,7 @@ def test_both_stacks_on_every_node_are_red_for_gpus_reported_twice(
 
 def test_mixed_stacks_are_red_while_a_stable_name_misses_the_dra_nodes(
         e2e_factory: Callable[..., E2E]) -> None:
-    env = e2e_factory("mixed", nodes=4)
+    env = e2e_factory("mixed", operator_release=FUTURE, nodes=4)
     doc = env.cli("verify", "-o", "json")
     assert doc.code == 1
     failed = _failed(doc.json())

@@ -7,9 +7,9 @@ install's import finder does the same at import time). This lays the package out
 installs — migrator/ plus each `package-dir` folder of pyproject.toml at its package's place —
 in a temporary folder, runs the tool there on the checkout's own configuration, and prints the
 tool's paths as the checkout's (`migrator/phases/alias.py` as `phases/alias.py`). The
-simulated cluster (dcgm_sim/) and the test suite (tests/, with the benchmarks/ it imports) are
-copied beside the package, so that mypy checks
-the tests against the package as it installs too.
+simulated cluster's packages (simulator/dcgm_sim, simulator/dcgm_sim_cli: a distribution of
+its own) and the test suite (tests/, with the benchmarks/ it imports) are copied beside the
+package, so that mypy checks the tests against the package as it installs too.
 
     python3 -m tests.helpers.layout mypy            # `mypy --strict` of migrator and tests
     python3 -m tests.helpers.layout lint-imports    # the contracts of .importlinter
@@ -29,9 +29,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "migrator"
-# Checked beside the package: the simulated cluster (a package of its own), the test suite, and
-# the benchmarks it imports.
-BESIDE = ("dcgm_sim", "tests", "benchmarks")
+# Checked beside the package, laid out by import name: the simulated cluster's packages (their
+# own distribution, simulator/), the test suite, and the benchmarks it imports.
+BESIDE = {"dcgm_sim": "simulator/dcgm_sim", "dcgm_sim_cli": "simulator/dcgm_sim_cli",
+          "tests": "tests", "benchmarks": "benchmarks"}
 
 
 def package_dirs(repo: Path = REPO) -> dict[str, Path]:
@@ -54,9 +55,9 @@ def lay_out(into: Path, repo: Path = REPO) -> dict[str, str]:
                              f"package-dir ({source.relative_to(repo)}): remove one")
         shutil.copytree(source, target, ignore=skip)
         folders[str(target.relative_to(into)) + os.sep] = str(source.relative_to(repo)) + os.sep
-    for name in BESIDE:
-        shutil.copytree(repo / name, into / name, ignore=skip)
-        folders[name + os.sep] = name + os.sep
+    for name, source_folder in BESIDE.items():
+        shutil.copytree(repo / source_folder, into / name, ignore=skip)
+        folders[name + os.sep] = source_folder + os.sep
     return folders
 
 

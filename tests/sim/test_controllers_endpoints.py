@@ -101,7 +101,7 @@ def _names(ep: Obj, field: str = "addresses") -> list[str]:
 
 def test_seeded_endpoints_equal_what_the_controller_writes() -> None:
     store = Store()
-    seed(store, nodes=4, stack="mixed")
+    seed(store, nodes=4, stack="mixed", release="future-coexistence")
     seeded = {o["metadata"]["name"]: o for o in store.list(ENDPOINTS, NS)[0]}
     assert set(seeded) == {"nvidia-dcgm", "nvidia-dcgm-exporter", "nvidia-dcgm-dra",
                            "nvidia-dcgm-exporter-dra"}

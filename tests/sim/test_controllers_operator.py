@@ -95,7 +95,7 @@ def test_new_operator_version_renders_the_common_labels(make_bare: Callable[...,
 
 
 def test_ownership_and_state_labels(make_bare: Callable[..., Bare]) -> None:
-    bare = make_bare(nodes=1, stack="both")
+    bare = make_bare(nodes=1, stack="both", operator_release="future-coexistence")
     gc = bare.get(kinds.GPU_CLUSTER, "gpu-cluster")
     cp = bare.get(kinds.CLUSTER_POLICY, "gpu-cluster-policy")
     for kind, name, owner, state in (

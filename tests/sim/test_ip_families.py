@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.serve import ServeError, ServeOptions, build
-from migrator.cli.sim_cmd import main
+from dcgm_sim_cli.sim import main
 from migrator.model import kinds
 from tests.helpers.kubectl import kubectl_for
 from tests.sim.conftest import NS, make_client

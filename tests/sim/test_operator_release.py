@@ -1,9 +1,12 @@
-"""The `shared-services` GPU Operator release (controllers/sharedservices.py): an upgrade of a
+"""The `shared-services-fork` GPU Operator release (the seed author's fork,
+controllers/sharedservices.py) and the choice of release: an upgrade of a
 running sim through `PUT /sim/v1/operator`, observed through the official client over HTTP —
 DaemonSets gain the component label and roll once, the shared Services are created or adopted
 (label, non-controller ownerReferences, selector, clusterIP kept), the `-dra` Services go, a
 foreign same-named Service is refused, a conflicting exporter setting is reported and left, a
-steady state writes nothing, and deleting the CRs removes their references, then the Services."""
+steady state writes nothing, and deleting the CRs removes their references, then the Services.
+The `mixed` clusters run `future-coexistence` before the upgrade: the shipped release refuses a
+ClusterPolicy and a GPUCluster at once (tests/sim/test_shipped_operator.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from dcgm_sim.controllers.operator import OperatorImitation
 from dcgm_sim.controllers.sharedservices import SHARED_RESYNC_SECONDS
 from dcgm_sim.serve import ServeError, ServeOptions, build
 from dcgm_sim.store import Event
-from migrator.cli import sim_cmd
+from dcgm_sim_cli import sim as sim_cmd
 from migrator.model import kinds
 from tests.sim.conftest import Raw, make_client
 
@@ -32,7 +35,8 @@ DS_COMPONENTS = {"nvidia-dcgm": "nvidia-dcgm", "nvidia-dcgm-dra": "nvidia-dcgm",
                  "nvidia-dcgm-exporter-dra": "nvidia-dcgm-exporter"}
 SHARED = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 DRA = {"nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"}
-PERIOD = 5.0
+PERIOD = 5.0  # the informers' resync, shortened (simulated seconds)
+FORK, FUTURE = "shared-services-fork", "future-coexistence"
 MakeSim = Callable[..., SimCluster]
 
 
@@ -75,8 +79,8 @@ def operator(sim: SimCluster) -> OperatorImitation:
 
 
 def upgrade(sim: SimCluster) -> None:
-    code, status, _ = Raw(sim.url)("PUT", "/sim/v1/operator", {"release": "shared-services"})
-    assert code == 200 and status["release"] == "shared-services"
+    code, status, _ = Raw(sim.url)("PUT", "/sim/v1/operator", {"release": FORK})
+    assert code == 200 and status["release"] == FORK
 
 
 def pods_by_ds(sim: SimCluster) -> dict[str, set[str]]:
@@ -190,7 +194,7 @@ def test_upgrade_of_a_clusterpolicy_sim_adopts_and_keeps_the_cluster_ip(
 
 
 def test_upgrade_of_a_mixed_sim_then_deleting_the_crs(make_sim: MakeSim) -> None:
-    sim = make_sim("mixed")
+    sim = make_sim("mixed", operator_release=FUTURE)
     old = services(sim)
     upgrade(sim)
     sim.wait_for(lambda: rolled(sim) and shared_ready(sim, *SHARED)
@@ -217,12 +221,12 @@ def test_upgrade_of_a_mixed_sim_then_deleting_the_crs(make_sim: MakeSim) -> None
 
 def test_sim_cluster_started_with_the_release_upgrades_at_its_first_reconcile() -> None:
     with SimCluster(nodes=1, stack="gpucluster", time_scale=0.01,
-                    operator_reconcile_seconds=PERIOD, operator_release="shared-services") as sim:
-        assert sim.operator_release == "shared-services"
+                    operator_reconcile_seconds=PERIOD, operator_release=FORK) as sim:
+        assert sim.operator_release == FORK
         sim.wait_for(lambda: rolled(sim) and shared_ready(sim, *SHARED), timeout=60)
-        sim.set_operator_release("current")  # a downgrade: the -dra Services come back
+        sim.set_operator_release("shipped")  # a downgrade: the -dra Services come back
         sim.wait_for(lambda: set(services(sim)) >= DRA, timeout=30)
-        assert sim.operator_release == "current"
+        assert sim.operator_release == "shipped"
 
 
 # ---- adoption rules --------------------------------------------------------------------------
@@ -271,7 +275,7 @@ def test_a_foreign_same_named_service_is_not_adopted(
 
 def test_a_conflicting_exporter_setting_is_reported_and_the_service_left(
         make_sim: MakeSim, caplog: pytest.LogCaptureFixture) -> None:
-    sim = make_sim("mixed")
+    sim = make_sim("mixed", operator_release=FUTURE)
     upgrade(sim)
     sim.wait_for(lambda: shared_ready(sim, *SHARED), timeout=30)
     sim.wait_idle(30)
@@ -301,7 +305,7 @@ def test_a_conflicting_exporter_setting_is_reported_and_the_service_left(
 
 
 def test_steady_state_writes_nothing(make_sim: MakeSim) -> None:
-    sim = make_sim("mixed")
+    sim = make_sim("mixed", operator_release=FUTURE)
     upgrade(sim)
     sim.wait_for(lambda: rolled(sim) and shared_ready(sim, *SHARED)
                  and not DRA & set(services(sim)), timeout=60)
@@ -332,8 +336,8 @@ def test_operator_endpoint_and_errors(make_sim: MakeSim) -> None:
     sim = make_sim("gpucluster", nodes=1)
     raw = Raw(sim.url)
     code, status, _ = raw("GET", "/sim/v1/operator")
-    assert code == 200 and status["release"] == "current"
-    assert status["releases"] == ["current", "shared-services"]
+    assert code == 200 and status["release"] == "shipped"
+    assert status["releases"] == ["shipped", "future-coexistence", "shared-services-fork"]
     assert raw("PUT", "/sim/v1/operator", {"release": "nope"})[0] == 400
     assert raw("PUT", "/sim/v1/operator", {})[0] == 400
     assert raw("DELETE", "/sim/v1/operator")[0] == 405
@@ -342,25 +346,31 @@ def test_operator_endpoint_and_errors(make_sim: MakeSim) -> None:
     with SimCluster(nodes=1) as off:
         assert Raw(off.url)("GET", "/sim/v1/operator")[0] == 404
         with pytest.raises(RuntimeError):
-            off.set_operator_release("shared-services")
-    with pytest.raises(ValueError, match="needs the operator imitation"):
-        SimCluster(nodes=1, operator_release="shared-services")
+            off.set_operator_release(FORK)
+    with pytest.raises(ValueError, match="which the shipped GPU Operator release refuses"):
+        SimCluster(nodes=1, stack="mixed")
+    with pytest.raises(ValueError, match="unknown operator release 'current'"):
+        SimCluster(nodes=1, operator_release="current")
+    with SimCluster(nodes=2, stack="both", operator_release=FUTURE) as off:  # no imitation
+        assert off.operator_release == FUTURE
 
 
 def test_serve_option(monkeypatch: pytest.MonkeyPatch) -> None:
-    op = build(ServeOptions(nodes=1, operator_release="shared-services")).controllers.operator
-    assert op is not None and op.release == "shared-services"
+    op = build(ServeOptions(nodes=1, operator_release=FORK)).controllers.operator
+    assert op is not None and op.release == FORK
     with pytest.raises(ServeError, match="--operator-release must be one of"):
         build(ServeOptions(nodes=1, operator_release="next"))
-    with pytest.raises(ServeError, match="needs the operator imitation"):
-        build(ServeOptions(nodes=1, operator_release="shared-services", operator_reconcile=0))
+    with pytest.raises(ServeError, match="pass --operator-release future-coexistence"):
+        build(ServeOptions(nodes=1, stack="both"))
+    op = build(ServeOptions(nodes=1, stack="both", operator_release=FUTURE)).controllers.operator
+    assert op is not None and op.release == FUTURE
     seen: list[ServeOptions] = []
 
     def fake_serve(options: ServeOptions) -> int:
         seen.append(options)
         return 0
 
-    monkeypatch.setattr("dcgm_sim.serve.serve", fake_serve)
+    monkeypatch.setattr(sim_cmd, "serve", fake_serve)
     assert sim_cmd.main(["serve", "--nodes", "1"]) == 0
-    assert sim_cmd.main(["serve", "--nodes", "1", "--operator-release", "shared-services"]) == 0
-    assert [o.operator_release for o in seen] == ["current", "shared-services"]
+    assert sim_cmd.main(["serve", "--nodes", "1", "--operator-release", FORK]) == 0
+    assert [o.operator_release for o in seen] == ["shipped", FORK]

@@ -1,6 +1,7 @@
 """Seeding the simulated cluster: every stack's nodes, CRDs, CRs, DaemonSets, pods, Services,
 EndpointSlices, Endpoints and ServiceMonitor, rendered from the fixtures and consistent with
-what the controllers would produce (they find nothing to change)."""
+what the controllers would produce (they find nothing to change, the operator imitation
+included); `mixed` and `both` only for the operator releases that let both CRs coexist."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import pytest
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import ControllerSet
 from dcgm_sim.controllers import rendering as R
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
+from dcgm_sim.controllers.releases import SHIPPED
 from dcgm_sim.kinds import ENDPOINTS, ResourceName
 from dcgm_sim.seed import seed
 from dcgm_sim.store import Store
@@ -32,15 +36,16 @@ def status(store: Store, name: str, ns: str = NS) -> dict[str, int]:
 @pytest.mark.parametrize(("stack", "daemonsets", "crs"), [
     ("clusterpolicy", CP_DS, ["ClusterPolicy"]),
     ("gpucluster", GC_DS, ["GPUCluster"]),
-    ("mixed", CP_DS + GC_DS, ["ClusterPolicy", "GPUCluster"]),
-    ("both", CP_DS + GC_DS, ["ClusterPolicy", "GPUCluster"]),
+    ("mixed", CP_DS + GC_DS, ["ClusterPolicy", "GPUCluster"]),  # future-coexistence
+    ("both", CP_DS + GC_DS, ["ClusterPolicy", "GPUCluster"]),  # future-coexistence
     ("none", [], []),
 ])
 def test_stack_contents_and_controller_consistency(
     stack: str, daemonsets: list[str], crs: list[str]
 ) -> None:
     store = Store()
-    summary = seed(store, nodes=4, stack=stack)
+    release = FUTURE if stack in ("mixed", "both") else SHIPPED
+    summary = seed(store, nodes=4, stack=stack, release=release)
     assert names(store, kinds.NAMESPACE, None) == ["default", "gpu-operator", "kube-system"]
     assert names(store, kinds.CRD, None) == ["clusterpolicies.nvidia.com",
                                              "gpuclusters.nvidia.com",
@@ -73,7 +78,8 @@ def test_stack_contents_and_controller_consistency(
         [subset] = store.get(ENDPOINTS, NS, ds)["subsets"]
         assert len(subset["addresses"]) == desired and "notReadyAddresses" not in subset
     before = store.resource_version
-    controllers = ControllerSet(store, SimClock(0.01))
+    controllers = ControllerSet(store, SimClock(0.01), operator_reconcile_seconds=RESYNC_SECONDS,
+                                operator_release=release)
     controllers.start()
     try:
         assert controllers.wait_idle(10)
@@ -82,9 +88,29 @@ def test_stack_contents_and_controller_consistency(
         controllers.stop()
 
 
+def test_mixed_and_both_need_a_release_that_lets_both_crs_coexist() -> None:
+    for stack in ("mixed", "both"):
+        with pytest.raises(ValueError) as refused:
+            seed(Store(), nodes=2, stack=stack)
+        assert str(refused.value) == (
+            f"--stack {stack} needs a ClusterPolicy and a GPUCluster at once, which the shipped "
+            "GPU Operator release refuses; pass --operator-release future-coexistence (or "
+            "shared-services-fork), the releases that let both stacks coexist.")
+
+
+def test_the_shipped_release_labels_no_allocation_mode() -> None:
+    """Upstream 9654928ac removed `nvidia.com/gpu-operator.resource-allocation.mode`."""
+    for stack in ("clusterpolicy", "gpucluster"):
+        store = Store()
+        seed(store, nodes=2, stack=stack)
+        assert all(R.MODE_LABEL not in n["metadata"]["labels"]
+                   for n in store.list(kinds.NODE)[0])
+
+
 def test_node_labels_per_stack() -> None:
+    """Under the future release the mode label splits `mixed` (as upstream before 9654928ac)."""
     store = Store()
-    seed(store, nodes=4, stack="mixed")
+    seed(store, nodes=4, stack="mixed", release=FUTURE)
     nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in store.list(kinds.NODE)[0]}
     assert [nodes[n][R.MODE_LABEL] for n in sorted(nodes)] == [
         "device-plugin", "device-plugin", "dra", "dra"]
@@ -97,7 +123,7 @@ def test_node_labels_per_stack() -> None:
     for ds in CP_DS + GC_DS:
         assert status(store, ds)["desiredNumberScheduled"] == 2
     both = Store()
-    seed(both, nodes=2, stack="both")
+    seed(both, nodes=2, stack="both", release=FUTURE)
     for labels in (n["metadata"]["labels"] for n in both.list(kinds.NODE)[0]):
         assert {*R.DEPLOY_LABELS["clusterpolicy"], *R.DEPLOY_LABELS["gpucluster"]} <= set(labels)
     for ds in CP_DS + GC_DS:

@@ -10,7 +10,7 @@ import pytest
 
 from dcgm_sim.controllers.operator import RESYNC_SECONDS, OperatorImitation
 from dcgm_sim.serve import ServeError, ServeOptions, build
-from migrator.cli import sim_cmd
+from dcgm_sim_cli import sim as sim_cmd
 
 
 def test_serve_runs_the_operator_by_default() -> None:
@@ -37,7 +37,7 @@ def test_cli_flags_default_on_and_no_operator_turns_it_off(
         seen.append(options)
         return 0
 
-    monkeypatch.setattr("dcgm_sim.serve.serve", fake_serve)
+    monkeypatch.setattr(sim_cmd, "serve", fake_serve)
     assert sim_cmd.main(["serve", "--nodes", "1"]) == 0
     assert sim_cmd.main(["serve", "--nodes", "1", "--no-operator"]) == 0
     assert sim_cmd.main(["serve", "--nodes", "1", "--operator-reconcile", "0"]) == 0
@@ -47,6 +47,6 @@ def test_cli_flags_default_on_and_no_operator_turns_it_off(
 
 
 def test_demo_runs_the_operator_unless_told_not_to() -> None:
-    from migrator.cli import demo
+    from dcgm_sim_cli import demo
 
     assert inspect.signature(demo.demo).parameters["operator"].default is True

@@ -9,11 +9,12 @@ The default `time_scale=0.02` runs simulated time 50x faster, so a pod that take
 seconds to start is Ready after 40 ms. The kubeconfig (bearer token `ADMIN_TOKEN`, context
 `sim`, namespace `namespace`) lives in a temporary directory removed by `stop()`.
 
-`operator_release` picks the GPU Operator release the imitation runs (needs
-`operator_reconcile_seconds`): `"current"` or `"shared-services"` (controllers/sharedservices.py).
-The cluster is always seeded with the current release's objects, so a `shared-services` start
-is an upgrade at the first reconcile; `set_operator_release` (or `PUT /sim/v1/operator`)
-upgrades a running one.
+`operator_release` picks the GPU Operator release the cluster runs (controllers/releases.py):
+`"shipped"` (the default: a ClusterPolicy and a GPUCluster may not exist at the same time, so
+`stack="mixed"` / `"both"` is a ValueError), `"future-coexistence"` or `"shared-services-fork"`.
+The cluster is always seeded with the objects of the releases without shared Services, so a
+`shared-services-fork` start is an upgrade at the first reconcile; `set_operator_release` (or
+`PUT /sim/v1/operator`) upgrades a running imitation.
 
 `ip_family` is the cluster's IP family setting (`network.py`): `"ipv4"` (the default),
 `"ipv6"` (IPv6-only) or `"dual"` (dual-stack, IPv4 primary): nodes' podCIDRs, pod IPs, Service
@@ -47,7 +48,7 @@ import yaml
 from dcgm_sim import rbac
 from dcgm_sim.access import ADMIN_USER, AccessControl, rbac_documents, subjects
 from dcgm_sim.clock import SimClock
-from dcgm_sim.controllers import ControllerSet
+from dcgm_sim.controllers import ControllerSet, releases
 from dcgm_sim.controllers.kubelet import Kubelet
 from dcgm_sim.controllers.nodelifecycle import (
     GRACE_SECONDS,
@@ -55,7 +56,6 @@ from dcgm_sim.controllers.nodelifecycle import (
     annotate_node,
 )
 from dcgm_sim.controllers.probes import PROBE_FLAP_ANNOTATION
-from dcgm_sim.controllers.rendering import RELEASE_CURRENT, RELEASES
 from dcgm_sim.faults import Faults
 from dcgm_sim.network import Network
 from dcgm_sim.seed import SeedSummary, seed
@@ -129,16 +129,12 @@ class SimCluster:
         readiness_probes: bool = True,
         watch_window: int | None = None,
         tls: bool = False,
-        operator_release: str = "current",
+        operator_release: str = releases.DEFAULT,
         ip_family: str = "ipv4",
         images: str | Path | None = None,
     ) -> None:
-        if operator_release not in RELEASES:
-            raise ValueError(f"unknown operator release {operator_release!r}: "
-                             f"one of {', '.join(RELEASES)}")
-        if operator_reconcile_seconds is None and operator_release != RELEASE_CURRENT:
-            raise ValueError("operator_release needs the operator imitation "
-                             "(operator_reconcile_seconds)")
+        releases.check_stack(stack, operator_release)  # ValueError: unknown, or no coexistence
+        self.release = operator_release
         self.nodes = nodes
         self.stack = stack
         self.namespace = namespace
@@ -178,7 +174,8 @@ class SimCluster:
             return self
         began = time.perf_counter()
         self.summary = seed(self.store, nodes=self.nodes, stack=self.stack,
-                            namespace=self.namespace, gpucluster_dcgm=self.gpucluster_dcgm)
+                            namespace=self.namespace, gpucluster_dcgm=self.gpucluster_dcgm,
+                            release=self.release)
         self.seed_seconds = time.perf_counter() - began
         self._started = True
         try:
@@ -263,9 +260,10 @@ class SimCluster:
 
     @property
     def operator_release(self) -> str:
-        """The release the operator imitation runs (`current` when it is off)."""
+        """The release the operator imitation runs (the one the cluster was seeded for when the
+        imitation is off)."""
         operator = self.controllers.operator
-        return RELEASE_CURRENT if operator is None else operator.release
+        return self.release if operator is None else operator.release
 
     def set_operator_release(self, release: str) -> None:
         """Upgrade (or downgrade) the running operator imitation to `release`: it takes effect

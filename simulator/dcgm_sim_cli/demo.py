@@ -14,20 +14,30 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
+from dcgm_sim import kinds
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.store import Event
+from migrator import commands
+from migrator.cli import render
+from migrator.cli.app import handles_errors
+from migrator.cli.live import make_progress
 from migrator.cli.options import Debug
-from migrator.cli.sim_cmd import require_simulator
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from dcgm_sim.cluster import SimCluster
-    from dcgm_sim.store import Event
-    from migrator.commands import Session
-    from migrator.engine.reports import StatusReport
+from migrator.commands import RunRequest, Session
+from migrator.engine.progress import Quiet
+from migrator.engine.reports import StatusReport
+from migrator.engine.loop import RunSettings
+from migrator.kube.client import Kube
+from migrator.model.planning import Options
+from migrator.model.snapshot import endpoints_from_slices
 
 DEMO_TARGET_SECONDS = 20.0  # real seconds the phase-1 rollouts should take at any size
 MAX_TIME_SCALE = 0.05  # never slower than 20x real time
@@ -106,8 +116,6 @@ class EndpointTracker:
         self.series: dict[str, list[int]] = {}
 
     def __call__(self, event: Event) -> None:
-        from dcgm_sim import kinds
-        from migrator.model.snapshot import endpoints_from_slices
 
         if event.resource != kinds.ENDPOINTSLICE:
             return
@@ -126,8 +134,6 @@ class EndpointTracker:
 
     def prime(self, slices: Sequence[dict[str, Any]]) -> None:
         """Start from the slices that exist before the demo's first command."""
-        from dcgm_sim import kinds
-        from dcgm_sim.store import Event
 
         for i, obj in enumerate(slices):
             self(Event("ADDED", kinds.ENDPOINTSLICE, obj, i))
@@ -137,7 +143,6 @@ class EndpointTracker:
 
 @contextmanager
 def _tracked(sim: SimCluster) -> Iterator[EndpointTracker]:
-    from dcgm_sim import kinds
 
     tracker = EndpointTracker(sim.namespace)
     with sim.store.lock:
@@ -151,18 +156,12 @@ def _tracked(sim: SimCluster) -> Iterator[EndpointTracker]:
 
 
 def _say(console: Console, text: str) -> None:
-    from rich.markup import escape
 
     console.print(f"\n[bold cyan]$ {escape(text)}[/bold cyan]")
 
 
 def _apply(session: Session, console: Console, phase: int, time_scale: float) -> Stage:
     """`dcgm-migrate apply --phase N --yes`, with the CLI's own live progress."""
-    from migrator import commands
-    from migrator.cli.live import make_progress
-    from migrator.commands import RunRequest
-    from migrator.engine.loop import RunSettings
-    from migrator.engine.progress import Quiet
 
     command = f"apply --phase {phase} --yes"
     _say(console, f"dcgm-migrate {command}")
@@ -188,9 +187,6 @@ def run_stages(session: Session, console: Console, time_scale: float,
                ) -> tuple[list[Stage], StatusReport]:
     """plan → apply 1, 2, 3 → status, each through `migrator.commands` as the CLI calls it.
     Returns the stages and the final status report."""
-    from migrator import commands
-    from migrator.cli import render
-    from migrator.model.planning import Options
 
     _say(console, "dcgm-migrate plan")
     began = time.monotonic()
@@ -210,8 +206,6 @@ def run_stages(session: Session, console: Console, time_scale: float,
 def print_summary(console: Console, sim: SimCluster, stages: Sequence[Stage],
                   final: StatusReport, series: Mapping[str, Sequence[int]],
                   seconds: float) -> None:
-    from rich import box
-    from rich.table import Table
 
     requests = sim.server.log.last_seq
     api_writes = len(sim.server.log.writes())
@@ -274,14 +268,6 @@ def demo(
 
     Example: dcgm-migrate demo --stack clusterpolicy --nodes 4
     """
-    require_simulator("demo")
-    from rich.console import Console
-
-    from dcgm_sim.cluster import SimCluster
-    from dcgm_sim.controllers.operator import RESYNC_SECONDS
-    from migrator.commands import Session
-    from migrator.kube.client import Kube
-
     termination = 5.0
     scale = time_scale or auto_time_scale(nodes, pod_start_seconds, termination)
     console = Console(highlight=False)
@@ -305,3 +291,9 @@ def demo(
         print_summary(console, sim, stages, final, tracker.series, time.monotonic() - began)
     if not final.ok:
         raise typer.Exit(1)
+
+
+# The entry point dcgm-migrate loads when `demo` is invoked (simulator/pyproject.toml).
+demo_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None)
+demo_app.command("demo")(handles_errors(demo))

@@ -18,15 +18,16 @@ renders the other never deletes. A ClusterPolicy state's manifests are the
 `clusterpolicy/<state>_*` files (`clusterpolicy_state_manifests`), as upstream's
 `n.resources[state]` holds the objects of `assets/<state>/`.
 
-Operator releases (`RELEASES`): `current` is the behaviour above; `shared-services` is the
-release of rahulait/gpu-operator@5746d440 (see `controllers/sharedservices.py`): every DCGM /
-DCGM Exporter DaemonSet of either stack carries `app.kubernetes.io/component: nvidia-dcgm` /
-`nvidia-dcgm-exporter` on the DaemonSet and its pod template, and a pod anti-affinity on that
-label (assets/state-dcgm/0400_dcgm.yml, assets/state-dcgm-exporter/0800_daemonset.yaml,
-manifests/state-dcgm/0500_daemonset.yaml, manifests/state-dcgm-exporter/0700_daemonset.yaml),
-and neither stack renders a Service: the GPUCluster golden files of that commit hold none, and
-the ClusterPolicy Services are taken as gone too (the module docstring of `sharedservices.py`
-says why). The shared Services are rendered by `shared_service`.
+Operator releases (`releases.py`): `shipped` and `future-coexistence` render the above;
+`shared-services-fork` is rahulait/gpu-operator@5746d440 (`controllers/sharedservices.py`):
+every DCGM / DCGM Exporter DaemonSet of either stack carries `app.kubernetes.io/component:
+nvidia-dcgm` / `nvidia-dcgm-exporter` on the DaemonSet and its pod template, and a pod
+anti-affinity on that label (assets/state-dcgm/0400_dcgm.yml,
+assets/state-dcgm-exporter/0800_daemonset.yaml, manifests/state-dcgm/0500_daemonset.yaml,
+manifests/state-dcgm-exporter/0700_daemonset.yaml), and neither stack renders a Service: the
+GPUCluster golden files of that commit hold none, and the ClusterPolicy Services are taken as
+gone too (the module docstring of `sharedservices.py` says why). The shared Services are
+rendered by `shared_service`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 import yaml
 
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.controllers import releases
 
 Obj = dict[str, Any]
 
@@ -51,6 +53,8 @@ EXPORTER_LABEL = "nvidia.com/gpu-operator.dcgm-exporter"
 STATE_LABEL = "nvidia.com/gpu-operator.state"
 HASH_ANNOTATION = "nvidia.com/last-applied-hash"
 RENDERS_COMMON_LABELS = "sim.dcgm-migrate/renders-common-labels"
+# Set on nodes by the releases that let both stacks coexist (`releases.Release.mode_label`):
+# upstream removed it in 9654928ac, so the shipped release has none.
 MODE_LABEL = "nvidia.com/gpu-operator.resource-allocation.mode"
 MODE_DEVICE_PLUGIN = "device-plugin"
 MODE_DRA = "dra"
@@ -64,10 +68,8 @@ DCGM_NAMES = frozenset({"nvidia-dcgm", "nvidia-dcgm-dra"})
 EXPORTER_NAMES = frozenset({"nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra"})
 SERVED_KINDS = frozenset({"DaemonSet", "Service", "ServiceMonitor", "ResourceClaimTemplate"})
 
-# Operator releases the imitation can run (`OperatorImitation.release`).
-RELEASE_CURRENT = "current"
-RELEASE_SHARED_SERVICES = "shared-services"
-RELEASES = (RELEASE_CURRENT, RELEASE_SHARED_SERVICES)
+# Operator releases the imitation can run (`OperatorImitation.release`, `releases.py`).
+RELEASES = releases.RELEASES
 COMPONENT_LABEL = "app.kubernetes.io/component"
 DCGM_COMPONENT = "nvidia-dcgm"
 EXPORTER_COMPONENT = "nvidia-dcgm-exporter"
@@ -349,15 +351,13 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
 
 
 def render(cr: Mapping[str, Any], namespace: str, fixtures: Fixtures | None = None,
-           release: str = RELEASE_CURRENT) -> list[Obj]:
+           release: str = releases.DEFAULT) -> list[Obj]:
     """The objects the operator wants for this CR, in its apply order, each with the controller
     ownerReference (the CR must carry its uid) and, for DaemonSets, the last-applied hash.
-    `release` (`RELEASES`): `shared-services` adds the component label to the DaemonSets and
-    renders no Service (the shared Services are `shared_service`'s)."""
-    if release not in RELEASES:
-        raise ValueError(f"unknown operator release {release!r}; one of {', '.join(RELEASES)}")
+    `release` (`RELEASES`): `shared-services-fork` adds the component label to the DaemonSets
+    and renders no Service (the shared Services are `shared_service`'s)."""
     fx = fixtures if fixtures is not None else Fixtures()
-    shared = release == RELEASE_SHARED_SERVICES
+    shared = releases.release(release).shared_services
     reserved = frozenset({COMPONENT_LABEL}) if shared else frozenset()
     if stack_of(cr) == CLUSTERPOLICY:
         objs = _render_clusterpolicy(cr, namespace, fx, reserved)

@@ -1,8 +1,9 @@
 """`sim serve`: run a `SimCluster` in the foreground until SIGINT/SIGTERM.
 
-`--operator-release shared-services` runs the GPU Operator imitation as the release with shared
-Services (controllers/sharedservices.py) from the start; `PUT /sim/v1/operator
-{"release": ...}` upgrades a running server from outside.
+`--operator-release` picks the GPU Operator release (controllers/releases.py): `shipped` (the
+default; `--stack mixed|both` are refused under it), `future-coexistence`, or
+`shared-services-fork` (controllers/sharedservices.py); `PUT /sim/v1/operator {"release": ...}`
+upgrades a running server from outside.
 
 Prints exactly one line on stdout, `READY <url> <kubeconfig>` (flushed), once the API answers,
 so a script or a test can start it as a subprocess and wait for that line. Progress notes go to
@@ -37,8 +38,8 @@ from typing import Any, TextIO
 
 from dcgm_sim.access import ADMIN_USER
 from dcgm_sim.cluster import SimCluster, identity_slug
+from dcgm_sim.controllers import releases
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
-from dcgm_sim.controllers.rendering import RELEASE_CURRENT, RELEASES
 from dcgm_sim.faults import Faults, FaultsError
 from dcgm_sim.network import SETTINGS
 from dcgm_sim.runtime.image import ImageError
@@ -68,7 +69,7 @@ class ServeOptions:
     watch_window: int | None = None  # past events kept (None: the store's default)
     rbac: tuple[Path, ...] = ()  # RBAC YAML files created at start; each subject a kubeconfig
     tls: bool = True  # the HTTPS listener, where kubectl sends tokens (see sim/tls.py)
-    operator_release: str = RELEASE_CURRENT  # the imitation's release (rendering.RELEASES)
+    operator_release: str = releases.DEFAULT  # the cluster's release (releases.RELEASES)
     ip_family: str = "ipv4"  # ipv4 | ipv6 | dual (network.SETTINGS)
     images: Path | None = None  # an OCI image whose pods run for real (dcgm_sim/runtime)
 
@@ -85,12 +86,13 @@ class ServeOptions:
         if not self.operator_reconcile >= 0:
             raise ServeError("--operator-reconcile must be 0 (off) or more seconds, "
                              f"got {self.operator_reconcile}.")
-        if self.operator_release not in RELEASES:
-            raise ServeError(f"--operator-release must be one of {', '.join(RELEASES)}, "
-                             f"got {self.operator_release!r}.")
-        if self.operator_release != RELEASE_CURRENT and not self.operator_reconcile:
-            raise ServeError("--operator-release needs the operator imitation: drop "
-                             "--no-operator / --operator-reconcile 0.")
+        if self.operator_release not in releases.RELEASES:
+            raise ServeError(f"--operator-release must be one of "
+                             f"{', '.join(releases.RELEASES)}, got {self.operator_release!r}.")
+        try:
+            releases.check_stack(self.stack, self.operator_release)
+        except ValueError as err:
+            raise ServeError(str(err)) from err
         if self.pod_start_seconds < 0:
             raise ServeError("--pod-start-seconds must be 0 or more, "
                              f"got {self.pod_start_seconds}.")

@@ -8,9 +8,13 @@ DaemonSet controller's pod template and status, the kubelet's status, the Endpoi
 reconciler, the endpoints controller's first sync), so when the controllers start they find
 nothing to change.
 
-Stacks: `clusterpolicy` (legacy), `gpucluster` (DRA), `mixed` (both CRs, nodes split half and
-half by `nvidia.com/gpu-operator.resource-allocation.mode`), `both` (both CRs, both stacks on
-every node: coexistence), `none` (only nodes and CRDs).
+Stacks: `clusterpolicy` (legacy), `gpucluster` (DRA), `none` (only nodes and CRDs), and for the
+releases that let both CRs exist at once (`controllers/releases.py`: `future-coexistence`,
+`shared-services-fork`; the shipped operator refuses, so seeding them for it is a ValueError)
+`mixed` (both CRs, nodes split half and half, labelled with
+`nvidia.com/gpu-operator.resource-allocation.mode`) and `both` (both CRs, both stacks on every
+node). Only those releases label nodes with the mode label: upstream removed it in 9654928ac.
+The CRs carry the status their controller writes once ready (`controllers/crstatus.py`).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dcgm_sim import admission, allocation, dra, kinds, stacknames
+from dcgm_sim.controllers import crstatus as C
 from dcgm_sim.controllers import endpointslices as E
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.controllers import releases
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers import rollouts as D
 from dcgm_sim.controllers.endpoints import seeded_endpoints
@@ -75,9 +81,11 @@ def _internal_ips(i: int, network: Network) -> list[Obj]:
              else f"fd00:192:168::{i + 2:x}"} for family in network.families]
 
 
-def new_node(index: int, stacks: tuple[str, ...], network: Network = DEFAULT_NETWORK) -> Obj:
-    """A GPU node labelled for the stacks that serve it (by the operator's node labeller),
-    with a podCIDR per IP family of the cluster (the node IPAM controller's)."""
+def new_node(index: int, stacks: tuple[str, ...], network: Network = DEFAULT_NETWORK, *,
+             mode_label: bool = False) -> Obj:
+    """A GPU node labelled for the stacks that serve it (by the operator's node labeller; the
+    mode label only with `mode_label`), with a podCIDR per IP family of the cluster (the node
+    IPAM controller's)."""
     name = node_name(index)
     labels = {
         "kubernetes.io/hostname": name,
@@ -88,7 +96,7 @@ def new_node(index: int, stacks: tuple[str, ...], network: Network = DEFAULT_NET
     for stack in stacks:
         for label in R.DEPLOY_LABELS[stack]:
             labels[label] = "true"
-    if stacks:
+    if stacks and mode_label:
         labels[R.MODE_LABEL] = R.MODE_DEVICE_PLUGIN if stacks[0] == R.CLUSTERPOLICY else R.MODE_DRA
     i = index - 1
     cidrs = network.node_pod_cidrs(i)
@@ -140,9 +148,11 @@ def crd(group: str, plural: str, kind: str, version: str, scope: str) -> Obj:
     }
 
 
-def seeded_cr(stack: str, *, gpucluster_dcgm: bool = True) -> Obj:
+def seeded_cr(stack: str, *, gpucluster_dcgm: bool = True,
+              namespace: str = "gpu-operator") -> Obj:
     """The sample CR as a Helm install would create it: images spelled out, the ClusterPolicy
-    ServiceMonitor on, standalone DCGM on for GPUCluster unless `gpucluster_dcgm` is False."""
+    ServiceMonitor on, standalone DCGM on for GPUCluster unless `gpucluster_dcgm` is False;
+    with the status its controller writes once every operand is ready."""
     cr = R.sample_cr(stack)
     spec = cr.setdefault("spec", {})
     if stack == R.CLUSTERPOLICY:
@@ -153,7 +163,9 @@ def seeded_cr(stack: str, *, gpucluster_dcgm: bool = True) -> Obj:
         spec["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
     else:
         spec.setdefault("dcgm", {})["enabled"] = gpucluster_dcgm
-    cr["status"] = {"state": "ready"}
+    message = C.CLUSTERPOLICY_READY if stack == R.CLUSTERPOLICY else C.GPUCLUSTER_READY
+    cr["status"] = C.with_ready(C.with_state({}, C.STATE_READY, namespace), C.RECONCILED,
+                                message, P.now_rfc3339())
     return cr
 
 
@@ -232,10 +244,14 @@ def seed(
     stack: str,
     namespace: str = "gpu-operator",
     gpucluster_dcgm: bool = True,
+    release: str = releases.DEFAULT,
 ) -> SeedSummary:
-    """Fill an empty store with the cluster described in the module docstring."""
+    """Fill an empty store with the cluster described in the module docstring, as the operator
+    `release` (`releases.RELEASES`) leaves it; ValueError for a stack it cannot hold."""
     if stack not in STACKS:
         raise ValueError(f"unknown stack {stack!r}; expected one of {', '.join(STACKS)}")
+    releases.check_stack(stack, release)
+    mode_label = releases.release(release).mode_label
     if nodes < 0:
         raise ValueError(f"nodes must be >= 0, got {nodes}")
     for ns in dict.fromkeys((namespace, "default", "kube-system")):
@@ -250,7 +266,7 @@ def seed(
             "Namespaced"),
     ])
     node_objs = [store.create(kinds.NODE, new_node(i, _node_stacks(stack, i - 1, nodes),
-                                                   store.network),
+                                                   store.network, mode_label=mode_label),
                               adopt=True) for i in range(1, nodes + 1)]
     cr_stacks = {"clusterpolicy": [R.CLUSTERPOLICY], "gpucluster": [R.GPUCLUSTER],
                  "mixed": [R.CLUSTERPOLICY, R.GPUCLUSTER], "both": [R.CLUSTERPOLICY, R.GPUCLUSTER],
@@ -262,7 +278,8 @@ def seed(
     n_ds = 0
     for cr_stack in cr_stacks:
         cr_kind = kinds.CLUSTER_POLICY if cr_stack == R.CLUSTERPOLICY else kinds.GPU_CLUSTER
-        cr = store.create(cr_kind, seeded_cr(cr_stack, gpucluster_dcgm=gpucluster_dcgm))
+        cr = store.create(cr_kind, seeded_cr(cr_stack, gpucluster_dcgm=gpucluster_dcgm,
+                                             namespace=namespace))
         for desired in R.render(cr, namespace, fixtures):
             if desired["kind"] == "DaemonSet":
                 _, pods = _seed_daemonset(store, desired, node_objs, ips)

@@ -1,40 +1,27 @@
 """`dcgm-migrate sim ...`: the simulated GPU cluster as a standalone server (docs/design.md,
 "The simulated cluster").
 
-A thin typer wrapper over `dcgm_sim.serve`; also runnable as `python -m migrator sim`. The
-simulator is a package of its own beside the tool (`dcgm_sim`): only `demo` and `sim serve`
-load it, lazily (import-linter contract `sim`), and the container image carries none of it. It
-has no `__main__` of its own: it never imports the CLI (contract `sim-imports`).
+A thin typer wrapper over `dcgm_sim.serve`, in the simulator's own distribution
+(simulator/pyproject.toml), which plugs it into `dcgm-migrate` as the command `sim` through
+the entry point group `dcgm_migrate.commands` (migrator/cli/plugins.py); also runnable as
+`python -m migrator sim`. The tool's own distribution and its container image carry none of it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from dcgm_sim.controllers.releases import RELEASES
+from dcgm_sim.serve import ServeError, ServeOptions, serve
+from dcgm_sim.stacknames import STACKS
 from migrator.cli.group import Group
-from migrator.errors import UsageError
 
-SIMULATOR = "dcgm_sim"
-
-
-def require_simulator(command: str) -> None:
-    """Refuse `command` in one sentence where the simulator is not installed: the container
-    image and any install without it carry only the tool (docs/image.md)."""
-    if importlib.util.find_spec(SIMULATOR) is None:
-        raise UsageError(
-            f"`dcgm-migrate {command}` needs the simulated cluster ({SIMULATOR}), which this "
-            "installation does not carry (the container image has only the tool)",
-            "install the tool from its source checkout: `python3 -m pip install .`")
-
-# The stacks the sim seeds (its `stacknames.STACKS`, which checks the value), spelled here so
-# that building the CLI's help imports nothing of the simulator (tests/sim/test_serve.py
-# keeps the two equal).
-STACK_CHOICES = "clusterpolicy|gpucluster|mixed|both|none"
+STACK_CHOICES = "|".join(STACKS)
+RELEASE_CHOICES = "|".join(RELEASES)
 
 sim_app = typer.Typer(
     name="sim",
@@ -56,7 +43,9 @@ def _sim() -> None:
 def serve_cmd(
     nodes: Annotated[int, typer.Option("--nodes", help="Number of GPU nodes.")] = 3,
     stack: Annotated[str, typer.Option(
-        "--stack", help=f"Which GPU Operator stack to seed: {STACK_CHOICES}.")] = "gpucluster",
+        "--stack", help=f"Which GPU Operator stack to seed: {STACK_CHOICES} (mixed and both "
+                        "only with an --operator-release that lets both CRs exist at once)."
+                        )] = "gpucluster",
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free).")] = 0,
     kubeconfig_out: Annotated[Path | None, typer.Option(
         "--kubeconfig-out", help="Write the kubeconfig here (default: a temporary file).")] = None,
@@ -64,15 +53,21 @@ def serve_cmd(
         "--time-scale", help="Real seconds per simulated second (0.01 runs 100x faster).")] = 1.0,
     operator_reconcile: Annotated[float, typer.Option(
         "--operator-reconcile", metavar="SECONDS",
-        help="Run the GPU Operator imitation every SECONDS (simulated), as every real cluster "
-             "runs the operator; 0 turns it off.")] = 5.0,  # controllers.operator.RESYNC_SECONDS
+        help="Run the GPU Operator imitation, as every real cluster runs the operator, with its "
+             "informers resyncing every SECONDS (simulated; controller-runtime's default is "
+             "36000, 10 h). Between resyncs it reconciles as upstream: on events of its CRs, "
+             "DaemonSets and node labels, every 5 s while not ready, every minute for a "
+             "GPUCluster. 0 turns it off.")] = 36000.0,  # controllers.operator.RESYNC_SECONDS
     operator_release: Annotated[str, typer.Option(
         "--operator-release", metavar="RELEASE",
-        help="Which GPU Operator release the imitation runs: current | shared-services (the "
-             "release that ships the shared nvidia-dcgm / nvidia-dcgm-exporter Services). The "
-             "cluster is seeded as current, so shared-services upgrades it at the first "
-             "reconcile; PUT /sim/v1/operator {\"release\": ...} upgrades a running server.")]
-    = "current",
+        help=f"Which GPU Operator release the cluster runs: {RELEASE_CHOICES}. shipped (the "
+             "released operator, v26.7.0 on) refuses a ClusterPolicy and a GPUCluster at once, "
+             "so --stack mixed|both need future-coexistence (a release that lets both stacks "
+             "coexist, none has shipped) or shared-services-fork (the seed author's fork, with "
+             "the shared nvidia-dcgm / nvidia-dcgm-exporter Services; it upgrades the seeded "
+             "cluster at the first reconcile). PUT /sim/v1/operator {\"release\": ...} "
+             "upgrades a running server.")]
+    = "shipped",
     no_operator: Annotated[bool, typer.Option(
         "--no-operator", help="No GPU Operator imitation (same as --operator-reconcile 0).")]
     = False,
@@ -123,13 +118,6 @@ def serve_cmd(
 
     Example: dcgm-migrate sim serve --nodes 10 --time-scale 0.1 --kubeconfig-out sim.kubeconfig
     """
-    try:
-        require_simulator("sim serve")
-    except UsageError as err:
-        typer.echo(f"error: {err.message}\nfix: {err.hint}", err=True)
-        raise typer.Exit(2) from err
-    from dcgm_sim.serve import ServeError, ServeOptions, serve  # heavy: not for --help
-
     options = ServeOptions(
         nodes=nodes, stack=stack, port=port, kubeconfig_out=kubeconfig_out,
         time_scale=time_scale, operator_reconcile=0.0 if no_operator else operator_reconcile,

@@ -1,4 +1,5 @@
-"""The `shared-services` operator release: its SharedServiceReconciler, as its code behaves.
+"""The `shared-services-fork` operator release (the seed author's fork): its
+SharedServiceReconciler, as its code behaves.
 
 Source: rahulait/gpu-operator@5746d4405523f81159909edfb9d8198df7c3170a,
 `controllers/shared_service_controller.go` (and its test), `manifests/shared/`, the DaemonSet
@@ -50,7 +51,8 @@ So the dcgm-migrate aliases (a non-controller GPUCluster ownerReference, label
 `app.kubernetes.io/managed-by: dcgm-migrate`) are adopted: the label merge keeps the tool's
 label, the ownerReferences are rebuilt, and the selector becomes the component label at once.
 
-**The stack controllers in that release** (`rendering.render(..., release="shared-services")`):
+**The stack controllers in that release** (`rendering.render(..., release=
+"shared-services-fork")`):
 both stacks' DCGM / Exporter DaemonSets and pod templates carry `app.kubernetes.io/component:
 nvidia-dcgm` / `nvidia-dcgm-exporter` (the same value on both stacks; the `-dra` DaemonSets too)
 and a pod anti-affinity on it, so the upgrade changes every DaemonSet's hash and template and

@@ -1,65 +1,33 @@
-"""An imitation of the GPU Operator's reconcile loop for its DCGM / DCGM Exporter objects.
+"""An imitation of the GPU Operator's two controllers for their DCGM / DCGM Exporter objects.
 
-On by default in `sim serve`, `demo` and the e2e suite (`RESYNC_SECONDS`), as on every real
-cluster; when on, every `period` simulated seconds (and at once when a CR changes) it
-renders the desired objects for each CR present (ClusterPolicy and GPUCluster are singletons: the
-oldest of each kind wins, as upstream) and applies them as upstream does
-(controllers/object_controls.go, internal/state/state_skel.go):
+On in `sim serve`, `demo` and the e2e suite, as on every real cluster. When each controller
+reconciles is upstream's (`operatorqueue.py`: events of its CR, of the DaemonSets it controls,
+of Node labels; 5 s requeues while not ready, a minute for a GPUCluster; the informers' resync
+every `period`, controller-runtime's `SyncPeriod`, 10 h unless a test shortens it); what one
+reconcile decides, the refusal of a second CR included, is `reconciles.py`; the release,
+`releases.py`. ClusterPolicy and GPUCluster are singletons (the oldest of each kind). The
+writes follow controllers/object_controls.go and internal/state/state_skel.go (a22dbf671):
 
 - DaemonSets: skipped when the live `nvidia.com/last-applied-hash` equals the desired hash;
   otherwise replaced by a whole-object Update, which drops labels added by hand.
 - Services: re-rendered and replaced on every reconcile, keeping only `clusterIP(s)` and
   `resourceVersion` from the live object, so a hand-edited selector is reverted.
-- ResourceClaimTemplates (the GPUCluster DCGM pods' admin-access GPU claims): replaced when
-  they differ.
-- Missing objects are created, ServiceMonitors too (when their CRD exists); an existing
-  ServiceMonitor is updated when its labels or spec differ from the render (upstream updates it
-  on every reconcile), so the ClusterPolicy's `dcgmExporter.serviceMonitor` edits (its
-  `relabelings`, `rendering.service_monitor_edits`) reach it and a hand edit is reverted.
+- ResourceClaimTemplates replaced when they differ; missing objects created; ServiceMonitors
+  (while their CRD exists) created, and updated when their labels or spec differ.
+- The objects of a state the CR disables deleted, on every reconcile, with no ownership check:
+  by kind and name for the ClusterPolicy (`clusterpolicy_deletions`: each function of
+  object_controls.go starts with `if !n.isStateEnabled(...)`), by the state label for the
+  GPUCluster (`gpucluster_deletions`, `deleteStateRelatedObjects`: every labelled object,
+  `nvidia-dcgm` / `nvidia-dcgm-exporter` included; only the seed author's fork spares those two,
+  "Shared endpoints have their own lifecycle"). Dependents go through the garbage collector.
+- The CR's status (`crstatus.py`): state, namespace, the Ready and Error conditions.
 
-The objects of a state the CR disables are deleted, on every reconcile, as upstream deletes
-them; neither operator checks ownership first, so what survives is decided by name or label
-alone:
-
-- ClusterPolicy (controllers/object_controls.go: `ServiceAccount`, `Role`, ..., `DaemonSet`,
-  `Service`, `ServiceMonitor`, each starting with `if !n.isStateEnabled(n.stateNames[n.idx])`;
-  `isStateEnabled` in controllers/state_manager.go maps `state-dcgm` to `spec.dcgm.enabled` and
-  `state-dcgm-exporter` to `spec.dcgmExporter.enabled`): each object of the disabled state's
-  assets is deleted by kind and name in the operator namespace, `n.client.Delete(ctx, obj)` on
-  the unrendered asset: no ownerReference or label check, no preconditions, the server's
-  default propagation (background), NotFound ignored. So a same-named object the operator did
-  not create (no ownerReference) is deleted too, on every reconcile while the state is off.
-  `ServiceMonitor` deletes only when the servicemonitors.monitoring.coreos.com CRD exists
-  (`crdExists`), and deletes the exporter's ServiceMonitor also when the exporter is on but
-  `dcgmExporter.serviceMonitor.enabled` is not true. The sim's assets hold the DaemonSet,
-  Service and ServiceMonitor of each state (`rendering.clusterpolicy_state_manifests`);
-  upstream's also hold a ServiceAccount, Role, RoleBinding and, on OpenShift, an SCC, which the
-  sim does not render.
-- GPUCluster (internal/state/configurable_state.go `Sync`: a disabled state renders nothing, so
-  `handleStateObjectsDeletion` → `deleteStateRelatedObjects` in state_skel.go, as of
-  rahulait/gpu-operator@5746d440): for each kind of `getSupportedGVKs` the cluster serves
-  (`STATE_SKEL_GVKS`; here ServiceAccount, ConfigMap, DaemonSet, Deployment,
-  CustomResourceDefinition, ClusterRole, ClusterRoleBinding, Role, RoleBinding, CronJob, Pod,
-  Service, ServiceMonitor, ResourceClaimTemplate), a List with the label selector
-  `nvidia.com/gpu-operator.state=<state>` (in the operator namespace for namespaced kinds,
-  cluster-wide otherwise), then a default Delete of every item not already being deleted —
-  again no ownership check, so any object carrying that label goes and a same-named object
-  without it stays. Services named `nvidia-dcgm` and `nvidia-dcgm-exporter` are skipped
-  ("Shared endpoints have their own lifecycle").
-
-Dependents (a DaemonSet's pods and ControllerRevisions) then go through the garbage collector,
-as after any DELETE. The CR's own deletion is the garbage collector's alone (ownerReferences).
-
-It writes through the store (`writes.delete` for deletions, the API server's DELETE), not HTTP,
-so the request log shows only what clients did.
-
-Operator release (`release`, one of `rendering.RELEASES`): `current` is all of the above;
-`shared-services` is the release of rahulait/gpu-operator@5746d440: the stacks render their
-DaemonSets with the component label and no Services (so the ClusterPolicy deletes no Service
-by name either), and its SharedServiceReconciler (`sharedservices.py`, which says what could
-not be determined) owns `nvidia-dcgm` / `nvidia-dcgm-exporter`, triggered by every CR event,
-every event of those Services or their `-dra`, and once a simulated minute. `set_release`
-switches a running imitation, as an operator upgrade does: thread-safe, it reconciles at once.
+Not modelled: the GPUCluster's finalizer and `reconcileDelete`, the ClusterPolicy's NFD-label and
+NVIDIADriver paths (the sim's nodes stand for NFD-labelled GPU nodes), the resync's jitter.
+Writes go through the store, not HTTP: the request log shows only what clients did.
+`shared-services-fork` also runs its SharedServiceReconciler (`sharedservices.py`): on every CR
+event, every event of the shared Services or their `-dra`, and once a simulated minute.
+`set_release` switches a running imitation, as an operator upgrade does (it reconciles at once).
 """
 
 from __future__ import annotations
@@ -72,42 +40,25 @@ from typing import Any
 
 from dcgm_sim import admission, allocation, kinds, labelselectors, writes
 from dcgm_sim.clock import SimClock
+from dcgm_sim.controllers import operatorqueue as Q
+from dcgm_sim.controllers import reconciles, releases
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers import sharedservices as S
 from dcgm_sim.controllers.base import Controller
 from dcgm_sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
 from dcgm_sim.statuses import ApiError
-from dcgm_sim.store import Event, Store, StoreError
+from dcgm_sim.store import Event, Store, StoreError, now_rfc3339
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 CR_KINDS = (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
 RECONCILED_KINDS = frozenset({"DaemonSet", "Service", "ResourceClaimTemplate"})
-# The ClusterPolicy controller requeues every 5 s while a state is not ready
-# (controllers/clusterpolicy_controller.go: `ctrl.Result{RequeueAfter: time.Second * 5}`); a
-# hand edit of an object it owns is reverted within that. Simulated seconds.
-RESYNC_SECONDS = 5.0
-# internal/state/state_skel.go `getSupportedGVKs` (rahulait/gpu-operator@5746d440): the
-# (group, version, kind)s whose objects a disabled GPUCluster state's cleanup lists by label.
-# Kinds the sim does not serve are skipped, as upstream skips unserved ones (IsNoMatchError).
-STATE_SKEL_GVKS = frozenset({
-    ("", "v1", "ServiceAccount"), ("", "v1", "ConfigMap"), ("apps", "v1", "DaemonSet"),
-    ("apps", "v1", "Deployment"), ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
-    ("rbac.authorization.k8s.io", "v1", "Role"), ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
-    ("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition"), ("batch", "v1", "CronJob"),
-    ("security.openshift.io", "v1", "SecurityContextConstraints"), ("", "v1", "Pod"),
-    ("", "v1", "Service"), ("monitoring.coreos.com", "v1", "ServiceMonitor"),
-    ("scheduling.k8s.io", "v1", "PriorityClass"), ("", "v1", "Taint"),
-    ("policy", "v1beta1", "PodSecurityPolicy"), ("node.k8s.io", "v1", "RuntimeClass"),
-    ("monitoring.coreos.com", "v1", "PrometheusRule"),
-    ("resource.k8s.io", "v1", "ResourceClaimTemplate"),
-    ("resource.k8s.io", "v1beta2", "ResourceClaimTemplate"),
-    ("resource.k8s.io", "v1beta1", "ResourceClaimTemplate"),
-})
-# deleteStateRelatedObjects: "Shared endpoints have their own lifecycle".
+# The informers' resync (controller-runtime's `SyncPeriod`, 10 h: the GPU Operator sets none),
+# the imitation's default `period`; tests shorten it. Simulated seconds.
+RESYNC_SECONDS = Q.SYNC_PERIOD
+STATE_SKEL_GVKS = reconciles.STATE_SKEL_GVKS  # internal/state/state_skel.go getSupportedGVKs
+# The fork's deleteStateRelatedObjects: "Shared endpoints have their own lifecycle".
 SHARED_SERVICES = frozenset({"nvidia-dcgm", "nvidia-dcgm-exporter"})
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 
@@ -168,11 +119,12 @@ def _served(store: Store, kind: kinds.Kind) -> bool:
 
 
 def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any], fx: Fixtures,
-                            release: str = R.RELEASE_CURRENT) -> list[tuple[kinds.Kind, str]]:
+                            release: str = releases.DEFAULT) -> list[tuple[kinds.Kind, str]]:
     """What the ClusterPolicy controller deletes for this CR: (kind, name) of each manifest of
     a disabled state, and the exporter's ServiceMonitor when its `serviceMonitor` is off; the
     ServiceMonitors only while their CRD exists (`crdExists`). By name only. The
-    `shared-services` release has no Service assets, so it deletes no Service."""
+    `shared-services-fork` release has no Service assets, so it deletes no Service."""
+    no_services = releases.release(release).shared_services
     monitors = store.find(kinds.CRD, None, SERVICE_MONITOR_CRD) is not None
     out: list[tuple[kinds.Kind, str]] = []
     for state, _, _ in R.STATES[R.CLUSTERPOLICY]:
@@ -181,7 +133,7 @@ def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any], fx: Fixtures,
             kind = kinds.BY_KIND.get(doc.get("kind", ""))
             if kind is None:
                 continue
-            if kind is kinds.SERVICE and release == R.RELEASE_SHARED_SERVICES:
+            if kind is kinds.SERVICE and no_services:
                 continue
             if kind is kinds.SERVICE_MONITOR:
                 if not monitors or (enabled and R.service_monitor_enabled(cr)):
@@ -192,11 +144,12 @@ def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any], fx: Fixtures,
     return out
 
 
-def gpucluster_deletions(store: Store, cr: Mapping[str, Any],
-                         namespace: str) -> list[tuple[kinds.Kind, Obj]]:
+def gpucluster_deletions(store: Store, cr: Mapping[str, Any], namespace: str,
+                         spare_shared: bool = False) -> list[tuple[kinds.Kind, Obj]]:
     """What `deleteStateRelatedObjects` deletes for this CR: every object of a served
     `STATE_SKEL_GVKS` kind labelled with a disabled state (namespaced kinds in `namespace`),
-    not already being deleted, except the shared Services. By label only."""
+    not already being deleted (with `spare_shared`, the fork's, not `nvidia-dcgm` /
+    `nvidia-dcgm-exporter` either). By label only."""
     out: list[tuple[kinds.Kind, Obj]] = []
     for state, _, _ in R.STATES[R.GPUCLUSTER]:
         if R.state_enabled(cr, state):
@@ -209,7 +162,8 @@ def gpucluster_deletions(store: Store, cr: Mapping[str, Any],
                 continue
             items, _ = store.list(kind, namespace if kind.namespaced else None, selector)
             for obj in items:
-                if kind is kinds.SERVICE and obj["metadata"]["name"] in SHARED_SERVICES:
+                if spare_shared and kind is kinds.SERVICE and obj["metadata"][
+                        "name"] in SHARED_SERVICES:
                     continue
                 if obj["metadata"].get("deletionTimestamp"):
                     continue
@@ -217,35 +171,36 @@ def gpucluster_deletions(store: Store, cr: Mapping[str, Any],
     return out
 
 
+CP, GC = reconciles.CP, reconciles.GC
+
+
 class OperatorImitation(Controller):
-    """Reconciles DCGM/Exporter DaemonSets and Services against the CRs, periodically."""
+    """The ClusterPolicy and GPUCluster controllers of one GPU Operator release."""
 
     name = "operator"
-    resources = frozenset({*(k.key for k in CR_KINDS), kinds.SERVICE.key})
+    resources = frozenset({*(k.key for k in CR_KINDS), kinds.SERVICE.key, kinds.DAEMONSET.key,
+                           kinds.NODE.key})
 
-    def __init__(self, store: Store, clock: SimClock, *, period: float,
-                 namespace: str = "gpu-operator", release: str = R.RELEASE_CURRENT) -> None:
+    def __init__(self, store: Store, clock: SimClock, *, period: float = RESYNC_SECONDS,
+                 namespace: str = "gpu-operator", release: str = releases.DEFAULT) -> None:
         super().__init__(store, clock)
         if period <= 0:
-            raise ValueError(f"operator reconcile period must be > 0, got {period!r}")
-        _check_release(release)
+            raise ValueError(f"operator resync period must be > 0, got {period!r}")
+        releases.release(release)  # ValueError for an unknown one
         self.period = period
         self.namespace = namespace
-        self.reconciles = 0
+        self.reconciles = 0  # loop passes that reconciled either CR
         self.deletions = 0  # DELETEs that found their object (its state disabled)
         self.shared_reconciles = 0
         self.shared_writes = 0  # creates, updates and deletes of the shared-service reconciler
         self.shared_errors: list[str] = []  # what its last reconcile returned
         self._release = release
         self._release_lock = threading.Lock()
+        self._queue = Q.Requeues()
         self._fixtures = Fixtures()
-        # render() is a pure function of the CR, the namespace and the release: each resync
-        # of an unchanged CR reuses the last rendering instead of re-rendering every manifest
-        # (the objects are only read: apply_desired and admission copy before writing).
+        # render() is pure: an unchanged CR reuses its last rendering (apply_desired copies)
         self._rendered: dict[tuple[str, str, str, str], list[Obj]] = {}
-        # (kind, namespace, name) -> (the rendered object, the live resourceVersion) of the
-        # last apply that changed nothing: the same object against the same live version
-        # would change nothing again, so a resync skips its admission and update.
+        # (kind, ns, name) -> (rendered, live resourceVersion) of an apply that changed nothing
         self._unchanged: dict[tuple[str, str, str], tuple[Obj, str]] = {}
 
     # ---- the release (an operator upgrade or downgrade) --------------------------------------
@@ -258,7 +213,7 @@ class OperatorImitation(Controller):
     def set_release(self, release: str) -> None:
         """Run `release` from the next reconcile on, and reconcile at once (ValueError for an
         unknown release). Safe from any thread."""
-        _check_release(release)
+        releases.release(release)
         with self._release_lock:
             self._release = release
         if self.loop is not None:
@@ -272,32 +227,58 @@ class OperatorImitation(Controller):
                 "sharedServiceWrites": self.shared_writes,
                 "sharedServiceErrors": list(self.shared_errors)}
 
-    # ---- the loop ------------------------------------------------------------------------------
+    # ---- when (operatorqueue.py) ---------------------------------------------------------------
 
     def wants(self, event: Event) -> bool:
-        if event.resource.key != kinds.SERVICE.key:
-            return True
+        key = event.resource.key
         meta = event.object["metadata"]
-        return meta.get("namespace") == self.namespace and meta["name"] in S.WATCHED_NAMES
+        if key == kinds.SERVICE.key:
+            return meta.get("namespace") == self.namespace and meta["name"] in S.WATCHED_NAMES
+        if key == kinds.DAEMONSET.key:
+            return bool(Q.triggered(event.type, "DaemonSet", event.old, event.object))
+        if key == kinds.NODE.key:
+            return event.type != "MODIFIED" or event.old is None or (
+                event.old["metadata"].get("labels") != meta.get("labels"))
+        return True
 
     def prime(self) -> None:
-        self.schedule("resync", 0)
+        self.schedule("start", 0)  # the informers' first list: every CR is reconciled
+        self.schedule("resync", self.period, background=True)
         self.schedule("shared-resync", S.SHARED_RESYNC_SECONDS, background=True)
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
-        cr_events = [ev for ev in events if ev.resource.key != kinds.SERVICE.key]
-        changed = any(ev.type != "DELETED" and _cr_changed(ev.old, ev.object)
-                      for ev in cr_events)
-        if "resync" in due:
-            self.schedule("resync", self.period, background=True)
-        if "shared-resync" in due:
-            self.schedule("shared-resync", S.SHARED_RESYNC_SECONDS, background=True)
-        release = self.release
-        if changed or "resync" in due or "release" in due:
-            self.reconcile_all(release)
-        if release == R.RELEASE_SHARED_SERVICES and (
-                events or "release" in due or "shared-resync" in due):
+        release = releases.release(self.release)
+        wanted: set[str] = set()
+        mode = R.MODE_LABEL if release.mode_label else None
+        for event in events:
+            wanted |= Q.triggered(event.type, event.resource.kind, event.old, event.object, mode)
+        for key in due:
+            if key in ("start", "release"):
+                wanted |= {CP, GC}
+            elif key == "resync":
+                wanted |= {CP, GC}
+                self.schedule("resync", self.period, background=True)
+            elif key == "shared-resync":
+                self.schedule("shared-resync", S.SHARED_RESYNC_SECONDS, background=True)
+            elif isinstance(key, tuple) and self._queue.fired(key[1], key[2]):
+                wanted.add(key[1])
+        if wanted:
+            self.reconciles += 1
+        if CP in wanted:  # the two controllers' Reconcile (reconciles.py)
+            self._requeue(CP, reconciles.clusterpolicy(self, release, self._queue))
+        if GC in wanted:
+            self._requeue(GC, reconciles.gpucluster(self, release))
+        if release.shared_services and (
+                any(ev.resource.key != kinds.DAEMONSET.key and ev.resource.key != kinds.NODE.key
+                    for ev in events) or {"start", "release", "shared-resync"} & set(due)):
             self.reconcile_shared()
+
+    def _requeue(self, item: str, delay: float | None) -> None:
+        if delay is None:
+            return
+        due = self._queue.add_after(item, self.clock.now(), delay)
+        if due is not None:
+            self.schedule(("requeue", item, due), delay, background=True)
 
     def reconcile_shared(self) -> S.SharedResult:
         """One SharedServiceReconciler reconcile (`sharedservices.reconcile`)."""
@@ -307,28 +288,57 @@ class OperatorImitation(Controller):
         self.shared_errors = result.errors
         return result
 
-    def reconcile_all(self, release: str | None = None) -> None:
-        release = self.release if release is None else release
-        self.reconciles += 1
-        for kind in CR_KINDS:
-            crs, _ = self.store.list(kind)
-            live = [cr for cr in crs if not cr["metadata"].get("deletionTimestamp")]
-            if not live:
-                continue
-            cr = min(live, key=lambda c: (c["metadata"].get("creationTimestamp", ""),
-                                          c["metadata"]["name"]))
-            for desired in self._render(kind, cr, release):
-                if desired["kind"] == "ServiceMonitor":
-                    if not self._monitor_outdated(desired):
-                        continue
-                elif desired["kind"] not in RECONCILED_KINDS:
+    # ---- what a reconcile reads and writes -----------------------------------------------------
+
+    def singleton(self, kind: str) -> Obj | None:
+        """The CR of `kind` the controller reconciles: the oldest not being deleted."""
+        live = [cr for cr in self.crs(kind) if not cr["metadata"].get("deletionTimestamp")]
+        return reconciles.oldest(live) if live else None
+
+    def crs(self, kind: str) -> list[Obj]:
+        return list(self.store.list(kinds.BY_KIND[kind])[0])
+
+    def find(self, obj: Mapping[str, Any]) -> Obj | None:
+        meta = obj["metadata"]
+        return self.store.find(kinds.BY_KIND[obj["kind"]], meta.get("namespace"), meta["name"])
+
+    def write_status(self, kind: str, cr: Obj, change: reconciles.StatusChange) -> None:
+        """The CR's status as `change(old status, now)` makes it; nothing when unchanged."""
+        resource = kinds.BY_KIND[kind]
+        live = self.store.find(resource, None, cr["metadata"]["name"])
+        if live is None:
+            return
+        status = change(live.get("status"), now_rfc3339())
+        if status == live.get("status"):
+            return
+        body = {"metadata": {"name": live["metadata"]["name"],
+                             "resourceVersion": live["metadata"]["resourceVersion"]},
+                "status": status}
+        try:
+            self.store.update(resource, body, subresource="status")
+        except (StoreError, ApiError) as err:
+            log.info("operator: status of %s %s: %s", kind, live["metadata"]["name"], err)
+
+    def sync(self, kind: str, cr: Obj, release: releases.Release) -> list[Obj]:
+        """Render, create or update, delete what disabled states left; the rendered objects."""
+        return self._sync(kinds.BY_KIND[kind], cr, release)
+
+    def _sync(self, kind: kinds.Kind, cr: Obj, release: releases.Release) -> list[Obj]:
+        """Render, create or update, delete what disabled states left; the rendered objects."""
+        objs = self._render(kind, cr, release.name)
+        for desired in objs:
+            if desired["kind"] == "ServiceMonitor":
+                if not self._monitor_outdated(desired):
                     continue
-                try:
-                    self._apply(desired)
-                except (StoreError, ApiError) as err:
-                    log.info("operator: %s %s: %s", desired["kind"],
-                             desired["metadata"]["name"], err)
-            self.delete_disabled(cr, release)
+            elif desired["kind"] not in RECONCILED_KINDS:
+                continue
+            try:
+                self._apply(desired)
+            except (StoreError, ApiError) as err:
+                log.info("operator: %s %s: %s", desired["kind"], desired["metadata"]["name"],
+                         err)
+        self.delete_disabled(cr, release.name)
+        return objs
 
     def _apply(self, desired: Obj) -> None:
         meta = desired["metadata"]
@@ -345,7 +355,9 @@ class OperatorImitation(Controller):
 
     def _render(self, kind: kinds.Kind, cr: Obj, release: str) -> list[Obj]:
         meta = cr["metadata"]
-        key = (kind.key, str(meta.get("uid", "")), str(meta.get("resourceVersion", "")),
+        # keyed by generation and annotations, not resourceVersion: status writes move that
+        key = (kind.key, str(meta.get("uid", "")),
+               f"{meta.get('generation')}/{sorted((meta.get('annotations') or {}).items())}",
                release)
         objs = self._rendered.get(key)
         if objs is None:
@@ -365,15 +377,17 @@ class OperatorImitation(Controller):
             (live["metadata"].get("labels") or {}).get(k) != v
             for k, v in (meta.get("labels") or {}).items()))
 
-    def delete_disabled(self, cr: Mapping[str, Any], release: str = R.RELEASE_CURRENT) -> None:
+    def delete_disabled(self, cr: Mapping[str, Any], release: str = releases.DEFAULT) -> None:
         """Delete the objects of the states `cr` disables, as its upstream controller does."""
         if R.stack_of(cr) == R.CLUSTERPOLICY:
             targets = [(kind, self.namespace if kind.namespaced else None, name)
                        for kind, name in clusterpolicy_deletions(self.store, cr, self._fixtures,
                                                                  release)]
         else:
+            spare = releases.release(release).spares_shared_services
             targets = [(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
-                       for kind, obj in gpucluster_deletions(self.store, cr, self.namespace)]
+                       for kind, obj in gpucluster_deletions(self.store, cr, self.namespace,
+                                                             spare)]
         for kind, namespace, name in targets:
             try:
                 if _delete(self.store, kind, namespace, name):
@@ -382,14 +396,3 @@ class OperatorImitation(Controller):
             except (StoreError, ApiError) as err:
                 log.info("operator: delete %s %s: %s", kind.kind, name, err)
 
-
-def _check_release(release: str) -> None:
-    if release not in R.RELEASES:
-        raise ValueError(f"unknown operator release {release!r}: one of {', '.join(R.RELEASES)}")
-
-
-def _cr_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    if old is None:
-        return True
-    return bool(old.get("spec") != new.get("spec")
-                or old["metadata"].get("annotations") != new["metadata"].get("annotations"))

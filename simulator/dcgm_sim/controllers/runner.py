@@ -16,6 +16,7 @@ from dcgm_sim.controllers.jobs import JobController
 from dcgm_sim.controllers.kubelet import Kubelet
 from dcgm_sim.controllers.nodelifecycle import GRACE_SECONDS, NodeLifecycleController
 from dcgm_sim.controllers.operator import OperatorImitation
+from dcgm_sim.controllers.releases import DEFAULT as DEFAULT_RELEASE
 from dcgm_sim.controllers.replicasets import ReplicaSetController
 from dcgm_sim.controllers.resourceclaims import ResourceClaimController
 from dcgm_sim.controllers.scheduler import Scheduler
@@ -34,7 +35,7 @@ class ControllerSet:
     namespace: str = "gpu-operator"
     node_monitor_grace_seconds: float = GRACE_SECONDS
     readiness_probes: bool = True
-    operator_release: str = "current"  # rendering.RELEASES
+    operator_release: str = DEFAULT_RELEASE  # releases.RELEASES
     controllers: list[Controller] = field(init=False, default_factory=list)
     _loop: ControllerLoop | None = field(init=False, default=None)
 

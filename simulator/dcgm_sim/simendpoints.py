@@ -13,9 +13,9 @@ drives `ApiServer.faults`/`.log`/`.access`. Never faulted, never access-checked,
   readiness probes for N simulated seconds (controllers/probes.py). Each answers the Node.
   They set the node's `sim.dcgm-migrate/...` annotations, as `kubectl annotate` could.
 - `GET /sim/v1/operator` → the GPU Operator imitation's release and counters;
-  `PUT /sim/v1/operator` `{"release": "current" | "shared-services"}` → upgrade (or downgrade)
-  it, as an operator upgrade would: it reconciles at once with the new release
-  (controllers/operator.py, controllers/sharedservices.py). 404 when the imitation is off.
+  `PUT /sim/v1/operator` `{"release": "shipped" | "future-coexistence" |
+  "shared-services-fork"}` → upgrade (or downgrade) it, as an operator upgrade would: it
+  reconciles at once with the new release (controllers/releases.py). 404 when the imitation is off.
 - `GET /sim/v1/healthz` → ok.
 """
 

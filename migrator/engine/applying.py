@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from migrator import phases
 from migrator.engine import afterwrite, executor, interrupts, ondelete
 from migrator.engine.clock import Clock
-from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally
+from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally, context
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
@@ -21,7 +21,6 @@ from migrator.engine.walk import Action, Decision
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
-from migrator.model.discovery import discover
 from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import PlanContext
 from migrator.model.retiring import HANDED_OVER
@@ -62,8 +61,7 @@ class Apply:
         return self.kube.get(step.kind, step.name, self.namespace)
 
     def context(self, snap: Snapshot) -> PlanContext:
-        return PlanContext(snap, self.catalog, discover(snap, self.catalog).components,
-                           self.settings.options, {})
+        return context(self.catalog, self.settings.options, snap)
 
     def fresh(self, base: Snapshot) -> Snapshot:
         """The DaemonSets, Services, pods and endpoints read again; the base's CRs and

@@ -150,6 +150,12 @@ class Backend(Protocol):
     def settle_after_restore(self, state: State) -> None: ...
 
 
+def context(catalog: Catalog, options: Options, snap: Snapshot) -> PlanContext:
+    """The phases' view of a snapshot (no recorded originals): what every back end plans and
+    gates on."""
+    return PlanContext(snap, catalog, discover(snap, catalog).components, options, {})
+
+
 class Stopped(Exception):
     """A projected run stops at a gate here (the apply back end raises `GateFailed`)."""
 
@@ -160,11 +166,6 @@ class Loop:
     def __init__(self, backend: Backend, state: State) -> None:
         self.backend = backend
         self.state = state
-
-    def context(self, snap: Snapshot, recorded: dict[str, Any] | None = None) -> PlanContext:
-        catalog = self.backend.catalog
-        return PlanContext(snap, catalog, discover(snap, catalog).components,
-                           self.backend.settings.options, recorded or {})
 
     def apply(self, upto: int) -> None:
         """Phases 1..upto, each as the walk decides it (engine/walk.py)."""
@@ -223,7 +224,8 @@ class Loop:
                 b.skip(work, step)
             else:
                 base = b.snapshot()
-                pre = list(work.module.before_write(self.context(base), step))
+                pre = list(work.module.before_write(
+                    context(b.catalog, b.settings.options, base), step))
                 if g.failed(pre) and all(r.wait for r in g.failed(pre)):
                     pre = b.wait_pre(work, step, base, pre)
                 if g.failed(pre):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
 from migrator.engine import executor
-from migrator.engine.loop import Direction, Loop, PhaseWork, RunSettings, Stopped
+from migrator.engine.loop import Direction, Loop, PhaseWork, RunSettings, Stopped, context
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.walk import Action, Decision, decide
@@ -102,8 +102,7 @@ class Project:
         return _live(self.projected, step)
 
     def context(self, snap: Snapshot) -> PlanContext:
-        return PlanContext(snap, self.catalog, discover(self.now, self.catalog).components,
-                           self.settings.options, {})
+        return context(self.catalog, self.settings.options, snap)
 
     # ---- phases ----------------------------------------------------------------------------
 

@@ -32,19 +32,9 @@ from migrator.model.steps import from_record
 STARTS = {"phase-start": "apply", "rollback-start": "rollback"}
 
 
-def _last_start(state: State) -> tuple[str | None, int | None]:
-    """(apply | rollback, its --phase) of the newest run start the history records."""
-    for event in reversed(state.history):
-        operation = STARTS.get(str(event.get("event")))
-        if operation:
-            target = event.get("target")
-            known = isinstance(target, int) and target in phases.numbers()
-            return operation, target if known else None
-    return None, None
-
-
 def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int | None]:
-    """(apply | rollback, the command's --phase) of the run that left `active` in progress."""
+    """(apply | rollback, the command's --phase) of the run that left `active` in progress;
+    with none active, of the newest run start the history records."""
     numbers = {r.number for r in active}
     for event in reversed(state.history):
         operation = STARTS.get(str(event.get("event")))
@@ -83,7 +73,7 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
         if operation == "apply" and target is None:
             target = max(r.number for r in active)
         return operation, target, active
-    operation, target = _last_start(state)
+    operation, target = _operation(state, [])
     rest = left_to_do(state, operation, target)
     return (operation, target, rest) if rest else (None, None, [])
 

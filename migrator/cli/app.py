@@ -435,11 +435,10 @@ app.command("guard")(handles_errors(guard))
 # Stand-ins for the commands the simulated cluster's distribution provides (cli/plugins.py):
 # with it installed, its own `demo` and `sim` are found first; without it (the tool alone, its
 # container image) these refuse in one sentence, with the fix, exit 2.
-_PLUGGED = {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
-            "add_help_option": False}
+_PLUGGED_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-@app.command("demo", **_PLUGGED)
+@app.command("demo", context_settings=_PLUGGED_SETTINGS, add_help_option=False)
 @handles_errors
 def _demo() -> None:
     """Run the whole migration on a simulated GPU cluster started in-process (needs the
@@ -447,7 +446,7 @@ def _demo() -> None:
     raise _missing("demo")
 
 
-@app.command("sim", **_PLUGGED)
+@app.command("sim", context_settings=_PLUGGED_SETTINGS, add_help_option=False)
 @handles_errors
 def _sim() -> None:
     """The simulated GPU cluster as a standalone server (needs it installed:

@@ -4,26 +4,27 @@ serialise. No printing, no typer. A command's warnings travel one way: said thro
 listener (`Warned`), and listed once in its report.
 
 Every command validates its input before it writes anything, so bad input costs zero writes.
-What only some commands use — the runner and its cache, the dry-run preview, the permission
-review — is imported by those commands: on a small cluster, `status` would otherwise spend
-more on imports it does not use than on its reads.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import NoReturn
 
 from migrator import phases
-from migrator.engine import assemble, runstatus
+from migrator.engine import assemble, informer, projecting, runstatus
+from migrator.engine.applying import Apply
 from migrator.engine.clock import Clock, SystemClock
-from migrator.engine.locate import locate, namespace_check, wrong_namespace
+from migrator.engine.informer import Informer
+from migrator.engine.locate import locate, require_operator_api, require_stack, wrong_namespace
+from migrator.engine.loop import Loop, Run, RunSettings
+from migrator.engine.permissions import preflight_checks
+from migrator.engine.planfile import STALE_SHOWN as STALE_SHOWN
+from migrator.engine.planfile import check_plan_file
+from migrator.engine.planfile import save_plan as save_plan
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import (
@@ -41,27 +42,23 @@ from migrator.engine.reports import (
 )
 from migrator.engine.state import (
     ConfigMapStateStore,
+    PhaseStatus,
     RunSession,
     State,
     StateStore,
     default_holder,
+    holds,
 )
 from migrator.engine.state import lock as locking
 from migrator.engine.state.configmap import restore_hint
 from migrator.engine.warned import Warned
-from migrator.errors import APIForbidden, LockHeld, StalePlan, UsageError
+from migrator.errors import APIForbidden, LockHeld, UsageError
 from migrator.kube.client import Kube
-from migrator.model.gates import GateResult
 from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
-from migrator.model.snapshot import Snapshot, changed_fields
+from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
 
-if TYPE_CHECKING:
-    from migrator.engine.informer import Informer
-    from migrator.engine.runner import Runner, RunResult, RunSettings
-
-PLAN_FORMAT = "dcgm-migrate/plan-v1"
 ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip the question"
 
 
@@ -90,7 +87,7 @@ def _observe(session: Session, cache: Informer | None = None) -> Snapshot:
     does not exist or holds none of the DaemonSets the catalog names: a ClusterPolicy or
     GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
     A state there that records steps keeps it answerable (status shows their drift, rollback
-    undoes them); `apply` refuses it all the same (`_require_stack`)."""
+    undoes them); `apply` refuses it all the same (`locate.require_stack`)."""
     try:
         snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache,
                              clock=session.clock)
@@ -124,47 +121,20 @@ def _records_steps(session: Session) -> bool:
     return state is not None and any(r.done_steps() for r in state.phases.values())
 
 
-def _require_stack(report: PlanReport, namespace: str) -> None:
-    if report.stack == "none" or not report.components:
-        raise UsageError(
-            f"No GPU Operator DCGM found in namespace {namespace!r}: none of the DCGM "
-            "DaemonSets this tool migrates runs there (any left belong to a deleted "
-            "ClusterPolicy or GPUCluster).",
-            "pass the GPU Operator's namespace with -n, or check that the operator is installed "
-            "and has rendered its DaemonSets")
-
-
-def _require_operator_api(snap: Snapshot, server: str) -> None:
-    """Aliases are owned by the CR and drift is judged against the operator: without its API
-    the migration would run half-blind, so it does not start."""
-    if not snap.nvidia_api:
-        raise UsageError(
-            f"The GPU Operator API (nvidia.com ClusterPolicy/GPUCluster CRDs) is not served by "
-            f"{server}, so the operator that owns these DaemonSets cannot be checked.",
-            "install or repair the GPU Operator CRDs (kubectl get crd | grep nvidia.com), then "
-            "run `dcgm-migrate preflight`")
-
-
 def _refuse_lost_state(session: Session, snap: Snapshot) -> None:
     """No state, but the cluster carries the tool's marks: the records rollback needs were
     lost. Going on would record a migration from a cluster that is already half-migrated, with
     originals that are not the originals, so `apply` and `rollback` stop here (zero writes)."""
     marks = tool_marks(snap, session.catalog)
     if marks:
-        cm = session.catalog.common.state_configmap
+        cm, mb = session.catalog.common.state_configmap, session.catalog.common.managed_by
         raise UsageError(
             f"No state ConfigMap {session.namespace}/{cm}, yet {len(marks)} objects carry "
             f"dcgm-migrate's marks ({', '.join(marks[:3])}{' …' if len(marks) > 3 else ''}): "
             "the state was deleted, and what to roll back is not known.",
-            f"{restore_hint(session.namespace, cm, _managed_by(session))}, then run the "
-            "command again "
-            f"(`dcgm-migrate status -n {session.namespace}` lists every marked object; "
-            "without a backup see docs/runbook.md, 'Restoring the state')")
-
-
-def _managed_by(session: Session) -> str:
-    label = session.catalog.common.managed_by
-    return f"{label.key}={label.value}"
+            f"{restore_hint(session.namespace, cm, f'{mb.key}={mb.value}')}, then run the "
+            f"command again (`dcgm-migrate status -n {session.namespace}` lists every marked "
+            "object; without a backup see docs/runbook.md, 'Restoring the state')")
 
 
 def _check_phase(phase: int) -> int:
@@ -197,114 +167,42 @@ def plan(session: Session, options: Options) -> PlanReport:
     return report
 
 
-def _plan_checksum(body: dict[str, Any]) -> str:
-    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(raw).hexdigest()
-
-
-def save_plan(path: Path, report: dict[str, Any],
-              objects: Mapping[str, Mapping[str, str]] | None = None) -> None:
-    """The plan file: the report's document, and what its fingerprint covers per object and
-    field (`objects`, so a stale plan names what changed), under a checksum."""
-    body: dict[str, Any] = {"format": PLAN_FORMAT, "report": report}
-    if objects is not None:
-        body["objects"] = {name: dict(fields) for name, fields in objects.items()}
-    doc = {**body, "checksum": _plan_checksum(body)}
-    try:
-        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    except OSError as exc:
-        raise UsageError(f"Cannot write the plan to {path}: {exc.strerror}.",
-                         "choose a writable path for --out") from exc
-
-
-def load_plan(path: Path) -> dict[str, Any]:
-    """The saved report of a plan file (UsageError when it is not a plan, or was edited)."""
-    report: dict[str, Any] = _read_plan(path)["report"]
-    return report
-
-
-def _read_plan(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise UsageError(f"Plan file {path} does not exist.",
-                         "save one with `dcgm-migrate plan --out FILE`") from exc
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"Plan file {path} is not a readable dcgm-migrate plan.",
-                         "save a fresh one with `dcgm-migrate plan --out FILE`") from exc
-    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
-        raise UsageError(f"Plan file {path} is not a dcgm-migrate plan.",
-                         "save one with `dcgm-migrate plan --out FILE`")
-    body = {k: v for k, v in doc.items() if k != "checksum"}
-    if doc.get("checksum") != _plan_checksum(body):
-        raise UsageError(f"Plan file {path} was modified after it was saved (checksum "
-                         "mismatch).", "save a fresh one with `dcgm-migrate plan --out FILE`")
-    return doc
-
-
-STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
-
-
-def _check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int) -> None:
-    doc = _read_plan(path)
-    saved: dict[str, Any] = doc["report"]
-    if saved.get("namespace") != namespace:
-        raise UsageError(f"Plan file {path} was made for namespace {saved.get('namespace')!r}, "
-                         f"not {namespace!r}.", "pass the matching -n, or make a new plan")
-    if saved.get("fingerprint") != snap.fingerprint():
-        what = ""
-        if isinstance(doc.get("objects"), dict):  # plans saved before it: no names
-            changed = changed_fields(doc["objects"], snap.fingerprint_fields())
-            more = len(changed) - STALE_SHOWN
-            what = (": changed " + ", ".join(changed[:STALE_SHOWN])
-                    + (f" and {more} more" if more > 0 else "")) if changed else ""
-        quoted = shlex.quote(str(path))
-        raise StalePlan(f"The cluster changed since plan {path} was saved, so it is "
-                        f"stale{what}.",
-                        f"save a fresh plan with `dcgm-migrate plan --out {quoted} -n "
-                        f"{namespace}`, review it, then apply that one: `dcgm-migrate apply "
-                        f"--phase {phase} --plan {quoted} -n {namespace}`")
-
-
 # ---- apply / rollback ------------------------------------------------------------------------
-
-def _default_settings() -> RunSettings:
-    from migrator.engine.runner import RunSettings
-
-    return RunSettings()
-
 
 @dataclass
 class RunRequest:
     phase: int
-    options: Options = field(default_factory=Options)
-    settings: RunSettings = field(default_factory=_default_settings)
+    settings: RunSettings = field(default_factory=RunSettings)  # with the plan options
     plan_file: Path | None = None
     confirm: Callable[[Question], bool] = lambda question: True
     holder: str = field(default_factory=default_holder)
+    dry_run: bool = False  # the server-dry-run back end: `dryRun=All` writes, no lock, no state
 
 
-def _locked_run(session: Session, told: Warned, cache: Informer, request: RunRequest,
-                state: State, version: str | None, operation: str,
-                action: Callable[[Runner], RunResult]) -> tuple[PlanReport, RunOutcome]:
-    """Open the run session (lock, save, heartbeat), build the one `Run` the engine
-    works with, run `action`, report: the cluster after the run (with every warning the
-    command said, `told`) and what the run did. The runner reads the run's cache afresh; a run
-    that wrote since `state` was loaded changed the state document, and then the runner's
-    first save (before any write) fails."""
-    from migrator.engine.runner import Run, Runner
-
+@contextlib.contextmanager
+def _applying(session: Session, told: Warned, cache: Informer, request: RunRequest,
+              state: State, version: str | None) -> Iterator[Apply]:
+    """The run session (lock, save, heartbeat) held around the apply back end, built on the
+    one `Run` the engine works with; the caller runs the one loop on it. The back end reads
+    the run's cache afresh; a run that wrote since `state` was loaded changed the state
+    document, and then its first save (before any write) fails."""
     with RunSession(session.store, version=version, holder=request.holder,
                     clock=session.clock, listener=told) as held:
-        runner = Runner(Run(session.kube, session.namespace, session.catalog, cache, held,
-                            session.clock, told, request.settings), state)
-        result = action(runner)
-    final = assemble.build(runner.snapshot(), session.catalog, state, request.options,
+        yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
+                        session.clock, told, request.settings), state, request.phase)
+
+
+def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
+             backend: Apply, operation: str) -> tuple[PlanReport, RunOutcome]:
+    """The cluster after the run (with every warning the command said, `told`) and what the
+    run did."""
+    final = assemble.build(backend.snapshot(), session.catalog, state, request.settings.options,
                           forward=operation == "apply", earlier=told.warnings)
     told.say(final.warnings)
-    return final, RunOutcome(operation, result.writes, False,
-                             {k: Lowest(*v) for k, v in result.lowest.items()},
-                             tuple(result.notes))
+    tally = backend.result
+    return final, RunOutcome(operation, tally.writes, False,
+                             {k: Lowest(*v) for k, v in tally.lowest.items()},
+                             tuple(tally.notes))
 
 
 @contextlib.contextmanager
@@ -312,8 +210,6 @@ def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
     """The run's cache (engine/informer.py), so the reads of `apply` / `rollback` and of their
     gates come from one list per kind plus the watches that follow it; the phase is checked
     first (bad input costs no request at all)."""
-    from migrator.engine import informer
-
     _check_phase(request.phase)
     with contextlib.ExitStack() as stack:
         try:  # the cache's first lists are the namespace's first reads
@@ -329,11 +225,11 @@ def apply(session: Session, request: RunRequest) -> RunReport:
     with _run_cache(session, request) as cache:
         snap = _observe(session, cache)
         if request.plan_file is not None:
-            _check_plan_file(request.plan_file, snap, session.namespace, request.phase)
+            check_plan_file(request.plan_file, snap, session.namespace, request.phase)
         state, version = _load_state(session)
-        before = assemble.build(snap, session.catalog, state, request.options)
-        _require_stack(before, session.namespace)
-        _require_operator_api(snap, session.kube.server)
+        before = assemble.build(snap, session.catalog, state, request.settings.options)
+        require_stack(before.stack, bool(before.components), session.namespace)
+        require_operator_api(snap.nvidia_api, session.kube.server)
         if state is None:
             _refuse_lost_state(session, snap)
         told = Warned(session.listener)
@@ -342,19 +238,20 @@ def apply(session: Session, request: RunRequest) -> RunReport:
             session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
                                      "nothing to do")
             # no lock, no state write: a repeated apply writes nothing at all
-            return RunReport(before, RunOutcome("apply", 0, session.kube.dry_run, {}), ok=True)
-        if not session.kube.dry_run:
+            return RunReport(before, RunOutcome("apply", 0, request.dry_run, {}), ok=True)
+        if not request.dry_run:
             session.store.check_free()  # someone else's run: refused before warnings or question
         told.say(before.warnings)  # --yes and no TTY skip the question, not these
-        if session.kube.dry_run:  # a preview: no question, no lock, no state, nothing persisted
-            return _dry_run(session, told, request, snap, state)
+        if request.dry_run:  # no question, no lock, no state, nothing persisted
+            return _dry_run(session, told, request, snap, state, before)
         if not request.confirm(_question(session, before, lambda p: p.number <= request.phase
-                                         and p.status != "completed")):
+                                         and not holds(p.status))):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
         state = state or State(session.namespace, clock=session.clock)
         state.plan_fingerprint = snap.fingerprint()
-        final, result = _locked_run(session, told, cache, request, state, version, "apply",
-                                    lambda runner: runner.apply(request.phase))
+        with _applying(session, told, cache, request, state, version) as backend:
+            Loop(backend, state).apply(request.phase)
+        final, result = _outcome(session, told, request, state, backend, "apply")
         # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
         # never success (exit 1), even when every step's wait passed.
         return RunReport(final, result, ok=final.holds(request.phase)
@@ -371,29 +268,25 @@ def _question(session: Session, report: PlanReport,
 
 
 def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot,
-             state: State | None) -> RunReport:
-    """`apply --dry-run`: the preview of phases 1..N against the cluster as it would be after
-    each earlier phase (engine/preview.py), with the server-side dry-run write (`dryRun=All`)
-    of every step the API server can take now, so it validates them. Nothing is persisted, no
-    lock is taken, the state is not written and no phase is reported completed; `ok` is false
-    (exit 1) when a gate the preview can evaluate would stop the run."""
-    from migrator.engine import executor
-    from migrator.engine import preview as previews
-
-    found = previews.build(snap, session.catalog, state, request.options, request.phase)
+             state: State | None, report: PlanReport, operation: str = "apply") -> RunReport:
+    """`--dry-run`: the one loop on the server-dry-run back end (engine/projecting.py): each
+    phase run against the cluster as the earlier writes would leave it, every write the API
+    server can take now sent with `dryRun=All`, so it validates them. Nothing is persisted,
+    no lock is taken, the state is not written and no phase is reported completed; `ok` is
+    false (exit 1) when a gate the projection can evaluate would stop the run."""
+    backend = projecting.ServerDryRun(snap, session.catalog, request.settings, session.kube,
+                                      session.listener.message)
+    found = projecting.preview(backend, state, report, request.phase,
+                               rollback=operation == "rollback")
     told.say(found.report.warnings)
     for view in found.report.phases:
         if view.preview is not None:
             session.listener.message(f"dry run: phase {view.number} ({view.name}) "
                                      f"{view.preview.outcome.replace('-', ' ')}")
-    for step in found.writes:
-        executor.execute(session.kube, session.namespace, session.catalog, step)
-        session.listener.message(f"dry run: {step.object} ({step.type}) accepted by the API "
-                                 "server (nothing persisted)")
     if found.refusal:
         session.listener.message(f"dry run: the run would stop: {found.refusal}")
-    return RunReport(found.report, RunOutcome("apply", len(found.writes), True, {}, found.unsent),
-                     ok=found.refusal is None)
+    return RunReport(found.report, RunOutcome(operation, len(found.writes), True, {},
+                                              found.unsent), ok=found.refusal is None)
 
 
 def rollback(session: Session, request: RunRequest) -> RunReport:
@@ -402,15 +295,21 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
         snap = _observe(session, cache)
         state, version = _load_state(session)
         applied = [n for n in phases.numbers() if state and n >= request.phase
-                   and state.phase(n).status in ("completed", "in-progress", "failed")]
+                   and state.phase(n).status.applied]
         undone = [n for n in phases.numbers() if state and n >= request.phase
-                  and state.phase(n).status == "rolled-back"]
+                  and state.phase(n).status is PhaseStatus.ROLLED_BACK]
         if state is None:
             _refuse_lost_state(session, snap)
         if state is None or not (applied or undone):
             raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
                              "to roll back.",
                              "run `dcgm-migrate status` to see which phases are done")
+        if request.dry_run:  # no question, no lock, no state, nothing persisted
+            told = Warned(session.listener)
+            before = assemble.build(snap, session.catalog, state, request.settings.options,
+                                    forward=False)
+            told.say(before.warnings)
+            return _dry_run(session, told, request, snap, state, before, "rollback")
         session.store.check_free()  # someone else's run: refused before the question
         if not applied:
             # The same command run again after it finished (or was killed after its last state
@@ -419,17 +318,19 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                      "back; nothing to do")
         elif not request.confirm(_question(
-                session, assemble.build(snap, session.catalog, state, request.options,
+                session, assemble.build(snap, session.catalog, state, request.settings.options,
                                        forward=False),
                 lambda p: p.number in applied)):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
-        final, result = _locked_run(session, Warned(session.listener), cache, request, state,
-                                    version, "rollback",
-                                    lambda runner: runner.rollback(request.phase))
+        told = Warned(session.listener)
+        with _applying(session, told, cache, request, state, version) as backend:
+            Loop(backend, state).rollback(request.phase)
+        final, result = _outcome(session, told, request, state, backend, "rollback")
         # Rolled back, and what the phases kept below N are answerable for still works.
-        return RunReport(final, result, ok=all(p.status == "rolled-back" for p in final.phases
+        return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
+                                               for p in final.phases
                                                if p.number >= request.phase
-                                               and p.status != "pending")
+                                               and p.status is not PhaseStatus.PENDING)
                          and not final.verdict_fails(request.phase - 1))
 
 
@@ -495,26 +396,5 @@ def unlock(session: Session, force: bool = False) -> UnlockReport:
 def preflight(session: Session) -> PreflightReport:
     """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
     every permission the migration needs (SSAR)."""
-    from migrator.engine.permissions import guard_checks, missing_permissions, required
-
-    session.kube.ping()
-    apis = {
-        "nvidia.com/v1 (ClusterPolicy)": session.kube.has_api("nvidia.com", "v1"),
-        "nvidia.com/v1alpha1 (GPUCluster)": session.kube.has_api("nvidia.com", "v1alpha1"),
-        "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
-            session.kube.has_api("monitoring.coreos.com", "v1"),
-    }
-    wanted = required(session.namespace)
-    missing = missing_permissions(session.kube, session.namespace, wanted)
-    checks = [GateResult(f"api/{k}", True, "served" if v else
-                         "not served (fine if the cluster does not use it)")
-              for k, v in apis.items()]
-    checks.append(GateResult("api/any-gpu-operator-crd",
-                             any(v for k, v in apis.items() if "nvidia" in k),
-                             "ClusterPolicy or GPUCluster CRD present"))
-    checks.append(namespace_check(session.kube, session.namespace, session.catalog))
-    checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
-    checks.append(GateResult("rbac", not missing,
-                             f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
-    checks += guard_checks(session.kube, session.namespace)
-    return PreflightReport(session.namespace, session.kube.server, tuple(checks))
+    return PreflightReport(session.namespace, session.kube.server,
+                           preflight_checks(session.kube, session.namespace, session.catalog))

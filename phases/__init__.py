@@ -3,6 +3,8 @@ protocol (mypy checks every module in `PHASES` against it):
 
     NUMBER, NAME                                 the phase's identity (the state document's,
                                                  every report's and the CLI's --phase)
+    ANSWERS_FOR                                  what of the verdict its apply puts right
+                                                 (`model/findings.py`'s `Remedy`)
     SWITCHES_SELECTORS                           its steps move Service selectors: the guard
                                                  follows what it recorded, and a rollback
                                                  settles after it before undoing earlier phases
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from migrator.model.findings import Answers, Remedy
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.steps import Step
@@ -35,6 +38,8 @@ class Phase(Protocol):
     def NAME(self) -> str: ...
     @property
     def SWITCHES_SELECTORS(self) -> bool: ...
+    @property
+    def ANSWERS_FOR(self) -> frozenset[Remedy]: ...
     def plan(self, ctx: PlanContext) -> PhasePlan: ...
     def before_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
     def after_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
@@ -56,6 +61,11 @@ def by_number(number: int) -> Phase:
 def numbers() -> tuple[int, ...]:
     """Every phase's number, in the order they apply."""
     return tuple(module.NUMBER for module in PHASES)
+
+
+def answers() -> Answers:
+    """Which phase answers for each of the verdict's remedies (the verdict's `phase`)."""
+    return {remedy: module.NUMBER for module in PHASES for remedy in module.ANSWERS_FOR}
 
 
 def selector_phase() -> Phase:

@@ -11,6 +11,7 @@ from migrator.model import aliasing, monitoring, sharing
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected
+from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
@@ -24,6 +25,7 @@ COPIED_PORT_FIELDS = aliasing.COPIED_PORT_FIELDS
 NUMBER = 2
 NAME = "alias"
 SWITCHES_SELECTORS = False
+ANSWERS_FOR = frozenset({Remedy.ALIASES})  # the stable names and their scrape paths
 
 def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
                owner: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from migrator.model import gates as g
 from migrator.model import objects as o
+from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
@@ -18,6 +19,7 @@ from migrator.model.steps import RollPods, SetLabels, Step, from_record
 NUMBER = 1
 NAME = "label"
 SWITCHES_SELECTORS = False
+ANSWERS_FOR = frozenset({Remedy.COMMON_LABELS})  # its pods carry the common labels
 
 
 def _component_of(ctx: PlanContext, daemonset: str) -> Component | None:

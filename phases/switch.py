@@ -10,6 +10,7 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import monitoring
 from migrator.model import objects as o
+from migrator.model.findings import Remedy
 from migrator.model.gates import GateKind, GateResult
 from migrator.model.guarding import HELD_ANNOTATION
 from migrator.model.planning import PhasePlan, PlanContext
@@ -19,6 +20,7 @@ from migrator.model.steps import SetSelector, Step, from_record
 NUMBER = 3
 NAME = "switch"
 SWITCHES_SELECTORS = True
+ANSWERS_FOR = frozenset[Remedy]()  # the verdict judges pods and names, not selectors
 
 
 def _targets(ctx: PlanContext, comp: Component) -> list[str]:

@@ -29,6 +29,7 @@ from migrator.cli.options import (
     AllowForeignPods,
     Context,
     Debug,
+    DryRun,
     IncludeOperatorOwned,
     Kubeconfig,
     Namespace,
@@ -44,6 +45,7 @@ from migrator.cli.options import (
 from migrator.cli.plugins import INSTALL_HINT
 from migrator.commands import RunRequest, Session, save_plan
 from migrator.engine import interrupts
+from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
 from migrator.engine.reports import (
     PlanReport,
@@ -53,7 +55,6 @@ from migrator.engine.reports import (
     RunReport,
     StatusReport,
 )
-from migrator.engine.runner import RunSettings
 from migrator.errors import Interrupted, MigrateError, UsageError, exit_code_for
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
@@ -179,9 +180,9 @@ def _same_command() -> str | None:
 
 
 @contextmanager
-def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
-             dry_run: bool = False) -> Iterator[Session]:
-    kube = Kube.connect(kubeconfig, context, dry_run=dry_run)
+def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
+             ) -> Iterator[Session]:
+    kube = Kube.connect(kubeconfig, context)
     # stderr only: -o json stdout stays one document. A table prints each warning once, in
     # the report on stdout; under -o json/yaml the progress stream says them too.
     progress = make_progress(quiet=False, warnings=output is not Output.table)
@@ -269,7 +270,7 @@ def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_p
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
                  plan_file: Path | None = None, allow_foreign_pods: bool = False,
-                 prepare_for: str = "") -> RunRequest:
+                 prepare_for: str = "", dry_run: bool = False) -> RunRequest:
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
     wait = parse_duration(timeout)
     if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
@@ -277,8 +278,8 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
                          "pass a positive duration such as 90s or 10m (the default)")
     settings = RunSettings(timeout=wait, settle=parse_duration(settle, "--settle"),
                            options=options)
-    return RunRequest(phase=phase, options=options, settings=settings, plan_file=plan_file,
-                      confirm=_Confirm(yes, output))
+    return RunRequest(phase=phase, settings=settings, plan_file=plan_file,
+                      confirm=_Confirm(yes, output), dry_run=dry_run)
 
 
 def _exit_for(report: Report) -> None:
@@ -287,12 +288,11 @@ def _exit_for(report: Report) -> None:
 
 
 def _report(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
-            call: Callable[[Session], Report], *, dry_run: bool = False,
-            asked: _Confirm | None = None) -> None:
+            call: Callable[[Session], Report], *, asked: _Confirm | None = None) -> None:
     """The shape of every cluster command: connect, call the command, render, exit 1 when
     the report says not ok. `asked`: the question before the run, whose table already
     printed its warnings."""
-    with _session(kubeconfig, context, namespace, output, dry_run) as s:
+    with _session(kubeconfig, context, namespace, output) as s:
         report = call(s)
     render.document(report, output, shown=asked.shown if asked is not None else ())
     _exit_for(report)
@@ -307,11 +307,7 @@ def apply(
                                                    "cluster changed since this saved plan.")]
     = None,
     yes: Yes = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Preview phases 1..N against the "
-                                          "cluster as the earlier phases would leave it, with "
-                                          "server-side dry-run writes; nothing is persisted, "
-                                          "no state is written; exit 1 if a gate would stop "
-                                          "the run.")] = False,
+    dry_run: DryRun = False,
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     include_operator_owned: IncludeOperatorOwned = False,
@@ -327,10 +323,10 @@ def apply(
     Example: dcgm-migrate apply --phase 2 --yes
     """
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
-                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for)
-    _report(kubeconfig, context, namespace, output, lambda s: commands.apply(s, request),
-            dry_run=dry_run, asked=request.confirm if isinstance(request.confirm, _Confirm)
-            else None)
+                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run)
+    _report(kubeconfig, context, namespace, output,
+            functools.partial(commands.apply, request=request),
+            asked=request.confirm if isinstance(request.confirm, _Confirm) else None)
 
 
 @app.command()
@@ -339,6 +335,7 @@ def rollback(
     phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.",
                                        autocompletion=complete_phase)],
     yes: Yes = False,
+    dry_run: DryRun = False,
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     roll_on_delete: RollOnDelete = False,
@@ -350,8 +347,10 @@ def rollback(
 
     Example: dcgm-migrate rollback --phase 1 --yes
     """
-    request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete)
-    _report(kubeconfig, context, namespace, output, lambda s: commands.rollback(s, request))
+    request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
+                           dry_run=dry_run)
+    _report(kubeconfig, context, namespace, output,
+            functools.partial(commands.rollback, request=request))
 
 
 @app.command()
@@ -436,11 +435,10 @@ app.command("guard")(handles_errors(guard))
 # Stand-ins for the commands the simulated cluster's distribution provides (cli/plugins.py):
 # with it installed, its own `demo` and `sim` are found first; without it (the tool alone, its
 # container image) these refuse in one sentence, with the fix, exit 2.
-_PLUGGED = {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
-            "add_help_option": False}
+_PLUGGED_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-@app.command("demo", **_PLUGGED)
+@app.command("demo", context_settings=_PLUGGED_SETTINGS, add_help_option=False)
 @handles_errors
 def _demo() -> None:
     """Run the whole migration on a simulated GPU cluster started in-process (needs the
@@ -448,7 +446,7 @@ def _demo() -> None:
     raise _missing("demo")
 
 
-@app.command("sim", **_PLUGGED)
+@app.command("sim", context_settings=_PLUGGED_SETTINGS, add_help_option=False)
 @handles_errors
 def _sim() -> None:
     """The simulated GPU cluster as a standalone server (needs it installed:

@@ -37,7 +37,7 @@ def _gates(gates: tuple[GateResult, ...]) -> list[Doc]:
 
 
 def _phase(view: PhaseView) -> Doc:
-    doc: Doc = {"number": view.number, "name": view.name, "status": view.status,
+    doc: Doc = {"number": view.number, "name": view.name, "status": view.status.value,
                 "changes": [c.as_dict() for c in view.changes], "gates": _gates(view.gates),
                 "notes": list(view.notes), "blocked": view.blocked, "error": view.error}
     if view.preview is not None:
@@ -100,7 +100,7 @@ def _lock(lock: LockView | None) -> Doc | None:
 
 
 def _rollback(phase: RollbackPhase) -> Doc:
-    return {"phase": phase.phase, "name": phase.name, "status": phase.status,
+    return {"phase": phase.phase, "name": phase.name, "status": phase.status.value,
             "steps": [{"object": s.object, "type": s.type, "status": s.status,
                        "changes": [c.as_dict() for c in s.changes]} for s in phase.steps]}
 

@@ -97,6 +97,10 @@ OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json o
                                            case_sensitive=False)]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before writing.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help=(
+    "Preview the run against the cluster as its earlier writes would leave it, with "
+    "server-side dry-run writes; nothing is persisted, no state is written; exit 1 if a gate "
+    "would stop the run."))]
 IncludeOperatorOwned = Annotated[bool, typer.Option(
     "--include-operator-owned",
     help="Also switch Services the operator owns (it reverts them on its next reconcile).")]

@@ -28,6 +28,7 @@ from migrator.engine.reports import (
     UnlockReport,
 )
 from migrator.errors import MigrateError
+from migrator.model.phasestatus import PhaseStatus
 from migrator.model.steps import Change
 
 
@@ -105,14 +106,14 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
         fix = f" [dim]fix: {esc(c.fix)}[/dim]" if c.fix and not c.ok else ""
         con.print(f"  {_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}{fix}")
     for phase in doc.phases:
-        title = f"Phase {phase.number} — {phase.name}: {phase.status}"
+        title = f"Phase {phase.number} — {phase.name}: {phase.status.value}"
         preview = phase.preview  # apply --dry-run: what the run would do
         if preview:
             title += f" — dry run: {preview.outcome.replace('-', ' ')}"
         con.print(f"\n[bold]{title}[/bold]")
         if phase.changes:
             changes_table(con, phase.changes)
-        elif phase.status != "completed":
+        elif phase.status is not PhaseStatus.COMPLETED:
             con.print("  no changes")
         for g in phase.gates:
             con.print(f"  {_mark(g.ok)} {esc(g.name)}: {esc(g.detail)}")
@@ -138,15 +139,11 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
                   + ("  (server-side dry run: nothing persisted)" if result.dry_run else ""))
     from migrator.engine.assemble import closing
 
-    lines = closing(doc if isinstance(shown_report, Question) else shown_report)
     con.print()
-    for line in lines:
-        head, _, rest = line.partition(": ")
-        good = rest.startswith("OK")
-        word, _, tail = rest.partition(" — ")
-        color = "green" if good else "red"
-        con.print(f"[bold]{esc(head)}[/bold] [{color}]{esc(word)}[/{color}]"
-                  + (f" — {esc(tail)}" if tail else ""))
+    for line in closing(doc if isinstance(shown_report, Question) else shown_report):
+        color = "green" if line.ok else "red"
+        con.print(f"[bold]{esc(line.subject)}[/bold] "
+                  f"[{color}]{'OK' if line.ok else 'NOT OK'}[/{color}] — {esc(line.detail)}")
 
 
 def changes_table(con: Any, changes: Sequence[Change]) -> None:
@@ -211,7 +208,7 @@ def run_lines(con: Any, run: RunView) -> None:
     if run.resume:
         con.print(f"  [bold]resume:[/bold] {esc(run.resume)}")
     for phase in run.rollback or ():
-        con.print(f"  rollback of phase {phase.phase} — {phase.name} ({phase.status})")
+        con.print(f"  rollback of phase {phase.phase} — {phase.name} ({phase.status.value})")
         for step in phase.steps:
             mark = "✓" if step.status in ("done", "skipped") else "…"
             con.print(f"    {mark} {esc(step.status)}: {esc(step.object)} "

@@ -1,8 +1,8 @@
 """After a write: wait for the step's post-gates — its DaemonSet's rollout, the phase's
 `after_write` gates and the no-loss gates on every guarded Service — and act on a loss (a
-selector change that lost endpoints is undone at once). A part of the loop kept out of the
-runner: it works through the run's public context (`loop.Loop`: reads, waiter,
-failure path) and the phase being run (`loop.PhaseWork`), never the runner itself.
+selector change that lost endpoints is undone at once). A part of the apply back end
+(engine/applying.py) in its own module: it works through that back end's public face
+(`loop.Applier`: reads, waiter, refusal) and the phase being run (`loop.PhaseWork`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from migrator.engine import executor, stalls
-from migrator.engine.loop import Loop, PhaseWork
+from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import EndpointProgress, RolloutProgress, StepEvent
 from migrator.engine.state import PhaseRecord
 from migrator.engine.waiting import Pace, RolloutOutcome
@@ -27,36 +27,37 @@ from migrator.model.steps import Step
 STOPS_AT_ONCE = frozenset({GateKind.ENDPOINTS, GateKind.NODES_REPORTING})
 
 
-def wait(run: Loop, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
+def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
     """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
     supplies only what a step never changes: the CRs, ServiceMonitors and update
     strategy; every gate check reads the DaemonSets, Services, pods and endpoints afresh
     (from the run's cache, as new as this step's write)"""
-    base_snap = base or run.snapshot()
+    base_snap = base or backend.snapshot()
     ds_now = base_snap.daemonsets.get(step.rollout_of() or "")
     if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
         return  # the template change rolls nothing; a RollPods step (if any) rolls pods
     rolls = step.rollout_of() if ds_now is not None else None
     if rolls is not None:
-        with run.quiet(rolls):
-            out = run.waiter.rollout(
-                rolls, run.settings.timeout, lambda ds, pace: _report_rollout(run, ds, pace),
+        with backend.quiet(rolls):
+            out = backend.waiter.rollout(
+                rolls, backend.settings.timeout,
+                lambda ds, pace: _report_rollout(backend, ds, pace),
                 blocked=lambda: stalls.lost_nodes_detail(
-                    run.kube, run.namespace, base_snap.daemonsets[rolls]))
+                    backend.kube, backend.namespace, base_snap.daemonsets[rolls]))
         if not out.complete:
-            _fail_rollout(run, phase.rec, step, base_snap, out)
-    deadline = run.clock.monotonic() + run.settings.timeout
+            _fail_rollout(backend, phase.rec, step, base_snap, out)
+    deadline = backend.clock.monotonic() + backend.settings.timeout
     dips: dict[str, str] = {}
 
     def check() -> list[GateResult]:
-        snap = run.fresh(base_snap)
-        ctx = run.context(snap)
+        snap = backend.fresh(base_snap)
+        ctx = backend.context(snap)
         results: list[GateResult] = list(phase.module.after_write(ctx, step))
         if rolls is not None:
             results.append(g.nodes_reporting(rolls, snap.pods_of(rolls)))
         for b in phase.bases:
             results.append(_endpoints_gate(snap, b, step, phase.plan))
-            _note_endpoints(run, snap, b)
+            _note_endpoints(backend, snap, b)
         for r in results:
             if r.kind is GateKind.ENDPOINTS_DIP and not r.ok:
                 dips.setdefault(r.name.partition("/")[2], r.detail)
@@ -67,25 +68,25 @@ def wait(run: Loop, phase: PhaseWork, step: Step, base: Snapshot | None) -> None
         waiting); an endpoint dip the step did not cause is waited out."""
         return any(r.kind in STOPS_AT_ONCE for r in g.failed(results))
 
-    results = run.waiter.until(check, deadline, fatal=stop_now)
+    results = backend.waiter.until(check, deadline, fatal=stop_now)
     for service, detail in sorted(dips.items()):
         note = f"Service/{service} dipped below its baseline during {step.object}: {detail}"
-        run.result.notes.append(note)
-        run.listener.message(note)
+        backend.result.notes.append(note)
+        backend.listener.message(note)
     if not g.failed(results):
         return
     undo = step.inverse() if step.selector_change(step.name) else None
     if undo is not None:  # a selector change that lost endpoints is undone at once
         lost = [r for r in g.failed(results) if r.kind is GateKind.ENDPOINTS]
         if lost:
-            executor.execute(run.kube, run.namespace, run.catalog, undo)
-            run.result.writes += 1
+            executor.execute(undo, backend.kube, backend.namespace, backend.catalog)
+            backend.result.writes += 1
             phase.mark(step, "skipped")
-            run.listener.step(StepEvent(phase.rec.number, step, "restored"))
-            run.fail(phase.rec, f"{step.object}: endpoints dropped after the selector change "
+            backend.listener.step(StepEvent(phase.rec.number, step, "restored"))
+            backend.refuse(phase.rec, f"{step.object}: endpoints dropped after the selector change "
                      f"({g.describe(lost)}); the old selector was restored",
                      "check the pods the new selector should match, then retry")
-    run.fail(phase.rec, f"{step.object}: {g.describe(results)}",
+    backend.refuse(phase.rec, f"{step.object}: {g.describe(results)}",
              "run `dcgm-migrate status` to see the gates; rerun to resume")
 
 def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
@@ -100,29 +101,29 @@ def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
     selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
     return g.switch_loss(snap, base, selector, selector)
 
-def _fail_rollout(run: Loop, rec: PhaseRecord, step: Step, base: Snapshot,
+def _fail_rollout(backend: Applier, rec: PhaseRecord, step: Step, base: Snapshot,
                   out: RolloutOutcome) -> NoReturn:
     if out.ds is None:
-        run.fail(rec, f"DaemonSet/{step.name} disappeared during its rollout",
+        backend.refuse(rec, f"DaemonSet/{step.name} disappeared during its rollout",
                  "find out who deleted it (operator cleanup, a deleted CR); plan again")
     counts = g.rollout_complete(out.ds).detail
     if out.blocked:
-        run.fail(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
+        backend.refuse(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
                  f"{out.blocked}", stalls.NODE_HINT)
-    pods = run.fresh(base).pods_of(step.name)
-    where, hint = stalls.where_stuck(run.kube, step.name, pods, step.pod_labels(),
-                                     namespace=run.namespace, timeout=run.settings.timeout)
-    run.fail(rec, f"DaemonSet/{step.name} made no progress for "
-             f"{out.stalled_for:.0f}s (--timeout {run.settings.timeout:g}s; {counts}); "
+    pods = backend.fresh(base).pods_of(step.name)
+    where, hint = stalls.where_stuck(backend.kube, step.name, pods, step.pod_labels(),
+                                     namespace=backend.namespace, timeout=backend.settings.timeout)
+    backend.refuse(rec, f"DaemonSet/{step.name} made no progress for "
+             f"{out.stalled_for:.0f}s (--timeout {backend.settings.timeout:g}s; {counts}); "
              f"{where}", hint)
 
-def _report_rollout(run: Loop, ds: dict[str, Any], pace: Pace) -> None:
+def _report_rollout(backend: Applier, ds: dict[str, Any], pace: Pace) -> None:
     updated, available, desired = g.rollout_counts(ds)
-    run.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
+    backend.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
                                           eta_seconds=pace.eta))
 
-def _note_endpoints(run: Loop, snap: Snapshot, base: ServiceBaseline) -> None:
+def _note_endpoints(backend: Applier, snap: Snapshot, base: ServiceBaseline) -> None:
     ready = snap.endpoints_of(base.service).ready_total
-    low = run.result.lowest.get(base.service, (ready, base.total))
-    run.result.lowest[base.service] = (min(low[0], ready), base.total)
-    run.listener.endpoints(EndpointProgress(base.service, ready, base.total))
+    low = backend.result.lowest.get(base.service, (ready, base.total))
+    backend.result.lowest[base.service] = (min(low[0], ready), base.total)
+    backend.listener.endpoints(EndpointProgress(base.service, ready, base.total))

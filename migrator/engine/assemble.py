@@ -1,24 +1,24 @@
 """The report every command renders: per phase, what would change (object, field,
-before → after), every gate's status now, notes, and warnings, with the verdict. Pure:
-snapshot + state in, a typed `PlanReport` out (engine/reports.py; the CLI serialises it), and
-the closing lines every command's table ends with."""
+before → after), every gate's status, notes, and warnings, with the verdict. Pure: snapshot +
+state in, a typed `PlanReport` out (engine/reports.py; the CLI serialises it), and the closing
+lines every command's table ends with. Its phases are the one loop's, on the report back end
+(engine/reporting.py): no walk of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import walk
-from migrator.engine.reports import PhaseView, PlanReport, RunReport, StatusReport
-from migrator.engine.state import PhaseRecord, State
+from migrator.engine import reporting, walk
+from migrator.engine.reports import Closing, PlanReport, RunReport, StatusReport
+from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome
 from migrator.model.discovery import Discovery, discover
-from migrator.model.gates import GateResult
-from migrator.model.planning import Options, PlanContext
+from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import Change, CreateAlias, SetLabels, SetSelector, Step
+from migrator.model.steps import Change, SetLabels, SetSelector, Step
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -28,12 +28,6 @@ DRIFT_RISK = (
     "holds the tool's aliases on the app label while the labels are missing, or roll back "
     "phase 3 before any operator change that does not render the common labels; "
     "`dcgm-migrate verify` exits 1 when it happens."
-)
-
-OWNED_AFTER_SWITCH = (
-    "--include-operator-owned changes nothing now: phase 3 is completed, so {services} stay "
-    "as they are; to switch them too, run `dcgm-migrate rollback --phase 3`, then "
-    "`dcgm-migrate apply --phase 3 --include-operator-owned`"
 )
 
 LOST_STATE = (
@@ -51,7 +45,7 @@ def _exporters(found: Discovery) -> list[str]:
 def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
     """The phase switched a Service to the common selector that is still the tool's (not
     rolled back, not handed over to an operator release that renders its own labels)."""
-    if rec.status == "rolled-back":
+    if not rec.status.applied:
         return False
     retired = {r.step_id for r in decision.retire}
     return any(isinstance(r, SetSelector) and r.id not in retired for r in rec.done_steps())
@@ -66,58 +60,25 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     `earlier`: the warnings this command said before (engine/warned.py), listed first;
     `objects`: keep what the fingerprint covers per object (`plan`, for its file)."""
     found = discover(snapshot, catalog)
-    warnings: list[str] = list(found.warnings)
-    views: list[PhaseView] = []
-    projected = snapshot
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
-                                    if r.status != "rolled-back"))
+                                    if r.status.applied))
     changed = state is not None and state.stack_changed(found.stack)
     change = (f"the GPU Operator stack changed from {state.stack} (recorded) to "
               f"{found.stack}: the completed phases were planned for {state.stack}; "
               f"`dcgm-migrate apply --phase 3` re-plans them for {found.stack} "
               "(docs/runbook.md, 'Changing stack')") if state is not None and changed else ""
+    views, decisions, said = reporting.walked(snapshot, catalog, state, options, change)
+    warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector
-    for module in phases.PHASES:
-        rec = state.phase(module.NUMBER) if state else None
-        decision = walk.decide(module, rec, projected, catalog, found.components, options)
-        status = decision.status
-        if rec is not None and module.SWITCHES_SELECTORS:
+    for _number, decision in sorted(decisions.items()):
+        module, rec, plan = decision.module, decision.record, decision.plan
+        if rec is not None and state is not None and module.SWITCHES_SELECTORS:
             switches |= _switched(rec, decision)
-        if status == "completed":
-            ctx = PlanContext(projected, catalog, found.components, options)
-            again = module.plan(ctx)
-            warnings.extend(again.warnings)  # e.g. operator-owned, still true
-            notes = decision.handed_over
-            if module.SWITCHES_SELECTORS and options.include_operator_owned and again.steps:
-                notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
-                    s.object for s in again.steps)))
-                warnings.append(notes[-1])
-            first = change and not any(v.status == "completed" for v in views)
-            gates = ((GateResult("stack-unchanged", False, change),) if first else ()) \
-                + decision.gates
-            views.append(PhaseView(module.NUMBER, module.NAME, status, (), gates,
-                                   tuple(notes), decision.record_error))
+        if decision.status is PhaseStatus.COMPLETED or plan is None or not forward:
             continue
-        plan = decision.plan
-        assert plan is not None
-        earlier_phases = [v.number for v in views if v.status != "completed"]
-        for step in plan.steps:
-            if isinstance(step, CreateAlias):
-                projected = monitoring.with_service(projected, step.body)
-            if isinstance(step, SetLabels) and step.rolls_pods() and forward:
-                drift_risk = True
-            if isinstance(step, SetSelector) and module.SWITCHES_SELECTORS and forward:
-                switches = True
-        warnings.extend(plan.warnings)
-        notes = list(plan.notes)
-        if earlier_phases and any(not g.ok for g in plan.gates):
-            notes.append(f"gates show the cluster as it is now; they are expected to pass once "
-                         f"phase {', '.join(map(str, earlier_phases))} completes")
-        if plan.blocked and plan.blocked not in notes:
-            notes.append(plan.blocked)
-        views.append(PhaseView(module.NUMBER, module.NAME, status, changes_of(plan.steps),
-                               tuple(plan.gates), tuple(notes), decision.record_error,
-                               plan.blocked))
+        drift_risk |= any(isinstance(s, SetLabels) and s.rolls_pods() for s in plan.steps)
+        switches |= module.SWITCHES_SELECTORS and any(isinstance(s, SetSelector)
+                                                      for s in plan.steps)
     certain = monitoring.certain_duplicates(snapshot, _exporters(found))
     if certain:
         pod, paths = next(iter(sorted(certain.items())))
@@ -146,9 +107,9 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     return PlanReport(
         stack=found.stack, namespace=snapshot.namespace, fingerprint=snapshot.fingerprint(),
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
-        phases=tuple(views), warnings=merged(earlier, [change] if change else [], warnings),
+        phases=views, warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
-        verdict=outcome.verdict(snapshot, catalog), lost_state=tuple(lost),
+        verdict=outcome.verdict(snapshot, catalog, phases.answers()), lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
@@ -176,7 +137,7 @@ def _status_faults(status: StatusReport) -> list[str]:
     return out or ["see above"]
 
 
-def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
+def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     """The report's last lines, worded alike for every command: the verdict on the live
     cluster (the one `verify` gives), and, after `apply` or `rollback`, what the run itself
     achieved — both, when the run's own work is done but the identity is not whole yet (a
@@ -184,28 +145,30 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
-    lines = [f"verdict: OK — the stable identity works ({len(checks)} checks)" if not bad
-             else f"verdict: NOT OK — {len(bad)} of {len(checks)} checks fail"]
+    lines = [Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
+                     if not bad else f"{len(bad)} of {len(checks)} checks fail")]
     if isinstance(shown, StatusReport) and not shown.ok:
-        lines.append("status: NOT OK — " + "; ".join(_status_faults(shown)))
+        lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
     if not isinstance(shown, RunReport):
         return lines
     result = shown.result
     rollback = result.operation == "rollback"
     phases_done = [p.number for p in report.phases
-                   if p.status == ("rolled-back" if rollback else "completed")]
+                   if (p.status is PhaseStatus.ROLLED_BACK if rollback else holds(p.status))]
     done = (f"phase{'s' if len(phases_done) > 1 else ''} {_span(phases_done)} "
             f"{'rolled back' if rollback else 'done'}" if phases_done else "no phase done")
     if result.dry_run:
-        lines.append("dry run: OK — the run would go through" if shown.ok else
-                     "dry run: NOT OK — the run would stop at a gate (above)")
+        lines.append(Closing("dry run", shown.ok, "the run would go through" if shown.ok
+                             else "the run would stop at a gate (above)"))
     elif not shown.ok:
-        lines.append(f"run: NOT OK — {done}; a gate of the phases it ran fails (above)")
+        lines.append(Closing("run", False, f"{done}; a gate of the phases it ran fails "
+                             "(above)"))
     elif bad:
         bad.sort(key=lambda c: not c.name.startswith("guard-live/"))  # the root cause first
         fix = f"; fix: {bad[0].fix}" if bad[0].fix else ""
-        lines.append(f"run: OK — {done}; the stable identity is not whole yet "
-                     f"({', '.join(c.name for c in bad)}), which no phase answers for{fix}")
+        lines.append(Closing("run", True, f"{done}; the stable identity is not whole yet "
+                             f"({', '.join(c.name for c in bad)}), which no phase answers "
+                             f"for{fix}"))
     else:
-        lines.append(f"run: OK — {done}")
+        lines.append(Closing("run", True, done))
     return lines

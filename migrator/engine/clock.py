@@ -1,5 +1,5 @@
 """Time, injected: the one Clock the commands hand down with the run (`loop.Run`) to the
-runner, its waiter, the run's cache and the state session, and that the guard and its Lease
+apply back end, its waiter, the run's cache and the state session, and that the guard and its Lease
 election take.
 
 Nothing in the engine reads the real clock directly, so tests of timeouts, settle countdowns,

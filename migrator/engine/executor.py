@@ -16,31 +16,33 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 
-def execute(kube: Kube, namespace: str, catalog: Catalog, step: Step) -> str | None:
-    """Write the step; returns a note when the write was accepted but has not taken effect
-    yet (an alias delete held by finalizers), else None."""
-    return _write(step, kube, namespace, catalog)
-
-
 @singledispatch
-def _write(step: Step, kube: Kube, namespace: str, catalog: Catalog) -> str | None:
-    """One write per step type, registered below by class (not by annotation: `Kube` is a
-    type-checking-only name here); a step without one is run pod by pod by the runner."""
-    raise TypeError(f"{type(step).__name__} is not one write: the runner runs it "
+def execute(step: Step, kube: Kube, namespace: str, catalog: Catalog, dry_run: bool = False
+            ) -> str | None:
+    """Write the step; returns a note when the write was accepted but has not taken effect
+    yet (an alias delete held by finalizers), else None. `dry_run`: the strategy of this
+    write, sent on the request (`dryRun=All`): validated by the API server, not persisted.
+
+    One write per step type, registered below by class (not by annotation: `Kube` is a
+    type-checking-only name here); a step without one is run pod by pod by the loop."""
+    raise TypeError(f"{type(step).__name__} is not one write: the loop runs it "
                     "(pod_by_pod)")
 
 
-@_write.register(SetLabels)
-def _set_labels(step: SetLabels, kube: Kube, namespace: str, catalog: Catalog) -> str | None:
-    kube.patch(kinds.DAEMONSET, step.daemonset, namespace, step.patch(), patch_type="merge")
+@execute.register(SetLabels)
+def _set_labels(step: SetLabels, kube: Kube, namespace: str, catalog: Catalog,
+                dry_run: bool = False) -> str | None:
+    kube.patch(kinds.DAEMONSET, step.daemonset, namespace, step.patch(), patch_type="merge",
+               dry_run=dry_run)
     return None
 
 
-@_write.register(SetSelector)
+@execute.register(SetSelector)
 def _set_selector(step: SetSelector, kube: Kube, namespace: str,
-                  catalog: Catalog) -> str | None:
+                  catalog: Catalog, dry_run: bool = False) -> str | None:
     try:
-        kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json")
+        kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json",
+                   dry_run=dry_run)
     except APIInvalid as exc:  # the json-patch `test` failed: someone changed it
         if step.satisfied(kube.get(kinds.SERVICE, step.service, namespace)):
             return None  # or an earlier attempt of this patch landed, its answer lost
@@ -50,11 +52,11 @@ def _set_selector(step: SetSelector, kube: Kube, namespace: str,
     return None
 
 
-@_write.register(CreateAlias)
+@execute.register(CreateAlias)
 def _create_alias(step: CreateAlias, kube: Kube, namespace: str,
-                  catalog: Catalog) -> str | None:
+                  catalog: Catalog, dry_run: bool = False) -> str | None:
     try:
-        kube.create(step.body)
+        kube.create(step.body, dry_run=dry_run)
     except APIConflict as exc:
         live = kube.get(kinds.SERVICE, step.service, namespace)
         if o.terminating(live):
@@ -70,9 +72,9 @@ def _create_alias(step: CreateAlias, kube: Kube, namespace: str,
     return None
 
 
-@_write.register(DeleteAlias)
+@execute.register(DeleteAlias)
 def _delete_alias(step: DeleteAlias, kube: Kube, namespace: str,
-                  catalog: Catalog) -> str | None:
+                  catalog: Catalog, dry_run: bool = False) -> str | None:
     live = kube.get(kinds.SERVICE, step.service, namespace)
     if live is None:
         return None
@@ -82,8 +84,10 @@ def _delete_alias(step: DeleteAlias, kube: Kube, namespace: str,
     try:
         kube.delete(kinds.SERVICE, step.service, namespace,
                     uid=str(o.meta(live).get("uid")),
-                    resource_version=str(o.meta(live).get("resourceVersion")))
+                    resource_version=str(o.meta(live).get("resourceVersion")), dry_run=dry_run)
     except APINotFound:
+        return None
+    if dry_run:
         return None
     why = o.terminating(kube.get(kinds.SERVICE, step.service, namespace))
     if why:

@@ -32,7 +32,7 @@ from migrator.engine.informer import Reflector
 from migrator.engine.leader import LeaseLock
 from migrator.engine.metrics import GuardMetrics
 from migrator.engine.reads import read_pods, read_snapshot
-from migrator.engine.state import ConfigMapStateStore, State
+from migrator.engine.state import ConfigMapStateStore, State, holds
 from migrator.engine.wholepods import WholePods
 from migrator.errors import ClusterError
 from migrator.model import aliasing, guarding, kinds, outcome, reach, sharing
@@ -74,7 +74,7 @@ def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
     """Alias → the selector the phase that switches selectors recorded for it, while that
     phase is completed: the only aliases the guard may move forward again."""
     record = state.phase(phases.selector_phase().NUMBER) if state is not None else None
-    if record is None or record.status != "completed":
+    if record is None or not holds(record.status):
         return {}
     changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps())
     return {name: dict(change[1]) for name, change in changes if change is not None}
@@ -84,7 +84,7 @@ def aliases_completed(state: State | None) -> bool:
     """Has the phase that creates the aliases completed (and not been rolled back)? Only then
     may the guard create what that phase would: a shared slice, an alias again."""
     record = state.phase(phases.alias_phase().NUMBER) if state is not None else None
-    return record is not None and record.status == "completed"
+    return record is not None and holds(record.status)
 
 
 def slice_view(obj: Obj) -> Obj:
@@ -150,7 +150,7 @@ class Reconciler:
         their selectors (the Role lists pods, never gets one)."""
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), clock=self.clock)
-        verdict = outcome.verdict(snap, self.catalog)
+        verdict = outcome.verdict(snap, self.catalog, phases.answers())
         self.metrics.status.judged(verdict, reach.reach(snap, self.catalog, verdict),
                                    self.clock.now().timestamp())
         return verdict

@@ -237,6 +237,8 @@ class Informer:
     endpointslices: Reflector[Obj]
     pod_reflectors: tuple[Reflector[PodView], ...]
     whole: WholePods = field(default_factory=WholePods)  # doubtful pods read whole
+    # access reviews answered for this run (a token's rights do not change within one)
+    allowed: dict[str, bool] = field(default_factory=dict)
     _unobserve: Callable[[], None] = lambda: None
 
     @classmethod

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migrator.errors import APIForbidden, APINotFound
+from migrator.errors import APIForbidden, APINotFound, UsageError
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
@@ -173,3 +173,25 @@ def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
     message, hint = wrong_namespace(namespace, locate(kube, catalog, namespace), catalog,
                                     server=kube.server, exists=exists)
     return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
+
+
+def require_stack(stack: str, found: bool, namespace: str) -> None:
+    """A namespace where none of the DCGM DaemonSets the tool migrates runs: refused."""
+    if stack == "none" or not found:
+        raise UsageError(
+            f"No GPU Operator DCGM found in namespace {namespace!r}: none of the DCGM "
+            "DaemonSets this tool migrates runs there (any left belong to a deleted "
+            "ClusterPolicy or GPUCluster).",
+            "pass the GPU Operator's namespace with -n, or check that the operator is installed "
+            "and has rendered its DaemonSets")
+
+
+def require_operator_api(served: bool, server: str) -> None:
+    """Aliases are owned by the CR and drift is judged against the operator: without its API
+    the migration would run half-blind, so it does not start."""
+    if not served:
+        raise UsageError(
+            f"The GPU Operator API (nvidia.com ClusterPolicy/GPUCluster CRDs) is not served by "
+            f"{server}, so the operator that owns these DaemonSets cannot be checked.",
+            "install or repair the GPU Operator CRDs (kubectl get crd | grep nvidia.com), then "
+            "run `dcgm-migrate preflight`")

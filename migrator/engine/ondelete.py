@@ -1,15 +1,15 @@
 """OnDelete DaemonSets: the tool rolls the pods itself (`RollPods`, phase 1 with
 `--roll-on-delete`), deleting one node's outdated pod at a time and waiting for its
-replacement to turn Ready before the next. The one step the runner runs pod by pod instead of
-as a single write (`Step.pod_by_pod`). A part of the loop kept out of the runner: it works
-through the run's public context (`loop.Loop`: reads, saves, failure path) and the
-phase being run (`loop.PhaseWork`), never the runner itself.
+replacement to turn Ready before the next. The one step the loop runs pod by pod instead of
+as a single write (`Step.pod_by_pod`). A part of the apply back end (engine/applying.py) in its
+own module: it works through that back end's public face (`loop.Applier`: reads, saves,
+refusal) and the phase being run (`loop.PhaseWork`).
 """
 
 from __future__ import annotations
 
 from migrator.engine import executor, interrupts
-from migrator.engine.loop import Loop, PhaseWork
+from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import StepEvent
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -19,13 +19,13 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.steps import RollPods, Step
 
 
-def roll(run: Loop, phase: PhaseWork, step: Step) -> None:
+def roll(backend: Applier, phase: PhaseWork, step: Step) -> None:
     """Delete pods whose labels differ from the template, one node at a time, each after
     the previous node's new pod is Ready."""
     assert isinstance(step, RollPods), f"{step.type} is not run pod by pod"
     rec = phase.rec
     while True:
-        snap = run.snapshot()
+        snap = backend.snapshot()
         ds = snap.daemonsets.get(step.daemonset)
         if ds is None:
             return
@@ -35,33 +35,33 @@ def roll(run: Loop, phase: PhaseWork, step: Step) -> None:
                        key=lambda p: p.node)
         if not stale:
             phase.mark(step, "done")
-            run.save()
+            backend.save()
             return
         unready = [p for p in snap.pods_of(step.daemonset) if not p.ready]
         if unready:
-            run.fail(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
+            backend.refuse(rec, f"DaemonSet/{step.daemonset}: pods not ready on "
                      f"{', '.join(g.not_ready_where(unready)[:10])}; not deleting "
                      "another node's pod", "fix those nodes, then rerun to resume")
         pod = stale[0]
         with interrupts.shielded():  # a signal stops the run once this delete is answered
             phase.mark(step, "intent")
-            run.save()
-            executor.delete_pod(run.kube, run.namespace, pod.name, pod.uid)
-            run.result.writes += 1
-        run.listener.step(StepEvent(rec.number, step, "writing"))
-        deadline = run.clock.monotonic() + run.settings.timeout
+            backend.save()
+            executor.delete_pod(backend.kube, backend.namespace, pod.name, pod.uid)
+            backend.result.writes += 1
+        backend.listener.step(StepEvent(rec.number, step, "writing"))
+        deadline = backend.clock.monotonic() + backend.settings.timeout
 
         def node_back(node: str = pod.node, snap: Snapshot = snap,
                       want: dict[str, str | None] = want) -> list[GateResult]:
-            fresh = run.fresh(snap)
+            fresh = backend.fresh(snap)
             new = [p for p in fresh.pods_of(step.daemonset)
                    if p.node == node and not p.deleting]
             ok = any(p.ready and all(p.labels.get(k) == v for k, v in want.items())
                      for p in new)
             return [GateResult(f"node-back/{node}", ok, f"new pod on {node}")]
 
-        results = run.waiter.until(node_back, deadline, wake_kind=kinds.POD)
+        results = backend.waiter.until(node_back, deadline, wake_kind=kinds.POD)
         if not all(r.ok for r in results):
-            run.fail(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
-                     f"become Ready within {run.settings.timeout:g}s",
+            backend.refuse(rec, f"DaemonSet/{step.daemonset}: the new pod on {pod.node} did not "
+                     f"become Ready within {backend.settings.timeout:g}s",
                      "fix the node, then rerun to resume")

@@ -9,11 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine.locate import namespace_check
 from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model.gates import GateResult
 from migrator.model.kinds import Kind
-from migrator.model.stacks import load_catalog
+from migrator.model.stacks import Catalog, load_catalog
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -151,3 +152,30 @@ def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
               for p in missing),
             GateResult("rbac/guard", not missing,
                        f"{who}: {total - len(missing)}/{total} of the guard's writes")]
+
+
+def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[GateResult, ...]:
+    """`preflight`: API reachable, CRDs present, the namespace holds the GPU Operator's DCGM
+    DaemonSets, every permission the migration needs (SSAR), and whether the guard's
+    ServiceAccount holds its EndpointSlice writes (`guard_checks`)."""
+    kube.ping()
+    apis = {
+        "nvidia.com/v1 (ClusterPolicy)": kube.has_api("nvidia.com", "v1"),
+        "nvidia.com/v1alpha1 (GPUCluster)": kube.has_api("nvidia.com", "v1alpha1"),
+        "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
+            kube.has_api("monitoring.coreos.com", "v1"),
+    }
+    wanted = required(namespace)
+    missing = missing_permissions(kube, namespace, wanted)
+    checks = [GateResult(f"api/{k}", True, "served" if v else
+                         "not served (fine if the cluster does not use it)")
+              for k, v in apis.items()]
+    checks.append(GateResult("api/any-gpu-operator-crd",
+                             any(v for k, v in apis.items() if "nvidia" in k),
+                             "ClusterPolicy or GPUCluster CRD present"))
+    checks.append(namespace_check(kube, namespace, catalog))
+    checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
+    checks.append(GateResult("rbac", not missing,
+                             f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
+    checks += guard_checks(kube, namespace)
+    return tuple(checks)

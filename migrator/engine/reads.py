@@ -12,7 +12,6 @@ Pods are read as printed rows (`model/printed.py`); those a row cannot vouch for
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,15 +46,15 @@ def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
         views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of,
                                 printed=True)
         seen.update((view.uid, view) for view in views)
-    return settled(kube, namespace, seen.values(), endpoints or {}, selectors,
+    return resolved(kube, namespace, seen.values(), endpoints or {}, selectors,
                    whole or WholePods())
 
 
-def settled(kube: Kube, namespace: str, listed: Iterable[PodView],
-            endpoints: Mapping[str, ServiceEndpoints], selectors: Sequence[str],
-            whole: WholePods) -> tuple[PodView, ...]:
+def resolved(kube: Kube, namespace: str, listed: Iterable[PodView],
+             endpoints: Mapping[str, ServiceEndpoints], selectors: Sequence[str],
+             whole: WholePods) -> tuple[PodView, ...]:
     """The listed views with the doubtful ones read whole, ordered by node and name."""
-    return tuple(sorted(whole.settle(kube, namespace, listed, endpoints, selectors),
+    return tuple(sorted(whole.resolve(kube, namespace, listed, endpoints, selectors),
                         key=lambda p: (p.node, p.name)))
 
 
@@ -119,7 +118,7 @@ class CachedReader:
 
     def pods(self, comps: Sequence[Component],
              endpoints: Mapping[str, ServiceEndpoints]) -> tuple[PodView, ...]:
-        return settled(self.kube, self.namespace, _cached_pods(self.cache, comps), endpoints,
+        return resolved(self.kube, self.namespace, _cached_pods(self.cache, comps), endpoints,
                        [str(r.label_selector) for r in self.cache.pod_reflectors],
                        self.cache.whole)
 
@@ -186,20 +185,18 @@ def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
         return (), False
 
 
-# Per client: the access review's answer (the token's rights do not change within a run).
-_MAY_LIST_PROMETHEUSES: weakref.WeakKeyDictionary[Kube, bool] = weakref.WeakKeyDictionary()
-
-
-def _prometheuses(kube: Kube) -> tuple[Obj, ...]:
+def _prometheuses(kube: Kube, allowed: dict[str, bool]) -> tuple[Obj, ...]:
     """Prometheus CRs cluster-wide, for their ServiceMonitor discovery role; none where the
     CRD is absent or the tool may not list them (docs/rbac.yaml does not grant it: the role
     then defaults as the Prometheus Operator's does). Asked first with one access review per
-    client, so a least-privilege token is never refused a request."""
+    run (`allowed`: the run cache's answers), so a least-privilege token is never refused a
+    request."""
     if not kube.has_kind(kinds.PROMETHEUS):
         return ()
-    if kube not in _MAY_LIST_PROMETHEUSES:
-        _MAY_LIST_PROMETHEUSES[kube] = kube.can_i("list", kinds.PROMETHEUS)[0]
-    if not _MAY_LIST_PROMETHEUSES[kube]:
+    key = "list prometheuses"
+    if key not in allowed:
+        allowed[key] = kube.can_i("list", kinds.PROMETHEUS)[0]
+    if not allowed[key]:
         return ()
     try:
         return tuple(kube.list(kinds.PROMETHEUS).items)
@@ -252,7 +249,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
             monitors = _monitors(kube, kinds.SERVICE_MONITOR, namespace)
             if kube.has_kind(kinds.POD_MONITOR):
                 pod_monitors = _monitors(kube, kinds.POD_MONITOR, namespace)
-            prometheuses = _prometheuses(kube)
+            prometheuses = _prometheuses(kube, cache.allowed if cache is not None else {})
     whole_read = daemonsets is None and services is None
     leases, leases_read = (read_guard_leases(kube, namespace, catalog) if whole_read
                            else ((), False))

@@ -1,5 +1,5 @@
 """The reports the commands return, typed: built once from final values (engine/assemble.py,
-engine/preview.py, `commands`), never patched, and serialised to the `-o json` document in one
+engine/projecting.py, `commands`), never patched, and serialised to the `-o json` document in one
 place, at the CLI edge (cli/documents.py, docs/output.schema.json). Pure data."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from migrator.model.gates import GateResult
 from migrator.model.outcome import Finding, Verdict
+from migrator.model.phasestatus import PhaseStatus, holds
 from migrator.model.steps import Change
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PhasePreview:
-    """`apply --dry-run`: what the run would do with one phase (engine/preview.py)."""
+    """`apply --dry-run`: what the run would do with one phase (engine/projecting.py)."""
 
     outcome: str  # would-run | holds | would-stop | not-reached
     would_wait_for: tuple[str, ...]
@@ -30,7 +31,7 @@ class PhaseView:
 
     number: int
     name: str
-    status: str
+    status: PhaseStatus
     changes: tuple[Change, ...]
     gates: tuple[GateResult, ...]
     notes: tuple[str, ...]
@@ -60,18 +61,30 @@ class PlanReport:
 
     def holds(self, upto: int) -> bool:
         """Phases 1..upto completed and every verification gate of theirs passes now."""
-        return all(v.status == "completed" and all(g.ok for g in v.gates)
-                   for v in self.phases if v.number <= upto)
+        return all(holds(v.status, v.gates) for v in self.phases if v.number <= upto)
 
     def gates_ok(self, *, completed_only: bool = False) -> bool:
         return all(g.ok for v in self.phases for g in v.gates
-                   if not completed_only or v.status == "completed")
+                   if not completed_only or v.status is PhaseStatus.COMPLETED)
 
     def verdict_fails(self, upto: int | None = None) -> list[Finding]:
         """The verdict's failed checks; with `upto`, only those phases 1..upto answer for
         (what `apply --phase upto` must leave right; a check no phase fixes is the cluster's
         or the operator's, reported but not the run's failure)."""
         return self.verdict.failures(upto)
+
+
+@dataclass(frozen=True)
+class Closing:
+    """One of the lines a report's table ends with (engine/assemble.py `closing`): what it
+    judges, whether that is OK, and why; the renderer draws it, nothing parses it back."""
+
+    subject: str  # verdict | run | dry run | status
+    ok: bool
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {'OK' if self.ok else 'NOT OK'} — {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -148,7 +161,7 @@ class RollbackStep:
 class RollbackPhase:
     phase: int
     name: str
-    status: str
+    status: PhaseStatus
     steps: tuple[RollbackStep, ...]
 
 

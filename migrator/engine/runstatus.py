@@ -25,27 +25,16 @@ from datetime import datetime
 
 from migrator import phases
 from migrator.engine.reports import LockView, RollbackPhase, RollbackStep, RunView
-from migrator.engine.state import PhaseRecord, State
+from migrator.engine.state import PhaseRecord, State, holds
 from migrator.engine.state.lock import LockInfo, format_time
 from migrator.model.steps import from_record
 
-ACTIVE = ("in-progress", "failed")
 STARTS = {"phase-start": "apply", "rollback-start": "rollback"}
 
 
-def _last_start(state: State) -> tuple[str | None, int | None]:
-    """(apply | rollback, its --phase) of the newest run start the history records."""
-    for event in reversed(state.history):
-        operation = STARTS.get(str(event.get("event")))
-        if operation:
-            target = event.get("target")
-            known = isinstance(target, int) and target in phases.numbers()
-            return operation, target if known else None
-    return None, None
-
-
 def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int | None]:
-    """(apply | rollback, the command's --phase) of the run that left `active` in progress."""
+    """(apply | rollback, the command's --phase) of the run that left `active` in progress;
+    with none active, of the newest run start the history records."""
     numbers = {r.number for r in active}
     for event in reversed(state.history):
         operation = STARTS.get(str(event.get("event")))
@@ -65,9 +54,9 @@ def left_to_do(state: State, operation: str | None, target: int | None) -> list[
         return []
     if operation == "apply":
         return [state.phase(n) for n in phases.numbers()
-                if n <= target and state.phase(n).status != "completed"]
+                if n <= target and not holds(state.phase(n).status)]
     return [state.phase(n) for n in phases.numbers()
-            if n >= target and state.phase(n).status not in ("pending", "rolled-back")]
+            if n >= target and state.phase(n).status.applied]
 
 
 def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]:
@@ -75,7 +64,7 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
     (None, None, []) when the last run finished. A phase in progress or failed names its run
     (`_operation`); otherwise the newest start event's run is unfinished while its target is
     not reached."""
-    active = sorted((r for r in state.phases.values() if r.status in ACTIVE),
+    active = sorted((r for r in state.phases.values() if r.status.unfinished),
                     key=lambda r: r.number)
     if active:
         operation, target = _operation(state, active)
@@ -84,7 +73,7 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
         if operation == "apply" and target is None:
             target = max(r.number for r in active)
         return operation, target, active
-    operation, target = _last_start(state)
+    operation, target = _operation(state, [])
     rest = left_to_do(state, operation, target)
     return (operation, target, rest) if rest else (None, None, [])
 
@@ -95,7 +84,7 @@ def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ..
     out = []
     for number in sorted(phases.numbers(), reverse=True):
         rec = state.phase(number)
-        if rec.status in ("pending", "rolled-back") or (target is not None and number < target):
+        if not rec.status.applied or (target is not None and number < target):
             continue
         undone = {r.id: r.status for r in rec.undo}
         steps = []
@@ -117,7 +106,7 @@ def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ..
 
 def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
     """What a live run of this phase waits for, derived from its newest step record (the
-    runner records a step before and after each write, and waits on its post-gates after):
+    apply back end records a step before and after each write, and waits on its post-gates after):
     an `intent` is a write in flight; a `done` step is followed by its post-gates."""
     records = (record.undo if rollback else record.steps) if record is not None else []
     if not records:
@@ -156,7 +145,7 @@ def describe(state: State | None, lock: LockInfo | None, now: datetime,
     (None: it may be alive)."""
     live = lock is not None and lock.live(now) and gone is None
     operation, target, pending = unfinished(state) if state else (None, None, [])
-    active = [r for r in pending if r.status in ACTIVE]
+    active = [r for r in pending if r.status.unfinished]
     rollback = operation == "rollback"
     # the phase in progress, else the one the run goes on with
     current = (max if rollback else min)(pending, key=lambda r: r.number) if pending else None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from migrator.engine.state import PhaseRecord
+from migrator.engine.state import PhaseRecord, PhaseStatus
 from migrator.model import gates as g
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PhasePlan, PlanContext
@@ -65,9 +65,9 @@ class Decision:
     reason: str = ""  # RERUN: why the phase runs again
 
     @property
-    def status(self) -> str:
-        """The phase's recorded status ("pending" with no record)."""
-        return self.record.status if self.record is not None else "pending"
+    def status(self) -> PhaseStatus:
+        """The phase's recorded status (pending with no record)."""
+        return self.record.status if self.record is not None else PhaseStatus.PENDING
 
     @property
     def record_error(self) -> str | None:
@@ -81,7 +81,7 @@ class Decision:
     @property
     def drift(self) -> list[GateResult]:
         """A completed phase's failed verification gates."""
-        return g.failed(self.gates) if self.status == "completed" else []
+        return g.failed(self.gates) if self.status is PhaseStatus.COMPLETED else []
 
 
 def _retirements(ctx: PlanContext, rec: PhaseRecord | None, only: str | None
@@ -115,9 +115,9 @@ def decide(module: Phase, rec: PhaseRecord | None, snapshot: Snapshot, catalog: 
     cluster runs now when it differs from the recorded one (every completed phase runs
     again)."""
     ctx = _context(snapshot, catalog, components, options)
-    status = rec.status if rec is not None else "pending"
+    status = rec.status if rec is not None else PhaseStatus.PENDING
     reason = ""
-    if status == "completed" and rec is not None:
+    if status is PhaseStatus.COMPLETED and rec is not None:
         handed = _retirements(ctx, rec, HANDED_OVER)
         gone = {r.step_id for r in handed}
         kept = [from_record(r.step) for r in rec.steps
@@ -131,7 +131,7 @@ def decide(module: Phase, rec: PhaseRecord | None, snapshot: Snapshot, catalog: 
         plan_ctx = _context(snapshot, catalog, components, options, _originals(rec, retire))
         return Decision(module, rec, Action.RERUN, plan_ctx, gates, module.plan(plan_ctx),
                         retire, reason)
-    if status in ("in-progress", "failed") and rec is not None:
+    if status.unfinished and rec is not None:
         retire = _retirements(ctx, rec, None)
         plan_ctx = _context(snapshot, catalog, components, options, _originals(rec, retire))
         plan = module.plan(plan_ctx)

@@ -38,9 +38,9 @@ class WholePods:
         # 0: always list (an identity that may list pods but not get one: the guard's Role)
         self.max_gets = max_gets
 
-    def settle(self, kube: Kube, namespace: str, views: Iterable[PodView],
-               endpoints: Mapping[str, ServiceEndpoints],
-               selectors: Sequence[str]) -> list[PodView]:
+    def resolve(self, kube: Kube, namespace: str, views: Iterable[PodView],
+                endpoints: Mapping[str, ServiceEndpoints],
+                selectors: Sequence[str]) -> list[PodView]:
         """`views` with every doubtful printed pod replaced by its whole view (see the module
         docstring); `selectors` are the label selectors the views were listed by."""
         by_pod: dict[str, list[EndpointView]] = {}

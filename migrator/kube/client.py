@@ -2,7 +2,9 @@
 
 Verbs are thin: build the path and query from the shared Kind table, send through the one
 choke point (`Transport.send`), parse the JSON. Reads return plain dicts (list items get their
-`apiVersion`/`kind` filled in, which the real server leaves out); writes honour `dry_run`.
+`apiVersion`/`kind` filled in, which the real server leaves out). A dry run is a property of
+the request, not of the connection (Helm's `DryRunStrategy`): every write takes `dry_run`,
+sent as `dryRun=All`, and its answer is never taken for what the cluster holds.
 """
 
 from __future__ import annotations
@@ -98,12 +100,11 @@ class Kube:
 
     def __init__(
         self, connection: config.Connection, *, retry: RetryPolicy | None = None,
-        dry_run: bool = False, page_size: int = PAGE_SIZE,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self._transport = Transport(connection.configuration, retry or RetryPolicy())
         self.server: str = self._transport.server
         self.context = connection.context  # the kubeconfig context ("" when not from one)
-        self.dry_run = dry_run
         self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
         self._apis_lock = threading.Lock()
@@ -112,23 +113,21 @@ class Kube:
     @classmethod
     def connect(
         cls, kubeconfig: str | None = None, context: str | None = None, *,
-        retry: RetryPolicy | None = None, dry_run: bool = False, page_size: int = PAGE_SIZE,
+        retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE,
     ) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
-        return cls(config.load(kubeconfig, context), retry=retry, dry_run=dry_run,
-                   page_size=page_size)
+        return cls(config.load(kubeconfig, context), retry=retry, page_size=page_size)
 
     @classmethod
     def for_server(
         cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
-        dry_run: bool = False, page_size: int = PAGE_SIZE,
+        page_size: int = PAGE_SIZE,
     ) -> Kube:
         """Straight to a URL with an optional bearer token (the simulated cluster, tests)."""
-        return cls(config.for_server(url, token), retry=retry, dry_run=dry_run,
-                   page_size=page_size)
+        return cls(config.for_server(url, token), retry=retry, page_size=page_size)
 
     def __repr__(self) -> str:
-        return f"Kube(server={self.server!r}, dry_run={self.dry_run})"
+        return f"Kube(server={self.server!r})"
 
     @property
     def request_count(self) -> int:
@@ -169,12 +168,13 @@ class Kube:
                                                   accept=accept)
         return parse_json(response.data) if response.data else None
 
-    def _wrote(self, kind: Kind, answer: Any) -> None:
-        if not self.dry_run:  # a dry run's answer is never stored: no event will carry it
+    def _wrote(self, kind: Kind, answer: Any, dry_run: bool) -> None:
+        if not dry_run:  # a dry run's answer is never stored: no event will carry it
             self._saw(kind, answer)
 
-    def _write_query(self) -> list[tuple[str, str]]:
-        return [("dryRun", "All")] if self.dry_run else []
+    @staticmethod
+    def _write_query(dry_run: bool) -> list[tuple[str, str]]:
+        return [("dryRun", "All")] if dry_run else []
 
     # ---- reads -------------------------------------------------------------------------
 
@@ -331,31 +331,31 @@ class Kube:
 
     # ---- writes ------------------------------------------------------------------------
 
-    def create(self, obj: Obj, *, kind: Kind | None = None) -> Obj:
+    def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
         """POST the object; APIAlreadyExists (a 409) when the name is taken. `kind` names a
         type outside the table `kind_of` reads (the guard's `events.k8s.io/v1` Events, whose
-        kind name core/v1 already uses)."""
+        kind name core/v1 already uses); `dry_run`: validated and answered, not persisted."""
         kind = kind or kind_of(obj)
         _, namespace = _name_ns(obj, kind)
         created: Obj = self._request(
-            "POST", kind.collection_path(namespace), self._write_query(), obj
+            "POST", kind.collection_path(namespace), self._write_query(dry_run), obj
         )
-        self._wrote(kind, created)
+        self._wrote(kind, created, dry_run)
         return created
 
-    def replace(self, obj: Obj) -> Obj:
+    def replace(self, obj: Obj, *, dry_run: bool = False) -> Obj:
         """PUT the whole object; its metadata.resourceVersion makes a stale write an APIConflict."""
         kind = kind_of(obj)
         name, namespace = _name_ns(obj, kind)
         replaced: Obj = self._request(
-            "PUT", kind.object_path(name, namespace), self._write_query(), obj
+            "PUT", kind.object_path(name, namespace), self._write_query(dry_run), obj
         )
-        self._wrote(kind, replaced)
+        self._wrote(kind, replaced, dry_run)
         return replaced
 
     def patch(
         self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
-        patch_type: Literal["merge", "strategic", "json"] = "merge",
+        patch_type: Literal["merge", "strategic", "json"] = "merge", dry_run: bool = False,
     ) -> Obj:
         """PATCH with a merge (default), strategic-merge or JSON patch.
 
@@ -363,15 +363,16 @@ class Kube:
         guard with a `test` op) — merge patches are by nature.
         """
         patched: Obj = self._request(
-            "PATCH", kind.object_path(name, namespace), self._write_query(), body,
+            "PATCH", kind.object_path(name, namespace), self._write_query(dry_run), body,
             PATCH_TYPES[patch_type],
         )
-        self._wrote(kind, patched)
+        self._wrote(kind, patched, dry_run)
         return patched
 
     def delete(
         self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
         resource_version: str | None = None, propagation_policy: str | None = None,
+        dry_run: bool = False,
     ) -> None:
         """DELETE, optionally only if uid/resourceVersion still match (else APIConflict)."""
         options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
@@ -383,7 +384,7 @@ class Kube:
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
         self._wrote(kind, self._request("DELETE", kind.object_path(name, namespace),
-                                        self._write_query(), options))
+                                        self._write_query(dry_run), options), dry_run)
 
     # ---- access and discovery ----------------------------------------------------------
 

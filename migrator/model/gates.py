@@ -2,7 +2,7 @@
 
 Each returns a GateResult: a name, ok, and a one-line detail that names what is wrong (nodes,
 pods, Services), so a failed run tells the SRE where to look; and its kind, for the few gates
-the runner acts on by what they are (never by their name).
+the loop acts on by what they are (never by their name).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ MAX_NAMED = 5
 
 
 class GateKind(Enum):
-    """What a gate is, where the runner treats it apart: the post-write wait
-    (engine/afterwrite) and the hint of a stop before a write (engine/runner)."""
+    """What a gate is, where the loop treats it apart: the post-write wait
+    (engine/afterwrite) and the hint of a stop before a write (engine/loop)."""
 
     # Any other gate: waited for until it passes, within --timeout.
     CHECK = "check"
@@ -45,7 +45,7 @@ class GateResult:
     ok: bool
     detail: str = ""
     # A failure that heals by itself (an object garbage collection is about to remove): the
-    # runner waits for it, within --timeout, instead of stopping. Not part of the report.
+    # run waits for it, within --timeout, instead of stopping. Not part of the report.
     wait: bool = False
     kind: GateKind = GateKind.CHECK  # not part of the report either
 

@@ -55,7 +55,6 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 from migrator.model import objects as o
@@ -273,9 +272,9 @@ def _object_labels(prefix: str, labels: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-@lru_cache(maxsize=256)
 def _regex(pattern: str) -> re.Pattern[str]:
-    """A relabel regex, anchored at both ends as Prometheus anchors it."""
+    """A relabel regex, anchored at both ends as Prometheus anchors it (`re` keeps compiled
+    patterns itself: no cache of ours)."""
     return re.compile(f"^(?:{pattern})$")
 
 

@@ -20,128 +20,63 @@ It judges the cluster the way a consumer meets it, for every stack present:
 
 Each finding says what is wrong, the fix, and the phase whose `apply` makes it right (0: none
 does; it is the cluster's or the operator's), so `apply --phase N` is judged on what phases
-1..N answer for, while `verify` and `status` judge everything. What the state recorded never
-enters here: it adds history, drift and rollback on top, and never turns a failing check green.
+1..N answer for, while `verify` and `status` judge everything. Which phase that is the phases
+say (each module's `ANSWERS_FOR`, a set of `model/findings.py`'s `Remedy`, collected by
+`migrator.phases.answers()` and passed in): no phase number is written here. What the state
+recorded never enters here: it adds history, drift and rollback on top, and never turns a
+failing check green. The guard's shared slices are judged in `model/sharedfindings.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from migrator.model import gates as g
-from migrator.model import monitoring, sharing
+from migrator.model import monitoring
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
-from migrator.model.gates import GateResult
-from migrator.model.snapshot import EndpointView, PodView, Snapshot
+from migrator.model.findings import (
+    Answers,
+    Finding,
+    Need,
+    Remedy,
+    Verdict,
+    alive,
+    apply_command,
+    named,
+)
+from migrator.model.sharedfindings import lease_live, shared_findings
+from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog, Component, Label
 
-MAX_NAMED = g.MAX_NAMED
 DRA_STACK = "gpucluster"
+__all__ = ["Answers", "Finding", "Remedy", "Verdict", "lease_live", "tool_marks", "verdict"]
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One check of the verdict on one object."""
-
-    check: str  # stable-name | nodes-covered | local-traffic | no-dra-names | pods-labelled |
-    #            rollout-complete | scrape-once
-    subject: str  # "Service/nvidia-dcgm", "DaemonSet/…", "Pod/…"
-    ok: bool
-    detail: str
-    fix: str = ""
-    phase: int = 0  # the phase whose apply makes it right; 0: no phase does
-
-    @property
-    def name(self) -> str:
-        return f"{self.check}/{self.subject.split('/', 1)[-1]}"
-
-    def gate(self) -> GateResult:
-        detail = self.detail if self.ok or not self.fix else f"{self.detail}; fix: {self.fix}"
-        return GateResult(self.name, self.ok, detail)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail,
-                "fix": self.fix or None, "phase": self.phase}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    stack: str
-    findings: tuple[Finding, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(f.ok for f in self.findings)
-
-    def failures(self, upto: int | None = None) -> list[Finding]:
-        """Failed findings; with `upto`, only those phases 1..upto answer for."""
-        return [f for f in self.findings
-                if not f.ok and (upto is None or 1 <= f.phase <= upto)]
-
-    def summary(self) -> str:
-        bad = self.failures()
-        if not bad:
-            return f"the stable identity works ({len(self.findings)} checks)"
-        return f"{len(bad)} of {len(self.findings)} checks fail: " + "; ".join(
-            f"{f.name}: {f.detail}" for f in bad[:3]) + (" …" if len(bad) > 3 else "")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "summary": self.summary(),
-                "checks": [f.as_dict() for f in self.findings]}
-
-
-def _names(items: Iterable[str]) -> str:
-    items = sorted(set(items))
-    shown = ", ".join(items[:MAX_NAMED])
-    return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
-
-
-def _live(pods: Iterable[PodView]) -> list[PodView]:
-    return [p for p in pods if not p.deleting]
-
-
-# ---- stable names ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Need:
-    """One Service name consumers resolve, and the DaemonSets whose pods it must reach."""
-
-    service: str
-    components: tuple[Component, ...]
-    alias: bool  # the tool's alias (phase 2 creates it) rather than an operator's Service
-
-    @property
-    def local(self) -> bool:
-        return any(c.local_traffic for c in self.components)
-
-
-def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -> list[_Need]:
+def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -> list[Need]:
     """The names the running stacks need: per component kind the stable name, reaching that
     kind's pods of every stack; and each GPUCluster component's own `-dra` name, unless the
     operator release that manages the stable name deletes it (`plans/releases.yaml`)."""
-    out: list[_Need] = []
+    out: list[Need] = []
     for kind in sorted({c.component for c in present}):
         comps = tuple(c for c in present if c.component == kind)
         stable = next(c.alias or c.service for c in comps)
         alias = all(c.alias for c in comps)
         release = catalog.managed_by_release(snapshot.services.get(stable))
-        out.append(_Need(stable, comps, alias and release is None))
-        out += [_Need(c.service, (c,), False) for c in comps if c.alias
+        out.append(Need(stable, comps, alias and release is None))
+        out += [Need(c.service, (c,), False) for c in comps if c.alias
                 and not (release and c.service in release.deletes_services)]
     return out
 
 
-def _node_reasons(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any],
+def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
                   nodes: Iterable[str]) -> str:
     """Why these nodes have no ready endpoint: their pod is not Ready, or the Service does not
     select it (another stack's pod, a selector on a label the pod lacks)."""
     pods_by_node: dict[str, list[PodView]] = {}
     for c in need.components:
-        for p in _live(snapshot.pods_of(c.daemonset)):
+        for p in alive(snapshot.pods_of(c.daemonset)):
             pods_by_node.setdefault(p.node, []).append(p)
     unready, unselected, other = [], [], []
     for node in nodes:
@@ -154,23 +89,24 @@ def _node_reasons(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any],
             other.append(node)
     parts = []
     if unready:
-        parts.append(f"pod not Ready on {_names(unready)}")
+        parts.append(f"pod not Ready on {named(unready)}")
     if unselected:
         sel = o.dig(svc, "spec", "selector") or {}
-        parts.append(f"selector {sel} does not select the pod on {_names(unselected)}")
+        parts.append(f"selector {sel} does not select the pod on {named(unselected)}")
     if other:
-        parts.append(f"EndpointSlices list no ready endpoint yet on {_names(other)}")
+        parts.append(f"EndpointSlices list no ready endpoint yet on {named(other)}")
     return "; ".join(parts)
 
 
-def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> Finding:
+def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], answers: Answers
+              ) -> Finding:
     subject = f"Service/{need.service}"
-    phase = 2 if need.alias else 0
+    phase = answers.get(Remedy.ALIASES, 0) if need.alias else 0
     expected: set[str] = set()
     pod_names: set[str] = set()
     short = []
     for c in need.components:
-        pods = _live(snapshot.pods_of(c.daemonset))
+        pods = alive(snapshot.pods_of(c.daemonset))
         nodes = {p.node for p in pods if p.node}
         expected |= nodes
         pod_names |= {p.name for p in pods}
@@ -184,33 +120,34 @@ def _coverage(snapshot: Snapshot, need: _Need, svc: Mapping[str, Any]) -> Findin
     if missing or short:
         why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
                f"{_node_reasons(snapshot, need, svc, missing)}"] if missing else []
-        fix = ("run `dcgm-migrate apply --phase 2` (and keep `dcgm-migrate guard` running)"
+        fix = (f"run {apply_command(answers, Remedy.ALIASES)} (and keep `dcgm-migrate guard` "
+               "running)"
                if need.alias else "make the pods on those nodes Ready (kubectl -n "
                f"{snapshot.namespace} describe pod …); the operator renders this Service")
         if any(c.stack != need.components[0].stack for c in need.components) and missing:
             fix = ("both stacks run here and the ClusterPolicy operator's Service selects only "
-                   "its own pods: run `dcgm-migrate apply --phase 2` and keep `dcgm-migrate "
-                   "guard` running, which adds the GPUCluster pods through EndpointSlices of its "
-                   "own (docs/runbook.md, 'Clusters running both stacks')")
+                   f"its own pods: run {apply_command(answers, Remedy.ALIASES)} and keep "
+                   "`dcgm-migrate guard` running, which adds the GPUCluster pods through "
+                   "EndpointSlices of its own (docs/runbook.md, 'Clusters running both stacks')")
         return Finding("nodes-covered", subject, False, "; ".join(why + short), fix, phase)
     return Finding("nodes-covered", subject, True,
                    f"a ready endpoint on each of {len(expected)} nodes", phase=phase)
 
 
-def _name_findings(snapshot: Snapshot, need: _Need) -> list[Finding]:
+def _name_findings(snapshot: Snapshot, need: Need, answers: Answers) -> list[Finding]:
     subject = f"Service/{need.service}"
-    phase = 2 if need.alias else 0
+    phase = answers.get(Remedy.ALIASES, 0) if need.alias else 0
     svc = snapshot.services.get(need.service)
     if svc is None:
-        fix = ("run `dcgm-migrate apply --phase 2`" if need.alias else
+        fix = (f"run {apply_command(answers, Remedy.ALIASES)}" if need.alias else
                "the operator renders it: check that its CR enables "
                f"{need.components[0].component}")
         return [Finding("stable-name", subject, False, "does not exist", fix, phase)]
     leaving = collected(snapshot, svc) or o.terminating(svc)
     if leaving:
         return [Finding("stable-name", subject, False, f"is being deleted ({leaving})",
-                        "`dcgm-migrate apply --phase 2` re-creates an alias once it is gone"
-                        if need.alias else "", phase)]
+                        f"{apply_command(answers, Remedy.ALIASES)} re-creates an alias once it "
+                        "is gone" if need.alias else "", phase)]
     out = [Finding("stable-name", subject, True, "exists", phase=phase)]
     if need.local:
         policy = o.dig(svc, "spec", "internalTrafficPolicy") or "Cluster"
@@ -218,9 +155,10 @@ def _name_findings(snapshot: Snapshot, need: _Need) -> list[Finding]:
                            f"internalTrafficPolicy {policy}",
                            "" if policy == "Local" else
                            "DCGM is reached on the consumer's own node: set "
-                           "internalTrafficPolicy: Local (phase 2 renders aliases with it)",
+                           "internalTrafficPolicy: Local (phase "
+                           f"{answers.get(Remedy.ALIASES, 0)} renders aliases with it)",
                            phase))
-    return [*out, _coverage(snapshot, need, svc)]
+    return [*out, _coverage(snapshot, need, svc, answers)]
 
 
 def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> list[Finding]:
@@ -230,7 +168,7 @@ def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> lis
                   if c.service in snapshot.services})
     exposed = [n for n in dra if not collected(snapshot, snapshot.services[n])]
     return [Finding("no-dra-names", "Service/*-dra", not exposed,
-                    f"the legacy stack exposes {_names(exposed)}" if exposed
+                    f"the legacy stack exposes {named(exposed)}" if exposed
                     else "no -dra name exposed",
                     "" if not exposed else "delete those Services (nothing of the running "
                     "ClusterPolicy stack needs them)")]
@@ -245,8 +183,8 @@ def _selected_label(snapshot: Snapshot, catalog: Catalog, comp: Component) -> La
     return found[1] if found else comp.common_label
 
 
-def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component
-                        ) -> list[Finding]:
+def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
+                        answers: Answers) -> list[Finding]:
     ds = snapshot.daemonsets[comp.daemonset]
     subject = f"DaemonSet/{comp.daemonset}"
     rollout = g.daemonset_healthy(snapshot, ds)
@@ -255,13 +193,14 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component
                    f"{snapshot.namespace} rollout status ds/{comp.daemonset}")]
     label = _selected_label(snapshot, catalog, comp)
     key, value = label.key, label.value
-    pods = _live(snapshot.pods_of(comp.daemonset))
+    pods = alive(snapshot.pods_of(comp.daemonset))
     off = [p for p in pods if p.labels.get(key) != value]
     out.append(Finding("pods-labelled", subject, not off,
                        f"{len(off)} of {len(pods)} pods lack {key}={value}: "
-                       f"{_names(p.name for p in off)}" if off else f"{len(pods)} pods carry "
+                       f"{named(p.name for p in off)}" if off else f"{len(pods)} pods carry "
                        f"{key}={value}",
-                       "run `dcgm-migrate apply --phase 1`" if off else "", 1))
+                       f"run {apply_command(answers, Remedy.COMMON_LABELS)}" if off else "",
+                       answers.get(Remedy.COMMON_LABELS, 0)))
     return out
 
 
@@ -273,7 +212,7 @@ def _one_exporter_per_node(snapshot: Snapshot, exporters: Sequence[Component]) -
         return []
     by_node: dict[str, set[str]] = {}
     for c in exporters:
-        for p in _live(snapshot.pods_of(c.daemonset)):
+        for p in alive(snapshot.pods_of(c.daemonset)):
             by_node.setdefault(p.node, set()).add(c.daemonset)
     twice = sorted(n for n, ds in by_node.items() if n and len(ds) > 1)
     if not twice:
@@ -284,13 +223,13 @@ def _one_exporter_per_node(snapshot: Snapshot, exporters: Sequence[Component]) -
         "nodeSelector") or {})})
     return [Finding("one-exporter-per-node", "Node/*", False,
                     f"{len(twice)} nodes run the exporters of both stacks, so their GPUs are "
-                    f"reported twice: {_names(twice)}",
+                    f"reported twice: {named(twice)}",
                     "run one stack's exporter per node: label those nodes with one of "
                     f"{', '.join(gates) or 'the exporter DaemonSets node-selector labels'}")]
 
 
 def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
-                     tool_services: set[str]) -> list[Finding]:
+                     tool_services: set[str], answers: Answers) -> list[Finding]:
     daemonsets = [c.daemonset for c in exporters]
     if not daemonsets:
         return []
@@ -310,11 +249,11 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
                            f"{len(certain)} of {len(pods)} exporter pods are scraped more than "
                            f"once, e.g. {pod} via {'; '.join(map(str, example))}",
                            shared or "keep one scrape path per pod (docs/monitoring.md)",
-                           2 if ours else 0))
+                           answers.get(Remedy.ALIASES, 0) if ours else 0))
     if none:
         out.append(Finding("scrape-once", "Pod/unscraped", False,
                            f"{len(none)} Ready exporter pods are reached by no scrape target: "
-                           f"{_names(none)}",
+                           f"{named(none)}",
                            "annotate the canonical Service or add a ServiceMonitor "
                            "(docs/monitoring.md)"))
     if not certain and not none:
@@ -323,131 +262,9 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
     return out
 
 
-# ---- the guard's shared slices -------------------------------------------------------------
-
-GUARD_COMMAND = "dcgm-migrate guard -n {ns}"  # in-cluster: docs/guard.yaml
-
-
-def _renewed(lease: Mapping[str, Any]) -> datetime | None:
-    text = o.dig(lease, "spec", "renewTime")
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
-    except ValueError:
-        return None
-
-
-def lease_live(lease: Mapping[str, Any], now: datetime | None) -> bool:
-    """Does a replica hold this Lease, renewed within its duration as of `now` (None: a
-    snapshot with no read time, judged by the holder alone)?"""
-    spec = lease.get("spec") or {}
-    if not spec.get("holderIdentity"):
-        return False
-    renewed = _renewed(lease)
-    if now is None or renewed is None:
-        return now is None
-    return renewed + timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0)) >= now
-
-
-def _lease_detail(leases: Sequence[Mapping[str, Any]], now: datetime | None) -> str:
-    if not leases:
-        return "no guard Lease exists"
-    parts = []
-    for lease in leases:
-        holder = o.dig(lease, "spec", "holderIdentity") or "no holder"
-        renewed = _renewed(lease)
-        age = (f"renewed {int((now - renewed).total_seconds())} s ago" if now and renewed
-               else "never renewed")
-        parts.append(f"Lease/{o.name(lease)} ({holder}, {age}, lasts "
-                     f"{o.dig(lease, 'spec', 'leaseDurationSeconds') or 0} s)")
-    return ", ".join(parts)
-
-
-def _guard_live(snapshot: Snapshot, names: Sequence[str]) -> Finding:
-    subject = "Lease/guard"
-    shown = _names(f"Service/{n}" for n in names)
-    if not snapshot.leases_read:
-        return Finding("guard-live", subject, False,
-                       f"cannot tell whether a guard keeps {shown}: listing Leases is refused",
-                       f"grant list on coordination.k8s.io leases in {snapshot.namespace} "
-                       "(docs/rbac.yaml)")
-    leases = snapshot.guard_leases
-    live = [lease for lease in leases if lease_live(lease, snapshot.taken_at)]
-    if live:
-        return Finding("guard-live", subject, True,
-                       f"{_lease_detail(live, snapshot.taken_at)} keeps {shown}")
-    return Finding("guard-live", subject, False,
-                   f"{shown} depend on the guard's EndpointSlices and no guard runs: "
-                   f"{_lease_detail(leases, snapshot.taken_at)}",
-                   f"run `{GUARD_COMMAND.format(ns=snapshot.namespace)}` (in-cluster: "
-                   "docs/guard.yaml); its first pass repairs the slices")
-
-
-def _stale(pods: Mapping[str, PodView], ep: EndpointView) -> str:
-    """Why a shared endpoint routes nowhere ("" when it is a live Ready pod of the name's
-    DaemonSets on its node); `pods`: those DaemonSets' pods by uid and by name."""
-    pod = pods.get(ep.uid) if ep.uid else pods.get(ep.pod or "")
-    where = f"{ep.pod or ep.address} on {ep.node or 'no node'}"
-    if pod is None or pod.deleting:
-        return f"{where}: the pod is gone"
-    if pod.node != ep.node:
-        return f"{where}: the pod runs on {pod.node}"
-    if not pod.ready:
-        return f"{where}: the pod is not Ready"
-    return ""
-
-
-def _joining_nodes(snapshot: Snapshot, need: _Need) -> set[str]:
-    """Nodes whose pod of a shared name's kind is a GPUCluster pod that no pod of the stack
-    owning the name stands beside: the nodes that reach the name only through the guard."""
-    nodes = {c.stack: {p.node for p in _live(snapshot.pods_of(c.daemonset))}
-             for c in need.components}
-    joining = set().union(*(nodes[c.stack] for c in need.components if c.alias))
-    owning = set().union(*(nodes[c.stack] for c in need.components if not c.alias))
-    return joining - owning
-
-
-def _shared_findings(snapshot: Snapshot, catalog: Catalog, needs: Sequence[_Need]
-                     ) -> list[Finding]:
-    """The guard's slices, judged as kube-proxy meets them (module docstring)."""
-    ns = snapshot.namespace
-    tool = catalog.common.managed_by.value
-    shared = {c.alias for c, _, _ in sharing.shared_names(snapshot, catalog)}
-    out = []
-    kept: list[str] = []
-    for need in needs:
-        ours = [e for e in snapshot.endpoints_of(need.service).endpoints if e.managed_by == tool]
-        if not ours and not (need.service in shared and _joining_nodes(snapshot, need)):
-            continue
-        kept.append(need.service)
-        subject = f"Service/{need.service}"
-        delete = (f"kubectl -n {ns} delete endpointslices -l {sharing.MANAGED_BY_LABEL}={tool},"
-                  f"{sharing.SERVICE_NAME_LABEL}={need.service}")
-        if need.service not in shared:
-            out.append(Finding("shared-endpoints", subject, False,
-                               f"{len(ours)} endpoints of the tool's EndpointSlices are left on "
-                               "a name that is not shared any more (handed over, or the "
-                               f"tool's alias): {_names({e.slice for e in ours})}",
-                               f"the guard deletes them on its next pass, or: {delete}"))
-            continue
-        pods = {key: p for c in need.components for p in snapshot.pods_of(c.daemonset)
-                for key in (p.uid, p.name)}  # one index per name, not a scan per endpoint
-        stale = [why for e in ours if e.ready for why in [_stale(pods, e)] if why]
-        if stale:
-            out.append(Finding("shared-endpoints", subject, False,
-                               f"{len(stale)} ready endpoints of the tool's EndpointSlices "
-                               f"route to no Ready pod: {_names(stale)}",
-                               f"run `{GUARD_COMMAND.format(ns=ns)}` (in-cluster: "
-                               f"docs/guard.yaml), whose first pass rewrites them, or: {delete}"))
-        else:
-            out.append(Finding("shared-endpoints", subject, True,
-                               f"{len(ours)} shared endpoints, each a Ready pod on its node"))
-    if kept:
-        out.insert(0, _guard_live(snapshot, kept))
-    return out
-
-
-def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
-    """The verdict on the live cluster (module docstring)."""
+def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers) -> Verdict:
+    """The verdict on the live cluster (module docstring); `answers`: which phase puts each
+    remedy right (`migrator.phases.answers()`)."""
     found = discover(snapshot, catalog)
     present = list(found.components)
     stacks = {c.stack for c in present}
@@ -459,14 +276,14 @@ def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
     findings: list[Finding] = []
     needs = _needs(snapshot, catalog, present)
     for need in needs:
-        findings += _name_findings(snapshot, need)
-    findings += _shared_findings(snapshot, catalog, needs)
+        findings += _name_findings(snapshot, need, answers)
+    findings += shared_findings(snapshot, catalog, needs)
     findings += _no_dra_names(snapshot, catalog, stacks)
     for comp in present:
-        findings += _daemonset_findings(snapshot, catalog, comp)
+        findings += _daemonset_findings(snapshot, catalog, comp, answers)
     ours = {n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)}
     exporters = [c for c in present if c.exporter]
-    findings += _scrape_findings(snapshot, exporters, ours)
+    findings += _scrape_findings(snapshot, exporters, ours, answers)
     findings += _one_exporter_per_node(snapshot, exporters)
     return Verdict(found.stack, tuple(findings))
 

@@ -1,5 +1,5 @@
 """The data that flows between the engine and the phase modules: what a phase is given to plan
-with, and what it hands back. Pure data; phases fill it, the runner executes it."""
+with, and what it hands back. Pure data; phases fill it, the loop executes it."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class PlanContext:
 
 @dataclass(frozen=True, kw_only=True)
 class PhasePlan:
-    """What a phase hands the runner (always built with keywords)."""
+    """What a phase hands the loop (always built with keywords)."""
 
     number: int
     name: str

@@ -3,7 +3,7 @@ plans each phase against. A server-side dry run persists nothing, so without thi
 phase would be planned against the unchanged cluster (phase 3 refusing because no pod carries
 the common label yet, or previewing nothing because no alias exists yet).
 
-Each write is projected as if it had taken effect and everything it waits for had settled:
+Each write is projected as if it had taken effect and everything it waits for were over:
 
 - labels (`SetLabels`) on the DaemonSet's metadata and pod template, and — when the template
   change rolls the pods (RollingUpdate) — on its pods, as if rolled out (same nodes, same
@@ -15,7 +15,7 @@ Each write is projected as if it had taken effect and everything it waits for ha
   would write them: one endpoint per pod the selector matches, ready when the pod is.
 
 Nothing here is evaluated against the API server: the preview says which waits these stand
-for ("would wait for …", `engine/preview.py`).
+for ("would wait for …", `engine/projecting.py`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ Obj = dict[str, Any]
 
 
 def after(snapshot: Snapshot, step: Step) -> Snapshot:
-    """The snapshot as it would be once `step` was written and had settled."""
+    """The snapshot as it would be once `step` was written and had taken effect."""
     return _project(step, snapshot)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -214,9 +213,9 @@ def parse_releases(doc: dict[str, Any]) -> tuple[Release, ...]:
         for r in doc.get("releases") or ())
 
 
-@cache
 def load_catalog() -> Catalog:
-    """The shipped plans (package data `plans/*.yaml`)."""
+    """The shipped plans (package data `plans/*.yaml`), parsed on each call (about 2 ms; a
+    command loads it once and passes it down: no module-level cache)."""
     root = resources.files("migrator.plans")
 
     def load(name: str) -> Any:

@@ -1,8 +1,8 @@
 """Steps: one Kubernetes write each, as data. Every step knows its inverse (None when there is
 none), whether the live object already shows its effect (so a resumed run skips it), how to
-present itself in a plan, and what the runner must do around it — which object it targets
+present itself in a plan, and what the loop must do around it — which object it targets
 (`kind`, `name`), whether it moves pods, which rollout it starts, which selector it changes,
-whether it is run pod by pod, what to tell the user when a gate stops it. The runner asks;
+whether it is run pod by pod, what to tell the user when a gate stops it. The loop asks;
 it never branches on a step's type.
 
 Steps serialise to plain dicts for the state ConfigMap, so rollback is built from what was
@@ -46,7 +46,7 @@ class _StepDefaults:
 
     kind: ClassVar[Kind]
     id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
-    pod_by_pod: ClassVar[bool] = False  # True: the runner runs it pod by pod (engine/ondelete)
+    pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/ondelete)
 
     @property
     def name(self) -> str:
@@ -72,7 +72,7 @@ class _StepDefaults:
         return False
 
     def rollout_of(self) -> str | None:
-        """The DaemonSet whose rollout this write starts, for the runner to wait on."""
+        """The DaemonSet whose rollout this write starts, for the loop to wait on."""
         return None
 
     def selector_change(self, service: str) -> SelectorChange | None:
@@ -160,7 +160,7 @@ class RollPods(_StepDefaults):
     def satisfied(self, live: Obj | None) -> bool:
         """Every scheduled pod runs the DaemonSet's current template, by its status (the
         controller counts `updatedNumberScheduled` for OnDelete too), for the current spec.
-        Which pods still need deleting is the runner's per-pod read (engine/ondelete.py)."""
+        Which pods still need deleting is the apply back end's per-pod read (engine/ondelete.py)."""
         if live is None:
             return True  # nothing left to roll
         status = live.get("status") or {}

@@ -32,9 +32,9 @@ from migrator.cli.app import handles_errors
 from migrator.cli.live import make_progress
 from migrator.cli.options import Debug
 from migrator.commands import RunRequest, Session
+from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
 from migrator.engine.reports import StatusReport
-from migrator.engine.runner import RunSettings
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
 from migrator.model.snapshot import endpoints_from_slices
@@ -178,7 +178,7 @@ def _apply(session: Session, console: Console, phase: int, time_scale: float) ->
     seconds = time.monotonic() - began
     result = report.result
     lowest = {svc: (v.lowest, v.baseline) for svc, v in result.lowest_endpoints.items()}
-    status = next(p.status for p in report.report.phases if p.number == phase)
+    status = next(p.status.value for p in report.report.phases if p.number == phase)
     console.print(f"phase {phase} {status}: {result.writes} writes in {seconds:.1f} s")
     return Stage(command, seconds, phase, result.writes, lowest)
 
@@ -213,7 +213,7 @@ def print_summary(console: Console, sim: SimCluster, stages: Sequence[Stage],
     console.print(f"\n[bold]Summary[/bold] — simulated {sim.stack} cluster, {sim.nodes} nodes: "
                   f"{seconds:.1f} s, {requests} API requests, {step_writes} writes to the "
                   f"migrated objects (+{api_writes - step_writes} to the state ConfigMap)")
-    status = {p.number: p.status for p in final.report.phases}
+    status = {p.number: p.status.value for p in final.report.phases}
     names = {p.number: p.name for p in final.report.phases}
     phases = Table(box=box.SIMPLE, pad_edge=False)
     for col in ("phase", "status", "writes", "duration"):

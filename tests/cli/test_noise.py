@@ -20,6 +20,7 @@ from migrator.engine.progress import Quiet
 from migrator.engine.state import lock as locking
 from migrator.engine.state.document import State
 from migrator.model import kinds
+from migrator.model.phasestatus import PhaseStatus
 from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
 from migrator.model.steps import CreateAlias, SetLabels, SetSelector
@@ -88,7 +89,7 @@ def _migrated_state() -> State:
     for number, step in ((1, label), (2, alias), (3, switch)):
         rec = state.phase(number)
         rec.mark(step, "done")
-        rec.status = "completed"
+        rec.status = PhaseStatus.COMPLETED
     state.phase(1).wrote_labels = True
     return state
 

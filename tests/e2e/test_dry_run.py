@@ -158,3 +158,46 @@ def test_dry_run_of_phase_1_on_a_stuck_node_shows_the_pre_gate_and_exits_1(
     assert "dry run: the run would stop" in res.stderr and "gpu-node-0002" in res.stderr
     assert _mutations(env, mark) == []  # a refused phase sends no dry-run write either
     assert _no_state(env.sim)
+
+
+def test_rollback_dry_run_walks_the_undo_and_persists_nothing(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """`rollback --dry-run` is the rollback's own loop on the server-dry-run back end: phases
+    3, 2, 1 undone in that order against the cluster as the later undo would leave it (phase
+    1's labels may go once phase 3's selectors are restored), each write sent with
+    `dryRun=All`, no lock, no state write, nothing persisted."""
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "3", "--yes").code == 0
+    state = env.state()
+    before = env.objects()
+    mark = env.mark()
+    res = env.cli("rollback", "--phase", "1", "--yes", "--dry-run", "-o", "json")
+    assert res.code == 0, res.stdout + res.stderr
+    doc = res.json()  # validated against docs/output.schema.json
+    views = doc["phases"]
+    assert [v["status"] for v in views] == ["completed"] * 3, "a dry run records nothing"
+    assert [v["preview"]["outcome"] for v in views] == ["would-run"] * 3
+    assert not [g for v in views for g in v["gates"] if not g["ok"]]
+    assert {c["object"] for c in views[1]["changes"]} == {
+        "Service/nvidia-dcgm", "Service/nvidia-dcgm-exporter"}
+    assert any("--settle" in w for w in views[1]["preview"]["wouldWaitFor"])
+    assert doc["ok"] is True and doc["result"]["operation"] == "rollback"
+    assert doc["result"]["dryRun"] is True
+    sent = _mutations(env, mark)
+    assert sent and all(e.dry_run and e.code < 300 for e in sent), sent
+    assert sorted({e.verb for e in sent}) == ["delete", "patch"]
+    assert doc["result"]["writes"] == len(sent)
+    assert env.writes(since=mark) == []
+    assert env.objects() == before
+    assert env.state() == state
+    assert "dry run: phase 1 (label) would run" in res.stderr
+
+
+def test_rollback_dry_run_of_a_phase_never_applied_is_refused(
+        e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster")
+    assert env.cli("apply", "--phase", "1", "--yes").code == 0
+    mark = env.mark()
+    res = env.cli("rollback", "--phase", "2", "--dry-run")
+    assert res.code == 2 and "never applied" in res.stderr, res.stderr
+    assert _mutations(env, mark) == []

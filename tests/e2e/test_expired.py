@@ -23,7 +23,7 @@ from dcgm_sim.store import Store
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine import informer
-from migrator.engine.runner import RunSettings
+from migrator.engine.loop import RunSettings
 from migrator.engine.waiting import Waiter
 from migrator.kube.client import Kube
 from migrator.model import kinds

@@ -26,8 +26,8 @@ from dcgm_sim.watching import IDLE_SECONDS
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine import informer
+from migrator.engine.loop import RunSettings
 from migrator.engine.reports import RunReport
-from migrator.engine.runner import RunSettings
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
 from migrator.model import kinds

@@ -3,8 +3,9 @@ worded alike for every command, and after a run what the run achieved, both when
 
 from __future__ import annotations
 
-from migrator.engine.assemble import closing
+from migrator.engine import assemble
 from migrator.engine.reports import (
+    Closing,
     PhaseView,
     PlanReport,
     RunOutcome,
@@ -13,6 +14,7 @@ from migrator.engine.reports import (
     StatusReport,
 )
 from migrator.model.outcome import Finding, Verdict
+from migrator.model.phasestatus import PhaseStatus
 
 
 def _report(verdict_ok: bool, statuses: tuple[str, ...]) -> PlanReport:
@@ -20,7 +22,7 @@ def _report(verdict_ok: bool, statuses: tuple[str, ...]) -> PlanReport:
               Finding("nodes-covered", "Service/nvidia-dcgm", verdict_ok, "2 of 4",
                       "" if verdict_ok else "run the guard", phase=0))
     return PlanReport("gpucluster", "gpu-operator", "sha256:" + "0" * 64, (),
-                      tuple(PhaseView(i + 1, name, st, (), (), (), None)
+                      tuple(PhaseView(i + 1, name, PhaseStatus(st), (), (), (), None)
                             for i, (name, st) in enumerate(zip(("label", "alias", "switch"),
                                                                statuses, strict=True))),
                       (), 0, 0, Verdict("gpucluster", checks), ())
@@ -37,6 +39,13 @@ def _doc(verdict_ok: bool, *, ok: bool | None = None, operation: str | None = No
         assert ok is not None
         return RunReport(report, RunOutcome(operation, 1, False, {}), ok)
     return report
+
+
+def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
+    """The typed closing lines as the table reads them."""
+    lines = assemble.closing(shown)
+    assert all(isinstance(line, Closing) for line in lines)
+    return [str(line) for line in lines]
 
 
 def test_plan_and_verify_say_the_verdict_only() -> None:

@@ -1,7 +1,7 @@
-"""What the parts of the loop outside the runner work through (engine/loop.py): the phase's
+"""What the parts of the apply back end outside it work through (engine/loop.py): the phase's
 direction as data (forward records in the steps, rollback in its own undo), the gates the
-post-write wait acts on found by their kind (never by name), and the Runner as the run's context
-that afterwrite and ondelete are typed against. Plain data: no API server."""
+post-write wait acts on found by their kind (never by name), and the apply back end as the
+`Applier` that afterwrite and ondelete are typed against. Plain data: no API server."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from migrator import phases
-from migrator.engine.loop import Direction, Loop, PhaseWork
-from migrator.engine.runner import Runner
+from migrator.engine.applying import Apply
+from migrator.engine.loop import Applier, Direction, PhaseWork
 from migrator.engine.state import State
 from migrator.model import gates as g
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
@@ -43,9 +43,9 @@ def test_a_phase_records_its_steps_where_its_direction_keeps_them(direction: Dir
     assert other == []  # forward never touches the undo list, rollback never the steps
 
 
-def test_the_runner_is_the_run_context() -> None:
-    runner = Runner(offline_run(), State(NS))
-    context: Loop = runner  # checked by mypy: afterwrite and ondelete need no more
+def test_the_apply_back_end_is_what_afterwrite_and_ondelete_work_through() -> None:
+    backend = Apply(offline_run(), State(NS), 1)
+    context: Applier = backend  # checked by mypy: afterwrite and ondelete need no more
     assert context.result.writes == 0
 
 

@@ -50,7 +50,7 @@ class FakeKube:
 
 def _settle(whole: WholePods, kube: FakeKube, views: list[PodView],
             endpoints: dict[str, ServiceEndpoints] | None = None) -> list[PodView]:
-    return whole.settle(cast(Kube, kube), "ns", views, endpoints or {}, [APP, STRAYS])
+    return whole.resolve(cast(Kube, kube), "ns", views, endpoints or {}, [APP, STRAYS])
 
 
 def test_healthy_rows_are_believed_and_nothing_is_read() -> None:

@@ -44,11 +44,17 @@ LOCK_KEYS = ("dcgm-migrate/lock-holder", "dcgm-migrate/lock-expires",
              "dcgm-migrate/lock-acquired")
 
 
+# Not passed on: a stray kubeconfig, bytecode turned off, and pytest's note of the test
+# running (it changes with every test, and `import wsgiref.handlers`, which the guard's
+# metrics server brings in, reads the whole environment: a fork server's child could then
+# never stand for a fresh process, tests/helpers/forkserver.py).
+NOT_INHERITED = ("KUBECONFIG", "PYTHONDONTWRITEBYTECODE", "PYTEST_CURRENT_TEST")
+
+
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a CLI subprocess: the repo importable, no stray kubeconfig, and
     bytecode cached outside the repo (recompiling every module costs each run ~0.25 s)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("KUBECONFIG", "PYTHONDONTWRITEBYTECODE")}
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env.setdefault("PYTHONPYCACHEPREFIX", PYCACHE)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"]
                                      if env.get("PYTHONPATH") else "")

@@ -1,6 +1,6 @@
-"""A `Run` with no API server behind it, for the runner's logic that reads only the state and
-the clock (the settle countdown, the run context's shape): the state session saves into an
-in-memory ConfigMap."""
+"""A `Run` with no API server behind it, for the apply back end's logic that reads only the
+state and the clock (the settle countdown, the run context's shape): the state session saves
+into an in-memory ConfigMap."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from migrator.engine.clock import Clock
 from migrator.engine.loop import Run, RunSettings
 from migrator.engine.progress import Listener, Quiet
 from migrator.engine.state import RunSession
-from migrator.engine.state.store import MemoryStateStore
 from migrator.kube.client import Kube
 from migrator.model.stacks import load_catalog
 from tests.helpers.builders import NS
 from tests.helpers.clock import FakeClock
+from tests.helpers.memorystate import MemoryStateStore
 
 
 def offline_run(clock: Clock | None = None, *, settings: RunSettings | None = None,

@@ -176,12 +176,12 @@ def test_no_token_in_errors_or_repr(stub: Stub, kube: Kube, sleeps: list[float])
 
 def test_writes_carry_dry_run_and_reads_do_not(stub: Stub, sleeps: list[float]) -> None:
     stub.handler = lambda rec: (200, {}, cm(rv="1"))
-    kube = Kube.for_server(stub.url, retry=fast(sleeps), dry_run=True)
+    kube = Kube.for_server(stub.url, retry=fast(sleeps))
     kube.get(kinds.CONFIGMAP, "a", "ns")
-    kube.create(cm())
-    kube.replace(cm(rv="1"))
-    kube.patch(kinds.CONFIGMAP, "a", "ns", {"data": {"k": "x"}})
-    kube.delete(kinds.CONFIGMAP, "a", "ns")
+    kube.create(cm(), dry_run=True)
+    kube.replace(cm(rv="1"), dry_run=True)
+    kube.patch(kinds.CONFIGMAP, "a", "ns", {"data": {"k": "x"}}, dry_run=True)
+    kube.delete(kinds.CONFIGMAP, "a", "ns", dry_run=True)
     dry = {r.method: r.query.get("dryRun") for r in stub.requests}
     assert dry == {"GET": None, "POST": ["All"], "PUT": ["All"], "PATCH": ["All"],
                    "DELETE": ["All"]}
@@ -318,7 +318,7 @@ def test_can_i_sends_a_self_subject_access_review(stub: Stub, kube: Kube) -> Non
                                                 "reason": "" if allowed else "no RBAC rule"}}
 
     stub.handler = answer
-    kube.dry_run = True  # an access review is a question, not a write
+    # an access review is a question, not a write: it never carries dryRun
     assert kube.can_i("get", kinds.DAEMONSET, "ns") == (True, "")
     assert kube.can_i("patch", kinds.DAEMONSET, "ns", "ds") == (False, "no RBAC rule")
     rec = stub.requests[1]

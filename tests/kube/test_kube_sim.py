@@ -203,12 +203,11 @@ def test_dry_run_writes_nothing(api: Api) -> None:
     kube = connect(api)
     kube.create(configmap("a"))
     before = api.store.get(kinds.CONFIGMAP, "ns", "a")
-    dry = Kube.for_server(api.url, ADMIN_TOKEN, dry_run=True)
     seq = logged(api, 0, 1, verb="create")[-1].seq
-    assert dry.create(configmap("b"))["metadata"]["name"] == "b"
-    dry.replace(dict(before, data={"k": "dry"}))
-    dry.patch(kinds.CONFIGMAP, "a", "ns", {"data": {"k": "dry"}})
-    dry.delete(kinds.CONFIGMAP, "a", "ns")
+    assert kube.create(configmap("b"), dry_run=True)["metadata"]["name"] == "b"
+    kube.replace(dict(before, data={"k": "dry"}), dry_run=True)
+    kube.patch(kinds.CONFIGMAP, "a", "ns", {"data": {"k": "dry"}}, dry_run=True)
+    kube.delete(kinds.CONFIGMAP, "a", "ns", dry_run=True)
     records = logged(api, seq, 4)
     assert [r.verb for r in records] == ["create", "update", "patch", "delete"]
     assert all(r.dry_run and r.code < 300 for r in records)

@@ -1,15 +1,16 @@
-"""The dry-run preview is pure: each phase planned against the cluster as it would be after
-the earlier phases' writes (model/projection.py), never reported completed, and refusing only
-on a gate it can evaluate (engine/preview.py)."""
+"""The report back end of the one loop is pure: each phase the loop reaches run against the
+cluster as it would be after the earlier phases' writes (model/projection.py), never reported
+completed, and refusing only on a gate it can evaluate (engine/projecting.py)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from migrator import phases
-from migrator.engine import preview
+from migrator.engine import assemble, projecting
+from migrator.engine.loop import RunSettings
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
-from migrator.engine.state import State
+from migrator.engine.state import PhaseStatus, State
 from migrator.model import projection
 from migrator.model.discovery import discover
 from migrator.model.planning import Options, PlanContext
@@ -20,6 +21,14 @@ from tests.helpers import builders as b
 
 CAT = load_catalog()
 DCGM, EXPORTER = b.COMMON["dcgm"], b.COMMON["exporter"]
+
+
+def _preview(snap: Snapshot, state: State | None, options: Options, upto: int,
+             *, rollback: bool = False) -> projecting.Preview:
+    """The one loop on the report back end (`Project`): what the run would do."""
+    report = assemble.build(snap, CAT, state, options, forward=not rollback)
+    return projecting.preview(projecting.Project(snap, CAT, RunSettings(options=options)),
+                              state, report, upto, rollback=rollback)
 
 
 def ctx(snap: Snapshot) -> PlanContext:
@@ -64,19 +73,19 @@ def test_an_alias_and_a_switch_project_with_the_endpoints_they_would_get() -> No
 
 
 def _outcomes(report: PlanReport) -> list[str]:
-    return [_preview(p).outcome for p in report.phases]
+    return [_outcome_of(p).outcome for p in report.phases]
 
 
-def _preview(view: PhaseView) -> PhasePreview:
+def _outcome_of(view: PhaseView) -> PhasePreview:
     assert view.preview is not None, view
     return view.preview
 
 
 def test_a_fresh_cluster_previews_all_three_phases_as_they_would_run() -> None:
-    found = preview.build(b.gpucluster_snapshot(), CAT, None, Options(), 3)
+    found = _preview(b.gpucluster_snapshot(), None, Options(), 3)
     views = found.report.phases
     assert found.refusal is None
-    assert [v.status for v in views] == ["pending"] * 3  # a dry run records nothing
+    assert [v.status for v in views] == [PhaseStatus.PENDING] * 3  # a dry run records nothing
     assert _outcomes(found.report) == ["would-run"] * 3
     assert all(g.ok for v in views for g in v.gates), [
         g for v in views for g in v.gates if not g.ok]
@@ -84,10 +93,10 @@ def test_a_fresh_cluster_previews_all_three_phases_as_they_would_run() -> None:
     assert switched == {("Service/nvidia-dcgm", str({DCGM: "true"})),
                         ("Service/nvidia-dcgm-exporter", str({EXPORTER: "true"}))}
     assert any(g.name == "mixed-rollout/nvidia-dcgm-dra" for g in views[2].gates)
-    waits = _preview(views[0]).would_wait_for
+    waits = _outcome_of(views[0]).would_wait_for
     assert any(w.startswith("the rollout of DaemonSet/nvidia-dcgm-dra") for w in waits), waits
     assert any("EndpointSlices of Service/nvidia-dcgm " in w
-               for w in _preview(views[1]).would_wait_for)
+               for w in _outcome_of(views[1]).would_wait_for)
     # the aliases' switches cannot reach the API server: the aliases do not exist yet
     assert [s.type for s in found.writes] == ["set-labels"] * 2 + ["create-alias"] * 2
     assert len(found.unsent) == 2 and all("set-selector" in u for u in found.unsent)
@@ -99,7 +108,7 @@ def test_a_gate_that_fails_now_stops_the_preview_there() -> None:
                  else p for p in snap.pods)
     ds = b.daemonset("nvidia-dcgm-dra", available=2)
     snap = replace(snap, pods=sick, daemonsets={**snap.daemonsets, "nvidia-dcgm-dra": ds})
-    found = preview.build(snap, CAT, None, Options(), 3)
+    found = _preview(snap, None, Options(), 3)
     assert found.refusal and "rollout-complete/nvidia-dcgm-dra" in found.refusal
     assert "node-1" in found.refusal
     assert _outcomes(found.report) == ["would-stop", "not-reached", "not-reached"]
@@ -107,7 +116,7 @@ def test_a_gate_that_fails_now_stops_the_preview_there() -> None:
 
 
 def test_a_phase_past_n_is_shown_without_a_preview() -> None:
-    found = preview.build(b.gpucluster_snapshot(), CAT, None, Options(), 1)
+    found = _preview(b.gpucluster_snapshot(), None, Options(), 1)
     assert [v.preview is not None for v in found.report.phases] == [True, False, False]
     assert [s.type for s in found.writes] == ["set-labels"] * 2
 
@@ -120,10 +129,10 @@ def test_a_completed_phase_that_holds_is_left_alone() -> None:
     rec = state.phase(1)
     for s in step:
         rec.mark(s, "done")
-    rec.status = "completed"
-    found = preview.build(labelled, CAT, state, Options(), 3)
+    rec.status = PhaseStatus.COMPLETED
+    found = _preview(labelled, state, Options(), 3)
     assert _outcomes(found.report) == ["holds", "would-run", "would-run"]
-    assert found.report.phases[0].status == "completed"
+    assert found.report.phases[0].status is PhaseStatus.COMPLETED
     assert all(g.ok for g in found.report.phases[0].gates)
     assert [s.type for s in found.writes] == ["create-alias"] * 2
 
@@ -132,12 +141,12 @@ def test_ondelete_stops_the_preview_unless_the_tool_may_roll_the_pods() -> None:
     snap = b.gpucluster_snapshot()
     snap = replace(snap, daemonsets={n: b.daemonset(n, strategy="OnDelete")
                                      for n in snap.daemonsets})
-    blocked = preview.build(snap, CAT, None, Options(), 3)
+    blocked = _preview(snap, None, Options(), 3)
     assert blocked.refusal and "--roll-on-delete" in blocked.refusal
-    assert _preview(blocked.report.phases[0]).outcome == "would-stop"
-    found = preview.build(snap, CAT, None, Options(roll_on_delete=True), 3)
+    assert _outcome_of(blocked.report.phases[0]).outcome == "would-stop"
+    found = _preview(snap, None, Options(roll_on_delete=True), 3)
     assert found.refusal is None and _outcomes(found.report) == ["would-run"] * 3
-    waits = _preview(found.report.phases[0]).would_wait_for
+    waits = _outcome_of(found.report.phases[0]).would_wait_for
     assert any("old pods deleted one node at a time" in w for w in waits), waits
     assert not any(w.startswith("the rollout of") for w in waits), waits  # OnDelete: none
     assert all(g.ok for g in found.report.phases[2].gates)  # pods relabelled by then

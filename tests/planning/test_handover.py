@@ -63,7 +63,7 @@ def test_nothing_writes_a_handed_over_name() -> None:
 
 
 def test_the_verdict_judges_the_release_services_as_the_tools_and_wants_no_dra_name() -> None:
-    found = outcome.verdict(b.handed_over_snapshot(), CATALOG)
+    found = outcome.verdict(b.handed_over_snapshot(), CATALOG, phases.answers())
     failed = [f"{f.name}: {f.detail}" for f in found.findings if not f.ok]
     assert failed == []
     assert not any("-dra" in f.subject and f.check == "stable-name" for f in found.findings)
@@ -74,7 +74,8 @@ def test_the_verdict_judges_the_release_services_as_the_tools_and_wants_no_dra_n
     odd = snap.pods[0]
     stray = PodView(odd.name, odd.uid, odd.node, {"app": odd.owner_name or ""}, True, False,
                     "DaemonSet", odd.owner_name)
-    found = outcome.verdict(replace(snap, pods=(stray, *snap.pods[1:])), CATALOG)
+    found = outcome.verdict(replace(snap, pods=(stray, *snap.pods[1:])), CATALOG,
+                            phases.answers())
     assert any(f.check == "pods-labelled" and not f.ok for f in found.findings)
 
 

@@ -6,13 +6,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from migrator.model import aliasing
-from migrator.model.outcome import Verdict, tool_marks, verdict
+from migrator import phases
+from migrator.model import aliasing, outcome
+from migrator.model.outcome import Verdict, tool_marks
 from migrator.model.snapshot import PodView, Snapshot
-from migrator.model.stacks import load_catalog
+from migrator.model.stacks import Catalog, load_catalog
 from tests.helpers import builders as b
 
 CAT = load_catalog()
+
+
+def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
+    """The verdict, with the phases' own answer to which phase fixes what."""
+    return outcome.verdict(snapshot, catalog, phases.answers())
 DCGM, EXP = b.COMMON["dcgm"], b.COMMON["exporter"]
 
 

@@ -8,12 +8,19 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from migrator.model.outcome import Verdict, lease_live, verdict
+from migrator import phases
+from migrator.model import outcome
+from migrator.model.outcome import Verdict, lease_live
 from migrator.model.snapshot import EndpointView, PodView, ServiceEndpoints, Snapshot
-from migrator.model.stacks import load_catalog
+from migrator.model.stacks import Catalog, load_catalog
 from tests.helpers import builders as b
 
 CAT = load_catalog()
+
+
+def verdict(snapshot: Snapshot, catalog: Catalog) -> Verdict:
+    """The verdict, with the phases' own answer to which phase fixes what."""
+    return outcome.verdict(snapshot, catalog, phases.answers())
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
 STABLE = {"nvidia-dcgm": "nvidia-dcgm-dra", "nvidia-dcgm-exporter": "nvidia-dcgm-exporter-dra"}
 COMMON = {"nvidia-dcgm": b.COMMON["dcgm"], "nvidia-dcgm-exporter": b.COMMON["exporter"]}

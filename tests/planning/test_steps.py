@@ -92,7 +92,7 @@ def test_records_round_trip(step: Step) -> None:
 def test_a_pod_by_pod_step_has_no_single_write() -> None:
     with pytest.raises(TypeError, match="pod_by_pod"):
         # no client or catalog: refused before either is used
-        executor.execute(cast(Kube, None), "ns", cast(Catalog, None), ROLL)
+        executor.execute(ROLL, cast(Kube, None), "ns", cast(Catalog, None))
 
 
 def test_the_phases_have_the_phase_surface_in_order() -> None:

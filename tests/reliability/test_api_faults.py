@@ -21,7 +21,7 @@ from dcgm_sim.requestlog import RequestRecord
 from dcgm_sim.server import ADMIN_TOKEN
 from migrator import commands
 from migrator.commands import RunRequest, Session
-from migrator.engine.runner import RunSettings
+from migrator.engine.loop import RunSettings
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
 from tests.helpers import crash

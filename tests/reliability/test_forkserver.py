@@ -161,8 +161,13 @@ def test_a_request_whose_environment_changes_the_start_runs_plain(
     argv = crash.argv(None, "--version")
     base = crash.cli_env()
     assert server.serves(argv, base)
-    assert server.serves(argv, {**base, "KUBECONFIG": "/elsewhere", "NO_COLOR": "1"})
+    assert "DCGM_MIGRATE_UNREAD" not in server.reads and "NO_COLOR" not in server.reads
+    assert server.serves(argv, {**base, "DCGM_MIGRATE_UNREAD": "x", "NO_COLOR": "1"})
     assert "TYPER_USE_RICH" in server.reads  # read by `import typer`, so it must agree
+    # the kubernetes client's import reads it (kube_config.KUBE_CONFIG_DEFAULT_LOCATION):
+    # a child of a server started without it could not be the same process
+    assert "KUBECONFIG" in server.reads
+    assert not server.serves(argv, {**base, "KUBECONFIG": "/elsewhere"})
     assert not server.serves(argv, {**base, "TYPER_USE_RICH": "0"})
     assert not server.serves(argv, {**base, "PYTHONHASHSEED": "7"})
     assert not server.serves(argv, {**base, "LC_ALL": "C"})

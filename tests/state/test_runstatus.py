@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from migrator.engine import runstatus
 from migrator.engine.state.document import State
 from migrator.engine.state.lock import LockInfo
+from migrator.model.phasestatus import PhaseStatus
 
 NS = "gpu-operator"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -19,7 +20,7 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 def _state(statuses: tuple[str, str, str], *events: tuple[str, int, int | None]) -> State:
     state = State(NS)
     for number, status in enumerate(statuses, 1):
-        state.phase(number).status = status
+        state.phase(number).status = PhaseStatus(status)
     for event, phase, target in events:
         state.log(event, phase=phase, **({"target": target} if target else {}))
     return state

@@ -11,12 +11,11 @@ import pytest
 from migrator.engine.progress import Quiet
 from migrator.engine.state import State
 from migrator.engine.state import lock as locking
-from migrator.engine.state.backends import MemoryConfigMap
 from migrator.engine.state.session import LOCK_TTL_SECONDS, RunSession
-from migrator.engine.state.store import MemoryStateStore
 from migrator.errors import StateConflict, StateCorrupt
 from migrator.model.stacks import Label, load_catalog
 from tests.helpers.clock import FakeClock
+from tests.helpers.memorystate import MemoryConfigMap, MemoryStateStore
 
 HOLDER = "tester@host pid 1"
 

@@ -10,6 +10,7 @@ import pytest
 
 from migrator.engine.state.document import HISTORY_LIMIT, State
 from migrator.errors import StateCorrupt
+from migrator.model.phasestatus import PhaseStatus
 from migrator.model.steps import SetLabels, SetSelector
 from tests.helpers.clock import FakeClock
 
@@ -19,7 +20,7 @@ STEP = SetLabels("nvidia-dcgm-dra", {"k": "true"}, {"k": "true"}, {"k": None}, {
 def test_round_trip_keeps_steps_originals_and_baselines() -> None:
     state = State("gpu-operator", stack="gpucluster", plan_fingerprint="sha256:x")
     rec = state.phase(1)
-    rec.status = "in-progress"
+    rec.status = PhaseStatus.IN_PROGRESS
     rec.baselines = [{"service": "nvidia-dcgm-dra", "total": 3, "by_node": {"n1": 1},
                       "local": True}]
     rec.mark(STEP, "intent")

@@ -19,13 +19,12 @@ import pytest
 
 from migrator.engine.state import liveness
 from migrator.engine.state import lock as locking
-from migrator.engine.state.backends import MemoryConfigMap
 from migrator.engine.state.configmap import StoredState
 from migrator.engine.state.liveness import HolderCheck
-from migrator.engine.state.store import MemoryStateStore
 from migrator.errors import LockHeld, StateConflict, StateCorrupt, exit_code_for
 from tests.helpers.clock import T0
 from tests.helpers.clock import FakeClock as Clock
+from tests.helpers.memorystate import MemoryConfigMap, MemoryStateStore
 
 
 @pytest.fixture

@@ -1,25 +1,21 @@
-"""One ConfigMap, read and written like the API does it: the state store's backends.
+"""One ConfigMap, read and written like the API does it: what the state store works over.
 
-`KubeConfigMap` goes through the kube choke point; `MemoryConfigMap` imitates the API server
-for unit tests (a resourceVersion per write, 409 on a stale one, AlreadyExists on a second
-create), so the state store's logic is the same code in both.
+`KubeConfigMap` goes through the kube choke point; the tests' in-memory one
+(tests/helpers/memorystate.py) imitates the API server's concurrency errors, so the state
+store's logic is the same code in both.
 """
 
 from __future__ import annotations
 
-import copy
-import threading
-from collections.abc import Callable
 from typing import Any, Protocol
 
-from migrator.errors import APIAlreadyExists, APIConflict, APINotFound
 from migrator.kube import Kube
 from migrator.model import kinds
 
 Obj = dict[str, Any]
 
 
-class Backend(Protocol):
+class ConfigMapAccess(Protocol):
     """get/create/replace of one named ConfigMap, with the API's concurrency errors."""
 
     namespace: str
@@ -52,68 +48,3 @@ class KubeConfigMap:
 
     def replace(self, obj: Obj) -> Obj:
         return self._kube.replace(obj)
-
-
-class MemoryConfigMap:
-    """An in-memory ConfigMap with the API server's optimistic concurrency. Thread-safe."""
-
-    def __init__(self, namespace: str = "gpu-operator", name: str = "dcgm-migrate-state") -> None:
-        self.namespace = namespace
-        self.name = name
-        self._lock = threading.Lock()
-        self._obj: Obj | None = None
-        self._rv = 0
-        self.writes = 0
-
-    @property
-    def where(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def object(self) -> Obj | None:
-        """A copy of the stored ConfigMap."""
-        with self._lock:
-            return copy.deepcopy(self._obj)
-
-    def _store(self, obj: Obj) -> Obj:
-        self._rv += 1
-        self.writes += 1
-        obj["metadata"]["resourceVersion"] = str(self._rv)
-        self._obj = obj
-        return copy.deepcopy(obj)
-
-    def get(self) -> Obj | None:
-        return self.object
-
-    def create(self, obj: Obj) -> Obj:
-        with self._lock:
-            if self._obj is not None:
-                raise APIAlreadyExists(f'configmaps "{self.name}" already exists.')
-            obj = copy.deepcopy(obj)
-            obj["metadata"].setdefault("uid", "memory-0")
-            return self._store(obj)
-
-    def replace(self, obj: Obj) -> Obj:
-        with self._lock:
-            if self._obj is None:
-                raise APINotFound(f'configmaps "{self.name}" not found.', status=404)
-            sent = obj["metadata"].get("resourceVersion")
-            if sent and sent != self._obj["metadata"]["resourceVersion"]:
-                raise APIConflict(
-                    f'Operation cannot be fulfilled on configmaps "{self.name}": the object '
-                    "has been modified.", status=409, reason="Conflict",
-                )
-            return self._store(copy.deepcopy(obj))
-
-    def edit(self, change: Callable[[Obj], None]) -> Obj:
-        """Change the stored ConfigMap as another client would (`kubectl edit`)."""
-        with self._lock:
-            if self._obj is None:
-                raise APINotFound(f'configmaps "{self.name}" not found.', status=404)
-            obj = copy.deepcopy(self._obj)
-            change(obj)
-            return self._store(obj)
-
-    def delete(self) -> None:
-        with self._lock:
-            self._obj = None

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.engine.state.backends import Backend
+from migrator.engine.state.backends import ConfigMapAccess
 from migrator.errors import StateConflict, StateCorrupt
 from migrator.model import objects as o
 from migrator.model.stacks import Label
@@ -73,7 +73,7 @@ def corrupt_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str
 class ConfigMapFormat:
     """Building, checking and decoding the state ConfigMap behind `backend`."""
 
-    def __init__(self, backend: Backend, managed_by: Label) -> None:
+    def __init__(self, backend: ConfigMapAccess, managed_by: Label) -> None:
         self._cm = backend
         self._managed_by = managed_by
 

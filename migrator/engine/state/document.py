@@ -17,12 +17,12 @@ from migrator import phases as phase_modules
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.state.configmap import corrupt_hint
 from migrator.errors import StateCorrupt
+from migrator.model.phasestatus import PhaseStatus
 from migrator.model.retiring import GONE, HANDED_OVER, REPLACED, REVERTED
 from migrator.model.steps import Step, from_record, to_record
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 50
-STATUSES = ("pending", "in-progress", "completed", "failed", "rolled-back")
 RETIRED = (GONE, REVERTED, REPLACED, HANDED_OVER)  # step records model/retiring.py set aside
 
 
@@ -45,7 +45,7 @@ class StepRecord:
 @dataclass
 class PhaseRecord:
     number: int
-    status: str = "pending"
+    status: PhaseStatus = PhaseStatus.PENDING  # stored as its string (schema 1)
     started: str | None = None
     finished: str | None = None
     steps: list[StepRecord] = field(default_factory=list)
@@ -83,6 +83,13 @@ class PhaseRecord:
                 r.status, r.at = status, stamp(self.clock.now())
                 return
         records.append(StepRecord(to_record(step), status, stamp(self.clock.now())))
+
+
+def _status(text: Any) -> PhaseStatus:
+    try:
+        return PhaseStatus(text)
+    except ValueError:
+        raise ValueError(f"unknown phase status {text!r}") from None
 
 
 def _extends(new: dict[str, Any], old: dict[str, Any]) -> bool:
@@ -124,7 +131,7 @@ class State:
 
     def stack_changed(self, live: str) -> bool:
         """The stack running now is not the one the completed phases were planned for."""
-        completed = any(p.status == "completed" for p in self.phases.values())
+        completed = any(p.status is PhaseStatus.COMPLETED for p in self.phases.values())
         return completed and self.stack not in ("none", live) and live != "none"
 
     def log(self, event: str, **details: Any) -> None:
@@ -142,7 +149,8 @@ class State:
             "updated": self.updated,
             "lastError": self.last_error,
             "phases": [
-                {"number": p.number, "name": p.name, "status": p.status, "started": p.started,
+                {"number": p.number, "name": p.name, "status": p.status.value,
+                 "started": p.started,
                  "finished": p.finished, "error": p.error, "wroteLabels": p.wrote_labels,
                  "baselines": p.baselines,
                  "steps": [{"status": r.status, "at": r.at, "step": r.step} for r in p.steps],
@@ -166,10 +174,8 @@ class State:
                     f"names this one), or {corrupt_hint(*where)}")
             phases = {}
             for p in doc["phases"]:
-                if p["status"] not in STATUSES:
-                    raise ValueError(f"unknown phase status {p['status']!r}")
                 phases[int(p["number"])] = PhaseRecord(
-                    number=int(p["number"]), status=p["status"], started=p.get("started"),
+                    number=int(p["number"]), status=_status(p["status"]), started=p.get("started"),
                     finished=p.get("finished"), error=p.get("error"),
                     wrote_labels=bool(p.get("wroteLabels")), baselines=list(p.get("baselines")
                                                                             or []),

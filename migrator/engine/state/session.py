@@ -14,8 +14,8 @@
 - a run stopped by Ctrl-C or SIGTERM records an `interrupted` event in the state's history
   (with the signal) before it releases the lock, so `status` shows when and how it stopped.
 
-A dry run never opens one: `apply --dry-run` is the preview's walk (`engine/preview.py`),
-which takes no lock and writes no state.
+A dry run never opens one: `--dry-run` runs the one loop on the server-dry-run back end
+(`engine/projecting.py`), which takes no lock and writes no state.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ exists) is taken over at once, and the takeover says whose and why. A holder tha
 is refused (`LockHeld`) with the command that applies to it: `status` to follow a renewing
 run, `unlock` for one that stopped renewing.
 
-`apply --dry-run` never reaches a store: the preview (`engine/preview.py`) writes no state.
+`--dry-run` never reaches a store: its back end (`engine/projecting.py`) writes no state.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.state import lock as locking
-from migrator.engine.state.backends import Backend, KubeConfigMap, MemoryConfigMap
+from migrator.engine.state.backends import ConfigMapAccess, KubeConfigMap
 from migrator.engine.state.configmap import (
     CHECKSUM_KEY,
     EMPTY_SHA,
@@ -54,7 +54,7 @@ _ROUNDS = 8  # re-reads after conflicts before giving up
 
 
 class StateStore(Protocol):
-    """Persistence for the state document and the run lock (ConfigMap or in-memory)."""
+    """Persistence for the state document and the run lock (the ConfigMap; tests: in memory)."""
 
     def load(self) -> StoredState | None: ...
     def save(self, document: dict[str, Any], *, expected_version: str | None) -> StoredState: ...
@@ -67,10 +67,10 @@ class StateStore(Protocol):
     def check_free(self) -> None: ...
 
 
-class _ConfigMapState(ConfigMapFormat):
+class ConfigMapState(ConfigMapFormat):
     """The store's logic, over any backend that behaves like the API for one ConfigMap."""
 
-    def __init__(self, backend: Backend, managed_by: Label, clock: Clock,
+    def __init__(self, backend: ConfigMapAccess, managed_by: Label, clock: Clock,
                  holders: HolderCheck | None = None) -> None:
         super().__init__(backend, managed_by)
         self._clock = clock
@@ -384,7 +384,7 @@ class _ConfigMapState(ConfigMapFormat):
             )
 
 
-class ConfigMapStateStore(_ConfigMapState):
+class ConfigMapStateStore(ConfigMapState):
     """The real store: the catalog's state ConfigMap in `namespace`, through `kube`."""
 
     def __init__(
@@ -395,20 +395,3 @@ class ConfigMapStateStore(_ConfigMapState):
         super().__init__(KubeConfigMap(kube, namespace, common.state_configmap),
                          common.managed_by, clock or SystemClock(),
                          HolderCheck(pod=lambda ns, name: kube.get(kinds.POD, name, ns)))
-
-
-class MemoryStateStore(_ConfigMapState):
-    """The same behaviour over an in-memory ConfigMap, for engine unit tests.
-
-    Two stores built on the same `configmap` act like two processes sharing a cluster;
-    `configmap.edit(...)` plays a second client (kubectl edit) changing it between calls.
-    """
-
-    def __init__(
-        self, configmap: MemoryConfigMap | None = None, clock: Clock | None = None,
-        common: Common | None = None, holders: HolderCheck | None = None,
-    ) -> None:
-        common = common or load_catalog().common
-        self.configmap = configmap or MemoryConfigMap(name=common.state_configmap)
-        super().__init__(self.configmap, common.managed_by, clock or SystemClock(), holders)
-

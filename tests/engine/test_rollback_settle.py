@@ -9,9 +9,10 @@ from datetime import timedelta
 
 import pytest
 
+from migrator.engine.applying import Apply
+from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
-from migrator.engine.runner import Runner, RunSettings
-from migrator.engine.state import State
+from migrator.engine.state import PhaseStatus, State
 from tests.helpers.builders import NS
 from tests.helpers.clock import FakeClock
 from tests.helpers.runs import offline_run
@@ -25,18 +26,18 @@ class Countdown(Quiet):
         self.left.append(seconds_left)
 
 
-def runner(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *,
-           status: str = "rolled-back") -> tuple[Runner, Countdown]:
+def apply_backend(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *,
+           status: str = "rolled-back") -> tuple[Apply, State, Countdown]:
     state = State(NS)
     rec = state.phase(3)
-    rec.status = status
+    rec.status = PhaseStatus(status)
     if restored_ago is not None:
         rec.finished = (clock.now() - timedelta(seconds=restored_ago)).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
     listener = Countdown()
     # The settle reads only the state and the clock: no API server is needed.
     run = offline_run(clock, settings=RunSettings(settle=settle), listener=listener)
-    return Runner(run, state), listener
+    return Apply(run, state, 1), state, listener
 
 
 @pytest.mark.parametrize(("restored_ago", "waited"), [
@@ -48,8 +49,8 @@ def runner(clock: FakeClock, restored_ago: float | None, settle: float = 30.0, *
 def test_the_settle_is_counted_from_the_recorded_restore(restored_ago: float,
                                                         waited: float) -> None:
     clock = FakeClock()
-    run, listener = runner(clock, restored_ago)
-    run._settle_after_restore()
+    backend, state, listener = apply_backend(clock, restored_ago)
+    backend.settle_after_restore(state)
     assert sum(clock.slept) == pytest.approx(waited)
     if waited:
         assert listener.left[0] == pytest.approx(waited) and listener.left[-1] == 0.0
@@ -63,6 +64,6 @@ def test_the_settle_is_counted_from_the_recorded_restore(restored_ago: float,
 ])
 def test_no_settle_without_a_recorded_restore(status: str, restored_ago: float | None) -> None:
     clock = FakeClock()
-    run, listener = runner(clock, restored_ago, status=status)
-    run._settle_after_restore()
+    backend, state, listener = apply_backend(clock, restored_ago, status=status)
+    backend.settle_after_restore(state)
     assert clock.slept == [] and listener.left == []

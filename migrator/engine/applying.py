@@ -1,0 +1,250 @@
+"""The apply back end of the one loop (engine/loop.py): every step written, recorded and waited
+for. Intent is recorded before each write and every step knows whether the live object already
+shows its effect, so a run killed at any instant resumes; the state is saved after every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from migrator import phases
+from migrator.engine import afterwrite, executor, interrupts, ondelete
+from migrator.engine.clock import Clock
+from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally, context
+from migrator.engine.progress import Listener, PhaseEvent, StepEvent
+from migrator.engine.reads import narrow, read_snapshot
+from migrator.engine.state import PhaseRecord, PhaseStatus, State
+from migrator.engine.waiting import Waiter
+from migrator.engine.walk import Action, Decision
+from migrator.errors import GateFailed
+from migrator.model import gates as g
+from migrator.model import kinds
+from migrator.model.gates import GateResult, ServiceBaseline
+from migrator.model.planning import PlanContext
+from migrator.model.retiring import HANDED_OVER
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog
+from migrator.model.steps import Step, from_record
+
+if TYPE_CHECKING:
+    from migrator.kube.client import Kube
+
+
+class Apply:
+    """Writes, records, waits: the back end of `apply` and `rollback` over the `Run` that
+    `commands` built, and the `loop.Applier` that `afterwrite` and `ondelete` work through."""
+
+    def __init__(self, run: Run, state: State, target: int) -> None:
+        self.run = run
+        self.state = state
+        self.kube: Kube = run.kube
+        self.namespace: str = run.namespace
+        self.catalog: Catalog = run.catalog
+        self.settings: RunSettings = run.settings
+        self.clock: Clock = run.clock
+        self.listener: Listener = run.listener
+        self.waiter = Waiter(run.kube, run.namespace, run.clock, run.session.heartbeat)
+        self.result = Tally()
+        self.target = target  # the command's --phase, so `status` names the command resuming
+
+    # ---- reads & context -------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The namespace as the run's cache (engine/informer.py, opened by `commands`) holds
+        it: at least as new as the tool's own last write, so no read is ever reused stale."""
+        return read_snapshot(self.kube, self.namespace, self.catalog, cache=self.run.cache,
+                             clock=self.clock)
+
+    def live(self, step: Step) -> dict[str, Any] | None:
+        return self.kube.get(step.kind, step.name, self.namespace)
+
+    def context(self, snap: Snapshot) -> PlanContext:
+        return context(self.catalog, self.settings.options, snap)
+
+    def fresh(self, base: Snapshot) -> Snapshot:
+        """The DaemonSets, Services, pods and endpoints read again; the base's CRs and
+        ServiceMonitors kept (no step changes them)."""
+        names = [c.daemonset for c in self.catalog.components]
+        return narrow(self.kube, base, self.catalog, daemonsets=names, cache=self.run.cache)
+
+    def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
+        """The cache stops following what this DaemonSet's rollout churns until it is over
+        (`Informer.quiet`); nothing reads it meanwhile."""
+        cache = self.run.cache
+        comp = next((c for c in self.catalog.components if c.daemonset == daemonset), None)
+        if cache is None or comp is None:
+            return contextlib.nullcontext()
+        return cache.quiet(comp.app_label)
+
+    def save(self) -> None:
+        with interrupts.shielded():  # a state write in flight finishes before a signal stops us
+            self.run.session.save(self.state)
+
+    # ---- phases ----------------------------------------------------------------------------
+
+    def stack(self, state: State, live: str, changed: bool) -> None:
+        if changed:
+            self.listener.warning(f"the GPU Operator stack changed from {state.stack} "
+                                  f"(recorded) to {live}: completed phases are "
+                                  f"re-planned for {live}")
+            state.log("stack-changed", before=state.stack, after=live)
+        state.stack = live
+
+    def holds(self, decision: Decision) -> None:
+        rec = decision.record
+        assert rec is not None
+        if self._retire(rec, decision):  # handed over: recorded so at once
+            self.save()
+        self.listener.phase(PhaseEvent(rec.number, decision.module.NAME,
+                                       PhaseStatus.COMPLETED.value, message="still holds"))
+
+    def begin(self, decision: Decision, direction: Direction) -> None:
+        """Drift said and logged; the walk's retirements recorded before anything: no stale
+        originals, nothing handed over."""
+        rec, plan = decision.record, decision.plan
+        assert rec is not None and plan is not None
+        if decision.action is Action.RERUN:
+            self.listener.phase(PhaseEvent(rec.number, decision.module.NAME, "drifted",
+                                           gates=tuple(decision.drift),
+                                           message=decision.reason))
+            self.state.log("drift", phase=rec.number, detail=decision.reason)
+            rec.status, rec.baselines = PhaseStatus.IN_PROGRESS, []
+        self._retire(rec, decision)
+        rollback = direction is Direction.ROLLBACK
+        if rollback:
+            self._say_handed_over(rec)
+        self.listener.phase(PhaseEvent(rec.number, decision.module.NAME, "planning", plan))
+        if rollback:
+            for warning in plan.warnings:
+                self.listener.warning(f"phase {rec.number} rollback: {warning}")
+
+    def start(self, decision: Decision, direction: Direction) -> PhaseWork:
+        rec, plan = decision.record, decision.plan
+        assert rec is not None and plan is not None
+        rollback = direction is Direction.ROLLBACK
+        if not rec.baselines or rollback:
+            rec.baselines = [b.as_dict() for b in plan.guarded]
+        if rollback:
+            rec.status = PhaseStatus.IN_PROGRESS
+        else:
+            resuming = decision.action in (Action.RESUME, Action.RERUN)
+            rec.status, rec.error = PhaseStatus.IN_PROGRESS, None
+            rec.started = rec.started if resuming else self.state.stamp()
+        self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
+                       target=self.target)
+        self.save()  # baselines and originals are in the state before any write
+        return PhaseWork(decision.module, rec, plan,
+                         tuple(ServiceBaseline.from_dict(b) for b in rec.baselines), direction)
+
+    def finish(self, work: PhaseWork) -> None:
+        rec = work.rec
+        rec.finished = self.state.stamp()
+        if work.rollback:
+            rec.status = PhaseStatus.ROLLED_BACK
+            rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
+        else:
+            rec.status = PhaseStatus.COMPLETED
+            # The baseline is spent: a drifted phase and a rollback record their own. Kept, a
+            # per-node map per phase would grow every later save (and the 1 MiB ConfigMap).
+            rec.baselines = []
+        self.state.log(rec.status.value, phase=rec.number)
+        self.save()
+        self.listener.phase(PhaseEvent(rec.number, work.module.NAME, rec.status.value,
+                                       work.plan))
+
+    def refuse(self, rec: PhaseRecord, message: str, hint: str, step: Step | None = None,
+               gates: list[GateResult] | None = None) -> NoReturn:
+        rec.status, rec.error = PhaseStatus.FAILED, message
+        self.state.last_error = message
+        self.state.log(rec.status.value, phase=rec.number, error=message)
+        self.save()
+        self.listener.phase(PhaseEvent(rec.number, rec.name, rec.status.value, message=message))
+        raise GateFailed(message, hint)
+
+    def _retire(self, rec: PhaseRecord, decision: Decision) -> bool:
+        """Record the walk's retirements (model/retiring.py): each warned and logged, kept
+        for the record, no longer used as an original. True if it retired any."""
+        statuses = {r.step_id: r for r in decision.retire}
+        changed = False
+        for r in rec.steps:
+            found = statuses.get(r.id)
+            if found is None or r.status not in ("intent", "done"):
+                continue
+            r.status = found.status
+            self.state.log("retired", phase=rec.number, step=r.id, reason=found.reason)
+            self.listener.warning(found.reason)
+            changed = True
+        return changed
+
+    def _say_handed_over(self, rec: PhaseRecord) -> None:
+        """A rollback names each object it leaves to the operator release, and why."""
+        for r in rec.steps:
+            if r.status == HANDED_OVER:
+                self.listener.warning(f"phase {rec.number} rollback: "
+                                      f"{from_record(r.step).object} was handed over to the "
+                                      "GPU Operator, whose own reconciler manages it now; "
+                                      "left alone")
+
+    # ---- steps -----------------------------------------------------------------------------
+
+    def skip(self, work: PhaseWork, step: Step) -> None:
+        recorded = {r.id: r.status for r in work.records}.get(step.id)
+        if recorded != "done":
+            work.mark(step, "done" if recorded in ("intent", "done") else "skipped")
+            if recorded == "intent" and step.rolls_pods() and not work.rollback:
+                work.rec.wrote_labels = True  # our write landed; the run died before "done"
+            self.save()
+        self.listener.step(StepEvent(work.rec.number, step, "skipped"))
+
+    def wait_pre(self, work: PhaseWork, step: Step, base: Snapshot,
+                 pre: list[GateResult]) -> list[GateResult]:
+        """Pre-gates that heal by themselves (an old Service garbage collection is removing):
+        wait for them on Service events, within --timeout, then write at once."""
+        self.listener.message(f"waiting: {g.describe(pre)}")
+        deadline = self.clock.monotonic() + self.settings.timeout
+
+        def check() -> list[GateResult]:
+            return list(work.module.before_write(self.context(self.fresh(base)), step))
+
+        return self.waiter.until(check, deadline, wake_kind=kinds.SERVICE,
+                                 fatal=lambda rs: not all(r.wait for r in g.failed(rs)))
+
+    def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
+        # Intent, the write and its "done" go together: SIGTERM or Ctrl-C arriving while the
+        # write is in flight stops the run only once it is recorded (interrupts.py).
+        with interrupts.shielded():
+            work.mark(step, "intent")
+            self.save()
+            self.listener.step(StepEvent(work.rec.number, step, "writing"))
+            note = executor.execute(step, self.kube, self.namespace, self.catalog)
+            self.result.writes += 1
+            if note:
+                self.listener.message(note)
+            work.mark(step, "done")
+            if step.rolls_pods() and not work.rollback:
+                work.rec.wrote_labels = True
+            self.save()
+        self.listener.step(StepEvent(work.rec.number, step, "done"))
+
+    def roll(self, work: PhaseWork, step: Step) -> None:
+        ondelete.roll(self, work, step)
+
+    def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
+        afterwrite.wait(self, work, step, base)
+
+    def check(self, work: PhaseWork, step: Step) -> None:
+        afterwrite.wait(self, work, step, None)
+
+    def settle_after_restore(self, state: State) -> None:
+        """Give kube-proxy `--settle` after the selectors were restored — measured from the
+        recorded finish, so a run killed during the countdown waits only the rest of it."""
+        rec = state.phase(phases.selector_phase().NUMBER)
+        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished:
+            return
+        finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        elapsed = (self.clock.now() - finished).total_seconds()
+        remaining = self.settings.settle - max(0.0, elapsed)
+        if remaining > 0:
+            self.waiter.settle(remaining, self.listener.settle)

@@ -100,6 +100,14 @@ def test_the_overlay_brings_the_guard_up_in_the_olm_namespace(
     deployment = sim.store.find(kinds.DEPLOYMENT, NS, "dcgm-migrate-guard")
     assert deployment is not None and deployment["status"].get("readyReplicas") == 2
     assert sim.store.find(kinds.DEPLOYMENT, "gpu-operator", "dcgm-migrate-guard") is None
+    # the Job's pod too, under restricted-v2 with the namespace's first UID (no fixed one)
+    def job_pods() -> list[dict[str, Any]]:
+        pods, _ = sim.store.list(kinds.POD, NS)
+        return [p for p in pods if p["metadata"]["name"].startswith("dcgm-migrate-apply-")]
+
+    job_pod = sim.wait_for(job_pods, timeout=60)[0]
+    assert [c["securityContext"]["runAsUser"] for c in job_pod["spec"]["containers"]] == [
+        1000680000]
     # its RBAC is bound in that namespace: the guard's ServiceAccount may patch the alias there
     can = _kubectl(tmp_path, "--kubeconfig", str(admin), "auth", "can-i", "patch",
                    "services/nvidia-dcgm-exporter", "-n", NS,

@@ -49,9 +49,9 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
     reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
                                         kinds.ENDPOINTSLICE) for v in ("get", "list", "watch")]
     return (
-        # The namespace itself: its GET is authorised in that namespace (the API server's
-        # RequestInfo makes a namespace's name its namespace), so the Role grants it and no
-        # name is needed to narrow it.
+        # The namespace itself: its GET is authorised in that namespace (k8s.io/apiserver
+        # pkg/endpoints/request/requestinfo.go `NewRequestInfo`: in /namespaces/{name} the name
+        # is the request's namespace), so the Role grants it, reaching no other namespace.
         Permission("get", kinds.NAMESPACE),
         Permission("list", kinds.CLUSTER_POLICY, namespaced=False),
         Permission("list", kinds.GPU_CLUSTER, namespaced=False),

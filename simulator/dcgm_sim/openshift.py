@@ -51,7 +51,7 @@ KUBERNETES, OPENSHIFT = "kubernetes", "openshift"
 PLATFORMS = (KUBERNETES, OPENSHIFT)
 
 UID_RANGE_ANNOTATION = "openshift.io/sa.scc.uid-range"
-FIRST_UID, BLOCK_SIZE = 1000680000, 10000  # the block the first project gets in the docs' example
+FIRST_UID, BLOCK_SIZE = 1000680000, 10000  # an example first block; real clusters vary
 WIDER_SCCS = ("nonroot-v2", "anyuid", "privileged")
 SCC_GROUP, SCC_RESOURCE = "security.openshift.io", "securitycontextconstraints"
 

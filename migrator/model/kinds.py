@@ -69,7 +69,7 @@ SERVICE_MONITOR = Kind(
 POD_MONITOR = Kind(
     "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, ("pmon",)
 )
-# Read only for its ServiceMonitor discovery role (`model/monitoring.py`).
+# Read only for its ServiceMonitor discovery role (`model/promdiscovery.py`).
 PROMETHEUS = Kind(
     "monitoring.coreos.com", "v1", "prometheuses", "Prometheus", True, ("prom",), True
 )

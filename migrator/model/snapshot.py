@@ -187,7 +187,7 @@ class Snapshot:
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
     # Prometheus Operator `Prometheus` CRs (any namespace): which discovery role their
-    # ServiceMonitors get (`monitoring.monitor_roles`); empty where the CRD is absent or the
+    # ServiceMonitors get (`promdiscovery.monitor_roles`); empty where the CRD is absent or the
     # tool may not list them, and then every ServiceMonitor has the operator's default role.
     prometheuses: tuple[Obj, ...] = ()
     # The guard's Leases (the tool's managed-by label) and whether they could be read; the

@@ -29,8 +29,8 @@ from migrator.kube.retrying import (
     Outcome,
     RetryPolicy,
     Transient,
-    call_with_retries,
     parse_retry_after,
+    retrier,
 )
 from migrator.kube.statuses import error_for
 
@@ -116,12 +116,9 @@ class Transport:
         outcome = Outcome()
         timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
 
-        def once() -> Response:
-            return self._once(method, path, query, body, content_type, stream, timeout, outcome,
-                              accept)
-
         try:
-            return call_with_retries(once, self.policy, outcome)
+            return retrier(self.policy, outcome)(self._once, method, path, query, body,
+                                                 content_type, stream, timeout, outcome, accept)
         except Transient as exc:
             raise self._give_up(exc, method, path, outcome) from exc
         finally:

@@ -19,7 +19,7 @@ from migrator.errors import APINotFound, WatchExpired
 from migrator.kube import config, watching
 from migrator.kube.discovery import Discovery
 from migrator.kube.retrying import RetryPolicy
-from migrator.kube.transport import Query, Transport
+from migrator.kube.transport import Transport
 from migrator.model import kinds, tables
 from migrator.model.kinds import Kind
 from migrator.model.printed import printed_object
@@ -162,10 +162,6 @@ class Kube(Discovery):
             return None
         self._saw(kind, obj)
         return obj
-
-    def get_path(self, path: str, query: Query = ()) -> Any:
-        """Any GET (for example `/version`), parsed JSON; APINotFound on 404."""
-        return self._transport.send("GET", path, query).json()
 
     def pages(
         self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,

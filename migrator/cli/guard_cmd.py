@@ -26,6 +26,7 @@ from migrator.engine.reports import GuardReport
 from migrator.engine.serving import parse_address
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
+from migrator.kube.retrying import RetryPolicy
 from migrator.model.stacks import load_catalog
 
 
@@ -80,7 +81,7 @@ def guard(
     settings = GuardSettings(lease_name=lease_name, identity=identity or _identity(),
                              lease_seconds=lease_seconds, resync_seconds=resync,
                              verdict_seconds=verdict_seconds)
-    kube = Kube.connect(kubeconfig, context)
+    kube = Kube.connect(kubeconfig, context, retry=RetryPolicy(notice=_log))
     try:
         g = Guard(kube, namespace, load_catalog(), settings, log=_log)
         if once:

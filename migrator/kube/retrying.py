@@ -46,6 +46,8 @@ class RetryPolicy:
     backoff_max: float = 8.0  # cap of one exponential wait
     connect_timeout: float = 5.0  # seconds to open a connection
     read_timeout: float = 30.0  # seconds to wait for an answer (watches add their own)
+    # The server's bookmark cadence a watch's idle timeout is set from (kube/watching.py).
+    watch_bookmark_seconds: float = 60.0
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     random: Callable[[], float] = field(default=random.random, compare=False)
     # Told of every Retry-After about to be waited out (a progress line; see `retry_after_notice`).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from migrator.engine.clock import Clock, SystemClock
@@ -173,6 +174,14 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
         return tuple(kube.list(kind, namespace).items)
 
 
+def read_at(kube: Kube, clock: Clock | None) -> datetime:
+    """When a whole read was taken, by the API server's clock (the `Date` of its latest
+    answer, the Lease list's): the guard's Lease renewals are judged against the server's
+    time, so a skewed host running `verify` from cron neither pages on a live guard nor
+    passes a dead one. This host's clock only where no answer carried a date."""
+    return kube.server_date or (clock or SystemClock()).now()
+
+
 def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
                       ) -> tuple[tuple[Obj, ...], bool]:
     """The guard's Leases in the namespace (the tool's managed-by label, whatever their name)
@@ -258,7 +267,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                     service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api,
                     pod_monitors=pod_monitors, prometheuses=prometheuses, guard_leases=leases,
                     leases_read=leases_read,
-                    taken_at=(clock or SystemClock()).now())
+                    taken_at=read_at(kube, clock) if whole_read else (clock or SystemClock()).now())
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],

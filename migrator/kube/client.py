@@ -15,6 +15,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from migrator.errors import APINotFound, WatchExpired
@@ -137,6 +138,11 @@ class Kube:
     @property
     def retry_count(self) -> int:
         return self._transport.retries
+
+    @property
+    def server_date(self) -> datetime | None:
+        """The API server's time as of its latest answer (`Transport.server_date`)."""
+        return self._transport.server_date
 
     def close(self) -> None:
         self._transport.close()

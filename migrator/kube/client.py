@@ -422,6 +422,15 @@ class Kube:
         reason = str(status.get("reason") or status.get("evaluationError") or "")
         return bool(status.get("allowed")), reason
 
+    def can_they(self, spec: Obj) -> bool:
+        """SubjectAccessReview: may the user in `spec` (user, groups, resourceAttributes) do
+        it? APIForbidden unless the caller may `create subjectaccessreviews`."""
+        review = {"apiVersion": kinds.SUBJECT_ACCESS_REVIEW.api_version,
+                  "kind": kinds.SUBJECT_ACCESS_REVIEW.kind, "spec": spec}
+        answer = self._request(
+            "POST", kinds.SUBJECT_ACCESS_REVIEW.collection_path(), (), review) or {}
+        return bool((answer.get("status") or {}).get("allowed"))
+
     def _resources(self, group: str, version: str) -> frozenset[str] | None:
         """Plural names served under group/version (discovery, cached); None if not served."""
         with self._apis_lock:

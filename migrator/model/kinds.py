@@ -87,7 +87,7 @@ SELF_SUBJECT_ACCESS_REVIEW = Kind(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
 )
 
-SUBJECT_ACCESS_REVIEW = Kind(  # the sim serves it (another user's rights); the tool never asks
+SUBJECT_ACCESS_REVIEW = Kind(  # another user's rights: preflight asks about the guard's account
     "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False
 )
 ACCESS_REVIEWS: tuple[Kind, ...] = (SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW)

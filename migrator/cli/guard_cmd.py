@@ -62,8 +62,9 @@ def guard(
         "--metrics-port", help="Serve /metrics, /healthz and /readyz on this port of every "
         "address (short for --metrics-bind-address :PORT).", min=0, max=65535)] = None,
     verdict_seconds: Annotated[float, typer.Option(
-        "--verdict-seconds", help="The verdict (a whole read of the namespace) at most this "
-        "often after a watched change; at least hourly regardless.", min=1.0)] = 300.0,
+        "--verdict-seconds", help="The verdict's cross-check (a whole read of the namespace) "
+        "at most this often after a watched change; at least hourly regardless. The verdict "
+        "itself follows each change from the guard's caches.", min=1.0)] = 300.0,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,

@@ -10,6 +10,7 @@ from migrator.engine import slicewrites
 from migrator.engine.elector import JITTER_FACTOR, Timing
 
 DEFAULT_LEASE = "dcgm-migrate-guard"
+VERDICT_DEBOUNCE_MAX = 5.0  # a burst of changes delays the cached verdict at most 5 debounces
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,14 @@ class GuardSettings:
     # Unused since the loop's watches are informers (engine/informer.py's WATCH_SECONDS); kept
     # so that settings written for the earlier loop still construct.
     watch_seconds: int = 30
-    # The verdict (a whole read of the namespace) while leading, logged when it changes: the
-    # first line an SRE sees when a stable name stops reaching nodes. At most this often, and
-    # only when something it reads changed since the last one (`verdict_due`)...
+    # The verdict while leading, logged when it changes: the first line an SRE sees when a
+    # stable name stops reaching nodes. From the guard's caches (its DaemonSets, Services,
+    # stable names' EndpointSlices and the DCGM pods as printed rows) once the changes it
+    # watches have been quiet this long, or this long times `VERDICT_DEBOUNCE_MAX` after the
+    # first of a burst (`cached_verdict_due`): the gauge follows a node failure in seconds.
+    verdict_debounce_seconds: float = 1.0
+    # The whole read of the namespace, the cross-check of the cached one: at most this often,
+    # and only when something it reads changed since the last one (`verdict_due`)...
     verdict_seconds: float = 300.0
     # ... and at least this often regardless (what no watched event shows: a pod relabelled
     # by hand whose Service the tool does not follow).
@@ -64,3 +70,15 @@ def verdict_due(settings: GuardSettings, now: float, last: float | None,
     elapsed = now - last
     return elapsed >= settings.verdict_idle_seconds or (changed and
                                                          elapsed >= settings.verdict_seconds)
+
+
+def cached_verdict_due(settings: GuardSettings, now: float, first: float | None,
+                       last: float) -> bool:
+    """Is the verdict from the caches due at `now`? `first`/`last`: when the first and the
+    latest change it has not judged yet arrived (None: none). Debounced: a rollout's burst of
+    pod events makes one verdict once it is quiet, not one per event; a burst that does not
+    end is judged every `VERDICT_DEBOUNCE_MAX` debounces anyway."""
+    if first is None:
+        return False
+    wait = settings.verdict_debounce_seconds
+    return now - last >= wait or now - first >= wait * VERDICT_DEBOUNCE_MAX

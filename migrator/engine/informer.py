@@ -227,7 +227,8 @@ def pod_selectors(catalog: Catalog) -> list[str]:
     return stacks.pod_selectors(catalog.components, per_app=True)
 
 
-def _view(pod: Obj) -> PodView:
+def pod_view(pod: Obj) -> PodView:
+    """What a pod cache keeps of a pod (its printed row, `model/printed.py`)."""
     return PodView.of(pod)
 
 
@@ -257,7 +258,7 @@ class Informer:
                   Reflector(kube, kinds.DAEMONSET, namespace, _whole, clock=clock),
                   Reflector(kube, kinds.SERVICE, namespace, _whole, clock=clock),
                   Reflector(kube, kinds.ENDPOINTSLICE, namespace, _whole, clock=clock),
-                  tuple(Reflector(kube, kinds.POD, namespace, _view, sel, printed=True,
+                  tuple(Reflector(kube, kinds.POD, namespace, pod_view, sel, printed=True,
                                   clock=clock)
                         for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf._saw)

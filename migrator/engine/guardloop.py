@@ -21,7 +21,12 @@ from typing import Any
 
 from migrator.engine.events import NORMAL, WARNING, typed
 from migrator.engine.guardreconcile import Reconciler
-from migrator.engine.guardsettings import VERDICT_DEBOUNCE_MAX, cached_verdict_due, verdict_due
+from migrator.engine.guardsettings import (
+    VERDICT_COST_FACTOR,
+    VERDICT_DEBOUNCE_MAX,
+    cached_verdict_due,
+    verdict_due,
+)
 from migrator.engine.health import Health
 from migrator.errors import APIError, ClusterError
 from migrator.model import guarding, kinds
@@ -56,6 +61,8 @@ class Loop:
     # The changes no verdict has judged yet: when the first and the latest arrived.
     unjudged_first: float | None = None
     unjudged_last: float = float("-inf")
+    cached_end: float = float("-inf")  # when the last verdict from the caches ended
+    cached_cost: float = 0.0  # and how long it took (seconds of the loop's clock)
 
     def start_judging(self, *, cached: bool = False) -> None:
         """Take the verdict on a thread of its own: its whole read of a 15,000-node namespace
@@ -83,8 +90,12 @@ class Loop:
     def _judged(self, cached: bool) -> None:
         """Check the verdict; log it (and record it on the state ConfigMap) when it changed."""
         r = self.reconciler
+        began = r.clock.monotonic()
         try:
             verdict = r.verdict(cached=cached)
+            if cached:
+                self.cached_end = r.clock.monotonic()
+                self.cached_cost = self.cached_end - began
         except (APIError, ClusterError) as exc:
             r.metrics.api_error("verdict")
             r.log(f"verdict unreadable ({exc}); checked again later")
@@ -133,7 +144,8 @@ class Loop:
             if verdict_due(s, now, self.last_judged, self.changed):
                 self.start_judging()
             elif r.verdict_cache is not None and cached_verdict_due(
-                    s, now, self.unjudged_first, self.unjudged_last):
+                    s, now, self.unjudged_first, self.unjudged_last,
+                    previous_end=self.cached_end, previous_cost=self.cached_cost):
                 self.start_judging(cached=True)
         batch = self._wait(events)
         relists = self.relists()
@@ -156,8 +168,9 @@ class Loop:
                    else self.next_pass)
         if self.unjudged_first is not None and r.verdict_cache is not None:
             wait = s.verdict_debounce_seconds
-            wake = min(wake, self.unjudged_last + wait,
-                       self.unjudged_first + wait * VERDICT_DEBOUNCE_MAX)
+            wake = min(wake, max(min(self.unjudged_last + wait,
+                                     self.unjudged_first + wait * VERDICT_DEBOUNCE_MAX),
+                                 self.cached_end + self.cached_cost * VERDICT_COST_FACTOR))
         timeout = (max(0.0, min(wake - r.clock.monotonic(), s.retry_seconds)) if self.leading
                    else s.retry_seconds)
         batch: list[Queued] = []

@@ -182,7 +182,7 @@ class Guard:
         every: dict[str, Reflector[Any]] = {**self.caches, **self.pod_caches}
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = wake
-        self.health.beating("loop")
+        self.health.beat("loop")
         for plural, cache in every.items():
             self.health.expect(f"watch/{plural}")
             self.health.check(f"watch/{plural}", functools.partial(_thread_ended, cache, stop))

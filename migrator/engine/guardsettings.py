@@ -27,9 +27,6 @@ class GuardSettings:
     renew_deadline_seconds: float | None = None
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
-    # Unused since the loop's watches are informers (engine/informer.py's WATCH_SECONDS); kept
-    # so that settings written for the earlier loop still construct.
-    watch_seconds: int = 30
     # The verdict while leading, logged when it changes: the first line an SRE sees when a
     # stable name stops reaching nodes. From the guard's caches (its DaemonSets, Services,
     # stable names' EndpointSlices and the DCGM pods as printed rows) once the changes it

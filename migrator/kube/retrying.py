@@ -25,14 +25,10 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import tenacity
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -109,7 +105,7 @@ class Outcome:
 
     attempts: int = 0
     waited: float = 0.0
-    transient_failures: int = 0
+    transient_failures: int = 0  # the ones another attempt followed
     backed_off: float = 0.0  # the part of `waited` that was backoff, not Retry-After
 
 
@@ -142,20 +138,17 @@ def _stop(policy: RetryPolicy, outcome: Outcome) -> Callable[[tenacity.RetryCall
     return stop
 
 
-def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, outcome: Outcome) -> T:
-    """Run `fn` until it returns, raises a non-`Transient` error, or the budget is spent.
+def retrier(policy: RetryPolicy, outcome: Outcome) -> tenacity.Retrying:
+    """Calls a function until it returns, raises a non-`Transient` error, or the budget is
+    spent (then the last `Transient` is re-raised for the caller to translate), counting into
+    `outcome`. The caller hands it the request function itself: no wrapper of ours sits
+    between the retries and the request."""
 
-    On giving up, the last `Transient` is re-raised for the caller to translate."""
-
-    def attempt() -> T:
+    def count(state: tenacity.RetryCallState) -> None:
         outcome.attempts += 1
-        try:
-            return fn()
-        except Transient:
-            outcome.transient_failures += 1
-            raise
 
     def record_sleep(state: tenacity.RetryCallState) -> None:
+        outcome.transient_failures += 1
         outcome.waited += state.upcoming_sleep
         exc = state.outcome.exception() if state.outcome else None
         if _server_wait(exc, policy) is None:
@@ -163,12 +156,12 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, outcome: Outcome
         elif policy.notice is not None and state.upcoming_sleep > 0 and isinstance(exc, Transient):
             policy.notice(retry_after_notice(state.upcoming_sleep, exc.status))
 
-    retrying = tenacity.Retrying(
+    return tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(Transient),
         wait=_wait(policy),
         stop=_stop(policy, outcome),
         sleep=policy.sleep,
+        before=count,
         before_sleep=record_sleep,
         reraise=True,
     )
-    return retrying(attempt)

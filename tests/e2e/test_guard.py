@@ -77,7 +77,7 @@ def running_guard(env: E2E, identity: str = "guard-a", *, lease_seconds: int = 1
     kube = kube or Kube.connect(env.sim.kubeconfig)
     log: list[str] = []
     settings = GuardSettings(identity=identity, lease_seconds=lease_seconds,
-                             retry_seconds=0.2, watch_seconds=5, min_pass_seconds=0.05)
+                             retry_seconds=0.2, min_pass_seconds=0.05)
     guard = Guard(kube, NS, load_catalog(), settings, log=log.append, clock=clock)
     stop = threading.Event()
     thread = threading.Thread(target=guard.run, args=(stop,), daemon=True, name=identity)

@@ -12,8 +12,8 @@ from migrator.kube.retrying import (
     Outcome,
     RetryPolicy,
     Transient,
-    call_with_retries,
     parse_retry_after,
+    retrier,
 )
 
 
@@ -41,7 +41,7 @@ def test_retry_after_is_honoured_and_the_call_then_succeeds() -> None:
     outcome = Outcome()
     fn = flaky([Transient("HTTP 429", status=429, retry_after=7.0),
                 Transient("HTTP 503", status=503)])
-    assert call_with_retries(fn, policy(sleeps), outcome) == "ok"
+    assert retrier(policy(sleeps), outcome)(fn) == "ok"
     assert sleeps == [7.0, 0.5]  # Retry-After, then the backoff after attempt 2 (0.25 * 2)
     assert outcome.attempts == 3 and outcome.transient_failures == 2
     assert outcome.waited == pytest.approx(7.5)
@@ -52,7 +52,7 @@ def test_gives_up_after_the_attempts_and_reraises_the_last_failure() -> None:
     outcome = Outcome()
     fn = flaky([Transient(f"HTTP 503 #{i}", status=503) for i in range(10)])
     with pytest.raises(Transient, match="#5"):
-        call_with_retries(fn, policy(sleeps, attempts=6), outcome)
+        retrier(policy(sleeps, attempts=6), outcome)(fn)
     assert outcome.attempts == 6
     assert len(sleeps) == 5
 
@@ -63,10 +63,8 @@ def test_the_total_wait_never_exceeds_the_budget() -> None:
     outcome = Outcome()
     fn = flaky([Transient("HTTP 429", status=429, retry_after=12.0) for _ in range(10)])
     with pytest.raises(Transient):
-        call_with_retries(
-            fn, policy(sleeps, attempts=10, max_wait_seconds=20.0,
-                       max_retry_after_seconds=10.0), outcome
-        )
+        retrier(policy(sleeps, attempts=10, max_wait_seconds=20.0,
+                       max_retry_after_seconds=10.0), outcome)(fn)
     assert sleeps == [10.0, 10.0, 10.0]  # capped at 10 s; a fourth would pass 20 + 10 s
     assert outcome.attempts == 4
 
@@ -76,7 +74,7 @@ def test_backoff_alone_keeps_to_max_wait_seconds() -> None:
     outcome = Outcome()
     fn = flaky([Transient("HTTP 503", status=503) for _ in range(20)])
     with pytest.raises(Transient):
-        call_with_retries(fn, policy(sleeps, attempts=20, backoff_max=8.0), outcome)
+        retrier(policy(sleeps, attempts=20, backoff_max=8.0), outcome)(fn)
     assert sum(sleeps) <= 30.0 and sum(sleeps) + 8.0 > 30.0  # stops at the next wait over 30
     assert outcome.backed_off == pytest.approx(sum(sleeps))
 
@@ -90,7 +88,7 @@ def test_a_maximal_priority_and_fairness_retry_after_is_waited_out_and_said() ->
     fn = flaky([Transient("HTTP 503", status=503),
                 Transient("HTTP 429", status=429, retry_after=32.0),
                 Transient("HTTP 503", status=503)])
-    assert call_with_retries(fn, policy(sleeps, notice=notices.append), outcome) == "ok"
+    assert retrier(policy(sleeps, notice=notices.append), outcome)(fn) == "ok"
     assert sleeps == [0.25, 32.0, 1.0]
     assert notices == ["API server asked to retry after 32 s (priority and fairness)"]
     assert outcome.backed_off == pytest.approx(1.25) and outcome.waited == pytest.approx(33.25)
@@ -99,7 +97,7 @@ def test_a_maximal_priority_and_fairness_retry_after_is_waited_out_and_said() ->
 def test_a_retry_after_beyond_the_cap_is_waited_for_the_cap() -> None:
     sleeps: list[float] = []
     fn = flaky([Transient("HTTP 429", status=429, retry_after=600.0)])
-    assert call_with_retries(fn, policy(sleeps), Outcome()) == "ok"
+    assert retrier(policy(sleeps), Outcome())(fn) == "ok"
     assert sleeps == [RetryPolicy().max_retry_after_seconds]
 
 
@@ -112,7 +110,7 @@ def test_other_errors_are_not_retried() -> None:
         raise KeyError("not transient")
 
     with pytest.raises(KeyError):
-        call_with_retries(fn, policy(sleeps), Outcome())
+        retrier(policy(sleeps), Outcome())(fn)
     assert calls == [1] and sleeps == []
 
 

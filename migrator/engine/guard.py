@@ -130,9 +130,10 @@ class Guard:
         for pods in self.pod_caches.values():
             pods.saw(kind, obj)
 
-    def _start(self, cache: Reflector[Any], stop: threading.Event) -> None:
-        """Start one informer, retrying while the API refuses (a pass lists meanwhile)."""
-        name = f"watch/{cache.kind.plural}"
+    def _start(self, key: str, cache: Reflector[Any], stop: threading.Event) -> None:
+        """Start one informer, retrying while the API refuses (a pass lists meanwhile);
+        `key`: its name among the caches, under which readiness waits for it."""
+        name = f"watch/{key}"
         while not stop.is_set():
             try:
                 cache.start()
@@ -192,11 +193,11 @@ class Guard:
         self.recorder.start()
         self.elector.start()
         try:
-            for cache in self.caches.values():
-                self._start(cache, stop)
+            for key, cache in self.caches.items():
+                self._start(key, cache, stop)
                 changed("RESYNC", {"kind": cache.kind.kind})  # its list is a change, as ever
-            for pods in self.pod_caches.values():
-                self._start(pods, stop)
+            for key, pods in self.pod_caches.items():
+                self._start(key, pods, stop)
             while not stop.is_set():
                 loop.tick(events, stop)
         finally:

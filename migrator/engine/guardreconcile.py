@@ -105,6 +105,7 @@ class Reconciler:
         self.log, self.note = log, note
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
+        self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
         # The loop's informers (kind plural → cache), set by the runner while it runs.
         self.caches: dict[str, Reflector[Obj]] = {}
         # The same caches with the DCGM pods' (printed rows), as the verdict reads them; set
@@ -258,7 +259,8 @@ class Reconciler:
                                        {c.alias or "": c.service for c, _, _ in names})
         needed = (enabled and names) or sharing.shared_slices(slices, self.catalog.common)
         keeper = self.keeper() if needed else None
-        shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper, enabled=enabled)
+        shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper,
+                                              enabled=enabled, shaped=self.shaped)
                           if keeper is not None else ([], []))
         for share in shared:
             for conflict in share.conflicts:

@@ -127,7 +127,7 @@ def _status_faults(status: StatusReport) -> list[str]:
     """Why `status` fails beyond the verdict: the state's side of the answer."""
     out = []
     if status.run.state == "interrupted":
-        out.append(f"a run was interrupted; resume: {status.run.resume}")
+        out.append(f"a run was interrupted; resume: `{status.run.resume}`")
     if status.report.lost_state:
         out.append("the state is lost (Warnings)")
     if not status.report.gates_ok(completed_only=True):

@@ -109,7 +109,9 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
         phases=views, warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
-        verdict=outcome.verdict(snapshot, catalog, phases.answers()), lost_state=tuple(lost),
+        verdict=outcome.verdict(snapshot, catalog, phases.answers(), completed=max(
+            (n for n, r in (state.phases if state else {}).items()
+             if r.status is PhaseStatus.COMPLETED), default=0)), lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
@@ -166,9 +168,9 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     elif bad:
         bad.sort(key=lambda c: not c.name.startswith("guard-live/"))  # the root cause first
         fix = f"; fix: {bad[0].fix}" if bad[0].fix else ""
+        nobody = ", which no phase answers for" if all(c.phase == 0 for c in bad) else ""
         lines.append(Closing("run", True, f"{done}; the stable identity is not whole yet "
-                             f"({', '.join(c.name for c in bad)}), which no phase answers "
-                             f"for{fix}"))
+                             f"({', '.join(c.name for c in bad)}){nobody}{fix}"))
     else:
         lines.append(Closing("run", True, done))
     return lines

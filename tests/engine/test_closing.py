@@ -76,4 +76,4 @@ def test_status_names_why_it_fails_beyond_the_verdict() -> None:
                                            "dcgm-migrate rollback --phase 1 -n x", None, None,
                                            None))
     assert closing(doc)[1] == ("status: NOT OK — a run was interrupted; resume: "
-                               "dcgm-migrate rollback --phase 1 -n x")
+                               "`dcgm-migrate rollback --phase 1 -n x`")

@@ -6,6 +6,7 @@ command from its output, runs it exactly as printed (`dcgm-migrate` is this chec
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -153,3 +154,119 @@ def test_only_the_options_given_are_added(fresh: Callable[..., Env]) -> None:
         assert "--context" not in argv, command
         assert argv[argv.index("--kubeconfig") + 1] == env.kubeconfig, command
         assert "-n" in argv or "--namespace" in argv, command
+
+
+# ---- what each failure's fix names, run as printed -------------------------------------------
+
+APPLY3 = ("apply", "--phase", "3", "--yes", "--settle", "0s")
+
+
+def verified(env: Env) -> tuple[crash.Proc, dict[str, dict[str, Any]]]:
+    """`verify -o json` and its failed checks by name."""
+    done = crash.run(env.kubeconfig, "verify", "-o", "json")
+    doc = json.loads(done.stdout)
+    return done, {c["name"]: c for c in doc["verdict"]["checks"] if not c["ok"]}
+
+
+def gates(env: Env) -> dict[str, bool]:
+    doc = json.loads(crash.run(env.kubeconfig, "verify", "-o", "json").stdout)
+    return {g["name"]: g["ok"] for p in doc["phases"] for g in p["gates"]}
+
+
+def test_a_failed_node_fix_names_the_node_and_its_pod(fresh: Callable[..., Env],
+                                                      tmp_path: Path) -> None:
+    """A node stops reporting after the migration: `nodes-covered` says what helps — the
+    node, its pod — as commands that work as printed, never a phase's `apply`, which would
+    answer with the same fix."""
+    env = fresh(monitor=False)
+    assert crash.run(env.kubeconfig, *APPLY3).code == 0
+    pod = next(p for p in env.sim.store.list(kinds.POD, NS)[0]
+               if p["metadata"]["name"].startswith("nvidia-dcgm-dra-"))
+    node = pod["spec"]["nodeName"]
+    env.sim.fail_node(node)
+    env.sim.wait_for(lambda: "nodes-covered/nvidia-dcgm" in verified(env)[1], 60)
+    done, failed = verified(env)
+    assert done.code == 1
+    for name in ("nodes-covered/nvidia-dcgm", "nodes-covered/nvidia-dcgm-exporter"):
+        fix = failed[name]["fix"]
+        assert "apply" not in fix and node in fix, fix
+        commands = printed(fix)
+        assert commands and all(shlex.split(c)[0] == "kubectl" for c in commands), fix
+        described = [run_printed(c, tmp_path) for c in commands]
+        assert all(d.code == 0 for d in described), [d.output[-500:] for d in described]
+        assert any(f"Name:               {node}" in d.stdout and "NodeStatusUnknown" in d.stdout
+                   for d in described), [d.stdout[:300] for d in described]
+    env.sim.heal_node(node)
+
+
+def test_an_alias_deleted_after_the_switch_is_restored_by_its_fix(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """An alias deleted after phase 3: the one command every fix names restores everything
+    that was completed — the alias, on the common selector — so `selector-holds` passes."""
+    env = fresh(monitor=False)
+    assert crash.run(env.kubeconfig, *APPLY3).code == 0
+    env.sim.store.delete(kinds.SERVICE, NS, "nvidia-dcgm")
+    done, failed = verified(env)
+    assert done.code == 1 and "stable-name/nvidia-dcgm" in failed, failed
+    output = crash.run(env.kubeconfig, "verify").output + done.stdout
+    applies = {c for c in printed(output) if shlex.split(c)[1] in ("apply", "rollback")}
+    assert applies == {f"dcgm-migrate apply --phase 3 --kubeconfig {env.kubeconfig}"}, applies
+    [fix] = applies
+    assert run_printed(fix, tmp_path).code == 0
+    assert env.sim.store.get(kinds.SERVICE, NS, "nvidia-dcgm")["spec"]["selector"] == {
+        DCGM: "true"}
+    assert gates(env)["selector-holds/nvidia-dcgm"]
+    assert verified(env)[0].code == 0
+
+
+def _edit_cr(env: Env) -> None:
+    """An operator upgrade or CR edit: the desired DaemonSets change, so their hash does."""
+    cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
+    cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
+    cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
+    env.sim.store.update(kinds.GPU_CLUSTER, cr)
+
+
+def _rolled_out(env: Env) -> bool:
+    for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
+        ds = env.sim.store.get(kinds.DAEMONSET, NS, name)
+        st = ds.get("status") or {}
+        if not (st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+                and st.get("updatedNumberScheduled") == st.get("desiredNumberScheduled")
+                == st.get("numberAvailable")):
+            return False
+    return True
+
+
+def test_an_operator_rerender_without_the_guard_is_fixed_as_the_runbook_says(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """The operator re-renders the DaemonSets without the common labels and no guard runs:
+    every check's fix says what the runbook says ("rollback --phase 3 now, then apply --phase
+    3"); run as printed, the rollback reports OK (it did its job), and the apply restores the
+    migration."""
+    env = fresh(monitor=False, operator_reconcile_seconds=0.5)
+    assert crash.run(env.kubeconfig, *APPLY3).code == 0
+    _edit_cr(env)
+    env.sim.wait_for(lambda: all(
+        DCGM not in p["metadata"]["labels"] for p in env.sim.store.list(kinds.POD, NS)[0]
+        if p["metadata"]["name"].startswith("nvidia-dcgm-dra-")), 60)
+    env.sim.wait_for(lambda: _rolled_out(env), 60)
+    done, failed = verified(env)
+    assert done.code == 1
+    assert "pods-labelled/nvidia-dcgm-dra" in failed and "nodes-covered/nvidia-dcgm" in failed
+    expected = [f"dcgm-migrate rollback --phase 3 --kubeconfig {env.kubeconfig}",
+                f"dcgm-migrate apply --phase 3 --kubeconfig {env.kubeconfig}"]
+    for name in ("pods-labelled/nvidia-dcgm-dra", "nodes-covered/nvidia-dcgm"):
+        assert printed(failed[name]["fix"]) == expected, failed[name]["fix"]
+    table = crash.run(env.kubeconfig, "verify").output
+    assert {c for c in printed(table) if shlex.split(c)[1] in ("apply", "rollback")} == set(
+        expected), table
+    rollback = run_printed(expected[0], tmp_path)
+    assert rollback.code == 0, rollback.output
+    assert "run OK" in rollback.stdout, rollback.stdout
+    assert env.sim.store.get(kinds.SERVICE, NS, "nvidia-dcgm")["spec"]["selector"] == {
+        "app": "nvidia-dcgm-dra"}
+    assert run_printed(expected[1], tmp_path).code == 0
+    assert verified(env)[0].code == 0
+    assert env.sim.store.get(kinds.SERVICE, NS, "nvidia-dcgm")["spec"]["selector"] == {
+        DCGM: "true"}

@@ -19,6 +19,7 @@ from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import Change, SetLabels, SetSelector, Step
+from migrator.model.traffic import traffic_critical
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -49,6 +50,21 @@ def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
         return False
     retired = {r.step_id for r in decision.retire}
     return any(isinstance(r, SetSelector) and r.id not in retired for r in rec.done_steps())
+
+
+def foreign_allowed(state: State | None) -> frozenset[str]:
+    """The Services a switch that still holds made select pods outside the DaemonSets with
+    the SRE's leave (`--allow-foreign-pods`, kept on its step): the verdict honours it."""
+    if state is None:
+        return frozenset()
+    return frozenset(s.service for r in state.phases.values() if r.status.applied
+                     for s in r.done_steps() if isinstance(s, SetSelector) and s.allow_foreign)
+
+
+def completed_phase(state: State | None) -> int:
+    """The highest phase the state records completed (0: none, or no state)."""
+    return max((n for n, r in (state.phases if state else {}).items()
+                if r.status is PhaseStatus.COMPLETED), default=0)
 
 
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
@@ -109,9 +125,10 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
         phases=views, warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
-        verdict=outcome.verdict(snapshot, catalog, phases.answers(), completed=max(
-            (n for n, r in (state.phases if state else {}).items()
-             if r.status is PhaseStatus.COMPLETED), default=0)), lost_state=tuple(lost),
+        verdict=outcome.verdict(snapshot, catalog, phases.answers(),
+                                completed=completed_phase(state),
+                                allowed_foreign=foreign_allowed(state)),
+        lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
@@ -147,8 +164,11 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
+    traffic = [c.name for c in bad if traffic_critical(c.name)]
     lines = [Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
-                     if not bad else f"{len(bad)} of {len(checks)} checks fail")]
+                     if not bad else f"{len(bad)} of {len(checks)} checks fail" + (
+                         f"; consumers' traffic is misrouted or dropped: {', '.join(traffic)}"
+                         if traffic else ""))]
     if isinstance(shown, StatusReport) and not shown.ok:
         lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
     if not isinstance(shown, RunReport):

@@ -57,6 +57,21 @@ class Fixes:
                 "upgrade or CR edit')")
 
 
+# The checks whose failure misroutes or drops consumers' traffic (model/traffic.py checks the
+# last two kinds): a name missing, a node unreached, Local lost, an endpoint that is not DCGM,
+# a port nothing serves, the guard's slices routing to pods that are gone. The one definition:
+# the verdict line names them, and docs/prometheusrule.yaml's DcgmStableIdentityCheckFailing
+# alerts on each but nodes-covered (DcgmStableNameNodesUnreached alerts on that by node); any
+# of them fails the verdict, hence verify's exit code, `guard --once` and `verdict_ok`.
+TRAFFIC_CHECKS = ("stable-name", "nodes-covered", "local-traffic", "no-foreign-endpoints",
+                  "ports-served", "shared-endpoints", "guard-live")
+
+
+def traffic_critical(name: str) -> bool:
+    """Does this check (`check/subject`, or the check alone) route consumers' traffic?"""
+    return name.split("/", 1)[0] in TRAFFIC_CHECKS
+
+
 @dataclass(frozen=True)
 class Finding:
     """One check of the verdict on one object."""
@@ -97,7 +112,9 @@ class Verdict:
                 if not f.ok and (upto is None or 1 <= f.phase <= upto)]
 
     def summary(self) -> str:
-        bad = self.failures()
+        """The verdict in one line (the guard's log, `guard --once`): the checks that misroute
+        or drop consumers' traffic first."""
+        bad = sorted(self.failures(), key=lambda f: not traffic_critical(f.name))
         if not bad:
             return f"the stable identity works ({len(self.findings)} checks)"
         return f"{len(bad)} of {len(self.findings)} checks fail: " + "; ".join(

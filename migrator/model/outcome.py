@@ -13,6 +13,9 @@ It judges the cluster the way a consumer meets it, for every stack present:
   Ready one by at least one (`model/monitoring.py`, `model/scrapechecks.py`);
 - no rollout of those DaemonSets is incomplete;
 - no node runs the exporters of both stacks (its GPUs would be reported twice);
+- every ready endpoint of a stable name is a pod of its DaemonSets, and every port of it
+  reaches a port they serve (`model/traffic.py`, which also defines the traffic-critical
+  checks);
 - where the stable names depend on the guard's shared EndpointSlices (both stacks), a guard
   holds its Lease now, and every endpoint of those slices is a live, Ready pod on its node: the
   slices have no controller but the guard, so a stopped guard leaves addresses that kube-proxy
@@ -23,13 +26,14 @@ does; it is the cluster's or the operator's), so `apply --phase N` is judged on 
 1..N answer for, while `verify` and `status` judge everything. Which phase that is the phases
 say (each module's `ANSWERS_FOR`, a set of `model/findings.py`'s `Remedy`, collected by
 `migrator.phases.answers()` and passed in): no phase number is written here. What the state
-recorded never enters here: it adds history, drift and rollback on top, and never turns a
-failing check green. The guard's shared slices are judged in `model/sharedfindings.py`.
+recorded never enters here, but for the fixes' wording (the highest completed phase) and the
+SRE's `--allow-foreign-pods`: it adds history, drift and rollback on top. The guard's shared
+slices are judged in `model/sharedfindings.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
@@ -49,6 +53,7 @@ from migrator.model.findings import (
 from migrator.model.sharedfindings import lease_live, shared_findings
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog, Component, Label
+from migrator.model.traffic import foreign_endpoints, ports_served
 
 DRA_STACK = "gpucluster"
 __all__ = ["Answers", "Finding", "Remedy", "Verdict", "lease_live", "tool_marks", "verdict"]
@@ -162,7 +167,8 @@ def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fix
                    f"a ready endpoint on each of {len(expected)} nodes", phase=phase)
 
 
-def _name_findings(snapshot: Snapshot, need: Need, fixes: Fixes) -> list[Finding]:
+def _name_findings(snapshot: Snapshot, need: Need, fixes: Fixes,
+                   allowed: Collection[str]) -> list[Finding]:
     subject = f"Service/{need.service}"
     phase = fixes.phase(Remedy.ALIASES) if need.alias else 0
     svc = snapshot.services.get(need.service)
@@ -186,7 +192,12 @@ def _name_findings(snapshot: Snapshot, need: Need, fixes: Fixes) -> list[Finding
                            "internalTrafficPolicy: Local (phase "
                            f"{fixes.phase(Remedy.ALIASES)} renders aliases with it)",
                            phase))
-    return [*out, _coverage(snapshot, need, svc, fixes)]
+    resync = ("`dcgm-migrate guard --once` re-syncs the alias with its source Service"
+              if need.alias else "the operator renders this Service: check what its CR sets "
+              f"(`kubectl get service {need.service} -n {snapshot.namespace} -o yaml`)")
+    return [*out, _coverage(snapshot, need, svc, fixes),
+            foreign_endpoints(snapshot, need, svc, allowed),
+            ports_served(snapshot, need, svc, resync)]
 
 
 def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> list[Finding]:
@@ -294,10 +305,12 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
 
 
 def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
-            completed: int = 0) -> Verdict:
+            completed: int = 0, allowed_foreign: Collection[str] = ()) -> Verdict:
     """The verdict on the live cluster (module docstring); `answers`: which phase puts each
     remedy right (`migrator.phases.answers()`); `completed`: the highest phase the state
-    records completed, which only the fixes' wording uses (`findings.Fixes`)."""
+    records completed, which only the fixes' wording uses (`findings.Fixes`);
+    `allowed_foreign`: the Services switched with --allow-foreign-pods, the one decision of
+    the SRE's a check honours (`traffic.foreign_endpoints`)."""
     fixes = Fixes(answers, completed)
     found = discover(snapshot, catalog)
     present = list(found.components)
@@ -310,7 +323,7 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
     findings: list[Finding] = []
     needs = _needs(snapshot, catalog, present)
     for need in needs:
-        findings += _name_findings(snapshot, need, fixes)
+        findings += _name_findings(snapshot, need, fixes, allowed_foreign)
     findings += shared_findings(snapshot, catalog, needs)
     findings += _no_dra_names(snapshot, catalog, stacks)
     for comp in present:

@@ -39,10 +39,10 @@ def option_values(argv: Sequence[str]) -> dict[str, str]:
         head, eq, value = arg.partition("=")
         if head.startswith("--") and eq:
             out[head] = value
-        elif arg.startswith("-") and i + 1 < len(argv) and not eq:
-            out[long_name(arg)] = argv[i + 1]
         elif len(arg) > 2 and not arg.startswith("--") and arg[:2] in _LONG:
-            out[long_name(arg[:2])] = arg[2:]
+            out[long_name(arg[:2])] = arg[2:]  # -nvalue
+        elif arg.startswith("-") and i + 1 < len(argv):
+            out[long_name(arg)] = argv[i + 1]
     return out
 
 

@@ -52,21 +52,6 @@ def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
     return any(isinstance(r, SetSelector) and r.id not in retired for r in rec.done_steps())
 
 
-def foreign_allowed(state: State | None) -> frozenset[str]:
-    """The Services a switch that still holds made select pods outside the DaemonSets with
-    the SRE's leave (`--allow-foreign-pods`, kept on its step): the verdict honours it."""
-    if state is None:
-        return frozenset()
-    return frozenset(s.service for r in state.phases.values() if r.status.applied
-                     for s in r.done_steps() if isinstance(s, SetSelector) and s.allow_foreign)
-
-
-def completed_phase(state: State | None) -> int:
-    """The highest phase the state records completed (0: none, or no state)."""
-    return max((n for n, r in (state.phases if state else {}).items()
-                if r.status is PhaseStatus.COMPLETED), default=0)
-
-
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           *, forward: bool = True, earlier: Iterable[str] = (),
           objects: bool = False) -> PlanReport:
@@ -126,8 +111,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         phases=views, warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
         verdict=outcome.verdict(snapshot, catalog, phases.answers(),
-                                completed=completed_phase(state),
-                                allowed_foreign=foreign_allowed(state)),
+                                completed=state.completed_phase() if state else 0,
+                                allowed_foreign=state.foreign_allowed() if state else ()),
         lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from migrator import phases
 from migrator.engine import slicewrites
-from migrator.engine.assemble import foreign_allowed
 from migrator.engine.clock import Clock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
 from migrator.engine.guardsettings import GuardSettings
@@ -241,7 +240,7 @@ class Reconciler:
         snap = self.read(pods=False)
         state, readable = self.read_state()
         if readable:
-            self.foreign_allowed = foreign_allowed(state)
+            self.foreign_allowed = state.foreign_allowed() if state else frozenset()
         switched = switched_aliases(state)
         if guarding.release_pending(snap, self.catalog, switched):
             snap = self.read()  # the release gates look at every pod: only now read them

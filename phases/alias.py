@@ -100,9 +100,9 @@ def _still_terminating(ctx: PlanContext, alias: str) -> str | None:
         return None
     ns = ctx.snapshot.namespace
     return (f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
-            f"gone: wait for its finalizers, or remove them if nothing needs them (kubectl -n "
+            f"gone: wait for its finalizers, or remove them if nothing needs them (`kubectl -n "
             f"{ns} patch service {alias} --type=merge -p "
-            "'{\"metadata\":{\"finalizers\":null}}'), then run again")
+            "'{\"metadata\":{\"finalizers\":null}}'`), then run again")
 
 
 def plan(ctx: PlanContext) -> PhasePlan:

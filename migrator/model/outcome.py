@@ -228,8 +228,8 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
     subject = f"DaemonSet/{comp.daemonset}"
     rollout = g.daemonset_healthy(snapshot, ds)
     out = [Finding("rollout-complete", subject, rollout.ok, rollout.detail,
-                   "" if rollout.ok else "see which pods are not Ready: kubectl -n "
-                   f"{snapshot.namespace} rollout status ds/{comp.daemonset}")]
+                   "" if rollout.ok else "see which pods are not Ready: `kubectl -n "
+                   f"{snapshot.namespace} rollout status ds/{comp.daemonset}`")]
     label = _selected_label(snapshot, catalog, comp)
     key, value = label.key, label.value
     pods = alive(snapshot.pods_of(comp.daemonset))

@@ -23,7 +23,7 @@ from typing import Any
 
 from migrator.model import gates as g
 from migrator.model import objects as o
-from migrator.model.findings import TRAFFIC_CHECKS, Finding, Need, alive, named, traffic_critical
+from migrator.model.findings import TRAFFIC_CHECKS, Finding, Need, named, traffic_critical
 
 __all__ = ["TRAFFIC_CHECKS", "foreign_endpoints", "ports_served", "traffic_critical"]
 from migrator.model.snapshot import Snapshot
@@ -34,9 +34,11 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
     """Ready pods the Service selects that none of the name's DaemonSets owns."""
     subject = f"Service/{need.service}"
     owners = {c.daemonset for c in need.components}
-    strays = sorted((p for p in alive(snapshot.pods) if p.ready and p.node
-                     and g.service_selects(dict(svc), p.labels)
-                     and not (p.owner_kind == "DaemonSet" and p.owner_name in owners)),
+    service = dict(svc)
+    strays = sorted((p for p in snapshot.pods  # the cheap tests first: 30,000 pods at scale
+                     if not (p.owner_kind == "DaemonSet" and p.owner_name in owners)
+                     and p.ready and p.node and not p.deleting
+                     and g.service_selects(service, p.labels)),
                     key=lambda p: p.name)
     if not strays:
         return Finding("no-foreign-endpoints", subject, True,

@@ -98,4 +98,6 @@ def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: st
     if bad:
         return Finding("ports-served", subject, False,
                        "; ".join(bad) + ": connections to it are refused", fix)
-    return Finding("ports-served", subject, True, f"{len(ports)} ports, each served")
+    plural = "s" if len(ports) != 1 else ""
+    return Finding("ports-served", subject, True,
+                   f"{len(ports)} port{plural}, each to a port its containers declare")

@@ -111,6 +111,8 @@ class Reconciler:
         # The same caches with the DCGM pods' (printed rows), as the verdict reads them; set
         # by the runner while it runs (None: every verdict is a whole read).
         self.verdict_cache: Informer | None = None
+        # The Services switched with --allow-foreign-pods, as the last state read said.
+        self.foreign_allowed: frozenset[str] = frozenset()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -161,7 +163,8 @@ class Reconciler:
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), cache=cache, clock=self.clock,
                              leases=None if own is None else (own,))
-        verdict = outcome.verdict(snap, self.catalog, phases.answers())
+        verdict = outcome.verdict(snap, self.catalog, phases.answers(),
+                                  allowed_foreign=self.foreign_allowed)
         self.metrics.status.judged(verdict, reach.reach(snap, self.catalog, verdict),
                                    self.clock.now().timestamp())
         return verdict
@@ -237,6 +240,8 @@ class Reconciler:
         began = self.clock.monotonic()
         snap = self.read(pods=False)
         state, readable = self.read_state()
+        if readable:
+            self.foreign_allowed = state.foreign_allowed() if state else frozenset()
         switched = switched_aliases(state)
         if guarding.release_pending(snap, self.catalog, switched):
             snap = self.read()  # the release gates look at every pod: only now read them

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from migrator import phases
-from migrator.engine import assemble, informer, projecting, runstatus
+from migrator.engine import assemble, informer, projecting, recovered, runstatus
 from migrator.engine.applying import Apply
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Informer
@@ -50,11 +50,9 @@ from migrator.engine.state import (
     holds,
 )
 from migrator.engine.state import lock as locking
-from migrator.engine.state.configmap import restore_hint
 from migrator.engine.warned import Warned
 from migrator.errors import APIForbidden, LockHeld, UsageError
 from migrator.kube.client import Kube
-from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
@@ -119,22 +117,6 @@ def _records_steps(session: Session) -> bool:
     """The namespace's state records a step that was written (or may have been)."""
     state, _ = _load_state(session)
     return state is not None and any(r.done_steps() for r in state.phases.values())
-
-
-def _refuse_lost_state(session: Session, snap: Snapshot) -> None:
-    """No state, but the cluster carries the tool's marks: the records rollback needs were
-    lost. Going on would record a migration from a cluster that is already half-migrated, with
-    originals that are not the originals, so `apply` and `rollback` stop here (zero writes)."""
-    marks = tool_marks(snap, session.catalog)
-    if marks:
-        cm, mb = session.catalog.common.state_configmap, session.catalog.common.managed_by
-        raise UsageError(
-            f"No state ConfigMap {session.namespace}/{cm}, yet {len(marks)} objects carry "
-            f"dcgm-migrate's marks ({', '.join(marks[:3])}{' …' if len(marks) > 3 else ''}): "
-            "the state was deleted, and what to roll back is not known.",
-            f"{restore_hint(session.namespace, cm, f'{mb.key}={mb.value}')}, then run the "
-            f"command again (`dcgm-migrate status -n {session.namespace}` lists every marked "
-            "object; without a backup see docs/runbook.md, 'Restoring the state')")
 
 
 def _check_phase(phase: int) -> int:
@@ -231,7 +213,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         require_stack(before.stack, bool(before.components), session.namespace)
         require_operator_api(snap.nvidia_api, session.kube.server)
         if state is None:
-            _refuse_lost_state(session, snap)
+            recovered.refuse_lost_state(snap, session.catalog, session.namespace)
         told = Warned(session.listener)
         if before.holds(request.phase) and session.store.lock_info() is None:
             told.say(before.warnings)
@@ -294,12 +276,15 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
     with _run_cache(session, request) as cache:
         snap = _observe(session, cache)
         state, version = _load_state(session)
+        if state is None:  # lost after phase 1: its marks say what to undo, else refused
+            state = recovered.from_marks(snap, session.catalog, session.namespace, session.clock,
+                                         session.listener.message)
+            if state is None:
+                recovered.refuse_lost_state(snap, session.catalog, session.namespace)
         applied = [n for n in phases.numbers() if state and n >= request.phase
                    and state.phase(n).status.applied]
         undone = [n for n in phases.numbers() if state and n >= request.phase
                   and state.phase(n).status is PhaseStatus.ROLLED_BACK]
-        if state is None:
-            _refuse_lost_state(session, snap)
         if state is None or not (applied or undone):
             raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
                              "to roll back.",

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
+from migrator.model import labelmarks
 from migrator.model import objects as o
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
@@ -127,9 +128,12 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
                          {**prior.meta_before, **{k: o.labels(ds).get(k) for k in new}},
                          {**prior.template_before,
                           **{k: o.template_labels(ds).get(k) for k in new}})
+    mark = labelmarks.read(ds)  # the tool's own labels are never taken for the originals
+    meta, template = (mark.meta_before, mark.template_before) if mark else ({}, {})
     return SetLabels(comp.daemonset, dict(wanted), dict(wanted),
-                     {k: o.labels(ds).get(k) for k in wanted},
-                     {k: o.template_labels(ds).get(k) for k in wanted})
+                     {k: meta.get(k) if k in meta else o.labels(ds).get(k) for k in wanted},
+                     {k: template.get(k) if k in template else o.template_labels(ds).get(k)
+                      for k in wanted})
 
 
 # Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import reporting, walk
+from migrator.engine import recovered, reporting, walk
 from migrator.engine.reports import Closing, PlanReport, RunReport, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
@@ -35,6 +35,12 @@ LOST_STATE = (
     "{ns}/{cm} was deleted or never restored, so rollback does not know what to "
     "undo. Restore it from your backup (docs/runbook.md, 'Restoring the state'); until then "
     "`apply` and `rollback` refuse and `status`/`verify` exit 1"
+)
+LOST_PHASE_ONE = (
+    "No state, yet phase 1 left its marks ({marks}): the state ConfigMap {ns}/{cm} was "
+    "deleted or never restored. Restore it from your backup (docs/runbook.md, 'Restoring the "
+    "state'), or undo phase 1 from the marks with `dcgm-migrate rollback --phase 1 -n {ns}` "
+    "and start over; until then `apply` refuses and `status`/`verify` exit 1"
 )
 
 
@@ -101,8 +107,9 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         warnings.append(DRIFT_RISK)
     lost = outcome.tool_marks(snapshot, catalog) if state is None else []
     if lost:
-        warnings.append(LOST_STATE.format(ns=snapshot.namespace, cm=catalog.common.state_configmap,
-                                          marks=", ".join(lost[:4])))
+        text = LOST_PHASE_ONE if recovered.phase_one_only(snapshot, catalog) else LOST_STATE
+        warnings.append(text.format(ns=snapshot.namespace, cm=catalog.common.state_configmap,
+                                    marks=", ".join(lost[:4])))
     warnings.extend(scrapechecks.truncated_endpoints(snapshot))
     return PlanReport(
         stack=found.stack, namespace=snapshot.namespace, fingerprint=snapshot.fingerprint(),

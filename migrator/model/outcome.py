@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
-from migrator.model import monitoring, scrapechecks
+from migrator.model import labelmarks, monitoring, scrapechecks
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import (
@@ -289,12 +289,14 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers) -> Verdict:
 
 
 def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
-    """Services that carry what only this tool writes: its managed-by label or its alias
-    annotation. With no state they mean the state was lost: the records rollback needs are
-    gone while their effects remain. (A selector on a common label or common labels on a
-    DaemonSet are no such mark: a person or an operator release may have made them. Nor is a
-    Service an operator release manages now: handed over, it is the operator's.)"""
+    """Objects that carry what only this tool writes: phase 1's mark on a DaemonSet
+    (model/labelmarks.py), a Service's managed-by label or alias annotation. With no state
+    they mean the state was lost: the records rollback needs are gone while their effects
+    remain. (A selector on a common label, or common labels on a DaemonSet without the mark,
+    are no such mark: a person or an operator release may have made them. Nor is a Service
+    an operator release manages now: handed over, it is the operator's.)"""
     common = catalog.common
-    return [f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
-            if (common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc))
-            and catalog.managed_by_release(svc) is None]
+    return [labelmarks.described(m) for m in labelmarks.marked(snapshot.daemonsets)] + [
+        f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
+        if (common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc))
+        and catalog.managed_by_release(svc) is None]

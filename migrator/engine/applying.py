@@ -241,8 +241,10 @@ class Apply:
         """Give kube-proxy `--settle` after the selectors were restored — measured from the
         recorded finish, so a run killed during the countdown waits only the rest of it."""
         rec = state.phase(phases.selector_phase().NUMBER)
-        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished:
-            return
+        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished or not any(
+                r.status in ("intent", "done") and (s := from_record(r.step)).selector_change(
+                    s.name) is not None for r in rec.undo):
+            return  # no selector was restored: nothing for kube-proxy to program
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         elapsed = (self.clock.now() - finished).total_seconds()
         remaining = self.settings.settle - max(0.0, elapsed)

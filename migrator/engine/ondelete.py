@@ -12,7 +12,7 @@ from migrator.engine import executor, interrupts
 from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import StepEvent
 from migrator.model import gates as g
-from migrator.model import kinds
+from migrator.model import halfrolls, kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
 from migrator.model.snapshot import Snapshot
@@ -20,7 +20,8 @@ from migrator.model.steps import RollPods, Step
 
 
 def roll(backend: Applier, phase: PhaseWork, step: Step) -> None:
-    """Delete pods whose labels differ from the template, one node at a time, each after
+    """Delete pods whose labels differ from the template, or of an older template while the
+    controller counts pods not updated (model/halfrolls.py), one node at a time, each after
     the previous node's new pod is Ready."""
     assert isinstance(step, RollPods), f"{step.type} is not run pod by pod"
     rec = phase.rec
@@ -30,9 +31,7 @@ def roll(backend: Applier, phase: PhaseWork, step: Step) -> None:
         if ds is None:
             return
         want = {k: o.template_labels(ds).get(k) for k in step.label_keys}
-        stale = sorted((p for p in snap.pods_of(step.daemonset) if not p.deleting
-                        and any(p.labels.get(k) != v for k, v in want.items())),
-                       key=lambda p: p.node)
+        stale = halfrolls.stale_pods(snap, ds, step.label_keys)  # any half-roll is finished
         if not stale:
             phase.mark(step, "done")
             backend.save()
@@ -51,13 +50,13 @@ def roll(backend: Applier, phase: PhaseWork, step: Step) -> None:
         backend.listener.step(StepEvent(rec.number, step, "writing"))
         deadline = backend.clock.monotonic() + backend.settings.timeout
 
-        def node_back(node: str = pod.node, snap: Snapshot = snap,
+        def node_back(node: str = pod.node, snap: Snapshot = snap, gone: str = pod.uid,
                       want: dict[str, str | None] = want) -> list[GateResult]:
             fresh = backend.fresh(snap)
             new = [p for p in fresh.pods_of(step.daemonset)
                    if p.node == node and not p.deleting]
             ok = any(p.ready and all(p.labels.get(k) == v for k, v in want.items())
-                     for p in new)
+                     and p.uid != gone for p in new)
             return [GateResult(f"node-back/{node}", ok, f"new pod on {node}")]
 
         results = backend.waiter.until(node_back, deadline, wake_kind=kinds.POD)

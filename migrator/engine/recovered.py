@@ -12,7 +12,7 @@ from migrator.engine.clock import Clock
 from migrator.engine.state import PhaseStatus, State
 from migrator.engine.state.configmap import restore_hint
 from migrator.errors import UsageError
-from migrator.model import labelmarks
+from migrator.model import halfrolls, labelmarks
 from migrator.model import objects as o
 from migrator.model.discovery import discover
 from migrator.model.outcome import tool_marks
@@ -80,3 +80,22 @@ def refuse_lost_state(snapshot: Snapshot, catalog: Catalog, namespace: str) -> N
         f"{restore_hint(namespace, cm, f'{mb.key}={mb.value}')}, then run the command again "
         f"(`dcgm-migrate status -n {namespace}` lists every marked object); "
         + without_backup(snapshot, catalog, namespace))
+
+
+def reopen_half_rolled(state: State, snapshot: Snapshot) -> list[int]:
+    """Phase 1 recorded rolled back while an OnDelete DaemonSet's pods still carry the labels
+    it removed from the template (a rollback without `--roll-on-delete` that did not refuse
+    it): reopened as failed, so `rollback --phase 1 --roll-on-delete` finishes it. The phase
+    numbers reopened."""
+    rec = state.phase(LABEL_PHASE)
+    if rec.status is not PhaseStatus.ROLLED_BACK:
+        return []
+    left = [s.daemonset for s in rec.done_steps() if isinstance(s, SetLabels)
+            and (ds := snapshot.daemonsets.get(s.daemonset)) is not None
+            and halfrolls.on_delete(ds) and halfrolls.stale_pods(snapshot, ds, s.template_after)]
+    if not left:
+        return []
+    rec.status = PhaseStatus.FAILED
+    state.log("reopened", phase=LABEL_PHASE, reason="pods left with the labels",
+              daemonsets=left)
+    return [LABEL_PHASE]

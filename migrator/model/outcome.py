@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
-from migrator.model import labelmarks, monitoring, scrapechecks
+from migrator.model import halfrolls, labelmarks, monitoring, scrapechecks
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import (
@@ -189,7 +189,8 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
     subject = f"DaemonSet/{comp.daemonset}"
     rollout = g.daemonset_healthy(snapshot, ds)
     out = [Finding("rollout-complete", subject, rollout.ok, rollout.detail,
-                   "" if rollout.ok else "see which pods are not Ready: kubectl -n "
+                   "" if rollout.ok else halfrolls.rollout_fix(snapshot, ds)
+                   if halfrolls.on_delete(ds) else "see which pods are not Ready: kubectl -n "
                    f"{snapshot.namespace} rollout status ds/{comp.daemonset}")]
     label = _selected_label(snapshot, catalog, comp)
     key, value = label.key, label.value

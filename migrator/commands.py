@@ -340,7 +340,8 @@ def status(session: Session) -> StatusReport:
             replace(v, changes=(), notes=(*v.notes, "being rolled back: the rollback's steps "
                                           "are under `run.rollback`"))
             if v.number in undoing else v for v in report.phases))
-    return StatusReport(report, digest, run, ok=report.verdict.ok and not report.lost_state
+    return StatusReport(report, digest, run, ok=not report.unexpected_failures()
+                        and not report.lost_state
                         and report.gates_ok(completed_only=True)
                         and run.state != "interrupted")
 

@@ -128,9 +128,15 @@ class _Confirm:
             render.report_table(question)
             self.shown = question.report.warnings
         target = question.target
-        return typer.confirm(f"Write these changes to context {target.context} (server "
-                             f"{target.server}), namespace {target.namespace}?", default=False,
-                             err=True)
+        try:
+            return typer.confirm(f"Write these changes to context {target.context} (server "
+                                 f"{target.server}), namespace {target.namespace}?",
+                                 default=False, err=True)
+        except typer.Abort as aborted:  # click's answer to Ctrl-C and Ctrl-D: told apart
+            if isinstance(aborted.__context__, KeyboardInterrupt):  # Ctrl-C: exit 130
+                raise aborted.__context__ from None
+            raise UsageError("No answer at the question (end of input, Ctrl-D).",
+                             commands.ABORTED_HINT) from None
 
 
 # ---- commands --------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def _status_faults(status: StatusReport) -> list[str]:
         out.append("the state is lost (Warnings)")
     if not status.report.gates_ok(completed_only=True):
         out.append("a completed phase no longer holds (above)")
-    if not status.report.verdict.ok:
+    if status.report.unexpected_failures():
         out.append("the stable identity is broken (verdict above)")
     return out or ["see above"]
 
@@ -152,6 +152,8 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
+    if report.rolled_back and not (isinstance(shown, RunReport) and shown.result.dry_run):
+        return _rolled_back(shown, report)
     lines = [Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
                      if not bad else f"{len(bad)} of {len(checks)} checks fail")]
     if isinstance(shown, StatusReport) and not shown.ok:
@@ -178,4 +180,35 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
                              f"for{fix}"))
     else:
         lines.append(Closing("run", True, done))
+    return lines
+
+
+def _rolled_back(shown: PlanReport | RunReport | StatusReport,
+                 report: PlanReport) -> list[Closing]:
+    """The closing lines of a cluster whose migration was rolled back on purpose: what it is
+    (as before the migration: the checks the phases make pass are expected to fail, and
+    `apply` migrates it again), and any check no phase answers for that fails."""
+    checks = report.verdict.findings
+    expected = [c for c in checks if not c.ok and c.phase]
+    unexpected = report.unexpected_failures()
+    last = max((p.number for p in report.phases), default=1)
+    undone = [p.number for p in report.phases if p.status is PhaseStatus.ROLLED_BACK]
+    lines = [Closing("rolled back", True, f"the migration is undone (phase"
+                     f"{'s' if len(undone) > 1 else ''} {_span(undone)} rolled back): the "
+                     "cluster is as before it"
+                     + (f", so {len(expected)} of {len(checks)} verdict checks fail as they "
+                        f"did then ({', '.join(c.name for c in expected[:4])}"
+                        f"{' …' if len(expected) > 4 else ''}); `dcgm-migrate apply --phase "
+                        f"{last}` migrates it again" if expected else ""))]
+    if unexpected:
+        fix = f"; fix: {unexpected[0].fix}" if unexpected[0].fix else ""
+        lines.append(Closing("verdict", False, f"{len(unexpected)} of {len(checks)} checks "
+                             "fail that no phase answers for ("
+                             f"{', '.join(c.name for c in unexpected)}){fix}"))
+    if isinstance(shown, StatusReport) and not shown.ok:
+        lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
+    if isinstance(shown, RunReport):
+        lines.append(Closing("run", shown.ok, f"phase{'s' if len(undone) > 1 else ''} "
+                             f"{_span(undone)} rolled back" if shown.ok else
+                             "a gate of the phases it ran fails (above)"))
     return lines

@@ -258,9 +258,9 @@ def _refusal_hint(plan: PhasePlan) -> str:
     """A gate of the plan refuses before the phase's first write: where the runbook says what
     that gate means and what to do, by its name."""
     failed = [r.name.partition("/")[0] for r in plan.gates if not r.ok]
-    named = f" `{failed[0]}/…`" if failed else ""
-    return (f"nothing was written; fix what the gate names (docs/runbook.md, 'Gate failures', "
-            f"row{named} says how), then run the same command again")
+    row = f"its {failed[0]} row" if failed else "the gate's row"
+    return (f"nothing was written; fix what the gate names ({row} in docs/runbook.md, 'Gate "
+            "failures', says how), then run the same command again")
 
 
 def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:

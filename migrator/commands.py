@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -51,7 +51,7 @@ from migrator.engine.state import (
 )
 from migrator.engine.state import lock as locking
 from migrator.engine.warned import Warned
-from migrator.errors import APIForbidden, LockHeld, UsageError
+from migrator.errors import APIForbidden, LockHeld, StateCorrupt, UsageError
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
@@ -207,7 +207,8 @@ def apply(session: Session, request: RunRequest) -> RunReport:
     with _run_cache(session, request) as cache:
         snap = _observe(session, cache)
         if request.plan_file is not None:
-            check_plan_file(request.plan_file, snap, session.namespace, request.phase)
+            check_plan_file(request.plan_file, snap, session.namespace, request.phase,
+                            asdict(request.settings.options))
         state, version = _load_state(session)
         before = assemble.build(snap, session.catalog, state, request.settings.options)
         require_stack(before.stack, bool(before.components), session.namespace)
@@ -326,12 +327,17 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
 def status(session: Session) -> StatusReport:
     """State, live verification of completed phases, drift."""
     snap = _observe(session)
-    state, _ = _load_state(session)
-    report = assemble.build(snap, session.catalog, state, Options(), forward=False)
+    broken: StateCorrupt | None = None
+    try:
+        state, _ = _load_state(session)
+    except StateCorrupt as exc:  # the live verdict needs no state: shown, with the error
+        state, broken = None, exc
+    report = assemble.build(snap, session.catalog, state, Options(), forward=False,
+                            state_unreadable=broken is not None)
     Warned(session.listener).say(report.warnings)
     digest = None if state is None else StateDigest(
         state.plan_fingerprint, state.updated, state.last_error, tuple(state.history[-10:]))
-    lock = session.store.lock_info()
+    lock = None if broken else session.store.lock_info()
     run = runstatus.describe(state, lock, session.clock.now(), session.namespace,
                              session.store.holder_gone(lock))
     if run.rollback is not None:  # a rollback in progress: its steps, not the forward diff
@@ -340,7 +346,8 @@ def status(session: Session) -> StatusReport:
             replace(v, changes=(), notes=(*v.notes, "being rolled back: the rollback's steps "
                                           "are under `run.rollback`"))
             if v.number in undoing else v for v in report.phases))
-    return StatusReport(report, digest, run, ok=not report.unexpected_failures()
+    return StatusReport(report, digest, run, state_error=broken,
+                        ok=not broken and not report.unexpected_failures()
                         and not report.lost_state
                         and report.gates_ok(completed_only=True)
                         and run.state != "interrupted")

@@ -59,12 +59,13 @@ def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
 
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           *, forward: bool = True, earlier: Iterable[str] = (),
-          objects: bool = False) -> PlanReport:
+          objects: bool = False, state_unreadable: bool = False) -> PlanReport:
     """The report. `forward`: warn about what the plan would do, too (plan, apply); a report
     of the cluster as it is (`status`, a rollback's result) warns only about what is true now
     — the drift risk only while a Service the tool switched selects by labels it wrote.
     `earlier`: the warnings this command said before (engine/warned.py), listed first;
-    `objects`: keep what the fingerprint covers per object (`plan`, for its file)."""
+    `objects`: keep what the fingerprint covers per object (`plan`, for its file);
+    `state_unreadable`: a state exists but cannot be read (no lost state is claimed)."""
     found = discover(snapshot, catalog)
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
                                     if r.status.applied))
@@ -105,7 +106,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                         f"exporter pods, e.g. {tool_dups[0]}")
     if drift_risk and switches and found.components:
         warnings.append(DRIFT_RISK)
-    lost = outcome.tool_marks(snapshot, catalog) if state is None else []
+    lost = outcome.tool_marks(snapshot, catalog) if state is None and not state_unreadable \
+        else []
     if lost:
         text = LOST_PHASE_ONE if recovered.phase_one_only(snapshot, catalog) else LOST_STATE
         warnings.append(text.format(ns=snapshot.namespace, cm=catalog.common.state_configmap,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from migrator.errors import MigrateError
 from migrator.model.gates import GateResult
 from migrator.model.outcome import Finding, Verdict
 from migrator.model.phasestatus import PhaseStatus, holds
@@ -204,6 +205,9 @@ class StatusReport:
     state: StateDigest | None
     run: RunView
     ok: bool
+    # The state ConfigMap could not be read (corrupt, foreign): the verdict, which needs no
+    # state, is still reported; the command then ends with this error (exit 3).
+    state_error: MigrateError | None = None
 
 
 @dataclass(frozen=True)

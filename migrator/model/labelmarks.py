@@ -7,7 +7,11 @@ It is what tells a lost state from a fresh cluster after phase 1, as an alias's
 `dcgm-migrate/alias-of` annotation does after phase 2: common labels without the mark may
 be an operator's or a person's; with it they are the tool's, and the mark says what they
 replaced, so phase 1 can be rolled back without the state (engine/recovered.py) and a
-rerun never takes the tool's own labels for the originals."""
+rerun never takes the tool's own labels for the originals. An operator re-render drops it:
+the GPU Operator updates a DaemonSet whose rendered hash changed with the rendered object
+whole (upstream NVIDIA/gpu-operator `controllers/object_controls.go`, `DaemonSet`:
+`client.Update(ctx, obj)`, a22dbf671), so labels gone while the mark stays were removed by
+an edit, not by the operator (phases/label.py `verify`)."""
 
 from __future__ import annotations
 

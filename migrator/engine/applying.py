@@ -246,8 +246,9 @@ class Apply:
         """Give kube-proxy `--settle` after the selectors were restored — measured from the
         recorded finish, so a run killed during the countdown waits only the rest of it."""
         rec = state.phase(phases.selector_phase().NUMBER)
-        last = next((e for e in reversed(state.history) if e.get("event") == "rolled-back"
-                     and e.get("phase") == rec.number), {})
+        last: dict[str, Any] = next((e for e in reversed(state.history)
+                                     if e.get("event") == "rolled-back"
+                                     and e.get("phase") == rec.number), {})
         if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished or \
                 last.get("selectors") == 0:
             return  # no selector was restored: nothing for kube-proxy to program

@@ -29,7 +29,7 @@ def on_delete(ds: Mapping[str, Any]) -> bool:
 
 def behind(ds: Mapping[str, Any]) -> bool:
     """The controller counts pods that do not run the current template."""
-    updated, _, desired = g.rollout_counts(ds)
+    updated, _, desired = g.rollout_counts(dict(ds))
     return updated < desired
 
 
@@ -55,7 +55,7 @@ def health_gate(snapshot: Snapshot, ds: Mapping[str, Any], roll_on_delete: bool)
     result = g.daemonset_healthy(snapshot, dict(ds))
     if result.ok or not (roll_on_delete and on_delete(ds)):
         return result
-    updated, available, desired = g.rollout_counts(ds)
+    updated, available, desired = g.rollout_counts(dict(ds))
     observed = int((ds.get("status") or {}).get("observedGeneration") or 0)
     if available < desired or observed < int(o.meta(ds).get("generation") or 0):
         return result

@@ -107,7 +107,7 @@ def _at_the_question(env: Env, answer: Callable[[subprocess.Popen[bytes], int], 
     stream = proc.stderr
 
     def read() -> None:
-        for chunk in iter(lambda: stream.read1(4096), b""):
+        for chunk in iter(lambda: os.read(stream.fileno(), 4096), b""):
             err.extend(chunk)
 
     reader = threading.Thread(target=read, daemon=True)

@@ -287,7 +287,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
         undone = [n for n in phases.numbers() if state and n >= request.phase
                   and state.phase(n).status is PhaseStatus.ROLLED_BACK]
         if state and not applied and request.phase == 1 and request.settings.options.roll_on_delete:
-            applied = recovered.reopen_half_rolled(state, snap)  # pods a rollback left labelled
+            applied = recovered.reopen_half_rolled(state, snap, session.catalog)
         if state is None or not (applied or undone):
             raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
                              "to roll back.",

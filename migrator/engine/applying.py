@@ -247,7 +247,7 @@ class Apply:
         recorded finish, so a run killed during the countdown waits only the rest of it."""
         rec = state.phase(phases.selector_phase().NUMBER)
         last: dict[str, Any] = next((e for e in reversed(state.history)
-                                     if e.get("event") == "rolled-back"
+                                     if e.get("event") == PhaseStatus.ROLLED_BACK.value
                                      and e.get("phase") == rec.number), {})
         if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished or \
                 last.get("selectors") == 0:

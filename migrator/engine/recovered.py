@@ -82,17 +82,26 @@ def refuse_lost_state(snapshot: Snapshot, catalog: Catalog, namespace: str) -> N
         + without_backup(snapshot, catalog, namespace))
 
 
-def reopen_half_rolled(state: State, snapshot: Snapshot) -> list[int]:
-    """Phase 1 recorded rolled back while an OnDelete DaemonSet's pods still carry the labels
-    it removed from the template (a rollback without `--roll-on-delete` that did not refuse
-    it): reopened as failed, so `rollback --phase 1 --roll-on-delete` finishes it. The phase
-    numbers reopened."""
+def reopen_half_rolled(state: State, snapshot: Snapshot, catalog: Catalog) -> list[int]:
+    """Phase 1 recorded rolled back while an OnDelete DaemonSet's pods still carry the common
+    label its template no longer has (a rollback without `--roll-on-delete` that did not
+    refuse it): reopened as failed, with a record of each such DaemonSet's labels as they are
+    now (a rollback clears its phase's records), so `rollback --phase 1 --roll-on-delete`
+    rolls its pods. The phase numbers reopened."""
     rec = state.phase(LABEL_PHASE)
     if rec.status is not PhaseStatus.ROLLED_BACK:
         return []
-    left = [s.daemonset for s in rec.done_steps() if isinstance(s, SetLabels)
-            and (ds := snapshot.daemonsets.get(s.daemonset)) is not None
-            and halfrolls.on_delete(ds) and halfrolls.stale_pods(snapshot, ds, s.template_after)]
+    left = []
+    for comp in discover(snapshot, catalog).components:
+        ds = snapshot.daemonsets.get(comp.daemonset)
+        key = comp.common_label.key
+        if ds is None or not halfrolls.on_delete(ds) or not halfrolls.stale_pods(
+                snapshot, ds, [key]):
+            continue
+        left.append(comp.daemonset)
+        wanted = {key: comp.common_label.value}
+        rec.mark(SetLabels(comp.daemonset, wanted, wanted, {key: o.labels(ds).get(key)},
+                           {key: o.template_labels(ds).get(key)}), "done")
     if not left:
         return []
     rec.status = PhaseStatus.FAILED

@@ -138,3 +138,25 @@ def test_a_rollback_settles_only_after_restoring_a_selector(fresh: Callable[...,
                      "--settle", "4s" if restored else "1h", timeout=120)
     assert done.code == 0, done.output
     assert ("settling" in done.stderr) is restored, done.stderr[-1500:]
+
+
+def test_rollback_with_roll_on_delete_finishes_a_half_roll_left_behind(
+        fresh: Callable[..., Env]) -> None:
+    """Phase 1 recorded rolled back while an OnDelete DaemonSet's pods still carry the label
+    (what a rollback without the refusal left): `rollback --phase 1 --roll-on-delete` rolls
+    them instead of answering "already rolled back; nothing to do"."""
+    env = fresh(monitor=False)
+    assert crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes").code == 0
+    assert crash.run(env.kubeconfig, "rollback", "--phase", "1", "--yes", "--settle", "0s"
+                     ).code == 0
+    _on_delete(env, "nvidia-dcgm-exporter-dra")
+    for pod in _pods(env, "nvidia-dcgm-exporter-dra"):  # the pods an old rollback left
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["labels"][EXPORTER] = "true"
+        env.sim.store.update(kinds.POD, pod)
+    done = crash.run(env.kubeconfig, "rollback", "--phase", "1", "--yes", "--settle", "0s",
+                     "--roll-on-delete")
+    assert done.code == 0, done.output
+    assert "nothing to do" not in done.stderr, done.stderr[-800:]
+    pods = _pods(env, "nvidia-dcgm-exporter-dra")
+    assert pods and all(EXPORTER not in p["metadata"]["labels"] for p in pods)

@@ -183,3 +183,26 @@ def test_a_corrupt_state_still_shows_the_live_verdict(fresh: Callable[..., Env])
     cli.validate("status", parsed)
     assert parsed["verdict"]["ok"] and parsed["lostState"] == [] and not parsed["ok"]
     assert parsed["stateError"]["exitCode"] == 3
+
+
+def test_a_short_timeout_while_rolling_ondelete_pods_is_not_blamed_on_the_nodes(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """--roll-on-delete with a progress deadline shorter than a pod's start: the stop says the
+    pod is still starting and the fix is a longer --timeout, which then resumes and finishes
+    (a pod still starting when it resumes is waited for, not refused)."""
+    env = fresh(monitor=False, time_scale=0.1, readiness_probes=True)
+    ds = copy.deepcopy(env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-dra"))
+    ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
+    env.sim.store.update(kinds.DAEMONSET, ds)
+    short = crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes", "--roll-on-delete",
+                      "--timeout", "1s")
+    assert short.code == 1, short.output
+    fix = _fix(short.stderr)
+    assert "fix those nodes" not in fix and "fix the node" not in fix, fix
+    assert "still starting" in fix, fix
+    [again] = _commands(short.stderr)
+    assert again[again.index("--timeout") + 1] == "10m", again
+    assert _run(again, env, tmp_path).code == 0
+    assert all(p["metadata"]["labels"].get(DCGM) == "true" for p in env.sim.store.list(
+        kinds.POD, NS)[0] if p["metadata"]["labels"].get("app") == "nvidia-dcgm-dra"
+        and not p["metadata"].get("deletionTimestamp"))

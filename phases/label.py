@@ -320,7 +320,11 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             continue
         if not step.satisfied(ds):
             why = "removed from the DaemonSet"
-            if hash_key in o.annotations_of(ds) and ctx.operator_owner(ds):
+            if labelmarks.read(ds) is not None:  # an operator's re-render drops the mark
+                why += (" by an edit of it (by hand or another client), not by an operator "
+                        f"re-render: phase 1's mark {labelmarks.LABELS_MARK} is still on it; "
+                        "apply re-runs phase 1")
+            elif hash_key in o.annotations_of(ds) and ctx.operator_owner(ds):
                 why += (f" — {ctx.operator_owner(ds)} re-rendered it (annotation {hash_key}"
                         f"={o.annotations_of(ds)[hash_key]}) without the common labels")
             out.append(GateResult(name, False, f"common labels {why}"))

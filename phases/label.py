@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
+from migrator.model import halfrolls, labelmarks
 from migrator.model import objects as o
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
@@ -127,9 +128,17 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
                          {**prior.meta_before, **{k: o.labels(ds).get(k) for k in new}},
                          {**prior.template_before,
                           **{k: o.template_labels(ds).get(k) for k in new}})
+    mark = labelmarks.read(ds)  # the tool's own labels are never taken for the originals
+    meta, template = (mark.meta_before, mark.template_before) if mark else ({}, {})
     return SetLabels(comp.daemonset, dict(wanted), dict(wanted),
-                     {k: o.labels(ds).get(k) for k in wanted},
-                     {k: o.template_labels(ds).get(k) for k in wanted})
+                     {k: meta.get(k) if k in meta else o.labels(ds).get(k) for k in wanted},
+                     {k: template.get(k) if k in template else o.template_labels(ds).get(k)
+                      for k in wanted})
+
+
+ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on-delete` to let "
+                      "the tool delete the old pods one node at a time, each after the last "
+                      "one's replacement is Ready")
 
 
 # Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
@@ -211,7 +220,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
         ondelete = o.update_strategy(ds) == "OnDelete"
         if not step.satisfied(ds):
             steps.append(step)
-            gates.append(g.daemonset_healthy(ctx.snapshot, ds))
+            gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
         else:
             notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
             checks.append(step)  # e.g. an operator that renders it: its rollout must finish
@@ -235,11 +244,12 @@ def plan(ctx: PlanContext) -> PhasePlan:
     warnings += _release_warnings(ctx)
     sharing, unsafe = _sharing_notes(ctx)
     notes += sharing
+    fix = ROLL_ON_DELETE_FIX if blocked and not unsafe else None
     if unsafe:
         blocked = f"{blocked}; {unsafe}" if blocked else unsafe
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
-                     warnings=tuple(warnings), notes=tuple(notes), blocked=blocked,
+                     warnings=tuple(warnings), notes=tuple(notes), blocked=blocked, fix=fix,
                      guarded=tuple(bases), tolerance=tolerance, checks=tuple(checks))
 
 
@@ -266,7 +276,7 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         if not step.rolls_pods():
             return []
         removing = [k for k, v in step.template_after.items() if v is None]
-        out = [g.daemonset_healthy(ctx.snapshot, ds)]
+        out = [halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
         for key in removing:
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
@@ -310,7 +320,11 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             continue
         if not step.satisfied(ds):
             why = "removed from the DaemonSet"
-            if hash_key in o.annotations_of(ds) and ctx.operator_owner(ds):
+            if labelmarks.read(ds) is not None:  # an operator's re-render drops the mark
+                why += (" by an edit of it (by hand or another client), not by an operator "
+                        f"re-render: phase 1's mark {labelmarks.LABELS_MARK} is still on it; "
+                        "apply re-runs phase 1")
+            elif hash_key in o.annotations_of(ds) and ctx.operator_owner(ds):
                 why += (f" — {ctx.operator_owner(ds)} re-rendered it (annotation {hash_key}"
                         f"={o.annotations_of(ds)[hash_key]}) without the common labels")
             out.append(GateResult(name, False, f"common labels {why}"))
@@ -327,15 +341,30 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
+    """The labels' originals restored; an OnDelete DaemonSet's pods rolled by the tool with
+    `--roll-on-delete` (a half-roll an earlier rollback left finished too), refused without
+    it: its template change would leave every pod carrying the label (model/halfrolls.py)."""
     inverse: list[Step] = []
+    left: list[str] = []
     for step in reversed(steps):
         if isinstance(step, SetLabels):
             inv = step.inverse()
             ds = ctx.snapshot.daemonsets.get(step.daemonset)
-            if ds is not None and not inv.satisfied(ds):
+            if ds is None:
+                continue
+            stale = halfrolls.on_delete(ds) and bool(ctx.snapshot.pods_of(step.daemonset)) and (
+                not inv.satisfied(ds) or bool(halfrolls.stale_pods(ctx.snapshot, ds,
+                                                                   step.template_after)))
+            if stale and not ctx.options.roll_on_delete:
+                left.append(f"DaemonSet/{step.daemonset} uses updateStrategy OnDelete, so "
+                            f"its {len(ctx.snapshot.pods_of(step.daemonset))} pods would keep "
+                            f"{', '.join(step.template_after)} after its template loses it")
+                continue
+            if not inv.satisfied(ds):
                 inverse.append(inv)
-                if o.update_strategy(ds) == "OnDelete" and ctx.options.roll_on_delete:
-                    inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+            if stale:
+                inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), guarded=tuple(bases),
-                     tolerance=tolerance)
+                     tolerance=tolerance, blocked="; ".join(left) or None,
+                     fix=ROLL_ON_DELETE_FIX if left else None)

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +39,7 @@ from migrator.cli.options import (
     complete_phase,
 )
 from migrator.cli.plugins import INSTALL_HINT
+from migrator.cli.watched import watched
 from migrator.commands import RunRequest, Session, save_plan
 from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
@@ -49,7 +51,7 @@ from migrator.engine.reports import (
     RunReport,
     StatusReport,
 )
-from migrator.errors import Interrupted, UsageError
+from migrator.errors import Interrupted, UsageError, exit_code_for
 from migrator.kube.client import Kube
 from migrator.kube.retrying import RetryPolicy
 from migrator.model.planning import Options
@@ -128,9 +130,15 @@ class _Confirm:
             render.report_table(question)
             self.shown = question.report.warnings
         target = question.target
-        return typer.confirm(f"Write these changes to context {target.context} (server "
-                             f"{target.server}), namespace {target.namespace}?", default=False,
-                             err=True)
+        try:
+            return typer.confirm(f"Write these changes to context {target.context} (server "
+                                 f"{target.server}), namespace {target.namespace}?",
+                                 default=False, err=True)
+        except typer.Abort as aborted:  # click's answer to Ctrl-C and Ctrl-D: told apart
+            if isinstance(aborted.__context__, KeyboardInterrupt):  # Ctrl-C: exit 130
+                raise aborted.__context__ from None
+            raise UsageError("No answer at the question (end of input, Ctrl-D).",
+                             commands.ABORTED_HINT) from None
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -154,14 +162,14 @@ def plan(
     """
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
     with _session(kubeconfig, context, namespace, output) as s:
-        report = _saved(commands.plan(s, options), out)
+        report = _saved(commands.plan(s, options), out, options)
     _rendered(report, output)
 
 
-def _saved(report: PlanReport, out: Path | None) -> PlanReport:
-    """`plan --out`: the plan file keeps the report's document."""
+def _saved(report: PlanReport, out: Path | None, options: Options) -> PlanReport:
+    """`plan --out`: the plan file keeps the report's document and its planning options."""
     if out is not None:
-        save_plan(out, to_document(report), report.objects)
+        save_plan(out, to_document(report), report.objects, asdict(options))
     return report
 
 
@@ -258,10 +266,11 @@ def rollback(
 @app.command()
 @handles_errors
 def status(
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until interrupted.")]
-    = False,
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes "
-                                            "with --watch.")] = 5.0,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until interrupted "
+                                        "(-o json: one document per line, JSON Lines; -o "
+                                        "yaml: a YAML stream).")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=1.0, help="Seconds between "
+                                            "refreshes with --watch (at least 1).")] = 5.0,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -272,17 +281,22 @@ def status(
     """
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.status(s)
-        render.document(report, output)
+        watched(report, output, watch)
         try:
-            while watch:
+            while watch and report.state_error is None:
                 time.sleep(interval)
                 report = commands.status(s)
-                render.document(report, output)
+                watched(report, output, watch)
         except KeyboardInterrupt as exc:  # how --watch ends: nothing to resume; after
             if isinstance(exc, Interrupted):  # Ctrl-C the last answer decides the exit code
                 raise typer.Exit(exc.exit_code) from None
+    if report.state_error is not None:  # the verdict is shown; the state's error ends it
+        if output is Output.table:
+            raise report.state_error
+        raise typer.Exit(exit_code_for(report.state_error))  # the document carries it
     if not report.ok:
         raise typer.Exit(1)
+
 
 
 @app.command()

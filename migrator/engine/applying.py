@@ -141,7 +141,12 @@ class Apply:
     def finish(self, work: PhaseWork) -> None:
         rec = work.rec
         rec.finished = self.state.stamp()
+        restored = {}  # how many selectors a rollback restored (`settle_after_restore` asks)
         if work.rollback:
+            if work.module.SWITCHES_SELECTORS:
+                restored["selectors"] = sum(r.status in ("intent", "done") and (
+                    s := from_record(r.step)).selector_change(s.name) is not None
+                    for r in rec.undo)
             rec.status = PhaseStatus.ROLLED_BACK
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
         else:
@@ -149,7 +154,7 @@ class Apply:
             # The baseline is spent: a drifted phase and a rollback record their own. Kept, a
             # per-node map per phase would grow every later save (and the 1 MiB ConfigMap).
             rec.baselines = []
-        self.state.log(rec.status.value, phase=rec.number)
+        self.state.log(rec.status.value, phase=rec.number, **restored)
         self.save()
         self.listener.phase(PhaseEvent(rec.number, work.module.NAME, rec.status.value,
                                        work.plan))
@@ -241,8 +246,12 @@ class Apply:
         """Give kube-proxy `--settle` after the selectors were restored — measured from the
         recorded finish, so a run killed during the countdown waits only the rest of it."""
         rec = state.phase(phases.selector_phase().NUMBER)
-        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished:
-            return
+        last: dict[str, Any] = next((e for e in reversed(state.history)
+                                     if e.get("event") == PhaseStatus.ROLLED_BACK.value
+                                     and e.get("phase") == rec.number), {})
+        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished or \
+                last.get("selectors") == 0:
+            return  # no selector was restored: nothing for kube-proxy to program
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         elapsed = (self.clock.now() - finished).total_seconds()
         remaining = self.settings.settle - max(0.0, elapsed)

@@ -37,7 +37,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
-from migrator.model import monitoring, scrapechecks
+from migrator.model import halfrolls, labelmarks, monitoring, scrapechecks
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import (
@@ -228,7 +228,8 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
     subject = f"DaemonSet/{comp.daemonset}"
     rollout = g.daemonset_healthy(snapshot, ds)
     out = [Finding("rollout-complete", subject, rollout.ok, rollout.detail,
-                   "" if rollout.ok else "see which pods are not Ready: `kubectl -n "
+                   "" if rollout.ok else halfrolls.rollout_fix(snapshot, ds)
+                   if halfrolls.on_delete(ds) else "see which pods are not Ready: `kubectl -n "
                    f"{snapshot.namespace} rollout status ds/{comp.daemonset}`")]
     label = _selected_label(snapshot, catalog, comp)
     key, value = label.key, label.value
@@ -336,12 +337,14 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
 
 
 def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
-    """Services that carry what only this tool writes: its managed-by label or its alias
-    annotation. With no state they mean the state was lost: the records rollback needs are
-    gone while their effects remain. (A selector on a common label or common labels on a
-    DaemonSet are no such mark: a person or an operator release may have made them. Nor is a
-    Service an operator release manages now: handed over, it is the operator's.)"""
+    """Objects that carry what only this tool writes: phase 1's mark on a DaemonSet
+    (model/labelmarks.py), a Service's managed-by label or alias annotation. With no state
+    they mean the state was lost: the records rollback needs are gone while their effects
+    remain. (A selector on a common label, or common labels on a DaemonSet without the mark,
+    are no such mark: a person or an operator release may have made them. Nor is a Service
+    an operator release manages now: handed over, it is the operator's.)"""
     common = catalog.common
-    return [f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
-            if (common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc))
-            and catalog.managed_by_release(svc) is None]
+    return [labelmarks.described(m) for m in labelmarks.marked(snapshot.daemonsets)] + [
+        f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
+        if (common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc))
+        and catalog.managed_by_release(svc) is None]

@@ -67,6 +67,7 @@ class PhasePlan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     blocked: str | None = None  # why this phase cannot run now (a gate that no write can fix)
+    fix: str | None = None  # what to do when it is (the refusal's `fix:` line)
     guarded: tuple[ServiceBaseline, ...] = ()  # Services whose endpoints the phase must keep
     tolerance: Mapping[str, int] = field(default_factory=dict)  # per Service, phase 1 only
     # Steps the live objects already show: no write, but their post-gates (rollout complete,

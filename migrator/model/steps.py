@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from migrator.model import kinds
+from migrator.model import kinds, labelmarks
 from migrator.model import objects as o
 from migrator.model.kinds import Kind
 
@@ -101,6 +101,9 @@ class SetLabels(_StepDefaults):
     template_before: LabelMap
 
     id_prefix: ClassVar[str] = "labels/daemonset"
+    # The rollback's write (built by `inverse()`): it removes phase 1's mark (labelmarks.py)
+    # where the forward write sets it.
+    undo: bool = False
 
     @property
     def name(self) -> str:
@@ -116,11 +119,16 @@ class SetLabels(_StepDefaults):
 
     def satisfied(self, live: Obj | None) -> bool:
         return live is not None and _labels_match(o.labels(live), self.meta_after) and \
-            _labels_match(o.template_labels(live), self.template_after)
+            _labels_match(o.template_labels(live), self.template_after) and not (
+                self.undo and labelmarks.LABELS_MARK in o.annotations_of(live))
 
     def patch(self) -> Obj:
-        """A JSON merge patch: only these keys change; None deletes a key."""
-        return {"metadata": {"labels": dict(self.meta_after)},
+        """A JSON merge patch: only these keys change; None deletes a key. The forward write
+        marks the DaemonSet with the labels' values before it (model/labelmarks.py), the
+        rollback's removes the mark."""
+        mark = None if self.undo else labelmarks.encode(self.meta_before, self.template_before)
+        return {"metadata": {"labels": dict(self.meta_after),
+                             "annotations": {labelmarks.LABELS_MARK: mark}},
                 "spec": {"template": {"metadata": {"labels": dict(self.template_after)}}}}
 
     def rolls_pods(self) -> bool:
@@ -134,7 +142,7 @@ class SetLabels(_StepDefaults):
 
     def inverse(self) -> SetLabels:
         return SetLabels(self.daemonset, self.meta_before, self.template_before,
-                         self.meta_after, self.template_after)
+                         self.meta_after, self.template_after, undo=not self.undo)
 
 
 @dataclass(frozen=True)

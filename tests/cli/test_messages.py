@@ -248,7 +248,7 @@ def test_status_watch_interrupted_says_nothing_about_resuming(
         real_sleep(seconds)
 
     monkeypatch.setattr(time, "sleep", sleep)
-    res = cli.run(sim.kubeconfig, "status", "--watch", "--interval", "0.01")
+    res = cli.run(sim.kubeconfig, "status", "--watch", "--interval", "1")
     assert res.code in (0, 1), res.stderr
     assert "resume" not in res.stdout + res.stderr
     assert "Phase 1 — label" in res.stdout

@@ -80,7 +80,10 @@ def test_a_deleted_state_is_reported_and_rollback_claims_nothing(
     assert status.code == 1
     doc = status.json()
     assert doc["verdict"]["ok"]  # consumers are fine ...
-    assert doc["lostState"] == ["Service/nvidia-dcgm (the tool's alias)",
+    assert doc["lostState"] == ["DaemonSet/nvidia-dcgm-dra (labelled by the tool's phase 1)",
+                                "DaemonSet/nvidia-dcgm-exporter-dra (labelled by the tool's "
+                                "phase 1)",
+                                "Service/nvidia-dcgm (the tool's alias)",
                                 "Service/nvidia-dcgm-exporter (the tool's alias)"]
     assert any("No state" in w for w in doc["warnings"])  # ... but nothing can be rolled back
     mark = env.mark()

@@ -6,6 +6,7 @@ node."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from migrator.model import gates as g
@@ -14,7 +15,16 @@ from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
-from migrator.model.steps import RollPods, SetLabels, Step, from_record
+from migrator.model.steps import (
+    HoldStrategy,
+    RelabelPods,
+    RestoreStrategy,
+    RollPods,
+    SetLabels,
+    Step,
+    from_record,
+    held_strategy,
+)
 
 NUMBER = 1
 NAME = "label"
@@ -132,6 +142,55 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
                      {k: o.template_labels(ds).get(k) for k in wanted})
 
 
+HASH_LABEL = "controller-revision-hash"
+
+
+def rolling_because(ctx: PlanContext, ds: Mapping[str, Any]) -> str | None:
+    """Why this DaemonSet's pods must roll rather than be relabelled in place (None: in
+    place). In place needs every pod on the current revision: the rollout complete by the
+    status's counts, and one `controller-revision-hash` on every pod (engine/inplace.py
+    proves the rest from the ControllerRevisions before it patches a pod)."""
+    if held_strategy(ds) is not None:
+        return None  # the tool's own hold: a run killed in place finishes in place
+    if ctx.options.rolling:
+        return "--rolling"
+    if o.update_strategy(ds) != "RollingUpdate":
+        return f"updateStrategy {o.update_strategy(ds)}"
+    hashes = {p.labels.get(HASH_LABEL) for p in ctx.snapshot.pods_of(o.name(ds))
+              if not p.deleting}
+    if not g.rollout_complete(dict(ds)).ok or len(hashes) > 1 or None in hashes:
+        return "pods on an older revision (a template change is still rolling out)"
+    return None
+
+
+def _in_place_steps(ctx: PlanContext, ds: Mapping[str, Any], step: SetLabels,
+                    write_labels: bool) -> list[Step]:
+    """Hold on OnDelete, relabel the template, relabel the pods, restore the strategy."""
+    name = o.name(ds)
+    strategy = held_strategy(ds) or dict(o.dig(ds, "spec", "updateStrategy")
+                                         or {"type": "RollingUpdate"})
+    rendered = o.annotations_of(ds).get(ctx.catalog.common.operator_hash_annotation)
+    return [HoldStrategy(name, strategy), *([replace(step, in_place=True)] if write_labels
+                                            else []),
+            RelabelPods(name, tuple(step.template_after), rendered),
+            RestoreStrategy(name, strategy)]
+
+
+def cost(ds: Mapping[str, Any], pods: int, rolling: str | None) -> str:
+    """What a path costs: pods restarted and the time a rollout takes (pods x the slowest
+    container's readiness delay / maxUnavailable), or ~0 restarts in place."""
+    if rolling is None:
+        return f"in place: 0 of {pods} pods restarted, {pods} pod patches, seconds"
+    probes = [c.get("readinessProbe") or {} for c in
+              o.dig(ds, "spec", "template", "spec", "containers") or []]
+    delay = max((int(p.get("initialDelaySeconds") or 0) + int(p.get("periodSeconds") or 10)
+                 for p in probes), default=10)
+    budget = max(1, o.max_unavailable(dict(ds), pods))
+    minutes = pods * delay / budget / 60
+    return (f"rolling ({rolling}): {pods} pods restarted, about {minutes:.0f} min "
+            f"({pods} x {delay}s readiness / maxUnavailable {budget})")
+
+
 # Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
 # `applyCommonDaemonsetMetadata`: `spec.daemonsets.labels` goes onto every pod template), and
 # the per-component sections a CR version may carry labels in too.
@@ -195,7 +254,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
         ds = ctx.daemonset(comp)
         if ds is None:
             continue
-        step = _label_step(ctx, comp, ds)
+        step = replace(_label_step(ctx, comp, ds), in_place=False)
         key = comp.common_label.key
         user_value = step.meta_before.get(key) or step.template_before.get(key)
         if user_value not in (None, comp.common_label.value):
@@ -208,10 +267,21 @@ def plan(ctx: PlanContext) -> PhasePlan:
                             "operator's next re-render (an upgrade or any CR edit) brings "
                             f"{value!r} back, the pods roll without the common label and every "
                             "Service switched to it drains; remove the key from that CR field")
-        ondelete = o.update_strategy(ds) == "OnDelete"
-        if not step.satisfied(ds):
+        rolling = rolling_because(ctx, ds)
+        held = held_strategy(ds) is not None
+        ondelete = o.update_strategy(ds) == "OnDelete" and not held
+        if rolling is None and (held or not step.satisfied(ds)):
+            steps += _in_place_steps(ctx, ds, step, not step.satisfied(ds))
+            if not held:
+                gates.append(g.daemonset_healthy(ctx.snapshot, ds))
+            notes.append(f"DaemonSet/{comp.daemonset}: "
+                         + cost(ds, len(ctx.snapshot.pods_of(comp.daemonset)), None))
+        elif not step.satisfied(ds):
             steps.append(step)
             gates.append(g.daemonset_healthy(ctx.snapshot, ds))
+            if not ondelete:
+                notes.append(f"DaemonSet/{comp.daemonset}: " + cost(
+                    ds, len(ctx.snapshot.pods_of(comp.daemonset)), rolling))
         else:
             notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
             checks.append(step)  # e.g. an operator that renders it: its rollout must finish
@@ -263,7 +333,7 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         if ds is None:
             return [GateResult(f"exists/{step.daemonset}", False,
                                f"DaemonSet/{step.daemonset} no longer exists")]
-        if not step.rolls_pods():
+        if not step.rolls_pods() and not step.in_place:
             return []
         removing = [k for k, v in step.template_after.items() if v is None]
         out = [g.daemonset_healthy(ctx.snapshot, ds)]
@@ -289,7 +359,9 @@ def _wanted_pod_labels(ctx: PlanContext, daemonset: str) -> dict[str, str | None
 
 def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     """Rollout complete and every pod carries the template's labels."""
-    name = step.daemonset if isinstance(step, SetLabels | RollPods) else None
+    name = step.daemonset if isinstance(step, SetLabels | RollPods | RestoreStrategy) else None
+    if isinstance(step, SetLabels) and step.in_place:
+        return []  # its pods are relabelled next (RelabelPods); RestoreStrategy's gates wait
     if name is None or name not in ctx.snapshot.daemonsets:
         return []
     ds = ctx.snapshot.daemonsets[name]
@@ -315,6 +387,12 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                         f"={o.annotations_of(ds)[hash_key]}) without the common labels")
             out.append(GateResult(name, False, f"common labels {why}"))
             continue
+        held = held_strategy(ds)
+        if held is not None:
+            out.append(GateResult(f"held/{step.daemonset}", False,
+                                  f"held on updateStrategy OnDelete by dcgm-migrate (its own: "
+                                  f"{held.get('type')}); resuming the run or a rollback "
+                                  "restores it"))
         out.append(GateResult(name, True, "labels on DaemonSet and template"))
         out.append(g.pods_carry(ctx.snapshot, step.daemonset, dict(step.template_after)))
         comp = _component_of(ctx, step.daemonset)
@@ -328,14 +406,21 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
     inverse: list[Step] = []
+    gates: list[GateResult] = []
     for step in reversed(steps):
         if isinstance(step, SetLabels):
-            inv = step.inverse()
+            inv = replace(step.inverse(), in_place=False)
             ds = ctx.snapshot.daemonsets.get(step.daemonset)
-            if ds is not None and not inv.satisfied(ds):
-                inverse.append(inv)
-                if o.update_strategy(ds) == "OnDelete" and ctx.options.roll_on_delete:
-                    inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+            if ds is None or (inv.satisfied(ds) and held_strategy(ds) is None):
+                continue
+            if rolling_because(ctx, ds) is None:  # in place, gated before the hold
+                inverse += _in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
+                gates += [r for r in before_write(ctx, replace(inv, in_place=True))
+                          if r.name.startswith("no-selector-uses/")]
+                continue
+            inverse.append(inv)
+            if o.update_strategy(ds) == "OnDelete" and ctx.options.roll_on_delete:
+                inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), guarded=tuple(bases),
-                     tolerance=tolerance)
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), gates=tuple(gates),
+                     guarded=tuple(bases), tolerance=tolerance)

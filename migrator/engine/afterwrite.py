@@ -33,7 +33,7 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
     strategy; every gate check reads the DaemonSets, Services, pods and endpoints afresh
     (from the run's cache, as new as this step's write)"""
     base_snap = base or backend.snapshot()
-    ds_now = base_snap.daemonsets.get(step.rollout_of() or "")
+    ds_now = backend.fresh(base_snap).daemonsets.get(step.rollout_of() or "")  # as written
     if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
         return  # the template change rolls nothing; a RollPods step (if any) rolls pods
     rolls = step.rollout_of() if ds_now is not None else None

@@ -11,6 +11,7 @@ recorded, not from what the cluster looks like now.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -39,6 +40,17 @@ class Change:
 
 def _labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
     return all(actual.get(k) == v for k, v in wanted.items())
+
+
+def _all_updated(live: Obj | None) -> bool:
+    """Every scheduled pod counted updated by the controller, for the current spec."""
+    if live is None:
+        return True  # nothing left to roll
+    status = live.get("status") or {}
+    generation = o.meta(live).get("generation")
+    return bool((generation is None or status.get("observedGeneration") == generation)
+                and status.get("updatedNumberScheduled", 0)
+                == status.get("desiredNumberScheduled", 0))
 
 
 class _StepDefaults:
@@ -99,6 +111,7 @@ class SetLabels(_StepDefaults):
     template_after: LabelMap
     meta_before: LabelMap
     template_before: LabelMap
+    in_place: bool = False  # the DaemonSet is held on OnDelete: its pods are relabelled
 
     id_prefix: ClassVar[str] = "labels/daemonset"
 
@@ -124,17 +137,131 @@ class SetLabels(_StepDefaults):
                 "spec": {"template": {"metadata": {"labels": dict(self.template_after)}}}}
 
     def rolls_pods(self) -> bool:
-        return any(self.template_before.get(k) != v for k, v in self.template_after.items())
+        return not self.in_place and any(self.template_before.get(k) != v
+                                         for k, v in self.template_after.items())
 
     def rollout_of(self) -> str | None:
-        return self.daemonset
+        return None if self.in_place else self.daemonset
 
     def pod_labels(self) -> LabelMap:
         return self.template_after
 
     def inverse(self) -> SetLabels:
         return SetLabels(self.daemonset, self.meta_before, self.template_before,
-                         self.meta_after, self.template_after)
+                         self.meta_after, self.template_after, self.in_place)
+
+
+# The annotation a DaemonSet held on OnDelete by the tool carries: its own updateStrategy
+# (JSON), restored by the run that set it, by a resumed run, or by a rollback.
+HELD_ANNOTATION = "dcgm-migrate/held-update-strategy"
+
+
+def held_strategy(ds: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The updateStrategy the tool holds this DaemonSet away from (None: not held)."""
+    raw = o.annotations_of(ds).get(HELD_ANNOTATION)
+    return dict(json.loads(raw)) if raw else None
+
+
+@dataclass(frozen=True)
+class HoldStrategy(_StepDefaults):
+    """Set `OnDelete` (the template change that follows rolls nothing), recording `strategy`,
+    the DaemonSet's own, in `HELD_ANNOTATION`."""
+
+    type: ClassVar[str] = "hold-strategy"
+    kind: ClassVar[Kind] = kinds.DAEMONSET
+    daemonset: str
+    strategy: Mapping[str, Any] = field(hash=False)
+
+    id_prefix: ClassVar[str] = "hold/daemonset"
+
+    @property
+    def name(self) -> str:
+        return self.daemonset
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "spec.updateStrategy.type", self.strategy.get("type"),
+                       "OnDelete (while its pods are relabelled in place)")]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return live is not None and held_strategy(live) is not None and \
+            o.update_strategy(live) == "OnDelete"
+
+    def patch(self) -> Obj:
+        return {"metadata": {"annotations": {HELD_ANNOTATION: json.dumps(
+                    dict(self.strategy), sort_keys=True)}},
+                "spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}}
+
+    def inverse(self) -> RestoreStrategy:
+        return RestoreStrategy(self.daemonset, self.strategy)
+
+
+@dataclass(frozen=True)
+class RestoreStrategy(_StepDefaults):
+    """Put back the updateStrategy `HoldStrategy` recorded; pods the in-place path left on an
+    older revision then roll within the DaemonSet's own budget (its post-gates wait)."""
+
+    type: ClassVar[str] = "restore-strategy"
+    kind: ClassVar[Kind] = kinds.DAEMONSET
+    daemonset: str
+    strategy: Mapping[str, Any] = field(hash=False)
+
+    id_prefix: ClassVar[str] = "restore/daemonset"
+
+    @property
+    def name(self) -> str:
+        return self.daemonset
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "spec.updateStrategy.type", "OnDelete",
+                       self.strategy.get("type"))]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return live is None or (held_strategy(live) is None and o.update_strategy(live)
+                                == str(self.strategy.get("type") or "RollingUpdate"))
+
+    def patch(self) -> Obj:
+        return {"metadata": {"annotations": {HELD_ANNOTATION: None}},
+                "spec": {"updateStrategy": dict(self.strategy)}}
+
+    def rollout_of(self) -> str | None:
+        return self.daemonset
+
+    def inverse(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class RelabelPods(_StepDefaults):
+    """The in-place path: every pod on the revision before the current one gets the current
+    template's labels and `controller-revision-hash` by a JSON patch testing its uid and old
+    hash, once the two revisions' data prove only labels differ (engine/inplace.py). Run by
+    the loop pod by pod; a pod it cannot relabel is left to the rollout `RestoreStrategy`
+    lets the controller make. `rendered`: the operator's last-applied hash annotation when
+    planned (another one now: the operator re-rendered the DaemonSet, which then rolls)."""
+
+    type: ClassVar[str] = "relabel-pods"
+    kind: ClassVar[Kind] = kinds.DAEMONSET
+    pod_by_pod: ClassVar[bool] = True
+    daemonset: str
+    label_keys: tuple[str, ...]
+    rendered: str | None = None
+
+    id_prefix: ClassVar[str] = "relabel/daemonset"
+
+    @property
+    def name(self) -> str:
+        return self.daemonset
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "pods", "old revision",
+                       "relabelled in place (labels and controller-revision-hash)")]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return _all_updated(live)
+
+    def inverse(self) -> None:
+        """Rolling back phase 1 plans its own relabelling, to the old template."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -161,13 +288,7 @@ class RollPods(_StepDefaults):
         """Every scheduled pod runs the DaemonSet's current template, by its status (the
         controller counts `updatedNumberScheduled` for OnDelete too), for the current spec.
         Which pods still need deleting is the apply back end's per-pod read (engine/ondelete.py)."""
-        if live is None:
-            return True  # nothing left to roll
-        status = live.get("status") or {}
-        generation = o.meta(live).get("generation")
-        return bool((generation is None or status.get("observedGeneration") == generation)
-                    and status.get("updatedNumberScheduled", 0)
-                    == status.get("desiredNumberScheduled", 0))
+        return _all_updated(live)
 
     def rolls_pods(self) -> bool:
         return True
@@ -283,9 +404,11 @@ class SetSelector(_StepDefaults):
                 if not rollback else "fix the pods the old selector needs, then rerun")
 
 
-Step = SetLabels | RollPods | CreateAlias | DeleteAlias | SetSelector
+Step = (SetLabels | RollPods | CreateAlias | DeleteAlias | SetSelector | HoldStrategy
+        | RestoreStrategy | RelabelPods)
 _TYPES: dict[str, type[Any]] = {
-    t.type: t for t in (SetLabels, RollPods, CreateAlias, DeleteAlias, SetSelector)
+    t.type: t for t in (SetLabels, RollPods, CreateAlias, DeleteAlias, SetSelector,
+                        HoldStrategy, RestoreStrategy, RelabelPods)
 }
 
 
@@ -299,7 +422,7 @@ def to_record(step: Step) -> dict[str, Any]:
 def from_record(record: Mapping[str, Any]) -> Step:
     data = dict(record)
     cls = _TYPES[str(data.pop("type"))]
-    if cls is RollPods:
+    if cls in (RollPods, RelabelPods):
         data["label_keys"] = tuple(data["label_keys"])
     result: Step = cls(**data)
     return result

@@ -1,0 +1,121 @@
+"""Phase 1 in place (docs/runbook.md, phase 1): every DCGM and exporter pod relabelled with the
+new template's labels and `controller-revision-hash` — none restarted, the DaemonSet's status
+counting them all updated, no Service's ready endpoints below its baseline at any sample — and
+the rolling path where it must be taken (`--rolling`, pods on an older revision, an operator
+re-render during the run)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from migrator.model import kinds
+from migrator.model.steps import HELD_ANNOTATION
+from tests.e2e.conftest import E2E, NS
+from tests.e2e.test_phase1 import _daemonsets
+
+HASH = "controller-revision-hash"
+
+
+def _uids(env: E2E) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"]
+            for ds in _daemonsets(env.sim.stack) for p in env.pods(ds)}
+
+
+def _current_hash(env: E2E, ds: dict[str, Any]) -> str:
+    """The controller's current revision of this DaemonSet: the highest it owns."""
+    revs = [r for r, in [(r,) for r in env.sim.store.list(kinds.CONTROLLER_REVISION, NS)[0]]
+            if any(ref["uid"] == ds["metadata"]["uid"]
+                   for ref in r["metadata"].get("ownerReferences") or [])]
+    return str(max(revs, key=lambda r: r["revision"])["metadata"]["labels"][HASH])
+
+
+def _assert_whole(env: E2E, labelled: bool) -> None:
+    """Every pod on the current revision, with (or without) the common label; the DaemonSet
+    back on its own RollingUpdate, not held."""
+    for name, key in _daemonsets(env.sim.stack).items():
+        ds = env.ds(name)
+        assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+        assert HELD_ANNOTATION not in (ds["metadata"].get("annotations") or {})
+        status = ds["status"]
+        assert status["updatedNumberScheduled"] == status["desiredNumberScheduled"] == 3
+        want = _current_hash(env, ds)
+        for pod in env.pods(name):
+            labels = pod["metadata"]["labels"]
+            assert labels[HASH] == want, pod["metadata"]["name"]
+            assert (labels.get(key) == "true") is labelled, pod["metadata"]["name"]
+
+
+def _services(env: E2E) -> set[str]:
+    return {s["metadata"]["name"] for s in env.sim.store.list(kinds.SERVICE, NS)[0]}
+
+
+def _no_dip(env: E2E, services: set[str]) -> None:
+    """Zero tolerance: no sample of a Service that existed before the run (an alias the run
+    creates starts at zero) below its baseline, phase 1 included."""
+    env.monitor.stop()
+    assert services <= set(env.monitor.lowest), "the monitor sampled not every Service"
+    dips = {s: low for s, low in env.monitor.lowest.items()
+            if s in services and low[0] < low[1]}
+    assert not dips, f"ready endpoints dipped (lowest, baseline): {dips}"
+
+
+def test_apply_phase3_in_place_restarts_no_pod_and_dips_no_endpoint(e2e: E2E) -> None:
+    plan = e2e.cli("plan", "-o", "json")
+    assert plan.code == 0, plan.stderr
+    notes = " ".join(plan.json()["phases"][0]["notes"])
+    assert notes.count("in place: 0 of 3 pods restarted") == 2, notes
+    before, services = _uids(e2e), _services(e2e)
+    mark = e2e.mark()
+    res = e2e.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stdout + res.stderr
+    assert _uids(e2e) == before, "a pod was replaced"
+    _assert_whole(e2e, labelled=True)
+    writes = e2e.writes(since=mark)
+    assert not [w for w in writes if w.resource == "pods" and w.verb == "delete"]
+    assert len([w for w in writes if w.resource == "pods"]) == 6  # one patch per pod
+    _no_dip(e2e, services)
+    ok = e2e.cli("verify")
+    assert ok.code == 0, ok.stdout + ok.stderr
+
+
+def test_rollback_phase1_in_place(e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("clusterpolicy")
+    assert env.cli("apply", "--phase", "1", "--yes").code == 0
+    before, services = _uids(env), _services(env)
+    res = env.cli("rollback", "--phase", "1", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stdout + res.stderr
+    assert _uids(env) == before, "a pod was replaced"
+    _assert_whole(env, labelled=False)
+    _no_dip(env, services)
+
+
+def test_rolling_option_rolls_every_pod(e2e_factory: Callable[..., E2E]) -> None:
+    env = e2e_factory("gpucluster")
+    plan = env.cli("plan", "--rolling", "-o", "json")
+    assert "rolling (--rolling): 3 pods restarted" in " ".join(plan.json()["phases"][0]["notes"])
+    before = _uids(env)
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes")
+    assert res.code == 0, res.stdout + res.stderr
+    assert not set(_uids(env)) & set(before), "--rolling must replace every pod"
+    _assert_whole(env, labelled=True)
+
+
+def test_pending_template_change_takes_the_rolling_path(e2e_factory: Callable[..., E2E]) -> None:
+    """A DaemonSet whose pods are not all on its current revision (a template change still
+    rolling out, held up by a node whose pods never turn Ready) is not relabelled in place."""
+    env = e2e_factory("gpucluster", operator_reconcile_seconds=None)
+    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, "gpu-node-0003"))
+    node["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
+    env.sim.store.update(kinds.NODE, node)
+    with env.monitor.expected_outage():  # gpu-node-0003's pod never Ready: not the tool's
+        ds = copy.deepcopy(env.ds("nvidia-dcgm-dra"))
+        ds["spec"]["template"]["metadata"].setdefault("annotations", {})["pending"] = "change"
+        env.sim.store.update(kinds.DAEMONSET, ds)
+        env.sim.wait_for(lambda: len({p["metadata"]["labels"][HASH]
+                                      for p in env.pods("nvidia-dcgm-dra")}) == 2, 30)
+        plan = env.cli("plan", "-o", "json")
+        notes = " ".join(plan.json()["phases"][0]["notes"])
+        assert "DaemonSet/nvidia-dcgm-dra: rolling (pods on an older revision" in notes, notes
+        assert "DaemonSet/nvidia-dcgm-exporter-dra: in place" in notes, notes

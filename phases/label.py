@@ -13,17 +13,16 @@ from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
+from migrator.model.inplace import cost, in_place_steps, rolling_because
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import (
     HoldStrategy,
-    RelabelPods,
     RestoreStrategy,
     RollPods,
     SetLabels,
     Step,
     from_record,
-    held_strategy,
 )
 
 NUMBER = 1
@@ -142,55 +141,6 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
                      {k: o.template_labels(ds).get(k) for k in wanted})
 
 
-HASH_LABEL = "controller-revision-hash"
-
-
-def rolling_because(ctx: PlanContext, ds: Mapping[str, Any]) -> str | None:
-    """Why this DaemonSet's pods must roll rather than be relabelled in place (None: in
-    place). In place needs every pod on the current revision: the rollout complete by the
-    status's counts, and one `controller-revision-hash` on every pod (engine/inplace.py
-    proves the rest from the ControllerRevisions before it patches a pod)."""
-    if held_strategy(ds) is not None:
-        return None  # the tool's own hold: a run killed in place finishes in place
-    if ctx.options.rolling:
-        return "--rolling"
-    if o.update_strategy(ds) != "RollingUpdate":
-        return f"updateStrategy {o.update_strategy(ds)}"
-    hashes = {p.labels.get(HASH_LABEL) for p in ctx.snapshot.pods_of(o.name(ds))
-              if not p.deleting}
-    if not g.rollout_complete(dict(ds)).ok or len(hashes) > 1 or None in hashes:
-        return "pods on an older revision (a template change is still rolling out)"
-    return None
-
-
-def _in_place_steps(ctx: PlanContext, ds: Mapping[str, Any], step: SetLabels,
-                    write_labels: bool) -> list[Step]:
-    """Hold on OnDelete, relabel the template, relabel the pods, restore the strategy."""
-    name = o.name(ds)
-    strategy = held_strategy(ds) or dict(o.dig(ds, "spec", "updateStrategy")
-                                         or {"type": "RollingUpdate"})
-    rendered = o.annotations_of(ds).get(ctx.catalog.common.operator_hash_annotation)
-    return [HoldStrategy(name, strategy), *([replace(step, in_place=True)] if write_labels
-                                            else []),
-            RelabelPods(name, tuple(step.template_after), rendered),
-            RestoreStrategy(name, strategy)]
-
-
-def cost(ds: Mapping[str, Any], pods: int, rolling: str | None) -> str:
-    """What a path costs: pods restarted and the time a rollout takes (pods x the slowest
-    container's readiness delay / maxUnavailable), or ~0 restarts in place."""
-    if rolling is None:
-        return f"in place: 0 of {pods} pods restarted, {pods} pod patches, seconds"
-    probes = [c.get("readinessProbe") or {} for c in
-              o.dig(ds, "spec", "template", "spec", "containers") or []]
-    delay = max((int(p.get("initialDelaySeconds") or 0) + int(p.get("periodSeconds") or 10)
-                 for p in probes), default=10)
-    budget = max(1, o.max_unavailable(dict(ds), pods))
-    minutes = pods * delay / budget / 60
-    return (f"rolling ({rolling}): {pods} pods restarted, about {minutes:.0f} min "
-            f"({pods} x {delay}s readiness / maxUnavailable {budget})")
-
-
 # Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
 # `applyCommonDaemonsetMetadata`: `spec.daemonsets.labels` goes onto every pod template), and
 # the per-component sections a CR version may carry labels in too.
@@ -268,10 +218,10 @@ def plan(ctx: PlanContext) -> PhasePlan:
                             f"{value!r} back, the pods roll without the common label and every "
                             "Service switched to it drains; remove the key from that CR field")
         rolling = rolling_because(ctx, ds)
-        held = held_strategy(ds) is not None
+        held = o.held_strategy(ds) is not None
         ondelete = o.update_strategy(ds) == "OnDelete" and not held
         if rolling is None and (held or not step.satisfied(ds)):
-            steps += _in_place_steps(ctx, ds, step, not step.satisfied(ds))
+            steps += in_place_steps(ctx, ds, step, not step.satisfied(ds))
             if not held:
                 gates.append(g.daemonset_healthy(ctx.snapshot, ds))
             notes.append(f"DaemonSet/{comp.daemonset}: "
@@ -328,6 +278,8 @@ def _release_warnings(ctx: PlanContext) -> list[str]:
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    if isinstance(step, HoldStrategy) and step.name in ctx.snapshot.daemonsets:
+        return [g.daemonset_healthy(ctx.snapshot, ctx.snapshot.daemonsets[step.name])]
     if isinstance(step, SetLabels):
         ds = ctx.snapshot.daemonsets.get(step.daemonset)
         if ds is None:
@@ -336,7 +288,9 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         if not step.rolls_pods() and not step.in_place:
             return []
         removing = [k for k, v in step.template_after.items() if v is None]
-        out = [g.daemonset_healthy(ctx.snapshot, ds)]
+        # In place, health was gated before the hold, whose write the controller may not have
+        # observed yet; each pod is then proven by its revision (engine/inplace.py).
+        out = [] if step.in_place else [g.daemonset_healthy(ctx.snapshot, ds)]
         for key in removing:
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
@@ -387,7 +341,7 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                         f"={o.annotations_of(ds)[hash_key]}) without the common labels")
             out.append(GateResult(name, False, f"common labels {why}"))
             continue
-        held = held_strategy(ds)
+        held = o.held_strategy(ds)
         if held is not None:
             out.append(GateResult(f"held/{step.daemonset}", False,
                                   f"held on updateStrategy OnDelete by dcgm-migrate (its own: "
@@ -411,10 +365,10 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         if isinstance(step, SetLabels):
             inv = replace(step.inverse(), in_place=False)
             ds = ctx.snapshot.daemonsets.get(step.daemonset)
-            if ds is None or (inv.satisfied(ds) and held_strategy(ds) is None):
+            if ds is None or (inv.satisfied(ds) and o.held_strategy(ds) is None):
                 continue
             if rolling_because(ctx, ds) is None:  # in place, gated before the hold
-                inverse += _in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
+                inverse += in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
                 gates += [r for r in before_write(ctx, replace(inv, in_place=True))
                           if r.name.startswith("no-selector-uses/")]
                 continue

@@ -32,6 +32,12 @@ from migrator.model.steps import RelabelPods, Step
 
 Obj = dict[str, Any]
 HASH_LABEL = "controller-revision-hash"
+# The deprecated fallback of `IsPodUpdated`: a pod whose label equals the DaemonSet's template
+# generation counts updated too. A relabelled pod carries the new one, as a pod the controller
+# created for this template would (`util.CreatePodTemplate`): left at the old one, a DaemonSet
+# re-created at generation 1 would count it updated whatever its template.
+GENERATION_LABEL = "pod-template-generation"
+GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
 # Pod patches in flight at once: client-go's default burst (`rest.DefaultBurst` = 10,
 # k8s.io/client-go/rest/config.go), which is also the python client's default connection
 # pool on a small host; enough that 5,000 patches take seconds, few enough that the API
@@ -62,19 +68,21 @@ def _pointer(key: str) -> str:
 
 
 def pod_patch(pod: PodView, old: Mapping[str, str], new: Mapping[str, str],
-              new_hash: str) -> list[Obj]:
+              new_hash: str, generation: str | None = None) -> list[Obj]:
     """A JSON patch moving the pod from the old template's labels to the new one's: it applies
     only to this pod (uid) while it still carries the old hash."""
     ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": pod.uid},
                       {"op": "test", "path": _pointer(HASH_LABEL),
                        "value": pod.labels.get(HASH_LABEL)}]
-    for key in sorted((set(old) | set(new)) - {HASH_LABEL}):
+    for key in sorted((set(old) | set(new)) - {HASH_LABEL, GENERATION_LABEL}):
         want = new.get(key)
         if pod.labels.get(key) == want:
             continue
         ops.append({"op": "remove", "path": _pointer(key)} if want is None else
                    {"op": "add", "path": _pointer(key), "value": want})
     ops.append({"op": "replace", "path": _pointer(HASH_LABEL), "value": new_hash})
+    if generation is not None and pod.labels.get(GENERATION_LABEL) not in (None, generation):
+        ops.append({"op": "replace", "path": _pointer(GENERATION_LABEL), "value": generation})
     return ops
 
 
@@ -156,7 +164,8 @@ def _patch_pods(backend: Applier, step: RelabelPods, ds: Obj, revs: list[Obj]
                         f"{pod.name} (on a revision no longer kept)")
             continue
         work.append((pod, pod_patch(pod, o.template_labels({"spec": {
-            "template": template_of(old)}}), o.template_labels(ds), new_hash)))
+            "template": template_of(old)}}), o.template_labels(ds), new_hash,
+            o.annotations_of(ds).get(GENERATION_ANNOTATION))))
 
     def send(item: tuple[PodView, list[Obj]]) -> str | None:
         pod, ops = item

@@ -30,7 +30,6 @@ from migrator.model import monitoring
 from migrator.model import objects as o
 from migrator.model.snapshot import EndpointView, ServiceEndpoints, Snapshot
 from migrator.model.steps import (
-    HELD_ANNOTATION,
     CreateAlias,
     DeleteAlias,
     HoldStrategy,
@@ -142,9 +141,9 @@ def _strategy(step: HoldStrategy | RestoreStrategy, snapshot: Snapshot) -> Snaps
     hold = isinstance(step, HoldStrategy)
     spec = {**(ds.get("spec") or {}),
             "updateStrategy": {"type": "OnDelete"} if hold else dict(step.strategy)}
-    annotations = {k: v for k, v in o.annotations_of(ds).items() if k != HELD_ANNOTATION}
+    annotations = {k: v for k, v in o.annotations_of(ds).items() if k != o.HELD_STRATEGY}
     if hold:
-        annotations[HELD_ANNOTATION] = json.dumps(dict(step.strategy), sort_keys=True)
+        annotations[o.HELD_STRATEGY] = json.dumps(dict(step.strategy), sort_keys=True)
     meta = {**(ds.get("metadata") or {}), "annotations": annotations}
     return replace(snapshot, daemonsets={**snapshot.daemonsets,
                                          step.daemonset: {**ds, "metadata": meta, "spec": spec}})

@@ -42,17 +42,6 @@ def _labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
     return all(actual.get(k) == v for k, v in wanted.items())
 
 
-def _all_updated(live: Obj | None) -> bool:
-    """Every scheduled pod counted updated by the controller, for the current spec."""
-    if live is None:
-        return True  # nothing left to roll
-    status = live.get("status") or {}
-    generation = o.meta(live).get("generation")
-    return bool((generation is None or status.get("observedGeneration") == generation)
-                and status.get("updatedNumberScheduled", 0)
-                == status.get("desiredNumberScheduled", 0))
-
-
 class _StepDefaults:
     """What most steps answer; a step that differs says so itself."""
 
@@ -151,44 +140,38 @@ class SetLabels(_StepDefaults):
                          self.meta_after, self.template_after, self.in_place)
 
 
-# The annotation a DaemonSet held on OnDelete by the tool carries: its own updateStrategy
-# (JSON), restored by the run that set it, by a resumed run, or by a rollback.
-HELD_ANNOTATION = "dcgm-migrate/held-update-strategy"
-
-
-def held_strategy(ds: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The updateStrategy the tool holds this DaemonSet away from (None: not held)."""
-    raw = o.annotations_of(ds).get(HELD_ANNOTATION)
-    return dict(json.loads(raw)) if raw else None
-
-
 @dataclass(frozen=True)
-class HoldStrategy(_StepDefaults):
-    """Set `OnDelete` (the template change that follows rolls nothing), recording `strategy`,
-    the DaemonSet's own, in `HELD_ANNOTATION`."""
+class _Strategy(_StepDefaults):
+    """The in-place path's hold of a DaemonSet on `OnDelete`: `strategy` is its own."""
 
-    type: ClassVar[str] = "hold-strategy"
     kind: ClassVar[Kind] = kinds.DAEMONSET
     daemonset: str
     strategy: Mapping[str, Any] = field(hash=False)
 
-    id_prefix: ClassVar[str] = "hold/daemonset"
-
     @property
     def name(self) -> str:
         return self.daemonset
+
+
+@dataclass(frozen=True)
+class HoldStrategy(_Strategy):
+    """Set `OnDelete` (the template change that follows rolls nothing), recording the
+    DaemonSet's own strategy in `HELD_STRATEGY`."""
+
+    type: ClassVar[str] = "hold-strategy"
+    id_prefix: ClassVar[str] = "hold/daemonset"
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "spec.updateStrategy.type", self.strategy.get("type"),
                        "OnDelete (while its pods are relabelled in place)")]
 
     def satisfied(self, live: Obj | None) -> bool:
-        return live is not None and held_strategy(live) is not None and \
+        return live is not None and o.held_strategy(live) is not None and \
             o.update_strategy(live) == "OnDelete"
 
     def patch(self) -> Obj:
-        return {"metadata": {"annotations": {HELD_ANNOTATION: json.dumps(
-                    dict(self.strategy), sort_keys=True)}},
+        held = json.dumps(dict(self.strategy), sort_keys=True)
+        return {"metadata": {"annotations": {o.HELD_STRATEGY: held}},
                 "spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}}
 
     def inverse(self) -> RestoreStrategy:
@@ -196,71 +179,29 @@ class HoldStrategy(_StepDefaults):
 
 
 @dataclass(frozen=True)
-class RestoreStrategy(_StepDefaults):
-    """Put back the updateStrategy `HoldStrategy` recorded; pods the in-place path left on an
-    older revision then roll within the DaemonSet's own budget (its post-gates wait)."""
+class RestoreStrategy(_Strategy):
+    """Put back the recorded strategy; pods the in-place path left on an older revision then
+    roll within the DaemonSet's own budget (its post-gates wait)."""
 
     type: ClassVar[str] = "restore-strategy"
-    kind: ClassVar[Kind] = kinds.DAEMONSET
-    daemonset: str
-    strategy: Mapping[str, Any] = field(hash=False)
-
     id_prefix: ClassVar[str] = "restore/daemonset"
-
-    @property
-    def name(self) -> str:
-        return self.daemonset
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "spec.updateStrategy.type", "OnDelete",
                        self.strategy.get("type"))]
 
     def satisfied(self, live: Obj | None) -> bool:
-        return live is None or (held_strategy(live) is None and o.update_strategy(live)
+        return live is None or (o.held_strategy(live) is None and o.update_strategy(live)
                                 == str(self.strategy.get("type") or "RollingUpdate"))
 
     def patch(self) -> Obj:
-        return {"metadata": {"annotations": {HELD_ANNOTATION: None}},
+        return {"metadata": {"annotations": {o.HELD_STRATEGY: None}},
                 "spec": {"updateStrategy": dict(self.strategy)}}
 
     def rollout_of(self) -> str | None:
         return self.daemonset
 
     def inverse(self) -> None:
-        return None
-
-
-@dataclass(frozen=True)
-class RelabelPods(_StepDefaults):
-    """The in-place path: every pod on the revision before the current one gets the current
-    template's labels and `controller-revision-hash` by a JSON patch testing its uid and old
-    hash, once the two revisions' data prove only labels differ (engine/inplace.py). Run by
-    the loop pod by pod; a pod it cannot relabel is left to the rollout `RestoreStrategy`
-    lets the controller make. `rendered`: the operator's last-applied hash annotation when
-    planned (another one now: the operator re-rendered the DaemonSet, which then rolls)."""
-
-    type: ClassVar[str] = "relabel-pods"
-    kind: ClassVar[Kind] = kinds.DAEMONSET
-    pod_by_pod: ClassVar[bool] = True
-    daemonset: str
-    label_keys: tuple[str, ...]
-    rendered: str | None = None
-
-    id_prefix: ClassVar[str] = "relabel/daemonset"
-
-    @property
-    def name(self) -> str:
-        return self.daemonset
-
-    def changes(self) -> list[Change]:
-        return [Change(self.object, "pods", "old revision",
-                       "relabelled in place (labels and controller-revision-hash)")]
-
-    def satisfied(self, live: Obj | None) -> bool:
-        return _all_updated(live)
-
-    def inverse(self) -> None:
-        """Rolling back phase 1 plans its own relabelling, to the old template."""
         return None
 
 
@@ -288,7 +229,13 @@ class RollPods(_StepDefaults):
         """Every scheduled pod runs the DaemonSet's current template, by its status (the
         controller counts `updatedNumberScheduled` for OnDelete too), for the current spec.
         Which pods still need deleting is the apply back end's per-pod read (engine/ondelete.py)."""
-        return _all_updated(live)
+        if live is None:
+            return True  # nothing left to roll
+        status = live.get("status") or {}
+        generation = o.meta(live).get("generation")
+        return bool((generation is None or status.get("observedGeneration") == generation)
+                    and status.get("updatedNumberScheduled", 0)
+                    == status.get("desiredNumberScheduled", 0))
 
     def rolls_pods(self) -> bool:
         return True
@@ -297,6 +244,27 @@ class RollPods(_StepDefaults):
         """A deleted pod cannot be undeleted; rolling back phase 1 restores the labels and
         plans its own RollPods for the old template."""
         return None
+
+
+@dataclass(frozen=True)
+class RelabelPods(RollPods):
+    """The in-place path: every pod on the revision before the current one gets the current
+    template's labels and `controller-revision-hash` by a JSON patch testing its uid and old
+    hash, once the two revisions' data prove only labels differ (engine/inplace.py); a pod it
+    cannot relabel is left to the rollout `RestoreStrategy` lets the controller make.
+    `rendered`: the operator's last-applied hash annotation when planned (another one now:
+    the operator re-rendered the DaemonSet, which then rolls)."""
+
+    type: ClassVar[str] = "relabel-pods"
+    rendered: str | None = None
+    id_prefix: ClassVar[str] = "relabel/daemonset"
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "pods", "old revision",
+                       "relabelled in place (labels and controller-revision-hash)")]
+
+    def rolls_pods(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from migrator.model import kinds
-from migrator.model.steps import HELD_ANNOTATION
+from migrator.model.objects import HELD_STRATEGY
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_phase1 import _daemonsets
 
@@ -37,7 +37,7 @@ def _assert_whole(env: E2E, labelled: bool) -> None:
     for name, key in _daemonsets(env.sim.stack).items():
         ds = env.ds(name)
         assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
-        assert HELD_ANNOTATION not in (ds["metadata"].get("annotations") or {})
+        assert HELD_STRATEGY not in (ds["metadata"].get("annotations") or {})
         status = ds["status"]
         assert status["updatedNumberScheduled"] == status["desiredNumberScheduled"] == 3
         want = _current_hash(env, ds)

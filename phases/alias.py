@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migrator.model import aliasing, monitoring, sharing
+from migrator.model import aliasing, monitoring, scrapechecks, sharing
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected
@@ -158,7 +158,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
         steps.append(step)
         what_if = monitoring.with_service(what_if, step.body)
     if steps:
-        gates.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
+        gates.append(scrapechecks.duplicate_gate(what_if, _exporter_daemonsets(ctx),
                                                before=ctx.snapshot))
     guarded = [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
                if ctx.service(c.service)]
@@ -174,7 +174,7 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
         if leaving:
             out.append(GateResult(f"alias-not-terminating/{step.service}", False, leaving))
         what_if = monitoring.with_service(ctx.snapshot, step.body)
-        out.append(monitoring.duplicate_gate(what_if, _exporter_daemonsets(ctx),
+        out.append(scrapechecks.duplicate_gate(what_if, _exporter_daemonsets(ctx),
                                              before=ctx.snapshot))
         return out
     if isinstance(step, DeleteAlias):

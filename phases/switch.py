@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
-from migrator.model import monitoring
+from migrator.model import monitoring, scrapechecks
 from migrator.model import objects as o
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateKind, GateResult
@@ -71,7 +71,7 @@ def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], l
         switched = {**svc, "spec": {**(svc.get("spec") or {}), "selector": dict(step.after)}}
         what_if = monitoring.with_service(ctx.snapshot, switched)
         exporters = [c.daemonset for c in ctx.components if c.exporter]
-        out.append(monitoring.duplicate_gate(what_if, exporters,
+        out.append(scrapechecks.duplicate_gate(what_if, exporters,
                                              f"no-duplicate-scrape/{step.service}",
                                              before=ctx.snapshot))
     return out, warnings

@@ -1,20 +1,14 @@
 """`dcgm-migrate`: parse options, call `migrator.commands`, render the result. Errors map to
-exit codes in `migrator.errors.exit_code_for`, applied here in one decorator."""
+exit codes in `migrator.errors.exit_code_for`, applied in one decorator (cli/failures.py)."""
 
 from __future__ import annotations
 
-import functools
-import importlib
-import shlex
-import signal
 import sys
-import threading
 import time
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated
 
 import typer
 
@@ -22,7 +16,8 @@ from migrator import __version__, commands
 from migrator.cli import render
 from migrator.cli.documents import to_document
 from migrator.cli.durations import parse_duration
-from migrator.cli.group import ARGV_KEY, RootGroup
+from migrator.cli.failures import handles_errors
+from migrator.cli.group import RootGroup
 from migrator.cli.guard_cmd import guard
 from migrator.cli.live import make_progress
 from migrator.cli.options import (
@@ -45,7 +40,6 @@ from migrator.cli.options import (
 )
 from migrator.cli.plugins import INSTALL_HINT
 from migrator.commands import RunRequest, Session, save_plan
-from migrator.engine import interrupts
 from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
 from migrator.engine.reports import (
@@ -56,7 +50,7 @@ from migrator.engine.reports import (
     RunReport,
     StatusReport,
 )
-from migrator.errors import Interrupted, MigrateError, UsageError, exit_code_for
+from migrator.errors import Interrupted, UsageError
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
@@ -76,9 +70,6 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"dcgm-migrate {__version__}")
@@ -91,93 +82,6 @@ def _root(
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """dcgm-migrate: stable DCGM discovery across ClusterPolicy and GPUCluster stacks."""
-
-
-def handles_errors(fn: F) -> F:
-    """The one place errors become messages and exit codes. --debug only adds the traceback
-    (on stderr, before the message): the exit code is the same with and without it, so a
-    script's `case $?` does not change meaning when someone turns on --debug to look."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        debug = bool(kwargs.get("debug"))
-        try:
-            with _stop_on_signals():
-                return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort):
-            raise
-        except MigrateError as exc:
-            if debug:
-                traceback.print_exc(file=sys.stderr)
-            hint = render.fix_line(exc.hint, _invoked())
-            render.error(exc, hint)
-            output = kwargs.get("output")
-            if isinstance(output, Output) and output is not Output.table:
-                render.raw({"error": {"message": exc.message, "hint": hint,
-                                      "exitCode": exit_code_for(exc),
-                                      "type": type(exc).__name__}}, output)
-            raise typer.Exit(exit_code_for(exc)) from None
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the lock is released already
-            name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
-            typer.echo(f"interrupted ({name}): run the same command again to resume"
-                       + (f": {again}" if (again := _same_command()) else ""), err=True)
-            raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
-        except Exception as exc:
-            if debug:
-                traceback.print_exc(file=sys.stderr)
-            typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-            typer.echo("fix: report it with the traceback" if debug else
-                       "fix: rerun with --debug for the traceback and report it", err=True)
-            raise typer.Exit(3) from None
-
-    return cast(F, wrapper)
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGINT (Ctrl-C) and SIGTERM (a Job eviction, `timeout`, a pod deletion) stop a command
-    the same way: `errors.Interrupted`, raised once the write in flight is recorded
-    (engine/interrupts.py); the run session releases the lock on its way out; exit 130 / 143.
-    Only the main thread receives signals (tests run commands on others: left as they are)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        interrupts.interrupt(Interrupted(signum, signal.Signals(signum).name))
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            if handler is not None:
-                signal.signal(number, handler)
-
-
-def _invoked() -> list[str] | None:
-    """The command line this command was invoked with, as the user would type it again
-    (`dcgm-migrate` or `kubectl dcgm-migrate`, then its arguments): what a fix line shows
-    with an option changed. None outside a click invocation."""
-    globals_ = importlib.import_module(
-        typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
-    ctx = globals_.get_current_context(silent=True)
-    args = ctx.meta.get(ARGV_KEY) if ctx is not None else None
-    if not args:
-        return None
-    root = str(ctx.find_root().info_name or "")
-    prog = ["kubectl", "dcgm-migrate"] if root.startswith("kubectl") else ["dcgm-migrate"]
-    return [*prog, *args]
-
-
-def _same_command() -> str | None:
-    """The command line this process was started with, to print after an interruption (None
-    when it was not started as the CLI: a test's CliRunner)."""
-    started_as = Path(sys.argv[0]).stem if sys.argv else ""  # `.exe` on Windows
-    if started_as not in ("dcgm-migrate", "kubectl-dcgm_migrate", "__main__"):
-        return None
-    prog = "kubectl dcgm-migrate" if started_as.startswith("kubectl-") else "dcgm-migrate"
-    return " ".join([prog, *map(shlex.quote, sys.argv[1:])])
 
 
 @contextmanager
@@ -249,8 +153,9 @@ def plan(
     """
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
                        rolling)
-    _report(kubeconfig, context, namespace, output,
-            lambda s: _saved(commands.plan(s, options), out))
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = _saved(commands.plan(s, options), out)
+    _rendered(report, output)
 
 
 def _saved(report: PlanReport, out: Path | None) -> PlanReport:
@@ -288,20 +193,12 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
                       confirm=_Confirm(yes, output), dry_run=dry_run)
 
 
-def _exit_for(report: Report) -> None:
+def _rendered(report: Report, output: Output, shown: tuple[str, ...] = ()) -> None:
+    """How every cluster command ends, after its session closed: render the report, exit 1
+    when it says not ok. `shown`: the warnings the question before the run printed."""
+    render.document(report, output, shown=shown)
     if isinstance(report, RunReport | StatusReport | PreflightReport) and not report.ok:
         raise typer.Exit(1)
-
-
-def _report(kubeconfig: str | None, context: str | None, namespace: str, output: Output,
-            call: Callable[[Session], Report], *, asked: _Confirm | None = None) -> None:
-    """The shape of every cluster command: connect, call the command, render, exit 1 when
-    the report says not ok. `asked`: the question before the run, whose table already
-    printed its warnings."""
-    with _session(kubeconfig, context, namespace, output) as s:
-        report = call(s)
-    render.document(report, output, shown=asked.shown if asked is not None else ())
-    _exit_for(report)
 
 
 @app.command()
@@ -332,9 +229,10 @@ def apply(
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
                            roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run,
                            rolling)
-    _report(kubeconfig, context, namespace, output,
-            functools.partial(commands.apply, request=request),
-            asked=request.confirm if isinstance(request.confirm, _Confirm) else None)
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.apply(s, request=request)
+    _rendered(report, output,
+              request.confirm.shown if isinstance(request.confirm, _Confirm) else ())
 
 
 @app.command()
@@ -358,8 +256,9 @@ def rollback(
     """
     request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
                            dry_run=dry_run, rolling=rolling)
-    _report(kubeconfig, context, namespace, output,
-            functools.partial(commands.rollback, request=request))
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.rollback(s, request=request)
+    _rendered(report, output)
 
 
 @app.command()
@@ -388,7 +287,8 @@ def status(
         except KeyboardInterrupt as exc:  # how --watch ends: nothing to resume; after
             if isinstance(exc, Interrupted):  # Ctrl-C the last answer decides the exit code
                 raise typer.Exit(exc.exit_code) from None
-    _exit_for(report)
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -402,7 +302,9 @@ def verify(
 
     Example: dcgm-migrate verify || page-oncall
     """
-    _report(kubeconfig, context, namespace, output, commands.verify)
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.verify(s)
+    _rendered(report, output)
 
 
 @app.command()
@@ -435,7 +337,9 @@ def preflight(
 
     Example: dcgm-migrate preflight --context prod
     """
-    _report(kubeconfig, context, namespace, output, commands.preflight)
+    with _session(kubeconfig, context, namespace, output) as s:
+        report = commands.preflight(s)
+    _rendered(report, output)
 
 
 app.command("guard")(handles_errors(guard))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -48,8 +49,50 @@ def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
 
 Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use.",
                                              autocompletion=complete_context)]
-Namespace = Annotated[str, typer.Option("-n", "--namespace",
-                                        help="Namespace the GPU Operator runs in.")]
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+OUTSIDE_A_POD = "gpu-operator"
+
+
+def default_namespace(kubeconfig: str | None = None, service_account: Path | None = None,
+                      environ: Mapping[str, str] | None = None) -> str:
+    """-n's default: where the tool uses the in-cluster config (no --kubeconfig, $KUBECONFIG
+    or ~/.kube/config, and $KUBERNETES_SERVICE_HOST set: kube/config.py `resolve_source`), the
+    namespace its pod runs in, read as client-go's in-cluster config reads it
+    (tools/clientcmd/client_config.go `inClusterClientConfig.Namespace`: $POD_NAMESPACE, else
+    the service account's namespace file), so docs/guard.yaml and docs/job.yaml follow a
+    kustomize overlay's `namespace:`; anywhere else gpu-operator."""
+    from migrator.errors import UsageError
+    from migrator.kube.config import resolve_source
+
+    env = dict(os.environ if environ is None else environ)
+    try:
+        in_cluster = resolve_source(kubeconfig, env).in_cluster
+    except UsageError:
+        in_cluster = False
+    if not in_cluster:
+        return OUTSIDE_A_POD
+    own = env.get("POD_NAMESPACE", "").strip()
+    if not own:
+        try:
+            own = (service_account or SERVICE_ACCOUNT_NAMESPACE).read_text().strip()
+        except OSError:
+            own = ""
+    return own or OUTSIDE_A_POD
+
+
+def _namespace_or_default(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """An -n not given on the command line is `default_namespace()`, decided when it runs
+    (--kubeconfig comes first in every command, so it is parsed by then)."""
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    # typer's own click names its ParameterSource members as click's do
+    if getattr(source, "name", "") != "DEFAULT":
+        return value
+    return default_namespace((ctx.params or {}).get("kubeconfig"))
+
+
+Namespace = Annotated[str, typer.Option(
+    "-n", "--namespace", callback=_namespace_or_default,
+    help="Namespace the GPU Operator runs in (in a pod: the pod's own).")]
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.",
                                            case_sensitive=False)]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")]

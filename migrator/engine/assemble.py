@@ -13,7 +13,7 @@ from migrator.engine import reporting, walk
 from migrator.engine.reports import Closing, PlanReport, RunReport, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
-from migrator.model import monitoring, outcome
+from migrator.model import monitoring, outcome, scrapechecks
 from migrator.model.discovery import Discovery, discover
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
@@ -80,21 +80,21 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                           for s in plan.steps)
         switches |= module.SWITCHES_SELECTORS and any(isinstance(s, SetSelector)
                                                       for s in plan.steps)
-    certain = monitoring.certain_duplicates(snapshot, _exporters(found))
+    certain = scrapechecks.certain_duplicates(snapshot, _exporters(found))
     if certain:
         pod, paths = next(iter(sorted(certain.items())))
         warnings.append(f"duplicate scraping now: {len(certain)} exporter pods scraped more "
                         f"than once, e.g. {pod} via {'; '.join(map(str, paths))}")
-    possible = monitoring.possible_duplicates(snapshot, _exporters(found))
+    possible = scrapechecks.possible_duplicates(snapshot, _exporters(found))
     if possible:
         paths = monitoring.scrape_paths(snapshot, _exporters(found))[possible[0]]
         warnings.append(f"possible duplicate scraping: {len(possible)} exporter pods are "
                         "reached both by annotation discovery and by a ServiceMonitor, e.g. "
                         f"{possible[0]} via {'; '.join(map(str, paths))} — scraped twice if one "
                         "Prometheus uses both; pick one mechanism (docs/monitoring.md)")
-    warnings.extend(monitoring.conflicting_monitors(snapshot))
+    warnings.extend(scrapechecks.conflicting_monitors(snapshot))
     ours = [n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)]
-    tool_dups = monitoring.duplicates_through(snapshot, _exporters(found), ours)
+    tool_dups = scrapechecks.duplicates_through(snapshot, _exporters(found), ours)
     if tool_dups:
         warnings.append(f"duplicate scraping through the tool's aliases: {len(tool_dups)} "
                         f"exporter pods, e.g. {tool_dups[0]}")
@@ -104,7 +104,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     if lost:
         warnings.append(LOST_STATE.format(ns=snapshot.namespace, cm=catalog.common.state_configmap,
                                           marks=", ".join(lost[:4])))
-    warnings.extend(monitoring.truncated_endpoints(snapshot))
+    warnings.extend(scrapechecks.truncated_endpoints(snapshot))
     return PlanReport(
         stack=found.stack, namespace=snapshot.namespace, fingerprint=snapshot.fingerprint(),
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),

@@ -161,7 +161,7 @@ class Guard:
         self.reconciler.caches = self.caches
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = wake
-        self.health.beating("loop")
+        self.health.beat("loop")
         for plural, cache in self.caches.items():
             self.health.expect(f"watch/{plural}")
             self.health.check(f"watch/{plural}", functools.partial(_thread_ended, cache, stop))

@@ -23,9 +23,6 @@ class GuardSettings:
     renew_deadline_seconds: float | None = None
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
-    # Unused since the loop's watches are informers (engine/informer.py's WATCH_SECONDS); kept
-    # so that settings written for the earlier loop still construct.
-    watch_seconds: int = 30
     # The verdict (a whole read of the namespace) while leading, logged when it changes: the
     # first line an SRE sees when a stable name stops reaching nodes. At most this often, and
     # only when something it reads changed since the last one (`verdict_due`)...

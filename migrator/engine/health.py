@@ -43,17 +43,14 @@ class Health:
             self._beats[name] = self.clock.monotonic()
             self._synced.setdefault(name, False)
 
-    def beating(self, name: str) -> None:
-        """Expect beats from `name` from now on (a loop: nothing to sync)."""
-        with self._lock:
-            self._beats[name] = self.clock.monotonic()
-
     def expect(self, name: str) -> None:
         """Expect a first sync from `name` (a cache whose progress `check` judges)."""
         with self._lock:
             self._synced.setdefault(name, False)
 
     def beat(self, name: str) -> None:
+        """A sign of progress from `name`; its first beat also starts expecting more (a loop:
+        nothing to sync)."""
         with self._lock:
             self._beats[name] = self.clock.monotonic()
 

@@ -1,13 +1,16 @@
 """The exact permissions a migration needs — one list that `preflight` checks with
-SelfSubjectAccessReview and `docs/rbac.yaml` grants (a test keeps the two in step)."""
+SelfSubjectAccessReview and `docs/rbac.yaml` grants (a test keeps the two in step) — and the
+guard's EndpointSlice writes, which `preflight` checks for the guard's ServiceAccount
+(docs/guard.yaml) with a SubjectAccessReview."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from migrator.engine.locate import namespace_check
+from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model.gates import GateResult
 from migrator.model.kinds import Kind
@@ -23,9 +26,11 @@ class Permission:
     kind: Kind
     name: str | None = None  # None: any object (list/watch/create cannot be narrowed by name)
     namespaced: bool = True
+    subresource: str | None = None
 
     def __str__(self) -> str:
-        target = self.kind.key + (f"/{self.name}" if self.name else "")
+        target = self.kind.key + (f"/{self.subresource}" if self.subresource else "") + (
+            f"/{self.name}" if self.name else "")
         return f"{self.verb} {target}"
 
 
@@ -44,7 +49,10 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
     reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
                                         kinds.ENDPOINTSLICE) for v in ("get", "list", "watch")]
     return (
-        Permission("get", kinds.NAMESPACE, namespace, namespaced=False),
+        # The namespace itself: its GET is authorised in that namespace (k8s.io/apiserver
+        # pkg/endpoints/request/requestinfo.go `NewRequestInfo`: in /namespaces/{name} the name
+        # is the request's namespace), so the Role grants it, reaching no other namespace.
+        Permission("get", kinds.NAMESPACE),
         Permission("list", kinds.CLUSTER_POLICY, namespaced=False),
         Permission("list", kinds.GPU_CLUSTER, namespaced=False),
         Permission("list", kinds.SERVICE_MONITOR, namespaced=False),
@@ -68,20 +76,91 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
 
 REQUIRED: tuple[Permission, ...] = required()  # for the default namespace (docs/rbac.yaml)
 
+GUARD_SERVICE_ACCOUNT = "dcgm-migrate-guard"  # docs/guard.yaml
+# OpenShift refuses an EndpointSlice whose addresses lie in the cluster or service network
+# unless its writer may `create` the pseudo-subresource `endpointslices/restricted`
+# (openshift/kubernetes openshift-kube-apiserver/admission/network/restrictedendpoints/
+# endpoint_admission.go, `sliceCheckAccess`); elsewhere it is granted and means nothing.
+RESTRICTED_ENDPOINTSLICES = Permission("create", kinds.ENDPOINTSLICE, subresource="restricted")
+# What the guard's shared EndpointSlices (clusters running both stacks) need: the slice writes
+# and, on OpenShift, the restricted rule; the rest of docs/guard.yaml's Role are reads and its
+# own Lease, which `kubectl auth can-i --as` checks as well.
+GUARD_WRITES: tuple[Permission, ...] = (
+    *(Permission(v, kinds.ENDPOINTSLICE) for v in ("create", "update", "delete")),
+    RESTRICTED_ENDPOINTSLICES,
+)
+
 
 def missing_permissions(kube: Kube, namespace: str,
                         wanted: Iterable[Permission]) -> list[str]:
     out = []
     for p in wanted:
-        allowed, _ = kube.can_i(p.verb, p.kind, namespace if p.namespaced else None, p.name)
+        allowed, _ = kube.can_i(p.verb, p.kind, namespace if p.namespaced else None, p.name,
+                                p.subresource)
         if not allowed:
             out.append(str(p))
     return out
 
 
+def service_account_review(namespace: str, account: str, p: Permission) -> dict[str, Any]:
+    """A SubjectAccessReview's spec: may ServiceAccount `namespace/account` do `p` in
+    `namespace`? (user and groups as the service-account authenticator names them)."""
+    attributes = {"verb": p.verb, "group": p.kind.group, "resource": p.kind.plural}
+    for key, value in (("namespace", namespace if p.namespaced else None), ("name", p.name),
+                       ("subresource", p.subresource)):
+        if value:
+            attributes[key] = value
+    return {"user": f"system:serviceaccount:{namespace}:{account}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
+                       "system:authenticated"],
+            "resourceAttributes": attributes}
+
+
+def guard_missing(kube: Kube, namespace: str,
+                  account: str = GUARD_SERVICE_ACCOUNT) -> list[str] | None:
+    """The guard's writes its ServiceAccount may not do; None when this caller may not ask
+    (`create subjectaccessreviews` is a cluster admin's)."""
+    if not kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
+        return None  # asked first (SelfSubjectAccessReview): no refused request to log
+    out = []
+    for p in GUARD_WRITES:
+        try:
+            allowed = kube.can_they(service_account_review(namespace, account, p))
+        except APIForbidden:
+            return None
+        if not allowed:
+            out.append(str(p))
+    return out
+
+
+def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
+    """`preflight`'s lines for the guard's ServiceAccount: fine when it holds all of its
+    writes, or none (not deployed yet: docs/guard.yaml comes after phase 3); a failure when it
+    lacks some — an older docs/guard.yaml on OpenShift lacks `endpointslices/restricted`, and
+    the guard's shared slices would be refused."""
+    who = f"ServiceAccount {namespace}/{GUARD_SERVICE_ACCOUNT}"
+    missing = guard_missing(kube, namespace)
+    if missing is None:
+        return [GateResult("rbac/guard", True, (
+            f"not checked (asking about {who} needs `create subjectaccessreviews`): "
+            f"kubectl auth can-i create {RESTRICTED_ENDPOINTSLICES.kind.plural}."
+            f"{RESTRICTED_ENDPOINTSLICES.kind.group}/restricted -n {namespace} "
+            f"--as system:serviceaccount:{namespace}:{GUARD_SERVICE_ACCOUNT}"))]
+    total = len(GUARD_WRITES)
+    if len(missing) == total:
+        return [GateResult("rbac/guard", True,
+                           f"{who} holds none of the guard's writes: not deployed yet "
+                           "(docs/guard.yaml)")]
+    return [*(GateResult(f"rbac/guard/{p}", False, f"not allowed to {who} (docs/guard.yaml)")
+              for p in missing),
+            GateResult("rbac/guard", not missing,
+                       f"{who}: {total - len(missing)}/{total} of the guard's writes")]
+
+
 def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[GateResult, ...]:
     """`preflight`: API reachable, CRDs present, the namespace holds the GPU Operator's DCGM
-    DaemonSets, and every permission the migration needs (SSAR)."""
+    DaemonSets, every permission the migration needs (SSAR), and whether the guard's
+    ServiceAccount holds its EndpointSlice writes (`guard_checks`)."""
     kube.ping()
     apis = {
         "nvidia.com/v1 (ClusterPolicy)": kube.has_api("nvidia.com", "v1"),
@@ -101,4 +180,5 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
     checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
     checks.append(GateResult("rbac", not missing,
                              f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
+    checks += guard_checks(kube, namespace)
     return tuple(checks)

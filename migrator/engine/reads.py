@@ -22,6 +22,7 @@ from migrator.engine.wholepods import WholePods
 from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model import objects as o
+from migrator.model.slices import SERVICE_NAME_LABEL
 from migrator.model.snapshot import PodView, ServiceEndpoints, Snapshot, endpoints_from_slices
 from migrator.model.stacks import Catalog, Component, belongs, pod_selectors
 
@@ -89,7 +90,7 @@ class DirectReader:
     def endpointslices(self, services: Sequence[str] | None) -> list[Obj]:
         return list(self.kube.list(
             kinds.ENDPOINTSLICE, self.namespace,
-            label_selector=_in("kubernetes.io/service-name", services) if services else None
+            label_selector=_in(SERVICE_NAME_LABEL, services) if services else None
         ).items)
 
     def pods(self, comps: Sequence[Component],
@@ -141,7 +142,7 @@ def read_endpoints(kube: Kube, namespace: str, services: Iterable[str] | None = 
     by_service: dict[str, list[Obj]] = {n: [] for n in names or ()}
     slices = (source or DirectReader(kube, namespace)).endpointslices(names)
     for sl in slices:
-        svc = o.labels(sl).get("kubernetes.io/service-name", "")
+        svc = o.labels(sl).get(SERVICE_NAME_LABEL, "")
         if names is None or svc in by_service:
             by_service.setdefault(svc, []).append(sl)
     return {n: endpoints_from_slices(n, sl) for n, sl in by_service.items()}

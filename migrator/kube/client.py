@@ -10,8 +10,6 @@ sent as `dryRun=All`, and its answer is never taken for what the cluster holds.
 from __future__ import annotations
 
 import builtins
-import gc
-import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,8 +17,9 @@ from typing import Any, Literal, TypeVar
 
 from migrator.errors import APINotFound, WatchExpired
 from migrator.kube import config, watching
+from migrator.kube.discovery import Discovery
 from migrator.kube.retrying import RetryPolicy
-from migrator.kube.transport import Query, Response, Transport
+from migrator.kube.transport import Transport
 from migrator.model import kinds, tables
 from migrator.model.kinds import Kind
 from migrator.model.printed import printed_object
@@ -36,24 +35,10 @@ PATCH_TYPES = {
 }
 
 
-LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
 PAGE_SIZE = 500  # items per list request, kubectl's --chunk-size default
 # After a continue token expires (410) mid-read: paginated restarts, then one unpaginated list
 # (client-go's pager falls back to a full list: tools/pager/pager.go `FullListIfExpired`).
 EXPIRED_RESTARTS = 2
-
-
-def parse_json(data: bytes) -> Any:
-    """The answer as dicts. A list page is megabytes of objects without cycles; while they are
-    allocated the cyclic garbage collector would scan the growing heap again and again (a
-    fifth of a 1,000-node read), so it is paused while a large body is decoded."""
-    if len(data) < LARGE_BODY or not gc.isenabled():
-        return json.loads(data)
-    gc.disable()
-    try:
-        return json.loads(data)
-    finally:
-        gc.enable()
 
 
 @dataclass(frozen=True)
@@ -95,7 +80,7 @@ def _name_ns(obj: Obj, kind: Kind) -> tuple[str, str | None]:
     return str(name), namespace
 
 
-class Kube:
+class Kube(Discovery):
     """A connection to one API server. Thread-safe; share one per run."""
 
     def __init__(
@@ -159,15 +144,6 @@ class Kube:
 
     # ---- the choke point -------------------------------------------------------------------
 
-    def _request(
-        self, method: str, path: str, query: Query = (), body: Any = None,
-        content_type: str = "application/json", accept: str = "application/json",
-    ) -> Any:
-        """Every non-streaming verb goes through here; returns the parsed JSON answer."""
-        response: Response = self._transport.send(method, path, query, body, content_type,
-                                                  accept=accept)
-        return parse_json(response.data) if response.data else None
-
     def _wrote(self, kind: Kind, answer: Any, dry_run: bool) -> None:
         if not dry_run:  # a dry run's answer is never stored: no event will carry it
             self._saw(kind, answer)
@@ -181,15 +157,11 @@ class Kube:
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None when it does not exist."""
         try:
-            obj: Obj = self._request("GET", kind.object_path(name, namespace))
+            obj: Obj = self._transport.send("GET", kind.object_path(name, namespace)).json()
         except APINotFound:
             return None
         self._saw(kind, obj)
         return obj
-
-    def get_path(self, path: str, query: Query = ()) -> Any:
-        """Any GET (for example `/version`), parsed JSON; APINotFound on 404."""
-        return self._request("GET", path, query)
 
     def pages(
         self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
@@ -213,7 +185,7 @@ class Kube:
         token = ""
         while True:
             query = [*base, ("continue", token)] if token else base
-            doc = self._request("GET", path, query, accept=accept) or {}
+            doc = self._transport.send("GET", path, query, accept=accept).json() or {}
             items: list[Obj] = (self._printed_items(kind, doc) if doc.get("kind") == "Table"
                                 else doc.get("items") or [])
             for item in items:
@@ -337,9 +309,9 @@ class Kube:
         kind name core/v1 already uses); `dry_run`: validated and answered, not persisted."""
         kind = kind or kind_of(obj)
         _, namespace = _name_ns(obj, kind)
-        created: Obj = self._request(
+        created: Obj = self._transport.send(
             "POST", kind.collection_path(namespace), self._write_query(dry_run), obj
-        )
+        ).json()
         self._wrote(kind, created, dry_run)
         return created
 
@@ -347,9 +319,9 @@ class Kube:
         """PUT the whole object; its metadata.resourceVersion makes a stale write an APIConflict."""
         kind = kind_of(obj)
         name, namespace = _name_ns(obj, kind)
-        replaced: Obj = self._request(
+        replaced: Obj = self._transport.send(
             "PUT", kind.object_path(name, namespace), self._write_query(dry_run), obj
-        )
+        ).json()
         self._wrote(kind, replaced, dry_run)
         return replaced
 
@@ -362,10 +334,10 @@ class Kube:
         Retried like every request, so a JSON patch must be idempotent (no `add` to `/-`;
         guard with a `test` op) — merge patches are by nature.
         """
-        patched: Obj = self._request(
+        patched: Obj = self._transport.send(
             "PATCH", kind.object_path(name, namespace), self._write_query(dry_run), body,
             PATCH_TYPES[patch_type],
-        )
+        ).json()
         self._wrote(kind, patched, dry_run)
         return patched
 
@@ -383,62 +355,6 @@ class Kube:
             options["preconditions"] = preconditions
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
-        self._wrote(kind, self._request("DELETE", kind.object_path(name, namespace),
-                                        self._write_query(dry_run), options), dry_run)
-
-    # ---- access and discovery ----------------------------------------------------------
-
-    def can_i(
-        self, verb: str, kind: Kind, namespace: str | None = None, name: str | None = None,
-        subresource: str | None = None,
-    ) -> tuple[bool, str]:
-        """SelfSubjectAccessReview: may the current user do this? (allowed, reason)."""
-        attributes = {"verb": verb, "group": kind.group, "resource": kind.plural}
-        for key, value in (("namespace", namespace), ("name", name),
-                           ("subresource", subresource)):
-            if value:
-                attributes[key] = value
-        review = {
-            "apiVersion": kinds.SELF_SUBJECT_ACCESS_REVIEW.api_version,
-            "kind": kinds.SELF_SUBJECT_ACCESS_REVIEW.kind,
-            "spec": {"resourceAttributes": attributes},
-        }
-        answer = self._request(
-            "POST", kinds.SELF_SUBJECT_ACCESS_REVIEW.collection_path(), (), review
-        ) or {}
-        status = answer.get("status") or {}
-        reason = str(status.get("reason") or status.get("evaluationError") or "")
-        return bool(status.get("allowed")), reason
-
-    def _resources(self, group: str, version: str) -> frozenset[str] | None:
-        """Plural names served under group/version (discovery, cached); None if not served."""
-        with self._apis_lock:
-            if (group, version) in self._apis:
-                return self._apis[(group, version)]
-        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        try:
-            doc = self._request("GET", path) or {}
-            found: frozenset[str] | None = frozenset(
-                str(r.get("name")) for r in doc.get("resources") or []
-            )
-        except APINotFound:
-            found = None
-        with self._apis_lock:
-            self._apis[(group, version)] = found
-        return found
-
-    def has_api(self, group: str, version: str) -> bool:
-        """Does the server serve this group/version (for example a CRD's)?"""
-        return self._resources(group, version) is not None
-
-    def has_kind(self, kind: Kind) -> bool:
-        """Does the server serve this resource type (its CRD is installed)?"""
-        found = self._resources(kind.group, kind.version)
-        return found is not None and kind.plural in found
-
-    def ping(self) -> None:
-        """One cheap request: APIUnreachable when there is no answer, APIForbidden when refused."""
-        try:
-            self._request("GET", "/version")
-        except APINotFound:
-            self._request("GET", "/api")  # a server without /version still answered
+        deleted = self._transport.send("DELETE", kind.object_path(name, namespace),
+                                       self._write_query(dry_run), options).json()
+        self._wrote(kind, deleted, dry_run)

@@ -13,14 +13,10 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import tenacity
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -80,7 +76,7 @@ class Outcome:
 
     attempts: int = 0
     waited: float = 0.0
-    transient_failures: int = 0
+    transient_failures: int = 0  # the ones another attempt followed
 
 
 def _wait(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
@@ -102,28 +98,25 @@ def _stop(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], bool]:
     return stop
 
 
-def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, outcome: Outcome) -> T:
-    """Run `fn` until it returns, raises a non-`Transient` error, or the budget is spent.
+def retrier(policy: RetryPolicy, outcome: Outcome) -> tenacity.Retrying:
+    """Calls a function until it returns, raises a non-`Transient` error, or the budget is
+    spent (then the last `Transient` is re-raised for the caller to translate), counting into
+    `outcome`. The caller hands it the request function itself: no wrapper of ours sits
+    between the retries and the request."""
 
-    On giving up, the last `Transient` is re-raised for the caller to translate."""
-
-    def attempt() -> T:
+    def count(state: tenacity.RetryCallState) -> None:
         outcome.attempts += 1
-        try:
-            return fn()
-        except Transient:
-            outcome.transient_failures += 1
-            raise
 
     def record_sleep(state: tenacity.RetryCallState) -> None:
+        outcome.transient_failures += 1
         outcome.waited += state.upcoming_sleep
 
-    retrying = tenacity.Retrying(
+    return tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(Transient),
         wait=_wait(policy),
         stop=_stop(policy),
         sleep=policy.sleep,
+        before=count,
         before_sleep=record_sleep,
         reraise=True,
     )
-    return retrying(attempt)

@@ -89,10 +89,6 @@ def rollout_complete(ds: Obj) -> GateResult:
     return GateResult(name, ok, detail)
 
 
-def not_ready_nodes(pods: Iterable[PodView]) -> list[str]:
-    return sorted({p.node for p in pods if not p.ready})
-
-
 def not_ready_where(pods: Iterable[PodView]) -> list[str]:
     """The nodes with a pod that is not Ready, each with why ("gpu-node-0002 (Pending: claim
     not allocated)"): a Pending pod is reported like a NotReady one, with its reason."""

@@ -32,14 +32,6 @@ class Kind:
         """`plural` for core, `plural.group` otherwise (as RBAC and kubectl name them)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-    @property
-    def singular(self) -> str:
-        return self.kind.lower()
-
-    @property
-    def list_kind(self) -> str:
-        return f"{self.kind}List"
-
     def collection_path(self, namespace: str | None = None) -> str:
         """REST path of the collection, namespaced when the kind is and a namespace is given."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
@@ -69,7 +61,7 @@ SERVICE_MONITOR = Kind(
 POD_MONITOR = Kind(
     "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, ("pmon",)
 )
-# Read only for its ServiceMonitor discovery role (`model/monitoring.py`).
+# Read only for its ServiceMonitor discovery role (`model/promdiscovery.py`).
 PROMETHEUS = Kind(
     "monitoring.coreos.com", "v1", "prometheuses", "Prometheus", True, ("prom",), True
 )
@@ -87,7 +79,7 @@ SELF_SUBJECT_ACCESS_REVIEW = Kind(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
 )
 
-SUBJECT_ACCESS_REVIEW = Kind(  # the sim serves it (another user's rights); the tool never asks
+SUBJECT_ACCESS_REVIEW = Kind(  # another user's rights: preflight asks about the guard's account
     "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False
 )
 ACCESS_REVIEWS: tuple[Kind, ...] = (SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW)

@@ -19,47 +19,25 @@ The Prometheus Operator makes one job per ServiceMonitor endpoint (`serviceMonit
 <i>`) over the Services it selects, and one per PodMonitor endpoint over the pods it selects,
 each keeping the port it names.
 
-A ServiceMonitor's job discovers with `role: endpoints` or `role: endpointslice`
-(prometheus-operator `pkg/prometheus/promcfg.go`, `generateServiceMonitorConfig` /
-`endpointRoleFlavor`): the monitor's own `spec.serviceDiscoveryRole` when set, else that of the
-Prometheus that selects it (`Prometheus.spec.serviceDiscoveryRole`, default Endpoints; Prometheus
-older than 2.21 always endpoints). Monitors several Prometheuses select with different roles get
-both; monitors no visible Prometheus selects get the default. The roles see different pods:
-
-- `role: endpoints` reads the core/v1 Endpoints object, which the endpoints controller fills
-  from the Service's selector alone: EndpointSlices someone else writes (the tool's shared
-  slices, `model/sharing.py`) are never mirrored into it;
-- `role: endpointslice` reads every EndpointSlice and joins it to the Service named by its
-  `kubernetes.io/service-name` label (Prometheus `discovery/kubernetes/endpointslice.go`), so
-  the tool's slices of `nvidia-dcgm-exporter` put the GPUCluster pods behind the ClusterPolicy
-  operator's ServiceMonitor as well.
-
-The endpoint's `relabelings` run after the operator's own keep rules: a `keep`/`drop` on the
-target's meta labels (`__meta_kubernetes_endpointslice_name`, `__meta_kubernetes_endpointslice_
-label_<label>`, service, pod and port labels) is honoured here (other actions are not modelled),
-which is how a consumer drops the tool's slices from a monitor (docs/monitoring.md).
-
-Two targets of one mechanism (annotation jobs, or the Prometheus Operator's) are a certain
-duplicate: whichever Prometheus reads that mechanism scrapes the pod twice. An annotation target
-plus an operator target is a duplicate only for a Prometheus that uses both (annotation
-discovery is a hand-written scrape config; the Prometheus Operator reads only its monitors),
-which the tool cannot see: it is reported as a possible duplicate. The what-if gates of phases 2
-and 3 count every target (the tool never creates even a possible duplicate); the verdict fails
-on certain ones and on a Ready exporter pod that no target reaches. ServiceMonitors that select
-the same Service with different endpoint settings are a conflict. All are reported, never
-resolved here.
+The discovery roles and relabelings of ServiceMonitor jobs are `model/promdiscovery.py`;
+what is wrong with the targets found (duplicates, gaps, conflicts) is `model/scrapechecks.py`.
 """
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.gates import GateResult, service_selects
+from migrator.model.gates import service_selects
+from migrator.model.promdiscovery import (
+    ROLE_ENDPOINTSLICE,
+    monitor_roles,
+    relabel_keeps,
+    target_labels,
+)
 from migrator.model.selectors import NOTHING, Selector, SelectorError, from_label_selector
+from migrator.model.slices import CONTROLLER_NAME
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 
 Obj = dict[str, Any]
@@ -69,19 +47,7 @@ ANNOTATION, OPERATOR = "annotation", "prometheus-operator"
 SCRAPE, SCRAPE_SLOW = "prometheus.io/scrape", "prometheus.io/scrape_slow"
 PORT = "prometheus.io/port"
 SERVICE_JOB, POD_JOB = "kubernetes-service-endpoints", "kubernetes-pods"
-# The endpoints controller keeps at most this many addresses in one Endpoints object and marks
-# it `endpoints.kubernetes.io/over-capacity: truncated`: `role: endpoints` discovery then misses
-# the rest (upstream pkg/controller/endpoint, maxCapacity).
-ENDPOINTS_CAPACITY = 1000
 NOT_LISTED_PHASES = ("Pending", "Succeeded", "Failed", "Completed")
-# Kubernetes discovery roles a ServiceMonitor's job may use, and the Prometheus Operator's
-# `ServiceDiscoveryRole` values (pkg/apis/monitoring/v1/prometheus_types.go).
-ROLE_ENDPOINTS, ROLE_ENDPOINTSLICE = "endpoints", "endpointslice"
-ENDPOINT_SLICE_ROLE = "EndpointSlice"
-ENDPOINTSLICE_MIN_PROMETHEUS = (2, 21)  # promcfg.go: older Prometheus gets role endpoints
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
-CONTROLLER_MANAGED_BY = "endpointslice-controller.k8s.io"  # the EndpointSlice controller's
 
 
 @dataclass(frozen=True)
@@ -203,142 +169,6 @@ def _sm_ports(service: Obj, ep: Obj) -> list[Obj]:
     return list(svc_ports)
 
 
-# ---- discovery roles -------------------------------------------------------------------------
-
-def role_flavor(value: Any) -> str:
-    """promcfg.go `endpointRoleFlavor`: "EndpointSlice" is the endpointslice role; unset or
-    "Endpoints" (anything else) the endpoints role."""
-    return ROLE_ENDPOINTSLICE if value == ENDPOINT_SLICE_ROLE else ROLE_ENDPOINTS
-
-
-def _version(text: Any) -> tuple[int, int] | None:
-    found = re.match(r"v?(\d+)\.(\d+)", str(text or ""))
-    return (int(found.group(1)), int(found.group(2))) if found else None
-
-
-def prometheus_role(prometheus: Obj, monitor_role: Any = None) -> str:
-    """The role a Prometheus gives a ServiceMonitor it selects: the monitor's own
-    `serviceDiscoveryRole` if set, else its `spec.serviceDiscoveryRole`; endpoints for a
-    Prometheus older than 2.21 (`spec.version`), which has no endpointslice role."""
-    version = _version(o.dig(prometheus, "spec", "version"))
-    if version is not None and version < ENDPOINTSLICE_MIN_PROMETHEUS:
-        return ROLE_ENDPOINTS
-    own = monitor_role if monitor_role is not None else o.dig(
-        prometheus, "spec", "serviceDiscoveryRole")
-    return role_flavor(own)
-
-
-def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
-    """Whether a Prometheus picks this ServiceMonitor up (resource_selector.go): its
-    `serviceMonitorSelector` (null: none; empty: all) matches the monitor's labels, and its
-    `serviceMonitorNamespaceSelector` (null: its own namespace) covers the monitor's namespace.
-    A non-empty namespace selector is taken as covering it: namespace labels are not read."""
-    spec = prometheus.get("spec") or {}
-    selector = spec.get("serviceMonitorSelector")
-    if selector is None:
-        return False
-    try:
-        if not from_label_selector(selector).matches(o.labels(monitor)):
-            return False
-    except SelectorError:
-        return False
-    if spec.get("serviceMonitorNamespaceSelector") is None:
-        return o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace")
-    return True
-
-
-def monitor_roles(snapshot: Snapshot, monitor: Obj) -> frozenset[str]:
-    """The discovery roles a ServiceMonitor's jobs run with: one per Prometheus that selects
-    it (they may differ), or, when no Prometheus it can see does, its own role or the default
-    (the tool may not see the Prometheus CRs: the Prometheus Operator's default is endpoints)."""
-    own = o.dig(monitor, "spec", "serviceDiscoveryRole")
-    roles = {prometheus_role(p, own) for p in snapshot.prometheuses
-             if selects_monitor(p, monitor)}
-    return frozenset(roles or {role_flavor(own)})
-
-
-# ---- relabelings -----------------------------------------------------------------------------
-
-def sanitize(name: str) -> str:
-    """Prometheus' `strutil.SanitizeLabelName`: every character outside [a-zA-Z0-9_] is `_`."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
-
-
-def _object_labels(prefix: str, labels: Mapping[str, str]) -> dict[str, str]:
-    out = {}
-    for k, v in labels.items():
-        out[f"{prefix}_label_{sanitize(k)}"] = v
-        out[f"{prefix}_labelpresent_{sanitize(k)}"] = "true"
-    return out
-
-
-def _regex(pattern: str) -> re.Pattern[str]:
-    """A relabel regex, anchored at both ends as Prometheus anchors it (`re` keeps compiled
-    patterns itself: no cache of ours)."""
-    return re.compile(f"^(?:{pattern})$")
-
-
-def relabel_keeps(rules: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
-    """Whether a target with these labels survives a ServiceMonitor endpoint's `relabelings`
-    (the camelCase RelabelConfig of the Prometheus Operator): `keep`/`drop` are applied,
-    `replace` sets its target label so a later rule sees it; other actions leave the labels
-    as they are here. A label that is absent reads as ""."""
-    have = dict(labels)
-    for rule in rules:
-        action = str(rule.get("action") or "replace").lower()
-        sources = rule.get("sourceLabels") or []
-        value = str(rule.get("separator", ";")).join(have.get(str(s), "") for s in sources)
-        try:
-            found = _regex(str(rule.get("regex", "(.*)"))).match(value)
-        except re.error:
-            continue  # Prometheus would reject the config; here it changes nothing
-        if action == "keep" and not found:
-            return False
-        if action == "drop" and found:
-            return False
-        if action == "replace" and found and rule.get("targetLabel"):
-            have[str(rule["targetLabel"])] = _expand(found, str(rule.get("replacement", "$1")))
-    return True
-
-
-def _expand(found: re.Match[str], replacement: str) -> str:
-    """`$1` / `${1}` in a relabel replacement, from the regex's groups."""
-    def group(ref: re.Match[str]) -> str:
-        n = int(ref.group(1))
-        return (found.group(n) or "") if n <= (found.re.groups or 0) else ""
-    return re.sub(r"\$\{?(\d+)\}?", group, replacement)
-
-
-def target_labels(service: Obj, pod: PodView, role: str, port: Obj,
-                  endpoint: EndpointView | None, namespace: str) -> dict[str, str]:
-    """The meta labels a ServiceMonitor target of this pod carries under `role`, as Prometheus'
-    Kubernetes discovery sets them (`endpoints.go`, `endpointslice.go`; slice labels and name
-    from `addObjectMetaLabels`), plus the target labels the Prometheus Operator's own rules set
-    before the endpoint's relabelings run (namespace, service, pod, job)."""
-    labels = {"__meta_kubernetes_namespace": namespace,
-              "__meta_kubernetes_service_name": o.name(service),
-              "__meta_kubernetes_pod_name": pod.name,
-              "__meta_kubernetes_pod_node_name": pod.node,
-              "__meta_kubernetes_pod_phase": pod.phase,
-              "namespace": namespace, "service": o.name(service), "pod": pod.name,
-              "job": o.name(service)}
-    labels.update(_object_labels("__meta_kubernetes_service", o.labels(service)))
-    labels.update(_object_labels("__meta_kubernetes_pod", pod.labels))
-    if role == ROLE_ENDPOINTSLICE:
-        managed_by = endpoint.managed_by if endpoint is not None else CONTROLLER_MANAGED_BY
-        slice_labels = {SERVICE_NAME_LABEL: o.name(service), MANAGED_BY_LABEL: managed_by}
-        labels.update(_object_labels("__meta_kubernetes_endpointslice", slice_labels))
-        labels["__meta_kubernetes_endpointslice_name"] = endpoint.slice if endpoint else ""
-        labels["__meta_kubernetes_endpointslice_port_name"] = str(port.get("name") or "")
-        labels["__meta_kubernetes_endpointslice_address_target_kind"] = "Pod"
-        labels["__meta_kubernetes_endpointslice_address_target_name"] = pod.name
-    else:
-        labels["__meta_kubernetes_endpoints_name"] = o.name(service)
-        labels["__meta_kubernetes_endpoint_port_name"] = str(port.get("name") or "")
-        labels["__meta_kubernetes_endpoint_address_target_kind"] = "Pod"
-        labels["__meta_kubernetes_endpoint_address_target_name"] = pod.name
-    return labels
-
 
 def shared_members(snapshot: Snapshot, service: Obj,
                    pods: Iterable[PodView]) -> dict[str, EndpointView]:
@@ -347,7 +177,7 @@ def shared_members(snapshot: Snapshot, service: Obj,
     to the Service's own endpoints (`role: endpoints` never sees them)."""
     names = {p.name for p in pods}
     return {e.pod: e for e in snapshot.endpoints_of(o.name(service)).endpoints
-            if e.pod in names and e.slice and e.managed_by != CONTROLLER_MANAGED_BY}
+            if e.pod in names and e.slice and e.managed_by != CONTROLLER_NAME}
 
 
 def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
@@ -360,7 +190,7 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
     own = {p.name for p in listed(snapshot, service, pods)}
     shared = shared_members(snapshot, service, pods) if ROLE_ENDPOINTSLICE in roles else {}
     by_name = {e.pod: e for e in snapshot.endpoints_of(o.name(service)).endpoints
-               if e.pod and e.managed_by in ("", CONTROLLER_MANAGED_BY)}
+               if e.pod and e.managed_by in ("", CONTROLLER_NAME)}
     found: dict[str, dict[tuple[str, str], tuple[set[str], str]]] = {}
     for role in roles:
         for pod in pods:
@@ -471,153 +301,6 @@ def _scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, li
             if selector.matches(pod.labels):
                 out[pod.name] += _pm_targets(snapshot, pod, pm)
     return out
-
-
-def drop_relabeling(managed_by: str) -> dict[str, Any]:
-    """The relabeling that drops a ServiceMonitor's targets from EndpointSlices this writer
-    manages (the slice's `endpointslice.kubernetes.io/managed-by` label, which Prometheus 2.46+
-    and VictoriaMetrics expose as `__meta_kubernetes_endpointslice_label_endpointslice_
-    kubernetes_io_managed_by`). Under `role: endpoints` the label is absent and it drops
-    nothing, so it is right under either role."""
-    return {"action": "drop",
-            "sourceLabels": [f"__meta_kubernetes_endpointslice_label_{sanitize(MANAGED_BY_LABEL)}"],
-            "regex": managed_by}
-
-
-def _flow(rule: Mapping[str, Any]) -> str:
-    """A relabeling as one line of YAML flow style."""
-    return "{" + ", ".join(f"{k}: [{', '.join(v)}]" if isinstance(v, list) else f"{k}: {v}"
-                           for k, v in rule.items()) + "}"
-
-
-def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePath]]) -> str:
-    """The consumer's change for duplicates that come through foreign EndpointSlices (the
-    tool's shared slices) under `role: endpointslice`, naming where to put the drop relabeling:
-    the ClusterPolicy field its operator renders into its ServiceMonitor
-    (`spec.dcgmExporter.serviceMonitor.relabelings`, copied into the monitor's first endpoint
-    and reverted there if edited by hand), or a hand-made monitor's own endpoints. "" when no
-    duplicate comes through such a slice."""
-    fixes: dict[str, str] = {}
-    for found in duplicated.values():
-        for path in found:
-            if not path.slice or path.via in fixes:
-                continue
-            ns, name = path.via.split("/", 1)[1].split("/", 1)
-            sm = next((m for m in snapshot.service_monitors if o.name(m) == name
-                       and o.meta(m).get("namespace") == ns), {})
-            view = next((e for e in snapshot.endpoints_of(path.service).endpoints
-                         if e.slice == path.slice), None)
-            rule = _flow(drop_relabeling(view.managed_by if view else "dcgm-migrate"))
-            owner = o.controller_owner(sm) or {}
-            if owner.get("kind") == "ClusterPolicy":
-                fixes[path.via] = (
-                    f"add {rule} to ClusterPolicy/{owner.get('name')} "
-                    "spec.dcgmExporter.serviceMonitor.relabelings (the GPU Operator renders "
-                    f"that list into ServiceMonitor {ns}/{name}; keep any entries it has)")
-            else:
-                fixes[path.via] = (f"add {rule} to the relabelings of every endpoint of "
-                                   f"ServiceMonitor {ns}/{name}")
-    if not fixes:
-        return ""
-    return ("the tool's EndpointSlices of the shared Service reach these pods a second time "
-            "under role endpointslice: " + "; ".join(fixes[k] for k in sorted(fixes))
-            + " (docs/monitoring.md, 'Discovery roles')")
-
-
-def unscraped(paths: Mapping[str, list[ScrapePath]], pods: Iterable[PodView]) -> list[str]:
-    """Ready exporter pods no target reaches: their GPUs are missing from every dashboard."""
-    return sorted(p.name for p in pods if p.ready and not paths.get(p.name))
-
-
-def truncated_endpoints(snapshot: Snapshot) -> list[str]:
-    """Annotated Services listing more pods than one Endpoints object holds: the chart's
-    `role: endpoints` job sees only the first ENDPOINTS_CAPACITY of them."""
-    out = []
-    for name, svc in sorted(snapshot.services.items()):
-        if annotation_job(o.annotations_of(svc), SERVICE_JOB) is None:
-            continue
-        count = len(listed(snapshot, svc))
-        if count > ENDPOINTS_CAPACITY:
-            out.append(f"Service/{name} lists {count} pods, more than the {ENDPOINTS_CAPACITY} "
-                       "addresses an Endpoints object holds (the endpoints controller truncates "
-                       "it): a Prometheus job with `role: endpoints` scrapes only "
-                       f"{ENDPOINTS_CAPACITY} of them; use `role: endpointslice` "
-                       "(docs/monitoring.md)")
-    return out
-
-
-def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
-                   name: str = "no-duplicate-scrape",
-                   before: Snapshot | None = None) -> GateResult:
-    """No exporter pod reached by more than one scrape path. With `before` (a what-if check),
-    only duplicates the change would create or worsen count: an existing one is a warning of
-    its own, not a reason to refuse an unrelated change."""
-    names = list(daemonsets)
-    paths = scrape_paths(snapshot, names)
-    prior = scrape_paths(before, names) if before is not None else {}
-    dups = {pod: p for pod, p in paths.items()
-            if len(p) > 1 and (before is None or len(p) > len(prior.get(pod, [])))}
-    if not dups:
-        existing = sum(1 for p in prior.values() if len(p) > 1)
-        note = f" (the change adds none; {existing} already duplicated)" if existing else ""
-        return GateResult(name, True,
-                          f"{len(paths)} exporter pods, no new second scrape path{note}")
-    pod, example = next(iter(sorted(dups.items())))
-    return GateResult(name, False, f"{len(dups)} exporter pods scraped more than once, e.g. "
-                      f"{pod} via {'; '.join(map(str, example))}")
-
-
-def certain(paths: Mapping[str, list[ScrapePath]]) -> dict[str, list[ScrapePath]]:
-    """The pods reached by more than one target of the same mechanism, with those targets:
-    every Prometheus that reads that mechanism scrapes them twice."""
-    out = {}
-    for pod, found in paths.items():
-        for mechanism in (ANNOTATION, OPERATOR):
-            same = [p for p in found if p.mechanism == mechanism]
-            if len(same) > 1:
-                out[pod] = same
-                break
-    return out
-
-
-def possible(paths: Mapping[str, list[ScrapePath]]) -> list[str]:
-    """The pods reached once by annotation discovery and once by the Prometheus Operator (and
-    not certainly duplicated): scraped twice only by a Prometheus configured for both."""
-    return sorted(pod for pod, found in paths.items()
-                  if len(found) == 2 and {p.mechanism for p in found} == {ANNOTATION, OPERATOR})
-
-
-def certain_duplicates(snapshot: Snapshot,
-                       daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
-    """Exporter pods with a certain duplicate (`certain`), with the targets."""
-    return certain(scrape_paths(snapshot, daemonsets))
-
-
-def possible_duplicates(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[str]:
-    """Exporter pods with a possible duplicate (`possible`)."""
-    return possible(scrape_paths(snapshot, daemonsets))
-
-
-def duplicates_through(snapshot: Snapshot, daemonsets: Iterable[str],
-                       services: Iterable[str]) -> list[str]:
-    """Exporter pods scraped more than once where one of the paths goes through one of these
-    Services (the tool's own aliases): a duplicate the migration is answerable for."""
-    names = set(services)
-    return sorted(pod for pod, paths in scrape_paths(snapshot, daemonsets).items()
-                  if len(paths) > 1 and any(p.service in names for p in paths))
-
-
-def conflicting_monitors(snapshot: Snapshot) -> list[str]:
-    """ServiceMonitors that select the same Service with different endpoint settings."""
-    found = []
-    for svc in snapshot.services.values():
-        sms = monitors_of(snapshot, svc)
-        settings = {json.dumps(o.dig(sm, "spec", "endpoints"), sort_keys=True) for sm in sms}
-        if len(sms) > 1 and len(settings) > 1:
-            found.append(f"Service/{o.name(svc)} is selected by ServiceMonitors "
-                         f"{', '.join(sorted(o.name(sm) for sm in sms))} with different "
-                         "endpoint settings")
-    return found
 
 
 def with_service(snapshot: Snapshot, service: Obj) -> Snapshot:

@@ -10,7 +10,7 @@ It judges the cluster the way a consumer meets it, for every stack present:
 - a legacy-only cluster exposes no `-dra` name;
 - every DCGM / exporter pod carries its common label;
 - each exporter pod is reached by exactly one scrape target per discovery mechanism, and a
-  Ready one by at least one (`model/monitoring.py`);
+  Ready one by at least one (`model/monitoring.py`, `model/scrapechecks.py`);
 - no rollout of those DaemonSets is incomplete;
 - no node runs the exporters of both stacks (its GPUs would be reported twice);
 - where the stable names depend on the guard's shared EndpointSlices (both stacks), a guard
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from migrator.model import gates as g
-from migrator.model import monitoring
+from migrator.model import monitoring, scrapechecks
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import (
@@ -235,15 +235,15 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
         return []
     paths = monitoring.scrape_paths(snapshot, daemonsets)
     pods = monitoring.exporter_pods(snapshot, daemonsets)
-    certain = monitoring.certain(paths)
-    none = monitoring.unscraped(paths, pods)
+    certain = scrapechecks.certain(paths)
+    none = scrapechecks.unscraped(paths, pods)
     out = []
     if certain:
         pod, example = next(iter(sorted(certain.items())))
         # A second path through the tool's shared EndpointSlices (role endpointslice) is the
         # migration's doing, but only the consumer's relabeling can remove it: the fix says
         # which field of which object takes it (docs/monitoring.md, "Discovery roles").
-        shared = monitoring.shared_slice_fix(snapshot, certain)
+        shared = scrapechecks.shared_slice_fix(snapshot, certain)
         ours = shared or any(t.service in tool_services for ts in certain.values() for t in ts)
         out.append(Finding("scrape-once", "Pod/exporters", False,
                            f"{len(certain)} of {len(pods)} exporter pods are scraped more than "

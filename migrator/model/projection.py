@@ -21,7 +21,7 @@ for ("would wait for …", `engine/projecting.py`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import singledispatch
 from typing import Any
@@ -48,12 +48,6 @@ Obj = dict[str, Any]
 def after(snapshot: Snapshot, step: Step) -> Snapshot:
     """The snapshot as it would be once `step` was written and had taken effect."""
     return _project(step, snapshot)
-
-
-def after_all(snapshot: Snapshot, steps: Iterable[Step]) -> Snapshot:
-    for step in steps:
-        snapshot = after(snapshot, step)
-    return snapshot
 
 
 def _relabel(labels: Mapping[str, str], change: LabelMap) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Any
 from migrator.model import objects as o
 from migrator.model import printed
 from migrator.model.selectors import for_service
+from migrator.model.slices import MANAGED_BY_LABEL
 
 Obj = dict[str, Any]
 
@@ -146,7 +147,7 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
     for sl in slices:
         slice_version = o.int_version(o.meta(sl).get("resourceVersion"))
         slice_name = o.name(sl)
-        managed_by = o.labels(sl).get("endpointslice.kubernetes.io/managed-by", "")
+        managed_by = o.labels(sl).get(MANAGED_BY_LABEL, "")
         for ep in sl.get("endpoints") or []:
             cond = ep.get("conditions") or {}
             ready = cond.get("ready")
@@ -187,7 +188,7 @@ class Snapshot:
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
     # Prometheus Operator `Prometheus` CRs (any namespace): which discovery role their
-    # ServiceMonitors get (`monitoring.monitor_roles`); empty where the CRD is absent or the
+    # ServiceMonitors get (`promdiscovery.monitor_roles`); empty where the CRD is absent or the
     # tool may not list them, and then every ServiceMonitor has the operator's default role.
     prometheuses: tuple[Obj, ...] = ()
     # The guard's Leases (the tool's managed-by label) and whether they could be read; the

@@ -27,6 +27,11 @@ the token, so RBAC-restricted tokens still work as on a real cluster. `tls=True`
 listener (`secure_url`); `kubeconfig_for(user)` writes a kubeconfig with that user's token for
 it, so kubectl runs as that user, and with the admin's, `kubectl --as` impersonates.
 
+`platform="openshift"` adds OpenShift's admission (openshift.py): EndpointSlices pointing at
+pod or Service addresses need `create endpointslices/restricted`, and the ReplicaSet and Job
+controllers' pods run under restricted-v2, with a UID from their namespace's
+`openshift.io/sa.scc.uid-range` (every namespace gets a block).
+
 `images` (an OCI image images/build wrote, needs root and `tls=True`) gives the kubelets a
 container runtime (dcgm_sim/runtime): pods of that image run for real, reach the API server at
 the `kubernetes` Service's address over the HTTPS listener, and their output is served by
@@ -45,7 +50,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
-from dcgm_sim import rbac
+from dcgm_sim import openshift, rbac
 from dcgm_sim.access import ADMIN_USER, AccessControl, rbac_documents, subjects
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import ControllerSet, releases
@@ -132,6 +137,7 @@ class SimCluster:
         operator_release: str = releases.DEFAULT,
         ip_family: str = "ipv4",
         images: str | Path | None = None,
+        platform: str = "kubernetes",
     ) -> None:
         releases.check_stack(stack, operator_release)  # ValueError: unknown, or no coexistence
         self.release = operator_release
@@ -141,9 +147,14 @@ class SimCluster:
         self.port = port
         self.gpucluster_dcgm = gpucluster_dcgm
         self.network = Network(ip_family)  # ValueError for an unknown setting
+        if platform not in openshift.PLATFORMS:
+            raise ValueError(f"platform must be one of {', '.join(openshift.PLATFORMS)}, "
+                             f"got {platform!r}")
+        self.platform = platform
         # watch_window: past events kept for watches and continue tokens (None: the default).
         self.store = (Store(network=self.network) if watch_window is None
                       else Store(event_log_size=watch_window, network=self.network))
+        self.store.platform = platform
         self.clock = SimClock(time_scale)
         self.controllers = ControllerSet(
             self.store, self.clock, pod_start_seconds=pod_start_seconds,
@@ -176,6 +187,8 @@ class SimCluster:
         self.summary = seed(self.store, nodes=self.nodes, stack=self.stack,
                             namespace=self.namespace, gpucluster_dcgm=self.gpucluster_dcgm,
                             release=self.release)
+        if self.platform == openshift.OPENSHIFT:
+            openshift.allocate_blocks(self.store, self.namespace)
         self.seed_seconds = time.perf_counter() - began
         self._started = True
         try:

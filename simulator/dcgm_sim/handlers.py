@@ -23,6 +23,7 @@ from dcgm_sim import (
     kinds,
     labelselectors,
     openapi,
+    openshift,
     podlog,
     protobuf,
     tables,
@@ -144,14 +145,14 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         body = _body_json(req)
         warning = _field_validation(info, kind, body)
         created = writes.create(b.store, kind, body, namespace=info.namespace,
-                                dry_run=_dry_run(info))
+                                dry_run=_dry_run(info), plugins=openshift.plugins(b.store, policy))
         return Response(201, dumps(created), headers=warning)
     if verb == "update":
         body = _body_json(req)
         warning = _field_validation(info, kind, body)
         updated = writes.update(b.store, kind, body, namespace=info.namespace,
                                 name=info.name, subresource=info.subresource,
-                                dry_run=_dry_run(info))
+                                dry_run=_dry_run(info), plugins=openshift.plugins(b.store, policy))
         return Response(200, dumps(updated), headers=warning)
     if verb == "patch":
         media = writes.patch_media(kind, req.header("content-type"))
@@ -160,7 +161,8 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
                                                                           patch=True)
         patched = writes.patch(b.store, kind, req.header("content-type"), body,
                                namespace=info.namespace, name=info.name,
-                               subresource=info.subresource, dry_run=_dry_run(info))
+                               subresource=info.subresource, dry_run=_dry_run(info),
+                               plugins=openshift.plugins(b.store, policy))
         return Response(200, dumps(patched), headers=warning)
     if verb == "delete":
         return _delete(b, info, req, kind)

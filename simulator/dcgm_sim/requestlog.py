@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 MUTATING_VERBS = ("create", "update", "patch", "delete", "deletecollection")
-_NOT_STORED = ("selfsubjectaccessreviews",)  # a create that answers a question, writes nothing
+# A create that answers a question writes nothing.
+_NOT_STORED = ("selfsubjectaccessreviews", "subjectaccessreviews")
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class RequestLog:
         return self.since(0)
 
     def writes(self, since: int = 0) -> list[RequestRecord]:
-        """Mutating, non-dry-run requests that succeeded (SelfSubjectAccessReviews excluded)."""
+        """Mutating, non-dry-run requests that succeeded ((Self)SubjectAccessReviews excluded)."""
         return [r for r in self.since(since) if r.is_write]
 
     def find(self, since: int = 0, **match: Any) -> list[RequestRecord]:

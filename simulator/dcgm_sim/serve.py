@@ -18,6 +18,9 @@ exit code 0).
 real (dcgm_sim/runtime): `kubectl apply -f docs/guard.yaml` starts the guard's replicas,
 `kubectl logs` shows their output.
 
+`--platform openshift` adds OpenShift's restricted-endpoints admission and the restricted-v2
+SCC's UID range for the ReplicaSet and Job controllers' pods (`openshift.py`).
+
 `--ip-family ipv6|dual` serves an IPv6-only or a dual-stack (IPv4-primary) cluster
 (`network.py`); the default is IPv4-only.
 """
@@ -42,6 +45,7 @@ from dcgm_sim.controllers import releases
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from dcgm_sim.faults import Faults, FaultsError
 from dcgm_sim.network import SETTINGS
+from dcgm_sim.openshift import PLATFORMS
 from dcgm_sim.runtime.image import ImageError
 from dcgm_sim.seed import STACKS
 from dcgm_sim.tls import TLSUnavailable
@@ -72,6 +76,7 @@ class ServeOptions:
     operator_release: str = releases.DEFAULT  # the cluster's release (releases.RELEASES)
     ip_family: str = "ipv4"  # ipv4 | ipv6 | dual (network.SETTINGS)
     images: Path | None = None  # an OCI image whose pods run for real (dcgm_sim/runtime)
+    platform: str = "kubernetes"  # kubernetes | openshift (openshift.PLATFORMS)
 
     def validate(self) -> Faults:
         """Check every setting; the fault settings come back as a `Faults`."""
@@ -112,6 +117,9 @@ class ServeOptions:
         if self.ip_family not in SETTINGS:
             raise ServeError(f"--ip-family must be one of {', '.join(SETTINGS)}, "
                              f"got {self.ip_family!r}.")
+        if self.platform not in PLATFORMS:
+            raise ServeError(f"--platform must be one of {', '.join(PLATFORMS)}, "
+                             f"got {self.platform!r}.")
         if self.images is not None:
             _check_images(self.images, self.tls)
         try:
@@ -146,7 +154,7 @@ def build(options: ServeOptions) -> SimCluster:
         faults=faults, gpucluster_dcgm=options.gpucluster_dcgm,
         kubeconfig_path=options.kubeconfig_out, watch_window=options.watch_window,
         tls=options.tls, operator_release=options.operator_release,
-        ip_family=options.ip_family, images=options.images)
+        ip_family=options.ip_family, images=options.images, platform=options.platform)
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None, err: TextIO | None = None,

@@ -171,6 +171,8 @@ class Store:
     # The cluster's IP families (network.py): read by Service allocation, the kubelet's pod
     # IPs and the EndpointSlice controller, as the apiserver's and controllers' flags are.
     network: Network = DEFAULT_NETWORK
+    # "kubernetes" or "openshift": OpenShift's admission plugins apply (openshift.py).
+    platform: str = "kubernetes"
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self.lock)

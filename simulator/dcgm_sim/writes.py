@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,8 @@ from dcgm_sim.statuses import (
 from dcgm_sim.store import Store, StoreError, now_rfc3339
 
 Obj = dict[str, Any]
+# Admission plugins that need the requester (openshift.admit_request): (kind, new, old) → new.
+Plugins = Callable[[Kind, Obj, Obj | None], Obj]
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -96,7 +99,7 @@ def _allocated(store: Store, kind: Kind, current: Obj | None) -> allocation.Allo
 
 
 def create(store: Store, kind: ResourceName, body: Any, *, namespace: str = "",
-           dry_run: bool = False) -> Obj:
+           dry_run: bool = False, plugins: Plugins | None = None) -> Obj:
     """POST: admission, then store; 409 AlreadyExists, 404 for a missing namespace."""
     kind = kinds.resolve(kind)
     body = _check_identity(kind, body, namespace, None)
@@ -108,6 +111,8 @@ def create(store: Store, kind: ResourceName, body: Any, *, namespace: str = "",
         if kind.namespaced:
             _check_namespace(store, namespace, kind)
         obj = admission.admit(kind, body, None, allocated=_allocated(store, kind, None))
+        if plugins is not None:
+            obj = plugins(kind, obj, None)
         name = obj["metadata"].get("name", "")
         try:  # `admit` answered a copy of its own: the store keeps it (`adopt`)
             return store.create(kind, obj, dry_run=dry_run, adopt=True, uid=uid)
@@ -125,7 +130,7 @@ def _current(store: Store, kind: Kind, namespace: str, name: str) -> Obj:
 
 
 def _store_update(store: Store, kind: Kind, new: Obj, current: Obj, subresource: str,
-                  dry_run: bool) -> Obj:
+                  dry_run: bool, plugins: Plugins | None = None) -> Obj:
     name = current["metadata"]["name"]
     sent_rv = new["metadata"].get("resourceVersion")
     if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
@@ -133,6 +138,8 @@ def _store_update(store: Store, kind: Kind, new: Obj, current: Obj, subresource:
     admitted = subresource != "status"
     if admitted:
         new = admission.admit(kind, new, current, allocated=_allocated(store, kind, current))
+        if plugins is not None:
+            new = plugins(kind, new, current)
         grace = current["metadata"].get("deletionGracePeriodSeconds")
         if grace is not None:
             new["metadata"]["deletionGracePeriodSeconds"] = grace
@@ -144,13 +151,13 @@ def _store_update(store: Store, kind: Kind, new: Obj, current: Obj, subresource:
 
 
 def update(store: Store, kind: ResourceName, body: Any, *, namespace: str, name: str,
-           subresource: str = "", dry_run: bool = False) -> Obj:
+           subresource: str = "", dry_run: bool = False, plugins: Plugins | None = None) -> Obj:
     """PUT: 404 when absent, 409 Conflict on a stale resourceVersion, 422 when invalid."""
     kind = kinds.resolve(kind)
     body = _check_identity(kind, body, namespace, name)
     with store.lock:
         current = _current(store, kind, namespace, name)
-        return _store_update(store, kind, body, current, subresource, dry_run)
+        return _store_update(store, kind, body, current, subresource, dry_run, plugins)
 
 
 def patch_media(kind: Kind, content_type: str) -> str:
@@ -185,14 +192,15 @@ def apply_patch(kind: Kind, current: Obj, content_type: str, patch: Any) -> Obj:
 
 
 def patch(store: Store, kind: ResourceName, content_type: str, body: Any, *, namespace: str,
-          name: str, subresource: str = "", dry_run: bool = False) -> Obj:
+          name: str, subresource: str = "", dry_run: bool = False,
+          plugins: Plugins | None = None) -> Obj:
     """PATCH: apply to the current object and update it atomically (404/409/415/422)."""
     kind = kinds.resolve(kind)
     with store.lock:
         current = _current(store, kind, namespace, name)
         patched = apply_patch(kind, copy.deepcopy(current), content_type, body)
         patched = _check_identity(kind, patched, namespace, name)
-        return _store_update(store, kind, patched, current, subresource, dry_run)
+        return _store_update(store, kind, patched, current, subresource, dry_run, plugins)
 
 
 def _check_preconditions(kind: Kind, current: Obj, options: DeleteOptions) -> None:

@@ -28,7 +28,7 @@ from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from dcgm_sim.store import Event
 from migrator import commands
 from migrator.cli import render
-from migrator.cli.app import handles_errors
+from migrator.cli.failures import handles_errors
 from migrator.cli.live import make_progress
 from migrator.cli.options import Debug
 from migrator.commands import RunRequest, Session

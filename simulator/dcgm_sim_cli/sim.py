@@ -113,6 +113,12 @@ def serve_cmd(
         help="Run the pods of this OCI image for real (images/build's folder or .oci.tar; "
              "as root): `kubectl apply -f docs/guard.yaml` starts the guard, `kubectl logs` "
              "shows its output. Pods of other images stay simulated.")] = None,
+    platform: Annotated[str, typer.Option(
+        "--platform", metavar="PLATFORM",
+        help="kubernetes | openshift: OpenShift refuses EndpointSlices with pod or Service "
+             "addresses unless the writer may create endpointslices/restricted, and runs "
+             "Deployment and Job pods under restricted-v2 (a UID from the namespace's "
+             "openshift.io/sa.scc.uid-range).")] = "kubernetes",
 ) -> None:
     """Seed a simulated cluster, print `READY <url> <kubeconfig>`, serve until SIGINT/SIGTERM.
 
@@ -125,7 +131,8 @@ def serve_cmd(
         namespace=namespace,
         gpucluster_dcgm=gpucluster_dcgm, error_rate=error_rate, latency_ms=latency_ms,
         fail_nth_write=fail_nth_write, watch_window=watch_window, rbac=tuple(rbac or ()),
-        tls=tls, operator_release=operator_release, ip_family=ip_family, images=images)
+        tls=tls, operator_release=operator_release, ip_family=ip_family, images=images,
+        platform=platform)
     try:
         code = serve(options)
     except ServeError as err:

@@ -46,7 +46,7 @@ def test_the_guard_judges_again_only_when_what_it_reads_changed(
     env = e2e_factory("gpucluster", nodes=3)
     kube = Kube.connect(env.sim.kubeconfig)
     log: list[str] = []
-    settings = GuardSettings(identity="guard-a", retry_seconds=0.2, watch_seconds=5,
+    settings = GuardSettings(identity="guard-a", retry_seconds=0.2,
                              min_pass_seconds=0.05, verdict_seconds=VERDICT_SECONDS)
     clock = SeenClock()  # the guard's own clock: the waits below are spans it lived through
     guard = Guard(kube, NS, load_catalog(), settings, log=log.append, clock=clock)

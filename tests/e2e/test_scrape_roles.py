@@ -28,7 +28,7 @@ import pytest
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.engine.reads import read_snapshot
 from migrator.kube.client import Kube
-from migrator.model import kinds, monitoring
+from migrator.model import kinds, monitoring, promdiscovery
 from migrator.model.stacks import load_catalog
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.oracle import DiscoveryOracle, service_monitor_jobs
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(240)
 
 EXPORTERS = ("nvidia-dcgm-exporter", "nvidia-dcgm-exporter-dra")
 ROLES = {"endpoints": "Endpoints", "endpointslice": "EndpointSlice"}
-DROP = monitoring.drop_relabeling("dcgm-migrate")
+DROP = promdiscovery.drop_relabeling("dcgm-migrate")
 
 
 def _dra_service_monitor() -> dict[str, Any]:

@@ -66,7 +66,7 @@ def test_new_events_of_one_object_and_reason_stop_at_the_burst_then_one_per_refi
 def test_probes_answer_from_beats_syncs_and_the_lease() -> None:
     clock = FakeClock()
     health = Health(clock, stall_seconds=60)
-    health.beating("loop")
+    health.beat("loop")
     health.watch("watch/services")
     health.expect("watch/endpointslices")
     assert health.alive()[0]

@@ -9,8 +9,9 @@ Figures, each against its target:
 - the largest module, at most 400 lines;
 - import cycles among the product's modules (strongly connected components of the import
   graph, built by grimp, import-linter's own graph library), none;
-- sites that spell a phase status as a string literal outside the module that defines the
-  status type, none (a status is decided by one function);
+- sites that spell a phase status as a string literal (compared, assigned, passed or keyed
+  as a status) outside the module that defines the status type, none (a status is decided by
+  one function);
 - the frames from `main()` to the socket on the first write of `apply --phase 1` against a
   simulated cluster: the product's own frames (migrator/, phases/) and all of them;
 - `duplicates` over the product, where the command is on the PATH (a development machine's
@@ -22,6 +23,7 @@ makes a missed one exit 1 (for the day they are all met).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import http.client
 import io
@@ -45,8 +47,8 @@ PRODUCT_DIRS = ("migrator", "phases")
 MAX_PRODUCT_LINES = 10_000
 MAX_MODULE_LINES = 400
 MAX_PRODUCT_FRAMES = 12
-# A phase status spelled as text: the values of the state document's per-phase `status`.
-STATUS_LITERAL = re.compile(r"""["'](completed|in-progress|rolled-back|failed|pending)["']""")
+# The values of the state document's per-phase `status`.
+STATUSES = frozenset({"completed", "in-progress", "rolled-back", "failed", "pending"})
 WRITE_METHODS = (b"POST ", b"PUT ", b"PATCH ", b"DELETE ")
 
 
@@ -84,18 +86,45 @@ def size_figures(repo: Path = REPO) -> list[Figure]:
 
 
 def status_literal_sites(repo: Path = REPO) -> list[str]:
-    """`path:line` of each phase status spelled as a string, outside the module that defines
-    the status type (the one holding `class PhaseStatus`)."""
+    """`path:line` of each phase status spelled as a string outside the module that defines
+    the status type (the one holding `class PhaseStatus`): a status word (`STATUSES`) that is
+    compared, assigned, passed as `status=`, the value of a `"status"` key, or a branch of a
+    conditional that reads a `status` (`_reads_as_status`). The same words elsewhere (a
+    counter named "failed", a report's "failed" key, prose) are not a phase's status."""
     sites = []
     for path in product_files(repo):
         text = path.read_text(encoding="utf-8")
         if "class PhaseStatus" in text:
             continue
-        for number, line in enumerate(text.splitlines(), 1):
-            code = line.split("#", 1)[0]
-            if STATUS_LITERAL.search(code):
-                sites.append(f"{path.relative_to(repo)}:{number}")
+        tree = ast.parse(text)
+        parents = {child: node for node in ast.walk(tree)
+                   for child in ast.iter_child_nodes(node)}
+        lines = {node.lineno for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and node.value in STATUSES
+                 and _reads_as_status(node, parents)}
+        sites += [f"{path.relative_to(repo)}:{n}" for n in sorted(lines)]
     return sites
+
+
+def _reads_as_status(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    parent = parents.get(node)
+    while isinstance(parent, ast.Tuple | ast.List | ast.Set):  # ("in-progress", "failed")
+        node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.Compare):
+        return True
+    if isinstance(parent, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+        return parent.value is node
+    if isinstance(parent, ast.keyword):
+        return parent.arg == "status"
+    if isinstance(parent, ast.Dict):
+        return any(v is node and isinstance(k, ast.Constant) and k.value == "status"
+                   for k, v in zip(parent.keys, parent.values, strict=True))
+    if isinstance(parent, ast.IfExp) and node is not parent.test:
+        return any((isinstance(n, ast.Attribute) and n.attr == "status")
+                   or (isinstance(n, ast.Name) and n.id == "status")
+                   or (isinstance(n, ast.Constant) and n.value == "status")
+                   for n in ast.walk(parent))
+    return False
 
 
 def cycles(package_root: Path, package: str = "migrator") -> list[list[str]]:

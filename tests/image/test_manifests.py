@@ -33,7 +33,10 @@ def _pods() -> list[tuple[str, dict[str, Any]]]:
 def test_every_pod_runs_the_image_read_only_with_tmp_as_its_volume(
         where: str, pod: dict[str, Any]) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] == 10001  # the image's user (images/build)
+    # No fixed UID: the image's USER 10001 (images/build) runs it on Kubernetes, and OpenShift's
+    # restricted-v2 SCC refuses any UID outside the namespace's range (tests/sim/test_openshift.py)
+    assert "runAsUser" not in pod["securityContext"]
+    assert all("runAsUser" not in c.get("securityContext", {}) for c in pod["containers"])
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     for container in pod["containers"]:
         assert container["image"] == IMAGE, where
@@ -78,3 +81,34 @@ def test_the_pinned_requirements_cover_every_runtime_dependency() -> None:
     assert all("--hash=sha256:" in line
                for line in (REPO / "images" / "requirements.txt").read_text().splitlines()
                if line and not line.startswith("#"))
+
+
+def _in_build_context(path: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore leaves `path` in the build context: the last pattern that matches
+    the path or one of its parent folders decides, a `!` pattern re-including (moby's
+    `patternmatcher.MatchesOrParentMatches`, which `docker build` and buildah apply)."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    included = True
+    for raw in patterns:
+        negated, pattern = raw.startswith("!"), raw.lstrip("!")
+        regex = re.escape(pattern).replace(r"\*\*/", "(?:.*/)?").replace(r"\*", "[^/]*")
+        if any(re.fullmatch(regex, c) for c in candidates):
+            included = negated
+    return included
+
+
+def test_every_containerfile_copy_source_is_in_the_build_context() -> None:
+    """`docker build -f Containerfile .` fails on a COPY of something .dockerignore leaves out
+    (or that does not exist): every source of every COPY without `--from` must be there."""
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    copies = [line.split()[1:-1] for line in (REPO / "Containerfile").read_text().splitlines()
+              if line.startswith("COPY ") and "--from=" not in line]
+    sources = [source for sources in copies for source in sources]
+    assert sources, "the Containerfile copies nothing from the context"
+    for source in sources:
+        assert (REPO / source).exists(), source
+        assert _in_build_context(source, patterns), f"{source} is excluded by .dockerignore"
+    assert not _in_build_context("simulator", patterns)  # the simulated cluster stays out
+    assert not _in_build_context("migrator/__pycache__", patterns)

@@ -12,8 +12,8 @@ from migrator.kube.retrying import (
     Outcome,
     RetryPolicy,
     Transient,
-    call_with_retries,
     parse_retry_after,
+    retrier,
 )
 
 
@@ -41,7 +41,7 @@ def test_retry_after_is_honoured_and_the_call_then_succeeds() -> None:
     outcome = Outcome()
     fn = flaky([Transient("HTTP 429", status=429, retry_after=7.0),
                 Transient("HTTP 503", status=503)])
-    assert call_with_retries(fn, policy(sleeps), outcome) == "ok"
+    assert retrier(policy(sleeps), outcome)(fn) == "ok"
     assert sleeps == [7.0, 0.5]  # Retry-After, then the backoff after attempt 2 (0.25 * 2)
     assert outcome.attempts == 3 and outcome.transient_failures == 2
     assert outcome.waited == pytest.approx(7.5)
@@ -52,7 +52,7 @@ def test_gives_up_after_the_attempts_and_reraises_the_last_failure() -> None:
     outcome = Outcome()
     fn = flaky([Transient(f"HTTP 503 #{i}", status=503) for i in range(10)])
     with pytest.raises(Transient, match="#5"):
-        call_with_retries(fn, policy(sleeps, attempts=6), outcome)
+        retrier(policy(sleeps, attempts=6), outcome)(fn)
     assert outcome.attempts == 6
     assert len(sleeps) == 5
 
@@ -62,9 +62,7 @@ def test_the_total_wait_never_exceeds_the_budget() -> None:
     outcome = Outcome()
     fn = flaky([Transient("HTTP 429", status=429, retry_after=12.0) for _ in range(10)])
     with pytest.raises(Transient):
-        call_with_retries(
-            fn, policy(sleeps, attempts=10, max_wait_seconds=30.0), outcome
-        )
+        retrier(policy(sleeps, attempts=10, max_wait_seconds=30.0), outcome)(fn)
     assert sleeps == [12.0, 12.0]  # a third wait would pass 30 s: give up instead
     assert outcome.attempts == 3
 
@@ -78,7 +76,7 @@ def test_other_errors_are_not_retried() -> None:
         raise KeyError("not transient")
 
     with pytest.raises(KeyError):
-        call_with_retries(fn, policy(sleeps), Outcome())
+        retrier(policy(sleeps), Outcome())(fn)
     assert calls == [1] and sleeps == []
 
 

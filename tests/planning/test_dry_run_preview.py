@@ -4,6 +4,7 @@ completed, and refusing only on a gate it can evaluate (engine/projecting.py).""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from migrator import phases
@@ -125,7 +126,7 @@ def test_a_completed_phase_that_holds_is_left_alone() -> None:
     snap = b.gpucluster_snapshot()
     state = State(b.NS)
     step = phases.label.plan(ctx(snap)).steps
-    labelled = projection.after_all(snap, step)
+    labelled = functools.reduce(projection.after, step, snap)
     rec = state.phase(1)
     for s in step:
         rec.mark(s, "done")

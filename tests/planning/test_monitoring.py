@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from migrator.model import monitoring
+from migrator.model import monitoring, promdiscovery, scrapechecks
 from migrator.model.snapshot import EndpointView, ServiceEndpoints, Snapshot
 from tests.helpers import builders as b
 
@@ -29,20 +29,20 @@ def test_annotation_is_one_path_per_exporter_pod() -> None:
     assert all([str(p) for p in v] == [
         "kubernetes-service-endpoints → Service/nvidia-dcgm-exporter-dra:9400"]
                for v in paths.values())
-    assert monitoring.duplicate_gate(b.gpucluster_snapshot(), EXPORTERS).ok
+    assert scrapechecks.duplicate_gate(b.gpucluster_snapshot(), EXPORTERS).ok
 
 
 def test_servicemonitor_in_another_namespace_adds_a_path() -> None:
     sm = _sm("dcgm", {"app": "nvidia-dcgm-exporter-dra"}, namespaces=["gpu-operator"])
     snap = replace(b.gpucluster_snapshot(), service_monitors=(sm,))
-    gate = monitoring.duplicate_gate(snap, EXPORTERS)
+    gate = scrapechecks.duplicate_gate(snap, EXPORTERS)
     assert not gate.ok and "servicemonitor/monitoring/dcgm" in gate.detail
 
 
 def test_servicemonitor_without_namespace_selector_sees_only_its_own_namespace() -> None:
     sm = _sm("dcgm", {"app": "nvidia-dcgm-exporter-dra"})  # lives in "monitoring"
     snap = replace(b.gpucluster_snapshot(), service_monitors=(sm,))
-    assert monitoring.duplicate_gate(snap, EXPORTERS).ok
+    assert scrapechecks.duplicate_gate(snap, EXPORTERS).ok
 
 
 def test_what_if_gate_ignores_duplicates_that_already_exist() -> None:
@@ -50,15 +50,15 @@ def test_what_if_gate_ignores_duplicates_that_already_exist() -> None:
     before = replace(b.gpucluster_snapshot(), service_monitors=(sm,))
     unrelated = b.service("other", {"app": "nothing"}, owner=None)
     after = monitoring.with_service(before, unrelated)
-    assert monitoring.duplicate_gate(after, EXPORTERS, before=before).ok
-    assert not monitoring.duplicate_gate(after, EXPORTERS).ok
+    assert scrapechecks.duplicate_gate(after, EXPORTERS, before=before).ok
+    assert not scrapechecks.duplicate_gate(after, EXPORTERS).ok
 
 
 def test_conflicting_servicemonitors_are_reported() -> None:
     a = _sm("a", {"app": "nvidia-dcgm-exporter-dra"}, "15s", ["gpu-operator"])
     c = _sm("c", {"app": "nvidia-dcgm-exporter-dra"}, "30s", ["gpu-operator"])
     snap = replace(b.gpucluster_snapshot(), service_monitors=(a, c))
-    found = monitoring.conflicting_monitors(snap)
+    found = scrapechecks.conflicting_monitors(snap)
     assert len(found) == 1 and "a, c" in found[0]
 
 
@@ -109,27 +109,27 @@ def _mixed(*, relabelings: list[dict[str, Any]] | None = None,
 
 
 def test_role_flavor_and_a_prometheus_too_old_for_endpointslice() -> None:
-    assert monitoring.role_flavor(None) == monitoring.ROLE_ENDPOINTS
-    assert monitoring.role_flavor("Endpoints") == monitoring.ROLE_ENDPOINTS
-    assert monitoring.role_flavor("EndpointSlice") == monitoring.ROLE_ENDPOINTSLICE
-    assert monitoring.prometheus_role(_prometheus("EndpointSlice")) == "endpointslice"
-    assert monitoring.prometheus_role(_prometheus("EndpointSlice", version="v2.20.1")) \
+    assert promdiscovery.role_flavor(None) == promdiscovery.ROLE_ENDPOINTS
+    assert promdiscovery.role_flavor("Endpoints") == promdiscovery.ROLE_ENDPOINTS
+    assert promdiscovery.role_flavor("EndpointSlice") == promdiscovery.ROLE_ENDPOINTSLICE
+    assert promdiscovery.prometheus_role(_prometheus("EndpointSlice")) == "endpointslice"
+    assert promdiscovery.prometheus_role(_prometheus("EndpointSlice", version="v2.20.1")) \
         == "endpoints"
     # the monitor's own role wins over the Prometheus'
-    assert monitoring.prometheus_role(_prometheus("EndpointSlice"), "Endpoints") == "endpoints"
+    assert promdiscovery.prometheus_role(_prometheus("EndpointSlice"), "Endpoints") == "endpoints"
 
 
 def test_effective_role_of_a_servicemonitor() -> None:
     snap = _mixed()
     sm = snap.service_monitors[0]
-    assert monitoring.monitor_roles(snap, sm) == {"endpoints"}  # no Prometheus seen: default
+    assert promdiscovery.monitor_roles(snap, sm) == {"endpoints"}  # no Prometheus seen: default
     own = {**sm, "spec": {**sm["spec"], "serviceDiscoveryRole": "EndpointSlice"}}
-    assert monitoring.monitor_roles(snap, own) == {"endpointslice"}
+    assert promdiscovery.monitor_roles(snap, own) == {"endpointslice"}
     sliced = replace(snap, prometheuses=(_prometheus("EndpointSlice"),))
-    assert monitoring.monitor_roles(sliced, sm) == {"endpointslice"}
-    assert monitoring.monitor_roles(sliced, own) == {"endpointslice"}
+    assert promdiscovery.monitor_roles(sliced, sm) == {"endpointslice"}
+    assert promdiscovery.monitor_roles(sliced, own) == {"endpointslice"}
     both = replace(snap, prometheuses=(_prometheus("EndpointSlice"), _prometheus(None)))
-    assert monitoring.monitor_roles(both, sm) == {"endpoints", "endpointslice"}
+    assert promdiscovery.monitor_roles(both, sm) == {"endpoints", "endpointslice"}
     # a null serviceMonitorSelector selects nothing; a null namespace selector only the
     # Prometheus' own namespace (the monitor is in gpu-operator): the default applies
     unselected = _prometheus("EndpointSlice")
@@ -138,10 +138,10 @@ def test_effective_role_of_a_servicemonitor() -> None:
     other_ns["spec"]["serviceMonitorNamespaceSelector"] = None
     wrong_labels = _prometheus("EndpointSlice", selector={"matchLabels": {"release": "x"}})
     for prom in (unselected, other_ns, wrong_labels):
-        assert monitoring.monitor_roles(replace(snap, prometheuses=(prom,)), sm) == {"endpoints"}
+        assert promdiscovery.monitor_roles(replace(snap, prometheuses=(prom,)), sm) == {"endpoints"}
     # the monitor's own role overrides each selecting Prometheus' role
     own_ep = {**sm, "spec": {**sm["spec"], "serviceDiscoveryRole": "Endpoints"}}
-    assert monitoring.monitor_roles(sliced, own_ep) == {"endpoints"}
+    assert promdiscovery.monitor_roles(sliced, own_ep) == {"endpoints"}
 
 
 def test_the_tools_slices_count_under_endpointslice_and_not_under_endpoints() -> None:
@@ -150,11 +150,11 @@ def test_the_tools_slices_count_under_endpointslice_and_not_under_endpoints() ->
     paths = monitoring.scrape_paths(_mixed(), EXPORTERS)
     assert all(sorted(p.via for p in v) == ["annotation", "servicemonitor/gpu-operator/"
                                             "nvidia-dcgm-exporter-dra"] for v in paths.values())
-    assert monitoring.certain(paths) == {}
+    assert scrapechecks.certain(paths) == {}
     # role endpointslice: the ClusterPolicy monitor reads the tool's slice as well
     sliced = _mixed(prometheuses=(_prometheus("EndpointSlice"),))
     paths = monitoring.scrape_paths(sliced, EXPORTERS)
-    dups = monitoring.certain(paths)
+    dups = scrapechecks.certain(paths)
     assert sorted(dups) == sorted(paths) and len(dups) == 3
     through = [p for p in next(iter(dups.values())) if p.slice]
     assert [str(p) for p in through] == [
@@ -175,7 +175,7 @@ def test_a_prometheus_per_role_gives_the_path_only_its_role_yields() -> None:
 
 
 def test_the_drop_relabeling_takes_the_tools_slices_out() -> None:
-    rule = monitoring.drop_relabeling("dcgm-migrate")
+    rule = promdiscovery.drop_relabeling("dcgm-migrate")
     assert rule == {"action": "drop", "sourceLabels": [
         "__meta_kubernetes_endpointslice_label_endpointslice_kubernetes_io_managed_by"],
         "regex": "dcgm-migrate"}
@@ -184,37 +184,37 @@ def test_the_drop_relabeling_takes_the_tools_slices_out() -> None:
     for rules in ([rule], [by_name]):
         snap = _mixed(relabelings=rules, prometheuses=(_prometheus("EndpointSlice"),))
         paths = monitoring.scrape_paths(snap, EXPORTERS)
-        assert monitoring.certain(paths) == {}
+        assert scrapechecks.certain(paths) == {}
         assert all(not p.slice for v in paths.values() for p in v)
     # a drop matching nothing, or a keep on the controller's slices only, keeps / drops as
     # Prometheus would
     other = {**rule, "regex": "someone-else"}
     snap = _mixed(relabelings=[other], prometheuses=(_prometheus("EndpointSlice"),))
-    assert len(monitoring.certain(monitoring.scrape_paths(snap, EXPORTERS))) == 3
+    assert len(scrapechecks.certain(monitoring.scrape_paths(snap, EXPORTERS))) == 3
     keep_own = {"action": "keep", "sourceLabels": [rule["sourceLabels"][0]],
                 "regex": "endpointslice-controller.k8s.io"}
     snap = _mixed(relabelings=[keep_own], prometheuses=(_prometheus("EndpointSlice"),))
-    assert monitoring.certain(monitoring.scrape_paths(snap, EXPORTERS)) == {}
+    assert scrapechecks.certain(monitoring.scrape_paths(snap, EXPORTERS)) == {}
 
 
 def test_relabel_keeps_applies_keep_drop_and_replace_in_order() -> None:
     labels = {"__meta_kubernetes_pod_name": "p-1", "service": "s"}
-    assert monitoring.relabel_keeps([], labels)
-    assert not monitoring.relabel_keeps(
+    assert promdiscovery.relabel_keeps([], labels)
+    assert not promdiscovery.relabel_keeps(
         [{"action": "keep", "sourceLabels": ["missing"], "regex": ".+"}], labels)
-    assert monitoring.relabel_keeps(
+    assert promdiscovery.relabel_keeps(
         [{"action": "keep", "sourceLabels": ["missing"], "regex": ""}], labels)
     replace_then_drop = [
         {"sourceLabels": ["__meta_kubernetes_pod_name"], "regex": "p-(.*)",
          "targetLabel": "idx", "replacement": "n${1}"},
         {"action": "Drop", "sourceLabels": ["idx", "service"], "separator": "/",
          "regex": "n1/s"}]
-    assert not monitoring.relabel_keeps(replace_then_drop, labels)
+    assert not promdiscovery.relabel_keeps(replace_then_drop, labels)
 
 
 def test_the_fix_names_the_clusterpolicy_field_with_the_relabeling() -> None:
     snap = _mixed(prometheuses=(_prometheus("EndpointSlice"),))
-    fix = monitoring.shared_slice_fix(snap, monitoring.certain(
+    fix = scrapechecks.shared_slice_fix(snap, scrapechecks.certain(
         monitoring.scrape_paths(snap, EXPORTERS)))
     assert ("add {action: drop, sourceLabels: [__meta_kubernetes_endpointslice_label_"
             "endpointslice_kubernetes_io_managed_by], regex: dcgm-migrate} to "
@@ -222,5 +222,5 @@ def test_the_fix_names_the_clusterpolicy_field_with_the_relabeling() -> None:
     assert "ServiceMonitor gpu-operator/nvidia-dcgm-exporter" in fix
     # no duplicate through a foreign slice: no such fix
     plain = _mixed()
-    assert monitoring.shared_slice_fix(plain, monitoring.certain(
+    assert scrapechecks.shared_slice_fix(plain, scrapechecks.certain(
         monitoring.scrape_paths(plain, EXPORTERS))) == ""

@@ -96,4 +96,3 @@ def test_not_ready_where_reports_pending_like_not_ready() -> None:
              replace(PodView.of(_pod("Running", [])), node="n3")]
     assert g.not_ready_where(views) == ["n1 (Pending: claim not allocated)",
                                         "n3 (Running, not Ready)"]
-    assert g.not_ready_nodes(views) == ["n1", "n3"]

@@ -30,7 +30,33 @@ def test_a_planted_cycle_is_found_and_an_acyclic_package_has_none(tmp_path: Path
 def test_status_literals_are_counted_outside_the_status_type(tmp_path: Path) -> None:
     _package(tmp_path, {
         "migrator.state": 'class PhaseStatus:\n    COMPLETED = "completed"\n',
-        "migrator.user": 'x = 1\nif rec.status == "completed":  # "failed" in a comment\n',
+        "migrator.user": 'x = 1\nif rec.status == "completed":  # "failed" in a comment\n'
+                          '    pass\n',
         "phases.p": "NAME = 'label'\n",
     })
     assert targets.status_literal_sites(tmp_path) == ["migrator/user.py:2"]
+
+
+def test_only_a_status_compared_assigned_or_keyed_is_a_status_literal(tmp_path: Path) -> None:
+    statuses = [
+        'ok = doc["status"] == "completed"',
+        'done = rec.get("status") != "rolled-back"',
+        'rec = Record(status="in-progress")',
+        'body = {"phase": 1, "status": "failed"}',
+        'open_ = status in ("pending", "failed")',
+        'if "completed" == record.status: pass',
+        'rec.status = "pending"',
+        'rec.status, rec.error = "failed", message',
+        'ACTIVE = ("in-progress", "failed")',
+        'shown = rec.status if rec else "pending"',
+    ]
+    other_words = [
+        'self.counted("failed")',
+        'out = {"failed": [str(f) for f in failed]}',
+        'log.info("completed")',
+        'http_status = 200',
+        '"' '""Prose that says a phase is pending.""' '"',
+    ]
+    _package(tmp_path, {"migrator.m": "\n".join(statuses + other_words) + "\n"})
+    assert targets.status_literal_sites(tmp_path) == [
+        f"migrator/m.py:{n}" for n in range(1, len(statuses) + 1)]

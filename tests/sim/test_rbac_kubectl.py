@@ -281,9 +281,10 @@ def test_subject_access_review_through_kubectl(rbac_sim: Cluster, tmp_path: Path
 GUARD_SA = f"system:serviceaccount:{NS}:dcgm-migrate-guard"
 
 
-def _guard_needs() -> list[tuple[str, str]]:
-    """(verb, resource[.group][/name]) for every verb of every rule of docs/guard.yaml's Role:
-    what the guard asks the API server for."""
+def _guard_needs() -> list[tuple[str, ...]]:
+    """(verb, resource[.group][/name][, --subresource=...]) for every verb of every rule of
+    docs/guard.yaml's Role: what the guard asks the API server for (`endpointslices/restricted`
+    is what OpenShift's admission asks about its slice writes)."""
     import yaml
 
     role = next(d for d in yaml.safe_load_all((REPO / "docs" / "guard.yaml").read_text())
@@ -292,10 +293,12 @@ def _guard_needs() -> list[tuple[str, str]]:
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
+                resource, _, sub = resource.partition("/")
                 target = f"{resource}.{group}" if group else resource
+                flags = (f"--subresource={sub}",) if sub else ()
                 for name in rule.get("resourceNames") or [""]:
                     for verb in rule["verbs"]:
-                        out.append((verb, f"{target}/{name}" if name else target))
+                        out.append((verb, f"{target}/{name}" if name else target, *flags))
     return out
 
 
@@ -327,10 +330,11 @@ def test_kubectl_apply_of_the_guards_rbac_on_a_running_sim(tmp_path: Path) -> No
         kubectl = Kubectl(binary, tmp_path)
         needs = _guard_needs()
         assert ("patch", "services/nvidia-dcgm") in needs and len(needs) > 10
+        assert ("create", "endpointslices.discovery.k8s.io", "--subresource=restricted") in needs
 
         def answers(*extra: str) -> list[str]:
-            return [kubectl(admin, "auth", "can-i", verb, target, "-n", NS, "--as", GUARD_SA,
-                            *extra).stdout.strip() for verb, target in needs]
+            return [kubectl(admin, "auth", "can-i", *need, "-n", NS, "--as", GUARD_SA,
+                            *extra).stdout.strip() for need in needs]
 
         assert set(answers()) == {"no"}
         applied = kubectl(admin, "apply", "-f", str(REPO / "docs" / "rbac.yaml"),

@@ -13,8 +13,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from dcgm_sim import admission, kinds
+from dcgm_sim import admission, kinds, openshift
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Store, StoreError
 
 Obj = dict[str, Any]
@@ -82,6 +83,11 @@ def create_pod(store: Store, pod: Obj) -> Obj:
     """Create `pod` through the pod admission (defaults, Pending status), with a new name
     suffix on a clash (`RetryGenerateName`)."""
     pod = admission.admit(kinds.POD, pod)
+    if openshift.enabled(store):  # SCC admission: refused pods are retried as any failure
+        try:
+            pod = openshift.admit_pod(store, pod)
+        except ApiError as err:
+            raise StoreError(err.code, err.reason, err.message) from err
     for attempt in range(5):
         try:
             return store.create(kinds.POD, pod)

@@ -1,0 +1,113 @@
+"""The one place errors become messages and exit codes (`handles_errors`), and how SIGINT and
+SIGTERM stop a command: `errors.Interrupted` once the write in flight is recorded."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import shlex
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import typer
+
+from migrator.cli import render
+from migrator.cli.group import ARGV_KEY
+from migrator.cli.options import Output
+from migrator.engine import interrupts
+from migrator.errors import Interrupted, MigrateError, exit_code_for
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handles_errors(fn: F) -> F:
+    """The one place errors become messages and exit codes. --debug only adds the traceback
+    (on stderr, before the message): the exit code is the same with and without it, so a
+    script's `case $?` does not change meaning when someone turns on --debug to look."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = bool(kwargs.get("debug"))
+        try:
+            with _stop_on_signals():
+                return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except MigrateError as exc:
+            if debug:
+                traceback.print_exc(file=sys.stderr)
+            hint = render.fix_line(exc.hint, _invoked())
+            render.error(exc, hint)
+            output = kwargs.get("output")
+            if isinstance(output, Output) and output is not Output.table:
+                render.raw({"error": {"message": exc.message, "hint": hint,
+                                      "exitCode": exit_code_for(exc),
+                                      "type": type(exc).__name__}}, output)
+            raise typer.Exit(exit_code_for(exc)) from None
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the lock is released already
+            name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
+            typer.echo(f"interrupted ({name}): run the same command again to resume"
+                       + (f": {again}" if (again := _same_command()) else ""), err=True)
+            raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
+        except Exception as exc:
+            if debug:
+                traceback.print_exc(file=sys.stderr)
+            typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+            typer.echo("fix: report it with the traceback" if debug else
+                       "fix: rerun with --debug for the traceback and report it", err=True)
+            raise typer.Exit(3) from None
+
+    return cast(F, wrapper)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGINT (Ctrl-C) and SIGTERM (a Job eviction, `timeout`, a pod deletion) stop a command
+    the same way: `errors.Interrupted`, raised once the write in flight is recorded
+    (engine/interrupts.py); the run session releases the lock on its way out; exit 130 / 143.
+    Only the main thread receives signals (tests run commands on others: left as they are)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        interrupts.interrupt(Interrupted(signum, signal.Signals(signum).name))
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            if handler is not None:
+                signal.signal(number, handler)
+
+
+def _invoked() -> list[str] | None:
+    """The command line this command was invoked with, as the user would type it again
+    (`dcgm-migrate` or `kubectl dcgm-migrate`, then its arguments): what a fix line shows
+    with an option changed. None outside a click invocation."""
+    globals_ = importlib.import_module(
+        typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
+    ctx = globals_.get_current_context(silent=True)
+    args = ctx.meta.get(ARGV_KEY) if ctx is not None else None
+    if not args:
+        return None
+    root = str(ctx.find_root().info_name or "")
+    prog = ["kubectl", "dcgm-migrate"] if root.startswith("kubectl") else ["dcgm-migrate"]
+    return [*prog, *args]
+
+
+def _same_command() -> str | None:
+    """The command line this process was started with, to print after an interruption (None
+    when it was not started as the CLI: a test's CliRunner)."""
+    started_as = Path(sys.argv[0]).stem if sys.argv else ""  # `.exe` on Windows
+    if started_as not in ("dcgm-migrate", "kubectl-dcgm_migrate", "__main__"):
+        return None
+    prog = "kubectl dcgm-migrate" if started_as.startswith("kubectl-") else "dcgm-migrate"
+    return " ".join([prog, *map(shlex.quote, sys.argv[1:])])

@@ -1,0 +1,188 @@
+"""How Prometheus and the Prometheus Operator see one ServiceMonitor target: the discovery role
+its job runs with, the meta labels the target carries under that role, and whether the
+endpoint's relabelings keep it. Pure; `model/monitoring.py` builds the targets with it.
+
+A ServiceMonitor's job discovers with `role: endpoints` or `role: endpointslice`
+(prometheus-operator `pkg/prometheus/promcfg.go`, `generateServiceMonitorConfig` /
+`endpointRoleFlavor`): the monitor's own `spec.serviceDiscoveryRole` when set, else that of the
+Prometheus that selects it (`Prometheus.spec.serviceDiscoveryRole`, default Endpoints; Prometheus
+older than 2.21 always endpoints). Monitors several Prometheuses select with different roles get
+both; monitors no visible Prometheus selects get the default. The roles see different pods:
+
+- `role: endpoints` reads the core/v1 Endpoints object, which the endpoints controller fills
+  from the Service's selector alone: EndpointSlices someone else writes (the tool's shared
+  slices, `model/sharing.py`) are never mirrored into it;
+- `role: endpointslice` reads every EndpointSlice and joins it to the Service named by its
+  `kubernetes.io/service-name` label (Prometheus `discovery/kubernetes/endpointslice.go`), so
+  the tool's slices of `nvidia-dcgm-exporter` put the GPUCluster pods behind the ClusterPolicy
+  operator's ServiceMonitor as well.
+
+The endpoint's `relabelings` run after the operator's own keep rules: a `keep`/`drop` on the
+target's meta labels (`__meta_kubernetes_endpointslice_name`, `__meta_kubernetes_endpointslice_
+label_<label>`, service, pod and port labels) is honoured here (other actions are not modelled),
+which is how a consumer drops the tool's slices from a monitor (docs/monitoring.md).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from migrator.model import objects as o
+from migrator.model.selectors import SelectorError, from_label_selector
+from migrator.model.slices import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
+from migrator.model.snapshot import EndpointView, PodView, Snapshot
+
+Obj = dict[str, Any]
+
+# Kubernetes discovery roles a ServiceMonitor's job may use, and the Prometheus Operator's
+# `ServiceDiscoveryRole` values (pkg/apis/monitoring/v1/prometheus_types.go).
+ROLE_ENDPOINTS, ROLE_ENDPOINTSLICE = "endpoints", "endpointslice"
+ENDPOINT_SLICE_ROLE = "EndpointSlice"
+ENDPOINTSLICE_MIN_PROMETHEUS = (2, 21)  # promcfg.go: older Prometheus gets role endpoints
+
+
+def role_flavor(value: Any) -> str:
+    """promcfg.go `endpointRoleFlavor`: "EndpointSlice" is the endpointslice role; unset or
+    "Endpoints" (anything else) the endpoints role."""
+    return ROLE_ENDPOINTSLICE if value == ENDPOINT_SLICE_ROLE else ROLE_ENDPOINTS
+
+
+def _version(text: Any) -> tuple[int, int] | None:
+    found = re.match(r"v?(\d+)\.(\d+)", str(text or ""))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def prometheus_role(prometheus: Obj, monitor_role: Any = None) -> str:
+    """The role a Prometheus gives a ServiceMonitor it selects: the monitor's own
+    `serviceDiscoveryRole` if set, else its `spec.serviceDiscoveryRole`; endpoints for a
+    Prometheus older than 2.21 (`spec.version`), which has no endpointslice role."""
+    version = _version(o.dig(prometheus, "spec", "version"))
+    if version is not None and version < ENDPOINTSLICE_MIN_PROMETHEUS:
+        return ROLE_ENDPOINTS
+    own = monitor_role if monitor_role is not None else o.dig(
+        prometheus, "spec", "serviceDiscoveryRole")
+    return role_flavor(own)
+
+
+def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
+    """Whether a Prometheus picks this ServiceMonitor up (resource_selector.go): its
+    `serviceMonitorSelector` (null: none; empty: all) matches the monitor's labels, and its
+    `serviceMonitorNamespaceSelector` (null: its own namespace) covers the monitor's namespace.
+    A non-empty namespace selector is taken as covering it: namespace labels are not read."""
+    spec = prometheus.get("spec") or {}
+    selector = spec.get("serviceMonitorSelector")
+    if selector is None:
+        return False
+    try:
+        if not from_label_selector(selector).matches(o.labels(monitor)):
+            return False
+    except SelectorError:
+        return False
+    if spec.get("serviceMonitorNamespaceSelector") is None:
+        return o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace")
+    return True
+
+
+def monitor_roles(snapshot: Snapshot, monitor: Obj) -> frozenset[str]:
+    """The discovery roles a ServiceMonitor's jobs run with: one per Prometheus that selects
+    it (they may differ), or, when no Prometheus it can see does, its own role or the default
+    (the tool may not see the Prometheus CRs: the Prometheus Operator's default is endpoints)."""
+    own = o.dig(monitor, "spec", "serviceDiscoveryRole")
+    roles = {prometheus_role(p, own) for p in snapshot.prometheuses
+             if selects_monitor(p, monitor)}
+    return frozenset(roles or {role_flavor(own)})
+
+
+# ---- relabelings -----------------------------------------------------------------------------
+
+def sanitize(name: str) -> str:
+    """Prometheus' `strutil.SanitizeLabelName`: every character outside [a-zA-Z0-9_] is `_`."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def _object_labels(prefix: str, labels: Mapping[str, str]) -> dict[str, str]:
+    out = {}
+    for k, v in labels.items():
+        out[f"{prefix}_label_{sanitize(k)}"] = v
+        out[f"{prefix}_labelpresent_{sanitize(k)}"] = "true"
+    return out
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    """A relabel regex, anchored at both ends as Prometheus anchors it (`re` keeps compiled
+    patterns itself: no cache of ours)."""
+    return re.compile(f"^(?:{pattern})$")
+
+
+def relabel_keeps(rules: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
+    """Whether a target with these labels survives a ServiceMonitor endpoint's `relabelings`
+    (the camelCase RelabelConfig of the Prometheus Operator): `keep`/`drop` are applied,
+    `replace` sets its target label so a later rule sees it; other actions leave the labels
+    as they are here. A label that is absent reads as ""."""
+    have = dict(labels)
+    for rule in rules:
+        action = str(rule.get("action") or "replace").lower()
+        sources = rule.get("sourceLabels") or []
+        value = str(rule.get("separator", ";")).join(have.get(str(s), "") for s in sources)
+        try:
+            found = _regex(str(rule.get("regex", "(.*)"))).match(value)
+        except re.error:
+            continue  # Prometheus would reject the config; here it changes nothing
+        if action == "keep" and not found:
+            return False
+        if action == "drop" and found:
+            return False
+        if action == "replace" and found and rule.get("targetLabel"):
+            have[str(rule["targetLabel"])] = _expand(found, str(rule.get("replacement", "$1")))
+    return True
+
+
+def _expand(found: re.Match[str], replacement: str) -> str:
+    """`$1` / `${1}` in a relabel replacement, from the regex's groups."""
+    def group(ref: re.Match[str]) -> str:
+        n = int(ref.group(1))
+        return (found.group(n) or "") if n <= (found.re.groups or 0) else ""
+    return re.sub(r"\$\{?(\d+)\}?", group, replacement)
+
+
+def target_labels(service: Obj, pod: PodView, role: str, port: Obj,
+                  endpoint: EndpointView | None, namespace: str) -> dict[str, str]:
+    """The meta labels a ServiceMonitor target of this pod carries under `role`, as Prometheus'
+    Kubernetes discovery sets them (`endpoints.go`, `endpointslice.go`; slice labels and name
+    from `addObjectMetaLabels`), plus the target labels the Prometheus Operator's own rules set
+    before the endpoint's relabelings run (namespace, service, pod, job)."""
+    labels = {"__meta_kubernetes_namespace": namespace,
+              "__meta_kubernetes_service_name": o.name(service),
+              "__meta_kubernetes_pod_name": pod.name,
+              "__meta_kubernetes_pod_node_name": pod.node,
+              "__meta_kubernetes_pod_phase": pod.phase,
+              "namespace": namespace, "service": o.name(service), "pod": pod.name,
+              "job": o.name(service)}
+    labels.update(_object_labels("__meta_kubernetes_service", o.labels(service)))
+    labels.update(_object_labels("__meta_kubernetes_pod", pod.labels))
+    if role == ROLE_ENDPOINTSLICE:
+        managed_by = endpoint.managed_by if endpoint is not None else CONTROLLER_NAME
+        slice_labels = {SERVICE_NAME_LABEL: o.name(service), MANAGED_BY_LABEL: managed_by}
+        labels.update(_object_labels("__meta_kubernetes_endpointslice", slice_labels))
+        labels["__meta_kubernetes_endpointslice_name"] = endpoint.slice if endpoint else ""
+        labels["__meta_kubernetes_endpointslice_port_name"] = str(port.get("name") or "")
+        labels["__meta_kubernetes_endpointslice_address_target_kind"] = "Pod"
+        labels["__meta_kubernetes_endpointslice_address_target_name"] = pod.name
+    else:
+        labels["__meta_kubernetes_endpoints_name"] = o.name(service)
+        labels["__meta_kubernetes_endpoint_port_name"] = str(port.get("name") or "")
+        labels["__meta_kubernetes_endpoint_address_target_kind"] = "Pod"
+        labels["__meta_kubernetes_endpoint_address_target_name"] = pod.name
+    return labels
+
+
+def drop_relabeling(managed_by: str) -> dict[str, Any]:
+    """The relabeling that drops a ServiceMonitor's targets from EndpointSlices this writer
+    manages (the slice's `endpointslice.kubernetes.io/managed-by` label, which Prometheus 2.46+
+    and VictoriaMetrics expose as `__meta_kubernetes_endpointslice_label_endpointslice_
+    kubernetes_io_managed_by`). Under `role: endpoints` the label is absent and it drops
+    nothing, so it is right under either role."""
+    return {"action": "drop",
+            "sourceLabels": [f"__meta_kubernetes_endpointslice_label_{sanitize(MANAGED_BY_LABEL)}"],
+            "regex": managed_by}

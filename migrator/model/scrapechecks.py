@@ -1,0 +1,176 @@
+"""What is wrong with the scrape targets `model/monitoring.py` finds: pods scraped twice
+(certainly or possibly), Ready pods no target reaches, truncated Endpoints, ServiceMonitors in
+conflict, and the consumer's fix for duplicates through the tool's slices. Pure.
+
+Two targets of one mechanism (annotation jobs, or the Prometheus Operator's) are a certain
+duplicate: whichever Prometheus reads that mechanism scrapes the pod twice. An annotation target
+plus an operator target is a duplicate only for a Prometheus that uses both (annotation
+discovery is a hand-written scrape config; the Prometheus Operator reads only its monitors),
+which the tool cannot see: it is reported as a possible duplicate. The what-if gates of phases 2
+and 3 count every target (the tool never creates even a possible duplicate); the verdict fails
+on certain ones and on a Ready exporter pod that no target reaches. ServiceMonitors that select
+the same Service with different endpoint settings are a conflict. All are reported, never
+resolved here.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from migrator.model import objects as o
+from migrator.model.gates import GateResult
+from migrator.model.monitoring import (
+    ANNOTATION,
+    OPERATOR,
+    SERVICE_JOB,
+    ScrapePath,
+    annotation_job,
+    listed,
+    monitors_of,
+    scrape_paths,
+)
+from migrator.model.promdiscovery import drop_relabeling
+from migrator.model.snapshot import PodView, Snapshot
+
+# The endpoints controller keeps at most this many addresses in one Endpoints object and marks
+# it `endpoints.kubernetes.io/over-capacity: truncated`: `role: endpoints` discovery then misses
+# the rest (upstream pkg/controller/endpoint, maxCapacity).
+ENDPOINTS_CAPACITY = 1000
+
+
+def _flow(rule: Mapping[str, Any]) -> str:
+    """A relabeling as one line of YAML flow style."""
+    return "{" + ", ".join(f"{k}: [{', '.join(v)}]" if isinstance(v, list) else f"{k}: {v}"
+                           for k, v in rule.items()) + "}"
+
+
+def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePath]]) -> str:
+    """The consumer's change for duplicates that come through foreign EndpointSlices (the
+    tool's shared slices) under `role: endpointslice`, naming where to put the drop relabeling:
+    the ClusterPolicy field its operator renders into its ServiceMonitor
+    (`spec.dcgmExporter.serviceMonitor.relabelings`, copied into the monitor's first endpoint
+    and reverted there if edited by hand), or a hand-made monitor's own endpoints. "" when no
+    duplicate comes through such a slice."""
+    fixes: dict[str, str] = {}
+    for found in duplicated.values():
+        for path in found:
+            if not path.slice or path.via in fixes:
+                continue
+            ns, name = path.via.split("/", 1)[1].split("/", 1)
+            sm = next((m for m in snapshot.service_monitors if o.name(m) == name
+                       and o.meta(m).get("namespace") == ns), {})
+            view = next((e for e in snapshot.endpoints_of(path.service).endpoints
+                         if e.slice == path.slice), None)
+            rule = _flow(drop_relabeling(view.managed_by if view else "dcgm-migrate"))
+            owner = o.controller_owner(sm) or {}
+            if owner.get("kind") == "ClusterPolicy":
+                fixes[path.via] = (
+                    f"add {rule} to ClusterPolicy/{owner.get('name')} "
+                    "spec.dcgmExporter.serviceMonitor.relabelings (the GPU Operator renders "
+                    f"that list into ServiceMonitor {ns}/{name}; keep any entries it has)")
+            else:
+                fixes[path.via] = (f"add {rule} to the relabelings of every endpoint of "
+                                   f"ServiceMonitor {ns}/{name}")
+    if not fixes:
+        return ""
+    return ("the tool's EndpointSlices of the shared Service reach these pods a second time "
+            "under role endpointslice: " + "; ".join(fixes[k] for k in sorted(fixes))
+            + " (docs/monitoring.md, 'Discovery roles')")
+
+
+def unscraped(paths: Mapping[str, list[ScrapePath]], pods: Iterable[PodView]) -> list[str]:
+    """Ready exporter pods no target reaches: their GPUs are missing from every dashboard."""
+    return sorted(p.name for p in pods if p.ready and not paths.get(p.name))
+
+
+def truncated_endpoints(snapshot: Snapshot) -> list[str]:
+    """Annotated Services listing more pods than one Endpoints object holds: the chart's
+    `role: endpoints` job sees only the first ENDPOINTS_CAPACITY of them."""
+    out = []
+    for name, svc in sorted(snapshot.services.items()):
+        if annotation_job(o.annotations_of(svc), SERVICE_JOB) is None:
+            continue
+        count = len(listed(snapshot, svc))
+        if count > ENDPOINTS_CAPACITY:
+            out.append(f"Service/{name} lists {count} pods, more than the {ENDPOINTS_CAPACITY} "
+                       "addresses an Endpoints object holds (the endpoints controller truncates "
+                       "it): a Prometheus job with `role: endpoints` scrapes only "
+                       f"{ENDPOINTS_CAPACITY} of them; use `role: endpointslice` "
+                       "(docs/monitoring.md)")
+    return out
+
+
+def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
+                   name: str = "no-duplicate-scrape",
+                   before: Snapshot | None = None) -> GateResult:
+    """No exporter pod reached by more than one scrape path. With `before` (a what-if check),
+    only duplicates the change would create or worsen count: an existing one is a warning of
+    its own, not a reason to refuse an unrelated change."""
+    names = list(daemonsets)
+    paths = scrape_paths(snapshot, names)
+    prior = scrape_paths(before, names) if before is not None else {}
+    dups = {pod: p for pod, p in paths.items()
+            if len(p) > 1 and (before is None or len(p) > len(prior.get(pod, [])))}
+    if not dups:
+        existing = sum(1 for p in prior.values() if len(p) > 1)
+        note = f" (the change adds none; {existing} already duplicated)" if existing else ""
+        return GateResult(name, True,
+                          f"{len(paths)} exporter pods, no new second scrape path{note}")
+    pod, example = next(iter(sorted(dups.items())))
+    return GateResult(name, False, f"{len(dups)} exporter pods scraped more than once, e.g. "
+                      f"{pod} via {'; '.join(map(str, example))}")
+
+
+def certain(paths: Mapping[str, list[ScrapePath]]) -> dict[str, list[ScrapePath]]:
+    """The pods reached by more than one target of the same mechanism, with those targets:
+    every Prometheus that reads that mechanism scrapes them twice."""
+    out = {}
+    for pod, found in paths.items():
+        for mechanism in (ANNOTATION, OPERATOR):
+            same = [p for p in found if p.mechanism == mechanism]
+            if len(same) > 1:
+                out[pod] = same
+                break
+    return out
+
+
+def possible(paths: Mapping[str, list[ScrapePath]]) -> list[str]:
+    """The pods reached once by annotation discovery and once by the Prometheus Operator (and
+    not certainly duplicated): scraped twice only by a Prometheus configured for both."""
+    return sorted(pod for pod, found in paths.items()
+                  if len(found) == 2 and {p.mechanism for p in found} == {ANNOTATION, OPERATOR})
+
+
+def certain_duplicates(snapshot: Snapshot,
+                       daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
+    """Exporter pods with a certain duplicate (`certain`), with the targets."""
+    return certain(scrape_paths(snapshot, daemonsets))
+
+
+def possible_duplicates(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[str]:
+    """Exporter pods with a possible duplicate (`possible`)."""
+    return possible(scrape_paths(snapshot, daemonsets))
+
+
+def duplicates_through(snapshot: Snapshot, daemonsets: Iterable[str],
+                       services: Iterable[str]) -> list[str]:
+    """Exporter pods scraped more than once where one of the paths goes through one of these
+    Services (the tool's own aliases): a duplicate the migration is answerable for."""
+    names = set(services)
+    return sorted(pod for pod, paths in scrape_paths(snapshot, daemonsets).items()
+                  if len(paths) > 1 and any(p.service in names for p in paths))
+
+
+def conflicting_monitors(snapshot: Snapshot) -> list[str]:
+    """ServiceMonitors that select the same Service with different endpoint settings."""
+    found = []
+    for svc in snapshot.services.values():
+        sms = monitors_of(snapshot, svc)
+        settings = {json.dumps(o.dig(sm, "spec", "endpoints"), sort_keys=True) for sm in sms}
+        if len(sms) > 1 and len(settings) > 1:
+            found.append(f"Service/{o.name(svc)} is selected by ServiceMonitors "
+                         f"{', '.join(sorted(o.name(sm) for sm in sms))} with different "
+                         "endpoint settings")
+    return found
+

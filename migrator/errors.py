@@ -97,7 +97,13 @@ class APIForbidden(APIError):
 
 
 class APIInvalid(APIError):
-    """422 Invalid: the server rejected the object."""
+    """422 Invalid: the server rejected the object (a field's validation, an immutable field,
+    an admission policy's denial); `causes` says which."""
+
+
+class APITestFailed(APIInvalid):
+    """422 from a JSON patch whose `test` operation failed: the object is no longer what the
+    patch was decided on. Not a refusal of the change itself: read it again and re-decide."""
 
 
 class APIUnreachable(ClusterError):

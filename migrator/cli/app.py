@@ -52,6 +52,7 @@ from migrator.engine.reports import (
 )
 from migrator.errors import Interrupted, UsageError
 from migrator.kube.client import Kube
+from migrator.kube.retrying import RetryPolicy
 from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
 
@@ -87,10 +88,12 @@ def _root(
 @contextmanager
 def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
              ) -> Iterator[Session]:
-    kube = Kube.connect(kubeconfig, context)
     # stderr only: -o json stdout stays one document. A table prints each warning once, in
     # the report on stdout; under -o json/yaml the progress stream says them too.
     progress = make_progress(quiet=False, warnings=output is not Output.table)
+    # A long Retry-After (API Priority and Fairness) is said as it is waited out.
+    kube = Kube.connect(kubeconfig, context,
+                        retry=RetryPolicy(notice=progress.message if progress else None))
     try:
         yield Session(kube, namespace, listener=progress or Quiet())
     except UsageError:

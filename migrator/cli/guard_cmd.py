@@ -26,6 +26,7 @@ from migrator.engine.reports import GuardReport
 from migrator.engine.serving import parse_address
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
+from migrator.kube.retrying import RetryPolicy
 from migrator.model.stacks import load_catalog
 
 
@@ -61,8 +62,9 @@ def guard(
         "--metrics-port", help="Serve /metrics, /healthz and /readyz on this port of every "
         "address (short for --metrics-bind-address :PORT).", min=0, max=65535)] = None,
     verdict_seconds: Annotated[float, typer.Option(
-        "--verdict-seconds", help="The verdict (a whole read of the namespace) at most this "
-        "often after a watched change; at least hourly regardless.", min=1.0)] = 300.0,
+        "--verdict-seconds", help="The verdict's cross-check (a whole read of the namespace) "
+        "at most this often after a watched change; at least hourly regardless. The verdict "
+        "itself follows each change from the guard's caches.", min=1.0)] = 300.0,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -80,7 +82,7 @@ def guard(
     settings = GuardSettings(lease_name=lease_name, identity=identity or _identity(),
                              lease_seconds=lease_seconds, resync_seconds=resync,
                              verdict_seconds=verdict_seconds)
-    kube = Kube.connect(kubeconfig, context)
+    kube = Kube.connect(kubeconfig, context, retry=RetryPolicy(notice=_log))
     try:
         g = Guard(kube, namespace, load_catalog(), settings, log=_log)
         if once:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import TYPE_CHECKING
 
-from migrator.errors import APIConflict, APIInvalid, APINotFound, GateFailed
+from migrator.errors import APIConflict, APINotFound, APITestFailed, GateFailed
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.stacks import Catalog
@@ -53,7 +53,8 @@ def _set_selector(step: SetSelector, kube: Kube, namespace: str,
     try:
         kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json",
                    dry_run=dry_run)
-    except APIInvalid as exc:  # the json-patch `test` failed: someone changed it
+    except APITestFailed as exc:  # the json-patch `test` failed: someone changed it
+        # (any other 422 — an admission policy, an immutable field — is raised as it is)
         if step.satisfied(kube.get(kinds.SERVICE, step.service, namespace)):
             return None  # or an earlier attempt of this patch landed, its answer lost
         raise GateFailed(

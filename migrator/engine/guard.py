@@ -5,8 +5,10 @@ Composed as controller-runtime's `Manager` composes a controller (pkg/manager/in
 `controllerManager.Start`): small parts with one job each, wired here and nowhere else.
 
 - the **cache**: one informer per watched resource (`engine/informer.py`): DaemonSets and
-  Services whole, the stable names' EndpointSlices without managedFields; a pass reads them,
-  not the API, and a read waits for the guard's own last write (`_saw`);
+  Services whole, the stable names' EndpointSlices without managedFields, and the DCGM pods as
+  printed rows (one per pod selector of the catalog, for the verdict only); a pass reads them,
+  not the API, and a read waits for the guard's own last write (`_saw`). The verdict is taken
+  from them after each change (debounced), the whole read kept as its periodic cross-check;
 - **leader election** on its own thread (`engine/elector.py`): one replica leads, renewing
   its Lease however long a pass takes; its fence closes the writers the moment a renewal
   misses its deadline;
@@ -32,19 +34,21 @@ from typing import TYPE_CHECKING, Any
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.elector import LeaderElector
 from migrator.engine.events import Recorder
-from migrator.engine.guardloop import WAKE, Loop, Queued
+from migrator.engine.guardloop import VERDICT, WAKE, Loop, Queued
 from migrator.engine.guardreconcile import PassResult, Reconciler, slice_view
 from migrator.engine.guardsettings import DEFAULT_LEASE, GuardSettings, timing, verdict_due
 from migrator.engine.guardwrites import Writers
 from migrator.engine.health import Health
-from migrator.engine.informer import Reflector
+from migrator.engine.informer import Informer, Reflector, pod_selectors, pod_view
 from migrator.engine.leader import LeaseLock
 from migrator.engine.metrics import GuardMetrics
 from migrator.engine.serving import MetricsServer
+from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds
 from migrator.model.kinds import Kind
 from migrator.model.outcome import Verdict
+from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
@@ -87,6 +91,7 @@ class Guard:
                                      recorder=self.recorder, writers=self.writers, log=log,
                                      note=self.note)
         self.caches: dict[str, Reflector[Obj]] = {}
+        self.pod_caches: dict[str, Reflector[PodView]] = {}  # "pods <selector>" → cache
         self.metrics.status.watches = self._watches
 
     @property
@@ -112,7 +117,9 @@ class Guard:
 
     def _watches(self) -> dict[str, tuple[int, int]]:
         """(failures, relists) of every watch the loop runs, for the metrics."""
-        return {plural: (r.failures, r.relists) for plural, r in self.caches.items()}
+        caches: list[tuple[str, Reflector[Any]]] = [*self.caches.items(),
+                                                    *self.pod_caches.items()]
+        return {plural: (r.failures, r.relists) for plural, r in caches}
 
     def _saw(self, kind: Kind, obj: Obj) -> None:
         """The guard wrote or read `obj` (`Kube.observe`): a cache read waits until its watch
@@ -120,10 +127,13 @@ class Guard:
         view older than its own last write."""
         for cache in self.caches.values():
             cache.saw(kind, obj)
+        for pods in self.pod_caches.values():
+            pods.saw(kind, obj)
 
-    def _start(self, cache: Reflector[Obj], stop: threading.Event) -> None:
-        """Start one informer, retrying while the API refuses (a pass lists meanwhile)."""
-        name = f"watch/{cache.kind.plural}"
+    def _start(self, key: str, cache: Reflector[Any], stop: threading.Event) -> None:
+        """Start one informer, retrying while the API refuses (a pass lists meanwhile);
+        `key`: its name among the caches, under which readiness waits for it."""
+        name = f"watch/{key}"
         while not stop.is_set():
             try:
                 cache.start()
@@ -153,16 +163,28 @@ class Guard:
         def wake() -> None:
             changed(WAKE, {})
 
+        def judge_again(_etype: str, _pod: Obj) -> None:
+            changed(VERDICT, {})
+
         self.caches = {kind.plural: Reflector(self.kube, kind, self.namespace, keep, selector,
                                               changed=changed, clock=self.clock)
                        for kind, keep, selector in (
                            (kinds.DAEMONSET, _whole, None), (kinds.SERVICE, _whole, None),
                            (kinds.ENDPOINTSLICE, slice_view, self.reconciler.slice_selector()))}
+        self.pod_caches = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace,
+                                                    pod_view, sel, printed=True,
+                                                    changed=judge_again, clock=self.clock)
+                           for sel in pod_selectors(self.catalog)}
         self.reconciler.caches = self.caches
+        self.reconciler.verdict_cache = Informer(
+            self.kube, self.namespace, self.caches[kinds.DAEMONSET.plural],
+            self.caches[kinds.SERVICE.plural], self.caches[kinds.ENDPOINTSLICE.plural],
+            tuple(self.pod_caches.values()), whole=WholePods(max_gets=0))
+        every: dict[str, Reflector[Any]] = {**self.caches, **self.pod_caches}
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = wake
         self.health.beat("loop")
-        for plural, cache in self.caches.items():
+        for plural, cache in every.items():
             self.health.expect(f"watch/{plural}")
             self.health.check(f"watch/{plural}", functools.partial(_thread_ended, cache, stop))
         unobserve = self.kube.observe(self._saw)
@@ -171,16 +193,19 @@ class Guard:
         self.recorder.start()
         self.elector.start()
         try:
-            for cache in self.caches.values():
-                self._start(cache, stop)
+            for key, cache in self.caches.items():
+                self._start(key, cache, stop)
                 changed("RESYNC", {"kind": cache.kind.kind})  # its list is a change, as ever
+            for key, pods in self.pod_caches.items():
+                self._start(key, pods, stop)
             while not stop.is_set():
                 loop.tick(events, stop)
         finally:
             stop.set()
             loop.close()
             unobserve()
-            for cache in self.caches.values():
+            self.reconciler.verdict_cache = None
+            for cache in every.values():
                 cache.stop()
             self.recorder.stop()
             self.elector.stop()
@@ -195,5 +220,5 @@ def _whole(obj: Obj) -> Obj:
     return obj
 
 
-def _thread_ended(cache: Reflector[Obj], stop: threading.Event) -> str:
+def _thread_ended(cache: Reflector[Any], stop: threading.Event) -> str:
     return "" if cache.alive or stop.is_set() or not cache.rv else "its watch thread ended"

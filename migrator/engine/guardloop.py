@@ -3,10 +3,12 @@
 Each `tick` follows the leader election (which renews the Lease on its own thread,
 `engine/elector.py`), runs a full pass when one is due (every `resync_seconds`, or after events,
 at most every `min_pass_seconds` — with no throttle for `takeover_seconds` after a stable name
-changed hands, `guarding.changed_hands`), starts the verdict on a thread of its own when
-`verdict_due` says so, and waits for the next watch events, answering a DaemonSet that lost the
-common label at once (`Reconciler.on_daemonset`). Decisions are the reconciler's; this is only
-when. A standby only waits: the elector wakes it when it starts leading.
+changed hands, `guarding.changed_hands`), starts the verdict on a thread of its own — the whole
+read when `verdict_due` says so, else the one from the caches when `cached_verdict_due` does
+(a change it watches, debounced) — and waits for the next watch events, answering a DaemonSet
+that lost the common label at once (`Reconciler.on_daemonset`). Decisions are the
+reconciler's; this is only when. A standby only waits: the elector wakes it when it starts
+leading.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from typing import Any
 
 from migrator.engine.events import NORMAL, WARNING, typed
 from migrator.engine.guardreconcile import Reconciler
-from migrator.engine.guardsettings import verdict_due
+from migrator.engine.guardsettings import (
+    VERDICT_COST_FACTOR,
+    VERDICT_DEBOUNCE_MAX,
+    cached_verdict_due,
+    verdict_due,
+)
 from migrator.engine.health import Health
 from migrator.errors import APIError, ClusterError
 from migrator.model import guarding, kinds
@@ -28,6 +35,7 @@ from migrator.model import objects as o
 Obj = dict[str, Any]
 Queued = tuple[str, Obj, float]  # a watch event and when it reached the guard (monotonic)
 WAKE = "WAKE"  # an event type of the loop's own: look again (the election changed)
+VERDICT = "VERDICT"  # and another: something only the verdict reads changed (a pod)
 
 
 @dataclass
@@ -50,13 +58,27 @@ class Loop:
     holders: dict[str, str] = field(default_factory=dict)  # stable name → its holder
     judging: threading.Thread | None = None  # the verdict being taken, off the loop's thread
     seen_relists: int = 0  # a relist is a change the loop was not told of
+    # The changes no verdict has judged yet: when the first and the latest arrived.
+    unjudged_first: float | None = None
+    unjudged_last: float = float("-inf")
+    cached_end: float = float("-inf")  # when the last verdict from the caches ended
+    cached_cost: float = 0.0  # and how long it took (seconds of the loop's clock)
 
-    def start_judging(self) -> None:
+    def start_judging(self, *, cached: bool = False) -> None:
         """Take the verdict on a thread of its own: its whole read of a 15,000-node namespace
-        takes tens of seconds, and a takeover must not wait for it (docs/performance.md)."""
-        self.last_judged, self.changed = self.reconciler.clock.monotonic(), False
-        self.judging = threading.Thread(target=self._judged, daemon=True, name="guard-verdict")
+        takes tens of seconds, and a takeover must not wait for it (docs/performance.md).
+        `cached`: from the caches instead, the whole read's cadence left as it was."""
+        if not cached:
+            self.last_judged, self.changed = self.reconciler.clock.monotonic(), False
+        self.unjudged_first, self.unjudged_last = None, float("-inf")
+        self.judging = threading.Thread(target=self._judged, args=(cached,), daemon=True,
+                                        name="guard-verdict")
         self.judging.start()
+
+    def _unjudged(self, at: float) -> None:
+        self.unjudged_first = at if self.unjudged_first is None else min(self.unjudged_first,
+                                                                         at)
+        self.unjudged_last = max(self.unjudged_last, at)
 
     def judging_now(self) -> bool:
         return self.judging is not None and self.judging.is_alive()
@@ -65,11 +87,15 @@ class Loop:
         if self.judging is not None:
             self.judging.join(timeout)
 
-    def _judged(self) -> None:
+    def _judged(self, cached: bool) -> None:
         """Check the verdict; log it (and record it on the state ConfigMap) when it changed."""
         r = self.reconciler
+        began = r.clock.monotonic()
         try:
-            verdict = r.verdict()
+            verdict = r.verdict(cached=cached)
+            if cached:
+                self.cached_end = r.clock.monotonic()
+                self.cached_cost = self.cached_end - began
         except (APIError, ClusterError) as exc:
             r.metrics.api_error("verdict")
             r.log(f"verdict unreadable ({exc}); checked again later")
@@ -113,15 +139,24 @@ class Loop:
             self.last_pass = r.clock.monotonic()
             self.next_pass = self.last_pass + s.resync_seconds
             self.dirty = False
-        if (self.leading and not self.judging_now()
-                and verdict_due(s, r.clock.monotonic(), self.last_judged, self.changed)):
-            self.start_judging()
+        if self.leading and not self.judging_now():
+            now = r.clock.monotonic()
+            if verdict_due(s, now, self.last_judged, self.changed):
+                self.start_judging()
+            elif r.verdict_cache is not None and cached_verdict_due(
+                    s, now, self.unjudged_first, self.unjudged_last,
+                    previous_end=self.cached_end, previous_cost=self.cached_cost):
+                self.start_judging(cached=True)
         batch = self._wait(events)
         relists = self.relists()
         if relists != self.seen_relists:
             self.seen_relists, self.changed, self.dirty = relists, True, True
+            self._unjudged(r.clock.monotonic())
         batch = [q for q in batch if q[0] != WAKE]
+        for _, _, at in batch:
+            self._unjudged(at)
         self.changed = self.changed or bool(batch)
+        batch = [q for q in batch if q[0] != VERDICT]
         if not stop.is_set() and batch:
             self._answer(batch)
 
@@ -131,6 +166,11 @@ class Loop:
         r, s = self.reconciler, self.reconciler.settings
         wake = min(self.next_pass, self.last_pass + s.min_pass_seconds if self.dirty
                    else self.next_pass)
+        if self.unjudged_first is not None and r.verdict_cache is not None:
+            wait = s.verdict_debounce_seconds
+            wake = min(wake, max(min(self.unjudged_last + wait,
+                                     self.unjudged_first + wait * VERDICT_DEBOUNCE_MAX),
+                                 self.cached_end + self.cached_cost * VERDICT_COST_FACTOR))
         timeout = (max(0.0, min(wake - r.clock.monotonic(), s.retry_seconds)) if self.leading
                    else s.retry_seconds)
         batch: list[Queued] = []

@@ -28,7 +28,7 @@ from migrator.engine.clock import Clock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
 from migrator.engine.guardsettings import GuardSettings
 from migrator.engine.guardwrites import Refusal, Writers
-from migrator.engine.informer import Reflector
+from migrator.engine.informer import Informer, Reflector
 from migrator.engine.leader import LeaseLock
 from migrator.engine.metrics import GuardMetrics
 from migrator.engine.reads import read_pods, read_snapshot
@@ -107,6 +107,9 @@ class Reconciler:
         self.passes = 0  # passes completed (a pass that raised is not one)
         # The loop's informers (kind plural → cache), set by the runner while it runs.
         self.caches: dict[str, Reflector[Obj]] = {}
+        # The same caches with the DCGM pods' (printed rows), as the verdict reads them; set
+        # by the runner while it runs (None: every verdict is a whole read).
+        self.verdict_cache: Informer | None = None
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -144,12 +147,19 @@ class Reconciler:
                  if selectors and pods else ())
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
-    def verdict(self) -> Verdict:
+    def verdict(self, *, cached: bool = False) -> Verdict:
         """The verdict on the namespace as it is now (`model/outcome.py`), from what the
         guard's namespaced Role may read; doubtful printed pods are read whole by listing
-        their selectors (the Role lists pods, never gets one)."""
+        their selectors (the Role lists pods, never gets one). `cached`: from the loop's
+        caches (`verdict_cache`) — no read but the Leases' and the doubtful pods' — else one
+        whole read, the cross-check."""
+        cache = self.verdict_cache if cached else None
+        # While leading from the caches, its own Lease as last renewed (the renewal's answer)
+        # stands for the Leases: this guard keeps the names, and nothing is listed.
+        own = self.lease.lease if cache is not None else None
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
-                             whole=WholePods(max_gets=0), clock=self.clock)
+                             whole=WholePods(max_gets=0), cache=cache, clock=self.clock,
+                             leases=None if own is None else (own,))
         verdict = outcome.verdict(snap, self.catalog, phases.answers())
         self.metrics.status.judged(verdict, reach.reach(snap, self.catalog, verdict),
                                    self.clock.now().timestamp())

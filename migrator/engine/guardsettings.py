@@ -10,6 +10,10 @@ from migrator.engine import slicewrites
 from migrator.engine.elector import JITTER_FACTOR, Timing
 
 DEFAULT_LEASE = "dcgm-migrate-guard"
+VERDICT_DEBOUNCE_MAX = 5.0  # a burst of changes delays the cached verdict at most 5 debounces
+# The cached verdict's CPU: after one that took t seconds the next waits at least this many t,
+# so under endless churn it uses at most a fifth of a core (about 1 s at 15,000 nodes).
+VERDICT_COST_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -23,9 +27,14 @@ class GuardSettings:
     renew_deadline_seconds: float | None = None
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
-    # The verdict (a whole read of the namespace) while leading, logged when it changes: the
-    # first line an SRE sees when a stable name stops reaching nodes. At most this often, and
-    # only when something it reads changed since the last one (`verdict_due`)...
+    # The verdict while leading, logged when it changes: the first line an SRE sees when a
+    # stable name stops reaching nodes. From the guard's caches (its DaemonSets, Services,
+    # stable names' EndpointSlices and the DCGM pods as printed rows) once the changes it
+    # watches have been quiet this long, or this long times `VERDICT_DEBOUNCE_MAX` after the
+    # first of a burst (`cached_verdict_due`): the gauge follows a node failure in seconds.
+    verdict_debounce_seconds: float = 1.0
+    # The whole read of the namespace, the cross-check of the cached one: at most this often,
+    # and only when something it reads changed since the last one (`verdict_due`)...
     verdict_seconds: float = 300.0
     # ... and at least this often regardless (what no watched event shows: a pod relabelled
     # by hand whose Service the tool does not follow).
@@ -61,3 +70,17 @@ def verdict_due(settings: GuardSettings, now: float, last: float | None,
     elapsed = now - last
     return elapsed >= settings.verdict_idle_seconds or (changed and
                                                          elapsed >= settings.verdict_seconds)
+
+
+def cached_verdict_due(settings: GuardSettings, now: float, first: float | None,
+                       last: float, *, previous_end: float = float("-inf"),
+                       previous_cost: float = 0.0) -> bool:
+    """Is the verdict from the caches due at `now`? `first`/`last`: when the first and the
+    latest change it has not judged yet arrived (None: none). Debounced: a rollout's burst of
+    pod events makes one verdict once it is quiet, not one per event; a burst that does not
+    end is judged every `VERDICT_DEBOUNCE_MAX` debounces anyway. `previous_end`/`_cost`: when
+    the last one ended and how long it took (`VERDICT_COST_FACTOR`)."""
+    if first is None or now - previous_end < previous_cost * VERDICT_COST_FACTOR:
+        return False
+    wait = settings.verdict_debounce_seconds
+    return now - last >= wait or now - first >= wait * VERDICT_DEBOUNCE_MAX

@@ -16,6 +16,7 @@ at once, in the order `engine/slicewrites.py` gives.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -25,7 +26,7 @@ from migrator.engine import slicewrites
 from migrator.engine.clock import Clock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
 from migrator.engine.metrics import GuardMetrics
-from migrator.errors import APIConflict, APIError, APIInvalid, APINotFound
+from migrator.errors import APIConflict, APIError, APIInvalid, APINotFound, APITestFailed
 from migrator.model import guarding, kinds, sharing
 from migrator.model import objects as o
 from migrator.model.guarding import Correction
@@ -99,6 +100,11 @@ class Writers:
         self.written: list[Correction] = []  # every correction written, oldest first
         self.slice_writes: list[SliceWrite] = []  # every shared-slice write, oldest first
         self.last_written: dict[str, float] = {}  # stable name → its last slice write's answer
+        # Service patches the API server refused as invalid, by (Service, the patch): the
+        # patch tests the resourceVersion it was decided on, so the same patch is the same
+        # request on the same object and would be refused again; a changed Service makes
+        # another patch, which is sent.
+        self.refused: dict[tuple[str, str], Refusal] = {}
 
     def _refused(self, refusal: Refusal) -> Refusal:
         if refusal.outcome is not Outcome.NOT_LEADING:  # nothing was sent
@@ -118,16 +124,29 @@ class Writers:
             if not self.fence():
                 skipped.append(Refusal(Outcome.NOT_LEADING, svc, c.service, c.action, c.service))
                 continue
+            key = (c.service, json.dumps(c.patch(), sort_keys=True))
+            refused = self.refused.get(key)
+            if refused is not None:  # the same patch of the same version: refused again
+                skipped.append(refused)
+                continue
             live: Obj | None
             try:
                 live = self.kube.patch(kinds.SERVICE, c.service, self.namespace, c.patch(),
                                        patch_type="json")
-            except APIInvalid as exc:  # a `test` failed: changed meanwhile (or ours landed)
+            except APITestFailed as exc:  # changed meanwhile (or ours landed)
                 live = self.kube.get(kinds.SERVICE, c.service, self.namespace)
                 if not c.satisfied(live):
                     skipped.append(self._refused(Refusal.of(exc, Outcome.CONFLICT, svc,
                                                             c.service, c.action, c.service)))
                     continue
+            except APIInvalid as exc:  # refused as such: an immutable field, a policy
+                refusal = self._refused(Refusal.of(exc, Outcome.REFUSED, svc, c.service,
+                                                   c.action, c.service))
+                self.refused = {k: r for k, r in self.refused.items() if k[0] != c.service}
+                self.refused[key] = refusal
+                skipped.append(refusal)
+                self.log(f"{refusal}; not sent again until Service/{c.service} changes")
+                continue
             except APINotFound as exc:
                 skipped.append(self._refused(Refusal.of(exc, Outcome.GONE, svc, c.service,
                                                         c.action, c.service)))
@@ -143,7 +162,8 @@ class Writers:
                 self.recorder.record(typed(kinds.SERVICE, live), type_, reason, action,
                                      c.reason)
         for s in skipped:
-            self.log(str(s))
+            if s.outcome is not Outcome.REFUSED:  # a refusal is said once, as it comes
+                self.log(str(s))
         return done, skipped
 
     def create_aliases(self, bodies: Sequence[Obj]) -> list[str]:

@@ -5,8 +5,10 @@ load per apply").
 Each `Reflector` is client-go's reflector (`tools/cache/reflector.go` `ListAndWatch`): list
 with a resourceVersion, watch from that version, carry on from the last event's version when a
 watch ends (server timeout, dropped connection), and list again when the server answers 410
-Expired (the version left the watch window; `watchHandler` → `isExpiredError` → relist). The
-simulated server sends bookmarks only with `sendInitialEvents`, so none are asked for.
+Expired (the version left the watch window; `watchHandler` → `isExpiredError` → relist). Its
+watches ask for bookmarks (kube/watching.py): a BOOKMARK moves `rv` on, so a re-watch after a
+quiet stretch starts from a version the server still holds, and a silent connection ends
+within `watching.idle_seconds` and is watched again from there.
 
 What the cache holds: the namespace's DaemonSets, Services and EndpointSlices (unfiltered),
 and its pods as `PodView`s, one reflector per app label of the catalog plus one per common
@@ -126,7 +128,8 @@ class Reflector(Generic[T]):
                 stream = self.kube.watch(self.kind, self.namespace,
                                          resource_version=str(self.rv),
                                          label_selector=self.label_selector,
-                                         timeout_seconds=WATCH_SECONDS, printed=self.printed)
+                                         timeout_seconds=WATCH_SECONDS, printed=self.printed,
+                                         bookmarked=self._bookmarked)
                 with self._cond:
                     self._stream = stream
                 if stop.is_set():
@@ -176,6 +179,12 @@ class Reflector(Generic[T]):
         if self._changed is not None:
             self._changed(etype, obj)
 
+    def _bookmarked(self, version: str) -> None:
+        """Every event up to `version` has been delivered: the cache is current up to it."""
+        with self._cond:
+            self.rv = max(self.rv, o.int_version(version))
+            self._cond.notify_all()
+
     def saw(self, kind: Kind, obj: Obj) -> None:
         """The tool saw this object (`Kube.observe`): if it is one of ours, wait for it."""
         meta = o.meta(obj)
@@ -218,7 +227,8 @@ def pod_selectors(catalog: Catalog) -> list[str]:
     return stacks.pod_selectors(catalog.components, per_app=True)
 
 
-def _view(pod: Obj) -> PodView:
+def pod_view(pod: Obj) -> PodView:
+    """What a pod cache keeps of a pod (its printed row, `model/printed.py`)."""
     return PodView.of(pod)
 
 
@@ -248,7 +258,7 @@ class Informer:
                   Reflector(kube, kinds.DAEMONSET, namespace, _whole, clock=clock),
                   Reflector(kube, kinds.SERVICE, namespace, _whole, clock=clock),
                   Reflector(kube, kinds.ENDPOINTSLICE, namespace, _whole, clock=clock),
-                  tuple(Reflector(kube, kinds.POD, namespace, _view, sel, printed=True,
+                  tuple(Reflector(kube, kinds.POD, namespace, pod_view, sel, printed=True,
                                   clock=clock)
                         for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf._saw)

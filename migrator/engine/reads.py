@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from migrator.engine.clock import Clock, SystemClock
@@ -174,6 +175,14 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
         return tuple(kube.list(kind, namespace).items)
 
 
+def read_at(kube: Kube, clock: Clock | None) -> datetime:
+    """When a whole read was taken, by the API server's clock (the `Date` of its latest
+    answer, the Lease list's): the guard's Lease renewals are judged against the server's
+    time, so a skewed host running `verify` from cron neither pages on a live guard nor
+    passes a dead one. This host's clock only where no answer carried a date."""
+    return kube.server_date or (clock or SystemClock()).now()
+
+
 def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
                       ) -> tuple[tuple[Obj, ...], bool]:
     """The guard's Leases in the namespace (the tool's managed-by label, whatever their name)
@@ -209,7 +218,8 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
                   cluster_scope: bool = True, whole: WholePods | None = None,
-                  cache: Informer | None = None, clock: Clock | None = None) -> Snapshot:
+                  cache: Informer | None = None, clock: Clock | None = None,
+                  leases: Sequence[Obj] | None = None) -> Snapshot:
     """The namespace as the planner and gates see it.
 
     `daemonsets`/`services` narrow a read to what a wait needs; None reads everything the
@@ -217,6 +227,8 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     CRs and the monitors too (skipped by narrow reads). `whole` reads the doubtful printed
     pods whole (default: up to MAX_GETS by name, else by selector). Given the run's cache
     (`cache`, engine/informer.py), every part but the cluster-scoped ones comes from it.
+    `leases`: the guard's Leases as the caller holds them (the leading guard's own), not
+    listed.
     """
     # The Namespace is cluster-scoped too: a narrow read (or the guard's) takes it as known.
     ns_exists = kube.get(kinds.NAMESPACE, namespace) is not None if cluster_scope else True
@@ -252,14 +264,15 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                 pod_monitors = _monitors(kube, kinds.POD_MONITOR, namespace)
             prometheuses = _prometheuses(kube, cache.allowed if cache is not None else {})
     whole_read = daemonsets is None and services is None
-    leases, leases_read = (read_guard_leases(kube, namespace, catalog) if whole_read
-                           else ((), False))
+    held, leases_read = (((tuple(leases), True) if leases is not None
+                           else read_guard_leases(kube, namespace, catalog)) if whole_read
+                          else ((), False))
     return Snapshot(namespace=namespace, cluster_policies=cps, gpu_clusters=gcs,
                     daemonsets=ds_map, services=svc_map, pods=pods, endpoints=endpoints,
                     service_monitors=monitors, servicemonitor_api=sm_api, nvidia_api=nvidia_api,
-                    pod_monitors=pod_monitors, prometheuses=prometheuses, guard_leases=leases,
+                    pod_monitors=pod_monitors, prometheuses=prometheuses, guard_leases=held,
                     leases_read=leases_read,
-                    taken_at=(clock or SystemClock()).now())
+                    taken_at=read_at(kube, clock) if whole_read else (clock or SystemClock()).now())
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],

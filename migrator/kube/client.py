@@ -13,6 +13,7 @@ import builtins
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from migrator.errors import APINotFound, WatchExpired
@@ -122,6 +123,11 @@ class Kube(Discovery):
     @property
     def retry_count(self) -> int:
         return self._transport.retries
+
+    @property
+    def server_date(self) -> datetime | None:
+        """The API server's time as of its latest answer (`Transport.server_date`)."""
+        return self._transport.server_date
 
     def close(self) -> None:
         self._transport.close()
@@ -247,18 +253,20 @@ class Kube(Discovery):
         self, kind: Kind, namespace: str | None = None, *, resource_version: str,
         label_selector: str | None = None, field_selector: str | None = None,
         timeout_seconds: int = 60, printed: bool = False,
+        bookmarked: Callable[[str], None] | None = None,
     ) -> watching.Events:
         """(type, object) events after `resource_version` until the server ends the watch;
         `printed`: each object's printed row with its metadata (`model/printed.py`).
 
         The request is sent now (so 403/410 raise here); events are read lazily. Raises
         WatchExpired when the version is too old: list again and watch from the new one.
+        `bookmarked` is told each BOOKMARK's resourceVersion (`watching`).
         """
         if not printed:
             return self._watch(kind, namespace, resource_version, label_selector,
-                               field_selector, timeout_seconds)
+                               field_selector, timeout_seconds, bookmarked=bookmarked)
         stream = self._watch(kind, namespace, resource_version, label_selector, field_selector,
-                             timeout_seconds, table="Metadata")
+                             timeout_seconds, table="Metadata", bookmarked=bookmarked)
         return watching.TableStream(
             stream, lambda row: printed_object(row, kind.api_version, kind.kind), _same,
             seen=lambda obj: self._saw(kind, obj))
@@ -278,14 +286,16 @@ class Kube(Discovery):
     def _watch(
         self, kind: Kind, namespace: str | None, resource_version: str,
         label_selector: str | None, field_selector: str | None, timeout_seconds: int, *,
-        table: str = "",
+        table: str = "", bookmarked: Callable[[str], None] | None = None,
     ) -> watching.Stream:
-        """The watch request; `table` is the `includeObject` of a Table watch ("" for none)."""
+        """The watch request; `table` is the `includeObject` of a Table watch ("" for none).
+        Bookmarks are asked for, and a stream silent past `watching.idle_seconds` ends."""
         path = kind.collection_path(namespace)
         query = [
             ("watch", "1"),
             ("resourceVersion", resource_version),
             ("timeoutSeconds", str(timeout_seconds)),
+            ("allowWatchBookmarks", "true"),
         ]
         if label_selector:
             query.append(("labelSelector", label_selector))
@@ -294,12 +304,14 @@ class Kube(Discovery):
         if table:
             query.append(("includeObject", table))
         response = self._transport.send(
-            "GET", path, query, stream=True, read_timeout=timeout_seconds + 15,
+            "GET", path, query, stream=True,
+            read_timeout=watching.idle_seconds(timeout_seconds,
+                                               self._transport.policy.watch_bookmark_seconds),
             accept=tables.TABLE_ACCEPT if table else "application/json",
         )
         seen = None if table else (lambda obj: self._saw(kind, obj))
         return watching.Stream(response.raw, path=path, api_version=kind.api_version,
-                               kind=kind.kind, seen=seen)
+                               kind=kind.kind, seen=seen, bookmarked=bookmarked)
 
     # ---- writes ------------------------------------------------------------------------
 

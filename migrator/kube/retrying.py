@@ -3,8 +3,20 @@
 Only `migrator.kube` retries (the choke point of docs/architecture.md, "What each layer does").
 Every request — writes too — goes through the same policy, because every write the tool sends
 is idempotent or guarded by a resourceVersion or delete preconditions. The waits honour
-`Retry-After`, otherwise back off exponentially with jitter, and the sum of the waits never
-exceeds `max_wait_seconds`. Sleep and randomness are injected so tests take no real time.
+`Retry-After`, otherwise back off exponentially with jitter. Sleep and randomness are injected
+so tests take no real time.
+
+The budget. Backoff waits add up to at most `max_wait_seconds` (30 s). A `Retry-After` is the
+server's own word and is honoured up to `max_retry_after_seconds` (32 s): API Priority and
+Fairness answers a rejected request with 429 and a Retry-After that doubles under sustained
+overload up to `maxRetryAfter = 32` (kubernetes
+staging/src/k8s.io/apiserver/pkg/util/flowcontrol/dropped_requests_tracker.go,
+`updateRetryAfterIfNeededLocked`; sent by the filter in
+staging/src/k8s.io/apiserver/pkg/server/filters/priority-and-fairness.go). So the whole budget
+is one maximal Retry-After plus the usual backoff: all waits together stay within
+`max_wait_seconds + max_retry_after_seconds` (62 s), backoff alone within `max_wait_seconds`;
+a longer Retry-After is waited for its cap. Each Retry-After wait is announced (`notice`), so
+a user sees what the tool waits for rather than a silent minute.
 """
 
 from __future__ import annotations
@@ -23,13 +35,24 @@ class RetryPolicy:
     """How hard to try one request. Defaults suit an interactive CLI (≤ 30 s of waiting)."""
 
     attempts: int = 6
-    max_wait_seconds: float = 30.0
+    max_wait_seconds: float = 30.0  # backoff waits of one request, summed
+    # One Retry-After is honoured up to this (APF's maxRetryAfter), on top of the backoff.
+    max_retry_after_seconds: float = 32.0
     backoff_base: float = 0.25  # first wait, doubled per attempt
     backoff_max: float = 8.0  # cap of one exponential wait
     connect_timeout: float = 5.0  # seconds to open a connection
     read_timeout: float = 30.0  # seconds to wait for an answer (watches add their own)
+    # The server's bookmark cadence a watch's idle timeout is set from (kube/watching.py).
+    watch_bookmark_seconds: float = 60.0
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     random: Callable[[], float] = field(default=random.random, compare=False)
+    # Told of every Retry-After about to be waited out (a progress line; see `retry_after_notice`).
+    notice: Callable[[str], None] | None = field(default=None, compare=False)
+
+    @property
+    def budget_seconds(self) -> float:
+        """All the waits of one request, Retry-After included."""
+        return self.max_wait_seconds + self.max_retry_after_seconds
 
     def backoff(self, attempt: int) -> float:
         """Equal-jitter exponential wait after failed attempt number `attempt` (1-based)."""
@@ -70,6 +93,12 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(seconds, 0.0)
 
 
+def retry_after_notice(seconds: float, status: int) -> str:
+    """The progress line for a Retry-After the tool is about to wait out."""
+    why = " (priority and fairness)" if status == 429 else ""
+    return f"API server asked to retry after {seconds:g} s{why}"
+
+
 @dataclass
 class Outcome:
     """What a retried call went through (for the request counter and AlreadyExists reports)."""
@@ -77,23 +106,34 @@ class Outcome:
     attempts: int = 0
     waited: float = 0.0
     transient_failures: int = 0  # the ones another attempt followed
+    backed_off: float = 0.0  # the part of `waited` that was backoff, not Retry-After
+
+
+def _server_wait(exc: BaseException | None, policy: RetryPolicy) -> float | None:
+    """The Retry-After to honour (capped), or None when the server named none."""
+    if isinstance(exc, Transient) and exc.retry_after is not None:
+        return min(exc.retry_after, policy.max_retry_after_seconds)
+    return None
 
 
 def _wait(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
     def wait(state: tenacity.RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, Transient) and exc.retry_after is not None:
-            return exc.retry_after
-        return policy.backoff(state.attempt_number)
+        asked = _server_wait(exc, policy)
+        return asked if asked is not None else policy.backoff(state.attempt_number)
 
     return wait
 
 
-def _stop(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], bool]:
+def _stop(policy: RetryPolicy, outcome: Outcome) -> Callable[[tenacity.RetryCallState], bool]:
     def stop(state: tenacity.RetryCallState) -> bool:
         if state.attempt_number >= policy.attempts:
             return True
-        return state.idle_for + state.upcoming_sleep > policy.max_wait_seconds
+        exc = state.outcome.exception() if state.outcome else None
+        if _server_wait(exc, policy) is None and (
+                outcome.backed_off + state.upcoming_sleep > policy.max_wait_seconds):
+            return True
+        return state.idle_for + state.upcoming_sleep > policy.budget_seconds
 
     return stop
 
@@ -110,11 +150,16 @@ def retrier(policy: RetryPolicy, outcome: Outcome) -> tenacity.Retrying:
     def record_sleep(state: tenacity.RetryCallState) -> None:
         outcome.transient_failures += 1
         outcome.waited += state.upcoming_sleep
+        exc = state.outcome.exception() if state.outcome else None
+        if _server_wait(exc, policy) is None:
+            outcome.backed_off += state.upcoming_sleep
+        elif policy.notice is not None and state.upcoming_sleep > 0 and isinstance(exc, Transient):
+            policy.notice(retry_after_notice(state.upcoming_sleep, exc.status))
 
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(Transient),
         wait=_wait(policy),
-        stop=_stop(policy),
+        stop=_stop(policy, outcome),
         sleep=policy.sleep,
         before=count,
         before_sleep=record_sleep,

@@ -16,6 +16,7 @@ from migrator.errors import (
     APIForbidden,
     APIInvalid,
     APINotFound,
+    APITestFailed,
     WatchExpired,
 )
 
@@ -35,6 +36,22 @@ def causes(status: dict[str, Any]) -> tuple[str, ...]:
     found = details.get("causes") if isinstance(details, dict) else None
     return tuple(f"{c.get('field') or ''}: {c.get('message') or ''}".lstrip(": ")
                  for c in found or () if isinstance(c, dict))
+
+
+def failed_test(status: dict[str, Any]) -> bool:
+    """Is this 422 a JSON patch's failed `test`, not a refusal of the change? The apiserver
+    answers a patch that does not apply with `NewGenericServerResponse(422, ...)` (kubernetes
+    staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go, `jsonPatcher.applyJSPatch`):
+    reason Invalid, the message "the server rejected our request due to an error in our
+    request", and one cause of type UnexpectedServerResponse holding json-patch's error, which
+    for a `test` is "testing value <path> failed" (evanphx/json-patch, `Patch.test`). A
+    ValidatingAdmissionPolicy denial or an immutable field is also 422 Invalid, with other
+    causes (FieldValueInvalid, FieldValueForbidden, or the policy's message)."""
+    details = status.get("details")
+    found = details.get("causes") if isinstance(details, dict) else None
+    texts = [str(c.get("message") or "") for c in found or () if isinstance(c, dict)]
+    texts.append(str(status.get("message") or ""))
+    return any(t.startswith("testing value ") or ": testing value " in t for t in texts)
 
 
 def error_for(
@@ -86,10 +103,19 @@ def error_for(
             message, "list again and watch from the new resourceVersion", status=code,
             reason=reason or "Expired",
         )
+    if code == 422 and failed_test(status):
+        return APITestFailed(
+            message, "the object changed meanwhile: read it again", status=code,
+            reason=reason or "Invalid", causes=causes(status))
     if code == 422:
+        unsaid = [c for c in causes(status) if c.split(": ", 1)[-1] not in message]
+        if unsaid:
+            message = f"{message[:-1]}: {'; '.join(unsaid)}."
         return APIInvalid(
             message,
-            "the API server rejected the object; this is a bug in dcgm-migrate, please report it",
+            "the API server refuses this change (a value it does not accept, a field that may "
+            "not change, or an admission policy, as its message says); change the object or "
+            "the policy, then run again",
             status=code,
             reason=reason or "Invalid",
             causes=causes(status),

@@ -18,6 +18,8 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import urllib3
@@ -108,6 +110,24 @@ class Transport:
         self._lock = threading.Lock()
         self._requests = 0
         self._retries = 0
+        self._server_date: datetime | None = None
+
+    @property
+    def server_date(self) -> datetime | None:
+        """The API server's clock as of its latest answer (its `Date` header, to the second),
+        or None before any. What a Lease's renewTime is judged against: the server's time,
+        not this host's, which may be skewed (a cron host's clock is nobody's business)."""
+        with self._lock:
+            return self._server_date
+
+    def _dated(self, raw: Any) -> None:
+        try:
+            date = parsedate_to_datetime(str(raw.headers.get("Date") or ""))
+        except (TypeError, ValueError, IndexError):
+            return
+        if date.tzinfo is not None:
+            with self._lock:
+                self._server_date = date
 
     @property
     def requests(self) -> int:
@@ -176,6 +196,7 @@ class Transport:
                 raise
             raise Transient("TLS handshake failed") from exc
         status = int(raw.status)
+        self._dated(raw)
         if 200 <= status < 300 and stream:
             return Response(status, b"", raw)
         try:

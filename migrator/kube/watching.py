@@ -3,6 +3,23 @@
 A watch that ends (server timeout, dropped connection) simply stops yielding: the caller
 re-watches from the last resourceVersion it saw. An `ERROR` event carries a `Status`; 410
 (the resourceVersion was compacted) becomes `WatchExpired` so the caller lists again.
+
+Bookmarks. Every watch asks for them (`allowWatchBookmarks=true`, as client-go's reflector
+does: tools/cache/reflector.go, `watchList`/`ListAndWatch` set `AllowWatchBookmarks: true`). A
+BOOKMARK says every event up to its resourceVersion has been sent; it is never handed to the
+caller, only to `bookmarked`, so a reflector re-watches from it, not from an older version
+the server may already have compacted. The watch cache sends one about once a minute
+(staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go, `defaultBookmarkFrequency =
+time.Minute`) and one just before the watch's deadline (cache_watcher.go, `nextBookmarkTime`).
+
+A silent connection. client-go notices a dead one by TCP keepalive and, on HTTP/2, by pinging
+a connection idle for 30 s (apimachinery/pkg/util/net/http.go, `readIdleTimeoutSeconds`);
+urllib3 speaks HTTP/1.1 and cannot ping. So a watch's socket read times out when nothing —
+no event, no bookmark — came for `idle_seconds`: the bookmark cadence plus a quarter (75 s),
+the margin the watch cache keeps events for (cacher.go, `DefaultEventFreshDuration =
+defaultBookmarkFrequency + 15*time.Second`). A healthy stream is never that quiet, and the
+server ends it first at `timeoutSeconds` (after a last bookmark); a stalled one ends within
+the bound, and the caller re-watches from its last version.
 """
 
 from __future__ import annotations
@@ -49,8 +66,32 @@ def lines(raw: Any) -> Iterator[bytes]:
         yield buf
 
 
-def events(raw: Any, *, path: str, api_version: str, kind: str) -> Iterator[tuple[str, Obj]]:
-    """(type, object) per ADDED/MODIFIED/DELETED event; BOOKMARKs skipped; ERROR raised."""
+BOOKMARK_SECONDS = 60.0  # the watch cache's bookmark cadence (module docstring)
+IDLE_MARGIN = 0.25  # of the cadence: 15 s at a minute, the watch cache's own margin
+
+
+def idle_seconds(timeout_seconds: float, bookmark_seconds: float = BOOKMARK_SECONDS) -> float:
+    """The socket read timeout of a watch asking for bookmarks: the server sends something at
+    least every `bookmark_seconds` and ends the watch at `timeout_seconds`, so silence a
+    quarter longer than the shorter of the two means the connection is gone (75 s by
+    default, where it was the watch's whole 300 s plus 15)."""
+    return min(float(timeout_seconds), bookmark_seconds) * (1 + IDLE_MARGIN)
+
+
+def _version(obj: Obj) -> str:
+    """A BOOKMARK's resourceVersion: the object's, or a Table's list metadata."""
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    if obj.get("kind") == "Table":
+        for row in obj.get("rows") or ():
+            version = ((row.get("object") or {}).get("metadata") or {}).get(
+                "resourceVersion") or version
+    return str(version or "")
+
+
+def events(raw: Any, *, path: str, api_version: str, kind: str,
+           bookmarked: Callable[[str], None] | None = None) -> Iterator[tuple[str, Obj]]:
+    """(type, object) per ADDED/MODIFIED/DELETED event; a BOOKMARK's version goes to
+    `bookmarked`; ERROR raised."""
     try:
         for line in lines(raw):
             try:
@@ -62,6 +103,11 @@ def events(raw: Any, *, path: str, api_version: str, kind: str) -> Iterator[tupl
             if etype == "ERROR":
                 code = int(obj.get("code") or 500)
                 raise error_for(code, json.dumps(obj).encode(), method="WATCH", path=path)
+            if etype == "BOOKMARK":
+                version = _version(obj)
+                if version and bookmarked is not None:
+                    bookmarked(version)
+                continue
             if etype not in ("ADDED", "MODIFIED", "DELETED"):
                 continue
             obj.setdefault("apiVersion", api_version)
@@ -77,9 +123,11 @@ class Stream:
     the socket down so a read blocked on a quiet stream returns and the iteration ends."""
 
     def __init__(self, raw: Any, *, path: str, api_version: str, kind: str,
-                 seen: Callable[[Obj], None] | None = None) -> None:
+                 seen: Callable[[Obj], None] | None = None,
+                 bookmarked: Callable[[str], None] | None = None) -> None:
         self._raw = raw
-        self._events = events(raw, path=path, api_version=api_version, kind=kind)
+        self._events = events(raw, path=path, api_version=api_version, kind=kind,
+                              bookmarked=bookmarked)
         self._seen = seen
 
     def __iter__(self) -> Stream:

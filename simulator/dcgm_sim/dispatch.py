@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from dcgm_sim import (
     discovery,
     eventsapi,
+    faults,
     handlers,
     impersonation,
     kinds,
@@ -78,6 +79,16 @@ def _injected(code: int, retry_after: int) -> ApiError:
     return internal_error("injected fault")
 
 
+def _policy_denial(group: str, resource: str, name: str, message: str) -> ApiError:
+    """A ValidatingAdmissionPolicy's denial as upstream sends it (faults.py, `deny_writes`)."""
+    said = (f"ValidatingAdmissionPolicy '{faults.DENY_POLICY}' with binding "
+            f"'{faults.DENY_POLICY}' denied request: {message}")
+    qualified = f"{resource}.{group}" if group else resource
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is forbidden: {said}',
+                    {"name": name, "group": group, "kind": resource,
+                     "causes": [{"message": said}]})
+
+
 def dispatch(b: Backend, req: Request) -> tuple[Response, Audit | None]:
     """Answer one request; the Audit is None for `/sim/v1` requests (never logged)."""
     info = routing.parse(req.method, req.target)
@@ -117,6 +128,10 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     code = b.faults.pick_error(counts_as_write=counts_as_write)
     if code is not None:
         raise _injected(code, b.faults.snapshot()["retry_after_seconds"])
+    denial = (b.faults.denied(info.resource, info.name)
+              if counts_as_write and info.name and kind is not None else None)
+    if denial is not None and kind is not None:
+        raise _policy_denial(kind.group, info.resource, info.name, denial)
     if info.is_resource:
         if kind is not None and kind.key == kinds.EVENTS_V1.key:  # core Events, converted
             core_info, core_req = eventsapi.core_request(info, req)

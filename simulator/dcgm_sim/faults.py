@@ -6,6 +6,15 @@ Settable in process (`Faults(...)`, `faults.update(...)`) and from any client th
 make the API flaky or make the ServiceMonitor CRD disappear. Thread-safe; the random source is
 seeded so a run with the same settings and request order fails the same requests.
 
+`deny_writes` stands in for a ValidatingAdmissionPolicy (no CEL here): writes of the listed
+objects ("resource/name", e.g. "services/nvidia-dcgm") are denied with the Status upstream's
+policy dispatcher sends (kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/
+validating/dispatcher.go: `admission.NewForbidden` re-coded to 422 Invalid, the message
+"ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>", and
+that message as a cause). `stall_watches` makes every open watch go silent — no event, no
+BOOKMARK — with its connection left open, as a connection dropped without a FIN looks to the
+client.
+
 `hang_nth_write` is a crash-test hook: the Nth successful write is applied to the store, then
 its answer is held back (the client sees no reply) until the hook is cleared (`update` of
 `hang_nth_write`, `reset`) or HOLD_LIMIT_SECONDS pass. While it holds one, the snapshot shows
@@ -21,7 +30,9 @@ from typing import Any
 
 INJECTABLE_CODES = (500, 503, 429)
 FIELDS = ("error_rate", "error_codes", "retry_after_seconds", "latency_ms", "fail_nth_write",
-          "disabled_groups", "seed", "hang_nth_write")
+          "disabled_groups", "seed", "hang_nth_write", "deny_writes", "deny_message",
+          "stall_watches")
+DENY_POLICY = "sim-deny"  # the policy (and binding) name a denied write names
 HOLD_LIMIT_SECONDS = 300.0  # a held answer is released after this long, whatever happens
 
 
@@ -43,6 +54,9 @@ class Faults:
         disabled_groups: Iterable[str] = (),
         seed: int = 0,
         hang_nth_write: int | None = None,
+        deny_writes: Iterable[str] = (),
+        deny_message: str = "denied by policy",
+        stall_watches: bool = False,
     ) -> None:
         self._lock = threading.Lock()
         self.error_rate = 0.0
@@ -58,7 +72,12 @@ class Faults:
         self._hang_left: int | None = None
         self._held = threading.Event()  # set while a write's answer is being held
         self._release = threading.Event()
-        self.update(error_rate=error_rate, error_codes=list(error_codes),
+        self.deny_writes: frozenset[str] = frozenset()
+        self.deny_message = deny_message
+        self.stall_watches = False
+        self.update(deny_writes=list(deny_writes), deny_message=deny_message,
+                    stall_watches=stall_watches,
+                    error_rate=error_rate, error_codes=list(error_codes),
                     retry_after_seconds=retry_after_seconds, latency_ms=latency_ms,
                     fail_nth_write=fail_nth_write, disabled_groups=list(disabled_groups),
                     seed=seed, hang_nth_write=hang_nth_write)
@@ -88,7 +107,13 @@ class Faults:
         hang = changes.get("hang_nth_write", self.hang_nth_write)
         if hang is not None and int(hang) < 1:
             raise FaultsError("hang_nth_write must be 1 or more (or null)")
+        deny = frozenset(str(d) for d in changes.get("deny_writes", self.deny_writes))
+        if any(d.count("/") != 1 for d in deny):
+            raise FaultsError("deny_writes entries are resource/name")
         with self._lock:
+            self.deny_writes = deny
+            self.deny_message = str(changes.get("deny_message", self.deny_message))
+            self.stall_watches = bool(changes.get("stall_watches", self.stall_watches))
             self.error_rate, self.error_codes = rate, codes
             self.retry_after_seconds, self.latency_ms = retry_after, latency
             self.disabled_groups = groups
@@ -109,7 +134,8 @@ class Faults:
         """Back to no faults at all."""
         return self.update(error_rate=0.0, error_codes=list(INJECTABLE_CODES),
                            retry_after_seconds=1, latency_ms=0.0, fail_nth_write=None,
-                           disabled_groups=[], hang_nth_write=None)
+                           disabled_groups=[], hang_nth_write=None, deny_writes=[],
+                           deny_message="denied by policy", stall_watches=False)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -123,11 +149,23 @@ class Faults:
                 "seed": self.seed,
                 "hang_nth_write": self._hang_left,
                 "write_held": self._held.is_set(),
+                "deny_writes": sorted(self.deny_writes),
+                "deny_message": self.deny_message,
+                "stall_watches": self.stall_watches,
             }
 
     def group_disabled(self, group: str) -> bool:
         with self._lock:
             return bool(group) and group in self.disabled_groups
+
+    def denied(self, resource: str, name: str) -> str | None:
+        """The policy's message when a write of this object is denied, else None."""
+        with self._lock:
+            return self.deny_message if f"{resource}/{name}" in self.deny_writes else None
+
+    def stalled(self) -> bool:
+        with self._lock:
+            return self.stall_watches
 
     def latency_seconds(self) -> float:
         with self._lock:

@@ -314,7 +314,7 @@ def _watch(b: Backend, info: RequestInfo, kind: Kind, *, as_table: bool = False)
     request = watching.WatchRequest(kind, info.namespace, labels, fields, start,
                                     float(timeout) if timeout else None, initial_end, as_table,
                                     include, info.flag("allowWatchBookmarks"),
-                                    b.bookmark_seconds)
+                                    b.bookmark_seconds, b.faults.stalled)
     return Response(200, stream=watching.stream(b.store, b.encoder, request, b.stopping))
 
 

@@ -20,7 +20,8 @@ the stream's first event carries the column definitions (`watchEmbeddedEncoder.d
 
 The stream is a generator: it yields encoded lines, and `None` when idle for a second so the
 server can check the client is still there. It ends at `timeoutSeconds`, when the client goes
-away, or when `stopping` is set.
+away, or when `stopping` is set. While the `stall_watches` fault is on it sends nothing (and
+holds its events back), as a connection silently dropped on the way looks to the client.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from dcgm_sim import fieldselectors, tables
@@ -55,6 +56,8 @@ class WatchRequest:
     include_object: str = ""  # the Table rows' `includeObject` (validated by the caller)
     bookmarks: bool = False  # allowWatchBookmarks: periodic BOOKMARK events
     bookmark_seconds: float = 60.0  # real seconds between them
+    # The `stall_watches` fault (faults.py): while true the stream sends nothing at all.
+    stalled: Callable[[], bool] = lambda: False
 
 
 def _matches(req: WatchRequest, obj: Obj) -> bool:
@@ -144,6 +147,11 @@ def stream(store: Store, encoder: ObjectEncoder, req: WatchRequest,
     while not is_set():
         now = time.monotonic()
         remaining = None if deadline is None else deadline - now
+        if req.stalled():  # a connection gone silent: no event, no bookmark, not even the
+            # end at timeoutSeconds; it lasts until the client gives up on it (or `stopping`)
+            stopping.wait(IDLE_SECONDS / 10)
+            yield None
+            continue
         if remaining is not None and remaining <= 0:
             if req.bookmarks:
                 yield _bookmark(line, last_rv)

@@ -11,7 +11,8 @@ from benchmarks.guard import main
 
 
 def test_guard_benchmark_produces_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    main(["--nodes", "8", "--takeovers", "1", "--steady-seconds", "2", "--timeout", "120"])
+    # the steady window holds at least two Lease renewals (client-go retry period: 2 s)
+    main(["--nodes", "8", "--takeovers", "1", "--steady-seconds", "5", "--timeout", "120"])
     out = capsys.readouterr().out.strip().splitlines()
     assert "takeover reaction" in "\n".join(out)
     doc = json.loads(out[-1])

@@ -236,14 +236,17 @@ def test_watch_yields_events_skips_bookmarks_and_raises_on_expiry(
     ]
     body = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
     stub.script((200, {}, body))
-    events = kube.watch(kinds.CONFIGMAP, "ns", resource_version="4", timeout_seconds=5)
+    marks: list[str] = []
+    events = kube.watch(kinds.CONFIGMAP, "ns", resource_version="4", timeout_seconds=5,
+                        bookmarked=marks.append)
     seen = []
     with pytest.raises(WatchExpired):
         for etype, obj in events:
             seen.append((etype, obj["metadata"]["name"], obj["kind"]))
     assert seen == [("ADDED", "a", "ConfigMap"), ("DELETED", "a", "ConfigMap")]
+    assert marks == ["6"]  # the bookmark's version, told apart from the events
     assert stub.requests[0].query == {"watch": ["1"], "resourceVersion": ["4"],
-                                      "timeoutSeconds": ["5"]}
+                                      "timeoutSeconds": ["5"], "allowWatchBookmarks": ["true"]}
 
 
 def test_a_table_watch_reads_rows_and_copes_with_a_server_that_sends_objects(

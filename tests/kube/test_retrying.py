@@ -58,13 +58,47 @@ def test_gives_up_after_the_attempts_and_reraises_the_last_failure() -> None:
 
 
 def test_the_total_wait_never_exceeds_the_budget() -> None:
+    """All waits together stay within the backoff budget plus one maximal Retry-After."""
     sleeps: list[float] = []
     outcome = Outcome()
     fn = flaky([Transient("HTTP 429", status=429, retry_after=12.0) for _ in range(10)])
     with pytest.raises(Transient):
-        retrier(policy(sleeps, attempts=10, max_wait_seconds=30.0), outcome)(fn)
-    assert sleeps == [12.0, 12.0]  # a third wait would pass 30 s: give up instead
-    assert outcome.attempts == 3
+        retrier(policy(sleeps, attempts=10, max_wait_seconds=20.0,
+                       max_retry_after_seconds=10.0), outcome)(fn)
+    assert sleeps == [10.0, 10.0, 10.0]  # capped at 10 s; a fourth would pass 20 + 10 s
+    assert outcome.attempts == 4
+
+
+def test_backoff_alone_keeps_to_max_wait_seconds() -> None:
+    sleeps: list[float] = []
+    outcome = Outcome()
+    fn = flaky([Transient("HTTP 503", status=503) for _ in range(20)])
+    with pytest.raises(Transient):
+        retrier(policy(sleeps, attempts=20, backoff_max=8.0), outcome)(fn)
+    assert sum(sleeps) <= 30.0 and sum(sleeps) + 8.0 > 30.0  # stops at the next wait over 30
+    assert outcome.backed_off == pytest.approx(sum(sleeps))
+
+
+def test_a_maximal_priority_and_fairness_retry_after_is_waited_out_and_said() -> None:
+    """APF's Retry-After grows to 32 s (dropped_requests_tracker.go, maxRetryAfter): it fits
+    the budget beside the usual backoff, and the wait is announced before it starts."""
+    sleeps: list[float] = []
+    notices: list[str] = []
+    outcome = Outcome()
+    fn = flaky([Transient("HTTP 503", status=503),
+                Transient("HTTP 429", status=429, retry_after=32.0),
+                Transient("HTTP 503", status=503)])
+    assert retrier(policy(sleeps, notice=notices.append), outcome)(fn) == "ok"
+    assert sleeps == [0.25, 32.0, 1.0]
+    assert notices == ["API server asked to retry after 32 s (priority and fairness)"]
+    assert outcome.backed_off == pytest.approx(1.25) and outcome.waited == pytest.approx(33.25)
+
+
+def test_a_retry_after_beyond_the_cap_is_waited_for_the_cap() -> None:
+    sleeps: list[float] = []
+    fn = flaky([Transient("HTTP 429", status=429, retry_after=600.0)])
+    assert retrier(policy(sleeps), Outcome())(fn) == "ok"
+    assert sleeps == [RetryPolicy().max_retry_after_seconds]
 
 
 def test_other_errors_are_not_retried() -> None:

@@ -161,13 +161,17 @@ class History:
                     written(relabelled)
         for rev in current:
             if rev["metadata"]["name"] != keep["metadata"]["name"]:
-                try:
-                    self.store.delete(kinds.CONTROLLER_REVISION, rev["metadata"]["namespace"],
-                                      rev["metadata"]["name"])
-                except StoreError as err:
-                    if err.code != 404:
-                        raise
+                self._delete(rev)
         return keep
+
+    def _delete(self, rev: Mapping[str, Any]) -> None:
+        """Delete one revision; one already gone is what was wanted."""
+        try:
+            self.store.delete(kinds.CONTROLLER_REVISION, rev["metadata"]["namespace"],
+                              rev["metadata"]["name"])
+        except StoreError as err:
+            if err.code != 404:
+                raise
 
     def _relabel(self, namespace: str, name: str, hash_: str) -> Obj | None:
         """The merge patch `{"metadata": {"labels": {"controller-revision-hash": hash}}}`:
@@ -195,12 +199,7 @@ class History:
                 break
             if _hash_of(rev) in live:
                 continue
-            try:
-                self.store.delete(kinds.CONTROLLER_REVISION, rev["metadata"]["namespace"],
-                                  rev["metadata"]["name"])
-            except StoreError as err:
-                if err.code != 404:
-                    raise
+            self._delete(rev)
             kill -= 1
 
     # ---- the history informer's handlers ---------------------------------------------------

@@ -193,7 +193,7 @@ class Apply:
         recorded = {r.id: r.status for r in work.records}.get(step.id)
         if recorded != "done":
             work.mark(step, "done" if recorded in ("intent", "done") else "skipped")
-            if recorded == "intent" and step.rolls_pods() and not work.rollback:
+            if recorded == "intent" and step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True  # our write landed; the run died before "done"
             self.save()
         self.listener.step(StepEvent(work.rec.number, step, "skipped"))
@@ -223,7 +223,7 @@ class Apply:
             if note:
                 self.listener.message(note)
             work.mark(step, "done")
-            if step.rolls_pods() and not work.rollback:
+            if step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True
             self.save()
         self.listener.step(StepEvent(work.rec.number, step, "done"))

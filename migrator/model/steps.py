@@ -72,6 +72,11 @@ class _StepDefaults:
         """Does this write replace pods (so pods read before it are stale)?"""
         return False
 
+    def labels_pods(self) -> bool:
+        """Does this write put labels on pods (by a rollout or in place), which an operator's
+        re-render of the DaemonSet drops (the state's `wroteLabels`, the drift risk)?"""
+        return self.rolls_pods()
+
     def rollout_of(self) -> str | None:
         """The DaemonSet whose rollout this write starts, for the loop to wait on."""
         return None
@@ -126,8 +131,10 @@ class SetLabels(_StepDefaults):
                 "spec": {"template": {"metadata": {"labels": dict(self.template_after)}}}}
 
     def rolls_pods(self) -> bool:
-        return not self.in_place and any(self.template_before.get(k) != v
-                                         for k, v in self.template_after.items())
+        return not self.in_place and self.labels_pods()
+
+    def labels_pods(self) -> bool:
+        return any(self.template_before.get(k) != v for k, v in self.template_after.items())
 
     def rollout_of(self) -> str | None:
         return None if self.in_place else self.daemonset

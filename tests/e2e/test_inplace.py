@@ -11,11 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from migrator.model import kinds
+from migrator.model.gates import rollout_complete
 from migrator.model.objects import HELD_STRATEGY
 from tests.e2e.conftest import E2E, NS
+from tests.e2e.test_drift import DCGM, _edit_cr
 from tests.e2e.test_phase1 import _daemonsets
+from tests.helpers import crash
 
 HASH = "controller-revision-hash"
+RENDER_HASH = "nvidia.com/last-applied-hash"
 
 
 def _uids(env: E2E) -> dict[str, str]:
@@ -119,3 +123,67 @@ def test_pending_template_change_takes_the_rolling_path(e2e_factory: Callable[..
         notes = " ".join(plan.json()["phases"][0]["notes"])
         assert "DaemonSet/nvidia-dcgm-dra: rolling (pods on an older revision" in notes, notes
         assert "DaemonSet/nvidia-dcgm-exporter-dra: in place" in notes, notes
+        # apply takes that path: its rollout gate refuses while the rollout is unfinished,
+        # never holding the DaemonSet on OnDelete nor patching one of its pods.
+        mark = env.mark()
+        res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "5s")
+        assert res.code != 0 and "nvidia-dcgm-dra" in res.stderr, res.stdout + res.stderr
+        touched = {(w.resource, w.name) for w in env.writes(since=mark)}
+        assert ("daemonsets", "nvidia-dcgm-dra") not in touched, touched
+        assert not [n for r, n in touched if r == "pods" and n.startswith("nvidia-dcgm-dra-")]
+        assert env.ds("nvidia-dcgm-dra")["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+
+
+def _labels_write(env: E2E, daemonset: str) -> int:
+    """k of `hang_nth_write` for phase 1's template relabel of `daemonset` in place (its
+    second patch, after the hold), counted on a probe cluster of the same make."""
+    mark = env.mark()
+    assert env.cli("apply", "--phase", "1", "--yes", "--settle", "0s").code == 0
+    writes = [w for w in env.writes(since=mark) if w.code < 400]
+    patches = [i for i, w in enumerate(writes, 1)
+               if w.resource == "daemonsets" and w.name == daemonset]
+    assert len(patches) == 3, patches  # hold, relabel, restore
+    return patches[1]
+
+
+def test_operator_rerender_during_the_run_takes_the_rolling_path(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """The operator re-renders the DaemonSet (a whole-object Update: its template without the
+    common label, RollingUpdate, the tool's hold annotation gone) right after the tool relabelled
+    its template: the tool patches none of its pods and never puts the hold back, the
+    operator's rollout replaces them; a rerun then labels the re-rendered template in place."""
+    name = "nvidia-dcgm-dra"
+    k = _labels_write(e2e_factory("gpucluster", operator_reconcile_seconds=2.0), name)
+    env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0)
+    before, rendered = _uids(env), env.ds(name)["metadata"]["annotations"][RENDER_HASH]
+    mark = env.mark()
+    env.sim.server.faults.update(hang_nth_write=k)
+    proc = crash.start(env.sim.kubeconfig, "apply", "--phase", "1", "--yes", "--settle", "0s")
+    try:
+        assert env.sim.server.faults.wait_held(60), "the relabel write never came"
+        assert DCGM in env.ds(name)["spec"]["template"]["metadata"]["labels"]
+        with env.monitor.expected_outage():  # the operator's own rollout, not the tool's
+            _edit_cr(env)
+            env.sim.wait_for(lambda: env.ds(name)["metadata"]["annotations"][RENDER_HASH]
+                             != rendered, 30)
+            env.sim.server.faults.release_held()
+            code, out, err = crash.finish(proc, 120)
+            env.sim.wait_for(lambda: all(rollout_complete(env.ds(n)).ok for n in (
+                name, "nvidia-dcgm-exporter-dra")), 60)
+    finally:
+        env.sim.server.faults.release_held()
+        crash.finish(proc, 10)
+    patched = {w.name for w in env.writes(since=mark) if w.resource == "pods"}
+    assert not {p for p in patched if p.startswith(name + "-")}, (patched, out, err)
+    assert "the operator re-rendered it" in out + err, out + err
+    ds = env.ds(name)
+    assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate", ds["spec"]
+    assert HELD_STRATEGY not in ds["metadata"]["annotations"]
+    assert not {p["metadata"]["uid"] for p in env.pods(name)} & set(before.values())
+    # The next run labels the operator's template, in place: its pods stay.
+    rolled = _uids(env)
+    again = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert again.code == 0, again.stdout + again.stderr
+    assert _uids(env) == rolled, "a pod was replaced"
+    _assert_whole(env, labelled=True)
+    assert env.cli("verify").code == 0, (code, out, err)

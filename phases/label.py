@@ -375,6 +375,14 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
             inverse.append(inv)
             if o.update_strategy(ds) == "OnDelete" and ctx.options.roll_on_delete:
                 inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+    # Held with no label write to undo (a run killed right after its hold): restored alone.
+    restoring = {s.daemonset for s in inverse if isinstance(s, RestoreStrategy)}
+    for comp in ctx.components:
+        ds = ctx.snapshot.daemonsets.get(comp.daemonset)
+        held = o.held_strategy(ds) if ds is not None else None
+        if held is not None and comp.daemonset not in restoring:
+            inverse.append(RestoreStrategy(comp.daemonset, held))
+            restoring.add(comp.daemonset)
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), gates=tuple(gates),
                      guarded=tuple(bases), tolerance=tolerance)

@@ -187,3 +187,43 @@ def test_operator_rerender_during_the_run_takes_the_rolling_path(
     assert _uids(env) == rolled, "a pod was replaced"
     _assert_whole(env, labelled=True)
     assert env.cli("verify").code == 0, (code, out, err)
+
+
+def _strategy_findings(env: E2E, command: str) -> list[dict[str, Any]]:
+    res = env.cli(command, "-o", "json")
+    return [c for c in res.json()["verdict"]["checks"] if c["name"].startswith("update-strategy/")]
+
+
+def test_a_daemonset_held_on_ondelete_is_red_until_restored(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """A run killed right after it held a DaemonSet on OnDelete: `verify` and `status` are red
+    on that DaemonSet with the fix (resume or roll back), whatever the state says; a rollback
+    of phase 1 restores its strategy, in place (no pod replaced), and the finding goes."""
+    probe = e2e_factory("clusterpolicy", operator_reconcile_seconds=None)
+    mark = probe.mark()
+    assert probe.cli("apply", "--phase", "1", "--yes", "--settle", "0s").code == 0
+    writes = [w for w in probe.writes(since=mark) if w.code < 400]
+    k = next(i for i, w in enumerate(writes, 1) if w.resource == "daemonsets")
+    env = e2e_factory("clusterpolicy", operator_reconcile_seconds=None)
+    before = _uids(env)
+    assert crash.kill_after_write(env.sim, k, "apply", "--phase", "3", "--yes")
+    held = [n for n in _daemonsets(env.sim.stack)
+            if HELD_STRATEGY in (env.ds(n)["metadata"].get("annotations") or {})]
+    assert len(held) == 1 and env.ds(held[0])["spec"]["updateStrategy"]["type"] == "OnDelete"
+    assert env.cli("unlock").code == 0  # the killed run's lock
+    for command in ("verify", "status"):
+        found = _strategy_findings(env, command)
+        assert [(c["name"], c["ok"]) for c in found] == [(f"update-strategy/{held[0]}", False)]
+        assert "held on OnDelete by dcgm-migrate" in found[0]["detail"], found
+        assert "rollback --phase 1" in found[0]["fix"] and "apply" in found[0]["fix"], found
+    # Without the state (lost), the live annotation alone still says it.
+    state = copy.deepcopy(env.sim.store.get(kinds.CONFIGMAP, NS, "dcgm-migrate-state"))
+    env.sim.store.delete(kinds.CONFIGMAP, NS, "dcgm-migrate-state")
+    assert [c["ok"] for c in _strategy_findings(env, "verify")] == [False]
+    del state["metadata"]["resourceVersion"], state["metadata"]["uid"]
+    env.sim.store.create(kinds.CONFIGMAP, state)
+    res = env.cli("rollback", "--phase", "1", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stdout + res.stderr
+    assert _uids(env) == before, "a pod was replaced"
+    _assert_whole(env, labelled=False)
+    assert _strategy_findings(env, "verify") == []

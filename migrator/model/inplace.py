@@ -48,11 +48,22 @@ def in_place_steps(ctx: PlanContext, ds: Mapping[str, Any], step: SetLabels,
             RestoreStrategy(name, strategy)]
 
 
+# Seconds the in-place path takes per pod: its patch, 10 in flight (engine/inplace.py), and
+# the reads around it, as benchmarked at 5,000 nodes (docs/performance.md, "Phase 1: in place
+# or rolling"); a floor of a few seconds for the hold, the revision and the restore.
+IN_PLACE_SECONDS_PER_POD = 0.01
+IN_PLACE_FLOOR_SECONDS = 2
+
+
 def cost(ds: Mapping[str, Any], pods: int, rolling: str | None) -> str:
-    """What a path costs: pods restarted and the time a rollout takes (pods x the slowest
-    container's readiness delay / maxUnavailable), or ~0 restarts in place."""
+    """What a path costs and why it is taken: pods restarted and the time a rollout takes
+    (pods x the slowest container's readiness delay / maxUnavailable), or no restart and a
+    pod patch each in place."""
     if rolling is None:
-        return f"in place: 0 of {pods} pods restarted, {pods} pod patches, seconds"
+        seconds = IN_PLACE_FLOOR_SECONDS + pods * IN_PLACE_SECONDS_PER_POD
+        return (f"in place: 0 of {pods} pods restarted, {pods} pod patches, about "
+                f"{seconds:.0f} s (every pod runs the current revision and only template "
+                "labels change)")
     probes = [c.get("readinessProbe") or {} for c in
               o.dig(ds, "spec", "template", "spec", "containers") or []]
     delay = max((int(p.get("initialDelaySeconds") or 0) + int(p.get("periodSeconds") or 10)

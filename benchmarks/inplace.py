@@ -17,25 +17,25 @@ Simulated time is the sim's own clock, kept free of the harness's real time:
   would take days of real time at 1.0 and hours at any scale that keeps the CLI's real time
   out of it, so it is computed from the fixtures' timings and printed as "estimated": per
   DaemonSet, ceil(pods / maxUnavailable) waves of termination + pod start + readiness delay
-  (the sim's kubelet and prober, dcgm_sim/controllers/probes.py), every pod restarted, the
-  tool's writes as measured at the largest measured size (they do not grow with nodes on the
-  rolling path), and each Service down by maxUnavailable pods at each wave.
+  (benchmarks/floor.py, as the sim's kubelet and prober run them), every pod restarted, the
+  tool's writes at least as many as measured at the largest measured size (its writes do not
+  grow with nodes on the rolling path, only its progress saves with the rollouts' length), and
+  each Service down by maxUnavailable pods at each wave.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import threading
 import time
 from typing import Any
 
+from benchmarks import floor
 from benchmarks.procs import CLI, cli_env, run
 from dcgm_sim.apilatency import WriteLatency
 from dcgm_sim.cluster import SimCluster
-from dcgm_sim.controllers.probes import readiness_delay
 from dcgm_sim.store import Event
 from migrator.model import kinds
 
@@ -117,29 +117,32 @@ def measure(nodes: int, stack: str, rolling: bool, time_scale: float) -> Obj:
                    if done.code else {})}
 
 
-def waves(stack: str) -> list[tuple[str, float, int]]:
-    """Per DaemonSet phase 1 rolls: (name, seconds one wave takes, maxUnavailable), read from
-    a seeded one-node cluster (the fixtures' templates as admitted)."""
+def daemonsets(stack: str) -> list[Obj]:
+    """The DaemonSets phase 1 rolls, as admitted from the fixtures (a seeded one-node
+    cluster): their probes and update strategy are what a rollout's waves cost."""
     with SimCluster(nodes=1, stack=stack) as sim:
-        out = []
-        for ds in sim.store.list(kinds.DAEMONSET, NS)[0]:
-            wave = TERMINATION + POD_START + readiness_delay({"spec": ds["spec"]["template"]
-                                                            ["spec"]})
-            budget = ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
-            out.append((ds["metadata"]["name"], wave, int(budget)))
-        return out
+        return [ds for ds in sim.store.list(kinds.DAEMONSET, NS)[0]
+                if (ds["spec"]["template"]["metadata"].get("labels") or {}).get(
+                    "app", "").startswith("nvidia-dcgm")]
 
 
-def estimate_rolling(nodes: int, stack: str, shape: list[tuple[str, float, int]],
-                     measured: Obj | None) -> Obj:
-    """The rolling path computed from the fixtures' timings (module docstring)."""
-    seconds = sum(math.ceil(nodes / budget) * wave for _, wave, budget in shape)
+def _floors(nodes: int, shape: list[Obj]) -> list[floor.RolloutFloor]:
+    return [floor.daemonset_floor({**ds, "status": {"desiredNumberScheduled": nodes}},
+                                  pod_start_seconds=POD_START,
+                                  termination_seconds=TERMINATION, time_scale=1.0)
+            for ds in shape]
+
+
+def estimate_rolling(nodes: int, stack: str, shape: list[Obj], measured: Obj | None) -> Obj:
+    """The rolling path computed from the fixtures' timings (module docstring): the rollout
+    floor of benchmarks/floor.py in simulated seconds."""
+    parts = _floors(nodes, shape)
     services = (measured or {}).get("lowest_ready") or {}
-    budget = max(b for _, _, b in shape)
+    budget = max(p.max_unavailable for p in parts)
     return {"nodes": nodes, "stack": stack, "path": "rolling", "basis": "estimated",
-            "sim_seconds": round(seconds, 1), "pods_restarted": nodes * len(shape),
-            "pods": nodes * len(shape), "api_writes": (measured or {}).get("api_writes"),
-            "pod_writes": 0,
+            "sim_seconds": round(sum(p.seconds for p in parts), 1),
+            "pods_restarted": nodes * len(parts), "pods": nodes * len(parts),
+            "api_writes": (measured or {}).get("api_writes"), "pod_writes": 0,
             "lowest_ready": {s: [nodes - budget, nodes] for s in services}}
 
 
@@ -155,16 +158,25 @@ def _lowest(row: Obj) -> str:
     return ", ".join(f"{s} {low}/{n}" for s, (low, n) in row["lowest_ready"].items())
 
 
+def _writes(row: Obj) -> str:
+    """API writes; estimated rolling: at least those measured at the largest measured size
+    (the state's progress saves grow with a rollout's length)."""
+    if row["api_writes"] is None:
+        return "?"
+    return f"≥{row['api_writes']}" if row["basis"] == "estimated" else str(row["api_writes"])
+
+
 def table(rows: list[Obj]) -> str:
     """The two paths side by side, per size."""
-    head = (f"{'nodes':>6}  {'path':<8} {'basis':<9} {'simulated':>10} {'restarted':>11} "
-            f"{'writes':>7}  lowest ready endpoints (lowest/before)")
+    head = (f"{'nodes':>6}  {'path':<8} {'basis':<9} {'simulated':>10} {'CLI real':>9} "
+            f"{'restarted':>11} {'writes':>7}  lowest ready endpoints (lowest/before)")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['nodes']:>6}  {r['path']:<8} {r['basis']:<9} "
                      f"{_duration(r['sim_seconds']):>10} "
+                     f"{_duration(r['real_seconds']) if 'real_seconds' in r else '-':>9} "
                      f"{r['pods_restarted']:>5}/{r['pods']:<5} "
-                     f"{r['api_writes'] if r['api_writes'] is not None else '?':>7}  "
+                     f"{_writes(r):>7}  "
                      + _lowest(r))
     return "\n".join(lines)
 
@@ -182,9 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measure-rolling-upto", type=int, default=100,
                         help="larger sizes: rolling estimated from the fixtures' timings")
     parser.add_argument("--json", help="write every row to this file as well")
+    parser.add_argument("--table", help="print the table of a --json file, run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        with open(args.table, encoding="utf-8") as saved:
+            print(table(json.load(saved)))
+        return 0
     paths = args.paths.split(",")
-    shape = waves(args.stack)
+    shape = daemonsets(args.stack)
     rows: list[Obj] = []
     measured_rolling: Obj | None = None
     for nodes in (int(n) for n in args.sizes.split(",")):
@@ -206,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nsimulated: the sim's clock (in place at time scale "
           f"{args.time_scale:g}, writes answered in a real API server's time; rolling measured "
           f"at {args.rolling_time_scale:g}); estimated: rolling computed from the fixtures' "
-          "timings, " + "; ".join(f"{n} {w:g} s per wave, maxUnavailable {b}"
-                                  for n, w, b in shape))
+          "timings, " + "; ".join(f"{p.daemonset} {p.seconds:g} s per wave, maxUnavailable "
+                                  f"{p.max_unavailable}" for p in _floors(1, shape)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(rows, out, indent=1)

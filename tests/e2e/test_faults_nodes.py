@@ -72,7 +72,8 @@ def test_node_down_mid_rollout_stops_phase1_naming_it(e2e_factory: Callable[...,
 
     failer = threading.Thread(target=fail_once_rolling)
     failer.start()
-    res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "3s")
+    # --rolling: a rollout to be in the middle of (in place, the pods are labelled at once)
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     failer.join()
     assert res.code == 1, (res.stdout, res.stderr)
     assert "gpu-node-0004" in res.stderr and "not reporting" in res.stderr, res.stderr

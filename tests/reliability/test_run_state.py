@@ -110,9 +110,13 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
         assert (run["operation"], run["target"], run["phase"]) == ("rollback", 1, 1)
         assert [p["phase"] for p in run["rollback"]] == [1]  # 3 and 2 are rolled back
         steps = run["rollback"][0]["steps"]
-        assert steps and all(s["type"] == "set-labels" for s in steps)
+        # phase 1's rollback in place: hold, labels off the template, off the pods, restore
+        types = {s["type"] for s in steps}
+        assert "set-labels" in types and types <= {
+            "hold-strategy", "set-labels", "relabel-pods", "restore-strategy"}, steps
         # the rollback removes the common labels: after is null (absent)
-        assert all(c["after"] is None for s in steps for c in s["changes"])
+        assert all(c["after"] is None for s in steps if s["type"] == "set-labels"
+                   for c in s["changes"])
         assert doc["phases"][0]["changes"] == []  # not the forward diff
         assert "run rolling back — rollback --phase 1, at phase 1" in table
         assert "rollback of phase 1 — label (in-progress)" in table

@@ -311,27 +311,30 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             told.say(before.warnings)
             return _dry_run(session, told, request, snap, state, before, "rollback")
         session.store.check_free()  # someone else's run: refused before the question
+        before = assemble.build(snap, session.catalog, state, request.settings.options,
+                                forward=False)
         if not applied:
             # The same command run again after it finished (or was killed after its last state
             # write): nothing is left to undo, which is success, not bad input. It still goes
             # through the lock, so a killed run's lock is taken over and released.
             session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                      "back; nothing to do")
-        elif not request.confirm(_question(
-                session, assemble.build(snap, session.catalog, state, request.settings.options,
-                                       forward=False),
-                lambda p: p.number in applied)):
+        elif not request.confirm(_question(session, before, lambda p: p.number in applied)):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
         told = Warned(session.listener)
         with _applying(session, told, cache, request, state, version) as backend:
             Loop(backend, state).rollback(request.phase)
         final, result = _outcome(session, told, request, state, backend, "rollback")
-        # Rolled back, and what the phases kept below N are answerable for still works.
+        # Rolled back, and it broke nothing the phases kept below N answer for: a check of
+        # theirs that failed before it ran (the labels an operator re-render dropped, the very
+        # reason for `rollback --phase 3` in docs/runbook.md) is not the rollback's failure.
+        broken_before = {f.name for f in before.verdict_fails(request.phase - 1)}
         return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
                                                for p in final.phases
                                                if p.number >= request.phase
                                                and p.status is not PhaseStatus.PENDING)
-                         and not final.verdict_fails(request.phase - 1))
+                         and not [f for f in final.verdict_fails(request.phase - 1)
+                                  if f.name not in broken_before])
 
 
 # ---- status / verify / unlock / preflight ----------------------------------------------------

@@ -19,6 +19,7 @@ from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import Change, SetLabels, SetSelector, Step
+from migrator.model.traffic import traffic_critical
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -110,7 +111,10 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
         phases=views, warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
-        verdict=outcome.verdict(snapshot, catalog, phases.answers()), lost_state=tuple(lost),
+        verdict=outcome.verdict(snapshot, catalog, phases.answers(),
+                                completed=state.completed_phase() if state else 0,
+                                allowed_foreign=state.foreign_allowed() if state else ()),
+        lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
@@ -128,7 +132,7 @@ def _status_faults(status: StatusReport) -> list[str]:
     """Why `status` fails beyond the verdict: the state's side of the answer."""
     out = []
     if status.run.state == "interrupted":
-        out.append(f"a run was interrupted; resume: {status.run.resume}")
+        out.append(f"a run was interrupted; resume: `{status.run.resume}`")
     if status.report.lost_state:
         out.append("the state is lost (Warnings)")
     if not status.report.gates_ok(completed_only=True):
@@ -146,8 +150,11 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
+    traffic = [c.name for c in bad if traffic_critical(c.name)]
     lines = [Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
-                     if not bad else f"{len(bad)} of {len(checks)} checks fail")]
+                     if not bad else f"{len(bad)} of {len(checks)} checks fail" + (
+                         f"; consumers' traffic is misrouted or dropped: {', '.join(traffic)}"
+                         if traffic else ""))]
     if isinstance(shown, StatusReport) and not shown.ok:
         lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
     if not isinstance(shown, RunReport):
@@ -167,9 +174,9 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     elif bad:
         bad.sort(key=lambda c: not c.name.startswith("guard-live/"))  # the root cause first
         fix = f"; fix: {bad[0].fix}" if bad[0].fix else ""
+        nobody = ", which no phase answers for" if all(c.phase == 0 for c in bad) else ""
         lines.append(Closing("run", True, f"{done}; the stable identity is not whole yet "
-                             f"({', '.join(c.name for c in bad)}), which no phase answers "
-                             f"for{fix}"))
+                             f"({', '.join(c.name for c in bad)}){nobody}{fix}"))
     else:
         lines.append(Closing("run", True, done))
     return lines

@@ -119,8 +119,9 @@ def test_mixed_stacks_are_red_while_a_stable_name_misses_the_dra_nodes(
     assert f"no ready endpoint on {len(dra_nodes)} of 4 nodes" in detail
     assert all(n in detail for n in dra_nodes)
     plan = env.cli("plan", "-o", "json").json()  # the plan says so before anything is run
-    assert any("run on separate nodes" in w and "`dcgm-migrate guard` adds the GPUCluster pods"
-               in w for w in plan["warnings"]), plan["warnings"]
+    guard = f"`dcgm-migrate guard --kubeconfig {env.sim.kubeconfig}` adds the GPUCluster pods"
+    assert any("run on separate nodes" in w and guard in w  # pointed at this cluster
+               for w in plan["warnings"]), plan["warnings"]
 
 
 def test_an_alias_that_no_longer_matches_its_source_is_red_until_the_guard_syncs_it(

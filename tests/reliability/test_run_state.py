@@ -79,11 +79,11 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
     assert run["state"] == "interrupted", run
     assert run["waitsFor"] is None  # nothing runs, so nothing waits
     assert run["lock"] is None  # released on SIGTERM
-    assert run["resume"] == f"dcgm-migrate apply --phase 3 -n {NS}"
+    assert run["resume"] == f"dcgm-migrate apply --phase 3 -n {NS} --kubeconfig {env.kubeconfig}"
     assert code == 1 and doc["ok"] is False  # an interrupted run never looks healthy
     assert "run interrupted — apply --phase 3, at phase 1, and no run holds the lock" in table
     assert f"resume: dcgm-migrate apply --phase 3 -n {NS}" in table
-    assert f"status NOT OK — a run was interrupted; resume: dcgm-migrate apply --phase 3 -n {NS}" \
+    assert f"status NOT OK — a run was interrupted; resume: `dcgm-migrate apply --phase 3 -n {NS}" \
         in table
 
     again = crash.run(env.kubeconfig, *shlex.split(run["resume"])[1:])  # the exact command
@@ -125,7 +125,8 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
     assert stopped == 143, err
     _, doc, table = _status(env)
     assert doc["run"]["state"] == "interrupted"
-    assert doc["run"]["resume"] == f"dcgm-migrate rollback --phase 1 -n {NS}"
+    assert doc["run"]["resume"] == (
+        f"dcgm-migrate rollback --phase 1 -n {NS} --kubeconfig {env.kubeconfig}")
     assert doc["run"]["rollback"] and doc["phases"][0]["changes"] == []
     again = crash.run(env.kubeconfig, *shlex.split(doc["run"]["resume"])[1:], "--settle", "0s")
     assert again.code == 0, again.stderr
@@ -158,7 +159,7 @@ def test_a_rollback_stopped_between_two_phases_reads_as_interrupted_until_resume
         code, _, err = crash.finish(proc)
     assert code == (143 if signum == signal.SIGTERM else -9), err
 
-    resume = f"dcgm-migrate rollback --phase 1 -n {NS}"
+    resume = f"dcgm-migrate rollback --phase 1 -n {NS} --kubeconfig {env.kubeconfig}"
     for _ in range(2):  # status and verify alike, as often as asked
         code, doc, table = _status(env)
         run = doc["run"]
@@ -169,7 +170,7 @@ def test_a_rollback_stopped_between_two_phases_reads_as_interrupted_until_resume
         assert [p["phase"] for p in run["rollback"]] == [2, 1]  # what is left to undo
         assert "run interrupted — rollback --phase 1, at phase 2" in table
         assert f"resume: {resume}" in table
-        assert f"status NOT OK — a run was interrupted; resume: {resume}" in table
+        assert f"status NOT OK — a run was interrupted; resume: `{resume}`" in table
         verify = cli.run(env.kubeconfig, "verify")
         assert verify.code == 1, verify.stdout
     events = [(e["event"], e.get("phase"), e.get("target")) for e in _history(env)]

@@ -49,7 +49,9 @@ def _status(env: Env) -> tuple[int, dict[str, Any], str]:
 def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
         fresh: Callable[..., Env]) -> None:
     env = fresh(time_scale=SLOW)
-    proc = crash.start(env.kubeconfig, *APPLY)
+    # --rolling: phase 1 waits on rollouts long enough to be caught mid-run (in place, it
+    # is over within a second)
+    proc = crash.start(env.kubeconfig, *APPLY, "--rolling")
     try:
         crash.until(lambda: any(p["status"] == "in-progress" for p in _phases(env)), proc)
         code, doc, table = _status(env)

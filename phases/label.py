@@ -6,6 +6,7 @@ node."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from migrator.model import gates as g
@@ -13,9 +14,17 @@ from migrator.model import halfrolls, labelmarks
 from migrator.model import objects as o
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
+from migrator.model.inplace import cost, in_place_steps, rolling_because
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
-from migrator.model.steps import RollPods, SetLabels, Step, from_record
+from migrator.model.steps import (
+    HoldStrategy,
+    RestoreStrategy,
+    RollPods,
+    SetLabels,
+    Step,
+    from_record,
+)
 
 NUMBER = 1
 NAME = "label"
@@ -204,7 +213,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
         ds = ctx.daemonset(comp)
         if ds is None:
             continue
-        step = _label_step(ctx, comp, ds)
+        step = replace(_label_step(ctx, comp, ds), in_place=False)
         key = comp.common_label.key
         user_value = step.meta_before.get(key) or step.template_before.get(key)
         if user_value not in (None, comp.common_label.value):
@@ -217,10 +226,21 @@ def plan(ctx: PlanContext) -> PhasePlan:
                             "operator's next re-render (an upgrade or any CR edit) brings "
                             f"{value!r} back, the pods roll without the common label and every "
                             "Service switched to it drains; remove the key from that CR field")
-        ondelete = o.update_strategy(ds) == "OnDelete"
-        if not step.satisfied(ds):
+        rolling = rolling_because(ctx, ds)
+        held = o.held_strategy(ds) is not None
+        ondelete = o.update_strategy(ds) == "OnDelete" and not held
+        if rolling is None and (held or not step.satisfied(ds)):
+            steps += in_place_steps(ctx, ds, step, not step.satisfied(ds))
+            if not held:
+                gates.append(g.daemonset_healthy(ctx.snapshot, ds))
+            notes.append(f"DaemonSet/{comp.daemonset}: "
+                         + cost(ds, len(ctx.snapshot.pods_of(comp.daemonset)), None))
+        elif not step.satisfied(ds):
             steps.append(step)
             gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
+            if not ondelete:
+                notes.append(f"DaemonSet/{comp.daemonset}: " + cost(
+                    ds, len(ctx.snapshot.pods_of(comp.daemonset)), rolling))
         else:
             notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
             checks.append(step)  # e.g. an operator that renders it: its rollout must finish
@@ -268,15 +288,20 @@ def _release_warnings(ctx: PlanContext) -> list[str]:
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    if isinstance(step, HoldStrategy) and step.name in ctx.snapshot.daemonsets:
+        return [g.daemonset_healthy(ctx.snapshot, ctx.snapshot.daemonsets[step.name])]
     if isinstance(step, SetLabels):
         ds = ctx.snapshot.daemonsets.get(step.daemonset)
         if ds is None:
             return [GateResult(f"exists/{step.daemonset}", False,
                                f"DaemonSet/{step.daemonset} no longer exists")]
-        if not step.rolls_pods():
+        if not step.rolls_pods() and not step.in_place:
             return []
         removing = [k for k, v in step.template_after.items() if v is None]
-        out = [halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
+        # In place, health was gated before the hold, whose write the controller may not have
+        # observed yet; each pod is then proven by its revision (engine/inplace.py).
+        out = [] if step.in_place else [
+            halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
         for key in removing:
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
@@ -299,7 +324,9 @@ def _wanted_pod_labels(ctx: PlanContext, daemonset: str) -> dict[str, str | None
 
 def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     """Rollout complete and every pod carries the template's labels."""
-    name = step.daemonset if isinstance(step, SetLabels | RollPods) else None
+    name = step.daemonset if isinstance(step, SetLabels | RollPods | RestoreStrategy) else None
+    if isinstance(step, SetLabels) and step.in_place:
+        return []  # its pods are relabelled next (RelabelPods); RestoreStrategy's gates wait
     if name is None or name not in ctx.snapshot.daemonsets:
         return []
     ds = ctx.snapshot.daemonsets[name]
@@ -329,6 +356,12 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                         f"={o.annotations_of(ds)[hash_key]}) without the common labels")
             out.append(GateResult(name, False, f"common labels {why}"))
             continue
+        held = o.held_strategy(ds)
+        if held is not None:
+            out.append(GateResult(f"held/{step.daemonset}", False,
+                                  f"held on updateStrategy OnDelete by dcgm-migrate (its own: "
+                                  f"{held.get('type')}); resuming the run or a rollback "
+                                  "restores it"))
         out.append(GateResult(name, True, "labels on DaemonSet and template"))
         out.append(g.pods_carry(ctx.snapshot, step.daemonset, dict(step.template_after)))
         comp = _component_of(ctx, step.daemonset)
@@ -346,11 +379,19 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
     it: its template change would leave every pod carrying the label (model/halfrolls.py)."""
     inverse: list[Step] = []
     left: list[str] = []
+    gates: list[GateResult] = []
     for step in reversed(steps):
         if isinstance(step, SetLabels):
-            inv = step.inverse()
+            inv = replace(step.inverse(), in_place=False)
             ds = ctx.snapshot.daemonsets.get(step.daemonset)
             if ds is None:
+                continue
+            if rolling_because(ctx, ds) is None:  # in place, gated before the hold
+                if inv.satisfied(ds) and o.held_strategy(ds) is None:
+                    continue
+                inverse += in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
+                gates += [r for r in before_write(ctx, replace(inv, in_place=True))
+                          if r.name.startswith("no-selector-uses/")]
                 continue
             stale = halfrolls.on_delete(ds) and bool(ctx.snapshot.pods_of(step.daemonset)) and (
                 not inv.satisfied(ds) or bool(halfrolls.stale_pods(ctx.snapshot, ds,
@@ -364,7 +405,16 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
                 inverse.append(inv)
             if stale:
                 inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+    # Held with no label write to undo (a run killed right after its hold): restored alone.
+    restoring = {s.daemonset for s in inverse if isinstance(s, RestoreStrategy)}
+    for comp in ctx.components:
+        ds = ctx.snapshot.daemonsets.get(comp.daemonset)
+        held = o.held_strategy(ds) if ds is not None else None
+        if held is not None and comp.daemonset not in restoring:
+            inverse.append(RestoreStrategy(comp.daemonset, held))
+            restoring.add(comp.daemonset)
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), guarded=tuple(bases),
-                     tolerance=tolerance, blocked="; ".join(left) or None,
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), gates=tuple(gates),
+                     guarded=tuple(bases), tolerance=tolerance,
+                     blocked="; ".join(left) or None,
                      fix=ROLL_ON_DELETE_FIX if left else None)

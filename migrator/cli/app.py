@@ -32,6 +32,7 @@ from migrator.cli.options import (
     Output,
     OutputOpt,
     PrepareFor,
+    Rolling,
     RollOnDelete,
     Settle,
     Timeout,
@@ -150,6 +151,7 @@ def plan(
                                              "of the objects it read) to FILE.")] = None,
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    rolling: Rolling = False,
     allow_foreign_pods: AllowForeignPods = False,
     prepare_for: PrepareFor = "",
     kubeconfig: Kubeconfig = None, context: Context = None,
@@ -160,7 +162,8 @@ def plan(
 
     Example: dcgm-migrate plan --out plan.json
     """
-    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
+    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
+                       rolling)
     with _session(kubeconfig, context, namespace, output) as s:
         report = _saved(commands.plan(s, options), out, options)
     _rendered(report, output)
@@ -174,20 +177,23 @@ def _saved(report: PlanReport, out: Path | None, options: Options) -> PlanReport
 
 
 def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_pods: bool,
-             prepare_for: str) -> Options:
+             prepare_for: str, rolling: bool = False) -> Options:
     """The planning options, `--prepare-for` checked against plans/releases.yaml."""
     known = [r.name for r in load_catalog().releases]
     if prepare_for and prepare_for not in known:
         raise UsageError(f"--prepare-for {prepare_for!r} names no GPU Operator release the "
                          "tool knows.", f"pass one of: {', '.join(known)}")
-    return Options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
+    return Options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
+                   rolling)
 
 
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
                  plan_file: Path | None = None, allow_foreign_pods: bool = False,
-                 prepare_for: str = "", dry_run: bool = False) -> RunRequest:
-    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
+                 prepare_for: str = "", dry_run: bool = False,
+                 rolling: bool = False) -> RunRequest:
+    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
+                       rolling)
     wait = parse_duration(timeout)
     if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
         raise UsageError(f"--timeout {timeout!r} leaves no time to wait for a rollout.",
@@ -220,6 +226,7 @@ def apply(
     settle: Settle = "30s",
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    rolling: Rolling = False,
     allow_foreign_pods: AllowForeignPods = False,
     prepare_for: PrepareFor = "",
     kubeconfig: Kubeconfig = None, context: Context = None,
@@ -231,7 +238,8 @@ def apply(
     Example: dcgm-migrate apply --phase 2 --yes
     """
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
-                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run)
+                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run,
+                           rolling)
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.apply(s, request=request)
     _rendered(report, output,
@@ -248,6 +256,7 @@ def rollback(
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     roll_on_delete: RollOnDelete = False,
+    rolling: Rolling = False,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -257,7 +266,7 @@ def rollback(
     Example: dcgm-migrate rollback --phase 1 --yes
     """
     request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
-                           dry_run=dry_run)
+                           dry_run=dry_run, rolling=rolling)
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.rollback(s, request=request)
     _rendered(report, output)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, interrupts, ondelete
+from migrator.engine import afterwrite, executor, inplace, interrupts, ondelete
 from migrator.engine.clock import Clock
 from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally, context
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
@@ -26,7 +26,7 @@ from migrator.model.planning import PlanContext
 from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import Step, from_record
+from migrator.model.steps import RelabelPods, Step, from_record
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -198,7 +198,7 @@ class Apply:
         recorded = {r.id: r.status for r in work.records}.get(step.id)
         if recorded != "done":
             work.mark(step, "done" if recorded in ("intent", "done") else "skipped")
-            if recorded == "intent" and step.rolls_pods() and not work.rollback:
+            if recorded == "intent" and step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True  # our write landed; the run died before "done"
             self.save()
         self.listener.step(StepEvent(work.rec.number, step, "skipped"))
@@ -228,13 +228,13 @@ class Apply:
             if note:
                 self.listener.message(note)
             work.mark(step, "done")
-            if step.rolls_pods() and not work.rollback:
+            if step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True
             self.save()
         self.listener.step(StepEvent(work.rec.number, step, "done"))
 
     def roll(self, work: PhaseWork, step: Step) -> None:
-        ondelete.roll(self, work, step)
+        (inplace.relabel if isinstance(step, RelabelPods) else ondelete.roll)(self, work, step)
 
     def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
         afterwrite.wait(self, work, step, base)

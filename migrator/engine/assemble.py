@@ -84,7 +84,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
             switches |= _switched(rec, decision)
         if decision.status is PhaseStatus.COMPLETED or plan is None or not forward:
             continue
-        drift_risk |= any(isinstance(s, SetLabels) and s.rolls_pods() for s in plan.steps)
+        drift_risk |= any(isinstance(s, SetLabels) and (s.rolls_pods() or s.in_place)
+                          for s in plan.steps)
         switches |= module.SWITCHES_SELECTORS and any(isinstance(s, SetSelector)
                                                       for s in plan.steps)
     certain = scrapechecks.certain_duplicates(snapshot, _exporters(found))

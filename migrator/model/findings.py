@@ -77,7 +77,7 @@ class Finding:
     """One check of the verdict on one object."""
 
     check: str  # stable-name | nodes-covered | local-traffic | no-dra-names | pods-labelled |
-    #            rollout-complete | scrape-once
+    #            rollout-complete | update-strategy | scrape-once
     subject: str  # "Service/nvidia-dcgm", "DaemonSet/…", "Pod/…"
     ok: bool
     detail: str

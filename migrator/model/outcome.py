@@ -231,6 +231,15 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
                    "" if rollout.ok else halfrolls.rollout_fix(snapshot, ds)
                    if halfrolls.on_delete(ds) else "see which pods are not Ready: `kubectl -n "
                    f"{snapshot.namespace} rollout status ds/{comp.daemonset}`")]
+    held = o.held_strategy(ds)
+    if held is not None:  # phase 1 in place was interrupted: no rollout happens until restored
+        out.append(Finding(
+            "update-strategy", subject, False,
+            f"held on OnDelete by dcgm-migrate (phase 1 in place, interrupted); its own "
+            f"updateStrategy {held.get('type') or 'RollingUpdate'} is not restored, so a "
+            "template change rolls no pod", "resume: rerun the interrupted `dcgm-migrate apply` "
+            "or rollback, or run `dcgm-migrate rollback --phase 1`; either restores it",
+            fixes.phase(Remedy.COMMON_LABELS)))
     label = _selected_label(snapshot, catalog, comp)
     key, value = label.key, label.value
     pods = alive(snapshot.pods_of(comp.daemonset))

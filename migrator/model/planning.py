@@ -24,6 +24,9 @@ class Options:
     # An operator release (`plans/releases.yaml`) whose component labels phase 1 puts on the
     # pod templates too, ahead of the upgrade to it ("" = none).
     prepare_for: str = ""
+    # Phase 1 (and its rollback) rolls every DaemonSet's pods instead of relabelling them in
+    # place (`--rolling`: for users who want the restarts).
+    rolling: bool = False
 
 
 @dataclass(frozen=True)

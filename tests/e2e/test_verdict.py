@@ -41,7 +41,7 @@ def test_a_stuck_phase1_rollout_is_red(e2e_factory: Callable[..., E2E]) -> None:
     bad = "gpu-node-0002"
     _edit(env, kinds.NODE, bad, None, lambda n: n["metadata"].setdefault(
         "annotations", {}).update({"sim.dcgm-migrate/pods-ready": "false"}))
-    res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "3s")
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     assert res.code == 1, res.stderr
     doc = env.cli("verify", "-o", "json")
     assert doc.code == 1, doc.stdout

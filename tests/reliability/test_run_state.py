@@ -49,7 +49,9 @@ def _status(env: Env) -> tuple[int, dict[str, Any], str]:
 def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
         fresh: Callable[..., Env]) -> None:
     env = fresh(time_scale=SLOW)
-    proc = crash.start(env.kubeconfig, *APPLY)
+    # --rolling: phase 1 waits on rollouts long enough to be caught mid-run (in place, it
+    # is over within a second)
+    proc = crash.start(env.kubeconfig, *APPLY, "--rolling")
     try:
         crash.until(lambda: any(p["status"] == "in-progress" for p in _phases(env)), proc)
         code, doc, table = _status(env)
@@ -110,9 +112,13 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
         assert (run["operation"], run["target"], run["phase"]) == ("rollback", 1, 1)
         assert [p["phase"] for p in run["rollback"]] == [1]  # 3 and 2 are rolled back
         steps = run["rollback"][0]["steps"]
-        assert steps and all(s["type"] == "set-labels" for s in steps)
+        # phase 1's rollback in place: hold, labels off the template, off the pods, restore
+        types = {s["type"] for s in steps}
+        assert "set-labels" in types and types <= {
+            "hold-strategy", "set-labels", "relabel-pods", "restore-strategy"}, steps
         # the rollback removes the common labels: after is null (absent)
-        assert all(c["after"] is None for s in steps for c in s["changes"])
+        assert all(c["after"] is None for s in steps if s["type"] == "set-labels"
+                   for c in s["changes"])
         assert doc["phases"][0]["changes"] == []  # not the forward diff
         assert "run rolling back — rollback --phase 1, at phase 1" in table
         assert "rollback of phase 1 — label (in-progress)" in table

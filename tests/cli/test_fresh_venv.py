@@ -97,11 +97,12 @@ def test_fresh_venv_installs_and_runs_the_demo(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = run.stdout[run.stdout.rindex("Summary"):]
     assert "4 nodes" in summary
-    for row in (r"1 label\s+completed\s+2", r"2 alias\s+completed\s+2",
+    # Phase 1 in place: a hold, a label write and a restore per DaemonSet, a patch per pod.
+    for row in (r"1 label\s+completed\s+14", r"2 alias\s+completed\s+2",
                 r"3 switch\s+completed\s+2", r"nvidia-dcgm-exporter\s+4\s+4\s+4\s+yes"):
         assert re.search(row, summary), (row, summary)
     assert "verdict OK" in summary
-    assert "rollout  DaemonSet/nvidia-dcgm-exporter-dra: updated 4/4" in run.stderr
+    assert "DaemonSet/nvidia-dcgm-exporter-dra: 4 pods relabelled in place" in run.stderr
 
     # The repository's phases/ and plans/ folders install inside the package, never as generic
     # top-level names that would collide with anything else in site-packages.

@@ -111,3 +111,50 @@ def test_change_stack_to_gpucluster_keeps_the_stable_names_and_ips(
     assert env.state()["stackChange"]["status"] == "completed"
     verify = env.cli("verify")
     assert verify.code == 0, verify.stdout
+
+
+def test_a_second_cr_turns_the_verdict_red_with_the_fix(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """A GPUCluster created by hand beside the ClusterPolicy: the released operator refuses
+    both, and `verify` is red naming both CRs and the fix; change-stack then refuses to run
+    until the refused CR is deleted (exit 2, zero writes)."""
+    env = migrated_clusterpolicy(e2e_factory)
+    env.sim.store.create(kinds.GPU_CLUSTER, clean_cr(seeded_cr("gpucluster")))
+
+    def refused() -> bool:
+        cr = env.sim.store.list(kinds.GPU_CLUSTER)[0][0]
+        return any(c.get("reason") == "PrerequisiteNotMet"
+                   for c in (cr.get("status") or {}).get("conditions") or [])
+
+    env.until(refused, 30, "the GPUCluster refused")
+    res = env.cli("verify", "-o", "json")
+    assert res.code == 1
+    found = {f["name"]: f for f in res.json()["verdict"]["checks"] if not f["ok"]}
+    red = found["one-operator-cr/gpu-cluster"]
+    assert red["detail"].startswith("the GPU Operator stops reconciling every operand while "
+                                    "both ClusterPolicy and GPUCluster exist")
+    assert "ClusterPolicy/gpu-cluster-policy" in red["detail"]
+    assert "kubectl delete gpuclusters gpu-cluster" in red["fix"]
+    mark = env.mark()
+    again = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+    assert again.code == 2, again.stderr
+    assert "both exist" in again.stderr and "kubectl delete gpuclusters gpu-cluster" in \
+        again.stderr
+    assert env.writes(since=mark) == []
+
+
+def test_change_stack_refuses_to_create_a_second_cr(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """Without --delete-cr the plan would create the GPUCluster beside the ClusterPolicy,
+    which the released operator refuses: dry run and run both refuse, exit 2, zero writes."""
+    env = migrated_clusterpolicy(e2e_factory)
+    path = manifest(tmp_path, "gpucluster")
+    mark = env.mark()
+    for extra in (("--dry-run",), ("--yes",)):
+        res = env.cli("change-stack", "--to", "gpucluster", "-f", str(path), *extra,
+                      "--kubeconfig", env.sim.kubeconfig)
+        assert res.code == 2, res.stderr
+        assert "would make the GPU Operator stop reconciling every operand" in res.stderr
+        assert "--delete-cr gpu-cluster-policy" in res.stderr
+    assert env.writes(since=mark) == []
+    assert crs(env, kinds.GPU_CLUSTER) == []

@@ -69,13 +69,6 @@ def change(env: E2E, to: str, path: Path, old: str, *extra: str) -> Any:
                    "--settle", "0s", "--kubeconfig", env.sim.kubeconfig, *extra)
 
 
-def show(title: str, seen: StableNames) -> None:
-    print(f"{title}: lowest ready {seen.lowest_ready}, absent "
-          f"{ {k: round(v, 1) for k, v in seen.absent_seconds.items()} } s, ClusterIPs "
-          f"{ {k: sorted(v) for k, v in seen.cluster_ips.items()} }, worst per-node gap "
-          f"{round(seen.worst_gap(), 1)} s simulated")
-
-
 def assert_names_kept(seen: StableNames, before: dict[str, str]) -> None:
     assert not any(seen.absent_seconds.values()), seen.absent_seconds
     assert {k: sorted(v) for k, v in seen.cluster_ips.items()} == {
@@ -86,20 +79,53 @@ def cluster_ips(env: E2E) -> dict[str, str]:
     return {n: env.service(n)["spec"]["clusterIP"] for n in STABLE}
 
 
-def test_change_stack_to_gpucluster_keeps_the_stable_names_and_ips(
+def row(title: str, seen: StableNames) -> str:
+    ips = "kept" if all(len(v) == 1 for v in seen.cluster_ips.values()) else "changed"
+    absent = max(seen.absent_seconds.values(), default=0.0)
+    ready = ", ".join(f"{k} {v}" for k, v in sorted(seen.lowest_ready.items()))
+    return (f"{title:<34} {absent:>8.1f} s  {ips:<8} {ready:<44} "
+            f"{seen.worst_gap():>6.1f} s")
+
+
+def print_side_by_side(rows: list[str]) -> None:
+    print("\nstack change on the released operator (3 nodes, the fixtures' probe timings; "
+          "simulated seconds from the sim's commits)")
+    print(f"{'procedure':<34} {'absent':>10}  {'IPs':<8} {'lowest ready endpoints':<44} "
+          f"{'worst per-node gap':>8}")
+    for line in rows:
+        print(line)
+
+
+def plain_procedure(env: E2E, path: Path) -> None:
+    """What the runbook said before change-stack, on the released operator: delete the
+    ClusterPolicy, create the GPUCluster, wait for its rollout, then `apply --phase 3` for the
+    new stack."""
+    cp = env.sim.store.list(kinds.CLUSTER_POLICY)[0][0]
+    env.sim.store.delete(kinds.CLUSTER_POLICY, None, cp["metadata"]["name"])
+    env.sim.store.create(kinds.GPU_CLUSTER, yaml.safe_load(path.read_text()))
+    env.until(lambda: all(env.svc(n) is None for n in STABLE), 30, "the names collected")
+    # `kubectl rollout status ds/nvidia-dcgm-dra ds/nvidia-dcgm-exporter-dra`
+    env.until(lambda: served(env, ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 120,
+              "the -dra stack rolled out")
+    res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stderr
+
+
+def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    """ClusterPolicy → GPUCluster by the runbook: nodes labelled, then change-stack. The
-    Services never vanish, their ClusterIPs never change; the aliases serve every node again
-    and `verify` is green; the per-node gap is printed."""
+    """docs/runbook.md "Changing stack", both directions: nodes labelled, then change-stack.
+    The Services never vanish and their ClusterIPs never change; every node is served again,
+    `verify` is green, the state records the change. The plain delete-then-create procedure,
+    measured the same way on another cluster, loses both names; the figures are printed side
+    by side."""
     env = migrated_clusterpolicy(e2e_factory)
     before = cluster_ips(env)
     label_nodes(env, "gpucluster")
-    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as forward:
         res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
         assert res.code == 0, res.stdout + res.stderr
         env.until(lambda: served(env), 120, "every node served again")
-    show("change-stack → gpucluster", seen)
-    assert_names_kept(seen, before)
+    assert_names_kept(forward, before)
     assert crs(env, kinds.CLUSTER_POLICY) == [] and crs(env, kinds.GPU_CLUSTER) == ["gpu-cluster"]
     for name in STABLE:
         svc = env.service(name)
@@ -111,6 +137,31 @@ def test_change_stack_to_gpucluster_keeps_the_stable_names_and_ips(
     assert env.state()["stackChange"]["status"] == "completed"
     verify = env.cli("verify")
     assert verify.code == 0, verify.stdout
+
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as back:
+        res = change(env, "clusterpolicy", manifest(tmp_path, "clusterpolicy"), "gpu-cluster")
+        assert res.code == 0, res.stdout + res.stderr
+        env.until(lambda: served(env), 120, "every node served again")
+    assert_names_kept(back, before)
+    assert crs(env, kinds.GPU_CLUSTER) == []
+    assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
+    for name in STABLE:  # the ClusterPolicy's operator took them over in place
+        refs = env.service(name)["metadata"]["ownerReferences"]
+        assert [(r["kind"], r["controller"]) for r in refs] == [("ClusterPolicy", True)]
+    verify = env.cli("verify")
+    assert verify.code == 0, verify.stdout
+
+    plain_env = migrated_clusterpolicy(e2e_factory)
+    label_nodes(plain_env, "gpucluster")
+    plain_before = cluster_ips(plain_env)
+    with plain_env.monitor.replacing(*STABLE), watching(plain_env.sim, NS, STABLE) as plain:
+        plain_procedure(plain_env, manifest(tmp_path, "gpucluster"))
+        plain_env.until(lambda: served(plain_env), 120, "every node served again")
+    print_side_by_side([row("change-stack → gpucluster", forward),
+                        row("change-stack → clusterpolicy", back),
+                        row("delete, create, apply (plain)", plain)])
+    assert all(plain.absent_seconds.get(n, 0.0) > 0 for n in STABLE), plain.absent_seconds
+    assert all(plain.cluster_ips[n] != {plain_before[n]} for n in STABLE)
 
 
 def test_a_second_cr_turns_the_verdict_red_with_the_fix(

@@ -116,12 +116,11 @@ def _keep(run: StackRun, step: sc.StackStep, old_kind: str) -> None:
     if svc is None or sc.kept(svc, old_kind):
         return
     refs = o.meta(svc).get("ownerReferences") or []
-    rest = [r for r in refs if r.get("kind") != old_kind]
-    run.mark(step, "intent", ownerReferences=refs)
-    ops: list[Obj] = [{"op": "test", "path": "/metadata/ownerReferences", "value": refs},
-                      {"op": "replace", "path": "/metadata/ownerReferences", "value": rest}
-                      if rest else {"op": "remove", "path": "/metadata/ownerReferences"}]
-    _patch_checked(run, step.name, ops, lambda s: sc.kept(s, old_kind))
+    spec = svc.get("spec") or {}
+    run.mark(step, "intent", ownerReferences=refs, labels=dict(o.meta(svc).get("labels") or {}),
+             annotations=dict(o.meta(svc).get("annotations") or {}),
+             selector=dict(spec.get("selector") or {}))
+    _keep_from(run, step.name, old_kind)
 
 
 def _patch_checked(run: StackRun, name: str, ops: list[Obj], holds: Callable[[Obj], bool]
@@ -246,16 +245,19 @@ def finish(run: StackRun) -> None:
 
 
 def rollback(run: StackRun) -> list[str]:
-    """Undo the recorded writes, newest first: the new CR deleted (once gone), the old CR
-    created again from its recorded body, the Services' selector, labels and annotations put
-    back. Their ownerReferences are not restored: the old CR is a new object (a new uid), and
-    its operator sets its own reference when it reconciles them (the ClusterPolicy) or the tool
-    points them at it (the GPUCluster's aliases). Returns what it did."""
+    """Undo the recorded change: the stable Services taken out of the new CR's reach, the new
+    CR deleted (once gone), the old CR created again from its recorded body, and each kept
+    Service given back its labels, annotations and selector as they were before the change,
+    its ownerReferences pointing at the old CR created again (a new uid). Returns what it
+    did."""
     record = run.record
     steps: Mapping[str, Obj] = record.get("steps") or {}
     done: list[str] = []
     create = next((s for s in steps.values() if s["action"] == sc.CREATE), None)
     if create is not None:
+        for name in sc.stable_names(run.catalog):
+            _keep_from(run, name, create["kind"])
+            done.append(f"Service/{name}: out of {create['kind']}/{create['name']}'s reach")
         live = _cr(run, create["kind"], create["name"])
         if live is not None:
             run.kube.delete(CR_KINDS[create["kind"]], create["name"],
@@ -265,12 +267,15 @@ def rollback(run: StackRun) -> list[str]:
               lambda: _cr(run, create["kind"], create["name"]) is None)
     old = record.get("oldCr")
     delete = next((s for s in steps.values() if s["action"] == sc.DELETE), None)
-    if delete is not None and old and _cr(run, delete["kind"], delete["name"]) is None:
-        run.kube.create(sc.clean_cr(old), kind=CR_KINDS[delete["kind"]])
-        done.append(f"created {delete['kind']}/{delete['name']} again")
+    recreated = None
+    if delete is not None and old:
+        recreated = _cr(run, delete["kind"], delete["name"])
+        if recreated is None:
+            recreated = run.kube.create(sc.clean_cr(old), kind=CR_KINDS[delete["kind"]])
+            done.append(f"created {delete['kind']}/{delete['name']} again")
     for s in steps.values():
-        if s["action"] == sc.RETARGET and "selector" in s:
-            done += _untarget(run, s)
+        if s["action"] == sc.KEEP and "selector" in s:
+            done += _restore(run, s, recreated)
     record["status"] = ROLLED_BACK
     record["finished"] = stamp(run.clock.now())
     run.state.log("stack-change-rolled-back", to=record.get("to"))
@@ -278,13 +283,29 @@ def rollback(run: StackRun) -> list[str]:
     return done
 
 
-def _untarget(run: StackRun, s: Obj) -> list[str]:
+def _keep_from(run: StackRun, name: str, kind: str) -> None:
+    svc = _service(run, name)
+    if svc is None or sc.kept(svc, kind):
+        return
+    refs = o.meta(svc).get("ownerReferences") or []
+    rest = [r for r in refs if r.get("kind") != kind]
+    _patch_checked(run, name, [
+        {"op": "test", "path": "/metadata/ownerReferences", "value": refs},
+        {"op": "replace", "path": "/metadata/ownerReferences", "value": rest}
+        if rest else {"op": "remove", "path": "/metadata/ownerReferences"}],
+        lambda live: sc.kept(live, kind))
+
+
+def _restore(run: StackRun, s: Obj, owner: Obj | None) -> list[str]:
     svc = _service(run, s["name"])
     if svc is None:
         return []
     meta, spec = o.meta(svc), svc.get("spec") or {}
+    refs = [{**r, "uid": o.meta(owner).get("uid")} for r in s.get("ownerReferences") or []
+            if owner is not None and r.get("kind") == owner.get("kind")]
     run.kube.patch(kinds.SERVICE, s["name"], run.namespace, {
         "metadata": {"labels": _exactly(meta.get("labels") or {}, s["labels"]),
-                     "annotations": _exactly(meta.get("annotations") or {}, s["annotations"])},
+                     "annotations": _exactly(meta.get("annotations") or {}, s["annotations"]),
+                     "ownerReferences": refs or None},
         "spec": {"selector": sc.selector_patch(spec.get("selector") or {}, s["selector"])}})
-    return [f"Service/{s['name']}: selector, labels and annotations put back"]
+    return [f"Service/{s['name']}: labels, annotations, selector and owner put back"]

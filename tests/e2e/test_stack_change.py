@@ -19,6 +19,7 @@ from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
 from migrator.model.stackchange import clean_cr
 from tests.e2e.conftest import E2E, NS
+from tests.helpers import crash
 from tests.helpers.stablenames import StableNames, watching
 
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
@@ -209,3 +210,71 @@ def test_change_stack_refuses_to_create_a_second_cr(
         assert "--delete-cr gpu-cluster-policy" in res.stderr
     assert env.writes(since=mark) == []
     assert crs(env, kinds.GPU_CLUSTER) == []
+
+
+def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:
+    env = e2e_factory("clusterpolicy", nodes=NODES)  # the suite's fast clock: no figures here
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    label_nodes(env, "gpucluster")
+    return env
+
+
+def test_a_kill_at_any_write_of_change_stack_resumes(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """SIGKILL right after each write change-stack makes to the cluster (each Service kept,
+    the ClusterPolicy deleted, the GPUCluster created, each alias retargeted) and after its
+    first state write: running the same command again finishes the change, the stable names
+    never vanish and keep their ClusterIPs, and `verify` is green."""
+    path = manifest(tmp_path, "gpucluster")
+    args = ("change-stack", "--to", "gpucluster", "-f", str(path), "--delete-cr",
+            "gpu-cluster-policy", "--yes", "--settle", "0s")
+    reference = _cluster_policy_ready_for_change(e2e_factory)
+    mark = reference.mark()
+    with reference.monitor.replacing(*STABLE):
+        assert crash.run(reference.sim.kubeconfig, *args).code == 0
+    own = []  # 1-based write numbers of change-stack's own part (before apply's phases)
+    for n, w in enumerate(reference.writes(since=mark), start=1):
+        if "/daemonsets/" in w.path:
+            break
+        if "/configmaps/" not in w.path or not own:
+            own.append(n)
+    assert len(own) >= 7, own
+    reference.sim.stop()
+    for k in own:
+        env = _cluster_policy_ready_for_change(e2e_factory)
+        before = cluster_ips(env)
+        with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+            assert crash.kill_after_write(env.sim, k, *args), k
+            again = crash.run(env.sim.kubeconfig, *args)
+            assert again.code == 0, (k, again.output[-2000:])
+        assert_names_kept(seen, before)
+        assert crs(env, kinds.CLUSTER_POLICY) == [], k
+        assert env.state()["stackChange"]["status"] == "completed", k
+        assert env.cli("verify").code == 0, k
+        env.monitor.stop()
+        env.sim.stop()
+
+
+def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """`change-stack --rollback` after a completed change: the GPUCluster deleted, the
+    ClusterPolicy created again from its recorded body; its operator takes the kept Services
+    over in place (same ClusterIPs, never absent); phase 3 for the legacy stack is green."""
+    env = _cluster_policy_ready_for_change(e2e_factory)
+    before = cluster_ips(env)
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+        res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+        assert res.code == 0, res.stdout + res.stderr
+        back = env.cli("change-stack", "--rollback", "--yes", "--kubeconfig",
+                       env.sim.kubeconfig)
+        assert back.code == 0, back.stdout + back.stderr
+        env.until(lambda: served(env), 60, "every node served again")
+        assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    assert_names_kept(seen, before)
+    assert crs(env, kinds.GPU_CLUSTER) == []
+    assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
+    assert env.state()["stackChange"]["status"] == "rolled-back"
+    for name in STABLE:
+        refs = env.service(name)["metadata"]["ownerReferences"]
+        assert [(r["kind"], r["controller"]) for r in refs] == [("ClusterPolicy", True)]
+    assert env.cli("verify").code == 0

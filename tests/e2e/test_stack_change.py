@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from dcgm_sim.controllers.rendering import DEPLOY_LABELS
@@ -112,6 +113,7 @@ def plain_procedure(env: E2E, path: Path) -> None:
     assert res.code == 0, res.stderr
 
 
+@pytest.mark.timeout(600)  # two clusters, three stack changes, with the fixtures' probes
 def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     """docs/runbook.md "Changing stack", both directions: nodes labelled, then change-stack.
@@ -187,6 +189,10 @@ def test_a_second_cr_turns_the_verdict_red_with_the_fix(
                                     "both ClusterPolicy and GPUCluster exist")
     assert "ClusterPolicy/gpu-cluster-policy" in red["detail"]
     assert "kubectl delete gpuclusters gpu-cluster" in red["fix"]
+    pre = env.cli("preflight", "-o", "json")
+    assert pre.code == 1
+    failed = {c["name"]: c["detail"] for c in pre.json()["checks"] if not c["ok"]}
+    assert list(failed) == ["one-operator-cr/gpu-cluster"], failed
     mark = env.mark()
     again = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
     assert again.code == 2, again.stderr
@@ -219,6 +225,7 @@ def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:
     return env
 
 
+@pytest.mark.timeout(900)  # a cluster per kill
 def test_a_kill_at_any_write_of_change_stack_resumes(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     """SIGKILL right after each write change-stack makes to the cluster (each Service kept,

@@ -186,6 +186,10 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
     run.record.setdefault("steps", {})[step.id]["uid"] = o.meta(created).get("uid")
 
 
+def _await_gone(run: StackRun, kind: str, name: str) -> None:
+    _wait(run, f"{kind}/{name} deleted", lambda: _cr(run, kind, name) is None)
+
+
 def execute(run: StackRun, change: sc.ChangePlan) -> None:
     """Every step up to (not including) `run-phases`, each recorded before and after."""
     old_kind = sc.kind_of(run.catalog, "clusterpolicy" if change.target == "gpucluster"
@@ -203,8 +207,7 @@ def execute(run: StackRun, change: sc.ChangePlan) -> None:
         elif step.action == sc.DELETE:
             _delete(run, step)
         elif step.action == sc.GONE:
-            _wait(run, f"{step.kind}/{step.name} deleted",
-                  lambda s=step: _cr(run, s.kind, s.name) is None)
+            _await_gone(run, step.kind, step.name)
         elif step.action == sc.RETARGET:
             _retarget(run, step)
         elif step.action == sc.CREATE:

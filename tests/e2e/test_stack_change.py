@@ -239,7 +239,7 @@ def test_a_kill_at_any_write_of_change_stack_resumes(
     mark = reference.mark()
     with reference.monitor.replacing(*STABLE):
         assert crash.run(reference.sim.kubeconfig, *args).code == 0
-    own = []  # 1-based write numbers of change-stack's own part (before apply's phases)
+    own: list[int] = []  # 1-based write numbers of change-stack's own part (before apply's phases)
     for n, w in enumerate(reference.writes(since=mark), start=1):
         if "/daemonsets/" in w.path:
             break

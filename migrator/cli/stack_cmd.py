@@ -24,7 +24,15 @@ from migrator.commands import RunRequest, Session
 from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
 from migrator.engine.reads import read_snapshot
-from migrator.engine.stackchange import IN_PROGRESS, StackRun, begin, execute, finish, rollback
+from migrator.engine.stackchange import (
+    COMPLETED,
+    IN_PROGRESS,
+    StackRun,
+    begin,
+    execute,
+    finish,
+    rollback,
+)
 from migrator.engine.stackgaps import GapMeter
 from migrator.engine.state import RunSession, State, default_holder
 from migrator.errors import UsageError
@@ -179,7 +187,7 @@ def change_stack(
 def _rollback(s: Session, wait: float, gap: float, output: Output) -> None:
     state, version = _state(s)
     if not state.stack_change or state.stack_change.get("status") not in (IN_PROGRESS,
-                                                                          "completed"):
+                                                                          COMPLETED):
         raise UsageError("No stack change is recorded here, so there is nothing to roll back.",
                          "`dcgm-migrate status` shows the state")
     with RunSession(s.store, version=version, holder=default_holder(), clock=s.clock,

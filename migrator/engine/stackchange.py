@@ -24,11 +24,14 @@ from migrator.kube.client import Kube
 from migrator.model import aliasing, kinds
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
+from migrator.model.phasestatus import PhaseStatus
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
 CR_KINDS = {"ClusterPolicy": kinds.CLUSTER_POLICY, "GPUCluster": kinds.GPU_CLUSTER}
-IN_PROGRESS, COMPLETED, ROLLED_BACK = "in-progress", "completed", "rolled-back"
+# the stack change's own status, in the phases' words (`model/phasestatus.py`)
+IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
+                                       PhaseStatus.ROLLED_BACK.value)
 POLL_SECONDS = 0.5
 
 

@@ -190,7 +190,15 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
 
 
 def _await_gone(run: StackRun, kind: str, name: str) -> None:
-    _wait(run, f"{kind}/{name} deleted", lambda: _cr(run, kind, name) is None)
+    """Wait for the old CR to go, keeping the stable Services out of its reach meanwhile: its
+    operator re-renders them whole (owner included) if it reconciled between `keep-service`
+    and the delete, and this strips that owner again before garbage collection acts on it."""
+    def gone() -> bool:
+        for service in sc.stable_names(run.catalog):
+            _keep_from(run, service, kind)
+        return _cr(run, kind, name) is None
+
+    _wait(run, f"{kind}/{name} deleted", gone)
 
 
 def execute(run: StackRun, change: sc.ChangePlan) -> None:

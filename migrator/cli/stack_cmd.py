@@ -171,7 +171,8 @@ def change_stack(
             phase=3, settings=RunSettings(timeout=wait, settle=parse_duration(settle, "--settle"),
                                           options=Options())))
         if not report.ok:
-            render.document(report, Output.table)
+            if output is Output.table:  # -o json/yaml: one document on stdout, the one below
+                render.document(report, Output.table)
             _emit(_doc(change, state.stack_change, "the new stack's phases stopped at a gate: "
                        "run the same change-stack again"), output)
             raise typer.Exit(1)
@@ -180,7 +181,7 @@ def change_stack(
                         listener=s.listener) as rs:
             run = _run(s, rs, state, wait, gap)
             if state.stack_change and state.stack_change.get("status") == IN_PROGRESS:
-                finish(run)
+                finish(run, change)
         _emit(_doc(change, state.stack_change, f"changed to the {change.target} stack"), output)
 
 

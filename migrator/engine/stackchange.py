@@ -251,7 +251,13 @@ def _serving(run: StackRun) -> None:
     run.save(run.state)
 
 
-def finish(run: StackRun) -> None:
+def finish(run: StackRun, change: sc.ChangePlan) -> None:
+    """The new stack's phases ran: the change is completed."""
+    for step in change.steps:
+        if step.action == sc.PHASES:
+            run.record.setdefault("steps", {})[step.id] = {
+                "action": step.action, "kind": step.kind, "name": step.name,
+                "status": "done", "at": stamp(run.clock.now())}
     run.record["status"] = COMPLETED
     run.record["finished"] = stamp(run.clock.now())
     run.state.log("stack-changed", to=run.record.get("to"))

@@ -270,11 +270,16 @@ def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
     env = _cluster_policy_ready_for_change(e2e_factory)
     before = cluster_ips(env)
     with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
-        res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+        res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy",
+                     "-o", "json")
         assert res.code == 0, res.stdout + res.stderr
-        back = env.cli("change-stack", "--rollback", "--yes", "--kubeconfig",
-                       env.sim.kubeconfig)
+        doc = res.json()  # validated against docs/output.schema.json by the helper
+        assert (doc["from"], doc["to"]) == ("clusterpolicy", "gpucluster")
+        assert {s["status"] for s in doc["steps"]} == {"done"}
+        assert set(doc["gaps"]) == {"gpu-node-0001", "gpu-node-0002", "gpu-node-0003"}
+        back = env.cli("change-stack", "--rollback", "--yes", "-o", "json")
         assert back.code == 0, back.stdout + back.stderr
+        assert "deleted GPUCluster/gpu-cluster" in back.json()["rolledBack"]
         env.until(lambda: served(env), 60, "every node served again")
         assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     assert_names_kept(seen, before)

@@ -70,6 +70,9 @@ class StackRun:
 def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
     """The record of this change: a new one, or the one a stopped run left (same target)."""
     record = state.stack_change
+    if record and record.get("status") == COMPLETED and record.get("to") == change.target \
+            and change.old_cr is None:
+        return record  # run again after it completed: its record (rollback's originals) stays
     if record and record.get("status") == IN_PROGRESS:
         if record.get("to") != change.target:
             raise UsageError(

@@ -183,8 +183,9 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
                            "once"))
     if target == "gpucluster":
         for name in stable_names(catalog):
-            if name in snapshot.services or old is not None:
-                comp = component_for(catalog, target, name)
+            comp = component_for(catalog, target, name)
+            live = snapshot.services.get(name)
+            if live is not None and not retargeted(live, catalog, comp):
                 steps.append(StackStep(RETARGET, "Service", name,
                                        f"once Service/{comp.service} is rendered, make it "
                                        f"the tool's alias of it, selecting "
@@ -211,9 +212,10 @@ def kept(svc: Mapping[str, Any], old_kind: str) -> bool:
 
 
 def retargeted(svc: Mapping[str, Any], catalog: Catalog, comp: Component) -> bool:
+    """The Service is the tool's alias of `comp`'s Service already (its selector is phase 3's
+    business from then on: a rerun never moves it back to the app label)."""
     common = catalog.common
     return (common.tool_owned(svc)
             and o.annotations_of(svc).get(common.alias_of_annotation) == comp.service
-            and (svc.get("spec") or {}).get("selector") == comp.app_selector
             and any(r.get("kind") == "GPUCluster"
                     for r in o.meta(svc).get("ownerReferences") or []))

@@ -104,6 +104,21 @@ def test_resumed_after_the_delete_plans_only_what_is_left() -> None:
         "create-cr", "retarget", "retarget", "await-serving", "run-phases"]
 
 
+def test_a_completed_change_planned_again_never_moves_an_alias_back() -> None:
+    """Once the kept Service is the tool's alias of the `-dra` Service, phase 3 owns its
+    selector: running the same change-stack again plans no retarget."""
+    snap = snapshot(gcs=(cr("GPUCluster", "gpu-cluster"),))
+    for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
+        alias = snap.services[name]
+        alias["metadata"].update(
+            labels={"app.kubernetes.io/managed-by": "dcgm-migrate"},
+            annotations={"dcgm-migrate/alias-of": f"{name}-dra"},
+            ownerReferences=[{"kind": "GPUCluster", "name": "gpu-cluster", "controller": False}])
+        alias["spec"]["selector"] = {"nvidia.com/gpu-operator.x": "true"}
+    plan = sc.plan(snap, CATALOG, "gpucluster", NEW_GC, "cp")
+    assert [s.action for s in plan.steps] == ["create-cr", "await-serving", "run-phases"]
+
+
 def test_the_verdict_is_red_only_when_the_operator_refuses_the_pair() -> None:
     cp = cr("ClusterPolicy", "cp", error=("ReconcileFailed", 'conflicting GPUCluster resource '
                                           '"gpu-cluster" detected; ClusterPolicy and GPUCluster '

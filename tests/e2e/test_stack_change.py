@@ -264,9 +264,10 @@ def test_a_kill_at_any_write_of_change_stack_resumes(
 
 def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    """`change-stack --rollback` after a completed change: the GPUCluster deleted, the
-    ClusterPolicy created again from its recorded body; its operator takes the kept Services
-    over in place (same ClusterIPs, never absent); phase 3 for the legacy stack is green."""
+    """`change-stack --rollback` after a completed change (run twice: the second run writes
+    nothing but the state): the GPUCluster deleted, the ClusterPolicy created again from its
+    recorded body; its operator takes the kept Services over in place (same ClusterIPs, never
+    absent); phase 3 for the legacy stack is green."""
     env = _cluster_policy_ready_for_change(e2e_factory)
     before = cluster_ips(env)
     with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
@@ -277,6 +278,11 @@ def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
         assert (doc["from"], doc["to"]) == ("clusterpolicy", "gpucluster")
         assert {s["status"] for s in doc["steps"]} == {"done"}
         assert set(doc["gaps"]) == {"gpu-node-0001", "gpu-node-0002", "gpu-node-0003"}
+        mark = env.mark()  # the same command again: nothing left to do, nothing written
+        again = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+        assert again.code == 0, again.stdout + again.stderr
+        assert [w.path for w in env.writes(since=mark)
+                if "/configmaps/" not in w.path] == []
         back = env.cli("change-stack", "--rollback", "--yes", "-o", "json")
         assert back.code == 0, back.stdout + back.stderr
         assert "deleted GPUCluster/gpu-cluster" in back.json()["rolledBack"]

@@ -84,7 +84,7 @@ def test_delete_cr_must_name_the_cr_that_exists() -> None:
 
 def test_a_manifest_of_the_wrong_kind_is_refused() -> None:
     wrong = {**NEW_GC, "kind": "ClusterPolicy"}
-    with pytest.raises(UsageError, match="not the nvidia.com/v1alpha1 GPUCluster"):
+    with pytest.raises(UsageError, match=r"not the nvidia\.com/v1alpha1 GPUCluster"):
         sc.plan(snapshot((cr("ClusterPolicy", "cp"),)), CATALOG, "gpucluster", wrong, "cp")
 
 

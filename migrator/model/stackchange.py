@@ -32,7 +32,6 @@ STACKS = ("gpucluster", "clusterpolicy")
 KEEP, DELETE, GONE, RETARGET, CREATE, SERVING, PHASES = (
     "keep-service", "delete-cr", "await-gone", "retarget", "create-cr", "await-serving",
     "run-phases")
-WRITES = frozenset({KEEP, DELETE, RETARGET, CREATE})
 # Server-set metadata a recorded CR body drops, so rollback can create it again.
 SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
                "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "finalizers",
@@ -51,10 +50,6 @@ class StackStep:
     @property
     def id(self) -> str:
         return f"{self.action}/{self.kind}/{self.name}"
-
-    @property
-    def writes(self) -> bool:
-        return self.action in WRITES
 
 
 @dataclass(frozen=True)

@@ -246,7 +246,9 @@ def _serving(run: StackRun) -> None:
                 f"nodes without a Ready endpoint behind the stable names for longer than "
                 f"--max-gap {run.max_gap:.0f} s: {', '.join(over)}.",
                 "see why their new pods are not Ready (`kubectl -n "
-                f"{run.namespace} get pods -o wide`), then run the same change-stack again")
+                f"{run.namespace} get pods -o wide`; none scheduled: are the nodes labelled "
+                "for the new stack's DCGM components, docs/runbook.md 'Changing stack' step "
+                "1?), then run the same change-stack again")
         return meter.all_served()
 
     _wait(run, "every node served again by the stable names", back)

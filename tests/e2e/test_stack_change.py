@@ -261,3 +261,26 @@ def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
         refs = env.service(name)["metadata"]["ownerReferences"]
         assert [(r["kind"], r["controller"]) for r in refs] == [("ClusterPolicy", True)]
     assert env.cli("verify").code == 0
+
+
+def test_the_per_node_gap_is_bounded_by_a_gate_and_the_rerun_resumes(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """Nodes not labelled for the new stack (runbook step 1 skipped): no new pod is scheduled,
+    so change-stack stops at `--max-gap` (exit 1) naming the nodes and the labels; the names
+    are still there. Labelled, the same command resumes and completes."""
+    env = e2e_factory("clusterpolicy", nodes=NODES)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    before = cluster_ips(env)
+    path = manifest(tmp_path, "gpucluster")
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+        stopped = change(env, "gpucluster", path, "gpu-cluster-policy", "--max-gap", "3s")
+        assert stopped.code == 1, stopped.stdout + stopped.stderr
+        assert "for longer than --max-gap 3 s: nvidia-dcgm-exporter@gpu-node-0001" in \
+            stopped.stderr
+        assert "are the nodes labelled" in stopped.stderr
+        assert env.state()["stackChange"]["status"] == "in-progress"
+        label_nodes(env, "gpucluster")
+        resumed = change(env, "gpucluster", path, "gpu-cluster-policy")
+        assert resumed.code == 0, resumed.stdout + resumed.stderr
+    assert_names_kept(seen, before)
+    assert env.state()["stackChange"]["status"] == "completed"

@@ -142,6 +142,10 @@ def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
     assert env.state()["stackChange"]["status"] == "completed"
     verify = env.cli("verify")
     assert verify.code == 0, verify.stdout
+    # nothing of the coexistence releases on this path: no guard, none of its shared slices
+    slices, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
+    assert {s["metadata"]["labels"].get("endpointslice.kubernetes.io/managed-by")
+            for s in slices} == {"endpointslice-controller.k8s.io"}
 
     with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as back:
         res = change(env, "clusterpolicy", manifest(tmp_path, "clusterpolicy"), "gpu-cluster")

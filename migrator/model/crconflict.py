@@ -66,8 +66,8 @@ def findings(snapshot: Snapshot) -> list[Finding]:
     plural, target = (("gpuclusters", "gpucluster") if kind == "GPUCluster"
                       else ("clusterpolicies", "clusterpolicy"))
     fix = (f"delete {kind}/{o.name(newest)}, created last, which the operator refused "
-           f"(`kubectl delete {plural} {o.name(newest)}`); to change stack to it instead, run "
-           f"`dcgm-migrate change-stack --to {target} -f <{target}.yaml> --delete-cr "
-           f"{o.name(older)}` (docs/runbook.md, 'Changing stack')")
+           f"(`kubectl delete {plural} {o.name(newest)}`); to change stack to it instead, "
+           f"delete it all the same, then run change-stack --to {target} with its manifest and "
+           f"--delete-cr {o.name(older)} (docs/runbook.md, 'Changing stack')")
     return [Finding(CHECK, f"{kind}/{o.name(newest)}", False,
                     f"{STALLED}: {names} ({'; '.join(said)})", fix)]

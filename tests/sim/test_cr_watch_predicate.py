@@ -13,9 +13,10 @@ from dcgm_sim.controllers import operatorqueue as Q
 from dcgm_sim.controllers.rendering import RENDERS_COMMON_LABELS
 
 
-def gpucluster(generation: int = 1, **annotations: str) -> dict[str, Any]:
+def gpucluster(generation: int = 1, annotations: dict[str, str] | None = None
+               ) -> dict[str, Any]:
     return {"kind": "GPUCluster", "metadata": {"name": "gpu-cluster", "generation": generation,
-                                               "annotations": dict(annotations)}}
+                                               "annotations": dict(annotations or {})}}
 
 
 def test_create_and_delete_reconcile_both_controllers() -> None:
@@ -26,7 +27,7 @@ def test_create_and_delete_reconcile_both_controllers() -> None:
 
 def test_an_annotation_or_label_touch_reconciles_nothing() -> None:
     old = gpucluster()
-    touched = gpucluster(**{"example.com/nudge": "1"})
+    touched = gpucluster(annotations={"example.com/nudge": "1"})
     assert Q.triggered("MODIFIED", "GPUCluster", old, touched) == set()
     labelled = copy.deepcopy(old)
     labelled["metadata"]["labels"] = {"x": "y"}
@@ -39,6 +40,6 @@ def test_a_spec_change_reconciles() -> None:
 
 
 def test_the_sims_operator_upgrade_annotation_still_reconciles() -> None:
-    upgraded = gpucluster(**{RENDERS_COMMON_LABELS: "true"})
+    upgraded = gpucluster(annotations={RENDERS_COMMON_LABELS: "true"})
     assert Q.triggered("MODIFIED", "GPUCluster", gpucluster(), upgraded) == {
         Q.CLUSTERPOLICY, Q.GPUCLUSTER}

@@ -1,11 +1,11 @@
 """Carrying out a stack change (`model/stackchange.py` plans it), one step at a time: intent
 recorded in the state before each write, done after, so a run killed at any write is resumed
 by running the same command again (every step first asks the cluster whether it already
-holds); rollback undoes the recorded writes newest first.
+holds); `rollback` undoes what the record says was written.
 
 The record is the state document's `stackChange` (docs/design.md, "State and resume"): the
 request (target, the new CR, the old CR's body as it was read), each step's status and the
-originals its undo needs, and the per-node gap measured (`gaps.py`).
+originals its undo needs, and the per-node gap measured (`stackgaps.py`).
 """
 
 from __future__ import annotations

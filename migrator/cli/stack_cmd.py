@@ -148,8 +148,10 @@ def change_stack(
         new_cr = _load_cr(file)
         snap = read_snapshot(s.kube, s.namespace, s.catalog, clock=s.clock)
         change = sc.plan(snap, s.catalog, to, new_cr, delete_cr)
-        if dry_run:
-            _emit(_doc(change, None, "dry run: nothing written"), output)
+        if dry_run:  # with what a stopped run already did, if one did
+            recorded = _state(s)[0].stack_change
+            same = recorded if recorded and recorded.get("to") == change.target else None
+            _emit(_doc(change, same, "dry run: nothing written"), output)
             return
         if not yes and sys.stdin.isatty():
             _emit(_doc(change, None, ""), Output.table)

@@ -31,8 +31,8 @@ from tests.reliability.conftest import APPLY, NS, Env
 
 SHARDS = 3
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
-MANIFEST = Path(tempfile.gettempdir()) / "dcgm-migrate-test-gpucluster.yaml"
-BACK = Path(tempfile.gettempdir()) / "dcgm-migrate-test-clusterpolicy.yaml"
+FOLDER = Path(tempfile.mkdtemp(prefix="dcgm-migrate-stack-change-"))  # this worker's own
+MANIFEST, BACK = FOLDER / "gpucluster.yaml", FOLDER / "clusterpolicy.yaml"
 ARGS = ("change-stack", "--to", "gpucluster", "-f", str(MANIFEST), "--delete-cr",
         "gpu-cluster-policy", "--yes", "--settle", "0s")
 BACK_ARGS = ("change-stack", "--to", "clusterpolicy", "-f", str(BACK), "--delete-cr",

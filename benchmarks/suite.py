@@ -149,8 +149,10 @@ def apply_phase3(nodes: int, stack: str, runs: int, settings: ApplySettings, *,
                 sim.daemonsets(), pod_start_seconds=settings.pod_start_seconds,
                 termination_seconds=settings.termination_seconds,
                 time_scale=settings.time_scale)
+            # --rolling: judged against the rollout floor, the apply must roll the pods (in
+            # place, the default, rolls none: benchmarks/inplace.py compares the two paths)
             argv = [*CLI, "apply", "--phase", "3", "--yes", "-o", "json", "--timeout", "12h",
-                    "--kubeconfig", sim.kubeconfig]
+                    "--rolling", "--kubeconfig", sim.kubeconfig]
             full = sim.full_read_bytes()
             full_mb = full / 1e6
             m, traffic, sim_cpu = _measured(sim, argv)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
 from migrator import phases
-from migrator.engine import assemble, informer, projecting, runstatus
+from migrator.engine import assemble, informer, projecting, recovered, runstatus
 from migrator.engine.applying import Apply
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Informer
@@ -50,11 +50,9 @@ from migrator.engine.state import (
     holds,
 )
 from migrator.engine.state import lock as locking
-from migrator.engine.state.configmap import restore_hint
 from migrator.engine.warned import Warned
-from migrator.errors import APIForbidden, LockHeld, UsageError
+from migrator.errors import APIForbidden, LockHeld, StateCorrupt, UsageError
 from migrator.kube.client import Kube
-from migrator.model.outcome import tool_marks
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
@@ -119,22 +117,6 @@ def _records_steps(session: Session) -> bool:
     """The namespace's state records a step that was written (or may have been)."""
     state, _ = _load_state(session)
     return state is not None and any(r.done_steps() for r in state.phases.values())
-
-
-def _refuse_lost_state(session: Session, snap: Snapshot) -> None:
-    """No state, but the cluster carries the tool's marks: the records rollback needs were
-    lost. Going on would record a migration from a cluster that is already half-migrated, with
-    originals that are not the originals, so `apply` and `rollback` stop here (zero writes)."""
-    marks = tool_marks(snap, session.catalog)
-    if marks:
-        cm, mb = session.catalog.common.state_configmap, session.catalog.common.managed_by
-        raise UsageError(
-            f"No state ConfigMap {session.namespace}/{cm}, yet {len(marks)} objects carry "
-            f"dcgm-migrate's marks ({', '.join(marks[:3])}{' …' if len(marks) > 3 else ''}): "
-            "the state was deleted, and what to roll back is not known.",
-            f"{restore_hint(session.namespace, cm, f'{mb.key}={mb.value}')}, then run the "
-            f"command again (`dcgm-migrate status -n {session.namespace}` lists every marked "
-            "object; without a backup see docs/runbook.md, 'Restoring the state')")
 
 
 def _check_phase(phase: int) -> int:
@@ -225,13 +207,14 @@ def apply(session: Session, request: RunRequest) -> RunReport:
     with _run_cache(session, request) as cache:
         snap = _observe(session, cache)
         if request.plan_file is not None:
-            check_plan_file(request.plan_file, snap, session.namespace, request.phase)
+            check_plan_file(request.plan_file, snap, session.namespace, request.phase,
+                            asdict(request.settings.options))
         state, version = _load_state(session)
         before = assemble.build(snap, session.catalog, state, request.settings.options)
         require_stack(before.stack, bool(before.components), session.namespace)
         require_operator_api(snap.nvidia_api, session.kube.server)
         if state is None:
-            _refuse_lost_state(session, snap)
+            recovered.refuse_lost_state(snap, session.catalog, session.namespace)
         told = Warned(session.listener)
         if before.holds(request.phase) and session.store.lock_info() is None:
             told.say(before.warnings)
@@ -294,12 +277,17 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
     with _run_cache(session, request) as cache:
         snap = _observe(session, cache)
         state, version = _load_state(session)
+        if state is None:  # lost after phase 1: its marks say what to undo, else refused
+            state = recovered.from_marks(snap, session.catalog, session.namespace, session.clock,
+                                         session.listener.message)
+            if state is None:
+                recovered.refuse_lost_state(snap, session.catalog, session.namespace)
         applied = [n for n in phases.numbers() if state and n >= request.phase
                    and state.phase(n).status.applied]
         undone = [n for n in phases.numbers() if state and n >= request.phase
                   and state.phase(n).status is PhaseStatus.ROLLED_BACK]
-        if state is None:
-            _refuse_lost_state(session, snap)
+        if state and not applied and request.phase == 1 and request.settings.options.roll_on_delete:
+            applied = recovered.reopen_half_rolled(state, snap, session.catalog)
         if state is None or not (applied or undone):
             raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
                              "to roll back.",
@@ -311,27 +299,30 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             told.say(before.warnings)
             return _dry_run(session, told, request, snap, state, before, "rollback")
         session.store.check_free()  # someone else's run: refused before the question
+        before = assemble.build(snap, session.catalog, state, request.settings.options,
+                                forward=False)
         if not applied:
             # The same command run again after it finished (or was killed after its last state
             # write): nothing is left to undo, which is success, not bad input. It still goes
             # through the lock, so a killed run's lock is taken over and released.
             session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                      "back; nothing to do")
-        elif not request.confirm(_question(
-                session, assemble.build(snap, session.catalog, state, request.settings.options,
-                                       forward=False),
-                lambda p: p.number in applied)):
+        elif not request.confirm(_question(session, before, lambda p: p.number in applied)):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
         told = Warned(session.listener)
         with _applying(session, told, cache, request, state, version) as backend:
             Loop(backend, state).rollback(request.phase)
         final, result = _outcome(session, told, request, state, backend, "rollback")
-        # Rolled back, and what the phases kept below N are answerable for still works.
+        # Rolled back, and it broke nothing the phases kept below N answer for: a check of
+        # theirs that failed before it ran (the labels an operator re-render dropped, the very
+        # reason for `rollback --phase 3` in docs/runbook.md) is not the rollback's failure.
+        broken_before = {f.name for f in before.verdict_fails(request.phase - 1)}
         return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
                                                for p in final.phases
                                                if p.number >= request.phase
                                                and p.status is not PhaseStatus.PENDING)
-                         and not final.verdict_fails(request.phase - 1))
+                         and not [f for f in final.verdict_fails(request.phase - 1)
+                                  if f.name not in broken_before])
 
 
 # ---- status / verify / unlock / preflight ----------------------------------------------------
@@ -339,12 +330,17 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
 def status(session: Session) -> StatusReport:
     """State, live verification of completed phases, drift."""
     snap = _observe(session)
-    state, _ = _load_state(session)
-    report = assemble.build(snap, session.catalog, state, Options(), forward=False)
+    broken: StateCorrupt | None = None
+    try:
+        state, _ = _load_state(session)
+    except StateCorrupt as exc:  # the live verdict needs no state: shown, with the error
+        state, broken = None, exc
+    report = assemble.build(snap, session.catalog, state, Options(), forward=False,
+                            state_unreadable=broken is not None)
     Warned(session.listener).say(report.warnings)
     digest = None if state is None else StateDigest(
         state.plan_fingerprint, state.updated, state.last_error, tuple(state.history[-10:]))
-    lock = session.store.lock_info()
+    lock = None if broken else session.store.lock_info()
     run = runstatus.describe(state, lock, session.clock.now(), session.namespace,
                              session.store.holder_gone(lock))
     if run.rollback is not None:  # a rollback in progress: its steps, not the forward diff
@@ -353,7 +349,9 @@ def status(session: Session) -> StatusReport:
             replace(v, changes=(), notes=(*v.notes, "being rolled back: the rollback's steps "
                                           "are under `run.rollback`"))
             if v.number in undoing else v for v in report.phases))
-    return StatusReport(report, digest, run, ok=report.verdict.ok and not report.lost_state
+    return StatusReport(report, digest, run, state_error=broken,
+                        ok=not broken and not report.unexpected_failures()
+                        and not report.lost_state
                         and report.gates_ok(completed_only=True)
                         and run.state != "interrupted")
 

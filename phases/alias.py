@@ -100,9 +100,9 @@ def _still_terminating(ctx: PlanContext, alias: str) -> str | None:
         return None
     ns = ctx.snapshot.namespace
     return (f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
-            f"gone: wait for its finalizers, or remove them if nothing needs them (kubectl -n "
+            f"gone: wait for its finalizers, or remove them if nothing needs them (`kubectl -n "
             f"{ns} patch service {alias} --type=merge -p "
-            "'{\"metadata\":{\"finalizers\":null}}'), then run again")
+            "'{\"metadata\":{\"finalizers\":null}}'`), then run again")
 
 
 def plan(ctx: PlanContext) -> PhasePlan:
@@ -252,12 +252,13 @@ def stable_names(ctx: PlanContext) -> list[GateResult]:
         live = ctx.service(stable)
         leaving = _leaving(ctx, live) if live is not None else None
         if leaving and comp.alias:
-            result = GateResult(result.name, False, f"{leaving}; `apply --phase 2` waits for "
-                                "that and creates it")
+            result = GateResult(result.name, False, f"{leaving}; `apply` waits for that and "
+                                "creates it (the verdict's stable-name fix names the command)")
         elif live is None and comp.alias:
             result = GateResult(result.name, False, f"Service/{stable} does not exist: the "
-                                f"{comp.stack} stack needs it as the alias of {comp.service} "
-                                "(a stack change?); `apply --phase 2` creates it")
+                                f"{comp.stack} stack needs it as the alias of {comp.service}; "
+                                "`apply` creates it again (the verdict's stable-name fix names "
+                                "the command that restores every completed phase)")
         out.append(result)
     return out
 

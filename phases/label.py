@@ -6,15 +6,25 @@ node."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from migrator.model import gates as g
+from migrator.model import halfrolls, labelmarks
 from migrator.model import objects as o
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
+from migrator.model.inplace import cost, in_place_steps, rolling_because
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
-from migrator.model.steps import RollPods, SetLabels, Step, from_record
+from migrator.model.steps import (
+    HoldStrategy,
+    RestoreStrategy,
+    RollPods,
+    SetLabels,
+    Step,
+    from_record,
+)
 
 NUMBER = 1
 NAME = "label"
@@ -127,9 +137,17 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
                          {**prior.meta_before, **{k: o.labels(ds).get(k) for k in new}},
                          {**prior.template_before,
                           **{k: o.template_labels(ds).get(k) for k in new}})
+    mark = labelmarks.read(ds)  # the tool's own labels are never taken for the originals
+    meta, template = (mark.meta_before, mark.template_before) if mark else ({}, {})
     return SetLabels(comp.daemonset, dict(wanted), dict(wanted),
-                     {k: o.labels(ds).get(k) for k in wanted},
-                     {k: o.template_labels(ds).get(k) for k in wanted})
+                     {k: meta.get(k) if k in meta else o.labels(ds).get(k) for k in wanted},
+                     {k: template.get(k) if k in template else o.template_labels(ds).get(k)
+                      for k in wanted})
+
+
+ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on-delete` to let "
+                      "the tool delete the old pods one node at a time, each after the last "
+                      "one's replacement is Ready")
 
 
 # Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
@@ -195,7 +213,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
         ds = ctx.daemonset(comp)
         if ds is None:
             continue
-        step = _label_step(ctx, comp, ds)
+        step = replace(_label_step(ctx, comp, ds), in_place=False)
         key = comp.common_label.key
         user_value = step.meta_before.get(key) or step.template_before.get(key)
         if user_value not in (None, comp.common_label.value):
@@ -208,10 +226,21 @@ def plan(ctx: PlanContext) -> PhasePlan:
                             "operator's next re-render (an upgrade or any CR edit) brings "
                             f"{value!r} back, the pods roll without the common label and every "
                             "Service switched to it drains; remove the key from that CR field")
-        ondelete = o.update_strategy(ds) == "OnDelete"
-        if not step.satisfied(ds):
+        rolling = rolling_because(ctx, ds)
+        held = o.held_strategy(ds) is not None
+        ondelete = o.update_strategy(ds) == "OnDelete" and not held
+        if rolling is None and (held or not step.satisfied(ds)):
+            steps += in_place_steps(ctx, ds, step, not step.satisfied(ds))
+            if not held:
+                gates.append(g.daemonset_healthy(ctx.snapshot, ds))
+            notes.append(f"DaemonSet/{comp.daemonset}: "
+                         + cost(ds, len(ctx.snapshot.pods_of(comp.daemonset)), None))
+        elif not step.satisfied(ds):
             steps.append(step)
-            gates.append(g.daemonset_healthy(ctx.snapshot, ds))
+            gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
+            if not ondelete:
+                notes.append(f"DaemonSet/{comp.daemonset}: " + cost(
+                    ds, len(ctx.snapshot.pods_of(comp.daemonset)), rolling))
         else:
             notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
             checks.append(step)  # e.g. an operator that renders it: its rollout must finish
@@ -235,11 +264,12 @@ def plan(ctx: PlanContext) -> PhasePlan:
     warnings += _release_warnings(ctx)
     sharing, unsafe = _sharing_notes(ctx)
     notes += sharing
+    fix = ROLL_ON_DELETE_FIX if blocked and not unsafe else None
     if unsafe:
         blocked = f"{blocked}; {unsafe}" if blocked else unsafe
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
     return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
-                     warnings=tuple(warnings), notes=tuple(notes), blocked=blocked,
+                     warnings=tuple(warnings), notes=tuple(notes), blocked=blocked, fix=fix,
                      guarded=tuple(bases), tolerance=tolerance, checks=tuple(checks))
 
 
@@ -258,15 +288,20 @@ def _release_warnings(ctx: PlanContext) -> list[str]:
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
+    if isinstance(step, HoldStrategy) and step.name in ctx.snapshot.daemonsets:
+        return [g.daemonset_healthy(ctx.snapshot, ctx.snapshot.daemonsets[step.name])]
     if isinstance(step, SetLabels):
         ds = ctx.snapshot.daemonsets.get(step.daemonset)
         if ds is None:
             return [GateResult(f"exists/{step.daemonset}", False,
                                f"DaemonSet/{step.daemonset} no longer exists")]
-        if not step.rolls_pods():
+        if not step.rolls_pods() and not step.in_place:
             return []
         removing = [k for k, v in step.template_after.items() if v is None]
-        out = [g.daemonset_healthy(ctx.snapshot, ds)]
+        # In place, health was gated before the hold, whose write the controller may not have
+        # observed yet; each pod is then proven by its revision (engine/inplace.py).
+        out = [] if step.in_place else [
+            halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
         for key in removing:
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
@@ -289,7 +324,9 @@ def _wanted_pod_labels(ctx: PlanContext, daemonset: str) -> dict[str, str | None
 
 def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     """Rollout complete and every pod carries the template's labels."""
-    name = step.daemonset if isinstance(step, SetLabels | RollPods) else None
+    name = step.daemonset if isinstance(step, SetLabels | RollPods | RestoreStrategy) else None
+    if isinstance(step, SetLabels) and step.in_place:
+        return []  # its pods are relabelled next (RelabelPods); RestoreStrategy's gates wait
     if name is None or name not in ctx.snapshot.daemonsets:
         return []
     ds = ctx.snapshot.daemonsets[name]
@@ -310,11 +347,21 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             continue
         if not step.satisfied(ds):
             why = "removed from the DaemonSet"
-            if hash_key in o.annotations_of(ds) and ctx.operator_owner(ds):
+            if labelmarks.read(ds) is not None:  # an operator's re-render drops the mark
+                why += (" by an edit of it (by hand or another client), not by an operator "
+                        f"re-render: phase 1's mark {labelmarks.LABELS_MARK} is still on it; "
+                        "apply re-runs phase 1")
+            elif hash_key in o.annotations_of(ds) and ctx.operator_owner(ds):
                 why += (f" — {ctx.operator_owner(ds)} re-rendered it (annotation {hash_key}"
                         f"={o.annotations_of(ds)[hash_key]}) without the common labels")
             out.append(GateResult(name, False, f"common labels {why}"))
             continue
+        held = o.held_strategy(ds)
+        if held is not None:
+            out.append(GateResult(f"held/{step.daemonset}", False,
+                                  f"held on updateStrategy OnDelete by dcgm-migrate (its own: "
+                                  f"{held.get('type')}); resuming the run or a rollback "
+                                  "restores it"))
         out.append(GateResult(name, True, "labels on DaemonSet and template"))
         out.append(g.pods_carry(ctx.snapshot, step.daemonset, dict(step.template_after)))
         comp = _component_of(ctx, step.daemonset)
@@ -327,15 +374,47 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
+    """The labels' originals restored; an OnDelete DaemonSet's pods rolled by the tool with
+    `--roll-on-delete` (a half-roll an earlier rollback left finished too), refused without
+    it: its template change would leave every pod carrying the label (model/halfrolls.py)."""
     inverse: list[Step] = []
+    left: list[str] = []
+    gates: list[GateResult] = []
     for step in reversed(steps):
         if isinstance(step, SetLabels):
-            inv = step.inverse()
+            inv = replace(step.inverse(), in_place=False)
             ds = ctx.snapshot.daemonsets.get(step.daemonset)
-            if ds is not None and not inv.satisfied(ds):
+            if ds is None:
+                continue
+            if rolling_because(ctx, ds) is None:  # in place, gated before the hold
+                if inv.satisfied(ds) and o.held_strategy(ds) is None:
+                    continue
+                inverse += in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
+                gates += [r for r in before_write(ctx, replace(inv, in_place=True))
+                          if r.name.startswith("no-selector-uses/")]
+                continue
+            stale = halfrolls.on_delete(ds) and bool(ctx.snapshot.pods_of(step.daemonset)) and (
+                not inv.satisfied(ds) or bool(halfrolls.stale_pods(ctx.snapshot, ds,
+                                                                   step.template_after)))
+            if stale and not ctx.options.roll_on_delete:
+                left.append(f"DaemonSet/{step.daemonset} uses updateStrategy OnDelete, so "
+                            f"its {len(ctx.snapshot.pods_of(step.daemonset))} pods would keep "
+                            f"{', '.join(step.template_after)} after its template loses it")
+                continue
+            if not inv.satisfied(ds):
                 inverse.append(inv)
-                if o.update_strategy(ds) == "OnDelete" and ctx.options.roll_on_delete:
-                    inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+            if stale:
+                inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+    # Held with no label write to undo (a run killed right after its hold): restored alone.
+    restoring = {s.daemonset for s in inverse if isinstance(s, RestoreStrategy)}
+    for comp in ctx.components:
+        ds = ctx.snapshot.daemonsets.get(comp.daemonset)
+        held = o.held_strategy(ds) if ds is not None else None
+        if held is not None and comp.daemonset not in restoring:
+            inverse.append(RestoreStrategy(comp.daemonset, held))
+            restoring.add(comp.daemonset)
     bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), guarded=tuple(bases),
-                     tolerance=tolerance)
+    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), gates=tuple(gates),
+                     guarded=tuple(bases), tolerance=tolerance,
+                     blocked="; ".join(left) or None,
+                     fix=ROLL_ON_DELETE_FIX if left else None)

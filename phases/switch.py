@@ -20,7 +20,7 @@ from migrator.model.steps import SetSelector, Step, from_record
 NUMBER = 3
 NAME = "switch"
 SWITCHES_SELECTORS = True
-ANSWERS_FOR = frozenset[Remedy]()  # the verdict judges pods and names, not selectors
+ANSWERS_FOR = frozenset({Remedy.SELECTORS})  # fixes name it; no check's phase is it
 
 
 def _targets(ctx: PlanContext, comp: Component) -> list[str]:

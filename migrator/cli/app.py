@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +32,7 @@ from migrator.cli.options import (
     Output,
     OutputOpt,
     PrepareFor,
+    Rolling,
     RollOnDelete,
     Settle,
     Timeout,
@@ -39,6 +41,7 @@ from migrator.cli.options import (
 )
 from migrator.cli.plugins import INSTALL_HINT
 from migrator.cli.stack_cmd import change_stack
+from migrator.cli.watched import watched
 from migrator.commands import RunRequest, Session, save_plan
 from migrator.engine.loop import RunSettings
 from migrator.engine.progress import Quiet
@@ -50,7 +53,7 @@ from migrator.engine.reports import (
     RunReport,
     StatusReport,
 )
-from migrator.errors import Interrupted, UsageError
+from migrator.errors import Interrupted, UsageError, exit_code_for
 from migrator.kube.client import Kube
 from migrator.kube.retrying import RetryPolicy
 from migrator.model.planning import Options
@@ -129,9 +132,15 @@ class _Confirm:
             render.report_table(question)
             self.shown = question.report.warnings
         target = question.target
-        return typer.confirm(f"Write these changes to context {target.context} (server "
-                             f"{target.server}), namespace {target.namespace}?", default=False,
-                             err=True)
+        try:
+            return typer.confirm(f"Write these changes to context {target.context} (server "
+                                 f"{target.server}), namespace {target.namespace}?",
+                                 default=False, err=True)
+        except typer.Abort as aborted:  # click's answer to Ctrl-C and Ctrl-D: told apart
+            if isinstance(aborted.__context__, KeyboardInterrupt):  # Ctrl-C: exit 130
+                raise aborted.__context__ from None
+            raise UsageError("No answer at the question (end of input, Ctrl-D).",
+                             commands.ABORTED_HINT) from None
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -143,6 +152,7 @@ def plan(
                                              "of the objects it read) to FILE.")] = None,
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    rolling: Rolling = False,
     allow_foreign_pods: AllowForeignPods = False,
     prepare_for: PrepareFor = "",
     kubeconfig: Kubeconfig = None, context: Context = None,
@@ -153,34 +163,38 @@ def plan(
 
     Example: dcgm-migrate plan --out plan.json
     """
-    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
+    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
+                       rolling)
     with _session(kubeconfig, context, namespace, output) as s:
-        report = _saved(commands.plan(s, options), out)
+        report = _saved(commands.plan(s, options), out, options)
     _rendered(report, output)
 
 
-def _saved(report: PlanReport, out: Path | None) -> PlanReport:
-    """`plan --out`: the plan file keeps the report's document."""
+def _saved(report: PlanReport, out: Path | None, options: Options) -> PlanReport:
+    """`plan --out`: the plan file keeps the report's document and its planning options."""
     if out is not None:
-        save_plan(out, to_document(report), report.objects)
+        save_plan(out, to_document(report), report.objects, asdict(options))
     return report
 
 
 def _options(include_operator_owned: bool, roll_on_delete: bool, allow_foreign_pods: bool,
-             prepare_for: str) -> Options:
+             prepare_for: str, rolling: bool = False) -> Options:
     """The planning options, `--prepare-for` checked against plans/releases.yaml."""
     known = [r.name for r in load_catalog().releases]
     if prepare_for and prepare_for not in known:
         raise UsageError(f"--prepare-for {prepare_for!r} names no GPU Operator release the "
                          "tool knows.", f"pass one of: {', '.join(known)}")
-    return Options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
+    return Options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
+                   rolling)
 
 
 def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: str,
                  include_operator_owned: bool, roll_on_delete: bool,
                  plan_file: Path | None = None, allow_foreign_pods: bool = False,
-                 prepare_for: str = "", dry_run: bool = False) -> RunRequest:
-    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for)
+                 prepare_for: str = "", dry_run: bool = False,
+                 rolling: bool = False) -> RunRequest:
+    options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
+                       rolling)
     wait = parse_duration(timeout)
     if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
         raise UsageError(f"--timeout {timeout!r} leaves no time to wait for a rollout.",
@@ -213,6 +227,7 @@ def apply(
     settle: Settle = "30s",
     include_operator_owned: IncludeOperatorOwned = False,
     roll_on_delete: RollOnDelete = False,
+    rolling: Rolling = False,
     allow_foreign_pods: AllowForeignPods = False,
     prepare_for: PrepareFor = "",
     kubeconfig: Kubeconfig = None, context: Context = None,
@@ -224,7 +239,8 @@ def apply(
     Example: dcgm-migrate apply --phase 2 --yes
     """
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
-                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run)
+                           roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run,
+                           rolling)
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.apply(s, request=request)
     _rendered(report, output,
@@ -241,6 +257,7 @@ def rollback(
     timeout: Timeout = "10m",
     settle: Settle = "30s",
     roll_on_delete: RollOnDelete = False,
+    rolling: Rolling = False,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -250,7 +267,7 @@ def rollback(
     Example: dcgm-migrate rollback --phase 1 --yes
     """
     request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
-                           dry_run=dry_run)
+                           dry_run=dry_run, rolling=rolling)
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.rollback(s, request=request)
     _rendered(report, output)
@@ -259,10 +276,11 @@ def rollback(
 @app.command()
 @handles_errors
 def status(
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until interrupted.")]
-    = False,
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes "
-                                            "with --watch.")] = 5.0,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until interrupted "
+                                        "(-o json: one document per line, JSON Lines; -o "
+                                        "yaml: a YAML stream).")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=1.0, help="Seconds between "
+                                            "refreshes with --watch (at least 1).")] = 5.0,
     kubeconfig: Kubeconfig = None, context: Context = None,
     namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
     debug: Debug = False,
@@ -273,17 +291,22 @@ def status(
     """
     with _session(kubeconfig, context, namespace, output) as s:
         report = commands.status(s)
-        render.document(report, output)
+        watched(report, output, watch)
         try:
-            while watch:
+            while watch and report.state_error is None:
                 time.sleep(interval)
                 report = commands.status(s)
-                render.document(report, output)
+                watched(report, output, watch)
         except KeyboardInterrupt as exc:  # how --watch ends: nothing to resume; after
             if isinstance(exc, Interrupted):  # Ctrl-C the last answer decides the exit code
                 raise typer.Exit(exc.exit_code) from None
+    if report.state_error is not None:  # the verdict is shown; the state's error ends it
+        if output is Output.table:
+            raise report.state_error
+        raise typer.Exit(exit_code_for(report.state_error))  # the document carries it
     if not report.ok:
         raise typer.Exit(1)
+
 
 
 @app.command()

@@ -22,6 +22,7 @@ from migrator.engine.reports import (
     StatusReport,
     UnlockReport,
 )
+from migrator.errors import exit_code_for
 from migrator.model.gates import GateResult
 
 Doc = dict[str, Any]
@@ -121,8 +122,13 @@ def run_view(run: RunView) -> Doc:
 
 @to_document.register
 def _status(report: StatusReport) -> Doc:
-    return {**_plan(report.report), "state": _state(report.state), "run": run_view(report.run),
-            "ok": report.ok}
+    doc = {**_plan(report.report), "state": _state(report.state), "run": run_view(report.run),
+           "ok": report.ok}
+    if report.state_error is not None:
+        error = report.state_error
+        doc["stateError"] = {"message": error.message, "hint": error.hint,
+                             "exitCode": exit_code_for(error), "type": type(error).__name__}
+    return doc
 
 
 @to_document.register

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 import typer
 
 from migrator.cli import render
-from migrator.cli.group import ARGV_KEY
+from migrator.cli.commandline import ARGV_KEY
 from migrator.cli.options import Output
 from migrator.engine import interrupts
 from migrator.errors import Interrupted, MigrateError, exit_code_for

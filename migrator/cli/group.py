@@ -12,6 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from migrator.cli import plugins, render
+from migrator.cli.commandline import ARGV_KEY
 from migrator.cli.options import Output
 
 # click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
@@ -76,9 +77,6 @@ class RootGroup(Group):
                 render.raw({"error": {"message": message, "hint": hint,
                                       "exitCode": 2, "type": "UsageError"}}, output)
             raise typer.Exit(2) from None
-
-
-ARGV_KEY = "dcgm-migrate.argv"
 
 
 def _as_invoked(cmd: Any, name: str) -> Any:

@@ -22,8 +22,9 @@ import typer
 from migrator.cli import render
 from migrator.cli.options import Context, Debug, Kubeconfig, Namespace, Output, OutputOpt
 from migrator.engine.guard import Guard, GuardSettings
+from migrator.engine.locate import require_dcgm
 from migrator.engine.reports import GuardReport
-from migrator.engine.serving import parse_address
+from migrator.engine.serving import cannot_serve, parse_address
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
 from migrator.kube.retrying import RetryPolicy
@@ -79,12 +80,17 @@ def guard(
     if once and address is not None:
         raise UsageError("--metrics-bind-address/--metrics-port serve nothing with --once "
                          "(one pass, then exit).")
+    if address is not None:
+        _free(address, "--metrics-port" if metrics_port is not None else
+              "--metrics-bind-address")
     settings = GuardSettings(lease_name=lease_name, identity=identity or _identity(),
                              lease_seconds=lease_seconds, resync_seconds=resync,
                              verdict_seconds=verdict_seconds)
     kube = Kube.connect(kubeconfig, context, retry=RetryPolicy(notice=_log))
     try:
-        g = Guard(kube, namespace, load_catalog(), settings, log=_log)
+        catalog = load_catalog()
+        require_dcgm(kube, namespace, catalog)  # as every command: exit 2 naming where
+        g = Guard(kube, namespace, catalog, settings, log=_log)
         if once:
             with g.recorder.running():  # the Events of its writes go out before it exits
                 report = GuardReport(namespace, g.reconcile(), g.verdict())
@@ -104,6 +110,21 @@ def guard(
         g.run(stop, serve=address)
     finally:
         kube.close()
+
+
+def _free(address: tuple[str, int], option: str) -> None:
+    """The port can be bound (as the server binds it: SO_REUSEADDR), checked before the
+    guard connects: a port in use is a usage error naming the address and a free one."""
+    host, port = address
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise cannot_serve(address, exc, option) from exc
 
 
 def _bind_address(bind: str | None, port: int | None) -> tuple[str, int] | None:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from migrator.cli.commandline import Selection, complete
 from migrator.engine.progress import (
     EndpointProgress,
     PhaseEvent,
@@ -46,6 +47,7 @@ class PlainProgress:
         self.held: list[str] = []  # warnings left to the report
         self._last: dict[str, tuple[float, tuple[int, ...]]] = {}
         self._settling: float | None = None  # the countdown's length while one runs
+        self.selection = Selection.current()  # the commands it says point at this cluster
 
     def _say(self, text: str) -> None:
         self.stream.write(f"{time.strftime('%H:%M:%S')} {text}\n")
@@ -94,18 +96,18 @@ class PlainProgress:
             self._settling = None
 
     def message(self, text: str) -> None:
-        self._say(text)
+        self._say(complete(text, self.selection))
 
     def warning(self, text: str) -> None:
         if self.warnings:
-            self._say(f"warning: {text}")
+            self._say(f"warning: {complete(text, self.selection)}")
         elif text not in self.held:  # `status --watch` reads the same warnings every refresh
             self.held.append(text)
 
     def say_held(self) -> None:
         """The warnings left to a report that will not be printed (the command failed)."""
         for text in self.held:
-            self._say(f"warning: {text}")
+            self._say(f"warning: {complete(text, self.selection)}")
         self.held.clear()
 
     def close(self) -> None:

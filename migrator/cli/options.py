@@ -107,6 +107,10 @@ IncludeOperatorOwned = Annotated[bool, typer.Option(
 RollOnDelete = Annotated[bool, typer.Option(
     "--roll-on-delete",
     help="For updateStrategy OnDelete: delete old pods one node at a time to roll them.")]
+Rolling = Annotated[bool, typer.Option(
+    "--rolling",
+    help="Phase 1 (and its rollback): roll every DaemonSet's pods with a template change "
+         "instead of relabelling them in place (docs/runbook.md, phase 1).")]
 AllowForeignPods = Annotated[bool, typer.Option(
     "--allow-foreign-pods",
     help="Let phase 3 switch a selector that also picks up pods outside the DCGM/exporter "

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from migrator.cli.commandline import Selection, command, complete, completed, long_name
 from migrator.cli.documents import to_document
 from migrator.cli.options import Output
 from migrator.engine.reports import (
@@ -32,10 +33,27 @@ from migrator.model.phasestatus import PhaseStatus
 from migrator.model.steps import Change
 
 
+class _Pointed:
+    """A console whose every printed text has its commands pointed at this invocation's
+    cluster (cli/commandline.py): what a report, a closing line or `resume:` names runs as
+    written."""
+
+    def __init__(self, console: Console, selection: Selection) -> None:
+        self.console, self.selection = console, selection
+
+    @property
+    def width(self) -> int:
+        return int(self.console.width)
+
+    def print(self, what: Any = "") -> None:
+        self.console.print(complete(what, self.selection) if isinstance(what, str) else what)
+
+
 def _console(stderr: bool = False) -> Any:
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 160  # logs and CI: wide enough not to fold names
-    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
+    return _Pointed(Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width),
+                    Selection.current())
 
 
 def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
@@ -45,7 +63,11 @@ def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
     if output is Output.table:
         table(report, shown)
     else:
-        raw(to_document(report), output)
+        selection = Selection.current()
+        doc = completed(to_document(report), selection)
+        if isinstance(report, StatusReport) and report.run.resume:
+            doc["run"]["resume"] = resume(report.run.resume, selection)
+        raw(doc, output)
 
 
 def raw(doc: dict[str, Any], output: Output) -> None:
@@ -206,7 +228,7 @@ def run_lines(con: Any, run: RunView) -> None:
     if run.last_event:
         con.print(f"  last event: {esc(_event(run.last_event))}")
     if run.resume:
-        con.print(f"  [bold]resume:[/bold] {esc(run.resume)}")
+        con.print(f"  [bold]resume:[/bold] {esc(resume(run.resume, con.selection))}")
     for phase in run.rollback or ():
         con.print(f"  rollback of phase {phase.phase} — {phase.name} ({phase.status.value})")
         for step in phase.steps:
@@ -253,7 +275,8 @@ def guard_lines(report: GuardReport) -> None:
     if not report.passed.applied:
         lines.append("nothing to correct")
     lines.append(f"verdict: {report.verdict.summary()}")
-    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    selection = Selection.current()
+    sys.stdout.write("".join(f"{complete(line, selection)}\n" for line in lines))
 
 
 def error(exc: MigrateError, hint: str | None = None) -> None:
@@ -268,23 +291,16 @@ def error(exc: MigrateError, hint: str | None = None) -> None:
 
 # A fix that names options to pass (`-n gpu-operator`, `--timeout 20m`) in backticks is shown
 # with the whole command line that passes them, and a command it names (`dcgm-migrate status`,
-# `kubectl get …`) gets the invoked command's connection options, so each can be run as written
-# against the same cluster.
+# `kubectl get …`) is pointed at the same cluster (cli/commandline.py), so each can be run as
+# written.
 _QUOTED = re.compile(r"`([^`]+)`")
-_ALIASES = {"-n": "--namespace", "-o": "--output"}
-CONNECTION = ("--kubeconfig", "--context")  # the same meaning to dcgm-migrate and kubectl
-PROGRAMS = ("dcgm-migrate", "kubectl")
-
-
-def _long(option: str) -> str:
-    return _ALIASES.get(option, option)
 
 
 def with_options(command: Sequence[str], tokens: Sequence[str]) -> list[str]:
     """`command` (program and arguments) with the options in `tokens` (`--opt value` pairs)
     set: each one's earlier occurrences (`-n x`, `--namespace x`, `--namespace=x`, `-nx`)
     removed, the new ones appended."""
-    names = {_long(t) for t in tokens if t.startswith("-")}
+    names = {long_name(t) for t in tokens if t.startswith("-")}
     out: list[str] = []
     skip = False
     for arg in command:
@@ -292,58 +308,35 @@ def with_options(command: Sequence[str], tokens: Sequence[str]) -> list[str]:
             skip = False
             continue
         head = arg.split("=", 1)[0]
-        if _long(head) in names:
+        if long_name(head) in names:
             skip = "=" not in arg
             continue
-        if len(arg) > 2 and not arg.startswith("--") and _long(arg[:2]) in names:
+        if len(arg) > 2 and not arg.startswith("--") and long_name(arg[:2]) in names:
             continue  # -nvalue
         out.append(arg)
     return [*out, *tokens]
 
 
-def connection(command: Sequence[str], *, namespace: bool = False) -> list[str]:
-    """The `--kubeconfig` / `--context` options of an invoked command line (and with
-    `namespace` its `--namespace`), as `--option value` tokens."""
-    wanted = (*CONNECTION, "--namespace") if namespace else CONNECTION
-    out: list[str] = []
-    for i, arg in enumerate(command):
-        head, eq, value = arg.partition("=")
-        head = _long(head)
-        if head in wanted:
-            if eq:
-                out += [head, value]
-            elif i + 1 < len(command):
-                out += [head, command[i + 1]]
-    return out
-
-
-def _named(text: str, invoked: Sequence[str]) -> str:
-    """A command a fix names, with the invoked command's connection options it lacks."""
+def resume(text: str, selection: Selection) -> str:
+    """`status`'s `resume:` command (a bare command line), pointed at the same cluster."""
     try:
-        argv = shlex.split(text)
+        return command(shlex.split(text), selection)
     except ValueError:
         return text
-    if not argv or argv[0] not in PROGRAMS or (
-            argv[0] == "dcgm-migrate" and (len(argv) < 2 or argv[1].startswith("-"))):
-        return text  # not a command that talks to a cluster (`dcgm-migrate --version`)
-    given = {_long(a.split("=", 1)[0]) for a in argv}
-    extra = connection(invoked, namespace=argv[0] == "dcgm-migrate")
-    extra = [t for i in range(0, len(extra), 2) if extra[i] not in given
-             for t in extra[i:i + 2]]
-    return shlex.join([*argv, *extra]) if extra else text
 
 
-def fix_line(hint: str, command: Sequence[str] | None) -> str:
+def fix_line(hint: str, invoked: Sequence[str] | None) -> str:
     """The hint with each backticked option fragment followed by the command that passes it
     ("pass -n gpu-operator: `dcgm-migrate status -n gpu-operator`"), and each command it names
     pointed at the same cluster; unchanged without a command line to complete."""
-    if not command:
+    if not invoked:
         return hint
+    selection = Selection.of(invoked)
 
     def whole(match: re.Match[str]) -> str:
         text = match.group(1)
         if text.startswith("-"):
-            return f"{text}: `{shlex.join(with_options(command, shlex.split(text)))}`"
-        return f"`{_named(text, command)}`"
+            return f"{text}: `{shlex.join(with_options(invoked, shlex.split(text)))}`"
+        return complete(match.group(0), selection)
 
     return _QUOTED.sub(whole, hint)

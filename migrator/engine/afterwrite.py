@@ -29,11 +29,12 @@ STOPS_AT_ONCE = frozenset({GateKind.ENDPOINTS, GateKind.NODES_REPORTING})
 
 def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
     """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
-    supplies only what a step never changes: the CRs, ServiceMonitors and update
-    strategy; every gate check reads the DaemonSets, Services, pods and endpoints afresh
-    (from the run's cache, as new as this step's write)"""
+    supplies only what a step never changes: the CRs and ServiceMonitors; every gate check
+    reads the DaemonSets, Services, pods and endpoints afresh (from the run's cache, as new as
+    this step's write), the update strategy too (phase 1 in place holds it on OnDelete and
+    restores it: `RestoreStrategy`'s rollout is waited for under the strategy it wrote)."""
     base_snap = base or backend.snapshot()
-    ds_now = base_snap.daemonsets.get(step.rollout_of() or "")
+    ds_now = backend.fresh(base_snap).daemonsets.get(step.rollout_of() or "")
     if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
         return  # the template change rolls nothing; a RollPods step (if any) rolls pods
     rolls = step.rollout_of() if ds_now is not None else None

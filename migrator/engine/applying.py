@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, interrupts, ondelete
+from migrator.engine import afterwrite, executor, inplace, interrupts, ondelete
 from migrator.engine.clock import Clock
 from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally, context
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
@@ -26,7 +26,7 @@ from migrator.model.planning import PlanContext
 from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import Step, from_record
+from migrator.model.steps import RelabelPods, Step, from_record
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -141,7 +141,12 @@ class Apply:
     def finish(self, work: PhaseWork) -> None:
         rec = work.rec
         rec.finished = self.state.stamp()
+        restored = {}  # how many selectors a rollback restored (`settle_after_restore` asks)
         if work.rollback:
+            if work.module.SWITCHES_SELECTORS:
+                restored["selectors"] = sum(r.status in ("intent", "done") and (
+                    s := from_record(r.step)).selector_change(s.name) is not None
+                    for r in rec.undo)
             rec.status = PhaseStatus.ROLLED_BACK
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
         else:
@@ -149,7 +154,7 @@ class Apply:
             # The baseline is spent: a drifted phase and a rollback record their own. Kept, a
             # per-node map per phase would grow every later save (and the 1 MiB ConfigMap).
             rec.baselines = []
-        self.state.log(rec.status.value, phase=rec.number)
+        self.state.log(rec.status.value, phase=rec.number, **restored)
         self.save()
         self.listener.phase(PhaseEvent(rec.number, work.module.NAME, rec.status.value,
                                        work.plan))
@@ -193,7 +198,7 @@ class Apply:
         recorded = {r.id: r.status for r in work.records}.get(step.id)
         if recorded != "done":
             work.mark(step, "done" if recorded in ("intent", "done") else "skipped")
-            if recorded == "intent" and step.rolls_pods() and not work.rollback:
+            if recorded == "intent" and step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True  # our write landed; the run died before "done"
             self.save()
         self.listener.step(StepEvent(work.rec.number, step, "skipped"))
@@ -223,13 +228,13 @@ class Apply:
             if note:
                 self.listener.message(note)
             work.mark(step, "done")
-            if step.rolls_pods() and not work.rollback:
+            if step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True
             self.save()
         self.listener.step(StepEvent(work.rec.number, step, "done"))
 
     def roll(self, work: PhaseWork, step: Step) -> None:
-        ondelete.roll(self, work, step)
+        (inplace.relabel if isinstance(step, RelabelPods) else ondelete.roll)(self, work, step)
 
     def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
         afterwrite.wait(self, work, step, base)
@@ -241,8 +246,12 @@ class Apply:
         """Give kube-proxy `--settle` after the selectors were restored — measured from the
         recorded finish, so a run killed during the countdown waits only the rest of it."""
         rec = state.phase(phases.selector_phase().NUMBER)
-        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished:
-            return
+        last: dict[str, Any] = next((e for e in reversed(state.history)
+                                     if e.get("event") == PhaseStatus.ROLLED_BACK.value
+                                     and e.get("phase") == rec.number), {})
+        if rec.status is not PhaseStatus.ROLLED_BACK or not rec.finished or \
+                last.get("selectors") == 0:
+            return  # no selector was restored: nothing for kube-proxy to program
         finished = datetime.strptime(rec.finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         elapsed = (self.clock.now() - finished).total_seconds()
         remaining = self.settings.settle - max(0.0, elapsed)

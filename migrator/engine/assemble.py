@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import reporting, walk
+from migrator.engine import recovered, reporting, walk
 from migrator.engine.reports import Closing, PlanReport, RunReport, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
@@ -19,6 +19,7 @@ from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import Change, SetLabels, SetSelector, Step
+from migrator.model.traffic import traffic_critical
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "
@@ -35,6 +36,12 @@ LOST_STATE = (
     "{ns}/{cm} was deleted or never restored, so rollback does not know what to "
     "undo. Restore it from your backup (docs/runbook.md, 'Restoring the state'); until then "
     "`apply` and `rollback` refuse and `status`/`verify` exit 1"
+)
+LOST_PHASE_ONE = (
+    "No state, yet phase 1 left its marks ({marks}): the state ConfigMap {ns}/{cm} was "
+    "deleted or never restored. Restore it from your backup (docs/runbook.md, 'Restoring the "
+    "state'), or undo phase 1 from the marks with `dcgm-migrate rollback --phase 1 -n {ns}` "
+    "and start over; until then `apply` refuses and `status`/`verify` exit 1"
 )
 
 
@@ -53,12 +60,13 @@ def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
 
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           *, forward: bool = True, earlier: Iterable[str] = (),
-          objects: bool = False) -> PlanReport:
+          objects: bool = False, state_unreadable: bool = False) -> PlanReport:
     """The report. `forward`: warn about what the plan would do, too (plan, apply); a report
     of the cluster as it is (`status`, a rollback's result) warns only about what is true now
     — the drift risk only while a Service the tool switched selects by labels it wrote.
     `earlier`: the warnings this command said before (engine/warned.py), listed first;
-    `objects`: keep what the fingerprint covers per object (`plan`, for its file)."""
+    `objects`: keep what the fingerprint covers per object (`plan`, for its file);
+    `state_unreadable`: a state exists but cannot be read (no lost state is claimed)."""
     found = discover(snapshot, catalog)
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
                                     if r.status.applied))
@@ -76,7 +84,8 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
             switches |= _switched(rec, decision)
         if decision.status is PhaseStatus.COMPLETED or plan is None or not forward:
             continue
-        drift_risk |= any(isinstance(s, SetLabels) and s.rolls_pods() for s in plan.steps)
+        drift_risk |= any(isinstance(s, SetLabels) and (s.rolls_pods() or s.in_place)
+                          for s in plan.steps)
         switches |= module.SWITCHES_SELECTORS and any(isinstance(s, SetSelector)
                                                       for s in plan.steps)
     certain = scrapechecks.certain_duplicates(snapshot, _exporters(found))
@@ -99,17 +108,22 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                         f"exporter pods, e.g. {tool_dups[0]}")
     if drift_risk and switches and found.components:
         warnings.append(DRIFT_RISK)
-    lost = outcome.tool_marks(snapshot, catalog) if state is None else []
+    lost = outcome.tool_marks(snapshot, catalog) if state is None and not state_unreadable \
+        else []
     if lost:
-        warnings.append(LOST_STATE.format(ns=snapshot.namespace, cm=catalog.common.state_configmap,
-                                          marks=", ".join(lost[:4])))
+        text = LOST_PHASE_ONE if recovered.phase_one_only(snapshot, catalog) else LOST_STATE
+        warnings.append(text.format(ns=snapshot.namespace, cm=catalog.common.state_configmap,
+                                    marks=", ".join(lost[:4])))
     warnings.extend(scrapechecks.truncated_endpoints(snapshot))
     return PlanReport(
         stack=found.stack, namespace=snapshot.namespace, fingerprint=snapshot.fingerprint(),
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
         phases=views, warnings=merged(earlier, [change] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
-        verdict=outcome.verdict(snapshot, catalog, phases.answers()), lost_state=tuple(lost),
+        verdict=outcome.verdict(snapshot, catalog, phases.answers(),
+                                completed=state.completed_phase() if state else 0,
+                                allowed_foreign=state.foreign_allowed() if state else ()),
+        lost_state=tuple(lost),
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
@@ -127,12 +141,12 @@ def _status_faults(status: StatusReport) -> list[str]:
     """Why `status` fails beyond the verdict: the state's side of the answer."""
     out = []
     if status.run.state == "interrupted":
-        out.append(f"a run was interrupted; resume: {status.run.resume}")
+        out.append(f"a run was interrupted; resume: `{status.run.resume}`")
     if status.report.lost_state:
         out.append("the state is lost (Warnings)")
     if not status.report.gates_ok(completed_only=True):
         out.append("a completed phase no longer holds (above)")
-    if not status.report.verdict.ok:
+    if status.report.unexpected_failures():
         out.append("the stable identity is broken (verdict above)")
     return out or ["see above"]
 
@@ -145,8 +159,13 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
+    if report.rolled_back and not (isinstance(shown, RunReport) and shown.result.dry_run):
+        return _rolled_back(shown, report)
+    traffic = [c.name for c in bad if traffic_critical(c.name)]
     lines = [Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
-                     if not bad else f"{len(bad)} of {len(checks)} checks fail")]
+                     if not bad else f"{len(bad)} of {len(checks)} checks fail" + (
+                         f"; consumers' traffic is misrouted or dropped: {', '.join(traffic)}"
+                         if traffic else ""))]
     if isinstance(shown, StatusReport) and not shown.ok:
         lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
     if not isinstance(shown, RunReport):
@@ -166,9 +185,40 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     elif bad:
         bad.sort(key=lambda c: not c.name.startswith("guard-live/"))  # the root cause first
         fix = f"; fix: {bad[0].fix}" if bad[0].fix else ""
+        nobody = ", which no phase answers for" if all(c.phase == 0 for c in bad) else ""
         lines.append(Closing("run", True, f"{done}; the stable identity is not whole yet "
-                             f"({', '.join(c.name for c in bad)}), which no phase answers "
-                             f"for{fix}"))
+                             f"({', '.join(c.name for c in bad)}){nobody}{fix}"))
     else:
         lines.append(Closing("run", True, done))
+    return lines
+
+
+def _rolled_back(shown: PlanReport | RunReport | StatusReport,
+                 report: PlanReport) -> list[Closing]:
+    """The closing lines of a cluster whose migration was rolled back on purpose: what it is
+    (as before the migration: the checks the phases make pass are expected to fail, and
+    `apply` migrates it again), and any check no phase answers for that fails."""
+    checks = report.verdict.findings
+    expected = [c for c in checks if not c.ok and c.phase]
+    unexpected = report.unexpected_failures()
+    last = max((p.number for p in report.phases), default=1)
+    undone = [p.number for p in report.phases if p.status is PhaseStatus.ROLLED_BACK]
+    lines = [Closing("rolled back", True, f"the migration is undone (phase"
+                     f"{'s' if len(undone) > 1 else ''} {_span(undone)} rolled back): the "
+                     "cluster is as before it"
+                     + (f", so {len(expected)} of {len(checks)} verdict checks fail as they "
+                        f"did then ({', '.join(c.name for c in expected[:4])}"
+                        f"{' …' if len(expected) > 4 else ''}); `dcgm-migrate apply --phase "
+                        f"{last}` migrates it again" if expected else ""))]
+    if unexpected:
+        fix = f"; fix: {unexpected[0].fix}" if unexpected[0].fix else ""
+        lines.append(Closing("verdict", False, f"{len(unexpected)} of {len(checks)} checks "
+                             "fail that no phase answers for ("
+                             f"{', '.join(c.name for c in unexpected)}){fix}"))
+    if isinstance(shown, StatusReport) and not shown.ok:
+        lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
+    if isinstance(shown, RunReport):
+        lines.append(Closing("run", shown.ok, f"phase{'s' if len(undone) > 1 else ''} "
+                             f"{_span(undone)} rolled back" if shown.ok else
+                             "a gate of the phases it ran fails (above)"))
     return lines

@@ -10,7 +10,15 @@ from migrator.errors import APIConflict, APINotFound, APITestFailed, GateFailed
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.stacks import Catalog
-from migrator.model.steps import CreateAlias, DeleteAlias, SetLabels, SetSelector, Step
+from migrator.model.steps import (
+    CreateAlias,
+    DeleteAlias,
+    HoldStrategy,
+    RestoreStrategy,
+    SetLabels,
+    SetSelector,
+    Step,
+)
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -30,8 +38,10 @@ def execute(step: Step, kube: Kube, namespace: str, catalog: Catalog, dry_run: b
 
 
 @execute.register(SetLabels)
-def _set_labels(step: SetLabels, kube: Kube, namespace: str, catalog: Catalog,
-                dry_run: bool = False) -> str | None:
+@execute.register(HoldStrategy)
+@execute.register(RestoreStrategy)
+def _set_labels(step: SetLabels | HoldStrategy | RestoreStrategy, kube: Kube, namespace: str,
+                catalog: Catalog, dry_run: bool = False) -> str | None:
     kube.patch(kinds.DAEMONSET, step.daemonset, namespace, step.patch(), patch_type="merge",
                dry_run=dry_run)
     return None

@@ -105,11 +105,14 @@ class Reconciler:
         self.log, self.note = log, note
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
+        self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
         # The loop's informers (kind plural → cache), set by the runner while it runs.
         self.caches: dict[str, Reflector[Obj]] = {}
         # The same caches with the DCGM pods' (printed rows), as the verdict reads them; set
         # by the runner while it runs (None: every verdict is a whole read).
         self.verdict_cache: Informer | None = None
+        # The Services switched with --allow-foreign-pods, as the last state read said.
+        self.foreign_allowed: frozenset[str] = frozenset()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -160,7 +163,8 @@ class Reconciler:
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), cache=cache, clock=self.clock,
                              leases=None if own is None else (own,))
-        verdict = outcome.verdict(snap, self.catalog, phases.answers())
+        verdict = outcome.verdict(snap, self.catalog, phases.answers(),
+                                  allowed_foreign=self.foreign_allowed)
         self.metrics.status.judged(verdict, reach.reach(snap, self.catalog, verdict),
                                    self.clock.now().timestamp())
         return verdict
@@ -236,6 +240,8 @@ class Reconciler:
         began = self.clock.monotonic()
         snap = self.read(pods=False)
         state, readable = self.read_state()
+        if readable:
+            self.foreign_allowed = state.foreign_allowed() if state else frozenset()
         switched = switched_aliases(state)
         if guarding.release_pending(snap, self.catalog, switched):
             snap = self.read()  # the release gates look at every pod: only now read them
@@ -258,7 +264,8 @@ class Reconciler:
                                        {c.alias or "": c.service for c, _, _ in names})
         needed = (enabled and names) or sharing.shared_slices(slices, self.catalog.common)
         keeper = self.keeper() if needed else None
-        shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper, enabled=enabled)
+        shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper,
+                                              enabled=enabled, shaped=self.shaped)
                           if keeper is not None else ([], []))
         for share in shared:
             for conflict in share.conflicts:

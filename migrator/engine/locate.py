@@ -175,6 +175,25 @@ def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
     return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
 
 
+def require_dcgm(kube: Kube, namespace: str, catalog: Catalog) -> None:
+    """The guard's check before it starts, as `plan`/`apply`/`status` refuse such a
+    namespace: it holds some of the catalog's DaemonSets (the namespace's own list, which
+    docs/guard.yaml's Role grants), or a state ConfigMap (a migration was made there: what
+    the guard keeps may outlive the DaemonSets, as `status` answers for such a namespace);
+    else a UsageError naming where they run."""
+    listed = _listed(kube, catalog, namespace)
+    if {n for _, n in listed} & set(daemonset_names(catalog)):
+        return
+    try:
+        if kube.get(kinds.CONFIGMAP, catalog.common.state_configmap, namespace) is not None:
+            return
+    except APIForbidden:
+        pass  # may not read it: judged by the DaemonSets alone
+    message, hint = wrong_namespace(namespace, locate(kube, catalog, namespace), catalog,
+                                    server=kube.server)
+    raise UsageError(message, hint)
+
+
 def require_stack(stack: str, found: bool, namespace: str) -> None:
     """A namespace where none of the DCGM DaemonSets the tool migrates runs: refused."""
     if stack == "none" or not found:

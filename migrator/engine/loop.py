@@ -210,8 +210,7 @@ class Loop:
         assert plan is not None and rec is not None
         b.begin(decision, direction)
         if plan.refusal:
-            b.refuse(rec, plan.refusal, "nothing was written; docs/runbook.md explains this "
-                     "gate and what to do")
+            b.refuse(rec, plan.refusal, plan.fix or _refusal_hint(plan))
         work = b.start(decision, direction)
         revisit = self._revisit(work)
         again = {s.id for s in revisit}
@@ -253,6 +252,15 @@ class Loop:
             if step.satisfied(self.backend.live(step)):
                 out.append(step)
         return out
+
+
+def _refusal_hint(plan: PhasePlan) -> str:
+    """A gate of the plan refuses before the phase's first write: where the runbook says what
+    that gate means and what to do, by its name."""
+    failed = [r.name.partition("/")[0] for r in plan.gates if not r.ok]
+    row = f"its {failed[0]} row" if failed else "the gate's row"
+    return (f"nothing was written; fix what the gate names ({row} in docs/runbook.md, 'Gate "
+            "failures', says how), then run the same command again")
 
 
 def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:

@@ -69,6 +69,9 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
         Permission("create", kinds.SERVICE),
         *(Permission("patch", kinds.SERVICE, n) for n in svc_names),
         *(Permission("delete", kinds.SERVICE, n) for n in aliases),
+        Permission("list", kinds.CONTROLLER_REVISION),  # phase 1 in place: the proof
+        Permission("watch", kinds.CONTROLLER_REVISION),
+        Permission("patch", kinds.POD),  # phase 1 in place: labels and revision hash
         Permission("delete", kinds.POD),
         Permission("create", kinds.CONFIGMAP),
         # change-stack: the new CR created, the old one deleted by name (the Helm chart's

@@ -23,12 +23,16 @@ def _plan_checksum(body: dict[str, Any]) -> str:
 
 
 def save_plan(path: Path, report: dict[str, Any],
-              objects: Mapping[str, Mapping[str, str]] | None = None) -> None:
-    """The plan file: the report's document, and what its fingerprint covers per object and
-    field (`objects`, so a stale plan names what changed), under a checksum."""
+              objects: Mapping[str, Mapping[str, str]] | None = None,
+              options: Mapping[str, Any] | None = None) -> None:
+    """The plan file: the report's document, what its fingerprint covers per object and
+    field (`objects`, so a stale plan names what changed) and the planning options it was
+    made with (`options`: `apply --plan` must pass the same), under a checksum."""
     body: dict[str, Any] = {"format": PLAN_FORMAT, "report": report}
     if objects is not None:
         body["objects"] = {name: dict(fields) for name, fields in objects.items()}
+    if options is not None:
+        body["options"] = dict(options)
     doc = {**body, "checksum": _plan_checksum(body)}
     try:
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -37,34 +41,64 @@ def save_plan(path: Path, report: dict[str, Any],
                          "choose a writable path for --out") from exc
 
 
+def flags(options: Mapping[str, Any]) -> list[str]:
+    """Planning options as the command-line flags that set them (`roll_on_delete` →
+    `--roll-on-delete`; a string option with its value)."""
+    out: list[str] = []
+    for key, value in sorted(options.items()):
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, str) and value:
+            out += [flag, value]
+    return out
+
+
 def _read_plan(path: Path) -> dict[str, Any]:
+    fresh = f"`dcgm-migrate plan --out {shlex.quote(str(path))}`"
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise UsageError(f"Plan file {path} does not exist.",
-                         "save one with `dcgm-migrate plan --out FILE`") from exc
+                         f"save one with {fresh}") from exc
     except (OSError, ValueError) as exc:
         raise UsageError(f"Plan file {path} is not a readable dcgm-migrate plan.",
-                         "save a fresh one with `dcgm-migrate plan --out FILE`") from exc
+                         f"save a fresh one with {fresh}") from exc
     if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
         raise UsageError(f"Plan file {path} is not a dcgm-migrate plan.",
-                         "save one with `dcgm-migrate plan --out FILE`")
+                         f"save one with {fresh}")
     body = {k: v for k, v in doc.items() if k != "checksum"}
     if doc.get("checksum") != _plan_checksum(body):
         raise UsageError(f"Plan file {path} was modified after it was saved (checksum "
-                         "mismatch).", "save a fresh one with `dcgm-migrate plan --out FILE`")
+                         "mismatch).", f"save a fresh one with {fresh}")
     return doc
 
 
 STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
 
 
-def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int) -> None:
+def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int,
+                    options: Mapping[str, Any] | None = None) -> None:
+    """The plan file is one of ours, for this namespace, made with the planning `options`
+    this apply passes (a file that records them), and the cluster has not changed since."""
     doc = _read_plan(path)
     saved: dict[str, Any] = doc["report"]
+    quoted = shlex.quote(str(path))
     if saved.get("namespace") != namespace:
         raise UsageError(f"Plan file {path} was made for namespace {saved.get('namespace')!r}, "
-                         f"not {namespace!r}.", "pass the matching -n, or make a new plan")
+                         f"not {namespace!r}.", f"pass the matching namespace: "
+                         f"`-n {saved.get('namespace')}`, or make a new plan for this one: "
+                         f"`dcgm-migrate plan --out {quoted} -n {namespace}`")
+    planned = doc.get("options")
+    if isinstance(planned, dict) and options is not None and flags(planned) != flags(options):
+        made, given = flags(planned), flags(options)
+        raise UsageError(
+            f"Plan file {path} was made with {' '.join(made) or 'no planning options'}, but "
+            f"this apply passes {' '.join(given) or 'none'}: what would run is not the plan "
+            "that was reviewed.",
+            f"apply it with its options: `dcgm-migrate apply --phase {phase} --plan {quoted} "
+            f"{' '.join([*made, '-n', namespace])}`, or plan with these: `dcgm-migrate plan "
+            f"--out {quoted} {' '.join([*given, '-n', namespace])}`")
     if saved.get("fingerprint") != snap.fingerprint():
         what = ""
         if isinstance(doc.get("objects"), dict):  # plans saved before it: no names
@@ -72,7 +106,6 @@ def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int) -> N
             more = len(changed) - STALE_SHOWN
             what = (": changed " + ", ".join(changed[:STALE_SHOWN])
                     + (f" and {more} more" if more > 0 else "")) if changed else ""
-        quoted = shlex.quote(str(path))
         raise StalePlan(f"The cluster changed since plan {path} was saved, so it is "
                         f"stale{what}.",
                         f"save a fresh plan with `dcgm-migrate plan --out {quoted} -n "

@@ -306,7 +306,9 @@ def _waits(b: Project, work: PhaseWork, step: Step, before: Snapshot, after: Sna
                        for k, v in step.pod_labels().items())
     if step.pod_by_pod and step.name in before.daemonsets:
         pods = [p for p in before.pods_of(step.name) if not p.deleting]
-        out.append(f"DaemonSet/{step.name}'s {len(pods)} old pods deleted one node at a time, "
+        out.append(f"DaemonSet/{step.name}'s {len(pods)} pods relabelled in place, none "
+                   "restarted" if step.type == "relabel-pods" else
+                   f"DaemonSet/{step.name}'s {len(pods)} old pods deleted one node at a time, "
                    "each after the previous node's new pod is Ready (--roll-on-delete)")
     elif ds is not None and o.update_strategy(ds) == "OnDelete":
         return []  # the template change rolls nothing (`afterwrite.wait`)

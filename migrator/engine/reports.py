@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from migrator.errors import MigrateError
 from migrator.model.gates import GateResult
 from migrator.model.outcome import Finding, Verdict
 from migrator.model.phasestatus import PhaseStatus, holds
@@ -66,6 +67,22 @@ class PlanReport:
     def gates_ok(self, *, completed_only: bool = False) -> bool:
         return all(g.ok for v in self.phases for g in v.gates
                    if not completed_only or v.status is PhaseStatus.COMPLETED)
+
+    @property
+    def rolled_back(self) -> bool:
+        """A deliberate full rollback: phase 1 rolled back, every later phase rolled back or
+        never run. The cluster is as before the migration, so the checks the phases' apply
+        makes pass are expected to fail (`status`/`verify` exit 0 on them: docs/runbook.md,
+        "Rollback")."""
+        first = min(self.phases, key=lambda v: v.number, default=None)
+        return first is not None and first.status is PhaseStatus.ROLLED_BACK and all(
+            v.status in (PhaseStatus.ROLLED_BACK, PhaseStatus.PENDING) for v in self.phases)
+
+    def unexpected_failures(self) -> list[Finding]:
+        """The verdict's failed checks a cluster in its state should pass: all of them, but
+        after a full rollback only those no phase answers for (a node's pod not Ready)."""
+        bad = self.verdict.failures()
+        return [f for f in bad if f.phase == 0] if self.rolled_back else bad
 
     def verdict_fails(self, upto: int | None = None) -> list[Finding]:
         """The verdict's failed checks; with `upto`, only those phases 1..upto answer for
@@ -188,6 +205,9 @@ class StatusReport:
     state: StateDigest | None
     run: RunView
     ok: bool
+    # The state ConfigMap could not be read (corrupt, foreign): the verdict, which needs no
+    # state, is still reported; the command then ends with this error (exit 3).
+    state_error: MigrateError | None = None
 
 
 @dataclass(frozen=True)

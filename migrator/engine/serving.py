@@ -10,6 +10,7 @@ never holds up the loop, and nothing outlives `close`.
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from migrator.engine.health import Health
+from migrator.errors import UsageError
 
 StartResponse = Callable[..., Any]
 
@@ -45,6 +47,25 @@ class _Quiet(WSGIRequestHandler):
         return
 
 
+def cannot_serve(address: tuple[str, int], exc: OSError,
+                 option: str = "--metrics-bind-address") -> UsageError:
+    """The address cannot be bound (in use, a privileged port, no such local address): said
+    with the address and the option (`option`, the one the command line used) to pass
+    instead, before the guard takes its Lease."""
+    host, port = address
+    shown = f"{f'[{host}]' if ':' in host else host or '0.0.0.0'}:{port}"
+    why = {errno.EADDRINUSE: "another process already listens on that port",
+           errno.EACCES: "ports below 1024 need privileges this process lacks",
+           errno.EADDRNOTAVAIL: "no network interface of this host has that address"}.get(
+               exc.errno or 0, exc.strerror or str(exc))
+    other = port + 1 if 0 < port < 65535 else 0
+    value = str(other) if option == "--metrics-port" else f"{host}:{other}"
+    held = (f" (`ss -ltnp 'sport = :{port}'` shows who holds it)"
+            if exc.errno == errno.EADDRINUSE else "")
+    return UsageError(f"Cannot serve /metrics, /healthz and /readyz on {shown}: {why} "
+                      f"({exc.strerror}).", f"pass a free port, e.g. `{option} {value}`{held}")
+
+
 class MetricsServer:
     """Serves one guard's registry and probes on (host, port) until `close`."""
 
@@ -52,8 +73,11 @@ class MetricsServer:
                  health: Health) -> None:
         self.health = health
         self._metrics = make_wsgi_app(registry)
-        self._httpd = make_server(address[0], address[1], self._app, ThreadingWSGIServer,
-                                  handler_class=_Quiet)
+        try:
+            self._httpd = make_server(address[0], address[1], self._app, ThreadingWSGIServer,
+                                      handler_class=_Quiet)
+        except OSError as exc:
+            raise cannot_serve(address, exc) from exc
         self.host = address[0]
         self.port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,

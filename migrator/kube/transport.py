@@ -16,6 +16,7 @@ import gc
 import json
 import re
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,7 +42,9 @@ from migrator.kube.statuses import error_for
 Query = Sequence[tuple[str, str]]
 
 _UNREACHABLE_HINT = (
-    "check --kubeconfig/--context and that the cluster is up (kubectl cluster-info)"
+    "check --kubeconfig/--context, your VPN and that the cluster is up (kubectl cluster-info), "
+    "then run the same command again: an apply or rollback resumes where it stopped (its "
+    "state records every write)"
 )
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*([^')\]]+)")
 
@@ -158,12 +161,14 @@ class Transport:
         """One logical request, retried per the policy; a typed error when it cannot succeed."""
         outcome = Outcome()
         timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
+        began = time.monotonic()  # the attempts' own time counts too (connect timeouts)
 
         try:
             return retrier(self.policy, outcome)(self._once, method, path, query, body,
                                                  content_type, stream, timeout, outcome, accept)
         except Transient as exc:
-            raise self._give_up(exc, method, path, outcome) from exc
+            raise self._give_up(exc, method, path, outcome,
+                                time.monotonic() - began) from exc
         finally:
             with self._lock:
                 self._requests += outcome.attempts
@@ -217,13 +222,15 @@ class Transport:
         after_retry = method == "POST" and outcome.transient_failures > 0
         raise error_for(status, data, method=method, path=path, after_retry=after_retry)
 
-    def _give_up(self, exc: Transient, method: str, path: str, outcome: Outcome) -> APIError | \
-            APIUnreachable:
+    def _give_up(self, exc: Transient, method: str, path: str, outcome: Outcome,
+                 elapsed: float) -> APIError | APIUnreachable:
+        """The typed error once the retries are spent; `elapsed`: the real seconds since the
+        first attempt (the backoff sleeps and every attempt's own time, as a user lived it)."""
         tries = f"{outcome.attempts} attempt{'s' if outcome.attempts != 1 else ''}"
         if exc.status == 0:
             return APIUnreachable(
                 f"Cannot reach the Kubernetes API server at {self.server}: {exc.reason} "
-                f"(gave up after {tries} over {outcome.waited:.1f} s).",
+                f"(gave up after {tries} over {max(elapsed, outcome.waited):.1f} s).",
                 _UNREACHABLE_HINT,
             )
         error = error_for(exc.status, exc.body, method=method, path=path)

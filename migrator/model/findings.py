@@ -21,14 +21,55 @@ class Remedy(Enum):
 
     COMMON_LABELS = "common-labels"  # every DCGM / exporter pod carries its common label
     ALIASES = "aliases"  # the tool's stable names, and the scrape paths through them
+    SELECTORS = "selectors"  # the stable names select by the common labels
 
 
 Answers = Mapping[Remedy, int]  # remedy → the number of the phase whose apply makes it
 
 
-def apply_command(answers: Answers, remedy: Remedy) -> str:
-    """The command that puts `remedy` right, as a finding's fix names it."""
-    return f"`dcgm-migrate apply --phase {answers.get(remedy, 0)}`"
+@dataclass(frozen=True)
+class Fixes:
+    """The commands a finding's fix names. `completed`: the highest phase the state records
+    completed (0: none, or no state), so a fix restores in one command everything that was
+    completed — `apply --phase N` re-runs every phase up to N that no longer holds — and never
+    answers with a phase whose apply leaves a later completed one broken (an alias deleted after
+    the switch, re-created by the alias phase on the app label). It words fixes only: whether a
+    check passes never depends on it."""
+
+    answers: Answers
+    completed: int = 0
+
+    def phase(self, remedy: Remedy) -> int:
+        return self.answers.get(remedy, 0)
+
+    def apply(self, remedy: Remedy) -> str:
+        """The command that puts `remedy` right, in backticks."""
+        return f"`dcgm-migrate apply --phase {max(self.phase(remedy), self.completed)}`"
+
+    def relabel(self, label: str) -> str:
+        """Pods lack the common label a switched Service selects by (an operator re-render
+        without the guard): the runbook's answer, 'Before an operator upgrade or CR edit'."""
+        n = self.phase(Remedy.SELECTORS)
+        return (f"a Service selects by {label}, which these pods lack (the operator re-rendered "
+                f"their DaemonSet without it): run `dcgm-migrate rollback --phase {n}` now, while "
+                f"the old selectors still match every pod, then `dcgm-migrate apply --phase {n}` "
+                "once the operator's rollout is done (docs/runbook.md, 'Before an operator "
+                "upgrade or CR edit')")
+
+
+# The checks whose failure misroutes or drops consumers' traffic (model/traffic.py checks the
+# last two kinds): a name missing, a node unreached, Local lost, an endpoint that is not DCGM,
+# a port nothing serves, the guard's slices routing to pods that are gone. The one definition:
+# the verdict line names them, and docs/prometheusrule.yaml's DcgmStableIdentityCheckFailing
+# alerts on each but nodes-covered (DcgmStableNameNodesUnreached alerts on that by node); any
+# of them fails the verdict, hence verify's exit code, `guard --once` and `verdict_ok`.
+TRAFFIC_CHECKS = ("stable-name", "nodes-covered", "local-traffic", "no-foreign-endpoints",
+                  "ports-served", "shared-endpoints", "guard-live")
+
+
+def traffic_critical(name: str) -> bool:
+    """Does this check (`check/subject`, or the check alone) route consumers' traffic?"""
+    return name.split("/", 1)[0] in TRAFFIC_CHECKS
 
 
 @dataclass(frozen=True)
@@ -36,7 +77,7 @@ class Finding:
     """One check of the verdict on one object."""
 
     check: str  # stable-name | nodes-covered | local-traffic | no-dra-names | pods-labelled |
-    #            rollout-complete | scrape-once
+    #            rollout-complete | update-strategy | scrape-once
     subject: str  # "Service/nvidia-dcgm", "DaemonSet/…", "Pod/…"
     ok: bool
     detail: str
@@ -71,7 +112,9 @@ class Verdict:
                 if not f.ok and (upto is None or 1 <= f.phase <= upto)]
 
     def summary(self) -> str:
-        bad = self.failures()
+        """The verdict in one line (the guard's log, `guard --once`): the checks that misroute
+        or drop consumers' traffic first."""
+        bad = sorted(self.failures(), key=lambda f: not traffic_critical(f.name))
         if not bad:
             return f"the stable identity works ({len(self.findings)} checks)"
         return f"{len(bad)} of {len(self.findings)} checks fail: " + "; ".join(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -110,6 +111,17 @@ def pod_not_ready_reason(pod: Mapping[str, Any]) -> str:
     if phase == "Running":
         return "Running, not Ready"
     return str(phase)
+
+
+# What a DaemonSet held on OnDelete by the tool (phase 1 in place) carries: its own
+# updateStrategy as JSON, restored by the run that set it, a resumed run, or a rollback.
+HELD_STRATEGY = "dcgm-migrate/held-update-strategy"
+
+
+def held_strategy(daemonset: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The updateStrategy the tool holds this DaemonSet away from (None: not held)."""
+    raw = annotations_of(daemonset).get(HELD_STRATEGY)
+    return dict(json.loads(raw)) if raw else None
 
 
 def update_strategy(daemonset: Mapping[str, Any]) -> str:

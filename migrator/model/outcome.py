@@ -13,6 +13,9 @@ It judges the cluster the way a consumer meets it, for every stack present:
   Ready one by at least one (`model/monitoring.py`, `model/scrapechecks.py`);
 - no rollout of those DaemonSets is incomplete;
 - no node runs the exporters of both stacks (its GPUs would be reported twice);
+- every ready endpoint of a stable name is a pod of its DaemonSets, and every port of it
+  reaches a port they serve (`model/traffic.py`, which also defines the traffic-critical
+  checks);
 - where the stable names depend on the guard's shared EndpointSlices (both stacks), a guard
   holds its Lease now, and every endpoint of those slices is a live, Ready pod on its node: the
   slices have no controller but the guard, so a stopped guard leaves addresses that kube-proxy
@@ -23,32 +26,34 @@ does; it is the cluster's or the operator's), so `apply --phase N` is judged on 
 1..N answer for, while `verify` and `status` judge everything. Which phase that is the phases
 say (each module's `ANSWERS_FOR`, a set of `model/findings.py`'s `Remedy`, collected by
 `migrator.phases.answers()` and passed in): no phase number is written here. What the state
-recorded never enters here: it adds history, drift and rollback on top, and never turns a
-failing check green. The guard's shared slices are judged in `model/sharedfindings.py`.
+recorded never enters here, but for the fixes' wording (the highest completed phase) and the
+SRE's `--allow-foreign-pods`: it adds history, drift and rollback on top. The guard's shared
+slices are judged in `model/sharedfindings.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from migrator.model import crconflict, monitoring, scrapechecks
+from migrator.model import crconflict, halfrolls, labelmarks, monitoring, scrapechecks
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import (
     Answers,
     Finding,
+    Fixes,
     Need,
     Remedy,
     Verdict,
     alive,
-    apply_command,
     named,
 )
 from migrator.model.sharedfindings import lease_live, shared_findings
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog, Component, Label
+from migrator.model.traffic import foreign_endpoints, ports_served
 
 DRA_STACK = "gpucluster"
 __all__ = ["Answers", "Finding", "Remedy", "Verdict", "lease_live", "tool_marks", "verdict"]
@@ -71,40 +76,67 @@ def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -
 
 
 def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
-                  nodes: Iterable[str]) -> str:
-    """Why these nodes have no ready endpoint: their pod is not Ready, or the Service does not
-    select it (another stack's pod, a selector on a label the pod lacks)."""
+                  nodes: Iterable[str], fixes: Fixes) -> tuple[str, str]:
+    """Why these nodes have no ready endpoint — their pod is not Ready, or the Service does not
+    select it (another stack's pod, a selector on a label the pod lacks) — and what helps each:
+    a pod that is not Ready is the node's or the operator's to fix, so its fix names that pod
+    and node, never a phase whose apply would answer with the same fix."""
     pods_by_node: dict[str, list[PodView]] = {}
     for c in need.components:
         for p in alive(snapshot.pods_of(c.daemonset)):
             pods_by_node.setdefault(p.node, []).append(p)
-    unready, unselected, other = [], [], []
+    unready: list[PodView] = []
+    unselected, other = [], []
     for node in nodes:
         pods = pods_by_node.get(node, [])
         if pods and not any(p.ready for p in pods):
-            unready.append(f"{node} ({', '.join(sorted({p.why or 'not Ready' for p in pods}))})")
+            unready += pods
         elif pods and not any(g.service_selects(dict(svc), p.labels) for p in pods if p.ready):
             unselected.append(f"{node} ({'/'.join(sorted({p.owner_name or '' for p in pods}))})")
         else:
             other.append(node)
-    parts = []
+    parts, fix = [], []
+    ns = snapshot.namespace
     if unready:
-        parts.append(f"pod not Ready on {named(unready)}")
+        parts.append("pod not Ready on " + named(
+            f"{p.node} ({p.name}: {p.why or 'not Ready'})" for p in unready))
+        first = min(unready, key=lambda p: (not p.node_lost, p.node, p.name))
+        lost = sorted({p.node for p in unready if p.node_lost})
+        fix.append(("node " + named(lost) + " stopped reporting (its pods were marked not "
+                    f"Ready by the node controller): `kubectl describe node {first.node}` says "
+                    "why; bring it back, or drain and delete it") if lost else
+                   (f"see why the pod is not Ready: `kubectl describe pod {first.name} -n {ns}` "
+                    f"(its events and containers) and its node: `kubectl describe node "
+                    f"{first.node}`"))
+        fix.append("the name reaches the node again once its pod is Ready; no dcgm-migrate "
+                   "command changes that")
     if unselected:
         sel = o.dig(svc, "spec", "selector") or {}
         parts.append(f"selector {sel} does not select the pod on {named(unselected)}")
+        label = next((c.common_label for c in need.components
+                      if sel == dict(c.common_selector)), None)
+        if label is not None:
+            fix.append(fixes.relabel(f"{label.key}={label.value}"))
+        elif need.alias:
+            fix.append(f"run {fixes.apply(Remedy.ALIASES)} (and keep `dcgm-migrate guard` "
+                       "running)")
     if other:
         parts.append(f"EndpointSlices list no ready endpoint yet on {named(other)}")
-    return "; ".join(parts)
+        fix.append(f"the EndpointSlice controller has not listed Ready pods yet: check again "
+                   f"with `dcgm-migrate verify`; if it persists, `kubectl get endpointslices "
+                   f"-n {ns} -l kubernetes.io/service-name={need.service}` and the "
+                   "kube-controller-manager")
+    return "; ".join(parts), "; ".join(fix)
 
 
-def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], answers: Answers
+def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fixes
               ) -> Finding:
     subject = f"Service/{need.service}"
-    phase = answers.get(Remedy.ALIASES, 0) if need.alias else 0
+    phase = fixes.phase(Remedy.ALIASES) if need.alias else 0
     expected: set[str] = set()
     pod_names: set[str] = set()
-    short = []
+    short: list[str] = []
+    unscheduled: list[str] = []
     for c in need.components:
         pods = alive(snapshot.pods_of(c.daemonset))
         nodes = {p.node for p in pods if p.node}
@@ -114,39 +146,41 @@ def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], answers: A
         if desired > len(nodes):
             short.append(f"{desired - len(nodes)} of {desired} nodes that should run "
                          f"DaemonSet/{c.daemonset} have no pod of it")
+            unscheduled.append(f"`kubectl describe daemonset {c.daemonset} -n "
+                               f"{snapshot.namespace}` says why it has no pod there")
     eps = [e for e in snapshot.endpoints_of(need.service).endpoints if e.ready]
     covered = {e.node for e in eps if e.node and e.pod in pod_names}
     missing = sorted(expected - covered)
     if missing or short:
+        reasons, fix = _node_reasons(snapshot, need, svc, missing, fixes)
         why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
-               f"{_node_reasons(snapshot, need, svc, missing)}"] if missing else []
-        fix = (f"run {apply_command(answers, Remedy.ALIASES)} (and keep `dcgm-migrate guard` "
-               "running)"
-               if need.alias else "make the pods on those nodes Ready (kubectl -n "
-               f"{snapshot.namespace} describe pod …); the operator renders this Service")
-        if any(c.stack != need.components[0].stack for c in need.components) and missing:
+               f"{reasons}"] if missing else []
+        if any(c.stack != need.components[0].stack for c in need.components) and missing \
+                and "selector" in reasons:
             fix = ("both stacks run here and the ClusterPolicy operator's Service selects only "
-                   f"its own pods: run {apply_command(answers, Remedy.ALIASES)} and keep "
+                   f"its own pods: run {fixes.apply(Remedy.ALIASES)} and keep "
                    "`dcgm-migrate guard` running, which adds the GPUCluster pods through "
                    "EndpointSlices of its own (docs/runbook.md, 'Clusters running both stacks')")
+        fix = "; ".join([fix, *unscheduled] if fix else unscheduled)
         return Finding("nodes-covered", subject, False, "; ".join(why + short), fix, phase)
     return Finding("nodes-covered", subject, True,
                    f"a ready endpoint on each of {len(expected)} nodes", phase=phase)
 
 
-def _name_findings(snapshot: Snapshot, need: Need, answers: Answers) -> list[Finding]:
+def _name_findings(snapshot: Snapshot, need: Need, fixes: Fixes,
+                   allowed: Collection[str]) -> list[Finding]:
     subject = f"Service/{need.service}"
-    phase = answers.get(Remedy.ALIASES, 0) if need.alias else 0
+    phase = fixes.phase(Remedy.ALIASES) if need.alias else 0
     svc = snapshot.services.get(need.service)
     if svc is None:
-        fix = (f"run {apply_command(answers, Remedy.ALIASES)}" if need.alias else
+        fix = (f"run {fixes.apply(Remedy.ALIASES)}" if need.alias else
                "the operator renders it: check that its CR enables "
                f"{need.components[0].component}")
         return [Finding("stable-name", subject, False, "does not exist", fix, phase)]
     leaving = collected(snapshot, svc) or o.terminating(svc)
     if leaving:
         return [Finding("stable-name", subject, False, f"is being deleted ({leaving})",
-                        f"{apply_command(answers, Remedy.ALIASES)} re-creates an alias once it "
+                        f"{fixes.apply(Remedy.ALIASES)} re-creates an alias once it "
                         "is gone" if need.alias else "", phase)]
     out = [Finding("stable-name", subject, True, "exists", phase=phase)]
     if need.local:
@@ -156,9 +190,14 @@ def _name_findings(snapshot: Snapshot, need: Need, answers: Answers) -> list[Fin
                            "" if policy == "Local" else
                            "DCGM is reached on the consumer's own node: set "
                            "internalTrafficPolicy: Local (phase "
-                           f"{answers.get(Remedy.ALIASES, 0)} renders aliases with it)",
+                           f"{fixes.phase(Remedy.ALIASES)} renders aliases with it)",
                            phase))
-    return [*out, _coverage(snapshot, need, svc, answers)]
+    resync = ("`dcgm-migrate guard --once` re-syncs the alias with its source Service"
+              if need.alias else "the operator renders this Service: check what its CR sets "
+              f"(`kubectl get service {need.service} -n {snapshot.namespace} -o yaml`)")
+    return [*out, _coverage(snapshot, need, svc, fixes),
+            foreign_endpoints(snapshot, need, svc, allowed),
+            ports_served(snapshot, need, svc, resync)]
 
 
 def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> list[Finding]:
@@ -184,23 +223,36 @@ def _selected_label(snapshot: Snapshot, catalog: Catalog, comp: Component) -> La
 
 
 def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
-                        answers: Answers) -> list[Finding]:
+                        fixes: Fixes) -> list[Finding]:
     ds = snapshot.daemonsets[comp.daemonset]
     subject = f"DaemonSet/{comp.daemonset}"
     rollout = g.daemonset_healthy(snapshot, ds)
     out = [Finding("rollout-complete", subject, rollout.ok, rollout.detail,
-                   "" if rollout.ok else "see which pods are not Ready: kubectl -n "
-                   f"{snapshot.namespace} rollout status ds/{comp.daemonset}")]
+                   "" if rollout.ok else halfrolls.rollout_fix(snapshot, ds)
+                   if halfrolls.on_delete(ds) else "see which pods are not Ready: `kubectl -n "
+                   f"{snapshot.namespace} rollout status ds/{comp.daemonset}`")]
+    held = o.held_strategy(ds)
+    if held is not None:  # phase 1 in place was interrupted: no rollout happens until restored
+        out.append(Finding(
+            "update-strategy", subject, False,
+            f"held on OnDelete by dcgm-migrate (phase 1 in place, interrupted); its own "
+            f"updateStrategy {held.get('type') or 'RollingUpdate'} is not restored, so a "
+            "template change rolls no pod", "resume: rerun the interrupted `dcgm-migrate apply` "
+            "or rollback, or run `dcgm-migrate rollback --phase 1`; either restores it",
+            fixes.phase(Remedy.COMMON_LABELS)))
     label = _selected_label(snapshot, catalog, comp)
     key, value = label.key, label.value
     pods = alive(snapshot.pods_of(comp.daemonset))
     off = [p for p in pods if p.labels.get(key) != value]
+    switched = any(dict(o.dig(s, "spec", "selector") or {}).get(key) == value
+                   for s in snapshot.services.values())
+    fix = "" if not off else (fixes.relabel(f"{key}={value}") if switched and
+                              label == comp.common_label
+                              else f"run {fixes.apply(Remedy.COMMON_LABELS)}")
     out.append(Finding("pods-labelled", subject, not off,
                        f"{len(off)} of {len(pods)} pods lack {key}={value}: "
                        f"{named(p.name for p in off)}" if off else f"{len(pods)} pods carry "
-                       f"{key}={value}",
-                       f"run {apply_command(answers, Remedy.COMMON_LABELS)}" if off else "",
-                       answers.get(Remedy.COMMON_LABELS, 0)))
+                       f"{key}={value}", fix, fixes.phase(Remedy.COMMON_LABELS)))
     return out
 
 
@@ -229,7 +281,7 @@ def _one_exporter_per_node(snapshot: Snapshot, exporters: Sequence[Component]) -
 
 
 def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
-                     tool_services: set[str], answers: Answers) -> list[Finding]:
+                     tool_services: set[str], fixes: Fixes) -> list[Finding]:
     daemonsets = [c.daemonset for c in exporters]
     if not daemonsets:
         return []
@@ -249,7 +301,7 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
                            f"{len(certain)} of {len(pods)} exporter pods are scraped more than "
                            f"once, e.g. {pod} via {'; '.join(map(str, example))}",
                            shared or "keep one scrape path per pod (docs/monitoring.md)",
-                           answers.get(Remedy.ALIASES, 0) if ours else 0))
+                           fixes.phase(Remedy.ALIASES) if ours else 0))
     if none:
         out.append(Finding("scrape-once", "Pod/unscraped", False,
                            f"{len(none)} Ready exporter pods are reached by no scrape target: "
@@ -262,9 +314,14 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
     return out
 
 
-def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers) -> Verdict:
+def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
+            completed: int = 0, allowed_foreign: Collection[str] = ()) -> Verdict:
     """The verdict on the live cluster (module docstring); `answers`: which phase puts each
-    remedy right (`migrator.phases.answers()`)."""
+    remedy right (`migrator.phases.answers()`); `completed`: the highest phase the state
+    records completed, which only the fixes' wording uses (`findings.Fixes`);
+    `allowed_foreign`: the Services switched with --allow-foreign-pods, the one decision of
+    the SRE's a check honours (`traffic.foreign_endpoints`)."""
+    fixes = Fixes(answers, completed)
     found = discover(snapshot, catalog)
     present = list(found.components)
     stacks = {c.stack for c in present}
@@ -276,25 +333,27 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers) -> Verdict:
     findings: list[Finding] = crconflict.findings(snapshot)
     needs = _needs(snapshot, catalog, present)
     for need in needs:
-        findings += _name_findings(snapshot, need, answers)
+        findings += _name_findings(snapshot, need, fixes, allowed_foreign)
     findings += shared_findings(snapshot, catalog, needs)
     findings += _no_dra_names(snapshot, catalog, stacks)
     for comp in present:
-        findings += _daemonset_findings(snapshot, catalog, comp, answers)
+        findings += _daemonset_findings(snapshot, catalog, comp, fixes)
     ours = {n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)}
     exporters = [c for c in present if c.exporter]
-    findings += _scrape_findings(snapshot, exporters, ours, answers)
+    findings += _scrape_findings(snapshot, exporters, ours, fixes)
     findings += _one_exporter_per_node(snapshot, exporters)
     return Verdict(found.stack, tuple(findings))
 
 
 def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
-    """Services that carry what only this tool writes: its managed-by label or its alias
-    annotation. With no state they mean the state was lost: the records rollback needs are
-    gone while their effects remain. (A selector on a common label or common labels on a
-    DaemonSet are no such mark: a person or an operator release may have made them. Nor is a
-    Service an operator release manages now: handed over, it is the operator's.)"""
+    """Objects that carry what only this tool writes: phase 1's mark on a DaemonSet
+    (model/labelmarks.py), a Service's managed-by label or alias annotation. With no state
+    they mean the state was lost: the records rollback needs are gone while their effects
+    remain. (A selector on a common label, or common labels on a DaemonSet without the mark,
+    are no such mark: a person or an operator release may have made them. Nor is a Service
+    an operator release manages now: handed over, it is the operator's.)"""
     common = catalog.common
-    return [f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
-            if (common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc))
-            and catalog.managed_by_release(svc) is None]
+    return [labelmarks.described(m) for m in labelmarks.marked(snapshot.daemonsets)] + [
+        f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())
+        if (common.tool_owned(svc) or common.alias_of_annotation in o.annotations_of(svc))
+        and catalog.managed_by_release(svc) is None]

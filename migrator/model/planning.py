@@ -24,6 +24,9 @@ class Options:
     # An operator release (`plans/releases.yaml`) whose component labels phase 1 puts on the
     # pod templates too, ahead of the upgrade to it ("" = none).
     prepare_for: str = ""
+    # Phase 1 (and its rollback) rolls every DaemonSet's pods instead of relabelling them in
+    # place (`--rolling`: for users who want the restarts).
+    rolling: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class PhasePlan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     blocked: str | None = None  # why this phase cannot run now (a gate that no write can fix)
+    fix: str | None = None  # what to do when it is (the refusal's `fix:` line)
     guarded: tuple[ServiceBaseline, ...] = ()  # Services whose endpoints the phase must keep
     tolerance: Mapping[str, int] = field(default_factory=dict)  # per Service, phase 1 only
     # Steps the live objects already show: no write, but their post-gates (rollout complete,

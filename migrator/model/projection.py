@@ -20,6 +20,7 @@ for ("would wait for …", `engine/projecting.py`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import singledispatch
@@ -31,7 +32,10 @@ from migrator.model.snapshot import EndpointView, ServiceEndpoints, Snapshot
 from migrator.model.steps import (
     CreateAlias,
     DeleteAlias,
+    HoldStrategy,
     LabelMap,
+    RelabelPods,
+    RestoreStrategy,
     RollPods,
     SetLabels,
     SetSelector,
@@ -113,12 +117,30 @@ def _set_labels(step: SetLabels, snapshot: Snapshot) -> Snapshot:
 
 
 @_project.register(RollPods)
-def _roll_pods(step: RollPods, snapshot: Snapshot) -> Snapshot:
+@_project.register(RelabelPods)
+def _roll_pods(step: RollPods | RelabelPods, snapshot: Snapshot) -> Snapshot:
     ds = snapshot.daemonsets.get(step.daemonset)
     if ds is None:
         return snapshot
     template = o.template_labels(ds)
     return _with_pods(snapshot, step.daemonset, {k: template.get(k) for k in step.label_keys})
+
+
+@_project.register(HoldStrategy)
+@_project.register(RestoreStrategy)
+def _strategy(step: HoldStrategy | RestoreStrategy, snapshot: Snapshot) -> Snapshot:
+    ds = snapshot.daemonsets.get(step.daemonset)
+    if ds is None:
+        return snapshot
+    hold = isinstance(step, HoldStrategy)
+    spec = {**(ds.get("spec") or {}),
+            "updateStrategy": {"type": "OnDelete"} if hold else dict(step.strategy)}
+    annotations = {k: v for k, v in o.annotations_of(ds).items() if k != o.HELD_STRATEGY}
+    if hold:
+        annotations[o.HELD_STRATEGY] = json.dumps(dict(step.strategy), sort_keys=True)
+    meta = {**(ds.get("metadata") or {}), "annotations": annotations}
+    return replace(snapshot, daemonsets={**snapshot.daemonsets,
+                                         step.daemonset: {**ds, "metadata": meta, "spec": spec}})
 
 
 @_project.register(CreateAlias)

@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from migrator.model import kinds, sharing
 from migrator.model import objects as o
-from migrator.model import sharing
 from migrator.model.discovery import collected
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PlanContext
-from migrator.model.steps import CreateAlias, DeleteAlias, RollPods, SetLabels, SetSelector, Step
+from migrator.model.steps import CreateAlias, DeleteAlias, SetSelector, Step
 
 GONE = "gone"  # the object no longer exists
 REVERTED = "reverted"  # the operator re-rendered an operator-owned Service
@@ -31,10 +31,10 @@ HANDED_OVER = "handed-over"  # an operator release's own reconciler manages the 
 
 def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
     """(record status, reason) if this recorded step no longer describes the cluster."""
-    if isinstance(step, SetLabels | RollPods):
-        live = ctx.snapshot.daemonsets.get(step.daemonset)
+    if step.kind == kinds.DAEMONSET:
+        live = ctx.snapshot.daemonsets.get(step.name)
     else:
-        live = ctx.service(step.service)
+        live = ctx.service(step.name)
     owner = collected(ctx.snapshot, live) if live is not None else None
     if live is None and isinstance(step, CreateAlias) and ctx.service(step.source):
         return None  # phase 2 re-creates it
@@ -80,7 +80,7 @@ def _handed_over(ctx: PlanContext, step: Step, live: Mapping[str, Any]) -> str |
                 f"{release.name}: {release.shared_label.key}={release.shared_label.value}): "
                 "handed over — the tool never writes it again, verifies it like any "
                 "operator Service and leaves it alone on rollback")
-    daemonset = step.daemonset if isinstance(step, SetLabels | RollPods) else None
+    daemonset = step.name if step.kind == kinds.DAEMONSET else None
     comp = next((c for c in ctx.catalog.components if c.daemonset == daemonset), None)
     if comp is None or o.template_labels(live).get(comp.common_label.key):
         return None

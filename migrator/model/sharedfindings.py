@@ -109,8 +109,8 @@ def shared_findings(snapshot: Snapshot, catalog: Catalog, needs: Sequence[Need]
             continue
         kept.append(need.service)
         subject = f"Service/{need.service}"
-        delete = (f"kubectl -n {ns} delete endpointslices -l {sharing.MANAGED_BY_LABEL}={tool},"
-                  f"{sharing.SERVICE_NAME_LABEL}={need.service}")
+        delete = (f"`kubectl -n {ns} delete endpointslices -l {sharing.MANAGED_BY_LABEL}={tool},"
+                  f"{sharing.SERVICE_NAME_LABEL}={need.service}`")
         if need.service not in shared:
             out.append(Finding("shared-endpoints", subject, False,
                                f"{len(ours)} endpoints of the tool's EndpointSlices are left on "

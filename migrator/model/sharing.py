@@ -54,6 +54,7 @@ from migrator.model.slices import (
     SHARED_FROM_ANNOTATION,
     UPDATE,
     Keeper,
+    ShapedEndpoints,
     SliceWrite,
     _endpoints_of,
     _key,
@@ -66,9 +67,9 @@ from migrator.model.stacks import Catalog, Common, Component
 Obj = dict[str, Any]
 __all__ = ["CONTROLLER_NAME", "CREATE", "DELETE", "IPV4", "IPV6", "MANAGED_BY_LABEL",
            "MAX_ENDPOINTS", "OPERATOR_KIND", "SERVICE_NAME_LABEL", "SHARED_FROM_ANNOTATION",
-           "UPDATE", "Keeper", "Share", "SliceWrite", "_endpoints_of", "all_writes", "families",
-           "is_shared_slice", "rendered_by", "shared_names", "shared_slices", "shares",
-           "slice_prefix", "slice_writes"]
+           "UPDATE", "Keeper", "ShapedEndpoints", "Share", "SliceWrite", "_endpoints_of",
+           "all_writes", "families", "is_shared_slice", "rendered_by", "shared_names",
+           "shared_slices", "shares", "slice_prefix", "slice_writes"]
 
 # Service fields whose difference between the two stacks' Services is reported as a conflict
 # (ports are compared one by one, as they resolve on the GPUCluster pods).
@@ -204,8 +205,8 @@ def shared_names(snapshot: Snapshot, catalog: Catalog) -> list[tuple[Component, 
     return out
 
 
-def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]]
-           ) -> list[Share]:
+def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]],
+           shaped: ShapedEndpoints | None = None) -> list[Share]:
     """Every operator Service of a stable name that GPUCluster pods must join
     (`shared_names`). Its shared endpoints, per address family it serves, are the GPUCluster
     Service's endpoints of that family on nodes that no endpoint of the operator's own slices
@@ -224,7 +225,7 @@ def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, A
             for sl in source_slices:
                 if _address_type(sl) != family:
                     continue
-                for ep in _endpoints_of(sl, snapshot.namespace):
+                for ep in _endpoints_of(sl, snapshot.namespace, shaped):
                     if ep.get("nodeName") and ep["nodeName"] not in covered:
                         seen.setdefault(_key(ep), ep)
             by_family[family] = tuple(e for _, e in sorted(
@@ -259,7 +260,8 @@ def _slice_body(share: Share, name: str, family: str, endpoints: Sequence[Obj], 
     }
 
 
-def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any],
+                shaped: ShapedEndpoints | None) -> bool:
     lm, bm = o.meta(live), o.meta(body)
     return bool(all(o.labels(live).get(k) == v for k, v in (bm.get("labels") or {}).items())
                 and o.annotations_of(live).get(SHARED_FROM_ANNOTATION)
@@ -269,7 +271,7 @@ def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
                 == [(r["kind"], r["name"], r["uid"]) for r in bm["ownerReferences"]]
                 and [_canonical_port(p) for p in live.get("ports") or []]
                 == [_canonical_port(p) for p in body.get("ports") or []]
-                and list(_endpoints_of(live, str(lm.get("namespace") or "")))
+                and list(_endpoints_of(live, str(lm.get("namespace") or ""), shaped))
                 == list(body.get("endpoints") or []))
 
 
@@ -297,7 +299,8 @@ def _delete(sl: Mapping[str, Any], stable: str, why: str) -> SliceWrite:
 
 
 def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[str, Any]],
-                 namespace: str, catalog: Catalog, keeper: Keeper) -> list[SliceWrite]:
+                 namespace: str, catalog: Catalog, keeper: Keeper,
+                 shaped: ShapedEndpoints | None = None) -> list[SliceWrite]:
     """The writes that make the shared slices of `stable` hold `share`'s endpoints, one set of
     slices per address family (none for `share` None: every shared slice of that name goes).
     A slice of a family the Service no longer serves is deleted."""
@@ -314,12 +317,13 @@ def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[st
             out += [_delete(sl, stable, f"Service/{stable} no longer serves {family}")
                     for sl in current]
             continue
-        out += _family_writes(share, stable, family, current, namespace, catalog, keeper)
+        out += _family_writes(share, stable, family, current, namespace, catalog, keeper, shaped)
     return out
 
 
 def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj],
-                   namespace: str, catalog: Catalog, keeper: Keeper) -> list[SliceWrite]:
+                   namespace: str, catalog: Catalog, keeper: Keeper,
+                   shaped: ShapedEndpoints | None) -> list[SliceWrite]:
     """One family's writes. Like the EndpointSlice controller's reconciler, an endpoint stays
     in the slice that has it, new ones fill slices with room before a new slice is made, and
     a slice left empty is deleted, so one pod's change is one write."""
@@ -350,7 +354,7 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
             out.append(_delete(sl, stable, "its endpoints left"))
             continue
         body = _slice_body(share, name, family, placed[name], namespace, catalog, keeper)
-        if not _same_slice(sl, body):
+        if not _same_slice(sl, body, shaped):
             out.append(SliceWrite(UPDATE, name, stable,
                                   f"the {share.component.stack} pods of "
                                   f"Service/{share.component.service} changed", body,
@@ -375,15 +379,17 @@ def shared_slices(slices: Iterable[Mapping[str, Any]], common: Common) -> dict[s
 
 
 def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]],
-               keeper: Keeper, *, enabled: bool) -> tuple[list[Share], list[SliceWrite]]:
+               keeper: Keeper, *, enabled: bool, shaped: ShapedEndpoints | None = None
+               ) -> tuple[list[Share], list[SliceWrite]]:
     """Every shared name and every write its slices need; with `enabled` False (the alias
-    phase is not completed) every shared slice goes."""
+    phase is not completed) every shared slice goes. A caller that reads the same slices
+    again passes its `shaped`, so each slice version is shaped once."""
     all_slices = list(slices)
-    found = shares(snapshot, catalog, all_slices) if enabled else []
+    found = shares(snapshot, catalog, all_slices, shaped) if enabled else []
     ours = shared_slices(all_slices, catalog.common)
     by_name = {s.name: s for s in found}
     writes = []
     for stable in sorted(set(by_name) | set(ours)):
         writes += slice_writes(by_name.get(stable), stable, ours.get(stable, []),
-                               snapshot.namespace, catalog, keeper)
+                               snapshot.namespace, catalog, keeper, shaped)
     return found, writes

@@ -97,15 +97,6 @@ def _endpoint(ep: Mapping[str, Any], namespace: str) -> Obj:
     return out
 
 
-# Slice uid → (its resourceVersion, namespace, its endpoints as `_endpoint` shapes them). A
-# version names one content, so each slice is shaped once, not on every pass: at 15,000 nodes
-# a pass shaped 15,000 source endpoints and compared 15,000 of its own, most of the guard's
-# decision (docs/performance.md, "Guard with both stacks"). One entry per slice (its latest
-# version seen); an endpoint already in shape is kept as it is, not copied. Cleared when full.
-_SHAPED: dict[str, tuple[str, str, tuple[Obj, ...]]] = {}
-_SHAPED_MAX = 4096
-
-
 def _shaped(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
     out = []
     for ep in slice_.get("endpoints") or []:
@@ -114,20 +105,38 @@ def _shaped(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
     return tuple(out)
 
 
-def _endpoints_of(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
-    """`_endpoint` of every endpoint of the slice, once per version of it (do not mutate)."""
-    meta = o.meta(slice_)
-    uid, version = str(meta.get("uid") or ""), o.resource_version(slice_)
-    if not uid or not version:
-        return _shaped(slice_, namespace)
-    hit = _SHAPED.get(uid)
-    if hit is not None and hit[0] == version and hit[1] == namespace:
-        return hit[2]
-    if len(_SHAPED) >= _SHAPED_MAX:
-        _SHAPED.clear()
-    shaped = _shaped(slice_, namespace)
-    _SHAPED[uid] = (version, namespace, shaped)
-    return shaped
+class ShapedEndpoints:
+    """Each slice's endpoints as `_endpoint` shapes them, once per version of the slice.
+
+    A version names one content, so a reader that sees the same slices pass after pass (the
+    guard's reconciler owns one) shapes each once: at 15,000 nodes shaping every endpoint on
+    every pass was most of the guard's decision (docs/performance.md, "Guard with both
+    stacks"). One entry per slice uid (its latest version seen); cleared when full. An
+    endpoint already in shape is kept as it is, not copied: do not mutate what it returns."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._by_uid: dict[str, tuple[str, str, tuple[Obj, ...]]] = {}
+
+    def of(self, slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
+        meta = o.meta(slice_)
+        uid, version = str(meta.get("uid") or ""), o.resource_version(slice_)
+        if not uid or not version:
+            return _shaped(slice_, namespace)
+        hit = self._by_uid.get(uid)
+        if hit is not None and hit[0] == version and hit[1] == namespace:
+            return hit[2]
+        if len(self._by_uid) >= self._limit:
+            self._by_uid.clear()
+        shaped = _shaped(slice_, namespace)
+        self._by_uid[uid] = (version, namespace, shaped)
+        return shaped
+
+
+def _endpoints_of(slice_: Mapping[str, Any], namespace: str,
+                  shaped: ShapedEndpoints | None = None) -> tuple[Obj, ...]:
+    """`_endpoint` of every endpoint of the slice, through `shaped` where the caller keeps one."""
+    return shaped.of(slice_, namespace) if shaped is not None else _shaped(slice_, namespace)
 
 
 def _key(ep: Mapping[str, Any]) -> str:

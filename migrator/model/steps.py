@@ -11,11 +11,12 @@ recorded, not from what the cluster looks like now.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from migrator.model import kinds
+from migrator.model import kinds, labelmarks
 from migrator.model import objects as o
 from migrator.model.kinds import Kind
 
@@ -71,6 +72,11 @@ class _StepDefaults:
         """Does this write replace pods (so pods read before it are stale)?"""
         return False
 
+    def labels_pods(self) -> bool:
+        """Does this write put labels on pods (by a rollout or in place), which an operator's
+        re-render of the DaemonSet drops (the state's `wroteLabels`, the drift risk)?"""
+        return self.rolls_pods()
+
     def rollout_of(self) -> str | None:
         """The DaemonSet whose rollout this write starts, for the loop to wait on."""
         return None
@@ -99,8 +105,12 @@ class SetLabels(_StepDefaults):
     template_after: LabelMap
     meta_before: LabelMap
     template_before: LabelMap
+    in_place: bool = False  # the DaemonSet is held on OnDelete: its pods are relabelled
 
     id_prefix: ClassVar[str] = "labels/daemonset"
+    # The rollback's write (built by `inverse()`): it removes phase 1's mark (labelmarks.py)
+    # where the forward write sets it.
+    undo: bool = False
 
     @property
     def name(self) -> str:
@@ -116,25 +126,99 @@ class SetLabels(_StepDefaults):
 
     def satisfied(self, live: Obj | None) -> bool:
         return live is not None and _labels_match(o.labels(live), self.meta_after) and \
-            _labels_match(o.template_labels(live), self.template_after)
+            _labels_match(o.template_labels(live), self.template_after) and not (
+                self.undo and labelmarks.LABELS_MARK in o.annotations_of(live))
 
     def patch(self) -> Obj:
-        """A JSON merge patch: only these keys change; None deletes a key."""
-        return {"metadata": {"labels": dict(self.meta_after)},
+        """A JSON merge patch: only these keys change; None deletes a key. The forward write
+        marks the DaemonSet with the labels' values before it (model/labelmarks.py), the
+        rollback's removes the mark."""
+        mark = None if self.undo else labelmarks.encode(self.meta_before, self.template_before)
+        return {"metadata": {"labels": dict(self.meta_after),
+                             "annotations": {labelmarks.LABELS_MARK: mark}},
                 "spec": {"template": {"metadata": {"labels": dict(self.template_after)}}}}
 
     def rolls_pods(self) -> bool:
+        return not self.in_place and self.labels_pods()
+
+    def labels_pods(self) -> bool:
         return any(self.template_before.get(k) != v for k, v in self.template_after.items())
 
     def rollout_of(self) -> str | None:
-        return self.daemonset
+        return None if self.in_place else self.daemonset
 
     def pod_labels(self) -> LabelMap:
         return self.template_after
 
     def inverse(self) -> SetLabels:
         return SetLabels(self.daemonset, self.meta_before, self.template_before,
-                         self.meta_after, self.template_after)
+                         self.meta_after, self.template_after, self.in_place,
+                         undo=not self.undo)
+
+
+@dataclass(frozen=True)
+class _Strategy(_StepDefaults):
+    """The in-place path's hold of a DaemonSet on `OnDelete`: `strategy` is its own."""
+
+    kind: ClassVar[Kind] = kinds.DAEMONSET
+    daemonset: str
+    strategy: Mapping[str, Any] = field(hash=False)
+
+    @property
+    def name(self) -> str:
+        return self.daemonset
+
+
+@dataclass(frozen=True)
+class HoldStrategy(_Strategy):
+    """Set `OnDelete` (the template change that follows rolls nothing), recording the
+    DaemonSet's own strategy in `HELD_STRATEGY`."""
+
+    type: ClassVar[str] = "hold-strategy"
+    id_prefix: ClassVar[str] = "hold/daemonset"
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "spec.updateStrategy.type", self.strategy.get("type"),
+                       "OnDelete (while its pods are relabelled in place)")]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return live is not None and o.held_strategy(live) is not None and \
+            o.update_strategy(live) == "OnDelete"
+
+    def patch(self) -> Obj:
+        held = json.dumps(dict(self.strategy), sort_keys=True)
+        return {"metadata": {"annotations": {o.HELD_STRATEGY: held}},
+                "spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}}
+
+    def inverse(self) -> RestoreStrategy:
+        return RestoreStrategy(self.daemonset, self.strategy)
+
+
+@dataclass(frozen=True)
+class RestoreStrategy(_Strategy):
+    """Put back the recorded strategy; pods the in-place path left on an older revision then
+    roll within the DaemonSet's own budget (its post-gates wait)."""
+
+    type: ClassVar[str] = "restore-strategy"
+    id_prefix: ClassVar[str] = "restore/daemonset"
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "spec.updateStrategy.type", "OnDelete",
+                       self.strategy.get("type"))]
+
+    def satisfied(self, live: Obj | None) -> bool:
+        return live is None or (o.held_strategy(live) is None and o.update_strategy(live)
+                                == str(self.strategy.get("type") or "RollingUpdate"))
+
+    def patch(self) -> Obj:
+        return {"metadata": {"annotations": {o.HELD_STRATEGY: None}},
+                "spec": {"updateStrategy": dict(self.strategy)}}
+
+    def rollout_of(self) -> str | None:
+        return self.daemonset
+
+    def inverse(self) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -176,6 +260,27 @@ class RollPods(_StepDefaults):
         """A deleted pod cannot be undeleted; rolling back phase 1 restores the labels and
         plans its own RollPods for the old template."""
         return None
+
+
+@dataclass(frozen=True)
+class RelabelPods(RollPods):
+    """The in-place path: every pod on the revision before the current one gets the current
+    template's labels and `controller-revision-hash` by a JSON patch testing its uid and old
+    hash, once the two revisions' data prove only labels differ (engine/inplace.py); a pod it
+    cannot relabel is left to the rollout `RestoreStrategy` lets the controller make.
+    `rendered`: the operator's last-applied hash annotation when planned (another one now:
+    the operator re-rendered the DaemonSet, which then rolls)."""
+
+    type: ClassVar[str] = "relabel-pods"
+    rendered: str | None = None
+    id_prefix: ClassVar[str] = "relabel/daemonset"
+
+    def changes(self) -> list[Change]:
+        return [Change(self.object, "pods", "old revision",
+                       "relabelled in place (labels and controller-revision-hash)")]
+
+    def rolls_pods(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
@@ -283,9 +388,11 @@ class SetSelector(_StepDefaults):
                 if not rollback else "fix the pods the old selector needs, then rerun")
 
 
-Step = SetLabels | RollPods | CreateAlias | DeleteAlias | SetSelector
+Step = (SetLabels | RollPods | CreateAlias | DeleteAlias | SetSelector | HoldStrategy
+        | RestoreStrategy | RelabelPods)
 _TYPES: dict[str, type[Any]] = {
-    t.type: t for t in (SetLabels, RollPods, CreateAlias, DeleteAlias, SetSelector)
+    t.type: t for t in (SetLabels, RollPods, CreateAlias, DeleteAlias, SetSelector,
+                        HoldStrategy, RestoreStrategy, RelabelPods)
 }
 
 
@@ -299,7 +406,7 @@ def to_record(step: Step) -> dict[str, Any]:
 def from_record(record: Mapping[str, Any]) -> Step:
     data = dict(record)
     cls = _TYPES[str(data.pop("type"))]
-    if cls is RollPods:
+    if cls in (RollPods, RelabelPods):
         data["label_keys"] = tuple(data["label_keys"])
     result: Step = cls(**data)
     return result

@@ -232,9 +232,12 @@ def print_summary(console: Console, sim: SimCluster, stages: Sequence[Stage],
                          "yes" if held else "[red]NO[/red]")
     console.print(services)
     console.print("lowest (gates): what the runner's endpoint gates measured after every step; "
-                  "lowest (any time): after every EndpointSlice change. Phase 1 restarts each "
-                  "node's pod once, one node at a time (the DaemonSet's maxUnavailable): a dip "
-                  "of that size during phase 1 is its budget; phases 2 and 3 move no pods.")
+                  "lowest (any time): after every EndpointSlice change. Phase 1 relabels "
+                  "the pods in place (its writes: hold, labels and restore per DaemonSet, a "
+                  "patch per pod) and restarts none; on its rolling path (--rolling) each "
+                  "node's pod restarts once, one node at a time (the DaemonSet's "
+                  "maxUnavailable), a dip of that size being its budget; phases 2 and 3 move "
+                  "no pods.")
     verdict = "[green]OK[/green]" if final.ok else "[red]NOT OK[/red]"
     console.print(f"[bold]verdict[/bold] {verdict}: status after phase 3 "
                   + ("holds" if final.ok else "reports failed gates"))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import floor, report, stats
+from benchmarks import floor, inplace, report, stats
 from benchmarks.__main__ import main
 from benchmarks.breakdown import group_of
 from benchmarks.simproc import Traffic
@@ -159,3 +159,25 @@ def test_benchmark_runs_at_ten_nodes(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "== 10 nodes, gpucluster" in printed
     assert "Targets (docs/performance.md, 'Targets'):" in printed
     assert "full reads per apply" in printed
+
+
+def test_inplace_benchmark_runs_at_ten_nodes(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks.inplace end to end at 10 nodes: in place measured (no pod restarted, no
+    endpoint lost, a patch per pod), rolling estimated from the fixtures' timings and
+    labelled so, both in one table. No timing is asserted."""
+    out = tmp_path / "inplace.json"
+    assert inplace.main(["--sizes", "10", "--measure-rolling-upto", "0",
+                         "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["path"], r["basis"]) for r in rows] == [("in place", "measured"),
+                                                      ("rolling", "estimated")]
+    here, rolled = rows
+    assert here["exit"] == 0 and here["pods"] == 20 and here["pods_restarted"] == 0
+    assert here["pod_writes"] == 20
+    assert all(low == before for low, before in here["lowest_ready"].values())
+    assert rolled["pods_restarted"] == 20
+    # 10 waves of 1 s termination + 2 s start + the probe delay: 15 s DCGM, 45 s exporter
+    assert rolled["sim_seconds"] == 10 * 18 + 10 * 48
+    printed = capsys.readouterr().out
+    assert "in place measured" in printed and "rolling  estimated" in printed

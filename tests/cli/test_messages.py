@@ -248,7 +248,7 @@ def test_status_watch_interrupted_says_nothing_about_resuming(
         real_sleep(seconds)
 
     monkeypatch.setattr(time, "sleep", sleep)
-    res = cli.run(sim.kubeconfig, "status", "--watch", "--interval", "0.01")
+    res = cli.run(sim.kubeconfig, "status", "--watch", "--interval", "1")
     assert res.code in (0, 1), res.stderr
     assert "resume" not in res.stdout + res.stderr
     assert "Phase 1 — label" in res.stdout
@@ -295,8 +295,9 @@ def test_include_operator_owned_after_phase_3_says_how_to_apply_it(sim: SimClust
     assert res.code == 0, res.stderr
     said = [w for w in res.json()["warnings"] if w.startswith("--include-operator-owned")]
     assert len(said) == 1, res.json()["warnings"]
-    assert "`dcgm-migrate rollback --phase 3`" in said[0]
-    assert "`dcgm-migrate apply --phase 3 --include-operator-owned`" in said[0]
+    where = f"--kubeconfig {sim.kubeconfig}"  # pointed at the same cluster
+    assert f"`dcgm-migrate rollback --phase 3 {where}`" in said[0]
+    assert f"`dcgm-migrate apply --phase 3 --include-operator-owned {where}`" in said[0]
     assert "Service/nvidia-dcgm-dra" in said[0]
     plain = cli.run(sim.kubeconfig, "apply", "--phase", "3", "--yes", "-o", "json")
     assert not any(w.startswith("--include-operator-owned") for w in plain.json()["warnings"])

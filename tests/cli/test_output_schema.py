@@ -61,7 +61,8 @@ def test_yaml_output_is_the_same_document(documents: dict[str, Any]) -> None:
 
 def test_apply_reports_lowest_endpoints_per_guarded_service(documents: dict[str, Any]) -> None:
     result = documents["apply"]["result"]
-    assert result["writes"] == 6 and result["dryRun"] is False
+    # 6 object writes, phase 1's hold and restore of both DaemonSets, a patch per pod (2x2)
+    assert result["writes"] == 6 + 2 * 2 + 4 and result["dryRun"] is False
     assert set(result["lowestEndpoints"]) == {"nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra",
                                               "nvidia-dcgm", "nvidia-dcgm-exporter"}
 

@@ -128,7 +128,7 @@ def test_demo_in_tmux_final_screen_shows_finished_bars_and_summary(tmp_path: Pat
     assert re.search(r"rollout nvidia-dcgm-exporter-dra\s+━+ 3/3", history)
     assert re.search(r"endpoints nvidia-dcgm\s+━+ 3/3 baseline 3", history)
     assert "Summary" in screen and "verdict OK" in screen
-    for row in (r"1 label\s+completed\s+2", r"2 alias\s+completed\s+2",
+    for row in (r"1 label\s+completed\s+12", r"2 alias\s+completed\s+2",
                 r"3 switch\s+completed\s+2", r"nvidia-dcgm-dra\s+3\s+3\s+\d\s+yes"):
         assert re.search(row, screen), (row, screen)
 

@@ -60,8 +60,13 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
         # while a DaemonSet is not rolled out: its plan's rollout-complete gate fails)
         env.sim.wait_for(lambda: all(_rolled_out(env.ds(n)) for n in (
             "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
+        rolled = {p["metadata"]["uid"] for n in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
+                  for p in env.pods(n)}
         healed = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
         assert healed.code == 0, healed.stderr
+        # The heal relabels the operator's new pods in place: none restarted again.
+        assert {p["metadata"]["uid"] for n in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
+                for p in env.pods(n)} == rolled
     assert env.cli("verify").code == 0
     assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
     items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)

@@ -58,8 +58,8 @@ def test_dry_run_of_phase_3_previews_every_phase_and_persists_nothing(
                if c["field"] == "spec.selector"}
     assert changes == switched, views[2]
     assert any(g["name"].startswith("mixed-rollout/") and g["ok"] for g in views[2]["gates"])
-    assert any(w.startswith("the rollout of DaemonSet/") for w in
-               views[0]["preview"]["wouldWaitFor"])
+    assert any(w.endswith("pods relabelled in place, none restarted") for w in
+               views[0]["preview"]["wouldWaitFor"])  # phase 1 in place
     assert any("EndpointSlices of Service/nvidia-dcgm " in w
                for w in views[2]["preview"]["wouldWaitFor"])
     assert doc["ok"] is True and doc["result"]["dryRun"] is True
@@ -80,9 +80,10 @@ def test_the_gpucluster_preview_sends_what_the_api_server_can_take_now(
     res = env.cli("apply", "--phase", "3", "--yes", "--dry-run", "-o", "json")
     assert res.code == 0, res.stderr
     sent = sorted((e.verb, e.resource, e.name) for e in _mutations(env, mark))
+    # phase 1 in place: hold, labels, restore on each DaemonSet (the pods' patches are said)
     assert sent == [("create", "services", ""), ("create", "services", ""),
-                    ("patch", "daemonsets", "nvidia-dcgm-dra"),
-                    ("patch", "daemonsets", "nvidia-dcgm-exporter-dra")], sent
+                    *[("patch", "daemonsets", "nvidia-dcgm-dra")] * 3,
+                    *[("patch", "daemonsets", "nvidia-dcgm-exporter-dra")] * 3], sent
     notes = res.json()["result"]["notes"]
     assert any("Service/nvidia-dcgm (set-selector) not sent" in n for n in notes), notes
 
@@ -100,7 +101,7 @@ def test_the_clusterpolicy_preview_switches_nothing_it_does_not_own(
 
 def test_table_output_says_what_the_run_would_do(e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
-    res = env.cli("apply", "--phase", "3", "--yes", "--dry-run")
+    res = env.cli("apply", "--phase", "3", "--rolling", "--yes", "--dry-run")
     assert res.code == 0, res.stderr
     assert "Phase 3 — switch: pending — dry run: would run" in res.stdout
     assert "… would wait for the rollout of DaemonSet/nvidia-dcgm-dra" in res.stdout

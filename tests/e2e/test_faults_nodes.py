@@ -41,7 +41,7 @@ def test_node_down_stops_phase1_naming_it_then_resumes_once_back(
     env = _make(e2e_factory, "clusterpolicy")
     _fail(env, BAD)
 
-    res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "2s")
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "2s")
     assert res.code == 1, (res.stdout, res.stderr)
     assert BAD in res.stderr and "not reporting" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
@@ -54,7 +54,7 @@ def test_node_down_stops_phase1_naming_it_then_resumes_once_back(
     assert stuck and all(P.is_deleting(p) for p in stuck)
 
     env.sim.heal_node(BAD)
-    again = env.cli("apply", "--phase", "1", "--yes", "--timeout", "30s")
+    again = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "30s")
     assert again.code == 0, again.stderr
     assert env.phase_status(1) == "completed"
     for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
@@ -72,7 +72,8 @@ def test_node_down_mid_rollout_stops_phase1_naming_it(e2e_factory: Callable[...,
 
     failer = threading.Thread(target=fail_once_rolling)
     failer.start()
-    res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "3s")
+    # --rolling: a rollout to be in the middle of (in place, the pods are labelled at once)
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     failer.join()
     assert res.code == 1, (res.stdout, res.stderr)
     assert "gpu-node-0004" in res.stderr and "not reporting" in res.stderr, res.stderr

@@ -183,6 +183,12 @@ def test_upgrade_to_the_release_with_shared_services(
 ALL_DAEMONSETS = {**DAEMONSETS, "nvidia-dcgm": "nvidia-dcgm",
                   "nvidia-dcgm-exporter": "nvidia-dcgm-exporter"}
 GENERATION = "pod-template-generation"
+# The template generation a pod of the current template carries (`util.GetTemplateGeneration`,
+# kubernetes pkg/controller/daemon/util/daemonset_util.go): the server bumps it only when the
+# pod template changes (`PrepareForUpdate`, pkg/registry/apps/daemonset/strategy.go), while
+# `metadata.generation` counts every spec change, phase 1's updateStrategy hold and restore
+# included.
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 
 
 def _serving(env: E2E) -> dict[str, set[str]]:
@@ -198,7 +204,8 @@ def _serving(env: E2E) -> dict[str, set[str]]:
             ready = any(c["type"] == "Ready" and c["status"] == "True"
                         for c in (pod.get("status") or {}).get("conditions") or [])
             if (ready and labels.get(COMPONENT) == value
-                    and labels.get(GENERATION) == str(ds["metadata"]["generation"])):
+                    and labels.get(GENERATION)
+                    == ds["metadata"]["annotations"][TEMPLATE_GENERATION]):
                 out[value].add(pod["spec"]["nodeName"])
     return out
 

@@ -146,7 +146,8 @@ def test_mixed_rollout_refuses_the_switch(e2e_factory: Callable[..., E2E]) -> No
     node["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
     env.sim.store.update(kinds.NODE, node)
     mark = env.mark()
-    res = env.cli("apply", "--phase", "3", "--yes", "--timeout", "3s", "--settle", "0s")
+    res = env.cli("apply", "--phase", "3", "--rolling", "--yes", "--timeout", "3s",
+                  "--settle", "0s")
     assert res.code == 1, res.stdout + res.stderr
     assert "gpu-node-0003" in res.stderr
     assert [w for w in env.writes(since=mark) if w.resource == "services"] == []

@@ -34,7 +34,8 @@ def test_every_command_gives_the_same_verdict_and_apply_says_both(
     assert closing.startswith("verdict NOT OK — 3 of "), closing
     assert ("run OK — phases 1-3 done; the stable identity is not whole yet (guard-live/guard, "
             "nodes-covered/nvidia-dcgm, nodes-covered/nvidia-dcgm-exporter), which no phase "
-            "answers for; fix: run `dcgm-migrate guard -n gpu-operator`") in closing, closing
+            "answers for; fix: run `dcgm-migrate guard -n gpu-operator --kubeconfig "
+            f"{env.sim.kubeconfig}`") in closing, closing
     docs = {cmd: env.cli(cmd, "-o", "json") for cmd in ("plan", "status", "verify")}
     docs["apply"] = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
     assert {cmd: r.json()["verdict"]["ok"] for cmd, r in docs.items()} == dict.fromkeys(

@@ -29,8 +29,15 @@ def test_plan_lists_exactly_the_daemonset_label_changes(e2e: E2E) -> None:
     want = sorted((f"DaemonSet/{ds}", f"{where}[{key}]", None, "true")
                   for ds, key in _daemonsets(stack).items()
                   for where in ("metadata.labels", "spec.template.metadata.labels"))
-    got = sorted((c["object"], c["field"], c["before"], c["after"]) for c in phase1["changes"])
+    got = sorted((c["object"], c["field"], c["before"], c["after"]) for c in phase1["changes"]
+                 if "labels[" in c["field"])
     assert got == want
+    # in place (docs/runbook.md, phase 1): held on OnDelete, pods relabelled, strategy restored
+    around = sorted((c["object"], c["field"]) for c in phase1["changes"]
+                    if "labels[" not in c["field"])
+    assert around == sorted((f"DaemonSet/{ds}", f) for ds in _daemonsets(stack)
+                            for f in ("pods", "spec.updateStrategy.type",
+                                      "spec.updateStrategy.type"))
     assert all(g["ok"] for g in phase1["gates"])
     assert e2e.writes(since=before) == [], "plan must not write"
 
@@ -69,7 +76,7 @@ def test_stalled_rollout_times_out_naming_the_node_then_resumes(
     node["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
     env.sim.store.update(kinds.NODE, node)
 
-    res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "3s")
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     assert res.code == 1, (res.stdout, res.stderr)
     assert bad in res.stderr
     state = env.state()
@@ -80,6 +87,6 @@ def test_stalled_rollout_times_out_naming_the_node_then_resumes(
     node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, bad))
     node["metadata"]["annotations"]["sim.dcgm-migrate/pods-ready"] = "true"
     env.sim.store.update(kinds.NODE, node)
-    res = env.cli("apply", "--phase", "1", "--yes")
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes")
     assert res.code == 0, res.stderr
     assert env.phase_status(1) == "completed"

@@ -32,6 +32,7 @@ from migrator.errors import UsageError
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model import objects as o
+from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.clock import FakeClock
@@ -66,7 +67,8 @@ def _apply(env: E2E, clock: FakeClock) -> RunReport:
     kube = Kube.for_server(env.sim.url, ADMIN_TOKEN)
     try:
         return commands.apply(Session(kube, NS, clock=clock), RunRequest(
-            phase=3, settings=RunSettings(timeout=60.0, settle=0.0)))
+            phase=3, settings=RunSettings(timeout=60.0, settle=0.0,
+                                          options=Options(rolling=True))))
     finally:
         kube.close()
 
@@ -74,7 +76,7 @@ def _apply(env: E2E, clock: FakeClock) -> RunReport:
 @pytest.mark.parametrize("stack", ["gpucluster", "clusterpolicy"])
 def test_apply_lists_each_kind_once_and_again_only_after_a_rollout(
         e2e_factory: Callable[..., E2E], stack: str) -> None:
-    env = e2e_factory(stack)
+    env = e2e_factory(stack)  # the rolling path (phase 1 in place rolls nothing)
     mark = env.mark()
     report = _apply(env, FakeClock())
     records = env.sim.server.log.since(mark)

@@ -56,7 +56,7 @@ def test_unallocatable_claim_stops_phase1_naming_node_and_reason(
     env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0)
     bad = "gpu-node-0002"
     _annotate_node(env, bad, dra.UNALLOCATABLE_ANNOTATION, "true")
-    res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "3s")
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     assert res.code == 1, (res.stdout, res.stderr)
     assert f"{bad} (Pending: claim not allocated)" in res.stderr
     phase1 = next(p for p in env.state()["phases"] if p["number"] == 1)
@@ -66,7 +66,7 @@ def test_unallocatable_claim_stops_phase1_naming_node_and_reason(
     assert [p["status"]["phase"] for p in pending] == ["Pending"]
     # The driver comes back: the claim is allocated, the pod starts, the same command resumes.
     _annotate_node(env, bad, dra.UNALLOCATABLE_ANNOTATION, None)
-    again = env.cli("apply", "--phase", "1", "--yes", "--timeout", "30s")
+    again = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "30s")
     assert again.code == 0, again.stderr
     assert env.phase_status(1) == "completed"
     assert all(P.is_pod_ready(p) for p in env.pods(DCGM))

@@ -41,7 +41,7 @@ def test_a_stuck_phase1_rollout_is_red(e2e_factory: Callable[..., E2E]) -> None:
     bad = "gpu-node-0002"
     _edit(env, kinds.NODE, bad, None, lambda n: n["metadata"].setdefault(
         "annotations", {}).update({"sim.dcgm-migrate/pods-ready": "false"}))
-    res = env.cli("apply", "--phase", "1", "--yes", "--timeout", "3s")
+    res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     assert res.code == 1, res.stderr
     doc = env.cli("verify", "-o", "json")
     assert doc.code == 1, doc.stdout
@@ -80,7 +80,10 @@ def test_a_deleted_state_is_reported_and_rollback_claims_nothing(
     assert status.code == 1
     doc = status.json()
     assert doc["verdict"]["ok"]  # consumers are fine ...
-    assert doc["lostState"] == ["Service/nvidia-dcgm (the tool's alias)",
+    assert doc["lostState"] == ["DaemonSet/nvidia-dcgm-dra (labelled by the tool's phase 1)",
+                                "DaemonSet/nvidia-dcgm-exporter-dra (labelled by the tool's "
+                                "phase 1)",
+                                "Service/nvidia-dcgm (the tool's alias)",
                                 "Service/nvidia-dcgm-exporter (the tool's alias)"]
     assert any("No state" in w for w in doc["warnings"])  # ... but nothing can be rolled back
     mark = env.mark()
@@ -119,8 +122,9 @@ def test_mixed_stacks_are_red_while_a_stable_name_misses_the_dra_nodes(
     assert f"no ready endpoint on {len(dra_nodes)} of 4 nodes" in detail
     assert all(n in detail for n in dra_nodes)
     plan = env.cli("plan", "-o", "json").json()  # the plan says so before anything is run
-    assert any("run on separate nodes" in w and "`dcgm-migrate guard` adds the GPUCluster pods"
-               in w for w in plan["warnings"]), plan["warnings"]
+    guard = f"`dcgm-migrate guard --kubeconfig {env.sim.kubeconfig}` adds the GPUCluster pods"
+    assert any("run on separate nodes" in w and guard in w  # pointed at this cluster
+               for w in plan["warnings"]), plan["warnings"]
 
 
 def test_an_alias_that_no_longer_matches_its_source_is_red_until_the_guard_syncs_it(

@@ -48,14 +48,18 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[str]:
     return [str(line) for line in lines]
 
 
+BROKEN = ("verdict: NOT OK — 1 of 2 checks fail; consumers' traffic is misrouted or dropped: "
+          "nodes-covered/nvidia-dcgm")  # a traffic-critical check (model/findings.py)
+
+
 def test_plan_and_verify_say_the_verdict_only() -> None:
     assert closing(_doc(True)) == ["verdict: OK — the stable identity works (2 checks)"]
-    assert closing(_doc(False)) == ["verdict: NOT OK — 1 of 2 checks fail"]
+    assert closing(_doc(False)) == [BROKEN]
 
 
 def test_a_run_whose_phases_are_done_on_a_broken_identity_says_both() -> None:
     assert closing(_doc(False, ok=True, operation="apply")) == [
-        "verdict: NOT OK — 1 of 2 checks fail",
+        BROKEN,
         "run: OK — phases 1-3 done; the stable identity is not whole yet "
         "(nodes-covered/nvidia-dcgm), which no phase answers for; fix: run the guard"]
     assert closing(_doc(True, ok=True, operation="apply")) == [
@@ -76,4 +80,4 @@ def test_status_names_why_it_fails_beyond_the_verdict() -> None:
                                            "dcgm-migrate rollback --phase 1 -n x", None, None,
                                            None))
     assert closing(doc)[1] == ("status: NOT OK — a run was interrupted; resume: "
-                               "dcgm-migrate rollback --phase 1 -n x")
+                               "`dcgm-migrate rollback --phase 1 -n x`")

@@ -275,8 +275,13 @@ def allow_list(plan: dict[str, Any]) -> set[str]:
     """What a run of this plan may write: every object its phases change, the state ConfigMap,
     and creates of Services (the aliases) and of the state ConfigMap."""
     objects = {c["object"] for p in plan["phases"] for c in p["changes"]}
-    return objects | {f"ConfigMap/{STATE_CM}", "Service (create)", "ConfigMap (create)"}
+    # a DaemonSet's pods relabelled in place (field "pods"): its own pods, generated names
+    pods = {"Pod/" + c["object"].partition("/")[2] + "-*" for p in plan["phases"]
+            for c in p["changes"] if c["field"] == "pods"}
+    return objects | pods | {f"ConfigMap/{STATE_CM}", "Service (create)", "ConfigMap (create)"}
 
 
 def outside(writes: list[Any], allowed: set[str]) -> list[str]:
-    return [w for w in written(writes) if w not in allowed]
+    return [w for w in written(writes) if w not in allowed and not any(
+        a.endswith("-*") and w.startswith(a[:-1]) and "-" not in w[len(a) - 1:]
+        for a in allowed)]

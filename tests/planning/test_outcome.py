@@ -70,8 +70,14 @@ def test_a_node_without_a_ready_endpoint_is_named_with_why() -> None:
         eps[svc] = b.endpoints_for(svc, [p for p in pods if p.owner_name == "nvidia-dcgm-dra"])
     v = verdict(replace(snap, pods=pods, endpoints=eps), CAT)
     failed = _failed(v)
-    assert "node-1 (CrashLoopBackOff)" in failed["nodes-covered/nvidia-dcgm"]
+    assert "node-1 (nvidia-dcgm-dra-1: CrashLoopBackOff)" in failed["nodes-covered/nvidia-dcgm"]
     assert "1 of 3 nodes" in failed["nodes-covered/nvidia-dcgm-dra"]
+    # What helps is the pod and its node, for the alias as for the operator's own name: no
+    # phase's apply, which would answer with the same fix.
+    for name in ("nodes-covered/nvidia-dcgm", "nodes-covered/nvidia-dcgm-dra"):
+        fix = next(f.fix for f in v.failures() if f.name == name)
+        assert f"`kubectl describe pod nvidia-dcgm-dra-1 -n {snap.namespace}`" in fix, fix
+        assert "`kubectl describe node node-1`" in fix and "apply" not in fix, fix
     assert "rollout-complete/nvidia-dcgm-dra" not in failed  # the DaemonSet's counters say done
 
 

@@ -8,6 +8,7 @@ from typing import TypedDict, Unpack
 from migrator import phases
 from migrator.engine import assemble
 from migrator.model.discovery import discover
+from migrator.model.labelmarks import LABELS_MARK
 from migrator.model.planning import Options, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import load_catalog
@@ -49,7 +50,10 @@ def test_phase1_labels_metadata_and_template_of_each_daemonset() -> None:
     step = plan.steps[0]
     assert isinstance(step, SetLabels)
     assert step.patch() == {
-        "metadata": {"labels": {"nvidia.com/gpu-operator.dcgm": "true"}},
+        "metadata": {"labels": {"nvidia.com/gpu-operator.dcgm": "true"},
+                     "annotations": {LABELS_MARK: '{"metadata":{"nvidia.com/gpu-operator.dcgm"'
+                                                  ':null},"template":{"nvidia.com/gpu-operator'
+                                                  '.dcgm":null}}'}},
         "spec": {"template": {"metadata": {"labels": {"nvidia.com/gpu-operator.dcgm": "true"}}}},
     }
     fields = sorted(c.field for s in plan.steps for c in s.changes())

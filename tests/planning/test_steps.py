@@ -4,6 +4,7 @@ written; and `inverse()`/`satisfied()` are honest for every step type."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from migrator.engine import executor
 from migrator.kube.client import Kube
 from migrator.model import kinds
+from migrator.model.labelmarks import LABELS_MARK
 from migrator.model.stacks import Catalog
 from migrator.model.steps import (
     CreateAlias,
@@ -64,7 +66,13 @@ def _inverse(step: Step) -> Step | None:
 
 def test_inverse_is_the_real_undo_or_none() -> None:
     assert LABELS.inverse() == SetLabels("nvidia-dcgm", {KEY: None}, {KEY: None},
-                                         {KEY: "true"}, {KEY: "true"})
+                                         {KEY: "true"}, {KEY: "true"}, undo=True)
+    assert LABELS.inverse().inverse() == LABELS
+    # the forward write marks the DaemonSet with the originals, the undo removes the mark
+    assert LABELS.patch()["metadata"]["annotations"] == {
+        LABELS_MARK: json.dumps({"metadata": {KEY: None}, "template": {KEY: None}},
+                                sort_keys=True, separators=(",", ":"))}
+    assert LABELS.inverse().patch()["metadata"]["annotations"] == {LABELS_MARK: None}
     assert SWITCH.inverse().inverse() == SWITCH
     assert ALIAS.inverse() == UNALIAS
     assert _inverse(ROLL) is None  # a deleted pod cannot be undeleted

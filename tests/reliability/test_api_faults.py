@@ -222,4 +222,6 @@ def test_an_unreachable_api_server_is_exit_3_within_the_retry_budget(tmp_path: P
     waited = re.search(r"gave up after (\d+) attempts over ([\d.]+) s", lines[0])
     assert waited, lines[0]
     assert int(waited.group(1)) > 1 and float(waited.group(2)) <= RetryPolicy().max_wait_seconds
+    assert float(waited.group(2)) <= done.seconds  # real time, as the user lived it
+    assert "run the same command again" in lines[1], lines[1]
 

@@ -1,6 +1,8 @@
 """Crash anywhere (docs/design.md, "State and resume"): `apply --phase 3` and `rollback --phase 1`,
 each SIGKILLed right after every one of its K writes in turn, then run again, end exactly where an
-uninterrupted run ends.
+uninterrupted run ends. Both take phase 1's in-place path (hold on `OnDelete`, relabel the
+template, patch every pod, restore the strategy), so every k also proves that no DaemonSet is
+left on `OnDelete` and that no pod was replaced.
 
 Each k gets a fresh simulated cluster watched by the disruption monitor; the CLI is a real
 process (a child of the worker's fork server, tests/helpers/forkserver.py: a fresh interpreter's
@@ -24,8 +26,9 @@ from typing import Any
 import pytest
 
 from migrator.model import kinds
+from migrator.model.objects import HELD_STRATEGY
 from tests.helpers import cli, crash
-from tests.reliability.conftest import APPLY, ROLLBACK, Env
+from tests.reliability.conftest import APPLY, NS, ROLLBACK, Env
 
 Prepare = Callable[[Env], None]
 SHARDS = 4
@@ -54,9 +57,12 @@ def _reference(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...
     plan = cli.run(env.kubeconfig, "plan", "-o", "json")
     assert plan.code == 0, plan.stderr
     prepare(env)
-    mark = env.mark()
+    mark, before = env.mark(), _pod_uids(env)
     done = crash.run(env.kubeconfig, *args)
     assert done.code == 0, done.stderr
+    assert len(before) == 4 and _in_place_problems(env, before) == []  # 2 nodes x 2 DaemonSets
+    relabelled = [w for w in env.writes(mark) if w.resource == "pods"]
+    assert len(relabelled) == len(before), relabelled  # one patch per pod, in place
     ref = Reference(len(env.writes(mark)), crash.comparable(env.sim), crash.state_summary(env.sim),
                     crash.allow_list(plan.json()))
     assert crash.outside(env.writes(), ref.allowed) == []
@@ -65,11 +71,37 @@ def _reference(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...
     return ref
 
 
-def _resume_problems(env: Env, ref: Reference, args: tuple[str, ...]) -> list[str]:
+def _pod_uids(env: Env) -> dict[str, str]:
+    """Every pod of the DCGM and exporter DaemonSets, name -> uid."""
+    return {p["metadata"]["name"]: p["metadata"]["uid"]
+            for p in env.sim.store.list(kinds.POD, NS)[0]
+            if any(r.get("kind") == "DaemonSet"
+                   for r in p["metadata"].get("ownerReferences") or [])}
+
+
+def _in_place_problems(env: Env, before: dict[str, str]) -> list[str]:
+    """Phase 1 in place, whatever instant it was killed at: no DaemonSet left held on
+    `OnDelete` (nor carrying the hold's record), and no pod replaced."""
+    problems = []
+    for ds in env.sim.store.list(kinds.DAEMONSET, NS)[0]:
+        name = ds["metadata"]["name"]
+        if ds["spec"]["updateStrategy"]["type"] != "RollingUpdate":
+            problems.append(f"DaemonSet/{name} left on {ds['spec']['updateStrategy']['type']}")
+        if HELD_STRATEGY in (ds["metadata"].get("annotations") or {}):
+            problems.append(f"DaemonSet/{name} still carries {HELD_STRATEGY}")
+    after = _pod_uids(env)
+    if after != before:
+        problems.append(f"pods replaced: {sorted(set(before.items()) - set(after.items()))}")
+    return problems
+
+
+def _resume_problems(env: Env, ref: Reference, args: tuple[str, ...],
+                     before: dict[str, str]) -> list[str]:
     again = crash.run(env.kubeconfig, *args)
     if again.code != 0:
         return [f"rerun exited {again.code}: {again.stderr.strip()[-400:]}"]
-    problems = crash.diff(ref.objects, crash.comparable(env.sim))
+    problems = _in_place_problems(env, before)
+    problems += crash.diff(ref.objects, crash.comparable(env.sim))
     problems += [f"wrote {w}, outside the plan" for w in crash.outside(env.writes(), ref.allowed)]
     try:
         problems += crash.diff(ref.state, crash.state_summary(env.sim))
@@ -94,6 +126,7 @@ def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tup
     for k in points:
         env = fresh()
         prepare(env)
+        before = _pod_uids(env)
         ended: list[str] = []
         if not crash.kill_after_write(env.sim, k, *args, ended=ended):
             failures.append(f"k={k}: the run ended before its write {k} (not deterministic): "
@@ -101,7 +134,7 @@ def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tup
             env.sim.stop()
             continue
         env.let_the_lock_expire()
-        problems = _resume_problems(env, ref, args) + env.finish()
+        problems = _resume_problems(env, ref, args, before) + env.finish()
         env.sim.stop()
         if problems:
             failures.append(f"k={k}: " + "; ".join(problems[:5]))

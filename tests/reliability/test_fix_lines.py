@@ -201,7 +201,9 @@ def test_a_timeout_shorter_than_a_pod_start(fresh: Callable[..., Env], tmp_path:
     """Pods take 2 s to start; a 1 s progress deadline runs out with nothing wrong with them:
     the fix is a longer --timeout (never "fix those nodes")."""
     env = fresh(monitor=False, time_scale=1.0)
-    short = crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes", "--timeout", "1s")
+    # --rolling: pods to start (in place, phase 1 starts none)
+    short = crash.run(env.kubeconfig, "apply", "--phase", "1", "--rolling", "--yes",
+                      "--timeout", "1s")
     assert short.code == 1, short.output
     assert "fix those nodes" not in short.stderr
     [command] = follow(short.stderr, env.kubeconfig, tmp_path)

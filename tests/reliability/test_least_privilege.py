@@ -62,8 +62,8 @@ def test_rbac_yaml_grants_exactly_what_the_tool_requires() -> None:
     text = RBAC.read_text()
     assert "'*'" not in text and '"*"' not in text and "[*]" not in text, "wildcards"
     for verb, _group, resource, name, _scope in granted:
-        if verb not in ("get", "list", "watch", "create") and (verb, resource) != (
-                "delete", "pods"):
+        if verb not in ("get", "list", "watch", "create") and resource != "pods":
+            # pods: generated names (deleted with --roll-on-delete, patched in place)
             assert name, f"{verb} {resource} is not narrowed by resourceNames"
     subjects = [s for d in docs if d["kind"].endswith("Binding") for s in d["subjects"]]
     assert subjects and all(s == {"kind": "ServiceAccount", "name": "dcgm-migrate",
@@ -140,4 +140,24 @@ def test_a_missing_write_permission_is_named_by_preflight_and_by_apply(
     assert "fix: " in done.stderr and "preflight" in done.stderr
     ds = env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-exporter-dra")
     assert "nvidia.com/gpu-operator.dcgm-exporter" not in ds["metadata"]["labels"]
+    assert not env.finish()
+
+
+def test_preflight_names_the_in_place_path_s_permissions(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """Phase 1 in place patches pods and reads ControllerRevisions: docs/rbac.yaml without
+    those rules fails preflight, which names each."""
+    env = fresh(insecure_port=False)
+    docs = _docs(RBAC.read_text())
+    for doc in docs:
+        if "rules" in doc:
+            doc["rules"] = [r for r in doc["rules"] if r["resources"] != ["controllerrevisions"]
+                            and (r["resources"], r["verbs"]) != (["pods"], ["patch"])]
+    kubeconfig = _kubeconfig(env, yaml.safe_dump_all(docs), tmp_path, token="narrow-token-2")
+    pre = crash.run(kubeconfig, "preflight")
+    assert pre.code == 1, pre.output
+    missing = sorted(line.strip() for line in pre.stdout.splitlines() if "not allowed" in line)
+    assert missing == ["✗ rbac/list controllerrevisions.apps: not allowed",
+                       "✗ rbac/patch pods: not allowed",
+                       "✗ rbac/watch controllerrevisions.apps: not allowed"], pre.stdout
     assert not env.finish()

@@ -49,7 +49,9 @@ def _status(env: Env) -> tuple[int, dict[str, Any], str]:
 def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
         fresh: Callable[..., Env]) -> None:
     env = fresh(time_scale=SLOW)
-    proc = crash.start(env.kubeconfig, *APPLY)
+    # --rolling: phase 1 waits on rollouts long enough to be caught mid-run (in place, it
+    # is over within a second)
+    proc = crash.start(env.kubeconfig, *APPLY, "--rolling")
     try:
         crash.until(lambda: any(p["status"] == "in-progress" for p in _phases(env)), proc)
         code, doc, table = _status(env)
@@ -79,11 +81,11 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
     assert run["state"] == "interrupted", run
     assert run["waitsFor"] is None  # nothing runs, so nothing waits
     assert run["lock"] is None  # released on SIGTERM
-    assert run["resume"] == f"dcgm-migrate apply --phase 3 -n {NS}"
+    assert run["resume"] == f"dcgm-migrate apply --phase 3 -n {NS} --kubeconfig {env.kubeconfig}"
     assert code == 1 and doc["ok"] is False  # an interrupted run never looks healthy
     assert "run interrupted — apply --phase 3, at phase 1, and no run holds the lock" in table
     assert f"resume: dcgm-migrate apply --phase 3 -n {NS}" in table
-    assert f"status NOT OK — a run was interrupted; resume: dcgm-migrate apply --phase 3 -n {NS}" \
+    assert f"status NOT OK — a run was interrupted; resume: `dcgm-migrate apply --phase 3 -n {NS}" \
         in table
 
     again = crash.run(env.kubeconfig, *shlex.split(run["resume"])[1:])  # the exact command
@@ -110,9 +112,13 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
         assert (run["operation"], run["target"], run["phase"]) == ("rollback", 1, 1)
         assert [p["phase"] for p in run["rollback"]] == [1]  # 3 and 2 are rolled back
         steps = run["rollback"][0]["steps"]
-        assert steps and all(s["type"] == "set-labels" for s in steps)
+        # phase 1's rollback in place: hold, labels off the template, off the pods, restore
+        types = {s["type"] for s in steps}
+        assert "set-labels" in types and types <= {
+            "hold-strategy", "set-labels", "relabel-pods", "restore-strategy"}, steps
         # the rollback removes the common labels: after is null (absent)
-        assert all(c["after"] is None for s in steps for c in s["changes"])
+        assert all(c["after"] is None for s in steps if s["type"] == "set-labels"
+                   for c in s["changes"])
         assert doc["phases"][0]["changes"] == []  # not the forward diff
         assert "run rolling back — rollback --phase 1, at phase 1" in table
         assert "rollback of phase 1 — label (in-progress)" in table
@@ -121,7 +127,8 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
     assert stopped == 143, err
     _, doc, table = _status(env)
     assert doc["run"]["state"] == "interrupted"
-    assert doc["run"]["resume"] == f"dcgm-migrate rollback --phase 1 -n {NS}"
+    assert doc["run"]["resume"] == (
+        f"dcgm-migrate rollback --phase 1 -n {NS} --kubeconfig {env.kubeconfig}")
     assert doc["run"]["rollback"] and doc["phases"][0]["changes"] == []
     again = crash.run(env.kubeconfig, *shlex.split(doc["run"]["resume"])[1:], "--settle", "0s")
     assert again.code == 0, again.stderr
@@ -154,7 +161,7 @@ def test_a_rollback_stopped_between_two_phases_reads_as_interrupted_until_resume
         code, _, err = crash.finish(proc)
     assert code == (143 if signum == signal.SIGTERM else -9), err
 
-    resume = f"dcgm-migrate rollback --phase 1 -n {NS}"
+    resume = f"dcgm-migrate rollback --phase 1 -n {NS} --kubeconfig {env.kubeconfig}"
     for _ in range(2):  # status and verify alike, as often as asked
         code, doc, table = _status(env)
         run = doc["run"]
@@ -165,7 +172,7 @@ def test_a_rollback_stopped_between_two_phases_reads_as_interrupted_until_resume
         assert [p["phase"] for p in run["rollback"]] == [2, 1]  # what is left to undo
         assert "run interrupted — rollback --phase 1, at phase 2" in table
         assert f"resume: {resume}" in table
-        assert f"status NOT OK — a run was interrupted; resume: {resume}" in table
+        assert f"status NOT OK — a run was interrupted; resume: `{resume}`" in table
         verify = cli.run(env.kubeconfig, "verify")
         assert verify.code == 1, verify.stdout
     events = [(e["event"], e.get("phase"), e.get("target")) for e in _history(env)]

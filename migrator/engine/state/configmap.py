@@ -91,6 +91,13 @@ class ConfigMapFormat:
     def _check_ours(self, cm: Obj) -> None:
         labels = (cm.get("metadata") or {}).get("labels") or {}
         key, value = self._managed_by.key, self._managed_by.value
+        if labels.get(key) != value and self._holds_a_state(cm):
+            raise StateCorrupt(  # ours, its label removed (a hand edit, a copy without it)
+                f"ConfigMap {self._cm.where} holds a dcgm-migrate state (its checksum matches)"
+                f" but lost its label {key}={value}, so it is not read or written until the "
+                "label is back.",
+                f"restore the label: `kubectl -n {self._cm.namespace} label configmap "
+                f"{self._cm.name} {key}={value}`, then run the command again")
         if labels.get(key) != value:
             raise StateCorrupt(
                 f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
@@ -98,6 +105,21 @@ class ConfigMapFormat:
                 f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
                 "or run the migration in another namespace",
             )
+
+    @staticmethod
+    def _holds_a_state(cm: Obj) -> bool:
+        """Both data keys of a state, the checksum matching a document that names its schema
+        and namespace: only this tool writes that, so such a ConfigMap is ours whatever its
+        labels say."""
+        data = cm.get("data") or {}
+        text = data.get(STATE_KEY)
+        if not isinstance(text, str) or data.get(CHECKSUM_KEY) != checksum(text):
+            return False
+        try:
+            document = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()
 
     def _check_not_terminating(self, cm: Obj) -> None:
         """A state ConfigMap being deleted vanishes once its finalizers go: never lock or write

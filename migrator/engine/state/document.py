@@ -19,7 +19,7 @@ from migrator.engine.state.configmap import corrupt_hint
 from migrator.errors import StateCorrupt
 from migrator.model.phasestatus import PhaseStatus
 from migrator.model.retiring import GONE, HANDED_OVER, REPLACED, REVERTED
-from migrator.model.steps import Step, from_record, to_record
+from migrator.model.steps import SetSelector, Step, from_record, to_record
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 50
@@ -134,6 +134,18 @@ class State:
         """The stack running now is not the one the completed phases were planned for."""
         completed = any(p.status is PhaseStatus.COMPLETED for p in self.phases.values())
         return completed and self.stack not in ("none", live) and live != "none"
+
+    def completed_phase(self) -> int:
+        """The highest phase recorded completed (0: none): what a fix restores up to."""
+        return max((n for n, p in self.phases.items() if p.status is PhaseStatus.COMPLETED),
+                   default=0)
+
+    def foreign_allowed(self) -> frozenset[str]:
+        """The Services a switch that still holds made select pods outside the DaemonSets with
+        the SRE's leave (`--allow-foreign-pods`, kept on its step): the verdict honours it."""
+        return frozenset(s.service for p in self.phases.values() if p.status.applied
+                         for s in p.done_steps()
+                         if isinstance(s, SetSelector) and s.allow_foreign)
 
     def log(self, event: str, **details: Any) -> None:
         self.history.append({"at": self.stamp(), "event": event, **details})

@@ -1,0 +1,143 @@
+"""Every command the CLI prints runs as written against the cluster it was printed for: one
+helper completes a `dcgm-migrate` or `kubectl` command with what selected this cluster — the
+caller's `--kubeconfig`, `--context` and `-n` (only those given, shell-quoted) — and every
+renderer (the report's table, its `-o json|yaml` document, `status`'s `resume:`, the closing
+lines, the progress stream's warnings, an error's `fix:` line) passes its text through it.
+
+Without them a fix copied from a bastion would act on whatever its current context names,
+possibly another cluster, with only a terminal's y/N to stop it (docs/runbook.md, "Exit
+codes"). The engine and the model write commands in backticks without any of this: they
+do not know how the CLI was invoked, and the command text stays the same in every output."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+
+ARGV_KEY = "dcgm-migrate.argv"  # where the root group keeps the command line (cli/group.py)
+PROGRAMS = ("dcgm-migrate", "kubectl")
+_QUOTED = re.compile(r"`([^`]+)`")
+_LONG = {"-n": "--namespace", "-o": "--output"}
+
+
+def long_name(option: str) -> str:
+    """An option's long spelling (`-n` → `--namespace`), to compare spellings."""
+    return _LONG.get(option, option)
+
+
+def option_values(argv: Sequence[str]) -> dict[str, str]:
+    """Each `--option value`, `--option=value`, `-n value` or `-nvalue` of a command line,
+    under its long name (the last one wins, as click takes it)."""
+    out: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        head, eq, value = arg.partition("=")
+        if head.startswith("--") and eq:
+            out[head] = value
+        elif len(arg) > 2 and not arg.startswith("--") and arg[:2] in _LONG:
+            out[long_name(arg[:2])] = arg[2:]  # -nvalue
+        elif arg.startswith("-") and i + 1 < len(argv):
+            out[long_name(arg)] = argv[i + 1]
+    return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What selected the cluster and namespace of this invocation: the options given (None:
+    not given, so the command printed leaves it to the same defaults)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+
+    @classmethod
+    def of(cls, argv: Sequence[str] | None) -> Selection:
+        values = option_values(argv or ())
+        return cls(values.get("--kubeconfig"), values.get("--context"),
+                   values.get("--namespace"))
+
+    @classmethod
+    def current(cls) -> Selection:
+        """The selection of the command being run (none outside a click invocation)."""
+        return cls.of(invoked())
+
+    def options(self, program: str) -> list[str]:
+        """The options that point `program` at the same cluster and namespace."""
+        out: list[str] = []
+        if self.kubeconfig:
+            out += ["--kubeconfig", self.kubeconfig]
+        if self.context:
+            out += ["--context", self.context]
+        if self.namespace and program in PROGRAMS:
+            out += ["-n", self.namespace]
+        return out
+
+
+def command(argv: Sequence[str], selection: Selection) -> str:
+    """The command line `argv`, shell-quoted, with each option of `selection` it does not set
+    itself (a command's own `-n` wins: a fix may name another namespace on purpose)."""
+    argv = list(argv)
+    if not _talks_to_a_cluster(argv):
+        return shlex.join(argv)
+    given = {long_name(a.split("=", 1)[0]) for a in argv if a.startswith("-")}
+    given |= {long_name(a[:2]) for a in argv if len(a) > 2 and a[:2] in _LONG}
+    extra = selection.options(argv[0])
+    extra = [t for i in range(0, len(extra), 2) if long_name(extra[i]) not in given
+             for t in extra[i:i + 2]]
+    return shlex.join([*argv, *extra])
+
+
+def _talks_to_a_cluster(argv: Sequence[str]) -> bool:
+    """`kubectl …` and `dcgm-migrate <command> …`; not `dcgm-migrate --version`."""
+    if not argv or argv[0] not in PROGRAMS:
+        return False
+    return argv[0] == "kubectl" or (len(argv) > 1 and not argv[1].startswith("-"))
+
+
+def complete(text: str, selection: Selection) -> str:
+    """`text` with each command it names in backticks completed by `command`; text in
+    backticks that is not such a command (`--timeout 20m`, a label) is left as it is."""
+
+    def one(match: re.Match[str]) -> str:
+        inner = match.group(1)
+        try:
+            argv = shlex.split(inner)
+        except ValueError:
+            return match.group(0)
+        if not _talks_to_a_cluster(argv):
+            return match.group(0)
+        done = command(argv, selection)
+        return f"`{inner if done == shlex.join(argv) else done}`"
+
+    return _QUOTED.sub(one, text) if "`" in text else text
+
+
+def completed(value: Any, selection: Selection) -> Any:
+    """A `-o json|yaml` document with every string's commands completed (`complete`)."""
+    if isinstance(value, str):
+        return complete(value, selection)
+    if isinstance(value, dict):
+        return {k: completed(v, selection) for k, v in value.items()}
+    if isinstance(value, list):
+        return [completed(v, selection) for v in value]
+    return value
+
+
+def invoked() -> list[str] | None:
+    """The command line this command was invoked with, as the user would type it again
+    (`dcgm-migrate` or `kubectl dcgm-migrate`, then its arguments). None outside a click
+    invocation."""
+    globals_ = importlib.import_module(
+        typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
+    ctx = globals_.get_current_context(silent=True)
+    args = ctx.meta.get(ARGV_KEY) if ctx is not None else None
+    if not args:
+        return None
+    root = str(ctx.find_root().info_name or "")
+    prog = ["kubectl", "dcgm-migrate"] if root.startswith("kubectl") else ["dcgm-migrate"]
+    return [*prog, *args]

@@ -1,0 +1,182 @@
+"""The in-place path of phase 1 (`RelabelPods`): with the DaemonSet held on `OnDelete` and its
+template relabelled, every pod still on the previous revision gets the new template's labels
+and `controller-revision-hash` by a JSON patch, so the DaemonSet controller counts it updated
+and never restarts it. Upstream counts a pod updated by that label alone (`IsPodUpdated`,
+kubernetes `pkg/controller/daemon/util/daemonset_util.go`), the hash names the pod template
+alone (`ComputeHash(&ds.Spec.Template, ...)` in `constructHistory`,
+`pkg/controller/daemon/update.go`), and the controller rewrites pods' hash labels itself when
+it deduplicates histories (`dedupCurHistories`).
+
+Each pod is patched only when the two revisions' `data` (upstream's `getPatch`: the template,
+`$patch: replace`) are equal once their template labels are set aside; each patch tests the
+pod's uid and old hash, so a pod recreated or moved in between answers 422 and is left to the
+rollout `RestoreStrategy` lets the controller make. A part of the apply back end
+(engine/applying.py), working through `loop.Applier`, as `ondelete` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from migrator.engine import interrupts
+from migrator.engine.loop import Applier, PhaseWork
+from migrator.engine.progress import StepEvent
+from migrator.errors import APIConflict, APIInvalid, APINotFound
+from migrator.model import kinds
+from migrator.model import objects as o
+from migrator.model.gates import GateResult
+from migrator.model.snapshot import PodView
+from migrator.model.steps import RelabelPods, Step
+
+Obj = dict[str, Any]
+HASH_LABEL = "controller-revision-hash"
+# The deprecated fallback of `IsPodUpdated`: a pod whose label equals the DaemonSet's template
+# generation counts updated too. A relabelled pod carries the new one, as a pod the controller
+# created for this template would (`util.CreatePodTemplate`): left at the old one, a DaemonSet
+# re-created at generation 1 would count it updated whatever its template.
+GENERATION_LABEL = "pod-template-generation"
+GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
+# Pod patches in flight at once: client-go's default burst (`rest.DefaultBurst` = 10,
+# k8s.io/client-go/rest/config.go), which is also the python client's default connection
+# pool on a small host; enough that 5,000 patches take seconds, few enough that the API
+# server's priority and fairness never queues the tool behind itself.
+MAX_IN_FLIGHT = 10
+
+
+def template_of(revision: Mapping[str, Any]) -> Obj:
+    """The pod template a ControllerRevision's `data` restores (`$patch` set aside)."""
+    template = dict(o.dig(revision, "data", "spec", "template") or {})
+    template.pop("$patch", None)
+    return template
+
+
+def _sans_labels(template: Mapping[str, Any]) -> Obj:
+    meta = {k: v for k, v in (template.get("metadata") or {}).items() if k != "labels"}
+    return {**template, "metadata": meta}
+
+
+def only_labels_differ(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The proof the in-place path stands on: the two revisions' templates are equal but for
+    their metadata labels."""
+    return _sans_labels(template_of(old)) == _sans_labels(template_of(new))
+
+
+def _pointer(key: str) -> str:
+    return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def pod_patch(pod: PodView, old: Mapping[str, str], new: Mapping[str, str],
+              new_hash: str, generation: str | None = None) -> list[Obj]:
+    """A JSON patch moving the pod from the old template's labels to the new one's: it applies
+    only to this pod (uid) while it still carries the old hash."""
+    ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": pod.uid},
+                      {"op": "test", "path": _pointer(HASH_LABEL),
+                       "value": pod.labels.get(HASH_LABEL)}]
+    for key in sorted((set(old) | set(new)) - {HASH_LABEL, GENERATION_LABEL}):
+        want = new.get(key)
+        if pod.labels.get(key) == want:
+            continue
+        ops.append({"op": "remove", "path": _pointer(key)} if want is None else
+                   {"op": "add", "path": _pointer(key), "value": want})
+    ops.append({"op": "replace", "path": _pointer(HASH_LABEL), "value": new_hash})
+    if generation is not None and pod.labels.get(GENERATION_LABEL) not in (None, generation):
+        ops.append({"op": "replace", "path": _pointer(GENERATION_LABEL), "value": generation})
+    return ops
+
+
+def _revisions(backend: Applier, ds: Obj) -> list[Obj]:
+    """The DaemonSet's ControllerRevisions: listed by its selector, owned by its uid."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(
+        (o.dig(ds, "spec", "selector", "matchLabels") or {}).items()))
+    uid = o.meta(ds).get("uid")
+    return [r for r in backend.kube.list(kinds.CONTROLLER_REVISION, backend.namespace,
+                                         label_selector=selector or None).items
+            if any(ref.get("uid") == uid for ref in o.meta(r).get("ownerReferences") or [])]
+
+
+def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
+    """Wait for the controller's revision of the relabelled template, then patch every pod
+    the proof allows, at most `MAX_IN_FLIGHT` at a time; the rest is said and left to roll."""
+    assert isinstance(step, RelabelPods), f"{step.type} is not relabelled in place"
+    rec, kube, name = phase.rec, backend.kube, step.daemonset
+    with interrupts.shielded():
+        phase.mark(step, "intent")
+        backend.save()
+    backend.listener.step(StepEvent(rec.number, step, "writing"))
+    found: list[tuple[Obj, list[Obj]]] = []
+
+    def current() -> list[GateResult]:
+        found.clear()
+        ds = kube.get(kinds.DAEMONSET, name, backend.namespace)
+        if ds is None:
+            return [GateResult(f"revision/{name}", True, "DaemonSet gone")]
+        revs = sorted(_revisions(backend, ds), key=lambda r: int(r.get("revision") or 0))
+        ok = bool(revs) and template_of(revs[-1]) == ds["spec"]["template"]
+        if ok:
+            found.append((ds, revs))
+        return [GateResult(f"revision/{name}", ok, "the controller's revision of the "
+                           "relabelled template" + ("" if ok else " not created yet"))]
+
+    deadline = backend.clock.monotonic() + backend.settings.timeout
+    results = backend.waiter.until(current, deadline, wake_kind=kinds.CONTROLLER_REVISION)
+    if not all(r.ok for r in results):
+        backend.refuse(rec, f"DaemonSet/{name}: no ControllerRevision for its relabelled "
+                       f"template within {backend.settings.timeout:g}s; it stays on OnDelete",
+                       "check the kube-controller-manager, then rerun to resume (the "
+                       "DaemonSet's own updateStrategy is restored by that run)")
+    left: list[str] = []
+    done = 0
+    if found:
+        ds, revs = found[0]
+        done, left = _patch_pods(backend, step, ds, revs)
+    with interrupts.shielded():
+        phase.mark(step, "done")
+        backend.save()
+    note = (f"DaemonSet/{name}: {done} pods relabelled in place"
+            + (f"; left to its rollout: {'; '.join(left)}" if left else ""))
+    backend.listener.message(note)
+    if left:
+        backend.result.notes.append(note)
+    backend.listener.step(StepEvent(rec.number, step, "done"))
+
+
+def _patch_pods(backend: Applier, step: RelabelPods, ds: Obj, revs: list[Obj]
+                ) -> tuple[int, list[str]]:
+    """(pods patched, why the others were left to roll)."""
+    current = revs[-1]
+    new_hash = o.labels(current).get(HASH_LABEL, "")
+    by_hash = {o.labels(r).get(HASH_LABEL): r for r in revs}
+    hash_key = backend.catalog.common.operator_hash_annotation
+    if step.rendered is not None and o.annotations_of(ds).get(hash_key) != step.rendered:
+        return 0, [f"the operator re-rendered it ({hash_key} "
+                   f"{step.rendered} → {o.annotations_of(ds).get(hash_key)})"]
+    pods = [p for p in backend.snapshot().pods_of(step.daemonset)
+            if not p.deleting and p.labels.get(HASH_LABEL) != new_hash]
+    left: list[str] = []
+    work: list[tuple[PodView, list[Obj]]] = []
+    for pod in pods:
+        old = by_hash.get(pod.labels.get(HASH_LABEL))
+        if old is None or not only_labels_differ(old, current):
+            left.append(f"{pod.name} (its revision differs from the current one in more "
+                        "than labels)" if old is not None else
+                        f"{pod.name} (on a revision no longer kept)")
+            continue
+        work.append((pod, pod_patch(pod, o.template_labels({"spec": {
+            "template": template_of(old)}}), o.template_labels(ds), new_hash,
+            o.annotations_of(ds).get(GENERATION_ANNOTATION))))
+
+    def send(item: tuple[PodView, list[Obj]]) -> str | None:
+        pod, ops = item
+        try:
+            backend.kube.patch(kinds.POD, pod.name, backend.namespace, ops, patch_type="json")
+        except (APIInvalid, APIConflict, APINotFound):
+            return f"{pod.name} (changed since it was read)"
+        return None
+
+    with interrupts.shielded(), ThreadPoolExecutor(MAX_IN_FLIGHT) as pool:
+        answers = list(pool.map(send, work))
+    backend.result.writes += len(work)
+    left += [a for a in answers if a is not None]
+    return len(work) - sum(a is not None for a in answers), left

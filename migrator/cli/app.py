@@ -40,6 +40,7 @@ from migrator.cli.options import (
     complete_phase,
 )
 from migrator.cli.plugins import INSTALL_HINT
+from migrator.cli.stack_cmd import change_stack
 from migrator.cli.watched import watched
 from migrator.commands import RunRequest, Session, save_plan
 from migrator.engine.loop import RunSettings
@@ -360,6 +361,7 @@ def preflight(
 
 
 app.command("guard")(handles_errors(guard))
+app.command("change-stack")(handles_errors(change_stack))
 
 
 # Stand-ins for the commands the simulated cluster's distribution provides (cli/plugins.py):

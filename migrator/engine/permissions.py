@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from migrator.engine.locate import namespace_check
 from migrator.errors import APIForbidden
-from migrator.model import kinds
+from migrator.model import crconflict, kinds
 from migrator.model.gates import GateResult
 from migrator.model.kinds import Kind
+from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
 
 if TYPE_CHECKING:
@@ -35,6 +36,10 @@ class Permission:
 
 
 DEFAULT_NAMESPACE = "gpu-operator"
+# The CR names `change-stack --delete-cr` may delete: the Helm chart's (`cluster-policy`,
+# `gpu-cluster`, deployments/gpu-operator/templates at a22dbf671) and the samples'.
+STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
+                      "GPUCluster": ("gpu-cluster",)}
 
 
 def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
@@ -69,6 +74,14 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
         Permission("patch", kinds.POD),  # phase 1 in place: labels and revision hash
         Permission("delete", kinds.POD),
         Permission("create", kinds.CONFIGMAP),
+        # change-stack: the new CR created, the old one deleted by name (the Helm chart's
+        # names and the samples'; docs/rbac.yaml says to add yours)
+        Permission("create", kinds.CLUSTER_POLICY, namespaced=False),
+        Permission("create", kinds.GPU_CLUSTER, namespaced=False),
+        *(Permission("delete", kinds.CLUSTER_POLICY, n, namespaced=False)
+          for n in STACK_CHANGE_NAMES["ClusterPolicy"]),
+        *(Permission("delete", kinds.GPU_CLUSTER, n, namespaced=False)
+          for n in STACK_CHANGE_NAMES["GPUCluster"]),
         *(Permission(v, kinds.CONFIGMAP, catalog.common.state_configmap)
           for v in ("get", "update")),
     )
@@ -157,6 +170,20 @@ def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
                        f"{who}: {total - len(missing)}/{total} of the guard's writes")]
 
 
+def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
+    """Red when a ClusterPolicy and a GPUCluster both exist and the operator refuses them
+    (`model/crconflict.py`): every operand is stalled, so no migration step can be judged."""
+    if not all(v for k, v in apis.items() if "nvidia" in k):
+        return []
+    snap = Snapshot("", cluster_policies=tuple(kube.list(kinds.CLUSTER_POLICY).items),
+                    gpu_clusters=tuple(kube.list(kinds.GPU_CLUSTER).items))
+    found = crconflict.findings(snap)
+    if not found:
+        return [GateResult(crconflict.CHECK, True, "at most one kind of GPU Operator CR, or "
+                           "a release that reconciles both")]
+    return [f.gate() for f in found]
+
+
 def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[GateResult, ...]:
     """`preflight`: API reachable, CRDs present, the namespace holds the GPU Operator's DCGM
     DaemonSets, every permission the migration needs (SSAR), and whether the guard's
@@ -177,6 +204,7 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
                              any(v for k, v in apis.items() if "nvidia" in k),
                              "ClusterPolicy or GPUCluster CRD present"))
     checks.append(namespace_check(kube, namespace, catalog))
+    checks += operator_cr_checks(kube, apis)
     checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
     checks.append(GateResult("rbac", not missing,
                              f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from migrator.cli.app import app
 
 CLUSTER_COMMANDS = {"plan", "apply", "rollback", "status", "verify", "unlock", "preflight",
-                    "guard"}
+                    "guard", "change-stack"}
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "output.schema.json"
 
 

@@ -102,6 +102,10 @@ class ReadyEndpoints:
         """Nodes with at least one ready endpoint now."""
         return sum(1 for count in self._per_node(service).values() if count)
 
+    def per_node(self, service: str) -> dict[str, int]:
+        """Ready endpoints per node now."""
+        return self._per_node(service)
+
     def _per_node(self, service: str) -> dict[str, int]:
         per_node: dict[str, int] = {}
         for by_node in self._slices[service].values():

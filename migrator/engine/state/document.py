@@ -112,6 +112,7 @@ class State:
         default_factory=lambda: {n: PhaseRecord(n) for n in phase_modules.numbers()})
     last_error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    stack_change: dict[str, Any] | None = None  # engine/stackchange.py's record
     created: str = ""  # "": now, on the clock
     updated: str = ""
     clock: Clock = field(default_factory=SystemClock, repr=False, compare=False)
@@ -170,6 +171,7 @@ class State:
                 for p in sorted(self.phases.values(), key=lambda p: p.number)
             ],
             "history": self.history,
+            **({"stackChange": self.stack_change} if self.stack_change is not None else {}),
         }
 
     @staticmethod
@@ -200,6 +202,7 @@ class State:
             return State(namespace=str(doc["namespace"]), stack=str(doc["stack"]),
                          plan_fingerprint=doc.get("planFingerprint"), phases=phases,
                          last_error=doc.get("lastError"), history=list(doc.get("history") or []),
+                         stack_change=doc.get("stackChange"),
                          created=str(doc.get("created") or ""),
                          updated=str(doc.get("updated") or ""),
                          clock=clock or SystemClock())

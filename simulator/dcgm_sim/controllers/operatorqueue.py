@@ -78,13 +78,16 @@ def controller_kind(obj: Mapping[str, Any] | None) -> str | None:
 def generation_changed(event_type: str, old: Mapping[str, Any] | None,
                        new: Mapping[str, Any]) -> bool:
     """`GenerationChangedPredicate`: creates and deletes pass, an update only when
-    `metadata.generation` moved. The sim's `sim.dcgm-migrate/renders-common-labels` annotation
-    (an operator upgrade, which restarts the operator and so reconciles) passes too."""
+    `metadata.generation` moved (a CR's labels and annotations move no generation, so touching
+    them reconciles nothing). The sim's `sim.dcgm-migrate/renders-common-labels` annotation (an
+    operator upgrade, which restarts the operator and so reconciles) passes too."""
     if event_type != "MODIFIED" or old is None:
         return True
     before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    key = "sim.dcgm-migrate/renders-common-labels"  # rendering.RENDERS_COMMON_LABELS
     return bool(before.get("generation") != after.get("generation")
-                or before.get("annotations") != after.get("annotations"))
+                or (before.get("annotations") or {}).get(key)
+                != (after.get("annotations") or {}).get(key))
 
 
 def triggered(event_type: str, kind: str, old: Mapping[str, Any] | None, new: Mapping[str, Any],

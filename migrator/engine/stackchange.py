@@ -1,0 +1,336 @@
+"""Carrying out a stack change (`model/stackchange.py` plans it), one step at a time: intent
+recorded in the state before each write, done after, so a run killed at any write is resumed
+by running the same command again (every step first asks the cluster whether it already
+holds); `rollback` undoes what the record says was written.
+
+The record is the state document's `stackChange` (docs/design.md, "State and resume"): the
+request (target, the new CR, the old CR's body as it was read), each step's status and the
+originals its undo needs, and the per-node gap measured (`stackgaps.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.engine.clock import Clock
+from migrator.engine.progress import Listener
+from migrator.engine.stackgaps import GapMeter
+from migrator.engine.state.document import State, stamp
+from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
+from migrator.kube.client import Kube
+from migrator.model import aliasing, kinds
+from migrator.model import objects as o
+from migrator.model import stackchange as sc
+from migrator.model.phasestatus import PhaseStatus
+from migrator.model.stacks import Catalog
+
+Obj = dict[str, Any]
+CR_KINDS = {"ClusterPolicy": kinds.CLUSTER_POLICY, "GPUCluster": kinds.GPU_CLUSTER}
+# the stack change's own status, in the phases' words (`model/phasestatus.py`)
+IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
+                                       PhaseStatus.ROLLED_BACK.value)
+POLL_SECONDS = 0.5
+
+
+@dataclass
+class StackRun:
+    """What one run works with, handed down (not found)."""
+
+    kube: Kube
+    namespace: str
+    catalog: Catalog
+    clock: Clock
+    listener: Listener
+    state: State
+    save: Callable[[State], None]
+    timeout: float = 600.0
+    max_gap: float = 180.0
+    meter: GapMeter | None = field(default=None)
+
+    @property
+    def record(self) -> Obj:
+        assert self.state.stack_change is not None
+        return self.state.stack_change
+
+    def mark(self, step: sc.StackStep, status: str, **originals: Any) -> None:
+        steps: Obj = self.record.setdefault("steps", {})
+        entry = steps.setdefault(step.id, {"action": step.action, "kind": step.kind,
+                                           "name": step.name})
+        entry.update(originals)
+        entry["status"], entry["at"] = status, stamp(self.clock.now())
+        self.save(self.state)
+
+    def status_of(self, step_id: str) -> str | None:
+        return ((self.record.get("steps") or {}).get(step_id) or {}).get("status")
+
+
+def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
+    """The record of this change: a new one, or the one a stopped run left (same target)."""
+    record = state.stack_change
+    if record and record.get("status") == COMPLETED and record.get("to") == change.target \
+            and change.old_cr is None:
+        return record  # run again after it completed: its record (rollback's originals) stays
+    if record and record.get("status") == IN_PROGRESS:
+        if record.get("to") != change.target:
+            raise UsageError(
+                f"A change to the {record.get('to')} stack is in progress (started "
+                f"{record.get('started')}).", "finish it by running that change-stack again, "
+                "or undo it with change-stack --rollback")
+        return record
+    state.stack_change = {"to": change.target, "from": change.source, "status": IN_PROGRESS,
+                          "started": now, "newCr": dict(change.new_cr),
+                          "oldCr": change.old_cr, "steps": {}, "gaps": {}}
+    return state.stack_change
+
+
+def _crs(run: StackRun, kind: str) -> list[Obj]:
+    return list(run.kube.list(CR_KINDS[kind]).items)
+
+
+def _cr(run: StackRun, kind: str, name: str) -> Obj | None:
+    return next((c for c in _crs(run, kind) if o.name(c) == name), None)
+
+
+def _service(run: StackRun, name: str) -> Obj | None:
+    return run.kube.get(kinds.SERVICE, name, run.namespace)
+
+
+def _wait(run: StackRun, what: str, done: Callable[[], bool], limit: float | None = None) -> None:
+    """Poll `done` on the run's clock, sampling the gap meter, until it holds or the limit."""
+    deadline = run.clock.monotonic() + (limit if limit is not None else run.timeout)
+    said = False
+    while True:
+        if run.meter is not None:
+            run.meter.sample()
+        if done():
+            return
+        if run.clock.monotonic() > deadline:
+            raise GateFailed(f"{what}: not within {limit or run.timeout:.0f} s.",
+                             "run the same change-stack again to resume, or change-stack "
+                             "--rollback")
+        if not said:
+            run.listener.message(f"waiting: {what}")
+            said = True
+        run.clock.sleep(POLL_SECONDS)
+
+
+def _keep(run: StackRun, step: sc.StackStep, old_kind: str) -> None:
+    svc = _service(run, step.name)
+    if svc is None or sc.kept(svc, old_kind):
+        return
+    refs = o.meta(svc).get("ownerReferences") or []
+    spec = svc.get("spec") or {}
+    run.mark(step, "intent", ownerReferences=refs, labels=dict(o.meta(svc).get("labels") or {}),
+             annotations=dict(o.meta(svc).get("annotations") or {}),
+             selector=dict(spec.get("selector") or {}))
+    _keep_from(run, step.name, old_kind)
+
+
+def _patch_checked(run: StackRun, name: str, ops: list[Obj], holds: Callable[[Obj], bool]
+                   ) -> None:
+    """A guarded JSON patch; a failed test is fine when the live object already holds."""
+    try:
+        run.kube.patch(kinds.SERVICE, name, run.namespace, ops, patch_type="json")
+    except (APIConflict, APINotFound):
+        live = _service(run, name)
+        if live is None or not holds(live):
+            raise
+
+
+def _retarget(run: StackRun, step: sc.StackStep) -> None:
+    """The kept Service becomes what phase 2 makes an alias (`model/aliasing.py`): the tool's
+    labels and annotations, the `-dra` app selector, the GPUCluster as a non-controller owner;
+    its clusterIP, ports and traffic policy stay as they are."""
+    comp = sc.component_for(run.catalog, "gpucluster", step.name)
+    svc = _service(run, step.name)
+    if svc is None or sc.retargeted(svc, run.catalog, comp):
+        return
+    _wait(run, f"Service/{comp.service} rendered by the GPUCluster",
+          lambda: _service(run, comp.service) is not None)
+    source = _service(run, comp.service) or {}
+    owner = aliasing.owner_of(_crs(run, "GPUCluster"))
+    body = aliasing.alias_body(run.namespace, run.catalog.common, comp, source, owner)
+    meta, spec = o.meta(svc), svc.get("spec") or {}
+    run.mark(step, "intent", labels=dict(meta.get("labels") or {}),
+             annotations=dict(meta.get("annotations") or {}),
+             selector=dict(spec.get("selector") or {}))
+    want = body["metadata"]
+    run.kube.patch(kinds.SERVICE, step.name, run.namespace, {
+        # exactly the alias's labels and annotations: the old operator's scrape annotation
+        # or app label kept would have each new exporter pod scraped twice
+        "metadata": {"labels": _exactly(meta.get("labels") or {}, want["labels"]),
+                     "annotations": _exactly(meta.get("annotations") or {},
+                                             want["annotations"]),
+                     "ownerReferences": want.get("ownerReferences")},
+        "spec": {"selector": sc.selector_patch(spec.get("selector") or {},
+                                               comp.app_selector)}})
+
+
+def _exactly(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, Any]:
+    """A merge patch of a map that leaves exactly `wanted`."""
+    return {**{k: None for k in current if k not in wanted}, **wanted}
+
+
+def _delete(run: StackRun, step: sc.StackStep) -> None:
+    live = _cr(run, step.kind, step.name)
+    if live is None:
+        return
+    run.mark(step, "intent", uid=o.meta(live).get("uid"))
+    with contextlib.suppress(APINotFound):  # gone meanwhile: what the step wants
+        run.kube.delete(CR_KINDS[step.kind], step.name, uid=o.meta(live).get("uid"))
+
+
+def _create(run: StackRun, step: sc.StackStep) -> None:
+    if _cr(run, step.kind, step.name) is not None:
+        return
+    body = sc.clean_cr(run.record["newCr"])
+    run.mark(step, "intent")
+    created = run.kube.create(body, kind=CR_KINDS[step.kind])
+    run.record.setdefault("steps", {})[step.id]["uid"] = o.meta(created).get("uid")
+
+
+def _await_gone(run: StackRun, kind: str, name: str) -> None:
+    """Wait for the old CR to go, keeping the stable Services out of its reach meanwhile: its
+    operator re-renders them whole (owner included) if it reconciled between `keep-service`
+    and the delete, and this strips that owner again before garbage collection acts on it."""
+    def gone() -> bool:
+        for service in sc.stable_names(run.catalog):
+            _keep_from(run, service, kind)
+        return _cr(run, kind, name) is None
+
+    _wait(run, f"{kind}/{name} deleted", gone)
+
+
+def execute(run: StackRun, change: sc.ChangePlan) -> None:
+    """Every step up to (not including) `run-phases`, each recorded before and after."""
+    old_kind = sc.kind_of(run.catalog, "clusterpolicy" if change.target == "gpucluster"
+                          else "gpucluster")
+    if run.meter is not None:
+        run.meter.sample()
+    for step in change.steps:
+        if step.action == sc.PHASES:
+            return
+        if run.status_of(step.id) == "done":  # later steps (phase 3) may have moved it on
+            continue
+        run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
+        if step.action == sc.KEEP:
+            _keep(run, step, old_kind)
+        elif step.action == sc.DELETE:
+            _delete(run, step)
+        elif step.action == sc.GONE:
+            _await_gone(run, step.kind, step.name)
+        elif step.action == sc.RETARGET:
+            _retarget(run, step)
+        elif step.action == sc.CREATE:
+            _create(run, step)
+        elif step.action == sc.SERVING:
+            _serving(run)
+        run.mark(step, "done")
+
+
+def _serving(run: StackRun) -> None:
+    """Wait until every node the stable names served at the start is served again; a node
+    without a Ready endpoint for longer than --max-gap fails the gate, naming it."""
+    meter = run.meter
+    if meter is None:
+        return
+
+    def back() -> bool:
+        over = meter.over(run.max_gap)
+        if over:
+            run.record["gaps"] = meter.as_record()
+            raise GateFailed(
+                f"nodes without a Ready endpoint behind the stable names for longer than "
+                f"--max-gap {run.max_gap:.0f} s: {', '.join(over)}.",
+                "see why their new pods are not Ready (`kubectl -n "
+                f"{run.namespace} get pods -o wide`; none scheduled: are the nodes labelled "
+                "for the new stack's DCGM components, docs/runbook.md 'Changing stack' step "
+                "1?), then run the same change-stack again")
+        return meter.all_served()
+
+    _wait(run, "every node served again by the stable names", back)
+    run.record["gaps"] = meter.as_record()
+    run.save(run.state)
+
+
+def finish(run: StackRun, change: sc.ChangePlan) -> None:
+    """The new stack's phases ran: the change is completed."""
+    for step in change.steps:
+        if step.action == sc.PHASES:
+            run.record.setdefault("steps", {})[step.id] = {
+                "action": step.action, "kind": step.kind, "name": step.name,
+                "status": "done", "at": stamp(run.clock.now())}
+    run.record["status"] = COMPLETED
+    run.record["finished"] = stamp(run.clock.now())
+    run.state.log("stack-changed", to=run.record.get("to"))
+    run.save(run.state)
+
+
+def rollback(run: StackRun) -> list[str]:
+    """Undo the recorded change: the stable Services taken out of the new CR's reach, the new
+    CR deleted (once gone), the old CR created again from its recorded body, and each kept
+    Service given back its labels, annotations and selector as they were before the change,
+    its ownerReferences pointing at the old CR created again (a new uid). Returns what it
+    did."""
+    record = run.record
+    steps: Mapping[str, Obj] = record.get("steps") or {}
+    done: list[str] = []
+    create = next((s for s in steps.values() if s["action"] == sc.CREATE), None)
+    if create is not None:
+        for name in sc.stable_names(run.catalog):
+            _keep_from(run, name, create["kind"])
+            done.append(f"Service/{name}: out of {create['kind']}/{create['name']}'s reach")
+        live = _cr(run, create["kind"], create["name"])
+        if live is not None:
+            run.kube.delete(CR_KINDS[create["kind"]], create["name"],
+                            uid=o.meta(live).get("uid"))
+            done.append(f"deleted {create['kind']}/{create['name']}")
+        _wait(run, f"{create['kind']}/{create['name']} deleted",
+              lambda: _cr(run, create["kind"], create["name"]) is None)
+    old = record.get("oldCr")
+    delete = next((s for s in steps.values() if s["action"] == sc.DELETE), None)
+    recreated = None
+    if delete is not None and old:
+        recreated = _cr(run, delete["kind"], delete["name"])
+        if recreated is None:
+            recreated = run.kube.create(sc.clean_cr(old), kind=CR_KINDS[delete["kind"]])
+            done.append(f"created {delete['kind']}/{delete['name']} again")
+    for s in steps.values():
+        if s["action"] == sc.KEEP and "selector" in s:
+            done += _restore(run, s, recreated)
+    record["status"] = ROLLED_BACK
+    record["finished"] = stamp(run.clock.now())
+    run.state.log("stack-change-rolled-back", to=record.get("to"))
+    run.save(run.state)
+    return done
+
+
+def _keep_from(run: StackRun, name: str, kind: str) -> None:
+    svc = _service(run, name)
+    if svc is None or sc.kept(svc, kind):
+        return
+    refs = o.meta(svc).get("ownerReferences") or []
+    rest = [r for r in refs if r.get("kind") != kind]
+    _patch_checked(run, name, [
+        {"op": "test", "path": "/metadata/ownerReferences", "value": refs},
+        {"op": "replace", "path": "/metadata/ownerReferences", "value": rest}
+        if rest else {"op": "remove", "path": "/metadata/ownerReferences"}],
+        lambda live: sc.kept(live, kind))
+
+
+def _restore(run: StackRun, s: Obj, owner: Obj | None) -> list[str]:
+    svc = _service(run, s["name"])
+    if svc is None:
+        return []
+    meta, spec = o.meta(svc), svc.get("spec") or {}
+    refs = [{**r, "uid": o.meta(owner).get("uid")} for r in s.get("ownerReferences") or []
+            if owner is not None and r.get("kind") == owner.get("kind")]
+    run.kube.patch(kinds.SERVICE, s["name"], run.namespace, {
+        "metadata": {"labels": _exactly(meta.get("labels") or {}, s["labels"]),
+                     "annotations": _exactly(meta.get("annotations") or {}, s["annotations"]),
+                     "ownerReferences": refs or None},
+        "spec": {"selector": sc.selector_patch(spec.get("selector") or {}, s["selector"])}})
+    return [f"Service/{s['name']}: labels, annotations, selector and owner put back"]

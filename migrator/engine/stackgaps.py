@@ -1,0 +1,80 @@
+"""The per-node gap of a stack change, as the tool sees it: for each stable Service and each
+node it served when the change began, how long that node had no Ready endpoint behind it.
+
+Read from the Services' EndpointSlices (`kubernetes.io/service-name`) on the run's clock each
+time the run waits, so the figure is what the tool measured, not a promise; the e2e tests
+measure the same from the simulated cluster's own commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from migrator.engine.clock import Clock
+from migrator.kube.client import Kube
+from migrator.model import kinds
+
+SERVICE_NAME = "kubernetes.io/service-name"
+
+
+def ready_nodes(slices: Sequence[dict[str, Any]]) -> set[str]:
+    """Nodes with a ready endpoint in these slices (absent `ready` counts as ready)."""
+    return {ep.get("nodeName") or "" for sl in slices for ep in sl.get("endpoints") or []
+            if (ep.get("conditions") or {}).get("ready") in (None, True)}
+
+
+class GapMeter:
+    """Samples the stable Services' ready endpoints per node; keeps each node's open gap and
+    its longest closed one."""
+
+    def __init__(self, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
+                 ) -> None:
+        self._kube, self._ns, self._clock = kube, namespace, clock
+        self._services = list(services)
+        self.nodes: dict[str, set[str]] = {}  # service → nodes served at the start
+        self._open: dict[tuple[str, str], float] = {}
+        self.longest: dict[tuple[str, str], float] = {}
+
+    def _ready(self, service: str) -> set[str]:
+        items = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
+                                label_selector=f"{SERVICE_NAME}={service}").items
+        return ready_nodes(items)
+
+    def sample(self) -> None:
+        now = self._clock.monotonic()
+        for service in self._services:
+            ready = self._ready(service)
+            baseline = self.nodes.setdefault(service, set(ready))
+            for node in baseline:
+                key = (service, node)
+                if node in ready:
+                    began = self._open.pop(key, None)
+                    if began is not None:
+                        self.longest[key] = max(self.longest.get(key, 0.0), now - began)
+                else:
+                    self._open.setdefault(key, now)
+
+    def current(self) -> dict[tuple[str, str], float]:
+        now = self._clock.monotonic()
+        out = dict(self.longest)
+        for key, began in self._open.items():
+            out[key] = max(out.get(key, 0.0), now - began)
+        return out
+
+    def over(self, limit: float) -> list[str]:
+        """`service@node` of every gap longer than `limit` that is still open."""
+        now = self._clock.monotonic()
+        return sorted(f"{s}@{n}" for (s, n), began in self._open.items() if now - began > limit)
+
+    def all_served(self) -> bool:
+        return not self._open
+
+    def worst(self) -> float:
+        return max(self.current().values(), default=0.0)
+
+    def as_record(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for (service, node), seconds in sorted(self.current().items()):
+            out.setdefault(node, {})[service] = round(seconds, 1)
+        return out

@@ -1,0 +1,216 @@
+"""A stack change (ClusterPolicy ↔ GPUCluster) as a list of steps, planned purely: a snapshot
+and the user's request in, the steps out, or a refusal (UsageError: one sentence, the fix).
+
+Why this order (docs/runbook.md, "Changing stack"): the released GPU Operator refuses both CRs
+at once (`model/crconflict.py`), so the change is delete-then-create, and deleting a CR lets the
+garbage collector remove everything it owns, `nvidia-dcgm` and `nvidia-dcgm-exporter` included.
+So the two stable Services are first taken out of its reach (`keep-service`: the old CR's
+ownerReferences removed; clusterIP, ports and traffic policy untouched), the old CR is deleted
+(only the one the user named, `--delete-cr`), and the new one is created once the old is gone:
+its create event is a watch event its controller reconciles at once (upstream's CR watches pass
+creates through `GenerationChangedPredicate`; an annotation touch would not). Towards the
+GPUCluster the kept Services become the tool's aliases of the `-dra` Services (`retarget`),
+selecting the new pods by app label the moment they are Ready; towards the ClusterPolicy its
+operator takes them over in place (it updates an existing Service, keeping its clusterIP).
+Old and new DCGM pods never run side by side on a node: two host engines on the same GPUs are
+unsupported and profiling metrics are exclusive (docs/runbook.md says where that is stated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.errors import UsageError
+from migrator.model import crconflict
+from migrator.model import objects as o
+from migrator.model.snapshot import Snapshot
+from migrator.model.stacks import Catalog, Component
+
+STACKS = ("gpucluster", "clusterpolicy")
+KEEP, DELETE, GONE, RETARGET, CREATE, SERVING, PHASES = (
+    "keep-service", "delete-cr", "await-gone", "retarget", "create-cr", "await-serving",
+    "run-phases")
+# Server-set metadata a recorded CR body drops, so rollback can create it again.
+SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
+               "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "finalizers",
+               "ownerReferences")
+
+
+@dataclass(frozen=True)
+class StackStep:
+    """One step of the change; `id` is its key in the state."""
+
+    action: str
+    kind: str
+    name: str
+    detail: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.action}/{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    source: str  # the stack running now ("none" once the old CR is gone)
+    target: str
+    new_cr: Mapping[str, Any]
+    old_cr: Mapping[str, Any] | None
+    steps: tuple[StackStep, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def stable_names(catalog: Catalog) -> list[str]:
+    """`nvidia-dcgm`, `nvidia-dcgm-exporter`: the names both stacks serve (the ClusterPolicy's
+    Services, the GPUCluster's aliases)."""
+    return sorted({c.alias for c in catalog.stack("gpucluster").components if c.alias})
+
+
+def component_for(catalog: Catalog, stack: str, stable: str) -> Component:
+    return next(c for c in catalog.stack(stack).components if (c.alias or c.service) == stable)
+
+
+def kind_of(catalog: Catalog, stack: str) -> str:
+    return catalog.stack(stack).cr.kind
+
+
+def clean_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
+    """A CR as it can be created again: no status, no server-set metadata."""
+    meta = {k: v for k, v in o.meta(cr).items() if k not in SERVER_META}
+    return {**{k: v for k, v in cr.items() if k not in ("status", "metadata")}, "metadata": meta}
+
+
+def check_new_cr(catalog: Catalog, target: str, cr: Mapping[str, Any]) -> None:
+    """The -f document is one CR of the target stack's kind, with a name."""
+    want = catalog.stack(target).cr
+    if cr.get("kind") != want.kind or cr.get("apiVersion") != want.api_version:
+        raise UsageError(
+            f"-f holds {cr.get('apiVersion')}/{cr.get('kind')}, not the {want.api_version} "
+            f"{want.kind} that --to {target} creates.",
+            f"pass the {want.kind} manifest you want the GPU Operator to run")
+    if not o.meta(cr).get("name"):
+        raise UsageError(f"the {want.kind} in -f has no metadata.name.", "give it a name")
+
+
+def refuses_coexistence(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+                        ) -> bool:
+    """The released operator refuses both CRs (the default); only a release that reconciles
+    both, seen doing so (each CR Ready, none refused), is taken to allow it."""
+    both = [*old, *new]
+    if crconflict.coexistence_refused(both):
+        return True
+    return not (old and new and all(_ready(cr) for cr in both))
+
+
+def _ready(cr: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (cr.get("status") or {}).get("conditions") or [])
+
+
+def _refuse_second_cr(new_kind: str, new_name: str, old_kind: str, old_name: str,
+                      flag: str) -> UsageError:
+    return UsageError(
+        f"Creating {new_kind}/{new_name} while {old_kind}/{old_name} exists would make the GPU "
+        "Operator stop reconciling every operand: the released operator refuses a "
+        "ClusterPolicy and a GPUCluster at once.",
+        f"pass {flag} {old_name} to have change-stack delete {old_kind}/{old_name} first (the "
+        "stable Services nvidia-dcgm and nvidia-dcgm-exporter are kept, with their "
+        "ClusterIPs); see docs/runbook.md, 'Changing stack'")
+
+
+def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str, Any],
+         delete: str | None, *, flag: str = "--delete-cr") -> ChangePlan:
+    """The steps from the cluster as it is to `target` running `new_cr` (module docstring).
+    Refused, before any write: a second CR the operator would refuse, a `--delete-cr` that
+    names no CR of the old kind, two CRs of the old kind."""
+    if target not in STACKS:
+        raise UsageError(f"--to {target!r} is not a stack.", f"pass one of: {', '.join(STACKS)}")
+    check_new_cr(catalog, target, new_cr)
+    source = "clusterpolicy" if target == "gpucluster" else "gpucluster"
+    old_kind, new_kind = kind_of(catalog, source), kind_of(catalog, target)
+    olds = list(snapshot.cluster_policies if source == "clusterpolicy" else snapshot.gpu_clusters)
+    news = list(snapshot.gpu_clusters if target == "gpucluster" else snapshot.cluster_policies)
+    new_name = o.name(new_cr)
+    if len(olds) > 1:
+        raise UsageError(f"{len(olds)} {old_kind}s exist ({', '.join(o.name(c) for c in olds)})"
+                         "; the GPU Operator reconciles only the oldest.",
+                         "delete the others by hand, then run change-stack again")
+    other = [c for c in news if o.name(c) != new_name]
+    if other:
+        raise UsageError(f"{new_kind}/{o.name(other[0])} exists already; -f names "
+                         f"{new_kind}/{new_name}.", "pass the manifest of the one that exists, "
+                         "or delete it first")
+    old = olds[0] if olds else None
+    steps: list[StackStep] = []
+    warnings: list[str] = []
+    if old is not None:
+        old_name = o.name(old)
+        if news and refuses_coexistence(olds, news):
+            raise UsageError(
+                f"{old_kind}/{old_name} and {new_kind}/{new_name} both exist: "
+                f"{crconflict.STALLED}.",
+                f"delete {new_kind}/{new_name}, which the operator refused and which rendered "
+                f"nothing (`kubectl delete {catalog.stack(target).cr.plural} {new_name}`), "
+                f"then run change-stack again with {flag} {old_name}")
+        if delete != old_name:
+            if delete is not None:
+                raise UsageError(f"{flag} {delete} names no {old_kind}; {old_kind}/{old_name} "
+                                 "is the one that exists.", f"pass {flag} {old_name}")
+            raise _refuse_second_cr(new_kind, new_name, old_kind, old_name, flag)
+        for name in stable_names(catalog):
+            svc = snapshot.services.get(name)
+            if svc is None:
+                warnings.append(f"Service/{name} does not exist now: there is no ClusterIP to "
+                                "keep; it is created as the tool's alias by phase 2")
+                continue
+            steps.append(StackStep(KEEP, "Service", name,
+                                   f"remove the ownerReference to {old_kind}/{old_name}, so "
+                                   "garbage collection keeps it (clusterIP, ports, traffic "
+                                   "policy unchanged)"))
+        steps.append(StackStep(DELETE, old_kind, old_name,
+                               "delete it (you asked for exactly that); the garbage collector "
+                               "removes its DaemonSets and their pods"))
+        steps.append(StackStep(GONE, old_kind, old_name, "wait until it is gone"))
+    steps.append(StackStep(CREATE, new_kind, new_name,
+                           "create it: its create event makes its controller reconcile at "
+                           "once"))
+    if target == "gpucluster":
+        for name in stable_names(catalog):
+            comp = component_for(catalog, target, name)
+            live = snapshot.services.get(name)
+            if live is not None and not retargeted(live, catalog, comp):
+                steps.append(StackStep(RETARGET, "Service", name,
+                                       f"once Service/{comp.service} is rendered, make it "
+                                       f"the tool's alias of it, selecting "
+                                       f"app={comp.app_label}"))
+    steps.append(StackStep(SERVING, new_kind, new_name,
+                           "wait until every node has a Ready DCGM and exporter endpoint "
+                           "behind the stable names again (the per-node gap is measured)"))
+    steps.append(StackStep(PHASES, new_kind, new_name,
+                           "apply --phase 3 for the new stack: label its DaemonSets, the "
+                           "aliases, the switch"))
+    return ChangePlan(source if old is not None else "none", target, dict(new_cr),
+                      clean_cr(old) if old is not None else None, tuple(steps),
+                      tuple(warnings))
+
+
+def selector_patch(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, Any]:
+    """A merge patch's selector: `wanted`, with every other key of `current` removed."""
+    return {**{k: None for k in current if k not in wanted}, **wanted}
+
+
+def kept(svc: Mapping[str, Any], old_kind: str) -> bool:
+    """The Service holds no ownerReference to a CR of `old_kind`."""
+    return not any(r.get("kind") == old_kind for r in o.meta(svc).get("ownerReferences") or [])
+
+
+def retargeted(svc: Mapping[str, Any], catalog: Catalog, comp: Component) -> bool:
+    """The Service is the tool's alias of `comp`'s Service already (its selector is phase 3's
+    business from then on: a rerun never moves it back to the app label)."""
+    common = catalog.common
+    return (common.tool_owned(svc)
+            and o.annotations_of(svc).get(common.alias_of_annotation) == comp.service
+            and any(r.get("kind") == "GPUCluster"
+                    for r in o.meta(svc).get("ownerReferences") or []))

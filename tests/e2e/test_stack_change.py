@@ -1,0 +1,290 @@
+"""`change-stack` on the default simulated cluster (the released GPU Operator, which refuses a
+ClusterPolicy and a GPUCluster at once), with the fixtures' probe timings: the procedure of
+docs/runbook.md "Changing stack" in both directions keeps `nvidia-dcgm` and
+`nvidia-dcgm-exporter` and their ClusterIPs at every simulated instant; its lowest ready
+endpoints and worst per-node gap are printed beside the plain delete-then-create procedure's,
+measured the same way (from the sim's own commits, in simulated seconds). Also: a second CR
+made by hand turns the verdict and preflight red and change-stack refuses (exit 2, nothing
+written), and `--rollback` brings the ClusterPolicy back with the names kept. A kill at every
+write is tests/reliability/test_crash_stack_change.py."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dcgm_sim.controllers.rendering import DEPLOY_LABELS
+from dcgm_sim.seed import seeded_cr
+from migrator.model import kinds
+from migrator.model.stackchange import clean_cr
+from tests.e2e.conftest import E2E, NS
+from tests.helpers.stablenames import StableNames, watching
+
+STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
+SCALE = 0.1  # real seconds per simulated second: the tool's polls are real time
+NODES = 3
+
+
+def label_nodes(env: E2E, stack: str) -> None:
+    """docs/runbook.md step 1: label the GPU nodes for the new stack's DCGM components
+    (`kubectl label nodes -l nvidia.com/gpu.present=true ...`)."""
+    for node in env.sim.store.list(kinds.NODE)[0]:
+        node = copy.deepcopy(node)
+        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS[stack]})
+        env.sim.store.update(kinds.NODE, node)
+
+
+def manifest(tmp_path: Path, stack: str) -> Path:
+    """The new CR's manifest, as a user keeps it (no status, no server fields)."""
+    path = tmp_path / f"{stack}.yaml"
+    path.write_text(yaml.safe_dump(clean_cr(seeded_cr(stack))))
+    return path
+
+
+def crs(env: E2E, kind: kinds.Kind) -> list[str]:
+    return [c["metadata"]["name"] for c in env.sim.store.list(kind)[0]]
+
+
+def served(env: E2E, names: tuple[str, ...] = STABLE) -> bool:
+    items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
+    for name in names:
+        nodes = {ep.get("nodeName") for sl in items
+                 if sl["metadata"]["labels"].get("kubernetes.io/service-name") == name
+                 for ep in sl.get("endpoints") or [] if (ep.get("conditions") or {}).get("ready")}
+        if len(nodes) < NODES:
+            return False
+    return True
+
+
+def migrated_clusterpolicy(e2e_factory: Callable[..., E2E]) -> E2E:
+    env = e2e_factory("clusterpolicy", nodes=NODES, time_scale=SCALE)
+    res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stderr
+    return env
+
+
+def change(env: E2E, to: str, path: Path, old: str, *extra: str) -> Any:
+    return env.cli("change-stack", "--to", to, "-f", str(path), "--delete-cr", old, "--yes",
+                   "--settle", "0s", "--kubeconfig", env.sim.kubeconfig, *extra)
+
+
+def assert_names_kept(seen: StableNames, before: dict[str, str]) -> None:
+    assert not any(seen.absent_seconds.values()), seen.absent_seconds
+    assert {k: sorted(v) for k, v in seen.cluster_ips.items()} == {
+        k: [ip] for k, ip in before.items()}
+
+
+def cluster_ips(env: E2E) -> dict[str, str]:
+    return {n: env.service(n)["spec"]["clusterIP"] for n in STABLE}
+
+
+def row(title: str, seen: StableNames) -> str:
+    ips = "kept" if all(len(v) == 1 for v in seen.cluster_ips.values()) else "changed"
+    absent = max(seen.absent_seconds.values(), default=0.0)
+    ready = ", ".join(f"{k} {v}" for k, v in sorted(seen.lowest_ready.items()))
+    return (f"{title:<34} {absent:>8.1f} s  {ips:<8} {ready:<44} "
+            f"{seen.worst_gap():>6.1f} s")
+
+
+def print_side_by_side(rows: list[str]) -> None:
+    print("\nstack change on the released operator (3 nodes, the fixtures' probe timings; "
+          "simulated seconds from the sim's commits)")
+    print(f"{'procedure':<34} {'absent':>10}  {'IPs':<8} {'lowest ready endpoints':<44} "
+          f"{'worst per-node gap':>8}")
+    for line in rows:
+        print(line)
+
+
+def plain_procedure(env: E2E, path: Path) -> None:
+    """What the runbook said before change-stack, on the released operator: delete the
+    ClusterPolicy, create the GPUCluster, wait for its rollout, then `apply --phase 3` for the
+    new stack."""
+    cp = env.sim.store.list(kinds.CLUSTER_POLICY)[0][0]
+    env.sim.store.delete(kinds.CLUSTER_POLICY, None, cp["metadata"]["name"])
+    env.sim.store.create(kinds.GPU_CLUSTER, yaml.safe_load(path.read_text()))
+    env.until(lambda: all(env.svc(n) is None for n in STABLE), 30, "the names collected")
+    # `kubectl rollout status ds/nvidia-dcgm-dra ds/nvidia-dcgm-exporter-dra`
+    env.until(lambda: served(env, ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 120,
+              "the -dra stack rolled out")
+    res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stderr
+
+
+@pytest.mark.timeout(600)  # two clusters, three stack changes, with the fixtures' probes
+def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """docs/runbook.md "Changing stack", both directions: nodes labelled, then change-stack.
+    The Services never vanish and their ClusterIPs never change; every node is served again,
+    `verify` is green, the state records the change. The plain delete-then-create procedure,
+    measured the same way on another cluster, loses both names; the figures are printed side
+    by side."""
+    env = migrated_clusterpolicy(e2e_factory)
+    before = cluster_ips(env)
+    label_nodes(env, "gpucluster")
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as forward:
+        res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+        assert res.code == 0, res.stdout + res.stderr
+        env.until(lambda: served(env), 120, "every node served again")
+    assert_names_kept(forward, before)
+    assert crs(env, kinds.CLUSTER_POLICY) == [] and crs(env, kinds.GPU_CLUSTER) == ["gpu-cluster"]
+    for name in STABLE:
+        svc = env.service(name)
+        assert svc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dcgm-migrate"
+        # no controller to garbage-collect it with the old CR: the GPUCluster as a
+        # non-controller owner, as phase 2's aliases have
+        assert [(r["kind"], r["controller"]) for r in svc["metadata"]["ownerReferences"]] == [
+            ("GPUCluster", False)]
+    assert env.state()["stackChange"]["status"] == "completed"
+    verify = env.cli("verify")
+    assert verify.code == 0, verify.stdout
+    # nothing of the coexistence releases on this path: no guard, none of its shared slices
+    slices, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
+    assert {s["metadata"]["labels"].get("endpointslice.kubernetes.io/managed-by")
+            for s in slices} == {"endpointslice-controller.k8s.io"}
+
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as back:
+        res = change(env, "clusterpolicy", manifest(tmp_path, "clusterpolicy"), "gpu-cluster")
+        assert res.code == 0, res.stdout + res.stderr
+        env.until(lambda: served(env), 120, "every node served again")
+    assert_names_kept(back, before)
+    assert crs(env, kinds.GPU_CLUSTER) == []
+    assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
+    for name in STABLE:  # the ClusterPolicy's operator took them over in place
+        refs = env.service(name)["metadata"]["ownerReferences"]
+        assert [(r["kind"], r["controller"]) for r in refs] == [("ClusterPolicy", True)]
+    verify = env.cli("verify")
+    assert verify.code == 0, verify.stdout
+
+    plain_env = migrated_clusterpolicy(e2e_factory)
+    label_nodes(plain_env, "gpucluster")
+    plain_before = cluster_ips(plain_env)
+    with plain_env.monitor.replacing(*STABLE), watching(plain_env.sim, NS, STABLE) as plain:
+        plain_procedure(plain_env, manifest(tmp_path, "gpucluster"))
+        plain_env.until(lambda: served(plain_env), 120, "every node served again")
+    print_side_by_side([row("change-stack → gpucluster", forward),
+                        row("change-stack → clusterpolicy", back),
+                        row("delete, create, apply (plain)", plain)])
+    assert all(plain.absent_seconds.get(n, 0.0) > 0 for n in STABLE), plain.absent_seconds
+    assert all(plain.cluster_ips[n] != {plain_before[n]} for n in STABLE)
+
+
+def test_a_second_cr_turns_the_verdict_red_with_the_fix(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """A GPUCluster created by hand beside the ClusterPolicy: the released operator refuses
+    both, and `verify` is red naming both CRs and the fix; change-stack then refuses to run
+    until the refused CR is deleted (exit 2, zero writes)."""
+    env = migrated_clusterpolicy(e2e_factory)
+    env.sim.store.create(kinds.GPU_CLUSTER, clean_cr(seeded_cr("gpucluster")))
+
+    def refused() -> bool:
+        cr = env.sim.store.list(kinds.GPU_CLUSTER)[0][0]
+        return any(c.get("reason") == "PrerequisiteNotMet"
+                   for c in (cr.get("status") or {}).get("conditions") or [])
+
+    env.until(refused, 30, "the GPUCluster refused")
+    res = env.cli("verify", "-o", "json")
+    assert res.code == 1
+    found = {f["name"]: f for f in res.json()["verdict"]["checks"] if not f["ok"]}
+    red = found["one-operator-cr/gpu-cluster"]
+    assert red["detail"].startswith("the GPU Operator stops reconciling every operand while "
+                                    "both ClusterPolicy and GPUCluster exist")
+    assert "ClusterPolicy/gpu-cluster-policy" in red["detail"]
+    assert "kubectl delete gpuclusters gpu-cluster" in red["fix"]
+    pre = env.cli("preflight", "-o", "json")
+    assert pre.code == 1
+    failed = {c["name"]: c["detail"] for c in pre.json()["checks"] if not c["ok"]}
+    assert list(failed) == ["one-operator-cr/gpu-cluster"], failed
+    mark = env.mark()
+    again = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+    assert again.code == 2, again.stderr
+    assert "both exist" in again.stderr and "kubectl delete gpuclusters gpu-cluster" in \
+        again.stderr
+    assert env.writes(since=mark) == []
+
+
+def test_change_stack_refuses_to_create_a_second_cr(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """Without --delete-cr the plan would create the GPUCluster beside the ClusterPolicy,
+    which the released operator refuses: dry run and run both refuse, exit 2, zero writes."""
+    env = migrated_clusterpolicy(e2e_factory)
+    path = manifest(tmp_path, "gpucluster")
+    mark = env.mark()
+    for extra in (("--dry-run",), ("--yes",)):
+        res = env.cli("change-stack", "--to", "gpucluster", "-f", str(path), *extra,
+                      "--kubeconfig", env.sim.kubeconfig)
+        assert res.code == 2, res.stderr
+        assert "would make the GPU Operator stop reconciling every operand" in res.stderr
+        assert "--delete-cr gpu-cluster-policy" in res.stderr
+    assert env.writes(since=mark) == []
+    assert crs(env, kinds.GPU_CLUSTER) == []
+
+
+def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:
+    env = e2e_factory("clusterpolicy", nodes=NODES)  # the suite's fast clock: no figures here
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    label_nodes(env, "gpucluster")
+    return env
+
+
+def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """`change-stack --rollback` after a completed change (run twice: the second run writes
+    nothing but the state): the GPUCluster deleted, the ClusterPolicy created again from its
+    recorded body; its operator takes the kept Services over in place (same ClusterIPs, never
+    absent); phase 3 for the legacy stack is green."""
+    env = _cluster_policy_ready_for_change(e2e_factory)
+    before = cluster_ips(env)
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+        res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy",
+                     "-o", "json")
+        assert res.code == 0, res.stdout + res.stderr
+        doc = res.json()  # validated against docs/output.schema.json by the helper
+        assert (doc["from"], doc["to"]) == ("clusterpolicy", "gpucluster")
+        assert {s["status"] for s in doc["steps"]} == {"done"}
+        assert set(doc["gaps"]) == {"gpu-node-0001", "gpu-node-0002", "gpu-node-0003"}
+        mark = env.mark()  # the same command again: nothing left to do, nothing written
+        again = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+        assert again.code == 0, again.stdout + again.stderr
+        assert [w.path for w in env.writes(since=mark)
+                if "/configmaps/" not in w.path] == []
+        back = env.cli("change-stack", "--rollback", "--yes", "-o", "json")
+        assert back.code == 0, back.stdout + back.stderr
+        assert "deleted GPUCluster/gpu-cluster" in back.json()["rolledBack"]
+        env.until(lambda: served(env), 60, "every node served again")
+        assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    assert_names_kept(seen, before)
+    assert crs(env, kinds.GPU_CLUSTER) == []
+    assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
+    assert env.state()["stackChange"]["status"] == "rolled-back"
+    for name in STABLE:
+        refs = env.service(name)["metadata"]["ownerReferences"]
+        assert [(r["kind"], r["controller"]) for r in refs] == [("ClusterPolicy", True)]
+    assert env.cli("verify").code == 0
+
+
+def test_the_per_node_gap_is_bounded_by_a_gate_and_the_rerun_resumes(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """Nodes not labelled for the new stack (runbook step 1 skipped): no new pod is scheduled,
+    so change-stack stops at `--max-gap` (exit 1) naming the nodes and the labels; the names
+    are still there. Labelled, the same command resumes and completes."""
+    env = e2e_factory("clusterpolicy", nodes=NODES)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    before = cluster_ips(env)
+    path = manifest(tmp_path, "gpucluster")
+    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+        stopped = change(env, "gpucluster", path, "gpu-cluster-policy", "--max-gap", "3s")
+        assert stopped.code == 1, stopped.stdout + stopped.stderr
+        assert "for longer than --max-gap 3 s: nvidia-dcgm-exporter@gpu-node-0001" in \
+            stopped.stderr
+        assert "are the nodes labelled" in stopped.stderr
+        assert env.state()["stackChange"]["status"] == "in-progress"
+        label_nodes(env, "gpucluster")
+        resumed = change(env, "gpucluster", path, "gpu-cluster-policy")
+        assert resumed.code == 0, resumed.stdout + resumed.stderr
+    assert_names_kept(seen, before)
+    assert env.state()["stackChange"]["status"] == "completed"

@@ -1,0 +1,125 @@
+"""Crash anywhere for `change-stack` on the released operator, to the GPUCluster and back
+(docs/runbook.md, "Changing stack"): SIGKILLed right after every one of its K writes in turn
+(its own steps, its state records and the new stack's phases it runs), then run again, it ends
+where an uninterrupted run ends: the same Services and DaemonSets, the same phase records, the
+change completed; and the stable names never vanished nor changed ClusterIP, kill or not.
+
+Built as tests/reliability/test_crash_anywhere.py: a fresh cluster per k, the CLI a real
+process, the kill exact, the killed run's lock met expired; K split into `SHARDS` tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.controllers.rendering import DEPLOY_LABELS
+from dcgm_sim.seed import seeded_cr
+from migrator.model import kinds
+from migrator.model.stackchange import clean_cr
+from tests.helpers import cli, crash
+from tests.helpers.stablenames import watching
+from tests.reliability.conftest import APPLY, NS, Env
+
+SHARDS = 3
+STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
+FOLDER = Path(tempfile.mkdtemp(prefix="dcgm-migrate-stack-change-"))  # this worker's own
+MANIFEST, BACK = FOLDER / "gpucluster.yaml", FOLDER / "clusterpolicy.yaml"
+ARGS = ("change-stack", "--to", "gpucluster", "-f", str(MANIFEST), "--delete-cr",
+        "gpu-cluster-policy", "--yes", "--settle", "0s")
+BACK_ARGS = ("change-stack", "--to", "clusterpolicy", "-f", str(BACK), "--delete-cr",
+             "gpu-cluster", "--yes", "--settle", "0s")
+
+
+@dataclass
+class Reference:
+    writes: int
+    objects: dict[str, Any]
+    state: dict[str, Any]
+
+
+def _ready_for_change(fresh: Callable[..., Env], back: bool = False) -> Env:
+    """A migrated ClusterPolicy cluster, its nodes labelled for the GPUCluster's DCGM; `back`:
+    changed to the GPUCluster already (uninterrupted), for the change back."""
+    MANIFEST.write_text(yaml.safe_dump(clean_cr(seeded_cr("gpucluster"))))
+    BACK.write_text(yaml.safe_dump(clean_cr(seeded_cr("clusterpolicy"))))
+    env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
+    res = cli.run(env.kubeconfig, *APPLY)
+    assert res.code == 0, res.stderr
+    for node in env.sim.store.list(kinds.NODE)[0]:
+        node = copy.deepcopy(node)
+        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS["gpucluster"]})
+        env.sim.store.update(kinds.NODE, node)
+    if back:
+        done = crash.run(env.kubeconfig, *ARGS)
+        assert done.code == 0, done.output[-2000:]
+    return env
+
+
+_references: dict[bool, Reference] = {}  # per worker process and direction
+
+
+def _reference(fresh: Callable[..., Env], back: bool) -> Reference:
+    if back not in _references:
+        env = _ready_for_change(fresh, back)
+        mark = env.mark()
+        done = crash.run(env.kubeconfig, *(BACK_ARGS if back else ARGS))
+        assert done.code == 0, done.output[-2000:]
+        _references[back] = Reference(len(env.writes(mark)), crash.comparable(env.sim),
+                                      crash.state_summary(env.sim))
+        env.sim.stop()
+    return _references[back]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("shard", range(SHARDS))
+@pytest.mark.parametrize("back", [False, True], ids=["to-gpucluster", "back-to-clusterpolicy"])
+def test_change_stack_killed_after_any_write_resumes_to_the_same_end_state(
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], back: bool,
+        shard: int) -> None:
+    ref = _reference(fresh, back)
+    args = BACK_ARGS if back else ARGS
+    assert ref.writes > 10, ref.writes
+    assert ref.state["stack"] == ("clusterpolicy" if back else "gpucluster")
+    failures = []
+    points = range(shard + 1, ref.writes + 1, SHARDS)
+    for k in points:
+        env = _ready_for_change(fresh, back)
+        ips = {n: env.sim.store.get(kinds.SERVICE, NS, n)["spec"]["clusterIP"] for n in STABLE}
+        with watching(env.sim, NS, STABLE) as seen:
+            ended: list[str] = []
+            if not crash.kill_after_write(env.sim, k, *args, ended=ended):
+                failures.append(f"k={k}: the run ended before its write {k}: "
+                                + "; ".join(ended))
+                env.sim.stop()
+                continue
+            env.let_the_lock_expire()
+            again = crash.run(env.kubeconfig, *args)
+        problems = [] if again.code == 0 else [f"rerun exited {again.code}: "
+                                               f"{again.output.strip()[-400:]}"]
+        problems += crash.diff(ref.objects, crash.comparable(env.sim))
+        problems += crash.diff(ref.state, crash.state_summary(env.sim))
+        if any(seen.absent_seconds.values()):
+            problems.append(f"a stable name vanished: {seen.absent_seconds}")
+        if {n: sorted(v) for n, v in seen.cluster_ips.items()} != {n: [ip]
+                                                                    for n, ip in ips.items()}:
+            problems.append(f"a ClusterIP changed: {seen.cluster_ips}")
+        status = crash.state_document(env.sim).get("stackChange", {}).get("status")
+        if status != "completed":
+            problems.append(f"stackChange {status}")
+        env.sim.stop()
+        if problems:
+            failures.append(f"k={k}: " + "; ".join(problems[:5]))
+    with capsys.disabled():
+        print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
+              f"{shard + 1}/{SHARDS}: resumed cleanly {len(points) - len(failures)}/{len(points)}")
+    assert not failures, "\n".join(failures)

@@ -52,15 +52,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not slow:
         return
     chosen = {id(item) for item in slow}
-    rest = iter([item for item in items if id(item) not in chosen])
+    rest = [item for item in items if id(item) not in chosen]
     ordered: list[pytest.Item] = []
     remaining = len(items)
     for i in range(workers):  # the sizes worksteal's first distribution gives each worker
         size = remaining // (workers - i)
         remaining -= size
         share = slow[i::workers]
-        ordered += share + [next(rest) for _ in range(max(0, size - len(share)))]
-    ordered += list(rest)
+        # A share of more slow tests than its size (a -k that keeps mostly slow ones) takes
+        # none of the rest.
+        fill = max(0, size - len(share))
+        ordered += share + rest[:fill]
+        rest = rest[fill:]
+    ordered += rest
     items[:] = ordered
 
 

@@ -80,7 +80,7 @@ class Session:
 
 # ---- shared checks ---------------------------------------------------------------------------
 
-def _observe(session: Session, cache: Informer | None = None) -> Snapshot:
+def observe(session: Session, cache: Informer | None = None) -> Snapshot:
     """The namespace as the planner sees it, refused (UsageError, before any write) when it
     does not exist or holds none of the DaemonSets the catalog names: a ClusterPolicy or
     GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
@@ -115,7 +115,7 @@ def _refuse_denied_namespace(session: Session, denied: APIForbidden) -> NoReturn
 
 def _records_steps(session: Session) -> bool:
     """The namespace's state records a step that was written (or may have been)."""
-    state, _ = _load_state(session)
+    state, _ = load_state(session)
     return state is not None and any(r.done_steps() for r in state.phases.values())
 
 
@@ -129,7 +129,7 @@ def _check_phase(phase: int) -> int:
     return phase
 
 
-def _load_state(session: Session) -> tuple[State | None, str | None]:
+def load_state(session: Session) -> tuple[State | None, str | None]:
     stored = session.store.load()
     if stored is None:
         return None, None
@@ -142,8 +142,8 @@ def _load_state(session: Session) -> tuple[State | None, str | None]:
 def plan(session: Session, options: Options) -> PlanReport:
     """What each phase would change, with every gate's status now (and what its fingerprint
     covers, for `save_plan`). Writes nothing."""
-    snap = _observe(session)
-    state, _ = _load_state(session)
+    snap = observe(session)
+    state, _ = load_state(session)
     report = assemble.build(snap, session.catalog, state, options, objects=True)
     Warned(session.listener).say(report.warnings)
     return report
@@ -205,11 +205,11 @@ def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
 def apply(session: Session, request: RunRequest) -> RunReport:
     """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
     with _run_cache(session, request) as cache:
-        snap = _observe(session, cache)
+        snap = observe(session, cache)
         if request.plan_file is not None:
             check_plan_file(request.plan_file, snap, session.namespace, request.phase,
                             asdict(request.settings.options))
-        state, version = _load_state(session)
+        state, version = load_state(session)
         before = assemble.build(snap, session.catalog, state, request.settings.options)
         require_stack(before.stack, bool(before.components), session.namespace)
         require_operator_api(snap.nvidia_api, session.kube.server)
@@ -275,8 +275,8 @@ def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot
 def rollback(session: Session, request: RunRequest) -> RunReport:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     with _run_cache(session, request) as cache:
-        snap = _observe(session, cache)
-        state, version = _load_state(session)
+        snap = observe(session, cache)
+        state, version = load_state(session)
         if state is None:  # lost after phase 1: its marks say what to undo, else refused
             state = recovered.from_marks(snap, session.catalog, session.namespace, session.clock,
                                          session.listener.message)
@@ -329,10 +329,10 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
 
 def status(session: Session) -> StatusReport:
     """State, live verification of completed phases, drift."""
-    snap = _observe(session)
+    snap = observe(session)
     broken: StateCorrupt | None = None
     try:
-        state, _ = _load_state(session)
+        state, _ = load_state(session)
     except StateCorrupt as exc:  # the live verdict needs no state: shown, with the error
         state, broken = None, exc
     report = assemble.build(snap, session.catalog, state, Options(), forward=False,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -20,7 +18,6 @@ from migrator.cli.durations import parse_duration
 from migrator.cli.failures import handles_errors
 from migrator.cli.group import RootGroup
 from migrator.cli.guard_cmd import guard
-from migrator.cli.live import make_progress
 from migrator.cli.options import (
     AllowForeignPods,
     Context,
@@ -40,22 +37,19 @@ from migrator.cli.options import (
     complete_phase,
 )
 from migrator.cli.plugins import INSTALL_HINT
+from migrator.cli.sessions import Confirm, session
 from migrator.cli.stack_cmd import change_stack
 from migrator.cli.watched import watched
-from migrator.commands import RunRequest, Session, save_plan
+from migrator.commands import RunRequest, save_plan
 from migrator.engine.loop import RunSettings
-from migrator.engine.progress import Quiet
 from migrator.engine.reports import (
     PlanReport,
     PreflightReport,
-    Question,
     Report,
     RunReport,
     StatusReport,
 )
 from migrator.errors import Interrupted, UsageError, exit_code_for
-from migrator.kube.client import Kube
-from migrator.kube.retrying import RetryPolicy
 from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
 
@@ -88,61 +82,6 @@ def _root(
     """dcgm-migrate: stable DCGM discovery across ClusterPolicy and GPUCluster stacks."""
 
 
-@contextmanager
-def _session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
-             ) -> Iterator[Session]:
-    # stderr only: -o json stdout stays one document. A table prints each warning once, in
-    # the report on stdout; under -o json/yaml the progress stream says them too.
-    progress = make_progress(quiet=False, warnings=output is not Output.table)
-    # A long Retry-After (API Priority and Fairness) is said as it is waited out.
-    kube = Kube.connect(kubeconfig, context,
-                        retry=RetryPolicy(notice=progress.message if progress else None))
-    try:
-        yield Session(kube, namespace, listener=progress or Quiet())
-    except UsageError:
-        raise  # bad input is refused in one sentence and its fix, without the report's warnings
-    except BaseException:
-        if progress is not None:  # no report will print the warnings: say them here
-            progress.say_held()
-        raise
-    finally:
-        if progress is not None:
-            progress.close()
-        kube.close()
-
-
-def _interactive() -> bool:
-    """Someone can answer the question before the first write (stdin is a terminal)."""
-    return sys.stdin.isatty()
-
-
-class _Confirm:
-    """The question before the first write (skipped with --yes or without a terminal). It
-    shows the plan's table, warnings included; `shown` keeps those warnings so the report
-    after the run does not print them a second time."""
-
-    def __init__(self, yes: bool, output: Output) -> None:
-        self.yes, self.output = yes, output
-        self.shown: tuple[str, ...] = ()
-
-    def __call__(self, question: Question) -> bool:
-        if self.yes or not _interactive():
-            return True
-        if self.output is Output.table:
-            render.report_table(question)
-            self.shown = question.report.warnings
-        target = question.target
-        try:
-            return typer.confirm(f"Write these changes to context {target.context} (server "
-                                 f"{target.server}), namespace {target.namespace}?",
-                                 default=False, err=True)
-        except typer.Abort as aborted:  # click's answer to Ctrl-C and Ctrl-D: told apart
-            if isinstance(aborted.__context__, KeyboardInterrupt):  # Ctrl-C: exit 130
-                raise aborted.__context__ from None
-            raise UsageError("No answer at the question (end of input, Ctrl-D).",
-                             commands.ABORTED_HINT) from None
-
-
 # ---- commands --------------------------------------------------------------------------------
 
 @app.command()
@@ -165,7 +104,7 @@ def plan(
     """
     options = _options(include_operator_owned, roll_on_delete, allow_foreign_pods, prepare_for,
                        rolling)
-    with _session(kubeconfig, context, namespace, output) as s:
+    with session(kubeconfig, context, namespace, output) as s:
         report = _saved(commands.plan(s, options), out, options)
     _rendered(report, output)
 
@@ -202,7 +141,7 @@ def _run_request(phase: int, yes: bool, output: Output, timeout: str, settle: st
     settings = RunSettings(timeout=wait, settle=parse_duration(settle, "--settle"),
                            options=options)
     return RunRequest(phase=phase, settings=settings, plan_file=plan_file,
-                      confirm=_Confirm(yes, output), dry_run=dry_run)
+                      confirm=Confirm(yes, output), dry_run=dry_run)
 
 
 def _rendered(report: Report, output: Output, shown: tuple[str, ...] = ()) -> None:
@@ -241,10 +180,10 @@ def apply(
     request = _run_request(phase, yes, output, timeout, settle, include_operator_owned,
                            roll_on_delete, plan_file, allow_foreign_pods, prepare_for, dry_run,
                            rolling)
-    with _session(kubeconfig, context, namespace, output) as s:
+    with session(kubeconfig, context, namespace, output) as s:
         report = commands.apply(s, request=request)
     _rendered(report, output,
-              request.confirm.shown if isinstance(request.confirm, _Confirm) else ())
+              request.confirm.shown if isinstance(request.confirm, Confirm) else ())
 
 
 @app.command()
@@ -268,7 +207,7 @@ def rollback(
     """
     request = _run_request(phase, yes, output, timeout, settle, False, roll_on_delete,
                            dry_run=dry_run, rolling=rolling)
-    with _session(kubeconfig, context, namespace, output) as s:
+    with session(kubeconfig, context, namespace, output) as s:
         report = commands.rollback(s, request=request)
     _rendered(report, output)
 
@@ -289,7 +228,7 @@ def status(
 
     Example: dcgm-migrate status -o json
     """
-    with _session(kubeconfig, context, namespace, output) as s:
+    with session(kubeconfig, context, namespace, output) as s:
         report = commands.status(s)
         watched(report, output, watch)
         try:
@@ -320,7 +259,7 @@ def verify(
 
     Example: dcgm-migrate verify || page-oncall
     """
-    with _session(kubeconfig, context, namespace, output) as s:
+    with session(kubeconfig, context, namespace, output) as s:
         report = commands.verify(s)
     _rendered(report, output)
 
@@ -339,7 +278,7 @@ def unlock(
 
     Example: dcgm-migrate unlock
     """
-    with _session(kubeconfig, context, namespace, output) as s:
+    with session(kubeconfig, context, namespace, output) as s:
         report = commands.unlock(s, force=force)
     render.document(report, output)
 
@@ -355,7 +294,7 @@ def preflight(
 
     Example: dcgm-migrate preflight --context prod
     """
-    with _session(kubeconfig, context, namespace, output) as s:
+    with session(kubeconfig, context, namespace, output) as s:
         report = commands.preflight(s)
     _rendered(report, output)
 

@@ -26,8 +26,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dcgm_sim.cluster import SimCluster
-from migrator.cli import app as app_module
-from migrator.cli import render
+from migrator.cli import render, sessions
 from migrator.cli.app import app
 from migrator.cli.live import PlainProgress
 from migrator.commands import STALE_SHOWN
@@ -154,7 +153,7 @@ def test_drift_risk_stays_while_phase_3_has_switched() -> None:
 def test_the_question_names_only_the_phases_it_runs_and_where_it_writes(
         sim: SimCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.run(sim.kubeconfig, "apply", "--phase", "1", "--yes").code == 0
-    monkeypatch.setattr(app_module, "_interactive", lambda: True)
+    monkeypatch.setattr(sessions, "interactive", lambda: True)
     res = CliRunner().invoke(app, ["apply", "--phase", "2", "--kubeconfig", sim.kubeconfig],
                              input="n\n")
     assert res.exit_code == 2, res.output
@@ -173,7 +172,7 @@ def test_an_answered_question_prints_each_warning_once(
         sim: SimCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The question's table shows the warnings; the report after the run does not repeat
     them (it says how many were shown)."""
-    monkeypatch.setattr(app_module, "_interactive", lambda: True)
+    monkeypatch.setattr(sessions, "interactive", lambda: True)
     res = CliRunner().invoke(app, ["apply", "--phase", "1", "--kubeconfig", sim.kubeconfig],
                              input="y\n")
     assert res.exit_code == 0, res.output

@@ -1,0 +1,82 @@
+"""What every cluster command opens and asks: its session (the connection, with the progress
+stream on stderr) and the question before its first write, one of each for all commands."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+
+from migrator import commands
+from migrator.cli import render
+from migrator.cli.live import make_progress
+from migrator.cli.options import Output
+from migrator.commands import Session
+from migrator.engine.progress import Quiet
+from migrator.engine.reports import Question
+from migrator.errors import UsageError
+from migrator.kube.client import Kube
+from migrator.kube.retrying import RetryPolicy
+
+
+@contextmanager
+def session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
+            ) -> Iterator[Session]:
+    """One connection for one command. The progress stream goes to stderr only, so `-o json`
+    stdout stays one document; a table prints each warning once, in the report on stdout,
+    and under -o json/yaml the progress stream says them too."""
+    progress = make_progress(quiet=False, warnings=output is not Output.table)
+    # A long Retry-After (API Priority and Fairness) is said as it is waited out.
+    kube = Kube.connect(kubeconfig, context,
+                        retry=RetryPolicy(notice=progress.message if progress else None))
+    try:
+        yield Session(kube, namespace, listener=progress or Quiet())
+    except UsageError:
+        raise  # bad input is refused in one sentence and its fix, without the report's warnings
+    except BaseException:
+        if progress is not None:  # no report will print the warnings: say them here
+            progress.say_held()
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
+        kube.close()
+
+
+def interactive() -> bool:
+    """Someone can answer the question before the first write (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
+def ask(text: str) -> bool:
+    """A yes/no question on stderr, default no. Ctrl-C is an interrupt (exit 130); Ctrl-D, the
+    end of input, is no answer: refused as bad input (exit 2), nothing written."""
+    try:
+        return typer.confirm(text, default=False, err=True)
+    except typer.Abort as aborted:  # click's answer to Ctrl-C and Ctrl-D: told apart
+        if isinstance(aborted.__context__, KeyboardInterrupt):
+            raise aborted.__context__ from None
+        raise UsageError("No answer at the question (end of input, Ctrl-D).",
+                         commands.ABORTED_HINT) from None
+
+
+class Confirm:
+    """The question before the first write (skipped with --yes or without a terminal). It
+    shows the plan's table, warnings included; `shown` keeps those warnings so the report
+    after the run does not print them a second time."""
+
+    def __init__(self, yes: bool, output: Output) -> None:
+        self.yes, self.output = yes, output
+        self.shown: tuple[str, ...] = ()
+
+    def __call__(self, question: Question) -> bool:
+        if self.yes or not interactive():
+            return True
+        if self.output is Output.table:
+            render.report_table(question)
+            self.shown = question.report.warnings
+        target = question.target
+        return ask(f"Write these changes to context {target.context} (server {target.server}), "
+                   f"namespace {target.namespace}?")

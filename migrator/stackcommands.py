@@ -1,0 +1,124 @@
+"""`change-stack`, as `commands.py` holds the phases' commands: the change planned from the
+cluster (`model/stackchange.py`), carried out with its record in the state
+(`engine/stackchange.py`), the new stack's phases run by the ordinary `commands.apply`, and its
+undo. The CLI parses options, calls these and renders what they return."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from migrator import commands
+from migrator.commands import RunRequest, Session
+from migrator.engine.loop import RunSettings
+from migrator.engine.reads import read_snapshot
+from migrator.engine.reports import RunReport
+from migrator.engine.stackchange import (
+    COMPLETED,
+    IN_PROGRESS,
+    StackRun,
+    begin,
+    execute,
+    finish,
+    rollback,
+)
+from migrator.engine.stackgaps import GapMeter
+from migrator.engine.state import RunSession, State, default_holder
+from migrator.errors import UsageError
+from migrator.model import stackchange as sc
+from migrator.model.planning import Options
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StackRequest:
+    """What `change-stack` was asked: the target stack, the new CR, the old CR to delete, and
+    its bounds (seconds)."""
+
+    target: str
+    new_cr: Mapping[str, Any]
+    delete_cr: str | None
+    timeout: float
+    max_gap: float
+    settle: float
+
+
+@dataclass(frozen=True)
+class StackOutcome:
+    """What a change did: its plan, its record (steps' status, per-node gaps), and the new
+    stack's phases' report when they stopped at a gate (`ok` False)."""
+
+    change: sc.ChangePlan
+    record: Obj | None
+    ok: bool = True
+    stopped: RunReport | None = None
+
+
+def _state(session: Session) -> tuple[State, str | None]:
+    state, version = commands.load_state(session)
+    return (state or State(session.namespace, clock=session.clock)), version
+
+
+def _run(session: Session, rs: RunSession, state: State, timeout: float, max_gap: float
+         ) -> StackRun:
+    return StackRun(session.kube, session.namespace, session.catalog, session.clock,
+                    session.listener, state, rs.save, timeout=timeout, max_gap=max_gap)
+
+
+def plan(session: Session, request: StackRequest) -> StackOutcome:
+    """The change as it would run now, with what a stopped run of it already did. Read as it
+    is, without `commands.observe`'s refusal of a namespace with no DaemonSets: between the old
+    CR's deletion and the new one's render, that is what a resumed change finds."""
+    snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
+    change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
+                     request.delete_cr)
+    recorded = _state(session)[0].stack_change
+    same = recorded if recorded and recorded.get("to") == change.target else None
+    return StackOutcome(change, same)
+
+
+def change_stack(session: Session, request: StackRequest,
+                 confirm: Callable[[sc.ChangePlan], bool]) -> StackOutcome:
+    """Carry the change out (resuming a stopped one), then run the new stack's phases 1-3."""
+    change = plan(session, request).change
+    if not confirm(change):
+        raise UsageError("Aborted at the question.", commands.ABORTED_HINT)
+    state, version = _state(session)
+    with RunSession(session.store, version=version, holder=default_holder(),
+                    clock=session.clock, listener=session.listener) as rs:
+        run = _run(session, rs, state, request.timeout, request.max_gap)
+        record = begin(state, change, state.stamp())
+        run.meter = GapMeter(session.kube, session.namespace, sc.stable_names(session.catalog),
+                             session.clock)
+        run.meter.nodes.update({k: set(v) for k, v in (record.get("baseline") or {}).items()})
+        run.meter.sample()
+        record["baseline"] = {k: sorted(v) for k, v in run.meter.nodes.items()}
+        rs.save(state)
+        execute(run, change)
+    report = commands.apply(session, request=RunRequest(phase=3, settings=RunSettings(
+        timeout=request.timeout, settle=request.settle, options=Options())))
+    if not report.ok:
+        return StackOutcome(change, state.stack_change, ok=False, stopped=report)
+    state, version = _state(session)
+    with RunSession(session.store, version=version, holder=default_holder(),
+                    clock=session.clock, listener=session.listener) as rs:
+        run = _run(session, rs, state, request.timeout, request.max_gap)
+        if state.stack_change and state.stack_change.get("status") == IN_PROGRESS:
+            finish(run, change)
+    return StackOutcome(change, state.stack_change)
+
+
+def rollback_stack(session: Session, timeout: float, max_gap: float
+                   ) -> tuple[list[str], str | None]:
+    """Undo the recorded change: what was undone, and the stack it went back to."""
+    state, version = _state(session)
+    if not state.stack_change or state.stack_change.get("status") not in (IN_PROGRESS,
+                                                                          COMPLETED):
+        raise UsageError("No stack change is recorded here, so there is nothing to roll back.",
+                         "`dcgm-migrate status` shows the state")
+    with RunSession(session.store, version=version, holder=default_holder(),
+                    clock=session.clock, listener=session.listener) as rs:
+        done = rollback(_run(session, rs, state, timeout, max_gap))
+    return done, state.stack_change.get("from")

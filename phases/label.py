@@ -1,7 +1,9 @@
-"""Phase 1 — label: the reserved common label on each DCGM/Exporter DaemonSet and its pod
-template. The template change rolls the pods (RollingUpdate) within the DaemonSet's own budget;
-with OnDelete it rolls nothing unless `--roll-on-delete` lets the tool delete old pods node by
-node."""
+"""Phase 1 — label: the reserved common label on each DCGM/Exporter DaemonSet, its pod template
+and its pods. In place where it applies (model/inplace.py: every pod on the current revision,
+only template labels change): the DaemonSet held on OnDelete, its pods relabelled, its strategy
+restored, no pod restarted. Otherwise the template change rolls the pods (RollingUpdate) within
+the DaemonSet's own budget; with OnDelete it rolls nothing unless `--roll-on-delete` lets the
+tool delete old pods node by node."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import halfrolls, labelmarks
 from migrator.model import objects as o
+from migrator.model.croverrides import cr_overrides
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.inplace import cost, in_place_steps, rolling_because
@@ -148,41 +151,6 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
 ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on-delete` to let "
                       "the tool delete the old pods one node at a time, each after the last "
                       "one's replacement is Ready")
-
-
-# Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
-# `applyCommonDaemonsetMetadata`: `spec.daemonsets.labels` goes onto every pod template), and
-# the per-component sections a CR version may carry labels in too.
-CR_LABEL_FIELDS = (("daemonsets", "labels"),)
-CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
-
-
-def _owner_cr(ctx: PlanContext, ds: Mapping[str, Any]) -> dict[str, Any] | None:
-    owner = ctx.operator_owner(ds)
-    if owner is None:
-        return None
-    kind, _, name = owner.partition("/")
-    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
-    return next((cr for cr in crs if o.name(cr) == name), None)
-
-
-def cr_overrides(ctx: PlanContext, comp: Component,
-                 ds: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(CR field path, value) for each place the owning CR sets this component's reserved
-    label to something other than its reserved value: phase 1 overrides the rendered value,
-    but the operator's next re-render (an upgrade or a CR edit) writes the CR's value back."""
-    cr = _owner_cr(ctx, ds)
-    if cr is None:
-        return []
-    key, want = comp.common_label.key, comp.common_label.value
-    paths = [*CR_LABEL_FIELDS, (CR_SECTIONS.get(comp.component, comp.component), "labels")]
-    out = []
-    for path in paths:
-        labels = o.dig(cr, "spec", *path)
-        if isinstance(labels, Mapping) and key in labels and str(labels[key]) != want:
-            field = f"{cr.get('kind')}/{o.name(cr)} spec.{'.'.join(path)}[{key!r}]"
-            out.append((field, str(labels[key])))
-    return out
 
 
 def _guarded(ctx: PlanContext, daemonsets: Sequence[str]) -> tuple[list[g.ServiceBaseline],

@@ -30,7 +30,7 @@ from migrator.engine.reports import (
 )
 from migrator.errors import MigrateError
 from migrator.model.phasestatus import PhaseStatus
-from migrator.model.steps import Change
+from migrator.model.stepbase import Change
 
 
 class _Pointed:

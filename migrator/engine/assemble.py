@@ -18,7 +18,8 @@ from migrator.model.discovery import Discovery, discover
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import Change, SetLabels, SetSelector, Step
+from migrator.model.stepbase import Change
+from migrator.model.steps import SetLabels, SetSelector, Step
 from migrator.model.traffic import traffic_critical
 
 DRIFT_RISK = (

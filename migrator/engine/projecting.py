@@ -36,7 +36,8 @@ from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.steps import Change, Step
+from migrator.model.stepbase import Change
+from migrator.model.steps import Step
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube

@@ -19,83 +19,11 @@ from typing import Any, ClassVar
 from migrator.model import kinds, labelmarks
 from migrator.model import objects as o
 from migrator.model.kinds import Kind
+from migrator.model.stepbase import Change, LabelMap, SelectorChange, StepBase, labels_match
 
 Obj = dict[str, Any]
-SelectorChange = tuple[Mapping[str, str], Mapping[str, str]]  # (before, after)
-LabelMap = Mapping[str, str | None]  # None = the key is absent / removed
-
-
 @dataclass(frozen=True)
-class Change:
-    """One field of one object, before → after (None = absent)."""
-
-    object: str
-    field: str
-    before: Any
-    after: Any
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
-    return all(actual.get(k) == v for k, v in wanted.items())
-
-
-class _StepDefaults:
-    """What most steps answer; a step that differs says so itself."""
-
-    kind: ClassVar[Kind]
-    id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
-    pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/ondelete)
-
-    @property
-    def name(self) -> str:
-        """The name of the object the step writes (its kind is `kind`)."""
-        raise NotImplementedError
-
-    @classmethod
-    def id_of(cls, name: str) -> str:
-        """The id of this type's step on the object `name` (what the state records it under)."""
-        return f"{cls.id_prefix}/{name}"
-
-    @property
-    def id(self) -> str:
-        return self.id_of(self.name)
-
-    @property
-    def object(self) -> str:
-        return f"{self.kind.kind}/{self.name}"
-    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
-
-    def rolls_pods(self) -> bool:
-        """Does this write replace pods (so pods read before it are stale)?"""
-        return False
-
-    def labels_pods(self) -> bool:
-        """Does this write put labels on pods (by a rollout or in place), which an operator's
-        re-render of the DaemonSet drops (the state's `wroteLabels`, the drift risk)?"""
-        return self.rolls_pods()
-
-    def rollout_of(self) -> str | None:
-        """The DaemonSet whose rollout this write starts, for the loop to wait on."""
-        return None
-
-    def selector_change(self, service: str) -> SelectorChange | None:
-        """(before, after) when this write changes `service`'s selector."""
-        return None
-
-    def pod_labels(self) -> LabelMap:
-        """Labels the pods must carry once this write has rolled out (None: absent)."""
-        return {}
-
-    def stop_hint(self, rollback: bool) -> str:
-        """What to do when a pre-gate stops this write."""
-        return "fix what the gate names, then run the same command again"
-
-
-@dataclass(frozen=True)
-class SetLabels(_StepDefaults):
+class SetLabels(StepBase):
     """Set (or remove, value None) labels on a DaemonSet's metadata and pod template."""
 
     type: ClassVar[str] = "set-labels"
@@ -125,8 +53,8 @@ class SetLabels(_StepDefaults):
         return out
 
     def satisfied(self, live: Obj | None) -> bool:
-        return live is not None and _labels_match(o.labels(live), self.meta_after) and \
-            _labels_match(o.template_labels(live), self.template_after) and not (
+        return live is not None and labels_match(o.labels(live), self.meta_after) and \
+            labels_match(o.template_labels(live), self.template_after) and not (
                 self.undo and labelmarks.LABELS_MARK in o.annotations_of(live))
 
     def patch(self) -> Obj:
@@ -157,7 +85,7 @@ class SetLabels(_StepDefaults):
 
 
 @dataclass(frozen=True)
-class _Strategy(_StepDefaults):
+class _Strategy(StepBase):
     """The in-place path's hold of a DaemonSet on `OnDelete`: `strategy` is its own."""
 
     kind: ClassVar[Kind] = kinds.DAEMONSET
@@ -222,7 +150,7 @@ class RestoreStrategy(_Strategy):
 
 
 @dataclass(frozen=True)
-class RollPods(_StepDefaults):
+class RollPods(StepBase):
     """OnDelete DaemonSets: delete pods whose labels differ from the template, one node at a
     time, each after the previous node's new pod is Ready."""
 
@@ -284,7 +212,7 @@ class RelabelPods(RollPods):
 
 
 @dataclass(frozen=True)
-class CreateAlias(_StepDefaults):
+class CreateAlias(StepBase):
     """Create a tool-owned Service alias of a source Service."""
 
     type: ClassVar[str] = "create-alias"
@@ -309,7 +237,7 @@ class CreateAlias(_StepDefaults):
         if live is None or o.terminating(live):
             return False  # a Terminating alias is on its way out, not an alias in place
         want = self.body["metadata"]
-        return _labels_match(o.labels(live), want.get("labels", {})) and _labels_match(
+        return labels_match(o.labels(live), want.get("labels", {})) and labels_match(
             o.annotations_of(live), want.get("annotations", {}))
 
     def inverse(self) -> DeleteAlias:
@@ -320,7 +248,7 @@ class CreateAlias(_StepDefaults):
 
 
 @dataclass(frozen=True)
-class DeleteAlias(_StepDefaults):
+class DeleteAlias(StepBase):
     """Delete an alias, only while it is still the tool's (checked by the executor)."""
 
     type: ClassVar[str] = "delete-alias"
@@ -349,7 +277,7 @@ class DeleteAlias(_StepDefaults):
 
 
 @dataclass(frozen=True)
-class SetSelector(_StepDefaults):
+class SetSelector(StepBase):
     """Replace a Service's selector (guarded by a json-patch `test` of the expected one)."""
 
     type: ClassVar[str] = "set-selector"

@@ -1,0 +1,82 @@
+"""What every step shares (`model/steps.py` holds the steps): the change a plan shows, and the
+answers most steps give the loop, which a step that differs overrides."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from migrator.model.kinds import Kind
+
+SelectorChange = tuple[Mapping[str, str], Mapping[str, str]]  # (before, after)
+LabelMap = Mapping[str, str | None]  # None = the key is absent / removed
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field of one object, before → after (None = absent)."""
+
+    object: str
+    field: str
+    before: Any
+    after: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
+    return all(actual.get(k) == v for k, v in wanted.items())
+
+
+class StepBase:
+    """What most steps answer; a step that differs says so itself."""
+
+    kind: ClassVar[Kind]
+    id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
+    pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/ondelete)
+
+    @property
+    def name(self) -> str:
+        """The name of the object the step writes (its kind is `kind`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def id_of(cls, name: str) -> str:
+        """The id of this type's step on the object `name` (what the state records it under)."""
+        return f"{cls.id_prefix}/{name}"
+
+    @property
+    def id(self) -> str:
+        return self.id_of(self.name)
+
+    @property
+    def object(self) -> str:
+        return f"{self.kind.kind}/{self.name}"
+    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
+
+    def rolls_pods(self) -> bool:
+        """Does this write replace pods (so pods read before it are stale)?"""
+        return False
+
+    def labels_pods(self) -> bool:
+        """Does this write put labels on pods (by a rollout or in place), which an operator's
+        re-render of the DaemonSet drops (the state's `wroteLabels`, the drift risk)?"""
+        return self.rolls_pods()
+
+    def rollout_of(self) -> str | None:
+        """The DaemonSet whose rollout this write starts, for the loop to wait on."""
+        return None
+
+    def selector_change(self, service: str) -> SelectorChange | None:
+        """(before, after) when this write changes `service`'s selector."""
+        return None
+
+    def pod_labels(self) -> LabelMap:
+        """Labels the pods must carry once this write has rolled out (None: absent)."""
+        return {}
+
+    def stop_hint(self, rollback: bool) -> str:
+        """What to do when a pre-gate stops this write."""
+        return "fix what the gate names, then run the same command again"

@@ -14,7 +14,9 @@ namespaces):
         python3 -m pytest tests/image -n 0
 
 `.ci/run` builds both and runs them with the whole suite. Without an image (or root) they skip
-locally and fail under CI=true: CI must run them.
+locally and fail under CI=true: CI must run them. DCGM_MIGRATE_ARM64_IMAGE names the arm64
+image (`ARCH=arm64 images/build`; its binaries run through qemu-user's binfmt_misc handler
+on another host): its tests run when it is set.
 
 The guard runs as Kubernetes runs docs/guard.yaml's pod: the root filesystem mounted read-only,
 a tmpfs only where the manifest mounts an emptyDir, the service account's token and CA at
@@ -97,7 +99,7 @@ def _unpack_layer(layer: Path, rootfs: Path) -> None:
                     "--same-permissions", "--exclude=.wh.*"], check=True)
 
 
-@pytest.fixture(scope="module", params=list(built_image.IMAGES))
+@pytest.fixture(scope="module", params=built_image.wanted())
 def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Image:
     """The archive's image for tag <version>, its layers unpacked into a private folder.
     No image: a skip locally, a failure under CI=true (.ci/run builds both)."""
@@ -166,7 +168,8 @@ def test_the_image_config_runs_the_tool_as_a_non_root_user(image: Image) -> None
     user, _, group = run["User"].partition(":")
     assert int(user) != 0 and int(group) != 0
     assert run["Labels"]["org.opencontainers.image.version"] == migrator.__version__
-    assert image.config["os"] == "linux" and image.config["architecture"] == "amd64"
+    arch = "arm64" if image.built_by.endswith("arm64") else "amd64"
+    assert image.config["os"] == "linux" and image.config["architecture"] == arch
     passwd = (image.rootfs / "etc" / "passwd").read_text()
     assert f":{user}:{group}:" in passwd  # a named user: tools that look it up find it
 

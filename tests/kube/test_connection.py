@@ -248,3 +248,38 @@ def test_the_environments_proxy_is_kubectls(
 def test_proxy_for_follows_gos_rules(server: str, environment: dict[str, str],
                                      expected: str | None) -> None:
     assert proxy_for(server, environment) == expected
+
+
+@pytest.mark.parametrize(("no_proxy", "proxied"), [("", True), ("10.96.0.0/12", False)],
+                         ids=["HTTPS_PROXY", "NO_PROXY the service CIDR"])
+def test_in_cluster_the_environments_proxy_applies_too(
+        tls_sim: SimCluster, tmp_path: Path, proxy: ConnectProxy, resolve: None,
+        monkeypatch: pytest.MonkeyPatch, no_proxy: str, proxied: bool) -> None:
+    """A pod's service account: the API server at the `kubernetes` Service's address
+    (KUBERNETES_SERVICE_HOST), through HTTPS_PROXY unless NO_PROXY names the service range,
+    as client-go's in-cluster transport does."""
+    from kubernetes.config import incluster_config
+
+    doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(doc["users"][0]["user"]["token"])
+    (account / "ca.crt").write_bytes(
+        base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"]))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(account / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    port = tls_sim.secure_url.rsplit(":", 1)[1]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", SERVICE_IP)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    if no_proxy:
+        monkeypatch.setenv("NO_PROXY", no_proxy)
+    kube = Kube.connect()
+    try:
+        assert kube.context == "in-cluster"
+        assert kube.list(kinds.DAEMONSET, "gpu-operator").items
+    finally:
+        kube.close()
+    assert proxy.targets == ([f"{SERVICE_IP}:{port}"] if proxied else []), proxy.targets

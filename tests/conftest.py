@@ -37,7 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests. Without xdist (or with one worker) the order is otherwise the collection's."""
     needs_image = [item for item in items if "image" in getattr(item, "fixturenames", ())]
     later = {id(item) for item in needs_image}
-    if os.environ.get("DCGM_MIGRATE_IMAGE_BUILD_RC"):  # their wait is not their run time
+    if any(os.environ.get(f"{variable}_BUILD_RC")  # their wait is not their run time
+           for variable in built_image.IMAGES.values()):
         for item in needs_image:
             own = item.get_closest_marker("timeout")
             limit = float(own.args[0]) if own and own.args else float(

@@ -8,7 +8,8 @@ data, `proxy-url`, relative paths from each file's folder), the service account 
 `load_incluster_config`, whose token is re-read as the kubelet rotates it. This module only
 picks the files and the context and says, in one `UsageError` (exit 2), what is wrong: messages
 name the file or context and never quote the file's contents (a kubeconfig holds tokens and
-keys).
+keys). The proxy is kubectl's: the cluster's `proxy-url`, else `HTTPS_PROXY`/`NO_PROXY` by Go's
+rules (proxy.py), for the kubeconfig, the service account and a bare URL alike.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kubernetes.config import ConfigException, load_incluster_config
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from migrator.errors import UsageError
+from migrator.kube.proxy import proxy_for
 
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
 # At least this many keep-alive connections per server: the guard holds three watches open and
@@ -147,7 +149,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
         except ConfigException as exc:
             raise UsageError(f"Cannot use the in-cluster service account: {exc}.",
                              _HINT) from None
-        return Connection(pooled(configuration), "in-cluster")
+        return Connection(pooled(proxied(configuration)), "in-cluster")
     merger = _merged(source)
     chosen = _context(merger, source.describe(), context)
     try:
@@ -166,7 +168,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
         # only, since the values may be credentials.
         raise UsageError(f"The kubeconfig {source.describe()} is malformed for context "
                          f"{chosen!r} ({type(exc).__name__}).", _HINT) from None
-    return Connection(pooled(configuration), chosen)
+    return Connection(pooled(proxied(configuration, _proxy_url(merger, chosen))), chosen)
 
 
 def for_server(url: str, token: str | None = None) -> Connection:
@@ -174,7 +176,36 @@ def for_server(url: str, token: str | None = None) -> Connection:
     configuration = Configuration(host=url.rstrip("/"))
     if token:
         configuration.api_key["BearerToken"] = f"Bearer {token}"  # as the loader sets it
-    return Connection(pooled(configuration), "")
+    return Connection(pooled(proxied(configuration)), "")
+
+
+def _proxy_url(merger: KubeConfigMerger, context: str) -> str | None:
+    """The `proxy-url` of the context's cluster, if it sets one (the merger wraps each entry
+    in a ConfigNode, its `value` the entry itself)."""
+    config = merger.config.value if merger.config is not None else {}
+
+    def entry(kind: str, name: object) -> dict[str, Any]:
+        for node in config.get(kind) or []:
+            item = getattr(node, "value", node)
+            if isinstance(item, dict) and item.get("name") == name:
+                found = item.get(kind[:-1])
+                return found if isinstance(found, dict) else {}
+        return {}
+
+    value = entry("clusters", entry("contexts", context).get("cluster")).get("proxy-url")
+    return str(value) if value else None
+
+
+def proxied(configuration: Any, proxy_url: str | None = None,
+            environ: dict[str, str] | None = None) -> Any:
+    """The configuration with kubectl's proxy: the cluster's `proxy-url` (NO_PROXY plays no
+    part then, as in client-go), else the environment's for this server by Go's rules. The
+    client's own `no_proxy` is cleared: Python's matching differs from Go's (a leading `.`
+    also matching the bare domain), and the decision is made here."""
+    configuration.proxy = proxy_url or proxy_for(
+        configuration.host, dict(os.environ) if environ is None else environ)
+    configuration.no_proxy = None
+    return configuration
 
 
 def pooled(configuration: Any) -> Any:

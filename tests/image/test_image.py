@@ -1,14 +1,22 @@
-"""The OCI image images/build makes (docs/image.md), run as a container runtime would run it:
-its layer unpacked, its config's entrypoint, environment and user (non-root), inside a chroot.
+"""The OCI images (docs/image.md), run as a container runtime would run them: their layers
+unpacked in order (whiteouts applied), the config's entrypoint, environment and user
+(non-root), inside a chroot. Each test runs on both images: the one images/build makes
+(mmdebstrap + umoci) and the one buildah builds from the Containerfile (images/buildah).
 
-DCGM_MIGRATE_IMAGE names the archive (`dcgm-migrate-<version>.oci.tar`) or the folder
-images/build wrote it to; the tests need root (chroot, mount namespaces):
+DCGM_MIGRATE_IMAGE names images/build's archive (`dcgm-migrate-<version>.oci.tar`) or its
+folder, DCGM_MIGRATE_CONTAINERFILE_IMAGE images/buildah's; the tests need root (chroot, mount
+namespaces):
 
-    images/build && DCGM_MIGRATE_IMAGE=/var/tmp/dcgm-migrate-image \\
+    BASE_OUT=/var/tmp/dcgm-base images/build
+    BASE_TAR=/var/tmp/dcgm-base/rootfs.tar images/buildah
+    DCGM_MIGRATE_IMAGE=/var/tmp/dcgm-migrate-image \\
+    DCGM_MIGRATE_CONTAINERFILE_IMAGE=/var/tmp/dcgm-migrate-containerfile \\
         python3 -m pytest tests/image -n 0
 
-`.ci/run` builds the image and runs them with the whole suite. Without an image (or root) they
-skip locally and fail under CI=true: CI must run them.
+`.ci/run` builds both and runs them with the whole suite. Without an image (or root) they skip
+locally and fail under CI=true: CI must run them. DCGM_MIGRATE_ARM64_IMAGE names the arm64
+image (`ARCH=arm64 images/build`; its binaries run through qemu-user's binfmt_misc handler
+on another host): its tests run when it is set.
 
 The guard runs as Kubernetes runs docs/guard.yaml's pod: the root filesystem mounted read-only,
 a tmpfs only where the manifest mounts an emptyDir, the service account's token and CA at
@@ -38,12 +46,14 @@ import migrator
 from tests.helpers import built_image
 
 REPO = Path(__file__).resolve().parents[2]
+MAX_CONTAINERFILE_MIB = 95  # its base carries apt and the rest of bookworm's slim set
 NS = "gpu-operator"
 SA_DIR = "run/secrets/kubernetes.io/serviceaccount"  # /var/run is a link to /run in the image
 
 
 @dataclass
 class Image:
+    built_by: str  # a key of built_image.IMAGES
     rootfs: Path
     config: dict[str, Any]  # the OCI image config (its "config" is the runtime's settings)
     archive: Path
@@ -67,12 +77,35 @@ def _blob(layout: Path, digest: str) -> Path:
     return layout / "blobs" / algorithm / hexdigest
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
+def _unpack_layer(layer: Path, rootfs: Path) -> None:
+    """One layer over the ones below it, as the OCI image spec's "Applying changesets" says:
+    a `.wh.<name>` entry deletes <name> from the lower layers, `.wh..wh..opq` empties its
+    folder of them; the whiteout entries themselves are not extracted."""
+    with tarfile.open(layer) as tar:
+        names = tar.getnames()
+    for name in names:
+        folder, _, base = name.rstrip("/").rpartition("/")
+        if not base.startswith(".wh."):
+            continue
+        target = rootfs / folder
+        victims = (list(target.iterdir()) if target.is_dir() else []) \
+            if base == ".wh..wh..opq" else [target / base.removeprefix(".wh.")]
+        for victim in victims:
+            if victim.is_dir() and not victim.is_symlink():
+                shutil.rmtree(victim)
+            elif victim.exists() or victim.is_symlink():
+                victim.unlink()
+    subprocess.run(["tar", "-xzf", str(layer), "-C", str(rootfs), "--numeric-owner",
+                    "--same-permissions", "--exclude=.wh.*"], check=True)
+
+
+@pytest.fixture(scope="module", params=built_image.wanted())
+def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Image:
     """The archive's image for tag <version>, its layers unpacked into a private folder.
-    No image: a skip locally, a failure under CI=true (.ci/run builds one)."""
+    No image: a skip locally, a failure under CI=true (.ci/run builds both)."""
+    built_by: str = request.param
     archive = _archive(built_image.require("image tests", ("unshare", "chroot"),
-                                           "chroot and mounts need root"))
+                                           "chroot and mounts need root", built_by))
     layout = tmp_path_factory.mktemp("layout")
     with tarfile.open(archive) as tar:
         tar.extractall(layout, filter="data")
@@ -82,12 +115,12 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     manifest = json.loads(_blob(layout, entry["digest"]).read_text())
     config = json.loads(_blob(layout, manifest["config"]["digest"]).read_text())
     rootfs = tmp_path_factory.mktemp("rootfs")
+    rootfs.chmod(0o755)  # a runtime's root folder, unless a layer says otherwise (buildah's do not)
     for layer in manifest["layers"]:
         assert layer["mediaType"].endswith("tar+gzip"), layer["mediaType"]
-        subprocess.run(["tar", "-xzf", str(_blob(layout, layer["digest"])), "-C", str(rootfs),
-                        "--numeric-owner", "--same-permissions"], check=True)
+        _unpack_layer(_blob(layout, layer["digest"]), rootfs)
     shutil.rmtree(layout)
-    return Image(rootfs=rootfs, config=config, archive=archive)
+    return Image(built_by=built_by, rootfs=rootfs, config=config, archive=archive)
 
 
 def run_in(image: Image, args: list[str], *, read_only: bool = False,
@@ -135,7 +168,8 @@ def test_the_image_config_runs_the_tool_as_a_non_root_user(image: Image) -> None
     user, _, group = run["User"].partition(":")
     assert int(user) != 0 and int(group) != 0
     assert run["Labels"]["org.opencontainers.image.version"] == migrator.__version__
-    assert image.config["os"] == "linux" and image.config["architecture"] == "amd64"
+    arch = "arm64" if image.built_by.endswith("arm64") else "amd64"
+    assert image.config["os"] == "linux" and image.config["architecture"] == arch
     passwd = (image.rootfs / "etc" / "passwd").read_text()
     assert f":{user}:{group}:" in passwd  # a named user: tools that look it up find it
 
@@ -148,11 +182,16 @@ def test_the_image_is_small_and_has_no_build_tools(image: Image) -> None:
     for absent in ("bin/pip", "bin/pip3"):
         assert not (venv / absent).exists(), absent
     assert not list(site.glob("pip*")) and not list(site.glob("setuptools*"))
-    for tool in ("gcc", "cc", "make", "apt", "apt-get", "pip", "pip3"):
+    # the Containerfile's base is debian:bookworm-slim, apt included (docs/image.md)
+    package_manager = ("apt", "apt-get") if image.built_by == "images/build" else ()
+    for tool in ("gcc", "cc", "make", "pip", "pip3", *package_manager):
         assert not (image.rootfs / "usr" / "bin" / tool).exists(), tool
     for cache in ("root/.cache", "var/cache/apt/archives", "var/lib/apt/lists"):
-        assert not any((image.rootfs / cache).glob("*")), cache
-    assert image.archive.stat().st_size < 60 * 2**20, image.archive.stat().st_size
+        assert not [p for p in (image.rootfs / cache).glob("*") if p.name != "partial"], cache
+    for leftover in ("root/.config", "root/build-ca.crt"):  # images/buildah's RUN-only mount
+        assert not (image.rootfs / leftover).exists(), leftover
+    limit = 60 if image.built_by == "images/build" else MAX_CONTAINERFILE_MIB
+    assert image.archive.stat().st_size < limit * 2**20, image.archive.stat().st_size
 
 
 def test_version(image: Image) -> None:

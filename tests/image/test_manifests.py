@@ -5,7 +5,10 @@ No image needed: these run in CI."""
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -91,24 +94,68 @@ def _in_build_context(path: str, patterns: list[str]) -> bool:
     candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
     included = True
     for raw in patterns:
-        negated, pattern = raw.startswith("!"), raw.lstrip("!")
-        regex = re.escape(pattern).replace(r"\*\*/", "(?:.*/)?").replace(r"\*", "[^/]*")
+        negated, pattern = raw.startswith("!"), raw.lstrip("!").strip("/")
+        regex = (re.escape(pattern).replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*")
+                 .replace(r"\*", "[^/]*").replace(r"\?", "[^/]"))
         if any(re.fullmatch(regex, c) for c in candidates):
             included = negated
     return included
 
 
+def _context_sources(containerfile: str) -> list[list[str]]:
+    """The sources of every COPY and ADD that reads the build context (not `--from` another
+    stage): continuation lines joined, flags (`--chown`, `--chmod`, `--link`) dropped, the
+    JSON form read as JSON."""
+    instructions = re.sub(r"\\\n", " ", containerfile).splitlines()
+    found = []
+    for line in instructions:
+        words = line.split(None, 1)
+        if len(words) < 2 or words[0].upper() not in ("COPY", "ADD"):
+            continue
+        rest = words[1].strip()
+        flags = re.match(r"((?:--[a-z-]+(?:=\S*)?\s+)*)(.*)", rest)
+        assert flags is not None
+        if "--from=" in flags[1]:
+            continue
+        arguments = json.loads(flags[2]) if flags[2].startswith("[") else flags[2].split()
+        found.append(arguments[:-1])
+    return found
+
+
 def test_every_containerfile_copy_source_is_in_the_build_context() -> None:
-    """`docker build -f Containerfile .` fails on a COPY of something .dockerignore leaves out
-    (or that does not exist): every source of every COPY without `--from` must be there."""
+    """`docker build -f Containerfile .` fails on a COPY of something .dockerignore leaves out,
+    of a path outside the context, or of a file a clean checkout lacks (untracked, generated):
+    every source of every COPY/ADD from the context is a relative path inside it, tracked by
+    git, and left in by .dockerignore with every tracked file under it. (images/buildah builds
+    it from `git archive` in CI, which fails the same way.)"""
     lines = (REPO / ".dockerignore").read_text().splitlines()
     patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    copies = [line.split()[1:-1] for line in (REPO / "Containerfile").read_text().splitlines()
-              if line.startswith("COPY ") and "--from=" not in line]
+    copies = _context_sources((REPO / "Containerfile").read_text())
     sources = [source for sources in copies for source in sources]
     assert sources, "the Containerfile copies nothing from the context"
     for source in sources:
-        assert (REPO / source).exists(), source
-        assert _in_build_context(source, patterns), f"{source} is excluded by .dockerignore"
+        normal = posixpath.normpath(source)
+        assert not source.startswith("/") and normal != ".." and not normal.startswith("../"), \
+            f"{source} is outside the build context"
+        tracked = subprocess.run(["git", "ls-files", "-z", "--", normal], cwd=REPO, check=True,
+                                 capture_output=True, text=True).stdout.split("\0")
+        tracked = [path for path in tracked if path]
+        assert tracked, f"{source} is not in a clean checkout (not tracked by git)"
+        assert _in_build_context(normal, patterns), f"{source} is excluded by .dockerignore"
+        left_out = [path for path in tracked if not _in_build_context(path, patterns)]
+        assert not left_out, f"{source}: .dockerignore leaves out {left_out[:5]}"
     assert not _in_build_context("simulator", patterns)  # the simulated cluster stays out
+    assert not _in_build_context("simulator/dcgm_sim/server.py", patterns)
     assert not _in_build_context("migrator/__pycache__", patterns)
+
+
+@pytest.mark.parametrize(("containerfile", "expected"), [
+    ("COPY a b /dst/\n", [["a", "b"]]),
+    ("COPY --chown=1:1 --chmod=644 a /dst\n", [["a"]]),
+    ("copy --link [\"a b\", \"c\", \"/dst\"]\n", [["a b", "c"]]),
+    ("ADD x \\\n  y /dst\n", [["x", "y"]]),
+    ("COPY --from=build /opt /opt\nRUN cp a b\n", []),
+])
+def test_the_copy_reader_reads_every_form(containerfile: str,
+                                          expected: list[list[str]]) -> None:
+    assert _context_sources(containerfile) == expected

@@ -1,7 +1,9 @@
 """What the official client's kubeconfig loader brings, end to end against the sim's HTTPS
 listener: a merged KUBECONFIG list read as kubectl reads it (the first file's current-context,
 each file's relative paths from its own folder) and a cluster's `proxy-url`, through which
-every request then goes."""
+every request then goes; and kubectl's proxy from the environment (`HTTPS_PROXY`, `NO_PROXY`
+with domain suffixes and CIDRs, by Go's `http.ProxyFromEnvironment`: migrator/kube/proxy.py),
+through a CONNECT proxy that alone knows where the server's name points."""
 
 from __future__ import annotations
 
@@ -18,8 +20,13 @@ import yaml
 
 from dcgm_sim.access import ADMIN_USER
 from dcgm_sim.cluster import SimCluster
+from dcgm_sim.tls import IP_NAMES
 from migrator.kube import Kube
+from migrator.kube.proxy import proxy_for
 from migrator.model import kinds
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY",
+                   "no_proxy", "ALL_PROXY", "all_proxy", "REQUEST_METHOD")
 
 
 @pytest.fixture
@@ -131,3 +138,148 @@ def test_a_merged_kubeconfig_list_reads_as_kubectl_reads_it(
             assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
         finally:
             kube.close()
+
+
+# Names the sim's certificate is valid for, as a cluster's DNS resolves them: the test's
+# `resolve` fixture points them at the sim's loopback listener, as a client in the cluster (or
+# the proxy in front of it) would reach the API server there.
+CLUSTER_NAME = "kubernetes.default.svc"
+SERVICE_IP = IP_NAMES[1]  # the `kubernetes` Service's address (10.96.0.1)
+DEAD = "http://127.0.0.1:1"  # a proxy nothing listens at: a request sent there fails
+
+
+@pytest.fixture
+def resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLUSTER_NAME and SERVICE_IP connect to 127.0.0.1 in this process (the client's and the
+    proxy's connections alike); every proxy variable starts unset."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        return real("127.0.0.1" if host in (CLUSTER_NAME, SERVICE_IP) else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+# (case, server host, environment, the kubeconfig's proxy-url, whether the proxy carries it);
+# "PROXY" stands for the running CONNECT proxy's URL
+ENVIRONMENTS = [
+    ("HTTPS_PROXY", CLUSTER_NAME, {"HTTPS_PROXY": "PROXY"}, None, True),
+    ("a scheme-less proxy is http://", CLUSTER_NAME, {"HTTPS_PROXY": "PROXY-HOSTPORT"}, None, True),
+    ("no_proxy domain suffix", CLUSTER_NAME, {"HTTPS_PROXY": "PROXY", "no_proxy": ".svc"}, None,
+     False),
+    ("NO_PROXY domain", CLUSTER_NAME, {"https_proxy": "PROXY", "NO_PROXY": "example.com, "
+                                       "default.svc"}, None, False),
+    ("NO_PROXY another port", CLUSTER_NAME, {"HTTPS_PROXY": "PROXY",
+                                             "NO_PROXY": "default.svc:1"}, None, True),
+    ("NO_PROXY CIDR", SERVICE_IP, {"HTTPS_PROXY": "PROXY", "NO_PROXY": "10.96.0.0/12"}, None,
+     False),
+    ("NO_PROXY other CIDR", SERVICE_IP, {"HTTPS_PROXY": "PROXY", "NO_PROXY": "10.0.0.0/16,.svc"},
+     None, True),
+    ("upper-case first", CLUSTER_NAME, {"HTTPS_PROXY": "PROXY", "https_proxy": DEAD}, None, True),
+    ("HTTP_PROXY and ALL_PROXY are not for https", CLUSTER_NAME,
+     {"HTTP_PROXY": DEAD, "ALL_PROXY": DEAD, "all_proxy": DEAD}, None, False),
+    ("loopback is never proxied", "127.0.0.1", {"HTTPS_PROXY": DEAD}, None, False),
+    ("proxy-url wins over the environment", CLUSTER_NAME,
+     {"HTTPS_PROXY": DEAD, "NO_PROXY": ".svc"}, "PROXY", True),
+]
+
+
+@pytest.mark.parametrize(("host", "environment", "proxy_url", "proxied"),
+                         [case[1:] for case in ENVIRONMENTS], ids=[c[0] for c in ENVIRONMENTS])
+def test_the_environments_proxy_is_kubectls(
+        tls_sim: SimCluster, tmp_path: Path, proxy: ConnectProxy, resolve: None,
+        monkeypatch: pytest.MonkeyPatch, host: str, environment: dict[str, str],
+        proxy_url: str | None, proxied: bool) -> None:
+    """A request goes through the proxy exactly where kubectl's would, and otherwise straight
+    to the server (where it succeeds too: a DEAD proxy asked would fail it)."""
+    def actual(value: str) -> str:
+        return {"PROXY": proxy.url, "PROXY-HOSTPORT": proxy.url.removeprefix("http://")}.get(
+            value, value)
+
+    port = tls_sim.secure_url.rsplit(":", 1)[1]
+    doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
+    cluster = doc["clusters"][0]["cluster"]
+    cluster["server"] = f"https://{host}:{port}"
+    if proxy_url:
+        cluster["proxy-url"] = actual(proxy_url)
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
+    for name, value in environment.items():
+        monkeypatch.setenv(name, actual(value))
+    kube = Kube.connect(str(tmp_path / "kubeconfig"))
+    try:
+        assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
+        assert kube.list(kinds.DAEMONSET, "gpu-operator").items
+    finally:
+        kube.close()
+    assert proxy.targets == ([f"{host}:{port}"] if proxied else []), proxy.targets
+
+
+@pytest.mark.parametrize(("server", "environment", "expected"), [
+    ("https://api.corp:6443", {"https_proxy": "http://p:3128"}, "http://p:3128"),
+    ("https://api.corp:6443", {"HTTPS_PROXY": "p:3128"}, "http://p:3128"),
+    ("https://api.corp:6443", {"HTTPS_PROXY": "socks5://p:1080"}, "socks5://p:1080"),
+    ("http://api.corp:8080", {"HTTPS_PROXY": "http://p:3128"}, None),
+    ("http://api.corp:8080", {"HTTP_PROXY": "http://p:3128"}, "http://p:3128"),
+    ("http://api.corp:8080", {"HTTP_PROXY": "http://p:3128", "REQUEST_METHOD": "GET"}, None),
+    ("https://api.corp:6443", {"ALL_PROXY": "http://p:3128"}, None),
+    ("https://localhost:6443", {"HTTPS_PROXY": "http://p:3128"}, None),
+    ("https://[::1]:6443", {"HTTPS_PROXY": "http://p:3128"}, None),
+    ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "*"}, None),
+    ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "corp"}, None),
+    ("https://corp:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": ".corp"},
+     "http://p:3128"),  # a leading dot: subdomains only
+    ("https://corp:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "*.corp"},
+     "http://p:3128"),
+    ("https://api.corp", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "api.corp:443"}, None),
+    ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "api.corp:443"},
+     "http://p:3128"),
+    ("https://[fd00::1]:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "fd00::/64"}, None),
+    ("https://[fd00::1]:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "[fd00::1]:6443"},
+     None),
+    ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "10.1.2.3"}, None),
+    ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "10.1.2.3:443"},
+     "http://p:3128"),
+    ("https://10.1.2.3:6443", {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "10.1.0.0/16"}, None),
+    ("https://api.corp:6443", {"HTTPS_PROXY": "http://p:3128", "no_proxy": "api.corp",
+                               "NO_PROXY": "other"}, "http://p:3128"),  # NO_PROXY first
+])
+def test_proxy_for_follows_gos_rules(server: str, environment: dict[str, str],
+                                     expected: str | None) -> None:
+    assert proxy_for(server, environment) == expected
+
+
+@pytest.mark.parametrize(("no_proxy", "proxied"), [("", True), ("10.96.0.0/12", False)],
+                         ids=["HTTPS_PROXY", "NO_PROXY the service CIDR"])
+def test_in_cluster_the_environments_proxy_applies_too(
+        tls_sim: SimCluster, tmp_path: Path, proxy: ConnectProxy, resolve: None,
+        monkeypatch: pytest.MonkeyPatch, no_proxy: str, proxied: bool) -> None:
+    """A pod's service account: the API server at the `kubernetes` Service's address
+    (KUBERNETES_SERVICE_HOST), through HTTPS_PROXY unless NO_PROXY names the service range,
+    as client-go's in-cluster transport does."""
+    from kubernetes.config import incluster_config
+
+    doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(doc["users"][0]["user"]["token"])
+    (account / "ca.crt").write_bytes(
+        base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"]))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(account / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    port = tls_sim.secure_url.rsplit(":", 1)[1]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", SERVICE_IP)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    if no_proxy:
+        monkeypatch.setenv("NO_PROXY", no_proxy)
+    kube = Kube.connect()
+    try:
+        assert kube.context == "in-cluster"
+        assert kube.list(kinds.DAEMONSET, "gpu-operator").items
+    finally:
+        kube.close()
+    assert proxy.targets == ([f"{SERVICE_IP}:{port}"] if proxied else []), proxy.targets

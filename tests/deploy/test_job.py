@@ -68,7 +68,7 @@ def test_a_deleted_job_pod_is_retried_and_resumes(serve: Callable[..., Sim],
             break
     sim.kubectl("delete", "pod", first)
     follow.wait(30)  # -f ends with the container
-    written = [line.split()[-2] for line in seen if "done     DaemonSet/" in line]
+    written = [" ".join(line.split()[-2:]) for line in seen if "done     DaemonSet/" in line]
     assert written, "".join(seen)
 
     done = sim.kubectl("wait", "--for=condition=complete", JOB, "--timeout=180s",

@@ -4,7 +4,6 @@ SIGTERM stop a command: `errors.Interrupted` once the write in flight is recorde
 from __future__ import annotations
 
 import functools
-import importlib
 import shlex
 import signal
 import sys
@@ -18,7 +17,7 @@ from typing import Any, TypeVar, cast
 import typer
 
 from migrator.cli import render
-from migrator.cli.commandline import ARGV_KEY
+from migrator.cli.commandline import invoked
 from migrator.cli.options import Output
 from migrator.engine import interrupts
 from migrator.errors import Interrupted, MigrateError, exit_code_for
@@ -42,7 +41,7 @@ def handles_errors(fn: F) -> F:
         except MigrateError as exc:
             if debug:
                 traceback.print_exc(file=sys.stderr)
-            hint = render.fix_line(exc.hint, _invoked())
+            hint = render.fix_line(exc.hint, invoked())
             render.error(exc, hint)
             output = kwargs.get("output")
             if isinstance(output, Output) and output is not Output.table:
@@ -86,21 +85,6 @@ def _stop_on_signals() -> Iterator[None]:
         for number, handler in previous.items():
             if handler is not None:
                 signal.signal(number, handler)
-
-
-def _invoked() -> list[str] | None:
-    """The command line this command was invoked with, as the user would type it again
-    (`dcgm-migrate` or `kubectl dcgm-migrate`, then its arguments): what a fix line shows
-    with an option changed. None outside a click invocation."""
-    globals_ = importlib.import_module(
-        typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
-    ctx = globals_.get_current_context(silent=True)
-    args = ctx.meta.get(ARGV_KEY) if ctx is not None else None
-    if not args:
-        return None
-    root = str(ctx.find_root().info_name or "")
-    prog = ["kubectl", "dcgm-migrate"] if root.startswith("kubectl") else ["dcgm-migrate"]
-    return [*prog, *args]
 
 
 def _same_command() -> str | None:

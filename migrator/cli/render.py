@@ -199,7 +199,8 @@ _RUN_HEADS = {"idle": "idle (no run in progress)", "running": "[bold]running[/bo
 
 
 def _event(event: Mapping[str, Any]) -> str:
-    details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("at", "event"))
+    details = " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+                       for k, v in event.items() if k not in ("at", "event"))
     return f"{event.get('at', '')} {event.get('event', '')}" + (f" {details}" if details else "")
 
 

@@ -133,7 +133,7 @@ class Apply:
             rec.status, rec.error = PhaseStatus.IN_PROGRESS, None
             rec.started = rec.started if resuming else self.state.stamp()
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
-                       target=self.target)
+                       target=self.target, **self._options())
         self.save()  # baselines and originals are in the state before any write
         return PhaseWork(decision.module, rec, plan,
                          tuple(ServiceBaseline.from_dict(b) for b in rec.baselines), direction)
@@ -163,10 +163,16 @@ class Apply:
                gates: list[GateResult] | None = None) -> NoReturn:
         rec.status, rec.error = PhaseStatus.FAILED, message
         self.state.last_error = message
-        self.state.log(rec.status.value, phase=rec.number, error=message)
+        self.state.log(rec.status.value, phase=rec.number, error=message, **self._options())
         self.save()
         self.listener.phase(PhaseEvent(rec.number, rec.name, rec.status.value, message=message))
         raise GateFailed(message, hint)
+
+    def _options(self) -> dict[str, list[str]]:
+        """The run's plan-shaping options, for its start and failure events: `status`'s
+        `resume:` repeats them (engine/runstatus.py)."""
+        flags = self.settings.options.flags()
+        return {"options": list(flags)} if flags else {}
 
     def _retire(self, rec: PhaseRecord, decision: Decision) -> bool:
         """Record the walk's retirements (model/retiring.py): each warned and logged, kept

@@ -25,7 +25,7 @@ from datetime import datetime
 
 from migrator import phases
 from migrator.engine.reports import LockView, RollbackPhase, RollbackStep, RunView
-from migrator.engine.state import PhaseRecord, State, holds
+from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.state.lock import LockInfo, format_time
 from migrator.model.steps import from_record
 
@@ -128,8 +128,21 @@ def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
     return f"the post-gates of {step.object} ({step.type}): its endpoints caught up"
 
 
-def _command(operation: str, target: int, namespace: str) -> str:
-    return f"dcgm-migrate {operation} --phase {target} -n {namespace}"
+def _command(operation: str, target: int, namespace: str, flags: list[str]) -> str:
+    """The command that resumes: the interrupted run's own options repeated (its start event
+    records them), so the resumed run plans as it did (`--rolling`, `--roll-on-delete`, …)."""
+    return " ".join([f"dcgm-migrate {operation} --phase {target}", *flags, f"-n {namespace}"])
+
+
+def _flags(state: State, operation: str | None) -> list[str]:
+    """The options the unfinished run recorded: in its newest start event, or in the failure
+    of a phase it stopped before starting (a pre-gate)."""
+    for event in reversed(state.history):
+        name = str(event.get("event"))
+        if STARTS.get(name) == operation or name == PhaseStatus.FAILED.value:
+            options = event.get("options")
+            return [str(o) for o in options] if isinstance(options, list) else []
+    return []
 
 
 def _lock_view(lock: LockInfo | None, live: bool, gone: str | None) -> LockView | None:
@@ -164,8 +177,9 @@ def describe(state: State | None, lock: LockInfo | None, now: datetime,
         target=target,
         phase=current.number if current else None,
         lock=_lock_view(lock, lock is not None and lock.live(now), gone),
-        resume=(_command(operation, target, namespace)
-                if run == "interrupted" and operation and target else None),
+        resume=(_command(operation, target, namespace, _flags(state, operation))
+                if state is not None and run == "interrupted" and operation and target
+                else None),
         last_event=history[-1] if history else None,
         waits_for=(waits_for(current, rollback)
                    if run in ("running", "rolling-back") else None),

@@ -28,6 +28,15 @@ class Options:
     # place (`--rolling`: for users who want the restarts).
     rolling: bool = False
 
+    def flags(self) -> tuple[str, ...]:
+        """The command-line options that give these options: what a resumed run repeats, so
+        that it plans as the interrupted one did (`status`'s `resume:`)."""
+        named = (("--include-operator-owned", self.include_operator_owned),
+                 ("--roll-on-delete", self.roll_on_delete), ("--rolling", self.rolling),
+                 ("--allow-foreign-pods", self.allow_foreign_pods))
+        prepare = ("--prepare-for", self.prepare_for) if self.prepare_for else ()
+        return tuple(flag for flag, on in named if on) + prepare
+
 
 @dataclass(frozen=True)
 class PlanContext:

@@ -10,7 +10,9 @@ process, the kill exact, the killed run's lock met expired; K split into `SHARDS
 
 from __future__ import annotations
 
+import atexit
 import copy
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from tests.reliability.conftest import APPLY, NS, Env
 SHARDS = 3
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 FOLDER = Path(tempfile.mkdtemp(prefix="dcgm-migrate-stack-change-"))  # this worker's own
+atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
 MANIFEST, BACK = FOLDER / "gpucluster.yaml", FOLDER / "clusterpolicy.yaml"
 ARGS = ("change-stack", "--to", "gpucluster", "-f", str(MANIFEST), "--delete-cr",
         "gpu-cluster-policy", "--yes", "--settle", "0s")

@@ -111,7 +111,9 @@ def test_printed_commands_reach_the_cluster_they_were_printed_for(
 
     # A gate stops phase 3: its error's fix line and `status`'s resume: point at `intended`.
     stray_pod(intended, "dcgm-debug", {DCGM: "true"})
-    stopped = crash.run(None, "apply", "--phase", "3", "--yes", "--settle", "0s", *where)
+    # (`--rolling`: the resume line repeats the stopped run's options)
+    stopped = crash.run(None, "apply", "--phase", "3", "--rolling", "--yes", "--settle", "0s",
+                        *where)
     assert stopped.code == 1, stopped.output
     assert all(selects(c, config, "intended") for c in printed(stopped.output))
     status = crash.run(None, "status", *where)
@@ -119,6 +121,7 @@ def test_printed_commands_reach_the_cluster_they_were_printed_for(
     [resume] = re.findall(r"^\s*resume: (.+?)\n\s*\n", status.stdout, re.M | re.S)
     resume = re.sub(r"\s*\n\s*", " ", resume)
     assert selects(resume, config, "intended"), resume
+    assert shlex.split(resume)[1:5] == ["apply", "--phase", "3", "--rolling"], resume
     assert all(selects(c, config, "intended") for c in printed(status.output))
     as_json = crash.run(None, "status", "-o", "json", *where)
     assert json.loads(as_json.stdout)["run"]["resume"] == resume

@@ -12,6 +12,7 @@ from migrator.engine import runstatus
 from migrator.engine.state.document import State
 from migrator.engine.state.lock import LockInfo
 from migrator.model.phasestatus import PhaseStatus
+from migrator.model.planning import Options
 
 NS = "gpu-operator"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -37,6 +38,31 @@ def test_an_apply_killed_between_two_phases_is_interrupted() -> None:
                    ("phase-start", 1, 3), ("completed", 1, None))
     assert _run(state) == ("interrupted", "apply", 3, 2,
                            f"dcgm-migrate apply --phase 3 -n {NS}")
+
+
+def test_the_resume_command_repeats_the_interrupted_runs_options() -> None:
+    """An `apply --phase 3 --rolling --prepare-for R` stopped in phase 2 resumes with the same
+    options, so the resumed run plans as the stopped one did; a later rollback's own options
+    (none) do not leak into an apply's resume line."""
+    state = _state(("completed", "failed", "pending"))
+    state.log("phase-start", phase=2, target=3,
+              options=["--rolling", "--prepare-for", "v26.10"])
+    assert _run(state)[4] == (f"dcgm-migrate apply --phase 3 --rolling --prepare-for v26.10 "
+                              f"-n {NS}")
+    plain = _state(("completed", "failed", "pending"), ("phase-start", 2, 3))
+    assert _run(plain)[4] == f"dcgm-migrate apply --phase 3 -n {NS}"
+    # stopped by a pre-gate, before its start event: the failure recorded the options
+    refused = _state(("completed", "completed", "failed"), ("phase-start", 2, 2))
+    refused.log("failed", phase=3, error="a gate", options=["--rolling"])
+    assert _run(refused)[4] == f"dcgm-migrate apply --phase 3 --rolling -n {NS}"
+
+
+def test_options_give_back_their_command_line_flags() -> None:
+    assert Options().flags() == ()
+    every = Options(include_operator_owned=True, roll_on_delete=True,
+                    allow_foreign_pods=True, prepare_for="v26.10", rolling=True)
+    assert every.flags() == ("--include-operator-owned", "--roll-on-delete", "--rolling",
+                             "--allow-foreign-pods", "--prepare-for", "v26.10")
 
 
 def test_a_rollback_killed_between_two_phases_is_interrupted() -> None:

@@ -14,12 +14,12 @@ Status is reset on create for kinds whose status is a subresource, as the real s
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
 from dcgm_sim import allocation, kinds, labelselectors, podupdates, validation_endpointslice
 from dcgm_sim.allocation import Allocated
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.kinds import CRON_JOB, DEPLOYMENT, ENDPOINTS, JOB, REPLICA_SET, Kind
 from dcgm_sim.statuses import FieldErrors, bad_request
 
@@ -72,14 +72,14 @@ _PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critica
 def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
           allocated: Allocated | None = None) -> Obj:
     """Return a defaulted copy of `obj` for create (`old` None) or update; 422/400 when invalid."""
-    obj = copy.deepcopy(obj)
+    obj = clone(obj)
     meta = obj.setdefault("metadata", {})
     _check_types(kind, obj)
     name = meta.get("name") or meta.get("generateName", "")
     errors = FieldErrors()
     meta.pop("managedFields", None)
     if old is None and kind.key in _STATUS_ON_CREATE:
-        obj["status"] = copy.deepcopy(_STATUS_ON_CREATE[kind.key])
+        obj["status"] = clone(_STATUS_ON_CREATE[kind.key])
     if kind == kinds.NAMESPACE:
         _namespace(obj, old)
     elif kind == kinds.POD:
@@ -282,7 +282,7 @@ def _pod(obj: Obj, old: Obj | None, errors: FieldErrors) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": "Burstable" if burstable else "BestEffort"}
     _validate_pod_spec(spec, "spec", errors)
     if old is not None:
-        old_spec = copy.deepcopy(old.get("spec") or {})
+        old_spec = clone(old.get("spec") or {})
         default_pod_spec(old_spec)  # objects written straight to the store may lack defaults
         podupdates.validate(spec, old_spec, errors)
 

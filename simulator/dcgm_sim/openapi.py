@@ -24,7 +24,6 @@ only protobuf (client-go's `OpenAPISchema`) is 406. Pure.
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 from collections.abc import Collection, Iterator
@@ -32,6 +31,7 @@ from typing import Any
 
 from dcgm_sim import kinds
 from dcgm_sim.encoding import dumps
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.kinds import Kind, ResourceName
 
 Obj = dict[str, Any]
@@ -544,7 +544,7 @@ def _to_v2(op: Obj) -> None:
     if body is not None:
         op["consumes"] = list(body["content"])
         params.insert(0, {"name": "body", "in": "body", "required": True,
-                          "schema": copy.deepcopy(next(iter(body["content"].values()))["schema"])})
+                          "schema": clone(next(iter(body["content"].values()))["schema"])})
     if params:
         op["parameters"] = params
     op["produces"] = ["application/json"]

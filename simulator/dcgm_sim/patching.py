@@ -13,11 +13,11 @@ Pure functions on JSON-like values; inputs are never mutated.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from dcgm_sim import strategic
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.strategic import MergeSchema, PatchError
 
 __all__ = ["KUBERNETES", "MergeSchema", "PatchError", "json_patch", "merge_key", "merge_patch",
@@ -32,7 +32,7 @@ Path = tuple[str, ...]
 def merge_patch(target: Any, patch: Any) -> Any:
     """Apply a JSON merge patch: objects merge recursively, null deletes, the rest replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -147,7 +147,7 @@ def _equal(a: Any, b: Any) -> bool:
 
 def _apply_one(doc: Any, op: dict[str, Any]) -> Any:
     kind = op.get("op")
-    value = copy.deepcopy(op.get("value"))
+    value = clone(op.get("value"))
     if kind == "add":
         node, key = _find(doc, _string_member(op, "path"))
         _insert(node, key, value)
@@ -167,7 +167,7 @@ def _apply_one(doc: Any, op: dict[str, Any]) -> Any:
             node[key] = value
     elif kind in ("move", "copy"):
         node, key = _find(doc, _string_member(op, "from"))
-        moved = copy.deepcopy(_member(node, key))
+        moved = clone(_member(node, key))
         if kind == "move":
             _delete(node, key)
         target, at = _find(doc, _string_member(op, "path"))
@@ -202,7 +202,7 @@ def json_patch(doc: Any, operations: Any) -> Any:
     kube-apiserver's evanphx/json-patch v4 does (see above)."""
     if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
         raise PatchError("a JSON patch must be a list of operations")
-    doc = copy.deepcopy(doc)
+    doc = clone(doc)
     for op in operations:
         doc = _apply_one(doc, op)
     return doc

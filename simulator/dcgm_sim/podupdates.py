@@ -12,9 +12,9 @@ gates, in-place resize, ephemeral containers.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.statuses import FieldErrors
 
 Obj = dict[str, Any]
@@ -33,7 +33,7 @@ def validate(spec: Obj, old_spec: Obj, errors: FieldErrors) -> None:
         return
     _only_added_tolerations(spec.get("tolerations") or [], old_spec.get("tolerations") or [],
                             errors)
-    munged = copy.deepcopy(spec)
+    munged = clone(spec)
     for group in ("initContainers", "containers"):
         olds = old_spec.get(group) or []
         for i, c in enumerate(munged.get(group) or []):

@@ -30,11 +30,11 @@ are not aggregated: a ClusterRole's own `rules` are what it grants.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Any
 
 from dcgm_sim import kinds
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.store import Resource, Store
 
 Obj = dict[str, Any]
@@ -218,7 +218,7 @@ def install(store: Store, docs: Iterable[Obj]) -> None:
             continue
         meta = doc.get("metadata") or {}
         namespace = meta.get("namespace") or ("default" if kind.namespaced else None)
-        body = copy.deepcopy(doc)
+        body = clone(doc)
         if kind.namespaced:
             body["metadata"]["namespace"] = namespace
         current = store.find(kind, namespace, meta.get("name", ""))

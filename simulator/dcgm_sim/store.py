@@ -8,7 +8,7 @@ through `server.py`.
 
 Contract (read by the HTTP layer and the controllers):
 - Stored dicts are never mutated in place: every write stores a fresh dict. Readers get the
-  stored object itself (cheap); a reader that wants to modify one must `copy.deepcopy` it.
+  stored object itself (cheap); a reader that wants to modify one must copy it (`jsoncopy.clone`).
 - One global, monotonically increasing resourceVersion (an integer, sent as a string).
 - `generation` starts at 1 and moves only when `spec` changes (for kinds with a spec); a
   DaemonSet's template generation likewise (`template_generation`).
@@ -19,7 +19,6 @@ Contract (read by the HTTP layer and the controllers):
 from __future__ import annotations
 
 import builtins
-import copy
 import itertools
 import threading
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 from dcgm_sim import finalizers as F
 from dcgm_sim import kinds
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.kinds import Kind, ResourceName
 from dcgm_sim.labelselectors import Selector
 from dcgm_sim.network import DEFAULT as DEFAULT_NETWORK
@@ -123,7 +123,7 @@ ObjKey = tuple[str, str]  # (namespace or "", name)
 def _taken(obj: Obj, adopt: bool) -> Obj:
     """The object a write stores: a deep copy, or (adopt) a shallow one whose top level and
     `metadata` the store may fill in; stored objects are never mutated either way."""
-    return _with_own_metadata(obj) if adopt else copy.deepcopy(obj)
+    return _with_own_metadata(obj) if adopt else clone(obj)
 
 
 def _with_own_metadata(stored: Obj) -> Obj:

@@ -15,12 +15,12 @@ error of all three patch formats (re-exported by `patching`). Pure; inputs are n
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dcgm_sim.gosort import go_stable_sort
+from dcgm_sim.jsoncopy import clone
 
 Path = tuple[str, ...]
 DIRECTIVE = "$patch"
@@ -65,8 +65,8 @@ def apply(original: Any, patch: Any, schema: MergeSchema, path: Path = ()) -> An
     """`original` with `patch` applied (a JSON object or a nested map at `path`)."""
     if not isinstance(patch, dict):
         raise PatchError("a strategic merge patch must be a JSON object")
-    start = copy.deepcopy(original) if isinstance(original, dict) else None
-    return _merge_map(start, copy.deepcopy(patch), path, schema)
+    start = clone(original) if isinstance(original, dict) else None
+    return _merge_map(start, clone(patch), path, schema)
 
 
 def _kind(value: Any) -> str:
@@ -245,7 +245,7 @@ def _merge_by_key(original: list[Any], patch: list[Any], key: str, path: Path,
         if found is None:
             original.append(item)
         else:
-            original[found] = _merge_map(original[found], copy.deepcopy(item), path, schema)
+            original[found] = _merge_map(original[found], clone(item), path, schema)
     return original
 
 

@@ -26,7 +26,6 @@ holds its events back), as a connection silently dropped on the way looks to the
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from dcgm_sim import fieldselectors, tables
 from dcgm_sim.encoding import ObjectEncoder, dumps
 from dcgm_sim.fieldselectors import FieldSelector
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.kinds import Kind
 from dcgm_sim.labelselectors import Selector
 from dcgm_sim.statuses import expired
@@ -108,7 +108,7 @@ def _convert(line: _Lines, event: Event) -> bytes | None:
         return None
     if event.type == "DELETED":
         return line("DELETED", event.object, False)
-    gone = copy.deepcopy(event.old or event.object)
+    gone = clone(event.old or event.object)
     gone["metadata"]["resourceVersion"] = str(event.resource_version)
     return line("DELETED", gone, False)
 

@@ -9,7 +9,6 @@ Errors are `ApiError`s carrying the real Status reason and code.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 from dcgm_sim import admission, allocation, kinds, patching
 from dcgm_sim import finalizers as F
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.kinds import Kind, ResourceName
 from dcgm_sim.statuses import (
     ApiError,
@@ -198,7 +198,7 @@ def patch(store: Store, kind: ResourceName, content_type: str, body: Any, *, nam
     kind = kinds.resolve(kind)
     with store.lock:
         current = _current(store, kind, namespace, name)
-        patched = apply_patch(kind, copy.deepcopy(current), content_type, body)
+        patched = apply_patch(kind, clone(current), content_type, body)
         patched = _check_identity(kind, patched, namespace, name)
         return _store_update(store, kind, patched, current, subresource, dry_run, plugins)
 
@@ -252,7 +252,7 @@ def delete(store: Store, kind: ResourceName, *, namespace: str, name: str,
         wanted = existing if pending > 0 else F.for_deletion(existing, options.propagation)
         if grace > 0 or wanted:
             if dry_run:
-                marked = copy.deepcopy(current)
+                marked = clone(current)
                 marked["metadata"].setdefault("deletionTimestamp", now_rfc3339())
                 marked["metadata"]["deletionGracePeriodSeconds"] = grace
                 marked["metadata"]["finalizers"] = wanted

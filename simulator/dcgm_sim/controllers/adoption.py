@@ -10,11 +10,11 @@ from then on that controller's pod, to be kept or rolled by its update strategy 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.labelselectors import label_selector_as_selector
 
 Obj = dict[str, Any]
@@ -36,7 +36,7 @@ def claimable(owner: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
 def adopted(owner: Mapping[str, Any], obj: Mapping[str, Any]) -> Obj:
     """`AdoptPod`: the object with `owner`'s controller reference added (a new dict; the
     resourceVersion is kept so the write fails on a concurrent change)."""
-    new = copy.deepcopy(dict(obj))
+    new = clone(dict(obj))
     refs = list(new["metadata"].get("ownerReferences") or [])
     refs.append(P.owner_reference(owner))
     new["metadata"]["ownerReferences"] = refs

@@ -15,9 +15,10 @@ The messages are upstream's, word for word (`refused_message`, `conflict_message
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from dcgm_sim.jsoncopy import clone
 
 Obj = dict[str, Any]
 
@@ -75,7 +76,7 @@ def _set_condition(conditions: list[Obj], new: Obj, now: str) -> None:
 
 def with_state(status: Mapping[str, Any] | None, state: str, namespace: str) -> Obj:
     """`updateCRState` / `updateCRStatus`: state and namespace (unchanged when the state is)."""
-    out = copy.deepcopy(dict(status or {}))
+    out = clone(dict(status or {}))
     if out.get("state") == state and out.get("namespace") == namespace:
         return out
     out["state"] = state
@@ -85,7 +86,7 @@ def with_state(status: Mapping[str, Any] | None, state: str, namespace: str) -> 
 
 def with_ready(status: Mapping[str, Any] | None, reason: str, message: str, now: str) -> Obj:
     """`SetConditionsReady(reason, message)`."""
-    out = copy.deepcopy(dict(status or {}))
+    out = clone(dict(status or {}))
     conditions = out.setdefault("conditions", [])
     _set_condition(conditions, {"type": READY, "status": "True", "reason": reason,
                                 "message": message}, now)
@@ -97,7 +98,7 @@ def with_ready(status: Mapping[str, Any] | None, reason: str, message: str, now:
 def with_error(status: Mapping[str, Any] | None, reason: str, message: str, now: str, *,
                gpucluster: bool) -> Obj:
     """`SetConditionsError(reason, message)`; the GPUCluster's also fills an empty state."""
-    out = copy.deepcopy(dict(status or {}))
+    out = clone(dict(status or {}))
     conditions = out.setdefault("conditions", [])
     _set_condition(conditions, {"type": READY, "status": "False", "reason": ERROR,
                                 "message": ""}, now)

@@ -27,7 +27,6 @@ names its revisions by `ComputeHash` of the template and compares them by `Match
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from dcgm_sim import kinds
 from dcgm_sim.controllers import adoption
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.rollouts import HASH_LABEL, PodView, new_revision, revision_patch
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.labelselectors import label_selector_as_selector
 from dcgm_sim.store import Store, StoreError
 
@@ -79,7 +79,7 @@ class History:
 
     def _release(self, rev: Obj, uid: str) -> None:
         """`ReleaseControllerRevision`: drop our ownerReference (by uid)."""
-        new = copy.deepcopy(rev)
+        new = clone(rev)
         new["metadata"]["ownerReferences"] = [
             r for r in rev["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
         self._write(new)
@@ -106,7 +106,7 @@ class History:
         old: list[Obj] = []
         for rev in self.controlled(ds):
             if HASH_LABEL not in (rev["metadata"].get("labels") or {}):
-                labelled = copy.deepcopy(rev)
+                labelled = clone(rev)
                 labelled["metadata"].setdefault("labels", {})[HASH_LABEL] = \
                     rev["metadata"]["name"]
                 rev = self.store.update(kinds.CONTROLLER_REVISION, labelled)
@@ -117,7 +117,7 @@ class History:
         else:
             cur = self._dedup(ds, current, pods, written)
             if _revision(cur) < next_revision:
-                renumbered = copy.deepcopy(cur)
+                renumbered = clone(cur)
                 renumbered["revision"] = next_revision
                 self.store.update(kinds.CONTROLLER_REVISION, renumbered)
         return _hash_of(cur) or hash_, old

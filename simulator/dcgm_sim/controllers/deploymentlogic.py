@@ -19,11 +19,11 @@ JSON, safe-encoded): the same shape as upstream's, not the same value.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.jsoncopy import clone
 
 Obj = dict[str, Any]
 
@@ -123,7 +123,7 @@ def max_surge(d: Mapping[str, Any]) -> int:
 
 
 def without_hash(template: Mapping[str, Any]) -> Obj:
-    out = copy.deepcopy(dict(template))
+    out = clone(dict(template))
     labels = (out.get("metadata") or {}).get("labels")
     if labels:
         labels.pop(HASH_LABEL, None)
@@ -161,10 +161,10 @@ def new_replica_set(d: Mapping[str, Any], hash_: str) -> Obj:
     """`getNewReplicaSet`'s object: `<deployment>-<hash>`, the hash label on itself, its
     selector and its template, controlled by the Deployment; 0 replicas (the caller sizes it
     and sets its annotations)."""
-    template = copy.deepcopy(dict(d["spec"].get("template") or {}))
+    template = clone(dict(d["spec"].get("template") or {}))
     tmeta = template.setdefault("metadata", {})
     tmeta["labels"] = dict(tmeta.get("labels") or {}, **{HASH_LABEL: hash_})
-    selector = copy.deepcopy(dict(d["spec"].get("selector") or {}))
+    selector = clone(dict(d["spec"].get("selector") or {}))
     selector["matchLabels"] = dict(selector.get("matchLabels") or {}, **{HASH_LABEL: hash_})
     meta = d["metadata"]
     spec: Obj = {"replicas": 0, "minReadySeconds": int(d["spec"].get("minReadySeconds") or 0),

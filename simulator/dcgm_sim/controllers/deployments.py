@@ -21,7 +21,6 @@ expectations (writes go straight to the store and into the caches).
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Hashable
 from typing import Any
@@ -31,6 +30,7 @@ from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import deploymentlogic as D
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.kinds import DEPLOYMENT, REPLICA_SET
 from dcgm_sim.store import Event, Store, StoreError
 
@@ -227,7 +227,7 @@ class DeploymentController(Controller):
         changed = D.new_rs_annotations(d, ann, new_revision, exists=True)
         min_ready = int(d["spec"].get("minReadySeconds") or 0)
         if changed or int(rs["spec"].get("minReadySeconds") or 0) != min_ready:
-            body = copy.deepcopy(rs)
+            body = clone(rs)
             body["metadata"]["annotations"] = ann
             body["spec"]["minReadySeconds"] = min_ready
             rs = self._update_rs(body)
@@ -235,7 +235,7 @@ class DeploymentController(Controller):
         self._set_revision(d, D.revision(rs))
         if D.has_progress_deadline(d) and D.condition(d.get("status") or {},
                                                       "Progressing") is None:
-            status = copy.deepcopy(d.get("status") or {})
+            status = clone(d.get("status") or {})
             D.set_condition(status, D.new_condition(
                 "Progressing", "True", D.FOUND_NEW_RS,
                 f'Found new replica set "{rs["metadata"]["name"]}"', P.now_rfc3339()))
@@ -259,7 +259,7 @@ class DeploymentController(Controller):
             ref = P.controller_ref(existing) or {}
             if ref.get("uid") != d["metadata"]["uid"] or not D.equal_ignore_hash(
                     existing["spec"].get("template") or {}, d["spec"].get("template") or {}):
-                status = copy.deepcopy(d.get("status") or {})
+                status = clone(d.get("status") or {})
                 status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
                 self._write_status(d, status)
                 raise StoreError(409, "Conflict", f"hash collision on ReplicaSet {hash_}"
@@ -271,7 +271,7 @@ class DeploymentController(Controller):
         self._set_revision(d, new_revision)
         d = self._deps[_key(d)]
         if D.has_progress_deadline(d):
-            status = copy.deepcopy(d.get("status") or {})
+            status = clone(d.get("status") or {})
             D.set_condition(status, D.new_condition(
                 "Progressing", "True", D.NEW_RS_CREATED,
                 f'Created new replica set "{created["metadata"]["name"]}"', P.now_rfc3339()))
@@ -287,7 +287,7 @@ class DeploymentController(Controller):
         annotated = D.replicas_annotations(ann, D.replicas(d), D.replicas(d) + D.max_surge(d))
         if D.replicas(rs) == size and not annotated:
             return False
-        body = copy.deepcopy(rs)
+        body = clone(rs)
         body["spec"]["replicas"] = size
         body["metadata"]["annotations"] = ann
         self._update_rs(body)

@@ -29,6 +29,7 @@ from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller
 from dcgm_sim.controllers.membership import Membership
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.network import IPV4, IPV6, family_of
 from dcgm_sim.store import Event, Store, StoreError
 
@@ -274,7 +275,7 @@ def reconcile_slices(
             slots[idx] = (sl, spk, True)
         while names:
             chunk, names = names[:MAX_ENDPOINTS_PER_SLICE], names[MAX_ENDPOINTS_PER_SLICE:]
-            plan.create.append(new_slice(svc, copy.deepcopy(desired[chunk[0]].ports),
+            plan.create.append(new_slice(svc, clone(desired[chunk[0]].ports),
                                          [desired[n].endpoint for n in chunk], address_type))
     for sl, _, changed in slots:
         if not sl.get("endpoints"):

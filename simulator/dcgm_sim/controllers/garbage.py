@@ -16,7 +16,6 @@ finalizer is removed once no dependent with `blockOwnerDeletion` remains.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.store import Event, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class GarbageCollector(Controller):
             finalizers.remove(F.FOREGROUND)
         else:
             return
-        new = copy.deepcopy(owner)
+        new = clone(owner)
         new["metadata"]["finalizers"] = finalizers
         self.store.update(kind, new)
 
@@ -194,7 +194,7 @@ class GarbageCollector(Controller):
         kept = [r for r in refs if r.get("uid") != owner_uid]
         if len(kept) == len(refs):
             return
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         if kept:
             new["metadata"]["ownerReferences"] = kept
         else:
@@ -215,7 +215,7 @@ class GarbageCollector(Controller):
         if len(alive) == len(refs):
             return
         if alive:
-            new = copy.deepcopy(obj)
+            new = clone(obj)
             new["metadata"]["ownerReferences"] = alive
             self.store.update(kind, new)
             return

@@ -37,7 +37,6 @@ assigned pods it reads:
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from typing import Any
 
 from dcgm_sim import labelselectors
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.jsoncopy import clone
 
 Obj = dict[str, Any]
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
@@ -97,7 +97,7 @@ def _merged_selector(raw: Mapping[str, Any], labels: Mapping[str, str]) -> Obj |
     selector = raw.get("labelSelector")
     if selector is None:
         return None
-    out: Obj = copy.deepcopy(dict(selector))
+    out: Obj = clone(dict(selector))
     extra = [{"key": k, "operator": op, "values": [labels[k]]}
              for field, op in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn"))
              for k in raw.get(field) or [] if k in labels]

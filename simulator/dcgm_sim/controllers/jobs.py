@@ -28,7 +28,6 @@ orphan pods, Events.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Hashable
 from typing import Any
@@ -39,6 +38,7 @@ from dcgm_sim.controllers import joblogic as J
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers import workloadpods as W
 from dcgm_sim.controllers.base import Controller
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.kinds import JOB
 from dcgm_sim.store import Event, Store, StoreError
 
@@ -135,7 +135,7 @@ class JobController(Controller):
             return None
         if not J.has_finalizer(current):
             return current
-        body = copy.deepcopy(current)
+        body = clone(current)
         body["metadata"]["finalizers"] = [f for f in body["metadata"].get("finalizers") or []
                                           if f != J.TRACKING_FINALIZER]
         try:
@@ -171,7 +171,7 @@ class JobController(Controller):
                     self._remove_finalizer(pod)
             return
         now, stamp = self.clock.now(), P.now_rfc3339()
-        status: Obj = copy.deepcopy(job.get("status") or {})
+        status: Obj = clone(job.get("status") or {})
         uncounted = status.setdefault("uncountedTerminatedPods", {})
         unc_ok: list[str] = list(uncounted.get("succeeded") or [])
         unc_failed: list[str] = list(uncounted.get("failed") or [])
@@ -322,7 +322,7 @@ class JobController(Controller):
             return
         meta = job["metadata"]
         body = {"metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "status": copy.deepcopy(status)}
+                "status": clone(status)}
         try:
             self._note_job(self.store.update(JOB, body, subresource="status", adopt=True))
         except StoreError as err:

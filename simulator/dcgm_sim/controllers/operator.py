@@ -32,7 +32,6 @@ event, every event of the shared Services or their `-dra`, and once a simulated 
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 from collections.abc import Hashable, Mapping
@@ -46,6 +45,7 @@ from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers import sharedservices as S
 from dcgm_sim.controllers.base import Controller
 from dcgm_sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Event, Store, StoreError, now_rfc3339
 
@@ -91,7 +91,7 @@ def apply_desired(store: Store, desired: Obj) -> str:
         obj = {**desired, "spec": dict(desired["spec"])}
         for field in ("clusterIP", "clusterIPs"):
             if field in live_spec:
-                obj["spec"][field] = copy.deepcopy(live_spec[field])
+                obj["spec"][field] = clone(live_spec[field])
         allocated = _allocated(store, live["metadata"]["uid"])
     obj = admission.admit(kind, obj, live, allocated=allocated)
     obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]

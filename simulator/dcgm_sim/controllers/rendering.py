@@ -32,7 +32,6 @@ rendered by `shared_service`.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Mapping
 from importlib import resources
@@ -42,6 +41,7 @@ import yaml
 
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers import releases
+from dcgm_sim.jsoncopy import clone
 
 Obj = dict[str, Any]
 
@@ -105,7 +105,7 @@ class Fixtures:
         parsed = self._parsed.get(relpath)
         if parsed is None:
             parsed = self._parsed[relpath] = load_fixture(relpath)
-        return copy.deepcopy(parsed)
+        return clone(parsed)
 
 
 def sample_cr(stack: str) -> Obj:
@@ -223,7 +223,7 @@ def _apply_common_config(ds: Obj, daemonsets: Mapping[str, Any], selector_keys: 
     if daemonsets.get("priorityClassName"):
         pod["priorityClassName"] = daemonsets["priorityClassName"]
     if daemonsets.get("tolerations"):
-        pod["tolerations"] = copy.deepcopy(daemonsets["tolerations"])
+        pod["tolerations"] = clone(daemonsets["tolerations"])
     tmeta = spec["template"].setdefault("metadata", {})
     reserved = {"app", "app.kubernetes.io/part-of"} | selector_keys | reserved_extra
     for key, value in (daemonsets.get("labels") or {}).items():

@@ -14,7 +14,6 @@ appears. Generated claims go with their pod (garbage collector, ownerReference).
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -23,6 +22,7 @@ from dcgm_sim import dra, kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.base import Controller, NodeCache
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.store import Event, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class ResourceClaimController(Controller):
             return False
         if dra.reserved_for(claim, pod):
             return True
-        status = copy.deepcopy(claim.get("status") or {})
+        status = clone(claim.get("status") or {})
         if not status.get("allocation"):
             node = self._nodes.get(P.node_name(pod))
             allocation = dra.allocate(claim, node, self._taken(claim, P.node_name(pod)))

@@ -7,7 +7,6 @@ minReadySeconds) and the seed (everything Ready) share the exact same code.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from dcgm_sim import admission, kinds
 from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers.scheduling import daemon_tolerations, pin_to_node
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION
 
 Obj = dict[str, Any]
@@ -49,7 +49,7 @@ def new_pod(ds: Mapping[str, Any], node: str, hash_: str, name: str) -> Obj:
     """The pod `syncNodes` creates for `node`, as the API server stores it (defaulted by
     `admission.admit`). The sim's scheduler binds at once: `spec.nodeName` is set next to the
     node-name affinity, with the PodScheduled condition."""
-    template = copy.deepcopy(ds["spec"]["template"])
+    template = clone(ds["spec"]["template"])
     meta = template.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     generation = template_generation(ds)

@@ -94,7 +94,6 @@ the imitation: the request log shows only what clients did.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +101,7 @@ from typing import Any
 
 from dcgm_sim import admission, allocation, kinds, writes
 from dcgm_sim.controllers import rendering as R
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Store, StoreError
 
@@ -255,7 +255,7 @@ def _sync(store: Store, namespace: str, state: _State, result: SharedResult) -> 
 def mutate(live: Mapping[str, Any], desired: Mapping[str, Any], owners: Sequence[Mapping[str, Any]],
            *, existing: bool) -> Obj:
     """`syncService`'s mutate function on a copy of `live`; SharedServiceError as upstream's."""
-    svc = copy.deepcopy(dict(live))
+    svc = clone(dict(live))
     meta = svc.setdefault("metadata", {})
     name = meta.get("name", "")
     if existing and not managed(svc):
@@ -285,13 +285,13 @@ def mutate(live: Mapping[str, Any], desired: Mapping[str, Any], owners: Sequence
     meta["ownerReferences"] = refs
     spec = svc.setdefault("spec", {})
     want = desired["spec"]
-    spec["selector"] = copy.deepcopy(want["selector"])
+    spec["selector"] = clone(want["selector"])
     spec["type"] = want["type"]
     if want.get("internalTrafficPolicy"):
         spec["internalTrafficPolicy"] = want["internalTrafficPolicy"]
     else:
         spec.pop("internalTrafficPolicy", None)
-    ports = copy.deepcopy(want["ports"])
+    ports = clone(want["ports"])
     if want["type"] in ("NodePort", "LoadBalancer"):
         for port in ports:
             for old in spec.get("ports") or []:
@@ -322,7 +322,7 @@ def _upsert(refs: list[Obj], ref: Obj) -> list[Obj]:
 
 def _normalized(obj: Mapping[str, Any]) -> Obj:
     """For `equality.Semantic.DeepEqual`: empty and absent maps/lists compare equal."""
-    out = copy.deepcopy(dict(obj))
+    out = clone(dict(obj))
     meta = out.get("metadata") or {}
     for key in ("labels", "annotations", "ownerReferences", "finalizers"):
         if not meta.get(key):

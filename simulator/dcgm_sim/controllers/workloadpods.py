@@ -9,12 +9,12 @@ graceful deletion of a pod (`writes._pod_grace`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from dcgm_sim import admission, kinds, openshift
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.jsoncopy import clone
 from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Store, StoreError
 
@@ -43,7 +43,7 @@ def pod_from_template(owner: Mapping[str, Any], template: Mapping[str, Any],
     if finalizers:
         meta["finalizers"] = finalizers
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": copy.deepcopy(dict(template.get("spec") or {}))}
+            "spec": clone(dict(template.get("spec") or {}))}
 
 
 def is_active(pod: Mapping[str, Any]) -> bool:

@@ -4,17 +4,19 @@ uninterrupted run ends. Both take phase 1's in-place path (hold on `OnDelete`, r
 template, patch every pod, restore the strategy), so every k also proves that no DaemonSet is
 left on `OnDelete` and that no pod was replaced.
 
-Each k gets a fresh simulated cluster watched by the disruption monitor; the CLI is a real
+Each k gets a fresh simulated cluster watched by the disruption monitor, which goes through
+both: the apply killed at its k-th write and rerun, then (proven where the uninterrupted apply
+ends) the rollback killed at its k-th write and rerun. The CLI is a real
 process (a child of the worker's fork server, tests/helpers/forkserver.py: a fresh interpreter's
 start without its import CPU); the kill is exact (the sim holds the answer of write k until the
 process is dead).
 The killed run's lock stays held until it expires (tests/reliability/test_concurrency.py): each
 rerun meets it expired, as after waiting out its TTL.
 
-Each command's K crash points are split into `SHARDS` tests (k = shard+1, shard+1+SHARDS, ...),
-so pytest-xdist runs them side by side; together they cover every k from 1 to K, as one test
-did. The uninterrupted reference run is made once per worker process and command, on its own
-fresh cluster, and every shard checks it (more than 5 writes, its end state) as before.
+The K crash points are split into `SHARDS` tests (k = shard+1, shard+1+SHARDS, ...), so
+pytest-xdist runs them side by side; together they cover every k from 1 to K of each command.
+The uninterrupted reference runs are made once per worker process and command, each on its own
+fresh cluster, and every shard checks them (more than 5 writes, their end states).
 """
 
 from __future__ import annotations
@@ -114,59 +116,67 @@ _references: dict[tuple[str, ...], Reference] = {}  # per worker process: made o
 _pristine: list[dict[str, Any]] = []
 
 
-def _crash_at_every_write(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...],
-                          label: str, capsys: pytest.CaptureFixture[str],
-                          shard: int) -> Reference:
+def _referenced(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...],
+                label: str) -> Reference:
     ref = _references.get(args)
     if ref is None:
         ref = _references[args] = _reference(fresh, prepare, args)
     assert ref.writes > 5, f"{label}: only {ref.writes} writes; the harness counted nothing real"
-    failures = []
-    points = range(shard + 1, ref.writes + 1, SHARDS)
-    for k in points:
-        env = fresh()
-        prepare(env)
-        before = _pod_uids(env)
-        ended: list[str] = []
-        if not crash.kill_after_write(env.sim, k, *args, ended=ended):
-            failures.append(f"k={k}: the run ended before its write {k} (not deterministic): "
-                            + "; ".join(ended))
-            env.sim.stop()
-            continue
-        env.let_the_lock_expire()
-        problems = _resume_problems(env, ref, args, before) + env.finish()
-        env.sim.stop()
-        if problems:
-            failures.append(f"k={k}: " + "; ".join(problems[:5]))
-    with capsys.disabled():
-        print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
-              f"{shard + 1}/{SHARDS}: resumed cleanly {len(points) - len(failures)}/{len(points)}")
-    assert not failures, "\n".join(failures)
     return ref
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-@pytest.mark.parametrize("shard", range(SHARDS))
-def test_apply_killed_after_any_write_resumes_to_the_same_end_state(
-        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], shard: int) -> None:
-    ref = _crash_at_every_write(fresh, _nothing, APPLY, "apply", capsys, shard)
-    assert [p["status"] for p in ref.state["phases"].values()] == ["completed"] * 3
+def _killed_and_resumed(env: Env, ref: Reference, args: tuple[str, ...], k: int) -> list[str]:
+    """`args` SIGKILLed right after its k-th write, its lock met expired, run again: what
+    differs from where the uninterrupted run ends (empty: it resumed cleanly)."""
+    before = _pod_uids(env)
+    ended: list[str] = []
+    if not crash.kill_after_write(env.sim, k, *args, ended=ended):
+        return [f"the run ended before its write {k} (not deterministic): " + "; ".join(ended)]
+    env.let_the_lock_expire()
+    return _resume_problems(env, ref, args, before)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("shard", range(SHARDS))
-def test_rollback_killed_after_any_write_resumes_to_the_same_end_state(
+def test_apply_then_rollback_killed_after_any_write_resume_to_the_same_end_states(
         fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], shard: int) -> None:
+    """Per kill point k, one cluster: `apply --phase 3` killed after its k-th write and rerun
+    ends where the uninterrupted apply ends; the same cluster, so proven migrated, then takes
+    `rollback --phase 1` killed after its k-th write and rerun, which must end where the
+    uninterrupted rollback ends: the cluster as it was before any migration."""
     if not _pristine:
         pristine = fresh(monitor=False)
         _pristine.append(crash.comparable(pristine.sim))
         pristine.sim.stop()
-    before = _pristine[0]
-    ref = _crash_at_every_write(fresh, _migrated, ROLLBACK, "rollback", capsys, shard)
-    assert [p["status"] for p in ref.state["phases"].values()] == ["rolled-back"] * 3
-    assert crash.diff(before, ref.objects) == [], "rollback did not restore the cluster"
+    apply = _referenced(fresh, _nothing, APPLY, "apply")
+    rollback = _referenced(fresh, _migrated, ROLLBACK, "rollback")
+    assert [p["status"] for p in apply.state["phases"].values()] == ["completed"] * 3
+    assert [p["status"] for p in rollback.state["phases"].values()] == ["rolled-back"] * 3
+    assert crash.diff(_pristine[0], rollback.objects) == [], "rollback did not restore the cluster"
+    failures: dict[str, list[str]] = {"apply": [], "rollback": []}
+    points = range(shard + 1, max(apply.writes, rollback.writes) + 1, SHARDS)
+    for k in points:
+        env = fresh()
+        stage, problems = "apply", []
+        if k <= apply.writes:
+            problems = _killed_and_resumed(env, apply, APPLY, k)
+        else:  # only to roll back from: uninterrupted
+            _migrated(env)
+        if not problems and k <= rollback.writes:
+            stage, problems = "rollback", _killed_and_resumed(env, rollback, ROLLBACK, k)
+        problems += env.finish()  # the disruption monitor, over both runs
+        env.sim.stop()
+        if problems:
+            failures[stage].append(f"k={k}: " + "; ".join(problems[:5]))
+    with capsys.disabled():
+        for label, ref, args in (("apply", apply, APPLY), ("rollback", rollback, ROLLBACK)):
+            run = [k for k in points if k <= ref.writes]
+            print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
+                  f"{shard + 1}/{SHARDS}: resumed cleanly "
+                  f"{len(run) - len(failures[label])}/{len(run)}")
+    assert not failures["apply"] and not failures["rollback"], "\n".join(
+        failures["apply"] + failures["rollback"])
 
 
 def test_killed_right_after_the_last_daemonset_patch_the_rerun_waits_for_its_rollout(

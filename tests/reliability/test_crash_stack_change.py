@@ -5,7 +5,9 @@ where an uninterrupted run ends: the same Services and DaemonSets, the same phas
 change completed; and the stable names never vanished nor changed ClusterIP, kill or not.
 
 Built as tests/reliability/test_crash_anywhere.py: a fresh cluster per k, the CLI a real
-process, the kill exact, the killed run's lock met expired; K split into `SHARDS` tests.
+process, the kill exact, the killed run's lock met expired; K split into `SHARDS` tests. Each
+cluster goes there with its k-th write killed, then, proven where the uninterrupted change
+ends, back with its k-th write killed: one cluster set up per k serves both directions.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.helpers import cli, crash
 from tests.helpers.stablenames import watching
 from tests.reliability.conftest import APPLY, NS, Env
 
-SHARDS = 3
+SHARDS = 4
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 FOLDER = Path(tempfile.mkdtemp(prefix="dcgm-migrate-stack-change-"))  # this worker's own
 atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
@@ -51,7 +53,7 @@ class Reference:
 
 def _ready_for_change(fresh: Callable[..., Env], back: bool = False) -> Env:
     """A migrated ClusterPolicy cluster, its nodes labelled for the GPUCluster's DCGM; `back`:
-    changed to the GPUCluster already (uninterrupted), for the change back."""
+    changed to the GPUCluster already (uninterrupted), for the reference change back."""
     MANIFEST.write_text(yaml.safe_dump(clean_cr(seeded_cr("gpucluster"))))
     BACK.write_text(yaml.safe_dump(clean_cr(seeded_cr("clusterpolicy"))))
     env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
@@ -82,47 +84,64 @@ def _reference(fresh: Callable[..., Env], back: bool) -> Reference:
     return _references[back]
 
 
+def _killed_and_resumed(env: Env, ref: Reference, args: tuple[str, ...], k: int) -> list[str]:
+    """Kill `args` right after its k-th write, let its lock expire, run it again: what differs
+    from the uninterrupted run's end (`ref`), and whether a stable name vanished or changed
+    ClusterIP meanwhile. Empty: it resumed cleanly."""
+    ips = {n: env.sim.store.get(kinds.SERVICE, NS, n)["spec"]["clusterIP"] for n in STABLE}
+    with watching(env.sim, NS, STABLE) as seen:
+        ended: list[str] = []
+        if not crash.kill_after_write(env.sim, k, *args, ended=ended):
+            return [f"the run ended before its write {k}: " + "; ".join(ended)]
+        env.let_the_lock_expire()
+        again = crash.run(env.kubeconfig, *args)
+    problems = [] if again.code == 0 else [f"rerun exited {again.code}: "
+                                           f"{again.output.strip()[-400:]}"]
+    problems += crash.diff(ref.objects, crash.comparable(env.sim))
+    problems += crash.diff(ref.state, crash.state_summary(env.sim))
+    if any(seen.absent_seconds.values()):
+        problems.append(f"a stable name vanished: {seen.absent_seconds}")
+    if {n: sorted(v) for n, v in seen.cluster_ips.items()} != {n: [ip] for n, ip in ips.items()}:
+        problems.append(f"a ClusterIP changed: {seen.cluster_ips}")
+    status = crash.state_document(env.sim).get("stackChange", {}).get("status")
+    if status != "completed":
+        problems.append(f"stackChange {status}")
+    return problems[:5]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("shard", range(SHARDS))
-@pytest.mark.parametrize("back", [False, True], ids=["to-gpucluster", "back-to-clusterpolicy"])
-def test_change_stack_killed_after_any_write_resumes_to_the_same_end_state(
-        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], back: bool,
-        shard: int) -> None:
-    ref = _reference(fresh, back)
-    args = BACK_ARGS if back else ARGS
-    assert ref.writes > 10, ref.writes
-    assert ref.state["stack"] == ("clusterpolicy" if back else "gpucluster")
-    failures = []
-    points = range(shard + 1, ref.writes + 1, SHARDS)
+def test_change_stack_there_and_back_killed_after_any_write_resumes_to_the_same_end_state(
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], shard: int) -> None:
+    """Per kill point k, one cluster: the change to the GPUCluster killed after its k-th write
+    and resumed must end as the uninterrupted change ends; the same cluster, so proven equal
+    to where the uninterrupted change leaves one, then changes back with its k-th write killed
+    and resumed (a resumed change followed by another: the chain a fleet meets)."""
+    there, back = _reference(fresh, False), _reference(fresh, True)
+    assert there.writes > 10 and back.writes > 10, (there.writes, back.writes)
+    assert there.state["stack"] == "gpucluster" and back.state["stack"] == "clusterpolicy"
+    failures: dict[str, list[str]] = {"there": [], "back": []}
+    points = range(shard + 1, max(there.writes, back.writes) + 1, SHARDS)
     for k in points:
-        env = _ready_for_change(fresh, back)
-        ips = {n: env.sim.store.get(kinds.SERVICE, NS, n)["spec"]["clusterIP"] for n in STABLE}
-        with watching(env.sim, NS, STABLE) as seen:
-            ended: list[str] = []
-            if not crash.kill_after_write(env.sim, k, *args, ended=ended):
-                failures.append(f"k={k}: the run ended before its write {k}: "
-                                + "; ".join(ended))
-                env.sim.stop()
-                continue
-            env.let_the_lock_expire()
-            again = crash.run(env.kubeconfig, *args)
-        problems = [] if again.code == 0 else [f"rerun exited {again.code}: "
-                                               f"{again.output.strip()[-400:]}"]
-        problems += crash.diff(ref.objects, crash.comparable(env.sim))
-        problems += crash.diff(ref.state, crash.state_summary(env.sim))
-        if any(seen.absent_seconds.values()):
-            problems.append(f"a stable name vanished: {seen.absent_seconds}")
-        if {n: sorted(v) for n, v in seen.cluster_ips.items()} != {n: [ip]
-                                                                    for n, ip in ips.items()}:
-            problems.append(f"a ClusterIP changed: {seen.cluster_ips}")
-        status = crash.state_document(env.sim).get("stackChange", {}).get("status")
-        if status != "completed":
-            problems.append(f"stackChange {status}")
-        env.sim.stop()
+        env = _ready_for_change(fresh)
+        if k <= there.writes:
+            problems = _killed_and_resumed(env, there, ARGS, k)
+        else:  # only to go back from: uninterrupted
+            done = crash.run(env.kubeconfig, *ARGS)
+            problems = [] if done.code == 0 else [f"exit {done.code}: {done.output[-400:]}"]
         if problems:
-            failures.append(f"k={k}: " + "; ".join(problems[:5]))
+            failures["there"].append(f"k={k}: " + "; ".join(problems))
+        elif k <= back.writes:
+            problems = _killed_and_resumed(env, back, BACK_ARGS, k)
+            if problems:
+                failures["back"].append(f"k={k}: " + "; ".join(problems))
+        env.sim.stop()
     with capsys.disabled():
-        print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
-              f"{shard + 1}/{SHARDS}: resumed cleanly {len(points) - len(failures)}/{len(points)}")
-    assert not failures, "\n".join(failures)
+        for name, ref, args in (("there", there, ARGS), ("back", back, BACK_ARGS)):
+            run = [k for k in points if k <= ref.writes]
+            print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
+                  f"{shard + 1}/{SHARDS}: resumed cleanly "
+                  f"{len(run) - len(failures[name])}/{len(run)}")
+    assert not failures["there"] and not failures["back"], "\n".join(
+        failures["there"] + failures["back"])

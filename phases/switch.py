@@ -10,6 +10,7 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import monitoring, scrapechecks
 from migrator.model import objects as o
+from migrator.model.discovery import collected
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateKind, GateResult
 from migrator.model.guarding import HELD_ANNOTATION
@@ -44,6 +45,28 @@ def _step_for(ctx: PlanContext, comp: Component, name: str) -> SetSelector | Non
                        allow_foreign=ctx.options.allow_foreign_pods)
 
 
+def _leaving(ctx: PlanContext, pods: Sequence[str]) -> dict[str, str]:
+    """Of these pods, those garbage collection is removing, and why: their DaemonSet (one the
+    stacks name) is gone, being deleted, or controlled by a deleted operator CR — the other
+    stack's pods just after a stack change, which still carry the common label."""
+    stacks = {c.daemonset for c in ctx.catalog.components}
+    wanted = set(pods)
+    out: dict[str, str] = {}
+    for pod in ctx.snapshot.pods:
+        if pod.name not in wanted or pod.owner_kind != "DaemonSet" or \
+                pod.owner_name not in stacks:
+            continue
+        ds = ctx.snapshot.daemonsets.get(pod.owner_name or "")
+        owner = collected(ctx.snapshot, ds) if ds is not None else None
+        if ds is None:
+            out[pod.name] = f"DaemonSet/{pod.owner_name} is gone"
+        elif o.terminating(ds):
+            out[pod.name] = f"DaemonSet/{pod.owner_name} is being deleted"
+        elif owner is not None:
+            out[pod.name] = f"DaemonSet/{pod.owner_name} belongs to {owner}, which is deleted"
+    return out
+
+
 def _strays(ctx: PlanContext, selector: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """(pods outside the DaemonSets that carry this common selector, those DaemonSets)."""
     key = next(iter(selector), "")
@@ -59,9 +82,10 @@ def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], l
     superset, strays = g.selector_superset(ctx.snapshot, step.service, step.before, step.after,
                                            step.local, daemonsets)
     out.append(superset)
-    out.append(g.foreign_pods(step.service, strays, daemonsets, ctx.options.allow_foreign_pods))
+    out.append(g.foreign_pods(step.service, strays, daemonsets, ctx.options.allow_foreign_pods,
+                              leaving=_leaving(ctx, strays)))
     warnings = []
-    if strays:
+    if strays and not out[-1].wait:
         warnings.append(f"Service/{step.service}: the common selector would also pick up pods "
                         f"outside the DaemonSets: {', '.join(strays[:5])}"
                         + ("" if ctx.options.allow_foreign_pods else
@@ -121,7 +145,9 @@ def plan(ctx: PlanContext) -> PhasePlan:
                                     f"{', '.join(strays[:5])}")
                 continue
             pre, warn = _pre_gates(ctx, step)
-            gates.extend(pre)
+            # garbage collection removes them: the loop waits before the write (before_write)
+            notes.extend(r.detail for r in pre if r.wait)
+            gates.extend(GateResult(r.name, True, r.detail) if r.wait else r for r in pre)
             warnings.extend(warn)
             steps.append(step)
     return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),

@@ -219,18 +219,29 @@ def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
 
 
 def foreign_pods(service: str, strays: list[str], owned_by: Iterable[str], allowed: bool,
-                 gate: str = "no-foreign-pods") -> GateResult:
+                 gate: str = "no-foreign-pods", leaving: Mapping[str, str] | None = None
+                 ) -> GateResult:
     """Refuse a selector that picks up pods outside the DaemonSets unless the SRE allowed it
     (`--allow-foreign-pods`): such a pod would become a DCGM/exporter endpoint of the stable
-    name (for a Local Service, the endpoint a node's consumers reach)."""
+    name (for a Local Service, the endpoint a node's consumers reach). `leaving`: strays that
+    garbage collection is removing (pod → why: the other stack's DaemonSet after its CR was
+    deleted); when they are the only ones, the gate fails with `wait` (the run waits for
+    them, as for a Service the collector frees)."""
     name = f"{gate}/{service}"
     if not strays:
         return GateResult(name, True, "selects only pods of the DaemonSets")
+    staying = [p for p in strays if p not in (leaving or {})]
     what = (f"{len(strays)} pods outside DaemonSets {_names(owned_by)}: {_names(strays)}")
     if allowed:
         return GateResult(name, True, f"{what} (allowed by --allow-foreign-pods)")
-    return GateResult(name, False, f"the common selector would also select {what}; remove the "
-                      "common label from them, or rerun with --allow-foreign-pods if they "
+    if not staying:
+        why = sorted({(leaving or {})[p] for p in strays})
+        return GateResult(name, False, f"{len(strays)} pods that garbage collection is "
+                          f"removing ({'; '.join(why)}): {_names(strays)}; the switch waits "
+                          "until they are gone", wait=True)
+    return GateResult(name, False, f"the common selector would also select {len(staying)} "
+                      f"pods outside DaemonSets {_names(owned_by)}: {_names(staying)}; remove "
+                      "the common label from them, or rerun with --allow-foreign-pods if they "
                       "belong behind this Service")
 
 

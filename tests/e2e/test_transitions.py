@@ -280,6 +280,48 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
     assert env.cli("verify").code == 0
 
 
+def test_the_switch_waits_for_the_old_stacks_pods_garbage_collection_is_removing(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """Garbage collection took the old Services first, its DaemonSets and their pods (which
+    carry the common labels phase 1 gave them) not yet: phase 3 neither refuses them as
+    foreign pods nor switches while they remain; it says it waits, and switches once the
+    collector has removed them."""
+    env = e2e_factory("clusterpolicy", operator_release=FUTURE, nodes=3,
+                      operator_reconcile_seconds=RECONCILE)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    _add_gpucluster(env, 3)
+    assert env.cli("apply", "--phase", "1", "--yes").code == 0
+    lagging = env.sim.controllers.get("garbage-collector")
+    assert lagging is not None
+    lagging.stop()
+    done: dict[str, Any] = {}
+    with env.monitor.replacing(*STABLE):
+        _delete_clusterpolicy(env)
+        for name in STABLE:  # the collector's first deletions
+            env.sim.store.delete(kinds.SERVICE, NS, name)
+        run = threading.Thread(target=lambda: done.update(res=env.cli(
+            "apply", "--phase", "3", "--yes", "--settle", "0s", "--timeout", "120s")))
+        run.start()
+        env.sim.wait_for(lambda: env.phase_status(3) == "in-progress", 30)
+        time.sleep(env.sim.clock.to_real(20))  # 20 simulated seconds of waiting
+        assert run.is_alive(), done["res"].stderr  # not refused: waiting
+        assert env.service("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm-dra"}
+        assert env.sim.store.find(kinds.DAEMONSET, NS, "nvidia-dcgm") is not None
+        collector = GarbageCollector(env.sim.store, env.sim.clock)
+        collector.start()
+        try:
+            run.join(120)
+        finally:
+            collector.stop()
+    res = done["res"]
+    assert res.code == 0, res.stderr
+    assert "waiting: no-foreign-pods/nvidia-dcgm" in res.stderr
+    assert "garbage collection is removing" in res.stderr
+    assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+    assert env.sim.store.find(kinds.DAEMONSET, NS, "nvidia-dcgm") is None
+    assert env.cli("verify").code == 0
+
+
 def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
         e2e_factory: Callable[..., E2E]) -> None:
     """The reverse move (GPUCluster → ClusterPolicy): the ClusterPolicy's operator takes the

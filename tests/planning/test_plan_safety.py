@@ -9,7 +9,7 @@ from typing import Any
 
 from migrator import phases
 from migrator.engine import assemble
-from migrator.model import scrapechecks
+from migrator.model import gates, scrapechecks
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PhasePlan, PlanContext
@@ -162,3 +162,19 @@ def test_cr_true_or_unrelated_labels_do_not_warn() -> None:
           "spec": {"daemonsets": {"labels": {EXPORTER: "true", "team": "gpu"}}}}
     plan = phases.label.plan(ctx(replace(snap, gpu_clusters=(cr,))))
     assert not [w for w in plan.warnings if "GPUCluster/" in w]
+
+
+def test_foreign_pods_that_garbage_collection_removes_are_waited_for_not_refused() -> None:
+    """Strays garbage collection is removing (the other stack's pods after its CR was
+    deleted): the gate fails with `wait`; one stray that stays refuses, naming only it."""
+    leaving = {"nvidia-dcgm-a": "DaemonSet/nvidia-dcgm is gone"}
+    waits = gates.foreign_pods("nvidia-dcgm", ["nvidia-dcgm-a"], ["nvidia-dcgm-dra"], False,
+                               leaving=leaving)
+    assert not waits.ok and waits.wait
+    assert "garbage collection is removing (DaemonSet/nvidia-dcgm is gone)" in waits.detail
+    mixed = gates.foreign_pods("nvidia-dcgm", ["debug", "nvidia-dcgm-a"], ["nvidia-dcgm-dra"],
+                               False, leaving=leaving)
+    assert not mixed.ok and not mixed.wait
+    assert "would also select 1 pods outside DaemonSets nvidia-dcgm-dra: debug;" in mixed.detail
+    allowed = gates.foreign_pods("nvidia-dcgm", ["debug"], ["nvidia-dcgm-dra"], True)
+    assert allowed.ok

@@ -33,6 +33,10 @@ CR_KINDS = {"ClusterPolicy": kinds.CLUSTER_POLICY, "GPUCluster": kinds.GPU_CLUST
 IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
                                        PhaseStatus.ROLLED_BACK.value)
 POLL_SECONDS = 0.5
+# What `keep-service` records of a kept Service's spec, to create it again the same
+# (`_recreated`): its address, ports and traffic policy.
+KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "ports",
+             "internalTrafficPolicy", "sessionAffinity")
 
 
 @dataclass
@@ -125,8 +129,33 @@ def _keep(run: StackRun, step: sc.StackStep, old_kind: str) -> None:
     spec = svc.get("spec") or {}
     run.mark(step, "intent", ownerReferences=refs, labels=dict(o.meta(svc).get("labels") or {}),
              annotations=dict(o.meta(svc).get("annotations") or {}),
-             selector=dict(spec.get("selector") or {}))
+             selector=dict(spec.get("selector") or {}),
+             spec={k: spec[k] for k in KEPT_SPEC if k in spec})
     _keep_from(run, step.name, old_kind)
+
+
+def _recreated(run: StackRun, name: str) -> bool:
+    """A kept Service that garbage collection took after all — the old operator reconciled
+    between `keep-service` and the delete and rendered it whole, owner included — created
+    again at once from what `keep-service` recorded: the same clusterIP, ports and traffic
+    policy, no owner. True when it had to be (said, and logged in the state)."""
+    if _service(run, name) is not None:
+        return False
+    kept = ((run.record.get("steps") or {}).get(f"{sc.KEEP}/Service/{name}") or {})
+    if not kept.get("spec"):
+        return False
+    body = {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": run.namespace,
+                         "labels": kept.get("labels") or {},
+                         "annotations": kept.get("annotations") or {}},
+            "spec": {**kept["spec"], "selector": kept.get("selector") or {}}}
+    with contextlib.suppress(APIConflict):  # created meanwhile (a rerun, the new operator)
+        run.kube.create(body, kind=kinds.SERVICE)
+    run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR (its operator "
+                         "re-rendered it, owner included, just before the delete): created "
+                         f"again with clusterIP {kept['spec'].get('clusterIP')}")
+    run.state.log("stack-service-recreated", service=name)
+    return True
 
 
 def _patch_checked(run: StackRun, name: str, ops: list[Obj], holds: Callable[[Obj], bool]
@@ -145,6 +174,7 @@ def _retarget(run: StackRun, step: sc.StackStep) -> None:
     labels and annotations, the `-dra` app selector, the GPUCluster as a non-controller owner;
     its clusterIP, ports and traffic policy stay as they are."""
     comp = sc.component_for(run.catalog, "gpucluster", step.name)
+    _recreated(run, step.name)
     svc = _service(run, step.name)
     if svc is None or sc.retargeted(svc, run.catalog, comp):
         return
@@ -179,6 +209,10 @@ def _delete(run: StackRun, step: sc.StackStep) -> None:
     if live is None:
         return
     run.mark(step, "intent", uid=o.meta(live).get("uid"))
+    # The old operator re-renders the Services whole, owner included, on any reconcile (a
+    # node label changed): kept again right before the delete, the window is one request.
+    for service in sc.stable_names(run.catalog):
+        _keep_from(run, service, step.kind)
     with contextlib.suppress(APINotFound):  # gone meanwhile: what the step wants
         run.kube.delete(CR_KINDS[step.kind], step.name, uid=o.meta(live).get("uid"))
 
@@ -198,7 +232,8 @@ def _await_gone(run: StackRun, kind: str, name: str) -> None:
     and the delete, and this strips that owner again before garbage collection acts on it."""
     def gone() -> bool:
         for service in sc.stable_names(run.catalog):
-            _keep_from(run, service, kind)
+            if not _recreated(run, service):
+                _keep_from(run, service, kind)
         return _cr(run, kind, name) is None
 
     _wait(run, f"{kind}/{name} deleted", gone)
@@ -239,6 +274,8 @@ def _serving(run: StackRun) -> None:
         return
 
     def back() -> bool:
+        for service in sc.stable_names(run.catalog):
+            _recreated(run, service)
         over = meter.over(run.max_gap)
         if over:
             run.record["gaps"] = meter.as_record()

@@ -290,3 +290,56 @@ def test_the_per_node_gap_is_bounded_by_a_gate_and_the_rerun_resumes(
         assert resumed.code == 0, resumed.stdout + resumed.stderr
     assert_names_kept(seen, before)
     assert env.state()["stackChange"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("collected", [False, True], ids=["re-owned", "collected-anyway"])
+def test_an_operator_reconcile_between_keep_and_delete_never_costs_a_stable_name(
+        e2e_factory: Callable[..., E2E], tmp_path: Path, collected: bool) -> None:
+    """The old operator renders a Service whole, owner included, on any reconcile (upstream's
+    `Service` in controllers/object_controls.go updates it to the desired object), so one
+    landing after `keep-service` hands the Service back to the CR about to be deleted. Here
+    one lands right after each keep: the tool keeps the Services again right before the
+    delete, and the names never vanish. `collected`: the garbage collector takes them with
+    the CR anyway (a reconcile at the last instant): the tool creates them again at once from
+    what `keep-service` recorded, with the same ClusterIPs, and the change completes."""
+    env = _cluster_policy_ready_for_change(e2e_factory)
+    before = cluster_ips(env)
+    owners = {n: env.service(n)["metadata"]["ownerReferences"] for n in STABLE}
+    reowned: set[str] = set()
+
+    def old_operator_and_collector(event: Any) -> None:
+        """Within the tool's write's commit (the store's lock is re-entrant): nothing else
+        happens between the two."""
+        name = event.object["metadata"]["name"]
+        if collected and event.resource.key == kinds.CLUSTER_POLICY.key \
+                and event.type == "DELETED":
+            for service in STABLE:
+                env.sim.store.delete(kinds.SERVICE, NS, service)
+        elif (event.resource.key == kinds.SERVICE.key and event.type == "MODIFIED"
+              and name in STABLE and name not in reowned
+              and not event.object["metadata"].get("ownerReferences")):
+            reowned.add(name)
+            rendered = copy.deepcopy(event.object)
+            rendered["metadata"]["ownerReferences"] = owners[name]
+            env.sim.store.update(kinds.SERVICE, rendered)
+
+    env.sim.store.subscribe(old_operator_and_collector)
+    try:
+        with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+            res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"),
+                         "gpu-cluster-policy")
+    finally:
+        env.sim.store.unsubscribe(old_operator_and_collector)
+    assert res.code == 0, res.stdout + res.stderr
+    assert reowned == set(STABLE)  # each Service was handed back after its keep
+    assert {k: sorted(v) for k, v in seen.cluster_ips.items()} == {
+        k: [ip] for k, ip in before.items()}
+    said = " ".join(res.stderr.split())  # as printed, wrapped to the terminal's width
+    recreated = [n for n in STABLE
+                 if f"Service/{n} was garbage-collected with the old CR" in said]
+    if collected:
+        assert recreated == list(STABLE), said
+    else:
+        assert not any(seen.absent_seconds.values()), seen.absent_seconds
+        assert recreated == []
+    assert env.cli("verify").code == 0

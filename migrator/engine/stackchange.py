@@ -151,9 +151,10 @@ def _recreated(run: StackRun, name: str) -> bool:
             "spec": {**kept["spec"], "selector": kept.get("selector") or {}}}
     with contextlib.suppress(APIConflict):  # created meanwhile (a rerun, the new operator)
         run.kube.create(body, kind=kinds.SERVICE)
-    run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR (its operator "
-                         "re-rendered it, owner included, just before the delete): created "
-                         f"again with clusterIP {kept['spec'].get('clusterIP')}")
+    run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR "
+                         "(its operator re-rendered it, owner included, just before the "
+                         f"delete): created again with clusterIP "
+                         f"{kept['spec'].get('clusterIP')}")
     run.state.log("stack-service-recreated", service=name)
     return True
 

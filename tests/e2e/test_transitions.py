@@ -234,11 +234,19 @@ def _until(env: E2E, predicate: Callable[[], bool], sim_seconds: float) -> None:
         time.sleep(0.01)
 
 
-def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
-        e2e_factory: Callable[..., E2E]) -> None:
-    """On a big cluster garbage collection takes a while: apply, run right after the
-    ClusterPolicy is deleted, finds its Services still holding the stable names, says it waits
-    for them, and creates the aliases as soon as they are gone (no exit 1, no adoption)."""
+def _collector_back(env: E2E, run: threading.Thread, seconds: float) -> None:
+    """The garbage collector running again while `run` (the tool) finishes."""
+    collector = GarbageCollector(env.sim.store, env.sim.clock)
+    collector.start()
+    try:
+        run.join(seconds)
+    finally:
+        collector.stop()
+
+
+def _both_labelled_without_a_collector(e2e_factory: Callable[..., E2E]) -> E2E:
+    """A migrated ClusterPolicy cluster with the GPUCluster beside it (phase 1 labelled both
+    stacks), its garbage collector stopped: what a slow collector leaves, on demand."""
     env = e2e_factory("clusterpolicy", operator_release=FUTURE, nodes=3,
                       operator_reconcile_seconds=RECONCILE)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
@@ -247,6 +255,15 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
     lagging = env.sim.controllers.get("garbage-collector")
     assert lagging is not None
     lagging.stop()
+    return env
+
+
+def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """On a big cluster garbage collection takes a while: apply, run right after the
+    ClusterPolicy is deleted, finds its Services still holding the stable names, says it waits
+    for them, and creates the aliases as soon as they are gone (no exit 1, no adoption)."""
+    env = _both_labelled_without_a_collector(e2e_factory)
     done: dict[str, Any] = {}
     with env.monitor.replacing(*STABLE):
         _delete_clusterpolicy(env)
@@ -263,12 +280,7 @@ def test_stack_change_apply_waits_for_a_lagging_garbage_collector(
                50 * RECONCILE)
         owner = env.service("nvidia-dcgm")["metadata"]["ownerReferences"][0]
         assert owner["kind"] == "ClusterPolicy"
-        collector = GarbageCollector(env.sim.store, env.sim.clock)
-        collector.start()
-        try:
-            run.join(60)
-        finally:
-            collector.stop()
+        _collector_back(env, run, 60)
     res = done["res"]
     assert res.code == 0, res.stderr
     assert "waiting: alias-name-free/nvidia-dcgm" in res.stderr
@@ -286,14 +298,7 @@ def test_the_switch_waits_for_the_old_stacks_pods_garbage_collection_is_removing
     carry the common labels phase 1 gave them) not yet: phase 3 neither refuses them as
     foreign pods nor switches while they remain; it says it waits, and switches once the
     collector has removed them."""
-    env = e2e_factory("clusterpolicy", operator_release=FUTURE, nodes=3,
-                      operator_reconcile_seconds=RECONCILE)
-    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    _add_gpucluster(env, 3)
-    assert env.cli("apply", "--phase", "1", "--yes").code == 0
-    lagging = env.sim.controllers.get("garbage-collector")
-    assert lagging is not None
-    lagging.stop()
+    env = _both_labelled_without_a_collector(e2e_factory)
     done: dict[str, Any] = {}
     with env.monitor.replacing(*STABLE):
         _delete_clusterpolicy(env)
@@ -307,12 +312,7 @@ def test_the_switch_waits_for_the_old_stacks_pods_garbage_collection_is_removing
         assert run.is_alive(), done["res"].stderr  # not refused: waiting
         assert env.service("nvidia-dcgm")["spec"]["selector"] == {"app": "nvidia-dcgm-dra"}
         assert env.sim.store.find(kinds.DAEMONSET, NS, "nvidia-dcgm") is not None
-        collector = GarbageCollector(env.sim.store, env.sim.clock)
-        collector.start()
-        try:
-            run.join(120)
-        finally:
-            collector.stop()
+        _collector_back(env, run, 120)
     res = done["res"]
     assert res.code == 0, res.stderr
     assert "waiting: no-foreign-pods/nvidia-dcgm" in res.stderr

@@ -19,10 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.store import TEMPLATE_GENERATION_ANNOTATION
@@ -285,3 +287,17 @@ def outside(writes: list[Any], allowed: set[str]) -> list[str]:
     return [w for w in written(writes) if w not in allowed and not any(
         a.endswith("-*") and w.startswith(a[:-1]) and "-" not in w[len(a) - 1:]
         for a in allowed)]
+
+
+def report_chain(capsys: pytest.CaptureFixture[str], shard: int, shards: int,
+                 points: Sequence[int],
+                 legs: Sequence[tuple[tuple[str, ...], int, list[str]]]) -> None:
+    """A crash-anywhere shard's end: per leg (its command, its K writes, its failures) the
+    tally printed past the capture, then every failure at once."""
+    with capsys.disabled():
+        for args, writes, failed in legs:
+            run = [k for k in points if k <= writes]
+            print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={writes} writes, shard "
+                  f"{shard + 1}/{shards}: resumed cleanly {len(run) - len(failed)}/{len(run)}")
+    failures = [f for _, _, failed in legs for f in failed]
+    assert not failures, "\n".join(failures)

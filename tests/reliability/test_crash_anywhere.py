@@ -169,14 +169,9 @@ def test_apply_then_rollback_killed_after_any_write_resume_to_the_same_end_state
         env.sim.stop()
         if problems:
             failures[stage].append(f"k={k}: " + "; ".join(problems[:5]))
-    with capsys.disabled():
-        for label, ref, args in (("apply", apply, APPLY), ("rollback", rollback, ROLLBACK)):
-            run = [k for k in points if k <= ref.writes]
-            print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
-                  f"{shard + 1}/{SHARDS}: resumed cleanly "
-                  f"{len(run) - len(failures[label])}/{len(run)}")
-    assert not failures["apply"] and not failures["rollback"], "\n".join(
-        failures["apply"] + failures["rollback"])
+    crash.report_chain(capsys, shard, SHARDS, points,
+                       [(APPLY, apply.writes, failures["apply"]),
+                        (ROLLBACK, rollback.writes, failures["rollback"])])
 
 
 def test_killed_right_after_the_last_daemonset_patch_the_rerun_waits_for_its_rollout(

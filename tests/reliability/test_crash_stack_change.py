@@ -137,11 +137,6 @@ def test_change_stack_there_and_back_killed_after_any_write_resumes_to_the_same_
             if problems:
                 failures["back"].append(f"k={k}: " + "; ".join(problems))
         env.sim.stop()
-    with capsys.disabled():
-        for name, ref, args in (("there", there, ARGS), ("back", back, BACK_ARGS)):
-            run = [k for k in points if k <= ref.writes]
-            print(f"\ncrash-anywhere `{' '.join(args[:3])}`: K={ref.writes} writes, shard "
-                  f"{shard + 1}/{SHARDS}: resumed cleanly "
-                  f"{len(run) - len(failures[name])}/{len(run)}")
-    assert not failures["there"] and not failures["back"], "\n".join(
-        failures["there"] + failures["back"])
+    crash.report_chain(capsys, shard, SHARDS, points,
+                       [(ARGS, there.writes, failures["there"]),
+                        (BACK_ARGS, back.writes, failures["back"])])

@@ -6,21 +6,17 @@ the verdict prints, as printed, and the verdict is green again."""
 from __future__ import annotations
 
 import copy
-import os
 import re
 import shlex
-import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from migrator.model import kinds
 from migrator.model.findings import TRAFFIC_CHECKS
-from tests.e2e.conftest import E2E, NS
+from tests.e2e.conftest import E2E
 from tests.e2e.test_guard_metrics import (
     fetch,
     guard_kubeconfig,
@@ -29,11 +25,10 @@ from tests.e2e.test_guard_metrics import (
     stop_guard,
     until,
 )
-from tests.helpers import crash
+from tests.helpers.printed import run_printed, stray_pod
 
 REPO = Path(__file__).resolve().parents[2]
 DCGM = "nvidia.com/gpu-operator.dcgm"
-KUBECTL = shutil.which("kubectl")
 COMMAND = re.compile(r"`((?:dcgm-migrate|kubectl) [^`]+)`")
 
 
@@ -57,18 +52,6 @@ def test_the_alert_fires_on_every_traffic_critical_check() -> None:
     assert not re.fullmatch(pattern, "pods-labelled")
 
 
-def run_printed(command: str, cwd: Path) -> crash.Proc:
-    """A printed command exactly as printed (`dcgm-migrate` is this checkout's CLI)."""
-    argv = shlex.split(command)
-    if argv[0] == "dcgm-migrate":
-        return crash.run(None, *argv[1:], cwd=cwd, timeout=300)
-    if KUBECTL is None:
-        pytest.skip("kubectl is not on PATH")
-    done = subprocess.run([KUBECTL, *argv[1:]], cwd=cwd, env={**os.environ, "HOME": str(cwd)},
-                          capture_output=True, text=True, timeout=120, check=False)
-    return crash.Proc(done.returncode, done.stdout, done.stderr, 0.0)
-
-
 def closing(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("verdict "))
 
@@ -76,19 +59,6 @@ def closing(stdout: str) -> str:
 def failed_checks(env: E2E) -> dict[str, dict[str, Any]]:
     doc = env.cli("verify", "-o", "json").json()
     return {c["name"]: c for c in doc["verdict"]["checks"] if not c["ok"]}
-
-
-def stray_pod(env: E2E, name: str, labels: dict[str, str]) -> None:
-    """A Ready pod no DaemonSet owns (a debug copy started by hand) on a GPU node."""
-    node = env.pods("nvidia-dcgm-dra")[0]["spec"]["nodeName"]
-    env.sim.store.create(kinds.POD, {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})
-    env.sim.wait_for(lambda: any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for c in (env.sim.store.get(kinds.POD, NS, name).get("status") or {}).get(
-            "conditions") or []), 30)
 
 
 def test_a_foreign_endpoint_after_the_switch_is_red_everywhere(
@@ -103,7 +73,7 @@ def test_a_foreign_endpoint_after_the_switch_is_red_everywhere(
               what="a green verdict on /metrics")
         # The stray pod's endpoint is one more, then one fewer once it goes: not an outage.
         with env.monitor.expected_outage():
-            stray_pod(env, "dcgm-debug", {DCGM: "true"})
+            stray_pod(env.sim, "dcgm-debug", {DCGM: "true"})
 
             verify = env.cli("verify")
             assert verify.code == 1
@@ -133,7 +103,7 @@ def test_a_switch_allowed_with_foreign_pods_stays_green(e2e_factory: Callable[..
     """The SRE's --allow-foreign-pods, recorded on the switch, is honoured by the verdict."""
     env = e2e_factory("gpucluster", time_scale=0.05)
     assert env.cli("apply", "--phase", "2", "--yes", "--settle", "0s").code == 0
-    stray_pod(env, "dcgm-debug", {DCGM: "true"})
+    stray_pod(env.sim, "dcgm-debug", {DCGM: "true"})
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s",
                    "--allow-foreign-pods").code == 0
     check = next(c for c in env.cli("verify", "-o", "json").json()["verdict"]["checks"]

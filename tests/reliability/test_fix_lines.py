@@ -28,6 +28,7 @@ from dcgm_sim.cluster import kubeconfig_document
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
 from tests.helpers import crash
+from tests.helpers.printed import run_printed
 from tests.reliability.conftest import NS, Env
 
 STATE_CM = "dcgm-migrate-state"
@@ -50,13 +51,7 @@ def run_as_written(command: str, kubeconfig: str, cwd: Path) -> crash.Proc:
     argv = shlex.split(command)
     assert argv[0] in ("dcgm-migrate", "kubectl"), f"a fix names an unknown program: {command}"
     assert argv[argv.index("--kubeconfig") + 1] == kubeconfig, command  # the same cluster
-    if argv[0] == "dcgm-migrate":
-        return crash.run(None, *argv[1:], cwd=cwd, timeout=300)
-    if KUBECTL is None:
-        pytest.skip("kubectl is not on PATH")
-    done = subprocess.run([KUBECTL, *argv[1:]], cwd=cwd, env={**os.environ, "HOME": str(cwd)},
-                          capture_output=True, text=True, timeout=120, check=False)
-    return crash.Proc(done.returncode, done.stdout, done.stderr, 0.0)
+    return run_printed(command, cwd)
 
 
 def follow(stderr: str, kubeconfig: str, cwd: Path,

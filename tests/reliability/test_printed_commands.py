@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import shlex
-import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from migrator.model import kinds
 from tests.helpers import crash
+from tests.helpers.printed import run_printed, stray_pod
 from tests.reliability.conftest import NS, Env
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
-KUBECTL = shutil.which("kubectl")
 COMMAND = re.compile(r"`((?:dcgm-migrate|kubectl) [^`]+)`")
 
 
@@ -50,18 +46,6 @@ def printed(text: str) -> list[str]:
     return [re.sub(r"\s*\n\s*", " ", c) for c in COMMAND.findall(text)]
 
 
-def run_printed(command: str, cwd: Path) -> crash.Proc:
-    """A printed command, exactly as printed: nothing is added to it."""
-    argv = shlex.split(command)
-    if argv[0] == "dcgm-migrate":
-        return crash.run(None, *argv[1:], cwd=cwd, timeout=300)
-    if KUBECTL is None:
-        pytest.skip("kubectl is not on PATH")
-    done = subprocess.run([KUBECTL, *argv[1:]], cwd=cwd, env={**os.environ, "HOME": str(cwd)},
-                          capture_output=True, text=True, timeout=120, check=False)
-    return crash.Proc(done.returncode, done.stdout, done.stderr, 0.0)
-
-
 def selects(command: str, kubeconfig: str, context: str) -> bool:
     argv = shlex.split(command)
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)}
@@ -70,19 +54,6 @@ def selects(command: str, kubeconfig: str, context: str) -> bool:
 
 def has(env: Env, kind: Any, name: str) -> bool:
     return any(o["metadata"]["name"] == name for o in env.sim.store.list(kind, NS)[0])
-
-
-def stray_pod(env: Env, name: str, labels: dict[str, str]) -> None:
-    """A Ready pod no DaemonSet owns (a debug copy started by hand) on a GPU node."""
-    node = env.sim.store.list(kinds.NODE)[0][0]["metadata"]["name"]
-    env.sim.store.create(kinds.POD, {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})
-    env.sim.wait_for(lambda: any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for c in (env.sim.store.get(kinds.POD, NS, name).get("status") or {}).get(
-            "conditions") or []), 30)
 
 
 def test_printed_commands_reach_the_cluster_they_were_printed_for(
@@ -110,7 +81,7 @@ def test_printed_commands_reach_the_cluster_they_were_printed_for(
     assert not has(other, kinds.CONFIGMAP, "dcgm-migrate-state")
 
     # A gate stops phase 3: its error's fix line and `status`'s resume: point at `intended`.
-    stray_pod(intended, "dcgm-debug", {DCGM: "true"})
+    stray_pod(intended.sim, "dcgm-debug", {DCGM: "true"})
     # (`--rolling`: the resume line repeats the stopped run's options)
     stopped = crash.run(None, "apply", "--phase", "3", "--rolling", "--yes", "--settle", "0s",
                         *where)

@@ -11,6 +11,7 @@ between two writes leaves the cluster in the same state as one of these.
 from __future__ import annotations
 
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -301,3 +302,22 @@ def report_chain(capsys: pytest.CaptureFixture[str], shard: int, shards: int,
                   f"{shard + 1}/{shards}: resumed cleanly {len(run) - len(failed)}/{len(run)}")
     failures = [f for _, _, failed in legs for f in failed]
     assert not failures, "\n".join(failures)
+
+
+def shared(factory: pytest.TempPathFactory, name: str,
+           make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A reference made once per test session and read by every pytest-xdist worker (its JSON
+    under the session's temporary root; the first worker to ask makes it, the others wait on
+    the file lock): the uninterrupted run each crash-anywhere shard compares with."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' basetemps are folders of the session's
+    path = root / f"{name}.json"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            made = json.dumps(make())
+            path.with_suffix(".tmp").write_text(made)
+            path.with_suffix(".tmp").replace(path)
+        loaded: dict[str, Any] = json.loads(path.read_text())
+        return loaded

@@ -22,7 +22,7 @@ fresh cluster, and every shard checks them (more than 5 writes, their end states
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pytest
@@ -73,6 +73,17 @@ def _reference(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...
     return ref
 
 
+def _shared_reference(fresh: Callable[..., Env], factory: pytest.TempPathFactory,
+                      prepare: Prepare, args: tuple[str, ...]) -> Reference:
+    """`_reference`, made once per session (`crash.shared`)."""
+    def make() -> dict[str, Any]:
+        ref = _reference(fresh, prepare, args)
+        return {**asdict(ref), "allowed": sorted(ref.allowed)}
+
+    made = crash.shared(factory, f"crash-anywhere-{args[0]}", make)
+    return Reference(**{**made, "allowed": set(made["allowed"])})
+
+
 def _pod_uids(env: Env) -> dict[str, str]:
     """Every pod of the DCGM and exporter DaemonSets, name -> uid."""
     return {p["metadata"]["name"]: p["metadata"]["uid"]
@@ -112,15 +123,9 @@ def _resume_problems(env: Env, ref: Reference, args: tuple[str, ...],
     return problems
 
 
-_references: dict[tuple[str, ...], Reference] = {}  # per worker process: made once per command
-_pristine: list[dict[str, Any]] = []
-
-
-def _referenced(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...],
-                label: str) -> Reference:
-    ref = _references.get(args)
-    if ref is None:
-        ref = _references[args] = _reference(fresh, prepare, args)
+def _referenced(fresh: Callable[..., Env], factory: pytest.TempPathFactory, prepare: Prepare,
+                args: tuple[str, ...], label: str) -> Reference:
+    ref = _shared_reference(fresh, factory, prepare, args)
     assert ref.writes > 5, f"{label}: only {ref.writes} writes; the harness counted nothing real"
     return ref
 
@@ -140,20 +145,24 @@ def _killed_and_resumed(env: Env, ref: Reference, args: tuple[str, ...], k: int)
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_apply_then_rollback_killed_after_any_write_resume_to_the_same_end_states(
-        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], shard: int) -> None:
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str],
+        tmp_path_factory: pytest.TempPathFactory, shard: int) -> None:
     """Per kill point k, one cluster: `apply --phase 3` killed after its k-th write and rerun
     ends where the uninterrupted apply ends; the same cluster, so proven migrated, then takes
     `rollback --phase 1` killed after its k-th write and rerun, which must end where the
     uninterrupted rollback ends: the cluster as it was before any migration."""
-    if not _pristine:
+    def make_pristine() -> dict[str, Any]:
         pristine = fresh(monitor=False)
-        _pristine.append(crash.comparable(pristine.sim))
+        made = crash.comparable(pristine.sim)
         pristine.sim.stop()
-    apply = _referenced(fresh, _nothing, APPLY, "apply")
-    rollback = _referenced(fresh, _migrated, ROLLBACK, "rollback")
+        return made
+
+    pristine = crash.shared(tmp_path_factory, "crash-anywhere-pristine", make_pristine)
+    apply = _referenced(fresh, tmp_path_factory, _nothing, APPLY, "apply")
+    rollback = _referenced(fresh, tmp_path_factory, _migrated, ROLLBACK, "rollback")
     assert [p["status"] for p in apply.state["phases"].values()] == ["completed"] * 3
     assert [p["status"] for p in rollback.state["phases"].values()] == ["rolled-back"] * 3
-    assert crash.diff(_pristine[0], rollback.objects) == [], "rollback did not restore the cluster"
+    assert crash.diff(pristine, rollback.objects) == [], "rollback did not restore the cluster"
     failures: dict[str, list[str]] = {"apply": [], "rollback": []}
     points = range(shard + 1, max(apply.writes, rollback.writes) + 1, SHARDS)
     for k in points:

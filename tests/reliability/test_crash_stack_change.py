@@ -69,19 +69,21 @@ def _ready_for_change(fresh: Callable[..., Env], back: bool = False) -> Env:
     return env
 
 
-_references: dict[bool, Reference] = {}  # per worker process and direction
-
-
-def _reference(fresh: Callable[..., Env], back: bool) -> Reference:
-    if back not in _references:
+def _reference(fresh: Callable[..., Env], factory: pytest.TempPathFactory,
+               back: bool) -> Reference:
+    """The uninterrupted change (`back`: the change back after one), once per session."""
+    def make() -> dict[str, Any]:
         env = _ready_for_change(fresh, back)
         mark = env.mark()
         done = crash.run(env.kubeconfig, *(BACK_ARGS if back else ARGS))
         assert done.code == 0, done.output[-2000:]
-        _references[back] = Reference(len(env.writes(mark)), crash.comparable(env.sim),
-                                      crash.state_summary(env.sim))
+        made = {"writes": len(env.writes(mark)), "objects": crash.comparable(env.sim),
+                "state": crash.state_summary(env.sim)}
         env.sim.stop()
-    return _references[back]
+        return made
+
+    return Reference(**crash.shared(factory, f"change-stack-{'back' if back else 'there'}",
+                                    make))
 
 
 def _killed_and_resumed(env: Env, ref: Reference, args: tuple[str, ...], k: int) -> list[str]:
@@ -113,12 +115,14 @@ def _killed_and_resumed(env: Env, ref: Reference, args: tuple[str, ...], k: int)
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_change_stack_there_and_back_killed_after_any_write_resumes_to_the_same_end_state(
-        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str], shard: int) -> None:
+        fresh: Callable[..., Env], capsys: pytest.CaptureFixture[str],
+        tmp_path_factory: pytest.TempPathFactory, shard: int) -> None:
     """Per kill point k, one cluster: the change to the GPUCluster killed after its k-th write
     and resumed must end as the uninterrupted change ends; the same cluster, so proven equal
     to where the uninterrupted change leaves one, then changes back with its k-th write killed
     and resumed (a resumed change followed by another: the chain a fleet meets)."""
-    there, back = _reference(fresh, False), _reference(fresh, True)
+    there = _reference(fresh, tmp_path_factory, False)
+    back = _reference(fresh, tmp_path_factory, True)
     assert there.writes > 10 and back.writes > 10, (there.writes, back.writes)
     assert there.state["stack"] == "gpucluster" and back.state["stack"] == "clusterpolicy"
     failures: dict[str, list[str]] = {"there": [], "back": []}

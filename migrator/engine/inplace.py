@@ -10,7 +10,8 @@ it deduplicates histories (`dedupCurHistories`).
 Each pod is patched only when the two revisions' `data` (upstream's `getPatch`: the template,
 `$patch: replace`) are equal once their template labels are set aside; each patch tests the
 pod's uid and old hash, so a pod recreated or moved in between answers 422 and is left to the
-rollout `RestoreStrategy` lets the controller make. A part of the apply back end
+rollout `RestoreStrategy` lets the controller make; a pod that already carries the patch (its
+answer lost, the retry refused by its own `test`) counts as relabelled. A part of the apply back end
 (engine/applying.py), working through `loop.Applier`, as `ondelete` does.
 """
 
@@ -86,6 +87,15 @@ def pod_patch(pod: PodView, old: Mapping[str, str], new: Mapping[str, str],
     return ops
 
 
+def carries(pod: Mapping[str, Any], uid: str, new: Mapping[str, str], new_hash: str) -> bool:
+    """Whether `pod` is the one a patch was sent for and already carries what it writes: a
+    patch whose answer was lost lands, so its retry fails its own `test` of the old hash."""
+    labels = o.labels(pod)
+    return (o.meta(pod).get("uid") == uid and labels.get(HASH_LABEL) == new_hash
+            and all(labels.get(k) == v for k, v in new.items()
+                    if k not in (HASH_LABEL, GENERATION_LABEL)))
+
+
 def _revisions(backend: Applier, ds: Obj) -> list[Obj]:
     """The DaemonSet's ControllerRevisions: listed by its selector, owned by its uid."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(
@@ -155,6 +165,7 @@ def _patch_pods(backend: Applier, step: RelabelPods, ds: Obj, revs: list[Obj]
     pods = [p for p in backend.snapshot().pods_of(step.daemonset)
             if not p.deleting and p.labels.get(HASH_LABEL) != new_hash]
     left: list[str] = []
+    new_labels = o.template_labels(ds)
     work: list[tuple[PodView, list[Obj]]] = []
     for pod in pods:
         old = by_hash.get(pod.labels.get(HASH_LABEL))
@@ -164,14 +175,19 @@ def _patch_pods(backend: Applier, step: RelabelPods, ds: Obj, revs: list[Obj]
                         f"{pod.name} (on a revision no longer kept)")
             continue
         work.append((pod, pod_patch(pod, o.template_labels({"spec": {
-            "template": template_of(old)}}), o.template_labels(ds), new_hash,
+            "template": template_of(old)}}), new_labels, new_hash,
             o.annotations_of(ds).get(GENERATION_ANNOTATION))))
 
     def send(item: tuple[PodView, list[Obj]]) -> str | None:
         pod, ops = item
         try:
             backend.kube.patch(kinds.POD, pod.name, backend.namespace, ops, patch_type="json")
-        except (APIInvalid, APIConflict, APINotFound):
+        except APIInvalid:  # its `test` failed: changed in between, or patched already
+            now = backend.kube.get(kinds.POD, pod.name, backend.namespace)
+            if now is not None and carries(now, pod.uid, new_labels, new_hash):
+                return None
+            return f"{pod.name} (changed since it was read)"
+        except (APIConflict, APINotFound):
             return f"{pod.name} (changed since it was read)"
         return None
 

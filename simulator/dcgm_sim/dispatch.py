@@ -51,6 +51,7 @@ class Audit:
     info: RequestInfo
     user: str = ""
     dry_run: bool = False
+    held_answer: bool = False  # the crash-test hook held this write's answer (faults.py)
 
 
 def _token(req: Request) -> str:
@@ -141,7 +142,8 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
         else:
             response = handlers.handle(b, info, req, policy)
         if counts_as_write and response.code < 400:
-            b.faults.after_write()  # the crash-test hook may hold this answer back
+            # the crash-test hook may hold this answer back
+            audit.held_answer = b.faults.after_write(f"{info.verb} {info.resource}")
         return response
     return _non_resource(b, info, req)
 

@@ -19,6 +19,8 @@ client.
 its answer is held back (the client sees no reply) until the hook is cleared (`update` of
 `hang_nth_write`, `reset`) or HOLD_LIMIT_SECONDS pass. While it holds one, the snapshot shows
 `write_held: true`, so a test can kill the client at exactly "right after the Nth write".
+`hang_write_of` ("<verb> <resource>", e.g. "patch services") counts only writes of that kind, so
+the hook holds the Nth of them wherever concurrent writes put it among the others.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 INJECTABLE_CODES = (500, 503, 429)
 FIELDS = ("error_rate", "error_codes", "retry_after_seconds", "latency_ms", "fail_nth_write",
           "disabled_groups", "seed", "hang_nth_write", "deny_writes", "deny_message",
-          "stall_watches")
+          "stall_watches", "hang_write_of")
 DENY_POLICY = "sim-deny"  # the policy (and binding) name a denied write names
 HOLD_LIMIT_SECONDS = 300.0  # a held answer is released after this long, whatever happens
 
@@ -57,6 +59,7 @@ class Faults:
         deny_writes: Iterable[str] = (),
         deny_message: str = "denied by policy",
         stall_watches: bool = False,
+        hang_write_of: str | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self.error_rate = 0.0
@@ -70,6 +73,7 @@ class Faults:
         self._writes_left: int | None = None
         self.hang_nth_write: int | None = None
         self._hang_left: int | None = None
+        self.hang_write_of: str | None = None
         self._held = threading.Event()  # set while a write's answer is being held
         self._release = threading.Event()
         self.deny_writes: frozenset[str] = frozenset()
@@ -80,7 +84,7 @@ class Faults:
                     error_rate=error_rate, error_codes=list(error_codes),
                     retry_after_seconds=retry_after_seconds, latency_ms=latency_ms,
                     fail_nth_write=fail_nth_write, disabled_groups=list(disabled_groups),
-                    seed=seed, hang_nth_write=hang_nth_write)
+                    seed=seed, hang_nth_write=hang_nth_write, hang_write_of=hang_write_of)
 
     def update(self, **changes: Any) -> dict[str, Any]:
         """Change some settings (validated, all or nothing); returns the new snapshot.
@@ -107,6 +111,9 @@ class Faults:
         hang = changes.get("hang_nth_write", self.hang_nth_write)
         if hang is not None and int(hang) < 1:
             raise FaultsError("hang_nth_write must be 1 or more (or null)")
+        hang_of = changes.get("hang_write_of", self.hang_write_of)
+        if hang_of is not None and len(str(hang_of).split()) != 2:
+            raise FaultsError("hang_write_of is '<verb> <resource>', e.g. 'patch services'")
         deny = frozenset(str(d) for d in changes.get("deny_writes", self.deny_writes))
         if any(d.count("/") != 1 for d in deny):
             raise FaultsError("deny_writes entries are resource/name")
@@ -114,6 +121,7 @@ class Faults:
             self.deny_writes = deny
             self.deny_message = str(changes.get("deny_message", self.deny_message))
             self.stall_watches = bool(changes.get("stall_watches", self.stall_watches))
+            self.hang_write_of = None if hang_of is None else str(hang_of)
             self.error_rate, self.error_codes = rate, codes
             self.retry_after_seconds, self.latency_ms = retry_after, latency
             self.disabled_groups = groups
@@ -134,7 +142,8 @@ class Faults:
         """Back to no faults at all."""
         return self.update(error_rate=0.0, error_codes=list(INJECTABLE_CODES),
                            retry_after_seconds=1, latency_ms=0.0, fail_nth_write=None,
-                           disabled_groups=[], hang_nth_write=None, deny_writes=[],
+                           disabled_groups=[], hang_nth_write=None, hang_write_of=None,
+                           deny_writes=[],
                            deny_message="denied by policy", stall_watches=False)
 
     def snapshot(self) -> dict[str, Any]:
@@ -149,6 +158,7 @@ class Faults:
                 "seed": self.seed,
                 "hang_nth_write": self._hang_left,
                 "write_held": self._held.is_set(),
+                "hang_write_of": self.hang_write_of,
                 "deny_writes": sorted(self.deny_writes),
                 "deny_message": self.deny_message,
                 "stall_watches": self.stall_watches,
@@ -188,19 +198,22 @@ class Faults:
                 return self._rng.choice(self.error_codes)
             return None
 
-    def after_write(self) -> None:
-        """Called once a write has been applied, before its answer is sent: holds the answer of
-        the `hang_nth_write`-th such write until the hook is cleared (or HOLD_LIMIT_SECONDS)."""
+    def after_write(self, kind: str) -> bool:
+        """Called once a write (`kind`: "<verb> <resource>") has been applied, before its answer
+        is sent: holds the answer of the `hang_nth_write`-th such write (of `hang_write_of`, if
+        set) until the hook is cleared (or HOLD_LIMIT_SECONDS). True for the write it held (the
+        request log marks it)."""
         with self._lock:
-            if self._hang_left is None:
-                return
+            if self._hang_left is None or self.hang_write_of not in (None, kind):
+                return False
             self._hang_left -= 1
             if self._hang_left > 0:
-                return
+                return False
             self._hang_left = None
             release = self._release
             self._held.set()
         release.wait(HOLD_LIMIT_SECONDS)
+        return True
 
     def wait_held(self, timeout: float) -> bool:
         """In process: block until a write's answer is being held; False after `timeout` s."""

@@ -40,6 +40,7 @@ class RequestRecord:
     user: str
     duration_ms: float
     open: bool = False
+    held_answer: bool = False  # its answer was held back by the crash-test hook (faults.py)
 
     @property
     def is_write(self) -> bool:

@@ -407,4 +407,5 @@ class _Handler(BaseHTTPRequestHandler):
             subresource=info.subresource, namespace=info.namespace, name=info.name, code=code,
             dry_run=audit.dry_run, bytes_sent=sent, user=audit.user,
             duration_ms=round((time.monotonic() - started) * 1000, 3), open=stream,
+            held_answer=audit.held_answer,
         )

@@ -22,6 +22,7 @@ from dcgm_sim.server import ADMIN_TOKEN
 from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine.loop import RunSettings
+from migrator.engine.reports import RunReport
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import kinds
 from tests.helpers import crash
@@ -112,15 +113,18 @@ def test_a_state_document_changed_by_another_run_stops_with_exit_4(
 # ---- a write whose answer is lost --------------------------------------------------------------
 
 def _lost_answer_cases(writes: list[RequestRecord]) -> Iterator[tuple[str, int]]:
-    """The first write of each kind in a reference run (1-based index): lock, state save, label
-    patch, alias create, selector patch, and the last write (the lock release)."""
+    """(kind, n): the first write of each kind in a reference run — lock, state save, label
+    patch, pod relabel, alias create, selector patch — and the last one (the lock release), as
+    the n-th write of its kind: the sim's hook holds that one (`hang_write_of`) wherever the
+    concurrent pod patches put it among the others."""
     seen: set[str] = set()
-    for i, w in enumerate(writes, 1):
+    for w in writes:
         key = f"{w.verb} {w.resource}"
         if key not in seen:
             seen.add(key)
-            yield key, i
-    yield "release lock", len(writes)
+            yield key, 1
+    last = f"{writes[-1].verb} {writes[-1].resource}"
+    yield last, sum(f"{w.verb} {w.resource}" == last for w in writes)
 
 
 HOLD_SECONDS = 0.5  # how long the answer is held: well past the client's 0.2 s read timeout
@@ -132,11 +136,12 @@ def _started(r: RequestRecord) -> float:
 
 
 def _held_write(sim: SimCluster) -> RequestRecord:
-    """The write whose answer was held. Its record is made by the server thread once the answer
-    is released, which can be after the run ended: wait for it (a guard, not a timing)."""
+    """The write whose answer was held (the request log marks it). Its record is made by the
+    server thread once the answer is released, which can be after the run ended: wait for it
+    (a guard, not a timing)."""
     guard = time.monotonic() + 30
     while True:
-        held = [r for r in sim.server.log.writes() if r.duration_ms >= HOLD_SECONDS * 900]
+        held = [r for r in sim.server.log.writes() if r.held_answer]
         if held or time.monotonic() > guard:
             assert len(held) == 1, [(r.method, r.path, r.duration_ms) for r in held]
             return held[0]
@@ -150,11 +155,11 @@ def _retries_of(sim: SimCluster, held: RequestRecord) -> list[RequestRecord]:
             and _started(held) < _started(r) < held.time]
 
 
-def _apply_in_process(sim: SimCluster) -> None:
+def _apply_in_process(sim: SimCluster) -> RunReport:
     kube = Kube.for_server(sim.url, ADMIN_TOKEN,
                            retry=RetryPolicy(read_timeout=0.2, sleep=lambda s: None))
     try:
-        commands.apply(Session(kube, NS), RunRequest(
+        return commands.apply(Session(kube, NS), RunRequest(
             phase=3, settings=RunSettings(timeout=60.0, settle=0.0)))
     finally:
         kube.close()
@@ -170,11 +175,11 @@ def test_a_write_whose_answer_is_lost_is_retried_without_a_false_failure(
     cases = list(_lost_answer_cases(probe.writes()))
     probe.sim.stop()
     assert {c for c, _ in cases} >= {"create configmaps", "update configmaps", "patch daemonsets",
-                                     "create services", "patch services", "release lock"}
+                                     "patch pods", "create services", "patch services"}
     failures = []
     for what, k in cases:
         env = fresh()
-        env.sim.server.faults.update(hang_nth_write=k)
+        env.sim.server.faults.update(hang_nth_write=k, hang_write_of=what)
 
         def release_late(sim: SimCluster = env.sim) -> None:
             if sim.server.faults.wait_held(60):
@@ -184,18 +189,20 @@ def test_a_write_whose_answer_is_lost_is_retried_without_a_false_failure(
         releaser = threading.Thread(target=release_late, daemon=True)
         releaser.start()
         try:
-            _apply_in_process(env.sim)
+            report = _apply_in_process(env.sim)
+            if not report.ok or report.result.notes:  # e.g. a relabelled pod said left to roll
+                failures.append(f"{what} #{k}: ok={report.ok}, {report.result.notes}")
         except Exception as exc:
-            failures.append(f"{what} (write {k}): {type(exc).__name__}: {exc}")
+            failures.append(f"{what} #{k}: {type(exc).__name__}: {exc}")
         finally:
             releaser.join(5)
             env.sim.server.faults.release_held()
         held = _held_write(env.sim)
         if not _retries_of(env.sim, held):  # the client never gave up: nothing was tested
-            failures.append(f"{what} (write {k}): {held.method} {held.path} was never retried")
+            failures.append(f"{what} #{k}: {held.method} {held.path} was never retried")
         problems = crash.diff(migrated.objects, crash.comparable(env.sim)) + env.finish()
         if problems:
-            failures.append(f"{what} (write {k}): {problems[:3]}")
+            failures.append(f"{what} #{k}: {problems[:3]}")
         env.sim.stop()
     assert not failures, "\n".join(failures)
 

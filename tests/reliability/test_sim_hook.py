@@ -58,3 +58,28 @@ def test_the_hook_is_settable_over_http(empty_api: ApiServer) -> None:
     assert put({"hang_nth_write": None})["hang_nth_write"] is None
     with pytest.raises(FaultsError):
         empty_api.faults.update(hang_nth_write=0)
+
+
+def test_the_hook_counts_only_the_writes_of_the_kind_it_is_given(empty_api: ApiServer) -> None:
+    """`hang_write_of`: the Nth write of that verb and resource, whatever came between; the
+    request log marks the one whose answer was held."""
+    kube = Kube.for_server(empty_api.url, ADMIN_TOKEN, retry=RetryPolicy(attempts=1))
+    empty_api.faults.update(hang_nth_write=2, hang_write_of="patch configmaps")
+    kube.create(_cm("one"))  # a create: not counted
+    kube.patch(kinds.CONFIGMAP, "one", NS, {"data": {"a": "1"}})  # patch 1
+    kube.create(_cm("two"))
+    answered = threading.Event()
+
+    def second_patch() -> None:
+        kube.patch(kinds.CONFIGMAP, "two", NS, {"data": {"b": "2"}})
+        answered.set()
+
+    threading.Thread(target=second_patch, daemon=True).start()
+    assert empty_api.faults.wait_held(10)
+    assert not answered.wait(0.2)
+    empty_api.faults.release_held()
+    assert answered.wait(10)
+    held = [(r.verb, r.name) for r in empty_api.log.writes() if r.held_answer]
+    assert held == [("patch", "two")]
+    with pytest.raises(FaultsError):
+        empty_api.faults.update(hang_write_of="patch")

@@ -46,13 +46,8 @@ def _patches(env: Env, since: int = 0) -> list[int]:
 
 def test_sigterm_during_a_write_finishes_it_releases_the_lock_and_the_rerun_completes(
         fresh: Callable[..., Env], migrated: EndState) -> None:
-    probe = fresh(monitor=False)
-    assert crash.run(probe.kubeconfig, *APPLY).code == 0
-    first_patch = _patches(probe)[0]
-    probe.sim.stop()
-
     env = fresh(time_scale=0.25)  # each new pod takes 0.5 s to become Ready
-    env.sim.server.faults.update(hang_nth_write=first_patch)
+    env.sim.server.faults.update(hang_nth_write=1, hang_write_of="patch daemonsets")
     proc = crash.start(env.kubeconfig, *APPLY)
     try:
         assert env.sim.server.faults.wait_held(60), "the DaemonSet patch never came"

@@ -79,12 +79,14 @@ def test_sigterm_during_a_write_finishes_it_releases_the_lock_and_the_rerun_comp
 
 
 def test_sigterm_while_a_rollback_waits_for_its_rollout(fresh: Callable[..., Env]) -> None:
-    """Mid-rollout: the rollback's DaemonSet patch is done and its pods are rolling."""
+    """Mid-rollout: the rollback's DaemonSet patch is done and its pods are rolling (`--rolling`:
+    in place, the rollback would be over before the signal)."""
+    rollback = (*ROLLBACK, "--rolling")
     env = fresh(time_scale=0.25)
     before = crash.comparable(env.sim)
     assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0
     mark = env.mark()
-    proc = crash.start(env.kubeconfig, *ROLLBACK)
+    proc = crash.start(env.kubeconfig, *rollback)
     crash.until(lambda: bool(_patches(env, mark)), proc)
     time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
@@ -92,12 +94,12 @@ def test_sigterm_while_a_rollback_waits_for_its_rollout(fresh: Callable[..., Env
 
     assert code == 143, err
     assert "interrupted (SIGTERM): run the same command again to resume: dcgm-migrate " \
-        + " ".join(ROLLBACK) in err
+        + " ".join(rollback) in err
     assert _lock_annotations(env) == {}
     statuses = [p["status"] for p in _document(env)["phases"]]
     assert statuses[0] == "in-progress" and statuses != ["rolled-back"] * 3, statuses
 
-    again = crash.run(env.kubeconfig, *ROLLBACK)
+    again = crash.run(env.kubeconfig, *rollback)
     assert again.code == 0, again.stderr
     assert [p["status"] for p in crash.state_document(env.sim)["phases"]] == ["rolled-back"] * 3
     assert crash.diff(before, crash.comparable(env.sim)) == []

@@ -25,7 +25,7 @@ from migrator.engine.permissions import preflight_checks
 from migrator.engine.planfile import STALE_SHOWN as STALE_SHOWN
 from migrator.engine.planfile import check_plan_file
 from migrator.engine.planfile import save_plan as save_plan
-from migrator.engine.progress import Listener, Quiet
+from migrator.engine.progress import Listener
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import (
     Lowest,
@@ -68,7 +68,7 @@ class Session:
 
     kube: Kube
     namespace: str
-    listener: Listener = field(default_factory=Quiet)
+    listener: Listener = field(default_factory=Listener)
     catalog: Catalog = field(default_factory=load_catalog)
     clock: Clock = field(default_factory=SystemClock)
     store: StateStore = field(init=False)

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from migrator.cli.commandline import Selection, complete
 from migrator.engine.progress import (
     EndpointProgress,
+    Listener,
     PhaseEvent,
     RolloutProgress,
     StepEvent,
@@ -32,7 +33,7 @@ def eta_text(p: RolloutProgress) -> str:
     return f"ETA {minutes}m{seconds:02d}s" if minutes else f"ETA {seconds}s"
 
 
-class PlainProgress:
+class PlainProgress(Listener):
     """One line per meaningful change; rollout lines at most every few seconds per DaemonSet;
     a settle countdown as its start and its end. Warnings come each once (engine/warned.py):
     with `-o json/yaml` the document on stdout is not read by a person, so each is said here

@@ -14,7 +14,7 @@ from migrator.cli import render
 from migrator.cli.live import make_progress
 from migrator.cli.options import Output
 from migrator.commands import Session
-from migrator.engine.progress import Quiet
+from migrator.engine.progress import Listener
 from migrator.engine.reports import Question
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
@@ -32,7 +32,7 @@ def session(kubeconfig: str | None, context: str | None, namespace: str, output:
     kube = Kube.connect(kubeconfig, context,
                         retry=RetryPolicy(notice=progress.message if progress else None))
     try:
-        yield Session(kube, namespace, listener=progress or Quiet())
+        yield Session(kube, namespace, listener=progress or Listener())
     except UsageError:
         raise  # bad input is refused in one sentence and its fix, without the report's warnings
     except BaseException:

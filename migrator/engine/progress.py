@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan
@@ -43,21 +42,11 @@ class PhaseEvent:
     message: str = ""
 
 
-class Listener(Protocol):
-    """Callbacks the runner fires; every method is optional to act on. `warning`: the one
-    way a warning travels (engine/warned.py collects a command's for its report)."""
-
-    def phase(self, event: PhaseEvent) -> None: ...
-    def step(self, event: StepEvent) -> None: ...
-    def rollout(self, progress: RolloutProgress) -> None: ...
-    def endpoints(self, progress: EndpointProgress) -> None: ...
-    def settle(self, seconds_left: float) -> None: ...
-    def message(self, text: str) -> None: ...
-    def warning(self, text: str) -> None: ...
-
-
-class Quiet:
-    """A Listener that ignores everything (tests, `-o json`)."""
+class Listener:
+    """What the runner tells as it goes. Every method does nothing here: a listener overrides
+    those it acts on, and `Listener()` itself ignores everything (tests, `-o json`).
+    `warning`: the one way a warning travels (engine/warned.py collects a command's for its
+    report)."""
 
     def phase(self, event: PhaseEvent) -> None:
         pass

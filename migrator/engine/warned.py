@@ -36,7 +36,7 @@ def merged(*groups: Iterable[str]) -> tuple[str, ...]:
     return tuple(out.values())
 
 
-class Warned:
+class Warned(Listener):
     """The Listener a command runs with: passes every event on, and keeps the warnings,
     saying each kind to the listener below only the first time it comes up."""
 

@@ -33,7 +33,7 @@ from migrator.cli.live import make_progress
 from migrator.cli.options import Debug
 from migrator.commands import RunRequest, Session
 from migrator.engine.loop import RunSettings
-from migrator.engine.progress import Quiet
+from migrator.engine.progress import Listener
 from migrator.engine.reports import StatusReport
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
@@ -166,7 +166,7 @@ def _apply(session: Session, console: Console, phase: int, time_scale: float) ->
     command = f"apply --phase {phase} --yes"
     _say(console, f"dcgm-migrate {command}")
     progress = make_progress(quiet=False)
-    session.listener = progress or Quiet()
+    session.listener = progress or Listener()
     settings = RunSettings(timeout=600.0, settle=30.0 * time_scale)
     began = time.monotonic()
     try:
@@ -174,7 +174,7 @@ def _apply(session: Session, console: Console, phase: int, time_scale: float) ->
     finally:
         if progress is not None:
             progress.close()
-        session.listener = Quiet()
+        session.listener = Listener()
     seconds = time.monotonic() - began
     result = report.result
     lowest = {svc: (v.lowest, v.baseline) for svc, v in result.lowest_endpoints.items()}

@@ -16,7 +16,7 @@ import yaml
 
 from dcgm_sim.cluster import SimCluster
 from migrator.engine import assemble, warned
-from migrator.engine.progress import Quiet
+from migrator.engine.progress import Listener
 from migrator.engine.state import lock as locking
 from migrator.engine.state.document import State
 from migrator.model import kinds
@@ -121,7 +121,7 @@ def test_counted_warnings_are_merged_per_kind() -> None:
     assert warned.merged(oldest, newest) == (newest[0], "other", oldest[2])
 
 
-class _Said(Quiet):
+class _Said(Listener):
     def __init__(self) -> None:
         self.said: list[str] = []
 

@@ -11,14 +11,14 @@ import pytest
 
 from migrator.engine.applying import Apply
 from migrator.engine.loop import RunSettings
-from migrator.engine.progress import Quiet
+from migrator.engine.progress import Listener
 from migrator.engine.state import PhaseStatus, State
 from tests.helpers.builders import NS
 from tests.helpers.clock import FakeClock
 from tests.helpers.runs import offline_run
 
 
-class Countdown(Quiet):
+class Countdown(Listener):
     def __init__(self) -> None:
         self.left: list[float] = []
 

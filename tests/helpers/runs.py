@@ -8,7 +8,7 @@ from typing import cast
 
 from migrator.engine.clock import Clock
 from migrator.engine.loop import Run, RunSettings
-from migrator.engine.progress import Listener, Quiet
+from migrator.engine.progress import Listener
 from migrator.engine.state import RunSession
 from migrator.kube.client import Kube
 from migrator.model.stacks import load_catalog
@@ -20,7 +20,7 @@ from tests.helpers.memorystate import MemoryStateStore
 def offline_run(clock: Clock | None = None, *, settings: RunSettings | None = None,
                 listener: Listener | None = None) -> Run:
     clock = clock or FakeClock()
-    listener = listener or Quiet()
+    listener = listener or Listener()
     session = RunSession(MemoryStateStore(clock=clock), version=None, holder="test@host pid 1",
                          clock=clock, listener=listener)
     return Run(cast(Kube, None), NS, load_catalog(), None, session, clock, listener,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from migrator.engine.progress import Quiet
+from migrator.engine.progress import Listener
 from migrator.engine.state import State
 from migrator.engine.state import lock as locking
 from migrator.engine.state.session import LOCK_TTL_SECONDS, RunSession
@@ -20,7 +20,7 @@ from tests.helpers.memorystate import MemoryConfigMap, MemoryStateStore
 HOLDER = "tester@host pid 1"
 
 
-class Said(Quiet):
+class Said(Listener):
     def __init__(self) -> None:
         self.lines: list[str] = []
 
@@ -29,9 +29,9 @@ class Said(Quiet):
 
 
 def session(store: MemoryStateStore, clock: FakeClock, *,
-            version: str | None = None, listener: Quiet | None = None) -> RunSession:
+            version: str | None = None, listener: Listener | None = None) -> RunSession:
     return RunSession(store, version=version, holder=HOLDER, clock=clock,
-                      listener=listener or Quiet())
+                      listener=listener or Listener())
 
 
 def _annotations(cm: MemoryConfigMap) -> dict[str, str]:

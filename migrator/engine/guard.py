@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.elector import LeaderElector
 from migrator.engine.events import Recorder
-from migrator.engine.guardloop import VERDICT, WAKE, Loop, Queued
+from migrator.engine.guardloop import VERDICT, WAKE, Cadence, Queued
 from migrator.engine.guardreconcile import PassResult, Reconciler, slice_view
 from migrator.engine.guardsettings import DEFAULT_LEASE, GuardSettings, timing, verdict_due
 from migrator.engine.guardwrites import Writers
@@ -188,7 +188,7 @@ class Guard:
             self.health.expect(f"watch/{plural}")
             self.health.check(f"watch/{plural}", functools.partial(_thread_ended, cache, stop))
         unobserve = self.kube.observe(self._saw)
-        loop = Loop(self.reconciler, self.elector.leading, self.health,
+        loop = Cadence(self.reconciler, self.elector.leading, self.health,
                     lambda: sum(c.relists for c in self.caches.values()))
         self.recorder.start()
         self.elector.start()

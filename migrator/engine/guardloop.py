@@ -1,4 +1,5 @@
-"""When the guard reconciles (`Guard.run` drives one `Loop`): its clocks and what each turn does.
+"""When the guard reconciles (`Guard.run` drives one `Cadence`): its clocks and what each turn
+does.
 
 Each `tick` follows the leader election (which renews the Lease on its own thread,
 `engine/elector.py`), runs a full pass when one is due (every `resync_seconds`, or after events,
@@ -39,8 +40,9 @@ VERDICT = "VERDICT"  # and another: something only the verdict reads changed (a 
 
 
 @dataclass
-class Loop:
-    """The run loop's clocks: when the next full pass is due, when the next verdict."""
+class Cadence:
+    """The guard's clocks: when the next full pass is due, when the next verdict (the phases'
+    one loop is `engine/loop.py`'s `Loop`)."""
 
     reconciler: Reconciler
     leading_now: Callable[[], bool]  # the elector's fence

@@ -9,7 +9,7 @@ import threading
 from typing import Any, cast
 
 from migrator.engine.guard import Guard
-from migrator.engine.guardloop import Loop, Queued
+from migrator.engine.guardloop import Cadence, Queued
 from migrator.kube.client import Kube
 from migrator.model.guarding import NOBODY, OTHER, TOOL, changed_hands, holder
 from migrator.model.stacks import load_catalog
@@ -59,7 +59,7 @@ def test_the_loop_follows_takeovers_and_counts_each_new_holder_once() -> None:
     """The loop's two uses of the answer: no throttle after a change of hands, and
     `dcgm_migrate_takeovers_total` counting each new holder (a lost Service is no takeover)."""
     guard = Guard(cast(Kube, None), "gpu-operator", CATALOG)
-    loop = Loop(guard.reconciler, lambda: True, guard.health, lambda: 0)
+    loop = Cadence(guard.reconciler, lambda: True, guard.health, lambda: 0)
     now = guard.clock.monotonic()
     loop.next_pass, loop.last_pass, loop.last_judged, loop.dirty = float("inf"), now, now, False
     stop = threading.Event()

@@ -60,6 +60,8 @@ def _plan(report: PlanReport) -> Doc:
         "scrapeDuplicates": report.scrape_duplicates,
         "verdict": report.verdict.as_dict(),
         "lostState": list(report.lost_state),
+        "stackChange": None if report.stack_change is None else {
+            "recorded": report.stack_change.recorded, "live": report.stack_change.live},
     }
 
 

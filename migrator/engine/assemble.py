@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from migrator import phases
 from migrator.engine import recovered, reporting, walk
-from migrator.engine.reports import Closing, PlanReport, RunReport, StatusReport
+from migrator.engine.reports import Closing, PlanReport, RunReport, StackChange, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome, scrapechecks
@@ -71,12 +71,9 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     found = discover(snapshot, catalog)
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
                                     if r.status.applied))
-    changed = state is not None and state.stack_changed(found.stack)
-    change = (f"the GPU Operator stack changed from {state.stack} (recorded) to "
-              f"{found.stack}: the completed phases were planned for {state.stack}; "
-              f"`dcgm-migrate apply --phase 3` re-plans them for {found.stack} "
-              "(docs/runbook.md, 'Changing stack')") if state is not None and changed else ""
-    views, decisions, said = reporting.walked(snapshot, catalog, state, options, change)
+    change = (StackChange(state.stack, found.stack)
+              if state is not None and state.stack_changed(found.stack) else None)
+    views, decisions, said = reporting.walked(snapshot, catalog, state, options)
     warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector
     for _number, decision in sorted(decisions.items()):
@@ -119,12 +116,12 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     return PlanReport(
         stack=found.stack, namespace=snapshot.namespace, fingerprint=snapshot.fingerprint(),
         components=tuple(f"{c.stack}/{c.component}" for c in found.components),
-        phases=views, warnings=merged(earlier, [change] if change else [], warnings),
+        phases=views, warnings=merged(earlier, [str(change)] if change else [], warnings),
         tool_duplicates=len(tool_dups), scrape_duplicates=len(certain),
         verdict=outcome.verdict(snapshot, catalog, phases.answers(),
                                 completed=state.completed_phase() if state else 0,
                                 allowed_foreign=state.foreign_allowed() if state else ()),
-        lost_state=tuple(lost),
+        lost_state=tuple(lost), stack_change=change,
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
@@ -145,6 +142,9 @@ def _status_faults(status: StatusReport) -> list[str]:
         out.append(f"a run was interrupted; resume: `{status.run.resume}`")
     if status.report.lost_state:
         out.append("the state is lost (Warnings)")
+    if status.report.stack_change is not None:
+        out.append("the completed phases were planned for another GPU Operator stack "
+                   "(Warnings)")
     if not status.report.gates_ok(completed_only=True):
         out.append("a completed phase no longer holds (above)")
     if status.report.unexpected_failures():

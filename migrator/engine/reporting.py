@@ -39,10 +39,8 @@ OWNED_AFTER_SWITCH = (
 class Report(Project):
     """`Project`, viewed as the report shows each phase (module docstring)."""
 
-    def __init__(self, snapshot: Snapshot, catalog: Catalog, options: Options,
-                 stack_change: str) -> None:
+    def __init__(self, snapshot: Snapshot, catalog: Catalog, options: Options) -> None:
         super().__init__(snapshot, catalog, RunSettings(options=options))
-        self.stack_change = stack_change  # the stack-unchanged gate's detail, "" when none
         self.decisions: dict[int, Decision] = {}
 
     def _judged(self, decision: Decision) -> PhaseView:
@@ -60,11 +58,7 @@ class Report(Project):
             notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                 s.object for s in again.steps)))
             self.warnings.append(notes[-1])
-        first = self.stack_change and not any(
-            v.status is PhaseStatus.COMPLETED for v in self.views.values())
-        gates = ((GateResult("stack-unchanged", False, self.stack_change),) if first else ()) \
-            + decision.gates
-        return PhaseView(module.NUMBER, module.NAME, PhaseStatus.COMPLETED, (), gates,
+        return PhaseView(module.NUMBER, module.NAME, PhaseStatus.COMPLETED, (), decision.gates,
                          tuple(notes), decision.record_error)
 
     def holds(self, decision: Decision) -> None:
@@ -112,12 +106,12 @@ class Report(Project):
         self._on = None
 
 
-def walked(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
-           stack_change: str) -> tuple[tuple[PhaseView, ...], dict[int, Decision], list[str]]:
+def walked(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options
+           ) -> tuple[tuple[PhaseView, ...], dict[int, Decision], list[str]]:
     """Every phase through the one loop on the report back end: the views, the decisions the
     loop took, and the warnings the phases gave. A gate that would stop the run stops the
     loop there; the phases after it are shown as planned on the cluster as it would be."""
-    backend = Report(snapshot, catalog, options, stack_change)
+    backend = Report(snapshot, catalog, options)
     walking = state or State(snapshot.namespace)
     with contextlib.suppress(Stopped):
         Loop(backend, walking).apply(max(phases.numbers()))

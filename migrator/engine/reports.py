@@ -42,6 +42,22 @@ class PhaseView:
 
 
 @dataclass(frozen=True)
+class StackChange:
+    """The GPU Operator stack running now is not the one the completed phases were planned
+    for (a stack changed without `change-stack`): none of them holds until `apply` re-plans
+    them for the stack running now."""
+
+    recorded: str
+    live: str
+
+    def __str__(self) -> str:
+        return (f"the GPU Operator stack changed from {self.recorded} (recorded) to "
+                f"{self.live}: the completed phases were planned for {self.recorded}; "
+                f"`dcgm-migrate apply --phase 3` re-plans them for {self.live} "
+                "(docs/runbook.md, 'Changing stack')")
+
+
+@dataclass(frozen=True)
 class PlanReport:
     """What `plan` prints, and the common part of every report of the cluster (apply,
     rollback, status, verify)."""
@@ -56,13 +72,16 @@ class PlanReport:
     scrape_duplicates: int
     verdict: Verdict
     lost_state: tuple[str, ...]
+    stack_change: StackChange | None = None
     # `plan` only: what the fingerprint covers, per object and field (the plan file keeps it,
     # so a stale plan names what changed); not part of the document
     objects: Mapping[str, Mapping[str, str]] | None = None
 
     def holds(self, upto: int) -> bool:
-        """Phases 1..upto completed and every verification gate of theirs passes now."""
-        return all(holds(v.status, v.gates) for v in self.phases if v.number <= upto)
+        """Phases 1..upto completed for the stack running now, and every verification gate of
+        theirs passes now."""
+        return self.stack_change is None and all(
+            holds(v.status, v.gates) for v in self.phases if v.number <= upto)
 
     def gates_ok(self, *, completed_only: bool = False) -> bool:
         return all(g.ok for v in self.phases for g in v.gates

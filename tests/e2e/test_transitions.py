@@ -104,8 +104,8 @@ def test_stack_change_is_detected_and_apply_replans_for_the_new_stack(
         doc = status.json()
         assert doc["stack"] == "gpucluster"
         assert any("stack changed from clusterpolicy" in w for w in doc["warnings"])
+        assert doc["stackChange"] == {"recorded": "clusterpolicy", "live": "gpucluster"}
         failed = _failed(doc)
-        assert "stack-unchanged" in failed
         assert "does not exist" in failed["stable-name/nvidia-dcgm"], failed
         assert "does not exist" in failed["stable-name/nvidia-dcgm-exporter"], failed
         assert env.cli("verify").code == 1
@@ -341,7 +341,12 @@ def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
             kinds.DAEMONSET, NS, "nvidia-dcgm-dra") is None, 30)
         status = env.cli("status", "-o", "json")
         assert status.code == 1
-        assert "stack-unchanged" in _failed(status.json())
+        assert status.json()["stackChange"] == {"recorded": "gpucluster",
+                                                 "live": "clusterpolicy"}
+        table = env.cli("status")
+        assert table.code == 1
+        assert "the completed phases were planned for another GPU Operator stack" in table.stdout \
+            + table.stderr, table.stdout
         res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s", "-o", "json")
     assert res.code == 0, res.stderr
     assert res.json()["stack"] == "clusterpolicy"

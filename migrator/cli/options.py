@@ -11,6 +11,8 @@ from typing import Annotated
 import typer
 import yaml
 
+from migrator.errors import UsageError
+from migrator.kube.config import resolve_source
 from migrator.model import yamldoc
 
 
@@ -61,9 +63,6 @@ def default_namespace(kubeconfig: str | None = None, service_account: Path | Non
     (tools/clientcmd/client_config.go `inClusterClientConfig.Namespace`: $POD_NAMESPACE, else
     the service account's namespace file), so docs/guard.yaml and docs/job.yaml follow a
     kustomize overlay's `namespace:`; anywhere else gpu-operator."""
-    from migrator.errors import UsageError
-    from migrator.kube.config import resolve_source
-
     env = dict(os.environ if environ is None else environ)
     try:
         in_cluster = resolve_source(kubeconfig, env).in_cluster

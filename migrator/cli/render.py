@@ -17,6 +17,7 @@ from rich.table import Table
 from migrator.cli.commandline import Selection, command, complete, completed, long_name
 from migrator.cli.documents import to_document
 from migrator.cli.options import Output
+from migrator.engine.assemble import closing
 from migrator.engine.reports import (
     GuardReport,
     PlanReport,
@@ -159,8 +160,6 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
         result = shown_report.result
         con.print(f"\n[bold]writes[/bold] {result.writes}"
                   + ("  (server-side dry run: nothing persisted)" if result.dry_run else ""))
-    from migrator.engine.assemble import closing
-
     con.print()
     for line in closing(doc if isinstance(shown_report, Question) else shown_report):
         color = "green" if line.ok else "red"

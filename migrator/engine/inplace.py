@@ -30,6 +30,7 @@ from migrator.model import objects as o
 from migrator.model.gates import GateResult
 from migrator.model.snapshot import PodView
 from migrator.model.steps import RelabelPods, Step
+from migrator.model.wording import counted
 
 Obj = dict[str, Any]
 HASH_LABEL = "controller-revision-hash"
@@ -144,7 +145,7 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     with interrupts.shielded():
         phase.mark(step, "done")
         backend.save()
-    note = (f"DaemonSet/{name}: {done} pods relabelled in place"
+    note = (f"DaemonSet/{name}: {counted(done, 'pod')} relabelled in place"
             + (f"; left to its rollout: {'; '.join(left)}" if left else ""))
     backend.listener.message(note)
     if left:

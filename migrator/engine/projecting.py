@@ -38,6 +38,7 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.stepbase import Change
 from migrator.model.steps import Step
+from migrator.model.wording import counted
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -307,16 +308,16 @@ def _waits(b: Project, work: PhaseWork, step: Step, before: Snapshot, after: Sna
                        for k, v in step.pod_labels().items())
     if step.pod_by_pod and step.name in before.daemonsets:
         pods = [p for p in before.pods_of(step.name) if not p.deleting]
-        out.append(f"DaemonSet/{step.name}'s {len(pods)} pods relabelled in place, none "
-                   "restarted" if step.type == "relabel-pods" else
-                   f"DaemonSet/{step.name}'s {len(pods)} old pods deleted one node at a time, "
-                   "each after the previous node's new pod is Ready (--roll-on-delete)")
+        out.append(f"DaemonSet/{step.name}'s {counted(len(pods), 'pod')} relabelled in place, "
+                   "none restarted" if step.type == "relabel-pods" else
+                   f"DaemonSet/{step.name}'s {counted(len(pods), 'old pod')} deleted one node at "
+                   "a time, each after the previous node's new pod is Ready (--roll-on-delete)")
     elif ds is not None and o.update_strategy(ds) == "OnDelete":
         return []  # the template change rolls nothing (`afterwrite.wait`)
     elif ds is not None and step.rolls_pods():
         desired = g.rollout_counts(ds)[2]
-        out.append(f"the rollout of DaemonSet/{step.name}: {desired} pods replaced, at most "
-                   f"{o.max_unavailable(ds, desired)} unavailable at a time")
+        out.append(f"the rollout of DaemonSet/{step.name}: {counted(desired, 'pod')} replaced, "
+                   f"at most {o.max_unavailable(ds, desired)} unavailable at a time")
     for r in work.module.after_write(b.context(after), step):
         check, _, name = r.name.partition("/")
         if check == "rollout-complete":

@@ -14,6 +14,7 @@ from typing import Any
 
 from migrator.model import objects as o
 from migrator.model.snapshot import PodView, Snapshot
+from migrator.model.wording import counted
 
 Obj = dict[str, Any]
 MAX_NAMED = 5
@@ -119,8 +120,8 @@ def pods_carry(snapshot: Snapshot, daemonset: str, labels: Mapping[str, str | No
     off = [p for p in pods if any(p.labels.get(k) != v for k, v in labels.items())]
     name = f"{gate}/{daemonset}"
     if not off:
-        return GateResult(name, True, f"{len(pods)} pods")
-    return GateResult(name, False, f"{len(off)} of {len(pods)} pods lack it: "
+        return GateResult(name, True, counted(len(pods), "pod"))
+    return GateResult(name, False, f"{len(off)} of {counted(len(pods), 'pod')} lack it: "
                       f"{_names(p.name for p in off)} on nodes {_names(p.node for p in off)}")
 
 
@@ -231,18 +232,19 @@ def foreign_pods(service: str, strays: list[str], owned_by: Iterable[str], allow
     if not strays:
         return GateResult(name, True, "selects only pods of the DaemonSets")
     staying = [p for p in strays if p not in (leaving or {})]
-    what = (f"{len(strays)} pods outside DaemonSets {_names(owned_by)}: {_names(strays)}")
+    what = (f"{counted(len(strays), 'pod')} outside DaemonSets {_names(owned_by)}: "
+            f"{_names(strays)}")
     if allowed:
         return GateResult(name, True, f"{what} (allowed by --allow-foreign-pods)")
     if not staying:
         why = sorted({(leaving or {})[p] for p in strays})
-        return GateResult(name, False, f"{len(strays)} pods that garbage collection is "
+        return GateResult(name, False, f"{counted(len(strays), 'pod')} that garbage collection is "
                           f"removing ({'; '.join(why)}): {_names(strays)}; the switch waits "
                           "until they are gone", wait=True)
-    return GateResult(name, False, f"the common selector would also select {len(staying)} "
-                      f"pods outside DaemonSets {_names(owned_by)}: {_names(staying)}; remove "
-                      "the common label from them, or rerun with --allow-foreign-pods if they "
-                      "belong behind this Service")
+    return GateResult(name, False, "the common selector would also select "
+                      f"{counted(len(staying), 'pod')} outside DaemonSets {_names(owned_by)}: "
+                      f"{_names(staying)}; remove the common label from them, or rerun with "
+                      "--allow-foreign-pods if they belong behind this Service")
 
 
 def services_selecting(snapshot: Snapshot, label_key: str) -> list[str]:

@@ -13,6 +13,7 @@ from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.planning import PlanContext
 from migrator.model.steps import HoldStrategy, RelabelPods, RestoreStrategy, SetLabels, Step
+from migrator.model.wording import counted
 
 HASH_LABEL = "controller-revision-hash"
 
@@ -62,7 +63,8 @@ def cost(ds: Mapping[str, Any], pods: int, rolling: str | None) -> str:
     pod patch each in place."""
     if rolling is None:
         seconds = IN_PLACE_FLOOR_SECONDS + pods * IN_PLACE_SECONDS_PER_POD
-        return (f"in place: 0 of {pods} pods restarted, {pods} pod patches, about "
+        return (f"in place: 0 of {counted(pods, 'pod')} restarted, "
+                f"{counted(pods, 'pod patch', 'pod patches')}, about "
                 f"{seconds:.0f} s (every pod runs the current revision and only template "
                 "labels change)")
     probes = [c.get("readinessProbe") or {} for c in
@@ -71,5 +73,5 @@ def cost(ds: Mapping[str, Any], pods: int, rolling: str | None) -> str:
                  for p in probes), default=10)
     budget = max(1, o.max_unavailable(dict(ds), pods))
     minutes = pods * delay / budget / 60
-    return (f"rolling ({rolling}): {pods} pods restarted, about {minutes:.0f} min "
+    return (f"rolling ({rolling}): {counted(pods, 'pod')} restarted, about {minutes:.0f} min "
             f"({pods} x {delay}s readiness / maxUnavailable {budget})")

@@ -54,6 +54,7 @@ from migrator.model.sharedfindings import lease_live, shared_findings
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog, Component, Label
 from migrator.model.traffic import foreign_endpoints, ports_served
+from migrator.model.wording import counted
 
 DRA_STACK = "gpucluster"
 __all__ = ["Answers", "Finding", "Remedy", "Verdict", "lease_live", "tool_marks", "verdict"]
@@ -250,9 +251,10 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
                               label == comp.common_label
                               else f"run {fixes.apply(Remedy.COMMON_LABELS)}")
     out.append(Finding("pods-labelled", subject, not off,
-                       f"{len(off)} of {len(pods)} pods lack {key}={value}: "
-                       f"{named(p.name for p in off)}" if off else f"{len(pods)} pods carry "
-                       f"{key}={value}", fix, fixes.phase(Remedy.COMMON_LABELS)))
+                       f"{len(off)} of {counted(len(pods), 'pod')} lack {key}={value}: "
+                       f"{named(p.name for p in off)}" if off else
+                       f"{counted(len(pods), 'pod')} carry {key}={value}", fix,
+                       fixes.phase(Remedy.COMMON_LABELS)))
     return out
 
 

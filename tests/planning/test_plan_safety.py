@@ -175,6 +175,6 @@ def test_foreign_pods_that_garbage_collection_removes_are_waited_for_not_refused
     mixed = gates.foreign_pods("nvidia-dcgm", ["debug", "nvidia-dcgm-a"], ["nvidia-dcgm-dra"],
                                False, leaving=leaving)
     assert not mixed.ok and not mixed.wait
-    assert "would also select 1 pods outside DaemonSets nvidia-dcgm-dra: debug;" in mixed.detail
+    assert "would also select 1 pod outside DaemonSets nvidia-dcgm-dra: debug;" in mixed.detail
     allowed = gates.foreign_pods("nvidia-dcgm", ["debug"], ["nvidia-dcgm-dra"], True)
     assert allowed.ok

@@ -350,10 +350,7 @@ def status(session: Session) -> StatusReport:
                                           "are under `run.rollback`"))
             if v.number in undoing else v for v in report.phases))
     return StatusReport(report, digest, run, state_error=broken,
-                        ok=not broken and not report.unexpected_failures()
-                        and not report.lost_state and report.stack_change is None
-                        and report.gates_ok(completed_only=True)
-                        and run.state != "interrupted")
+                        ok=not broken and not assemble.status_faults(report, run))
 
 
 def verify(session: Session) -> StatusReport:

@@ -10,7 +10,14 @@ from collections.abc import Iterable
 
 from migrator import phases
 from migrator.engine import recovered, reporting, walk
-from migrator.engine.reports import Closing, PlanReport, RunReport, StackChange, StatusReport
+from migrator.engine.reports import (
+    Closing,
+    PlanReport,
+    RunReport,
+    RunView,
+    StackChange,
+    StatusReport,
+)
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome, scrapechecks
@@ -135,21 +142,27 @@ def _span(numbers: list[int]) -> str:
             numbers == list(range(numbers[0], numbers[-1] + 1)) else ", ".join(map(str, numbers)))
 
 
-def _status_faults(status: StatusReport) -> list[str]:
-    """Why `status` fails beyond the verdict: the state's side of the answer."""
+def status_faults(report: PlanReport, run: RunView) -> list[str]:
+    """Why `status` (and `verify`) fails, but for a state it cannot read: the one answer its
+    exit code (`commands.status`) and its closing line both give."""
     out = []
-    if status.run.state == "interrupted":
-        out.append(f"a run was interrupted; resume: `{status.run.resume}`")
-    if status.report.lost_state:
+    if run.state == "interrupted":
+        out.append(f"a run was interrupted; resume: `{run.resume}`")
+    if report.lost_state:
         out.append("the state is lost (Warnings)")
-    if status.report.stack_change is not None:
+    if report.stack_change is not None:
         out.append("the completed phases were planned for another GPU Operator stack "
                    "(Warnings)")
-    if not status.report.gates_ok(completed_only=True):
+    if not report.gates_ok(completed_only=True):
         out.append("a completed phase no longer holds (above)")
-    if status.report.unexpected_failures():
+    if report.unexpected_failures():
         out.append("the stable identity is broken (verdict above)")
-    return out or ["see above"]
+    return out
+
+
+def _status_line(status: StatusReport) -> Closing:
+    return Closing("status", False,
+                   "; ".join(status_faults(status.report, status.run) or ["see above"]))
 
 
 def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
@@ -168,7 +181,7 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
                          f"; consumers' traffic is misrouted or dropped: {', '.join(traffic)}"
                          if traffic else ""))]
     if isinstance(shown, StatusReport) and not shown.ok:
-        lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
+        lines.append(_status_line(shown))
     if not isinstance(shown, RunReport):
         return lines
     result = shown.result
@@ -217,7 +230,7 @@ def _rolled_back(shown: PlanReport | RunReport | StatusReport,
                              "fail that no phase answers for ("
                              f"{', '.join(c.name for c in unexpected)}){fix}"))
     if isinstance(shown, StatusReport) and not shown.ok:
-        lines.append(Closing("status", False, "; ".join(_status_faults(shown))))
+        lines.append(_status_line(shown))
     if isinstance(shown, RunReport):
         lines.append(Closing("run", shown.ok, f"phase{'s' if len(undone) > 1 else ''} "
                              f"{_span(undone)} rolled back" if shown.ok else

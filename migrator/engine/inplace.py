@@ -11,8 +11,8 @@ Each pod is patched only when the two revisions' `data` (upstream's `getPatch`: 
 `$patch: replace`) are equal once their template labels are set aside; each patch tests the
 pod's uid and old hash, so a pod recreated or moved in between answers 422 and is left to the
 rollout `RestoreStrategy` lets the controller make; a pod that already carries the patch (its
-answer lost, the retry refused by its own `test`) counts as relabelled. A part of the apply back end
-(engine/applying.py), working through `loop.Applier`, as `ondelete` does.
+answer lost, the retry refused by its own `test`) counts as relabelled. A part of the apply back
+end (engine/applying.py), working through `loop.Applier`, as `ondelete` does.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
 from migrator.model.snapshot import PodView
+from migrator.model.stepbase import labels_match
 from migrator.model.steps import RelabelPods, Step
 from migrator.model.wording import counted
 
@@ -91,10 +92,9 @@ def pod_patch(pod: PodView, old: Mapping[str, str], new: Mapping[str, str],
 def carries(pod: Mapping[str, Any], uid: str, new: Mapping[str, str], new_hash: str) -> bool:
     """Whether `pod` is the one a patch was sent for and already carries what it writes: a
     patch whose answer was lost lands, so its retry fails its own `test` of the old hash."""
-    labels = o.labels(pod)
-    return (o.meta(pod).get("uid") == uid and labels.get(HASH_LABEL) == new_hash
-            and all(labels.get(k) == v for k, v in new.items()
-                    if k not in (HASH_LABEL, GENERATION_LABEL)))
+    wanted = {k: v for k, v in new.items() if k != GENERATION_LABEL}
+    return o.meta(pod).get("uid") == uid and labels_match(o.labels(pod),
+                                                          {**wanted, HASH_LABEL: new_hash})
 
 
 def _revisions(backend: Applier, ds: Obj) -> list[Obj]:

@@ -189,7 +189,7 @@ class Guard:
             self.health.check(f"watch/{plural}", functools.partial(_thread_ended, cache, stop))
         unobserve = self.kube.observe(self._saw)
         loop = Cadence(self.reconciler, self.elector.leading, self.health,
-                    lambda: sum(c.relists for c in self.caches.values()))
+                       lambda: sum(c.relists for c in self.caches.values()))
         self.recorder.start()
         self.elector.start()
         try:

@@ -143,8 +143,7 @@ class Faults:
         return self.update(error_rate=0.0, error_codes=list(INJECTABLE_CODES),
                            retry_after_seconds=1, latency_ms=0.0, fail_nth_write=None,
                            disabled_groups=[], hang_nth_write=None, hang_write_of=None,
-                           deny_writes=[],
-                           deny_message="denied by policy", stall_watches=False)
+                           deny_writes=[], deny_message="denied by policy", stall_watches=False)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -315,9 +315,9 @@ def shared(factory: pytest.TempPathFactory, name: str,
     path = root / f"{name}.json"
     with (root / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.is_file():
-            made = json.dumps(make())
-            path.with_suffix(".tmp").write_text(made)
-            path.with_suffix(".tmp").replace(path)
+        if not path.is_file():  # written whole, then renamed: never read half-written
+            written = path.with_suffix(".tmp")
+            written.write_text(json.dumps(make()))
+            written.replace(path)
         loaded: dict[str, Any] = json.loads(path.read_text())
         return loaded

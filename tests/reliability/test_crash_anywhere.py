@@ -73,17 +73,6 @@ def _reference(fresh: Callable[..., Env], prepare: Prepare, args: tuple[str, ...
     return ref
 
 
-def _shared_reference(fresh: Callable[..., Env], factory: pytest.TempPathFactory,
-                      prepare: Prepare, args: tuple[str, ...]) -> Reference:
-    """`_reference`, made once per session (`crash.shared`)."""
-    def make() -> dict[str, Any]:
-        ref = _reference(fresh, prepare, args)
-        return {**asdict(ref), "allowed": sorted(ref.allowed)}
-
-    made = crash.shared(factory, f"crash-anywhere-{args[0]}", make)
-    return Reference(**{**made, "allowed": set(made["allowed"])})
-
-
 def _pod_uids(env: Env) -> dict[str, str]:
     """Every pod of the DCGM and exporter DaemonSets, name -> uid."""
     return {p["metadata"]["name"]: p["metadata"]["uid"]
@@ -125,7 +114,13 @@ def _resume_problems(env: Env, ref: Reference, args: tuple[str, ...],
 
 def _referenced(fresh: Callable[..., Env], factory: pytest.TempPathFactory, prepare: Prepare,
                 args: tuple[str, ...], label: str) -> Reference:
-    ref = _shared_reference(fresh, factory, prepare, args)
+    """`_reference`, made once per session (`crash.shared`)."""
+    def make() -> dict[str, Any]:
+        ref = _reference(fresh, prepare, args)
+        return {**asdict(ref), "allowed": sorted(ref.allowed)}
+
+    made = crash.shared(factory, f"crash-anywhere-{args[0]}", make)
+    ref = Reference(**{**made, "allowed": set(made["allowed"])})
     assert ref.writes > 5, f"{label}: only {ref.writes} writes; the harness counted nothing real"
     return ref
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ RECONCILED_KINDS = frozenset({"DaemonSet", "Service", "ResourceClaimTemplate"})
 # The informers' resync (controller-runtime's `SyncPeriod`, 10 h: the GPU Operator sets none),
 # the imitation's default `period`; tests shorten it. Simulated seconds.
 RESYNC_SECONDS = Q.SYNC_PERIOD
+HISTORY = 64  # reconciles kept for `status()["history"]`
 STATE_SKEL_GVKS = reconciles.STATE_SKEL_GVKS  # internal/state/state_skel.go getSupportedGVKs
 # The fork's deleteStateRelatedObjects: "Shared endpoints have their own lifecycle".
 SHARED_SERVICES = frozenset({"nvidia-dcgm", "nvidia-dcgm-exporter"})
@@ -197,6 +199,10 @@ class OperatorImitation(Controller):
         self._release = release
         self._release_lock = threading.Lock()
         self._queue = Q.Requeues()
+        # the last reconciles of either CR, in simulated time: what a test reads to tell a
+        # requeue from an event without timing real seconds (`status()["history"]`)
+        self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self._requeued_at: dict[tuple[str, float], float] = {}  # (item, due) -> when it was set
         self._fixtures = Fixtures()
         # render() is pure: an unchanged CR reuses its last rendering (apply_desired copies)
         self._rendered: dict[tuple[str, str, str, str], list[Obj]] = {}
@@ -225,7 +231,8 @@ class OperatorImitation(Controller):
                 "period": self.period, "reconciles": self.reconciles,
                 "sharedServiceReconciles": self.shared_reconciles,
                 "sharedServiceWrites": self.shared_writes,
-                "sharedServiceErrors": list(self.shared_errors)}
+                "sharedServiceErrors": list(self.shared_errors),
+                "history": list(self._history)}
 
     # ---- when (operatorqueue.py) ---------------------------------------------------------------
 
@@ -248,25 +255,32 @@ class OperatorImitation(Controller):
 
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
         release = releases.release(self.release)
-        wanted: set[str] = set()
+        why: dict[str, dict[str, Any]] = {}  # controller -> what made it reconcile
         mode = R.MODE_LABEL if release.mode_label else None
         for event in events:
-            wanted |= Q.triggered(event.type, event.resource.kind, event.old, event.object, mode)
+            triggered = Q.triggered(event.type, event.resource.kind, event.old, event.object, mode)
+            for controller in triggered:
+                why.setdefault(controller, {"by": "event"})
         for key in due:
-            if key in ("start", "release"):
-                wanted |= {CP, GC}
-            elif key == "resync":
-                wanted |= {CP, GC}
-                self.schedule("resync", self.period, background=True)
+            if key in ("start", "release", "resync"):
+                for controller in (CP, GC):
+                    why.setdefault(controller, {"by": key})
+                if key == "resync":
+                    self.schedule("resync", self.period, background=True)
             elif key == "shared-resync":
                 self.schedule("shared-resync", S.SHARED_RESYNC_SECONDS, background=True)
-            elif isinstance(key, tuple) and self._queue.fired(key[1], key[2]):
-                wanted.add(key[1])
-        if wanted:
+            elif isinstance(key, tuple):
+                set_at = self._requeued_at.pop((key[1], key[2]), None)
+                if self._queue.fired(key[1], key[2]):
+                    why.setdefault(key[1], {"by": "requeue", "due": key[2], "setAt": set_at})
+        if why:
             self.reconciles += 1
-        if CP in wanted:  # the two controllers' Reconcile (reconciles.py)
+        now = self.clock.now()
+        for controller, cause in why.items():
+            self._history.append({"controller": controller, "at": now, **cause})
+        if CP in why:  # the two controllers' Reconcile (reconciles.py)
             self._requeue(CP, reconciles.clusterpolicy(self, release, self._queue))
-        if GC in wanted:
+        if GC in why:
             self._requeue(GC, reconciles.gpucluster(self, release))
         if release.shared_services and (
                 any(ev.resource.key != kinds.DAEMONSET.key and ev.resource.key != kinds.NODE.key
@@ -276,8 +290,10 @@ class OperatorImitation(Controller):
     def _requeue(self, item: str, delay: float | None) -> None:
         if delay is None:
             return
-        due = self._queue.add_after(item, self.clock.now(), delay)
+        now = self.clock.now()
+        due = self._queue.add_after(item, now, delay)
         if due is not None:
+            self._requeued_at[(item, due)] = now
             self.schedule(("requeue", item, due), delay, background=True)
 
     def reconcile_shared(self) -> S.SharedResult:

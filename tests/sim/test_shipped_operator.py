@@ -103,9 +103,11 @@ class Api:
     def reconciles(self) -> int:
         return int(self.operator()["reconciles"])
 
-    def history(self) -> list[Obj]:
-        """The imitation's last reconciles: controller, simulated time, what made it run."""
-        return list(self.operator()["history"])
+    def first_reconcile(self, controller: str, since: float) -> Obj:
+        """The first reconcile of `controller` (upstream's name) to start at or after
+        simulated time `since`, from the imitation's records: when, and what made it run."""
+        return next(r for r in self.operator()["history"]
+                    if r["controller"] == controller and r["at"] >= since)
 
     def error_is(self, which: tuple[str, str, str], name: str, reason: str, message: str) -> bool:
         cond = self.condition(which, name, "Error")
@@ -196,8 +198,7 @@ def test_a_clusterpolicy_beside_a_running_gpucluster_stalls_both_and_deletes_not
            "the GPUCluster refused")
     # from the imitation's own records, so a loaded machine cannot blur it: the first
     # GPUCluster reconcile to start after the ClusterPolicy came is its one-minute requeue
-    first = next(r for r in k.history()
-                 if r["controller"] == "gpu-cluster-controller" and r["at"] >= created)
+    first = k.first_reconcile("gpu-cluster-controller", created)
     assert first["by"] == "requeue"
     assert first["due"] - first["setAt"] == pytest.approx(60)
     for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
@@ -248,7 +249,8 @@ def test_a_ready_gpucluster_reverts_a_hand_edit_at_its_minute_requeue(
     k.hold(5)
     assert k.selector(name) == {R.EXPORTER_LABEL: "true"}  # not within 5 s
     k.wait(lambda: k.selector(name) == {"app": name}, 70, "the revert")
-    assert 5 < k.now() - edited <= 60 + 5
+    first = k.first_reconcile("gpu-cluster-controller", edited)
+    assert first["by"] == "requeue" and 5 < first["due"] - edited <= 60
 
 
 def test_a_ready_clusterpolicy_reverts_a_hand_edit_only_on_an_event(
@@ -257,13 +259,16 @@ def test_a_ready_clusterpolicy_reverts_a_hand_edit_only_on_an_event(
     until an event of a DaemonSet it controls (or a node label, or its CR) reconciles it."""
     k = make_api("clusterpolicy")
     k.sim.wait_idle()
+    edited = k.now()
     k.set_selector("nvidia-dcgm", {R.DCGM_LABEL: "true"})
     k.hold(120)
     assert k.selector("nvidia-dcgm") == {R.DCGM_LABEL: "true"}
+    touched = k.now()
     k.apps.patch_namespaced_daemon_set("nvidia-dcgm", NS, {"metadata": {
         "annotations": {"example.com/touched": "yes"}}})
-    took = k.wait(lambda: k.selector("nvidia-dcgm") == {"app": "nvidia-dcgm"}, 10, "the revert")
-    assert took <= 2
+    k.wait(lambda: k.selector("nvidia-dcgm") == {"app": "nvidia-dcgm"}, 10, "the revert")
+    assert k.first_reconcile("clusterpolicy-controller", edited)["at"] >= touched
+    assert k.first_reconcile("clusterpolicy-controller", touched)["by"] == "event"
 
 
 @pytest.mark.parametrize("stack", ["mixed", "both"])

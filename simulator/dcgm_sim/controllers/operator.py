@@ -58,7 +58,7 @@ RECONCILED_KINDS = frozenset({"DaemonSet", "Service", "ResourceClaimTemplate"})
 # The informers' resync (controller-runtime's `SyncPeriod`, 10 h: the GPU Operator sets none),
 # the imitation's default `period`; tests shorten it. Simulated seconds.
 RESYNC_SECONDS = Q.SYNC_PERIOD
-HISTORY = 64  # reconciles kept for `status()["history"]`
+HISTORY = 256  # reconciles kept for `status()["history"]`
 STATE_SKEL_GVKS = reconciles.STATE_SKEL_GVKS  # internal/state/state_skel.go getSupportedGVKs
 # The fork's deleteStateRelatedObjects: "Shared endpoints have their own lifecycle".
 SHARED_SERVICES = frozenset({"nvidia-dcgm", "nvidia-dcgm-exporter"})

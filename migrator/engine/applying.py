@@ -136,7 +136,8 @@ class Apply:
                        target=self.target, **self._options())
         self.save()  # baselines and originals are in the state before any write
         return PhaseWork(decision.module, rec, plan,
-                         tuple(ServiceBaseline.from_dict(b) for b in rec.baselines), direction)
+                         tuple(ServiceBaseline.from_dict(b) for b in rec.baselines), direction,
+                         decision.ctx.snapshot)
 
     def finish(self, work: PhaseWork) -> None:
         rec = work.rec

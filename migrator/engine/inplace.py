@@ -141,7 +141,7 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     done = 0
     if found:
         ds, revs = found[0]
-        done, left = _patch_pods(backend, step, ds, revs)
+        done, left = _patch_pods(backend, phase, step, ds, revs)
     with interrupts.shielded():
         phase.mark(step, "done")
         backend.save()
@@ -153,8 +153,8 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     backend.listener.step(StepEvent(rec.number, step, "done"))
 
 
-def _patch_pods(backend: Applier, step: RelabelPods, ds: Obj, revs: list[Obj]
-                ) -> tuple[int, list[str]]:
+def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
+                revs: list[Obj]) -> tuple[int, list[str]]:
     """(pods patched, why the others were left to roll)."""
     current = revs[-1]
     new_hash = o.labels(current).get(HASH_LABEL, "")
@@ -163,7 +163,7 @@ def _patch_pods(backend: Applier, step: RelabelPods, ds: Obj, revs: list[Obj]
     if step.rendered is not None and o.annotations_of(ds).get(hash_key) != step.rendered:
         return 0, [f"the operator re-rendered it ({hash_key} "
                    f"{step.rendered} → {o.annotations_of(ds).get(hash_key)})"]
-    pods = [p for p in backend.snapshot().pods_of(step.daemonset)
+    pods = [p for p in backend.fresh(phase.decided).pods_of(step.daemonset)
             if not p.deleting and p.labels.get(HASH_LABEL) != new_hash]
     left: list[str] = []
     new_labels = o.template_labels(ds)

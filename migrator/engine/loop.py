@@ -95,6 +95,9 @@ class PhaseWork:
     plan: PhasePlan
     bases: tuple[ServiceBaseline, ...]
     direction: Direction
+    # what the phase was decided on: its CRs, monitors and Leases serve every step's gates
+    # (no step changes them); the namespace is read afresh for each (`fresh`)
+    decided: Snapshot
 
     @property
     def rollback(self) -> bool:
@@ -113,6 +116,7 @@ class Backend(Protocol):
     """What a step does: the loop calls these and nothing else with an effect.
 
     snapshot / live     the cluster (as read, or as it would be) / the step's object now
+    fresh               the namespace read again onto a base, its cluster-scoped objects kept
     stack               the stack running now (`changed`: not the completed phases' one)
     holds               a completed phase that still holds: left alone
     begin / start       a phase worked on: its retirements and plan / recorded as started
@@ -131,6 +135,7 @@ class Backend(Protocol):
     settings: RunSettings
 
     def snapshot(self) -> Snapshot: ...
+    def fresh(self, base: Snapshot) -> Snapshot: ...
     def live(self, step: Step) -> Obj | None: ...
     def stack(self, state: State, live: str, changed: bool) -> None: ...
     def holds(self, decision: Decision) -> None: ...
@@ -222,7 +227,7 @@ class Loop:
             if step.satisfied(b.live(step)):  # resume: no double write
                 b.skip(work, step)
             else:
-                base = b.snapshot()
+                base = b.fresh(work.decided)
                 pre = list(work.module.before_write(
                     context(b.catalog, b.settings.options, base), step))
                 if g.failed(pre) and all(r.wait for r in g.failed(pre)):

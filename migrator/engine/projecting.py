@@ -100,6 +100,9 @@ class Project:
     def snapshot(self) -> Snapshot:
         return self.projected
 
+    def fresh(self, base: Snapshot) -> Snapshot:
+        return self.projected
+
     def live(self, step: Step) -> Obj | None:
         return _live(self.projected, step)
 
@@ -150,7 +153,8 @@ class Project:
     def start(self, decision: Decision, direction: Direction) -> PhaseWork:
         rec, plan = decision.record, decision.plan
         assert rec is not None and plan is not None
-        return PhaseWork(decision.module, rec, plan, tuple(plan.guarded), direction)
+        return PhaseWork(decision.module, rec, plan, tuple(plan.guarded), direction,
+                         decision.ctx.snapshot)
 
     def finish(self, work: PhaseWork) -> None:
         on = self._on

@@ -29,7 +29,7 @@ STEP = SetLabels("dcgm", COMMON, COMMON, {}, {})
 def _phase(direction: Direction) -> PhaseWork:
     state = State(NS)
     return PhaseWork(phases.by_number(1), state.phase(1), PhasePlan(number=1, name="label"), (),
-                    direction)
+                    direction, Snapshot(NS))
 
 
 @pytest.mark.parametrize("direction", list(Direction))

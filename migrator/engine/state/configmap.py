@@ -42,6 +42,11 @@ def encode(document: dict[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def decode(text: str) -> Any:
+    """What `encode` wrote (ValueError for text that is not JSON)."""
+    return json.loads(text)
+
+
 def checksum(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -116,7 +121,7 @@ class ConfigMapFormat:
         if not isinstance(text, str) or data.get(CHECKSUM_KEY) != checksum(text):
             return False
         try:
-            document = json.loads(text)
+            document = decode(text)
         except ValueError:
             return False
         return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()
@@ -149,7 +154,7 @@ class ConfigMapFormat:
                 "corrupted"
             )
         try:
-            document = json.loads(text)
+            document = decode(text)
         except ValueError:
             raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
         if not isinstance(document, dict):

@@ -39,6 +39,7 @@ from migrator.engine.state.configmap import (
     ConfigMapFormat,
     StoredState,
     checksum,
+    decode,
     encode,
 )
 from migrator.engine.state.liveness import HolderCheck
@@ -93,10 +94,13 @@ class ConfigMapState(ConfigMapFormat):
         return cm
 
     def _hand_out(self, cm: Obj, document: dict[str, Any]) -> StoredState:
-        """The document at `cm`'s version, remembered as the one the caller saves on next."""
+        """The document at `cm`'s version, remembered as the one the caller saves on next.
+        `document` is the caller's own copy (decoded, never shared): a run saves on every
+        write, and a deep copy of a document that grows with every step cost more than the
+        decode of the text just written."""
         version = str(cm["metadata"]["resourceVersion"])
         self._handed = (version, self._stored_sha(cm) or "")
-        return StoredState(copy.deepcopy(document), version)
+        return StoredState(document, version)
 
     # ---- the document -----------------------------------------------------------------
 
@@ -142,10 +146,10 @@ class ConfigMapState(ConfigMapFormat):
                     if base is not None and self._stored_sha(base) == checksum(text):
                         # An earlier attempt of this very save landed but its answer was lost
                         # (a timeout, a dropped connection): the retry's 409 is our own write.
-                        return self._hand_out(base, document)
+                        return self._hand_out(base, decode(text))
                     continue
                 self._view(written)
-                return self._hand_out(written, document)
+                return self._hand_out(written, decode(text))
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} kept changing under this run.",
                 "make sure no other dcgm-migrate run or controller edits it, then run again",

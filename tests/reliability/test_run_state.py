@@ -102,13 +102,14 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
 def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[..., Env]) -> None:
     env = fresh(time_scale=SLOW)
     assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0
+    # in place, phase 1's rollback is over within a second: the sim holds the answer to its
+    # first pod patch, so both status reads see the same moment, whatever the machine's load
+    faults = env.sim.server.faults
+    faults.update(hang_nth_write=1, hang_write_of="patch pods")
     proc = crash.start(env.kubeconfig, *ROLLBACK)
     try:
-        def undoing_phase_1() -> bool:
-            first = _phases(env)[0]
-            return first["status"] == "in-progress" and bool(first["undo"])
-
-        crash.until(undoing_phase_1, proc)
+        assert faults.wait_held(60), "the rollback's first pod patch was never sent"
+        assert _phases(env)[0]["status"] == "in-progress"
         _, doc, table = _status(env)
         run = doc["run"]
         assert run["state"] == "rolling-back", run
@@ -126,7 +127,9 @@ def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[...,
         assert "run rolling back — rollback --phase 1, at phase 1" in table
         assert "rollback of phase 1 — label (in-progress)" in table
     finally:
-        stopped, err = _stop(proc)
+        proc.send_signal(signal.SIGTERM)  # the write in flight ends first: let its answer go
+        faults.release_held()
+        stopped, _, err = crash.finish(proc)
     assert stopped == 143, err
     _, doc, table = _status(env)
     assert doc["run"]["state"] == "interrupted"

@@ -95,9 +95,7 @@ class ConfigMapState(ConfigMapFormat):
 
     def _hand_out(self, cm: Obj, document: dict[str, Any]) -> StoredState:
         """The document at `cm`'s version, remembered as the one the caller saves on next.
-        `document` is the caller's own copy (decoded, never shared): a run saves on every
-        write, and a deep copy of a document that grows with every step cost more than the
-        decode of the text just written."""
+        `document` is a fresh decode, never shared (cheaper than a deep copy on every save)."""
         version = str(cm["metadata"]["resourceVersion"])
         self._handed = (version, self._stored_sha(cm) or "")
         return StoredState(document, version)

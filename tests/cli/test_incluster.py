@@ -29,6 +29,7 @@ from dcgm_sim.tls import make_certificate
 from migrator.cli.app import app
 from migrator.kube import Kube
 from migrator.kube.config import resolve_source
+from migrator.model import kinds
 from tests.helpers.cli import validate
 
 if TYPE_CHECKING:
@@ -149,8 +150,6 @@ def test_a_whole_phase_runs_in_cluster(pod: tuple[SimCluster, Path]) -> None:
 
 
 def _service(name: str) -> tuple[Kind, str, str]:
-    from migrator.model import kinds
-
     return kinds.SERVICE, "gpu-operator", name
 
 

@@ -29,7 +29,7 @@ from dcgm_sim.cluster import SimCluster
 from migrator.cli import render, sessions
 from migrator.cli.app import app
 from migrator.cli.live import PlainProgress
-from migrator.commands import STALE_SHOWN
+from migrator.commands import STALE_SHOWN, save_plan
 from migrator.engine import assemble
 from migrator.model import kinds
 from migrator.model.planning import Options
@@ -83,7 +83,6 @@ def test_a_plan_saved_without_per_object_data_gives_the_old_message(
     path = _saved_plan(sim, tmp_path)
     doc = json.loads(path.read_text())
     doc.pop("objects")
-    from migrator.commands import save_plan
 
     save_plan(path, doc["report"])  # as an older release wrote it: no `objects`
     _edit(sim, kinds.DAEMONSET, "nvidia-dcgm-dra",

@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import yaml
 
 from dcgm_sim.cluster import kubeconfig_document
 from dcgm_sim.store import Event
+from migrator.cli.app import app
 from migrator.engine.clock import Clock
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.engine.guardwrites import Outcome
@@ -392,10 +394,6 @@ def test_the_guard_never_moves_an_alias_forward_that_phase_3_did_not_switch(
 
 
 def test_the_guard_deployment_runs_a_valid_command_under_its_own_account() -> None:
-    import typer
-
-    from migrator.cli.app import app
-
     docs = {d["kind"]: d for d in yaml.safe_load_all((REPO / "docs" / "guard.yaml").read_text())
             if d}
     pod = docs["Deployment"]["spec"]["template"]["spec"]

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
+from migrator.model.gates import rollout_complete
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -106,8 +107,6 @@ def test_coexistence_shares_the_legacy_names_and_never_writes_them(
 
 
 def _rolled_out(env: E2E, name: str) -> bool:
-    from migrator.model.gates import rollout_complete
-
     return rollout_complete(env.ds(name)).ok
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
+from migrator.model import kinds
 from tests.e2e.conftest import E2E
 
 LABELS = {"dcgm": "nvidia.com/gpu-operator.dcgm",
@@ -67,12 +69,7 @@ def test_stalled_rollout_times_out_naming_the_node_then_resumes(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
     bad = "gpu-node-0002"
-    from migrator.model import kinds
-
-    node = env.sim.store.get(kinds.NODE, None, bad)
-    import copy
-
-    node = copy.deepcopy(node)
+    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, bad))
     node["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
     env.sim.store.update(kinds.NODE, node)
 

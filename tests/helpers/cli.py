@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
 from migrator.cli.app import app
@@ -20,8 +21,6 @@ SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "output.schema.json"
 @functools.cache
 def _validator(command: str) -> Any:
     """The validator for one command's `-o json` document (`$defs/<command>` of the schema)."""
-    from jsonschema import Draft202012Validator
-
     schema = json.loads(SCHEMA.read_text())
     return Draft202012Validator({"$ref": f"#/$defs/{command}", "$defs": schema["$defs"]},
                                 format_checker=Draft202012Validator.FORMAT_CHECKER)

@@ -41,6 +41,7 @@ from pathlib import Path
 import grimp  # import-linter's graph library, installed with the lint tools
 
 from dcgm_sim.cluster import SimCluster
+from migrator.cli import app
 from tests.helpers.layout import REPO, lay_out
 
 PRODUCT_DIRS = ("migrator", "phases")
@@ -189,8 +190,6 @@ class Depth:
 def first_write_depth(argv: list[str], write_path: str) -> Depth | None:
     """Run the CLI's `main()` in this process with `argv` and return the depth of the stack
     at the first write request whose path contains `write_path`, counted from `main()`."""
-    from migrator.cli import app
-
     seen: list[Depth] = []
     original = http.client.HTTPConnection.send
     caller = threading.get_ident()

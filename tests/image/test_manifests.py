@@ -9,6 +9,7 @@ import json
 import posixpath
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,6 @@ def test_containerfile_and_build_agree_on_version_user_and_entrypoint() -> None:
 
 
 def test_the_pinned_requirements_cover_every_runtime_dependency() -> None:
-    import tomllib
-
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     pinned = {line.split("==")[0].lower().replace("_", "-")
               for line in (REPO / "images" / "requirements.txt").read_text().splitlines()

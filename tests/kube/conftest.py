@@ -18,6 +18,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from dcgm_sim.server import ApiServer
+from dcgm_sim.store import Store
+from migrator.model import kinds
+
 
 @dataclass
 class Recorded:
@@ -101,10 +105,6 @@ def stub() -> Iterator[Stub]:
 @pytest.fixture
 def api() -> Iterator[Any]:
     """The simulated API server on an empty store with namespace `ns`, stopped at teardown."""
-    from dcgm_sim.server import ApiServer
-    from dcgm_sim.store import Store
-    from migrator.model import kinds
-
     store = Store()
     store.create(kinds.NAMESPACE, {"metadata": {"name": "ns"}})
     server = ApiServer(store)

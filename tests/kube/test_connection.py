@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.config import incluster_config
 
 from dcgm_sim.access import ADMIN_USER
 from dcgm_sim.cluster import SimCluster
@@ -258,8 +259,6 @@ def test_in_cluster_the_environments_proxy_applies_too(
     """A pod's service account: the API server at the `kubernetes` Service's address
     (KUBERNETES_SERVICE_HOST), through HTTPS_PROXY unless NO_PROXY names the service range,
     as client-go's in-cluster transport does."""
-    from kubernetes.config import incluster_config
-
     doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
     account = tmp_path / "serviceaccount"
     account.mkdir()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dcgm_sim.server import ADMIN_TOKEN
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
 from dcgm_sim.store import Store
 from migrator.errors import (
     APIAlreadyExists,
@@ -130,8 +130,6 @@ rules:
 
 
 def test_watch_from_a_version_and_expiry() -> None:
-    from dcgm_sim.server import ApiServer
-
     store = Store(event_log_size=5)
     store.create(kinds.NAMESPACE, {"metadata": {"name": "ns"}})
     with ApiServer(store) as server:

@@ -15,7 +15,7 @@ import pytest
 from dcgm_sim.cluster import SimCluster
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
-from tests.helpers import forkserver
+from tests.helpers import crash, forkserver
 from tests.helpers.disruption import DisruptionMonitor
 
 NS = "gpu-operator"
@@ -110,8 +110,6 @@ class EndState:
 @pytest.fixture(scope="session")
 def migrated() -> EndState:
     """The end state of an uninterrupted, fault-free `apply --phase 3` on a fresh cluster."""
-    from tests.helpers import crash
-
     with SimCluster(nodes=2, stack="gpucluster", time_scale=FAST) as sim:
         done = crash.run(sim.kubeconfig, *APPLY)
         assert done.code == 0, done.stderr

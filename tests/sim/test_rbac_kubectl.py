@@ -8,19 +8,27 @@ deciding `kubectl auth can-i --as` its ServiceAccount at once."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
-from dcgm_sim.access import ADMIN_USER
+from dcgm_sim.access import ADMIN_TOKEN, ADMIN_USER
 from dcgm_sim.cluster import SimCluster
+from dcgm_sim.serve import ServeError, ServeOptions, serve
 from migrator.engine.permissions import REQUIRED, Permission
+from migrator.model import kinds
 from tests.helpers import cli
 
 if TYPE_CHECKING:
@@ -166,18 +174,12 @@ def test_the_tool_runs_as_the_service_account_over_https(rbac_sim: Cluster) -> N
 
 
 def _svc(name: str) -> tuple[Kind, str, str]:
-    from migrator.model import kinds
-
     return kinds.SERVICE, NS, name
 
 
 def test_impersonation_headers_over_raw_http(rbac_sim: Cluster) -> None:
     """What kubectl does not show: groups without a user are a 400, the request runs (and is
     logged) as the impersonated user, and an impersonated ServiceAccount gets its groups."""
-    import urllib.error
-    import urllib.request
-
-    from dcgm_sim.access import ADMIN_TOKEN
 
     def get(path: str, **headers: str) -> int:
         req = urllib.request.Request(rbac_sim.sim.url + path, headers={
@@ -199,12 +201,6 @@ def test_impersonation_headers_over_raw_http(rbac_sim: Cluster) -> None:
 
 
 def test_sim_serve_rbac_writes_a_kubeconfig_per_identity(tmp_path: Path) -> None:
-    import io
-    import threading
-    import time
-
-    from dcgm_sim.serve import ServeError, ServeOptions, serve
-
     binary = shutil.which("kubectl")
     if binary is None:
         pytest.skip("kubectl is not on PATH")
@@ -239,8 +235,6 @@ def test_sim_serve_rbac_writes_a_kubeconfig_per_identity(tmp_path: Path) -> None
 
 def _sar(tmp: Path, verb: str, resource: str, name: str = "", user: str = SA,
          groups: tuple[str, ...] = ("system:serviceaccounts", "system:authenticated")) -> Path:
-    import yaml
-
     attrs = {"verb": verb, "resource": resource, "namespace": NS}
     if name:
         attrs["name"] = name
@@ -285,8 +279,6 @@ def _guard_needs() -> list[tuple[str, ...]]:
     """(verb, resource[.group][/name][, --subresource=...]) for every verb of every rule of
     docs/guard.yaml's Role: what the guard asks the API server for (`endpointslices/restricted`
     is what OpenShift's admission asks about its slice writes)."""
-    import yaml
-
     role = next(d for d in yaml.safe_load_all((REPO / "docs" / "guard.yaml").read_text())
                 if d and d.get("kind") == "Role")
     out = []
@@ -306,11 +298,6 @@ def test_kubectl_apply_of_the_guards_rbac_on_a_running_sim(tmp_path: Path) -> No
     """What a user does: `sim serve` without --rbac, `kubectl apply -f docs/rbac.yaml -f
     docs/guard.yaml`; `kubectl auth can-i --as` the guard's ServiceAccount says yes for all it
     needs; `kubectl delete` of its RoleBinding says no again, and a re-apply yes."""
-    import io
-    import threading
-    import time
-
-    from dcgm_sim.serve import ServeOptions, serve
 
     binary = shutil.which("kubectl")
     if binary is None:

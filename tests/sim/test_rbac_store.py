@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -206,7 +207,6 @@ def test_load_rbac_creates_stored_objects(make_sim: Callable[..., SimCluster]) -
     sim = make_sim(nodes=0, stack="none", tls=False)
     docs = [_role("reader", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]),
             _binding("reader", "reader", [{"kind": "ServiceAccount", "name": "reader"}])]
-    import yaml
 
     assert sim.load_rbac(yaml.safe_dump_all(copy.deepcopy(docs))) == [SA]
     assert _sa_may(sim.server, "list", "pods")

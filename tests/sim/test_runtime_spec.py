@@ -18,8 +18,9 @@ from dcgm_sim.runtime.containerspec import (
     parse_passwd,
     service_env,
 )
-from dcgm_sim.runtime.image import OciImage
+from dcgm_sim.runtime.image import ImageError, OciImage, load
 from dcgm_sim.runtime.launch import resolve_in_root
+from dcgm_sim.serve import ServeError, ServeOptions
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = {"User": "10001:10001", "Entrypoint": ["dcgm-migrate"], "Cmd": ["--help"],
@@ -128,9 +129,6 @@ def test_paths_resolve_inside_the_root(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_what_the_runtime_cannot_run(tmp_path: Path) -> None:
-    from dcgm_sim.runtime.image import ImageError, load
-    from dcgm_sim.serve import ServeError, ServeOptions
-
     with pytest.raises(ServeError, match="no such folder or archive"):
         ServeOptions(images=tmp_path / "missing").validate()
     with pytest.raises(ServeError, match="needs the TLS listener"):

@@ -10,6 +10,7 @@ import pytest
 
 from dcgm_sim.controllers.operator import RESYNC_SECONDS, OperatorImitation
 from dcgm_sim.serve import ServeError, ServeOptions, build
+from dcgm_sim_cli import demo
 from dcgm_sim_cli import sim as sim_cmd
 
 
@@ -47,6 +48,4 @@ def test_cli_flags_default_on_and_no_operator_turns_it_off(
 
 
 def test_demo_runs_the_operator_unless_told_not_to() -> None:
-    from dcgm_sim_cli import demo
-
     assert inspect.signature(demo.demo).parameters["operator"].default is True

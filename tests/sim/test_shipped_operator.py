@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import rendering as R
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from dcgm_sim_cli import sim as sim_cmd
 from tests.sim.conftest import Raw, make_client
 
@@ -122,8 +123,6 @@ def make_api(make_sim: Callable[..., SimCluster]) -> Iterator[Callable[..., Api]
     made: list[client.ApiClient] = []
 
     def make(stack: str, **kw: Any) -> Api:
-        from dcgm_sim.controllers.operator import RESYNC_SECONDS
-
         kw.setdefault("operator_reconcile_seconds", RESYNC_SECONDS)
         sim = make_sim(nodes=2, stack=stack, **kw)
         api = make_client(sim.url)

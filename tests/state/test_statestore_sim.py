@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dcgm_sim import writes
 from dcgm_sim.server import ADMIN_TOKEN, ApiServer
 from migrator.engine.state import ConfigMapStateStore
 from migrator.engine.state import lock as locking
@@ -193,8 +194,6 @@ def test_losing_the_lock_stops_the_next_save(empty_api: ApiServer, clock: Clock)
 
 def _delete_held(empty_api: ApiServer) -> None:
     """Someone deletes the state ConfigMap while a finalizer holds it: Terminating."""
-    from dcgm_sim import writes
-
     writes.patch(empty_api.store, kinds.CONFIGMAP, writes.MERGE_PATCH,
                  {"metadata": {"finalizers": ["example.com/hold"]}}, namespace=NS, name=NAME)
     writes.delete(empty_api.store, kinds.CONFIGMAP, namespace=NS, name=NAME)

@@ -12,7 +12,9 @@ drives `ApiServer.faults`/`.log`/`.access`. Never faulted, never access-checked,
   `POST /sim/v1/nodes/<name>/probe-flap` `{"seconds": N}` → the node's Ready pods fail their
   readiness probes for N simulated seconds (controllers/probes.py). Each answers the Node.
   They set the node's `sim.dcgm-migrate/...` annotations, as `kubectl annotate` could.
-- `GET /sim/v1/operator` → the GPU Operator imitation's release and counters;
+- `GET /sim/v1/operator` → the GPU Operator imitation's release, counters and `history`: its
+  last reconciles, each with its controller, simulated time `at` and what made it run (`by`:
+  start, release, resync, event, or requeue with its `due` and `setAt` times);
   `PUT /sim/v1/operator` `{"release": "shipped" | "future-coexistence" |
   "shared-services-fork"}` → upgrade (or downgrade) it, as an operator upgrade would: it
   reconciles at once with the new release (controllers/releases.py). 404 when the imitation is off.

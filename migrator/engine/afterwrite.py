@@ -33,8 +33,9 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
     reads the DaemonSets, Services, pods and endpoints afresh (from the run's cache, as new as
     this step's write), the update strategy too (phase 1 in place holds it on OnDelete and
     restores it: `RestoreStrategy`'s rollout is waited for under the strategy it wrote)."""
-    base_snap = base or backend.fresh(phase.decided)
-    ds_now = backend.fresh(base_snap).daemonsets.get(step.rollout_of() or "")
+    now = backend.fresh(base or phase.decided)
+    base_snap = base or now  # with no pre-write read, this read serves as the base
+    ds_now = now.daemonsets.get(step.rollout_of() or "")
     if ds_now is not None and o.update_strategy(ds_now) == "OnDelete":
         return  # the template change rolls nothing; a RollPods step (if any) rolls pods
     rolls = step.rollout_of() if ds_now is not None else None

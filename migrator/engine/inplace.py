@@ -183,12 +183,11 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
         pod, ops = item
         try:
             backend.kube.patch(kinds.POD, pod.name, backend.namespace, ops, patch_type="json")
-        except APIInvalid:  # its `test` failed: changed in between, or patched already
-            now = backend.kube.get(kinds.POD, pod.name, backend.namespace)
-            if now is not None and carries(now, pod.uid, new_labels, new_hash):
-                return None
-            return f"{pod.name} (changed since it was read)"
-        except (APIConflict, APINotFound):
+        except (APIInvalid, APIConflict, APINotFound) as err:
+            if isinstance(err, APIInvalid):  # its `test` failed: changed, or patched already
+                now = backend.kube.get(kinds.POD, pod.name, backend.namespace)
+                if now is not None and carries(now, pod.uid, new_labels, new_hash):
+                    return None
             return f"{pod.name} (changed since it was read)"
         return None
 

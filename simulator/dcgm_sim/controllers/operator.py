@@ -202,7 +202,6 @@ class OperatorImitation(Controller):
         # the last reconciles of either CR, in simulated time: what a test reads to tell a
         # requeue from an event without timing real seconds (`status()["history"]`)
         self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
-        self._requeued_at: dict[tuple[str, float], float] = {}  # (item, due) -> when it was set
         self._fixtures = Fixtures()
         # render() is pure: an unchanged CR reuses its last rendering (apply_desired copies)
         self._rendered: dict[tuple[str, str, str, str], list[Obj]] = {}
@@ -270,9 +269,9 @@ class OperatorImitation(Controller):
             elif key == "shared-resync":
                 self.schedule("shared-resync", S.SHARED_RESYNC_SECONDS, background=True)
             elif isinstance(key, tuple):
-                set_at = self._requeued_at.pop((key[1], key[2]), None)
-                if self._queue.fired(key[1], key[2]):
-                    why.setdefault(key[1], {"by": "requeue", "due": key[2], "setAt": set_at})
+                _, item, due_at, set_at = key
+                if self._queue.fired(item, due_at):
+                    why.setdefault(item, {"by": "requeue", "due": due_at, "setAt": set_at})
         if why:
             self.reconciles += 1
         now = self.clock.now()
@@ -293,8 +292,8 @@ class OperatorImitation(Controller):
         now = self.clock.now()
         due = self._queue.add_after(item, now, delay)
         if due is not None:
-            self._requeued_at[(item, due)] = now
-            self.schedule(("requeue", item, due), delay, background=True)
+            # the timer's key carries when it was set, for the history
+            self.schedule(("requeue", item, due, now), delay, background=True)
 
     def reconcile_shared(self) -> S.SharedResult:
         """One SharedServiceReconciler reconcile (`sharedservices.reconcile`)."""

@@ -85,6 +85,7 @@ def _stop_on_signals() -> Iterator[None]:
         for number, handler in previous.items():
             if handler is not None:
                 signal.signal(number, handler)
+        interrupts.forget()
 
 
 def _same_command() -> str | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine import interrupts
 from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import APIError
 from migrator.model import kinds
@@ -78,6 +79,12 @@ class Waiter:
     recheck_min: float = 0.05
     recheck_max: float = 1.0
 
+    def _beat(self) -> None:
+        """Every pass of a wait: a signal whose exception Python dropped stops the run here
+        (engine/interrupts.py), and the run's lock is renewed."""
+        interrupts.check()
+        self.heartbeat()
+
     def _wake(self, kind: Kind, resource_version: str, timeout: float, *,
               label_selector: str | None = None) -> str:
         """Block until an event of `kind` arrives (or `timeout`); returns the newest rv seen.
@@ -125,7 +132,7 @@ class Waiter:
         next_probe = pace.started + min(probe_every, timeout)
         backoff = self.recheck_min  # after a failed watch: doubles up to recheck_max
         while True:
-            self.heartbeat()
+            self._beat()
             ds = self.kube.get(kinds.DAEMONSET, daemonset, self.namespace)
             if ds is None:
                 return RolloutOutcome(None, False)
@@ -154,7 +161,7 @@ class Waiter:
                     view = rollout_view(row)
                     pace.note(view, self.clock.monotonic())
                     report(view, pace)
-                    self.heartbeat()
+                    self._beat()
                     if counts_look_complete(view):
                         return False  # confirmed (or not) by the GET at the top of the loop
                 now = self.clock.monotonic()
@@ -179,7 +186,7 @@ class Waiter:
         delay = self.recheck_min
         rv = ""
         while True:
-            self.heartbeat()
+            self._beat()
             results = check()
             if all(r.ok for r in results) or (fatal is not None and fatal(results)):
                 return results
@@ -211,5 +218,5 @@ class Waiter:
             report(max(0.0, left))
             if left <= 0:
                 return
-            self.heartbeat()
+            self._beat()
             self.clock.sleep(min(1.0, left))

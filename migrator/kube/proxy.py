@@ -15,13 +15,19 @@ takes its proxy from here and tells the client nothing else (config.py). Go's ru
 - `NO_PROXY` (else `no_proxy`), comma-separated: `*` for every server; an IP address, or a CIDR,
   matches a server given by address (no name is resolved); a domain matches itself and its
   subdomains (`*.` and a leading `.` only its subdomains); `host:port` only that port.
+
+A SOCKS5 proxy (`socks5://`, as `ssh -D` makes one to reach a private API server) is handed
+the server's name to resolve, as Go's SOCKS dialer does (`client_proxy`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 from collections.abc import Mapping
 from urllib.parse import urlsplit
+
+from migrator.errors import UsageError
 
 DEFAULT_PORTS = {"http": "80", "https": "443"}
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -105,3 +111,25 @@ def proxy_for(server: str, environ: Mapping[str, str]) -> str | None:
         if entry and _no_proxy_matches(entry, host, port, ip):
             return None
     return proxy
+
+
+def client_proxy(proxy: str | None) -> str | None:
+    """`proxy` as the official client's urllib3 must be told it. kubectl hands a SOCKS5 proxy
+    the server's host name to resolve: Go's SOCKS dialer never resolves it itself
+    (golang.org/x/net, internal/socks/client.go `connect`: a name goes as an FQDN address).
+    urllib3 does that for `socks5h://`; for `socks5://` it resolves the name here, which fails
+    where only the far side of a tunnel knows it. urllib3 speaks SOCKS through PySocks, an
+    optional dependency (`dcgm-migrate[socks]`): without it, one sentence and the fix, before
+    any request."""
+    if proxy is None:
+        return None
+    parts = urlsplit(proxy)
+    if parts.scheme.lower() != "socks5":
+        return proxy
+    if importlib.util.find_spec("socks") is None:
+        shown = f"socks5://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        raise UsageError(f"The proxy {shown} is a SOCKS5 proxy, and the SOCKS support it needs "
+                         "(PySocks) is not installed beside the tool.",
+                         "install it: pip install 'dcgm-migrate[socks]' (with pipx: pipx inject "
+                         "dcgm-migrate PySocks)")
+    return parts._replace(scheme="socks5h").geturl()

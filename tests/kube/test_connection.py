@@ -3,13 +3,15 @@ listener: a merged KUBECONFIG list read as kubectl reads it (the first file's cu
 each file's relative paths from its own folder) and a cluster's `proxy-url`, through which
 every request then goes; and kubectl's proxy from the environment (`HTTPS_PROXY`, `NO_PROXY`
 with domain suffixes and CIDRs, by Go's `http.ProxyFromEnvironment`: migrator/kube/proxy.py),
-through a CONNECT proxy that alone knows where the server's name points."""
+through a CONNECT proxy that alone knows where the server's name points, or a SOCKS5 proxy that
+is handed the name to resolve, as Go's SOCKS dialer hands it."""
 
 from __future__ import annotations
 
 import base64
 import select
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from dcgm_sim.tls import IP_NAMES
 from migrator.kube import Kube
 from migrator.kube.proxy import proxy_for
 from migrator.model import kinds
+from tests.helpers import cli
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY",
                    "no_proxy", "ALL_PROXY", "all_proxy", "REQUEST_METHOD")
@@ -44,9 +47,11 @@ class ConnectProxy:
     """An HTTP proxy that only tunnels (CONNECT), as clients use one for https; records the
     targets it was asked for."""
 
+    scheme = "http"
+
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.url = f"{self.scheme}://127.0.0.1:{self.listener.getsockname()[1]}"
         self.targets: list[str] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -92,9 +97,45 @@ class ConnectProxy:
         self.listener.close()
 
 
+class SocksProxy(ConnectProxy):
+    """A SOCKS5 proxy (RFC 1928: no authentication, CONNECT), as `ssh -D` makes one; records
+    each target as the client sent it: a name it left to the proxy, or an address it resolved
+    itself (which is what the tests look at, so no proxy package: none records that)."""
+
+    scheme = "socks5"
+
+    def _tunnel(self, conn: socket.socket) -> None:
+        def read(size: int) -> bytes:
+            return conn.recv(size, socket.MSG_WAITALL)
+
+        with conn:
+            _, methods = read(2)
+            read(methods)
+            conn.sendall(b"\x05\x00")  # version 5, no authentication
+            _, command, _, kind = read(4)
+            if command != 1:  # CONNECT only
+                conn.sendall(b"\x05\x07\x00\x01" + bytes(6))
+                return
+            host = (read(read(1)[0]).decode() if kind == 3 else  # a domain name
+                    socket.inet_ntop(socket.AF_INET if kind == 1 else socket.AF_INET6,
+                                     read(4 if kind == 1 else 16)))
+            port = int.from_bytes(read(2), "big")
+            self.targets.append(f"{host}:{port}")
+            with socket.create_connection((host, port)) as upstream:
+                conn.sendall(b"\x05\x00\x00\x01" + bytes(6))  # succeeded
+                self._pump(conn, upstream)
+
+
 @pytest.fixture
 def proxy() -> Iterator[ConnectProxy]:
     made = ConnectProxy()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def socks_proxy() -> Iterator[SocksProxy]:
+    made = SocksProxy()
     yield made
     made.close()
 
@@ -215,6 +256,48 @@ def test_the_environments_proxy_is_kubectls(
     finally:
         kube.close()
     assert proxy.targets == ([f"{host}:{port}"] if proxied else []), proxy.targets
+
+
+@pytest.mark.parametrize("where", ["HTTPS_PROXY", "proxy-url"])
+def test_a_socks5_proxy_is_handed_the_servers_name(
+        tls_sim: SimCluster, tmp_path: Path, socks_proxy: SocksProxy, resolve: None,
+        monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """`socks5://` as kubectl reads it: the proxy resolves the server's name (a private API
+    server's name known only at the far end of an `ssh -D` tunnel), not the tool."""
+    port = tls_sim.secure_url.rsplit(":", 1)[1]
+    doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
+    cluster = doc["clusters"][0]["cluster"]
+    cluster["server"] = f"https://{CLUSTER_NAME}:{port}"
+    if where == "proxy-url":
+        cluster["proxy-url"] = socks_proxy.url
+    else:
+        monkeypatch.setenv("HTTPS_PROXY", socks_proxy.url)
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
+    kube = Kube.connect(str(tmp_path / "kubeconfig"))
+    try:
+        assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
+        assert kube.list(kinds.DAEMONSET, "gpu-operator").items
+    finally:
+        kube.close()
+    assert socks_proxy.targets and set(socks_proxy.targets) == {f"{CLUSTER_NAME}:{port}"}
+
+
+def test_a_socks5_proxy_without_pysocks_is_refused_with_the_fix(
+        tls_sim: SimCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PySocks (the `socks` extra), one sentence and the fix, exit 2, before any
+    request; the proxy's credentials are not repeated."""
+    monkeypatch.setitem(sys.modules, "socks", None)  # as if it were not installed
+    doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
+    doc["clusters"][0]["cluster"]["proxy-url"] = "socks5://jump:s3cret@127.0.0.1:1"
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
+    before = len(tls_sim.server.log.since())
+    result = cli.run(str(tmp_path / "kubeconfig"), "status")
+    assert result.code == 2, result.stderr
+    assert "error: The proxy socks5://127.0.0.1:1 is a SOCKS5 proxy, and the SOCKS support it " \
+           "needs (PySocks) is not installed beside the tool." in result.stderr
+    assert "fix: install it: pip install 'dcgm-migrate[socks]'" in result.stderr
+    assert "s3cret" not in result.stderr + result.stdout
+    assert len(tls_sim.server.log.since()) == before  # not one request
 
 
 @pytest.mark.parametrize(("server", "environment", "expected"), [

@@ -199,11 +199,11 @@ def _proxy_url(merger: KubeConfigMerger, context: str) -> str | None:
 def proxied(configuration: Any, proxy_url: str | None = None,
             environ: dict[str, str] | None = None) -> Any:
     """The configuration with kubectl's proxy: the cluster's `proxy-url` (NO_PROXY plays no
-    part then, as in client-go), else the environment's for this server by Go's rules (a SOCKS5
-    proxy resolves the server's name: proxy.py's `client_proxy`). The client's own `no_proxy`
+    part then, as in client-go), else the environment's for this server by Go's rules, told
+    to urllib3 as Go would use it (proxy.py's `client_proxy`). The client's own `no_proxy`
     is cleared: Python's matching differs from Go's (a leading `.` also matching the bare
     domain), and the decision is made here."""
-    configuration.proxy = client_proxy(proxy_url or proxy_for(
+    configuration.proxy, configuration.proxy_headers = client_proxy(proxy_url or proxy_for(
         configuration.host, dict(os.environ) if environ is None else environ))
     configuration.no_proxy = None
     return configuration

@@ -16,8 +16,9 @@ takes its proxy from here and tells the client nothing else (config.py). Go's ru
   matches a server given by address (no name is resolved); a domain matches itself and its
   subdomains (`*.` and a leading `.` only its subdomains); `host:port` only that port.
 
-A SOCKS5 proxy (`socks5://`, as `ssh -D` makes one to reach a private API server) is handed
-the server's name to resolve, as Go's SOCKS dialer does (`client_proxy`).
+A proxy URL's credentials are sent as Go sends them, and a SOCKS5 proxy (`socks5://`, as
+`ssh -D` makes one to reach a private API server) is handed the server's name to resolve, as
+Go's SOCKS dialer does (`client_proxy`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 from collections.abc import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+from urllib3.util import make_headers
 
 from migrator.errors import UsageError
 
@@ -113,23 +116,30 @@ def proxy_for(server: str, environ: Mapping[str, str]) -> str | None:
     return proxy
 
 
-def client_proxy(proxy: str | None) -> str | None:
-    """`proxy` as the official client's urllib3 must be told it. kubectl hands a SOCKS5 proxy
-    the server's host name to resolve: Go's SOCKS dialer never resolves it itself
-    (golang.org/x/net, internal/socks/client.go `connect`: a name goes as an FQDN address).
-    urllib3 does that for `socks5h://`; for `socks5://` it resolves the name here, which fails
-    where only the far side of a tunnel knows it. urllib3 speaks SOCKS through PySocks, an
-    optional dependency (`dcgm-migrate[socks]`): without it, one sentence and the fix, before
-    any request."""
+def client_proxy(proxy: str | None) -> tuple[str | None, dict[str, str] | None]:
+    """`proxy` as the official client's urllib3 must be told it: the URL and the headers for
+    the proxy.
+
+    - Credentials in an http(s) proxy's URL go as Basic `Proxy-Authorization`, decoded, as Go's
+      transport sends them (`connectMethod.proxyAuth`); urllib3 ignores them in the URL.
+    - kubectl hands a SOCKS5 proxy the server's host name to resolve: Go's SOCKS dialer never
+      resolves it itself (golang.org/x/net, internal/socks/client.go `connect`: a name goes as
+      an FQDN address). urllib3 does that for `socks5h://`; for `socks5://` it resolves the
+      name here, which fails where only the far side of a tunnel knows it. urllib3 speaks SOCKS
+      (credentials included) through PySocks, an optional dependency
+      (`dcgm-migrate[socks]`): without it, one sentence and the fix, before any request."""
     if proxy is None:
-        return None
+        return None, None
     parts = urlsplit(proxy)
-    if parts.scheme.lower() != "socks5":
-        return proxy
-    if importlib.util.find_spec("socks") is None:
-        shown = f"socks5://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        raise UsageError(f"The proxy {shown} is a SOCKS5 proxy, and the SOCKS support it needs "
-                         "(PySocks) is not installed beside the tool.",
-                         "install it: pip install 'dcgm-migrate[socks]' (with pipx: pipx inject "
-                         "dcgm-migrate PySocks)")
-    return parts._replace(scheme="socks5h").geturl()
+    address = parts.netloc.rpartition("@")[2]  # host and port: what may be shown
+    if parts.scheme.lower() == "socks5":
+        if importlib.util.find_spec("socks") is None:
+            raise UsageError(f"The proxy socks5://{address} is a SOCKS5 proxy, and the SOCKS "
+                             "support it needs (PySocks) is not installed beside the tool.",
+                             "install it: pip install 'dcgm-migrate[socks]' (with pipx: pipx "
+                             "inject dcgm-migrate PySocks)")
+        return parts._replace(scheme="socks5h").geturl(), None
+    if parts.username is None:
+        return proxy, None
+    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return parts._replace(netloc=address).geturl(), make_headers(proxy_basic_auth=credentials)

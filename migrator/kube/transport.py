@@ -41,6 +41,9 @@ from migrator.kube.statuses import error_for
 
 Query = Sequence[tuple[str, str]]
 
+_PROXY_AUTH_HINT = (
+    "give the proxy's user and password in its URL, percent-encoded (http://user:p%40ss@proxy:"
+    "3128), in HTTPS_PROXY or the cluster's proxy-url, as kubectl takes them")
 _UNREACHABLE_HINT = (
     "check --kubeconfig/--context, your VPN and that the cluster is up (kubectl cluster-info), "
     "then run the same command again: an apply or rollback resumes where it stopped (its "
@@ -64,10 +67,12 @@ def short_reason(exc: BaseException) -> str:
         return "TLS handshake failed"
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         return short_reason(exc.reason)
+    if isinstance(exc, urllib3.exceptions.ProxyError) and exc.original_error is not None:
+        return f"the proxy: {short_reason(exc.original_error)}"  # its CONNECT answer
     if isinstance(exc, urllib3.exceptions.ProtocolError):
         return "connection dropped"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
+    if isinstance(exc, OSError) and (exc.strerror or (exc.args and isinstance(exc.args[0], str))):
+        return str(exc.strerror or exc.args[0])
     return type(exc).__name__
 
 
@@ -195,7 +200,11 @@ class Transport:
                 header_params=headers, body=body, auth_settings=["BearerToken"])
             raw = self._api.call_api(*request, _request_timeout=timeout).response
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Transient(short_reason(exc)) from exc
+            reason = short_reason(exc)
+            if reason.endswith(" 407 Proxy Authentication Required"):  # asking again cannot help
+                raise APIUnreachable(f"Cannot reach the Kubernetes API server at {self.server}: "
+                                     f"{reason}.", _PROXY_AUTH_HINT) from None
+            raise Transient(reason) from exc
         except ApiException as exc:  # the client's wrapper of a TLS failure (status 0)
             if exc.status:
                 raise

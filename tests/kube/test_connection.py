@@ -49,10 +49,12 @@ class ConnectProxy:
 
     scheme = "http"
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: str | None = None) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"{self.scheme}://127.0.0.1:{self.listener.getsockname()[1]}"
         self.targets: list[str] = []
+        self.credentials = credentials  # "user:password" it requires (Basic), if any
+        self.refused = 0  # CONNECTs without them: answered 407
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -75,6 +77,14 @@ class ConnectProxy:
             if method != b"CONNECT":
                 conn.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
                 return
+            if self.credentials is not None:
+                token = base64.b64encode(self.credentials.encode()).decode()
+                if f"proxy-authorization: basic {token}".lower() not in \
+                        head.decode().lower().splitlines():
+                    self.refused += 1
+                    conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                                 b"Proxy-Authenticate: Basic\r\nContent-Length: 0\r\n\r\n")
+                    return
             self.targets.append(target.decode())
             host, port = target.decode().rsplit(":", 1)
             with socket.create_connection((host, int(port))) as upstream:
@@ -256,6 +266,57 @@ def test_the_environments_proxy_is_kubectls(
     finally:
         kube.close()
     assert proxy.targets == ([f"{host}:{port}"] if proxied else []), proxy.targets
+
+
+@pytest.mark.parametrize("where", ["HTTPS_PROXY", "proxy-url"])
+def test_a_proxys_credentials_in_its_url_are_sent_as_kubectl_sends_them(
+        tls_sim: SimCluster, tmp_path: Path, resolve: None, monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    """`http://user:password@proxy` (percent-encoded in the URL): Basic Proxy-Authorization
+    on the CONNECT, the decoded user and password, as Go's transport sends them."""
+    guarded = ConnectProxy(credentials="jump:p@ss w0rd")
+    try:
+        url = guarded.url.replace("http://", "http://jump:p%40ss%20w0rd@")
+        port = tls_sim.secure_url.rsplit(":", 1)[1]
+        doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
+        cluster = doc["clusters"][0]["cluster"]
+        cluster["server"] = f"https://{CLUSTER_NAME}:{port}"
+        if where == "proxy-url":
+            cluster["proxy-url"] = url
+        else:
+            monkeypatch.setenv("HTTPS_PROXY", url)
+        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
+        kube = Kube.connect(str(tmp_path / "kubeconfig"))
+        try:
+            assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
+        finally:
+            kube.close()
+    finally:
+        guarded.close()
+    assert guarded.targets == [f"{CLUSTER_NAME}:{port}"] and guarded.refused == 0
+
+
+def test_a_proxy_that_refuses_the_credentials_is_named_at_once(
+        tls_sim: SimCluster, tmp_path: Path, resolve: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 407 is not retried (asking again cannot help): one attempt, what the proxy said and
+    the fix, exit 3; the password is not repeated."""
+    guarded = ConnectProxy(credentials="jump:right")
+    try:
+        port = tls_sim.secure_url.rsplit(":", 1)[1]
+        doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
+        doc["clusters"][0]["cluster"]["server"] = f"https://{CLUSTER_NAME}:{port}"
+        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
+        monkeypatch.setenv("HTTPS_PROXY", guarded.url.replace("http://", "http://jump:wr0ng@"))
+        result = cli.run(str(tmp_path / "kubeconfig"), "status")
+    finally:
+        guarded.close()
+    assert result.code == 3, result.stderr
+    assert (f"error: Cannot reach the Kubernetes API server at https://{CLUSTER_NAME}:{port}: "
+            "the proxy: Tunnel connection failed: 407 Proxy Authentication Required."
+            ) in result.stderr
+    assert "fix: give the proxy's user and password in its URL, percent-encoded" in result.stderr
+    assert guarded.refused == 1 and "wr0ng" not in result.stderr + result.stdout
 
 
 @pytest.mark.parametrize("where", ["HTTPS_PROXY", "proxy-url"])

@@ -214,6 +214,31 @@ def resolve(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
+def _behind(sim: SimCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxy_url: str,
+            where: str = "HTTPS_PROXY") -> str:
+    """A kubeconfig for the sim by a name only `resolve` knows, `proxy_url` given `where`
+    kubectl takes it from (`HTTPS_PROXY` or the cluster's `proxy-url`): its path."""
+    doc = _kubeconfig(sim, tmp_path / "kubeconfig")
+    cluster = doc["clusters"][0]["cluster"]
+    cluster["server"] = f"https://{CLUSTER_NAME}:{sim.secure_url.rsplit(':', 1)[1]}"
+    if where == "proxy-url":
+        cluster["proxy-url"] = proxy_url
+    else:
+        monkeypatch.setenv("HTTPS_PROXY", proxy_url)
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
+    return str(tmp_path / "kubeconfig")
+
+
+def _reads_through(kubeconfig: str) -> None:
+    """A get and a list through `kubeconfig`, as a command would make them."""
+    kube = Kube.connect(kubeconfig)
+    try:
+        assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
+        assert kube.list(kinds.DAEMONSET, "gpu-operator").items
+    finally:
+        kube.close()
+
+
 # (case, server host, environment, the kubeconfig's proxy-url, whether the proxy carries it);
 # "PROXY" stands for the running CONNECT proxy's URL
 ENVIRONMENTS = [
@@ -259,12 +284,7 @@ def test_the_environments_proxy_is_kubectls(
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
     for name, value in environment.items():
         monkeypatch.setenv(name, actual(value))
-    kube = Kube.connect(str(tmp_path / "kubeconfig"))
-    try:
-        assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
-        assert kube.list(kinds.DAEMONSET, "gpu-operator").items
-    finally:
-        kube.close()
+    _reads_through(str(tmp_path / "kubeconfig"))
     assert proxy.targets == ([f"{host}:{port}"] if proxied else []), proxy.targets
 
 
@@ -276,24 +296,12 @@ def test_a_proxys_credentials_in_its_url_are_sent_as_kubectl_sends_them(
     on the CONNECT, the decoded user and password, as Go's transport sends them."""
     guarded = ConnectProxy(credentials="jump:p@ss w0rd")
     try:
-        url = guarded.url.replace("http://", "http://jump:p%40ss%20w0rd@")
-        port = tls_sim.secure_url.rsplit(":", 1)[1]
-        doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
-        cluster = doc["clusters"][0]["cluster"]
-        cluster["server"] = f"https://{CLUSTER_NAME}:{port}"
-        if where == "proxy-url":
-            cluster["proxy-url"] = url
-        else:
-            monkeypatch.setenv("HTTPS_PROXY", url)
-        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
-        kube = Kube.connect(str(tmp_path / "kubeconfig"))
-        try:
-            assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
-        finally:
-            kube.close()
+        _reads_through(_behind(tls_sim, tmp_path, monkeypatch, guarded.url.replace(
+            "http://", "http://jump:p%40ss%20w0rd@"), where))
     finally:
         guarded.close()
-    assert guarded.targets == [f"{CLUSTER_NAME}:{port}"] and guarded.refused == 0
+    port = tls_sim.secure_url.rsplit(":", 1)[1]
+    assert set(guarded.targets) == {f"{CLUSTER_NAME}:{port}"} and guarded.refused == 0
 
 
 def test_a_proxy_that_refuses_the_credentials_is_named_at_once(
@@ -303,14 +311,11 @@ def test_a_proxy_that_refuses_the_credentials_is_named_at_once(
     the fix, exit 3; the password is not repeated."""
     guarded = ConnectProxy(credentials="jump:right")
     try:
-        port = tls_sim.secure_url.rsplit(":", 1)[1]
-        doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
-        doc["clusters"][0]["cluster"]["server"] = f"https://{CLUSTER_NAME}:{port}"
-        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
-        monkeypatch.setenv("HTTPS_PROXY", guarded.url.replace("http://", "http://jump:wr0ng@"))
-        result = cli.run(str(tmp_path / "kubeconfig"), "status")
+        result = cli.run(_behind(tls_sim, tmp_path, monkeypatch, guarded.url.replace(
+            "http://", "http://jump:wr0ng@")), "status")
     finally:
         guarded.close()
+    port = tls_sim.secure_url.rsplit(":", 1)[1]
     assert result.code == 3, result.stderr
     assert (f"error: Cannot reach the Kubernetes API server at https://{CLUSTER_NAME}:{port}: "
             "the proxy: Tunnel connection failed: 407 Proxy Authentication Required."
@@ -325,21 +330,8 @@ def test_a_socks5_proxy_is_handed_the_servers_name(
         monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     """`socks5://` as kubectl reads it: the proxy resolves the server's name (a private API
     server's name known only at the far end of an `ssh -D` tunnel), not the tool."""
+    _reads_through(_behind(tls_sim, tmp_path, monkeypatch, socks_proxy.url, where))
     port = tls_sim.secure_url.rsplit(":", 1)[1]
-    doc = _kubeconfig(tls_sim, tmp_path / "kubeconfig")
-    cluster = doc["clusters"][0]["cluster"]
-    cluster["server"] = f"https://{CLUSTER_NAME}:{port}"
-    if where == "proxy-url":
-        cluster["proxy-url"] = socks_proxy.url
-    else:
-        monkeypatch.setenv("HTTPS_PROXY", socks_proxy.url)
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
-    kube = Kube.connect(str(tmp_path / "kubeconfig"))
-    try:
-        assert kube.get(kinds.NAMESPACE, "gpu-operator") is not None
-        assert kube.list(kinds.DAEMONSET, "gpu-operator").items
-    finally:
-        kube.close()
     assert socks_proxy.targets and set(socks_proxy.targets) == {f"{CLUSTER_NAME}:{port}"}
 
 

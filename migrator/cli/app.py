@@ -41,6 +41,7 @@ from migrator.cli.sessions import Confirm, session
 from migrator.cli.stack_cmd import change_stack
 from migrator.cli.watched import watched
 from migrator.commands import RunRequest, save_plan
+from migrator.engine import interrupts
 from migrator.engine.loop import RunSettings
 from migrator.engine.reports import (
     PlanReport,
@@ -233,6 +234,7 @@ def status(
         watched(report, output, watch)
         try:
             while watch and report.state_error is None:
+                interrupts.check()  # a Ctrl-C Python dropped while refreshing (interrupts.py)
                 time.sleep(interval)
                 report = commands.status(s)
                 watched(report, output, watch)

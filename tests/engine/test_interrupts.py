@@ -4,8 +4,9 @@ A signal handler runs wherever the main thread is. When that is a finalizer (`__
 generator closed as it is collected), Python prints "Exception ignored in ..." and goes on: the
 run would carry on to its end as if no signal had come (a SIGTERM in the settle countdown of a
 rollback was lost this way). The signal is kept until it has stopped the run: the next wait pass
-or write raises it. In-process, through the CLI's own handlers, on the main thread (where pytest
-and its xdist workers run tests); the waits on a fake clock.
+or write raises it, and `status --watch` ends at the refresh that dropped it. In-process,
+through the CLI's own handlers, on the main thread (where pytest and its xdist workers run
+tests); the waits on a fake clock.
 """
 
 from __future__ import annotations
@@ -18,20 +19,28 @@ from typing import Any, cast
 import pytest
 import typer
 
+from dcgm_sim.cluster import SimCluster
+from migrator import commands
 from migrator.cli.failures import handles_errors
+from migrator.commands import Session
 from migrator.engine import interrupts
+from migrator.engine.reports import StatusReport
 from migrator.engine.waiting import Waiter
 from migrator.errors import Interrupted
 from migrator.kube.client import Kube
+from tests.helpers import cli
 from tests.helpers.clock import FakeClock
 
 
 class SignalledWhileCollected:
-    """An object that receives SIGTERM in its finalizer, as a response or a generator being
+    """An object that receives a signal in its finalizer, as a response or a generator being
     collected on the main thread would when the signal lands at that moment."""
 
+    def __init__(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        self.signum = signum
+
     def __del__(self) -> None:
-        signal.raise_signal(signal.SIGTERM)  # the handler runs here: its exception is dropped
+        signal.raise_signal(self.signum)  # the handler runs here: its exception is dropped
 
 
 @pytest.fixture
@@ -108,3 +117,24 @@ def test_a_signal_during_a_write_is_raised_once_the_write_is_recorded() -> None:
         steps.append("write answered and recorded")
     assert steps == ["write answered and recorded"]
     interrupts.forget()
+
+
+def test_status_watch_ends_at_the_refresh_that_dropped_a_ctrl_c(
+        sim: SimCluster, dropped: list[BaseException], monkeypatch: pytest.MonkeyPatch) -> None:
+    real = commands.status
+    refreshes: list[int] = []
+
+    def status(session: Session) -> StatusReport:
+        refreshes.append(len(refreshes) + 1)
+        if len(refreshes) == 3:  # still watching after the dropped Ctrl-C: end it here
+            raise Interrupted(signal.SIGINT, "SIGINT")
+        report = real(session)
+        if len(refreshes) == 2:
+            obj: Any = SignalledWhileCollected(signal.SIGINT)
+            del obj
+        return report
+
+    monkeypatch.setattr(commands, "status", status)
+    result = cli.run(sim.kubeconfig, "status", "--watch", "--interval", "1")
+    assert [type(e) for e in dropped] == [Interrupted]
+    assert result.code == 130 and refreshes == [1, 2], (result.code, refreshes)

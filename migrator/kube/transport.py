@@ -71,8 +71,10 @@ def short_reason(exc: BaseException) -> str:
         return f"the proxy: {short_reason(exc.original_error)}"  # its CONNECT answer
     if isinstance(exc, urllib3.exceptions.ProtocolError):
         return "connection dropped"
-    if isinstance(exc, OSError) and (exc.strerror or (exc.args and isinstance(exc.args[0], str))):
-        return str(exc.strerror or exc.args[0])
+    if isinstance(exc, OSError):  # an errno's text, or the message it was raised with
+        said = exc.strerror or next(iter(exc.args), None)
+        if isinstance(said, str) and said:
+            return said
     return type(exc).__name__
 
 
@@ -202,8 +204,7 @@ class Transport:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             reason = short_reason(exc)
             if reason.endswith(" 407 Proxy Authentication Required"):  # asking again cannot help
-                raise APIUnreachable(f"Cannot reach the Kubernetes API server at {self.server}: "
-                                     f"{reason}.", _PROXY_AUTH_HINT) from None
+                raise self._unreachable(f"{reason}.", _PROXY_AUTH_HINT) from None
             raise Transient(reason) from exc
         except ApiException as exc:  # the client's wrapper of a TLS failure (status 0)
             if exc.status:
@@ -237,12 +238,13 @@ class Transport:
         first attempt (the backoff sleeps and every attempt's own time, as a user lived it)."""
         tries = f"{outcome.attempts} attempt{'s' if outcome.attempts != 1 else ''}"
         if exc.status == 0:
-            return APIUnreachable(
-                f"Cannot reach the Kubernetes API server at {self.server}: {exc.reason} "
-                f"(gave up after {tries} over {max(elapsed, outcome.waited):.1f} s).",
-                _UNREACHABLE_HINT,
-            )
+            return self._unreachable(f"{exc.reason} (gave up after {tries} over "
+                                     f"{max(elapsed, outcome.waited):.1f} s).", _UNREACHABLE_HINT)
         error = error_for(exc.status, exc.body, method=method, path=path)
         error.message = f"{error.message.rstrip('.')} (gave up after {tries})."
         error.args = (error.message,)
         return error
+
+    def _unreachable(self, why: str, hint: str) -> APIUnreachable:
+        return APIUnreachable(f"Cannot reach the Kubernetes API server at {self.server}: {why}",
+                              hint)

@@ -36,11 +36,17 @@ class SignalledWhileCollected:
     """An object that receives a signal in its finalizer, as a response or a generator being
     collected on the main thread would when the signal lands at that moment."""
 
-    def __init__(self, signum: signal.Signals = signal.SIGTERM) -> None:
+    def __init__(self, signum: signal.Signals) -> None:
         self.signum = signum
 
     def __del__(self) -> None:
         signal.raise_signal(self.signum)  # the handler runs here: its exception is dropped
+
+
+def collected_while_signalled(signum: signal.Signals = signal.SIGTERM) -> None:
+    """`signum` lands while such an object is collected (at once: its last reference goes)."""
+    obj: Any = SignalledWhileCollected(signum)
+    del obj
 
 
 @pytest.fixture
@@ -64,8 +70,7 @@ def test_a_signal_dropped_in_a_finalizer_stops_the_next_wait(
 
     @handles_errors
     def run() -> None:
-        obj: Any = SignalledWhileCollected()
-        del obj
+        collected_while_signalled()
         _waiter(clock).settle(60.0, countdown.append)
 
     with pytest.raises(typer.Exit) as stopped:
@@ -81,8 +86,7 @@ def test_a_signal_dropped_in_a_finalizer_stops_the_run_before_its_next_write(
 
     @handles_errors
     def run() -> None:
-        obj: Any = SignalledWhileCollected()
-        del obj
+        collected_while_signalled()
         with interrupts.shielded():  # every write and state save enters one
             wrote.append("write")
 
@@ -130,8 +134,7 @@ def test_status_watch_ends_at_the_refresh_that_dropped_a_ctrl_c(
             raise Interrupted(signal.SIGINT, "SIGINT")
         report = real(session)
         if len(refreshes) == 2:
-            obj: Any = SignalledWhileCollected(signal.SIGINT)
-            del obj
+            collected_while_signalled(signal.SIGINT)
         return report
 
     monkeypatch.setattr(commands, "status", status)

@@ -1,10 +1,5 @@
-"""The Kubernetes resource types dcgm-migrate reads or writes.
-
-The tool's own table: the simulated cluster keeps a catalog of its own (`dcgm_sim/kinds.py`,
-from upstream's discovery documents and the CRDs), and tests/sim/test_catalog_discovery.py
-checks every kind here against what the sim serves, so a wrong group, version, plural, scope
-or short name here fails a test instead of being shared by the judge.
-"""
+"""The Kubernetes resource types dcgm-migrate reads or writes. tests/sim/test_catalog_discovery.py
+checks each against the simulator's own catalog (from upstream's discovery documents and CRDs)."""
 
 from __future__ import annotations
 
@@ -43,6 +38,8 @@ class Kind:
         return f"{self.collection_path(namespace)}/{name}"
 
 
+_MONITORING = "monitoring.coreos.com"
+_AUTHZ = "authorization.k8s.io"
 NAMESPACE = Kind("", "v1", "namespaces", "Namespace", False, ("ns",), True)
 NODE = Kind("", "v1", "nodes", "Node", False, ("no",), True)
 POD = Kind("", "v1", "pods", "Pod", True, ("po",), True)
@@ -55,33 +52,21 @@ ENDPOINTSLICE = Kind("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"
 CLUSTER_POLICY = Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False, (), True)
 # Short name `gc`: NVIDIA/gpu-operator deployments/gpu-operator/crds/nvidia.com_gpuclusters.yaml
 GPU_CLUSTER = Kind("nvidia.com", "v1alpha1", "gpuclusters", "GPUCluster", False, ("gc",), True)
-SERVICE_MONITOR = Kind(
-    "monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True, ("smon",)
-)
-POD_MONITOR = Kind(
-    "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, ("pmon",)
-)
+SERVICE_MONITOR = Kind(_MONITORING, "v1", "servicemonitors", "ServiceMonitor", True, ("smon",))
+POD_MONITOR = Kind(_MONITORING, "v1", "podmonitors", "PodMonitor", True, ("pmon",))
 # Read only for its ServiceMonitor discovery role (`model/promdiscovery.py`).
-PROMETHEUS = Kind(
-    "monitoring.coreos.com", "v1", "prometheuses", "Prometheus", True, ("prom",), True
-)
-CRD = Kind(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-    False, ("crd", "crds"), True,
-)
+PROMETHEUS = Kind(_MONITORING, "v1", "prometheuses", "Prometheus", True, ("prom",), True)
+CRD = Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+           False, ("crd", "crds"), True)
 LEASE = Kind("coordination.k8s.io", "v1", "leases", "Lease", True)
 # Dynamic Resource Allocation: the GPUCluster stack's DCGM pods claim their GPUs (admin access).
-RESOURCE_CLAIM_TEMPLATE = Kind(
-    "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True
-)
+RESOURCE_CLAIM_TEMPLATE = Kind("resource.k8s.io", "v1", "resourceclaimtemplates",
+                               "ResourceClaimTemplate", True)
 RESOURCE_CLAIM = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, (), True)
-SELF_SUBJECT_ACCESS_REVIEW = Kind(
-    "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
-)
-
-SUBJECT_ACCESS_REVIEW = Kind(  # another user's rights: preflight asks about the guard's account
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False
-)
+SELF_SUBJECT_ACCESS_REVIEW = Kind(_AUTHZ, "v1", "selfsubjectaccessreviews",
+                                  "SelfSubjectAccessReview", False)
+# Another user's rights: preflight asks about the guard's account.
+SUBJECT_ACCESS_REVIEW = Kind(_AUTHZ, "v1", "subjectaccessreviews", "SubjectAccessReview", False)
 ACCESS_REVIEWS: tuple[Kind, ...] = (SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW)
 
 ALL: tuple[Kind, ...] = (

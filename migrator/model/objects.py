@@ -42,57 +42,47 @@ def template_labels(daemonset: Mapping[str, Any]) -> dict[str, str]:
 
 def controller_owner(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ownerReference with `controller: true`, if any (Kubernetes allows at most one)."""
-    for ref in meta(obj).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
+    ref = next((r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None)
+    return dict(ref) if ref else None
 
 
 def resource_version(obj: Mapping[str, Any]) -> str:
-    """The object's resourceVersion as the API gives it (opaque: a write's precondition), or
-    "" when it has none."""
+    """The object's resourceVersion (opaque: a write's precondition), or "" when it has none."""
     return str(meta(obj).get("resourceVersion") or "")
 
 
 def int_version(rv: object) -> int:
-    """A resourceVersion as an integer (etcd revisions, comparable since Kubernetes 1.30:
-    KEP-4988 `CompareResourceVersion`); 0 for none or one that is not an integer."""
+    """A resourceVersion as an integer (comparable since Kubernetes 1.30, KEP-4988); 0 for none
+    or one that is not an integer."""
     try:
         return int(str(rv))
     except ValueError:
         return 0
 
 
+def _condition(pod: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    return next((c for c in dig(pod, "status", "conditions") or []
+                 if isinstance(c, Mapping) and c.get("type") == ctype), None)
+
+
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     """Ready condition True and not being deleted (what the EndpointSlice controller uses)."""
-    if meta(pod).get("deletionTimestamp"):
-        return False
-    for cond in dig(pod, "status", "conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
+    ready = _condition(pod, "Ready")
+    return bool(ready and ready.get("status") == "True" and not meta(pod).get("deletionTimestamp"))
 
 
 def terminating(obj: Mapping[str, Any] | None) -> str | None:
-    """Why an object that was deleted is still there ("Terminating since T, held by finalizers
-    a, b"), or None when it is not being deleted."""
+    """Why a deleted object is still there ("Terminating since T, held by finalizers a, b"), or
+    None when it is not being deleted."""
     if obj is None or not meta(obj).get("deletionTimestamp"):
         return None
     finalizers = ", ".join(str(f) for f in meta(obj).get("finalizers") or []) or "none"
     return f"Terminating since {meta(obj)['deletionTimestamp']}, held by finalizers {finalizers}"
 
 
-def _condition(pod: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
-    for cond in dig(pod, "status", "conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == ctype:
-            return cond
-    return None
-
-
 def pod_not_ready_reason(pod: Mapping[str, Any]) -> str:
-    """Why a pod is not Ready, in a few words ("" when it is): Terminating; Pending because it
-    cannot be scheduled (a DRA claim not allocated, or the scheduler's reason); Pending while
-    its containers start; or Running but not Ready (a failing readiness probe)."""
+    """Why a pod is not Ready, in a few words ("" when it is): terminating, unschedulable (a DRA
+    claim, or the scheduler's reason), starting, or Running but not Ready (a failing probe)."""
     if pod_ready(pod):
         return ""
     if meta(pod).get("deletionTimestamp"):
@@ -106,11 +96,7 @@ def pod_not_ready_reason(pod: Mapping[str, Any]) -> str:
         if "resource claim" in message:
             return "Pending: claim not created"
         return f"Pending: {scheduled.get('reason') or 'Unschedulable'}"
-    if phase == "Pending":
-        return "Pending"
-    if phase == "Running":
-        return "Running, not Ready"
-    return str(phase)
+    return "Running, not Ready" if phase == "Running" else str(phase)
 
 
 # What a DaemonSet held on OnDelete by the tool (phase 1 in place) carries: its own
@@ -129,15 +115,11 @@ def update_strategy(daemonset: Mapping[str, Any]) -> str:
 
 
 def max_unavailable(daemonset: Mapping[str, Any], desired: int) -> int:
-    """The DaemonSet's rolling-update budget in nodes (int or percent, rounded up; default 1).
-
-    A percentage rounds up as the DaemonSet controller does for maxUnavailable; a budget of 0
-    (only possible with maxSurge > 0) is reported as 0.
-    """
+    """The rolling-update budget in nodes: an int, or a percent of `desired` rounded up as the
+    DaemonSet controller does (default 1; 0 only with maxSurge > 0)."""
     raw = dig(daemonset, "spec", "updateStrategy", "rollingUpdate", "maxUnavailable")
     if raw is None:
         return 1
     if isinstance(raw, str) and raw.endswith("%"):
-        pct = int(raw[:-1])
-        return -(-pct * desired // 100)
+        return -(-int(raw[:-1]) * desired // 100)
     return int(raw)

@@ -1,10 +1,5 @@
-"""A phase's status, as a type, and the one answer to "does phase N hold".
-
-The state document stores the status as its string (`pending | in-progress | completed |
-failed | rolled-back`, schema 1), so existing state ConfigMaps load unchanged; everything above
-the document compares `PhaseStatus` members, never strings. Pure: the commands, the report,
-the verdict's callers and the guard all ask `holds`, so no two of them can disagree on it.
-"""
+"""A phase's status, and the one answer to "does phase N hold" (commands, report, guard all ask
+`holds`). The state document stores the value strings (schema 1), so old state loads unchanged."""
 
 from __future__ import annotations
 
@@ -33,6 +28,5 @@ class PhaseStatus(Enum):
 
 
 def holds(status: PhaseStatus, verification: Iterable[GateResult] = ()) -> bool:
-    """Does the phase hold: recorded completed, and none of its verification gates (what
-    `walk.decide` re-checks on the live cluster, when the caller has them) fails now."""
+    """Recorded completed, and none of its verification gates (when given) fails now."""
     return status is PhaseStatus.COMPLETED and all(g.ok for g in verification)

@@ -1,5 +1,4 @@
-"""The data that flows between the engine and the phase modules: what a phase is given to plan
-with, and what it hands back. Pure data; phases fill it, the loop executes it."""
+"""What a phase is given to plan with, and the plan it hands the loop back."""
 
 from __future__ import annotations
 
@@ -21,16 +20,11 @@ class Options:
     include_operator_owned: bool = False
     roll_on_delete: bool = False
     allow_foreign_pods: bool = False  # phase 3 may switch a selector that picks up other pods
-    # An operator release (`plans/releases.yaml`) whose component labels phase 1 puts on the
-    # pod templates too, ahead of the upgrade to it ("" = none).
-    prepare_for: str = ""
-    # Phase 1 (and its rollback) rolls every DaemonSet's pods instead of relabelling them in
-    # place (`--rolling`: for users who want the restarts).
-    rolling: bool = False
+    prepare_for: str = ""  # a release (plans/releases.yaml) whose labels phase 1 adds too
+    rolling: bool = False  # phase 1 (and its rollback) rolls the pods instead of relabelling
 
     def flags(self) -> tuple[str, ...]:
-        """The command-line options that give these options: what a resumed run repeats, so
-        that it plans as the interrupted one did (`status`'s `resume:`)."""
+        """The command-line flags for these options, which a resumed run repeats (`resume:`)."""
         named = (("--include-operator-owned", self.include_operator_owned),
                  ("--roll-on-delete", self.roll_on_delete), ("--rolling", self.rolling),
                  ("--allow-foreign-pods", self.allow_foreign_pods))
@@ -82,19 +76,13 @@ class PhasePlan:
     fix: str | None = None  # what to do when it is (the refusal's `fix:` line)
     guarded: tuple[ServiceBaseline, ...] = ()  # Services whose endpoints the phase must keep
     tolerance: Mapping[str, int] = field(default_factory=dict)  # per Service, phase 1 only
-    # Steps the live objects already show: no write, but their post-gates (rollout complete,
-    # endpoints caught up) must still pass before the phase is recorded completed.
+    # Steps the live objects already show: no write, but their post-gates must still pass.
     checks: tuple[Step, ...] = ()
 
     @property
-    def writes(self) -> int:
-        return len(self.steps)
-
-    @property
     def refusal(self) -> str | None:
-        """Why the phase must not write at all: it is blocked, or a gate of its plan fails
-        now. Checked once before the first write: a gate left to the step that needs it would
-        let the phase's earlier steps land first (half a phase, not a safe stop)."""
+        """Why the phase must not write at all: blocked, or a gate fails now. Checked before the
+        first write, so no half phase lands before a later step's gate stops it."""
         failed = [f"{g.name}: {g.detail}" for g in self.gates
                   if not g.ok and not (self.blocked and g.detail in self.blocked)]
         return "; ".join([self.blocked, *failed] if self.blocked else failed) or None

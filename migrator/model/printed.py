@@ -1,28 +1,13 @@
-"""Pods read as their printed Table rows, and when such a row may be believed. Pure.
+"""Pods read as their printed Table rows (a sixth of the whole pod), and when a row may be believed.
 
-A pod's whole JSON is about 4 kB here (more with managedFields on a real cluster); its Table
-row with the pod's metadata (`Accept: ...;as=Table;g=meta.k8s.io`, `includeObject=Metadata`,
-what `kubectl get pods` reads) is about a sixth of it, and a gate needs only the name, uid,
-labels, owner, node and readiness. The row carries all of them but one: printPod
-(`pkg/printers/internalversion/printers.go`) shows how many containers are ready, not the
-pod's Ready condition. The two differ when
-
-- the node lifecycle controller marked the pods of a node that stopped reporting not Ready
-  (`MarkPodsNotReady`) while their containers still show ready: exactly what the
-  nodes-reporting gate looks for;
-- a readiness gate is not yet True (the row's READINESS GATES cell counts them);
-- the kubelet has not yet written the condition (it writes both in one status update).
-
-So a printed pod is believed only when it is **plainly healthy**: every container running and
-ready, every readiness gate True, on a node, not being deleted, and no EndpointSlice written
-after the pod's last change says it is not serving (`serving` is the EndpointSlice controller's
-`IsPodReady`, whatever `publishNotReadyAddresses` says). Any other printed pod is **doubtful**,
-and the engine reads it whole (`engine/wholepods.py`), so the gates judge it by the real
-conditions. A healthy cluster costs rows only; a sick one costs a whole read of the pods that
-are sick, which is when the details matter.
-
-A printed pod is the row's `PartialObjectMetadata` with the row's cells under `PRINTED`, so the
-run's cache, its read-your-writes fences and label selectors treat it like any object.
+printPod shows how many containers are ready, not the pod's Ready condition; the two differ
+when the node lifecycle controller marked a silent node's pods not Ready (`MarkPodsNotReady`),
+when a readiness gate is not yet True, or before the kubelet writes the condition. So a printed
+pod is believed only when **plainly healthy** (every container running and ready, every
+readiness gate True, on a node, not being deleted, and no later EndpointSlice says it is not
+serving); any other is **doubtful** and read whole (`engine/wholepods.py`). A printed pod is the
+row's `PartialObjectMetadata` with its cells under `PRINTED`, so caches and selectors treat it
+like any object.
 """
 
 from __future__ import annotations
@@ -32,15 +17,13 @@ from typing import Any
 
 from migrator.model.tables import Row
 
-Obj = dict[str, Any]
-
 PRINTED = "printed"  # key of a printed pod's cells (never a field of a real Pod)
 NO_VALUE = "<none>"  # what printPod shows for an empty cell
 
 
-def printed_object(row: Row, api_version: str = "v1", kind: str = "Pod") -> Obj:
+def printed_object(row: Row, api_version: str = "v1", kind: str = "Pod") -> dict[str, Any]:
     """The printed object of one Table row read with `includeObject=Metadata` (a printed pod,
-    or any kind's row where only its metadata is wanted: a wake-up event's version)."""
+    or any kind's row where only its metadata is wanted)."""
     meta = (row.object or {}).get("metadata") or {}
     return {"apiVersion": api_version, "kind": kind, "metadata": dict(meta),
             PRINTED: dict(row.cells)}
@@ -54,12 +37,12 @@ def cells(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return pod.get(PRINTED) or {}
 
 
-def _fraction(text: Any) -> tuple[int, int] | None:
-    """"2/3" → (2, 3); None for anything else ("<none>", garbage)."""
+def _done(text: Any) -> int | None:
+    """"3/3" → 3 (all of them done); None for "2/3", "<none>" or anything else."""
     done, sep, total = str(text or "").partition("/")
-    if not sep or not done.isdigit() or not total.isdigit():
+    if not sep or not done.isdigit() or not total.isdigit() or int(done) != int(total):
         return None
-    return int(done), int(total)
+    return int(total)
 
 
 def node_of(pod: Mapping[str, Any]) -> str:
@@ -73,22 +56,15 @@ def plainly_healthy(pod: Mapping[str, Any]) -> bool:
     row = cells(pod)
     if (pod.get("metadata") or {}).get("deletionTimestamp") or not node_of(pod):
         return False
-    ready = _fraction(row.get("Ready"))
-    if ready is None or ready[1] == 0 or ready[0] != ready[1]:
-        return False
-    if row.get("Status") != "Running":
-        return False
     gates = row.get("Readiness Gates")
-    if gates in (None, "", NO_VALUE):
-        return True
-    counted = _fraction(gates)
-    return counted is not None and counted[0] == counted[1]
+    return ((_done(row.get("Ready")) or 0) > 0 and row.get("Status") == "Running"
+            and (gates in (None, "", NO_VALUE) or _done(gates) is not None))
 
 
 def not_serving(pod_name: str, pod_version: int,
                 slices: Iterable[tuple[int, str, bool]]) -> bool:
     """Some EndpointSlice written after the pod's last change lists it as not serving.
-    `slices` are (slice version, target pod name, serving) per endpoint; a slice older than the
-    pod may not have caught up with it yet and proves nothing."""
+    `slices`: (slice version, target pod name, serving) per endpoint; an older slice proves
+    nothing."""
     return any(name == pod_name and version > pod_version and not serving
                for version, name, serving in slices)

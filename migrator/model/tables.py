@@ -1,16 +1,9 @@
-"""`meta.k8s.io/v1` Table rows read as values, and the DaemonSet rollout counts they carry.
+"""`meta.k8s.io/v1` Table rows read as values, and the DaemonSet rollout counts they carry. Pure.
 
-A Table watch (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`, `includeObject=None`)
-sends, per event, the printer's cells instead of the object: a DaemonSet status change costs
-about a tenth of the whole object. The server sends `columnDefinitions` with the first event
-only (`handlers/response.go` `watchEmbeddedEncoder.doEncode` sets NoHeaders after it), so a
-reader keeps the columns of the first and names the cells of the rest by them. Pure.
-
-The DaemonSet printer (`pkg/printers/internalversion/printers.go` `printDaemonSet`) shows
-Desired, Current, Ready, Up-to-date and Available, but not `observedGeneration`: a row alone
-cannot prove a rollout complete (the counts of the previous generation look complete until
-the controller observes the new one). `rollout_view` therefore fills only the counts, and a
-reader confirms a row that looks complete with one GET of the object (`rollout_complete`).
+A Table watch sends the printer's cells instead of the object (a tenth of a DaemonSet), with
+`columnDefinitions` on its first event only, so a reader names later rows by the first's columns.
+printDaemonSet shows no `observedGeneration`, so a row cannot prove a rollout complete:
+`rollout_view` fills only the counts, and a reader confirms a complete-looking row with a GET.
 """
 
 from __future__ import annotations
@@ -34,7 +27,7 @@ _DAEMONSET_COUNTS = {
 
 
 class TableError(ValueError):
-    """A Table answer this reader cannot name the cells of (no columns before the first row)."""
+    """A Table answer whose cells cannot be named (no columns before the first row)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class Row:
 
     cells: Mapping[str, Any]
     resource_version: str
-    object: Mapping[str, Any] | None = None  # the row's `object` (includeObject=Metadata/Object)
+    object: Mapping[str, Any] | None = None  # includeObject=Metadata/Object
 
     @property
     def name(self) -> str:
@@ -53,9 +46,7 @@ class Row:
 def column_names(table: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The table's column names, or None when it carries none (a watch event after the first)."""
     defs = table.get("columnDefinitions")
-    if not defs:
-        return None
-    return tuple(str(d.get("name") or "") for d in defs)
+    return tuple(str(d.get("name") or "") for d in defs) if defs else None
 
 
 def rows(table: Mapping[str, Any], columns: Sequence[str]) -> list[Row]:
@@ -73,27 +64,24 @@ def rows(table: Mapping[str, Any], columns: Sequence[str]) -> list[Row]:
 
 
 def daemonset_row(ds: Mapping[str, Any]) -> Row:
-    """The row the DaemonSet printer would show for this object (its counts), for a server
-    that answers a Table request with the object itself."""
-    status = ds.get("status") or {}
-    meta = ds.get("metadata") or {}
-    cells = {"Name": meta.get("name", "")}
-    cells.update({column: int(status.get(field) or 0)
-                  for column, field in _DAEMONSET_COUNTS.items()})
-    return Row(cells, str(meta.get("resourceVersion") or ""))
+    """The row the DaemonSet printer would show for this object (for a server that answers a
+    Table request with the object itself)."""
+    status, meta = ds.get("status") or {}, ds.get("metadata") or {}
+    return Row({"Name": meta.get("name", ""), **{column: int(status.get(field) or 0)
+                for column, field in _DAEMONSET_COUNTS.items()}},
+               str(meta.get("resourceVersion") or ""))
 
 
 def object_row(obj: Mapping[str, Any]) -> Row:
-    """The printed row of an object a Table watch sent whole (a server or proxy that ignored
-    the Table request); only the DaemonSet printer is known here."""
+    """The printed row of an object a Table watch sent whole (only DaemonSets are known)."""
     if obj.get("kind") != "DaemonSet":
         raise TableError(f"a {obj.get('kind') or 'kindless object'} instead of a Table row")
     return daemonset_row(obj)
 
 
 def rollout_view(row: Row) -> Obj:
-    """A DaemonSet-shaped dict with the row's name, version and rollout counts: enough for
-    `gates.rollout_counts` and progress, never for `gates.rollout_complete` (no generations)."""
+    """A DaemonSet-shaped dict with the row's name, version and rollout counts (for
+    `gates.rollout_counts` and progress, never `gates.rollout_complete`: no generations)."""
     status = {field: int(row.cells.get(column) or 0)
               for column, field in _DAEMONSET_COUNTS.items()}
     return {"metadata": {"name": row.name, "resourceVersion": row.resource_version},
@@ -101,9 +89,7 @@ def rollout_view(row: Row) -> Obj:
 
 
 def counts_look_complete(view: Obj) -> bool:
-    """Every desired pod updated and available, by the counts alone (see the module docstring:
-    confirm with the object before believing it)."""
+    """Every desired pod updated and available, by the counts alone (confirm with the object)."""
     st = view.get("status") or {}
-    desired = int(st.get("desiredNumberScheduled") or 0)
-    return (int(st.get("updatedNumberScheduled") or 0) == desired
-            and int(st.get("numberAvailable") or 0) == desired)
+    return (int(st.get("updatedNumberScheduled") or 0) == int(st.get("desiredNumberScheduled") or 0)
+            == int(st.get("numberAvailable") or 0))

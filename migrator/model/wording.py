@@ -1,6 +1,4 @@
-"""How the tool writes a number of things: "1 pod", "3 pods", "0 pods". Pure."""
-
-from __future__ import annotations
+"""How the tool writes a number of things: "1 pod", "3 pods", "0 pods"."""
 
 
 def counted(n: int, one: str, many: str | None = None) -> str:

@@ -1,8 +1,5 @@
-"""YAML read the one safe way: libyaml's parser when PyYAML was built with it (its wheels are),
-a tenth of the pure-Python parser's time on a kubeconfig, whose certificates and keys are
-kilobytes of base64, and on the plans every command loads. Same documents, same errors."""
-
-from __future__ import annotations
+"""YAML read safely with libyaml's parser where PyYAML has it: a tenth of the pure-Python
+parser's time on kubeconfigs and plans. Same documents, same errors."""
 
 from typing import IO, Any
 
@@ -12,5 +9,4 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def safe_load(source: str | IO[str]) -> Any:
-    """`yaml.safe_load`, with libyaml's parser where there is one."""
     return yaml.load(source, Loader=_SAFE_LOADER)  # a safe loader

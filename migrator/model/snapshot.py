@@ -1,9 +1,5 @@
-"""A compact, immutable view of what the tool read from one namespace.
-
-The planner, the gates and drift detection all work on a Snapshot, never on the API, so they
-are pure and testable with plain dicts. Pods and endpoints are reduced to the few fields the
-gates need, which keeps 10,000 pods cheap to hold.
-"""
+"""A compact, immutable view of what the tool read from one namespace: the planner, gates and
+drift detection work on it, never on the API. Pods and endpoints keep only what gates need."""
 
 from __future__ import annotations
 
@@ -34,74 +30,53 @@ class PodView:
     deleting: bool
     owner_kind: str | None
     owner_name: str | None
-    node_lost: bool = False  # marked not Ready by the node lifecycle controller (see below)
+    node_lost: bool = False  # marked not Ready by the node lifecycle controller
     why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
     printed: bool = False  # read as its printed row (`model/printed.py`), not whole
     version: int = 0  # its resourceVersion as an integer (0: not one)
-    # Its `prometheus.io/*` annotations only (the `kubernetes-pods` discovery job reads them;
-    # the rest of a pod's annotations are not kept), and its phase ("" when a printed row
-    # cannot tell: a doubtful row is read whole before any gate sees it).
+    # Its `prometheus.io/*` annotations only (for the `kubernetes-pods` job), and its phase ("":
+    # a printed row cannot tell, and a doubtful row is read whole before any gate sees it).
     scrape_annotations: Mapping[str, str] = field(default_factory=dict)
     phase: str = ""
 
     @property
     def doubtful(self) -> bool:
-        """A printed view that is not plainly healthy: only the whole pod can tell its
-        conditions (`model/printed.py`)."""
+        """A printed view that is not plainly healthy: only the whole pod can tell."""
         return self.printed and not self.ready
 
     @staticmethod
     def of(pod: Mapping[str, Any]) -> PodView:
         """The view of a whole pod, or of a printed one (believed only when plainly healthy;
         otherwise `doubtful`, and not Ready until its whole read says so)."""
-        owner = o.controller_owner(pod) or {}
-        version = o.int_version(o.meta(pod).get("resourceVersion"))
-        if printed.is_printed(pod):
+        owner, meta, row = o.controller_owner(pod) or {}, o.meta(pod), printed.is_printed(pod)
+        if row:
             ready = printed.plainly_healthy(pod)
-            return PodView(
-                name=o.name(pod), uid=str(o.meta(pod).get("uid", "")),
-                node=printed.node_of(pod), labels=o.labels(pod), ready=ready,
-                deleting=bool(o.meta(pod).get("deletionTimestamp")),
-                owner_kind=owner.get("kind"), owner_name=owner.get("name"),
-                why="" if ready else str(printed.cells(pod).get("Status") or "not Ready"),
-                printed=True, version=version, scrape_annotations=_scrape_annotations(pod),
-                phase="Running" if ready else "")
+            node, phase = printed.node_of(pod), "Running" if ready else ""
+            why = "" if ready else str(printed.cells(pod).get("Status") or "not Ready")
+        else:
+            ready, why = o.pod_ready(pod), o.pod_not_ready_reason(pod)
+            node = str(o.dig(pod, "spec", "nodeName") or "")
+            phase = str(o.dig(pod, "status", "phase") or "")
+        scrape = {k: v for k, v in o.annotations_of(pod).items() if k.startswith("prometheus.io/")}
         return PodView(
-            name=o.name(pod),
-            uid=str(o.meta(pod).get("uid", "")),
-            node=str(o.dig(pod, "spec", "nodeName") or ""),
-            labels=o.labels(pod),
-            ready=o.pod_ready(pod),
-            deleting=bool(o.meta(pod).get("deletionTimestamp")),
-            owner_kind=owner.get("kind"),
-            owner_name=owner.get("name"),
-            node_lost=_marked_not_ready(pod),
-            why=o.pod_not_ready_reason(pod),
-            version=version,
-            scrape_annotations=_scrape_annotations(pod),
-            phase=str(o.dig(pod, "status", "phase") or ""),
-        )
+            name=o.name(pod), uid=str(meta.get("uid", "")), node=node, labels=o.labels(pod),
+            ready=ready, deleting=bool(meta.get("deletionTimestamp")),
+            owner_kind=owner.get("kind"), owner_name=owner.get("name"),
+            node_lost=_marked_not_ready(pod), why=why, printed=row,
+            version=o.int_version(meta.get("resourceVersion")), scrape_annotations=scrape,
+            phase=phase)
 
     def contradicted(self, slices: Iterable[EndpointView]) -> bool:
         """A printed Ready view that an EndpointSlice written after the pod's last change
-        contradicts (not serving): the Ready condition may be False (`model/printed.py`)."""
+        contradicts (not serving): the Ready condition may be False."""
         return self.printed and self.ready and printed.not_serving(
             self.name, self.version, ((e.version, e.pod or "", e.serving) for e in slices))
 
 
-SCRAPE_ANNOTATION_PREFIX = "prometheus.io/"
-
-
-def _scrape_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in o.annotations_of(pod).items()
-            if k.startswith(SCRAPE_ANNOTATION_PREFIX)}
-
-
 def _marked_not_ready(pod: Mapping[str, Any]) -> bool:
-    """Ready False while ContainersReady is True: the kubelet sets Ready from ContainersReady
-    (and readiness gates), so this is the node lifecycle controller's `MarkPodsNotReady` for a
-    node that stopped reporting. Pods with readiness gates are left out (a gate can hold
-    Ready False legitimately)."""
+    """Ready False while ContainersReady is True: the node lifecycle controller's
+    `MarkPodsNotReady` for a silent node (pods with readiness gates are left out: a gate may
+    hold Ready False legitimately)."""
     if o.dig(pod, "spec", "readinessGates"):
         return False
     conds = {c.get("type"): c.get("status") for c in o.dig(pod, "status", "conditions") or []}
@@ -142,35 +117,21 @@ class ServiceEndpoints:
 
 def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> ServiceEndpoints:
     """Merge a Service's EndpointSlices; a nil `ready` condition counts as ready (API contract)."""
-    views: list[EndpointView] = []
-    seen: set[tuple[str | None, str | None]] = set()
+    views: dict[tuple[str | None, str | None], EndpointView] = {}
     for sl in slices:
-        slice_version = o.int_version(o.meta(sl).get("resourceVersion"))
-        slice_name = o.name(sl)
+        version = o.int_version(o.meta(sl).get("resourceVersion"))
         managed_by = o.labels(sl).get(MANAGED_BY_LABEL, "")
         for ep in sl.get("endpoints") or []:
-            cond = ep.get("conditions") or {}
-            ready = cond.get("ready")
-            pod = (ep.get("targetRef") or {}).get("name")
-            key = (pod, (ep.get("addresses") or [None])[0])
-            if key in seen:  # the same endpoint may briefly sit in two slices
-                continue
-            seen.add(key)
-            views.append(
-                EndpointView(
-                    pod=pod,
-                    node=ep.get("nodeName"),
-                    ready=ready is None or bool(ready),
-                    serving=bool(cond.get("serving", ready is None or bool(ready))),
-                    terminating=bool(cond.get("terminating", False)),
-                    version=slice_version,
-                    uid=(ep.get("targetRef") or {}).get("uid"),
-                    address=key[1],
-                    slice=slice_name,
-                    managed_by=managed_by,
-                )
-            )
-    return ServiceEndpoints(service, tuple(views))
+            cond, ref = ep.get("conditions") or {}, ep.get("targetRef") or {}
+            ready = cond.get("ready") is None or bool(cond.get("ready"))
+            key = (ref.get("name"), (ep.get("addresses") or [None])[0])
+            # the same endpoint may briefly sit in two slices: the first one counts
+            views.setdefault(key, EndpointView(
+                pod=key[0], node=ep.get("nodeName"), ready=ready,
+                serving=bool(cond.get("serving", ready)),
+                terminating=bool(cond.get("terminating", False)), version=version,
+                uid=ref.get("uid"), address=key[1], slice=o.name(sl), managed_by=managed_by))
+    return ServiceEndpoints(service, tuple(views.values()))
 
 
 @dataclass(frozen=True)
@@ -187,20 +148,18 @@ class Snapshot:
     servicemonitor_api: bool = True
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
-    # Prometheus Operator `Prometheus` CRs (any namespace): which discovery role their
-    # ServiceMonitors get (`promdiscovery.monitor_roles`); empty where the CRD is absent or the
-    # tool may not list them, and then every ServiceMonitor has the operator's default role.
+    # `Prometheus` CRs (any namespace): their ServiceMonitors' discovery role
+    # (`promdiscovery.monitor_roles`); none read means the operator's default role.
     prometheuses: tuple[Obj, ...] = ()
-    # The guard's Leases (the tool's managed-by label) and whether they could be read; the
-    # wall time of the read, against which a Lease's renewal is judged.
+    # The guard's Leases, whether they could be read, and the wall time of the read.
     guard_leases: tuple[Obj, ...] = ()
     leases_read: bool = False
     taken_at: datetime | None = None
 
     @cached_property
     def memo(self) -> dict[Any, Any]:
-        """Results of pure functions of this (immutable) snapshot, kept by the functions
-        themselves (`monitoring.scrape_paths`), so a report computes each once."""
+        """Results of pure functions of this snapshot (`monitoring.scrape_paths`), kept by
+        those functions so a report computes each once."""
         return {}
 
     @cached_property
@@ -225,23 +184,16 @@ class Snapshot:
     def fingerprint(self) -> str:
         """A hash of what a plan depends on: spec and metadata of the DaemonSets, Services,
         CRs and ServiceMonitors, not status (a pod restart does not make a plan stale)."""
-        def ds_view(d: Obj) -> Any:
-            return list(_ds_fields(d).values())
-
-        def svc_view(s: Obj) -> Any:
-            f = _svc_fields(s)
-            return [f["metadata.uid"], f["metadata.labels"], f["metadata.annotations"],
-                    f["metadata.ownerReferences"], _svc_spec(s)]
-
         def monitors(items: Iterable[Obj]) -> list[str]:
             return sorted(json.dumps(list(_monitor_fields(m).values()), sort_keys=True)
                           for m in items)
 
         doc = {
             "namespace": self.namespace,
-            "ds": {n: ds_view(d) for n, d in sorted(self.daemonsets.items())},
-            "svc": {n: svc_view(s) for n, s in sorted(self.services.items())},
-            "cr": sorted(str(o.meta(c).get("uid")) + str(o.meta(c).get("generation"))
+            "ds": {n: list(_ds_fields(d).values()) for n, d in sorted(self.daemonsets.items())},
+            "svc": {n: [*_svc_fields(s).values(), _svc_spec(s)]
+                    for n, s in sorted(self.services.items())},
+            "cr": sorted("".join(map(str, _cr_fields(c).values()))
                          for c in (*self.cluster_policies, *self.gpu_clusters)),
             "sm": monitors(self.service_monitors),
             # PodMonitors only when there are any: plans saved before they counted stay valid
@@ -251,27 +203,17 @@ class Snapshot:
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
     def fingerprint_fields(self) -> dict[str, dict[str, str]]:
-        """What `fingerprint` covers, per object and field, each field as a short hash:
-        `{"DaemonSet/<name>": {"metadata.labels": "…", …}, "Service/<name>": …}`. A saved
+        """What `fingerprint` covers, per `Kind/name` and field, each as a short hash: a saved
         plan keeps it, so a stale plan names what changed (`changed_fields`)."""
-        out: dict[str, dict[str, str]] = {}
-        for n, d in self.daemonsets.items():
-            out[f"DaemonSet/{n}"] = _hashed(_ds_fields(d))
-        for n, s in self.services.items():
-            fields = _svc_fields(s)
-            spec = _svc_spec(s)
-            fields.update({f"spec.{k}": v for k, v in spec.items()})
-            out[f"Service/{n}"] = _hashed(fields)
-        for kind, crs in (("ClusterPolicy", self.cluster_policies),
-                          ("GPUCluster", self.gpu_clusters)):
-            for c in crs:
-                out[f"{kind}/{o.name(c)}"] = _hashed({
-                    "metadata.uid": o.meta(c).get("uid"),
-                    "metadata.generation": o.meta(c).get("generation")})
-        for kind, items in (("ServiceMonitor", self.service_monitors),
-                            ("PodMonitor", self.pod_monitors)):
-            for m in items:
-                out[f"{kind}/{o.name(m)}"] = _hashed(_monitor_fields(m))
+        out = {f"DaemonSet/{n}": _hashed(_ds_fields(d)) for n, d in self.daemonsets.items()}
+        out |= {f"Service/{n}": _hashed(_svc_fields(s) | {f"spec.{k}": v
+                                                         for k, v in _svc_spec(s).items()})
+                for n, s in self.services.items()}
+        for kind, items, fields in (("ClusterPolicy", self.cluster_policies, _cr_fields),
+                                    ("GPUCluster", self.gpu_clusters, _cr_fields),
+                                    ("ServiceMonitor", self.service_monitors, _monitor_fields),
+                                    ("PodMonitor", self.pod_monitors, _monitor_fields)):
+            out |= {f"{kind}/{o.name(m)}": _hashed(fields(m)) for m in items}
         return out
 
 
@@ -291,10 +233,13 @@ def changed_fields(saved: Mapping[str, Mapping[str, str]],
     return found
 
 
+def _cr_fields(c: Obj) -> dict[str, Any]:
+    return {"metadata.uid": o.meta(c).get("uid"),
+            "metadata.generation": o.meta(c).get("generation")}
+
+
 def _ds_fields(d: Obj) -> dict[str, Any]:
-    return {"metadata.uid": o.meta(d).get("uid"),
-            "metadata.generation": o.meta(d).get("generation"),
-            "metadata.labels": o.labels(d),
+    return {**_cr_fields(d), "metadata.labels": o.labels(d),
             "spec.template.metadata.labels": o.template_labels(d),
             "spec.updateStrategy": o.dig(d, "spec", "updateStrategy")}
 

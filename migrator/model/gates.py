@@ -1,12 +1,9 @@
-"""The gates (docs/design.md, "Gates") as pure functions over a Snapshot (or a DaemonSet object).
-
-Each returns a GateResult: a name, ok, and a one-line detail that names what is wrong (nodes,
-pods, Services), so a failed run tells the SRE where to look; and its kind, for the few gates
-the loop acts on by what they are (never by their name).
-"""
+"""The gates (docs/design.md, "Gates") as pure functions over a Snapshot or a DaemonSet: each
+a GateResult whose one-line detail names what is wrong, and whose kind the loop acts on."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -21,22 +18,15 @@ MAX_NAMED = 5
 
 
 class GateKind(Enum):
-    """What a gate is, where the loop treats it apart: the post-write wait
-    (engine/afterwrite) and the hint of a stop before a write (engine/loop)."""
+    """What a gate is, where the post-write wait (engine/afterwrite) or a stop's hint
+    (engine/loop) treats it apart."""
 
-    # Any other gate: waited for until it passes, within --timeout.
-    CHECK = "check"
-    # A guarded Service's ready endpoints against its baseline (`endpoints/<svc>`); failed
-    # after a write, the write lost them: the wait stops at once, a selector change is undone.
+    CHECK = "check"  # any other gate: waited for until it passes, within --timeout
+    # `endpoints/<svc>`: failed after a write, the write lost them: stop, undo a selector change
     ENDPOINTS = "endpoints"
-    # Endpoints below the baseline that a selector switch did not cause (`endpoints-dip/<svc>`):
-    # waited out, and noted.
-    ENDPOINTS_DIP = "endpoints-dip"
-    # A node running the DaemonSet stopped reporting (`nodes-reporting/<ds>`): waiting cannot
-    # heal it, so the wait stops at once.
-    NODES_REPORTING = "nodes-reporting"
-    # The object changed since the plan read it (`selector-unchanged/<svc>`: someone else
-    # moved a selector): nothing was written, and the stop's hint says who to look at.
+    ENDPOINTS_DIP = "endpoints-dip"  # a loss a selector switch did not cause: waited out, noted
+    NODES_REPORTING = "nodes-reporting"  # a node stopped reporting: waiting cannot heal it
+    # `selector-unchanged/<svc>`: someone else moved it since the plan read it (nothing written)
     CHANGED_MEANWHILE = "changed-meanwhile"
 
 
@@ -45,10 +35,10 @@ class GateResult:
     name: str
     ok: bool
     detail: str = ""
-    # A failure that heals by itself (an object garbage collection is about to remove): the
-    # run waits for it, within --timeout, instead of stopping. Not part of the report.
+    # A failure that heals by itself (garbage collection is about to remove an object): the
+    # run waits for it within --timeout. Neither this nor `kind` is part of the report.
     wait: bool = False
-    kind: GateKind = GateKind.CHECK  # not part of the report either
+    kind: GateKind = GateKind.CHECK
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
@@ -63,13 +53,12 @@ def describe(results: Iterable[GateResult]) -> str:
     return "; ".join(f"{r.name}: {r.detail}" for r in failed(results))
 
 
-def _names(items: Iterable[str]) -> str:
+def named(items: Iterable[str]) -> str:
+    """The first few of `items`, sorted, and how many more."""
     items = sorted(set(items))
     shown = ", ".join(items[:MAX_NAMED])
     return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
 
-
-# ---- rollout ---------------------------------------------------------------------------------
 
 def rollout_counts(ds: Obj) -> tuple[int, int, int]:
     st = ds.get("status") or {}
@@ -81,13 +70,11 @@ def rollout_complete(ds: Obj) -> GateResult:
     """`kubectl rollout status` for a DaemonSet; zero desired is complete."""
     name = f"rollout-complete/{o.name(ds)}"
     gen = int(o.meta(ds).get("generation") or 0)
-    observed = int((ds.get("status") or {}).get("observedGeneration") or 0)
-    updated, available, desired = rollout_counts(ds)
-    detail = f"updated {updated}/{desired}, available {available}/{desired}"
-    if observed < gen:
+    if int((ds.get("status") or {}).get("observedGeneration") or 0) < gen:
         return GateResult(name, False, f"controller has not observed generation {gen} yet")
-    ok = updated == desired and available == desired
-    return GateResult(name, ok, detail)
+    updated, available, desired = rollout_counts(ds)
+    return GateResult(name, updated == desired == available,
+                      f"updated {updated}/{desired}, available {available}/{desired}")
 
 
 def not_ready_where(pods: Iterable[PodView]) -> list[str]:
@@ -106,26 +93,22 @@ def daemonset_healthy(snapshot: Snapshot, ds: Obj) -> GateResult:
     if result.ok:
         return result
     nodes = not_ready_where(snapshot.pods_of(o.name(ds)))
-    detail = result.detail + (f"; pods not ready on nodes {_names(nodes)}" if nodes else "")
+    detail = result.detail + (f"; pods not ready on nodes {named(nodes)}" if nodes else "")
     return GateResult(result.name, False, detail)
 
 
-# ---- labels on pods --------------------------------------------------------------------------
-
 def pods_carry(snapshot: Snapshot, daemonset: str, labels: Mapping[str, str | None],
                gate: str = "pods-labelled") -> GateResult:
-    """Every live pod of the DaemonSet has these labels (None: lacks the key). Used as the
-    phase 1 post-gate and, before a selector switch, as the mixed-rollout gate."""
+    """Every live pod of the DaemonSet has these labels (None: lacks the key): phase 1's
+    post-gate, and the mixed-rollout gate before a selector switch."""
     pods = [p for p in snapshot.pods_of(daemonset) if not p.deleting]
     off = [p for p in pods if any(p.labels.get(k) != v for k, v in labels.items())]
     name = f"{gate}/{daemonset}"
     if not off:
         return GateResult(name, True, counted(len(pods), "pod"))
     return GateResult(name, False, f"{len(off)} of {counted(len(pods), 'pod')} lack it: "
-                      f"{_names(p.name for p in off)} on nodes {_names(p.node for p in off)}")
+                      f"{named(p.name for p in off)} on nodes {named(p.node for p in off)}")
 
-
-# ---- endpoints -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ServiceBaseline:
@@ -154,17 +137,14 @@ def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0
     nodes/endpoints (phase 1: the DaemonSet's maxUnavailable; otherwise zero)."""
     name = f"endpoints/{base.service}"
     eps = snapshot.endpoints_of(base.service)
-    if base.local:
-        now = eps.ready_by_node()
-        short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
-        ok = len(short) <= tolerance
-        detail = f"{eps.ready_total}/{base.total} ready, per node"
-        if short:
-            detail += f"; below baseline on {_names(short)}"
-        return GateResult(name, ok, detail, kind=GateKind.ENDPOINTS)
-    missing = base.total - eps.ready_total
-    return GateResult(name, missing <= tolerance, f"{eps.ready_total}/{base.total} ready",
-                      kind=GateKind.ENDPOINTS)
+    detail = f"{eps.ready_total}/{base.total} ready"
+    if not base.local:
+        return GateResult(name, base.total - eps.ready_total <= tolerance, detail,
+                          kind=GateKind.ENDPOINTS)
+    now = eps.ready_by_node()
+    short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
+    detail += ", per node" + (f"; below baseline on {named(short)}" if short else "")
+    return GateResult(name, len(short) <= tolerance, detail, kind=GateKind.ENDPOINTS)
 
 
 def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> GateResult:
@@ -173,13 +153,15 @@ def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> Gat
     name = f"endpointslices/{service}"
     if have == pods:
         return GateResult(name, True, f"{len(have)} ready endpoints")
-    missing, extra = pods - have, have - pods
-    parts = []
-    if missing:
-        parts.append(f"missing {_names(missing)}")
-    if extra:
-        parts.append(f"unexpected {_names(extra)}")
+    parts = [f"{word} {named(names)}" for word, names in
+             (("missing", pods - have), ("unexpected", have - pods)) if names]
     return GateResult(name, False, "; ".join(parts))
+
+
+def _short_nodes(old_ready: Iterable[PodView], new_ready: Iterable[PodView]) -> list[str]:
+    """Nodes where the new selector has fewer Ready pods than the old one (Local traffic)."""
+    before, after = Counter(p.node for p in old_ready), Counter(p.node for p in new_ready)
+    return [n for n, c in before.items() if after[n] < c]
 
 
 def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
@@ -191,29 +173,21 @@ def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
     old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
     new_ready = [p for p in snapshot.pods_matching(new) if p.ready]
     strays = pods_outside(snapshot, new, owned_by)
+    detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods"
     if local:
-        def per_node(pods: list[PodView]) -> dict[str, int]:
-            out: dict[str, int] = {}
-            for p in pods:
-                out[p.node] = out.get(p.node, 0) + 1
-            return out
-        before, after = per_node(old_ready), per_node(new_ready)
-        short = [n for n, c in before.items() if after.get(n, 0) < c]
-        detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods, per node"
-        if short:
-            return GateResult(name, False, f"nodes that would lose their local endpoint: "
-                              f"{_names(short)}"), strays
-        return GateResult(name, True, detail), strays
+        short = _short_nodes(old_ready, new_ready)
+        return (GateResult(name, False, f"nodes that would lose their local endpoint: "
+                           f"{named(short)}") if short
+                else GateResult(name, True, detail + ", per node")), strays
     lost = {p.name for p in old_ready} - {p.name for p in new_ready}
-    if lost:
-        return GateResult(name, False, f"pods the new selector would drop: {_names(lost)}"), strays
-    return GateResult(name, True, f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods"), strays
+    return (GateResult(name, False, f"pods the new selector would drop: {named(lost)}") if lost
+            else GateResult(name, True, detail)), strays
 
 
 def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
                  owned_by: Iterable[str]) -> list[str]:
-    """Pods this selector matches that none of these DaemonSets owns (a stray pod carrying a
-    common label, a debug copy of an exporter pod, another team's workload)."""
+    """Pods this selector matches that none of these DaemonSets owns (a stray with a common
+    label, a debug copy of an exporter pod, another team's workload)."""
     owners = set(owned_by)
     return sorted(p.name for p in snapshot.pods_matching(selector)
                   if not (p.owner_kind == "DaemonSet" and p.owner_name in owners))
@@ -222,28 +196,25 @@ def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
 def foreign_pods(service: str, strays: list[str], owned_by: Iterable[str], allowed: bool,
                  gate: str = "no-foreign-pods", leaving: Mapping[str, str] | None = None
                  ) -> GateResult:
-    """Refuse a selector that picks up pods outside the DaemonSets unless the SRE allowed it
-    (`--allow-foreign-pods`): such a pod would become a DCGM/exporter endpoint of the stable
-    name (for a Local Service, the endpoint a node's consumers reach). `leaving`: strays that
-    garbage collection is removing (pod → why: the other stack's DaemonSet after its CR was
-    deleted); when they are the only ones, the gate fails with `wait` (the run waits for
-    them, as for a Service the collector frees)."""
+    """Refuse a selector that picks up pods outside the DaemonSets (they would become endpoints
+    of the stable name) unless `--allow-foreign-pods`. `leaving`: strays garbage collection is
+    removing (pod → why); when only those remain, the gate fails with `wait`."""
     name = f"{gate}/{service}"
     if not strays:
         return GateResult(name, True, "selects only pods of the DaemonSets")
     staying = [p for p in strays if p not in (leaving or {})]
-    what = (f"{counted(len(strays), 'pod')} outside DaemonSets {_names(owned_by)}: "
-            f"{_names(strays)}")
+    what = (f"{counted(len(strays), 'pod')} outside DaemonSets {named(owned_by)}: "
+            f"{named(strays)}")
     if allowed:
         return GateResult(name, True, f"{what} (allowed by --allow-foreign-pods)")
     if not staying:
         why = sorted({(leaving or {})[p] for p in strays})
         return GateResult(name, False, f"{counted(len(strays), 'pod')} that garbage collection is "
-                          f"removing ({'; '.join(why)}): {_names(strays)}; the switch waits "
+                          f"removing ({'; '.join(why)}): {named(strays)}; the switch waits "
                           "until they are gone", wait=True)
     return GateResult(name, False, "the common selector would also select "
-                      f"{counted(len(staying), 'pod')} outside DaemonSets {_names(owned_by)}: "
-                      f"{_names(staying)}; remove the common label from them, or rerun with "
+                      f"{counted(len(staying), 'pod')} outside DaemonSets {named(owned_by)}: "
+                      f"{named(staying)}; remove the common label from them, or rerun with "
                       "--allow-foreign-pods if they belong behind this Service")
 
 
@@ -262,8 +233,7 @@ def service_selects(service: Obj, labels: Mapping[str, str]) -> bool:
 def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
            gate: str) -> GateResult:
     """The Service exists and selects ready pods, or none is expected: zero desired pods (no
-    node labelled for these DaemonSets) is a legitimate, ready steady state (fixtures README),
-    so an empty Service then passes, with that reason in the detail."""
+    node labelled for these DaemonSets) is a legitimate steady state, so an empty one passes."""
     name = f"{gate}/{service}"
     svc = snapshot.services.get(service)
     if svc is None:
@@ -277,18 +247,15 @@ def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
                 and service_selects(svc, p.labels)]
     if desired == 0 and not matching:
         return GateResult(name, True, f"0 desired pods (no node is labelled for "
-                          f"{_names(present) or 'its DaemonSets'}): no endpoints is the steady "
+                          f"{named(present) or 'its DaemonSets'}): no endpoints is the steady "
                           "state")
     return GateResult(name, False, f"0 ready endpoints while {desired} pods are desired and "
                       f"{len(matching)} ready pods match its selector")
 
 
-# ---- nodes that stopped reporting (node lifecycle) -------------------------------------------
-
 def lost_nodes(pods: Iterable[PodView]) -> list[str]:
-    """Nodes whose pods the node lifecycle controller marked not Ready: the node stopped
-    reporting (unreachable or NotReady), so no pod there can start, turn Ready or finish
-    terminating until it is back."""
+    """Nodes whose pods the node lifecycle controller marked not Ready: stopped reporting, so
+    no pod there can start, turn Ready or finish terminating until it is back."""
     return sorted({p.node for p in pods if p.node_lost and p.node})
 
 
@@ -303,58 +270,47 @@ def node_trouble(node: Obj | None) -> str:
 
 def nodes_reporting(daemonset: str, pods: Iterable[PodView],
                     nodes: Mapping[str, Obj | None] | None = None) -> GateResult:
-    """Every node running the DaemonSet's pods still reports: a rollout cannot pass a node
-    that stopped (its pod stays unavailable and uses up maxUnavailable, upstream
-    pkg/controller/daemon/update.go), so phase 1 stops naming it. `nodes` (optional) adds each
-    node's Ready condition to the detail."""
+    """Every node running the DaemonSet's pods still reports: a rollout cannot pass one that
+    stopped (its pod uses up maxUnavailable), so phase 1 stops naming it. `nodes` (optional)
+    adds each node's Ready condition to the detail."""
     name = f"nodes-reporting/{daemonset}"
     lost = lost_nodes(pods)
     if not lost:
         return GateResult(name, True, "every node reports", kind=GateKind.NODES_REPORTING)
-    notes = [f"{n} {node_trouble((nodes or {}).get(n))}".strip() for n in lost[:MAX_NAMED]]
-    more = f" and {len(lost) - MAX_NAMED} more" if len(lost) > MAX_NAMED else ""
+    notes = named(f"{n} {node_trouble((nodes or {}).get(n))}".strip() for n in lost)
     return GateResult(name, False, f"node{'s' if len(lost) > 1 else ''} not reporting "
-                      f"(its pods were marked not Ready by the node controller): "
-                      f"{', '.join(notes)}{more}", kind=GateKind.NODES_REPORTING)
+                      f"(its pods were marked not Ready by the node controller): {notes}",
+                      kind=GateKind.NODES_REPORTING)
 
-
-# ---- phase 3: which endpoint loss a selector switch caused -----------------------------------
 
 def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str],
                 new: Mapping[str, str]) -> GateResult:
     """The zero-tolerance endpoints gate after a selector switch, with the loss attributed.
 
-    Caused by the switch (`endpoints/<svc>` fails: restore the old selector at once): a pod
-    that is Ready now, that the old selector selects and the new one does not (for Local: on a
-    node where the new selector has fewer Ready pods than the old one). Not caused by it
-    (`endpoints-dip/<svc>` fails: wait for it to heal, never restore): endpoints lost because
-    pods both selectors select went not Ready (a probe flap, a node going away), or slices
-    still catching up; the old selector would show the same loss, so restoring it cannot help.
+    Caused by it (`endpoints/<svc>`: restore the old selector at once): a Ready pod the old
+    selector selects and the new one does not (Local: on a node where the new one has fewer
+    Ready pods). Not caused by it (`endpoints-dip/<svc>`: wait, never restore): pods both select
+    went not Ready, or slices lag; the old selector would show the same loss.
     """
     old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
     new_pods = snapshot.pods_matching(new)
-    new_ready = {p.name for p in new_pods if p.ready}
-    dropped = [p for p in old_ready if p.name not in new_ready]
+    new_ready = [p for p in new_pods if p.ready]
+    new_names = {p.name for p in new_ready}
+    dropped = [p for p in old_ready if p.name not in new_names]
     if base.local and dropped:
-        have: dict[str, int] = {}
-        for p in new_pods:
-            if p.ready:
-                have[p.node] = have.get(p.node, 0) + 1
-        need: dict[str, int] = {}
-        for p in old_ready:
-            need[p.node] = need.get(p.node, 0) + 1
-        dropped = [p for p in dropped if have.get(p.node, 0) < need[p.node]]
+        short = set(_short_nodes(old_ready, new_ready))
+        dropped = [p for p in dropped if p.node in short]
     if dropped:
         return GateResult(f"endpoints/{base.service}", False,
                           "the new selector drops Ready pods the old one selected: "
-                          f"{_names(p.name for p in dropped)} on nodes "
-                          f"{_names(p.node for p in dropped)}", kind=GateKind.ENDPOINTS)
+                          f"{named(p.name for p in dropped)} on nodes "
+                          f"{named(p.node for p in dropped)}", kind=GateKind.ENDPOINTS)
     held = endpoints_hold(snapshot, base)
     if held.ok:
         return held
     unready = {p.name for p in new_pods if not p.ready} & {
         p.name for p in snapshot.pods_matching(old)}
-    cause = (f"pods both selectors select are not Ready: {_names(unready)}" if unready
+    cause = (f"pods both selectors select are not Ready: {named(unready)}" if unready
              else "the EndpointSlices have not caught up yet")
     return GateResult(f"endpoints-dip/{base.service}", False,
                       f"{held.detail}; not caused by the selector switch: {cause}",

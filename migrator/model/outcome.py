@@ -1,34 +1,16 @@
 """The verdict: does the stable identity work for its consumers now? Pure: a Snapshot in, a
-Verdict out, with no state at all (docs/design.md, "The verdict").
+Verdict out, with no state (docs/design.md, "The verdict"). For every stack present it checks
+that each stable name the running stacks need exists, keeps `internalTrafficPolicy: Local` where
+DCGM is, and has a ready endpoint of its DaemonSets' pods on every node that runs one (and only
+such endpoints, on ports they serve: `model/traffic.py`); that a legacy-only cluster exposes no
+`-dra` name; that every pod carries its common label and no rollout is incomplete; that each
+exporter pod is scraped exactly once per mechanism (`model/scrapechecks.py`) and no node runs
+two exporters; and, where the names depend on the guard's shared EndpointSlices, that a guard
+holds its Lease and the slices list only live Ready pods (`model/sharedfindings.py`).
 
-It judges the cluster the way a consumer meets it, for every stack present:
-
-- every stable name the running stack(s) need exists (`nvidia-dcgm`, `nvidia-dcgm-exporter`,
-  and the GPUCluster stack's own `-dra` names, which consumers may have adopted) and has a ready
-  endpoint, of a pod of those DaemonSets, on every node that runs (or should run) one;
-- the DCGM names keep `internalTrafficPolicy: Local`;
-- a legacy-only cluster exposes no `-dra` name;
-- every DCGM / exporter pod carries its common label;
-- each exporter pod is reached by exactly one scrape target per discovery mechanism, and a
-  Ready one by at least one (`model/monitoring.py`, `model/scrapechecks.py`);
-- no rollout of those DaemonSets is incomplete;
-- no node runs the exporters of both stacks (its GPUs would be reported twice);
-- every ready endpoint of a stable name is a pod of its DaemonSets, and every port of it
-  reaches a port they serve (`model/traffic.py`, which also defines the traffic-critical
-  checks);
-- where the stable names depend on the guard's shared EndpointSlices (both stacks), a guard
-  holds its Lease now, and every endpoint of those slices is a live, Ready pod on its node: the
-  slices have no controller but the guard, so a stopped guard leaves addresses that kube-proxy
-  still routes to (a node's only endpoint under `internalTrafficPolicy: Local`).
-
-Each finding says what is wrong, the fix, and the phase whose `apply` makes it right (0: none
-does; it is the cluster's or the operator's), so `apply --phase N` is judged on what phases
-1..N answer for, while `verify` and `status` judge everything. Which phase that is the phases
-say (each module's `ANSWERS_FOR`, a set of `model/findings.py`'s `Remedy`, collected by
-`migrator.phases.answers()` and passed in): no phase number is written here. What the state
-recorded never enters here, but for the fixes' wording (the highest completed phase) and the
-SRE's `--allow-foreign-pods`: it adds history, drift and rollback on top. The guard's shared
-slices are judged in `model/sharedfindings.py`.
+Each finding names the fix and the phase whose `apply` makes it right (0: none), from the
+phases' `ANSWERS_FOR` (`migrator.phases.answers()`): no phase number is written here. State
+enters only the fixes' wording and `--allow-foreign-pods`.
 """
 
 from __future__ import annotations
@@ -40,19 +22,10 @@ from migrator.model import crconflict, halfrolls, labelmarks, monitoring, scrape
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
-from migrator.model.findings import (
-    Answers,
-    Finding,
-    Fixes,
-    Need,
-    Remedy,
-    Verdict,
-    alive,
-    named,
-)
+from migrator.model.findings import Answers, Finding, Fixes, Need, Remedy, Verdict, alive, named
 from migrator.model.sharedfindings import lease_live, shared_findings
 from migrator.model.snapshot import PodView, Snapshot
-from migrator.model.stacks import Catalog, Component, Label
+from migrator.model.stacks import Catalog, Component
 from migrator.model.traffic import foreign_endpoints, ports_served
 from migrator.model.wording import counted
 
@@ -62,8 +35,8 @@ __all__ = ["Answers", "Finding", "Remedy", "Verdict", "lease_live", "tool_marks"
 
 def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -> list[Need]:
     """The names the running stacks need: per component kind the stable name, reaching that
-    kind's pods of every stack; and each GPUCluster component's own `-dra` name, unless the
-    operator release that manages the stable name deletes it (`plans/releases.yaml`)."""
+    kind's pods of every stack; and each `-dra` name, unless the release managing the stable
+    name deletes it (`plans/releases.yaml`)."""
     out: list[Need] = []
     for kind in sorted({c.component for c in present}):
         comps = tuple(c for c in present if c.component == kind)
@@ -78,10 +51,8 @@ def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -
 
 def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
                   nodes: Iterable[str], fixes: Fixes) -> tuple[str, str]:
-    """Why these nodes have no ready endpoint — their pod is not Ready, or the Service does not
-    select it (another stack's pod, a selector on a label the pod lacks) — and what helps each:
-    a pod that is not Ready is the node's or the operator's to fix, so its fix names that pod
-    and node, never a phase whose apply would answer with the same fix."""
+    """Why these nodes have no ready endpoint (pod not Ready, or not selected) and what helps
+    each: a pod not Ready is the node's or operator's to fix, so its fix names pod and node."""
     pods_by_node: dict[str, list[PodView]] = {}
     for c in need.components:
         for p in alive(snapshot.pods_of(c.daemonset)):
@@ -214,15 +185,6 @@ def _no_dra_names(snapshot: Snapshot, catalog: Catalog, stacks: set[str]) -> lis
                     "ClusterPolicy stack needs them)")]
 
 
-# ---- pods, rollouts, scraping ----------------------------------------------------------------
-
-def _selected_label(snapshot: Snapshot, catalog: Catalog, comp: Component) -> Label:
-    """The label the component's pods must carry: the common label, or the component label
-    of the operator release that manages its stable name now."""
-    found = catalog.release_label(comp, snapshot.services)
-    return found[1] if found else comp.common_label
-
-
 def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
                         fixes: Fixes) -> list[Finding]:
     ds = snapshot.daemonsets[comp.daemonset]
@@ -241,7 +203,9 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
             "template change rolls no pod", "resume: rerun the interrupted `dcgm-migrate apply` "
             "or rollback, or run `dcgm-migrate rollback --phase 1`; either restores it",
             fixes.phase(Remedy.COMMON_LABELS)))
-    label = _selected_label(snapshot, catalog, comp)
+    # The label its pods must carry: the common one, or that of the release managing the name.
+    found = catalog.release_label(comp, snapshot.services)
+    label = found[1] if found else comp.common_label
     key, value = label.key, label.value
     pods = alive(snapshot.pods_of(comp.daemonset))
     off = [p for p in pods if p.labels.get(key) != value]
@@ -259,9 +223,8 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
 
 
 def _one_exporter_per_node(snapshot: Snapshot, exporters: Sequence[Component]) -> list[Finding]:
-    """Two exporter DaemonSets on one node report its GPUs twice (every `sum()` over GPUs
-    doubles), even with one scrape target per pod. Fixed by the node label that gates one
-    stack's exporter there (its DaemonSet's nodeSelector)."""
+    """Two exporter DaemonSets on one node report its GPUs twice (every `sum()` doubles), even
+    with one scrape target per pod; the node label of one DaemonSet's nodeSelector fixes it."""
     if len(exporters) < 2:
         return []
     by_node: dict[str, set[str]] = {}
@@ -289,14 +252,12 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
         return []
     paths = monitoring.scrape_paths(snapshot, daemonsets)
     pods = monitoring.exporter_pods(snapshot, daemonsets)
-    certain = scrapechecks.certain(paths)
-    none = scrapechecks.unscraped(paths, pods)
+    certain, none = scrapechecks.certain(paths), scrapechecks.unscraped(paths, pods)
     out = []
     if certain:
         pod, example = next(iter(sorted(certain.items())))
-        # A second path through the tool's shared EndpointSlices (role endpointslice) is the
-        # migration's doing, but only the consumer's relabeling can remove it: the fix says
-        # which field of which object takes it (docs/monitoring.md, "Discovery roles").
+        # A second path through the tool's shared EndpointSlices is the migration's doing, but
+        # only the consumer's relabeling removes it: the fix names the field and object.
         shared = scrapechecks.shared_slice_fix(snapshot, certain)
         ours = shared or any(t.service in tool_services for ts in certain.values() for t in ts)
         out.append(Finding("scrape-once", "Pod/exporters", False,
@@ -318,11 +279,9 @@ def _scrape_findings(snapshot: Snapshot, exporters: Sequence[Component],
 
 def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
             completed: int = 0, allowed_foreign: Collection[str] = ()) -> Verdict:
-    """The verdict on the live cluster (module docstring); `answers`: which phase puts each
-    remedy right (`migrator.phases.answers()`); `completed`: the highest phase the state
-    records completed, which only the fixes' wording uses (`findings.Fixes`);
-    `allowed_foreign`: the Services switched with --allow-foreign-pods, the one decision of
-    the SRE's a check honours (`traffic.foreign_endpoints`)."""
+    """The verdict on the live cluster; `answers`: which phase puts each remedy right;
+    `completed`: the highest phase recorded completed (for the fixes' wording only);
+    `allowed_foreign`: the Services switched with --allow-foreign-pods."""
     fixes = Fixes(answers, completed)
     found = discover(snapshot, catalog)
     present = list(found.components)
@@ -348,12 +307,9 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
 
 
 def tool_marks(snapshot: Snapshot, catalog: Catalog) -> list[str]:
-    """Objects that carry what only this tool writes: phase 1's mark on a DaemonSet
-    (model/labelmarks.py), a Service's managed-by label or alias annotation. With no state
-    they mean the state was lost: the records rollback needs are gone while their effects
-    remain. (A selector on a common label, or common labels on a DaemonSet without the mark,
-    are no such mark: a person or an operator release may have made them. Nor is a Service
-    an operator release manages now: handed over, it is the operator's.)"""
+    """Objects that carry what only this tool writes (phase 1's DaemonSet mark, a Service's
+    managed-by label or alias annotation, unless a release manages it now): with no state, the
+    state was lost while its effects remain. Common labels or selectors are no such mark."""
     common = catalog.common
     return [labelmarks.described(m) for m in labelmarks.marked(snapshot.daemonsets)] + [
         f"Service/{name} (the tool's alias)" for name, svc in sorted(snapshot.services.items())

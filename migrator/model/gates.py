@@ -18,8 +18,7 @@ MAX_NAMED = 5
 
 
 class GateKind(Enum):
-    """What a gate is, where the post-write wait (engine/afterwrite) or a stop's hint
-    (engine/loop) treats it apart."""
+    """What a gate is, where engine/afterwrite's wait or engine/loop's hint treats it apart."""
 
     CHECK = "check"  # any other gate: waited for until it passes, within --timeout
     # `endpoints/<svc>`: failed after a write, the write lost them: stop, undo a selector change
@@ -78,8 +77,7 @@ def rollout_complete(ds: Obj) -> GateResult:
 
 
 def not_ready_where(pods: Iterable[PodView]) -> list[str]:
-    """The nodes with a pod that is not Ready, each with why ("gpu-node-0002 (Pending: claim
-    not allocated)"): a Pending pod is reported like a NotReady one, with its reason."""
+    """The nodes with a pod that is not Ready, each with why ("node-2 (Pending: …)")."""
     why: dict[str, set[str]] = {}
     for p in pods:
         if not p.ready:
@@ -99,8 +97,7 @@ def daemonset_healthy(snapshot: Snapshot, ds: Obj) -> GateResult:
 
 def pods_carry(snapshot: Snapshot, daemonset: str, labels: Mapping[str, str | None],
                gate: str = "pods-labelled") -> GateResult:
-    """Every live pod of the DaemonSet has these labels (None: lacks the key): phase 1's
-    post-gate, and the mixed-rollout gate before a selector switch."""
+    """Every live pod of the DaemonSet has these labels (None: lacks the key)."""
     pods = [p for p in snapshot.pods_of(daemonset) if not p.deleting]
     off = [p for p in pods if any(p.labels.get(k) != v for k, v in labels.items())]
     name = f"{gate}/{daemonset}"
@@ -133,8 +130,8 @@ def baseline(snapshot: Snapshot, service: str, local: bool) -> ServiceBaseline:
 
 
 def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0) -> GateResult:
-    """Ready endpoints not below the baseline (per node for Local), allowing `tolerance` missing
-    nodes/endpoints (phase 1: the DaemonSet's maxUnavailable; otherwise zero)."""
+    """Ready endpoints not below the baseline (per node for Local), `tolerance` nodes/endpoints
+    missing allowed (phase 1: the DaemonSet's maxUnavailable)."""
     name = f"endpoints/{base.service}"
     eps = snapshot.endpoints_of(base.service)
     detail = f"{eps.ready_total}/{base.total} ready"
@@ -186,8 +183,7 @@ def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
 
 def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
                  owned_by: Iterable[str]) -> list[str]:
-    """Pods this selector matches that none of these DaemonSets owns (a stray with a common
-    label, a debug copy of an exporter pod, another team's workload)."""
+    """Pods this selector matches that none of these DaemonSets owns."""
     owners = set(owned_by)
     return sorted(p.name for p in snapshot.pods_matching(selector)
                   if not (p.owner_kind == "DaemonSet" and p.owner_name in owners))
@@ -232,8 +228,7 @@ def service_selects(service: Obj, labels: Mapping[str, str]) -> bool:
 
 def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
            gate: str) -> GateResult:
-    """The Service exists and selects ready pods, or none is expected: zero desired pods (no
-    node labelled for these DaemonSets) is a legitimate steady state, so an empty one passes."""
+    """The Service exists and selects ready pods, or none is expected (zero desired pods)."""
     name = f"{gate}/{service}"
     svc = snapshot.services.get(service)
     if svc is None:
@@ -254,8 +249,7 @@ def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
 
 
 def lost_nodes(pods: Iterable[PodView]) -> list[str]:
-    """Nodes whose pods the node lifecycle controller marked not Ready: stopped reporting, so
-    no pod there can start, turn Ready or finish terminating until it is back."""
+    """Nodes whose pods the node lifecycle controller marked not Ready (stopped reporting)."""
     return sorted({p.node for p in pods if p.node_lost and p.node})
 
 
@@ -270,9 +264,8 @@ def node_trouble(node: Obj | None) -> str:
 
 def nodes_reporting(daemonset: str, pods: Iterable[PodView],
                     nodes: Mapping[str, Obj | None] | None = None) -> GateResult:
-    """Every node running the DaemonSet's pods still reports: a rollout cannot pass one that
-    stopped (its pod uses up maxUnavailable), so phase 1 stops naming it. `nodes` (optional)
-    adds each node's Ready condition to the detail."""
+    """Every node running the DaemonSet's pods still reports (a rollout cannot pass one that
+    stopped); `nodes` adds each node's Ready condition to the detail."""
     name = f"nodes-reporting/{daemonset}"
     lost = lost_nodes(pods)
     if not lost:

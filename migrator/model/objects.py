@@ -52,8 +52,7 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 
 def int_version(rv: object) -> int:
-    """A resourceVersion as an integer (comparable since Kubernetes 1.30, KEP-4988); 0 for none
-    or one that is not an integer."""
+    """A resourceVersion as an integer (comparable since Kubernetes 1.30); 0 if not one."""
     try:
         return int(str(rv))
     except ValueError:
@@ -72,8 +71,7 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def terminating(obj: Mapping[str, Any] | None) -> str | None:
-    """Why a deleted object is still there ("Terminating since T, held by finalizers a, b"), or
-    None when it is not being deleted."""
+    """Why a deleted object is still there (its finalizers), or None when not being deleted."""
     if obj is None or not meta(obj).get("deletionTimestamp"):
         return None
     finalizers = ", ".join(str(f) for f in meta(obj).get("finalizers") or []) or "none"

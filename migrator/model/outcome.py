@@ -51,8 +51,7 @@ def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -
 
 def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
                   nodes: Iterable[str], fixes: Fixes) -> tuple[str, str]:
-    """Why these nodes have no ready endpoint (pod not Ready, or not selected) and what helps
-    each: a pod not Ready is the node's or operator's to fix, so its fix names pod and node."""
+    """Why these nodes have no ready endpoint (pod not Ready, or not selected), and the fix."""
     pods_by_node: dict[str, list[PodView]] = {}
     for c in need.components:
         for p in alive(snapshot.pods_of(c.daemonset)):
@@ -223,8 +222,7 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
 
 
 def _one_exporter_per_node(snapshot: Snapshot, exporters: Sequence[Component]) -> list[Finding]:
-    """Two exporter DaemonSets on one node report its GPUs twice (every `sum()` doubles), even
-    with one scrape target per pod; the node label of one DaemonSet's nodeSelector fixes it."""
+    """Two exporter DaemonSets on one node report its GPUs twice (every `sum()` doubles)."""
     if len(exporters) < 2:
         return []
     by_node: dict[str, set[str]] = {}

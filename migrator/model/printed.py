@@ -22,8 +22,7 @@ NO_VALUE = "<none>"  # what printPod shows for an empty cell
 
 
 def printed_object(row: Row, api_version: str = "v1", kind: str = "Pod") -> dict[str, Any]:
-    """The printed object of one Table row read with `includeObject=Metadata` (a printed pod,
-    or any kind's row where only its metadata is wanted)."""
+    """The printed object of one Table row read with `includeObject=Metadata`."""
     meta = (row.object or {}).get("metadata") or {}
     return {"apiVersion": api_version, "kind": kind, "metadata": dict(meta),
             PRINTED: dict(row.cells)}
@@ -51,8 +50,7 @@ def node_of(pod: Mapping[str, Any]) -> str:
 
 
 def plainly_healthy(pod: Mapping[str, Any]) -> bool:
-    """Every container running and ready, every readiness gate True, scheduled, not being
-    deleted: the printed state of a pod whose Ready condition the kubelet has set True."""
+    """Every container running and ready, every readiness gate True, scheduled, not deleted."""
     row = cells(pod)
     if (pod.get("metadata") or {}).get("deletionTimestamp") or not node_of(pod):
         return False
@@ -63,8 +61,7 @@ def plainly_healthy(pod: Mapping[str, Any]) -> bool:
 
 def not_serving(pod_name: str, pod_version: int,
                 slices: Iterable[tuple[int, str, bool]]) -> bool:
-    """Some EndpointSlice written after the pod's last change lists it as not serving.
-    `slices`: (slice version, target pod name, serving) per endpoint; an older slice proves
-    nothing."""
+    """Some EndpointSlice newer than the pod lists it as not serving; `slices`: (version, pod
+    name, serving) per endpoint."""
     return any(name == pod_name and version > pod_version and not serving
                for version, name, serving in slices)

@@ -67,16 +67,13 @@ class PodView:
             phase=phase)
 
     def contradicted(self, slices: Iterable[EndpointView]) -> bool:
-        """A printed Ready view that an EndpointSlice written after the pod's last change
-        contradicts (not serving): the Ready condition may be False."""
+        """A printed Ready view that a later EndpointSlice lists as not serving."""
         return self.printed and self.ready and printed.not_serving(
             self.name, self.version, ((e.version, e.pod or "", e.serving) for e in slices))
 
 
 def _marked_not_ready(pod: Mapping[str, Any]) -> bool:
-    """Ready False while ContainersReady is True: the node lifecycle controller's
-    `MarkPodsNotReady` for a silent node (pods with readiness gates are left out: a gate may
-    hold Ready False legitimately)."""
+    """Ready False under ContainersReady True, no readiness gates: `MarkPodsNotReady`."""
     if o.dig(pod, "spec", "readinessGates"):
         return False
     conds = {c.get("type"): c.get("status") for c in o.dig(pod, "status", "conditions") or []}
@@ -158,8 +155,7 @@ class Snapshot:
 
     @cached_property
     def memo(self) -> dict[Any, Any]:
-        """Results of pure functions of this snapshot (`monitoring.scrape_paths`), kept by
-        those functions so a report computes each once."""
+        """Results of pure functions of this snapshot, kept by them (`monitoring.scrape_paths`)."""
         return {}
 
     @cached_property
@@ -203,8 +199,7 @@ class Snapshot:
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
     def fingerprint_fields(self) -> dict[str, dict[str, str]]:
-        """What `fingerprint` covers, per `Kind/name` and field, each as a short hash: a saved
-        plan keeps it, so a stale plan names what changed (`changed_fields`)."""
+        """What `fingerprint` covers, per `Kind/name` and field as short hashes (saved plans)."""
         out = {f"DaemonSet/{n}": _hashed(_ds_fields(d)) for n, d in self.daemonsets.items()}
         out |= {f"Service/{n}": _hashed(_svc_fields(s) | {f"spec.{k}": v
                                                          for k, v in _svc_spec(s).items()})
@@ -219,8 +214,7 @@ class Snapshot:
 
 def changed_fields(saved: Mapping[str, Mapping[str, str]],
                    now: Mapping[str, Mapping[str, str]]) -> list[str]:
-    """`<Kind>/<name> <field>` for every field that differs between two
-    `fingerprint_fields`, `<Kind>/<name> (created)` / `(deleted)` for whole objects."""
+    """`Kind/name field` for each field two `fingerprint_fields` differ in (or `(created)`)."""
     found: list[str] = []
     for obj in sorted(set(saved) | set(now)):
         if obj not in saved:

@@ -103,8 +103,7 @@ class Catalog:
         return {s.name: s for s in self.stacks}[name]
 
     def managed_by_release(self, service: Mapping[str, Any] | None) -> Release | None:
-        """The operator release whose own reconciler manages this Service (a stable name
-        handed over: the tool never writes it again), or None."""
+        """The release whose reconciler manages this Service (the tool never writes it again)."""
         return next((r for r in self.releases if r.manages(service)), None) if service else None
 
     def release_label(self, comp: Component, services: Mapping[str, Mapping[str, Any]]
@@ -150,8 +149,7 @@ def _label(d: dict[str, Any]) -> Label:
 
 
 def load_catalog() -> Catalog:
-    """The shipped plans (package data `plans/*.yaml`), parsed on each call (about 2 ms; a
-    command loads it once and passes it down)."""
+    """The shipped plans (package data), parsed on each call: a command loads them once."""
     root = resources.files("migrator.plans")
 
     def load(name: str) -> Any:

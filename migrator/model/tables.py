@@ -64,8 +64,7 @@ def rows(table: Mapping[str, Any], columns: Sequence[str]) -> list[Row]:
 
 
 def daemonset_row(ds: Mapping[str, Any]) -> Row:
-    """The row the DaemonSet printer would show for this object (for a server that answers a
-    Table request with the object itself)."""
+    """The row the DaemonSet printer would show for this object."""
     status, meta = ds.get("status") or {}, ds.get("metadata") or {}
     return Row({"Name": meta.get("name", ""), **{column: int(status.get(field) or 0)
                 for column, field in _DAEMONSET_COUNTS.items()}},

@@ -58,9 +58,6 @@ class Stack:
     cr: Kind
     components: tuple[Component, ...]
 
-    def component(self, name: str) -> Component | None:
-        return next((c for c in self.components if c.component == name), None)
-
 
 @dataclass(frozen=True)
 class Common:

@@ -17,13 +17,9 @@ Obj = dict[str, Any]
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 # DaemonSet printer column → the status field it prints.
-_DAEMONSET_COUNTS = {
-    "Desired": "desiredNumberScheduled",
-    "Current": "currentNumberScheduled",
-    "Ready": "numberReady",
-    "Up-to-date": "updatedNumberScheduled",
-    "Available": "numberAvailable",
-}
+_DAEMONSET_COUNTS = {"Desired": "desiredNumberScheduled", "Current": "currentNumberScheduled",
+                     "Ready": "numberReady", "Up-to-date": "updatedNumberScheduled",
+                     "Available": "numberAvailable"}
 
 
 class TableError(ValueError):
@@ -81,10 +77,9 @@ def object_row(obj: Mapping[str, Any]) -> Row:
 def rollout_view(row: Row) -> Obj:
     """A DaemonSet-shaped dict with the row's name, version and rollout counts (for
     `gates.rollout_counts` and progress, never `gates.rollout_complete`: no generations)."""
-    status = {field: int(row.cells.get(column) or 0)
-              for column, field in _DAEMONSET_COUNTS.items()}
     return {"metadata": {"name": row.name, "resourceVersion": row.resource_version},
-            "status": status}
+            "status": {field: int(row.cells.get(column) or 0)
+                       for column, field in _DAEMONSET_COUNTS.items()}}
 
 
 def counts_look_complete(view: Obj) -> bool:

@@ -100,10 +100,8 @@ def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
     return "; ".join(parts), "; ".join(fix)
 
 
-def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fixes
-              ) -> Finding:
-    subject = f"Service/{need.service}"
-    phase = fixes.phase(Remedy.ALIASES) if need.alias else 0
+def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fixes,
+              subject: str, phase: int) -> Finding:
     expected: set[str] = set()
     pod_names: set[str] = set()
     short: list[str] = []
@@ -166,7 +164,7 @@ def _name_findings(snapshot: Snapshot, need: Need, fixes: Fixes,
     resync = ("`dcgm-migrate guard --once` re-syncs the alias with its source Service"
               if need.alias else "the operator renders this Service: check what its CR sets "
               f"(`kubectl get service {need.service} -n {snapshot.namespace} -o yaml`)")
-    return [*out, _coverage(snapshot, need, svc, fixes),
+    return [*out, _coverage(snapshot, need, svc, fixes, subject, phase),
             foreign_endpoints(snapshot, need, svc, allowed),
             ports_served(snapshot, need, svc, resync)]
 

@@ -1,11 +1,7 @@
-"""The state document kept in the state ConfigMap (docs/design.md, "State and resume"; its name
-is in plans/common.yaml).
-
-Plain JSON: schema version, stack, plan fingerprint, per-phase status with timestamps, per-step
-records (intent written before the write, done after), the originals rollback needs (inside each
-step record), endpoint baselines, the last error and a bounded history. Nothing secret.
-Timestamps come from the run's injected Clock (`State(clock=...)`), never the real clock.
-"""
+"""The state document (schema 1) kept in the state ConfigMap: stack, plan fingerprint, per-phase
+status and timestamps, per-step records (intent before the write, done after; the originals
+rollback needs), endpoint baselines, the last error and a bounded history. Nothing secret;
+timestamps come from the run's injected Clock."""
 
 from __future__ import annotations
 
@@ -92,6 +88,14 @@ def _status(text: Any) -> PhaseStatus:
         raise ValueError(f"unknown phase status {text!r}") from None
 
 
+def _rows(records: list[StepRecord]) -> list[dict[str, Any]]:
+    return [{"status": r.status, "at": r.at, "step": r.step} for r in records]
+
+
+def _records(rows: Any) -> list[StepRecord]:
+    return [StepRecord(dict(r["step"]), str(r["status"]), str(r["at"])) for r in rows or []]
+
+
 def _extends(new: dict[str, Any], old: dict[str, Any]) -> bool:
     """`new` is `old` with more labels (phase 1 with `--prepare-for` after phase 1 ran
     without it): the same originals for every key `old` recorded, and more keys."""
@@ -166,8 +170,7 @@ class State:
                  "started": p.started,
                  "finished": p.finished, "error": p.error, "wroteLabels": p.wrote_labels,
                  "baselines": p.baselines,
-                 "steps": [{"status": r.status, "at": r.at, "step": r.step} for r in p.steps],
-                 "undo": [{"status": r.status, "at": r.at, "step": r.step} for r in p.undo]}
+                 "steps": _rows(p.steps), "undo": _rows(p.undo)}
                 for p in sorted(self.phases.values(), key=lambda p: p.number)
             ],
             "history": self.history,
@@ -188,16 +191,13 @@ class State:
                     f"names this one), or {corrupt_hint(*where)}")
             phases = {}
             for p in doc["phases"]:
-                phases[int(p["number"])] = PhaseRecord(
+                phases[int(p["number"])] = record = PhaseRecord(
                     number=int(p["number"]), status=_status(p["status"]), started=p.get("started"),
                     finished=p.get("finished"), error=p.get("error"),
-                    wrote_labels=bool(p.get("wroteLabels")), baselines=list(p.get("baselines")
-                                                                            or []),
-                    steps=[StepRecord(dict(r["step"]), str(r["status"]), str(r["at"]))
-                           for r in p.get("steps") or []],
-                    undo=[StepRecord(dict(r["step"]), str(r["status"]), str(r["at"]))
-                          for r in p.get("undo") or []])
-                for r in [*phases[int(p["number"])].steps, *phases[int(p["number"])].undo]:
+                    wrote_labels=bool(p.get("wroteLabels")),
+                    baselines=list(p.get("baselines") or []),
+                    steps=_records(p.get("steps")), undo=_records(p.get("undo")))
+                for r in [*record.steps, *record.undo]:
                     from_record(r.step)  # validates the record's shape
             return State(namespace=str(doc["namespace"]), stack=str(doc["stack"]),
                          plan_fingerprint=doc.get("planFingerprint"), phases=phases,

@@ -1,22 +1,8 @@
-"""One run's hold on the state: the lock, saving the document, the lock heartbeat.
-
-`commands` opens a `RunSession` around a run and hands the runner its `save` and `heartbeat`:
-
-    with RunSession(store, version=..., holder=..., clock=..., listener=...) as s:
-        Runner(..., save=s.save, heartbeat=s.heartbeat, ...)
-
-- the lock is taken on entry and released on exit (a failed release is left to expire: it
-  never masks the run's own outcome);
-- `save` writes the document on the ConfigMap version this run last saw, so a change by
-  anyone else is a conflict, never overwritten;
-- `heartbeat` (called by the runner's waits, on its thread) renews the lock once a quarter of
-  its TTL has passed on the injected clock;
-- a run stopped by Ctrl-C or SIGTERM records an `interrupted` event in the state's history
-  (with the signal) before it releases the lock, so `status` shows when and how it stopped.
-
-A dry run never opens one: `--dry-run` runs the one loop on the server-dry-run back end
-(`engine/projecting.py`), which takes no lock and writes no state.
-"""
+"""One run's hold on the state (what `commands` opens around apply or rollback): the lock,
+taken on entry and released on exit (a failed release is left to expire); `save` on the version
+this run last saw (anyone else's change is a conflict); `heartbeat` (the runner's waits) renews
+the lock each quarter TTL; Ctrl-C or SIGTERM is recorded in the history as `interrupted`.
+A dry run never opens one."""
 
 from __future__ import annotations
 
@@ -73,10 +59,8 @@ class RunSession:
             self._lock = None
 
     def _record_interruption(self, error: KeyboardInterrupt) -> None:
-        """The history says the run was stopped, and by what (a kill -9 cannot say it: there
-        `status` reads the unfinished run from the history's last start event). Only a run
-        that saved its state has one to add to; a failed save is left (the lock release
-        matters more)."""
+        """The history says the run was stopped, and by what; only a run that saved its state
+        has one to add to, and a failed save is left (the lock release matters more)."""
         if self._state is None:
             return
         name = error.name if isinstance(error, Interrupted) else "SIGINT"

@@ -40,7 +40,7 @@ def read_stat(pid: int, proc: Path = PROC) -> tuple[str, int] | None:
         raise LookupError(pid) from None  # unreadable: nothing can be judged from it
 
 
-def _read(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None
     except OSError:
@@ -61,7 +61,7 @@ def pod_of_this_process(env: Mapping[str, str] | None = None,
     environ = os.environ if env is None else env
     in_cluster = bool(environ.get("KUBERNETES_SERVICE_HOST"))
     name = environ.get("POD_NAME") or (socket.gethostname() if in_cluster else "")
-    namespace = environ.get("POD_NAMESPACE") or (_read(service_account) if in_cluster else None)
+    namespace = environ.get("POD_NAMESPACE") or (read_text(service_account) if in_cluster else None)
     return f"{namespace}/{name}" if name and namespace else None
 
 
@@ -74,7 +74,7 @@ def this_process(proc: Path = PROC, pod: str | None = None) -> Process:
     except LookupError:
         pass
     return Process(socket.gethostname(), os.getpid(), started,
-                   _read(proc / "sys" / "kernel" / "random" / "boot_id"),
+                   read_text(proc / "sys" / "kernel" / "random" / "boot_id"),
                    _readlink(proc / "self" / "ns" / "pid"), pod)
 
 

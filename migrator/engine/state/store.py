@@ -1,16 +1,8 @@
-"""Load/save of the state document and the run lock, on the state ConfigMap (`configmap.py`).
-
-Taking the lock where no ConfigMap exists creates it holding `{}`, "no state yet" (`load`
-returns None for it, as for a saved `{}`). Every write is a create or a PUT carrying the
-resourceVersion last seen, so two runs racing for the lock cannot both win and a save never
-overwrites a change it has not seen. A 409 on `save` re-reads: if only metadata moved (our own
-lock renewal, a hand-added label) and nobody else holds the lock, the save is retried; if the
-document changed, `StateConflict`; if another run holds the lock, `LockHeld`.
-
-A live lock whose holder is provably gone (`liveness.HolderCheck`) is taken over at once; a
-holder that may be alive is refused with `status` (still renewing) or `unlock` (stopped) as
-the way on. `--dry-run` never reaches a store.
-"""
+"""Guarded load/save of the state document and the run lock on the state ConfigMap: every write
+is a create or a PUT carrying the resourceVersion last seen, so racing runs cannot both win and
+a save never overwrites a change it has not seen (after a 409: retried if only metadata moved
+and nobody else holds the lock, else `StateConflict` or `LockHeld`). Locking where no ConfigMap
+exists creates it holding `{}`, "no state yet" (`load` returns None)."""
 
 from __future__ import annotations
 
@@ -19,22 +11,8 @@ import threading
 from typing import Any
 
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.state import configmap as cmap
 from migrator.engine.state import lock as locking
-from migrator.engine.state.configmap import (
-    CHECKSUM_KEY,
-    EMPTY_SHA,
-    EMPTY_TEXT,
-    MAX_DOCUMENT_BYTES,
-    STATE_KEY,
-    ConfigMapAccess,
-    ConfigMapFormat,
-    KubeConfigMap,
-    StoredState,
-    checksum,
-    decode,
-    encode,
-    stored_sha,
-)
 from migrator.engine.state.liveness import HolderCheck
 from migrator.engine.state.lock import Lock
 from migrator.errors import APIConflict, APINotFound, LockHeld, MigrateError, StateConflict
@@ -55,10 +33,10 @@ def _version(cm: Obj) -> str:
     return str(cm["metadata"]["resourceVersion"])
 
 
-class ConfigMapState(ConfigMapFormat):
+class ConfigMapState(cmap.ConfigMapFormat):
     """The store's logic, over any backend that behaves like the API for one ConfigMap."""
 
-    def __init__(self, backend: ConfigMapAccess, managed_by: Label, clock: Clock,
+    def __init__(self, backend: cmap.ConfigMapAccess, managed_by: Label, clock: Clock,
                  holders: HolderCheck | None = None) -> None:
         super().__init__(backend, managed_by)
         self._clock = clock
@@ -71,14 +49,14 @@ class ConfigMapState(ConfigMapFormat):
         self._handed: tuple[str, str] | None = None
         self._held: Lock | None = None
 
-    def _hand_out(self, cm: Obj, document: dict[str, Any]) -> StoredState:
+    def _hand_out(self, cm: Obj, document: dict[str, Any]) -> cmap.StoredState:
         """The document at `cm`'s version, remembered as the one the caller saves on next."""
-        self._handed = (_version(cm), stored_sha(cm) or "")
-        return StoredState(document, _version(cm))
+        self._handed = (_version(cm), cmap.stored_sha(cm) or "")
+        return cmap.StoredState(document, _version(cm))
 
     # ---- the document -----------------------------------------------------------------
 
-    def load(self) -> StoredState | None:
+    def load(self) -> cmap.StoredState | None:
         """The saved document, or None when there is none yet (or only a lock)."""
         with self._mu:
             cm = self._cm.get()
@@ -95,12 +73,12 @@ class ConfigMapState(ConfigMapFormat):
         with self._mu:
             return _lock_of(self._cm.get())
 
-    def save(self, document: dict[str, Any], *, expected_version: str | None) -> StoredState:
+    def save(self, document: dict[str, Any], *, expected_version: str | None) -> cmap.StoredState:
         """Write the document if nobody else changed it since `expected_version`."""
-        text = encode(document)
-        if len(text.encode("utf-8")) > MAX_DOCUMENT_BYTES:
+        text = cmap.encode(document)
+        if len(text.encode("utf-8")) > cmap.MAX_DOCUMENT_BYTES:
             raise ValueError(f"state document of {len(text)} bytes exceeds the ConfigMap limit")
-        sha = checksum(text)
+        sha = cmap.checksum(text)
         with self._mu:
             expected_sha = self._expected_sha(expected_version)
             base = self._base(expected_version, expected_sha)
@@ -110,17 +88,17 @@ class ConfigMapState(ConfigMapFormat):
                         written = self._cm.create(self._new_configmap(text, {}))
                     else:
                         body = copy.deepcopy(base)
-                        body["data"] = {STATE_KEY: text, CHECKSUM_KEY: sha}
+                        body["data"] = {cmap.STATE_KEY: text, cmap.CHECKSUM_KEY: sha}
                         written = self._cm.replace(body)
                 except (APIConflict, APINotFound):
                     base = self._reread_for_save(expected_sha, None, sha)
-                    if base is not None and stored_sha(base) == sha:
+                    if base is not None and cmap.stored_sha(base) == sha:
                         # An earlier attempt of this very save landed but its answer was lost
                         # (a timeout, a dropped connection): the retry's 409 is our own write.
-                        return self._hand_out(base, decode(text))
+                        return self._hand_out(base, cmap.decode(text))
                     continue
                 self._seen = written
-                return self._hand_out(written, decode(text))
+                return self._hand_out(written, cmap.decode(text))
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} kept changing under this run.",
                 "make sure no other dcgm-migrate run or controller edits it, then run again",
@@ -138,14 +116,14 @@ class ConfigMapState(ConfigMapFormat):
     @staticmethod
     def _matches(sha: str | None, expected_sha: str | None) -> bool:
         return sha is not None and (
-            sha == expected_sha or (expected_sha is None and sha == EMPTY_SHA))
+            sha == expected_sha or (expected_sha is None and sha == cmap.EMPTY_SHA))
 
     def _base(self, expected_version: str | None, expected_sha: str | None) -> Obj | None:
         """The ConfigMap to write over (None: create it). Our last view serves when its
         document is the one expected (only our own lock writes can have moved it since);
         otherwise it is read again and checked as after a 409."""
         seen = self._seen
-        if seen is not None and self._matches(stored_sha(seen), expected_sha):
+        if seen is not None and self._matches(cmap.stored_sha(seen), expected_sha):
             return seen
         if seen is None and expected_version is None:
             return None
@@ -166,7 +144,7 @@ class ConfigMapState(ConfigMapFormat):
                     "someone reset the migration state; run `dcgm-migrate status -n "
                     f"{self._cm.namespace}` and decide",
                 )
-            if expected_sha is not None and expected_sha != EMPTY_SHA:
+            if expected_sha is not None and expected_sha != cmap.EMPTY_SHA:
                 raise StateConflict(
                     f"The state in ConfigMap {self._cm.where} was deleted by someone else.",
                     f"run `dcgm-migrate status -n {self._cm.namespace}` and start again",
@@ -181,7 +159,7 @@ class ConfigMapState(ConfigMapFormat):
             raise self._lock_held(info)
         if self._held is not None and not held_by_us:
             raise self._lost_lock(StateConflict, "removed or taken over", "ConfigMap ")
-        current_sha = stored_sha(current)
+        current_sha = cmap.stored_sha(current)
         if not (self._matches(current_sha, expected_sha) or _version(current) == expected_version
                 or current_sha == saving):
             raise StateConflict(
@@ -234,7 +212,7 @@ class ConfigMapState(ConfigMapFormat):
         annotations = locking.annotations_for(lock) if lock is not None else {}
         try:
             if current is None:
-                written = self._cm.create(self._new_configmap(EMPTY_TEXT, annotations))
+                written = self._cm.create(self._new_configmap(cmap.EMPTY_TEXT, annotations))
             else:
                 body = copy.deepcopy(current)
                 meta = body["metadata"]
@@ -345,6 +323,6 @@ class ConfigMapStateStore(ConfigMapState):
     def __init__(self, kube: Kube, namespace: str, common: Common | None = None,
                  clock: Clock | None = None) -> None:
         common = common or load_catalog().common
-        super().__init__(KubeConfigMap(kube, namespace, common.state_configmap),
+        super().__init__(cmap.KubeConfigMap(kube, namespace, common.state_configmap),
                          common.managed_by, clock or SystemClock(),
                          HolderCheck(pod=lambda ns, name: kube.get(kinds.POD, name, ns)))

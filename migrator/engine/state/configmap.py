@@ -1,14 +1,6 @@
-"""The state ConfigMap (docs/design.md, "State and resume"); name and label from the catalog.
-
-- label `<managed_by.key>: <managed_by.value>`: without it the ConfigMap is someone else's and
-  is never read or written;
-- `data["state.json"]`: the document as canonical JSON, `data["state.sha256"]` the SHA-256 of
-  exactly those bytes, so a hand edit or truncation is refused (`StateCorrupt`);
-- annotations `dcgm-migrate/lock-*`: the run lock (`lock.py`).
-
-`KubeConfigMap` is the one in the cluster; the tests' in-memory one (tests/helpers/
-memorystate.py) imitates the API's concurrency errors, so the store's logic is the same code.
-"""
+"""The state ConfigMap's layout (docs/design.md, "State and resume"): the catalog's managed-by
+label (without it, someone else's: never read or written), `state.json` (canonical JSON) and
+`state.sha256` (its SHA-256, so a hand edit is refused), the lock's annotations (`lock.py`)."""
 
 from __future__ import annotations
 
@@ -43,10 +35,6 @@ def encode(document: dict[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def decode(text: str) -> Any:
-    return json.loads(text)
-
-
 def checksum(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -57,7 +45,6 @@ MANAGED_BY = "app.kubernetes.io/managed-by=dcgm-migrate"  # plans/common.yaml's,
 
 
 def restore_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
-    """How to put the backup of the two data keys back (docs/runbook.md)."""
     return ("restore it from your backup of state.json and state.sha256 (docs/runbook.md, "
             f"'Restoring the state'): `kubectl -n {namespace} create configmap {name} "
             "--from-file=state.json --from-file=state.sha256`, then "
@@ -65,8 +52,8 @@ def restore_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str
 
 
 def corrupt_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
-    """What to do about a state the tool refuses to read: deleting it alone is no way out (the
-    cluster keeps the tool's marks), so the backup goes in its place."""
+    """Deleting a refused state is no way out (the cluster keeps the tool's marks): the
+    backup goes in its place."""
     return (f"inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`; undo "
             f"the edit, or replace it: `kubectl -n {namespace} delete configmap {name}`, then "
             f"{restore_hint(namespace, name, managed_by)} (without a backup, apply and "
@@ -87,7 +74,7 @@ class ConfigMapAccess(Protocol):
 
 
 class KubeConfigMap:
-    """The ConfigMap in the cluster."""
+    """The ConfigMap in the cluster (the tests' one is in memory: tests/helpers/memorystate)."""
 
     def __init__(self, kube: Kube, namespace: str, name: str) -> None:
         self._kube, self.namespace, self.name = kube, namespace, name
@@ -165,7 +152,7 @@ class ConfigMapFormat:
                 "corrupted"
             )
         try:
-            document = decode(text)
+            document = json.loads(text)
         except ValueError:
             raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
         if not isinstance(document, dict):
@@ -194,7 +181,7 @@ def _holds_a_state(cm: Obj) -> bool:
     if not isinstance(text, str) or data.get(CHECKSUM_KEY) != checksum(text):
         return False
     try:
-        document = decode(text)
+        document = json.loads(text)
     except ValueError:
         return False
     return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()

@@ -56,8 +56,7 @@ class PhaseRecord:
         return phase_modules.by_number(self.number).NAME
 
     def recorded(self) -> dict[str, dict[str, Any]]:
-        """Step id → step record, for resuming with the originals seen before the first write
-        (a retired record describes an object that is gone or someone else's: not originals)."""
+        """Step id → step record: the originals to resume with (not a retired record's)."""
         return {r.id: r.step for r in self.steps if r.status not in RETIRED}
 
     def done_steps(self) -> list[Step]:
@@ -65,8 +64,7 @@ class PhaseRecord:
         return [from_record(r.step) for r in self.steps if r.status in ("intent", "done")]
 
     def reverted_steps(self) -> list[Step]:
-        """Operator-owned switches the operator reverted and a run without
-        --include-operator-owned recorded as such (see model/retiring.py)."""
+        """Operator-owned switches the operator reverted (model/retiring.py)."""
         return [from_record(r.step) for r in self.steps if r.status == "reverted"]
 
     def mark(self, step: Step, status: str, *, undo: bool = False) -> None:
@@ -97,8 +95,8 @@ def _records(rows: Any) -> list[StepRecord]:
 
 
 def _extends(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """`new` is `old` with more labels (phase 1 with `--prepare-for` after phase 1 ran
-    without it): the same originals for every key `old` recorded, and more keys."""
+    """`new` is `old` with more labels (phase 1 again with `--prepare-for`): the same
+    originals for every key `old` recorded, and more keys."""
     if new.get("type") != old.get("type") or new.get("type") != "set-labels":
         return False
     keys = ("meta_before", "template_before", "meta_after", "template_after")
@@ -145,8 +143,7 @@ class State:
                    default=0)
 
     def foreign_allowed(self) -> frozenset[str]:
-        """The Services a switch that still holds made select pods outside the DaemonSets with
-        the SRE's leave (`--allow-foreign-pods`, kept on its step): the verdict honours it."""
+        """Services a holding switch let select foreign pods (`--allow-foreign-pods`)."""
         return frozenset(s.service for p in self.phases.values() if p.status.applied
                          for s in p.done_steps()
                          if isinstance(s, SetSelector) and s.allow_foreign)
@@ -158,18 +155,13 @@ class State:
     def to_document(self) -> dict[str, Any]:
         self.updated = self.stamp()
         return {
-            "schema": SCHEMA_VERSION,
-            "namespace": self.namespace,
-            "stack": self.stack,
-            "planFingerprint": self.plan_fingerprint,
-            "created": self.created,
-            "updated": self.updated,
-            "lastError": self.last_error,
+            "schema": SCHEMA_VERSION, "namespace": self.namespace, "stack": self.stack,
+            "planFingerprint": self.plan_fingerprint, "created": self.created,
+            "updated": self.updated, "lastError": self.last_error,
             "phases": [
                 {"number": p.number, "name": p.name, "status": p.status.value,
-                 "started": p.started,
-                 "finished": p.finished, "error": p.error, "wroteLabels": p.wrote_labels,
-                 "baselines": p.baselines,
+                 "started": p.started, "finished": p.finished, "error": p.error,
+                 "wroteLabels": p.wrote_labels, "baselines": p.baselines,
                  "steps": _rows(p.steps), "undo": _rows(p.undo)}
                 for p in sorted(self.phases.values(), key=lambda p: p.number)
             ],
@@ -180,8 +172,8 @@ class State:
     @staticmethod
     def from_document(doc: dict[str, Any], clock: Clock | None = None,
                       where: tuple[str, str] = ("gpu-operator", "dcgm-migrate-state")) -> State:
-        """The state a document holds; StateCorrupt when it is not one this version reads,
-        with the fix for the ConfigMap `where` (namespace, name) it was read from."""
+        """The state a document holds; StateCorrupt, with the fix for the ConfigMap `where`
+        (namespace, name), when it is not one this version reads."""
         try:
             if doc.get("schema") != SCHEMA_VERSION:
                 raise StateCorrupt(

@@ -40,16 +40,10 @@ def read_stat(pid: int, proc: Path = PROC) -> tuple[str, int] | None:
         raise LookupError(pid) from None  # unreadable: nothing can be judged from it
 
 
-def read_text(path: Path) -> str | None:
+def read_text(path: Path, link: bool = False) -> str | None:
+    """A file's stripped text (or a link's target); None when it cannot be read."""
     try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _readlink(path: Path) -> str | None:
-    try:
-        return os.readlink(path)
+        return os.readlink(path) if link else path.read_text().strip() or None
     except OSError:
         return None
 
@@ -67,15 +61,13 @@ def pod_of_this_process(env: Mapping[str, str] | None = None,
 
 def this_process(proc: Path = PROC, pod: str | None = None) -> Process:
     """This run, as a lock records it."""
-    started = None
     try:
         stat = read_stat(os.getpid(), proc)
-        started = stat[1] if stat else None
     except LookupError:
-        pass
-    return Process(socket.gethostname(), os.getpid(), started,
+        stat = None
+    return Process(socket.gethostname(), os.getpid(), stat[1] if stat else None,
                    read_text(proc / "sys" / "kernel" / "random" / "boot_id"),
-                   _readlink(proc / "self" / "ns" / "pid"), pod)
+                   read_text(proc / "self" / "ns" / "pid", link=True), pod)
 
 
 def default_holder() -> str:
@@ -127,9 +119,7 @@ class HolderCheck:
 
     def __init__(self, pod: PodLookup | None = None, here: Process | None = None,
                  proc: Path = PROC) -> None:
-        self._pod = pod
-        self._here = here
-        self._proc = proc
+        self._pod, self._here, self._proc = pod, here, proc
 
     @property
     def here(self) -> Process:

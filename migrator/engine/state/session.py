@@ -44,29 +44,24 @@ class RunSession:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        if self._lock is not None:
-            if isinstance(error, KeyboardInterrupt):
-                self._record_interruption(error)
-            released = False
-            with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
-                self.store.release_lock(self._lock)  # run's own outcome
-                released = True
-            if isinstance(error, KeyboardInterrupt):  # Ctrl-C, SIGTERM (errors.Interrupted)
-                self._listener.message(
-                    "interrupted: the run's lock is released" if released else
-                    "interrupted: the run's lock could not be released; it expires at "
-                    f"{format_time(self._lock.expires)}")
-            self._lock = None
-
-    def _record_interruption(self, error: KeyboardInterrupt) -> None:
-        """The history says the run was stopped, and by what; only a run that saved its state
-        has one to add to, and a failed save is left (the lock release matters more)."""
-        if self._state is None:
+        if self._lock is None:
             return
-        name = error.name if isinstance(error, Interrupted) else "SIGINT"
-        self._state.log("interrupted", signal=name)
-        with contextlib.suppress(MigrateError):
-            self.save(self._state)
+        stopped = isinstance(error, KeyboardInterrupt)  # Ctrl-C, SIGTERM (errors.Interrupted)
+        if stopped and self._state is not None:  # the history says by what (if it can be saved)
+            name = error.name if isinstance(error, Interrupted) else "SIGINT"
+            self._state.log("interrupted", signal=name)
+            with contextlib.suppress(MigrateError):
+                self.save(self._state)
+        released = False
+        with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
+            self.store.release_lock(self._lock)  # run's own outcome
+            released = True
+        if stopped:
+            self._listener.message(
+                "interrupted: the run's lock is released" if released else
+                "interrupted: the run's lock could not be released; it expires at "
+                f"{format_time(self._lock.expires)}")
+        self._lock = None
 
     def save(self, state: State) -> None:
         """Write `state` on the version this run last saw (StateConflict if anyone else wrote)."""

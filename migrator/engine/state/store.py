@@ -7,6 +7,7 @@ exists creates it holding `{}`, "no state yet" (`load` returns None)."""
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from typing import Any
 
@@ -92,13 +93,11 @@ class ConfigMapState(cmap.ConfigMapFormat):
                         written = self._cm.replace(body)
                 except (APIConflict, APINotFound):
                     base = self._reread_for_save(expected_sha, None, sha)
-                    if base is not None and cmap.stored_sha(base) == sha:
-                        # An earlier attempt of this very save landed but its answer was lost
-                        # (a timeout, a dropped connection): the retry's 409 is our own write.
-                        return self._hand_out(base, cmap.decode(text))
-                    continue
+                    if base is None or cmap.stored_sha(base) != sha:
+                        continue
+                    written = base  # an earlier attempt landed, its answer lost: our own 409
                 self._seen = written
-                return self._hand_out(written, cmap.decode(text))
+                return self._hand_out(written, json.loads(text))
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} kept changing under this run.",
                 "make sure no other dcgm-migrate run or controller edits it, then run again",

@@ -4,7 +4,6 @@ writes, checked for its ServiceAccount (docs/guard.yaml) by SubjectAccessReview.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,17 +33,16 @@ class Permission:
         return f"{self.verb} {target}"
 
 
-DEFAULT_NAMESPACE = "gpu-operator"
 # The CR names `change-stack --delete-cr` may delete: the Helm chart's (`cluster-policy`,
 # `gpu-cluster`, deployments/gpu-operator/templates at a22dbf671) and the samples'.
 STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
                       "GPUCluster": ("gpu-cluster",)}
 
 
-def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
-    """Everything a migration in `namespace` does, and nothing more: writes name their objects
-    wherever RBAC can (not create, nor --roll-on-delete's pods); monitors are listed
-    cluster-wide, since one in a monitoring namespace may scrape these pods."""
+def required() -> tuple[Permission, ...]:
+    """Everything a migration does, and nothing more: writes name their objects wherever RBAC
+    can (not create, nor --roll-on-delete's pods); monitors are listed cluster-wide, since one
+    in a monitoring namespace may scrape these pods."""
     catalog = load_catalog()
     ds_names = sorted({c.daemonset for c in catalog.components})
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
@@ -84,7 +82,7 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
     )
 
 
-REQUIRED: tuple[Permission, ...] = required()  # for the default namespace (docs/rbac.yaml)
+REQUIRED: tuple[Permission, ...] = required()  # what docs/rbac.yaml grants
 
 GUARD_SERVICE_ACCOUNT = "dcgm-migrate-guard"  # docs/guard.yaml
 # OpenShift refuses an EndpointSlice with addresses in the cluster or service network unless
@@ -97,12 +95,6 @@ GUARD_WRITES: tuple[Permission, ...] = (
     *(Permission(v, kinds.ENDPOINTSLICE) for v in ("create", "update", "delete")),
     RESTRICTED_ENDPOINTSLICES,
 )
-
-
-def missing_permissions(kube: Kube, namespace: str,
-                        wanted: Iterable[Permission]) -> list[str]:
-    return [str(p) for p in wanted if not kube.can_i(
-        p.verb, p.kind, namespace if p.namespaced else None, p.name, p.subresource)[0]]
 
 
 def service_account_review(namespace: str, account: str, p: Permission) -> dict[str, Any]:
@@ -123,15 +115,11 @@ def guard_missing(kube: Kube, namespace: str,
     (`create subjectaccessreviews` is a cluster admin's)."""
     if not kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
         return None  # asked first (SelfSubjectAccessReview): no refused request to log
-    out = []
-    for p in GUARD_WRITES:
-        try:
-            allowed = kube.can_they(service_account_review(namespace, account, p))
-        except APIForbidden:
-            return None
-        if not allowed:
-            out.append(str(p))
-    return out
+    try:
+        return [str(p) for p in GUARD_WRITES
+                if not kube.can_they(service_account_review(namespace, account, p))]
+    except APIForbidden:
+        return None
 
 
 def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
@@ -181,8 +169,8 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
         "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
             kube.has_api("monitoring.coreos.com", "v1"),
     }
-    wanted = required(namespace)
-    missing = missing_permissions(kube, namespace, wanted)
+    missing = [str(p) for p in REQUIRED if not kube.can_i(
+        p.verb, p.kind, namespace if p.namespaced else None, p.name, p.subresource)[0]]
     checks = [GateResult(f"api/{k}", True, "served" if v else
                          "not served (fine if the cluster does not use it)")
               for k, v in apis.items()]
@@ -193,6 +181,6 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
     checks += operator_cr_checks(kube, apis)
     checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
     checks.append(GateResult("rbac", not missing,
-                             f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
+                             f"{len(REQUIRED) - len(missing)}/{len(REQUIRED)} permissions"))
     checks += guard_checks(kube, namespace)
     return tuple(checks)

@@ -1,11 +1,7 @@
 """Read what the plan and the gates need into a Snapshot, in a number of requests that does not
-grow with the node count (paginated lists by label selector, no per-pod or per-node calls).
-
-DaemonSets, Services, EndpointSlices and pods come through one `Reader`: the run's cache when
-there is one (`engine/informer.py`: no request), else the API server; the namespace and the
-cluster-scoped CRs and monitors are always read from the API server. Pods are printed rows
-(`model/printed.py`); those a row cannot vouch for are read whole (`engine/wholepods.py`).
-"""
+grow with the node count: the namespace's objects through one `Reader` (the run's cache, else
+paginated lists by label selector), the cluster-scoped CRs and monitors from the API server.
+Pods are printed rows; those a row cannot vouch for are read whole (`engine/wholepods.py`)."""
 
 from __future__ import annotations
 
@@ -33,9 +29,8 @@ Obj = dict[str, Any]
 def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
               endpoints: Mapping[str, ServiceEndpoints] | None = None,
               whole: WholePods | None = None) -> tuple[PodView, ...]:
-    """Pods matching any of the selectors, as printed rows page by page (a 410 restarts that
-    selector's read), the doubtful ones read whole by `whole` (`endpoints` may contradict a
-    row)."""
+    """Pods matching any of the selectors (printed rows), the doubtful ones read whole by
+    `whole` (`endpoints` may contradict a row)."""
     seen: dict[str, PodView] = {}
     for sel in selectors:
         views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of,
@@ -56,7 +51,7 @@ def _resolved(kube: Kube, namespace: str, listed: Iterable[PodView],
 @dataclass(frozen=True)
 class Reader:
     """The namespace's DaemonSets, Services, EndpointSlices and pods: from `cache` when given
-    (no request but for doubtful pods), else one paginated list per kind by label selector."""
+    (no request but for doubtful pods), else one list per kind."""
 
     kube: Kube
     namespace: str
@@ -103,8 +98,8 @@ class Reader:
 
 
 def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
-    """The DaemonSet's own pods, by its selector, the doubtful ones read whole against every
-    EndpointSlice of the namespace (which Services select them is not known here)."""
+    """The DaemonSet's own pods, the doubtful ones read whole against every EndpointSlice of
+    the namespace (which Services select them is not known here)."""
     match = o.dig(ds, "spec", "selector", "matchLabels") or {}
     selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
     pods = read_pods(kube, namespace, [selector], Reader(kube, namespace).endpoints())
@@ -121,9 +116,9 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
 
 
 def _prometheuses(kube: Kube, allowed: dict[str, bool]) -> tuple[Obj, ...]:
-    """Prometheus CRs cluster-wide, for their ServiceMonitor discovery role; none where the
-    CRD is absent or the tool may not list them (docs/rbac.yaml does not grant it). Asked
-    first, once per run (`allowed`), so a least-privilege token is never refused a request."""
+    """Prometheus CRs cluster-wide (their ServiceMonitor discovery role); none where the CRD
+    is absent or listing them is not allowed, asked first once per run (`allowed`), so a
+    least-privilege token is never refused a request."""
     if not kube.has_kind(kinds.PROMETHEUS):
         return ()
     key = "list prometheuses"
@@ -158,8 +153,7 @@ def _cluster_scope(kube: Kube, namespace: str, allowed: dict[str, bool]) -> dict
 
 def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
                       ) -> tuple[tuple[Obj, ...], bool]:
-    """The guard's Leases (the tool's managed-by label, whatever their name) and whether they
-    could be read (a Role without `list leases` cannot tell)."""
+    """The guard's Leases (by the tool's managed-by label) and whether they could be read."""
     mb = catalog.common.managed_by
     try:
         return tuple(kube.list(kinds.LEASE, namespace,
@@ -208,8 +202,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],
            cache: Informer | None = None) -> Snapshot:
-    """A fresh read of just these objects and the pods, keeping the base's cluster-scoped
-    parts."""
+    """A fresh read of these DaemonSets and the pods, keeping the base's cluster-scoped parts."""
     fresh = read_snapshot(kube, base.namespace, catalog, daemonsets=daemonsets,
                           services=None, cluster_scope=False, cache=cache)
     return dataclasses.replace(base, namespace_exists=True, daemonsets=fresh.daemonsets,

@@ -52,12 +52,6 @@ def still_starting(pod: Mapping[str, Any]) -> bool:
     return True
 
 
-def longer_timeout(timeout: float | None) -> str:
-    """A --timeout worth trying: the default, or twice the one that ran out."""
-    seconds = max(DEFAULT_TIMEOUT, 2 * (timeout or 0.0))
-    return f"{seconds / 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.0f}s"
-
-
 STARTING = ("nothing is wrong with those pods that the API shows: they are still starting (no "
             "error, no restart) and took longer than --timeout allows")
 NOT_REPLACED = ("no pod is failing: the DaemonSet controller had not replaced those pods yet "
@@ -65,9 +59,12 @@ NOT_REPLACED = ("no pod is failing: the DaemonSet controller had not replaced th
 
 
 def timeout_hint(timeout: float | None, why: str = STARTING) -> str:
-    """The fix when nothing is wrong but time: a longer progress deadline."""
+    """The fix when nothing is wrong but time: a longer progress deadline (the default, or
+    twice the one that ran out)."""
+    seconds = max(DEFAULT_TIMEOUT, 2 * (timeout or 0.0))
+    longer = f"{seconds / 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.0f}s"
     return (f"{why}; run the same command again with a longer one (it resumes where it "
-            f"stopped): `--timeout {longer_timeout(timeout)}`")
+            f"stopped): `--timeout {longer}`")
 
 
 def _all_starting(kube: Kube, namespace: str | None, unready: Sequence[PodView]) -> bool:

@@ -180,8 +180,10 @@ class Waiter:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return results
-            if not rv:
-                rv = self._list_rv(wake_kind, label_selector)
+            if not rv:  # the collection's current version, from one printed row of it
+                rv = next(iter(self.kube.pages(wake_kind, self.namespace, page_size=1,
+                                               label_selector=label_selector, printed=True)
+                               )).resource_version
             start = self.clock.monotonic()
             rv = self._wake(wake_kind, rv, min(remaining, delay), label_selector=label_selector)
             # Let a burst of related changes land before re-reading.
@@ -190,11 +192,6 @@ class Waiter:
                 self.clock.sleep(min(delay - spent, max(0.0, deadline - self.clock.monotonic()),
                                      self.recheck_min))
             delay = min(delay * 2, self.recheck_max)
-
-    def _list_rv(self, kind: Kind, label_selector: str | None) -> str:
-        """The collection's current version, to watch from (one printed row of it)."""
-        return next(iter(self.kube.pages(kind, self.namespace, label_selector=label_selector,
-                                         page_size=1, printed=True))).resource_version
 
     def settle(self, seconds: float, report: Callable[[float], None]) -> None:
         """Give kube-proxy time to program a selector change everywhere (a countdown)."""

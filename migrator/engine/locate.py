@@ -1,14 +1,7 @@
-"""Where the GPU Operator's DCGM DaemonSets run, for a namespace that holds none of them.
-
-A ClusterPolicy or GPUCluster is cluster-scoped, so finding one says nothing about the
-namespace the tool was pointed at: the namespace is right only when it holds the DaemonSets
-the catalog (`plans/*.yaml`) names. When it does not, one cluster-wide list of DaemonSets by
-their `app` labels (printed rows with their metadata: a few hundred bytes each) finds where
-they do run, so the refusal can say which `-n` to pass. An identity that may not list
-DaemonSets cluster-wide (a namespaced Role, as `docs/rbac.yaml` grants) looks in the
-namespaces the GPU Operator is usually installed in and in its own (a pod's service account):
-a Role bound there finds them, so a typo'd `-n` (a 403 there) is still answered with the
-namespace to pass; only when none of those holds them is it told where it cannot look.
+"""Where the GPU Operator's DCGM DaemonSets run, for a namespace that holds none of them (a
+cluster-scoped CR says nothing about the namespace). One cluster-wide list of printed rows by
+their `app` labels finds them, so a refusal can say which `-n` to pass; an identity that may not
+list cluster-wide looks in the usual namespaces and its own, where a Role bound there allows.
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from migrator.engine.state.liveness import SERVICE_ACCOUNT_NAMESPACE, read_text
 from migrator.errors import APIForbidden, APINotFound, UsageError
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -28,11 +22,8 @@ from migrator.model.stacks import Catalog
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
-
-# Where the GPU Operator is installed by its Helm chart's docs and by OperatorHub (OpenShift):
-# looked in one by one when the identity may not list DaemonSets cluster-wide.
+# Where the Helm chart's docs and OperatorHub (OpenShift) install the GPU Operator.
 USUAL_NAMESPACES = ("gpu-operator", "nvidia-gpu-operator")
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclass(frozen=True)
@@ -66,43 +57,36 @@ def _listed(kube: Kube, catalog: Catalog, namespace: str | None) -> list[tuple[s
     return rows
 
 
+def _held(kube: Kube, catalog: Catalog, namespace: str) -> list[str]:
+    """The catalog's DaemonSets in `namespace` (its own list)."""
+    listed = {n for _, n in _listed(kube, catalog, namespace)}
+    return sorted(listed & set(daemonset_names(catalog)))
+
+
 def candidates(asked: str | None = None,
                service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> list[str]:
     """The namespaces to look in one by one: the usual ones, and this pod's own."""
-    own = os.environ.get("POD_NAMESPACE")
-    if not own:
-        try:
-            own = service_account.read_text().strip()
-        except OSError:
-            own = None
+    own = os.environ.get("POD_NAMESPACE") or read_text(service_account)
     out = [n for n in (*USUAL_NAMESPACES, own) if n and n != asked]
     return list(dict.fromkeys(out))
 
 
-def _probe(kube: Kube, catalog: Catalog, asked: str | None) -> Whereabouts:
-    """Without the right to list DaemonSets cluster-wide: each candidate namespace's own
-    list (what a Role bound there allows); forbidden ones are skipped."""
-    names = set(daemonset_names(catalog))
-    found: dict[str, tuple[str, ...]] = {}
-    for namespace in candidates(asked):
-        try:
-            held = sorted({n for _, n in _listed(kube, catalog, namespace)} & names)
-        except (APIForbidden, APINotFound):
-            continue
-        if held:
-            found[namespace] = tuple(held)
-    return Whereabouts(found, forbidden=not found)
-
-
 def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabouts:
-    """One cluster-wide list (printed rows, metadata only) of the catalog's DaemonSets; when
-    that is forbidden, the candidate namespaces one by one (`asked`: the namespace already
-    tried)."""
+    """One cluster-wide list of the catalog's DaemonSets; when that is forbidden, the
+    candidate namespaces' own lists, skipping forbidden ones (`asked`: already tried)."""
     names = set(daemonset_names(catalog))
     try:
         rows = _listed(kube, catalog, None)
     except APIForbidden:
-        return _probe(kube, catalog, asked)
+        probed: dict[str, tuple[str, ...]] = {}
+        for namespace in candidates(asked):
+            try:
+                held = _held(kube, catalog, namespace)
+            except (APIForbidden, APINotFound):
+                continue
+            if held:
+                probed[namespace] = tuple(held)
+        return Whereabouts(probed, forbidden=not probed)
     found: dict[str, set[str]] = {}
     for namespace, name in rows:
         if name in names and namespace:
@@ -110,28 +94,21 @@ def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabout
     return Whereabouts({ns: tuple(sorted(n)) for ns, n in found.items()})
 
 
-def _quoted(items: list[str]) -> str:
-    shown = [repr(i) for i in items]
-    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
-
-
 def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, server: str,
                     exists: bool = True, denied: bool = False) -> tuple[str, str]:
-    """(the one-sentence refusal, the fix) for a namespace that does not exist, holds none
-    of the catalog's DaemonSets, or may not be read (`denied`) while they run elsewhere,
-    naming where they run. The fix names the option to pass in backticks (`-n NS`): the CLI
-    shows it as the whole command line with that option."""
+    """(the refusal, the fix) for a namespace that does not exist, holds none of the catalog's
+    DaemonSets, or may not be read (`denied`), naming where they run. The fix names the option
+    in backticks (`-n NS`): the CLI shows it as the whole command line with that option."""
+    they, them = "the GPU Operator's DCGM DaemonSets", "none of them"
     if denied:
         head = (f"No GPU Operator DCGM found in namespace {namespace!r}: this identity may "
                 "not read it (403 Forbidden)")
-        they, them = "the GPU Operator's DCGM DaemonSets", "none of them"
     elif exists:
         head = (f"No GPU Operator DCGM found in namespace {namespace!r}: none of the "
                 "DaemonSets this tool migrates runs there")
-        they, them = "they", "none of them"
+        they = "they"
     else:
         head = f"Namespace {namespace!r} does not exist on {server}"
-        they = "the GPU Operator's DCGM DaemonSets"
         them = "none of the DaemonSets this tool migrates"
     others = [n for n in where.namespaces if n != namespace]
     if where.forbidden:
@@ -141,57 +118,55 @@ def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, ser
                 f"DaemonSets finds it with `kubectl get daemonsets -A -l '{selector(catalog)}'`)")
     if others:
         plural = "namespace" if len(others) == 1 else "namespaces"
+        quoted = [repr(n) for n in others]
+        listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
         hint = f"pass `-n {others[0]}`" + "".join(f" (or -n {n})" for n in others[1:])
-        return f"{head}; {they} run in {plural} {_quoted(others)}.", hint
+        return f"{head}; {they} run in {plural} {listed}.", hint
     return (f"{head}; {them} ({', '.join(daemonset_names(catalog))}) runs in any namespace "
             "of this cluster.",
             "check that the GPU Operator is installed and has rendered its DCGM DaemonSets, "
             "then pass its namespace with -n")
 
 
+def _elsewhere(kube: Kube, namespace: str, catalog: Catalog, exists: bool = True,
+               where: Whereabouts | None = None, denied: bool = False) -> tuple[str, str]:
+    return wrong_namespace(namespace, where or locate(kube, catalog, namespace), catalog,
+                           server=kube.server, exists=exists, denied=denied)
+
+
 def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
-    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets.
-    The namespace's own list answers when it does (what `docs/rbac.yaml` grants); only a
-    namespace that does not is looked up cluster-wide, to say where they run."""
+    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets (its
+    own list answers); only a namespace that does not is looked up cluster-wide."""
     name = f"namespace/{namespace}"
-    denied = "(403 Forbidden); the rbac/ lines name the permission"
     try:
         exists = kube.get(kinds.NAMESPACE, namespace) is not None
-        listed = _listed(kube, catalog, namespace) if exists else []
+        held = _held(kube, catalog, namespace) if exists else []
     except APIForbidden:
         where = locate(kube, catalog, namespace)
-        if [n for n in where.namespaces if n != namespace]:  # a typo'd -n, not a permission
-            message, hint = wrong_namespace(namespace, where, catalog, server=kube.server,
-                                            denied=True)
-            return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
-        return GateResult(name, False, f"namespace {namespace!r} or its DaemonSets cannot be "
-                          f"read {denied}")
-    held = sorted({n for _, n in listed} & set(daemonset_names(catalog)))
+        if not [n for n in where.namespaces if n != namespace]:  # a permission, not a typo
+            return GateResult(name, False, f"namespace {namespace!r} or its DaemonSets cannot "
+                              "be read (403 Forbidden); the rbac/ lines name the permission")
+        message, hint = _elsewhere(kube, namespace, catalog, where=where, denied=True)
+        return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
     if held:
         return GateResult(name, True, f"holds DaemonSet{'s' if len(held) > 1 else ''} "
                           f"{', '.join(held)}")
-    message, hint = wrong_namespace(namespace, locate(kube, catalog, namespace), catalog,
-                                    server=kube.server, exists=exists)
+    message, hint = _elsewhere(kube, namespace, catalog, exists)
     return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
 
 
 def require_dcgm(kube: Kube, namespace: str, catalog: Catalog) -> None:
-    """The guard's check before it starts, as `plan`/`apply`/`status` refuse such a
-    namespace: it holds some of the catalog's DaemonSets (the namespace's own list, which
-    docs/guard.yaml's Role grants), or a state ConfigMap (a migration was made there: what
-    the guard keeps may outlive the DaemonSets, as `status` answers for such a namespace);
-    else a UsageError naming where they run."""
-    listed = _listed(kube, catalog, namespace)
-    if {n for _, n in listed} & set(daemonset_names(catalog)):
+    """The guard's check before it starts, as `plan`/`apply`/`status` refuse such a namespace:
+    it holds some of the catalog's DaemonSets, or a state ConfigMap (what the guard keeps may
+    outlive the DaemonSets); else a UsageError naming where they run."""
+    if _held(kube, catalog, namespace):
         return
     try:
         if kube.get(kinds.CONFIGMAP, catalog.common.state_configmap, namespace) is not None:
             return
     except APIForbidden:
         pass  # may not read it: judged by the DaemonSets alone
-    message, hint = wrong_namespace(namespace, locate(kube, catalog, namespace), catalog,
-                                    server=kube.server)
-    raise UsageError(message, hint)
+    raise UsageError(*_elsewhere(kube, namespace, catalog))
 
 
 def require_stack(stack: str, found: bool, namespace: str) -> None:
@@ -206,7 +181,7 @@ def require_stack(stack: str, found: bool, namespace: str) -> None:
 
 
 def require_operator_api(served: bool, server: str) -> None:
-    """Aliases are owned by the CR and drift is judged against the operator: without its API
+    """Without the operator's API (aliases are owned by the CR, drift is judged against it)
     the migration would run half-blind, so it does not start."""
     if not served:
         raise UsageError(

@@ -1,11 +1,9 @@
-"""The exact permissions a migration needs — one list that `preflight` checks with
-SelfSubjectAccessReview and `docs/rbac.yaml` grants (a test keeps the two in step) — and the
-guard's EndpointSlice writes, which `preflight` checks for the guard's ServiceAccount
-(docs/guard.yaml) with a SubjectAccessReview."""
+"""The exact permissions a migration needs (`preflight` checks them by SelfSubjectAccessReview,
+`docs/rbac.yaml` grants them: a test keeps the two in step), and the guard's EndpointSlice
+writes, checked for its ServiceAccount (docs/guard.yaml) by SubjectAccessReview."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,18 +33,16 @@ class Permission:
         return f"{self.verb} {target}"
 
 
-DEFAULT_NAMESPACE = "gpu-operator"
 # The CR names `change-stack --delete-cr` may delete: the Helm chart's (`cluster-policy`,
 # `gpu-cluster`, deployments/gpu-operator/templates at a22dbf671) and the samples'.
 STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
                       "GPUCluster": ("gpu-cluster",)}
 
 
-def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
-    """Everything a migration in `namespace` does, and nothing more: writes name their objects
-    wherever RBAC can check a name (create cannot be narrowed; pods are deleted only with
-    --roll-on-delete and have generated names). ServiceMonitors and PodMonitors are listed
-    cluster-wide, since one in another namespace (a monitoring stack's) may scrape these pods."""
+def required() -> tuple[Permission, ...]:
+    """Everything a migration does, and nothing more: writes name their objects wherever RBAC
+    can (not create, nor --roll-on-delete's pods); monitors are listed cluster-wide, since one
+    in a monitoring namespace may scrape these pods."""
     catalog = load_catalog()
     ds_names = sorted({c.daemonset for c in catalog.components})
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
@@ -54,9 +50,8 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
     reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
                                         kinds.ENDPOINTSLICE) for v in ("get", "list", "watch")]
     return (
-        # The namespace itself: its GET is authorised in that namespace (k8s.io/apiserver
-        # pkg/endpoints/request/requestinfo.go `NewRequestInfo`: in /namespaces/{name} the name
-        # is the request's namespace), so the Role grants it, reaching no other namespace.
+        # The namespace's GET is authorised in that namespace (k8s.io/apiserver requestinfo.go
+        # `NewRequestInfo`), so the Role grants it, reaching no other namespace.
         Permission("get", kinds.NAMESPACE),
         Permission("list", kinds.CLUSTER_POLICY, namespaced=False),
         Permission("list", kinds.GPU_CLUSTER, namespaced=False),
@@ -87,42 +82,27 @@ def required(namespace: str = DEFAULT_NAMESPACE) -> tuple[Permission, ...]:
     )
 
 
-REQUIRED: tuple[Permission, ...] = required()  # for the default namespace (docs/rbac.yaml)
+REQUIRED: tuple[Permission, ...] = required()  # what docs/rbac.yaml grants
 
 GUARD_SERVICE_ACCOUNT = "dcgm-migrate-guard"  # docs/guard.yaml
-# OpenShift refuses an EndpointSlice whose addresses lie in the cluster or service network
-# unless its writer may `create` the pseudo-subresource `endpointslices/restricted`
-# (openshift/kubernetes openshift-kube-apiserver/admission/network/restrictedendpoints/
-# endpoint_admission.go, `sliceCheckAccess`); elsewhere it is granted and means nothing.
+# OpenShift refuses an EndpointSlice with addresses in the cluster or service network unless
+# its writer may `create` `endpointslices/restricted` (restrictedendpoints admission,
+# `sliceCheckAccess`); elsewhere it is granted and means nothing.
 RESTRICTED_ENDPOINTSLICES = Permission("create", kinds.ENDPOINTSLICE, subresource="restricted")
-# What the guard's shared EndpointSlices (clusters running both stacks) need: the slice writes
-# and, on OpenShift, the restricted rule; the rest of docs/guard.yaml's Role are reads and its
-# own Lease, which `kubectl auth can-i --as` checks as well.
+# What the guard's shared EndpointSlices need (the rest of docs/guard.yaml's Role are reads and
+# its own Lease, which `kubectl auth can-i --as` checks as well).
 GUARD_WRITES: tuple[Permission, ...] = (
     *(Permission(v, kinds.ENDPOINTSLICE) for v in ("create", "update", "delete")),
     RESTRICTED_ENDPOINTSLICES,
 )
 
 
-def missing_permissions(kube: Kube, namespace: str,
-                        wanted: Iterable[Permission]) -> list[str]:
-    out = []
-    for p in wanted:
-        allowed, _ = kube.can_i(p.verb, p.kind, namespace if p.namespaced else None, p.name,
-                                p.subresource)
-        if not allowed:
-            out.append(str(p))
-    return out
-
-
 def service_account_review(namespace: str, account: str, p: Permission) -> dict[str, Any]:
-    """A SubjectAccessReview's spec: may ServiceAccount `namespace/account` do `p` in
-    `namespace`? (user and groups as the service-account authenticator names them)."""
-    attributes = {"verb": p.verb, "group": p.kind.group, "resource": p.kind.plural}
-    for key, value in (("namespace", namespace if p.namespaced else None), ("name", p.name),
-                       ("subresource", p.subresource)):
-        if value:
-            attributes[key] = value
+    """A SubjectAccessReview's spec: may ServiceAccount `namespace/account` do `p` there?"""
+    scope = {"namespace": namespace if p.namespaced else None, "name": p.name,
+             "subresource": p.subresource}
+    attributes = {"verb": p.verb, "group": p.kind.group, "resource": p.kind.plural,
+                  **{k: v for k, v in scope.items() if v}}
     return {"user": f"system:serviceaccount:{namespace}:{account}",
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
                        "system:authenticated"],
@@ -135,22 +115,17 @@ def guard_missing(kube: Kube, namespace: str,
     (`create subjectaccessreviews` is a cluster admin's)."""
     if not kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
         return None  # asked first (SelfSubjectAccessReview): no refused request to log
-    out = []
-    for p in GUARD_WRITES:
-        try:
-            allowed = kube.can_they(service_account_review(namespace, account, p))
-        except APIForbidden:
-            return None
-        if not allowed:
-            out.append(str(p))
-    return out
+    try:
+        return [str(p) for p in GUARD_WRITES
+                if not kube.can_they(service_account_review(namespace, account, p))]
+    except APIForbidden:
+        return None
 
 
 def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
     """`preflight`'s lines for the guard's ServiceAccount: fine when it holds all of its
-    writes, or none (not deployed yet: docs/guard.yaml comes after phase 3); a failure when it
-    lacks some — an older docs/guard.yaml on OpenShift lacks `endpointslices/restricted`, and
-    the guard's shared slices would be refused."""
+    writes, or none (not deployed yet); a failure when it lacks some (an older guard.yaml on
+    OpenShift lacks `endpointslices/restricted`)."""
     who = f"ServiceAccount {namespace}/{GUARD_SERVICE_ACCOUNT}"
     missing = guard_missing(kube, namespace)
     if missing is None:
@@ -172,7 +147,7 @@ def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
 
 def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
     """Red when a ClusterPolicy and a GPUCluster both exist and the operator refuses them
-    (`model/crconflict.py`): every operand is stalled, so no migration step can be judged."""
+    (`model/crconflict.py`): no migration step could be judged."""
     if not all(v for k, v in apis.items() if "nvidia" in k):
         return []
     snap = Snapshot("", cluster_policies=tuple(kube.list(kinds.CLUSTER_POLICY).items),
@@ -185,9 +160,8 @@ def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
 
 
 def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[GateResult, ...]:
-    """`preflight`: API reachable, CRDs present, the namespace holds the GPU Operator's DCGM
-    DaemonSets, every permission the migration needs (SSAR), and whether the guard's
-    ServiceAccount holds its EndpointSlice writes (`guard_checks`)."""
+    """`preflight`: API reachable, CRDs present, the namespace's DCGM DaemonSets, every
+    permission the migration needs, and the guard's ServiceAccount's writes."""
     kube.ping()
     apis = {
         "nvidia.com/v1 (ClusterPolicy)": kube.has_api("nvidia.com", "v1"),
@@ -195,8 +169,8 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
         "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
             kube.has_api("monitoring.coreos.com", "v1"),
     }
-    wanted = required(namespace)
-    missing = missing_permissions(kube, namespace, wanted)
+    missing = [str(p) for p in REQUIRED if not kube.can_i(
+        p.verb, p.kind, namespace if p.namespaced else None, p.name, p.subresource)[0]]
     checks = [GateResult(f"api/{k}", True, "served" if v else
                          "not served (fine if the cluster does not use it)")
               for k, v in apis.items()]
@@ -207,6 +181,6 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
     checks += operator_cr_checks(kube, apis)
     checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
     checks.append(GateResult("rbac", not missing,
-                             f"{len(wanted) - len(missing)}/{len(wanted)} permissions"))
+                             f"{len(REQUIRED) - len(missing)}/{len(REQUIRED)} permissions"))
     checks += guard_checks(kube, namespace)
     return tuple(checks)

@@ -1,6 +1,5 @@
-"""The plan file (`plan --out`, `apply --plan`): the plan report's document and what its
-fingerprint covers per object, under a checksum, so a modified file is refused (exit 2) and a
-cluster that changed since is named field by field (exit 4)."""
+"""The plan file (`plan --out`, `apply --plan`) under a checksum: a modified file is refused
+(exit 2), a cluster changed since is named field by field (exit 4)."""
 
 from __future__ import annotations
 
@@ -25,9 +24,8 @@ def _plan_checksum(body: dict[str, Any]) -> str:
 def save_plan(path: Path, report: dict[str, Any],
               objects: Mapping[str, Mapping[str, str]] | None = None,
               options: Mapping[str, Any] | None = None) -> None:
-    """The plan file: the report's document, what its fingerprint covers per object and
-    field (`objects`, so a stale plan names what changed) and the planning options it was
-    made with (`options`: `apply --plan` must pass the same), under a checksum."""
+    """The report, what its fingerprint covers per object and field (`objects`) and the
+    planning options (`options`: `apply --plan` must pass the same), under a checksum."""
     body: dict[str, Any] = {"format": PLAN_FORMAT, "report": report}
     if objects is not None:
         body["objects"] = {name: dict(fields) for name, fields in objects.items()}
@@ -42,8 +40,7 @@ def save_plan(path: Path, report: dict[str, Any],
 
 
 def flags(options: Mapping[str, Any]) -> list[str]:
-    """Planning options as the command-line flags that set them (`roll_on_delete` →
-    `--roll-on-delete`; a string option with its value)."""
+    """Planning options as their command-line flags (a string option with its value)."""
     out: list[str] = []
     for key, value in sorted(options.items()):
         flag = "--" + key.replace("_", "-")
@@ -79,8 +76,8 @@ STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
 
 def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int,
                     options: Mapping[str, Any] | None = None) -> None:
-    """The plan file is one of ours, for this namespace, made with the planning `options`
-    this apply passes (a file that records them), and the cluster has not changed since."""
+    """The plan file is ours, for this namespace and these `options` (if it records them),
+    and the cluster has not changed since."""
     doc = _read_plan(path)
     saved: dict[str, Any] = doc["report"]
     quoted = shlex.quote(str(path))

@@ -1,9 +1,6 @@
-"""Why a rollout stopped moving, in words an SRE can act on: which nodes stopped reporting
-(their pods marked not Ready by the node lifecycle controller), which pods are not Ready or
-not yet updated — and whether anything is wrong with them at all: pods that are merely still
-starting (scheduled, containers being created, no error, no restart) mean the progress
-deadline was shorter than a pod takes to start, and the fix is a longer `--timeout`, not the
-nodes. Reads go through `Kube`; the judging is `gates.nodes_reporting` and `still_starting`."""
+"""Why a rollout stopped moving, in words an SRE can act on: nodes that stopped reporting, pods
+not Ready or not yet updated, or pods merely still starting (no error, no restart), where the
+fix is a longer `--timeout`, not the nodes."""
 
 from __future__ import annotations
 
@@ -32,8 +29,8 @@ STOPPED_PHASES = ("Failed", "Succeeded", "Unknown")
 
 
 def still_starting(pod: Mapping[str, Any]) -> bool:
-    """The pod is on its way to Ready with nothing wrong the API shows: scheduled, not
-    stopped, no container restarted, failed or waiting for any reason but its creation."""
+    """On its way to Ready with nothing wrong the API shows: scheduled, not stopped, no
+    container restarted, failed or waiting for any reason but its creation."""
     if o.meta(pod).get("deletionTimestamp"):
         return False
     status = pod.get("status") or {}
@@ -55,12 +52,6 @@ def still_starting(pod: Mapping[str, Any]) -> bool:
     return True
 
 
-def longer_timeout(timeout: float | None) -> str:
-    """A --timeout worth trying: the default, or twice the one that ran out."""
-    seconds = max(DEFAULT_TIMEOUT, 2 * (timeout or 0.0))
-    return f"{seconds / 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.0f}s"
-
-
 STARTING = ("nothing is wrong with those pods that the API shows: they are still starting (no "
             "error, no restart) and took longer than --timeout allows")
 NOT_REPLACED = ("no pod is failing: the DaemonSet controller had not replaced those pods yet "
@@ -68,14 +59,16 @@ NOT_REPLACED = ("no pod is failing: the DaemonSet controller had not replaced th
 
 
 def timeout_hint(timeout: float | None, why: str = STARTING) -> str:
-    """The fix when nothing is wrong but time: a longer progress deadline."""
+    """The fix when nothing is wrong but time: a longer progress deadline (the default, or
+    twice the one that ran out)."""
+    seconds = max(DEFAULT_TIMEOUT, 2 * (timeout or 0.0))
+    longer = f"{seconds / 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.0f}s"
     return (f"{why}; run the same command again with a longer one (it resumes where it "
-            f"stopped): `--timeout {longer_timeout(timeout)}`")
+            f"stopped): `--timeout {longer}`")
 
 
 def _all_starting(kube: Kube, namespace: str | None, unready: Sequence[PodView]) -> bool:
-    """Every not-Ready pod (read whole, the first few) is still starting; False when they
-    cannot be read (nothing is claimed then)."""
+    """Every not-Ready pod (the first few, read whole) is still starting; False unreadable."""
     if namespace is None or not unready:
         return False
     try:
@@ -87,7 +80,7 @@ def _all_starting(kube: Kube, namespace: str | None, unready: Sequence[PodView])
 
 def read_nodes(kube: Kube, names: Sequence[str]) -> dict[str, Obj | None]:
     """The first few Nodes by name, for their Ready condition; none when the tool may not
-    read Nodes (docs/rbac.yaml grants none: the detail is a courtesy)."""
+    read Nodes (docs/rbac.yaml grants none)."""
     out: dict[str, Obj | None] = {}
     for name in names[:g.MAX_NAMED]:
         try:
@@ -98,9 +91,8 @@ def read_nodes(kube: Kube, names: Sequence[str]) -> dict[str, Obj | None]:
 
 
 def lost_nodes_detail(kube: Kube, namespace: str, ds: Obj) -> str:
-    """While a rollout does not move: the nodes running its pods that stopped reporting, ""
-    when none (one printed pod list of the DaemonSet and the EndpointSlices, the pods they
-    contradict read whole, and a Node read each when RBAC allows)."""
+    """While a rollout does not move: the nodes running its pods that stopped reporting ("":
+    none)."""
     name = o.name(ds)
     pods = reads.read_daemonset_pods(kube, namespace, ds)
     gate = g.nodes_reporting(name, pods, read_nodes(kube, g.lost_nodes(pods)))
@@ -110,10 +102,9 @@ def lost_nodes_detail(kube: Kube, namespace: str, ds: Obj) -> str:
 def where_stuck(kube: Kube, daemonset: str, pods: Sequence[PodView],
                 template_labels: Mapping[str, str | None], *, namespace: str | None = None,
                 timeout: float | None = None) -> tuple[str, str]:
-    """(where a stalled rollout is stuck, what to do): nodes that stopped reporting first,
-    then nodes whose pods are not Ready, then nodes whose pods are not yet updated. Pods that
-    are merely still starting (read whole from `namespace`), or none not Ready at all while
-    the DaemonSet controller works through its waves, say to pass a longer `--timeout`."""
+    """(where a stalled rollout is stuck, what to do): nodes that stopped reporting, else pods
+    not Ready, else pods not yet updated; still starting (read from `namespace`) or merely
+    not yet replaced, a longer `--timeout`."""
     lost = g.nodes_reporting(daemonset, pods, read_nodes(kube, g.lost_nodes(pods)))
     if not lost.ok:
         return lost.detail, NODE_HINT

@@ -1,13 +1,7 @@
-"""Waiting with watches and a deadline: a rollout, or a set of gates that must come true.
-
-A watch stream is the wake-up signal (no fixed polling); gate checks re-read only what they
-need and are throttled, so a 5,000-node rollout costs a handful of requests per second at most.
-Time is injectable so tests of timeouts take no real time.
-
-A rollout's deadline is a *progress* deadline, as a Deployment's `progressDeadlineSeconds`: it
-fails when no pod became updated or available for `timeout` seconds, however long the whole
-rollout takes (1,000 nodes at 45 s each, one at a time, is 12.5 hours).
-"""
+"""Waiting with watches and a deadline: a rollout, or gates that must come true. A watch is
+the wake-up (no fixed polling) and gate re-reads are throttled. A rollout's deadline is a
+*progress* deadline (as `progressDeadlineSeconds`): no pod updated or available for `timeout`
+seconds, however long the whole rollout takes."""
 
 from __future__ import annotations
 
@@ -32,8 +26,8 @@ Obj = dict[str, Any]
 
 @dataclass
 class Pace:
-    """How one rollout moves: when a pod last became updated or available (the progress
-    deadline counts from then) and, from the rate of updates so far, an estimate of the rest."""
+    """When a pod last became updated or available (the deadline counts from then), and an
+    estimate of the rest from the rate so far."""
 
     started: float
     moved: float = 0.0
@@ -61,8 +55,8 @@ class Pace:
 
 @dataclass(frozen=True)
 class RolloutOutcome:
-    """How a rollout wait ended: complete, or stopped moving (`stalled_for` seconds without
-    progress, and what `blocked` found holding it, if anything); `ds` is the last status."""
+    """Complete, or stalled `stalled_for` seconds (and what `blocked` found); `ds`: the last
+    status."""
 
     ds: Obj | None
     complete: bool
@@ -80,18 +74,14 @@ class Waiter:
     recheck_max: float = 1.0
 
     def _beat(self) -> None:
-        """Every pass of a wait: a signal whose exception Python dropped stops the run here
-        (engine/interrupts.py), and the run's lock is renewed."""
+        """Every pass: a dropped signal stops the run here (interrupts.py); the lock is renewed."""
         interrupts.check()
         self.heartbeat()
 
     def _wake(self, kind: Kind, resource_version: str, timeout: float, *,
               label_selector: str | None = None) -> str:
-        """Block until an event of `kind` arrives (or `timeout`); returns the newest rv seen.
-        The event only wakes the caller (which re-reads) and tells the run's cache which
-        version to wait for, so it comes as a printed row with the object's metadata
-        (`model/printed.py`): a pod's or an EndpointSlice's change costs its row, not the
-        object."""
+        """Block until an event of `kind` (a printed row: it only wakes the caller) or
+        `timeout`; the newest resourceVersion seen."""
         rv = resource_version
         try:
             for _, obj in self.kube.watch(
@@ -100,16 +90,14 @@ class Waiter:
                 rv = str(o.meta(obj).get("resourceVersion") or rv)
                 break
         except APIError:
-            # An expired or broken watch only costs us a wake-up; the caller re-reads.
             self.clock.sleep(min(timeout, self.recheck_min))
             return ""
         return rv
 
     def _follow_rows(self, daemonset: str, resource_version: str, timeout: float,
                      on_row: Callable[[str, Row], bool]) -> bool:
-        """Stream one DaemonSet's printed rows (a status change costs its cells, not the
-        object) until `on_row` returns False or `timeout`. False when the watch failed (the
-        caller backs off before it reads and watches again)."""
+        """Stream one DaemonSet's printed rows until `on_row` says False or `timeout`; False
+        when the watch failed."""
         try:
             for etype, row in self.kube.watch_table(
                     kinds.DAEMONSET, self.namespace, resource_version=resource_version,
@@ -124,10 +112,9 @@ class Waiter:
     def rollout(self, daemonset: str, timeout: float, report: Callable[[Obj, Pace], None],
                 blocked: Callable[[], str] | None = None,
                 probe_every: float = 30.0) -> RolloutOutcome:
-        """Follow one DaemonSet's status until its rollout is complete, or until no pod became
-        updated or available for `timeout` seconds. While it does not move, `blocked` (if
-        given) is asked every `probe_every` seconds what holds it; a non-empty answer (a node
-        that stopped reporting: waiting cannot help) ends the wait at once."""
+        """Follow one DaemonSet until its rollout is complete or makes no progress for
+        `timeout` seconds. While stuck, `blocked` is asked every `probe_every` seconds what
+        holds it; an answer (a lost node: waiting cannot help) ends the wait at once."""
         pace = Pace(self.clock.monotonic())
         next_probe = pace.started + min(probe_every, timeout)
         backoff = self.recheck_min  # after a failed watch: doubles up to recheck_max
@@ -182,7 +169,7 @@ class Waiter:
               label_selector: str | None = None,
               fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]:
         """Re-run `check` until every gate passes, `fatal` says a failure cannot heal by
-        waiting (lost endpoints: act at once), or the deadline; returns the last results."""
+        waiting, or the deadline; the last results."""
         delay = self.recheck_min
         rv = ""
         while True:
@@ -193,8 +180,10 @@ class Waiter:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return results
-            if not rv:
-                rv = self._list_rv(wake_kind, label_selector)
+            if not rv:  # the collection's current version, from one printed row of it
+                rv = next(iter(self.kube.pages(wake_kind, self.namespace, page_size=1,
+                                               label_selector=label_selector, printed=True)
+                               )).resource_version
             start = self.clock.monotonic()
             rv = self._wake(wake_kind, rv, min(remaining, delay), label_selector=label_selector)
             # Let a burst of related changes land before re-reading.
@@ -203,12 +192,6 @@ class Waiter:
                 self.clock.sleep(min(delay - spent, max(0.0, deadline - self.clock.monotonic()),
                                      self.recheck_min))
             delay = min(delay * 2, self.recheck_max)
-
-    def _list_rv(self, kind: Kind, label_selector: str | None) -> str:
-        """The collection's current version, to watch from (one printed row of it)."""
-        first = next(iter(self.kube.pages(kind, self.namespace, label_selector=label_selector,
-                                          page_size=1, printed=True)))
-        return first.resource_version
 
     def settle(self, seconds: float, report: Callable[[float], None]) -> None:
         """Give kube-proxy time to program a selector change everywhere (a countdown)."""

@@ -1,16 +1,6 @@
-"""The migration state (docs/design.md, "State and resume"), one concept in one package:
-
-    document.py   the state document (schema 1): phases, step records, history; timestamps
-                  from the injected Clock
-    configmap.py  the ConfigMap's layout: keys, checksum, managed-by label (from the catalog)
-    backends.py   one ConfigMap as the store works over it (the tests add an in-memory one)
-    lock.py       the run lock's data (annotations) and who holds it, where it runs
-    liveness.py   whether a lock's holder is provably gone (its process, its pod)
-    store.py      load/save and lock/renew/release with resourceVersion-guarded writes
-    session.py    one run's hold on it: lock, save, heartbeat (what `commands` opens)
-
-The names below are the package's surface for the rest of the engine and the commands.
-"""
+"""The migration state (docs/design.md, "State and resume"): `document` (the state document),
+`configmap` (its ConfigMap's layout), `lock` and `liveness` (the run lock and whether its holder
+is gone), `store` (guarded load/save/lock) and `session` (one run's hold on it)."""
 
 from migrator.engine.state.document import PhaseRecord, State
 from migrator.engine.state.liveness import default_holder

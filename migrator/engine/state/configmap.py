@@ -1,24 +1,17 @@
-"""The state ConfigMap's layout (docs/design.md, "State and resume"): which keys hold what, and
-how one is built, checked and decoded. Name and managed-by label come from the catalog
-(plans/common.yaml).
-
-- label `<managed_by.key>: <managed_by.value>`: a ConfigMap of the state's name without it is
-  someone else's and is never read or written;
-- `data["state.json"]`: the document as canonical JSON; `data["state.sha256"]`: the SHA-256 of
-  exactly those bytes, so a hand edit or truncation is refused (`StateCorrupt`) instead of
-  trusted;
-- annotations `dcgm-migrate/lock-holder|lock-acquired|lock-expires`: the run lock (`lock.py`).
-"""
+"""The state ConfigMap's layout (docs/design.md, "State and resume"): the catalog's managed-by
+label (without it, someone else's: never read or written), `state.json` (canonical JSON) and
+`state.sha256` (its SHA-256, so a hand edit is refused), the lock's annotations (`lock.py`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from migrator.engine.state.backends import ConfigMapAccess
 from migrator.errors import StateConflict, StateCorrupt
+from migrator.kube import Kube
+from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.stacks import Label
 
@@ -42,11 +35,6 @@ def encode(document: dict[str, Any]) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def decode(text: str) -> Any:
-    """What `encode` wrote (ValueError for text that is not JSON)."""
-    return json.loads(text)
-
-
 def checksum(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -57,8 +45,6 @@ MANAGED_BY = "app.kubernetes.io/managed-by=dcgm-migrate"  # plans/common.yaml's,
 
 
 def restore_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
-    """How to put the backup of the two data keys back (docs/runbook.md, 'Restoring the
-    state'), as commands that work as written in the directory holding the backup."""
     return ("restore it from your backup of state.json and state.sha256 (docs/runbook.md, "
             f"'Restoring the state'): `kubectl -n {namespace} create configmap {name} "
             "--from-file=state.json --from-file=state.sha256`, then "
@@ -66,13 +52,42 @@ def restore_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str
 
 
 def corrupt_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
-    """What to do about a state the tool refuses to read. Deleting it alone is no way out:
-    the cluster keeps the tool's marks, and `apply`/`rollback` then refuse a lost state, so
-    the way that works is to put the backup in its place."""
+    """Deleting a refused state is no way out (the cluster keeps the tool's marks): the
+    backup goes in its place."""
     return (f"inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`; undo "
             f"the edit, or replace it: `kubectl -n {namespace} delete configmap {name}`, then "
             f"{restore_hint(namespace, name, managed_by)} (without a backup, apply and "
             "rollback refuse the lost state: docs/runbook.md, 'Restoring the state')")
+
+
+class ConfigMapAccess(Protocol):
+    """get/create/replace of one named ConfigMap, with the API's concurrency errors."""
+
+    namespace: str
+    name: str
+
+    @property
+    def where(self) -> str: ...
+    def get(self) -> Obj | None: ...
+    def create(self, obj: Obj) -> Obj: ...  # APIAlreadyExists when it exists
+    def replace(self, obj: Obj) -> Obj: ...  # APIConflict on a stale resourceVersion
+
+
+class KubeConfigMap:
+    """The ConfigMap in the cluster (the tests' one is in memory: tests/helpers/memorystate)."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self._kube, self.namespace, self.name = kube, namespace, name
+        self.where = f"{namespace}/{name}"
+
+    def get(self) -> Obj | None:
+        return self._kube.get(kinds.CONFIGMAP, self.name, self.namespace)
+
+    def create(self, obj: Obj) -> Obj:
+        return self._kube.create(obj)
+
+    def replace(self, obj: Obj) -> Obj:
+        return self._kube.replace(obj)
 
 
 class ConfigMapFormat:
@@ -96,87 +111,77 @@ class ConfigMapFormat:
     def _check_ours(self, cm: Obj) -> None:
         labels = (cm.get("metadata") or {}).get("labels") or {}
         key, value = self._managed_by.key, self._managed_by.value
-        if labels.get(key) != value and self._holds_a_state(cm):
-            raise StateCorrupt(  # ours, its label removed (a hand edit, a copy without it)
+        if labels.get(key) == value:
+            return
+        if _holds_a_state(cm):  # ours, its label removed (a hand edit, a copy without it)
+            raise StateCorrupt(
                 f"ConfigMap {self._cm.where} holds a dcgm-migrate state (its checksum matches)"
                 f" but lost its label {key}={value}, so it is not read or written until the "
                 "label is back.",
                 f"restore the label: `kubectl -n {self._cm.namespace} label configmap "
                 f"{self._cm.name} {key}={value}`, then run the command again")
-        if labels.get(key) != value:
-            raise StateCorrupt(
-                f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
-                f"(no label {key}={value}), so it is never read or written.",
-                f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
-                "or run the migration in another namespace",
-            )
-
-    @staticmethod
-    def _holds_a_state(cm: Obj) -> bool:
-        """Both data keys of a state, the checksum matching a document that names its schema
-        and namespace: only this tool writes that, so such a ConfigMap is ours whatever its
-        labels say."""
-        data = cm.get("data") or {}
-        text = data.get(STATE_KEY)
-        if not isinstance(text, str) or data.get(CHECKSUM_KEY) != checksum(text):
-            return False
-        try:
-            document = decode(text)
-        except ValueError:
-            return False
-        return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()
-
-    def _check_not_terminating(self, cm: Obj) -> None:
-        """A state ConfigMap being deleted vanishes once its finalizers go: never lock or write
-        it (the run's record would vanish with it)."""
-        why = o.terminating(cm)
-        if why is None:
-            return
-        raise StateConflict(
-            f"ConfigMap {self._cm.where} holding the migration state is being deleted ({why}), "
-            "so dcgm-migrate will not lock or write it.",
-            f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the "
-            "migration, let it finish (remove the finalizers if nothing needs them) and run "
-            "again; otherwise ask whoever deleted it",
+        raise StateCorrupt(
+            f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
+            f"(no label {key}={value}), so it is never read or written.",
+            f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
+            "or run the migration in another namespace",
         )
 
-    def _decode(self, cm: Obj) -> tuple[dict[str, Any], str]:
-        """(document, its checksum) of a ConfigMap of ours; StateCorrupt when it cannot be."""
+    def _check_not_terminating(self, cm: Obj) -> None:
+        """Never lock or write a state ConfigMap being deleted (the record would vanish)."""
+        why = o.terminating(cm)
+        if why is not None:
+            raise StateConflict(
+                f"ConfigMap {self._cm.where} holding the migration state is being deleted "
+                f"({why}), so dcgm-migrate will not lock or write it.",
+                f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the"
+                " migration, let it finish (remove the finalizers if nothing needs them) and run"
+                " again; otherwise ask whoever deleted it",
+            )
+
+    def _decode(self, cm: Obj) -> dict[str, Any]:
+        """The document of a ConfigMap of ours; StateCorrupt when it cannot be read."""
         self._check_ours(cm)
         data = cm.get("data") or {}
         text = data.get(STATE_KEY)
         if not isinstance(text, str):
             raise self._corrupt(f"has no {STATE_KEY} key")
-        sha = checksum(text)
-        if data.get(CHECKSUM_KEY) != sha:
+        if data.get(CHECKSUM_KEY) != checksum(text):
             raise self._corrupt(
                 f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or "
                 "corrupted"
             )
         try:
-            document = decode(text)
+            document = json.loads(text)
         except ValueError:
             raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
         if not isinstance(document, dict):
             raise self._corrupt(f"holds JSON that is not an object in {STATE_KEY}")
-        return document, sha
-
-    def _stored_sha(self, cm: Obj | None) -> str | None:
-        if cm is None:
-            return None
-        return str(((cm.get("data") or {}).get(CHECKSUM_KEY)) or "") or None
+        return document
 
     def _new_configmap(self, text: str, annotations: dict[str, str]) -> Obj:
-        meta: Obj = {
-            "name": self._cm.name,
-            "namespace": self._cm.namespace,
-            "labels": {self._managed_by.key: self._managed_by.value},
-        }
+        meta: Obj = {"name": self._cm.name, "namespace": self._cm.namespace,
+                     "labels": {self._managed_by.key: self._managed_by.value}}
         if annotations:
             meta["annotations"] = annotations
-        return {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": meta,
-            "data": {STATE_KEY: text, CHECKSUM_KEY: checksum(text)},
-        }
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                "data": {STATE_KEY: text, CHECKSUM_KEY: checksum(text)}}
+
+
+def stored_sha(cm: Obj | None) -> str | None:
+    """The checksum a ConfigMap carries (None: no ConfigMap, or none)."""
+    return str(((cm or {}).get("data") or {}).get(CHECKSUM_KEY) or "") or None
+
+
+def _holds_a_state(cm: Obj) -> bool:
+    """Both data keys, the checksum matching a document naming its schema and namespace: only
+    this tool writes that, so such a ConfigMap is ours whatever its labels say."""
+    data = cm.get("data") or {}
+    text = data.get(STATE_KEY)
+    if not isinstance(text, str) or data.get(CHECKSUM_KEY) != checksum(text):
+        return False
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()

@@ -1,11 +1,7 @@
-"""The state document kept in the state ConfigMap (docs/design.md, "State and resume"; its name
-is in plans/common.yaml).
-
-Plain JSON: schema version, stack, plan fingerprint, per-phase status with timestamps, per-step
-records (intent written before the write, done after), the originals rollback needs (inside each
-step record), endpoint baselines, the last error and a bounded history. Nothing secret.
-Timestamps come from the run's injected Clock (`State(clock=...)`), never the real clock.
-"""
+"""The state document (schema 1) kept in the state ConfigMap: stack, plan fingerprint, per-phase
+status and timestamps, per-step records (intent before the write, done after; the originals
+rollback needs), endpoint baselines, the last error and a bounded history. Nothing secret;
+timestamps come from the run's injected Clock."""
 
 from __future__ import annotations
 
@@ -60,8 +56,7 @@ class PhaseRecord:
         return phase_modules.by_number(self.number).NAME
 
     def recorded(self) -> dict[str, dict[str, Any]]:
-        """Step id → step record, for resuming with the originals seen before the first write
-        (a retired record describes an object that is gone or someone else's: not originals)."""
+        """Step id → step record: the originals to resume with (not a retired record's)."""
         return {r.id: r.step for r in self.steps if r.status not in RETIRED}
 
     def done_steps(self) -> list[Step]:
@@ -69,8 +64,7 @@ class PhaseRecord:
         return [from_record(r.step) for r in self.steps if r.status in ("intent", "done")]
 
     def reverted_steps(self) -> list[Step]:
-        """Operator-owned switches the operator reverted and a run without
-        --include-operator-owned recorded as such (see model/retiring.py)."""
+        """Operator-owned switches the operator reverted (model/retiring.py)."""
         return [from_record(r.step) for r in self.steps if r.status == "reverted"]
 
     def mark(self, step: Step, status: str, *, undo: bool = False) -> None:
@@ -92,9 +86,17 @@ def _status(text: Any) -> PhaseStatus:
         raise ValueError(f"unknown phase status {text!r}") from None
 
 
+def _rows(records: list[StepRecord]) -> list[dict[str, Any]]:
+    return [{"status": r.status, "at": r.at, "step": r.step} for r in records]
+
+
+def _records(rows: Any) -> list[StepRecord]:
+    return [StepRecord(dict(r["step"]), str(r["status"]), str(r["at"])) for r in rows or []]
+
+
 def _extends(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """`new` is `old` with more labels (phase 1 with `--prepare-for` after phase 1 ran
-    without it): the same originals for every key `old` recorded, and more keys."""
+    """`new` is `old` with more labels (phase 1 again with `--prepare-for`): the same
+    originals for every key `old` recorded, and more keys."""
     if new.get("type") != old.get("type") or new.get("type") != "set-labels":
         return False
     keys = ("meta_before", "template_before", "meta_after", "template_after")
@@ -141,8 +143,7 @@ class State:
                    default=0)
 
     def foreign_allowed(self) -> frozenset[str]:
-        """The Services a switch that still holds made select pods outside the DaemonSets with
-        the SRE's leave (`--allow-foreign-pods`, kept on its step): the verdict honours it."""
+        """Services a holding switch let select foreign pods (`--allow-foreign-pods`)."""
         return frozenset(s.service for p in self.phases.values() if p.status.applied
                          for s in p.done_steps()
                          if isinstance(s, SetSelector) and s.allow_foreign)
@@ -154,20 +155,14 @@ class State:
     def to_document(self) -> dict[str, Any]:
         self.updated = self.stamp()
         return {
-            "schema": SCHEMA_VERSION,
-            "namespace": self.namespace,
-            "stack": self.stack,
-            "planFingerprint": self.plan_fingerprint,
-            "created": self.created,
-            "updated": self.updated,
-            "lastError": self.last_error,
+            "schema": SCHEMA_VERSION, "namespace": self.namespace, "stack": self.stack,
+            "planFingerprint": self.plan_fingerprint, "created": self.created,
+            "updated": self.updated, "lastError": self.last_error,
             "phases": [
                 {"number": p.number, "name": p.name, "status": p.status.value,
-                 "started": p.started,
-                 "finished": p.finished, "error": p.error, "wroteLabels": p.wrote_labels,
-                 "baselines": p.baselines,
-                 "steps": [{"status": r.status, "at": r.at, "step": r.step} for r in p.steps],
-                 "undo": [{"status": r.status, "at": r.at, "step": r.step} for r in p.undo]}
+                 "started": p.started, "finished": p.finished, "error": p.error,
+                 "wroteLabels": p.wrote_labels, "baselines": p.baselines,
+                 "steps": _rows(p.steps), "undo": _rows(p.undo)}
                 for p in sorted(self.phases.values(), key=lambda p: p.number)
             ],
             "history": self.history,
@@ -177,8 +172,8 @@ class State:
     @staticmethod
     def from_document(doc: dict[str, Any], clock: Clock | None = None,
                       where: tuple[str, str] = ("gpu-operator", "dcgm-migrate-state")) -> State:
-        """The state a document holds; StateCorrupt when it is not one this version reads,
-        with the fix for the ConfigMap `where` (namespace, name) it was read from."""
+        """The state a document holds; StateCorrupt, with the fix for the ConfigMap `where`
+        (namespace, name), when it is not one this version reads."""
         try:
             if doc.get("schema") != SCHEMA_VERSION:
                 raise StateCorrupt(
@@ -188,16 +183,13 @@ class State:
                     f"names this one), or {corrupt_hint(*where)}")
             phases = {}
             for p in doc["phases"]:
-                phases[int(p["number"])] = PhaseRecord(
+                phases[int(p["number"])] = record = PhaseRecord(
                     number=int(p["number"]), status=_status(p["status"]), started=p.get("started"),
                     finished=p.get("finished"), error=p.get("error"),
-                    wrote_labels=bool(p.get("wroteLabels")), baselines=list(p.get("baselines")
-                                                                            or []),
-                    steps=[StepRecord(dict(r["step"]), str(r["status"]), str(r["at"]))
-                           for r in p.get("steps") or []],
-                    undo=[StepRecord(dict(r["step"]), str(r["status"]), str(r["at"]))
-                          for r in p.get("undo") or []])
-                for r in [*phases[int(p["number"])].steps, *phases[int(p["number"])].undo]:
+                    wrote_labels=bool(p.get("wroteLabels")),
+                    baselines=list(p.get("baselines") or []),
+                    steps=_records(p.get("steps")), undo=_records(p.get("undo")))
+                for r in [*record.steps, *record.undo]:
                     from_record(r.step)  # validates the record's shape
             return State(namespace=str(doc["namespace"]), stack=str(doc["stack"]),
                          plan_fingerprint=doc.get("planFingerprint"), phases=phases,

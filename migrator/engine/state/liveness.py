@@ -1,19 +1,8 @@
-"""Is a lock's holder provably gone? The lease (`lock.py`) answers "maybe alive" for two
-minutes after a `kill -9`; this module answers sooner when it can prove the holder dead, and
-never guesses:
-
-- a holder on this very host (same host name, boot and pid namespace): its pid no longer runs,
-  has exited (a zombie), or runs a process started later than the holder (a reused pid) —
-  read from /proc/<pid>/stat (field 22, the start time in clock ticks after boot);
-- a holder that ran in a pod (a Job's): that pod no longer exists or has stopped (phase
-  Succeeded/Failed), read through the API; a holder of this very pod in another pid namespace
-  is an earlier container of it (restarted since);
-- anything else (another host, a live pid, no /proc, a pod that cannot be read): None, maybe
-  alive — its lock is refused until its lease runs out, as before.
-
-Nothing is ever signalled (on Windows `os.kill(pid, 0)` would send the process Ctrl+C): /proc
-is read, and where there is none nothing is judged.
-"""
+"""Is a lock's holder provably gone? The lease answers "maybe alive" for two minutes after a
+`kill -9`; this answers sooner when it can prove the holder dead, and never guesses: on this
+very host (same host, boot and pid namespace) its pid no longer runs, is a zombie or is a later
+process (/proc/<pid>/stat field 22); in a cluster its pod is gone, stopped or (this very pod in
+another pid namespace) restarted. Anything else is None, maybe alive. Nothing is signalled."""
 
 from __future__ import annotations
 
@@ -35,9 +24,8 @@ PodLookup = Callable[[str, str], Mapping[str, Any] | None]  # (namespace, name) 
 
 
 def parse_stat(text: str) -> tuple[str, int]:
-    """(state, start time in clock ticks) from the text of /proc/<pid>/stat. The command name
-    (field 2) is in parentheses and may itself hold spaces and parentheses: fields are counted
-    after its last `)`."""
+    """(state, start time in clock ticks) from /proc/<pid>/stat, counted after the last `)`
+    (the command name may hold spaces and parentheses)."""
     fields = text.rsplit(")", 1)[1].split()
     return fields[0], int(fields[19])  # field 3 is fields[0]; field 22 is fields[19]
 
@@ -52,43 +40,34 @@ def read_stat(pid: int, proc: Path = PROC) -> tuple[str, int] | None:
         raise LookupError(pid) from None  # unreadable: nothing can be judged from it
 
 
-def _read(path: Path) -> str | None:
+def read_text(path: Path, link: bool = False) -> str | None:
+    """A file's stripped text (or a link's target); None when it cannot be read."""
     try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _readlink(path: Path) -> str | None:
-    try:
-        return os.readlink(path)
+        return os.readlink(path) if link else path.read_text().strip() or None
     except OSError:
         return None
 
 
 def pod_of_this_process(env: Mapping[str, str] | None = None,
                         service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
-    """`namespace/name` of the pod this run is, or None outside a cluster. The name is the
-    downward API's POD_NAME when set, else the host name (a pod's host name is its name); the
-    namespace POD_NAMESPACE, else the service account's."""
+    """`namespace/name` of the pod this run is (POD_NAME or the host name, POD_NAMESPACE or
+    the service account's), or None outside a cluster."""
     environ = os.environ if env is None else env
     in_cluster = bool(environ.get("KUBERNETES_SERVICE_HOST"))
     name = environ.get("POD_NAME") or (socket.gethostname() if in_cluster else "")
-    namespace = environ.get("POD_NAMESPACE") or (_read(service_account) if in_cluster else None)
+    namespace = environ.get("POD_NAMESPACE") or (read_text(service_account) if in_cluster else None)
     return f"{namespace}/{name}" if name and namespace else None
 
 
 def this_process(proc: Path = PROC, pod: str | None = None) -> Process:
     """This run, as a lock records it."""
-    started = None
     try:
         stat = read_stat(os.getpid(), proc)
-        started = stat[1] if stat else None
     except LookupError:
-        pass
-    return Process(socket.gethostname(), os.getpid(), started,
-                   _read(proc / "sys" / "kernel" / "random" / "boot_id"),
-                   _readlink(proc / "self" / "ns" / "pid"), pod)
+        stat = None
+    return Process(socket.gethostname(), os.getpid(), stat[1] if stat else None,
+                   read_text(proc / "sys" / "kernel" / "random" / "boot_id"),
+                   read_text(proc / "self" / "ns" / "pid", link=True), pod)
 
 
 def default_holder() -> str:
@@ -136,14 +115,11 @@ def gone_from_the_cluster(holder: Process, here: Process, pod: PodLookup | None)
 
 
 class HolderCheck:
-    """`check(info)`: why the lock's holder is provably gone, or None when it may be alive
-    (what the state store asks before refusing a live lock, and `status`/`unlock` too)."""
+    """`check(info)`: why the lock's holder is provably gone, or None when it may be alive."""
 
     def __init__(self, pod: PodLookup | None = None, here: Process | None = None,
                  proc: Path = PROC) -> None:
-        self._pod = pod
-        self._here = here
-        self._proc = proc
+        self._pod, self._here, self._proc = pod, here, proc
 
     @property
     def here(self) -> Process:

@@ -1,17 +1,7 @@
-"""The run lock's data: who holds it, since when, until when — as ConfigMap annotations.
-
-Pure helpers (plus `default_holder`, which names this process) used by the state store, which
-takes, renews and releases the lock with resourceVersion-guarded writes.
-
-The lock is a lease: its holder counts as alive for as long as it keeps renewing it (the expiry
-stays in the future), and a lock that has expired is anyone's to take over. A lease alone would
-keep a `kill -9`ed run's lock for two minutes, though, so the lock also records where its holder
-runs (`Process`: host, pid and the pid's start time, boot and pid namespace, pod): a run that
-can prove the holder is gone — a process of this very host that no longer runs (or whose pid
-now belongs to a later process), a pod that no longer exists — takes the lock over at once
-(`engine/state/liveness.py` looks). A holder that may be alive (another host, a live pid) is
-still refused until its lease runs out.
-"""
+"""The run lock's data, as ConfigMap annotations: who holds it, since and until when, where it
+runs. It is a lease (its holder counts as alive while the expiry stays in the future), and it
+records where its holder runs (`Process`), so a run that can prove the holder gone (a dead pid
+of this host, a deleted pod: `liveness.py`) takes it over at once instead of after the lease."""
 
 from __future__ import annotations
 
@@ -29,19 +19,15 @@ RENEWED = "dcgm-migrate/lock-renewed"  # the holder's last renewal (absent befor
 PROCESS = "dcgm-migrate/lock-process"  # where the holder runs (`Process`, as JSON)
 KEYS = (HOLDER, EXPIRES, ACQUIRED, RENEWED, PROCESS)
 
-# A holder renews a quarter of the way through its lease (every 30 s of the standard 120 s): one
-# that has not renewed for half of it has missed two renewals, so `unlock` does not count it as
-# still renewing. A lock renewed more recently than this (and not expired) is refused by
-# `unlock` without --force.
+# A holder renews every quarter lease (30 s of 120 s): one silent for half of it has missed two
+# renewals, so `unlock` without --force only refuses a lock renewed more recently than this.
 RENEWING_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class Process:
-    """Where a lock's holder runs, precisely enough for another run to tell whether it still
-    does: on the same host (same boot and pid namespace) its pid and that pid's start time
-    (a pid reused by a later process is not the holder), in a cluster its pod. Fields this
-    host cannot tell are None (no /proc: nothing is judged from them)."""
+    """Where a lock's holder runs: host, pid and its start time (a reused pid is not the
+    holder), boot and pid namespace, pod. None: not known here (nothing judged from it)."""
 
     host: str
     pid: int
@@ -56,8 +42,7 @@ class Process:
 
     @staticmethod
     def decode(text: str | None) -> Process | None:
-        """The recorded process, or None when there is none or it cannot be read (a lock
-        written before 0.3, or edited): such a holder is judged by its lease alone."""
+        """The recorded process; None when absent or unreadable (judged by its lease alone)."""
         try:
             raw = json.loads(text or "")
             return Process(str(raw["host"]), int(raw["pid"]), _int(raw.get("started")),
@@ -67,8 +52,7 @@ class Process:
             return None
 
     def same_pids(self, other: Process) -> bool:
-        """The two see the same processes under the same pids: same host, same boot, same pid
-        namespace (a container of its own, a reboot: not)."""
+        """Same host, boot and pid namespace: the two see the same processes by the same pids."""
         return (self.host == other.host and None not in (self.boot, self.pidns)
                 and (self.boot, self.pidns) == (other.boot, other.pidns))
 
@@ -83,9 +67,8 @@ def _text(value: object) -> str | None:
 
 @dataclass(frozen=True)
 class Lock:
-    """A lock this process holds. `taken_over_from` names the holder it replaced,
-    `taken_over` is that lock as it was (when it expired, its last renewal), `gone` why its
-    holder is known to be gone when the lock had not expired yet."""
+    """A lock this process holds; `taken_over_from`/`taken_over`: the holder and lock it
+    replaced, `gone`: why that holder was known gone before its lock expired."""
 
     holder: str
     acquired: datetime
@@ -112,19 +95,14 @@ class LockInfo:
         return self.expires is not None and self.expires > now
 
     def renewing(self, now: datetime, within: float = RENEWING_SECONDS) -> bool:
-        """Live, and renewed (or taken) within the last `within` seconds: its holder is running
-        now. A live lock that stopped being renewed is a dead holder's, waiting to expire."""
+        """Live and renewed (or taken) within `within` seconds: its holder is running now."""
         return self.live(now) and self.renewed is not None and (
             (now - self.renewed).total_seconds() <= within)
 
 
 def format_time(moment: datetime) -> str:
     """RFC 3339 in UTC; fractional seconds only when there are some."""
-    moment = moment.astimezone(UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        text += f".{moment.microsecond:06d}"
-    return text + "Z"
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -163,21 +141,15 @@ def renewed_lock(lock: Lock, now: datetime) -> Lock:
 
 
 def annotations_for(lock: Lock) -> dict[str, str]:
-    out = {
-        HOLDER: lock.holder,
-        ACQUIRED: format_time(lock.acquired),
-        EXPIRES: format_time(lock.expires),
-        RENEWED: format_time(lock.renewed or lock.acquired),
-    }
+    out = {HOLDER: lock.holder, ACQUIRED: format_time(lock.acquired),
+           EXPIRES: format_time(lock.expires), RENEWED: format_time(lock.renewed or lock.acquired)}
     if lock.process is not None:
         out[PROCESS] = lock.process.encode()
     return out
 
 
 def takeover_message(lock: Lock) -> str | None:
-    """What a run says when its lock replaced another's (None: it did not). A lock is taken
-    over once it has expired (or its expiry cannot be read), or at once when its holder is
-    provably gone (`gone`): never a holder that may be alive."""
+    """What a run says when its lock replaced another's (None: it did not)."""
     if not lock.taken_over_from:
         return None
     old = lock.taken_over
@@ -198,14 +170,12 @@ def takeover_message(lock: Lock) -> str | None:
 
 def is_ours(info: LockInfo | None, lock: Lock) -> bool:
     """Same holder and same acquisition: a holder string alone could be reused."""
-    return info is not None and info.holder == lock.holder and (
-        info.acquired == format_time(lock.acquired)
-    )
+    return info is not None and (info.holder, info.acquired) == (
+        lock.holder, format_time(lock.acquired))
 
 
 def default_holder(pod: str | None = None) -> str:
-    """`user@host pid N`, and `(pod namespace/name)` for a run in a pod (a Job's): enough for a
-    human to find the run (never a secret)."""
+    """`user@host pid N`, and `(pod namespace/name)` in a pod: enough to find the run."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -1,22 +1,8 @@
-"""One run's hold on the state: the lock, saving the document, the lock heartbeat.
-
-`commands` opens a `RunSession` around a run and hands the runner its `save` and `heartbeat`:
-
-    with RunSession(store, version=..., holder=..., clock=..., listener=...) as s:
-        Runner(..., save=s.save, heartbeat=s.heartbeat, ...)
-
-- the lock is taken on entry and released on exit (a failed release is left to expire: it
-  never masks the run's own outcome);
-- `save` writes the document on the ConfigMap version this run last saw, so a change by
-  anyone else is a conflict, never overwritten;
-- `heartbeat` (called by the runner's waits, on its thread) renews the lock once a quarter of
-  its TTL has passed on the injected clock;
-- a run stopped by Ctrl-C or SIGTERM records an `interrupted` event in the state's history
-  (with the signal) before it releases the lock, so `status` shows when and how it stopped.
-
-A dry run never opens one: `--dry-run` runs the one loop on the server-dry-run back end
-(`engine/projecting.py`), which takes no lock and writes no state.
-"""
+"""One run's hold on the state (what `commands` opens around apply or rollback): the lock,
+taken on entry and released on exit (a failed release is left to expire); `save` on the version
+this run last saw (anyone else's change is a conflict); `heartbeat` (the runner's waits) renews
+the lock each quarter TTL; Ctrl-C or SIGTERM is recorded in the history as `interrupted`.
+A dry run never opens one."""
 
 from __future__ import annotations
 
@@ -58,31 +44,24 @@ class RunSession:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        if self._lock is not None:
-            if isinstance(error, KeyboardInterrupt):
-                self._record_interruption(error)
-            released = False
-            with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
-                self.store.release_lock(self._lock)  # run's own outcome
-                released = True
-            if isinstance(error, KeyboardInterrupt):  # Ctrl-C, SIGTERM (errors.Interrupted)
-                self._listener.message(
-                    "interrupted: the run's lock is released" if released else
-                    "interrupted: the run's lock could not be released; it expires at "
-                    f"{format_time(self._lock.expires)}")
-            self._lock = None
-
-    def _record_interruption(self, error: KeyboardInterrupt) -> None:
-        """The history says the run was stopped, and by what (a kill -9 cannot say it: there
-        `status` reads the unfinished run from the history's last start event). Only a run
-        that saved its state has one to add to; a failed save is left (the lock release
-        matters more)."""
-        if self._state is None:
+        if self._lock is None:
             return
-        name = error.name if isinstance(error, Interrupted) else "SIGINT"
-        self._state.log("interrupted", signal=name)
-        with contextlib.suppress(MigrateError):
-            self.save(self._state)
+        stopped = isinstance(error, KeyboardInterrupt)  # Ctrl-C, SIGTERM (errors.Interrupted)
+        if stopped and self._state is not None:  # the history says by what (if it can be saved)
+            name = error.name if isinstance(error, Interrupted) else "SIGINT"
+            self._state.log("interrupted", signal=name)
+            with contextlib.suppress(MigrateError):
+                self.save(self._state)
+        released = False
+        with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
+            self.store.release_lock(self._lock)  # run's own outcome
+            released = True
+        if stopped:
+            self._listener.message(
+                "interrupted: the run's lock is released" if released else
+                "interrupted: the run's lock could not be released; it expires at "
+                f"{format_time(self._lock.expires)}")
+        self._lock = None
 
     def save(self, state: State) -> None:
         """Write `state` on the version this run last saw (StateConflict if anyone else wrote)."""

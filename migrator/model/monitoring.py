@@ -111,10 +111,8 @@ def listed(snapshot: Snapshot, service: Obj,
             and p.phase not in NOT_LISTED_PHASES and (publish or not p.deleting)]
 
 
-def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView) -> list[ScrapePath]:
-    job = annotation_job(o.annotations_of(service), SERVICE_JOB)
-    if job is None:
-        return []
+def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView,
+                     job: str) -> list[ScrapePath]:
     cports = _container_ports(snapshot, pod)
     seen = {_resolve(p, cports) for p in o.dig(service, "spec", "ports") or []}
     seen.discard(None)
@@ -254,26 +252,23 @@ def _scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, li
     pods = exporter_pods(snapshot, daemonsets)
     out: dict[str, list[ScrapePath]] = {p.name: _pod_targets(snapshot, p) for p in pods}
     for svc in snapshot.services.values():
-        sms = monitors_of(snapshot, svc)
-        if annotation_job(o.annotations_of(svc), SERVICE_JOB) is not None:
+        if (job := annotation_job(o.annotations_of(svc), SERVICE_JOB)) is not None:
             per_daemonset: dict[str | None, list[ScrapePath]] = {}  # pods run their template
             for pod in listed(snapshot, svc, pods):
                 if pod.owner_name not in per_daemonset:
-                    per_daemonset[pod.owner_name] = _service_targets(snapshot, svc, pod)
+                    per_daemonset[pod.owner_name] = _service_targets(snapshot, svc, pod, job)
                 out[pod.name] += per_daemonset[pod.owner_name]
-        for sm in sms:
+        for sm in monitors_of(snapshot, svc):
             for name, found in _sm_paths(snapshot, svc, sm, pods).items():
                 out[name] += found
-    pms = [pm for pm in snapshot.pod_monitors if _monitor_namespace(pm, snapshot.namespace)]
-    for pm in pms:
-        selector = _monitor_selector(pm)
-        for pod in pods:
-            if selector.matches(pod.labels):
+    for pm in snapshot.pod_monitors:
+        if _monitor_namespace(pm, snapshot.namespace):
+            selector = _monitor_selector(pm)
+            for pod in (p for p in pods if selector.matches(p.labels)):
                 out[pod.name] += _pm_targets(snapshot, pod, pm)
     return out
 
 
 def with_service(snapshot: Snapshot, service: Obj) -> Snapshot:
     """The snapshot as it would be with this Service created or replaced (for what-if gates)."""
-    services: Mapping[str, Obj] = {**snapshot.services, o.name(service): service}
-    return replace(snapshot, services=services)
+    return replace(snapshot, services={**snapshot.services, o.name(service): service})

@@ -81,10 +81,8 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     warnings += prepared_releases(snapshot, catalog, present)
     if len(stacks) == 1:
         return Discovery(stacks[0], tuple(present), tuple(absent), tuple(warnings))
-    nodes = {}
-    for stack in catalog.stacks:
-        nodes[stack.name] = {p.node for c in stack.components if c in present
-                             for p in snapshot.pods_of(c.daemonset)}
+    nodes = {stack.name: {p.node for c in stack.components if c in present
+                          for p in snapshot.pods_of(c.daemonset)} for stack in catalog.stacks}
     shared = nodes["clusterpolicy"] & nodes["gpucluster"]
     kind = "both" if shared else "mixed"
     only_dra = len(nodes["gpucluster"] - nodes["clusterpolicy"])

@@ -138,22 +138,19 @@ _KEYWORDS = ("in", "notin")
 
 
 class _Parser:
-    """The recursive descent of `labels.Parse`; `in`/`notin` are plain values where a value
-    is expected (`x in (in)`)."""
+    """The recursive descent of `labels.Parse`."""
 
     def __init__(self, text: str) -> None:
         self.text, self.pos = text, 0
-        self.tokens = [(t if t in _SYMBOLS or t in _KEYWORDS else "id", t)
-                       for t in _TOKEN.findall(text)] + [("end", "")]
+        self.tokens = [(t if t in _SYMBOLS else "id", t) for t in _TOKEN.findall(text)]
+        self.tokens.append(("end", ""))
 
-    def _peek(self, values: bool = False) -> tuple[str, str]:
-        kind, lit = self.tokens[self.pos]
-        return ("id" if values and kind in _KEYWORDS else kind), lit
+    def _peek(self) -> tuple[str, str]:
+        return self.tokens[self.pos]
 
-    def _take(self, values: bool = False) -> tuple[str, str]:
-        token = self._peek(values)
+    def _take(self) -> tuple[str, str]:
         self.pos += 1
-        return token
+        return self.tokens[self.pos - 1]
 
     def _fail(self, found: str, expected: str) -> SelectorError:
         return SelectorError(f"cannot parse selector {self.text!r}: found "
@@ -164,11 +161,11 @@ class _Parser:
         if self._peek()[0] == "end":
             return Selector()
         while True:
-            kind, lit = self._peek(values=True)
+            kind, lit = self._peek()
             if kind not in ("id", "!"):
                 raise self._fail(lit, "a key after ','" if reqs else "'!', a key or the end")
             reqs.append(self._requirement())
-            kind, lit = self._take(values=True)
+            kind, lit = self._take()
             if kind == "end":
                 return _by_key(reqs)
             if kind != ",":
@@ -178,7 +175,7 @@ class _Parser:
         negated = self._peek()[0] == "!"
         if negated:
             self._take()
-        kind, key = self._take(values=True)
+        kind, key = self._take()
         if kind != "id":
             raise self._fail(key, "a key")
         validate_key(key)
@@ -187,15 +184,15 @@ class _Parser:
         if negated:
             raise self._fail(self._peek()[1], "',' or the end after '!key'")
         kind, lit = self._take()
-        if kind in _KEYWORDS:
-            return requirement(key, kind, self._value_set())
+        if lit in _KEYWORDS:  # an operator here, a plain id anywhere else (`x in (in)`)
+            return requirement(key, lit, self._value_set())
         ops = {"=": "=", "==": "=", "!=": "!=", ">": "gt", "<": "lt"}
         if kind not in ops:
             raise self._fail(lit, "in, notin, =, ==, !=, > or <")
         return requirement(key, ops[kind], frozenset({self._exact_value()}))
 
     def _exact_value(self) -> str:
-        kind, lit = self._peek(values=True)
+        kind, lit = self._peek()
         if kind in ("end", ","):
             return ""  # `key=` selects the empty value
         self._take()
@@ -211,7 +208,7 @@ class _Parser:
         values: set[str] = set()
         expect_value = True
         while True:
-            kind, lit = self._take(values=True)
+            kind, lit = self._take()
             if kind in (")", ","):
                 if expect_value:
                     values.add("")

@@ -24,10 +24,8 @@ HANDED_OVER = "handed-over"  # an operator release's own reconciler manages the 
 
 def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
     """(record status, reason) if this recorded step no longer describes the cluster."""
-    if step.kind == kinds.DAEMONSET:
-        live = ctx.snapshot.daemonsets.get(step.name)
-    else:
-        live = ctx.service(step.name)
+    live = (ctx.snapshot.daemonsets.get(step.name) if step.kind == kinds.DAEMONSET
+            else ctx.service(step.name))
     owner = collected(ctx.snapshot, live) if live is not None else None
     if live is None and isinstance(step, CreateAlias) and ctx.service(step.source):
         return None  # phase 2 re-creates it
@@ -36,8 +34,7 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
                "no longer exists: deleted, or its stack was removed")
         return GONE, (f"{step.object} {why}; its recorded step is retired, nothing is left to "
                       "verify or roll back")
-    handed = _handed_over(ctx, step, live)
-    if handed:
+    if handed := _handed_over(ctx, step, live):
         return HANDED_OVER, handed
     source = _alias_source(ctx, step)
     if source is not None and ctx.service(source) is None and not ctx.is_tool_owned(live):
@@ -82,8 +79,7 @@ def _handed_over(ctx: PlanContext, step: Step, live: Mapping[str, Any]) -> str |
     release, wanted = found
     return (f"{step.object} is rendered by GPU Operator release {release.name} with "
             f"{wanted.key}={wanted.value}, which Service/{comp.alias or comp.service} selects "
-            "now; "
-            "the tool's common label is no longer needed: handed over, nothing to verify or "
+            "now; the tool's common label is no longer needed: handed over, nothing to verify or "
             "roll back")
 
 

@@ -1,18 +1,11 @@
 """Where a stable name sends its consumers' traffic: the verdict's checks (model/outcome.py)
-that a name which exists and lists endpoints delivers them to DCGM. The traffic-critical
-checks are listed once, in model/findings.py (`TRAFFIC_CHECKS`). Pure: a Snapshot in, findings
-out.
-
-- `no-foreign-endpoints`: a Ready pod outside the name's DaemonSets carries the label it
-  selects by (under `internalTrafficPolicy: Local` maybe the one its node reaches); only the
-  `--allow-foreign-pods` the state recorded for the Service lets it pass.
-- `ports-served`: a targetPort no container of the name's DaemonSets declares, resolved as
-  upstream `findPort` does (containers and restartable init containers).
-- `guard-live`, `shared-endpoints`: the guard's shared EndpointSlices have no controller but
-  the guard, so they are judged as kube-proxy meets them: a guard Lease held now, and every
-  ready endpoint a live, Ready pod on its node.
+that a name which exists and lists endpoints delivers them to DCGM (the traffic-critical checks
+are listed once, `findings.TRAFFIC_CHECKS`). Pure: a Snapshot in, findings out.
+`no-foreign-endpoints`: a Ready pod outside the name's DaemonSets that its selector picks (unless
+`--allow-foreign-pods` was recorded); `ports-served`: a targetPort no container declares, as
+upstream `findPort` resolves it; `guard-live`, `shared-endpoints`: the guard's slices, judged
+as kube-proxy meets them (a guard Lease held now, every ready endpoint a live Ready pod).
 """
-
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence

@@ -57,16 +57,13 @@ def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
     namespace; any other taken as covering it, namespace labels unread) covers it."""
     spec = prometheus.get("spec") or {}
     selector = spec.get("serviceMonitorSelector")
-    if selector is None:
-        return False
     try:
-        if not from_label_selector(selector).matches(o.labels(monitor)):
+        if selector is None or not from_label_selector(selector).matches(o.labels(monitor)):
             return False
     except SelectorError:
         return False
-    if spec.get("serviceMonitorNamespaceSelector") is None:
-        return o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace")
-    return True
+    return (spec.get("serviceMonitorNamespaceSelector") is not None
+            or o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace"))
 
 
 def monitor_roles(snapshot: Snapshot, monitor: Obj) -> frozenset[str]:
@@ -140,14 +137,12 @@ def target_labels(service: Obj, pod: PodView, role: str, port: Obj,
         slice_labels = {SERVICE_NAME_LABEL: o.name(service), MANAGED_BY_LABEL: managed_by}
         labels.update(_object_labels("__meta_kubernetes_endpointslice", slice_labels))
         labels["__meta_kubernetes_endpointslice_name"] = endpoint.slice if endpoint else ""
-        labels["__meta_kubernetes_endpointslice_port_name"] = str(port.get("name") or "")
-        labels["__meta_kubernetes_endpointslice_address_target_kind"] = "Pod"
-        labels["__meta_kubernetes_endpointslice_address_target_name"] = pod.name
     else:
         labels["__meta_kubernetes_endpoints_name"] = o.name(service)
-        labels["__meta_kubernetes_endpoint_port_name"] = str(port.get("name") or "")
-        labels["__meta_kubernetes_endpoint_address_target_kind"] = "Pod"
-        labels["__meta_kubernetes_endpoint_address_target_name"] = pod.name
+    kind = "endpointslice" if role == ROLE_ENDPOINTSLICE else "endpoint"
+    labels[f"__meta_kubernetes_{kind}_port_name"] = str(port.get("name") or "")
+    labels[f"__meta_kubernetes_{kind}_address_target_kind"] = "Pod"
+    labels[f"__meta_kubernetes_{kind}_address_target_name"] = pod.name
     return labels
 
 

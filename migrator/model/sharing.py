@@ -180,8 +180,7 @@ def shared_names(snapshot: Snapshot, catalog: Catalog) -> list[tuple[Component, 
         if not comp.alias or comp.daemonset not in snapshot.daemonsets:
             continue
         svc = snapshot.services.get(comp.alias)
-        owner = rendered_by(svc) if svc is not None else None
-        if (svc is None or owner is None or o.terminating(svc)
+        if (svc is None or (owner := rendered_by(svc)) is None or o.terminating(svc)
                 or catalog.common.tool_owned(svc) or catalog.managed_by_release(svc)):
             continue
         out.append((comp, dict(svc), owner))

@@ -13,8 +13,6 @@ from migrator.model.gates import GateResult
 from migrator.model.snapshot import PodView
 from migrator.model.stacks import Component
 
-MAX_NAMED = g.MAX_NAMED
-
 
 class Remedy(Enum):
     """What a phase's `apply` puts right, so a finding names the phase that answers for it."""
@@ -118,8 +116,8 @@ class Verdict:
 def named(items: Iterable[str]) -> str:
     """The first few of `items`, sorted, and how many more."""
     items = sorted(set(items))
-    shown = ", ".join(items[:MAX_NAMED])
-    return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
+    shown, most = ", ".join(items[:g.MAX_NAMED]), g.MAX_NAMED
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 def alive(pods: Iterable[PodView]) -> list[PodView]:

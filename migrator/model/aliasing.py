@@ -1,6 +1,5 @@
-"""The tool's alias Services, as pure data: what an alias of a source Service is, and one
-answer to "does this alias still match its source?" that phase 2's verify and the guard share
-(the guard re-syncs exactly what verify reports)."""
+"""The tool's alias Services, as pure data: what an alias of a source Service is, and the one
+answer to "does this alias still match its source?" that phase 2's verify and the guard share."""
 
 from __future__ import annotations
 
@@ -11,14 +10,10 @@ from typing import Any
 from migrator.model import objects as o
 from migrator.model.stacks import Common, Component
 
-# Every core/v1 ServiceSpec field, and what an alias does with it (the table-driven test in
-# tests/planning/test_alias_fields.py holds this list against the API's field list).
-# Copied: the source's configuration, so the alias is reachable exactly as the source is (a
-# LoadBalancer alias keeps its class, source ranges and node-port allocation; dropping them would
-# publish an internal Service). Never copied: what the API server assigns (clusterIP(s),
-# healthCheckNodePort, each port's nodePort) and what only one Service may hold (externalIPs,
-# the requested loadBalancerIP: a second claimant conflicts with the source). Replaced: the
-# selector (the DRA app label). externalName: an alias selects pods, so never an ExternalName.
+# Every core/v1 ServiceSpec field (tests/planning/test_alias_fields.py holds the list to the
+# API's). Copied: the source's configuration, so the alias is reached exactly as the source is.
+# Never copied: what the API server assigns, what only one Service may hold, externalName.
+# Replaced: the selector (the DRA app label).
 COPIED_SPEC_FIELDS = ("type", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinity",
                       "sessionAffinityConfig", "ipFamilyPolicy", "ipFamilies",
                       "publishNotReadyAddresses", "allocateLoadBalancerNodePorts",
@@ -27,19 +22,15 @@ NEVER_COPIED_SPEC_FIELDS = ("clusterIP", "clusterIPs", "healthCheckNodePort", "e
                             "loadBalancerIP", "externalName")
 COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
 
-# Source annotations an alias does not copy: the scrape annotation (docs/design.md, "Scrape
-# targets": the source keeps the one annotation-discovery path the operator renders; a copy
-# would scrape every exporter pod twice), the tool's own markers, and other tools' bookkeeping
-# that would make them treat the alias as theirs (kubectl apply's base, Helm release ownership,
-# Argo CD tracking, the operator's hashes).
+# Source annotations an alias does not copy: the scrape annotation (a copy would scrape every
+# exporter pod twice, docs/design.md), the tool's markers, and other tools' bookkeeping.
 SCRAPE_ANNOTATION = "prometheus.io/scrape"
 NOT_COPIED_ANNOTATION_PREFIXES = ("dcgm-migrate/", "kubectl.kubernetes.io/last-applied-",
                                   "meta.helm.sh/", "argocd.argoproj.io/", "nvidia.com/")
 
 
 def copied_annotations(source: Mapping[str, Any]) -> dict[str, str]:
-    """The source's annotations an alias carries too (e.g. a cloud's internal-load-balancer
-    annotation, without which the alias's load balancer would be public)."""
+    """The source's annotations an alias carries too (e.g. a cloud's internal-load-balancer)."""
     return {k: v for k, v in o.annotations_of(source).items()
             if k != SCRAPE_ANNOTATION and not k.startswith(NOT_COPIED_ANNOTATION_PREFIXES)}
 
@@ -76,12 +67,9 @@ def alias_body(namespace: str, common: Common, comp: Component, source: Mapping[
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
-
-
 def owner_of(crs: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The CR an alias belongs to: the one the operator reconciles, the oldest (as upstream
-    picks its singleton: creationTimestamp, then name), not whichever the API lists first.
-    One being deleted is passed over while another remains."""
+    """The CR an alias belongs to: the oldest (creationTimestamp, then name), as the operator
+    picks its singleton; one being deleted only when no other remains."""
     live = [c for c in crs if not o.meta(c).get("deletionTimestamp")] or list(crs)
     if not live:
         return None
@@ -103,10 +91,9 @@ def _same(key: str, live: Any, wanted: Any) -> bool:
 
 
 def differences(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """What of the supported configuration differs between a live alias and the body rendered
-    from its source now (`alias_body`): spec field → wanted value, and `annotations` → the
-    copied annotations that differ. The selector is never compared (phases 3 and the guard's
-    hold/release own it)."""
+    """What differs between a live alias and `alias_body` now: spec field → wanted value, and
+    `annotations` → the copied ones that differ. Never the selector (phase 3 and the guard own
+    it)."""
     spec = live.get("spec") or {}
     out: dict[str, Any] = {
         k: v for k, v in (desired.get("spec") or {}).items()

@@ -24,9 +24,8 @@ OPERATOR_CRS = ("ClusterPolicy", "GPUCluster")
 
 def collected(snapshot: Snapshot, obj: Mapping[str, Any]) -> str | None:
     """`Kind/name` of the deleted operator CR that controls this object, if garbage collection
-    is about to remove it (its controller owner is gone or being deleted; upstream's GC deletes
-    a dependent whose owner uid no longer exists). None if it stays, or if the CRs could not be
-    read (no GPU Operator API: nothing can be judged)."""
+    is about to remove it (owner uid gone or being deleted). None if it stays, or if the CRs
+    could not be read."""
     ref = o.controller_owner(obj)
     if not snapshot.nvidia_api or not ref or ref.get("kind") not in OPERATOR_CRS:
         return None
@@ -39,9 +38,8 @@ def collected(snapshot: Snapshot, obj: Mapping[str, Any]) -> str | None:
 
 def prepared_releases(snapshot: Snapshot, catalog: Catalog,
                       present: list[Component]) -> list[str]:
-    """A cluster prepared for an operator release (`--prepare-for`: its component labels on
-    the pod templates) that does not manage the stable names yet: say, before the upgrade,
-    which Services that release deletes while they still exist."""
+    """For a cluster prepared for an operator release (`--prepare-for`) not yet managing the
+    stable names: the Services that release deletes, said while they still exist."""
     out = []
     for release in catalog.releases:
         prepared = [c for c in present if (label := release.component_labels.get(
@@ -83,10 +81,8 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     warnings += prepared_releases(snapshot, catalog, present)
     if len(stacks) == 1:
         return Discovery(stacks[0], tuple(present), tuple(absent), tuple(warnings))
-    nodes = {}
-    for stack in catalog.stacks:
-        nodes[stack.name] = {p.node for c in stack.components if c in present
-                             for p in snapshot.pods_of(c.daemonset)}
+    nodes = {stack.name: {p.node for c in stack.components if c in present
+                          for p in snapshot.pods_of(c.daemonset)} for stack in catalog.stacks}
     shared = nodes["clusterpolicy"] & nodes["gpucluster"]
     kind = "both" if shared else "mixed"
     only_dra = len(nodes["gpucluster"] - nodes["clusterpolicy"])

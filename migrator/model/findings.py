@@ -13,8 +13,6 @@ from migrator.model.gates import GateResult
 from migrator.model.snapshot import PodView
 from migrator.model.stacks import Component
 
-MAX_NAMED = g.MAX_NAMED
-
 
 class Remedy(Enum):
     """What a phase's `apply` puts right, so a finding names the phase that answers for it."""
@@ -29,12 +27,9 @@ Answers = Mapping[Remedy, int]  # remedy → the number of the phase whose apply
 
 @dataclass(frozen=True)
 class Fixes:
-    """The commands a finding's fix names. `completed`: the highest phase the state records
-    completed (0: none, or no state), so a fix restores in one command everything that was
-    completed — `apply --phase N` re-runs every phase up to N that no longer holds — and never
-    answers with a phase whose apply leaves a later completed one broken (an alias deleted after
-    the switch, re-created by the alias phase on the app label). It words fixes only: whether a
-    check passes never depends on it."""
+    """The commands a finding's fix names (wording only). `completed`: the highest phase the
+    state records completed, so one `apply --phase N` restores all of them and never leaves a
+    later completed phase broken."""
 
     answers: Answers
     completed: int = 0
@@ -47,8 +42,7 @@ class Fixes:
         return f"`dcgm-migrate apply --phase {max(self.phase(remedy), self.completed)}`"
 
     def relabel(self, label: str) -> str:
-        """Pods lack the common label a switched Service selects by (an operator re-render
-        without the guard): the runbook's answer, 'Before an operator upgrade or CR edit'."""
+        """Pods lack the common label a switched Service selects by: the runbook's answer."""
         n = self.phase(Remedy.SELECTORS)
         return (f"a Service selects by {label}, which these pods lack (the operator re-rendered "
                 f"their DaemonSet without it): run `dcgm-migrate rollback --phase {n}` now, while "
@@ -57,12 +51,8 @@ class Fixes:
                 "upgrade or CR edit')")
 
 
-# The checks whose failure misroutes or drops consumers' traffic (model/traffic.py checks the
-# last two kinds): a name missing, a node unreached, Local lost, an endpoint that is not DCGM,
-# a port nothing serves, the guard's slices routing to pods that are gone. The one definition:
-# the verdict line names them, and docs/prometheusrule.yaml's DcgmStableIdentityCheckFailing
-# alerts on each but nodes-covered (DcgmStableNameNodesUnreached alerts on that by node); any
-# of them fails the verdict, hence verify's exit code, `guard --once` and `verdict_ok`.
+# The checks whose failure misroutes or drops consumers' traffic, defined once: the verdict line
+# names them first, docs/prometheusrule.yaml alerts on them, and any fails the verdict.
 TRAFFIC_CHECKS = ("stable-name", "nodes-covered", "local-traffic", "no-foreign-endpoints",
                   "ports-served", "shared-endpoints", "guard-live")
 
@@ -76,8 +66,7 @@ def traffic_critical(name: str) -> bool:
 class Finding:
     """One check of the verdict on one object."""
 
-    check: str  # stable-name | nodes-covered | local-traffic | no-dra-names | pods-labelled |
-    #            rollout-complete | update-strategy | scrape-once
+    check: str  # stable-name, nodes-covered, pods-labelled, scrape-once, ...
     subject: str  # "Service/nvidia-dcgm", "DaemonSet/…", "Pod/…"
     ok: bool
     detail: str
@@ -112,8 +101,7 @@ class Verdict:
                 if not f.ok and (upto is None or 1 <= f.phase <= upto)]
 
     def summary(self) -> str:
-        """The verdict in one line (the guard's log, `guard --once`): the checks that misroute
-        or drop consumers' traffic first."""
+        """The verdict in one line (the guard's log, `guard --once`), traffic checks first."""
         bad = sorted(self.failures(), key=lambda f: not traffic_critical(f.name))
         if not bad:
             return f"the stable identity works ({len(self.findings)} checks)"
@@ -128,8 +116,8 @@ class Verdict:
 def named(items: Iterable[str]) -> str:
     """The first few of `items`, sorted, and how many more."""
     items = sorted(set(items))
-    shown = ", ".join(items[:MAX_NAMED])
-    return shown + (f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
+    shown, most = ", ".join(items[:g.MAX_NAMED]), g.MAX_NAMED
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 def alive(pods: Iterable[PodView]) -> list[PodView]:

@@ -1,26 +1,13 @@
-"""Scrape targets of exporter pods (docs/monitoring.md): what real Prometheus discovery makes of
-the annotations, ServiceMonitors and PodMonitors in the cluster, one `ScrapePath` per target.
+"""Scrape targets of exporter pods (docs/monitoring.md): what Prometheus discovery makes of the
+annotations, ServiceMonitors and PodMonitors in the cluster, one `ScrapePath` per target.
 
-Annotation discovery is modelled on the de-facto standard configuration, the
-prometheus-community `prometheus` chart's default jobs, over Prometheus' Kubernetes discovery
-(`discovery/kubernetes/endpoints.go`, `pod.go`):
-
-- `kubernetes-service-endpoints` (`role: endpoints`) keeps Services annotated
-  `prometheus.io/scrape: "true"`; `-slow` keeps `prometheus.io/scrape_slow: "true"` (and the
-  first job drops those). Each pod the Service lists gives one target per endpoint port, plus
-  one per container port no endpoint port covers; `prometheus.io/port` rewrites every address
-  to that port, and targets whose labels end up identical are one target.
-- `kubernetes-pods` (`role: pod`) keeps pods annotated the same way, drops Pending, Succeeded
-  and Failed pods, and gives one target per declared container port and one port-free target
-  per container (init containers included) that declares none; `prometheus.io/port` again
-  collapses them.
-
-The Prometheus Operator makes one job per ServiceMonitor endpoint (`serviceMonitor/<ns>/<name>/
-<i>`) over the Services it selects, and one per PodMonitor endpoint over the pods it selects,
-each keeping the port it names.
-
-The discovery roles and relabelings of ServiceMonitor jobs are `model/promdiscovery.py`;
-what is wrong with the targets found (duplicates, gaps, conflicts) is `model/scrapechecks.py`.
+Annotation jobs are the prometheus-community `prometheus` chart's defaults over Prometheus'
+Kubernetes discovery (`endpoints.go`, `pod.go`): `kubernetes-service-endpoints` (and `-slow`)
+gives one target per endpoint port of each listed pod plus one per container port no endpoint
+port covers; `kubernetes-pods` one per declared container port, or a port-free one per
+container declaring none; `prometheus.io/port` rewrites every address, so identical targets
+merge. The Prometheus Operator makes one job per ServiceMonitor / PodMonitor endpoint.
+Discovery roles and relabelings are `model/promdiscovery.py`; the checks `model/scrapechecks.py`.
 """
 from __future__ import annotations
 
@@ -42,7 +29,6 @@ from migrator.model.snapshot import EndpointView, PodView, Snapshot
 
 Obj = dict[str, Any]
 
-
 ANNOTATION, OPERATOR = "annotation", "prometheus-operator"
 SCRAPE, SCRAPE_SLOW = "prometheus.io/scrape", "prometheus.io/scrape_slow"
 PORT = "prometheus.io/port"
@@ -58,10 +44,8 @@ class ScrapePath:
     service: str  # the Service the target is discovered through; "" for a pod-level target
     job: str = ""  # the scrape job that holds it
     port: str = ""  # the target's port after relabelling ("" for a port-free target)
-    # The one discovery role that yields it ("" when every role its monitor has does; always
-    # endpointslice through a slice), and the EndpointSlice not made by the EndpointSlice
-    # controller it comes from ("": the Service's own endpoints), e.g. the tool's
-    # `nvidia-dcgm-exporter-dcgm-migrate-0`.
+    # The one discovery role that yields it ("": every role of its monitor does), and the
+    # foreign EndpointSlice it comes through ("": the Service's own endpoints).
     role: str = ""
     slice: str = ""
 
@@ -74,8 +58,7 @@ class ScrapePath:
 
     @property
     def mechanism(self) -> str:
-        """The discovery a Prometheus must use for this path: annotation jobs or the
-        Prometheus Operator (ServiceMonitors and PodMonitors)."""
+        """The discovery a Prometheus must use for this path: annotations or the operator."""
         return ANNOTATION if self.via == ANNOTATION else OPERATOR
 
 
@@ -90,25 +73,20 @@ def annotation_job(annotations: Mapping[str, str], base: str) -> str | None:
 
 def _relabelled(annotations: Mapping[str, str], ports: Iterable[str]) -> list[str]:
     """The distinct target ports once `prometheus.io/port` (digits only) rewrote them."""
-    wanted = annotations.get(PORT, "")
-    found = sorted(set(ports))
-    if wanted.isdigit() and found:
-        return [wanted]
-    return found
+    wanted, found = annotations.get(PORT, ""), sorted(set(ports))
+    return [wanted] if wanted.isdigit() and found else found
 
 
-def _containers(snapshot: Snapshot, pod: PodView, *, init: bool) -> list[Obj]:
+def _containers(snapshot: Snapshot, pod: PodView, *, init: bool = False) -> list[Obj]:
     """The pod's containers, from its DaemonSet's template (pods run the template)."""
     ds = snapshot.daemonsets.get(pod.owner_name or "") if pod.owner_kind == "DaemonSet" else None
     spec = o.dig(ds, "spec", "template", "spec") or {}
     found = list(spec.get("containers") or [])
-    if init:
-        found += list(spec.get("initContainers") or [])
-    return found
+    return found + list(spec.get("initContainers") or []) if init else found
 
 
-def _container_ports(containers: Iterable[Obj]) -> list[Obj]:
-    return [p for c in containers for p in c.get("ports") or []]
+def _container_ports(snapshot: Snapshot, pod: PodView) -> list[Obj]:
+    return [p for c in _containers(snapshot, pod) for p in c.get("ports") or []]
 
 
 def _resolve(port: Obj, container_ports: Iterable[Obj]) -> int | None:
@@ -133,11 +111,9 @@ def listed(snapshot: Snapshot, service: Obj,
             and p.phase not in NOT_LISTED_PHASES and (publish or not p.deleting)]
 
 
-def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView) -> list[ScrapePath]:
-    job = annotation_job(o.annotations_of(service), SERVICE_JOB)
-    if job is None:
-        return []
-    cports = _container_ports(_containers(snapshot, pod, init=False))
+def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView,
+                     job: str) -> list[ScrapePath]:
+    cports = _container_ports(snapshot, pod)
     seen = {_resolve(p, cports) for p in o.dig(service, "spec", "ports") or []}
     seen.discard(None)
     ports = [str(n) for n in seen]
@@ -158,8 +134,8 @@ def _pod_targets(snapshot: Snapshot, pod: PodView) -> list[ScrapePath]:
 
 
 def _sm_ports(service: Obj, ep: Obj) -> list[Obj]:
-    """The Service ports a ServiceMonitor endpoint keeps (`port` by name, `targetPort`, or all).
-    The tool's slices name their ports as the Service does, so this holds under either role."""
+    """The Service ports a ServiceMonitor endpoint keeps (`port` by name, `targetPort`, or all);
+    the tool's slices name their ports as the Service does, so under either role."""
     svc_ports = o.dig(service, "spec", "ports") or []
     if "port" in ep:
         return [p for p in svc_ports if p.get("name") == ep["port"]]
@@ -169,12 +145,10 @@ def _sm_ports(service: Obj, ep: Obj) -> list[Obj]:
     return list(svc_ports)
 
 
-
 def shared_members(snapshot: Snapshot, service: Obj,
                    pods: Iterable[PodView]) -> dict[str, EndpointView]:
-    """Pods (of `pods`) that EndpointSlices not made by the EndpointSlice controller list for
-    this Service, e.g. the tool's shared slices, by pod name: what `role: endpointslice` adds
-    to the Service's own endpoints (`role: endpoints` never sees them)."""
+    """Pods (of `pods`) that foreign EndpointSlices (e.g. the tool's) list for this Service, by
+    name: what `role: endpointslice` adds to the Service's own endpoints."""
     names = {p.name for p in pods}
     return {e.pod: e for e in snapshot.endpoints_of(o.name(service)).endpoints
             if e.pod in names and e.slice and e.managed_by != CONTROLLER_NAME}
@@ -182,9 +156,8 @@ def shared_members(snapshot: Snapshot, service: Obj,
 
 def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
               pods: list[PodView]) -> dict[str, list[ScrapePath]]:
-    """Every target of one ServiceMonitor that reaches these pods through this Service, under
-    each role the monitor has. A target every role yields is one path; one only a role yields
-    names that role (and the foreign slice it comes through)."""
+    """Every target of one ServiceMonitor reaching these pods through this Service, under each
+    role the monitor has; a target only one role yields names it (and its foreign slice)."""
     roles = sorted(monitor_roles(snapshot, sm))
     via = f"servicemonitor/{o.meta(sm).get('namespace')}/{o.name(sm)}"
     own = {p.name for p in listed(snapshot, service, pods)}
@@ -220,7 +193,7 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
 def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
     """One target per PodMonitor endpoint that keeps a container port of the pod."""
     via = f"podmonitor/{o.meta(pm).get('namespace')}/{o.name(pm)}"
-    cports = _container_ports(_containers(snapshot, pod, init=False))
+    cports = _container_ports(snapshot, pod)
     out = []
     for i, ep in enumerate(o.dig(pm, "spec", "podMetricsEndpoints") or []):
         if "port" in ep:
@@ -238,18 +211,14 @@ def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
 def _monitor_namespace(monitor: Obj, namespace: str) -> bool:
     """A monitor's `namespaceSelector` covers the namespace (empty: its own namespace)."""
     ns_sel = o.dig(monitor, "spec", "namespaceSelector") or {}
-    if ns_sel.get("any"):
-        return True
-    names = ns_sel.get("matchNames") or []
-    if names:
-        return namespace in names
+    if ns_sel.get("any") or ns_sel.get("matchNames"):
+        return bool(ns_sel.get("any")) or namespace in ns_sel["matchNames"]
     return o.meta(monitor).get("namespace") == namespace
 
 
 def _monitor_selector(monitor: Obj) -> Selector:
-    """`spec.selector` is a LabelSelector value, not a pointer, in prometheus-operator: absent
-    means empty, which selects everything. One Kubernetes would reject selects nothing (the
-    operator skips that monitor)."""
+    """`spec.selector` (a value in prometheus-operator: absent is empty, selecting everything);
+    one Kubernetes would reject selects nothing (the operator skips that monitor)."""
     try:
         return from_label_selector(o.dig(monitor, "spec", "selector") or {})
     except SelectorError:
@@ -270,8 +239,7 @@ def exporter_pods(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[PodView
 
 
 def scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
-    """Every scrape target reaching each exporter pod, keyed by pod name (computed once per
-    snapshot: it is immutable, and a report asks for it several times)."""
+    """Every scrape target reaching each exporter pod, by pod name (memoised on the snapshot)."""
     names = tuple(sorted(set(daemonsets)))
     key = ("scrape_paths", names)
     if key not in snapshot.memo:
@@ -284,26 +252,23 @@ def _scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, li
     pods = exporter_pods(snapshot, daemonsets)
     out: dict[str, list[ScrapePath]] = {p.name: _pod_targets(snapshot, p) for p in pods}
     for svc in snapshot.services.values():
-        sms = monitors_of(snapshot, svc)
-        if annotation_job(o.annotations_of(svc), SERVICE_JOB) is not None:
+        if (job := annotation_job(o.annotations_of(svc), SERVICE_JOB)) is not None:
             per_daemonset: dict[str | None, list[ScrapePath]] = {}  # pods run their template
             for pod in listed(snapshot, svc, pods):
                 if pod.owner_name not in per_daemonset:
-                    per_daemonset[pod.owner_name] = _service_targets(snapshot, svc, pod)
+                    per_daemonset[pod.owner_name] = _service_targets(snapshot, svc, pod, job)
                 out[pod.name] += per_daemonset[pod.owner_name]
-        for sm in sms:
+        for sm in monitors_of(snapshot, svc):
             for name, found in _sm_paths(snapshot, svc, sm, pods).items():
                 out[name] += found
-    pms = [pm for pm in snapshot.pod_monitors if _monitor_namespace(pm, snapshot.namespace)]
-    for pm in pms:
-        selector = _monitor_selector(pm)
-        for pod in pods:
-            if selector.matches(pod.labels):
+    for pm in snapshot.pod_monitors:
+        if _monitor_namespace(pm, snapshot.namespace):
+            selector = _monitor_selector(pm)
+            for pod in (p for p in pods if selector.matches(p.labels)):
                 out[pod.name] += _pm_targets(snapshot, pod, pm)
     return out
 
 
 def with_service(snapshot: Snapshot, service: Obj) -> Snapshot:
     """The snapshot as it would be with this Service created or replaced (for what-if gates)."""
-    services: Mapping[str, Obj] = {**snapshot.services, o.name(service): service}
-    return replace(snapshot, services=services)
+    return replace(snapshot, services={**snapshot.services, o.name(service): service})

@@ -1,29 +1,16 @@
-"""The cluster as it would be after a step's write, in pure code: what `apply --dry-run`
-plans each phase against. A server-side dry run persists nothing, so without this every later
-phase would be planned against the unchanged cluster (phase 3 refusing because no pod carries
-the common label yet, or previewing nothing because no alias exists yet).
-
-Each write is projected as if it had taken effect and everything it waits for were over:
-
-- labels (`SetLabels`) on the DaemonSet's metadata and pod template, and — when the template
-  change rolls the pods (RollingUpdate) — on its pods, as if rolled out (same nodes, same
-  readiness: a pod that is not Ready now is not Ready afterwards either);
-- pods deleted one node at a time (`RollPods`): they carry the template's labels;
-- an alias created (`CreateAlias`, with `monitoring.with_service` as the phases' what-if
-  gates do), a selector replaced (`SetSelector`), an alias deleted (`DeleteAlias`);
-- the EndpointSlices of every Service whose selection changed, as the EndpointSlice controller
-  would write them: one endpoint per pod the selector matches, ready when the pod is.
-
-Nothing here is evaluated against the API server: the preview says which waits these stand
-for ("would wait for …", `engine/projecting.py`).
+"""The cluster as it would be after a step's write, in pure code: what `apply --dry-run` plans
+each phase against (a server-side dry run persists nothing, so later phases would see the
+unchanged cluster). Each write is projected as if it and all it waits for were over: labels on
+the DaemonSet and template (and on its pods, when the change rolls them, readiness unchanged),
+pods deleted carrying the template's labels, an alias created, switched or deleted, and the
+EndpointSlices of every Service whose selection changed as the controller would write them.
+The preview says which waits these stand for (`engine/projecting.py`).
 """
-
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import singledispatch
 from typing import Any
 
 from migrator.model import monitoring
@@ -34,8 +21,6 @@ from migrator.model.steps import (
     CreateAlias,
     DeleteAlias,
     HoldStrategy,
-    RelabelPods,
-    RestoreStrategy,
     RollPods,
     SetLabels,
     SetSelector,
@@ -43,11 +28,6 @@ from migrator.model.steps import (
 )
 
 Obj = dict[str, Any]
-
-
-def after(snapshot: Snapshot, step: Step) -> Snapshot:
-    """The snapshot as it would be once `step` was written and had taken effect."""
-    return _project(step, snapshot)
 
 
 def _relabel(labels: Mapping[str, str], change: LabelMap) -> dict[str, str]:
@@ -92,46 +72,28 @@ def _with_service(snapshot: Snapshot, service: Obj) -> Snapshot:
                                     o.name(service): endpoints_for(made, service)})
 
 
-@singledispatch
-def _project(step: Step, snapshot: Snapshot) -> Snapshot:
-    raise TypeError(f"no projection for {type(step).__name__}")
-
-
-@_project.register(SetLabels)
-def _set_labels(step: SetLabels, snapshot: Snapshot) -> Snapshot:
+def after(snapshot: Snapshot, step: Step) -> Snapshot:
+    """The snapshot as it would be once `step` was written and had taken effect."""
+    if isinstance(step, CreateAlias):
+        return _with_service(snapshot, step.body)
+    if isinstance(step, DeleteAlias):
+        return replace(snapshot,
+                       services={n: s for n, s in snapshot.services.items() if n != step.service},
+                       endpoints={n: e for n, e in snapshot.endpoints.items()
+                                  if n != step.service})
+    if isinstance(step, SetSelector):
+        svc = snapshot.services.get(step.service)
+        return snapshot if svc is None else _with_service(
+            snapshot, {**svc, "spec": {**(svc.get("spec") or {}), "selector": dict(step.after)}})
     ds = snapshot.daemonsets.get(step.daemonset)
     if ds is None:
         return snapshot
-    meta = dict(ds.get("metadata") or {})
-    meta["labels"] = _relabel(o.labels(ds), step.meta_after)
-    spec = dict(ds.get("spec") or {})
-    template = dict(spec.get("template") or {})
-    template["metadata"] = {**(template.get("metadata") or {}),
-                            "labels": _relabel(o.template_labels(ds), step.template_after)}
-    spec["template"] = template
-    labelled = {**ds, "metadata": meta, "spec": spec}
-    out = replace(snapshot, daemonsets={**snapshot.daemonsets, step.daemonset: labelled})
-    if not step.rolls_pods() or o.update_strategy(ds) == "OnDelete":
-        return out  # nothing rolls: the pods keep their labels (RollPods may delete them)
-    return _with_pods(out, step.daemonset, step.template_after)
-
-
-@_project.register(RollPods)
-@_project.register(RelabelPods)
-def _roll_pods(step: RollPods | RelabelPods, snapshot: Snapshot) -> Snapshot:
-    ds = snapshot.daemonsets.get(step.daemonset)
-    if ds is None:
-        return snapshot
-    template = o.template_labels(ds)
-    return _with_pods(snapshot, step.daemonset, {k: template.get(k) for k in step.label_keys})
-
-
-@_project.register(HoldStrategy)
-@_project.register(RestoreStrategy)
-def _strategy(step: HoldStrategy | RestoreStrategy, snapshot: Snapshot) -> Snapshot:
-    ds = snapshot.daemonsets.get(step.daemonset)
-    if ds is None:
-        return snapshot
+    if isinstance(step, SetLabels):
+        return _set_labels(step, ds, snapshot)
+    if isinstance(step, RollPods):  # RelabelPods too: the pods carry the template's labels
+        template = o.template_labels(ds)
+        return _with_pods(snapshot, step.daemonset,
+                          {k: template.get(k) for k in step.label_keys})
     hold = isinstance(step, HoldStrategy)
     spec = {**(ds.get("spec") or {}),
             "updateStrategy": {"type": "OnDelete"} if hold else dict(step.strategy)}
@@ -143,22 +105,13 @@ def _strategy(step: HoldStrategy | RestoreStrategy, snapshot: Snapshot) -> Snaps
                                          step.daemonset: {**ds, "metadata": meta, "spec": spec}})
 
 
-@_project.register(CreateAlias)
-def _create_alias(step: CreateAlias, snapshot: Snapshot) -> Snapshot:
-    return _with_service(snapshot, step.body)
-
-
-@_project.register(SetSelector)
-def _set_selector(step: SetSelector, snapshot: Snapshot) -> Snapshot:
-    svc = snapshot.services.get(step.service)
-    if svc is None:
-        return snapshot
-    switched = {**svc, "spec": {**(svc.get("spec") or {}), "selector": dict(step.after)}}
-    return _with_service(snapshot, switched)
-
-
-@_project.register(DeleteAlias)
-def _delete_alias(step: DeleteAlias, snapshot: Snapshot) -> Snapshot:
-    services = {n: s for n, s in snapshot.services.items() if n != step.service}
-    endpoints = {n: e for n, e in snapshot.endpoints.items() if n != step.service}
-    return replace(snapshot, services=services, endpoints=endpoints)
+def _set_labels(step: SetLabels, ds: Obj, snapshot: Snapshot) -> Snapshot:
+    meta = {**(ds.get("metadata") or {}), "labels": _relabel(o.labels(ds), step.meta_after)}
+    template = dict(o.dig(ds, "spec", "template") or {})
+    template["metadata"] = {**(template.get("metadata") or {}),
+                            "labels": _relabel(o.template_labels(ds), step.template_after)}
+    labelled = {**ds, "metadata": meta, "spec": {**(ds.get("spec") or {}), "template": template}}
+    out = replace(snapshot, daemonsets={**snapshot.daemonsets, step.daemonset: labelled})
+    if not step.rolls_pods() or o.update_strategy(ds) == "OnDelete":
+        return out  # nothing rolls: the pods keep their labels (RollPods may delete them)
+    return _with_pods(out, step.daemonset, step.template_after)

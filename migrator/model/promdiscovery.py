@@ -1,26 +1,14 @@
-"""How Prometheus and the Prometheus Operator see one ServiceMonitor target: the discovery role
-its job runs with, the meta labels the target carries under that role, and whether the
-endpoint's relabelings keep it. Pure; `model/monitoring.py` builds the targets with it.
+"""How Prometheus and the Prometheus Operator see one ServiceMonitor target: its job's discovery
+role, the meta labels the target carries under it, and whether the endpoint's relabelings keep
+it. Pure; `model/monitoring.py` builds the targets with it.
 
-A ServiceMonitor's job discovers with `role: endpoints` or `role: endpointslice`
-(prometheus-operator `pkg/prometheus/promcfg.go`, `generateServiceMonitorConfig` /
-`endpointRoleFlavor`): the monitor's own `spec.serviceDiscoveryRole` when set, else that of the
-Prometheus that selects it (`Prometheus.spec.serviceDiscoveryRole`, default Endpoints; Prometheus
-older than 2.21 always endpoints). Monitors several Prometheuses select with different roles get
-both; monitors no visible Prometheus selects get the default. The roles see different pods:
-
-- `role: endpoints` reads the core/v1 Endpoints object, which the endpoints controller fills
-  from the Service's selector alone: EndpointSlices someone else writes (the tool's shared
-  slices, `model/sharing.py`) are never mirrored into it;
-- `role: endpointslice` reads every EndpointSlice and joins it to the Service named by its
-  `kubernetes.io/service-name` label (Prometheus `discovery/kubernetes/endpointslice.go`), so
-  the tool's slices of `nvidia-dcgm-exporter` put the GPUCluster pods behind the ClusterPolicy
-  operator's ServiceMonitor as well.
-
-The endpoint's `relabelings` run after the operator's own keep rules: a `keep`/`drop` on the
-target's meta labels (`__meta_kubernetes_endpointslice_name`, `__meta_kubernetes_endpointslice_
-label_<label>`, service, pod and port labels) is honoured here (other actions are not modelled),
-which is how a consumer drops the tool's slices from a monitor (docs/monitoring.md).
+The role (prometheus-operator `promcfg.go`, `endpointRoleFlavor`) is the monitor's own
+`serviceDiscoveryRole`, else that of each Prometheus selecting it (default endpoints; always
+endpoints before Prometheus 2.21). `role: endpoints` reads the Endpoints object, filled from the
+Service's selector alone, so the tool's shared slices (`model/sharing.py`) never appear there;
+`role: endpointslice` joins every slice to the Service its `kubernetes.io/service-name` names.
+Relabelings `keep`/`drop` (and `replace`) on meta labels are honoured, which is how a consumer
+drops the tool's slices from a monitor (docs/monitoring.md).
 """
 from __future__ import annotations
 
@@ -43,8 +31,7 @@ ENDPOINTSLICE_MIN_PROMETHEUS = (2, 21)  # promcfg.go: older Prometheus gets role
 
 
 def role_flavor(value: Any) -> str:
-    """promcfg.go `endpointRoleFlavor`: "EndpointSlice" is the endpointslice role; unset or
-    "Endpoints" (anything else) the endpoints role."""
+    """promcfg.go `endpointRoleFlavor`: "EndpointSlice", else the endpoints role."""
     return ROLE_ENDPOINTSLICE if value == ENDPOINT_SLICE_ROLE else ROLE_ENDPOINTS
 
 
@@ -54,9 +41,8 @@ def _version(text: Any) -> tuple[int, int] | None:
 
 
 def prometheus_role(prometheus: Obj, monitor_role: Any = None) -> str:
-    """The role a Prometheus gives a ServiceMonitor it selects: the monitor's own
-    `serviceDiscoveryRole` if set, else its `spec.serviceDiscoveryRole`; endpoints for a
-    Prometheus older than 2.21 (`spec.version`), which has no endpointslice role."""
+    """The role a Prometheus gives a ServiceMonitor it selects: the monitor's own, else its
+    `spec.serviceDiscoveryRole`; endpoints before 2.21 (`spec.version`)."""
     version = _version(o.dig(prometheus, "spec", "version"))
     if version is not None and version < ENDPOINTSLICE_MIN_PROMETHEUS:
         return ROLE_ENDPOINTS
@@ -67,34 +53,27 @@ def prometheus_role(prometheus: Obj, monitor_role: Any = None) -> str:
 
 def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
     """Whether a Prometheus picks this ServiceMonitor up (resource_selector.go): its
-    `serviceMonitorSelector` (null: none; empty: all) matches the monitor's labels, and its
-    `serviceMonitorNamespaceSelector` (null: its own namespace) covers the monitor's namespace.
-    A non-empty namespace selector is taken as covering it: namespace labels are not read."""
+    `serviceMonitorSelector` (null: none) matches it, and its namespace selector (null: its own
+    namespace; any other taken as covering it, namespace labels unread) covers it."""
     spec = prometheus.get("spec") or {}
     selector = spec.get("serviceMonitorSelector")
-    if selector is None:
-        return False
     try:
-        if not from_label_selector(selector).matches(o.labels(monitor)):
+        if selector is None or not from_label_selector(selector).matches(o.labels(monitor)):
             return False
     except SelectorError:
         return False
-    if spec.get("serviceMonitorNamespaceSelector") is None:
-        return o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace")
-    return True
+    return (spec.get("serviceMonitorNamespaceSelector") is not None
+            or o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace"))
 
 
 def monitor_roles(snapshot: Snapshot, monitor: Obj) -> frozenset[str]:
-    """The discovery roles a ServiceMonitor's jobs run with: one per Prometheus that selects
-    it (they may differ), or, when no Prometheus it can see does, its own role or the default
-    (the tool may not see the Prometheus CRs: the Prometheus Operator's default is endpoints)."""
+    """The discovery roles a ServiceMonitor's jobs run with: one per Prometheus that selects it,
+    or, when none it can see does, its own role or the default (endpoints)."""
     own = o.dig(monitor, "spec", "serviceDiscoveryRole")
     roles = {prometheus_role(p, own) for p in snapshot.prometheuses
              if selects_monitor(p, monitor)}
     return frozenset(roles or {role_flavor(own)})
 
-
-# ---- relabelings -----------------------------------------------------------------------------
 
 def sanitize(name: str) -> str:
     """Prometheus' `strutil.SanitizeLabelName`: every character outside [a-zA-Z0-9_] is `_`."""
@@ -109,24 +88,17 @@ def _object_labels(prefix: str, labels: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _regex(pattern: str) -> re.Pattern[str]:
-    """A relabel regex, anchored at both ends as Prometheus anchors it (`re` keeps compiled
-    patterns itself: no cache of ours)."""
-    return re.compile(f"^(?:{pattern})$")
-
-
 def relabel_keeps(rules: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
-    """Whether a target with these labels survives a ServiceMonitor endpoint's `relabelings`
-    (the camelCase RelabelConfig of the Prometheus Operator): `keep`/`drop` are applied,
-    `replace` sets its target label so a later rule sees it; other actions leave the labels
-    as they are here. A label that is absent reads as ""."""
+    """Whether a target with these labels survives an endpoint's `relabelings` (camelCase
+    RelabelConfig): `keep`/`drop` apply, `replace` sets its target label for later rules, other
+    actions change nothing here; an absent label reads as ""."""
     have = dict(labels)
     for rule in rules:
         action = str(rule.get("action") or "replace").lower()
         sources = rule.get("sourceLabels") or []
         value = str(rule.get("separator", ";")).join(have.get(str(s), "") for s in sources)
         try:
-            found = _regex(str(rule.get("regex", "(.*)"))).match(value)
+            found = re.match(f"^(?:{rule.get('regex', '(.*)')})$", value)  # anchored, as Prometheus
         except re.error:
             continue  # Prometheus would reject the config; here it changes nothing
         if action == "keep" and not found:
@@ -148,10 +120,9 @@ def _expand(found: re.Match[str], replacement: str) -> str:
 
 def target_labels(service: Obj, pod: PodView, role: str, port: Obj,
                   endpoint: EndpointView | None, namespace: str) -> dict[str, str]:
-    """The meta labels a ServiceMonitor target of this pod carries under `role`, as Prometheus'
-    Kubernetes discovery sets them (`endpoints.go`, `endpointslice.go`; slice labels and name
-    from `addObjectMetaLabels`), plus the target labels the Prometheus Operator's own rules set
-    before the endpoint's relabelings run (namespace, service, pod, job)."""
+    """The meta labels a ServiceMonitor target of this pod carries under `role` (`endpoints.go`,
+    `endpointslice.go`), plus those the operator's own rules set first (namespace, service,
+    pod, job)."""
     labels = {"__meta_kubernetes_namespace": namespace,
               "__meta_kubernetes_service_name": o.name(service),
               "__meta_kubernetes_pod_name": pod.name,
@@ -166,23 +137,19 @@ def target_labels(service: Obj, pod: PodView, role: str, port: Obj,
         slice_labels = {SERVICE_NAME_LABEL: o.name(service), MANAGED_BY_LABEL: managed_by}
         labels.update(_object_labels("__meta_kubernetes_endpointslice", slice_labels))
         labels["__meta_kubernetes_endpointslice_name"] = endpoint.slice if endpoint else ""
-        labels["__meta_kubernetes_endpointslice_port_name"] = str(port.get("name") or "")
-        labels["__meta_kubernetes_endpointslice_address_target_kind"] = "Pod"
-        labels["__meta_kubernetes_endpointslice_address_target_name"] = pod.name
     else:
         labels["__meta_kubernetes_endpoints_name"] = o.name(service)
-        labels["__meta_kubernetes_endpoint_port_name"] = str(port.get("name") or "")
-        labels["__meta_kubernetes_endpoint_address_target_kind"] = "Pod"
-        labels["__meta_kubernetes_endpoint_address_target_name"] = pod.name
+    kind = "endpointslice" if role == ROLE_ENDPOINTSLICE else "endpoint"
+    labels[f"__meta_kubernetes_{kind}_port_name"] = str(port.get("name") or "")
+    labels[f"__meta_kubernetes_{kind}_address_target_kind"] = "Pod"
+    labels[f"__meta_kubernetes_{kind}_address_target_name"] = pod.name
     return labels
 
 
 def drop_relabeling(managed_by: str) -> dict[str, Any]:
     """The relabeling that drops a ServiceMonitor's targets from EndpointSlices this writer
-    manages (the slice's `endpointslice.kubernetes.io/managed-by` label, which Prometheus 2.46+
-    and VictoriaMetrics expose as `__meta_kubernetes_endpointslice_label_endpointslice_
-    kubernetes_io_managed_by`). Under `role: endpoints` the label is absent and it drops
-    nothing, so it is right under either role."""
+    manages (their managed-by label, exposed by Prometheus 2.46+ and VictoriaMetrics; absent
+    under `role: endpoints`, where it drops nothing)."""
     return {"action": "drop",
             "sourceLabels": [f"__meta_kubernetes_endpointslice_label_{sanitize(MANAGED_BY_LABEL)}"],
             "regex": managed_by}

@@ -1,15 +1,8 @@
-"""How far each stable name reaches, as numbers: the nodes it must reach and the nodes it does.
-
-The verdict's `nodes-covered` check (`model/outcome.py`) answers yes or no and names the nodes;
-a dashboard and an alert want the magnitude, the same way for every name: nodes that run a
-live pod the name must reach (its components' DaemonSets; for a stable name, those of every
-stack present), and how many of those list a ready endpoint of such a pod in the name's
-EndpointSlices (all of them, the operator's and the tool's, as kube-proxy merges them). The
-names are the ones the verdict judged (`stable-name`, `nodes-covered`), so the two never
-disagree on which names there are; a name whose Service is missing reaches no node. Pure: a
-snapshot and a verdict in, numbers out.
+"""How far each stable name reaches, as numbers for dashboards and alerts (pure): the nodes
+running a live pod the name must reach, and how many of those list a ready endpoint of such a
+pod in the name's EndpointSlices (all of them, as kube-proxy merges them). The names are those
+the verdict judged (`stable-name`, `nodes-covered`), so the two never disagree.
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +21,8 @@ class Reach:
 
 
 def _components(catalog: Catalog, snapshot: Snapshot, name: str) -> list[Component]:
-    """The components a name must reach: the stable name reaches every stack's pods of its
-    kind; a GPUCluster Service's own (`-dra`) name reaches its own pods."""
+    """The components a name must reach: every stack's of its kind for a stable name; its own
+    for a GPUCluster Service's `-dra` name."""
     present = [c for c in catalog.components if c.daemonset in snapshot.daemonsets]
     return [c for c in present if (c.alias or c.service) == name
             or (c.alias and c.service == name)]

@@ -1,16 +1,9 @@
-"""Recorded steps a re-plan no longer covers (pure): which of them no longer describe the
-cluster, so that `verify` stops judging the run by them.
-
-A completed phase is verified against its recorded steps. When the cluster moved on in a way
-that is not drift the tool should undo — the object's stack was removed (a ClusterPolicy →
-GPUCluster change), or an operator reverted a switch of a Service it owns and the user did not
-ask again with `--include-operator-owned` — the step is retired: kept in the state for the
-record, no longer verified or rolled back. Likewise an alias whose stack was removed (its
-source Service is gone) and whose name another owner holds now (GPUCluster → ClusterPolicy),
-or whose name a ClusterPolicy added beside the GPUCluster took over: handed over, the guard
-shares it (`model/sharing.py`).
+"""Recorded steps a re-plan no longer covers (pure): those that no longer describe the cluster
+are retired (kept in the state for the record, no longer verified or rolled back) rather than
+undone as drift: the object's stack was removed, an operator reverted a switch of its Service
+not asked again with `--include-operator-owned`, or an alias's name was taken over by another
+owner, a ClusterPolicy the guard shares it with (`model/sharing.py`), or an operator release.
 """
-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -31,10 +24,8 @@ HANDED_OVER = "handed-over"  # an operator release's own reconciler manages the 
 
 def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
     """(record status, reason) if this recorded step no longer describes the cluster."""
-    if step.kind == kinds.DAEMONSET:
-        live = ctx.snapshot.daemonsets.get(step.name)
-    else:
-        live = ctx.service(step.name)
+    live = (ctx.snapshot.daemonsets.get(step.name) if step.kind == kinds.DAEMONSET
+            else ctx.service(step.name))
     owner = collected(ctx.snapshot, live) if live is not None else None
     if live is None and isinstance(step, CreateAlias) and ctx.service(step.source):
         return None  # phase 2 re-creates it
@@ -43,8 +34,7 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
                "no longer exists: deleted, or its stack was removed")
         return GONE, (f"{step.object} {why}; its recorded step is retired, nothing is left to "
                       "verify or roll back")
-    handed = _handed_over(ctx, step, live)
-    if handed:
+    if handed := _handed_over(ctx, step, live):
         return HANDED_OVER, handed
     source = _alias_source(ctx, step)
     if source is not None and ctx.service(source) is None and not ctx.is_tool_owned(live):
@@ -69,9 +59,8 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
 
 
 def _handed_over(ctx: PlanContext, step: Step, live: Mapping[str, Any]) -> str | None:
-    """Why this step's object is an operator release's now (`plans/releases.yaml`): a stable
-    Service its shared-Service reconciler manages, or a DaemonSet whose template that release
-    renders (its component label, no common label) while the stable name is managed so."""
+    """Why this step's object is an operator release's now (`plans/releases.yaml`): a Service
+    it manages, or a DaemonSet whose template it renders while it manages the stable name."""
     if isinstance(step, CreateAlias | SetSelector | DeleteAlias):
         release = ctx.catalog.managed_by_release(live)
         if release is None:
@@ -90,8 +79,7 @@ def _handed_over(ctx: PlanContext, step: Step, live: Mapping[str, Any]) -> str |
     release, wanted = found
     return (f"{step.object} is rendered by GPU Operator release {release.name} with "
             f"{wanted.key}={wanted.value}, which Service/{comp.alias or comp.service} selects "
-            "now; "
-            "the tool's common label is no longer needed: handed over, nothing to verify or "
+            "now; the tool's common label is no longer needed: handed over, nothing to verify or "
             "roll back")
 
 
@@ -105,8 +93,8 @@ def _alias_source(ctx: PlanContext, step: Step) -> str | None:
 
 
 def reasked(reverted: Sequence[Step], options: Options) -> list[GateResult]:
-    """With --include-operator-owned, switches recorded as reverted by the operator are asked
-    for again: each is a failed gate, so the phase re-runs (and the report shows why)."""
+    """With --include-operator-owned, each switch the operator reverted is a failed gate, so the
+    phase re-runs it (and the report shows why)."""
     if not options.include_operator_owned:
         return []
     return [GateResult(f"selector-holds/{s.service}", False, f"{s.object} was reverted by its "

@@ -1,16 +1,11 @@
-"""What is wrong with the scrape targets `model/monitoring.py` finds: pods scraped twice
-(certainly or possibly), Ready pods no target reaches, truncated Endpoints, ServiceMonitors in
-conflict, and the consumer's fix for duplicates through the tool's slices. Pure.
+"""What is wrong with the scrape targets `model/monitoring.py` finds: duplicates (certain or
+possible), Ready pods no target reaches, truncated Endpoints, ServiceMonitors in conflict, and
+the consumer's fix for duplicates through the tool's slices. Pure; reported, never resolved.
 
 Two targets of one mechanism (annotation jobs, or the Prometheus Operator's) are a certain
-duplicate: whichever Prometheus reads that mechanism scrapes the pod twice. An annotation target
-plus an operator target is a duplicate only for a Prometheus that uses both (annotation
-discovery is a hand-written scrape config; the Prometheus Operator reads only its monitors),
-which the tool cannot see: it is reported as a possible duplicate. The what-if gates of phases 2
-and 3 count every target (the tool never creates even a possible duplicate); the verdict fails
-on certain ones and on a Ready exporter pod that no target reaches. ServiceMonitors that select
-the same Service with different endpoint settings are a conflict. All are reported, never
-resolved here.
+duplicate; one of each is possible (only a Prometheus reading both scrapes twice, which the
+tool cannot see). The what-if gates of phases 2 and 3 count every target; the verdict fails on
+certain ones and on a Ready exporter pod no target reaches.
 """
 from __future__ import annotations
 
@@ -33,9 +28,8 @@ from migrator.model.monitoring import (
 from migrator.model.promdiscovery import drop_relabeling
 from migrator.model.snapshot import PodView, Snapshot
 
-# The endpoints controller keeps at most this many addresses in one Endpoints object and marks
-# it `endpoints.kubernetes.io/over-capacity: truncated`: `role: endpoints` discovery then misses
-# the rest (upstream pkg/controller/endpoint, maxCapacity).
+# Addresses one Endpoints object holds (upstream pkg/controller/endpoint, maxCapacity): beyond,
+# it is marked truncated and `role: endpoints` discovery misses the rest.
 ENDPOINTS_CAPACITY = 1000
 
 
@@ -46,12 +40,9 @@ def _flow(rule: Mapping[str, Any]) -> str:
 
 
 def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePath]]) -> str:
-    """The consumer's change for duplicates that come through foreign EndpointSlices (the
-    tool's shared slices) under `role: endpointslice`, naming where to put the drop relabeling:
-    the ClusterPolicy field its operator renders into its ServiceMonitor
-    (`spec.dcgmExporter.serviceMonitor.relabelings`, copied into the monitor's first endpoint
-    and reverted there if edited by hand), or a hand-made monitor's own endpoints. "" when no
-    duplicate comes through such a slice."""
+    """The consumer's change for duplicates through foreign EndpointSlices (the tool's) under
+    `role: endpointslice`: where to put the drop relabeling (the ClusterPolicy field its
+    operator renders into the ServiceMonitor, or a hand-made monitor's endpoints); "" if none."""
     fixes: dict[str, str] = {}
     for found in duplicated.values():
         for path in found:
@@ -105,8 +96,7 @@ def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
                    name: str = "no-duplicate-scrape",
                    before: Snapshot | None = None) -> GateResult:
     """No exporter pod reached by more than one scrape path. With `before` (a what-if check),
-    only duplicates the change would create or worsen count: an existing one is a warning of
-    its own, not a reason to refuse an unrelated change."""
+    only duplicates the change would create or worsen count."""
     names = list(daemonsets)
     paths = scrape_paths(snapshot, names)
     prior = scrape_paths(before, names) if before is not None else {}
@@ -123,8 +113,7 @@ def duplicate_gate(snapshot: Snapshot, daemonsets: Iterable[str],
 
 
 def certain(paths: Mapping[str, list[ScrapePath]]) -> dict[str, list[ScrapePath]]:
-    """The pods reached by more than one target of the same mechanism, with those targets:
-    every Prometheus that reads that mechanism scrapes them twice."""
+    """The pods reached by more than one target of one mechanism, with those targets."""
     out = {}
     for pod, found in paths.items():
         for mechanism in (ANNOTATION, OPERATOR):
@@ -136,8 +125,7 @@ def certain(paths: Mapping[str, list[ScrapePath]]) -> dict[str, list[ScrapePath]
 
 
 def possible(paths: Mapping[str, list[ScrapePath]]) -> list[str]:
-    """The pods reached once by annotation discovery and once by the Prometheus Operator (and
-    not certainly duplicated): scraped twice only by a Prometheus configured for both."""
+    """The pods reached once by annotation discovery and once by the Prometheus Operator."""
     return sorted(pod for pod, found in paths.items()
                   if len(found) == 2 and {p.mechanism for p in found} == {ANNOTATION, OPERATOR})
 
@@ -155,8 +143,7 @@ def possible_duplicates(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[s
 
 def duplicates_through(snapshot: Snapshot, daemonsets: Iterable[str],
                        services: Iterable[str]) -> list[str]:
-    """Exporter pods scraped more than once where one of the paths goes through one of these
-    Services (the tool's own aliases): a duplicate the migration is answerable for."""
+    """Exporter pods scraped more than once, one path through these Services (the tool's)."""
     names = set(services)
     return sorted(pod for pod, paths in scrape_paths(snapshot, daemonsets).items()
                   if len(paths) > 1 and any(p.service in names for p in paths))

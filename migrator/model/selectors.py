@@ -1,23 +1,10 @@
 """Kubernetes label selectors: parse the string form, build them from objects, match label sets.
 
-The tool's reading (which pods a Service selector picks, the cache's pod selectors). The
-simulated API server evaluates selectors with its own code (`dcgm_sim/labelselectors.py`), so a
-bug here shows up in end-to-end tests; tests/planning/test_selectors.py checks it against the
-upstream rules directly, and tests/peers runs apimachinery's own parse and match tables against
-both. Upstream, all in k8s.io/apimachinery:
-
-- `pkg/labels/selector.go`: the lexer and parser of `labels.Parse` (the string grammar,
-  `x in ()` and `x in (a,)` holding the empty value), `NewRequirement` (one value for
-  `=`/`==`/`!=`, at least one for `in`/`notin`, none for exists, an integer for `>`/`<`),
-  `Requirement.Matches` (`!=` and `notin` match objects without the key), `SelectorFromSet`
-  (an empty set is Everything), `Nothing()`;
-- `pkg/apis/meta/v1/helpers.go` `LabelSelectorAsSelector`: a nil LabelSelector matches
-  nothing, an empty one everything; operators In, NotIn, Exists, DoesNotExist;
-- `pkg/util/validation/validation.go` `IsQualifiedName` / `IsValidLabelValue`: the key and
-  value syntax.
-
-Services follow `pkg/controller/endpointslice` (kubernetes/kubernetes): a Service without a
-selector gets no endpoints from the controller, rather than every pod (`for_service`).
+Follows k8s.io/apimachinery: `pkg/labels/selector.go` (`Parse`, `NewRequirement`,
+`Requirement.Matches`, `SelectorFromSet`, `Nothing`), `pkg/apis/meta/v1/helpers.go`
+(`LabelSelectorAsSelector`) and `pkg/util/validation` (key and value syntax). The simulator has
+its own copy, so tests/planning/test_selectors.py and tests/peers check this one against the
+upstream tables. A Service without a selector gets no endpoints (`for_service`), as upstream.
 """
 
 from __future__ import annotations
@@ -34,32 +21,27 @@ class SelectorError(ValueError):
     """A selector string or object that Kubernetes would reject."""
 
 
-# ---- syntax of keys and values (validation.IsQualifiedName, IsValidLabelValue) --------------
-
 _NAME_MAX = 63
 _SUBDOMAIN_MAX = 253
 _NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_VALUE_RE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def validate_key(key: str) -> None:
-    """`[prefix/]name`: name 1-63 alphanumerics, '-', '_', '.' (alphanumeric at both ends);
-    prefix a DNS subdomain of at most 253 characters."""
+    """`[prefix/]name` (validation.IsQualifiedName): name 1-63 alphanumerics, '-', '_', '.'
+    (alphanumeric at both ends); prefix a DNS subdomain of at most 253 characters."""
     parts = key.split("/")
     if len(parts) > 2:
         raise SelectorError(f"invalid label key {key!r}: at most one '/' (prefix/name)")
-    name = parts[-1]
     if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
+        if not parts[0]:
             raise SelectorError(f"invalid label key {key!r}: the prefix before '/' is empty")
-        if len(prefix) > _SUBDOMAIN_MAX or not _SUBDOMAIN_RE.fullmatch(prefix):
+        if len(parts[0]) > _SUBDOMAIN_MAX or not _SUBDOMAIN_RE.fullmatch(parts[0]):
             raise SelectorError(f"invalid label key {key!r}: the prefix must be a lowercase "
                                 f"DNS subdomain of at most {_SUBDOMAIN_MAX} characters")
-    if not name:
+    if not parts[-1]:
         raise SelectorError(f"invalid label key {key!r}: the name part is empty")
-    if len(name) > _NAME_MAX or not _NAME_RE.fullmatch(name):
+    if len(parts[-1]) > _NAME_MAX or not _NAME_RE.fullmatch(parts[-1]):
         raise SelectorError(f"invalid label key {key!r}: the name must be at most {_NAME_MAX} "
                             "alphanumerics, '-', '_' or '.', starting and ending with an "
                             "alphanumeric")
@@ -67,22 +49,18 @@ def validate_key(key: str) -> None:
 
 def validate_value(key: str, value: str) -> None:
     """Empty, or at most 63 alphanumerics, '-', '_', '.' (alphanumeric at both ends)."""
-    if len(value) > _NAME_MAX or not _VALUE_RE.fullmatch(value):
+    if len(value) > _NAME_MAX or (value and not _NAME_RE.fullmatch(value)):
         raise SelectorError(f"invalid value {value!r} for label {key!r}: at most {_NAME_MAX} "
                             "alphanumerics, '-', '_' or '.', starting and ending with an "
                             "alphanumeric (or empty)")
 
-
-# ---- requirements and selectors ----------------------------------------------------------------
 
 _OPS = ("=", "!=", "in", "notin", "exists", "!exists", "gt", "lt")
 
 
 @dataclass(frozen=True)
 class Requirement:
-    """One clause: `key op values` with op in =, !=, in, notin, exists, !exists, gt, lt.
-
-    Built by `requirement()` (which validates, like `labels.NewRequirement`)."""
+    """One clause `key op values` (op one of `_OPS`); built validated by `requirement()`."""
 
     key: str
     op: str
@@ -90,13 +68,11 @@ class Requirement:
 
     def matches(self, labels: Labels) -> bool:
         present = self.key in labels
-        if self.op == "exists":
-            return present
-        if self.op == "!exists":
-            return not present
+        if self.op in ("exists", "!exists"):
+            return present == (self.op == "exists")
         if self.op in ("=", "in"):
             return present and labels[self.key] in self.values
-        if self.op in ("!=", "notin"):
+        if self.op in ("!=", "notin"):  # they match objects without the key
             return not present or labels[self.key] not in self.values
         if self.op in ("gt", "lt"):
             have, want = _integer(labels.get(self.key)), _integer(next(iter(self.values)))
@@ -138,17 +114,14 @@ def requirement(key: str, op: str, values: frozenset[str] = frozenset()) -> Requ
 
 @dataclass(frozen=True)
 class Selector:
-    """A conjunction of requirements. With none it matches everything (`labels.Everything`),
-    unless `nothing` is set (`labels.Nothing`: a nil LabelSelector, a selector-less Service)."""
+    """A conjunction of requirements: none matches everything (`labels.Everything`), unless
+    `nothing` (`labels.Nothing`: a nil LabelSelector, a selector-less Service)."""
 
     requirements: tuple[Requirement, ...] = ()
     nothing: bool = False
 
     def matches(self, labels: Labels | None) -> bool:
-        if self.nothing:
-            return False
-        labels = labels or {}
-        return all(r.matches(labels) for r in self.requirements)
+        return not self.nothing and all(r.matches(labels or {}) for r in self.requirements)
 
     @property
     def empty(self) -> bool:
@@ -158,56 +131,26 @@ class Selector:
 
 NOTHING = Selector(nothing=True)
 
-
-# ---- the string form (labels.Parse) --------------------------------------------------------------
-
-_SPECIAL = "=!(),<>"
-_WHITESPACE = " \t\r\n"
+# labels.Parse's lexer: two-character operators first; whitespace separates tokens.
+_TOKEN = re.compile(r"==|!=|[=!(),<>]|[^=!(),<> \t\r\n]+")
 _SYMBOLS = ("==", "!=", "=", "!", "(", ")", ",", ">", "<")
 _KEYWORDS = ("in", "notin")
 
 
-def _lex(text: str) -> list[tuple[str, str]]:
-    """Tokens as (kind, literal): kind is "id", "end" or the symbol/keyword itself."""
-    tokens: list[tuple[str, str]] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch in _WHITESPACE:
-            i += 1
-        elif ch in _SPECIAL:
-            symbol = next((s for s in _SYMBOLS if text.startswith(s, i)), None)
-            if symbol is None:
-                raise SelectorError(f"unexpected {ch!r} in selector {text!r}")
-            tokens.append((symbol, symbol))
-            i += len(symbol)
-        else:
-            start = i
-            while i < len(text) and text[i] not in _SPECIAL and text[i] not in _WHITESPACE:
-                i += 1
-            word = text[start:i]
-            tokens.append((word if word in _KEYWORDS else "id", word))
-    tokens.append(("end", ""))
-    return tokens
-
-
 class _Parser:
-    """The recursive descent of `labels.Parse`; `in`/`notin` are plain values where a value
-    is expected (`x in (in)`)."""
+    """The recursive descent of `labels.Parse`."""
 
     def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = _lex(text)
-        self.pos = 0
+        self.text, self.pos = text, 0
+        self.tokens = [(t if t in _SYMBOLS else "id", t) for t in _TOKEN.findall(text)]
+        self.tokens.append(("end", ""))
 
-    def _peek(self, values: bool = False) -> tuple[str, str]:
-        kind, lit = self.tokens[self.pos]
-        return ("id" if values and kind in _KEYWORDS else kind), lit
+    def _peek(self) -> tuple[str, str]:
+        return self.tokens[self.pos]
 
-    def _take(self, values: bool = False) -> tuple[str, str]:
-        token = self._peek(values)
+    def _take(self) -> tuple[str, str]:
         self.pos += 1
-        return token
+        return self.tokens[self.pos - 1]
 
     def _fail(self, found: str, expected: str) -> SelectorError:
         return SelectorError(f"cannot parse selector {self.text!r}: found "
@@ -215,66 +158,62 @@ class _Parser:
 
     def parse(self) -> Selector:
         reqs: list[Requirement] = []
+        if self._peek()[0] == "end":
+            return Selector()
         while True:
-            kind, lit = self._peek(values=True)
-            if kind == "end":
-                return _by_key(reqs)
+            kind, lit = self._peek()
             if kind not in ("id", "!"):
-                raise self._fail(lit, "'!', a key or the end")
+                raise self._fail(lit, "a key after ','" if reqs else "'!', a key or the end")
             reqs.append(self._requirement())
-            kind, lit = self._take(values=True)
+            kind, lit = self._take()
             if kind == "end":
                 return _by_key(reqs)
             if kind != ",":
                 raise self._fail(lit, "',' or the end")
-            if self._peek(values=True)[0] not in ("id", "!"):
-                raise self._fail(self._peek()[1], "a key after ','")
 
     def _requirement(self) -> Requirement:
-        negated = self._peek(values=True)[0] == "!"
+        negated = self._peek()[0] == "!"
         if negated:
             self._take()
-        kind, key = self._take(values=True)
+        kind, key = self._take()
         if kind != "id":
             raise self._fail(key, "a key")
         validate_key(key)
-        if self._peek(values=True)[0] in ("end", ","):
+        if self._peek()[0] in ("end", ","):
             return requirement(key, "!exists" if negated else "exists")
         if negated:
             raise self._fail(self._peek()[1], "',' or the end after '!key'")
         kind, lit = self._take()
-        if kind in _KEYWORDS:
-            return requirement(key, kind, self._value_set())
+        if lit in _KEYWORDS:  # an operator here, a plain id anywhere else (`x in (in)`)
+            return requirement(key, lit, self._value_set())
         ops = {"=": "=", "==": "=", "!=": "!=", ">": "gt", "<": "lt"}
         if kind not in ops:
             raise self._fail(lit, "in, notin, =, ==, !=, > or <")
         return requirement(key, ops[kind], frozenset({self._exact_value()}))
 
     def _exact_value(self) -> str:
-        kind, lit = self._peek(values=True)
+        kind, lit = self._peek()
         if kind in ("end", ","):
             return ""  # `key=` selects the empty value
-        self._take(values=True)
+        self._take()
         if kind != "id":
             raise self._fail(lit, "a value")
         return lit
 
     def _value_set(self) -> frozenset[str]:
         """`(a,b)`; an empty entry is the empty value: `()`, `(a,)`, `(,a)`, `(a,,b)`."""
-        kind, lit = self._take(values=True)
+        kind, lit = self._take()
         if kind != "(":
             raise self._fail(lit, "'('")
         values: set[str] = set()
         expect_value = True
         while True:
-            kind, lit = self._take(values=True)
-            if kind == ")":
+            kind, lit = self._take()
+            if kind in (")", ","):
                 if expect_value:
                     values.add("")
-                return frozenset(values)
-            if kind == ",":
-                if expect_value:
-                    values.add("")
+                if kind == ")":
+                    return frozenset(values)
                 expect_value = True
             elif kind == "id" and expect_value:
                 values.add(lit)
@@ -284,8 +223,8 @@ class _Parser:
 
 
 def _by_key(reqs: list[Requirement]) -> Selector:
-    """Requirements in key order, as `labels.Parse` and `Selector.Add` leave them (`sort.Sort(
-    ByKey(...))`): equal selectors written in another order are the same selector."""
+    """Requirements in key order, as `labels.Parse` leaves them: the same selector written in
+    another order is equal."""
     return Selector(tuple(sorted(reqs, key=lambda r: r.key)))
 
 
@@ -295,8 +234,6 @@ def parse(text: str | None) -> Selector:
     return _Parser(text or "").parse()
 
 
-# ---- from objects --------------------------------------------------------------------------------
-
 def from_labels(match_labels: Labels | None) -> Selector:
     """`labels.SelectorFromSet`: every key must equal its value; no keys match everything."""
     return Selector(tuple(Requirement(k, "=", frozenset({v}))
@@ -304,8 +241,7 @@ def from_labels(match_labels: Labels | None) -> Selector:
 
 
 def for_service(selector: Labels | None) -> Selector:
-    """The pods a Service's `spec.selector` gives endpoints: none without a selector (the
-    EndpointSlice controller skips such Services; an empty map is stored as no map)."""
+    """The pods a Service's `spec.selector` gives endpoints: none without a selector."""
     return from_labels(selector) if selector else NOTHING
 
 
@@ -313,9 +249,8 @@ _LABEL_SELECTOR_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNo
 
 
 def from_label_selector(obj: Mapping[str, Any] | None) -> Selector:
-    """`metav1.LabelSelectorAsSelector` (`matchLabels` + `matchExpressions`, as DaemonSets use):
-    None (a nil selector) matches nothing, `{}` everything; keys, values and operators are
-    validated."""
+    """`metav1.LabelSelectorAsSelector` (`matchLabels` + `matchExpressions`): None matches
+    nothing, `{}` everything; keys, values and operators are validated."""
     if obj is None:
         return NOTHING
     reqs = [requirement(k, "=", frozenset({v}))

@@ -1,84 +1,83 @@
-"""Stable names shared across both stacks, as pure functions: which operator Services the
-GPUCluster pods must join, and the EndpointSlice writes that make them join
-(docs/architecture.md, "Clusters running both stacks: shared EndpointSlices").
-
-With a ClusterPolicy and a GPUCluster in one cluster, the ClusterPolicy operator owns the
-stable names (`nvidia-dcgm`, `nvidia-dcgm-exporter`): it renders them with a selector on its own
-pods and replaces them whole on every reconcile, so a selector the tool set would be reverted.
-The tool never writes those Services. Instead it gives each one EndpointSlices of its own —
-`kubernetes.io/service-name: <stable name>`, `endpointslice.kubernetes.io/managed-by:
-dcgm-migrate` — listing the GPUCluster pods on the nodes the operator's own slices do not
-cover. kube-proxy and Prometheus' `role: endpointslice` discovery merge every slice carrying
-the Service's name; the EndpointSlice controller manages only slices carrying its own
-managed-by value, and no operator writes EndpointSlices, so nothing reverts them.
-
-What a shared slice holds is copied from what the cluster already computed: the endpoints
-(addresses, conditions, node, zone, pod) of the GPUCluster Service's controller-made slices
-(`nvidia-dcgm-dra`, …), and the ports of the operator's Service, named as there (kube-proxy
-matches slice ports to Service ports by name) with the number its `targetPort` resolves to on
-the GPUCluster pod template. Configuration conflicts have one rule: the Service that owns the
-stable name keeps its configuration; the GPUCluster pods join it as they are, and every
-difference (a port the GPUCluster pods do not serve, another type or traffic policy) is
-reported, never applied.
-
-Each address family is shared on its own, as the EndpointSlice controller keeps one set of
-slices per `addressType`: a family of the operator Service's `spec.ipFamilies` gets slices of
-that `addressType` holding the GPUCluster endpoints of that family (kube-proxy's proxier of
-each family reads only its own).
-
-The slices belong to their keeper, not to the Service: their one ownerReference names the
-guard's Lease (`Keeper`), so deleting the guard (its manifest carries the Lease) lets the
-garbage collector remove them, while a Service that is re-rendered or adopted keeps none that
-nobody maintains. A dependent goes only when *all* its owners are gone, which is why the
-Service is not a second owner.
+"""Stable names shared across both stacks (docs/architecture.md, "Clusters running both
+stacks: shared EndpointSlices"), pure: the ClusterPolicy operator owns the stable names and
+reverts any edit, so the GPUCluster pods join them through EndpointSlices of the tool's own
+(reverted by nobody), one set per address family, on the nodes the operator's slices miss.
+The stable name's owner keeps its configuration; every conflict is reported, never applied.
+The slices' one ownerReference is the guard's Lease (`Keeper`): deleting the guard removes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.model import aliasing
 from migrator.model import objects as o
 from migrator.model.slices import (
     CONTROLLER_NAME,
-    CREATE,
-    DELETE,
-    IPV4,
-    IPV6,
     MANAGED_BY_LABEL,
-    MAX_ENDPOINTS,
     OPERATOR_KIND,
     SERVICE_NAME_LABEL,
-    SHARED_FROM_ANNOTATION,
-    UPDATE,
-    Keeper,
     ShapedEndpoints,
-    SliceWrite,
     _endpoints_of,
     _key,
-    is_shared_slice,
     rendered_by,
 )
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Common, Component
 
+__all__ = ["CONTROLLER_NAME", "MANAGED_BY_LABEL", "OPERATOR_KIND", "SERVICE_NAME_LABEL",
+           "ShapedEndpoints", "_endpoints_of", "rendered_by"]
 Obj = dict[str, Any]
-__all__ = ["CONTROLLER_NAME", "CREATE", "DELETE", "IPV4", "IPV6", "MANAGED_BY_LABEL",
-           "MAX_ENDPOINTS", "OPERATOR_KIND", "SERVICE_NAME_LABEL", "SHARED_FROM_ANNOTATION",
-           "UPDATE", "Keeper", "ShapedEndpoints", "Share", "SliceWrite", "_endpoints_of",
-           "all_writes", "families", "is_shared_slice", "rendered_by", "shared_names",
-           "shared_slices", "shares", "slice_prefix", "slice_writes"]
 
-# Service fields whose difference between the two stacks' Services is reported as a conflict
-# (ports are compared one by one, as they resolve on the GPUCluster pods).
+SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"
+MAX_ENDPOINTS = 100  # per slice: the EndpointSlice controller's --max-endpoints-per-slice
+IPV4, IPV6 = "IPv4", "IPv6"
+CREATE, UPDATE, DELETE = "create", "update", "delete"
+# Service fields whose difference between the two stacks' Services is reported (ports are
+# compared one by one), and what the API server defaults each to when left out.
 COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
                              if f not in ("ipFamilies", "ipFamilyPolicy"))
-# What the API server defaults a field to when a Service leaves it out: a Service that omits
-# one and a Service that spells the default agree.
 SPEC_DEFAULTS = {"type": "ClusterIP", "internalTrafficPolicy": "Cluster",
                  "sessionAffinity": "None", "publishNotReadyAddresses": False}
+
+
+@dataclass(frozen=True)
+class Keeper:
+    """The object the shared slices belong to (their one ownerReference): the guard's Lease."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    @staticmethod
+    def of(obj: Mapping[str, Any]) -> Keeper:
+        return Keeper(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), o.name(obj),
+                      str(o.meta(obj).get("uid") or ""))
+
+    def reference(self) -> Obj:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name,
+                "uid": self.uid, "controller": False}
+
+
+@dataclass(frozen=True)
+class SliceWrite:
+    """One write to one shared EndpointSlice."""
+
+    action: str  # create | update | delete
+    name: str
+    service: str  # the stable name it belongs to
+    reason: str
+    body: Obj = field(default_factory=dict)  # create / update: the whole slice
+    resource_version: str = ""  # update / delete: the version it was decided on
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "endpointSlice": self.name, "service": self.service,
+                "reason": self.reason,
+                "endpoints": len(self.body.get("endpoints") or []) if self.body else 0}
+
 
 @dataclass(frozen=True)
 class Share:
@@ -88,8 +87,7 @@ class Share:
     component: Component  # the GPUCluster component whose pods join it
     owner: str  # `ClusterPolicy/<name>`
     ports: tuple[Obj, ...]  # the shared slices' ports
-    # addressType → the GPUCluster endpoints of that family on nodes the operator's slices
-    # miss, for each family the operator's Service serves
+    # addressType → the GPUCluster endpoints of that family on nodes the operator's slices miss
     by_family: Mapping[str, tuple[Obj, ...]]
     conflicts: tuple[str, ...] = ()
 
@@ -110,29 +108,18 @@ class Share:
                 "families": sorted(self.by_family), "conflicts": list(self.conflicts)}
 
 
-# ---- what is shared ---------------------------------------------------------------------------
-
-def _by_service(slices: Iterable[Mapping[str, Any]], managed_by: str) -> dict[str, list[Obj]]:
-    out: dict[str, list[Obj]] = {}
-    for sl in slices:
-        labels = o.labels(sl)
-        if labels.get(MANAGED_BY_LABEL) == managed_by and SERVICE_NAME_LABEL in labels:
-            out.setdefault(labels[SERVICE_NAME_LABEL], []).append(dict(sl))
-    return out
-
-
-
-def _container_ports(daemonset: Mapping[str, Any]) -> list[Obj]:
-    spec = o.dig(daemonset, "spec", "template", "spec") or {}
-    return [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
+def is_shared_slice(slice_: Mapping[str, Any], common: Common) -> bool:
+    """A slice this tool manages: its managed-by values on both labels."""
+    return bool(o.labels(slice_).get(MANAGED_BY_LABEL) == common.managed_by.value
+                and common.tool_owned(slice_))
 
 
 def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
            comp: Component) -> tuple[list[Obj], list[str]]:
-    """The operator Service's ports as the GPUCluster pods serve them: (slice ports,
-    conflicts). A `targetPort` naming no container port, or a number no declared container
-    port has, is a port those pods do not serve: left out and reported."""
-    declared = _container_ports(daemonset)
+    """The operator Service's ports as the GPUCluster pods serve them, and conflicts: a
+    `targetPort` no declared container port has is left out and reported."""
+    spec = o.dig(daemonset, "spec", "template", "spec") or {}
+    declared = [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
     out, conflicts = [], []
     for p in o.dig(service, "spec", "ports") or []:
         target = p.get("targetPort", p.get("port"))
@@ -160,9 +147,8 @@ def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
 
 
 def _config_conflicts(service: Mapping[str, Any], source: Mapping[str, Any] | None) -> list[str]:
-    """Settings the two stacks' Services disagree on (an omitted field read as the API server
-    defaults it); the stable name keeps its own. `internalTrafficPolicy` is among them: the
-    GPUCluster pods joining a `Cluster` name are reached from every node, not their own."""
+    """Settings the two stacks' Services disagree on (an omitted field read as defaulted); the
+    stable name keeps its own."""
     if source is None:
         return []
     have, other = service.get("spec") or {}, source.get("spec") or {}
@@ -177,8 +163,7 @@ def _config_conflicts(service: Mapping[str, Any], source: Mapping[str, Any] | No
 
 
 def families(service: Mapping[str, Any]) -> tuple[str, ...]:
-    """The address families a Service serves (`spec.ipFamilies`; the API server always sets
-    it, IPv4 is read for an object that predates dual-stack)."""
+    """The address families a Service serves (`spec.ipFamilies`; IPv4 for an older object)."""
     return tuple(o.dig(service, "spec", "ipFamilies") or (IPV4,))
 
 
@@ -188,17 +173,14 @@ def _address_type(slice_: Mapping[str, Any]) -> str:
 
 def shared_names(snapshot: Snapshot, catalog: Catalog) -> list[tuple[Component, Obj, str]]:
     """(GPUCluster component, operator Service, `ClusterPolicy/<name>`) for each stable name
-    whose pods must be shared: the stable name of a GPUCluster component whose DaemonSet runs
-    here is a ClusterPolicy's Service (the operator rendered it), not the tool's alias, not
-    being deleted, and not handed over to an operator release that selects both stacks'
-    pods itself. The one answer to "does the identity here depend on the guard's slices"."""
+    whose pods must be shared: a GPUCluster component running here whose stable name is a
+    ClusterPolicy's Service, not the tool's, not being deleted, not handed over to a release."""
     out = []
     for comp in catalog.components:
         if not comp.alias or comp.daemonset not in snapshot.daemonsets:
             continue
         svc = snapshot.services.get(comp.alias)
-        owner = rendered_by(svc) if svc is not None else None
-        if (svc is None or owner is None or o.terminating(svc)
+        if (svc is None or (owner := rendered_by(svc)) is None or o.terminating(svc)
                 or catalog.common.tool_owned(svc) or catalog.managed_by_release(svc)):
             continue
         out.append((comp, dict(svc), owner))
@@ -207,12 +189,13 @@ def shared_names(snapshot: Snapshot, catalog: Catalog) -> list[tuple[Component, 
 
 def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]],
            shaped: ShapedEndpoints | None = None) -> list[Share]:
-    """Every operator Service of a stable name that GPUCluster pods must join
-    (`shared_names`). Its shared endpoints, per address family it serves, are the GPUCluster
-    Service's endpoints of that family on nodes that no endpoint of the operator's own slices
-    is on; a family it serves that the GPUCluster slices do not list is reported."""
-    all_slices = list(slices)
-    controller = _by_service(all_slices, CONTROLLER_NAME)
+    """Every `shared_names` Service, with the GPUCluster Service's endpoints of each family it
+    serves on nodes no endpoint of the operator's own slices is on."""
+    controller: dict[str, list[Obj]] = {}
+    for sl in slices:
+        labels = o.labels(sl)
+        if labels.get(MANAGED_BY_LABEL) == CONTROLLER_NAME and SERVICE_NAME_LABEL in labels:
+            controller.setdefault(labels[SERVICE_NAME_LABEL], []).append(dict(sl))
     out = []
     for comp, svc, owner in shared_names(snapshot, catalog):
         covered = {str(e.get("nodeName") or "") for sl in controller.get(comp.alias or "", [])
@@ -240,28 +223,25 @@ def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, A
     return out
 
 
-# ---- the writes -------------------------------------------------------------------------------
-
 def _slice_body(share: Share, name: str, family: str, endpoints: Sequence[Obj], namespace: str,
                 catalog: Catalog, keeper: Keeper) -> Obj:
     mb = catalog.common.managed_by
-    return {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {
-            "name": name, "namespace": namespace,
+    meta = {"name": name, "namespace": namespace,
             "labels": {SERVICE_NAME_LABEL: share.name, MANAGED_BY_LABEL: mb.value,
                        mb.key: mb.value},
             "annotations": {SHARED_FROM_ANNOTATION: share.component.service},
-            "ownerReferences": [keeper.reference()],
-        },
-        "addressType": family,
-        "ports": [dict(p) for p in share.ports],
-        "endpoints": [dict(e) for e in endpoints],
-    }
+            "ownerReferences": [keeper.reference()]}
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta,
+            "addressType": family, "ports": [dict(p) for p in share.ports],
+            "endpoints": [dict(e) for e in endpoints]}
 
 
 def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any],
                 shaped: ShapedEndpoints | None) -> bool:
+    def port(p: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (p.get("name") or "", p.get("port"), p.get("protocol") or "TCP",
+                p.get("appProtocol"))
+
     lm, bm = o.meta(live), o.meta(body)
     return bool(all(o.labels(live).get(k) == v for k, v in (bm.get("labels") or {}).items())
                 and o.annotations_of(live).get(SHARED_FROM_ANNOTATION)
@@ -269,41 +249,26 @@ def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any],
                 and [(r.get("kind"), r.get("name"), r.get("uid"))
                      for r in lm.get("ownerReferences") or []]
                 == [(r["kind"], r["name"], r["uid"]) for r in bm["ownerReferences"]]
-                and [_canonical_port(p) for p in live.get("ports") or []]
-                == [_canonical_port(p) for p in body.get("ports") or []]
+                and [port(p) for p in live.get("ports") or []]
+                == [port(p) for p in body.get("ports") or []]
                 and list(_endpoints_of(live, str(lm.get("namespace") or ""), shaped))
                 == list(body.get("endpoints") or []))
 
 
-def _canonical_port(p: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (p.get("name") or "", p.get("port"), p.get("protocol") or "TCP",
-            p.get("appProtocol"))
-
-
 def slice_prefix(stable: str, family: str) -> str:
-    """The names of the tool's slices of one stable name and family: `<name>-dcgm-migrate-<n>`
-    for IPv4 (as before dual-stack), `<name>-dcgm-migrate-ipv6-<n>` for IPv6."""
+    """`<name>-dcgm-migrate-<n>` for IPv4 (as before dual-stack), `...-ipv6-<n>` for IPv6."""
     return f"{stable}-dcgm-migrate-" + ("" if family == IPV4 else f"{family.lower()}-")
 
 
-def _free_name(prefix: str, taken: set[str]) -> str:
-    i = 0
-    while f"{prefix}{i}" in taken:
-        i += 1
-    return f"{prefix}{i}"
-
-
 def _delete(sl: Mapping[str, Any], stable: str, why: str) -> SliceWrite:
-    return SliceWrite(DELETE, o.name(sl), stable, why,
-                      resource_version=o.resource_version(sl))
+    return SliceWrite(DELETE, o.name(sl), stable, why, resource_version=o.resource_version(sl))
 
 
 def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[str, Any]],
                  namespace: str, catalog: Catalog, keeper: Keeper,
                  shaped: ShapedEndpoints | None = None) -> list[SliceWrite]:
-    """The writes that make the shared slices of `stable` hold `share`'s endpoints, one set of
-    slices per address family (none for `share` None: every shared slice of that name goes).
-    A slice of a family the Service no longer serves is deleted."""
+    """The writes that make the shared slices of `stable` hold `share`'s endpoints, one slice
+    set per family (`share` None, or a family no longer served: its slices go)."""
     by_family: dict[str, list[Obj]] = {}
     for sl in sorted(existing, key=o.name):
         by_family.setdefault(_address_type(sl), []).append(dict(sl))
@@ -324,9 +289,8 @@ def slice_writes(share: Share | None, stable: str, existing: Sequence[Mapping[st
 def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj],
                    namespace: str, catalog: Catalog, keeper: Keeper,
                    shaped: ShapedEndpoints | None) -> list[SliceWrite]:
-    """One family's writes. Like the EndpointSlice controller's reconciler, an endpoint stays
-    in the slice that has it, new ones fill slices with room before a new slice is made, and
-    a slice left empty is deleted, so one pod's change is one write."""
+    """One family's writes. As the EndpointSlice controller does, an endpoint stays where it
+    is, new ones fill slices with room first, and an emptied slice goes: one pod, one write."""
     endpoints = share.by_family[family]
     if not endpoints:
         return [_delete(sl, stable, "no GPUCluster pod to share") for sl in current]
@@ -341,10 +305,11 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
         if room > 0 and rest:
             placed[name] += rest[:room]
             rest = rest[room:]
-    taken = set(placed)
+    taken, i = set(placed), 0
     new: dict[str, list[Obj]] = {}
     while rest:
-        name = _free_name(slice_prefix(stable, family), taken)
+        while (name := f"{slice_prefix(stable, family)}{i}") in taken:
+            i += 1
         taken.add(name)
         new[name], rest = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:]
     out = []
@@ -382,8 +347,7 @@ def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[st
                keeper: Keeper, *, enabled: bool, shaped: ShapedEndpoints | None = None
                ) -> tuple[list[Share], list[SliceWrite]]:
     """Every shared name and every write its slices need; with `enabled` False (the alias
-    phase is not completed) every shared slice goes. A caller that reads the same slices
-    again passes its `shaped`, so each slice version is shaped once."""
+    phase is not completed) every shared slice goes."""
     all_slices = list(slices)
     found = shares(snapshot, catalog, all_slices, shaped) if enabled else []
     ours = shared_slices(all_slices, catalog.common)

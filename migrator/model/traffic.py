@@ -1,32 +1,27 @@
-"""Where a stable name sends its consumers' traffic: the verdict's checks that a name which
-exists and lists endpoints delivers them to DCGM (model/outcome.py). Which checks are
-traffic-critical is defined once, in model/findings.py (`TRAFFIC_CHECKS`).
-
-A Service can look whole — it exists, is Local, lists a ready endpoint on every node — and
-still misroute or drop what its consumers send:
-
-- `no-foreign-endpoints`: a Ready pod outside the name's DaemonSets carries the label it
-  selects by, so it is an endpoint too; under `internalTrafficPolicy: Local` it may be the one
-  a node's consumers reach. Only the `--allow-foreign-pods` the state recorded for that Service
-  (the SRE's decision that those pods belong there) lets it pass.
-- `ports-served`: a port whose targetPort no container of the name's DaemonSets declares (a
-  number no container lists, a name none has), so kube-proxy forwards to a port nothing
-  serves (upstream `findPort`, kubernetes `staging/src/k8s.io/endpointslice/utils.go`,
-  resolves a named targetPort against the pod's containers and restartable init containers).
-
-Pure: a Snapshot in, findings out."""
-
+"""Where a stable name sends its consumers' traffic: the verdict's checks (model/outcome.py)
+that a name which exists and lists endpoints delivers them to DCGM (the traffic-critical checks
+are listed once, `findings.TRAFFIC_CHECKS`). Pure: a Snapshot in, findings out.
+`no-foreign-endpoints`: a Ready pod outside the name's DaemonSets that its selector picks (unless
+`--allow-foreign-pods` was recorded); `ports-served`: a targetPort no container declares, as
+upstream `findPort` resolves it; `guard-live`, `shared-endpoints`: the guard's slices, judged
+as kube-proxy meets them (a guard Lease held now, every ready endpoint a live Ready pod).
+"""
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from migrator.model import gates as g
 from migrator.model import objects as o
-from migrator.model.findings import TRAFFIC_CHECKS, Finding, Need, named, traffic_critical
+from migrator.model import sharing
+from migrator.model.findings import TRAFFIC_CHECKS, Finding, Need, alive, named, traffic_critical
+from migrator.model.snapshot import EndpointView, PodView, Snapshot
+from migrator.model.stacks import Catalog
 
-__all__ = ["TRAFFIC_CHECKS", "foreign_endpoints", "ports_served", "traffic_critical"]
-from migrator.model.snapshot import Snapshot
+__all__ = ["TRAFFIC_CHECKS", "foreign_endpoints", "lease_live", "ports_served", "shared_findings",
+           "traffic_critical"]
+GUARD_COMMAND = "dcgm-migrate guard -n {ns}"  # in-cluster: docs/guard.yaml
 
 
 def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
@@ -61,16 +56,6 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
         "belong behind this name, switch with --allow-foreign-pods (recorded in the state)")
 
 
-def _containers(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[Mapping[str, Any]]:
-    """The containers of these DaemonSets' templates, restartable init containers too."""
-    out: list[Mapping[str, Any]] = []
-    for name in daemonsets:
-        spec = o.dig(snapshot.daemonsets.get(name) or {}, "spec", "template", "spec") or {}
-        out += list(spec.get("containers") or [])
-        out += [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    return out
-
-
 def _unserved(port: Mapping[str, Any], declared: list[Mapping[str, Any]]) -> str | None:
     """Why no container serves this Service port's targetPort (None: one does, or the
     templates declare no port to judge by)."""
@@ -91,8 +76,12 @@ def _unserved(port: Mapping[str, Any], declared: list[Mapping[str, Any]]) -> str
 def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: str) -> Finding:
     """Every port of the Service reaches a port a container of its DaemonSets declares."""
     subject = f"Service/{need.service}"
-    declared = [p for c in _containers(snapshot, (c.daemonset for c in need.components))
-                for p in c.get("ports") or []]
+    declared: list[Mapping[str, Any]] = []
+    for comp in need.components:  # containers and restartable init containers, as findPort
+        spec = o.dig(snapshot.daemonsets.get(comp.daemonset), "spec", "template", "spec") or {}
+        runs = list(spec.get("containers") or []) + [
+            c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        declared += [p for c in runs for p in c.get("ports") or []]
     ports = o.dig(svc, "spec", "ports") or []
     bad = [why for port in ports if (why := _unserved(port, declared))]
     if bad:
@@ -101,3 +90,121 @@ def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: st
     plural = "s" if len(ports) != 1 else ""
     return Finding("ports-served", subject, True,
                    f"{len(ports)} port{plural}, each to a port its containers declare")
+
+
+def _renewed(lease: Mapping[str, Any]) -> datetime | None:
+    text = o.dig(lease, "spec", "renewTime")
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
+
+
+def lease_live(lease: Mapping[str, Any], now: datetime | None) -> bool:
+    """Does a replica hold this Lease, renewed within its duration as of `now` (None: a
+    snapshot with no read time, judged by the holder alone)?"""
+    spec = lease.get("spec") or {}
+    if not spec.get("holderIdentity"):
+        return False
+    renewed = _renewed(lease)
+    if now is None or renewed is None:
+        return now is None
+    return renewed + timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0)) >= now
+
+
+def _lease_detail(leases: Sequence[Mapping[str, Any]], now: datetime | None) -> str:
+    if not leases:
+        return "no guard Lease exists"
+    parts = []
+    for lease in leases:
+        holder = o.dig(lease, "spec", "holderIdentity") or "no holder"
+        renewed = _renewed(lease)
+        age = (f"renewed {int((now - renewed).total_seconds())} s ago" if now and renewed
+               else "never renewed")
+        parts.append(f"Lease/{o.name(lease)} ({holder}, {age}, lasts "
+                     f"{o.dig(lease, 'spec', 'leaseDurationSeconds') or 0} s)")
+    return ", ".join(parts)
+
+
+def _guard_live(snapshot: Snapshot, names: Sequence[str]) -> Finding:
+    subject = "Lease/guard"
+    shown = named(f"Service/{n}" for n in names)
+    if not snapshot.leases_read:
+        return Finding("guard-live", subject, False,
+                       f"cannot tell whether a guard keeps {shown}: listing Leases is refused",
+                       f"grant list on coordination.k8s.io leases in {snapshot.namespace} "
+                       "(docs/rbac.yaml)")
+    leases = snapshot.guard_leases
+    live = [lease for lease in leases if lease_live(lease, snapshot.taken_at)]
+    if live:
+        return Finding("guard-live", subject, True,
+                       f"{_lease_detail(live, snapshot.taken_at)} keeps {shown}")
+    return Finding("guard-live", subject, False,
+                   f"{shown} depend on the guard's EndpointSlices and no guard runs: "
+                   f"{_lease_detail(leases, snapshot.taken_at)}",
+                   f"run `{GUARD_COMMAND.format(ns=snapshot.namespace)}` (in-cluster: "
+                   "docs/guard.yaml); its first pass repairs the slices")
+
+
+def _stale(pods: Mapping[str, PodView], ep: EndpointView) -> str:
+    """Why a shared endpoint routes nowhere ("" when it is a live Ready pod of the name's
+    DaemonSets on its node); `pods`: those DaemonSets' pods by uid and by name."""
+    pod = pods.get(ep.uid) if ep.uid else pods.get(ep.pod or "")
+    where = f"{ep.pod or ep.address} on {ep.node or 'no node'}"
+    if pod is None or pod.deleting:
+        return f"{where}: the pod is gone"
+    if pod.node != ep.node:
+        return f"{where}: the pod runs on {pod.node}"
+    if not pod.ready:
+        return f"{where}: the pod is not Ready"
+    return ""
+
+
+def _joining_nodes(snapshot: Snapshot, need: Need) -> set[str]:
+    """Nodes whose pod of a shared name's kind is a GPUCluster pod that no pod of the stack
+    owning the name stands beside: the nodes that reach the name only through the guard."""
+    nodes = {c.stack: {p.node for p in alive(snapshot.pods_of(c.daemonset))}
+             for c in need.components}
+    joining = set().union(*(nodes[c.stack] for c in need.components if c.alias))
+    owning = set().union(*(nodes[c.stack] for c in need.components if not c.alias))
+    return joining - owning
+
+
+def shared_findings(snapshot: Snapshot, catalog: Catalog, needs: Sequence[Need]
+                     ) -> list[Finding]:
+    """The guard's slices, judged as kube-proxy meets them (module docstring)."""
+    ns = snapshot.namespace
+    tool = catalog.common.managed_by.value
+    shared = {c.alias for c, _, _ in sharing.shared_names(snapshot, catalog)}
+    out = []
+    kept: list[str] = []
+    for need in needs:
+        ours = [e for e in snapshot.endpoints_of(need.service).endpoints if e.managed_by == tool]
+        if not ours and not (need.service in shared and _joining_nodes(snapshot, need)):
+            continue
+        kept.append(need.service)
+        subject = f"Service/{need.service}"
+        delete = (f"`kubectl -n {ns} delete endpointslices -l {sharing.MANAGED_BY_LABEL}={tool},"
+                  f"{sharing.SERVICE_NAME_LABEL}={need.service}`")
+        if need.service not in shared:
+            out.append(Finding("shared-endpoints", subject, False,
+                               f"{len(ours)} endpoints of the tool's EndpointSlices are left on "
+                               "a name that is not shared any more (handed over, or the "
+                               f"tool's alias): {named({e.slice for e in ours})}",
+                               f"the guard deletes them on its next pass, or: {delete}"))
+            continue
+        pods = {key: p for c in need.components for p in snapshot.pods_of(c.daemonset)
+                for key in (p.uid, p.name)}  # one index per name, not a scan per endpoint
+        stale = [why for e in ours if e.ready for why in [_stale(pods, e)] if why]
+        if stale:
+            out.append(Finding("shared-endpoints", subject, False,
+                               f"{len(stale)} ready endpoints of the tool's EndpointSlices "
+                               f"route to no Ready pod: {named(stale)}",
+                               f"run `{GUARD_COMMAND.format(ns=ns)}` (in-cluster: "
+                               f"docs/guard.yaml), whose first pass rewrites them, or: {delete}"))
+        else:
+            out.append(Finding("shared-endpoints", subject, True,
+                               f"{len(ours)} shared endpoints, each a Ready pod on its node"))
+    if kept:
+        out.insert(0, _guard_live(snapshot, kept))
+    return out

@@ -12,8 +12,8 @@ import pytest
 from dcgm_sim.server import ADMIN_TOKEN
 from migrator.engine.reads import read_snapshot
 from migrator.kube import Kube, RetryPolicy
-from migrator.model.sharedfindings import lease_live
 from migrator.model.stacks import load_catalog
+from migrator.model.traffic import lease_live
 from tests.helpers.clock import FakeClock
 
 Api = Any

@@ -38,11 +38,9 @@ from migrator.engine.guardloop import VERDICT, WAKE, Cadence, Queued
 from migrator.engine.guardreconcile import PassResult, Reconciler, slice_view
 from migrator.engine.guardsettings import DEFAULT_LEASE, GuardSettings, timing, verdict_due
 from migrator.engine.guardwrites import Writers
-from migrator.engine.health import Health
 from migrator.engine.informer import Informer, Reflector, pod_selectors, pod_view
 from migrator.engine.leader import LeaseLock
-from migrator.engine.metrics import GuardMetrics
-from migrator.engine.serving import MetricsServer
+from migrator.engine.serving import GuardMetrics, Health, MetricsServer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds

@@ -28,7 +28,7 @@ from migrator.engine.guardsettings import (
     cached_verdict_due,
     verdict_due,
 )
-from migrator.engine.health import Health
+from migrator.engine.serving import Health
 from migrator.errors import APIError, ClusterError
 from migrator.model import guarding, kinds
 from migrator.model import objects as o

@@ -30,8 +30,8 @@ from migrator.engine.guardsettings import GuardSettings
 from migrator.engine.guardwrites import Refusal, Writers
 from migrator.engine.informer import Informer, Reflector
 from migrator.engine.leader import LeaseLock
-from migrator.engine.metrics import GuardMetrics
 from migrator.engine.reads import read_pods, read_snapshot
+from migrator.engine.serving import GuardMetrics
 from migrator.engine.state import ConfigMapStateStore, State, holds
 from migrator.engine.wholepods import WholePods
 from migrator.errors import ClusterError

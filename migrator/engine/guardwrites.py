@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from migrator.engine import slicewrites
 from migrator.engine.clock import Clock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
-from migrator.engine.metrics import GuardMetrics
+from migrator.engine.serving import GuardMetrics
 from migrator.errors import APIConflict, APIError, APIInvalid, APINotFound, APITestFailed
 from migrator.model import guarding, kinds, sharing
 from migrator.model import objects as o

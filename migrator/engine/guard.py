@@ -1,26 +1,13 @@
 """`dcgm-migrate guard`: keeps the tool-owned aliases safe while the operator re-renders, and
 shares the stable names when both stacks run (docs/architecture.md, "engine/guard").
 
-Composed as controller-runtime's `Manager` composes a controller (pkg/manager/internal.go,
-`controllerManager.Start`): small parts with one job each, wired here and nowhere else.
-
-- the **cache**: one informer per watched resource (`engine/informer.py`): DaemonSets and
-  Services whole, the stable names' EndpointSlices without managedFields, and the DCGM pods as
-  printed rows (one per pod selector of the catalog, for the verdict only); a pass reads them,
-  not the API, and a read waits for the guard's own last write (`_saw`). The verdict is taken
-  from them after each change (debounced), the whole read kept as its periodic cross-check;
-- **leader election** on its own thread (`engine/elector.py`): one replica leads, renewing
-  its Lease however long a pass takes; its fence closes the writers the moment a renewal
-  misses its deadline;
-- the **reconciler** (`engine/guardreconcile.py`), whose decisions are pure
-  (`model/guarding.py`, `model/sharing.py`), and the **writers** (`engine/guardwrites.py`);
-- the **loop** that says when (`engine/guardloop.py`);
-- **metrics** (`engine/metrics.py`) and **probes** (`engine/health.py`), served on one port by
-  `engine/serving.py` when `run` is given one, and **Events** (`engine/events.py`).
-
-Shared slices belong to the guard's Lease (`sharing.Keeper`): deleting the guard with its
-manifest lets the garbage collector remove them, and `verify` requires the Lease renewed
-wherever the stable names depend on them (`model/outcome.py`).
+Composed as controller-runtime's `Manager` composes a controller, wired here and nowhere else:
+the cache (one informer per watched resource, `engine/informer.py`; a read waits for the
+guard's own last write, `_saw`), leader election on its own thread (`engine/elector.py`, whose
+fence closes the writers when a renewal misses its deadline), the reconciler and writers
+(`engine/guardreconcile.py`, `engine/guardwrites.py`), the loop (`engine/guardloop.py`), and
+metrics and probes on one port (`engine/serving.py`). Shared slices belong to the guard's Lease,
+so deleting the guard lets the garbage collector remove them.
 """
 
 from __future__ import annotations
@@ -34,11 +21,24 @@ from typing import TYPE_CHECKING, Any
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.elector import LeaderElector
 from migrator.engine.events import Recorder
-from migrator.engine.guardloop import VERDICT, WAKE, Cadence, Queued
-from migrator.engine.guardreconcile import PassResult, Reconciler, slice_view
-from migrator.engine.guardsettings import DEFAULT_LEASE, GuardSettings, timing, verdict_due
+from migrator.engine.guardloop import (
+    VERDICT,
+    WAKE,
+    Cadence,
+    Queued,
+    cached_verdict_due,
+    timing,
+    verdict_due,
+)
+from migrator.engine.guardreconcile import (
+    DEFAULT_LEASE,
+    GuardSettings,
+    PassResult,
+    Reconciler,
+    slice_view,
+)
 from migrator.engine.guardwrites import Writers
-from migrator.engine.informer import Informer, Reflector, pod_selectors, pod_view
+from migrator.engine.informer import Informer, Reflector, pod_selectors, pod_view, whole
 from migrator.engine.leader import LeaseLock
 from migrator.engine.serving import GuardMetrics, Health, MetricsServer
 from migrator.engine.wholepods import WholePods
@@ -54,12 +54,12 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
-__all__ = ["DEFAULT_LEASE", "Guard", "GuardSettings", "PassResult", "verdict_due"]
+__all__ = ["DEFAULT_LEASE", "Guard", "GuardSettings", "PassResult", "cached_verdict_due",
+           "timing", "verdict_due"]
 
 
 class Guard:
-    """One guard replica: its parts (module docstring), `reconcile` once or `run` until
-    stopped."""
+    """One guard replica: `reconcile` once or `run` until stopped."""
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
@@ -73,7 +73,7 @@ class Guard:
         self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
                                         lease_seconds=settings.lease_seconds, clock=self.clock,
                                         labels={mb.key: mb.value})
-        self.metrics = metrics or GuardMetrics()  # its own registry (engine/metrics.py)
+        self.metrics = metrics or GuardMetrics()
         self.health = Health(self.clock, settings.stall_seconds)
         self._noted: set[str] = set()
         self.recorder = Recorder(kube, settings.identity, self.clock, log=self.note,
@@ -94,7 +94,6 @@ class Guard:
 
     @property
     def passes(self) -> int:
-        """Full passes completed (a pass that raised is not one)."""
         return self.reconciler.passes
 
     def reconcile(self, since: float | None = None) -> PassResult:
@@ -114,23 +113,19 @@ class Guard:
         self.health.leading = leading
 
     def _watches(self) -> dict[str, tuple[int, int]]:
-        """(failures, relists) of every watch the loop runs, for the metrics."""
         caches: list[tuple[str, Reflector[Any]]] = [*self.caches.items(),
                                                     *self.pod_caches.items()]
         return {plural: (r.failures, r.relists) for plural, r in caches}
 
     def _saw(self, kind: Kind, obj: Obj) -> None:
-        """The guard wrote or read `obj` (`Kube.observe`): a cache read waits until its watch
-        has delivered that version (engine/informer.py), so a pass never decides again on a
-        view older than its own last write."""
+        """The guard wrote or read `obj`: a cache read waits until its watch delivered it."""
         for cache in self.caches.values():
             cache.saw(kind, obj)
         for pods in self.pod_caches.values():
             pods.saw(kind, obj)
 
     def _start(self, key: str, cache: Reflector[Any], stop: threading.Event) -> None:
-        """Start one informer, retrying while the API refuses (a pass lists meanwhile);
-        `key`: its name among the caches, under which readiness waits for it."""
+        """Start one informer, retrying while the API refuses (a pass lists meanwhile)."""
         name = f"watch/{key}"
         while not stop.is_set():
             try:
@@ -143,13 +138,9 @@ class Guard:
                 stop.wait(self.settings.retry_seconds)
 
     def run(self, stop: threading.Event, *, serve: tuple[str, int] | None = None) -> None:
-        """Until `stop` is set: elect (on the elector's thread), react to events, resync; on
-        the way out give the Lease up so a standby takes over at once. `serve`: (host, port)
-        to serve `/metrics`, `/healthz` and `/readyz` on meanwhile.
-
-        Each informer lists, then watches from that version and is retried however its watch
-        fails; every event reaches the loop with its arrival time. A watch request ends
-        within its timeout, so liveness checks only that each informer's thread still runs."""
+        """Until `stop`: elect, react to events, resync; on the way out give the Lease up so a
+        standby takes over at once. `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`.
+        A watch request ends within its timeout: liveness checks only each watch thread runs."""
         server = MetricsServer(serve, self.metrics.registry, self.health) if serve else None
         if server is not None:
             self.log(f"serving /metrics, /healthz, /readyz on {server.url}")
@@ -167,7 +158,7 @@ class Guard:
         self.caches = {kind.plural: Reflector(self.kube, kind, self.namespace, keep, selector,
                                               changed=changed, clock=self.clock)
                        for kind, keep, selector in (
-                           (kinds.DAEMONSET, _whole, None), (kinds.SERVICE, _whole, None),
+                           (kinds.DAEMONSET, whole, None), (kinds.SERVICE, whole, None),
                            (kinds.ENDPOINTSLICE, slice_view, self.reconciler.slice_selector()))}
         self.pod_caches = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace,
                                                     pod_view, sel, printed=True,
@@ -212,10 +203,6 @@ class Guard:
                 self.log(f"released Lease/{self.settings.lease_name}")
             if server is not None:
                 server.close()
-
-
-def _whole(obj: Obj) -> Obj:
-    return obj
 
 
 def _thread_ended(cache: Reflector[Any], stop: threading.Event) -> str:

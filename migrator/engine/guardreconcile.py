@@ -1,19 +1,9 @@
-"""The guard's reconciler: read, decide, hand to the writers. Decisions are pure and live in
-`model/guarding.py` (the aliases: hold, release, clear, sync, create again) and `model/sharing.py`
-(the shared EndpointSlices); writing is `engine/guardwrites.py`'s; when to reconcile is
-`engine/guardloop.py`'s; the cache, the election, metrics and probes are composed around it by
-`engine/guard.py`.
-
-Two entry points, as the race demands (docs/architecture.md, "engine/guard"):
-
-- `on_daemonset`, the fast path: from one DaemonSet watch event, one list of the tool's Services
-  and at most one guarded patch per alias whose template lost the common label; no snapshot.
-- `reconcile`, a full pass: the snapshot (pods only when a release could be due), the state,
-  every correction, the aliases to create again, the shared slices, and what they tell
-  `/metrics` and the Events.
-
-Reads come from the loop's informers while it runs (current up to the guard's own writes) and
-from one list each otherwise (`guard --once`).
+"""The guard's reconciler: read, decide (pure: `model/guarding.py`, `model/sharing.py`), hand to
+the writers (`engine/guardwrites.py`); its knobs (`GuardSettings`). Two entry points, as the race
+demands: `on_daemonset`, the fast path (one DaemonSet event, one list of the tool's Services, a
+guarded patch per alias whose template lost the common label), and `reconcile`, a full pass
+(snapshot, state, corrections, aliases created again, shared slices, metrics and Events).
+Reads come from the loop's informers while it runs, else from one list each (`guard --once`).
 """
 
 from __future__ import annotations
@@ -23,16 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
-from migrator.engine import slicewrites
 from migrator.engine.clock import Clock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
-from migrator.engine.guardsettings import GuardSettings
-from migrator.engine.guardwrites import Refusal, Writers
+from migrator.engine.guardwrites import WORKERS, Refusal, Writers, caught_up, covered_nodes
 from migrator.engine.informer import Informer, Reflector
 from migrator.engine.leader import LeaseLock
 from migrator.engine.reads import read_pods, read_snapshot
 from migrator.engine.serving import GuardMetrics
-from migrator.engine.state import ConfigMapStateStore, State, holds
+from migrator.engine.state import ConfigMapStateStore, PhaseRecord, State, holds
 from migrator.engine.wholepods import WholePods
 from migrator.errors import ClusterError
 from migrator.model import aliasing, guarding, kinds, outcome, reach, sharing
@@ -49,6 +37,33 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
+DEFAULT_LEASE = "dcgm-migrate-guard"
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    lease_name: str = DEFAULT_LEASE
+    identity: str = "dcgm-migrate-guard"
+    lease_seconds: int = 15  # client-go's default LeaseDuration
+    retry_seconds: float = 2.0  # client-go's default RetryPeriod: renew / try to acquire
+    # client-go's RenewDeadline: a leader not renewed this long stops writing (None: two
+    # thirds of the lease, `guardloop.timing`).
+    renew_deadline_seconds: float | None = None
+    resync_seconds: float = 30.0  # a full pass at least this often
+    min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
+    # The verdict from the caches, once the changes it watches have been quiet this long (or
+    # `VERDICT_DEBOUNCE_MAX` times it after the first of a burst): a node failure in seconds.
+    verdict_debounce_seconds: float = 1.0
+    # The whole read of the namespace, the cached one's cross-check: at most this often, and
+    # only after a change it reads (`verdict_due`)...
+    verdict_seconds: float = 300.0
+    # ... and at least this often regardless (a pod relabelled by hand shows in no event).
+    verdict_idle_seconds: float = 3600.0
+    write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
+    stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
+    # After a stable name changes hands, passes follow its events without `min_pass_seconds`
+    # this long: the EndpointSlice controller empties the old owner's slices a moment later.
+    takeover_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -70,21 +85,23 @@ class PassResult:
                 "created": list(self.created), "failed": [str(f) for f in self.failed]}
 
 
+def _completed(state: State | None, phase: int) -> PhaseRecord | None:
+    record = state.phase(phase) if state is not None else None
+    return record if record is not None and holds(record.status) else None
+
+
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
-    """Alias → the selector the phase that switches selectors recorded for it, while that
-    phase is completed: the only aliases the guard may move forward again."""
-    record = state.phase(phases.selector_phase().NUMBER) if state is not None else None
-    if record is None or not holds(record.status):
-        return {}
-    changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps())
+    """Alias → the selector the selector phase recorded for it, while that phase is completed:
+    the only aliases the guard may move forward again."""
+    record = _completed(state, phases.selector_phase().NUMBER)
+    changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps()) if record else ()
     return {name: dict(change[1]) for name, change in changes if change is not None}
 
 
 def aliases_completed(state: State | None) -> bool:
-    """Has the phase that creates the aliases completed (and not been rolled back)? Only then
-    may the guard create what that phase would: a shared slice, an alias again."""
-    record = state.phase(phases.alias_phase().NUMBER) if state is not None else None
-    return record is not None and holds(record.status)
+    """Has the alias phase completed (not rolled back)? Only then may the guard create what it
+    would: a shared slice, an alias again."""
+    return _completed(state, phases.alias_phase().NUMBER) is not None
 
 
 def slice_view(obj: Obj) -> Obj:
@@ -94,7 +111,7 @@ def slice_view(obj: Obj) -> Obj:
 
 
 class Reconciler:
-    """Reads, decisions handed to the writers, and what a pass reports (module docstring)."""
+    """Reads, decisions handed to the writers, and what a pass reports."""
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog, settings: GuardSettings,
                  *, clock: Clock, lease: LeaseLock, metrics: GuardMetrics, recorder: Recorder,
@@ -106,20 +123,16 @@ class Reconciler:
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
-        # The loop's informers (kind plural → cache), set by the runner while it runs.
+        # Set by the runner while it runs: the loop's informers (kind plural → cache), and the
+        # same with the DCGM pods' as the verdict reads them (None: each verdict a whole read).
         self.caches: dict[str, Reflector[Obj]] = {}
-        # The same caches with the DCGM pods' (printed rows), as the verdict reads them; set
-        # by the runner while it runs (None: every verdict is a whole read).
         self.verdict_cache: Informer | None = None
         # The Services switched with --allow-foreign-pods, as the last state read said.
         self.foreign_allowed: frozenset[str] = frozenset()
 
-    # ---- reads -------------------------------------------------------------------------------
-
     def _listed(self, kind: Kind, view: Callable[[Obj], Obj] | None = None,
                 selector: str | None = None) -> list[Obj]:
-        """Every `kind` of the namespace: the loop's cache while it runs (which keeps each as
-        `view`), else one list, each as `view` keeps it."""
+        """Every `kind` of the namespace, as `view` keeps it: the loop's cache, else one list."""
         cache = self.caches.get(kind.plural)
         if cache is not None and cache.alive:
             return cache.items()
@@ -132,14 +145,10 @@ class Reconciler:
                 if o.labels(s).get(mb.key) == mb.value}
 
     def read(self, *, pods: bool = True) -> Snapshot:
-        """What a full pass needs, from this namespace only (the guard's Role is namespaced):
-        the catalog's DaemonSets, every Service, and (`pods`) the pods of those DaemonSets.
-
-        The pods come as printed rows (`model/printed.py`) with no EndpointSlice to contradict
-        them, so the pods of a node that stopped reporting look Ready here while their
-        containers do. That cannot move an alias forward early: the release gates pass only
-        once every live pod carries the common label, and then the same pods stand on both
-        sides of the superset check, Ready or not."""
+        """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods as
+        printed rows, from this namespace only. A row may look Ready while its node stopped
+        reporting; that cannot release early: the same pods stand on both sides of the
+        superset gate."""
         wanted = {c.daemonset for c in self.catalog.components}
         daemonsets = {o.name(d): d for d in self._listed(kinds.DAEMONSET)
                       if o.name(d) in wanted}
@@ -151,14 +160,10 @@ class Reconciler:
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def verdict(self, *, cached: bool = False) -> Verdict:
-        """The verdict on the namespace as it is now (`model/outcome.py`), from what the
-        guard's namespaced Role may read; doubtful printed pods are read whole by listing
-        their selectors (the Role lists pods, never gets one). `cached`: from the loop's
-        caches (`verdict_cache`) — no read but the Leases' and the doubtful pods' — else one
-        whole read, the cross-check."""
+        """The verdict (`model/outcome.py`) from what the namespaced Role may read: one whole
+        read, or (`cached`) the loop's caches with this guard's own Lease as last renewed
+        standing for the Leases."""
         cache = self.verdict_cache if cached else None
-        # While leading from the caches, its own Lease as last renewed (the renewal's answer)
-        # stands for the Leases: this guard keeps the names, and nothing is listed.
         own = self.lease.lease if cache is not None else None
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), cache=cache, clock=self.clock,
@@ -178,8 +183,7 @@ class Reconciler:
             return None
 
     def read_state(self) -> tuple[State | None, bool]:
-        """(the migration state, whether it could be read): an unreadable state moves
-        nothing forward and removes nothing shared."""
+        """(the state, whether readable): an unreadable one moves and shares nothing anew."""
         try:
             stored = self.store.load()
         except ClusterError as exc:
@@ -208,18 +212,14 @@ class Reconciler:
         return out
 
     def keeper(self) -> sharing.Keeper:
-        """What the shared slices belong to: this guard's Lease (created with no holder when
-        no replica has led yet, as under `--once`)."""
+        """What the shared slices belong to: this guard's Lease (created if none yet)."""
         lease = self.lease.lease
         if lease is None or not o.meta(lease).get("uid"):
             lease = self.lease.ensure()
         return sharing.Keeper.of(lease)
 
-    # ---- the two paths -----------------------------------------------------------------------
-
     def on_daemonset(self, daemonset: Obj, since: float | None = None) -> list[Correction]:
-        """The fast path: from one DaemonSet event (arrived at `since`), hold the aliases
-        whose template lost the label."""
+        """The fast path: hold the aliases whose DaemonSet's template lost the label."""
         comps = [c for c in self.catalog.components if c.daemonset == o.name(daemonset)]
         labels = o.template_labels(daemonset)
         if all(labels.get(c.common_label.key) == c.common_label.value for c in comps):
@@ -230,8 +230,7 @@ class Reconciler:
         return done
 
     def reconcile(self, since: float | None = None) -> PassResult:
-        """One full pass: read, decide (hold, release, re-sync), write. `since`: when the
-        oldest watch event it answers arrived (monotonic; None: the pass's own start)."""
+        """One full pass. `since`: when the oldest event it answers arrived (monotonic)."""
         result = self._pass(self.clock.monotonic() if since is None else since)
         self.passes += 1
         return result
@@ -260,7 +259,7 @@ class Reconciler:
         if created:
             self.metrics.repaired("alias", self.clock.monotonic() - since)
         names = sharing.shared_names(snap, self.catalog)
-        slices = slicewrites.caught_up(self.read_slices(),
+        slices = caught_up(self.read_slices(),
                                        {c.alias or "": c.service for c, _, _ in names})
         needed = (enabled and names) or sharing.shared_slices(slices, self.catalog.common)
         keeper = self.keeper() if needed else None
@@ -273,7 +272,7 @@ class Reconciler:
                           f"differ: {conflict}")
         decided = self.clock.monotonic()
         written, refused = self.writers.write_slices(writes,
-                                                     covered=slicewrites.covered_nodes(slices))
+                                                     covered=covered_nodes(slices))
         if writes:
             self.log(f"slice writes: {len(writes)} decided {(decided - began) * 1000:.0f} ms "
                      f"into the pass ({(began - since) * 1000:.0f} ms after its first event), "
@@ -288,8 +287,7 @@ class Reconciler:
     def _report_slices(self, snap: Snapshot, shared: Sequence[sharing.Share],
                        written: Sequence[SliceWrite], refused: Sequence[Refusal],
                        since: float) -> None:
-        """One Event per stable Service whose slices this pass wrote or could not write, and
-        the repair time of each."""
+        """An Event per stable Service whose slices were written or refused; repair times."""
         by_name = {s.name: s for s in shared}
         for name in sorted({w.service for w in written}):
             mine = [w for w in written if w.service == name]

@@ -232,7 +232,7 @@ def pod_view(pod: Obj) -> PodView:
     return PodView.of(pod)
 
 
-def _whole(obj: Obj) -> Obj:
+def whole(obj: Obj) -> Obj:
     return obj
 
 
@@ -255,9 +255,9 @@ class Informer:
     def start(cls, kube: Kube, namespace: str, catalog: Catalog,
               clock: Clock | None = None) -> Informer:
         inf = cls(kube, namespace,
-                  Reflector(kube, kinds.DAEMONSET, namespace, _whole, clock=clock),
-                  Reflector(kube, kinds.SERVICE, namespace, _whole, clock=clock),
-                  Reflector(kube, kinds.ENDPOINTSLICE, namespace, _whole, clock=clock),
+                  Reflector(kube, kinds.DAEMONSET, namespace, whole, clock=clock),
+                  Reflector(kube, kinds.SERVICE, namespace, whole, clock=clock),
+                  Reflector(kube, kinds.ENDPOINTSLICE, namespace, whole, clock=clock),
                   tuple(Reflector(kube, kinds.POD, namespace, pod_view, sel, printed=True,
                                   clock=clock)
                         for sel in pod_selectors(catalog)))

@@ -44,9 +44,7 @@ from migrator.engine.serving import GuardMetrics, Health, MetricsServer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds
-from migrator.model.kinds import Kind
 from migrator.model.outcome import Verdict
-from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
@@ -88,9 +86,9 @@ class Guard:
                                      lease=self.lease, metrics=self.metrics,
                                      recorder=self.recorder, writers=self.writers, log=log,
                                      note=self.note)
-        self.caches: dict[str, Reflector[Obj]] = {}
-        self.pod_caches: dict[str, Reflector[PodView]] = {}  # "pods <selector>" → cache
-        self.metrics.status.watches = self._watches
+        self.caches: dict[str, Reflector[Any]] = {}  # plural, or "pods <selector>" → cache
+        self.metrics.status.watches = lambda: {k: (r.failures, r.relists)
+                                               for k, r in self.caches.items()}
 
     @property
     def passes(self) -> int:
@@ -111,18 +109,6 @@ class Guard:
 
     def _attempted(self, leading: bool) -> None:
         self.health.leading = leading
-
-    def _watches(self) -> dict[str, tuple[int, int]]:
-        caches: list[tuple[str, Reflector[Any]]] = [*self.caches.items(),
-                                                    *self.pod_caches.items()]
-        return {plural: (r.failures, r.relists) for plural, r in caches}
-
-    def _saw(self, kind: Kind, obj: Obj) -> None:
-        """The guard wrote or read `obj`: a cache read waits until its watch delivered it."""
-        for cache in self.caches.values():
-            cache.saw(kind, obj)
-        for pods in self.pod_caches.values():
-            pods.saw(kind, obj)
 
     def _start(self, key: str, cache: Reflector[Any], stop: threading.Event) -> None:
         """Start one informer, retrying while the API refuses (a pass lists meanwhile)."""
@@ -155,38 +141,36 @@ class Guard:
         def judge_again(_etype: str, _pod: Obj) -> None:
             changed(VERDICT, {})
 
-        self.caches = {kind.plural: Reflector(self.kube, kind, self.namespace, keep, selector,
-                                              changed=changed, clock=self.clock)
-                       for kind, keep, selector in (
-                           (kinds.DAEMONSET, whole, None), (kinds.SERVICE, whole, None),
-                           (kinds.ENDPOINTSLICE, slice_view, self.reconciler.slice_selector()))}
-        self.pod_caches = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace,
-                                                    pod_view, sel, printed=True,
-                                                    changed=judge_again, clock=self.clock)
-                           for sel in pod_selectors(self.catalog)}
-        self.reconciler.caches = self.caches
-        self.reconciler.verdict_cache = Informer(
-            self.kube, self.namespace, self.caches[kinds.DAEMONSET.plural],
-            self.caches[kinds.SERVICE.plural], self.caches[kinds.ENDPOINTSLICE.plural],
-            tuple(self.pod_caches.values()), whole=WholePods(max_gets=0))
-        every: dict[str, Reflector[Any]] = {**self.caches, **self.pod_caches}
+        caches = {kind.plural: Reflector(self.kube, kind, self.namespace, keep, selector,
+                                         changed=changed, clock=self.clock)
+                  for kind, keep, selector in (
+                      (kinds.DAEMONSET, whole, None), (kinds.SERVICE, whole, None),
+                      (kinds.ENDPOINTSLICE, slice_view, self.reconciler.slice_selector()))}
+        pods = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace, pod_view, sel,
+                                         printed=True, changed=judge_again, clock=self.clock)
+                for sel in pod_selectors(self.catalog)}
+        self.caches = {**caches, **pods}
+        self.reconciler.caches = caches
+        ds, svc, eps = caches.values()
+        informer = self.reconciler.verdict_cache = Informer(
+            self.kube, self.namespace, ds, svc, eps, tuple(pods.values()),
+            whole=WholePods(max_gets=0))
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = wake
         self.health.beat("loop")
-        for plural, cache in every.items():
-            self.health.expect(f"watch/{plural}")
-            self.health.check(f"watch/{plural}", functools.partial(_thread_ended, cache, stop))
-        unobserve = self.kube.observe(self._saw)
+        for key, cache in self.caches.items():
+            self.health.expect(f"watch/{key}")
+            self.health.check(f"watch/{key}", functools.partial(_thread_ended, cache, stop))
+        unobserve = self.kube.observe(informer.saw)  # a read waits for the guard's own write
         loop = Cadence(self.reconciler, self.elector.leading, self.health,
-                       lambda: sum(c.relists for c in self.caches.values()))
+                       lambda: sum(c.relists for c in caches.values()))
         self.recorder.start()
         self.elector.start()
         try:
             for key, cache in self.caches.items():
                 self._start(key, cache, stop)
-                changed("RESYNC", {"kind": cache.kind.kind})  # its list is a change, as ever
-            for key, pods in self.pod_caches.items():
-                self._start(key, pods, stop)
+                if key in caches:
+                    changed("RESYNC", {"kind": cache.kind.kind})  # its list is a change
             while not stop.is_set():
                 loop.tick(events, stop)
         finally:
@@ -194,7 +178,7 @@ class Guard:
             loop.close()
             unobserve()
             self.reconciler.verdict_cache = None
-            for cache in every.values():
+            for cache in self.caches.values():
                 cache.stop()
             self.recorder.stop()
             self.elector.stop()

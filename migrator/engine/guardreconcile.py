@@ -42,27 +42,22 @@ DEFAULT_LEASE = "dcgm-migrate-guard"
 
 @dataclass(frozen=True)
 class GuardSettings:
+    """The guard's knobs; the election's are client-go's defaults (15 s, 2 s)."""
+
     lease_name: str = DEFAULT_LEASE
     identity: str = "dcgm-migrate-guard"
-    lease_seconds: int = 15  # client-go's default LeaseDuration
-    retry_seconds: float = 2.0  # client-go's default RetryPeriod: renew / try to acquire
-    # client-go's RenewDeadline: a leader not renewed this long stops writing (None: two
-    # thirds of the lease, `guardloop.timing`).
-    renew_deadline_seconds: float | None = None
+    lease_seconds: int = 15
+    retry_seconds: float = 2.0  # renew / try to acquire this often
+    renew_deadline_seconds: float | None = None  # None: two thirds of the lease (`timing`)
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
-    # The verdict from the caches, once the changes it watches have been quiet this long (or
-    # `VERDICT_DEBOUNCE_MAX` times it after the first of a burst): a node failure in seconds.
-    verdict_debounce_seconds: float = 1.0
-    # The whole read of the namespace, the cached one's cross-check: at most this often, and
-    # only after a change it reads (`verdict_due`)...
-    verdict_seconds: float = 300.0
-    # ... and at least this often regardless (a pod relabelled by hand shows in no event).
-    verdict_idle_seconds: float = 3600.0
+    verdict_debounce_seconds: float = 1.0  # the cached verdict once changes are this quiet
+    verdict_seconds: float = 300.0  # the whole read at most this often, after a change...
+    verdict_idle_seconds: float = 3600.0  # ... and at least this often regardless
     write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
     stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
-    # After a stable name changes hands, passes follow its events without `min_pass_seconds`
-    # this long: the EndpointSlice controller empties the old owner's slices a moment later.
+    # No `min_pass_seconds` this long after a stable name changed hands: the EndpointSlice
+    # controller empties the old owner's slices a moment later.
     takeover_seconds: float = 10.0
 
 
@@ -139,11 +134,6 @@ class Reconciler:
         items = self.kube.list(kind, self.namespace, label_selector=selector).items
         return items if view is None else [view(i) for i in items]
 
-    def _managed_services(self) -> dict[str, Obj]:
-        mb = self.catalog.common.managed_by
-        return {o.name(s): s for s in self._listed(kinds.SERVICE)
-                if o.labels(s).get(mb.key) == mb.value}
-
     def read(self, *, pods: bool = True) -> Snapshot:
         """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods as
         printed rows, from this namespace only. A row may look Ready while its node stopped
@@ -198,18 +188,12 @@ class Reconciler:
                         for n in (c.alias, c.service)})
         return f"{sharing.SERVICE_NAME_LABEL} in ({','.join(names)})"
 
-    def read_slices(self) -> list[Obj]:
-        return self._listed(kinds.ENDPOINTSLICE, slice_view, self.slice_selector())
-
     def desired(self, snapshot: Snapshot) -> dict[str, dict[str, Any]]:
         """Alias → the body the alias phase would create from its source Service now."""
-        out = {}
-        for alias in guarding.aliases(snapshot, self.catalog):
-            source = snapshot.services.get(alias.component.service)
-            if source is not None:
-                out[alias.name] = aliasing.alias_body(snapshot.namespace, self.catalog.common,
-                                                      alias.component, source, None)
-        return out
+        return {a.name: aliasing.alias_body(snapshot.namespace, self.catalog.common, a.component,
+                                            source, None)
+                for a in guarding.aliases(snapshot, self.catalog)
+                if (source := snapshot.services.get(a.component.service)) is not None}
 
     def keeper(self) -> sharing.Keeper:
         """What the shared slices belong to: this guard's Lease (created if none yet)."""
@@ -224,8 +208,10 @@ class Reconciler:
         labels = o.template_labels(daemonset)
         if all(labels.get(c.common_label.key) == c.common_label.value for c in comps):
             return []  # not ours, or the template still carries the label: nothing to hold
+        mb = self.catalog.common.managed_by
         snap = Snapshot(self.namespace, daemonsets={o.name(daemonset): daemonset},
-                        services=self._managed_services())
+                        services={o.name(s): s for s in self._listed(kinds.SERVICE)
+                                  if o.labels(s).get(mb.key) == mb.value})
         done, _ = self.writers.apply(guarding.holds(snap, self.catalog), since=since)
         return done
 
@@ -259,8 +245,8 @@ class Reconciler:
         if created:
             self.metrics.repaired("alias", self.clock.monotonic() - since)
         names = sharing.shared_names(snap, self.catalog)
-        slices = caught_up(self.read_slices(),
-                                       {c.alias or "": c.service for c, _, _ in names})
+        slices = caught_up(self._listed(kinds.ENDPOINTSLICE, slice_view, self.slice_selector()),
+                           {c.alias or "": c.service for c, _, _ in names})
         needed = (enabled and names) or sharing.shared_slices(slices, self.catalog.common)
         keeper = self.keeper() if needed else None
         shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper,
@@ -271,8 +257,7 @@ class Reconciler:
                 self.note(f"Service/{share.name} and Service/{share.component.service} "
                           f"differ: {conflict}")
         decided = self.clock.monotonic()
-        written, refused = self.writers.write_slices(writes,
-                                                     covered=covered_nodes(slices))
+        written, refused = self.writers.write_slices(writes, covered=covered_nodes(slices))
         if writes:
             self.log(f"slice writes: {len(writes)} decided {(decided - began) * 1000:.0f} ms "
                      f"into the pass ({(began - since) * 1000:.0f} ms after its first event), "

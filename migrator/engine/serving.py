@@ -14,7 +14,7 @@ import errno
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
@@ -131,23 +131,17 @@ class GuardStatus(Collector):
             yield GaugeMetricFamily(f"{PREFIX}_last_pass_timestamp_seconds",
                                     "Unix time at which the last full pass ended without an "
                                     "error.", value=last_pass)
-        names = GaugeMetricFamily(f"{PREFIX}_shared_endpoints", "Endpoints of GPUCluster pods "
-                                  "the guard's own EndpointSlices add to a stable name the "
-                                  "ClusterPolicy operator owns, as of the last pass.",
-                                  labels=["name"])
-        for name, count in sorted(shared.items()):
-            names.add_metric([name], count)
-        yield names
-        failures = CounterMetricFamily(f"{PREFIX}_watch_failures", "Watch requests or streams "
-                                       "that failed and were retried.", labels=["resource"])
-        relists = CounterMetricFamily(f"{PREFIX}_watch_relists", "Lists after a watch's first "
-                                      "(410 Expired, a failed watch, a late read).",
-                                      labels=["resource"])
-        for resource, (failed, relisted) in sorted(dict(self.watches()).items()):
-            failures.add_metric([resource], failed)
-            relists.add_metric([resource], relisted)
-        yield failures
-        yield relists
+        yield _family(GaugeMetricFamily, "shared_endpoints", "Endpoints of GPUCluster pods the "
+                      "guard's own EndpointSlices add to a stable name the ClusterPolicy "
+                      "operator owns, as of the last pass.", ["name"],
+                      (([n], c) for n, c in sorted(shared.items())))
+        watches = sorted(dict(self.watches()).items())
+        yield _family(CounterMetricFamily, "watch_failures", "Watch requests or streams that "
+                      "failed and were retried.", ["resource"],
+                      (([r], failed) for r, (failed, _) in watches))
+        yield _family(CounterMetricFamily, "watch_relists", "Lists after a watch's first (410 "
+                      "Expired, a failed watch, a late read).", ["resource"],
+                      (([r], relisted) for r, (_, relisted) in watches))
         if verdict is None:
             return  # before the first verdict its series are absent, not 0
         yield GaugeMetricFamily(f"{PREFIX}_verdict_ok", "1 when the last verdict passed every "
@@ -155,26 +149,30 @@ class GuardStatus(Collector):
                                 value=int(verdict.ok))
         yield GaugeMetricFamily(f"{PREFIX}_verdict_timestamp_seconds",
                                 "Unix time of the last verdict.", value=verdict_time)
-        checks = GaugeMetricFamily(f"{PREFIX}_check_ok", "1 when a check of the last verdict "
-                                   "passed for its subject, 0 when it failed.",
-                                   labels=["check", "name"])
         judged: dict[tuple[str, str], bool] = {}
         for f in verdict.findings:
             key = (f.check, f.subject.split("/", 1)[-1])
             judged[key] = judged.get(key, True) and f.ok
-        for (check, name), ok in sorted(judged.items()):
-            checks.add_metric([check, name], int(ok))
-        yield checks
-        reached = GaugeMetricFamily(f"{PREFIX}_nodes_reached", "Nodes on which a stable name "
-                                    "has a ready endpoint of its pods, at the last verdict.",
-                                    labels=["name"])
-        wanted = GaugeMetricFamily(f"{PREFIX}_nodes_wanted", "Nodes that run a pod a stable "
-                                   "name must reach, at the last verdict.", labels=["name"])
-        for name, r in sorted(reach.items()):
-            reached.add_metric([name], r.reached)
-            wanted.add_metric([name], r.wanted)
-        yield reached
-        yield wanted
+        yield _family(GaugeMetricFamily, "check_ok", "1 when a check of the last verdict passed "
+                      "for its subject, 0 when it failed.", ["check", "name"],
+                      (([c, n], int(ok)) for (c, n), ok in sorted(judged.items())))
+        yield _family(GaugeMetricFamily, "nodes_reached", "Nodes on which a stable name has a "
+                      "ready endpoint of its pods, at the last verdict.", ["name"],
+                      (([n], r.reached) for n, r in sorted(reach.items())))
+        yield _family(GaugeMetricFamily, "nodes_wanted", "Nodes that run a pod a stable name "
+                      "must reach, at the last verdict.", ["name"],
+                      (([n], r.wanted) for n, r in sorted(reach.items())))
+
+
+F = TypeVar("F", GaugeMetricFamily, CounterMetricFamily)
+
+
+def _family(cls: type[F], name: str, doc: str, labels: list[str],
+            samples: Iterable[tuple[list[str], float]]) -> F:
+    family = cls(f"{PREFIX}_{name}", doc, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
 
 
 class GuardMetrics:

@@ -106,9 +106,6 @@ class Cadence:
                                                                          at)
         self.unjudged_last = max(self.unjudged_last, at)
 
-    def judging_now(self) -> bool:
-        return self.judging is not None and self.judging.is_alive()
-
     def close(self, timeout: float = 10.0) -> None:
         if self.judging is not None:
             self.judging.join(timeout)
@@ -165,7 +162,7 @@ class Cadence:
             self.last_pass = r.clock.monotonic()
             self.next_pass = self.last_pass + s.resync_seconds
             self.dirty = False
-        if self.leading and not self.judging_now():
+        if self.leading and not (self.judging is not None and self.judging.is_alive()):
             now = r.clock.monotonic()
             if verdict_due(s, now, self.last_judged, self.changed):
                 self.start_judging()

@@ -93,12 +93,6 @@ def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
     return {name: dict(change[1]) for name, change in changes if change is not None}
 
 
-def aliases_completed(state: State | None) -> bool:
-    """Has the alias phase completed (not rolled back)? Only then may the guard create what it
-    would: a shared slice, an alias again."""
-    return _completed(state, phases.alias_phase().NUMBER) is not None
-
-
 def slice_view(obj: Obj) -> Obj:
     """What the guard keeps of an EndpointSlice (no managedFields: a sixth of the bytes)."""
     meta = {k: v for k, v in o.meta(obj).items() if k != "managedFields"}
@@ -217,11 +211,7 @@ class Reconciler:
 
     def reconcile(self, since: float | None = None) -> PassResult:
         """One full pass. `since`: when the oldest event it answers arrived (monotonic)."""
-        result = self._pass(self.clock.monotonic() if since is None else since)
-        self.passes += 1
-        return result
-
-    def _pass(self, since: float) -> PassResult:
+        since = self.clock.monotonic() if since is None else since
         began = self.clock.monotonic()
         snap = self.read(pods=False)
         state, readable = self.read_state()
@@ -237,9 +227,17 @@ class Reconciler:
                       "switched": a.name in switched}
                      for a in guarding.aliases(snap, self.catalog))
         if not readable:
-            self._state_unreadable()
+            self.metrics.api_error("state")
+            cm = self.state_configmap()
+            if cm is not None:
+                self.recorder.record(typed(kinds.CONFIGMAP, cm), WARNING, "StateUnreadable",
+                                     "Read", "the migration state cannot be read: the guard "
+                                     "moves no alias forward and shares nothing anew until it "
+                                     "can")
+            self.passes += 1
             return PassResult(seen, tuple(done), tuple(skipped))
-        enabled = aliases_completed(state)
+        # Only once the alias phase completed may the guard create what it would.
+        enabled = _completed(state, phases.alias_phase().NUMBER) is not None
         created = self.writers.create_aliases(
             guarding.missing_aliases(snap, self.catalog, switched) if enabled else [])
         if created:
@@ -265,6 +263,7 @@ class Reconciler:
         self._report_slices(snap, shared, written, refused, since)
         self.metrics.status.passed({s.name: len(s.endpoints) for s in shared},
                                    self.clock.now().timestamp())
+        self.passes += 1
         return PassResult(seen, tuple(done), tuple(skipped),
                           tuple(s.as_dict() for s in shared), tuple(written), tuple(created),
                           tuple(refused))
@@ -292,11 +291,3 @@ class Reconciler:
             if svc is not None:
                 self.recorder.record(typed(kinds.SERVICE, svc), WARNING,
                                      "EndpointSliceRefused", "Share", str(refusal))
-
-    def _state_unreadable(self) -> None:
-        self.metrics.api_error("state")
-        cm = self.state_configmap()
-        if cm is not None:
-            self.recorder.record(typed(kinds.CONFIGMAP, cm), WARNING, "StateUnreadable",
-                                 "Read", "the migration state cannot be read: the guard moves "
-                                 "no alias forward and shares nothing anew until it can")

@@ -1,17 +1,10 @@
 """The guard's writers: Service patches (corrections, aliases created again) and shared
-EndpointSlice writes, decided before (`model/guarding.py`, `model/sharing.py`); here sent,
-counted, logged and recorded as Events. What was not written comes back as a typed `Refusal`.
-
-Every write first asks the `fence` (the elector's `leading`), closed the moment a renewal misses
-its deadline, before another replica could take the Lease. Corrections are JSON patches testing
-the resourceVersion they were decided on, so a Service changed meanwhile is re-decided, never
-overwritten.
-
-Slice writes (an operator takeover at 15,000 nodes is 75 slices per name, docs/performance.md)
-go as upstream's EndpointSlice controller sends them: up to WORKERS in flight at once (they
-touch different slices, so they commute; more would only queue on the one interpreter), those
-restoring reach to the most nodes first, deletes only once the rest is answered. Slices stay at
-the controller's 100 endpoints, since every kube-proxy receives a whole slice on each change.
+EndpointSlice writes, sent, counted, logged and recorded as Events; what did not land comes back
+as a typed `Refusal`. Every write first asks the `fence` (the elector's `leading`); corrections
+test the resourceVersion decided on, so a Service changed meanwhile is re-decided, never
+overwritten. Slice writes go as the EndpointSlice controller's do (an operator takeover at
+15,000 nodes is 75 slices per name, docs/performance.md): WORKERS in flight (they commute), those
+restoring reach to the most nodes first, deletes once the rest is answered.
 """
 
 from __future__ import annotations
@@ -99,10 +92,9 @@ def _pod(ep: Mapping[str, Any]) -> str:
 
 def caught_up(slices: Iterable[Mapping[str, Any]], sources: Mapping[str, str]
               ) -> list[Mapping[str, Any]]:
-    """The slices as the EndpointSlice controller will have them once caught up with a
-    takeover (`sources`: shared stable name → the GPUCluster Service joining it). The operator's
-    Service selects only its own pods, so a GPUCluster pod in the controller's slices of that
-    name is one it has not removed yet: left out, so the guard's slices go out at once."""
+    """The slices as the EndpointSlice controller will have them once caught up with a takeover
+    (`sources`: shared name → its GPUCluster Service): a GPUCluster pod still in the operator's
+    slices of the name is one it has not removed yet, left out so ours go out at once."""
     rows = list(slices)
     joining: dict[str, set[str]] = {}
     for sl in rows:
@@ -135,8 +127,7 @@ def covered_nodes(slices: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
 
 def ordered(writes: Sequence[SliceWrite], covered: Mapping[str, set[str]]
             ) -> tuple[list[SliceWrite], list[SliceWrite]]:
-    """(creates and updates, those giving the most nodes their first ready endpoint first;
-    deletes), each in the model's order within a rank."""
+    """(creates and updates, most nodes given a first ready endpoint first; deletes)."""
     def gain(w: SliceWrite) -> int:
         return len(_ready_nodes(w.body.get("endpoints") or []) - covered.get(w.service, set()))
 
@@ -147,8 +138,7 @@ def ordered(writes: Sequence[SliceWrite], covered: Mapping[str, set[str]]
 
 def run(batches: Iterable[Sequence[SliceWrite]], write: Callable[[SliceWrite], R],
         workers: int = WORKERS) -> list[tuple[SliceWrite, R]]:
-    """`write` every write of each batch, at most `workers` at once, a batch only once the one
-    before it is answered; results in the order given."""
+    """`write` each batch, `workers` at once, a batch once the one before is answered."""
     out: list[tuple[SliceWrite, R]] = []
     with ThreadPoolExecutor(max_workers=max(1, workers),
                             thread_name_prefix="guard-slice-write") as pool:
@@ -158,7 +148,7 @@ def run(batches: Iterable[Sequence[SliceWrite]], write: Callable[[SliceWrite], R
 
 
 class Writers:
-    """Sends what the reconciler decided (module docstring)."""
+    """Sends what the reconciler decided."""
 
     def __init__(self, kube: Kube, namespace: str, clock: Clock, metrics: GuardMetrics,
                  recorder: Recorder, *, log: Log, note: Log,
@@ -179,8 +169,7 @@ class Writers:
 
     def apply(self, corrections: Sequence[Correction], *, since: float | None = None
               ) -> tuple[list[Correction], list[Refusal]]:
-        """Write the corrections (guarded JSON patches): (written, not written). `since`: when
-        the event that made them needed arrived (monotonic), for the repair-time histogram."""
+        """(written, not written). `since`: when the event that made them needed arrived."""
         done: list[Correction] = []
         skipped: list[Refusal] = []
         svc = kinds.SERVICE.kind
@@ -253,10 +242,8 @@ class Writers:
     def write_slices(self, writes: Sequence[SliceWrite], *,
                      covered: dict[str, set[str]] | None = None
                      ) -> tuple[list[SliceWrite], list[Refusal]]:
-        """Create, update (at the version decided on) or delete shared slices, in the order
-        `ordered` gives (`covered`: stable name → nodes with a ready endpoint now): (written,
-        refused). A slice changed meanwhile is logged and re-decided on the next pass; one the
-        API server refuses is returned and noted once, and the rest are still written."""
+        """(written, refused): a slice changed meanwhile is logged and re-decided next pass; a
+        refused one is noted once. `covered`: stable name → nodes with a ready endpoint now."""
         results = run(ordered(writes, covered or {}), self._write_slice, self.concurrency)
         done: list[SliceWrite] = []
         refused: list[Refusal] = []
@@ -279,8 +266,7 @@ class Writers:
         return done, refused
 
     def _write_slice(self, w: SliceWrite) -> tuple[Refusal | None, float]:
-        """One slice write, on a pool thread: (None when written, else why not; when its
-        answer came)."""
+        """One slice write on a pool thread: (None or why not, when its answer came)."""
         refusal: Refusal | None = None
         if not self.fence():
             refusal = Refusal(Outcome.NOT_LEADING, kinds.ENDPOINTSLICE.kind, w.name, w.action,

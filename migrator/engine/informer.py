@@ -277,12 +277,7 @@ class Informer:
             r.stop()
 
 
-@contextlib.contextmanager
 def opened(kube: Kube, namespace: str, catalog: Catalog,
-           clock: Clock | None = None) -> Iterator[Informer]:
+           clock: Clock | None = None) -> contextlib.closing[Informer]:
     """A cache of the namespace for the duration of the block, closed on the way out."""
-    inf = Informer.start(kube, namespace, catalog, clock)
-    try:
-        yield inf
-    finally:
-        inf.close()
+    return contextlib.closing(Informer.start(kube, namespace, catalog, clock))

@@ -18,9 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.clock import Clock
 from migrator.engine.elector import LeaderElector
-from migrator.engine.events import Recorder
 from migrator.engine.guardloop import (
     VERDICT,
     WAKE,
@@ -37,14 +36,12 @@ from migrator.engine.guardreconcile import (
     Reconciler,
     slice_view,
 )
-from migrator.engine.guardwrites import Writers
 from migrator.engine.informer import Informer, Reflector, pod_selectors, pod_view, whole
 from migrator.engine.leader import LeaseLock
 from migrator.engine.serving import GuardMetrics, Health, MetricsServer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds
-from migrator.model.outcome import Verdict
 from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
@@ -56,56 +53,23 @@ __all__ = ["DEFAULT_LEASE", "Guard", "GuardSettings", "PassResult", "cached_verd
            "timing", "verdict_due"]
 
 
-class Guard:
-    """One guard replica: `reconcile` once or `run` until stopped."""
+class Guard(Reconciler):
+    """One guard replica, its own reconciler: `reconcile` once or `run` until stopped."""
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
                  clock: Clock | None = None, lease: LeaseLock | None = None,
                  metrics: GuardMetrics | None = None) -> None:
-        self.kube, self.namespace, self.catalog = kube, namespace, catalog
-        self.settings = settings = settings or GuardSettings()
-        self.log = log
-        self.clock: Clock = clock or SystemClock()  # the loop's, the election's, the caches'
-        mb = catalog.common.managed_by
-        self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
-                                        lease_seconds=settings.lease_seconds, clock=self.clock,
-                                        labels={mb.key: mb.value})
-        self.metrics = metrics or GuardMetrics()
-        self.health = Health(self.clock, settings.stall_seconds)
-        self._noted: set[str] = set()
-        self.recorder = Recorder(kube, settings.identity, self.clock, log=self.note,
-                                 counted=self.metrics.event)
-        self.elector = LeaderElector(self.lease, timing(settings), self.clock,
+        super().__init__(kube, namespace, catalog, settings, log=log, clock=clock, lease=lease,
+                         metrics=metrics)
+        self.reconciler: Reconciler = self
+        self.health = Health(self.clock, self.settings.stall_seconds)
+        self.elector = LeaderElector(self.lease, timing(self.settings), self.clock,
                                      on_attempt=self._attempted,
                                      on_error=lambda _: self.metrics.api_error("lease"))
-        # Unfenced until `run`: `guard --once` writes without the Lease (guarded patches).
-        self.writers = Writers(kube, namespace, self.clock, self.metrics, self.recorder,
-                               log=log, note=self.note, concurrency=settings.write_concurrency)
-        self.reconciler = Reconciler(kube, namespace, catalog, settings, clock=self.clock,
-                                     lease=self.lease, metrics=self.metrics,
-                                     recorder=self.recorder, writers=self.writers, log=log,
-                                     note=self.note)
-        self.caches: dict[str, Reflector[Any]] = {}  # plural, or "pods <selector>" → cache
+        self.reflectors: dict[str, Reflector[Any]] = {}  # plural, or "pods <selector>" → cache
         self.metrics.status.watches = lambda: {k: (r.failures, r.relists)
-                                               for k, r in self.caches.items()}
-
-    @property
-    def passes(self) -> int:
-        return self.reconciler.passes
-
-    def reconcile(self, since: float | None = None) -> PassResult:
-        """One full pass (`guard --once`, and the loop's)."""
-        return self.reconciler.reconcile(since)
-
-    def verdict(self) -> Verdict:
-        return self.reconciler.verdict()
-
-    def note(self, message: str) -> None:
-        """Log a standing condition once, not on every pass."""
-        if message not in self._noted:
-            self._noted.add(message)
-            self.log(message)
+                                               for k, r in self.reflectors.items()}
 
     def _attempted(self, leading: bool) -> None:
         self.health.leading = leading
@@ -145,29 +109,28 @@ class Guard:
                                          changed=changed, clock=self.clock)
                   for kind, keep, selector in (
                       (kinds.DAEMONSET, whole, None), (kinds.SERVICE, whole, None),
-                      (kinds.ENDPOINTSLICE, slice_view, self.reconciler.slice_selector()))}
+                      (kinds.ENDPOINTSLICE, slice_view, self.slice_selector()))}
         pods = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace, pod_view, sel,
                                          printed=True, changed=judge_again, clock=self.clock)
                 for sel in pod_selectors(self.catalog)}
-        self.caches = {**caches, **pods}
-        self.reconciler.caches = caches
+        self.reflectors, self.caches = {**caches, **pods}, caches
         ds, svc, eps = caches.values()
-        informer = self.reconciler.verdict_cache = Informer(
+        informer = self.verdict_cache = Informer(
             self.kube, self.namespace, ds, svc, eps, tuple(pods.values()),
             whole=WholePods(max_gets=0))
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = wake
         self.health.beat("loop")
-        for key, cache in self.caches.items():
+        for key, cache in self.reflectors.items():
             self.health.expect(f"watch/{key}")
             self.health.check(f"watch/{key}", functools.partial(_thread_ended, cache, stop))
         unobserve = self.kube.observe(informer.saw)  # a read waits for the guard's own write
-        loop = Cadence(self.reconciler, self.elector.leading, self.health,
+        loop = Cadence(self, self.elector.leading, self.health,
                        lambda: sum(c.relists for c in caches.values()))
         self.recorder.start()
         self.elector.start()
         try:
-            for key, cache in self.caches.items():
+            for key, cache in self.reflectors.items():
                 self._start(key, cache, stop)
                 if key in caches:
                     changed("RESYNC", {"kind": cache.kind.kind})  # its list is a change
@@ -177,8 +140,8 @@ class Guard:
             stop.set()
             loop.close()
             unobserve()
-            self.reconciler.verdict_cache = None
-            for cache in self.caches.values():
+            self.verdict_cache = None
+            for cache in self.reflectors.values():
                 cache.stop()
             self.recorder.stop()
             self.elector.stop()

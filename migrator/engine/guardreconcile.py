@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
-from migrator.engine.clock import Clock
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
 from migrator.engine.guardwrites import WORKERS, Refusal, Writers, caught_up, covered_nodes
 from migrator.engine.informer import Informer, Reflector
@@ -100,16 +100,28 @@ def slice_view(obj: Obj) -> Obj:
 
 
 class Reconciler:
-    """Reads, decisions handed to the writers, and what a pass reports."""
+    """Reads, decisions handed to the writers, and what a pass reports; with the parts it
+    needs (the Lease, metrics, Events, writers), which the runner (`Guard`) shares."""
 
-    def __init__(self, kube: Kube, namespace: str, catalog: Catalog, settings: GuardSettings,
-                 *, clock: Clock, lease: LeaseLock, metrics: GuardMetrics, recorder: Recorder,
-                 writers: Writers, log: Log, note: Log) -> None:
-        self.kube, self.namespace, self.catalog = kube, namespace, catalog
-        self.settings, self.clock, self.lease = settings, clock, lease
-        self.metrics, self.recorder, self.writers = metrics, recorder, writers
-        self.log, self.note = log, note
-        self.store = ConfigMapStateStore(kube, namespace, catalog.common, clock)
+    def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
+                 settings: GuardSettings | None = None, *, log: Log = lambda _: None,
+                 clock: Clock | None = None, lease: LeaseLock | None = None,
+                 metrics: GuardMetrics | None = None) -> None:
+        self.kube, self.namespace, self.catalog, self.log = kube, namespace, catalog, log
+        self.settings = settings = settings or GuardSettings()
+        self.clock: Clock = clock or SystemClock()  # the loop's, the election's, the caches'
+        mb = catalog.common.managed_by
+        self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
+                                        lease_seconds=settings.lease_seconds, clock=self.clock,
+                                        labels={mb.key: mb.value})
+        self.metrics = metrics or GuardMetrics()
+        self._noted: set[str] = set()
+        self.recorder = Recorder(kube, settings.identity, self.clock, log=self.note,
+                                 counted=self.metrics.event)
+        # Unfenced until `run`: `guard --once` writes without the Lease (guarded patches).
+        self.writers = Writers(kube, namespace, self.clock, self.metrics, self.recorder,
+                               log=log, note=self.note, concurrency=settings.write_concurrency)
+        self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
         # Set by the runner while it runs: the loop's informers (kind plural → cache), and the
@@ -118,6 +130,12 @@ class Reconciler:
         self.verdict_cache: Informer | None = None
         # The Services switched with --allow-foreign-pods, as the last state read said.
         self.foreign_allowed: frozenset[str] = frozenset()
+
+    def note(self, message: str) -> None:
+        """Log a standing condition once, not on every pass."""
+        if message not in self._noted:
+            self._noted.add(message)
+            self.log(message)
 
     def _listed(self, kind: Kind, view: Callable[[Obj], Obj] | None = None,
                 selector: str | None = None) -> list[Obj]:

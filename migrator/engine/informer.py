@@ -1,19 +1,10 @@
-"""One informer-style cache per run: list each kind once, then follow it with a watch, so the
-gates of a 5,000-node apply read memory instead of the API server (docs/performance.md).
+"""One informer-style cache per run (client-go's reflector: list, watch from that version with
+bookmarks, list again on 410 Expired), so a 5,000-node apply's gates read memory, not the API.
 
-Each `Reflector` is client-go's (`ListAndWatch`): watch from the listed version with bookmarks,
-carry on from the last version when a watch ends, list again on 410 Expired. Pods are kept as
-printed rows (`model/printed.py`); a doubtful row is read whole (`engine/wholepods.py`).
-
-**A gate never passes on a view older than what the tool already knows.** `Kube.observe` shows
-every object the tool sends or receives; a matching reflector raises its `want` to that
-resourceVersion, and a read first waits (FENCE_SECONDS) until its watch delivered it, else lists
-again on the reading thread. Versions compare as integers (KEP-4988); others are never waited
-for. The state ConfigMap and the lock are never read through this cache.
-
-`Informer.quiet` stops the reflectors a rollout churns and lists them again once it ends (29
-full reads per apply at 100 nodes otherwise). `opened` scopes the cache to one run; on exit
-every stream is shut and every thread joined.
+A read never sees a view older than what the tool knows: `Kube.observe` raises a matching
+reflector's `want` to every version the tool sends or receives, and a read waits for its watch
+to deliver it (FENCE_SECONDS), else lists again. Pods are printed rows (`model/printed.py`).
+`Informer.quiet` stops what a rollout churns and lists it again after; `opened` scopes one run.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""One attempt at leader election on a `coordination.k8s.io/v1` Lease, as client-go makes it
-(`tryAcquireOrRenew` with the leader's optimistic fast path, and `release`); the thread that
-renews is `engine/elector.py`'s.
-
-- Expiry is judged on the candidate's own clock from when it last saw the record change
-  (upstream's `observedTime`), so clock skew between pods does not matter; every write carries
-  the last-read `resourceVersion`, so two candidates never both win.
-- Acquiring from another holder sets `acquireTime` and counts a transition; release writes an
-  empty holder with `leaseDurationSeconds: 1`, so a standby takes over at once.
+"""One attempt at leader election on a Lease, as client-go's `tryAcquireOrRenew` (with the
+leader's optimistic fast path) and `release` make it; the renewing thread is `engine/elector.py`.
+Expiry is judged on the candidate's own clock from when it saw the record change, and every
+write carries the read `resourceVersion`, so two candidates never both win.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The guard's one HTTP port: `/metrics` (`prometheus_client` over the guard's own registry),
-`/healthz` and `/readyz` (probes answering 200 or 503 with one line saying why).
-
-Metrics: events as counters and a histogram, incremented where they happen; state as gauges
-built from `GuardStatus` at scrape time, so a check no longer judged disappears with the verdict
-that dropped it (a labelled `Gauge` would keep it). Labels are bounded by the catalog.
-Liveness: the loop beats at every turn and each watch thread still runs; readiness: every cache
-listed once and the Lease tried (a standby is ready too). One port, as docs/guard.yaml names it.
+"""The guard's one HTTP port: `/metrics` (`prometheus_client` over the guard's own registry:
+counters where things happen, gauges built from `GuardStatus` at each scrape, so a check no
+longer judged disappears), `/healthz` (the loop beats, each watch thread runs) and `/readyz`
+(every cache listed, the Lease tried; a standby is ready too), answering 200 or 503 and why.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """What the guard decides, as pure functions: a Snapshot in, the corrections to the tool-owned
-aliases (managed-by label, `dcgm-migrate/alias-of` annotation) out:
-
-- **hold**: an alias on the common label whose DaemonSet's template lost it goes back to the
-  app label (decidable from one watch event);
-- **release**: a held alias whose phase 3 completed goes forward again once phase 3's gates pass;
-- **sync**: an alias differing from what phase 2 would create now is patched back (selector
-  excepted), as phase 2's verify finds it (`aliasing.differences`);
-- **create again**: a stable name no Service holds while the GPUCluster stack needs it.
-
+aliases out. **hold**: an alias on the common label whose DaemonSet's template lost it goes back
+to the app label; **release**: a held alias goes forward again once phase 3's gates pass;
+**sync**: an alias differing from what phase 2 would create now is patched back (selector
+excepted); **create again**: a stable name no Service holds while the GPUCluster stack needs it.
 A held alias carries `dcgm-migrate/guard-held: <reason>`, telling a deliberate hold from drift.
-`holder` and `changed_hands` answer who holds a stable name, once for the loop and `/metrics`.
 """
 
 from __future__ import annotations

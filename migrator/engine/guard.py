@@ -20,28 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from migrator.engine.clock import Clock
 from migrator.engine.elector import LeaderElector
-from migrator.engine.guardloop import (
-    VERDICT,
-    WAKE,
-    Cadence,
-    Queued,
-    cached_verdict_due,
-    timing,
-    verdict_due,
-)
-from migrator.engine.guardreconcile import (
-    DEFAULT_LEASE,
-    GuardSettings,
-    PassResult,
-    Reconciler,
-    slice_view,
-)
-from migrator.engine.informer import Informer, Reflector, pod_selectors, pod_view, whole
+from migrator.engine.guardloop import VERDICT, WAKE, Cadence, Queued, timing, verdict_due
+from migrator.engine.guardreconcile import GuardSettings, PassResult, Reconciler, slice_view
+from migrator.engine.informer import Informer, Reflector, pod_selectors, whole
 from migrator.engine.leader import LeaseLock
 from migrator.engine.serving import GuardMetrics, Health, MetricsServer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds
+from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
@@ -49,8 +36,7 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
-__all__ = ["DEFAULT_LEASE", "Guard", "GuardSettings", "PassResult", "cached_verdict_due",
-           "timing", "verdict_due"]
+__all__ = ["Guard", "GuardSettings", "PassResult", "verdict_due"]
 
 
 class Guard(Reconciler):
@@ -99,19 +85,14 @@ class Guard(Reconciler):
         def changed(etype: str, obj: Obj) -> None:
             events.put((etype, obj, self.clock.monotonic()))
 
-        def wake() -> None:
-            changed(WAKE, {})
-
-        def judge_again(_etype: str, _pod: Obj) -> None:
-            changed(VERDICT, {})
-
         caches = {kind.plural: Reflector(self.kube, kind, self.namespace, keep, selector,
                                          changed=changed, clock=self.clock)
                   for kind, keep, selector in (
                       (kinds.DAEMONSET, whole, None), (kinds.SERVICE, whole, None),
                       (kinds.ENDPOINTSLICE, slice_view, self.slice_selector()))}
-        pods = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace, pod_view, sel,
-                                         printed=True, changed=judge_again, clock=self.clock)
+        pods = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace, PodView.of, sel,
+                                         printed=True, changed=lambda _e, _o: changed(VERDICT, {}),
+                                         clock=self.clock)
                 for sel in pod_selectors(self.catalog)}
         self.reflectors, self.caches = {**caches, **pods}, caches
         ds, svc, eps = caches.values()
@@ -119,7 +100,7 @@ class Guard(Reconciler):
             self.kube, self.namespace, ds, svc, eps, tuple(pods.values()),
             whole=WholePods(max_gets=0))
         self.writers.fence = self.elector.leading
-        self.elector.on_started = self.elector.on_stopped = wake
+        self.elector.on_started = self.elector.on_stopped = functools.partial(changed, WAKE, {})
         self.health.beat("loop")
         for key, cache in self.reflectors.items():
             self.health.expect(f"watch/{key}")

@@ -37,14 +37,13 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
-DEFAULT_LEASE = "dcgm-migrate-guard"
 
 
 @dataclass(frozen=True)
 class GuardSettings:
     """The guard's knobs; the election's are client-go's defaults (15 s, 2 s)."""
 
-    lease_name: str = DEFAULT_LEASE
+    lease_name: str = "dcgm-migrate-guard"
     identity: str = "dcgm-migrate-guard"
     lease_seconds: int = 15
     retry_seconds: float = 2.0  # renew / try to acquire this often

@@ -182,10 +182,6 @@ def pod_selectors(catalog: Catalog) -> list[str]:
     return stacks.pod_selectors(catalog.components, per_app=True)
 
 
-def pod_view(pod: Obj) -> PodView:
-    return PodView.of(pod)
-
-
 def whole(obj: Obj) -> Obj:
     return obj
 
@@ -212,7 +208,7 @@ class Informer:
                   Reflector(kube, kinds.DAEMONSET, namespace, whole, clock=clock),
                   Reflector(kube, kinds.SERVICE, namespace, whole, clock=clock),
                   Reflector(kube, kinds.ENDPOINTSLICE, namespace, whole, clock=clock),
-                  tuple(Reflector(kube, kinds.POD, namespace, pod_view, sel, printed=True,
+                  tuple(Reflector(kube, kinds.POD, namespace, PodView.of, sel, printed=True,
                                   clock=clock)
                         for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf.saw)

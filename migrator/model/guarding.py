@@ -132,13 +132,10 @@ def holds(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
     out = []
     for alias in aliases(snapshot, catalog):
         comp = alias.component
-        if alias.selector != comp.common_selector:
-            continue
         ds = snapshot.daemonsets.get(comp.daemonset)
-        if ds is None:
-            continue  # no DaemonSet (yet): nothing rolls, nothing to protect against
         key, value = comp.common_label.key, comp.common_label.value
-        if o.template_labels(ds).get(key) == value:
+        if (alias.selector != comp.common_selector or ds is None  # no DaemonSet: nothing rolls
+                or o.template_labels(ds).get(key) == value):
             continue
         reason = (f"DaemonSet/{comp.daemonset}'s pod template lost {key}={value} (an operator "
                   "re-render?); the alias selects the app label until it is back and rolled "
@@ -179,12 +176,9 @@ def release_pending(snapshot: Snapshot, catalog: Catalog,
                     switched: Mapping[str, Mapping[str, str]]) -> bool:
     """Could a held alias be released, judging by its DaemonSet alone? Only then does a pass
     read the pods, the bulk of a read."""
-    for alias in _held_switched(snapshot, catalog, switched):
-        gates = release_gates(Snapshot(snapshot.namespace, daemonsets=snapshot.daemonsets),
-                              alias.component, switched[alias.name])
-        if all(r.ok for r in gates[:2]):
-            return True
-    return False
+    daemonsets = Snapshot(snapshot.namespace, daemonsets=snapshot.daemonsets)
+    return any(all(r.ok for r in release_gates(daemonsets, a.component, switched[a.name])[:2])
+               for a in _held_switched(snapshot, catalog, switched))
 
 
 def releases(snapshot: Snapshot, catalog: Catalog,
@@ -195,13 +189,11 @@ def releases(snapshot: Snapshot, catalog: Catalog,
     for alias in _held_switched(snapshot, catalog, switched):
         comp = alias.component
         forward = switched[alias.name]
-        if not all(r.ok for r in release_gates(snapshot, comp, forward)):
-            continue
-        out.append(Correction(RELEASE, alias.name,
-                              f"DaemonSet/{comp.daemonset} carries "
-                              f"{comp.common_label.key} again and is rolled out",
-                              alias.selector, dict(forward),
-                              resource_version=alias.resource_version, held=True))
+        if all(r.ok for r in release_gates(snapshot, comp, forward)):
+            out.append(Correction(RELEASE, alias.name, f"DaemonSet/{comp.daemonset} carries "
+                                  f"{comp.common_label.key} again and is rolled out",
+                                  alias.selector, dict(forward),
+                                  resource_version=alias.resource_version, held=True))
     return out
 
 
@@ -220,10 +212,7 @@ def syncs(snapshot: Snapshot, catalog: Catalog,
     out = []
     for alias in aliases(snapshot, catalog):
         want = desired.get(alias.name)
-        if want is None:
-            continue
-        diff = aliasing.differences(alias.service, want)
-        if diff:
+        if want is not None and (diff := aliasing.differences(alias.service, want)):
             out.append(Correction(SYNC, alias.name,
                                   f"differs from Service/{alias.component.service} in "
                                   f"{aliasing.describe(diff)}", fields=diff,
@@ -234,10 +223,8 @@ def syncs(snapshot: Snapshot, catalog: Catalog,
 def _owner_of_source(source: Mapping[str, Any]) -> Obj | None:
     """The source's controller CR, as `aliasing.alias_body` takes it (the Role reads no CR)."""
     ref = o.controller_owner(source)
-    if not ref:
-        return None
     return {"apiVersion": ref.get("apiVersion"), "kind": ref.get("kind"),
-            "metadata": {"name": ref.get("name"), "uid": ref.get("uid")}}
+            "metadata": {"name": ref.get("name"), "uid": ref.get("uid")}} if ref else None
 
 
 def missing_aliases(snapshot: Snapshot, catalog: Catalog,
@@ -246,10 +233,9 @@ def missing_aliases(snapshot: Snapshot, catalog: Catalog,
     Service holds the alias name; held on the app label where phase 3 had switched it."""
     out = []
     for comp in catalog.components:
-        if not comp.alias or comp.daemonset not in snapshot.daemonsets:
-            continue
         source = snapshot.services.get(comp.service)
-        if source is None or comp.alias in snapshot.services or o.terminating(source):
+        if (not comp.alias or comp.daemonset not in snapshot.daemonsets or source is None
+                or comp.alias in snapshot.services or o.terminating(source)):
             continue
         body = aliasing.alias_body(snapshot.namespace, catalog.common, comp, source,
                                    _owner_of_source(source))

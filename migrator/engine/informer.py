@@ -212,15 +212,11 @@ class Informer:
                                   clock=clock)
                         for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf.saw)
-        started: list[Reflector[Any]] = []
         try:
             for r in inf.reflectors:
                 r.start()
-                started.append(r)
         except BaseException:
-            inf._unobserve()
-            for r in started:
-                r.stop()
+            inf.close()  # stopping a reflector never started is a no-op
             raise
         return inf
 

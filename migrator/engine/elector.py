@@ -37,17 +37,13 @@ class Timing:
             raise ValueError("retryPeriod must be greater than zero")
 
 
-def _nothing() -> None:
-    return None
-
-
 class LeaderElector:
     """One replica's election on `lock`, on a thread of its own (`start`, `stop`: which
     gives the Lease up, upstream's `ReleaseOnCancel`), timed on the injected clock."""
 
     def __init__(self, lock: LeaseLock, timing: Timing, clock: Clock, *,
-                 on_started: Callable[[], None] = _nothing,
-                 on_stopped: Callable[[], None] = _nothing,
+                 on_started: Callable[[], None] = lambda: None,
+                 on_stopped: Callable[[], None] = lambda: None,
                  on_attempt: Callable[[bool], None] = lambda _: None,
                  on_error: Callable[[ClusterError], None] = lambda _: None) -> None:
         self.lock, self.timing, self.clock = lock, timing, clock

@@ -19,12 +19,11 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 Obj = dict[str, Any]
-MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def microtime(at: datetime) -> str:
     """metav1.MicroTime's RFC 3339 form with microseconds."""
-    return at.astimezone(UTC).strftime(MICROTIME)
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseLock:

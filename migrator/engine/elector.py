@@ -1,9 +1,7 @@
-"""Leader election renewing the Lease on its own thread, as client-go's `LeaderElector` does
-(`acquire`, `renew`, `release`); one attempt is `engine/leader.py`'s. A long pass never costs
-the Lease. A failed renewal is retried every retry period until `renew_deadline` has passed
-since the last successful one began (one period stricter than upstream, keeping the leader's
-last write clear of another's takeover); `leading()` asks the clock, so the fence closes even
-while an attempt hangs on a dead connection.
+"""Leader election renewing the Lease on its own thread, as client-go's `LeaderElector` does; one
+attempt is `engine/leader.py`'s. A failed renewal is retried until `renew_deadline` has passed
+since the last good one began; `leading()` asks the clock, so the fence closes even while an
+attempt hangs. Stopping gives the Lease up (upstream's `ReleaseOnCancel`).
 """
 
 from __future__ import annotations

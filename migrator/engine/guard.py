@@ -1,13 +1,7 @@
 """`dcgm-migrate guard`: keeps the tool-owned aliases safe while the operator re-renders, and
-shares the stable names when both stacks run (docs/architecture.md, "engine/guard").
-
-Composed as controller-runtime's `Manager` composes a controller, wired here and nowhere else:
-the cache (one informer per watched resource, `engine/informer.py`; a read waits for the
-guard's own last write, `_saw`), leader election on its own thread (`engine/elector.py`, whose
-fence closes the writers when a renewal misses its deadline), the reconciler and writers
-(`engine/guardreconcile.py`, `engine/guardwrites.py`), the loop (`engine/guardloop.py`), and
-metrics and probes on one port (`engine/serving.py`). Shared slices belong to the guard's Lease,
-so deleting the guard lets the garbage collector remove them.
+shares the stable names when both stacks run (docs/architecture.md, "engine/guard"). Composed
+as controller-runtime's `Manager`: informer caches, leader election on its own thread (whose
+fence closes the writers), the reconciler, the loop, and metrics and probes on one port.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""When the guard reconciles (`Guard.run` drives one `Cadence`); the decisions are the
-reconciler's. Each `tick` follows the election (renewed on the elector's thread), runs a full
-pass when due (every `resync_seconds`, or after events at most every `min_pass_seconds`; no
-throttle for `takeover_seconds` after a stable name changed hands), starts the verdict on a
-thread of its own (the whole read when `verdict_due`, else from the caches when
-`cached_verdict_due`), then waits for watch events, holding at once where a DaemonSet lost the
-common label. A standby only waits: the elector wakes it when it starts leading.
+"""When the guard reconciles; the decisions are the reconciler's. Each `tick` follows the election,
+runs a full pass when due (every `resync_seconds`, or after events at most every
+`min_pass_seconds`, unthrottled for `takeover_seconds` after a stable name changed hands),
+starts the verdict on its own thread, and waits for watch events, holding at once where a
+DaemonSet lost the common label. A standby only waits: the elector wakes it.
 """
 
 from __future__ import annotations

@@ -137,8 +137,6 @@ class LeaseLock:
             return False
         self.is_leader = False
         now = self._clock.now()
-        if self._renewed_optimistically(now):
-            return True
         try:
             lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
             spec = (lease or {}).get("spec") or {}

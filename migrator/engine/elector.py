@@ -1,27 +1,7 @@
-"""Leader election that renews the Lease on its own thread, as client-go's `LeaderElector` does on
-its own goroutine (kubernetes/client-go, tools/leaderelection/leaderelection.go at 9a8caafaa5b5:
-`Run`, `acquire`, `renew`, `release`); one attempt on the Lease is `engine/leader.py`'s.
-
-The guard's passes run on another thread and may take as long as they take (API queueing, a
-5,000-pod read): leadership no longer depends on them. The timing is upstream's:
-
-- **acquire**: try every `retry_period` until this replica leads (upstream adds a jitter of up
-  to 1.2 periods; one or two standbys do not need it).
-- **renew**: once leading, every `retry_period` after the last attempt, renew; a failed renewal
-  is retried every `retry_period` until `renew_deadline` has passed since the last successful
-  renewal began, and then this replica stops leading at once (`on_stopped`) and goes back to
-  acquiring. Upstream's deadline counts from each renewal round's start, one retry period
-  later than here: counting from the renewal that succeeded keeps a failing leader's last
-  write `lease_duration - renew_deadline` (5 s by default) clear of the moment another
-  replica, which judges expiry from when it saw that renewal, may take the Lease.
-- **the fence**: `leading()` is the clock's answer, not the thread's: it turns False when the
-  deadline passes even while an attempt hangs on a dead connection (upstream abandons such an
-  attempt with its context; a Python call cannot be abandoned, so the writers ask the clock).
-- **release on stop** (upstream's `ReleaseOnCancel`): stopping gives the Lease up, so a standby
-  takes over at once.
-
-Everything is timed on the injected `Clock` (`engine/clock.py`), so tests drive it without
-waiting.
+"""Leader election renewing the Lease on its own thread, as client-go's `LeaderElector` does; one
+attempt is `engine/leader.py`'s. A failed renewal is retried until `renew_deadline` has passed
+since the last good one began; `leading()` asks the clock, so the fence closes even while an
+attempt hangs. Stopping gives the Lease up (upstream's `ReleaseOnCancel`).
 """
 
 from __future__ import annotations
@@ -39,14 +19,14 @@ JITTER_FACTOR = 1.2  # upstream's: a renew deadline must exceed 1.2 retry period
 
 @dataclass(frozen=True)
 class Timing:
-    """client-go's LeaseDuration, RenewDeadline and RetryPeriod, in seconds (15, 10, 2)."""
+    """client-go's LeaseDuration, RenewDeadline and RetryPeriod, in seconds (15, 10, 2),
+    checked as upstream's `NewLeaderElector` checks them."""
 
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
-        """The checks of upstream's `NewLeaderElector`."""
         if self.lease_duration <= self.renew_deadline:
             raise ValueError("leaseDuration must be greater than renewDeadline")
         if self.renew_deadline <= JITTER_FACTOR * self.retry_period:
@@ -55,16 +35,13 @@ class Timing:
             raise ValueError("retryPeriod must be greater than zero")
 
 
-def _nothing() -> None:
-    return None
-
-
 class LeaderElector:
-    """One replica's election on `lock`, run on a thread of its own (`start`, `stop`)."""
+    """One replica's election on `lock`, on a thread of its own (`start`, `stop`: which
+    gives the Lease up, upstream's `ReleaseOnCancel`), timed on the injected clock."""
 
     def __init__(self, lock: LeaseLock, timing: Timing, clock: Clock, *,
-                 on_started: Callable[[], None] = _nothing,
-                 on_stopped: Callable[[], None] = _nothing,
+                 on_started: Callable[[], None] = lambda: None,
+                 on_stopped: Callable[[], None] = lambda: None,
                  on_attempt: Callable[[bool], None] = lambda _: None,
                  on_error: Callable[[ClusterError], None] = lambda _: None) -> None:
         self.lock, self.timing, self.clock = lock, timing, clock
@@ -79,12 +56,10 @@ class LeaderElector:
         self.released = False  # gave the Lease up on the way out
 
     def leading(self) -> bool:
-        """Does this replica lead now: it holds the Lease and its last successful renewal began
-        less than `renew_deadline` ago (the fence the writers ask before every write)."""
+        """Holds the Lease and its last successful renewal began less than `renew_deadline`
+        ago: the fence the writers ask before every write."""
         with self._cond:
             return self._leading and self.clock.monotonic() < self._valid_until
-
-    # ---- the thread --------------------------------------------------------------------------
 
     def start(self) -> None:
         with self._cond:
@@ -93,27 +68,27 @@ class LeaderElector:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop electing and give the Lease up if this replica holds it."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def _set_leading(self, leading: bool) -> None:
+        with self._cond:
+            self._leading = leading
+
     def run(self) -> None:
         """Acquire, renew until a renewal misses its deadline, and again, until `stop`."""
         try:
             while self._acquire():
-                with self._cond:
-                    self._leading = True
+                self._set_leading(True)
                 self.on_started()
                 self._renew()
-                with self._cond:
-                    self._leading = False
+                self._set_leading(False)
                 self.on_stopped()
         finally:
-            with self._cond:
-                self._leading = False
+            self._set_leading(False)
             self.released = self.lock.release()
 
     def _stopped(self) -> bool:
@@ -126,7 +101,7 @@ class LeaderElector:
             self.clock.wait_for(self._cond, lambda: self._stopping, max(0.0, seconds))
 
     def _try(self) -> bool:
-        """One attempt; on success the fence is open until `renew_deadline` after it began."""
+        """One attempt; whether it leads, the fence open until `renew_deadline` after it began."""
         began = self.clock.monotonic()
         try:
             ok = self.lock.try_acquire_or_renew()
@@ -138,13 +113,14 @@ class LeaderElector:
             if ok:
                 self._valid_until = began + self.timing.renew_deadline
             self._cond.notify_all()
-        self.on_attempt(ok and self.clock.monotonic() < self._valid_until)
+        ok = ok and self.clock.monotonic() < self._valid_until
+        self.on_attempt(ok)
         return ok
 
     def _acquire(self) -> bool:
         """Try every retry period until leading (True) or stopped (False)."""
         while not self._stopped():
-            if self._try() and self.clock.monotonic() < self._valid_until:
+            if self._try():
                 return True
             self._wait(self.timing.retry_period)
         return False
@@ -153,14 +129,10 @@ class LeaderElector:
         """Renew every retry period; return once a renewal misses its deadline or on stop."""
         while True:
             self._wait(self.timing.retry_period)
-            if self._stopped():
-                return
             while True:
-                if self.clock.monotonic() >= self._valid_until:
-                    return  # the deadline passed without a renewal: stop leading at once
-                if self._try() and self.clock.monotonic() < self._valid_until:
+                if self._stopped() or self.clock.monotonic() >= self._valid_until:
+                    return  # past the deadline without a renewal: stop leading at once
+                if self._try():
                     break
-                if self._stopped():
-                    return
                 self._wait(min(self.timing.retry_period,
                                self._valid_until - self.clock.monotonic()))

@@ -1,15 +1,8 @@
-"""When the guard reconciles (`Guard.run` drives one `Cadence`): its clocks and what each turn
-does.
-
-Each `tick` follows the leader election (which renews the Lease on its own thread,
-`engine/elector.py`), runs a full pass when one is due (every `resync_seconds`, or after events,
-at most every `min_pass_seconds` — with no throttle for `takeover_seconds` after a stable name
-changed hands, `guarding.changed_hands`), starts the verdict on a thread of its own — the whole
-read when `verdict_due` says so, else the one from the caches when `cached_verdict_due` does
-(a change it watches, debounced) — and waits for the next watch events, answering a DaemonSet
-that lost the common label at once (`Reconciler.on_daemonset`). Decisions are the
-reconciler's; this is only when. A standby only waits: the elector wakes it when it starts
-leading.
+"""When the guard reconciles; the decisions are the reconciler's. Each `tick` follows the election,
+runs a full pass when due (every `resync_seconds`, or after events at most every
+`min_pass_seconds`, unthrottled for `takeover_seconds` after a stable name changed hands),
+starts the verdict on its own thread, and waits for watch events, holding at once where a
+DaemonSet lost the common label. A standby only waits: the elector wakes it.
 """
 
 from __future__ import annotations
@@ -20,15 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from migrator.engine.elector import JITTER_FACTOR, Timing
 from migrator.engine.events import NORMAL, WARNING, typed
-from migrator.engine.guardreconcile import Reconciler
-from migrator.engine.guardsettings import (
-    VERDICT_COST_FACTOR,
-    VERDICT_DEBOUNCE_MAX,
-    cached_verdict_due,
-    verdict_due,
-)
-from migrator.engine.health import Health
+from migrator.engine.guardreconcile import GuardSettings, Reconciler
+from migrator.engine.serving import Health
 from migrator.errors import APIError, ClusterError
 from migrator.model import guarding, kinds
 from migrator.model import objects as o
@@ -37,12 +25,46 @@ Obj = dict[str, Any]
 Queued = tuple[str, Obj, float]  # a watch event and when it reached the guard (monotonic)
 WAKE = "WAKE"  # an event type of the loop's own: look again (the election changed)
 VERDICT = "VERDICT"  # and another: something only the verdict reads changed (a pod)
+VERDICT_DEBOUNCE_MAX = 5.0  # a burst of changes delays the cached verdict at most 5 debounces
+# After a cached verdict that took t seconds the next waits 4 t: under endless churn it uses at
+# most a fifth of a core (about 1 s at 15,000 nodes).
+VERDICT_COST_FACTOR = 4.0
+
+
+def timing(settings: GuardSettings) -> Timing:
+    """The election's timing: the renew deadline two thirds of the lease unless set, the retry
+    period shortened so that client-go's rule (deadline > 1.2 retries) holds for short leases."""
+    deadline = settings.renew_deadline_seconds or settings.lease_seconds * 2.0 / 3.0
+    retry = min(settings.retry_seconds, deadline / (JITTER_FACTOR + 0.3))
+    return Timing(float(settings.lease_seconds), deadline, retry)
+
+
+def verdict_due(settings: GuardSettings, now: float, last: float | None,
+                changed: bool) -> bool:
+    """Is the whole read's verdict due, the last taken at `last` (None: never)? Its inputs
+    arrive as watch events, so a quiet cluster is read once per `verdict_idle_seconds`: the
+    whole read is nearly all of the guard's steady API bytes (docs/performance.md)."""
+    if last is None:
+        return True
+    elapsed = now - last
+    return elapsed >= settings.verdict_idle_seconds or (changed and
+                                                         elapsed >= settings.verdict_seconds)
+
+
+def cached_verdict_due(settings: GuardSettings, now: float, first: float | None,
+                       last: float, *, previous_end: float = float("-inf"),
+                       previous_cost: float = 0.0) -> bool:
+    """Is the cached verdict due? `first`/`last`: the first and latest unjudged change (None:
+    none), debounced; `previous_end`/`_cost`: the last one's end and cost."""
+    if first is None or now - previous_end < previous_cost * VERDICT_COST_FACTOR:
+        return False
+    wait = settings.verdict_debounce_seconds
+    return now - last >= wait or now - first >= wait * VERDICT_DEBOUNCE_MAX
 
 
 @dataclass
 class Cadence:
-    """The guard's clocks: when the next full pass is due, when the next verdict (the phases'
-    one loop is `engine/loop.py`'s `Loop`)."""
+    """The guard's clocks: when the next full pass is due, when the next verdict."""
 
     reconciler: Reconciler
     leading_now: Callable[[], bool]  # the elector's fence
@@ -67,9 +89,9 @@ class Cadence:
     cached_cost: float = 0.0  # and how long it took (seconds of the loop's clock)
 
     def start_judging(self, *, cached: bool = False) -> None:
-        """Take the verdict on a thread of its own: its whole read of a 15,000-node namespace
-        takes tens of seconds, and a takeover must not wait for it (docs/performance.md).
-        `cached`: from the caches instead, the whole read's cadence left as it was."""
+        """Take the verdict on a thread of its own (a whole read at 15,000 nodes takes tens of
+        seconds; a takeover must not wait). `cached`: from the caches, the whole read's cadence
+        left as it was."""
         if not cached:
             self.last_judged, self.changed = self.reconciler.clock.monotonic(), False
         self.unjudged_first, self.unjudged_last = None, float("-inf")
@@ -81,9 +103,6 @@ class Cadence:
         self.unjudged_first = at if self.unjudged_first is None else min(self.unjudged_first,
                                                                          at)
         self.unjudged_last = max(self.unjudged_last, at)
-
-    def judging_now(self) -> bool:
-        return self.judging is not None and self.judging.is_alive()
 
     def close(self, timeout: float = 10.0) -> None:
         if self.judging is not None:
@@ -141,7 +160,7 @@ class Cadence:
             self.last_pass = r.clock.monotonic()
             self.next_pass = self.last_pass + s.resync_seconds
             self.dirty = False
-        if self.leading and not self.judging_now():
+        if self.leading and not (self.judging is not None and self.judging.is_alive()):
             now = r.clock.monotonic()
             if verdict_due(s, now, self.last_judged, self.changed):
                 self.start_judging()
@@ -163,8 +182,7 @@ class Cadence:
             self._answer(batch)
 
     def _wait(self, events: queue.Queue[Queued]) -> list[Queued]:
-        """The next batch of events, waiting at most until the next pass is due (a standby
-        waits a retry period: the elector wakes it)."""
+        """The next batch of events, waiting at most until the next pass is due."""
         r, s = self.reconciler, self.reconciler.settings
         wake = min(self.next_pass, self.last_pass + s.min_pass_seconds if self.dirty
                    else self.next_pass)
@@ -185,8 +203,8 @@ class Cadence:
         return batch
 
     def _answer(self, batch: list[Queued]) -> None:
-        """Follow each stable name's holder (a standby too, so that a takeover right after it
-        starts leading is one); while leading, hold at once where a DaemonSet lost the label."""
+        """Follow each stable name's holder (a standby too); while leading, hold at once where a
+        DaemonSet lost the label."""
         r, s = self.reconciler, self.reconciler.settings
         latest: dict[str, Queued] = {}
         for etype, obj, at in batch:
@@ -207,10 +225,7 @@ class Cadence:
         self.dirty = True
 
     def _changed_hands(self, etype: str, service: Obj) -> bool:
-        """Did a stable name's Service change hands (`guarding.changed_hands`)? Answered at
-        once, and every event for `takeover_seconds` after it, not after the throttle: the
-        GPUCluster nodes lose the name as soon as the EndpointSlice controller rewrites its
-        slices. A new holder counts once on `/metrics` (`dcgm_migrate_takeovers_total`)."""
+        """Did a stable name's Service change hands? A new holder counts once on `/metrics`."""
         r = self.reconciler
         name = o.name(service)
         if name not in {c.alias for c in r.catalog.components if c.alias}:

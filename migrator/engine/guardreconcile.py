@@ -1,19 +1,9 @@
-"""The guard's reconciler: read, decide, hand to the writers. Decisions are pure and live in
-`model/guarding.py` (the aliases: hold, release, clear, sync, create again) and `model/sharing.py`
-(the shared EndpointSlices); writing is `engine/guardwrites.py`'s; when to reconcile is
-`engine/guardloop.py`'s; the cache, the election, metrics and probes are composed around it by
-`engine/guard.py`.
-
-Two entry points, as the race demands (docs/architecture.md, "engine/guard"):
-
-- `on_daemonset`, the fast path: from one DaemonSet watch event, one list of the tool's Services
-  and at most one guarded patch per alias whose template lost the common label; no snapshot.
-- `reconcile`, a full pass: the snapshot (pods only when a release could be due), the state,
-  every correction, the aliases to create again, the shared slices, and what they tell
-  `/metrics` and the Events.
-
-Reads come from the loop's informers while it runs (current up to the guard's own writes) and
-from one list each otherwise (`guard --once`).
+"""The guard's reconciler: read, decide (pure: `model/guarding.py`, `model/sharing.py`), hand to
+the writers (`engine/guardwrites.py`); its knobs (`GuardSettings`). Two entry points, as the race
+demands: `on_daemonset`, the fast path (one DaemonSet event, one list of the tool's Services, a
+guarded patch per alias whose template lost the common label), and `reconcile`, a full pass
+(snapshot, state, corrections, aliases created again, shared slices, metrics and Events).
+Reads come from the loop's informers while it runs, else from one list each (`guard --once`).
 """
 
 from __future__ import annotations
@@ -23,16 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migrator import phases
-from migrator.engine import slicewrites
-from migrator.engine.clock import Clock
+from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
-from migrator.engine.guardsettings import GuardSettings
-from migrator.engine.guardwrites import Refusal, Writers
+from migrator.engine.guardwrites import WORKERS, Refusal, Writers, caught_up, covered_nodes
 from migrator.engine.informer import Informer, Reflector
 from migrator.engine.leader import LeaseLock
-from migrator.engine.metrics import GuardMetrics
 from migrator.engine.reads import read_pods, read_snapshot
-from migrator.engine.state import ConfigMapStateStore, State, holds
+from migrator.engine.serving import GuardMetrics
+from migrator.engine.state import ConfigMapStateStore, PhaseRecord, State, holds
 from migrator.engine.wholepods import WholePods
 from migrator.errors import ClusterError
 from migrator.model import aliasing, guarding, kinds, outcome, reach, sharing
@@ -49,6 +37,27 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """The guard's knobs; the election's are client-go's defaults (15 s, 2 s)."""
+
+    lease_name: str = "dcgm-migrate-guard"
+    identity: str = "dcgm-migrate-guard"
+    lease_seconds: int = 15
+    retry_seconds: float = 2.0  # renew / try to acquire this often
+    renew_deadline_seconds: float | None = None  # None: two thirds of the lease (`timing`)
+    resync_seconds: float = 30.0  # a full pass at least this often
+    min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
+    verdict_debounce_seconds: float = 1.0  # the cached verdict once changes are this quiet
+    verdict_seconds: float = 300.0  # the whole read at most this often, after a change...
+    verdict_idle_seconds: float = 3600.0  # ... and at least this often regardless
+    write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
+    stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
+    # No `min_pass_seconds` this long after a stable name changed hands: the EndpointSlice
+    # controller empties the old owner's slices a moment later.
+    takeover_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -70,21 +79,17 @@ class PassResult:
                 "created": list(self.created), "failed": [str(f) for f in self.failed]}
 
 
+def _completed(state: State | None, phase: int) -> PhaseRecord | None:
+    record = state.phase(phase) if state is not None else None
+    return record if record is not None and holds(record.status) else None
+
+
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
-    """Alias → the selector the phase that switches selectors recorded for it, while that
-    phase is completed: the only aliases the guard may move forward again."""
-    record = state.phase(phases.selector_phase().NUMBER) if state is not None else None
-    if record is None or not holds(record.status):
-        return {}
-    changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps())
+    """Alias → the selector the selector phase recorded for it, while that phase is completed:
+    the only aliases the guard may move forward again."""
+    record = _completed(state, phases.selector_phase().NUMBER)
+    changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps()) if record else ()
     return {name: dict(change[1]) for name, change in changes if change is not None}
-
-
-def aliases_completed(state: State | None) -> bool:
-    """Has the phase that creates the aliases completed (and not been rolled back)? Only then
-    may the guard create what that phase would: a shared slice, an alias again."""
-    record = state.phase(phases.alias_phase().NUMBER) if state is not None else None
-    return record is not None and holds(record.status)
 
 
 def slice_view(obj: Obj) -> Obj:
@@ -94,52 +99,57 @@ def slice_view(obj: Obj) -> Obj:
 
 
 class Reconciler:
-    """Reads, decisions handed to the writers, and what a pass reports (module docstring)."""
+    """Reads, decisions handed to the writers, and what a pass reports; with the parts it
+    needs (the Lease, metrics, Events, writers), which the runner (`Guard`) shares."""
 
-    def __init__(self, kube: Kube, namespace: str, catalog: Catalog, settings: GuardSettings,
-                 *, clock: Clock, lease: LeaseLock, metrics: GuardMetrics, recorder: Recorder,
-                 writers: Writers, log: Log, note: Log) -> None:
-        self.kube, self.namespace, self.catalog = kube, namespace, catalog
-        self.settings, self.clock, self.lease = settings, clock, lease
-        self.metrics, self.recorder, self.writers = metrics, recorder, writers
-        self.log, self.note = log, note
-        self.store = ConfigMapStateStore(kube, namespace, catalog.common, clock)
+    def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
+                 settings: GuardSettings | None = None, *, log: Log = lambda _: None,
+                 clock: Clock | None = None, lease: LeaseLock | None = None,
+                 metrics: GuardMetrics | None = None) -> None:
+        self.kube, self.namespace, self.catalog, self.log = kube, namespace, catalog, log
+        self.settings = settings = settings or GuardSettings()
+        self.clock: Clock = clock or SystemClock()  # the loop's, the election's, the caches'
+        mb = catalog.common.managed_by
+        self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
+                                        lease_seconds=settings.lease_seconds, clock=self.clock,
+                                        labels={mb.key: mb.value})
+        self.metrics = metrics or GuardMetrics()
+        self._noted: set[str] = set()
+        self.recorder = Recorder(kube, settings.identity, self.clock, log=self.note,
+                                 counted=self.metrics.event)
+        # Unfenced until `run`: `guard --once` writes without the Lease (guarded patches).
+        self.writers = Writers(kube, namespace, self.clock, self.metrics, self.recorder,
+                               log=log, note=self.note, concurrency=settings.write_concurrency)
+        self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
-        # The loop's informers (kind plural → cache), set by the runner while it runs.
+        # Set by the runner while it runs: the loop's informers (kind plural → cache), and the
+        # same with the DCGM pods' as the verdict reads them (None: each verdict a whole read).
         self.caches: dict[str, Reflector[Obj]] = {}
-        # The same caches with the DCGM pods' (printed rows), as the verdict reads them; set
-        # by the runner while it runs (None: every verdict is a whole read).
         self.verdict_cache: Informer | None = None
         # The Services switched with --allow-foreign-pods, as the last state read said.
         self.foreign_allowed: frozenset[str] = frozenset()
 
-    # ---- reads -------------------------------------------------------------------------------
+    def note(self, message: str) -> None:
+        """Log a standing condition once, not on every pass."""
+        if message not in self._noted:
+            self._noted.add(message)
+            self.log(message)
 
     def _listed(self, kind: Kind, view: Callable[[Obj], Obj] | None = None,
                 selector: str | None = None) -> list[Obj]:
-        """Every `kind` of the namespace: the loop's cache while it runs (which keeps each as
-        `view`), else one list, each as `view` keeps it."""
+        """Every `kind` of the namespace, as `view` keeps it: the loop's cache, else one list."""
         cache = self.caches.get(kind.plural)
         if cache is not None and cache.alive:
             return cache.items()
         items = self.kube.list(kind, self.namespace, label_selector=selector).items
         return items if view is None else [view(i) for i in items]
 
-    def _managed_services(self) -> dict[str, Obj]:
-        mb = self.catalog.common.managed_by
-        return {o.name(s): s for s in self._listed(kinds.SERVICE)
-                if o.labels(s).get(mb.key) == mb.value}
-
     def read(self, *, pods: bool = True) -> Snapshot:
-        """What a full pass needs, from this namespace only (the guard's Role is namespaced):
-        the catalog's DaemonSets, every Service, and (`pods`) the pods of those DaemonSets.
-
-        The pods come as printed rows (`model/printed.py`) with no EndpointSlice to contradict
-        them, so the pods of a node that stopped reporting look Ready here while their
-        containers do. That cannot move an alias forward early: the release gates pass only
-        once every live pod carries the common label, and then the same pods stand on both
-        sides of the superset check, Ready or not."""
+        """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods as
+        printed rows, from this namespace only. A row may look Ready while its node stopped
+        reporting; that cannot release early: the same pods stand on both sides of the
+        superset gate."""
         wanted = {c.daemonset for c in self.catalog.components}
         daemonsets = {o.name(d): d for d in self._listed(kinds.DAEMONSET)
                       if o.name(d) in wanted}
@@ -151,14 +161,10 @@ class Reconciler:
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def verdict(self, *, cached: bool = False) -> Verdict:
-        """The verdict on the namespace as it is now (`model/outcome.py`), from what the
-        guard's namespaced Role may read; doubtful printed pods are read whole by listing
-        their selectors (the Role lists pods, never gets one). `cached`: from the loop's
-        caches (`verdict_cache`) — no read but the Leases' and the doubtful pods' — else one
-        whole read, the cross-check."""
+        """The verdict (`model/outcome.py`) from what the namespaced Role may read: one whole
+        read, or (`cached`) the loop's caches with this guard's own Lease as last renewed
+        standing for the Leases."""
         cache = self.verdict_cache if cached else None
-        # While leading from the caches, its own Lease as last renewed (the renewal's answer)
-        # stands for the Leases: this guard keeps the names, and nothing is listed.
         own = self.lease.lease if cache is not None else None
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), cache=cache, clock=self.clock,
@@ -178,8 +184,7 @@ class Reconciler:
             return None
 
     def read_state(self) -> tuple[State | None, bool]:
-        """(the migration state, whether it could be read): an unreadable state moves
-        nothing forward and removes nothing shared."""
+        """(the state, whether readable): an unreadable one moves and shares nothing anew."""
         try:
             stored = self.store.load()
         except ClusterError as exc:
@@ -194,49 +199,36 @@ class Reconciler:
                         for n in (c.alias, c.service)})
         return f"{sharing.SERVICE_NAME_LABEL} in ({','.join(names)})"
 
-    def read_slices(self) -> list[Obj]:
-        return self._listed(kinds.ENDPOINTSLICE, slice_view, self.slice_selector())
-
     def desired(self, snapshot: Snapshot) -> dict[str, dict[str, Any]]:
         """Alias → the body the alias phase would create from its source Service now."""
-        out = {}
-        for alias in guarding.aliases(snapshot, self.catalog):
-            source = snapshot.services.get(alias.component.service)
-            if source is not None:
-                out[alias.name] = aliasing.alias_body(snapshot.namespace, self.catalog.common,
-                                                      alias.component, source, None)
-        return out
+        return {a.name: aliasing.alias_body(snapshot.namespace, self.catalog.common, a.component,
+                                            source, None)
+                for a in guarding.aliases(snapshot, self.catalog)
+                if (source := snapshot.services.get(a.component.service)) is not None}
 
     def keeper(self) -> sharing.Keeper:
-        """What the shared slices belong to: this guard's Lease (created with no holder when
-        no replica has led yet, as under `--once`)."""
+        """What the shared slices belong to: this guard's Lease (created if none yet)."""
         lease = self.lease.lease
         if lease is None or not o.meta(lease).get("uid"):
             lease = self.lease.ensure()
         return sharing.Keeper.of(lease)
 
-    # ---- the two paths -----------------------------------------------------------------------
-
     def on_daemonset(self, daemonset: Obj, since: float | None = None) -> list[Correction]:
-        """The fast path: from one DaemonSet event (arrived at `since`), hold the aliases
-        whose template lost the label."""
+        """The fast path: hold the aliases whose DaemonSet's template lost the label."""
         comps = [c for c in self.catalog.components if c.daemonset == o.name(daemonset)]
         labels = o.template_labels(daemonset)
         if all(labels.get(c.common_label.key) == c.common_label.value for c in comps):
             return []  # not ours, or the template still carries the label: nothing to hold
+        mb = self.catalog.common.managed_by
         snap = Snapshot(self.namespace, daemonsets={o.name(daemonset): daemonset},
-                        services=self._managed_services())
+                        services={o.name(s): s for s in self._listed(kinds.SERVICE)
+                                  if o.labels(s).get(mb.key) == mb.value})
         done, _ = self.writers.apply(guarding.holds(snap, self.catalog), since=since)
         return done
 
     def reconcile(self, since: float | None = None) -> PassResult:
-        """One full pass: read, decide (hold, release, re-sync), write. `since`: when the
-        oldest watch event it answers arrived (monotonic; None: the pass's own start)."""
-        result = self._pass(self.clock.monotonic() if since is None else since)
-        self.passes += 1
-        return result
-
-    def _pass(self, since: float) -> PassResult:
+        """One full pass. `since`: when the oldest event it answers arrived (monotonic)."""
+        since = self.clock.monotonic() if since is None else since
         began = self.clock.monotonic()
         snap = self.read(pods=False)
         state, readable = self.read_state()
@@ -252,16 +244,24 @@ class Reconciler:
                       "switched": a.name in switched}
                      for a in guarding.aliases(snap, self.catalog))
         if not readable:
-            self._state_unreadable()
+            self.metrics.api_error("state")
+            cm = self.state_configmap()
+            if cm is not None:
+                self.recorder.record(typed(kinds.CONFIGMAP, cm), WARNING, "StateUnreadable",
+                                     "Read", "the migration state cannot be read: the guard "
+                                     "moves no alias forward and shares nothing anew until it "
+                                     "can")
+            self.passes += 1
             return PassResult(seen, tuple(done), tuple(skipped))
-        enabled = aliases_completed(state)
+        # Only once the alias phase completed may the guard create what it would.
+        enabled = _completed(state, phases.alias_phase().NUMBER) is not None
         created = self.writers.create_aliases(
             guarding.missing_aliases(snap, self.catalog, switched) if enabled else [])
         if created:
             self.metrics.repaired("alias", self.clock.monotonic() - since)
         names = sharing.shared_names(snap, self.catalog)
-        slices = slicewrites.caught_up(self.read_slices(),
-                                       {c.alias or "": c.service for c, _, _ in names})
+        slices = caught_up(self._listed(kinds.ENDPOINTSLICE, slice_view, self.slice_selector()),
+                           {c.alias or "": c.service for c, _, _ in names})
         needed = (enabled and names) or sharing.shared_slices(slices, self.catalog.common)
         keeper = self.keeper() if needed else None
         shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper,
@@ -272,8 +272,7 @@ class Reconciler:
                 self.note(f"Service/{share.name} and Service/{share.component.service} "
                           f"differ: {conflict}")
         decided = self.clock.monotonic()
-        written, refused = self.writers.write_slices(writes,
-                                                     covered=slicewrites.covered_nodes(slices))
+        written, refused = self.writers.write_slices(writes, covered=covered_nodes(slices))
         if writes:
             self.log(f"slice writes: {len(writes)} decided {(decided - began) * 1000:.0f} ms "
                      f"into the pass ({(began - since) * 1000:.0f} ms after its first event), "
@@ -281,6 +280,7 @@ class Reconciler:
         self._report_slices(snap, shared, written, refused, since)
         self.metrics.status.passed({s.name: len(s.endpoints) for s in shared},
                                    self.clock.now().timestamp())
+        self.passes += 1
         return PassResult(seen, tuple(done), tuple(skipped),
                           tuple(s.as_dict() for s in shared), tuple(written), tuple(created),
                           tuple(refused))
@@ -288,8 +288,7 @@ class Reconciler:
     def _report_slices(self, snap: Snapshot, shared: Sequence[sharing.Share],
                        written: Sequence[SliceWrite], refused: Sequence[Refusal],
                        since: float) -> None:
-        """One Event per stable Service whose slices this pass wrote or could not write, and
-        the repair time of each."""
+        """An Event per stable Service whose slices were written or refused; repair times."""
         by_name = {s.name: s for s in shared}
         for name in sorted({w.service for w in written}):
             mine = [w for w in written if w.service == name]
@@ -309,11 +308,3 @@ class Reconciler:
             if svc is not None:
                 self.recorder.record(typed(kinds.SERVICE, svc), WARNING,
                                      "EndpointSliceRefused", "Share", str(refusal))
-
-    def _state_unreadable(self) -> None:
-        self.metrics.api_error("state")
-        cm = self.state_configmap()
-        if cm is not None:
-            self.recorder.record(typed(kinds.CONFIGMAP, cm), WARNING, "StateUnreadable",
-                                 "Read", "the migration state cannot be read: the guard moves "
-                                 "no alias forward and shares nothing anew until it can")

@@ -1,31 +1,24 @@
-"""The guard's writers: the Service patches (corrections to the tool's aliases, aliases created
-again) and the shared EndpointSlice writes. What to write is decided before (`model/guarding.py`,
-`model/sharing.py`); here it is sent, counted, logged and recorded as an Event, and what was not
-written comes back as a typed `Refusal`, never as text a caller parses.
-
-Every write first asks the `fence` whether this replica may still write: the guard's leader
-election (`engine/elector.py`) closes it the moment a renewal fails past its renew deadline, which
-is before any other replica can take the Lease, so two replicas never write at once. A write the
-fence stops is a `NOT_LEADING` refusal; nothing is sent.
-
-Corrections are JSON patches with a `test` of the resourceVersion they were decided on (and of
-the old selector for a move): an alias changed meanwhile is re-decided on the next pass, never
-overwritten. Slice writes carry the resourceVersion decided on; up to `concurrency` are in flight
-at once, in the order `engine/slicewrites.py` gives.
+"""The guard's writers: Service patches (corrections, aliases created again) and shared
+EndpointSlice writes, sent, counted, logged and recorded as Events; what did not land comes back
+as a typed `Refusal`. Every write first asks the `fence` (the elector's `leading`); corrections
+test the resourceVersion decided on, so a Service changed meanwhile is re-decided, never
+overwritten. Slice writes go as the EndpointSlice controller's do (an operator takeover at
+15,000 nodes is 75 slices per name, docs/performance.md): WORKERS in flight (they commute), those
+restoring reach to the most nodes first, deletes once the rest is answered.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from migrator.engine import slicewrites
 from migrator.engine.clock import Clock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
-from migrator.engine.metrics import GuardMetrics
+from migrator.engine.serving import GuardMetrics
 from migrator.errors import APIConflict, APIError, APIInvalid, APINotFound, APITestFailed
 from migrator.model import guarding, kinds, sharing
 from migrator.model import objects as o
@@ -37,7 +30,8 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
-Fence = Callable[[], bool]  # may this replica write now? (the elector's `leading`)
+R = TypeVar("R")
+WORKERS = 16
 # Correction action → the Event on the alias: (type, reason, action). A hold is a Warning: the
 # operator rendered a DaemonSet without the common label, and someone must bring it back.
 CORRECTION_EVENTS = {guarding.HOLD: (WARNING, "SelectorHeld", "Hold"),
@@ -58,8 +52,7 @@ class Outcome(Enum):
 
 @dataclass(frozen=True)
 class Refusal:
-    """One write that did not land: the object, what was to be done, and the API Status
-    (`status`, `reason`) with its message and causes, as the API server answered."""
+    """One write that did not land, with the API Status the server answered."""
 
     outcome: Outcome
     kind: str  # Service | EndpointSlice
@@ -87,23 +80,86 @@ class Refusal:
         return f"{target}: {why}"
 
 
+def _ready_nodes(endpoints: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {str(ep["nodeName"]) for ep in endpoints
+            if (ep.get("conditions") or {}).get("ready", True) and ep.get("nodeName")}
+
+
+def _pod(ep: Mapping[str, Any]) -> str:
+    ref = ep.get("targetRef") or {}
+    return str(ref.get("uid") or ref.get("name") or "")
+
+
+def caught_up(slices: Iterable[Mapping[str, Any]], sources: Mapping[str, str]
+              ) -> list[Mapping[str, Any]]:
+    """The slices as the EndpointSlice controller will have them once caught up with a takeover
+    (`sources`: shared name → its GPUCluster Service): a GPUCluster pod still in the operator's
+    slices of the name is one it has not removed yet, left out so ours go out at once."""
+    rows = list(slices)
+    joining: dict[str, set[str]] = {}
+    for sl in rows:
+        labels = o.labels(sl)
+        name = labels.get(sharing.SERVICE_NAME_LABEL, "")
+        if (labels.get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME
+                and name in sources.values()):
+            joining.setdefault(name, set()).update(_pod(ep) for ep in sl.get("endpoints") or [])
+    out: list[Mapping[str, Any]] = []
+    for sl in rows:
+        labels = o.labels(sl)
+        pods = joining.get(sources.get(labels.get(sharing.SERVICE_NAME_LABEL, ""), ""), set())
+        if labels.get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME and pods:
+            kept = [ep for ep in sl.get("endpoints") or [] if _pod(ep) not in pods]
+            if len(kept) != len(sl.get("endpoints") or []):
+                sl = {**sl, "endpoints": kept}
+        out.append(sl)
+    return out
+
+
+def covered_nodes(slices: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Stable name → the nodes on which any of its slices lists a ready endpoint."""
+    out: dict[str, set[str]] = {}
+    for sl in slices:
+        name = o.labels(sl).get(sharing.SERVICE_NAME_LABEL)
+        if name:
+            out.setdefault(name, set()).update(_ready_nodes(sl.get("endpoints") or []))
+    return out
+
+
+def ordered(writes: Sequence[SliceWrite], covered: Mapping[str, set[str]]
+            ) -> tuple[list[SliceWrite], list[SliceWrite]]:
+    """(creates and updates, most nodes given a first ready endpoint first; deletes)."""
+    def gain(w: SliceWrite) -> int:
+        return len(_ready_nodes(w.body.get("endpoints") or []) - covered.get(w.service, set()))
+
+    rest = [w for w in writes if w.action != sharing.DELETE]
+    return (sorted(rest, key=lambda w: -gain(w)),  # sorted() is stable
+            [w for w in writes if w.action == sharing.DELETE])
+
+
+def run(batches: Iterable[Sequence[SliceWrite]], write: Callable[[SliceWrite], R],
+        workers: int = WORKERS) -> list[tuple[SliceWrite, R]]:
+    """`write` each batch, `workers` at once, a batch once the one before is answered."""
+    out: list[tuple[SliceWrite, R]] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers),
+                            thread_name_prefix="guard-slice-write") as pool:
+        for batch in batches:
+            out += zip(batch, pool.map(write, batch), strict=True)
+    return out
+
+
 class Writers:
-    """Sends what the reconciler decided (module docstring)."""
+    """Sends what the reconciler decided."""
 
     def __init__(self, kube: Kube, namespace: str, clock: Clock, metrics: GuardMetrics,
-                 recorder: Recorder, *, log: Log, note: Log, fence: Fence = lambda: True,
-                 concurrency: int = slicewrites.WORKERS) -> None:
+                 recorder: Recorder, *, log: Log, note: Log,
+                 fence: Callable[[], bool] = lambda: True, concurrency: int = WORKERS) -> None:
         self.kube, self.namespace, self.clock = kube, namespace, clock
         self.metrics, self.recorder, self.log, self.note = metrics, recorder, log, note
-        self.fence = fence
-        self.concurrency = concurrency
+        self.fence, self.concurrency = fence, concurrency
         self.written: list[Correction] = []  # every correction written, oldest first
-        self.slice_writes: list[SliceWrite] = []  # every shared-slice write, oldest first
         self.last_written: dict[str, float] = {}  # stable name → its last slice write's answer
-        # Service patches the API server refused as invalid, by (Service, the patch): the
-        # patch tests the resourceVersion it was decided on, so the same patch is the same
-        # request on the same object and would be refused again; a changed Service makes
-        # another patch, which is sent.
+        # Patches refused as invalid, by (Service, patch): the patch tests the version it was
+        # decided on, so the same one would be refused again; a changed Service makes another.
         self.refused: dict[tuple[str, str], Refusal] = {}
 
     def _refused(self, refusal: Refusal) -> Refusal:
@@ -111,23 +167,19 @@ class Writers:
             self.metrics.wrote(refusal.kind, refusal.outcome.value)
         return refusal
 
-    # ---- Services ----------------------------------------------------------------------------
-
     def apply(self, corrections: Sequence[Correction], *, since: float | None = None
               ) -> tuple[list[Correction], list[Refusal]]:
-        """Write the corrections (guarded JSON patches): (written, not written). `since`: when
-        the event that made them needed arrived (monotonic), for the repair-time histogram."""
+        """(written, not written). `since`: when the event that made them needed arrived."""
         done: list[Correction] = []
         skipped: list[Refusal] = []
+        svc = kinds.SERVICE.kind
         for c in corrections:
-            svc = kinds.SERVICE.kind
             if not self.fence():
                 skipped.append(Refusal(Outcome.NOT_LEADING, svc, c.service, c.action, c.service))
                 continue
             key = (c.service, json.dumps(c.patch(), sort_keys=True))
-            refused = self.refused.get(key)
-            if refused is not None:  # the same patch of the same version: refused again
-                skipped.append(refused)
+            if key in self.refused:  # the same patch of the same version: refused again
+                skipped.append(self.refused[key])
                 continue
             live: Obj | None
             try:
@@ -139,17 +191,16 @@ class Writers:
                     skipped.append(self._refused(Refusal.of(exc, Outcome.CONFLICT, svc,
                                                             c.service, c.action, c.service)))
                     continue
-            except APIInvalid as exc:  # refused as such: an immutable field, a policy
-                refusal = self._refused(Refusal.of(exc, Outcome.REFUSED, svc, c.service,
-                                                   c.action, c.service))
-                self.refused = {k: r for k, r in self.refused.items() if k[0] != c.service}
-                self.refused[key] = refusal
+            except (APIInvalid, APINotFound) as exc:
+                gone = isinstance(exc, APINotFound)
+                refusal = self._refused(Refusal.of(exc, Outcome.GONE if gone else
+                                                   Outcome.REFUSED, svc, c.service, c.action,
+                                                   c.service))
                 skipped.append(refusal)
-                self.log(f"{refusal}; not sent again until Service/{c.service} changes")
-                continue
-            except APINotFound as exc:
-                skipped.append(self._refused(Refusal.of(exc, Outcome.GONE, svc, c.service,
-                                                        c.action, c.service)))
+                if not gone:  # refused as such: an immutable field, a policy
+                    self.refused = {k: r for k, r in self.refused.items() if k[0] != c.service}
+                    self.refused[key] = refusal
+                    self.log(f"{refusal}; not sent again until Service/{c.service} changes")
                 continue
             done.append(c)
             self.written.append(c)
@@ -188,21 +239,12 @@ class Writers:
                                  "Create", f"created as the tool's alias: {RECREATED}")
         return done
 
-    # ---- shared EndpointSlices ---------------------------------------------------------------
-
     def write_slices(self, writes: Sequence[SliceWrite], *,
                      covered: dict[str, set[str]] | None = None
                      ) -> tuple[list[SliceWrite], list[Refusal]]:
-        """Create, update (at the version decided on) or delete shared slices: (written,
-        refused). A slice changed meanwhile is re-decided on the next pass (logged, not
-        returned); one the API server refuses (invalid, forbidden) is returned, noted once, and
-        the rest are still written.
-
-        Up to `concurrency` at once, the writes that give nodes of `covered` (stable name →
-        nodes with a ready endpoint now) their first endpoint first, deletes once the rest is
-        answered (`engine/slicewrites.py`)."""
-        first, deletes = slicewrites.ordered(writes, covered or {})
-        results = slicewrites.run((first, deletes), self._write_slice, self.concurrency)
+        """(written, refused): a slice changed meanwhile is logged and re-decided next pass; a
+        refused one is noted once. `covered`: stable name → nodes with a ready endpoint now."""
+        results = run(ordered(writes, covered or {}), self._write_slice, self.concurrency)
         done: list[SliceWrite] = []
         refused: list[Refusal] = []
         self.last_written = {}
@@ -210,7 +252,6 @@ class Writers:
             if refusal is None:
                 self.metrics.wrote(kinds.ENDPOINTSLICE.kind, "ok")
                 done.append(w)
-                self.slice_writes.append(w)
                 self.last_written[w.service] = max(at, self.last_written.get(w.service, at))
                 self.log(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: "
                          f"{w.reason}")
@@ -225,27 +266,24 @@ class Writers:
         return done, refused
 
     def _write_slice(self, w: SliceWrite) -> tuple[Refusal | None, float]:
-        """One slice write, on a pool thread: (None when written, else why not; when its
-        answer came)."""
-        def refusal(exc: APIError, outcome: Outcome) -> tuple[Refusal | None, float]:
-            return (Refusal.of(exc, outcome, kinds.ENDPOINTSLICE.kind, w.name, w.action,
-                               w.service), self.clock.monotonic())
-
+        """One slice write on a pool thread: (None or why not, when its answer came)."""
+        refusal: Refusal | None = None
         if not self.fence():
-            return (Refusal(Outcome.NOT_LEADING, kinds.ENDPOINTSLICE.kind, w.name, w.action,
-                            w.service), self.clock.monotonic())
-        try:
-            if w.action == sharing.CREATE:
-                self.kube.create(w.body)
-            elif w.action == sharing.UPDATE:
-                body = {**w.body, "metadata": {**w.body["metadata"],
-                                               "resourceVersion": w.resource_version}}
-                self.kube.replace(body)
-            else:
-                self.kube.delete(kinds.ENDPOINTSLICE, w.name, self.namespace,
-                                 resource_version=w.resource_version)
-        except (APIConflict, APINotFound) as exc:
-            return refusal(exc, Outcome.CONFLICT)
-        except APIError as exc:
-            return refusal(exc, Outcome.REFUSED)
-        return None, self.clock.monotonic()
+            refusal = Refusal(Outcome.NOT_LEADING, kinds.ENDPOINTSLICE.kind, w.name, w.action,
+                              w.service)
+        else:
+            try:
+                if w.action == sharing.CREATE:
+                    self.kube.create(w.body)
+                elif w.action == sharing.UPDATE:
+                    self.kube.replace({**w.body, "metadata": {
+                        **w.body["metadata"], "resourceVersion": w.resource_version}})
+                else:
+                    self.kube.delete(kinds.ENDPOINTSLICE, w.name, self.namespace,
+                                     resource_version=w.resource_version)
+            except APIError as exc:
+                outcome = (Outcome.CONFLICT if isinstance(exc, APIConflict | APINotFound)
+                           else Outcome.REFUSED)
+                refusal = Refusal.of(exc, outcome, kinds.ENDPOINTSLICE.kind, w.name, w.action,
+                                     w.service)
+        return refusal, self.clock.monotonic()

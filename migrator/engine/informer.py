@@ -1,48 +1,10 @@
-"""One informer-style cache per run: list each kind once, then follow it with a watch, so the
-gates of a 5,000-node apply read memory instead of the API server (docs/performance.md, "API
-load per apply").
+"""One informer-style cache per run (client-go's reflector: list, watch from that version with
+bookmarks, list again on 410 Expired), so a 5,000-node apply's gates read memory, not the API.
 
-Each `Reflector` is client-go's reflector (`tools/cache/reflector.go` `ListAndWatch`): list
-with a resourceVersion, watch from that version, carry on from the last event's version when a
-watch ends (server timeout, dropped connection), and list again when the server answers 410
-Expired (the version left the watch window; `watchHandler` → `isExpiredError` → relist). Its
-watches ask for bookmarks (kube/watching.py): a BOOKMARK moves `rv` on, so a re-watch after a
-quiet stretch starts from a version the server still holds, and a silent connection ends
-within `watching.idle_seconds` and is watched again from there.
-
-What the cache holds: the namespace's DaemonSets, Services and EndpointSlices (unfiltered),
-and its pods as `PodView`s, one reflector per app label of the catalog plus one per common
-label key for strays (`pod_selectors`; the union is what `reads.read_snapshot` lists). Pods
-are listed and watched as printed rows with their metadata (`model/printed.py`, a sixth of the
-bytes); a row that does not show its pod plainly healthy is read whole before any gate sees it
-(`engine/wholepods.py`, kept in `Informer.whole` for the run).
-
-**Correctness: a gate never passes on a view older than what the tool already knows.**
-`Kube.observe` shows the cache every object the tool sends or receives: write answers (the
-"read your writes" rule), GETs, and events of any other watch (the waiter's wake-ups). Each
-reflector whose kind, namespace and selector match such an object raises its `want` to the
-object's resourceVersion, and a read of the reflector first waits until its watch has
-delivered a version at least that new. So after the tool's own write the gate sees the write
-(the write's answer carries its version), and the endpoint-loss gate, woken by an
-EndpointSlice event, sees that event and every one before it. A reflector that does not catch
-up within FENCE_SECONDS of the run's clock (a broken stream), or that is not running, is
-listed again on the reading thread: a list is current by definition, and its errors reach the
-run. Versions are compared as integers (etcd revisions; Kubernetes documents them as
-comparable since 1.30, KEP-4988's `CompareResourceVersion`); a version that is not an integer
-is never waited for.
-The state ConfigMap and the lock are never read through this cache (engine/state/store.py reads
-and writes them directly, with optimistic concurrency).
-
-Rollouts (`Informer.quiet`): while one DaemonSet rolls, its pods, the EndpointSlices and the
-DaemonSets change several times per node, and following them costs far more than reading them
-again (29 full reads per apply at 100 nodes: docs/performance.md). Those reflectors stop for
-the rollout (the waiter follows it with its own DaemonSet watch) and list again when it ends;
-a read in between would list at once (`items` of a stopped reflector), never use the old view.
-
-Lifetime: `opened(...)` starts the cache for one run; `commands` puts it in the run
-(`loop.Run.cache`) and every read that should use it is handed it (`reads`' `cache=`):
-no registry, nothing found by connection. On exit every watch stream is shut down (its
-socket, so a blocked read returns) and every thread joined: nothing outlives the run.
+A read never sees a view older than what the tool knows: `Kube.observe` raises a matching
+reflector's `want` to every version the tool sends or receives, and a read waits for its watch
+to deliver it (FENCE_SECONDS), else lists again. Pods are printed rows (`model/printed.py`).
+`Informer.quiet` stops what a rollout churns and lists it again after; `opened` scopes one run.
 """
 
 from __future__ import annotations
@@ -101,8 +63,6 @@ class Reflector(Generic[T]):
         self._stream: Events | None = None
         self._thread: threading.Thread | None = None
 
-    # ---- the loop --------------------------------------------------------------------------
-
     def start(self) -> None:
         """List now (so a refused read fails the caller), then watch on a thread."""
         self._stop = threading.Event()
@@ -138,13 +98,11 @@ class Reflector(Generic[T]):
                     self._apply(etype, obj)
                     backoff = 0.0
             except WatchExpired:
-                # The version left the server's window: what happened since is lost, so the
-                # whole kind is listed again (a view as of the list is still a valid view).
+                # The version left the server's window: the whole kind is listed again.
                 stop.wait(backoff)
                 backoff = min(max(backoff * 2, RELIST_MIN_SECONDS), RELIST_MAX_SECONDS)
                 self._relist(stop)
-            except Exception as exc:  # a watch that fails in any way is retried
-                # (client-go's reflector logs and retries: its goroutine never ends on an error)
+            except Exception as exc:  # any failure is retried, as client-go's reflector does
                 self.failures += 1
                 self.last_error = str(exc) or type(exc).__name__
                 stop.wait(RETRY_SECONDS)
@@ -207,8 +165,6 @@ class Reflector(Generic[T]):
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    # ---- reads ----------------------------------------------------------------------------
-
     def items(self, fence: float = FENCE_SECONDS) -> list[T]:
         """The items, once every version the tool has seen of one of them has arrived."""
         with self._cond:
@@ -222,23 +178,17 @@ class Reflector(Generic[T]):
 
 
 def pod_selectors(catalog: Catalog) -> list[str]:
-    """One pod reflector per app label of the catalog (a rollout re-lists only its own), and
-    one per common label key for the strays (`stacks.pod_selectors`)."""
+    """One pod reflector per app label (a rollout re-lists only its own), one per common key."""
     return stacks.pod_selectors(catalog.components, per_app=True)
 
 
-def pod_view(pod: Obj) -> PodView:
-    """What a pod cache keeps of a pod (its printed row, `model/printed.py`)."""
-    return PodView.of(pod)
-
-
-def _whole(obj: Obj) -> Obj:
+def whole(obj: Obj) -> Obj:
     return obj
 
 
 @dataclass
 class Informer:
-    """The run's cache of one namespace (see the module docstring)."""
+    """The run's cache of one namespace."""
 
     kube: Kube
     namespace: str
@@ -255,26 +205,22 @@ class Informer:
     def start(cls, kube: Kube, namespace: str, catalog: Catalog,
               clock: Clock | None = None) -> Informer:
         inf = cls(kube, namespace,
-                  Reflector(kube, kinds.DAEMONSET, namespace, _whole, clock=clock),
-                  Reflector(kube, kinds.SERVICE, namespace, _whole, clock=clock),
-                  Reflector(kube, kinds.ENDPOINTSLICE, namespace, _whole, clock=clock),
-                  tuple(Reflector(kube, kinds.POD, namespace, pod_view, sel, printed=True,
+                  Reflector(kube, kinds.DAEMONSET, namespace, whole, clock=clock),
+                  Reflector(kube, kinds.SERVICE, namespace, whole, clock=clock),
+                  Reflector(kube, kinds.ENDPOINTSLICE, namespace, whole, clock=clock),
+                  tuple(Reflector(kube, kinds.POD, namespace, PodView.of, sel, printed=True,
                                   clock=clock)
                         for sel in pod_selectors(catalog)))
-        inf._unobserve = kube.observe(inf._saw)
-        started: list[Reflector[Any]] = []
+        inf._unobserve = kube.observe(inf.saw)
         try:
             for r in inf.reflectors:
                 r.start()
-                started.append(r)
         except BaseException:
-            inf._unobserve()
-            for r in started:
-                r.stop()
+            inf.close()  # stopping a reflector never started is a no-op
             raise
         return inf
 
-    def _saw(self, kind: Kind, obj: Obj) -> None:
+    def saw(self, kind: Kind, obj: Obj) -> None:
         for r in self.reflectors:
             r.saw(kind, obj)
 
@@ -295,11 +241,8 @@ class Informer:
 
     @contextlib.contextmanager
     def quiet(self, app_label: str) -> Iterator[None]:
-        """While a rollout replaces one DaemonSet's pods, stop following what it churns: those
-        pods (five full pod bodies per replaced pod), the EndpointSlices (one whole slice per
-        readiness change) and the DaemonSets (a status per pod). The waiter follows the rollout
-        itself; afterwards they are listed again — one read of what changed, instead of every
-        intermediate state. Nothing reads them in between (`items` would list them anyway)."""
+        """While a rollout replaces one DaemonSet's pods, stop following what it churns (those
+        pods, the EndpointSlices, the DaemonSets; the waiter follows it), then list again."""
         rolled = [r for r in self.pod_reflectors if r.label_selector == f"app={app_label}"]
         churned: list[Reflector[Any]] = [self.daemonsets, self.endpointslices, *rolled]
         for r in churned:
@@ -317,12 +260,7 @@ class Informer:
             r.stop()
 
 
-@contextlib.contextmanager
 def opened(kube: Kube, namespace: str, catalog: Catalog,
-           clock: Clock | None = None) -> Iterator[Informer]:
+           clock: Clock | None = None) -> contextlib.closing[Informer]:
     """A cache of the namespace for the duration of the block, closed on the way out."""
-    inf = Informer.start(kube, namespace, catalog, clock)
-    try:
-        yield inf
-    finally:
-        inf.close()
+    return contextlib.closing(Informer.start(kube, namespace, catalog, clock))

@@ -1,32 +1,9 @@
-"""What the guard (`dcgm-migrate guard`) decides, as pure functions: a Snapshot in, the
-corrections to the tool-owned aliases out.
-
-The guard is the shared-Service reconciler for the Services the tool owns (label
-`app.kubernetes.io/managed-by: dcgm-migrate` and annotation `dcgm-migrate/alias-of`):
-
-- **hold** — an alias that selects the common label while its DaemonSet's template no longer
-  carries it (an operator re-render after a CR edit): the new pods will lack the label, so the
-  alias goes back to the app label, which old and new pods both carry. Needs only the
-  DaemonSet and the Service, so the guard can decide it from one watch event.
-- **release** — a held alias whose phase 3 is completed goes forward to the recorded common
-  selector again once the template carries the label, the rollout is complete, every pod
-  carries it, and the common selector keeps every Ready pod (the same gates phase 3 uses).
-- **sync** — an alias whose supported configuration differs from what phase 2 would create
-  from the source Service now is patched back to it (selector excepted), exactly the
-  differences phase 2's verify reports (`model/aliasing.differences`).
-
-- **create again** — a stable name no Service holds any more while the GPUCluster stack still
-  needs it (its ClusterPolicy was deleted, and garbage collection took the operator's Service
-  that had replaced the alias): created again as phase 2 would, owned by the GPUCluster its
-  source Service belongs to; held on the app label when phase 3 had switched it, so the
-  release above moves it forward once its gates pass.
-
-Who holds a stable name, and whether it changed hands (`holder`, `changed_hands`), is answered
-here once: the loop follows a takeover without its throttle and counts it for `/metrics` from
-the same answer.
-
-A held alias carries the annotation `dcgm-migrate/guard-held: <reason>`, so `verify` and an SRE
-can tell a deliberate hold from drift.
+"""What the guard decides, as pure functions: a Snapshot in, the corrections to the tool-owned
+aliases out. **hold**: an alias on the common label whose DaemonSet's template lost it goes back
+to the app label; **release**: a held alias goes forward again once phase 3's gates pass;
+**sync**: an alias differing from what phase 2 would create now is patched back (selector
+excepted); **create again**: a stable name no Service holds while the GPUCluster stack needs it.
+A held alias carries `dcgm-migrate/guard-held: <reason>`, telling a deliberate hold from drift.
 """
 
 from __future__ import annotations
@@ -70,9 +47,8 @@ class Correction:
     held: bool = False  # the Service carries the held annotation now
 
     def patch(self) -> list[Obj]:
-        """A JSON patch guarded by `test`s: of the resourceVersion the correction was decided
-        on (a Service anyone changed since, an operator release adopting it included, is
-        re-read and re-decided, never overwritten), and of the old selector for a move."""
+        """A JSON patch testing the resourceVersion decided on (a Service changed since is
+        re-decided, never overwritten) and, for a move, the old selector."""
         ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
                            "value": self.resource_version}] if self.resource_version else []
         if self.action == SYNC:
@@ -136,13 +112,13 @@ class Alias:
 
 
 def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:
-    """The Services the tool owns as aliases: managed-by label, alias-of annotation naming the
-    source the catalog gives that alias name. Anything else is never touched."""
+    """The Services the tool owns as aliases (its label, an alias-of annotation naming the
+    catalog's source for that name, no operator release managing it)."""
     common = catalog.common
     out = []
     for name, svc in sorted(snapshot.services.items()):
         if not common.tool_owned(svc) or catalog.managed_by_release(svc):
-            continue  # not ours, or handed over to an operator release that manages it
+            continue
         source = o.annotations_of(svc).get(common.alias_of_annotation)
         comp = next((c for c in catalog.components
                      if c.alias == name and c.service == source), None)
@@ -156,13 +132,10 @@ def holds(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
     out = []
     for alias in aliases(snapshot, catalog):
         comp = alias.component
-        if alias.selector != comp.common_selector:
-            continue
         ds = snapshot.daemonsets.get(comp.daemonset)
-        if ds is None:
-            continue  # no DaemonSet (yet): nothing rolls, nothing to protect against
         key, value = comp.common_label.key, comp.common_label.value
-        if o.template_labels(ds).get(key) == value:
+        if (alias.selector != comp.common_selector or ds is None  # no DaemonSet: nothing rolls
+                or o.template_labels(ds).get(key) == value):
             continue
         reason = (f"DaemonSet/{comp.daemonset}'s pod template lost {key}={value} (an operator "
                   "re-render?); the alias selects the app label until it is back and rolled "
@@ -174,8 +147,8 @@ def holds(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
 
 def release_gates(snapshot: Snapshot, comp: Component,
                   forward: Mapping[str, str]) -> list[g.GateResult]:
-    """What must hold before a held alias goes forward: the template carries the label, the
-    rollout is complete, every pod carries it, the common selector keeps every Ready pod."""
+    """Before a held alias goes forward: the template carries the label, the rollout is complete,
+    every pod carries it, the common selector keeps every Ready pod."""
     ds = snapshot.daemonsets.get(comp.daemonset)
     if ds is None:
         return [g.GateResult(f"exists/{comp.daemonset}", False,
@@ -201,38 +174,31 @@ def _held_switched(snapshot: Snapshot, catalog: Catalog,
 
 def release_pending(snapshot: Snapshot, catalog: Catalog,
                     switched: Mapping[str, Mapping[str, str]]) -> bool:
-    """Could a held alias be released now, judging by its DaemonSet alone (template labelled,
-    rollout complete)? Only then does a pass need the pods, the bulk of a read."""
-    for alias in _held_switched(snapshot, catalog, switched):
-        gates = release_gates(Snapshot(snapshot.namespace, daemonsets=snapshot.daemonsets),
-                              alias.component, switched[alias.name])
-        if all(r.ok for r in gates[:2]):
-            return True
-    return False
+    """Could a held alias be released, judging by its DaemonSet alone? Only then does a pass
+    read the pods, the bulk of a read."""
+    daemonsets = Snapshot(snapshot.namespace, daemonsets=snapshot.daemonsets)
+    return any(all(r.ok for r in release_gates(daemonsets, a.component, switched[a.name])[:2])
+               for a in _held_switched(snapshot, catalog, switched))
 
 
 def releases(snapshot: Snapshot, catalog: Catalog,
              switched: Mapping[str, Mapping[str, str]]) -> list[Correction]:
-    """Held aliases that phase 3 switched (`switched`: alias → the recorded selector, from the
-    state) go forward once every release gate passes. An alias the guard did not hold, or whose
-    phase 3 is not completed (rolled back, never run), is left on its selector."""
+    """Held aliases phase 3 switched (`switched`: alias → its recorded selector) go forward once
+    every release gate passes."""
     out = []
     for alias in _held_switched(snapshot, catalog, switched):
         comp = alias.component
         forward = switched[alias.name]
-        if not all(r.ok for r in release_gates(snapshot, comp, forward)):
-            continue
-        out.append(Correction(RELEASE, alias.name,
-                              f"DaemonSet/{comp.daemonset} carries "
-                              f"{comp.common_label.key} again and is rolled out",
-                              alias.selector, dict(forward),
-                              resource_version=alias.resource_version, held=True))
+        if all(r.ok for r in release_gates(snapshot, comp, forward)):
+            out.append(Correction(RELEASE, alias.name, f"DaemonSet/{comp.daemonset} carries "
+                                  f"{comp.common_label.key} again and is rolled out",
+                                  alias.selector, dict(forward),
+                                  resource_version=alias.resource_version, held=True))
     return out
 
 
 def clears(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
-    """A held annotation on an alias that no longer selects the app label (phase 3 re-run by
-    `apply` moved it forward first) is stale: removed, so it cannot mislead `verify`."""
+    """A held mark on an alias no longer on the app label is stale: removed."""
     return [Correction(CLEAR, a.name, "no longer held: the alias left the app label",
                        a.selector, a.selector, resource_version=a.resource_version, held=True)
             for a in aliases(snapshot, catalog)
@@ -241,18 +207,12 @@ def clears(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
 
 def syncs(snapshot: Snapshot, catalog: Catalog,
           desired: Mapping[str, Mapping[str, Any]]) -> list[Correction]:
-    """Aliases whose supported configuration differs from what phase 2 would create now
-    (`desired`: alias → the body phase 2 renders from the live source), as
-    `aliasing.differences` finds it — the same answer phase 2's verify gives. A type change
-    comes with the source's copied annotations in the same patch (an internal load balancer
-    stays internal)."""
+    """Aliases differing from what phase 2 would create now (`desired`: alias → that body); a
+    type change carries the source's copied annotations in the same patch."""
     out = []
     for alias in aliases(snapshot, catalog):
         want = desired.get(alias.name)
-        if want is None:
-            continue
-        diff = aliasing.differences(alias.service, want)
-        if diff:
+        if want is not None and (diff := aliasing.differences(alias.service, want)):
             out.append(Correction(SYNC, alias.name,
                                   f"differs from Service/{alias.component.service} in "
                                   f"{aliasing.describe(diff)}", fields=diff,
@@ -261,25 +221,21 @@ def syncs(snapshot: Snapshot, catalog: Catalog,
 
 
 def _owner_of_source(source: Mapping[str, Any]) -> Obj | None:
-    """The CR the operator renders the source Service for (its controller ownerReference),
-    in the shape `aliasing.alias_body` takes: the guard's Role reads no cluster-scoped CR."""
+    """The source's controller CR, as `aliasing.alias_body` takes it (the Role reads no CR)."""
     ref = o.controller_owner(source)
-    if not ref:
-        return None
     return {"apiVersion": ref.get("apiVersion"), "kind": ref.get("kind"),
-            "metadata": {"name": ref.get("name"), "uid": ref.get("uid")}}
+            "metadata": {"name": ref.get("name"), "uid": ref.get("uid")}} if ref else None
 
 
 def missing_aliases(snapshot: Snapshot, catalog: Catalog,
                     switched: Mapping[str, Mapping[str, str]]) -> list[Obj]:
-    """The alias bodies to create again: the GPUCluster component runs here, its source
-    Service exists, and no Service holds the alias name (one being deleted is waited for)."""
+    """The alias bodies to create again: the component runs here, its source exists, and no
+    Service holds the alias name; held on the app label where phase 3 had switched it."""
     out = []
     for comp in catalog.components:
-        if not comp.alias or comp.daemonset not in snapshot.daemonsets:
-            continue
         source = snapshot.services.get(comp.service)
-        if source is None or comp.alias in snapshot.services or o.terminating(source):
+        if (not comp.alias or comp.daemonset not in snapshot.daemonsets or source is None
+                or comp.alias in snapshot.services or o.terminating(source)):
             continue
         body = aliasing.alias_body(snapshot.namespace, catalog.common, comp, source,
                                    _owner_of_source(source))
@@ -293,18 +249,15 @@ def missing_aliases(snapshot: Snapshot, catalog: Catalog,
 
 def decide(snapshot: Snapshot, catalog: Catalog, switched: Mapping[str, Mapping[str, str]],
            desired: Mapping[str, Mapping[str, Any]]) -> list[Correction]:
-    """Every correction a full reconcile makes: holds first (they protect endpoints), then
-    releases, stale held marks, config re-syncs."""
+    """Every correction of a full pass, holds first (they protect endpoints)."""
     return [*holds(snapshot, catalog), *releases(snapshot, catalog, switched),
             *clears(snapshot, catalog), *syncs(snapshot, catalog, desired)]
 
 
 def holder(service: Mapping[str, Any] | None, catalog: Catalog) -> str:
-    """Who holds a stable name whose Service is `service`: NOBODY (no Service, or one being
-    deleted), `ClusterPolicy/<name>` when that operator renders it (`slices.rendered_by`),
-    TOOL for the tool's alias, `<Kind>/<name>` of any other controller (an operator release
-    that adopted it), else OTHER. By name, not uid: an operator re-rendering its Service
-    whole, or the garbage collector and the operator replacing it, is the same holder."""
+    """Who holds a stable name: NOBODY (no Service, or one being deleted), the ClusterPolicy
+    rendering it, TOOL, `<Kind>/<name>` of another controller, else OTHER. By name, not uid:
+    a Service re-rendered whole keeps its holder."""
     if service is None or o.terminating(service):
         return NOBODY
     rendered = rendered_by(service)
@@ -317,7 +270,6 @@ def holder(service: Mapping[str, Any] | None, catalog: Catalog) -> str:
 
 
 def changed_hands(before: str | None, after: str) -> bool:
-    """Did a stable name change hands, its holder last seen `before` (None: never seen, so a
-    first look is no change) and now `after`? Losing its Service counts (NOBODY): the guard
-    creates the alias again at once, as it answers a takeover."""
+    """Did a stable name change hands (`before` None: a first look, no change)? Losing its
+    Service counts: the guard creates the alias again at once."""
     return before is not None and after != before

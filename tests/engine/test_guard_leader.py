@@ -22,7 +22,7 @@ import yaml
 from dcgm_sim.cluster import SimCluster, kubeconfig_document
 from migrator.engine.elector import LeaderElector, Timing
 from migrator.engine.guard import Guard, GuardSettings
-from migrator.engine.guardsettings import timing
+from migrator.engine.guardloop import timing
 from migrator.engine.guardwrites import Outcome
 from migrator.engine.leader import LeaseLock
 from migrator.kube.client import Kube

@@ -11,11 +11,9 @@ from datetime import timedelta
 import pytest
 from prometheus_client import generate_latest
 
-from migrator.engine import slicewrites
+from migrator.engine import guardwrites as slicewrites
 from migrator.engine.events import BURST, PATCH_SECONDS, SERIES_SECONDS, Aggregator, Occurrence
-from migrator.engine.health import Health
-from migrator.engine.metrics import GuardMetrics
-from migrator.engine.serving import parse_address
+from migrator.engine.serving import GuardMetrics, Health, parse_address
 from migrator.model import sharing
 from migrator.model.outcome import Finding, Verdict
 from migrator.model.reach import Reach

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from migrator.engine.guard import GuardSettings, verdict_due
-from migrator.engine.guardsettings import cached_verdict_due
+from migrator.engine.guardloop import cached_verdict_due
 
 S = GuardSettings(verdict_seconds=300.0, verdict_idle_seconds=3600.0)
 

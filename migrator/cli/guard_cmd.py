@@ -1,11 +1,6 @@
-"""`dcgm-migrate guard`: the long-running alias guard (see migrator/engine/guard.py), thin.
-
-In a pod (docs/guard.yaml) it runs until SIGTERM, logging one timestamped line per decision
-to stderr, and gives its Lease up on the way out. `--metrics-bind-address`/`--metrics-port`
-serve `/metrics`, `/healthz` and `/readyz` on one port (`engine/serving.py`). `--once` runs
-one full pass without the Lease (a manual check or repair; writes are still guarded) and
-prints what it did.
-"""
+"""`dcgm-migrate guard`: the long-running alias guard (engine/guard.py), thin. In a pod
+(docs/guard.yaml) it runs until SIGTERM, logging each decision to stderr; `--once` runs one
+full pass without the Lease and prints what it did."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from migrator.cli import render
-from migrator.cli.options import Context, Debug, Kubeconfig, Namespace, Output, OutputOpt
+from migrator.cli.options import Cluster
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.engine.locate import require_dcgm
 from migrator.engine.reports import GuardReport
@@ -43,7 +38,7 @@ def _log(message: str) -> None:
 
 
 def guard(
-    lease_name: Annotated[str, typer.Option("--lease-name", help="The coordination.k8s.io "
+    *, lease_name: Annotated[str, typer.Option("--lease-name", help="The coordination.k8s.io "
                                             "Lease the replicas elect a leader on.")]
     = "dcgm-migrate-guard",
     identity: Annotated[str | None, typer.Option("--identity", help="This replica's name in "
@@ -66,9 +61,7 @@ def guard(
         "--verdict-seconds", help="The verdict's cross-check (a whole read of the namespace) "
         "at most this often after a watched change; at least hourly regardless. The verdict "
         "itself follows each change from the guard's caches.", min=1.0)] = 300.0,
-    kubeconfig: Kubeconfig = None, context: Context = None,
-    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
-    debug: Debug = False,
+    cluster: Cluster,
 ) -> None:
     """Keep the tool's aliases safe while the operator re-renders: hold an alias on the app
     label while its DaemonSet lacks the common label, move it forward again once the label is
@@ -86,7 +79,8 @@ def guard(
     settings = GuardSettings(lease_name=lease_name, identity=identity or _identity(),
                              lease_seconds=lease_seconds, resync_seconds=resync,
                              verdict_seconds=verdict_seconds)
-    kube = Kube.connect(kubeconfig, context, retry=RetryPolicy(notice=_log))
+    namespace = cluster.namespace
+    kube = Kube.connect(cluster.kubeconfig, cluster.context, retry=RetryPolicy(notice=_log))
     try:
         catalog = load_catalog()
         require_dcgm(kube, namespace, catalog)  # as every command: exit 2 naming where
@@ -94,7 +88,7 @@ def guard(
         if once:
             with g.recorder.running():  # the Events of its writes go out before it exits
                 report = GuardReport(namespace, g.reconcile(), g.verdict())
-            render.document(report, output)
+            render.document(report, cluster.output)
             return
         stop = threading.Event()
 
@@ -114,7 +108,7 @@ def guard(
 
 def _free(address: tuple[str, int], option: str) -> None:
     """The port can be bound (as the server binds it: SO_REUSEADDR), checked before the
-    guard connects: a port in use is a usage error naming the address and a free one."""
+    guard connects: a port in use is a usage error."""
     host, port = address
     if port == 0:
         return

@@ -1,19 +1,28 @@
-"""kubectl-style options shared by every cluster command (docs/design.md, "Command line")."""
+"""kubectl-style options shared by every cluster command (docs/design.md, "Command line"), and
+the option groups (dataclasses of options) that `flattened` spreads into a command's signature."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_type_hints
 
 import typer
 import yaml
 
+from migrator.cli.durations import parse_duration
+from migrator.commands import RunRequest
+from migrator.engine.loop import RunSettings
 from migrator.errors import UsageError
 from migrator.kube.config import resolve_source
 from migrator.model import yamldoc
+from migrator.model.planning import Options
+from migrator.model.stacks import load_catalog
 
 
 class Output(StrEnum):
@@ -125,3 +134,81 @@ Timeout = Annotated[str, typer.Option("--timeout", help=(
     "long in total, so a 1,000-node rollout may take hours."))]
 Settle = Annotated[str, typer.Option("--settle", help="Wait after a selector change before "
                                      "removing what the old selector needed.")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Where a command works and how it answers: the last options of every cluster command."""
+
+    kubeconfig: Kubeconfig = None
+    context: Context = None
+    namespace: Namespace = "gpu-operator"
+    output: OutputOpt = Output.table
+    debug: Debug = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Planning:
+    """The planning options of `plan` and `apply`."""
+
+    include_operator_owned: IncludeOperatorOwned = False
+    roll_on_delete: RollOnDelete = False
+    rolling: Rolling = False
+    allow_foreign_pods: AllowForeignPods = False
+    prepare_for: PrepareFor = ""
+
+    def options(self) -> Options:
+        """The planning options, `--prepare-for` checked against plans/releases.yaml."""
+        known = [r.name for r in load_catalog().releases]
+        if self.prepare_for and self.prepare_for not in known:
+            raise UsageError(f"--prepare-for {self.prepare_for!r} names no GPU Operator release "
+                             "the tool knows.", f"pass one of: {', '.join(known)}")
+        return Options(**dataclasses.asdict(self))
+
+
+@dataclasses.dataclass(frozen=True)
+class Running:
+    """How `apply` and `rollback` run."""
+
+    yes: Yes = False
+    dry_run: DryRun = False
+    timeout: Timeout = "10m"
+    settle: Settle = "30s"
+
+    def request(self, phase: int, options: Options, confirm: Callable[[Any], bool],
+                plan_file: Path | None = None) -> RunRequest:
+        wait = parse_duration(self.timeout)
+        if wait <= 0:  # every wait would fail right after its write: a half-done run, not a run
+            raise UsageError(f"--timeout {self.timeout!r} leaves no time to wait for a rollout.",
+                             "pass a positive duration such as 90s or 10m (the default)")
+        settings = RunSettings(timeout=wait, settle=parse_duration(self.settle, "--settle"),
+                               options=options)
+        return RunRequest(phase=phase, settings=settings, plan_file=plan_file, confirm=confirm,
+                          dry_run=self.dry_run)
+
+
+def flattened(fn: Callable[..., None]) -> Callable[..., None]:
+    """`fn` as typer reads it: each parameter typed by an option group given as the group's
+    options, in their order; the call builds the group back from them."""
+    hints = get_type_hints(fn, include_extras=True)
+    groups: dict[str, Any] = {}
+    params: list[inspect.Parameter] = []
+    for name, param in inspect.signature(fn).parameters.items():
+        kind = hints[name]
+        if not dataclasses.is_dataclass(kind):
+            params.append(param.replace(annotation=kind, kind=inspect.Parameter.KEYWORD_ONLY))
+            continue
+        groups[name] = kind
+        types = get_type_hints(kind, include_extras=True)
+        params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                     annotation=types[f.name]) for f in dataclasses.fields(kind)]
+
+    @functools.wraps(fn)
+    def call(**kwargs: Any) -> None:
+        for name, kind in groups.items():
+            kwargs[name] = kind(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(kind)})
+        fn(**kwargs)
+
+    call.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: p.annotation for p in params}
+    return call

@@ -12,7 +12,7 @@ import typer
 from migrator import commands
 from migrator.cli import render
 from migrator.cli.live import make_progress
-from migrator.cli.options import Output
+from migrator.cli.options import Cluster, Output
 from migrator.commands import Session
 from migrator.engine.progress import Listener
 from migrator.engine.reports import Question
@@ -22,17 +22,15 @@ from migrator.kube.retrying import RetryPolicy
 
 
 @contextmanager
-def session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
-            ) -> Iterator[Session]:
-    """One connection for one command. The progress stream goes to stderr only, so `-o json`
-    stdout stays one document; a table prints each warning once, in the report on stdout,
-    and under -o json/yaml the progress stream says them too."""
-    progress = make_progress(quiet=False, warnings=output is not Output.table)
+def session(cluster: Cluster) -> Iterator[Session]:
+    """One connection for one command, its progress stream on stderr (a table prints each
+    warning once, in the report; under -o json/yaml the progress stream says them too)."""
+    progress = make_progress(quiet=False, warnings=cluster.output is not Output.table)
     # A long Retry-After (API Priority and Fairness) is said as it is waited out.
-    kube = Kube.connect(kubeconfig, context,
+    kube = Kube.connect(cluster.kubeconfig, cluster.context,
                         retry=RetryPolicy(notice=progress.message if progress else None))
     try:
-        yield Session(kube, namespace, listener=progress or Listener())
+        yield Session(kube, cluster.namespace, listener=progress or Listener())
     except UsageError:
         raise  # bad input is refused in one sentence and its fix, without the report's warnings
     except BaseException:

@@ -1,7 +1,5 @@
-"""`change-stack`, as `commands.py` holds the phases' commands: the change planned from the
-cluster (`model/stackchange.py`), carried out with its record in the state
-(`engine/stackchange.py`), the new stack's phases run by the ordinary `commands.apply`, and its
-undo. The CLI parses options, calls these and renders what they return."""
+"""`change-stack`: the change planned (model/stackchange.py), carried out with its record in the
+state (engine/stackchange.py), the new stack's phases run by `commands.apply`, and its undo."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class StackRequest:
-    """What `change-stack` was asked: the target stack, the new CR, the old CR to delete, and
-    its bounds (seconds)."""
+    """What `change-stack` was asked (bounds in seconds)."""
 
     target: str
     new_cr: Mapping[str, Any]
@@ -47,8 +44,7 @@ class StackRequest:
 
 @dataclass(frozen=True)
 class StackOutcome:
-    """What a change did: its plan, its record (steps' status, per-node gaps), and the new
-    stack's phases' report when they stopped at a gate (`ok` False)."""
+    """A change's plan, its record, and the new stack's report when it stopped at a gate."""
 
     change: sc.ChangePlan
     record: Obj | None
@@ -68,9 +64,8 @@ def _run(session: Session, rs: RunSession, state: State, timeout: float, max_gap
 
 
 def plan(session: Session, request: StackRequest) -> StackOutcome:
-    """The change as it would run now, with what a stopped run of it already did. Read as it
-    is, without `commands.observe`'s refusal of a namespace with no DaemonSets: between the old
-    CR's deletion and the new one's render, that is what a resumed change finds."""
+    """The change as it would run now, with what a stopped run did (read without `observe`'s
+    refusal of a namespace with no DaemonSets: a resumed change may find one)."""
     snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
     change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
                      request.delete_cr)

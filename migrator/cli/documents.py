@@ -1,6 +1,5 @@
-"""The one place a typed report (engine/reports.py) becomes the `-o json|yaml` document
-(docs/output.schema.json) and the report a plan file keeps: one function per type, each
-naming its keys in the schema's order."""
+"""A typed report (engine/reports.py) as its `-o json|yaml` document (docs/output.schema.json),
+keys in the schema's order."""
 
 from __future__ import annotations
 

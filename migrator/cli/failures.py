@@ -1,5 +1,4 @@
-"""The one place errors become messages and exit codes (`handles_errors`), and how SIGINT and
-SIGTERM stop a command: `errors.Interrupted` once the write in flight is recorded."""
+"""Where errors become messages and exit codes, and SIGINT/SIGTERM become `Interrupted`."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handles_errors(fn: F) -> F:
-    """The one place errors become messages and exit codes. --debug only adds the traceback
-    (on stderr, before the message): the exit code is the same with and without it, so a
-    script's `case $?` does not change meaning when someone turns on --debug to look."""
+    """Errors to messages and exit codes; --debug only adds the traceback, same exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -67,10 +64,8 @@ def handles_errors(fn: F) -> F:
 
 @contextmanager
 def _stop_on_signals() -> Iterator[None]:
-    """SIGINT (Ctrl-C) and SIGTERM (a Job eviction, `timeout`, a pod deletion) stop a command
-    the same way: `errors.Interrupted`, raised once the write in flight is recorded
-    (engine/interrupts.py); the run session releases the lock on its way out; exit 130 / 143.
-    Only the main thread receives signals (tests run commands on others: left as they are)."""
+    """SIGINT and SIGTERM raise `errors.Interrupted` once the write in flight is recorded
+    (engine/interrupts.py); exit 130 / 143. Only the main thread receives signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -89,8 +84,7 @@ def _stop_on_signals() -> Iterator[None]:
 
 
 def _same_command() -> str | None:
-    """The command line this process was started with, to print after an interruption (None
-    when it was not started as the CLI: a test's CliRunner)."""
+    """This process's command line, to print after an interruption (None if not the CLI)."""
     started_as = Path(sys.argv[0]).stem if sys.argv else ""  # `.exe` on Windows
     if started_as not in ("dcgm-migrate", "kubectl-dcgm_migrate", "__main__"):
         return None

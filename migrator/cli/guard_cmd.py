@@ -27,7 +27,6 @@ from migrator.model.stacks import load_catalog
 
 
 def _identity() -> str:
-    """The pod name in-cluster (HOSTNAME), plus the pid: unique per process, never a secret."""
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}"
 
 
@@ -122,8 +121,7 @@ def _free(address: tuple[str, int], option: str) -> None:
 
 
 def _bind_address(bind: str | None, port: int | None) -> tuple[str, int] | None:
-    """(host, port) to serve on, or None: `--metrics-port N` is `--metrics-bind-address :N`;
-    both may be given only when they name the same port."""
+    """(host, port) to serve on, or None: `--metrics-port N` is `--metrics-bind-address :N`."""
     try:
         address = parse_address(bind) if bind is not None else None
     except ValueError as exc:

@@ -41,8 +41,7 @@ def complete_phase(incomplete: str) -> list[tuple[str, str]]:
 
 
 def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Shell completion of --context: the context names of the kubeconfig (--kubeconfig,
-    else $KUBECONFIG, else ~/.kube/config), read as plain YAML so a TAB stays fast."""
+    """Shell completion of --context: the kubeconfig's context names, read as plain YAML."""
     given = (ctx.params or {}).get("kubeconfig")
     paths = [given] if given else (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
     names: list[str] = []
@@ -66,12 +65,8 @@ OUTSIDE_A_POD = "gpu-operator"
 
 def default_namespace(kubeconfig: str | None = None, service_account: Path | None = None,
                       environ: Mapping[str, str] | None = None) -> str:
-    """-n's default: where the tool uses the in-cluster config (no --kubeconfig, $KUBECONFIG
-    or ~/.kube/config, and $KUBERNETES_SERVICE_HOST set: kube/config.py `resolve_source`), the
-    namespace its pod runs in, read as client-go's in-cluster config reads it
-    (tools/clientcmd/client_config.go `inClusterClientConfig.Namespace`: $POD_NAMESPACE, else
-    the service account's namespace file), so docs/guard.yaml and docs/job.yaml follow a
-    kustomize overlay's `namespace:`; anywhere else gpu-operator."""
+    """-n's default: in-cluster, the pod's namespace as client-go reads it ($POD_NAMESPACE, else
+    the service account's file), so a kustomize overlay's `namespace:` holds; else gpu-operator."""
     env = dict(os.environ if environ is None else environ)
     try:
         in_cluster = resolve_source(kubeconfig, env).in_cluster
@@ -89,8 +84,7 @@ def default_namespace(kubeconfig: str | None = None, service_account: Path | Non
 
 
 def _namespace_or_default(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
-    """An -n not given on the command line is `default_namespace()`, decided when it runs
-    (--kubeconfig comes first in every command, so it is parsed by then)."""
+    """An -n not given is `default_namespace()` (--kubeconfig, declared first, is parsed)."""
     source = ctx.get_parameter_source(param.name) if param.name else None
     # typer's own click names its ParameterSource members as click's do
     if getattr(source, "name", "") != "DEFAULT":

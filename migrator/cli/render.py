@@ -35,9 +35,8 @@ from migrator.model.stepbase import Change
 
 
 class _Pointed:
-    """A console whose every printed text has its commands pointed at this invocation's
-    cluster (cli/commandline.py): what a report, a closing line or `resume:` names runs as
-    written."""
+    """A console whose printed text has its commands pointed at this invocation's cluster
+    (cli/commandline.py)."""
 
     def __init__(self, console: Console, selection: Selection) -> None:
         self.console, self.selection = console, selection
@@ -58,9 +57,8 @@ def _console(stderr: bool = False) -> Any:
 
 
 def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
-    """Print a report in the chosen format (json/yaml: exactly one document on stdout, from
-    `documents.to_document`); `shown`: warnings a table already printed at the question before
-    the run (not repeated)."""
+    """Print a report in the chosen format (json/yaml: one document on stdout); `shown`: the
+    warnings the question before the run printed (not repeated)."""
     if output is Output.table:
         table(report, shown)
     else:
@@ -72,7 +70,7 @@ def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
 
 
 def raw(doc: dict[str, Any], output: Output) -> None:
-    """A document as JSON or YAML on stdout (the reports', and the error document)."""
+    """A document as JSON or YAML on stdout."""
     if output is Output.json:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     else:
@@ -81,7 +79,6 @@ def raw(doc: dict[str, Any], output: Output) -> None:
 
 
 def table(report: Report, shown: Sequence[str] = ()) -> None:
-    """A report for people, by its type."""
     if isinstance(report, UnlockReport):
         sys.stdout.write(unlocked(report) + "\n")
     elif isinstance(report, PreflightReport):
@@ -168,10 +165,8 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
 
 
 def changes_table(con: Any, changes: Sequence[Change]) -> None:
-    """Object, field, before, after. Names are never split: object and field do not wrap and
-    values wrap only at their spaces, so when the longest name of each column does not fit
-    the console side by side, each change is printed as its object and, indented below, its
-    field and before → after, on lines that wrap at spaces only."""
+    """Object, field, before, after, names never split: when the columns' longest words do not
+    fit side by side, each object, then indented below each field and before → after."""
     rows = [(str(c.object), str(c.field), _val(c.before), _val(c.after)) for c in changes]
     heads = ("object", "field", "before", "after")
     widest = [max(len(word) for r in [heads, *rows] for word in r[i].split(" "))
@@ -204,8 +199,8 @@ def _event(event: Mapping[str, Any]) -> str:
 
 
 def run_lines(con: Any, run: RunView) -> None:
-    """`status`: is a run going on, was one interrupted (and the command that resumes), which
-    steps a rollback in progress writes (docs/output.schema.json, `$defs/run`)."""
+    """`status`: the run going on or interrupted, its lock, the command that resumes it, and a
+    rollback's steps (docs/output.schema.json, `$defs/run`)."""
     head = f"[bold]run[/bold] {_RUN_HEADS.get(run.state, run.state)}"
     if run.operation:
         head += f" — {run.operation} --phase {run.target}"
@@ -241,7 +236,6 @@ def run_lines(con: Any, run: RunView) -> None:
 
 
 def unlocked(report: UnlockReport) -> str:
-    """`unlock`'s line: whose lock it released, and why it could."""
     holder = report.released
     if not holder:
         return "no lock was held"
@@ -265,7 +259,7 @@ def checks_table(report: PreflightReport) -> None:
 
 
 def guard_lines(report: GuardReport) -> None:
-    """`guard --once`: the aliases it saw, what it corrected or skipped, the verdict."""
+    """`guard --once`: the aliases seen, what was corrected or skipped, the verdict."""
     lines = []
     for alias in report.passed.aliases:
         state = f"held: {alias['held']}" if alias["held"] else "not held"
@@ -280,8 +274,7 @@ def guard_lines(report: GuardReport) -> None:
 
 
 def error(exc: MigrateError, hint: str | None = None) -> None:
-    """One clear sentence, then what to do about it (`hint`: the fix as `fix_line` completed
-    it), on stderr."""
+    """The message, then its fix (`hint`: as `fix_line` completed it), on stderr."""
     con = _console(stderr=True)
     con.print(f"[red]error:[/red] {esc(exc.message)}")
     hint = exc.hint if hint is None else hint
@@ -289,17 +282,13 @@ def error(exc: MigrateError, hint: str | None = None) -> None:
         con.print(f"[bold]fix:[/bold] {esc(hint)}")
 
 
-# A fix that names options to pass (`-n gpu-operator`, `--timeout 20m`) in backticks is shown
-# with the whole command line that passes them, and a command it names (`dcgm-migrate status`,
-# `kubectl get …`) is pointed at the same cluster (cli/commandline.py), so each can be run as
-# written.
+# A fix's backticked options (`--timeout 20m`) are shown with the whole command that passes them.
 _QUOTED = re.compile(r"`([^`]+)`")
 
 
 def with_options(command: Sequence[str], tokens: Sequence[str]) -> list[str]:
-    """`command` (program and arguments) with the options in `tokens` (`--opt value` pairs)
-    set: each one's earlier occurrences (`-n x`, `--namespace x`, `--namespace=x`, `-nx`)
-    removed, the new ones appended."""
+    """`command` with the options in `tokens` (`--opt value` pairs) set: their earlier
+    occurrences (`-n x`, `--namespace x`, `--namespace=x`, `-nx`) removed, the new appended."""
     names = {long_name(t) for t in tokens if t.startswith("-")}
     out: list[str] = []
     skip = False
@@ -326,9 +315,8 @@ def resume(text: str, selection: Selection) -> str:
 
 
 def fix_line(hint: str, invoked: Sequence[str] | None) -> str:
-    """The hint with each backticked option fragment followed by the command that passes it
-    ("pass -n gpu-operator: `dcgm-migrate status -n gpu-operator`"), and each command it names
-    pointed at the same cluster; unchanged without a command line to complete."""
+    """The hint with each backticked option followed by the command that passes it, and each
+    command it names pointed at the same cluster; unchanged without a command line."""
     if not invoked:
         return hint
     selection = Selection.of(invoked)

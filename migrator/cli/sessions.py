@@ -1,5 +1,4 @@
-"""What every cluster command opens and asks: its session (the connection, with the progress
-stream on stderr) and the question before its first write, one of each for all commands."""
+"""What every cluster command opens and asks: its session and the question before a write."""
 
 from __future__ import annotations
 
@@ -44,13 +43,11 @@ def session(cluster: Cluster) -> Iterator[Session]:
 
 
 def interactive() -> bool:
-    """Someone can answer the question before the first write (stdin is a terminal)."""
     return sys.stdin.isatty()
 
 
 def ask(text: str) -> bool:
-    """A yes/no question on stderr, default no. Ctrl-C is an interrupt (exit 130); Ctrl-D, the
-    end of input, is no answer: refused as bad input (exit 2), nothing written."""
+    """A yes/no question on stderr, default no; Ctrl-D is no answer (bad input, exit 2)."""
     try:
         return typer.confirm(text, default=False, err=True)
     except typer.Abort as aborted:  # click's answer to Ctrl-C and Ctrl-D: told apart
@@ -61,9 +58,8 @@ def ask(text: str) -> bool:
 
 
 class Confirm:
-    """The question before the first write (skipped with --yes or without a terminal). It
-    shows the plan's table, warnings included; `shown` keeps those warnings so the report
-    after the run does not print them a second time."""
+    """The question before the first write (skipped with --yes or without a terminal); `shown`:
+    the warnings its table printed, not repeated by the report."""
 
     def __init__(self, yes: bool, output: Output) -> None:
         self.yes, self.output = yes, output

@@ -1,7 +1,4 @@
-"""`dcgm-migrate change-stack`: ClusterPolicy ↔ GPUCluster on an operator that refuses both at
-once (docs/runbook.md, "Changing stack"), thin: options parsed, `migrator/stackcommands.py`
-called, its outcome rendered.
-"""
+"""`dcgm-migrate change-stack` (docs/runbook.md, "Changing stack"), thin over stackcommands."""
 
 from __future__ import annotations
 
@@ -123,7 +120,6 @@ def change_stack(
 
 
 def _confirmed(change: sc.ChangePlan, yes: bool, namespace: str) -> bool:
-    """The question before the first write, as every command asks it (cli/sessions.py)."""
     if yes or not interactive():
         return True
     _emit(_doc(change, None, ""), Output.table)

@@ -226,30 +226,22 @@ command("guard")(guard)
 command("change-stack")(change_stack)
 
 
-# Stand-ins for the commands the simulated cluster's distribution provides (cli/plugins.py):
-# with it installed, its own `demo` and `sim` are found first; without it (the tool alone, its
-# container image) these refuse in one sentence, with the fix, exit 2.
-_PLUGGED_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+# Stand-ins for the simulated cluster's `demo` and `sim` (cli/plugins.py): found first when it is
+# installed; without it (the tool alone, its image) these refuse with the fix, exit 2.
+def _stand_in(name: str, text: str) -> None:
+    def refuse() -> None:
+        raise UsageError(f"`dcgm-migrate {name}` needs the simulated cluster, which is not "
+                         "installed here (the tool's own package and its image do not carry it)",
+                         INSTALL_HINT)
+
+    command(name, help=text, add_help_option=False,
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(refuse)
 
 
-@command("demo", context_settings=_PLUGGED_SETTINGS, add_help_option=False)
-def _demo() -> None:
-    """Run the whole migration on a simulated GPU cluster started in-process (needs the
-    simulated cluster installed: `python3 -m pip install ./simulator`)."""
-    raise _missing("demo")
-
-
-@command("sim", context_settings=_PLUGGED_SETTINGS, add_help_option=False)
-def _sim() -> None:
-    """The simulated GPU cluster as a standalone server (needs it installed:
-    `python3 -m pip install ./simulator`)."""
-    raise _missing("sim")
-
-
-def _missing(command: str) -> UsageError:
-    return UsageError(f"`dcgm-migrate {command}` needs the simulated cluster, which is not "
-                      "installed here (the tool's own package and its image do not carry it)",
-                      INSTALL_HINT)
+_stand_in("demo", "Run the whole migration on a simulated GPU cluster started in-process (needs "
+          "the simulated cluster installed: `python3 -m pip install ./simulator`).")
+_stand_in("sim", "The simulated GPU cluster as a standalone server (needs it installed: "
+          "`python3 -m pip install ./simulator`).")
 
 
 def prog_name(argv0: str) -> str | None:

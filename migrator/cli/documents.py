@@ -8,7 +8,6 @@ from typing import Any
 
 from migrator.engine.reports import (
     GuardReport,
-    LockView,
     PhaseView,
     PlanReport,
     PreflightReport,
@@ -48,28 +47,22 @@ def _phase(view: PhaseView) -> Doc:
 
 @to_document.register
 def _plan(report: PlanReport) -> Doc:
+    change = report.stack_change
     return {
-        "stack": report.stack,
-        "namespace": report.namespace,
-        "fingerprint": report.fingerprint,
-        "components": list(report.components),
-        "phases": [_phase(v) for v in report.phases],
-        "warnings": list(report.warnings),
-        "toolDuplicates": report.tool_duplicates,
-        "scrapeDuplicates": report.scrape_duplicates,
-        "verdict": report.verdict.as_dict(),
+        "stack": report.stack, "namespace": report.namespace, "fingerprint": report.fingerprint,
+        "components": list(report.components), "phases": [_phase(v) for v in report.phases],
+        "warnings": list(report.warnings), "toolDuplicates": report.tool_duplicates,
+        "scrapeDuplicates": report.scrape_duplicates, "verdict": report.verdict.as_dict(),
         "lostState": list(report.lost_state),
-        "stackChange": None if report.stack_change is None else {
-            "recorded": report.stack_change.recorded, "live": report.stack_change.live},
+        "stackChange": change and {"recorded": change.recorded, "live": change.live},
     }
 
 
 @to_document.register
 def _question(question: Question) -> Doc:
     target = question.target
-    return {**_plan(question.report), "target": {"context": target.context,
-                                                 "server": target.server,
-                                                 "namespace": target.namespace}}
+    return {**_plan(question.report), "target": {
+        "context": target.context, "server": target.server, "namespace": target.namespace}}
 
 
 def _result(result: RunOutcome) -> Doc:
@@ -87,18 +80,9 @@ def _run(report: RunReport) -> Doc:
     return {**_plan(report.report), "result": _result(report.result), "ok": report.ok}
 
 
-def _state(digest: StateDigest | None) -> Doc | None:
-    if digest is None:
-        return None
+def _state(digest: StateDigest) -> Doc:
     return {"planFingerprint": digest.plan_fingerprint, "updated": digest.updated,
             "lastError": digest.last_error, "history": [dict(e) for e in digest.history]}
-
-
-def _lock(lock: LockView | None) -> Doc | None:
-    if lock is None:
-        return None
-    return {"holder": lock.holder, "acquired": lock.acquired, "expires": lock.expires,
-            "live": lock.live, "gone": lock.gone}
 
 
 def _rollback(phase: RollbackPhase) -> Doc:
@@ -108,12 +92,12 @@ def _rollback(phase: RollbackPhase) -> Doc:
 
 
 def run_view(run: RunView) -> Doc:
+    lock = run.lock
     return {
-        "state": run.state,
-        "operation": run.operation,
-        "target": run.target,
-        "phase": run.phase,
-        "lock": _lock(run.lock),
+        "state": run.state, "operation": run.operation, "target": run.target,
+        "phase": run.phase, "lock": lock and {"holder": lock.holder, "acquired": lock.acquired,
+                                              "expires": lock.expires, "live": lock.live,
+                                              "gone": lock.gone},
         "resume": run.resume,
         "lastEvent": dict(run.last_event) if run.last_event is not None else None,
         "waitsFor": run.waits_for,
@@ -123,8 +107,8 @@ def run_view(run: RunView) -> Doc:
 
 @to_document.register
 def _status(report: StatusReport) -> Doc:
-    doc = {**_plan(report.report), "state": _state(report.state), "run": run_view(report.run),
-           "ok": report.ok}
+    doc = {**_plan(report.report), "state": report.state and _state(report.state),
+           "run": run_view(report.run), "ok": report.ok}
     if report.state_error is not None:
         error = report.state_error
         doc["stateError"] = {"message": error.message, "hint": error.hint,

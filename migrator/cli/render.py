@@ -59,14 +59,23 @@ def _console(stderr: bool = False) -> Any:
 def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
     """Print a report in the chosen format (json/yaml: one document on stdout); `shown`: the
     warnings the question before the run printed (not repeated)."""
-    if output is Output.table:
-        table(report, shown)
-    else:
+    if output is not Output.table:
         selection = Selection.current()
         doc = completed(to_document(report), selection)
         if isinstance(report, StatusReport) and report.run.resume:
             doc["run"]["resume"] = resume(report.run.resume, selection)
         raw(doc, output)
+    elif isinstance(report, UnlockReport):
+        sys.stdout.write(unlocked(report) + "\n")
+    elif isinstance(report, PreflightReport):
+        con = _console()
+        for c in report.checks:
+            con.print(f"{_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}")
+    elif isinstance(report, GuardReport):
+        guard_lines(report)
+    else:
+        report_table(report, shown)
+    sys.stdout.flush()
 
 
 def raw(doc: dict[str, Any], output: Output) -> None:
@@ -75,18 +84,6 @@ def raw(doc: dict[str, Any], output: Output) -> None:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     else:
         sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
-    sys.stdout.flush()
-
-
-def table(report: Report, shown: Sequence[str] = ()) -> None:
-    if isinstance(report, UnlockReport):
-        sys.stdout.write(unlocked(report) + "\n")
-    elif isinstance(report, PreflightReport):
-        checks_table(report)
-    elif isinstance(report, GuardReport):
-        guard_lines(report)
-    else:
-        report_table(report, shown)
     sys.stdout.flush()
 
 
@@ -145,7 +142,9 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
             con.print(f"  [red]last error:[/red] {esc(phase.error)}")
     state = shown_report.state if isinstance(shown_report, StatusReport) else None
     if state is not None and state.history:
-        history_lines(con, state.history)
+        con.print(f"\n[bold]History[/bold] (last {len(state.history)} events, oldest first)")
+        for event in state.history:
+            con.print(f"  {esc(_event(event))}")
     fresh = [w for w in doc.warnings if w not in shown]
     if fresh:
         con.print("\n[bold yellow]Warnings[/bold yellow]")
@@ -244,18 +243,6 @@ def unlocked(report: UnlockReport) -> str:
     if report.holder_gone:
         return f"released the lock of {holder}: {report.holder_gone}"
     return f"released the lock of {holder}"
-
-
-def history_lines(con: Any, history: Sequence[Mapping[str, Any]]) -> None:
-    con.print(f"\n[bold]History[/bold] (last {len(history)} events, oldest first)")
-    for event in history:
-        con.print(f"  {esc(_event(event))}")
-
-
-def checks_table(report: PreflightReport) -> None:
-    con = _console()
-    for c in report.checks:
-        con.print(f"{_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}")
 
 
 def guard_lines(report: GuardReport) -> None:

@@ -82,7 +82,8 @@ def _rendered(report: Report, output: Output, shown: tuple[str, ...] = ()) -> No
 
 @command()
 def plan(
-    *, out: Annotated[Path | None, typer.Option("--out", help="Save the plan (with a fingerprint "
+    *,
+    out: Annotated[Path | None, typer.Option("--out", help="Save the plan (with a fingerprint "
                                              "of the objects it read) to FILE.")] = None,
     planning: Planning, cluster: Cluster,
 ) -> None:
@@ -100,7 +101,8 @@ def plan(
 
 @command()
 def apply(
-    *, phase: Annotated[int, typer.Option("--phase", help="Run phases 1..N (1 label, 2 alias, "
+    *,
+    phase: Annotated[int, typer.Option("--phase", help="Run phases 1..N (1 label, 2 alias, "
                                        "3 switch).", autocompletion=complete_phase)],
     plan_file: Annotated[Path | None, typer.Option("--plan", help="Refuse to run if the "
                                                    "cluster changed since this saved plan.")]
@@ -120,7 +122,8 @@ def apply(
 
 @command()
 def rollback(
-    *, phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.",
+    *,
+    phase: Annotated[int, typer.Option("--phase", help="Undo phases down to and including N.",
                                        autocompletion=complete_phase)],
     running: Running, roll_on_delete: RollOnDelete = False, rolling: Rolling = False,
     cluster: Cluster,
@@ -152,7 +155,8 @@ def _watched(report: StatusReport, output: Output, watch: bool) -> None:
 
 @command()
 def status(
-    *, watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until interrupted "
+    *,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until interrupted "
                                         "(-o json: one document per line, JSON Lines; -o "
                                         "yaml: a YAML stream).")] = False,
     interval: Annotated[float, typer.Option("--interval", min=1.0, help="Seconds between "
@@ -197,7 +201,8 @@ def verify(cluster: Cluster) -> None:
 
 @command()
 def unlock(
-    *, force: Annotated[bool, typer.Option("--force", help="Release the lock even while its "
+    *,
+    force: Annotated[bool, typer.Option("--force", help="Release the lock even while its "
                                         "holder is still renewing it (only when you are sure "
                                         "that run is dead).")] = False,
     cluster: Cluster,

@@ -128,3 +128,47 @@ def invoked() -> list[str] | None:
     root = str(ctx.find_root().info_name or "")
     prog = ["kubectl", "dcgm-migrate"] if root.startswith("kubectl") else ["dcgm-migrate"]
     return [*prog, *args]
+
+
+def with_options(command: Sequence[str], tokens: Sequence[str]) -> list[str]:
+    """`command` with the options in `tokens` (`--opt value` pairs) set: their earlier
+    occurrences (`-n x`, `--namespace x`, `--namespace=x`, `-nx`) removed, the new appended."""
+    names = {long_name(t) for t in tokens if t.startswith("-")}
+    out: list[str] = []
+    skip = False
+    for arg in command:
+        if skip:
+            skip = False
+            continue
+        head = arg.split("=", 1)[0]
+        if long_name(head) in names:
+            skip = "=" not in arg
+            continue
+        if len(arg) > 2 and not arg.startswith("--") and long_name(arg[:2]) in names:
+            continue  # -nvalue
+        out.append(arg)
+    return [*out, *tokens]
+
+
+def resume(text: str, selection: Selection) -> str:
+    """`status`'s `resume:` command (a bare command line), pointed at the same cluster."""
+    try:
+        return command(shlex.split(text), selection)
+    except ValueError:
+        return text
+
+
+def fix_line(hint: str, invoked: Sequence[str] | None) -> str:
+    """The hint with each backticked option followed by the command that passes it, and each
+    command it names pointed at the same cluster; unchanged without a command line."""
+    if not invoked:
+        return hint
+    selection = Selection.of(invoked)
+
+    def whole(match: re.Match[str]) -> str:
+        text = match.group(1)
+        if text.startswith("-"):
+            return f"{text}: `{shlex.join(with_options(invoked, shlex.split(text)))}`"
+        return complete(match.group(0), selection)
+
+    return _QUOTED.sub(whole, hint)

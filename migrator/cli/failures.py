@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 import typer
 
 from migrator.cli import render
-from migrator.cli.commandline import invoked
+from migrator.cli.commandline import fix_line, invoked
 from migrator.cli.options import Output
 from migrator.engine import interrupts
 from migrator.errors import Interrupted, MigrateError, exit_code_for
@@ -38,7 +38,7 @@ def handles_errors(fn: F) -> F:
         except MigrateError as exc:
             if debug:
                 traceback.print_exc(file=sys.stderr)
-            hint = render.fix_line(exc.hint, invoked())
+            hint = fix_line(exc.hint, invoked())
             render.error(exc, hint)
             output = kwargs.get("output")
             if isinstance(output, Output) and output is not Output.table:

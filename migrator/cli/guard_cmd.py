@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import closing
 from typing import Annotated, Any
 
 import typer
@@ -26,10 +27,6 @@ from migrator.kube.retrying import RetryPolicy
 from migrator.model.stacks import load_catalog
 
 
-def _identity() -> str:
-    return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}"
-
-
 def _log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sys.stderr.write(f"{stamp} {message}\n")
@@ -37,7 +34,8 @@ def _log(message: str) -> None:
 
 
 def guard(
-    *, lease_name: Annotated[str, typer.Option("--lease-name", help="The coordination.k8s.io "
+    *,
+    lease_name: Annotated[str, typer.Option("--lease-name", help="The coordination.k8s.io "
                                             "Lease the replicas elect a leader on.")]
     = "dcgm-migrate-guard",
     identity: Annotated[str | None, typer.Option("--identity", help="This replica's name in "
@@ -75,12 +73,13 @@ def guard(
     if address is not None:
         _free(address, "--metrics-port" if metrics_port is not None else
               "--metrics-bind-address")
-    settings = GuardSettings(lease_name=lease_name, identity=identity or _identity(),
+    settings = GuardSettings(lease_name=lease_name, identity=identity or
+                             f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}",
                              lease_seconds=lease_seconds, resync_seconds=resync,
                              verdict_seconds=verdict_seconds)
     namespace = cluster.namespace
-    kube = Kube.connect(cluster.kubeconfig, cluster.context, retry=RetryPolicy(notice=_log))
-    try:
+    with closing(Kube.connect(cluster.kubeconfig, cluster.context,
+                              retry=RetryPolicy(notice=_log))) as kube:
         catalog = load_catalog()
         require_dcgm(kube, namespace, catalog)  # as every command: exit 2 naming where
         g = Guard(kube, namespace, catalog, settings, log=_log)
@@ -96,13 +95,11 @@ def guard(
             stop.set()
 
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _stop)
-            signal.signal(signal.SIGINT, _stop)
+            for number in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(number, _stop)
         _log(f"guarding aliases in namespace {namespace} as {settings.identity} "
              f"(Lease {lease_name})")
         g.run(stop, serve=address)
-    finally:
-        kube.close()
 
 
 def _free(address: tuple[str, int], option: str) -> None:

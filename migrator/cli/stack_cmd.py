@@ -62,7 +62,8 @@ def _doc(change: sc.ChangePlan, record: dict[str, Any] | None, summary: str) -> 
 
 
 def change_stack(
-    *, to: Annotated[str, typer.Option("--to", help="The stack to change to: gpucluster or "
+    *,
+    to: Annotated[str, typer.Option("--to", help="The stack to change to: gpucluster or "
                                     "clusterpolicy.")] = "",
     file: Annotated[Path | None, typer.Option("-f", "--filename", help="The new CR's "
                                                "manifest (one ClusterPolicy or GPUCluster).")]

@@ -35,17 +35,6 @@ def handles_errors(fn: F) -> F:
                 return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
-        except MigrateError as exc:
-            if debug:
-                traceback.print_exc(file=sys.stderr)
-            hint = fix_line(exc.hint, invoked())
-            render.error(exc, hint)
-            output = kwargs.get("output")
-            if isinstance(output, Output) and output is not Output.table:
-                render.raw({"error": {"message": exc.message, "hint": hint,
-                                      "exitCode": exit_code_for(exc),
-                                      "type": type(exc).__name__}}, output)
-            raise typer.Exit(exit_code_for(exc)) from None
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the lock is released already
             name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
             typer.echo(f"interrupted ({name}): run the same command again to resume"
@@ -54,10 +43,19 @@ def handles_errors(fn: F) -> F:
         except Exception as exc:
             if debug:
                 traceback.print_exc(file=sys.stderr)
-            typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-            typer.echo("fix: report it with the traceback" if debug else
-                       "fix: rerun with --debug for the traceback and report it", err=True)
-            raise typer.Exit(3) from None
+            if not isinstance(exc, MigrateError):
+                typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+                typer.echo("fix: report it with the traceback" if debug else
+                           "fix: rerun with --debug for the traceback and report it", err=True)
+                raise typer.Exit(3) from None
+            hint = fix_line(exc.hint, invoked())
+            render.error(exc, hint)
+            output = kwargs.get("output")
+            if isinstance(output, Output) and output is not Output.table:
+                render.raw({"error": {"message": exc.message, "hint": hint,
+                                      "exitCode": exit_code_for(exc),
+                                      "type": type(exc).__name__}}, output)
+            raise typer.Exit(exit_code_for(exc)) from None
 
     return cast(F, wrapper)
 

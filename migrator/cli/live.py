@@ -126,28 +126,26 @@ class RichProgress(PlainProgress):
     def _say(self, text: str) -> None:
         self.progress.console.print(escape(text))
 
-    def _task(self, key: str, label: str, total: int, completed: int = 0) -> Any:
+    def _bar(self, key: str, label: str, total: int, completed: int, extra: str) -> None:
         # created at its current count: a bar never flashes 0/N (which would read as a loss)
         if key not in self.tasks:
             self.tasks[key] = self.progress.add_task(label, total=max(total, 1),
                                                      completed=completed, extra="")
-        return self.tasks[key]
+        self.progress.update(self.tasks[key], total=max(total, 1), completed=completed,
+                             extra=extra)
 
     def rollout(self, p: RolloutProgress) -> None:
-        task = self._task(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired,
-                          min(p.updated, p.available))
-        self.progress.update(task, total=max(p.desired, 1), completed=min(p.updated, p.available),
-                             extra=f"updated {p.updated} available {p.available} {eta_text(p)}")
+        self._bar(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired,
+                  min(p.updated, p.available),
+                  f"updated {p.updated} available {p.available} {eta_text(p)}")
 
     def endpoints(self, p: EndpointProgress) -> None:
-        task = self._task(f"svc/{p.service}", f"endpoints {p.service}", p.baseline, p.ready)
-        self.progress.update(task, total=max(p.baseline, 1), completed=p.ready,
-                             extra=f"baseline {p.baseline}")
+        self._bar(f"svc/{p.service}", f"endpoints {p.service}", p.baseline, p.ready,
+                  f"baseline {p.baseline}")
 
     def settle(self, seconds_left: float) -> None:
-        task = self._task("settle", "settle (kube-proxy)", 1)
-        self.progress.update(task, extra=f"{seconds_left:.0f}s left",
-                             completed=1 if seconds_left <= 0 else 0)
+        self._bar("settle", "settle (kube-proxy)", 1, 1 if seconds_left <= 0 else 0,
+                  f"{seconds_left:.0f}s left")
 
     def close(self) -> None:
         self.progress.stop()

@@ -27,7 +27,7 @@ from migrator.cli.options import (
     RollOnDelete,
     Running,
     complete_phase,
-    flattened,
+    spread,
 )
 from migrator.cli.plugins import INSTALL_HINT
 from migrator.cli.sessions import Confirm, session
@@ -68,8 +68,16 @@ def _root(
 
 
 def command(name: str | None = None, **settings: Any) -> Callable[[Callable[..., None]], Any]:
-    """Register a command: its option groups spread (options.flattened), its errors handled."""
-    return lambda fn: app.command(name, **settings)(handles_errors(flattened(fn)))
+    """Register a command: its option groups spread (options.spread), its errors handled."""
+
+    def register(fn: Callable[..., None]) -> Any:
+        signature, regroup = spread(fn)
+        call = handles_errors(fn, regroup)  # one frame: the stack to the first write stays short
+        call.__signature__ = signature  # type: ignore[attr-defined]
+        call.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+        return app.command(name, **settings)(call)
+
+    return register
 
 
 def _rendered(report: Report, output: Output, shown: tuple[str, ...] = ()) -> None:

@@ -24,15 +24,16 @@ from migrator.errors import Interrupted, MigrateError, exit_code_for
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def handles_errors(fn: F) -> F:
-    """Errors to messages and exit codes; --debug only adds the traceback, same exit code."""
+def handles_errors(fn: F, regroup: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> F:
+    """Errors to messages and exit codes; --debug only adds the traceback, same exit code.
+    `regroup`: the keyword arguments as `fn` takes them (options.spread)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = bool(kwargs.get("debug"))
         try:
             with _stop_on_signals():
-                return fn(*args, **kwargs)
+                return fn(*args, **regroup(kwargs))
         except (typer.Exit, typer.Abort):
             raise
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the lock is released already

@@ -1,10 +1,9 @@
 """kubectl-style options shared by every cluster command (docs/design.md, "Command line"), and
-the option groups (dataclasses of options) that `flattened` spreads into a command's signature."""
+the option groups (dataclasses of options) that `spread` lays out in a command's signature."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping
@@ -181,9 +180,10 @@ class Running:
                           dry_run=self.dry_run)
 
 
-def flattened(fn: Callable[..., None]) -> Callable[..., None]:
-    """`fn` as typer reads it: each parameter typed by an option group given as the group's
-    options, in their order; the call builds the group back from them."""
+def spread(fn: Callable[..., None]
+           ) -> tuple[inspect.Signature, Callable[[dict[str, Any]], dict[str, Any]]]:
+    """`fn`'s signature as typer reads it, each parameter typed by an option group given as the
+    group's options in their order; and the function that builds the groups back from them."""
     hints = get_type_hints(fn, include_extras=True)
     groups: dict[str, Any] = {}
     params: list[inspect.Parameter] = []
@@ -197,12 +197,10 @@ def flattened(fn: Callable[..., None]) -> Callable[..., None]:
         params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
                                      annotation=types[f.name]) for f in dataclasses.fields(kind)]
 
-    @functools.wraps(fn)
-    def call(**kwargs: Any) -> None:
+    def regroup(flat: dict[str, Any]) -> dict[str, Any]:
+        kwargs = dict(flat)
         for name, kind in groups.items():
             kwargs[name] = kind(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(kind)})
-        fn(**kwargs)
+        return kwargs
 
-    call.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    call.__annotations__ = {p.name: p.annotation for p in params}
-    return call
+    return inspect.Signature(params), regroup

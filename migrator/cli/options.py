@@ -30,9 +30,6 @@ class Output(StrEnum):
     yaml = "yaml"
 
 
-Kubeconfig = Annotated[str | None, typer.Option(
-    "--kubeconfig", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
-    "or in-cluster).", envvar=None)]
 def complete_phase(incomplete: str) -> list[tuple[str, str]]:
     """Shell completion of --phase: the three phases, with their names."""
     return [(n, name) for n, name in (("1", "label"), ("2", "alias"), ("3", "switch"))
@@ -56,8 +53,6 @@ def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
     return names
 
 
-Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use.",
-                                             autocompletion=complete_context)]
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 OUTSIDE_A_POD = "gpu-operator"
 
@@ -91,20 +86,8 @@ def _namespace_or_default(ctx: typer.Context, param: typer.CallbackParam, value:
     return default_namespace((ctx.params or {}).get("kubeconfig"))
 
 
-Namespace = Annotated[str, typer.Option(
-    "-n", "--namespace", callback=_namespace_or_default,
-    help="Namespace the GPU Operator runs in (in a pod: the pod's own).")]
-OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.",
-                                           case_sensitive=False)]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before writing.")]
-DryRun = Annotated[bool, typer.Option("--dry-run", help=(
-    "Preview the run against the cluster as its earlier writes would leave it, with "
-    "server-side dry-run writes; nothing is persisted, no state is written; exit 1 if a gate "
-    "would stop the run."))]
-IncludeOperatorOwned = Annotated[bool, typer.Option(
-    "--include-operator-owned",
-    help="Also switch Services the operator owns (it reverts them on its next reconcile).")]
 RollOnDelete = Annotated[bool, typer.Option(
     "--roll-on-delete",
     help="For updateStrategy OnDelete: delete old pods one node at a time to roll them.")]
@@ -112,31 +95,22 @@ Rolling = Annotated[bool, typer.Option(
     "--rolling",
     help="Phase 1 (and its rollback): roll every DaemonSet's pods with a template change "
          "instead of relabelling them in place (docs/runbook.md, phase 1).")]
-AllowForeignPods = Annotated[bool, typer.Option(
-    "--allow-foreign-pods",
-    help="Let phase 3 switch a selector that also picks up pods outside the DCGM/exporter "
-         "DaemonSets (recorded in the state).")]
-PrepareFor = Annotated[str, typer.Option(
-    "--prepare-for", metavar="RELEASE",
-    help="Phase 1 also puts this GPU Operator release's component labels on the pod "
-         "templates, so its shared Services select every Ready pod the moment it takes the "
-         "stable names over (plans/releases.yaml; e.g. shared-services).")]
-Timeout = Annotated[str, typer.Option("--timeout", help=(
-    "Progress deadline (e.g. 90s, 10m, 1h): a wait fails when nothing moved for this long "
-    "(no pod became updated or available in a rollout; gates still failing), not after this "
-    "long in total, so a 1,000-node rollout may take hours."))]
-Settle = Annotated[str, typer.Option("--settle", help="Wait after a selector change before "
-                                     "removing what the old selector needed.")]
 
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """Where a command works and how it answers: the last options of every cluster command."""
 
-    kubeconfig: Kubeconfig = None
-    context: Context = None
-    namespace: Namespace = "gpu-operator"
-    output: OutputOpt = Output.table
+    kubeconfig: Annotated[str | None, typer.Option(
+        "--kubeconfig", help="Path to the kubeconfig file (default: $KUBECONFIG, "
+        "~/.kube/config, or in-cluster).", envvar=None)] = None
+    context: Annotated[str | None, typer.Option(
+        "--context", help="Kubeconfig context to use.", autocompletion=complete_context)] = None
+    namespace: Annotated[str, typer.Option(
+        "-n", "--namespace", callback=_namespace_or_default,
+        help="Namespace the GPU Operator runs in (in a pod: the pod's own).")] = "gpu-operator"
+    output: Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.",
+                                           case_sensitive=False)] = Output.table
     debug: Debug = False
 
 
@@ -144,11 +118,19 @@ class Cluster:
 class Planning:
     """The planning options of `plan` and `apply`."""
 
-    include_operator_owned: IncludeOperatorOwned = False
+    include_operator_owned: Annotated[bool, typer.Option(
+        "--include-operator-owned", help="Also switch Services the operator owns (it reverts "
+        "them on its next reconcile).")] = False
     roll_on_delete: RollOnDelete = False
     rolling: Rolling = False
-    allow_foreign_pods: AllowForeignPods = False
-    prepare_for: PrepareFor = ""
+    allow_foreign_pods: Annotated[bool, typer.Option(
+        "--allow-foreign-pods", help="Let phase 3 switch a selector that also picks up pods "
+        "outside the DCGM/exporter DaemonSets (recorded in the state).")] = False
+    prepare_for: Annotated[str, typer.Option(
+        "--prepare-for", metavar="RELEASE", help="Phase 1 also puts this GPU Operator "
+        "release's component labels on the pod templates, so its shared Services select every "
+        "Ready pod the moment it takes the stable names over (plans/releases.yaml; e.g. "
+        "shared-services).")] = ""
 
     def options(self) -> Options:
         """The planning options, `--prepare-for` checked against plans/releases.yaml."""
@@ -164,9 +146,16 @@ class Running:
     """How `apply` and `rollback` run."""
 
     yes: Yes = False
-    dry_run: DryRun = False
-    timeout: Timeout = "10m"
-    settle: Settle = "30s"
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=(
+        "Preview the run against the cluster as its earlier writes would leave it, with "
+        "server-side dry-run writes; nothing is persisted, no state is written; exit 1 if a "
+        "gate would stop the run."))] = False
+    timeout: Annotated[str, typer.Option("--timeout", help=(
+        "Progress deadline (e.g. 90s, 10m, 1h): a wait fails when nothing moved for this long "
+        "(no pod became updated or available in a rollout; gates still failing), not after "
+        "this long in total, so a 1,000-node rollout may take hours."))] = "10m"
+    settle: Annotated[str, typer.Option("--settle", help="Wait after a selector change before "
+                                        "removing what the old selector needed.")] = "30s"
 
     def request(self, phase: int, options: Options, confirm: Callable[[Any], bool],
                 plan_file: Path | None = None) -> RunRequest:

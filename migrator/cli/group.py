@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from typing import Any, Protocol, cast
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -16,12 +16,6 @@ from migrator.cli.options import Output
 
 # click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
 _clicks = sys.modules[typer.BadParameter.__module__]
-
-
-class _ClickError(Protocol):  # a click UsageError (its class is found at run time)
-
-    def show(self) -> None: ...
-    def format_message(self) -> str: ...
 
 
 ClickUsageError: type[Exception] = _clicks.UsageError
@@ -61,7 +55,7 @@ class RootGroup(Group):
         except NoArgsIsHelp:
             raise
         except ClickUsageError as exc:
-            shown = cast(_ClickError, exc)
+            shown: Any = exc  # a click UsageError (its class is found at run time)
             shown.show()
             hint = _usage_hint(exc)
             typer.echo(f"fix: {hint}", err=True)

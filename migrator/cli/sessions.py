@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import typer
 
@@ -57,13 +58,14 @@ def ask(text: str) -> bool:
                          commands.ABORTED_HINT) from None
 
 
+@dataclass
 class Confirm:
     """The question before the first write (skipped with --yes or without a terminal); `shown`:
     the warnings its table printed, not repeated by the report."""
 
-    def __init__(self, yes: bool, output: Output) -> None:
-        self.yes, self.output = yes, output
-        self.shown: tuple[str, ...] = ()
+    yes: bool
+    output: Output
+    shown: tuple[str, ...] = ()
 
     def __call__(self, question: Question) -> bool:
         if self.yes or not interactive():

@@ -21,7 +21,6 @@ from migrator.engine.reports import (
     UnlockReport,
 )
 from migrator.errors import exit_code_for
-from migrator.model.gates import GateResult
 
 Doc = dict[str, Any]
 
@@ -31,14 +30,11 @@ def to_document(report: object) -> Doc:
     raise TypeError(f"no document for {type(report).__name__}")
 
 
-def _gates(gates: tuple[GateResult, ...]) -> list[Doc]:
-    return [g.as_dict() for g in gates]
-
-
 def _phase(view: PhaseView) -> Doc:
     doc: Doc = {"number": view.number, "name": view.name, "status": view.status.value,
-                "changes": [c.as_dict() for c in view.changes], "gates": _gates(view.gates),
-                "notes": list(view.notes), "blocked": view.blocked, "error": view.error}
+                "changes": [c.as_dict() for c in view.changes],
+                "gates": [g.as_dict() for g in view.gates], "notes": list(view.notes),
+                "blocked": view.blocked, "error": view.error}
     if view.preview is not None:
         doc["preview"] = {"outcome": view.preview.outcome,
                           "wouldWaitFor": list(view.preview.would_wait_for)}
@@ -125,7 +121,7 @@ def _unlock(report: UnlockReport) -> Doc:
 @to_document.register
 def _preflight(report: PreflightReport) -> Doc:
     return {"namespace": report.namespace, "server": report.server,
-            "checks": _gates(report.checks), "ok": report.ok}
+            "checks": [c.as_dict() for c in report.checks], "ok": report.ok}
 
 
 @to_document.register

@@ -1,6 +1,3 @@
-"""dcgm-migrate: move a live GPU Operator cluster to one stable DCGM identity.
+"""dcgm-migrate: move a live GPU Operator cluster to one stable DCGM identity."""
 
-The version lives here and only here.
-"""
-
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version lives

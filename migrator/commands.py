@@ -1,10 +1,5 @@
-"""The commands, as plain functions (alembic's `command.py`): each takes a Session and options,
-drives the engine, and returns a typed report (engine/reports.py) for the CLI to render and
-serialise. No printing, no typer. A command's warnings travel one way: said through its
-listener (`Warned`), and listed once in its report.
-
-Every command validates its input before it writes anything, so bad input costs zero writes.
-"""
+"""The commands as plain functions: each takes a Session and options and returns a typed report
+(engine/reports.py) for the CLI to render; no printing. Input is checked before any write."""
 
 from __future__ import annotations
 
@@ -62,9 +57,7 @@ ABORTED_HINT = "nothing was written; rerun and answer y, or pass --yes to skip t
 
 @dataclass
 class Session:
-    """One connection to one namespace, plus what every command needs around it: the one
-    state store the command loads, locks and saves with, and the clock handed down with the
-    run (`loop.Run`)."""
+    """One connection to one namespace, with the state store and clock every command uses."""
 
     kube: Kube
     namespace: str
@@ -78,14 +71,9 @@ class Session:
                                          self.clock)
 
 
-# ---- shared checks ---------------------------------------------------------------------------
-
 def observe(session: Session, cache: Informer | None = None) -> Snapshot:
-    """The namespace as the planner sees it, refused (UsageError, before any write) when it
-    does not exist or holds none of the DaemonSets the catalog names: a ClusterPolicy or
-    GPUCluster is cluster-scoped, so finding one does not make a namespace the operator's.
-    A state there that records steps keeps it answerable (status shows their drift, rollback
-    undoes them); `apply` refuses it all the same (`locate.require_stack`)."""
+    """The namespace as the planner sees it; refused (UsageError) when it does not exist or
+    holds none of the catalog's DaemonSets, unless its state records steps (drift, rollback)."""
     try:
         snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache,
                              clock=session.clock)
@@ -101,10 +89,8 @@ def observe(session: Session, cache: Informer | None = None) -> Snapshot:
 
 
 def _refuse_denied_namespace(session: Session, denied: APIForbidden) -> NoReturn:
-    """A 403 on the namespace's first read. An identity bound to the operator's namespace
-    only (docs/rbac.yaml) may read nothing elsewhere: a typo'd -n is then a wrong namespace
-    (UsageError naming where the DaemonSets run), not a missing permission — unless they are
-    found nowhere it may read, when the missing permission is the answer."""
+    """A 403 on the namespace's first read: a wrong namespace (UsageError naming where the
+    DaemonSets run) when they are found elsewhere, else the missing permission itself."""
     where = locate(session.kube, session.catalog, session.namespace)
     if not [n for n in where.namespaces if n != session.namespace]:
         raise denied
@@ -114,19 +100,17 @@ def _refuse_denied_namespace(session: Session, denied: APIForbidden) -> NoReturn
 
 
 def _records_steps(session: Session) -> bool:
-    """The namespace's state records a step that was written (or may have been)."""
     state, _ = load_state(session)
     return state is not None and any(r.done_steps() for r in state.phases.values())
 
 
-def _check_phase(phase: int) -> int:
+def _check_phase(phase: int) -> None:
     if phase not in phases.numbers():
         named = [f"{m.NUMBER} ({m.NAME})" for m in phases.PHASES]
         numbers = [str(n) for n in phases.numbers()]
         raise UsageError(f"There is no phase {phase}: phases are {', '.join(named[:-1])} and "
                          f"{named[-1]}.", f"pass --phase {', '.join(numbers[:-1])} or "
                          f"{numbers[-1]}")
-    return phase
 
 
 def load_state(session: Session) -> tuple[State | None, str | None]:
@@ -137,19 +121,15 @@ def load_state(session: Session) -> tuple[State | None, str | None]:
     return State.from_document(stored.document, session.clock, where), stored.version
 
 
-# ---- plan ------------------------------------------------------------------------------------
-
 def plan(session: Session, options: Options) -> PlanReport:
-    """What each phase would change, with every gate's status now (and what its fingerprint
-    covers, for `save_plan`). Writes nothing."""
+    """What each phase would change, with every gate's status now (and the objects its
+    fingerprint covers, for `save_plan`)."""
     snap = observe(session)
     state, _ = load_state(session)
     report = assemble.build(snap, session.catalog, state, options, objects=True)
     Warned(session.listener).say(report.warnings)
     return report
 
-
-# ---- apply / rollback ------------------------------------------------------------------------
 
 @dataclass
 class RunRequest:
@@ -164,10 +144,8 @@ class RunRequest:
 @contextlib.contextmanager
 def _applying(session: Session, told: Warned, cache: Informer, request: RunRequest,
               state: State, version: str | None) -> Iterator[Apply]:
-    """The run session (lock, save, heartbeat) held around the apply back end, built on the
-    one `Run` the engine works with; the caller runs the one loop on it. The back end reads
-    the run's cache afresh; a run that wrote since `state` was loaded changed the state
-    document, and then its first save (before any write) fails."""
+    """The run session (lock, save, heartbeat) held around the apply back end; a run that wrote
+    since `state` was loaded makes its first save (before any write) fail."""
     with RunSession(session.store, version=version, holder=request.holder,
                     clock=session.clock, listener=told) as held:
         yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
@@ -176,8 +154,7 @@ def _applying(session: Session, told: Warned, cache: Informer, request: RunReque
 
 def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
              backend: Apply, operation: str) -> tuple[PlanReport, RunOutcome]:
-    """The cluster after the run (with every warning the command said, `told`) and what the
-    run did."""
+    """The cluster after the run (with every warning `told` said) and what the run did."""
     final = assemble.build(backend.snapshot(), session.catalog, state, request.settings.options,
                           forward=operation == "apply", earlier=told.warnings)
     told.say(final.warnings)
@@ -189,9 +166,8 @@ def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
 
 @contextlib.contextmanager
 def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
-    """The run's cache (engine/informer.py), so the reads of `apply` / `rollback` and of their
-    gates come from one list per kind plus the watches that follow it; the phase is checked
-    first (bad input costs no request at all)."""
+    """The run's cache (engine/informer.py): one list per kind plus its watches serve every
+    read of the run; the phase is checked first (bad input costs no request)."""
     _check_phase(request.phase)
     with contextlib.ExitStack() as stack:
         try:  # the cache's first lists are the namespace's first reads
@@ -243,8 +219,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
 
 def _question(session: Session, report: PlanReport,
               runs: Callable[[PhaseView], bool]) -> Question:
-    """What the question before the first write shows: only the phases this run writes, and
-    where it writes (context, API server, namespace)."""
+    """The question before the first write: the phases this run writes, and where."""
     return Question(replace(report, phases=tuple(p for p in report.phases if runs(p))),
                     Target(session.kube.context or "(none)", session.kube.server,
                            session.namespace))
@@ -252,11 +227,8 @@ def _question(session: Session, report: PlanReport,
 
 def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot,
              state: State | None, report: PlanReport, operation: str = "apply") -> RunReport:
-    """`--dry-run`: the one loop on the server-dry-run back end (engine/projecting.py): each
-    phase run against the cluster as the earlier writes would leave it, every write the API
-    server can take now sent with `dryRun=All`, so it validates them. Nothing is persisted,
-    no lock is taken, the state is not written and no phase is reported completed; `ok` is
-    false (exit 1) when a gate the projection can evaluate would stop the run."""
+    """`--dry-run`: the loop on the server-dry-run back end (engine/projecting.py), writes sent
+    with `dryRun=All`; no lock, no state; not ok when a gate would stop the run."""
     backend = projecting.ServerDryRun(snap, session.catalog, request.settings, session.kube,
                                       session.listener.message)
     found = projecting.preview(backend, state, report, request.phase,
@@ -292,30 +264,25 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
                              "to roll back.",
                              "run `dcgm-migrate status` to see which phases are done")
+        before = assemble.build(snap, session.catalog, state, request.settings.options,
+                                forward=False)
+        told = Warned(session.listener)
         if request.dry_run:  # no question, no lock, no state, nothing persisted
-            told = Warned(session.listener)
-            before = assemble.build(snap, session.catalog, state, request.settings.options,
-                                    forward=False)
             told.say(before.warnings)
             return _dry_run(session, told, request, snap, state, before, "rollback")
         session.store.check_free()  # someone else's run: refused before the question
-        before = assemble.build(snap, session.catalog, state, request.settings.options,
-                                forward=False)
         if not applied:
-            # The same command run again after it finished (or was killed after its last state
-            # write): nothing is left to undo, which is success, not bad input. It still goes
-            # through the lock, so a killed run's lock is taken over and released.
+            # Run again after it finished (or was killed after its last state write): nothing
+            # to undo is success; the lock is still taken over and released.
             session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                      "back; nothing to do")
         elif not request.confirm(_question(session, before, lambda p: p.number in applied)):
             raise UsageError("Aborted at the question.", ABORTED_HINT)
-        told = Warned(session.listener)
         with _applying(session, told, cache, request, state, version) as backend:
             Loop(backend, state).rollback(request.phase)
         final, result = _outcome(session, told, request, state, backend, "rollback")
-        # Rolled back, and it broke nothing the phases kept below N answer for: a check of
-        # theirs that failed before it ran (the labels an operator re-render dropped, the very
-        # reason for `rollback --phase 3` in docs/runbook.md) is not the rollback's failure.
+        # Rolled back, and it broke nothing the phases kept below N answer for (a check of
+        # theirs that failed before it ran is not the rollback's failure).
         broken_before = {f.name for f in before.verdict_fails(request.phase - 1)}
         return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
                                                for p in final.phases
@@ -324,8 +291,6 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                          and not [f for f in final.verdict_fails(request.phase - 1)
                                   if f.name not in broken_before])
 
-
-# ---- status / verify / unlock / preflight ----------------------------------------------------
 
 def status(session: Session) -> StatusReport:
     """State, live verification of completed phases, drift."""
@@ -354,18 +319,13 @@ def status(session: Session) -> StatusReport:
 
 
 def verify(session: Session) -> StatusReport:
-    """Gates only, for runbooks and cron: the verdict on the live cluster (the stable identity
-    works for every consumer now: docs/design.md), completed phases still hold, no lost
-    state. Exactly the answer `status` gives."""
+    """Gates only, for runbooks and cron: exactly the answer `status` gives."""
     return status(session)
 
 
 def unlock(session: Session, force: bool = False) -> UnlockReport:
-    """Remove the run lock. A lock whose holder is still renewing it (not expired, renewed
-    within `lock.RENEWING_SECONDS`) is a live run's: refused (LockHeld, exit 4) unless
-    `force`, since two runs would interleave their writes — unless its holder is provably
-    gone (`engine/state/liveness.py`: a killed process of this host, a pod that no longer
-    exists), which is released at once."""
+    """Remove the run lock; a live run's (still renewed, holder not provably gone:
+    engine/state/liveness.py) is refused (LockHeld) unless `force`."""
     info = session.store.lock_info()
     now = session.clock.now()
     gone = session.store.holder_gone(info)
@@ -389,7 +349,6 @@ def unlock(session: Session, force: bool = False) -> UnlockReport:
 
 
 def preflight(session: Session) -> PreflightReport:
-    """API reachable, CRDs present, the namespace holds the GPU Operator's DCGM DaemonSets, and
-    every permission the migration needs (SSAR)."""
+    """API reachable, CRDs present, the DCGM DaemonSets found, every permission held (SSAR)."""
     return PreflightReport(session.namespace, session.kube.server,
                            preflight_checks(session.kube, session.namespace, session.catalog))

@@ -1,9 +1,5 @@
-"""Typed errors and the one table that maps them to exit codes (docs/design.md, "Command line").
-
-Every layer raises these; only the CLI catches them, prints `message` and `hint`, and exits
-with `exit_code_for(error)`. Transport errors from the Kubernetes client are wrapped at the
-kube choke point with the original kept as `__cause__`.
-"""
+"""Typed errors and the table mapping them to exit codes (docs/design.md, "Command line"); only
+the CLI catches them. Kubernetes transport errors are wrapped with the original as `__cause__`."""
 
 from __future__ import annotations
 
@@ -17,32 +13,28 @@ class MigrateError(Exception):
         self.hint = hint
 
 
-# ---- exit 2: bad input or usage -------------------------------------------------------------
 class UsageError(MigrateError):
-    """The user asked for something invalid; nothing was written."""
+    """Exit 2: the user asked for something invalid; nothing was written."""
 
 
-# ---- exit 1: a gate stopped the run safely ---------------------------------------------------
 class GateFailed(MigrateError):
-    """A precondition or postcondition did not hold; the run stopped with nothing half-done."""
+    """Exit 1: a gate did not hold; the run stopped with nothing half-done."""
 
 
-# ---- exit 4: someone else's run or a stale plan ----------------------------------------------
 class LockHeld(MigrateError):
-    """Another run holds the state lock."""
+    """Exit 4: another run holds the state lock."""
 
 
 class StalePlan(MigrateError):
-    """The saved plan no longer matches the cluster."""
+    """Exit 4: the saved plan no longer matches the cluster."""
 
 
 class StateConflict(MigrateError):
-    """The state ConfigMap was changed by someone else between our read and our write."""
+    """Exit 4: the state ConfigMap was changed by someone else between our read and write."""
 
 
-# ---- exit 3: cluster/API error -----------------------------------------------------------------
 class ClusterError(MigrateError):
-    """The cluster could not be read or written as needed."""
+    """Exit 3: the cluster could not be read or written as needed."""
 
 
 class StateCorrupt(ClusterError):
@@ -50,14 +42,14 @@ class StateCorrupt(ClusterError):
 
 
 class APIError(ClusterError):
-    """The API server answered with an error Status."""
+    """The API server answered with an error Status (`causes`: its details, "field: message")."""
 
     def __init__(self, message: str, hint: str = "", *, status: int = 0, reason: str = "",
                  causes: tuple[str, ...] = ()) -> None:
         super().__init__(message, hint)
         self.status = status
         self.reason = reason
-        self.causes = causes  # the Status' details.causes, each "field: message"
+        self.causes = causes
 
 
 class APINotFound(APIError):
@@ -69,21 +61,11 @@ class APIConflict(APIError):
 
 
 class APIAlreadyExists(APIConflict):
-    """409 AlreadyExists on a create (`reason` "AlreadyExists").
+    """409 AlreadyExists on a create; `after_retry`: an earlier attempt of this create failed in
+    transit, so the object may be this call's own (read and compare)."""
 
-    `after_retry` is True when an earlier attempt of this same create failed in transit: the
-    object may then be the one this very call created, so the caller should read and compare.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        hint: str = "",
-        *,
-        status: int = 409,
-        reason: str = "AlreadyExists",
-        after_retry: bool = False,
-    ) -> None:
+    def __init__(self, message: str, hint: str = "", *, status: int = 409,
+                 reason: str = "AlreadyExists", after_retry: bool = False) -> None:
         super().__init__(message, hint, status=status, reason=reason)
         self.after_retry = after_retry
 
@@ -97,28 +79,20 @@ class APIForbidden(APIError):
 
 
 class APIInvalid(APIError):
-    """422 Invalid: the server rejected the object (a field's validation, an immutable field,
-    an admission policy's denial); `causes` says which."""
+    """422 Invalid: the server rejected the object; `causes` says why."""
 
 
 class APITestFailed(APIInvalid):
-    """422 from a JSON patch whose `test` operation failed: the object is no longer what the
-    patch was decided on. Not a refusal of the change itself: read it again and re-decide."""
+    """422 from a JSON patch whose `test` failed: the object changed; read it and re-decide."""
 
 
 class APIUnreachable(ClusterError):
     """No answer from the API server within the retry budget."""
 
 
-# ---- exit 130 / 143: stopped by a signal ----------------------------------------------------
 class Interrupted(KeyboardInterrupt):
-    """SIGINT (Ctrl-C) or SIGTERM (a Job eviction, `timeout`, a pod deletion) stopped the run.
-
-    A KeyboardInterrupt, so everything that cleans up after Ctrl-C (the run session releasing
-    its lock, the caches closing their watches) cleans up after SIGTERM the same way. Raised
-    only between writes: a write in flight and the state save recording it finish first
-    (`engine/interrupts.py`). The exit code is 128 + the signal number.
-    """
+    """SIGINT or SIGTERM stopped the run (exit 128 + the signal), raised only between writes
+    (engine/interrupts.py); a KeyboardInterrupt so Ctrl-C's cleanup runs for both."""
 
     def __init__(self, signum: int, name: str) -> None:
         super().__init__(name)
@@ -131,19 +105,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 _EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
-    (GateFailed, 1),
-    (UsageError, 2),
-    (LockHeld, 4),
-    (StalePlan, 4),
-    (StateConflict, 4),
-    (ClusterError, 3),
-    (MigrateError, 3),
-)
+    (GateFailed, 1), (UsageError, 2), (LockHeld, 4), (StalePlan, 4), (StateConflict, 4))
 
 
 def exit_code_for(error: BaseException) -> int:
-    """The documented exit code of an error (3 for anything unexpected)."""
-    for cls, code in _EXIT_CODES:
-        if isinstance(error, cls):
-            return code
-    return 3
+    """The documented exit code of an error (3 for anything else)."""
+    return next((code for cls, code in _EXIT_CODES if isinstance(error, cls)), 3)

@@ -1,11 +1,10 @@
-"""`change-stack`, as `commands.py` holds the phases' commands: the change planned from the
-cluster (`model/stackchange.py`), carried out with its record in the state
-(`engine/stackchange.py`), the new stack's phases run by the ordinary `commands.apply`, and its
-undo. The CLI parses options, calls these and renders what they return."""
+"""`change-stack`: the change planned (model/stackchange.py), carried out with its record in the
+state (engine/stackchange.py), the new stack's phases run by `commands.apply`, and its undo."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +33,7 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class StackRequest:
-    """What `change-stack` was asked: the target stack, the new CR, the old CR to delete, and
-    its bounds (seconds)."""
+    """What `change-stack` was asked (bounds in seconds)."""
 
     target: str
     new_cr: Mapping[str, Any]
@@ -47,12 +45,10 @@ class StackRequest:
 
 @dataclass(frozen=True)
 class StackOutcome:
-    """What a change did: its plan, its record (steps' status, per-node gaps), and the new
-    stack's phases' report when they stopped at a gate (`ok` False)."""
+    """A change's plan, its record, and the new stack's report when it stopped at a gate."""
 
     change: sc.ChangePlan
     record: Obj | None
-    ok: bool = True
     stopped: RunReport | None = None
 
 
@@ -61,16 +57,20 @@ def _state(session: Session) -> tuple[State, str | None]:
     return (state or State(session.namespace, clock=session.clock)), version
 
 
-def _run(session: Session, rs: RunSession, state: State, timeout: float, max_gap: float
-         ) -> StackRun:
-    return StackRun(session.kube, session.namespace, session.catalog, session.clock,
-                    session.listener, state, rs.save, timeout=timeout, max_gap=max_gap)
+@contextlib.contextmanager
+def _running(session: Session, loaded: tuple[State, str | None], timeout: float,
+             max_gap: float) -> Iterator[StackRun]:
+    """A stack run under the run lock, saving `loaded`'s state as it goes."""
+    state, version = loaded
+    with RunSession(session.store, version=version, holder=default_holder(),
+                    clock=session.clock, listener=session.listener) as rs:
+        yield StackRun(session.kube, session.namespace, session.catalog, session.clock,
+                       session.listener, state, rs.save, timeout=timeout, max_gap=max_gap)
 
 
 def plan(session: Session, request: StackRequest) -> StackOutcome:
-    """The change as it would run now, with what a stopped run of it already did. Read as it
-    is, without `commands.observe`'s refusal of a namespace with no DaemonSets: between the old
-    CR's deletion and the new one's render, that is what a resumed change finds."""
+    """The change as it would run now, with what a stopped run did (read without `observe`'s
+    refusal of a namespace with no DaemonSets: a resumed change may find one)."""
     snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
     change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
                      request.delete_cr)
@@ -85,40 +85,35 @@ def change_stack(session: Session, request: StackRequest,
     change = plan(session, request).change
     if not confirm(change):
         raise UsageError("Aborted at the question.", commands.ABORTED_HINT)
-    state, version = _state(session)
-    with RunSession(session.store, version=version, holder=default_holder(),
-                    clock=session.clock, listener=session.listener) as rs:
-        run = _run(session, rs, state, request.timeout, request.max_gap)
+    with _running(session, _state(session), request.timeout, request.max_gap) as run:
+        state = run.state
         record = begin(state, change, state.stamp())
         run.meter = GapMeter(session.kube, session.namespace, sc.stable_names(session.catalog),
                              session.clock)
         run.meter.nodes.update({k: set(v) for k, v in (record.get("baseline") or {}).items()})
         run.meter.sample()
         record["baseline"] = {k: sorted(v) for k, v in run.meter.nodes.items()}
-        rs.save(state)
+        run.save(state)
         execute(run, change)
     report = commands.apply(session, request=RunRequest(phase=3, settings=RunSettings(
         timeout=request.timeout, settle=request.settle, options=Options())))
     if not report.ok:
-        return StackOutcome(change, state.stack_change, ok=False, stopped=report)
-    state, version = _state(session)
-    with RunSession(session.store, version=version, holder=default_holder(),
-                    clock=session.clock, listener=session.listener) as rs:
-        run = _run(session, rs, state, request.timeout, request.max_gap)
-        if state.stack_change and state.stack_change.get("status") == IN_PROGRESS:
+        return StackOutcome(change, state.stack_change, stopped=report)
+    with _running(session, _state(session), request.timeout, request.max_gap) as run:
+        if run.state.stack_change and run.state.stack_change.get("status") == IN_PROGRESS:
             finish(run, change)
-    return StackOutcome(change, state.stack_change)
+    return StackOutcome(change, run.state.stack_change)
 
 
 def rollback_stack(session: Session, timeout: float, max_gap: float
                    ) -> tuple[list[str], str | None]:
     """Undo the recorded change: what was undone, and the stack it went back to."""
-    state, version = _state(session)
+    loaded = _state(session)
+    state = loaded[0]
     if not state.stack_change or state.stack_change.get("status") not in (IN_PROGRESS,
                                                                           COMPLETED):
         raise UsageError("No stack change is recorded here, so there is nothing to roll back.",
                          "`dcgm-migrate status` shows the state")
-    with RunSession(session.store, version=version, holder=default_holder(),
-                    clock=session.clock, listener=session.listener) as rs:
-        done = rollback(_run(session, rs, state, timeout, max_gap))
+    with _running(session, loaded, timeout, max_gap) as run:
+        done = rollback(run)
     return done, state.stack_change.get("from")

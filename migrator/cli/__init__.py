@@ -1,4 +1,1 @@
-"""The command line: typer parses, commands run, rich renders. The only layer that prints.
-
-Heavy imports (kubernetes, rich, the engine) happen inside commands, so `--help` stays fast.
-"""
+"""The command line: typer parses, commands run, rich renders; the only layer that prints."""

@@ -1,13 +1,6 @@
-"""Every command the CLI prints runs as written against the cluster it was printed for: one
-helper completes a `dcgm-migrate` or `kubectl` command with what selected this cluster — the
-caller's `--kubeconfig`, `--context` and `-n` (only those given, shell-quoted) — and every
-renderer (the report's table, its `-o json|yaml` document, `status`'s `resume:`, the closing
-lines, the progress stream's warnings, an error's `fix:` line) passes its text through it.
-
-Without them a fix copied from a bastion would act on whatever its current context names,
-possibly another cluster, with only a terminal's y/N to stop it (docs/runbook.md, "Exit
-codes"). The engine and the model write commands in backticks without any of this: they
-do not know how the CLI was invoked, and the command text stays the same in every output."""
+"""Every command the CLI prints runs as written against the cluster it was printed for: each
+backticked `dcgm-migrate`/`kubectl` command gets the caller's `--kubeconfig`, `--context` and
+`-n` (only those given), so a copied fix cannot act on another cluster."""
 
 from __future__ import annotations
 
@@ -32,8 +25,8 @@ def long_name(option: str) -> str:
 
 
 def option_values(argv: Sequence[str]) -> dict[str, str]:
-    """Each `--option value`, `--option=value`, `-n value` or `-nvalue` of a command line,
-    under its long name (the last one wins, as click takes it)."""
+    """Each `--option value`, `--option=value`, `-n value` or `-nvalue`, by long name (the
+    last wins)."""
     out: dict[str, str] = {}
     for i, arg in enumerate(argv):
         head, eq, value = arg.partition("=")
@@ -48,8 +41,7 @@ def option_values(argv: Sequence[str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Selection:
-    """What selected the cluster and namespace of this invocation: the options given (None:
-    not given, so the command printed leaves it to the same defaults)."""
+    """The options that selected this invocation's cluster and namespace (None: not given)."""
 
     kubeconfig: str | None = None
     context: str | None = None
@@ -63,11 +55,9 @@ class Selection:
 
     @classmethod
     def current(cls) -> Selection:
-        """The selection of the command being run (none outside a click invocation)."""
         return cls.of(invoked())
 
     def options(self, program: str) -> list[str]:
-        """The options that point `program` at the same cluster and namespace."""
         out: list[str] = []
         if self.kubeconfig:
             out += ["--kubeconfig", self.kubeconfig]
@@ -79,8 +69,7 @@ class Selection:
 
 
 def command(argv: Sequence[str], selection: Selection) -> str:
-    """The command line `argv`, shell-quoted, with each option of `selection` it does not set
-    itself (a command's own `-n` wins: a fix may name another namespace on purpose)."""
+    """`argv` shell-quoted, with each option of `selection` it does not set itself."""
     argv = list(argv)
     if not _talks_to_a_cluster(argv):
         return shlex.join(argv)
@@ -100,8 +89,8 @@ def _talks_to_a_cluster(argv: Sequence[str]) -> bool:
 
 
 def complete(text: str, selection: Selection) -> str:
-    """`text` with each command it names in backticks completed by `command`; text in
-    backticks that is not such a command (`--timeout 20m`, a label) is left as it is."""
+    """`text` with each backticked command completed by `command` (other backticked text
+    left as it is)."""
 
     def one(match: re.Match[str]) -> str:
         inner = match.group(1)
@@ -118,7 +107,7 @@ def complete(text: str, selection: Selection) -> str:
 
 
 def completed(value: Any, selection: Selection) -> Any:
-    """A `-o json|yaml` document with every string's commands completed (`complete`)."""
+    """A document with every string's commands completed."""
     if isinstance(value, str):
         return complete(value, selection)
     if isinstance(value, dict):
@@ -129,9 +118,7 @@ def completed(value: Any, selection: Selection) -> Any:
 
 
 def invoked() -> list[str] | None:
-    """The command line this command was invoked with, as the user would type it again
-    (`dcgm-migrate` or `kubectl dcgm-migrate`, then its arguments). None outside a click
-    invocation."""
+    """This command's command line as the user would type it again (None outside click)."""
     globals_ = importlib.import_module(
         typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
     ctx = globals_.get_current_context(silent=True)
@@ -141,3 +128,47 @@ def invoked() -> list[str] | None:
     root = str(ctx.find_root().info_name or "")
     prog = ["kubectl", "dcgm-migrate"] if root.startswith("kubectl") else ["dcgm-migrate"]
     return [*prog, *args]
+
+
+def with_options(command: Sequence[str], tokens: Sequence[str]) -> list[str]:
+    """`command` with the options in `tokens` (`--opt value` pairs) set: their earlier
+    occurrences (`-n x`, `--namespace x`, `--namespace=x`, `-nx`) removed, the new appended."""
+    names = {long_name(t) for t in tokens if t.startswith("-")}
+    out: list[str] = []
+    skip = False
+    for arg in command:
+        if skip:
+            skip = False
+            continue
+        head = arg.split("=", 1)[0]
+        if long_name(head) in names:
+            skip = "=" not in arg
+            continue
+        if len(arg) > 2 and not arg.startswith("--") and long_name(arg[:2]) in names:
+            continue  # -nvalue
+        out.append(arg)
+    return [*out, *tokens]
+
+
+def resume(text: str, selection: Selection) -> str:
+    """`status`'s `resume:` command (a bare command line), pointed at the same cluster."""
+    try:
+        return command(shlex.split(text), selection)
+    except ValueError:
+        return text
+
+
+def fix_line(hint: str, invoked: Sequence[str] | None) -> str:
+    """The hint with each backticked option followed by the command that passes it, and each
+    command it names pointed at the same cluster; unchanged without a command line."""
+    if not invoked:
+        return hint
+    selection = Selection.of(invoked)
+
+    def whole(match: re.Match[str]) -> str:
+        text = match.group(1)
+        if text.startswith("-"):
+            return f"{text}: `{shlex.join(with_options(invoked, shlex.split(text)))}`"
+        return complete(match.group(0), selection)
+
+    return _QUOTED.sub(whole, hint)

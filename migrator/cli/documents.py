@@ -1,6 +1,5 @@
-"""The one place a typed report (engine/reports.py) becomes the `-o json|yaml` document
-(docs/output.schema.json) and the report a plan file keeps: one function per type, each
-naming its keys in the schema's order."""
+"""A typed report (engine/reports.py) as its `-o json|yaml` document (docs/output.schema.json),
+keys in the schema's order."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from typing import Any
 
 from migrator.engine.reports import (
     GuardReport,
-    LockView,
     PhaseView,
     PlanReport,
     PreflightReport,
@@ -23,7 +21,6 @@ from migrator.engine.reports import (
     UnlockReport,
 )
 from migrator.errors import exit_code_for
-from migrator.model.gates import GateResult
 
 Doc = dict[str, Any]
 
@@ -33,14 +30,11 @@ def to_document(report: object) -> Doc:
     raise TypeError(f"no document for {type(report).__name__}")
 
 
-def _gates(gates: tuple[GateResult, ...]) -> list[Doc]:
-    return [g.as_dict() for g in gates]
-
-
 def _phase(view: PhaseView) -> Doc:
     doc: Doc = {"number": view.number, "name": view.name, "status": view.status.value,
-                "changes": [c.as_dict() for c in view.changes], "gates": _gates(view.gates),
-                "notes": list(view.notes), "blocked": view.blocked, "error": view.error}
+                "changes": [c.as_dict() for c in view.changes],
+                "gates": [g.as_dict() for g in view.gates], "notes": list(view.notes),
+                "blocked": view.blocked, "error": view.error}
     if view.preview is not None:
         doc["preview"] = {"outcome": view.preview.outcome,
                           "wouldWaitFor": list(view.preview.would_wait_for)}
@@ -49,28 +43,22 @@ def _phase(view: PhaseView) -> Doc:
 
 @to_document.register
 def _plan(report: PlanReport) -> Doc:
+    change = report.stack_change
     return {
-        "stack": report.stack,
-        "namespace": report.namespace,
-        "fingerprint": report.fingerprint,
-        "components": list(report.components),
-        "phases": [_phase(v) for v in report.phases],
-        "warnings": list(report.warnings),
-        "toolDuplicates": report.tool_duplicates,
-        "scrapeDuplicates": report.scrape_duplicates,
-        "verdict": report.verdict.as_dict(),
+        "stack": report.stack, "namespace": report.namespace, "fingerprint": report.fingerprint,
+        "components": list(report.components), "phases": [_phase(v) for v in report.phases],
+        "warnings": list(report.warnings), "toolDuplicates": report.tool_duplicates,
+        "scrapeDuplicates": report.scrape_duplicates, "verdict": report.verdict.as_dict(),
         "lostState": list(report.lost_state),
-        "stackChange": None if report.stack_change is None else {
-            "recorded": report.stack_change.recorded, "live": report.stack_change.live},
+        "stackChange": change and {"recorded": change.recorded, "live": change.live},
     }
 
 
 @to_document.register
 def _question(question: Question) -> Doc:
     target = question.target
-    return {**_plan(question.report), "target": {"context": target.context,
-                                                 "server": target.server,
-                                                 "namespace": target.namespace}}
+    return {**_plan(question.report), "target": {
+        "context": target.context, "server": target.server, "namespace": target.namespace}}
 
 
 def _result(result: RunOutcome) -> Doc:
@@ -88,18 +76,9 @@ def _run(report: RunReport) -> Doc:
     return {**_plan(report.report), "result": _result(report.result), "ok": report.ok}
 
 
-def _state(digest: StateDigest | None) -> Doc | None:
-    if digest is None:
-        return None
+def _state(digest: StateDigest) -> Doc:
     return {"planFingerprint": digest.plan_fingerprint, "updated": digest.updated,
             "lastError": digest.last_error, "history": [dict(e) for e in digest.history]}
-
-
-def _lock(lock: LockView | None) -> Doc | None:
-    if lock is None:
-        return None
-    return {"holder": lock.holder, "acquired": lock.acquired, "expires": lock.expires,
-            "live": lock.live, "gone": lock.gone}
 
 
 def _rollback(phase: RollbackPhase) -> Doc:
@@ -109,12 +88,12 @@ def _rollback(phase: RollbackPhase) -> Doc:
 
 
 def run_view(run: RunView) -> Doc:
+    lock = run.lock
     return {
-        "state": run.state,
-        "operation": run.operation,
-        "target": run.target,
-        "phase": run.phase,
-        "lock": _lock(run.lock),
+        "state": run.state, "operation": run.operation, "target": run.target,
+        "phase": run.phase, "lock": lock and {"holder": lock.holder, "acquired": lock.acquired,
+                                              "expires": lock.expires, "live": lock.live,
+                                              "gone": lock.gone},
         "resume": run.resume,
         "lastEvent": dict(run.last_event) if run.last_event is not None else None,
         "waitsFor": run.waits_for,
@@ -124,8 +103,8 @@ def run_view(run: RunView) -> Doc:
 
 @to_document.register
 def _status(report: StatusReport) -> Doc:
-    doc = {**_plan(report.report), "state": _state(report.state), "run": run_view(report.run),
-           "ok": report.ok}
+    doc = {**_plan(report.report), "state": report.state and _state(report.state),
+           "run": run_view(report.run), "ok": report.ok}
     if report.state_error is not None:
         error = report.state_error
         doc["stateError"] = {"message": error.message, "hint": error.hint,
@@ -142,7 +121,7 @@ def _unlock(report: UnlockReport) -> Doc:
 @to_document.register
 def _preflight(report: PreflightReport) -> Doc:
     return {"namespace": report.namespace, "server": report.server,
-            "checks": _gates(report.checks), "ok": report.ok}
+            "checks": [c.as_dict() for c in report.checks], "ok": report.ok}
 
 
 @to_document.register

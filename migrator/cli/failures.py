@@ -1,5 +1,4 @@
-"""The one place errors become messages and exit codes (`handles_errors`), and how SIGINT and
-SIGTERM stop a command: `errors.Interrupted` once the write in flight is recorded."""
+"""Where errors become messages and exit codes, and SIGINT/SIGTERM become `Interrupted`."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Any, TypeVar, cast
 import typer
 
 from migrator.cli import render
-from migrator.cli.commandline import invoked
+from migrator.cli.commandline import fix_line, invoked
 from migrator.cli.options import Output
 from migrator.engine import interrupts
 from migrator.errors import Interrupted, MigrateError, exit_code_for
@@ -25,30 +24,18 @@ from migrator.errors import Interrupted, MigrateError, exit_code_for
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def handles_errors(fn: F) -> F:
-    """The one place errors become messages and exit codes. --debug only adds the traceback
-    (on stderr, before the message): the exit code is the same with and without it, so a
-    script's `case $?` does not change meaning when someone turns on --debug to look."""
+def handles_errors(fn: F, regroup: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> F:
+    """Errors to messages and exit codes; --debug only adds the traceback, same exit code.
+    `regroup`: the keyword arguments as `fn` takes them (options.spread)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = bool(kwargs.get("debug"))
         try:
             with _stop_on_signals():
-                return fn(*args, **kwargs)
+                return fn(*args, **regroup(kwargs))
         except (typer.Exit, typer.Abort):
             raise
-        except MigrateError as exc:
-            if debug:
-                traceback.print_exc(file=sys.stderr)
-            hint = render.fix_line(exc.hint, invoked())
-            render.error(exc, hint)
-            output = kwargs.get("output")
-            if isinstance(output, Output) and output is not Output.table:
-                render.raw({"error": {"message": exc.message, "hint": hint,
-                                      "exitCode": exit_code_for(exc),
-                                      "type": type(exc).__name__}}, output)
-            raise typer.Exit(exit_code_for(exc)) from None
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the lock is released already
             name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
             typer.echo(f"interrupted ({name}): run the same command again to resume"
@@ -57,20 +44,27 @@ def handles_errors(fn: F) -> F:
         except Exception as exc:
             if debug:
                 traceback.print_exc(file=sys.stderr)
-            typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-            typer.echo("fix: report it with the traceback" if debug else
-                       "fix: rerun with --debug for the traceback and report it", err=True)
-            raise typer.Exit(3) from None
+            if not isinstance(exc, MigrateError):
+                typer.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+                typer.echo("fix: report it with the traceback" if debug else
+                           "fix: rerun with --debug for the traceback and report it", err=True)
+                raise typer.Exit(3) from None
+            hint = fix_line(exc.hint, invoked())
+            render.error(exc, hint)
+            output = kwargs.get("output")
+            if isinstance(output, Output) and output is not Output.table:
+                render.raw({"error": {"message": exc.message, "hint": hint,
+                                      "exitCode": exit_code_for(exc),
+                                      "type": type(exc).__name__}}, output)
+            raise typer.Exit(exit_code_for(exc)) from None
 
     return cast(F, wrapper)
 
 
 @contextmanager
 def _stop_on_signals() -> Iterator[None]:
-    """SIGINT (Ctrl-C) and SIGTERM (a Job eviction, `timeout`, a pod deletion) stop a command
-    the same way: `errors.Interrupted`, raised once the write in flight is recorded
-    (engine/interrupts.py); the run session releases the lock on its way out; exit 130 / 143.
-    Only the main thread receives signals (tests run commands on others: left as they are)."""
+    """SIGINT and SIGTERM raise `errors.Interrupted` once the write in flight is recorded
+    (engine/interrupts.py); exit 130 / 143. Only the main thread receives signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -89,8 +83,7 @@ def _stop_on_signals() -> Iterator[None]:
 
 
 def _same_command() -> str | None:
-    """The command line this process was started with, to print after an interruption (None
-    when it was not started as the CLI: a test's CliRunner)."""
+    """This process's command line, to print after an interruption (None if not the CLI)."""
     started_as = Path(sys.argv[0]).stem if sys.argv else ""  # `.exe` on Windows
     if started_as not in ("dcgm-migrate", "kubectl-dcgm_migrate", "__main__"):
         return None

@@ -1,12 +1,11 @@
-"""The CLI's click group: what every command and subgroup shares at the click level — a usage
-error's `fix:` line and `-o json` error document, and the `Example:` lines in the name the user
-invoked. Typer is pinned to the range this is tested with (pyproject.toml)."""
+"""The CLI's click group: a usage error's `fix:` line and `-o json` error document, and the
+`Example:` lines in the name the user invoked."""
 
 from __future__ import annotations
 
 import copy
 import sys
-from typing import Any, Protocol, cast
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -19,13 +18,6 @@ from migrator.cli.options import Output
 _clicks = sys.modules[typer.BadParameter.__module__]
 
 
-class _ClickError(Protocol):
-    """What a click UsageError offers (its class is found at run time, so typed here)."""
-
-    def show(self) -> None: ...
-    def format_message(self) -> str: ...
-
-
 ClickUsageError: type[Exception] = _clicks.UsageError
 NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
     e for e in (getattr(_clicks, "NoArgsIsHelpError", None),) if e is not None)
@@ -33,17 +25,15 @@ NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
 
 class Group(TyperGroup):
     """A group whose commands' `Example:` lines show the name the user invoked (`kubectl
-    dcgm-migrate` for the plugin), as their usage lines do: computed per call on a copy of
-    the command, never written into the shared app."""
+    dcgm-migrate` for the plugin), as their usage lines do."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         found = super().get_command(ctx, cmd_name)
         return _as_invoked(found, ctx.find_root().info_name or "dcgm-migrate")
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        """The command to invoke: an installed plugin's where one provides it
-        (cli/plugins.py), looked up only here, so that listing the commands for `--help`
-        loads no plugin."""
+        """An installed plugin's command where one provides it (cli/plugins.py), looked up
+        only here so that `--help` loads no plugin."""
         name, found, rest = super().resolve_command(ctx, args)
         plugged = plugins.command(name) if name else None
         if plugged is not None:
@@ -52,10 +42,8 @@ class Group(TyperGroup):
 
 
 class RootGroup(Group):
-    """The `dcgm-migrate` program itself: a usage error click finds while parsing a command's
-    options (a missing or malformed value, an unknown option) gets a `fix:` line like every
-    other error, and under `-o json`/`-o yaml` the same error document on stdout
-    (docs/output.schema.json)."""
+    """The program itself: a click usage error gets a `fix:` line like every other error, and
+    under `-o json`/`-o yaml` the error document on stdout."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         ctx.meta.setdefault(ARGV_KEY, list(args))  # the whole command line, for `-o`
@@ -67,7 +55,7 @@ class RootGroup(Group):
         except NoArgsIsHelp:
             raise
         except ClickUsageError as exc:
-            shown = cast(_ClickError, exc)
+            shown: Any = exc  # a click UsageError (its class is found at run time)
             shown.show()
             hint = _usage_hint(exc)
             typer.echo(f"fix: {hint}", err=True)
@@ -80,8 +68,7 @@ class RootGroup(Group):
 
 
 def _as_invoked(cmd: Any, name: str) -> Any:
-    """`cmd` as the user invoked it: a copy whose `Example:` line names `name` (a subgroup is a
-    `Group` too, so its own commands are shown alike)."""
+    """A copy of `cmd` whose `Example:` line names `name`."""
     if cmd is None or name == "dcgm-migrate":
         return cmd
     shown = copy.copy(cmd)

@@ -1,11 +1,6 @@
-"""`dcgm-migrate guard`: the long-running alias guard (see migrator/engine/guard.py), thin.
-
-In a pod (docs/guard.yaml) it runs until SIGTERM, logging one timestamped line per decision
-to stderr, and gives its Lease up on the way out. `--metrics-bind-address`/`--metrics-port`
-serve `/metrics`, `/healthz` and `/readyz` on one port (`engine/serving.py`). `--once` runs
-one full pass without the Lease (a manual check or repair; writes are still guarded) and
-prints what it did.
-"""
+"""`dcgm-migrate guard`: the long-running alias guard (engine/guard.py), thin. In a pod
+(docs/guard.yaml) it runs until SIGTERM, logging each decision to stderr; `--once` runs one
+full pass without the Lease and prints what it did."""
 
 from __future__ import annotations
 
@@ -15,12 +10,13 @@ import socket
 import sys
 import threading
 import time
+from contextlib import closing
 from typing import Annotated, Any
 
 import typer
 
 from migrator.cli import render
-from migrator.cli.options import Context, Debug, Kubeconfig, Namespace, Output, OutputOpt
+from migrator.cli.options import Cluster
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.engine.locate import require_dcgm
 from migrator.engine.reports import GuardReport
@@ -31,11 +27,6 @@ from migrator.kube.retrying import RetryPolicy
 from migrator.model.stacks import load_catalog
 
 
-def _identity() -> str:
-    """The pod name in-cluster (HOSTNAME), plus the pid: unique per process, never a secret."""
-    return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}"
-
-
 def _log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sys.stderr.write(f"{stamp} {message}\n")
@@ -43,6 +34,7 @@ def _log(message: str) -> None:
 
 
 def guard(
+    *,
     lease_name: Annotated[str, typer.Option("--lease-name", help="The coordination.k8s.io "
                                             "Lease the replicas elect a leader on.")]
     = "dcgm-migrate-guard",
@@ -66,9 +58,7 @@ def guard(
         "--verdict-seconds", help="The verdict's cross-check (a whole read of the namespace) "
         "at most this often after a watched change; at least hourly regardless. The verdict "
         "itself follows each change from the guard's caches.", min=1.0)] = 300.0,
-    kubeconfig: Kubeconfig = None, context: Context = None,
-    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
-    debug: Debug = False,
+    cluster: Cluster,
 ) -> None:
     """Keep the tool's aliases safe while the operator re-renders: hold an alias on the app
     label while its DaemonSet lacks the common label, move it forward again once the label is
@@ -83,18 +73,20 @@ def guard(
     if address is not None:
         _free(address, "--metrics-port" if metrics_port is not None else
               "--metrics-bind-address")
-    settings = GuardSettings(lease_name=lease_name, identity=identity or _identity(),
+    settings = GuardSettings(lease_name=lease_name, identity=identity or
+                             f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}",
                              lease_seconds=lease_seconds, resync_seconds=resync,
                              verdict_seconds=verdict_seconds)
-    kube = Kube.connect(kubeconfig, context, retry=RetryPolicy(notice=_log))
-    try:
+    namespace = cluster.namespace
+    with closing(Kube.connect(cluster.kubeconfig, cluster.context,
+                              retry=RetryPolicy(notice=_log))) as kube:
         catalog = load_catalog()
         require_dcgm(kube, namespace, catalog)  # as every command: exit 2 naming where
         g = Guard(kube, namespace, catalog, settings, log=_log)
         if once:
             with g.recorder.running():  # the Events of its writes go out before it exits
                 report = GuardReport(namespace, g.reconcile(), g.verdict())
-            render.document(report, output)
+            render.document(report, cluster.output)
             return
         stop = threading.Event()
 
@@ -103,18 +95,16 @@ def guard(
             stop.set()
 
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _stop)
-            signal.signal(signal.SIGINT, _stop)
+            for number in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(number, _stop)
         _log(f"guarding aliases in namespace {namespace} as {settings.identity} "
              f"(Lease {lease_name})")
         g.run(stop, serve=address)
-    finally:
-        kube.close()
 
 
 def _free(address: tuple[str, int], option: str) -> None:
     """The port can be bound (as the server binds it: SO_REUSEADDR), checked before the
-    guard connects: a port in use is a usage error naming the address and a free one."""
+    guard connects: a port in use is a usage error."""
     host, port = address
     if port == 0:
         return
@@ -128,8 +118,7 @@ def _free(address: tuple[str, int], option: str) -> None:
 
 
 def _bind_address(bind: str | None, port: int | None) -> tuple[str, int] | None:
-    """(host, port) to serve on, or None: `--metrics-port N` is `--metrics-bind-address :N`;
-    both may be given only when they name the same port."""
+    """(host, port) to serve on, or None: `--metrics-port N` is `--metrics-bind-address :N`."""
     try:
         address = parse_address(bind) if bind is not None else None
     except ValueError as exc:

@@ -1,5 +1,4 @@
-"""Live progress for long waits: rich bars on a terminal, plain timestamped lines otherwise
-(logs, CI, `| tee`). Both go to stderr so `-o json` stdout stays one clean document."""
+"""Live progress on stderr: rich bars on a terminal, plain timestamped lines otherwise."""
 
 from __future__ import annotations
 
@@ -34,11 +33,9 @@ def eta_text(p: RolloutProgress) -> str:
 
 
 class PlainProgress(Listener):
-    """One line per meaningful change; rollout lines at most every few seconds per DaemonSet;
-    a settle countdown as its start and its end. Warnings come each once (engine/warned.py):
-    with `-o json/yaml` the document on stdout is not read by a person, so each is said here
-    as a `warning:` line too; `warnings=False` (a table, whose report prints each once) holds
-    them, to say only if no report comes (`say_held`)."""
+    """One line per meaningful change (a rollout's at most every `interval` seconds). Under
+    `-o json/yaml` warnings are said here; `warnings=False` (a table prints them) holds them
+    for `say_held`, when no report comes."""
 
     def __init__(self, stream: Any = None, interval: float = 2.0,
                  warnings: bool = True) -> None:
@@ -105,8 +102,7 @@ class PlainProgress(Listener):
         elif text not in self.held:  # `status --watch` reads the same warnings every refresh
             self.held.append(text)
 
-    def say_held(self) -> None:
-        """The warnings left to a report that will not be printed (the command failed)."""
+    def say_held(self) -> None:  # the command failed: no report will print them
         for text in self.held:
             self._say(f"warning: {complete(text, self.selection)}")
         self.held.clear()
@@ -130,36 +126,33 @@ class RichProgress(PlainProgress):
     def _say(self, text: str) -> None:
         self.progress.console.print(escape(text))
 
-    def _task(self, key: str, label: str, total: int, completed: int = 0) -> Any:
+    def _bar(self, key: str, label: str, total: int, completed: int, extra: str) -> None:
         # created at its current count: a bar never flashes 0/N (which would read as a loss)
         if key not in self.tasks:
             self.tasks[key] = self.progress.add_task(label, total=max(total, 1),
                                                      completed=completed, extra="")
-        return self.tasks[key]
+        self.progress.update(self.tasks[key], total=max(total, 1), completed=completed,
+                             extra=extra)
 
     def rollout(self, p: RolloutProgress) -> None:
-        task = self._task(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired,
-                          min(p.updated, p.available))
-        self.progress.update(task, total=max(p.desired, 1), completed=min(p.updated, p.available),
-                             extra=f"updated {p.updated} available {p.available} {eta_text(p)}")
+        self._bar(f"ds/{p.daemonset}", f"rollout {p.daemonset}", p.desired,
+                  min(p.updated, p.available),
+                  f"updated {p.updated} available {p.available} {eta_text(p)}")
 
     def endpoints(self, p: EndpointProgress) -> None:
-        task = self._task(f"svc/{p.service}", f"endpoints {p.service}", p.baseline, p.ready)
-        self.progress.update(task, total=max(p.baseline, 1), completed=p.ready,
-                             extra=f"baseline {p.baseline}")
+        self._bar(f"svc/{p.service}", f"endpoints {p.service}", p.baseline, p.ready,
+                  f"baseline {p.baseline}")
 
     def settle(self, seconds_left: float) -> None:
-        task = self._task("settle", "settle (kube-proxy)", 1)
-        self.progress.update(task, extra=f"{seconds_left:.0f}s left",
-                             completed=1 if seconds_left <= 0 else 0)
+        self._bar("settle", "settle (kube-proxy)", 1, 1 if seconds_left <= 0 else 0,
+                  f"{seconds_left:.0f}s left")
 
     def close(self) -> None:
         self.progress.stop()
 
 
 def make_progress(quiet: bool, warnings: bool = True) -> PlainProgress | None:
-    """Rich bars on a TTY, plain lines otherwise; None when output must stay silent.
-    `warnings=False` when stdout renders the report's warnings (see PlainProgress)."""
+    """Rich bars on a TTY, plain lines otherwise; None when output must stay silent."""
     if quiet:
         return None
     if sys.stderr.isatty():

@@ -1,12 +1,5 @@
-"""Commands that another installed distribution adds to `dcgm-migrate`.
-
-The simulated cluster is a distribution of its own (simulator/pyproject.toml), installed for the
-demo, the tests and the benchmarks and never with the tool itself or in its image. It offers
-`demo` and `sim` as entry points of the group `dcgm_migrate.commands`, each a typer app; the
-CLI looks one up only when that command is invoked, so a run of any other command reads no
-entry point and imports nothing of the simulator. Where none is installed, the CLI's own
-`demo` and `sim` stand in and refuse (migrator/cli/app.py).
-"""
+"""Commands another installed distribution (the simulated cluster) adds as entry points of
+`dcgm_migrate.commands`, looked up only when invoked; without it app.py's stand-ins refuse."""
 
 from __future__ import annotations
 
@@ -25,8 +18,7 @@ INSTALL_HINT = ("install the simulated cluster beside the tool from the source c
 
 
 def command(name: str) -> Any | None:
-    """The click command an installed plugin provides as `name`, or None (also where its
-    distribution's metadata is found but its modules are not: a half-removed install)."""
+    """The click command an installed plugin provides as `name`, or None."""
     if name not in PLUGGABLE:
         return None
     for found in entry_points(group=GROUP, name=name):

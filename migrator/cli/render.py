@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from migrator.cli.commandline import Selection, command, complete, completed, long_name
+from migrator.cli.commandline import Selection, complete, completed, resume
 from migrator.cli.documents import to_document
 from migrator.cli.options import Output
 from migrator.engine.assemble import closing
@@ -35,9 +33,8 @@ from migrator.model.stepbase import Change
 
 
 class _Pointed:
-    """A console whose every printed text has its commands pointed at this invocation's
-    cluster (cli/commandline.py): what a report, a closing line or `resume:` names runs as
-    written."""
+    """A console whose printed text has its commands pointed at this invocation's cluster
+    (cli/commandline.py)."""
 
     def __init__(self, console: Console, selection: Selection) -> None:
         self.console, self.selection = console, selection
@@ -58,38 +55,33 @@ def _console(stderr: bool = False) -> Any:
 
 
 def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
-    """Print a report in the chosen format (json/yaml: exactly one document on stdout, from
-    `documents.to_document`); `shown`: warnings a table already printed at the question before
-    the run (not repeated)."""
-    if output is Output.table:
-        table(report, shown)
-    else:
+    """Print a report in the chosen format (json/yaml: one document on stdout); `shown`: the
+    warnings the question before the run printed (not repeated)."""
+    if output is not Output.table:
         selection = Selection.current()
         doc = completed(to_document(report), selection)
         if isinstance(report, StatusReport) and report.run.resume:
             doc["run"]["resume"] = resume(report.run.resume, selection)
         raw(doc, output)
-
-
-def raw(doc: dict[str, Any], output: Output) -> None:
-    """A document as JSON or YAML on stdout (the reports', and the error document)."""
-    if output is Output.json:
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
-    else:
-        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
-    sys.stdout.flush()
-
-
-def table(report: Report, shown: Sequence[str] = ()) -> None:
-    """A report for people, by its type."""
-    if isinstance(report, UnlockReport):
+    elif isinstance(report, UnlockReport):
         sys.stdout.write(unlocked(report) + "\n")
     elif isinstance(report, PreflightReport):
-        checks_table(report)
+        con = _console()
+        for c in report.checks:
+            con.print(f"{_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}")
     elif isinstance(report, GuardReport):
         guard_lines(report)
     else:
         report_table(report, shown)
+    sys.stdout.flush()
+
+
+def raw(doc: dict[str, Any], output: Output) -> None:
+    """A document as JSON or YAML on stdout."""
+    if output is Output.json:
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
     sys.stdout.flush()
 
 
@@ -148,7 +140,9 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
             con.print(f"  [red]last error:[/red] {esc(phase.error)}")
     state = shown_report.state if isinstance(shown_report, StatusReport) else None
     if state is not None and state.history:
-        history_lines(con, state.history)
+        con.print(f"\n[bold]History[/bold] (last {len(state.history)} events, oldest first)")
+        for event in state.history:
+            con.print(f"  {esc(_event(event))}")
     fresh = [w for w in doc.warnings if w not in shown]
     if fresh:
         con.print("\n[bold yellow]Warnings[/bold yellow]")
@@ -168,10 +162,8 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
 
 
 def changes_table(con: Any, changes: Sequence[Change]) -> None:
-    """Object, field, before, after. Names are never split: object and field do not wrap and
-    values wrap only at their spaces, so when the longest name of each column does not fit
-    the console side by side, each change is printed as its object and, indented below, its
-    field and before → after, on lines that wrap at spaces only."""
+    """Object, field, before, after, names never split: when the columns' longest words do not
+    fit side by side, each object, then indented below each field and before → after."""
     rows = [(str(c.object), str(c.field), _val(c.before), _val(c.after)) for c in changes]
     heads = ("object", "field", "before", "after")
     widest = [max(len(word) for r in [heads, *rows] for word in r[i].split(" "))
@@ -204,8 +196,8 @@ def _event(event: Mapping[str, Any]) -> str:
 
 
 def run_lines(con: Any, run: RunView) -> None:
-    """`status`: is a run going on, was one interrupted (and the command that resumes), which
-    steps a rollback in progress writes (docs/output.schema.json, `$defs/run`)."""
+    """`status`: the run going on or interrupted, its lock, the command that resumes it, and a
+    rollback's steps (docs/output.schema.json, `$defs/run`)."""
     head = f"[bold]run[/bold] {_RUN_HEADS.get(run.state, run.state)}"
     if run.operation:
         head += f" — {run.operation} --phase {run.target}"
@@ -241,7 +233,6 @@ def run_lines(con: Any, run: RunView) -> None:
 
 
 def unlocked(report: UnlockReport) -> str:
-    """`unlock`'s line: whose lock it released, and why it could."""
     holder = report.released
     if not holder:
         return "no lock was held"
@@ -252,20 +243,8 @@ def unlocked(report: UnlockReport) -> str:
     return f"released the lock of {holder}"
 
 
-def history_lines(con: Any, history: Sequence[Mapping[str, Any]]) -> None:
-    con.print(f"\n[bold]History[/bold] (last {len(history)} events, oldest first)")
-    for event in history:
-        con.print(f"  {esc(_event(event))}")
-
-
-def checks_table(report: PreflightReport) -> None:
-    con = _console()
-    for c in report.checks:
-        con.print(f"{_mark(c.ok)} {esc(c.name)}: {esc(c.detail)}")
-
-
 def guard_lines(report: GuardReport) -> None:
-    """`guard --once`: the aliases it saw, what it corrected or skipped, the verdict."""
+    """`guard --once`: the aliases seen, what was corrected or skipped, the verdict."""
     lines = []
     for alias in report.passed.aliases:
         state = f"held: {alias['held']}" if alias["held"] else "not held"
@@ -280,63 +259,9 @@ def guard_lines(report: GuardReport) -> None:
 
 
 def error(exc: MigrateError, hint: str | None = None) -> None:
-    """One clear sentence, then what to do about it (`hint`: the fix as `fix_line` completed
-    it), on stderr."""
+    """The message, then its fix (`hint`: as `fix_line` completed it), on stderr."""
     con = _console(stderr=True)
     con.print(f"[red]error:[/red] {esc(exc.message)}")
     hint = exc.hint if hint is None else hint
     if hint:
         con.print(f"[bold]fix:[/bold] {esc(hint)}")
-
-
-# A fix that names options to pass (`-n gpu-operator`, `--timeout 20m`) in backticks is shown
-# with the whole command line that passes them, and a command it names (`dcgm-migrate status`,
-# `kubectl get …`) is pointed at the same cluster (cli/commandline.py), so each can be run as
-# written.
-_QUOTED = re.compile(r"`([^`]+)`")
-
-
-def with_options(command: Sequence[str], tokens: Sequence[str]) -> list[str]:
-    """`command` (program and arguments) with the options in `tokens` (`--opt value` pairs)
-    set: each one's earlier occurrences (`-n x`, `--namespace x`, `--namespace=x`, `-nx`)
-    removed, the new ones appended."""
-    names = {long_name(t) for t in tokens if t.startswith("-")}
-    out: list[str] = []
-    skip = False
-    for arg in command:
-        if skip:
-            skip = False
-            continue
-        head = arg.split("=", 1)[0]
-        if long_name(head) in names:
-            skip = "=" not in arg
-            continue
-        if len(arg) > 2 and not arg.startswith("--") and long_name(arg[:2]) in names:
-            continue  # -nvalue
-        out.append(arg)
-    return [*out, *tokens]
-
-
-def resume(text: str, selection: Selection) -> str:
-    """`status`'s `resume:` command (a bare command line), pointed at the same cluster."""
-    try:
-        return command(shlex.split(text), selection)
-    except ValueError:
-        return text
-
-
-def fix_line(hint: str, invoked: Sequence[str] | None) -> str:
-    """The hint with each backticked option fragment followed by the command that passes it
-    ("pass -n gpu-operator: `dcgm-migrate status -n gpu-operator`"), and each command it names
-    pointed at the same cluster; unchanged without a command line to complete."""
-    if not invoked:
-        return hint
-    selection = Selection.of(invoked)
-
-    def whole(match: re.Match[str]) -> str:
-        text = match.group(1)
-        if text.startswith("-"):
-            return f"{text}: `{shlex.join(with_options(invoked, shlex.split(text)))}`"
-        return complete(match.group(0), selection)
-
-    return _QUOTED.sub(whole, hint)

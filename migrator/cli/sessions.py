@@ -1,18 +1,18 @@
-"""What every cluster command opens and asks: its session (the connection, with the progress
-stream on stderr) and the question before its first write, one of each for all commands."""
+"""What every cluster command opens and asks: its session and the question before a write."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import typer
 
 from migrator import commands
 from migrator.cli import render
 from migrator.cli.live import make_progress
-from migrator.cli.options import Output
+from migrator.cli.options import Cluster, Output
 from migrator.commands import Session
 from migrator.engine.progress import Listener
 from migrator.engine.reports import Question
@@ -22,17 +22,15 @@ from migrator.kube.retrying import RetryPolicy
 
 
 @contextmanager
-def session(kubeconfig: str | None, context: str | None, namespace: str, output: Output
-            ) -> Iterator[Session]:
-    """One connection for one command. The progress stream goes to stderr only, so `-o json`
-    stdout stays one document; a table prints each warning once, in the report on stdout,
-    and under -o json/yaml the progress stream says them too."""
-    progress = make_progress(quiet=False, warnings=output is not Output.table)
+def session(cluster: Cluster) -> Iterator[Session]:
+    """One connection for one command, its progress stream on stderr (a table prints each
+    warning once, in the report; under -o json/yaml the progress stream says them too)."""
+    progress = make_progress(quiet=False, warnings=cluster.output is not Output.table)
     # A long Retry-After (API Priority and Fairness) is said as it is waited out.
-    kube = Kube.connect(kubeconfig, context,
+    kube = Kube.connect(cluster.kubeconfig, cluster.context,
                         retry=RetryPolicy(notice=progress.message if progress else None))
     try:
-        yield Session(kube, namespace, listener=progress or Listener())
+        yield Session(kube, cluster.namespace, listener=progress or Listener())
     except UsageError:
         raise  # bad input is refused in one sentence and its fix, without the report's warnings
     except BaseException:
@@ -46,13 +44,11 @@ def session(kubeconfig: str | None, context: str | None, namespace: str, output:
 
 
 def interactive() -> bool:
-    """Someone can answer the question before the first write (stdin is a terminal)."""
     return sys.stdin.isatty()
 
 
 def ask(text: str) -> bool:
-    """A yes/no question on stderr, default no. Ctrl-C is an interrupt (exit 130); Ctrl-D, the
-    end of input, is no answer: refused as bad input (exit 2), nothing written."""
+    """A yes/no question on stderr, default no; Ctrl-D is no answer (bad input, exit 2)."""
     try:
         return typer.confirm(text, default=False, err=True)
     except typer.Abort as aborted:  # click's answer to Ctrl-C and Ctrl-D: told apart
@@ -62,14 +58,14 @@ def ask(text: str) -> bool:
                          commands.ABORTED_HINT) from None
 
 
+@dataclass
 class Confirm:
-    """The question before the first write (skipped with --yes or without a terminal). It
-    shows the plan's table, warnings included; `shown` keeps those warnings so the report
-    after the run does not print them a second time."""
+    """The question before the first write (skipped with --yes or without a terminal); `shown`:
+    the warnings its table printed, not repeated by the report."""
 
-    def __init__(self, yes: bool, output: Output) -> None:
-        self.yes, self.output = yes, output
-        self.shown: tuple[str, ...] = ()
+    yes: bool
+    output: Output
+    shown: tuple[str, ...] = ()
 
     def __call__(self, question: Question) -> bool:
         if self.yes or not interactive():

@@ -1,7 +1,4 @@
-"""`dcgm-migrate change-stack`: ClusterPolicy ↔ GPUCluster on an operator that refuses both at
-once (docs/runbook.md, "Changing stack"), thin: options parsed, `migrator/stackcommands.py`
-called, its outcome rendered.
-"""
+"""`dcgm-migrate change-stack` (docs/runbook.md, "Changing stack"), thin over stackcommands."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ import yaml
 from migrator import stackcommands
 from migrator.cli import render
 from migrator.cli.durations import parse_duration
-from migrator.cli.options import Context, Debug, Kubeconfig, Namespace, Output, OutputOpt, Yes
+from migrator.cli.options import Cluster, Output, Yes
 from migrator.cli.sessions import ask, interactive, session
 from migrator.errors import UsageError
 from migrator.model import stackchange as sc
@@ -65,6 +62,7 @@ def _doc(change: sc.ChangePlan, record: dict[str, Any] | None, summary: str) -> 
 
 
 def change_stack(
+    *,
     to: Annotated[str, typer.Option("--to", help="The stack to change to: gpucluster or "
                                     "clusterpolicy.")] = "",
     file: Annotated[Path | None, typer.Option("-f", "--filename", help="The new CR's "
@@ -85,9 +83,7 @@ def change_stack(
                                          "a Ready endpoint behind a stable name.")] = "3m",
     settle: Annotated[str, typer.Option("--settle", help="apply's --settle for the new "
                                         "stack's phases.")] = "30s",
-    kubeconfig: Kubeconfig = None, context: Context = None,
-    namespace: Namespace = "gpu-operator", output: OutputOpt = Output.table,
-    debug: Debug = False,
+    cluster: Cluster,
 ) -> None:
     """Change the GPU Operator stack (ClusterPolicy ↔ GPUCluster) keeping nvidia-dcgm and
     nvidia-dcgm-exporter, with their ClusterIPs, throughout; resumable, --rollback undoes it.
@@ -96,7 +92,8 @@ def change_stack(
     cluster-policy --yes
     """
     wait, gap = parse_duration(timeout), parse_duration(max_gap, "--max-gap")
-    with session(kubeconfig, context, namespace, output) as s:
+    output = cluster.output
+    with session(cluster) as s:
         if do_rollback:
             done, back_to = stackcommands.rollback_stack(s, wait, gap)
             if output is Output.table:
@@ -124,7 +121,6 @@ def change_stack(
 
 
 def _confirmed(change: sc.ChangePlan, yes: bool, namespace: str) -> bool:
-    """The question before the first write, as every command asks it (cli/sessions.py)."""
     if yes or not interactive():
         return True
     _emit(_doc(change, None, ""), Output.table)

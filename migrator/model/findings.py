@@ -113,11 +113,7 @@ class Verdict:
                 "checks": [f.as_dict() for f in self.findings]}
 
 
-def named(items: Iterable[str]) -> str:
-    """The first few of `items`, sorted, and how many more."""
-    items = sorted(set(items))
-    shown, most = ", ".join(items[:g.MAX_NAMED]), g.MAX_NAMED
-    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
+named = g.named
 
 
 def alive(pods: Iterable[PodView]) -> list[PodView]:

@@ -6,7 +6,7 @@ such endpoints, on ports they serve: `model/traffic.py`); that a legacy-only clu
 `-dra` name; that every pod carries its common label and no rollout is incomplete; that each
 exporter pod is scraped exactly once per mechanism (`model/scrapechecks.py`) and no node runs
 two exporters; and, where the names depend on the guard's shared EndpointSlices, that a guard
-holds its Lease and the slices list only live Ready pods (`model/sharedfindings.py`).
+holds its Lease and the slices list only live Ready pods (`model/traffic.py`).
 
 Each finding names the fix and the phase whose `apply` makes it right (0: none), from the
 phases' `ANSWERS_FOR` (`migrator.phases.answers()`): no phase number is written here. State
@@ -23,10 +23,9 @@ from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import Answers, Finding, Fixes, Need, Remedy, Verdict, alive, named
-from migrator.model.sharedfindings import lease_live, shared_findings
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog, Component
-from migrator.model.traffic import foreign_endpoints, ports_served
+from migrator.model.traffic import foreign_endpoints, lease_live, ports_served, shared_findings
 from migrator.model.wording import counted
 
 DRA_STACK = "gpucluster"

@@ -36,6 +36,7 @@ class StepBase:
     kind: ClassVar[Kind]
     id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
     pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/ondelete)
+    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
 
     @property
     def name(self) -> str:
@@ -54,7 +55,6 @@ class StepBase:
     @property
     def object(self) -> str:
         return f"{self.kind.kind}/{self.name}"
-    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
 
     def rolls_pods(self) -> bool:
         """Does this write replace pods (so pods read before it are stale)?"""
@@ -62,7 +62,7 @@ class StepBase:
 
     def labels_pods(self) -> bool:
         """Does this write put labels on pods (by a rollout or in place), which an operator's
-        re-render of the DaemonSet drops (the state's `wroteLabels`, the drift risk)?"""
+        re-render drops (the state's `wroteLabels`, the drift risk)?"""
         return self.rolls_pods()
 
     def rollout_of(self) -> str | None:

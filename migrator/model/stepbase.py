@@ -4,7 +4,7 @@ answers most steps give the loop, which a step that differs overrides."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from migrator.model.kinds import Kind
@@ -30,6 +30,7 @@ def labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
     return all(actual.get(k) == v for k, v in wanted.items())
 
 
+@dataclass(frozen=True)
 class StepBase:
     """What most steps answer; a step that differs says so itself."""
 
@@ -40,8 +41,8 @@ class StepBase:
 
     @property
     def name(self) -> str:
-        """The name of the object the step writes (its kind is `kind`)."""
-        raise NotImplementedError
+        """The name of the object the step writes (its kind is `kind`): its first field."""
+        return str(getattr(self, fields(self)[0].name))
 
     @classmethod
     def id_of(cls, name: str) -> str:

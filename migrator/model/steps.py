@@ -24,19 +24,11 @@ class _OnDaemonSet(StepBase):
     kind: ClassVar[Kind] = kinds.DAEMONSET
     daemonset: str
 
-    @property
-    def name(self) -> str:
-        return self.daemonset
-
 
 @dataclass(frozen=True)
 class _OnService(StepBase):
     kind: ClassVar[Kind] = kinds.SERVICE
     service: str
-
-    @property
-    def name(self) -> str:
-        return self.service
 
 
 @dataclass(frozen=True)

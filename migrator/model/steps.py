@@ -84,15 +84,13 @@ class SetLabels(_OnDaemonSet):
 
 @dataclass(frozen=True)
 class _Strategy(_OnDaemonSet):
-    """The in-place path's hold of a DaemonSet on `OnDelete`: `strategy` is its own."""
-
     strategy: Mapping[str, Any] = field(hash=False)
 
 
 @dataclass(frozen=True)
 class HoldStrategy(_Strategy):
-    """Set `OnDelete` (the template change that follows rolls nothing), recording the
-    DaemonSet's own strategy in `HELD_STRATEGY`."""
+    """The in-place path's hold on `OnDelete` (the template change that follows rolls nothing),
+    recording the DaemonSet's own `strategy` in `HELD_STRATEGY`."""
 
     type: ClassVar[str] = "hold-strategy"
     id_prefix: ClassVar[str] = "hold/daemonset"

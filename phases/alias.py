@@ -15,7 +15,6 @@ from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Component
 from migrator.model.steps import CreateAlias, DeleteAlias, Step
 from migrator.phases.common import Draft
 
@@ -28,12 +27,6 @@ NUMBER = 2
 NAME = "alias"
 SWITCHES_SELECTORS = False
 ANSWERS_FOR = frozenset({Remedy.ALIASES})  # the stable names and their scrape paths
-
-
-def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
-               owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The alias of `source` in this namespace (`model/aliasing.py`)."""
-    return aliasing.alias_body(ctx.snapshot.namespace, ctx.catalog.common, comp, source, owner)
 
 
 def _duplicate_gate(ctx: PlanContext, what_if: Snapshot) -> GateResult:
@@ -142,7 +135,8 @@ def plan(ctx: PlanContext) -> PhasePlan:
         if failed:
             blocked = blocked or failed[0]
             continue
-        step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, cr))
+        step = CreateAlias(comp.alias, comp.service, aliasing.alias_body(
+            ctx.snapshot.namespace, ctx.catalog.common, comp, source, cr))
         if step.satisfied(ctx.service(comp.alias)):
             draft.notes.append(f"Service/{comp.alias} already exists as the tool's alias")
             draft.checks.append(step)
@@ -210,7 +204,8 @@ def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]
                  and c.service == step.source), None)
     if source is None or comp is None:
         return GateResult(name, True, f"alias of {step.source} (no source to compare with)")
-    diff = aliasing.differences(live, alias_body(ctx, comp, source, None))
+    diff = aliasing.differences(live, aliasing.alias_body(
+        ctx.snapshot.namespace, ctx.catalog.common, comp, source, None))
     if diff:
         return GateResult(name, False, f"differs from its source {step.source} in "
                           f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it")

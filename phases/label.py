@@ -234,12 +234,10 @@ def _release_warnings(ctx: PlanContext) -> list[str]:
         return []
     release = ctx.catalog.release(ctx.options.prepare_for)
     gone = [n for n in release.deletes_services if ctx.service(n) is not None]
-    if not gone:
-        return []
     return [f"GPU Operator release {release.name} deletes {', '.join('Service/' + n for n in gone)}"
             ": every consumer that resolves those names loses them with the upgrade; find "
             "who still does before upgrading (docs/runbook.md, 'Upgrading to an operator with "
-            "shared Services')"]
+            "shared Services')"] if gone else []
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -252,12 +250,11 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
                                f"DaemonSet/{step.daemonset} no longer exists")]
         if not step.rolls_pods() and not step.in_place:
             return []
-        removing = [k for k, v in step.template_after.items() if v is None]
         # In place, health was gated before the hold, whose write the controller may not have
         # observed yet; each pod is then proven by its revision (engine/inplace.py).
         out = [] if step.in_place else [
             halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
-        for key in removing:
+        for key in (k for k, v in step.template_after.items() if v is None):
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
                                   f"Services still select by {key}: {', '.join(users)}; "

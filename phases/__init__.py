@@ -1,6 +1,5 @@
-"""The three migration phases, one module each with the same small surface, the `Phase`
-protocol (mypy checks every module in `PHASES` against it). Phases are pure (no I/O) and never
-import each other (phases/common.py holds what they share); the engine runs them in order."""
+"""The three migration phases, one pure module each with the same surface, the `Phase` protocol
+(mypy checks each module in `PHASES`); they never import each other (phases/common.py)."""
 
 from __future__ import annotations
 

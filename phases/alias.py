@@ -1,6 +1,5 @@
-"""Phase 2 — alias: the established DNS names (`nvidia-dcgm`, `nvidia-dcgm-exporter`) for the
-GPUCluster/DRA stack, as tool-owned Services that select the DRA app label at first. The legacy
-stack gets nothing. A Service of an alias name that the tool does not own is never touched."""
+"""Phase 2 — alias: the established DNS names for the GPUCluster/DRA stack, as tool-owned Services
+selecting the DRA app label at first; a Service of that name not the tool's is never touched."""
 
 from __future__ import annotations
 
@@ -47,9 +46,8 @@ def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
 
 
 def shared_with(ctx: PlanContext, alias: str) -> str | None:
-    """`ClusterPolicy/<name>` when its operator renders the alias name for its own pods (both
-    stacks run here): the name is shared, not taken; the GPUCluster pods join that Service
-    through EndpointSlices the guard keeps (`model/sharing.py`), the Service is never written."""
+    """`ClusterPolicy/<name>` when its operator renders the alias name for its own pods: shared,
+    not taken (the GPUCluster pods join it through the guard's EndpointSlices, model/sharing.py)."""
     live = ctx.service(alias)
     if live is None or collected(ctx.snapshot, live) or o.terminating(live):
         return None
@@ -195,9 +193,8 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 
 def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]) -> GateResult:
-    """The alias against what phase 2 renders from its source *now* (the guard re-syncs the
-    same differences), not the body recorded when it was created: a CR edit of the source is
-    drift until the alias follows it."""
+    """The alias against what phase 2 renders from its source *now* (as the guard re-syncs it),
+    not the recorded body: a CR edit of the source is drift until the alias follows it."""
     name = f"alias-holds/{step.service}"
     source = ctx.service(step.source)
     comp = next((c for c in ctx.catalog.components if c.alias == step.service
@@ -213,9 +210,8 @@ def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]
 
 
 def stable_names(ctx: PlanContext) -> list[GateResult]:
-    """Every stable name the stack running *now* needs (its alias, or the legacy stack's own
-    Service) exists and selects ready pods, whatever the state recorded (after a stack change
-    the recorded steps describe the old stack, not what consumers resolve today)."""
+    """Every stable name the stack running *now* needs exists and selects ready pods, whatever the
+    state recorded (after a stack change it describes the old stack)."""
     out = []
     seen = set()
     for comp in ctx.components:

@@ -1,8 +1,5 @@
-"""Phase 1 — label: the reserved common label on each DCGM/Exporter DaemonSet, its pod template
-and its pods. In place where it applies (model/halfrolls.py): the DaemonSet held on OnDelete,
-its pods relabelled, its strategy restored, no pod restarted. Otherwise the template change
-rolls the pods within the DaemonSet's own budget; with OnDelete it rolls nothing unless
-`--roll-on-delete` lets the tool delete old pods node by node."""
+"""Phase 1 — label: the reserved common label on each DCGM/Exporter DaemonSet, its template and
+pods; in place where it applies (model/halfrolls.py: no pod restarted), otherwise rolled."""
 
 from __future__ import annotations
 
@@ -51,9 +48,8 @@ def _nodes(ctx: PlanContext, comp: Component) -> set[str]:
 
 
 def sharing_nodes(ctx: PlanContext, comp: Component) -> tuple[Component, set[str]] | None:
-    """The other stack's DaemonSet the release gives the same component label, and the nodes
-    both run a pod on: the release's DaemonSets require pod anti-affinity on that label per
-    hostname, so one pod of a component runs per node, whichever stack it belongs to."""
+    """The other stack's DaemonSet the release gives the same component label, and the nodes both
+    run a pod on (its required anti-affinity runs one pod of a component per node)."""
     own = _release_label(ctx, comp)
     if own is None:
         return None
@@ -75,9 +71,8 @@ def _keeps_node(comp: Component, other: Component) -> bool:
 
 
 def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
-    """(key, value) of the component label of the release `--prepare-for` names, unless the
-    other stack's prepared DaemonSet keeps this one's nodes (a labelled old pod there would
-    keep the release's new pods of *both* DaemonSets Pending, by anti-affinity)."""
+    """(key, value) of the `--prepare-for` release's component label, unless the other stack's
+    DaemonSet keeps this one's nodes (an old labelled pod would keep both stacks' pods Pending)."""
     label = _release_label(ctx, comp)
     shared = sharing_nodes(ctx, comp) if label else None
     if shared is not None and not _keeps_node(comp, shared[0]):
@@ -86,9 +81,8 @@ def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
 
 
 def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
-    """Where both stacks run a component on the same nodes: a note per DaemonSet left
-    unprepared, and a block when the overlap is partial (the release's rollout of it would
-    stall at its first shared node, its pods elsewhere out of the stable name)."""
+    """Where both stacks run a component on the same nodes: a note per DaemonSet left unprepared,
+    and a block when the overlap is partial (the release's rollout would stall there)."""
     notes: list[str] = []
     blocked: list[str] = []
     release = ctx.options.prepare_for
@@ -317,9 +311,8 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
-    """The labels' originals restored; an OnDelete DaemonSet's pods rolled by the tool with
-    `--roll-on-delete` (finishing a half-roll an earlier rollback left), refused without it:
-    every pod would keep the label after its template loses it (model/halfrolls.py)."""
+    """The labels' originals restored; an OnDelete DaemonSet's pods rolled by the tool only with
+    `--roll-on-delete` (refused without it: every pod would keep the label)."""
     draft = Draft(NUMBER, NAME)
     left: list[str] = []
     for step in reversed(steps):

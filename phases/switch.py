@@ -1,6 +1,5 @@
-"""Phase 3 — switch: Service selectors move to the common label, only once every pod the Service
-would select carries it. Targets are the tool's aliases; operator-owned Services only with
---include-operator-owned (the operator reverts them on its next reconcile)."""
+"""Phase 3 — switch: Service selectors move to the common label once every pod the Service would
+select carries it; operator-owned Services only with --include-operator-owned."""
 
 from __future__ import annotations
 
@@ -44,9 +43,8 @@ def _step_for(ctx: PlanContext, comp: Component, name: str,
 
 
 def _leaving(ctx: PlanContext, pods: Sequence[str]) -> dict[str, str]:
-    """Of these pods, those garbage collection is removing, and why: their DaemonSet (one the
-    stacks name) is gone, being deleted, or controlled by a deleted operator CR (the other
-    stack's pods just after a stack change, which still carry the common label)."""
+    """Of these pods, those garbage collection is removing, and why (their DaemonSet is gone,
+    being deleted, or controlled by a deleted operator CR: the other stack's, after a change)."""
     stacks, wanted = {c.daemonset for c in ctx.catalog.components}, set(pods)
     out: dict[str, str] = {}
     for pod in ctx.snapshot.pods:
@@ -209,9 +207,8 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
-    """Restore the recorded originals, newest first. A Service no longer the tool's to restore
-    (an operator took the alias over, or someone set another selector) is left as its new
-    owner has it, with a warning: overwriting it would undo someone else's write."""
+    """Restore the recorded originals, newest first; a Service that is no longer the tool's to
+    restore is left as its new owner has it, with a warning."""
     draft = Draft(NUMBER, NAME)
     for step in reversed(steps):
         if not isinstance(step, SetSelector):

@@ -1,10 +1,5 @@
-"""The in-place path of phase 1 (`RelabelPods`): with the DaemonSet held on `OnDelete` and its
-template relabelled, every pod on the previous revision gets the new template's labels and
-`controller-revision-hash` by a JSON patch, so the controller counts it updated and never
-restarts it (upstream `IsPodUpdated` reads that label alone, and the hash names the pod template
-alone). A pod is patched only when the two revisions' `data` are equal but for their template
-labels; each patch tests the pod's uid and old hash, so a pod recreated meanwhile answers 422 and
-is left to the rollout `RestoreStrategy` starts. Works through `loop.Applier`, as `ondelete`."""
+"""Phase 1 in place (`RelabelPods`): each pod on the previous revision gets the new template's
+labels and hash by a JSON patch testing its uid and hash, if the revisions differ in labels only."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""OnDelete DaemonSets: the tool rolls the pods itself (`RollPods`, phase 1 with
-`--roll-on-delete`), deleting one node's outdated pod at a time and waiting for its replacement
-to turn Ready before the next: the one step the loop runs pod by pod (`Step.pod_by_pod`),
-working through the apply back end's public face (`loop.Applier`) and its `loop.PhaseWork`."""
+"""OnDelete DaemonSets rolled by the tool (`RollPods`, `--roll-on-delete`): one node's outdated pod
+deleted at a time, the next after its replacement is Ready; the one step run pod by pod."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Doubtful printed pods read whole, so no gate judges a pod by its printed row (a sixth of the
-bytes, `model/printed.py`) unless the row shows it plainly healthy. A row not plainly healthy,
-or contradicted by a newer EndpointSlice, is replaced by the pod's whole view: up to MAX_GETS
-read by name, more by one paginated list per label selector that holds one, so requests stay
-bounded. Whole views are kept by uid and stand for any row no newer, so a pod that stays sick is
-read once per change of it; a doubtful pod the whole read no longer finds is left out."""
+"""Doubtful printed pods read whole (by name up to MAX_GETS, else by selector), so no gate judges a
+pod by a printed row not plainly healthy (`model/printed.py`); whole views are kept by uid."""
 
 from __future__ import annotations
 

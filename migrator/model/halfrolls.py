@@ -1,11 +1,5 @@
-"""Phase 1's two paths for a DaemonSet (docs/runbook.md, phase 1), pure: in place (hold it on
-`OnDelete`, relabel its template and its pods, engine/inplace.py, restore its strategy: no pod
-restarted) or rolling, by the controller within maxUnavailable; which path, why, at what cost.
-
-And OnDelete DaemonSets left half-rolled: a template changed (phase 1, its rollback, an operator
-re-render) while `OnDelete` replaces a pod only when it is deleted (upstream
-`daemon_controller.go`, `syncDaemonSet`): what `--roll-on-delete` finishes, and what a fix line
-says, since `kubectl rollout status` refuses OnDelete DaemonSets."""
+"""Phase 1's two paths for a DaemonSet, in place or rolling (which, why, at what cost), and OnDelete
+DaemonSets left half-rolled: what `--roll-on-delete` finishes and what a fix line says."""
 
 from __future__ import annotations
 
@@ -87,9 +81,8 @@ def on_delete(ds: Mapping[str, Any]) -> bool:
 
 def stale_pods(snapshot: Snapshot, ds: Mapping[str, Any],
                keys: Iterable[str]) -> list[PodView]:
-    """The live pods of an OnDelete DaemonSet that need deleting, by node: those whose labels
-    `keys` differ from the template's, and, while the controller counts pods not updated, those
-    of another template generation (a pod counted updated by its hash alone rolls once more)."""
+    """The live pods of an OnDelete DaemonSet to delete, by node: labels `keys` differing from the
+    template's, or (while pods are counted not updated) another template generation."""
     want = {k: o.template_labels(ds).get(k) for k in keys}
     generation = o.annotations_of(ds).get(TEMPLATE_GENERATION)
     updated, _, desired = g.rollout_counts(dict(ds))

@@ -1,9 +1,5 @@
-"""The mark phase 1 leaves on each DaemonSet it labels: the annotation `LABELS_MARK`, written
-in the same patch as the labels, holding their values before the tool's first write (None: a
-key that was absent); phase 1's rollback removes it. With it, common labels are the tool's and
-say what they replaced: phase 1 rolls back without the state (engine/recovered.py) and a rerun
-never takes the tool's own labels for the originals. An operator re-render drops it (the GPU
-Operator updates a DaemonSet whole), so labels gone while it stays were removed by an edit."""
+"""Phase 1's mark on each DaemonSet it labels (`LABELS_MARK`): the labels' values before its first
+write, so a rollback needs no state and a rerun never takes the tool's labels for the originals."""
 
 from __future__ import annotations
 

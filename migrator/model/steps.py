@@ -1,8 +1,5 @@
-"""Steps: one Kubernetes write each, as data. Every step knows its inverse (None when there is
-none), whether the live object already shows its effect (so a resumed run skips it), how a plan
-shows it, and what the loop must do around it: the loop asks, it never branches on a step's
-type. Steps serialise to plain dicts for the state ConfigMap, so rollback is built from what
-was recorded, not from what the cluster looks like now."""
+"""Steps: one Kubernetes write each, as data, that answer the loop's questions themselves; they
+serialise to plain dicts, so rollback is built from what the state recorded."""
 
 from __future__ import annotations
 
@@ -173,10 +170,8 @@ class RollPods(_OnDaemonSet):
 
 @dataclass(frozen=True)
 class RelabelPods(RollPods):
-    """The in-place path (engine/inplace.py): the pods on the previous revision get the current
-    template's labels and `controller-revision-hash`; a pod it cannot relabel is left to the
-    rollout `RestoreStrategy` lets the controller make. `rendered`: the operator's hash
-    annotation when planned (another one now: the operator re-rendered it, which then rolls)."""
+    """The in-place path (engine/inplace.py); `rendered`: the operator's hash annotation when
+    planned (another one now: the operator re-rendered it, and its pods roll)."""
 
     type: ClassVar[str] = "relabel-pods"
     id_prefix: ClassVar[str] = "relabel/daemonset"

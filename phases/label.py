@@ -64,10 +64,8 @@ def sharing_nodes(ctx: PlanContext, comp: Component) -> tuple[Component, set[str
 
 def _keeps_node(comp: Component, other: Component) -> bool:
     """Of two DaemonSets sharing nodes, the one the release keeps serving them: the stack whose
-    own Service is the stable name (the other joins it through an alias)."""
-    if (comp.alias is None) != (other.alias is None):
-        return comp.alias is None
-    return comp.daemonset < other.daemonset
+    own Service is the stable name (the other joins it through an alias), else by name."""
+    return (comp.alias is not None, comp.daemonset) < (other.alias is not None, other.daemonset)
 
 
 def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:

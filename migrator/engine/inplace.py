@@ -66,14 +66,6 @@ def pod_patch(pod: PodView, old: Mapping[str, str], new: Mapping[str, str],
     return ops
 
 
-def carries(pod: Mapping[str, Any], uid: str, new: Mapping[str, str], new_hash: str) -> bool:
-    """`pod` is the one a patch was sent for and carries what it writes (a patch whose answer
-    was lost landed: its retry fails its own `test` of the old hash)."""
-    wanted = {k: v for k, v in new.items() if k != POD_GENERATION}
-    return o.meta(pod).get("uid") == uid and labels_match(o.labels(pod),
-                                                          {**wanted, HASH_LABEL: new_hash})
-
-
 def _revisions(backend: Applier, ds: Obj) -> list[Obj]:
     """The DaemonSet's ControllerRevisions: listed by its selector, owned by its uid."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(
@@ -140,6 +132,9 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
             if not p.deleting and p.labels.get(HASH_LABEL) != new_hash]
     left: list[str] = []
     new_labels = o.template_labels(ds)
+    # what a patch writes, for a pod whose answer was lost (its retry fails its own `test`)
+    written = {**{k: v for k, v in new_labels.items() if k != POD_GENERATION},
+               HASH_LABEL: new_hash}
     work: list[tuple[PodView, list[Obj]]] = []
     for pod in pods:
         old = by_hash.get(pod.labels.get(HASH_LABEL))
@@ -159,7 +154,8 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
         except (APIInvalid, APIConflict, APINotFound) as err:
             if isinstance(err, APIInvalid):  # its `test` failed: changed, or patched already
                 now = backend.kube.get(kinds.POD, pod.name, backend.namespace)
-                if now is not None and carries(now, pod.uid, new_labels, new_hash):
+                if now is not None and o.meta(now).get("uid") == pod.uid and labels_match(
+                        o.labels(now), written):
                     return None
             return f"{pod.name} (changed since it was read)"
         return None

@@ -36,10 +36,7 @@ PHASES: tuple[Phase, ...] = (label, alias, switch)
 
 def by_number(number: int) -> Phase:
     """The phase numbered `number`; KeyError for a number no phase has."""
-    for module in PHASES:
-        if number == module.NUMBER:
-            return module
-    raise KeyError(number)
+    return {module.NUMBER: module for module in PHASES}[number]
 
 
 def numbers() -> tuple[int, ...]:

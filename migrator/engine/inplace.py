@@ -33,14 +33,12 @@ def template_of(revision: Mapping[str, Any]) -> Obj:
     return template
 
 
-def _sans_labels(template: Mapping[str, Any]) -> Obj:
-    meta = {k: v for k, v in (template.get("metadata") or {}).items() if k != "labels"}
-    return {**template, "metadata": meta}
-
-
 def only_labels_differ(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """The proof the in-place path stands on: the revisions' templates differ in labels only."""
-    return _sans_labels(template_of(old)) == _sans_labels(template_of(new))
+    def sans_labels(template: Obj) -> Obj:
+        return {**template, "metadata": {k: v for k, v in (template.get("metadata") or {}).items()
+                                         if k != "labels"}}
+    return sans_labels(template_of(old)) == sans_labels(template_of(new))
 
 
 def _pointer(key: str) -> str:

@@ -1,21 +1,5 @@
-"""The three migration phases, one module each with the same small surface, the `Phase`
-protocol (mypy checks every module in `PHASES` against it):
-
-    NUMBER, NAME                                 the phase's identity (the state document's,
-                                                 every report's and the CLI's --phase)
-    ANSWERS_FOR                                  what of the verdict its apply puts right
-                                                 (`model/findings.py`'s `Remedy`)
-    SWITCHES_SELECTORS                           its steps move Service selectors: the guard
-                                                 follows what it recorded, and a rollback
-                                                 settles after it before undoing earlier phases
-    plan(ctx) -> PhasePlan                       what would change now, with gate status
-    before_write(ctx, step) -> [GateResult]     pre-gates, checked on fresh reads per step
-    after_write(ctx, step) -> [GateResult]      post-gates the runner waits for
-    verify(ctx, steps) -> [GateResult]          does a completed phase still hold (drift)
-    rollback(ctx, steps) -> PhasePlan           inverse steps from what the state recorded
-
-Phases are pure (no I/O) and never import each other; the engine runs them in order.
-"""
+"""The three migration phases, one pure module each with the same surface, the `Phase` protocol
+(mypy checks each module in `PHASES`); they never import each other (phases/common.py)."""
 
 from __future__ import annotations
 
@@ -33,18 +17,18 @@ class Phase(Protocol):
     """One phase module (`migrator.phases.label`, `.alias`, `.switch`)."""
 
     @property
-    def NUMBER(self) -> int: ...  # a module constant, read as an attribute
+    def NUMBER(self) -> int: ...  # module constants, read as attributes: the phase's number,
     @property
-    def NAME(self) -> str: ...
+    def NAME(self) -> str: ...  # its name (the state's, every report's, the CLI's --phase),
     @property
-    def SWITCHES_SELECTORS(self) -> bool: ...
+    def SWITCHES_SELECTORS(self) -> bool: ...  # its steps move Service selectors,
     @property
-    def ANSWERS_FOR(self) -> frozenset[Remedy]: ...
-    def plan(self, ctx: PlanContext) -> PhasePlan: ...
-    def before_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
-    def after_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...
-    def verify(self, ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]: ...
-    def rollback(self, ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan: ...
+    def ANSWERS_FOR(self) -> frozenset[Remedy]: ...  # what of the verdict its apply puts right
+    def plan(self, ctx: PlanContext) -> PhasePlan: ...  # what would change now, with gates
+    def before_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...  # fresh reads
+    def after_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...  # waited for
+    def verify(self, ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]: ...  # drift
+    def rollback(self, ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan: ...  # from state
 
 
 PHASES: tuple[Phase, ...] = (label, alias, switch)
@@ -52,10 +36,7 @@ PHASES: tuple[Phase, ...] = (label, alias, switch)
 
 def by_number(number: int) -> Phase:
     """The phase numbered `number`; KeyError for a number no phase has."""
-    for module in PHASES:
-        if number == module.NUMBER:
-            return module
-    raise KeyError(number)
+    return {module.NUMBER: module for module in PHASES}[number]
 
 
 def numbers() -> tuple[int, ...]:

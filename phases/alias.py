@@ -1,6 +1,5 @@
-"""Phase 2 — alias: the established DNS names (`nvidia-dcgm`, `nvidia-dcgm-exporter`) for the
-GPUCluster/DRA stack, as tool-owned Services that select the DRA app label at first. The legacy
-stack gets nothing. A Service of an alias name that the tool does not own is never touched."""
+"""Phase 2 — alias: the established DNS names for the GPUCluster/DRA stack, as tool-owned Services
+selecting the DRA app label at first; a Service of that name not the tool's is never touched."""
 
 from __future__ import annotations
 
@@ -14,8 +13,9 @@ from migrator.model.discovery import collected
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
-from migrator.model.stacks import Component
+from migrator.model.snapshot import Snapshot
 from migrator.model.steps import CreateAlias, DeleteAlias, Step
+from migrator.phases.common import Draft
 
 # What an alias copies (the table-driven test reads them here).
 COPIED_SPEC_FIELDS = aliasing.COPIED_SPEC_FIELDS
@@ -27,39 +27,27 @@ NAME = "alias"
 SWITCHES_SELECTORS = False
 ANSWERS_FOR = frozenset({Remedy.ALIASES})  # the stable names and their scrape paths
 
-def alias_body(ctx: PlanContext, comp: Component, source: Mapping[str, Any],
-               owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The alias of `source` in this namespace (`model/aliasing.py`)."""
-    return aliasing.alias_body(ctx.snapshot.namespace, ctx.catalog.common, comp, source, owner)
 
-
-def _candidates(ctx: PlanContext) -> list[Component]:
-    return [c for c in ctx.components if c.alias and c.daemonset in ctx.snapshot.daemonsets]
-
-
-def _exporter_daemonsets(ctx: PlanContext) -> list[str]:
-    return [c.daemonset for c in ctx.components if c.exporter]
+def _duplicate_gate(ctx: PlanContext, what_if: Snapshot) -> GateResult:
+    exporters = [c.daemonset for c in ctx.components if c.exporter]
+    return scrapechecks.duplicate_gate(what_if, exporters, before=ctx.snapshot)
 
 
 def _taken_by(ctx: PlanContext, alias: str, source: str) -> str | None:
     """Why an existing Service of the alias name must not be touched, or None if it is ours."""
     live = ctx.service(alias)
-    if live is None:
+    if live is None or (ctx.is_tool_owned(live) and o.annotations_of(live).get(
+            ctx.catalog.common.alias_of_annotation) == source):
         return None
-    ann = o.annotations_of(live).get(ctx.catalog.common.alias_of_annotation)
-    if ctx.is_tool_owned(live) and ann == source:
-        return None
-    owner = ctx.operator_owner(live) or "no dcgm-migrate marker"
-    return (f"Service/{alias} already exists and is not the tool's ({owner}); it is never "
+    return (f"Service/{alias} already exists and is not the tool's "
+            f"({ctx.operator_owner(live) or 'no dcgm-migrate marker'}); it is never "
             "overwritten or adopted — with ClusterPolicy and GPUCluster coexisting, shared "
             "ownership of the stable names belongs to the operator")
 
 
 def shared_with(ctx: PlanContext, alias: str) -> str | None:
-    """`ClusterPolicy/<name>` when a ClusterPolicy's operator renders the alias name for its
-    own pods (both stacks run here): the name is shared, not taken — the GPUCluster pods join
-    that Service through EndpointSlices `dcgm-migrate guard` keeps (`model/sharing.py`); the
-    operator's Service itself is never written."""
+    """`ClusterPolicy/<name>` when its operator renders the alias name for its own pods: shared,
+    not taken (the GPUCluster pods join it through the guard's EndpointSlices, model/sharing.py)."""
     live = ctx.service(alias)
     if live is None or collected(ctx.snapshot, live) or o.terminating(live):
         return None
@@ -74,7 +62,7 @@ def _shared_detail(alias: str, owner: str, source: str) -> str:
 
 def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
     """Why a Service holding an alias name is about to go away by itself (its operator CR was
-    deleted: the moment of a ClusterPolicy → GPUCluster change), or None if it stays."""
+    deleted: a ClusterPolicy → GPUCluster change), or None if it stays."""
     owner = collected(ctx.snapshot, live)
     if owner is None:
         return None
@@ -93,29 +81,27 @@ def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
     return GateResult(name, taken is None, taken or "free or already the tool's")
 
 
-def _still_terminating(ctx: PlanContext, alias: str) -> str | None:
-    """Why the alias cannot be created (again) now: the old one is Terminating."""
+def _terminating(ctx: PlanContext, alias: str) -> list[GateResult]:
+    """alias-not-terminating: the alias cannot be created (again) while the old one goes."""
     why = o.terminating(ctx.service(alias))
     if why is None:
-        return None
-    ns = ctx.snapshot.namespace
-    return (f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
-            f"gone: wait for its finalizers, or remove them if nothing needs them (`kubectl -n "
-            f"{ns} patch service {alias} --type=merge -p "
-            "'{\"metadata\":{\"finalizers\":null}}'`), then run again")
+        return []
+    return [GateResult(
+        f"alias-not-terminating/{alias}", False,
+        f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
+        f"gone: wait for its finalizers, or remove them if nothing needs them (`kubectl -n "
+        f"{ctx.snapshot.namespace} patch service {alias} --type=merge -p "
+        "'{\"metadata\":{\"finalizers\":null}}'`), then run again")]
 
 
 def plan(ctx: PlanContext) -> PhasePlan:
-    steps: list[Step] = []
-    gates: list[GateResult] = []
-    notes: list[str] = []
+    draft = Draft(NUMBER, NAME)
     blocked = None
-    checks: list[Step] = []
     cr = aliasing.owner_of(ctx.snapshot.gpu_clusters)
-    comps = _candidates(ctx)
+    comps = [c for c in ctx.components if c.alias and c.daemonset in ctx.snapshot.daemonsets]
     if not comps:
-        notes.append("no GPUCluster (DRA) components: the legacy stack keeps its names and "
-                     "gets no aliases; phase 2 completes with no writes")
+        draft.notes.append("no GPUCluster (DRA) components: the legacy stack keeps its names and "
+                           "gets no aliases; phase 2 completes with no writes")
     what_if = ctx.snapshot
     for comp in comps:
         assert comp.alias
@@ -123,65 +109,53 @@ def plan(ctx: PlanContext) -> PhasePlan:
         if release is not None:
             detail = (f"handed over: Service/{comp.alias} is managed by the GPU Operator itself "
                       f"(release {release.name}); the tool never writes it again")
-            gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
-            notes.append(detail)
+            draft.gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
+            draft.notes.append(detail)
             continue
         source = ctx.service(comp.service)
         if source is None:
-            notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
+            draft.notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
             continue
         owner = shared_with(ctx, comp.alias)
         if owner is not None:
             detail = _shared_detail(comp.alias, owner, comp.service)
-            gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
-            notes.append(detail)
+            draft.gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
+            draft.notes.append(detail)
             continue
         free = _name_gate(ctx, comp.alias, comp.service)
-        freeing = free.wait  # garbage collection frees it: the runner waits before writing
-        if freeing:
-            notes.append(free.detail)
-            free = GateResult(free.name, True, free.detail)
-        gates.append(free)
-        if not free.ok:
-            blocked = blocked or free.detail
+        if free.wait:  # garbage collection frees it: the runner waits before writing
+            draft.notes.append(free.detail)
+            gates = [GateResult(free.name, True, free.detail)]
+        else:
+            gates = [free, *(_terminating(ctx, comp.alias) if free.ok else [])]
+        draft.gates += gates
+        failed = [r.detail for r in gates if not r.ok]
+        if failed:
+            blocked = blocked or failed[0]
             continue
-        leaving = None if freeing else _still_terminating(ctx, comp.alias)
-        if leaving:
-            gates.append(GateResult(f"alias-not-terminating/{comp.alias}", False, leaving))
-            blocked = blocked or leaving
-            continue
-        step = CreateAlias(comp.alias, comp.service, alias_body(ctx, comp, source, cr))
+        step = CreateAlias(comp.alias, comp.service, aliasing.alias_body(
+            ctx.snapshot.namespace, ctx.catalog.common, comp, source, cr))
         if step.satisfied(ctx.service(comp.alias)):
-            notes.append(f"Service/{comp.alias} already exists as the tool's alias")
-            checks.append(step)
+            draft.notes.append(f"Service/{comp.alias} already exists as the tool's alias")
+            draft.checks.append(step)
             continue
-        steps.append(step)
+        draft.steps.append(step)
         what_if = monitoring.with_service(what_if, step.body)
-    if steps:
-        gates.append(scrapechecks.duplicate_gate(what_if, _exporter_daemonsets(ctx),
-                                               before=ctx.snapshot))
-    guarded = [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
-               if ctx.service(c.service)]
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
-                     notes=tuple(notes), blocked=blocked, guarded=tuple(guarded),
-                     checks=tuple(checks))
+    if draft.steps:
+        draft.gates.append(_duplicate_gate(ctx, what_if))
+    draft.guarded += [g.baseline(ctx.snapshot, c.service, c.local_traffic) for c in comps
+                      if ctx.service(c.service)]
+    return draft.plan(blocked=blocked)
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if isinstance(step, CreateAlias):
-        out = [_name_gate(ctx, step.service, step.source)]
-        leaving = None if out[0].wait else _still_terminating(ctx, step.service)
-        if leaving:
-            out.append(GateResult(f"alias-not-terminating/{step.service}", False, leaving))
-        what_if = monitoring.with_service(ctx.snapshot, step.body)
-        out.append(scrapechecks.duplicate_gate(what_if, _exporter_daemonsets(ctx),
-                                             before=ctx.snapshot))
-        return out
-    if isinstance(step, DeleteAlias):
-        live = ctx.service(step.service)
-        if live is not None and _taken_by(ctx, step.service, step.source):
-            return [GateResult(f"alias-still-ours/{step.service}", False,
-                               f"Service/{step.service} is no longer the tool's; not deleting")]
+        free = _name_gate(ctx, step.service, step.source)
+        return [free, *([] if free.wait else _terminating(ctx, step.service)),
+                _duplicate_gate(ctx, monitoring.with_service(ctx.snapshot, step.body))]
+    if isinstance(step, DeleteAlias) and _taken_by(ctx, step.service, step.source):
+        return [GateResult(f"alias-still-ours/{step.service}", False,
+                           f"Service/{step.service} is no longer the tool's; not deleting")]
     return []
 
 
@@ -200,11 +174,11 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
             continue
         name = f"alias-holds/{step.service}"
         live = ctx.service(step.service)
+        owner = shared_with(ctx, step.service)
         if live is None:
             out.append(GateResult(name, False, f"Service/{step.service} was deleted (by hand, or "
                                   "by garbage collection after its GPUCluster was deleted)"))
-        elif shared_with(ctx, step.service):
-            owner = shared_with(ctx, step.service) or ""
+        elif owner:
             out.append(GateResult(name, True, "handed over: " + _shared_detail(
                 step.service, owner, step.source).removeprefix("shared: ")))
         elif _taken_by(ctx, step.service, step.source):
@@ -219,16 +193,16 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 
 def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]) -> GateResult:
-    """The alias against what phase 2 renders from its source *now* (the guard re-syncs the
-    same differences), not against the body recorded when it was created: a CR edit of the
-    source is drift until the alias follows it, and no longer drift once it has."""
+    """The alias against what phase 2 renders from its source *now* (as the guard re-syncs it),
+    not the recorded body: a CR edit of the source is drift until the alias follows it."""
     name = f"alias-holds/{step.service}"
     source = ctx.service(step.source)
     comp = next((c for c in ctx.catalog.components if c.alias == step.service
                  and c.service == step.source), None)
     if source is None or comp is None:
         return GateResult(name, True, f"alias of {step.source} (no source to compare with)")
-    diff = aliasing.differences(live, alias_body(ctx, comp, source, None))
+    diff = aliasing.differences(live, aliasing.alias_body(
+        ctx.snapshot.namespace, ctx.catalog.common, comp, source, None))
     if diff:
         return GateResult(name, False, f"differs from its source {step.source} in "
                           f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it")
@@ -236,9 +210,8 @@ def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]
 
 
 def stable_names(ctx: PlanContext) -> list[GateResult]:
-    """Every stable name the stack running *now* needs (its alias, or for the legacy stack its
-    own Service) exists and selects ready pods, whatever the state recorded: after a stack
-    change the recorded steps describe the old stack, not what consumers resolve today."""
+    """Every stable name the stack running *now* needs exists and selects ready pods, whatever the
+    state recorded (after a stack change it describes the old stack)."""
     out = []
     seen = set()
     for comp in ctx.components:
@@ -246,9 +219,8 @@ def stable_names(ctx: PlanContext) -> list[GateResult]:
         if stable in seen or ctx.service(comp.service) is None:
             continue  # no source Service: nothing to alias (plan notes it), nothing to check
         seen.add(stable)
-        label = comp.common_label.key
-        result = g.serves(ctx.snapshot, stable, ctx.daemonsets_with_label(label),
-                          gate="stable-name")
+        result = g.serves(ctx.snapshot, stable, ctx.daemonsets_with_label(
+            comp.common_label.key), gate="stable-name")
         live = ctx.service(stable)
         leaving = _leaving(ctx, live) if live is not None else None
         if leaving and comp.alias:
@@ -264,24 +236,18 @@ def stable_names(ctx: PlanContext) -> list[GateResult]:
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
-    inverse: list[Step] = []
-    warnings = []
-    notes = []
+    draft = Draft(NUMBER, NAME)
     for step in reversed(steps):
-        if isinstance(step, CreateAlias):
-            live = ctx.service(step.service)
-            if live is None:
-                continue
-            if _taken_by(ctx, step.service, step.source):
-                owner = ctx.operator_owner(live) or "without the dcgm-migrate marker"
-                warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
-                                f"{owner}); left in place, skipped")
-                continue
-            if o.terminating(live):
-                notes.append(f"Service/{step.service} is already being deleted "
-                             f"({o.terminating(live)}); it goes once those finalizers are "
-                             "removed")
-                continue
-            inverse.append(step.inverse())
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), warnings=tuple(warnings),
-                     notes=tuple(notes))
+        if not isinstance(step, CreateAlias) or (live := ctx.service(step.service)) is None:
+            continue
+        if _taken_by(ctx, step.service, step.source):
+            owner = ctx.operator_owner(live) or "without the dcgm-migrate marker"
+            draft.warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
+                                  f"{owner}); left in place, skipped")
+        elif o.terminating(live):
+            draft.notes.append(f"Service/{step.service} is already being deleted "
+                               f"({o.terminating(live)}); it goes once those finalizers are "
+                               "removed")
+        else:
+            draft.steps.append(step.inverse())
+    return draft.plan()

@@ -1,9 +1,5 @@
-"""Phase 1 — label: the reserved common label on each DCGM/Exporter DaemonSet, its pod template
-and its pods. In place where it applies (model/inplace.py: every pod on the current revision,
-only template labels change): the DaemonSet held on OnDelete, its pods relabelled, its strategy
-restored, no pod restarted. Otherwise the template change rolls the pods (RollingUpdate) within
-the DaemonSet's own budget; with OnDelete it rolls nothing unless `--roll-on-delete` lets the
-tool delete old pods node by node."""
+"""Phase 1 — label: the reserved common label on each DCGM/Exporter DaemonSet, its template and
+pods; in place where it applies (model/halfrolls.py: no pod restarted), otherwise rolled."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from migrator.model import objects as o
 from migrator.model.croverrides import cr_overrides
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
-from migrator.model.inplace import cost, in_place_steps, rolling_because
+from migrator.model.halfrolls import cost, in_place_steps, rolling_because
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import (
@@ -28,6 +24,7 @@ from migrator.model.steps import (
     Step,
     from_record,
 )
+from migrator.phases.common import Draft
 
 NUMBER = 1
 NAME = "label"
@@ -51,11 +48,8 @@ def _nodes(ctx: PlanContext, comp: Component) -> set[str]:
 
 
 def sharing_nodes(ctx: PlanContext, comp: Component) -> tuple[Component, set[str]] | None:
-    """The other stack's DaemonSet the release gives the same component label, and the nodes
-    both run a pod on. The release's DaemonSets require pod anti-affinity on that label
-    (topologyKey kubernetes.io/hostname, `assets/state-dcgm/0400_dcgm.yml` and the
-    `manifests/state-dcgm*/` DaemonSets of plans/releases.yaml's release), so the scheduler
-    runs one pod of a component per node, whichever stack it belongs to."""
+    """The other stack's DaemonSet the release gives the same component label, and the nodes both
+    run a pod on (its required anti-affinity runs one pod of a component per node)."""
     own = _release_label(ctx, comp)
     if own is None:
         return None
@@ -69,18 +63,14 @@ def sharing_nodes(ctx: PlanContext, comp: Component) -> tuple[Component, set[str
 
 
 def _keeps_node(comp: Component, other: Component) -> bool:
-    """Of two DaemonSets sharing nodes, the one the release keeps serving them once prepared:
-    the stack whose own Service is the stable name (the other joins it through an alias)."""
-    if (comp.alias is None) != (other.alias is None):
-        return comp.alias is None
-    return comp.daemonset < other.daemonset
+    """Of two DaemonSets sharing nodes, the one the release keeps serving them: the stack whose
+    own Service is the stable name (the other joins it through an alias), else by name."""
+    return (comp.alias is not None, comp.daemonset) < (other.alias is not None, other.daemonset)
 
 
 def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
-    """(key, value) of the component label of the release `--prepare-for` names, if phase 1
-    puts it on this DaemonSet: not on one whose nodes the other stack's prepared DaemonSet
-    keeps (a labelled old pod there would keep the release's new pods of *both* DaemonSets
-    Pending: its anti-affinity matches the label either way)."""
+    """(key, value) of the `--prepare-for` release's component label, unless the other stack's
+    DaemonSet keeps this one's nodes (an old labelled pod would keep both stacks' pods Pending)."""
     label = _release_label(ctx, comp)
     shared = sharing_nodes(ctx, comp) if label else None
     if shared is not None and not _keeps_node(comp, shared[0]):
@@ -89,10 +79,8 @@ def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
 
 
 def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
-    """What `--prepare-for` does where both stacks run a component on the same nodes: a note
-    per DaemonSet left unprepared, and a block when the overlap is partial (the release's
-    rollout of the unprepared DaemonSet would stall at its first shared node, leaving its
-    unlabelled pods elsewhere out of the stable name)."""
+    """Where both stacks run a component on the same nodes: a note per DaemonSet left unprepared,
+    and a block when the overlap is partial (the release's rollout would stall there)."""
     notes: list[str] = []
     blocked: list[str] = []
     release = ctx.options.prepare_for
@@ -120,14 +108,16 @@ def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
     return notes, "; ".join(blocked) or None
 
 
-def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> SetLabels:
-    """The labels phase 1 writes on this DaemonSet: the common label, and with
-    `--prepare-for` the next release's component label (added to a recorded step when phase
-    1 ran before without it; its original value is read now, before the tool writes it)."""
-    wanted = {comp.common_label.key: comp.common_label.value}
+def _wanted(ctx: PlanContext, comp: Component) -> dict[str, str]:
+    """The labels phase 1 writes: the common label, with `--prepare-for` the release's too."""
     extra = prepared_label(ctx, comp)
-    if extra:
-        wanted[extra[0]] = extra[1]
+    return {comp.common_label.key: comp.common_label.value} | (dict([extra]) if extra else {})
+
+
+def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> SetLabels:
+    """Phase 1's write on this DaemonSet (a label `--prepare-for` adds to a recorded step has
+    its original read now, before the tool writes it)."""
+    wanted = _wanted(ctx, comp)
     recorded = ctx.recorded.get(SetLabels.id_of(comp.daemonset))
     if recorded:  # resuming: the originals are what we saw before our first write
         prior = from_record(recorded)
@@ -153,12 +143,11 @@ ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on
                       "one's replacement is Ready")
 
 
-def _guarded(ctx: PlanContext, daemonsets: Sequence[str]) -> tuple[list[g.ServiceBaseline],
-                                                                  dict[str, int]]:
-    """Every Service selecting these DaemonSets' pods, with the DaemonSet's rolling budget."""
+def _guarded(ctx: PlanContext) -> tuple[list[g.ServiceBaseline], dict[str, int]]:
+    """Every Service selecting the DaemonSets' pods, with the DaemonSet's rolling budget."""
     bases, tolerance = [], {}
     for name, svc in sorted(ctx.snapshot.services.items()):
-        for ds_name in daemonsets:
+        for ds_name in (c.daemonset for c in ctx.components):
             pods = ctx.snapshot.pods_of(ds_name)
             if pods and any(g.service_selects(svc, p.labels) for p in pods):
                 local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
@@ -171,74 +160,64 @@ def _guarded(ctx: PlanContext, daemonsets: Sequence[str]) -> tuple[list[g.Servic
 
 
 def plan(ctx: PlanContext) -> PhasePlan:
-    steps: list[Step] = []
-    gates: list[GateResult] = []
-    notes: list[str] = []
-    warnings: list[str] = []
-    checks: list[Step] = []
-    blocked = None
+    draft = Draft(NUMBER, NAME)
+    blocked: list[str] = []
     for comp in ctx.components:
         ds = ctx.daemonset(comp)
         if ds is None:
             continue
         step = replace(_label_step(ctx, comp, ds), in_place=False)
-        key = comp.common_label.key
+        key, value = comp.common_label.key, comp.common_label.value
         user_value = step.meta_before.get(key) or step.template_before.get(key)
-        if user_value not in (None, comp.common_label.value):
-            warnings.append(f"DaemonSet/{comp.daemonset} sets {key}="
-                            f"{user_value!r}; the reserved label wins and becomes "
-                            f"{comp.common_label.value!r} (rollback restores {user_value!r})")
-        for field, value in cr_overrides(ctx, comp, ds):
-            warnings.append(f"{field} sets {key}={value!r} for DaemonSet/{comp.daemonset}: "
-                            f"phase 1 overrides it with {comp.common_label.value!r}, but the "
-                            "operator's next re-render (an upgrade or any CR edit) brings "
-                            f"{value!r} back, the pods roll without the common label and every "
-                            "Service switched to it drains; remove the key from that CR field")
+        if user_value not in (None, value):
+            draft.warnings.append(f"DaemonSet/{comp.daemonset} sets {key}={user_value!r}; the "
+                                  f"reserved label wins and becomes {value!r} (rollback "
+                                  f"restores {user_value!r})")
+        for field, cr_value in cr_overrides(ctx, comp, ds):
+            draft.warnings.append(
+                f"{field} sets {key}={cr_value!r} for DaemonSet/{comp.daemonset}: phase 1 "
+                f"overrides it with {value!r}, but the operator's next re-render (an upgrade or "
+                f"any CR edit) brings {cr_value!r} back, the pods roll without the common label "
+                "and every Service switched to it drains; remove the key from that CR field")
         rolling = rolling_because(ctx, ds)
         held = o.held_strategy(ds) is not None
         ondelete = o.update_strategy(ds) == "OnDelete" and not held
+        pods = len(ctx.snapshot.pods_of(comp.daemonset))
         if rolling is None and (held or not step.satisfied(ds)):
-            steps += in_place_steps(ctx, ds, step, not step.satisfied(ds))
+            draft.steps += in_place_steps(ctx, ds, step, not step.satisfied(ds))
             if not held:
-                gates.append(g.daemonset_healthy(ctx.snapshot, ds))
-            notes.append(f"DaemonSet/{comp.daemonset}: "
-                         + cost(ds, len(ctx.snapshot.pods_of(comp.daemonset)), None))
+                draft.gates.append(g.daemonset_healthy(ctx.snapshot, ds))
+            draft.notes.append(f"DaemonSet/{comp.daemonset}: " + cost(ds, pods, None))
         elif not step.satisfied(ds):
-            steps.append(step)
-            gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
+            draft.steps.append(step)
+            draft.gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
             if not ondelete:
-                notes.append(f"DaemonSet/{comp.daemonset}: " + cost(
-                    ds, len(ctx.snapshot.pods_of(comp.daemonset)), rolling))
+                draft.notes.append(f"DaemonSet/{comp.daemonset}: " + cost(ds, pods, rolling))
         else:
-            notes.append(f"DaemonSet/{comp.daemonset} already carries {comp.common_label.key}")
-            checks.append(step)  # e.g. an operator that renders it: its rollout must finish
-        if ondelete:
-            if ctx.options.roll_on_delete:
-                steps.append(RollPods(comp.daemonset, (comp.common_label.key,)))
-                notes.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete: the "
-                             "tool deletes its old pods one node at a time (--roll-on-delete)")
-            else:
-                pods_ok = g.pods_carry(ctx.snapshot, comp.daemonset,
-                                       {comp.common_label.key: comp.common_label.value})
-                if not step.satisfied(ds) or not pods_ok.ok:
-                    reason = (f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
+            draft.notes.append(f"DaemonSet/{comp.daemonset} already carries {key}")
+            draft.checks.append(step)  # e.g. an operator that renders it: its rollout must end
+        if ondelete and ctx.options.roll_on_delete:
+            draft.steps.append(RollPods(comp.daemonset, (key,)))
+            draft.notes.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete: the "
+                               "tool deletes its old pods one node at a time (--roll-on-delete)")
+        elif ondelete:
+            pods_ok = g.pods_carry(ctx.snapshot, comp.daemonset, {key: value})
+            if not step.satisfied(ds) or not pods_ok.ok:
+                blocked.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
                                "template change rolls no pods ("
                                + (f"old pods: {pods_ok.detail}" if not pods_ok.ok else
                                   "every pod would keep its old labels")
                                + "); rerun with --roll-on-delete to let the tool delete old "
                                "pods one node at a time")
-                    notes.append(reason)
-                    blocked = f"{blocked}; {reason}" if blocked else reason
-    warnings += _release_warnings(ctx)
+                draft.notes.append(blocked[-1])
+    draft.warnings += _release_warnings(ctx)
     sharing, unsafe = _sharing_notes(ctx)
-    notes += sharing
+    draft.notes += sharing
     fix = ROLL_ON_DELETE_FIX if blocked and not unsafe else None
-    if unsafe:
-        blocked = f"{blocked}; {unsafe}" if blocked else unsafe
-    bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
-                     warnings=tuple(warnings), notes=tuple(notes), blocked=blocked, fix=fix,
-                     guarded=tuple(bases), tolerance=tolerance, checks=tuple(checks))
+    bases, tolerance = _guarded(ctx)
+    draft.guarded += bases
+    return draft.plan(blocked="; ".join([*blocked, *([unsafe] if unsafe else [])]) or None,
+                      fix=fix, tolerance=tolerance)
 
 
 def _release_warnings(ctx: PlanContext) -> list[str]:
@@ -247,12 +226,10 @@ def _release_warnings(ctx: PlanContext) -> list[str]:
         return []
     release = ctx.catalog.release(ctx.options.prepare_for)
     gone = [n for n in release.deletes_services if ctx.service(n) is not None]
-    if not gone:
-        return []
     return [f"GPU Operator release {release.name} deletes {', '.join('Service/' + n for n in gone)}"
             ": every consumer that resolves those names loses them with the upgrade; find "
             "who still does before upgrading (docs/runbook.md, 'Upgrading to an operator with "
-            "shared Services')"]
+            "shared Services')"] if gone else []
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -265,12 +242,11 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
                                f"DaemonSet/{step.daemonset} no longer exists")]
         if not step.rolls_pods() and not step.in_place:
             return []
-        removing = [k for k, v in step.template_after.items() if v is None]
         # In place, health was gated before the hold, whose write the controller may not have
         # observed yet; each pod is then proven by its revision (engine/inplace.py).
         out = [] if step.in_place else [
             halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
-        for key in removing:
+        for key in (k for k, v in step.template_after.items() if v is None):
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
                                   f"Services still select by {key}: {', '.join(users)}; "
@@ -279,27 +255,18 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     return []
 
 
-def _wanted_pod_labels(ctx: PlanContext, daemonset: str) -> dict[str, str | None]:
-    ds = ctx.snapshot.daemonsets.get(daemonset) or {}
-    comp = _component_of(ctx, daemonset)
-    keys = [comp.common_label.key] if comp else []
-    extra = prepared_label(ctx, comp) if comp else None
-    if extra:
-        keys.append(extra[0])
-    tl = o.template_labels(ds)
-    return {k: tl.get(k) for k in keys}
-
-
 def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     """Rollout complete and every pod carries the template's labels."""
-    name = step.daemonset if isinstance(step, SetLabels | RollPods | RestoreStrategy) else None
-    if isinstance(step, SetLabels) and step.in_place:
-        return []  # its pods are relabelled next (RelabelPods); RestoreStrategy's gates wait
-    if name is None or name not in ctx.snapshot.daemonsets:
+    if not isinstance(step, SetLabels | RollPods | RestoreStrategy) or (
+            isinstance(step, SetLabels) and step.in_place):
+        return []  # in place: its pods are relabelled next, RestoreStrategy's gates wait
+    ds = ctx.snapshot.daemonsets.get(step.daemonset)
+    comp = _component_of(ctx, step.daemonset)
+    if ds is None:
         return []
-    ds = ctx.snapshot.daemonsets[name]
-    return [g.daemonset_healthy(ctx.snapshot, ds),
-            g.pods_carry(ctx.snapshot, name, _wanted_pod_labels(ctx, name))]
+    keys = _wanted(ctx, comp) if comp else {}
+    return [g.daemonset_healthy(ctx.snapshot, ds), g.pods_carry(
+        ctx.snapshot, step.daemonset, {k: o.template_labels(ds).get(k) for k in keys})]
 
 
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
@@ -342,47 +309,42 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
 
 
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
-    """The labels' originals restored; an OnDelete DaemonSet's pods rolled by the tool with
-    `--roll-on-delete` (a half-roll an earlier rollback left finished too), refused without
-    it: its template change would leave every pod carrying the label (model/halfrolls.py)."""
-    inverse: list[Step] = []
+    """The labels' originals restored; an OnDelete DaemonSet's pods rolled by the tool only with
+    `--roll-on-delete` (refused without it: every pod would keep the label)."""
+    draft = Draft(NUMBER, NAME)
     left: list[str] = []
-    gates: list[GateResult] = []
     for step in reversed(steps):
-        if isinstance(step, SetLabels):
-            inv = replace(step.inverse(), in_place=False)
-            ds = ctx.snapshot.daemonsets.get(step.daemonset)
-            if ds is None:
-                continue
-            if rolling_because(ctx, ds) is None:  # in place, gated before the hold
-                if inv.satisfied(ds) and o.held_strategy(ds) is None:
-                    continue
-                inverse += in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
-                gates += [r for r in before_write(ctx, replace(inv, in_place=True))
-                          if r.name.startswith("no-selector-uses/")]
-                continue
-            stale = halfrolls.on_delete(ds) and bool(ctx.snapshot.pods_of(step.daemonset)) and (
-                not inv.satisfied(ds) or bool(halfrolls.stale_pods(ctx.snapshot, ds,
-                                                                   step.template_after)))
-            if stale and not ctx.options.roll_on_delete:
-                left.append(f"DaemonSet/{step.daemonset} uses updateStrategy OnDelete, so "
-                            f"its {len(ctx.snapshot.pods_of(step.daemonset))} pods would keep "
-                            f"{', '.join(step.template_after)} after its template loses it")
-                continue
-            if not inv.satisfied(ds):
-                inverse.append(inv)
-            if stale:
-                inverse.append(RollPods(step.daemonset, tuple(step.template_after)))
+        if not isinstance(step, SetLabels) or (
+                ds := ctx.snapshot.daemonsets.get(step.daemonset)) is None:
+            continue
+        inv = replace(step.inverse(), in_place=False)
+        if rolling_because(ctx, ds) is None:  # in place, gated before the hold
+            if not inv.satisfied(ds) or o.held_strategy(ds) is not None:
+                draft.steps += in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
+                draft.gates += [r for r in before_write(ctx, replace(inv, in_place=True))
+                                if r.name.startswith("no-selector-uses/")]
+            continue
+        pods = len(ctx.snapshot.pods_of(step.daemonset))
+        stale = halfrolls.on_delete(ds) and pods > 0 and (not inv.satisfied(ds) or bool(
+            halfrolls.stale_pods(ctx.snapshot, ds, step.template_after)))
+        if stale and not ctx.options.roll_on_delete:
+            left.append(f"DaemonSet/{step.daemonset} uses updateStrategy OnDelete, so its "
+                        f"{pods} pods would keep {', '.join(step.template_after)} after its "
+                        "template loses it")
+            continue
+        if not inv.satisfied(ds):
+            draft.steps.append(inv)
+        if stale:
+            draft.steps.append(RollPods(step.daemonset, tuple(step.template_after)))
     # Held with no label write to undo (a run killed right after its hold): restored alone.
-    restoring = {s.daemonset for s in inverse if isinstance(s, RestoreStrategy)}
+    restoring = {s.daemonset for s in draft.steps if isinstance(s, RestoreStrategy)}
     for comp in ctx.components:
         ds = ctx.snapshot.daemonsets.get(comp.daemonset)
         held = o.held_strategy(ds) if ds is not None else None
         if held is not None and comp.daemonset not in restoring:
-            inverse.append(RestoreStrategy(comp.daemonset, held))
+            draft.steps.append(RestoreStrategy(comp.daemonset, held))
             restoring.add(comp.daemonset)
-    bases, tolerance = _guarded(ctx, [c.daemonset for c in ctx.components])
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), gates=tuple(gates),
-                     guarded=tuple(bases), tolerance=tolerance,
-                     blocked="; ".join(left) or None,
-                     fix=ROLL_ON_DELETE_FIX if left else None)
+    bases, tolerance = _guarded(ctx)
+    draft.guarded += bases
+    return draft.plan(blocked="; ".join(left) or None, fix=ROLL_ON_DELETE_FIX if left else None,
+                      tolerance=tolerance)

@@ -1,6 +1,5 @@
-"""Phase 3 — switch: Service selectors move to the common label, only once every pod the
-Service would select carries it. Targets are the aliases the tool owns; operator-owned Services
-only with --include-operator-owned (the operator reverts them on its next reconcile)."""
+"""Phase 3 — switch: Service selectors move to the common label once every pod the Service would
+select carries it; operator-owned Services only with --include-operator-owned."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from migrator.model.guarding import HELD_ANNOTATION
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import SetSelector, Step, from_record
+from migrator.phases.common import Draft
 
 NUMBER = 3
 NAME = "switch"
@@ -24,37 +24,31 @@ SWITCHES_SELECTORS = True
 ANSWERS_FOR = frozenset({Remedy.SELECTORS})  # fixes name it; no check's phase is it
 
 
-def _targets(ctx: PlanContext, comp: Component) -> list[str]:
-    names = [comp.alias] if comp.alias else []
-    return [n for n in (*names, comp.service) if n]
+def _selector(svc: Mapping[str, Any]) -> dict[str, str]:
+    return dict(o.dig(svc, "spec", "selector") or {})
 
 
-def _step_for(ctx: PlanContext, comp: Component, name: str) -> SetSelector | None:
-    svc = ctx.service(name)
-    if svc is None:
-        return None
+def _step_for(ctx: PlanContext, comp: Component, name: str,
+              svc: Mapping[str, Any]) -> SetSelector:
+    """The switch of this Service: as recorded when resuming, else from its selector now."""
     recorded = ctx.recorded.get(SetSelector.id_of(name))
     if recorded:
         prior = from_record(recorded)
         assert isinstance(prior, SetSelector)
         return prior
-    before = dict(o.dig(svc, "spec", "selector") or {})
     local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
-    return SetSelector(name, before, comp.common_selector, local,
+    return SetSelector(name, _selector(svc), comp.common_selector, local,
                        operator_owned=ctx.operator_owner(svc) is not None,
                        allow_foreign=ctx.options.allow_foreign_pods)
 
 
 def _leaving(ctx: PlanContext, pods: Sequence[str]) -> dict[str, str]:
-    """Of these pods, those garbage collection is removing, and why: their DaemonSet (one the
-    stacks name) is gone, being deleted, or controlled by a deleted operator CR — the other
-    stack's pods just after a stack change, which still carry the common label."""
-    stacks = {c.daemonset for c in ctx.catalog.components}
-    wanted = set(pods)
+    """Of these pods, those garbage collection is removing, and why (their DaemonSet is gone,
+    being deleted, or controlled by a deleted operator CR: the other stack's, after a change)."""
+    stacks, wanted = {c.daemonset for c in ctx.catalog.components}, set(pods)
     out: dict[str, str] = {}
     for pod in ctx.snapshot.pods:
-        if pod.name not in wanted or pod.owner_kind != "DaemonSet" or \
-                pod.owner_name not in stacks:
+        if pod.name not in wanted or pod.owner_kind != "DaemonSet" or pod.owner_name not in stacks:
             continue
         ds = ctx.snapshot.daemonsets.get(pod.owner_name or "")
         owner = collected(ctx.snapshot, ds) if ds is not None else None
@@ -69,13 +63,12 @@ def _leaving(ctx: PlanContext, pods: Sequence[str]) -> dict[str, str]:
 
 def _strays(ctx: PlanContext, selector: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """(pods outside the DaemonSets that carry this common selector, those DaemonSets)."""
-    key = next(iter(selector), "")
-    daemonsets = ctx.daemonsets_with_label(key)
+    daemonsets = ctx.daemonsets_with_label(next(iter(selector), ""))
     return g.pods_outside(ctx.snapshot, selector, daemonsets), daemonsets
 
 
 def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], list[str]]:
-    """Mixed rollout, superset, duplicate scraping — the checks before any selector moves."""
+    """Mixed rollout, superset, duplicate scraping: the checks before any selector moves."""
     key, value = next(iter(step.after.items()))
     daemonsets = ctx.daemonsets_with_label(key)
     out = [g.pods_carry(ctx.snapshot, ds, {key: value}, gate="mixed-rollout") for ds in daemonsets]
@@ -93,66 +86,58 @@ def _pre_gates(ctx: PlanContext, step: SetSelector) -> tuple[list[GateResult], l
     svc = ctx.service(step.service)
     if svc is not None:
         switched = {**svc, "spec": {**(svc.get("spec") or {}), "selector": dict(step.after)}}
-        what_if = monitoring.with_service(ctx.snapshot, switched)
         exporters = [c.daemonset for c in ctx.components if c.exporter]
-        out.append(scrapechecks.duplicate_gate(what_if, exporters,
-                                             f"no-duplicate-scrape/{step.service}",
-                                             before=ctx.snapshot))
+        out.append(scrapechecks.duplicate_gate(
+            monitoring.with_service(ctx.snapshot, switched), exporters,
+            f"no-duplicate-scrape/{step.service}", before=ctx.snapshot))
     return out, warnings
 
 
 def plan(ctx: PlanContext) -> PhasePlan:
-    steps: list[Step] = []
-    gates: list[GateResult] = []
-    warnings: list[str] = []
-    notes: list[str] = []
-    guarded = []
-    checks: list[Step] = []
+    draft = Draft(NUMBER, NAME)
     for comp in ctx.components:
         if comp.daemonset not in ctx.snapshot.daemonsets:
             continue
-        for name in _targets(ctx, comp):
-            step = _step_for(ctx, comp, name)
+        for name in (n for n in (comp.alias, comp.service) if n):
             svc = ctx.service(name)
-            if step is None or svc is None:
+            if svc is None:
                 continue
-            is_alias = name == comp.alias
+            step = _step_for(ctx, comp, name, svc)
             release = ctx.catalog.managed_by_release(svc)
             if release is not None:
-                notes.append(f"Service/{name} is managed by the GPU Operator itself (release "
-                             f"{release.name}): handed over, never switched by the tool")
+                draft.notes.append(f"Service/{name} is managed by the GPU Operator itself "
+                                   f"(release {release.name}): handed over, never switched by "
+                                   "the tool")
                 continue
-            if is_alias and not ctx.is_tool_owned(svc):
+            if name == comp.alias and not ctx.is_tool_owned(svc):
                 continue  # not our alias (e.g. the ClusterPolicy's own nvidia-dcgm)
             # Who owns it now, not when a step was recorded: an alias the ClusterPolicy's
             # operator took over (a ClusterPolicy added beside the GPUCluster) is its now.
-            operator_owned = ctx.operator_owner(svc) is not None
-            if operator_owned and not ctx.options.include_operator_owned:
-                warnings.append(f"Service/{name} is owned by {ctx.operator_owner(svc)}, which "
-                             "re-renders it on every reconcile and would revert the selector; "
-                             "not switched (--include-operator-owned switches it anyway)")
+            owner = ctx.operator_owner(svc)
+            if owner is not None and not ctx.options.include_operator_owned:
+                draft.warnings.append(f"Service/{name} is owned by {owner}, which re-renders it "
+                                      "on every reconcile and would revert the selector; not "
+                                      "switched (--include-operator-owned switches it anyway)")
                 continue
-            if operator_owned:
-                warnings.append(f"Service/{name} is operator-owned: {ctx.operator_owner(svc)} "
-                                "will revert its selector on the next reconcile")
-            guarded.append(g.baseline(ctx.snapshot, name, step.local))
+            if owner is not None:
+                draft.warnings.append(f"Service/{name} is operator-owned: {owner} will revert "
+                                      "its selector on the next reconcile")
+            draft.guarded.append(g.baseline(ctx.snapshot, name, step.local))
             if step.satisfied(svc):
-                notes.append(f"Service/{name} already selects {comp.common_label.key}")
-                checks.append(step)
+                draft.notes.append(f"Service/{name} already selects {comp.common_label.key}")
+                draft.checks.append(step)
                 strays, _ = _strays(ctx, step.after)
                 if strays:
-                    warnings.append(f"Service/{name} selects pods outside the DaemonSets: "
-                                    f"{', '.join(strays[:5])}")
+                    draft.warnings.append(f"Service/{name} selects pods outside the "
+                                          f"DaemonSets: {', '.join(strays[:5])}")
                 continue
             pre, warn = _pre_gates(ctx, step)
             # garbage collection removes them: the loop waits before the write (before_write)
-            notes.extend(r.detail for r in pre if r.wait)
-            gates.extend(GateResult(r.name, True, r.detail) if r.wait else r for r in pre)
-            warnings.extend(warn)
-            steps.append(step)
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(steps), gates=tuple(gates),
-                     warnings=tuple(warnings), notes=tuple(notes), guarded=tuple(guarded),
-                     checks=tuple(checks))
+            draft.notes.extend(r.detail for r in pre if r.wait)
+            draft.gates.extend(GateResult(r.name, True, r.detail) if r.wait else r for r in pre)
+            draft.warnings.extend(warn)
+            draft.steps.append(step)
+    return draft.plan()
 
 
 def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -161,17 +146,14 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     svc = ctx.service(step.service)
     if svc is None:
         return [GateResult(f"exists/{step.service}", False, f"Service/{step.service} is gone")]
-    live = dict(o.dig(svc, "spec", "selector") or {})
-    if live != dict(step.before):
+    if _selector(svc) != dict(step.before):
         return [GateResult(f"selector-unchanged/{step.service}", False,
-                           f"selector is {live}, expected {dict(step.before)}: changed outside "
-                           "the tool", kind=GateKind.CHANGED_MEANWHILE)]
-    common_keys = {c.common_label.key for c in ctx.catalog.components}
-    if not set(step.after) & common_keys:
+                           f"selector is {_selector(svc)}, expected {dict(step.before)}: changed "
+                           "outside the tool", kind=GateKind.CHANGED_MEANWHILE)]
+    if not set(step.after) & {c.common_label.key for c in ctx.catalog.components}:
         # Restoring the original selector (rollback): only the superset check applies.
-        superset, _ = g.selector_superset(ctx.snapshot, step.service, step.before, step.after,
-                                          step.local, [c.daemonset for c in ctx.components])
-        return [superset]
+        return [g.selector_superset(ctx.snapshot, step.service, step.before, step.after,
+                                    step.local, [c.daemonset for c in ctx.components])[0]]
     return _pre_gates(ctx, step)[0]
 
 
@@ -194,36 +176,28 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         name = f"selector-holds/{step.service}"
         if svc is None:
             out.append(GateResult(name, False, f"Service/{step.service} is gone"))
-        elif held_by_guard(svc, step):
+        elif HELD_ANNOTATION in o.annotations_of(svc) and _selector(svc) == dict(step.before):
+            # `dcgm-migrate guard` moved it back on purpose (its DaemonSet lost the common
+            # label) and moves it forward again by itself: not drift.
             out.append(GateResult(name, True, f"held on {dict(step.before)} by the guard: "
                                   f"{o.annotations_of(svc)[HELD_ANNOTATION]}"))
         elif not step.satisfied(svc):
             who = ctx.operator_owner(svc)
-            why = f" — {who} reconciled it back" if who else ""
-            out.append(GateResult(name, False, f"selector is "
-                                  f"{o.dig(svc, 'spec', 'selector')}, not {dict(step.after)}"
-                                  f"{why}"))
+            out.append(GateResult(name, False, f"selector is {o.dig(svc, 'spec', 'selector')}, "
+                                  f"not {dict(step.after)}"
+                                  + (f" — {who} reconciled it back" if who else "")))
         else:
-            held = g.serves(ctx.snapshot, step.service, ctx.daemonsets_with_label(
-                next(iter(step.after))), gate="selector-holds")
-            out.append(held)
+            out.append(g.serves(ctx.snapshot, step.service, ctx.daemonsets_with_label(
+                next(iter(step.after))), gate="selector-holds"))
             strays, daemonsets = _strays(ctx, step.after)
             out.append(g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign))
-    return out + _uncovered(ctx, recorded)
-
-
-def _uncovered(ctx: PlanContext, recorded: set[str]) -> list[GateResult]:
-    """Aliases of the current stack that the tool owns but phase 3 never switched (created
-    after it ran, e.g. after a stack change): the phase no longer holds for this stack."""
-    out = []
+    # Aliases of this stack the tool owns but phase 3 never switched (created after it ran,
+    # e.g. after a stack change): the phase no longer holds for this stack.
     for comp in ctx.components:
         svc = ctx.service(comp.alias) if comp.alias else None
-        if comp.alias is None or svc is None or comp.alias in recorded:
-            continue
-        if ctx.catalog.managed_by_release(svc):
-            continue  # handed over: the operator release selects by its own label
-        if ctx.is_tool_owned(svc) and dict(o.dig(svc, "spec", "selector") or {}) != dict(
-                comp.common_selector):
+        if svc is None or comp.alias in recorded or ctx.catalog.managed_by_release(svc):
+            continue  # a handed-over one: the operator release selects by its own label
+        if ctx.is_tool_owned(svc) and _selector(svc) != dict(comp.common_selector):
             out.append(GateResult(f"switched/{comp.alias}", False,
                                   f"Service/{comp.alias} (the tool's alias) selects "
                                   f"{o.dig(svc, 'spec', 'selector')}, not "
@@ -232,49 +206,27 @@ def _uncovered(ctx: PlanContext, recorded: set[str]) -> list[GateResult]:
     return out
 
 
-def held_by_guard(svc: dict[str, Any], step: SetSelector) -> bool:
-    """`dcgm-migrate guard` moved this alias back to its pre-switch selector on purpose (its
-    DaemonSet lost the common label) and moves it forward again by itself: not drift."""
-    return HELD_ANNOTATION in o.annotations_of(svc) and \
-        dict(o.dig(svc, "spec", "selector") or {}) == dict(step.before)
-
-
 def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
-    """Restore the recorded originals, newest first. A Service that is no longer the tool's to
-    restore (an operator took the alias over, or someone set another selector) is left as its
-    new owner has it, with a warning: overwriting it would undo someone else's write."""
-    inverse: list[Step] = []
-    guarded = []
-    warnings = []
+    """Restore the recorded originals, newest first; a Service that is no longer the tool's to
+    restore is left as its new owner has it, with a warning."""
+    draft = Draft(NUMBER, NAME)
     for step in reversed(steps):
         if not isinstance(step, SetSelector):
             continue
         svc = ctx.service(step.service)
-        if svc is None:
+        if svc is None or step.inverse().satisfied(svc):
             continue
-        inv = step.inverse()
-        if inv.satisfied(svc):
-            continue
-        taken = _not_ours(ctx, step, svc)
-        if taken:
-            warnings.append(taken)
-            continue
-        inverse.append(inv)
-        guarded.append(g.baseline(ctx.snapshot, step.service, step.local))
-    return PhasePlan(number=NUMBER, name=NAME, steps=tuple(inverse), warnings=tuple(warnings),
-                     guarded=tuple(guarded))
-
-
-def _not_ours(ctx: PlanContext, step: SetSelector, svc: dict[str, object]) -> str | None:
-    """Why rolling back this recorded switch would overwrite someone else's object, or None."""
-    owner = ctx.operator_owner(svc)
-    if not step.operator_owned and not ctx.is_tool_owned(svc):
-        return (f"Service/{step.service} is no longer the tool's alias (now "
-                f"{owner or 'without the dcgm-migrate marker'}): its selector is left as its "
-                "owner set it; skipped")
-    live = dict(o.dig(svc, "spec", "selector") or {})
-    if live != dict(step.after):
-        return (f"Service/{step.service} selects {live}, neither the tool's {dict(step.after)} "
-                f"nor the original {dict(step.before)}: changed outside the tool"
-                f"{' by ' + owner if owner else ''}; left as it is, skipped")
-    return None
+        owner = ctx.operator_owner(svc)
+        if not step.operator_owned and not ctx.is_tool_owned(svc):
+            draft.warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
+                                  f"{owner or 'without the dcgm-migrate marker'}): its selector "
+                                  "is left as its owner set it; skipped")
+        elif _selector(svc) != dict(step.after):
+            draft.warnings.append(f"Service/{step.service} selects {_selector(svc)}, neither the "
+                                  f"tool's {dict(step.after)} nor the original "
+                                  f"{dict(step.before)}: changed outside the tool"
+                                  f"{' by ' + owner if owner else ''}; left as it is, skipped")
+        else:
+            draft.steps.append(step.inverse())
+            draft.guarded.append(g.baseline(ctx.snapshot, step.service, step.local))
+    return draft.plan()

@@ -1,19 +1,5 @@
-"""The in-place path of phase 1 (`RelabelPods`): with the DaemonSet held on `OnDelete` and its
-template relabelled, every pod still on the previous revision gets the new template's labels
-and `controller-revision-hash` by a JSON patch, so the DaemonSet controller counts it updated
-and never restarts it. Upstream counts a pod updated by that label alone (`IsPodUpdated`,
-kubernetes `pkg/controller/daemon/util/daemonset_util.go`), the hash names the pod template
-alone (`ComputeHash(&ds.Spec.Template, ...)` in `constructHistory`,
-`pkg/controller/daemon/update.go`), and the controller rewrites pods' hash labels itself when
-it deduplicates histories (`dedupCurHistories`).
-
-Each pod is patched only when the two revisions' `data` (upstream's `getPatch`: the template,
-`$patch: replace`) are equal once their template labels are set aside; each patch tests the
-pod's uid and old hash, so a pod recreated or moved in between answers 422 and is left to the
-rollout `RestoreStrategy` lets the controller make; a pod that already carries the patch (its
-answer lost, the retry refused by its own `test`) counts as relabelled. A part of the apply back
-end (engine/applying.py), working through `loop.Applier`, as `ondelete` does.
-"""
+"""Phase 1 in place (`RelabelPods`): each pod on the previous revision gets the new template's
+labels and hash by a JSON patch testing its uid and hash, if the revisions differ in labels only."""
 
 from __future__ import annotations
 
@@ -28,23 +14,15 @@ from migrator.errors import APIConflict, APIInvalid, APINotFound
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
+from migrator.model.halfrolls import HASH_LABEL, POD_GENERATION, TEMPLATE_GENERATION
 from migrator.model.snapshot import PodView
 from migrator.model.stepbase import labels_match
 from migrator.model.steps import RelabelPods, Step
 from migrator.model.wording import counted
 
 Obj = dict[str, Any]
-HASH_LABEL = "controller-revision-hash"
-# The deprecated fallback of `IsPodUpdated`: a pod whose label equals the DaemonSet's template
-# generation counts updated too. A relabelled pod carries the new one, as a pod the controller
-# created for this template would (`util.CreatePodTemplate`): left at the old one, a DaemonSet
-# re-created at generation 1 would count it updated whatever its template.
-GENERATION_LABEL = "pod-template-generation"
-GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
-# Pod patches in flight at once: client-go's default burst (`rest.DefaultBurst` = 10,
-# k8s.io/client-go/rest/config.go), which is also the python client's default connection
-# pool on a small host; enough that 5,000 patches take seconds, few enough that the API
-# server's priority and fairness never queues the tool behind itself.
+# Pod patches in flight: client-go's default burst (`rest.DefaultBurst`), enough for 5,000
+# patches in seconds, few enough that priority and fairness never queues the tool behind itself.
 MAX_IN_FLIGHT = 10
 
 
@@ -55,15 +33,12 @@ def template_of(revision: Mapping[str, Any]) -> Obj:
     return template
 
 
-def _sans_labels(template: Mapping[str, Any]) -> Obj:
-    meta = {k: v for k, v in (template.get("metadata") or {}).items() if k != "labels"}
-    return {**template, "metadata": meta}
-
-
 def only_labels_differ(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """The proof the in-place path stands on: the two revisions' templates are equal but for
-    their metadata labels."""
-    return _sans_labels(template_of(old)) == _sans_labels(template_of(new))
+    """The proof the in-place path stands on: the revisions' templates differ in labels only."""
+    def sans_labels(template: Obj) -> Obj:
+        return {**template, "metadata": {k: v for k, v in (template.get("metadata") or {}).items()
+                                         if k != "labels"}}
+    return sans_labels(template_of(old)) == sans_labels(template_of(new))
 
 
 def _pointer(key: str) -> str:
@@ -72,29 +47,21 @@ def _pointer(key: str) -> str:
 
 def pod_patch(pod: PodView, old: Mapping[str, str], new: Mapping[str, str],
               new_hash: str, generation: str | None = None) -> list[Obj]:
-    """A JSON patch moving the pod from the old template's labels to the new one's: it applies
+    """A JSON patch moving the pod from the old template's labels to the new one's, applying
     only to this pod (uid) while it still carries the old hash."""
     ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": pod.uid},
                       {"op": "test", "path": _pointer(HASH_LABEL),
                        "value": pod.labels.get(HASH_LABEL)}]
-    for key in sorted((set(old) | set(new)) - {HASH_LABEL, GENERATION_LABEL}):
+    for key in sorted((set(old) | set(new)) - {HASH_LABEL, POD_GENERATION}):
         want = new.get(key)
         if pod.labels.get(key) == want:
             continue
         ops.append({"op": "remove", "path": _pointer(key)} if want is None else
                    {"op": "add", "path": _pointer(key), "value": want})
     ops.append({"op": "replace", "path": _pointer(HASH_LABEL), "value": new_hash})
-    if generation is not None and pod.labels.get(GENERATION_LABEL) not in (None, generation):
-        ops.append({"op": "replace", "path": _pointer(GENERATION_LABEL), "value": generation})
+    if generation is not None and pod.labels.get(POD_GENERATION) not in (None, generation):
+        ops.append({"op": "replace", "path": _pointer(POD_GENERATION), "value": generation})
     return ops
-
-
-def carries(pod: Mapping[str, Any], uid: str, new: Mapping[str, str], new_hash: str) -> bool:
-    """Whether `pod` is the one a patch was sent for and already carries what it writes: a
-    patch whose answer was lost lands, so its retry fails its own `test` of the old hash."""
-    wanted = {k: v for k, v in new.items() if k != GENERATION_LABEL}
-    return o.meta(pod).get("uid") == uid and labels_match(o.labels(pod),
-                                                          {**wanted, HASH_LABEL: new_hash})
 
 
 def _revisions(backend: Applier, ds: Obj) -> list[Obj]:
@@ -137,11 +104,7 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
                        f"template within {backend.settings.timeout:g}s; it stays on OnDelete",
                        "check the kube-controller-manager, then rerun to resume (the "
                        "DaemonSet's own updateStrategy is restored by that run)")
-    left: list[str] = []
-    done = 0
-    if found:
-        ds, revs = found[0]
-        done, left = _patch_pods(backend, phase, step, ds, revs)
+    done, left = _patch_pods(backend, phase, step, *found[0]) if found else (0, [])
     with interrupts.shielded():
         phase.mark(step, "done")
         backend.save()
@@ -167,6 +130,9 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
             if not p.deleting and p.labels.get(HASH_LABEL) != new_hash]
     left: list[str] = []
     new_labels = o.template_labels(ds)
+    # what a patch writes, for a pod whose answer was lost (its retry fails its own `test`)
+    written = {**{k: v for k, v in new_labels.items() if k != POD_GENERATION},
+               HASH_LABEL: new_hash}
     work: list[tuple[PodView, list[Obj]]] = []
     for pod in pods:
         old = by_hash.get(pod.labels.get(HASH_LABEL))
@@ -177,7 +143,7 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
             continue
         work.append((pod, pod_patch(pod, o.template_labels({"spec": {
             "template": template_of(old)}}), new_labels, new_hash,
-            o.annotations_of(ds).get(GENERATION_ANNOTATION))))
+            o.annotations_of(ds).get(TEMPLATE_GENERATION))))
 
     def send(item: tuple[PodView, list[Obj]]) -> str | None:
         pod, ops = item
@@ -186,7 +152,8 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
         except (APIInvalid, APIConflict, APINotFound) as err:
             if isinstance(err, APIInvalid):  # its `test` failed: changed, or patched already
                 now = backend.kube.get(kinds.POD, pod.name, backend.namespace)
-                if now is not None and carries(now, pod.uid, new_labels, new_hash):
+                if now is not None and o.meta(now).get("uid") == pod.uid and labels_match(
+                        o.labels(now), written):
                     return None
             return f"{pod.name} (changed since it was read)"
         return None

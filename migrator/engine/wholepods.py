@@ -1,17 +1,5 @@
-"""Doubtful printed pods read whole, so that no gate judges a pod by its printed row alone
-unless that row shows it plainly healthy (`model/printed.py` says why a row is not enough).
-
-Pods are listed as printed rows (a sixth of the bytes). Before a Snapshot is built, every
-printed pod that is not plainly healthy, or that an EndpointSlice newer than it contradicts,
-is replaced by its whole view. A few such pods (up to MAX_GETS: a node that stopped reporting,
-the one pod `--roll-on-delete` is waiting for) are read by name; more than that, one
-paginated list of the whole pods of each label selector that holds one, so the requests stay
-bounded whatever the node count. The whole views are kept by uid, and a whole view at least
-as new as the row stands for it, so a pod that stays sick (a node that stopped reporting, a pod
-that cannot start) is read whole once per change of it, not once per gate check of the run.
-A doubtful pod that the whole read no longer finds was deleted since: it is left out, as the
-whole read would leave it out.
-"""
+"""Doubtful printed pods read whole (by name up to MAX_GETS, else by selector), so no gate judges a
+pod by a printed row not plainly healthy (`model/printed.py`); whole views are kept by uid."""
 
 from __future__ import annotations
 
@@ -41,8 +29,8 @@ class WholePods:
     def resolve(self, kube: Kube, namespace: str, views: Iterable[PodView],
                 endpoints: Mapping[str, ServiceEndpoints],
                 selectors: Sequence[str]) -> list[PodView]:
-        """`views` with every doubtful printed pod replaced by its whole view (see the module
-        docstring); `selectors` are the label selectors the views were listed by."""
+        """`views` with every doubtful pod replaced by its whole view; `selectors` are the
+        label selectors the views were listed by."""
         by_pod: dict[str, list[EndpointView]] = {}
         for eps in endpoints.values():
             for e in eps.endpoints:
@@ -51,30 +39,22 @@ class WholePods:
         views = list(views)
         doubts = {p.uid for p in views if p.doubtful or p.contradicted(by_pod.get(p.name, ()))}
         stale = [p for p in views if p.uid in doubts and not self._covers(p)]
-        fresh: set[str] = set()
         if len(stale) > self.max_gets:
-            fresh = self._list(kube, namespace, [s for s in selectors
-                                                 if any(parse(s).matches(p.labels)
-                                                        for p in stale)])
-        elif stale:
+            fresh = self._list(kube, namespace, [s for s in selectors if any(
+                parse(s).matches(p.labels) for p in stale)])
+        else:
             fresh = self._get(kube, namespace, stale)
-        out: list[PodView] = []
-        for p in views:
-            if p.uid not in doubts:
-                out.append(p)
-            elif p.uid in fresh or self._covers(p):
-                out.append(self._views[p.uid])
-        return out
+        return [self._views[p.uid] if p.uid in doubts else p for p in views
+                if p.uid not in doubts or p.uid in fresh or self._covers(p)]
 
     def _covers(self, pod: PodView) -> bool:
-        """A whole view kept from before is at least as new as this row (versions that are
-        not integers never cover: such a pod is read whole every time it is doubtful)."""
+        """A whole view kept from before is at least as new as this row (a version that is not
+        an integer never covers)."""
         whole = self._views.get(pod.uid)
         return whole is not None and pod.version > 0 and whole.version >= pod.version
 
     def _get(self, kube: Kube, namespace: str, pods: Sequence[PodView]) -> set[str]:
-        """Read these pods whole by name; the uids found (a name now held by a new pod with
-        another uid means the doubtful one is gone)."""
+        """Read these pods whole by name; the uids found (a new uid: the doubtful one is gone)."""
         found: set[str] = set()
         for pod in pods:
             obj = kube.get(kinds.POD, pod.name, namespace)

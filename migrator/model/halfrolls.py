@@ -1,47 +1,92 @@
-"""OnDelete DaemonSets left half-rolled: a template changed (by phase 1, its rollback, an
-operator re-render after a CR edit) while `updateStrategy: OnDelete` replaces a pod only when
-it is deleted (upstream kubernetes `pkg/controller/daemon/daemon_controller.go`, `syncDaemonSet`:
-`rollingUpdate` runs for RollingUpdate only). What `--roll-on-delete` finishes, and what a
-fix line says about one, since `kubectl rollout status` refuses OnDelete DaemonSets
-("rollout status is only available for RollingUpdate strategy type",
-kubectl `pkg/polymorphichelpers/rollout_status.go`, `DaemonSetStatusViewer.Status`)."""
+"""Phase 1's two paths for a DaemonSet, in place or rolling (which, why, at what cost), and OnDelete
+DaemonSets left half-rolled: what `--roll-on-delete` finishes and what a fix line says."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
+from migrator.model.planning import PlanContext
 from migrator.model.snapshot import PodView, Snapshot
+from migrator.model.steps import HoldStrategy, RelabelPods, RestoreStrategy, SetLabels, Step
+from migrator.model.wording import counted
 
-# The deprecated labels the DaemonSet controller still writes (upstream
-# `apps/v1.DaemonSetTemplateGenerationKey`, `DefaultDaemonSetUniqueLabelKey`): a pod is updated
-# when its template generation is the DaemonSet's (`daemon/util.IsPodUpdated`).
+HASH_LABEL = "controller-revision-hash"
+# The deprecated labels the DaemonSet controller still writes: a pod is updated when its
+# template generation is the DaemonSet's (upstream `daemon/util.IsPodUpdated`).
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 POD_GENERATION = "pod-template-generation"
+# Seconds the in-place path takes per pod (its patch, 10 in flight, and the reads around it:
+# docs/performance.md, "Phase 1: in place or rolling"), over a floor for the hold, the revision
+# and the restore.
+IN_PLACE_SECONDS_PER_POD = 0.005
+IN_PLACE_FLOOR_SECONDS = 2
+
+
+def rolling_because(ctx: PlanContext, ds: Mapping[str, Any]) -> str | None:
+    """Why this DaemonSet's pods must roll rather than be relabelled in place (None: in place,
+    which needs the rollout complete and one `controller-revision-hash` on every pod)."""
+    if o.held_strategy(ds) is not None:
+        return None  # the tool's own hold: a run killed in place finishes in place
+    if ctx.options.rolling:
+        return "--rolling"
+    if o.update_strategy(ds) != "RollingUpdate":
+        return f"updateStrategy {o.update_strategy(ds)}"
+    hashes = {p.labels.get(HASH_LABEL) for p in ctx.snapshot.pods_of(o.name(ds))
+              if not p.deleting}
+    if not g.rollout_complete(dict(ds)).ok or len(hashes) > 1 or None in hashes:
+        return "pods on an older revision (a template change is still rolling out)"
+    return None
+
+
+def in_place_steps(ctx: PlanContext, ds: Mapping[str, Any], step: SetLabels,
+                   write_labels: bool) -> list[Step]:
+    """Hold on OnDelete, relabel the template, relabel the pods, restore the strategy."""
+    name = o.name(ds)
+    strategy = o.held_strategy(ds) or dict(o.dig(ds, "spec", "updateStrategy")
+                                         or {"type": "RollingUpdate"})
+    rendered = o.annotations_of(ds).get(ctx.catalog.common.operator_hash_annotation)
+    labels: list[Step] = [replace(step, in_place=True)] if write_labels else []
+    return [HoldStrategy(name, strategy), *labels,
+            RelabelPods(name, tuple(step.template_after), rendered),
+            RestoreStrategy(name, strategy)]
+
+
+def cost(ds: Mapping[str, Any], pods: int, rolling: str | None) -> str:
+    """What a path costs: pods restarted and the time a rollout takes (pods x the slowest
+    container's readiness delay / maxUnavailable), or no restart and a patch a pod in place."""
+    if rolling is None:
+        seconds = IN_PLACE_FLOOR_SECONDS + pods * IN_PLACE_SECONDS_PER_POD
+        return (f"in place: 0 of {counted(pods, 'pod')} restarted, "
+                f"{counted(pods, 'pod patch', 'pod patches')}, about "
+                f"{seconds:.0f} s (every pod runs the current revision and only template "
+                "labels change)")
+    probes = [c.get("readinessProbe") or {} for c in
+              o.dig(ds, "spec", "template", "spec", "containers") or []]
+    delay = max((int(p.get("initialDelaySeconds") or 0) + int(p.get("periodSeconds") or 10)
+                 for p in probes), default=10)
+    budget = max(1, o.max_unavailable(dict(ds), pods))
+    minutes = pods * delay / budget / 60
+    return (f"rolling ({rolling}): {counted(pods, 'pod')} restarted, about {minutes:.0f} min "
+            f"({pods} x {delay}s readiness / maxUnavailable {budget})")
 
 
 def on_delete(ds: Mapping[str, Any]) -> bool:
     return o.update_strategy(ds) == "OnDelete"
 
 
-def behind(ds: Mapping[str, Any]) -> bool:
-    """The controller counts pods that do not run the current template."""
-    updated, _, desired = g.rollout_counts(dict(ds))
-    return updated < desired
-
-
 def stale_pods(snapshot: Snapshot, ds: Mapping[str, Any],
                keys: Iterable[str]) -> list[PodView]:
-    """The live pods of an OnDelete DaemonSet that need deleting, by node: those whose labels
-    `keys` differ from the template's, and, while the controller counts pods not updated,
-    those of another template generation (`IsPodUpdated`'s generation test; a pod it counts
-    updated by its revision hash alone runs an identical template and is rolled once more)."""
+    """The live pods of an OnDelete DaemonSet to delete, by node: labels `keys` differing from the
+    template's, or (while pods are counted not updated) another template generation."""
     want = {k: o.template_labels(ds).get(k) for k in keys}
     generation = o.annotations_of(ds).get(TEMPLATE_GENERATION)
-    old_generation = behind(ds) and generation is not None
+    updated, _, desired = g.rollout_counts(dict(ds))
+    old_generation = updated < desired and generation is not None
     return sorted((p for p in snapshot.pods_of(o.name(ds)) if not p.deleting and (
         any(p.labels.get(k) != v for k, v in want.items())
         or (old_generation and p.labels.get(POD_GENERATION) != generation))),
@@ -49,9 +94,8 @@ def stale_pods(snapshot: Snapshot, ds: Mapping[str, Any],
 
 
 def health_gate(snapshot: Snapshot, ds: Mapping[str, Any], roll_on_delete: bool) -> GateResult:
-    """`rollout-complete` before phase 1 writes: a rollout complete, except that an OnDelete
-    DaemonSet the tool rolls itself (`--roll-on-delete`) only needs every pod available —
-    pods of an older template are what its `RollPods` step finishes."""
+    """`rollout-complete` before phase 1 writes; an OnDelete DaemonSet the tool rolls itself
+    (`--roll-on-delete`) only needs every pod available: its `RollPods` finishes the rest."""
     result = g.daemonset_healthy(snapshot, dict(ds))
     if result.ok or not (roll_on_delete and on_delete(ds)):
         return result
@@ -65,9 +109,8 @@ def health_gate(snapshot: Snapshot, ds: Mapping[str, Any], roll_on_delete: bool)
 
 
 def rollout_fix(snapshot: Snapshot, ds: Mapping[str, Any]) -> str:
-    """The fix for an OnDelete DaemonSet whose rollout is not complete (`kubectl rollout
-    status` refuses one): the first pod of an older template to delete, and how to list the
-    rest; `--roll-on-delete` does it for the tool's own writes."""
+    """The fix for an OnDelete DaemonSet whose rollout is not complete: the first pod of an
+    older template to delete, and how to list the rest."""
     name, ns = o.name(ds), snapshot.namespace
     generation = o.annotations_of(ds).get(TEMPLATE_GENERATION)
     old = [p for p in snapshot.pods_of(name) if not p.deleting

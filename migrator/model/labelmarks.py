@@ -1,17 +1,5 @@
-"""The mark phase 1 leaves on each DaemonSet it labels: the annotation `LABELS_MARK`, written in
-the same patch as the labels, holding the labels' values before the tool's first write
-(`{"metadata": {...}, "template": {...}}`, None for a key that was absent). A rollback of
-phase 1 removes it with the labels.
-
-It is what tells a lost state from a fresh cluster after phase 1, as an alias's
-`dcgm-migrate/alias-of` annotation does after phase 2: common labels without the mark may
-be an operator's or a person's; with it they are the tool's, and the mark says what they
-replaced, so phase 1 can be rolled back without the state (engine/recovered.py) and a
-rerun never takes the tool's own labels for the originals. An operator re-render drops it:
-the GPU Operator updates a DaemonSet whose rendered hash changed with the rendered object
-whole (upstream NVIDIA/gpu-operator `controllers/object_controls.go`, `DaemonSet`:
-`client.Update(ctx, obj)`, a22dbf671), so labels gone while the mark stays were removed by
-an edit, not by the operator (phases/label.py `verify`)."""
+"""Phase 1's mark on each DaemonSet it labels (`LABELS_MARK`): the labels' values before its first
+write, so a rollback needs no state and a rerun never takes the tool's labels for the originals."""
 
 from __future__ import annotations
 
@@ -42,27 +30,20 @@ def encode(meta_before: Mapping[str, str | None],
 
 
 def _label_map(value: Any) -> dict[str, str | None] | None:
-    if not isinstance(value, Mapping):
-        return None
-    out: dict[str, str | None] = {}
-    for key, val in value.items():
-        if not isinstance(key, str) or not (val is None or isinstance(val, str)):
-            return None
-        out[key] = val
-    return out
+    ok = isinstance(value, Mapping) and all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items())
+    return dict(value) if ok else None
 
 
 def read(daemonset: Mapping[str, Any]) -> LabelsMark | None:
     """The DaemonSet's mark, or None: absent, or not one this tool wrote (unreadable)."""
-    text = o.annotations_of(daemonset).get(LABELS_MARK)
-    if not text:
-        return None
     try:
-        doc = json.loads(text)
+        doc = json.loads(o.annotations_of(daemonset).get(LABELS_MARK) or "null")
     except ValueError:
         return None
-    meta = _label_map(doc.get("metadata")) if isinstance(doc, Mapping) else None
-    template = _label_map(doc.get("template")) if isinstance(doc, Mapping) else None
+    if not isinstance(doc, Mapping):
+        return None
+    meta, template = _label_map(doc.get("metadata")), _label_map(doc.get("template"))
     if meta is None or template is None:
         return None
     return LabelsMark(o.name(daemonset), meta, template)

@@ -4,7 +4,7 @@ answers most steps give the loop, which a step that differs overrides."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from migrator.model.kinds import Kind
@@ -30,17 +30,19 @@ def labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
     return all(actual.get(k) == v for k, v in wanted.items())
 
 
+@dataclass(frozen=True)
 class StepBase:
     """What most steps answer; a step that differs says so itself."""
 
     kind: ClassVar[Kind]
     id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
     pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/ondelete)
+    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
 
     @property
     def name(self) -> str:
-        """The name of the object the step writes (its kind is `kind`)."""
-        raise NotImplementedError
+        """The name of the object the step writes (its kind is `kind`): its first field."""
+        return str(getattr(self, fields(self)[0].name))
 
     @classmethod
     def id_of(cls, name: str) -> str:
@@ -54,7 +56,6 @@ class StepBase:
     @property
     def object(self) -> str:
         return f"{self.kind.kind}/{self.name}"
-    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
 
     def rolls_pods(self) -> bool:
         """Does this write replace pods (so pods read before it are stale)?"""
@@ -62,7 +63,7 @@ class StepBase:
 
     def labels_pods(self) -> bool:
         """Does this write put labels on pods (by a rollout or in place), which an operator's
-        re-render of the DaemonSet drops (the state's `wroteLabels`, the drift risk)?"""
+        re-render drops (the state's `wroteLabels`, the drift risk)?"""
         return self.rolls_pods()
 
     def rollout_of(self) -> str | None:

@@ -1,20 +1,12 @@
-"""Steps: one Kubernetes write each, as data. Every step knows its inverse (None when there is
-none), whether the live object already shows its effect (so a resumed run skips it), how to
-present itself in a plan, and what the loop must do around it — which object it targets
-(`kind`, `name`), whether it moves pods, which rollout it starts, which selector it changes,
-whether it is run pod by pod, what to tell the user when a gate stops it. The loop asks;
-it never branches on a step's type.
-
-Steps serialise to plain dicts for the state ConfigMap, so rollback is built from what was
-recorded, not from what the cluster looks like now.
-"""
+"""Steps: one Kubernetes write each, as data, that answer the loop's questions themselves; they
+serialise to plain dicts, so rollback is built from what the state recorded."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from migrator.model import kinds, labelmarks
 from migrator.model import objects as o
@@ -22,35 +14,39 @@ from migrator.model.kinds import Kind
 from migrator.model.stepbase import Change, LabelMap, SelectorChange, StepBase, labels_match
 
 Obj = dict[str, Any]
+
+
 @dataclass(frozen=True)
-class SetLabels(StepBase):
+class _OnDaemonSet(StepBase):
+    kind: ClassVar[Kind] = kinds.DAEMONSET
+    daemonset: str
+
+
+@dataclass(frozen=True)
+class _OnService(StepBase):
+    kind: ClassVar[Kind] = kinds.SERVICE
+    service: str
+
+
+@dataclass(frozen=True)
+class SetLabels(_OnDaemonSet):
     """Set (or remove, value None) labels on a DaemonSet's metadata and pod template."""
 
     type: ClassVar[str] = "set-labels"
-    kind: ClassVar[Kind] = kinds.DAEMONSET
-    daemonset: str
+    id_prefix: ClassVar[str] = "labels/daemonset"
     meta_after: LabelMap
     template_after: LabelMap
     meta_before: LabelMap
     template_before: LabelMap
     in_place: bool = False  # the DaemonSet is held on OnDelete: its pods are relabelled
-
-    id_prefix: ClassVar[str] = "labels/daemonset"
-    # The rollback's write (built by `inverse()`): it removes phase 1's mark (labelmarks.py)
-    # where the forward write sets it.
-    undo: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.daemonset
+    undo: bool = False  # the rollback's write (`inverse()`): it removes phase 1's mark
 
     def changes(self) -> list[Change]:
         out = [Change(self.object, f"metadata.labels[{k}]", self.meta_before.get(k), v)
                for k, v in self.meta_after.items() if self.meta_before.get(k) != v]
-        out += [Change(self.object, f"spec.template.metadata.labels[{k}]",
-                       self.template_before.get(k), v)
-                for k, v in self.template_after.items() if self.template_before.get(k) != v]
-        return out
+        return out + [Change(self.object, f"spec.template.metadata.labels[{k}]",
+                             self.template_before.get(k), v)
+                      for k, v in self.template_after.items() if self.template_before.get(k) != v]
 
     def satisfied(self, live: Obj | None) -> bool:
         return live is not None and labels_match(o.labels(live), self.meta_after) and \
@@ -58,9 +54,8 @@ class SetLabels(StepBase):
                 self.undo and labelmarks.LABELS_MARK in o.annotations_of(live))
 
     def patch(self) -> Obj:
-        """A JSON merge patch: only these keys change; None deletes a key. The forward write
-        marks the DaemonSet with the labels' values before it (model/labelmarks.py), the
-        rollback's removes the mark."""
+        """A JSON merge patch (None deletes a key); the forward write also sets phase 1's mark
+        (model/labelmarks.py), the rollback's removes it."""
         mark = None if self.undo else labelmarks.encode(self.meta_before, self.template_before)
         return {"metadata": {"labels": dict(self.meta_after),
                              "annotations": {labelmarks.LABELS_MARK: mark}},
@@ -85,22 +80,14 @@ class SetLabels(StepBase):
 
 
 @dataclass(frozen=True)
-class _Strategy(StepBase):
-    """The in-place path's hold of a DaemonSet on `OnDelete`: `strategy` is its own."""
-
-    kind: ClassVar[Kind] = kinds.DAEMONSET
-    daemonset: str
+class _Strategy(_OnDaemonSet):
     strategy: Mapping[str, Any] = field(hash=False)
-
-    @property
-    def name(self) -> str:
-        return self.daemonset
 
 
 @dataclass(frozen=True)
 class HoldStrategy(_Strategy):
-    """Set `OnDelete` (the template change that follows rolls nothing), recording the
-    DaemonSet's own strategy in `HELD_STRATEGY`."""
+    """The in-place path's hold on `OnDelete` (the template change that follows rolls nothing),
+    recording the DaemonSet's own `strategy` in `HELD_STRATEGY`."""
 
     type: ClassVar[str] = "hold-strategy"
     id_prefix: ClassVar[str] = "hold/daemonset"
@@ -150,31 +137,23 @@ class RestoreStrategy(_Strategy):
 
 
 @dataclass(frozen=True)
-class RollPods(StepBase):
+class RollPods(_OnDaemonSet):
     """OnDelete DaemonSets: delete pods whose labels differ from the template, one node at a
-    time, each after the previous node's new pod is Ready."""
+    time, each after the previous node's new pod is Ready (engine/ondelete.py)."""
 
     type: ClassVar[str] = "roll-pods"
-    kind: ClassVar[Kind] = kinds.DAEMONSET
-    pod_by_pod: ClassVar[bool] = True
-    daemonset: str
-    label_keys: tuple[str, ...]
-
     id_prefix: ClassVar[str] = "roll/daemonset"
-
-    @property
-    def name(self) -> str:
-        return self.daemonset
+    pod_by_pod: ClassVar[bool] = True
+    label_keys: tuple[str, ...]
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "pods", "old template", "deleted one node at a time")]
 
     def satisfied(self, live: Obj | None) -> bool:
-        """Every scheduled pod runs the DaemonSet's current template, by its status (the
-        controller counts `updatedNumberScheduled` for OnDelete too), for the current spec.
-        Which pods still need deleting is the apply back end's per-pod read (engine/ondelete.py)."""
+        """Every scheduled pod runs the current template by the status's counts (kept for
+        OnDelete too) for the current spec; nothing left to roll once the DaemonSet is gone."""
         if live is None:
-            return True  # nothing left to roll
+            return True
         status = live.get("status") or {}
         generation = o.meta(live).get("generation")
         return bool((generation is None or status.get("observedGeneration") == generation)
@@ -185,23 +164,18 @@ class RollPods(StepBase):
         return True
 
     def inverse(self) -> None:
-        """A deleted pod cannot be undeleted; rolling back phase 1 restores the labels and
-        plans its own RollPods for the old template."""
+        """A deleted pod cannot be undeleted; phase 1's rollback plans its own RollPods."""
         return None
 
 
 @dataclass(frozen=True)
 class RelabelPods(RollPods):
-    """The in-place path: every pod on the revision before the current one gets the current
-    template's labels and `controller-revision-hash` by a JSON patch testing its uid and old
-    hash, once the two revisions' data prove only labels differ (engine/inplace.py); a pod it
-    cannot relabel is left to the rollout `RestoreStrategy` lets the controller make.
-    `rendered`: the operator's last-applied hash annotation when planned (another one now:
-    the operator re-rendered the DaemonSet, which then rolls)."""
+    """The in-place path (engine/inplace.py); `rendered`: the operator's hash annotation when
+    planned (another one now: the operator re-rendered it, and its pods roll)."""
 
     type: ClassVar[str] = "relabel-pods"
-    rendered: str | None = None
     id_prefix: ClassVar[str] = "relabel/daemonset"
+    rendered: str | None = None
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "pods", "old revision",
@@ -212,26 +186,19 @@ class RelabelPods(RollPods):
 
 
 @dataclass(frozen=True)
-class CreateAlias(StepBase):
+class CreateAlias(_OnService):
     """Create a tool-owned Service alias of a source Service."""
 
     type: ClassVar[str] = "create-alias"
-    kind: ClassVar[Kind] = kinds.SERVICE
+    id_prefix: ClassVar[str] = "alias/service"
     creates: ClassVar[bool] = True
-    service: str
     source: str
     body: Obj = field(hash=False)
 
-    id_prefix: ClassVar[str] = "alias/service"
-
-    @property
-    def name(self) -> str:
-        return self.service
-
     def changes(self) -> list[Change]:
-        spec = self.body.get("spec", {})
         return [Change(self.object, "(object)", None, f"alias of {self.source}"),
-                Change(self.object, "spec.selector", None, spec.get("selector"))]
+                Change(self.object, "spec.selector", None, self.body.get("spec", {}).get(
+                    "selector"))]
 
     def satisfied(self, live: Obj | None) -> bool:
         if live is None or o.terminating(live):
@@ -248,52 +215,36 @@ class CreateAlias(StepBase):
 
 
 @dataclass(frozen=True)
-class DeleteAlias(StepBase):
+class DeleteAlias(_OnService):
     """Delete an alias, only while it is still the tool's (checked by the executor)."""
 
     type: ClassVar[str] = "delete-alias"
-    kind: ClassVar[Kind] = kinds.SERVICE
-    service: str
-    source: str
-
     id_prefix: ClassVar[str] = "unalias/service"
-
-    @property
-    def name(self) -> str:
-        return self.service
+    source: str
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "(object)", f"alias of {self.source}", None)]
 
     def satisfied(self, live: Obj | None) -> bool:
-        """Gone, or its deletion already accepted (Terminating: finalizers remove it later;
-        deleting it again would change nothing)."""
+        """Gone, or Terminating (its deletion accepted: deleting it again changes nothing)."""
         return live is None or o.terminating(live) is not None
 
     def inverse(self) -> None:
-        """The alias body is not recorded with its deletion (rollback records only what it
-        removed): re-creating it is phase 2 planned again, from the live source Service."""
+        """The body is not recorded with the deletion: phase 2 planned again re-creates it."""
         return None
 
 
 @dataclass(frozen=True)
-class SetSelector(StepBase):
+class SetSelector(_OnService):
     """Replace a Service's selector (guarded by a json-patch `test` of the expected one)."""
 
     type: ClassVar[str] = "set-selector"
-    kind: ClassVar[Kind] = kinds.SERVICE
-    service: str
+    id_prefix: ClassVar[str] = "selector/service"
     before: Mapping[str, str]
     after: Mapping[str, str]
     local: bool
     operator_owned: bool = False
     allow_foreign: bool = False  # switched with --allow-foreign-pods (kept in the state)
-
-    id_prefix: ClassVar[str] = "selector/service"
-
-    @property
-    def name(self) -> str:
-        return self.service
 
     def changes(self) -> list[Change]:
         return [Change(self.object, "spec.selector", dict(self.before), dict(self.after))]
@@ -318,23 +269,18 @@ class SetSelector(StepBase):
 
 Step = (SetLabels | RollPods | CreateAlias | DeleteAlias | SetSelector | HoldStrategy
         | RestoreStrategy | RelabelPods)
-_TYPES: dict[str, type[Any]] = {
-    t.type: t for t in (SetLabels, RollPods, CreateAlias, DeleteAlias, SetSelector,
-                        HoldStrategy, RestoreStrategy, RelabelPods)
-}
+_TYPES: dict[str, type[Any]] = {t.type: t for t in get_args(Step)}
 
 
 def to_record(step: Step) -> dict[str, Any]:
     """A JSON-safe dict for the state ConfigMap."""
-    data = asdict(step)
-    data["type"] = step.type
-    return data
+    return {**asdict(step), "type": step.type}
 
 
 def from_record(record: Mapping[str, Any]) -> Step:
     data = dict(record)
     cls = _TYPES[str(data.pop("type"))]
-    if cls in (RollPods, RelabelPods):
+    if "label_keys" in data:
         data["label_keys"] = tuple(data["label_keys"])
     result: Step = cls(**data)
     return result

@@ -11,7 +11,7 @@ from typing import Any
 from migrator import phases
 from migrator.engine.inplace import only_labels_differ, pod_patch
 from migrator.model.discovery import discover
-from migrator.model.inplace import cost, rolling_because
+from migrator.model.halfrolls import cost, rolling_because
 from migrator.model.objects import HELD_STRATEGY
 from migrator.model.planning import Options, PlanContext
 from migrator.model.snapshot import Snapshot

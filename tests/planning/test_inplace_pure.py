@@ -1,5 +1,5 @@
 """Phase 1's in-place path, its pure parts: which path a DaemonSet takes and why
-(model/inplace.py), the proof from two ControllerRevisions that only labels differ, and the
+(model/halfrolls.py), the proof from two ControllerRevisions that only labels differ, and the
 JSON patch of one pod (engine/inplace.py)."""
 
 from __future__ import annotations

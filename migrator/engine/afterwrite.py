@@ -18,9 +18,10 @@ from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
-from migrator.model.planning import PhasePlan
+from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.steps import Step
+from migrator.model.wording import counted
 
 # A failed gate of these kinds stops the wait at once: lost endpoints (act now) or a node that
 # stopped reporting (cannot heal by waiting).
@@ -129,3 +130,50 @@ def _note_endpoints(backend: Applier, snap: Snapshot, base: ServiceBaseline) -> 
     low = backend.result.lowest.get(base.service, (ready, base.total))
     backend.result.lowest[base.service] = (min(low[0], ready), base.total)
     backend.listener.endpoints(EndpointProgress(base.service, ready, base.total))
+
+
+def said(ctx: PlanContext, work: PhaseWork, step: Step, before: Snapshot, after: Snapshot
+         ) -> list[str]:
+    """What `wait` would wait for after this step (`ctx`: on `after`), as `--dry-run` says it."""
+    out = []
+    ds = before.daemonsets.get(step.rollout_of() or "")
+    labels = ", ".join(f"{k}={v}" if v is not None else f"no {k}"
+                       for k, v in step.pod_labels().items())
+    if step.pod_by_pod and step.name in before.daemonsets:
+        pods = [p for p in before.pods_of(step.name) if not p.deleting]
+        out.append(f"DaemonSet/{step.name}'s {counted(len(pods), 'pod')} relabelled in place, "
+                   "none restarted" if step.type == "relabel-pods" else
+                   f"DaemonSet/{step.name}'s {counted(len(pods), 'old pod')} deleted one node at "
+                   "a time, each after the previous node's new pod is Ready (--roll-on-delete)")
+    elif ds is not None and o.update_strategy(ds) == "OnDelete":
+        return []  # the template change rolls nothing (`afterwrite.wait`)
+    elif ds is not None and step.rolls_pods():
+        desired = g.rollout_counts(ds)[2]
+        out.append(f"the rollout of DaemonSet/{step.name}: {counted(desired, 'pod')} replaced, "
+                   f"at most {o.max_unavailable(ds, desired)} unavailable at a time")
+    for r in work.module.after_write(ctx, step):
+        check, _, name = r.name.partition("/")
+        if check == "rollout-complete":
+            continue  # the rollout line above
+        if check == "pods-labelled":
+            out.append(f"every pod of DaemonSet/{name} to carry {labels}" if labels else
+                       f"every pod of DaemonSet/{name} to carry its new template's labels")
+        elif check == "endpointslices":
+            ready = after.endpoints_of(name).ready_total
+            out.append(f"the EndpointSlices of Service/{name} to list exactly its {ready} "
+                       "Ready pods")
+        else:
+            out.append(f"{r.name}: {r.detail}")
+    return out
+
+
+def baselines_said(plan: PhasePlan) -> list[str]:
+    """The no-loss gates the run checks after every write of the phase."""
+    out = []
+    for base in plan.guarded:
+        budget = plan.tolerance.get(base.service, 0)
+        where = " per node" if base.local else ""
+        out.append(f"Service/{base.service} to keep its {base.total} ready endpoints{where} "
+                   + (f"(at most {budget} missing while pods roll)" if budget
+                      else "(none lost)"))
+    return out

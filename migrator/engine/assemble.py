@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import recovered, reporting, walk
+from migrator.engine import projecting, recovered, walk
 from migrator.engine.reports import (
     Closing,
     PlanReport,
@@ -80,7 +80,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                                     if r.status.applied))
     change = (StackChange(state.stack, found.stack)
               if state is not None and state.stack_changed(found.stack) else None)
-    views, decisions, said = reporting.walked(snapshot, catalog, state, options)
+    views, decisions, said = projecting.walked(snapshot, catalog, state, options)
     warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector
     for _number, decision in sorted(decisions.items()):

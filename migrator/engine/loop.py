@@ -1,21 +1,8 @@
 """The one loop: the walk's decision per phase, then gate → write → record → gate, one step at a
-time. What a step *does* is its back end's (Alembic runs the walk `upgrade` runs and lets
-`as_sql` choose what a step does; Helm decides its dry run in one place, `DryRunStrategy`):
-
-    Backend      the effects of the loop: `applying.Apply` writes, records and waits;
-                 `projecting.Project` projects the cluster as it would be and writes nothing
-                 (`report`), and `projecting.ServerDryRun` also sends each write with
-                 `dryRun=All` (`--dry-run`: no waits, no state)
-    Loop         the loop itself, the same for every back end: `apply(N)` runs phases 1..N
-                 that do not hold, `rollback(N)` undoes phases down to N, newest first
-    Run          one apply or rollback as `commands` builds it (the connection, namespace,
-                 catalog, the run's cache, its state session, the clock, the listener, the
-                 settings): passed down, never found by registry
-    PhaseWork    the phase the loop works on: its module, record, plan, baselines, direction
-    Applier      the apply back end as `afterwrite` and `ondelete` use it
-
-So resume, skip-if-satisfied, the pre-gates that heal by themselves, the revisit of a write a
-killed run made and the post-gates of steps already true are written once, here.
+time, its effects through a back end (`applying.Apply` writes, records and waits;
+`projecting.Project` projects and writes nothing; `projecting.ServerDryRun` also sends each write
+with `dryRun=All`). Resume, skip-if-satisfied, self-healing pre-gates and the revisit of a killed
+run's write are written once, here.
 """
 
 from __future__ import annotations
@@ -58,8 +45,7 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class Run:
-    """One apply or rollback: built once by `commands`, handed to the back end, and from it to
-    every read (the cache), save (the session) and wait (the clock) of the run."""
+    """One apply or rollback as `commands` builds it, passed down to every read, save, wait."""
 
     kube: Kube
     namespace: str
@@ -87,25 +73,21 @@ class Direction(Enum):
 
 @dataclass(frozen=True)
 class PhaseWork:
-    """One phase as the loop runs it: which way, and what its steps' waits hold it to (the
-    no-loss baselines and the plan's tolerances)."""
+    """One phase as the loop runs it: which way, and its no-loss baselines."""
 
     module: Phase
     rec: PhaseRecord
     plan: PhasePlan
     bases: tuple[ServiceBaseline, ...]
     direction: Direction
-    # what the phase was decided on: its CRs, monitors and Leases serve every step's gates
-    # (no step changes them); the namespace is read afresh for each (`fresh`)
-    decided: Snapshot
+    decided: Snapshot  # what the phase was decided on: its CRs serve every step's gates
 
     @property
     def rollback(self) -> bool:
         return self.direction is Direction.ROLLBACK
 
     @property
-    def records(self) -> list[StepRecord]:
-        """The step records of this direction: rollback keeps its own (`undo`)."""
+    def records(self) -> list[StepRecord]:  # rollback keeps its own (`undo`)
         return self.rec.undo if self.rollback else self.rec.steps
 
     def mark(self, step: Step, status: str) -> None:
@@ -113,23 +95,9 @@ class PhaseWork:
 
 
 class Backend(Protocol):
-    """What a step does: the loop calls these and nothing else with an effect.
-
-    snapshot / live     the cluster (as read, or as it would be) / the step's object now
-    fresh               the namespace read again onto a base, its cluster-scoped objects kept
-    stack               the stack running now (`changed`: not the completed phases' one)
-    holds               a completed phase that still holds: left alone
-    begin / start       a phase worked on: its retirements and plan / recorded as started
-                        (baselines and originals before any write)
-    refuse              a gate stops the run (apply: `GateFailed`; a projection: `Stopped`),
-                        before `step` when one of its pre-gates (`gates`) refuses
-    skip / write / roll the step already true / its write / pod by pod (`RollPods`)
-    wait_pre            pre-gates that heal by themselves: waited for (or said), rest returned
-    after / check       a step's post-gates (`wrote`: now, or by a run killed before them) /
-                        those of a step already true (an operator's own rollout)
-    finish              the phase completed (or rolled back)
-    settle_after_restore  `--settle` after the selectors are restored
-    """
+    """What a step does: the loop calls these and nothing else with an effect. `refuse` stops
+    the run (apply: `GateFailed`; a projection: `Stopped`); `after`/`check` wait for the
+    post-gates of a step written (`wrote`: now, or by a killed run) / already true."""
 
     catalog: Catalog
     settings: RunSettings
@@ -156,8 +124,7 @@ class Backend(Protocol):
 
 
 def context(catalog: Catalog, options: Options, snap: Snapshot) -> PlanContext:
-    """The phases' view of a snapshot (no recorded originals): what every back end plans and
-    gates on."""
+    """The phases' view of a snapshot (no recorded originals)."""
     return PlanContext(snap, catalog, discover(snap, catalog).components, options, {})
 
 
@@ -174,15 +141,14 @@ class Loop:
 
     def apply(self, upto: int) -> None:
         """Phases 1..upto, each as the walk decides it (engine/walk.py)."""
-        b, catalog = self.backend, self.backend.catalog
+        b = self.backend
         snap = b.snapshot()
-        live_stack = discover(snap, catalog).stack
+        live_stack = discover(snap, b.catalog).stack
         changed = self.state.stack_changed(live_stack)
         b.stack(self.state, live_stack, changed)
         for number in [n for n in phases.numbers() if n <= upto]:
-            decision = walk.decide(phases.by_number(number), self.state.phase(number), snap,
-                                   catalog, discover(snap, catalog).components,
-                                   b.settings.options, new_stack=live_stack if changed else None)
+            decision = walk.decide(phases.by_number(number), self.state.phase(number),
+                                   self._ctx(snap), new_stack=live_stack if changed else None)
             if decision.action is Action.HOLDS:
                 b.holds(decision)
                 continue
@@ -190,9 +156,8 @@ class Loop:
             snap = b.snapshot()
 
     def rollback(self, downto: int) -> None:
-        """Phases downto.. undone, newest first; `--settle` after the selectors are restored,
-        before anything the old selectors needed is removed."""
-        b, catalog = self.backend, self.backend.catalog
+        """Phases downto.. undone, newest first; `--settle` once the selectors are restored."""
+        b = self.backend
         snap = b.snapshot()
         settled = False
         switching = phases.selector_phase().NUMBER
@@ -204,10 +169,12 @@ class Loop:
                 b.settle_after_restore(self.state)
                 settled = True
                 snap = b.snapshot()
-            self._phase(walk.undo(phases.by_number(number), rec, snap, catalog,
-                                  discover(snap, catalog).components, b.settings.options),
+            self._phase(walk.undo(phases.by_number(number), rec, self._ctx(snap)),
                         Direction.ROLLBACK)
             snap = b.snapshot()
+
+    def _ctx(self, snap: Snapshot) -> PlanContext:
+        return context(self.backend.catalog, self.backend.settings.options, snap)
 
     def _phase(self, decision: Decision, direction: Direction) -> None:
         b = self.backend
@@ -228,8 +195,7 @@ class Loop:
                 b.skip(work, step)
             else:
                 base = b.fresh(work.decided)
-                pre = list(work.module.before_write(
-                    context(b.catalog, b.settings.options, base), step))
+                pre = list(work.module.before_write(self._ctx(base), step))
                 if g.failed(pre) and all(r.wait for r in g.failed(pre)):
                     pre = b.wait_pre(work, step, base, pre)
                 if g.failed(pre):
@@ -244,10 +210,8 @@ class Loop:
         b.finish(work)
 
     def _revisit(self, work: PhaseWork) -> list[Step]:
-        """Steps this phase wrote (or may have: intent) that the plan leaves out because the
-        live object already shows their effect. A run killed between such a write and the end
-        of its gates (rollout, endpoints) must still mark it done and wait for those gates
-        before going on; they come first, as they did before the kill."""
+        """Steps this phase wrote (or may have: intent) that the plan leaves out as the live
+        object shows their effect: a killed run's write still gets its post-gates, first."""
         planned = {s.id for s in work.plan.steps}
         out: list[Step] = []
         for r in work.records:
@@ -260,8 +224,7 @@ class Loop:
 
 
 def _refusal_hint(plan: PhasePlan) -> str:
-    """A gate of the plan refuses before the phase's first write: where the runbook says what
-    that gate means and what to do, by its name."""
+    """A plan's gate refuses before the first write: the runbook row for it, by its name."""
     failed = [r.name.partition("/")[0] for r in plan.gates if not r.ok]
     row = f"its {failed[0]} row" if failed else "the gate's row"
     return (f"nothing was written; fix what the gate names ({row} in docs/runbook.md, 'Gate "
@@ -277,11 +240,7 @@ def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:
 
 
 class Applier(Protocol):
-    """The apply back end as `afterwrite` and `ondelete` use it (`applying.Apply` is it): the
-    snapshot from the run's cache (as new as the tool's last write), `fresh` (what a step
-    changes read again onto `base`), the phases' `context`, `quiet` (the cache stops following
-    a rolling DaemonSet), `save` (the state, shielded from signals) and `refuse` (the phase
-    recorded failed, `GateFailed`)."""
+    """The apply back end (`applying.Apply`) as `afterwrite`, `ondelete` and `inplace` use it."""
 
     kube: Kube
     namespace: str

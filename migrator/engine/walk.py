@@ -1,35 +1,22 @@
-"""The one walk of the phases, pure: for each phase, from the cluster (as read, or as it would
-be after the earlier phases), what the state recorded and the options, the decision a run
-takes — and its judgement of that phase.
-
-- completed: verified against the recorded steps (less those an operator release manages now:
-  handed over, not drift); it **holds**, or it is **run again** (drifted, or the stack
-  changed);
-- in progress or failed: **resumed**, re-planned from the recorded originals, less the
-  recorded steps the cluster no longer describes (`model/retiring.py`: retired first);
-- pending or rolled back: **run**, planned from scratch;
-- a rollback (`undo`): planned from what the phase wrote, less what was handed over.
-
-Three consumers take the same decisions (docs/architecture.md, "The walk"): the runner
-executes them on a fresh read before each phase, the dry-run preview projects them onto the
-cluster as it would be, and the report summarises them. None of them decides on its own.
+"""The one walk of the phases, pure: per phase, from the cluster (as read, or as it would be)
+and what the state recorded, the decision a run takes. A completed phase **holds** or is **run
+again** (drifted, or the stack changed); one in progress or failed is **resumed** from the
+recorded originals, less the steps the cluster no longer describes (retired first); a pending
+one is **run**; a rollback is planned from what the phase wrote, less what was handed over. The
+runner, the dry-run preview and the report all take these decisions (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
 
 from migrator.engine.state import PhaseRecord, PhaseStatus
 from migrator.model import gates as g
 from migrator.model.gates import GateResult
-from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.retiring import HANDED_OVER, reasked, retired
-from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog, Component
-from migrator.model.steps import from_record
+from migrator.model.steps import Step, from_record
 from migrator.phases import Phase
 
 
@@ -43,8 +30,7 @@ class Action(Enum):
 
 @dataclass(frozen=True)
 class Retirement:
-    """A recorded step the cluster no longer describes: kept for the record with `status`
-    (`model/retiring.py`), no longer verified, rolled back or used as an original."""
+    """A recorded step the cluster no longer describes, kept with `status` (model/retiring.py)."""
 
     step_id: str
     status: str
@@ -66,12 +52,10 @@ class Decision:
 
     @property
     def status(self) -> PhaseStatus:
-        """The phase's recorded status (pending with no record)."""
         return self.record.status if self.record is not None else PhaseStatus.PENDING
 
     @property
     def record_error(self) -> str | None:
-        """The last error the state recorded for this phase."""
         return self.record.error if self.record is not None else None
 
     @property
@@ -84,10 +68,8 @@ class Decision:
         return g.failed(self.gates) if self.status is PhaseStatus.COMPLETED else []
 
 
-def _retirements(ctx: PlanContext, rec: PhaseRecord | None, only: str | None
+def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None
                  ) -> tuple[Retirement, ...]:
-    if rec is None:
-        return ()
     out = []
     for r in rec.steps:
         if r.status not in ("intent", "done"):
@@ -98,56 +80,48 @@ def _retirements(ctx: PlanContext, rec: PhaseRecord | None, only: str | None
     return tuple(out)
 
 
-def _originals(rec: PhaseRecord, retire: tuple[Retirement, ...]) -> Mapping[str, Any]:
+def _replanned(ctx: PlanContext, rec: PhaseRecord) -> tuple[PlanContext, tuple[Retirement, ...]]:
+    """The context with the recorded originals, less those of the steps retired now."""
+    retire = _retirements(ctx, rec, None)
     gone = {r.step_id for r in retire}
-    return {k: v for k, v in rec.recorded().items() if k not in gone}
+    return replace(ctx, recorded={k: v for k, v in rec.recorded().items()
+                                  if k not in gone}), retire
 
 
-def _context(snapshot: Snapshot, catalog: Catalog, components: tuple[Component, ...],
-             options: Options, recorded: Mapping[str, Any] | None = None) -> PlanContext:
-    return PlanContext(snapshot, catalog, components, options, dict(recorded or {}))
+def _kept(ctx: PlanContext, rec: PhaseRecord) -> tuple[list[Step], tuple[Retirement, ...]]:
+    """What the phase wrote, less what an operator release manages now (handed over)."""
+    handed = _retirements(ctx, rec, HANDED_OVER)
+    gone = {r.step_id for r in handed}
+    return [from_record(r.step) for r in rec.steps
+            if r.status in ("intent", "done") and r.id not in gone], handed
 
 
-def decide(module: Phase, rec: PhaseRecord | None, snapshot: Snapshot, catalog: Catalog,
-           components: tuple[Component, ...], options: Options, *,
+def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
            new_stack: str | None = None) -> Decision:
-    """The decision for one phase of `apply` (module docstring); `new_stack`: the stack the
-    cluster runs now when it differs from the recorded one (every completed phase runs
-    again)."""
-    ctx = _context(snapshot, catalog, components, options)
+    """The decision for one phase of `apply` on `ctx` (no originals); `new_stack`: the stack
+    running now when it differs from the recorded one (every completed phase runs again)."""
     status = rec.status if rec is not None else PhaseStatus.PENDING
-    reason = ""
     if status is PhaseStatus.COMPLETED and rec is not None:
-        handed = _retirements(ctx, rec, HANDED_OVER)
-        gone = {r.step_id for r in handed}
-        kept = [from_record(r.step) for r in rec.steps
-                if r.status in ("intent", "done") and r.id not in gone]
-        gates = tuple(module.verify(ctx, kept) + reasked(rec.reverted_steps(), options))
+        kept, handed = _kept(ctx, rec)
+        gates = tuple(module.verify(ctx, kept) + reasked(rec.reverted_steps(), ctx.options))
         drift = g.failed(gates)
         if not drift and new_stack is None:
             return Decision(module, rec, Action.HOLDS, ctx, gates, None, handed)
         reason = g.describe(drift) if drift else f"stack changed to {new_stack}"
-        retire = _retirements(ctx, rec, None)
-        plan_ctx = _context(snapshot, catalog, components, options, _originals(rec, retire))
+        plan_ctx, retire = _replanned(ctx, rec)
         return Decision(module, rec, Action.RERUN, plan_ctx, gates, module.plan(plan_ctx),
                         retire, reason)
     if status.unfinished and rec is not None:
-        retire = _retirements(ctx, rec, None)
-        plan_ctx = _context(snapshot, catalog, components, options, _originals(rec, retire))
+        plan_ctx, retire = _replanned(ctx, rec)
         plan = module.plan(plan_ctx)
         return Decision(module, rec, Action.RESUME, plan_ctx, tuple(plan.gates), plan, retire)
     plan = module.plan(ctx)
     return Decision(module, rec, Action.RUN, ctx, tuple(plan.gates), plan)
 
 
-def undo(module: Phase, rec: PhaseRecord, snapshot: Snapshot, catalog: Catalog,
-         components: tuple[Component, ...], options: Options) -> Decision:
-    """The decision for one phase of `rollback`: what it wrote, undone newest first, less what
-    an operator release manages now (left alone, and said so)."""
-    ctx = _context(snapshot, catalog, components, options)
-    handed = _retirements(ctx, rec, HANDED_OVER)
-    gone = {r.step_id for r in handed}
-    wrote = [from_record(r.step) for r in rec.steps
-             if r.status in ("intent", "done") and r.id not in gone]
+def undo(module: Phase, rec: PhaseRecord, ctx: PlanContext) -> Decision:
+    """The decision for one phase of `rollback`: what it wrote, undone, less what was handed
+    over (left alone, and said so)."""
+    wrote, handed = _kept(ctx, rec)
     plan = module.rollback(ctx, wrote)
     return Decision(module, rec, Action.UNDO, ctx, tuple(plan.gates), plan, handed)

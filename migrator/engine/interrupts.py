@@ -1,22 +1,9 @@
-"""Stopping a run on a signal without leaving a write half-recorded.
-
-The CLI turns SIGINT (Ctrl-C) and SIGTERM into `migrator.errors.Interrupted` through
-`interrupt(...)`, called from its signal handler on the main thread. Outside a `shielded()`
-block it is raised at once, wherever the run is (a wait, a read, planning): nothing is lost,
-the run session releases the lock on the way out. Inside one — a write and the state save that
-records it as done, or a state save — it is held until the block ends and raised there, so the
-write in flight finishes and is recorded before the run stops. A second signal while one is
-held is raised at once (the way out of a write that hangs).
-
-Python drops an exception raised inside a finalizer (`__del__`, a generator closed as it is
-collected: "Exception ignored in ..."), and a signal handler runs wherever the main thread
-is, so a signal's exception can be lost there. The signal is therefore also kept until it has
-stopped the run: `check()` raises it at the next write (every write and save enters
-`shielded()`) or wait (`engine/waiting.py` checks on every pass), so a lost one stops the run
-within a second of waiting or before its next write, never after the run is over.
-
-Signals reach only the main thread; the shield is a process-wide counter, touched only by the
-thread that runs the migration.
+"""Stopping a run on a signal without leaving a write half-recorded. The CLI's SIGINT/SIGTERM
+handler calls `interrupt(...)`: outside `shielded()` it raises at once; inside (a write and the
+save that records it, or a save) it is held until the block ends, so the write in flight is
+recorded first; a second signal raises at once. Python drops an exception raised in a
+finalizer, so the signal is also kept until `check()` (every write, save and wait) raises it.
+Only the main thread, which runs the migration, touches the shield.
 """
 
 from __future__ import annotations
@@ -66,10 +53,8 @@ def shielded() -> Iterator[None]:
 
 
 def check() -> None:
-    """Raise the signal received whose exception has not stopped the run (Python dropped it
-    in a finalizer, or a shielded block's own error replaced it and was handled). Outside a
-    shielded block only, and not while one is on its way out (cleanup in a `finally`); at
-    most once."""
+    """Raise a received signal that has not stopped the run (dropped in a finalizer, or replaced
+    by a handled error): at most once, outside a shielded block and any `finally` cleanup."""
     if _shield.received is not None and not _shield.depth and \
             not isinstance(sys.exc_info()[1], KeyboardInterrupt):
         error, _shield.received = _shield.received, None
@@ -77,5 +62,5 @@ def check() -> None:
 
 
 def forget() -> None:
-    """The command is over (its signal handlers removed): nothing is kept for the next one."""
+    """The command is over: nothing is kept for the next one."""
     _shield.received = _shield.held = None

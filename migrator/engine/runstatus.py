@@ -1,22 +1,8 @@
-"""What `status` says about runs (docs/output.schema.json, `$defs/run`): is one running, was one
-interrupted halfway, is a rollback in progress — from the state document and the run lock.
-
-- `running` / `rolling-back`: a live lock (its expiry is in the future) whose holder is not
-  provably gone; the operation is the last `phase-start` / `rollback-start` event of the phase
-  in progress; `waitsFor` is derived from that phase's newest step record;
-- `interrupted`: no live run, and the last run did not finish: a phase `in-progress` or
-  `failed` (Ctrl-C, SIGTERM, a gate that stopped it), or the last run's target not reached — an
-  apply whose target phase is not completed, a rollback whose target phase is not rolled back
-  (a run killed between two phases leaves each phase completed or rolled back, so only the
-  history's last start event and its `target` tell it stopped): `resume` is the command that
-  goes on;
-- `idle`: nothing unfinished and no live run.
-
-A lock whose holder is provably gone (`engine/state/liveness.py`: a killed process of this
-host, a pod that no longer exists) is no live run: its lock view says `gone` and why, and the
-next run takes it over at once.
-
-Pure: the caller reads the state, the lock annotations and whether the holder is gone.
+"""What `status` says about runs (docs/output.schema.json, `$defs/run`), from the state and the
+lock; pure. `running`/`rolling-back`: a live lock whose holder is not provably gone
+(`state/liveness.py`); `interrupted`: no live run, and the last one did not finish (a phase
+in progress or failed, or the target of the history's last start event not reached), with the
+`resume` command; else `idle`.
 """
 
 from __future__ import annotations
@@ -33,8 +19,8 @@ STARTS = {"phase-start": "apply", "rollback-start": "rollback"}
 
 
 def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int | None]:
-    """(apply | rollback, the command's --phase) of the run that left `active` in progress;
-    with none active, of the newest run start the history records."""
+    """(apply | rollback, its --phase) of the run that left `active` in progress, or (none
+    active) of the newest start the history records."""
     numbers = {r.number for r in active}
     for event in reversed(state.history):
         operation = STARTS.get(str(event.get("event")))
@@ -48,8 +34,7 @@ def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int
 
 
 def left_to_do(state: State, operation: str | None, target: int | None) -> list[PhaseRecord]:
-    """The phases the run `operation --phase target` has not finished: for an apply, phases
-    1..target not completed; for a rollback, phases target.. still applied (lowest first)."""
+    """The phases `operation --phase target` has not finished (lowest first)."""
     if operation is None or target is None:
         return []
     if operation == "apply":
@@ -60,10 +45,8 @@ def left_to_do(state: State, operation: str | None, target: int | None) -> list[
 
 
 def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]:
-    """The run that did not finish: (operation, target, its phases in progress or left to do);
-    (None, None, []) when the last run finished. A phase in progress or failed names its run
-    (`_operation`); otherwise the newest start event's run is unfinished while its target is
-    not reached."""
+    """The run that did not finish: (operation, target, its phases in progress or left to do),
+    or (None, None, [])."""
     active = sorted((r for r in state.phases.values() if r.status.unfinished),
                     key=lambda r: r.number)
     if active:
@@ -79,8 +62,7 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
 
 
 def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ...]:
-    """Per phase the rollback undoes (newest first), each recorded step's inverse and whether
-    it is done: what the rollback writes, instead of the forward diff."""
+    """Per phase the rollback undoes (newest first), each step's inverse and whether it is done."""
     out = []
     for number in sorted(phases.numbers(), reverse=True):
         rec = state.phase(number)
@@ -105,9 +87,8 @@ def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ..
 
 
 def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
-    """What a live run of this phase waits for, derived from its newest step record (the
-    apply back end records a step before and after each write, and waits on its post-gates after):
-    an `intent` is a write in flight; a `done` step is followed by its post-gates."""
+    """What a live run of this phase waits for, from its newest step record: an `intent` is a
+    write in flight; a `done` step is followed by its post-gates."""
     records = (record.undo if rollback else record.steps) if record is not None else []
     if not records:
         return None
@@ -129,14 +110,12 @@ def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
 
 
 def _command(operation: str, target: int, namespace: str, flags: list[str]) -> str:
-    """The command that resumes: the interrupted run's own options repeated (its start event
-    records them), so the resumed run plans as it did (`--rolling`, `--roll-on-delete`, …)."""
+    """The command that resumes, with the interrupted run's own options (`--rolling`, …)."""
     return " ".join([f"dcgm-migrate {operation} --phase {target}", *flags, f"-n {namespace}"])
 
 
 def _flags(state: State, operation: str | None) -> list[str]:
-    """The options the unfinished run recorded: in its newest start event, or in the failure
-    of a phase it stopped before starting (a pre-gate)."""
+    """The options the unfinished run recorded (its start event, or a pre-gate's failure)."""
     for event in reversed(state.history):
         name = str(event.get("event"))
         if STARTS.get(name) == operation or name == PhaseStatus.FAILED.value:
@@ -154,8 +133,7 @@ def _lock_view(lock: LockInfo | None, live: bool, gone: str | None) -> LockView 
 
 def describe(state: State | None, lock: LockInfo | None, now: datetime,
              namespace: str, gone: str | None = None) -> RunView:
-    """The `run` of `status`. `gone`: why the lock's holder is provably gone
-    (None: it may be alive)."""
+    """The `run` of `status`. `gone`: why the lock's holder is provably gone, or None."""
     live = lock is not None and lock.live(now) and gone is None
     operation, target, pending = unfinished(state) if state else (None, None, [])
     active = [r for r in pending if r.status.unfinished]

@@ -1,8 +1,7 @@
-"""After a write: wait for the step's post-gates — its DaemonSet's rollout, the phase's
-`after_write` gates and the no-loss gates on every guarded Service — and act on a loss (a
-selector change that lost endpoints is undone at once). A part of the apply back end
-(engine/applying.py) in its own module: it works through that back end's public face
-(`loop.Applier`: reads, waiter, refusal) and the phase being run (`loop.PhaseWork`).
+"""After a write: wait for the step's post-gates (its DaemonSet's rollout, the phase's
+`after_write` gates, the no-loss gates on every guarded Service) through `loop.Applier`, and act
+on a loss (a selector change that lost endpoints is undone at once); and `said`: those waits as
+`--dry-run` describes them.
 """
 
 from __future__ import annotations
@@ -23,17 +22,14 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.steps import Step
 from migrator.model.wording import counted
 
-# A failed gate of these kinds stops the wait at once: lost endpoints (act now) or a node that
-# stopped reporting (cannot heal by waiting).
+# a failed gate of these kinds stops the wait at once: lost endpoints (act now) or a node that
+# stopped reporting (cannot heal by waiting); an endpoint dip the step did not cause is waited out
 STOPS_AT_ONCE = frozenset({GateKind.ENDPOINTS, GateKind.NODES_REPORTING})
 
 
 def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
-    """Wait for the step's post-gates. `base` (the pre-write read, when there was a write)
-    supplies only what a step never changes: the CRs and ServiceMonitors; every gate check
-    reads the DaemonSets, Services, pods and endpoints afresh (from the run's cache, as new as
-    this step's write), the update strategy too (phase 1 in place holds it on OnDelete and
-    restores it: `RestoreStrategy`'s rollout is waited for under the strategy it wrote)."""
+    """Wait for the step's post-gates. `base` (the pre-write read) supplies only what no step
+    changes (CRs, ServiceMonitors); every check reads the rest afresh, the strategy too."""
     now = backend.fresh(base or phase.decided)
     base_snap = base or now  # with no pre-write read, this read serves as the base
     ds_now = now.daemonsets.get(step.rollout_of() or "")
@@ -66,12 +62,8 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
                 dips.setdefault(r.name.partition("/")[2], r.detail)
         return results
 
-    def stop_now(results: list[GateResult]) -> bool:
-        """Lost endpoints (act at once) or a node that stopped reporting (cannot heal by
-        waiting); an endpoint dip the step did not cause is waited out."""
-        return any(r.kind in STOPS_AT_ONCE for r in g.failed(results))
-
-    results = backend.waiter.until(check, deadline, fatal=stop_now)
+    results = backend.waiter.until(
+        check, deadline, fatal=lambda rs: any(r.kind in STOPS_AT_ONCE for r in g.failed(rs)))
     for service, detail in sorted(dips.items()):
         note = f"Service/{service} dipped below its baseline during {step.object}: {detail}"
         backend.result.notes.append(note)
@@ -94,8 +86,7 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
 
 def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
                     plan: PhasePlan) -> GateResult:
-    """Phase 1 (pods roll): the DaemonSet's budget. A Service write: zero tolerance, with
-    the loss attributed (`gates.switch_loss`): only a loss the write caused is fatal."""
+    """Pods roll: the DaemonSet's budget. A Service write: only a loss it caused is fatal."""
     if step.kind == kinds.DAEMONSET:
         return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0))
     change = step.selector_change(base.service)

@@ -11,12 +11,20 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from migrator import phases
 from migrator.engine import afterwrite, executor, inplace, interrupts, ondelete
 from migrator.engine.clock import Clock
-from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally, context
+from migrator.engine.loop import (
+    Action,
+    Decision,
+    Direction,
+    PhaseWork,
+    Run,
+    RunSettings,
+    Tally,
+    context,
+)
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.waiting import Waiter
-from migrator.engine.walk import Action, Decision
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds

@@ -1,29 +1,28 @@
-"""The one loop: the walk's decision per phase, then gate → write → record → gate, one step at a
-time, its effects through a back end (`applying.Apply` writes, records and waits;
-`projecting.Project` projects and writes nothing; `projecting.ServerDryRun` also sends each write
-with `dryRun=All`). Resume, skip-if-satisfied, self-healing pre-gates and the revisit of a killed
-run's write are written once, here.
+"""The one loop: the walk's pure decision per phase (`decide`, `undo`: it holds, runs, resumes
+from the recorded originals less the retired steps, runs again when drifted or the stack changed,
+or is undone less what was handed over), then gate → write → record → gate, one step at a time,
+through a back end (`applying.Apply`; `projecting.Project`, `ServerDryRun`: nothing persisted).
+Resume, skip-if-satisfied, self-healing pre-gates and a killed run's revisit are written once.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from migrator import phases
-from migrator.engine import walk
 from migrator.engine.clock import Clock
 from migrator.engine.informer import Informer
 from migrator.engine.progress import Listener
-from migrator.engine.state import PhaseRecord, RunSession, State
+from migrator.engine.state import PhaseRecord, PhaseStatus, RunSession, State
 from migrator.engine.waiting import Waiter
-from migrator.engine.walk import Action, Decision
 from migrator.model import gates as g
 from migrator.model.discovery import discover
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.retiring import HANDED_OVER, reasked, retired
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import Step, from_record
@@ -34,6 +33,113 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 Obj = dict[str, Any]
+
+
+class Action(Enum):
+    HOLDS = "holds"  # completed, and it still holds: left alone
+    RUN = "run"  # pending or rolled back: planned from scratch
+    RESUME = "resume"  # in progress or failed: re-planned from the recorded originals
+    RERUN = "rerun"  # completed, but drifted or planned for another stack: run again
+    UNDO = "undo"  # rolled back from what it wrote
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """A recorded step the cluster no longer describes, kept with `status` (model/retiring.py)."""
+
+    step_id: str
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a run does with one phase, and the context it decided in."""
+
+    module: Phase
+    record: PhaseRecord | None
+    action: Action
+    ctx: PlanContext  # the cluster and the originals the plan (or verification) used
+    gates: tuple[GateResult, ...]  # completed: its verification now; else the plan's gates
+    plan: PhasePlan | None  # what the run writes (None when it holds)
+    retire: tuple[Retirement, ...] = ()  # recorded steps the run retires before planning
+    reason: str = ""  # RERUN: why the phase runs again
+
+    @property
+    def status(self) -> PhaseStatus:
+        return self.record.status if self.record is not None else PhaseStatus.PENDING
+
+    @property
+    def record_error(self) -> str | None:
+        return self.record.error if self.record is not None else None
+
+    @property
+    def handed_over(self) -> list[str]:
+        return [r.reason for r in self.retire if r.status == HANDED_OVER]
+
+    @property
+    def drift(self) -> list[GateResult]:
+        """A completed phase's failed verification gates."""
+        return g.failed(self.gates) if self.status is PhaseStatus.COMPLETED else []
+
+
+def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None
+                 ) -> tuple[Retirement, ...]:
+    out = []
+    for r in rec.steps:
+        if r.status not in ("intent", "done"):
+            continue
+        found = retired(ctx, from_record(r.step))
+        if found is not None and (only is None or found[0] == only):
+            out.append(Retirement(r.id, found[0], found[1]))
+    return tuple(out)
+
+
+def _replanned(ctx: PlanContext, rec: PhaseRecord) -> tuple[PlanContext, tuple[Retirement, ...]]:
+    """The context with the recorded originals, less those of the steps retired now."""
+    retire = _retirements(ctx, rec, None)
+    gone = {r.step_id for r in retire}
+    return replace(ctx, recorded={k: v for k, v in rec.recorded().items()
+                                  if k not in gone}), retire
+
+
+def _kept(ctx: PlanContext, rec: PhaseRecord) -> tuple[list[Step], tuple[Retirement, ...]]:
+    """What the phase wrote, less what an operator release manages now (handed over)."""
+    handed = _retirements(ctx, rec, HANDED_OVER)
+    gone = {r.step_id for r in handed}
+    return [from_record(r.step) for r in rec.steps
+            if r.status in ("intent", "done") and r.id not in gone], handed
+
+
+def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
+           new_stack: str | None = None) -> Decision:
+    """The decision for one phase of `apply` on `ctx` (no originals); `new_stack`: the stack
+    running now when it differs from the recorded one (every completed phase runs again)."""
+    status = rec.status if rec is not None else PhaseStatus.PENDING
+    if status is PhaseStatus.COMPLETED and rec is not None:
+        kept, handed = _kept(ctx, rec)
+        gates = tuple(module.verify(ctx, kept) + reasked(rec.reverted_steps(), ctx.options))
+        drift = g.failed(gates)
+        if not drift and new_stack is None:
+            return Decision(module, rec, Action.HOLDS, ctx, gates, None, handed)
+        reason = g.describe(drift) if drift else f"stack changed to {new_stack}"
+        plan_ctx, retire = _replanned(ctx, rec)
+        return Decision(module, rec, Action.RERUN, plan_ctx, gates, module.plan(plan_ctx),
+                        retire, reason)
+    if status.unfinished and rec is not None:
+        plan_ctx, retire = _replanned(ctx, rec)
+        plan = module.plan(plan_ctx)
+        return Decision(module, rec, Action.RESUME, plan_ctx, tuple(plan.gates), plan, retire)
+    plan = module.plan(ctx)
+    return Decision(module, rec, Action.RUN, ctx, tuple(plan.gates), plan)
+
+
+def undo(module: Phase, rec: PhaseRecord, ctx: PlanContext) -> Decision:
+    """The decision for one phase of `rollback`: what it wrote, undone, less what was handed
+    over (left alone, and said so)."""
+    wrote, handed = _kept(ctx, rec)
+    plan = module.rollback(ctx, wrote)
+    return Decision(module, rec, Action.UNDO, ctx, tuple(plan.gates), plan, handed)
 
 
 @dataclass
@@ -140,14 +246,14 @@ class Loop:
         self.state = state
 
     def apply(self, upto: int) -> None:
-        """Phases 1..upto, each as the walk decides it (engine/walk.py)."""
+        """Phases 1..upto, each as the walk decides it."""
         b = self.backend
         snap = b.snapshot()
         live_stack = discover(snap, b.catalog).stack
         changed = self.state.stack_changed(live_stack)
         b.stack(self.state, live_stack, changed)
         for number in [n for n in phases.numbers() if n <= upto]:
-            decision = walk.decide(phases.by_number(number), self.state.phase(number),
+            decision = decide(phases.by_number(number), self.state.phase(number),
                                    self._ctx(snap), new_stack=live_stack if changed else None)
             if decision.action is Action.HOLDS:
                 b.holds(decision)
@@ -169,7 +275,7 @@ class Loop:
                 b.settle_after_restore(self.state)
                 settled = True
                 snap = b.snapshot()
-            self._phase(walk.undo(phases.by_number(number), rec, self._ctx(snap)),
+            self._phase(undo(phases.by_number(number), rec, self._ctx(snap)),
                         Direction.ROLLBACK)
             snap = b.snapshot()
 

@@ -18,10 +18,19 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
 from migrator.engine import afterwrite, executor
-from migrator.engine.loop import Direction, Loop, PhaseWork, RunSettings, Stopped, context
+from migrator.engine.loop import (
+    Action,
+    Decision,
+    Direction,
+    Loop,
+    PhaseWork,
+    RunSettings,
+    Stopped,
+    context,
+    decide,
+)
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
-from migrator.engine.walk import Action, Decision, decide
 from migrator.engine.warned import merged
 from migrator.model import gates as g
 from migrator.model import kinds, projection

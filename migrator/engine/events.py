@@ -90,14 +90,13 @@ class _Series:
 class Aggregator:
     """The pure part: per key, a new Event, one more of a series, or over its rate."""
 
-    def __init__(self, burst: int = BURST, refill_seconds: float = REFILL_SECONDS) -> None:
-        self.burst, self.refill_seconds = burst, refill_seconds
+    def __init__(self) -> None:
         self.series: dict[tuple[str, ...], _Series] = {}
         self._buckets: dict[tuple[str, ...], tuple[float, float]] = {}  # key → tokens, at
 
     def _take(self, key: tuple[str, ...], now: float) -> bool:
-        tokens, at = self._buckets.get(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - at) / self.refill_seconds)
+        tokens, at = self._buckets.get(key, (float(BURST), now))
+        tokens = min(float(BURST), tokens + (now - at) / REFILL_SECONDS)
         if tokens < 1.0:
             self._buckets[key] = (tokens, now)
             return False
@@ -178,13 +177,10 @@ class Recorder:
     def _run(self) -> None:
         while True:
             try:
-                occ = self._queue.get(timeout=IDLE_SECONDS)
+                self._handle(self._queue.get(timeout=IDLE_SECONDS))
             except queue.Empty:
                 if self._stop.is_set():
                     return
-                self._patch_due()
-                continue
-            self._handle(occ)
             self._patch_due()
 
     def _handle(self, occ: Occurrence) -> None:
@@ -197,32 +193,27 @@ class Recorder:
         else:
             self.counted("aggregated" if verdict == "series" else "dropped")
 
-    def _body(self, occ: Occurrence) -> Obj:
-        ref = occ.reference()
-        stamp = int(occ.at.timestamp() * 1e9)
-        return {"apiVersion": EVENTS.api_version, "kind": EVENTS.kind,
-                "metadata": {"name": f"{ref['name']}.{stamp:x}",
-                             "namespace": ref.get("namespace")},
+    def _create(self, occ: Occurrence) -> str:
+        ref, stamp = occ.reference(), int(occ.at.timestamp() * 1e9)
+        name = f"{ref['name']}.{stamp:x}"
+        body = {"apiVersion": EVENTS.api_version, "kind": EVENTS.kind,
+                "metadata": {"name": name, "namespace": ref.get("namespace")},
                 "eventTime": microtime(occ.at), "reportingController": REPORTING_CONTROLLER,
                 "reportingInstance": self.instance[:128], "action": occ.action,
                 "reason": occ.reason, "type": occ.type, "note": occ.note, "regarding": ref}
-
-    def _create(self, occ: Occurrence) -> str:
-        body = self._body(occ)
         try:
             self.kube.create(body, kind=EVENTS)
         except ClusterError as exc:
             self._fail(occ.reason, exc)
             return ""
         self.counted("created")
-        return str(body["metadata"]["name"])
+        return name
 
     def _patch_due(self) -> None:
         for key, s in self.aggregator.due(self.clock.monotonic()):
-            namespace = key[1]
             patch = {"series": {"count": s.count, "lastObservedTime": microtime(s.last)}}
             try:
-                self.kube.patch(EVENTS, s.name, namespace, patch)
+                self.kube.patch(EVENTS, s.name, key[1], patch)
             except APINotFound:  # expired meanwhile: a new Event carries the series on
                 self.aggregator.series.pop(key, None)
                 continue

@@ -109,26 +109,17 @@ def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
     return f"the post-gates of {step.object} ({step.type}): its endpoints caught up"
 
 
-def _command(operation: str, target: int, namespace: str, flags: list[str]) -> str:
-    """The command that resumes, with the interrupted run's own options (`--rolling`, …)."""
-    return " ".join([f"dcgm-migrate {operation} --phase {target}", *flags, f"-n {namespace}"])
-
-
-def _flags(state: State, operation: str | None) -> list[str]:
-    """The options the unfinished run recorded (its start event, or a pre-gate's failure)."""
+def _resume(state: State, operation: str, target: int, namespace: str) -> str:
+    """The command that resumes, with the options the interrupted run recorded (in its start
+    event, or a pre-gate's failure), so it plans as it did (`--rolling`, …)."""
+    flags: list[str] = []
     for event in reversed(state.history):
         name = str(event.get("event"))
         if STARTS.get(name) == operation or name == PhaseStatus.FAILED.value:
             options = event.get("options")
-            return [str(o) for o in options] if isinstance(options, list) else []
-    return []
-
-
-def _lock_view(lock: LockInfo | None, live: bool, gone: str | None) -> LockView | None:
-    if lock is None:
-        return None
-    return LockView(lock.holder, lock.acquired or None,
-                    format_time(lock.expires) if lock.expires else None, live, gone)
+            flags = [str(o) for o in options] if isinstance(options, list) else []
+            break
+    return " ".join([f"dcgm-migrate {operation} --phase {target}", *flags, f"-n {namespace}"])
 
 
 def describe(state: State | None, lock: LockInfo | None, now: datetime,
@@ -150,18 +141,16 @@ def describe(state: State | None, lock: LockInfo | None, now: datetime,
         operation = target = None
     history = state.history if state else []
     return RunView(
-        state=run,
-        operation=operation,
-        target=target,
+        state=run, operation=operation, target=target,
         phase=current.number if current else None,
-        lock=_lock_view(lock, lock is not None and lock.live(now), gone),
-        resume=(_command(operation, target, namespace, _flags(state, operation))
+        lock=None if lock is None else LockView(
+            lock.holder, lock.acquired or None,
+            format_time(lock.expires) if lock.expires else None, lock.live(now), gone),
+        resume=(_resume(state, operation, target, namespace)
                 if state is not None and run == "interrupted" and operation and target
                 else None),
         last_event=history[-1] if history else None,
-        waits_for=(waits_for(current, rollback)
-                   if run in ("running", "rolling-back") else None),
+        waits_for=waits_for(current, rollback) if run in ("running", "rolling-back") else None,
         rollback=(_rollback_steps(state, target)
-                  if state is not None and rollback and run != "idle" and pending
-                  else None),
+                  if state is not None and rollback and run != "idle" and pending else None),
     )

@@ -9,18 +9,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, inplace, interrupts, ondelete
+from migrator.engine import afterwrite, executor, inplace, interrupts, loop, ondelete
 from migrator.engine.clock import Clock
-from migrator.engine.loop import (
-    Action,
-    Decision,
-    Direction,
-    PhaseWork,
-    Run,
-    RunSettings,
-    Tally,
-    context,
-)
+from migrator.engine.loop import Decision, Direction, PhaseWork, Run, RunSettings
 from migrator.engine.progress import Listener, PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
@@ -51,7 +42,7 @@ class Apply:
         self.clock: Clock = run.clock
         self.listener: Listener = run.listener
         self.waiter = Waiter(run.kube, run.namespace, run.clock, run.session.heartbeat)
-        self.result = Tally()
+        self.result = loop.Tally()
         self.target = target  # the command's --phase, so `status` names the command resuming
 
     def snapshot(self) -> Snapshot:
@@ -63,7 +54,7 @@ class Apply:
         return self.kube.get(step.kind, step.name, self.namespace)
 
     def context(self, snap: Snapshot) -> PlanContext:
-        return context(self.catalog, self.settings.options, snap)
+        return loop.context(self.catalog, self.settings.options, snap)
 
     def fresh(self, base: Snapshot) -> Snapshot:
         """What a step changes read again; the base's CRs and ServiceMonitors kept."""
@@ -102,7 +93,7 @@ class Apply:
         """Drift said and logged; the walk's retirements recorded before anything."""
         rec, plan = decision.record, decision.plan
         assert rec is not None and plan is not None
-        if decision.action is Action.RERUN:
+        if decision.action is loop.Action.RERUN:
             self.listener.phase(PhaseEvent(rec.number, decision.module.NAME, "drifted",
                                            gates=tuple(decision.drift),
                                            message=decision.reason))
@@ -126,7 +117,7 @@ class Apply:
         if rollback:
             rec.status = PhaseStatus.IN_PROGRESS
         else:
-            resuming = decision.action in (Action.RESUME, Action.RERUN)
+            resuming = decision.action in (loop.Action.RESUME, loop.Action.RERUN)
             rec.status, rec.error = PhaseStatus.IN_PROGRESS, None
             rec.started = rec.started if resuming else self.state.stamp()
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,

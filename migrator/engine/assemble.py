@@ -7,15 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import loop, projecting, recovered
-from migrator.engine.reports import (
-    Closing,
-    PlanReport,
-    RunReport,
-    RunView,
-    StackChange,
-    StatusReport,
-)
+from migrator.engine import loop, projecting, recovered, reports
+from migrator.engine.reports import Closing, PlanReport, RunReport, RunView, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome, scrapechecks
@@ -68,7 +61,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     exporters = [c.daemonset for c in found.components if c.exporter]
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
                                     if r.status.applied))
-    change = (StackChange(state.stack, found.stack)
+    change = (reports.StackChange(state.stack, found.stack)
               if state is not None and state.stack_changed(found.stack) else None)
     views, decisions, said = projecting.walked(snapshot, catalog, state, options)
     warnings: list[str] = [*found.warnings, *said]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 
 from migrator import phases
 from migrator.engine.clock import Clock
@@ -43,8 +43,7 @@ class Action(Enum):
     UNDO = "undo"  # rolled back from what it wrote
 
 
-@dataclass(frozen=True)
-class Retirement:
+class Retirement(NamedTuple):
     """A recorded step the cluster no longer describes, kept with `status` (model/retiring.py)."""
 
     step_id: str
@@ -345,22 +344,16 @@ def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:
     return step.stop_hint(work.rollback)
 
 
-class Applier(Protocol):
+class Applier(Backend, Protocol):
     """The apply back end (`applying.Apply`) as `afterwrite`, `ondelete` and `inplace` use it."""
 
     kube: Kube
     namespace: str
-    catalog: Catalog
-    settings: RunSettings
     clock: Clock
     listener: Listener
     waiter: Waiter
     result: Tally
 
-    def snapshot(self) -> Snapshot: ...
-    def fresh(self, base: Snapshot) -> Snapshot: ...
     def context(self, snap: Snapshot) -> PlanContext: ...
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]: ...
     def save(self) -> None: ...
-    def refuse(self, rec: PhaseRecord, message: str, hint: str, step: Step | None = None,
-               gates: list[GateResult] | None = None) -> NoReturn: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan
@@ -18,8 +19,7 @@ class RolloutProgress:
     eta_seconds: float | None = None  # at the pace so far; None until a pod was updated
 
 
-@dataclass(frozen=True)
-class EndpointProgress:
+class EndpointProgress(NamedTuple):
     service: str
     ready: int
     baseline: int

@@ -17,18 +17,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor
-from migrator.engine.loop import (
-    Action,
-    Decision,
-    Direction,
-    Loop,
-    PhaseWork,
-    RunSettings,
-    Stopped,
-    context,
-    decide,
-)
+from migrator.engine import afterwrite, executor, loop
+from migrator.engine.loop import Decision, Direction, Loop, PhaseWork, RunSettings, Stopped
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.warned import merged
@@ -113,11 +103,11 @@ class Project:
         return _live(self.projected, step)
 
     def context(self, snap: Snapshot) -> PlanContext:
-        return context(self.catalog, self.settings.options, snap)
+        return loop.context(self.catalog, self.settings.options, snap)
 
     def decide(self, rec: PhaseRecord) -> Decision:
         """The walk's decision on the cluster as it would be (components as read)."""
-        return decide(phases.by_number(rec.number), rec, replace(self.base,
+        return loop.decide(phases.by_number(rec.number), rec, replace(self.base,
                                                                   snapshot=self.projected))
 
     def stack(self, state: State, live: str, changed: bool) -> None:
@@ -131,7 +121,7 @@ class Project:
         plan = decision.plan
         assert plan is not None
         notes = list(plan.notes)
-        if decision.action is Action.RERUN:
+        if decision.action is loop.Action.RERUN:
             reason = (f"it no longer holds ({g.describe(decision.drift)})" if decision.drift
                       else decision.reason.replace("stack changed", "the stack changed"))
             notes.insert(0, f"recorded completed, but {reason}: the run would run it again")
@@ -262,7 +252,7 @@ class Report(Project):
         """A completed phase: its verification on the cluster as it is now."""
         module, rec = decision.module, decision.record
         if self.projected is not self.now:
-            decision = decide(module, rec, self.base)
+            decision = loop.decide(module, rec, self.base)
         options = self.settings.options
         again = module.plan(replace(self.base, snapshot=self.projected))
         self.warnings += again.warnings  # e.g. operator-owned, still true
@@ -283,7 +273,7 @@ class Report(Project):
         self.decisions[number] = decision
         plan = decision.plan
         assert plan is not None
-        if decision.action is Action.RERUN:
+        if decision.action is loop.Action.RERUN:
             self.views[number] = self._judged(decision)
         else:
             self.warnings += plan.warnings

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from migrator.errors import MigrateError
 from migrator.model.gates import GateResult
@@ -111,8 +111,7 @@ class Closing:
         return f"{self.subject}: {'OK' if self.ok else 'NOT OK'} — {self.detail}"
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     context: str
     server: str
     namespace: str
@@ -171,16 +170,14 @@ class LockView:
     gone: str | None  # why its holder is provably gone, or None
 
 
-@dataclass(frozen=True)
-class RollbackStep:
+class RollbackStep(NamedTuple):
     object: str
     type: str
     status: str  # to-do | intent | done | skipped
     changes: tuple[Change, ...]
 
 
-@dataclass(frozen=True)
-class RollbackPhase:
+class RollbackPhase(NamedTuple):
     phase: int
     name: str
     status: PhaseStatus

@@ -101,8 +101,11 @@ class Apply:
             rec.status, rec.baselines = PhaseStatus.IN_PROGRESS, []
         self._retire(rec, decision)
         rollback = direction is Direction.ROLLBACK
-        if rollback:
-            self._say_handed_over(rec)
+        handed = [r for r in rec.steps if r.status == HANDED_OVER] if rollback else []
+        for r in handed:  # a rollback names each object it leaves to the operator, and why
+            self.listener.warning(f"phase {rec.number} rollback: {from_record(r.step).object} "
+                                  "was handed over to the GPU Operator, whose own reconciler "
+                                  "manages it now; left alone")
         self.listener.phase(PhaseEvent(rec.number, decision.module.NAME, "planning", plan))
         if rollback:
             for warning in plan.warnings:
@@ -174,15 +177,6 @@ class Apply:
             self.listener.warning(found.reason)
             changed = True
         return changed
-
-    def _say_handed_over(self, rec: PhaseRecord) -> None:
-        """A rollback names each object it leaves to the operator release, and why."""
-        for r in rec.steps:
-            if r.status == HANDED_OVER:
-                self.listener.warning(f"phase {rec.number} rollback: "
-                                      f"{from_record(r.step).object} was handed over to the "
-                                      "GPU Operator, whose own reconciler manages it now; "
-                                      "left alone")
 
     def skip(self, work: PhaseWork, step: Step) -> None:
         recorded = {r.id: r.status for r in work.records}.get(step.id)

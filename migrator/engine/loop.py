@@ -209,6 +209,7 @@ class Backend(Protocol):
 
     def snapshot(self) -> Snapshot: ...
     def fresh(self, base: Snapshot) -> Snapshot: ...
+    def context(self, snap: Snapshot) -> PlanContext: ...
     def live(self, step: Step) -> Obj | None: ...
     def stack(self, state: State, live: str, changed: bool) -> None: ...
     def holds(self, decision: Decision) -> None: ...
@@ -253,7 +254,7 @@ class Loop:
         b.stack(self.state, live_stack, changed)
         for number in [n for n in phases.numbers() if n <= upto]:
             decision = decide(phases.by_number(number), self.state.phase(number),
-                                   self._ctx(snap), new_stack=live_stack if changed else None)
+                              b.context(snap), new_stack=live_stack if changed else None)
             if decision.action is Action.HOLDS:
                 b.holds(decision)
                 continue
@@ -274,12 +275,9 @@ class Loop:
                 b.settle_after_restore(self.state)
                 settled = True
                 snap = b.snapshot()
-            self._phase(undo(phases.by_number(number), rec, self._ctx(snap)),
+            self._phase(undo(phases.by_number(number), rec, b.context(snap)),
                         Direction.ROLLBACK)
             snap = b.snapshot()
-
-    def _ctx(self, snap: Snapshot) -> PlanContext:
-        return context(self.backend.catalog, self.backend.settings.options, snap)
 
     def _phase(self, decision: Decision, direction: Direction) -> None:
         b = self.backend
@@ -300,7 +298,7 @@ class Loop:
                 b.skip(work, step)
             else:
                 base = b.fresh(work.decided)
-                pre = list(work.module.before_write(self._ctx(base), step))
+                pre = list(work.module.before_write(b.context(base), step))
                 if g.failed(pre) and all(r.wait for r in g.failed(pre)):
                     pre = b.wait_pre(work, step, base, pre)
                 if g.failed(pre):
@@ -354,6 +352,5 @@ class Applier(Backend, Protocol):
     waiter: Waiter
     result: Tally
 
-    def context(self, snap: Snapshot) -> PlanContext: ...
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]: ...
     def save(self) -> None: ...

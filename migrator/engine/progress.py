@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from migrator.model.gates import GateResult
@@ -38,7 +38,7 @@ class PhaseEvent:
     name: str
     status: str  # planning | in-progress | completed | failed | rolled-back | drifted
     plan: PhasePlan | None = None
-    gates: tuple[GateResult, ...] = field(default=())
+    gates: tuple[GateResult, ...] = ()
     message: str = ""
 
 

@@ -1,13 +1,8 @@
-"""The back ends of the one loop (engine/loop.py) that write nothing persistent:
-
-- `Project` (pure): each phase the loop reaches run against the cluster *as it would be* after
-  the earlier writes (`model/projection.py`): its changes, the gates it can evaluate (the plan's
-  and each step's pre-gates), and the waits only the run itself can show (`wouldWaitFor`). A
-  refusing gate stops it there (`would-stop`; later phases `not-reached`).
-- `ServerDryRun` (`--dry-run`): `Project`, and every write the API server can take now sent with
-  `dryRun=All`. No lock, no state write, no wait.
-- `Report`: `Project` as every command's report shows each phase (`walked`): a completed phase
-  judged on the cluster as it is, the others' plans, and no waits or pre-gates.
+"""The back ends of the one loop that write nothing persistent. `Project` (pure) runs each phase
+against the cluster *as it would be* after the earlier writes (model/projection.py): its changes,
+the gates it can evaluate, the waits only the run can show (`wouldWaitFor`), and where a gate
+would stop it. `ServerDryRun` (`--dry-run`) also sends each write it can with `dryRun=All`.
+`Report` is every command's report of each phase (`walked`): no waits, no pre-gates.
 """
 
 from __future__ import annotations

@@ -38,11 +38,6 @@ NOTE_LIMIT = 1024  # events.k8s.io validation: `len(event.Note) > NoteLengthLimi
 IDLE_SECONDS = 1.0  # the worker's wake-up when nothing is queued (series patches fall due)
 
 
-def fit_note(note: str) -> str:
-    """`note` cut to the API server's limit in UTF-8 bytes, never inside a character."""
-    return note.encode()[:NOTE_LIMIT].decode("utf-8", "ignore")
-
-
 def typed(kind: Kind, obj: Mapping[str, Any]) -> Obj:
     """The object with its apiVersion and kind (a list's items may lack them)."""
     return {**obj, "apiVersion": obj.get("apiVersion") or kind.api_version,
@@ -149,8 +144,9 @@ class Recorder:
         if not o.meta(regarding).get("uid"):
             return  # kubectl describe finds Events by the object's uid
         try:
-            self._queue.put_nowait(Occurrence(regarding, type_, reason, action,
-                                              fit_note(note), self.clock.now()))
+            note = note.encode()[:NOTE_LIMIT].decode("utf-8", "ignore")  # bytes, whole chars
+            self._queue.put_nowait(Occurrence(regarding, type_, reason, action, note,
+                                              self.clock.now()))
         except queue.Full:
             self.counted("dropped")
 

@@ -29,15 +29,6 @@ def phase_one_only(snapshot: Snapshot, catalog: Catalog) -> list[labelmarks.Labe
     return marks if marks and tool_marks(snapshot, catalog) == described else []
 
 
-def without_backup(snapshot: Snapshot, catalog: Catalog, namespace: str) -> str:
-    """What a lost state's refusal offers when there is no backup to restore."""
-    if phase_one_only(snapshot, catalog):
-        return (f"without a backup, `dcgm-migrate rollback --phase 1 -n {namespace}` undoes "
-                "phase 1 from the marks it left on the DaemonSets, and the migration starts "
-                "over")
-    return "without a backup see docs/runbook.md, 'Restoring the state'"
-
-
 def from_marks(snapshot: Snapshot, catalog: Catalog, namespace: str, clock: Clock,
                say: Callable[[str], None]) -> State | None:
     """A state with phase 1 completed as the marks record it (None: none, or later phases'
@@ -75,7 +66,10 @@ def refuse_lost_state(snapshot: Snapshot, catalog: Catalog, namespace: str) -> N
         "deleted, and what to roll back is not known.",
         f"{restore_hint(namespace, cm, f'{mb.key}={mb.value}')}, then run the command again "
         f"(`dcgm-migrate status -n {namespace}` lists every marked object); "
-        + without_backup(snapshot, catalog, namespace))
+        + (f"without a backup, `dcgm-migrate rollback --phase 1 -n {namespace}` undoes phase 1 "
+           "from the marks it left on the DaemonSets, and the migration starts over"
+           if phase_one_only(snapshot, catalog)
+           else "without a backup see docs/runbook.md, 'Restoring the state'"))
 
 
 def reopen_half_rolled(state: State, snapshot: Snapshot, catalog: Catalog) -> list[int]:

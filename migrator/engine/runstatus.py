@@ -33,17 +33,6 @@ def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int
     return ("apply", None) if active else (None, None)
 
 
-def left_to_do(state: State, operation: str | None, target: int | None) -> list[PhaseRecord]:
-    """The phases `operation --phase target` has not finished (lowest first)."""
-    if operation is None or target is None:
-        return []
-    if operation == "apply":
-        return [state.phase(n) for n in phases.numbers()
-                if n <= target and not holds(state.phase(n).status)]
-    return [state.phase(n) for n in phases.numbers()
-            if n >= target and state.phase(n).status.applied]
-
-
 def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]:
     """The run that did not finish: (operation, target, its phases in progress or left to do),
     or (None, None, [])."""
@@ -56,8 +45,12 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
         if operation == "apply" and target is None:
             target = max(r.number for r in active)
         return operation, target, active
-    operation, target = _operation(state, [])
-    rest = left_to_do(state, operation, target)
+    operation, target = _operation(state, [])  # unfinished while its target is not reached
+    if operation is None or target is None:
+        return None, None, []
+    rest = [state.phase(n) for n in phases.numbers()
+            if (n <= target and not holds(state.phase(n).status) if operation == "apply"
+                else n >= target and state.phase(n).status.applied)]
     return (operation, target, rest) if rest else (None, None, [])
 
 

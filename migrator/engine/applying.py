@@ -117,12 +117,11 @@ class Apply:
         rollback = direction is Direction.ROLLBACK
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
-        if rollback:
-            rec.status = PhaseStatus.IN_PROGRESS
-        else:
-            resuming = decision.action in (loop.Action.RESUME, loop.Action.RERUN)
-            rec.status, rec.error = PhaseStatus.IN_PROGRESS, None
-            rec.started = rec.started if resuming else self.state.stamp()
+        rec.status = PhaseStatus.IN_PROGRESS
+        if not rollback:
+            rec.error = None
+            if decision.action not in (loop.Action.RESUME, loop.Action.RERUN):
+                rec.started = self.state.stamp()
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
                        target=self.target, **self._options())
         self.save()  # baselines and originals are in the state before any write

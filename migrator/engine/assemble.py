@@ -132,7 +132,8 @@ def status_faults(report: PlanReport, run: RunView) -> list[str]:
     if report.stack_change is not None:
         out.append("the completed phases were planned for another GPU Operator stack "
                    "(Warnings)")
-    if not report.gates_ok(completed_only=True):
+    if not all(r.ok for v in report.phases if v.status is PhaseStatus.COMPLETED
+               for r in v.gates):
         out.append("a completed phase no longer holds (above)")
     if report.unexpected_failures():
         out.append("the stable identity is broken (verdict above)")

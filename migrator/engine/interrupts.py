@@ -15,22 +15,19 @@ from collections.abc import Iterator
 from migrator.errors import Interrupted
 
 
-class _Shield:
+class _Shield:  # the process-wide state, on the class itself
     depth = 0
     held: Interrupted | None = None
     received: Interrupted | None = None  # the signal, until `check` or `forget` takes it
 
 
-_shield = _Shield()
-
-
 def interrupt(error: Interrupted) -> None:
     """Raise `error` now, or hold it until the current shielded block ends."""
-    _shield.received = error
-    if _shield.depth and _shield.held is None:
-        _shield.held = error
+    _Shield.received = error
+    if _Shield.depth and _Shield.held is None:
+        _Shield.held = error
         return
-    _shield.held = None
+    _Shield.held = None
     raise error
 
 
@@ -38,29 +35,29 @@ def interrupt(error: Interrupted) -> None:
 def shielded() -> Iterator[None]:
     """Hold signals until the block ends; then raise the held one (if the block succeeded)."""
     check()
-    _shield.depth += 1
+    _Shield.depth += 1
     try:
         yield
     except BaseException:
-        _shield.depth -= 1
-        if not _shield.depth:
-            _shield.held = None  # the block's own error wins; the run is stopping anyway
+        _Shield.depth -= 1
+        if not _Shield.depth:
+            _Shield.held = None  # the block's own error wins; the run is stopping anyway
         raise
-    _shield.depth -= 1
-    if not _shield.depth and _shield.held is not None:
-        held, _shield.held = _shield.held, None
+    _Shield.depth -= 1
+    if not _Shield.depth and _Shield.held is not None:
+        held, _Shield.held = _Shield.held, None
         raise held
 
 
 def check() -> None:
     """Raise a received signal that has not stopped the run (dropped in a finalizer, or replaced
     by a handled error): at most once, outside a shielded block and any `finally` cleanup."""
-    if _shield.received is not None and not _shield.depth and \
+    if _Shield.received is not None and not _Shield.depth and \
             not isinstance(sys.exc_info()[1], KeyboardInterrupt):
-        error, _shield.received = _shield.received, None
+        error, _Shield.received = _Shield.received, None
         raise error
 
 
 def forget() -> None:
     """The command is over: nothing is kept for the next one."""
-    _shield.received = _shield.held = None
+    _Shield.received = _Shield.held = None

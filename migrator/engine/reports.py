@@ -77,10 +77,6 @@ class PlanReport:
         return self.stack_change is None and all(
             holds(v.status, v.gates) for v in self.phases if v.number <= upto)
 
-    def gates_ok(self, *, completed_only: bool = False) -> bool:
-        return all(g.ok for v in self.phases for g in v.gates
-                   if not completed_only or v.status is PhaseStatus.COMPLETED)
-
     @property
     def rolled_back(self) -> bool:
         """A deliberate full rollback (phase 1 rolled back, every later one rolled back or never

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from migrator import phases
 from migrator.engine import afterwrite, executor, inplace, interrupts, loop, ondelete
-from migrator.engine.clock import Clock
-from migrator.engine.loop import Decision, Direction, PhaseWork, Run, RunSettings
-from migrator.engine.progress import Listener, PhaseEvent, StepEvent
+from migrator.engine.loop import Decision, Direction, PhaseWork, Run
+from migrator.engine.progress import PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.waiting import Waiter
@@ -23,11 +22,7 @@ from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import PlanContext
 from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog
 from migrator.model.steps import RelabelPods, Step, from_record
-
-if TYPE_CHECKING:
-    from migrator.kube.client import Kube
 
 
 class Apply:
@@ -35,12 +30,8 @@ class Apply:
 
     def __init__(self, run: Run, state: State, target: int) -> None:
         self.run, self.state = run, state
-        self.kube: Kube = run.kube
-        self.namespace: str = run.namespace
-        self.catalog: Catalog = run.catalog
-        self.settings: RunSettings = run.settings
-        self.clock: Clock = run.clock
-        self.listener: Listener = run.listener
+        self.kube, self.namespace, self.catalog = run.kube, run.namespace, run.catalog
+        self.settings, self.clock, self.listener = run.settings, run.clock, run.listener
         self.waiter = Waiter(run.kube, run.namespace, run.clock, run.session.heartbeat)
         self.result = loop.Tally()
         self.target = target  # the command's --phase, so `status` names the command resuming

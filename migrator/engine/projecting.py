@@ -73,10 +73,8 @@ class Project:
     """The report back end: the loop's writes projected onto the cluster, nothing written."""
 
     def __init__(self, snapshot: Snapshot, catalog: Catalog, settings: RunSettings) -> None:
-        self.catalog = catalog
-        self.settings = settings
-        self.now = snapshot  # the cluster as read: which objects a dry-run write can reach
-        self.projected = snapshot  # as it would be after the writes projected so far
+        self.catalog, self.settings = catalog, settings
+        self.now = self.projected = snapshot  # as read / as the writes so far would leave it
         self.base = PlanContext(snapshot, catalog, discover(snapshot, catalog).components,
                                 settings.options)
         self.views: dict[int, PhaseView] = {}
@@ -223,8 +221,7 @@ class ServerDryRun(Project):
     def __init__(self, snapshot: Snapshot, catalog: Catalog, settings: RunSettings,
                  kube: Kube, say: Any) -> None:
         super().__init__(snapshot, catalog, settings)
-        self.kube = kube
-        self.say = say  # the listener's `message`
+        self.kube, self.say = kube, say  # `say`: the listener's `message`
 
     def send(self, step: Step) -> None:
         sent = len(self.writes)

@@ -319,11 +319,9 @@ def preview(backend: Project, state: State | None, report: PlanReport, upto: int
     """Run the one loop on a projecting back end: `apply --phase upto` (or `rollback`), as
     it would go, with `report` (the cluster as read) carrying the phases it shows."""
     walked = state or State(report.namespace)
+    run = Loop(backend, walked)
     with contextlib.suppress(Stopped):
-        if rollback:
-            Loop(backend, walked).rollback(upto)
-        else:
-            Loop(backend, walked).apply(upto)
+        (run.rollback if rollback else run.apply)(upto)
     views = []
     for view in report.phases:
         asked = view.number >= upto if rollback else view.number <= upto

@@ -6,13 +6,13 @@ on a loss (a selector change that lost endpoints is undone at once); and `said`:
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from migrator.engine import executor, stalls
 from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import EndpointProgress, RolloutProgress, StepEvent
 from migrator.engine.state import PhaseRecord
-from migrator.engine.waiting import Pace, RolloutOutcome
+from migrator.engine.waiting import RolloutOutcome
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -40,7 +40,8 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
         with backend.quiet(rolls):
             out = backend.waiter.rollout(
                 rolls, backend.settings.timeout,
-                lambda ds, pace: _report_rollout(backend, ds, pace),
+                lambda ds, pace: backend.listener.rollout(RolloutProgress(
+                    o.name(ds), *g.rollout_counts(ds), eta_seconds=pace.eta)),
                 blocked=lambda: stalls.lost_nodes_detail(
                     backend.kube, backend.namespace, base_snap.daemonsets[rolls]))
         if not out.complete:
@@ -54,9 +55,12 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
         results: list[GateResult] = list(phase.module.after_write(ctx, step))
         if rolls is not None:
             results.append(g.nodes_reporting(rolls, snap.pods_of(rolls)))
-        for b in phase.bases:
+        for b in phase.bases:  # each guarded Service's gate, and its lowest count so far
             results.append(_endpoints_gate(snap, b, step, phase.plan))
-            _note_endpoints(backend, snap, b)
+            ready = snap.endpoints_of(b.service).ready_total
+            low = backend.result.lowest.get(b.service, (ready, b.total))
+            backend.result.lowest[b.service] = (min(low[0], ready), b.total)
+            backend.listener.endpoints(EndpointProgress(b.service, ready, b.total))
         for r in results:
             if r.kind is GateKind.ENDPOINTS_DIP and not r.ok:
                 dips.setdefault(r.name.partition("/")[2], r.detail)
@@ -78,11 +82,12 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
             backend.result.writes += 1
             phase.mark(step, "skipped")
             backend.listener.step(StepEvent(phase.rec.number, step, "restored"))
-            backend.refuse(phase.rec, f"{step.object}: endpoints dropped after the selector change "
-                     f"({g.describe(lost)}); the old selector was restored",
-                     "check the pods the new selector should match, then retry")
+            backend.refuse(phase.rec, f"{step.object}: endpoints dropped after the selector "
+                           f"change ({g.describe(lost)}); the old selector was restored",
+                           "check the pods the new selector should match, then retry")
     backend.refuse(phase.rec, f"{step.object}: {g.describe(results)}",
-             "run `dcgm-migrate status` to see the gates; rerun to resume")
+                   "run `dcgm-migrate status` to see the gates; rerun to resume")
+
 
 def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
                     plan: PhasePlan) -> GateResult:
@@ -95,32 +100,21 @@ def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
     selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
     return g.switch_loss(snap, base, selector, selector)
 
+
 def _fail_rollout(backend: Applier, rec: PhaseRecord, step: Step, base: Snapshot,
                   out: RolloutOutcome) -> NoReturn:
     if out.ds is None:
         backend.refuse(rec, f"DaemonSet/{step.name} disappeared during its rollout",
-                 "find out who deleted it (operator cleanup, a deleted CR); plan again")
+                       "find out who deleted it (operator cleanup, a deleted CR); plan again")
     counts = g.rollout_complete(out.ds).detail
     if out.blocked:
         backend.refuse(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
-                 f"{out.blocked}", stalls.NODE_HINT)
+                       f"{out.blocked}", stalls.NODE_HINT)
     pods = backend.fresh(base).pods_of(step.name)
     where, hint = stalls.where_stuck(backend.kube, step.name, pods, step.pod_labels(),
                                      namespace=backend.namespace, timeout=backend.settings.timeout)
-    backend.refuse(rec, f"DaemonSet/{step.name} made no progress for "
-             f"{out.stalled_for:.0f}s (--timeout {backend.settings.timeout:g}s; {counts}); "
-             f"{where}", hint)
-
-def _report_rollout(backend: Applier, ds: dict[str, Any], pace: Pace) -> None:
-    updated, available, desired = g.rollout_counts(ds)
-    backend.listener.rollout(RolloutProgress(o.name(ds), updated, available, desired,
-                                          eta_seconds=pace.eta))
-
-def _note_endpoints(backend: Applier, snap: Snapshot, base: ServiceBaseline) -> None:
-    ready = snap.endpoints_of(base.service).ready_total
-    low = backend.result.lowest.get(base.service, (ready, base.total))
-    backend.result.lowest[base.service] = (min(low[0], ready), base.total)
-    backend.listener.endpoints(EndpointProgress(base.service, ready, base.total))
+    backend.refuse(rec, f"DaemonSet/{step.name} made no progress for {out.stalled_for:.0f}s "
+                   f"(--timeout {backend.settings.timeout:g}s; {counts}); {where}", hint)
 
 
 def said(ctx: PlanContext, work: PhaseWork, step: Step, before: Snapshot, after: Snapshot

@@ -84,14 +84,10 @@ class Decision:
 
 def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None
                  ) -> tuple[Retirement, ...]:
-    out = []
-    for r in rec.steps:
-        if r.status not in ("intent", "done"):
-            continue
-        found = retired(ctx, from_record(r.step))
-        if found is not None and (only is None or found[0] == only):
-            out.append(Retirement(r.id, found[0], found[1]))
-    return tuple(out)
+    found = [(r.id, retired(ctx, from_record(r.step))) for r in rec.steps
+             if r.status in ("intent", "done")]
+    return tuple(Retirement(step_id, *why) for step_id, why in found
+                 if why is not None and (only is None or why[0] == only))
 
 
 def _replanned(ctx: PlanContext, rec: PhaseRecord) -> tuple[PlanContext, tuple[Retirement, ...]]:
@@ -316,14 +312,9 @@ class Loop:
         """Steps this phase wrote (or may have: intent) that the plan leaves out as the live
         object shows their effect: a killed run's write still gets its post-gates, first."""
         planned = {s.id for s in work.plan.steps}
-        out: list[Step] = []
-        for r in work.records:
-            if r.status not in ("intent", "done") or r.id in planned:
-                continue
-            step = from_record(r.step)
-            if step.satisfied(self.backend.live(step)):
-                out.append(step)
-        return out
+        wrote = [from_record(r.step) for r in work.records
+                 if r.status in ("intent", "done") and r.id not in planned]
+        return [s for s in wrote if s.satisfied(self.backend.live(s))]
 
 
 def _refusal_hint(plan: PhasePlan) -> str:

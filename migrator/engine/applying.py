@@ -157,16 +157,13 @@ class Apply:
     def _retire(self, rec: PhaseRecord, decision: Decision) -> bool:
         """Record the walk's retirements, each warned and logged; True if any."""
         statuses = {r.step_id: r for r in decision.retire}
-        changed = False
-        for r in rec.steps:
-            found = statuses.get(r.id)
-            if found is None or r.status not in ("intent", "done"):
-                continue
+        hit = [(r, statuses[r.id]) for r in rec.steps
+               if r.id in statuses and r.status in ("intent", "done")]
+        for r, found in hit:
             r.status = found.status
             self.state.log("retired", phase=rec.number, step=r.id, reason=found.reason)
             self.listener.warning(found.reason)
-            changed = True
-        return changed
+        return bool(hit)
 
     def skip(self, work: PhaseWork, step: Step) -> None:
         recorded = {r.id: r.status for r in work.records}.get(step.id)

@@ -1,23 +1,20 @@
 """The apply back end of the one loop (engine/loop.py): every step written, recorded and waited
-for. Intent is recorded before each write and every step knows whether the live object already
-shows its effect, so a run killed at any instant resumes; the state is saved after every step.
+for. Intent is recorded before each write and the state saved after it, so a killed run resumes.
 """
 
 from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, inplace, interrupts, ondelete
-from migrator.engine.clock import Clock
-from migrator.engine.loop import Direction, PhaseWork, Run, RunSettings, Tally, context
-from migrator.engine.progress import Listener, PhaseEvent, StepEvent
+from migrator.engine import afterwrite, executor, inplace, interrupts, loop, ondelete
+from migrator.engine.loop import Decision, Direction, PhaseWork, Run
+from migrator.engine.progress import PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.waiting import Waiter
-from migrator.engine.walk import Action, Decision
 from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
@@ -25,35 +22,22 @@ from migrator.model.gates import GateResult, ServiceBaseline
 from migrator.model.planning import PlanContext
 from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog
 from migrator.model.steps import RelabelPods, Step, from_record
-
-if TYPE_CHECKING:
-    from migrator.kube.client import Kube
 
 
 class Apply:
-    """Writes, records, waits: the back end of `apply` and `rollback` over the `Run` that
-    `commands` built, and the `loop.Applier` that `afterwrite` and `ondelete` work through."""
+    """Writes, records, waits: the back end of `apply` and `rollback`, and the `loop.Applier`."""
 
     def __init__(self, run: Run, state: State, target: int) -> None:
-        self.run = run
-        self.state = state
-        self.kube: Kube = run.kube
-        self.namespace: str = run.namespace
-        self.catalog: Catalog = run.catalog
-        self.settings: RunSettings = run.settings
-        self.clock: Clock = run.clock
-        self.listener: Listener = run.listener
+        self.run, self.state = run, state
+        self.kube, self.namespace, self.catalog = run.kube, run.namespace, run.catalog
+        self.settings, self.clock, self.listener = run.settings, run.clock, run.listener
         self.waiter = Waiter(run.kube, run.namespace, run.clock, run.session.heartbeat)
-        self.result = Tally()
+        self.result = loop.Tally()
         self.target = target  # the command's --phase, so `status` names the command resuming
 
-    # ---- reads & context -------------------------------------------------------------------
-
     def snapshot(self) -> Snapshot:
-        """The namespace as the run's cache (engine/informer.py, opened by `commands`) holds
-        it: at least as new as the tool's own last write, so no read is ever reused stale."""
+        """From the run's cache: at least as new as the tool's own last write."""
         return read_snapshot(self.kube, self.namespace, self.catalog, cache=self.run.cache,
                              clock=self.clock)
 
@@ -61,17 +45,15 @@ class Apply:
         return self.kube.get(step.kind, step.name, self.namespace)
 
     def context(self, snap: Snapshot) -> PlanContext:
-        return context(self.catalog, self.settings.options, snap)
+        return loop.context(self.catalog, self.settings.options, snap)
 
     def fresh(self, base: Snapshot) -> Snapshot:
-        """The DaemonSets, Services, pods and endpoints read again; the base's CRs and
-        ServiceMonitors kept (no step changes them)."""
+        """What a step changes read again; the base's CRs and ServiceMonitors kept."""
         names = [c.daemonset for c in self.catalog.components]
         return narrow(self.kube, base, self.catalog, daemonsets=names, cache=self.run.cache)
 
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
-        """The cache stops following what this DaemonSet's rollout churns until it is over
-        (`Informer.quiet`); nothing reads it meanwhile."""
+        """The cache stops following this DaemonSet's rollout churn (`Informer.quiet`)."""
         cache = self.run.cache
         comp = next((c for c in self.catalog.components if c.daemonset == daemonset), None)
         if cache is None or comp is None:
@@ -81,8 +63,6 @@ class Apply:
     def save(self) -> None:
         with interrupts.shielded():  # a state write in flight finishes before a signal stops us
             self.run.session.save(self.state)
-
-    # ---- phases ----------------------------------------------------------------------------
 
     def stack(self, state: State, live: str, changed: bool) -> None:
         if changed:
@@ -101,11 +81,10 @@ class Apply:
                                        PhaseStatus.COMPLETED.value, message="still holds"))
 
     def begin(self, decision: Decision, direction: Direction) -> None:
-        """Drift said and logged; the walk's retirements recorded before anything: no stale
-        originals, nothing handed over."""
+        """Drift said and logged; the walk's retirements recorded before anything."""
         rec, plan = decision.record, decision.plan
         assert rec is not None and plan is not None
-        if decision.action is Action.RERUN:
+        if decision.action is loop.Action.RERUN:
             self.listener.phase(PhaseEvent(rec.number, decision.module.NAME, "drifted",
                                            gates=tuple(decision.drift),
                                            message=decision.reason))
@@ -113,8 +92,11 @@ class Apply:
             rec.status, rec.baselines = PhaseStatus.IN_PROGRESS, []
         self._retire(rec, decision)
         rollback = direction is Direction.ROLLBACK
-        if rollback:
-            self._say_handed_over(rec)
+        handed = [r for r in rec.steps if r.status == HANDED_OVER] if rollback else []
+        for r in handed:  # a rollback names each object it leaves to the operator, and why
+            self.listener.warning(f"phase {rec.number} rollback: {from_record(r.step).object} "
+                                  "was handed over to the GPU Operator, whose own reconciler "
+                                  "manages it now; left alone")
         self.listener.phase(PhaseEvent(rec.number, decision.module.NAME, "planning", plan))
         if rollback:
             for warning in plan.warnings:
@@ -126,12 +108,11 @@ class Apply:
         rollback = direction is Direction.ROLLBACK
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
-        if rollback:
-            rec.status = PhaseStatus.IN_PROGRESS
-        else:
-            resuming = decision.action in (Action.RESUME, Action.RERUN)
-            rec.status, rec.error = PhaseStatus.IN_PROGRESS, None
-            rec.started = rec.started if resuming else self.state.stamp()
+        rec.status = PhaseStatus.IN_PROGRESS
+        if not rollback:
+            rec.error = None
+            if decision.action not in (loop.Action.RESUME, loop.Action.RERUN):
+                rec.started = self.state.stamp()
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
                        target=self.target, **self._options())
         self.save()  # baselines and originals are in the state before any write
@@ -152,8 +133,7 @@ class Apply:
             rec.steps, rec.undo, rec.baselines, rec.wrote_labels = [], [], [], False
         else:
             rec.status = PhaseStatus.COMPLETED
-            # The baseline is spent: a drifted phase and a rollback record their own. Kept, a
-            # per-node map per phase would grow every later save (and the 1 MiB ConfigMap).
+            # the baseline is spent; kept, it would grow every later save of the ConfigMap
             rec.baselines = []
         self.state.log(rec.status.value, phase=rec.number, **restored)
         self.save()
@@ -170,36 +150,20 @@ class Apply:
         raise GateFailed(message, hint)
 
     def _options(self) -> dict[str, list[str]]:
-        """The run's plan-shaping options, for its start and failure events: `status`'s
-        `resume:` repeats them (engine/runstatus.py)."""
+        """The run's plan-shaping options, for `status`'s `resume:` (engine/runstatus.py)."""
         flags = self.settings.options.flags()
         return {"options": list(flags)} if flags else {}
 
     def _retire(self, rec: PhaseRecord, decision: Decision) -> bool:
-        """Record the walk's retirements (model/retiring.py): each warned and logged, kept
-        for the record, no longer used as an original. True if it retired any."""
+        """Record the walk's retirements, each warned and logged; True if any."""
         statuses = {r.step_id: r for r in decision.retire}
-        changed = False
-        for r in rec.steps:
-            found = statuses.get(r.id)
-            if found is None or r.status not in ("intent", "done"):
-                continue
+        hit = [(r, statuses[r.id]) for r in rec.steps
+               if r.id in statuses and r.status in ("intent", "done")]
+        for r, found in hit:
             r.status = found.status
             self.state.log("retired", phase=rec.number, step=r.id, reason=found.reason)
             self.listener.warning(found.reason)
-            changed = True
-        return changed
-
-    def _say_handed_over(self, rec: PhaseRecord) -> None:
-        """A rollback names each object it leaves to the operator release, and why."""
-        for r in rec.steps:
-            if r.status == HANDED_OVER:
-                self.listener.warning(f"phase {rec.number} rollback: "
-                                      f"{from_record(r.step).object} was handed over to the "
-                                      "GPU Operator, whose own reconciler manages it now; "
-                                      "left alone")
-
-    # ---- steps -----------------------------------------------------------------------------
+        return bool(hit)
 
     def skip(self, work: PhaseWork, step: Step) -> None:
         recorded = {r.id: r.status for r in work.records}.get(step.id)
@@ -212,8 +176,7 @@ class Apply:
 
     def wait_pre(self, work: PhaseWork, step: Step, base: Snapshot,
                  pre: list[GateResult]) -> list[GateResult]:
-        """Pre-gates that heal by themselves (an old Service garbage collection is removing):
-        wait for them on Service events, within --timeout, then write at once."""
+        """Pre-gates that heal by themselves: waited for on Service events, within --timeout."""
         self.listener.message(f"waiting: {g.describe(pre)}")
         deadline = self.clock.monotonic() + self.settings.timeout
 
@@ -224,8 +187,7 @@ class Apply:
                                  fatal=lambda rs: not all(r.wait for r in g.failed(rs)))
 
     def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
-        # Intent, the write and its "done" go together: SIGTERM or Ctrl-C arriving while the
-        # write is in flight stops the run only once it is recorded (interrupts.py).
+        # a signal while the write is in flight stops the run once it is recorded
         with interrupts.shielded():
             work.mark(step, "intent")
             self.save()
@@ -250,8 +212,8 @@ class Apply:
         afterwrite.wait(self, work, step, None)
 
     def settle_after_restore(self, state: State) -> None:
-        """Give kube-proxy `--settle` after the selectors were restored — measured from the
-        recorded finish, so a run killed during the countdown waits only the rest of it."""
+        """`--settle` for kube-proxy after the selectors were restored, from the recorded
+        finish (a run killed during the countdown waits only the rest)."""
         rec = state.phase(phases.selector_phase().NUMBER)
         last: dict[str, Any] = next((e for e in reversed(state.history)
                                      if e.get("event") == PhaseStatus.ROLLED_BACK.value

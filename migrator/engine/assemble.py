@@ -1,32 +1,22 @@
-"""The report every command renders: per phase, what would change (object, field,
-before → after), every gate's status, notes, and warnings, with the verdict. Pure: snapshot +
-state in, a typed `PlanReport` out (engine/reports.py; the CLI serialises it), and the closing
-lines every command's table ends with. Its phases are the one loop's, on the report back end
-(engine/reporting.py): no walk of its own."""
+"""The report every command renders, pure: per phase (the one loop's, on the report back end,
+`projecting.walked`) what would change and every gate, the warnings and the verdict, and the
+closing lines every command's table ends with."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import recovered, reporting, walk
-from migrator.engine.reports import (
-    Closing,
-    PlanReport,
-    RunReport,
-    RunView,
-    StackChange,
-    StatusReport,
-)
+from migrator.engine import loop, projecting, recovered, reports
+from migrator.engine.reports import Closing, PlanReport, RunReport, RunView, StatusReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome, scrapechecks
-from migrator.model.discovery import Discovery, discover
+from migrator.model.discovery import discover
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.stepbase import Change
-from migrator.model.steps import SetLabels, SetSelector, Step
+from migrator.model.steps import SetLabels, SetSelector
 from migrator.model.traffic import traffic_critical
 
 DRIFT_RISK = (
@@ -53,13 +43,8 @@ LOST_PHASE_ONE = (
 )
 
 
-def _exporters(found: Discovery) -> list[str]:
-    return [c.daemonset for c in found.components if c.exporter]
-
-
-def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
-    """The phase switched a Service to the common selector that is still the tool's (not
-    rolled back, not handed over to an operator release that renders its own labels)."""
+def _switched(rec: PhaseRecord, decision: loop.Decision) -> bool:
+    """The phase switched a Service to the common selector that is still the tool's."""
     if not rec.status.applied:
         return False
     retired = {r.step_id for r in decision.retire}
@@ -69,21 +54,19 @@ def _switched(rec: PhaseRecord, decision: walk.Decision) -> bool:
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           *, forward: bool = True, earlier: Iterable[str] = (),
           objects: bool = False, state_unreadable: bool = False) -> PlanReport:
-    """The report. `forward`: warn about what the plan would do, too (plan, apply); a report
-    of the cluster as it is (`status`, a rollback's result) warns only about what is true now
-    — the drift risk only while a Service the tool switched selects by labels it wrote.
-    `earlier`: the warnings this command said before (engine/warned.py), listed first;
-    `objects`: keep what the fingerprint covers per object (`plan`, for its file);
-    `state_unreadable`: a state exists but cannot be read (no lost state is claimed)."""
+    """The report. `forward`: warn about what the plan would do too (else only what is true
+    now); `earlier`: the warnings this command said before, listed first; `objects`: keep what
+    the fingerprint covers (`plan`); `state_unreadable`: claim no lost state."""
     found = discover(snapshot, catalog)
+    exporters = [c.daemonset for c in found.components if c.exporter]
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
                                     if r.status.applied))
-    change = (StackChange(state.stack, found.stack)
+    change = (reports.StackChange(state.stack, found.stack)
               if state is not None and state.stack_changed(found.stack) else None)
-    views, decisions, said = reporting.walked(snapshot, catalog, state, options)
+    views, decisions, said = projecting.walked(snapshot, catalog, state, options)
     warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector
-    for _number, decision in sorted(decisions.items()):
+    for _, decision in sorted(decisions.items()):
         module, rec, plan = decision.module, decision.record, decision.plan
         if rec is not None and state is not None and module.SWITCHES_SELECTORS:
             switches |= _switched(rec, decision)
@@ -93,21 +76,21 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                           for s in plan.steps)
         switches |= module.SWITCHES_SELECTORS and any(isinstance(s, SetSelector)
                                                       for s in plan.steps)
-    certain = scrapechecks.certain_duplicates(snapshot, _exporters(found))
+    certain = scrapechecks.certain_duplicates(snapshot, exporters)
     if certain:
         pod, paths = next(iter(sorted(certain.items())))
         warnings.append(f"duplicate scraping now: {len(certain)} exporter pods scraped more "
                         f"than once, e.g. {pod} via {'; '.join(map(str, paths))}")
-    possible = scrapechecks.possible_duplicates(snapshot, _exporters(found))
+    possible = scrapechecks.possible_duplicates(snapshot, exporters)
     if possible:
-        paths = monitoring.scrape_paths(snapshot, _exporters(found))[possible[0]]
+        paths = monitoring.scrape_paths(snapshot, exporters)[possible[0]]
         warnings.append(f"possible duplicate scraping: {len(possible)} exporter pods are "
                         "reached both by annotation discovery and by a ServiceMonitor, e.g. "
                         f"{possible[0]} via {'; '.join(map(str, paths))} — scraped twice if one "
                         "Prometheus uses both; pick one mechanism (docs/monitoring.md)")
     warnings.extend(scrapechecks.conflicting_monitors(snapshot))
     ours = [n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)]
-    tool_dups = scrapechecks.duplicates_through(snapshot, _exporters(found), ours)
+    tool_dups = scrapechecks.duplicates_through(snapshot, exporters, ours)
     if tool_dups:
         warnings.append(f"duplicate scraping through the tool's aliases: {len(tool_dups)} "
                         f"exporter pods, e.g. {tool_dups[0]}")
@@ -132,19 +115,15 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
         objects=snapshot.fingerprint_fields() if objects else None)
 
 
-def changes_of(steps: Iterable[Step]) -> tuple[Change, ...]:
-    """What the steps would change, field by field."""
-    return tuple(c for step in steps for c in step.changes())
-
-
 def _span(numbers: list[int]) -> str:
-    return (f"{numbers[0]}-{numbers[-1]}" if len(numbers) > 1 and
-            numbers == list(range(numbers[0], numbers[-1] + 1)) else ", ".join(map(str, numbers)))
+    """"phase 2" or "phases 1-3" (or "phases 1, 3")."""
+    run = len(numbers) > 1 and numbers == list(range(numbers[0], numbers[-1] + 1))
+    return f"phase{'s' if len(numbers) > 1 else ''} " + (
+        f"{numbers[0]}-{numbers[-1]}" if run else ", ".join(map(str, numbers)))
 
 
 def status_faults(report: PlanReport, run: RunView) -> list[str]:
-    """Why `status` (and `verify`) fails, but for a state it cannot read: the one answer its
-    exit code (`commands.status`) and its closing line both give."""
+    """Why `status` (and `verify`) fails, for its exit code and its closing line alike."""
     out = []
     if run.state == "interrupted":
         out.append(f"a run was interrupted; resume: `{run.resume}`")
@@ -153,7 +132,8 @@ def status_faults(report: PlanReport, run: RunView) -> list[str]:
     if report.stack_change is not None:
         out.append("the completed phases were planned for another GPU Operator stack "
                    "(Warnings)")
-    if not report.gates_ok(completed_only=True):
+    if not all(r.ok for v in report.phases if v.status is PhaseStatus.COMPLETED
+               for r in v.gates):
         out.append("a completed phase no longer holds (above)")
     if report.unexpected_failures():
         out.append("the stable identity is broken (verdict above)")
@@ -166,10 +146,8 @@ def _status_line(status: StatusReport) -> Closing:
 
 
 def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
-    """The report's last lines, worded alike for every command: the verdict on the live
-    cluster (the one `verify` gives), and, after `apply` or `rollback`, what the run itself
-    achieved — both, when the run's own work is done but the identity is not whole yet (a
-    check no phase answers for: the guard not running yet, a node's pod not Ready)."""
+    """The report's last lines, alike for every command: the verdict on the live cluster and,
+    after `apply` or `rollback`, what the run itself achieved."""
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
@@ -188,8 +166,8 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     rollback = result.operation == "rollback"
     phases_done = [p.number for p in report.phases
                    if (p.status is PhaseStatus.ROLLED_BACK if rollback else holds(p.status))]
-    done = (f"phase{'s' if len(phases_done) > 1 else ''} {_span(phases_done)} "
-            f"{'rolled back' if rollback else 'done'}" if phases_done else "no phase done")
+    done = (f"{_span(phases_done)} {'rolled back' if rollback else 'done'}" if phases_done
+            else "no phase done")
     if result.dry_run:
         lines.append(Closing("dry run", shown.ok, "the run would go through" if shown.ok
                              else "the run would stop at a gate (above)"))
@@ -209,17 +187,15 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
 
 def _rolled_back(shown: PlanReport | RunReport | StatusReport,
                  report: PlanReport) -> list[Closing]:
-    """The closing lines of a cluster whose migration was rolled back on purpose: what it is
-    (as before the migration: the checks the phases make pass are expected to fail, and
-    `apply` migrates it again), and any check no phase answers for that fails."""
+    """The closing lines of a migration rolled back on purpose (the phases' checks are
+    expected to fail), and any failing check no phase answers for."""
     checks = report.verdict.findings
     expected = [c for c in checks if not c.ok and c.phase]
     unexpected = report.unexpected_failures()
     last = max((p.number for p in report.phases), default=1)
     undone = [p.number for p in report.phases if p.status is PhaseStatus.ROLLED_BACK]
-    lines = [Closing("rolled back", True, f"the migration is undone (phase"
-                     f"{'s' if len(undone) > 1 else ''} {_span(undone)} rolled back): the "
-                     "cluster is as before it"
+    lines = [Closing("rolled back", True, f"the migration is undone ({_span(undone)} rolled "
+                     "back): the cluster is as before it"
                      + (f", so {len(expected)} of {len(checks)} verdict checks fail as they "
                         f"did then ({', '.join(c.name for c in expected[:4])}"
                         f"{' …' if len(expected) > 4 else ''}); `dcgm-migrate apply --phase "
@@ -232,7 +208,6 @@ def _rolled_back(shown: PlanReport | RunReport | StatusReport,
     if isinstance(shown, StatusReport) and not shown.ok:
         lines.append(_status_line(shown))
     if isinstance(shown, RunReport):
-        lines.append(Closing("run", shown.ok, f"phase{'s' if len(undone) > 1 else ''} "
-                             f"{_span(undone)} rolled back" if shown.ok else
+        lines.append(Closing("run", shown.ok, f"{_span(undone)} rolled back" if shown.ok else
                              "a gate of the phases it ran fails (above)"))
     return lines

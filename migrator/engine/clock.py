@@ -1,10 +1,5 @@
-"""Time, injected: the one Clock the commands hand down with the run (`loop.Run`) to the
-apply back end, its waiter, the run's cache and the state session, and that the guard and its Lease
-election take.
-
-Nothing in the engine reads the real clock directly, so tests of timeouts, settle countdowns,
-cache fences and lease expiry can drive a fake clock and take no real time.
-"""
+"""Time, injected: the one Clock the commands hand down (`loop.Run`) to the apply back end,
+its waiter, the run's cache, the state session and the guard, so tests drive a fake clock."""
 
 from __future__ import annotations
 
@@ -16,25 +11,14 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    """Wall time for what is recorded, monotonic time for deadlines, and a way to wait."""
+    """Wall time (timezone-aware UTC) for what is recorded, monotonic time for deadlines, and
+    waits: `wait_for` holds `condition` until `ready()` or `seconds` pass, and returns `ready()`."""
 
-    def now(self) -> datetime:
-        """The wall time, timezone-aware UTC (timestamps compared with recorded ones)."""
-        ...
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back (deadlines, ages of reads)."""
-        ...
-
-    def sleep(self, seconds: float) -> None:
-        """Wait `seconds` of this clock's time."""
-        ...
-
+    def now(self) -> datetime: ...
+    def monotonic(self) -> float: ...
+    def sleep(self, seconds: float) -> None: ...
     def wait_for(self, condition: threading.Condition, ready: Callable[[], bool],
-                 seconds: float) -> bool:
-        """With `condition` held: wait until `ready()` holds (another thread notifies the
-        condition) or `seconds` of this clock's time pass; the last `ready()`."""
-        ...
+                 seconds: float) -> bool: ...
 
 
 class SystemClock:

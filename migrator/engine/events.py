@@ -1,28 +1,9 @@
-"""Kubernetes Events for what the guard does, as a controller records them: on the object acted
-on, with a CamelCase reason, written through `events.k8s.io/v1` and aggregated so that a
-flapping node cannot flood the API.
-
-Written as client-go's `tools/events` recorder writes them (`event_broadcaster.go`
-`recordToSink`): an occurrence whose key — regarding object, reason, action, type — was seen
-within the last SERIES_SECONDS (upstream's `finishTime`, 6 minutes) is not a new Event but
-one more of its series: the count grows in memory and is written as a merge patch of `series`
-(`count`, `lastObservedTime`) at most every PATCH_SECONDS. Upstream patches the second
-occurrence at once and later counts only in a 30-minute heartbeat; 30 s keeps `kubectl
-describe` close to the truth at the same bound of one write per key per interval. A patch that
-finds the Event gone (events expire after an hour on a real cluster) creates a new one.
-
-On top, every key has a token bucket as the core recorder's spam filter
-(`tools/record/events_cache.go` `EventSourceObjectSpamFilter`: burst 25, one token per 5
-minutes): a create or a patch takes a token, an occurrence without one is dropped (a new
-Event) or left counted for the next token (a series). So one (object, reason) costs at most 25
-writes at once and one per 5 minutes after, however fast a node flaps.
-
-The API server serves every Event to both `events.k8s.io/v1` and core/v1 readers: `kubectl
-describe` lists core/v1 Events by `involvedObject` name, namespace, kind and uid, and shows
-`series.count` and the reporting controller. The writes leave the loop's thread: `record`
-only queues (QUEUE_SIZE, like the broadcaster's channel; more are dropped), one worker writes.
-A failed write is logged once and counted, never raised: an Event is informative and must not
-stop a repair.
+"""Kubernetes Events for what the guard does, as client-go's `tools/events` recorder writes them
+(`events.k8s.io/v1`, CamelCase reasons, on the object acted on): an occurrence whose key was seen
+within SERIES_SECONDS is one more of its series, its count patched at most every PATCH_SECONDS
+(a patch finding the Event gone creates a new one); a token bucket per key (burst 25, one per
+5 minutes, as `EventSourceObjectSpamFilter`) bounds the writes of a flapping node. `record` only
+queues; one worker writes; a failed write is logged once and counted, never raised.
 """
 
 from __future__ import annotations
@@ -57,16 +38,8 @@ NOTE_LIMIT = 1024  # events.k8s.io validation: `len(event.Note) > NoteLengthLimi
 IDLE_SECONDS = 1.0  # the worker's wake-up when nothing is queued (series patches fall due)
 
 
-def fit_note(note: str) -> str:
-    """`note` cut to the API server's limit, which counts UTF-8 bytes (Go's `len`), never
-    inside a character: a cut by characters lets a non-ASCII note through at up to 4 kB, and
-    the server refuses the Event."""
-    return note.encode()[:NOTE_LIMIT].decode("utf-8", "ignore")
-
-
 def typed(kind: Kind, obj: Mapping[str, Any]) -> Obj:
-    """The object with its apiVersion and kind (an Event's reference names both; a list's
-    items and a cache's objects may lack them)."""
+    """The object with its apiVersion and kind (a list's items may lack them)."""
     return {**obj, "apiVersion": obj.get("apiVersion") or kind.api_version,
             "kind": obj.get("kind") or kind.kind}
 
@@ -99,7 +72,7 @@ class Occurrence:
 
 @dataclass
 class _Series:
-    """What is known of one key's Event: its name once created, counts, the key's tokens."""
+    """One key's Event: its name, counts, last occurrence and writes."""
 
     name: str
     count: int
@@ -107,22 +80,18 @@ class _Series:
     last: datetime  # the last occurrence
     last_seen: float  # the same on the monotonic clock
     written: float  # when the last write was sent (monotonic)
-    tokens: float
-    refilled: float
 
 
 class Aggregator:
-    """The pure part: per key, is an occurrence a new Event, one more of a series, or over its
-    rate; which series are due a patch. No I/O; the clock is the caller's."""
+    """The pure part: per key, a new Event, one more of a series, or over its rate."""
 
-    def __init__(self, burst: int = BURST, refill_seconds: float = REFILL_SECONDS) -> None:
-        self.burst, self.refill_seconds = burst, refill_seconds
+    def __init__(self) -> None:
         self.series: dict[tuple[str, ...], _Series] = {}
         self._buckets: dict[tuple[str, ...], tuple[float, float]] = {}  # key → tokens, at
 
     def _take(self, key: tuple[str, ...], now: float) -> bool:
-        tokens, at = self._buckets.get(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - at) / self.refill_seconds)
+        tokens, at = self._buckets.get(key, (float(BURST), now))
+        tokens = min(float(BURST), tokens + (now - at) / REFILL_SECONDS)
         if tokens < 1.0:
             self._buckets[key] = (tokens, now)
             return False
@@ -130,8 +99,7 @@ class Aggregator:
         return True
 
     def observe(self, occ: Occurrence, now: float) -> str:
-        """"create" (a token taken: send it), "series" (counted into its live series) or
-        "dropped" (a new Event over its key's rate)."""
+        """"create" (a token taken), "series" (counted) or "dropped" (over its key's rate)."""
         s = self.series.get(occ.key)
         if s is not None and now - s.last_seen <= SERIES_SECONDS:
             s.count += 1
@@ -141,11 +109,11 @@ class Aggregator:
         return "create" if self._take(occ.key, now) else "dropped"
 
     def created(self, occ: Occurrence, name: str, now: float) -> None:
-        self.series[occ.key] = _Series(name, 1, 1, occ.at, now, now, 0.0, now)
+        self.series[occ.key] = _Series(name, 1, 1, occ.at, now, now)
 
     def due(self, now: float) -> list[tuple[tuple[str, ...], _Series]]:
-        """Series with counts the server does not hold, whose last write is PATCH_SECONDS old,
-        each with a token taken; series that ended are forgotten."""
+        """Series with counts the server lacks, last written PATCH_SECONDS ago (a token taken);
+        series that ended are forgotten."""
         out = []
         for key, s in list(self.series.items()):
             if now - s.last_seen > SERIES_SECONDS and s.count == s.sent:
@@ -157,7 +125,7 @@ class Aggregator:
 
 
 class Recorder:
-    """Queues occurrences; one worker aggregates and writes them (module docstring)."""
+    """Queues occurrences; one worker aggregates and writes them."""
 
     def __init__(self, kube: Kube, instance: str, clock: Clock, *,
                  log: Callable[[str], None] = lambda _: None,
@@ -176,8 +144,9 @@ class Recorder:
         if not o.meta(regarding).get("uid"):
             return  # kubectl describe finds Events by the object's uid
         try:
-            self._queue.put_nowait(Occurrence(regarding, type_, reason, action,
-                                              fit_note(note), self.clock.now()))
+            note = note.encode()[:NOTE_LIMIT].decode("utf-8", "ignore")  # bytes, whole chars
+            self._queue.put_nowait(Occurrence(regarding, type_, reason, action, note,
+                                              self.clock.now()))
         except queue.Full:
             self.counted("dropped")
 
@@ -204,13 +173,10 @@ class Recorder:
     def _run(self) -> None:
         while True:
             try:
-                occ = self._queue.get(timeout=IDLE_SECONDS)
+                self._handle(self._queue.get(timeout=IDLE_SECONDS))
             except queue.Empty:
                 if self._stop.is_set():
                     return
-                self._patch_due()
-                continue
-            self._handle(occ)
             self._patch_due()
 
     def _handle(self, occ: Occurrence) -> None:
@@ -223,32 +189,27 @@ class Recorder:
         else:
             self.counted("aggregated" if verdict == "series" else "dropped")
 
-    def _body(self, occ: Occurrence) -> Obj:
-        ref = occ.reference()
-        stamp = int(occ.at.timestamp() * 1e9)
-        return {"apiVersion": EVENTS.api_version, "kind": EVENTS.kind,
-                "metadata": {"name": f"{ref['name']}.{stamp:x}",
-                             "namespace": ref.get("namespace")},
+    def _create(self, occ: Occurrence) -> str:
+        ref, stamp = occ.reference(), int(occ.at.timestamp() * 1e9)
+        name = f"{ref['name']}.{stamp:x}"
+        body = {"apiVersion": EVENTS.api_version, "kind": EVENTS.kind,
+                "metadata": {"name": name, "namespace": ref.get("namespace")},
                 "eventTime": microtime(occ.at), "reportingController": REPORTING_CONTROLLER,
                 "reportingInstance": self.instance[:128], "action": occ.action,
                 "reason": occ.reason, "type": occ.type, "note": occ.note, "regarding": ref}
-
-    def _create(self, occ: Occurrence) -> str:
-        body = self._body(occ)
         try:
             self.kube.create(body, kind=EVENTS)
         except ClusterError as exc:
             self._fail(occ.reason, exc)
             return ""
         self.counted("created")
-        return str(body["metadata"]["name"])
+        return name
 
     def _patch_due(self) -> None:
         for key, s in self.aggregator.due(self.clock.monotonic()):
-            namespace = key[1]
             patch = {"series": {"count": s.count, "lastObservedTime": microtime(s.last)}}
             try:
-                self.kube.patch(EVENTS, s.name, namespace, patch)
+                self.kube.patch(EVENTS, s.name, key[1], patch)
             except APINotFound:  # expired meanwhile: a new Event carries the series on
                 self.aggregator.series.pop(key, None)
                 continue

@@ -1,5 +1,5 @@
-"""Turn one step into its Kubernetes write. Every write is idempotent or guarded (json-patch
-`test`, delete preconditions), so a retried or resumed write cannot clobber someone else's."""
+"""One step's Kubernetes write, idempotent or guarded (json-patch `test`, delete preconditions):
+a retried or resumed write cannot clobber someone else's."""
 
 from __future__ import annotations
 
@@ -27,12 +27,9 @@ if TYPE_CHECKING:
 @singledispatch
 def execute(step: Step, kube: Kube, namespace: str, catalog: Catalog, dry_run: bool = False
             ) -> str | None:
-    """Write the step; returns a note when the write was accepted but has not taken effect
-    yet (an alias delete held by finalizers), else None. `dry_run`: the strategy of this
-    write, sent on the request (`dryRun=All`): validated by the API server, not persisted.
-
-    One write per step type, registered below by class (not by annotation: `Kube` is a
-    type-checking-only name here); a step without one is run pod by pod by the loop."""
+    """Write the step (`dry_run`: sent with `dryRun=All`); a note when the write was accepted
+    but has not taken effect yet (an alias delete held by finalizers). One write per step type,
+    registered by class (`Kube` is a type-checking name); others roll pod by pod."""
     raise TypeError(f"{type(step).__name__} is not one write: the loop runs it "
                     "(pod_by_pod)")
 
@@ -53,8 +50,7 @@ def _set_selector(step: SetSelector, kube: Kube, namespace: str,
     try:
         kube.patch(kinds.SERVICE, step.service, namespace, step.patch(), patch_type="json",
                    dry_run=dry_run)
-    except APITestFailed as exc:  # the json-patch `test` failed: someone changed it
-        # (any other 422 — an admission policy, an immutable field — is raised as it is)
+    except APITestFailed as exc:  # the json-patch `test` failed (other 422s are raised)
         if step.satisfied(kube.get(kinds.SERVICE, step.service, namespace)):
             return None  # or an earlier attempt of this patch landed, its answer lost
         raise GateFailed(
@@ -98,13 +94,9 @@ def _delete_alias(step: DeleteAlias, kube: Kube, namespace: str,
                     resource_version=str(o.meta(live).get("resourceVersion")), dry_run=dry_run)
     except APINotFound:
         return None
-    if dry_run:
-        return None
-    why = o.terminating(kube.get(kinds.SERVICE, step.service, namespace))
-    if why:
-        return (f"Service/{step.service}: deletion accepted but not done: {why}; it goes "
-                "once they are removed")
-    return None
+    why = None if dry_run else o.terminating(kube.get(kinds.SERVICE, step.service, namespace))
+    return (f"Service/{step.service}: deletion accepted but not done: {why}; it goes once they "
+            "are removed") if why else None
 
 
 def delete_pod(kube: Kube, namespace: str, name: str, uid: str) -> None:

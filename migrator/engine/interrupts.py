@@ -1,22 +1,9 @@
-"""Stopping a run on a signal without leaving a write half-recorded.
-
-The CLI turns SIGINT (Ctrl-C) and SIGTERM into `migrator.errors.Interrupted` through
-`interrupt(...)`, called from its signal handler on the main thread. Outside a `shielded()`
-block it is raised at once, wherever the run is (a wait, a read, planning): nothing is lost,
-the run session releases the lock on the way out. Inside one — a write and the state save that
-records it as done, or a state save — it is held until the block ends and raised there, so the
-write in flight finishes and is recorded before the run stops. A second signal while one is
-held is raised at once (the way out of a write that hangs).
-
-Python drops an exception raised inside a finalizer (`__del__`, a generator closed as it is
-collected: "Exception ignored in ..."), and a signal handler runs wherever the main thread
-is, so a signal's exception can be lost there. The signal is therefore also kept until it has
-stopped the run: `check()` raises it at the next write (every write and save enters
-`shielded()`) or wait (`engine/waiting.py` checks on every pass), so a lost one stops the run
-within a second of waiting or before its next write, never after the run is over.
-
-Signals reach only the main thread; the shield is a process-wide counter, touched only by the
-thread that runs the migration.
+"""Stopping a run on a signal without leaving a write half-recorded. The CLI's SIGINT/SIGTERM
+handler calls `interrupt(...)`: outside `shielded()` it raises at once; inside (a write and the
+save that records it, or a save) it is held until the block ends, so the write in flight is
+recorded first; a second signal raises at once. Python drops an exception raised in a
+finalizer, so the signal is also kept until `check()` (every write, save and wait) raises it.
+Only the main thread, which runs the migration, touches the shield.
 """
 
 from __future__ import annotations
@@ -28,22 +15,19 @@ from collections.abc import Iterator
 from migrator.errors import Interrupted
 
 
-class _Shield:
+class _Shield:  # the process-wide state, on the class itself
     depth = 0
     held: Interrupted | None = None
     received: Interrupted | None = None  # the signal, until `check` or `forget` takes it
 
 
-_shield = _Shield()
-
-
 def interrupt(error: Interrupted) -> None:
     """Raise `error` now, or hold it until the current shielded block ends."""
-    _shield.received = error
-    if _shield.depth and _shield.held is None:
-        _shield.held = error
+    _Shield.received = error
+    if _Shield.depth and _Shield.held is None:
+        _Shield.held = error
         return
-    _shield.held = None
+    _Shield.held = None
     raise error
 
 
@@ -51,31 +35,29 @@ def interrupt(error: Interrupted) -> None:
 def shielded() -> Iterator[None]:
     """Hold signals until the block ends; then raise the held one (if the block succeeded)."""
     check()
-    _shield.depth += 1
+    _Shield.depth += 1
     try:
         yield
     except BaseException:
-        _shield.depth -= 1
-        if not _shield.depth:
-            _shield.held = None  # the block's own error wins; the run is stopping anyway
+        _Shield.depth -= 1
+        if not _Shield.depth:
+            _Shield.held = None  # the block's own error wins; the run is stopping anyway
         raise
-    _shield.depth -= 1
-    if not _shield.depth and _shield.held is not None:
-        held, _shield.held = _shield.held, None
+    _Shield.depth -= 1
+    if not _Shield.depth and _Shield.held is not None:
+        held, _Shield.held = _Shield.held, None
         raise held
 
 
 def check() -> None:
-    """Raise the signal received whose exception has not stopped the run (Python dropped it
-    in a finalizer, or a shielded block's own error replaced it and was handled). Outside a
-    shielded block only, and not while one is on its way out (cleanup in a `finally`); at
-    most once."""
-    if _shield.received is not None and not _shield.depth and \
+    """Raise a received signal that has not stopped the run (dropped in a finalizer, or replaced
+    by a handled error): at most once, outside a shielded block and any `finally` cleanup."""
+    if _Shield.received is not None and not _Shield.depth and \
             not isinstance(sys.exc_info()[1], KeyboardInterrupt):
-        error, _shield.received = _shield.received, None
+        error, _Shield.received = _Shield.received, None
         raise error
 
 
 def forget() -> None:
-    """The command is over (its signal handlers removed): nothing is kept for the next one."""
-    _shield.received = _shield.held = None
+    """The command is over: nothing is kept for the next one."""
+    _Shield.received = _Shield.held = None

@@ -1,42 +1,28 @@
-"""The one loop: the walk's decision per phase, then gate → write → record → gate, one step at a
-time. What a step *does* is its back end's (Alembic runs the walk `upgrade` runs and lets
-`as_sql` choose what a step does; Helm decides its dry run in one place, `DryRunStrategy`):
-
-    Backend      the effects of the loop: `applying.Apply` writes, records and waits;
-                 `projecting.Project` projects the cluster as it would be and writes nothing
-                 (`report`), and `projecting.ServerDryRun` also sends each write with
-                 `dryRun=All` (`--dry-run`: no waits, no state)
-    Loop         the loop itself, the same for every back end: `apply(N)` runs phases 1..N
-                 that do not hold, `rollback(N)` undoes phases down to N, newest first
-    Run          one apply or rollback as `commands` builds it (the connection, namespace,
-                 catalog, the run's cache, its state session, the clock, the listener, the
-                 settings): passed down, never found by registry
-    PhaseWork    the phase the loop works on: its module, record, plan, baselines, direction
-    Applier      the apply back end as `afterwrite` and `ondelete` use it
-
-So resume, skip-if-satisfied, the pre-gates that heal by themselves, the revisit of a write a
-killed run made and the post-gates of steps already true are written once, here.
+"""The one loop: the walk's pure decision per phase (`decide`, `undo`: it holds, runs, resumes
+from the recorded originals less the retired steps, runs again when drifted or the stack changed,
+or is undone less what was handed over), then gate → write → record → gate, one step at a time,
+through a back end (`applying.Apply`; `projecting.Project`, `ServerDryRun`: nothing persisted).
+Resume, skip-if-satisfied, self-healing pre-gates and a killed run's revisit are written once.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 
 from migrator import phases
-from migrator.engine import walk
 from migrator.engine.clock import Clock
 from migrator.engine.informer import Informer
 from migrator.engine.progress import Listener
-from migrator.engine.state import PhaseRecord, RunSession, State
+from migrator.engine.state import PhaseRecord, PhaseStatus, RunSession, State
 from migrator.engine.waiting import Waiter
-from migrator.engine.walk import Action, Decision
 from migrator.model import gates as g
 from migrator.model.discovery import discover
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
 from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.retiring import HANDED_OVER, reasked, retired
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import Step, from_record
@@ -49,6 +35,108 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 
+class Action(Enum):
+    HOLDS = "holds"  # completed, and it still holds: left alone
+    RUN = "run"  # pending or rolled back: planned from scratch
+    RESUME = "resume"  # in progress or failed: re-planned from the recorded originals
+    RERUN = "rerun"  # completed, but drifted or planned for another stack: run again
+    UNDO = "undo"  # rolled back from what it wrote
+
+
+class Retirement(NamedTuple):
+    """A recorded step the cluster no longer describes, kept with `status` (model/retiring.py)."""
+
+    step_id: str
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a run does with one phase, and the context it decided in."""
+
+    module: Phase
+    record: PhaseRecord | None
+    action: Action
+    ctx: PlanContext  # the cluster and the originals the plan (or verification) used
+    gates: tuple[GateResult, ...]  # completed: its verification now; else the plan's gates
+    plan: PhasePlan | None  # what the run writes (None when it holds)
+    retire: tuple[Retirement, ...] = ()  # recorded steps the run retires before planning
+    reason: str = ""  # RERUN: why the phase runs again
+
+    @property
+    def status(self) -> PhaseStatus:
+        return self.record.status if self.record is not None else PhaseStatus.PENDING
+
+    @property
+    def record_error(self) -> str | None:
+        return self.record.error if self.record is not None else None
+
+    @property
+    def handed_over(self) -> list[str]:
+        return [r.reason for r in self.retire if r.status == HANDED_OVER]
+
+    @property
+    def drift(self) -> list[GateResult]:
+        """A completed phase's failed verification gates."""
+        return g.failed(self.gates) if self.status is PhaseStatus.COMPLETED else []
+
+
+def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None
+                 ) -> tuple[Retirement, ...]:
+    found = [(r.id, retired(ctx, from_record(r.step))) for r in rec.steps
+             if r.status in ("intent", "done")]
+    return tuple(Retirement(step_id, *why) for step_id, why in found
+                 if why is not None and (only is None or why[0] == only))
+
+
+def _replanned(ctx: PlanContext, rec: PhaseRecord) -> tuple[PlanContext, tuple[Retirement, ...]]:
+    """The context with the recorded originals, less those of the steps retired now."""
+    retire = _retirements(ctx, rec, None)
+    gone = {r.step_id for r in retire}
+    return replace(ctx, recorded={k: v for k, v in rec.recorded().items()
+                                  if k not in gone}), retire
+
+
+def _kept(ctx: PlanContext, rec: PhaseRecord) -> tuple[list[Step], tuple[Retirement, ...]]:
+    """What the phase wrote, less what an operator release manages now (handed over)."""
+    handed = _retirements(ctx, rec, HANDED_OVER)
+    gone = {r.step_id for r in handed}
+    return [from_record(r.step) for r in rec.steps
+            if r.status in ("intent", "done") and r.id not in gone], handed
+
+
+def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
+           new_stack: str | None = None) -> Decision:
+    """The decision for one phase of `apply` on `ctx` (no originals); `new_stack`: the stack
+    running now when it differs from the recorded one (every completed phase runs again)."""
+    status = rec.status if rec is not None else PhaseStatus.PENDING
+    if status is PhaseStatus.COMPLETED and rec is not None:
+        kept, handed = _kept(ctx, rec)
+        gates = tuple(module.verify(ctx, kept) + reasked(rec.reverted_steps(), ctx.options))
+        drift = g.failed(gates)
+        if not drift and new_stack is None:
+            return Decision(module, rec, Action.HOLDS, ctx, gates, None, handed)
+        reason = g.describe(drift) if drift else f"stack changed to {new_stack}"
+        plan_ctx, retire = _replanned(ctx, rec)
+        return Decision(module, rec, Action.RERUN, plan_ctx, gates, module.plan(plan_ctx),
+                        retire, reason)
+    if status.unfinished and rec is not None:
+        plan_ctx, retire = _replanned(ctx, rec)
+        plan = module.plan(plan_ctx)
+        return Decision(module, rec, Action.RESUME, plan_ctx, tuple(plan.gates), plan, retire)
+    plan = module.plan(ctx)
+    return Decision(module, rec, Action.RUN, ctx, tuple(plan.gates), plan)
+
+
+def undo(module: Phase, rec: PhaseRecord, ctx: PlanContext) -> Decision:
+    """The decision for one phase of `rollback`: what it wrote, undone, less what was handed
+    over (left alone, and said so)."""
+    wrote, handed = _kept(ctx, rec)
+    plan = module.rollback(ctx, wrote)
+    return Decision(module, rec, Action.UNDO, ctx, tuple(plan.gates), plan, handed)
+
+
 @dataclass
 class RunSettings:
     timeout: float = 600.0  # progress deadline: seconds a wait may go without any progress
@@ -58,8 +146,7 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class Run:
-    """One apply or rollback: built once by `commands`, handed to the back end, and from it to
-    every read (the cache), save (the session) and wait (the clock) of the run."""
+    """One apply or rollback as `commands` builds it, passed down to every read, save, wait."""
 
     kube: Kube
     namespace: str
@@ -87,25 +174,21 @@ class Direction(Enum):
 
 @dataclass(frozen=True)
 class PhaseWork:
-    """One phase as the loop runs it: which way, and what its steps' waits hold it to (the
-    no-loss baselines and the plan's tolerances)."""
+    """One phase as the loop runs it: which way, and its no-loss baselines."""
 
     module: Phase
     rec: PhaseRecord
     plan: PhasePlan
     bases: tuple[ServiceBaseline, ...]
     direction: Direction
-    # what the phase was decided on: its CRs, monitors and Leases serve every step's gates
-    # (no step changes them); the namespace is read afresh for each (`fresh`)
-    decided: Snapshot
+    decided: Snapshot  # what the phase was decided on: its CRs serve every step's gates
 
     @property
     def rollback(self) -> bool:
         return self.direction is Direction.ROLLBACK
 
     @property
-    def records(self) -> list[StepRecord]:
-        """The step records of this direction: rollback keeps its own (`undo`)."""
+    def records(self) -> list[StepRecord]:  # rollback keeps its own (`undo`)
         return self.rec.undo if self.rollback else self.rec.steps
 
     def mark(self, step: Step, status: str) -> None:
@@ -113,29 +196,16 @@ class PhaseWork:
 
 
 class Backend(Protocol):
-    """What a step does: the loop calls these and nothing else with an effect.
-
-    snapshot / live     the cluster (as read, or as it would be) / the step's object now
-    fresh               the namespace read again onto a base, its cluster-scoped objects kept
-    stack               the stack running now (`changed`: not the completed phases' one)
-    holds               a completed phase that still holds: left alone
-    begin / start       a phase worked on: its retirements and plan / recorded as started
-                        (baselines and originals before any write)
-    refuse              a gate stops the run (apply: `GateFailed`; a projection: `Stopped`),
-                        before `step` when one of its pre-gates (`gates`) refuses
-    skip / write / roll the step already true / its write / pod by pod (`RollPods`)
-    wait_pre            pre-gates that heal by themselves: waited for (or said), rest returned
-    after / check       a step's post-gates (`wrote`: now, or by a run killed before them) /
-                        those of a step already true (an operator's own rollout)
-    finish              the phase completed (or rolled back)
-    settle_after_restore  `--settle` after the selectors are restored
-    """
+    """What a step does: the loop calls these and nothing else with an effect. `refuse` stops
+    the run (apply: `GateFailed`; a projection: `Stopped`); `after`/`check` wait for the
+    post-gates of a step written (`wrote`: now, or by a killed run) / already true."""
 
     catalog: Catalog
     settings: RunSettings
 
     def snapshot(self) -> Snapshot: ...
     def fresh(self, base: Snapshot) -> Snapshot: ...
+    def context(self, snap: Snapshot) -> PlanContext: ...
     def live(self, step: Step) -> Obj | None: ...
     def stack(self, state: State, live: str, changed: bool) -> None: ...
     def holds(self, decision: Decision) -> None: ...
@@ -156,8 +226,7 @@ class Backend(Protocol):
 
 
 def context(catalog: Catalog, options: Options, snap: Snapshot) -> PlanContext:
-    """The phases' view of a snapshot (no recorded originals): what every back end plans and
-    gates on."""
+    """The phases' view of a snapshot (no recorded originals)."""
     return PlanContext(snap, catalog, discover(snap, catalog).components, options, {})
 
 
@@ -173,16 +242,15 @@ class Loop:
         self.state = state
 
     def apply(self, upto: int) -> None:
-        """Phases 1..upto, each as the walk decides it (engine/walk.py)."""
-        b, catalog = self.backend, self.backend.catalog
+        """Phases 1..upto, each as the walk decides it."""
+        b = self.backend
         snap = b.snapshot()
-        live_stack = discover(snap, catalog).stack
+        live_stack = discover(snap, b.catalog).stack
         changed = self.state.stack_changed(live_stack)
         b.stack(self.state, live_stack, changed)
         for number in [n for n in phases.numbers() if n <= upto]:
-            decision = walk.decide(phases.by_number(number), self.state.phase(number), snap,
-                                   catalog, discover(snap, catalog).components,
-                                   b.settings.options, new_stack=live_stack if changed else None)
+            decision = decide(phases.by_number(number), self.state.phase(number),
+                              b.context(snap), new_stack=live_stack if changed else None)
             if decision.action is Action.HOLDS:
                 b.holds(decision)
                 continue
@@ -190,9 +258,8 @@ class Loop:
             snap = b.snapshot()
 
     def rollback(self, downto: int) -> None:
-        """Phases downto.. undone, newest first; `--settle` after the selectors are restored,
-        before anything the old selectors needed is removed."""
-        b, catalog = self.backend, self.backend.catalog
+        """Phases downto.. undone, newest first; `--settle` once the selectors are restored."""
+        b = self.backend
         snap = b.snapshot()
         settled = False
         switching = phases.selector_phase().NUMBER
@@ -204,8 +271,7 @@ class Loop:
                 b.settle_after_restore(self.state)
                 settled = True
                 snap = b.snapshot()
-            self._phase(walk.undo(phases.by_number(number), rec, snap, catalog,
-                                  discover(snap, catalog).components, b.settings.options),
+            self._phase(undo(phases.by_number(number), rec, b.context(snap)),
                         Direction.ROLLBACK)
             snap = b.snapshot()
 
@@ -228,8 +294,7 @@ class Loop:
                 b.skip(work, step)
             else:
                 base = b.fresh(work.decided)
-                pre = list(work.module.before_write(
-                    context(b.catalog, b.settings.options, base), step))
+                pre = list(work.module.before_write(b.context(base), step))
                 if g.failed(pre) and all(r.wait for r in g.failed(pre)):
                     pre = b.wait_pre(work, step, base, pre)
                 if g.failed(pre):
@@ -244,24 +309,16 @@ class Loop:
         b.finish(work)
 
     def _revisit(self, work: PhaseWork) -> list[Step]:
-        """Steps this phase wrote (or may have: intent) that the plan leaves out because the
-        live object already shows their effect. A run killed between such a write and the end
-        of its gates (rollout, endpoints) must still mark it done and wait for those gates
-        before going on; they come first, as they did before the kill."""
+        """Steps this phase wrote (or may have: intent) that the plan leaves out as the live
+        object shows their effect: a killed run's write still gets its post-gates, first."""
         planned = {s.id for s in work.plan.steps}
-        out: list[Step] = []
-        for r in work.records:
-            if r.status not in ("intent", "done") or r.id in planned:
-                continue
-            step = from_record(r.step)
-            if step.satisfied(self.backend.live(step)):
-                out.append(step)
-        return out
+        wrote = [from_record(r.step) for r in work.records
+                 if r.status in ("intent", "done") and r.id not in planned]
+        return [s for s in wrote if s.satisfied(self.backend.live(s))]
 
 
 def _refusal_hint(plan: PhasePlan) -> str:
-    """A gate of the plan refuses before the phase's first write: where the runbook says what
-    that gate means and what to do, by its name."""
+    """A plan's gate refuses before the first write: the runbook row for it, by its name."""
     failed = [r.name.partition("/")[0] for r in plan.gates if not r.ok]
     row = f"its {failed[0]} row" if failed else "the gate's row"
     return (f"nothing was written; fix what the gate names ({row} in docs/runbook.md, 'Gate "
@@ -276,26 +333,15 @@ def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:
     return step.stop_hint(work.rollback)
 
 
-class Applier(Protocol):
-    """The apply back end as `afterwrite` and `ondelete` use it (`applying.Apply` is it): the
-    snapshot from the run's cache (as new as the tool's last write), `fresh` (what a step
-    changes read again onto `base`), the phases' `context`, `quiet` (the cache stops following
-    a rolling DaemonSet), `save` (the state, shielded from signals) and `refuse` (the phase
-    recorded failed, `GateFailed`)."""
+class Applier(Backend, Protocol):
+    """The apply back end (`applying.Apply`) as `afterwrite`, `ondelete` and `inplace` use it."""
 
     kube: Kube
     namespace: str
-    catalog: Catalog
-    settings: RunSettings
     clock: Clock
     listener: Listener
     waiter: Waiter
     result: Tally
 
-    def snapshot(self) -> Snapshot: ...
-    def fresh(self, base: Snapshot) -> Snapshot: ...
-    def context(self, snap: Snapshot) -> PlanContext: ...
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]: ...
     def save(self) -> None: ...
-    def refuse(self, rec: PhaseRecord, message: str, hint: str, step: Step | None = None,
-               gates: list[GateResult] | None = None) -> NoReturn: ...

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan
@@ -18,8 +19,7 @@ class RolloutProgress:
     eta_seconds: float | None = None  # at the pace so far; None until a pod was updated
 
 
-@dataclass(frozen=True)
-class EndpointProgress:
+class EndpointProgress(NamedTuple):
     service: str
     ready: int
     baseline: int
@@ -38,33 +38,18 @@ class PhaseEvent:
     name: str
     status: str  # planning | in-progress | completed | failed | rolled-back | drifted
     plan: PhasePlan | None = None
-    gates: tuple[GateResult, ...] = field(default=())
+    gates: tuple[GateResult, ...] = ()
     message: str = ""
 
 
 class Listener:
-    """What the runner tells as it goes. Every method does nothing here: a listener overrides
-    those it acts on, and `Listener()` itself ignores everything (tests, `-o json`).
-    `warning`: the one way a warning travels (engine/warned.py collects a command's for its
-    report)."""
+    """What the runner tells as it goes: a listener overrides what it acts on, and `Listener()`
+    ignores everything (tests, `-o json`). `warning` is the one way a warning travels."""
 
-    def phase(self, event: PhaseEvent) -> None:
-        pass
-
-    def step(self, event: StepEvent) -> None:
-        pass
-
-    def rollout(self, progress: RolloutProgress) -> None:
-        pass
-
-    def endpoints(self, progress: EndpointProgress) -> None:
-        pass
-
-    def settle(self, seconds_left: float) -> None:
-        pass
-
-    def message(self, text: str) -> None:
-        pass
-
-    def warning(self, text: str) -> None:
-        pass
+    def phase(self, event: PhaseEvent) -> None: ...
+    def step(self, event: StepEvent) -> None: ...
+    def rollout(self, progress: RolloutProgress) -> None: ...
+    def endpoints(self, progress: EndpointProgress) -> None: ...
+    def settle(self, seconds_left: float) -> None: ...
+    def message(self, text: str) -> None: ...
+    def warning(self, text: str) -> None: ...

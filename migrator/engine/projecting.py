@@ -1,44 +1,31 @@
-"""The back ends of the one loop (engine/loop.py) that write nothing persistent:
-
-- `Project` (the report of a run before it runs; pure): each phase the loop reaches is run
-  against the cluster *as it would be* after the earlier writes (`model/projection.py`): its
-  changes, the gates it can evaluate with their result — the plan's, and each step's pre-gates
-  on the cluster as it would be just before that step — and, for what only the run itself can
-  show, the waits it would go through (`wouldWaitFor`: a rollout, an alias's EndpointSlices,
-  the no-loss baselines). A gate that refuses stops it there (`would-stop`; the phases after
-  it `not-reached`), as it would stop the run before its write.
-- `ServerDryRun` (`apply --dry-run`, `rollback --dry-run`): `Project`, and every write the API
-  server can take now (its object exists, or the write creates it) sent with `dryRun=All`
-  (the strategy is on the request: `Kube` writes take `dry_run`), so the server validates
-  it. No lock, no state write, no wait.
-
-A phase's `status` stays what the state records: a projection records nothing (the loop
-itself never writes the state; only `applying.Apply` does).
+"""The back ends of the one loop that write nothing persistent. `Project` (pure) runs each phase
+against the cluster *as it would be* after the earlier writes (model/projection.py): its changes,
+the gates it can evaluate, the waits only the run can show (`wouldWaitFor`), and where a gate
+would stop it. `ServerDryRun` (`--dry-run`) also sends each write it can with `dryRun=All`.
+`Report` is every command's report of each phase (`walked`): no waits, no pre-gates.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
-from migrator.engine import executor
-from migrator.engine.loop import Direction, Loop, PhaseWork, RunSettings, Stopped, context
+from migrator.engine import afterwrite, executor, loop
+from migrator.engine.loop import Decision, Direction, Loop, PhaseWork, RunSettings, Stopped
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
-from migrator.engine.walk import Action, Decision, decide
 from migrator.engine.warned import merged
 from migrator.model import gates as g
 from migrator.model import kinds, projection
-from migrator.model import objects as o
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult
-from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.stepbase import Change
 from migrator.model.steps import Step
-from migrator.model.wording import counted
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -47,6 +34,11 @@ WOULD_RUN = "would-run"  # the run would plan and write this phase (or only wait
 HOLDS = "holds"  # completed, and it still holds: the run would leave it alone
 WOULD_STOP = "would-stop"  # a gate refuses: the run would stop before this phase's write
 NOT_REACHED = "not-reached"  # an earlier phase would stop the run first
+OWNED_AFTER_SWITCH = (
+    "--include-operator-owned changes nothing now: phase 3 is completed, so {services} stay "
+    "as they are; to switch them too, run `dcgm-migrate rollback --phase 3`, then "
+    "`dcgm-migrate apply --phase 3 --include-operator-owned`"
+)
 
 Obj = dict[str, Any]
 
@@ -54,7 +46,7 @@ Obj = dict[str, Any]
 @dataclass(frozen=True)
 class Preview:
     """What a projected run would do: the report (its phases carry `preview`), the writes it
-    would send (sent with `dryRun=All` by `ServerDryRun`), those it cannot send yet."""
+    would send with `dryRun=All`, and those it cannot send yet."""
 
     report: PlanReport
     writes: tuple[Step, ...]
@@ -74,7 +66,6 @@ class _Phase:
 
 
 def changes_of(steps: tuple[Step, ...] | list[Step]) -> tuple[Change, ...]:
-    """What the steps would change, field by field."""
     return tuple(c for step in steps for c in step.changes())
 
 
@@ -82,10 +73,10 @@ class Project:
     """The report back end: the loop's writes projected onto the cluster, nothing written."""
 
     def __init__(self, snapshot: Snapshot, catalog: Catalog, settings: RunSettings) -> None:
-        self.catalog = catalog
-        self.settings = settings
-        self.now = snapshot  # the cluster as read: which objects a dry-run write can reach
-        self.projected = snapshot  # as it would be after the writes projected so far
+        self.catalog, self.settings = catalog, settings
+        self.now = self.projected = snapshot  # as read / as the writes so far would leave it
+        self.base = PlanContext(snapshot, catalog, discover(snapshot, catalog).components,
+                                settings.options)
         self.views: dict[int, PhaseView] = {}
         self.writes: list[Step] = []
         self.unsent: list[str] = []
@@ -94,8 +85,6 @@ class Project:
         self.stopped: int | None = None
         self._on: _Phase | None = None
         self._settle: list[str] = []
-
-    # ---- reads -----------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
         return self.projected
@@ -107,9 +96,12 @@ class Project:
         return _live(self.projected, step)
 
     def context(self, snap: Snapshot) -> PlanContext:
-        return context(self.catalog, self.settings.options, snap)
+        return loop.context(self.catalog, self.settings.options, snap)
 
-    # ---- phases ----------------------------------------------------------------------------
+    def decide(self, rec: PhaseRecord) -> Decision:
+        """The walk's decision on the cluster as it would be (components as read)."""
+        return loop.decide(phases.by_number(rec.number), rec, replace(self.base,
+                                                                  snapshot=self.projected))
 
     def stack(self, state: State, live: str, changed: bool) -> None:
         """The report says the stack change (engine/assemble.py); nothing is recorded."""
@@ -122,19 +114,17 @@ class Project:
         plan = decision.plan
         assert plan is not None
         notes = list(plan.notes)
-        if decision.action is Action.RERUN:
+        if decision.action is loop.Action.RERUN:
             reason = (f"it no longer holds ({g.describe(decision.drift)})" if decision.drift
                       else decision.reason.replace("stack changed", "the stack changed"))
             notes.insert(0, f"recorded completed, but {reason}: the run would run it again")
-        if plan.blocked and plan.blocked not in notes:
-            notes.append(plan.blocked)
         if direction is Direction.FORWARD:
             self.warnings += [f"the run would retire a recorded step: {r.reason}"
                               for r in decision.retire]
         else:
             self.warnings += [f"phase {decision.module.NUMBER} rollback: {w}"
                               for w in plan.warnings]
-        self._on = _Phase(decision, {r.name: r for r in plan.gates}, notes,
+        self._on = _Phase(decision, {r.name: r for r in plan.gates}, _blocked(plan, notes),
                           list(self._settle), self.projected)
         self._settle = []
 
@@ -157,13 +147,12 @@ class Project:
                          decision.ctx.snapshot)
 
     def finish(self, work: PhaseWork) -> None:
-        on = self._on
-        assert on is not None
+        assert self._on is not None
         if work.plan.steps or work.plan.checks:
-            on.waits += _baselines(work.plan)
+            self._on.waits += afterwrite.baselines_said(work.plan)
         self._close(WOULD_RUN)
 
-    def _close(self, outcome: str) -> None:
+    def _close(self, outcome: str | None) -> None:
         on = self._on
         assert on is not None and on.decision.plan is not None
         plan = on.decision.plan
@@ -171,8 +160,6 @@ class Project:
             on.decision, changes_of(plan.steps), on.gates.values(), on.notes, plan.blocked,
             outcome, on.waits)
         self._on = None
-
-    # ---- steps -----------------------------------------------------------------------------
 
     def skip(self, work: PhaseWork, step: Step) -> None:
         """Already true: the run marks it skipped."""
@@ -202,16 +189,19 @@ class Project:
 
     def roll(self, work: PhaseWork, step: Step) -> None:
         """Pods deleted one node at a time: never sent, only said."""
-        assert self._on is not None
         before = self.projected
         self.projected = projection.after(before, step)
-        self._on.waits += _waits(self, work, step, before, self.projected)
+        self._said(work, step, before)
 
     def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
         assert self._on is not None
         if wrote:
-            before = self._on.before if base is not None else self.projected
-            self._on.waits += _waits(self, work, step, before, self.projected)
+            self._said(work, step, self._on.before if base is not None else self.projected)
+
+    def _said(self, work: PhaseWork, step: Step, before: Snapshot) -> None:
+        assert self._on is not None
+        self._on.waits += afterwrite.said(self.context(self.projected), work, step, before,
+                                          self.projected)
 
     def check(self, work: PhaseWork, step: Step) -> None:
         assert self._on is not None
@@ -231,8 +221,7 @@ class ServerDryRun(Project):
     def __init__(self, snapshot: Snapshot, catalog: Catalog, settings: RunSettings,
                  kube: Kube, say: Any) -> None:
         super().__init__(snapshot, catalog, settings)
-        self.kube = kube
-        self.say = say  # the listener's `message`
+        self.kube, self.say = kube, say  # `say`: the listener's `message`
 
     def send(self, step: Step) -> None:
         sent = len(self.writes)
@@ -243,25 +232,103 @@ class ServerDryRun(Project):
                      "(nothing persisted)")
 
 
+class Report(Project):
+    """`Project` as the report shows each phase: a completed one (even one the loop re-runs)
+    judged on the cluster as it is (what `verify` answers), the others' plans and gates."""
+
+    def __init__(self, snapshot: Snapshot, catalog: Catalog, options: Options) -> None:
+        super().__init__(snapshot, catalog, RunSettings(options=options))
+        self.decisions: dict[int, Decision] = {}
+
+    def _judged(self, decision: Decision) -> PhaseView:
+        """A completed phase: its verification on the cluster as it is now."""
+        module, rec = decision.module, decision.record
+        if self.projected is not self.now:
+            decision = loop.decide(module, rec, self.base)
+        options = self.settings.options
+        again = module.plan(replace(self.base, snapshot=self.projected))
+        self.warnings += again.warnings  # e.g. operator-owned, still true
+        notes = decision.handed_over
+        if module.SWITCHES_SELECTORS and options.include_operator_owned and again.steps:
+            notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
+                s.object for s in again.steps)))
+            self.warnings.append(notes[-1])
+        return PhaseView(module.NUMBER, module.NAME, PhaseStatus.COMPLETED, (), decision.gates,
+                         tuple(notes), decision.record_error)
+
+    def holds(self, decision: Decision) -> None:
+        self.decisions[decision.module.NUMBER] = decision
+        self.views[decision.module.NUMBER] = self._judged(decision)
+
+    def begin(self, decision: Decision, direction: Direction) -> None:
+        number = decision.module.NUMBER
+        self.decisions[number] = decision
+        plan = decision.plan
+        assert plan is not None
+        if decision.action is loop.Action.RERUN:
+            self.views[number] = self._judged(decision)
+        else:
+            self.warnings += plan.warnings
+        notes = list(plan.notes)
+        earlier = [n for n, v in self.views.items() if v.status is not PhaseStatus.COMPLETED]
+        if earlier and any(not r.ok for r in plan.gates):
+            notes.append("gates show the cluster as the run would meet it after phase "
+                         f"{', '.join(map(str, earlier))}")
+        self._on = _Phase(decision, {r.name: r for r in plan.gates}, _blocked(plan, notes), [],
+                          self.projected)
+
+    def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
+        super().write(work, step, [])  # the report shows the plan's gates only
+
+    def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
+        """The report shows no waits."""
+
+    def check(self, work: PhaseWork, step: Step) -> None:
+        """The report shows no waits."""
+
+    def _close(self, outcome: str | None) -> None:
+        assert self._on is not None
+        if self._on.decision.module.NUMBER in self.views:  # a re-run shows its verification
+            self._on = None
+        else:
+            super()._close(None)
+
+
+def walked(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options
+           ) -> tuple[tuple[PhaseView, ...], dict[int, Decision], list[str]]:
+    """Every phase through the one loop on the report back end: the views, the decisions and
+    the phases' warnings. Past a gate that would stop the run, the phases are shown as planned
+    on the cluster as it would be."""
+    backend = Report(snapshot, catalog, options)
+    walking = state or State(snapshot.namespace)
+    with contextlib.suppress(Stopped):
+        Loop(backend, walking).apply(max(phases.numbers()))
+    for number in (n for n in phases.numbers() if n not in backend.views):
+        decision = backend.decisions[number] = backend.decide(walking.phase(number))
+        if decision.plan is None:
+            backend.holds(decision)
+            continue
+        backend.warnings += decision.plan.warnings
+        backend.views[number] = unasked(backend, decision, False)
+    return (tuple(backend.views[n] for n in phases.numbers()), backend.decisions,
+            backend.warnings)
+
+
 def preview(backend: Project, state: State | None, report: PlanReport, upto: int, *,
             rollback: bool = False) -> Preview:
     """Run the one loop on a projecting back end: `apply --phase upto` (or `rollback`), as
     it would go, with `report` (the cluster as read) carrying the phases it shows."""
     walked = state or State(report.namespace)
-    try:
-        if rollback:
-            Loop(backend, walked).rollback(upto)
-        else:
-            Loop(backend, walked).apply(upto)
-    except Stopped:
-        pass
+    run = Loop(backend, walked)
+    with contextlib.suppress(Stopped):
+        (run.rollback if rollback else run.apply)(upto)
     views = []
     for view in report.phases:
         asked = view.number >= upto if rollback else view.number <= upto
         if view.number in backend.views:
             views.append(backend.views[view.number])
         elif not rollback:
-            views.append(unasked(backend, walked.phase(view.number), asked))
+            views.append(unasked(backend, backend.decide(walked.phase(view.number)), asked))
         elif asked and backend.stopped is not None:
             views.append(replace(view, preview=PhasePreview(NOT_REACHED, ())))
         else:
@@ -269,6 +336,11 @@ def preview(backend: Project, state: State | None, report: PlanReport, upto: int
     return Preview(replace(report, phases=tuple(views),
                            warnings=merged(report.warnings, backend.warnings)),
                    tuple(backend.writes), tuple(backend.unsent), backend.refusal)
+
+
+def _blocked(plan: PhasePlan, notes: list[str]) -> list[str]:
+    """`notes`, then why the plan is blocked (once)."""
+    return [*notes, plan.blocked] if plan.blocked and plan.blocked not in notes else notes
 
 
 def _view(decision: Decision, changes: tuple[Change, ...], gates: Any, notes: list[str],
@@ -280,71 +352,19 @@ def _view(decision: Decision, changes: tuple[Change, ...], gates: Any, notes: li
                                                                tuple(dict.fromkeys(waits or []))))
 
 
-def unasked(b: Project, rec: PhaseRecord, asked: bool) -> PhaseView:
+def unasked(b: Project, decision: Decision, asked: bool) -> PhaseView:
     """A phase past N (shown as the run's final report would show it), or one an earlier
     phase's refusal keeps the run from reaching."""
-    module = phases.by_number(rec.number)
-    decision = decide(module, rec, b.projected, b.catalog,
-                      discover(b.now, b.catalog).components, b.settings.options)
     notes = [] if not asked else [f"not reached: phase {b.stopped} would stop the run first"]
     outcome = NOT_REACHED if asked else None
-    if decision.status is PhaseStatus.COMPLETED or decision.plan is None:
-        return _view(decision, (), decision.gates, notes, None, outcome)
     plan = decision.plan
-    notes = [*notes, *plan.notes]
-    if plan.blocked and plan.blocked not in notes:
-        notes.append(plan.blocked)
-    return _view(decision, changes_of(plan.steps), plan.gates, notes, plan.blocked, outcome)
+    if decision.status is PhaseStatus.COMPLETED or plan is None:
+        return _view(decision, (), decision.gates, notes, None, outcome)
+    return _view(decision, changes_of(plan.steps), plan.gates,
+                 _blocked(plan, [*notes, *plan.notes]), plan.blocked, outcome)
 
 
 def _live(snap: Snapshot, step: Step) -> Obj | None:
     source = snap.daemonsets if step.kind == kinds.DAEMONSET else snap.services
     found = source.get(step.name)
     return dict(found) if found is not None else None
-
-
-def _waits(b: Project, work: PhaseWork, step: Step, before: Snapshot, after: Snapshot
-           ) -> list[str]:
-    """What the run would wait for after this step: only the run can show these."""
-    out = []
-    ds = before.daemonsets.get(step.rollout_of() or "")
-    labels = ", ".join(f"{k}={v}" if v is not None else f"no {k}"
-                       for k, v in step.pod_labels().items())
-    if step.pod_by_pod and step.name in before.daemonsets:
-        pods = [p for p in before.pods_of(step.name) if not p.deleting]
-        out.append(f"DaemonSet/{step.name}'s {counted(len(pods), 'pod')} relabelled in place, "
-                   "none restarted" if step.type == "relabel-pods" else
-                   f"DaemonSet/{step.name}'s {counted(len(pods), 'old pod')} deleted one node at "
-                   "a time, each after the previous node's new pod is Ready (--roll-on-delete)")
-    elif ds is not None and o.update_strategy(ds) == "OnDelete":
-        return []  # the template change rolls nothing (`afterwrite.wait`)
-    elif ds is not None and step.rolls_pods():
-        desired = g.rollout_counts(ds)[2]
-        out.append(f"the rollout of DaemonSet/{step.name}: {counted(desired, 'pod')} replaced, "
-                   f"at most {o.max_unavailable(ds, desired)} unavailable at a time")
-    for r in work.module.after_write(b.context(after), step):
-        check, _, name = r.name.partition("/")
-        if check == "rollout-complete":
-            continue  # the rollout line above
-        if check == "pods-labelled":
-            out.append(f"every pod of DaemonSet/{name} to carry {labels}" if labels else
-                       f"every pod of DaemonSet/{name} to carry its new template's labels")
-        elif check == "endpointslices":
-            ready = after.endpoints_of(name).ready_total
-            out.append(f"the EndpointSlices of Service/{name} to list exactly its {ready} "
-                       "Ready pods")
-        else:
-            out.append(f"{r.name}: {r.detail}")
-    return out
-
-
-def _baselines(plan: PhasePlan) -> list[str]:
-    """The no-loss gates the run checks after every write of the phase."""
-    out = []
-    for base in plan.guarded:
-        budget = plan.tolerance.get(base.service, 0)
-        where = " per node" if base.local else ""
-        out.append(f"Service/{base.service} to keep its {base.total} ready endpoints{where} "
-                   + (f"(at most {budget} missing while pods roll)" if budget
-                      else "(none lost)"))
-    return out

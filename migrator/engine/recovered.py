@@ -1,8 +1,7 @@
 """A state lost after phase 1, rebuilt from the marks phase 1 left on the DaemonSets
-(model/labelmarks.py), so `rollback --phase 1` can undo it: each mark says which labels the
-tool set and what they were before, which is all phase 1's record holds. Only when phase 1's
-marks are the only ones: an alias left by phase 2 or a switched selector is not recorded by a
-mark that says what to restore, so such a cluster still needs the state's backup."""
+(model/labelmarks.py: the labels set and their values before, all its record holds), so
+`rollback --phase 1` can undo it; only when they are the tool's only marks (later phases' writes
+leave no mark of what to restore)."""
 
 from __future__ import annotations
 
@@ -30,20 +29,10 @@ def phase_one_only(snapshot: Snapshot, catalog: Catalog) -> list[labelmarks.Labe
     return marks if marks and tool_marks(snapshot, catalog) == described else []
 
 
-def without_backup(snapshot: Snapshot, catalog: Catalog, namespace: str) -> str:
-    """What a lost state's refusal offers when there is no backup to restore."""
-    if phase_one_only(snapshot, catalog):
-        return (f"without a backup, `dcgm-migrate rollback --phase 1 -n {namespace}` undoes "
-                "phase 1 from the marks it left on the DaemonSets, and the migration starts "
-                "over")
-    return "without a backup see docs/runbook.md, 'Restoring the state'"
-
-
 def from_marks(snapshot: Snapshot, catalog: Catalog, namespace: str, clock: Clock,
                say: Callable[[str], None]) -> State | None:
-    """A state with phase 1 completed as the marks record it (None: nothing to rebuild from,
-    or marks of later phases too), said through `say`. The labels' values now are what
-    phase 1 wrote."""
+    """A state with phase 1 completed as the marks record it (None: none, or later phases'
+    marks too), said through `say`. The labels' values now are what phase 1 wrote."""
     marks = phase_one_only(snapshot, catalog)
     if not marks:
         return None
@@ -65,10 +54,8 @@ def from_marks(snapshot: Snapshot, catalog: Catalog, namespace: str, clock: Cloc
 
 
 def refuse_lost_state(snapshot: Snapshot, catalog: Catalog, namespace: str) -> None:
-    """No state, but the cluster carries the tool's marks: the records rollback needs were
-    lost. Going on would record a migration from a cluster that is already half-migrated, with
-    originals that are not the originals, so `apply` and `rollback` stop here (zero writes);
-    after phase 1 alone, `rollback --phase 1` undoes it from the marks (`from_marks`)."""
+    """No state, but the tool's marks on the cluster: going on would record originals that are
+    not the originals, so `apply` and `rollback` stop here (zero writes)."""
     marks = tool_marks(snapshot, catalog)
     if not marks:
         return
@@ -79,15 +66,16 @@ def refuse_lost_state(snapshot: Snapshot, catalog: Catalog, namespace: str) -> N
         "deleted, and what to roll back is not known.",
         f"{restore_hint(namespace, cm, f'{mb.key}={mb.value}')}, then run the command again "
         f"(`dcgm-migrate status -n {namespace}` lists every marked object); "
-        + without_backup(snapshot, catalog, namespace))
+        + (f"without a backup, `dcgm-migrate rollback --phase 1 -n {namespace}` undoes phase 1 "
+           "from the marks it left on the DaemonSets, and the migration starts over"
+           if phase_one_only(snapshot, catalog)
+           else "without a backup see docs/runbook.md, 'Restoring the state'"))
 
 
 def reopen_half_rolled(state: State, snapshot: Snapshot, catalog: Catalog) -> list[int]:
-    """Phase 1 recorded rolled back while an OnDelete DaemonSet's pods still carry the common
-    label its template no longer has (a rollback without `--roll-on-delete` that did not
-    refuse it): reopened as failed, with a record of each such DaemonSet's labels as they are
-    now (a rollback clears its phase's records), so `rollback --phase 1 --roll-on-delete`
-    rolls its pods. The phase numbers reopened."""
+    """Phase 1 rolled back while an OnDelete DaemonSet's pods keep the common label: reopened
+    as failed, each such DaemonSet's labels recorded as they are now, so `rollback --phase 1
+    --roll-on-delete` rolls its pods. The phase numbers reopened."""
     rec = state.phase(LABEL_PHASE)
     if rec.status is not PhaseStatus.ROLLED_BACK:
         return []

@@ -1,12 +1,11 @@
-"""The reports the commands return, typed: built once from final values (engine/assemble.py,
-engine/projecting.py, `commands`), never patched, and serialised to the `-o json` document in one
-place, at the CLI edge (cli/documents.py, docs/output.schema.json). Pure data."""
+"""The reports the commands return, typed, built once from final values and serialised to the
+`-o json` document at the CLI edge (cli/documents.py, docs/output.schema.json)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from migrator.errors import MigrateError
 from migrator.model.gates import GateResult
@@ -43,9 +42,7 @@ class PhaseView:
 
 @dataclass(frozen=True)
 class StackChange:
-    """The GPU Operator stack running now is not the one the completed phases were planned
-    for (a stack changed without `change-stack`): none of them holds until `apply` re-plans
-    them for the stack running now."""
+    """The stack running now is not the one the completed phases were planned for."""
 
     recorded: str
     live: str
@@ -59,8 +56,7 @@ class StackChange:
 
 @dataclass(frozen=True)
 class PlanReport:
-    """What `plan` prints, and the common part of every report of the cluster (apply,
-    rollback, status, verify)."""
+    """What `plan` prints, and the common part of every report of the cluster."""
 
     stack: str
     namespace: str
@@ -73,47 +69,35 @@ class PlanReport:
     verdict: Verdict
     lost_state: tuple[str, ...]
     stack_change: StackChange | None = None
-    # `plan` only: what the fingerprint covers, per object and field (the plan file keeps it,
-    # so a stale plan names what changed); not part of the document
+    # `plan` only: what the fingerprint covers, per object (the plan file keeps it)
     objects: Mapping[str, Mapping[str, str]] | None = None
 
     def holds(self, upto: int) -> bool:
-        """Phases 1..upto completed for the stack running now, and every verification gate of
-        theirs passes now."""
+        """Phases 1..upto completed for the stack running now, their verification passing."""
         return self.stack_change is None and all(
             holds(v.status, v.gates) for v in self.phases if v.number <= upto)
 
-    def gates_ok(self, *, completed_only: bool = False) -> bool:
-        return all(g.ok for v in self.phases for g in v.gates
-                   if not completed_only or v.status is PhaseStatus.COMPLETED)
-
     @property
     def rolled_back(self) -> bool:
-        """A deliberate full rollback: phase 1 rolled back, every later phase rolled back or
-        never run. The cluster is as before the migration, so the checks the phases' apply
-        makes pass are expected to fail (`status`/`verify` exit 0 on them: docs/runbook.md,
-        "Rollback")."""
+        """A deliberate full rollback (phase 1 rolled back, every later one rolled back or never
+        run): the checks the phases make pass are expected to fail."""
         first = min(self.phases, key=lambda v: v.number, default=None)
         return first is not None and first.status is PhaseStatus.ROLLED_BACK and all(
             v.status in (PhaseStatus.ROLLED_BACK, PhaseStatus.PENDING) for v in self.phases)
 
     def unexpected_failures(self) -> list[Finding]:
-        """The verdict's failed checks a cluster in its state should pass: all of them, but
-        after a full rollback only those no phase answers for (a node's pod not Ready)."""
+        """The failed checks the cluster should pass (after a full rollback: no phase's)."""
         bad = self.verdict.failures()
         return [f for f in bad if f.phase == 0] if self.rolled_back else bad
 
     def verdict_fails(self, upto: int | None = None) -> list[Finding]:
-        """The verdict's failed checks; with `upto`, only those phases 1..upto answer for
-        (what `apply --phase upto` must leave right; a check no phase fixes is the cluster's
-        or the operator's, reported but not the run's failure)."""
+        """The verdict's failed checks; with `upto`, only those phases 1..upto answer for."""
         return self.verdict.failures(upto)
 
 
 @dataclass(frozen=True)
 class Closing:
-    """One of the lines a report's table ends with (engine/assemble.py `closing`): what it
-    judges, whether that is OK, and why; the renderer draws it, nothing parses it back."""
+    """One of the lines a report's table ends with (engine/assemble.py `closing`)."""
 
     subject: str  # verdict | run | dry run | status
     ok: bool
@@ -123,10 +107,7 @@ class Closing:
         return f"{self.subject}: {'OK' if self.ok else 'NOT OK'} — {self.detail}"
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where a run writes: what the question before the first write names."""
-
+class Target(NamedTuple):
     context: str
     server: str
     namespace: str
@@ -134,7 +115,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Question:
-    """The question before the first write: only the phases this run writes, and where."""
+    """The question before the first write: the phases this run writes, and where."""
 
     report: PlanReport
     target: Target
@@ -185,16 +166,14 @@ class LockView:
     gone: str | None  # why its holder is provably gone, or None
 
 
-@dataclass(frozen=True)
-class RollbackStep:
+class RollbackStep(NamedTuple):
     object: str
     type: str
     status: str  # to-do | intent | done | skipped
     changes: tuple[Change, ...]
 
 
-@dataclass(frozen=True)
-class RollbackPhase:
+class RollbackPhase(NamedTuple):
     phase: int
     name: str
     status: PhaseStatus
@@ -224,8 +203,7 @@ class StatusReport:
     state: StateDigest | None
     run: RunView
     ok: bool
-    # The state ConfigMap could not be read (corrupt, foreign): the verdict, which needs no
-    # state, is still reported; the command then ends with this error (exit 3).
+    # the state could not be read: the verdict is still reported, then this error (exit 3)
     state_error: MigrateError | None = None
 
 

@@ -1,22 +1,8 @@
-"""What `status` says about runs (docs/output.schema.json, `$defs/run`): is one running, was one
-interrupted halfway, is a rollback in progress — from the state document and the run lock.
-
-- `running` / `rolling-back`: a live lock (its expiry is in the future) whose holder is not
-  provably gone; the operation is the last `phase-start` / `rollback-start` event of the phase
-  in progress; `waitsFor` is derived from that phase's newest step record;
-- `interrupted`: no live run, and the last run did not finish: a phase `in-progress` or
-  `failed` (Ctrl-C, SIGTERM, a gate that stopped it), or the last run's target not reached — an
-  apply whose target phase is not completed, a rollback whose target phase is not rolled back
-  (a run killed between two phases leaves each phase completed or rolled back, so only the
-  history's last start event and its `target` tell it stopped): `resume` is the command that
-  goes on;
-- `idle`: nothing unfinished and no live run.
-
-A lock whose holder is provably gone (`engine/state/liveness.py`: a killed process of this
-host, a pod that no longer exists) is no live run: its lock view says `gone` and why, and the
-next run takes it over at once.
-
-Pure: the caller reads the state, the lock annotations and whether the holder is gone.
+"""What `status` says about runs (docs/output.schema.json, `$defs/run`), from the state and the
+lock; pure. `running`/`rolling-back`: a live lock whose holder is not provably gone
+(`state/liveness.py`); `interrupted`: no live run, and the last one did not finish (a phase
+in progress or failed, or the target of the history's last start event not reached), with the
+`resume` command; else `idle`.
 """
 
 from __future__ import annotations
@@ -33,8 +19,8 @@ STARTS = {"phase-start": "apply", "rollback-start": "rollback"}
 
 
 def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int | None]:
-    """(apply | rollback, the command's --phase) of the run that left `active` in progress;
-    with none active, of the newest run start the history records."""
+    """(apply | rollback, its --phase) of the run that left `active` in progress, or (none
+    active) of the newest start the history records."""
     numbers = {r.number for r in active}
     for event in reversed(state.history):
         operation = STARTS.get(str(event.get("event")))
@@ -47,23 +33,9 @@ def _operation(state: State, active: list[PhaseRecord]) -> tuple[str | None, int
     return ("apply", None) if active else (None, None)
 
 
-def left_to_do(state: State, operation: str | None, target: int | None) -> list[PhaseRecord]:
-    """The phases the run `operation --phase target` has not finished: for an apply, phases
-    1..target not completed; for a rollback, phases target.. still applied (lowest first)."""
-    if operation is None or target is None:
-        return []
-    if operation == "apply":
-        return [state.phase(n) for n in phases.numbers()
-                if n <= target and not holds(state.phase(n).status)]
-    return [state.phase(n) for n in phases.numbers()
-            if n >= target and state.phase(n).status.applied]
-
-
 def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]:
-    """The run that did not finish: (operation, target, its phases in progress or left to do);
-    (None, None, []) when the last run finished. A phase in progress or failed names its run
-    (`_operation`); otherwise the newest start event's run is unfinished while its target is
-    not reached."""
+    """The run that did not finish: (operation, target, its phases in progress or left to do),
+    or (None, None, [])."""
     active = sorted((r for r in state.phases.values() if r.status.unfinished),
                     key=lambda r: r.number)
     if active:
@@ -73,14 +45,17 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
         if operation == "apply" and target is None:
             target = max(r.number for r in active)
         return operation, target, active
-    operation, target = _operation(state, [])
-    rest = left_to_do(state, operation, target)
+    operation, target = _operation(state, [])  # unfinished while its target is not reached
+    if operation is None or target is None:
+        return None, None, []
+    rest = [state.phase(n) for n in phases.numbers()
+            if (n <= target and not holds(state.phase(n).status) if operation == "apply"
+                else n >= target and state.phase(n).status.applied)]
     return (operation, target, rest) if rest else (None, None, [])
 
 
 def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ...]:
-    """Per phase the rollback undoes (newest first), each recorded step's inverse and whether
-    it is done: what the rollback writes, instead of the forward diff."""
+    """Per phase the rollback undoes (newest first), each step's inverse and whether it is done."""
     out = []
     for number in sorted(phases.numbers(), reverse=True):
         rec = state.phase(number)
@@ -105,9 +80,8 @@ def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ..
 
 
 def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
-    """What a live run of this phase waits for, derived from its newest step record (the
-    apply back end records a step before and after each write, and waits on its post-gates after):
-    an `intent` is a write in flight; a `done` step is followed by its post-gates."""
+    """What a live run of this phase waits for, from its newest step record: an `intent` is a
+    write in flight; a `done` step is followed by its post-gates."""
     records = (record.undo if rollback else record.steps) if record is not None else []
     if not records:
         return None
@@ -128,34 +102,22 @@ def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
     return f"the post-gates of {step.object} ({step.type}): its endpoints caught up"
 
 
-def _command(operation: str, target: int, namespace: str, flags: list[str]) -> str:
-    """The command that resumes: the interrupted run's own options repeated (its start event
-    records them), so the resumed run plans as it did (`--rolling`, `--roll-on-delete`, …)."""
-    return " ".join([f"dcgm-migrate {operation} --phase {target}", *flags, f"-n {namespace}"])
-
-
-def _flags(state: State, operation: str | None) -> list[str]:
-    """The options the unfinished run recorded: in its newest start event, or in the failure
-    of a phase it stopped before starting (a pre-gate)."""
+def _resume(state: State, operation: str, target: int, namespace: str) -> str:
+    """The command that resumes, with the options the interrupted run recorded (in its start
+    event, or a pre-gate's failure), so it plans as it did (`--rolling`, …)."""
+    flags: list[str] = []
     for event in reversed(state.history):
         name = str(event.get("event"))
         if STARTS.get(name) == operation or name == PhaseStatus.FAILED.value:
             options = event.get("options")
-            return [str(o) for o in options] if isinstance(options, list) else []
-    return []
-
-
-def _lock_view(lock: LockInfo | None, live: bool, gone: str | None) -> LockView | None:
-    if lock is None:
-        return None
-    return LockView(lock.holder, lock.acquired or None,
-                    format_time(lock.expires) if lock.expires else None, live, gone)
+            flags = [str(o) for o in options] if isinstance(options, list) else []
+            break
+    return " ".join([f"dcgm-migrate {operation} --phase {target}", *flags, f"-n {namespace}"])
 
 
 def describe(state: State | None, lock: LockInfo | None, now: datetime,
              namespace: str, gone: str | None = None) -> RunView:
-    """The `run` of `status`. `gone`: why the lock's holder is provably gone
-    (None: it may be alive)."""
+    """The `run` of `status`. `gone`: why the lock's holder is provably gone, or None."""
     live = lock is not None and lock.live(now) and gone is None
     operation, target, pending = unfinished(state) if state else (None, None, [])
     active = [r for r in pending if r.status.unfinished]
@@ -172,18 +134,16 @@ def describe(state: State | None, lock: LockInfo | None, now: datetime,
         operation = target = None
     history = state.history if state else []
     return RunView(
-        state=run,
-        operation=operation,
-        target=target,
+        state=run, operation=operation, target=target,
         phase=current.number if current else None,
-        lock=_lock_view(lock, lock is not None and lock.live(now), gone),
-        resume=(_command(operation, target, namespace, _flags(state, operation))
+        lock=None if lock is None else LockView(
+            lock.holder, lock.acquired or None,
+            format_time(lock.expires) if lock.expires else None, lock.live(now), gone),
+        resume=(_resume(state, operation, target, namespace)
                 if state is not None and run == "interrupted" and operation and target
                 else None),
         last_event=history[-1] if history else None,
-        waits_for=(waits_for(current, rollback)
-                   if run in ("running", "rolling-back") else None),
+        waits_for=waits_for(current, rollback) if run in ("running", "rolling-back") else None,
         rollback=(_rollback_steps(state, target)
-                  if state is not None and rollback and run != "idle" and pending
-                  else None),
+                  if state is not None and rollback and run != "idle" and pending else None),
     )

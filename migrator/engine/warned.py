@@ -1,18 +1,11 @@
 """A command's warnings, each said once: the reports before and after a run and the run itself
-warn about the same things, and all of it travels one way — `Listener.warning` — into one
-collection (`Warned`), which the final report lists and which says each to the CLI once."""
+warn about the same things, all through `Listener.warning` into one collection (`Warned`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from migrator.engine.progress import (
-    EndpointProgress,
-    Listener,
-    PhaseEvent,
-    RolloutProgress,
-    StepEvent,
-)
+from migrator.engine.progress import Listener
 
 # Warnings that count objects and name one example ("… 3 exporter pods …, e.g. <pod>"): the
 # same warning, read before and after a run, names other pods; one of each kind is kept.
@@ -43,6 +36,8 @@ class Warned(Listener):
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
         self._said: dict[str, str] = {}
+        for event in ("phase", "step", "rollout", "endpoints", "settle", "message"):
+            setattr(self, event, getattr(listener, event))  # passed straight on
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -58,21 +53,3 @@ class Warned(Listener):
         for text in texts:
             self.warning(text)
         return self.warnings
-
-    def phase(self, event: PhaseEvent) -> None:
-        self.listener.phase(event)
-
-    def step(self, event: StepEvent) -> None:
-        self.listener.step(event)
-
-    def rollout(self, progress: RolloutProgress) -> None:
-        self.listener.rollout(progress)
-
-    def endpoints(self, progress: EndpointProgress) -> None:
-        self.listener.endpoints(progress)
-
-    def settle(self, seconds_left: float) -> None:
-        self.listener.settle(seconds_left)
-
-    def message(self, text: str) -> None:
-        self.listener.message(text)

@@ -1,13 +1,9 @@
-"""The choke point: every HTTP request the tool sends to the API server goes through `send`.
+"""The choke point: every request to the API server goes through `Transport.send`.
 
-Requests go out through the official client's `ApiClient` (its auth settings, with the token
-an exec plugin or the service account refreshes; its urllib3 pool with the kubeconfig's TLS
-and proxy settings). Here they get timeouts, retries (see `retrying`), a count, and failures
-become typed errors. Bodies are JSON parsed by the caller: the client's generated model
-classes are never used (they cost seconds on 10,000 pods); `ApiClient.call_api` hands back
-the urllib3 response unread, so a watch streams it.
-
-Nothing here ever formats a header, a token or a client key into a message.
+Requests go out through the official client's `ApiClient` (its auth, refreshed tokens, urllib3 pool
+with the kubeconfig's TLS and proxy); here they get timeouts, retries, a count and typed errors.
+Bodies are raw JSON (the generated models cost seconds on 10,000 pods). Nothing here ever puts a
+header, token or key into a message.
 """
 
 from __future__ import annotations
@@ -50,6 +46,7 @@ _UNREACHABLE_HINT = (
     "state records every write)"
 )
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*([^')\]]+)")
+LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
 
 
 def short_reason(exc: BaseException) -> str:
@@ -78,22 +75,6 @@ def short_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
-
-
-def parse_json(data: bytes) -> Any:
-    """The answer as dicts. A list page is megabytes of objects without cycles; while they are
-    allocated the cyclic garbage collector would scan the growing heap again and again (a
-    fifth of a 1,000-node read), so it is paused while a large body is decoded."""
-    if len(data) < LARGE_BODY or not gc.isenabled():
-        return json.loads(data)
-    gc.disable()
-    try:
-        return json.loads(data)
-    finally:
-        gc.enable()
-
-
 @dataclass
 class Response:
     """A 2xx answer. `raw` is the open urllib3 response when streaming, else `data` is filled."""
@@ -103,9 +84,17 @@ class Response:
     raw: Any = None
 
     def json(self) -> Any:
-        """The answer's JSON (None for an empty body), parsed by the caller after `send`
-        returned, so no frame of ours sits between a verb and the request."""
-        return parse_json(self.data) if self.data else None
+        """The body's JSON (None when empty). The cyclic GC is paused while a large body is
+        decoded: it would rescan the growing heap of cycle-free dicts again and again."""
+        if not self.data:
+            return None
+        if len(self.data) < LARGE_BODY or not gc.isenabled():
+            return json.loads(self.data)
+        gc.disable()
+        try:
+            return json.loads(self.data)
+        finally:
+            gc.enable()
 
 
 class Transport:
@@ -118,35 +107,24 @@ class Transport:
         self.server: str = configuration.host
         self.policy = policy
         self._lock = threading.Lock()
-        self._requests = 0
-        self._retries = 0
+        self._requests = self._retries = 0
         self._server_date: datetime | None = None
 
     @property
     def server_date(self) -> datetime | None:
-        """The API server's clock as of its latest answer (its `Date` header, to the second),
-        or None before any. What a Lease's renewTime is judged against: the server's time,
-        not this host's, which may be skewed (a cron host's clock is nobody's business)."""
+        """The API server's clock (its latest `Date` header), or None before any answer: a
+        Lease's renewTime is judged by it, not by this host's clock, which may be skewed."""
         with self._lock:
             return self._server_date
 
-    def _dated(self, raw: Any) -> None:
-        try:
-            date = parsedate_to_datetime(str(raw.headers.get("Date") or ""))
-        except (TypeError, ValueError, IndexError):
-            return
-        if date.tzinfo is not None:
-            with self._lock:
-                self._server_date = date
-
     @property
-    def requests(self) -> int:
+    def request_count(self) -> int:
         """HTTP requests sent so far, retries included (for benchmarks)."""
         with self._lock:
             return self._requests
 
     @property
-    def retries(self) -> int:
+    def retry_count(self) -> int:
         with self._lock:
             return self._retries
 
@@ -154,22 +132,14 @@ class Transport:
         self._api.close()  # type: ignore[no-untyped-call]
 
     def send(
-        self,
-        method: str,
-        path: str,
-        query: Query = (),
-        body: Any = None,
-        content_type: str = "application/json",
-        *,
-        stream: bool = False,
-        read_timeout: float | None = None,
-        accept: str = "application/json",
+        self, method: str, path: str, query: Query = (), body: Any = None,
+        content_type: str = "application/json", *, stream: bool = False,
+        read_timeout: float | None = None, accept: str = "application/json",
     ) -> Response:
         """One logical request, retried per the policy; a typed error when it cannot succeed."""
         outcome = Outcome()
         timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
         began = time.monotonic()  # the attempts' own time counts too (connect timeouts)
-
         try:
             return retrier(self.policy, outcome)(self._once, method, path, query, body,
                                                  content_type, stream, timeout, outcome, accept)
@@ -182,16 +152,8 @@ class Transport:
                 self._retries += max(outcome.attempts - 1, 0)
 
     def _once(
-        self,
-        method: str,
-        path: str,
-        query: Query,
-        body: Any,
-        content_type: str,
-        stream: bool,
-        timeout: tuple[float, float],
-        outcome: Outcome,
-        accept: str,
+        self, method: str, path: str, query: Query, body: Any, content_type: str,
+        stream: bool, timeout: tuple[float, float], outcome: Outcome, accept: str,
     ) -> Response:
         headers = {"Accept": accept}
         if body is not None:
@@ -211,7 +173,13 @@ class Transport:
                 raise
             raise Transient("TLS handshake failed") from exc
         status = int(raw.status)
-        self._dated(raw)
+        try:
+            date = parsedate_to_datetime(str(raw.headers.get("Date") or ""))
+            if date.tzinfo is not None:
+                with self._lock:
+                    self._server_date = date
+        except (TypeError, ValueError, IndexError):
+            pass
         if 200 <= status < 300 and stream:
             return Response(status, b"", raw)
         try:
@@ -223,19 +191,15 @@ class Transport:
         if 200 <= status < 300:
             return Response(status, data)
         if status in RETRYABLE_STATUSES:
-            raise Transient(
-                f"HTTP {status}",
-                status=status,
-                retry_after=parse_retry_after(raw.headers.get("Retry-After")),
-                body=data,
-            )
+            raise Transient(f"HTTP {status}", status=status, body=data,
+                            retry_after=parse_retry_after(raw.headers.get("Retry-After")))
         after_retry = method == "POST" and outcome.transient_failures > 0
         raise error_for(status, data, method=method, path=path, after_retry=after_retry)
 
     def _give_up(self, exc: Transient, method: str, path: str, outcome: Outcome,
                  elapsed: float) -> APIError | APIUnreachable:
         """The typed error once the retries are spent; `elapsed`: the real seconds since the
-        first attempt (the backoff sleeps and every attempt's own time, as a user lived it)."""
+        first attempt (backoff sleeps and every attempt's own time, as a user lived it)."""
         tries = f"{outcome.attempts} attempt{'s' if outcome.attempts != 1 else ''}"
         if exc.status == 0:
             return self._unreachable(f"{exc.reason} (gave up after {tries} over "

@@ -9,6 +9,7 @@ cluster holds. Also access reviews, API discovery (cached per group/version) and
 from __future__ import annotations
 
 import builtins
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ class Kube(Transport):
     def __init__(self, configuration: Any, context: str = "", *,
                  retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE) -> None:
         super().__init__(configuration, retry or RetryPolicy())
-        self.context = context  # the kubeconfig context ("" when not from one)
+        self.context = context  # the kubeconfig context ("" for a bare URL)
         self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
         self._apis_lock = threading.Lock()
@@ -148,7 +149,7 @@ class Kube(Transport):
 
     def _review(self, kind: Kind, spec: Obj) -> Obj:
         review = {"apiVersion": kind.api_version, "kind": kind.kind, "spec": spec}
-        answer = self.send("POST", kind.collection_path(), (), review).json() or {}
+        answer = self.send("POST", kind.collection_path(), (), review) or {}
         return answer.get("status") or {}
 
     def _resources(self, group: str, version: str) -> frozenset[str] | None:
@@ -158,7 +159,7 @@ class Kube(Transport):
                 return self._apis[(group, version)]
         try:
             doc = self.send("GET", f"/apis/{group}/{version}" if group
-                            else f"/api/{version}").json() or {}
+                            else f"/api/{version}") or {}
             found = frozenset(str(r.get("name")) for r in doc.get("resources") or [])
         except APINotFound:
             found = None
@@ -176,17 +177,18 @@ class Kube(Transport):
 
     def ping(self) -> None:
         """One cheap request: APIUnreachable when there is no answer, APIForbidden when refused."""
-        try:
-            self.send("GET", "/version")
-        except APINotFound:
-            self.send("GET", "/api")  # a server without /version still answered
+        with contextlib.suppress(ValueError):  # any answer will do, JSON or not
+            try:
+                self.send("GET", "/version")
+            except APINotFound:
+                self.send("GET", "/api")  # a server without /version still answered
 
     # ---- reads -------------------------------------------------------------------------
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None when it does not exist."""
         try:
-            obj: Obj = self.send("GET", kind.object_path(name, namespace)).json()
+            obj: Obj = self.send("GET", kind.object_path(name, namespace))
         except APINotFound:
             return None
         self._saw(kind, obj)
@@ -197,10 +199,8 @@ class Kube(Transport):
         field_selector: str | None = None, page_size: int | None = None,
         printed: bool = False,
     ) -> Iterator[Page]:
-        """The list one page at a time (following `continue`), so memory stays one page big.
-        `page_size` defaults to the connection's; 0 asks for everything in one answer.
-        `printed` asks for the printed rows with each object's metadata instead of whole
-        objects (`model/printed.py`); a server that ignores that sends whole objects."""
+        """The list one page at a time (memory stays one page big); `page_size` 0: all in one.
+        `printed`: the printed rows with each object's metadata (`model/printed.py`)."""
         path = kind.collection_path(namespace)
         size = self.page_size if page_size is None else page_size
         base = [("limit", str(size))] if size > 0 else []
@@ -211,7 +211,7 @@ class Kube(Transport):
         while True:
             query = [*base, ("continue", token)] if token else base
             doc = self.send("GET", path, query, accept=tables.TABLE_ACCEPT if printed
-                            else "application/json").json() or {}
+                            else "application/json") or {}
             items: list[Obj] = doc.get("items") or []
             if doc.get("kind") == "Table":
                 columns = tables.column_names(doc)
@@ -242,10 +242,9 @@ class Kube(Transport):
         label_selector: str | None = None, field_selector: str | None = None,
         page_size: int | None = None, printed: bool = False,
     ) -> tuple[builtins.list[T], str]:
-        """`keep(item)` for every item, page by page (a caller that keeps less than the whole
-        object holds one page at a time), and the list's resourceVersion. A continue token
-        that expires mid-read (410) restarts the read from scratch, never mixing two versions;
-        after EXPIRED_RESTARTS the last try is one unpaginated list, which cannot expire."""
+        """`keep(item)` for every item, page by page, and the list's resourceVersion. A continue
+        token that expires mid-read (410) restarts the read, never mixing two versions; after
+        EXPIRED_RESTARTS the last try is one unpaginated list, which cannot expire."""
         for attempt in range(EXPIRED_RESTARTS + 1):
             last = attempt == EXPIRED_RESTARTS
             kept: builtins.list[T] = []
@@ -284,9 +283,8 @@ class Kube(Transport):
         label_selector: str | None = None, field_selector: str | None = None,
         timeout_seconds: int = 60,
     ) -> watching.Stream[tables.Row]:
-        """As `watch`, but each event is the server's printed row of the object
-        (`includeObject=None`): the cells `kubectl get -w` shows, a fraction of the object's
-        bytes. Rows are not objects: the run's cache is not told of them."""
+        """As `watch`, but each event is the object's printed row (`includeObject=None`), a
+        fraction of its bytes. Rows are not objects: the run's cache is not told of them."""
         return self._watch(kind, namespace, resource_version, label_selector, field_selector,
                            timeout_seconds, "None", tables.object_row, of_row=lambda row: row,
                            observed=False)
@@ -298,33 +296,31 @@ class Kube(Transport):
         of_row: Callable[[tables.Row], T] | None = None, observed: bool = True,
         bookmarked: Callable[[str], None] | None = None,
     ) -> watching.Stream[T]:
-        """The watch request; `table` is the `includeObject` of a Table watch ("" for none).
-        Bookmarks are asked for, and a stream silent past `watching.idle_seconds` ends."""
+        """The watch request; `table` is the `includeObject` of a Table watch ("" for none)."""
         path = kind.collection_path(namespace)
         query = [("watch", "1"), ("resourceVersion", resource_version),
                  ("timeoutSeconds", str(timeout_seconds)), ("allowWatchBookmarks", "true"),
                  *_selectors(label_selector, field_selector)]
         if table:
             query.append(("includeObject", table))
-        response = self.send(
+        raw = self.send(
             "GET", path, query, stream=True, accept=tables.TABLE_ACCEPT if table
             else "application/json",
             read_timeout=watching.idle_seconds(timeout_seconds,
                                                self.policy.watch_bookmark_seconds))
         return watching.Stream(
-            response.raw, path=path, api_version=kind.api_version, kind=kind.kind,
+            raw, path=path, api_version=kind.api_version, kind=kind.kind,
             of_object=of_object, of_row=of_row, bookmarked=bookmarked,
             seen=(lambda obj: self._saw(kind, obj)) if observed else None)
 
     # ---- writes ------------------------------------------------------------------------
 
     def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
-        """POST the object; APIAlreadyExists (a 409) when the name is taken. `kind` names a
-        type outside the table `kind_of` reads (the guard's `events.k8s.io/v1` Events, whose
-        kind name core/v1 already uses); `dry_run`: validated and answered, not persisted."""
+        """POST the object; APIAlreadyExists when the name is taken. `kind` names a type outside
+        `kind_of`'s table (the guard's `events.k8s.io/v1` Events, a core/v1 kind name)."""
         kind = kind or kind_of(obj)
         created: Obj = self.send("POST", kind.collection_path(_name_ns(obj, kind)[1]),
-                                 _dry(dry_run), obj).json()
+                                 _dry(dry_run), obj)
         self._saw(kind, created, dry_run)
         return created
 
@@ -332,7 +328,7 @@ class Kube(Transport):
         """PUT the whole object; its metadata.resourceVersion makes a stale write an APIConflict."""
         kind = kind_of(obj)
         replaced: Obj = self.send("PUT", kind.object_path(*_name_ns(obj, kind)), _dry(dry_run),
-                                  obj).json()
+                                  obj)
         self._saw(kind, replaced, dry_run)
         return replaced
 
@@ -343,7 +339,7 @@ class Kube(Transport):
         """PATCH with a merge (default), strategic-merge or JSON patch. Retried like every
         request, so a JSON patch must be idempotent (no `add` to `/-`; guard with a `test`)."""
         patched: Obj = self.send("PATCH", kind.object_path(name, namespace), _dry(dry_run), body,
-                                 PATCH_TYPES[patch_type]).json()
+                                 PATCH_TYPES[patch_type])
         self._saw(kind, patched, dry_run)
         return patched
 
@@ -354,13 +350,12 @@ class Kube(Transport):
     ) -> None:
         """DELETE, optionally only if uid/resourceVersion still match (else APIConflict)."""
         options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        preconditions = {
-            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
-        }
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
+                         if v}
         if preconditions:
             options["preconditions"] = preconditions
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
         deleted = self.send("DELETE", kind.object_path(name, namespace), _dry(dry_run),
-                            options).json()
+                            options)
         self._saw(kind, deleted, dry_run)

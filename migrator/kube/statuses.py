@@ -49,6 +49,16 @@ def failed_test(status: dict[str, Any]) -> bool:
     return any(t.startswith("testing value ") or ": testing value " in t for t in texts)
 
 
+_PLAIN: dict[int, tuple[type[APIError], str, str]] = {  # code: error, hint, default reason
+    404: (APINotFound, "check the namespace and that the object exists", ""),
+    409: (APIConflict, "the object changed while the tool was working; run the command again",
+          "Conflict"),
+    403: (APIForbidden, "ask a cluster admin for that permission; `dcgm-migrate preflight` "
+          "lists all it needs", "Forbidden"),
+    410: (WatchExpired, "list again and watch from the new resourceVersion", "Expired"),
+}
+
+
 def error_for(
     code: int, body: bytes, *, method: str, path: str, after_retry: bool = False
 ) -> APIError:
@@ -60,29 +70,19 @@ def error_for(
         message = f"{method} {path} failed: HTTP {code} {reason}".rstrip()
     if message[-1] not in ".!?":
         message += "."
-    if code == 404:
-        return APINotFound(message, "check the namespace and that the object exists",
-                           status=code, reason=reason)
     if code == 409 and reason == "AlreadyExists":
         hint = ("an earlier attempt of this same create failed in transit and may have created "
                 "it; read it back and compare" if after_retry else
                 "an object of that name already exists; inspect it before running again")
         return APIAlreadyExists(message, hint, status=code, reason=reason, after_retry=after_retry)
-    if code == 409:
-        return APIConflict(message, "the object changed while the tool was working; run the "
-                           "command again", status=code, reason=reason or "Conflict")
     if code == 401:
         return APIForbidden(
             f"The API server rejected the credentials ({method} {path}: HTTP 401 Unauthorized).",
             "refresh the credentials in your kubeconfig (for example log in again)",
             status=code, reason=reason or "Unauthorized")
-    if code == 403:
-        return APIForbidden(
-            message, "ask a cluster admin for that permission; `dcgm-migrate preflight` lists "
-            "all it needs", status=code, reason=reason or "Forbidden")
-    if code == 410:
-        return WatchExpired(message, "list again and watch from the new resourceVersion",
-                            status=code, reason=reason or "Expired")
+    if code in _PLAIN:
+        error, hint, default_reason = _PLAIN[code]
+        return error(message, hint, status=code, reason=reason or default_reason)
     if code == 422 and failed_test(status):
         return APITestFailed(message, "the object changed meanwhile: read it again", status=code,
                              reason=reason or "Invalid", causes=causes(status))

@@ -14,7 +14,6 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -75,26 +74,18 @@ def short_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-@dataclass
-class Response:
-    """A 2xx answer. `raw` is the open urllib3 response when streaming, else `data` is filled."""
-
-    status: int
-    data: bytes
-    raw: Any = None
-
-    def json(self) -> Any:
-        """The body's JSON (None when empty). The cyclic GC is paused while a large body is
-        decoded: it would rescan the growing heap of cycle-free dicts again and again."""
-        if not self.data:
-            return None
-        if len(self.data) < LARGE_BODY or not gc.isenabled():
-            return json.loads(self.data)
-        gc.disable()
-        try:
-            return json.loads(self.data)
-        finally:
-            gc.enable()
+def parse_json(data: bytes) -> Any:
+    """The body's JSON (None when empty). The cyclic GC is paused while a large body is decoded:
+    it would rescan the growing heap of cycle-free dicts again and again."""
+    if not data:
+        return None
+    if len(data) < LARGE_BODY or not gc.isenabled():
+        return json.loads(data)
+    gc.disable()
+    try:
+        return json.loads(data)
+    finally:
+        gc.enable()
 
 
 class Transport:
@@ -106,27 +97,11 @@ class Transport:
         self._api.user_agent = f"dcgm-migrate/{__version__}"
         self.server: str = configuration.host
         self.policy = policy
-        self._lock = threading.Lock()
-        self._requests = self._retries = 0
-        self._server_date: datetime | None = None
-
-    @property
-    def server_date(self) -> datetime | None:
-        """The API server's clock (its latest `Date` header), or None before any answer: a
-        Lease's renewTime is judged by it, not by this host's clock, which may be skewed."""
-        with self._lock:
-            return self._server_date
-
-    @property
-    def request_count(self) -> int:
-        """HTTP requests sent so far, retries included (for benchmarks)."""
-        with self._lock:
-            return self._requests
-
-    @property
-    def retry_count(self) -> int:
-        with self._lock:
-            return self._retries
+        self._lock = threading.Lock()  # for the counts
+        self.request_count = self.retry_count = 0  # HTTP requests sent, retries included
+        # The API server's clock (its latest `Date`): a Lease's renewTime is judged by it, not
+        # by this host's clock, which may be skewed.
+        self.server_date: datetime | None = None
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
@@ -135,26 +110,28 @@ class Transport:
         self, method: str, path: str, query: Query = (), body: Any = None,
         content_type: str = "application/json", *, stream: bool = False,
         read_timeout: float | None = None, accept: str = "application/json",
-    ) -> Response:
-        """One logical request, retried per the policy; a typed error when it cannot succeed."""
+    ) -> Any:
+        """One logical request, retried per the policy; a typed error when it cannot succeed.
+        The answer's JSON, or with `stream` the open urllib3 response."""
         outcome = Outcome()
         timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
         began = time.monotonic()  # the attempts' own time counts too (connect timeouts)
         try:
-            return retrier(self.policy, outcome)(self._once, method, path, query, body,
-                                                 content_type, stream, timeout, outcome, accept)
+            answer = retrier(self.policy, outcome)(self._once, method, path, query, body,
+                                                   content_type, stream, timeout, outcome, accept)
         except Transient as exc:
             raise self._give_up(exc, method, path, outcome,
                                 time.monotonic() - began) from exc
         finally:
             with self._lock:
-                self._requests += outcome.attempts
-                self._retries += max(outcome.attempts - 1, 0)
+                self.request_count += outcome.attempts
+                self.retry_count += max(outcome.attempts - 1, 0)
+        return answer if stream else parse_json(answer)
 
     def _once(
         self, method: str, path: str, query: Query, body: Any, content_type: str,
         stream: bool, timeout: tuple[float, float], outcome: Outcome, accept: str,
-    ) -> Response:
+    ) -> Any:
         headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -176,12 +153,11 @@ class Transport:
         try:
             date = parsedate_to_datetime(str(raw.headers.get("Date") or ""))
             if date.tzinfo is not None:
-                with self._lock:
-                    self._server_date = date
+                self.server_date = date
         except (TypeError, ValueError, IndexError):
             pass
         if 200 <= status < 300 and stream:
-            return Response(status, b"", raw)
+            return raw
         try:
             data = raw.data or b""
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -189,7 +165,7 @@ class Transport:
         finally:
             raw.release_conn()
         if 200 <= status < 300:
-            return Response(status, data)
+            return data
         if status in RETRYABLE_STATUSES:
             raise Transient(f"HTTP {status}", status=status, body=data,
                             retry_after=parse_retry_after(raw.headers.get("Retry-After")))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.clock import Clock
@@ -46,7 +46,7 @@ class StackRun:
     save: Callable[[State], None]
     timeout: float = 600.0
     max_gap: float = 180.0
-    meter: GapMeter | None = field(default=None)
+    meter: GapMeter | None = None
 
     @property
     def record(self) -> Obj:
@@ -63,17 +63,14 @@ class StackRun:
         entry["status"], entry["at"] = status, stamp(self.clock.now())
         self.save(self.state)
 
-    def status_of(self, step_id: str) -> str | None:
-        return ((self.record.get("steps") or {}).get(step_id) or {}).get("status")
-
 
 def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
     """The record of this change: a new one, or the one a stopped run left (same target)."""
-    record = state.stack_change
-    if record and record.get("status") == COMPLETED and record.get("to") == change.target \
+    record = state.stack_change or {}
+    if record.get("status") == COMPLETED and record.get("to") == change.target \
             and change.old_cr is None:
         return record  # run again after it completed: its record (rollback's originals) stays
-    if record and record.get("status") == IN_PROGRESS:
+    if record.get("status") == IN_PROGRESS:
         if record.get("to") != change.target:
             raise UsageError(
                 f"A change to the {record.get('to')} stack is in progress (started "
@@ -139,17 +136,14 @@ def _recreated(run: StackRun, name: str) -> bool:
     kept = (run.record.get("steps") or {}).get(f"{sc.KEEP}/Service/{name}") or {}
     if not kept.get("spec"):
         return False
-    body = {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": run.namespace,
-                         "labels": kept.get("labels") or {},
-                         "annotations": kept.get("annotations") or {}},
-            "spec": {**kept["spec"], "selector": kept.get("selector") or {}}}
+    meta = {"name": name, "namespace": run.namespace, "labels": kept.get("labels") or {},
+            "annotations": kept.get("annotations") or {}}
     with contextlib.suppress(APIConflict):  # created meanwhile (a rerun, the new operator)
-        run.kube.create(body, kind=kinds.SERVICE)
-    run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR "
-                         "(its operator re-rendered it, owner included, just before the "
-                         f"delete): created again with clusterIP "
-                         f"{kept['spec'].get('clusterIP')}")
+        run.kube.create({"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+            **kept["spec"], "selector": kept.get("selector") or {}}}, kind=kinds.SERVICE)
+    run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR (its "
+                         "operator re-rendered it, owner included, just before the delete): "
+                         f"created again with clusterIP {kept['spec'].get('clusterIP')}")
     run.state.log("stack-service-recreated", service=name)
     return True
 
@@ -230,7 +224,7 @@ def execute(run: StackRun, change: sc.ChangePlan) -> None:
     for step in change.steps:
         if step.action == sc.PHASES:
             return
-        if run.status_of(step.id) == "done":  # later steps (phase 3) may have moved it on
+        if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
             continue
         run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
         if step.action == sc.KEEP:

@@ -94,19 +94,15 @@ class Kube(Transport):
         self._observers: list[Callable[[Kind, Obj], None]] = []  # see `observe`
 
     @classmethod
-    def connect(
-        cls, kubeconfig: str | None = None, context: str | None = None, *,
-        retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE,
-    ) -> Kube:
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
+                retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
         configuration, chosen = config.load(kubeconfig, context)
         return cls(configuration, chosen, retry=retry, page_size=page_size)
 
     @classmethod
-    def for_server(
-        cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
-        page_size: int = PAGE_SIZE,
-    ) -> Kube:
+    def for_server(cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
+                   page_size: int = PAGE_SIZE) -> Kube:
         """Straight to a URL with an optional bearer token (the simulated cluster, tests)."""
         return cls(config.for_server(url, token), retry=retry, page_size=page_size)
 
@@ -128,10 +124,8 @@ class Kube(Transport):
 
     # ---- access, discovery --------------------------------------------------------------
 
-    def can_i(
-        self, verb: str, kind: Kind, namespace: str | None = None, name: str | None = None,
-        subresource: str | None = None,
-    ) -> tuple[bool, str]:
+    def can_i(self, verb: str, kind: Kind, namespace: str | None = None, name: str | None = None,
+              subresource: str | None = None) -> tuple[bool, str]:
         """SelfSubjectAccessReview: may the current user do this? (allowed, reason)."""
         attributes = {"verb": verb, "group": kind.group, "resource": kind.plural}
         for key, value in (("namespace", namespace), ("name", name),
@@ -194,11 +188,9 @@ class Kube(Transport):
         self._saw(kind, obj)
         return obj
 
-    def pages(
-        self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-        field_selector: str | None = None, page_size: int | None = None,
-        printed: bool = False,
-    ) -> Iterator[Page]:
+    def pages(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+              field_selector: str | None = None, page_size: int | None = None,
+              printed: bool = False) -> Iterator[Page]:
         """The list one page at a time (memory stays one page big); `page_size` 0: all in one.
         `printed`: the printed rows with each object's metadata (`model/printed.py`)."""
         path = kind.collection_path(namespace)
@@ -228,20 +220,17 @@ class Kube(Transport):
             if not token:
                 return
 
-    def list(
-        self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-        field_selector: str | None = None, page_size: int | None = None,
-    ) -> ObjList:
+    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, page_size: int | None = None) -> ObjList:
         """All items (see `collect`)."""
         return ObjList(*self.collect(kind, namespace, label_selector=label_selector,
                                      field_selector=field_selector, page_size=page_size,
                                      keep=_same))
 
-    def collect(
-        self, kind: Kind, namespace: str | None = None, *, keep: Callable[[Obj], T],
-        label_selector: str | None = None, field_selector: str | None = None,
-        page_size: int | None = None, printed: bool = False,
-    ) -> tuple[builtins.list[T], str]:
+    def collect(self, kind: Kind, namespace: str | None = None, *, keep: Callable[[Obj], T],
+                label_selector: str | None = None, field_selector: str | None = None,
+                page_size: int | None = None,
+                printed: bool = False) -> tuple[builtins.list[T], str]:
         """`keep(item)` for every item, page by page, and the list's resourceVersion. A continue
         token that expires mid-read (410) restarts the read, never mixing two versions; after
         EXPIRED_RESTARTS the last try is one unpaginated list, which cannot expire."""
@@ -262,12 +251,10 @@ class Kube(Transport):
             return kept, version
         raise AssertionError("unreachable")
 
-    def watch(
-        self, kind: Kind, namespace: str | None = None, *, resource_version: str,
-        label_selector: str | None = None, field_selector: str | None = None,
-        timeout_seconds: int = 60, printed: bool = False,
-        bookmarked: Callable[[str], None] | None = None,
-    ) -> watching.Events:
+    def watch(self, kind: Kind, namespace: str | None = None, *, resource_version: str,
+              label_selector: str | None = None, field_selector: str | None = None,
+              timeout_seconds: int = 60, printed: bool = False, bookmarked: Callable[[str],
+              None] | None = None) -> watching.Events:
         """(type, object) events after `resource_version` until the server ends the watch;
         `printed`: each object's printed row with its metadata (`model/printed.py`). Sent now
         (so 403/410 raise here; WatchExpired: list again), read lazily; `bookmarked` is told
@@ -278,24 +265,20 @@ class Kube(Transport):
             of_row=(lambda row: printed_object(row, kind.api_version, kind.kind)) if printed
             else None)
 
-    def watch_table(
-        self, kind: Kind, namespace: str | None = None, *, resource_version: str,
-        label_selector: str | None = None, field_selector: str | None = None,
-        timeout_seconds: int = 60,
-    ) -> watching.Stream[tables.Row]:
+    def watch_table(self, kind: Kind, namespace: str | None = None, *, resource_version: str,
+                    label_selector: str | None = None, field_selector: str | None = None,
+                    timeout_seconds: int = 60) -> watching.Stream[tables.Row]:
         """As `watch`, but each event is the object's printed row (`includeObject=None`), a
         fraction of its bytes. Rows are not objects: the run's cache is not told of them."""
         return self._watch(kind, namespace, resource_version, label_selector, field_selector,
                            timeout_seconds, "None", tables.object_row, of_row=lambda row: row,
                            observed=False)
 
-    def _watch(
-        self, kind: Kind, namespace: str | None, resource_version: str,
-        label_selector: str | None, field_selector: str | None, timeout_seconds: int,
-        table: str, of_object: Callable[[Obj], T], *,
-        of_row: Callable[[tables.Row], T] | None = None, observed: bool = True,
-        bookmarked: Callable[[str], None] | None = None,
-    ) -> watching.Stream[T]:
+    def _watch(self, kind: Kind, namespace: str | None, resource_version: str,
+               label_selector: str | None, field_selector: str | None, timeout_seconds: int,
+               table: str, of_object: Callable[[Obj], T], *, of_row: Callable[[tables.Row],
+               T] | None = None, observed: bool = True, bookmarked: Callable[[str],
+               None] | None = None) -> watching.Stream[T]:
         """The watch request; `table` is the `includeObject` of a Table watch ("" for none)."""
         path = kind.collection_path(namespace)
         query = [("watch", "1"), ("resourceVersion", resource_version),
@@ -332,10 +315,9 @@ class Kube(Transport):
         self._saw(kind, replaced, dry_run)
         return replaced
 
-    def patch(
-        self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
-        patch_type: Literal["merge", "strategic", "json"] = "merge", dry_run: bool = False,
-    ) -> Obj:
+    def patch(self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
+              patch_type: Literal["merge", "strategic", "json"] = "merge",
+              dry_run: bool = False) -> Obj:
         """PATCH with a merge (default), strategic-merge or JSON patch. Retried like every
         request, so a JSON patch must be idempotent (no `add` to `/-`; guard with a `test`)."""
         patched: Obj = self.send("PATCH", kind.object_path(name, namespace), _dry(dry_run), body,
@@ -343,11 +325,9 @@ class Kube(Transport):
         self._saw(kind, patched, dry_run)
         return patched
 
-    def delete(
-        self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
-        resource_version: str | None = None, propagation_policy: str | None = None,
-        dry_run: bool = False,
-    ) -> None:
+    def delete(self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
+               resource_version: str | None = None, propagation_policy: str | None = None,
+               dry_run: bool = False) -> None:
         """DELETE, optionally only if uid/resourceVersion still match (else APIConflict)."""
         options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))

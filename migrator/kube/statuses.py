@@ -59,9 +59,8 @@ _PLAIN: dict[int, tuple[type[APIError], str, str]] = {  # code: error, hint, def
 }
 
 
-def error_for(
-    code: int, body: bytes, *, method: str, path: str, after_retry: bool = False
-) -> APIError:
+def error_for(code: int, body: bytes, *, method: str, path: str,
+              after_retry: bool = False) -> APIError:
     """The typed error for a non-2xx answer to `method path`."""
     status = parse_status(body)
     reason = str(status.get("reason") or "")

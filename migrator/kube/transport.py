@@ -106,11 +106,9 @@ class Transport:
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
 
-    def send(
-        self, method: str, path: str, query: Query = (), body: Any = None,
-        content_type: str = "application/json", *, stream: bool = False,
-        read_timeout: float | None = None, accept: str = "application/json",
-    ) -> Any:
+    def send(self, method: str, path: str, query: Query = (), body: Any = None,
+             content_type: str = "application/json", *, stream: bool = False,
+             read_timeout: float | None = None, accept: str = "application/json") -> Any:
         """One logical request, retried per the policy; a typed error when it cannot succeed.
         The answer's JSON, or with `stream` the open urllib3 response."""
         outcome = Outcome()
@@ -128,10 +126,8 @@ class Transport:
                 self.retry_count += max(outcome.attempts - 1, 0)
         return answer if stream else parse_json(answer)
 
-    def _once(
-        self, method: str, path: str, query: Query, body: Any, content_type: str,
-        stream: bool, timeout: tuple[float, float], outcome: Outcome, accept: str,
-    ) -> Any:
+    def _once(self, method: str, path: str, query: Query, body: Any, content_type: str,
+              stream: bool, timeout: tuple[float, float], outcome: Outcome, accept: str) -> Any:
         headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type

@@ -76,9 +76,15 @@ def _dry(dry_run: bool) -> list[tuple[str, str]]:
     return [("dryRun", "All")] if dry_run else []
 
 
-def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+def _filters(label_selector: str | None, field_selector: str | None,
+             table: str) -> list[tuple[str, str]]:
+    """The selectors, and `includeObject` for a Table read ("" for none)."""
     return [(k, v) for k, v in (("labelSelector", label_selector),
-                                ("fieldSelector", field_selector)) if v]
+                                ("fieldSelector", field_selector), ("includeObject", table)) if v]
+
+
+def _accept(table: str) -> str:
+    return tables.TABLE_ACCEPT if table else "application/json"
 
 
 class Kube(Transport):
@@ -195,15 +201,13 @@ class Kube(Transport):
         `printed`: the printed rows with each object's metadata (`model/printed.py`)."""
         path = kind.collection_path(namespace)
         size = self.page_size if page_size is None else page_size
+        table = "Metadata" if printed else ""
         base = [("limit", str(size))] if size > 0 else []
-        base += _selectors(label_selector, field_selector)
-        if printed:
-            base.append(("includeObject", "Metadata"))
+        base += _filters(label_selector, field_selector, table)
         token = ""
         while True:
             query = [*base, ("continue", token)] if token else base
-            doc = self.send("GET", path, query, accept=tables.TABLE_ACCEPT if printed
-                            else "application/json") or {}
+            doc = self.send("GET", path, query, accept=_accept(table)) or {}
             items: list[Obj] = doc.get("items") or []
             if doc.get("kind") == "Table":
                 columns = tables.column_names(doc)
@@ -276,21 +280,16 @@ class Kube(Transport):
 
     def _watch(self, kind: Kind, namespace: str | None, resource_version: str,
                label_selector: str | None, field_selector: str | None, timeout_seconds: int,
-               table: str, of_object: Callable[[Obj], T], *, of_row: Callable[[tables.Row],
-               T] | None = None, observed: bool = True, bookmarked: Callable[[str],
-               None] | None = None) -> watching.Stream[T]:
+               table: str, of_object: Callable[[Obj], T], *,
+               of_row: Callable[[tables.Row], T] | None = None, observed: bool = True,
+               bookmarked: Callable[[str], None] | None = None) -> watching.Stream[T]:
         """The watch request; `table` is the `includeObject` of a Table watch ("" for none)."""
         path = kind.collection_path(namespace)
         query = [("watch", "1"), ("resourceVersion", resource_version),
                  ("timeoutSeconds", str(timeout_seconds)), ("allowWatchBookmarks", "true"),
-                 *_selectors(label_selector, field_selector)]
-        if table:
-            query.append(("includeObject", table))
-        raw = self.send(
-            "GET", path, query, stream=True, accept=tables.TABLE_ACCEPT if table
-            else "application/json",
-            read_timeout=watching.idle_seconds(timeout_seconds,
-                                               self.policy.watch_bookmark_seconds))
+                 *_filters(label_selector, field_selector, table)]
+        raw = self.send("GET", path, query, stream=True, accept=_accept(table), read_timeout=(
+            watching.idle_seconds(timeout_seconds, self.policy.watch_bookmark_seconds)))
         return watching.Stream(
             raw, path=path, api_version=kind.api_version, kind=kind.kind,
             of_object=of_object, of_row=of_row, bookmarked=bookmarked,

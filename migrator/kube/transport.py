@@ -45,22 +45,20 @@ _UNREACHABLE_HINT = (
     "state records every write)"
 )
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*([^')\]]+)")
+_REASONS = ((urllib3.exceptions.NameResolutionError, "host name not found"),
+            (urllib3.exceptions.NewConnectionError, ""),  # its errno's text
+            (urllib3.exceptions.ConnectTimeoutError, "connection timed out"),
+            (urllib3.exceptions.ReadTimeoutError, "no answer before the request timeout"),
+            (urllib3.exceptions.SSLError, "TLS handshake failed"))
 LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
 
 
 def short_reason(exc: BaseException) -> str:
     """A few words on why a connection failed ("Connection refused"), never a URL or header."""
-    if isinstance(exc, urllib3.exceptions.NameResolutionError):
-        return "host name not found"
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):
-        match = _ERRNO.search(str(exc))
-        return match.group(1).strip() if match else "cannot connect"
-    if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
-        return "connection timed out"
-    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
-        return "no answer before the request timeout"
-    if isinstance(exc, urllib3.exceptions.SSLError):
-        return "TLS handshake failed"
+    for error_type, reason in _REASONS:  # in this order: a NewConnectionError is a timeout's kin
+        if isinstance(exc, error_type):
+            match = None if reason else _ERRNO.search(str(exc))
+            return reason or (match.group(1).strip() if match else "cannot connect")
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         return short_reason(exc.reason)
     if isinstance(exc, urllib3.exceptions.ProxyError) and exc.original_error is not None:

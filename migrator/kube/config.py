@@ -106,8 +106,7 @@ def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
 
 
 def _configuration(host: str | None = None) -> Any:
-    """A client Configuration without the proxy the client takes from the environment by
-    Python's rules: only a kubeconfig's `proxy-url` sets one (`_finished` decides the rest)."""
+    """A client Configuration without the client's own environment proxy (Python's rules)."""
     configuration = Configuration(host=host)
     configuration.proxy = None
     return configuration

@@ -25,18 +25,15 @@ class RetryPolicy:
 
     attempts: int = 6
     max_wait_seconds: float = 30.0  # backoff waits of one request, summed
-    # One Retry-After is honoured up to this (APF's maxRetryAfter), on top of the backoff.
-    max_retry_after_seconds: float = 32.0
+    max_retry_after_seconds: float = 32.0  # one Retry-After, on top of the backoff
     backoff_base: float = 0.25  # first wait, doubled per attempt
     backoff_max: float = 8.0  # cap of one exponential wait
     connect_timeout: float = 5.0  # seconds to open a connection
     read_timeout: float = 30.0  # seconds to wait for an answer (watches add their own)
-    # The server's bookmark cadence a watch's idle timeout is set from (kube/watching.py).
-    watch_bookmark_seconds: float = 60.0
+    watch_bookmark_seconds: float = 60.0  # sets a watch's idle timeout (kube/watching.py)
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     random: Callable[[], float] = field(default=random.random, compare=False)
-    # Told of every Retry-After about to be waited out (a progress line).
-    notice: Callable[[str], None] | None = field(default=None, compare=False)
+    notice: Callable[[str], None] | None = field(default=None, compare=False)  # of a Retry-After
 
     @property
     def budget_seconds(self) -> float:

@@ -1,12 +1,9 @@
-"""A stack change (ClusterPolicy ↔ GPUCluster) planned purely: a snapshot and the request in, the
-steps out, or a refusal (UsageError: one sentence, the fix). Why this order (docs/runbook.md,
-"Changing stack"): the released GPU Operator refuses both CRs at once (`model/crconflict.py`), so
-it is delete-then-create, and deleting a CR has the garbage collector remove what it owns, the two
-stable Services included. So they are first taken out of its reach (`keep-service`: clusterIP,
-ports, traffic policy untouched), the named old CR is deleted, the new one created once the old is
-gone (its create event makes its controller reconcile at once). Towards the GPUCluster the kept
-Services become the tool's aliases of the `-dra` Services (`retarget`); towards the ClusterPolicy
-its operator takes them over in place. Old and new DCGM pods never share a node.
+"""A stack change (ClusterPolicy ↔ GPUCluster) planned purely: snapshot and request in, steps out,
+or a UsageError. The released operator refuses both CRs at once (`crconflict.py`), so it is
+delete-then-create (docs/runbook.md, "Changing stack"): the two stable Services are first taken
+out of the garbage collector's reach (`keep-service`), the named old CR deleted, the new one
+created once the old is gone; towards the GPUCluster the kept Services become the tool's aliases
+(`retarget`), towards the ClusterPolicy its operator takes them over in place.
 """
 
 from __future__ import annotations

@@ -313,8 +313,11 @@ def rollback(run: StackRun) -> list[str]:
             recreated = run.kube.create(sc.clean_cr(old), kind=CR_KINDS[delete["kind"]])
             done.append(f"created {delete['kind']}/{delete['name']} again")
     for s in steps.values():
-        if s["action"] == sc.KEEP and "selector" in s:
-            done += _restore(run, s, recreated)
+        if s["action"] == sc.KEEP and "selector" in s and (svc := _service(run, s["name"])):
+            refs = [{**r, "uid": o.meta(recreated).get("uid")} for r in s.get("ownerReferences")
+                    or [] if recreated is not None and r.get("kind") == recreated.get("kind")]
+            _put_back(run, svc, s["labels"], s["annotations"], refs or None, s["selector"])
+            done.append(f"Service/{s['name']}: labels, annotations, selector and owner put back")
     _close(run, ROLLED_BACK, "stack-change-rolled-back")
     return done
 
@@ -335,12 +338,3 @@ def _keep_from(run: StackRun, name: str, kind: str) -> None:
         if live is None or not sc.kept(live, kind):
             raise
 
-
-def _restore(run: StackRun, s: Obj, owner: Obj | None) -> list[str]:
-    svc = _service(run, s["name"])
-    if svc is None:
-        return []
-    refs = [{**r, "uid": o.meta(owner).get("uid")} for r in s.get("ownerReferences") or []
-            if owner is not None and r.get("kind") == owner.get("kind")]
-    _put_back(run, svc, s["labels"], s["annotations"], refs or None, s["selector"])
-    return [f"Service/{s['name']}: labels, annotations, selector and owner put back"]

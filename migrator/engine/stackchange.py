@@ -1,18 +1,14 @@
-"""Carrying out a stack change (`model/stackchange.py` plans it), one step at a time: intent
-recorded in the state before each write, done after, so a run killed at any write is resumed
-by running the same command again (every step first asks the cluster whether it already
-holds); `rollback` undoes what the record says was written.
-
-The record is the state document's `stackChange` (docs/design.md, "State and resume"): the
-request (target, the new CR, the old CR's body as it was read), each step's status and the
-originals its undo needs, and the per-node gap measured (`stackgaps.py`).
+"""Carrying out a stack change (`model/stackchange.py` plans it) one step at a time: intent
+recorded in the state's `stackChange` before each write, done after, so a run killed at any write
+resumes by running the same command again (each step first asks whether the cluster already
+holds); `rollback` undoes what the record says was written (docs/design.md, "State and resume").
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.clock import Clock
@@ -29,12 +25,10 @@ from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
 CR_KINDS = {"ClusterPolicy": kinds.CLUSTER_POLICY, "GPUCluster": kinds.GPU_CLUSTER}
-# the stack change's own status, in the phases' words (`model/phasestatus.py`)
 IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
                                        PhaseStatus.ROLLED_BACK.value)
 POLL_SECONDS = 0.5
-# What `keep-service` records of a kept Service's spec, to create it again the same
-# (`_recreated`): its address, ports and traffic policy.
+# What `keep-service` records of a kept Service's spec, to create it again the same (`_recreated`).
 KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "ports",
              "internalTrafficPolicy", "sessionAffinity")
 
@@ -52,32 +46,31 @@ class StackRun:
     save: Callable[[State], None]
     timeout: float = 600.0
     max_gap: float = 180.0
-    meter: GapMeter | None = field(default=None)
+    meter: GapMeter | None = None
 
     @property
     def record(self) -> Obj:
         assert self.state.stack_change is not None
         return self.state.stack_change
 
+    def steps(self) -> Obj:
+        return self.record.setdefault("steps", {})  # type: ignore[no-any-return]
+
     def mark(self, step: sc.StackStep, status: str, **originals: Any) -> None:
-        steps: Obj = self.record.setdefault("steps", {})
-        entry = steps.setdefault(step.id, {"action": step.action, "kind": step.kind,
-                                           "name": step.name})
+        entry = self.steps().setdefault(step.id, {"action": step.action, "kind": step.kind,
+                                                  "name": step.name})
         entry.update(originals)
         entry["status"], entry["at"] = status, stamp(self.clock.now())
         self.save(self.state)
 
-    def status_of(self, step_id: str) -> str | None:
-        return ((self.record.get("steps") or {}).get(step_id) or {}).get("status")
-
 
 def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
     """The record of this change: a new one, or the one a stopped run left (same target)."""
-    record = state.stack_change
-    if record and record.get("status") == COMPLETED and record.get("to") == change.target \
+    record = state.stack_change or {}
+    if record.get("status") == COMPLETED and record.get("to") == change.target \
             and change.old_cr is None:
         return record  # run again after it completed: its record (rollback's originals) stays
-    if record and record.get("status") == IN_PROGRESS:
+    if record.get("status") == IN_PROGRESS:
         if record.get("to") != change.target:
             raise UsageError(
                 f"A change to the {record.get('to')} stack is in progress (started "
@@ -90,21 +83,17 @@ def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
     return state.stack_change
 
 
-def _crs(run: StackRun, kind: str) -> list[Obj]:
-    return list(run.kube.list(CR_KINDS[kind]).items)
-
-
 def _cr(run: StackRun, kind: str, name: str) -> Obj | None:
-    return next((c for c in _crs(run, kind) if o.name(c) == name), None)
+    return next((c for c in run.kube.list(CR_KINDS[kind]).items if o.name(c) == name), None)
 
 
 def _service(run: StackRun, name: str) -> Obj | None:
     return run.kube.get(kinds.SERVICE, name, run.namespace)
 
 
-def _wait(run: StackRun, what: str, done: Callable[[], bool], limit: float | None = None) -> None:
-    """Poll `done` on the run's clock, sampling the gap meter, until it holds or the limit."""
-    deadline = run.clock.monotonic() + (limit if limit is not None else run.timeout)
+def _wait(run: StackRun, what: str, done: Callable[[], bool]) -> None:
+    """Poll `done` on the run's clock, sampling the gap meter, until it holds or the timeout."""
+    deadline = run.clock.monotonic() + run.timeout
     said = False
     while True:
         if run.meter is not None:
@@ -112,7 +101,7 @@ def _wait(run: StackRun, what: str, done: Callable[[], bool], limit: float | Non
         if done():
             return
         if run.clock.monotonic() > deadline:
-            raise GateFailed(f"{what}: not within {limit or run.timeout:.0f} s.",
+            raise GateFailed(f"{what}: not within {run.timeout:.0f} s.",
                              "run the same change-stack again to resume, or change-stack "
                              "--rollback")
         if not said:
@@ -125,55 +114,43 @@ def _keep(run: StackRun, step: sc.StackStep, old_kind: str) -> None:
     svc = _service(run, step.name)
     if svc is None or sc.kept(svc, old_kind):
         return
-    refs = o.meta(svc).get("ownerReferences") or []
     spec = svc.get("spec") or {}
-    run.mark(step, "intent", ownerReferences=refs, labels=dict(o.meta(svc).get("labels") or {}),
-             annotations=dict(o.meta(svc).get("annotations") or {}),
-             selector=dict(spec.get("selector") or {}),
-             spec={k: spec[k] for k in KEPT_SPEC if k in spec})
+    run.mark(step, "intent", ownerReferences=o.meta(svc).get("ownerReferences") or [],
+             **_originals(svc), spec={k: spec[k] for k in KEPT_SPEC if k in spec})
     _keep_from(run, step.name, old_kind)
 
 
+def _originals(svc: Obj) -> Obj:
+    """What a Service's undo puts back: its labels, annotations and selector."""
+    return {"labels": dict(o.meta(svc).get("labels") or {}),
+            "annotations": dict(o.meta(svc).get("annotations") or {}),
+            "selector": dict((svc.get("spec") or {}).get("selector") or {})}
+
+
 def _recreated(run: StackRun, name: str) -> bool:
-    """A kept Service that garbage collection took after all — the old operator reconciled
-    between `keep-service` and the delete and rendered it whole, owner included — created
-    again at once from what `keep-service` recorded: the same clusterIP, ports and traffic
-    policy, no owner. True when it had to be (said, and logged in the state)."""
+    """A kept Service that garbage collection took after all (the old operator re-rendered it,
+    owner included, before the delete), created again from what `keep-service` recorded: same
+    clusterIP, ports and traffic policy, no owner. True when it had to be (said and logged)."""
     if _service(run, name) is not None:
         return False
-    kept = ((run.record.get("steps") or {}).get(f"{sc.KEEP}/Service/{name}") or {})
+    kept = (run.record.get("steps") or {}).get(f"{sc.KEEP}/Service/{name}") or {}
     if not kept.get("spec"):
         return False
-    body = {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": run.namespace,
-                         "labels": kept.get("labels") or {},
-                         "annotations": kept.get("annotations") or {}},
-            "spec": {**kept["spec"], "selector": kept.get("selector") or {}}}
+    meta = {"name": name, "namespace": run.namespace, "labels": kept.get("labels") or {},
+            "annotations": kept.get("annotations") or {}}
     with contextlib.suppress(APIConflict):  # created meanwhile (a rerun, the new operator)
-        run.kube.create(body, kind=kinds.SERVICE)
-    run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR "
-                         "(its operator re-rendered it, owner included, just before the "
-                         f"delete): created again with clusterIP "
-                         f"{kept['spec'].get('clusterIP')}")
+        run.kube.create({"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+            **kept["spec"], "selector": kept.get("selector") or {}}}, kind=kinds.SERVICE)
+    run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR (its "
+                         "operator re-rendered it, owner included, just before the delete): "
+                         f"created again with clusterIP {kept['spec'].get('clusterIP')}")
     run.state.log("stack-service-recreated", service=name)
     return True
 
 
-def _patch_checked(run: StackRun, name: str, ops: list[Obj], holds: Callable[[Obj], bool]
-                   ) -> None:
-    """A guarded JSON patch; a failed test is fine when the live object already holds."""
-    try:
-        run.kube.patch(kinds.SERVICE, name, run.namespace, ops, patch_type="json")
-    except (APIConflict, APINotFound):
-        live = _service(run, name)
-        if live is None or not holds(live):
-            raise
-
-
 def _retarget(run: StackRun, step: sc.StackStep) -> None:
     """The kept Service becomes what phase 2 makes an alias (`model/aliasing.py`): the tool's
-    labels and annotations, the `-dra` app selector, the GPUCluster as a non-controller owner;
-    its clusterIP, ports and traffic policy stay as they are."""
+    labels and annotations, the `-dra` app selector, the GPUCluster as a non-controller owner."""
     comp = sc.component_for(run.catalog, "gpucluster", step.name)
     _recreated(run, step.name)
     svc = _service(run, step.name)
@@ -182,27 +159,25 @@ def _retarget(run: StackRun, step: sc.StackStep) -> None:
     _wait(run, f"Service/{comp.service} rendered by the GPUCluster",
           lambda: _service(run, comp.service) is not None)
     source = _service(run, comp.service) or {}
-    owner = aliasing.owner_of(_crs(run, "GPUCluster"))
-    body = aliasing.alias_body(run.namespace, run.catalog.common, comp, source, owner)
+    owner = aliasing.owner_of(list(run.kube.list(CR_KINDS["GPUCluster"]).items))
+    want = aliasing.alias_body(run.namespace, run.catalog.common, comp, source, owner)["metadata"]
+    run.mark(step, "intent", **_originals(svc))
+    # exactly the alias's labels and annotations: the old operator's scrape annotation or app
+    # label kept would have each new exporter pod scraped twice
+    _put_back(run, svc, want["labels"], want["annotations"], want.get("ownerReferences"),
+              comp.app_selector)
+
+
+def _put_back(run: StackRun, svc: Obj, labels: Mapping[str, str],
+              annotations: Mapping[str, str], owners: Any, selector: Mapping[str, str]) -> None:
+    """Merge-patch the Service to exactly these labels, annotations, owners and selector."""
     meta, spec = o.meta(svc), svc.get("spec") or {}
-    run.mark(step, "intent", labels=dict(meta.get("labels") or {}),
-             annotations=dict(meta.get("annotations") or {}),
-             selector=dict(spec.get("selector") or {}))
-    want = body["metadata"]
-    run.kube.patch(kinds.SERVICE, step.name, run.namespace, {
-        # exactly the alias's labels and annotations: the old operator's scrape annotation
-        # or app label kept would have each new exporter pod scraped twice
-        "metadata": {"labels": _exactly(meta.get("labels") or {}, want["labels"]),
-                     "annotations": _exactly(meta.get("annotations") or {},
-                                             want["annotations"]),
-                     "ownerReferences": want.get("ownerReferences")},
-        "spec": {"selector": sc.selector_patch(spec.get("selector") or {},
-                                               comp.app_selector)}})
-
-
-def _exactly(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, Any]:
-    """A merge patch of a map that leaves exactly `wanted`."""
-    return {**{k: None for k in current if k not in wanted}, **wanted}
+    run.kube.patch(kinds.SERVICE, o.name(svc), run.namespace, {
+        "metadata": {"labels": sc.selector_patch(meta.get("labels") or {}, labels),
+                     "annotations": sc.selector_patch(meta.get("annotations") or {},
+                                                      annotations),
+                     "ownerReferences": owners},
+        "spec": {"selector": sc.selector_patch(spec.get("selector") or {}, selector)}})
 
 
 def _delete(run: StackRun, step: sc.StackStep) -> None:
@@ -224,13 +199,13 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
     body = sc.clean_cr(run.record["newCr"])
     run.mark(step, "intent")
     created = run.kube.create(body, kind=CR_KINDS[step.kind])
-    run.record.setdefault("steps", {})[step.id]["uid"] = o.meta(created).get("uid")
+    run.steps()[step.id]["uid"] = o.meta(created).get("uid")
 
 
 def _await_gone(run: StackRun, kind: str, name: str) -> None:
-    """Wait for the old CR to go, keeping the stable Services out of its reach meanwhile: its
-    operator re-renders them whole (owner included) if it reconciled between `keep-service`
-    and the delete, and this strips that owner again before garbage collection acts on it."""
+    """Wait for the old CR to go, keeping the stable Services out of its reach meanwhile (its
+    operator may re-render them whole, owner included): the owner is stripped again before
+    garbage collection acts on it."""
     def gone() -> bool:
         for service in sc.stable_names(run.catalog):
             if not _recreated(run, service):
@@ -249,7 +224,7 @@ def execute(run: StackRun, change: sc.ChangePlan) -> None:
     for step in change.steps:
         if step.action == sc.PHASES:
             return
-        if run.status_of(step.id) == "done":  # later steps (phase 3) may have moved it on
+        if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
             continue
         run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
         if step.action == sc.KEEP:
@@ -298,21 +273,22 @@ def finish(run: StackRun, change: sc.ChangePlan) -> None:
     """The new stack's phases ran: the change is completed."""
     for step in change.steps:
         if step.action == sc.PHASES:
-            run.record.setdefault("steps", {})[step.id] = {
+            run.steps()[step.id] = {
                 "action": step.action, "kind": step.kind, "name": step.name,
                 "status": "done", "at": stamp(run.clock.now())}
-    run.record["status"] = COMPLETED
-    run.record["finished"] = stamp(run.clock.now())
-    run.state.log("stack-changed", to=run.record.get("to"))
+    _close(run, COMPLETED, "stack-changed")
+
+
+def _close(run: StackRun, status: str, event: str) -> None:
+    run.record["status"], run.record["finished"] = status, stamp(run.clock.now())
+    run.state.log(event, to=run.record.get("to"))
     run.save(run.state)
 
 
 def rollback(run: StackRun) -> list[str]:
-    """Undo the recorded change: the stable Services taken out of the new CR's reach, the new
-    CR deleted (once gone), the old CR created again from its recorded body, and each kept
-    Service given back its labels, annotations and selector as they were before the change,
-    its ownerReferences pointing at the old CR created again (a new uid). Returns what it
-    did."""
+    """Undo the recorded change: the stable Services out of the new CR's reach, the new CR
+    deleted (and gone), the old CR created again from its recorded body, each kept Service given
+    back its labels, annotations, selector and owner (the recreated CR). Returns what it did."""
     record = run.record
     steps: Mapping[str, Obj] = record.get("steps") or {}
     done: list[str] = []
@@ -337,12 +313,12 @@ def rollback(run: StackRun) -> list[str]:
             recreated = run.kube.create(sc.clean_cr(old), kind=CR_KINDS[delete["kind"]])
             done.append(f"created {delete['kind']}/{delete['name']} again")
     for s in steps.values():
-        if s["action"] == sc.KEEP and "selector" in s:
-            done += _restore(run, s, recreated)
-    record["status"] = ROLLED_BACK
-    record["finished"] = stamp(run.clock.now())
-    run.state.log("stack-change-rolled-back", to=record.get("to"))
-    run.save(run.state)
+        if s["action"] == sc.KEEP and "selector" in s and (svc := _service(run, s["name"])):
+            refs = [{**r, "uid": o.meta(recreated).get("uid")} for r in s.get("ownerReferences")
+                    or [] if recreated is not None and r.get("kind") == recreated.get("kind")]
+            _put_back(run, svc, s["labels"], s["annotations"], refs or None, s["selector"])
+            done.append(f"Service/{s['name']}: labels, annotations, selector and owner put back")
+    _close(run, ROLLED_BACK, "stack-change-rolled-back")
     return done
 
 
@@ -352,23 +328,13 @@ def _keep_from(run: StackRun, name: str, kind: str) -> None:
         return
     refs = o.meta(svc).get("ownerReferences") or []
     rest = [r for r in refs if r.get("kind") != kind]
-    _patch_checked(run, name, [
-        {"op": "test", "path": "/metadata/ownerReferences", "value": refs},
-        {"op": "replace", "path": "/metadata/ownerReferences", "value": rest}
-        if rest else {"op": "remove", "path": "/metadata/ownerReferences"}],
-        lambda live: sc.kept(live, kind))
+    try:  # guarded: a failed test is fine when the live Service holds no such owner already
+        run.kube.patch(kinds.SERVICE, name, run.namespace, [
+            {"op": "test", "path": "/metadata/ownerReferences", "value": refs},
+            {"op": "replace", "path": "/metadata/ownerReferences", "value": rest}
+            if rest else {"op": "remove", "path": "/metadata/ownerReferences"}], patch_type="json")
+    except (APIConflict, APINotFound):
+        live = _service(run, name)
+        if live is None or not sc.kept(live, kind):
+            raise
 
-
-def _restore(run: StackRun, s: Obj, owner: Obj | None) -> list[str]:
-    svc = _service(run, s["name"])
-    if svc is None:
-        return []
-    meta, spec = o.meta(svc), svc.get("spec") or {}
-    refs = [{**r, "uid": o.meta(owner).get("uid")} for r in s.get("ownerReferences") or []
-            if owner is not None and r.get("kind") == owner.get("kind")]
-    run.kube.patch(kinds.SERVICE, s["name"], run.namespace, {
-        "metadata": {"labels": _exactly(meta.get("labels") or {}, s["labels"]),
-                     "annotations": _exactly(meta.get("annotations") or {}, s["annotations"]),
-                     "ownerReferences": refs or None},
-        "spec": {"selector": sc.selector_patch(spec.get("selector") or {}, s["selector"])}})
-    return [f"Service/{s['name']}: labels, annotations, selector and owner put back"]

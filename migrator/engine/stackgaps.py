@@ -1,27 +1,16 @@
-"""The per-node gap of a stack change, as the tool sees it: for each stable Service and each
-node it served when the change began, how long that node had no Ready endpoint behind it.
-
-Read from the Services' EndpointSlices (`kubernetes.io/service-name`) on the run's clock each
-time the run waits, so the figure is what the tool measured, not a promise; the e2e tests
-measure the same from the simulated cluster's own commits.
-"""
+"""The per-node gap of a stack change as the tool measures it: for each stable Service and each
+node it served when the change began, how long that node had no Ready endpoint behind it (read
+from the Services' EndpointSlices on the run's clock each time the run waits)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from migrator.engine.clock import Clock
 from migrator.kube.client import Kube
 from migrator.model import kinds
 
 SERVICE_NAME = "kubernetes.io/service-name"
-
-
-def ready_nodes(slices: Sequence[dict[str, Any]]) -> set[str]:
-    """Nodes with a ready endpoint in these slices (absent `ready` counts as ready)."""
-    return {ep.get("nodeName") or "" for sl in slices for ep in sl.get("endpoints") or []
-            if (ep.get("conditions") or {}).get("ready") in (None, True)}
 
 
 class GapMeter:
@@ -36,15 +25,13 @@ class GapMeter:
         self._open: dict[tuple[str, str], float] = {}
         self.longest: dict[tuple[str, str], float] = {}
 
-    def _ready(self, service: str) -> set[str]:
-        items = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
-                                label_selector=f"{SERVICE_NAME}={service}").items
-        return ready_nodes(items)
-
     def sample(self) -> None:
         now = self._clock.monotonic()
         for service in self._services:
-            ready = self._ready(service)
+            slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
+                                     label_selector=f"{SERVICE_NAME}={service}").items
+            ready = {ep.get("nodeName") or "" for sl in slices for ep in sl.get("endpoints") or []
+                     if (ep.get("conditions") or {}).get("ready") in (None, True)}  # absent: ready
             baseline = self.nodes.setdefault(service, set(ready))
             for node in baseline:
                 key = (service, node)

@@ -1,24 +1,22 @@
 """`Kube`: the tool's whole view of the Kubernetes API, as raw JSON dicts.
 
-Verbs are thin: build the path and query from the shared Kind table, send through the one
-choke point (`Transport.send`), parse the JSON. Reads return plain dicts (list items get their
-`apiVersion`/`kind` filled in, which the real server leaves out). A dry run is a property of
-the request, not of the connection (Helm's `DryRunStrategy`): every write takes `dry_run`,
-sent as `dryRun=All`, and its answer is never taken for what the cluster holds.
+Verbs build the path and query from the Kind table, send through the one choke point
+(`Transport.send`) and parse the JSON; list items get the `apiVersion`/`kind` the server leaves
+out. Every write takes `dry_run` (sent as `dryRun=All`), whose answer is never taken for what the
+cluster holds. Also access reviews, API discovery (cached per group/version) and a ping.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from migrator.errors import APINotFound, WatchExpired
 from migrator.kube import config, watching
-from migrator.kube.discovery import Discovery
 from migrator.kube.retrying import RetryPolicy
 from migrator.kube.transport import Transport
 from migrator.model import kinds, tables
@@ -34,8 +32,6 @@ PATCH_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
     "json": "application/json-patch+json",
 }
-
-
 PAGE_SIZE = 500  # items per list request, kubectl's --chunk-size default
 # After a continue token expires (410) mid-read: paginated restarts, then one unpaginated list
 # (client-go's pager falls back to a full list: tools/pager/pager.go `FullListIfExpired`).
@@ -43,19 +39,14 @@ EXPIRED_RESTARTS = 2
 
 
 @dataclass(frozen=True)
-class Page:
-    """One page of a list: its items and the list's resourceVersion."""
-
-    items: list[Obj]
-    resource_version: str
-
-
-@dataclass(frozen=True)
 class ObjList:
-    """A whole list (all pages): watch from `resource_version` to follow it."""
+    """Items of a list (a page, or all pages) and the list's resourceVersion to watch from."""
 
     items: list[Obj]
     resource_version: str
+
+
+Page = ObjList  # one page of a list
 
 
 def _same(obj: Obj) -> Obj:
@@ -81,119 +72,149 @@ def _name_ns(obj: Obj, kind: Kind) -> tuple[str, str | None]:
     return str(name), namespace
 
 
-class Kube(Discovery):
+def _dry(dry_run: bool) -> list[tuple[str, str]]:
+    return [("dryRun", "All")] if dry_run else []
+
+
+def _filters(label_selector: str | None, field_selector: str | None,
+             table: str) -> list[tuple[str, str]]:
+    """The selectors, and `includeObject` for a Table read ("" for none)."""
+    return [(k, v) for k, v in (("labelSelector", label_selector),
+                                ("fieldSelector", field_selector), ("includeObject", table)) if v]
+
+
+def _accept(table: str) -> str:
+    return tables.TABLE_ACCEPT if table else "application/json"
+
+
+class Kube(Transport):
     """A connection to one API server. Thread-safe; share one per run."""
 
-    def __init__(
-        self, connection: config.Connection, *, retry: RetryPolicy | None = None,
-        page_size: int = PAGE_SIZE,
-    ) -> None:
-        self._transport = Transport(connection.configuration, retry or RetryPolicy())
-        self.server: str = self._transport.server
-        self.context = connection.context  # the kubeconfig context ("" when not from one)
+    def __init__(self, configuration: Any, context: str = "", *,
+                 retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE) -> None:
+        super().__init__(configuration, retry or RetryPolicy())
+        self.context = context  # the kubeconfig context ("" for a bare URL)
         self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
         self._apis_lock = threading.Lock()
         self._observers: list[Callable[[Kind, Obj], None]] = []  # see `observe`
 
     @classmethod
-    def connect(
-        cls, kubeconfig: str | None = None, context: str | None = None, *,
-        retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE,
-    ) -> Kube:
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
+                retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
-        return cls(config.load(kubeconfig, context), retry=retry, page_size=page_size)
+        configuration, chosen = config.load(kubeconfig, context)
+        return cls(configuration, chosen, retry=retry, page_size=page_size)
 
     @classmethod
-    def for_server(
-        cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
-        page_size: int = PAGE_SIZE,
-    ) -> Kube:
+    def for_server(cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
+                   page_size: int = PAGE_SIZE) -> Kube:
         """Straight to a URL with an optional bearer token (the simulated cluster, tests)."""
         return cls(config.for_server(url, token), retry=retry, page_size=page_size)
 
     def __repr__(self) -> str:
         return f"Kube(server={self.server!r})"
 
-    @property
-    def request_count(self) -> int:
-        """HTTP requests sent so far, retries included."""
-        return self._transport.requests
-
-    @property
-    def retry_count(self) -> int:
-        return self._transport.retries
-
-    @property
-    def server_date(self) -> datetime | None:
-        """The API server's time as of its latest answer (`Transport.server_date`)."""
-        return self._transport.server_date
-
-    def close(self) -> None:
-        self._transport.close()
-
-    # ---- what the tool has seen ----------------------------------------------------------
-
     def observe(self, seen: Callable[[Kind, Obj], None]) -> Callable[[], None]:
-        """Call `seen(kind, object)` for every object this connection writes (its answer),
-        GETs, or receives on a watch — not for list items. A cache uses it to know which
-        versions it must have delivered before it is read ("read your writes",
-        engine/informer.py). Returns the function that stops it."""
+        """Call `seen(kind, object)` for every object this connection writes (its answer), GETs
+        or receives on a watch, not for list items: a cache learns which versions it must have
+        delivered before it is read (engine/informer.py). Returns the function that stops it."""
         self._observers.append(seen)
         return lambda: self._observers.remove(seen)
 
-    def _saw(self, kind: Kind, obj: Any) -> None:
-        if not isinstance(obj, dict) or obj.get("kind") not in (None, kind.kind):
-            return  # a Status (an already-deleted object's DELETE) is not the object
+    def _saw(self, kind: Kind, obj: Any, dry_run: bool = False) -> None:
+        if dry_run or not isinstance(obj, dict) or obj.get("kind") not in (None, kind.kind):
+            return  # a dry run's answer, or a Status (an already-deleted object's DELETE)
         for seen in list(self._observers):
             seen(kind, obj)
 
-    # ---- the choke point -------------------------------------------------------------------
+    # ---- access, discovery --------------------------------------------------------------
 
-    def _wrote(self, kind: Kind, answer: Any, dry_run: bool) -> None:
-        if not dry_run:  # a dry run's answer is never stored: no event will carry it
-            self._saw(kind, answer)
+    def can_i(self, verb: str, kind: Kind, namespace: str | None = None, name: str | None = None,
+              subresource: str | None = None) -> tuple[bool, str]:
+        """SelfSubjectAccessReview: may the current user do this? (allowed, reason)."""
+        attributes = {"verb": verb, "group": kind.group, "resource": kind.plural}
+        for key, value in (("namespace", namespace), ("name", name),
+                           ("subresource", subresource)):
+            if value:
+                attributes[key] = value
+        status = self._review(kinds.SELF_SUBJECT_ACCESS_REVIEW, {"resourceAttributes": attributes})
+        reason = str(status.get("reason") or status.get("evaluationError") or "")
+        return bool(status.get("allowed")), reason
 
-    @staticmethod
-    def _write_query(dry_run: bool) -> list[tuple[str, str]]:
-        return [("dryRun", "All")] if dry_run else []
+    def can_they(self, spec: Obj) -> bool:
+        """SubjectAccessReview: may the user in `spec` (user, groups, resourceAttributes) do
+        it? APIForbidden unless the caller may `create subjectaccessreviews`."""
+        return bool(self._review(kinds.SUBJECT_ACCESS_REVIEW, spec).get("allowed"))
+
+    def _review(self, kind: Kind, spec: Obj) -> Obj:
+        review = {"apiVersion": kind.api_version, "kind": kind.kind, "spec": spec}
+        answer = self.send("POST", kind.collection_path(), (), review) or {}
+        return answer.get("status") or {}
+
+    def _resources(self, group: str, version: str) -> frozenset[str] | None:
+        """Plural names served under group/version (discovery, cached); None if not served."""
+        with self._apis_lock:
+            if (group, version) in self._apis:
+                return self._apis[(group, version)]
+        try:
+            doc = self.send("GET", f"/apis/{group}/{version}" if group
+                            else f"/api/{version}") or {}
+            found = frozenset(str(r.get("name")) for r in doc.get("resources") or [])
+        except APINotFound:
+            found = None
+        with self._apis_lock:
+            self._apis[(group, version)] = found
+        return found
+
+    def has_api(self, group: str, version: str) -> bool:
+        """Does the server serve this group/version (for example a CRD's)?"""
+        return self._resources(group, version) is not None
+
+    def has_kind(self, kind: Kind) -> bool:
+        """Does the server serve this resource type (its CRD is installed)?"""
+        return kind.plural in (self._resources(kind.group, kind.version) or ())
+
+    def ping(self) -> None:
+        """One cheap request: APIUnreachable when there is no answer, APIForbidden when refused."""
+        with contextlib.suppress(ValueError):  # any answer will do, JSON or not
+            try:
+                self.send("GET", "/version")
+            except APINotFound:
+                self.send("GET", "/api")  # a server without /version still answered
 
     # ---- reads -------------------------------------------------------------------------
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None when it does not exist."""
         try:
-            obj: Obj = self._transport.send("GET", kind.object_path(name, namespace)).json()
+            obj: Obj = self.send("GET", kind.object_path(name, namespace))
         except APINotFound:
             return None
         self._saw(kind, obj)
         return obj
 
-    def pages(
-        self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-        field_selector: str | None = None, page_size: int | None = None,
-        printed: bool = False,
-    ) -> Iterator[Page]:
-        """The list one page at a time (following `continue`), so memory stays one page big.
-        `page_size` defaults to the connection's; 0 asks for everything in one answer.
-        `printed` asks for the printed rows with each object's metadata instead of whole
-        objects (`model/printed.py`); a server that ignores that sends whole objects."""
+    def pages(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+              field_selector: str | None = None, page_size: int | None = None,
+              printed: bool = False) -> Iterator[Page]:
+        """The list one page at a time (memory stays one page big); `page_size` 0: all in one.
+        `printed`: the printed rows with each object's metadata (`model/printed.py`)."""
         path = kind.collection_path(namespace)
         size = self.page_size if page_size is None else page_size
-        base: list[tuple[str, str]] = [("limit", str(size))] if size > 0 else []
-        if label_selector:
-            base.append(("labelSelector", label_selector))
-        if field_selector:
-            base.append(("fieldSelector", field_selector))
-        if printed:
-            base.append(("includeObject", "Metadata"))
-        accept = tables.TABLE_ACCEPT if printed else "application/json"
+        table = "Metadata" if printed else ""
+        base = [("limit", str(size))] if size > 0 else []
+        base += _filters(label_selector, field_selector, table)
         token = ""
         while True:
             query = [*base, ("continue", token)] if token else base
-            doc = self._transport.send("GET", path, query, accept=accept).json() or {}
-            items: list[Obj] = (self._printed_items(kind, doc) if doc.get("kind") == "Table"
-                                else doc.get("items") or [])
+            doc = self.send("GET", path, query, accept=_accept(table)) or {}
+            items: list[Obj] = doc.get("items") or []
+            if doc.get("kind") == "Table":
+                columns = tables.column_names(doc)
+                if columns is None:
+                    raise tables.TableError("a Table list without column definitions")
+                items = [printed_object(row, kind.api_version, kind.kind)
+                         for row in tables.rows(doc, columns)]
             for item in items:
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
@@ -203,35 +224,20 @@ class Kube(Discovery):
             if not token:
                 return
 
-    @staticmethod
-    def _printed_items(kind: Kind, table: Obj) -> builtins.list[Obj]:
-        columns = tables.column_names(table)
-        if columns is None:
-            raise tables.TableError("a Table list without column definitions")
-        return [printed_object(row, kind.api_version, kind.kind)
-                for row in tables.rows(table, columns)]
-
-    def list(
-        self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-        field_selector: str | None = None, page_size: int | None = None,
-    ) -> ObjList:
+    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, page_size: int | None = None) -> ObjList:
         """All items (see `collect`)."""
-        items, version = self.collect(kind, namespace, label_selector=label_selector,
-                                      field_selector=field_selector, page_size=page_size,
-                                      keep=_same)
-        return ObjList(items, version)
+        return ObjList(*self.collect(kind, namespace, label_selector=label_selector,
+                                     field_selector=field_selector, page_size=page_size,
+                                     keep=_same))
 
-    def collect(
-        self, kind: Kind, namespace: str | None = None, *, keep: Callable[[Obj], T],
-        label_selector: str | None = None, field_selector: str | None = None,
-        page_size: int | None = None, printed: bool = False,
-    ) -> tuple[builtins.list[T], str]:
-        """`keep(item)` for every item, page by page (a caller that keeps less than the whole
-        object holds one page at a time), and the list's resourceVersion.
-
-        A continue token that expires mid-read (410: the first page's version was compacted,
-        as on a busy cluster) restarts the read from scratch, never mixing two versions;
-        after EXPIRED_RESTARTS the last try is one unpaginated list, which cannot expire."""
+    def collect(self, kind: Kind, namespace: str | None = None, *, keep: Callable[[Obj], T],
+                label_selector: str | None = None, field_selector: str | None = None,
+                page_size: int | None = None,
+                printed: bool = False) -> tuple[builtins.list[T], str]:
+        """`keep(item)` for every item, page by page, and the list's resourceVersion. A continue
+        token that expires mid-read (410) restarts the read, never mixing two versions; after
+        EXPIRED_RESTARTS the last try is one unpaginated list, which cannot expire."""
         for attempt in range(EXPIRED_RESTARTS + 1):
             last = attempt == EXPIRED_RESTARTS
             kept: builtins.list[T] = []
@@ -249,124 +255,86 @@ class Kube(Discovery):
             return kept, version
         raise AssertionError("unreachable")
 
-    def watch(
-        self, kind: Kind, namespace: str | None = None, *, resource_version: str,
-        label_selector: str | None = None, field_selector: str | None = None,
-        timeout_seconds: int = 60, printed: bool = False,
-        bookmarked: Callable[[str], None] | None = None,
-    ) -> watching.Events:
+    def watch(self, kind: Kind, namespace: str | None = None, *, resource_version: str,
+              label_selector: str | None = None, field_selector: str | None = None,
+              timeout_seconds: int = 60, printed: bool = False, bookmarked: Callable[[str],
+              None] | None = None) -> watching.Events:
         """(type, object) events after `resource_version` until the server ends the watch;
-        `printed`: each object's printed row with its metadata (`model/printed.py`).
+        `printed`: each object's printed row with its metadata (`model/printed.py`). Sent now
+        (so 403/410 raise here; WatchExpired: list again), read lazily; `bookmarked` is told
+        each BOOKMARK's resourceVersion (`watching`)."""
+        return self._watch(
+            kind, namespace, resource_version, label_selector, field_selector, timeout_seconds,
+            "Metadata" if printed else "", _same, bookmarked=bookmarked,
+            of_row=(lambda row: printed_object(row, kind.api_version, kind.kind)) if printed
+            else None)
 
-        The request is sent now (so 403/410 raise here); events are read lazily. Raises
-        WatchExpired when the version is too old: list again and watch from the new one.
-        `bookmarked` is told each BOOKMARK's resourceVersion (`watching`).
-        """
-        if not printed:
-            return self._watch(kind, namespace, resource_version, label_selector,
-                               field_selector, timeout_seconds, bookmarked=bookmarked)
-        stream = self._watch(kind, namespace, resource_version, label_selector, field_selector,
-                             timeout_seconds, table="Metadata", bookmarked=bookmarked)
-        return watching.TableStream(
-            stream, lambda row: printed_object(row, kind.api_version, kind.kind), _same,
-            seen=lambda obj: self._saw(kind, obj))
+    def watch_table(self, kind: Kind, namespace: str | None = None, *, resource_version: str,
+                    label_selector: str | None = None, field_selector: str | None = None,
+                    timeout_seconds: int = 60) -> watching.Stream[tables.Row]:
+        """As `watch`, but each event is the object's printed row (`includeObject=None`), a
+        fraction of its bytes. Rows are not objects: the run's cache is not told of them."""
+        return self._watch(kind, namespace, resource_version, label_selector, field_selector,
+                           timeout_seconds, "None", tables.object_row, of_row=lambda row: row,
+                           observed=False)
 
-    def watch_table(
-        self, kind: Kind, namespace: str | None = None, *, resource_version: str,
-        label_selector: str | None = None, field_selector: str | None = None,
-        timeout_seconds: int = 60,
-    ) -> watching.TableStream[tables.Row]:
-        """As `watch`, but each event is the server's printed row of the object
-        (`includeObject=None`): the cells `kubectl get -w` shows, a fraction of the object's
-        bytes. Rows are not objects: the run's cache is not told of them."""
-        stream = self._watch(kind, namespace, resource_version, label_selector, field_selector,
-                             timeout_seconds, table="None")
-        return watching.TableStream(stream, lambda row: row, tables.object_row)
-
-    def _watch(
-        self, kind: Kind, namespace: str | None, resource_version: str,
-        label_selector: str | None, field_selector: str | None, timeout_seconds: int, *,
-        table: str = "", bookmarked: Callable[[str], None] | None = None,
-    ) -> watching.Stream:
-        """The watch request; `table` is the `includeObject` of a Table watch ("" for none).
-        Bookmarks are asked for, and a stream silent past `watching.idle_seconds` ends."""
+    def _watch(self, kind: Kind, namespace: str | None, resource_version: str,
+               label_selector: str | None, field_selector: str | None, timeout_seconds: int,
+               table: str, of_object: Callable[[Obj], T], *,
+               of_row: Callable[[tables.Row], T] | None = None, observed: bool = True,
+               bookmarked: Callable[[str], None] | None = None) -> watching.Stream[T]:
+        """The watch request; `table` is the `includeObject` of a Table watch ("" for none)."""
         path = kind.collection_path(namespace)
-        query = [
-            ("watch", "1"),
-            ("resourceVersion", resource_version),
-            ("timeoutSeconds", str(timeout_seconds)),
-            ("allowWatchBookmarks", "true"),
-        ]
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
-        if table:
-            query.append(("includeObject", table))
-        response = self._transport.send(
-            "GET", path, query, stream=True,
-            read_timeout=watching.idle_seconds(timeout_seconds,
-                                               self._transport.policy.watch_bookmark_seconds),
-            accept=tables.TABLE_ACCEPT if table else "application/json",
-        )
-        seen = None if table else (lambda obj: self._saw(kind, obj))
-        return watching.Stream(response.raw, path=path, api_version=kind.api_version,
-                               kind=kind.kind, seen=seen, bookmarked=bookmarked)
+        query = [("watch", "1"), ("resourceVersion", resource_version),
+                 ("timeoutSeconds", str(timeout_seconds)), ("allowWatchBookmarks", "true"),
+                 *_filters(label_selector, field_selector, table)]
+        raw = self.send("GET", path, query, stream=True, accept=_accept(table), read_timeout=(
+            watching.idle_seconds(timeout_seconds, self.policy.watch_bookmark_seconds)))
+        return watching.Stream(
+            raw, path=path, api_version=kind.api_version, kind=kind.kind,
+            of_object=of_object, of_row=of_row, bookmarked=bookmarked,
+            seen=(lambda obj: self._saw(kind, obj)) if observed else None)
 
     # ---- writes ------------------------------------------------------------------------
 
     def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
-        """POST the object; APIAlreadyExists (a 409) when the name is taken. `kind` names a
-        type outside the table `kind_of` reads (the guard's `events.k8s.io/v1` Events, whose
-        kind name core/v1 already uses); `dry_run`: validated and answered, not persisted."""
+        """POST the object; APIAlreadyExists when the name is taken. `kind` names a type outside
+        `kind_of`'s table (the guard's `events.k8s.io/v1` Events, a core/v1 kind name)."""
         kind = kind or kind_of(obj)
-        _, namespace = _name_ns(obj, kind)
-        created: Obj = self._transport.send(
-            "POST", kind.collection_path(namespace), self._write_query(dry_run), obj
-        ).json()
-        self._wrote(kind, created, dry_run)
+        created: Obj = self.send("POST", kind.collection_path(_name_ns(obj, kind)[1]),
+                                 _dry(dry_run), obj)
+        self._saw(kind, created, dry_run)
         return created
 
     def replace(self, obj: Obj, *, dry_run: bool = False) -> Obj:
         """PUT the whole object; its metadata.resourceVersion makes a stale write an APIConflict."""
         kind = kind_of(obj)
-        name, namespace = _name_ns(obj, kind)
-        replaced: Obj = self._transport.send(
-            "PUT", kind.object_path(name, namespace), self._write_query(dry_run), obj
-        ).json()
-        self._wrote(kind, replaced, dry_run)
+        replaced: Obj = self.send("PUT", kind.object_path(*_name_ns(obj, kind)), _dry(dry_run),
+                                  obj)
+        self._saw(kind, replaced, dry_run)
         return replaced
 
-    def patch(
-        self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
-        patch_type: Literal["merge", "strategic", "json"] = "merge", dry_run: bool = False,
-    ) -> Obj:
-        """PATCH with a merge (default), strategic-merge or JSON patch.
-
-        Retried like every request, so a JSON patch must be idempotent (no `add` to `/-`;
-        guard with a `test` op) — merge patches are by nature.
-        """
-        patched: Obj = self._transport.send(
-            "PATCH", kind.object_path(name, namespace), self._write_query(dry_run), body,
-            PATCH_TYPES[patch_type],
-        ).json()
-        self._wrote(kind, patched, dry_run)
+    def patch(self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
+              patch_type: Literal["merge", "strategic", "json"] = "merge",
+              dry_run: bool = False) -> Obj:
+        """PATCH with a merge (default), strategic-merge or JSON patch. Retried like every
+        request, so a JSON patch must be idempotent (no `add` to `/-`; guard with a `test`)."""
+        patched: Obj = self.send("PATCH", kind.object_path(name, namespace), _dry(dry_run), body,
+                                 PATCH_TYPES[patch_type])
+        self._saw(kind, patched, dry_run)
         return patched
 
-    def delete(
-        self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
-        resource_version: str | None = None, propagation_policy: str | None = None,
-        dry_run: bool = False,
-    ) -> None:
+    def delete(self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
+               resource_version: str | None = None, propagation_policy: str | None = None,
+               dry_run: bool = False) -> None:
         """DELETE, optionally only if uid/resourceVersion still match (else APIConflict)."""
         options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        preconditions = {
-            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
-        }
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
+                         if v}
         if preconditions:
             options["preconditions"] = preconditions
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
-        deleted = self._transport.send("DELETE", kind.object_path(name, namespace),
-                                       self._write_query(dry_run), options).json()
-        self._wrote(kind, deleted, dry_run)
+        deleted = self.send("DELETE", kind.object_path(name, namespace), _dry(dry_run),
+                            options)
+        self._saw(kind, deleted, dry_run)

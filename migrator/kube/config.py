@@ -1,15 +1,9 @@
-"""Where the client's connection settings come from: kubeconfig or the pod's service account.
-
-The search order is kubectl's: an explicit `--kubeconfig`, then `$KUBECONFIG` (a list of files,
-merged), then `~/.kube/config`, then the in-cluster service account. The files are read,
-merged and turned into a client `Configuration` by the official client's own loader
-(`kubernetes.config.kube_config`: exec plugins, auth providers, client certificates, embedded
-data, `proxy-url`, relative paths from each file's folder), the service account by its
-`load_incluster_config`, whose token is re-read as the kubelet rotates it. This module only
-picks the files and the context and says, in one `UsageError` (exit 2), what is wrong: messages
-name the file or context and never quote the file's contents (a kubeconfig holds tokens and
-keys). The proxy is kubectl's: the cluster's `proxy-url`, else `HTTPS_PROXY`/`NO_PROXY` by Go's
-rules (proxy.py), for the kubeconfig, the service account and a bare URL alike.
+"""Where the connection settings come from: kubectl's order, `--kubeconfig`, `$KUBECONFIG` (files
+merged), `~/.kube/config`, then the pod's service account. The official client's loaders read
+them (exec plugins, auth providers, certificates, `proxy-url`, relative paths; the service
+account's token re-read as it rotates); this module picks the files and the context and says in
+one `UsageError` what is wrong, naming the file or context, never quoting it (it holds tokens).
+The proxy is kubectl's: `proxy-url`, else the environment's by Go's rules (proxy.py).
 """
 
 from __future__ import annotations
@@ -28,10 +22,8 @@ from migrator.errors import UsageError
 from migrator.kube.proxy import client_proxy, proxy_for
 
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
-# At least this many keep-alive connections per server: the guard holds three watches open and
-# sends 16 slice writes at once (engine/slicewrites.py); with fewer, each wave of writes opened
-# new connections (a TCP and TLS handshake each), and at a 15,000-node takeover on the sim
-# waited seconds to be accepted. The client's default is five per CPU.
+# Keep-alive connections per server, at least: the guard holds three watches and sends 16 slice
+# writes at once; fewer made each wave of writes open new connections (handshakes cost seconds).
 POOLED = 32
 
 
@@ -46,46 +38,30 @@ class Source:
         return "the in-cluster service account" if self.in_cluster else ", ".join(self.paths)
 
 
-@dataclass(frozen=True)
-class Connection:
-    """A client Configuration and the context it was made from ("in-cluster" for the pod's
-    service account, "" for a bare URL)."""
-
-    configuration: Any  # kubernetes.client.Configuration
-    context: str
-
-
 def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) -> Source:
     """Which kubeconfig files to read (or in-cluster), in kubectl's order of precedence."""
     environ = dict(os.environ) if env is None else env
     if kubeconfig:
         path = os.path.expanduser(kubeconfig)
         if not os.path.isfile(path):
-            raise UsageError(
-                f"The kubeconfig file {kubeconfig} does not exist or is not a file.",
-                "pass the path of an existing kubeconfig with --kubeconfig",
-            )
+            raise UsageError(f"The kubeconfig file {kubeconfig} does not exist or is not a file.",
+                             "pass the path of an existing kubeconfig with --kubeconfig")
         return Source((path,))
     listed = environ.get("KUBECONFIG", "")
     if listed:
         paths = tuple(os.path.expanduser(p) for p in listed.split(os.pathsep) if p)
         present = tuple(p for p in paths if os.path.isfile(p))
         if not present:
-            raise UsageError(
-                f"None of the files in KUBECONFIG ({listed}) exists.",
-                "fix or unset KUBECONFIG, or pass --kubeconfig",
-            )
+            raise UsageError(f"None of the files in KUBECONFIG ({listed}) exists.",
+                             "fix or unset KUBECONFIG, or pass --kubeconfig")
         return Source(present)
     home = Path(environ.get("HOME") or os.path.expanduser("~")) / ".kube" / "config"
     if home.is_file():
         return Source((str(home),))
     if environ.get("KUBERNETES_SERVICE_HOST"):
         return Source((), in_cluster=True)
-    raise UsageError(
-        f"No kubeconfig found: {home} does not exist, KUBECONFIG is not set and this is not "
-        "running inside a cluster.",
-        _HINT,
-    )
+    raise UsageError(f"No kubeconfig found: {home} does not exist, KUBECONFIG is not set and "
+                     "this is not running inside a cluster.", _HINT)
 
 
 def _merged(source: Source) -> KubeConfigMerger:
@@ -121,41 +97,55 @@ def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
     if not names:
         raise UsageError(f"The kubeconfig {where} defines no contexts.", _HINT)
     if not wanted:
-        raise UsageError(
-            f"The kubeconfig {where} has no current-context and no --context was given.",
-            f"pass --context (one of: {', '.join(names)})",
-        )
+        raise UsageError(f"The kubeconfig {where} has no current-context and no --context was "
+                         "given.", f"pass --context (one of: {', '.join(names)})")
     if wanted not in names:
-        raise UsageError(
-            f"Context {wanted!r} is not defined in the kubeconfig {where}.",
-            f"pass --context with one of: {', '.join(names)}",
-        )
+        raise UsageError(f"Context {wanted!r} is not defined in the kubeconfig {where}.",
+                         f"pass --context with one of: {', '.join(names)}")
     return wanted
 
 
-def load(kubeconfig: str | None = None, context: str | None = None) -> Connection:
-    """The connection for the chosen kubeconfig/context, or the pod's service account."""
+def _configuration(host: str | None = None) -> Any:
+    """A client Configuration without the client's own environment proxy (Python's rules)."""
+    configuration = Configuration(host=host)
+    configuration.proxy = None
+    return configuration
+
+
+def _finished(configuration: Any) -> Any:
+    """The configuration with kubectl's proxy (its `proxy-url`, else the environment's by Go's
+    rules, as urllib3 must be told it; the client's own `no_proxy` matching differs from Go's
+    and is cleared), POOLED connections at least, and no urllib3 retries (transport.py's)."""
+    configuration.proxy, configuration.proxy_headers = client_proxy(
+        configuration.proxy or proxy_for(configuration.host, os.environ))
+    configuration.no_proxy = None
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
+                                                POOLED)
+    configuration.retries = False
+    return configuration
+
+
+def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any, str]:
+    """The client Configuration for the chosen kubeconfig/context, or the pod's service account,
+    and the context's name ("in-cluster" for the service account)."""
     source = resolve_source(kubeconfig)
-    configuration = Configuration()
+    configuration = _configuration()
     if source.in_cluster:
         if context:
-            raise UsageError(
-                f"--context {context} was given but no kubeconfig exists (running in-cluster).",
-                _HINT,
-            )
+            raise UsageError(f"--context {context} was given but no kubeconfig exists "
+                             "(running in-cluster).", _HINT)
         try:
             load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration, try_refresh_token=True)
         except ConfigException as exc:
             raise UsageError(f"Cannot use the in-cluster service account: {exc}.",
                              _HINT) from None
-        return Connection(pooled(proxied(configuration)), "in-cluster")
+        return _finished(configuration), "in-cluster"
     merger = _merged(source)
     chosen = _context(merger, source.describe(), context)
     try:
-        # As the client's load_kube_config: relative paths from each file's own folder
-        # (config_base_path None), and what an auth provider refreshed (an OIDC refresh token)
-        # written back, as kubectl does; an exec plugin is run again instead.
+        # As the client's load_kube_config: relative paths from each file's folder, and what an
+        # auth provider refreshed (an OIDC refresh token) written back, as kubectl does.
         loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
             config_dict=merger.config, active_context=chosen, config_base_path=None,
             config_persister=merger.save_changes)
@@ -164,55 +154,15 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
         raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
                          f"{chosen!r}: {exc}.", _HINT) from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        # Malformed entries (a list where a mapping belongs, bad base64 data): name the type
-        # only, since the values may be credentials.
+        # Malformed entries (bad base64 data...): name the type only, values may be credentials.
         raise UsageError(f"The kubeconfig {source.describe()} is malformed for context "
                          f"{chosen!r} ({type(exc).__name__}).", _HINT) from None
-    return Connection(pooled(proxied(configuration, _proxy_url(merger, chosen))), chosen)
+    return _finished(configuration), chosen
 
 
-def for_server(url: str, token: str | None = None) -> Connection:
+def for_server(url: str, token: str | None = None) -> Any:
     """A bare URL with an optional bearer token (the simulated cluster, tests)."""
-    configuration = Configuration(host=url.rstrip("/"))
+    configuration = _configuration(url.rstrip("/"))
     if token:
         configuration.api_key["BearerToken"] = f"Bearer {token}"  # as the loader sets it
-    return Connection(pooled(proxied(configuration)), "")
-
-
-def _proxy_url(merger: KubeConfigMerger, context: str) -> str | None:
-    """The `proxy-url` of the context's cluster, if it sets one (the merger wraps each entry
-    in a ConfigNode, its `value` the entry itself)."""
-    config = merger.config.value if merger.config is not None else {}
-
-    def entry(kind: str, name: object) -> dict[str, Any]:
-        for node in config.get(kind) or []:
-            item = getattr(node, "value", node)
-            if isinstance(item, dict) and item.get("name") == name:
-                found = item.get(kind[:-1])
-                return found if isinstance(found, dict) else {}
-        return {}
-
-    value = entry("clusters", entry("contexts", context).get("cluster")).get("proxy-url")
-    return str(value) if value else None
-
-
-def proxied(configuration: Any, proxy_url: str | None = None,
-            environ: dict[str, str] | None = None) -> Any:
-    """The configuration with kubectl's proxy: the cluster's `proxy-url` (NO_PROXY plays no
-    part then, as in client-go), else the environment's for this server by Go's rules, told
-    to urllib3 as Go would use it (proxy.py's `client_proxy`). The client's own `no_proxy`
-    is cleared: Python's matching differs from Go's (a leading `.` also matching the bare
-    domain), and the decision is made here."""
-    configuration.proxy, configuration.proxy_headers = client_proxy(proxy_url or proxy_for(
-        configuration.host, dict(os.environ) if environ is None else environ))
-    configuration.no_proxy = None
-    return configuration
-
-
-def pooled(configuration: Any) -> Any:
-    """The configuration with at least POOLED keep-alive connections and no retries of
-    urllib3's own (the choke point retries, transport.py)."""
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
-                                                POOLED)
-    configuration.retries = False
-    return configuration
+    return _finished(configuration)

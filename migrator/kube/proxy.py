@@ -1,24 +1,11 @@
-"""Which HTTP proxy carries the requests to an API server: kubectl's answer, from the environment.
+"""Which HTTP proxy carries the requests to an API server: kubectl's answer, by Go's rules.
 
-client-go's transport takes its proxy from Go's `http.ProxyFromEnvironment`
-(golang.org/x/net/http/httpproxy, `FromEnvironment` and `config.proxyForURL`), wrapped by
-apimachinery's `utilnet.NewProxierWithNoProxyCIDR`; a kubeconfig cluster's `proxy-url` replaces
-it (client-go `rest.Config.Proxy`), and then `NO_PROXY` plays no part. The official Python client
-reads the environment too, by Python's rules (`urllib.request.getproxies`: lower-case first,
-`ALL_PROXY` as a fallback, loopback proxied), which kubectl does not share; so the connection
-takes its proxy from here and tells the client nothing else (config.py). Go's rules:
-
-- `HTTPS_PROXY` for an https server, `HTTP_PROXY` for an http one; each upper-case first, then
-  lower-case (the first that is set and not empty); no `ALL_PROXY`. A value without a scheme
-  Go takes as `http://`.
-- Never for `localhost` or a loopback address.
-- `NO_PROXY` (else `no_proxy`), comma-separated: `*` for every server; an IP address, or a CIDR,
-  matches a server given by address (no name is resolved); a domain matches itself and its
-  subdomains (`*.` and a leading `.` only its subdomains); `host:port` only that port.
-
-A proxy URL's credentials are sent as Go sends them, and a SOCKS5 proxy (`socks5://`, as
-`ssh -D` makes one to reach a private API server) is handed the server's name to resolve, as
-Go's SOCKS dialer does (`client_proxy`).
+client-go takes it from Go's `http.ProxyFromEnvironment` (golang.org/x/net/http/httpproxy) unless
+the kubeconfig cluster sets `proxy-url` (then NO_PROXY plays no part). The Python client's own
+rules (`urllib.request.getproxies`) differ, so config.py tells it only what is decided here:
+`HTTPS_PROXY`/`HTTP_PROXY` by the server's scheme, upper-case first, a bare `host:port` taken as
+`http://`; never for localhost or loopback; `NO_PROXY` entries `*`, IPs, CIDRs (no name is
+resolved), domains with their subdomains (`*.`/leading `.`: only subdomains), `host:port`.
 """
 
 from __future__ import annotations
@@ -39,16 +26,6 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 def _env(environ: Mapping[str, str], name: str) -> str:
     """Go's `getEnvAny(NAME, name)`: the upper-case variable, else the lower-case one."""
     return environ.get(name.upper()) or environ.get(name.lower()) or ""
-
-
-def _parse_proxy(value: str) -> str | None:
-    """Go's `parseProxy`: a value that does not parse as an http, https or socks5 URL is
-    tried again with `http://` in front (`proxy.corp:3128` means `http://proxy.corp:3128`)."""
-    if not value:
-        return None
-    if urlsplit(value).scheme in ("http", "https", "socks5") and "://" in value:
-        return value
-    return f"http://{value}"
 
 
 def _address(host: str) -> Address | None:
@@ -94,7 +71,9 @@ def proxy_for(server: str, environ: Mapping[str, str]) -> str | None:
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
         return None
-    proxy = _parse_proxy(_env(environ, f"{scheme}_proxy"))
+    proxy = _env(environ, f"{scheme}_proxy") or None
+    if proxy and not (urlsplit(proxy).scheme in ("http", "https", "socks5") and "://" in proxy):
+        proxy = f"http://{proxy}"  # Go's `parseProxy`: `proxy.corp:3128` is http://proxy.corp:3128
     if scheme == "http" and environ.get("REQUEST_METHOD"):
         proxy = None  # Go ignores HTTP_PROXY in a CGI environment (golang.org/s/cgihttpproxy)
     host = (parts.hostname or "").lower()
@@ -117,17 +96,10 @@ def proxy_for(server: str, environ: Mapping[str, str]) -> str | None:
 
 
 def client_proxy(proxy: str | None) -> tuple[str | None, dict[str, str] | None]:
-    """`proxy` as the official client's urllib3 must be told it: the URL and the headers for
-    the proxy.
-
-    - Credentials in an http(s) proxy's URL go as Basic `Proxy-Authorization`, decoded, as Go's
-      transport sends them (`connectMethod.proxyAuth`); urllib3 ignores them in the URL.
-    - kubectl hands a SOCKS5 proxy the server's host name to resolve: Go's SOCKS dialer never
-      resolves it itself (golang.org/x/net, internal/socks/client.go `connect`: a name goes as
-      an FQDN address). urllib3 does that for `socks5h://`; for `socks5://` it resolves the
-      name here, which fails where only the far side of a tunnel knows it. urllib3 speaks SOCKS
-      (credentials included) through PySocks, an optional dependency
-      (`dcgm-migrate[socks]`): without it, one sentence and the fix, before any request."""
+    """`proxy` as the client's urllib3 must be told it: the URL and the proxy's headers. An
+    http(s) proxy's credentials go as Basic `Proxy-Authorization`, as Go sends them. A SOCKS5
+    proxy resolves the server's name, as Go's SOCKS dialer has it (urllib3's `socks5h`), through
+    PySocks, an optional dependency: without it, one sentence and the fix, before any request."""
     if proxy is None:
         return None, None
     parts = urlsplit(proxy)

@@ -1,8 +1,6 @@
-"""Translate an API server error answer (a `Status` object) into the tool's typed errors.
-
-Pure: status code and body in, exception out. The message is the server's own sentence (it
-names the object, and for 403 the verb and resource RBAC refused); the hint says what to do.
-"""
+"""An API server's error answer (a `Status` object) as the tool's typed errors. Pure: the message
+is the server's own sentence (it names the object, for 403 the verb and resource); the hint says
+what to do."""
 
 from __future__ import annotations
 
@@ -30,33 +28,39 @@ def parse_status(body: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def causes(status: dict[str, Any]) -> tuple[str, ...]:
-    """The Status' `details.causes`, each as "field: message" (what an Invalid answer lists)."""
+def _causes(status: dict[str, Any]) -> list[dict[str, Any]]:
     details = status.get("details")
     found = details.get("causes") if isinstance(details, dict) else None
+    return [c for c in found or () if isinstance(c, dict)]
+
+
+def causes(status: dict[str, Any]) -> tuple[str, ...]:
+    """The Status' `details.causes`, each as "field: message" (what an Invalid answer lists)."""
     return tuple(f"{c.get('field') or ''}: {c.get('message') or ''}".lstrip(": ")
-                 for c in found or () if isinstance(c, dict))
+                 for c in _causes(status))
 
 
 def failed_test(status: dict[str, Any]) -> bool:
-    """Is this 422 a JSON patch's failed `test`, not a refusal of the change? The apiserver
-    answers a patch that does not apply with `NewGenericServerResponse(422, ...)` (kubernetes
-    staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go, `jsonPatcher.applyJSPatch`):
-    reason Invalid, the message "the server rejected our request due to an error in our
-    request", and one cause of type UnexpectedServerResponse holding json-patch's error, which
-    for a `test` is "testing value <path> failed" (evanphx/json-patch, `Patch.test`). A
-    ValidatingAdmissionPolicy denial or an immutable field is also 422 Invalid, with other
-    causes (FieldValueInvalid, FieldValueForbidden, or the policy's message)."""
-    details = status.get("details")
-    found = details.get("causes") if isinstance(details, dict) else None
-    texts = [str(c.get("message") or "") for c in found or () if isinstance(c, dict)]
+    """Is this 422 a JSON patch's failed `test` ("testing value <path> failed", evanphx/json-patch,
+    in a cause or the message; apiserver handlers/patch.go), not a refusal of the change (an
+    admission policy or an immutable field is 422 Invalid too, with other causes)?"""
+    texts = [str(c.get("message") or "") for c in _causes(status)]
     texts.append(str(status.get("message") or ""))
     return any(t.startswith("testing value ") or ": testing value " in t for t in texts)
 
 
-def error_for(
-    code: int, body: bytes, *, method: str, path: str, after_retry: bool = False
-) -> APIError:
+_PLAIN: dict[int, tuple[type[APIError], str, str]] = {  # code: error, hint, default reason
+    404: (APINotFound, "check the namespace and that the object exists", ""),
+    409: (APIConflict, "the object changed while the tool was working; run the command again",
+          "Conflict"),
+    403: (APIForbidden, "ask a cluster admin for that permission; `dcgm-migrate preflight` "
+          "lists all it needs", "Forbidden"),
+    410: (WatchExpired, "list again and watch from the new resourceVersion", "Expired"),
+}
+
+
+def error_for(code: int, body: bytes, *, method: str, path: str,
+              after_retry: bool = False) -> APIError:
     """The typed error for a non-2xx answer to `method path`."""
     status = parse_status(body)
     reason = str(status.get("reason") or "")
@@ -65,64 +69,30 @@ def error_for(
         message = f"{method} {path} failed: HTTP {code} {reason}".rstrip()
     if message[-1] not in ".!?":
         message += "."
-    if code == 404:
-        return APINotFound(
-            message, "check the namespace and that the object exists", status=code, reason=reason
-        )
     if code == 409 and reason == "AlreadyExists":
-        hint = "an object of that name already exists; inspect it before running again"
-        if after_retry:
-            hint = (
-                "an earlier attempt of this same create failed in transit and may have "
-                "created it; read it back and compare"
-            )
+        hint = ("an earlier attempt of this same create failed in transit and may have created "
+                "it; read it back and compare" if after_retry else
+                "an object of that name already exists; inspect it before running again")
         return APIAlreadyExists(message, hint, status=code, reason=reason, after_retry=after_retry)
-    if code == 409:
-        return APIConflict(
-            message,
-            "the object changed while the tool was working; run the command again",
-            status=code,
-            reason=reason or "Conflict",
-        )
     if code == 401:
         return APIForbidden(
             f"The API server rejected the credentials ({method} {path}: HTTP 401 Unauthorized).",
             "refresh the credentials in your kubeconfig (for example log in again)",
-            status=code,
-            reason=reason or "Unauthorized",
-        )
-    if code == 403:
-        return APIForbidden(
-            message,
-            "ask a cluster admin for that permission; `dcgm-migrate preflight` lists all it needs",
-            status=code,
-            reason=reason or "Forbidden",
-        )
-    if code == 410:
-        return WatchExpired(
-            message, "list again and watch from the new resourceVersion", status=code,
-            reason=reason or "Expired",
-        )
+            status=code, reason=reason or "Unauthorized")
+    if code in _PLAIN:
+        error, hint, default_reason = _PLAIN[code]
+        return error(message, hint, status=code, reason=reason or default_reason)
     if code == 422 and failed_test(status):
-        return APITestFailed(
-            message, "the object changed meanwhile: read it again", status=code,
-            reason=reason or "Invalid", causes=causes(status))
+        return APITestFailed(message, "the object changed meanwhile: read it again", status=code,
+                             reason=reason or "Invalid", causes=causes(status))
     if code == 422:
         unsaid = [c for c in causes(status) if c.split(": ", 1)[-1] not in message]
         if unsaid:
             message = f"{message[:-1]}: {'; '.join(unsaid)}."
         return APIInvalid(
-            message,
-            "the API server refuses this change (a value it does not accept, a field that may "
-            "not change, or an admission policy, as its message says); change the object or "
-            "the policy, then run again",
-            status=code,
-            reason=reason or "Invalid",
-            causes=causes(status),
-        )
-    return APIError(
-        message,
-        "check the API server's health (kubectl get --raw /readyz) and run the command again",
-        status=code,
-        reason=reason,
-    )
+            message, "the API server refuses this change (a value it does not accept, a field "
+            "that may not change, or an admission policy, as its message says); change the "
+            "object or the policy, then run again",
+            status=code, reason=reason or "Invalid", causes=causes(status))
+    return APIError(message, "check the API server's health (kubectl get --raw /readyz) and run "
+                    "the command again", status=code, reason=reason)

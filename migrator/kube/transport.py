@@ -1,13 +1,9 @@
-"""The choke point: every HTTP request the tool sends to the API server goes through `send`.
+"""The choke point: every request to the API server goes through `Transport.send`.
 
-Requests go out through the official client's `ApiClient` (its auth settings, with the token
-an exec plugin or the service account refreshes; its urllib3 pool with the kubeconfig's TLS
-and proxy settings). Here they get timeouts, retries (see `retrying`), a count, and failures
-become typed errors. Bodies are JSON parsed by the caller: the client's generated model
-classes are never used (they cost seconds on 10,000 pods); `ApiClient.call_api` hands back
-the urllib3 response unread, so a watch streams it.
-
-Nothing here ever formats a header, a token or a client key into a message.
+Requests go out through the official client's `ApiClient` (its auth, refreshed tokens, urllib3 pool
+with the kubeconfig's TLS and proxy); here they get timeouts, retries, a count and typed errors.
+Bodies are raw JSON (the generated models cost seconds on 10,000 pods). Nothing here ever puts a
+header, token or key into a message.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -50,21 +45,20 @@ _UNREACHABLE_HINT = (
     "state records every write)"
 )
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*([^')\]]+)")
+_REASONS = ((urllib3.exceptions.NameResolutionError, "host name not found"),
+            (urllib3.exceptions.NewConnectionError, ""),  # its errno's text
+            (urllib3.exceptions.ConnectTimeoutError, "connection timed out"),
+            (urllib3.exceptions.ReadTimeoutError, "no answer before the request timeout"),
+            (urllib3.exceptions.SSLError, "TLS handshake failed"))
+LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
 
 
 def short_reason(exc: BaseException) -> str:
     """A few words on why a connection failed ("Connection refused"), never a URL or header."""
-    if isinstance(exc, urllib3.exceptions.NameResolutionError):
-        return "host name not found"
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):
-        match = _ERRNO.search(str(exc))
-        return match.group(1).strip() if match else "cannot connect"
-    if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
-        return "connection timed out"
-    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
-        return "no answer before the request timeout"
-    if isinstance(exc, urllib3.exceptions.SSLError):
-        return "TLS handshake failed"
+    for error_type, reason in _REASONS:  # in this order: a NewConnectionError is a timeout's kin
+        if isinstance(exc, error_type):
+            match = None if reason else _ERRNO.search(str(exc))
+            return reason or (match.group(1).strip() if match else "cannot connect")
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         return short_reason(exc.reason)
     if isinstance(exc, urllib3.exceptions.ProxyError) and exc.original_error is not None:
@@ -78,13 +72,11 @@ def short_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-LARGE_BODY = 256 * 1024  # bytes: a page of a few hundred pods
-
-
 def parse_json(data: bytes) -> Any:
-    """The answer as dicts. A list page is megabytes of objects without cycles; while they are
-    allocated the cyclic garbage collector would scan the growing heap again and again (a
-    fifth of a 1,000-node read), so it is paused while a large body is decoded."""
+    """The body's JSON (None when empty). The cyclic GC is paused while a large body is decoded:
+    it would rescan the growing heap of cycle-free dicts again and again."""
+    if not data:
+        return None
     if len(data) < LARGE_BODY or not gc.isenabled():
         return json.loads(data)
     gc.disable()
@@ -92,20 +84,6 @@ def parse_json(data: bytes) -> Any:
         return json.loads(data)
     finally:
         gc.enable()
-
-
-@dataclass
-class Response:
-    """A 2xx answer. `raw` is the open urllib3 response when streaming, else `data` is filled."""
-
-    status: int
-    data: bytes
-    raw: Any = None
-
-    def json(self) -> Any:
-        """The answer's JSON (None for an empty body), parsed by the caller after `send`
-        returned, so no frame of ours sits between a verb and the request."""
-        return parse_json(self.data) if self.data else None
 
 
 class Transport:
@@ -117,82 +95,37 @@ class Transport:
         self._api.user_agent = f"dcgm-migrate/{__version__}"
         self.server: str = configuration.host
         self.policy = policy
-        self._lock = threading.Lock()
-        self._requests = 0
-        self._retries = 0
-        self._server_date: datetime | None = None
-
-    @property
-    def server_date(self) -> datetime | None:
-        """The API server's clock as of its latest answer (its `Date` header, to the second),
-        or None before any. What a Lease's renewTime is judged against: the server's time,
-        not this host's, which may be skewed (a cron host's clock is nobody's business)."""
-        with self._lock:
-            return self._server_date
-
-    def _dated(self, raw: Any) -> None:
-        try:
-            date = parsedate_to_datetime(str(raw.headers.get("Date") or ""))
-        except (TypeError, ValueError, IndexError):
-            return
-        if date.tzinfo is not None:
-            with self._lock:
-                self._server_date = date
-
-    @property
-    def requests(self) -> int:
-        """HTTP requests sent so far, retries included (for benchmarks)."""
-        with self._lock:
-            return self._requests
-
-    @property
-    def retries(self) -> int:
-        with self._lock:
-            return self._retries
+        self._lock = threading.Lock()  # for the counts
+        self.request_count = self.retry_count = 0  # HTTP requests sent, retries included
+        # The API server's clock (its latest `Date`): a Lease's renewTime is judged by it, not
+        # by this host's clock, which may be skewed.
+        self.server_date: datetime | None = None
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
 
-    def send(
-        self,
-        method: str,
-        path: str,
-        query: Query = (),
-        body: Any = None,
-        content_type: str = "application/json",
-        *,
-        stream: bool = False,
-        read_timeout: float | None = None,
-        accept: str = "application/json",
-    ) -> Response:
-        """One logical request, retried per the policy; a typed error when it cannot succeed."""
+    def send(self, method: str, path: str, query: Query = (), body: Any = None,
+             content_type: str = "application/json", *, stream: bool = False,
+             read_timeout: float | None = None, accept: str = "application/json") -> Any:
+        """One logical request, retried per the policy; a typed error when it cannot succeed.
+        The answer's JSON, or with `stream` the open urllib3 response."""
         outcome = Outcome()
         timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
         began = time.monotonic()  # the attempts' own time counts too (connect timeouts)
-
         try:
-            return retrier(self.policy, outcome)(self._once, method, path, query, body,
-                                                 content_type, stream, timeout, outcome, accept)
+            answer = retrier(self.policy, outcome)(self._once, method, path, query, body,
+                                                   content_type, stream, timeout, outcome, accept)
         except Transient as exc:
             raise self._give_up(exc, method, path, outcome,
                                 time.monotonic() - began) from exc
         finally:
             with self._lock:
-                self._requests += outcome.attempts
-                self._retries += max(outcome.attempts - 1, 0)
+                self.request_count += outcome.attempts
+                self.retry_count += max(outcome.attempts - 1, 0)
+        return answer if stream else parse_json(answer)
 
-    def _once(
-        self,
-        method: str,
-        path: str,
-        query: Query,
-        body: Any,
-        content_type: str,
-        stream: bool,
-        timeout: tuple[float, float],
-        outcome: Outcome,
-        accept: str,
-    ) -> Response:
+    def _once(self, method: str, path: str, query: Query, body: Any, content_type: str,
+              stream: bool, timeout: tuple[float, float], outcome: Outcome, accept: str) -> Any:
         headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -211,9 +144,14 @@ class Transport:
                 raise
             raise Transient("TLS handshake failed") from exc
         status = int(raw.status)
-        self._dated(raw)
+        try:
+            date = parsedate_to_datetime(str(raw.headers.get("Date") or ""))
+            if date.tzinfo is not None:
+                self.server_date = date
+        except (TypeError, ValueError, IndexError):
+            pass
         if 200 <= status < 300 and stream:
-            return Response(status, b"", raw)
+            return raw
         try:
             data = raw.data or b""
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -221,21 +159,17 @@ class Transport:
         finally:
             raw.release_conn()
         if 200 <= status < 300:
-            return Response(status, data)
+            return data
         if status in RETRYABLE_STATUSES:
-            raise Transient(
-                f"HTTP {status}",
-                status=status,
-                retry_after=parse_retry_after(raw.headers.get("Retry-After")),
-                body=data,
-            )
+            raise Transient(f"HTTP {status}", status=status, body=data,
+                            retry_after=parse_retry_after(raw.headers.get("Retry-After")))
         after_retry = method == "POST" and outcome.transient_failures > 0
         raise error_for(status, data, method=method, path=path, after_retry=after_retry)
 
     def _give_up(self, exc: Transient, method: str, path: str, outcome: Outcome,
                  elapsed: float) -> APIError | APIUnreachable:
         """The typed error once the retries are spent; `elapsed`: the real seconds since the
-        first attempt (the backoff sleeps and every attempt's own time, as a user lived it)."""
+        first attempt (backoff sleeps and every attempt's own time, as a user lived it)."""
         tries = f"{outcome.attempts} attempt{'s' if outcome.attempts != 1 else ''}"
         if exc.status == 0:
             return self._unreachable(f"{exc.reason} (gave up after {tries} over "

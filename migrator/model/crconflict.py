@@ -1,17 +1,8 @@
-"""Both GPU Operator CRs at once, on an operator release that refuses it. Pure.
-
-The released GPU Operator (NVIDIA/gpu-operator a22dbf671, commit 9654928ac "do not allow
-ClusterPolicy & GPUCluster co-existence") refuses the pair from both sides:
-`controllers/gpucluster_controller.go` `validatePrerequisites` makes the GPUCluster NotReady
-with the Error condition `PrerequisiteNotMet` ("... may not exist at the same time") and renders
-nothing, and `controllers/clusterpolicy_controller.go` `Reconcile` sets `ReconcileFailed`
-("... cannot co-exist") and returns before it reconciles any operand, drivers and device
-plugins included. A release that lets both coexist (none has shipped) writes neither, so the
-refusal is read from those conditions, the operator's own words, not guessed from a version.
-
-`findings` is the verdict's check (registered in `model/outcome.py`); `coexistence_refused`
-answers the commands that must never create the second CR (`change-stack`).
-"""
+"""Both GPU Operator CRs at once, on a release that refuses it. Pure. The released operator
+(NVIDIA/gpu-operator 9654928ac) marks the GPUCluster `PrerequisiteNotMet` and the ClusterPolicy
+`ReconcileFailed` and reconciles no operand; the refusal is read from those Error conditions, not
+guessed from a version. `findings` is the verdict's check; `coexistence_refused` answers
+`change-stack`, which must never create the second CR."""
 
 from __future__ import annotations
 
@@ -25,9 +16,7 @@ from migrator.model.snapshot import Snapshot
 CHECK = "one-operator-cr"
 STALLED = ("the GPU Operator stops reconciling every operand while both ClusterPolicy and "
            "GPUCluster exist")
-# internal/conditions/consts.go, and the messages the two controllers write (a22dbf671)
-PREREQUISITE_NOT_MET = "PrerequisiteNotMet"
-RECONCILE_FAILED = "ReconcileFailed"
+REASONS = ("PrerequisiteNotMet", "ReconcileFailed")  # internal/conditions/consts.go
 REFUSED_WORDS = ("may not exist at the same time", "cannot co-exist")
 
 
@@ -35,7 +24,7 @@ def refusal(cr: Mapping[str, Any]) -> str | None:
     """The operator's refusal of the other CR, as written in this CR's Error condition."""
     for cond in (cr.get("status") or {}).get("conditions") or []:
         if (cond.get("type") == "Error" and cond.get("status") == "True"
-                and cond.get("reason") in (PREREQUISITE_NOT_MET, RECONCILE_FAILED)
+                and cond.get("reason") in REASONS
                 and any(w in str(cond.get("message") or "") for w in REFUSED_WORDS)):
             return f"{cond.get('reason')}: {cond.get('message')}"
     return None
@@ -44,10 +33,6 @@ def refusal(cr: Mapping[str, Any]) -> str | None:
 def coexistence_refused(crs: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the operator has refused a second CR on this cluster (either CR says so)."""
     return any(refusal(cr) for cr in crs)
-
-
-def _newest(crs: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, Mapping[str, Any]]:
-    return max(crs, key=lambda kc: (o.meta(kc[1]).get("creationTimestamp") or "", kc[0]))
 
 
 def findings(snapshot: Snapshot) -> list[Finding]:
@@ -60,7 +45,7 @@ def findings(snapshot: Snapshot) -> list[Finding]:
     said = [f"{kind}/{o.name(cr)}: {r}" for kind, cr in crs if (r := refusal(cr))]
     if not said:
         return []
-    kind, newest = _newest(crs)
+    kind, newest = max(crs, key=lambda kc: (o.meta(kc[1]).get("creationTimestamp") or "", kc[0]))
     names = ", ".join(f"{k}/{o.name(c)}" for k, c in crs)
     older = next(c for k, c in crs if k != kind)
     plural, target = (("gpuclusters", "gpucluster") if kind == "GPUCluster"

@@ -1,6 +1,6 @@
 """Where the CR that renders a DaemonSet sets its reserved label to another value: phase 1
-overrides the rendered value, but the operator's next re-render (an upgrade or a CR edit)
-writes the CR's value back, so phase 1 warns and names the CR field."""
+overrides the rendered value, but the operator's next re-render writes the CR's value back, so
+phase 1 warns and names the CR field."""
 
 from __future__ import annotations
 
@@ -11,32 +11,22 @@ from migrator.model import objects as o
 from migrator.model.planning import PlanContext
 from migrator.model.stacks import Component
 
-# Where a ClusterPolicy/GPUCluster puts user labels on the DaemonSets it renders (upstream
-# `applyCommonDaemonsetMetadata`: `spec.daemonsets.labels` goes onto every pod template), and
-# the per-component sections a CR version may carry labels in too.
-CR_LABEL_FIELDS = (("daemonsets", "labels"),)
+# Where a CR puts user labels on every DaemonSet it renders (upstream
+# `applyCommonDaemonsetMetadata`), and the per-component sections that may carry labels too.
 CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
-
-
-def _owner_cr(ctx: PlanContext, ds: Mapping[str, Any]) -> dict[str, Any] | None:
-    owner = ctx.operator_owner(ds)
-    if owner is None:
-        return None
-    kind, _, name = owner.partition("/")
-    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
-    return next((cr for cr in crs if o.name(cr) == name), None)
 
 
 def cr_overrides(ctx: PlanContext, comp: Component,
                  ds: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(CR field path, value) for each place the owning CR sets this component's reserved
-    label to something other than its reserved value: phase 1 overrides the rendered value,
-    but the operator's next re-render (an upgrade or a CR edit) writes the CR's value back."""
-    cr = _owner_cr(ctx, ds)
+    label to something other than its reserved value."""
+    kind, _, name = (ctx.operator_owner(ds) or "").partition("/")
+    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
+    cr = next((cr for cr in crs if name and o.name(cr) == name), None)
     if cr is None:
         return []
     key, want = comp.common_label.key, comp.common_label.value
-    paths = [*CR_LABEL_FIELDS, (CR_SECTIONS.get(comp.component, comp.component), "labels")]
+    paths = [("daemonsets", "labels"), (CR_SECTIONS.get(comp.component, comp.component), "labels")]
     out = []
     for path in paths:
         labels = o.dig(cr, "spec", *path)

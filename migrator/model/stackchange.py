@@ -1,24 +1,14 @@
-"""A stack change (ClusterPolicy ↔ GPUCluster) as a list of steps, planned purely: a snapshot
-and the user's request in, the steps out, or a refusal (UsageError: one sentence, the fix).
-
-Why this order (docs/runbook.md, "Changing stack"): the released GPU Operator refuses both CRs
-at once (`model/crconflict.py`), so the change is delete-then-create, and deleting a CR lets the
-garbage collector remove everything it owns, `nvidia-dcgm` and `nvidia-dcgm-exporter` included.
-So the two stable Services are first taken out of its reach (`keep-service`: the old CR's
-ownerReferences removed; clusterIP, ports and traffic policy untouched), the old CR is deleted
-(only the one the user named, `--delete-cr`), and the new one is created once the old is gone:
-its create event is a watch event its controller reconciles at once (upstream's CR watches pass
-creates through `GenerationChangedPredicate`; an annotation touch would not). Towards the
-GPUCluster the kept Services become the tool's aliases of the `-dra` Services (`retarget`),
-selecting the new pods by app label the moment they are Ready; towards the ClusterPolicy its
-operator takes them over in place (it updates an existing Service, keeping its clusterIP).
-Old and new DCGM pods never run side by side on a node: two host engines on the same GPUs are
-unsupported and profiling metrics are exclusive (docs/runbook.md says where that is stated).
+"""A stack change (ClusterPolicy ↔ GPUCluster) planned purely: snapshot and request in, steps out,
+or a UsageError. The released operator refuses both CRs at once (`crconflict.py`), so it is
+delete-then-create (docs/runbook.md, "Changing stack"): the two stable Services are first taken
+out of the garbage collector's reach (`keep-service`), the named old CR deleted, the new one
+created once the old is gone; towards the GPUCluster the kept Services become the tool's aliases
+(`retarget`), towards the ClusterPolicy its operator takes them over in place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,20 +29,6 @@ SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "man
 
 
 @dataclass(frozen=True)
-class StackStep:
-    """One step of the change; `id` is its key in the state."""
-
-    action: str
-    kind: str
-    name: str
-    detail: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.action}/{self.kind}/{self.name}"
-
-
-@dataclass(frozen=True)
 class ChangePlan:
     source: str  # the stack running now ("none" once the old CR is gone)
     target: str
@@ -60,6 +36,20 @@ class ChangePlan:
     old_cr: Mapping[str, Any] | None
     steps: tuple[StackStep, ...]
     warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StackStep:
+    """One step of the change; `id` is its key in the state."""
+
+    action: str
+    kind: str
+    name: str
+    detail: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.action}/{self.kind}/{self.name}"
 
 
 def stable_names(catalog: Catalog) -> list[str]:
@@ -82,54 +72,23 @@ def clean_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in cr.items() if k not in ("status", "metadata")}, "metadata": meta}
 
 
-def check_new_cr(catalog: Catalog, target: str, cr: Mapping[str, Any]) -> None:
-    """The -f document is one CR of the target stack's kind, with a name."""
-    want = catalog.stack(target).cr
-    if cr.get("kind") != want.kind or cr.get("apiVersion") != want.api_version:
-        raise UsageError(
-            f"-f holds {cr.get('apiVersion')}/{cr.get('kind')}, not the {want.api_version} "
-            f"{want.kind} that --to {target} creates.",
-            f"pass the {want.kind} manifest you want the GPU Operator to run")
-    if not o.meta(cr).get("name"):
-        raise UsageError(f"the {want.kind} in -f has no metadata.name.", "give it a name")
-
-
-def refuses_coexistence(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
-                        ) -> bool:
-    """The released operator refuses both CRs (the default); only a release that reconciles
-    both, seen doing so (each CR Ready, none refused), is taken to allow it."""
-    both = [*old, *new]
-    if crconflict.coexistence_refused(both):
-        return True
-    return not (old and new and all(_ready(cr) for cr in both))
-
-
-def _ready(cr: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (cr.get("status") or {}).get("conditions") or [])
-
-
-def _refuse_second_cr(new_kind: str, new_name: str, old_kind: str, old_name: str,
-                      flag: str) -> UsageError:
-    return UsageError(
-        f"Creating {new_kind}/{new_name} while {old_kind}/{old_name} exists would make the GPU "
-        "Operator stop reconciling every operand: the released operator refuses a "
-        "ClusterPolicy and a GPUCluster at once.",
-        f"pass {flag} {old_name} to have change-stack delete {old_kind}/{old_name} first (the "
-        "stable Services nvidia-dcgm and nvidia-dcgm-exporter are kept, with their "
-        "ClusterIPs); see docs/runbook.md, 'Changing stack'")
-
-
 def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str, Any],
          delete: str | None, *, flag: str = "--delete-cr") -> ChangePlan:
     """The steps from the cluster as it is to `target` running `new_cr` (module docstring).
-    Refused, before any write: a second CR the operator would refuse, a `--delete-cr` that
-    names no CR of the old kind, two CRs of the old kind."""
+    Refused before any write: a -f that is not one named CR of the target's kind, a second CR
+    the operator would refuse, a `--delete-cr` naming no CR of the old kind, two old CRs."""
     if target not in STACKS:
         raise UsageError(f"--to {target!r} is not a stack.", f"pass one of: {', '.join(STACKS)}")
-    check_new_cr(catalog, target, new_cr)
+    want = catalog.stack(target).cr
+    if new_cr.get("kind") != want.kind or new_cr.get("apiVersion") != want.api_version:
+        raise UsageError(
+            f"-f holds {new_cr.get('apiVersion')}/{new_cr.get('kind')}, not the "
+            f"{want.api_version} {want.kind} that --to {target} creates.",
+            f"pass the {want.kind} manifest you want the GPU Operator to run")
+    if not o.meta(new_cr).get("name"):
+        raise UsageError(f"the {want.kind} in -f has no metadata.name.", "give it a name")
     source = "clusterpolicy" if target == "gpucluster" else "gpucluster"
-    old_kind, new_kind = kind_of(catalog, source), kind_of(catalog, target)
+    old_kind, new_kind = kind_of(catalog, source), want.kind
     olds = list(snapshot.cluster_policies if source == "clusterpolicy" else snapshot.gpu_clusters)
     news = list(snapshot.gpu_clusters if target == "gpucluster" else snapshot.cluster_policies)
     new_name = o.name(new_cr)
@@ -147,21 +106,28 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
     warnings: list[str] = []
     if old is not None:
         old_name = o.name(old)
-        if news and refuses_coexistence(olds, news):
+        # Only a release seen reconciling both (each CR Ready, none refused) allows both.
+        if news and (crconflict.coexistence_refused([*olds, *news])
+                     or not all(_ready(cr) for cr in [*olds, *news])):
             raise UsageError(
                 f"{old_kind}/{old_name} and {new_kind}/{new_name} both exist: "
                 f"{crconflict.STALLED}.",
                 f"delete {new_kind}/{new_name}, which the operator refused and which rendered "
-                f"nothing (`kubectl delete {catalog.stack(target).cr.plural} {new_name}`), "
+                f"nothing (`kubectl delete {want.plural} {new_name}`), "
                 f"then run change-stack again with {flag} {old_name}")
-        if delete != old_name:
-            if delete is not None:
-                raise UsageError(f"{flag} {delete} names no {old_kind}; {old_kind}/{old_name} "
-                                 "is the one that exists.", f"pass {flag} {old_name}")
-            raise _refuse_second_cr(new_kind, new_name, old_kind, old_name, flag)
+        if delete is not None and delete != old_name:
+            raise UsageError(f"{flag} {delete} names no {old_kind}; {old_kind}/{old_name} "
+                             "is the one that exists.", f"pass {flag} {old_name}")
+        if delete is None:
+            raise UsageError(
+                f"Creating {new_kind}/{new_name} while {old_kind}/{old_name} exists would make "
+                "the GPU Operator stop reconciling every operand: the released operator refuses "
+                "a ClusterPolicy and a GPUCluster at once.",
+                f"pass {flag} {old_name} to have change-stack delete {old_kind}/{old_name} first "
+                "(the stable Services nvidia-dcgm and nvidia-dcgm-exporter are kept, with their "
+                "ClusterIPs); see docs/runbook.md, 'Changing stack'")
         for name in stable_names(catalog):
-            svc = snapshot.services.get(name)
-            if svc is None:
+            if snapshot.services.get(name) is None:
                 warnings.append(f"Service/{name} does not exist now: there is no ClusterIP to "
                                 "keep; it is created as the tool's alias by phase 2")
                 continue
@@ -194,6 +160,11 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
     return ChangePlan(source if old is not None else "none", target, dict(new_cr),
                       clean_cr(old) if old is not None else None, tuple(steps),
                       tuple(warnings))
+
+
+def _ready(cr: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (cr.get("status") or {}).get("conditions") or [])
 
 
 def selector_patch(current: Mapping[str, str], wanted: Mapping[str, str]) -> dict[str, Any]:

@@ -1,3 +1,6 @@
-"""dcgm-migrate: move a live GPU Operator cluster to one stable DCGM identity."""
+"""dcgm-migrate: move a live GPU Operator cluster to one stable DCGM identity.
 
-__version__ = "0.1.0"  # the one place the version lives
+The version lives here and only here (images/build reads this line).
+"""
+
+__version__ = "0.1.0"

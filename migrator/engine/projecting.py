@@ -21,7 +21,6 @@ from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.stepbase import Change
 from migrator.model.steps import Step
 
 if TYPE_CHECKING:
@@ -52,16 +51,11 @@ class Preview:
 
 @dataclass
 class _Phase:  # what the projection collects for the phase the loop is on
-
     decision: Decision
     gates: dict[str, GateResult]
     notes: list[str]
     waits: list[str]
     before: Snapshot
-
-
-def changes_of(steps: tuple[Step, ...] | list[Step]) -> tuple[Change, ...]:
-    return tuple(c for step in steps for c in step.changes())
 
 
 class Project:
@@ -100,8 +94,7 @@ class Project:
         """The report says it (engine/assemble.py)."""
 
     def holds(self, decision: Decision) -> None:
-        self.views[decision.module.NUMBER] = _view(decision, (), decision.gates, [], None,
-                                                   HOLDS)
+        self.views[decision.module.NUMBER] = _view(decision, decision.gates, [], HOLDS)
 
     def begin(self, decision: Decision, direction: Direction) -> None:
         plan = decision.plan
@@ -148,10 +141,8 @@ class Project:
     def _close(self, outcome: str | None) -> None:
         on = self._on
         assert on is not None and on.decision.plan is not None
-        plan = on.decision.plan
         self.views[on.decision.module.NUMBER] = _view(
-            on.decision, changes_of(plan.steps), on.gates.values(), on.notes, plan.blocked,
-            outcome, on.waits)
+            on.decision, on.gates.values(), on.notes, outcome, on.waits, on.decision.plan)
         self._on = None
 
     def skip(self, work: PhaseWork, step: Step) -> None:
@@ -334,11 +325,13 @@ def _blocked(plan: PhasePlan, notes: list[str]) -> list[str]:
     return [*notes, plan.blocked] if plan.blocked and plan.blocked not in notes else notes
 
 
-def _view(decision: Decision, changes: tuple[Change, ...], gates: Any, notes: list[str],
-          blocked: str | None, outcome: str | None, waits: list[str] | None = None
-          ) -> PhaseView:
-    return PhaseView(decision.module.NUMBER, decision.module.NAME, decision.status, changes,
-                     tuple(gates), tuple(notes), decision.record_error, blocked,
+def _view(decision: Decision, gates: Any, notes: list[str], outcome: str | None,
+          waits: list[str] | None = None, plan: PhasePlan | None = None) -> PhaseView:
+    """`plan`: what the phase would change, and why it is blocked."""
+    return PhaseView(decision.module.NUMBER, decision.module.NAME, decision.status,
+                     tuple(c for s in plan.steps for c in s.changes()) if plan is not None else (),
+                     tuple(gates), tuple(notes), decision.record_error,
+                     plan.blocked if plan is not None else None,
                      None if outcome is None else PhasePreview(outcome,
                                                                tuple(dict.fromkeys(waits or []))))
 
@@ -349,9 +342,8 @@ def unasked(b: Project, decision: Decision, asked: bool) -> PhaseView:
     outcome = NOT_REACHED if asked else None
     plan = decision.plan
     if decision.status is PhaseStatus.COMPLETED or plan is None:
-        return _view(decision, (), decision.gates, notes, None, outcome)
-    return _view(decision, changes_of(plan.steps), plan.gates,
-                 _blocked(plan, [*notes, *plan.notes]), plan.blocked, outcome)
+        return _view(decision, decision.gates, notes, outcome)
+    return _view(decision, plan.gates, _blocked(plan, [*notes, *plan.notes]), outcome, plan=plan)
 
 
 def _live(snap: Snapshot, step: Step) -> Obj | None:

@@ -103,8 +103,7 @@ def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
            new_stack: str | None = None) -> Decision:
     """One phase of `apply` on `ctx` (no originals); `new_stack`: set when the stack changed
     (every completed phase runs again)."""
-    status = rec.status if rec is not None else PhaseStatus.PENDING
-    if status is PhaseStatus.COMPLETED and rec is not None:
+    if rec is not None and rec.status is PhaseStatus.COMPLETED:
         kept, handed = _kept(ctx, rec)
         gates = tuple(module.verify(ctx, kept) + reasked(rec.reverted_steps(), ctx.options))
         drift = g.failed(gates)
@@ -114,7 +113,7 @@ def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
         plan_ctx, retire = _replanned(ctx, rec)
         return Decision(module, rec, Action.RERUN, plan_ctx, gates, module.plan(plan_ctx),
                         retire, reason)
-    if status.unfinished and rec is not None:
+    if rec is not None and rec.status.unfinished:
         plan_ctx, retire = _replanned(ctx, rec)
         plan = module.plan(plan_ctx)
         return Decision(module, rec, Action.RESUME, plan_ctx, tuple(plan.gates), plan, retire)

@@ -110,8 +110,11 @@ class Project:
         else:
             self.warnings += [f"phase {decision.module.NUMBER} rollback: {w}"
                               for w in plan.warnings]
+        self._open(decision, plan, notes)
+
+    def _open(self, decision: Decision, plan: PhasePlan, notes: list[str]) -> None:
         self._on = _Phase(decision, {r.name: r for r in plan.gates}, _blocked(plan, notes),
-                          list(self._settle), self.projected)
+                          self._settle, self.projected)
         self._settle = []
 
     def refuse(self, rec: PhaseRecord, message: str, hint: str, step: Step | None = None,
@@ -162,14 +165,15 @@ class Project:
         self._on.before = self.projected
         self.projected = projection.after(self.projected, step)
 
-    def send(self, step: Step) -> None:
+    def send(self, step: Step) -> bool:
         """A dry-run write when the API server can take it now (its object exists or it
-        creates it)."""
+        creates it); whether it is one."""
         if step.creates or _live(self.now, step) is not None:
             self.writes.append(step)
-            return
+            return True
         self.unsent.append(f"{step.object} ({step.type}) not sent as a dry-run write: it "
                            "exists only once an earlier phase has created it")
+        return False
 
     def roll(self, work: PhaseWork, step: Step) -> None:
         """Pods deleted one node at a time: never sent, only said."""
@@ -207,13 +211,13 @@ class ServerDryRun(Project):
         super().__init__(snapshot, catalog, settings)
         self.kube, self.say = kube, say  # `say`: the listener's `message`
 
-    def send(self, step: Step) -> None:
-        sent = len(self.writes)
-        super().send(step)
-        if len(self.writes) > sent:
-            executor.execute(step, self.kube, self.now.namespace, self.catalog, dry_run=True)
-            self.say(f"dry run: {step.object} ({step.type}) accepted by the API server "
-                     "(nothing persisted)")
+    def send(self, step: Step) -> bool:
+        if not super().send(step):
+            return False
+        executor.execute(step, self.kube, self.now.namespace, self.catalog, dry_run=True)
+        self.say(f"dry run: {step.object} ({step.type}) accepted by the API server "
+                 "(nothing persisted)")
+        return True
 
 
 class Report(Project):
@@ -258,8 +262,7 @@ class Report(Project):
         if earlier and any(not r.ok for r in plan.gates):
             notes.append("gates show the cluster as the run would meet it after phase "
                          f"{', '.join(map(str, earlier))}")
-        self._on = _Phase(decision, {r.name: r for r in plan.gates}, _blocked(plan, notes), [],
-                          self.projected)
+        self._open(decision, plan, notes)
 
     def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
         super().write(work, step, [])  # the report shows the plan's gates only

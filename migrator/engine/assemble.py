@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import loop, projecting, recovered, reports
+from migrator.engine import projecting, recovered, reports
 from migrator.engine.reports import Closing, PlanReport, RunReport, RunView, StatusReport
-from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
+from migrator.engine.state import PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome, scrapechecks
 from migrator.model.discovery import discover
@@ -43,14 +43,6 @@ LOST_PHASE_ONE = (
 )
 
 
-def _switched(rec: PhaseRecord, decision: loop.Decision) -> bool:
-    """The phase switched a Service to the common selector that is still the tool's."""
-    if not rec.status.applied:
-        return False
-    retired = {r.step_id for r in decision.retire}
-    return any(isinstance(r, SetSelector) and r.id not in retired for r in rec.done_steps())
-
-
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           *, forward: bool = True, earlier: Iterable[str] = (),
           objects: bool = False, state_unreadable: bool = False) -> PlanReport:
@@ -66,10 +58,13 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     views, decisions, said = projecting.walked(snapshot, catalog, state, options)
     warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector
-    for _, decision in sorted(decisions.items()):
+    for decision in decisions.values():
         module, rec, plan = decision.module, decision.record, decision.plan
-        if rec is not None and state is not None and module.SWITCHES_SELECTORS:
-            switches |= _switched(rec, decision)
+        if rec is not None and state is not None and module.SWITCHES_SELECTORS and \
+                rec.status.applied:  # switched a Service to it, and it is still the tool's
+            retired = {r.step_id for r in decision.retire}
+            switches |= any(isinstance(r, SetSelector) and r.id not in retired
+                            for r in rec.done_steps())
         if decision.status is PhaseStatus.COMPLETED or plan is None or not forward:
             continue
         drift_risk |= any(isinstance(s, SetLabels) and (s.rolls_pods() or s.in_place)

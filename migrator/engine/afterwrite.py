@@ -1,8 +1,5 @@
-"""After a write: wait for the step's post-gates (its DaemonSet's rollout, the phase's
-`after_write` gates, the no-loss gates on every guarded Service) through `loop.Applier`, and act
-on a loss (a selector change that lost endpoints is undone at once); and `said`: those waits as
-`--dry-run` describes them.
-"""
+"""After a write: wait for the step's post-gates (rollout, `after_write`, no-loss gates) and
+undo a selector change that lost endpoints; `said`: those waits as `--dry-run` describes them."""
 
 from __future__ import annotations
 
@@ -29,7 +26,7 @@ STOPS_AT_ONCE = frozenset({GateKind.ENDPOINTS, GateKind.NODES_REPORTING})
 
 def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) -> None:
     """Wait for the step's post-gates. `base` (the pre-write read) supplies only what no step
-    changes (CRs, ServiceMonitors); every check reads the rest afresh, the strategy too."""
+    changes (CRs, ServiceMonitors); every check reads the rest afresh."""
     now = backend.fresh(base or phase.decided)
     base_snap = base or now  # with no pre-write read, this read serves as the base
     ds_now = now.daemonsets.get(step.rollout_of() or "")

@@ -1,6 +1,5 @@
-"""The apply back end of the one loop (engine/loop.py): every step written, recorded and waited
-for. Intent is recorded before each write and the state saved after it, so a killed run resumes.
-"""
+"""The apply back end of the loop: intent recorded before each write and the state saved after
+it (a killed run resumes), then waited for."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from migrator.model.steps import RelabelPods, Step, from_record
 
 
 class Apply:
-    """Writes, records, waits: the back end of `apply` and `rollback`, and the `loop.Applier`."""
+    """The back end of `apply` and `rollback`, and the `loop.Applier`."""
 
     def __init__(self, run: Run, state: State, target: int) -> None:
         self.run, self.state = run, state
@@ -36,8 +35,7 @@ class Apply:
         self.result = loop.Tally()
         self.target = target  # the command's --phase, so `status` names the command resuming
 
-    def snapshot(self) -> Snapshot:
-        """From the run's cache: at least as new as the tool's own last write."""
+    def snapshot(self) -> Snapshot:  # from the cache: at least as new as our last write
         return read_snapshot(self.kube, self.namespace, self.catalog, cache=self.run.cache,
                              clock=self.clock)
 
@@ -48,12 +46,12 @@ class Apply:
         return loop.context(self.catalog, self.settings.options, snap)
 
     def fresh(self, base: Snapshot) -> Snapshot:
-        """What a step changes read again; the base's CRs and ServiceMonitors kept."""
+        """What a step changes read again (the base's CRs and ServiceMonitors kept)."""
         names = [c.daemonset for c in self.catalog.components]
         return narrow(self.kube, base, self.catalog, daemonsets=names, cache=self.run.cache)
 
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
-        """The cache stops following this DaemonSet's rollout churn (`Informer.quiet`)."""
+        """The cache stops following this DaemonSet's rollout churn."""
         cache = self.run.cache
         comp = next((c for c in self.catalog.components if c.daemonset == daemonset), None)
         if cache is None or comp is None:
@@ -81,7 +79,6 @@ class Apply:
                                        PhaseStatus.COMPLETED.value, message="still holds"))
 
     def begin(self, decision: Decision, direction: Direction) -> None:
-        """Drift said and logged; the walk's retirements recorded before anything."""
         rec, plan = decision.record, decision.plan
         assert rec is not None and plan is not None
         if decision.action is loop.Action.RERUN:
@@ -150,7 +147,7 @@ class Apply:
         raise GateFailed(message, hint)
 
     def _options(self) -> dict[str, list[str]]:
-        """The run's plan-shaping options, for `status`'s `resume:` (engine/runstatus.py)."""
+        """The plan-shaping options, for `status`'s `resume:`."""
         flags = self.settings.options.flags()
         return {"options": list(flags)} if flags else {}
 
@@ -212,8 +209,8 @@ class Apply:
         afterwrite.wait(self, work, step, None)
 
     def settle_after_restore(self, state: State) -> None:
-        """`--settle` for kube-proxy after the selectors were restored, from the recorded
-        finish (a run killed during the countdown waits only the rest)."""
+        """`--settle` for kube-proxy after the selectors were restored, counted from the
+        recorded finish (a killed run waits only the rest)."""
         rec = state.phase(phases.selector_phase().NUMBER)
         last: dict[str, Any] = next((e for e in reversed(state.history)
                                      if e.get("event") == PhaseStatus.ROLLED_BACK.value

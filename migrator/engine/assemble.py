@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from migrator import phases
-from migrator.engine import loop, projecting, recovered, reports
+from migrator.engine import projecting, recovered, reports
 from migrator.engine.reports import Closing, PlanReport, RunReport, RunView, StatusReport
-from migrator.engine.state import PhaseRecord, PhaseStatus, State, holds
+from migrator.engine.state import PhaseStatus, State, holds
 from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome, scrapechecks
 from migrator.model.discovery import discover
@@ -43,14 +43,6 @@ LOST_PHASE_ONE = (
 )
 
 
-def _switched(rec: PhaseRecord, decision: loop.Decision) -> bool:
-    """The phase switched a Service to the common selector that is still the tool's."""
-    if not rec.status.applied:
-        return False
-    retired = {r.step_id for r in decision.retire}
-    return any(isinstance(r, SetSelector) and r.id not in retired for r in rec.done_steps())
-
-
 def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options,
           *, forward: bool = True, earlier: Iterable[str] = (),
           objects: bool = False, state_unreadable: bool = False) -> PlanReport:
@@ -66,10 +58,13 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     views, decisions, said = projecting.walked(snapshot, catalog, state, options)
     warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector
-    for _, decision in sorted(decisions.items()):
+    for decision in decisions.values():
         module, rec, plan = decision.module, decision.record, decision.plan
-        if rec is not None and state is not None and module.SWITCHES_SELECTORS:
-            switches |= _switched(rec, decision)
+        if rec is not None and state is not None and module.SWITCHES_SELECTORS and \
+                rec.status.applied:  # switched a Service to it, and it is still the tool's
+            retired = {r.step_id for r in decision.retire}
+            switches |= any(isinstance(r, SetSelector) and r.id not in retired
+                            for r in rec.done_steps())
         if decision.status is PhaseStatus.COMPLETED or plan is None or not forward:
             continue
         drift_risk |= any(isinstance(s, SetLabels) and (s.rolls_pods() or s.in_place)
@@ -140,38 +135,38 @@ def status_faults(report: PlanReport, run: RunView) -> list[str]:
     return out
 
 
-def _status_line(status: StatusReport) -> Closing:
-    return Closing("status", False,
-                   "; ".join(status_faults(status.report, status.run) or ["see above"]))
-
-
 def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     """The report's last lines, alike for every command: the verdict on the live cluster and,
     after `apply` or `rollback`, what the run itself achieved."""
     report = shown if isinstance(shown, PlanReport) else shown.report
     checks = report.verdict.findings
     bad = [c for c in checks if not c.ok]
-    if report.rolled_back and not (isinstance(shown, RunReport) and shown.result.dry_run):
-        return _rolled_back(shown, report)
+    run = shown if isinstance(shown, RunReport) else None
+    undone = report.rolled_back and not (run is not None and run.result.dry_run)
     traffic = [c.name for c in bad if traffic_critical(c.name)]
-    lines = [Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
-                     if not bad else f"{len(bad)} of {len(checks)} checks fail" + (
-                         f"; consumers' traffic is misrouted or dropped: {', '.join(traffic)}"
-                         if traffic else ""))]
+    lines = _rolled_back(report) if undone else [
+        Closing("verdict", not bad, f"the stable identity works ({len(checks)} checks)"
+                if not bad else f"{len(bad)} of {len(checks)} checks fail" + (
+                    f"; consumers' traffic is misrouted or dropped: {', '.join(traffic)}"
+                    if traffic else ""))]
     if isinstance(shown, StatusReport) and not shown.ok:
-        lines.append(_status_line(shown))
-    if not isinstance(shown, RunReport):
+        lines.append(Closing("status", False, "; ".join(status_faults(shown.report, shown.run)
+                                                        or ["see above"])))
+    if run is None:
         return lines
-    result = shown.result
-    rollback = result.operation == "rollback"
-    phases_done = [p.number for p in report.phases
-                   if (p.status is PhaseStatus.ROLLED_BACK if rollback else holds(p.status))]
-    done = (f"{_span(phases_done)} {'rolled back' if rollback else 'done'}" if phases_done
-            else "no phase done")
-    if result.dry_run:
-        lines.append(Closing("dry run", shown.ok, "the run would go through" if shown.ok
+    result = run.result
+    rolled = [p.number for p in report.phases if p.status is PhaseStatus.ROLLED_BACK]
+    phases_done = rolled if result.operation == "rollback" else [
+        p.number for p in report.phases if holds(p.status)]
+    done = (f"{_span(phases_done)} {'rolled back' if result.operation == 'rollback' else 'done'}"
+            if phases_done else "no phase done")
+    if undone:
+        lines.append(Closing("run", run.ok, f"{_span(rolled)} rolled back" if run.ok else
+                             "a gate of the phases it ran fails (above)"))
+    elif result.dry_run:
+        lines.append(Closing("dry run", run.ok, "the run would go through" if run.ok
                              else "the run would stop at a gate (above)"))
-    elif not shown.ok:
+    elif not run.ok:
         lines.append(Closing("run", False, f"{done}; a gate of the phases it ran fails "
                              "(above)"))
     elif bad:
@@ -185,9 +180,8 @@ def closing(shown: PlanReport | RunReport | StatusReport) -> list[Closing]:
     return lines
 
 
-def _rolled_back(shown: PlanReport | RunReport | StatusReport,
-                 report: PlanReport) -> list[Closing]:
-    """The closing lines of a migration rolled back on purpose (the phases' checks are
+def _rolled_back(report: PlanReport) -> list[Closing]:
+    """The verdict lines of a migration rolled back on purpose (the phases' checks are
     expected to fail), and any failing check no phase answers for."""
     checks = report.verdict.findings
     expected = [c for c in checks if not c.ok and c.phase]
@@ -205,9 +199,4 @@ def _rolled_back(shown: PlanReport | RunReport | StatusReport,
         lines.append(Closing("verdict", False, f"{len(unexpected)} of {len(checks)} checks "
                              "fail that no phase answers for ("
                              f"{', '.join(c.name for c in unexpected)}){fix}"))
-    if isinstance(shown, StatusReport) and not shown.ok:
-        lines.append(_status_line(shown))
-    if isinstance(shown, RunReport):
-        lines.append(Closing("run", shown.ok, f"{_span(undone)} rolled back" if shown.ok else
-                             "a gate of the phases it ran fails (above)"))
     return lines

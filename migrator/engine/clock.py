@@ -1,5 +1,4 @@
-"""Time, injected: the one Clock the commands hand down (`loop.Run`) to the apply back end,
-its waiter, the run's cache, the state session and the guard, so tests drive a fake clock."""
+"""Time, injected: the one Clock the commands hand down, so tests drive a fake clock."""
 
 from __future__ import annotations
 
@@ -11,8 +10,8 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    """Wall time (timezone-aware UTC) for what is recorded, monotonic time for deadlines, and
-    waits: `wait_for` holds `condition` until `ready()` or `seconds` pass, and returns `ready()`."""
+    """UTC wall time to record, monotonic time for deadlines; `wait_for` holds `condition` until
+    `ready()` or `seconds` pass, and returns `ready()`."""
 
     def now(self) -> datetime: ...
     def monotonic(self) -> float: ...
@@ -22,8 +21,6 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The real clock."""
-
     def now(self) -> datetime:
         return datetime.now(UTC)
 

@@ -1,10 +1,7 @@
 """Kubernetes Events for what the guard does, as client-go's `tools/events` recorder writes them
-(`events.k8s.io/v1`, CamelCase reasons, on the object acted on): an occurrence whose key was seen
-within SERIES_SECONDS is one more of its series, its count patched at most every PATCH_SECONDS
-(a patch finding the Event gone creates a new one); a token bucket per key (burst 25, one per
-5 minutes, as `EventSourceObjectSpamFilter`) bounds the writes of a flapping node. `record` only
-queues; one worker writes; a failed write is logged once and counted, never raised.
-"""
+(`events.k8s.io/v1`): a key seen within SERIES_SECONDS is one more of its series (count patched
+at most every PATCH_SECONDS); a token bucket per key (as `EventSourceObjectSpamFilter`) bounds a
+flapping node's writes. `record` only queues; one worker writes; a failed write is only logged."""
 
 from __future__ import annotations
 
@@ -45,9 +42,7 @@ def typed(kind: Kind, obj: Mapping[str, Any]) -> Obj:
 
 
 @dataclass(frozen=True)
-class Occurrence:
-    """One thing the guard did or saw, about one object."""
-
+class Occurrence:  # one thing the guard did or saw, about one object
     regarding: Mapping[str, Any]  # the object (its apiVersion, kind, name, namespace, uid)
     type: str
     reason: str
@@ -71,9 +66,7 @@ class Occurrence:
 
 
 @dataclass
-class _Series:
-    """One key's Event: its name, counts, last occurrence and writes."""
-
+class _Series:  # one key's Event
     name: str
     count: int
     sent: int  # the count the API server holds
@@ -82,9 +75,7 @@ class _Series:
     written: float  # when the last write was sent (monotonic)
 
 
-class Aggregator:
-    """The pure part: per key, a new Event, one more of a series, or over its rate."""
-
+class Aggregator:  # the pure part: per key, a new Event, one more of a series, or too many
     def __init__(self) -> None:
         self.series: dict[tuple[str, ...], _Series] = {}
         self._buckets: dict[tuple[str, ...], tuple[float, float]] = {}  # key → tokens, at
@@ -124,9 +115,7 @@ class Aggregator:
         return out
 
 
-class Recorder:
-    """Queues occurrences; one worker aggregates and writes them."""
-
+class Recorder:  # queues occurrences; one worker aggregates and writes them
     def __init__(self, kube: Kube, instance: str, clock: Clock, *,
                  log: Callable[[str], None] = lambda _: None,
                  counted: Callable[[str], None] = lambda _: None) -> None:
@@ -140,7 +129,7 @@ class Recorder:
 
     def record(self, regarding: Mapping[str, Any], type_: str, reason: str, action: str,
                note: str) -> None:
-        """Queue one occurrence (never blocks; a full queue drops it)."""
+        """Queue one occurrence (a full queue drops it)."""
         if not o.meta(regarding).get("uid"):
             return  # kubectl describe finds Events by the object's uid
         try:

@@ -27,9 +27,8 @@ if TYPE_CHECKING:
 @singledispatch
 def execute(step: Step, kube: Kube, namespace: str, catalog: Catalog, dry_run: bool = False
             ) -> str | None:
-    """Write the step (`dry_run`: sent with `dryRun=All`); a note when the write was accepted
-    but has not taken effect yet (an alias delete held by finalizers). One write per step type,
-    registered by class (`Kube` is a type-checking name); others roll pod by pod."""
+    """Write the step (`dry_run`: with `dryRun=All`); a note when accepted but not yet in effect
+    (an alias delete held by finalizers). Pod-by-pod steps are not one write."""
     raise TypeError(f"{type(step).__name__} is not one write: the loop runs it "
                     "(pod_by_pod)")
 

@@ -1,10 +1,7 @@
-"""Stopping a run on a signal without leaving a write half-recorded. The CLI's SIGINT/SIGTERM
-handler calls `interrupt(...)`: outside `shielded()` it raises at once; inside (a write and the
-save that records it, or a save) it is held until the block ends, so the write in flight is
-recorded first; a second signal raises at once. Python drops an exception raised in a
-finalizer, so the signal is also kept until `check()` (every write, save and wait) raises it.
-Only the main thread, which runs the migration, touches the shield.
-"""
+"""Stopping a run on a signal without leaving a write half-recorded: inside `shielded()` (a write
+and the save that records it) a signal is held until the block ends; a second raises at once.
+Python drops an exception raised in a finalizer, so `check()` raises a signal kept since.
+Only the main thread, which runs the migration, touches the shield."""
 
 from __future__ import annotations
 
@@ -50,8 +47,8 @@ def shielded() -> Iterator[None]:
 
 
 def check() -> None:
-    """Raise a received signal that has not stopped the run (dropped in a finalizer, or replaced
-    by a handled error): at most once, outside a shielded block and any `finally` cleanup."""
+    """Raise, once, a received signal that did not stop the run (outside a shielded block and
+    any `finally` cleanup)."""
     if _Shield.received is not None and not _Shield.depth and \
             not isinstance(sys.exc_info()[1], KeyboardInterrupt):
         error, _Shield.received = _Shield.received, None

@@ -1,9 +1,6 @@
-"""The one loop: the walk's pure decision per phase (`decide`, `undo`: it holds, runs, resumes
-from the recorded originals less the retired steps, runs again when drifted or the stack changed,
-or is undone less what was handed over), then gate → write → record → gate, one step at a time,
-through a back end (`applying.Apply`; `projecting.Project`, `ServerDryRun`: nothing persisted).
-Resume, skip-if-satisfied, self-healing pre-gates and a killed run's revisit are written once.
-"""
+"""The one loop: the walk's pure decision per phase (`decide`, `undo`), then gate → write →
+record → gate, one step at a time, through a back end (`applying.Apply`, or `projecting`'s,
+which persist nothing). Resume, skip-if-satisfied, self-healing pre-gates are written once."""
 
 from __future__ import annotations
 
@@ -73,45 +70,40 @@ class Decision:
         return self.record.error if self.record is not None else None
 
     @property
-    def handed_over(self) -> list[str]:
-        return [r.reason for r in self.retire if r.status == HANDED_OVER]
-
-    @property
     def drift(self) -> list[GateResult]:
         """A completed phase's failed verification gates."""
         return g.failed(self.gates) if self.status is PhaseStatus.COMPLETED else []
 
 
 def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None
-                 ) -> tuple[Retirement, ...]:
+                 ) -> tuple[tuple[Retirement, ...], set[str]]:
+    """The recorded steps retired now (`only`: of that status), and their ids."""
     found = [(r.id, retired(ctx, from_record(r.step))) for r in rec.steps
              if r.status in ("intent", "done")]
-    return tuple(Retirement(step_id, *why) for step_id, why in found
-                 if why is not None and (only is None or why[0] == only))
+    out = tuple(Retirement(step_id, *why) for step_id, why in found
+                if why is not None and (only is None or why[0] == only))
+    return out, {r.step_id for r in out}
 
 
 def _replanned(ctx: PlanContext, rec: PhaseRecord) -> tuple[PlanContext, tuple[Retirement, ...]]:
     """The context with the recorded originals, less those of the steps retired now."""
-    retire = _retirements(ctx, rec, None)
-    gone = {r.step_id for r in retire}
+    retire, gone = _retirements(ctx, rec, None)
     return replace(ctx, recorded={k: v for k, v in rec.recorded().items()
                                   if k not in gone}), retire
 
 
 def _kept(ctx: PlanContext, rec: PhaseRecord) -> tuple[list[Step], tuple[Retirement, ...]]:
     """What the phase wrote, less what an operator release manages now (handed over)."""
-    handed = _retirements(ctx, rec, HANDED_OVER)
-    gone = {r.step_id for r in handed}
+    handed, gone = _retirements(ctx, rec, HANDED_OVER)
     return [from_record(r.step) for r in rec.steps
             if r.status in ("intent", "done") and r.id not in gone], handed
 
 
 def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
            new_stack: str | None = None) -> Decision:
-    """The decision for one phase of `apply` on `ctx` (no originals); `new_stack`: the stack
-    running now when it differs from the recorded one (every completed phase runs again)."""
-    status = rec.status if rec is not None else PhaseStatus.PENDING
-    if status is PhaseStatus.COMPLETED and rec is not None:
+    """One phase of `apply` on `ctx` (no originals); `new_stack`: set when the stack changed
+    (every completed phase runs again)."""
+    if rec is not None and rec.status is PhaseStatus.COMPLETED:
         kept, handed = _kept(ctx, rec)
         gates = tuple(module.verify(ctx, kept) + reasked(rec.reverted_steps(), ctx.options))
         drift = g.failed(gates)
@@ -121,7 +113,7 @@ def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
         plan_ctx, retire = _replanned(ctx, rec)
         return Decision(module, rec, Action.RERUN, plan_ctx, gates, module.plan(plan_ctx),
                         retire, reason)
-    if status.unfinished and rec is not None:
+    if rec is not None and rec.status.unfinished:
         plan_ctx, retire = _replanned(ctx, rec)
         plan = module.plan(plan_ctx)
         return Decision(module, rec, Action.RESUME, plan_ctx, tuple(plan.gates), plan, retire)
@@ -130,8 +122,7 @@ def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
 
 
 def undo(module: Phase, rec: PhaseRecord, ctx: PlanContext) -> Decision:
-    """The decision for one phase of `rollback`: what it wrote, undone, less what was handed
-    over (left alone, and said so)."""
+    """One phase of `rollback`: what it wrote undone, less what was handed over."""
     wrote, handed = _kept(ctx, rec)
     plan = module.rollback(ctx, wrote)
     return Decision(module, rec, Action.UNDO, ctx, tuple(plan.gates), plan, handed)
@@ -196,9 +187,8 @@ class PhaseWork:
 
 
 class Backend(Protocol):
-    """What a step does: the loop calls these and nothing else with an effect. `refuse` stops
-    the run (apply: `GateFailed`; a projection: `Stopped`); `after`/`check` wait for the
-    post-gates of a step written (`wrote`: now, or by a killed run) / already true."""
+    """Every effect of the loop. `refuse` stops the run; `after`/`check` wait for the post-gates
+    of a step written (`wrote`: now, or by a killed run) / already true."""
 
     catalog: Catalog
     settings: RunSettings
@@ -242,7 +232,6 @@ class Loop:
         self.state = state
 
     def apply(self, upto: int) -> None:
-        """Phases 1..upto, each as the walk decides it."""
         b = self.backend
         snap = b.snapshot()
         live_stack = discover(snap, b.catalog).stack
@@ -258,7 +247,7 @@ class Loop:
             snap = b.snapshot()
 
     def rollback(self, downto: int) -> None:
-        """Phases downto.. undone, newest first; `--settle` once the selectors are restored."""
+        """Newest first; `--settle` once the selectors are restored."""
         b = self.backend
         snap = b.snapshot()
         settled = False
@@ -285,7 +274,7 @@ class Loop:
         work = b.start(decision, direction)
         revisit = self._revisit(work)
         again = {s.id for s in revisit}
-        for step in revisit + list(plan.steps):  # one step (inline: the write's stack is short)
+        for step in revisit + list(plan.steps):  # inline: the write's stack is short
             if step.pod_by_pod:
                 b.roll(work, step)
                 continue
@@ -309,8 +298,8 @@ class Loop:
         b.finish(work)
 
     def _revisit(self, work: PhaseWork) -> list[Step]:
-        """Steps this phase wrote (or may have: intent) that the plan leaves out as the live
-        object shows their effect: a killed run's write still gets its post-gates, first."""
+        """Steps written (or intended) that the plan leaves out as already true: a killed run's
+        write still gets its post-gates, first."""
         planned = {s.id for s in work.plan.steps}
         wrote = [from_record(r.step) for r in work.records
                  if r.status in ("intent", "done") and r.id not in planned]
@@ -318,7 +307,6 @@ class Loop:
 
 
 def _refusal_hint(plan: PhasePlan) -> str:
-    """A plan's gate refuses before the first write: the runbook row for it, by its name."""
     failed = [r.name.partition("/")[0] for r in plan.gates if not r.ok]
     row = f"its {failed[0]} row" if failed else "the gate's row"
     return (f"nothing was written; fix what the gate names ({row} in docs/runbook.md, 'Gate "

@@ -43,8 +43,8 @@ class PhaseEvent:
 
 
 class Listener:
-    """What the runner tells as it goes: a listener overrides what it acts on, and `Listener()`
-    ignores everything (tests, `-o json`). `warning` is the one way a warning travels."""
+    """What the runner tells as it goes; `Listener()` ignores it all. `warning` is the one way
+    a warning travels."""
 
     def phase(self, event: PhaseEvent) -> None: ...
     def step(self, event: StepEvent) -> None: ...

@@ -1,9 +1,6 @@
-"""The back ends of the one loop that write nothing persistent. `Project` (pure) runs each phase
-against the cluster *as it would be* after the earlier writes (model/projection.py): its changes,
-the gates it can evaluate, the waits only the run can show (`wouldWaitFor`), and where a gate
-would stop it. `ServerDryRun` (`--dry-run`) also sends each write it can with `dryRun=All`.
-`Report` is every command's report of each phase (`walked`): no waits, no pre-gates.
-"""
+"""The loop's back ends that persist nothing: `Project` runs each phase on the cluster as the
+earlier writes would leave it (model/projection.py); `ServerDryRun` (`--dry-run`) also sends each
+write with `dryRun=All`; `Report` is every command's view of each phase (`walked`)."""
 
 from __future__ import annotations
 
@@ -19,12 +16,11 @@ from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.warned import merged
 from migrator.model import gates as g
 from migrator.model import kinds, projection
-from migrator.model.discovery import discover
 from migrator.model.gates import GateResult
 from migrator.model.planning import Options, PhasePlan, PlanContext
+from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
-from migrator.model.stepbase import Change
 from migrator.model.steps import Step
 
 if TYPE_CHECKING:
@@ -45,8 +41,7 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Preview:
-    """What a projected run would do: the report (its phases carry `preview`), the writes it
-    would send with `dryRun=All`, and those it cannot send yet."""
+    """What a projected run would do: the report (phases carry `preview`) and its writes."""
 
     report: PlanReport
     writes: tuple[Step, ...]
@@ -55,18 +50,12 @@ class Preview:
 
 
 @dataclass
-class _Phase:
-    """What the projection collects for the phase the loop is on."""
-
+class _Phase:  # what the projection collects for the phase the loop is on
     decision: Decision
     gates: dict[str, GateResult]
     notes: list[str]
     waits: list[str]
     before: Snapshot
-
-
-def changes_of(steps: tuple[Step, ...] | list[Step]) -> tuple[Change, ...]:
-    return tuple(c for step in steps for c in step.changes())
 
 
 class Project:
@@ -75,8 +64,7 @@ class Project:
     def __init__(self, snapshot: Snapshot, catalog: Catalog, settings: RunSettings) -> None:
         self.catalog, self.settings = catalog, settings
         self.now = self.projected = snapshot  # as read / as the writes so far would leave it
-        self.base = PlanContext(snapshot, catalog, discover(snapshot, catalog).components,
-                                settings.options)
+        self.base = self.context(snapshot)
         self.views: dict[int, PhaseView] = {}
         self.writes: list[Step] = []
         self.unsent: list[str] = []
@@ -98,17 +86,15 @@ class Project:
     def context(self, snap: Snapshot) -> PlanContext:
         return loop.context(self.catalog, self.settings.options, snap)
 
-    def decide(self, rec: PhaseRecord) -> Decision:
-        """The walk's decision on the cluster as it would be (components as read)."""
+    def decide(self, rec: PhaseRecord) -> Decision:  # components as read
         return loop.decide(phases.by_number(rec.number), rec, replace(self.base,
                                                                   snapshot=self.projected))
 
     def stack(self, state: State, live: str, changed: bool) -> None:
-        """The report says the stack change (engine/assemble.py); nothing is recorded."""
+        """The report says it (engine/assemble.py)."""
 
     def holds(self, decision: Decision) -> None:
-        self.views[decision.module.NUMBER] = _view(decision, (), decision.gates, [], None,
-                                                   HOLDS)
+        self.views[decision.module.NUMBER] = _view(decision, decision.gates, [], HOLDS)
 
     def begin(self, decision: Decision, direction: Direction) -> None:
         plan = decision.plan
@@ -124,8 +110,11 @@ class Project:
         else:
             self.warnings += [f"phase {decision.module.NUMBER} rollback: {w}"
                               for w in plan.warnings]
+        self._open(decision, plan, notes)
+
+    def _open(self, decision: Decision, plan: PhasePlan, notes: list[str]) -> None:
         self._on = _Phase(decision, {r.name: r for r in plan.gates}, _blocked(plan, notes),
-                          list(self._settle), self.projected)
+                          self._settle, self.projected)
         self._settle = []
 
     def refuse(self, rec: PhaseRecord, message: str, hint: str, step: Step | None = None,
@@ -155,10 +144,8 @@ class Project:
     def _close(self, outcome: str | None) -> None:
         on = self._on
         assert on is not None and on.decision.plan is not None
-        plan = on.decision.plan
         self.views[on.decision.module.NUMBER] = _view(
-            on.decision, changes_of(plan.steps), on.gates.values(), on.notes, plan.blocked,
-            outcome, on.waits)
+            on.decision, on.gates.values(), on.notes, outcome, on.waits, on.decision.plan)
         self._on = None
 
     def skip(self, work: PhaseWork, step: Step) -> None:
@@ -178,14 +165,15 @@ class Project:
         self._on.before = self.projected
         self.projected = projection.after(self.projected, step)
 
-    def send(self, step: Step) -> None:
-        """Keep the step as a dry-run write when the API server can take it now: its object
-        exists, or the write creates it."""
+    def send(self, step: Step) -> bool:
+        """A dry-run write when the API server can take it now (its object exists or it
+        creates it); whether it is one."""
         if step.creates or _live(self.now, step) is not None:
             self.writes.append(step)
-            return
+            return True
         self.unsent.append(f"{step.object} ({step.type}) not sent as a dry-run write: it "
                            "exists only once an earlier phase has created it")
+        return False
 
     def roll(self, work: PhaseWork, step: Step) -> None:
         """Pods deleted one node at a time: never sent, only said."""
@@ -223,18 +211,18 @@ class ServerDryRun(Project):
         super().__init__(snapshot, catalog, settings)
         self.kube, self.say = kube, say  # `say`: the listener's `message`
 
-    def send(self, step: Step) -> None:
-        sent = len(self.writes)
-        super().send(step)
-        if len(self.writes) > sent:
-            executor.execute(step, self.kube, self.now.namespace, self.catalog, dry_run=True)
-            self.say(f"dry run: {step.object} ({step.type}) accepted by the API server "
-                     "(nothing persisted)")
+    def send(self, step: Step) -> bool:
+        if not super().send(step):
+            return False
+        executor.execute(step, self.kube, self.now.namespace, self.catalog, dry_run=True)
+        self.say(f"dry run: {step.object} ({step.type}) accepted by the API server "
+                 "(nothing persisted)")
+        return True
 
 
 class Report(Project):
-    """`Project` as the report shows each phase: a completed one (even one the loop re-runs)
-    judged on the cluster as it is (what `verify` answers), the others' plans and gates."""
+    """Each phase as reports show it: a completed one (even re-run) judged on the cluster as it
+    is, the others' plans and gates."""
 
     def __init__(self, snapshot: Snapshot, catalog: Catalog, options: Options) -> None:
         super().__init__(snapshot, catalog, RunSettings(options=options))
@@ -245,11 +233,11 @@ class Report(Project):
         module, rec = decision.module, decision.record
         if self.projected is not self.now:
             decision = loop.decide(module, rec, self.base)
-        options = self.settings.options
         again = module.plan(replace(self.base, snapshot=self.projected))
         self.warnings += again.warnings  # e.g. operator-owned, still true
-        notes = decision.handed_over
-        if module.SWITCHES_SELECTORS and options.include_operator_owned and again.steps:
+        notes = [r.reason for r in decision.retire if r.status == HANDED_OVER]
+        if module.SWITCHES_SELECTORS and self.settings.options.include_operator_owned and \
+                again.steps:
             notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                 s.object for s in again.steps)))
             self.warnings.append(notes[-1])
@@ -274,8 +262,7 @@ class Report(Project):
         if earlier and any(not r.ok for r in plan.gates):
             notes.append("gates show the cluster as the run would meet it after phase "
                          f"{', '.join(map(str, earlier))}")
-        self._on = _Phase(decision, {r.name: r for r in plan.gates}, _blocked(plan, notes), [],
-                          self.projected)
+        self._open(decision, plan, notes)
 
     def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
         super().write(work, step, [])  # the report shows the plan's gates only
@@ -296,9 +283,8 @@ class Report(Project):
 
 def walked(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Options
            ) -> tuple[tuple[PhaseView, ...], dict[int, Decision], list[str]]:
-    """Every phase through the one loop on the report back end: the views, the decisions and
-    the phases' warnings. Past a gate that would stop the run, the phases are shown as planned
-    on the cluster as it would be."""
+    """Every phase through the loop on the report back end: views, decisions, warnings. Past a
+    gate that would stop the run, phases are shown as planned on the cluster as it would be."""
     backend = Report(snapshot, catalog, options)
     walking = state or State(snapshot.namespace)
     with contextlib.suppress(Stopped):
@@ -316,8 +302,7 @@ def walked(snapshot: Snapshot, catalog: Catalog, state: State | None, options: O
 
 def preview(backend: Project, state: State | None, report: PlanReport, upto: int, *,
             rollback: bool = False) -> Preview:
-    """Run the one loop on a projecting back end: `apply --phase upto` (or `rollback`), as
-    it would go, with `report` (the cluster as read) carrying the phases it shows."""
+    """`apply --phase upto` (or `rollback`) as it would go, on `report` (the cluster as read)."""
     walked = state or State(report.namespace)
     run = Loop(backend, walked)
     with contextlib.suppress(Stopped):
@@ -343,25 +328,25 @@ def _blocked(plan: PhasePlan, notes: list[str]) -> list[str]:
     return [*notes, plan.blocked] if plan.blocked and plan.blocked not in notes else notes
 
 
-def _view(decision: Decision, changes: tuple[Change, ...], gates: Any, notes: list[str],
-          blocked: str | None, outcome: str | None, waits: list[str] | None = None
-          ) -> PhaseView:
-    return PhaseView(decision.module.NUMBER, decision.module.NAME, decision.status, changes,
-                     tuple(gates), tuple(notes), decision.record_error, blocked,
+def _view(decision: Decision, gates: Any, notes: list[str], outcome: str | None,
+          waits: list[str] | None = None, plan: PhasePlan | None = None) -> PhaseView:
+    """`plan`: what the phase would change, and why it is blocked."""
+    return PhaseView(decision.module.NUMBER, decision.module.NAME, decision.status,
+                     tuple(c for s in plan.steps for c in s.changes()) if plan is not None else (),
+                     tuple(gates), tuple(notes), decision.record_error,
+                     plan.blocked if plan is not None else None,
                      None if outcome is None else PhasePreview(outcome,
                                                                tuple(dict.fromkeys(waits or []))))
 
 
 def unasked(b: Project, decision: Decision, asked: bool) -> PhaseView:
-    """A phase past N (shown as the run's final report would show it), or one an earlier
-    phase's refusal keeps the run from reaching."""
+    """A phase past N, or one an earlier phase's refusal keeps the run from reaching."""
     notes = [] if not asked else [f"not reached: phase {b.stopped} would stop the run first"]
     outcome = NOT_REACHED if asked else None
     plan = decision.plan
     if decision.status is PhaseStatus.COMPLETED or plan is None:
-        return _view(decision, (), decision.gates, notes, None, outcome)
-    return _view(decision, changes_of(plan.steps), plan.gates,
-                 _blocked(plan, [*notes, *plan.notes]), plan.blocked, outcome)
+        return _view(decision, decision.gates, notes, outcome)
+    return _view(decision, plan.gates, _blocked(plan, [*notes, *plan.notes]), outcome, plan=plan)
 
 
 def _live(snap: Snapshot, step: Step) -> Obj | None:

@@ -1,7 +1,5 @@
-"""A state lost after phase 1, rebuilt from the marks phase 1 left on the DaemonSets
-(model/labelmarks.py: the labels set and their values before, all its record holds), so
-`rollback --phase 1` can undo it; only when they are the tool's only marks (later phases' writes
-leave no mark of what to restore)."""
+"""A state lost after phase 1, rebuilt from the marks phase 1 left on the DaemonSets (only when
+they are the tool's only marks), so `rollback --phase 1` can undo it."""
 
 from __future__ import annotations
 
@@ -31,8 +29,8 @@ def phase_one_only(snapshot: Snapshot, catalog: Catalog) -> list[labelmarks.Labe
 
 def from_marks(snapshot: Snapshot, catalog: Catalog, namespace: str, clock: Clock,
                say: Callable[[str], None]) -> State | None:
-    """A state with phase 1 completed as the marks record it (None: none, or later phases'
-    marks too), said through `say`. The labels' values now are what phase 1 wrote."""
+    """A state with phase 1 completed as the marks record it (None: no such marks), said
+    through `say`. The labels' values now are what phase 1 wrote."""
     marks = phase_one_only(snapshot, catalog)
     if not marks:
         return None
@@ -54,8 +52,7 @@ def from_marks(snapshot: Snapshot, catalog: Catalog, namespace: str, clock: Cloc
 
 
 def refuse_lost_state(snapshot: Snapshot, catalog: Catalog, namespace: str) -> None:
-    """No state, but the tool's marks on the cluster: going on would record originals that are
-    not the originals, so `apply` and `rollback` stop here (zero writes)."""
+    """No state, but the tool's marks: originals recorded now would be wrong, so stop here."""
     marks = tool_marks(snapshot, catalog)
     if not marks:
         return
@@ -73,9 +70,9 @@ def refuse_lost_state(snapshot: Snapshot, catalog: Catalog, namespace: str) -> N
 
 
 def reopen_half_rolled(state: State, snapshot: Snapshot, catalog: Catalog) -> list[int]:
-    """Phase 1 rolled back while an OnDelete DaemonSet's pods keep the common label: reopened
-    as failed, each such DaemonSet's labels recorded as they are now, so `rollback --phase 1
-    --roll-on-delete` rolls its pods. The phase numbers reopened."""
+    """Phase 1 rolled back while an OnDelete DaemonSet's pods keep the common label: reopened as
+    failed (labels recorded as they are), so `rollback --phase 1 --roll-on-delete` rolls the
+    pods. The phase numbers reopened."""
     rec = state.phase(LABEL_PHASE)
     if rec.status is not PhaseStatus.ROLLED_BACK:
         return []

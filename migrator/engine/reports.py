@@ -1,5 +1,4 @@
-"""The reports the commands return, typed, built once from final values and serialised to the
-`-o json` document at the CLI edge (cli/documents.py, docs/output.schema.json)."""
+"""The reports the commands return, typed; serialised to `-o json` by cli/documents.py."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PhasePreview:
-    """`apply --dry-run`: what the run would do with one phase (engine/projecting.py)."""
+    """`apply --dry-run`: what the run would do with one phase."""
 
     outcome: str  # would-run | holds | would-stop | not-reached
     would_wait_for: tuple[str, ...]
@@ -27,8 +26,6 @@ class PhasePreview:
 
 @dataclass(frozen=True)
 class PhaseView:
-    """One phase: its status, what it would change, its gates now, notes."""
-
     number: int
     name: str
     status: PhaseStatus
@@ -42,8 +39,6 @@ class PhaseView:
 
 @dataclass(frozen=True)
 class StackChange:
-    """The stack running now is not the one the completed phases were planned for."""
-
     recorded: str
     live: str
 
@@ -56,7 +51,7 @@ class StackChange:
 
 @dataclass(frozen=True)
 class PlanReport:
-    """What `plan` prints, and the common part of every report of the cluster."""
+    """What `plan` prints: the common part of every report of the cluster."""
 
     stack: str
     namespace: str
@@ -69,8 +64,7 @@ class PlanReport:
     verdict: Verdict
     lost_state: tuple[str, ...]
     stack_change: StackChange | None = None
-    # `plan` only: what the fingerprint covers, per object (the plan file keeps it)
-    objects: Mapping[str, Mapping[str, str]] | None = None
+    objects: Mapping[str, Mapping[str, str]] | None = None  # `plan`: what the fingerprint covers
 
     def holds(self, upto: int) -> bool:
         """Phases 1..upto completed for the stack running now, their verification passing."""
@@ -79,8 +73,7 @@ class PlanReport:
 
     @property
     def rolled_back(self) -> bool:
-        """A deliberate full rollback (phase 1 rolled back, every later one rolled back or never
-        run): the checks the phases make pass are expected to fail."""
+        """A deliberate full rollback: the checks the phases make pass are expected to fail."""
         first = min(self.phases, key=lambda v: v.number, default=None)
         return first is not None and first.status is PhaseStatus.ROLLED_BACK and all(
             v.status in (PhaseStatus.ROLLED_BACK, PhaseStatus.PENDING) for v in self.phases)
@@ -97,8 +90,6 @@ class PlanReport:
 
 @dataclass(frozen=True)
 class Closing:
-    """One of the lines a report's table ends with (engine/assemble.py `closing`)."""
-
     subject: str  # verdict | run | dry run | status
     ok: bool
     detail: str
@@ -115,8 +106,6 @@ class Target(NamedTuple):
 
 @dataclass(frozen=True)
 class Question:
-    """The question before the first write: the phases this run writes, and where."""
-
     report: PlanReport
     target: Target
 
@@ -149,8 +138,6 @@ class RunReport:
 
 @dataclass(frozen=True)
 class StateDigest:
-    """The state ConfigMap as `status` summarises it."""
-
     plan_fingerprint: str | None
     updated: str
     last_error: str | None
@@ -182,8 +169,6 @@ class RollbackPhase(NamedTuple):
 
 @dataclass(frozen=True)
 class RunView:
-    """Runs, from the state and the lock (engine/runstatus.py)."""
-
     state: str  # idle | running | rolling-back | interrupted
     operation: str | None
     target: int | None
@@ -203,8 +188,7 @@ class StatusReport:
     state: StateDigest | None
     run: RunView
     ok: bool
-    # the state could not be read: the verdict is still reported, then this error (exit 3)
-    state_error: MigrateError | None = None
+    state_error: MigrateError | None = None  # state unreadable: reported, then exit 3
 
 
 @dataclass(frozen=True)
@@ -228,8 +212,6 @@ class PreflightReport:
 
 @dataclass(frozen=True)
 class GuardReport:
-    """`guard --once`: one pass and the verdict after it."""
-
     namespace: str
     passed: PassResult
     verdict: Verdict

@@ -1,9 +1,6 @@
-"""What `status` says about runs (docs/output.schema.json, `$defs/run`), from the state and the
-lock; pure. `running`/`rolling-back`: a live lock whose holder is not provably gone
-(`state/liveness.py`); `interrupted`: no live run, and the last one did not finish (a phase
-in progress or failed, or the target of the history's last start event not reached), with the
-`resume` command; else `idle`.
-"""
+"""What `status` says about runs (`$defs/run` in docs/output.schema.json), pure: `running` or
+`rolling-back` (a live lock whose holder is not provably gone), `interrupted` (the last run did
+not finish; with the `resume` command), else `idle`."""
 
 from __future__ import annotations
 
@@ -40,10 +37,8 @@ def unfinished(state: State) -> tuple[str | None, int | None, list[PhaseRecord]]
                     key=lambda r: r.number)
     if active:
         operation, target = _operation(state, active)
-        if operation == "rollback" and target is None:
-            target = min(r.number for r in active)
-        if operation == "apply" and target is None:
-            target = max(r.number for r in active)
+        if target is None:
+            target = (min if operation == "rollback" else max)(r.number for r in active)
         return operation, target, active
     operation, target = _operation(state, [])  # unfinished while its target is not reached
     if operation is None or target is None:
@@ -62,13 +57,9 @@ def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ..
         if not rec.status.applied or (target is not None and number < target):
             continue
         undone = {r.id: r.status for r in rec.undo}
-        steps = []
-        for step in reversed(rec.done_steps()):
-            inverse = step.inverse()
-            if inverse is None:
-                continue
-            steps.append(RollbackStep(inverse.object, inverse.type,
-                                      undone.get(inverse.id, "to-do"), tuple(inverse.changes())))
+        inverses = [i for s in reversed(rec.done_steps()) if (i := s.inverse()) is not None]
+        steps = [RollbackStep(i.object, i.type, undone.get(i.id, "to-do"), tuple(i.changes()))
+                 for i in inverses]
         for r in rec.undo:  # recorded by the rollback itself (e.g. a pod roll), not an inverse
             step = from_record(r.step)
             if not any(s.object == step.object and s.type == step.type for s in steps):
@@ -80,8 +71,7 @@ def _rollback_steps(state: State, target: int | None) -> tuple[RollbackPhase, ..
 
 
 def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
-    """What a live run of this phase waits for, from its newest step record: an `intent` is a
-    write in flight; a `done` step is followed by its post-gates."""
+    """What a live run of this phase waits for, from its newest step record."""
     records = (record.undo if rollback else record.steps) if record is not None else []
     if not records:
         return None
@@ -103,8 +93,8 @@ def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
 
 
 def _resume(state: State, operation: str, target: int, namespace: str) -> str:
-    """The command that resumes, with the options the interrupted run recorded (in its start
-    event, or a pre-gate's failure), so it plans as it did (`--rolling`, …)."""
+    """The command that resumes, with the options the interrupted run recorded (start event
+    or a pre-gate's failure), so it plans as it did."""
     flags: list[str] = []
     for event in reversed(state.history):
         name = str(event.get("event"))

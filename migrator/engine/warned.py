@@ -1,5 +1,5 @@
-"""A command's warnings, each said once: the reports before and after a run and the run itself
-warn about the same things, all through `Listener.warning` into one collection (`Warned`)."""
+"""A command's warnings, each said once (the reports before and after a run and the run itself
+warn about the same things)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from collections.abc import Iterable
 
 from migrator.engine.progress import Listener
 
-# Warnings that count objects and name one example ("… 3 exporter pods …, e.g. <pod>"): the
-# same warning, read before and after a run, names other pods; one of each kind is kept.
+# Warnings that count objects and name an example: read again, they name other pods; one kept.
 COUNTED = ("duplicate scraping now", "possible duplicate scraping",
            "duplicate scraping through the tool's aliases")
 
@@ -20,8 +19,7 @@ def kind(text: str) -> str:
 
 
 def merged(*groups: Iterable[str]) -> tuple[str, ...]:
-    """Each kind once, where it first came up, in its newest wording (a later report
-    describes the cluster as it is now)."""
+    """Each kind once, where it first came up, in its newest wording."""
     out: dict[str, str] = {}
     for group in groups:
         for text in group:
@@ -30,8 +28,7 @@ def merged(*groups: Iterable[str]) -> tuple[str, ...]:
 
 
 class Warned(Listener):
-    """The Listener a command runs with: passes every event on, and keeps the warnings,
-    saying each kind to the listener below only the first time it comes up."""
+    """Passes every event on and keeps the warnings, saying each kind only the first time."""
 
     def __init__(self, listener: Listener) -> None:
         self.listener = listener

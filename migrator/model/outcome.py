@@ -1,17 +1,7 @@
 """The verdict: does the stable identity work for its consumers now? Pure: a Snapshot in, a
-Verdict out, with no state (docs/design.md, "The verdict"). For every stack present it checks
-that each stable name the running stacks need exists, keeps `internalTrafficPolicy: Local` where
-DCGM is, and has a ready endpoint of its DaemonSets' pods on every node that runs one (and only
-such endpoints, on ports they serve: `model/traffic.py`); that a legacy-only cluster exposes no
-`-dra` name; that every pod carries its common label and no rollout is incomplete; that each
-exporter pod is scraped exactly once per mechanism (`model/scrapechecks.py`) and no node runs
-two exporters; and, where the names depend on the guard's shared EndpointSlices, that a guard
-holds its Lease and the slices list only live Ready pods (`model/traffic.py`).
-
-Each finding names the fix and the phase whose `apply` makes it right (0: none), from the
-phases' `ANSWERS_FOR` (`migrator.phases.answers()`): no phase number is written here. State
-enters only the fixes' wording and `--allow-foreign-pods`.
-"""
+Verdict out (docs/design.md, "The verdict"). Each finding names the fix and the phase whose
+`apply` makes it right (0: none), from the phases' `ANSWERS_FOR`: no phase number is written
+here. State enters only the fixes' wording and `--allow-foreign-pods`."""
 
 from __future__ import annotations
 
@@ -48,21 +38,20 @@ def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -
     return out
 
 
-def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
-                  nodes: Iterable[str], fixes: Fixes) -> tuple[str, str]:
+def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], nodes: Iterable[str],
+                  pods: Iterable[PodView], fixes: Fixes) -> tuple[str, str]:
     """Why these nodes have no ready endpoint (pod not Ready, or not selected), and the fix."""
     pods_by_node: dict[str, list[PodView]] = {}
-    for c in need.components:
-        for p in alive(snapshot.pods_of(c.daemonset)):
-            pods_by_node.setdefault(p.node, []).append(p)
+    for p in pods:
+        pods_by_node.setdefault(p.node, []).append(p)
     unready: list[PodView] = []
     unselected, other = [], []
     for node in nodes:
-        pods = pods_by_node.get(node, [])
-        if pods and not any(p.ready for p in pods):
-            unready += pods
-        elif pods and not any(g.service_selects(dict(svc), p.labels) for p in pods if p.ready):
-            unselected.append(f"{node} ({'/'.join(sorted({p.owner_name or '' for p in pods}))})")
+        here = pods_by_node.get(node, [])
+        if here and not any(p.ready for p in here):
+            unready += here
+        elif here and not any(g.service_selects(dict(svc), p.labels) for p in here if p.ready):
+            unselected.append(f"{node} ({'/'.join(sorted({p.owner_name or '' for p in here}))})")
         else:
             other.append(node)
     parts, fix = [], []
@@ -101,26 +90,23 @@ def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
 
 def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fixes,
               subject: str, phase: int) -> Finding:
-    expected: set[str] = set()
-    pod_names: set[str] = set()
+    pods = [p for c in need.components for p in alive(snapshot.pods_of(c.daemonset))]
+    expected, names = {p.node for p in pods if p.node}, {p.name for p in pods}
     short: list[str] = []
     unscheduled: list[str] = []
     for c in need.components:
-        pods = alive(snapshot.pods_of(c.daemonset))
-        nodes = {p.node for p in pods if p.node}
-        expected |= nodes
-        pod_names |= {p.name for p in pods}
+        nodes = len({p.node for p in pods if p.node and p.owner_name == c.daemonset})
         desired = g.rollout_counts(snapshot.daemonsets.get(c.daemonset) or {})[2]
-        if desired > len(nodes):
-            short.append(f"{desired - len(nodes)} of {desired} nodes that should run "
+        if desired > nodes:
+            short.append(f"{desired - nodes} of {desired} nodes that should run "
                          f"DaemonSet/{c.daemonset} have no pod of it")
             unscheduled.append(f"`kubectl describe daemonset {c.daemonset} -n "
                                f"{snapshot.namespace}` says why it has no pod there")
-    eps = [e for e in snapshot.endpoints_of(need.service).endpoints if e.ready]
-    covered = {e.node for e in eps if e.node and e.pod in pod_names}
+    covered = {e.node for e in snapshot.endpoints_of(need.service).endpoints
+               if e.ready and e.node and e.pod in names}
     missing = sorted(expected - covered)
     if missing or short:
-        reasons, fix = _node_reasons(snapshot, need, svc, missing, fixes)
+        reasons, fix = _node_reasons(snapshot, need, svc, missing, pods, fixes)
         why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
                f"{reasons}"] if missing else []
         if any(c.stack != need.components[0].stack for c in need.components) and missing \

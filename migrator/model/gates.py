@@ -134,14 +134,13 @@ def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0
     missing allowed (phase 1: the DaemonSet's maxUnavailable)."""
     name = f"endpoints/{base.service}"
     eps = snapshot.endpoints_of(base.service)
-    detail = f"{eps.ready_total}/{base.total} ready"
-    if not base.local:
-        return GateResult(name, base.total - eps.ready_total <= tolerance, detail,
-                          kind=GateKind.ENDPOINTS)
-    now = eps.ready_by_node()
-    short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
-    detail += ", per node" + (f"; below baseline on {named(short)}" if short else "")
-    return GateResult(name, len(short) <= tolerance, detail, kind=GateKind.ENDPOINTS)
+    detail, missing = f"{eps.ready_total}/{base.total} ready", base.total - eps.ready_total
+    if base.local:
+        now = eps.ready_by_node()
+        short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
+        detail += ", per node" + (f"; below baseline on {named(short)}" if short else "")
+        missing = len(short)
+    return GateResult(name, missing <= tolerance, detail, kind=GateKind.ENDPOINTS)
 
 
 def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> GateResult:
@@ -153,6 +152,10 @@ def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> Gat
     parts = [f"{word} {named(names)}" for word, names in
              (("missing", pods - have), ("unexpected", have - pods)) if names]
     return GateResult(name, False, "; ".join(parts))
+
+
+def _ready(snapshot: Snapshot, selector: Mapping[str, str]) -> list[PodView]:
+    return [p for p in snapshot.pods_matching(selector) if p.ready]
 
 
 def _short_nodes(old_ready: Iterable[PodView], new_ready: Iterable[PodView]) -> list[str]:
@@ -167,18 +170,16 @@ def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
     """New selector's Ready pods ⊇ old selector's (per node for Local). Also returns the pods
     outside the given DaemonSets that the new selector would pick up (a warning, not a veto)."""
     name = f"selector-superset/{service}"
-    old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
-    new_ready = [p for p in snapshot.pods_matching(new) if p.ready]
-    strays = pods_outside(snapshot, new, owned_by)
+    old_ready, new_ready = _ready(snapshot, old), _ready(snapshot, new)
     detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods"
     if local:
-        short = _short_nodes(old_ready, new_ready)
-        return (GateResult(name, False, f"nodes that would lose their local endpoint: "
-                           f"{named(short)}") if short
-                else GateResult(name, True, detail + ", per node")), strays
-    lost = {p.name for p in old_ready} - {p.name for p in new_ready}
-    return (GateResult(name, False, f"pods the new selector would drop: {named(lost)}") if lost
-            else GateResult(name, True, detail)), strays
+        lost, why = _short_nodes(old_ready, new_ready), "nodes that would lose their local endpoint"
+        detail += ", per node"
+    else:
+        lost = sorted({p.name for p in old_ready} - {p.name for p in new_ready})
+        why = "pods the new selector would drop"
+    return (GateResult(name, False, f"{why}: {named(lost)}") if lost
+            else GateResult(name, True, detail)), pods_outside(snapshot, new, owned_by)
 
 
 def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
@@ -195,16 +196,16 @@ def foreign_pods(service: str, strays: list[str], owned_by: Iterable[str], allow
     """Refuse a selector that picks up pods outside the DaemonSets (they would become endpoints
     of the stable name) unless `--allow-foreign-pods`. `leaving`: strays garbage collection is
     removing (pod → why); when only those remain, the gate fails with `wait`."""
-    name = f"{gate}/{service}"
+    name, leaving = f"{gate}/{service}", leaving or {}
     if not strays:
         return GateResult(name, True, "selects only pods of the DaemonSets")
-    staying = [p for p in strays if p not in (leaving or {})]
+    staying = [p for p in strays if p not in leaving]
     what = (f"{counted(len(strays), 'pod')} outside DaemonSets {named(owned_by)}: "
             f"{named(strays)}")
     if allowed:
         return GateResult(name, True, f"{what} (allowed by --allow-foreign-pods)")
     if not staying:
-        why = sorted({(leaving or {})[p] for p in strays})
+        why = sorted({leaving[p] for p in strays})
         return GateResult(name, False, f"{counted(len(strays), 'pod')} that garbage collection is "
                           f"removing ({'; '.join(why)}): {named(strays)}; the switch waits "
                           "until they are gone", wait=True)
@@ -285,9 +286,7 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
     Ready pods). Not caused by it (`endpoints-dip/<svc>`: wait, never restore): pods both select
     went not Ready, or slices lag; the old selector would show the same loss.
     """
-    old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
-    new_pods = snapshot.pods_matching(new)
-    new_ready = [p for p in new_pods if p.ready]
+    old_ready, new_ready = _ready(snapshot, old), _ready(snapshot, new)
     new_names = {p.name for p in new_ready}
     dropped = [p for p in old_ready if p.name not in new_names]
     if base.local and dropped:
@@ -301,7 +300,7 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
     held = endpoints_hold(snapshot, base)
     if held.ok:
         return held
-    unready = {p.name for p in new_pods if not p.ready} & {
+    unready = {p.name for p in snapshot.pods_matching(new) if not p.ready} & {
         p.name for p in snapshot.pods_matching(old)}
     cause = (f"pods both selectors select are not Ready: {named(unready)}" if unready
              else "the EndpointSlices have not caught up yet")

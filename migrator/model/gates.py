@@ -158,10 +158,15 @@ def _ready(snapshot: Snapshot, selector: Mapping[str, str]) -> list[PodView]:
     return [p for p in snapshot.pods_matching(selector) if p.ready]
 
 
-def _short_nodes(old_ready: Iterable[PodView], new_ready: Iterable[PodView]) -> list[str]:
-    """Nodes where the new selector has fewer Ready pods than the old one (Local traffic)."""
-    before, after = Counter(p.node for p in old_ready), Counter(p.node for p in new_ready)
-    return [n for n, c in before.items() if after[n] < c]
+def _dropped(old_ready: list[PodView], new_ready: list[PodView], local: bool) -> list[PodView]:
+    """The Ready pods the old selector selects and the new one does not (Local: only on nodes
+    where the new one has fewer Ready pods)."""
+    names = {p.name for p in new_ready}
+    dropped = [p for p in old_ready if p.name not in names]
+    if local and dropped:
+        before, after = Counter(p.node for p in old_ready), Counter(p.node for p in new_ready)
+        dropped = [p for p in dropped if after[p.node] < before[p.node]]
+    return dropped
 
 
 def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
@@ -171,15 +176,13 @@ def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
     outside the given DaemonSets that the new selector would pick up (a warning, not a veto)."""
     name = f"selector-superset/{service}"
     old_ready, new_ready = _ready(snapshot, old), _ready(snapshot, new)
-    detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods"
-    if local:
-        lost, why = _short_nodes(old_ready, new_ready), "nodes that would lose their local endpoint"
-        detail += ", per node"
-    else:
-        lost = sorted({p.name for p in old_ready} - {p.name for p in new_ready})
-        why = "pods the new selector would drop"
-    return (GateResult(name, False, f"{why}: {named(lost)}") if lost
-            else GateResult(name, True, detail)), pods_outside(snapshot, new, owned_by)
+    dropped = _dropped(old_ready, new_ready, local)
+    detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods" + (
+        ", per node" if local else "")
+    why = (f"nodes that would lose their local endpoint: {named(p.node for p in dropped)}"
+           if local else f"pods the new selector would drop: {named(p.name for p in dropped)}")
+    gate = GateResult(name, not dropped, why if dropped else detail)
+    return gate, pods_outside(snapshot, new, owned_by)
 
 
 def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
@@ -279,19 +282,10 @@ def nodes_reporting(daemonset: str, pods: Iterable[PodView],
 
 def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str],
                 new: Mapping[str, str]) -> GateResult:
-    """The zero-tolerance endpoints gate after a selector switch, with the loss attributed.
-
-    Caused by it (`endpoints/<svc>`: restore the old selector at once): a Ready pod the old
-    selector selects and the new one does not (Local: on a node where the new one has fewer
-    Ready pods). Not caused by it (`endpoints-dip/<svc>`: wait, never restore): pods both select
-    went not Ready, or slices lag; the old selector would show the same loss.
-    """
-    old_ready, new_ready = _ready(snapshot, old), _ready(snapshot, new)
-    new_names = {p.name for p in new_ready}
-    dropped = [p for p in old_ready if p.name not in new_names]
-    if base.local and dropped:
-        short = set(_short_nodes(old_ready, new_ready))
-        dropped = [p for p in dropped if p.node in short]
+    """The zero-tolerance endpoints gate after a selector switch, the loss attributed: to it
+    (`endpoints/<svc>`: restore the old selector at once) when it drops Ready pods, else
+    (`endpoints-dip/<svc>`: wait, never restore) to pods both select or to slices lagging."""
+    dropped = _dropped(_ready(snapshot, old), _ready(snapshot, new), base.local)
     if dropped:
         return GateResult(f"endpoints/{base.service}", False,
                           "the new selector drops Ready pods the old one selected: "

@@ -92,8 +92,7 @@ def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fix
               subject: str, phase: int) -> Finding:
     pods = [p for c in need.components for p in alive(snapshot.pods_of(c.daemonset))]
     expected, names = {p.node for p in pods if p.node}, {p.name for p in pods}
-    short: list[str] = []
-    unscheduled: list[str] = []
+    short, unscheduled = [], []
     for c in need.components:
         nodes = len({p.node for p in pods if p.node and p.owner_name == c.daemonset})
         desired = g.rollout_counts(snapshot.daemonsets.get(c.daemonset) or {})[2]
@@ -186,20 +185,17 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
             "or rollback, or run `dcgm-migrate rollback --phase 1`; either restores it",
             fixes.phase(Remedy.COMMON_LABELS)))
     # The label its pods must carry: the common one, or that of the release managing the name.
-    found = catalog.release_label(comp, snapshot.services)
-    label = found[1] if found else comp.common_label
-    key, value = label.key, label.value
-    pods = alive(snapshot.pods_of(comp.daemonset))
-    off = [p for p in pods if p.labels.get(key) != value]
-    switched = any(dict(o.dig(s, "spec", "selector") or {}).get(key) == value
+    label = (catalog.release_label(comp, snapshot.services) or (None, comp.common_label))[1]
+    want, pods = f"{label.key}={label.value}", alive(snapshot.pods_of(comp.daemonset))
+    off = [p for p in pods if p.labels.get(label.key) != label.value]
+    switched = any((o.dig(s, "spec", "selector") or {}).get(label.key) == label.value
                    for s in snapshot.services.values())
-    fix = "" if not off else (fixes.relabel(f"{key}={value}") if switched and
-                              label == comp.common_label
+    fix = "" if not off else (fixes.relabel(want) if switched and label == comp.common_label
                               else f"run {fixes.apply(Remedy.COMMON_LABELS)}")
     out.append(Finding("pods-labelled", subject, not off,
-                       f"{len(off)} of {counted(len(pods), 'pod')} lack {key}={value}: "
+                       f"{len(off)} of {counted(len(pods), 'pod')} lack {want}: "
                        f"{named(p.name for p in off)}" if off else
-                       f"{counted(len(pods), 'pod')} carry {key}={value}", fix,
+                       f"{counted(len(pods), 'pod')} carry {want}", fix,
                        fixes.phase(Remedy.COMMON_LABELS)))
     return out
 
@@ -266,7 +262,6 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
     fixes = Fixes(answers, completed)
     found = discover(snapshot, catalog)
     present = list(found.components)
-    stacks = {c.stack for c in present}
     if not present:  # nothing to judge is never a pass
         return Verdict(found.stack, (Finding(
             "dcgm-found", f"Namespace/{snapshot.namespace}", False,
@@ -277,7 +272,7 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
     for need in needs:
         findings += _name_findings(snapshot, need, fixes, allowed_foreign)
     findings += shared_findings(snapshot, catalog, needs)
-    findings += _no_dra_names(snapshot, catalog, stacks)
+    findings += _no_dra_names(snapshot, catalog, {c.stack for c in present})
     for comp in present:
         findings += _daemonset_findings(snapshot, catalog, comp, fixes)
     ours = {n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)}

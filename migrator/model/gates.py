@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -115,8 +115,7 @@ class ServiceBaseline:
     local: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"service": self.service, "total": self.total, "by_node": dict(self.by_node),
-                "local": self.local}
+        return asdict(self)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> ServiceBaseline:

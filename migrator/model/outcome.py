@@ -108,8 +108,7 @@ def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fix
         reasons, fix = _node_reasons(snapshot, need, svc, missing, pods, fixes)
         why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
                f"{reasons}"] if missing else []
-        if any(c.stack != need.components[0].stack for c in need.components) and missing \
-                and "selector" in reasons:
+        if missing and "selector" in reasons and len({c.stack for c in need.components}) > 1:
             fix = ("both stacks run here and the ClusterPolicy operator's Service selects only "
                    f"its own pods: run {fixes.apply(Remedy.ALIASES)} and keep "
                    "`dcgm-migrate guard` running, which adds the GPUCluster pods through "

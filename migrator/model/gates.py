@@ -21,12 +21,10 @@ class GateKind(Enum):
     """What a gate is, where engine/afterwrite's wait or engine/loop's hint treats it apart."""
 
     CHECK = "check"  # any other gate: waited for until it passes, within --timeout
-    # `endpoints/<svc>`: failed after a write, the write lost them: stop, undo a selector change
-    ENDPOINTS = "endpoints"
+    ENDPOINTS = "endpoints"  # lost by the write just made: stop, undo a selector change
     ENDPOINTS_DIP = "endpoints-dip"  # a loss a selector switch did not cause: waited out, noted
     NODES_REPORTING = "nodes-reporting"  # a node stopped reporting: waiting cannot heal it
-    # `selector-unchanged/<svc>`: someone else moved it since the plan read it (nothing written)
-    CHANGED_MEANWHILE = "changed-meanwhile"
+    CHANGED_MEANWHILE = "changed-meanwhile"  # `selector-unchanged/<svc>`: moved by someone else
 
 
 @dataclass(frozen=True)

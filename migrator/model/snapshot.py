@@ -34,10 +34,9 @@ class PodView:
     why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
     printed: bool = False  # read as its printed row (`model/printed.py`), not whole
     version: int = 0  # its resourceVersion as an integer (0: not one)
-    # Its `prometheus.io/*` annotations only (for the `kubernetes-pods` job), and its phase ("":
-    # a printed row cannot tell, and a doubtful row is read whole before any gate sees it).
+    # its `prometheus.io/*` annotations (the `kubernetes-pods` job)
     scrape_annotations: Mapping[str, str] = field(default_factory=dict)
-    phase: str = ""
+    phase: str = ""  # "": a printed row cannot tell (a doubtful one is read whole before gates)
 
     @property
     def doubtful(self) -> bool:
@@ -145,8 +144,7 @@ class Snapshot:
     servicemonitor_api: bool = True
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
-    # `Prometheus` CRs (any namespace): their ServiceMonitors' discovery role
-    # (`promdiscovery.monitor_roles`); none read means the operator's default role.
+    # any namespace's: their ServiceMonitors' discovery role (none: the operator's default)
     prometheuses: tuple[Obj, ...] = ()
     # The guard's Leases, whether they could be read, and the wall time of the read.
     guard_leases: tuple[Obj, ...] = ()

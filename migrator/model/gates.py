@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -21,12 +21,10 @@ class GateKind(Enum):
     """What a gate is, where engine/afterwrite's wait or engine/loop's hint treats it apart."""
 
     CHECK = "check"  # any other gate: waited for until it passes, within --timeout
-    # `endpoints/<svc>`: failed after a write, the write lost them: stop, undo a selector change
-    ENDPOINTS = "endpoints"
+    ENDPOINTS = "endpoints"  # lost by the write just made: stop, undo a selector change
     ENDPOINTS_DIP = "endpoints-dip"  # a loss a selector switch did not cause: waited out, noted
     NODES_REPORTING = "nodes-reporting"  # a node stopped reporting: waiting cannot heal it
-    # `selector-unchanged/<svc>`: someone else moved it since the plan read it (nothing written)
-    CHANGED_MEANWHILE = "changed-meanwhile"
+    CHANGED_MEANWHILE = "changed-meanwhile"  # `selector-unchanged/<svc>`: moved by someone else
 
 
 @dataclass(frozen=True)
@@ -115,8 +113,7 @@ class ServiceBaseline:
     local: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"service": self.service, "total": self.total, "by_node": dict(self.by_node),
-                "local": self.local}
+        return asdict(self)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> ServiceBaseline:
@@ -134,14 +131,13 @@ def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0
     missing allowed (phase 1: the DaemonSet's maxUnavailable)."""
     name = f"endpoints/{base.service}"
     eps = snapshot.endpoints_of(base.service)
-    detail = f"{eps.ready_total}/{base.total} ready"
-    if not base.local:
-        return GateResult(name, base.total - eps.ready_total <= tolerance, detail,
-                          kind=GateKind.ENDPOINTS)
-    now = eps.ready_by_node()
-    short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
-    detail += ", per node" + (f"; below baseline on {named(short)}" if short else "")
-    return GateResult(name, len(short) <= tolerance, detail, kind=GateKind.ENDPOINTS)
+    detail, missing = f"{eps.ready_total}/{base.total} ready", base.total - eps.ready_total
+    if base.local:
+        now = eps.ready_by_node()
+        short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
+        detail += ", per node" + (f"; below baseline on {named(short)}" if short else "")
+        missing = len(short)
+    return GateResult(name, missing <= tolerance, detail, kind=GateKind.ENDPOINTS)
 
 
 def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> GateResult:
@@ -155,10 +151,19 @@ def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> Gat
     return GateResult(name, False, "; ".join(parts))
 
 
-def _short_nodes(old_ready: Iterable[PodView], new_ready: Iterable[PodView]) -> list[str]:
-    """Nodes where the new selector has fewer Ready pods than the old one (Local traffic)."""
-    before, after = Counter(p.node for p in old_ready), Counter(p.node for p in new_ready)
-    return [n for n, c in before.items() if after[n] < c]
+def _ready(snapshot: Snapshot, selector: Mapping[str, str]) -> list[PodView]:
+    return [p for p in snapshot.pods_matching(selector) if p.ready]
+
+
+def _dropped(old_ready: list[PodView], new_ready: list[PodView], local: bool) -> list[PodView]:
+    """The Ready pods the old selector selects and the new one does not (Local: only on nodes
+    where the new one has fewer Ready pods)."""
+    names = {p.name for p in new_ready}
+    dropped = [p for p in old_ready if p.name not in names]
+    if local and dropped:
+        before, after = Counter(p.node for p in old_ready), Counter(p.node for p in new_ready)
+        dropped = [p for p in dropped if after[p.node] < before[p.node]]
+    return dropped
 
 
 def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
@@ -167,18 +172,14 @@ def selector_superset(snapshot: Snapshot, service: str, old: Mapping[str, str],
     """New selector's Ready pods ⊇ old selector's (per node for Local). Also returns the pods
     outside the given DaemonSets that the new selector would pick up (a warning, not a veto)."""
     name = f"selector-superset/{service}"
-    old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
-    new_ready = [p for p in snapshot.pods_matching(new) if p.ready]
-    strays = pods_outside(snapshot, new, owned_by)
-    detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods"
-    if local:
-        short = _short_nodes(old_ready, new_ready)
-        return (GateResult(name, False, f"nodes that would lose their local endpoint: "
-                           f"{named(short)}") if short
-                else GateResult(name, True, detail + ", per node")), strays
-    lost = {p.name for p in old_ready} - {p.name for p in new_ready}
-    return (GateResult(name, False, f"pods the new selector would drop: {named(lost)}") if lost
-            else GateResult(name, True, detail)), strays
+    old_ready, new_ready = _ready(snapshot, old), _ready(snapshot, new)
+    dropped = _dropped(old_ready, new_ready, local)
+    detail = f"new {len(new_ready)} ⊇ old {len(old_ready)} ready pods" + (
+        ", per node" if local else "")
+    why = (f"nodes that would lose their local endpoint: {named(p.node for p in dropped)}"
+           if local else f"pods the new selector would drop: {named(p.name for p in dropped)}")
+    gate = GateResult(name, not dropped, why if dropped else detail)
+    return gate, pods_outside(snapshot, new, owned_by)
 
 
 def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
@@ -195,16 +196,16 @@ def foreign_pods(service: str, strays: list[str], owned_by: Iterable[str], allow
     """Refuse a selector that picks up pods outside the DaemonSets (they would become endpoints
     of the stable name) unless `--allow-foreign-pods`. `leaving`: strays garbage collection is
     removing (pod → why); when only those remain, the gate fails with `wait`."""
-    name = f"{gate}/{service}"
+    name, leaving = f"{gate}/{service}", leaving or {}
     if not strays:
         return GateResult(name, True, "selects only pods of the DaemonSets")
-    staying = [p for p in strays if p not in (leaving or {})]
+    staying = [p for p in strays if p not in leaving]
     what = (f"{counted(len(strays), 'pod')} outside DaemonSets {named(owned_by)}: "
             f"{named(strays)}")
     if allowed:
         return GateResult(name, True, f"{what} (allowed by --allow-foreign-pods)")
     if not staying:
-        why = sorted({(leaving or {})[p] for p in strays})
+        why = sorted({leaving[p] for p in strays})
         return GateResult(name, False, f"{counted(len(strays), 'pod')} that garbage collection is "
                           f"removing ({'; '.join(why)}): {named(strays)}; the switch waits "
                           "until they are gone", wait=True)
@@ -278,21 +279,10 @@ def nodes_reporting(daemonset: str, pods: Iterable[PodView],
 
 def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str],
                 new: Mapping[str, str]) -> GateResult:
-    """The zero-tolerance endpoints gate after a selector switch, with the loss attributed.
-
-    Caused by it (`endpoints/<svc>`: restore the old selector at once): a Ready pod the old
-    selector selects and the new one does not (Local: on a node where the new one has fewer
-    Ready pods). Not caused by it (`endpoints-dip/<svc>`: wait, never restore): pods both select
-    went not Ready, or slices lag; the old selector would show the same loss.
-    """
-    old_ready = [p for p in snapshot.pods_matching(old) if p.ready]
-    new_pods = snapshot.pods_matching(new)
-    new_ready = [p for p in new_pods if p.ready]
-    new_names = {p.name for p in new_ready}
-    dropped = [p for p in old_ready if p.name not in new_names]
-    if base.local and dropped:
-        short = set(_short_nodes(old_ready, new_ready))
-        dropped = [p for p in dropped if p.node in short]
+    """The zero-tolerance endpoints gate after a selector switch, the loss attributed: to it
+    (`endpoints/<svc>`: restore the old selector at once) when it drops Ready pods, else
+    (`endpoints-dip/<svc>`: wait, never restore) to pods both select or to slices lagging."""
+    dropped = _dropped(_ready(snapshot, old), _ready(snapshot, new), base.local)
     if dropped:
         return GateResult(f"endpoints/{base.service}", False,
                           "the new selector drops Ready pods the old one selected: "
@@ -301,7 +291,7 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
     held = endpoints_hold(snapshot, base)
     if held.ok:
         return held
-    unready = {p.name for p in new_pods if not p.ready} & {
+    unready = {p.name for p in snapshot.pods_matching(new) if not p.ready} & {
         p.name for p in snapshot.pods_matching(old)}
     cause = (f"pods both selectors select are not Ready: {named(unready)}" if unready
              else "the EndpointSlices have not caught up yet")

@@ -58,22 +58,16 @@ POD_MONITOR = Kind(_MONITORING, "v1", "podmonitors", "PodMonitor", True, ("pmon"
 PROMETHEUS = Kind(_MONITORING, "v1", "prometheuses", "Prometheus", True, ("prom",), True)
 CRD = Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
            False, ("crd", "crds"), True)
+SELF_SUBJECT_ACCESS_REVIEW = Kind(_AUTHZ, "v1", "selfsubjectaccessreviews",
+                                  "SelfSubjectAccessReview", False)
+# Another user's rights: preflight asks about the guard's account.
+SUBJECT_ACCESS_REVIEW = Kind(_AUTHZ, "v1", "subjectaccessreviews", "SubjectAccessReview", False)
 LEASE = Kind("coordination.k8s.io", "v1", "leases", "Lease", True)
 # Dynamic Resource Allocation: the GPUCluster stack's DCGM pods claim their GPUs (admin access).
 RESOURCE_CLAIM_TEMPLATE = Kind("resource.k8s.io", "v1", "resourceclaimtemplates",
                                "ResourceClaimTemplate", True)
 RESOURCE_CLAIM = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, (), True)
-SELF_SUBJECT_ACCESS_REVIEW = Kind(_AUTHZ, "v1", "selfsubjectaccessreviews",
-                                  "SelfSubjectAccessReview", False)
-# Another user's rights: preflight asks about the guard's account.
-SUBJECT_ACCESS_REVIEW = Kind(_AUTHZ, "v1", "subjectaccessreviews", "SubjectAccessReview", False)
-ACCESS_REVIEWS: tuple[Kind, ...] = (SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW)
 
-ALL: tuple[Kind, ...] = (
-    NAMESPACE, NODE, POD, SERVICE, CONFIGMAP, EVENT, DAEMONSET, CONTROLLER_REVISION,
-    ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, POD_MONITOR, PROMETHEUS, CRD,
-    SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW, LEASE, RESOURCE_CLAIM_TEMPLATE,
-    RESOURCE_CLAIM,
-)
+ALL: tuple[Kind, ...] = tuple(k for k in list(globals().values()) if isinstance(k, Kind))
 BY_KEY: dict[str, Kind] = {k.key: k for k in ALL}
 BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL}

@@ -1,17 +1,7 @@
 """The verdict: does the stable identity work for its consumers now? Pure: a Snapshot in, a
-Verdict out, with no state (docs/design.md, "The verdict"). For every stack present it checks
-that each stable name the running stacks need exists, keeps `internalTrafficPolicy: Local` where
-DCGM is, and has a ready endpoint of its DaemonSets' pods on every node that runs one (and only
-such endpoints, on ports they serve: `model/traffic.py`); that a legacy-only cluster exposes no
-`-dra` name; that every pod carries its common label and no rollout is incomplete; that each
-exporter pod is scraped exactly once per mechanism (`model/scrapechecks.py`) and no node runs
-two exporters; and, where the names depend on the guard's shared EndpointSlices, that a guard
-holds its Lease and the slices list only live Ready pods (`model/traffic.py`).
-
-Each finding names the fix and the phase whose `apply` makes it right (0: none), from the
-phases' `ANSWERS_FOR` (`migrator.phases.answers()`): no phase number is written here. State
-enters only the fixes' wording and `--allow-foreign-pods`.
-"""
+Verdict out (docs/design.md, "The verdict"). Each finding names the fix and the phase whose
+`apply` makes it right (0: none), from the phases' `ANSWERS_FOR`: no phase number is written
+here. State enters only the fixes' wording and `--allow-foreign-pods`."""
 
 from __future__ import annotations
 
@@ -48,21 +38,20 @@ def _needs(snapshot: Snapshot, catalog: Catalog, present: Sequence[Component]) -
     return out
 
 
-def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
-                  nodes: Iterable[str], fixes: Fixes) -> tuple[str, str]:
+def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], nodes: Iterable[str],
+                  pods: Iterable[PodView], fixes: Fixes) -> tuple[str, str]:
     """Why these nodes have no ready endpoint (pod not Ready, or not selected), and the fix."""
     pods_by_node: dict[str, list[PodView]] = {}
-    for c in need.components:
-        for p in alive(snapshot.pods_of(c.daemonset)):
-            pods_by_node.setdefault(p.node, []).append(p)
+    for p in pods:
+        pods_by_node.setdefault(p.node, []).append(p)
     unready: list[PodView] = []
     unselected, other = [], []
     for node in nodes:
-        pods = pods_by_node.get(node, [])
-        if pods and not any(p.ready for p in pods):
-            unready += pods
-        elif pods and not any(g.service_selects(dict(svc), p.labels) for p in pods if p.ready):
-            unselected.append(f"{node} ({'/'.join(sorted({p.owner_name or '' for p in pods}))})")
+        here = pods_by_node.get(node, [])
+        if here and not any(p.ready for p in here):
+            unready += here
+        elif here and not any(g.service_selects(dict(svc), p.labels) for p in here if p.ready):
+            unselected.append(f"{node} ({'/'.join(sorted({p.owner_name or '' for p in here}))})")
         else:
             other.append(node)
     parts, fix = [], []
@@ -101,30 +90,25 @@ def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
 
 def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fixes,
               subject: str, phase: int) -> Finding:
-    expected: set[str] = set()
-    pod_names: set[str] = set()
-    short: list[str] = []
-    unscheduled: list[str] = []
+    pods = [p for c in need.components for p in alive(snapshot.pods_of(c.daemonset))]
+    expected, names = {p.node for p in pods if p.node}, {p.name for p in pods}
+    short, unscheduled = [], []
     for c in need.components:
-        pods = alive(snapshot.pods_of(c.daemonset))
-        nodes = {p.node for p in pods if p.node}
-        expected |= nodes
-        pod_names |= {p.name for p in pods}
+        nodes = len({p.node for p in pods if p.node and p.owner_name == c.daemonset})
         desired = g.rollout_counts(snapshot.daemonsets.get(c.daemonset) or {})[2]
-        if desired > len(nodes):
-            short.append(f"{desired - len(nodes)} of {desired} nodes that should run "
+        if desired > nodes:
+            short.append(f"{desired - nodes} of {desired} nodes that should run "
                          f"DaemonSet/{c.daemonset} have no pod of it")
             unscheduled.append(f"`kubectl describe daemonset {c.daemonset} -n "
                                f"{snapshot.namespace}` says why it has no pod there")
-    eps = [e for e in snapshot.endpoints_of(need.service).endpoints if e.ready]
-    covered = {e.node for e in eps if e.node and e.pod in pod_names}
+    covered = {e.node for e in snapshot.endpoints_of(need.service).endpoints
+               if e.ready and e.node and e.pod in names}
     missing = sorted(expected - covered)
     if missing or short:
-        reasons, fix = _node_reasons(snapshot, need, svc, missing, fixes)
+        reasons, fix = _node_reasons(snapshot, need, svc, missing, pods, fixes)
         why = [f"no ready endpoint on {len(missing)} of {len(expected)} nodes: "
                f"{reasons}"] if missing else []
-        if any(c.stack != need.components[0].stack for c in need.components) and missing \
-                and "selector" in reasons:
+        if missing and "selector" in reasons and len({c.stack for c in need.components}) > 1:
             fix = ("both stacks run here and the ClusterPolicy operator's Service selects only "
                    f"its own pods: run {fixes.apply(Remedy.ALIASES)} and keep "
                    "`dcgm-migrate guard` running, which adds the GPUCluster pods through "
@@ -200,20 +184,17 @@ def _daemonset_findings(snapshot: Snapshot, catalog: Catalog, comp: Component,
             "or rollback, or run `dcgm-migrate rollback --phase 1`; either restores it",
             fixes.phase(Remedy.COMMON_LABELS)))
     # The label its pods must carry: the common one, or that of the release managing the name.
-    found = catalog.release_label(comp, snapshot.services)
-    label = found[1] if found else comp.common_label
-    key, value = label.key, label.value
-    pods = alive(snapshot.pods_of(comp.daemonset))
-    off = [p for p in pods if p.labels.get(key) != value]
-    switched = any(dict(o.dig(s, "spec", "selector") or {}).get(key) == value
+    label = (catalog.release_label(comp, snapshot.services) or (None, comp.common_label))[1]
+    want, pods = f"{label.key}={label.value}", alive(snapshot.pods_of(comp.daemonset))
+    off = [p for p in pods if p.labels.get(label.key) != label.value]
+    switched = any((o.dig(s, "spec", "selector") or {}).get(label.key) == label.value
                    for s in snapshot.services.values())
-    fix = "" if not off else (fixes.relabel(f"{key}={value}") if switched and
-                              label == comp.common_label
+    fix = "" if not off else (fixes.relabel(want) if switched and label == comp.common_label
                               else f"run {fixes.apply(Remedy.COMMON_LABELS)}")
     out.append(Finding("pods-labelled", subject, not off,
-                       f"{len(off)} of {counted(len(pods), 'pod')} lack {key}={value}: "
+                       f"{len(off)} of {counted(len(pods), 'pod')} lack {want}: "
                        f"{named(p.name for p in off)}" if off else
-                       f"{counted(len(pods), 'pod')} carry {key}={value}", fix,
+                       f"{counted(len(pods), 'pod')} carry {want}", fix,
                        fixes.phase(Remedy.COMMON_LABELS)))
     return out
 
@@ -280,7 +261,6 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
     fixes = Fixes(answers, completed)
     found = discover(snapshot, catalog)
     present = list(found.components)
-    stacks = {c.stack for c in present}
     if not present:  # nothing to judge is never a pass
         return Verdict(found.stack, (Finding(
             "dcgm-found", f"Namespace/{snapshot.namespace}", False,
@@ -291,7 +271,7 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
     for need in needs:
         findings += _name_findings(snapshot, need, fixes, allowed_foreign)
     findings += shared_findings(snapshot, catalog, needs)
-    findings += _no_dra_names(snapshot, catalog, stacks)
+    findings += _no_dra_names(snapshot, catalog, {c.stack for c in present})
     for comp in present:
         findings += _daemonset_findings(snapshot, catalog, comp, fixes)
     ours = {n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)}

@@ -53,10 +53,8 @@ class PlanContext:
 
     def operator_owner(self, obj: Mapping[str, Any]) -> str | None:
         """`Kind/name` of the operator CR that controls this object, if any."""
-        ref = o.controller_owner(obj)
-        if ref and ref.get("kind") in OPERATOR_KINDS:
-            return f"{ref['kind']}/{ref.get('name')}"
-        return None
+        ref = o.controller_owner(obj) or {}
+        return f"{ref['kind']}/{ref.get('name')}" if ref.get("kind") in OPERATOR_KINDS else None
 
     def daemonsets_with_label(self, key: str) -> list[str]:
         return [c.daemonset for c in self.components if c.common_label.key == key]

@@ -1,14 +1,7 @@
 """Pods read as their printed Table rows (a sixth of the whole pod), and when a row may be believed.
-
-printPod shows how many containers are ready, not the pod's Ready condition; the two differ
-when the node lifecycle controller marked a silent node's pods not Ready (`MarkPodsNotReady`),
-when a readiness gate is not yet True, or before the kubelet writes the condition. So a printed
-pod is believed only when **plainly healthy** (every container running and ready, every
-readiness gate True, on a node, not being deleted, and no later EndpointSlice says it is not
-serving); any other is **doubtful** and read whole (`engine/wholepods.py`). A printed pod is the
-row's `PartialObjectMetadata` with its cells under `PRINTED`, so caches and selectors treat it
-like any object.
-"""
+printPod shows ready containers, not the Ready condition (they differ under `MarkPodsNotReady`, an
+unmet readiness gate, or before the kubelet writes it): a row is believed only when plainly healthy,
+else it is doubtful and read whole (`engine/wholepods.py`). Its cells sit under `PRINTED`."""
 
 from __future__ import annotations
 
@@ -39,9 +32,8 @@ def cells(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 def _done(text: Any) -> int | None:
     """"3/3" → 3 (all of them done); None for "2/3", "<none>" or anything else."""
     done, sep, total = str(text or "").partition("/")
-    if not sep or not done.isdigit() or not total.isdigit() or int(done) != int(total):
-        return None
-    return int(total)
+    whole = sep and done.isdigit() and total.isdigit() and int(done) == int(total)
+    return int(total) if whole else None
 
 
 def node_of(pod: Mapping[str, Any]) -> str:

@@ -34,10 +34,9 @@ class PodView:
     why: str = ""  # why it is not Ready ("" when it is): `objects.pod_not_ready_reason`
     printed: bool = False  # read as its printed row (`model/printed.py`), not whole
     version: int = 0  # its resourceVersion as an integer (0: not one)
-    # Its `prometheus.io/*` annotations only (for the `kubernetes-pods` job), and its phase ("":
-    # a printed row cannot tell, and a doubtful row is read whole before any gate sees it).
+    # its `prometheus.io/*` annotations (the `kubernetes-pods` job)
     scrape_annotations: Mapping[str, str] = field(default_factory=dict)
-    phase: str = ""
+    phase: str = ""  # "": a printed row cannot tell (a doubtful one is read whole before gates)
 
     @property
     def doubtful(self) -> bool:
@@ -145,8 +144,7 @@ class Snapshot:
     servicemonitor_api: bool = True
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
-    # `Prometheus` CRs (any namespace): their ServiceMonitors' discovery role
-    # (`promdiscovery.monitor_roles`); none read means the operator's default role.
+    # any namespace's: their ServiceMonitors' discovery role (none: the operator's default)
     prometheuses: tuple[Obj, ...] = ()
     # The guard's Leases, whether they could be read, and the wall time of the read.
     guard_leases: tuple[Obj, ...] = ()
@@ -181,15 +179,15 @@ class Snapshot:
         """A hash of what a plan depends on: spec and metadata of the DaemonSets, Services,
         CRs and ServiceMonitors, not status (a pod restart does not make a plan stale)."""
         def monitors(items: Iterable[Obj]) -> list[str]:
-            return sorted(json.dumps(list(_monitor_fields(m).values()), sort_keys=True)
+            return sorted(json.dumps(list(_fields(m, _MONITOR).values()), sort_keys=True)
                           for m in items)
 
         doc = {
             "namespace": self.namespace,
-            "ds": {n: list(_ds_fields(d).values()) for n, d in sorted(self.daemonsets.items())},
-            "svc": {n: [*_svc_fields(s).values(), _svc_spec(s)]
+            "ds": {n: list(_fields(d, _DS).values()) for n, d in sorted(self.daemonsets.items())},
+            "svc": {n: [*_fields(s, _SVC).values(), _svc_spec(s)]
                     for n, s in sorted(self.services.items())},
-            "cr": sorted("".join(map(str, _cr_fields(c).values()))
+            "cr": sorted("".join(map(str, _fields(c, _CR).values()))
                          for c in (*self.cluster_policies, *self.gpu_clusters)),
             "sm": monitors(self.service_monitors),
             # PodMonitors only when there are any: plans saved before they counted stay valid
@@ -200,15 +198,15 @@ class Snapshot:
 
     def fingerprint_fields(self) -> dict[str, dict[str, str]]:
         """What `fingerprint` covers, per `Kind/name` and field as short hashes (saved plans)."""
-        out = {f"DaemonSet/{n}": _hashed(_ds_fields(d)) for n, d in self.daemonsets.items()}
-        out |= {f"Service/{n}": _hashed(_svc_fields(s) | {f"spec.{k}": v
-                                                         for k, v in _svc_spec(s).items()})
+        out = {f"DaemonSet/{n}": _hashed(_fields(d, _DS)) for n, d in self.daemonsets.items()}
+        out |= {f"Service/{n}": _hashed(_fields(s, _SVC) | {f"spec.{k}": v
+                                                             for k, v in _svc_spec(s).items()})
                 for n, s in self.services.items()}
-        for kind, items, fields in (("ClusterPolicy", self.cluster_policies, _cr_fields),
-                                    ("GPUCluster", self.gpu_clusters, _cr_fields),
-                                    ("ServiceMonitor", self.service_monitors, _monitor_fields),
-                                    ("PodMonitor", self.pod_monitors, _monitor_fields)):
-            out |= {f"{kind}/{o.name(m)}": _hashed(fields(m)) for m in items}
+        for kind, items, paths in (("ClusterPolicy", self.cluster_policies, _CR),
+                                   ("GPUCluster", self.gpu_clusters, _CR),
+                                   ("ServiceMonitor", self.service_monitors, _MONITOR),
+                                   ("PodMonitor", self.pod_monitors, _MONITOR)):
+            out |= {f"{kind}/{o.name(m)}": _hashed(_fields(m, paths)) for m in items}
         return out
 
 
@@ -227,31 +225,22 @@ def changed_fields(saved: Mapping[str, Mapping[str, str]],
     return found
 
 
-def _cr_fields(c: Obj) -> dict[str, Any]:
-    return {"metadata.uid": o.meta(c).get("uid"),
-            "metadata.generation": o.meta(c).get("generation")}
+_CR = ("metadata.uid", "metadata.generation")
+_DS = (*_CR, "metadata.labels", "spec.template.metadata.labels", "spec.updateStrategy")
+_SVC = ("metadata.uid", "metadata.labels", "metadata.annotations", "metadata.ownerReferences")
+_MONITOR = ("metadata.uid", "metadata.labels", "spec")
 
 
-def _ds_fields(d: Obj) -> dict[str, Any]:
-    return {**_cr_fields(d), "metadata.labels": o.labels(d),
-            "spec.template.metadata.labels": o.template_labels(d),
-            "spec.updateStrategy": o.dig(d, "spec", "updateStrategy")}
-
-
-def _svc_fields(s: Obj) -> dict[str, Any]:
-    return {"metadata.uid": o.meta(s).get("uid"), "metadata.labels": o.labels(s),
-            "metadata.annotations": o.annotations_of(s),
-            "metadata.ownerReferences": o.meta(s).get("ownerReferences")}
+def _fields(obj: Obj, paths: Iterable[str]) -> dict[str, Any]:
+    """These dotted fields of the object; labels and annotations `{}` when absent."""
+    got = {p: o.dig(obj, *p.split(".")) for p in paths}
+    return {p: dict(v or {}) if p.endswith(("labels", "annotations")) else v
+            for p, v in got.items()}
 
 
 def _svc_spec(s: Obj) -> dict[str, Any]:
     return {k: v for k, v in (s.get("spec") or {}).items()
             if k not in ("clusterIP", "clusterIPs")}
-
-
-def _monitor_fields(m: Obj) -> dict[str, Any]:
-    return {"metadata.uid": o.meta(m).get("uid"), "metadata.labels": o.labels(m),
-            "spec": m.get("spec")}
 
 
 def _hashed(fields: Mapping[str, Any]) -> dict[str, str]:

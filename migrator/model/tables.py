@@ -1,10 +1,6 @@
 """`meta.k8s.io/v1` Table rows read as values, and the DaemonSet rollout counts they carry. Pure.
-
-A Table watch sends the printer's cells instead of the object (a tenth of a DaemonSet), with
-`columnDefinitions` on its first event only, so a reader names later rows by the first's columns.
-printDaemonSet shows no `observedGeneration`, so a row cannot prove a rollout complete:
-`rollout_view` fills only the counts, and a reader confirms a complete-looking row with a GET.
-"""
+A Table watch names later rows by its first event's `columnDefinitions`; a DaemonSet row shows no
+`observedGeneration`, so `rollout_view` fills only the counts and a reader confirms with a GET."""
 
 from __future__ import annotations
 

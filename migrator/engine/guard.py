@@ -13,11 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from migrator.engine.clock import Clock
-from migrator.engine.elector import LeaderElector
 from migrator.engine.guardloop import VERDICT, WAKE, Cadence, Queued, timing, verdict_due
 from migrator.engine.guardreconcile import GuardSettings, PassResult, Reconciler, slice_view
 from migrator.engine.informer import Informer, Reflector, pod_selectors, whole
-from migrator.engine.leader import LeaseLock
+from migrator.engine.leader import LeaderElector, LeaseLock
 from migrator.engine.serving import GuardMetrics, Health, MetricsServer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.engine.elector import JITTER_FACTOR, Timing
 from migrator.engine.events import NORMAL, WARNING, typed
 from migrator.engine.guardreconcile import GuardSettings, Reconciler
+from migrator.engine.leader import JITTER_FACTOR, Timing
 from migrator.engine.serving import Health
 from migrator.errors import APIError, ClusterError
 from migrator.model import guarding, kinds

@@ -1,9 +1,7 @@
 """The guard's reconciler: read, decide (pure: `model/guarding.py`, `model/sharing.py`), hand to
-the writers (`engine/guardwrites.py`); its knobs (`GuardSettings`). Two entry points, as the race
-demands: `on_daemonset`, the fast path (one DaemonSet event, one list of the tool's Services, a
-guarded patch per alias whose template lost the common label), and `reconcile`, a full pass
-(snapshot, state, corrections, aliases created again, shared slices, metrics and Events).
-Reads come from the loop's informers while it runs, else from one list each (`guard --once`).
+the writers. `on_daemonset` is the fast path (hold where one DaemonSet's template lost the common
+label), `reconcile` a full pass. Reads come from the loop's informers while it runs, else from
+one list each (`guard --once`).
 """
 
 from __future__ import annotations
@@ -55,8 +53,7 @@ class GuardSettings:
     verdict_idle_seconds: float = 3600.0  # ... and at least this often regardless
     write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
     stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
-    # No `min_pass_seconds` this long after a stable name changed hands: the EndpointSlice
-    # controller empties the old owner's slices a moment later.
+    # No `min_pass_seconds` this long after a stable name changed hands (slices empty later).
     takeover_seconds: float = 10.0
 
 
@@ -123,8 +120,7 @@ class Reconciler:
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
-        # Set by the runner while it runs: the loop's informers (kind plural → cache), and the
-        # same with the DCGM pods' as the verdict reads them (None: each verdict a whole read).
+        # Set by the runner while it runs: the loop's informers, the verdict's (None: whole reads).
         self.caches: dict[str, Reflector[Obj]] = {}
         self.verdict_cache: Informer | None = None
         # The Services switched with --allow-foreign-pods, as the last state read said.
@@ -147,9 +143,7 @@ class Reconciler:
 
     def read(self, *, pods: bool = True) -> Snapshot:
         """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods as
-        printed rows, from this namespace only. A row may look Ready while its node stopped
-        reporting; that cannot release early: the same pods stand on both sides of the
-        superset gate."""
+        printed rows, from this namespace only."""
         wanted = {c.daemonset for c in self.catalog.components}
         daemonsets = {o.name(d): d for d in self._listed(kinds.DAEMONSET)
                       if o.name(d) in wanted}
@@ -161,9 +155,8 @@ class Reconciler:
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def verdict(self, *, cached: bool = False) -> Verdict:
-        """The verdict (`model/outcome.py`) from what the namespaced Role may read: one whole
-        read, or (`cached`) the loop's caches with this guard's own Lease as last renewed
-        standing for the Leases."""
+        """The verdict from what the namespaced Role may read: one whole read, or (`cached`)
+        the loop's caches with this guard's own Lease standing for the Leases."""
         cache = self.verdict_cache if cached else None
         own = self.lease.lease if cache is not None else None
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,

@@ -1,10 +1,7 @@
-"""The guard's writers: Service patches (corrections, aliases created again) and shared
-EndpointSlice writes, sent, counted, logged and recorded as Events; what did not land comes back
-as a typed `Refusal`. Every write first asks the `fence` (the elector's `leading`); corrections
-test the resourceVersion decided on, so a Service changed meanwhile is re-decided, never
-overwritten. Slice writes go as the EndpointSlice controller's do (an operator takeover at
-15,000 nodes is 75 slices per name, docs/performance.md): WORKERS in flight (they commute), those
-restoring reach to the most nodes first, deletes once the rest is answered.
+"""The guard's writers: Service patches and shared EndpointSlice writes, sent, counted, logged
+and recorded as Events; what did not land comes back as a `Refusal`. Every write first asks the
+`fence` (the elector's `leading`). Slice writes go as the EndpointSlice controller's do: WORKERS
+in flight, those restoring reach to the most nodes first, deletes once the rest is answered.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ Obj = dict[str, Any]
 Log = Callable[[str], None]
 R = TypeVar("R")
 WORKERS = 16
-# Correction action → the Event on the alias: (type, reason, action). A hold is a Warning: the
-# operator rendered a DaemonSet without the common label, and someone must bring it back.
+# Correction action → the Event on the alias (type, reason, action); a hold needs someone's fix.
 CORRECTION_EVENTS = {guarding.HOLD: (WARNING, "SelectorHeld", "Hold"),
                      guarding.RELEASE: (NORMAL, "SelectorReleased", "Release"),
                      guarding.CLEAR: (NORMAL, "HoldCleared", "Release"),
@@ -158,8 +154,7 @@ class Writers:
         self.fence, self.concurrency = fence, concurrency
         self.written: list[Correction] = []  # every correction written, oldest first
         self.last_written: dict[str, float] = {}  # stable name → its last slice write's answer
-        # Patches refused as invalid, by (Service, patch): the patch tests the version it was
-        # decided on, so the same one would be refused again; a changed Service makes another.
+        # Patches refused as invalid, by (Service, patch): the same patch would be refused again.
         self.refused: dict[tuple[str, str], Refusal] = {}
 
     def _refused(self, refusal: Refusal) -> Refusal:

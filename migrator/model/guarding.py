@@ -1,8 +1,6 @@
-"""What the guard decides, as pure functions: a Snapshot in, the corrections to the tool-owned
-aliases out. **hold**: an alias on the common label whose DaemonSet's template lost it goes back
-to the app label; **release**: a held alias goes forward again once phase 3's gates pass;
-**sync**: an alias differing from what phase 2 would create now is patched back (selector
-excepted); **create again**: a stable name no Service holds while the GPUCluster stack needs it.
+"""What the guard decides, as pure functions: a Snapshot in, corrections to the tool-owned aliases
+out: **hold** (template lost the common label: back to the app label), **release** (phase 3's
+gates pass again), **sync** (patched back to what phase 2 would create), **create again**.
 A held alias carries `dcgm-migrate/guard-held: <reason>`, telling a deliberate hold from drift.
 """
 
@@ -87,28 +85,14 @@ class Correction:
                 "fields": sorted(self.fields)}
 
 
-@dataclass(frozen=True)
 class Alias:
     """A tool-owned alias Service and the component it stands for."""
 
-    service: Obj
-    component: Component
-
-    @property
-    def name(self) -> str:
-        return o.name(self.service)
-
-    @property
-    def selector(self) -> dict[str, str]:
-        return dict(o.dig(self.service, "spec", "selector") or {})
-
-    @property
-    def held(self) -> bool:
-        return HELD_ANNOTATION in o.annotations_of(self.service)
-
-    @property
-    def resource_version(self) -> str:
-        return o.resource_version(self.service)
+    def __init__(self, service: Obj, component: Component) -> None:
+        self.service, self.component, self.name = service, component, o.name(service)
+        self.selector: dict[str, str] = dict(o.dig(service, "spec", "selector") or {})
+        self.held = HELD_ANNOTATION in o.annotations_of(service)
+        self.resource_version = o.resource_version(service)
 
 
 def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:

@@ -16,8 +16,8 @@ from migrator.engine.clock import Clock
 from migrator.engine.guardloop import VERDICT, WAKE, Cadence, Queued, timing, verdict_due
 from migrator.engine.guardreconcile import GuardSettings, PassResult, Reconciler, slice_view
 from migrator.engine.informer import Informer, Reflector, pod_selectors, whole
-from migrator.engine.leader import LeaderElector, LeaseLock
-from migrator.engine.serving import GuardMetrics, Health, MetricsServer
+from migrator.engine.leader import LeaderElector
+from migrator.engine.serving import Health, MetricsServer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds
@@ -37,10 +37,8 @@ class Guard(Reconciler):
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
-                 clock: Clock | None = None, lease: LeaseLock | None = None,
-                 metrics: GuardMetrics | None = None) -> None:
-        super().__init__(kube, namespace, catalog, settings, log=log, clock=clock, lease=lease,
-                         metrics=metrics)
+                 clock: Clock | None = None) -> None:
+        super().__init__(kube, namespace, catalog, settings, log=log, clock=clock)
         self.reconciler: Reconciler = self
         self.health = Health(self.clock, self.settings.stall_seconds)
         self.elector = LeaderElector(self.lease, timing(self.settings), self.clock,

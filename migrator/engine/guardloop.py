@@ -236,5 +236,5 @@ class Cadence:
         if not guarding.changed_hands(before, after):
             return False
         if after != guarding.NOBODY and self.leading:
-            r.metrics.takeover(name)
+            r.metrics.takeovers.labels(name).inc()
         return True

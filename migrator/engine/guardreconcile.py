@@ -101,19 +101,18 @@ class Reconciler:
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
-                 clock: Clock | None = None, lease: LeaseLock | None = None,
-                 metrics: GuardMetrics | None = None) -> None:
+                 clock: Clock | None = None) -> None:
         self.kube, self.namespace, self.catalog, self.log = kube, namespace, catalog, log
         self.settings = settings = settings or GuardSettings()
         self.clock: Clock = clock or SystemClock()  # the loop's, the election's, the caches'
         mb = catalog.common.managed_by
-        self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
-                                        lease_seconds=settings.lease_seconds, clock=self.clock,
-                                        labels={mb.key: mb.value})
-        self.metrics = metrics or GuardMetrics()
+        self.lease = LeaseLock(kube, namespace, settings.lease_name, settings.identity,
+                               lease_seconds=settings.lease_seconds, clock=self.clock,
+                               labels={mb.key: mb.value})
+        self.metrics = GuardMetrics()
         self._noted: set[str] = set()
         self.recorder = Recorder(kube, settings.identity, self.clock, log=self.note,
-                                 counted=self.metrics.event)
+                                 counted=lambda result: self.metrics.events.labels(result).inc())
         # Unfenced until `run`: `guard --once` writes without the Lease (guarded patches).
         self.writers = Writers(kube, namespace, self.clock, self.metrics, self.recorder,
                                log=log, note=self.note, concurrency=settings.write_concurrency)

@@ -147,11 +147,11 @@ class Writers:
     """Sends what the reconciler decided."""
 
     def __init__(self, kube: Kube, namespace: str, clock: Clock, metrics: GuardMetrics,
-                 recorder: Recorder, *, log: Log, note: Log,
-                 fence: Callable[[], bool] = lambda: True, concurrency: int = WORKERS) -> None:
+                 recorder: Recorder, *, log: Log, note: Log, concurrency: int = WORKERS) -> None:
         self.kube, self.namespace, self.clock = kube, namespace, clock
         self.metrics, self.recorder, self.log, self.note = metrics, recorder, log, note
-        self.fence, self.concurrency = fence, concurrency
+        self.concurrency = concurrency
+        self.fence: Callable[[], bool] = lambda: True  # the elector's `leading` while `run` runs
         self.written: list[Correction] = []  # every correction written, oldest first
         self.last_written: dict[str, float] = {}  # stable name → its last slice write's answer
         # Patches refused as invalid, by (Service, patch): the same patch would be refused again.

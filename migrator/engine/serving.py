@@ -175,9 +175,9 @@ class GuardMetrics:
     """One guard's own registry (never the client's global one: a process may run several
     guards) and its instruments."""
 
-    def __init__(self, status: GuardStatus | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = reg = CollectorRegistry(auto_describe=True)
-        self.status = status or GuardStatus()
+        self.status = GuardStatus()
         self.writes = Counter(f"{PREFIX}_writes", "Writes the guard sent, by object kind and "
                               "result (ok, conflict: changed meanwhile, gone, refused).",
                               ["kind", "result"], registry=reg)
@@ -202,14 +202,8 @@ class GuardMetrics:
     def api_error(self, operation: str) -> None:
         self.api_errors.labels(operation).inc()
 
-    def takeover(self, name: str) -> None:
-        self.takeovers.labels(name).inc()
-
     def repaired(self, repair: str, seconds: float) -> None:
         self.repair_seconds.labels(repair).observe(max(0.0, seconds))
-
-    def event(self, result: str) -> None:
-        self.events.labels(result).inc()
 
 
 def parse_address(text: str) -> tuple[str, int] | None:

@@ -1,7 +1,6 @@
-"""`dcgm-migrate guard`: keeps the tool-owned aliases safe while the operator re-renders, and
-shares the stable names when both stacks run (docs/architecture.md, "engine/guard"). Composed
-as controller-runtime's `Manager`: informer caches, leader election on its own thread (whose
-fence closes the writers), the reconciler, the loop, and metrics and probes on one port.
+"""`dcgm-migrate guard`, composed as controller-runtime's `Manager`: informer caches, leader
+election on its own thread (whose fence closes the writers), the reconciler, the loop, and
+metrics and probes on one port (docs/architecture.md, "engine/guard").
 """
 
 from __future__ import annotations
@@ -66,8 +65,7 @@ class Guard(Reconciler):
 
     def run(self, stop: threading.Event, *, serve: tuple[str, int] | None = None) -> None:
         """Until `stop`: elect, react to events, resync; on the way out give the Lease up so a
-        standby takes over at once. `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`.
-        A watch request ends within its timeout: liveness checks only each watch thread runs."""
+        standby takes over at once. `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`."""
         server = MetricsServer(serve, self.metrics.registry, self.health) if serve else None
         if server is not None:
             self.log(f"serving /metrics, /healthz, /readyz on {server.url}")

@@ -1,8 +1,6 @@
-"""When the guard reconciles; the decisions are the reconciler's. Each `tick` follows the election,
-runs a full pass when due (every `resync_seconds`, or after events at most every
-`min_pass_seconds`, unthrottled for `takeover_seconds` after a stable name changed hands),
-starts the verdict on its own thread, and waits for watch events, holding at once where a
-DaemonSet lost the common label. A standby only waits: the elector wakes it.
+"""When the guard reconciles. Each `tick` follows the election, runs a full pass when due, starts
+the verdict on its own thread, and waits for watch events, holding at once where a DaemonSet lost
+the common label. A standby only waits: the elector wakes it.
 """
 
 from __future__ import annotations
@@ -26,14 +24,13 @@ Queued = tuple[str, Obj, float]  # a watch event and when it reached the guard (
 WAKE = "WAKE"  # an event type of the loop's own: look again (the election changed)
 VERDICT = "VERDICT"  # and another: something only the verdict reads changed (a pod)
 VERDICT_DEBOUNCE_MAX = 5.0  # a burst of changes delays the cached verdict at most 5 debounces
-# After a cached verdict that took t seconds the next waits 4 t: under endless churn it uses at
-# most a fifth of a core (about 1 s at 15,000 nodes).
+# After a cached verdict that took t seconds the next waits 4 t: at most a fifth of a core.
 VERDICT_COST_FACTOR = 4.0
 
 
 def timing(settings: GuardSettings) -> Timing:
-    """The election's timing: the renew deadline two thirds of the lease unless set, the retry
-    period shortened so that client-go's rule (deadline > 1.2 retries) holds for short leases."""
+    """The renew deadline two thirds of the lease unless set; the retry period shortened so that
+    client-go's rule (deadline > 1.2 retries) holds for short leases."""
     deadline = settings.renew_deadline_seconds or settings.lease_seconds * 2.0 / 3.0
     retry = min(settings.retry_seconds, deadline / (JITTER_FACTOR + 0.3))
     return Timing(float(settings.lease_seconds), deadline, retry)
@@ -41,9 +38,8 @@ def timing(settings: GuardSettings) -> Timing:
 
 def verdict_due(settings: GuardSettings, now: float, last: float | None,
                 changed: bool) -> bool:
-    """Is the whole read's verdict due, the last taken at `last` (None: never)? Its inputs
-    arrive as watch events, so a quiet cluster is read once per `verdict_idle_seconds`: the
-    whole read is nearly all of the guard's steady API bytes (docs/performance.md)."""
+    """Is the whole read's verdict due, the last taken at `last` (None: never)? A quiet cluster
+    is read once per `verdict_idle_seconds` (nearly all of the guard's steady API bytes)."""
     if last is None:
         return True
     elapsed = now - last
@@ -89,9 +85,8 @@ class Cadence:
     cached_cost: float = 0.0  # and how long it took (seconds of the loop's clock)
 
     def start_judging(self, *, cached: bool = False) -> None:
-        """Take the verdict on a thread of its own (a whole read at 15,000 nodes takes tens of
-        seconds; a takeover must not wait). `cached`: from the caches, the whole read's cadence
-        left as it was."""
+        """Take the verdict on a thread of its own (a takeover must not wait for a whole read).
+        `cached`: from the caches, the whole read's cadence left as it was."""
         if not cached:
             self.last_judged, self.changed = self.reconciler.clock.monotonic(), False
         self.unjudged_first, self.unjudged_last = None, float("-inf")
@@ -104,9 +99,9 @@ class Cadence:
                                                                          at)
         self.unjudged_last = max(self.unjudged_last, at)
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self) -> None:
         if self.judging is not None:
-            self.judging.join(timeout)
+            self.judging.join(10.0)
 
     def _judged(self, cached: bool) -> None:
         """Check the verdict; log it (and record it on the state ConfigMap) when it changed."""

@@ -1,10 +1,8 @@
 """One informer-style cache per run (client-go's reflector: list, watch from that version with
 bookmarks, list again on 410 Expired), so a 5,000-node apply's gates read memory, not the API.
-
-A read never sees a view older than what the tool knows: `Kube.observe` raises a matching
-reflector's `want` to every version the tool sends or receives, and a read waits for its watch
-to deliver it (FENCE_SECONDS), else lists again. Pods are printed rows (`model/printed.py`).
-`Informer.quiet` stops what a rollout churns and lists it again after; `opened` scopes one run.
+A read never sees a view older than what the tool knows: `Kube.observe` raises a reflector's
+`want` to every version the tool sends or receives, and a read waits for its watch to deliver
+it (FENCE_SECONDS), else lists again. Pods are printed rows (`model/printed.py`).
 """
 
 from __future__ import annotations
@@ -165,11 +163,11 @@ class Reflector(Generic[T]):
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def items(self, fence: float = FENCE_SECONDS) -> list[T]:
+    def items(self) -> list[T]:
         """The items, once every version the tool has seen of one of them has arrived."""
         with self._cond:
             if self.alive and self.clock.wait_for(self._cond, lambda: self.rv >= self.want,
-                                                  fence):
+                                                  FENCE_SECONDS):
                 return list(self._items.values())
         self.relists += 1
         self.load()  # the stream did not deliver it in time: a list is current by definition

@@ -33,8 +33,7 @@ def microtime(at: datetime) -> str:
 
 
 class LeaseLock:
-    """One candidate for one Lease. Attempts and release come from the elector's thread;
-    `ensure` and the properties may be used from another (a reference swapped whole)."""
+    """One candidate for one Lease; attempts and release come from the elector's thread."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
                  lease_seconds: int = 15, clock: Clock | None = None,
@@ -57,8 +56,7 @@ class LeaseLock:
                 "spec": spec}
 
     def ensure(self) -> Obj:
-        """The Lease, created with no holder if there is none yet (what the shared slices
-        belong to even when no replica leads, `guard --once`)."""
+        """The Lease, created with no holder if there is none yet (the shared slices' owner)."""
         lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
         if lease is None:
             try:
@@ -100,7 +98,7 @@ class LeaseLock:
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt: create the Lease, renew it, or take it over once expired. Whether this
-        candidate leads now; API errors count as not leading (retried next period)."""
+        candidate leads now (an API error: not leading)."""
         now = self._clock.now()
         if self._renewed_optimistically(now):
             return True
@@ -126,8 +124,8 @@ class LeaseLock:
         return True
 
     def _renewed_optimistically(self, now: datetime) -> bool:
-        """Upstream's fast path: a leader whose lease is valid on its own clock renews the
-        record it last observed without reading it first; any failure falls back to a read."""
+        """Upstream's fast path: a leader valid on its own clock renews the record it last
+        observed without reading it first; any failure falls back to a read."""
         if not (self.is_leader and self.lease is not None and self._observed_at is not None
                 and self._observed_at + timedelta(seconds=self.lease_seconds) > now):
             return False
@@ -160,8 +158,7 @@ class LeaseLock:
 
 @dataclass(frozen=True)
 class Timing:
-    """client-go's LeaseDuration, RenewDeadline and RetryPeriod, in seconds (15, 10, 2),
-    checked as upstream's `NewLeaderElector` checks them."""
+    """client-go's LeaseDuration, RenewDeadline and RetryPeriod, checked as upstream does."""
 
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -177,8 +174,7 @@ class Timing:
 
 
 class LeaderElector:
-    """One replica's election on `lock`, on a thread of its own (`start`, `stop`: which
-    gives the Lease up, upstream's `ReleaseOnCancel`), timed on the injected clock."""
+    """One replica's election on `lock`, on a thread of its own; `stop` gives the Lease up."""
 
     def __init__(self, lock: LeaseLock, timing: Timing, clock: Clock, *,
                  on_started: Callable[[], None] = lambda: None,
@@ -197,8 +193,7 @@ class LeaderElector:
         self.released = False  # gave the Lease up on the way out
 
     def leading(self) -> bool:
-        """Holds the Lease and its last successful renewal began less than `renew_deadline`
-        ago: the fence the writers ask before every write."""
+        """Holds the Lease, renewed less than `renew_deadline` ago: the writers' fence."""
         with self._cond:
             return self._leading and self.clock.monotonic() < self._valid_until
 

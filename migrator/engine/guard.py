@@ -85,9 +85,8 @@ class Guard(Reconciler):
                 for sel in pod_selectors(self.catalog)}
         self.reflectors, self.caches = {**caches, **pods}, caches
         ds, svc, eps = caches.values()
-        informer = self.verdict_cache = Informer(
-            self.kube, self.namespace, ds, svc, eps, tuple(pods.values()),
-            whole=WholePods(max_gets=0))
+        informer = self.verdict_cache = Informer(ds, svc, eps, tuple(pods.values()),
+                                                 whole=WholePods(max_gets=0))
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = functools.partial(changed, WAKE, {})
         self.health.beat("loop")

@@ -52,10 +52,16 @@ def cached_verdict_due(settings: GuardSettings, now: float, first: float | None,
                        previous_cost: float = 0.0) -> bool:
     """Is the cached verdict due? `first`/`last`: the first and latest unjudged change (None:
     none), debounced; `previous_end`/`_cost`: the last one's end and cost."""
-    if first is None or now - previous_end < previous_cost * VERDICT_COST_FACTOR:
-        return False
+    return now >= _cached_verdict_at(settings, first, last, previous_end, previous_cost)
+
+
+def _cached_verdict_at(settings: GuardSettings, first: float | None, last: float,
+                       previous_end: float, previous_cost: float) -> float:
+    if first is None:
+        return float("inf")
     wait = settings.verdict_debounce_seconds
-    return now - last >= wait or now - first >= wait * VERDICT_DEBOUNCE_MAX
+    return max(min(last + wait, first + wait * VERDICT_DEBOUNCE_MAX),
+               previous_end + previous_cost * VERDICT_COST_FACTOR)
 
 
 @dataclass
@@ -181,11 +187,9 @@ class Cadence:
         r, s = self.reconciler, self.reconciler.settings
         wake = min(self.next_pass, self.last_pass + s.min_pass_seconds if self.dirty
                    else self.next_pass)
-        if self.unjudged_first is not None and r.verdict_cache is not None:
-            wait = s.verdict_debounce_seconds
-            wake = min(wake, max(min(self.unjudged_last + wait,
-                                     self.unjudged_first + wait * VERDICT_DEBOUNCE_MAX),
-                                 self.cached_end + self.cached_cost * VERDICT_COST_FACTOR))
+        if r.verdict_cache is not None:
+            wake = min(wake, _cached_verdict_at(s, self.unjudged_first, self.unjudged_last,
+                                                self.cached_end, self.cached_cost))
         timeout = (max(0.0, min(wake - r.clock.monotonic(), s.retry_seconds)) if self.leading
                    else s.retry_seconds)
         batch: list[Queued] = []

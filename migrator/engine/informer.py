@@ -188,8 +188,6 @@ def whole(obj: Obj) -> Obj:
 class Informer:
     """The run's cache of one namespace."""
 
-    kube: Kube
-    namespace: str
     daemonsets: Reflector[Obj]
     services: Reflector[Obj]
     endpointslices: Reflector[Obj]
@@ -202,13 +200,11 @@ class Informer:
     @classmethod
     def start(cls, kube: Kube, namespace: str, catalog: Catalog,
               clock: Clock | None = None) -> Informer:
-        inf = cls(kube, namespace,
-                  Reflector(kube, kinds.DAEMONSET, namespace, whole, clock=clock),
+        inf = cls(Reflector(kube, kinds.DAEMONSET, namespace, whole, clock=clock),
                   Reflector(kube, kinds.SERVICE, namespace, whole, clock=clock),
                   Reflector(kube, kinds.ENDPOINTSLICE, namespace, whole, clock=clock),
                   tuple(Reflector(kube, kinds.POD, namespace, PodView.of, sel, printed=True,
-                                  clock=clock)
-                        for sel in pod_selectors(catalog)))
+                                  clock=clock) for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf.saw)
         try:
             for r in inf.reflectors:

@@ -64,8 +64,8 @@ class Guard(Reconciler):
                 stop.wait(self.settings.retry_seconds)
 
     def run(self, stop: threading.Event, *, serve: tuple[str, int] | None = None) -> None:
-        """Until `stop`: elect, react to events, resync; on the way out give the Lease up so a
-        standby takes over at once. `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`."""
+        """Until `stop`: elect, react to events, resync; give the Lease up on the way out.
+        `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`."""
         server = MetricsServer(serve, self.metrics.registry, self.health) if serve else None
         if server is not None:
             self.log(f"serving /metrics, /healthz, /readyz on {server.url}")

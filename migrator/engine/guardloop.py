@@ -91,8 +91,7 @@ class Cadence:
     cached_cost: float = 0.0  # and how long it took (seconds of the loop's clock)
 
     def start_judging(self, *, cached: bool = False) -> None:
-        """Take the verdict on a thread of its own (a takeover must not wait for a whole read).
-        `cached`: from the caches, the whole read's cadence left as it was."""
+        """Take the verdict on a thread of its own (a takeover must not wait for a whole read)."""
         if not cached:
             self.last_judged, self.changed = self.reconciler.clock.monotonic(), False
         self.unjudged_first, self.unjudged_last = None, float("-inf")
@@ -202,8 +201,7 @@ class Cadence:
         return batch
 
     def _answer(self, batch: list[Queued]) -> None:
-        """Follow each stable name's holder (a standby too); while leading, hold at once where a
-        DaemonSet lost the label."""
+        """Follow each stable name's holder; while leading, hold where a template lost the label."""
         r, s = self.reconciler, self.reconciler.settings
         latest: dict[str, Queued] = {}
         for etype, obj, at in batch:

@@ -82,8 +82,7 @@ def _completed(state: State | None, phase: int) -> PhaseRecord | None:
 
 
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
-    """Alias → the selector the selector phase recorded for it, while that phase is completed:
-    the only aliases the guard may move forward again."""
+    """Alias → the selector phase 3 recorded for it, while that phase is completed."""
     record = _completed(state, phases.selector_phase().NUMBER)
     changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps()) if record else ()
     return {name: dict(change[1]) for name, change in changes if change is not None}
@@ -96,8 +95,7 @@ def slice_view(obj: Obj) -> Obj:
 
 
 class Reconciler:
-    """Reads, decisions handed to the writers, and what a pass reports; with the parts it
-    needs (the Lease, metrics, Events, writers), which the runner (`Guard`) shares."""
+    """Reads, decisions handed to the writers, and what a pass reports."""
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
@@ -141,8 +139,7 @@ class Reconciler:
         return items if view is None else [view(i) for i in items]
 
     def read(self, *, pods: bool = True) -> Snapshot:
-        """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods as
-        printed rows, from this namespace only."""
+        """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods (printed)."""
         wanted = {c.daemonset for c in self.catalog.components}
         daemonsets = {o.name(d): d for d in self._listed(kinds.DAEMONSET)
                       if o.name(d) in wanted}

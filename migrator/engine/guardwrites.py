@@ -89,8 +89,7 @@ def _pod(ep: Mapping[str, Any]) -> str:
 def caught_up(slices: Iterable[Mapping[str, Any]], sources: Mapping[str, str]
               ) -> list[Mapping[str, Any]]:
     """The slices as the EndpointSlice controller will have them once caught up with a takeover
-    (`sources`: shared name → its GPUCluster Service): a GPUCluster pod still in the operator's
-    slices of the name is one it has not removed yet, left out so ours go out at once."""
+    (`sources`: shared name → its GPUCluster Service): pods it has not removed yet left out."""
     rows = list(slices)
     joining: dict[str, set[str]] = {}
     for sl in rows:
@@ -237,8 +236,7 @@ class Writers:
     def write_slices(self, writes: Sequence[SliceWrite], *,
                      covered: dict[str, set[str]] | None = None
                      ) -> tuple[list[SliceWrite], list[Refusal]]:
-        """(written, refused): a slice changed meanwhile is logged and re-decided next pass; a
-        refused one is noted once. `covered`: stable name → nodes with a ready endpoint now."""
+        """(written, refused). `covered`: stable name → nodes with a ready endpoint now."""
         results = run(ordered(writes, covered or {}), self._write_slice, self.concurrency)
         done: list[SliceWrite] = []
         refused: list[Refusal] = []

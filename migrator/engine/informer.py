@@ -235,8 +235,7 @@ class Informer:
 
     @contextlib.contextmanager
     def quiet(self, app_label: str) -> Iterator[None]:
-        """While a rollout replaces one DaemonSet's pods, stop following what it churns (those
-        pods, the EndpointSlices, the DaemonSets; the waiter follows it), then list again."""
+        """While a rollout replaces one DaemonSet's pods, stop following what it churns."""
         rolled = [r for r in self.pod_reflectors if r.label_selector == f"app={app_label}"]
         churned: list[Reflector[Any]] = [self.daemonsets, self.endpointslices, *rolled]
         for r in churned:

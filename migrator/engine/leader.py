@@ -97,8 +97,7 @@ class LeaseLock:
                       now)
 
     def try_acquire_or_renew(self) -> bool:
-        """One attempt: create the Lease, renew it, or take it over once expired. Whether this
-        candidate leads now (an API error: not leading)."""
+        """One attempt: create, renew or take over (once expired) the Lease. Whether it leads."""
         now = self._clock.now()
         if self._renewed_optimistically(now):
             return True

@@ -30,8 +30,7 @@ REPAIR_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 
 
 
 class Health:
-    """Beats and sync marks from the guard's threads, read by the probes; a beat older than
-    `stall_seconds` is a hang."""
+    """Beats and sync marks from the guard's threads, read by the probes."""
 
     def __init__(self, clock: Clock, stall_seconds: float) -> None:
         self.clock, self.stall_seconds = clock, stall_seconds
@@ -203,8 +202,7 @@ class GuardMetrics:
 
 
 def parse_address(text: str) -> tuple[str, int] | None:
-    """`[HOST]:PORT` as controller-runtime's `--metrics-bind-address` takes it; "0" turns
-    serving off (None). ValueError for anything else."""
+    """`[HOST]:PORT` as `--metrics-bind-address` takes it; "0": None. ValueError otherwise."""
     text = text.strip()
     if text == "0":
         return None

@@ -172,16 +172,6 @@ class Reconciler:
         except ClusterError:
             return None
 
-    def read_state(self) -> tuple[State | None, bool]:
-        """(the state, whether readable): an unreadable one moves and shares nothing anew."""
-        try:
-            stored = self.store.load()
-        except ClusterError as exc:
-            self.log(f"state unreadable, nothing is moved forward or shared anew: {exc}")
-            return None, False
-        return (State.from_document(stored.document, self.clock) if stored and stored.document
-                else None), True
-
     def slice_selector(self) -> str:
         """The EndpointSlices sharing needs: those of the stable names and their sources."""
         names = sorted({n for c in self.catalog.components if c.alias
@@ -220,7 +210,13 @@ class Reconciler:
         since = self.clock.monotonic() if since is None else since
         began = self.clock.monotonic()
         snap = self.read(pods=False)
-        state, readable = self.read_state()
+        try:
+            stored, readable = self.store.load(), True
+        except ClusterError as exc:
+            self.log(f"state unreadable, nothing is moved forward or shared anew: {exc}")
+            stored, readable = None, False
+        document = stored.document if stored else None
+        state = State.from_document(document, self.clock) if document else None
         if readable:
             self.foreign_allowed = state.foreign_allowed() if state else frozenset()
         switched = switched_aliases(state)

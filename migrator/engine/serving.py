@@ -249,16 +249,11 @@ class MetricsServer:
                                       handler_class=_Quiet)
         except OSError as exc:
             raise cannot_serve(address, exc) from exc
-        self.host = address[0]
-        self.port = int(self._httpd.server_address[1])
+        host = "127.0.0.1" if address[0] in ("", "0.0.0.0") else address[0]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
                                         name="guard-metrics")
         self._thread.start()
-
-    @property
-    def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def _app(self, environ: dict[str, Any],
              start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -116,11 +116,10 @@ class LeaseLock:
                     self.is_leader = False
                     return False
                 self._renew(lease, now)
+            self.is_leader = True
         except ClusterError:  # a 409 included: someone else wrote first, read again next period
             self.is_leader = False
-            return False
-        self.is_leader = True
-        return True
+        return self.is_leader
 
     def _renewed_optimistically(self, now: datetime) -> bool:
         """Upstream's fast path: a leader valid on its own clock renews the record it last
@@ -185,8 +184,7 @@ class LeaderElector:
         self.on_attempt, self.on_error = on_attempt, on_error
         self._cond = threading.Condition()
         self._stopping = False
-        self._leading = False
-        self._valid_until = float("-inf")  # monotonic: the fence closes here
+        self._valid_until = float("-inf")  # monotonic: the fence closes here (-inf: not leading)
         self._thread: threading.Thread | None = None
         self.attempts = 0  # attempts on the Lease so far
         self.released = False  # gave the Lease up on the way out
@@ -194,7 +192,7 @@ class LeaderElector:
     def leading(self) -> bool:
         """Holds the Lease, renewed less than `renew_deadline` ago: the writers' fence."""
         with self._cond:
-            return self._leading and self.clock.monotonic() < self._valid_until
+            return self.clock.monotonic() < self._valid_until
 
     def start(self) -> None:
         with self._cond:
@@ -209,21 +207,20 @@ class LeaderElector:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _set_leading(self, leading: bool) -> None:
+    def _stop_leading(self) -> None:
         with self._cond:
-            self._leading = leading
+            self._valid_until = float("-inf")
 
     def run(self) -> None:
         """Acquire, renew until a renewal misses its deadline, and again, until `stop`."""
         try:
             while self._acquire():
-                self._set_leading(True)
                 self.on_started()
                 self._renew()
-                self._set_leading(False)
+                self._stop_leading()
                 self.on_stopped()
         finally:
-            self._set_leading(False)
+            self._stop_leading()
             self.released = self.lock.release()
 
     def _stopped(self) -> bool:

@@ -90,23 +90,17 @@ def caught_up(slices: Iterable[Mapping[str, Any]], sources: Mapping[str, str]
               ) -> list[Mapping[str, Any]]:
     """The slices as the EndpointSlice controller will have them once caught up with a takeover
     (`sources`: shared name → its GPUCluster Service): pods it has not removed yet left out."""
-    rows = list(slices)
+    rows = [(sl, o.labels(sl).get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME,
+             o.labels(sl).get(sharing.SERVICE_NAME_LABEL, "")) for sl in slices]
     joining: dict[str, set[str]] = {}
-    for sl in rows:
-        labels = o.labels(sl)
-        name = labels.get(sharing.SERVICE_NAME_LABEL, "")
-        if (labels.get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME
-                and name in sources.values()):
+    for sl, mine, name in rows:
+        if mine and name in sources.values():
             joining.setdefault(name, set()).update(_pod(ep) for ep in sl.get("endpoints") or [])
     out: list[Mapping[str, Any]] = []
-    for sl in rows:
-        labels = o.labels(sl)
-        pods = joining.get(sources.get(labels.get(sharing.SERVICE_NAME_LABEL, ""), ""), set())
-        if labels.get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME and pods:
-            kept = [ep for ep in sl.get("endpoints") or [] if _pod(ep) not in pods]
-            if len(kept) != len(sl.get("endpoints") or []):
-                sl = {**sl, "endpoints": kept}
-        out.append(sl)
+    for sl, mine, name in rows:
+        eps, pods = sl.get("endpoints") or [], joining.get(sources.get(name, ""))
+        kept = [ep for ep in eps if _pod(ep) not in pods] if mine and pods else eps
+        out.append({**sl, "endpoints": kept} if len(kept) != len(eps) else sl)
     return out
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.engine.events import NORMAL, WARNING, typed
+from migrator.engine.events import NORMAL, WARNING
 from migrator.engine.guardreconcile import GuardSettings, Reconciler
 from migrator.engine.leader import JITTER_FACTOR, Timing
 from migrator.engine.serving import Health
@@ -100,8 +100,7 @@ class Cadence:
         self.judging.start()
 
     def _unjudged(self, at: float) -> None:
-        self.unjudged_first = at if self.unjudged_first is None else min(self.unjudged_first,
-                                                                         at)
+        self.unjudged_first = at if self.unjudged_first is None else min(self.unjudged_first, at)
         self.unjudged_last = max(self.unjudged_last, at)
 
     def close(self) -> None:
@@ -126,11 +125,8 @@ class Cadence:
         if summary != self.last_verdict:
             self.last_verdict = summary
             r.log(f"verdict: {summary}")
-            cm = r.state_configmap()
-            if cm is not None:
-                r.recorder.record(typed(kinds.CONFIGMAP, cm), NORMAL if verdict.ok else WARNING,
-                                  "VerdictPassed" if verdict.ok else "VerdictFailed", "Verify",
-                                  summary)
+            r.record_on_state(NORMAL if verdict.ok else WARNING,
+                              "VerdictPassed" if verdict.ok else "VerdictFailed", "Verify", summary)
 
     def _follow_election(self) -> None:
         r, s = self.reconciler, self.reconciler.settings

@@ -164,13 +164,15 @@ class Reconciler:
                                    self.clock.now().timestamp())
         return verdict
 
-    def state_configmap(self) -> Obj | None:
-        """The state ConfigMap itself (the object a verdict's Event regards), or None."""
+    def record_on_state(self, type_: str, reason: str, action: str, note: str) -> None:
+        """An Event regarding the state ConfigMap (none if it cannot be read)."""
         try:
-            return self.kube.get(kinds.CONFIGMAP, self.catalog.common.state_configmap,
-                                 self.namespace)
+            cm = self.kube.get(kinds.CONFIGMAP, self.catalog.common.state_configmap,
+                               self.namespace)
         except ClusterError:
-            return None
+            return
+        if cm is not None:
+            self.recorder.record(typed(kinds.CONFIGMAP, cm), type_, reason, action, note)
 
     def slice_selector(self) -> str:
         """The EndpointSlices sharing needs: those of the stable names and their sources."""
@@ -230,12 +232,9 @@ class Reconciler:
                      for a in guarding.aliases(snap, self.catalog))
         if not readable:
             self.metrics.api_error("state")
-            cm = self.state_configmap()
-            if cm is not None:
-                self.recorder.record(typed(kinds.CONFIGMAP, cm), WARNING, "StateUnreadable",
-                                     "Read", "the migration state cannot be read: the guard "
-                                     "moves no alias forward and shares nothing anew until it "
-                                     "can")
+            self.record_on_state(WARNING, "StateUnreadable", "Read", "the migration state "
+                                 "cannot be read: the guard moves no alias forward and shares "
+                                 "nothing anew until it can")
             self.passes += 1
             return PassResult(seen, tuple(done), tuple(skipped))
         # Only once the alias phase completed may the guard create what it would.

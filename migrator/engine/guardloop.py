@@ -84,9 +84,8 @@ class Cadence:
     holders: dict[str, str] = field(default_factory=dict)  # stable name → its holder
     judging: threading.Thread | None = None  # the verdict being taken, off the loop's thread
     seen_relists: int = 0  # a relist is a change the loop was not told of
-    # The changes no verdict has judged yet: when the first and the latest arrived.
-    unjudged_first: float | None = None
-    unjudged_last: float = float("-inf")
+    unjudged_first: float | None = None  # when the first change no verdict judged yet arrived
+    unjudged_last: float = float("-inf")  # and the latest
     cached_end: float = float("-inf")  # when the last verdict from the caches ended
     cached_cost: float = 0.0  # and how long it took (seconds of the loop's clock)
 

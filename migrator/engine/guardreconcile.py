@@ -53,8 +53,7 @@ class GuardSettings:
     verdict_idle_seconds: float = 3600.0  # ... and at least this often regardless
     write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
     stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
-    # No `min_pass_seconds` this long after a stable name changed hands (slices empty later).
-    takeover_seconds: float = 10.0
+    takeover_seconds: float = 10.0  # no `min_pass_seconds` this long after a name changed hands
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,7 @@ from migrator.model.reach import Reach
 
 Check = Callable[[], str]  # "" when fine, else what is wrong
 PREFIX = "dcgm_migrate"
-# A hold lands in tens of milliseconds, a 15,000-node takeover within seconds, a resync's
-# repair within `resync_seconds` (docs/performance.md).
+# A hold lands in tens of ms, a takeover within seconds, a resync's repair within a resync.
 REPAIR_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 

@@ -1,9 +1,7 @@
-"""Leader election on a Lease as client-go makes it: `LeaseLock` is one attempt
-(`tryAcquireOrRenew` with the leader's optimistic fast path, and `release`), `LeaderElector` the
-thread renewing it. Expiry is judged on the candidate's own clock from when it saw the record
-change, and every write carries the read `resourceVersion`, so two candidates never both win.
-A failed renewal is retried until `renew_deadline` has passed since the last good one began;
-`leading()` asks the clock, so the fence closes even while an attempt hangs.
+"""Leader election on a Lease as client-go makes it: `LeaseLock` is one attempt (expiry judged on
+the candidate's own clock; every write carries the read `resourceVersion`), `LeaderElector` the
+thread renewing it until `renew_deadline` passes without a good renewal; `leading()` asks the
+clock, so the fence closes even while an attempt hangs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""`dcgm-migrate guard`: keeps the tool-owned aliases safe while the operator re-renders, and
-shares the stable names when both stacks run (docs/architecture.md, "engine/guard"). Composed
-as controller-runtime's `Manager`: informer caches, leader election on its own thread (whose
-fence closes the writers), the reconciler, the loop, and metrics and probes on one port.
+"""`dcgm-migrate guard`, composed as controller-runtime's `Manager`: informer caches, leader
+election on its own thread (whose fence closes the writers), the reconciler, the loop, and
+metrics and probes on one port (docs/architecture.md, "engine/guard").
 """
 
 from __future__ import annotations
@@ -13,12 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from migrator.engine.clock import Clock
-from migrator.engine.elector import LeaderElector
 from migrator.engine.guardloop import VERDICT, WAKE, Cadence, Queued, timing, verdict_due
 from migrator.engine.guardreconcile import GuardSettings, PassResult, Reconciler, slice_view
 from migrator.engine.informer import Informer, Reflector, pod_selectors, whole
-from migrator.engine.leader import LeaseLock
-from migrator.engine.serving import GuardMetrics, Health, MetricsServer
+from migrator.engine.leader import LeaderElector
+from migrator.engine.serving import Health, MetricsServer
 from migrator.engine.wholepods import WholePods
 from migrator.errors import APIError, ClusterError
 from migrator.model import kinds
@@ -38,10 +36,8 @@ class Guard(Reconciler):
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
-                 clock: Clock | None = None, lease: LeaseLock | None = None,
-                 metrics: GuardMetrics | None = None) -> None:
-        super().__init__(kube, namespace, catalog, settings, log=log, clock=clock, lease=lease,
-                         metrics=metrics)
+                 clock: Clock | None = None) -> None:
+        super().__init__(kube, namespace, catalog, settings, log=log, clock=clock)
         self.reconciler: Reconciler = self
         self.health = Health(self.clock, self.settings.stall_seconds)
         self.elector = LeaderElector(self.lease, timing(self.settings), self.clock,
@@ -68,9 +64,8 @@ class Guard(Reconciler):
                 stop.wait(self.settings.retry_seconds)
 
     def run(self, stop: threading.Event, *, serve: tuple[str, int] | None = None) -> None:
-        """Until `stop`: elect, react to events, resync; on the way out give the Lease up so a
-        standby takes over at once. `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`.
-        A watch request ends within its timeout: liveness checks only each watch thread runs."""
+        """Until `stop`: elect, react to events, resync; give the Lease up on the way out.
+        `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`."""
         server = MetricsServer(serve, self.metrics.registry, self.health) if serve else None
         if server is not None:
             self.log(f"serving /metrics, /healthz, /readyz on {server.url}")
@@ -90,9 +85,8 @@ class Guard(Reconciler):
                 for sel in pod_selectors(self.catalog)}
         self.reflectors, self.caches = {**caches, **pods}, caches
         ds, svc, eps = caches.values()
-        informer = self.verdict_cache = Informer(
-            self.kube, self.namespace, ds, svc, eps, tuple(pods.values()),
-            whole=WholePods(max_gets=0))
+        informer = self.verdict_cache = Informer(ds, svc, eps, tuple(pods.values()),
+                                                 whole=WholePods(max_gets=0))
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = functools.partial(changed, WAKE, {})
         self.health.beat("loop")

@@ -1,8 +1,6 @@
-"""When the guard reconciles; the decisions are the reconciler's. Each `tick` follows the election,
-runs a full pass when due (every `resync_seconds`, or after events at most every
-`min_pass_seconds`, unthrottled for `takeover_seconds` after a stable name changed hands),
-starts the verdict on its own thread, and waits for watch events, holding at once where a
-DaemonSet lost the common label. A standby only waits: the elector wakes it.
+"""When the guard reconciles. Each `tick` follows the election, runs a full pass when due, starts
+the verdict on its own thread, and waits for watch events, holding at once where a DaemonSet lost
+the common label. A standby only waits: the elector wakes it.
 """
 
 from __future__ import annotations
@@ -13,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.engine.elector import JITTER_FACTOR, Timing
-from migrator.engine.events import NORMAL, WARNING, typed
+from migrator.engine.events import NORMAL, WARNING
 from migrator.engine.guardreconcile import GuardSettings, Reconciler
+from migrator.engine.leader import JITTER_FACTOR, Timing
 from migrator.engine.serving import Health
 from migrator.errors import APIError, ClusterError
 from migrator.model import guarding, kinds
@@ -26,14 +24,13 @@ Queued = tuple[str, Obj, float]  # a watch event and when it reached the guard (
 WAKE = "WAKE"  # an event type of the loop's own: look again (the election changed)
 VERDICT = "VERDICT"  # and another: something only the verdict reads changed (a pod)
 VERDICT_DEBOUNCE_MAX = 5.0  # a burst of changes delays the cached verdict at most 5 debounces
-# After a cached verdict that took t seconds the next waits 4 t: under endless churn it uses at
-# most a fifth of a core (about 1 s at 15,000 nodes).
+# After a cached verdict that took t seconds the next waits 4 t: at most a fifth of a core.
 VERDICT_COST_FACTOR = 4.0
 
 
 def timing(settings: GuardSettings) -> Timing:
-    """The election's timing: the renew deadline two thirds of the lease unless set, the retry
-    period shortened so that client-go's rule (deadline > 1.2 retries) holds for short leases."""
+    """The renew deadline two thirds of the lease unless set; the retry period shortened so that
+    client-go's rule (deadline > 1.2 retries) holds for short leases."""
     deadline = settings.renew_deadline_seconds or settings.lease_seconds * 2.0 / 3.0
     retry = min(settings.retry_seconds, deadline / (JITTER_FACTOR + 0.3))
     return Timing(float(settings.lease_seconds), deadline, retry)
@@ -41,9 +38,8 @@ def timing(settings: GuardSettings) -> Timing:
 
 def verdict_due(settings: GuardSettings, now: float, last: float | None,
                 changed: bool) -> bool:
-    """Is the whole read's verdict due, the last taken at `last` (None: never)? Its inputs
-    arrive as watch events, so a quiet cluster is read once per `verdict_idle_seconds`: the
-    whole read is nearly all of the guard's steady API bytes (docs/performance.md)."""
+    """Is the whole read's verdict due, the last taken at `last` (None: never)? A quiet cluster
+    is read once per `verdict_idle_seconds` (nearly all of the guard's steady API bytes)."""
     if last is None:
         return True
     elapsed = now - last
@@ -56,10 +52,16 @@ def cached_verdict_due(settings: GuardSettings, now: float, first: float | None,
                        previous_cost: float = 0.0) -> bool:
     """Is the cached verdict due? `first`/`last`: the first and latest unjudged change (None:
     none), debounced; `previous_end`/`_cost`: the last one's end and cost."""
-    if first is None or now - previous_end < previous_cost * VERDICT_COST_FACTOR:
-        return False
+    return now >= _cached_verdict_at(settings, first, last, previous_end, previous_cost)
+
+
+def _cached_verdict_at(settings: GuardSettings, first: float | None, last: float,
+                       previous_end: float, previous_cost: float) -> float:
+    if first is None:
+        return float("inf")
     wait = settings.verdict_debounce_seconds
-    return now - last >= wait or now - first >= wait * VERDICT_DEBOUNCE_MAX
+    return max(min(last + wait, first + wait * VERDICT_DEBOUNCE_MAX),
+               previous_end + previous_cost * VERDICT_COST_FACTOR)
 
 
 @dataclass
@@ -82,16 +84,13 @@ class Cadence:
     holders: dict[str, str] = field(default_factory=dict)  # stable name → its holder
     judging: threading.Thread | None = None  # the verdict being taken, off the loop's thread
     seen_relists: int = 0  # a relist is a change the loop was not told of
-    # The changes no verdict has judged yet: when the first and the latest arrived.
-    unjudged_first: float | None = None
-    unjudged_last: float = float("-inf")
+    unjudged_first: float | None = None  # when the first change no verdict judged yet arrived
+    unjudged_last: float = float("-inf")  # and the latest
     cached_end: float = float("-inf")  # when the last verdict from the caches ended
     cached_cost: float = 0.0  # and how long it took (seconds of the loop's clock)
 
     def start_judging(self, *, cached: bool = False) -> None:
-        """Take the verdict on a thread of its own (a whole read at 15,000 nodes takes tens of
-        seconds; a takeover must not wait). `cached`: from the caches, the whole read's cadence
-        left as it was."""
+        """Take the verdict on a thread of its own (a takeover must not wait for a whole read)."""
         if not cached:
             self.last_judged, self.changed = self.reconciler.clock.monotonic(), False
         self.unjudged_first, self.unjudged_last = None, float("-inf")
@@ -100,13 +99,12 @@ class Cadence:
         self.judging.start()
 
     def _unjudged(self, at: float) -> None:
-        self.unjudged_first = at if self.unjudged_first is None else min(self.unjudged_first,
-                                                                         at)
+        self.unjudged_first = at if self.unjudged_first is None else min(self.unjudged_first, at)
         self.unjudged_last = max(self.unjudged_last, at)
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self) -> None:
         if self.judging is not None:
-            self.judging.join(timeout)
+            self.judging.join(10.0)
 
     def _judged(self, cached: bool) -> None:
         """Check the verdict; log it (and record it on the state ConfigMap) when it changed."""
@@ -126,11 +124,8 @@ class Cadence:
         if summary != self.last_verdict:
             self.last_verdict = summary
             r.log(f"verdict: {summary}")
-            cm = r.state_configmap()
-            if cm is not None:
-                r.recorder.record(typed(kinds.CONFIGMAP, cm), NORMAL if verdict.ok else WARNING,
-                                  "VerdictPassed" if verdict.ok else "VerdictFailed", "Verify",
-                                  summary)
+            r.record_on_state(NORMAL if verdict.ok else WARNING,
+                              "VerdictPassed" if verdict.ok else "VerdictFailed", "Verify", summary)
 
     def _follow_election(self) -> None:
         r, s = self.reconciler, self.reconciler.settings
@@ -186,11 +181,9 @@ class Cadence:
         r, s = self.reconciler, self.reconciler.settings
         wake = min(self.next_pass, self.last_pass + s.min_pass_seconds if self.dirty
                    else self.next_pass)
-        if self.unjudged_first is not None and r.verdict_cache is not None:
-            wait = s.verdict_debounce_seconds
-            wake = min(wake, max(min(self.unjudged_last + wait,
-                                     self.unjudged_first + wait * VERDICT_DEBOUNCE_MAX),
-                                 self.cached_end + self.cached_cost * VERDICT_COST_FACTOR))
+        if r.verdict_cache is not None:
+            wake = min(wake, _cached_verdict_at(s, self.unjudged_first, self.unjudged_last,
+                                                self.cached_end, self.cached_cost))
         timeout = (max(0.0, min(wake - r.clock.monotonic(), s.retry_seconds)) if self.leading
                    else s.retry_seconds)
         batch: list[Queued] = []
@@ -203,8 +196,7 @@ class Cadence:
         return batch
 
     def _answer(self, batch: list[Queued]) -> None:
-        """Follow each stable name's holder (a standby too); while leading, hold at once where a
-        DaemonSet lost the label."""
+        """Follow each stable name's holder; while leading, hold where a template lost the label."""
         r, s = self.reconciler, self.reconciler.settings
         latest: dict[str, Queued] = {}
         for etype, obj, at in batch:
@@ -236,5 +228,5 @@ class Cadence:
         if not guarding.changed_hands(before, after):
             return False
         if after != guarding.NOBODY and self.leading:
-            r.metrics.takeover(name)
+            r.metrics.takeovers.labels(name).inc()
         return True

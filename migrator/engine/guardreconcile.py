@@ -1,9 +1,7 @@
 """The guard's reconciler: read, decide (pure: `model/guarding.py`, `model/sharing.py`), hand to
-the writers (`engine/guardwrites.py`); its knobs (`GuardSettings`). Two entry points, as the race
-demands: `on_daemonset`, the fast path (one DaemonSet event, one list of the tool's Services, a
-guarded patch per alias whose template lost the common label), and `reconcile`, a full pass
-(snapshot, state, corrections, aliases created again, shared slices, metrics and Events).
-Reads come from the loop's informers while it runs, else from one list each (`guard --once`).
+the writers. `on_daemonset` is the fast path (hold where one DaemonSet's template lost the common
+label), `reconcile` a full pass. Reads come from the loop's informers while it runs, else from
+one list each (`guard --once`).
 """
 
 from __future__ import annotations
@@ -55,9 +53,7 @@ class GuardSettings:
     verdict_idle_seconds: float = 3600.0  # ... and at least this often regardless
     write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
     stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
-    # No `min_pass_seconds` this long after a stable name changed hands: the EndpointSlice
-    # controller empties the old owner's slices a moment later.
-    takeover_seconds: float = 10.0
+    takeover_seconds: float = 10.0  # no `min_pass_seconds` this long after a name changed hands
 
 
 @dataclass(frozen=True)
@@ -85,8 +81,7 @@ def _completed(state: State | None, phase: int) -> PhaseRecord | None:
 
 
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
-    """Alias → the selector the selector phase recorded for it, while that phase is completed:
-    the only aliases the guard may move forward again."""
+    """Alias → the selector phase 3 recorded for it, while that phase is completed."""
     record = _completed(state, phases.selector_phase().NUMBER)
     changes = ((s.name, s.selector_change(s.name)) for s in record.done_steps()) if record else ()
     return {name: dict(change[1]) for name, change in changes if change is not None}
@@ -99,32 +94,29 @@ def slice_view(obj: Obj) -> Obj:
 
 
 class Reconciler:
-    """Reads, decisions handed to the writers, and what a pass reports; with the parts it
-    needs (the Lease, metrics, Events, writers), which the runner (`Guard`) shares."""
+    """Reads, decisions handed to the writers, and what a pass reports."""
 
     def __init__(self, kube: Kube, namespace: str, catalog: Catalog,
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
-                 clock: Clock | None = None, lease: LeaseLock | None = None,
-                 metrics: GuardMetrics | None = None) -> None:
+                 clock: Clock | None = None) -> None:
         self.kube, self.namespace, self.catalog, self.log = kube, namespace, catalog, log
         self.settings = settings = settings or GuardSettings()
         self.clock: Clock = clock or SystemClock()  # the loop's, the election's, the caches'
         mb = catalog.common.managed_by
-        self.lease = lease or LeaseLock(kube, namespace, settings.lease_name, settings.identity,
-                                        lease_seconds=settings.lease_seconds, clock=self.clock,
-                                        labels={mb.key: mb.value})
-        self.metrics = metrics or GuardMetrics()
+        self.lease = LeaseLock(kube, namespace, settings.lease_name, settings.identity,
+                               lease_seconds=settings.lease_seconds, clock=self.clock,
+                               labels={mb.key: mb.value})
+        self.metrics = GuardMetrics()
         self._noted: set[str] = set()
         self.recorder = Recorder(kube, settings.identity, self.clock, log=self.note,
-                                 counted=self.metrics.event)
+                                 counted=lambda result: self.metrics.events.labels(result).inc())
         # Unfenced until `run`: `guard --once` writes without the Lease (guarded patches).
         self.writers = Writers(kube, namespace, self.clock, self.metrics, self.recorder,
                                log=log, note=self.note, concurrency=settings.write_concurrency)
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
-        # Set by the runner while it runs: the loop's informers (kind plural → cache), and the
-        # same with the DCGM pods' as the verdict reads them (None: each verdict a whole read).
+        # Set by the runner while it runs: the loop's informers, the verdict's (None: whole reads).
         self.caches: dict[str, Reflector[Obj]] = {}
         self.verdict_cache: Informer | None = None
         # The Services switched with --allow-foreign-pods, as the last state read said.
@@ -146,10 +138,7 @@ class Reconciler:
         return items if view is None else [view(i) for i in items]
 
     def read(self, *, pods: bool = True) -> Snapshot:
-        """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods as
-        printed rows, from this namespace only. A row may look Ready while its node stopped
-        reporting; that cannot release early: the same pods stand on both sides of the
-        superset gate."""
+        """The catalog's DaemonSets, every Service and (`pods`) the DaemonSets' pods (printed)."""
         wanted = {c.daemonset for c in self.catalog.components}
         daemonsets = {o.name(d): d for d in self._listed(kinds.DAEMONSET)
                       if o.name(d) in wanted}
@@ -161,9 +150,8 @@ class Reconciler:
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def verdict(self, *, cached: bool = False) -> Verdict:
-        """The verdict (`model/outcome.py`) from what the namespaced Role may read: one whole
-        read, or (`cached`) the loop's caches with this guard's own Lease as last renewed
-        standing for the Leases."""
+        """The verdict from what the namespaced Role may read: one whole read, or (`cached`)
+        the loop's caches with this guard's own Lease standing for the Leases."""
         cache = self.verdict_cache if cached else None
         own = self.lease.lease if cache is not None else None
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
@@ -175,23 +163,15 @@ class Reconciler:
                                    self.clock.now().timestamp())
         return verdict
 
-    def state_configmap(self) -> Obj | None:
-        """The state ConfigMap itself (the object a verdict's Event regards), or None."""
+    def record_on_state(self, type_: str, reason: str, action: str, note: str) -> None:
+        """An Event regarding the state ConfigMap (none if it cannot be read)."""
         try:
-            return self.kube.get(kinds.CONFIGMAP, self.catalog.common.state_configmap,
-                                 self.namespace)
+            cm = self.kube.get(kinds.CONFIGMAP, self.catalog.common.state_configmap,
+                               self.namespace)
         except ClusterError:
-            return None
-
-    def read_state(self) -> tuple[State | None, bool]:
-        """(the state, whether readable): an unreadable one moves and shares nothing anew."""
-        try:
-            stored = self.store.load()
-        except ClusterError as exc:
-            self.log(f"state unreadable, nothing is moved forward or shared anew: {exc}")
-            return None, False
-        return (State.from_document(stored.document, self.clock) if stored and stored.document
-                else None), True
+            return
+        if cm is not None:
+            self.recorder.record(typed(kinds.CONFIGMAP, cm), type_, reason, action, note)
 
     def slice_selector(self) -> str:
         """The EndpointSlices sharing needs: those of the stable names and their sources."""
@@ -231,7 +211,13 @@ class Reconciler:
         since = self.clock.monotonic() if since is None else since
         began = self.clock.monotonic()
         snap = self.read(pods=False)
-        state, readable = self.read_state()
+        try:
+            stored, readable = self.store.load(), True
+        except ClusterError as exc:
+            self.log(f"state unreadable, nothing is moved forward or shared anew: {exc}")
+            stored, readable = None, False
+        document = stored.document if stored else None
+        state = State.from_document(document, self.clock) if document else None
         if readable:
             self.foreign_allowed = state.foreign_allowed() if state else frozenset()
         switched = switched_aliases(state)
@@ -245,12 +231,9 @@ class Reconciler:
                      for a in guarding.aliases(snap, self.catalog))
         if not readable:
             self.metrics.api_error("state")
-            cm = self.state_configmap()
-            if cm is not None:
-                self.recorder.record(typed(kinds.CONFIGMAP, cm), WARNING, "StateUnreadable",
-                                     "Read", "the migration state cannot be read: the guard "
-                                     "moves no alias forward and shares nothing anew until it "
-                                     "can")
+            self.record_on_state(WARNING, "StateUnreadable", "Read", "the migration state "
+                                 "cannot be read: the guard moves no alias forward and shares "
+                                 "nothing anew until it can")
             self.passes += 1
             return PassResult(seen, tuple(done), tuple(skipped))
         # Only once the alias phase completed may the guard create what it would.

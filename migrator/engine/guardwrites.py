@@ -1,10 +1,7 @@
-"""The guard's writers: Service patches (corrections, aliases created again) and shared
-EndpointSlice writes, sent, counted, logged and recorded as Events; what did not land comes back
-as a typed `Refusal`. Every write first asks the `fence` (the elector's `leading`); corrections
-test the resourceVersion decided on, so a Service changed meanwhile is re-decided, never
-overwritten. Slice writes go as the EndpointSlice controller's do (an operator takeover at
-15,000 nodes is 75 slices per name, docs/performance.md): WORKERS in flight (they commute), those
-restoring reach to the most nodes first, deletes once the rest is answered.
+"""The guard's writers: Service patches and shared EndpointSlice writes, sent, counted, logged
+and recorded as Events; what did not land comes back as a `Refusal`. Every write first asks the
+`fence` (the elector's `leading`). Slice writes go as the EndpointSlice controller's do: WORKERS
+in flight, those restoring reach to the most nodes first, deletes once the rest is answered.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ Obj = dict[str, Any]
 Log = Callable[[str], None]
 R = TypeVar("R")
 WORKERS = 16
-# Correction action → the Event on the alias: (type, reason, action). A hold is a Warning: the
-# operator rendered a DaemonSet without the common label, and someone must bring it back.
+# Correction action → the Event on the alias (type, reason, action); a hold needs someone's fix.
 CORRECTION_EVENTS = {guarding.HOLD: (WARNING, "SelectorHeld", "Hold"),
                      guarding.RELEASE: (NORMAL, "SelectorReleased", "Release"),
                      guarding.CLEAR: (NORMAL, "HoldCleared", "Release"),
@@ -93,25 +89,18 @@ def _pod(ep: Mapping[str, Any]) -> str:
 def caught_up(slices: Iterable[Mapping[str, Any]], sources: Mapping[str, str]
               ) -> list[Mapping[str, Any]]:
     """The slices as the EndpointSlice controller will have them once caught up with a takeover
-    (`sources`: shared name → its GPUCluster Service): a GPUCluster pod still in the operator's
-    slices of the name is one it has not removed yet, left out so ours go out at once."""
-    rows = list(slices)
+    (`sources`: shared name → its GPUCluster Service): pods it has not removed yet left out."""
+    rows = [(sl, o.labels(sl).get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME,
+             o.labels(sl).get(sharing.SERVICE_NAME_LABEL, "")) for sl in slices]
     joining: dict[str, set[str]] = {}
-    for sl in rows:
-        labels = o.labels(sl)
-        name = labels.get(sharing.SERVICE_NAME_LABEL, "")
-        if (labels.get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME
-                and name in sources.values()):
+    for sl, mine, name in rows:
+        if mine and name in sources.values():
             joining.setdefault(name, set()).update(_pod(ep) for ep in sl.get("endpoints") or [])
     out: list[Mapping[str, Any]] = []
-    for sl in rows:
-        labels = o.labels(sl)
-        pods = joining.get(sources.get(labels.get(sharing.SERVICE_NAME_LABEL, ""), ""), set())
-        if labels.get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME and pods:
-            kept = [ep for ep in sl.get("endpoints") or [] if _pod(ep) not in pods]
-            if len(kept) != len(sl.get("endpoints") or []):
-                sl = {**sl, "endpoints": kept}
-        out.append(sl)
+    for sl, mine, name in rows:
+        eps, pods = sl.get("endpoints") or [], joining.get(sources.get(name, ""))
+        kept = [ep for ep in eps if _pod(ep) not in pods] if mine and pods else eps
+        out.append({**sl, "endpoints": kept} if len(kept) != len(eps) else sl)
     return out
 
 
@@ -151,15 +140,14 @@ class Writers:
     """Sends what the reconciler decided."""
 
     def __init__(self, kube: Kube, namespace: str, clock: Clock, metrics: GuardMetrics,
-                 recorder: Recorder, *, log: Log, note: Log,
-                 fence: Callable[[], bool] = lambda: True, concurrency: int = WORKERS) -> None:
+                 recorder: Recorder, *, log: Log, note: Log, concurrency: int = WORKERS) -> None:
         self.kube, self.namespace, self.clock = kube, namespace, clock
         self.metrics, self.recorder, self.log, self.note = metrics, recorder, log, note
-        self.fence, self.concurrency = fence, concurrency
+        self.concurrency = concurrency
+        self.fence: Callable[[], bool] = lambda: True  # the elector's `leading` while `run` runs
         self.written: list[Correction] = []  # every correction written, oldest first
         self.last_written: dict[str, float] = {}  # stable name → its last slice write's answer
-        # Patches refused as invalid, by (Service, patch): the patch tests the version it was
-        # decided on, so the same one would be refused again; a changed Service makes another.
+        # Patches refused as invalid, by (Service, patch): the same patch would be refused again.
         self.refused: dict[tuple[str, str], Refusal] = {}
 
     def _refused(self, refusal: Refusal) -> Refusal:
@@ -242,8 +230,7 @@ class Writers:
     def write_slices(self, writes: Sequence[SliceWrite], *,
                      covered: dict[str, set[str]] | None = None
                      ) -> tuple[list[SliceWrite], list[Refusal]]:
-        """(written, refused): a slice changed meanwhile is logged and re-decided next pass; a
-        refused one is noted once. `covered`: stable name → nodes with a ready endpoint now."""
+        """(written, refused). `covered`: stable name → nodes with a ready endpoint now."""
         results = run(ordered(writes, covered or {}), self._write_slice, self.concurrency)
         done: list[SliceWrite] = []
         refused: list[Refusal] = []

@@ -1,10 +1,8 @@
 """One informer-style cache per run (client-go's reflector: list, watch from that version with
 bookmarks, list again on 410 Expired), so a 5,000-node apply's gates read memory, not the API.
-
-A read never sees a view older than what the tool knows: `Kube.observe` raises a matching
-reflector's `want` to every version the tool sends or receives, and a read waits for its watch
-to deliver it (FENCE_SECONDS), else lists again. Pods are printed rows (`model/printed.py`).
-`Informer.quiet` stops what a rollout churns and lists it again after; `opened` scopes one run.
+A read never sees a view older than what the tool knows: `Kube.observe` raises a reflector's
+`want` to every version the tool sends or receives, and a read waits for its watch to deliver
+it (FENCE_SECONDS), else lists again. Pods are printed rows (`model/printed.py`).
 """
 
 from __future__ import annotations
@@ -165,11 +163,11 @@ class Reflector(Generic[T]):
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def items(self, fence: float = FENCE_SECONDS) -> list[T]:
+    def items(self) -> list[T]:
         """The items, once every version the tool has seen of one of them has arrived."""
         with self._cond:
             if self.alive and self.clock.wait_for(self._cond, lambda: self.rv >= self.want,
-                                                  fence):
+                                                  FENCE_SECONDS):
                 return list(self._items.values())
         self.relists += 1
         self.load()  # the stream did not deliver it in time: a list is current by definition
@@ -190,8 +188,6 @@ def whole(obj: Obj) -> Obj:
 class Informer:
     """The run's cache of one namespace."""
 
-    kube: Kube
-    namespace: str
     daemonsets: Reflector[Obj]
     services: Reflector[Obj]
     endpointslices: Reflector[Obj]
@@ -204,13 +200,11 @@ class Informer:
     @classmethod
     def start(cls, kube: Kube, namespace: str, catalog: Catalog,
               clock: Clock | None = None) -> Informer:
-        inf = cls(kube, namespace,
-                  Reflector(kube, kinds.DAEMONSET, namespace, whole, clock=clock),
+        inf = cls(Reflector(kube, kinds.DAEMONSET, namespace, whole, clock=clock),
                   Reflector(kube, kinds.SERVICE, namespace, whole, clock=clock),
                   Reflector(kube, kinds.ENDPOINTSLICE, namespace, whole, clock=clock),
                   tuple(Reflector(kube, kinds.POD, namespace, PodView.of, sel, printed=True,
-                                  clock=clock)
-                        for sel in pod_selectors(catalog)))
+                                  clock=clock) for sel in pod_selectors(catalog)))
         inf._unobserve = kube.observe(inf.saw)
         try:
             for r in inf.reflectors:
@@ -241,8 +235,7 @@ class Informer:
 
     @contextlib.contextmanager
     def quiet(self, app_label: str) -> Iterator[None]:
-        """While a rollout replaces one DaemonSet's pods, stop following what it churns (those
-        pods, the EndpointSlices, the DaemonSets; the waiter follows it), then list again."""
+        """While a rollout replaces one DaemonSet's pods, stop following what it churns."""
         rolled = [r for r in self.pod_reflectors if r.label_selector == f"app={app_label}"]
         churned: list[Reflector[Any]] = [self.daemonsets, self.endpointslices, *rolled]
         for r in churned:

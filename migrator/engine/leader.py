@@ -1,12 +1,15 @@
-"""One attempt at leader election on a Lease, as client-go's `tryAcquireOrRenew` (with the
-leader's optimistic fast path) and `release` make it; the renewing thread is `engine/elector.py`.
-Expiry is judged on the candidate's own clock from when it saw the record change, and every
-write carries the read `resourceVersion`, so two candidates never both win.
+"""Leader election on a Lease as client-go makes it: `LeaseLock` is one attempt (expiry judged on
+the candidate's own clock; every write carries the read `resourceVersion`), `LeaderElector` the
+thread renewing it until `renew_deadline` passes without a good renewal; `leading()` asks the
+clock, so the fence closes even while an attempt hangs.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +22,7 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 Obj = dict[str, Any]
+JITTER_FACTOR = 1.2  # upstream's: a renew deadline must exceed 1.2 retry periods
 
 
 def microtime(at: datetime) -> str:
@@ -27,8 +31,7 @@ def microtime(at: datetime) -> str:
 
 
 class LeaseLock:
-    """One candidate for one Lease. Attempts and release come from the elector's thread;
-    `ensure` and the properties may be used from another (a reference swapped whole)."""
+    """One candidate for one Lease; attempts and release come from the elector's thread."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
                  lease_seconds: int = 15, clock: Clock | None = None,
@@ -51,8 +54,7 @@ class LeaseLock:
                 "spec": spec}
 
     def ensure(self) -> Obj:
-        """The Lease, created with no holder if there is none yet (what the shared slices
-        belong to even when no replica leads, `guard --once`)."""
+        """The Lease, created with no holder if there is none yet (the shared slices' owner)."""
         lease = self.kube.get(kinds.LEASE, self.name, self.namespace)
         if lease is None:
             try:
@@ -93,8 +95,7 @@ class LeaseLock:
                       now)
 
     def try_acquire_or_renew(self) -> bool:
-        """One attempt: create the Lease, renew it, or take it over once expired. Whether this
-        candidate leads now; API errors count as not leading (retried next period)."""
+        """One attempt: create, renew or take over (once expired) the Lease. Whether it leads."""
         now = self._clock.now()
         if self._renewed_optimistically(now):
             return True
@@ -113,15 +114,14 @@ class LeaseLock:
                     self.is_leader = False
                     return False
                 self._renew(lease, now)
+            self.is_leader = True
         except ClusterError:  # a 409 included: someone else wrote first, read again next period
             self.is_leader = False
-            return False
-        self.is_leader = True
-        return True
+        return self.is_leader
 
     def _renewed_optimistically(self, now: datetime) -> bool:
-        """Upstream's fast path: a leader whose lease is valid on its own clock renews the
-        record it last observed without reading it first; any failure falls back to a read."""
+        """Upstream's fast path: a leader valid on its own clock renews the record it last
+        observed without reading it first; any failure falls back to a read."""
         if not (self.is_leader and self.lease is not None and self._observed_at is not None
                 and self._observed_at + timedelta(seconds=self.lease_seconds) > now):
             return False
@@ -150,3 +150,119 @@ class LeaseLock:
             return True
         except ClusterError:
             return False
+
+
+@dataclass(frozen=True)
+class Timing:
+    """client-go's LeaseDuration, RenewDeadline and RetryPeriod, checked as upstream does."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.lease_duration <= self.renew_deadline:
+            raise ValueError("leaseDuration must be greater than renewDeadline")
+        if self.renew_deadline <= JITTER_FACTOR * self.retry_period:
+            raise ValueError("renewDeadline must be greater than retryPeriod*JitterFactor")
+        if self.retry_period <= 0:
+            raise ValueError("retryPeriod must be greater than zero")
+
+
+class LeaderElector:
+    """One replica's election on `lock`, on a thread of its own; `stop` gives the Lease up."""
+
+    def __init__(self, lock: LeaseLock, timing: Timing, clock: Clock, *,
+                 on_started: Callable[[], None] = lambda: None,
+                 on_stopped: Callable[[], None] = lambda: None,
+                 on_attempt: Callable[[bool], None] = lambda _: None,
+                 on_error: Callable[[ClusterError], None] = lambda _: None) -> None:
+        self.lock, self.timing, self.clock = lock, timing, clock
+        self.on_started, self.on_stopped = on_started, on_stopped
+        self.on_attempt, self.on_error = on_attempt, on_error
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._valid_until = float("-inf")  # monotonic: the fence closes here (-inf: not leading)
+        self._thread: threading.Thread | None = None
+        self.attempts = 0  # attempts on the Lease so far
+        self.released = False  # gave the Lease up on the way out
+
+    def leading(self) -> bool:
+        """Holds the Lease, renewed less than `renew_deadline` ago: the writers' fence."""
+        with self._cond:
+            return self.clock.monotonic() < self._valid_until
+
+    def start(self) -> None:
+        with self._cond:
+            self._stopping = False
+        self._thread = threading.Thread(target=self.run, daemon=True, name="guard-elector")
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _stop_leading(self) -> None:
+        with self._cond:
+            self._valid_until = float("-inf")
+
+    def run(self) -> None:
+        """Acquire, renew until a renewal misses its deadline, and again, until `stop`."""
+        try:
+            while self._acquire():
+                self.on_started()
+                self._renew()
+                self._stop_leading()
+                self.on_stopped()
+        finally:
+            self._stop_leading()
+            self.released = self.lock.release()
+
+    def _stopped(self) -> bool:
+        with self._cond:
+            return self._stopping
+
+    def _wait(self, seconds: float) -> None:
+        """Wait `seconds` of the clock, or until `stop`."""
+        with self._cond:
+            self.clock.wait_for(self._cond, lambda: self._stopping, max(0.0, seconds))
+
+    def _try(self) -> bool:
+        """One attempt; whether it leads, the fence open until `renew_deadline` after it began."""
+        began = self.clock.monotonic()
+        try:
+            ok = self.lock.try_acquire_or_renew()
+        except ClusterError as exc:
+            self.on_error(exc)
+            ok = False
+        with self._cond:
+            self.attempts += 1
+            if ok:
+                self._valid_until = began + self.timing.renew_deadline
+            self._cond.notify_all()
+        ok = ok and self.clock.monotonic() < self._valid_until
+        self.on_attempt(ok)
+        return ok
+
+    def _acquire(self) -> bool:
+        """Try every retry period until leading (True) or stopped (False)."""
+        while not self._stopped():
+            if self._try():
+                return True
+            self._wait(self.timing.retry_period)
+        return False
+
+    def _renew(self) -> None:
+        """Renew every retry period; return once a renewal misses its deadline or on stop."""
+        while True:
+            self._wait(self.timing.retry_period)
+            while True:
+                if self._stopped() or self.clock.monotonic() >= self._valid_until:
+                    return  # past the deadline without a renewal: stop leading at once
+                if self._try():
+                    break
+                self._wait(min(self.timing.retry_period,
+                               self._valid_until - self.clock.monotonic()))

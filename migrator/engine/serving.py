@@ -1,7 +1,6 @@
-"""The guard's one HTTP port: `/metrics` (`prometheus_client` over the guard's own registry:
-counters where things happen, gauges built from `GuardStatus` at each scrape, so a check no
-longer judged disappears), `/healthz` (the loop beats, each watch thread runs) and `/readyz`
-(every cache listed, the Lease tried; a standby is ready too), answering 200 or 503 and why.
+"""The guard's one HTTP port: `/metrics` (the guard's own registry; gauges built from `GuardStatus`
+at each scrape), `/healthz` (the loop beats, each watch thread runs) and `/readyz` (every cache
+listed, the Lease tried), answering 200 or 503 and why.
 """
 
 from __future__ import annotations
@@ -25,14 +24,12 @@ from migrator.model.reach import Reach
 
 Check = Callable[[], str]  # "" when fine, else what is wrong
 PREFIX = "dcgm_migrate"
-# A hold lands in tens of milliseconds, a 15,000-node takeover within seconds, a resync's
-# repair within `resync_seconds` (docs/performance.md).
+# A hold lands in tens of ms, a takeover within seconds, a resync's repair within a resync.
 REPAIR_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class Health:
-    """Beats and sync marks from the guard's threads, read by the probes (on the guard's
-    clock). A beat older than `stall_seconds` is a hang no retry will end."""
+    """Beats and sync marks from the guard's threads, read by the probes."""
 
     def __init__(self, clock: Clock, stall_seconds: float) -> None:
         self.clock, self.stall_seconds = clock, stall_seconds
@@ -88,8 +85,7 @@ class Health:
 
 @dataclass(eq=False)  # hashable: the registry keys its collectors
 class GuardStatus(Collector):
-    """What the gauges show, written by the guard's loop and built into gauges at each scrape
-    (under `lock`)."""
+    """What the gauges show, written by the loop and built into gauges at each scrape."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     verdict: Verdict | None = None
@@ -110,8 +106,7 @@ class GuardStatus(Collector):
             self.shared, self.last_pass = dict(shared), at
 
     def leading(self, leader: bool) -> None:
-        """A replica that stands by drops what it judged while it led: only the leader's
-        verdict is on any page."""
+        """A standby drops what it judged while it led: only the leader's verdict is shown."""
         with self.lock:
             self.leader = leader
             if not leader:
@@ -172,12 +167,11 @@ def _family(cls: type[F], name: str, doc: str, labels: list[str],
 
 
 class GuardMetrics:
-    """One guard's own registry (never the client's global one: a process may run several
-    guards) and its instruments."""
+    """One guard's own registry (not the global one: a process may run several) and metrics."""
 
-    def __init__(self, status: GuardStatus | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = reg = CollectorRegistry(auto_describe=True)
-        self.status = status or GuardStatus()
+        self.status = GuardStatus()
         self.writes = Counter(f"{PREFIX}_writes", "Writes the guard sent, by object kind and "
                               "result (ok, conflict: changed meanwhile, gone, refused).",
                               ["kind", "result"], registry=reg)
@@ -202,19 +196,12 @@ class GuardMetrics:
     def api_error(self, operation: str) -> None:
         self.api_errors.labels(operation).inc()
 
-    def takeover(self, name: str) -> None:
-        self.takeovers.labels(name).inc()
-
     def repaired(self, repair: str, seconds: float) -> None:
         self.repair_seconds.labels(repair).observe(max(0.0, seconds))
 
-    def event(self, result: str) -> None:
-        self.events.labels(result).inc()
-
 
 def parse_address(text: str) -> tuple[str, int] | None:
-    """`[HOST]:PORT` as controller-runtime's `--metrics-bind-address` takes it; "0" turns
-    serving off (None). ValueError for anything else."""
+    """`[HOST]:PORT` as `--metrics-bind-address` takes it; "0": None. ValueError otherwise."""
     text = text.strip()
     if text == "0":
         return None
@@ -234,8 +221,7 @@ class _Quiet(WSGIRequestHandler):
 
 def cannot_serve(address: tuple[str, int], exc: OSError,
                  option: str = "--metrics-bind-address") -> UsageError:
-    """The address cannot be bound: said with the address and the `option` value to pass
-    instead, before the guard takes its Lease."""
+    """The address cannot be bound: said with the `option` value to pass instead."""
     host, port = address
     shown = f"{f'[{host}]' if ':' in host else host or '0.0.0.0'}:{port}"
     why = {errno.EADDRINUSE: "another process already listens on that port",
@@ -251,8 +237,7 @@ def cannot_serve(address: tuple[str, int], exc: OSError,
 
 
 class MetricsServer:
-    """Serves one guard's registry and probes on (host, port), on daemon threads, until
-    `close`."""
+    """Serves one guard's registry and probes on (host, port), on daemon threads."""
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
                  health: Health) -> None:
@@ -263,16 +248,11 @@ class MetricsServer:
                                       handler_class=_Quiet)
         except OSError as exc:
             raise cannot_serve(address, exc) from exc
-        self.host = address[0]
-        self.port = int(self._httpd.server_address[1])
+        host = "127.0.0.1" if address[0] in ("", "0.0.0.0") else address[0]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
                                         name="guard-metrics")
         self._thread.start()
-
-    @property
-    def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def _app(self, environ: dict[str, Any],
              start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -1,8 +1,6 @@
-"""What the guard decides, as pure functions: a Snapshot in, the corrections to the tool-owned
-aliases out. **hold**: an alias on the common label whose DaemonSet's template lost it goes back
-to the app label; **release**: a held alias goes forward again once phase 3's gates pass;
-**sync**: an alias differing from what phase 2 would create now is patched back (selector
-excepted); **create again**: a stable name no Service holds while the GPUCluster stack needs it.
+"""What the guard decides, as pure functions: a Snapshot in, corrections to the tool-owned aliases
+out: **hold** (template lost the common label: back to the app label), **release** (phase 3's
+gates pass again), **sync** (patched back to what phase 2 would create), **create again**.
 A held alias carries `dcgm-migrate/guard-held: <reason>`, telling a deliberate hold from drift.
 """
 
@@ -47,8 +45,7 @@ class Correction:
     held: bool = False  # the Service carries the held annotation now
 
     def patch(self) -> list[Obj]:
-        """A JSON patch testing the resourceVersion decided on (a Service changed since is
-        re-decided, never overwritten) and, for a move, the old selector."""
+        """A JSON patch testing the resourceVersion decided on and, for a move, the old selector."""
         ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
                            "value": self.resource_version}] if self.resource_version else []
         if self.action == SYNC:
@@ -87,33 +84,18 @@ class Correction:
                 "fields": sorted(self.fields)}
 
 
-@dataclass(frozen=True)
 class Alias:
     """A tool-owned alias Service and the component it stands for."""
 
-    service: Obj
-    component: Component
-
-    @property
-    def name(self) -> str:
-        return o.name(self.service)
-
-    @property
-    def selector(self) -> dict[str, str]:
-        return dict(o.dig(self.service, "spec", "selector") or {})
-
-    @property
-    def held(self) -> bool:
-        return HELD_ANNOTATION in o.annotations_of(self.service)
-
-    @property
-    def resource_version(self) -> str:
-        return o.resource_version(self.service)
+    def __init__(self, service: Obj, component: Component) -> None:
+        self.service, self.component, self.name = service, component, o.name(service)
+        self.selector: dict[str, str] = dict(o.dig(service, "spec", "selector") or {})
+        self.held = HELD_ANNOTATION in o.annotations_of(service)
+        self.resource_version = o.resource_version(service)
 
 
 def aliases(snapshot: Snapshot, catalog: Catalog) -> list[Alias]:
-    """The Services the tool owns as aliases (its label, an alias-of annotation naming the
-    catalog's source for that name, no operator release managing it)."""
+    """The Services the tool owns as aliases of the catalog's sources, no release managing them."""
     common = catalog.common
     out = []
     for name, svc in sorted(snapshot.services.items()):
@@ -147,8 +129,7 @@ def holds(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
 
 def release_gates(snapshot: Snapshot, comp: Component,
                   forward: Mapping[str, str]) -> list[g.GateResult]:
-    """Before a held alias goes forward: the template carries the label, the rollout is complete,
-    every pod carries it, the common selector keeps every Ready pod."""
+    """Before a held alias goes forward: template labelled, rolled out, pods labelled, superset."""
     ds = snapshot.daemonsets.get(comp.daemonset)
     if ds is None:
         return [g.GateResult(f"exists/{comp.daemonset}", False,
@@ -174,8 +155,7 @@ def _held_switched(snapshot: Snapshot, catalog: Catalog,
 
 def release_pending(snapshot: Snapshot, catalog: Catalog,
                     switched: Mapping[str, Mapping[str, str]]) -> bool:
-    """Could a held alias be released, judging by its DaemonSet alone? Only then does a pass
-    read the pods, the bulk of a read."""
+    """Could a held alias be released, judging by its DaemonSet alone (then read the pods)?"""
     daemonsets = Snapshot(snapshot.namespace, daemonsets=snapshot.daemonsets)
     return any(all(r.ok for r in release_gates(daemonsets, a.component, switched[a.name])[:2])
                for a in _held_switched(snapshot, catalog, switched))
@@ -183,8 +163,7 @@ def release_pending(snapshot: Snapshot, catalog: Catalog,
 
 def releases(snapshot: Snapshot, catalog: Catalog,
              switched: Mapping[str, Mapping[str, str]]) -> list[Correction]:
-    """Held aliases phase 3 switched (`switched`: alias → its recorded selector) go forward once
-    every release gate passes."""
+    """Release the held aliases phase 3 switched (alias → its selector) once every gate passes."""
     out = []
     for alias in _held_switched(snapshot, catalog, switched):
         comp = alias.component
@@ -207,8 +186,7 @@ def clears(snapshot: Snapshot, catalog: Catalog) -> list[Correction]:
 
 def syncs(snapshot: Snapshot, catalog: Catalog,
           desired: Mapping[str, Mapping[str, Any]]) -> list[Correction]:
-    """Aliases differing from what phase 2 would create now (`desired`: alias → that body); a
-    type change carries the source's copied annotations in the same patch."""
+    """Aliases differing from what phase 2 would create now (`desired`: alias → that body)."""
     out = []
     for alias in aliases(snapshot, catalog):
         want = desired.get(alias.name)
@@ -229,8 +207,7 @@ def _owner_of_source(source: Mapping[str, Any]) -> Obj | None:
 
 def missing_aliases(snapshot: Snapshot, catalog: Catalog,
                     switched: Mapping[str, Mapping[str, str]]) -> list[Obj]:
-    """The alias bodies to create again: the component runs here, its source exists, and no
-    Service holds the alias name; held on the app label where phase 3 had switched it."""
+    """Alias bodies to create again (held on the app label where phase 3 had switched it)."""
     out = []
     for comp in catalog.components:
         source = snapshot.services.get(comp.service)
@@ -255,9 +232,8 @@ def decide(snapshot: Snapshot, catalog: Catalog, switched: Mapping[str, Mapping[
 
 
 def holder(service: Mapping[str, Any] | None, catalog: Catalog) -> str:
-    """Who holds a stable name: NOBODY (no Service, or one being deleted), the ClusterPolicy
-    rendering it, TOOL, `<Kind>/<name>` of another controller, else OTHER. By name, not uid:
-    a Service re-rendered whole keeps its holder."""
+    """Who holds a stable name (by name, not uid): NOBODY, the ClusterPolicy rendering it,
+    TOOL, `<Kind>/<name>` of another controller, else OTHER."""
     if service is None or o.terminating(service):
         return NOBODY
     rendered = rendered_by(service)
@@ -270,6 +246,5 @@ def holder(service: Mapping[str, Any] | None, catalog: Catalog) -> str:
 
 
 def changed_hands(before: str | None, after: str) -> bool:
-    """Did a stable name change hands (`before` None: a first look, no change)? Losing its
-    Service counts: the guard creates the alias again at once."""
+    """Did a stable name change hands (`before` None: a first look)? Losing it counts."""
     return before is not None and after != before

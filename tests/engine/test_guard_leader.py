@@ -20,11 +20,10 @@ import pytest
 import yaml
 
 from dcgm_sim.cluster import SimCluster, kubeconfig_document
-from migrator.engine.elector import LeaderElector, Timing
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.engine.guardloop import timing
 from migrator.engine.guardwrites import Outcome
-from migrator.engine.leader import LeaseLock
+from migrator.engine.leader import LeaderElector, LeaseLock, Timing
 from migrator.kube.client import Kube
 from migrator.kube.retrying import RetryPolicy
 from migrator.model import kinds

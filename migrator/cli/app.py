@@ -32,8 +32,8 @@ from migrator.cli.options import (
 from migrator.cli.plugins import INSTALL_HINT
 from migrator.cli.sessions import Confirm, session
 from migrator.cli.stack_cmd import change_stack
-from migrator.commands import save_plan
 from migrator.engine import interrupts
+from migrator.engine.planfile import save_plan
 from migrator.engine.reports import PreflightReport, Report, RunReport, StatusReport
 from migrator.errors import Interrupted, UsageError, exit_code_for
 from migrator.model.planning import Options
@@ -203,7 +203,7 @@ def verify(cluster: Cluster) -> None:
     Example: dcgm-migrate verify || page-oncall
     """
     with session(cluster) as s:
-        report = commands.verify(s)
+        report = commands.status(s)
     _rendered(report, cluster.output)
 
 

@@ -20,7 +20,7 @@ from migrator.engine.reports import (
     StatusReport,
     UnlockReport,
 )
-from migrator.errors import exit_code_for
+from migrator.errors import MigrateError, exit_code_for
 
 Doc = dict[str, Any]
 
@@ -106,10 +106,14 @@ def _status(report: StatusReport) -> Doc:
     doc = {**_plan(report.report), "state": report.state and _state(report.state),
            "run": run_view(report.run), "ok": report.ok}
     if report.state_error is not None:
-        error = report.state_error
-        doc["stateError"] = {"message": error.message, "hint": error.hint,
-                             "exitCode": exit_code_for(error), "type": type(error).__name__}
+        doc["stateError"] = error_document(report.state_error)
     return doc
+
+
+def error_document(error: MigrateError, hint: str | None = None) -> Doc:
+    """An error as `-o json|yaml` shows it (`hint`: as the CLI completed it)."""
+    return {"message": error.message, "hint": error.hint if hint is None else hint,
+            "exitCode": exit_code_for(error), "type": type(error).__name__}
 
 
 @to_document.register

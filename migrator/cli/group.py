@@ -12,7 +12,9 @@ from typer.core import TyperGroup
 
 from migrator.cli import plugins, render
 from migrator.cli.commandline import ARGV_KEY
+from migrator.cli.documents import error_document
 from migrator.cli.options import Output
+from migrator.errors import UsageError
 
 # click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
 _clicks = sys.modules[typer.BadParameter.__module__]
@@ -61,9 +63,8 @@ class RootGroup(Group):
             typer.echo(f"fix: {hint}", err=True)
             output = _output_of(ctx.meta.get(ARGV_KEY, []))
             if output is not Output.table:
-                message = shown.format_message()
-                render.raw({"error": {"message": message, "hint": hint,
-                                      "exitCode": 2, "type": "UsageError"}}, output)
+                error = UsageError(shown.format_message(), hint)
+                render.raw({"error": error_document(error)}, output)
             raise typer.Exit(2) from None
 
 

@@ -32,26 +32,22 @@ from migrator.model.phasestatus import PhaseStatus
 from migrator.model.stepbase import Change
 
 
-class _Pointed:
+class _Pointed(Console):
     """A console whose printed text has its commands pointed at this invocation's cluster
     (cli/commandline.py)."""
 
-    def __init__(self, console: Console, selection: Selection) -> None:
-        self.console, self.selection = console, selection
+    def __init__(self, stderr: bool = False) -> None:
+        stream = sys.stderr if stderr else sys.stdout
+        width = None if stream.isatty() else 160  # logs and CI: wide enough not to fold names
+        super().__init__(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
+        self.selection = Selection.current()
 
-    @property
-    def width(self) -> int:
-        return int(self.console.width)
-
-    def print(self, what: Any = "") -> None:
-        self.console.print(complete(what, self.selection) if isinstance(what, str) else what)
+    def print(self, *objects: Any, **settings: Any) -> None:
+        super().print(*(complete(o, self.selection) if isinstance(o, str) else o
+                        for o in objects), **settings)
 
 
-def _console(stderr: bool = False) -> Any:
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 160  # logs and CI: wide enough not to fold names
-    return _Pointed(Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width),
-                    Selection.current())
+_console = _Pointed  # tests narrow it
 
 
 def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
@@ -161,7 +157,7 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
                   f"[{color}]{'OK' if line.ok else 'NOT OK'}[/{color}] — {esc(line.detail)}")
 
 
-def changes_table(con: Any, changes: Sequence[Change]) -> None:
+def changes_table(con: Console, changes: Sequence[Change]) -> None:
     """Object, field, before, after, names never split: when the columns' longest words do not
     fit side by side, each object, then indented below each field and before → after."""
     rows = [(str(c.object), str(c.field), _val(c.before), _val(c.after)) for c in changes]
@@ -195,7 +191,7 @@ def _event(event: Mapping[str, Any]) -> str:
     return f"{event.get('at', '')} {event.get('event', '')}" + (f" {details}" if details else "")
 
 
-def run_lines(con: Any, run: RunView) -> None:
+def run_lines(con: _Pointed, run: RunView) -> None:
     """`status`: the run going on or interrupted, its lock, the command that resumes it, and a
     rollback's steps (docs/output.schema.json, `$defs/run`)."""
     head = f"[bold]run[/bold] {_RUN_HEADS.get(run.state, run.state)}"

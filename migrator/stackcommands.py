@@ -69,14 +69,13 @@ def _running(session: Session, loaded: tuple[State, str | None], timeout: float,
 
 
 def plan(session: Session, request: StackRequest) -> StackOutcome:
-    """The change as it would run now, with what a stopped run did (read without `observe`'s
-    refusal of a namespace with no DaemonSets: a resumed change may find one)."""
+    """The change as it would run now, with what a stopped run did (not `observe`: a resumed
+    change may find no DaemonSet)."""
     snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
     change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
                      request.delete_cr)
     recorded = _state(session)[0].stack_change
-    same = recorded if recorded and recorded.get("to") == change.target else None
-    return StackOutcome(change, same)
+    return StackOutcome(change, recorded if (recorded or {}).get("to") == change.target else None)
 
 
 def change_stack(session: Session, request: StackRequest,
@@ -109,11 +108,10 @@ def rollback_stack(session: Session, timeout: float, max_gap: float
                    ) -> tuple[list[str], str | None]:
     """Undo the recorded change: what was undone, and the stack it went back to."""
     loaded = _state(session)
-    state = loaded[0]
-    if not state.stack_change or state.stack_change.get("status") not in (IN_PROGRESS,
-                                                                          COMPLETED):
+    recorded = loaded[0].stack_change or {}
+    if recorded.get("status") not in (IN_PROGRESS, COMPLETED):
         raise UsageError("No stack change is recorded here, so there is nothing to roll back.",
                          "`dcgm-migrate status` shows the state")
     with _running(session, loaded, timeout, max_gap) as run:
         done = rollback(run)
-    return done, state.stack_change.get("from")
+    return done, recorded.get("from")

@@ -15,7 +15,6 @@ import typer
 
 from migrator import __version__, commands
 from migrator.cli import render
-from migrator.cli.documents import to_document
 from migrator.cli.failures import handles_errors
 from migrator.cli.group import RootGroup
 from migrator.cli.guard_cmd import guard
@@ -103,7 +102,7 @@ def plan(
     with session(cluster) as s:
         report = commands.plan(s, options)
         if out is not None:  # the plan file keeps the report's document and its options
-            save_plan(out, to_document(report), report.objects, asdict(options))
+            save_plan(out, render.to_document(report), report.objects, asdict(options))
     _rendered(report, cluster.output)
 
 
@@ -153,7 +152,7 @@ def _watched(report: StatusReport, output: Output, watch: bool) -> None:
     if not watch or output is Output.table:
         render.document(report, output)
     elif output is Output.json:
-        sys.stdout.write(json.dumps(to_document(report), separators=(",", ":"), default=str)
+        sys.stdout.write(json.dumps(render.to_document(report), separators=(",", ":"), default=str)
                          + "\n")
         sys.stdout.flush()
     else:

@@ -17,7 +17,6 @@ import typer
 
 from migrator.cli import render
 from migrator.cli.commandline import fix_line, invoked
-from migrator.cli.documents import error_document
 from migrator.cli.options import Output
 from migrator.engine import interrupts
 from migrator.errors import Interrupted, MigrateError, exit_code_for
@@ -54,7 +53,7 @@ def handles_errors(fn: F, regroup: Callable[[dict[str, Any]], dict[str, Any]] = 
             render.error(exc, hint)
             output = kwargs.get("output")
             if isinstance(output, Output) and output is not Output.table:
-                render.raw({"error": error_document(exc, hint)}, output)
+                render.raw({"error": render.error_document(exc, hint)}, output)
             raise typer.Exit(exit_code_for(exc)) from None
 
     return cast(F, wrapper)

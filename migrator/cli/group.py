@@ -12,7 +12,6 @@ from typer.core import TyperGroup
 
 from migrator.cli import plugins, render
 from migrator.cli.commandline import ARGV_KEY
-from migrator.cli.documents import error_document
 from migrator.cli.options import Output
 from migrator.errors import UsageError
 
@@ -64,7 +63,7 @@ class RootGroup(Group):
             output = _output_of(ctx.meta.get(ARGV_KEY, []))
             if output is not Output.table:
                 error = UsageError(shown.format_message(), hint)
-                render.raw({"error": error_document(error)}, output)
+                render.raw({"error": render.error_document(error)}, output)
             raise typer.Exit(2) from None
 
 

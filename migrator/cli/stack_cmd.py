@@ -11,8 +11,7 @@ import yaml
 
 from migrator import stackcommands
 from migrator.cli import render
-from migrator.cli.durations import parse_duration
-from migrator.cli.options import Cluster, Output, Yes
+from migrator.cli.options import Cluster, Output, Yes, parse_duration
 from migrator.cli.sessions import ask, interactive, session
 from migrator.errors import UsageError
 from migrator.model import stackchange as sc

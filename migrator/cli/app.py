@@ -80,8 +80,7 @@ def command(name: str | None = None, **settings: Any) -> Callable[[Callable[...,
 
 
 def _rendered(report: Report, output: Output, shown: tuple[str, ...] = ()) -> None:
-    """How every cluster command ends, after its session closed: render the report, exit 1
-    when it says not ok. `shown`: the warnings the question before the run printed."""
+    """Render the report, exit 1 when it says not ok (`shown`: warnings the question printed)."""
     render.document(report, output, shown=shown)
     if isinstance(report, RunReport | StatusReport | PreflightReport) and not report.ok:
         raise typer.Exit(1)
@@ -238,8 +237,7 @@ command("guard")(guard)
 command("change-stack")(change_stack)
 
 
-# Stand-ins for the simulated cluster's `demo` and `sim` (cli/plugins.py): found first when it is
-# installed; without it (the tool alone, its image) these refuse with the fix, exit 2.
+# Stand-ins for the simulated cluster's `demo` and `sim` (cli/plugins.py), refusing with exit 2.
 def _stand_in(name: str, text: str) -> None:
     def refuse() -> None:
         raise UsageError(f"`dcgm-migrate {name}` needs the simulated cluster, which is not "
@@ -257,8 +255,7 @@ _stand_in("sim", "The simulated GPU cluster as a standalone server (needs it ins
 
 
 def prog_name(argv0: str) -> str | None:
-    """`kubectl dcgm-migrate` when kubectl runs us as its plugin (`kubectl-dcgm_migrate`), so
-    usage lines show what the user typed; otherwise click's default."""
+    """`kubectl dcgm-migrate` when run as kubectl's plugin, else click's default."""
     return "kubectl dcgm-migrate" if Path(argv0).name.startswith("kubectl-") else None
 
 

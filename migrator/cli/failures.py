@@ -25,8 +25,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handles_errors(fn: F, regroup: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> F:
-    """Errors to messages and exit codes; --debug only adds the traceback, same exit code.
-    `regroup`: the keyword arguments as `fn` takes them (options.spread)."""
+    """Errors to messages and exit codes (--debug adds the traceback); `regroup`: the keyword
+    arguments as `fn` takes them (options.spread)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

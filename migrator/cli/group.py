@@ -25,16 +25,15 @@ NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
 
 
 class Group(TyperGroup):
-    """A group whose commands' `Example:` lines show the name the user invoked (`kubectl
-    dcgm-migrate` for the plugin), as their usage lines do."""
+    """A group whose commands' `Example:` lines show the name the user invoked."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         found = super().get_command(ctx, cmd_name)
         return _as_invoked(found, ctx.find_root().info_name or "dcgm-migrate")
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        """An installed plugin's command where one provides it (cli/plugins.py), looked up
-        only here so that `--help` loads no plugin."""
+        """An installed plugin's command (cli/plugins.py), looked up only here: `--help`
+        loads no plugin."""
         name, found, rest = super().resolve_command(ctx, args)
         plugged = plugins.command(name) if name else None
         if plugged is not None:
@@ -43,8 +42,7 @@ class Group(TyperGroup):
 
 
 class RootGroup(Group):
-    """The program itself: a click usage error gets a `fix:` line like every other error, and
-    under `-o json`/`-o yaml` the error document on stdout."""
+    """A click usage error gets a `fix:` line, and under `-o json|yaml` the error document."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         ctx.meta.setdefault(ARGV_KEY, list(args))  # the whole command line, for `-o`

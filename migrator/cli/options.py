@@ -83,8 +83,8 @@ OUTSIDE_A_POD = "gpu-operator"
 
 def default_namespace(kubeconfig: str | None = None, service_account: Path | None = None,
                       environ: Mapping[str, str] | None = None) -> str:
-    """-n's default: in-cluster, the pod's namespace as client-go reads it ($POD_NAMESPACE, else
-    the service account's file), so a kustomize overlay's `namespace:` holds; else gpu-operator."""
+    """-n's default: in a pod, its namespace as client-go reads it ($POD_NAMESPACE, else the
+    service account's file); else gpu-operator."""
     env = dict(os.environ if environ is None else environ)
     try:
         in_cluster = resolve_source(kubeconfig, env).in_cluster

@@ -161,9 +161,9 @@ def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
 
 
 @contextlib.contextmanager
-def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
-    """The run's cache (engine/informer.py), serving every read of the run; the phase is checked
-    first (bad input costs no request)."""
+def _run_cache(session: Session, request: RunRequest) -> Iterator[tuple[Informer, Snapshot]]:
+    """The run's cache (engine/informer.py), serving every read of the run, and the namespace
+    observed through it; the phase is checked first (bad input costs no request)."""
     _check_phase(request.phase)
     with contextlib.ExitStack() as stack:
         try:  # the cache's first lists are the namespace's first reads
@@ -171,13 +171,12 @@ def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
                                                         session.catalog, session.clock))
         except APIForbidden as denied:
             _refuse_denied_namespace(session, denied)
-        yield cache
+        yield cache, observe(session, cache)
 
 
 def apply(session: Session, request: RunRequest) -> RunReport:
     """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
-    with _run_cache(session, request) as cache:
-        snap = observe(session, cache)
+    with _run_cache(session, request) as (cache, snap):
         if request.plan_file is not None:
             check_plan_file(request.plan_file, snap, session.namespace, request.phase,
                             asdict(request.settings.options))
@@ -241,8 +240,7 @@ def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot
 
 def rollback(session: Session, request: RunRequest) -> RunReport:
     """Undo phases down to and including N, newest first, from the recorded originals."""
-    with _run_cache(session, request) as cache:
-        snap = observe(session, cache)
+    with _run_cache(session, request) as (cache, snap):
         state, version = load_state(session)
         if state is None:  # lost after phase 1: its marks say what to undo, else refused
             state = recovered.from_marks(snap, session.catalog, session.namespace, session.clock,

@@ -152,6 +152,4 @@ def make_progress(quiet: bool, warnings: bool = True) -> PlainProgress | None:
     """Rich bars on a TTY, plain lines otherwise; None when output must stay silent."""
     if quiet:
         return None
-    if sys.stderr.isatty():
-        return RichProgress(warnings=warnings)
-    return PlainProgress(warnings=warnings)
+    return (RichProgress if sys.stderr.isatty() else PlainProgress)(warnings=warnings)

@@ -17,9 +17,7 @@ from migrator.engine.informer import Informer
 from migrator.engine.locate import locate, require_operator_api, require_stack, wrong_namespace
 from migrator.engine.loop import Loop, Run, RunSettings
 from migrator.engine.permissions import preflight_checks
-from migrator.engine.planfile import STALE_SHOWN as STALE_SHOWN
 from migrator.engine.planfile import check_plan_file
-from migrator.engine.planfile import save_plan as save_plan
 from migrator.engine.progress import Listener
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import (
@@ -72,8 +70,8 @@ class Session:
 
 
 def observe(session: Session, cache: Informer | None = None) -> Snapshot:
-    """The namespace as the planner sees it; refused (UsageError) when it does not exist or
-    holds none of the catalog's DaemonSets, unless its state records steps (drift, rollback)."""
+    """The namespace as the planner sees it; refused (UsageError) when it is missing or has no
+    catalog DaemonSet, unless its state records steps (drift, rollback)."""
     try:
         snap = read_snapshot(session.kube, session.namespace, session.catalog, cache=cache,
                              clock=session.clock)
@@ -89,8 +87,8 @@ def observe(session: Session, cache: Informer | None = None) -> Snapshot:
 
 
 def _refuse_denied_namespace(session: Session, denied: APIForbidden) -> NoReturn:
-    """A 403 on the namespace's first read: a wrong namespace (UsageError naming where the
-    DaemonSets run) when they are found elsewhere, else the missing permission itself."""
+    """A 403 on the first read: a wrong namespace when the DaemonSets run elsewhere, else the
+    missing permission itself."""
     where = locate(session.kube, session.catalog, session.namespace)
     if not [n for n in where.namespaces if n != session.namespace]:
         raise denied
@@ -122,8 +120,7 @@ def load_state(session: Session) -> tuple[State | None, str | None]:
 
 
 def plan(session: Session, options: Options) -> PlanReport:
-    """What each phase would change, with every gate's status now (and the objects its
-    fingerprint covers, for `save_plan`)."""
+    """What each phase would change, with every gate's status now."""
     snap = observe(session)
     state, _ = load_state(session)
     report = assemble.build(snap, session.catalog, state, options, objects=True)
@@ -137,16 +134,15 @@ class RunRequest:
     settings: RunSettings = field(default_factory=RunSettings)  # with the plan options
     plan_file: Path | None = None
     confirm: Callable[[Question], bool] = lambda question: True
-    holder: str = field(default_factory=default_holder)
     dry_run: bool = False  # the server-dry-run back end: `dryRun=All` writes, no lock, no state
 
 
 @contextlib.contextmanager
 def _applying(session: Session, told: Warned, cache: Informer, request: RunRequest,
               state: State, version: str | None) -> Iterator[Apply]:
-    """The run session (lock, save, heartbeat) held around the apply back end; a run that wrote
-    since `state` was loaded makes its first save (before any write) fail."""
-    with RunSession(session.store, version=version, holder=request.holder,
+    """The run session (lock, save, heartbeat) around the apply back end; a run that wrote since
+    `state` was loaded makes its first save (before any write) fail."""
+    with RunSession(session.store, version=version, holder=default_holder(),
                     clock=session.clock, listener=told) as held:
         yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
                         session.clock, told, request.settings), state, request.phase)
@@ -165,9 +161,9 @@ def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
 
 
 @contextlib.contextmanager
-def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
-    """The run's cache (engine/informer.py): one list per kind plus its watches serve every
-    read of the run; the phase is checked first (bad input costs no request)."""
+def _run_cache(session: Session, request: RunRequest) -> Iterator[tuple[Informer, Snapshot]]:
+    """The run's cache (engine/informer.py), serving every read of the run, and the namespace
+    observed through it; the phase is checked first (bad input costs no request)."""
     _check_phase(request.phase)
     with contextlib.ExitStack() as stack:
         try:  # the cache's first lists are the namespace's first reads
@@ -175,13 +171,12 @@ def _run_cache(session: Session, request: RunRequest) -> Iterator[Informer]:
                                                         session.catalog, session.clock))
         except APIForbidden as denied:
             _refuse_denied_namespace(session, denied)
-        yield cache
+        yield cache, observe(session, cache)
 
 
 def apply(session: Session, request: RunRequest) -> RunReport:
     """Run phases 1..N that are not completed yet (docs/design.md, "Phases")."""
-    with _run_cache(session, request) as cache:
-        snap = observe(session, cache)
+    with _run_cache(session, request) as (cache, snap):
         if request.plan_file is not None:
             check_plan_file(request.plan_file, snap, session.namespace, request.phase,
                             asdict(request.settings.options))
@@ -203,26 +198,25 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         told.say(before.warnings)  # --yes and no TTY skip the question, not these
         if request.dry_run:  # no question, no lock, no state, nothing persisted
             return _dry_run(session, told, request, snap, state, before)
-        if not request.confirm(_question(session, before, lambda p: p.number <= request.phase
-                                         and not holds(p.status))):
-            raise UsageError("Aborted at the question.", ABORTED_HINT)
+        _ask(session, request, before,
+             lambda p: p.number <= request.phase and not holds(p.status))
         state = state or State(session.namespace, clock=session.clock)
         state.plan_fingerprint = snap.fingerprint()
         with _applying(session, told, cache, request, state, version) as backend:
             Loop(backend, state).apply(request.phase)
         final, result = _outcome(session, told, request, state, backend, "apply")
-        # The run's own final report decides: a ✗ gate on a phase it was asked to complete is
-        # never success (exit 1), even when every step's wait passed.
+        # A ✗ gate on a phase it was asked to complete is never success, whatever the waits said.
         return RunReport(final, result, ok=final.holds(request.phase)
                          and not final.verdict_fails(request.phase))
 
 
-def _question(session: Session, report: PlanReport,
-              runs: Callable[[PhaseView], bool]) -> Question:
+def _ask(session: Session, request: RunRequest, report: PlanReport,
+         runs: Callable[[PhaseView], bool]) -> None:
     """The question before the first write: the phases this run writes, and where."""
-    return Question(replace(report, phases=tuple(p for p in report.phases if runs(p))),
-                    Target(session.kube.context or "(none)", session.kube.server,
-                           session.namespace))
+    if not request.confirm(Question(
+            replace(report, phases=tuple(p for p in report.phases if runs(p))),
+            Target(session.kube.context or "(none)", session.kube.server, session.namespace))):
+        raise UsageError("Aborted at the question.", ABORTED_HINT)
 
 
 def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot,
@@ -246,8 +240,7 @@ def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot
 
 def rollback(session: Session, request: RunRequest) -> RunReport:
     """Undo phases down to and including N, newest first, from the recorded originals."""
-    with _run_cache(session, request) as cache:
-        snap = observe(session, cache)
+    with _run_cache(session, request) as (cache, snap):
         state, version = load_state(session)
         if state is None:  # lost after phase 1: its marks say what to undo, else refused
             state = recovered.from_marks(snap, session.catalog, session.namespace, session.clock,
@@ -276,8 +269,8 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             # to undo is success; the lock is still taken over and released.
             session.listener.message(f"phases {', '.join(map(str, undone))} are already rolled "
                                      "back; nothing to do")
-        elif not request.confirm(_question(session, before, lambda p: p.number in applied)):
-            raise UsageError("Aborted at the question.", ABORTED_HINT)
+        else:
+            _ask(session, request, before, lambda p: p.number in applied)
         with _applying(session, told, cache, request, state, version) as backend:
             Loop(backend, state).rollback(request.phase)
         final, result = _outcome(session, told, request, state, backend, "rollback")
@@ -316,11 +309,6 @@ def status(session: Session) -> StatusReport:
             if v.number in undoing else v for v in report.phases))
     return StatusReport(report, digest, run, state_error=broken,
                         ok=not broken and not assemble.status_faults(report, run))
-
-
-def verify(session: Session) -> StatusReport:
-    """Gates only, for runbooks and cron: exactly the answer `status` gives."""
-    return status(session)
 
 
 def unlock(session: Session, force: bool = False) -> UnlockReport:

@@ -96,12 +96,8 @@ class Interrupted(KeyboardInterrupt):
 
     def __init__(self, signum: int, name: str) -> None:
         super().__init__(name)
-        self.signum = signum
         self.name = name
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
+        self.exit_code = 128 + signum
 
 
 _EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (

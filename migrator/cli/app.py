@@ -15,7 +15,6 @@ import typer
 
 from migrator import __version__, commands
 from migrator.cli import render
-from migrator.cli.documents import to_document
 from migrator.cli.failures import handles_errors
 from migrator.cli.group import RootGroup
 from migrator.cli.guard_cmd import guard
@@ -32,8 +31,8 @@ from migrator.cli.options import (
 from migrator.cli.plugins import INSTALL_HINT
 from migrator.cli.sessions import Confirm, session
 from migrator.cli.stack_cmd import change_stack
-from migrator.commands import save_plan
 from migrator.engine import interrupts
+from migrator.engine.planfile import save_plan
 from migrator.engine.reports import PreflightReport, Report, RunReport, StatusReport
 from migrator.errors import Interrupted, UsageError, exit_code_for
 from migrator.model.planning import Options
@@ -81,8 +80,7 @@ def command(name: str | None = None, **settings: Any) -> Callable[[Callable[...,
 
 
 def _rendered(report: Report, output: Output, shown: tuple[str, ...] = ()) -> None:
-    """How every cluster command ends, after its session closed: render the report, exit 1
-    when it says not ok. `shown`: the warnings the question before the run printed."""
+    """Render the report, exit 1 when it says not ok (`shown`: warnings the question printed)."""
     render.document(report, output, shown=shown)
     if isinstance(report, RunReport | StatusReport | PreflightReport) and not report.ok:
         raise typer.Exit(1)
@@ -103,7 +101,7 @@ def plan(
     with session(cluster) as s:
         report = commands.plan(s, options)
         if out is not None:  # the plan file keeps the report's document and its options
-            save_plan(out, to_document(report), report.objects, asdict(options))
+            save_plan(out, render.to_document(report), report.objects, asdict(options))
     _rendered(report, cluster.output)
 
 
@@ -153,7 +151,7 @@ def _watched(report: StatusReport, output: Output, watch: bool) -> None:
     if not watch or output is Output.table:
         render.document(report, output)
     elif output is Output.json:
-        sys.stdout.write(json.dumps(to_document(report), separators=(",", ":"), default=str)
+        sys.stdout.write(json.dumps(render.to_document(report), separators=(",", ":"), default=str)
                          + "\n")
         sys.stdout.flush()
     else:
@@ -203,7 +201,7 @@ def verify(cluster: Cluster) -> None:
     Example: dcgm-migrate verify || page-oncall
     """
     with session(cluster) as s:
-        report = commands.verify(s)
+        report = commands.status(s)
     _rendered(report, cluster.output)
 
 
@@ -239,8 +237,7 @@ command("guard")(guard)
 command("change-stack")(change_stack)
 
 
-# Stand-ins for the simulated cluster's `demo` and `sim` (cli/plugins.py): found first when it is
-# installed; without it (the tool alone, its image) these refuse with the fix, exit 2.
+# Stand-ins for the simulated cluster's `demo` and `sim` (cli/plugins.py), refusing with exit 2.
 def _stand_in(name: str, text: str) -> None:
     def refuse() -> None:
         raise UsageError(f"`dcgm-migrate {name}` needs the simulated cluster, which is not "
@@ -258,8 +255,7 @@ _stand_in("sim", "The simulated GPU cluster as a standalone server (needs it ins
 
 
 def prog_name(argv0: str) -> str | None:
-    """`kubectl dcgm-migrate` when kubectl runs us as its plugin (`kubectl-dcgm_migrate`), so
-    usage lines show what the user typed; otherwise click's default."""
+    """`kubectl dcgm-migrate` when run as kubectl's plugin, else click's default."""
     return "kubectl dcgm-migrate" if Path(argv0).name.startswith("kubectl-") else None
 
 

@@ -1,6 +1,5 @@
-"""Every command the CLI prints runs as written against the cluster it was printed for: each
-backticked `dcgm-migrate`/`kubectl` command gets the caller's `--kubeconfig`, `--context` and
-`-n` (only those given), so a copied fix cannot act on another cluster."""
+"""Every backticked `dcgm-migrate`/`kubectl` command the CLI prints gets the caller's
+`--kubeconfig`, `--context` and `-n` (those given), so a copied fix acts on the same cluster."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def long_name(option: str) -> str:
 
 
 def option_values(argv: Sequence[str]) -> dict[str, str]:
-    """Each `--option value`, `--option=value`, `-n value` or `-nvalue`, by long name (the
-    last wins)."""
+    """Each `--option value`, `--option=value`, `-n value` or `-nvalue`, by long name."""
     out: dict[str, str] = {}
     for i, arg in enumerate(argv):
         head, eq, value = arg.partition("=")
@@ -57,15 +55,9 @@ class Selection:
     def current(cls) -> Selection:
         return cls.of(invoked())
 
-    def options(self, program: str) -> list[str]:
-        out: list[str] = []
-        if self.kubeconfig:
-            out += ["--kubeconfig", self.kubeconfig]
-        if self.context:
-            out += ["--context", self.context]
-        if self.namespace and program in PROGRAMS:
-            out += ["-n", self.namespace]
-        return out
+    def options(self) -> list[tuple[str, str]]:
+        return [(name, value) for name, value in (("--kubeconfig", self.kubeconfig),
+                ("--context", self.context), ("-n", self.namespace)) if value]
 
 
 def command(argv: Sequence[str], selection: Selection) -> str:
@@ -75,9 +67,8 @@ def command(argv: Sequence[str], selection: Selection) -> str:
         return shlex.join(argv)
     given = {long_name(a.split("=", 1)[0]) for a in argv if a.startswith("-")}
     given |= {long_name(a[:2]) for a in argv if len(a) > 2 and a[:2] in _LONG}
-    extra = selection.options(argv[0])
-    extra = [t for i in range(0, len(extra), 2) if long_name(extra[i]) not in given
-             for t in extra[i:i + 2]]
+    extra = [t for name, value in selection.options() if long_name(name) not in given
+             for t in (name, value)]
     return shlex.join([*argv, *extra])
 
 
@@ -89,16 +80,13 @@ def _talks_to_a_cluster(argv: Sequence[str]) -> bool:
 
 
 def complete(text: str, selection: Selection) -> str:
-    """`text` with each backticked command completed by `command` (other backticked text
-    left as it is)."""
+    """`text` with each backticked command completed by `command`."""
 
     def one(match: re.Match[str]) -> str:
         inner = match.group(1)
         try:
             argv = shlex.split(inner)
         except ValueError:
-            return match.group(0)
-        if not _talks_to_a_cluster(argv):
             return match.group(0)
         done = command(argv, selection)
         return f"`{inner if done == shlex.join(argv) else done}`"

@@ -25,8 +25,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handles_errors(fn: F, regroup: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> F:
-    """Errors to messages and exit codes; --debug only adds the traceback, same exit code.
-    `regroup`: the keyword arguments as `fn` takes them (options.spread)."""
+    """Errors to messages and exit codes (--debug adds the traceback); `regroup`: the keyword
+    arguments as `fn` takes them (options.spread)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -53,9 +53,7 @@ def handles_errors(fn: F, regroup: Callable[[dict[str, Any]], dict[str, Any]] = 
             render.error(exc, hint)
             output = kwargs.get("output")
             if isinstance(output, Output) and output is not Output.table:
-                render.raw({"error": {"message": exc.message, "hint": hint,
-                                      "exitCode": exit_code_for(exc),
-                                      "type": type(exc).__name__}}, output)
+                render.raw({"error": render.error_document(exc, hint)}, output)
             raise typer.Exit(exit_code_for(exc)) from None
 
     return cast(F, wrapper)

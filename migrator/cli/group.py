@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 from migrator.cli import plugins, render
 from migrator.cli.commandline import ARGV_KEY
 from migrator.cli.options import Output
+from migrator.errors import UsageError
 
 # click's exceptions, from wherever this typer takes click (vendored in typer >= 0.22)
 _clicks = sys.modules[typer.BadParameter.__module__]
@@ -24,16 +25,15 @@ NoArgsIsHelp: tuple[type[Exception], ...] = tuple(
 
 
 class Group(TyperGroup):
-    """A group whose commands' `Example:` lines show the name the user invoked (`kubectl
-    dcgm-migrate` for the plugin), as their usage lines do."""
+    """A group whose commands' `Example:` lines show the name the user invoked."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         found = super().get_command(ctx, cmd_name)
         return _as_invoked(found, ctx.find_root().info_name or "dcgm-migrate")
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        """An installed plugin's command where one provides it (cli/plugins.py), looked up
-        only here so that `--help` loads no plugin."""
+        """An installed plugin's command (cli/plugins.py), looked up only here: `--help`
+        loads no plugin."""
         name, found, rest = super().resolve_command(ctx, args)
         plugged = plugins.command(name) if name else None
         if plugged is not None:
@@ -42,8 +42,7 @@ class Group(TyperGroup):
 
 
 class RootGroup(Group):
-    """The program itself: a click usage error gets a `fix:` line like every other error, and
-    under `-o json`/`-o yaml` the error document on stdout."""
+    """A click usage error gets a `fix:` line, and under `-o json|yaml` the error document."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         ctx.meta.setdefault(ARGV_KEY, list(args))  # the whole command line, for `-o`
@@ -61,9 +60,8 @@ class RootGroup(Group):
             typer.echo(f"fix: {hint}", err=True)
             output = _output_of(ctx.meta.get(ARGV_KEY, []))
             if output is not Output.table:
-                message = shown.format_message()
-                render.raw({"error": {"message": message, "hint": hint,
-                                      "exitCode": 2, "type": "UsageError"}}, output)
+                error = UsageError(shown.format_message(), hint)
+                render.raw({"error": render.error_document(error)}, output)
             raise typer.Exit(2) from None
 
 

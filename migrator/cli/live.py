@@ -33,9 +33,8 @@ def eta_text(p: RolloutProgress) -> str:
 
 
 class PlainProgress(Listener):
-    """One line per meaningful change (a rollout's at most every `interval` seconds). Under
-    `-o json/yaml` warnings are said here; `warnings=False` (a table prints them) holds them
-    for `say_held`, when no report comes."""
+    """One line per meaningful change. Under `-o json/yaml` warnings are said here; with
+    `warnings=False` (a table prints them) they are held for `say_held`."""
 
     def __init__(self, stream: Any = None, interval: float = 2.0,
                  warnings: bool = True) -> None:
@@ -62,27 +61,25 @@ class PlainProgress(Listener):
     def step(self, event: StepEvent) -> None:
         self._say(f"  {event.status:8} {event.step.object} ({event.step.type})")
 
+    def _changed(self, key: str, counts: tuple[int, ...], throttle: bool = False) -> bool:
+        """Whether `counts` are news for `key` (with `throttle`, at most every `interval`)."""
+        now, last = time.monotonic(), self._last.get(key)
+        if last and (last[1] == counts or (throttle and now - last[0] < self.interval)):
+            return False
+        self._last[key] = (now, counts)
+        return True
+
     def rollout(self, p: RolloutProgress) -> None:
-        counts = (p.updated, p.available, p.desired)
-        now = time.monotonic()
-        last = self._last.get(p.daemonset)
         done = p.updated == p.desired == p.available
-        if last and last[1] == counts:
-            return
-        if last and now - last[0] < self.interval and not done:
-            return
-        self._last[p.daemonset] = (now, counts)
-        eta = eta_text(p)
-        self._say(f"  rollout  DaemonSet/{p.daemonset}: updated {p.updated}/{p.desired}, "
-                  f"available {p.available}/{p.desired}" + (f", {eta}" if eta else ""))
+        if self._changed(p.daemonset, (p.updated, p.available, p.desired), not done):
+            eta = eta_text(p)
+            self._say(f"  rollout  DaemonSet/{p.daemonset}: updated {p.updated}/{p.desired}, "
+                      f"available {p.available}/{p.desired}" + (f", {eta}" if eta else ""))
 
     def endpoints(self, p: EndpointProgress) -> None:
-        key = f"svc/{p.service}"
-        last = self._last.get(key)
-        if last and last[1] == (p.ready, p.baseline):
-            return
-        self._last[key] = (time.monotonic(), (p.ready, p.baseline))
-        self._say(f"  endpoints Service/{p.service}: {p.ready} ready (baseline {p.baseline})")
+        if self._changed(f"svc/{p.service}", (p.ready, p.baseline)):
+            self._say(f"  endpoints Service/{p.service}: {p.ready} ready "
+                      f"(baseline {p.baseline})")
 
     def settle(self, seconds_left: float) -> None:
         if self._settling is None:
@@ -98,13 +95,13 @@ class PlainProgress(Listener):
 
     def warning(self, text: str) -> None:
         if self.warnings:
-            self._say(f"warning: {complete(text, self.selection)}")
+            self.message(f"warning: {text}")
         elif text not in self.held:  # `status --watch` reads the same warnings every refresh
             self.held.append(text)
 
     def say_held(self) -> None:  # the command failed: no report will print them
         for text in self.held:
-            self._say(f"warning: {complete(text, self.selection)}")
+            self.message(f"warning: {text}")
         self.held.clear()
 
     def close(self) -> None:
@@ -155,6 +152,4 @@ def make_progress(quiet: bool, warnings: bool = True) -> PlainProgress | None:
     """Rich bars on a TTY, plain lines otherwise; None when output must stay silent."""
     if quiet:
         return None
-    if sys.stderr.isatty():
-        return RichProgress(warnings=warnings)
-    return PlainProgress(warnings=warnings)
+    return (RichProgress if sys.stderr.isatty() else PlainProgress)(warnings=warnings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -14,7 +15,6 @@ from typing import Annotated, Any, get_type_hints
 import typer
 import yaml
 
-from migrator.cli.durations import parse_duration
 from migrator.commands import RunRequest
 from migrator.engine.loop import RunSettings
 from migrator.errors import UsageError
@@ -22,6 +22,30 @@ from migrator.kube.config import resolve_source
 from migrator.model import yamldoc
 from migrator.model.planning import Options
 from migrator.model.stacks import load_catalog
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, option: str = "--timeout") -> float:
+    """A `--timeout 10m`-style duration in seconds (Go/kubectl style: 1h2m3.5s, or bare seconds)."""
+    raw = text.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        pos, value = 0, 0.0
+        for m in _PART.finditer(raw):
+            if m.start() != pos:
+                break
+            value += float(m.group(1)) * _UNITS[m.group(2)]
+            pos = m.end()
+        if pos != len(raw) or not raw:
+            raise UsageError(f"{option} {text!r} is not a duration.",
+                             f"use a number of seconds or a duration like 90s, 10m or 1h30m "
+                             f"for {option}") from None
+    if value < 0:
+        raise UsageError(f"{option} cannot be negative.", f"pass a positive {option}")
+    return value
 
 
 class Output(StrEnum):
@@ -59,8 +83,8 @@ OUTSIDE_A_POD = "gpu-operator"
 
 def default_namespace(kubeconfig: str | None = None, service_account: Path | None = None,
                       environ: Mapping[str, str] | None = None) -> str:
-    """-n's default: in-cluster, the pod's namespace as client-go reads it ($POD_NAMESPACE, else
-    the service account's file), so a kustomize overlay's `namespace:` holds; else gpu-operator."""
+    """-n's default: in a pod, its namespace as client-go reads it ($POD_NAMESPACE, else the
+    service account's file); else gpu-operator."""
     env = dict(os.environ if environ is None else environ)
     try:
         in_cluster = resolve_source(kubeconfig, env).in_cluster

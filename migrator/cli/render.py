@@ -1,10 +1,12 @@
-"""Render reports: rich tables for people, one JSON/YAML document for scripts."""
+"""Render reports: rich tables for people, one JSON/YAML document for scripts (its keys in
+docs/output.schema.json's order)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from functools import singledispatch
 from typing import Any
 
 import yaml
@@ -13,45 +15,44 @@ from rich.markup import escape
 from rich.table import Table
 
 from migrator.cli.commandline import Selection, complete, completed, resume
-from migrator.cli.documents import to_document
 from migrator.cli.options import Output
 from migrator.engine.assemble import closing
 from migrator.engine.reports import (
     GuardReport,
+    PhaseView,
     PlanReport,
     PreflightReport,
     Question,
     Report,
+    RollbackPhase,
+    RunOutcome,
     RunReport,
     RunView,
+    StateDigest,
     StatusReport,
     UnlockReport,
 )
-from migrator.errors import MigrateError
+from migrator.errors import MigrateError, exit_code_for
 from migrator.model.phasestatus import PhaseStatus
 from migrator.model.stepbase import Change
 
 
-class _Pointed:
+class _Pointed(Console):
     """A console whose printed text has its commands pointed at this invocation's cluster
     (cli/commandline.py)."""
 
-    def __init__(self, console: Console, selection: Selection) -> None:
-        self.console, self.selection = console, selection
+    def __init__(self, stderr: bool = False) -> None:
+        stream = sys.stderr if stderr else sys.stdout
+        width = None if stream.isatty() else 160  # logs and CI: wide enough not to fold names
+        super().__init__(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
+        self.selection = Selection.current()
 
-    @property
-    def width(self) -> int:
-        return int(self.console.width)
-
-    def print(self, what: Any = "") -> None:
-        self.console.print(complete(what, self.selection) if isinstance(what, str) else what)
+    def print(self, *objects: Any, **settings: Any) -> None:
+        super().print(*(complete(o, self.selection) if isinstance(o, str) else o
+                        for o in objects), **settings)
 
 
-def _console(stderr: bool = False) -> Any:
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 160  # logs and CI: wide enough not to fold names
-    return _Pointed(Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width),
-                    Selection.current())
+_console = _Pointed  # tests narrow it
 
 
 def document(report: Report, output: Output, shown: Sequence[str] = ()) -> None:
@@ -161,7 +162,7 @@ def report_table(shown_report: PlanReport | Question | RunReport | StatusReport,
                   f"[{color}]{'OK' if line.ok else 'NOT OK'}[/{color}] — {esc(line.detail)}")
 
 
-def changes_table(con: Any, changes: Sequence[Change]) -> None:
+def changes_table(con: Console, changes: Sequence[Change]) -> None:
     """Object, field, before, after, names never split: when the columns' longest words do not
     fit side by side, each object, then indented below each field and before → after."""
     rows = [(str(c.object), str(c.field), _val(c.before), _val(c.after)) for c in changes]
@@ -195,7 +196,7 @@ def _event(event: Mapping[str, Any]) -> str:
     return f"{event.get('at', '')} {event.get('event', '')}" + (f" {details}" if details else "")
 
 
-def run_lines(con: Any, run: RunView) -> None:
+def run_lines(con: _Pointed, run: RunView) -> None:
     """`status`: the run going on or interrupted, its lock, the command that resumes it, and a
     rollback's steps (docs/output.schema.json, `$defs/run`)."""
     head = f"[bold]run[/bold] {_RUN_HEADS.get(run.state, run.state)}"
@@ -265,3 +266,117 @@ def error(exc: MigrateError, hint: str | None = None) -> None:
     hint = exc.hint if hint is None else hint
     if hint:
         con.print(f"[bold]fix:[/bold] {esc(hint)}")
+
+
+# ---- a report as its `-o json|yaml` document (docs/output.schema.json) ------------------------
+
+Doc = dict[str, Any]
+
+
+@singledispatch
+def to_document(report: object) -> Doc:
+    raise TypeError(f"no document for {type(report).__name__}")
+
+
+def _phase(view: PhaseView) -> Doc:
+    doc: Doc = {"number": view.number, "name": view.name, "status": view.status.value,
+                "changes": [c.as_dict() for c in view.changes],
+                "gates": [g.as_dict() for g in view.gates], "notes": list(view.notes),
+                "blocked": view.blocked, "error": view.error}
+    if view.preview is not None:
+        doc["preview"] = {"outcome": view.preview.outcome,
+                          "wouldWaitFor": list(view.preview.would_wait_for)}
+    return doc
+
+
+@to_document.register
+def _plan(report: PlanReport) -> Doc:
+    change = report.stack_change
+    return {
+        "stack": report.stack, "namespace": report.namespace, "fingerprint": report.fingerprint,
+        "components": list(report.components), "phases": [_phase(v) for v in report.phases],
+        "warnings": list(report.warnings), "toolDuplicates": report.tool_duplicates,
+        "scrapeDuplicates": report.scrape_duplicates, "verdict": report.verdict.as_dict(),
+        "lostState": list(report.lost_state),
+        "stackChange": change and {"recorded": change.recorded, "live": change.live},
+    }
+
+
+@to_document.register
+def _question(question: Question) -> Doc:
+    target = question.target
+    return {**_plan(question.report), "target": {
+        "context": target.context, "server": target.server, "namespace": target.namespace}}
+
+
+def _result(result: RunOutcome) -> Doc:
+    doc: Doc = {"operation": result.operation, "writes": result.writes,
+                "dryRun": result.dry_run,
+                "lowestEndpoints": {k: {"lowest": v.lowest, "baseline": v.baseline}
+                                    for k, v in result.lowest_endpoints.items()}}
+    if result.notes is not None:
+        doc["notes"] = list(result.notes)
+    return doc
+
+
+@to_document.register
+def _run(report: RunReport) -> Doc:
+    return {**_plan(report.report), "result": _result(report.result), "ok": report.ok}
+
+
+def _state(digest: StateDigest) -> Doc:
+    return {"planFingerprint": digest.plan_fingerprint, "updated": digest.updated,
+            "lastError": digest.last_error, "history": [dict(e) for e in digest.history]}
+
+
+def _rollback(phase: RollbackPhase) -> Doc:
+    return {"phase": phase.phase, "name": phase.name, "status": phase.status.value,
+            "steps": [{"object": s.object, "type": s.type, "status": s.status,
+                       "changes": [c.as_dict() for c in s.changes]} for s in phase.steps]}
+
+
+def run_view(run: RunView) -> Doc:
+    lock = run.lock
+    return {
+        "state": run.state, "operation": run.operation, "target": run.target,
+        "phase": run.phase, "lock": lock and {"holder": lock.holder, "acquired": lock.acquired,
+                                              "expires": lock.expires, "live": lock.live,
+                                              "gone": lock.gone},
+        "resume": run.resume,
+        "lastEvent": dict(run.last_event) if run.last_event is not None else None,
+        "waitsFor": run.waits_for,
+        "rollback": None if run.rollback is None else [_rollback(p) for p in run.rollback],
+    }
+
+
+@to_document.register
+def _status(report: StatusReport) -> Doc:
+    doc = {**_plan(report.report), "state": report.state and _state(report.state),
+           "run": run_view(report.run), "ok": report.ok}
+    if report.state_error is not None:
+        doc["stateError"] = error_document(report.state_error)
+    return doc
+
+
+def error_document(error: MigrateError, hint: str | None = None) -> Doc:
+    """An error as `-o json|yaml` shows it (`hint`: as the CLI completed it)."""
+    return {"message": error.message, "hint": error.hint if hint is None else hint,
+            "exitCode": exit_code_for(error), "type": type(error).__name__}
+
+
+@to_document.register
+def _unlock(report: UnlockReport) -> Doc:
+    return {"namespace": report.namespace, "released": report.released,
+            "forced": report.forced, "holderGone": report.holder_gone}
+
+
+@to_document.register
+def _preflight(report: PreflightReport) -> Doc:
+    return {"namespace": report.namespace, "server": report.server,
+            "checks": [c.as_dict() for c in report.checks], "ok": report.ok}
+
+
+@to_document.register
+def _guard(report: GuardReport) -> Doc:
+    return {"namespace": report.namespace, **report.passed.as_dict(),
+            "verdict": report.verdict.as_dict()}

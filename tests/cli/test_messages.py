@@ -29,8 +29,8 @@ from dcgm_sim.cluster import SimCluster
 from migrator.cli import render, sessions
 from migrator.cli.app import app
 from migrator.cli.live import PlainProgress
-from migrator.commands import STALE_SHOWN, save_plan
 from migrator.engine import assemble
+from migrator.engine.planfile import STALE_SHOWN, save_plan
 from migrator.model import kinds
 from migrator.model.planning import Options
 from migrator.model.snapshot import changed_fields

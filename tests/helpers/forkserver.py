@@ -49,8 +49,8 @@ MODULE = "migrator"
 PRELOAD = (
     "typer", "typer.testing", "rich.console", "rich.table",
     "yaml", "urllib3", "migrator", "migrator.cli.app", "migrator.commands",
-    "migrator.cli.render", "migrator.cli.live", "migrator.cli.documents",
-    "migrator.cli.durations", "migrator.kube.client", "migrator.engine.applying",
+    "migrator.cli.render", "migrator.cli.live", "migrator.cli.options",
+    "migrator.kube.client", "migrator.engine.applying",
     "migrator.engine.reports", "migrator.engine.progress", "migrator.plans",
     "typer._click.decorators", "importlib.resources.readers",
     "encodings.idna", "pwd", "_strptime",

@@ -1,4 +1,4 @@
-"""The reports the commands return, typed; serialised to `-o json` by cli/documents.py."""
+"""The reports the commands return, typed; serialised to `-o json` by cli/render.py."""
 
 from __future__ import annotations
 

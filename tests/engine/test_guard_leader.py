@@ -1,5 +1,5 @@
 """The guard's leader election renews on its own thread with client-go's timing
-(engine/elector.py): a pass longer than the lease keeps the Lease and a second replica never
+(engine/leader.py): a pass longer than the lease keeps the Lease and a second replica never
 leads or writes meanwhile; a leader that cannot renew stops writing once its renew deadline
 passes, before any other replica could take the Lease. Time is a clock the test steps
 (`StepClock`): no test waits out a lease."""

@@ -1,6 +1,5 @@
-"""The per-node gap of a stack change as the tool measures it: for each stable Service and each
-node it served when the change began, how long that node had no Ready endpoint behind it (read
-from the Services' EndpointSlices on the run's clock each time the run waits)."""
+"""The per-node gap of a stack change: for each stable Service and node it served at the start,
+how long the node had no Ready endpoint behind it (its EndpointSlices, sampled as the run waits)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ SERVICE_NAME = "kubernetes.io/service-name"
 
 
 class GapMeter:
-    """Samples the stable Services' ready endpoints per node; keeps each node's open gap and
-    its longest closed one."""
+    """Each (service, node)'s open gap and its longest closed one."""
 
     def __init__(self, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
                  ) -> None:

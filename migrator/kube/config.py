@@ -1,10 +1,6 @@
-"""Where the connection settings come from: kubectl's order, `--kubeconfig`, `$KUBECONFIG` (files
-merged), `~/.kube/config`, then the pod's service account. The official client's loaders read
-them (exec plugins, auth providers, certificates, `proxy-url`, relative paths; the service
-account's token re-read as it rotates); this module picks the files and the context and says in
-one `UsageError` what is wrong, naming the file or context, never quoting it (it holds tokens).
-The proxy is kubectl's: `proxy-url`, else the environment's by Go's rules (proxy.py).
-"""
+"""Connection settings in kubectl's order: `--kubeconfig`, `$KUBECONFIG` (merged), `~/.kube/config`,
+the pod's service account, read by the official client's loaders. Here: the files, the context,
+and one `UsageError` naming (never quoting: tokens) what is wrong; the proxy by Go's rules."""
 
 from __future__ import annotations
 
@@ -22,15 +18,12 @@ from migrator.errors import UsageError
 from migrator.kube.proxy import client_proxy, proxy_for
 
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
-# Keep-alive connections per server, at least: the guard holds three watches and sends 16 slice
-# writes at once; fewer made each wave of writes open new connections (handshakes cost seconds).
+# Keep-alive connections per server, at least: the guard's 3 watches and 16 concurrent writes.
 POOLED = 32
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where the settings were read from, for messages: file paths, or the service account."""
-
     paths: tuple[str, ...]
     in_cluster: bool = False
 
@@ -65,7 +58,7 @@ def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) ->
 
 
 def _merged(source: Source) -> KubeConfigMerger:
-    """The files read and merged by the client (first entry of a name wins, as kubectl)."""
+    """The files merged by the client (a name's first entry wins, as in kubectl)."""
     where = source.describe()
     try:
         merger = KubeConfigMerger(os.pathsep.join(source.paths))  # type: ignore[no-untyped-call]
@@ -87,8 +80,8 @@ def _merged(source: Source) -> KubeConfigMerger:
 
 
 def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
-    """The context that will be used; UsageError when it is unknown or none is set. The
-    current-context is the first file's that sets one, as kubectl reads a KUBECONFIG list."""
+    """The context to use (else the first file's current-context, as kubectl); UsageError when
+    it is unknown or none is set."""
     config = merger.config.value if merger.config is not None else {}
     names = [str(entry["name"]) for entry in config.get("contexts") or []]
     current = next((str(doc["current-context"]) for doc in merger.config_files.values()
@@ -106,16 +99,14 @@ def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
 
 
 def _configuration(host: str | None = None) -> Any:
-    """A client Configuration without the client's own environment proxy (Python's rules)."""
     configuration = Configuration(host=host)
     configuration.proxy = None
     return configuration
 
 
 def _finished(configuration: Any) -> Any:
-    """The configuration with kubectl's proxy (its `proxy-url`, else the environment's by Go's
-    rules, as urllib3 must be told it; the client's own `no_proxy` matching differs from Go's
-    and is cleared), POOLED connections at least, and no urllib3 retries (transport.py's)."""
+    """With kubectl's proxy (the client's own `no_proxy` matching is not Go's: cleared), POOLED
+    connections at least, and no urllib3 retries (transport.py retries)."""
     configuration.proxy, configuration.proxy_headers = client_proxy(
         configuration.proxy or proxy_for(configuration.host, os.environ))
     configuration.no_proxy = None
@@ -126,8 +117,7 @@ def _finished(configuration: Any) -> Any:
 
 
 def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any, str]:
-    """The client Configuration for the chosen kubeconfig/context, or the pod's service account,
-    and the context's name ("in-cluster" for the service account)."""
+    """The client Configuration and the context's name ("in-cluster" for the service account)."""
     source = resolve_source(kubeconfig)
     configuration = _configuration()
     if source.in_cluster:
@@ -144,8 +134,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any
     merger = _merged(source)
     chosen = _context(merger, source.describe(), context)
     try:
-        # As the client's load_kube_config: relative paths from each file's folder, and what an
-        # auth provider refreshed (an OIDC refresh token) written back, as kubectl does.
+        # As load_kube_config: paths relative to each file, refreshed auth written back.
         loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
             config_dict=merger.config, active_context=chosen, config_base_path=None,
             config_persister=merger.save_changes)
@@ -154,7 +143,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any
         raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
                          f"{chosen!r}: {exc}.", _HINT) from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        # Malformed entries (bad base64 data...): name the type only, values may be credentials.
+        # Malformed entries: name the type only, values may be credentials.
         raise UsageError(f"The kubeconfig {source.describe()} is malformed for context "
                          f"{chosen!r} ({type(exc).__name__}).", _HINT) from None
     return _finished(configuration), chosen

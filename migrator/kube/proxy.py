@@ -1,11 +1,7 @@
-"""Which HTTP proxy carries the requests to an API server: kubectl's answer, by Go's rules.
-
-client-go takes it from Go's `http.ProxyFromEnvironment` (golang.org/x/net/http/httpproxy) unless
-the kubeconfig cluster sets `proxy-url` (then NO_PROXY plays no part). The Python client's own
-rules (`urllib.request.getproxies`) differ, so config.py tells it only what is decided here:
-`HTTPS_PROXY`/`HTTP_PROXY` by the server's scheme, upper-case first, a bare `host:port` taken as
-`http://`; never for localhost or loopback; `NO_PROXY` entries `*`, IPs, CIDRs (no name is
-resolved), domains with their subdomains (`*.`/leading `.`: only subdomains), `host:port`.
+"""Which HTTP proxy carries the requests to an API server: kubectl's answer, by Go's rules
+(golang.org/x/net/http/httpproxy, unless the cluster sets `proxy-url`), which differ from
+Python's `getproxies`: upper-case first, bare `host:port` is http, never loopback, NO_PROXY with
+`*`, IPs, CIDRs (no name resolved), domains with subdomains (`*.`/`.`: only those), `host:port`.
 """
 
 from __future__ import annotations
@@ -36,8 +32,7 @@ def _address(host: str) -> Address | None:
 
 
 def _no_proxy_matches(entry: str, host: str, port: str, ip: Address | None) -> bool:
-    """One NO_PROXY entry against the server's host and port (httpproxy's `config.init` and
-    its `cidrMatch`, `ipMatch`, `domainMatch`)."""
+    """One NO_PROXY entry against the server (httpproxy's cidrMatch, ipMatch, domainMatch)."""
     if "/" in entry:
         try:
             network = ipaddress.ip_network(entry, strict=False)
@@ -96,10 +91,9 @@ def proxy_for(server: str, environ: Mapping[str, str]) -> str | None:
 
 
 def client_proxy(proxy: str | None) -> tuple[str | None, dict[str, str] | None]:
-    """`proxy` as the client's urllib3 must be told it: the URL and the proxy's headers. An
-    http(s) proxy's credentials go as Basic `Proxy-Authorization`, as Go sends them. A SOCKS5
-    proxy resolves the server's name, as Go's SOCKS dialer has it (urllib3's `socks5h`), through
-    PySocks, an optional dependency: without it, one sentence and the fix, before any request."""
+    """`proxy` as urllib3 takes it: the URL and headers (credentials as Basic
+    `Proxy-Authorization`, as Go). SOCKS5 resolves names at the proxy (`socks5h`, as Go) and needs
+    the optional PySocks: without it, a UsageError before any request."""
     if proxy is None:
         return None, None
     parts = urlsplit(proxy)

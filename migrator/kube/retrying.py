@@ -1,11 +1,6 @@
-"""Retry policy of the kube choke point: which failures are retried, how long to wait, when to stop.
-
-Every request, writes too, is retried (each write is idempotent or guarded by a resourceVersion
-or delete preconditions). Backoff waits (equal jitter) add up to at most `max_wait_seconds`; one
-`Retry-After` is honoured on top, up to `max_retry_after_seconds` (32 s: API Priority and
-Fairness's `maxRetryAfter`, apiserver dropped_requests_tracker.go), and announced (`notice`).
-Sleep and randomness are injected so tests take no real time.
-"""
+"""Retry policy of the kube choke point. Every request is retried, writes too (each is idempotent
+or guarded). Backoff (equal jitter) sums to `max_wait_seconds`; one `Retry-After` is honoured on
+top, up to 32 s (API Priority and Fairness's `maxRetryAfter`), and announced (`notice`)."""
 
 from __future__ import annotations
 
@@ -47,8 +42,7 @@ class RetryPolicy:
 
 
 class Transient(Exception):
-    """One attempt failed in a way worth retrying: a retryable status, or no connection
-    (`status` 0). The choke point turns the last one into a typed error."""
+    """An attempt worth retrying: a retryable status, or no connection (`status` 0)."""
 
     def __init__(self, reason: str, *, status: int = 0, retry_after: float | None = None,
                  body: bytes = b"") -> None:
@@ -57,8 +51,7 @@ class Transient(Exception):
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a `Retry-After` header; None when absent or not a number of seconds (the
-    HTTP-date form the API server never sends)."""
+    """Seconds from a `Retry-After` header; None when absent or not seconds (an HTTP-date)."""
     try:
         return max(float(value.strip()), 0.0) if value else None
     except ValueError:
@@ -76,8 +69,8 @@ class Outcome:
 
 
 def retrier(policy: RetryPolicy, outcome: Outcome) -> tenacity.Retrying:
-    """Calls a function until it returns, raises a non-`Transient` error, or the budget is
-    spent (then the last `Transient` is re-raised), counting into `outcome`."""
+    """Retries while `Transient` is raised and the budget lasts (then re-raises it), counting
+    into `outcome`."""
 
     def asked(state: tenacity.RetryCallState) -> tuple[Transient | None, float | None]:
         """The failure, and the Retry-After to honour (capped; None when none was named)."""

@@ -1,6 +1,5 @@
-"""An API server's error answer (a `Status` object) as the tool's typed errors. Pure: the message
-is the server's own sentence (it names the object, for 403 the verb and resource); the hint says
-what to do."""
+"""An API server's error answer (a `Status`) as the tool's typed errors: the server's own
+sentence as the message, a hint of what to do."""
 
 from __future__ import annotations
 
@@ -41,9 +40,8 @@ def causes(status: dict[str, Any]) -> tuple[str, ...]:
 
 
 def failed_test(status: dict[str, Any]) -> bool:
-    """Is this 422 a JSON patch's failed `test` ("testing value <path> failed", evanphx/json-patch,
-    in a cause or the message; apiserver handlers/patch.go), not a refusal of the change (an
-    admission policy or an immutable field is 422 Invalid too, with other causes)?"""
+    """Is this 422 a JSON patch's failed `test` ("testing value <path> failed", in a cause or the
+    message), not a refusal of the change?"""
     texts = [str(c.get("message") or "") for c in _causes(status)]
     texts.append(str(status.get("message") or ""))
     return any(t.startswith("testing value ") or ": testing value " in t for t in texts)

@@ -1,10 +1,6 @@
-"""The choke point: every request to the API server goes through `Transport.send`.
-
-Requests go out through the official client's `ApiClient` (its auth, refreshed tokens, urllib3 pool
-with the kubeconfig's TLS and proxy); here they get timeouts, retries, a count and typed errors.
-Bodies are raw JSON (the generated models cost seconds on 10,000 pods). Nothing here ever puts a
-header, token or key into a message.
-"""
+"""The choke point: every request goes through `Transport.send`, out through the official
+client's `ApiClient` (auth, TLS, proxy) with timeouts, retries, a count and typed errors. Bodies
+are raw JSON (the generated models cost seconds). No header, token or key enters a message."""
 
 from __future__ import annotations
 
@@ -73,8 +69,8 @@ def short_reason(exc: BaseException) -> str:
 
 
 def parse_json(data: bytes) -> Any:
-    """The body's JSON (None when empty). The cyclic GC is paused while a large body is decoded:
-    it would rescan the growing heap of cycle-free dicts again and again."""
+    """The body's JSON (None when empty), the cyclic GC paused for a large body (it would rescan
+    the growing heap of cycle-free dicts)."""
     if not data:
         return None
     if len(data) < LARGE_BODY or not gc.isenabled():
@@ -90,15 +86,13 @@ class Transport:
     """Sends requests with auth, timeouts and retries; counts them. Thread-safe."""
 
     def __init__(self, configuration: Any, policy: RetryPolicy) -> None:
-        """`configuration`: a kubernetes.client.Configuration (config.py made it)."""
         self._api = ApiClient(configuration)
         self._api.user_agent = f"dcgm-migrate/{__version__}"
         self.server: str = configuration.host
         self.policy = policy
         self._lock = threading.Lock()  # for the counts
         self.request_count = self.retry_count = 0  # HTTP requests sent, retries included
-        # The API server's clock (its latest `Date`): a Lease's renewTime is judged by it, not
-        # by this host's clock, which may be skewed.
+        # The API server's latest `Date`: Leases are judged by its clock, not this host's.
         self.server_date: datetime | None = None
 
     def close(self) -> None:
@@ -107,8 +101,7 @@ class Transport:
     def send(self, method: str, path: str, query: Query = (), body: Any = None,
              content_type: str = "application/json", *, stream: bool = False,
              read_timeout: float | None = None, accept: str = "application/json") -> Any:
-        """One logical request, retried per the policy; a typed error when it cannot succeed.
-        The answer's JSON, or with `stream` the open urllib3 response."""
+        """One request, retried; its JSON (`stream`: the open response), else a typed error."""
         outcome = Outcome()
         timeout = (self.policy.connect_timeout, read_timeout or self.policy.read_timeout)
         began = time.monotonic()  # the attempts' own time counts too (connect timeouts)
@@ -168,8 +161,7 @@ class Transport:
 
     def _give_up(self, exc: Transient, method: str, path: str, outcome: Outcome,
                  elapsed: float) -> APIError | APIUnreachable:
-        """The typed error once the retries are spent; `elapsed`: the real seconds since the
-        first attempt (backoff sleeps and every attempt's own time, as a user lived it)."""
+        """The typed error once the retries are spent; `elapsed`: real seconds since the first."""
         tries = f"{outcome.attempts} attempt{'s' if outcome.attempts != 1 else ''}"
         if exc.status == 0:
             return self._unreachable(f"{exc.reason} (gave up after {tries} over "

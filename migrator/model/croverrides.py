@@ -1,6 +1,5 @@
-"""Where the CR that renders a DaemonSet sets its reserved label to another value: phase 1
-overrides the rendered value, but the operator's next re-render writes the CR's value back, so
-phase 1 warns and names the CR field."""
+"""Where the CR rendering a DaemonSet sets its reserved label to another value, which the
+operator's next re-render writes back over phase 1's: phase 1 warns, naming the CR field."""
 
 from __future__ import annotations
 
@@ -11,15 +10,13 @@ from migrator.model import objects as o
 from migrator.model.planning import PlanContext
 from migrator.model.stacks import Component
 
-# Where a CR puts user labels on every DaemonSet it renders (upstream
-# `applyCommonDaemonsetMetadata`), and the per-component sections that may carry labels too.
+# The per-component CR sections that may carry labels (besides `daemonsets`, for all).
 CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
 
 
 def cr_overrides(ctx: PlanContext, comp: Component,
                  ds: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(CR field path, value) for each place the owning CR sets this component's reserved
-    label to something other than its reserved value."""
+    """(CR field path, value) wherever the owning CR sets the reserved label otherwise."""
     kind, _, name = (ctx.operator_owner(ds) or "").partition("/")
     crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
     cr = next((cr for cr in crs if name and o.name(cr) == name), None)

@@ -23,14 +23,10 @@ Obj = dict[str, Any]
 JsonPatch = list[Obj]
 T = TypeVar("T")
 
-PATCH_TYPES = {
-    "merge": "application/merge-patch+json",
-    "strategic": "application/strategic-merge-patch+json",
-    "json": "application/json-patch+json",
-}
+PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
+               "strategic": "application/strategic-merge-patch+json"}
 PAGE_SIZE = 500  # items per list request, kubectl's --chunk-size default
-# After a continue token expires (410) mid-read: paginated restarts, then one unpaginated list
-# (client-go's pager falls back to a full list: tools/pager/pager.go `FullListIfExpired`).
+# Paginated restarts after a 410 mid-read, then one full list (client-go's `FullListIfExpired`).
 EXPIRED_RESTARTS = 2
 
 

@@ -12,7 +12,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import urllib3
 
-from migrator.kube.statuses import error_for
+from migrator.kube.transport import error_for
 from migrator.model import tables
 
 Obj = dict[str, Any]

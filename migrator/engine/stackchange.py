@@ -1,17 +1,18 @@
 """Carrying out a stack change (`model/stackchange.py` plans it): each step's intent recorded in
 the state's `stackChange` before its write and done after, so rerunning the command resumes; each
-step first asks whether the cluster already holds. `rollback` undoes what the record says."""
+step first asks whether the cluster already holds. `rollback` undoes what the record says.
+`GapMeter`: per stable Service and node it served at the start, how long the node had no Ready
+endpoint behind it (its EndpointSlices, sampled as the run waits)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.clock import Clock
 from migrator.engine.progress import Listener
-from migrator.engine.stackgaps import GapMeter
 from migrator.engine.state.document import State, stamp
 from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
 from migrator.kube.client import Kube
@@ -31,9 +32,64 @@ KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", 
              "internalTrafficPolicy", "sessionAffinity")
 
 
+SERVICE_NAME = "kubernetes.io/service-name"
+
+
+class GapMeter:
+    """Each (service, node)'s open gap and its longest closed one."""
+
+    def __init__(self, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
+                 ) -> None:
+        self._kube, self._ns, self._clock = kube, namespace, clock
+        self._services = list(services)
+        self.nodes: dict[str, set[str]] = {}  # service → nodes served at the start
+        self._open: dict[tuple[str, str], float] = {}
+        self.longest: dict[tuple[str, str], float] = {}
+
+    def sample(self) -> None:
+        now = self._clock.monotonic()
+        for service in self._services:
+            slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
+                                     label_selector=f"{SERVICE_NAME}={service}").items
+            ready = {ep.get("nodeName") or "" for sl in slices for ep in sl.get("endpoints") or []
+                     if (ep.get("conditions") or {}).get("ready") in (None, True)}  # absent: ready
+            baseline = self.nodes.setdefault(service, set(ready))
+            for node in baseline:
+                key = (service, node)
+                if node in ready:
+                    began = self._open.pop(key, None)
+                    if began is not None:
+                        self.longest[key] = max(self.longest.get(key, 0.0), now - began)
+                else:
+                    self._open.setdefault(key, now)
+
+    def current(self) -> dict[tuple[str, str], float]:
+        now = self._clock.monotonic()
+        out = dict(self.longest)
+        for key, began in self._open.items():
+            out[key] = max(out.get(key, 0.0), now - began)
+        return out
+
+    def over(self, limit: float) -> list[str]:
+        """`service@node` of every gap longer than `limit` that is still open."""
+        now = self._clock.monotonic()
+        return sorted(f"{s}@{n}" for (s, n), began in self._open.items() if now - began > limit)
+
+    def all_served(self) -> bool:
+        return not self._open
+
+    def worst(self) -> float:
+        return max(self.current().values(), default=0.0)
+
+    def as_record(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for (service, node), seconds in sorted(self.current().items()):
+            out.setdefault(node, {})[service] = round(seconds, 1)
+        return out
+
+
 @dataclass
 class StackRun:
-
     kube: Kube
     namespace: str
     catalog: Catalog
@@ -253,12 +309,10 @@ def _serving(run: StackRun) -> None:
 
 
 def finish(run: StackRun, change: sc.ChangePlan) -> None:
-    """The new stack's phases ran: the change is completed."""
-    for step in change.steps:
-        if step.action == sc.PHASES:
-            run.steps()[step.id] = {
-                "action": step.action, "kind": step.kind, "name": step.name,
-                "status": "done", "at": stamp(run.clock.now())}
+    """The new stack's phases ran (the plan's last step): the change is completed."""
+    step = change.steps[-1]
+    run.steps()[step.id] = {"action": step.action, "kind": step.kind, "name": step.name,
+                            "status": "done", "at": stamp(run.clock.now())}
     _close(run, COMPLETED, "stack-changed")
 
 

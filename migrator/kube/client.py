@@ -13,8 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from migrator.errors import APINotFound, WatchExpired
 from migrator.kube import config, watching
-from migrator.kube.retrying import RetryPolicy
-from migrator.kube.transport import Transport
+from migrator.kube.transport import RetryPolicy, Transport
 from migrator.model import kinds, tables
 from migrator.model.kinds import Kind
 from migrator.model.printed import printed_object

@@ -118,8 +118,6 @@ class Kube(Transport):
         for seen in list(self._observers):
             seen(kind, obj)
 
-    # ---- access, discovery --------------------------------------------------------------
-
     def can_i(self, verb: str, kind: Kind, namespace: str | None = None, name: str | None = None,
               subresource: str | None = None) -> tuple[bool, str]:
         """SelfSubjectAccessReview: may the current user do this? (allowed, reason)."""
@@ -169,8 +167,6 @@ class Kube(Transport):
                 self.send("GET", "/version")
             except APINotFound:
                 self.send("GET", "/api")  # a server without /version still answered
-
-    # ---- reads -------------------------------------------------------------------------
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None when it does not exist."""
@@ -276,8 +272,6 @@ class Kube(Transport):
             raw, path=path, api_version=kind.api_version, kind=kind.kind,
             of_object=of_object, of_row=of_row, bookmarked=bookmarked,
             seen=(lambda obj: self._saw(kind, obj)) if observed else None)
-
-    # ---- writes ------------------------------------------------------------------------
 
     def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
         """POST the object; `kind` for a type outside `kind_of`'s table."""

@@ -34,9 +34,6 @@ class Source:
     paths: tuple[str, ...]
     in_cluster: bool = False
 
-    def describe(self) -> str:
-        return "the in-cluster service account" if self.in_cluster else ", ".join(self.paths)
-
 
 def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) -> Source:
     """Which kubeconfig files to read (or in-cluster), in kubectl's order of precedence."""
@@ -64,9 +61,8 @@ def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) ->
                      "this is not running inside a cluster.", _HINT)
 
 
-def _merged(source: Source) -> KubeConfigMerger:
+def _merged(source: Source, where: str) -> KubeConfigMerger:
     """The files merged by the client (a name's first entry wins, as in kubectl)."""
-    where = source.describe()
     try:
         merger = KubeConfigMerger(os.pathsep.join(source.paths))  # type: ignore[no-untyped-call]
     except OSError as exc:
@@ -138,8 +134,9 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any
             raise UsageError(f"Cannot use the in-cluster service account: {exc}.",
                              _HINT) from None
         return _finished(configuration), "in-cluster"
-    merger = _merged(source)
-    chosen = _context(merger, source.describe(), context)
+    where = ", ".join(source.paths)
+    merger = _merged(source, where)
+    chosen = _context(merger, where, context)
     try:
         # As load_kube_config: paths relative to each file, refreshed auth written back.
         loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
@@ -147,11 +144,11 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any
             config_persister=merger.save_changes)
         loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
-        raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
+        raise UsageError(f"The kubeconfig {where} is invalid for context "
                          f"{chosen!r}: {exc}.", _HINT) from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         # Malformed entries: name the type only, values may be credentials.
-        raise UsageError(f"The kubeconfig {source.describe()} is malformed for context "
+        raise UsageError(f"The kubeconfig {where} is malformed for context "
                          f"{chosen!r} ({type(exc).__name__}).", _HINT) from None
     return _finished(configuration), chosen
 

@@ -114,12 +114,10 @@ def retrier(policy: RetryPolicy, outcome: Outcome) -> tenacity.Retrying:
         return server if server is not None else policy.backoff(state.attempt_number)
 
     def stop(state: tenacity.RetryCallState) -> bool:
-        if state.attempt_number >= policy.attempts:
-            return True
-        if asked(state)[1] is None and (
-                outcome.backed_off + state.upcoming_sleep > policy.max_wait_seconds):
-            return True
-        return state.idle_for + state.upcoming_sleep > policy.budget_seconds
+        return (state.attempt_number >= policy.attempts
+                or (asked(state)[1] is None
+                    and outcome.backed_off + state.upcoming_sleep > policy.max_wait_seconds)
+                or state.idle_for + state.upcoming_sleep > policy.budget_seconds)
 
     def count(state: tenacity.RetryCallState) -> None:
         outcome.attempts += 1
@@ -204,20 +202,6 @@ def _causes(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in found or () if isinstance(c, dict)]
 
 
-def causes(status: dict[str, Any]) -> tuple[str, ...]:
-    """The Status' `details.causes`, each as "field: message" (what an Invalid answer lists)."""
-    return tuple(f"{c.get('field') or ''}: {c.get('message') or ''}".lstrip(": ")
-                 for c in _causes(status))
-
-
-def failed_test(status: dict[str, Any]) -> bool:
-    """Is this 422 a JSON patch's failed `test` ("testing value <path> failed", in a cause or the
-    message), not a refusal of the change?"""
-    texts = [str(c.get("message") or "") for c in _causes(status)]
-    texts.append(str(status.get("message") or ""))
-    return any(t.startswith("testing value ") or ": testing value " in t for t in texts)
-
-
 _PLAIN: dict[int, tuple[type[APIError], str, str]] = {  # code: error, hint, default reason
     404: (APINotFound, "check the namespace and that the object exists", ""),
     409: (APIConflict, "the object changed while the tool was working; run the command again",
@@ -251,18 +235,23 @@ def error_for(code: int, body: bytes, *, method: str, path: str,
     if code in _PLAIN:
         error, hint, default_reason = _PLAIN[code]
         return error(message, hint, status=code, reason=reason or default_reason)
-    if code == 422 and failed_test(status):
+    found = _causes(status)  # each as "field: message", as an Invalid answer lists them
+    causes = tuple(f"{c.get('field') or ''}: {c.get('message') or ''}".lstrip(": ") for c in found)
+    texts = [*(str(c.get("message") or "") for c in found), str(status.get("message") or "")]
+    # A JSON patch's failed `test` ("testing value <path> failed"), not a refusal of the change.
+    if code == 422 and any(t.startswith("testing value ") or ": testing value " in t
+                           for t in texts):
         return APITestFailed(message, "the object changed meanwhile: read it again", status=code,
-                             reason=reason or "Invalid", causes=causes(status))
+                             reason=reason or "Invalid", causes=causes)
     if code == 422:
-        unsaid = [c for c in causes(status) if c.split(": ", 1)[-1] not in message]
+        unsaid = [c for c in causes if c.split(": ", 1)[-1] not in message]
         if unsaid:
             message = f"{message[:-1]}: {'; '.join(unsaid)}."
         return APIInvalid(
             message, "the API server refuses this change (a value it does not accept, a field "
             "that may not change, or an admission policy, as its message says); change the "
             "object or the policy, then run again",
-            status=code, reason=reason or "Invalid", causes=causes(status))
+            status=code, reason=reason or "Invalid", causes=causes)
     return APIError(message, "check the API server's health (kubectl get --raw /readyz) and run "
                     "the command again", status=code, reason=reason)
 

@@ -265,8 +265,8 @@ def _await_gone(run: StackRun, step: sc.StackStep) -> None:
 
 def execute(run: StackRun, change: sc.ChangePlan) -> None:
     """Every step up to (not including) `run-phases`, each recorded before and after."""
-    old_kind = sc.kind_of(run.catalog, "clusterpolicy" if change.target == "gpucluster"
-                          else "gpucluster")
+    old_kind = run.catalog.stack("clusterpolicy" if change.target == "gpucluster"
+                                 else "gpucluster").cr.kind
     act: dict[str, Callable[[StackRun, sc.StackStep], None]] = {
         sc.KEEP: lambda r, s: _keep(r, s, old_kind), sc.DELETE: _delete, sc.GONE: _await_gone,
         sc.RETARGET: _retarget, sc.CREATE: _create, sc.SERVING: lambda r, s: _serving(r)}

@@ -187,21 +187,6 @@ def parse_json(data: bytes) -> Any:
         gc.enable()
 
 
-def parse_status(body: bytes) -> dict[str, Any]:
-    """The `Status` object in an error body, or {} when the body is not one."""
-    try:
-        doc = json.loads(body.decode("utf-8", "replace")) if body else None
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _causes(status: dict[str, Any]) -> list[dict[str, Any]]:
-    details = status.get("details")
-    found = details.get("causes") if isinstance(details, dict) else None
-    return [c for c in found or () if isinstance(c, dict)]
-
-
 _PLAIN: dict[int, tuple[type[APIError], str, str]] = {  # code: error, hint, default reason
     404: (APINotFound, "check the namespace and that the object exists", ""),
     409: (APIConflict, "the object changed while the tool was working; run the command again",
@@ -214,8 +199,12 @@ _PLAIN: dict[int, tuple[type[APIError], str, str]] = {  # code: error, hint, def
 
 def error_for(code: int, body: bytes, *, method: str, path: str,
               after_retry: bool = False) -> APIError:
-    """The typed error for a non-2xx answer to `method path`."""
-    status = parse_status(body)
+    """The typed error for a non-2xx answer to `method path`, read from its `Status` if any."""
+    try:
+        status = json.loads(body.decode("utf-8", "replace")) if body else {}
+    except ValueError:
+        status = {}
+    status = status if isinstance(status, dict) else {}
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or "").strip()
     if not message:
@@ -235,7 +224,9 @@ def error_for(code: int, body: bytes, *, method: str, path: str,
     if code in _PLAIN:
         error, hint, default_reason = _PLAIN[code]
         return error(message, hint, status=code, reason=reason or default_reason)
-    found = _causes(status)  # each as "field: message", as an Invalid answer lists them
+    details = status.get("details")
+    found = [c for c in (details.get("causes") if isinstance(details, dict) else None) or ()
+             if isinstance(c, dict)]  # each as "field: message", as an Invalid answer lists them
     causes = tuple(f"{c.get('field') or ''}: {c.get('message') or ''}".lstrip(": ") for c in found)
     texts = [*(str(c.get("message") or "") for c in found), str(status.get("message") or "")]
     # A JSON patch's failed `test` ("testing value <path> failed"), not a refusal of the change.

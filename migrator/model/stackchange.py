@@ -2,7 +2,9 @@
 or a UsageError. The released operator refuses both CRs at once (read from their Error conditions,
 NVIDIA/gpu-operator 9654928ac; `findings` is the verdict's check of it), so it is delete-then-
 create (docs/runbook.md, "Changing stack"), the stable Services first kept from the garbage
-collector; towards the GPUCluster they become the tool's aliases (`retarget`)."""
+collector; towards the GPUCluster they become the tool's aliases (`retarget`). Also where a CR
+sets a DaemonSet's reserved label otherwise, which the operator's next re-render writes back over
+phase 1's (`cr_overrides`: phase 1 warns, naming the CR field)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 from migrator.errors import UsageError
 from migrator.model import objects as o
 from migrator.model.findings import Finding
+from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 
@@ -64,10 +67,6 @@ def component_for(catalog: Catalog, stack: str, stable: str) -> Component:
     return next(c for c in catalog.stack(stack).components if (c.alias or c.service) == stable)
 
 
-def kind_of(catalog: Catalog, stack: str) -> str:
-    return catalog.stack(stack).cr.kind
-
-
 def clean_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
     """A CR as it can be created again: no status, no server-set metadata."""
     meta = {k: v for k, v in o.meta(cr).items() if k not in SERVER_META}
@@ -89,7 +88,7 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
     if not o.meta(new_cr).get("name"):
         raise UsageError(f"the {want.kind} in -f has no metadata.name.", "give it a name")
     source = "clusterpolicy" if target == "gpucluster" else "gpucluster"
-    old_kind, new_kind = kind_of(catalog, source), want.kind
+    old_kind, new_kind = catalog.stack(source).cr.kind, want.kind
     olds = list(snapshot.cluster_policies if source == "clusterpolicy" else snapshot.gpu_clusters)
     news = list(snapshot.gpu_clusters if target == "gpucluster" else snapshot.cluster_policies)
     new_name = o.name(new_cr)
@@ -217,3 +216,26 @@ def findings(snapshot: Snapshot) -> list[Finding]:
            f"--delete-cr {o.name(older)} (docs/runbook.md, 'Changing stack')")
     return [Finding(CHECK, f"{kind}/{o.name(newest)}", False,
                     f"{STALLED}: {names} ({'; '.join(said)})", fix)]
+
+
+# The per-component CR sections that may carry labels (besides `daemonsets`, for all).
+CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
+
+
+def cr_overrides(ctx: PlanContext, comp: Component,
+                 ds: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(CR field path, value) wherever the owning CR sets the reserved label otherwise."""
+    kind, _, name = (ctx.operator_owner(ds) or "").partition("/")
+    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
+    cr = next((cr for cr in crs if name and o.name(cr) == name), None)
+    if cr is None:
+        return []
+    key, want = comp.common_label.key, comp.common_label.value
+    paths = [("daemonsets", "labels"), (CR_SECTIONS.get(comp.component, comp.component), "labels")]
+    out = []
+    for path in paths:
+        labels = o.dig(cr, "spec", *path)
+        if isinstance(labels, Mapping) and key in labels and str(labels[key]) != want:
+            field = f"{cr.get('kind')}/{o.name(cr)} spec.{'.'.join(path)}[{key!r}]"
+            out.append((field, str(labels[key])))
+    return out

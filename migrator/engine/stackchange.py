@@ -1,19 +1,18 @@
-"""Carrying out a stack change (`model/stackchange.py` plans it) one step at a time: intent
-recorded in the state's `stackChange` before each write, done after, so a run killed at any write
-resumes by running the same command again (each step first asks whether the cluster already
-holds); `rollback` undoes what the record says was written (docs/design.md, "State and resume").
-"""
+"""Carrying out a stack change (`model/stackchange.py` plans it): each step's intent recorded in
+the state's `stackChange` before its write and done after, so rerunning the command resumes; each
+step first asks whether the cluster already holds. `rollback` undoes what the record says.
+`GapMeter`: per stable Service and node it served at the start, how long the node had no Ready
+endpoint behind it (its EndpointSlices, sampled as the run waits)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.clock import Clock
 from migrator.engine.progress import Listener
-from migrator.engine.stackgaps import GapMeter
 from migrator.engine.state.document import State, stamp
 from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
 from migrator.kube.client import Kube
@@ -33,10 +32,64 @@ KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", 
              "internalTrafficPolicy", "sessionAffinity")
 
 
+SERVICE_NAME = "kubernetes.io/service-name"
+
+
+class GapMeter:
+    """Each (service, node)'s open gap and its longest closed one."""
+
+    def __init__(self, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
+                 ) -> None:
+        self._kube, self._ns, self._clock = kube, namespace, clock
+        self._services = list(services)
+        self.nodes: dict[str, set[str]] = {}  # service → nodes served at the start
+        self._open: dict[tuple[str, str], float] = {}
+        self.longest: dict[tuple[str, str], float] = {}
+
+    def sample(self) -> None:
+        now = self._clock.monotonic()
+        for service in self._services:
+            slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
+                                     label_selector=f"{SERVICE_NAME}={service}").items
+            ready = {ep.get("nodeName") or "" for sl in slices for ep in sl.get("endpoints") or []
+                     if (ep.get("conditions") or {}).get("ready") in (None, True)}  # absent: ready
+            baseline = self.nodes.setdefault(service, set(ready))
+            for node in baseline:
+                key = (service, node)
+                if node in ready:
+                    began = self._open.pop(key, None)
+                    if began is not None:
+                        self.longest[key] = max(self.longest.get(key, 0.0), now - began)
+                else:
+                    self._open.setdefault(key, now)
+
+    def current(self) -> dict[tuple[str, str], float]:
+        now = self._clock.monotonic()
+        out = dict(self.longest)
+        for key, began in self._open.items():
+            out[key] = max(out.get(key, 0.0), now - began)
+        return out
+
+    def over(self, limit: float) -> list[str]:
+        """`service@node` of every gap longer than `limit` that is still open."""
+        now = self._clock.monotonic()
+        return sorted(f"{s}@{n}" for (s, n), began in self._open.items() if now - began > limit)
+
+    def all_served(self) -> bool:
+        return not self._open
+
+    def worst(self) -> float:
+        return max(self.current().values(), default=0.0)
+
+    def as_record(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for (service, node), seconds in sorted(self.current().items()):
+            out.setdefault(node, {})[service] = round(seconds, 1)
+        return out
+
+
 @dataclass
 class StackRun:
-    """What one run works with, handed down (not found)."""
-
     kube: Kube
     namespace: str
     catalog: Catalog
@@ -92,7 +145,6 @@ def _service(run: StackRun, name: str) -> Obj | None:
 
 
 def _wait(run: StackRun, what: str, done: Callable[[], bool]) -> None:
-    """Poll `done` on the run's clock, sampling the gap meter, until it holds or the timeout."""
     deadline = run.clock.monotonic() + run.timeout
     said = False
     while True:
@@ -128,9 +180,8 @@ def _originals(svc: Obj) -> Obj:
 
 
 def _recreated(run: StackRun, name: str) -> bool:
-    """A kept Service that garbage collection took after all (the old operator re-rendered it,
-    owner included, before the delete), created again from what `keep-service` recorded: same
-    clusterIP, ports and traffic policy, no owner. True when it had to be (said and logged)."""
+    """A kept Service garbage-collected after all (its old operator re-rendered it, owner
+    included), created again as `keep-service` recorded it; True when it had to be."""
     if _service(run, name) is not None:
         return False
     kept = (run.record.get("steps") or {}).get(f"{sc.KEEP}/Service/{name}") or {}
@@ -149,8 +200,7 @@ def _recreated(run: StackRun, name: str) -> bool:
 
 
 def _retarget(run: StackRun, step: sc.StackStep) -> None:
-    """The kept Service becomes what phase 2 makes an alias (`model/aliasing.py`): the tool's
-    labels and annotations, the `-dra` app selector, the GPUCluster as a non-controller owner."""
+    """The kept Service becomes the alias phase 2 would make (`model/aliasing.py`)."""
     comp = sc.component_for(run.catalog, "gpucluster", step.name)
     _recreated(run, step.name)
     svc = _service(run, step.name)
@@ -170,7 +220,6 @@ def _retarget(run: StackRun, step: sc.StackStep) -> None:
 
 def _put_back(run: StackRun, svc: Obj, labels: Mapping[str, str],
               annotations: Mapping[str, str], owners: Any, selector: Mapping[str, str]) -> None:
-    """Merge-patch the Service to exactly these labels, annotations, owners and selector."""
     meta, spec = o.meta(svc), svc.get("spec") or {}
     run.kube.patch(kinds.SERVICE, o.name(svc), run.namespace, {
         "metadata": {"labels": sc.selector_patch(meta.get("labels") or {}, labels),
@@ -202,23 +251,25 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
     run.steps()[step.id]["uid"] = o.meta(created).get("uid")
 
 
-def _await_gone(run: StackRun, kind: str, name: str) -> None:
-    """Wait for the old CR to go, keeping the stable Services out of its reach meanwhile (its
-    operator may re-render them whole, owner included): the owner is stripped again before
-    garbage collection acts on it."""
+def _await_gone(run: StackRun, step: sc.StackStep) -> None:
+    """Wait for the old CR to go, stripping its owner from the stable Services again meanwhile
+    (its operator may re-render them whole)."""
     def gone() -> bool:
         for service in sc.stable_names(run.catalog):
             if not _recreated(run, service):
-                _keep_from(run, service, kind)
-        return _cr(run, kind, name) is None
+                _keep_from(run, service, step.kind)
+        return _cr(run, step.kind, step.name) is None
 
-    _wait(run, f"{kind}/{name} deleted", gone)
+    _wait(run, f"{step.kind}/{step.name} deleted", gone)
 
 
 def execute(run: StackRun, change: sc.ChangePlan) -> None:
     """Every step up to (not including) `run-phases`, each recorded before and after."""
-    old_kind = sc.kind_of(run.catalog, "clusterpolicy" if change.target == "gpucluster"
-                          else "gpucluster")
+    old_kind = run.catalog.stack("clusterpolicy" if change.target == "gpucluster"
+                                 else "gpucluster").cr.kind
+    act: dict[str, Callable[[StackRun, sc.StackStep], None]] = {
+        sc.KEEP: lambda r, s: _keep(r, s, old_kind), sc.DELETE: _delete, sc.GONE: _await_gone,
+        sc.RETARGET: _retarget, sc.CREATE: _create, sc.SERVING: lambda r, s: _serving(r)}
     if run.meter is not None:
         run.meter.sample()
     for step in change.steps:
@@ -227,24 +278,12 @@ def execute(run: StackRun, change: sc.ChangePlan) -> None:
         if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
             continue
         run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
-        if step.action == sc.KEEP:
-            _keep(run, step, old_kind)
-        elif step.action == sc.DELETE:
-            _delete(run, step)
-        elif step.action == sc.GONE:
-            _await_gone(run, step.kind, step.name)
-        elif step.action == sc.RETARGET:
-            _retarget(run, step)
-        elif step.action == sc.CREATE:
-            _create(run, step)
-        elif step.action == sc.SERVING:
-            _serving(run)
+        act[step.action](run, step)
         run.mark(step, "done")
 
 
 def _serving(run: StackRun) -> None:
-    """Wait until every node the stable names served at the start is served again; a node
-    without a Ready endpoint for longer than --max-gap fails the gate, naming it."""
+    """Wait until every node served at the start is served again; a gap over --max-gap fails."""
     meter = run.meter
     if meter is None:
         return
@@ -270,12 +309,10 @@ def _serving(run: StackRun) -> None:
 
 
 def finish(run: StackRun, change: sc.ChangePlan) -> None:
-    """The new stack's phases ran: the change is completed."""
-    for step in change.steps:
-        if step.action == sc.PHASES:
-            run.steps()[step.id] = {
-                "action": step.action, "kind": step.kind, "name": step.name,
-                "status": "done", "at": stamp(run.clock.now())}
+    """The new stack's phases ran (the plan's last step): the change is completed."""
+    step = change.steps[-1]
+    run.steps()[step.id] = {"action": step.action, "kind": step.kind, "name": step.name,
+                            "status": "done", "at": stamp(run.clock.now())}
     _close(run, COMPLETED, "stack-changed")
 
 
@@ -286,9 +323,8 @@ def _close(run: StackRun, status: str, event: str) -> None:
 
 
 def rollback(run: StackRun) -> list[str]:
-    """Undo the recorded change: the stable Services out of the new CR's reach, the new CR
-    deleted (and gone), the old CR created again from its recorded body, each kept Service given
-    back its labels, annotations, selector and owner (the recreated CR). Returns what it did."""
+    """Undo the recorded change: new CR deleted (Services kept), old CR created again, each kept
+    Service's labels, annotations, selector and owner put back. Returns what it did."""
     record = run.record
     steps: Mapping[str, Obj] = record.get("steps") or {}
     done: list[str] = []

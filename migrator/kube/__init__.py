@@ -2,6 +2,6 @@
 every request goes through one choke point (`transport.Transport.send`); objects are JSON dicts."""
 
 from migrator.kube.client import Kube, Obj, ObjList, Page, kind_of
-from migrator.kube.retrying import RetryPolicy
+from migrator.kube.transport import RetryPolicy
 
 __all__ = ["Kube", "Obj", "ObjList", "Page", "RetryPolicy", "kind_of"]

@@ -1,10 +1,6 @@
-"""`Kube`: the tool's whole view of the Kubernetes API, as raw JSON dicts.
-
-Verbs build the path and query from the Kind table, send through the one choke point
-(`Transport.send`) and parse the JSON; list items get the `apiVersion`/`kind` the server leaves
-out. Every write takes `dry_run` (sent as `dryRun=All`), whose answer is never taken for what the
-cluster holds. Also access reviews, API discovery (cached per group/version) and a ping.
-"""
+"""`Kube`: the tool's whole view of the Kubernetes API, as raw JSON dicts, every verb sent through
+`Transport.send`. A write's `dry_run` (`dryRun=All`) answer is never taken for what the cluster
+holds. Also access reviews, API discovery (cached per group/version) and a ping."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from migrator.errors import APINotFound, WatchExpired
 from migrator.kube import config, watching
-from migrator.kube.retrying import RetryPolicy
-from migrator.kube.transport import Transport
+from migrator.kube.transport import RetryPolicy, Transport
 from migrator.model import kinds, tables
 from migrator.model.kinds import Kind
 from migrator.model.printed import printed_object
@@ -27,14 +22,10 @@ Obj = dict[str, Any]
 JsonPatch = list[Obj]
 T = TypeVar("T")
 
-PATCH_TYPES = {
-    "merge": "application/merge-patch+json",
-    "strategic": "application/strategic-merge-patch+json",
-    "json": "application/json-patch+json",
-}
+PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
+               "strategic": "application/strategic-merge-patch+json"}
 PAGE_SIZE = 500  # items per list request, kubectl's --chunk-size default
-# After a continue token expires (410) mid-read: paginated restarts, then one unpaginated list
-# (client-go's pager falls back to a full list: tools/pager/pager.go `FullListIfExpired`).
+# Paginated restarts after a 410 mid-read, then one full list (client-go's `FullListIfExpired`).
 EXPIRED_RESTARTS = 2
 
 
@@ -116,9 +107,8 @@ class Kube(Transport):
         return f"Kube(server={self.server!r})"
 
     def observe(self, seen: Callable[[Kind, Obj], None]) -> Callable[[], None]:
-        """Call `seen(kind, object)` for every object this connection writes (its answer), GETs
-        or receives on a watch, not for list items: a cache learns which versions it must have
-        delivered before it is read (engine/informer.py). Returns the function that stops it."""
+        """Call `seen(kind, object)` for every object written, got or watched (not listed), so a
+        cache knows what it must have delivered (engine/informer.py). Returns the unsubscriber."""
         self._observers.append(seen)
         return lambda: self._observers.remove(seen)
 
@@ -128,23 +118,18 @@ class Kube(Transport):
         for seen in list(self._observers):
             seen(kind, obj)
 
-    # ---- access, discovery --------------------------------------------------------------
-
     def can_i(self, verb: str, kind: Kind, namespace: str | None = None, name: str | None = None,
               subresource: str | None = None) -> tuple[bool, str]:
         """SelfSubjectAccessReview: may the current user do this? (allowed, reason)."""
-        attributes = {"verb": verb, "group": kind.group, "resource": kind.plural}
-        for key, value in (("namespace", namespace), ("name", name),
-                           ("subresource", subresource)):
-            if value:
-                attributes[key] = value
+        attributes = {"verb": verb, "group": kind.group, "resource": kind.plural, **{
+            k: v for k, v in (("namespace", namespace), ("name", name),
+                              ("subresource", subresource)) if v}}
         status = self._review(kinds.SELF_SUBJECT_ACCESS_REVIEW, {"resourceAttributes": attributes})
         reason = str(status.get("reason") or status.get("evaluationError") or "")
         return bool(status.get("allowed")), reason
 
     def can_they(self, spec: Obj) -> bool:
-        """SubjectAccessReview: may the user in `spec` (user, groups, resourceAttributes) do
-        it? APIForbidden unless the caller may `create subjectaccessreviews`."""
+        """SubjectAccessReview: may the user in `spec` (user, groups, resourceAttributes) do it?"""
         return bool(self._review(kinds.SUBJECT_ACCESS_REVIEW, spec).get("allowed"))
 
     def _review(self, kind: Kind, spec: Obj) -> Obj:
@@ -183,8 +168,6 @@ class Kube(Transport):
             except APINotFound:
                 self.send("GET", "/api")  # a server without /version still answered
 
-    # ---- reads -------------------------------------------------------------------------
-
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None when it does not exist."""
         try:
@@ -197,8 +180,8 @@ class Kube(Transport):
     def pages(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
               field_selector: str | None = None, page_size: int | None = None,
               printed: bool = False) -> Iterator[Page]:
-        """The list one page at a time (memory stays one page big); `page_size` 0: all in one.
-        `printed`: the printed rows with each object's metadata (`model/printed.py`)."""
+        """The list one page at a time; `page_size` 0: all in one; `printed`: the printed rows with
+        each object's metadata (`model/printed.py`)."""
         path = kind.collection_path(namespace)
         size = self.page_size if page_size is None else page_size
         table = "Metadata" if printed else ""
@@ -236,33 +219,30 @@ class Kube(Transport):
                 page_size: int | None = None,
                 printed: bool = False) -> tuple[builtins.list[T], str]:
         """`keep(item)` for every item, page by page, and the list's resourceVersion. A continue
-        token that expires mid-read (410) restarts the read, never mixing two versions; after
-        EXPIRED_RESTARTS the last try is one unpaginated list, which cannot expire."""
-        for attempt in range(EXPIRED_RESTARTS + 1):
-            last = attempt == EXPIRED_RESTARTS
+        token expired mid-read (410) restarts the read; after EXPIRED_RESTARTS the last try is one
+        unpaginated list, which cannot expire."""
+        def read(size: int | None) -> tuple[builtins.list[T], str]:
             kept: builtins.list[T] = []
             version = ""
-            try:
-                for page in self.pages(kind, namespace, label_selector=label_selector,
-                                       field_selector=field_selector,
-                                       page_size=0 if last else page_size, printed=printed):
-                    kept.extend(keep(item) for item in page.items)
-                    version = version or page.resource_version
-            except WatchExpired:
-                if last:
-                    raise
-                continue
+            for page in self.pages(kind, namespace, label_selector=label_selector,
+                                   field_selector=field_selector, page_size=size,
+                                   printed=printed):
+                kept.extend(keep(item) for item in page.items)
+                version = version or page.resource_version
             return kept, version
-        raise AssertionError("unreachable")
+
+        for _ in range(EXPIRED_RESTARTS):
+            with contextlib.suppress(WatchExpired):
+                return read(page_size)
+        return read(0)
 
     def watch(self, kind: Kind, namespace: str | None = None, *, resource_version: str,
               label_selector: str | None = None, field_selector: str | None = None,
               timeout_seconds: int = 60, printed: bool = False, bookmarked: Callable[[str],
               None] | None = None) -> watching.Events:
-        """(type, object) events after `resource_version` until the server ends the watch;
-        `printed`: each object's printed row with its metadata (`model/printed.py`). Sent now
-        (so 403/410 raise here; WatchExpired: list again), read lazily; `bookmarked` is told
-        each BOOKMARK's resourceVersion (`watching`)."""
+        """(type, object) events after `resource_version` until the server ends the watch; sent
+        now (403/410 raise here), read lazily. `printed` as in `pages`; `bookmarked` is told each
+        BOOKMARK's resourceVersion."""
         return self._watch(
             kind, namespace, resource_version, label_selector, field_selector, timeout_seconds,
             "Metadata" if printed else "", _same, bookmarked=bookmarked,
@@ -272,8 +252,7 @@ class Kube(Transport):
     def watch_table(self, kind: Kind, namespace: str | None = None, *, resource_version: str,
                     label_selector: str | None = None, field_selector: str | None = None,
                     timeout_seconds: int = 60) -> watching.Stream[tables.Row]:
-        """As `watch`, but each event is the object's printed row (`includeObject=None`), a
-        fraction of its bytes. Rows are not objects: the run's cache is not told of them."""
+        """As `watch`, each event the object's printed row (`includeObject=None`), not observed."""
         return self._watch(kind, namespace, resource_version, label_selector, field_selector,
                            timeout_seconds, "None", tables.object_row, of_row=lambda row: row,
                            observed=False)
@@ -283,7 +262,6 @@ class Kube(Transport):
                table: str, of_object: Callable[[Obj], T], *,
                of_row: Callable[[tables.Row], T] | None = None, observed: bool = True,
                bookmarked: Callable[[str], None] | None = None) -> watching.Stream[T]:
-        """The watch request; `table` is the `includeObject` of a Table watch ("" for none)."""
         path = kind.collection_path(namespace)
         query = [("watch", "1"), ("resourceVersion", resource_version),
                  ("timeoutSeconds", str(timeout_seconds)), ("allowWatchBookmarks", "true"),
@@ -295,11 +273,8 @@ class Kube(Transport):
             of_object=of_object, of_row=of_row, bookmarked=bookmarked,
             seen=(lambda obj: self._saw(kind, obj)) if observed else None)
 
-    # ---- writes ------------------------------------------------------------------------
-
     def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
-        """POST the object; APIAlreadyExists when the name is taken. `kind` names a type outside
-        `kind_of`'s table (the guard's `events.k8s.io/v1` Events, a core/v1 kind name)."""
+        """POST the object; `kind` for a type outside `kind_of`'s table."""
         kind = kind or kind_of(obj)
         created: Obj = self.send("POST", kind.collection_path(_name_ns(obj, kind)[1]),
                                  _dry(dry_run), obj)
@@ -317,8 +292,8 @@ class Kube(Transport):
     def patch(self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
               patch_type: Literal["merge", "strategic", "json"] = "merge",
               dry_run: bool = False) -> Obj:
-        """PATCH with a merge (default), strategic-merge or JSON patch. Retried like every
-        request, so a JSON patch must be idempotent (no `add` to `/-`; guard with a `test`)."""
+        """PATCH; retried like every request, so a JSON patch must be idempotent (guard it with a
+        `test`, never `add` to `/-`)."""
         patched: Obj = self.send("PATCH", kind.object_path(name, namespace), _dry(dry_run), body,
                                  PATCH_TYPES[patch_type])
         self._saw(kind, patched, dry_run)

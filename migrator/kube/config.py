@@ -1,41 +1,38 @@
-"""Where the connection settings come from: kubectl's order, `--kubeconfig`, `$KUBECONFIG` (files
-merged), `~/.kube/config`, then the pod's service account. The official client's loaders read
-them (exec plugins, auth providers, certificates, `proxy-url`, relative paths; the service
-account's token re-read as it rotates); this module picks the files and the context and says in
-one `UsageError` what is wrong, naming the file or context, never quoting it (it holds tokens).
-The proxy is kubectl's: `proxy-url`, else the environment's by Go's rules (proxy.py).
-"""
+"""Connection settings in kubectl's order: `--kubeconfig`, `$KUBECONFIG` (merged), `~/.kube/config`,
+the pod's service account, read by the official client's loaders. Here: the files, the context,
+and one `UsageError` naming (never quoting: tokens) what is wrong. The proxy is kubectl's, by
+Go's rules (golang.org/x/net/http/httpproxy, unless the cluster sets `proxy-url`), not Python's
+`getproxies`: upper-case first, bare `host:port` is http, never loopback, NO_PROXY with `*`, IPs,
+CIDRs (no name resolved), domains with subdomains (`*.`/`.`: only those), `host:port`."""
 
 from __future__ import annotations
 
+import importlib.util
+import ipaddress
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import yaml
 from kubernetes.client import Configuration
 from kubernetes.config import ConfigException, load_incluster_config
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
+from urllib3.util import make_headers
 
 from migrator.errors import UsageError
-from migrator.kube.proxy import client_proxy, proxy_for
 
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
-# Keep-alive connections per server, at least: the guard holds three watches and sends 16 slice
-# writes at once; fewer made each wave of writes open new connections (handshakes cost seconds).
+# Keep-alive connections per server, at least: the guard's 3 watches and 16 concurrent writes.
 POOLED = 32
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where the settings were read from, for messages: file paths, or the service account."""
-
     paths: tuple[str, ...]
     in_cluster: bool = False
-
-    def describe(self) -> str:
-        return "the in-cluster service account" if self.in_cluster else ", ".join(self.paths)
 
 
 def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) -> Source:
@@ -64,9 +61,8 @@ def resolve_source(kubeconfig: str | None, env: dict[str, str] | None = None) ->
                      "this is not running inside a cluster.", _HINT)
 
 
-def _merged(source: Source) -> KubeConfigMerger:
-    """The files read and merged by the client (first entry of a name wins, as kubectl)."""
-    where = source.describe()
+def _merged(source: Source, where: str) -> KubeConfigMerger:
+    """The files merged by the client (a name's first entry wins, as in kubectl)."""
     try:
         merger = KubeConfigMerger(os.pathsep.join(source.paths))  # type: ignore[no-untyped-call]
     except OSError as exc:
@@ -87,8 +83,8 @@ def _merged(source: Source) -> KubeConfigMerger:
 
 
 def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
-    """The context that will be used; UsageError when it is unknown or none is set. The
-    current-context is the first file's that sets one, as kubectl reads a KUBECONFIG list."""
+    """The context to use (else the first file's current-context, as kubectl); UsageError when
+    it is unknown or none is set."""
     config = merger.config.value if merger.config is not None else {}
     names = [str(entry["name"]) for entry in config.get("contexts") or []]
     current = next((str(doc["current-context"]) for doc in merger.config_files.values()
@@ -106,16 +102,14 @@ def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
 
 
 def _configuration(host: str | None = None) -> Any:
-    """A client Configuration without the client's own environment proxy (Python's rules)."""
     configuration = Configuration(host=host)
     configuration.proxy = None
     return configuration
 
 
 def _finished(configuration: Any) -> Any:
-    """The configuration with kubectl's proxy (its `proxy-url`, else the environment's by Go's
-    rules, as urllib3 must be told it; the client's own `no_proxy` matching differs from Go's
-    and is cleared), POOLED connections at least, and no urllib3 retries (transport.py's)."""
+    """With kubectl's proxy (the client's own `no_proxy` matching is not Go's: cleared), POOLED
+    connections at least, and no urllib3 retries (transport.py retries)."""
     configuration.proxy, configuration.proxy_headers = client_proxy(
         configuration.proxy or proxy_for(configuration.host, os.environ))
     configuration.no_proxy = None
@@ -126,8 +120,7 @@ def _finished(configuration: Any) -> Any:
 
 
 def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any, str]:
-    """The client Configuration for the chosen kubeconfig/context, or the pod's service account,
-    and the context's name ("in-cluster" for the service account)."""
+    """The client Configuration and the context's name ("in-cluster" for the service account)."""
     source = resolve_source(kubeconfig)
     configuration = _configuration()
     if source.in_cluster:
@@ -141,21 +134,21 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any
             raise UsageError(f"Cannot use the in-cluster service account: {exc}.",
                              _HINT) from None
         return _finished(configuration), "in-cluster"
-    merger = _merged(source)
-    chosen = _context(merger, source.describe(), context)
+    where = ", ".join(source.paths)
+    merger = _merged(source, where)
+    chosen = _context(merger, where, context)
     try:
-        # As the client's load_kube_config: relative paths from each file's folder, and what an
-        # auth provider refreshed (an OIDC refresh token) written back, as kubectl does.
+        # As load_kube_config: paths relative to each file, refreshed auth written back.
         loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
             config_dict=merger.config, active_context=chosen, config_base_path=None,
             config_persister=merger.save_changes)
         loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
-        raise UsageError(f"The kubeconfig {source.describe()} is invalid for context "
+        raise UsageError(f"The kubeconfig {where} is invalid for context "
                          f"{chosen!r}: {exc}.", _HINT) from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        # Malformed entries (bad base64 data...): name the type only, values may be credentials.
-        raise UsageError(f"The kubeconfig {source.describe()} is malformed for context "
+        # Malformed entries: name the type only, values may be credentials.
+        raise UsageError(f"The kubeconfig {where} is malformed for context "
                          f"{chosen!r} ({type(exc).__name__}).", _HINT) from None
     return _finished(configuration), chosen
 
@@ -166,3 +159,99 @@ def for_server(url: str, token: str | None = None) -> Any:
     if token:
         configuration.api_key["BearerToken"] = f"Bearer {token}"  # as the loader sets it
     return _finished(configuration)
+
+
+DEFAULT_PORTS = {"http": "80", "https": "443"}
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _env(environ: Mapping[str, str], name: str) -> str:
+    """Go's `getEnvAny(NAME, name)`: the upper-case variable, else the lower-case one."""
+    return environ.get(name.upper()) or environ.get(name.lower()) or ""
+
+
+def _address(host: str) -> Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _no_proxy_matches(entry: str, host: str, port: str, ip: Address | None) -> bool:
+    """One NO_PROXY entry against the server (httpproxy's cidrMatch, ipMatch, domainMatch)."""
+    if "/" in entry:
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            pass
+        else:
+            return ip is not None and ip in network
+    entry_host, entry_port = entry, ""
+    if entry.startswith("["):  # [IPv6]:port
+        entry_host, _, rest = entry[1:].partition("]")
+        entry_port = rest.removeprefix(":")
+    elif entry.count(":") == 1:  # host:port or IPv4:port (an IPv6 address has more colons)
+        entry_host, entry_port = entry.split(":")
+    if not entry_host:
+        return False
+    entry_ip = _address(entry_host)
+    if entry_ip is not None:
+        return ip is not None and ip == entry_ip and entry_port in ("", port)
+    if entry_host.startswith("*."):
+        entry_host = entry_host[1:]
+    match_host = not entry_host.startswith(".")
+    suffix = entry_host if not match_host else f".{entry_host}"
+    if host.endswith(suffix) or (match_host and host == suffix[1:]):
+        return entry_port in ("", port)
+    return False
+
+
+def proxy_for(server: str, environ: Mapping[str, str]) -> str | None:
+    """The proxy URL kubectl would send requests to `server` through, or None for direct."""
+    parts = urlsplit(server)
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        return None
+    proxy = _env(environ, f"{scheme}_proxy") or None
+    if proxy and not (urlsplit(proxy).scheme in ("http", "https", "socks5") and "://" in proxy):
+        proxy = f"http://{proxy}"  # Go's `parseProxy`: `proxy.corp:3128` is http://proxy.corp:3128
+    if scheme == "http" and environ.get("REQUEST_METHOD"):
+        proxy = None  # Go ignores HTTP_PROXY in a CGI environment (golang.org/s/cgihttpproxy)
+    host = (parts.hostname or "").lower()
+    if proxy is None or not host:
+        return None
+    ip = _address(host)
+    if host == "localhost" or (ip is not None and ip.is_loopback):
+        return None
+    try:
+        port = str(parts.port or DEFAULT_PORTS[scheme])
+    except ValueError:
+        return None
+    for raw in _env(environ, "no_proxy").split(","):
+        entry = raw.strip().lower()
+        if entry == "*":
+            return None
+        if entry and _no_proxy_matches(entry, host, port, ip):
+            return None
+    return proxy
+
+
+def client_proxy(proxy: str | None) -> tuple[str | None, dict[str, str] | None]:
+    """`proxy` as urllib3 takes it: the URL and headers (credentials as Basic
+    `Proxy-Authorization`, as Go). SOCKS5 resolves names at the proxy (`socks5h`, as Go) and needs
+    the optional PySocks: without it, a UsageError before any request."""
+    if proxy is None:
+        return None, None
+    parts = urlsplit(proxy)
+    address = parts.netloc.rpartition("@")[2]  # host and port: what may be shown
+    if parts.scheme.lower() == "socks5":
+        if importlib.util.find_spec("socks") is None:
+            raise UsageError(f"The proxy socks5://{address} is a SOCKS5 proxy, and the SOCKS "
+                             "support it needs (PySocks) is not installed beside the tool.",
+                             "install it: pip install 'dcgm-migrate[socks]' (with pipx: pipx "
+                             "inject dcgm-migrate PySocks)")
+        return parts._replace(scheme="socks5h").geturl(), None
+    if parts.username is None:
+        return proxy, None
+    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return parts._replace(netloc=address).geturl(), make_headers(proxy_basic_auth=credentials)

@@ -1,12 +1,7 @@
-"""Reading a watch: newline-delimited JSON events from an open HTTP response.
-
-A watch that ends (server timeout, dropped connection) just stops; the caller re-watches from
-the last resourceVersion it saw. An `ERROR` event raises its Status (410: `WatchExpired`, list
-again). Every watch asks for bookmarks, as client-go's reflector does: a BOOKMARK goes only to
-`bookmarked`, so a re-watch starts from it, not from a version the server may have compacted.
-urllib3 cannot ping an idle HTTP/1.1 connection as client-go pings HTTP/2, so a watch silent for
-`idle_seconds` (no event, no bookmark) ends by read timeout and is watched again.
-"""
+"""Reading a watch: newline-delimited JSON events. A watch that ends just stops (the caller
+re-watches); an `ERROR` event raises its Status (410: `WatchExpired`). A BOOKMARK goes only to
+`bookmarked`, as in client-go's reflector. urllib3 cannot ping an idle connection, so a watch
+silent for `idle_seconds` ends by read timeout."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import urllib3
 
-from migrator.kube.statuses import error_for
+from migrator.kube.transport import error_for
 from migrator.model import tables
 
 Obj = dict[str, Any]
@@ -27,15 +22,13 @@ IDLE_MARGIN = 0.25  # of the cadence: 15 s at a minute (cacher.go DefaultEventFr
 
 
 def idle_seconds(timeout_seconds: float, bookmark_seconds: float = BOOKMARK_SECONDS) -> float:
-    """A watch's socket read timeout: the server sends something at least every
-    `bookmark_seconds` and ends the watch at `timeout_seconds`, so silence a quarter longer
-    than the shorter of the two means the connection is gone (75 s by default)."""
+    """A watch's read timeout: a quarter over the shorter of the bookmark cadence and the
+    watch's own timeout (75 s by default); silence that long means the connection is gone."""
     return min(float(timeout_seconds), bookmark_seconds) * (1 + IDLE_MARGIN)
 
 
 def lines(raw: Any) -> Iterator[bytes]:
-    """Complete lines as they arrive (per HTTP chunk, or what a plain stream has); ends quietly
-    when the connection ends."""
+    """Complete lines as they arrive; ends quietly when the connection ends."""
     buf = b""
     chunks = (raw.read_chunked(decode_content=True) if getattr(raw, "chunked", False)
               else iter(lambda: raw.read1(65536), b""))
@@ -63,11 +56,9 @@ def _version(obj: Obj) -> str:
 
 
 class Stream(Generic[T]):
-    """An open watch: (type, item) per ADDED/MODIFIED/DELETED event, each object made an item
-    by `of_object`. With `of_row` it is a Table watch: the first event carries the column
-    definitions, and each row becomes an item by `of_row`; an event that is the object itself
-    (a server or proxy that ignored the Table request) goes to `of_object`. `seen` is told of
-    every item. `stop()` from another thread shuts the socket so a blocked read returns."""
+    """An open watch: (type, item) per ADDED/MODIFIED/DELETED event, by `of_object`, or for a
+    Table watch each row by `of_row` (a plain object still by `of_object`). `seen` is told of
+    every item; `stop()` from another thread shuts the socket."""
 
     def __init__(self, raw: Any, *, path: str, api_version: str, kind: str,
                  of_object: Callable[[Obj], T], of_row: Callable[[tables.Row], T] | None = None,

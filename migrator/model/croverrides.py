@@ -1,36 +1,5 @@
-"""Where the CR that renders a DaemonSet sets its reserved label to another value: phase 1
-overrides the rendered value, but the operator's next re-render writes the CR's value back, so
-phase 1 warns and names the CR field."""
+"""A CR's overrides of a reserved label: now in model/stackchange.py, named here for phase 1."""
 
-from __future__ import annotations
+from migrator.model.stackchange import cr_overrides
 
-from collections.abc import Mapping
-from typing import Any
-
-from migrator.model import objects as o
-from migrator.model.planning import PlanContext
-from migrator.model.stacks import Component
-
-# Where a CR puts user labels on every DaemonSet it renders (upstream
-# `applyCommonDaemonsetMetadata`), and the per-component sections that may carry labels too.
-CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
-
-
-def cr_overrides(ctx: PlanContext, comp: Component,
-                 ds: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(CR field path, value) for each place the owning CR sets this component's reserved
-    label to something other than its reserved value."""
-    kind, _, name = (ctx.operator_owner(ds) or "").partition("/")
-    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
-    cr = next((cr for cr in crs if name and o.name(cr) == name), None)
-    if cr is None:
-        return []
-    key, want = comp.common_label.key, comp.common_label.value
-    paths = [("daemonsets", "labels"), (CR_SECTIONS.get(comp.component, comp.component), "labels")]
-    out = []
-    for path in paths:
-        labels = o.dig(cr, "spec", *path)
-        if isinstance(labels, Mapping) and key in labels and str(labels[key]) != want:
-            field = f"{cr.get('kind')}/{o.name(cr)} spec.{'.'.join(path)}[{key!r}]"
-            out.append((field, str(labels[key])))
-    return out
+__all__ = ["cr_overrides"]

@@ -1,10 +1,10 @@
 """A stack change (ClusterPolicy ↔ GPUCluster) planned purely: snapshot and request in, steps out,
-or a UsageError. The released operator refuses both CRs at once (`crconflict.py`), so it is
-delete-then-create (docs/runbook.md, "Changing stack"): the two stable Services are first taken
-out of the garbage collector's reach (`keep-service`), the named old CR deleted, the new one
-created once the old is gone; towards the GPUCluster the kept Services become the tool's aliases
-(`retarget`), towards the ClusterPolicy its operator takes them over in place.
-"""
+or a UsageError. The released operator refuses both CRs at once (read from their Error conditions,
+NVIDIA/gpu-operator 9654928ac; `findings` is the verdict's check of it), so it is delete-then-
+create (docs/runbook.md, "Changing stack"), the stable Services first kept from the garbage
+collector; towards the GPUCluster they become the tool's aliases (`retarget`). Also where a CR
+sets a DaemonSet's reserved label otherwise, which the operator's next re-render writes back over
+phase 1's (`cr_overrides`: phase 1 warns, naming the CR field)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.errors import UsageError
-from migrator.model import crconflict
 from migrator.model import objects as o
+from migrator.model.findings import Finding
+from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 
@@ -26,6 +27,11 @@ KEEP, DELETE, GONE, RETARGET, CREATE, SERVING, PHASES = (
 SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
                "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "finalizers",
                "ownerReferences")
+CHECK = "one-operator-cr"
+STALLED = ("the GPU Operator stops reconciling every operand while both ClusterPolicy and "
+           "GPUCluster exist")
+REASONS = ("PrerequisiteNotMet", "ReconcileFailed")  # internal/conditions/consts.go
+REFUSED_WORDS = ("may not exist at the same time", "cannot co-exist")
 
 
 @dataclass(frozen=True)
@@ -53,17 +59,12 @@ class StackStep:
 
 
 def stable_names(catalog: Catalog) -> list[str]:
-    """`nvidia-dcgm`, `nvidia-dcgm-exporter`: the names both stacks serve (the ClusterPolicy's
-    Services, the GPUCluster's aliases)."""
+    """`nvidia-dcgm`, `nvidia-dcgm-exporter`: the Service names both stacks serve."""
     return sorted({c.alias for c in catalog.stack("gpucluster").components if c.alias})
 
 
 def component_for(catalog: Catalog, stack: str, stable: str) -> Component:
     return next(c for c in catalog.stack(stack).components if (c.alias or c.service) == stable)
-
-
-def kind_of(catalog: Catalog, stack: str) -> str:
-    return catalog.stack(stack).cr.kind
 
 
 def clean_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,9 +75,8 @@ def clean_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
 
 def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str, Any],
          delete: str | None, *, flag: str = "--delete-cr") -> ChangePlan:
-    """The steps from the cluster as it is to `target` running `new_cr` (module docstring).
-    Refused before any write: a -f that is not one named CR of the target's kind, a second CR
-    the operator would refuse, a `--delete-cr` naming no CR of the old kind, two old CRs."""
+    """The steps from the cluster as it is to `target` running `new_cr`; a UsageError before any
+    write for a wrong -f, a second CR the operator would refuse, a wrong `--delete-cr`."""
     if target not in STACKS:
         raise UsageError(f"--to {target!r} is not a stack.", f"pass one of: {', '.join(STACKS)}")
     want = catalog.stack(target).cr
@@ -88,7 +88,7 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
     if not o.meta(new_cr).get("name"):
         raise UsageError(f"the {want.kind} in -f has no metadata.name.", "give it a name")
     source = "clusterpolicy" if target == "gpucluster" else "gpucluster"
-    old_kind, new_kind = kind_of(catalog, source), want.kind
+    old_kind, new_kind = catalog.stack(source).cr.kind, want.kind
     olds = list(snapshot.cluster_policies if source == "clusterpolicy" else snapshot.gpu_clusters)
     news = list(snapshot.gpu_clusters if target == "gpucluster" else snapshot.cluster_policies)
     new_name = o.name(new_cr)
@@ -107,11 +107,10 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
     if old is not None:
         old_name = o.name(old)
         # Only a release seen reconciling both (each CR Ready, none refused) allows both.
-        if news and (crconflict.coexistence_refused([*olds, *news])
-                     or not all(_ready(cr) for cr in [*olds, *news])):
+        if news and any(refusal(cr) or not _ready(cr) for cr in [*olds, *news]):
             raise UsageError(
                 f"{old_kind}/{old_name} and {new_kind}/{new_name} both exist: "
-                f"{crconflict.STALLED}.",
+                f"{STALLED}.",
                 f"delete {new_kind}/{new_name}, which the operator refused and which rendered "
                 f"nothing (`kubectl delete {want.plural} {new_name}`), "
                 f"then run change-stack again with {flag} {old_name}")
@@ -178,10 +177,65 @@ def kept(svc: Mapping[str, Any], old_kind: str) -> bool:
 
 
 def retargeted(svc: Mapping[str, Any], catalog: Catalog, comp: Component) -> bool:
-    """The Service is the tool's alias of `comp`'s Service already (its selector is phase 3's
-    business from then on: a rerun never moves it back to the app label)."""
+    """The Service is the tool's alias of `comp`'s Service already (phase 3 owns its selector)."""
     common = catalog.common
     return (common.tool_owned(svc)
             and o.annotations_of(svc).get(common.alias_of_annotation) == comp.service
             and any(r.get("kind") == "GPUCluster"
                     for r in o.meta(svc).get("ownerReferences") or []))
+
+
+def refusal(cr: Mapping[str, Any]) -> str | None:
+    """The operator's refusal of the other CR, as written in this CR's Error condition."""
+    for cond in (cr.get("status") or {}).get("conditions") or []:
+        if (cond.get("type") == "Error" and cond.get("status") == "True"
+                and cond.get("reason") in REASONS
+                and any(w in str(cond.get("message") or "") for w in REFUSED_WORDS)):
+            return f"{cond.get('reason')}: {cond.get('message')}"
+    return None
+
+
+def findings(snapshot: Snapshot) -> list[Finding]:
+    """Red when a ClusterPolicy and a GPUCluster both exist and the operator refuses the pair
+    (nothing when only one kind exists, or the release reconciles both)."""
+    if not snapshot.cluster_policies or not snapshot.gpu_clusters:
+        return []
+    crs = [("ClusterPolicy", c) for c in snapshot.cluster_policies] + [
+        ("GPUCluster", c) for c in snapshot.gpu_clusters]
+    said = [f"{kind}/{o.name(cr)}: {r}" for kind, cr in crs if (r := refusal(cr))]
+    if not said:
+        return []
+    kind, newest = max(crs, key=lambda kc: (o.meta(kc[1]).get("creationTimestamp") or "", kc[0]))
+    names = ", ".join(f"{k}/{o.name(c)}" for k, c in crs)
+    older = next(c for k, c in crs if k != kind)
+    plural, target = (("gpuclusters", "gpucluster") if kind == "GPUCluster"
+                      else ("clusterpolicies", "clusterpolicy"))
+    fix = (f"delete {kind}/{o.name(newest)}, created last, which the operator refused "
+           f"(`kubectl delete {plural} {o.name(newest)}`); to change stack to it instead, "
+           f"delete it all the same, then run change-stack --to {target} with its manifest and "
+           f"--delete-cr {o.name(older)} (docs/runbook.md, 'Changing stack')")
+    return [Finding(CHECK, f"{kind}/{o.name(newest)}", False,
+                    f"{STALLED}: {names} ({'; '.join(said)})", fix)]
+
+
+# The per-component CR sections that may carry labels (besides `daemonsets`, for all).
+CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
+
+
+def cr_overrides(ctx: PlanContext, comp: Component,
+                 ds: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(CR field path, value) wherever the owning CR sets the reserved label otherwise."""
+    kind, _, name = (ctx.operator_owner(ds) or "").partition("/")
+    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
+    cr = next((cr for cr in crs if name and o.name(cr) == name), None)
+    if cr is None:
+        return []
+    key, want = comp.common_label.key, comp.common_label.value
+    paths = [("daemonsets", "labels"), (CR_SECTIONS.get(comp.component, comp.component), "labels")]
+    out = []
+    for path in paths:
+        labels = o.dig(cr, "spec", *path)
+        if isinstance(labels, Mapping) and key in labels and str(labels[key]) != want:
+            field = f"{cr.get('kind')}/{o.name(cr)} spec.{'.'.join(path)}[{key!r}]"
+            out.append((field, str(labels[key])))
+    return out

@@ -14,7 +14,7 @@ from migrator.engine import informer
 from migrator.engine.guard import Guard
 from migrator.engine.guardwrites import Outcome
 from migrator.errors import APIUnreachable
-from migrator.kube import statuses
+from migrator.kube import transport as statuses
 from migrator.kube.client import Kube
 from migrator.model import kinds, sharing
 from migrator.model.stacks import load_catalog

@@ -25,7 +25,7 @@ from dcgm_sim.access import ADMIN_USER
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.tls import IP_NAMES
 from migrator.kube import Kube
-from migrator.kube.proxy import proxy_for
+from migrator.kube.config import proxy_for
 from migrator.model import kinds
 from tests.helpers import cli
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from migrator.kube.retrying import (
+from migrator.kube.transport import (
     Outcome,
     RetryPolicy,
     Transient,

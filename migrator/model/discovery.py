@@ -15,7 +15,6 @@ from migrator.model.stacks import Catalog, Component
 class Discovery:
     stack: str  # clusterpolicy | gpucluster | mixed | both | none
     components: tuple[Component, ...]  # present in the namespace (their DaemonSet exists)
-    absent: tuple[Component, ...]  # described by a present stack but not running here
     warnings: tuple[str, ...] = ()
 
 
@@ -57,7 +56,6 @@ def prepared_releases(snapshot: Snapshot, catalog: Catalog,
 
 def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     present: list[Component] = []
-    absent: list[Component] = []
     stacks: list[str] = []
     warnings: list[str] = []
     crs = {"clusterpolicy": snapshot.cluster_policies, "gpucluster": snapshot.gpu_clusters}
@@ -69,18 +67,16 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
             continue
         stacks.append(stack.name)
         present.extend(running)
-        for c in stack.components:
-            if c not in running:
-                absent.append(c)
-                warnings.append(f"{stack.name}: DaemonSet/{c.daemonset} is not running here "
-                                f"({c.component} disabled?); it is skipped")
+        warnings += [f"{stack.name}: DaemonSet/{c.daemonset} is not running here "
+                     f"({c.component} disabled?); it is skipped"
+                     for c in stack.components if c not in running]
         if running and not crs.get(stack.name):
             warnings.append(f"{stack.name}: its DaemonSets run but no {stack.cr.kind} exists")
     if not stacks:
-        return Discovery("none", (), (), ())
+        return Discovery("none", ())
     warnings += prepared_releases(snapshot, catalog, present)
     if len(stacks) == 1:
-        return Discovery(stacks[0], tuple(present), tuple(absent), tuple(warnings))
+        return Discovery(stacks[0], tuple(present), tuple(warnings))
     nodes = {stack.name: {p.node for c in stack.components if c in present
                           for p in snapshot.pods_of(c.daemonset)} for stack in catalog.stacks}
     shared = nodes["clusterpolicy"] & nodes["gpucluster"]
@@ -98,4 +94,4 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
         warnings.append(f"ClusterPolicy and GPUCluster stacks run on separate nodes "
                         f"({len(nodes['clusterpolicy'])} and {len(nodes['gpucluster'])}): "
                         f"{sharing}")
-    return Discovery(kind, tuple(present), tuple(absent), tuple(warnings))
+    return Discovery(kind, tuple(present), tuple(warnings))

@@ -1,14 +1,7 @@
-"""Scrape targets of exporter pods (docs/monitoring.md): what Prometheus discovery makes of the
-annotations, ServiceMonitors and PodMonitors in the cluster, one `ScrapePath` per target.
-
-Annotation jobs are the prometheus-community `prometheus` chart's defaults over Prometheus'
-Kubernetes discovery (`endpoints.go`, `pod.go`): `kubernetes-service-endpoints` (and `-slow`)
-gives one target per endpoint port of each listed pod plus one per container port no endpoint
-port covers; `kubernetes-pods` one per declared container port, or a port-free one per
-container declaring none; `prometheus.io/port` rewrites every address, so identical targets
-merge. The Prometheus Operator makes one job per ServiceMonitor / PodMonitor endpoint.
-Discovery roles and relabelings are `model/promdiscovery.py`; the checks `model/scrapechecks.py`.
-"""
+"""Scrape targets of exporter pods (docs/monitoring.md), one `ScrapePath` per target: the
+`prometheus` chart's annotation jobs over Prometheus' Kubernetes discovery (`endpoints.go`,
+`pod.go`), and one Prometheus Operator job per ServiceMonitor / PodMonitor endpoint. Roles and
+relabelings: `model/promdiscovery.py`; the checks: `model/scrapechecks.py`."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -25,7 +18,7 @@ from migrator.model.promdiscovery import (
 )
 from migrator.model.selectors import NOTHING, Selector, SelectorError, from_label_selector
 from migrator.model.slices import CONTROLLER_NAME
-from migrator.model.snapshot import EndpointView, PodView, Snapshot
+from migrator.model.snapshot import PodView, Snapshot
 
 Obj = dict[str, Any]
 
@@ -89,7 +82,11 @@ def _container_ports(snapshot: Snapshot, pod: PodView) -> list[Obj]:
     return [p for c in _containers(snapshot, pod) for p in c.get("ports") or []]
 
 
-def _resolve(port: Obj, container_ports: Iterable[Obj]) -> int | None:
+def _ref(monitor: Obj) -> str:
+    return f"{o.meta(monitor).get('namespace')}/{o.name(monitor)}"
+
+
+def resolve_port(port: Obj, container_ports: Iterable[Obj]) -> int | None:
     """A Service port's targetPort for this pod (a name resolves against container ports)."""
     target = port.get("targetPort", port.get("port"))
     if target is None:
@@ -113,8 +110,9 @@ def listed(snapshot: Snapshot, service: Obj,
 
 def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView,
                      job: str) -> list[ScrapePath]:
+    """One target per endpoint port, plus one per container port no endpoint port covers."""
     cports = _container_ports(snapshot, pod)
-    seen = {_resolve(p, cports) for p in o.dig(service, "spec", "ports") or []}
+    seen = {resolve_port(p, cports) for p in o.dig(service, "spec", "ports") or []}
     seen.discard(None)
     ports = [str(n) for n in seen]
     ports += [str(p["containerPort"]) for p in cports if int(p["containerPort"]) not in seen]
@@ -123,6 +121,7 @@ def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView,
 
 
 def _pod_targets(snapshot: Snapshot, pod: PodView) -> list[ScrapePath]:
+    """One target per declared container port, or a port-free one per container declaring none."""
     job = annotation_job(pod.scrape_annotations, POD_JOB)
     if job is None or pod.phase in NOT_LISTED_PHASES or not pod.node:
         return []
@@ -145,25 +144,16 @@ def _sm_ports(service: Obj, ep: Obj) -> list[Obj]:
     return list(svc_ports)
 
 
-def shared_members(snapshot: Snapshot, service: Obj,
-                   pods: Iterable[PodView]) -> dict[str, EndpointView]:
-    """Pods (of `pods`) that foreign EndpointSlices (e.g. the tool's) list for this Service, by
-    name: what `role: endpointslice` adds to the Service's own endpoints."""
-    names = {p.name for p in pods}
-    return {e.pod: e for e in snapshot.endpoints_of(o.name(service)).endpoints
-            if e.pod in names and e.slice and e.managed_by != CONTROLLER_NAME}
-
-
 def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
               pods: list[PodView]) -> dict[str, list[ScrapePath]]:
     """Every target of one ServiceMonitor reaching these pods through this Service, under each
     role the monitor has; a target only one role yields names it (and its foreign slice)."""
-    roles = sorted(monitor_roles(snapshot, sm))
-    via = f"servicemonitor/{o.meta(sm).get('namespace')}/{o.name(sm)}"
+    roles, ref = sorted(monitor_roles(snapshot, sm)), _ref(sm)
     own = {p.name for p in listed(snapshot, service, pods)}
-    shared = shared_members(snapshot, service, pods) if ROLE_ENDPOINTSLICE in roles else {}
-    by_name = {e.pod: e for e in snapshot.endpoints_of(o.name(service)).endpoints
-               if e.pod and e.managed_by in ("", CONTROLLER_NAME)}
+    endpoints = snapshot.endpoints_of(o.name(service)).endpoints
+    by_name = {e.pod: e for e in endpoints if e.pod and e.managed_by in ("", CONTROLLER_NAME)}
+    # What `role: endpointslice` adds: pods foreign slices (e.g. the tool's) list for the Service.
+    shared = {e.pod: e for e in endpoints if e.slice and e.managed_by != CONTROLLER_NAME}
     found: dict[str, dict[tuple[str, str], tuple[set[str], str]]] = {}
     for role in roles:
         for pod in pods:
@@ -179,12 +169,13 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
                     if rules and not relabel_keeps(rules, target_labels(
                             service, pod, role, port, endpoint, snapshot.namespace)):
                         continue
-                    key = (f"serviceMonitor/{via.split('/', 1)[1]}/{i}",
+                    key = (f"serviceMonitor/{ref}/{i}",
                            str(port.get("targetPort", port.get("port"))))
                     seen, slice_ = found.setdefault(pod.name, {}).get(key, (set(), ""))
                     foreign = endpoint.slice if (pod.name not in own and endpoint) else ""
                     found[pod.name][key] = (seen | {role}, slice_ or foreign)
-    return {pod: [ScrapePath(via, o.name(service), job, port, ROLE_ENDPOINTSLICE if slice_ else
+    return {pod: [ScrapePath(f"servicemonitor/{ref}", o.name(service), job, port,
+                             ROLE_ENDPOINTSLICE if slice_ else
                              "" if len(seen) == len(roles) else next(iter(seen)), slice_)
                   for (job, port), (seen, slice_) in paths.items()]
             for pod, paths in found.items()}
@@ -192,7 +183,6 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
 
 def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
     """One target per PodMonitor endpoint that keeps a container port of the pod."""
-    via = f"podmonitor/{o.meta(pm).get('namespace')}/{o.name(pm)}"
     cports = _container_ports(snapshot, pod)
     out = []
     for i, ep in enumerate(o.dig(pm, "spec", "podMetricsEndpoints") or []):
@@ -203,24 +193,22 @@ def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
                 str(p.get("containerPort")), p.get("name"))]
         else:
             kept = list(cports)
-        out += [ScrapePath(via, "", f"podMonitor/{via.split('/', 1)[1]}/{i}",
+        out += [ScrapePath(f"podmonitor/{_ref(pm)}", "", f"podMonitor/{_ref(pm)}/{i}",
                            str(p.get("containerPort"))) for p in kept]
     return out
 
 
-def _monitor_namespace(monitor: Obj, namespace: str) -> bool:
-    """A monitor's `namespaceSelector` covers the namespace (empty: its own namespace)."""
+def _monitor_selector(monitor: Obj, namespace: str) -> Selector:
+    """What a monitor selects in the namespace: nothing unless its `namespaceSelector` covers it
+    (empty: its own namespace), else `spec.selector` (absent: empty, selecting everything; one
+    Kubernetes would reject selects nothing, as the operator skips that monitor)."""
     ns_sel = o.dig(monitor, "spec", "namespaceSelector") or {}
     if ns_sel.get("any") or ns_sel.get("matchNames"):
-        return bool(ns_sel.get("any")) or namespace in ns_sel["matchNames"]
-    return o.meta(monitor).get("namespace") == namespace
-
-
-def _monitor_selector(monitor: Obj) -> Selector:
-    """`spec.selector` (a value in prometheus-operator: absent is empty, selecting everything);
-    one Kubernetes would reject selects nothing (the operator skips that monitor)."""
+        covered = bool(ns_sel.get("any")) or namespace in ns_sel["matchNames"]
+    else:
+        covered = o.meta(monitor).get("namespace") == namespace
     try:
-        return from_label_selector(o.dig(monitor, "spec", "selector") or {})
+        return from_label_selector(o.dig(monitor, "spec", "selector") or {}) if covered else NOTHING
     except SelectorError:
         return NOTHING
 
@@ -228,8 +216,7 @@ def _monitor_selector(monitor: Obj) -> Selector:
 def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:
     """ServiceMonitors whose namespaceSelector and selector match the Service."""
     return [sm for sm in snapshot.service_monitors
-            if _monitor_namespace(sm, snapshot.namespace)
-            and _monitor_selector(sm).matches(o.labels(service))]
+            if _monitor_selector(sm, snapshot.namespace).matches(o.labels(service))]
 
 
 def exporter_pods(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[PodView]:
@@ -240,16 +227,14 @@ def exporter_pods(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[PodView
 
 def scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
     """Every scrape target reaching each exporter pod, by pod name (memoised on the snapshot)."""
-    names = tuple(sorted(set(daemonsets)))
-    key = ("scrape_paths", names)
+    key = ("scrape_paths", tuple(sorted(set(daemonsets))))
     if key not in snapshot.memo:
-        snapshot.memo[key] = _scrape_paths(snapshot, names)
+        snapshot.memo[key] = _scrape_paths(snapshot, exporter_pods(snapshot, key[1]))
     found: dict[str, list[ScrapePath]] = snapshot.memo[key]
     return {pod: list(paths) for pod, paths in found.items()}
 
 
-def _scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
-    pods = exporter_pods(snapshot, daemonsets)
+def _scrape_paths(snapshot: Snapshot, pods: list[PodView]) -> dict[str, list[ScrapePath]]:
     out: dict[str, list[ScrapePath]] = {p.name: _pod_targets(snapshot, p) for p in pods}
     for svc in snapshot.services.values():
         if (job := annotation_job(o.annotations_of(svc), SERVICE_JOB)) is not None:
@@ -262,10 +247,9 @@ def _scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, li
             for name, found in _sm_paths(snapshot, svc, sm, pods).items():
                 out[name] += found
     for pm in snapshot.pod_monitors:
-        if _monitor_namespace(pm, snapshot.namespace):
-            selector = _monitor_selector(pm)
-            for pod in (p for p in pods if selector.matches(p.labels)):
-                out[pod.name] += _pm_targets(snapshot, pod, pm)
+        selector = _monitor_selector(pm, snapshot.namespace)
+        for pod in (p for p in pods if selector.matches(p.labels)):
+            out[pod.name] += _pm_targets(snapshot, pod, pm)
     return out
 
 

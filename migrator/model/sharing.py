@@ -14,6 +14,7 @@ from typing import Any
 
 from migrator.model import aliasing
 from migrator.model import objects as o
+from migrator.model.monitoring import resolve_port
 from migrator.model.slices import (
     CONTROLLER_NAME,
     MANAGED_BY_LABEL,
@@ -108,12 +109,6 @@ class Share:
                 "families": sorted(self.by_family), "conflicts": list(self.conflicts)}
 
 
-def is_shared_slice(slice_: Mapping[str, Any], common: Common) -> bool:
-    """A slice this tool manages: its managed-by values on both labels."""
-    return bool(o.labels(slice_).get(MANAGED_BY_LABEL) == common.managed_by.value
-                and common.tool_owned(slice_))
-
-
 def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
            comp: Component) -> tuple[list[Obj], list[str]]:
     """The operator Service's ports as the GPUCluster pods serve them, and conflicts: a
@@ -122,24 +117,17 @@ def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
     declared = [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
     out, conflicts = [], []
     for p in o.dig(service, "spec", "ports") or []:
-        target = p.get("targetPort", p.get("port"))
-        protocol = p.get("protocol") or "TCP"
-        number: int | None
-        if isinstance(target, str) and not target.isdigit():
-            number = next((int(c["containerPort"]) for c in declared
-                           if c.get("name") == target
-                           and (c.get("protocol") or "TCP") == protocol), None)
-        else:
-            number = int(target)
-            if declared and not any(int(c.get("containerPort") or 0) == number
-                                    for c in declared):
-                number = None
+        number = resolve_port(p, declared)  # a number no container declares is left out too
+        if declared and not any(int(c.get("containerPort") or 0) == number for c in declared):
+            number = None
         if number is None:
+            target = p.get("targetPort", p.get("port"))
             conflicts.append(f"port {p.get('name') or p.get('port')} (targetPort {target}) is "
                              f"not a container port of DaemonSet/{comp.daemonset}: its pods "
                              "join without it")
             continue
-        port: Obj = {"name": p.get("name") or "", "port": number, "protocol": protocol}
+        port: Obj = {"name": p.get("name") or "", "port": number,
+                     "protocol": p.get("protocol") or "TCP"}
         if p.get("appProtocol"):
             port["appProtocol"] = p["appProtocol"]
         out.append(port)
@@ -204,16 +192,15 @@ def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, A
         by_family: dict[str, tuple[Obj, ...]] = {}
         conflicts: list[str] = []
         for family in families(svc):
+            of_family = [sl for sl in source_slices if _address_type(sl) == family]
             seen: dict[str, Obj] = {}
-            for sl in source_slices:
-                if _address_type(sl) != family:
-                    continue
+            for sl in of_family:
                 for ep in _endpoints_of(sl, snapshot.namespace, shaped):
                     if ep.get("nodeName") and ep["nodeName"] not in covered:
                         seen.setdefault(_key(ep), ep)
             by_family[family] = tuple(e for _, e in sorted(
                 seen.items(), key=lambda kv: (kv[1].get("nodeName", ""), kv[0])))
-            if source_slices and not any(_address_type(sl) == family for sl in source_slices):
+            if source_slices and not of_family:
                 conflicts.append(f"Service/{comp.alias} serves {family}, but the "
                                  f"EndpointSlices of Service/{comp.service} list no {family} "
                                  f"address: the {comp.stack} pods join it without {family}")
@@ -335,10 +322,10 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
 
 
 def shared_slices(slices: Iterable[Mapping[str, Any]], common: Common) -> dict[str, list[Obj]]:
-    """The tool's slices by the stable name they carry."""
+    """The tool's slices (its managed-by values on both labels) by the stable name they carry."""
     ours: dict[str, list[Obj]] = {}
     for sl in slices:
-        if is_shared_slice(sl, common):
+        if o.labels(sl).get(MANAGED_BY_LABEL) == common.managed_by.value and common.tool_owned(sl):
             ours.setdefault(o.labels(sl).get(SERVICE_NAME_LABEL, ""), []).append(dict(sl))
     return ours
 

@@ -16,7 +16,7 @@ from migrator.model.promdiscovery import (
     relabel_keeps,
     target_labels,
 )
-from migrator.model.selectors import NOTHING, Selector, SelectorError, from_label_selector
+from migrator.model.selectors import NOTHING, Selector, lenient
 from migrator.model.slices import CONTROLLER_NAME
 from migrator.model.snapshot import PodView, Snapshot
 
@@ -207,10 +207,7 @@ def _monitor_selector(monitor: Obj, namespace: str) -> Selector:
         covered = bool(ns_sel.get("any")) or namespace in ns_sel["matchNames"]
     else:
         covered = o.meta(monitor).get("namespace") == namespace
-    try:
-        return from_label_selector(o.dig(monitor, "spec", "selector") or {}) if covered else NOTHING
-    except SelectorError:
-        return NOTHING
+    return lenient(o.dig(monitor, "spec", "selector") or {}) if covered else NOTHING
 
 
 def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:

@@ -1,15 +1,6 @@
-"""How Prometheus and the Prometheus Operator see one ServiceMonitor target: its job's discovery
-role, the meta labels the target carries under it, and whether the endpoint's relabelings keep
-it. Pure; `model/monitoring.py` builds the targets with it.
-
-The role (prometheus-operator `promcfg.go`, `endpointRoleFlavor`) is the monitor's own
-`serviceDiscoveryRole`, else that of each Prometheus selecting it (default endpoints; always
-endpoints before Prometheus 2.21). `role: endpoints` reads the Endpoints object, filled from the
-Service's selector alone, so the tool's shared slices (`model/sharing.py`) never appear there;
-`role: endpointslice` joins every slice to the Service its `kubernetes.io/service-name` names.
-Relabelings `keep`/`drop` (and `replace`) on meta labels are honoured, which is how a consumer
-drops the tool's slices from a monitor (docs/monitoring.md).
-"""
+"""How Prometheus and its Operator see one ServiceMonitor target (pure): its job's discovery role
+(`promcfg.go`), its meta labels, and whether its relabelings keep it. Only `role: endpointslice`
+sees the tool's shared slices (`model/sharing.py`); a consumer drops them with a relabeling."""
 from __future__ import annotations
 
 import re
@@ -17,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.selectors import SelectorError, from_label_selector
+from migrator.model.selectors import lenient
 from migrator.model.slices import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 
@@ -56,11 +47,7 @@ def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
     `serviceMonitorSelector` (null: none) matches it, and its namespace selector (null: its own
     namespace; any other taken as covering it, namespace labels unread) covers it."""
     spec = prometheus.get("spec") or {}
-    selector = spec.get("serviceMonitorSelector")
-    try:
-        if selector is None or not from_label_selector(selector).matches(o.labels(monitor)):
-            return False
-    except SelectorError:
+    if not lenient(spec.get("serviceMonitorSelector")).matches(o.labels(monitor)):
         return False
     return (spec.get("serviceMonitorNamespaceSelector") is not None
             or o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace"))
@@ -81,11 +68,8 @@ def sanitize(name: str) -> str:
 
 
 def _object_labels(prefix: str, labels: Mapping[str, str]) -> dict[str, str]:
-    out = {}
-    for k, v in labels.items():
-        out[f"{prefix}_label_{sanitize(k)}"] = v
-        out[f"{prefix}_labelpresent_{sanitize(k)}"] = "true"
-    return out
+    return {f"{prefix}_{kind}_{sanitize(k)}": v if kind == "label" else "true"
+            for k, v in labels.items() for kind in ("label", "labelpresent")}
 
 
 def relabel_keeps(rules: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:

@@ -263,3 +263,12 @@ def from_label_selector(obj: Mapping[str, Any] | None) -> Selector:
         reqs.append(requirement(str(expr.get("key", "")), op,
                                 frozenset(expr.get("values") or [])))
     return _by_key(reqs)
+
+
+def lenient(obj: Mapping[str, Any] | None) -> Selector:
+    """`from_label_selector`, or nothing where Kubernetes would reject it (as the operator skips
+    such a monitor)."""
+    try:
+        return from_label_selector(obj)
+    except SelectorError:
+        return NOTHING

@@ -1,11 +1,6 @@
-"""The cluster as it would be after a step's write, in pure code: what `apply --dry-run` plans
-each phase against (a server-side dry run persists nothing, so later phases would see the
-unchanged cluster). Each write is projected as if it and all it waits for were over: labels on
-the DaemonSet and template (and on its pods, when the change rolls them, readiness unchanged),
-pods deleted carrying the template's labels, an alias created, switched or deleted, and the
-EndpointSlices of every Service whose selection changed as the controller would write them.
-The preview says which waits these stand for (`engine/projecting.py`).
-"""
+"""The cluster as it would be after a step's write and all it waits for (pure): what
+`apply --dry-run` plans each phase against, since a server-side dry run persists nothing. The
+preview says which waits these stand for (`engine/projecting.py`)."""
 from __future__ import annotations
 
 import json

@@ -1,8 +1,5 @@
-"""How far each stable name reaches, as numbers for dashboards and alerts (pure): the nodes
-running a live pod the name must reach, and how many of those list a ready endpoint of such a
-pod in the name's EndpointSlices (all of them, as kube-proxy merges them). The names are those
-the verdict judged (`stable-name`, `nodes-covered`), so the two never disagree.
-"""
+"""How far each stable name the verdict judged reaches, for dashboards and alerts (pure): nodes
+with a live pod it must reach, and how many of those its EndpointSlices list a ready pod of."""
 from __future__ import annotations
 
 from dataclasses import dataclass

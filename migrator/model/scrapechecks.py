@@ -1,12 +1,6 @@
-"""What is wrong with the scrape targets `model/monitoring.py` finds: duplicates (certain or
-possible), Ready pods no target reaches, truncated Endpoints, ServiceMonitors in conflict, and
-the consumer's fix for duplicates through the tool's slices. Pure; reported, never resolved.
-
-Two targets of one mechanism (annotation jobs, or the Prometheus Operator's) are a certain
-duplicate; one of each is possible (only a Prometheus reading both scrapes twice, which the
-tool cannot see). The what-if gates of phases 2 and 3 count every target; the verdict fails on
-certain ones and on a Ready exporter pod no target reaches.
-"""
+"""What is wrong with the scrape targets `model/monitoring.py` finds (pure; reported, never
+resolved). Two targets of one mechanism (annotations, or the Operator's) are a certain duplicate;
+one of each only possible (a Prometheus reading both, which the tool cannot see)."""
 from __future__ import annotations
 
 import json

@@ -1,10 +1,6 @@
-"""Stable names shared across both stacks (docs/architecture.md, "Clusters running both
-stacks: shared EndpointSlices"), pure: the ClusterPolicy operator owns the stable names and
-reverts any edit, so the GPUCluster pods join them through EndpointSlices of the tool's own
-(reverted by nobody), one set per address family, on the nodes the operator's slices miss.
-The stable name's owner keeps its configuration; every conflict is reported, never applied.
-The slices' one ownerReference is the guard's Lease (`Keeper`): deleting the guard removes them.
-"""
+"""Stable names shared across both stacks (docs/architecture.md), pure: the ClusterPolicy
+operator reverts any edit of its Services, so the GPUCluster pods join them through the tool's own
+EndpointSlices (per address family, owned by the guard's Lease); conflicts are only reported."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Where a stable name sends its consumers' traffic: the verdict's checks (model/outcome.py)
-that a name which exists and lists endpoints delivers them to DCGM (the traffic-critical checks
-are listed once, `findings.TRAFFIC_CHECKS`). Pure: a Snapshot in, findings out.
-`no-foreign-endpoints`: a Ready pod outside the name's DaemonSets that its selector picks (unless
-`--allow-foreign-pods` was recorded); `ports-served`: a targetPort no container declares, as
-upstream `findPort` resolves it; `guard-live`, `shared-endpoints`: the guard's slices, judged
-as kube-proxy meets them (a guard Lease held now, every ready endpoint a live Ready pod).
-"""
+"""The verdict's checks (model/outcome.py) that a stable name which lists endpoints delivers its
+consumers' traffic to DCGM (pure): no foreign Ready pods, every targetPort served (as `findPort`),
+and the guard's slices as kube-proxy meets them (a live guard Lease, every ready endpoint a pod)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
@@ -15,12 +10,11 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model import sharing
-from migrator.model.findings import TRAFFIC_CHECKS, Finding, Need, alive, named, traffic_critical
+from migrator.model.findings import Finding, Need, alive, named, traffic_critical
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 from migrator.model.stacks import Catalog
 
-__all__ = ["TRAFFIC_CHECKS", "foreign_endpoints", "lease_live", "ports_served", "shared_findings",
-           "traffic_critical"]
+__all__ = ["foreign_endpoints", "lease_live", "ports_served", "shared_findings", "traffic_critical"]
 GUARD_COMMAND = "dcgm-migrate guard -n {ns}"  # in-cluster: docs/guard.yaml
 
 

@@ -27,9 +27,8 @@ Answers = Mapping[Remedy, int]  # remedy → the number of the phase whose apply
 
 @dataclass(frozen=True)
 class Fixes:
-    """The commands a finding's fix names (wording only). `completed`: the highest phase the
-    state records completed, so one `apply --phase N` restores all of them and never leaves a
-    later completed phase broken."""
+    """The commands a finding's fix names. `completed`: the highest phase completed, so one
+    `apply --phase N` restores all and never leaves a later completed phase broken."""
 
     answers: Answers
     completed: int = 0

@@ -146,8 +146,8 @@ def _sm_ports(service: Obj, ep: Obj) -> list[Obj]:
 
 def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
               pods: list[PodView]) -> dict[str, list[ScrapePath]]:
-    """Every target of one ServiceMonitor reaching these pods through this Service, under each
-    role the monitor has; a target only one role yields names it (and its foreign slice)."""
+    """One ServiceMonitor's targets of these pods through this Service, under each of its roles;
+    a target only one role yields names it (and its foreign slice)."""
     roles, ref = sorted(monitor_roles(snapshot, sm)), _ref(sm)
     own = {p.name for p in listed(snapshot, service, pods)}
     endpoints = snapshot.endpoints_of(o.name(service)).endpoints
@@ -199,9 +199,8 @@ def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
 
 
 def _monitor_selector(monitor: Obj, namespace: str) -> Selector:
-    """What a monitor selects in the namespace: nothing unless its `namespaceSelector` covers it
-    (empty: its own namespace), else `spec.selector` (absent: empty, selecting everything; one
-    Kubernetes would reject selects nothing, as the operator skips that monitor)."""
+    """A monitor's `spec.selector` (absent: everything) where its `namespaceSelector` (empty: its
+    own namespace) covers the namespace; else nothing."""
     ns_sel = o.dig(monitor, "spec", "namespaceSelector") or {}
     if ns_sel.get("any") or ns_sel.get("matchNames"):
         covered = bool(ns_sel.get("any")) or namespace in ns_sel["matchNames"]

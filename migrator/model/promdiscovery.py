@@ -43,9 +43,8 @@ def prometheus_role(prometheus: Obj, monitor_role: Any = None) -> str:
 
 
 def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
-    """Whether a Prometheus picks this ServiceMonitor up (resource_selector.go): its
-    `serviceMonitorSelector` (null: none) matches it, and its namespace selector (null: its own
-    namespace; any other taken as covering it, namespace labels unread) covers it."""
+    """Whether a Prometheus picks this ServiceMonitor up (resource_selector.go); a namespace
+    selector other than null (its own namespace) is taken as covering it."""
     spec = prometheus.get("spec") or {}
     if not lenient(spec.get("serviceMonitorSelector")).matches(o.labels(monitor)):
         return False
@@ -73,9 +72,8 @@ def _object_labels(prefix: str, labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def relabel_keeps(rules: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
-    """Whether a target with these labels survives an endpoint's `relabelings` (camelCase
-    RelabelConfig): `keep`/`drop` apply, `replace` sets its target label for later rules, other
-    actions change nothing here; an absent label reads as ""."""
+    """Whether a target with these labels survives an endpoint's `relabelings`: `keep`/`drop`
+    apply, `replace` sets its target label for later rules, other actions change nothing."""
     have = dict(labels)
     for rule in rules:
         action = str(rule.get("action") or "replace").lower()
@@ -104,9 +102,8 @@ def _expand(found: re.Match[str], replacement: str) -> str:
 
 def target_labels(service: Obj, pod: PodView, role: str, port: Obj,
                   endpoint: EndpointView | None, namespace: str) -> dict[str, str]:
-    """The meta labels a ServiceMonitor target of this pod carries under `role` (`endpoints.go`,
-    `endpointslice.go`), plus those the operator's own rules set first (namespace, service,
-    pod, job)."""
+    """The meta labels a ServiceMonitor target of this pod carries under `role`
+    (`endpointslice.go`), plus those the operator's own rules set first."""
     labels = {"__meta_kubernetes_namespace": namespace,
               "__meta_kubernetes_service_name": o.name(service),
               "__meta_kubernetes_pod_name": pod.name,
@@ -132,8 +129,7 @@ def target_labels(service: Obj, pod: PodView, role: str, port: Obj,
 
 def drop_relabeling(managed_by: str) -> dict[str, Any]:
     """The relabeling that drops a ServiceMonitor's targets from EndpointSlices this writer
-    manages (their managed-by label, exposed by Prometheus 2.46+ and VictoriaMetrics; absent
-    under `role: endpoints`, where it drops nothing)."""
+    manages (by the managed-by label Prometheus 2.46+ and VictoriaMetrics expose)."""
     return {"action": "drop",
             "sourceLabels": [f"__meta_kubernetes_endpointslice_label_{sanitize(MANAGED_BY_LABEL)}"],
             "regex": managed_by}

@@ -34,9 +34,8 @@ def _flow(rule: Mapping[str, Any]) -> str:
 
 
 def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePath]]) -> str:
-    """The consumer's change for duplicates through foreign EndpointSlices (the tool's) under
-    `role: endpointslice`: where to put the drop relabeling (the ClusterPolicy field its
-    operator renders into the ServiceMonitor, or a hand-made monitor's endpoints); "" if none."""
+    """The consumer's fix for duplicates through the tool's EndpointSlices under `role:
+    endpointslice`: where the drop relabeling goes; "" if none."""
     fixes: dict[str, str] = {}
     for found in duplicated.values():
         for path in found:

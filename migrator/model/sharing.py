@@ -156,9 +156,8 @@ def _address_type(slice_: Mapping[str, Any]) -> str:
 
 
 def shared_names(snapshot: Snapshot, catalog: Catalog) -> list[tuple[Component, Obj, str]]:
-    """(GPUCluster component, operator Service, `ClusterPolicy/<name>`) for each stable name
-    whose pods must be shared: a GPUCluster component running here whose stable name is a
-    ClusterPolicy's Service, not the tool's, not being deleted, not handed over to a release."""
+    """(GPUCluster component, operator Service, `ClusterPolicy/<name>`) for each stable name a
+    ClusterPolicy renders (live, not handed over to a release) that a running component needs."""
     out = []
     for comp in catalog.components:
         if not comp.alias or comp.daemonset not in snapshot.daemonsets:

@@ -26,13 +26,8 @@ Obj = dict[str, Any]
 
 
 def _relabel(labels: Mapping[str, str], change: LabelMap) -> dict[str, str]:
-    out = dict(labels)
-    for key, value in change.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
+    """The labels with `change` applied (a None value removes its key)."""
+    return {k: v for k, v in {**labels, **change}.items() if v is not None}
 
 
 def endpoints_for(snapshot: Snapshot, service: Obj) -> ServiceEndpoints:

@@ -283,17 +283,13 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
                               if _key(e) in wanted]
     rest = list(wanted.values())  # in share order: by node
     for name in sorted(placed):
-        room = MAX_ENDPOINTS - len(placed[name])
-        if room > 0 and rest:
-            placed[name] += rest[:room]
-            rest = rest[room:]
-    taken, i = set(placed), 0
-    new: dict[str, list[Obj]] = {}
+        room = max(0, MAX_ENDPOINTS - len(placed[name]))
+        placed[name], rest = placed[name] + rest[:room], rest[room:]
+    i, new = 0, {}
     while rest:
-        while (name := f"{slice_prefix(stable, family)}{i}") in taken:
+        while (name := f"{slice_prefix(stable, family)}{i}") in placed:
             i += 1
-        taken.add(name)
-        new[name], rest = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:]
+        new[name], rest, i = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:], i + 1
     out = []
     for sl in current:
         name = o.name(sl)

@@ -15,11 +15,11 @@ from migrator.model.monitoring import (
     SERVICE_JOB,
     ScrapePath,
     annotation_job,
+    drop_relabeling,
     listed,
     monitors_of,
     scrape_paths,
 )
-from migrator.model.promdiscovery import drop_relabeling
 from migrator.model.snapshot import PodView, Snapshot
 
 # Addresses one Endpoints object holds (upstream pkg/controller/endpoint, maxCapacity): beyond,

@@ -29,30 +29,23 @@ def role_flavor(value: Any) -> str:
     return ROLE_ENDPOINTSLICE if value == ENDPOINT_SLICE_ROLE else ROLE_ENDPOINTS
 
 
-def _version(text: Any) -> tuple[int, int] | None:
-    found = re.match(r"v?(\d+)\.(\d+)", str(text or ""))
-    return (int(found.group(1)), int(found.group(2))) if found else None
-
-
 def prometheus_role(prometheus: Obj, monitor_role: Any = None) -> str:
     """The role a Prometheus gives a ServiceMonitor it selects: the monitor's own, else its
     `spec.serviceDiscoveryRole`; endpoints before 2.21 (`spec.version`)."""
-    version = _version(o.dig(prometheus, "spec", "version"))
-    if version is not None and version < ENDPOINTSLICE_MIN_PROMETHEUS:
+    found = re.match(r"v?(\d+)\.(\d+)", str(o.dig(prometheus, "spec", "version") or ""))
+    if found and (int(found[1]), int(found[2])) < ENDPOINTSLICE_MIN_PROMETHEUS:
         return ROLE_ENDPOINTS
-    own = monitor_role if monitor_role is not None else o.dig(
-        prometheus, "spec", "serviceDiscoveryRole")
-    return role_flavor(own)
+    return role_flavor(o.dig(prometheus, "spec", "serviceDiscoveryRole")
+                       if monitor_role is None else monitor_role)
 
 
 def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
     """Whether a Prometheus picks this ServiceMonitor up (resource_selector.go); a namespace
     selector other than null (its own namespace) is taken as covering it."""
     spec = prometheus.get("spec") or {}
-    if not lenient(spec.get("serviceMonitorSelector")).matches(o.labels(monitor)):
-        return False
-    return (spec.get("serviceMonitorNamespaceSelector") is not None
-            or o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace"))
+    return lenient(spec.get("serviceMonitorSelector")).matches(o.labels(monitor)) and (
+        spec.get("serviceMonitorNamespaceSelector") is not None
+        or o.meta(prometheus).get("namespace") == o.meta(monitor).get("namespace"))
 
 
 def monitor_roles(snapshot: Snapshot, monitor: Obj) -> frozenset[str]:

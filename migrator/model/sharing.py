@@ -237,11 +237,6 @@ def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any],
                 == list(body.get("endpoints") or []))
 
 
-def slice_prefix(stable: str, family: str) -> str:
-    """`<name>-dcgm-migrate-<n>` for IPv4 (as before dual-stack), `...-ipv6-<n>` for IPv6."""
-    return f"{stable}-dcgm-migrate-" + ("" if family == IPV4 else f"{family.lower()}-")
-
-
 def _delete(sl: Mapping[str, Any], stable: str, why: str) -> SliceWrite:
     return SliceWrite(DELETE, o.name(sl), stable, why, resource_version=o.resource_version(sl))
 
@@ -285,9 +280,11 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
     for name in sorted(placed):
         room = max(0, MAX_ENDPOINTS - len(placed[name]))
         placed[name], rest = placed[name] + rest[:room], rest[room:]
+    # `<name>-dcgm-migrate-<n>` for IPv4 (as before dual-stack), `...-ipv6-<n>` for IPv6.
+    prefix = f"{stable}-dcgm-migrate-" + ("" if family == IPV4 else f"{family.lower()}-")
     i, new = 0, {}
     while rest:
-        while (name := f"{slice_prefix(stable, family)}{i}") in placed:
+        while (name := f"{prefix}{i}") in placed:
             i += 1
         new[name], rest, i = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:], i + 1
     out = []

@@ -39,13 +39,12 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
         return Finding("no-foreign-endpoints", subject, True,
                        f"{what} (allowed by --allow-foreign-pods)")
     selector = o.dig(svc, "spec", "selector") or {}
-    first = strays[0]
     local = " (under internalTrafficPolicy Local, the only DCGM its node's consumers reach)" \
         if o.dig(svc, "spec", "internalTrafficPolicy") == "Local" else ""
     return Finding(
         "no-foreign-endpoints", subject, False,
         f"its selector {selector} makes {what} endpoints of it{local}",
-        f"take the label off them (`kubectl label pod {first.name} "
+        f"take the label off them (`kubectl label pod {strays[0].name} "
         f"{' '.join(f'{k}-' for k in sorted(selector))} -n {snapshot.namespace}`), or, if they "
         "belong behind this name, switch with --allow-foreign-pods (recorded in the state)")
 

@@ -17,8 +17,7 @@ from migrator.model.snapshot import EndpointView, PodView, Snapshot
 
 Obj = dict[str, Any]
 
-# Kubernetes discovery roles a ServiceMonitor's job may use, and the Prometheus Operator's
-# `ServiceDiscoveryRole` values (pkg/apis/monitoring/v1/prometheus_types.go).
+# Discovery roles of a ServiceMonitor's job; the Operator's `ServiceDiscoveryRole` value.
 ROLE_ENDPOINTS, ROLE_ENDPOINTSLICE = "endpoints", "endpointslice"
 ENDPOINT_SLICE_ROLE = "EndpointSlice"
 ENDPOINTSLICE_MIN_PROMETHEUS = (2, 21)  # promcfg.go: older Prometheus gets role endpoints

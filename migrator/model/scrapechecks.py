@@ -37,25 +37,22 @@ def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePat
     """The consumer's fix for duplicates through the tool's EndpointSlices under `role:
     endpointslice`: where the drop relabeling goes; "" if none."""
     fixes: dict[str, str] = {}
-    for found in duplicated.values():
-        for path in found:
-            if not path.slice or path.via in fixes:
-                continue
-            ns, name = path.via.split("/", 1)[1].split("/", 1)
-            sm = next((m for m in snapshot.service_monitors if o.name(m) == name
-                       and o.meta(m).get("namespace") == ns), {})
-            view = next((e for e in snapshot.endpoints_of(path.service).endpoints
-                         if e.slice == path.slice), None)
-            rule = _flow(drop_relabeling(view.managed_by if view else "dcgm-migrate"))
-            owner = o.controller_owner(sm) or {}
-            if owner.get("kind") == "ClusterPolicy":
-                fixes[path.via] = (
-                    f"add {rule} to ClusterPolicy/{owner.get('name')} "
-                    "spec.dcgmExporter.serviceMonitor.relabelings (the GPU Operator renders "
-                    f"that list into ServiceMonitor {ns}/{name}; keep any entries it has)")
-            else:
-                fixes[path.via] = (f"add {rule} to the relabelings of every endpoint of "
-                                   f"ServiceMonitor {ns}/{name}")
+    for path in (p for found in duplicated.values() for p in found):
+        if not path.slice or path.via in fixes:
+            continue
+        ns, name = path.via.split("/", 1)[1].split("/", 1)
+        sm = next((m for m in snapshot.service_monitors if o.name(m) == name
+                   and o.meta(m).get("namespace") == ns), {})
+        view = next((e for e in snapshot.endpoints_of(path.service).endpoints
+                     if e.slice == path.slice), None)
+        rule = _flow(drop_relabeling(view.managed_by if view else "dcgm-migrate"))
+        owner = o.controller_owner(sm) or {}
+        fixes[path.via] = (
+            f"add {rule} to ClusterPolicy/{owner.get('name')} "
+            "spec.dcgmExporter.serviceMonitor.relabelings (the GPU Operator renders "
+            f"that list into ServiceMonitor {ns}/{name}; keep any entries it has)"
+            if owner.get("kind") == "ClusterPolicy" else
+            f"add {rule} to the relabelings of every endpoint of ServiceMonitor {ns}/{name}")
     if not fixes:
         return ""
     return ("the tool's EndpointSlices of the shared Service reach these pods a second time "
@@ -73,10 +70,8 @@ def truncated_endpoints(snapshot: Snapshot) -> list[str]:
     `role: endpoints` job sees only the first ENDPOINTS_CAPACITY of them."""
     out = []
     for name, svc in sorted(snapshot.services.items()):
-        if annotation_job(o.annotations_of(svc), SERVICE_JOB) is None:
-            continue
-        count = len(listed(snapshot, svc))
-        if count > ENDPOINTS_CAPACITY:
+        annotated = annotation_job(o.annotations_of(svc), SERVICE_JOB) is not None
+        if annotated and (count := len(listed(snapshot, svc))) > ENDPOINTS_CAPACITY:
             out.append(f"Service/{name} lists {count} pods, more than the {ENDPOINTS_CAPACITY} "
                        "addresses an Endpoints object holds (the endpoints controller truncates "
                        "it): a Prometheus job with `role: endpoints` scrapes only "
@@ -125,12 +120,10 @@ def possible(paths: Mapping[str, list[ScrapePath]]) -> list[str]:
 
 def certain_duplicates(snapshot: Snapshot,
                        daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
-    """Exporter pods with a certain duplicate (`certain`), with the targets."""
     return certain(scrape_paths(snapshot, daemonsets))
 
 
 def possible_duplicates(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[str]:
-    """Exporter pods with a possible duplicate (`possible`)."""
     return possible(scrape_paths(snapshot, daemonsets))
 
 

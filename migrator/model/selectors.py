@@ -41,14 +41,6 @@ def validate_key(key: str) -> None:
                             "alphanumeric")
 
 
-def validate_value(key: str, value: str) -> None:
-    """Empty, or at most 63 alphanumerics, '-', '_', '.' (alphanumeric at both ends)."""
-    if len(value) > _NAME_MAX or (value and not _NAME_RE.fullmatch(value)):
-        raise SelectorError(f"invalid value {value!r} for label {key!r}: at most {_NAME_MAX} "
-                            "alphanumerics, '-', '_' or '.', starting and ending with an "
-                            "alphanumeric (or empty)")
-
-
 _OPS = ("=", "!=", "in", "notin", "exists", "!exists", "gt", "lt")
 
 
@@ -101,8 +93,11 @@ def requirement(key: str, op: str, values: frozenset[str] = frozenset()) -> Requ
             raise SelectorError(f"{key} {op}: needs exactly one integer value")
     else:
         raise SelectorError(f"unknown operator {op!r}: one of {', '.join(_OPS)}")
-    for v in values:
-        validate_value(key, v)
+    for v in values:  # empty, or a valid name
+        if len(v) > _NAME_MAX or (v and not _NAME_RE.fullmatch(v)):
+            raise SelectorError(f"invalid value {v!r} for label {key!r}: at most {_NAME_MAX} "
+                                "alphanumerics, '-', '_' or '.', starting and ending with an "
+                                "alphanumeric (or empty)")
     return Requirement(key, op, values)
 
 

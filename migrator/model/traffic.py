@@ -127,14 +127,13 @@ def _guard_live(snapshot: Snapshot, names: Sequence[str]) -> Finding:
                        f"cannot tell whether a guard keeps {shown}: listing Leases is refused",
                        f"grant list on coordination.k8s.io leases in {snapshot.namespace} "
                        "(docs/rbac.yaml)")
-    leases = snapshot.guard_leases
-    live = [lease for lease in leases if lease_live(lease, snapshot.taken_at)]
+    live = [lease for lease in snapshot.guard_leases if lease_live(lease, snapshot.taken_at)]
     if live:
         return Finding("guard-live", subject, True,
                        f"{_lease_detail(live, snapshot.taken_at)} keeps {shown}")
     return Finding("guard-live", subject, False,
                    f"{shown} depend on the guard's EndpointSlices and no guard runs: "
-                   f"{_lease_detail(leases, snapshot.taken_at)}",
+                   f"{_lease_detail(snapshot.guard_leases, snapshot.taken_at)}",
                    f"run `{GUARD_COMMAND.format(ns=snapshot.namespace)}` (in-cluster: "
                    "docs/guard.yaml); its first pass repairs the slices")
 

@@ -52,12 +52,9 @@ def alias_body(namespace: str, common: Common, comp: Component, source: Mapping[
     if owner is not None:
         meta["ownerReferences"] = [{
             "apiVersion": str(owner.get("apiVersion", "nvidia.com/v1alpha1")),
-            "kind": str(owner.get("kind", "GPUCluster")),
-            "name": o.name(owner),
-            "uid": str(o.meta(owner).get("uid", "")),
-            "controller": False,
-            "blockOwnerDeletion": False,
-        }]
+            "kind": str(owner.get("kind", "GPUCluster")), "name": o.name(owner),
+            "uid": str(o.meta(owner).get("uid", "")), "controller": False,
+            "blockOwnerDeletion": False}]
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 

@@ -136,14 +136,11 @@ def _config_conflicts(service: Mapping[str, Any], source: Mapping[str, Any] | No
     if source is None:
         return []
     have, other = service.get("spec") or {}, source.get("spec") or {}
-
-    def value(spec: Mapping[str, Any], f: str) -> Any:
-        return spec.get(f, SPEC_DEFAULTS.get(f))
-
-    return [f"{f}: {value(have, f)!r} here, {value(other, f)!r} on Service/{o.name(source)} "
+    pairs = {f: (have.get(f, SPEC_DEFAULTS.get(f)), other.get(f, SPEC_DEFAULTS.get(f)))
+             for f in COMPARED_SPEC_FIELDS if f in have or f in other}
+    return [f"{f}: {mine!r} here, {theirs!r} on Service/{o.name(source)} "
             "(this Service's setting applies to both stacks' pods)"
-            for f in COMPARED_SPEC_FIELDS if f in have or f in other
-            if value(have, f) != value(other, f)]
+            for f, (mine, theirs) in pairs.items() if mine != theirs]
 
 
 def families(service: Mapping[str, Any]) -> tuple[str, ...]:

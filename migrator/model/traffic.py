@@ -13,6 +13,7 @@ from migrator.model import sharing
 from migrator.model.findings import Finding, Need, alive, named, traffic_critical
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 from migrator.model.stacks import Catalog
+from migrator.model.wording import counted
 
 __all__ = ["foreign_endpoints", "lease_live", "ports_served", "shared_findings", "traffic_critical"]
 GUARD_COMMAND = "dcgm-migrate guard -n {ns}"  # in-cluster: docs/guard.yaml
@@ -80,9 +81,8 @@ def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: st
     if bad:
         return Finding("ports-served", subject, False,
                        "; ".join(bad) + ": connections to it are refused", fix)
-    plural = "s" if len(ports) != 1 else ""
     return Finding("ports-served", subject, True,
-                   f"{len(ports)} port{plural}, each to a port its containers declare")
+                   f"{counted(len(ports), 'port')}, each to a port its containers declare")
 
 
 def _renewed(lease: Mapping[str, Any]) -> datetime | None:

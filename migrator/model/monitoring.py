@@ -5,7 +5,7 @@ discovery role (`promcfg.go`), meta labels and relabelings. The checks: `model/s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -240,16 +240,14 @@ def _pod_targets(snapshot: Snapshot, pod: PodView) -> list[ScrapePath]:
             for port in _relabelled(pod.scrape_annotations, ports)]
 
 
-def _sm_ports(service: Obj, ep: Obj) -> list[Obj]:
-    """The Service ports a ServiceMonitor endpoint keeps (`port` by name, `targetPort`, or all);
-    the tool's slices name their ports as the Service does, so under either role."""
-    svc_ports = o.dig(service, "spec", "ports") or []
+def _kept(ep: Obj, ports: Iterable[Obj], targets: Callable[[Obj], Iterable[Any]]) -> list[Obj]:
+    """The ports a monitor endpoint keeps: `port` by name, else `targetPort` (one of `targets`
+    of a port), else all. The tool's slices name their ports as the Service does."""
     if "port" in ep:
-        return [p for p in svc_ports if p.get("name") == ep["port"]]
+        return [p for p in ports if p.get("name") == ep["port"]]
     if "targetPort" in ep:
-        return [p for p in svc_ports
-                if str(p.get("targetPort", p.get("port"))) == str(ep["targetPort"])]
-    return list(svc_ports)
+        return [p for p in ports if str(ep["targetPort"]) in targets(p)]
+    return list(ports)
 
 
 def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
@@ -272,7 +270,8 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
             else:
                 continue
             for i, ep in enumerate(o.dig(sm, "spec", "endpoints") or []):
-                for port in _sm_ports(service, ep):
+                for port in _kept(ep, o.dig(service, "spec", "ports") or [],
+                                  lambda p: (str(p.get("targetPort", p.get("port"))),)):
                     rules = ep.get("relabelings") or []
                     if rules and not relabel_keeps(rules, target_labels(
                             service, pod, role, port, endpoint, snapshot.namespace)):
@@ -294,13 +293,7 @@ def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
     cports = _container_ports(snapshot, pod)
     out = []
     for i, ep in enumerate(o.dig(pm, "spec", "podMetricsEndpoints") or []):
-        if "port" in ep:
-            kept = [p for p in cports if p.get("name") == ep["port"]]
-        elif "targetPort" in ep:
-            kept = [p for p in cports if str(ep["targetPort"]) in (
-                str(p.get("containerPort")), p.get("name"))]
-        else:
-            kept = list(cports)
+        kept = _kept(ep, cports, lambda p: (str(p.get("containerPort")), p.get("name")))
         out += [ScrapePath(f"podmonitor/{_ref(pm)}", "", f"podMonitor/{_ref(pm)}/{i}",
                            str(p.get("containerPort"))) for p in kept]
     return out

@@ -324,8 +324,6 @@ def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[st
     found = shares(snapshot, catalog, all_slices, shaped) if enabled else []
     ours = shared_slices(all_slices, catalog.common)
     by_name = {s.name: s for s in found}
-    writes = []
-    for stable in sorted(set(by_name) | set(ours)):
-        writes += slice_writes(by_name.get(stable), stable, ours.get(stable, []),
-                               snapshot.namespace, catalog, keeper, shaped)
-    return found, writes
+    return found, [w for stable in sorted(set(by_name) | set(ours))
+                   for w in slice_writes(by_name.get(stable), stable, ours.get(stable, []),
+                                         snapshot.namespace, catalog, keeper, shaped)]

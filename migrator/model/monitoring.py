@@ -48,8 +48,7 @@ def selects_monitor(prometheus: Obj, monitor: Obj) -> bool:
 
 
 def monitor_roles(snapshot: Snapshot, monitor: Obj) -> frozenset[str]:
-    """The discovery roles a ServiceMonitor's jobs run with: one per Prometheus that selects it,
-    or, when none it can see does, its own role or the default (endpoints)."""
+    """The roles a ServiceMonitor's jobs run with: each selecting Prometheus', else its own."""
     own = o.dig(monitor, "spec", "serviceDiscoveryRole")
     roles = {prometheus_role(p, own) for p in snapshot.prometheuses
              if selects_monitor(p, monitor)}

@@ -39,8 +39,7 @@ def endpoints_for(snapshot: Snapshot, service: Obj) -> ServiceEndpoints:
 
 
 def _with_pods(snapshot: Snapshot, daemonset: str, change: LabelMap) -> Snapshot:
-    """The DaemonSet's pods relabelled, and the endpoints of every Service selecting by one
-    of the changed keys recomputed (who is selected may have changed)."""
+    """The DaemonSet's pods relabelled; endpoints recomputed where a selector uses a changed key."""
     if not change:
         return snapshot
     pods = tuple(replace(p, labels=_relabel(p.labels, change))

@@ -89,8 +89,7 @@ def _alias_source(ctx: PlanContext, step: Step) -> str | None:
 
 
 def reasked(reverted: Sequence[Step], options: Options) -> list[GateResult]:
-    """With --include-operator-owned, each switch the operator reverted is a failed gate, so the
-    phase re-runs it (and the report shows why)."""
+    """With --include-operator-owned, each switch the operator reverted fails a gate: re-run."""
     if not options.include_operator_owned:
         return []
     return [GateResult(f"selector-holds/{s.service}", False, f"{s.object} was reverted by its "

@@ -66,8 +66,7 @@ def unscraped(paths: Mapping[str, list[ScrapePath]], pods: Iterable[PodView]) ->
 
 
 def truncated_endpoints(snapshot: Snapshot) -> list[str]:
-    """Annotated Services listing more pods than one Endpoints object holds: the chart's
-    `role: endpoints` job sees only the first ENDPOINTS_CAPACITY of them."""
+    """Annotated Services listing more pods than one Endpoints object holds."""
     out = []
     for name, svc in sorted(snapshot.services.items()):
         annotated = annotation_job(o.annotations_of(svc), SERVICE_JOB) is not None

@@ -51,8 +51,7 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
 
 
 def _unserved(port: Mapping[str, Any], declared: list[Mapping[str, Any]]) -> str | None:
-    """Why no container serves this Service port's targetPort (None: one does, or the
-    templates declare no port to judge by)."""
+    """Why no container serves this targetPort (None: one does, or a number with none declared)."""
     target = port.get("targetPort", port.get("port"))
     protocol = port.get("protocol") or "TCP"
     same = [p for p in declared if (p.get("protocol") or "TCP") == protocol]

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from migrator.model import gates as g
 from migrator.model.gates import GateResult
+from migrator.model.gates import named as named  # re-exported for the verdict's modules
 from migrator.model.snapshot import PodView
 from migrator.model.stacks import Component
 
@@ -110,9 +110,6 @@ class Verdict:
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "summary": self.summary(),
                 "checks": [f.as_dict() for f in self.findings]}
-
-
-named = g.named
 
 
 def alive(pods: Iterable[PodView]) -> list[PodView]:

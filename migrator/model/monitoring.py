@@ -144,10 +144,8 @@ class ScrapePath:
     service: str  # the Service the target is discovered through; "" for a pod-level target
     job: str = ""  # the scrape job that holds it
     port: str = ""  # the target's port after relabelling ("" for a port-free target)
-    # The one discovery role that yields it ("": every role of its monitor does), and the
-    # foreign EndpointSlice it comes through ("": the Service's own endpoints).
-    role: str = ""
-    slice: str = ""
+    role: str = ""  # the one discovery role that yields it ("": every role of its monitor does)
+    slice: str = ""  # the foreign EndpointSlice it comes through ("": the Service's own)
 
     def __str__(self) -> str:
         through = f"Service/{self.service}" if self.service else "pod annotation"

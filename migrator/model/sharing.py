@@ -32,8 +32,7 @@ SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"
 MAX_ENDPOINTS = 100  # per slice: the EndpointSlice controller's --max-endpoints-per-slice
 IPV4, IPV6 = "IPv4", "IPv6"
 CREATE, UPDATE, DELETE = "create", "update", "delete"
-# Service fields whose difference between the two stacks' Services is reported (ports are
-# compared one by one), and what the API server defaults each to when left out.
+# Service fields whose difference between the stacks' Services is reported, and their defaults.
 COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
                              if f not in ("ipFamilies", "ipFamilyPolicy"))
 SPEC_DEFAULTS = {"type": "ClusterIP", "internalTrafficPolicy": "Cluster",

@@ -62,9 +62,8 @@ def owner_of(crs: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The CR an alias belongs to: the oldest (creationTimestamp, then name), as the operator
     picks its singleton; one being deleted only when no other remains."""
     live = [c for c in crs if not o.meta(c).get("deletionTimestamp")] or list(crs)
-    if not live:
-        return None
-    return min(live, key=lambda c: (str(o.meta(c).get("creationTimestamp") or ""), o.name(c)))
+    return min(live, key=lambda c: (str(o.meta(c).get("creationTimestamp") or ""), o.name(c)),
+               default=None)
 
 
 def _ports(value: Any) -> list[dict[str, Any]]:

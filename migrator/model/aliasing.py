@@ -8,12 +8,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from migrator.model import objects as o
+from migrator.model.monitoring import SCRAPE
 from migrator.model.stacks import Common, Component
 
-# Every core/v1 ServiceSpec field (tests/planning/test_alias_fields.py holds the list to the
-# API's). Copied: the source's configuration, so the alias is reached exactly as the source is.
-# Never copied: what the API server assigns, what only one Service may hold, externalName.
-# Replaced: the selector (the DRA app label).
+# Every core/v1 ServiceSpec field but the selector (tests/planning/test_alias_fields.py): copied,
+# so the alias is reached as the source is, or never (the API's, one Service's, externalName).
 COPIED_SPEC_FIELDS = ("type", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinity",
                       "sessionAffinityConfig", "ipFamilyPolicy", "ipFamilies",
                       "publishNotReadyAddresses", "allocateLoadBalancerNodePorts",
@@ -22,17 +21,10 @@ NEVER_COPIED_SPEC_FIELDS = ("clusterIP", "clusterIPs", "healthCheckNodePort", "e
                             "loadBalancerIP", "externalName")
 COPIED_PORT_FIELDS = ("name", "port", "targetPort", "protocol", "appProtocol")
 
-# Source annotations an alias does not copy: the scrape annotation (a copy would scrape every
-# exporter pod twice, docs/design.md), the tool's markers, and other tools' bookkeeping.
-SCRAPE_ANNOTATION = "prometheus.io/scrape"
+# Source annotations an alias does not copy besides the scrape annotation (a copy would scrape
+# every exporter pod twice, docs/design.md): the tool's markers and other tools' bookkeeping.
 NOT_COPIED_ANNOTATION_PREFIXES = ("dcgm-migrate/", "kubectl.kubernetes.io/last-applied-",
                                   "meta.helm.sh/", "argocd.argoproj.io/", "nvidia.com/")
-
-
-def copied_annotations(source: Mapping[str, Any]) -> dict[str, str]:
-    """The source's annotations an alias carries too (e.g. a cloud's internal-load-balancer)."""
-    return {k: v for k, v in o.annotations_of(source).items()
-            if k != SCRAPE_ANNOTATION and not k.startswith(NOT_COPIED_ANNOTATION_PREFIXES)}
 
 
 def alias_body(namespace: str, common: Common, comp: Component, source: Mapping[str, Any],
@@ -41,6 +33,8 @@ def alias_body(namespace: str, common: Common, comp: Component, source: Mapping[
     as the tool's, with a non-controller ownerReference to the GPUCluster."""
     assert comp.alias
     src_spec = source.get("spec") or {}
+    copied = {k: v for k, v in o.annotations_of(source).items()  # e.g. an internal-LB's
+              if k != SCRAPE and not k.startswith(NOT_COPIED_ANNOTATION_PREFIXES)}
     spec: dict[str, Any] = {k: copy.deepcopy(src_spec[k]) for k in COPIED_SPEC_FIELDS
                             if k in src_spec}
     spec["ports"] = [{k: p[k] for k in COPIED_PORT_FIELDS if k in p}
@@ -53,17 +47,14 @@ def alias_body(namespace: str, common: Common, comp: Component, source: Mapping[
         "namespace": namespace,
         "labels": {common.managed_by.key: common.managed_by.value,
                    "app.kubernetes.io/name": comp.alias},
-        "annotations": {**copied_annotations(source), common.alias_of_annotation: comp.service},
+        "annotations": {**copied, common.alias_of_annotation: comp.service},
     }
     if owner is not None:
         meta["ownerReferences"] = [{
             "apiVersion": str(owner.get("apiVersion", "nvidia.com/v1alpha1")),
-            "kind": str(owner.get("kind", "GPUCluster")),
-            "name": o.name(owner),
-            "uid": str(o.meta(owner).get("uid", "")),
-            "controller": False,
-            "blockOwnerDeletion": False,
-        }]
+            "kind": str(owner.get("kind", "GPUCluster")), "name": o.name(owner),
+            "uid": str(o.meta(owner).get("uid", "")), "controller": False,
+            "blockOwnerDeletion": False}]
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
@@ -71,9 +62,8 @@ def owner_of(crs: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The CR an alias belongs to: the oldest (creationTimestamp, then name), as the operator
     picks its singleton; one being deleted only when no other remains."""
     live = [c for c in crs if not o.meta(c).get("deletionTimestamp")] or list(crs)
-    if not live:
-        return None
-    return min(live, key=lambda c: (str(o.meta(c).get("creationTimestamp") or ""), o.name(c)))
+    return min(live, key=lambda c: (str(o.meta(c).get("creationTimestamp") or ""), o.name(c)),
+               default=None)
 
 
 def _ports(value: Any) -> list[dict[str, Any]]:
@@ -91,9 +81,8 @@ def _same(key: str, live: Any, wanted: Any) -> bool:
 
 
 def differences(live: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """What differs between a live alias and `alias_body` now: spec field → wanted value, and
-    `annotations` → the copied ones that differ. Never the selector (phase 3 and the guard own
-    it)."""
+    """Spec field → wanted value, and `annotations` → the copied ones, where a live alias differs
+    from `alias_body`; never the selector (phase 3 and the guard own it)."""
     spec = live.get("spec") or {}
     out: dict[str, Any] = {
         k: v for k, v in (desired.get("spec") or {}).items()

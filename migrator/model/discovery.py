@@ -15,7 +15,6 @@ from migrator.model.stacks import Catalog, Component
 class Discovery:
     stack: str  # clusterpolicy | gpucluster | mixed | both | none
     components: tuple[Component, ...]  # present in the namespace (their DaemonSet exists)
-    absent: tuple[Component, ...]  # described by a present stack but not running here
     warnings: tuple[str, ...] = ()
 
 
@@ -57,7 +56,6 @@ def prepared_releases(snapshot: Snapshot, catalog: Catalog,
 
 def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
     present: list[Component] = []
-    absent: list[Component] = []
     stacks: list[str] = []
     warnings: list[str] = []
     crs = {"clusterpolicy": snapshot.cluster_policies, "gpucluster": snapshot.gpu_clusters}
@@ -69,33 +67,26 @@ def discover(snapshot: Snapshot, catalog: Catalog) -> Discovery:
             continue
         stacks.append(stack.name)
         present.extend(running)
-        for c in stack.components:
-            if c not in running:
-                absent.append(c)
-                warnings.append(f"{stack.name}: DaemonSet/{c.daemonset} is not running here "
-                                f"({c.component} disabled?); it is skipped")
+        warnings += [f"{stack.name}: DaemonSet/{c.daemonset} is not running here "
+                     f"({c.component} disabled?); it is skipped"
+                     for c in stack.components if c not in running]
         if running and not crs.get(stack.name):
             warnings.append(f"{stack.name}: its DaemonSets run but no {stack.cr.kind} exists")
     if not stacks:
-        return Discovery("none", (), (), ())
+        return Discovery("none", ())
     warnings += prepared_releases(snapshot, catalog, present)
     if len(stacks) == 1:
-        return Discovery(stacks[0], tuple(present), tuple(absent), tuple(warnings))
-    nodes = {stack.name: {p.node for c in stack.components if c in present
-                          for p in snapshot.pods_of(c.daemonset)} for stack in catalog.stacks}
-    shared = nodes["clusterpolicy"] & nodes["gpucluster"]
-    kind = "both" if shared else "mixed"
-    only_dra = len(nodes["gpucluster"] - nodes["clusterpolicy"])
+        return Discovery(stacks[0], tuple(present), tuple(warnings))
+    cp, dra = ({p.node for c in catalog.stack(name).components if c in present
+                for p in snapshot.pods_of(c.daemonset)} for name in ("clusterpolicy", "gpucluster"))
+    shared = cp & dra
     sharing = ("the stable names belong to the ClusterPolicy's operator; after phase 2, "
                "`dcgm-migrate guard` adds the GPUCluster pods of every node the ClusterPolicy "
-               f"stack does not run on (now {only_dra}) through EndpointSlices of its own "
+               f"stack does not run on (now {len(dra - cp)}) through EndpointSlices of its own "
                "(docs/runbook.md, 'Clusters running both stacks')")
-    if kind == "both":
-        warnings.append(f"ClusterPolicy and GPUCluster stacks coexist on {len(shared)} nodes: "
-                        f"{sharing}; each of those {len(shared)} nodes runs two exporters (its "
-                        "GPUs are reported twice)")
-    else:
-        warnings.append(f"ClusterPolicy and GPUCluster stacks run on separate nodes "
-                        f"({len(nodes['clusterpolicy'])} and {len(nodes['gpucluster'])}): "
-                        f"{sharing}")
-    return Discovery(kind, tuple(present), tuple(absent), tuple(warnings))
+    warnings.append(f"ClusterPolicy and GPUCluster stacks coexist on {len(shared)} nodes: "
+                    f"{sharing}; each of those {len(shared)} nodes runs two exporters (its "
+                    "GPUs are reported twice)" if shared else
+                    "ClusterPolicy and GPUCluster stacks run on separate nodes "
+                    f"({len(cp)} and {len(dra)}): {sharing}")
+    return Discovery("both" if shared else "mixed", tuple(present), tuple(warnings))

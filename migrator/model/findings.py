@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from migrator.model import gates as g
 from migrator.model.gates import GateResult
+from migrator.model.gates import named as named  # re-exported for the verdict's modules
 from migrator.model.snapshot import PodView
 from migrator.model.stacks import Component
 
@@ -27,9 +27,8 @@ Answers = Mapping[Remedy, int]  # remedy → the number of the phase whose apply
 
 @dataclass(frozen=True)
 class Fixes:
-    """The commands a finding's fix names (wording only). `completed`: the highest phase the
-    state records completed, so one `apply --phase N` restores all of them and never leaves a
-    later completed phase broken."""
+    """The commands a finding's fix names. `completed`: the highest phase completed, so one
+    `apply --phase N` restores all and never leaves a later completed phase broken."""
 
     answers: Answers
     completed: int = 0
@@ -111,9 +110,6 @@ class Verdict:
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "summary": self.summary(),
                 "checks": [f.as_dict() for f in self.findings]}
-
-
-named = g.named
 
 
 def alive(pods: Iterable[PodView]) -> list[PodView]:

@@ -1,11 +1,6 @@
-"""The cluster as it would be after a step's write, in pure code: what `apply --dry-run` plans
-each phase against (a server-side dry run persists nothing, so later phases would see the
-unchanged cluster). Each write is projected as if it and all it waits for were over: labels on
-the DaemonSet and template (and on its pods, when the change rolls them, readiness unchanged),
-pods deleted carrying the template's labels, an alias created, switched or deleted, and the
-EndpointSlices of every Service whose selection changed as the controller would write them.
-The preview says which waits these stand for (`engine/projecting.py`).
-"""
+"""The cluster as it would be after a step's write and all it waits for (pure): what
+`apply --dry-run` plans each phase against, since a server-side dry run persists nothing. The
+preview says which waits these stand for (`engine/projecting.py`)."""
 from __future__ import annotations
 
 import json
@@ -31,13 +26,8 @@ Obj = dict[str, Any]
 
 
 def _relabel(labels: Mapping[str, str], change: LabelMap) -> dict[str, str]:
-    out = dict(labels)
-    for key, value in change.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
+    """The labels with `change` applied (a None value removes its key)."""
+    return {k: v for k, v in {**labels, **change}.items() if v is not None}
 
 
 def endpoints_for(snapshot: Snapshot, service: Obj) -> ServiceEndpoints:
@@ -49,8 +39,7 @@ def endpoints_for(snapshot: Snapshot, service: Obj) -> ServiceEndpoints:
 
 
 def _with_pods(snapshot: Snapshot, daemonset: str, change: LabelMap) -> Snapshot:
-    """The DaemonSet's pods relabelled, and the endpoints of every Service selecting by one
-    of the changed keys recomputed (who is selected may have changed)."""
+    """The DaemonSet's pods relabelled; endpoints recomputed where a selector uses a changed key."""
     if not change:
         return snapshot
     pods = tuple(replace(p, labels=_relabel(p.labels, change))

@@ -1,15 +1,12 @@
-"""How far each stable name reaches, as numbers for dashboards and alerts (pure): the nodes
-running a live pod the name must reach, and how many of those list a ready endpoint of such a
-pod in the name's EndpointSlices (all of them, as kube-proxy merges them). The names are those
-the verdict judged (`stable-name`, `nodes-covered`), so the two never disagree.
-"""
+"""How far each stable name the verdict judged reaches, for dashboards and alerts (pure): nodes
+with a live pod it must reach, and how many of those its EndpointSlices list a ready pod of."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from migrator.model.outcome import Verdict
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog, Component
+from migrator.model.stacks import Catalog
 
 NAME_CHECKS = ("stable-name", "nodes-covered")
 
@@ -20,21 +17,15 @@ class Reach:
     reached: int
 
 
-def _components(catalog: Catalog, snapshot: Snapshot, name: str) -> list[Component]:
-    """The components a name must reach: every stack's of its kind for a stable name; its own
-    for a GPUCluster Service's `-dra` name."""
-    present = [c for c in catalog.components if c.daemonset in snapshot.daemonsets]
-    return [c for c in present if (c.alias or c.service) == name
-            or (c.alias and c.service == name)]
-
-
 def reach(snapshot: Snapshot, catalog: Catalog, verdict: Verdict) -> dict[str, Reach]:
     """Stable name → (nodes wanted, nodes reached), for each name the verdict covered."""
     names = {f.subject.split("/", 1)[-1] for f in verdict.findings
              if f.check in NAME_CHECKS}
+    present = [c for c in catalog.components if c.daemonset in snapshot.daemonsets]
     out = {}
     for name in sorted(names):
-        pods = [p for c in _components(catalog, snapshot, name)
+        # Every stack's pods of its kind for a stable name; its own for a GPUCluster `-dra` name.
+        pods = [p for c in present if (c.alias or c.service) == name or c.service == name
                 for p in snapshot.pods_of(c.daemonset) if not p.deleting]
         wanted = {p.node for p in pods if p.node}
         names_ = {p.name for p in pods}

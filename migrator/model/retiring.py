@@ -1,9 +1,5 @@
-"""Recorded steps a re-plan no longer covers (pure): those that no longer describe the cluster
-are retired (kept in the state for the record, no longer verified or rolled back) rather than
-undone as drift: the object's stack was removed, an operator reverted a switch of its Service
-not asked again with `--include-operator-owned`, or an alias's name was taken over by another
-owner, a ClusterPolicy the guard shares it with (`model/sharing.py`), or an operator release.
-"""
+"""Recorded steps that no longer describe the cluster (pure): retired (kept for the record, no
+longer verified or rolled back) rather than undone as drift."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -18,7 +14,7 @@ from migrator.model.steps import CreateAlias, DeleteAlias, SetSelector, Step
 
 GONE = "gone"  # the object no longer exists
 REVERTED = "reverted"  # the operator re-rendered an operator-owned Service
-REPLACED = "replaced"  # an alias whose stack was removed; the name is another owner's now
+REPLACED = "replaced"  # an alias's name is another owner's now (or a ClusterPolicy shares it)
 HANDED_OVER = "handed-over"  # an operator release's own reconciler manages the object now
 
 
@@ -93,8 +89,7 @@ def _alias_source(ctx: PlanContext, step: Step) -> str | None:
 
 
 def reasked(reverted: Sequence[Step], options: Options) -> list[GateResult]:
-    """With --include-operator-owned, each switch the operator reverted is a failed gate, so the
-    phase re-runs it (and the report shows why)."""
+    """With --include-operator-owned, each switch the operator reverted fails a gate: re-run."""
     if not options.include_operator_owned:
         return []
     return [GateResult(f"selector-holds/{s.service}", False, f"{s.object} was reverted by its "

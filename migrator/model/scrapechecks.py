@@ -1,12 +1,6 @@
-"""What is wrong with the scrape targets `model/monitoring.py` finds: duplicates (certain or
-possible), Ready pods no target reaches, truncated Endpoints, ServiceMonitors in conflict, and
-the consumer's fix for duplicates through the tool's slices. Pure; reported, never resolved.
-
-Two targets of one mechanism (annotation jobs, or the Prometheus Operator's) are a certain
-duplicate; one of each is possible (only a Prometheus reading both scrapes twice, which the
-tool cannot see). The what-if gates of phases 2 and 3 count every target; the verdict fails on
-certain ones and on a Ready exporter pod no target reaches.
-"""
+"""What is wrong with the scrape targets `model/monitoring.py` finds (pure; reported, never
+resolved). Two targets of one mechanism (annotations, or the Operator's) are a certain duplicate;
+one of each only possible (a Prometheus reading both, which the tool cannot see)."""
 from __future__ import annotations
 
 import json
@@ -21,11 +15,11 @@ from migrator.model.monitoring import (
     SERVICE_JOB,
     ScrapePath,
     annotation_job,
+    drop_relabeling,
     listed,
     monitors_of,
     scrape_paths,
 )
-from migrator.model.promdiscovery import drop_relabeling
 from migrator.model.snapshot import PodView, Snapshot
 
 # Addresses one Endpoints object holds (upstream pkg/controller/endpoint, maxCapacity): beyond,
@@ -40,29 +34,25 @@ def _flow(rule: Mapping[str, Any]) -> str:
 
 
 def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePath]]) -> str:
-    """The consumer's change for duplicates through foreign EndpointSlices (the tool's) under
-    `role: endpointslice`: where to put the drop relabeling (the ClusterPolicy field its
-    operator renders into the ServiceMonitor, or a hand-made monitor's endpoints); "" if none."""
+    """The consumer's fix for duplicates through the tool's EndpointSlices under `role:
+    endpointslice`: where the drop relabeling goes; "" if none."""
     fixes: dict[str, str] = {}
-    for found in duplicated.values():
-        for path in found:
-            if not path.slice or path.via in fixes:
-                continue
-            ns, name = path.via.split("/", 1)[1].split("/", 1)
-            sm = next((m for m in snapshot.service_monitors if o.name(m) == name
-                       and o.meta(m).get("namespace") == ns), {})
-            view = next((e for e in snapshot.endpoints_of(path.service).endpoints
-                         if e.slice == path.slice), None)
-            rule = _flow(drop_relabeling(view.managed_by if view else "dcgm-migrate"))
-            owner = o.controller_owner(sm) or {}
-            if owner.get("kind") == "ClusterPolicy":
-                fixes[path.via] = (
-                    f"add {rule} to ClusterPolicy/{owner.get('name')} "
-                    "spec.dcgmExporter.serviceMonitor.relabelings (the GPU Operator renders "
-                    f"that list into ServiceMonitor {ns}/{name}; keep any entries it has)")
-            else:
-                fixes[path.via] = (f"add {rule} to the relabelings of every endpoint of "
-                                   f"ServiceMonitor {ns}/{name}")
+    for path in (p for found in duplicated.values() for p in found):
+        if not path.slice or path.via in fixes:
+            continue
+        ns, name = path.via.split("/", 1)[1].split("/", 1)
+        sm = next((m for m in snapshot.service_monitors if o.name(m) == name
+                   and o.meta(m).get("namespace") == ns), {})
+        view = next((e for e in snapshot.endpoints_of(path.service).endpoints
+                     if e.slice == path.slice), None)
+        rule = _flow(drop_relabeling(view.managed_by if view else "dcgm-migrate"))
+        owner = o.controller_owner(sm) or {}
+        fixes[path.via] = (
+            f"add {rule} to ClusterPolicy/{owner.get('name')} "
+            "spec.dcgmExporter.serviceMonitor.relabelings (the GPU Operator renders "
+            f"that list into ServiceMonitor {ns}/{name}; keep any entries it has)"
+            if owner.get("kind") == "ClusterPolicy" else
+            f"add {rule} to the relabelings of every endpoint of ServiceMonitor {ns}/{name}")
     if not fixes:
         return ""
     return ("the tool's EndpointSlices of the shared Service reach these pods a second time "
@@ -76,14 +66,11 @@ def unscraped(paths: Mapping[str, list[ScrapePath]], pods: Iterable[PodView]) ->
 
 
 def truncated_endpoints(snapshot: Snapshot) -> list[str]:
-    """Annotated Services listing more pods than one Endpoints object holds: the chart's
-    `role: endpoints` job sees only the first ENDPOINTS_CAPACITY of them."""
+    """Annotated Services listing more pods than one Endpoints object holds."""
     out = []
     for name, svc in sorted(snapshot.services.items()):
-        if annotation_job(o.annotations_of(svc), SERVICE_JOB) is None:
-            continue
-        count = len(listed(snapshot, svc))
-        if count > ENDPOINTS_CAPACITY:
+        annotated = annotation_job(o.annotations_of(svc), SERVICE_JOB) is not None
+        if annotated and (count := len(listed(snapshot, svc))) > ENDPOINTS_CAPACITY:
             out.append(f"Service/{name} lists {count} pods, more than the {ENDPOINTS_CAPACITY} "
                        "addresses an Endpoints object holds (the endpoints controller truncates "
                        "it): a Prometheus job with `role: endpoints` scrapes only "
@@ -132,12 +119,10 @@ def possible(paths: Mapping[str, list[ScrapePath]]) -> list[str]:
 
 def certain_duplicates(snapshot: Snapshot,
                        daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
-    """Exporter pods with a certain duplicate (`certain`), with the targets."""
     return certain(scrape_paths(snapshot, daemonsets))
 
 
 def possible_duplicates(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[str]:
-    """Exporter pods with a possible duplicate (`possible`)."""
     return possible(scrape_paths(snapshot, daemonsets))
 
 

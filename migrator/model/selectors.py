@@ -1,11 +1,6 @@
-"""Kubernetes label selectors: parse the string form, build them from objects, match label sets.
-
-Follows k8s.io/apimachinery: `pkg/labels/selector.go` (`Parse`, `NewRequirement`,
-`Requirement.Matches`, `SelectorFromSet`, `Nothing`), `pkg/apis/meta/v1/helpers.go`
-(`LabelSelectorAsSelector`) and `pkg/util/validation` (key and value syntax). The simulator has
-its own copy, so tests/planning/test_selectors.py and tests/peers check this one against the
-upstream tables. A Service without a selector gets no endpoints (`for_service`), as upstream.
-"""
+"""Kubernetes label selectors as k8s.io/apimachinery has them (`pkg/labels/selector.go`,
+`LabelSelectorAsSelector`, `pkg/util/validation`): parse, build from objects, match label sets.
+The simulator has its own copy; tests/peers check this one against the upstream tables."""
 
 from __future__ import annotations
 
@@ -28,8 +23,7 @@ _SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 
 
 def validate_key(key: str) -> None:
-    """`[prefix/]name` (validation.IsQualifiedName): name 1-63 alphanumerics, '-', '_', '.'
-    (alphanumeric at both ends); prefix a DNS subdomain of at most 253 characters."""
+    """`[prefix/]name` (validation.IsQualifiedName); the prefix a DNS subdomain."""
     parts = key.split("/")
     if len(parts) > 2:
         raise SelectorError(f"invalid label key {key!r}: at most one '/' (prefix/name)")
@@ -45,14 +39,6 @@ def validate_key(key: str) -> None:
         raise SelectorError(f"invalid label key {key!r}: the name must be at most {_NAME_MAX} "
                             "alphanumerics, '-', '_' or '.', starting and ending with an "
                             "alphanumeric")
-
-
-def validate_value(key: str, value: str) -> None:
-    """Empty, or at most 63 alphanumerics, '-', '_', '.' (alphanumeric at both ends)."""
-    if len(value) > _NAME_MAX or (value and not _NAME_RE.fullmatch(value)):
-        raise SelectorError(f"invalid value {value!r} for label {key!r}: at most {_NAME_MAX} "
-                            "alphanumerics, '-', '_' or '.', starting and ending with an "
-                            "alphanumeric (or empty)")
 
 
 _OPS = ("=", "!=", "in", "notin", "exists", "!exists", "gt", "lt")
@@ -107,15 +93,18 @@ def requirement(key: str, op: str, values: frozenset[str] = frozenset()) -> Requ
             raise SelectorError(f"{key} {op}: needs exactly one integer value")
     else:
         raise SelectorError(f"unknown operator {op!r}: one of {', '.join(_OPS)}")
-    for v in values:
-        validate_value(key, v)
+    for v in values:  # empty, or a valid name
+        if len(v) > _NAME_MAX or (v and not _NAME_RE.fullmatch(v)):
+            raise SelectorError(f"invalid value {v!r} for label {key!r}: at most {_NAME_MAX} "
+                                "alphanumerics, '-', '_' or '.', starting and ending with an "
+                                "alphanumeric (or empty)")
     return Requirement(key, op, values)
 
 
 @dataclass(frozen=True)
 class Selector:
-    """A conjunction of requirements: none matches everything (`labels.Everything`), unless
-    `nothing` (`labels.Nothing`: a nil LabelSelector, a selector-less Service)."""
+    """A conjunction of requirements: none matches everything, unless `nothing` (`labels.Nothing`:
+    a nil LabelSelector, a selector-less Service)."""
 
     requirements: tuple[Requirement, ...] = ()
     nothing: bool = False
@@ -223,14 +212,13 @@ class _Parser:
 
 
 def _by_key(reqs: list[Requirement]) -> Selector:
-    """Requirements in key order, as `labels.Parse` leaves them: the same selector written in
-    another order is equal."""
+    """Requirements in key order, as `labels.Parse` leaves them: any written order is equal."""
     return Selector(tuple(sorted(reqs, key=lambda r: r.key)))
 
 
 def parse(text: str | None) -> Selector:
-    """`labels.Parse`: `a=b,c!=d,e in (f,g),h notin (i),j,!k,l>3`; SelectorError when Kubernetes
-    would reject it. The empty string matches everything."""
+    """`labels.Parse`: `a=b,c!=d,e in (f,g),h notin (i),j,!k,l>3`; SelectorError where Kubernetes
+    would reject it."""
     return _Parser(text or "").parse()
 
 
@@ -249,8 +237,7 @@ _LABEL_SELECTOR_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNo
 
 
 def from_label_selector(obj: Mapping[str, Any] | None) -> Selector:
-    """`metav1.LabelSelectorAsSelector` (`matchLabels` + `matchExpressions`): None matches
-    nothing, `{}` everything; keys, values and operators are validated."""
+    """`metav1.LabelSelectorAsSelector`, validated: None matches nothing, `{}` everything."""
     if obj is None:
         return NOTHING
     reqs = [requirement(k, "=", frozenset({v}))
@@ -263,3 +250,11 @@ def from_label_selector(obj: Mapping[str, Any] | None) -> Selector:
         reqs.append(requirement(str(expr.get("key", "")), op,
                                 frozenset(expr.get("values") or [])))
     return _by_key(reqs)
+
+
+def lenient(obj: Mapping[str, Any] | None) -> Selector:
+    """`from_label_selector`, or nothing where Kubernetes would reject it (skipped, as upstream)."""
+    try:
+        return from_label_selector(obj)
+    except SelectorError:
+        return NOTHING

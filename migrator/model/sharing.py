@@ -1,10 +1,6 @@
-"""Stable names shared across both stacks (docs/architecture.md, "Clusters running both
-stacks: shared EndpointSlices"), pure: the ClusterPolicy operator owns the stable names and
-reverts any edit, so the GPUCluster pods join them through EndpointSlices of the tool's own
-(reverted by nobody), one set per address family, on the nodes the operator's slices miss.
-The stable name's owner keeps its configuration; every conflict is reported, never applied.
-The slices' one ownerReference is the guard's Lease (`Keeper`): deleting the guard removes them.
-"""
+"""Stable names shared across both stacks (docs/architecture.md), pure: the ClusterPolicy
+operator reverts any edit of its Services, so the GPUCluster pods join them through the tool's own
+EndpointSlices (per address family, owned by the guard's Lease); conflicts are only reported."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ from typing import Any
 
 from migrator.model import aliasing
 from migrator.model import objects as o
+from migrator.model.monitoring import resolve_port
 from migrator.model.slices import (
     CONTROLLER_NAME,
     MANAGED_BY_LABEL,
@@ -35,8 +32,7 @@ SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"
 MAX_ENDPOINTS = 100  # per slice: the EndpointSlice controller's --max-endpoints-per-slice
 IPV4, IPV6 = "IPv4", "IPv6"
 CREATE, UPDATE, DELETE = "create", "update", "delete"
-# Service fields whose difference between the two stacks' Services is reported (ports are
-# compared one by one), and what the API server defaults each to when left out.
+# Service fields whose difference between the stacks' Services is reported, and their defaults.
 COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
                              if f not in ("ipFamilies", "ipFamilyPolicy"))
 SPEC_DEFAULTS = {"type": "ClusterIP", "internalTrafficPolicy": "Cluster",
@@ -108,12 +104,6 @@ class Share:
                 "families": sorted(self.by_family), "conflicts": list(self.conflicts)}
 
 
-def is_shared_slice(slice_: Mapping[str, Any], common: Common) -> bool:
-    """A slice this tool manages: its managed-by values on both labels."""
-    return bool(o.labels(slice_).get(MANAGED_BY_LABEL) == common.managed_by.value
-                and common.tool_owned(slice_))
-
-
 def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
            comp: Component) -> tuple[list[Obj], list[str]]:
     """The operator Service's ports as the GPUCluster pods serve them, and conflicts: a
@@ -122,24 +112,17 @@ def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
     declared = [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
     out, conflicts = [], []
     for p in o.dig(service, "spec", "ports") or []:
-        target = p.get("targetPort", p.get("port"))
-        protocol = p.get("protocol") or "TCP"
-        number: int | None
-        if isinstance(target, str) and not target.isdigit():
-            number = next((int(c["containerPort"]) for c in declared
-                           if c.get("name") == target
-                           and (c.get("protocol") or "TCP") == protocol), None)
-        else:
-            number = int(target)
-            if declared and not any(int(c.get("containerPort") or 0) == number
-                                    for c in declared):
-                number = None
+        number = resolve_port(p, declared)  # a number no container declares is left out too
+        if declared and not any(int(c.get("containerPort") or 0) == number for c in declared):
+            number = None
         if number is None:
+            target = p.get("targetPort", p.get("port"))
             conflicts.append(f"port {p.get('name') or p.get('port')} (targetPort {target}) is "
                              f"not a container port of DaemonSet/{comp.daemonset}: its pods "
                              "join without it")
             continue
-        port: Obj = {"name": p.get("name") or "", "port": number, "protocol": protocol}
+        port: Obj = {"name": p.get("name") or "", "port": number,
+                     "protocol": p.get("protocol") or "TCP"}
         if p.get("appProtocol"):
             port["appProtocol"] = p["appProtocol"]
         out.append(port)
@@ -152,14 +135,11 @@ def _config_conflicts(service: Mapping[str, Any], source: Mapping[str, Any] | No
     if source is None:
         return []
     have, other = service.get("spec") or {}, source.get("spec") or {}
-
-    def value(spec: Mapping[str, Any], f: str) -> Any:
-        return spec.get(f, SPEC_DEFAULTS.get(f))
-
-    return [f"{f}: {value(have, f)!r} here, {value(other, f)!r} on Service/{o.name(source)} "
+    pairs = {f: (have.get(f, SPEC_DEFAULTS.get(f)), other.get(f, SPEC_DEFAULTS.get(f)))
+             for f in COMPARED_SPEC_FIELDS if f in have or f in other}
+    return [f"{f}: {mine!r} here, {theirs!r} on Service/{o.name(source)} "
             "(this Service's setting applies to both stacks' pods)"
-            for f in COMPARED_SPEC_FIELDS if f in have or f in other
-            if value(have, f) != value(other, f)]
+            for f, (mine, theirs) in pairs.items() if mine != theirs]
 
 
 def families(service: Mapping[str, Any]) -> tuple[str, ...]:
@@ -172,9 +152,8 @@ def _address_type(slice_: Mapping[str, Any]) -> str:
 
 
 def shared_names(snapshot: Snapshot, catalog: Catalog) -> list[tuple[Component, Obj, str]]:
-    """(GPUCluster component, operator Service, `ClusterPolicy/<name>`) for each stable name
-    whose pods must be shared: a GPUCluster component running here whose stable name is a
-    ClusterPolicy's Service, not the tool's, not being deleted, not handed over to a release."""
+    """(GPUCluster component, operator Service, `ClusterPolicy/<name>`) for each stable name a
+    ClusterPolicy renders (live, not handed over to a release) that a running component needs."""
     out = []
     for comp in catalog.components:
         if not comp.alias or comp.daemonset not in snapshot.daemonsets:
@@ -204,16 +183,15 @@ def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, A
         by_family: dict[str, tuple[Obj, ...]] = {}
         conflicts: list[str] = []
         for family in families(svc):
+            of_family = [sl for sl in source_slices if _address_type(sl) == family]
             seen: dict[str, Obj] = {}
-            for sl in source_slices:
-                if _address_type(sl) != family:
-                    continue
+            for sl in of_family:
                 for ep in _endpoints_of(sl, snapshot.namespace, shaped):
                     if ep.get("nodeName") and ep["nodeName"] not in covered:
                         seen.setdefault(_key(ep), ep)
             by_family[family] = tuple(e for _, e in sorted(
                 seen.items(), key=lambda kv: (kv[1].get("nodeName", ""), kv[0])))
-            if source_slices and not any(_address_type(sl) == family for sl in source_slices):
+            if source_slices and not of_family:
                 conflicts.append(f"Service/{comp.alias} serves {family}, but the "
                                  f"EndpointSlices of Service/{comp.service} list no {family} "
                                  f"address: the {comp.stack} pods join it without {family}")
@@ -253,11 +231,6 @@ def _same_slice(live: Mapping[str, Any], body: Mapping[str, Any],
                 == [port(p) for p in body.get("ports") or []]
                 and list(_endpoints_of(live, str(lm.get("namespace") or ""), shaped))
                 == list(body.get("endpoints") or []))
-
-
-def slice_prefix(stable: str, family: str) -> str:
-    """`<name>-dcgm-migrate-<n>` for IPv4 (as before dual-stack), `...-ipv6-<n>` for IPv6."""
-    return f"{stable}-dcgm-migrate-" + ("" if family == IPV4 else f"{family.lower()}-")
 
 
 def _delete(sl: Mapping[str, Any], stable: str, why: str) -> SliceWrite:
@@ -301,17 +274,15 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
                               if _key(e) in wanted]
     rest = list(wanted.values())  # in share order: by node
     for name in sorted(placed):
-        room = MAX_ENDPOINTS - len(placed[name])
-        if room > 0 and rest:
-            placed[name] += rest[:room]
-            rest = rest[room:]
-    taken, i = set(placed), 0
-    new: dict[str, list[Obj]] = {}
+        room = max(0, MAX_ENDPOINTS - len(placed[name]))
+        placed[name], rest = placed[name] + rest[:room], rest[room:]
+    # `<name>-dcgm-migrate-<n>` for IPv4 (as before dual-stack), `...-ipv6-<n>` for IPv6.
+    prefix = f"{stable}-dcgm-migrate-" + ("" if family == IPV4 else f"{family.lower()}-")
+    i, new = 0, {}
     while rest:
-        while (name := f"{slice_prefix(stable, family)}{i}") in taken:
+        while (name := f"{prefix}{i}") in placed:
             i += 1
-        taken.add(name)
-        new[name], rest = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:]
+        new[name], rest, i = rest[:MAX_ENDPOINTS], rest[MAX_ENDPOINTS:], i + 1
     out = []
     for sl in current:
         name = o.name(sl)
@@ -335,10 +306,10 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
 
 
 def shared_slices(slices: Iterable[Mapping[str, Any]], common: Common) -> dict[str, list[Obj]]:
-    """The tool's slices by the stable name they carry."""
+    """The tool's slices (its managed-by values on both labels) by the stable name they carry."""
     ours: dict[str, list[Obj]] = {}
     for sl in slices:
-        if is_shared_slice(sl, common):
+        if o.labels(sl).get(MANAGED_BY_LABEL) == common.managed_by.value and common.tool_owned(sl):
             ours.setdefault(o.labels(sl).get(SERVICE_NAME_LABEL, ""), []).append(dict(sl))
     return ours
 
@@ -352,8 +323,6 @@ def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[st
     found = shares(snapshot, catalog, all_slices, shaped) if enabled else []
     ours = shared_slices(all_slices, catalog.common)
     by_name = {s.name: s for s in found}
-    writes = []
-    for stable in sorted(set(by_name) | set(ours)):
-        writes += slice_writes(by_name.get(stable), stable, ours.get(stable, []),
-                               snapshot.namespace, catalog, keeper, shaped)
-    return found, writes
+    return found, [w for stable in sorted(set(by_name) | set(ours))
+                   for w in slice_writes(by_name.get(stable), stable, ours.get(stable, []),
+                                         snapshot.namespace, catalog, keeper, shaped)]

@@ -47,9 +47,8 @@ def _shaped(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
 
 
 class ShapedEndpoints:
-    """Each slice's endpoints as `_endpoint` shapes them, once per version of the slice (one
-    entry per uid, cleared when full): at 15,000 nodes shaping every endpoint on every guard
-    pass was most of its decision (docs/performance.md). Do not mutate what it returns."""
+    """Each slice's endpoints shaped once per version (docs/performance.md: at 15,000 nodes this
+    was most of a guard pass); one entry per uid, cleared when full. Do not mutate the result."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit

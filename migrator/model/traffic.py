@@ -1,11 +1,6 @@
-"""Where a stable name sends its consumers' traffic: the verdict's checks (model/outcome.py)
-that a name which exists and lists endpoints delivers them to DCGM (the traffic-critical checks
-are listed once, `findings.TRAFFIC_CHECKS`). Pure: a Snapshot in, findings out.
-`no-foreign-endpoints`: a Ready pod outside the name's DaemonSets that its selector picks (unless
-`--allow-foreign-pods` was recorded); `ports-served`: a targetPort no container declares, as
-upstream `findPort` resolves it; `guard-live`, `shared-endpoints`: the guard's slices, judged
-as kube-proxy meets them (a guard Lease held now, every ready endpoint a live Ready pod).
-"""
+"""The verdict's checks (model/outcome.py) that a stable name which lists endpoints delivers its
+consumers' traffic to DCGM (pure): no foreign Ready pods, every targetPort served (as `findPort`),
+and the guard's slices as kube-proxy meets them (a live guard Lease, every ready endpoint a pod)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
@@ -15,12 +10,12 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model import sharing
-from migrator.model.findings import TRAFFIC_CHECKS, Finding, Need, alive, named, traffic_critical
+from migrator.model.findings import Finding, Need, alive, named, traffic_critical
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 from migrator.model.stacks import Catalog
+from migrator.model.wording import counted
 
-__all__ = ["TRAFFIC_CHECKS", "foreign_endpoints", "lease_live", "ports_served", "shared_findings",
-           "traffic_critical"]
+__all__ = ["foreign_endpoints", "lease_live", "ports_served", "shared_findings", "traffic_critical"]
 GUARD_COMMAND = "dcgm-migrate guard -n {ns}"  # in-cluster: docs/guard.yaml
 
 
@@ -45,20 +40,18 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
         return Finding("no-foreign-endpoints", subject, True,
                        f"{what} (allowed by --allow-foreign-pods)")
     selector = o.dig(svc, "spec", "selector") or {}
-    first = strays[0]
     local = " (under internalTrafficPolicy Local, the only DCGM its node's consumers reach)" \
         if o.dig(svc, "spec", "internalTrafficPolicy") == "Local" else ""
     return Finding(
         "no-foreign-endpoints", subject, False,
         f"its selector {selector} makes {what} endpoints of it{local}",
-        f"take the label off them (`kubectl label pod {first.name} "
+        f"take the label off them (`kubectl label pod {strays[0].name} "
         f"{' '.join(f'{k}-' for k in sorted(selector))} -n {snapshot.namespace}`), or, if they "
         "belong behind this name, switch with --allow-foreign-pods (recorded in the state)")
 
 
 def _unserved(port: Mapping[str, Any], declared: list[Mapping[str, Any]]) -> str | None:
-    """Why no container serves this Service port's targetPort (None: one does, or the
-    templates declare no port to judge by)."""
+    """Why no container serves this targetPort (None: one does, or a number with none declared)."""
     target = port.get("targetPort", port.get("port"))
     protocol = port.get("protocol") or "TCP"
     same = [p for p in declared if (p.get("protocol") or "TCP") == protocol]
@@ -87,9 +80,8 @@ def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: st
     if bad:
         return Finding("ports-served", subject, False,
                        "; ".join(bad) + ": connections to it are refused", fix)
-    plural = "s" if len(ports) != 1 else ""
     return Finding("ports-served", subject, True,
-                   f"{len(ports)} port{plural}, each to a port its containers declare")
+                   f"{counted(len(ports), 'port')}, each to a port its containers declare")
 
 
 def _renewed(lease: Mapping[str, Any]) -> datetime | None:
@@ -134,14 +126,13 @@ def _guard_live(snapshot: Snapshot, names: Sequence[str]) -> Finding:
                        f"cannot tell whether a guard keeps {shown}: listing Leases is refused",
                        f"grant list on coordination.k8s.io leases in {snapshot.namespace} "
                        "(docs/rbac.yaml)")
-    leases = snapshot.guard_leases
-    live = [lease for lease in leases if lease_live(lease, snapshot.taken_at)]
+    live = [lease for lease in snapshot.guard_leases if lease_live(lease, snapshot.taken_at)]
     if live:
         return Finding("guard-live", subject, True,
                        f"{_lease_detail(live, snapshot.taken_at)} keeps {shown}")
     return Finding("guard-live", subject, False,
                    f"{shown} depend on the guard's EndpointSlices and no guard runs: "
-                   f"{_lease_detail(leases, snapshot.taken_at)}",
+                   f"{_lease_detail(snapshot.guard_leases, snapshot.taken_at)}",
                    f"run `{GUARD_COMMAND.format(ns=snapshot.namespace)}` (in-cluster: "
                    "docs/guard.yaml); its first pass repairs the slices")
 

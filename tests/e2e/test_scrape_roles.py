@@ -28,7 +28,8 @@ import pytest
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.engine.reads import read_snapshot
 from migrator.kube.client import Kube
-from migrator.model import kinds, monitoring, promdiscovery
+from migrator.model import kinds, monitoring
+from migrator.model import monitoring as promdiscovery
 from migrator.model.stacks import load_catalog
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.oracle import DiscoveryOracle, service_monitor_jobs

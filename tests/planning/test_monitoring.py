@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from migrator.model import monitoring, promdiscovery, scrapechecks
+from migrator.model import monitoring, scrapechecks
+from migrator.model import monitoring as promdiscovery
 from migrator.model.snapshot import EndpointView, ServiceEndpoints, Snapshot
 from tests.helpers import builders as b
 

@@ -54,7 +54,7 @@ CLUSTER_POLICY = Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", Fa
 GPU_CLUSTER = Kind("nvidia.com", "v1alpha1", "gpuclusters", "GPUCluster", False, ("gc",), True)
 SERVICE_MONITOR = Kind(_MONITORING, "v1", "servicemonitors", "ServiceMonitor", True, ("smon",))
 POD_MONITOR = Kind(_MONITORING, "v1", "podmonitors", "PodMonitor", True, ("pmon",))
-# Read only for its ServiceMonitor discovery role (`model/promdiscovery.py`).
+# Read only for its ServiceMonitor discovery role (`model/monitoring.py`).
 PROMETHEUS = Kind(_MONITORING, "v1", "prometheuses", "Prometheus", True, ("prom",), True)
 CRD = Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
            False, ("crd", "crds"), True)

@@ -23,7 +23,7 @@ from migrator.engine.reports import GuardReport
 from migrator.engine.serving import cannot_serve, parse_address
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
-from migrator.kube.retrying import RetryPolicy
+from migrator.kube.transport import RetryPolicy
 from migrator.model.stacks import load_catalog
 
 

@@ -18,7 +18,7 @@ from migrator.engine.progress import Listener
 from migrator.engine.reports import Question
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
-from migrator.kube.retrying import RetryPolicy
+from migrator.kube.transport import RetryPolicy
 
 
 @contextmanager

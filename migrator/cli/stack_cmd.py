@@ -25,13 +25,13 @@ from migrator.engine.reports import RunReport
 from migrator.engine.stackchange import (
     COMPLETED,
     IN_PROGRESS,
+    GapMeter,
     StackRun,
     begin,
     execute,
     finish,
     rollback,
 )
-from migrator.engine.stackgaps import GapMeter
 from migrator.engine.state import RunSession, State, default_holder
 from migrator.errors import UsageError
 from migrator.model import stackchange as sc

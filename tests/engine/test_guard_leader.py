@@ -25,7 +25,7 @@ from migrator.engine.guardloop import timing
 from migrator.engine.guardwrites import Outcome
 from migrator.engine.leader import LeaderElector, LeaseLock, Timing
 from migrator.kube.client import Kube
-from migrator.kube.retrying import RetryPolicy
+from migrator.kube.transport import RetryPolicy
 from migrator.model import kinds
 from migrator.model.guarding import Correction
 from migrator.model.stacks import load_catalog

@@ -2,7 +2,7 @@
 listener: a merged KUBECONFIG list read as kubectl reads it (the first file's current-context,
 each file's relative paths from its own folder) and a cluster's `proxy-url`, through which
 every request then goes; and kubectl's proxy from the environment (`HTTPS_PROXY`, `NO_PROXY`
-with domain suffixes and CIDRs, by Go's `http.ProxyFromEnvironment`: migrator/kube/proxy.py),
+with domain suffixes and CIDRs, by Go's `http.ProxyFromEnvironment`: migrator/kube/config.py),
 through a CONNECT proxy that alone knows where the server's name points, or a SOCKS5 proxy that
 is handed the name to resolve, as Go's SOCKS dialer hands it."""
 

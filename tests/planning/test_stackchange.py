@@ -1,5 +1,5 @@
 """The stack change planned on plain data (`model/stackchange.py`) and the verdict's check of
-both CRs at once (`model/crconflict.py`): the order of the steps, every refusal (one sentence,
+both CRs at once (also there): the order of the steps, every refusal (one sentence,
 the fix), and when two CRs are red."""
 
 from __future__ import annotations

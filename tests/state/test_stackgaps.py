@@ -1,4 +1,4 @@
-"""The per-node gap `change-stack` measures (`engine/stackgaps.py`), on a fake clock and fake
+"""The per-node gap `change-stack` measures (`engine/stackchange.py`), on a fake clock and fake
 EndpointSlices: a node's gap opens when its last ready endpoint goes and closes when one is
 back; nodes not served at the start are not waited for; `over` names open gaps past a limit."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from migrator.engine.stackgaps import GapMeter
+from migrator.engine.stackchange import GapMeter
 from migrator.kube.client import Kube, ObjList
 from tests.helpers.clock import FakeClock
 

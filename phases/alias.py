@@ -106,21 +106,17 @@ def plan(ctx: PlanContext) -> PhasePlan:
     for comp in comps:
         assert comp.alias
         release = ctx.catalog.managed_by_release(ctx.service(comp.alias))
-        if release is not None:
-            detail = (f"handed over: Service/{comp.alias} is managed by the GPU Operator itself "
-                      f"(release {release.name}); the tool never writes it again")
+        source = ctx.service(comp.service)
+        owner = shared_with(ctx, comp.alias) if release is None and source is not None else None
+        detail = (f"handed over: Service/{comp.alias} is managed by the GPU Operator itself "
+                  f"(release {release.name}); the tool never writes it again" if release else
+                  _shared_detail(comp.alias, owner, comp.service) if owner else None)
+        if detail:
             draft.gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
             draft.notes.append(detail)
             continue
-        source = ctx.service(comp.service)
         if source is None:
             draft.notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
-            continue
-        owner = shared_with(ctx, comp.alias)
-        if owner is not None:
-            detail = _shared_detail(comp.alias, owner, comp.service)
-            draft.gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
-            draft.notes.append(detail)
             continue
         free = _name_gate(ctx, comp.alias, comp.service)
         if free.wait:  # garbage collection frees it: the runner waits before writing

@@ -47,35 +47,27 @@ def _nodes(ctx: PlanContext, comp: Component) -> set[str]:
     return {p.node for p in ctx.snapshot.pods_of(comp.daemonset) if p.node}
 
 
-def sharing_nodes(ctx: PlanContext, comp: Component) -> tuple[Component, set[str]] | None:
-    """The other stack's DaemonSet the release gives the same component label, and the nodes both
-    run a pod on (its required anti-affinity runs one pod of a component per node)."""
+def _yields_to(ctx: PlanContext, comp: Component) -> tuple[Component, set[str]] | None:
+    """The other stack's DaemonSet the release gives the same component label, with the nodes both
+    run a pod on (its required anti-affinity runs one pod of a component per node), when that one
+    keeps serving them: the stack whose own Service is the stable name (the other joins it through
+    an alias), else by name."""
     own = _release_label(ctx, comp)
-    if own is None:
-        return None
     for other in ctx.components:
-        if other.daemonset == comp.daemonset or _release_label(ctx, other) != own:
+        if own is None or other.daemonset == comp.daemonset or _release_label(ctx, other) != own:
             continue
         shared = _nodes(ctx, comp) & _nodes(ctx, other)
         if shared:
-            return other, shared
+            keeps = (comp.alias is not None, comp.daemonset) < (other.alias is not None,
+                                                                 other.daemonset)
+            return None if keeps else (other, shared)
     return None
-
-
-def _keeps_node(comp: Component, other: Component) -> bool:
-    """Of two DaemonSets sharing nodes, the one the release keeps serving them: the stack whose
-    own Service is the stable name (the other joins it through an alias), else by name."""
-    return (comp.alias is not None, comp.daemonset) < (other.alias is not None, other.daemonset)
 
 
 def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
     """(key, value) of the `--prepare-for` release's component label, unless the other stack's
     DaemonSet keeps this one's nodes (an old labelled pod would keep both stacks' pods Pending)."""
-    label = _release_label(ctx, comp)
-    shared = sharing_nodes(ctx, comp) if label else None
-    if shared is not None and not _keeps_node(comp, shared[0]):
-        return None
-    return label
+    return None if _yields_to(ctx, comp) else _release_label(ctx, comp)
 
 
 def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
@@ -85,8 +77,8 @@ def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
     blocked: list[str] = []
     release = ctx.options.prepare_for
     for comp in ctx.components:
-        found = sharing_nodes(ctx, comp) if ctx.daemonset(comp) is not None else None
-        if found is None or _keeps_node(comp, found[0]):
+        found = _yields_to(ctx, comp) if ctx.daemonset(comp) is not None else None
+        if found is None:
             continue
         other, shared = found
         key, value = _release_label(ctx, comp) or ("", "")
@@ -147,15 +139,13 @@ def _guarded(ctx: PlanContext) -> tuple[list[g.ServiceBaseline], dict[str, int]]
     """Every Service selecting the DaemonSets' pods, with the DaemonSet's rolling budget."""
     bases, tolerance = [], {}
     for name, svc in sorted(ctx.snapshot.services.items()):
-        for ds_name in (c.daemonset for c in ctx.components):
-            pods = ctx.snapshot.pods_of(ds_name)
-            if pods and any(g.service_selects(svc, p.labels) for p in pods):
-                local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
-                bases.append(g.baseline(ctx.snapshot, name, local))
-                ds = ctx.snapshot.daemonsets[ds_name]
-                desired = g.rollout_counts(ds)[2]
-                tolerance[name] = o.max_unavailable(ds, desired)
-                break
+        ds_name = next((c.daemonset for c in ctx.components if any(
+            g.service_selects(svc, p.labels) for p in ctx.snapshot.pods_of(c.daemonset))), None)
+        if ds_name is not None:
+            local = o.dig(svc, "spec", "internalTrafficPolicy") == "Local"
+            bases.append(g.baseline(ctx.snapshot, name, local))
+            ds = ctx.snapshot.daemonsets[ds_name]
+            tolerance[name] = o.max_unavailable(ds, g.rollout_counts(ds)[2])
     return bases, tolerance
 
 
@@ -179,34 +169,33 @@ def plan(ctx: PlanContext) -> PhasePlan:
                 f"overrides it with {value!r}, but the operator's next re-render (an upgrade or "
                 f"any CR edit) brings {cr_value!r} back, the pods roll without the common label "
                 "and every Service switched to it drains; remove the key from that CR field")
-        rolling = rolling_because(ctx, ds)
+        rolling, done = rolling_because(ctx, ds), step.satisfied(ds)
         held = o.held_strategy(ds) is not None
-        ondelete = o.update_strategy(ds) == "OnDelete" and not held
-        pods = len(ctx.snapshot.pods_of(comp.daemonset))
-        if rolling is None and (held or not step.satisfied(ds)):
-            draft.steps += in_place_steps(ctx, ds, step, not step.satisfied(ds))
+        ondelete = halfrolls.on_delete(ds) and not held
+        pods, what = len(ctx.snapshot.pods_of(comp.daemonset)), f"DaemonSet/{comp.daemonset}"
+        if rolling is None and (held or not done):
+            draft.steps += in_place_steps(ctx, ds, step, not done)
             if not held:
                 draft.gates.append(g.daemonset_healthy(ctx.snapshot, ds))
-            draft.notes.append(f"DaemonSet/{comp.daemonset}: " + cost(ds, pods, None))
-        elif not step.satisfied(ds):
+            draft.notes.append(f"{what}: " + cost(ds, pods, None))
+        elif not done:
             draft.steps.append(step)
             draft.gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
             if not ondelete:
-                draft.notes.append(f"DaemonSet/{comp.daemonset}: " + cost(ds, pods, rolling))
+                draft.notes.append(f"{what}: " + cost(ds, pods, rolling))
         else:
-            draft.notes.append(f"DaemonSet/{comp.daemonset} already carries {key}")
+            draft.notes.append(f"{what} already carries {key}")
             draft.checks.append(step)  # e.g. an operator that renders it: its rollout must end
         if ondelete and ctx.options.roll_on_delete:
             draft.steps.append(RollPods(comp.daemonset, (key,)))
-            draft.notes.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete: the "
-                               "tool deletes its old pods one node at a time (--roll-on-delete)")
+            draft.notes.append(f"{what} uses updateStrategy OnDelete: the tool deletes its old "
+                               "pods one node at a time (--roll-on-delete)")
         elif ondelete:
             pods_ok = g.pods_carry(ctx.snapshot, comp.daemonset, {key: value})
-            if not step.satisfied(ds) or not pods_ok.ok:
-                blocked.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
-                               "template change rolls no pods ("
-                               + (f"old pods: {pods_ok.detail}" if not pods_ok.ok else
-                                  "every pod would keep its old labels")
+            if not done or not pods_ok.ok:
+                blocked.append(f"{what} uses updateStrategy OnDelete, so a template change rolls "
+                               "no pods (" + (f"old pods: {pods_ok.detail}" if not pods_ok.ok else
+                                              "every pod would keep its old labels")
                                + "); rerun with --roll-on-delete to let the tool delete old "
                                "pods one node at a time")
                 draft.notes.append(blocked[-1])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, cast, get_args
 
 from migrator.model import kinds, labelmarks
 from migrator.model import objects as o
@@ -150,21 +150,17 @@ class RollPods(_OnDaemonSet):
         return [Change(self.object, "pods", "old template", "deleted one node at a time")]
 
     def satisfied(self, live: Obj | None) -> bool:
-        """Every scheduled pod runs the current template by the status's counts (kept for
-        OnDelete too) for the current spec; nothing left to roll once the DaemonSet is gone."""
-        if live is None:
-            return True
-        status = live.get("status") or {}
-        generation = o.meta(live).get("generation")
-        return bool((generation is None or status.get("observedGeneration") == generation)
-                    and status.get("updatedNumberScheduled", 0)
-                    == status.get("desiredNumberScheduled", 0))
+        """Every scheduled pod runs the current spec's template, by the status's counts (kept
+        for OnDelete too); nothing left to roll once the DaemonSet is gone."""
+        status, generation = (live or {}).get("status") or {}, o.meta(live or {}).get("generation")
+        return live is None or bool(
+            (generation is None or status.get("observedGeneration") == generation)
+            and status.get("updatedNumberScheduled", 0) == status.get("desiredNumberScheduled", 0))
 
     def rolls_pods(self) -> bool:
         return True
 
-    def inverse(self) -> None:
-        """A deleted pod cannot be undeleted; phase 1's rollback plans its own RollPods."""
+    def inverse(self) -> None:  # a deleted pod cannot be undeleted; rollback plans its own
         return None
 
 
@@ -229,8 +225,7 @@ class DeleteAlias(_OnService):
         """Gone, or Terminating (its deletion accepted: deleting it again changes nothing)."""
         return live is None or o.terminating(live) is not None
 
-    def inverse(self) -> None:
-        """The body is not recorded with the deletion: phase 2 planned again re-creates it."""
+    def inverse(self) -> None:  # the body is not recorded: phase 2 planned again re-creates it
         return None
 
 
@@ -282,5 +277,4 @@ def from_record(record: Mapping[str, Any]) -> Step:
     cls = _TYPES[str(data.pop("type"))]
     if "label_keys" in data:
         data["label_keys"] = tuple(data["label_keys"])
-    result: Step = cls(**data)
-    return result
+    return cast(Step, cls(**data))

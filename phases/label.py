@@ -174,13 +174,13 @@ def plan(ctx: PlanContext) -> PhasePlan:
         ondelete = halfrolls.on_delete(ds) and not held
         pods, what = len(ctx.snapshot.pods_of(comp.daemonset)), f"DaemonSet/{comp.daemonset}"
         if rolling is None and (held or not done):
-            draft.steps += in_place_steps(ctx, ds, step, not done)
+            draft.steps += in_place_steps(ctx, ds, step)
             if not held:
                 draft.gates.append(g.daemonset_healthy(ctx.snapshot, ds))
             draft.notes.append(f"{what}: " + cost(ds, pods, None))
         elif not done:
             draft.steps.append(step)
-            draft.gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
+            draft.gates.append(halfrolls.health_gate(ctx, ds))
             if not ondelete:
                 draft.notes.append(f"{what}: " + cost(ds, pods, rolling))
         else:
@@ -233,8 +233,7 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
             return []
         # In place, health was gated before the hold, whose write the controller may not have
         # observed yet; each pod is then proven by its revision (engine/inplace.py).
-        out = [] if step.in_place else [
-            halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
+        out = [] if step.in_place else [halfrolls.health_gate(ctx, ds)]
         for key in (k for k, v in step.template_after.items() if v is None):
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
@@ -249,10 +248,9 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if not isinstance(step, SetLabels | RollPods | RestoreStrategy) or (
             isinstance(step, SetLabels) and step.in_place):
         return []  # in place: its pods are relabelled next, RestoreStrategy's gates wait
-    ds = ctx.snapshot.daemonsets.get(step.daemonset)
-    comp = _component_of(ctx, step.daemonset)
-    if ds is None:
+    if (ds := ctx.snapshot.daemonsets.get(step.daemonset)) is None:
         return []
+    comp = _component_of(ctx, step.daemonset)
     keys = _wanted(ctx, comp) if comp else {}
     return [g.daemonset_healthy(ctx.snapshot, ds), g.pods_carry(
         ctx.snapshot, step.daemonset, {k: o.template_labels(ds).get(k) for k in keys})]
@@ -309,7 +307,7 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         inv = replace(step.inverse(), in_place=False)
         if rolling_because(ctx, ds) is None:  # in place, gated before the hold
             if not inv.satisfied(ds) or o.held_strategy(ds) is not None:
-                draft.steps += in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
+                draft.steps += in_place_steps(ctx, ds, inv)
                 draft.gates += [r for r in before_write(ctx, replace(inv, in_place=True))
                                 if r.name.startswith("no-selector-uses/")]
             continue

@@ -183,26 +183,20 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         elif o.terminating(live):
             out.append(GateResult(name, False, f"Service/{step.service} is being deleted "
                                   f"({o.terminating(live)})"))
+        # against what phase 2 renders from its source *now* (as the guard re-syncs it), not the
+        # recorded body: a CR edit of the source is drift until the alias follows it
+        elif (source := ctx.service(step.source)) is None or (comp := next(
+                (c for c in ctx.catalog.components
+                 if c.alias == step.service and c.service == step.source), None)) is None:
+            out.append(GateResult(name, True, f"alias of {step.source} (no source to compare "
+                                  "with)"))
+        elif diff := aliasing.differences(live, aliasing.alias_body(
+                ctx.snapshot.namespace, ctx.catalog.common, comp, source, None)):
+            out.append(GateResult(name, False, f"differs from its source {step.source} in "
+                                  f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it"))
         else:
-            out.append(_matches_source(ctx, step, live))
+            out.append(GateResult(name, True, f"alias of {step.source}, matching it"))
     return out + stable_names(ctx)
-
-
-def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]) -> GateResult:
-    """The alias against what phase 2 renders from its source *now* (as the guard re-syncs it),
-    not the recorded body: a CR edit of the source is drift until the alias follows it."""
-    name = f"alias-holds/{step.service}"
-    source = ctx.service(step.source)
-    comp = next((c for c in ctx.catalog.components if c.alias == step.service
-                 and c.service == step.source), None)
-    if source is None or comp is None:
-        return GateResult(name, True, f"alias of {step.source} (no source to compare with)")
-    diff = aliasing.differences(live, aliasing.alias_body(
-        ctx.snapshot.namespace, ctx.catalog.common, comp, source, None))
-    if diff:
-        return GateResult(name, False, f"differs from its source {step.source} in "
-                          f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it")
-    return GateResult(name, True, f"alias of {step.source}, matching it")
 
 
 def stable_names(ctx: PlanContext) -> list[GateResult]:

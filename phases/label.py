@@ -111,23 +111,20 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
     its original read now, before the tool writes it)."""
     wanted = _wanted(ctx, comp)
     recorded = ctx.recorded.get(SetLabels.id_of(comp.daemonset))
-    if recorded:  # resuming: the originals are what we saw before our first write
-        prior = from_record(recorded)
-        assert isinstance(prior, SetLabels)
-        new = {k: v for k, v in wanted.items() if k not in prior.meta_after}
-        if not new:
-            return prior
-        return SetLabels(comp.daemonset, {**prior.meta_after, **new},
-                         {**prior.template_after, **new},
-                         {**prior.meta_before, **{k: o.labels(ds).get(k) for k in new}},
-                         {**prior.template_before,
-                          **{k: o.template_labels(ds).get(k) for k in new}})
-    mark = labelmarks.read(ds)  # the tool's own labels are never taken for the originals
+    # resuming: the originals are what we saw before our first write
+    prior = from_record(recorded) if recorded else SetLabels(comp.daemonset, {}, {}, {}, {})
+    assert isinstance(prior, SetLabels)
+    new = {k: v for k, v in wanted.items() if k not in prior.meta_after}
+    if not new:
+        return prior
+    mark = None if recorded else labelmarks.read(ds)  # the tool's own labels are never originals
     meta, template = (mark.meta_before, mark.template_before) if mark else ({}, {})
-    return SetLabels(comp.daemonset, dict(wanted), dict(wanted),
-                     {k: meta.get(k) if k in meta else o.labels(ds).get(k) for k in wanted},
-                     {k: template.get(k) if k in template else o.template_labels(ds).get(k)
-                      for k in wanted})
+    return SetLabels(comp.daemonset, {**prior.meta_after, **new}, {**prior.template_after, **new},
+                     {**prior.meta_before,
+                      **{k: meta[k] if k in meta else o.labels(ds).get(k) for k in new}},
+                     {**prior.template_before,
+                      **{k: template[k] if k in template else o.template_labels(ds).get(k)
+                         for k in new}})
 
 
 ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on-delete` to let "

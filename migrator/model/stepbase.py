@@ -57,27 +57,22 @@ class StepBase:
     def object(self) -> str:
         return f"{self.kind.kind}/{self.name}"
 
-    def rolls_pods(self) -> bool:
-        """Does this write replace pods (so pods read before it are stale)?"""
+    def rolls_pods(self) -> bool:  # does this write replace pods (pods read before are stale)?
         return False
 
     def labels_pods(self) -> bool:
-        """Does this write put labels on pods (by a rollout or in place), which an operator's
-        re-render drops (the state's `wroteLabels`, the drift risk)?"""
+        """Does it label pods (rolled or in place)? An operator's re-render drops those labels
+        (the state's `wroteLabels`, the drift risk)."""
         return self.rolls_pods()
 
-    def rollout_of(self) -> str | None:
-        """The DaemonSet whose rollout this write starts, for the loop to wait on."""
+    def rollout_of(self) -> str | None:  # the DaemonSet whose rollout it starts (waited on)
         return None
 
-    def selector_change(self, service: str) -> SelectorChange | None:
-        """(before, after) when this write changes `service`'s selector."""
+    def selector_change(self, service: str) -> SelectorChange | None:  # of `service`'s selector
         return None
 
-    def pod_labels(self) -> LabelMap:
-        """Labels the pods must carry once this write has rolled out (None: absent)."""
+    def pod_labels(self) -> LabelMap:  # labels the pods carry once it has rolled out (None: absent)
         return {}
 
-    def stop_hint(self, rollback: bool) -> str:
-        """What to do when a pre-gate stops this write."""
+    def stop_hint(self, rollback: bool) -> str:  # what to do when a pre-gate stops this write
         return "fix what the gate names, then run the same command again"

@@ -72,13 +72,10 @@ def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
 
 def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
     """alias-name-free: free, already the tool's, or about to be freed (the runner waits)."""
-    name = f"alias-name-free/{alias}"
-    taken = _taken_by(ctx, alias, source)
-    live = ctx.service(alias)
+    taken, live = _taken_by(ctx, alias, source), ctx.service(alias)
     leaving = _leaving(ctx, live) if taken and live is not None else None
-    if leaving:
-        return GateResult(name, False, leaving, wait=True)
-    return GateResult(name, taken is None, taken or "free or already the tool's")
+    return GateResult(f"alias-name-free/{alias}", taken is None,
+                      leaving or taken or "free or already the tool's", wait=bool(leaving))
 
 
 def _terminating(ctx: PlanContext, alias: str) -> list[GateResult]:

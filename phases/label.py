@@ -321,13 +321,12 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         if stale:
             draft.steps.append(RollPods(step.daemonset, tuple(step.template_after)))
     # Held with no label write to undo (a run killed right after its hold): restored alone.
-    restoring = {s.daemonset for s in draft.steps if isinstance(s, RestoreStrategy)}
     for comp in ctx.components:
         ds = ctx.snapshot.daemonsets.get(comp.daemonset)
         held = o.held_strategy(ds) if ds is not None else None
-        if held is not None and comp.daemonset not in restoring:
+        if held is not None and not any(isinstance(s, RestoreStrategy) and s.daemonset
+                                        == comp.daemonset for s in draft.steps):
             draft.steps.append(RestoreStrategy(comp.daemonset, held))
-            restoring.add(comp.daemonset)
     bases, tolerance = _guarded(ctx)
     draft.guarded += bases
     return draft.plan(blocked="; ".join(left) or None, fix=ROLL_ON_DELETE_FIX if left else None,

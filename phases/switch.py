@@ -36,7 +36,7 @@ def _step_for(ctx: PlanContext, comp: Component, name: str,
         prior = from_record(recorded)
         assert isinstance(prior, SetSelector)
         return prior
-    local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
+    local = o.dig(svc, "spec", "internalTrafficPolicy") == "Local"
     return SetSelector(name, _selector(svc), comp.common_selector, local,
                        operator_owned=ctx.operator_owner(svc) is not None,
                        allow_foreign=ctx.options.allow_foreign_pods)

@@ -132,18 +132,19 @@ ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on
                       "one's replacement is Ready")
 
 
-def _guarded(ctx: PlanContext) -> tuple[list[g.ServiceBaseline], dict[str, int]]:
-    """Every Service selecting the DaemonSets' pods, with the DaemonSet's rolling budget."""
-    bases, tolerance = [], {}
+def _planned(ctx: PlanContext, draft: Draft, blocked: list[str], fix: str | None) -> PhasePlan:
+    """The plan, guarding every Service selecting the DaemonSets' pods within the DaemonSet's
+    rolling budget."""
+    tolerance = {}
     for name, svc in sorted(ctx.snapshot.services.items()):
         ds_name = next((c.daemonset for c in ctx.components if any(
             g.service_selects(svc, p.labels) for p in ctx.snapshot.pods_of(c.daemonset))), None)
         if ds_name is not None:
             local = o.dig(svc, "spec", "internalTrafficPolicy") == "Local"
-            bases.append(g.baseline(ctx.snapshot, name, local))
+            draft.guarded.append(g.baseline(ctx.snapshot, name, local))
             ds = ctx.snapshot.daemonsets[ds_name]
             tolerance[name] = o.max_unavailable(ds, g.rollout_counts(ds)[2])
-    return bases, tolerance
+    return draft.plan(blocked="; ".join(blocked) or None, fix=fix, tolerance=tolerance)
 
 
 def plan(ctx: PlanContext) -> PhasePlan:
@@ -199,11 +200,8 @@ def plan(ctx: PlanContext) -> PhasePlan:
     draft.warnings += _release_warnings(ctx)
     sharing, unsafe = _sharing_notes(ctx)
     draft.notes += sharing
-    fix = ROLL_ON_DELETE_FIX if blocked and not unsafe else None
-    bases, tolerance = _guarded(ctx)
-    draft.guarded += bases
-    return draft.plan(blocked="; ".join([*blocked, *([unsafe] if unsafe else [])]) or None,
-                      fix=fix, tolerance=tolerance)
+    return _planned(ctx, draft, [*blocked, *([unsafe] if unsafe else [])],
+                    ROLL_ON_DELETE_FIX if blocked and not unsafe else None)
 
 
 def _release_warnings(ctx: PlanContext) -> list[str]:
@@ -327,7 +325,4 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         if held is not None and not any(isinstance(s, RestoreStrategy) and s.daemonset
                                         == comp.daemonset for s in draft.steps):
             draft.steps.append(RestoreStrategy(comp.daemonset, held))
-    bases, tolerance = _guarded(ctx)
-    draft.guarded += bases
-    return draft.plan(blocked="; ".join(left) or None, fix=ROLL_ON_DELETE_FIX if left else None,
-                      tolerance=tolerance)
+    return _planned(ctx, draft, left, ROLL_ON_DELETE_FIX if left else None)

@@ -143,9 +143,8 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
                         "than labels)" if old is not None else
                         f"{pod.name} (on a revision no longer kept)")
             continue
-        work.append((pod, pod_patch(pod, o.template_labels({"spec": {
-            "template": template_of(old)}}), new_labels, new_hash,
-            o.annotations_of(ds).get(TEMPLATE_GENERATION))))
+        work.append((pod, pod_patch(pod, o.labels(template_of(old)), new_labels, new_hash,
+                                    o.annotations_of(ds).get(TEMPLATE_GENERATION))))
 
     def send(item: tuple[PodView, list[Obj]]) -> str | None:
         pod, ops = item

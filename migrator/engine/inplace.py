@@ -18,8 +18,7 @@ from migrator.model import objects as o
 from migrator.model.gates import GateResult
 from migrator.model.halfrolls import HASH_LABEL, POD_GENERATION, TEMPLATE_GENERATION
 from migrator.model.snapshot import PodView, Snapshot
-from migrator.model.stepbase import labels_match
-from migrator.model.steps import RelabelPods, RollPods, Step
+from migrator.model.steps import RelabelPods, RollPods, Step, labels_match
 from migrator.model.wording import counted
 
 Obj = dict[str, Any]

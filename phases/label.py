@@ -70,10 +70,9 @@ def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
     return None if _yields_to(ctx, comp) else _release_label(ctx, comp)
 
 
-def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
-    """Where both stacks run a component on the same nodes: a note per DaemonSet left unprepared,
-    and a block when the overlap is partial (the release's rollout would stall there)."""
-    notes: list[str] = []
+def _sharing_notes(ctx: PlanContext, draft: Draft) -> str | None:
+    """Where both stacks run a component on the same nodes: a note per DaemonSet left unprepared;
+    a block (returned) when the overlap is partial (the release's rollout would stall there)."""
     blocked: list[str] = []
     release = ctx.options.prepare_for
     for comp in ctx.components:
@@ -91,13 +90,13 @@ def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
                 f"nodes out of the stable name; run each component on both stacks' nodes "
                 f"or on separate ones (nvidia.com/gpu.deploy.* node labels) before preparing")
             continue
-        notes.append(
+        draft.notes.append(
             f"--prepare-for {release}: DaemonSet/{comp.daemonset} runs on the nodes of "
             f"DaemonSet/{other.daemonset}, and the release runs one pod with {key}={value} per "
             f"node (required pod anti-affinity): only DaemonSet/{other.daemonset} is prepared "
             f"and keeps serving them; the release's new {comp.daemonset} pods stay Pending "
             f"(Unschedulable) there until that stack's DCGM leaves those nodes")
-    return notes, "; ".join(blocked) or None
+    return "; ".join(blocked) or None
 
 
 def _wanted(ctx: PlanContext, comp: Component) -> dict[str, str]:
@@ -198,8 +197,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
                                "pods one node at a time")
                 draft.notes.append(blocked[-1])
     draft.warnings += _release_warnings(ctx)
-    sharing, unsafe = _sharing_notes(ctx)
-    draft.notes += sharing
+    unsafe = _sharing_notes(ctx, draft)
     return _planned(ctx, draft, [*blocked, *([unsafe] if unsafe else [])],
                     ROLL_ON_DELETE_FIX if blocked and not unsafe else None)
 

@@ -23,8 +23,7 @@ class WholePods:
     def __init__(self, max_gets: int = MAX_GETS) -> None:
         self._views: dict[str, PodView] = {}
         self.reads = 0  # whole reads sent, GETs and lists (a figure for tests)
-        # 0: always list (an identity that may list pods but not get one: the guard's Role)
-        self.max_gets = max_gets
+        self.max_gets = max_gets  # 0: always list (the guard's Role may list pods, not get one)
 
     def resolve(self, kube: Kube, namespace: str, views: Iterable[PodView],
                 endpoints: Mapping[str, ServiceEndpoints],

@@ -20,9 +20,8 @@ HASH_LABEL = "controller-revision-hash"
 # template generation is the DaemonSet's (upstream `daemon/util.IsPodUpdated`).
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 POD_GENERATION = "pod-template-generation"
-# Seconds the in-place path takes per pod (its patch, 10 in flight, and the reads around it:
-# docs/performance.md, "Phase 1: in place or rolling"), over a floor for the hold, the revision
-# and the restore.
+# Seconds the in-place path takes per pod (patch, 10 in flight, reads), over a floor for the hold,
+# revision and restore (docs/performance.md, "Phase 1: in place or rolling").
 IN_PLACE_SECONDS_PER_POD = 0.005
 IN_PLACE_FLOOR_SECONDS = 2
 

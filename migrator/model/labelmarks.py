@@ -43,7 +43,6 @@ def read(daemonset: Mapping[str, Any]) -> LabelsMark | None:
 
 
 def marked(daemonsets: Mapping[str, Mapping[str, Any]]) -> list[LabelsMark]:
-    """Every DaemonSet that carries the mark, by name."""
     return [m for _, ds in sorted(daemonsets.items()) if (m := read(ds)) is not None]
 
 

@@ -64,10 +64,9 @@ def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
     """Why a Service holding an alias name is about to go away by itself (its operator CR was
     deleted: a ClusterPolicy → GPUCluster change), or None if it stays."""
     owner = collected(ctx.snapshot, live)
-    if owner is None:
-        return None
-    return (f"Service/{o.name(live)} belongs to {owner}, which is deleted: garbage collection "
-            "removes it, and the alias is created as soon as it is gone")
+    return None if owner is None else (f"Service/{o.name(live)} belongs to {owner}, which is "
+                                       "deleted: garbage collection removes it, and the alias is "
+                                       "created as soon as it is gone")
 
 
 def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
@@ -81,9 +80,7 @@ def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
 def _terminating(ctx: PlanContext, alias: str) -> list[GateResult]:
     """alias-not-terminating: the alias cannot be created (again) while the old one goes."""
     why = o.terminating(ctx.service(alias))
-    if why is None:
-        return []
-    return [GateResult(
+    return [] if why is None else [GateResult(
         f"alias-not-terminating/{alias}", False,
         f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
         f"gone: wait for its finalizers, or remove them if nothing needs them (`kubectl -n "

@@ -159,9 +159,7 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
     out = []
-    for step in steps:
-        if not isinstance(step, CreateAlias):
-            continue
+    for step in (s for s in steps if isinstance(s, CreateAlias)):
         name = f"alias-holds/{step.service}"
         live = ctx.service(step.service)
         owner = shared_with(ctx, step.service)

@@ -252,9 +252,7 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
     out = []
     hash_key = ctx.catalog.common.operator_hash_annotation
-    for step in steps:
-        if not isinstance(step, SetLabels):
-            continue
+    for step in (s for s in steps if isinstance(s, SetLabels)):
         ds = ctx.snapshot.daemonsets.get(step.daemonset)
         name = f"labels-hold/{step.daemonset}"
         if ds is None:

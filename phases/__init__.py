@@ -16,14 +16,10 @@ from migrator.phases import alias, label, switch
 class Phase(Protocol):
     """One phase module (`migrator.phases.label`, `.alias`, `.switch`)."""
 
-    @property
-    def NUMBER(self) -> int: ...  # module constants, read as attributes: the phase's number,
-    @property
-    def NAME(self) -> str: ...  # its name (the state's, every report's, the CLI's --phase),
-    @property
-    def SWITCHES_SELECTORS(self) -> bool: ...  # its steps move Service selectors,
-    @property
-    def ANSWERS_FOR(self) -> frozenset[Remedy]: ...  # what of the verdict its apply puts right
+    NUMBER: int  # module constants: the phase's number,
+    NAME: str  # its name (the state's, every report's, the CLI's --phase),
+    SWITCHES_SELECTORS: bool  # its steps move Service selectors,
+    ANSWERS_FOR: frozenset[Remedy]  # what of the verdict its apply puts right
     def plan(self, ctx: PlanContext) -> PhasePlan: ...  # what would change now, with gates
     def before_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...  # fresh reads
     def after_write(self, ctx: PlanContext, step: Step) -> list[GateResult]: ...  # waited for
@@ -35,12 +31,10 @@ PHASES: tuple[Phase, ...] = (label, alias, switch)
 
 
 def by_number(number: int) -> Phase:
-    """The phase numbered `number`; KeyError for a number no phase has."""
     return {module.NUMBER: module for module in PHASES}[number]
 
 
 def numbers() -> tuple[int, ...]:
-    """Every phase's number, in the order they apply."""
     return tuple(module.NUMBER for module in PHASES)
 
 
@@ -50,7 +44,6 @@ def answers() -> Answers:
 
 
 def selector_phase() -> Phase:
-    """The phase whose steps switch Service selectors."""
     return next(module for module in PHASES if module.SWITCHES_SELECTORS)
 
 

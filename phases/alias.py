@@ -64,29 +64,23 @@ def _leaving(ctx: PlanContext, live: Mapping[str, Any]) -> str | None:
     """Why a Service holding an alias name is about to go away by itself (its operator CR was
     deleted: a ClusterPolicy → GPUCluster change), or None if it stays."""
     owner = collected(ctx.snapshot, live)
-    if owner is None:
-        return None
-    return (f"Service/{o.name(live)} belongs to {owner}, which is deleted: garbage collection "
-            "removes it, and the alias is created as soon as it is gone")
+    return None if owner is None else (f"Service/{o.name(live)} belongs to {owner}, which is "
+                                       "deleted: garbage collection removes it, and the alias is "
+                                       "created as soon as it is gone")
 
 
 def _name_gate(ctx: PlanContext, alias: str, source: str) -> GateResult:
     """alias-name-free: free, already the tool's, or about to be freed (the runner waits)."""
-    name = f"alias-name-free/{alias}"
-    taken = _taken_by(ctx, alias, source)
-    live = ctx.service(alias)
+    taken, live = _taken_by(ctx, alias, source), ctx.service(alias)
     leaving = _leaving(ctx, live) if taken and live is not None else None
-    if leaving:
-        return GateResult(name, False, leaving, wait=True)
-    return GateResult(name, taken is None, taken or "free or already the tool's")
+    return GateResult(f"alias-name-free/{alias}", taken is None,
+                      leaving or taken or "free or already the tool's", wait=bool(leaving))
 
 
 def _terminating(ctx: PlanContext, alias: str) -> list[GateResult]:
     """alias-not-terminating: the alias cannot be created (again) while the old one goes."""
     why = o.terminating(ctx.service(alias))
-    if why is None:
-        return []
-    return [GateResult(
+    return [] if why is None else [GateResult(
         f"alias-not-terminating/{alias}", False,
         f"Service/{alias} is being deleted ({why}); it cannot be created again until it is "
         f"gone: wait for its finalizers, or remove them if nothing needs them (`kubectl -n "
@@ -106,21 +100,17 @@ def plan(ctx: PlanContext) -> PhasePlan:
     for comp in comps:
         assert comp.alias
         release = ctx.catalog.managed_by_release(ctx.service(comp.alias))
-        if release is not None:
-            detail = (f"handed over: Service/{comp.alias} is managed by the GPU Operator itself "
-                      f"(release {release.name}); the tool never writes it again")
+        source = ctx.service(comp.service)
+        owner = shared_with(ctx, comp.alias) if release is None and source is not None else None
+        detail = (f"handed over: Service/{comp.alias} is managed by the GPU Operator itself "
+                  f"(release {release.name}); the tool never writes it again" if release else
+                  _shared_detail(comp.alias, owner, comp.service) if owner else None)
+        if detail:
             draft.gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
             draft.notes.append(detail)
             continue
-        source = ctx.service(comp.service)
         if source is None:
             draft.notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
-            continue
-        owner = shared_with(ctx, comp.alias)
-        if owner is not None:
-            detail = _shared_detail(comp.alias, owner, comp.service)
-            draft.gates.append(GateResult(f"alias-name-free/{comp.alias}", True, detail))
-            draft.notes.append(detail)
             continue
         free = _name_gate(ctx, comp.alias, comp.service)
         if free.wait:  # garbage collection frees it: the runner waits before writing
@@ -169,9 +159,7 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
     out = []
-    for step in steps:
-        if not isinstance(step, CreateAlias):
-            continue
+    for step in (s for s in steps if isinstance(s, CreateAlias)):
         name = f"alias-holds/{step.service}"
         live = ctx.service(step.service)
         owner = shared_with(ctx, step.service)
@@ -187,26 +175,20 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
         elif o.terminating(live):
             out.append(GateResult(name, False, f"Service/{step.service} is being deleted "
                                   f"({o.terminating(live)})"))
+        # against what phase 2 renders from its source *now* (as the guard re-syncs it), not the
+        # recorded body: a CR edit of the source is drift until the alias follows it
+        elif (source := ctx.service(step.source)) is None or (comp := next(
+                (c for c in ctx.catalog.components
+                 if c.alias == step.service and c.service == step.source), None)) is None:
+            out.append(GateResult(name, True, f"alias of {step.source} (no source to compare "
+                                  "with)"))
+        elif diff := aliasing.differences(live, aliasing.alias_body(
+                ctx.snapshot.namespace, ctx.catalog.common, comp, source, None)):
+            out.append(GateResult(name, False, f"differs from its source {step.source} in "
+                                  f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it"))
         else:
-            out.append(_matches_source(ctx, step, live))
+            out.append(GateResult(name, True, f"alias of {step.source}, matching it"))
     return out + stable_names(ctx)
-
-
-def _matches_source(ctx: PlanContext, step: CreateAlias, live: Mapping[str, Any]) -> GateResult:
-    """The alias against what phase 2 renders from its source *now* (as the guard re-syncs it),
-    not the recorded body: a CR edit of the source is drift until the alias follows it."""
-    name = f"alias-holds/{step.service}"
-    source = ctx.service(step.source)
-    comp = next((c for c in ctx.catalog.components if c.alias == step.service
-                 and c.service == step.source), None)
-    if source is None or comp is None:
-        return GateResult(name, True, f"alias of {step.source} (no source to compare with)")
-    diff = aliasing.differences(live, aliasing.alias_body(
-        ctx.snapshot.namespace, ctx.catalog.common, comp, source, None))
-    if diff:
-        return GateResult(name, False, f"differs from its source {step.source} in "
-                          f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it")
-    return GateResult(name, True, f"alias of {step.source}, matching it")
 
 
 def stable_names(ctx: PlanContext) -> list[GateResult]:

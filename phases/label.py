@@ -47,46 +47,37 @@ def _nodes(ctx: PlanContext, comp: Component) -> set[str]:
     return {p.node for p in ctx.snapshot.pods_of(comp.daemonset) if p.node}
 
 
-def sharing_nodes(ctx: PlanContext, comp: Component) -> tuple[Component, set[str]] | None:
-    """The other stack's DaemonSet the release gives the same component label, and the nodes both
-    run a pod on (its required anti-affinity runs one pod of a component per node)."""
+def _yields_to(ctx: PlanContext, comp: Component) -> tuple[Component, set[str]] | None:
+    """The other stack's DaemonSet the release gives the same component label, with the nodes both
+    run a pod on (its required anti-affinity runs one pod of a component per node), when that one
+    keeps serving them: the stack whose own Service is the stable name (the other joins it through
+    an alias), else by name."""
     own = _release_label(ctx, comp)
-    if own is None:
-        return None
     for other in ctx.components:
-        if other.daemonset == comp.daemonset or _release_label(ctx, other) != own:
+        if own is None or other.daemonset == comp.daemonset or _release_label(ctx, other) != own:
             continue
         shared = _nodes(ctx, comp) & _nodes(ctx, other)
         if shared:
-            return other, shared
+            keeps = (comp.alias is not None, comp.daemonset) < (other.alias is not None,
+                                                                 other.daemonset)
+            return None if keeps else (other, shared)
     return None
-
-
-def _keeps_node(comp: Component, other: Component) -> bool:
-    """Of two DaemonSets sharing nodes, the one the release keeps serving them: the stack whose
-    own Service is the stable name (the other joins it through an alias), else by name."""
-    return (comp.alias is not None, comp.daemonset) < (other.alias is not None, other.daemonset)
 
 
 def prepared_label(ctx: PlanContext, comp: Component) -> tuple[str, str] | None:
     """(key, value) of the `--prepare-for` release's component label, unless the other stack's
     DaemonSet keeps this one's nodes (an old labelled pod would keep both stacks' pods Pending)."""
-    label = _release_label(ctx, comp)
-    shared = sharing_nodes(ctx, comp) if label else None
-    if shared is not None and not _keeps_node(comp, shared[0]):
-        return None
-    return label
+    return None if _yields_to(ctx, comp) else _release_label(ctx, comp)
 
 
-def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
-    """Where both stacks run a component on the same nodes: a note per DaemonSet left unprepared,
-    and a block when the overlap is partial (the release's rollout would stall there)."""
-    notes: list[str] = []
+def _sharing_notes(ctx: PlanContext, draft: Draft) -> str | None:
+    """Where both stacks run a component on the same nodes: a note per DaemonSet left unprepared;
+    a block (returned) when the overlap is partial (the release's rollout would stall there)."""
     blocked: list[str] = []
     release = ctx.options.prepare_for
     for comp in ctx.components:
-        found = sharing_nodes(ctx, comp) if ctx.daemonset(comp) is not None else None
-        if found is None or _keeps_node(comp, found[0]):
+        found = _yields_to(ctx, comp) if ctx.daemonset(comp) is not None else None
+        if found is None:
             continue
         other, shared = found
         key, value = _release_label(ctx, comp) or ("", "")
@@ -99,13 +90,13 @@ def _sharing_notes(ctx: PlanContext) -> tuple[list[str], str | None]:
                 f"nodes out of the stable name; run each component on both stacks' nodes "
                 f"or on separate ones (nvidia.com/gpu.deploy.* node labels) before preparing")
             continue
-        notes.append(
+        draft.notes.append(
             f"--prepare-for {release}: DaemonSet/{comp.daemonset} runs on the nodes of "
             f"DaemonSet/{other.daemonset}, and the release runs one pod with {key}={value} per "
             f"node (required pod anti-affinity): only DaemonSet/{other.daemonset} is prepared "
             f"and keeps serving them; the release's new {comp.daemonset} pods stay Pending "
             f"(Unschedulable) there until that stack's DCGM leaves those nodes")
-    return notes, "; ".join(blocked) or None
+    return "; ".join(blocked) or None
 
 
 def _wanted(ctx: PlanContext, comp: Component) -> dict[str, str]:
@@ -119,23 +110,20 @@ def _label_step(ctx: PlanContext, comp: Component, ds: Mapping[str, Any]) -> Set
     its original read now, before the tool writes it)."""
     wanted = _wanted(ctx, comp)
     recorded = ctx.recorded.get(SetLabels.id_of(comp.daemonset))
-    if recorded:  # resuming: the originals are what we saw before our first write
-        prior = from_record(recorded)
-        assert isinstance(prior, SetLabels)
-        new = {k: v for k, v in wanted.items() if k not in prior.meta_after}
-        if not new:
-            return prior
-        return SetLabels(comp.daemonset, {**prior.meta_after, **new},
-                         {**prior.template_after, **new},
-                         {**prior.meta_before, **{k: o.labels(ds).get(k) for k in new}},
-                         {**prior.template_before,
-                          **{k: o.template_labels(ds).get(k) for k in new}})
-    mark = labelmarks.read(ds)  # the tool's own labels are never taken for the originals
+    # resuming: the originals are what we saw before our first write
+    prior = from_record(recorded) if recorded else SetLabels(comp.daemonset, {}, {}, {}, {})
+    assert isinstance(prior, SetLabels)
+    new = {k: v for k, v in wanted.items() if k not in prior.meta_after}
+    if not new:
+        return prior
+    mark = None if recorded else labelmarks.read(ds)  # the tool's own labels are never originals
     meta, template = (mark.meta_before, mark.template_before) if mark else ({}, {})
-    return SetLabels(comp.daemonset, dict(wanted), dict(wanted),
-                     {k: meta.get(k) if k in meta else o.labels(ds).get(k) for k in wanted},
-                     {k: template.get(k) if k in template else o.template_labels(ds).get(k)
-                      for k in wanted})
+    return SetLabels(comp.daemonset, {**prior.meta_after, **new}, {**prior.template_after, **new},
+                     {**prior.meta_before,
+                      **{k: meta[k] if k in meta else o.labels(ds).get(k) for k in new}},
+                     {**prior.template_before,
+                      **{k: template[k] if k in template else o.template_labels(ds).get(k)
+                         for k in new}})
 
 
 ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on-delete` to let "
@@ -143,20 +131,19 @@ ROLL_ON_DELETE_FIX = ("nothing was written for this phase; rerun with `--roll-on
                       "one's replacement is Ready")
 
 
-def _guarded(ctx: PlanContext) -> tuple[list[g.ServiceBaseline], dict[str, int]]:
-    """Every Service selecting the DaemonSets' pods, with the DaemonSet's rolling budget."""
-    bases, tolerance = [], {}
+def _planned(ctx: PlanContext, draft: Draft, blocked: list[str], fix: str | None) -> PhasePlan:
+    """The plan, guarding every Service selecting the DaemonSets' pods within the DaemonSet's
+    rolling budget."""
+    tolerance = {}
     for name, svc in sorted(ctx.snapshot.services.items()):
-        for ds_name in (c.daemonset for c in ctx.components):
-            pods = ctx.snapshot.pods_of(ds_name)
-            if pods and any(g.service_selects(svc, p.labels) for p in pods):
-                local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
-                bases.append(g.baseline(ctx.snapshot, name, local))
-                ds = ctx.snapshot.daemonsets[ds_name]
-                desired = g.rollout_counts(ds)[2]
-                tolerance[name] = o.max_unavailable(ds, desired)
-                break
-    return bases, tolerance
+        ds_name = next((c.daemonset for c in ctx.components if any(
+            g.service_selects(svc, p.labels) for p in ctx.snapshot.pods_of(c.daemonset))), None)
+        if ds_name is not None:
+            local = o.dig(svc, "spec", "internalTrafficPolicy") == "Local"
+            draft.guarded.append(g.baseline(ctx.snapshot, name, local))
+            ds = ctx.snapshot.daemonsets[ds_name]
+            tolerance[name] = o.max_unavailable(ds, g.rollout_counts(ds)[2])
+    return draft.plan(blocked="; ".join(blocked) or None, fix=fix, tolerance=tolerance)
 
 
 def plan(ctx: PlanContext) -> PhasePlan:
@@ -179,45 +166,40 @@ def plan(ctx: PlanContext) -> PhasePlan:
                 f"overrides it with {value!r}, but the operator's next re-render (an upgrade or "
                 f"any CR edit) brings {cr_value!r} back, the pods roll without the common label "
                 "and every Service switched to it drains; remove the key from that CR field")
-        rolling = rolling_because(ctx, ds)
+        rolling, done = rolling_because(ctx, ds), step.satisfied(ds)
         held = o.held_strategy(ds) is not None
-        ondelete = o.update_strategy(ds) == "OnDelete" and not held
-        pods = len(ctx.snapshot.pods_of(comp.daemonset))
-        if rolling is None and (held or not step.satisfied(ds)):
-            draft.steps += in_place_steps(ctx, ds, step, not step.satisfied(ds))
+        ondelete = halfrolls.on_delete(ds) and not held
+        pods, what = len(ctx.snapshot.pods_of(comp.daemonset)), f"DaemonSet/{comp.daemonset}"
+        if rolling is None and (held or not done):
+            draft.steps += in_place_steps(ctx, ds, step)
             if not held:
                 draft.gates.append(g.daemonset_healthy(ctx.snapshot, ds))
-            draft.notes.append(f"DaemonSet/{comp.daemonset}: " + cost(ds, pods, None))
-        elif not step.satisfied(ds):
+            draft.notes.append(f"{what}: " + cost(ds, pods, None))
+        elif not done:
             draft.steps.append(step)
-            draft.gates.append(halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete))
+            draft.gates.append(halfrolls.health_gate(ctx, ds))
             if not ondelete:
-                draft.notes.append(f"DaemonSet/{comp.daemonset}: " + cost(ds, pods, rolling))
+                draft.notes.append(f"{what}: " + cost(ds, pods, rolling))
         else:
-            draft.notes.append(f"DaemonSet/{comp.daemonset} already carries {key}")
+            draft.notes.append(f"{what} already carries {key}")
             draft.checks.append(step)  # e.g. an operator that renders it: its rollout must end
         if ondelete and ctx.options.roll_on_delete:
             draft.steps.append(RollPods(comp.daemonset, (key,)))
-            draft.notes.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete: the "
-                               "tool deletes its old pods one node at a time (--roll-on-delete)")
+            draft.notes.append(f"{what} uses updateStrategy OnDelete: the tool deletes its old "
+                               "pods one node at a time (--roll-on-delete)")
         elif ondelete:
             pods_ok = g.pods_carry(ctx.snapshot, comp.daemonset, {key: value})
-            if not step.satisfied(ds) or not pods_ok.ok:
-                blocked.append(f"DaemonSet/{comp.daemonset} uses updateStrategy OnDelete, so a "
-                               "template change rolls no pods ("
-                               + (f"old pods: {pods_ok.detail}" if not pods_ok.ok else
-                                  "every pod would keep its old labels")
+            if not done or not pods_ok.ok:
+                blocked.append(f"{what} uses updateStrategy OnDelete, so a template change rolls "
+                               "no pods (" + (f"old pods: {pods_ok.detail}" if not pods_ok.ok else
+                                              "every pod would keep its old labels")
                                + "); rerun with --roll-on-delete to let the tool delete old "
                                "pods one node at a time")
                 draft.notes.append(blocked[-1])
     draft.warnings += _release_warnings(ctx)
-    sharing, unsafe = _sharing_notes(ctx)
-    draft.notes += sharing
-    fix = ROLL_ON_DELETE_FIX if blocked and not unsafe else None
-    bases, tolerance = _guarded(ctx)
-    draft.guarded += bases
-    return draft.plan(blocked="; ".join([*blocked, *([unsafe] if unsafe else [])]) or None,
-                      fix=fix, tolerance=tolerance)
+    unsafe = _sharing_notes(ctx, draft)
+    return _planned(ctx, draft, [*blocked, *([unsafe] if unsafe else [])],
+                    ROLL_ON_DELETE_FIX if blocked and not unsafe else None)
 
 
 def _release_warnings(ctx: PlanContext) -> list[str]:
@@ -244,8 +226,7 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
             return []
         # In place, health was gated before the hold, whose write the controller may not have
         # observed yet; each pod is then proven by its revision (engine/inplace.py).
-        out = [] if step.in_place else [
-            halfrolls.health_gate(ctx.snapshot, ds, ctx.options.roll_on_delete)]
+        out = [] if step.in_place else [halfrolls.health_gate(ctx, ds)]
         for key in (k for k, v in step.template_after.items() if v is None):
             users = g.services_selecting(ctx.snapshot, key)
             out.append(GateResult(f"no-selector-uses/{key}", not users,
@@ -260,10 +241,9 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
     if not isinstance(step, SetLabels | RollPods | RestoreStrategy) or (
             isinstance(step, SetLabels) and step.in_place):
         return []  # in place: its pods are relabelled next, RestoreStrategy's gates wait
-    ds = ctx.snapshot.daemonsets.get(step.daemonset)
-    comp = _component_of(ctx, step.daemonset)
-    if ds is None:
+    if (ds := ctx.snapshot.daemonsets.get(step.daemonset)) is None:
         return []
+    comp = _component_of(ctx, step.daemonset)
     keys = _wanted(ctx, comp) if comp else {}
     return [g.daemonset_healthy(ctx.snapshot, ds), g.pods_carry(
         ctx.snapshot, step.daemonset, {k: o.template_labels(ds).get(k) for k in keys})]
@@ -272,9 +252,7 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
     out = []
     hash_key = ctx.catalog.common.operator_hash_annotation
-    for step in steps:
-        if not isinstance(step, SetLabels):
-            continue
+    for step in (s for s in steps if isinstance(s, SetLabels)):
         ds = ctx.snapshot.daemonsets.get(step.daemonset)
         name = f"labels-hold/{step.daemonset}"
         if ds is None:
@@ -320,7 +298,7 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         inv = replace(step.inverse(), in_place=False)
         if rolling_because(ctx, ds) is None:  # in place, gated before the hold
             if not inv.satisfied(ds) or o.held_strategy(ds) is not None:
-                draft.steps += in_place_steps(ctx, ds, inv, not inv.satisfied(ds))
+                draft.steps += in_place_steps(ctx, ds, inv)
                 draft.gates += [r for r in before_write(ctx, replace(inv, in_place=True))
                                 if r.name.startswith("no-selector-uses/")]
             continue
@@ -337,14 +315,10 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         if stale:
             draft.steps.append(RollPods(step.daemonset, tuple(step.template_after)))
     # Held with no label write to undo (a run killed right after its hold): restored alone.
-    restoring = {s.daemonset for s in draft.steps if isinstance(s, RestoreStrategy)}
     for comp in ctx.components:
         ds = ctx.snapshot.daemonsets.get(comp.daemonset)
         held = o.held_strategy(ds) if ds is not None else None
-        if held is not None and comp.daemonset not in restoring:
+        if held is not None and not any(isinstance(s, RestoreStrategy) and s.daemonset
+                                        == comp.daemonset for s in draft.steps):
             draft.steps.append(RestoreStrategy(comp.daemonset, held))
-            restoring.add(comp.daemonset)
-    bases, tolerance = _guarded(ctx)
-    draft.guarded += bases
-    return draft.plan(blocked="; ".join(left) or None, fix=ROLL_ON_DELETE_FIX if left else None,
-                      tolerance=tolerance)
+    return _planned(ctx, draft, left, ROLL_ON_DELETE_FIX if left else None)

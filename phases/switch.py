@@ -36,7 +36,7 @@ def _step_for(ctx: PlanContext, comp: Component, name: str,
         prior = from_record(recorded)
         assert isinstance(prior, SetSelector)
         return prior
-    local = (svc.get("spec") or {}).get("internalTrafficPolicy") == "Local"
+    local = o.dig(svc, "spec", "internalTrafficPolicy") == "Local"
     return SetSelector(name, _selector(svc), comp.common_selector, local,
                        operator_owned=ctx.operator_owner(svc) is not None,
                        allow_foreign=ctx.options.allow_foreign_pods)
@@ -167,11 +167,9 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
     out = []
-    recorded = set()
-    for step in steps:
-        if not isinstance(step, SetSelector):
-            continue
-        recorded.add(step.service)
+    switched = [s for s in steps if isinstance(s, SetSelector)]
+    recorded = {s.service for s in switched}
+    for step in switched:
         svc = ctx.service(step.service)
         name = f"selector-holds/{step.service}"
         if svc is None:
@@ -210,9 +208,7 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
     """Restore the recorded originals, newest first; a Service that is no longer the tool's to
     restore is left as its new owner has it, with a warning."""
     draft = Draft(NUMBER, NAME)
-    for step in reversed(steps):
-        if not isinstance(step, SetSelector):
-            continue
+    for step in (s for s in reversed(steps) if isinstance(s, SetSelector)):
         svc = ctx.service(step.service)
         if svc is None or step.inverse().satisfied(svc):
             continue

@@ -23,8 +23,7 @@ class WholePods:
     def __init__(self, max_gets: int = MAX_GETS) -> None:
         self._views: dict[str, PodView] = {}
         self.reads = 0  # whole reads sent, GETs and lists (a figure for tests)
-        # 0: always list (an identity that may list pods but not get one: the guard's Role)
-        self.max_gets = max_gets
+        self.max_gets = max_gets  # 0: always list (the guard's Role may list pods, not get one)
 
     def resolve(self, kube: Kube, namespace: str, views: Iterable[PodView],
                 endpoints: Mapping[str, ServiceEndpoints],
@@ -39,11 +38,21 @@ class WholePods:
         views = list(views)
         doubts = {p.uid for p in views if p.doubtful or p.contradicted(by_pod.get(p.name, ()))}
         stale = [p for p in views if p.uid in doubts and not self._covers(p)]
-        if len(stale) > self.max_gets:
-            fresh = self._list(kube, namespace, [s for s in selectors if any(
-                parse(s).matches(p.labels) for p in stale)])
-        else:
-            fresh = self._get(kube, namespace, stale)
+        fresh: set[str] = set()  # the uids read whole (a new uid: the doubtful one is gone)
+        if len(stale) > self.max_gets:  # list these selectors' pods whole
+            for sel in (s for s in selectors if any(parse(s).matches(p.labels) for p in stale)):
+                whole, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of)
+                self.reads += 1
+                self._views.update((w.uid, w) for w in whole)
+                fresh.update(w.uid for w in whole)
+        else:  # read them whole by name
+            for pod in stale:
+                obj = kube.get(kinds.POD, pod.name, namespace)
+                self.reads += 1
+                one = PodView.of(obj) if obj is not None else None
+                if one is not None and one.uid == pod.uid:
+                    self._views[one.uid] = one
+                    fresh.add(one.uid)
         return [self._views[p.uid] if p.uid in doubts else p for p in views
                 if p.uid not in doubts or p.uid in fresh or self._covers(p)]
 
@@ -52,25 +61,3 @@ class WholePods:
         an integer never covers)."""
         whole = self._views.get(pod.uid)
         return whole is not None and pod.version > 0 and whole.version >= pod.version
-
-    def _get(self, kube: Kube, namespace: str, pods: Sequence[PodView]) -> set[str]:
-        """Read these pods whole by name; the uids found (a new uid: the doubtful one is gone)."""
-        found: set[str] = set()
-        for pod in pods:
-            obj = kube.get(kinds.POD, pod.name, namespace)
-            self.reads += 1
-            whole = PodView.of(obj) if obj is not None else None
-            if whole is not None and whole.uid == pod.uid:
-                self._views[whole.uid] = whole
-                found.add(whole.uid)
-        return found
-
-    def _list(self, kube: Kube, namespace: str, selectors: Sequence[str]) -> set[str]:
-        """List these selectors' pods whole; the uids read."""
-        read: set[str] = set()
-        for sel in selectors:
-            whole, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of)
-            self.reads += 1
-            self._views.update((w.uid, w) for w in whole)
-            read.update(w.uid for w in whole)
-        return read

@@ -20,9 +20,8 @@ HASH_LABEL = "controller-revision-hash"
 # template generation is the DaemonSet's (upstream `daemon/util.IsPodUpdated`).
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 POD_GENERATION = "pod-template-generation"
-# Seconds the in-place path takes per pod (its patch, 10 in flight, and the reads around it:
-# docs/performance.md, "Phase 1: in place or rolling"), over a floor for the hold, the revision
-# and the restore.
+# Seconds the in-place path takes per pod (patch, 10 in flight, reads), over a floor for the hold,
+# revision and restore (docs/performance.md, "Phase 1: in place or rolling").
 IN_PLACE_SECONDS_PER_POD = 0.005
 IN_PLACE_FLOOR_SECONDS = 2
 
@@ -43,14 +42,13 @@ def rolling_because(ctx: PlanContext, ds: Mapping[str, Any]) -> str | None:
     return None
 
 
-def in_place_steps(ctx: PlanContext, ds: Mapping[str, Any], step: SetLabels,
-                   write_labels: bool) -> list[Step]:
-    """Hold on OnDelete, relabel the template, relabel the pods, restore the strategy."""
+def in_place_steps(ctx: PlanContext, ds: Mapping[str, Any], step: SetLabels) -> list[Step]:
+    """Hold on OnDelete, relabel the template (unless done), relabel the pods, restore."""
     name = o.name(ds)
     strategy = o.held_strategy(ds) or dict(o.dig(ds, "spec", "updateStrategy")
                                          or {"type": "RollingUpdate"})
     rendered = o.annotations_of(ds).get(ctx.catalog.common.operator_hash_annotation)
-    labels: list[Step] = [replace(step, in_place=True)] if write_labels else []
+    labels: list[Step] = [] if step.satisfied(dict(ds)) else [replace(step, in_place=True)]
     return [HoldStrategy(name, strategy), *labels,
             RelabelPods(name, tuple(step.template_after), rendered),
             RestoreStrategy(name, strategy)]
@@ -93,11 +91,11 @@ def stale_pods(snapshot: Snapshot, ds: Mapping[str, Any],
         key=lambda p: p.node)
 
 
-def health_gate(snapshot: Snapshot, ds: Mapping[str, Any], roll_on_delete: bool) -> GateResult:
+def health_gate(ctx: PlanContext, ds: Mapping[str, Any]) -> GateResult:
     """`rollout-complete` before phase 1 writes; an OnDelete DaemonSet the tool rolls itself
     (`--roll-on-delete`) only needs every pod available: its `RollPods` finishes the rest."""
-    result = g.daemonset_healthy(snapshot, dict(ds))
-    if result.ok or not (roll_on_delete and on_delete(ds)):
+    result = g.daemonset_healthy(ctx.snapshot, dict(ds))
+    if result.ok or not (ctx.options.roll_on_delete and on_delete(ds)):
         return result
     updated, available, desired = g.rollout_counts(dict(ds))
     observed = int((ds.get("status") or {}).get("observedGeneration") or 0)

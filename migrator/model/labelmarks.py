@@ -29,28 +29,20 @@ def encode(meta_before: Mapping[str, str | None],
                       sort_keys=True, separators=(",", ":"))
 
 
-def _label_map(value: Any) -> dict[str, str | None] | None:
-    ok = isinstance(value, Mapping) and all(
-        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items())
-    return dict(value) if ok else None
-
-
 def read(daemonset: Mapping[str, Any]) -> LabelsMark | None:
     """The DaemonSet's mark, or None: absent, or not one this tool wrote (unreadable)."""
     try:
         doc = json.loads(o.annotations_of(daemonset).get(LABELS_MARK) or "null")
     except ValueError:
         return None
-    if not isinstance(doc, Mapping):
+    meta, template = o.dig(doc, "metadata"), o.dig(doc, "template")
+    if not all(isinstance(m, Mapping) and all(isinstance(k, str) and isinstance(v, str | None)
+                                              for k, v in m.items()) for m in (meta, template)):
         return None
-    meta, template = _label_map(doc.get("metadata")), _label_map(doc.get("template"))
-    if meta is None or template is None:
-        return None
-    return LabelsMark(o.name(daemonset), meta, template)
+    return LabelsMark(o.name(daemonset), dict(meta), dict(template))
 
 
 def marked(daemonsets: Mapping[str, Mapping[str, Any]]) -> list[LabelsMark]:
-    """Every DaemonSet that carries the mark, by name."""
     return [m for _, ds in sorted(daemonsets.items()) if (m := read(ds)) is not None]
 
 

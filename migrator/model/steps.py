@@ -1,19 +1,86 @@
-"""Steps: one Kubernetes write each, as data, that answer the loop's questions themselves; they
-serialise to plain dicts, so rollback is built from what the state recorded."""
+"""Steps: one Kubernetes write each, as data, that answer the loop's questions themselves (most
+answers in `StepBase`); they serialise to plain dicts, so rollback is built from the state."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, get_args
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, cast, get_args
 
 from migrator.model import kinds, labelmarks
 from migrator.model import objects as o
 from migrator.model.kinds import Kind
-from migrator.model.stepbase import Change, LabelMap, SelectorChange, StepBase, labels_match
 
 Obj = dict[str, Any]
+SelectorChange = tuple[Mapping[str, str], Mapping[str, str]]  # (before, after)
+LabelMap = Mapping[str, str | None]  # None = the key is absent / removed
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field of one object, before → after (None = absent)."""
+
+    object: str
+    field: str
+    before: Any
+    after: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def labels_match(actual: Mapping[str, str], wanted: LabelMap) -> bool:
+    return all(actual.get(k) == v for k, v in wanted.items())
+
+
+@dataclass(frozen=True)
+class StepBase:
+    """What most steps answer; a step that differs says so itself."""
+
+    kind: ClassVar[Kind]
+    id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
+    pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/ondelete)
+    creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
+
+    @property
+    def name(self) -> str:
+        """The name of the object the step writes (its kind is `kind`): its first field."""
+        return str(getattr(self, fields(self)[0].name))
+
+    @classmethod
+    def id_of(cls, name: str) -> str:
+        """The id of this type's step on the object `name` (what the state records it under)."""
+        return f"{cls.id_prefix}/{name}"
+
+    @property
+    def id(self) -> str:
+        return self.id_of(self.name)
+
+    @property
+    def object(self) -> str:
+        return f"{self.kind.kind}/{self.name}"
+
+    def rolls_pods(self) -> bool:  # does this write replace pods (pods read before are stale)?
+        return False
+
+    def labels_pods(self) -> bool:
+        """Does it label pods (rolled or in place)? An operator's re-render drops those labels
+        (the state's `wroteLabels`, the drift risk)."""
+        return self.rolls_pods()
+
+    def rollout_of(self) -> str | None:  # the DaemonSet whose rollout it starts (waited on)
+        return None
+
+    def selector_change(self, service: str) -> SelectorChange | None:  # of `service`'s selector
+        return None
+
+    def pod_labels(self) -> LabelMap:  # labels the pods carry once it has rolled out (None: absent)
+        return {}
+
+    def stop_hint(self, rollback: bool) -> str:  # what to do when a pre-gate stops this write
+        return "fix what the gate names, then run the same command again"
+
 
 
 @dataclass(frozen=True)
@@ -150,21 +217,17 @@ class RollPods(_OnDaemonSet):
         return [Change(self.object, "pods", "old template", "deleted one node at a time")]
 
     def satisfied(self, live: Obj | None) -> bool:
-        """Every scheduled pod runs the current template by the status's counts (kept for
-        OnDelete too) for the current spec; nothing left to roll once the DaemonSet is gone."""
-        if live is None:
-            return True
-        status = live.get("status") or {}
-        generation = o.meta(live).get("generation")
-        return bool((generation is None or status.get("observedGeneration") == generation)
-                    and status.get("updatedNumberScheduled", 0)
-                    == status.get("desiredNumberScheduled", 0))
+        """Every scheduled pod runs the current spec's template, by the status's counts (kept
+        for OnDelete too); nothing left to roll once the DaemonSet is gone."""
+        status, generation = (live or {}).get("status") or {}, o.meta(live or {}).get("generation")
+        return live is None or bool(
+            (generation is None or status.get("observedGeneration") == generation)
+            and status.get("updatedNumberScheduled", 0) == status.get("desiredNumberScheduled", 0))
 
     def rolls_pods(self) -> bool:
         return True
 
-    def inverse(self) -> None:
-        """A deleted pod cannot be undeleted; phase 1's rollback plans its own RollPods."""
+    def inverse(self) -> None:  # a deleted pod cannot be undeleted; rollback plans its own
         return None
 
 
@@ -229,8 +292,7 @@ class DeleteAlias(_OnService):
         """Gone, or Terminating (its deletion accepted: deleting it again changes nothing)."""
         return live is None or o.terminating(live) is not None
 
-    def inverse(self) -> None:
-        """The body is not recorded with the deletion: phase 2 planned again re-creates it."""
+    def inverse(self) -> None:  # the body is not recorded: phase 2 planned again re-creates it
         return None
 
 
@@ -282,5 +344,4 @@ def from_record(record: Mapping[str, Any]) -> Step:
     cls = _TYPES[str(data.pop("type"))]
     if "label_keys" in data:
         data["label_keys"] = tuple(data["label_keys"])
-    result: Step = cls(**data)
-    return result
+    return cast(Step, cls(**data))

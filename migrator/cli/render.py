@@ -34,7 +34,7 @@ from migrator.engine.reports import (
 )
 from migrator.errors import MigrateError, exit_code_for
 from migrator.model.phasestatus import PhaseStatus
-from migrator.model.stepbase import Change
+from migrator.model.steps import Change
 
 
 class _Pointed(Console):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from migrator import phases
-from migrator.engine import afterwrite, executor, inplace, interrupts, loop, ondelete
+from migrator.engine import afterwrite, executor, inplace, interrupts, loop
 from migrator.engine.loop import Decision, Direction, PhaseWork, Run
 from migrator.engine.progress import PhaseEvent, StepEvent
 from migrator.engine.reads import narrow, read_snapshot
@@ -200,7 +200,7 @@ class Apply:
         self.listener.step(StepEvent(work.rec.number, step, "done"))
 
     def roll(self, work: PhaseWork, step: Step) -> None:
-        (inplace.relabel if isinstance(step, RelabelPods) else ondelete.roll)(self, work, step)
+        (inplace.relabel if isinstance(step, RelabelPods) else inplace.roll)(self, work, step)
 
     def after(self, work: PhaseWork, step: Step, base: Snapshot | None, wrote: bool) -> None:
         afterwrite.wait(self, work, step, base)

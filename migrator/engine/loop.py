@@ -322,7 +322,7 @@ def _hint_for(work: PhaseWork, step: Step, failed: list[GateResult]) -> str:
 
 
 class Applier(Backend, Protocol):
-    """The apply back end (`applying.Apply`) as `afterwrite`, `ondelete` and `inplace` use it."""
+    """The apply back end (`applying.Apply`) as `afterwrite` and `inplace` use it."""
 
     kube: Kube
     namespace: str

@@ -10,7 +10,7 @@ from migrator.errors import MigrateError
 from migrator.model.gates import GateResult
 from migrator.model.outcome import Finding, Verdict
 from migrator.model.phasestatus import PhaseStatus, holds
-from migrator.model.stepbase import Change
+from migrator.model.steps import Change
 
 if TYPE_CHECKING:
     from migrator.engine.guard import PassResult

@@ -11,11 +11,11 @@ from typing import Any
 from migrator.model import monitoring
 from migrator.model import objects as o
 from migrator.model.snapshot import EndpointView, ServiceEndpoints, Snapshot
-from migrator.model.stepbase import LabelMap
 from migrator.model.steps import (
     CreateAlias,
     DeleteAlias,
     HoldStrategy,
+    LabelMap,
     RollPods,
     SetLabels,
     SetSelector,

@@ -40,7 +40,7 @@ class StepBase:
 
     kind: ClassVar[Kind]
     id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
-    pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/ondelete)
+    pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/inplace)
     creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
 
     @property
@@ -206,7 +206,7 @@ class RestoreStrategy(_Strategy):
 @dataclass(frozen=True)
 class RollPods(_OnDaemonSet):
     """OnDelete DaemonSets: delete pods whose labels differ from the template, one node at a
-    time, each after the previous node's new pod is Ready (engine/ondelete.py)."""
+    time, each after the previous node's new pod is Ready (engine/inplace.py)."""
 
     type: ClassVar[str] = "roll-pods"
     id_prefix: ClassVar[str] = "roll/daemonset"

@@ -35,7 +35,7 @@ from migrator.model import kinds
 from migrator.model.planning import Options
 from migrator.model.snapshot import changed_fields
 from migrator.model.stacks import load_catalog
-from migrator.model.stepbase import Change
+from migrator.model.steps import Change
 from tests.helpers import builders as b
 from tests.helpers import cli
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine.state.liveness import SERVICE_ACCOUNT_NAMESPACE, read_text
+from migrator.engine.state.lock import SERVICE_ACCOUNT_NAMESPACE, read_text
 from migrator.errors import APIForbidden, APINotFound, UsageError
 from migrator.model import kinds
 from migrator.model import objects as o

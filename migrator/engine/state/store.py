@@ -14,8 +14,7 @@ from typing import Any
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.state import configmap as cmap
 from migrator.engine.state import lock as locking
-from migrator.engine.state.liveness import HolderCheck
-from migrator.engine.state.lock import Lock
+from migrator.engine.state.lock import HolderCheck, Lock
 from migrator.errors import APIConflict, APINotFound, LockHeld, MigrateError, StateConflict
 from migrator.kube import Kube
 from migrator.model import kinds
@@ -228,7 +227,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
 
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
         """Take the lock; LockHeld when another run that may be alive holds it. An expired
-        lock is taken over, and so is a live one whose holder is provably gone (`liveness`)."""
+        lock is taken over, and so is a live one whose holder is provably gone."""
         here = self._holders.here
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not

@@ -1,6 +1,6 @@
 """The state ConfigMap's layout (docs/design.md, "State and resume"): the catalog's managed-by
 label (without it, someone else's: never read or written), `state.json` (canonical JSON) and
-`state.sha256` (its SHA-256, so a hand edit is refused), the lock's annotations (`lock.py`)."""
+`state.sha256` (its SHA-256, so a hand edit is refused); the lock's annotations: `lock.py`."""
 
 from __future__ import annotations
 
@@ -52,8 +52,7 @@ def restore_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str
 
 
 def corrupt_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
-    """Deleting a refused state is no way out (the cluster keeps the tool's marks): the
-    backup goes in its place."""
+    """Deleting a refused state is no way out (the cluster keeps the tool's marks)."""
     return (f"inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`; undo "
             f"the edit, or replace it: `kubectl -n {namespace} delete configmap {name}`, then "
             f"{restore_hint(namespace, name, managed_by)} (without a backup, apply and "
@@ -142,21 +141,9 @@ class ConfigMapFormat:
     def _decode(self, cm: Obj) -> dict[str, Any]:
         """The document of a ConfigMap of ours; StateCorrupt when it cannot be read."""
         self._check_ours(cm)
-        data = cm.get("data") or {}
-        text = data.get(STATE_KEY)
-        if not isinstance(text, str):
-            raise self._corrupt(f"has no {STATE_KEY} key")
-        if data.get(CHECKSUM_KEY) != checksum(text):
-            raise self._corrupt(
-                f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or "
-                "corrupted"
-            )
-        try:
-            document = json.loads(text)
-        except ValueError:
-            raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
-        if not isinstance(document, dict):
-            raise self._corrupt(f"holds JSON that is not an object in {STATE_KEY}")
+        document = _document(cm)
+        if isinstance(document, str):
+            raise self._corrupt(document)
         return document
 
     def _new_configmap(self, text: str, annotations: dict[str, str]) -> Obj:
@@ -173,15 +160,24 @@ def stored_sha(cm: Obj | None) -> str | None:
     return str(((cm or {}).get("data") or {}).get(CHECKSUM_KEY) or "") or None
 
 
-def _holds_a_state(cm: Obj) -> bool:
-    """Both data keys, the checksum matching a document naming its schema and namespace: only
-    this tool writes that, so such a ConfigMap is ours whatever its labels say."""
+def _document(cm: Obj) -> dict[str, Any] | str:
+    """The document a ConfigMap's data holds under its checksum, or what is wrong with it."""
     data = cm.get("data") or {}
     text = data.get(STATE_KEY)
-    if not isinstance(text, str) or data.get(CHECKSUM_KEY) != checksum(text):
-        return False
+    if not isinstance(text, str):
+        return f"has no {STATE_KEY} key"
+    if data.get(CHECKSUM_KEY) != checksum(text):
+        return f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or corrupted"
     try:
         document = json.loads(text)
     except ValueError:
-        return False
+        return f"holds invalid JSON in {STATE_KEY}"
+    return document if isinstance(document, dict) else (
+        f"holds JSON that is not an object in {STATE_KEY}")
+
+
+def _holds_a_state(cm: Obj) -> bool:
+    """A valid document naming its schema and namespace: only this tool writes that, so such a
+    ConfigMap is ours whatever its labels say."""
+    document = _document(cm)
     return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()

@@ -1,8 +1,7 @@
 """Guarded load/save of the state document and the run lock on the state ConfigMap: every write
-is a create or a PUT carrying the resourceVersion last seen, so racing runs cannot both win and
-a save never overwrites a change it has not seen (after a 409: retried if only metadata moved
-and nobody else holds the lock, else `StateConflict` or `LockHeld`). Locking where no ConfigMap
-exists creates it holding `{}`, "no state yet" (`load` returns None)."""
+is a create or a PUT on the resourceVersion last seen, so racing runs cannot both win (after a
+409: retried if only metadata moved and nobody else holds the lock, else `StateConflict` or
+`LockHeld`). Locking where no ConfigMap exists creates it holding `{}` ("no state yet")."""
 
 from __future__ import annotations
 
@@ -41,20 +40,16 @@ class ConfigMapState(cmap.ConfigMapFormat):
         super().__init__(backend, managed_by)
         self._clock = clock
         self._holders = holders or HolderCheck()
-        # Each call is atomic for this store (the guard's loops, tests racing two runs on it).
-        self._mu = threading.RLock()
+        self._mu = threading.RLock()  # each call is atomic for this store
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
-        # (resourceVersion, checksum) of the document last handed out by `load` or `save`: the
-        # version a caller saves on next. Our lock writes move the version, not the document.
+        # (resourceVersion, checksum) last handed out by `load` or `save`: what a caller saves
+        # on next (our lock writes move the version, not the document)
         self._handed: tuple[str, str] | None = None
         self._held: Lock | None = None
 
     def _hand_out(self, cm: Obj, document: dict[str, Any]) -> cmap.StoredState:
-        """The document at `cm`'s version, remembered as the one the caller saves on next."""
         self._handed = (_version(cm), cmap.stored_sha(cm) or "")
         return cmap.StoredState(document, _version(cm))
-
-    # ---- the document -----------------------------------------------------------------
 
     def load(self) -> cmap.StoredState | None:
         """The saved document, or None when there is none yet (or only a lock)."""
@@ -103,8 +98,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
             )
 
     def _expected_sha(self, expected_version: str | None) -> str | None:
-        """The checksum of the document the caller's version refers to (None: no state; "":
-        a version this store did not hand out, where only an exact resourceVersion will do)."""
+        """The checksum of the document at the caller's version (None: no state; "": a version
+        not handed out here, where only an exact resourceVersion will do)."""
         if expected_version is None:
             return None
         if self._handed is not None and self._handed[0] == expected_version:
@@ -117,9 +112,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
             sha == expected_sha or (expected_sha is None and sha == cmap.EMPTY_SHA))
 
     def _base(self, expected_version: str | None, expected_sha: str | None) -> Obj | None:
-        """The ConfigMap to write over (None: create it). Our last view serves when its
-        document is the one expected (only our own lock writes can have moved it since);
-        otherwise it is read again and checked as after a 409."""
+        """The ConfigMap to write over (None: create it): our last view if its document is the
+        one expected (only our lock writes moved it since), else read again as after a 409."""
         seen = self._seen
         if seen is not None and self._matches(cmap.stored_sha(seen), expected_sha):
             return seen
@@ -131,8 +125,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         self, expected_sha: str | None, expected_version: str | None, saving: str | None = None
     ) -> Obj | None:
         """Before a write we cannot vouch for, or after a 409: the ConfigMap to write over
-        (None: create it), or the reason not to. `saving` is the checksum being saved:
-        finding it there means our own earlier attempt landed."""
+        (None: create it), or why not. Finding `saving` there: our earlier attempt landed."""
         current = self._cm.get()
         self._seen = None
         if current is None:
@@ -168,15 +161,13 @@ class ConfigMapState(cmap.ConfigMapFormat):
             )
         return current
 
-    # ---- the lock ---------------------------------------------------------------------
-
     def holder_gone(self, info: locking.LockInfo | None) -> str | None:
         """Why the holder of this lock is provably gone, or None when it may be alive."""
         return self._holders(info)
 
     def check_free(self) -> None:
-        """LockHeld now when another run that may be alive holds the lock (what `apply` and
-        `rollback` check before warnings or questions; `acquire_lock` takes it later)."""
+        """LockHeld now when another run that may be alive holds the lock (checked before
+        warnings or questions; `acquire_lock` takes it later)."""
         with self._mu:
             info = self.lock_info()
             if info is not None and info.live(self._clock.now()) and self._held is None \
@@ -204,9 +195,13 @@ class ConfigMapState(cmap.ConfigMapFormat):
                      "another run may be migrating: see `dcgm-migrate status -n "
                      f"{self._cm.namespace}` before going on")
 
+    def _kept_changing(self, error: type[LockHeld | StateConflict], verb: str,
+                       fix: str) -> MigrateError:
+        return error(f"Could not {verb} the lock on {self._cm.where}: it kept changing.", fix)
+
     def _put_lock(self, current: Obj | None, lock: Lock | None) -> bool:
-        """Write `lock`'s annotations (None: no lock) over `current`, keeping the others, or
-        create the ConfigMap holding `{}` (`current` None). False on a conflict (read again)."""
+        """Write `lock`'s annotations (None: none) over `current`, or create the ConfigMap
+        holding `{}` (`current` None). False on a conflict (read again)."""
         annotations = locking.annotations_for(lock) if lock is not None else {}
         try:
             if current is None:
@@ -226,8 +221,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
         return True
 
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
-        """Take the lock; LockHeld when another run that may be alive holds it. An expired
-        lock is taken over, and so is a live one whose holder is provably gone."""
+        """Take the lock (an expired one, or one whose holder is provably gone, taken over);
+        LockHeld when another run that may be alive holds it."""
         here = self._holders.here
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
@@ -238,8 +233,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 gone = None
                 if current is not None:
                     if tried is not None and locking.is_ours(info, tried):
-                        # That attempt landed but its answer was lost; the retry's 409 was our
-                        # own write, not another run's lock.
+                        # it landed, its answer lost: the retry's 409 was our own write
                         self._seen, self._held = current, tried
                         return tried
                     self._check_ours(current)
@@ -255,10 +249,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 if self._put_lock(current, tried):
                     self._held = tried
                     return tried
-            raise LockHeld(
-                f"Could not take the lock on {self._cm.where}: it kept changing.",
-                "another run is starting at the same moment; run the command again",
-            )
+            raise self._kept_changing(LockHeld, "take", "another run is starting at the same "
+                                      "moment; run the command again")
 
     def renew_lock(self, lock: Lock) -> Lock:
         """Push the expiry out by the lock's TTL; LockHeld if the lock is no longer ours."""
@@ -276,10 +268,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 if self._put_lock(current, renewed):
                     self._held = renewed
                     return renewed
-            raise LockHeld(
-                f"Could not renew the lock on {self._cm.where}: it kept changing.",
-                f"run `dcgm-migrate status -n {self._cm.namespace}` before going on",
-            )
+            raise self._kept_changing(LockHeld, "renew", f"run `dcgm-migrate status -n "
+                                      f"{self._cm.namespace}` before going on")
 
     def release_lock(self, lock: Lock) -> None:
         """Drop the lock if it is still ours (someone else's lock is left alone)."""
@@ -306,10 +296,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
                     if self._held is not None and locking.is_ours(info, self._held):
                         self._held = None
                     return info.holder
-            raise StateConflict(
-                f"Could not remove the lock on {self._cm.where}: it kept changing.",
-                "a run is active right now; stop it first",
-            )
+            raise self._kept_changing(StateConflict, "remove",
+                                      "a run is active right now; stop it first")
 
 
 StateStore = ConfigMapState  # what the commands and the run session type a store as

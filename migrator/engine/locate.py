@@ -1,8 +1,6 @@
-"""Where the GPU Operator's DCGM DaemonSets run, for a namespace that holds none of them (a
-cluster-scoped CR says nothing about the namespace). One cluster-wide list of printed rows by
-their `app` labels finds them, so a refusal can say which `-n` to pass; an identity that may not
-list cluster-wide looks in the usual namespaces and its own, where a Role bound there allows.
-"""
+"""Where the GPU Operator's DCGM DaemonSets run, for a namespace that holds none of them: one
+cluster-wide list by their `app` labels, so a refusal can say which `-n` to pass (an identity
+that may not list cluster-wide looks in the usual namespaces and its own)."""
 
 from __future__ import annotations
 
@@ -43,7 +41,7 @@ def daemonset_names(catalog: Catalog) -> list[str]:
 
 
 def selector(catalog: Catalog) -> str:
-    """The label selector of the catalog's DaemonSets (each carries its `app` label)."""
+    """The label selector of the catalog's DaemonSets (by their `app` labels)."""
     return f"app in ({','.join(sorted({c.app_label for c in catalog.components}))})"
 
 
@@ -58,7 +56,6 @@ def _listed(kube: Kube, catalog: Catalog, namespace: str | None) -> list[tuple[s
 
 
 def _held(kube: Kube, catalog: Catalog, namespace: str) -> list[str]:
-    """The catalog's DaemonSets in `namespace` (its own list)."""
     listed = {n for _, n in _listed(kube, catalog, namespace)}
     return sorted(listed & set(daemonset_names(catalog)))
 
@@ -72,8 +69,8 @@ def candidates(asked: str | None = None,
 
 
 def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabouts:
-    """One cluster-wide list of the catalog's DaemonSets; when that is forbidden, the
-    candidate namespaces' own lists, skipping forbidden ones (`asked`: already tried)."""
+    """One cluster-wide list of the catalog's DaemonSets; when forbidden, the candidate
+    namespaces' own lists, skipping forbidden ones (`asked`: already tried)."""
     names = set(daemonset_names(catalog))
     try:
         rows = _listed(kube, catalog, None)
@@ -97,8 +94,8 @@ def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabout
 def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, server: str,
                     exists: bool = True, denied: bool = False) -> tuple[str, str]:
     """(the refusal, the fix) for a namespace that does not exist, holds none of the catalog's
-    DaemonSets, or may not be read (`denied`), naming where they run. The fix names the option
-    in backticks (`-n NS`): the CLI shows it as the whole command line with that option."""
+    DaemonSets, or may not be read (`denied`), naming where they run. The fix's `-n NS` in
+    backticks: the CLI shows it as the whole command line with that option."""
     they, them = "the GPU Operator's DCGM DaemonSets", "none of them"
     if denied:
         head = (f"No GPU Operator DCGM found in namespace {namespace!r}: this identity may "
@@ -135,8 +132,8 @@ def _elsewhere(kube: Kube, namespace: str, catalog: Catalog, exists: bool = True
 
 
 def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
-    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets (its
-    own list answers); only a namespace that does not is looked up cluster-wide."""
+    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets;
+    only a namespace that does not is looked up cluster-wide."""
     name = f"namespace/{namespace}"
     try:
         exists = kube.get(kinds.NAMESPACE, namespace) is not None
@@ -156,9 +153,8 @@ def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
 
 
 def require_dcgm(kube: Kube, namespace: str, catalog: Catalog) -> None:
-    """The guard's check before it starts, as `plan`/`apply`/`status` refuse such a namespace:
-    it holds some of the catalog's DaemonSets, or a state ConfigMap (what the guard keeps may
-    outlive the DaemonSets); else a UsageError naming where they run."""
+    """The guard's check before it starts: the namespace holds some of the catalog's DaemonSets,
+    or a state ConfigMap (it may outlive them); else a UsageError naming where they run."""
     if _held(kube, catalog, namespace):
         return
     try:
@@ -181,8 +177,8 @@ def require_stack(stack: str, found: bool, namespace: str) -> None:
 
 
 def require_operator_api(served: bool, server: str) -> None:
-    """Without the operator's API (aliases are owned by the CR, drift is judged against it)
-    the migration would run half-blind, so it does not start."""
+    """Without the operator's API (it owns the aliases, drift is judged against it) the
+    migration would run half-blind, so it does not start."""
     if not served:
         raise UsageError(
             f"The GPU Operator API (nvidia.com ClusterPolicy/GPUCluster CRDs) is not served by "

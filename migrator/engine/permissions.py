@@ -1,13 +1,14 @@
-"""The exact permissions a migration needs (`preflight` checks them by SelfSubjectAccessReview,
-`docs/rbac.yaml` grants them: a test keeps the two in step), and the guard's EndpointSlice
-writes, checked for its ServiceAccount (docs/guard.yaml) by SubjectAccessReview."""
+"""The exact permissions a migration needs (`preflight` checks them, `docs/rbac.yaml` grants
+them: a test keeps the two in step), and the guard's EndpointSlice writes, checked for its
+ServiceAccount (docs/guard.yaml) by SubjectAccessReview."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine.locate import namespace_check
+from migrator.engine.locate import daemonset_names, namespace_check
 from migrator.errors import APIForbidden
 from migrator.model import crconflict, kinds
 from migrator.model.gates import GateResult
@@ -41,10 +42,10 @@ STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
 
 def required() -> tuple[Permission, ...]:
     """Everything a migration does, and nothing more: writes name their objects wherever RBAC
-    can (not create, nor --roll-on-delete's pods); monitors are listed cluster-wide, since one
-    in a monitoring namespace may scrape these pods."""
+    can (not create, nor --roll-on-delete's pods); monitors are listed cluster-wide (one in a
+    monitoring namespace may scrape these pods)."""
     catalog = load_catalog()
-    ds_names = sorted({c.daemonset for c in catalog.components})
+    ds_names = daemonset_names(catalog)
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
     aliases = sorted({c.alias for c in catalog.components if c.alias})
     reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
@@ -109,25 +110,17 @@ def service_account_review(namespace: str, account: str, p: Permission) -> dict[
             "resourceAttributes": attributes}
 
 
-def guard_missing(kube: Kube, namespace: str,
-                  account: str = GUARD_SERVICE_ACCOUNT) -> list[str] | None:
-    """The guard's writes its ServiceAccount may not do; None when this caller may not ask
-    (`create subjectaccessreviews` is a cluster admin's)."""
-    if not kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
-        return None  # asked first (SelfSubjectAccessReview): no refused request to log
-    try:
-        return [str(p) for p in GUARD_WRITES
-                if not kube.can_they(service_account_review(namespace, account, p))]
-    except APIForbidden:
-        return None
-
-
 def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
     """`preflight`'s lines for the guard's ServiceAccount: fine when it holds all of its
     writes, or none (not deployed yet); a failure when it lacks some (an older guard.yaml on
-    OpenShift lacks `endpointslices/restricted`)."""
+    OpenShift lacks `endpointslices/restricted`). Not checked when this caller may not ask
+    (`create subjectaccessreviews` is a cluster admin's: asked first, no refused request)."""
     who = f"ServiceAccount {namespace}/{GUARD_SERVICE_ACCOUNT}"
-    missing = guard_missing(kube, namespace)
+    missing: list[str] | None = None
+    if kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
+        with contextlib.suppress(APIForbidden):
+            missing = [str(p) for p in GUARD_WRITES if not kube.can_they(
+                service_account_review(namespace, GUARD_SERVICE_ACCOUNT, p))]
     if missing is None:
         return [GateResult("rbac/guard", True, (
             f"not checked (asking about {who} needs `create subjectaccessreviews`): "

@@ -1,7 +1,6 @@
-"""Waiting with watches and a deadline: a rollout, or gates that must come true. A watch is
-the wake-up (no fixed polling) and gate re-reads are throttled. A rollout's deadline is a
-*progress* deadline (as `progressDeadlineSeconds`): no pod updated or available for `timeout`
-seconds, however long the whole rollout takes."""
+"""Waiting with watches (no fixed polling) and a deadline: a rollout, or gates that must come
+true. A rollout's deadline is a *progress* deadline (as `progressDeadlineSeconds`): no pod
+updated or available for `timeout` seconds, however long the whole rollout takes."""
 
 from __future__ import annotations
 
@@ -26,8 +25,8 @@ Obj = dict[str, Any]
 
 @dataclass
 class Pace:
-    """When a pod last became updated or available (the deadline counts from then), and an
-    estimate of the rest from the rate so far."""
+    """When a pod last became updated or available (the deadline counts from then), and the
+    rest estimated from the rate so far."""
 
     started: float
     moved: float = 0.0
@@ -55,8 +54,7 @@ class Pace:
 
 @dataclass(frozen=True)
 class RolloutOutcome:
-    """Complete, or stalled `stalled_for` seconds (and what `blocked` found); `ds`: the last
-    status."""
+    """Complete, or stalled `stalled_for` seconds (and what `blocked` found); `ds`: the last."""
 
     ds: Obj | None
     complete: bool
@@ -80,8 +78,7 @@ class Waiter:
 
     def _wake(self, kind: Kind, resource_version: str, timeout: float, *,
               label_selector: str | None = None) -> str:
-        """Block until an event of `kind` (a printed row: it only wakes the caller) or
-        `timeout`; the newest resourceVersion seen."""
+        """Block until an event of `kind` or `timeout`; the newest resourceVersion seen."""
         rv = resource_version
         try:
             for _, obj in self.kube.watch(
@@ -168,8 +165,8 @@ class Waiter:
               wake_kind: Kind = kinds.ENDPOINTSLICE,
               label_selector: str | None = None,
               fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]:
-        """Re-run `check` until every gate passes, `fatal` says a failure cannot heal by
-        waiting, or the deadline; the last results."""
+        """Re-run `check` until every gate passes, `fatal` says waiting cannot heal a failure,
+        or the deadline; the last results."""
         delay = self.recheck_min
         rv = ""
         while True:

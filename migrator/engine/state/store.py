@@ -1,20 +1,26 @@
 """Guarded load/save of the state document and the run lock on the state ConfigMap: every write
 is a create or a PUT on the resourceVersion last seen, so racing runs cannot both win (after a
 409: retried if only metadata moved and nobody else holds the lock, else `StateConflict` or
-`LockHeld`). Locking where no ConfigMap exists creates it holding `{}` ("no state yet")."""
+`LockHeld`). Locking where no ConfigMap exists creates it holding `{}` ("no state yet").
+`RunSession`: one run's hold on it (lock taken on entry, renewed by `heartbeat`, released)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
+from types import TracebackType
 from typing import Any
 
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.progress import Listener
 from migrator.engine.state import configmap as cmap
 from migrator.engine.state import lock as locking
-from migrator.engine.state.lock import HolderCheck, Lock
+from migrator.engine.state.document import State
+from migrator.engine.state.lock import HolderCheck, Lock, format_time, takeover_message
 from migrator.errors import APIConflict, APINotFound, LockHeld, MigrateError, StateConflict
+from migrator.errors import Interrupted as Interrupted
 from migrator.kube import Kube
 from migrator.model import kinds
 from migrator.model.stacks import Common, Label, load_catalog
@@ -312,3 +318,63 @@ class ConfigMapStateStore(ConfigMapState):
         super().__init__(cmap.KubeConfigMap(kube, namespace, common.state_configmap),
                          common.managed_by, clock or SystemClock(),
                          HolderCheck(pod=lambda ns, name: kube.get(kinds.POD, name, ns)))
+
+
+LOCK_TTL_SECONDS = 120.0
+
+
+class RunSession:
+    """The store, lock and document version of one apply or rollback (a context manager)."""
+
+    def __init__(self, store: StateStore, *, version: str | None, holder: str, clock: Clock,
+                 listener: Listener, ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
+        self.store: StateStore = store
+        self._version = version
+        self._holder = holder
+        self._clock = clock
+        self._listener = listener
+        self._ttl = ttl_seconds
+        self._lock: Lock | None = None
+        self._renewed = clock.monotonic()
+        self._state: State | None = None  # the document as this run last saved it
+
+    def __enter__(self) -> RunSession:
+        self._lock = self.store.acquire_lock(self._holder, self._ttl)
+        self._renewed = self._clock.monotonic()
+        said = takeover_message(self._lock)  # expired, or its expiry unreadable
+        if said:
+            self._listener.message(said)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._lock is None:
+            return
+        stopped = isinstance(error, KeyboardInterrupt)  # Ctrl-C, SIGTERM (errors.Interrupted)
+        if stopped and self._state is not None:  # the history says by what (if it can be saved)
+            name = error.name if isinstance(error, Interrupted) else "SIGINT"
+            self._state.log("interrupted", signal=name)
+            with contextlib.suppress(MigrateError):
+                self.save(self._state)
+        released = False
+        with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
+            self.store.release_lock(self._lock)  # run's own outcome
+            released = True
+        if stopped:
+            self._listener.message(
+                "interrupted: the run's lock is released" if released else
+                "interrupted: the run's lock could not be released; it expires at "
+                f"{format_time(self._lock.expires)}")
+        self._lock = None
+
+    def save(self, state: State) -> None:
+        """Write `state` on the version this run last saw (StateConflict if anyone else wrote)."""
+        self._version = self.store.save(state.to_document(),
+                                        expected_version=self._version).version
+        self._state = state
+
+    def heartbeat(self) -> None:
+        """Renew the lock when a quarter of its TTL has passed since the last renewal."""
+        if self._lock is not None and self._clock.monotonic() - self._renewed > self._ttl / 4:
+            self._lock = self.store.renew_lock(self._lock)
+            self._renewed = self._clock.monotonic()

@@ -62,6 +62,11 @@ class RolloutOutcome:
     stalled_for: float = 0.0
 
 
+def _seconds(timeout: float) -> int:
+    """A watch's `timeoutSeconds`: whole seconds, rounded up, at least one."""
+    return max(1, int(timeout + 0.999))
+
+
 @dataclass
 class Waiter:
     kube: Kube
@@ -75,36 +80,6 @@ class Waiter:
         """Every pass: a dropped signal stops the run here (interrupts.py); the lock is renewed."""
         interrupts.check()
         self.heartbeat()
-
-    def _wake(self, kind: Kind, resource_version: str, timeout: float, *,
-              label_selector: str | None = None) -> str:
-        """Block until an event of `kind` or `timeout`; the newest resourceVersion seen."""
-        rv = resource_version
-        try:
-            for _, obj in self.kube.watch(
-                    kind, self.namespace, resource_version=rv, label_selector=label_selector,
-                    timeout_seconds=max(1, int(timeout + 0.999)), printed=True):
-                rv = str(o.meta(obj).get("resourceVersion") or rv)
-                break
-        except APIError:
-            self.clock.sleep(min(timeout, self.recheck_min))
-            return ""
-        return rv
-
-    def _follow_rows(self, daemonset: str, resource_version: str, timeout: float,
-                     on_row: Callable[[str, Row], bool]) -> bool:
-        """Stream one DaemonSet's printed rows until `on_row` says False or `timeout`; False
-        when the watch failed."""
-        try:
-            for etype, row in self.kube.watch_table(
-                    kinds.DAEMONSET, self.namespace, resource_version=resource_version,
-                    field_selector=f"metadata.name={daemonset}",
-                    timeout_seconds=max(1, int(timeout + 0.999))):
-                if not on_row(etype, row):
-                    break
-        except (APIError, TableError):
-            return False
-        return True
 
     def rollout(self, daemonset: str, timeout: float, report: Callable[[Obj, Pace], None],
                 blocked: Callable[[], str] | None = None,
@@ -154,10 +129,15 @@ class Waiter:
             wait = min(remaining, 30.0)
             if blocked is not None:
                 wait = min(wait, max(next_probe - now, self.recheck_min))
-            if self._follow_rows(daemonset, str(o.meta(ds).get("resourceVersion", "")), wait,
-                                 follow):
+            try:  # one DaemonSet's printed rows until `follow` says False or `wait`
+                for etype, row in self.kube.watch_table(
+                        kinds.DAEMONSET, self.namespace, timeout_seconds=_seconds(wait),
+                        resource_version=str(o.meta(ds).get("resourceVersion", "")),
+                        field_selector=f"metadata.name={daemonset}"):
+                    if not follow(etype, row):
+                        break
                 backoff = self.recheck_min
-            else:  # a watch refused or broken at once must not become a GET loop
+            except (APIError, TableError):  # refused or broken at once: must not become a GET loop
                 self.clock.sleep(min(wait, backoff))
                 backoff = min(backoff * 2, self.recheck_max)
 
@@ -181,8 +161,17 @@ class Waiter:
                 rv = next(iter(self.kube.pages(wake_kind, self.namespace, page_size=1,
                                                label_selector=label_selector, printed=True)
                                )).resource_version
-            start = self.clock.monotonic()
-            rv = self._wake(wake_kind, rv, min(remaining, delay), label_selector=label_selector)
+            start, timeout = self.clock.monotonic(), min(remaining, delay)
+            try:  # woken by an event of `wake_kind` (a printed row) or the timeout
+                for _, obj in self.kube.watch(
+                        wake_kind, self.namespace, resource_version=rv,
+                        label_selector=label_selector, timeout_seconds=_seconds(timeout),
+                        printed=True):
+                    rv = str(o.meta(obj).get("resourceVersion") or rv)
+                    break
+            except APIError:
+                self.clock.sleep(min(timeout, self.recheck_min))
+                rv = ""
             # Let a burst of related changes land before re-reading.
             spent = self.clock.monotonic() - start
             if spent < delay:

@@ -5,6 +5,7 @@ cannot vouch for are read whole (`engine/wholepods.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -148,17 +149,6 @@ def _cluster_scope(kube: Kube, namespace: str, allowed: dict[str, bool]) -> dict
     return out
 
 
-def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
-                      ) -> tuple[tuple[Obj, ...], bool]:
-    """The guard's Leases (by the tool's managed-by label) and whether they could be read."""
-    mb = catalog.common.managed_by
-    try:
-        return tuple(kube.list(kinds.LEASE, namespace,
-                               label_selector=f"{mb.key}={mb.value}").items), True
-    except APIForbidden:
-        return (), False
-
-
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
@@ -182,9 +172,12 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     scope = (_cluster_scope(kube, namespace, cache.allowed if cache is not None else {})
              if cluster_scope else {"nvidia_api": False, "servicemonitor_api": False})
     whole_read = daemonsets is None and services is None
-    held, leases_read = (((tuple(leases), True) if leases is not None
-                          else read_guard_leases(kube, namespace, catalog)) if whole_read
-                         else ((), False))
+    held, leases_read = (tuple(leases), True) if whole_read and leases is not None else ((), False)
+    if whole_read and leases is None:  # the guard's Leases, by the tool's managed-by label
+        mb = catalog.common.managed_by
+        with contextlib.suppress(APIForbidden):
+            held, leases_read = tuple(kube.list(kinds.LEASE, namespace,
+                                                label_selector=f"{mb.key}={mb.value}").items), True
     return Snapshot(namespace=namespace, daemonsets=ds_map, services=svc_map, pods=pods,
                     endpoints=endpoints, guard_leases=held, leases_read=leases_read,
                     # the API server's clock (its latest `Date`): a skewed host misjudges guards

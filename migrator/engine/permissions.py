@@ -48,17 +48,16 @@ def required() -> tuple[Permission, ...]:
     ds_names = daemonset_names(catalog)
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
     aliases = sorted({c.alias for c in catalog.components if c.alias})
+    crs = (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
     reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
                                         kinds.ENDPOINTSLICE) for v in ("get", "list", "watch")]
     return (
         # The namespace's GET is authorised in that namespace (k8s.io/apiserver requestinfo.go
         # `NewRequestInfo`), so the Role grants it, reaching no other namespace.
         Permission("get", kinds.NAMESPACE),
-        Permission("list", kinds.CLUSTER_POLICY, namespaced=False),
-        Permission("list", kinds.GPU_CLUSTER, namespaced=False),
-        Permission("list", kinds.SERVICE_MONITOR, namespaced=False),
-        Permission("list", kinds.POD_MONITOR, namespaced=False),
-        Permission("list", kinds.PROMETHEUS, namespaced=False),  # their discovery role
+        *(Permission("list", k, namespaced=False) for k in (  # Prometheus: its discovery role
+            kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER, kinds.SERVICE_MONITOR, kinds.POD_MONITOR,
+            kinds.PROMETHEUS)),
         *reads,
         Permission("list", kinds.LEASE),  # the verdict's guard-live check
         *(Permission("patch", kinds.DAEMONSET, n) for n in ds_names),
@@ -72,12 +71,9 @@ def required() -> tuple[Permission, ...]:
         Permission("create", kinds.CONFIGMAP),
         # change-stack: the new CR created, the old one deleted by name (the Helm chart's
         # names and the samples'; docs/rbac.yaml says to add yours)
-        Permission("create", kinds.CLUSTER_POLICY, namespaced=False),
-        Permission("create", kinds.GPU_CLUSTER, namespaced=False),
-        *(Permission("delete", kinds.CLUSTER_POLICY, n, namespaced=False)
-          for n in STACK_CHANGE_NAMES["ClusterPolicy"]),
-        *(Permission("delete", kinds.GPU_CLUSTER, n, namespaced=False)
-          for n in STACK_CHANGE_NAMES["GPUCluster"]),
+        *(Permission("create", k, namespaced=False) for k in crs),
+        *(Permission("delete", k, n, namespaced=False) for k in crs
+          for n in STACK_CHANGE_NAMES[k.kind]),
         *(Permission(v, kinds.CONFIGMAP, catalog.common.state_configmap)
           for v in ("get", "update")),
     )

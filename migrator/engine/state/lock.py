@@ -157,16 +157,13 @@ def annotations_for(lock: Lock) -> dict[str, str]:
 
 def takeover_message(lock: Lock) -> str | None:
     """What a run says when its lock replaced another's (None: it did not)."""
-    if not lock.taken_over_from:
+    old = lock.taken_over  # set with `taken_over_from`, its holder
+    if old is None:
         return None
-    old = lock.taken_over
     if lock.gone:
-        until = f" (its lease ran until {format_time(old.expires)})" if old and old.expires \
-            else ""
+        until = f" (its lease ran until {format_time(old.expires)})" if old.expires else ""
         return (f"took over the lock of {lock.taken_over_from} at once: {lock.gone}, so its "
                 f"run is gone{until}")
-    if old is None:
-        return f"took over the expired lock of {lock.taken_over_from}"
     if old.expires is None:
         return (f"took over the lock of {lock.taken_over_from}, whose expiry could not be read "
                 "(counted as expired)")

@@ -69,8 +69,7 @@ def candidates(asked: str | None = None,
 
 
 def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabouts:
-    """One cluster-wide list of the catalog's DaemonSets; when forbidden, the candidate
-    namespaces' own lists, skipping forbidden ones (`asked`: already tried)."""
+    """One cluster-wide list; when forbidden, each candidate's own (`asked`: already tried)."""
     names = set(daemonset_names(catalog))
     try:
         rows = _listed(kube, catalog, None)
@@ -132,8 +131,7 @@ def _elsewhere(kube: Kube, namespace: str, catalog: Catalog, exists: bool = True
 
 
 def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
-    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets;
-    only a namespace that does not is looked up cluster-wide."""
+    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets."""
     name = f"namespace/{namespace}"
     try:
         exists = kube.get(kinds.NAMESPACE, namespace) is not None

@@ -135,8 +135,7 @@ def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
 
 
 def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
-    """Red when a ClusterPolicy and a GPUCluster both exist and the operator refuses them
-    (`model/crconflict.py`): no migration step could be judged."""
+    """Red when a ClusterPolicy and a GPUCluster both exist and the operator refuses them."""
     if not all(v for k, v in apis.items() if "nvidia" in k):
         return []
     snap = Snapshot("", cluster_policies=tuple(kube.list(kinds.CLUSTER_POLICY).items),
@@ -149,8 +148,7 @@ def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
 
 
 def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[GateResult, ...]:
-    """`preflight`: API reachable, CRDs present, the namespace's DCGM DaemonSets, every
-    permission the migration needs, and the guard's ServiceAccount's writes."""
+    """`preflight`: the API, CRDs, DaemonSets, permissions and the guard's writes."""
     kube.ping()
     apis = {
         "nvidia.com/v1 (ClusterPolicy)": kube.has_api("nvidia.com", "v1"),

@@ -24,8 +24,7 @@ def _plan_checksum(body: dict[str, Any]) -> str:
 def save_plan(path: Path, report: dict[str, Any],
               objects: Mapping[str, Mapping[str, str]] | None = None,
               options: Mapping[str, Any] | None = None) -> None:
-    """The report, what its fingerprint covers per object and field (`objects`) and the
-    planning options (`options`: `apply --plan` must pass the same), under a checksum."""
+    """The report, its fingerprint's fields per object and the planning options, checksummed."""
     body: dict[str, Any] = {"format": PLAN_FORMAT, "report": report}
     if objects is not None:
         body["objects"] = {name: dict(fields) for name, fields in objects.items()}

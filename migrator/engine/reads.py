@@ -50,8 +50,7 @@ def _resolved(kube: Kube, namespace: str, listed: Iterable[PodView],
 
 @dataclass(frozen=True)
 class Reader:
-    """The namespace's DaemonSets, Services, EndpointSlices and pods: from `cache` when given,
-    else one list per kind."""
+    """The namespace's objects: from `cache` when given, else one list per kind."""
 
     kube: Kube
     namespace: str
@@ -106,8 +105,7 @@ def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
 
 
 def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
-    """Prometheus Operator monitors cluster-wide (one elsewhere may scrape these pods), or
-    this namespace's alone when a cluster-wide list is refused."""
+    """Monitors cluster-wide (one elsewhere may scrape these pods), else this namespace's."""
     try:
         return tuple(kube.list(kind).items)
     except APIForbidden:

@@ -77,8 +77,7 @@ def _all_starting(kube: Kube, namespace: str | None, unready: Sequence[PodView])
 
 
 def _nodes_reporting(kube: Kube, daemonset: str, pods: Sequence[PodView]) -> g.GateResult:
-    """`g.nodes_reporting`, with the first few lost Nodes read for their Ready condition (none
-    when the tool may not read Nodes: docs/rbac.yaml grants none)."""
+    """`g.nodes_reporting`, with the first few lost Nodes read (none if RBAC does not allow)."""
     nodes: dict[str, Obj | None] = {}
     for name in g.lost_nodes(pods)[:g.MAX_NAMED]:
         try:

@@ -25,8 +25,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class Pace:
-    """When a pod last became updated or available (the deadline counts from then), and the
-    rest estimated from the rate so far."""
+    """When a pod last became updated or available (the deadline counts from then); `eta`."""
 
     started: float
     moved: float = 0.0

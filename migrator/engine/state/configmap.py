@@ -177,7 +177,6 @@ def _document(cm: Obj) -> dict[str, Any] | str:
 
 
 def _holds_a_state(cm: Obj) -> bool:
-    """A valid document naming its schema and namespace: only this tool writes that, so such a
-    ConfigMap is ours whatever its labels say."""
+    """A valid document naming its schema and namespace: ours whatever its labels say."""
     document = _document(cm)
     return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()

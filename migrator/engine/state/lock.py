@@ -26,15 +26,14 @@ RENEWED = "dcgm-migrate/lock-renewed"  # the holder's last renewal (absent befor
 PROCESS = "dcgm-migrate/lock-process"  # where the holder runs (`Process`, as JSON)
 KEYS = (HOLDER, EXPIRES, ACQUIRED, RENEWED, PROCESS)
 
-# A holder renews every quarter lease (30 s of 120 s): one silent for half of it has missed two
-# renewals, so `unlock` without --force only refuses a lock renewed more recently than this.
+# A holder renews every quarter lease (30 s of 120 s): one silent for half of it missed two, so
+# `unlock` without --force only refuses a lock renewed more recently than this.
 RENEWING_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class Process:
-    """Where a lock's holder runs: host, pid and its start time (a reused pid is not the
-    holder), boot and pid namespace, pod. None: not known here (nothing judged from it)."""
+    """Where a lock's holder runs (a reused pid is not the holder); None: not known here."""
 
     host: str
     pid: int
@@ -74,8 +73,7 @@ def _text(value: object) -> str | None:
 
 @dataclass(frozen=True)
 class Lock:
-    """A lock this process holds; `taken_over_from`/`taken_over`: the holder and lock it
-    replaced, `gone`: why that holder was known gone before its lock expired."""
+    """A lock this process holds; `taken_over*`: what it replaced, `gone`: why before expiry."""
 
     holder: str
     acquired: datetime
@@ -186,8 +184,7 @@ PodLookup = Callable[[str, str], Mapping[str, Any] | None]  # (namespace, name) 
 
 
 def parse_stat(text: str) -> tuple[str, int]:
-    """(state, start time in clock ticks) from /proc/<pid>/stat, counted after the last `)`
-    (the command name may hold spaces and parentheses)."""
+    """(state, start in clock ticks) from /proc/<pid>/stat, after the last `)` of the name."""
     fields = text.rsplit(")", 1)[1].split()
     return fields[0], int(fields[19])  # field 3 is fields[0]; field 22 is fields[19]
 
@@ -212,8 +209,7 @@ def read_text(path: Path, link: bool = False) -> str | None:
 
 def pod_of_this_process(env: Mapping[str, str] | None = None,
                         service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
-    """`namespace/name` of the pod this run is (POD_NAME or the host name, POD_NAMESPACE or
-    the service account's), or None outside a cluster."""
+    """`namespace/name` of the pod this run is, or None outside a cluster."""
     environ = os.environ if env is None else env
     in_cluster = bool(environ.get("KUBERNETES_SERVICE_HOST"))
     name = environ.get("POD_NAME") or (socket.gethostname() if in_cluster else "")

@@ -172,8 +172,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         return self._holders(info)
 
     def check_free(self) -> None:
-        """LockHeld now when another run that may be alive holds the lock (checked before
-        warnings or questions; `acquire_lock` takes it later)."""
+        """LockHeld now when another run that may be alive holds it (before any question)."""
         with self._mu:
             info = self.lock_info()
             if info is not None and info.live(self._clock.now()) and self._held is None \
@@ -206,8 +205,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         return error(f"Could not {verb} the lock on {self._cm.where}: it kept changing.", fix)
 
     def _put_lock(self, current: Obj | None, lock: Lock | None) -> bool:
-        """Write `lock`'s annotations (None: none) over `current`, or create the ConfigMap
-        holding `{}` (`current` None). False on a conflict (read again)."""
+        """Write `lock`'s annotations over `current` (None: create it); False on a conflict."""
         annotations = locking.annotations_for(lock) if lock is not None else {}
         try:
             if current is None:

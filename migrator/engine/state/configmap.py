@@ -78,15 +78,10 @@ class KubeConfigMap:
     def __init__(self, kube: Kube, namespace: str, name: str) -> None:
         self._kube, self.namespace, self.name = kube, namespace, name
         self.where = f"{namespace}/{name}"
+        self.create, self.replace = kube.create, kube.replace
 
     def get(self) -> Obj | None:
         return self._kube.get(kinds.CONFIGMAP, self.name, self.namespace)
-
-    def create(self, obj: Obj) -> Obj:
-        return self._kube.create(obj)
-
-    def replace(self, obj: Obj) -> Obj:
-        return self._kube.replace(obj)
 
 
 class ConfigMapFormat:
@@ -99,20 +94,13 @@ class ConfigMapFormat:
     def _kubectl(self) -> str:
         return f"kubectl -n {self._cm.namespace} get configmap {self._cm.name} -o yaml"
 
-    def _corrupt(self, what: str) -> StateCorrupt:
-        label = f"{self._managed_by.key}={self._managed_by.value}"
-        return StateCorrupt(
-            f"The migration state in ConfigMap {self._cm.where} {what}, so dcgm-migrate "
-            "refuses to use it.",
-            corrupt_hint(self._cm.namespace, self._cm.name, label),
-        )
-
     def _check_ours(self, cm: Obj) -> None:
         labels = (cm.get("metadata") or {}).get("labels") or {}
         key, value = self._managed_by.key, self._managed_by.value
         if labels.get(key) == value:
             return
-        if _holds_a_state(cm):  # ours, its label removed (a hand edit, a copy without it)
+        document = _document(cm)  # a valid one naming its schema and namespace: ours anyway
+        if isinstance(document, dict) and {"schema", "namespace"} <= document.keys():
             raise StateCorrupt(
                 f"ConfigMap {self._cm.where} holds a dcgm-migrate state (its checksum matches)"
                 f" but lost its label {key}={value}, so it is not read or written until the "
@@ -143,7 +131,10 @@ class ConfigMapFormat:
         self._check_ours(cm)
         document = _document(cm)
         if isinstance(document, str):
-            raise self._corrupt(document)
+            label = f"{self._managed_by.key}={self._managed_by.value}"
+            raise StateCorrupt(f"The migration state in ConfigMap {self._cm.where} {document}, "
+                               "so dcgm-migrate refuses to use it.",
+                               corrupt_hint(self._cm.namespace, self._cm.name, label))
         return document
 
     def _new_configmap(self, text: str, annotations: dict[str, str]) -> Obj:
@@ -174,9 +165,3 @@ def _document(cm: Obj) -> dict[str, Any] | str:
         return f"holds invalid JSON in {STATE_KEY}"
     return document if isinstance(document, dict) else (
         f"holds JSON that is not an object in {STATE_KEY}")
-
-
-def _holds_a_state(cm: Obj) -> bool:
-    """A valid document naming its schema and namespace: ours whatever its labels say."""
-    document = _document(cm)
-    return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()

@@ -46,6 +46,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         super().__init__(backend, managed_by)
         self._clock = clock
         self._holders = holders or HolderCheck()
+        self.holder_gone = self._holders  # (info): why its holder is provably gone, or None
         self._mu = threading.RLock()  # each call is atomic for this store
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
         # (resourceVersion, checksum) last handed out by `load` or `save`: what a caller saves
@@ -166,10 +167,6 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 "then the command again",
             )
         return current
-
-    def holder_gone(self, info: locking.LockInfo | None) -> str | None:
-        """Why the holder of this lock is provably gone, or None when it may be alive."""
-        return self._holders(info)
 
     def check_free(self) -> None:
         """LockHeld now when another run that may be alive holds it (before any question)."""

@@ -111,8 +111,7 @@ class ConfigMapFormat:
             f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
             f"(no label {key}={value}), so it is never read or written.",
             f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
-            "or run the migration in another namespace",
-        )
+            "or run the migration in another namespace")
 
     def _check_not_terminating(self, cm: Obj) -> None:
         """Never lock or write a state ConfigMap being deleted (the record would vanish)."""
@@ -123,8 +122,7 @@ class ConfigMapFormat:
                 f"({why}), so dcgm-migrate will not lock or write it.",
                 f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the"
                 " migration, let it finish (remove the finalizers if nothing needs them) and run"
-                " again; otherwise ask whoever deleted it",
-            )
+                " again; otherwise ask whoever deleted it")
 
     def _decode(self, cm: Obj) -> dict[str, Any]:
         """The document of a ConfigMap of ours; StateCorrupt when it cannot be read."""

@@ -38,6 +38,11 @@ def _version(cm: Obj) -> str:
     return str(cm["metadata"]["resourceVersion"])
 
 
+def _matches(sha: str | None, expected_sha: str | None) -> bool:
+    return sha is not None and (
+        sha == expected_sha or (expected_sha is None and sha == cmap.EMPTY_SHA))
+
+
 class ConfigMapState(cmap.ConfigMapFormat):
     """The store's logic, over any backend that behaves like the API for one ConfigMap."""
 
@@ -82,8 +87,16 @@ class ConfigMapState(cmap.ConfigMapFormat):
             raise ValueError(f"state document of {len(text)} bytes exceeds the ConfigMap limit")
         sha = cmap.checksum(text)
         with self._mu:
-            expected_sha = self._expected_sha(expected_version)
-            base = self._base(expected_version, expected_sha)
+            # The checksum of the document at the caller's version (None: no state; "": a
+            # version not handed out here, where only an exact resourceVersion will do).
+            expected_sha = None if expected_version is None else (
+                self._handed[1] if self._handed and self._handed[0] == expected_version else "")
+            # Our last view serves if its document is the one expected (only our lock writes
+            # moved it since); else it is read again as after a 409 (None: create it).
+            base = self._seen
+            if (base is None and expected_version is not None) or (
+                    base is not None and not _matches(cmap.stored_sha(base), expected_sha)):
+                base = self._reread_for_save(expected_sha, expected_version)
             for _ in range(_ROUNDS):
                 try:
                     if base is None:
@@ -101,32 +114,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 return self._hand_out(written, json.loads(text))
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} kept changing under this run.",
-                "make sure no other dcgm-migrate run or controller edits it, then run again",
-            )
-
-    def _expected_sha(self, expected_version: str | None) -> str | None:
-        """The checksum of the document at the caller's version (None: no state; "": a version
-        not handed out here, where only an exact resourceVersion will do)."""
-        if expected_version is None:
-            return None
-        if self._handed is not None and self._handed[0] == expected_version:
-            return self._handed[1]
-        return ""
-
-    @staticmethod
-    def _matches(sha: str | None, expected_sha: str | None) -> bool:
-        return sha is not None and (
-            sha == expected_sha or (expected_sha is None and sha == cmap.EMPTY_SHA))
-
-    def _base(self, expected_version: str | None, expected_sha: str | None) -> Obj | None:
-        """The ConfigMap to write over (None: create it): our last view if its document is the
-        one expected (only our lock writes moved it since), else read again as after a 409."""
-        seen = self._seen
-        if seen is not None and self._matches(cmap.stored_sha(seen), expected_sha):
-            return seen
-        if seen is None and expected_version is None:
-            return None
-        return self._reread_for_save(expected_sha, expected_version)
+                "make sure no other dcgm-migrate run or controller edits it, then run again")
 
     def _reread_for_save(
         self, expected_sha: str | None, expected_version: str | None, saving: str | None = None
@@ -140,13 +128,11 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 raise StateConflict(
                     f"ConfigMap {self._cm.where} was deleted while this run held its lock.",
                     "someone reset the migration state; run `dcgm-migrate status -n "
-                    f"{self._cm.namespace}` and decide",
-                )
+                    f"{self._cm.namespace}` and decide")
             if expected_sha is not None and expected_sha != cmap.EMPTY_SHA:
                 raise StateConflict(
                     f"The state in ConfigMap {self._cm.where} was deleted by someone else.",
-                    f"run `dcgm-migrate status -n {self._cm.namespace}` and start again",
-                )
+                    f"run `dcgm-migrate status -n {self._cm.namespace}` and start again")
             return None
         self._decode(current)
         self._seen = current
@@ -158,14 +144,13 @@ class ConfigMapState(cmap.ConfigMapFormat):
         if self._held is not None and not held_by_us:
             raise self._lost_lock(StateConflict, "removed or taken over", "ConfigMap ")
         current_sha = cmap.stored_sha(current)
-        if not (self._matches(current_sha, expected_sha) or _version(current) == expected_version
+        if not (_matches(current_sha, expected_sha) or _version(current) == expected_version
                 or current_sha == saving):
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} was changed by another run since "
                 "this run read it.",
                 f"run `dcgm-migrate status -n {self._cm.namespace}` to see the current state, "
-                "then the command again",
-            )
+                "then the command again")
         return current
 
     def check_free(self) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from migrator.engine.state.lock import SERVICE_ACCOUNT_NAMESPACE, read_text
@@ -60,10 +59,9 @@ def _held(kube: Kube, catalog: Catalog, namespace: str) -> list[str]:
     return sorted(listed & set(daemonset_names(catalog)))
 
 
-def candidates(asked: str | None = None,
-               service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> list[str]:
+def candidates(asked: str | None = None) -> list[str]:
     """The namespaces to look in one by one: the usual ones, and this pod's own."""
-    own = os.environ.get("POD_NAMESPACE") or read_text(service_account)
+    own = os.environ.get("POD_NAMESPACE") or read_text(SERVICE_ACCOUNT_NAMESPACE)
     out = [n for n in (*USUAL_NAMESPACES, own) if n and n != asked]
     return list(dict.fromkeys(out))
 

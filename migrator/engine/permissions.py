@@ -94,13 +94,13 @@ GUARD_WRITES: tuple[Permission, ...] = (
 )
 
 
-def service_account_review(namespace: str, account: str, p: Permission) -> dict[str, Any]:
-    """A SubjectAccessReview's spec: may ServiceAccount `namespace/account` do `p` there?"""
+def service_account_review(namespace: str, p: Permission) -> dict[str, Any]:
+    """A SubjectAccessReview's spec: may the guard's ServiceAccount in `namespace` do `p`?"""
     scope = {"namespace": namespace if p.namespaced else None, "name": p.name,
              "subresource": p.subresource}
     attributes = {"verb": p.verb, "group": p.kind.group, "resource": p.kind.plural,
                   **{k: v for k, v in scope.items() if v}}
-    return {"user": f"system:serviceaccount:{namespace}:{account}",
+    return {"user": f"system:serviceaccount:{namespace}:{GUARD_SERVICE_ACCOUNT}",
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
                        "system:authenticated"],
             "resourceAttributes": attributes}
@@ -115,8 +115,8 @@ def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
     missing: list[str] | None = None
     if kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
         with contextlib.suppress(APIForbidden):
-            missing = [str(p) for p in GUARD_WRITES if not kube.can_they(
-                service_account_review(namespace, GUARD_SERVICE_ACCOUNT, p))]
+            missing = [str(p) for p in GUARD_WRITES
+                       if not kube.can_they(service_account_review(namespace, p))]
     if missing is None:
         return [GateResult("rbac/guard", True, (
             f"not checked (asking about {who} needs `create subjectaccessreviews`): "

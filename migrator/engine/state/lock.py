@@ -99,10 +99,10 @@ class LockInfo:
     def live(self, now: datetime) -> bool:
         return self.expires is not None and self.expires > now
 
-    def renewing(self, now: datetime, within: float = RENEWING_SECONDS) -> bool:
-        """Live and renewed (or taken) within `within` seconds: its holder is running now."""
+    def renewing(self, now: datetime) -> bool:
+        """Live and renewed (or taken) within RENEWING_SECONDS: its holder is running now."""
         return self.live(now) and self.renewed is not None and (
-            (now - self.renewed).total_seconds() <= within)
+            (now - self.renewed).total_seconds() <= RENEWING_SECONDS)
 
 
 def format_time(moment: datetime) -> str:

@@ -78,10 +78,15 @@ class KubeConfigMap:
     def __init__(self, kube: Kube, namespace: str, name: str) -> None:
         self._kube, self.namespace, self.name = kube, namespace, name
         self.where = f"{namespace}/{name}"
-        self.create, self.replace = kube.create, kube.replace
 
     def get(self) -> Obj | None:
         return self._kube.get(kinds.CONFIGMAP, self.name, self.namespace)
+
+    def create(self, obj: Obj) -> Obj:
+        return self._kube.create(obj)
+
+    def replace(self, obj: Obj) -> Obj:
+        return self._kube.replace(obj)
 
 
 class ConfigMapFormat:

@@ -1,18 +1,15 @@
-"""Where the GPU Operator's DCGM DaemonSets run, for a namespace that holds none of them (a
-cluster-scoped CR says nothing about the namespace). One cluster-wide list of printed rows by
-their `app` labels finds them, so a refusal can say which `-n` to pass; an identity that may not
-list cluster-wide looks in the usual namespaces and its own, where a Role bound there allows.
-"""
+"""Where the GPU Operator's DCGM DaemonSets run, for a namespace that holds none of them: one
+cluster-wide list by their `app` labels, so a refusal can say which `-n` to pass (an identity
+that may not list cluster-wide looks in the usual namespaces and its own)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine.state.liveness import SERVICE_ACCOUNT_NAMESPACE, read_text
+from migrator.engine.state.lock import SERVICE_ACCOUNT_NAMESPACE, read_text
 from migrator.errors import APIForbidden, APINotFound, UsageError
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -43,7 +40,7 @@ def daemonset_names(catalog: Catalog) -> list[str]:
 
 
 def selector(catalog: Catalog) -> str:
-    """The label selector of the catalog's DaemonSets (each carries its `app` label)."""
+    """The label selector of the catalog's DaemonSets (by their `app` labels)."""
     return f"app in ({','.join(sorted({c.app_label for c in catalog.components}))})"
 
 
@@ -58,22 +55,19 @@ def _listed(kube: Kube, catalog: Catalog, namespace: str | None) -> list[tuple[s
 
 
 def _held(kube: Kube, catalog: Catalog, namespace: str) -> list[str]:
-    """The catalog's DaemonSets in `namespace` (its own list)."""
     listed = {n for _, n in _listed(kube, catalog, namespace)}
     return sorted(listed & set(daemonset_names(catalog)))
 
 
-def candidates(asked: str | None = None,
-               service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> list[str]:
+def candidates(asked: str | None = None) -> list[str]:
     """The namespaces to look in one by one: the usual ones, and this pod's own."""
-    own = os.environ.get("POD_NAMESPACE") or read_text(service_account)
+    own = os.environ.get("POD_NAMESPACE") or read_text(SERVICE_ACCOUNT_NAMESPACE)
     out = [n for n in (*USUAL_NAMESPACES, own) if n and n != asked]
     return list(dict.fromkeys(out))
 
 
 def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabouts:
-    """One cluster-wide list of the catalog's DaemonSets; when that is forbidden, the
-    candidate namespaces' own lists, skipping forbidden ones (`asked`: already tried)."""
+    """One cluster-wide list; when forbidden, each candidate's own (`asked`: already tried)."""
     names = set(daemonset_names(catalog))
     try:
         rows = _listed(kube, catalog, None)
@@ -97,8 +91,8 @@ def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabout
 def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, server: str,
                     exists: bool = True, denied: bool = False) -> tuple[str, str]:
     """(the refusal, the fix) for a namespace that does not exist, holds none of the catalog's
-    DaemonSets, or may not be read (`denied`), naming where they run. The fix names the option
-    in backticks (`-n NS`): the CLI shows it as the whole command line with that option."""
+    DaemonSets, or may not be read (`denied`), naming where they run. The fix's `-n NS` in
+    backticks: the CLI shows it as the whole command line with that option."""
     they, them = "the GPU Operator's DCGM DaemonSets", "none of them"
     if denied:
         head = (f"No GPU Operator DCGM found in namespace {namespace!r}: this identity may "
@@ -135,8 +129,7 @@ def _elsewhere(kube: Kube, namespace: str, catalog: Catalog, exists: bool = True
 
 
 def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
-    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets (its
-    own list answers); only a namespace that does not is looked up cluster-wide."""
+    """`preflight`'s namespace line: it exists and holds some of the catalog's DaemonSets."""
     name = f"namespace/{namespace}"
     try:
         exists = kube.get(kinds.NAMESPACE, namespace) is not None
@@ -156,9 +149,8 @@ def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
 
 
 def require_dcgm(kube: Kube, namespace: str, catalog: Catalog) -> None:
-    """The guard's check before it starts, as `plan`/`apply`/`status` refuse such a namespace:
-    it holds some of the catalog's DaemonSets, or a state ConfigMap (what the guard keeps may
-    outlive the DaemonSets); else a UsageError naming where they run."""
+    """The guard's check before it starts: the namespace holds some of the catalog's DaemonSets,
+    or a state ConfigMap (it may outlive them); else a UsageError naming where they run."""
     if _held(kube, catalog, namespace):
         return
     try:
@@ -181,8 +173,8 @@ def require_stack(stack: str, found: bool, namespace: str) -> None:
 
 
 def require_operator_api(served: bool, server: str) -> None:
-    """Without the operator's API (aliases are owned by the CR, drift is judged against it)
-    the migration would run half-blind, so it does not start."""
+    """Without the operator's API (it owns the aliases, drift is judged against it) the
+    migration would run half-blind, so it does not start."""
     if not served:
         raise UsageError(
             f"The GPU Operator API (nvidia.com ClusterPolicy/GPUCluster CRDs) is not served by "

@@ -1,13 +1,14 @@
-"""The exact permissions a migration needs (`preflight` checks them by SelfSubjectAccessReview,
-`docs/rbac.yaml` grants them: a test keeps the two in step), and the guard's EndpointSlice
-writes, checked for its ServiceAccount (docs/guard.yaml) by SubjectAccessReview."""
+"""The exact permissions a migration needs (`preflight` checks them, `docs/rbac.yaml` grants
+them: a test keeps the two in step), and the guard's EndpointSlice writes, checked for its
+ServiceAccount (docs/guard.yaml) by SubjectAccessReview."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine.locate import namespace_check
+from migrator.engine.locate import daemonset_names, namespace_check
 from migrator.errors import APIForbidden
 from migrator.model import crconflict, kinds
 from migrator.model.gates import GateResult
@@ -41,23 +42,22 @@ STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
 
 def required() -> tuple[Permission, ...]:
     """Everything a migration does, and nothing more: writes name their objects wherever RBAC
-    can (not create, nor --roll-on-delete's pods); monitors are listed cluster-wide, since one
-    in a monitoring namespace may scrape these pods."""
+    can (not create, nor --roll-on-delete's pods); monitors are listed cluster-wide (one in a
+    monitoring namespace may scrape these pods)."""
     catalog = load_catalog()
-    ds_names = sorted({c.daemonset for c in catalog.components})
+    ds_names = daemonset_names(catalog)
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
     aliases = sorted({c.alias for c in catalog.components if c.alias})
+    crs = (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
     reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
                                         kinds.ENDPOINTSLICE) for v in ("get", "list", "watch")]
     return (
         # The namespace's GET is authorised in that namespace (k8s.io/apiserver requestinfo.go
         # `NewRequestInfo`), so the Role grants it, reaching no other namespace.
         Permission("get", kinds.NAMESPACE),
-        Permission("list", kinds.CLUSTER_POLICY, namespaced=False),
-        Permission("list", kinds.GPU_CLUSTER, namespaced=False),
-        Permission("list", kinds.SERVICE_MONITOR, namespaced=False),
-        Permission("list", kinds.POD_MONITOR, namespaced=False),
-        Permission("list", kinds.PROMETHEUS, namespaced=False),  # their discovery role
+        *(Permission("list", k, namespaced=False) for k in (  # Prometheus: its discovery role
+            kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER, kinds.SERVICE_MONITOR, kinds.POD_MONITOR,
+            kinds.PROMETHEUS)),
         *reads,
         Permission("list", kinds.LEASE),  # the verdict's guard-live check
         *(Permission("patch", kinds.DAEMONSET, n) for n in ds_names),
@@ -71,12 +71,9 @@ def required() -> tuple[Permission, ...]:
         Permission("create", kinds.CONFIGMAP),
         # change-stack: the new CR created, the old one deleted by name (the Helm chart's
         # names and the samples'; docs/rbac.yaml says to add yours)
-        Permission("create", kinds.CLUSTER_POLICY, namespaced=False),
-        Permission("create", kinds.GPU_CLUSTER, namespaced=False),
-        *(Permission("delete", kinds.CLUSTER_POLICY, n, namespaced=False)
-          for n in STACK_CHANGE_NAMES["ClusterPolicy"]),
-        *(Permission("delete", kinds.GPU_CLUSTER, n, namespaced=False)
-          for n in STACK_CHANGE_NAMES["GPUCluster"]),
+        *(Permission("create", k, namespaced=False) for k in crs),
+        *(Permission("delete", k, n, namespaced=False) for k in crs
+          for n in STACK_CHANGE_NAMES[k.kind]),
         *(Permission(v, kinds.CONFIGMAP, catalog.common.state_configmap)
           for v in ("get", "update")),
     )
@@ -97,37 +94,29 @@ GUARD_WRITES: tuple[Permission, ...] = (
 )
 
 
-def service_account_review(namespace: str, account: str, p: Permission) -> dict[str, Any]:
-    """A SubjectAccessReview's spec: may ServiceAccount `namespace/account` do `p` there?"""
+def service_account_review(namespace: str, p: Permission) -> dict[str, Any]:
+    """A SubjectAccessReview's spec: may the guard's ServiceAccount in `namespace` do `p`?"""
     scope = {"namespace": namespace if p.namespaced else None, "name": p.name,
              "subresource": p.subresource}
     attributes = {"verb": p.verb, "group": p.kind.group, "resource": p.kind.plural,
                   **{k: v for k, v in scope.items() if v}}
-    return {"user": f"system:serviceaccount:{namespace}:{account}",
+    return {"user": f"system:serviceaccount:{namespace}:{GUARD_SERVICE_ACCOUNT}",
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
                        "system:authenticated"],
             "resourceAttributes": attributes}
 
 
-def guard_missing(kube: Kube, namespace: str,
-                  account: str = GUARD_SERVICE_ACCOUNT) -> list[str] | None:
-    """The guard's writes its ServiceAccount may not do; None when this caller may not ask
-    (`create subjectaccessreviews` is a cluster admin's)."""
-    if not kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
-        return None  # asked first (SelfSubjectAccessReview): no refused request to log
-    try:
-        return [str(p) for p in GUARD_WRITES
-                if not kube.can_they(service_account_review(namespace, account, p))]
-    except APIForbidden:
-        return None
-
-
 def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
     """`preflight`'s lines for the guard's ServiceAccount: fine when it holds all of its
     writes, or none (not deployed yet); a failure when it lacks some (an older guard.yaml on
-    OpenShift lacks `endpointslices/restricted`)."""
+    OpenShift lacks `endpointslices/restricted`). Not checked when this caller may not ask
+    (`create subjectaccessreviews` is a cluster admin's: asked first, no refused request)."""
     who = f"ServiceAccount {namespace}/{GUARD_SERVICE_ACCOUNT}"
-    missing = guard_missing(kube, namespace)
+    missing: list[str] | None = None
+    if kube.can_i("create", kinds.SUBJECT_ACCESS_REVIEW)[0]:
+        with contextlib.suppress(APIForbidden):
+            missing = [str(p) for p in GUARD_WRITES
+                       if not kube.can_they(service_account_review(namespace, p))]
     if missing is None:
         return [GateResult("rbac/guard", True, (
             f"not checked (asking about {who} needs `create subjectaccessreviews`): "
@@ -146,8 +135,7 @@ def guard_checks(kube: Kube, namespace: str) -> list[GateResult]:
 
 
 def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
-    """Red when a ClusterPolicy and a GPUCluster both exist and the operator refuses them
-    (`model/crconflict.py`): no migration step could be judged."""
+    """Red when a ClusterPolicy and a GPUCluster both exist and the operator refuses them."""
     if not all(v for k, v in apis.items() if "nvidia" in k):
         return []
     snap = Snapshot("", cluster_policies=tuple(kube.list(kinds.CLUSTER_POLICY).items),
@@ -160,8 +148,7 @@ def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
 
 
 def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[GateResult, ...]:
-    """`preflight`: API reachable, CRDs present, the namespace's DCGM DaemonSets, every
-    permission the migration needs, and the guard's ServiceAccount's writes."""
+    """`preflight`: the API, CRDs, DaemonSets, permissions and the guard's writes."""
     kube.ping()
     apis = {
         "nvidia.com/v1 (ClusterPolicy)": kube.has_api("nvidia.com", "v1"),

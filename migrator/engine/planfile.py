@@ -24,8 +24,7 @@ def _plan_checksum(body: dict[str, Any]) -> str:
 def save_plan(path: Path, report: dict[str, Any],
               objects: Mapping[str, Mapping[str, str]] | None = None,
               options: Mapping[str, Any] | None = None) -> None:
-    """The report, what its fingerprint covers per object and field (`objects`) and the
-    planning options (`options`: `apply --plan` must pass the same), under a checksum."""
+    """The report, its fingerprint's fields per object and the planning options, checksummed."""
     body: dict[str, Any] = {"format": PLAN_FORMAT, "report": report}
     if objects is not None:
         body["objects"] = {name: dict(fields) for name, fields in objects.items()}
@@ -51,8 +50,15 @@ def flags(options: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _read_plan(path: Path) -> dict[str, Any]:
-    fresh = f"`dcgm-migrate plan --out {shlex.quote(str(path))}`"
+STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
+
+
+def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int,
+                    options: Mapping[str, Any] | None = None) -> None:
+    """The plan file is ours (under its checksum), for this namespace and these `options` (if
+    it records them), and the cluster has not changed since."""
+    quoted = shlex.quote(str(path))
+    fresh = f"`dcgm-migrate plan --out {quoted}`"
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError as exc:
@@ -68,19 +74,7 @@ def _read_plan(path: Path) -> dict[str, Any]:
     if doc.get("checksum") != _plan_checksum(body):
         raise UsageError(f"Plan file {path} was modified after it was saved (checksum "
                          "mismatch).", f"save a fresh one with {fresh}")
-    return doc
-
-
-STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
-
-
-def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int,
-                    options: Mapping[str, Any] | None = None) -> None:
-    """The plan file is ours, for this namespace and these `options` (if it records them),
-    and the cluster has not changed since."""
-    doc = _read_plan(path)
     saved: dict[str, Any] = doc["report"]
-    quoted = shlex.quote(str(path))
     if saved.get("namespace") != namespace:
         raise UsageError(f"Plan file {path} was made for namespace {saved.get('namespace')!r}, "
                          f"not {namespace!r}.", f"pass the matching namespace: "

@@ -1,10 +1,11 @@
-"""Read what the plan and the gates need into a Snapshot, in a number of requests that does not
-grow with the node count: the namespace's objects through one `Reader` (the run's cache, else
-paginated lists by label selector), the cluster-scoped CRs and monitors from the API server.
-Pods are printed rows; those a row cannot vouch for are read whole (`engine/wholepods.py`)."""
+"""Read what the plan and the gates need into a Snapshot, in requests that do not grow with the
+node count: the namespace's objects through one `Reader` (the run's cache, else paginated lists),
+the cluster-scoped CRs and monitors from the API server. Pods are printed rows; those a row
+cannot vouch for are read whole (`engine/wholepods.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,7 @@ Obj = dict[str, Any]
 def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
               endpoints: Mapping[str, ServiceEndpoints] | None = None,
               whole: WholePods | None = None) -> tuple[PodView, ...]:
-    """Pods matching any of the selectors (printed rows), the doubtful ones read whole by
-    `whole` (`endpoints` may contradict a row)."""
+    """Pods matching any of the selectors, the doubtful ones read whole by `whole`."""
     seen: dict[str, PodView] = {}
     for sel in selectors:
         views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of,
@@ -50,8 +50,7 @@ def _resolved(kube: Kube, namespace: str, listed: Iterable[PodView],
 
 @dataclass(frozen=True)
 class Reader:
-    """The namespace's DaemonSets, Services, EndpointSlices and pods: from `cache` when given
-    (no request but for doubtful pods), else one list per kind."""
+    """The namespace's objects: from `cache` when given, else one list per kind."""
 
     kube: Kube
     namespace: str
@@ -98,8 +97,7 @@ class Reader:
 
 
 def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
-    """The DaemonSet's own pods, the doubtful ones read whole against every EndpointSlice of
-    the namespace (which Services select them is not known here)."""
+    """The DaemonSet's own pods, the doubtful ones judged against every EndpointSlice."""
     match = o.dig(ds, "spec", "selector", "matchLabels") or {}
     selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
     pods = read_pods(kube, namespace, [selector], Reader(kube, namespace).endpoints())
@@ -107,8 +105,7 @@ def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
 
 
 def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
-    """Prometheus Operator monitors cluster-wide (one elsewhere may scrape these pods), or
-    this namespace's alone when a cluster-wide list is refused."""
+    """Monitors cluster-wide (one elsewhere may scrape these pods), else this namespace's."""
     try:
         return tuple(kube.list(kind).items)
     except APIForbidden:
@@ -116,9 +113,8 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
 
 
 def _prometheuses(kube: Kube, allowed: dict[str, bool]) -> tuple[Obj, ...]:
-    """Prometheus CRs cluster-wide (their ServiceMonitor discovery role); none where the CRD
-    is absent or listing them is not allowed, asked first once per run (`allowed`), so a
-    least-privilege token is never refused a request."""
+    """Prometheus CRs cluster-wide; none where the CRD is absent or listing them is not allowed
+    (asked first, once per run: a least-privilege token is never refused a request)."""
     if not kube.has_kind(kinds.PROMETHEUS):
         return ()
     key = "list prometheuses"
@@ -151,30 +147,15 @@ def _cluster_scope(kube: Kube, namespace: str, allowed: dict[str, bool]) -> dict
     return out
 
 
-def read_guard_leases(kube: Kube, namespace: str, catalog: Catalog
-                      ) -> tuple[tuple[Obj, ...], bool]:
-    """The guard's Leases (by the tool's managed-by label) and whether they could be read."""
-    mb = catalog.common.managed_by
-    try:
-        return tuple(kube.list(kinds.LEASE, namespace,
-                               label_selector=f"{mb.key}={mb.value}").items), True
-    except APIForbidden:
-        return (), False
-
-
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
                   daemonsets: Sequence[str] | None = None,
                   services: Sequence[str] | None = None,
                   cluster_scope: bool = True, whole: WholePods | None = None,
                   cache: Informer | None = None, clock: Clock | None = None,
                   leases: Sequence[Obj] | None = None) -> Snapshot:
-    """The namespace as the planner and gates see it.
-
-    `daemonsets`/`services` narrow a read to what a wait needs (None: all the catalog names,
-    every Service). `cluster_scope` reads the Namespace, CRs and monitors too. `whole` reads
-    the doubtful pods whole; `cache` (the run's) serves all but the cluster-scoped parts;
-    `leases`: the guard's Leases as the caller holds them, not listed.
-    """
+    """The namespace as the planner and gates see it; `daemonsets`/`services` narrow it (None:
+    all), `cluster_scope` adds the Namespace, CRs and monitors, `cache` serves all but those,
+    `leases`: the guard's Leases as the caller holds them (not listed)."""
     # The Namespace is cluster-scoped too: a narrow read (or the guard's) takes it as known.
     if cluster_scope and kube.get(kinds.NAMESPACE, namespace) is None:
         return Snapshot(namespace, namespace_exists=False)
@@ -189,13 +170,15 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     scope = (_cluster_scope(kube, namespace, cache.allowed if cache is not None else {})
              if cluster_scope else {"nvidia_api": False, "servicemonitor_api": False})
     whole_read = daemonsets is None and services is None
-    held, leases_read = (((tuple(leases), True) if leases is not None
-                          else read_guard_leases(kube, namespace, catalog)) if whole_read
-                         else ((), False))
+    held, leases_read = (tuple(leases), True) if whole_read and leases is not None else ((), False)
+    if whole_read and leases is None:  # the guard's Leases, by the tool's managed-by label
+        mb = catalog.common.managed_by
+        with contextlib.suppress(APIForbidden):
+            held, leases_read = tuple(kube.list(kinds.LEASE, namespace,
+                                                label_selector=f"{mb.key}={mb.value}").items), True
     return Snapshot(namespace=namespace, daemonsets=ds_map, services=svc_map, pods=pods,
                     endpoints=endpoints, guard_leases=held, leases_read=leases_read,
-                    # judged against the API server's clock (its latest answer's `Date`), so
-                    # a skewed host neither pages on a live guard nor passes a dead one
+                    # the API server's clock (its latest `Date`): a skewed host misjudges guards
                     taken_at=(kube.server_date if whole_read else None)
                     or (clock or SystemClock()).now(), **scope)
 
@@ -204,7 +187,7 @@ def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence
            cache: Informer | None = None) -> Snapshot:
     """A fresh read of these DaemonSets and the pods, keeping the base's cluster-scoped parts."""
     fresh = read_snapshot(kube, base.namespace, catalog, daemonsets=daemonsets,
-                          services=None, cluster_scope=False, cache=cache)
+                          cluster_scope=False, cache=cache)
     return dataclasses.replace(base, namespace_exists=True, daemonsets=fresh.daemonsets,
                                services=fresh.services, pods=fresh.pods,
                                endpoints=fresh.endpoints)

@@ -1,6 +1,5 @@
 """Why a rollout stopped moving, in words an SRE can act on: nodes that stopped reporting, pods
-not Ready or not yet updated, or pods merely still starting (no error, no restart), where the
-fix is a longer `--timeout`, not the nodes."""
+not Ready or not yet updated, or merely still starting (the fix: a longer `--timeout`)."""
 
 from __future__ import annotations
 
@@ -29,8 +28,8 @@ STOPPED_PHASES = ("Failed", "Succeeded", "Unknown")
 
 
 def still_starting(pod: Mapping[str, Any]) -> bool:
-    """On its way to Ready with nothing wrong the API shows: scheduled, not stopped, no
-    container restarted, failed or waiting for any reason but its creation."""
+    """On its way to Ready with nothing wrong: scheduled, not stopped, no container restarted,
+    failed or waiting for any reason but its creation."""
     if o.meta(pod).get("deletionTimestamp"):
         return False
     status = pod.get("status") or {}
@@ -59,8 +58,7 @@ NOT_REPLACED = ("no pod is failing: the DaemonSet controller had not replaced th
 
 
 def timeout_hint(timeout: float | None, why: str = STARTING) -> str:
-    """The fix when nothing is wrong but time: a longer progress deadline (the default, or
-    twice the one that ran out)."""
+    """The fix when nothing is wrong but time: the default deadline, or twice the one run out."""
     seconds = max(DEFAULT_TIMEOUT, 2 * (timeout or 0.0))
     longer = f"{seconds / 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.0f}s"
     return (f"{why}; run the same command again with a longer one (it resumes where it "
@@ -78,24 +76,20 @@ def _all_starting(kube: Kube, namespace: str | None, unready: Sequence[PodView])
     return all(pod is not None and still_starting(pod) for pod in pods)
 
 
-def read_nodes(kube: Kube, names: Sequence[str]) -> dict[str, Obj | None]:
-    """The first few Nodes by name, for their Ready condition; none when the tool may not
-    read Nodes (docs/rbac.yaml grants none)."""
-    out: dict[str, Obj | None] = {}
-    for name in names[:g.MAX_NAMED]:
+def _nodes_reporting(kube: Kube, daemonset: str, pods: Sequence[PodView]) -> g.GateResult:
+    """`g.nodes_reporting`, with the first few lost Nodes read (none if RBAC does not allow)."""
+    nodes: dict[str, Obj | None] = {}
+    for name in g.lost_nodes(pods)[:g.MAX_NAMED]:
         try:
-            out[name] = kube.get(kinds.NODE, name)
+            nodes[name] = kube.get(kinds.NODE, name)
         except APIError:
             break
-    return out
+    return g.nodes_reporting(daemonset, pods, nodes)
 
 
 def lost_nodes_detail(kube: Kube, namespace: str, ds: Obj) -> str:
-    """While a rollout does not move: the nodes running its pods that stopped reporting ("":
-    none)."""
-    name = o.name(ds)
-    pods = reads.read_daemonset_pods(kube, namespace, ds)
-    gate = g.nodes_reporting(name, pods, read_nodes(kube, g.lost_nodes(pods)))
+    """While a rollout does not move: its nodes that stopped reporting ("": none)."""
+    gate = _nodes_reporting(kube, o.name(ds), reads.read_daemonset_pods(kube, namespace, ds))
     return "" if gate.ok else gate.detail
 
 
@@ -103,9 +97,9 @@ def where_stuck(kube: Kube, daemonset: str, pods: Sequence[PodView],
                 template_labels: Mapping[str, str | None], *, namespace: str | None = None,
                 timeout: float | None = None) -> tuple[str, str]:
     """(where a stalled rollout is stuck, what to do): nodes that stopped reporting, else pods
-    not Ready, else pods not yet updated; still starting (read from `namespace`) or merely
-    not yet replaced, a longer `--timeout`."""
-    lost = g.nodes_reporting(daemonset, pods, read_nodes(kube, g.lost_nodes(pods)))
+    not Ready, else not yet updated; still starting (read from `namespace`) or not yet
+    replaced: a longer `--timeout`."""
+    lost = _nodes_reporting(kube, daemonset, pods)
     if not lost.ok:
         return lost.detail, NODE_HINT
     unready = g.not_ready_where(pods)

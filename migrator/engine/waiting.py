@@ -1,7 +1,6 @@
-"""Waiting with watches and a deadline: a rollout, or gates that must come true. A watch is
-the wake-up (no fixed polling) and gate re-reads are throttled. A rollout's deadline is a
-*progress* deadline (as `progressDeadlineSeconds`): no pod updated or available for `timeout`
-seconds, however long the whole rollout takes."""
+"""Waiting with watches (no fixed polling) and a deadline: a rollout, or gates that must come
+true. A rollout's deadline is a *progress* deadline (as `progressDeadlineSeconds`): no pod
+updated or available for `timeout` seconds, however long the whole rollout takes."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class Pace:
-    """When a pod last became updated or available (the deadline counts from then), and an
-    estimate of the rest from the rate so far."""
+    """When a pod last became updated or available (the deadline counts from then); `eta`."""
 
     started: float
     moved: float = 0.0
@@ -55,13 +53,17 @@ class Pace:
 
 @dataclass(frozen=True)
 class RolloutOutcome:
-    """Complete, or stalled `stalled_for` seconds (and what `blocked` found); `ds`: the last
-    status."""
+    """Complete, or stalled `stalled_for` seconds (and what `blocked` found); `ds`: the last."""
 
     ds: Obj | None
     complete: bool
     blocked: str = ""
     stalled_for: float = 0.0
+
+
+def _seconds(timeout: float) -> int:
+    """A watch's `timeoutSeconds`: whole seconds, rounded up, at least one."""
+    return max(1, int(timeout + 0.999))
 
 
 @dataclass
@@ -77,37 +79,6 @@ class Waiter:
         """Every pass: a dropped signal stops the run here (interrupts.py); the lock is renewed."""
         interrupts.check()
         self.heartbeat()
-
-    def _wake(self, kind: Kind, resource_version: str, timeout: float, *,
-              label_selector: str | None = None) -> str:
-        """Block until an event of `kind` (a printed row: it only wakes the caller) or
-        `timeout`; the newest resourceVersion seen."""
-        rv = resource_version
-        try:
-            for _, obj in self.kube.watch(
-                    kind, self.namespace, resource_version=rv, label_selector=label_selector,
-                    timeout_seconds=max(1, int(timeout + 0.999)), printed=True):
-                rv = str(o.meta(obj).get("resourceVersion") or rv)
-                break
-        except APIError:
-            self.clock.sleep(min(timeout, self.recheck_min))
-            return ""
-        return rv
-
-    def _follow_rows(self, daemonset: str, resource_version: str, timeout: float,
-                     on_row: Callable[[str, Row], bool]) -> bool:
-        """Stream one DaemonSet's printed rows until `on_row` says False or `timeout`; False
-        when the watch failed."""
-        try:
-            for etype, row in self.kube.watch_table(
-                    kinds.DAEMONSET, self.namespace, resource_version=resource_version,
-                    field_selector=f"metadata.name={daemonset}",
-                    timeout_seconds=max(1, int(timeout + 0.999))):
-                if not on_row(etype, row):
-                    break
-        except (APIError, TableError):
-            return False
-        return True
 
     def rollout(self, daemonset: str, timeout: float, report: Callable[[Obj, Pace], None],
                 blocked: Callable[[], str] | None = None,
@@ -157,10 +128,15 @@ class Waiter:
             wait = min(remaining, 30.0)
             if blocked is not None:
                 wait = min(wait, max(next_probe - now, self.recheck_min))
-            if self._follow_rows(daemonset, str(o.meta(ds).get("resourceVersion", "")), wait,
-                                 follow):
+            try:  # one DaemonSet's printed rows until `follow` says False or `wait`
+                for etype, row in self.kube.watch_table(
+                        kinds.DAEMONSET, self.namespace, timeout_seconds=_seconds(wait),
+                        resource_version=str(o.meta(ds).get("resourceVersion", "")),
+                        field_selector=f"metadata.name={daemonset}"):
+                    if not follow(etype, row):
+                        break
                 backoff = self.recheck_min
-            else:  # a watch refused or broken at once must not become a GET loop
+            except (APIError, TableError):  # refused or broken at once: must not become a GET loop
                 self.clock.sleep(min(wait, backoff))
                 backoff = min(backoff * 2, self.recheck_max)
 
@@ -168,8 +144,8 @@ class Waiter:
               wake_kind: Kind = kinds.ENDPOINTSLICE,
               label_selector: str | None = None,
               fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]:
-        """Re-run `check` until every gate passes, `fatal` says a failure cannot heal by
-        waiting, or the deadline; the last results."""
+        """Re-run `check` until every gate passes, `fatal` says waiting cannot heal a failure,
+        or the deadline; the last results."""
         delay = self.recheck_min
         rv = ""
         while True:
@@ -184,8 +160,17 @@ class Waiter:
                 rv = next(iter(self.kube.pages(wake_kind, self.namespace, page_size=1,
                                                label_selector=label_selector, printed=True)
                                )).resource_version
-            start = self.clock.monotonic()
-            rv = self._wake(wake_kind, rv, min(remaining, delay), label_selector=label_selector)
+            start, timeout = self.clock.monotonic(), min(remaining, delay)
+            try:  # woken by an event of `wake_kind` (a printed row) or the timeout
+                for _, obj in self.kube.watch(
+                        wake_kind, self.namespace, resource_version=rv,
+                        label_selector=label_selector, timeout_seconds=_seconds(timeout),
+                        printed=True):
+                    rv = str(o.meta(obj).get("resourceVersion") or rv)
+                    break
+            except APIError:
+                self.clock.sleep(min(timeout, self.recheck_min))
+                rv = ""
             # Let a burst of related changes land before re-reading.
             spent = self.clock.monotonic() - start
             if spent < delay:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from migrator.engine.clock import Clock, SystemClock
-from migrator.engine.state.liveness import HolderCheck
+from migrator.engine.state.lock import HolderCheck
 from migrator.engine.state.store import ConfigMapState
 from migrator.errors import APIAlreadyExists, APIConflict, APINotFound
 from migrator.model.stacks import Common, load_catalog

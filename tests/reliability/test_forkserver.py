@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from migrator.engine.state import liveness
+from migrator.engine.state import lock as liveness
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
 from tests.helpers import crash, forkserver

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from migrator.engine.state import liveness
-from migrator.engine.state.liveness import HolderCheck
-from migrator.engine.state.lock import LockInfo, Process
+from migrator.engine.state import lock as liveness
+from migrator.engine.state.lock import HolderCheck, LockInfo, Process
 from migrator.errors import APIForbidden
 
 HERE = Process("laptop", 100, 5, "boot-1", "pid:[1]")

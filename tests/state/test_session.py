@@ -11,7 +11,7 @@ import pytest
 from migrator.engine.progress import Listener
 from migrator.engine.state import State
 from migrator.engine.state import lock as locking
-from migrator.engine.state.session import LOCK_TTL_SECONDS, RunSession
+from migrator.engine.state.store import LOCK_TTL_SECONDS, RunSession
 from migrator.errors import StateConflict, StateCorrupt
 from migrator.model.stacks import Label, load_catalog
 from tests.helpers.clock import FakeClock

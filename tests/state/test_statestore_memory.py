@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from migrator.engine.state import liveness
+from migrator.engine.state import lock as liveness
 from migrator.engine.state import lock as locking
 from migrator.engine.state.configmap import StoredState
-from migrator.engine.state.liveness import HolderCheck
+from migrator.engine.state.lock import HolderCheck
 from migrator.errors import LockHeld, StateConflict, StateCorrupt, exit_code_for
 from tests.helpers.clock import T0
 from tests.helpers.clock import FakeClock as Clock

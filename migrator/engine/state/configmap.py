@@ -1,6 +1,6 @@
 """The state ConfigMap's layout (docs/design.md, "State and resume"): the catalog's managed-by
 label (without it, someone else's: never read or written), `state.json` (canonical JSON) and
-`state.sha256` (its SHA-256, so a hand edit is refused), the lock's annotations (`lock.py`)."""
+`state.sha256` (its SHA-256, so a hand edit is refused); the lock's annotations: `lock.py`."""
 
 from __future__ import annotations
 
@@ -52,8 +52,7 @@ def restore_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str
 
 
 def corrupt_hint(namespace: str, name: str, managed_by: str = MANAGED_BY) -> str:
-    """Deleting a refused state is no way out (the cluster keeps the tool's marks): the
-    backup goes in its place."""
+    """Deleting a refused state is no way out (the cluster keeps the tool's marks)."""
     return (f"inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`; undo "
             f"the edit, or replace it: `kubectl -n {namespace} delete configmap {name}`, then "
             f"{restore_hint(namespace, name, managed_by)} (without a backup, apply and "
@@ -100,20 +99,13 @@ class ConfigMapFormat:
     def _kubectl(self) -> str:
         return f"kubectl -n {self._cm.namespace} get configmap {self._cm.name} -o yaml"
 
-    def _corrupt(self, what: str) -> StateCorrupt:
-        label = f"{self._managed_by.key}={self._managed_by.value}"
-        return StateCorrupt(
-            f"The migration state in ConfigMap {self._cm.where} {what}, so dcgm-migrate "
-            "refuses to use it.",
-            corrupt_hint(self._cm.namespace, self._cm.name, label),
-        )
-
     def _check_ours(self, cm: Obj) -> None:
         labels = (cm.get("metadata") or {}).get("labels") or {}
         key, value = self._managed_by.key, self._managed_by.value
         if labels.get(key) == value:
             return
-        if _holds_a_state(cm):  # ours, its label removed (a hand edit, a copy without it)
+        document = _document(cm)  # a valid one naming its schema and namespace: ours anyway
+        if isinstance(document, dict) and {"schema", "namespace"} <= document.keys():
             raise StateCorrupt(
                 f"ConfigMap {self._cm.where} holds a dcgm-migrate state (its checksum matches)"
                 f" but lost its label {key}={value}, so it is not read or written until the "
@@ -124,8 +116,7 @@ class ConfigMapFormat:
             f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
             f"(no label {key}={value}), so it is never read or written.",
             f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
-            "or run the migration in another namespace",
-        )
+            "or run the migration in another namespace")
 
     def _check_not_terminating(self, cm: Obj) -> None:
         """Never lock or write a state ConfigMap being deleted (the record would vanish)."""
@@ -136,27 +127,17 @@ class ConfigMapFormat:
                 f"({why}), so dcgm-migrate will not lock or write it.",
                 f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the"
                 " migration, let it finish (remove the finalizers if nothing needs them) and run"
-                " again; otherwise ask whoever deleted it",
-            )
+                " again; otherwise ask whoever deleted it")
 
     def _decode(self, cm: Obj) -> dict[str, Any]:
         """The document of a ConfigMap of ours; StateCorrupt when it cannot be read."""
         self._check_ours(cm)
-        data = cm.get("data") or {}
-        text = data.get(STATE_KEY)
-        if not isinstance(text, str):
-            raise self._corrupt(f"has no {STATE_KEY} key")
-        if data.get(CHECKSUM_KEY) != checksum(text):
-            raise self._corrupt(
-                f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or "
-                "corrupted"
-            )
-        try:
-            document = json.loads(text)
-        except ValueError:
-            raise self._corrupt(f"holds invalid JSON in {STATE_KEY}") from None
-        if not isinstance(document, dict):
-            raise self._corrupt(f"holds JSON that is not an object in {STATE_KEY}")
+        document = _document(cm)
+        if isinstance(document, str):
+            label = f"{self._managed_by.key}={self._managed_by.value}"
+            raise StateCorrupt(f"The migration state in ConfigMap {self._cm.where} {document}, "
+                               "so dcgm-migrate refuses to use it.",
+                               corrupt_hint(self._cm.namespace, self._cm.name, label))
         return document
 
     def _new_configmap(self, text: str, annotations: dict[str, str]) -> Obj:
@@ -173,15 +154,17 @@ def stored_sha(cm: Obj | None) -> str | None:
     return str(((cm or {}).get("data") or {}).get(CHECKSUM_KEY) or "") or None
 
 
-def _holds_a_state(cm: Obj) -> bool:
-    """Both data keys, the checksum matching a document naming its schema and namespace: only
-    this tool writes that, so such a ConfigMap is ours whatever its labels say."""
+def _document(cm: Obj) -> dict[str, Any] | str:
+    """The document a ConfigMap's data holds under its checksum, or what is wrong with it."""
     data = cm.get("data") or {}
     text = data.get(STATE_KEY)
-    if not isinstance(text, str) or data.get(CHECKSUM_KEY) != checksum(text):
-        return False
+    if not isinstance(text, str):
+        return f"has no {STATE_KEY} key"
+    if data.get(CHECKSUM_KEY) != checksum(text):
+        return f"does not match its checksum ({CHECKSUM_KEY}): it was edited by hand or corrupted"
     try:
         document = json.loads(text)
     except ValueError:
-        return False
-    return isinstance(document, dict) and {"schema", "namespace"} <= document.keys()
+        return f"holds invalid JSON in {STATE_KEY}"
+    return document if isinstance(document, dict) else (
+        f"holds JSON that is not an object in {STATE_KEY}")

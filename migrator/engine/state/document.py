@@ -95,8 +95,7 @@ def _records(rows: Any) -> list[StepRecord]:
 
 
 def _extends(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """`new` is `old` with more labels (phase 1 again with `--prepare-for`): the same
-    originals for every key `old` recorded, and more keys."""
+    """`new` is `old` with more labels (phase 1 again with `--prepare-for`), same originals."""
     if new.get("type") != old.get("type") or new.get("type") != "set-labels":
         return False
     keys = ("meta_before", "template_before", "meta_after", "template_after")

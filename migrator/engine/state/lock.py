@@ -1,7 +1,9 @@
-"""The run lock's data, as ConfigMap annotations: who holds it, since and until when, where it
-runs. It is a lease (its holder counts as alive while the expiry stays in the future), and it
-records where its holder runs (`Process`), so a run that can prove the holder gone (a dead pid
-of this host, a deleted pod: `liveness.py`) takes it over at once instead of after the lease."""
+"""The run lock, as ConfigMap annotations: a lease (its holder counts as alive while the expiry
+is in the future) that records where its holder runs (`Process`), so a run that can prove the
+holder gone takes it over at once instead of after the lease. Proof, never a guess: on this very
+host (same host, boot and pid namespace) its pid no longer runs, is a zombie or is a later
+process (/proc/<pid>/stat field 22); in a cluster its pod is gone, stopped or (this very pod in
+another pid namespace) restarted. Anything else is None, maybe alive. Nothing is signalled."""
 
 from __future__ import annotations
 
@@ -9,8 +11,13 @@ import getpass
 import json
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from migrator.errors import MigrateError
 
 HOLDER = "dcgm-migrate/lock-holder"
 EXPIRES = "dcgm-migrate/lock-expires"
@@ -19,15 +26,14 @@ RENEWED = "dcgm-migrate/lock-renewed"  # the holder's last renewal (absent befor
 PROCESS = "dcgm-migrate/lock-process"  # where the holder runs (`Process`, as JSON)
 KEYS = (HOLDER, EXPIRES, ACQUIRED, RENEWED, PROCESS)
 
-# A holder renews every quarter lease (30 s of 120 s): one silent for half of it has missed two
-# renewals, so `unlock` without --force only refuses a lock renewed more recently than this.
+# A holder renews every quarter lease (30 s of 120 s): one silent for half of it missed two, so
+# `unlock` without --force only refuses a lock renewed more recently than this.
 RENEWING_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class Process:
-    """Where a lock's holder runs: host, pid and its start time (a reused pid is not the
-    holder), boot and pid namespace, pod. None: not known here (nothing judged from it)."""
+    """Where a lock's holder runs (a reused pid is not the holder); None: not known here."""
 
     host: str
     pid: int
@@ -67,8 +73,7 @@ def _text(value: object) -> str | None:
 
 @dataclass(frozen=True)
 class Lock:
-    """A lock this process holds; `taken_over_from`/`taken_over`: the holder and lock it
-    replaced, `gone`: why that holder was known gone before its lock expired."""
+    """A lock this process holds; `taken_over*`: what it replaced, `gone`: why before expiry."""
 
     holder: str
     acquired: datetime
@@ -94,10 +99,10 @@ class LockInfo:
     def live(self, now: datetime) -> bool:
         return self.expires is not None and self.expires > now
 
-    def renewing(self, now: datetime, within: float = RENEWING_SECONDS) -> bool:
-        """Live and renewed (or taken) within `within` seconds: its holder is running now."""
+    def renewing(self, now: datetime) -> bool:
+        """Live and renewed (or taken) within RENEWING_SECONDS: its holder is running now."""
         return self.live(now) and self.renewed is not None and (
-            (now - self.renewed).total_seconds() <= within)
+            (now - self.renewed).total_seconds() <= RENEWING_SECONDS)
 
 
 def format_time(moment: datetime) -> str:
@@ -150,16 +155,13 @@ def annotations_for(lock: Lock) -> dict[str, str]:
 
 def takeover_message(lock: Lock) -> str | None:
     """What a run says when its lock replaced another's (None: it did not)."""
-    if not lock.taken_over_from:
+    old = lock.taken_over  # set with `taken_over_from`, its holder
+    if old is None:
         return None
-    old = lock.taken_over
     if lock.gone:
-        until = f" (its lease ran until {format_time(old.expires)})" if old and old.expires \
-            else ""
+        until = f" (its lease ran until {format_time(old.expires)})" if old.expires else ""
         return (f"took over the lock of {lock.taken_over_from} at once: {lock.gone}, so its "
                 f"run is gone{until}")
-    if old is None:
-        return f"took over the expired lock of {lock.taken_over_from}"
     if old.expires is None:
         return (f"took over the lock of {lock.taken_over_from}, whose expiry could not be read "
                 "(counted as expired)")
@@ -174,11 +176,124 @@ def is_ours(info: LockInfo | None, lock: Lock) -> bool:
         lock.holder, format_time(lock.acquired))
 
 
-def default_holder(pod: str | None = None) -> str:
+PROC = Path("/proc")
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+STOPPED_PHASES = ("Succeeded", "Failed")
+
+PodLookup = Callable[[str, str], Mapping[str, Any] | None]  # (namespace, name) → pod or None
+
+
+def parse_stat(text: str) -> tuple[str, int]:
+    """(state, start in clock ticks) from /proc/<pid>/stat, after the last `)` of the name."""
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[19])  # field 3 is fields[0]; field 22 is fields[19]
+
+
+def read_stat(pid: int, proc: Path = PROC) -> tuple[str, int] | None:
+    """(state, start) of a running pid, or None when no such process exists."""
+    try:
+        return parse_stat((proc / str(pid) / "stat").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, IndexError):
+        raise LookupError(pid) from None  # unreadable: nothing can be judged from it
+
+
+def read_text(path: Path, link: bool = False) -> str | None:
+    """A file's stripped text (or a link's target); None when it cannot be read."""
+    try:
+        return os.readlink(path) if link else path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def pod_of_this_process(env: Mapping[str, str] | None = None,
+                        service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
+    """`namespace/name` of the pod this run is, or None outside a cluster."""
+    environ = os.environ if env is None else env
+    in_cluster = bool(environ.get("KUBERNETES_SERVICE_HOST"))
+    name = environ.get("POD_NAME") or (socket.gethostname() if in_cluster else "")
+    namespace = environ.get("POD_NAMESPACE") or (read_text(service_account) if in_cluster else None)
+    return f"{namespace}/{name}" if name and namespace else None
+
+
+def this_process(proc: Path = PROC, pod: str | None = None) -> Process:
+    """This run, as a lock records it."""
+    try:
+        stat = read_stat(os.getpid(), proc)
+    except LookupError:
+        stat = None
+    return Process(socket.gethostname(), os.getpid(), stat[1] if stat else None,
+                   read_text(proc / "sys" / "kernel" / "random" / "boot_id"),
+                   read_text(proc / "self" / "ns" / "pid", link=True), pod)
+
+
+def default_holder() -> str:
     """`user@host pid N`, and `(pod namespace/name)` in a pod: enough to find the run."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    pod = pod_of_this_process()
     where = f" (pod {pod})" if pod else ""
     return f"{user}@{socket.gethostname()} pid {os.getpid()}{where}"
+
+
+def gone_from_this_host(holder: Process, here: Process, proc: Path = PROC) -> str | None:
+    """Why a holder that ran on this host is gone, or None (alive, or not this host's)."""
+    if not holder.same_pids(here) or (holder.pid, holder.started) == (here.pid, here.started):
+        return None
+    try:
+        stat = read_stat(holder.pid, proc)
+    except LookupError:
+        return None
+    where = f"pid {holder.pid} on {holder.host}"
+    if stat is None:
+        return f"its process ({where}) no longer runs"
+    state, started = stat
+    if state in ("Z", "X"):
+        return f"its process ({where}) has exited"
+    if holder.started is not None and started != holder.started:
+        return f"{where} is another process now (started after the holder's)"
+    return None
+
+
+def gone_from_the_cluster(holder: Process, here: Process, pod: PodLookup | None) -> str | None:
+    """Why a holder that ran in a pod is gone, or None (its pod runs, or cannot be read)."""
+    if holder.pod is None or "/" not in holder.pod:
+        return None
+    if holder.pod == here.pod:  # this very pod, in another pid namespace: a restart
+        restarted = None not in (holder.pidns, here.pidns) and holder.pidns != here.pidns
+        return f"pod {holder.pod} restarted its container since" if restarted else None
+    if pod is None:
+        return None
+    namespace, name = holder.pod.split("/", 1)
+    try:
+        found = pod(namespace, name)
+    except MigrateError:  # forbidden, unreachable: nothing proven
+        return None
+    if found is None:
+        return f"its pod {holder.pod} no longer exists"
+    phase = str((found.get("status") or {}).get("phase") or "")
+    return f"its pod {holder.pod} has stopped ({phase})" if phase in STOPPED_PHASES else None
+
+
+class HolderCheck:
+    """`check(info)`: why the lock's holder is provably gone, or None when it may be alive."""
+
+    def __init__(self, pod: PodLookup | None = None, here: Process | None = None,
+                 proc: Path = PROC) -> None:
+        self._pod, self._here, self._proc = pod, here, proc
+
+    @property
+    def here(self) -> Process:
+        if self._here is None:
+            self._here = this_process(self._proc, pod_of_this_process())
+        return self._here
+
+    def __call__(self, info: LockInfo | None) -> str | None:
+        if info is None or info.process is None:
+            return None
+        holder = info.process
+        return (gone_from_this_host(holder, self.here, self._proc)
+                or gone_from_the_cluster(holder, self.here, self._pod))

@@ -1,22 +1,26 @@
 """Guarded load/save of the state document and the run lock on the state ConfigMap: every write
-is a create or a PUT carrying the resourceVersion last seen, so racing runs cannot both win and
-a save never overwrites a change it has not seen (after a 409: retried if only metadata moved
-and nobody else holds the lock, else `StateConflict` or `LockHeld`). Locking where no ConfigMap
-exists creates it holding `{}`, "no state yet" (`load` returns None)."""
+is a create or a PUT on the resourceVersion last seen, so racing runs cannot both win (after a
+409: retried if only metadata moved and nobody else holds the lock, else `StateConflict` or
+`LockHeld`). Locking where no ConfigMap exists creates it holding `{}` ("no state yet").
+`RunSession`: one run's hold on it (lock taken on entry, renewed by `heartbeat`, released)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
+from types import TracebackType
 from typing import Any
 
 from migrator.engine.clock import Clock, SystemClock
+from migrator.engine.progress import Listener
 from migrator.engine.state import configmap as cmap
 from migrator.engine.state import lock as locking
-from migrator.engine.state.liveness import HolderCheck
-from migrator.engine.state.lock import Lock
+from migrator.engine.state.document import State
+from migrator.engine.state.lock import HolderCheck, Lock, format_time, takeover_message
 from migrator.errors import APIConflict, APINotFound, LockHeld, MigrateError, StateConflict
+from migrator.errors import Interrupted as Interrupted
 from migrator.kube import Kube
 from migrator.model import kinds
 from migrator.model.stacks import Common, Label, load_catalog
@@ -34,6 +38,11 @@ def _version(cm: Obj) -> str:
     return str(cm["metadata"]["resourceVersion"])
 
 
+def _matches(sha: str | None, expected_sha: str | None) -> bool:
+    return sha is not None and (
+        sha == expected_sha or (expected_sha is None and sha == cmap.EMPTY_SHA))
+
+
 class ConfigMapState(cmap.ConfigMapFormat):
     """The store's logic, over any backend that behaves like the API for one ConfigMap."""
 
@@ -42,20 +51,17 @@ class ConfigMapState(cmap.ConfigMapFormat):
         super().__init__(backend, managed_by)
         self._clock = clock
         self._holders = holders or HolderCheck()
-        # Each call is atomic for this store (the guard's loops, tests racing two runs on it).
-        self._mu = threading.RLock()
+        self.holder_gone = self._holders  # (info): why its holder is provably gone, or None
+        self._mu = threading.RLock()  # each call is atomic for this store
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
-        # (resourceVersion, checksum) of the document last handed out by `load` or `save`: the
-        # version a caller saves on next. Our lock writes move the version, not the document.
+        # (resourceVersion, checksum) last handed out by `load` or `save`: what a caller saves
+        # on next (our lock writes move the version, not the document)
         self._handed: tuple[str, str] | None = None
         self._held: Lock | None = None
 
     def _hand_out(self, cm: Obj, document: dict[str, Any]) -> cmap.StoredState:
-        """The document at `cm`'s version, remembered as the one the caller saves on next."""
         self._handed = (_version(cm), cmap.stored_sha(cm) or "")
         return cmap.StoredState(document, _version(cm))
-
-    # ---- the document -----------------------------------------------------------------
 
     def load(self) -> cmap.StoredState | None:
         """The saved document, or None when there is none yet (or only a lock)."""
@@ -81,8 +87,16 @@ class ConfigMapState(cmap.ConfigMapFormat):
             raise ValueError(f"state document of {len(text)} bytes exceeds the ConfigMap limit")
         sha = cmap.checksum(text)
         with self._mu:
-            expected_sha = self._expected_sha(expected_version)
-            base = self._base(expected_version, expected_sha)
+            # The checksum of the document at the caller's version (None: no state; "": a
+            # version not handed out here, where only an exact resourceVersion will do).
+            expected_sha = None if expected_version is None else (
+                self._handed[1] if self._handed and self._handed[0] == expected_version else "")
+            # Our last view serves if its document is the one expected (only our lock writes
+            # moved it since); else it is read again as after a 409 (None: create it).
+            base = self._seen
+            if (base is None and expected_version is not None) or (
+                    base is not None and not _matches(cmap.stored_sha(base), expected_sha)):
+                base = self._reread_for_save(expected_sha, expected_version)
             for _ in range(_ROUNDS):
                 try:
                     if base is None:
@@ -100,40 +114,13 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 return self._hand_out(written, json.loads(text))
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} kept changing under this run.",
-                "make sure no other dcgm-migrate run or controller edits it, then run again",
-            )
-
-    def _expected_sha(self, expected_version: str | None) -> str | None:
-        """The checksum of the document the caller's version refers to (None: no state; "":
-        a version this store did not hand out, where only an exact resourceVersion will do)."""
-        if expected_version is None:
-            return None
-        if self._handed is not None and self._handed[0] == expected_version:
-            return self._handed[1]
-        return ""
-
-    @staticmethod
-    def _matches(sha: str | None, expected_sha: str | None) -> bool:
-        return sha is not None and (
-            sha == expected_sha or (expected_sha is None and sha == cmap.EMPTY_SHA))
-
-    def _base(self, expected_version: str | None, expected_sha: str | None) -> Obj | None:
-        """The ConfigMap to write over (None: create it). Our last view serves when its
-        document is the one expected (only our own lock writes can have moved it since);
-        otherwise it is read again and checked as after a 409."""
-        seen = self._seen
-        if seen is not None and self._matches(cmap.stored_sha(seen), expected_sha):
-            return seen
-        if seen is None and expected_version is None:
-            return None
-        return self._reread_for_save(expected_sha, expected_version)
+                "make sure no other dcgm-migrate run or controller edits it, then run again")
 
     def _reread_for_save(
         self, expected_sha: str | None, expected_version: str | None, saving: str | None = None
     ) -> Obj | None:
         """Before a write we cannot vouch for, or after a 409: the ConfigMap to write over
-        (None: create it), or the reason not to. `saving` is the checksum being saved:
-        finding it there means our own earlier attempt landed."""
+        (None: create it), or why not. Finding `saving` there: our earlier attempt landed."""
         current = self._cm.get()
         self._seen = None
         if current is None:
@@ -141,13 +128,11 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 raise StateConflict(
                     f"ConfigMap {self._cm.where} was deleted while this run held its lock.",
                     "someone reset the migration state; run `dcgm-migrate status -n "
-                    f"{self._cm.namespace}` and decide",
-                )
+                    f"{self._cm.namespace}` and decide")
             if expected_sha is not None and expected_sha != cmap.EMPTY_SHA:
                 raise StateConflict(
                     f"The state in ConfigMap {self._cm.where} was deleted by someone else.",
-                    f"run `dcgm-migrate status -n {self._cm.namespace}` and start again",
-                )
+                    f"run `dcgm-migrate status -n {self._cm.namespace}` and start again")
             return None
         self._decode(current)
         self._seen = current
@@ -159,25 +144,17 @@ class ConfigMapState(cmap.ConfigMapFormat):
         if self._held is not None and not held_by_us:
             raise self._lost_lock(StateConflict, "removed or taken over", "ConfigMap ")
         current_sha = cmap.stored_sha(current)
-        if not (self._matches(current_sha, expected_sha) or _version(current) == expected_version
+        if not (_matches(current_sha, expected_sha) or _version(current) == expected_version
                 or current_sha == saving):
             raise StateConflict(
                 f"The state in ConfigMap {self._cm.where} was changed by another run since "
                 "this run read it.",
                 f"run `dcgm-migrate status -n {self._cm.namespace}` to see the current state, "
-                "then the command again",
-            )
+                "then the command again")
         return current
 
-    # ---- the lock ---------------------------------------------------------------------
-
-    def holder_gone(self, info: locking.LockInfo | None) -> str | None:
-        """Why the holder of this lock is provably gone, or None when it may be alive."""
-        return self._holders(info)
-
     def check_free(self) -> None:
-        """LockHeld now when another run that may be alive holds the lock (what `apply` and
-        `rollback` check before warnings or questions; `acquire_lock` takes it later)."""
+        """LockHeld now when another run that may be alive holds it (before any question)."""
         with self._mu:
             info = self.lock_info()
             if info is not None and info.live(self._clock.now()) and self._held is None \
@@ -205,9 +182,12 @@ class ConfigMapState(cmap.ConfigMapFormat):
                      "another run may be migrating: see `dcgm-migrate status -n "
                      f"{self._cm.namespace}` before going on")
 
+    def _kept_changing(self, error: type[LockHeld | StateConflict], verb: str,
+                       fix: str) -> MigrateError:
+        return error(f"Could not {verb} the lock on {self._cm.where}: it kept changing.", fix)
+
     def _put_lock(self, current: Obj | None, lock: Lock | None) -> bool:
-        """Write `lock`'s annotations (None: no lock) over `current`, keeping the others, or
-        create the ConfigMap holding `{}` (`current` None). False on a conflict (read again)."""
+        """Write `lock`'s annotations over `current` (None: create it); False on a conflict."""
         annotations = locking.annotations_for(lock) if lock is not None else {}
         try:
             if current is None:
@@ -227,8 +207,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
         return True
 
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
-        """Take the lock; LockHeld when another run that may be alive holds it. An expired
-        lock is taken over, and so is a live one whose holder is provably gone (`liveness`)."""
+        """Take the lock (an expired one, or one whose holder is provably gone, taken over);
+        LockHeld when another run that may be alive holds it."""
         here = self._holders.here
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
@@ -239,8 +219,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 gone = None
                 if current is not None:
                     if tried is not None and locking.is_ours(info, tried):
-                        # That attempt landed but its answer was lost; the retry's 409 was our
-                        # own write, not another run's lock.
+                        # it landed, its answer lost: the retry's 409 was our own write
                         self._seen, self._held = current, tried
                         return tried
                     self._check_ours(current)
@@ -256,10 +235,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 if self._put_lock(current, tried):
                     self._held = tried
                     return tried
-            raise LockHeld(
-                f"Could not take the lock on {self._cm.where}: it kept changing.",
-                "another run is starting at the same moment; run the command again",
-            )
+            raise self._kept_changing(LockHeld, "take", "another run is starting at the same "
+                                      "moment; run the command again")
 
     def renew_lock(self, lock: Lock) -> Lock:
         """Push the expiry out by the lock's TTL; LockHeld if the lock is no longer ours."""
@@ -277,10 +254,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 if self._put_lock(current, renewed):
                     self._held = renewed
                     return renewed
-            raise LockHeld(
-                f"Could not renew the lock on {self._cm.where}: it kept changing.",
-                f"run `dcgm-migrate status -n {self._cm.namespace}` before going on",
-            )
+            raise self._kept_changing(LockHeld, "renew", f"run `dcgm-migrate status -n "
+                                      f"{self._cm.namespace}` before going on")
 
     def release_lock(self, lock: Lock) -> None:
         """Drop the lock if it is still ours (someone else's lock is left alone)."""
@@ -307,10 +282,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
                     if self._held is not None and locking.is_ours(info, self._held):
                         self._held = None
                     return info.holder
-            raise StateConflict(
-                f"Could not remove the lock on {self._cm.where}: it kept changing.",
-                "a run is active right now; stop it first",
-            )
+            raise self._kept_changing(StateConflict, "remove",
+                                      "a run is active right now; stop it first")
 
 
 StateStore = ConfigMapState  # what the commands and the run session type a store as
@@ -325,3 +298,63 @@ class ConfigMapStateStore(ConfigMapState):
         super().__init__(cmap.KubeConfigMap(kube, namespace, common.state_configmap),
                          common.managed_by, clock or SystemClock(),
                          HolderCheck(pod=lambda ns, name: kube.get(kinds.POD, name, ns)))
+
+
+LOCK_TTL_SECONDS = 120.0
+
+
+class RunSession:
+    """The store, lock and document version of one apply or rollback (a context manager)."""
+
+    def __init__(self, store: StateStore, *, version: str | None, holder: str, clock: Clock,
+                 listener: Listener, ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
+        self.store: StateStore = store
+        self._version = version
+        self._holder = holder
+        self._clock = clock
+        self._listener = listener
+        self._ttl = ttl_seconds
+        self._lock: Lock | None = None
+        self._renewed = clock.monotonic()
+        self._state: State | None = None  # the document as this run last saved it
+
+    def __enter__(self) -> RunSession:
+        self._lock = self.store.acquire_lock(self._holder, self._ttl)
+        self._renewed = self._clock.monotonic()
+        said = takeover_message(self._lock)  # expired, or its expiry unreadable
+        if said:
+            self._listener.message(said)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._lock is None:
+            return
+        stopped = isinstance(error, KeyboardInterrupt)  # Ctrl-C, SIGTERM (errors.Interrupted)
+        if stopped and self._state is not None:  # the history says by what (if it can be saved)
+            name = error.name if isinstance(error, Interrupted) else "SIGINT"
+            self._state.log("interrupted", signal=name)
+            with contextlib.suppress(MigrateError):
+                self.save(self._state)
+        released = False
+        with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
+            self.store.release_lock(self._lock)  # run's own outcome
+            released = True
+        if stopped:
+            self._listener.message(
+                "interrupted: the run's lock is released" if released else
+                "interrupted: the run's lock could not be released; it expires at "
+                f"{format_time(self._lock.expires)}")
+        self._lock = None
+
+    def save(self, state: State) -> None:
+        """Write `state` on the version this run last saw (StateConflict if anyone else wrote)."""
+        self._version = self.store.save(state.to_document(),
+                                        expected_version=self._version).version
+        self._state = state
+
+    def heartbeat(self) -> None:
+        """Renew the lock when a quarter of its TTL has passed since the last renewal."""
+        if self._lock is not None and self._clock.monotonic() - self._renewed > self._ttl / 4:
+            self._lock = self.store.renew_lock(self._lock)
+            self._renewed = self._clock.monotonic()

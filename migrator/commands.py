@@ -313,7 +313,7 @@ def status(session: Session) -> StatusReport:
 
 def unlock(session: Session, force: bool = False) -> UnlockReport:
     """Remove the run lock; a live run's (still renewed, holder not provably gone:
-    engine/state/liveness.py) is refused (LockHeld) unless `force`."""
+    engine/state/lock.py) is refused (LockHeld) unless `force`."""
     info = session.store.lock_info()
     now = session.clock.now()
     gone = session.store.holder_gone(info)

@@ -10,11 +10,11 @@ from typing import Any
 from migrator.model import gates as g
 from migrator.model import halfrolls, labelmarks
 from migrator.model import objects as o
-from migrator.model.croverrides import cr_overrides
 from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.halfrolls import cost, in_place_steps, rolling_because
 from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.stackchange import cr_overrides
 from migrator.model.stacks import Component
 from migrator.model.steps import (
     HoldStrategy,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from migrator.engine.locate import daemonset_names, namespace_check
 from migrator.errors import APIForbidden
-from migrator.model import crconflict, kinds
+from migrator.model import kinds, stackchange
 from migrator.model.gates import GateResult
 from migrator.model.kinds import Kind
 from migrator.model.snapshot import Snapshot
@@ -140,9 +140,9 @@ def operator_cr_checks(kube: Kube, apis: dict[str, bool]) -> list[GateResult]:
         return []
     snap = Snapshot("", cluster_policies=tuple(kube.list(kinds.CLUSTER_POLICY).items),
                     gpu_clusters=tuple(kube.list(kinds.GPU_CLUSTER).items))
-    found = crconflict.findings(snap)
+    found = stackchange.findings(snap)
     if not found:
-        return [GateResult(crconflict.CHECK, True, "at most one kind of GPU Operator CR, or "
+        return [GateResult(stackchange.CHECK, True, "at most one kind of GPU Operator CR, or "
                            "a release that reconciles both")]
     return [f.gate() for f in found]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from migrator.model import crconflict, halfrolls, labelmarks, monitoring, scrapechecks
 from migrator.model import gates as g
+from migrator.model import halfrolls, labelmarks, monitoring, scrapechecks, stackchange
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import Answers, Finding, Fixes, Need, Remedy, Verdict, alive, named
@@ -266,7 +266,7 @@ def verdict(snapshot: Snapshot, catalog: Catalog, answers: Answers, *,
             "dcgm-found", f"Namespace/{snapshot.namespace}", False,
             "no GPU Operator DCGM DaemonSet runs in this namespace",
             "pass the GPU Operator's namespace with -n"),))
-    findings: list[Finding] = crconflict.findings(snapshot)
+    findings: list[Finding] = stackchange.findings(snapshot)
     needs = _needs(snapshot, catalog, present)
     for need in needs:
         findings += _name_findings(snapshot, need, fixes, allowed_foreign)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from migrator.errors import UsageError
-from migrator.model import crconflict
 from migrator.model import stackchange as sc
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import load_catalog
@@ -93,7 +92,7 @@ def test_both_crs_refused_already_is_refused_with_the_delete_of_the_new_one() ->
                                                       error=REFUSED),))
     with pytest.raises(UsageError) as refused:
         sc.plan(snap, CATALOG, "gpucluster", NEW_GC, "cp")
-    assert crconflict.STALLED in refused.value.message
+    assert sc.STALLED in refused.value.message
     assert "kubectl delete gpuclusters gpu-cluster" in refused.value.hint
 
 
@@ -124,17 +123,17 @@ def test_the_verdict_is_red_only_when_the_operator_refuses_the_pair() -> None:
                                           '"gpu-cluster" detected; ClusterPolicy and GPUCluster '
                                           "cannot co-exist"))
     gc = cr("GPUCluster", "gpu-cluster", error=REFUSED, created="2026-02-01T00:00:00Z")
-    [red] = crconflict.findings(snapshot((cp,), (gc,)))
+    [red] = sc.findings(snapshot((cp,), (gc,)))
     assert not red.ok and red.subject == "GPUCluster/gpu-cluster"
-    assert red.detail.startswith(crconflict.STALLED)
+    assert red.detail.startswith(sc.STALLED)
     assert "ClusterPolicy/cp" in red.detail and "GPUCluster/gpu-cluster" in red.detail
     assert "kubectl delete gpuclusters gpu-cluster" in red.fix
     assert "--delete-cr cp" in red.fix
     # a release that reconciles both (each Ready, none refused): not this check's business
     both_ready = snapshot((cr("ClusterPolicy", "cp", ready=True),),
                           (cr("GPUCluster", "gpu-cluster", ready=True),))
-    assert crconflict.findings(both_ready) == []
-    assert crconflict.findings(snapshot((cp,))) == []
+    assert sc.findings(both_ready) == []
+    assert sc.findings(snapshot((cp,))) == []
 
 
 def test_selector_patch_leaves_exactly_the_wanted_selector() -> None:

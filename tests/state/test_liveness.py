@@ -1,4 +1,4 @@
-"""Is a lock's holder provably gone (engine/state/liveness.py): /proc/<pid>/stat read with a
+"""Is a lock's holder provably gone (engine/state/lock.py): /proc/<pid>/stat read with a
 command name that holds spaces and parentheses, the pod this run is (downward API, service
 account, host name), and a holder that ran in a pod judged by that pod — gone when it no
 longer exists or has stopped, maybe alive when it runs or cannot be read; nothing is judged

@@ -1,4 +1,4 @@
-"""The run session (engine/state/session.py): the lock around a run, saves on the version last
+"""The run session (engine/state/store.py): the lock around a run, saves on the version last
 seen, the lock heartbeat on the injected clock, and the ConfigMap's name and label taken from
 the catalog (plans/common.yaml)."""
 

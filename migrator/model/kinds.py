@@ -68,6 +68,11 @@ RESOURCE_CLAIM_TEMPLATE = Kind("resource.k8s.io", "v1", "resourceclaimtemplates"
                                "ResourceClaimTemplate", True)
 RESOURCE_CLAIM = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, (), True)
 
-ALL: tuple[Kind, ...] = tuple(k for k in list(globals().values()) if isinstance(k, Kind))
+ALL: tuple[Kind, ...] = (
+    NAMESPACE, NODE, POD, SERVICE, CONFIGMAP, EVENT, DAEMONSET, CONTROLLER_REVISION,
+    ENDPOINTSLICE, CLUSTER_POLICY, GPU_CLUSTER, SERVICE_MONITOR, POD_MONITOR, PROMETHEUS, CRD,
+    SELF_SUBJECT_ACCESS_REVIEW, SUBJECT_ACCESS_REVIEW, LEASE, RESOURCE_CLAIM_TEMPLATE,
+    RESOURCE_CLAIM,
+)
 BY_KEY: dict[str, Kind] = {k.key: k for k in ALL}
 BY_KIND: dict[str, Kind] = {k.kind: k for k in ALL}

@@ -145,6 +145,15 @@ def _label(d: dict[str, Any]) -> Label:
     return Label(str(d["key"]), str(d["value"]))
 
 
+def _component(stack: str, c: dict[str, Any]) -> Component:
+    """One component entry of a plan, by its known keys (others are ignored)."""
+    return Component(stack=stack, component=str(c["component"]), daemonset=str(c["daemonset"]),
+                     app_label=str(c["app_label"]), service=str(c["service"]),
+                     common_label=_label(c["common_label"]),
+                     local_traffic=bool(c.get("local_traffic", False)),
+                     exporter=bool(c.get("exporter", False)), alias=c.get("alias"))
+
+
 def load_catalog() -> Catalog:
     """The shipped plans (package data), parsed on each call: a command loads them once."""
     root = resources.files("migrator.plans")
@@ -153,9 +162,8 @@ def load_catalog() -> Catalog:
         return yamldoc.safe_load(root.joinpath(f"{name}.yaml").read_text())
 
     stacks = tuple(
-        Stack(doc["stack"], Kind(**doc["cr"], namespaced=False), tuple(
-            Component(stack=doc["stack"], **{**c, "common_label": _label(c["common_label"])})
-            for c in doc["components"]))
+        Stack(doc["stack"], Kind(**doc["cr"], namespaced=False),
+              tuple(_component(doc["stack"], c) for c in doc["components"]))
         for doc in map(load, STACK_NAMES))
     common = load("common")
     releases = tuple(

@@ -20,6 +20,7 @@ from migrator.model import aliasing, kinds
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
 from migrator.model.phasestatus import PhaseStatus
+from migrator.model.slices import SERVICE_NAME_LABEL
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
@@ -30,9 +31,6 @@ POLL_SECONDS = 0.5
 # What `keep-service` records of a kept Service's spec, to create it again the same (`_recreated`).
 KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "ports",
              "internalTrafficPolicy", "sessionAffinity")
-
-
-SERVICE_NAME = "kubernetes.io/service-name"
 
 
 class GapMeter:
@@ -50,7 +48,7 @@ class GapMeter:
         now = self._clock.monotonic()
         for service in self._services:
             slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
-                                     label_selector=f"{SERVICE_NAME}={service}").items
+                                     label_selector=f"{SERVICE_NAME_LABEL}={service}").items
             ready = {ep.get("nodeName") or "" for sl in slices for ep in sl.get("endpoints") or []
                      if (ep.get("conditions") or {}).get("ready") in (None, True)}  # absent: ready
             baseline = self.nodes.setdefault(service, set(ready))
@@ -309,10 +307,11 @@ def _serving(run: StackRun) -> None:
 
 
 def finish(run: StackRun, change: sc.ChangePlan) -> None:
-    """The new stack's phases ran (the plan's last step): the change is completed."""
-    step = change.steps[-1]
-    run.steps()[step.id] = {"action": step.action, "kind": step.kind, "name": step.name,
-                            "status": "done", "at": stamp(run.clock.now())}
+    """The new stack's phases ran: the change is completed."""
+    for step in change.steps:
+        if step.action == sc.PHASES:
+            run.steps()[step.id] = {"action": step.action, "kind": step.kind, "name": step.name,
+                                    "status": "done", "at": stamp(run.clock.now())}
     _close(run, COMPLETED, "stack-changed")
 
 

@@ -31,7 +31,11 @@ PHASES: tuple[Phase, ...] = (label, alias, switch)
 
 
 def by_number(number: int) -> Phase:
-    return {module.NUMBER: module for module in PHASES}[number]
+    """The phase numbered `number`; KeyError for a number no phase has."""
+    for module in PHASES:
+        if number == module.NUMBER:
+            return module
+    raise KeyError(number)
 
 
 def numbers() -> tuple[int, ...]:

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from migrator.engine.progress import Listener
+from migrator.engine.progress import (
+    EndpointProgress,
+    Listener,
+    PhaseEvent,
+    RolloutProgress,
+    StepEvent,
+)
 
 # Warnings that count objects and name an example: read again, they name other pods; one kept.
 COUNTED = ("duplicate scraping now", "possible duplicate scraping",
@@ -33,8 +39,6 @@ class Warned(Listener):
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
         self._said: dict[str, str] = {}
-        for event in ("phase", "step", "rollout", "endpoints", "settle", "message"):
-            setattr(self, event, getattr(listener, event))  # passed straight on
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -50,3 +54,21 @@ class Warned(Listener):
         for text in texts:
             self.warning(text)
         return self.warnings
+
+    def phase(self, event: PhaseEvent) -> None:
+        self.listener.phase(event)
+
+    def step(self, event: StepEvent) -> None:
+        self.listener.step(event)
+
+    def rollout(self, progress: RolloutProgress) -> None:
+        self.listener.rollout(progress)
+
+    def endpoints(self, progress: EndpointProgress) -> None:
+        self.listener.endpoints(progress)
+
+    def settle(self, seconds_left: float) -> None:
+        self.listener.settle(seconds_left)
+
+    def message(self, text: str) -> None:
+        self.listener.message(text)

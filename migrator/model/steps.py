@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, cast, get_args
 
 from migrator.model import kinds, labelmarks
@@ -45,8 +45,8 @@ class StepBase:
 
     @property
     def name(self) -> str:
-        """The name of the object the step writes (its kind is `kind`): its first field."""
-        return str(getattr(self, fields(self)[0].name))
+        """The name of the object the step writes (its kind is `kind`)."""
+        raise NotImplementedError
 
     @classmethod
     def id_of(cls, name: str) -> str:
@@ -82,17 +82,24 @@ class StepBase:
         return "fix what the gate names, then run the same command again"
 
 
-
 @dataclass(frozen=True)
 class _OnDaemonSet(StepBase):
     kind: ClassVar[Kind] = kinds.DAEMONSET
     daemonset: str
+
+    @property
+    def name(self) -> str:
+        return self.daemonset
 
 
 @dataclass(frozen=True)
 class _OnService(StepBase):
     kind: ClassVar[Kind] = kinds.SERVICE
     service: str
+
+    @property
+    def name(self) -> str:
+        return self.service
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What the parts of the apply back end outside it work through (engine/loop.py): the phase's
 direction as data (forward records in the steps, rollback in its own undo), the gates the
 post-write wait acts on found by their kind (never by name), and the apply back end as the
-`Applier` that afterwrite and ondelete are typed against. Plain data: no API server."""
+`Applier` that afterwrite and inplace are typed against. Plain data: no API server."""
 
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def test_a_phase_records_its_steps_where_its_direction_keeps_them(direction: Dir
     assert other == []  # forward never touches the undo list, rollback never the steps
 
 
-def test_the_apply_back_end_is_what_afterwrite_and_ondelete_work_through() -> None:
+def test_the_apply_back_end_is_what_afterwrite_and_inplace_work_through() -> None:
     backend = Apply(offline_run(), State(NS), 1)
-    context: Applier = backend  # checked by mypy: afterwrite and ondelete need no more
+    context: Applier = backend  # checked by mypy: afterwrite and inplace need no more
     assert context.result.writes == 0
 
 

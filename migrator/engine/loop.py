@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from migrator import phases
 from migrator.engine.clock import Clock
@@ -40,7 +40,8 @@ class Action(Enum):
     UNDO = "undo"  # rolled back from what it wrote
 
 
-class Retirement(NamedTuple):
+@dataclass(frozen=True)
+class Retirement:
     """A recorded step the cluster no longer describes, kept with `status` (model/retiring.py)."""
 
     step_id: str

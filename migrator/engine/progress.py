@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan
@@ -19,7 +18,8 @@ class RolloutProgress:
     eta_seconds: float | None = None  # at the pace so far; None until a pod was updated
 
 
-class EndpointProgress(NamedTuple):
+@dataclass(frozen=True)
+class EndpointProgress:
     service: str
     ready: int
     baseline: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from migrator.errors import MigrateError
 from migrator.model.gates import GateResult
@@ -98,7 +98,8 @@ class Closing:
         return f"{self.subject}: {'OK' if self.ok else 'NOT OK'} — {self.detail}"
 
 
-class Target(NamedTuple):
+@dataclass(frozen=True)
+class Target:
     context: str
     server: str
     namespace: str
@@ -153,14 +154,16 @@ class LockView:
     gone: str | None  # why its holder is provably gone, or None
 
 
-class RollbackStep(NamedTuple):
+@dataclass(frozen=True)
+class RollbackStep:
     object: str
     type: str
     status: str  # to-do | intent | done | skipped
     changes: tuple[Change, ...]
 
 
-class RollbackPhase(NamedTuple):
+@dataclass(frozen=True)
+class RollbackPhase:
     phase: int
     name: str
     status: PhaseStatus

@@ -257,13 +257,14 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             raise UsageError(f"Phase {request.phase} was never applied here, so there is nothing "
                              "to roll back.",
                              "run `dcgm-migrate status` to see which phases are done")
+        if not request.dry_run:  # a dry run asks no question and takes no lock
+            session.store.check_free()  # someone else's run: refused before the question
         before = assemble.build(snap, session.catalog, state, request.settings.options,
                                 forward=False)
         told = Warned(session.listener)
-        if request.dry_run:  # no question, no lock, no state, nothing persisted
+        if request.dry_run:  # nothing persisted
             told.say(before.warnings)
             return _dry_run(session, told, request, snap, state, before, "rollback")
-        session.store.check_free()  # someone else's run: refused before the question
         if not applied:
             # Run again after it finished (or was killed after its last state write): nothing
             # to undo is success; the lock is still taken over and released.

@@ -1,0 +1,116 @@
+"""`change-stack` as plain functions the CLI calls (as `commands` is for the phases): the change
+planned (model/stackchange.py), carried out with its record in the state
+(engine/stackchange.py), the new stack's phases run by `commands.apply`, and its undo."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from migrator import commands
+from migrator.commands import RunRequest, Session
+from migrator.engine.loop import RunSettings
+from migrator.engine.reads import read_snapshot
+from migrator.engine.reports import RunReport
+from migrator.engine.stackchange import (
+    COMPLETED,
+    IN_PROGRESS,
+    GapMeter,
+    StackRun,
+    begin,
+    execute,
+    finish,
+    rollback,
+)
+from migrator.engine.state import RunSession, State, default_holder
+from migrator.errors import UsageError
+from migrator.model import stackchange as sc
+from migrator.model.planning import Options
+
+
+@dataclass(frozen=True)
+class StackRequest:
+    """What `change-stack` was asked (bounds in seconds)."""
+
+    target: str
+    new_cr: Mapping[str, Any]
+    delete_cr: str | None
+    timeout: float
+    max_gap: float
+    settle: float
+
+
+@dataclass(frozen=True)
+class StackOutcome:
+    """A change's plan, its record, and the new stack's report when it stopped at a gate."""
+
+    change: sc.ChangePlan
+    record: dict[str, Any] | None
+    stopped: RunReport | None = None
+
+
+def _state(session: Session) -> tuple[State, str | None]:
+    state, version = commands.load_state(session)
+    return (state or State(session.namespace, clock=session.clock)), version
+
+
+@contextlib.contextmanager
+def _running(session: Session, loaded: tuple[State, str | None], timeout: float,
+             max_gap: float) -> Iterator[StackRun]:
+    """A stack run under the run lock, saving `loaded`'s state as it goes."""
+    state, version = loaded
+    with RunSession(session.store, version=version, holder=default_holder(),
+                    clock=session.clock, listener=session.listener) as rs:
+        yield StackRun(session.kube, session.namespace, session.catalog, session.clock,
+                       session.listener, state, rs.save, timeout=timeout, max_gap=max_gap)
+
+
+def plan(session: Session, request: StackRequest) -> StackOutcome:
+    """The change as it would run now, with what a stopped run did (not `observe`: a resumed
+    change may find no DaemonSet)."""
+    snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
+    change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
+                     request.delete_cr)
+    recorded = _state(session)[0].stack_change
+    return StackOutcome(change, recorded if (recorded or {}).get("to") == change.target else None)
+
+
+def change_stack(session: Session, request: StackRequest,
+            confirm: Callable[[sc.ChangePlan], bool]) -> StackOutcome:
+    """Carry the change out (resuming a stopped one), then run the new stack's phases 1-3."""
+    change = plan(session, request).change
+    if not confirm(change):
+        raise UsageError("Aborted at the question.", commands.ABORTED_HINT)
+    with _running(session, _state(session), request.timeout, request.max_gap) as run:
+        state = run.state
+        record = begin(state, change, state.stamp())
+        run.meter = GapMeter(session.kube, session.namespace, sc.stable_names(session.catalog),
+                             session.clock)
+        run.meter.nodes.update({k: set(v) for k, v in (record.get("baseline") or {}).items()})
+        run.meter.sample()
+        record["baseline"] = {k: sorted(v) for k, v in run.meter.nodes.items()}
+        run.save(state)
+        execute(run, change)
+    report = commands.apply(session, request=RunRequest(phase=3, settings=RunSettings(
+        timeout=request.timeout, settle=request.settle, options=Options())))
+    if not report.ok:
+        return StackOutcome(change, state.stack_change, stopped=report)
+    with _running(session, _state(session), request.timeout, request.max_gap) as run:
+        if run.state.stack_change and run.state.stack_change.get("status") == IN_PROGRESS:
+            finish(run, change)
+    return StackOutcome(change, run.state.stack_change)
+
+
+def rollback_stack(session: Session, timeout: float, max_gap: float
+                   ) -> tuple[list[str], str | None]:
+    """Undo the recorded change: what was undone, and the stack it went back to."""
+    loaded = _state(session)
+    recorded = loaded[0].stack_change or {}
+    if recorded.get("status") not in (IN_PROGRESS, COMPLETED):
+        raise UsageError("No stack change is recorded here, so there is nothing to roll back.",
+                         "`dcgm-migrate status` shows the state")
+    with _running(session, loaded, timeout, max_gap) as run:
+        done = rollback(run)
+    return done, recorded.get("from")

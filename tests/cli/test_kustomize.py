@@ -97,8 +97,13 @@ def test_the_overlay_brings_the_guard_up_in_the_olm_namespace(
 
     pods = sim.wait_for(lambda: ready_guards() if len(ready_guards()) == 2 else [], timeout=60)
     assert {p["spec"]["serviceAccountName"] for p in pods} == {"dcgm-migrate-guard"}
-    deployment = sim.store.find(kinds.DEPLOYMENT, NS, "dcgm-migrate-guard")
-    assert deployment is not None and deployment["status"].get("readyReplicas") == 2
+    # the Deployment controller counts the ready pods on its own next pass, as `kubectl rollout
+    # status` waits for it to
+    def ready_deployment() -> dict[str, Any]:
+        found = sim.store.find(kinds.DEPLOYMENT, NS, "dcgm-migrate-guard")
+        return found if found and found["status"].get("readyReplicas") == 2 else {}
+
+    assert sim.wait_for(ready_deployment, timeout=30)["status"]["replicas"] == 2
     assert sim.store.find(kinds.DEPLOYMENT, "gpu-operator", "dcgm-migrate-guard") is None
     # the Job's pod too, under restricted-v2 with the namespace's first UID (no fixed one)
     def job_pods() -> list[dict[str, Any]]:

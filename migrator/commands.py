@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from migrator import phases
-from migrator.engine import assemble, informer, projecting, recovered, runstatus
+from migrator.engine import assemble, informer, locate, projecting, recovered, runstatus
 from migrator.engine.applying import Apply
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Informer
-from migrator.engine.locate import locate, require_operator_api, require_stack, wrong_namespace
 from migrator.engine.loop import Loop, Run, RunSettings
 from migrator.engine.permissions import preflight_checks
 from migrator.engine.planfile import check_plan_file
@@ -68,6 +67,11 @@ class Session:
         self.store = ConfigMapStateStore(self.kube, self.namespace, self.catalog.common,
                                          self.clock)
 
+    def run_session(self, version: str | None, listener: Listener) -> RunSession:
+        """One run's lock (this process its holder), heartbeat and saves, from `version`."""
+        return RunSession(self.store, version=version, holder=default_holder(),
+                          clock=self.clock, listener=listener)
+
 
 def observe(session: Session, cache: Informer | None = None) -> Snapshot:
     """The namespace as the planner sees it; refused (UsageError) when it is missing or has no
@@ -79,22 +83,17 @@ def observe(session: Session, cache: Informer | None = None) -> Snapshot:
         _refuse_denied_namespace(session, denied)
     if snap.namespace_exists and (snap.daemonsets or _records_steps(session)):
         return snap
-    message, hint = wrong_namespace(session.namespace,
-                                    locate(session.kube, session.catalog, session.namespace),
-                                    session.catalog, server=session.kube.server,
-                                    exists=snap.namespace_exists)
-    raise UsageError(message, hint)
+    raise UsageError(*locate.wrong_namespace(session.kube, session.namespace, session.catalog,
+                                             exists=snap.namespace_exists))
 
 
 def _refuse_denied_namespace(session: Session, denied: APIForbidden) -> NoReturn:
     """A 403 on the first read: a wrong namespace when the DaemonSets run elsewhere, else the
     missing permission itself."""
-    where = locate(session.kube, session.catalog, session.namespace)
-    if not [n for n in where.namespaces if n != session.namespace]:
+    found = locate.denied_namespace(session.kube, session.namespace, session.catalog)
+    if found is None:
         raise denied
-    message, hint = wrong_namespace(session.namespace, where, session.catalog,
-                                    server=session.kube.server, denied=True)
-    raise UsageError(message, hint) from denied
+    raise UsageError(*found) from denied
 
 
 def _records_steps(session: Session) -> bool:
@@ -142,8 +141,7 @@ def _applying(session: Session, told: Warned, cache: Informer, request: RunReque
               state: State, version: str | None) -> Iterator[Apply]:
     """The run session (lock, save, heartbeat) around the apply back end; a run that wrote since
     `state` was loaded makes its first save (before any write) fail."""
-    with RunSession(session.store, version=version, holder=default_holder(),
-                    clock=session.clock, listener=told) as held:
+    with session.run_session(version, told) as held:
         yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
                         session.clock, told, request.settings), state, request.phase)
 
@@ -182,8 +180,8 @@ def apply(session: Session, request: RunRequest) -> RunReport:
                             asdict(request.settings.options))
         state, version = load_state(session)
         before = assemble.build(snap, session.catalog, state, request.settings.options)
-        require_stack(before.stack, bool(before.components), session.namespace)
-        require_operator_api(snap.nvidia_api, session.kube.server)
+        locate.require_stack(before.stack, bool(before.components), session.namespace)
+        locate.require_operator_api(snap.nvidia_api, session.kube.server)
         if state is None:
             recovered.refuse_lost_state(snap, session.catalog, session.namespace)
         told = Warned(session.listener)

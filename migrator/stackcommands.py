@@ -24,7 +24,7 @@ from migrator.engine.stackchange import (
     finish,
     rollback,
 )
-from migrator.engine.state import RunSession, State, default_holder
+from migrator.engine.state import State
 from migrator.errors import UsageError
 from migrator.model import stackchange as sc
 from migrator.model.planning import Options
@@ -61,8 +61,7 @@ def _running(session: Session, loaded: tuple[State, str | None], timeout: float,
              max_gap: float) -> Iterator[StackRun]:
     """A stack run under the run lock, saving `loaded`'s state as it goes."""
     state, version = loaded
-    with RunSession(session.store, version=version, holder=default_holder(),
-                    clock=session.clock, listener=session.listener) as rs:
+    with session.run_session(version, session.listener) as rs:
         yield StackRun(session.kube, session.namespace, session.catalog, session.clock,
                        session.listener, state, rs.save, timeout=timeout, max_gap=max_gap)
 

@@ -88,11 +88,12 @@ def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabout
     return Whereabouts({ns: tuple(sorted(n)) for ns, n in found.items()})
 
 
-def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, server: str,
-                    exists: bool = True, denied: bool = False) -> tuple[str, str]:
+def wrong_namespace(kube: Kube, namespace: str, catalog: Catalog, *, exists: bool = True,
+                    denied: bool = False, where: Whereabouts | None = None) -> tuple[str, str]:
     """(the refusal, the fix) for a namespace that does not exist, holds none of the catalog's
-    DaemonSets, or may not be read (`denied`), naming where they run. The fix's `-n NS` in
-    backticks: the CLI shows it as the whole command line with that option."""
+    DaemonSets, or may not be read (`denied`), naming where they run (`where`, else looked up).
+    The fix's `-n NS` in backticks: the CLI shows it as the whole command line with that option."""
+    where = where or locate(kube, catalog, namespace)
     they, them = "the GPU Operator's DCGM DaemonSets", "none of them"
     if denied:
         head = (f"No GPU Operator DCGM found in namespace {namespace!r}: this identity may "
@@ -102,7 +103,7 @@ def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, ser
                 "DaemonSets this tool migrates runs there")
         they = "they"
     else:
-        head = f"Namespace {namespace!r} does not exist on {server}"
+        head = f"Namespace {namespace!r} does not exist on {kube.server}"
         them = "none of the DaemonSets this tool migrates"
     others = [n for n in where.namespaces if n != namespace]
     if where.forbidden:
@@ -122,10 +123,13 @@ def wrong_namespace(namespace: str, where: Whereabouts, catalog: Catalog, *, ser
             "then pass its namespace with -n")
 
 
-def _elsewhere(kube: Kube, namespace: str, catalog: Catalog, exists: bool = True,
-               where: Whereabouts | None = None, denied: bool = False) -> tuple[str, str]:
-    return wrong_namespace(namespace, where or locate(kube, catalog, namespace), catalog,
-                           server=kube.server, exists=exists, denied=denied)
+def denied_namespace(kube: Kube, namespace: str, catalog: Catalog) -> tuple[str, str] | None:
+    """After a 403 reading `namespace`: `wrong_namespace`'s answer when the DaemonSets run in
+    another namespace (a typo), None when they run nowhere else (a missing permission)."""
+    where = locate(kube, catalog, namespace)
+    if not [n for n in where.namespaces if n != namespace]:
+        return None
+    return wrong_namespace(kube, namespace, catalog, where=where, denied=True)
 
 
 def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
@@ -135,16 +139,16 @@ def namespace_check(kube: Kube, namespace: str, catalog: Catalog) -> GateResult:
         exists = kube.get(kinds.NAMESPACE, namespace) is not None
         held = _held(kube, catalog, namespace) if exists else []
     except APIForbidden:
-        where = locate(kube, catalog, namespace)
-        if not [n for n in where.namespaces if n != namespace]:  # a permission, not a typo
+        found = denied_namespace(kube, namespace, catalog)
+        if found is None:
             return GateResult(name, False, f"namespace {namespace!r} or its DaemonSets cannot "
                               "be read (403 Forbidden); the rbac/ lines name the permission")
-        message, hint = _elsewhere(kube, namespace, catalog, where=where, denied=True)
-        return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
-    if held:
-        return GateResult(name, True, f"holds DaemonSet{'s' if len(held) > 1 else ''} "
-                          f"{', '.join(held)}")
-    message, hint = _elsewhere(kube, namespace, catalog, exists)
+    else:
+        if held:
+            return GateResult(name, True, f"holds DaemonSet{'s' if len(held) > 1 else ''} "
+                              f"{', '.join(held)}")
+        found = wrong_namespace(kube, namespace, catalog, exists=exists)
+    message, hint = found
     return GateResult(name, False, f"{message} Fix: {hint.replace('`', '')}.")
 
 
@@ -158,7 +162,7 @@ def require_dcgm(kube: Kube, namespace: str, catalog: Catalog) -> None:
             return
     except APIForbidden:
         pass  # may not read it: judged by the DaemonSets alone
-    raise UsageError(*_elsewhere(kube, namespace, catalog))
+    raise UsageError(*wrong_namespace(kube, namespace, catalog))
 
 
 def require_stack(stack: str, found: bool, namespace: str) -> None:

@@ -5,6 +5,7 @@ ServiceAccount (docs/guard.yaml) by SubjectAccessReview."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,42 +41,42 @@ STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
                       "GPUCluster": ("gpu-cluster",)}
 
 
+def grants(verbs: str, of: Iterable[Kind], names: Iterable[str | None] = (None,), *,
+           namespaced: bool = True) -> list[Permission]:
+    """Each of `verbs` (space-separated) on each kind `of` and each of its `names`."""
+    return [Permission(v, k, n, namespaced) for k in of for n in names for v in verbs.split()]
+
+
 def required() -> tuple[Permission, ...]:
     """Everything a migration does, and nothing more: writes name their objects wherever RBAC
     can (not create, nor --roll-on-delete's pods); monitors are listed cluster-wide (one in a
     monitoring namespace may scrape these pods)."""
     catalog = load_catalog()
-    ds_names = daemonset_names(catalog)
     svc_names = sorted({n for c in catalog.components for n in (c.service, c.alias) if n})
     aliases = sorted({c.alias for c in catalog.components if c.alias})
     crs = (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER)
-    reads = [Permission(v, k) for k in (kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
-                                        kinds.ENDPOINTSLICE) for v in ("get", "list", "watch")]
     return (
         # The namespace's GET is authorised in that namespace (k8s.io/apiserver requestinfo.go
         # `NewRequestInfo`), so the Role grants it, reaching no other namespace.
-        Permission("get", kinds.NAMESPACE),
-        *(Permission("list", k, namespaced=False) for k in (  # Prometheus: its discovery role
-            kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER, kinds.SERVICE_MONITOR, kinds.POD_MONITOR,
-            kinds.PROMETHEUS)),
-        *reads,
-        Permission("list", kinds.LEASE),  # the verdict's guard-live check
-        *(Permission("patch", kinds.DAEMONSET, n) for n in ds_names),
-        Permission("create", kinds.SERVICE),
-        *(Permission("patch", kinds.SERVICE, n) for n in svc_names),
-        *(Permission("delete", kinds.SERVICE, n) for n in aliases),
-        Permission("list", kinds.CONTROLLER_REVISION),  # phase 1 in place: the proof
-        Permission("watch", kinds.CONTROLLER_REVISION),
-        Permission("patch", kinds.POD),  # phase 1 in place: labels and revision hash
-        Permission("delete", kinds.POD),
-        Permission("create", kinds.CONFIGMAP),
+        *grants("get", [kinds.NAMESPACE]),
+        *grants("list", [*crs, kinds.SERVICE_MONITOR, kinds.POD_MONITOR, kinds.PROMETHEUS],
+                namespaced=False),  # Prometheus: its discovery role
+        *grants("get list watch", [kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
+                                   kinds.ENDPOINTSLICE]),
+        *grants("list", [kinds.LEASE]),  # the verdict's guard-live check
+        *grants("patch", [kinds.DAEMONSET], daemonset_names(catalog)),
+        *grants("create", [kinds.SERVICE]),
+        *grants("patch", [kinds.SERVICE], svc_names),
+        *grants("delete", [kinds.SERVICE], aliases),
+        *grants("list watch", [kinds.CONTROLLER_REVISION]),  # phase 1 in place: the proof
+        *grants("patch delete", [kinds.POD]),  # phase 1 in place: labels and revision hash
+        *grants("create", [kinds.CONFIGMAP]),
         # change-stack: the new CR created, the old one deleted by name (the Helm chart's
         # names and the samples'; docs/rbac.yaml says to add yours)
-        *(Permission("create", k, namespaced=False) for k in crs),
-        *(Permission("delete", k, n, namespaced=False) for k in crs
-          for n in STACK_CHANGE_NAMES[k.kind]),
-        *(Permission(v, kinds.CONFIGMAP, catalog.common.state_configmap)
-          for v in ("get", "update")),
+        *grants("create", crs, namespaced=False),
+        *(p for k in crs
+          for p in grants("delete", [k], STACK_CHANGE_NAMES[k.kind], namespaced=False)),
+        *grants("get update", [kinds.CONFIGMAP], [catalog.common.state_configmap]),
     )
 
 
@@ -88,10 +89,7 @@ GUARD_SERVICE_ACCOUNT = "dcgm-migrate-guard"  # docs/guard.yaml
 RESTRICTED_ENDPOINTSLICES = Permission("create", kinds.ENDPOINTSLICE, subresource="restricted")
 # What the guard's shared EndpointSlices need (the rest of docs/guard.yaml's Role are reads and
 # its own Lease, which `kubectl auth can-i --as` checks as well).
-GUARD_WRITES: tuple[Permission, ...] = (
-    *(Permission(v, kinds.ENDPOINTSLICE) for v in ("create", "update", "delete")),
-    RESTRICTED_ENDPOINTSLICES,
-)
+GUARD_WRITES = (*grants("create update delete", [kinds.ENDPOINTSLICE]), RESTRICTED_ENDPOINTSLICES)
 
 
 def service_account_review(namespace: str, p: Permission) -> dict[str, Any]:

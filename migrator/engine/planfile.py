@@ -54,7 +54,7 @@ STALE_SHOWN = 5  # changed fields a stale-plan error names; the rest are counted
 
 
 def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int,
-                    options: Mapping[str, Any] | None = None) -> None:
+                    options: Mapping[str, Any]) -> None:
     """The plan file is ours (under its checksum), for this namespace and these `options` (if
     it records them), and the cluster has not changed since."""
     quoted = shlex.quote(str(path))
@@ -81,7 +81,7 @@ def check_plan_file(path: Path, snap: Snapshot, namespace: str, phase: int,
                          f"`-n {saved.get('namespace')}`, or make a new plan for this one: "
                          f"`dcgm-migrate plan --out {quoted} -n {namespace}`")
     planned = doc.get("options")
-    if isinstance(planned, dict) and options is not None and flags(planned) != flags(options):
+    if isinstance(planned, dict) and flags(planned) != flags(options):
         made, given = flags(planned), flags(options)
         raise UsageError(
             f"Plan file {path} was made with {' '.join(made) or 'no planning options'}, but "

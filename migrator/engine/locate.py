@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migrator.engine.state.lock import SERVICE_ACCOUNT_NAMESPACE, read_text
@@ -27,12 +27,12 @@ USUAL_NAMESPACES = ("gpu-operator", "nvidia-gpu-operator")
 class Whereabouts:
     """The catalog's DaemonSets found cluster-wide: namespace → their names (sorted)."""
 
-    found: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    found: Mapping[str, tuple[str, ...]]
     forbidden: bool = False  # the identity may not list DaemonSets cluster-wide
 
-    @property
-    def namespaces(self) -> list[str]:
-        return sorted(self.found)
+    def besides(self, namespace: str) -> list[str]:
+        """The namespaces they run in other than `namespace`, sorted."""
+        return sorted(n for n in self.found if n != namespace)
 
 
 def daemonset_names(catalog: Catalog) -> list[str]:
@@ -45,18 +45,18 @@ def selector(catalog: Catalog) -> str:
 
 
 def _listed(kube: Kube, catalog: Catalog, namespace: str | None) -> list[tuple[str, str]]:
-    """(namespace, name) of the DaemonSets with the catalog's app labels, as printed rows."""
+    """(namespace, name) of the catalog's DaemonSets, listed by their app labels."""
     def keep(ds: Mapping[str, Any]) -> tuple[str, str]:
         return str(o.meta(ds).get("namespace") or namespace or ""), o.name(ds)
 
     rows, _ = kube.collect(kinds.DAEMONSET, namespace, label_selector=selector(catalog),
                            keep=keep, printed=True)
-    return rows
+    names = set(daemonset_names(catalog))
+    return [(where, name) for where, name in rows if name in names]
 
 
 def _held(kube: Kube, catalog: Catalog, namespace: str) -> list[str]:
-    listed = {n for _, n in _listed(kube, catalog, namespace)}
-    return sorted(listed & set(daemonset_names(catalog)))
+    return sorted({n for _, n in _listed(kube, catalog, namespace)})
 
 
 def candidates(asked: str | None = None) -> list[str]:
@@ -68,7 +68,6 @@ def candidates(asked: str | None = None) -> list[str]:
 
 def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabouts:
     """One cluster-wide list; when forbidden, each candidate's own (`asked`: already tried)."""
-    names = set(daemonset_names(catalog))
     try:
         rows = _listed(kube, catalog, None)
     except APIForbidden:
@@ -83,7 +82,7 @@ def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabout
         return Whereabouts(probed, forbidden=not probed)
     found: dict[str, set[str]] = {}
     for namespace, name in rows:
-        if name in names and namespace:
+        if namespace:
             found.setdefault(namespace, set()).add(name)
     return Whereabouts({ns: tuple(sorted(n)) for ns, n in found.items()})
 
@@ -105,7 +104,7 @@ def wrong_namespace(kube: Kube, namespace: str, catalog: Catalog, *, exists: boo
     else:
         head = f"Namespace {namespace!r} does not exist on {kube.server}"
         them = "none of the DaemonSets this tool migrates"
-    others = [n for n in where.namespaces if n != namespace]
+    others = where.besides(namespace)
     if where.forbidden:
         return (f"{head}; where {they} run cannot be looked up, because this identity may not "
                 "list DaemonSets cluster-wide (403 Forbidden).",
@@ -127,7 +126,7 @@ def denied_namespace(kube: Kube, namespace: str, catalog: Catalog) -> tuple[str,
     """After a 403 reading `namespace`: `wrong_namespace`'s answer when the DaemonSets run in
     another namespace (a typo), None when they run nowhere else (a missing permission)."""
     where = locate(kube, catalog, namespace)
-    if not [n for n in where.namespaces if n != namespace]:
+    if not where.besides(namespace):
         return None
     return wrong_namespace(kube, namespace, catalog, where=where, denied=True)
 

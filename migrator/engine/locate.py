@@ -59,14 +59,14 @@ def _held(kube: Kube, catalog: Catalog, namespace: str) -> list[str]:
     return sorted({n for _, n in _listed(kube, catalog, namespace)})
 
 
-def candidates(asked: str | None = None) -> list[str]:
+def candidates(asked: str) -> list[str]:
     """The namespaces to look in one by one: the usual ones, and this pod's own."""
     own = os.environ.get("POD_NAMESPACE") or read_text(SERVICE_ACCOUNT_NAMESPACE)
     out = [n for n in (*USUAL_NAMESPACES, own) if n and n != asked]
     return list(dict.fromkeys(out))
 
 
-def locate(kube: Kube, catalog: Catalog, asked: str | None = None) -> Whereabouts:
+def locate(kube: Kube, catalog: Catalog, asked: str) -> Whereabouts:
     """One cluster-wide list; when forbidden, each candidate's own (`asked`: already tried)."""
     try:
         rows = _listed(kube, catalog, None)

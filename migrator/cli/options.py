@@ -15,6 +15,7 @@ from typing import Annotated, Any, get_type_hints
 import typer
 import yaml
 
+from migrator import phases
 from migrator.commands import RunRequest
 from migrator.engine.loop import RunSettings
 from migrator.errors import UsageError
@@ -55,9 +56,8 @@ class Output(StrEnum):
 
 
 def complete_phase(incomplete: str) -> list[tuple[str, str]]:
-    """Shell completion of --phase: the three phases, with their names."""
-    return [(n, name) for n, name in (("1", "label"), ("2", "alias"), ("3", "switch"))
-            if n.startswith(incomplete)]
+    """Shell completion of --phase: the phases, with their names."""
+    return [(str(p.NUMBER), p.NAME) for p in phases.PHASES if str(p.NUMBER).startswith(incomplete)]
 
 
 def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:

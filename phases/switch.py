@@ -132,9 +132,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
                                           f"DaemonSets: {', '.join(strays[:5])}")
                 continue
             pre, warn = _pre_gates(ctx, step)
-            # garbage collection removes them: the loop waits before the write (before_write)
-            draft.notes.extend(r.detail for r in pre if r.wait)
-            draft.gates.extend(GateResult(r.name, True, r.detail) if r.wait else r for r in pre)
+            draft.gate(pre)
             draft.warnings.extend(warn)
             draft.steps.append(step)
     return draft.plan()

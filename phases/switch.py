@@ -183,10 +183,9 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                                   f"not {dict(step.after)}"
                                   + (f" — {who} reconciled it back" if who else "")))
         else:
-            out.append(g.serves(ctx.snapshot, step.service, ctx.daemonsets_with_label(
-                next(iter(step.after))), gate="selector-holds"))
             strays, daemonsets = _strays(ctx, step.after)
-            out.append(g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign))
+            out += [g.serves(ctx.snapshot, step.service, daemonsets, gate="selector-holds"),
+                    g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign)]
     # Aliases of this stack the tool owns but phase 3 never switched (created after it ran,
     # e.g. after a stack change): the phase no longer holds for this stack.
     for comp in ctx.components:

@@ -17,11 +17,6 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.steps import CreateAlias, DeleteAlias, Step
 from migrator.phases.common import Draft
 
-# What an alias copies (the table-driven test reads them here).
-COPIED_SPEC_FIELDS = aliasing.COPIED_SPEC_FIELDS
-NEVER_COPIED_SPEC_FIELDS = aliasing.NEVER_COPIED_SPEC_FIELDS
-COPIED_PORT_FIELDS = aliasing.COPIED_PORT_FIELDS
-
 NUMBER = 2
 NAME = "alias"
 SWITCHES_SELECTORS = False

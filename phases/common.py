@@ -1,4 +1,5 @@
-"""What the phases share (they never import each other): the plan each builds, as lists."""
+"""What the phases share (they never import each other): the plan each builds, as lists, and a
+wording more than one of them writes."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from migrator.model.gates import GateResult
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.steps import CreateAlias, DeleteAlias, Step
-from migrator.phases.common import Draft, not_ours
+from migrator.phases.common import Draft
 
 NUMBER = 2
 NAME = "alias"
@@ -212,7 +212,9 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         if not isinstance(step, CreateAlias) or (live := ctx.service(step.service)) is None:
             continue
         if _taken_by(ctx, step.service, step.source):
-            draft.warnings.append(not_ours(ctx, step.service, live) + "; left in place, skipped")
+            owner = ctx.operator_owner(live) or "without the dcgm-migrate marker"
+            draft.warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
+                                  f"{owner}); left in place, skipped")
         elif o.terminating(live):
             draft.notes.append(f"Service/{step.service} is already being deleted "
                                f"({o.terminating(live)}); it goes once those finalizers are "

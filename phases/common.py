@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from migrator.model.gates import GateResult, ServiceBaseline
-from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.planning import PhasePlan
 from migrator.model.steps import Step
 
 
@@ -42,9 +41,3 @@ class Draft:
                          notes=tuple(self.notes), blocked=blocked, fix=fix,
                          guarded=tuple(self.guarded), tolerance=dict(tolerance or {}),
                          checks=tuple(self.checks))
-
-
-def not_ours(ctx: PlanContext, service: str, live: Mapping[str, Any]) -> str:
-    """Why a rollback leaves an alias alone: its name is another owner's now."""
-    owner = ctx.operator_owner(live) or "without the dcgm-migrate marker"
-    return f"Service/{service} is no longer the tool's alias (now {owner})"

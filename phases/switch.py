@@ -16,7 +16,7 @@ from migrator.model.guarding import HELD_ANNOTATION
 from migrator.model.planning import PhasePlan, PlanContext
 from migrator.model.stacks import Component
 from migrator.model.steps import SetSelector, Step, from_record
-from migrator.phases.common import Draft, not_ours
+from migrator.phases.common import Draft
 
 NUMBER = 3
 NAME = "switch"
@@ -211,8 +211,9 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
             continue
         owner = ctx.operator_owner(svc)
         if not step.operator_owned and not ctx.is_tool_owned(svc):
-            draft.warnings.append(not_ours(ctx, step.service, svc) + ": its selector is left "
-                                  "as its owner set it; skipped")
+            draft.warnings.append(f"Service/{step.service} is no longer the tool's alias (now "
+                                  f"{owner or 'without the dcgm-migrate marker'}): its selector "
+                                  "is left as its owner set it; skipped")
         elif _selector(svc) != dict(step.after):
             draft.warnings.append(f"Service/{step.service} selects {_selector(svc)}, neither the "
                                   f"tool's {dict(step.after)} nor the original "

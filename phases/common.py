@@ -1,5 +1,4 @@
-"""What the phases share (they never import each other): the plan each builds, as lists, and a
-wording more than one of them writes."""
+"""What the phases share (they never import each other): the plan each builds, as lists."""
 
 from __future__ import annotations
 

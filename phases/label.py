@@ -232,13 +232,11 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 
 def _unused(ctx: PlanContext, step: SetLabels) -> list[GateResult]:
     """no-selector-uses: no Service selects by a label this write removes."""
-    out = []
-    for key in (k for k, v in step.template_after.items() if v is None):
-        users = g.services_selecting(ctx.snapshot, key)
-        out.append(GateResult(f"no-selector-uses/{key}", not users,
-                              f"Services still select by {key}: {', '.join(users)}; "
-                              "roll back phase 3 first" if users else "none"))
-    return out
+    users = {k: g.services_selecting(ctx.snapshot, k) for k, v in step.template_after.items()
+             if v is None}
+    return [GateResult(f"no-selector-uses/{key}", not names, f"Services still select by {key}: "
+                       f"{', '.join(names)}; roll back phase 3 first" if names else "none")
+            for key, names in users.items()]
 
 
 def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:

@@ -17,11 +17,6 @@ from migrator.model.snapshot import Snapshot
 from migrator.model.steps import CreateAlias, DeleteAlias, Step
 from migrator.phases.common import Draft
 
-# What an alias copies (the table-driven test reads them here).
-COPIED_SPEC_FIELDS = aliasing.COPIED_SPEC_FIELDS
-NEVER_COPIED_SPEC_FIELDS = aliasing.NEVER_COPIED_SPEC_FIELDS
-COPIED_PORT_FIELDS = aliasing.COPIED_PORT_FIELDS
-
 NUMBER = 2
 NAME = "alias"
 SWITCHES_SELECTORS = False
@@ -113,13 +108,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
             draft.notes.append(f"Service/{comp.service} does not exist: no alias {comp.alias}")
             continue
         free = _name_gate(ctx, comp.alias, comp.service)
-        if free.wait:  # garbage collection frees it: the runner waits before writing
-            draft.notes.append(free.detail)
-            gates = [GateResult(free.name, True, free.detail)]
-        else:
-            gates = [free, *(_terminating(ctx, comp.alias) if free.ok else [])]
-        draft.gates += gates
-        failed = [r.detail for r in gates if not r.ok]
+        failed = draft.gate([free, *(_terminating(ctx, comp.alias) if free.ok else [])])
         if failed:
             blocked = blocked or failed[0]
             continue
@@ -158,37 +147,37 @@ def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
 
 
 def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
-    out = []
-    for step in (s for s in steps if isinstance(s, CreateAlias)):
-        name = f"alias-holds/{step.service}"
-        live = ctx.service(step.service)
-        owner = shared_with(ctx, step.service)
-        if live is None:
-            out.append(GateResult(name, False, f"Service/{step.service} was deleted (by hand, or "
-                                  "by garbage collection after its GPUCluster was deleted)"))
-        elif owner:
-            out.append(GateResult(name, True, "handed over: " + _shared_detail(
-                step.service, owner, step.source).removeprefix("shared: ")))
-        elif _taken_by(ctx, step.service, step.source):
-            out.append(GateResult(name, False, f"Service/{step.service} was replaced by an "
-                                  "object that is not the tool's"))
-        elif o.terminating(live):
-            out.append(GateResult(name, False, f"Service/{step.service} is being deleted "
-                                  f"({o.terminating(live)})"))
-        # against what phase 2 renders from its source *now* (as the guard re-syncs it), not the
-        # recorded body: a CR edit of the source is drift until the alias follows it
-        elif (source := ctx.service(step.source)) is None or (comp := next(
-                (c for c in ctx.catalog.components
-                 if c.alias == step.service and c.service == step.source), None)) is None:
-            out.append(GateResult(name, True, f"alias of {step.source} (no source to compare "
-                                  "with)"))
-        elif diff := aliasing.differences(live, aliasing.alias_body(
-                ctx.snapshot.namespace, ctx.catalog.common, comp, source, None)):
-            out.append(GateResult(name, False, f"differs from its source {step.source} in "
-                                  f"{aliasing.describe(diff)}; `dcgm-migrate guard` re-syncs it"))
-        else:
-            out.append(GateResult(name, True, f"alias of {step.source}, matching it"))
-    return out + stable_names(ctx)
+    return [GateResult(f"alias-holds/{s.service}", *_holds(ctx, s))
+            for s in steps if isinstance(s, CreateAlias)] + stable_names(ctx)
+
+
+def _holds(ctx: PlanContext, step: CreateAlias) -> tuple[bool, str]:
+    """Does the alias this step created still stand, and why (alias-holds)."""
+    live = ctx.service(step.service)
+    owner = shared_with(ctx, step.service)
+    if live is None:
+        return False, (f"Service/{step.service} was deleted (by hand, or by garbage collection "
+                       "after its GPUCluster was deleted)")
+    if owner:
+        return True, "handed over: " + _shared_detail(step.service, owner,
+                                                      step.source).removeprefix("shared: ")
+    if _taken_by(ctx, step.service, step.source):
+        return False, f"Service/{step.service} was replaced by an object that is not the tool's"
+    if o.terminating(live):
+        return False, f"Service/{step.service} is being deleted ({o.terminating(live)})"
+    # against what phase 2 renders from its source *now* (as the guard re-syncs it), not the
+    # recorded body: a CR edit of the source is drift until the alias follows it
+    source = ctx.service(step.source)
+    comp = next((c for c in ctx.catalog.components
+                 if c.alias == step.service and c.service == step.source), None)
+    if source is None or comp is None:
+        return True, f"alias of {step.source} (no source to compare with)"
+    diff = aliasing.differences(live, aliasing.alias_body(
+        ctx.snapshot.namespace, ctx.catalog.common, comp, source, None))
+    if diff:
+        return False, (f"differs from its source {step.source} in {aliasing.describe(diff)}; "
+                       "`dcgm-migrate guard` re-syncs it")
+    return True, f"alias of {step.source}, matching it"
 
 
 def stable_names(ctx: PlanContext) -> list[GateResult]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migrator.model.gates import GateResult, ServiceBaseline
@@ -22,6 +22,16 @@ class Draft:
     notes: list[str] = field(default_factory=list)
     guarded: list[ServiceBaseline] = field(default_factory=list)
     checks: list[Step] = field(default_factory=list)
+
+    def gate(self, results: Sequence[GateResult]) -> list[str]:
+        """Add gates, and return the details of those failing. One that heals by itself (`wait`:
+        garbage collection is removing what it names) passes now and is noted: the loop waits
+        for it before the write (`before_write`)."""
+        for r in results:
+            if r.wait:
+                self.notes.append(r.detail)
+            self.gates.append(GateResult(r.name, True, r.detail) if r.wait else r)
+        return [r.detail for r in results if not r.ok and not r.wait]
 
     def plan(self, blocked: str | None = None, fix: str | None = None,
              tolerance: Mapping[str, int] | None = None) -> PhasePlan:

@@ -226,14 +226,17 @@ def before_write(ctx: PlanContext, step: Step) -> list[GateResult]:
             return []
         # In place, health was gated before the hold, whose write the controller may not have
         # observed yet; each pod is then proven by its revision (engine/inplace.py).
-        out = [] if step.in_place else [halfrolls.health_gate(ctx, ds)]
-        for key in (k for k, v in step.template_after.items() if v is None):
-            users = g.services_selecting(ctx.snapshot, key)
-            out.append(GateResult(f"no-selector-uses/{key}", not users,
-                                  f"Services still select by {key}: {', '.join(users)}; "
-                                  "roll back phase 3 first" if users else "none"))
-        return out
+        return ([] if step.in_place else [halfrolls.health_gate(ctx, ds)]) + _unused(ctx, step)
     return []
+
+
+def _unused(ctx: PlanContext, step: SetLabels) -> list[GateResult]:
+    """no-selector-uses: no Service selects by a label this write removes."""
+    users = {k: g.services_selecting(ctx.snapshot, k) for k, v in step.template_after.items()
+             if v is None}
+    return [GateResult(f"no-selector-uses/{key}", not names, f"Services still select by {key}: "
+                       f"{', '.join(names)}; roll back phase 3 first" if names else "none")
+            for key, names in users.items()]
 
 
 def after_write(ctx: PlanContext, step: Step) -> list[GateResult]:
@@ -299,8 +302,7 @@ def rollback(ctx: PlanContext, steps: Sequence[Step]) -> PhasePlan:
         if rolling_because(ctx, ds) is None:  # in place, gated before the hold
             if not inv.satisfied(ds) or o.held_strategy(ds) is not None:
                 draft.steps += in_place_steps(ctx, ds, inv)
-                draft.gates += [r for r in before_write(ctx, replace(inv, in_place=True))
-                                if r.name.startswith("no-selector-uses/")]
+                draft.gates += _unused(ctx, inv)
             continue
         pods = len(ctx.snapshot.pods_of(step.daemonset))
         stale = halfrolls.on_delete(ds) and pods > 0 and (not inv.satisfied(ds) or bool(

@@ -132,9 +132,7 @@ def plan(ctx: PlanContext) -> PhasePlan:
                                           f"DaemonSets: {', '.join(strays[:5])}")
                 continue
             pre, warn = _pre_gates(ctx, step)
-            # garbage collection removes them: the loop waits before the write (before_write)
-            draft.notes.extend(r.detail for r in pre if r.wait)
-            draft.gates.extend(GateResult(r.name, True, r.detail) if r.wait else r for r in pre)
+            draft.gate(pre)
             draft.warnings.extend(warn)
             draft.steps.append(step)
     return draft.plan()
@@ -185,10 +183,9 @@ def verify(ctx: PlanContext, steps: Sequence[Step]) -> list[GateResult]:
                                   f"not {dict(step.after)}"
                                   + (f" — {who} reconciled it back" if who else "")))
         else:
-            out.append(g.serves(ctx.snapshot, step.service, ctx.daemonsets_with_label(
-                next(iter(step.after))), gate="selector-holds"))
             strays, daemonsets = _strays(ctx, step.after)
-            out.append(g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign))
+            out += [g.serves(ctx.snapshot, step.service, daemonsets, gate="selector-holds"),
+                    g.foreign_pods(step.service, strays, daemonsets, step.allow_foreign)]
     # Aliases of this stack the tool owns but phase 3 never switched (created after it ran,
     # e.g. after a stack change): the phase no longer holds for this stack.
     for comp in ctx.components:

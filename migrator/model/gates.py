@@ -282,7 +282,9 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
     """The zero-tolerance endpoints gate after a selector switch, the loss attributed: to it
     (`endpoints/<svc>`: restore the old selector at once) when it drops Ready pods, else
     (`endpoints-dip/<svc>`: wait, never restore) to pods both select or to slices lagging."""
-    dropped = _dropped(_ready(snapshot, old), _ready(snapshot, new), base.local)
+    old_pods, new_pods = snapshot.pods_matching(old), snapshot.pods_matching(new)
+    dropped = _dropped([p for p in old_pods if p.ready], [p for p in new_pods if p.ready],
+                       base.local)
     if dropped:
         return GateResult(f"endpoints/{base.service}", False,
                           "the new selector drops Ready pods the old one selected: "
@@ -291,8 +293,7 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
     held = endpoints_hold(snapshot, base)
     if held.ok:
         return held
-    unready = {p.name for p in snapshot.pods_matching(new) if not p.ready} & {
-        p.name for p in snapshot.pods_matching(old)}
+    unready = {p.name for p in new_pods if not p.ready} & {p.name for p in old_pods}
     cause = (f"pods both selectors select are not Ready: {named(unready)}" if unready
              else "the EndpointSlices have not caught up yet")
     return GateResult(f"endpoints-dip/{base.service}", False,

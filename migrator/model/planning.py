@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.gates import GateResult, ServiceBaseline
+from migrator.model.gates import GateResult, ServiceBaseline, describe
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 from migrator.model.steps import Step
@@ -81,6 +81,5 @@ class PhasePlan:
     def refusal(self) -> str | None:
         """Why the phase must not write at all: blocked, or a gate fails now. Checked before the
         first write, so no half phase lands before a later step's gate stops it."""
-        failed = [f"{g.name}: {g.detail}" for g in self.gates
-                  if not g.ok and not (self.blocked and g.detail in self.blocked)]
-        return "; ".join([self.blocked, *failed] if self.blocked else failed) or None
+        failed = describe(g for g in self.gates if not (self.blocked and g.detail in self.blocked))
+        return "; ".join(filter(None, [self.blocked, failed])) or None

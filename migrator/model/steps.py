@@ -39,6 +39,9 @@ class StepBase:
     """What most steps answer; a step that differs says so itself."""
 
     kind: ClassVar[Kind]
+    # The field holding the name of the object the step writes: the state records it under
+    # the kind's own word (`daemonset`, `service`), so the name is that field, not a new one.
+    name_field: ClassVar[str]
     id_prefix: ClassVar[str]  # the state records a step as "<id_prefix>/<name>"
     pod_by_pod: ClassVar[bool] = False  # True: the loop runs it pod by pod (engine/inplace)
     creates: ClassVar[bool] = False  # True: the write creates its object (not a patch of it)
@@ -46,7 +49,7 @@ class StepBase:
     @property
     def name(self) -> str:
         """The name of the object the step writes (its kind is `kind`)."""
-        raise NotImplementedError
+        return str(getattr(self, self.name_field))
 
     @classmethod
     def id_of(cls, name: str) -> str:
@@ -85,21 +88,15 @@ class StepBase:
 @dataclass(frozen=True)
 class _OnDaemonSet(StepBase):
     kind: ClassVar[Kind] = kinds.DAEMONSET
+    name_field: ClassVar[str] = "daemonset"
     daemonset: str
-
-    @property
-    def name(self) -> str:
-        return self.daemonset
 
 
 @dataclass(frozen=True)
 class _OnService(StepBase):
     kind: ClassVar[Kind] = kinds.SERVICE
+    name_field: ClassVar[str] = "service"
     service: str
-
-    @property
-    def name(self) -> str:
-        return self.service
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from migrator import phases
+from migrator.model import aliasing
 from migrator.model.discovery import discover
 from migrator.model.planning import PlanContext
 from migrator.model.stacks import load_catalog
@@ -73,10 +74,10 @@ def _lb_source() -> dict[str, Any]:
 
 
 def test_the_table_names_every_field_the_alias_module_classifies() -> None:
-    classified = {*phases.alias.COPIED_SPEC_FIELDS, *phases.alias.NEVER_COPIED_SPEC_FIELDS,
+    classified = {*aliasing.COPIED_SPEC_FIELDS, *aliasing.NEVER_COPIED_SPEC_FIELDS,
                   "ports", "selector"}
     assert classified == set(SPEC_FIELDS)
-    assert {*phases.alias.COPIED_PORT_FIELDS, "nodePort"} == set(PORT_FIELDS)
+    assert {*aliasing.COPIED_PORT_FIELDS, "nodePort"} == set(PORT_FIELDS)
 
 
 @pytest.mark.parametrize("field", sorted(SPEC_FIELDS))

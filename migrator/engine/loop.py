@@ -329,13 +329,11 @@ class Applier(Backend, Protocol):
 
     kube: Kube
     namespace: str
-    clock: Clock
     listener: Listener
     waiter: Waiter
     result: Tally
 
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]: ...
-    def save(self) -> None: ...
     def record(self, work: PhaseWork, step: Step, status: str) -> None: ...
     def until(self, check: Callable[[], list[GateResult]], wake_kind: Kind = ...,
               fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]: ...

@@ -86,7 +86,7 @@ class Apply:
 
     def holds(self, decision: Decision) -> None:
         rec = decision.record
-        if self._retire(rec, decision):  # handed over: recorded so at once
+        if self._retire(decision):  # handed over: recorded so at once
             self.save()
         self.listener.phase(PhaseEvent(rec.number, decision.module.NAME,
                                        PhaseStatus.COMPLETED.value, message="still holds"))
@@ -100,7 +100,7 @@ class Apply:
                                            message=decision.reason))
             self.state.log("drift", phase=rec.number, detail=decision.reason)
             rec.status, rec.baselines = PhaseStatus.IN_PROGRESS, []
-        self._retire(rec, decision)
+        self._retire(decision)
         rollback = direction is Direction.ROLLBACK
         handed = [r for r in rec.steps if r.status == HANDED_OVER] if rollback else []
         for r in handed:  # a rollback names each object it leaves to the operator, and why
@@ -164,9 +164,9 @@ class Apply:
         flags = self.settings.options.flags()
         return {"options": list(flags)} if flags else {}
 
-    def _retire(self, rec: PhaseRecord, decision: Decision) -> bool:
+    def _retire(self, decision: Decision) -> bool:
         """Record the walk's retirements, each warned and logged; True if any."""
-        statuses = {r.step_id: r for r in decision.retire}
+        rec, statuses = decision.record, {r.step_id: r for r in decision.retire}
         hit = [(r, statuses[r.id]) for r in rec.steps
                if r.id in statuses and r.status in ("intent", "done")]
         for r, found in hit:

@@ -81,8 +81,7 @@ class Decision:
 def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None
                  ) -> tuple[tuple[Retirement, ...], set[str]]:
     """The recorded steps retired now (`only`: of that status), and their ids."""
-    found = [(r.id, retired(ctx, from_record(r.step))) for r in rec.steps
-             if r.status in ("intent", "done")]
+    found = [(s.id, retired(ctx, s)) for s in rec.done_steps()]
     out = tuple(Retirement(step_id, *why) for step_id, why in found
                 if why is not None and (only is None or why[0] == only))
     return out, {r.step_id for r in out}
@@ -98,8 +97,7 @@ def _replanned(ctx: PlanContext, rec: PhaseRecord) -> tuple[PlanContext, tuple[R
 def _kept(ctx: PlanContext, rec: PhaseRecord) -> tuple[list[Step], tuple[Retirement, ...]]:
     """What the phase wrote, less what an operator release manages now (handed over)."""
     handed, gone = _retirements(ctx, rec, HANDED_OVER)
-    return [from_record(r.step) for r in rec.steps
-            if r.status in ("intent", "done") and r.id not in gone], handed
+    return [s for s in rec.done_steps() if s.id not in gone], handed
 
 
 def decide(module: Phase, rec: PhaseRecord, ctx: PlanContext, *,

@@ -43,7 +43,6 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
                     backend.kube, backend.namespace, base_snap.daemonsets[rolls]))
         if not out.complete:
             _fail_rollout(backend, phase.rec, step, base_snap, out)
-    deadline = backend.clock.monotonic() + backend.settings.timeout
     dips: dict[str, str] = {}
 
     def check() -> list[GateResult]:
@@ -63,8 +62,8 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
                 dips.setdefault(r.name.partition("/")[2], r.detail)
         return results
 
-    results = backend.waiter.until(
-        check, deadline, fatal=lambda rs: any(r.kind in STOPS_AT_ONCE for r in g.failed(rs)))
+    results = backend.until(
+        check, fatal=lambda rs: any(r.kind in STOPS_AT_ONCE for r in g.failed(rs)))
     for service, detail in sorted(dips.items()):
         note = f"Service/{service} dipped below its baseline during {step.object}: {detail}"
         backend.result.notes.append(note)
@@ -108,8 +107,8 @@ def _fail_rollout(backend: Applier, rec: PhaseRecord, step: Step, base: Snapshot
         backend.refuse(rec, f"DaemonSet/{step.name} cannot finish rolling out ({counts}): "
                        f"{out.blocked}", stalls.NODE_HINT)
     pods = backend.fresh(base).pods_of(step.name)
-    where, hint = stalls.where_stuck(backend.kube, step.name, pods, step.pod_labels(),
-                                     namespace=backend.namespace, timeout=backend.settings.timeout)
+    where, hint = stalls.where_stuck(backend.kube, backend.namespace, step.name, pods,
+                                     step.pod_labels(), backend.settings.timeout)
     backend.refuse(rec, f"DaemonSet/{step.name} made no progress for {out.stalled_for:.0f}s "
                    f"(--timeout {backend.settings.timeout:g}s; {counts}); {where}", hint)
 

@@ -4,6 +4,7 @@ it (a killed run resumes), then waited for."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -18,6 +19,7 @@ from migrator.errors import GateFailed
 from migrator.model import gates as g
 from migrator.model import kinds
 from migrator.model.gates import GateResult, ServiceBaseline
+from migrator.model.kinds import Kind
 from migrator.model.planning import PlanContext
 from migrator.model.retiring import HANDED_OVER
 from migrator.model.snapshot import Snapshot
@@ -62,6 +64,18 @@ class Apply:
         with interrupts.shielded():  # a state write in flight finishes before a signal stops us
             self.run.session.save(self.state)
 
+    def record(self, work: PhaseWork, step: Step, status: str) -> None:
+        """The step's new status saved before a signal can stop the run."""
+        with interrupts.shielded():
+            work.mark(step, status)
+            self.save()
+
+    def until(self, check: Callable[[], list[GateResult]], wake_kind: Kind = kinds.ENDPOINTSLICE,
+              fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]:
+        """`check` waited for within --timeout from now (engine/waiting.py)."""
+        return self.waiter.until(check, self.clock.monotonic() + self.settings.timeout,
+                                 wake_kind=wake_kind, fatal=fatal)
+
     def stack(self, state: State, live: str, changed: bool) -> None:
         if changed:
             self.listener.warning(f"the GPU Operator stack changed from {state.stack} "
@@ -72,22 +86,21 @@ class Apply:
 
     def holds(self, decision: Decision) -> None:
         rec = decision.record
-        assert rec is not None
-        if self._retire(rec, decision):  # handed over: recorded so at once
+        if self._retire(decision):  # handed over: recorded so at once
             self.save()
         self.listener.phase(PhaseEvent(rec.number, decision.module.NAME,
                                        PhaseStatus.COMPLETED.value, message="still holds"))
 
     def begin(self, decision: Decision, direction: Direction) -> None:
         rec, plan = decision.record, decision.plan
-        assert rec is not None and plan is not None
+        assert plan is not None
         if decision.action is loop.Action.RERUN:
             self.listener.phase(PhaseEvent(rec.number, decision.module.NAME, "drifted",
                                            gates=tuple(decision.drift),
                                            message=decision.reason))
             self.state.log("drift", phase=rec.number, detail=decision.reason)
             rec.status, rec.baselines = PhaseStatus.IN_PROGRESS, []
-        self._retire(rec, decision)
+        self._retire(decision)
         rollback = direction is Direction.ROLLBACK
         handed = [r for r in rec.steps if r.status == HANDED_OVER] if rollback else []
         for r in handed:  # a rollback names each object it leaves to the operator, and why
@@ -101,7 +114,7 @@ class Apply:
 
     def start(self, decision: Decision, direction: Direction) -> PhaseWork:
         rec, plan = decision.record, decision.plan
-        assert rec is not None and plan is not None
+        assert plan is not None
         rollback = direction is Direction.ROLLBACK
         if not rec.baselines or rollback:
             rec.baselines = [b.as_dict() for b in plan.guarded]
@@ -151,9 +164,9 @@ class Apply:
         flags = self.settings.options.flags()
         return {"options": list(flags)} if flags else {}
 
-    def _retire(self, rec: PhaseRecord, decision: Decision) -> bool:
+    def _retire(self, decision: Decision) -> bool:
         """Record the walk's retirements, each warned and logged; True if any."""
-        statuses = {r.step_id: r for r in decision.retire}
+        rec, statuses = decision.record, {r.step_id: r for r in decision.retire}
         hit = [(r, statuses[r.id]) for r in rec.steps
                if r.id in statuses and r.status in ("intent", "done")]
         for r, found in hit:
@@ -165,38 +178,34 @@ class Apply:
     def skip(self, work: PhaseWork, step: Step) -> None:
         recorded = {r.id: r.status for r in work.records}.get(step.id)
         if recorded != "done":
-            work.mark(step, "done" if recorded in ("intent", "done") else "skipped")
             if recorded == "intent" and step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True  # our write landed; the run died before "done"
-            self.save()
+            self.record(work, step, "done" if recorded == "intent" else "skipped")
         self.listener.step(StepEvent(work.rec.number, step, "skipped"))
 
     def wait_pre(self, work: PhaseWork, step: Step, base: Snapshot,
                  pre: list[GateResult]) -> list[GateResult]:
         """Pre-gates that heal by themselves: waited for on Service events, within --timeout."""
         self.listener.message(f"waiting: {g.describe(pre)}")
-        deadline = self.clock.monotonic() + self.settings.timeout
 
         def check() -> list[GateResult]:
             return list(work.module.before_write(self.context(self.fresh(base)), step))
 
-        return self.waiter.until(check, deadline, wake_kind=kinds.SERVICE,
-                                 fatal=lambda rs: not all(r.wait for r in g.failed(rs)))
+        return self.until(check, kinds.SERVICE,
+                          fatal=lambda rs: not all(r.wait for r in g.failed(rs)))
 
     def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:
         # a signal while the write is in flight stops the run once it is recorded
         with interrupts.shielded():
-            work.mark(step, "intent")
-            self.save()
+            self.record(work, step, "intent")
             self.listener.step(StepEvent(work.rec.number, step, "writing"))
             note = executor.execute(step, self.kube, self.namespace, self.catalog)
             self.result.writes += 1
             if note:
                 self.listener.message(note)
-            work.mark(step, "done")
             if step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True
-            self.save()
+            self.record(work, step, "done")
         self.listener.step(StepEvent(work.rec.number, step, "done"))
 
     def roll(self, work: PhaseWork, step: Step) -> None:

@@ -5,7 +5,7 @@ outdated pod deleted at a time, the next after its replacement is Ready (run pod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -13,6 +13,7 @@ from migrator.engine import executor, interrupts, stalls
 from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import StepEvent
 from migrator.errors import APIConflict, APIInvalid, APINotFound
+from migrator.model import gates as g
 from migrator.model import halfrolls, kinds
 from migrator.model import objects as o
 from migrator.model.gates import GateResult
@@ -80,9 +81,7 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     the proof allows, at most `MAX_IN_FLIGHT` at a time; the rest is said and left to roll."""
     assert isinstance(step, RelabelPods), f"{step.type} is not relabelled in place"
     rec, kube, name = phase.rec, backend.kube, step.daemonset
-    with interrupts.shielded():
-        phase.mark(step, "intent")
-        backend.save()
+    backend.record(phase, step, "intent")
     backend.listener.step(StepEvent(rec.number, step, "writing"))
     found: list[tuple[Obj, list[Obj]]] = []
 
@@ -98,17 +97,14 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
         return [GateResult(f"revision/{name}", ok, "the controller's revision of the "
                            "relabelled template" + ("" if ok else " not created yet"))]
 
-    deadline = backend.clock.monotonic() + backend.settings.timeout
-    results = backend.waiter.until(current, deadline, wake_kind=kinds.CONTROLLER_REVISION)
-    if not all(r.ok for r in results):
+    results = backend.until(current, kinds.CONTROLLER_REVISION)
+    if g.failed(results):
         backend.refuse(rec, f"DaemonSet/{name}: no ControllerRevision for its relabelled "
                        f"template within {backend.settings.timeout:g}s; it stays on OnDelete",
                        "check the kube-controller-manager, then rerun to resume (the "
                        "DaemonSet's own updateStrategy is restored by that run)")
     done, left = _patch_pods(backend, phase, step, *found[0]) if found else (0, [])
-    with interrupts.shielded():
-        phase.mark(step, "done")
-        backend.save()
+    backend.record(phase, step, "done")
     note = (f"DaemonSet/{name}: {counted(done, 'pod')} relabelled in place"
             + (f"; left to its rollout: {'; '.join(left)}" if left else ""))
     backend.listener.message(note)
@@ -177,16 +173,14 @@ def roll(backend: Applier, phase: PhaseWork, step: Step) -> None:
         want = {k: o.template_labels(ds).get(k) for k in step.label_keys}
         stale = halfrolls.stale_pods(snap, ds, step.label_keys)
         if not stale:
-            phase.mark(step, "done")
-            backend.save()
+            backend.record(phase, step, "done")
             return
         if any(not p.ready for p in snap.pods_of(step.daemonset)):
             _wait_ready(backend, phase, step, snap)  # e.g. a pod still starting after a stop
             continue
         pod = stale[0]
         with interrupts.shielded():  # a signal stops the run once this delete is answered
-            phase.mark(step, "intent")
-            backend.save()
+            backend.record(phase, step, "intent")
             executor.delete_pod(backend.kube, backend.namespace, pod.name, pod.uid)
             backend.result.writes += 1
         backend.listener.step(StepEvent(phase.rec.number, step, "writing"))
@@ -198,16 +192,11 @@ def roll(backend: Applier, phase: PhaseWork, step: Step) -> None:
                      for p in backend.fresh(snap).pods_of(step.daemonset))
             return [GateResult(f"node-back/{pod.node}", ok, f"new pod on {pod.node}")]
 
-        if not _waited(backend, node_back):
+        if g.failed(backend.until(node_back, kinds.POD)):
             _stuck(backend, phase, step, [p for p in backend.fresh(snap).pods_of(step.daemonset)
                                           if p.node == pod.node], want,
                    f"the new pod on {pod.node} did not become Ready within "
                    f"{backend.settings.timeout:g}s")
-
-
-def _waited(backend: Applier, gates: Callable[[], list[GateResult]]) -> bool:
-    deadline = backend.clock.monotonic() + backend.settings.timeout
-    return all(r.ok for r in backend.waiter.until(gates, deadline, wake_kind=kinds.POD))
 
 
 def _wait_ready(backend: Applier, phase: PhaseWork, step: RollPods, snap: Snapshot) -> None:
@@ -219,7 +208,7 @@ def _wait_ready(backend: Applier, phase: PhaseWork, step: RollPods, snap: Snapsh
         return [GateResult(f"pods-ready/{step.daemonset}", all(p.ready for p in pods),
                            "every pod Ready")]
 
-    if not _waited(backend, ready):
+    if g.failed(backend.until(ready, kinds.POD)):
         fresh = backend.fresh(snap)
         ds = fresh.daemonsets.get(step.daemonset) or {}
         _stuck(backend, phase, step, fresh.pods_of(step.daemonset),
@@ -229,8 +218,7 @@ def _wait_ready(backend: Applier, phase: PhaseWork, step: RollPods, snap: Snapsh
 def _stuck(backend: Applier, phase: PhaseWork, step: RollPods, pods: Sequence[PodView],
            want: dict[str, str | None], message: str | None) -> NoReturn:
     """Refused: `message`, or where the pods are stuck, and what helps."""
-    where, hint = stalls.where_stuck(backend.kube, step.daemonset, pods, want,
-                                     namespace=backend.namespace,
-                                     timeout=backend.settings.timeout)
+    where, hint = stalls.where_stuck(backend.kube, backend.namespace, step.daemonset, pods,
+                                     want, backend.settings.timeout)
     backend.refuse(phase.rec, f"DaemonSet/{step.daemonset}: "
                    + (message or f"{where}; not deleting another node's pod"), hint)

@@ -5,6 +5,7 @@ which persist nothing). Resume, skip-if-satisfied, self-healing pre-gates are wr
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
@@ -18,6 +19,7 @@ from migrator.engine.waiting import Waiter
 from migrator.model import gates as g
 from migrator.model.discovery import discover
 from migrator.model.gates import GateKind, GateResult, ServiceBaseline
+from migrator.model.kinds import Kind
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.retiring import HANDED_OVER, reasked, retired
 from migrator.model.snapshot import Snapshot
@@ -54,7 +56,7 @@ class Decision:
     """What a run does with one phase, and the context it decided in."""
 
     module: Phase
-    record: PhaseRecord | None
+    record: PhaseRecord
     action: Action
     ctx: PlanContext  # the cluster and the originals the plan (or verification) used
     gates: tuple[GateResult, ...]  # completed: its verification now; else the plan's gates
@@ -64,11 +66,11 @@ class Decision:
 
     @property
     def status(self) -> PhaseStatus:
-        return self.record.status if self.record is not None else PhaseStatus.PENDING
+        return self.record.status
 
     @property
     def record_error(self) -> str | None:
-        return self.record.error if self.record is not None else None
+        return self.record.error
 
     @property
     def drift(self) -> list[GateResult]:
@@ -79,8 +81,7 @@ class Decision:
 def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None
                  ) -> tuple[tuple[Retirement, ...], set[str]]:
     """The recorded steps retired now (`only`: of that status), and their ids."""
-    found = [(r.id, retired(ctx, from_record(r.step))) for r in rec.steps
-             if r.status in ("intent", "done")]
+    found = [(s.id, retired(ctx, s)) for s in rec.done_steps()]
     out = tuple(Retirement(step_id, *why) for step_id, why in found
                 if why is not None and (only is None or why[0] == only))
     return out, {r.step_id for r in out}
@@ -96,15 +97,14 @@ def _replanned(ctx: PlanContext, rec: PhaseRecord) -> tuple[PlanContext, tuple[R
 def _kept(ctx: PlanContext, rec: PhaseRecord) -> tuple[list[Step], tuple[Retirement, ...]]:
     """What the phase wrote, less what an operator release manages now (handed over)."""
     handed, gone = _retirements(ctx, rec, HANDED_OVER)
-    return [from_record(r.step) for r in rec.steps
-            if r.status in ("intent", "done") and r.id not in gone], handed
+    return [s for s in rec.done_steps() if s.id not in gone], handed
 
 
-def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
+def decide(module: Phase, rec: PhaseRecord, ctx: PlanContext, *,
            new_stack: str | None = None) -> Decision:
     """One phase of `apply` on `ctx` (no originals); `new_stack`: set when the stack changed
     (every completed phase runs again)."""
-    if rec is not None and rec.status is PhaseStatus.COMPLETED:
+    if rec.status is PhaseStatus.COMPLETED:
         kept, handed = _kept(ctx, rec)
         gates = tuple(module.verify(ctx, kept) + reasked(rec.reverted_steps(), ctx.options))
         drift = g.failed(gates)
@@ -114,7 +114,7 @@ def decide(module: Phase, rec: PhaseRecord | None, ctx: PlanContext, *,
         plan_ctx, retire = _replanned(ctx, rec)
         return Decision(module, rec, Action.RERUN, plan_ctx, gates, module.plan(plan_ctx),
                         retire, reason)
-    if rec is not None and rec.status.unfinished:
+    if rec.status.unfinished:
         plan_ctx, retire = _replanned(ctx, rec)
         plan = module.plan(plan_ctx)
         return Decision(module, rec, Action.RESUME, plan_ctx, tuple(plan.gates), plan, retire)
@@ -268,7 +268,7 @@ class Loop:
     def _phase(self, decision: Decision, direction: Direction) -> None:
         b = self.backend
         plan, rec = decision.plan, decision.record
-        assert plan is not None and rec is not None
+        assert plan is not None
         b.begin(decision, direction)
         if plan.refusal:
             b.refuse(rec, plan.refusal, plan.fix or _refusal_hint(plan))
@@ -327,10 +327,11 @@ class Applier(Backend, Protocol):
 
     kube: Kube
     namespace: str
-    clock: Clock
     listener: Listener
     waiter: Waiter
     result: Tally
 
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]: ...
-    def save(self) -> None: ...
+    def record(self, work: PhaseWork, step: Step, status: str) -> None: ...
+    def until(self, check: Callable[[], list[GateResult]], wake_kind: Kind = ...,
+              fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]: ...

@@ -57,17 +57,17 @@ NOT_REPLACED = ("no pod is failing: the DaemonSet controller had not replaced th
                 "when --timeout ran out")
 
 
-def timeout_hint(timeout: float | None, why: str = STARTING) -> str:
+def timeout_hint(timeout: float, why: str = STARTING) -> str:
     """The fix when nothing is wrong but time: the default deadline, or twice the one run out."""
-    seconds = max(DEFAULT_TIMEOUT, 2 * (timeout or 0.0))
+    seconds = max(DEFAULT_TIMEOUT, 2 * timeout)
     longer = f"{seconds / 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.0f}s"
     return (f"{why}; run the same command again with a longer one (it resumes where it "
             f"stopped): `--timeout {longer}`")
 
 
-def _all_starting(kube: Kube, namespace: str | None, unready: Sequence[PodView]) -> bool:
+def _all_starting(kube: Kube, namespace: str, unready: Sequence[PodView]) -> bool:
     """Every not-Ready pod (the first few, read whole) is still starting; False unreadable."""
-    if namespace is None or not unready:
+    if not unready:
         return False
     try:
         pods = [kube.get(kinds.POD, p.name, namespace) for p in unready[:g.MAX_NAMED]]
@@ -93,12 +93,10 @@ def lost_nodes_detail(kube: Kube, namespace: str, ds: Obj) -> str:
     return "" if gate.ok else gate.detail
 
 
-def where_stuck(kube: Kube, daemonset: str, pods: Sequence[PodView],
-                template_labels: Mapping[str, str | None], *, namespace: str | None = None,
-                timeout: float | None = None) -> tuple[str, str]:
+def where_stuck(kube: Kube, namespace: str, daemonset: str, pods: Sequence[PodView],
+                template_labels: Mapping[str, str | None], timeout: float) -> tuple[str, str]:
     """(where a stalled rollout is stuck, what to do): nodes that stopped reporting, else pods
-    not Ready, else not yet updated; still starting (read from `namespace`) or not yet
-    replaced: a longer `--timeout`."""
+    not Ready, else not yet updated; still starting or not yet replaced: a longer `--timeout`."""
     lost = _nodes_reporting(kube, daemonset, pods)
     if not lost.ok:
         return lost.detail, NODE_HINT
@@ -110,4 +108,4 @@ def where_stuck(kube: Kube, daemonset: str, pods: Sequence[PodView],
     old = sorted({p.node for p in pods
                   if any(p.labels.get(k) != v for k, v in template_labels.items())})
     return (f"pods not yet updated on nodes: {', '.join(old[:10]) or 'none'}",
-            timeout_hint(timeout, NOT_REPLACED) if namespace is not None else POD_HINT)
+            timeout_hint(timeout, NOT_REPLACED))

@@ -18,7 +18,7 @@ from migrator.engine.locate import locate, require_operator_api, require_stack, 
 from migrator.engine.loop import Loop, Run, RunSettings
 from migrator.engine.permissions import preflight_checks
 from migrator.engine.planfile import check_plan_file
-from migrator.engine.progress import Listener
+from migrator.engine.progress import Listener, Told
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import (
     Lowest,
@@ -43,7 +43,6 @@ from migrator.engine.state import (
     holds,
 )
 from migrator.engine.state import lock as locking
-from migrator.engine.warned import Warned
 from migrator.errors import APIForbidden, LockHeld, StateCorrupt, UsageError
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
@@ -124,7 +123,7 @@ def plan(session: Session, options: Options) -> PlanReport:
     snap = observe(session)
     state, _ = load_state(session)
     report = assemble.build(snap, session.catalog, state, options, objects=True)
-    Warned(session.listener).say(report.warnings)
+    session.listener.command().say(report.warnings)
     return report
 
 
@@ -138,17 +137,17 @@ class RunRequest:
 
 
 @contextlib.contextmanager
-def _applying(session: Session, told: Warned, cache: Informer, request: RunRequest,
-              state: State, version: str | None) -> Iterator[Apply]:
+def _applying(session: Session, cache: Informer, request: RunRequest, state: State,
+              version: str | None) -> Iterator[Apply]:
     """The run session (lock, save, heartbeat) around the apply back end; a run that wrote since
     `state` was loaded makes its first save (before any write) fail."""
     with RunSession(session.store, version=version, holder=default_holder(),
-                    clock=session.clock, listener=told) as held:
+                    clock=session.clock, listener=session.listener) as held:
         yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
-                        session.clock, told, request.settings), state, request.phase)
+                        session.clock, session.listener, request.settings), state, request.phase)
 
 
-def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
+def _outcome(session: Session, told: Told, request: RunRequest, state: State,
              backend: Apply, operation: str) -> tuple[PlanReport, RunOutcome]:
     """The cluster after the run (with every warning `told` said) and what the run did."""
     final = assemble.build(backend.snapshot(), session.catalog, state, request.settings.options,
@@ -186,7 +185,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         require_operator_api(snap.nvidia_api, session.kube.server)
         if state is None:
             recovered.refuse_lost_state(snap, session.catalog, session.namespace)
-        told = Warned(session.listener)
+        told = session.listener.command()
         if before.holds(request.phase) and session.store.lock_info() is None:
             told.say(before.warnings)
             session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
@@ -202,7 +201,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
              lambda p: p.number <= request.phase and not holds(p.status))
         state = state or State(session.namespace, clock=session.clock)
         state.plan_fingerprint = snap.fingerprint()
-        with _applying(session, told, cache, request, state, version) as backend:
+        with _applying(session, cache, request, state, version) as backend:
             Loop(backend, state).apply(request.phase)
         final, result = _outcome(session, told, request, state, backend, "apply")
         # A ✗ gate on a phase it was asked to complete is never success, whatever the waits said.
@@ -219,7 +218,7 @@ def _ask(session: Session, request: RunRequest, report: PlanReport,
         raise UsageError("Aborted at the question.", ABORTED_HINT)
 
 
-def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot,
+def _dry_run(session: Session, told: Told, request: RunRequest, snap: Snapshot,
              state: State | None, report: PlanReport, operation: str = "apply") -> RunReport:
     """`--dry-run`: the loop on the server-dry-run back end (engine/projecting.py), writes sent
     with `dryRun=All`; no lock, no state; not ok when a gate would stop the run."""
@@ -261,7 +260,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             session.store.check_free()  # someone else's run: refused before the question
         before = assemble.build(snap, session.catalog, state, request.settings.options,
                                 forward=False)
-        told = Warned(session.listener)
+        told = session.listener.command()
         if request.dry_run:  # nothing persisted
             told.say(before.warnings)
             return _dry_run(session, told, request, snap, state, before, "rollback")
@@ -272,7 +271,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                                      "back; nothing to do")
         else:
             _ask(session, request, before, lambda p: p.number in applied)
-        with _applying(session, told, cache, request, state, version) as backend:
+        with _applying(session, cache, request, state, version) as backend:
             Loop(backend, state).rollback(request.phase)
         final, result = _outcome(session, told, request, state, backend, "rollback")
         # Rolled back, and it broke nothing the phases kept below N answer for (a check of
@@ -296,7 +295,7 @@ def status(session: Session) -> StatusReport:
         state, broken = None, exc
     report = assemble.build(snap, session.catalog, state, Options(), forward=False,
                             state_unreadable=broken is not None)
-    Warned(session.listener).say(report.warnings)
+    session.listener.command().say(report.warnings)
     digest = None if state is None else StateDigest(
         state.plan_fingerprint, state.updated, state.last_error, tuple(state.history[-10:]))
     lock = None if broken else session.store.lock_info()

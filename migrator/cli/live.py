@@ -93,7 +93,7 @@ class PlainProgress(Listener):
     def message(self, text: str) -> None:
         self._say(complete(text, self.selection))
 
-    def warning(self, text: str) -> None:
+    def show_warning(self, text: str) -> None:
         if self.warnings:
             self.message(f"warning: {text}")
         elif text not in self.held:  # `status --watch` reads the same warnings every refresh

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from migrator import phases
 from migrator.engine import afterwrite, executor, loop
 from migrator.engine.loop import Decision, Direction, Loop, PhaseWork, RunSettings, Stopped
+from migrator.engine.progress import merged
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
-from migrator.engine.warned import merged
 from migrator.model import gates as g
 from migrator.model import kinds, projection
 from migrator.model.gates import GateResult

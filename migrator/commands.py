@@ -206,7 +206,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         final, result = _outcome(session, told, request, state, backend, "apply")
         # A ✗ gate on a phase it was asked to complete is never success, whatever the waits said.
         return RunReport(final, result, ok=final.holds(request.phase)
-                         and not final.verdict_fails(request.phase))
+                         and not final.verdict.failures(request.phase))
 
 
 def _ask(session: Session, request: RunRequest, report: PlanReport,
@@ -276,12 +276,12 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
         final, result = _outcome(session, told, request, state, backend, "rollback")
         # Rolled back, and it broke nothing the phases kept below N answer for (a check of
         # theirs that failed before it ran is not the rollback's failure).
-        broken_before = {f.name for f in before.verdict_fails(request.phase - 1)}
+        broken_before = {f.name for f in before.verdict.failures(request.phase - 1)}
         return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
                                                for p in final.phases
                                                if p.number >= request.phase
                                                and p.status is not PhaseStatus.PENDING)
-                         and not [f for f in final.verdict_fails(request.phase - 1)
+                         and not [f for f in final.verdict.failures(request.phase - 1)
                                   if f.name not in broken_before])
 
 

@@ -17,7 +17,7 @@ from migrator.engine.informer import Informer
 from migrator.engine.loop import Loop, Run, RunSettings
 from migrator.engine.permissions import preflight_checks
 from migrator.engine.planfile import check_plan_file
-from migrator.engine.progress import Listener
+from migrator.engine.progress import Listener, Told
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import (
     Lowest,
@@ -42,7 +42,6 @@ from migrator.engine.state import (
     holds,
 )
 from migrator.engine.state import lock as locking
-from migrator.engine.warned import Warned
 from migrator.errors import APIForbidden, LockHeld, StateCorrupt, UsageError
 from migrator.kube.client import Kube
 from migrator.model.planning import Options
@@ -67,10 +66,10 @@ class Session:
         self.store = ConfigMapStateStore(self.kube, self.namespace, self.catalog.common,
                                          self.clock)
 
-    def run_session(self, version: str | None, listener: Listener) -> RunSession:
+    def run_session(self, version: str | None) -> RunSession:
         """One run's lock (this process its holder), heartbeat and saves, from `version`."""
         return RunSession(self.store, version=version, holder=default_holder(),
-                          clock=self.clock, listener=listener)
+                          clock=self.clock, listener=self.listener)
 
 
 def observe(session: Session, cache: Informer | None = None) -> Snapshot:
@@ -123,7 +122,7 @@ def plan(session: Session, options: Options) -> PlanReport:
     snap = observe(session)
     state, _ = load_state(session)
     report = assemble.build(snap, session.catalog, state, options, objects=True)
-    Warned(session.listener).say(report.warnings)
+    session.listener.command().say(report.warnings)
     return report
 
 
@@ -137,16 +136,16 @@ class RunRequest:
 
 
 @contextlib.contextmanager
-def _applying(session: Session, told: Warned, cache: Informer, request: RunRequest,
-              state: State, version: str | None) -> Iterator[Apply]:
+def _applying(session: Session, cache: Informer, request: RunRequest, state: State,
+              version: str | None) -> Iterator[Apply]:
     """The run session (lock, save, heartbeat) around the apply back end; a run that wrote since
     `state` was loaded makes its first save (before any write) fail."""
-    with session.run_session(version, told) as held:
+    with session.run_session(version) as held:
         yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
-                        session.clock, told, request.settings), state, request.phase)
+                        session.clock, session.listener, request.settings), state, request.phase)
 
 
-def _outcome(session: Session, told: Warned, request: RunRequest, state: State,
+def _outcome(session: Session, told: Told, request: RunRequest, state: State,
              backend: Apply, operation: str) -> tuple[PlanReport, RunOutcome]:
     """The cluster after the run (with every warning `told` said) and what the run did."""
     final = assemble.build(backend.snapshot(), session.catalog, state, request.settings.options,
@@ -184,7 +183,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         locate.require_operator_api(snap.nvidia_api, session.kube.server)
         if state is None:
             recovered.refuse_lost_state(snap, session.catalog, session.namespace)
-        told = Warned(session.listener)
+        told = session.listener.command()
         if before.holds(request.phase) and session.store.lock_info() is None:
             told.say(before.warnings)
             session.listener.message(f"phases 1..{request.phase} are completed and still hold: "
@@ -200,12 +199,12 @@ def apply(session: Session, request: RunRequest) -> RunReport:
              lambda p: p.number <= request.phase and not holds(p.status))
         state = state or State(session.namespace, clock=session.clock)
         state.plan_fingerprint = snap.fingerprint()
-        with _applying(session, told, cache, request, state, version) as backend:
+        with _applying(session, cache, request, state, version) as backend:
             Loop(backend, state).apply(request.phase)
         final, result = _outcome(session, told, request, state, backend, "apply")
         # A ✗ gate on a phase it was asked to complete is never success, whatever the waits said.
         return RunReport(final, result, ok=final.holds(request.phase)
-                         and not final.verdict_fails(request.phase))
+                         and not final.verdict.failures(request.phase))
 
 
 def _ask(session: Session, request: RunRequest, report: PlanReport,
@@ -217,7 +216,7 @@ def _ask(session: Session, request: RunRequest, report: PlanReport,
         raise UsageError("Aborted at the question.", ABORTED_HINT)
 
 
-def _dry_run(session: Session, told: Warned, request: RunRequest, snap: Snapshot,
+def _dry_run(session: Session, told: Told, request: RunRequest, snap: Snapshot,
              state: State | None, report: PlanReport, operation: str = "apply") -> RunReport:
     """`--dry-run`: the loop on the server-dry-run back end (engine/projecting.py), writes sent
     with `dryRun=All`; no lock, no state; not ok when a gate would stop the run."""
@@ -259,7 +258,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
             session.store.check_free()  # someone else's run: refused before the question
         before = assemble.build(snap, session.catalog, state, request.settings.options,
                                 forward=False)
-        told = Warned(session.listener)
+        told = session.listener.command()
         if request.dry_run:  # nothing persisted
             told.say(before.warnings)
             return _dry_run(session, told, request, snap, state, before, "rollback")
@@ -270,17 +269,17 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                                      "back; nothing to do")
         else:
             _ask(session, request, before, lambda p: p.number in applied)
-        with _applying(session, told, cache, request, state, version) as backend:
+        with _applying(session, cache, request, state, version) as backend:
             Loop(backend, state).rollback(request.phase)
         final, result = _outcome(session, told, request, state, backend, "rollback")
         # Rolled back, and it broke nothing the phases kept below N answer for (a check of
         # theirs that failed before it ran is not the rollback's failure).
-        broken_before = {f.name for f in before.verdict_fails(request.phase - 1)}
+        broken_before = {f.name for f in before.verdict.failures(request.phase - 1)}
         return RunReport(final, result, ok=all(p.status is PhaseStatus.ROLLED_BACK
                                                for p in final.phases
                                                if p.number >= request.phase
                                                and p.status is not PhaseStatus.PENDING)
-                         and not [f for f in final.verdict_fails(request.phase - 1)
+                         and not [f for f in final.verdict.failures(request.phase - 1)
                                   if f.name not in broken_before])
 
 
@@ -294,7 +293,7 @@ def status(session: Session) -> StatusReport:
         state, broken = None, exc
     report = assemble.build(snap, session.catalog, state, Options(), forward=False,
                             state_unreadable=broken is not None)
-    Warned(session.listener).say(report.warnings)
+    session.listener.command().say(report.warnings)
     digest = None if state is None else StateDigest(
         state.plan_fingerprint, state.updated, state.last_error, tuple(state.history[-10:]))
     lock = None if broken else session.store.lock_info()

@@ -61,7 +61,7 @@ def _running(session: Session, loaded: tuple[State, str | None], timeout: float,
              max_gap: float) -> Iterator[StackRun]:
     """A stack run under the run lock, saving `loaded`'s state as it goes."""
     state, version = loaded
-    with session.run_session(version, session.listener) as rs:
+    with session.run_session(version) as rs:
         yield StackRun(session.kube, session.namespace, session.catalog, session.clock,
                        session.listener, state, rs.save, timeout=timeout, max_gap=max_gap)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -36,7 +36,7 @@ class PlainProgress(Listener):
     """One line per meaningful change. Under `-o json/yaml` warnings are said here; with
     `warnings=False` (a table prints them) they are held for `say_held`."""
 
-    def __init__(self, stream: Any = None, interval: float = 2.0,
+    def __init__(self, stream: TextIO | None = None, interval: float = 2.0,
                  warnings: bool = True) -> None:
         self.stream = stream or sys.stderr
         self.interval = interval
@@ -93,7 +93,7 @@ class PlainProgress(Listener):
     def message(self, text: str) -> None:
         self._say(complete(text, self.selection))
 
-    def warning(self, text: str) -> None:
+    def show_warning(self, text: str) -> None:
         if self.warnings:
             self.message(f"warning: {text}")
         elif text not in self.held:  # `status --watch` reads the same warnings every refresh

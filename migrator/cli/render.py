@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from functools import singledispatch
-from typing import Any
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 from rich.console import Console
@@ -19,17 +19,23 @@ from migrator.cli.options import Output
 from migrator.engine.assemble import closing
 from migrator.engine.reports import (
     GuardReport,
+    LockView,
+    Lowest,
+    PhasePreview,
     PhaseView,
     PlanReport,
     PreflightReport,
     Question,
     Report,
     RollbackPhase,
+    RollbackStep,
     RunOutcome,
     RunReport,
     RunView,
+    StackChange,
     StateDigest,
     StatusReport,
+    Target,
     UnlockReport,
 )
 from migrator.errors import MigrateError, exit_code_for
@@ -272,111 +278,79 @@ def error(exc: MigrateError, hint: str | None = None) -> None:
 
 Doc = dict[str, Any]
 
+# Each report type's document: its fields in the schema's order, keyed in camelCase.
+# `*field`: that field's document spread into this one; `field?`: left out while None.
+_FIELDS: dict[type, tuple[str, ...]] = {
+    PlanReport: ("stack", "namespace", "fingerprint", "components", "phases", "warnings",
+                 "tool_duplicates", "scrape_duplicates", "verdict", "lost_state",
+                 "stack_change"),
+    PhaseView: ("number", "name", "status", "changes", "gates", "notes", "blocked", "error",
+                "preview?"),
+    PhasePreview: ("outcome", "would_wait_for"),
+    StackChange: ("recorded", "live"),
+    Question: ("*report", "target"),
+    Target: ("context", "server", "namespace"),
+    RunReport: ("*report", "result", "ok"),
+    RunOutcome: ("operation", "writes", "dry_run", "lowest_endpoints", "notes?"),
+    Lowest: ("lowest", "baseline"),
+    StatusReport: ("*report", "state", "run", "ok", "state_error?"),
+    StateDigest: ("plan_fingerprint", "updated", "last_error", "history"),
+    RunView: ("state", "operation", "target", "phase", "lock", "resume", "last_event",
+              "waits_for", "rollback"),
+    LockView: ("holder", "acquired", "expires", "live", "gone"),
+    RollbackPhase: ("phase", "name", "status", "steps"),
+    RollbackStep: ("object", "type", "status", "changes"),
+    UnlockReport: ("namespace", "released", "forced", "holder_gone"),
+    PreflightReport: ("namespace", "server", "checks", "ok"),
+    GuardReport: ("namespace", "*passed", "verdict"),
+}
 
-@singledispatch
+
+@runtime_checkable
+class _Dictable(Protocol):
+    """A value that is its own document (gates, changes, the verdict, a guard pass)."""
+
+    def as_dict(self) -> Doc: ...
+
+
 def to_document(report: object) -> Doc:
-    raise TypeError(f"no document for {type(report).__name__}")
-
-
-def _phase(view: PhaseView) -> Doc:
-    doc: Doc = {"number": view.number, "name": view.name, "status": view.status.value,
-                "changes": [c.as_dict() for c in view.changes],
-                "gates": [g.as_dict() for g in view.gates], "notes": list(view.notes),
-                "blocked": view.blocked, "error": view.error}
-    if view.preview is not None:
-        doc["preview"] = {"outcome": view.preview.outcome,
-                          "wouldWaitFor": list(view.preview.would_wait_for)}
+    fields = _FIELDS.get(type(report))
+    if fields is None:
+        raise TypeError(f"no document for {type(report).__name__}")
+    doc: Doc = {}
+    for spec in fields:
+        name = spec.strip("*?")
+        value = _value(getattr(report, name))
+        if spec.startswith("*"):
+            doc.update(value)
+        elif value is not None or not spec.endswith("?"):
+            doc[_camel(name)] = value
     return doc
 
 
-@to_document.register
-def _plan(report: PlanReport) -> Doc:
-    change = report.stack_change
-    return {
-        "stack": report.stack, "namespace": report.namespace, "fingerprint": report.fingerprint,
-        "components": list(report.components), "phases": [_phase(v) for v in report.phases],
-        "warnings": list(report.warnings), "toolDuplicates": report.tool_duplicates,
-        "scrapeDuplicates": report.scrape_duplicates, "verdict": report.verdict.as_dict(),
-        "lostState": list(report.lost_state),
-        "stackChange": change and {"recorded": change.recorded, "live": change.live},
-    }
+def _value(value: Any) -> Any:
+    """A field's value as JSON/YAML data."""
+    if type(value) in _FIELDS:
+        return to_document(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, MigrateError):
+        return error_document(value)
+    if isinstance(value, _Dictable):
+        return value.as_dict()
+    if isinstance(value, Mapping):
+        return {k: _value(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_value(v) for v in value]
+    return value
 
 
-@to_document.register
-def _question(question: Question) -> Doc:
-    target = question.target
-    return {**_plan(question.report), "target": {
-        "context": target.context, "server": target.server, "namespace": target.namespace}}
-
-
-def _result(result: RunOutcome) -> Doc:
-    doc: Doc = {"operation": result.operation, "writes": result.writes,
-                "dryRun": result.dry_run,
-                "lowestEndpoints": {k: {"lowest": v.lowest, "baseline": v.baseline}
-                                    for k, v in result.lowest_endpoints.items()}}
-    if result.notes is not None:
-        doc["notes"] = list(result.notes)
-    return doc
-
-
-@to_document.register
-def _run(report: RunReport) -> Doc:
-    return {**_plan(report.report), "result": _result(report.result), "ok": report.ok}
-
-
-def _state(digest: StateDigest) -> Doc:
-    return {"planFingerprint": digest.plan_fingerprint, "updated": digest.updated,
-            "lastError": digest.last_error, "history": [dict(e) for e in digest.history]}
-
-
-def _rollback(phase: RollbackPhase) -> Doc:
-    return {"phase": phase.phase, "name": phase.name, "status": phase.status.value,
-            "steps": [{"object": s.object, "type": s.type, "status": s.status,
-                       "changes": [c.as_dict() for c in s.changes]} for s in phase.steps]}
-
-
-def run_view(run: RunView) -> Doc:
-    lock = run.lock
-    return {
-        "state": run.state, "operation": run.operation, "target": run.target,
-        "phase": run.phase, "lock": lock and {"holder": lock.holder, "acquired": lock.acquired,
-                                              "expires": lock.expires, "live": lock.live,
-                                              "gone": lock.gone},
-        "resume": run.resume,
-        "lastEvent": dict(run.last_event) if run.last_event is not None else None,
-        "waitsFor": run.waits_for,
-        "rollback": None if run.rollback is None else [_rollback(p) for p in run.rollback],
-    }
-
-
-@to_document.register
-def _status(report: StatusReport) -> Doc:
-    doc = {**_plan(report.report), "state": report.state and _state(report.state),
-           "run": run_view(report.run), "ok": report.ok}
-    if report.state_error is not None:
-        doc["stateError"] = error_document(report.state_error)
-    return doc
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
 
 
 def error_document(error: MigrateError, hint: str | None = None) -> Doc:
     """An error as `-o json|yaml` shows it (`hint`: as the CLI completed it)."""
     return {"message": error.message, "hint": error.hint if hint is None else hint,
             "exitCode": exit_code_for(error), "type": type(error).__name__}
-
-
-@to_document.register
-def _unlock(report: UnlockReport) -> Doc:
-    return {"namespace": report.namespace, "released": report.released,
-            "forced": report.forced, "holderGone": report.holder_gone}
-
-
-@to_document.register
-def _preflight(report: PreflightReport) -> Doc:
-    return {"namespace": report.namespace, "server": report.server,
-            "checks": [c.as_dict() for c in report.checks], "ok": report.ok}
-
-
-@to_document.register
-def _guard(report: GuardReport) -> Doc:
-    return {"namespace": report.namespace, **report.passed.as_dict(),
-            "verdict": report.verdict.as_dict()}

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from migrator import phases
 from migrator.engine import projecting, recovered, reports
+from migrator.engine.progress import merged
 from migrator.engine.reports import Closing, PlanReport, RunReport, RunView, StatusReport
 from migrator.engine.state import PhaseStatus, State, holds
-from migrator.engine.warned import merged
 from migrator.model import monitoring, outcome, scrapechecks
 from migrator.model.discovery import discover
 from migrator.model.planning import Options

@@ -5,15 +5,16 @@ write with `dryRun=All`; `Report` is every command's view of each phase (`walked
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from migrator import phases
 from migrator.engine import afterwrite, executor, loop
 from migrator.engine.loop import Decision, Direction, Loop, PhaseWork, RunSettings, Stopped
+from migrator.engine.progress import merged
 from migrator.engine.reports import PhasePreview, PhaseView, PlanReport
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
-from migrator.engine.warned import merged
 from migrator.model import gates as g
 from migrator.model import kinds, projection
 from migrator.model.gates import GateResult
@@ -207,7 +208,7 @@ class ServerDryRun(Project):
     """`Project`, and each write the API server can take now sent with `dryRun=All`."""
 
     def __init__(self, snapshot: Snapshot, catalog: Catalog, settings: RunSettings,
-                 kube: Kube, say: Any) -> None:
+                 kube: Kube, say: Callable[[str], None]) -> None:
         super().__init__(snapshot, catalog, settings)
         self.kube, self.say = kube, say  # `say`: the listener's `message`
 
@@ -241,8 +242,7 @@ class Report(Project):
             notes.append(OWNED_AFTER_SWITCH.format(services=", ".join(
                 s.object for s in again.steps)))
             self.warnings.append(notes[-1])
-        return PhaseView(module.NUMBER, module.NAME, PhaseStatus.COMPLETED, (), decision.gates,
-                         tuple(notes), decision.record_error)
+        return _view(decision, decision.gates, notes, None)
 
     def holds(self, decision: Decision) -> None:
         self.decisions[decision.module.NUMBER] = decision
@@ -328,7 +328,7 @@ def _blocked(plan: PhasePlan, notes: list[str]) -> list[str]:
     return [*notes, plan.blocked] if plan.blocked and plan.blocked not in notes else notes
 
 
-def _view(decision: Decision, gates: Any, notes: list[str], outcome: str | None,
+def _view(decision: Decision, gates: Iterable[GateResult], notes: list[str], outcome: str | None,
           waits: list[str] | None = None, plan: PhasePlan | None = None) -> PhaseView:
     """`plan`: what the phase would change, and why it is blocked."""
     return PhaseView(decision.module.NUMBER, decision.module.NAME, decision.status,

@@ -83,10 +83,6 @@ class PlanReport:
         bad = self.verdict.failures()
         return [f for f in bad if f.phase == 0] if self.rolled_back else bad
 
-    def verdict_fails(self, upto: int | None = None) -> list[Finding]:
-        """The verdict's failed checks; with `upto`, only those phases 1..upto answer for."""
-        return self.verdict.failures(upto)
-
 
 @dataclass(frozen=True)
 class Closing:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dcgm_sim.cluster import SimCluster
-from migrator.engine import assemble, warned
+from migrator.engine import assemble, progress
 from migrator.engine.progress import Listener
 from migrator.engine.state import lock as locking
 from migrator.engine.state.document import State
@@ -118,22 +118,22 @@ def test_counted_warnings_are_merged_per_kind() -> None:
     newest = ["possible duplicate scraping: 3 exporter pods ..., e.g. pod-b via x", "other"]
     oldest = ["possible duplicate scraping: 3 exporter pods ..., e.g. pod-a via x", "other",
               "duplicate scraping now: 1 exporter pods scraped more than once, e.g. pod-a"]
-    assert warned.merged(oldest, newest) == (newest[0], "other", oldest[2])
+    assert progress.merged(oldest, newest) == (newest[0], "other", oldest[2])
 
 
 class _Said(Listener):
     def __init__(self) -> None:
         self.said: list[str] = []
 
-    def warning(self, text: str) -> None:
+    def show_warning(self, text: str) -> None:
         self.said.append(text)
 
 
 def test_a_command_says_each_kind_of_warning_once_and_lists_the_newest_wording() -> None:
     below = _Said()
-    told = warned.Warned(below)
+    told = below.command()
     told.say(["possible duplicate scraping: 3 exporter pods, e.g. pod-a", "drift"])
-    told.warning("drift")
+    below.warning("drift")
     told.say(["possible duplicate scraping: 3 exporter pods, e.g. pod-b", "retired"])
     assert below.said == ["possible duplicate scraping: 3 exporter pods, e.g. pod-a", "drift",
                           "retired"]

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import json
 import threading
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -186,6 +187,11 @@ class ConfigMapState(cmap.ConfigMapFormat):
                        fix: str) -> MigrateError:
         return error(f"Could not {verb} the lock on {self._cm.where}: it kept changing.", fix)
 
+    def _reads(self) -> Iterator[Obj | None]:
+        """The ConfigMap read afresh for each round of a write retried after conflicts."""
+        for _ in range(_ROUNDS):
+            yield self._cm.get()
+
     def _put_lock(self, current: Obj | None, lock: Lock | None) -> bool:
         """Write `lock`'s annotations over `current` (None: create it); False on a conflict."""
         annotations = locking.annotations_for(lock) if lock is not None else {}
@@ -212,9 +218,8 @@ class ConfigMapState(cmap.ConfigMapFormat):
         here = self._holders.here
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
-            for _ in range(_ROUNDS):
+            for current in self._reads():
                 now = self._clock.now()
-                current = self._cm.get()
                 info = _lock_of(current)
                 gone = None
                 if current is not None:
@@ -229,9 +234,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                         gone = self.holder_gone(info)
                         if gone is None:
                             raise self._lock_held(info)
-                tried = locking.new_lock(holder, now, ttl_seconds,
-                                         info.holder if info else None, info, process=here,
-                                         gone=gone)
+                tried = locking.new_lock(holder, now, ttl_seconds, info, process=here, gone=gone)
                 if self._put_lock(current, tried):
                     self._held = tried
                     return tried
@@ -241,8 +244,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def renew_lock(self, lock: Lock) -> Lock:
         """Push the expiry out by the lock's TTL; LockHeld if the lock is no longer ours."""
         with self._mu:
-            for _ in range(_ROUNDS):
-                current = self._cm.get()
+            for current in self._reads():
                 info = _lock_of(current)
                 if current is None or not locking.is_ours(info, lock):
                     self._held = None
@@ -261,8 +263,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         """Drop the lock if it is still ours (someone else's lock is left alone)."""
         with self._mu:
             self._held = None
-            for _ in range(_ROUNDS):
-                current = self._cm.get()
+            for current in self._reads():
                 if current is None or not locking.is_ours(_lock_of(current), lock) \
                         or self._put_lock(current, None):
                     return
@@ -270,8 +271,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def force_unlock(self) -> str | None:
         """Remove whatever lock is there (`dcgm-migrate unlock`); the holder removed, or None."""
         with self._mu:
-            for _ in range(_ROUNDS):
-                current = self._cm.get()
+            for current in self._reads():
                 if current is None:
                     return None
                 self._check_ours(current)

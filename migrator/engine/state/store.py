@@ -51,8 +51,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                  holders: HolderCheck | None = None) -> None:
         super().__init__(backend, managed_by)
         self._clock = clock
-        self._holders = holders or HolderCheck()
-        self.holder_gone = self._holders  # (info): why its holder is provably gone, or None
+        self.holder_gone = holders or HolderCheck()  # (info): why its holder is provably gone
         self._mu = threading.RLock()  # each call is atomic for this store
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
         # (resourceVersion, checksum) last handed out by `load` or `save`: what a caller saves
@@ -215,7 +214,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
         """Take the lock (an expired one, or one whose holder is provably gone, taken over);
         LockHeld when another run that may be alive holds it."""
-        here = self._holders.here
+        here = self.holder_gone.here
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
             for current in self._reads():
@@ -307,19 +306,18 @@ class RunSession:
     """The store, lock and document version of one apply or rollback (a context manager)."""
 
     def __init__(self, store: StateStore, *, version: str | None, holder: str, clock: Clock,
-                 listener: Listener, ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
+                 listener: Listener) -> None:
         self.store: StateStore = store
         self._version = version
         self._holder = holder
         self._clock = clock
         self._listener = listener
-        self._ttl = ttl_seconds
         self._lock: Lock | None = None
         self._renewed = clock.monotonic()
         self._state: State | None = None  # the document as this run last saved it
 
     def __enter__(self) -> RunSession:
-        self._lock = self.store.acquire_lock(self._holder, self._ttl)
+        self._lock = self.store.acquire_lock(self._holder, LOCK_TTL_SECONDS)
         self._renewed = self._clock.monotonic()
         said = takeover_message(self._lock)  # expired, or its expiry unreadable
         if said:
@@ -355,6 +353,7 @@ class RunSession:
 
     def heartbeat(self) -> None:
         """Renew the lock when a quarter of its TTL has passed since the last renewal."""
-        if self._lock is not None and self._clock.monotonic() - self._renewed > self._ttl / 4:
+        if self._lock is not None and (
+                self._clock.monotonic() - self._renewed > LOCK_TTL_SECONDS / 4):
             self._lock = self.store.renew_lock(self._lock)
             self._renewed = self._clock.monotonic()

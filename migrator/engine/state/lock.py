@@ -229,15 +229,15 @@ def pod_of_this_process(env: Mapping[str, str] | None = None,
     return f"{namespace}/{name}" if name and namespace else None
 
 
-def this_process(proc: Path = PROC, pod: str | None = None) -> Process:
+def this_process(pod: str | None = None) -> Process:
     """This run, as a lock records it."""
     try:
-        stat = read_stat(os.getpid(), proc)
+        stat = read_stat(os.getpid())
     except LookupError:
         stat = None
     return Process(socket.gethostname(), os.getpid(), stat[1] if stat else None,
-                   read_text(proc / "sys" / "kernel" / "random" / "boot_id"),
-                   read_text(proc / "self" / "ns" / "pid", link=True), pod)
+                   read_text(PROC / "sys" / "kernel" / "random" / "boot_id"),
+                   read_text(PROC / "self" / "ns" / "pid", link=True), pod)
 
 
 def default_holder() -> str:
@@ -293,19 +293,18 @@ def gone_from_the_cluster(holder: Process, here: Process, pod: PodLookup | None)
 class HolderCheck:
     """`check(info)`: why the lock's holder is provably gone, or None when it may be alive."""
 
-    def __init__(self, pod: PodLookup | None = None, here: Process | None = None,
-                 proc: Path = PROC) -> None:
-        self._pod, self._here, self._proc = pod, here, proc
+    def __init__(self, pod: PodLookup | None = None, here: Process | None = None) -> None:
+        self._pod, self._here = pod, here
 
     @property
     def here(self) -> Process:
         if self._here is None:
-            self._here = this_process(self._proc, pod_of_this_process())
+            self._here = this_process(pod_of_this_process())
         return self._here
 
     def __call__(self, info: LockInfo | None) -> str | None:
         if info is None or info.process is None:
             return None
         holder = info.process
-        return (gone_from_this_host(holder, self.here, self._proc)
+        return (gone_from_this_host(holder, self.here)
                 or gone_from_the_cluster(holder, self.here, self._pod))

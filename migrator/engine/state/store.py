@@ -113,7 +113,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 self._seen = written
                 return self._hand_out(written, json.loads(text))
             raise StateConflict(
-                f"The state in ConfigMap {self._cm.where} kept changing under this run.",
+                f"The state in ConfigMap {self._where} kept changing under this run.",
                 "make sure no other dcgm-migrate run or controller edits it, then run again")
 
     def _reread_for_save(
@@ -126,12 +126,12 @@ class ConfigMapState(cmap.ConfigMapFormat):
         if current is None:
             if self._held is not None:
                 raise StateConflict(
-                    f"ConfigMap {self._cm.where} was deleted while this run held its lock.",
+                    f"ConfigMap {self._where} was deleted while this run held its lock.",
                     "someone reset the migration state; run `dcgm-migrate status -n "
                     f"{self._cm.namespace}` and decide")
             if expected_sha is not None and expected_sha != cmap.EMPTY_SHA:
                 raise StateConflict(
-                    f"The state in ConfigMap {self._cm.where} was deleted by someone else.",
+                    f"The state in ConfigMap {self._where} was deleted by someone else.",
                     f"run `dcgm-migrate status -n {self._cm.namespace}` and start again")
             return None
         self._decode(current)
@@ -147,7 +147,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         if not (_matches(current_sha, expected_sha) or _version(current) == expected_version
                 or current_sha == saving):
             raise StateConflict(
-                f"The state in ConfigMap {self._cm.where} was changed by another run since "
+                f"The state in ConfigMap {self._where} was changed by another run since "
                 "this run read it.",
                 f"run `dcgm-migrate status -n {self._cm.namespace}` to see the current state, "
                 "then the command again")
@@ -164,7 +164,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def _lock_held(self, info: locking.LockInfo) -> LockHeld:
         until = locking.format_time(info.expires) if info.expires else "an unreadable time"
         ns = self._cm.namespace
-        message = (f"Another dcgm-migrate run holds the lock on {self._cm.where}: "
+        message = (f"Another dcgm-migrate run holds the lock on {self._where}: "
                    f"{info.holder}, until {until}.")
         if info.renewing(self._clock.now()):
             return LockHeld(message, "wait for that run to finish: `dcgm-migrate status -n "
@@ -178,13 +178,13 @@ class ConfigMapState(cmap.ConfigMapFormat):
 
     def _lost_lock(self, error: type[LockHeld | StateConflict], how: str,
                    on: str = "") -> MigrateError:
-        return error(f"This run's lock on {on}{self._cm.where} was {how}.",
+        return error(f"This run's lock on {on}{self._where} was {how}.",
                      "another run may be migrating: see `dcgm-migrate status -n "
                      f"{self._cm.namespace}` before going on")
 
     def _kept_changing(self, error: type[LockHeld | StateConflict], verb: str,
                        fix: str) -> MigrateError:
-        return error(f"Could not {verb} the lock on {self._cm.where}: it kept changing.", fix)
+        return error(f"Could not {verb} the lock on {self._where}: it kept changing.", fix)
 
     def _reads(self) -> Iterator[Obj | None]:
         """The ConfigMap read afresh for each round of a write retried after conflicts."""

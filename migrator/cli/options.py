@@ -18,6 +18,7 @@ import yaml
 from migrator import phases
 from migrator.commands import RunRequest
 from migrator.engine.loop import RunSettings
+from migrator.engine.state.lock import SERVICE_ACCOUNT_NAMESPACE, pod_namespace
 from migrator.errors import UsageError
 from migrator.kube.config import resolve_source
 from migrator.model import yamldoc
@@ -77,14 +78,12 @@ def complete_context(ctx: typer.Context, incomplete: str) -> list[str]:
     return names
 
 
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 OUTSIDE_A_POD = "gpu-operator"
 
 
 def default_namespace(kubeconfig: str | None = None, service_account: Path | None = None,
                       environ: Mapping[str, str] | None = None) -> str:
-    """-n's default: in a pod, its namespace as client-go reads it ($POD_NAMESPACE, else the
-    service account's file); else gpu-operator."""
+    """-n's default: in a pod, its namespace (`pod_namespace`); else gpu-operator."""
     env = dict(os.environ if environ is None else environ)
     try:
         in_cluster = resolve_source(kubeconfig, env).in_cluster
@@ -92,13 +91,7 @@ def default_namespace(kubeconfig: str | None = None, service_account: Path | Non
         in_cluster = False
     if not in_cluster:
         return OUTSIDE_A_POD
-    own = env.get("POD_NAMESPACE", "").strip()
-    if not own:
-        try:
-            own = (service_account or SERVICE_ACCOUNT_NAMESPACE).read_text().strip()
-        except OSError:
-            own = ""
-    return own or OUTSIDE_A_POD
+    return pod_namespace(env, service_account or SERVICE_ACCOUNT_NAMESPACE) or OUTSIDE_A_POD
 
 
 def _namespace_or_default(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:

@@ -218,6 +218,11 @@ class Informer:
         for r in self.reflectors:
             r.saw(kind, obj)
 
+    def of(self, kind: Kind) -> Reflector[Obj]:
+        """The reflector of `kind`: DaemonSets, Services or EndpointSlices (held whole)."""
+        return next(r for r in (self.daemonsets, self.services, self.endpointslices)
+                    if r.kind.key == kind.key)
+
     @property
     def reflectors(self) -> tuple[Reflector[Any], ...]:
         return (self.daemonsets, self.services, self.endpointslices, *self.pod_reflectors)

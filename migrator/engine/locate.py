@@ -4,12 +4,11 @@ that may not list cluster-wide looks in the usual namespaces and its own)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from migrator.engine.state.lock import SERVICE_ACCOUNT_NAMESPACE, read_text
+from migrator.engine.state.lock import pod_namespace
 from migrator.errors import APIForbidden, APINotFound, UsageError
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -61,7 +60,7 @@ def _held(kube: Kube, catalog: Catalog, namespace: str) -> list[str]:
 
 def candidates(asked: str) -> list[str]:
     """The namespaces to look in one by one: the usual ones, and this pod's own."""
-    own = os.environ.get("POD_NAMESPACE") or read_text(SERVICE_ACCOUNT_NAMESPACE)
+    own = pod_namespace()
     out = [n for n in (*USUAL_NAMESPACES, own) if n and n != asked]
     return list(dict.fromkeys(out))
 

@@ -57,27 +57,20 @@ class Reader:
     cache: Informer | None = None
     whole: WholePods | None = None  # the API server's pods only (a cache has its own)
 
-    def _list(self, kind: kinds.Kind, label_selector: str | None = None) -> list[Obj]:
+    def objects(self, kind: kinds.Kind, label_selector: str | None = None) -> list[Obj]:
+        """The cache's objects of `kind` (it holds them all), else those the selector lists."""
+        if self.cache is not None:
+            return self.cache.of(kind).items()
         return list(self.kube.list(kind, self.namespace, label_selector=label_selector).items)
-
-    def daemonsets(self) -> list[Obj]:
-        return self.cache.daemonsets.items() if self.cache else self._list(kinds.DAEMONSET)
-
-    def services(self) -> list[Obj]:
-        return self.cache.services.items() if self.cache else self._list(kinds.SERVICE)
 
     def endpoints(self, services: Iterable[str] | None = None) -> dict[str, ServiceEndpoints]:
         """These Services' endpoints from their EndpointSlices (None: every Service's)."""
         names = sorted(set(services)) if services is not None else None
         if names == []:
             return {}
-        if self.cache is not None:
-            slices = self.cache.endpointslices.items()
-        else:
-            slices = self._list(kinds.ENDPOINTSLICE,
-                                f"{SERVICE_NAME_LABEL} in ({','.join(names)})" if names else None)
+        wanted = f"{SERVICE_NAME_LABEL} in ({','.join(names)})" if names else None
         by_service: dict[str, list[Obj]] = {n: [] for n in names or ()}
-        for sl in slices:
+        for sl in self.objects(kinds.ENDPOINTSLICE, wanted):
             svc = o.labels(sl).get(SERVICE_NAME_LABEL, "")
             if names is None or svc in by_service:
                 by_service.setdefault(svc, []).append(sl)
@@ -89,8 +82,8 @@ class Reader:
             selectors = pod_selectors(comps)
             return (read_pods(self.kube, self.namespace, selectors, endpoints, self.whole)
                     if selectors else ())
-        mine = belongs(comps) if comps else None
-        listed = [p for p in self.cache.pods() if mine(p.labels)] if mine else []
+        mine = belongs(comps)
+        listed = [p for p in self.cache.pods() if mine(p.labels)] if comps else []
         return _resolved(self.kube, self.namespace, listed, endpoints,
                          [str(r.label_selector) for r in self.cache.pod_reflectors],
                          self.cache.whole)
@@ -148,13 +141,11 @@ def _cluster_scope(kube: Kube, namespace: str, allowed: dict[str, bool]) -> dict
 
 
 def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
-                  daemonsets: Sequence[str] | None = None,
-                  services: Sequence[str] | None = None,
-                  cluster_scope: bool = True, whole: WholePods | None = None,
-                  cache: Informer | None = None, clock: Clock | None = None,
-                  leases: Sequence[Obj] | None = None) -> Snapshot:
-    """The namespace as the planner and gates see it; `daemonsets`/`services` narrow it (None:
-    all), `cluster_scope` adds the Namespace, CRs and monitors, `cache` serves all but those,
+                  daemonsets: Sequence[str] | None = None, cluster_scope: bool = True,
+                  whole: WholePods | None = None, cache: Informer | None = None,
+                  clock: Clock | None = None, leases: Sequence[Obj] | None = None) -> Snapshot:
+    """The namespace as the planner and gates see it; `daemonsets` narrows it (None: all),
+    `cluster_scope` adds the Namespace, CRs and monitors, `cache` serves all but those,
     `leases`: the guard's Leases as the caller holds them (not listed)."""
     # The Namespace is cluster-scoped too: a narrow read (or the guard's) takes it as known.
     if cluster_scope and kube.get(kinds.NAMESPACE, namespace) is None:
@@ -162,14 +153,13 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     source = Reader(kube, namespace, cache, whole)
     wanted_ds = set(daemonsets) if daemonsets is not None else {
         c.daemonset for c in catalog.components}
-    ds_map = {o.name(d): d for d in source.daemonsets() if o.name(d) in wanted_ds}
-    svc_map = {o.name(s): s for s in source.services()
-               if services is None or o.name(s) in services}
+    ds_map = {o.name(d): d for d in source.objects(kinds.DAEMONSET) if o.name(d) in wanted_ds}
+    svc_map = {o.name(s): s for s in source.objects(kinds.SERVICE)}
     endpoints = source.endpoints(svc_map)
     pods = source.pods([c for c in catalog.components if c.daemonset in ds_map], endpoints)
     scope = (_cluster_scope(kube, namespace, cache.allowed if cache is not None else {})
              if cluster_scope else {"nvidia_api": False, "servicemonitor_api": False})
-    whole_read = daemonsets is None and services is None
+    whole_read = daemonsets is None
     held, leases_read = (tuple(leases), True) if whole_read and leases is not None else ((), False)
     if whole_read and leases is None:  # the guard's Leases, by the tool's managed-by label
         mb = catalog.common.managed_by

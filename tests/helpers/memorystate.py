@@ -30,10 +30,6 @@ class MemoryConfigMap:
         self.writes = 0
 
     @property
-    def where(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
     def object(self) -> Obj | None:
         """A copy of the stored ConfigMap."""
         with self._lock:

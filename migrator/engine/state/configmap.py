@@ -65,8 +65,6 @@ class ConfigMapAccess(Protocol):
     namespace: str
     name: str
 
-    @property
-    def where(self) -> str: ...
     def get(self) -> Obj | None: ...
     def create(self, obj: Obj) -> Obj: ...  # APIAlreadyExists when it exists
     def replace(self, obj: Obj) -> Obj: ...  # APIConflict on a stale resourceVersion
@@ -77,7 +75,6 @@ class KubeConfigMap:
 
     def __init__(self, kube: Kube, namespace: str, name: str) -> None:
         self._kube, self.namespace, self.name = kube, namespace, name
-        self.where = f"{namespace}/{name}"
 
     def get(self) -> Obj | None:
         return self._kube.get(kinds.CONFIGMAP, self.name, self.namespace)
@@ -95,6 +92,7 @@ class ConfigMapFormat:
     def __init__(self, backend: ConfigMapAccess, managed_by: Label) -> None:
         self._cm = backend
         self._managed_by = managed_by
+        self._where = f"{backend.namespace}/{backend.name}"  # as messages name it
 
     def _kubectl(self) -> str:
         return f"kubectl -n {self._cm.namespace} get configmap {self._cm.name} -o yaml"
@@ -107,13 +105,13 @@ class ConfigMapFormat:
         document = _document(cm)  # a valid one naming its schema and namespace: ours anyway
         if isinstance(document, dict) and {"schema", "namespace"} <= document.keys():
             raise StateCorrupt(
-                f"ConfigMap {self._cm.where} holds a dcgm-migrate state (its checksum matches)"
+                f"ConfigMap {self._where} holds a dcgm-migrate state (its checksum matches)"
                 f" but lost its label {key}={value}, so it is not read or written until the "
                 "label is back.",
                 f"restore the label: `kubectl -n {self._cm.namespace} label configmap "
                 f"{self._cm.name} {key}={value}`, then run the command again")
         raise StateCorrupt(
-            f"ConfigMap {self._cm.where} exists but was not created by dcgm-migrate "
+            f"ConfigMap {self._where} exists but was not created by dcgm-migrate "
             f"(no label {key}={value}), so it is never read or written.",
             f"inspect it with `{self._kubectl()}`; rename or delete it if it is not needed, "
             "or run the migration in another namespace")
@@ -123,7 +121,7 @@ class ConfigMapFormat:
         why = o.terminating(cm)
         if why is not None:
             raise StateConflict(
-                f"ConfigMap {self._cm.where} holding the migration state is being deleted "
+                f"ConfigMap {self._where} holding the migration state is being deleted "
                 f"({why}), so dcgm-migrate will not lock or write it.",
                 f"keep a copy first (`{self._kubectl()}`); if the deletion was meant to reset the"
                 " migration, let it finish (remove the finalizers if nothing needs them) and run"
@@ -135,7 +133,7 @@ class ConfigMapFormat:
         document = _document(cm)
         if isinstance(document, str):
             label = f"{self._managed_by.key}={self._managed_by.value}"
-            raise StateCorrupt(f"The migration state in ConfigMap {self._cm.where} {document}, "
+            raise StateCorrupt(f"The migration state in ConfigMap {self._where} {document}, "
                                "so dcgm-migrate refuses to use it.",
                                corrupt_hint(self._cm.namespace, self._cm.name, label))
         return document

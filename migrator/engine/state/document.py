@@ -173,13 +173,13 @@ class State:
                       where: tuple[str, str] = ("gpu-operator", "dcgm-migrate-state")) -> State:
         """The state a document holds; StateCorrupt, with the fix for the ConfigMap `where`
         (namespace, name), when it is not one this version reads."""
+        if doc.get("schema") != SCHEMA_VERSION:
+            raise StateCorrupt(
+                f"The state ConfigMap has schema {doc.get('schema')!r}, but this tool reads "
+                f"schema {SCHEMA_VERSION}.",
+                "use the dcgm-migrate version that wrote it (`dcgm-migrate --version` names "
+                f"this one), or {corrupt_hint(*where)}")
         try:
-            if doc.get("schema") != SCHEMA_VERSION:
-                raise StateCorrupt(
-                    f"The state ConfigMap has schema {doc.get('schema')!r}, but this tool "
-                    f"reads schema {SCHEMA_VERSION}.",
-                    "use the dcgm-migrate version that wrote it (`dcgm-migrate --version` "
-                    f"names this one), or {corrupt_hint(*where)}")
             phases = {}
             for p in doc["phases"]:
                 phases[int(p["number"])] = record = PhaseRecord(
@@ -197,8 +197,6 @@ class State:
                          created=str(doc.get("created") or ""),
                          updated=str(doc.get("updated") or ""),
                          clock=clock or SystemClock())
-        except StateCorrupt:
-            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise StateCorrupt(
                 f"The state ConfigMap does not hold a valid dcgm-migrate state ({exc}).",

@@ -73,17 +73,21 @@ def _text(value: object) -> str | None:
 
 @dataclass(frozen=True)
 class Lock:
-    """A lock this process holds; `taken_over*`: what it replaced, `gone`: why before expiry."""
+    """A lock this process holds; `taken_over`: what it replaced, `gone`: why before expiry."""
 
     holder: str
     acquired: datetime
     expires: datetime
     ttl_seconds: float
-    taken_over_from: str | None = None
     renewed: datetime | None = None  # None: never renewed (the acquisition)
     taken_over: LockInfo | None = None
     process: Process | None = None  # this run's, recorded in the annotations
     gone: str | None = None
+
+    @property
+    def taken_over_from(self) -> str | None:
+        """The holder of the lock this one replaced (None: it replaced none)."""
+        return self.taken_over.holder if self.taken_over else None
 
 
 @dataclass(frozen=True)
@@ -132,10 +136,9 @@ def read(annotations: dict[str, str] | None) -> LockInfo | None:
                     Process.decode(annotations.get(PROCESS)))
 
 
-def new_lock(holder: str, now: datetime, ttl_seconds: float, taken_over_from: str | None,
-             taken_over: LockInfo | None = None, *, process: Process | None = None,
-             gone: str | None = None) -> Lock:
-    return Lock(holder, now, now + timedelta(seconds=ttl_seconds), ttl_seconds, taken_over_from,
+def new_lock(holder: str, now: datetime, ttl_seconds: float, taken_over: LockInfo | None = None,
+             *, process: Process | None = None, gone: str | None = None) -> Lock:
+    return Lock(holder, now, now + timedelta(seconds=ttl_seconds), ttl_seconds,
                 taken_over=taken_over, process=process, gone=gone)
 
 
@@ -155,18 +158,18 @@ def annotations_for(lock: Lock) -> dict[str, str]:
 
 def takeover_message(lock: Lock) -> str | None:
     """What a run says when its lock replaced another's (None: it did not)."""
-    old = lock.taken_over  # set with `taken_over_from`, its holder
+    old = lock.taken_over
     if old is None:
         return None
     if lock.gone:
         until = f" (its lease ran until {format_time(old.expires)})" if old.expires else ""
-        return (f"took over the lock of {lock.taken_over_from} at once: {lock.gone}, so its "
+        return (f"took over the lock of {old.holder} at once: {lock.gone}, so its "
                 f"run is gone{until}")
     if old.expires is None:
-        return (f"took over the lock of {lock.taken_over_from}, whose expiry could not be read "
+        return (f"took over the lock of {old.holder}, whose expiry could not be read "
                 "(counted as expired)")
     renewed = f", last renewed {format_time(old.renewed)}" if old.renewed else ""
-    return (f"took over the expired lock of {lock.taken_over_from} (expired "
+    return (f"took over the expired lock of {old.holder} (expired "
             f"{format_time(old.expires)}{renewed}: not renewed since, so its run is gone)")
 
 
@@ -207,25 +210,34 @@ def read_text(path: Path, link: bool = False) -> str | None:
         return None
 
 
+def pod_namespace(env: Mapping[str, str] | None = None,
+                  service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
+    """The namespace of the pod this run is, as client-go reads it in a pod: $POD_NAMESPACE,
+    else the service account's file (None: neither says)."""
+    environ = os.environ if env is None else env
+    return environ.get("POD_NAMESPACE", "").strip() or read_text(service_account)
+
+
 def pod_of_this_process(env: Mapping[str, str] | None = None,
                         service_account: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
     """`namespace/name` of the pod this run is, or None outside a cluster."""
     environ = os.environ if env is None else env
     in_cluster = bool(environ.get("KUBERNETES_SERVICE_HOST"))
     name = environ.get("POD_NAME") or (socket.gethostname() if in_cluster else "")
-    namespace = environ.get("POD_NAMESPACE") or (read_text(service_account) if in_cluster else None)
+    namespace = (pod_namespace(environ, service_account) if in_cluster
+                 else environ.get("POD_NAMESPACE"))
     return f"{namespace}/{name}" if name and namespace else None
 
 
-def this_process(proc: Path = PROC, pod: str | None = None) -> Process:
+def this_process(pod: str | None = None) -> Process:
     """This run, as a lock records it."""
     try:
-        stat = read_stat(os.getpid(), proc)
+        stat = read_stat(os.getpid())
     except LookupError:
         stat = None
     return Process(socket.gethostname(), os.getpid(), stat[1] if stat else None,
-                   read_text(proc / "sys" / "kernel" / "random" / "boot_id"),
-                   read_text(proc / "self" / "ns" / "pid", link=True), pod)
+                   read_text(PROC / "sys" / "kernel" / "random" / "boot_id"),
+                   read_text(PROC / "self" / "ns" / "pid", link=True), pod)
 
 
 def default_holder() -> str:
@@ -281,19 +293,18 @@ def gone_from_the_cluster(holder: Process, here: Process, pod: PodLookup | None)
 class HolderCheck:
     """`check(info)`: why the lock's holder is provably gone, or None when it may be alive."""
 
-    def __init__(self, pod: PodLookup | None = None, here: Process | None = None,
-                 proc: Path = PROC) -> None:
-        self._pod, self._here, self._proc = pod, here, proc
+    def __init__(self, pod: PodLookup | None = None, here: Process | None = None) -> None:
+        self._pod, self._here = pod, here
 
     @property
     def here(self) -> Process:
         if self._here is None:
-            self._here = this_process(self._proc, pod_of_this_process())
+            self._here = this_process(pod_of_this_process())
         return self._here
 
     def __call__(self, info: LockInfo | None) -> str | None:
         if info is None or info.process is None:
             return None
         holder = info.process
-        return (gone_from_this_host(holder, self.here, self._proc)
+        return (gone_from_this_host(holder, self.here)
                 or gone_from_the_cluster(holder, self.here, self._pod))

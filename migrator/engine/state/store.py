@@ -10,6 +10,7 @@ import contextlib
 import copy
 import json
 import threading
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -50,8 +51,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                  holders: HolderCheck | None = None) -> None:
         super().__init__(backend, managed_by)
         self._clock = clock
-        self._holders = holders or HolderCheck()
-        self.holder_gone = self._holders  # (info): why its holder is provably gone, or None
+        self.holder_gone = holders or HolderCheck()  # (info): why its holder is provably gone
         self._mu = threading.RLock()  # each call is atomic for this store
         self._seen: Obj | None = None  # the ConfigMap as last read or written by us
         # (resourceVersion, checksum) last handed out by `load` or `save`: what a caller saves
@@ -113,7 +113,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                 self._seen = written
                 return self._hand_out(written, json.loads(text))
             raise StateConflict(
-                f"The state in ConfigMap {self._cm.where} kept changing under this run.",
+                f"The state in ConfigMap {self._where} kept changing under this run.",
                 "make sure no other dcgm-migrate run or controller edits it, then run again")
 
     def _reread_for_save(
@@ -126,12 +126,12 @@ class ConfigMapState(cmap.ConfigMapFormat):
         if current is None:
             if self._held is not None:
                 raise StateConflict(
-                    f"ConfigMap {self._cm.where} was deleted while this run held its lock.",
+                    f"ConfigMap {self._where} was deleted while this run held its lock.",
                     "someone reset the migration state; run `dcgm-migrate status -n "
                     f"{self._cm.namespace}` and decide")
             if expected_sha is not None and expected_sha != cmap.EMPTY_SHA:
                 raise StateConflict(
-                    f"The state in ConfigMap {self._cm.where} was deleted by someone else.",
+                    f"The state in ConfigMap {self._where} was deleted by someone else.",
                     f"run `dcgm-migrate status -n {self._cm.namespace}` and start again")
             return None
         self._decode(current)
@@ -147,7 +147,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         if not (_matches(current_sha, expected_sha) or _version(current) == expected_version
                 or current_sha == saving):
             raise StateConflict(
-                f"The state in ConfigMap {self._cm.where} was changed by another run since "
+                f"The state in ConfigMap {self._where} was changed by another run since "
                 "this run read it.",
                 f"run `dcgm-migrate status -n {self._cm.namespace}` to see the current state, "
                 "then the command again")
@@ -164,7 +164,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def _lock_held(self, info: locking.LockInfo) -> LockHeld:
         until = locking.format_time(info.expires) if info.expires else "an unreadable time"
         ns = self._cm.namespace
-        message = (f"Another dcgm-migrate run holds the lock on {self._cm.where}: "
+        message = (f"Another dcgm-migrate run holds the lock on {self._where}: "
                    f"{info.holder}, until {until}.")
         if info.renewing(self._clock.now()):
             return LockHeld(message, "wait for that run to finish: `dcgm-migrate status -n "
@@ -178,13 +178,18 @@ class ConfigMapState(cmap.ConfigMapFormat):
 
     def _lost_lock(self, error: type[LockHeld | StateConflict], how: str,
                    on: str = "") -> MigrateError:
-        return error(f"This run's lock on {on}{self._cm.where} was {how}.",
+        return error(f"This run's lock on {on}{self._where} was {how}.",
                      "another run may be migrating: see `dcgm-migrate status -n "
                      f"{self._cm.namespace}` before going on")
 
     def _kept_changing(self, error: type[LockHeld | StateConflict], verb: str,
                        fix: str) -> MigrateError:
-        return error(f"Could not {verb} the lock on {self._cm.where}: it kept changing.", fix)
+        return error(f"Could not {verb} the lock on {self._where}: it kept changing.", fix)
+
+    def _reads(self) -> Iterator[Obj | None]:
+        """The ConfigMap read afresh for each round of a write retried after conflicts."""
+        for _ in range(_ROUNDS):
+            yield self._cm.get()
 
     def _put_lock(self, current: Obj | None, lock: Lock | None) -> bool:
         """Write `lock`'s annotations over `current` (None: create it); False on a conflict."""
@@ -209,12 +214,11 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def acquire_lock(self, holder: str, ttl_seconds: float) -> Lock:
         """Take the lock (an expired one, or one whose holder is provably gone, taken over);
         LockHeld when another run that may be alive holds it."""
-        here = self._holders.here
+        here = self.holder_gone.here
         with self._mu:
             tried: Lock | None = None  # the lock our last attempt wrote, answered or not
-            for _ in range(_ROUNDS):
+            for current in self._reads():
                 now = self._clock.now()
-                current = self._cm.get()
                 info = _lock_of(current)
                 gone = None
                 if current is not None:
@@ -229,9 +233,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
                         gone = self.holder_gone(info)
                         if gone is None:
                             raise self._lock_held(info)
-                tried = locking.new_lock(holder, now, ttl_seconds,
-                                         info.holder if info else None, info, process=here,
-                                         gone=gone)
+                tried = locking.new_lock(holder, now, ttl_seconds, info, process=here, gone=gone)
                 if self._put_lock(current, tried):
                     self._held = tried
                     return tried
@@ -241,8 +243,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def renew_lock(self, lock: Lock) -> Lock:
         """Push the expiry out by the lock's TTL; LockHeld if the lock is no longer ours."""
         with self._mu:
-            for _ in range(_ROUNDS):
-                current = self._cm.get()
+            for current in self._reads():
                 info = _lock_of(current)
                 if current is None or not locking.is_ours(info, lock):
                     self._held = None
@@ -261,8 +262,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
         """Drop the lock if it is still ours (someone else's lock is left alone)."""
         with self._mu:
             self._held = None
-            for _ in range(_ROUNDS):
-                current = self._cm.get()
+            for current in self._reads():
                 if current is None or not locking.is_ours(_lock_of(current), lock) \
                         or self._put_lock(current, None):
                     return
@@ -270,8 +270,7 @@ class ConfigMapState(cmap.ConfigMapFormat):
     def force_unlock(self) -> str | None:
         """Remove whatever lock is there (`dcgm-migrate unlock`); the holder removed, or None."""
         with self._mu:
-            for _ in range(_ROUNDS):
-                current = self._cm.get()
+            for current in self._reads():
                 if current is None:
                     return None
                 self._check_ours(current)
@@ -307,19 +306,18 @@ class RunSession:
     """The store, lock and document version of one apply or rollback (a context manager)."""
 
     def __init__(self, store: StateStore, *, version: str | None, holder: str, clock: Clock,
-                 listener: Listener, ttl_seconds: float = LOCK_TTL_SECONDS) -> None:
+                 listener: Listener) -> None:
         self.store: StateStore = store
         self._version = version
         self._holder = holder
         self._clock = clock
         self._listener = listener
-        self._ttl = ttl_seconds
         self._lock: Lock | None = None
         self._renewed = clock.monotonic()
         self._state: State | None = None  # the document as this run last saved it
 
     def __enter__(self) -> RunSession:
-        self._lock = self.store.acquire_lock(self._holder, self._ttl)
+        self._lock = self.store.acquire_lock(self._holder, LOCK_TTL_SECONDS)
         self._renewed = self._clock.monotonic()
         said = takeover_message(self._lock)  # expired, or its expiry unreadable
         if said:
@@ -355,6 +353,7 @@ class RunSession:
 
     def heartbeat(self) -> None:
         """Renew the lock when a quarter of its TTL has passed since the last renewal."""
-        if self._lock is not None and self._clock.monotonic() - self._renewed > self._ttl / 4:
+        if self._lock is not None and (
+                self._clock.monotonic() - self._renewed > LOCK_TTL_SECONDS / 4):
             self._lock = self.store.renew_lock(self._lock)
             self._renewed = self._clock.monotonic()

@@ -160,7 +160,8 @@ def _wait(run: StackRun, what: str, done: Callable[[], bool]) -> None:
         run.clock.sleep(POLL_SECONDS)
 
 
-def _keep(run: StackRun, step: sc.StackStep, old_kind: str) -> None:
+def _keep(run: StackRun, step: sc.StackStep) -> None:
+    old_kind = run.catalog.stack(sc.source_of(run.record["to"])).cr.kind
     svc = _service(run, step.name)
     if svc is None or sc.kept(svc, old_kind):
         return
@@ -263,11 +264,6 @@ def _await_gone(run: StackRun, step: sc.StackStep) -> None:
 
 def execute(run: StackRun, change: sc.ChangePlan) -> None:
     """Every step up to (not including) `run-phases`, each recorded before and after."""
-    old_kind = run.catalog.stack("clusterpolicy" if change.target == "gpucluster"
-                                 else "gpucluster").cr.kind
-    act: dict[str, Callable[[StackRun, sc.StackStep], None]] = {
-        sc.KEEP: lambda r, s: _keep(r, s, old_kind), sc.DELETE: _delete, sc.GONE: _await_gone,
-        sc.RETARGET: _retarget, sc.CREATE: _create, sc.SERVING: lambda r, s: _serving(r)}
     if run.meter is not None:
         run.meter.sample()
     for step in change.steps:
@@ -276,11 +272,11 @@ def execute(run: StackRun, change: sc.ChangePlan) -> None:
         if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
             continue
         run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
-        act[step.action](run, step)
+        ACTIONS[step.action](run, step)
         run.mark(step, "done")
 
 
-def _serving(run: StackRun) -> None:
+def _serving(run: StackRun, step: sc.StackStep) -> None:
     """Wait until every node served at the start is served again; a gap over --max-gap fails."""
     meter = run.meter
     if meter is None:
@@ -304,6 +300,12 @@ def _serving(run: StackRun) -> None:
     _wait(run, "every node served again by the stable names", back)
     run.record["gaps"] = meter.as_record()
     run.save(run.state)
+
+
+# What each step of a change does (`run-phases` is `commands.apply`'s, then `finish`).
+ACTIONS: dict[str, Callable[[StackRun, sc.StackStep], None]] = {
+    sc.KEEP: _keep, sc.DELETE: _delete, sc.GONE: _await_gone, sc.RETARGET: _retarget,
+    sc.CREATE: _create, sc.SERVING: _serving}
 
 
 def finish(run: StackRun, change: sc.ChangePlan) -> None:

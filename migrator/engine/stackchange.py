@@ -24,7 +24,6 @@ from migrator.model.slices import SERVICE_NAME_LABEL
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
-CR_KINDS = {"ClusterPolicy": kinds.CLUSTER_POLICY, "GPUCluster": kinds.GPU_CLUSTER}
 IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
                                        PhaseStatus.ROLLED_BACK.value)
 POLL_SECONDS = 0.5
@@ -135,7 +134,7 @@ def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
 
 
 def _cr(run: StackRun, kind: str, name: str) -> Obj | None:
-    return next((c for c in run.kube.list(CR_KINDS[kind]).items if o.name(c) == name), None)
+    return next((c for c in run.kube.list(kinds.BY_KIND[kind]).items if o.name(c) == name), None)
 
 
 def _service(run: StackRun, name: str) -> Obj | None:
@@ -208,7 +207,7 @@ def _retarget(run: StackRun, step: sc.StackStep) -> None:
     _wait(run, f"Service/{comp.service} rendered by the GPUCluster",
           lambda: _service(run, comp.service) is not None)
     source = _service(run, comp.service) or {}
-    owner = aliasing.owner_of(list(run.kube.list(CR_KINDS["GPUCluster"]).items))
+    owner = aliasing.owner_of(list(run.kube.list(kinds.GPU_CLUSTER).items))
     want = aliasing.alias_body(run.namespace, run.catalog.common, comp, source, owner)["metadata"]
     run.mark(step, "intent", **_originals(svc))
     # exactly the alias's labels and annotations: the old operator's scrape annotation or app
@@ -238,7 +237,7 @@ def _delete(run: StackRun, step: sc.StackStep) -> None:
     for service in sc.stable_names(run.catalog):
         _keep_from(run, service, step.kind)
     with contextlib.suppress(APINotFound):  # gone meanwhile: what the step wants
-        run.kube.delete(CR_KINDS[step.kind], step.name, uid=o.meta(live).get("uid"))
+        run.kube.delete(kinds.BY_KIND[step.kind], step.name, uid=o.meta(live).get("uid"))
 
 
 def _create(run: StackRun, step: sc.StackStep) -> None:
@@ -246,7 +245,7 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
         return
     body = sc.clean_cr(run.record["newCr"])
     run.mark(step, "intent")
-    created = run.kube.create(body, kind=CR_KINDS[step.kind])
+    created = run.kube.create(body, kind=kinds.BY_KIND[step.kind])
     run.steps()[step.id]["uid"] = o.meta(created).get("uid")
 
 
@@ -260,20 +259,6 @@ def _await_gone(run: StackRun, step: sc.StackStep) -> None:
         return _cr(run, step.kind, step.name) is None
 
     _wait(run, f"{step.kind}/{step.name} deleted", gone)
-
-
-def execute(run: StackRun, change: sc.ChangePlan) -> None:
-    """Every step up to (not including) `run-phases`, each recorded before and after."""
-    if run.meter is not None:
-        run.meter.sample()
-    for step in change.steps:
-        if step.action == sc.PHASES:
-            return
-        if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
-            continue
-        run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
-        ACTIONS[step.action](run, step)
-        run.mark(step, "done")
 
 
 def _serving(run: StackRun, step: sc.StackStep) -> None:
@@ -308,6 +293,20 @@ ACTIONS: dict[str, Callable[[StackRun, sc.StackStep], None]] = {
     sc.CREATE: _create, sc.SERVING: _serving}
 
 
+def execute(run: StackRun, change: sc.ChangePlan) -> None:
+    """Every step up to (not including) `run-phases`, each recorded before and after."""
+    if run.meter is not None:
+        run.meter.sample()
+    for step in change.steps:
+        if step.action == sc.PHASES:
+            return
+        if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
+            continue
+        run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
+        ACTIONS[step.action](run, step)
+        run.mark(step, "done")
+
+
 def finish(run: StackRun, change: sc.ChangePlan) -> None:
     """The new stack's phases ran: the change is completed."""
     for step in change.steps:
@@ -336,7 +335,7 @@ def rollback(run: StackRun) -> list[str]:
             done.append(f"Service/{name}: out of {create['kind']}/{create['name']}'s reach")
         live = _cr(run, create["kind"], create["name"])
         if live is not None:
-            run.kube.delete(CR_KINDS[create["kind"]], create["name"],
+            run.kube.delete(kinds.BY_KIND[create["kind"]], create["name"],
                             uid=o.meta(live).get("uid"))
             done.append(f"deleted {create['kind']}/{create['name']}")
         _wait(run, f"{create['kind']}/{create['name']} deleted",
@@ -347,7 +346,7 @@ def rollback(run: StackRun) -> list[str]:
     if delete is not None and old:
         recreated = _cr(run, delete["kind"], delete["name"])
         if recreated is None:
-            recreated = run.kube.create(sc.clean_cr(old), kind=CR_KINDS[delete["kind"]])
+            recreated = run.kube.create(sc.clean_cr(old), kind=kinds.BY_KIND[delete["kind"]])
             done.append(f"created {delete['kind']}/{delete['name']} again")
     for s in steps.values():
         if s["action"] == sc.KEEP and "selector" in s and (svc := _service(run, s["name"])):

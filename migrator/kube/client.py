@@ -261,10 +261,10 @@ class Kube(Transport):
                  *_filters(label_selector, field_selector, table)]
         raw = self.send("GET", path, query, stream=True, accept=_accept(table), read_timeout=(
             watching.idle_seconds(timeout_seconds, self.policy.watch_bookmark_seconds)))
-        return watching.Stream(
+        return watching.Stream(raw, watching.read_events(
             raw, path=path, api_version=kind.api_version, kind=kind.kind,
             of_object=of_object, of_row=of_row, bookmarked=bookmarked,
-            seen=(lambda obj: self._saw(kind, obj)) if observed else None)
+            seen=(lambda obj: self._saw(kind, obj)) if observed else None))
 
     def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
         """POST the object; `kind` for a type outside `kind_of`'s table."""

@@ -24,7 +24,6 @@ from migrator.model.slices import SERVICE_NAME_LABEL
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
-CR_KINDS = {"ClusterPolicy": kinds.CLUSTER_POLICY, "GPUCluster": kinds.GPU_CLUSTER}
 IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
                                        PhaseStatus.ROLLED_BACK.value)
 POLL_SECONDS = 0.5
@@ -135,7 +134,7 @@ def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
 
 
 def _cr(run: StackRun, kind: str, name: str) -> Obj | None:
-    return next((c for c in run.kube.list(CR_KINDS[kind]).items if o.name(c) == name), None)
+    return next((c for c in run.kube.list(kinds.BY_KIND[kind]).items if o.name(c) == name), None)
 
 
 def _service(run: StackRun, name: str) -> Obj | None:
@@ -160,7 +159,8 @@ def _wait(run: StackRun, what: str, done: Callable[[], bool]) -> None:
         run.clock.sleep(POLL_SECONDS)
 
 
-def _keep(run: StackRun, step: sc.StackStep, old_kind: str) -> None:
+def _keep(run: StackRun, step: sc.StackStep) -> None:
+    old_kind = run.catalog.stack(sc.source_of(run.record["to"])).cr.kind
     svc = _service(run, step.name)
     if svc is None or sc.kept(svc, old_kind):
         return
@@ -207,7 +207,7 @@ def _retarget(run: StackRun, step: sc.StackStep) -> None:
     _wait(run, f"Service/{comp.service} rendered by the GPUCluster",
           lambda: _service(run, comp.service) is not None)
     source = _service(run, comp.service) or {}
-    owner = aliasing.owner_of(list(run.kube.list(CR_KINDS["GPUCluster"]).items))
+    owner = aliasing.owner_of(list(run.kube.list(kinds.GPU_CLUSTER).items))
     want = aliasing.alias_body(run.namespace, run.catalog.common, comp, source, owner)["metadata"]
     run.mark(step, "intent", **_originals(svc))
     # exactly the alias's labels and annotations: the old operator's scrape annotation or app
@@ -237,7 +237,7 @@ def _delete(run: StackRun, step: sc.StackStep) -> None:
     for service in sc.stable_names(run.catalog):
         _keep_from(run, service, step.kind)
     with contextlib.suppress(APINotFound):  # gone meanwhile: what the step wants
-        run.kube.delete(CR_KINDS[step.kind], step.name, uid=o.meta(live).get("uid"))
+        run.kube.delete(kinds.BY_KIND[step.kind], step.name, uid=o.meta(live).get("uid"))
 
 
 def _create(run: StackRun, step: sc.StackStep) -> None:
@@ -245,7 +245,7 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
         return
     body = sc.clean_cr(run.record["newCr"])
     run.mark(step, "intent")
-    created = run.kube.create(body, kind=CR_KINDS[step.kind])
+    created = run.kube.create(body, kind=kinds.BY_KIND[step.kind])
     run.steps()[step.id]["uid"] = o.meta(created).get("uid")
 
 
@@ -261,26 +261,7 @@ def _await_gone(run: StackRun, step: sc.StackStep) -> None:
     _wait(run, f"{step.kind}/{step.name} deleted", gone)
 
 
-def execute(run: StackRun, change: sc.ChangePlan) -> None:
-    """Every step up to (not including) `run-phases`, each recorded before and after."""
-    old_kind = run.catalog.stack("clusterpolicy" if change.target == "gpucluster"
-                                 else "gpucluster").cr.kind
-    act: dict[str, Callable[[StackRun, sc.StackStep], None]] = {
-        sc.KEEP: lambda r, s: _keep(r, s, old_kind), sc.DELETE: _delete, sc.GONE: _await_gone,
-        sc.RETARGET: _retarget, sc.CREATE: _create, sc.SERVING: lambda r, s: _serving(r)}
-    if run.meter is not None:
-        run.meter.sample()
-    for step in change.steps:
-        if step.action == sc.PHASES:
-            return
-        if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
-            continue
-        run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
-        act[step.action](run, step)
-        run.mark(step, "done")
-
-
-def _serving(run: StackRun) -> None:
+def _serving(run: StackRun, step: sc.StackStep) -> None:
     """Wait until every node served at the start is served again; a gap over --max-gap fails."""
     meter = run.meter
     if meter is None:
@@ -304,6 +285,26 @@ def _serving(run: StackRun) -> None:
     _wait(run, "every node served again by the stable names", back)
     run.record["gaps"] = meter.as_record()
     run.save(run.state)
+
+
+# What each step of a change does (`run-phases` is `commands.apply`'s, then `finish`).
+ACTIONS: dict[str, Callable[[StackRun, sc.StackStep], None]] = {
+    sc.KEEP: _keep, sc.DELETE: _delete, sc.GONE: _await_gone, sc.RETARGET: _retarget,
+    sc.CREATE: _create, sc.SERVING: _serving}
+
+
+def execute(run: StackRun, change: sc.ChangePlan) -> None:
+    """Every step up to (not including) `run-phases`, each recorded before and after."""
+    if run.meter is not None:
+        run.meter.sample()
+    for step in change.steps:
+        if step.action == sc.PHASES:
+            return
+        if (run.steps().get(step.id) or {}).get("status") == "done":  # phase 3 may move it on
+            continue
+        run.listener.message(f"{step.action} {step.kind}/{step.name}: {step.detail}")
+        ACTIONS[step.action](run, step)
+        run.mark(step, "done")
 
 
 def finish(run: StackRun, change: sc.ChangePlan) -> None:
@@ -334,7 +335,7 @@ def rollback(run: StackRun) -> list[str]:
             done.append(f"Service/{name}: out of {create['kind']}/{create['name']}'s reach")
         live = _cr(run, create["kind"], create["name"])
         if live is not None:
-            run.kube.delete(CR_KINDS[create["kind"]], create["name"],
+            run.kube.delete(kinds.BY_KIND[create["kind"]], create["name"],
                             uid=o.meta(live).get("uid"))
             done.append(f"deleted {create['kind']}/{create['name']}")
         _wait(run, f"{create['kind']}/{create['name']} deleted",
@@ -345,7 +346,7 @@ def rollback(run: StackRun) -> list[str]:
     if delete is not None and old:
         recreated = _cr(run, delete["kind"], delete["name"])
         if recreated is None:
-            recreated = run.kube.create(sc.clean_cr(old), kind=CR_KINDS[delete["kind"]])
+            recreated = run.kube.create(sc.clean_cr(old), kind=kinds.BY_KIND[delete["kind"]])
             done.append(f"created {delete['kind']}/{delete['name']} again")
     for s in steps.values():
         if s["action"] == sc.KEEP and "selector" in s and (svc := _service(run, s["name"])):

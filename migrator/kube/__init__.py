@@ -1,7 +1,7 @@
 """Kubernetes access: the only package that imports `kubernetes` (import-linter enforces it);
 every request goes through one choke point (`transport.Transport.send`); objects are JSON dicts."""
 
-from migrator.kube.client import Kube, Obj, ObjList, Page, kind_of
+from migrator.kube.client import Kube
 from migrator.kube.transport import RetryPolicy
 
-__all__ = ["Kube", "Obj", "ObjList", "Page", "RetryPolicy", "kind_of"]
+__all__ = ["Kube", "RetryPolicy"]

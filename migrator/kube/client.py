@@ -37,9 +37,6 @@ class ObjList:
     resource_version: str
 
 
-Page = ObjList  # one page of a list
-
-
 def _same(obj: Obj) -> Obj:
     return obj
 
@@ -61,10 +58,6 @@ def _name_ns(obj: Obj, kind: Kind) -> tuple[str, str | None]:
     if kind.namespaced and not namespace:
         raise ValueError(f"{kind.kind} {name} without metadata.namespace")
     return str(name), namespace
-
-
-def _dry(dry_run: bool) -> list[tuple[str, str]]:
-    return [("dryRun", "All")] if dry_run else []
 
 
 def _filters(label_selector: str | None, field_selector: str | None,
@@ -92,10 +85,10 @@ class Kube(Transport):
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
-                retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE) -> Kube:
+                retry: RetryPolicy | None = None) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
         configuration, chosen = config.load(kubeconfig, context)
-        return cls(configuration, chosen, retry=retry, page_size=page_size)
+        return cls(configuration, chosen, retry=retry)
 
     @classmethod
     def for_server(cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,
@@ -179,7 +172,7 @@ class Kube(Transport):
 
     def pages(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
               field_selector: str | None = None, page_size: int | None = None,
-              printed: bool = False) -> Iterator[Page]:
+              printed: bool = False) -> Iterator[ObjList]:
         """The list one page at a time; `page_size` 0: all in one; `printed`: the printed rows with
         each object's metadata (`model/printed.py`)."""
         path = kind.collection_path(namespace)
@@ -202,7 +195,7 @@ class Kube(Transport):
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
             meta = doc.get("metadata") or {}
-            yield Page(items, str(meta.get("resourceVersion") or ""))
+            yield ObjList(items, str(meta.get("resourceVersion") or ""))
             token = str(meta.get("continue") or "")
             if not token:
                 return
@@ -268,48 +261,44 @@ class Kube(Transport):
                  *_filters(label_selector, field_selector, table)]
         raw = self.send("GET", path, query, stream=True, accept=_accept(table), read_timeout=(
             watching.idle_seconds(timeout_seconds, self.policy.watch_bookmark_seconds)))
-        return watching.Stream(
+        return watching.Stream(raw, watching.read_events(
             raw, path=path, api_version=kind.api_version, kind=kind.kind,
             of_object=of_object, of_row=of_row, bookmarked=bookmarked,
-            seen=(lambda obj: self._saw(kind, obj)) if observed else None)
+            seen=(lambda obj: self._saw(kind, obj)) if observed else None))
 
     def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
         """POST the object; `kind` for a type outside `kind_of`'s table."""
         kind = kind or kind_of(obj)
-        created: Obj = self.send("POST", kind.collection_path(_name_ns(obj, kind)[1]),
-                                 _dry(dry_run), obj)
-        self._saw(kind, created, dry_run)
-        return created
+        return self._write("POST", kind, kind.collection_path(_name_ns(obj, kind)[1]), obj,
+                           dry_run)
 
     def replace(self, obj: Obj, *, dry_run: bool = False) -> Obj:
         """PUT the whole object; its metadata.resourceVersion makes a stale write an APIConflict."""
         kind = kind_of(obj)
-        replaced: Obj = self.send("PUT", kind.object_path(*_name_ns(obj, kind)), _dry(dry_run),
-                                  obj)
-        self._saw(kind, replaced, dry_run)
-        return replaced
+        return self._write("PUT", kind, kind.object_path(*_name_ns(obj, kind)), obj, dry_run)
 
     def patch(self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
               patch_type: Literal["merge", "strategic", "json"] = "merge",
               dry_run: bool = False) -> Obj:
         """PATCH; retried like every request, so a JSON patch must be idempotent (guard it with a
         `test`, never `add` to `/-`)."""
-        patched: Obj = self.send("PATCH", kind.object_path(name, namespace), _dry(dry_run), body,
-                                 PATCH_TYPES[patch_type])
-        self._saw(kind, patched, dry_run)
-        return patched
+        return self._write("PATCH", kind, kind.object_path(name, namespace), body, dry_run,
+                           PATCH_TYPES[patch_type])
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
-               resource_version: str | None = None, propagation_policy: str | None = None,
-               dry_run: bool = False) -> None:
+               resource_version: str | None = None, dry_run: bool = False) -> None:
         """DELETE, optionally only if uid/resourceVersion still match (else APIConflict)."""
         options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
                          if v}
         if preconditions:
             options["preconditions"] = preconditions
-        if propagation_policy:
-            options["propagationPolicy"] = propagation_policy
-        deleted = self.send("DELETE", kind.object_path(name, namespace), _dry(dry_run),
-                            options)
-        self._saw(kind, deleted, dry_run)
+        self._write("DELETE", kind, kind.object_path(name, namespace), options, dry_run)
+
+    def _write(self, method: str, kind: Kind, path: str, body: Obj | JsonPatch, dry_run: bool,
+               content_type: str = "application/json") -> Obj:
+        """The one request of every write (`dryRun=All` when `dry_run`), its answer observed."""
+        answer: Obj = self.send(method, path, [("dryRun", "All")] if dry_run else [], body,
+                                content_type)
+        self._saw(kind, answer, dry_run)
+        return answer

@@ -102,20 +102,19 @@ def _context(merger: KubeConfigMerger, where: str, context: str | None) -> str:
 
 
 def _configuration(host: str | None = None) -> Any:
-    configuration = Configuration(host=host)
-    configuration.proxy = None
-    return configuration
+    """A client Configuration given its proxy (none), so it takes none from the environment by
+    Python's rules whatever the loader sets first: only a cluster's `proxy-url` sets one, else
+    `_finished` picks kubectl's. No urllib3 retries (transport.py retries)."""
+    return Configuration(host=host, proxy="", no_proxy="", retries=False)
 
 
 def _finished(configuration: Any) -> Any:
-    """With kubectl's proxy (the client's own `no_proxy` matching is not Go's: cleared), POOLED
-    connections at least, and no urllib3 retries (transport.py retries)."""
+    """With kubectl's proxy (the client's own `no_proxy` matching is not Go's: left empty) and
+    POOLED connections at least."""
     configuration.proxy, configuration.proxy_headers = client_proxy(
         configuration.proxy or proxy_for(configuration.host, os.environ))
-    configuration.no_proxy = None
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
                                                 POOLED)
-    configuration.retries = False
     return configuration
 
 

@@ -55,56 +55,56 @@ def _version(obj: Obj) -> str:
     return str(version or "")
 
 
+def read_events(raw: Any, *, path: str, api_version: str, kind: str,
+                of_object: Callable[[Obj], T], of_row: Callable[[tables.Row], T] | None = None,
+                seen: Callable[[T], None] | None = None,
+                bookmarked: Callable[[str], None] | None = None) -> Iterator[tuple[str, T]]:
+    """(type, item) per ADDED/MODIFIED/DELETED event of the open watch `raw`, by `of_object`, or
+    for a Table watch each row by `of_row` (a plain object still by `of_object`). `seen` is told
+    of every item."""
+    columns: tuple[str, ...] | None = None
+    try:
+        for line in lines(raw):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a torn last line of a cut stream
+            etype, obj = event.get("type"), event.get("object") or {}
+            if etype == "ERROR":
+                code = int(obj.get("code") or 500)
+                raise error_for(code, json.dumps(obj).encode(), method="WATCH", path=path)
+            if etype == "BOOKMARK":
+                version = _version(obj)
+                if version and bookmarked is not None:
+                    bookmarked(version)
+                continue
+            if etype not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            obj.setdefault("apiVersion", api_version)
+            obj.setdefault("kind", kind)
+            if of_row is None or obj.get("kind") != "Table":
+                items = [of_object(obj)]
+            else:
+                columns = tables.column_names(obj) or columns
+                if columns is None:
+                    raise tables.TableError(
+                        "a Table watch event came before any column definitions")
+                items = [of_row(row) for row in tables.rows(obj, columns)]
+            for item in items:
+                if seen is not None:
+                    seen(item)
+                yield etype, item
+    finally:
+        raw.close()  # close before releasing: a half-read stream must not be reused
+        raw.release_conn()
+
+
 class Stream(Generic[T]):
-    """An open watch: (type, item) per ADDED/MODIFIED/DELETED event, by `of_object`, or for a
-    Table watch each row by `of_row` (a plain object still by `of_object`). `seen` is told of
-    every item; `stop()` from another thread shuts the socket."""
+    """An open watch: its events (`read_events`); `stop()` from another thread shuts the
+    socket."""
 
-    def __init__(self, raw: Any, *, path: str, api_version: str, kind: str,
-                 of_object: Callable[[Obj], T], of_row: Callable[[tables.Row], T] | None = None,
-                 seen: Callable[[T], None] | None = None,
-                 bookmarked: Callable[[str], None] | None = None) -> None:
-        self._raw = raw
-        self._events = self._read(path, api_version, kind, of_object, of_row, seen, bookmarked)
-
-    def _read(self, path: str, api_version: str, kind: str, of_object: Callable[[Obj], T],
-              of_row: Callable[[tables.Row], T] | None, seen: Callable[[T], None] | None,
-              bookmarked: Callable[[str], None] | None) -> Iterator[tuple[str, T]]:
-        columns: tuple[str, ...] | None = None
-        try:
-            for line in lines(self._raw):
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # a torn last line of a cut stream
-                etype, obj = event.get("type"), event.get("object") or {}
-                if etype == "ERROR":
-                    code = int(obj.get("code") or 500)
-                    raise error_for(code, json.dumps(obj).encode(), method="WATCH", path=path)
-                if etype == "BOOKMARK":
-                    version = _version(obj)
-                    if version and bookmarked is not None:
-                        bookmarked(version)
-                    continue
-                if etype not in ("ADDED", "MODIFIED", "DELETED"):
-                    continue
-                obj.setdefault("apiVersion", api_version)
-                obj.setdefault("kind", kind)
-                if of_row is None or obj.get("kind") != "Table":
-                    items = [of_object(obj)]
-                else:
-                    columns = tables.column_names(obj) or columns
-                    if columns is None:
-                        raise tables.TableError(
-                            "a Table watch event came before any column definitions")
-                    items = [of_row(row) for row in tables.rows(obj, columns)]
-                for item in items:
-                    if seen is not None:
-                        seen(item)
-                    yield etype, item
-        finally:
-            self._raw.close()  # close before releasing: a half-read stream must not be reused
-            self._raw.release_conn()
+    def __init__(self, raw: Any, events: Iterator[tuple[str, T]]) -> None:
+        self._raw, self._events = raw, events
 
     def __iter__(self) -> Stream[T]:
         return self

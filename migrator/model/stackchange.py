@@ -58,6 +58,11 @@ class StackStep:
         return f"{self.action}/{self.kind}/{self.name}"
 
 
+def source_of(target: str) -> str:
+    """The stack a change to `target` leaves."""
+    return "clusterpolicy" if target == "gpucluster" else "gpucluster"
+
+
 def stable_names(catalog: Catalog) -> list[str]:
     """`nvidia-dcgm`, `nvidia-dcgm-exporter`: the Service names both stacks serve."""
     return sorted({c.alias for c in catalog.stack("gpucluster").components if c.alias})
@@ -87,7 +92,7 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
             f"pass the {want.kind} manifest you want the GPU Operator to run")
     if not o.meta(new_cr).get("name"):
         raise UsageError(f"the {want.kind} in -f has no metadata.name.", "give it a name")
-    source = "clusterpolicy" if target == "gpucluster" else "gpucluster"
+    source = source_of(target)
     old_kind, new_kind = catalog.stack(source).cr.kind, want.kind
     olds = list(snapshot.cluster_policies if source == "clusterpolicy" else snapshot.gpu_clusters)
     news = list(snapshot.gpu_clusters if target == "gpucluster" else snapshot.cluster_policies)

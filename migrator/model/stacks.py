@@ -116,23 +116,18 @@ class Catalog:
         return tuple(c for s in self.stacks for c in s.components)
 
 
-def stray_selectors(components: Iterable[Component]) -> list[str]:
-    """One selector per common label key: pods with it and none of these app labels (strays;
-    a `notin` also matches pods without an `app` label)."""
-    comps = list(components)
-    apps = ",".join(sorted({c.app_label for c in comps}))
-    return [f"{key},app notin ({apps})" for key in sorted({c.common_label.key for c in comps})]
-
-
 def pod_selectors(components: Iterable[Component], *, per_app: bool = False) -> list[str]:
     """The one definition of the pods of these components, as label selectors whose union they
-    are: their app labels (`per_app`: one each), then the strays, so none is read twice."""
+    are: their app labels (`per_app`: one each), then per common label key the strays (pods with
+    it and none of these app labels; a `notin` also matches pods without one), so none is read
+    twice."""
     comps = list(components)
     if not comps:
         return []
     apps = sorted({c.app_label for c in comps})
     own = [f"app={a}" for a in apps] if per_app else [f"app in ({','.join(apps)})"]
-    return [*own, *stray_selectors(comps)]
+    keys = sorted({c.common_label.key for c in comps})
+    return [*own, *(f"{key},app notin ({','.join(apps)})" for key in keys)]
 
 
 def belongs(components: Iterable[Component]) -> Callable[[Mapping[str, str]], bool]:

@@ -159,7 +159,7 @@ class Cadence:
             now = r.clock.monotonic()
             if verdict_due(s, now, self.last_judged, self.changed):
                 self.start_judging()
-            elif r.verdict_cache is not None and cached_verdict_due(
+            elif r.informer is not None and cached_verdict_due(
                     s, now, self.unjudged_first, self.unjudged_last,
                     previous_end=self.cached_end, previous_cost=self.cached_cost):
                 self.start_judging(cached=True)
@@ -181,7 +181,7 @@ class Cadence:
         r, s = self.reconciler, self.reconciler.settings
         wake = min(self.next_pass, self.last_pass + s.min_pass_seconds if self.dirty
                    else self.next_pass)
-        if r.verdict_cache is not None:
+        if r.informer is not None:
             wake = min(wake, _cached_verdict_at(s, self.unjudged_first, self.unjudged_last,
                                                 self.cached_end, self.cached_cost))
         timeout = (max(0.0, min(wake - r.clock.monotonic(), s.retry_seconds)) if self.leading

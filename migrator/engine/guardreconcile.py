@@ -14,7 +14,7 @@ from migrator import phases
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
 from migrator.engine.guardwrites import WORKERS, Refusal, Writers, caught_up, covered_nodes
-from migrator.engine.informer import Informer, Reflector
+from migrator.engine.informer import Informer
 from migrator.engine.leader import LeaseLock
 from migrator.engine.reads import read_pods, read_snapshot
 from migrator.engine.serving import GuardMetrics
@@ -116,9 +116,8 @@ class Reconciler:
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
-        # Set by the runner while it runs: the loop's informers, the verdict's (None: whole reads).
-        self.caches: dict[str, Reflector[Obj]] = {}
-        self.verdict_cache: Informer | None = None
+        # Set by the runner while it runs: the loop's and the verdict's cache (None: whole reads).
+        self.informer: Informer | None = None
         # The Services switched with --allow-foreign-pods, as the last state read said.
         self.foreign_allowed: frozenset[str] = frozenset()
 
@@ -131,7 +130,9 @@ class Reconciler:
     def _listed(self, kind: Kind, view: Callable[[Obj], Obj] | None = None,
                 selector: str | None = None) -> list[Obj]:
         """Every `kind` of the namespace, as `view` keeps it: the loop's cache, else one list."""
-        cache = self.caches.get(kind.plural)
+        informer = self.informer
+        cache = next((r for r in informer.reflectors if r.kind == kind and not r.printed),
+                     None) if informer is not None else None
         if cache is not None and cache.alive:
             return cache.items()
         items = self.kube.list(kind, self.namespace, label_selector=selector).items
@@ -152,7 +153,7 @@ class Reconciler:
     def verdict(self, *, cached: bool = False) -> Verdict:
         """The verdict from what the namespaced Role may read: one whole read, or (`cached`)
         the loop's caches with this guard's own Lease standing for the Leases."""
-        cache = self.verdict_cache if cached else None
+        cache = self.informer if cached else None
         own = self.lease.lease if cache is not None else None
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), cache=cache, clock=self.clock,

@@ -29,9 +29,9 @@ VERDICT_COST_FACTOR = 4.0
 
 
 def timing(settings: GuardSettings) -> Timing:
-    """The renew deadline two thirds of the lease unless set; the retry period shortened so that
-    client-go's rule (deadline > 1.2 retries) holds for short leases."""
-    deadline = settings.renew_deadline_seconds or settings.lease_seconds * 2.0 / 3.0
+    """The renew deadline two thirds of the lease; the retry period shortened so that client-go's
+    rule (deadline > 1.2 retries) holds for short leases."""
+    deadline = settings.lease_seconds * 2.0 / 3.0
     retry = min(settings.retry_seconds, deadline / (JITTER_FACTOR + 0.3))
     return Timing(float(settings.lease_seconds), deadline, retry)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from migrator import phases
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
-from migrator.engine.guardwrites import WORKERS, Refusal, Writers, caught_up, covered_nodes
+from migrator.engine.guardwrites import Refusal, Writers, caught_up, covered_nodes
 from migrator.engine.informer import Informer
 from migrator.engine.leader import LeaseLock
 from migrator.engine.reads import read_pods, read_snapshot
@@ -45,13 +45,11 @@ class GuardSettings:
     identity: str = "dcgm-migrate-guard"
     lease_seconds: int = 15
     retry_seconds: float = 2.0  # renew / try to acquire this often
-    renew_deadline_seconds: float | None = None  # None: two thirds of the lease (`timing`)
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
     verdict_debounce_seconds: float = 1.0  # the cached verdict once changes are this quiet
     verdict_seconds: float = 300.0  # the whole read at most this often, after a change...
     verdict_idle_seconds: float = 3600.0  # ... and at least this often regardless
-    write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
     stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
     takeover_seconds: float = 10.0  # no `min_pass_seconds` this long after a name changed hands
 
@@ -112,7 +110,7 @@ class Reconciler:
                                  counted=lambda result: self.metrics.events.labels(result).inc())
         # Unfenced until `run`: `guard --once` writes without the Lease (guarded patches).
         self.writers = Writers(kube, namespace, self.clock, self.metrics, self.recorder,
-                               log=log, note=self.note, concurrency=settings.write_concurrency)
+                               log=log, note=self.note)
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once

@@ -139,13 +139,24 @@ class Cadence:
             r.log(f"lost Lease/{s.lease_name} (holder {r.lease.holder or 'none'}); "
                   "standing by")
 
+    def _pass_at(self) -> float:
+        """When the next full pass is due: a resync, or, dirty, the throttle (none while hot)."""
+        throttled = self.last_pass + self.reconciler.settings.min_pass_seconds
+        return min(self.next_pass, throttled) if self.dirty else self.next_pass
+
+    def _cached_at(self) -> float:
+        """When the verdict from the caches is due (never without them)."""
+        if self.reconciler.informer is None:
+            return float("inf")
+        return _cached_verdict_at(self.reconciler.settings, self.unjudged_first,
+                                  self.unjudged_last, self.cached_end, self.cached_cost)
+
     def tick(self, events: queue.Queue[Queued], stop: threading.Event) -> None:
         r, s = self.reconciler, self.reconciler.settings
         self.health.beat("loop")
         self._follow_election()
         now = r.clock.monotonic()
-        if self.leading and (now >= self.next_pass or (self.dirty and (
-                now < self.hot_until or now - self.last_pass >= s.min_pass_seconds))):
+        if self.leading and (now >= self._pass_at() or (self.dirty and now < self.hot_until)):
             since, self.since = self.since, None
             try:
                 r.reconcile(since)
@@ -159,9 +170,7 @@ class Cadence:
             now = r.clock.monotonic()
             if verdict_due(s, now, self.last_judged, self.changed):
                 self.start_judging()
-            elif r.informer is not None and cached_verdict_due(
-                    s, now, self.unjudged_first, self.unjudged_last,
-                    previous_end=self.cached_end, previous_cost=self.cached_cost):
+            elif now >= self._cached_at():
                 self.start_judging(cached=True)
         batch = self._wait(events)
         relists = self.relists()
@@ -179,11 +188,7 @@ class Cadence:
     def _wait(self, events: queue.Queue[Queued]) -> list[Queued]:
         """The next batch of events, waiting at most until the next pass is due."""
         r, s = self.reconciler, self.reconciler.settings
-        wake = min(self.next_pass, self.last_pass + s.min_pass_seconds if self.dirty
-                   else self.next_pass)
-        if r.informer is not None:
-            wake = min(wake, _cached_verdict_at(s, self.unjudged_first, self.unjudged_last,
-                                                self.cached_end, self.cached_cost))
+        wake = min(self._pass_at(), self._cached_at())
         timeout = (max(0.0, min(wake - r.clock.monotonic(), s.retry_seconds)) if self.leading
                    else s.retry_seconds)
         batch: list[Queued] = []

@@ -39,9 +39,9 @@ class Guard(Reconciler):
                  clock: Clock | None = None) -> None:
         super().__init__(kube, namespace, catalog, settings, log=log, clock=clock)
         self.health = Health(self.clock, self.settings.stall_seconds)
-        self.elector = LeaderElector(self.lease, timing(self.settings), self.clock,
-                                     on_attempt=self._attempted,
-                                     on_error=lambda _: self.metrics.api_error("lease"))
+        self.elector = LeaderElector(
+            self.lease, timing(self.settings), self.clock, on_attempt=self._attempted,
+            on_error=lambda _: self.metrics.api_errors.labels("lease").inc())
         self.metrics.status.watches = self._watches
 
     def _watches(self) -> dict[str, tuple[int, int]]:
@@ -61,7 +61,7 @@ class Guard(Reconciler):
                 self.health.synced(f"watch/{_key(cache)}")
                 return
             except (APIError, ClusterError) as exc:
-                self.metrics.api_error("watch")
+                self.metrics.api_errors.labels("watch").inc()
                 self.log(f"watch of {cache.kind.plural} failed ({exc}); retrying")
                 stop.wait(self.settings.retry_seconds)
 

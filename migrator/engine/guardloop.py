@@ -116,7 +116,7 @@ class Cadence:
                 self.cached_end = r.clock.monotonic()
                 self.cached_cost = self.cached_end - began
         except (APIError, ClusterError) as exc:
-            r.metrics.api_error("verdict")
+            r.metrics.api_errors.labels("verdict").inc()
             r.log(f"verdict unreadable ({exc}); checked again later")
             self.changed = True  # not judged: due again after verdict_seconds
             return
@@ -161,7 +161,7 @@ class Cadence:
             try:
                 r.reconcile(since)
             except (APIError, ClusterError) as exc:
-                r.metrics.api_error("pass")
+                r.metrics.api_errors.labels("pass").inc()
                 r.log(f"pass failed ({exc}); retrying")
             self.last_pass = r.clock.monotonic()
             self.next_pass = self.last_pass + s.resync_seconds
@@ -215,7 +215,7 @@ class Cadence:
             try:
                 r.on_daemonset(ds, at)
             except (APIError, ClusterError) as exc:
-                r.metrics.api_error("hold")
+                r.metrics.api_errors.labels("hold").inc()
                 r.log(f"hold check of DaemonSet/{o.name(ds)} failed ({exc})")
         first = min(at for _, _, at in batch)
         self.since = first if self.since is None else min(self.since, first)

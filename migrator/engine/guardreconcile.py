@@ -229,7 +229,7 @@ class Reconciler:
                       "switched": a.name in switched}
                      for a in guarding.aliases(snap, self.catalog))
         if not readable:
-            self.metrics.api_error("state")
+            self.metrics.api_errors.labels("state").inc()
             self.record_on_state(WARNING, "StateUnreadable", "Read", "the migration state "
                                  "cannot be read: the guard moves no alias forward and shares "
                                  "nothing anew until it can")

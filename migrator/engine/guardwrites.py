@@ -155,7 +155,7 @@ class Writers:
 
     def _refused(self, refusal: Refusal) -> Refusal:
         if refusal.outcome is not Outcome.NOT_LEADING:  # nothing was sent
-            self.metrics.wrote(refusal.kind, refusal.outcome.value)
+            self.metrics.writes.labels(refusal.kind, refusal.outcome.value).inc()
         return refusal
 
     def apply(self, corrections: Sequence[Correction], *, since: float | None = None
@@ -194,7 +194,7 @@ class Writers:
                 continue
             done.append(c)
             self.written.append(c)
-            self.metrics.wrote(svc, "ok")
+            self.metrics.writes.labels(svc, "ok").inc()
             if since is not None:
                 self.metrics.repaired(c.action, self.clock.monotonic() - since)
             self.log(f"{c.action} Service/{c.service}: {c.reason}")
@@ -223,7 +223,7 @@ class Writers:
                                                       name, "create", name))))
                 continue
             done.append(name)
-            self.metrics.wrote(kinds.SERVICE.kind, "ok")
+            self.metrics.writes.labels(kinds.SERVICE.kind, "ok").inc()
             self.log(f"create Service/{name}: {RECREATED}")
             self.recorder.record(typed(kinds.SERVICE, created), NORMAL, "AliasCreated",
                                  "Create", f"created as the tool's alias: {RECREATED}")
@@ -239,7 +239,7 @@ class Writers:
         self.last_written = {}
         for w, (refusal, at) in results:
             if refusal is None:
-                self.metrics.wrote(kinds.ENDPOINTSLICE.kind, "ok")
+                self.metrics.writes.labels(kinds.ENDPOINTSLICE.kind, "ok").inc()
                 done.append(w)
                 self.last_written[w.service] = max(at, self.last_written.get(w.service, at))
                 self.log(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: "

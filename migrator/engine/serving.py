@@ -190,12 +190,6 @@ class GuardMetrics:
                               "failed).", ["result"], registry=reg)
         reg.register(self.status)
 
-    def wrote(self, kind: str, result: str) -> None:
-        self.writes.labels(kind, result).inc()
-
-    def api_error(self, operation: str) -> None:
-        self.api_errors.labels(operation).inc()
-
     def repaired(self, repair: str, seconds: float) -> None:
         self.repair_seconds.labels(repair).observe(max(0.0, seconds))
 

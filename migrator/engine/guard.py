@@ -65,11 +65,11 @@ class Guard(Reconciler):
                 self.log(f"watch of {cache.kind.plural} failed ({exc}); retrying")
                 stop.wait(self.settings.retry_seconds)
 
-    def run(self, stop: threading.Event, *, serve: tuple[str, int] | None = None) -> None:
+    def run(self, stop: threading.Event, *, server: MetricsServer | None = None) -> None:
         """Until `stop`: elect, react to events, resync; give the Lease up on the way out.
-        `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`."""
-        server = MetricsServer(serve, self.metrics.registry, self.health) if serve else None
+        `server`: where to answer `/metrics`, `/healthz`, `/readyz` (its owner closes it)."""
         if server is not None:
+            server.serve(self.metrics.registry, self.health)
             self.log(f"serving /metrics, /healthz, /readyz on {server.url}")
         events: queue.Queue[Queued] = queue.Queue()
 
@@ -115,8 +115,6 @@ class Guard(Reconciler):
             self.metrics.status.leading(False)
             if self.elector.released:
                 self.log(f"released Lease/{self.settings.lease_name}")
-            if server is not None:
-                server.close()
 
 
 def _key(cache: Reflector[Any]) -> str:

@@ -16,7 +16,7 @@ from migrator.engine.events import NORMAL, WARNING, Recorder, typed
 from migrator.engine.guardwrites import Refusal, Writers, caught_up, covered_nodes
 from migrator.engine.informer import Informer
 from migrator.engine.leader import LeaseLock
-from migrator.engine.reads import read_pods, read_snapshot
+from migrator.engine.reads import Reader, read_snapshot
 from migrator.engine.serving import GuardMetrics
 from migrator.engine.state import ConfigMapStateStore, PhaseRecord, State, holds
 from migrator.engine.wholepods import WholePods
@@ -28,7 +28,7 @@ from migrator.model.kinds import Kind
 from migrator.model.outcome import Verdict
 from migrator.model.sharing import SliceWrite
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog, pod_selectors
+from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -143,9 +143,8 @@ class Reconciler:
                       if o.name(d) in wanted}
         services = {o.name(s): s for s in self._listed(kinds.SERVICE)}
         comps = [c for c in self.catalog.components if c.daemonset in daemonsets]
-        selectors = pod_selectors(comps)
-        views = (read_pods(self.kube, self.namespace, selectors, whole=WholePods(max_gets=0))
-                 if selectors and pods else ())
+        views = (Reader(self.kube, self.namespace, whole=WholePods(max_gets=0)).pods(comps, {})
+                 if pods else ())
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def verdict(self, *, cached: bool = False) -> Verdict:

@@ -42,13 +42,6 @@ class Guard(Reconciler):
         self.elector = LeaderElector(
             self.lease, timing(self.settings), self.clock, on_attempt=self._attempted,
             on_error=lambda _: self.metrics.api_errors.labels("lease").inc())
-        self.metrics.status.watches = self._watches
-
-    def _watches(self) -> dict[str, tuple[int, int]]:
-        """(failures, relists) of each watched resource, for `/metrics`."""
-        informer = self.informer
-        return {} if informer is None else {_key(r): (r.failures, r.relists)
-                                            for r in informer.reflectors}
 
     def _attempted(self, leading: bool) -> None:
         self.health.leading = leading
@@ -86,6 +79,8 @@ class Guard(Reconciler):
                   for sel in pod_selectors(self.catalog)),
             whole=WholePods(max_gets=0))
         objects = (informer.daemonsets, informer.services, informer.endpointslices)
+        self.metrics.status.watches = lambda: {_key(r): (r.failures, r.relists)
+                                               for r in informer.reflectors}
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = functools.partial(changed, WAKE, {})
         self.health.beat("loop")

@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 import time
-from contextlib import closing
+from contextlib import closing, nullcontext
 from typing import Annotated, Any
 
 import typer
@@ -20,7 +20,7 @@ from migrator.cli.options import Cluster
 from migrator.engine.guard import Guard, GuardSettings
 from migrator.engine.locate import require_dcgm
 from migrator.engine.reports import GuardReport
-from migrator.engine.serving import cannot_serve, parse_address
+from migrator.engine.serving import MetricsServer, parse_address
 from migrator.errors import UsageError
 from migrator.kube.client import Kube
 from migrator.kube.transport import RetryPolicy
@@ -70,16 +70,17 @@ def guard(
     if once and address is not None:
         raise UsageError("--metrics-bind-address/--metrics-port serve nothing with --once "
                          "(one pass, then exit).")
-    if address is not None:
-        _free(address, "--metrics-port" if metrics_port is not None else
-              "--metrics-bind-address")
+    # Bound before connecting: a port in use is a usage error before anything is tried.
+    server = (MetricsServer(address, "--metrics-port" if metrics_port is not None else
+                            "--metrics-bind-address") if address is not None else None)
     settings = GuardSettings(lease_name=lease_name, identity=identity or
                              f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}",
                              lease_seconds=lease_seconds, resync_seconds=resync,
                              verdict_seconds=verdict_seconds)
     namespace = cluster.namespace
-    with closing(Kube.connect(cluster.kubeconfig, cluster.context,
-                              retry=RetryPolicy(notice=_log))) as kube:
+    with (closing(server) if server is not None else nullcontext(),
+          closing(Kube.connect(cluster.kubeconfig, cluster.context,
+                               retry=RetryPolicy(notice=_log))) as kube):
         catalog = load_catalog()
         require_dcgm(kube, namespace, catalog)  # as every command: exit 2 naming where
         g = Guard(kube, namespace, catalog, settings, log=_log)
@@ -99,22 +100,7 @@ def guard(
                 signal.signal(number, _stop)
         _log(f"guarding aliases in namespace {namespace} as {settings.identity} "
              f"(Lease {lease_name})")
-        g.run(stop, serve=address)
-
-
-def _free(address: tuple[str, int], option: str) -> None:
-    """The port can be bound (as the server binds it: SO_REUSEADDR), checked before the
-    guard connects: a port in use is a usage error."""
-    host, port = address
-    if port == 0:
-        return
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise cannot_serve(address, exc, option) from exc
+        g.run(stop, server=server)
 
 
 def _bind_address(bind: str | None, port: int | None) -> tuple[str, int] | None:

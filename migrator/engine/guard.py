@@ -38,87 +38,83 @@ class Guard(Reconciler):
                  settings: GuardSettings | None = None, *, log: Log = lambda _: None,
                  clock: Clock | None = None) -> None:
         super().__init__(kube, namespace, catalog, settings, log=log, clock=clock)
-        self.reconciler: Reconciler = self
         self.health = Health(self.clock, self.settings.stall_seconds)
-        self.elector = LeaderElector(self.lease, timing(self.settings), self.clock,
-                                     on_attempt=self._attempted,
-                                     on_error=lambda _: self.metrics.api_error("lease"))
-        self.reflectors: dict[str, Reflector[Any]] = {}  # plural, or "pods <selector>" → cache
-        self.metrics.status.watches = lambda: {k: (r.failures, r.relists)
-                                               for k, r in self.reflectors.items()}
+        self.elector = LeaderElector(
+            self.lease, timing(self.settings), self.clock, on_attempt=self._attempted,
+            on_error=lambda _: self.metrics.api_errors.labels("lease").inc())
 
     def _attempted(self, leading: bool) -> None:
         self.health.leading = leading
 
-    def _start(self, key: str, cache: Reflector[Any], stop: threading.Event) -> None:
+    def _start(self, cache: Reflector[Any], stop: threading.Event) -> None:
         """Start one informer, retrying while the API refuses (a pass lists meanwhile)."""
-        name = f"watch/{key}"
         while not stop.is_set():
             try:
                 cache.start()
-                self.health.synced(name)
+                self.health.synced(f"watch/{_key(cache)}")
                 return
             except (APIError, ClusterError) as exc:
-                self.metrics.api_error("watch")
+                self.metrics.api_errors.labels("watch").inc()
                 self.log(f"watch of {cache.kind.plural} failed ({exc}); retrying")
                 stop.wait(self.settings.retry_seconds)
 
-    def run(self, stop: threading.Event, *, serve: tuple[str, int] | None = None) -> None:
+    def run(self, stop: threading.Event, *, server: MetricsServer | None = None) -> None:
         """Until `stop`: elect, react to events, resync; give the Lease up on the way out.
-        `serve`: (host, port) for `/metrics`, `/healthz`, `/readyz`."""
-        server = MetricsServer(serve, self.metrics.registry, self.health) if serve else None
+        `server`: where to answer `/metrics`, `/healthz`, `/readyz` (its owner closes it)."""
         if server is not None:
+            server.serve(self.metrics.registry, self.health)
             self.log(f"serving /metrics, /healthz, /readyz on {server.url}")
         events: queue.Queue[Queued] = queue.Queue()
 
         def changed(etype: str, obj: Obj) -> None:
             events.put((etype, obj, self.clock.monotonic()))
 
-        caches = {kind.plural: Reflector(self.kube, kind, self.namespace, keep, selector,
-                                         changed=changed, clock=self.clock)
-                  for kind, keep, selector in (
-                      (kinds.DAEMONSET, whole, None), (kinds.SERVICE, whole, None),
-                      (kinds.ENDPOINTSLICE, slice_view, self.slice_selector()))}
-        pods = {f"pods {sel}": Reflector(self.kube, kinds.POD, self.namespace, PodView.of, sel,
-                                         printed=True, changed=lambda _e, _o: changed(VERDICT, {}),
-                                         clock=self.clock)
-                for sel in pod_selectors(self.catalog)}
-        self.reflectors, self.caches = {**caches, **pods}, caches
-        ds, svc, eps = caches.values()
-        informer = self.verdict_cache = Informer(ds, svc, eps, tuple(pods.values()),
-                                                 whole=WholePods(max_gets=0))
+        watch = functools.partial(Reflector, self.kube, namespace=self.namespace,
+                                  changed=changed, clock=self.clock)
+        informer = self.informer = Informer(
+            watch(kinds.DAEMONSET, keep=whole), watch(kinds.SERVICE, keep=whole),
+            watch(kinds.ENDPOINTSLICE, keep=slice_view, label_selector=self.slice_selector()),
+            tuple(watch(kinds.POD, keep=PodView.of, label_selector=sel, printed=True,
+                        changed=lambda _e, _o: changed(VERDICT, {}))
+                  for sel in pod_selectors(self.catalog)),
+            whole=WholePods(max_gets=0))
+        objects = (informer.daemonsets, informer.services, informer.endpointslices)
+        self.metrics.status.watches = lambda: {_key(r): (r.failures, r.relists)
+                                               for r in informer.reflectors}
         self.writers.fence = self.elector.leading
         self.elector.on_started = self.elector.on_stopped = functools.partial(changed, WAKE, {})
         self.health.beat("loop")
-        for key, cache in self.reflectors.items():
-            self.health.expect(f"watch/{key}")
-            self.health.check(f"watch/{key}", functools.partial(_thread_ended, cache, stop))
+        for r in informer.reflectors:
+            self.health.expect(f"watch/{_key(r)}")
+            self.health.check(f"watch/{_key(r)}", functools.partial(_thread_ended, r, stop))
         unobserve = self.kube.observe(informer.saw)  # a read waits for the guard's own write
         loop = Cadence(self, self.elector.leading, self.health,
-                       lambda: sum(c.relists for c in caches.values()))
+                       lambda: sum(r.relists for r in objects))  # pods are the verdict's only
         self.recorder.start()
         self.elector.start()
         try:
-            for key, cache in self.reflectors.items():
-                self._start(key, cache, stop)
-                if key in caches:
-                    changed("RESYNC", {"kind": cache.kind.kind})  # its list is a change
+            for r in informer.reflectors:
+                self._start(r, stop)
+                if r in objects:
+                    changed("RESYNC", {"kind": r.kind.kind})  # its list is a change
             while not stop.is_set():
                 loop.tick(events, stop)
         finally:
             stop.set()
             loop.close()
             unobserve()
-            self.verdict_cache = None
-            for cache in self.reflectors.values():
-                cache.stop()
+            self.informer = None
+            informer.close()
             self.recorder.stop()
             self.elector.stop()
             self.metrics.status.leading(False)
             if self.elector.released:
                 self.log(f"released Lease/{self.settings.lease_name}")
-            if server is not None:
-                server.close()
+
+
+def _key(cache: Reflector[Any]) -> str:
+    """A watched resource's name on `/metrics` and the probes: its plural, or "pods <selector>"."""
+    return f"pods {cache.label_selector}" if cache.printed else cache.kind.plural
 
 
 def _thread_ended(cache: Reflector[Any], stop: threading.Event) -> str:

@@ -29,9 +29,9 @@ VERDICT_COST_FACTOR = 4.0
 
 
 def timing(settings: GuardSettings) -> Timing:
-    """The renew deadline two thirds of the lease unless set; the retry period shortened so that
-    client-go's rule (deadline > 1.2 retries) holds for short leases."""
-    deadline = settings.renew_deadline_seconds or settings.lease_seconds * 2.0 / 3.0
+    """The renew deadline two thirds of the lease; the retry period shortened so that client-go's
+    rule (deadline > 1.2 retries) holds for short leases."""
+    deadline = settings.lease_seconds * 2.0 / 3.0
     retry = min(settings.retry_seconds, deadline / (JITTER_FACTOR + 0.3))
     return Timing(float(settings.lease_seconds), deadline, retry)
 
@@ -116,7 +116,7 @@ class Cadence:
                 self.cached_end = r.clock.monotonic()
                 self.cached_cost = self.cached_end - began
         except (APIError, ClusterError) as exc:
-            r.metrics.api_error("verdict")
+            r.metrics.api_errors.labels("verdict").inc()
             r.log(f"verdict unreadable ({exc}); checked again later")
             self.changed = True  # not judged: due again after verdict_seconds
             return
@@ -139,18 +139,29 @@ class Cadence:
             r.log(f"lost Lease/{s.lease_name} (holder {r.lease.holder or 'none'}); "
                   "standing by")
 
+    def _pass_at(self) -> float:
+        """When the next full pass is due: a resync, or, dirty, the throttle (none while hot)."""
+        throttled = self.last_pass + self.reconciler.settings.min_pass_seconds
+        return min(self.next_pass, throttled) if self.dirty else self.next_pass
+
+    def _cached_at(self) -> float:
+        """When the verdict from the caches is due (never without them)."""
+        if self.reconciler.informer is None:
+            return float("inf")
+        return _cached_verdict_at(self.reconciler.settings, self.unjudged_first,
+                                  self.unjudged_last, self.cached_end, self.cached_cost)
+
     def tick(self, events: queue.Queue[Queued], stop: threading.Event) -> None:
         r, s = self.reconciler, self.reconciler.settings
         self.health.beat("loop")
         self._follow_election()
         now = r.clock.monotonic()
-        if self.leading and (now >= self.next_pass or (self.dirty and (
-                now < self.hot_until or now - self.last_pass >= s.min_pass_seconds))):
+        if self.leading and (now >= self._pass_at() or (self.dirty and now < self.hot_until)):
             since, self.since = self.since, None
             try:
                 r.reconcile(since)
             except (APIError, ClusterError) as exc:
-                r.metrics.api_error("pass")
+                r.metrics.api_errors.labels("pass").inc()
                 r.log(f"pass failed ({exc}); retrying")
             self.last_pass = r.clock.monotonic()
             self.next_pass = self.last_pass + s.resync_seconds
@@ -159,9 +170,7 @@ class Cadence:
             now = r.clock.monotonic()
             if verdict_due(s, now, self.last_judged, self.changed):
                 self.start_judging()
-            elif r.verdict_cache is not None and cached_verdict_due(
-                    s, now, self.unjudged_first, self.unjudged_last,
-                    previous_end=self.cached_end, previous_cost=self.cached_cost):
+            elif now >= self._cached_at():
                 self.start_judging(cached=True)
         batch = self._wait(events)
         relists = self.relists()
@@ -179,11 +188,7 @@ class Cadence:
     def _wait(self, events: queue.Queue[Queued]) -> list[Queued]:
         """The next batch of events, waiting at most until the next pass is due."""
         r, s = self.reconciler, self.reconciler.settings
-        wake = min(self.next_pass, self.last_pass + s.min_pass_seconds if self.dirty
-                   else self.next_pass)
-        if r.verdict_cache is not None:
-            wake = min(wake, _cached_verdict_at(s, self.unjudged_first, self.unjudged_last,
-                                                self.cached_end, self.cached_cost))
+        wake = min(self._pass_at(), self._cached_at())
         timeout = (max(0.0, min(wake - r.clock.monotonic(), s.retry_seconds)) if self.leading
                    else s.retry_seconds)
         batch: list[Queued] = []
@@ -210,7 +215,7 @@ class Cadence:
             try:
                 r.on_daemonset(ds, at)
             except (APIError, ClusterError) as exc:
-                r.metrics.api_error("hold")
+                r.metrics.api_errors.labels("hold").inc()
                 r.log(f"hold check of DaemonSet/{o.name(ds)} failed ({exc})")
         first = min(at for _, _, at in batch)
         self.since = first if self.since is None else min(self.since, first)

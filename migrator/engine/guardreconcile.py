@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from migrator import phases
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.events import NORMAL, WARNING, Recorder, typed
-from migrator.engine.guardwrites import WORKERS, Refusal, Writers, caught_up, covered_nodes
-from migrator.engine.informer import Informer, Reflector
+from migrator.engine.guardwrites import Refusal, Writers, caught_up, covered_nodes
+from migrator.engine.informer import Informer
 from migrator.engine.leader import LeaseLock
-from migrator.engine.reads import read_pods, read_snapshot
+from migrator.engine.reads import Reader, read_snapshot
 from migrator.engine.serving import GuardMetrics
 from migrator.engine.state import ConfigMapStateStore, PhaseRecord, State, holds
 from migrator.engine.wholepods import WholePods
@@ -28,7 +28,7 @@ from migrator.model.kinds import Kind
 from migrator.model.outcome import Verdict
 from migrator.model.sharing import SliceWrite
 from migrator.model.snapshot import Snapshot
-from migrator.model.stacks import Catalog, pod_selectors
+from migrator.model.stacks import Catalog
 
 if TYPE_CHECKING:
     from migrator.kube.client import Kube
@@ -45,13 +45,11 @@ class GuardSettings:
     identity: str = "dcgm-migrate-guard"
     lease_seconds: int = 15
     retry_seconds: float = 2.0  # renew / try to acquire this often
-    renew_deadline_seconds: float | None = None  # None: two thirds of the lease (`timing`)
     resync_seconds: float = 30.0  # a full pass at least this often
     min_pass_seconds: float = 1.0  # full passes triggered by events at most this often
     verdict_debounce_seconds: float = 1.0  # the cached verdict once changes are this quiet
     verdict_seconds: float = 300.0  # the whole read at most this often, after a change...
     verdict_idle_seconds: float = 3600.0  # ... and at least this often regardless
-    write_concurrency: int = WORKERS  # shared-slice writes of one pass in flight at once
     stall_seconds: float = 300.0  # liveness: the loop and each watch progress this often
     takeover_seconds: float = 10.0  # no `min_pass_seconds` this long after a name changed hands
 
@@ -112,13 +110,12 @@ class Reconciler:
                                  counted=lambda result: self.metrics.events.labels(result).inc())
         # Unfenced until `run`: `guard --once` writes without the Lease (guarded patches).
         self.writers = Writers(kube, namespace, self.clock, self.metrics, self.recorder,
-                               log=log, note=self.note, concurrency=settings.write_concurrency)
+                               log=log, note=self.note)
         self.store = ConfigMapStateStore(kube, namespace, catalog.common, self.clock)
         self.passes = 0  # passes completed (a pass that raised is not one)
         self.shaped = sharing.ShapedEndpoints()  # each shared slice version shaped once
-        # Set by the runner while it runs: the loop's informers, the verdict's (None: whole reads).
-        self.caches: dict[str, Reflector[Obj]] = {}
-        self.verdict_cache: Informer | None = None
+        # Set by the runner while it runs: the loop's and the verdict's cache (None: whole reads).
+        self.informer: Informer | None = None
         # The Services switched with --allow-foreign-pods, as the last state read said.
         self.foreign_allowed: frozenset[str] = frozenset()
 
@@ -131,7 +128,9 @@ class Reconciler:
     def _listed(self, kind: Kind, view: Callable[[Obj], Obj] | None = None,
                 selector: str | None = None) -> list[Obj]:
         """Every `kind` of the namespace, as `view` keeps it: the loop's cache, else one list."""
-        cache = self.caches.get(kind.plural)
+        informer = self.informer
+        cache = next((r for r in informer.reflectors if r.kind == kind and not r.printed),
+                     None) if informer is not None else None
         if cache is not None and cache.alive:
             return cache.items()
         items = self.kube.list(kind, self.namespace, label_selector=selector).items
@@ -144,15 +143,14 @@ class Reconciler:
                       if o.name(d) in wanted}
         services = {o.name(s): s for s in self._listed(kinds.SERVICE)}
         comps = [c for c in self.catalog.components if c.daemonset in daemonsets]
-        selectors = pod_selectors(comps)
-        views = (read_pods(self.kube, self.namespace, selectors, whole=WholePods(max_gets=0))
-                 if selectors and pods else ())
+        views = (Reader(self.kube, self.namespace, whole=WholePods(max_gets=0)).pods(comps, {})
+                 if pods else ())
         return Snapshot(self.namespace, daemonsets=daemonsets, services=services, pods=views)
 
     def verdict(self, *, cached: bool = False) -> Verdict:
         """The verdict from what the namespaced Role may read: one whole read, or (`cached`)
         the loop's caches with this guard's own Lease standing for the Leases."""
-        cache = self.verdict_cache if cached else None
+        cache = self.informer if cached else None
         own = self.lease.lease if cache is not None else None
         snap = read_snapshot(self.kube, self.namespace, self.catalog, cluster_scope=False,
                              whole=WholePods(max_gets=0), cache=cache, clock=self.clock,
@@ -230,7 +228,7 @@ class Reconciler:
                       "switched": a.name in switched}
                      for a in guarding.aliases(snap, self.catalog))
         if not readable:
-            self.metrics.api_error("state")
+            self.metrics.api_errors.labels("state").inc()
             self.record_on_state(WARNING, "StateUnreadable", "Read", "the migration state "
                                  "cannot be read: the guard moves no alias forward and shares "
                                  "nothing anew until it can")

@@ -140,19 +140,22 @@ class Writers:
     """Sends what the reconciler decided."""
 
     def __init__(self, kube: Kube, namespace: str, clock: Clock, metrics: GuardMetrics,
-                 recorder: Recorder, *, log: Log, note: Log, concurrency: int = WORKERS) -> None:
+                 recorder: Recorder, *, log: Log, note: Log) -> None:
         self.kube, self.namespace, self.clock = kube, namespace, clock
         self.metrics, self.recorder, self.log, self.note = metrics, recorder, log, note
-        self.concurrency = concurrency
         self.fence: Callable[[], bool] = lambda: True  # the elector's `leading` while `run` runs
         self.written: list[Correction] = []  # every correction written, oldest first
         self.last_written: dict[str, float] = {}  # stable name → its last slice write's answer
         # Patches refused as invalid, by (Service, patch): the same patch would be refused again.
         self.refused: dict[tuple[str, str], Refusal] = {}
 
+    def _unfenced(self, kind: str, name: str, action: str, service: str) -> Refusal | None:
+        """None while this replica may write; else why nothing is sent."""
+        return None if self.fence() else Refusal(Outcome.NOT_LEADING, kind, name, action, service)
+
     def _refused(self, refusal: Refusal) -> Refusal:
         if refusal.outcome is not Outcome.NOT_LEADING:  # nothing was sent
-            self.metrics.wrote(refusal.kind, refusal.outcome.value)
+            self.metrics.writes.labels(refusal.kind, refusal.outcome.value).inc()
         return refusal
 
     def apply(self, corrections: Sequence[Correction], *, since: float | None = None
@@ -162,12 +165,11 @@ class Writers:
         skipped: list[Refusal] = []
         svc = kinds.SERVICE.kind
         for c in corrections:
-            if not self.fence():
-                skipped.append(Refusal(Outcome.NOT_LEADING, svc, c.service, c.action, c.service))
-                continue
             key = (c.service, json.dumps(c.patch(), sort_keys=True))
-            if key in self.refused:  # the same patch of the same version: refused again
-                skipped.append(self.refused[key])
+            # Unfenced, or the same patch of the same version refused before: refused again.
+            unsent = self._unfenced(svc, c.service, c.action, c.service) or self.refused.get(key)
+            if unsent is not None:
+                skipped.append(unsent)
                 continue
             live: Obj | None
             try:
@@ -192,7 +194,7 @@ class Writers:
                 continue
             done.append(c)
             self.written.append(c)
-            self.metrics.wrote(svc, "ok")
+            self.metrics.writes.labels(svc, "ok").inc()
             if since is not None:
                 self.metrics.repaired(c.action, self.clock.monotonic() - since)
             self.log(f"{c.action} Service/{c.service}: {c.reason}")
@@ -210,9 +212,9 @@ class Writers:
         done = []
         for body in bodies:
             name = o.name(body)
-            if not self.fence():
-                self.log(str(Refusal(Outcome.NOT_LEADING, kinds.SERVICE.kind, name, "create",
-                                     name)))
+            unsent = self._unfenced(kinds.SERVICE.kind, name, "create", name)
+            if unsent is not None:
+                self.log(str(unsent))
                 continue
             try:
                 created = self.kube.create(body)
@@ -221,7 +223,7 @@ class Writers:
                                                       name, "create", name))))
                 continue
             done.append(name)
-            self.metrics.wrote(kinds.SERVICE.kind, "ok")
+            self.metrics.writes.labels(kinds.SERVICE.kind, "ok").inc()
             self.log(f"create Service/{name}: {RECREATED}")
             self.recorder.record(typed(kinds.SERVICE, created), NORMAL, "AliasCreated",
                                  "Create", f"created as the tool's alias: {RECREATED}")
@@ -231,13 +233,13 @@ class Writers:
                      covered: dict[str, set[str]] | None = None
                      ) -> tuple[list[SliceWrite], list[Refusal]]:
         """(written, refused). `covered`: stable name → nodes with a ready endpoint now."""
-        results = run(ordered(writes, covered or {}), self._write_slice, self.concurrency)
+        results = run(ordered(writes, covered or {}), self._write_slice)
         done: list[SliceWrite] = []
         refused: list[Refusal] = []
         self.last_written = {}
         for w, (refusal, at) in results:
             if refusal is None:
-                self.metrics.wrote(kinds.ENDPOINTSLICE.kind, "ok")
+                self.metrics.writes.labels(kinds.ENDPOINTSLICE.kind, "ok").inc()
                 done.append(w)
                 self.last_written[w.service] = max(at, self.last_written.get(w.service, at))
                 self.log(f"{w.action} EndpointSlice/{w.name} for Service/{w.service}: "
@@ -254,11 +256,8 @@ class Writers:
 
     def _write_slice(self, w: SliceWrite) -> tuple[Refusal | None, float]:
         """One slice write on a pool thread: (None or why not, when its answer came)."""
-        refusal: Refusal | None = None
-        if not self.fence():
-            refusal = Refusal(Outcome.NOT_LEADING, kinds.ENDPOINTSLICE.kind, w.name, w.action,
-                              w.service)
-        else:
+        refusal = self._unfenced(kinds.ENDPOINTSLICE.kind, w.name, w.action, w.service)
+        if refusal is None:
             try:
                 if w.action == sharing.CREATE:
                     self.kube.create(w.body)

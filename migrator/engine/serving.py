@@ -190,12 +190,6 @@ class GuardMetrics:
                               "failed).", ["result"], registry=reg)
         reg.register(self.status)
 
-    def wrote(self, kind: str, result: str) -> None:
-        self.writes.labels(kind, result).inc()
-
-    def api_error(self, operation: str) -> None:
-        self.api_errors.labels(operation).inc()
-
     def repaired(self, repair: str, seconds: float) -> None:
         self.repair_seconds.labels(repair).observe(max(0.0, seconds))
 
@@ -237,21 +231,22 @@ def cannot_serve(address: tuple[str, int], exc: OSError,
 
 
 class MetricsServer:
-    """Serves one guard's registry and probes on (host, port), on daemon threads."""
+    """One guard's registry and probes on (host, port), on daemon threads: bound when made (a
+    port in use is refused before the guard connects), answering once `serve` is called."""
 
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry,
-                 health: Health) -> None:
-        self.health = health
-        self._metrics = make_wsgi_app(registry)
+    def __init__(self, address: tuple[str, int], option: str = "--metrics-bind-address") -> None:
         try:
             self._httpd = make_server(address[0], address[1], self._app, ThreadingWSGIServer,
                                       handler_class=_Quiet)
         except OSError as exc:
-            raise cannot_serve(address, exc) from exc
+            raise cannot_serve(address, exc, option) from exc
         host = "127.0.0.1" if address[0] in ("", "0.0.0.0") else address[0]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
                                         name="guard-metrics")
+
+    def serve(self, registry: CollectorRegistry, health: Health) -> None:
+        self._metrics, self.health = make_wsgi_app(registry), health
         self._thread.start()
 
     def _app(self, environ: dict[str, Any],
@@ -271,6 +266,7 @@ class MetricsServer:
         return [f"{text}\n".encode()]
 
     def close(self) -> None:
-        self._httpd.shutdown()
+        if self._thread.is_alive():  # `shutdown` would wait for a loop never started
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
         self._httpd.server_close()
-        self._thread.join(timeout=5)

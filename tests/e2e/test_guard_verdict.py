@@ -26,14 +26,14 @@ VERDICT_SECONDS = 0.5  # real seconds: the guard runs on the real clock
 def _counted(guard: Guard) -> list[Verdict]:
     """Every verdict the loop takes, in order (the reconciler's own method, counted)."""
     taken: list[Verdict] = []
-    judge = guard.reconciler.verdict
+    judge = guard.verdict
 
     def counting(*, cached: bool = False) -> Verdict:
         verdict = judge(cached=cached)
         taken.append(verdict)
         return verdict
 
-    guard.reconciler.verdict = counting  # type: ignore[method-assign]  # counted here only
+    guard.verdict = counting  # type: ignore[method-assign]  # counted here only
     return taken
 
 

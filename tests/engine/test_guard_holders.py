@@ -59,7 +59,7 @@ def test_the_loop_follows_takeovers_and_counts_each_new_holder_once() -> None:
     """The loop's two uses of the answer: no throttle after a change of hands, and
     `dcgm_migrate_takeovers_total` counting each new holder (a lost Service is no takeover)."""
     guard = Guard(cast(Kube, None), "gpu-operator", CATALOG)
-    loop = Cadence(guard.reconciler, lambda: True, guard.health, lambda: 0)
+    loop = Cadence(guard, lambda: True, guard.health, lambda: 0)
     now = guard.clock.monotonic()
     loop.next_pass, loop.last_pass, loop.last_judged, loop.dirty = float("inf"), now, now, False
     stop = threading.Event()

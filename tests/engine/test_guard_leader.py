@@ -218,14 +218,14 @@ def _slow_reads(guard: Guard) -> tuple[threading.Event, threading.Event]:
     """The leader's pass blocks in its read (a 5,000-pod list behind a queueing API server)
     until the test lets it go: (entered, let go)."""
     entered, let_go = threading.Event(), threading.Event()
-    read = guard.reconciler.read
+    read = guard.read
 
     def slow(*, pods: bool = True) -> Any:
         entered.set()
         assert let_go.wait(60)
         return read(pods=pods)
 
-    guard.reconciler.read = slow  # type: ignore[method-assign]  # the slow step, here only
+    guard.read = slow  # type: ignore[method-assign]  # the slow step, here only
     return entered, let_go
 
 

@@ -97,7 +97,7 @@ def test_the_metrics_page_shows_the_last_verdict_only_while_leading() -> None:
     metrics.status.leading(True)
     metrics.status.judged(verdict, {"nvidia-dcgm": Reach(3, 2)}, 1.7e9)
     metrics.status.passed({"nvidia-dcgm": 4}, 1.7e9)
-    metrics.wrote("EndpointSlice", "ok")
+    metrics.writes.labels("EndpointSlice", "ok").inc()
     metrics.repaired("share", 0.3)
     page = generate_latest(metrics.registry).decode()
     for line in ('dcgm_migrate_verdict_ok 0.0', 'dcgm_migrate_leader 1.0',

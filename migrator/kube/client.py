@@ -60,6 +60,10 @@ def _name_ns(obj: Obj, kind: Kind) -> tuple[str, str | None]:
     return str(name), namespace
 
 
+def _dry(dry_run: bool) -> list[tuple[str, str]]:
+    return [("dryRun", "All")] if dry_run else []
+
+
 def _filters(label_selector: str | None, field_selector: str | None,
              table: str) -> list[tuple[str, str]]:
     """The selectors, and `includeObject` for a Table read ("" for none)."""
@@ -269,21 +273,28 @@ class Kube(Transport):
     def create(self, obj: Obj, *, kind: Kind | None = None, dry_run: bool = False) -> Obj:
         """POST the object; `kind` for a type outside `kind_of`'s table."""
         kind = kind or kind_of(obj)
-        return self._write("POST", kind, kind.collection_path(_name_ns(obj, kind)[1]), obj,
-                           dry_run)
+        created: Obj = self.send("POST", kind.collection_path(_name_ns(obj, kind)[1]),
+                                 _dry(dry_run), obj)
+        self._saw(kind, created, dry_run)
+        return created
 
     def replace(self, obj: Obj, *, dry_run: bool = False) -> Obj:
         """PUT the whole object; its metadata.resourceVersion makes a stale write an APIConflict."""
         kind = kind_of(obj)
-        return self._write("PUT", kind, kind.object_path(*_name_ns(obj, kind)), obj, dry_run)
+        replaced: Obj = self.send("PUT", kind.object_path(*_name_ns(obj, kind)), _dry(dry_run),
+                                  obj)
+        self._saw(kind, replaced, dry_run)
+        return replaced
 
     def patch(self, kind: Kind, name: str, namespace: str | None, body: Obj | JsonPatch, *,
               patch_type: Literal["merge", "strategic", "json"] = "merge",
               dry_run: bool = False) -> Obj:
         """PATCH; retried like every request, so a JSON patch must be idempotent (guard it with a
         `test`, never `add` to `/-`)."""
-        return self._write("PATCH", kind, kind.object_path(name, namespace), body, dry_run,
-                           PATCH_TYPES[patch_type])
+        patched: Obj = self.send("PATCH", kind.object_path(name, namespace), _dry(dry_run), body,
+                                 PATCH_TYPES[patch_type])
+        self._saw(kind, patched, dry_run)
+        return patched
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None,
                resource_version: str | None = None, dry_run: bool = False) -> None:
@@ -293,12 +304,5 @@ class Kube(Transport):
                          if v}
         if preconditions:
             options["preconditions"] = preconditions
-        self._write("DELETE", kind, kind.object_path(name, namespace), options, dry_run)
-
-    def _write(self, method: str, kind: Kind, path: str, body: Obj | JsonPatch, dry_run: bool,
-               content_type: str = "application/json") -> Obj:
-        """The one request of every write (`dryRun=All` when `dry_run`), its answer observed."""
-        answer: Obj = self.send(method, path, [("dryRun", "All")] if dry_run else [], body,
-                                content_type)
-        self._saw(kind, answer, dry_run)
-        return answer
+        deleted = self.send("DELETE", kind.object_path(name, namespace), _dry(dry_run), options)
+        self._saw(kind, deleted, dry_run)

@@ -10,8 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.gates import service_selects
-from migrator.model.selectors import NOTHING, Selector, lenient
+from migrator.model.selectors import NOTHING, Selector, for_service, lenient
 from migrator.model.slices import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 
@@ -191,25 +190,14 @@ def _ref(monitor: Obj) -> str:
     return f"{o.meta(monitor).get('namespace')}/{o.name(monitor)}"
 
 
-def resolve_port(port: Obj, container_ports: Iterable[Obj]) -> int | None:
-    """A Service port's targetPort for this pod (a name resolves against container ports)."""
-    target = port.get("targetPort", port.get("port"))
-    if target is None:
-        return None
-    if isinstance(target, int) or str(target).isdigit():
-        return int(target)
-    protocol = port.get("protocol") or "TCP"
-    return next((int(p["containerPort"]) for p in container_ports
-                 if p.get("name") == target and (p.get("protocol") or "TCP") == protocol), None)
-
-
 def listed(snapshot: Snapshot, service: Obj,
            among: Iterable[PodView] | None = None) -> list[PodView]:
     """The pods (of `among`, default all) a Service's Endpoints/EndpointSlices list (selected,
     not terminal, started; being deleted only with `publishNotReadyAddresses`)."""
     publish = bool(o.dig(service, "spec", "publishNotReadyAddresses"))
+    selects = for_service(o.dig(service, "spec", "selector")).matches
     return [p for p in (snapshot.pods if among is None else among)
-            if service_selects(service, p.labels) and p.node
+            if selects(p.labels) and p.node
             and p.phase not in NOT_LISTED_PHASES and (publish or not p.deleting)]
 
 
@@ -217,7 +205,7 @@ def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView,
                      job: str) -> list[ScrapePath]:
     """One target per endpoint port, plus one per container port no endpoint port covers."""
     cports = _container_ports(snapshot, pod)
-    seen = {resolve_port(p, cports) for p in o.dig(service, "spec", "ports") or []}
+    seen = {o.resolve_port(p, cports) for p in o.dig(service, "spec", "ports") or []}
     seen.discard(None)
     ports = [str(n) for n in seen]
     ports += [str(p["containerPort"]) for p in cports if int(p["containerPort"]) not in seen]
@@ -268,13 +256,12 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
                 continue
             for i, ep in enumerate(o.dig(sm, "spec", "endpoints") or []):
                 for port in _kept(ep, o.dig(service, "spec", "ports") or [],
-                                  lambda p: (str(p.get("targetPort", p.get("port"))),)):
+                                  lambda p: (str(o.target_port(p)),)):
                     rules = ep.get("relabelings") or []
                     if rules and not relabel_keeps(rules, target_labels(
                             service, pod, role, port, endpoint, snapshot.namespace)):
                         continue
-                    key = (f"serviceMonitor/{ref}/{i}",
-                           str(port.get("targetPort", port.get("port"))))
+                    key = (f"serviceMonitor/{ref}/{i}", str(o.target_port(port)))
                     seen, slice_ = found.setdefault(pod.name, {}).get(key, (set(), ""))
                     foreign = endpoint.slice if (pod.name not in own and endpoint) else ""
                     found[pod.name][key] = (seen | {role}, slice_ or foreign)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 Obj = dict[str, Any]
@@ -57,6 +57,25 @@ def int_version(rv: object) -> int:
         return int(str(rv))
     except ValueError:
         return 0
+
+
+def target_port(port: Mapping[str, Any]) -> Any:
+    """A Service port's `targetPort` (a number or a container port's name; default its port)."""
+    return port.get("targetPort", port.get("port"))
+
+
+def resolve_port(port: Mapping[str, Any],
+                 container_ports: Iterable[Mapping[str, Any]]) -> int | None:
+    """A Service port's targetPort for a pod with these container ports (a name resolves against
+    those of its protocol, as `findPort`)."""
+    target = target_port(port)
+    if target is None:
+        return None
+    if isinstance(target, int) or str(target).isdigit():
+        return int(target)
+    protocol = port.get("protocol") or "TCP"
+    return next((int(p["containerPort"]) for p in container_ports
+                 if p.get("name") == target and (p.get("protocol") or "TCP") == protocol), None)
 
 
 def _condition(pod: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:

@@ -7,7 +7,6 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model import sharing
 from migrator.model.findings import Finding, Need, alive, named, traffic_critical
@@ -24,11 +23,9 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
     """Ready pods the Service selects that none of the name's DaemonSets owns."""
     subject = f"Service/{need.service}"
     owners = {c.daemonset for c in need.components}
-    service = dict(svc)
-    strays = sorted((p for p in snapshot.pods  # the cheap tests first: 30,000 pods at scale
-                     if not (p.owner_kind == "DaemonSet" and p.owner_name in owners)
-                     and p.ready and p.node and not p.deleting
-                     and g.service_selects(service, p.labels)),
+    selector = o.dig(svc, "spec", "selector") or {}
+    strays = sorted((p for p in snapshot.pods_matching(selector) if p.ready and p.node
+                     and not (p.owner_kind == "DaemonSet" and p.owner_name in owners)),
                     key=lambda p: p.name)
     if not strays:
         return Finding("no-foreign-endpoints", subject, True,
@@ -39,7 +36,6 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
     if need.service in allowed:
         return Finding("no-foreign-endpoints", subject, True,
                        f"{what} (allowed by --allow-foreign-pods)")
-    selector = o.dig(svc, "spec", "selector") or {}
     local = " (under internalTrafficPolicy Local, the only DCGM its node's consumers reach)" \
         if o.dig(svc, "spec", "internalTrafficPolicy") == "Local" else ""
     return Finding(
@@ -52,18 +48,16 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
 
 def _unserved(port: Mapping[str, Any], declared: list[Mapping[str, Any]]) -> str | None:
     """Why no container serves this targetPort (None: one does, or a number with none declared)."""
-    target = port.get("targetPort", port.get("port"))
+    target, label = o.target_port(port), port.get("name") or port.get("port")
     protocol = port.get("protocol") or "TCP"
     same = [p for p in declared if (p.get("protocol") or "TCP") == protocol]
-    label = port.get("name") or port.get("port")
-    if isinstance(target, int) or str(target).isdigit():
-        if not declared or any(int(p.get("containerPort") or 0) == int(target) for p in same):
-            return None
-        return (f"port {label} → targetPort {target}: no container declares it (they declare "
-                f"{', '.join(sorted({str(p.get('containerPort')) for p in same})) or 'none'})")
-    if any(p.get("name") == target for p in same):
+    number = o.resolve_port(port, same)
+    if number is None:
+        return f"port {label} → targetPort {target!r}: no container has a port of that name"
+    if not declared or any(int(p.get("containerPort") or 0) == number for p in same):
         return None
-    return f"port {label} → targetPort {target!r}: no container has a port of that name"
+    return (f"port {label} → targetPort {target}: no container declares it (they declare "
+            f"{', '.join(sorted({str(p.get('containerPort')) for p in same})) or 'none'})")
 
 
 def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: str) -> Finding:

@@ -186,7 +186,8 @@ def _container_ports(snapshot: Snapshot, pod: PodView) -> list[Obj]:
     return [p for c in _containers(snapshot, pod) for p in c.get("ports") or []]
 
 
-def _ref(monitor: Obj) -> str:
+def monitor_ref(monitor: Obj) -> str:
+    """`<namespace>/<name>`, as a ScrapePath's `via` names the monitor."""
     return f"{o.meta(monitor).get('namespace')}/{o.name(monitor)}"
 
 
@@ -239,7 +240,7 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
               pods: list[PodView]) -> dict[str, list[ScrapePath]]:
     """One ServiceMonitor's targets of these pods through this Service, under each of its roles;
     a target only one role yields names it (and its foreign slice)."""
-    roles, ref = sorted(monitor_roles(snapshot, sm)), _ref(sm)
+    roles, ref = sorted(monitor_roles(snapshot, sm)), monitor_ref(sm)
     own = {p.name for p in listed(snapshot, service, pods)}
     endpoints = snapshot.endpoints_of(o.name(service)).endpoints
     by_name = {e.pod: e for e in endpoints if e.pod and e.managed_by in ("", CONTROLLER_NAME)}
@@ -278,7 +279,7 @@ def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
     out = []
     for i, ep in enumerate(o.dig(pm, "spec", "podMetricsEndpoints") or []):
         kept = _kept(ep, cports, lambda p: (str(p.get("containerPort")), p.get("name")))
-        out += [ScrapePath(f"podmonitor/{_ref(pm)}", "", f"podMonitor/{_ref(pm)}/{i}",
+        out += [ScrapePath(f"podmonitor/{monitor_ref(pm)}", "", f"podMonitor/{monitor_ref(pm)}/{i}",
                            str(p.get("containerPort"))) for p in kept]
     return out
 

@@ -66,9 +66,9 @@ class PodView:
             phase=phase)
 
     def contradicted(self, slices: Iterable[EndpointView]) -> bool:
-        """A printed Ready view that a later EndpointSlice lists as not serving."""
-        return self.printed and self.ready and printed.not_serving(
-            self.name, self.version, ((e.version, e.pod or "", e.serving) for e in slices))
+        """A printed Ready view that an EndpointSlice newer than the pod lists as not serving."""
+        return self.printed and self.ready and any(
+            e.pod == self.name and e.version > self.version and not e.serving for e in slices)
 
 
 def _marked_not_ready(pod: Mapping[str, Any]) -> bool:
@@ -85,7 +85,6 @@ class EndpointView:
     node: str | None
     ready: bool
     serving: bool
-    terminating: bool
     version: int = 0  # its EndpointSlice's resourceVersion as an integer
     uid: str | None = None  # its targetRef's pod uid
     address: str | None = None  # its first address
@@ -124,8 +123,7 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
             # the same endpoint may briefly sit in two slices: the first one counts
             views.setdefault(key, EndpointView(
                 pod=key[0], node=ep.get("nodeName"), ready=ready,
-                serving=bool(cond.get("serving", ready)),
-                terminating=bool(cond.get("terminating", False)), version=version,
+                serving=bool(cond.get("serving", ready)), version=version,
                 uid=ref.get("uid"), address=key[1], slice=o.name(sl), managed_by=managed_by))
     return ServiceEndpoints(service, tuple(views.values()))
 
@@ -141,7 +139,6 @@ class Snapshot:
     pods: tuple[PodView, ...] = ()
     endpoints: Mapping[str, ServiceEndpoints] = field(default_factory=dict)
     service_monitors: tuple[Obj, ...] = ()
-    servicemonitor_api: bool = True
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
     # any namespace's: their ServiceMonitors' discovery role (none: the operator's default)

@@ -9,12 +9,11 @@ from typing import Any
 
 from migrator.model import objects as o
 from migrator.model import sharing
-from migrator.model.findings import Finding, Need, alive, named, traffic_critical
+from migrator.model.findings import Finding, Need, alive, named
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.wording import counted
 
-__all__ = ["foreign_endpoints", "lease_live", "ports_served", "shared_findings", "traffic_critical"]
 GUARD_COMMAND = "dcgm-migrate guard -n {ns}"  # in-cluster: docs/guard.yaml
 
 

@@ -175,11 +175,10 @@ def _relabelled(annotations: Mapping[str, str], ports: Iterable[str]) -> list[st
 
 
 def _containers(snapshot: Snapshot, pod: PodView, *, init: bool = False) -> list[Obj]:
-    """The pod's containers, from its DaemonSet's template (pods run the template)."""
+    """The pod's containers (and with `init` its init containers), from its DaemonSet's template."""
     ds = snapshot.daemonsets.get(pod.owner_name or "") if pod.owner_kind == "DaemonSet" else None
-    spec = o.dig(ds, "spec", "template", "spec") or {}
-    found = list(spec.get("containers") or [])
-    return found + list(spec.get("initContainers") or []) if init else found
+    containers, inits = o.template_containers(ds)
+    return containers + inits if init else containers
 
 
 def _container_ports(snapshot: Snapshot, pod: PodView) -> list[Obj]:

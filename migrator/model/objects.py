@@ -40,6 +40,12 @@ def template_labels(daemonset: Mapping[str, Any]) -> dict[str, str]:
     return dict(dig(daemonset, "spec", "template", "metadata", "labels") or {})
 
 
+def template_containers(daemonset: Mapping[str, Any] | None) -> tuple[list[Obj], list[Obj]]:
+    """A DaemonSet's pod-template containers and init containers (its pods run the template)."""
+    spec = dig(daemonset, "spec", "template", "spec") or {}
+    return list(spec.get("containers") or []), list(spec.get("initContainers") or [])
+
+
 def controller_owner(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ownerReference with `controller: true`, if any (Kubernetes allows at most one)."""
     ref = next((r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None)

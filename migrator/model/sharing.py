@@ -157,8 +157,7 @@ def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
            comp: Component) -> tuple[list[Obj], list[str]]:
     """The operator Service's ports as the GPUCluster pods serve them, and conflicts: a
     `targetPort` no declared container port has is left out and reported."""
-    spec = o.dig(daemonset, "spec", "template", "spec") or {}
-    declared = [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
+    declared = [p for c in o.template_containers(daemonset)[0] for p in c.get("ports") or []]
     out, conflicts = [], []
     for p in o.dig(service, "spec", "ports") or []:
         number = o.resolve_port(p, declared)  # a number no container declares is left out too

@@ -64,9 +64,8 @@ def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: st
     subject = f"Service/{need.service}"
     declared: list[Mapping[str, Any]] = []
     for comp in need.components:  # containers and restartable init containers, as findPort
-        spec = o.dig(snapshot.daemonsets.get(comp.daemonset), "spec", "template", "spec") or {}
-        runs = list(spec.get("containers") or []) + [
-            c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        containers, inits = o.template_containers(snapshot.daemonsets.get(comp.daemonset))
+        runs = containers + [c for c in inits if c.get("restartPolicy") == "Always"]
         declared += [p for c in runs for p in c.get("ports") or []]
     ports = o.dig(svc, "spec", "ports") or []
     bad = [why for port in ports if (why := _unserved(port, declared))]

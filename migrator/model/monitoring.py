@@ -176,8 +176,7 @@ def _relabelled(annotations: Mapping[str, str], ports: Iterable[str]) -> list[st
 
 def _containers(snapshot: Snapshot, pod: PodView, *, init: bool = False) -> list[Obj]:
     """The pod's containers (and with `init` its init containers), from its DaemonSet's template."""
-    ds = snapshot.daemonsets.get(pod.owner_name or "") if pod.owner_kind == "DaemonSet" else None
-    containers, inits = o.template_containers(ds)
+    containers, inits = o.template_containers(snapshot.daemonsets.get(pod.daemonset or ""))
     return containers + inits if init else containers
 
 
@@ -302,8 +301,7 @@ def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:
 
 def exporter_pods(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[PodView]:
     names = set(daemonsets)
-    return [p for p in snapshot.pods
-            if p.owner_kind == "DaemonSet" and p.owner_name in names and not p.deleting]
+    return [p for p in snapshot.pods if p.daemonset in names and not p.deleting]
 
 
 def scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:

@@ -39,6 +39,11 @@ class PodView:
     phase: str = ""  # "": a printed row cannot tell (a doubtful one is read whole before gates)
 
     @property
+    def daemonset(self) -> str | None:
+        """The DaemonSet that controls it, if one does."""
+        return self.owner_name if self.owner_kind == "DaemonSet" else None
+
+    @property
     def doubtful(self) -> bool:
         """A printed view that is not plainly healthy: only the whole pod can tell."""
         return self.printed and not self.ready
@@ -157,8 +162,8 @@ class Snapshot:
     def _pods_by_daemonset(self) -> dict[str, list[PodView]]:
         index: dict[str, list[PodView]] = {}
         for p in self.pods:
-            if p.owner_kind == "DaemonSet" and p.owner_name:
-                index.setdefault(p.owner_name, []).append(p)
+            if p.daemonset:
+                index.setdefault(p.daemonset, []).append(p)
         return index
 
     def pods_of(self, daemonset: str) -> list[PodView]:

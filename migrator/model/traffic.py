@@ -23,9 +23,8 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
     subject = f"Service/{need.service}"
     owners = {c.daemonset for c in need.components}
     selector = o.dig(svc, "spec", "selector") or {}
-    strays = sorted((p for p in snapshot.pods_matching(selector) if p.ready and p.node
-                     and not (p.owner_kind == "DaemonSet" and p.owner_name in owners)),
-                    key=lambda p: p.name)
+    strays = sorted((p for p in snapshot.pods_matching(selector)
+                     if p.ready and p.node and p.daemonset not in owners), key=lambda p: p.name)
     if not strays:
         return Finding("no-foreign-endpoints", subject, True,
                        "every ready endpoint is a pod of " + named(f"DaemonSet/{d}"

@@ -17,7 +17,7 @@ from migrator.engine.wholepods import WholePods
 from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.model.slices import SERVICE_NAME_LABEL
+from migrator.model.objects import SERVICE_NAME_LABEL
 from migrator.model.snapshot import PodView, ServiceEndpoints, Snapshot, endpoints_from_slices
 from migrator.model.stacks import Catalog, Component, belongs, pod_selectors
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migrator.model import objects as o
+from migrator.model.objects import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from migrator.model.selectors import NOTHING, Selector, for_service, lenient
-from migrator.model.slices import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 
 Obj = dict[str, Any]

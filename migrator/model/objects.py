@@ -52,6 +52,21 @@ def controller_owner(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(ref) if ref else None
 
 
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # what marks a Service's EndpointSlices
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+CONTROLLER_NAME = "endpointslice-controller.k8s.io"  # the EndpointSlice controller's value
+OPERATOR_KIND = "ClusterPolicy"  # the operator that replaces the stable names whole
+
+
+def rendered_by(service: Mapping[str, Any]) -> str | None:
+    """`ClusterPolicy/<name>` when its operator renders this Service (controller owner): a
+    stable name the GPUCluster pods share, never take."""
+    ref = controller_owner(service)
+    if ref and ref.get("kind") == OPERATOR_KIND:
+        return f"{OPERATOR_KIND}/{ref.get('name')}"
+    return None
+
+
 def resource_version(obj: Mapping[str, Any]) -> str:
     """The object's resourceVersion (opaque: a write's precondition), or "" when it has none."""
     return str(meta(obj).get("resourceVersion") or "")

@@ -10,7 +10,7 @@ from typing import Any
 
 from migrator.model import aliasing
 from migrator.model import objects as o
-from migrator.model.slices import (
+from migrator.model.objects import (
     CONTROLLER_NAME,
     MANAGED_BY_LABEL,
     OPERATOR_KIND,

@@ -15,7 +15,6 @@ from typing import Any
 from migrator.model import objects as o
 from migrator.model import printed
 from migrator.model.selectors import for_service
-from migrator.model.slices import MANAGED_BY_LABEL
 
 Obj = dict[str, Any]
 
@@ -120,7 +119,7 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
     views: dict[tuple[str | None, str | None], EndpointView] = {}
     for sl in slices:
         version = o.int_version(o.meta(sl).get("resourceVersion"))
-        managed_by = o.labels(sl).get(MANAGED_BY_LABEL, "")
+        managed_by = o.labels(sl).get(o.MANAGED_BY_LABEL, "")
         for ep in sl.get("endpoints") or []:
             cond, ref = ep.get("conditions") or {}, ep.get("targetRef") or {}
             ready = cond.get("ready") is None or bool(cond.get("ready"))

@@ -274,10 +274,10 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
 def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
     """One target per PodMonitor endpoint that keeps a container port of the pod."""
     cports = _container_ports(snapshot, pod)
-    out = []
+    out, ref = [], monitor_ref(pm)
     for i, ep in enumerate(o.dig(pm, "spec", "podMetricsEndpoints") or []):
         kept = _kept(ep, cports, lambda p: (str(p.get("containerPort")), p.get("name")))
-        out += [ScrapePath(f"podmonitor/{monitor_ref(pm)}", "", f"podMonitor/{monitor_ref(pm)}/{i}",
+        out += [ScrapePath(f"podmonitor/{ref}", "", f"podMonitor/{ref}/{i}",
                            str(p.get("containerPort"))) for p in kept]
     return out
 

@@ -10,11 +10,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.objects import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
+from migrator.model.objects import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, Obj
 from migrator.model.selectors import NOTHING, Selector, for_service, lenient
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
-
-Obj = dict[str, Any]
 
 # Discovery roles of a ServiceMonitor's job; the Operator's `ServiceDiscoveryRole` value.
 ROLE_ENDPOINTS, ROLE_ENDPOINTSLICE = "endpoints", "endpointslice"

@@ -14,9 +14,8 @@ from typing import Any
 
 from migrator.model import objects as o
 from migrator.model import printed
+from migrator.model.objects import Obj
 from migrator.model.selectors import for_service
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from migrator.engine.reports import Closing, PlanReport, RunReport, RunView, Sta
 from migrator.engine.state import PhaseStatus, State, holds
 from migrator.model import monitoring, outcome, scrapechecks
 from migrator.model.discovery import discover
+from migrator.model.findings import traffic_critical
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.steps import SetLabels, SetSelector
-from migrator.model.traffic import traffic_critical
 
 DRIFT_RISK = (
     "Drift risk after phase 3: phase 1 writes the common labels itself because the running "

@@ -17,7 +17,7 @@ from migrator.engine.wholepods import WholePods
 from migrator.errors import APIForbidden
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.model.slices import SERVICE_NAME_LABEL
+from migrator.model.objects import SERVICE_NAME_LABEL
 from migrator.model.snapshot import PodView, ServiceEndpoints, Snapshot, endpoints_from_slices
 from migrator.model.stacks import Catalog, Component, belongs, pod_selectors
 
@@ -135,8 +135,6 @@ def _cluster_scope(kube: Kube, namespace: str, allowed: dict[str, bool]) -> dict
         if kube.has_kind(kinds.POD_MONITOR):
             out["pod_monitors"] = _monitors(kube, kinds.POD_MONITOR, namespace)
         out["prometheuses"] = _prometheuses(kube, allowed)
-    else:
-        out["servicemonitor_api"] = False
     return out
 
 
@@ -158,7 +156,7 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
     endpoints = source.endpoints(svc_map)
     pods = source.pods([c for c in catalog.components if c.daemonset in ds_map], endpoints)
     scope = (_cluster_scope(kube, namespace, cache.allowed if cache is not None else {})
-             if cluster_scope else {"nvidia_api": False, "servicemonitor_api": False})
+             if cluster_scope else {"nvidia_api": False})
     whole_read = daemonsets is None
     held, leases_read = (tuple(leases), True) if whole_read and leases is not None else ((), False)
     if whole_read and leases is None:  # the guard's Leases, by the tool's managed-by label

@@ -19,8 +19,8 @@ from migrator.kube.client import Kube
 from migrator.model import aliasing, kinds
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
+from migrator.model.objects import SERVICE_NAME_LABEL
 from migrator.model.phasestatus import PhaseStatus
-from migrator.model.slices import SERVICE_NAME_LABEL
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]

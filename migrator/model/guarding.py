@@ -13,7 +13,7 @@ from typing import Any
 from migrator.model import aliasing
 from migrator.model import gates as g
 from migrator.model import objects as o
-from migrator.model.slices import rendered_by
+from migrator.model.objects import rendered_by
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 

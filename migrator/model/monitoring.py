@@ -10,12 +10,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migrator.model import objects as o
-from migrator.model.gates import service_selects
-from migrator.model.selectors import NOTHING, Selector, lenient
-from migrator.model.slices import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
+from migrator.model.objects import CONTROLLER_NAME, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, Obj
+from migrator.model.selectors import NOTHING, Selector, for_service, lenient
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
-
-Obj = dict[str, Any]
 
 # Discovery roles of a ServiceMonitor's job; the Operator's `ServiceDiscoveryRole` value.
 ROLE_ENDPOINTS, ROLE_ENDPOINTSLICE = "endpoints", "endpointslice"
@@ -176,31 +173,18 @@ def _relabelled(annotations: Mapping[str, str], ports: Iterable[str]) -> list[st
 
 
 def _containers(snapshot: Snapshot, pod: PodView, *, init: bool = False) -> list[Obj]:
-    """The pod's containers, from its DaemonSet's template (pods run the template)."""
-    ds = snapshot.daemonsets.get(pod.owner_name or "") if pod.owner_kind == "DaemonSet" else None
-    spec = o.dig(ds, "spec", "template", "spec") or {}
-    found = list(spec.get("containers") or [])
-    return found + list(spec.get("initContainers") or []) if init else found
+    """The pod's containers (and with `init` its init containers), from its DaemonSet's template."""
+    containers, inits = o.template_containers(snapshot.daemonsets.get(pod.daemonset or ""))
+    return containers + inits if init else containers
 
 
 def _container_ports(snapshot: Snapshot, pod: PodView) -> list[Obj]:
     return [p for c in _containers(snapshot, pod) for p in c.get("ports") or []]
 
 
-def _ref(monitor: Obj) -> str:
+def monitor_ref(monitor: Obj) -> str:
+    """`<namespace>/<name>`, as a ScrapePath's `via` names the monitor."""
     return f"{o.meta(monitor).get('namespace')}/{o.name(monitor)}"
-
-
-def resolve_port(port: Obj, container_ports: Iterable[Obj]) -> int | None:
-    """A Service port's targetPort for this pod (a name resolves against container ports)."""
-    target = port.get("targetPort", port.get("port"))
-    if target is None:
-        return None
-    if isinstance(target, int) or str(target).isdigit():
-        return int(target)
-    protocol = port.get("protocol") or "TCP"
-    return next((int(p["containerPort"]) for p in container_ports
-                 if p.get("name") == target and (p.get("protocol") or "TCP") == protocol), None)
 
 
 def listed(snapshot: Snapshot, service: Obj,
@@ -208,8 +192,9 @@ def listed(snapshot: Snapshot, service: Obj,
     """The pods (of `among`, default all) a Service's Endpoints/EndpointSlices list (selected,
     not terminal, started; being deleted only with `publishNotReadyAddresses`)."""
     publish = bool(o.dig(service, "spec", "publishNotReadyAddresses"))
+    selects = for_service(o.dig(service, "spec", "selector")).matches
     return [p for p in (snapshot.pods if among is None else among)
-            if service_selects(service, p.labels) and p.node
+            if selects(p.labels) and p.node
             and p.phase not in NOT_LISTED_PHASES and (publish or not p.deleting)]
 
 
@@ -217,7 +202,7 @@ def _service_targets(snapshot: Snapshot, service: Obj, pod: PodView,
                      job: str) -> list[ScrapePath]:
     """One target per endpoint port, plus one per container port no endpoint port covers."""
     cports = _container_ports(snapshot, pod)
-    seen = {resolve_port(p, cports) for p in o.dig(service, "spec", "ports") or []}
+    seen = {o.resolve_port(p, cports) for p in o.dig(service, "spec", "ports") or []}
     seen.discard(None)
     ports = [str(n) for n in seen]
     ports += [str(p["containerPort"]) for p in cports if int(p["containerPort"]) not in seen]
@@ -251,7 +236,7 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
               pods: list[PodView]) -> dict[str, list[ScrapePath]]:
     """One ServiceMonitor's targets of these pods through this Service, under each of its roles;
     a target only one role yields names it (and its foreign slice)."""
-    roles, ref = sorted(monitor_roles(snapshot, sm)), _ref(sm)
+    roles, ref = sorted(monitor_roles(snapshot, sm)), monitor_ref(sm)
     own = {p.name for p in listed(snapshot, service, pods)}
     endpoints = snapshot.endpoints_of(o.name(service)).endpoints
     by_name = {e.pod: e for e in endpoints if e.pod and e.managed_by in ("", CONTROLLER_NAME)}
@@ -268,13 +253,12 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
                 continue
             for i, ep in enumerate(o.dig(sm, "spec", "endpoints") or []):
                 for port in _kept(ep, o.dig(service, "spec", "ports") or [],
-                                  lambda p: (str(p.get("targetPort", p.get("port"))),)):
+                                  lambda p: (str(o.target_port(p)),)):
                     rules = ep.get("relabelings") or []
                     if rules and not relabel_keeps(rules, target_labels(
                             service, pod, role, port, endpoint, snapshot.namespace)):
                         continue
-                    key = (f"serviceMonitor/{ref}/{i}",
-                           str(port.get("targetPort", port.get("port"))))
+                    key = (f"serviceMonitor/{ref}/{i}", str(o.target_port(port)))
                     seen, slice_ = found.setdefault(pod.name, {}).get(key, (set(), ""))
                     foreign = endpoint.slice if (pod.name not in own and endpoint) else ""
                     found[pod.name][key] = (seen | {role}, slice_ or foreign)
@@ -288,10 +272,10 @@ def _sm_paths(snapshot: Snapshot, service: Obj, sm: Obj,
 def _pm_targets(snapshot: Snapshot, pod: PodView, pm: Obj) -> list[ScrapePath]:
     """One target per PodMonitor endpoint that keeps a container port of the pod."""
     cports = _container_ports(snapshot, pod)
-    out = []
+    out, ref = [], monitor_ref(pm)
     for i, ep in enumerate(o.dig(pm, "spec", "podMetricsEndpoints") or []):
         kept = _kept(ep, cports, lambda p: (str(p.get("containerPort")), p.get("name")))
-        out += [ScrapePath(f"podmonitor/{_ref(pm)}", "", f"podMonitor/{_ref(pm)}/{i}",
+        out += [ScrapePath(f"podmonitor/{ref}", "", f"podMonitor/{ref}/{i}",
                            str(p.get("containerPort"))) for p in kept]
     return out
 
@@ -315,8 +299,7 @@ def monitors_of(snapshot: Snapshot, service: Obj) -> list[Obj]:
 
 def exporter_pods(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[PodView]:
     names = set(daemonsets)
-    return [p for p in snapshot.pods
-            if p.owner_kind == "DaemonSet" and p.owner_name in names and not p.deleting]
+    return [p for p in snapshot.pods if p.daemonset in names and not p.deleting]
 
 
 def scrape_paths(snapshot: Snapshot, daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 Obj = dict[str, Any]
@@ -40,10 +40,31 @@ def template_labels(daemonset: Mapping[str, Any]) -> dict[str, str]:
     return dict(dig(daemonset, "spec", "template", "metadata", "labels") or {})
 
 
+def template_containers(daemonset: Mapping[str, Any] | None) -> tuple[list[Obj], list[Obj]]:
+    """A DaemonSet's pod-template containers and init containers (its pods run the template)."""
+    spec = dig(daemonset, "spec", "template", "spec") or {}
+    return list(spec.get("containers") or []), list(spec.get("initContainers") or [])
+
+
 def controller_owner(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ownerReference with `controller: true`, if any (Kubernetes allows at most one)."""
     ref = next((r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None)
     return dict(ref) if ref else None
+
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # what marks a Service's EndpointSlices
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+CONTROLLER_NAME = "endpointslice-controller.k8s.io"  # the EndpointSlice controller's value
+OPERATOR_KIND = "ClusterPolicy"  # the operator that replaces the stable names whole
+
+
+def rendered_by(service: Mapping[str, Any]) -> str | None:
+    """`ClusterPolicy/<name>` when its operator renders this Service (controller owner): a
+    stable name the GPUCluster pods share, never take."""
+    ref = controller_owner(service)
+    if ref and ref.get("kind") == OPERATOR_KIND:
+        return f"{OPERATOR_KIND}/{ref.get('name')}"
+    return None
 
 
 def resource_version(obj: Mapping[str, Any]) -> str:
@@ -57,6 +78,25 @@ def int_version(rv: object) -> int:
         return int(str(rv))
     except ValueError:
         return 0
+
+
+def target_port(port: Mapping[str, Any]) -> Any:
+    """A Service port's `targetPort` (a number or a container port's name; default its port)."""
+    return port.get("targetPort", port.get("port"))
+
+
+def resolve_port(port: Mapping[str, Any],
+                 container_ports: Iterable[Mapping[str, Any]]) -> int | None:
+    """A Service port's targetPort for a pod with these container ports (a name resolves against
+    those of its protocol, as `findPort`)."""
+    target = target_port(port)
+    if target is None:
+        return None
+    if isinstance(target, int) or str(target).isdigit():
+        return int(target)
+    protocol = port.get("protocol") or "TCP"
+    return next((int(p["containerPort"]) for p in container_ports
+                 if p.get("name") == target and (p.get("protocol") or "TCP") == protocol), None)
 
 
 def _condition(pod: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:

@@ -5,7 +5,7 @@ else it is doubtful and read whole (`engine/wholepods.py`). Its cells sit under 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from migrator.model.tables import Row
@@ -50,10 +50,3 @@ def plainly_healthy(pod: Mapping[str, Any]) -> bool:
     return ((_done(row.get("Ready")) or 0) > 0 and row.get("Status") == "Running"
             and (gates in (None, "", NO_VALUE) or _done(gates) is not None))
 
-
-def not_serving(pod_name: str, pod_version: int,
-                slices: Iterable[tuple[int, str, bool]]) -> bool:
-    """Some EndpointSlice newer than the pod lists it as not serving; `slices`: (version, pod
-    name, serving) per endpoint."""
-    return any(name == pod_name and version > pod_version and not serving
-               for version, name, serving in slices)

@@ -32,8 +32,7 @@ def _relabel(labels: Mapping[str, str], change: LabelMap) -> dict[str, str]:
 
 def endpoints_for(snapshot: Snapshot, service: Obj) -> ServiceEndpoints:
     """What the EndpointSlice controller would list for this Service over these pods."""
-    views = tuple(EndpointView(pod=p.name, node=p.node or None, ready=p.ready,
-                               serving=p.ready, terminating=False)
+    views = tuple(EndpointView(pod=p.name, node=p.node or None, ready=p.ready, serving=p.ready)
                   for p in snapshot.pods_matching(o.dig(service, "spec", "selector") or {}))
     return ServiceEndpoints(o.name(service), views)
 

@@ -17,6 +17,7 @@ from migrator.model.monitoring import (
     annotation_job,
     drop_relabeling,
     listed,
+    monitor_ref,
     monitors_of,
     scrape_paths,
 )
@@ -40,9 +41,8 @@ def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePat
     for path in (p for found in duplicated.values() for p in found):
         if not path.slice or path.via in fixes:
             continue
-        ns, name = path.via.split("/", 1)[1].split("/", 1)
-        sm = next((m for m in snapshot.service_monitors if o.name(m) == name
-                   and o.meta(m).get("namespace") == ns), {})
+        ref = path.via.split("/", 1)[1]
+        sm = next((m for m in snapshot.service_monitors if monitor_ref(m) == ref), {})
         view = next((e for e in snapshot.endpoints_of(path.service).endpoints
                      if e.slice == path.slice), None)
         rule = _flow(drop_relabeling(view.managed_by if view else "dcgm-migrate"))
@@ -50,9 +50,9 @@ def shared_slice_fix(snapshot: Snapshot, duplicated: Mapping[str, list[ScrapePat
         fixes[path.via] = (
             f"add {rule} to ClusterPolicy/{owner.get('name')} "
             "spec.dcgmExporter.serviceMonitor.relabelings (the GPU Operator renders "
-            f"that list into ServiceMonitor {ns}/{name}; keep any entries it has)"
+            f"that list into ServiceMonitor {ref}; keep any entries it has)"
             if owner.get("kind") == "ClusterPolicy" else
-            f"add {rule} to the relabelings of every endpoint of ServiceMonitor {ns}/{name}")
+            f"add {rule} to the relabelings of every endpoint of ServiceMonitor {ref}")
     if not fixes:
         return ""
     return ("the tool's EndpointSlices of the shared Service reach these pods a second time "

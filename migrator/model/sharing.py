@@ -4,28 +4,24 @@ EndpointSlices (per address family, owned by the guard's Lease); conflicts are o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.model import aliasing
 from migrator.model import objects as o
-from migrator.model.monitoring import resolve_port
-from migrator.model.slices import (
+from migrator.model.objects import (
     CONTROLLER_NAME,
     MANAGED_BY_LABEL,
     OPERATOR_KIND,
     SERVICE_NAME_LABEL,
-    ShapedEndpoints,
-    _endpoints_of,
-    _key,
     rendered_by,
 )
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Common, Component
 
 __all__ = ["CONTROLLER_NAME", "MANAGED_BY_LABEL", "OPERATOR_KIND", "SERVICE_NAME_LABEL",
-           "ShapedEndpoints", "_endpoints_of", "rendered_by"]
+           "rendered_by"]
 Obj = dict[str, Any]
 
 SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"
@@ -37,6 +33,59 @@ COMPARED_SPEC_FIELDS = tuple(f for f in aliasing.COPIED_SPEC_FIELDS
                              if f not in ("ipFamilies", "ipFamilyPolicy"))
 SPEC_DEFAULTS = {"type": "ClusterIP", "internalTrafficPolicy": "Cluster",
                  "sessionAffinity": "None", "publishNotReadyAddresses": False}
+
+
+def _endpoint(ep: Mapping[str, Any], namespace: str) -> Obj:
+    """The fields of a controller-made endpoint a shared slice carries, in a fixed shape."""
+    ref = ep.get("targetRef") or {}
+    cond = ep.get("conditions") or {}
+    out: Obj = {"addresses": list(ep.get("addresses") or []),
+                "conditions": {k: bool(cond[k]) for k in ("ready", "serving", "terminating")
+                               if k in cond}}
+    out.update({key: ep[key] for key in ("nodeName", "zone") if ep.get(key)})
+    if ref:
+        out["targetRef"] = {"kind": ref.get("kind", "Pod"), "name": ref.get("name"),
+                            "namespace": ref.get("namespace") or namespace,
+                            "uid": ref.get("uid")}
+    return out
+
+
+def _shaped(slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
+    return tuple(ep if (shaped := _endpoint(ep, namespace)) == ep else shaped
+                 for ep in slice_.get("endpoints") or [])
+
+
+class ShapedEndpoints:
+    """Each slice's endpoints shaped once per version (docs/performance.md: at 15,000 nodes this
+    was most of a guard pass); one entry per uid, cleared when full. Do not mutate the result."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._by_uid: dict[str, tuple[str, str, tuple[Obj, ...]]] = {}
+
+    def of(self, slice_: Mapping[str, Any], namespace: str) -> tuple[Obj, ...]:
+        uid, version = str(o.meta(slice_).get("uid") or ""), o.resource_version(slice_)
+        if not uid or not version:
+            return _shaped(slice_, namespace)
+        hit = self._by_uid.get(uid)
+        if hit is not None and hit[0] == version and hit[1] == namespace:
+            return hit[2]
+        if len(self._by_uid) >= self._limit:
+            self._by_uid.clear()
+        shaped = _shaped(slice_, namespace)
+        self._by_uid[uid] = (version, namespace, shaped)
+        return shaped
+
+
+def _endpoints_of(slice_: Mapping[str, Any], namespace: str,
+                  shaped: ShapedEndpoints | None = None) -> tuple[Obj, ...]:
+    """`_endpoint` of every endpoint of the slice, through `shaped` where the caller keeps one."""
+    return shaped.of(slice_, namespace) if shaped is not None else _shaped(slice_, namespace)
+
+
+def _key(ep: Mapping[str, Any]) -> str:
+    ref = ep.get("targetRef") or {}
+    return str(ref.get("uid") or ref.get("name") or ",".join(ep.get("addresses") or []))
 
 
 @dataclass(frozen=True)
@@ -108,18 +157,16 @@ def _ports(service: Mapping[str, Any], daemonset: Mapping[str, Any],
            comp: Component) -> tuple[list[Obj], list[str]]:
     """The operator Service's ports as the GPUCluster pods serve them, and conflicts: a
     `targetPort` no declared container port has is left out and reported."""
-    spec = o.dig(daemonset, "spec", "template", "spec") or {}
-    declared = [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
+    declared = [p for c in o.template_containers(daemonset)[0] for p in c.get("ports") or []]
     out, conflicts = [], []
     for p in o.dig(service, "spec", "ports") or []:
-        number = resolve_port(p, declared)  # a number no container declares is left out too
+        number = o.resolve_port(p, declared)  # a number no container declares is left out too
         if declared and not any(int(c.get("containerPort") or 0) == number for c in declared):
             number = None
         if number is None:
-            target = p.get("targetPort", p.get("port"))
-            conflicts.append(f"port {p.get('name') or p.get('port')} (targetPort {target}) is "
-                             f"not a container port of DaemonSet/{comp.daemonset}: its pods "
-                             "join without it")
+            conflicts.append(f"port {p.get('name') or p.get('port')} (targetPort "
+                             f"{o.target_port(p)}) is not a container port of "
+                             f"DaemonSet/{comp.daemonset}: its pods join without it")
             continue
         port: Obj = {"name": p.get("name") or "", "port": number,
                      "protocol": p.get("protocol") or "TCP"}
@@ -170,11 +217,7 @@ def shares(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, A
            shaped: ShapedEndpoints | None = None) -> list[Share]:
     """Every `shared_names` Service, with the GPUCluster Service's endpoints of each family it
     serves on nodes no endpoint of the operator's own slices is on."""
-    controller: dict[str, list[Obj]] = {}
-    for sl in slices:
-        labels = o.labels(sl)
-        if labels.get(MANAGED_BY_LABEL) == CONTROLLER_NAME and SERVICE_NAME_LABEL in labels:
-            controller.setdefault(labels[SERVICE_NAME_LABEL], []).append(dict(sl))
+    controller = _by_stable_name(slices, CONTROLLER_NAME)
     out = []
     for comp, svc, owner in shared_names(snapshot, catalog):
         covered = {str(e.get("nodeName") or "") for sl in controller.get(comp.alias or "", [])
@@ -305,13 +348,21 @@ def _family_writes(share: Share, stable: str, family: str, current: Sequence[Obj
     return out
 
 
+def _by_stable_name(slices: Iterable[Mapping[str, Any]], managed_by: str,
+                    keep: Callable[[Mapping[str, Any]], bool] | None = None
+                    ) -> dict[str, list[Obj]]:
+    """The slices of this managed-by value (that `keep` keeps) by the Service name they carry."""
+    found: dict[str, list[Obj]] = {}
+    for sl in slices:
+        labels = o.labels(sl)
+        if labels.get(MANAGED_BY_LABEL) == managed_by and (keep is None or keep(sl)):
+            found.setdefault(labels.get(SERVICE_NAME_LABEL, ""), []).append(dict(sl))
+    return found
+
+
 def shared_slices(slices: Iterable[Mapping[str, Any]], common: Common) -> dict[str, list[Obj]]:
     """The tool's slices (its managed-by values on both labels) by the stable name they carry."""
-    ours: dict[str, list[Obj]] = {}
-    for sl in slices:
-        if o.labels(sl).get(MANAGED_BY_LABEL) == common.managed_by.value and common.tool_owned(sl):
-            ours.setdefault(o.labels(sl).get(SERVICE_NAME_LABEL, ""), []).append(dict(sl))
-    return ours
+    return _by_stable_name(slices, common.managed_by.value, common.tool_owned)
 
 
 def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]],

@@ -14,10 +14,8 @@ from typing import Any
 
 from migrator.model import objects as o
 from migrator.model import printed
+from migrator.model.objects import Obj
 from migrator.model.selectors import for_service
-from migrator.model.slices import MANAGED_BY_LABEL
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -37,6 +35,11 @@ class PodView:
     # its `prometheus.io/*` annotations (the `kubernetes-pods` job)
     scrape_annotations: Mapping[str, str] = field(default_factory=dict)
     phase: str = ""  # "": a printed row cannot tell (a doubtful one is read whole before gates)
+
+    @property
+    def daemonset(self) -> str | None:
+        """The DaemonSet that controls it, if one does."""
+        return self.owner_name if self.owner_kind == "DaemonSet" else None
 
     @property
     def doubtful(self) -> bool:
@@ -66,9 +69,9 @@ class PodView:
             phase=phase)
 
     def contradicted(self, slices: Iterable[EndpointView]) -> bool:
-        """A printed Ready view that a later EndpointSlice lists as not serving."""
-        return self.printed and self.ready and printed.not_serving(
-            self.name, self.version, ((e.version, e.pod or "", e.serving) for e in slices))
+        """A printed Ready view that an EndpointSlice newer than the pod lists as not serving."""
+        return self.printed and self.ready and any(
+            e.pod == self.name and e.version > self.version and not e.serving for e in slices)
 
 
 def _marked_not_ready(pod: Mapping[str, Any]) -> bool:
@@ -85,7 +88,6 @@ class EndpointView:
     node: str | None
     ready: bool
     serving: bool
-    terminating: bool
     version: int = 0  # its EndpointSlice's resourceVersion as an integer
     uid: str | None = None  # its targetRef's pod uid
     address: str | None = None  # its first address
@@ -116,7 +118,7 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
     views: dict[tuple[str | None, str | None], EndpointView] = {}
     for sl in slices:
         version = o.int_version(o.meta(sl).get("resourceVersion"))
-        managed_by = o.labels(sl).get(MANAGED_BY_LABEL, "")
+        managed_by = o.labels(sl).get(o.MANAGED_BY_LABEL, "")
         for ep in sl.get("endpoints") or []:
             cond, ref = ep.get("conditions") or {}, ep.get("targetRef") or {}
             ready = cond.get("ready") is None or bool(cond.get("ready"))
@@ -124,8 +126,7 @@ def endpoints_from_slices(service: str, slices: Iterable[Mapping[str, Any]]) -> 
             # the same endpoint may briefly sit in two slices: the first one counts
             views.setdefault(key, EndpointView(
                 pod=key[0], node=ep.get("nodeName"), ready=ready,
-                serving=bool(cond.get("serving", ready)),
-                terminating=bool(cond.get("terminating", False)), version=version,
+                serving=bool(cond.get("serving", ready)), version=version,
                 uid=ref.get("uid"), address=key[1], slice=o.name(sl), managed_by=managed_by))
     return ServiceEndpoints(service, tuple(views.values()))
 
@@ -141,7 +142,6 @@ class Snapshot:
     pods: tuple[PodView, ...] = ()
     endpoints: Mapping[str, ServiceEndpoints] = field(default_factory=dict)
     service_monitors: tuple[Obj, ...] = ()
-    servicemonitor_api: bool = True
     pod_monitors: tuple[Obj, ...] = ()
     nvidia_api: bool = True
     # any namespace's: their ServiceMonitors' discovery role (none: the operator's default)
@@ -160,8 +160,8 @@ class Snapshot:
     def _pods_by_daemonset(self) -> dict[str, list[PodView]]:
         index: dict[str, list[PodView]] = {}
         for p in self.pods:
-            if p.owner_kind == "DaemonSet" and p.owner_name:
-                index.setdefault(p.owner_name, []).append(p)
+            if p.daemonset:
+                index.setdefault(p.daemonset, []).append(p)
         return index
 
     def pods_of(self, daemonset: str) -> list[PodView]:

@@ -7,15 +7,14 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model import sharing
-from migrator.model.findings import Finding, Need, alive, named, traffic_critical
+from migrator.model.findings import Finding, Need, alive, named
+from migrator.model.selectors import for_service
 from migrator.model.snapshot import EndpointView, PodView, Snapshot
 from migrator.model.stacks import Catalog
 from migrator.model.wording import counted
 
-__all__ = ["foreign_endpoints", "lease_live", "ports_served", "shared_findings", "traffic_critical"]
 GUARD_COMMAND = "dcgm-migrate guard -n {ns}"  # in-cluster: docs/guard.yaml
 
 
@@ -24,12 +23,11 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
     """Ready pods the Service selects that none of the name's DaemonSets owns."""
     subject = f"Service/{need.service}"
     owners = {c.daemonset for c in need.components}
-    service = dict(svc)
+    selector = o.dig(svc, "spec", "selector") or {}
+    selects = for_service(selector).matches
     strays = sorted((p for p in snapshot.pods  # the cheap tests first: 30,000 pods at scale
-                     if not (p.owner_kind == "DaemonSet" and p.owner_name in owners)
-                     and p.ready and p.node and not p.deleting
-                     and g.service_selects(service, p.labels)),
-                    key=lambda p: p.name)
+                     if p.daemonset not in owners and p.ready and p.node and not p.deleting
+                     and selects(p.labels)), key=lambda p: p.name)
     if not strays:
         return Finding("no-foreign-endpoints", subject, True,
                        "every ready endpoint is a pod of " + named(f"DaemonSet/{d}"
@@ -39,7 +37,6 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
     if need.service in allowed:
         return Finding("no-foreign-endpoints", subject, True,
                        f"{what} (allowed by --allow-foreign-pods)")
-    selector = o.dig(svc, "spec", "selector") or {}
     local = " (under internalTrafficPolicy Local, the only DCGM its node's consumers reach)" \
         if o.dig(svc, "spec", "internalTrafficPolicy") == "Local" else ""
     return Finding(
@@ -52,18 +49,16 @@ def foreign_endpoints(snapshot: Snapshot, need: Need, svc: Mapping[str, Any],
 
 def _unserved(port: Mapping[str, Any], declared: list[Mapping[str, Any]]) -> str | None:
     """Why no container serves this targetPort (None: one does, or a number with none declared)."""
-    target = port.get("targetPort", port.get("port"))
+    target, label = o.target_port(port), port.get("name") or port.get("port")
     protocol = port.get("protocol") or "TCP"
     same = [p for p in declared if (p.get("protocol") or "TCP") == protocol]
-    label = port.get("name") or port.get("port")
-    if isinstance(target, int) or str(target).isdigit():
-        if not declared or any(int(p.get("containerPort") or 0) == int(target) for p in same):
-            return None
-        return (f"port {label} → targetPort {target}: no container declares it (they declare "
-                f"{', '.join(sorted({str(p.get('containerPort')) for p in same})) or 'none'})")
-    if any(p.get("name") == target for p in same):
+    number = o.resolve_port(port, same)
+    if number is None:
+        return f"port {label} → targetPort {target!r}: no container has a port of that name"
+    if not declared or any(int(p.get("containerPort") or 0) == number for p in same):
         return None
-    return f"port {label} → targetPort {target!r}: no container has a port of that name"
+    return (f"port {label} → targetPort {target}: no container declares it (they declare "
+            f"{', '.join(sorted({str(p.get('containerPort')) for p in same})) or 'none'})")
 
 
 def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: str) -> Finding:
@@ -71,9 +66,8 @@ def ports_served(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fix: st
     subject = f"Service/{need.service}"
     declared: list[Mapping[str, Any]] = []
     for comp in need.components:  # containers and restartable init containers, as findPort
-        spec = o.dig(snapshot.daemonsets.get(comp.daemonset), "spec", "template", "spec") or {}
-        runs = list(spec.get("containers") or []) + [
-            c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        containers, inits = o.template_containers(snapshot.daemonsets.get(comp.daemonset))
+        runs = containers + [c for c in inits if c.get("restartPolicy") == "Always"]
         declared += [p for c in runs for p in c.get("ports") or []]
     ports = o.dig(svc, "spec", "ports") or []
     bad = [why for port in ports if (why := _unserved(port, declared))]
@@ -175,8 +169,8 @@ def shared_findings(snapshot: Snapshot, catalog: Catalog, needs: Sequence[Need]
             continue
         kept.append(need.service)
         subject = f"Service/{need.service}"
-        delete = (f"`kubectl -n {ns} delete endpointslices -l {sharing.MANAGED_BY_LABEL}={tool},"
-                  f"{sharing.SERVICE_NAME_LABEL}={need.service}`")
+        delete = (f"`kubectl -n {ns} delete endpointslices -l {o.MANAGED_BY_LABEL}={tool},"
+                  f"{o.SERVICE_NAME_LABEL}={need.service}`")
         if need.service not in shared:
             out.append(Finding("shared-endpoints", subject, False,
                                f"{len(ours)} endpoints of the tool's EndpointSlices are left on "

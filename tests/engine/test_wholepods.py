@@ -88,7 +88,7 @@ def test_many_doubtful_rows_are_read_by_listing_only_the_selectors_that_hold_the
 
 def test_a_row_contradicted_by_a_newer_slice_is_read_whole() -> None:
     kube, whole = FakeKube(_whole("a", "5", False)), WholePods()
-    slice_says = {"svc": ServiceEndpoints("svc", (EndpointView("a", "n1", False, False, False,
+    slice_says = {"svc": ServiceEndpoints("svc", (EndpointView("a", "n1", False, False,
                                                                version=9),))}
     [view] = _settle(whole, kube, [_row("a", "5", True)], slice_says)
     assert not view.printed and not view.ready and view.node_lost

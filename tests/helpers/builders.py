@@ -71,7 +71,7 @@ def pods(ds: str, nodes: int, *, labels: dict[str, str] | None = None,
 
 def endpoints_for(service_name: str, pod_views: list[PodView]) -> ServiceEndpoints:
     return ServiceEndpoints(service_name, tuple(
-        EndpointView(p.name, p.node, p.ready, p.ready, False) for p in pod_views))
+        EndpointView(p.name, p.node, p.ready, p.ready) for p in pod_views))
 
 
 def gpucluster_snapshot(nodes: int = 3, *, labelled: bool = False, aliases: bool = False,

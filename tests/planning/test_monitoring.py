@@ -102,7 +102,7 @@ def _mixed(*, relabelings: list[dict[str, Any]] | None = None,
     dra_sm["metadata"] = {"name": "nvidia-dcgm-exporter-dra", "namespace": b.NS}
     dra_pods = [p for p in base.pods if p.owner_name == EXPORTERS[0]]
     shared = ServiceEndpoints(CP_SM, tuple(
-        EndpointView(p.name, p.node, True, True, False, slice=SHARED_SLICE,
+        EndpointView(p.name, p.node, True, True, slice=SHARED_SLICE,
                      managed_by="dcgm-migrate") for p in dra_pods))
     return replace(base, services={**base.services, CP_SM: cp_svc},
                    endpoints={**base.endpoints, CP_SM: shared},

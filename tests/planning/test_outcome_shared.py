@@ -42,7 +42,7 @@ def _pods(ds: str, nodes: list[str]) -> list[PodView]:
 
 
 def _view(p: PodView, *, shared: bool) -> EndpointView:
-    return EndpointView(p.name, p.node, True, True, False, uid=p.uid,
+    return EndpointView(p.name, p.node, True, True, uid=p.uid,
                         address=f"10.0.0.{len(p.name)}",
                         slice="s-dcgm-migrate-0" if shared else "s-controller",
                         managed_by="dcgm-migrate" if shared else "endpointslice-controller.k8s.io")

@@ -71,7 +71,7 @@ def test_a_whole_pod_is_never_printed_nor_doubtful() -> None:
 
 def _ep(serving: bool, version: int, pod: str = "nvidia-dcgm-abcde") -> EndpointView:
     return EndpointView(pod=pod, node="gpu-node-0001", ready=serving, serving=serving,
-                        terminating=False, version=version)
+                        version=version)
 
 
 def test_a_newer_slice_that_says_not_serving_contradicts_a_healthy_row() -> None:
@@ -98,5 +98,6 @@ def test_only_a_printed_ready_view_can_be_contradicted() -> None:
 
 
 def test_not_serving_reads_versions_and_names() -> None:
-    assert printed.not_serving("p", 5, [(6, "p", False)])
-    assert not printed.not_serving("p", 5, [(6, "p", True), (5, "p", False), (9, "q", False)])
+    view = PodView.of(_pod(rv="5"))
+    assert view.contradicted([_ep(False, 6)])
+    assert not view.contradicted([_ep(True, 6), _ep(False, 5), _ep(False, 9, pod="q")])

@@ -115,8 +115,11 @@ class LeaseLock:
                     return False
                 self._renew(lease, now)
             self.is_leader = True
-        except ClusterError:  # a 409 included: someone else wrote first, read again next period
+        except APIConflict:  # someone else wrote first: read again next period
             self.is_leader = False
+        except ClusterError:  # not leading, and the elector counts the API error
+            self.is_leader = False
+            raise
         return self.is_leader
 
     def _renewed_optimistically(self, now: datetime) -> bool:

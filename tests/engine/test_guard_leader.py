@@ -279,6 +279,8 @@ def test_a_leader_that_loses_the_api_stops_writing_before_its_lease_could_pass(
         assert lost - renewed <= timedelta(seconds=t.renew_deadline + 0.05)
         assert lost - renewed < timedelta(seconds=t.lease_duration)
         assert _renew_time(sim) == renewed  # no renewal got through meanwhile
+        _until(lambda: a.metrics.registry.get_sample_value(  # each failed attempt counted
+            "dcgm_migrate_api_errors_total", {"operation": "lease"}), "no Lease error counted")
         mark = sim.server.log.entries()[-1].seq
         hold = Correction("hold", "nvidia-dcgm-exporter", "r", {"app": "x"}, {"app": "y"})
         done, skipped = a.writers.apply([hold])

@@ -60,7 +60,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     switches = False  # a Service is (or is to be) switched to the common selector
     for decision in decisions.values():
         module, rec, plan = decision.module, decision.record, decision.plan
-        if rec is not None and state is not None and module.SWITCHES_SELECTORS and \
+        if state is not None and module.SWITCHES_SELECTORS and \
                 rec.status.applied:  # switched a Service to it, and it is still the tool's
             retired = {r.step_id for r in decision.retire}
             switches |= any(isinstance(r, SetSelector) and r.id not in retired

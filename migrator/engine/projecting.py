@@ -131,9 +131,9 @@ class Project:
         raise Stopped(message)
 
     def start(self, decision: Decision, direction: Direction) -> PhaseWork:
-        rec, plan = decision.record, decision.plan
-        assert rec is not None and plan is not None
-        return PhaseWork(decision.module, rec, plan, tuple(plan.guarded), direction,
+        plan = decision.plan
+        assert plan is not None
+        return PhaseWork(decision.module, decision.record, plan, tuple(plan.guarded), direction,
                          decision.ctx.snapshot)
 
     def finish(self, work: PhaseWork) -> None:

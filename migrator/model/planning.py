@@ -7,12 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.model import objects as o
+from migrator.model.discovery import OPERATOR_CRS
 from migrator.model.gates import GateResult, ServiceBaseline, describe
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
 from migrator.model.steps import Step
-
-OPERATOR_KINDS = ("ClusterPolicy", "GPUCluster")
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class PlanContext:
     def operator_owner(self, obj: Mapping[str, Any]) -> str | None:
         """`Kind/name` of the operator CR that controls this object, if any."""
         ref = o.controller_owner(obj) or {}
-        return f"{ref['kind']}/{ref.get('name')}" if ref.get("kind") in OPERATOR_KINDS else None
+        return f"{ref['kind']}/{ref.get('name')}" if ref.get("kind") in OPERATOR_CRS else None
 
     def daemonsets_with_label(self, key: str) -> list[str]:
         return [c.daemonset for c in self.components if c.common_label.key == key]

@@ -79,8 +79,9 @@ class Kube(Transport):
     """A connection to one API server. Thread-safe; share one per run."""
 
     def __init__(self, configuration: Any, context: str = "", *,
-                 retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE) -> None:
-        super().__init__(configuration, retry or RetryPolicy())
+                 retry: RetryPolicy | None = None, page_size: int = PAGE_SIZE,
+                 exec_failures: config.ExecFailures | None = None) -> None:
+        super().__init__(configuration, retry or RetryPolicy(), exec_failures)
         self.context = context  # the kubeconfig context ("" for a bare URL)
         self.page_size = page_size  # the `limit` of every paginated list (0: unpaginated)
         self._apis: dict[tuple[str, str], frozenset[str] | None] = {}
@@ -91,8 +92,13 @@ class Kube(Transport):
     def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
                 retry: RetryPolicy | None = None) -> Kube:
         """From --kubeconfig > $KUBECONFIG > ~/.kube/config > in-cluster; else UsageError."""
-        configuration, chosen = config.load(kubeconfig, context)
-        return cls(configuration, chosen, retry=retry)
+        exec_failures = config.ExecFailures().install()  # until the connection's close()
+        try:
+            configuration, chosen = config.load(kubeconfig, context)
+        except BaseException:
+            exec_failures.uninstall()
+            raise
+        return cls(configuration, chosen, retry=retry, exec_failures=exec_failures)
 
     @classmethod
     def for_server(cls, url: str, token: str | None = None, *, retry: RetryPolicy | None = None,

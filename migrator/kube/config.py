@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,30 @@ from migrator.errors import UsageError
 _HINT = "pass a working file with --kubeconfig (or set KUBECONFIG) and a valid --context"
 # Keep-alive connections per server, at least: the guard's 3 watches and 16 concurrent writes.
 POOLED = 32
+
+
+class ExecFailures(logging.Filter):
+    """The official client's loader logs a failed exec plugin (`aws eks get-token` whose SSO
+    session expired) at the root logger, as a bare `ERROR:root:` line, and sends the request
+    without credentials. Installed on the root logger for a connection's life, this keeps the
+    failure instead, so the server's 401 can say why (`last`, "" once a request succeeds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.funcName != "_load_from_exec_plugin":
+            return True
+        self.last = record.getMessage().strip()
+        return False
+
+    def install(self) -> ExecFailures:
+        logging.getLogger().addFilter(self)
+        return self
+
+    def uninstall(self) -> None:
+        logging.getLogger().removeFilter(self)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from migrator.errors import (
     APIUnreachable,
     WatchExpired,
 )
+from migrator.kube.config import ExecFailures
 
 Query = Sequence[tuple[str, str]]
 
@@ -198,8 +199,9 @@ _PLAIN: dict[int, tuple[type[APIError], str, str]] = {  # code: error, hint, def
 
 
 def error_for(code: int, body: bytes, *, method: str, path: str,
-              after_retry: bool = False) -> APIError:
-    """The typed error for a non-2xx answer to `method path`, read from its `Status` if any."""
+              after_retry: bool = False, exec_failure: str = "") -> APIError:
+    """The typed error for a non-2xx answer to `method path`, read from its `Status` if any;
+    `exec_failure`: why the kubeconfig's exec plugin gave no credentials (config.ExecFailures)."""
     try:
         status = json.loads(body.decode("utf-8", "replace")) if body else {}
     except ValueError:
@@ -217,8 +219,11 @@ def error_for(code: int, body: bytes, *, method: str, path: str,
                 "an object of that name already exists; inspect it before running again")
         return APIAlreadyExists(message, hint, status=code, reason=reason, after_retry=after_retry)
     if code == 401:
+        why = f" The kubeconfig's exec plugin failed: {exec_failure.rstrip('.')}." \
+            if exec_failure else ""
         return APIForbidden(
-            f"The API server rejected the credentials ({method} {path}: HTTP 401 Unauthorized).",
+            f"The API server rejected the credentials ({method} {path}: HTTP 401 Unauthorized)."
+            f"{why}",
             "refresh the credentials in your kubeconfig (for example log in again)",
             status=code, reason=reason or "Unauthorized")
     if code in _PLAIN:
@@ -250,8 +255,10 @@ def error_for(code: int, body: bytes, *, method: str, path: str,
 class Transport:
     """Sends requests with auth, timeouts and retries; counts them. Thread-safe."""
 
-    def __init__(self, configuration: Any, policy: RetryPolicy) -> None:
+    def __init__(self, configuration: Any, policy: RetryPolicy,
+                 exec_failures: ExecFailures | None = None) -> None:
         self._api = ApiClient(configuration)
+        self._exec_failures = exec_failures  # installed on the root logger until close()
         self._api.user_agent = f"dcgm-migrate/{__version__}"
         self.server: str = configuration.host
         self.policy = policy
@@ -262,6 +269,8 @@ class Transport:
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
+        if self._exec_failures is not None:
+            self._exec_failures.uninstall()
 
     def send(self, method: str, path: str, query: Query = (), body: Any = None,
              content_type: str = "application/json", *, stream: bool = False,
@@ -317,12 +326,15 @@ class Transport:
         finally:
             raw.release_conn()
         if 200 <= status < 300:
+            if self._exec_failures is not None:
+                self._exec_failures.last = ""  # the credentials worked
             return data
         if status in RETRYABLE_STATUSES:
             raise Transient(f"HTTP {status}", status=status, body=data,
                             retry_after=parse_retry_after(raw.headers.get("Retry-After")))
         after_retry = method == "POST" and outcome.transient_failures > 0
-        raise error_for(status, data, method=method, path=path, after_retry=after_retry)
+        raise error_for(status, data, method=method, path=path, after_retry=after_retry,
+                        exec_failure=self._exec_failures.last if self._exec_failures else "")
 
     def _give_up(self, exc: Transient, method: str, path: str, outcome: Outcome,
                  elapsed: float) -> APIError | APIUnreachable:

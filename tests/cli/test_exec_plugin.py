@@ -107,8 +107,9 @@ def test_a_token_the_server_rejects_is_an_api_error(tls_sim: SimCluster,
 
 def test_a_plugin_that_fails_is_shown_with_its_own_message(tls_sim: SimCluster,
                                                            tmp_path: Path) -> None:
-    """In a process of its own, as a user runs it: the client logs the plugin's failure (its
-    stderr) and sends no credentials, so the server refuses and the fix says to log in."""
+    """In a process of its own, as a user runs it: the client sends no credentials when the
+    plugin fails, so the server refuses; the error says why (the plugin's own stderr), once,
+    and the fix says to log in. The client's bare `ERROR:root:` log line is not printed."""
     kubeconfig = exec_kubeconfig(tls_sim, tmp_path, ADMIN_TOKEN)
     (tmp_path / "get-token.py").write_text(
         f"#!{sys.executable}\nimport sys\n"
@@ -121,3 +122,7 @@ def test_a_plugin_that_fails_is_shown_with_its_own_message(tls_sim: SimCluster,
     assert done.returncode == 3, done.stderr
     assert "exec: process returned 1. SSO session expired: log in again" in done.stderr
     assert "rejected the credentials" in done.stderr and "Traceback" not in done.stderr
+    error = next(line for line in done.stderr.splitlines() if line.startswith("error:"))
+    assert error.endswith("The kubeconfig's exec plugin failed: exec: process returned 1. "
+                          "SSO session expired: log in again."), done.stderr
+    assert done.stderr.count("SSO session expired") == 1 and "ERROR:root" not in done.stderr

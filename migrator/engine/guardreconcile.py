@@ -128,9 +128,7 @@ class Reconciler:
     def _listed(self, kind: Kind, view: Callable[[Obj], Obj] | None = None,
                 selector: str | None = None) -> list[Obj]:
         """Every `kind` of the namespace, as `view` keeps it: the loop's cache, else one list."""
-        informer = self.informer
-        cache = next((r for r in informer.reflectors if r.kind == kind and not r.printed),
-                     None) if informer is not None else None
+        cache = self.informer.of(kind) if self.informer is not None else None
         if cache is not None and cache.alive:
             return cache.items()
         items = self.kube.list(kind, self.namespace, label_selector=selector).items

@@ -77,9 +77,10 @@ class Told:
         return tuple(self.said.values())
 
     def warn(self, text: str) -> None:
-        if kind(text) not in self.said:
+        key = kind(text)
+        if key not in self.said:
             self.show(text)
-        self.said[kind(text)] = text
+        self.said[key] = text
 
     def say(self, texts: Iterable[str]) -> tuple[str, ...]:
         """Each of a report's warnings, then all the command's so far."""

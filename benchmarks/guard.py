@@ -61,7 +61,7 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE
 from dcgm_sim.seed import seeded_cr
 from dcgm_sim.store import Event
 from migrator.engine.guard import GuardSettings
-from migrator.model import kinds, sharing
+from migrator.model import kinds, objects
 
 Obj = dict[str, Any]
 NS = "gpu-operator"
@@ -145,13 +145,13 @@ class Tracker:
         if not sl:
             return
         labels = sl["metadata"].get("labels") or {}
-        name = self.names.get(labels.get(sharing.SERVICE_NAME_LABEL, ""))
+        name = self.names.get(labels.get(objects.SERVICE_NAME_LABEL, ""))
         if name is None:
             return
         nodes = {ep.get("nodeName", "") for ep in sl.get("endpoints") or []
                  if (ep.get("conditions") or {}).get("ready") in (None, True)
                  and (ep.get("targetRef") or {}).get("name") in name.pods}
-        tool = labels.get(sharing.MANAGED_BY_LABEL) == TOOL
+        tool = labels.get(objects.MANAGED_BY_LABEL) == TOOL
         for node in nodes:
             name.add(node, sign, tool)
 
@@ -178,7 +178,7 @@ class Tracker:
                 return
             with self.lock:
                 now_kind = "" if event.type == "DELETED" else _controller_kind(svc)
-                if now_kind == sharing.OPERATOR_KIND != self.owner[svc_name]:
+                if now_kind == objects.OPERATOR_KIND != self.owner[svc_name]:
                     self.names[svc_name].takeover_at = self.sim.clock.now()
                     self.names[svc_name].takeover_wall = time.time()
                     self.names[svc_name].takeover_cpu = _cpu_seconds(self.pid)

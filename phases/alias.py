@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migrator.model import aliasing, monitoring, scrapechecks, sharing
+from migrator.model import aliasing, monitoring, scrapechecks
 from migrator.model import gates as g
 from migrator.model import objects as o
 from migrator.model.discovery import collected
@@ -46,7 +46,7 @@ def shared_with(ctx: PlanContext, alias: str) -> str | None:
     live = ctx.service(alias)
     if live is None or collected(ctx.snapshot, live) or o.terminating(live):
         return None
-    return sharing.rendered_by(live)
+    return o.rendered_by(live)
 
 
 def _shared_detail(alias: str, owner: str, source: str) -> str:

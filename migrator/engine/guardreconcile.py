@@ -173,7 +173,7 @@ class Reconciler:
         """The EndpointSlices sharing needs: those of the stable names and their sources."""
         names = sorted({n for c in self.catalog.components if c.alias
                         for n in (c.alias, c.service)})
-        return f"{sharing.SERVICE_NAME_LABEL} in ({','.join(names)})"
+        return f"{o.SERVICE_NAME_LABEL} in ({','.join(names)})"
 
     def desired(self, snapshot: Snapshot) -> dict[str, dict[str, Any]]:
         """Alias → the body the alias phase would create from its source Service now."""

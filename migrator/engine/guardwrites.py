@@ -90,8 +90,8 @@ def caught_up(slices: Iterable[Mapping[str, Any]], sources: Mapping[str, str]
               ) -> list[Mapping[str, Any]]:
     """The slices as the EndpointSlice controller will have them once caught up with a takeover
     (`sources`: shared name → its GPUCluster Service): pods it has not removed yet left out."""
-    rows = [(sl, o.labels(sl).get(sharing.MANAGED_BY_LABEL) == sharing.CONTROLLER_NAME,
-             o.labels(sl).get(sharing.SERVICE_NAME_LABEL, "")) for sl in slices]
+    rows = [(sl, o.labels(sl).get(o.MANAGED_BY_LABEL) == o.CONTROLLER_NAME,
+             o.labels(sl).get(o.SERVICE_NAME_LABEL, "")) for sl in slices]
     joining: dict[str, set[str]] = {}
     for sl, mine, name in rows:
         if mine and name in sources.values():
@@ -108,7 +108,7 @@ def covered_nodes(slices: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
     """Stable name → the nodes on which any of its slices lists a ready endpoint."""
     out: dict[str, set[str]] = {}
     for sl in slices:
-        name = o.labels(sl).get(sharing.SERVICE_NAME_LABEL)
+        name = o.labels(sl).get(o.SERVICE_NAME_LABEL)
         if name:
             out.setdefault(name, set()).update(_ready_nodes(sl.get("endpoints") or []))
     return out

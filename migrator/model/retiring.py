@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migrator.model import kinds, sharing
+from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model.discovery import collected
 from migrator.model.gates import GateResult
@@ -38,7 +38,7 @@ def retired(ctx: PlanContext, step: Step) -> tuple[str, str] | None:
         return REPLACED, (f"{step.object} was the tool's alias of {source}, which no longer "
                           f"exists (its stack was removed), and the name is {holder}'s now: "
                           "its recorded step is retired and the Service is left alone")
-    renderer = sharing.rendered_by(live)
+    renderer = o.rendered_by(live)
     if source is not None and not ctx.is_tool_owned(live) and renderer:
         return REPLACED, (f"{step.object} was the tool's alias of {source}; {renderer}'s "
                           "operator renders the name now (both stacks run here), and the pods "

@@ -13,15 +13,12 @@ from migrator.model import objects as o
 from migrator.model.objects import (
     CONTROLLER_NAME,
     MANAGED_BY_LABEL,
-    OPERATOR_KIND,
     SERVICE_NAME_LABEL,
     rendered_by,
 )
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Common, Component
 
-__all__ = ["CONTROLLER_NAME", "MANAGED_BY_LABEL", "OPERATOR_KIND", "SERVICE_NAME_LABEL",
-           "rendered_by"]
 Obj = dict[str, Any]
 
 SHARED_FROM_ANNOTATION = "dcgm-migrate/shared-from"

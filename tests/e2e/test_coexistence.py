@@ -30,7 +30,7 @@ from dcgm_sim.controllers.rendering import (
 )
 from dcgm_sim.seed import seeded_cr
 from migrator.kube.client import Kube
-from migrator.model import kinds, sharing
+from migrator.model import kinds, objects
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import (
     COEXISTENCE_RULES,
@@ -219,7 +219,7 @@ def _move_node(env: E2E, node_name: str, to: str) -> None:
 
 def _shared_slices(env: E2E) -> list[dict[str, Any]]:
     return [sl for sl in _slices(env) if sl["metadata"]["labels"].get(
-        sharing.MANAGED_BY_LABEL) == "dcgm-migrate"]
+        objects.MANAGED_BY_LABEL) == "dcgm-migrate"]
 
 
 def _assert_used_under_the_role(env: E2E, rules: set[tuple[str, str, None]]) -> None:
@@ -427,7 +427,7 @@ def test_conflicting_exporter_service_settings_keep_the_owners_and_are_reported(
     assert any(c.startswith("sessionAffinity") for c in conflicts), conflicts
     assert shared["nvidia-dcgm"]["conflicts"] == []
     sl = next(s for s in _shared_slices(env)
-              if s["metadata"]["labels"][sharing.SERVICE_NAME_LABEL] == "nvidia-dcgm-exporter")
+              if s["metadata"]["labels"][objects.SERVICE_NAME_LABEL] == "nvidia-dcgm-exporter")
     assert [(p["name"], p["port"]) for p in sl["ports"]] == [("gpu-metrics", 9400)]
     # What kube-proxy makes of it: the shared port reaches every node's exporter, and the
     # port the GPUCluster pods do not serve never sends traffic to one of them.

@@ -18,7 +18,7 @@ import pytest
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.controllers.rendering import MODE_DRA, MODE_LABEL
 from migrator.kube.client import Kube
-from migrator.model import kinds, sharing
+from migrator.model import kinds, objects
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import _guard_kubeconfig, running_guard
 from tests.helpers.kubectl import kubectl_for
@@ -83,7 +83,7 @@ def _verify(env: E2E) -> tuple[int, dict[str, str]]:
 
 def _shared(env: E2E) -> list[dict[str, Any]]:
     return [sl for sl in env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]
-            if sl["metadata"]["labels"].get(sharing.MANAGED_BY_LABEL) == "dcgm-migrate"]
+            if sl["metadata"]["labels"].get(objects.MANAGED_BY_LABEL) == "dcgm-migrate"]
 
 
 def _dra_nodes(env: E2E) -> list[str]:
@@ -191,13 +191,13 @@ def test_every_node_is_reached_in_every_family_the_stable_names_serve(
         admin.close()
         env.until(lambda: all(
             {sl["addressType"] for sl in env.sim.store.list(kinds.ENDPOINTSLICE, NS)[0]
-             if sl["metadata"]["labels"].get(sharing.SERVICE_NAME_LABEL) == name}
+             if sl["metadata"]["labels"].get(objects.SERVICE_NAME_LABEL) == name}
             == {IPV4, IPV6} for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")),
             30, "dual-stack slices")
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))):
         for family in families:
             env.until(partial(_unfaulted, env, family), 30, f"{family} shared")
-        types = sorted({(sl["metadata"]["labels"][sharing.SERVICE_NAME_LABEL],
+        types = sorted({(sl["metadata"]["labels"][objects.SERVICE_NAME_LABEL],
                          sl["addressType"]) for sl in _shared(env)})
         assert types == sorted((n, f) for n in KINDS_OF for f in families)
         code, failed = _verify(env)

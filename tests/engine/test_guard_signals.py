@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from migrator.engine import guardwrites as slicewrites
 from migrator.engine.events import BURST, PATCH_SECONDS, SERIES_SECONDS, Aggregator, Occurrence
 from migrator.engine.serving import GuardMetrics, Health, parse_address
-from migrator.model import sharing
+from migrator.model import objects, sharing
 from migrator.model.outcome import Finding, Verdict
 from migrator.model.reach import Reach
 from tests.helpers.clock import FakeClock
@@ -136,7 +136,7 @@ def _write(action: str, name: str, service: str, nodes: list[str]) -> sharing.Sl
 
 def test_writes_that_restore_reach_go_first_and_deletes_last() -> None:
     covered = slicewrites.covered_nodes([
-        {"metadata": {"labels": {sharing.SERVICE_NAME_LABEL: "a"}},
+        {"metadata": {"labels": {objects.SERVICE_NAME_LABEL: "a"}},
          "endpoints": [{"nodeName": "n1", "conditions": {"ready": True}},
                        {"nodeName": "n2", "conditions": {"ready": False}}]}])
     assert covered == {"a": {"n1"}}

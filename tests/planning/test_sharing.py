@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from migrator.model import sharing
+from migrator.model import objects, sharing
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import load_catalog
 from tests.helpers.builders import NS, daemonset, service
@@ -24,8 +24,8 @@ def _endpoint(pod: str, node: str, ready: bool = True, ip: str = "") -> dict[str
 
 
 def _slice(name: str, service_name: str, endpoints: list[dict[str, Any]],
-           managed_by: str = sharing.CONTROLLER_NAME, rv: str = "1") -> dict[str, Any]:
-    labels = {sharing.SERVICE_NAME_LABEL: service_name, sharing.MANAGED_BY_LABEL: managed_by}
+           managed_by: str = objects.CONTROLLER_NAME, rv: str = "1") -> dict[str, Any]:
+    labels = {objects.SERVICE_NAME_LABEL: service_name, objects.MANAGED_BY_LABEL: managed_by}
     if managed_by == "dcgm-migrate":
         labels["app.kubernetes.io/managed-by"] = "dcgm-migrate"
     return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -108,7 +108,7 @@ def test_writes_create_then_keep_then_follow_one_pod_with_one_write() -> None:
     assert create.action == sharing.CREATE and create.name == f"{EXPORTER}-dcgm-migrate-0"
     body = create.body
     assert body["metadata"]["labels"] == {
-        sharing.SERVICE_NAME_LABEL: EXPORTER, sharing.MANAGED_BY_LABEL: "dcgm-migrate",
+        objects.SERVICE_NAME_LABEL: EXPORTER, objects.MANAGED_BY_LABEL: "dcgm-migrate",
         "app.kubernetes.io/managed-by": "dcgm-migrate"}
     # The keeper (the guard's Lease) owns them: gone with the guard, not with the Service.
     assert body["metadata"]["ownerReferences"] == [

@@ -14,6 +14,7 @@ from migrator.model.findings import Remedy
 from migrator.model.gates import GateResult
 from migrator.model.halfrolls import cost, in_place_steps, rolling_because
 from migrator.model.planning import PhasePlan, PlanContext
+from migrator.model.selectors import for_service
 from migrator.model.stackchange import cr_overrides
 from migrator.model.stacks import Component
 from migrator.model.steps import (
@@ -136,8 +137,9 @@ def _planned(ctx: PlanContext, draft: Draft, blocked: list[str], fix: str | None
     rolling budget."""
     tolerance = {}
     for name, svc in sorted(ctx.snapshot.services.items()):
+        selects = for_service(o.dig(svc, "spec", "selector")).matches
         ds_name = next((c.daemonset for c in ctx.components if any(
-            g.service_selects(svc, p.labels) for p in ctx.snapshot.pods_of(c.daemonset))), None)
+            selects(p.labels) for p in ctx.snapshot.pods_of(c.daemonset))), None)
         if ds_name is not None:
             local = o.dig(svc, "spec", "internalTrafficPolicy") == "Local"
             draft.guarded.append(g.baseline(ctx.snapshot, name, local))

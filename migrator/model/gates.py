@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any
 
 from migrator.model import objects as o
+from migrator.model.selectors import for_service
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.wording import counted
 
@@ -221,12 +222,6 @@ def services_selecting(snapshot: Snapshot, label_key: str) -> list[str]:
                   if label_key in (o.dig(s, "spec", "selector") or {}))
 
 
-def service_selects(service: Obj, labels: Mapping[str, str]) -> bool:
-    """A Service selector is a plain map: every key must equal (a hot path at 10,000 pods)."""
-    sel = o.dig(service, "spec", "selector") or {}
-    return bool(sel) and all(labels.get(k) == v for k, v in sel.items())
-
-
 def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
            gate: str) -> GateResult:
     """The Service exists and selects ready pods, or none is expected (zero desired pods)."""
@@ -239,8 +234,8 @@ def serves(snapshot: Snapshot, service: str, daemonsets: Iterable[str], *,
         return GateResult(name, True, f"{ready} ready endpoints")
     present = [d for d in daemonsets if d in snapshot.daemonsets]
     desired = sum(rollout_counts(snapshot.daemonsets[d])[2] for d in present)
-    matching = [p for p in snapshot.pods if p.ready and not p.deleting
-                and service_selects(svc, p.labels)]
+    selects = for_service(o.dig(svc, "spec", "selector")).matches
+    matching = [p for p in snapshot.pods if p.ready and not p.deleting and selects(p.labels)]
     if desired == 0 and not matching:
         return GateResult(name, True, f"0 desired pods (no node is labelled for "
                           f"{named(present) or 'its DaemonSets'}): no endpoints is the steady "

@@ -13,6 +13,7 @@ from migrator.model import halfrolls, labelmarks, monitoring, scrapechecks, stac
 from migrator.model import objects as o
 from migrator.model.discovery import collected, discover
 from migrator.model.findings import Answers, Finding, Fixes, Need, Remedy, Verdict, alive, named
+from migrator.model.selectors import for_service
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import Catalog, Component
 from migrator.model.traffic import foreign_endpoints, lease_live, ports_served, shared_findings
@@ -46,11 +47,12 @@ def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], nodes:
         pods_by_node.setdefault(p.node, []).append(p)
     unready: list[PodView] = []
     unselected, other = [], []
+    selects = for_service(o.dig(svc, "spec", "selector")).matches
     for node in nodes:
         here = pods_by_node.get(node, [])
         if here and not any(p.ready for p in here):
             unready += here
-        elif here and not any(g.service_selects(dict(svc), p.labels) for p in here if p.ready):
+        elif here and not any(selects(p.labels) for p in here if p.ready):
             unselected.append(f"{node} ({'/'.join(sorted({p.owner_name or '' for p in here}))})")
         else:
             other.append(node)

@@ -65,7 +65,7 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
             retired = {r.step_id for r in decision.retire}
             switches |= any(isinstance(r, SetSelector) and r.id not in retired
                             for r in rec.done_steps())
-        if decision.status is PhaseStatus.COMPLETED or plan is None or not forward:
+        if rec.status is PhaseStatus.COMPLETED or plan is None or not forward:
             continue
         drift_risk |= any(isinstance(s, SetLabels) and (s.rolls_pods() or s.in_place)
                           for s in plan.steps)

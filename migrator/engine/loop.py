@@ -65,17 +65,9 @@ class Decision:
     reason: str = ""  # RERUN: why the phase runs again
 
     @property
-    def status(self) -> PhaseStatus:
-        return self.record.status
-
-    @property
-    def record_error(self) -> str | None:
-        return self.record.error
-
-    @property
     def drift(self) -> list[GateResult]:
         """A completed phase's failed verification gates."""
-        return g.failed(self.gates) if self.status is PhaseStatus.COMPLETED else []
+        return g.failed(self.gates) if self.record.status is PhaseStatus.COMPLETED else []
 
 
 def _retirements(ctx: PlanContext, rec: PhaseRecord, only: str | None

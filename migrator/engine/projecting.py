@@ -331,9 +331,9 @@ def _blocked(plan: PhasePlan, notes: list[str]) -> list[str]:
 def _view(decision: Decision, gates: Iterable[GateResult], notes: list[str], outcome: str | None,
           waits: list[str] | None = None, plan: PhasePlan | None = None) -> PhaseView:
     """`plan`: what the phase would change, and why it is blocked."""
-    return PhaseView(decision.module.NUMBER, decision.module.NAME, decision.status,
+    return PhaseView(decision.module.NUMBER, decision.module.NAME, decision.record.status,
                      tuple(c for s in plan.steps for c in s.changes()) if plan is not None else (),
-                     tuple(gates), tuple(notes), decision.record_error,
+                     tuple(gates), tuple(notes), decision.record.error,
                      plan.blocked if plan is not None else None,
                      None if outcome is None else PhasePreview(outcome,
                                                                tuple(dict.fromkeys(waits or []))))
@@ -344,7 +344,7 @@ def unasked(b: Project, decision: Decision, asked: bool) -> PhaseView:
     notes = [] if not asked else [f"not reached: phase {b.stopped} would stop the run first"]
     outcome = NOT_REACHED if asked else None
     plan = decision.plan
-    if decision.status is PhaseStatus.COMPLETED or plan is None:
+    if decision.record.status is PhaseStatus.COMPLETED or plan is None:
         return _view(decision, decision.gates, notes, outcome)
     return _view(decision, plan.gates, _blocked(plan, [*notes, *plan.notes]), outcome, plan=plan)
 

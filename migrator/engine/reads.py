@@ -94,7 +94,7 @@ def read_daemonset_pods(kube: Kube, namespace: str, ds: Obj) -> list[PodView]:
     match = o.dig(ds, "spec", "selector", "matchLabels") or {}
     selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
     pods = read_pods(kube, namespace, [selector], Reader(kube, namespace).endpoints())
-    return [p for p in pods if p.owner_kind == "DaemonSet" and p.owner_name == o.name(ds)]
+    return [p for p in pods if p.daemonset == o.name(ds)]
 
 
 def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:

@@ -188,7 +188,7 @@ def pods_outside(snapshot: Snapshot, selector: Mapping[str, str],
     """Pods this selector matches that none of these DaemonSets owns."""
     owners = set(owned_by)
     return sorted(p.name for p in snapshot.pods_matching(selector)
-                  if not (p.owner_kind == "DaemonSet" and p.owner_name in owners))
+                  if p.daemonset not in owners)
 
 
 def foreign_pods(service: str, strays: list[str], owned_by: Iterable[str], allowed: bool,

@@ -42,7 +42,7 @@ def _with_pods(snapshot: Snapshot, daemonset: str, change: LabelMap) -> Snapshot
     if not change:
         return snapshot
     pods = tuple(replace(p, labels=_relabel(p.labels, change))
-                 if p.owner_kind == "DaemonSet" and p.owner_name == daemonset else p
+                 if p.daemonset == daemonset else p
                  for p in snapshot.pods)
     moved = replace(snapshot, pods=pods)
     keys = set(change)

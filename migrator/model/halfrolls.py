@@ -63,8 +63,7 @@ def cost(ds: Mapping[str, Any], pods: int, rolling: str | None) -> str:
                 f"{counted(pods, 'pod patch', 'pod patches')}, about "
                 f"{seconds:.0f} s (every pod runs the current revision and only template "
                 "labels change)")
-    probes = [c.get("readinessProbe") or {} for c in
-              o.dig(ds, "spec", "template", "spec", "containers") or []]
+    probes = [c.get("readinessProbe") or {} for c in o.template_containers(ds)[0]]
     delay = max((int(p.get("initialDelaySeconds") or 0) + int(p.get("periodSeconds") or 10)
                  for p in probes), default=10)
     budget = max(1, o.max_unavailable(dict(ds), pods))

@@ -2,12 +2,14 @@
 the state's `stackChange` before its write and done after, so rerunning the command resumes; each
 step first asks whether the cluster already holds. `rollback` undoes what the record says.
 `GapMeter`: per stable Service and node it served at the start, how long the node had no Ready
-endpoint behind it (its EndpointSlices, sampled as the run waits)."""
+endpoint behind it (its EndpointSlices, sampled as the run waits), and which pods serve it now:
+a node counts as served again only by a pod of the new stack's DaemonSets, never by an old pod
+the garbage collector has not reached yet."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +18,12 @@ from migrator.engine.progress import Listener
 from migrator.engine.state.document import State, stamp
 from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
 from migrator.kube.client import Kube
-from migrator.model import aliasing, kinds
+from migrator.model import aliasing, kinds, stacks
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
 from migrator.model.objects import SERVICE_NAME_LABEL
 from migrator.model.phasestatus import PhaseStatus
+from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
@@ -42,17 +45,23 @@ class GapMeter:
         self.nodes: dict[str, set[str]] = {}  # service → nodes served at the start
         self._open: dict[tuple[str, str], float] = {}
         self.longest: dict[tuple[str, str], float] = {}
+        self._serving: dict[tuple[str, str], set[str]] = {}  # the uids of its Ready pods now
 
     def sample(self) -> None:
         now = self._clock.monotonic()
         for service in self._services:
             slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
                                      label_selector=f"{SERVICE_NAME_LABEL}={service}").items
-            ready = {ep.get("nodeName") or "" for sl in slices for ep in sl.get("endpoints") or []
-                     if (ep.get("conditions") or {}).get("ready") in (None, True)}  # absent: ready
+            serving: dict[str, set[str]] = {}
+            for ep in (ep for sl in slices for ep in sl.get("endpoints") or []):
+                if (ep.get("conditions") or {}).get("ready") in (None, True):  # absent: ready
+                    serving.setdefault(ep.get("nodeName") or "", set()).add(
+                        str((ep.get("targetRef") or {}).get("uid") or ""))
+            ready = set(serving)
             baseline = self.nodes.setdefault(service, set(ready))
             for node in baseline:
                 key = (service, node)
+                self._serving[key] = serving.get(node, set())
                 if node in ready:
                     began = self._open.pop(key, None)
                     if began is not None:
@@ -74,6 +83,12 @@ class GapMeter:
 
     def all_served(self) -> bool:
         return not self._open
+
+    def renewed(self, pods: Collection[str]) -> bool:
+        """Every node served at the start is served by one of `pods` (uids) at the last sample,
+        behind every stable name."""
+        return all(self._serving.get((service, node), set()) & set(pods)
+                   for service, nodes in self.nodes.items() for node in nodes)
 
     def worst(self) -> float:
         return max(self.current().values(), default=0.0)
@@ -261,8 +276,20 @@ def _await_gone(run: StackRun, step: sc.StackStep) -> None:
     _wait(run, f"{step.kind}/{step.name} deleted", gone)
 
 
+def _new_pods(run: StackRun) -> set[str]:
+    """The uids of the pods the new stack's DaemonSets control (their printed rows say so)."""
+    comps = run.catalog.stack(run.record["to"]).components
+    daemonsets = {c.daemonset for c in comps}
+    return {pod.uid for selector in stacks.pod_selectors(comps)
+            for pod in run.kube.collect(kinds.POD, run.namespace, keep=PodView.of,
+                                        label_selector=selector, printed=True)[0]
+            if pod.daemonset in daemonsets}
+
+
 def _serving(run: StackRun, step: sc.StackStep) -> None:
-    """Wait until every node served at the start is served again; a gap over --max-gap fails."""
+    """Wait until every node served at the start is served again by the new stack's pods (the
+    old ones may outlive their CR a while: the garbage collector reaches them in its own time);
+    a gap over --max-gap fails."""
     meter = run.meter
     if meter is None:
         return
@@ -280,7 +307,7 @@ def _serving(run: StackRun, step: sc.StackStep) -> None:
                 f"{run.namespace} get pods -o wide`; none scheduled: are the nodes labelled "
                 "for the new stack's DCGM components, docs/runbook.md 'Changing stack' step "
                 "1?), then run the same change-stack again")
-        return meter.all_served()
+        return meter.all_served() and meter.renewed(_new_pods(run))
 
     _wait(run, "every node served again by the stable names", back)
     run.record["gaps"] = meter.as_record()

@@ -1,6 +1,8 @@
 """The per-node gap `change-stack` measures (`engine/stackchange.py`), on a fake clock and fake
 EndpointSlices: a node's gap opens when its last ready endpoint goes and closes when one is
-back; nodes not served at the start are not waited for; `over` names open gaps past a limit."""
+back; nodes not served at the start are not waited for; `over` names open gaps past a limit;
+`renewed` holds only once every node is served by one of the pods it is given (the new
+stack's), whatever else serves it."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ class Slices:
 
     def __init__(self) -> None:
         self.ready: dict[str, dict[str, bool]] = {}  # service → node → ready
+        self.pod: dict[str, str] = {}  # node → the uid of the pod serving it ("" by default)
 
     def list(self, kind: Any, namespace: str | None = None, *,
              label_selector: str | None = None) -> ObjList:
         service = (label_selector or "").split("=", 1)[1]
-        endpoints = [{"nodeName": n, "conditions": {"ready": r}}
+        endpoints = [{"nodeName": n, "conditions": {"ready": r},
+                      "targetRef": {"kind": "Pod", "uid": f"{service}-{self.pod.get(n, '')}"}}
                      for n, r in self.ready.get(service, {}).items()]
         return ObjList([{"endpoints": endpoints}], "1")
 
@@ -47,3 +51,24 @@ def test_a_gap_opens_and_closes_per_service_and_node() -> None:
     assert meter.all_served()
     assert meter.as_record() == {"a": {"dcgm": 50.0, "exp": 55.0}}
     assert meter.worst() == 55.0
+
+
+def test_renewed_only_once_every_node_is_served_by_the_given_pods() -> None:
+    clock, slices = FakeClock(), Slices()
+    slices.ready = {"dcgm": {"a": True, "b": True}, "exp": {"a": True, "b": True}}
+    slices.pod = {"a": "old", "b": "old"}
+    meter = GapMeter(cast(Kube, slices), "ns", ["dcgm", "exp"], clock)
+    meter.sample()
+    new = {"dcgm-new", "exp-new"}
+    assert meter.all_served() and not meter.renewed(new)  # the old pods serve every node
+    slices.pod["a"] = "new"
+    meter.sample()
+    assert not meter.renewed(new)
+    slices.ready["exp"]["b"] = False  # b's old exporter goes before its new one is Ready
+    meter.sample()
+    assert not meter.renewed(new) and not meter.all_served()
+    slices.pod["b"] = "new"
+    slices.ready["exp"]["b"] = True
+    meter.sample()
+    assert meter.all_served() and meter.renewed(new)
+    assert not meter.renewed({"dcgm-new"})  # the exporter's pods are not among them

@@ -1,0 +1,71 @@
+"""change-stack's `await-serving` step against the simulated cluster over HTTP: every node is
+served again only when the *new* stack's pods serve it. The old stack's pods outlive its CR for
+a while (the garbage collector reaches them in its own time) and stay Ready behind the stable
+names meanwhile; counting them let a change run the new stack's phases before its DaemonSets
+existed. Here the ClusterPolicy stack serves every node: waiting for it as the new stack ends at
+once, waiting for the GPUCluster stack runs out of time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from dcgm_sim.cluster import SimCluster
+from migrator.engine.progress import Listener
+from migrator.engine.stackchange import ACTIONS, GapMeter, StackRun
+from migrator.engine.state.document import State
+from migrator.errors import GateFailed
+from migrator.kube.client import Kube
+from migrator.model import kinds
+from migrator.model import stackchange as sc
+from migrator.model.stacks import load_catalog
+from tests.helpers.clock import FakeClock
+
+NS = "gpu-operator"
+NODES = 3
+
+
+def _run(sim: SimCluster, to: str) -> tuple[StackRun, sc.StackStep]:
+    catalog, clock = load_catalog(), FakeClock()
+    kube = Kube.connect(sim.kubeconfig)
+    state = State(NS, stack_change={"to": to, "steps": {}})
+    run = StackRun(kube, NS, catalog, clock, Listener(), state, lambda _: None, timeout=5.0,
+                   meter=GapMeter(kube, NS, sc.stable_names(catalog), clock))
+    return run, sc.StackStep(sc.SERVING, catalog.stack(to).cr.kind, "the-new-cr")
+
+
+def _every_node_served(sim: SimCluster) -> bool:
+    slices, _ = sim.store.list(kinds.ENDPOINTSLICE, NS)
+    return all(len({ep["nodeName"] for sl in slices
+                    if sl["metadata"]["labels"].get("kubernetes.io/service-name") == name
+                    for ep in sl.get("endpoints") or [] if ep["conditions"].get("ready")}) == NODES
+               for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"))
+
+
+@pytest.fixture
+def clusterpolicy(make_sim: Callable[..., SimCluster]) -> SimCluster:
+    sim = make_sim(nodes=NODES, stack="clusterpolicy")
+    sim.wait_for(lambda: _every_node_served(sim), 60)
+    return sim
+
+
+def test_the_new_stacks_pods_serving_every_node_end_the_wait(clusterpolicy: SimCluster) -> None:
+    run, step = _run(clusterpolicy, "clusterpolicy")
+    assert run.meter is not None
+    run.meter.sample()
+    began = run.clock.monotonic()
+    ACTIONS[step.action](run, step)
+    assert run.clock.monotonic() == began  # no poll was needed
+    assert run.meter.nodes == {name: {f"gpu-node-{i:04d}" for i in range(1, NODES + 1)}
+                               for name in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
+
+
+def test_the_old_stacks_pods_still_ready_do_not_end_the_wait(clusterpolicy: SimCluster) -> None:
+    run, step = _run(clusterpolicy, "gpucluster")
+    assert run.meter is not None
+    run.meter.sample()
+    with pytest.raises(GateFailed, match="every node served again by the stable names: not "
+                                         "within 5 s"):
+        ACTIONS[step.action](run, step)
+    assert run.meter.all_served()  # every node had a Ready endpoint all along: the old pods'

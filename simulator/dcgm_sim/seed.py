@@ -32,6 +32,7 @@ from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers import rollouts as D
 from dcgm_sim.controllers.endpoints import seeded_endpoints
 from dcgm_sim.controllers.podstatus import IPAllocator, running_status
+from dcgm_sim.controllers.reconciles import GPUCLUSTER_FINALIZER
 from dcgm_sim.controllers.scheduling import node_should_run
 from dcgm_sim.kinds import ENDPOINTS, POD_MONITOR
 from dcgm_sim.network import DEFAULT as DEFAULT_NETWORK
@@ -152,7 +153,8 @@ def seeded_cr(stack: str, *, gpucluster_dcgm: bool = True,
               namespace: str = "gpu-operator") -> Obj:
     """The sample CR as a Helm install would create it: images spelled out, the ClusterPolicy
     ServiceMonitor on, standalone DCGM on for GPUCluster unless `gpucluster_dcgm` is False;
-    with the status its controller writes once every operand is ready."""
+    with the status its controller writes once every operand is ready, and a GPUCluster with
+    the finalizer its controller puts on first (`reconciles.GPUCLUSTER_FINALIZER`)."""
     cr = R.sample_cr(stack)
     spec = cr.setdefault("spec", {})
     if stack == R.CLUSTERPOLICY:
@@ -163,6 +165,7 @@ def seeded_cr(stack: str, *, gpucluster_dcgm: bool = True,
         spec["dcgmExporter"]["serviceMonitor"] = {"enabled": True}
     else:
         spec.setdefault("dcgm", {})["enabled"] = gpucluster_dcgm
+        cr["metadata"]["finalizers"] = [GPUCLUSTER_FINALIZER]
     message = C.CLUSTERPOLICY_READY if stack == R.CLUSTERPOLICY else C.GPUCLUSTER_READY
     cr["status"] = C.with_ready(C.with_state({}, C.STATE_READY, namespace), C.RECONCILED,
                                 message, P.now_rfc3339())

@@ -436,7 +436,11 @@ class Store:
         """Graceful deletion or deletion pending finalizers: set `deletionTimestamp` (kept when
         already set), `deletionGracePeriodSeconds` and (when given) the finalizers, and keep the
         object until its owner (the simulated kubelet, for pods) or the last finalizer's removal
-        deletes it. An object already marked this way is returned unchanged."""
+        deletes it. An object already marked this way is returned unchanged. The first mark
+        moves `generation` (when it has one), as the API server's does (`markAsDeleting` in
+        apiserver/pkg/registry/generic/registry/store.go, `BeforeDelete` in
+        apiserver/pkg/registry/rest/delete.go for graceful deletion): so a controller behind
+        `GenerationChangedPredicate` hears of the deletion."""
         resource = kinds.resolve(resource)
         with self.lock:
             current = self.get(resource, namespace, name)
@@ -447,6 +451,8 @@ class Store:
                     and (meta.get("finalizers") or []) == (wanted or [])):
                 return current
             new = _with_own_metadata(current)
+            if not meta.get("deletionTimestamp") and int(meta.get("generation") or 0) > 0:
+                new["metadata"]["generation"] = int(meta["generation"]) + 1
             new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
             new["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
             if wanted:

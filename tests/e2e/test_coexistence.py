@@ -340,7 +340,9 @@ def test_deleting_the_gpucluster_removes_only_the_shared_slices(
     with running_guard(env, kube=Kube.connect(_guard_kubeconfig(env, tmp_path))):
         _until(env, lambda: _reaches_every_node(env), 30, "shared")
         before = {n: copy.deepcopy(env.svc(n)) for n in STABLE}
-        with env.monitor.replacing(*STABLE):  # the GPUCluster nodes leave the names
+        # the GPUCluster nodes leave the names; its -dra Services go with it (its finalizer
+        # drains their pods first)
+        with env.monitor.replacing(*STABLE, "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
             gc = env.sim.store.list(kinds.GPU_CLUSTER)[0][0]
             env.sim.store.delete(kinds.GPU_CLUSTER, None, gc["metadata"]["name"])
             _until(env, lambda: not _shared_slices(env) and _reaches_every_node(env), 60,

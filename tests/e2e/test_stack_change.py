@@ -26,6 +26,9 @@ from tests.e2e.conftest import E2E, NS
 from tests.helpers.stablenames import StableNames, watching
 
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
+# The GPUCluster's Services, which go with it: its finalizer drains their pods first, so they
+# stand without endpoints a moment before they go (the change removes them on purpose).
+DRA = ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
 # Real seconds per simulated second: the tool's polls are real time (at 0.1 a loaded 2-core
 # machine stretched the new pods past --max-gap).
 SCALE = 0.2
@@ -111,7 +114,7 @@ def plain_procedure(env: E2E, path: Path) -> None:
     env.sim.store.create(kinds.GPU_CLUSTER, yaml.safe_load(path.read_text()))
     env.until(lambda: all(env.svc(n) is None for n in STABLE), 30, "the names collected")
     # `kubectl rollout status ds/nvidia-dcgm-dra ds/nvidia-dcgm-exporter-dra`
-    env.until(lambda: served(env, ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 120,
+    env.until(lambda: served(env, DRA), 120,
               "the -dra stack rolled out")
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert res.code == 0, res.stderr
@@ -149,7 +152,7 @@ def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
     assert {s["metadata"]["labels"].get("endpointslice.kubernetes.io/managed-by")
             for s in slices} == {"endpointslice-controller.k8s.io"}
 
-    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as back:
+    with env.monitor.replacing(*STABLE, *DRA), watching(env.sim, NS, STABLE) as back:
         res = change(env, "clusterpolicy", manifest(tmp_path, "clusterpolicy"), "gpu-cluster")
         assert res.code == 0, res.stdout + res.stderr
         env.until(lambda: served(env), 120, "every node served again")
@@ -241,7 +244,7 @@ def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
     absent); phase 3 for the legacy stack is green."""
     env = _cluster_policy_ready_for_change(e2e_factory)
     before = cluster_ips(env)
-    with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
+    with env.monitor.replacing(*STABLE, *DRA), watching(env.sim, NS, STABLE) as seen:
         res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy",
                      "-o", "json")
         assert res.code == 0, res.stdout + res.stderr

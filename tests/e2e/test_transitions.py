@@ -25,6 +25,9 @@ from tests.helpers.readiness import ReadyEndpoints
 DCGM = "nvidia.com/gpu-operator.dcgm"
 EXPORTER = "nvidia.com/gpu-operator.dcgm-exporter"
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
+# The GPUCluster's Services, which go with it: its finalizer drains their pods first, so they
+# stand without endpoints a moment before they go (the change removes them on purpose).
+DRA = ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
 RECONCILE = 30.0  # simulated seconds between the operator imitation's resyncs
 
 
@@ -62,9 +65,8 @@ def _add_gpucluster(env: E2E, nodes: int) -> None:
     """Install the DRA stack beside the ClusterPolicy and wait until it serves every node."""
     _nodes(env, add=DEPLOY_LABELS["gpucluster"])
     env.sim.store.create(kinds.GPU_CLUSTER, seeded_cr("gpucluster"))
-    env.sim.wait_for(lambda: all(_rolled_out(env, d) for d in (
-        "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")) and all(
-        _ready(env, s) == nodes for s in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
+    env.sim.wait_for(lambda: all(_rolled_out(env, d) for d in DRA)
+                     and all(_ready(env, s) == nodes for s in DRA), 30)
 
 
 def _delete_clusterpolicy(env: E2E) -> None:
@@ -97,7 +99,7 @@ def test_stack_change_is_detected_and_apply_replans_for_the_new_stack(
         env.sim.store.create(kinds.GPU_CLUSTER, seeded_cr("gpucluster"))
         _delete_clusterpolicy(env)
         env.sim.wait_for(lambda: all(env.svc(n) is None for n in STABLE) and all(
-            _rolled_out(env, d) for d in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")), 30)
+            _rolled_out(env, d) for d in DRA), 30)
 
         status = env.cli("status", "-o", "json")
         assert status.code == 1, status.stdout
@@ -330,7 +332,7 @@ def test_stack_change_back_to_clusterpolicy_retires_the_replaced_aliases(
     env = e2e_factory("gpucluster", operator_release=FUTURE, nodes=3,
                       operator_reconcile_seconds=RECONCILE)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    with env.monitor.replacing(*STABLE):
+    with env.monitor.replacing(*STABLE, *DRA):
         _nodes(env, add=DEPLOY_LABELS["clusterpolicy"])
         env.sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
         env.sim.wait_for(lambda: all(_rolled_out(env, d) for d in STABLE)

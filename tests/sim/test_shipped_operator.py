@@ -2,7 +2,8 @@
 v26.7.0 on; dcgm_sim/controllers/releases.py), observed through the official client over HTTP:
 a ClusterPolicy and a GPUCluster refuse each other with upstream's status and messages, the
 refused GPUCluster renders nothing and the ClusterPolicy reconciles no operand until the
-GPUCluster is gone; GPUCluster cleanup spares nothing carrying its state label; each controller
+GPUCluster is gone; a deleted GPUCluster stays until its DCGM pods are gone (its finalizer);
+GPUCluster cleanup spares nothing carrying its state label; each controller
 reconciles at upstream's cadence (the ClusterPolicy on events only while ready, the GPUCluster
 every minute). Times are simulated seconds from the sim's clock."""
 
@@ -16,9 +17,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dcgm_sim import kinds
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.store import Event
 from dcgm_sim_cli import sim as sim_cmd
 from tests.sim.conftest import Raw, make_client
 
@@ -33,8 +36,10 @@ REFUSED = ('A ClusterPolicy CR "gpu-cluster-policy" exists; a ClusterPolicy CR a
 CONFLICT = ('conflicting GPUCluster resource "gpu-cluster" detected; ClusterPolicy and '
             'GPUCluster cannot co-exist')
 DRA = ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
+FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"  # gpucluster_controller.go at a22dbf671
 SHARED = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 Obj = dict[str, Any]
+Seen = tuple[str, Any, list[str] | None]  # (event type, name, finalizers) of one commit
 
 
 class Api:
@@ -204,6 +209,47 @@ def test_a_clusterpolicy_beside_a_running_gpucluster_stalls_both_and_deletes_not
         assert not k.exists("DaemonSet", name) and not k.exists("Service", name)
     for name in DRA:
         assert k.exists("DaemonSet", name) and k.exists("Service", name)
+
+
+def test_a_deleted_gpucluster_stays_until_its_dcgm_pods_are_gone(
+        make_api: Callable[..., Api]) -> None:
+    """`reconcileDelete`: the GPUCluster carries its finalizer; deleted, it stays while the
+    DaemonSets it controls whose pods claim resources (both DCGM ones) are deleted in the
+    foreground, and goes only once they and their pods are gone. Read from the sim's own
+    commits, in the order they happened."""
+    k = make_api("gpucluster")
+    k.wait(lambda: FINALIZER in (k.cr(GC, "gpu-cluster")["metadata"].get("finalizers") or []),
+           10, "the finalizer added")
+    store, seen, generations = k.sim.store, list[Seen](), []
+
+    def note(event: Event) -> None:
+        meta, kind = event.object["metadata"], event.resource.kind
+        if kind == "GPUCluster" or (kind == "DaemonSet" and meta["name"] in DRA
+                                    and meta.get("deletionTimestamp")):
+            seen.append((event.type, meta["name"], meta.get("finalizers") or None))
+        if kind == "GPUCluster":
+            generations.append(meta.get("generation"))
+        if kind == "GPUCluster" and event.type == "DELETED":
+            pods = store.list(kinds.POD, NS)[0]  # the store's lock is held: this very instant
+            seen.append(("left", sorted(p["metadata"]["name"] for p in pods
+                                        if p["metadata"]["name"].startswith(DRA)), None))
+
+    generation = k.cr(GC, "gpu-cluster")["metadata"]["generation"]
+    store.subscribe(note)
+    try:
+        k.custom.delete_cluster_custom_object(*GC, "gpu-cluster")
+        k.wait(lambda: ("DELETED", "gpu-cluster", None) in seen, 120, "the GPUCluster gone")
+    finally:
+        store.unsubscribe(note)
+    # marked only, its generation moved (so its controller's predicate lets the event through)
+    assert seen[0] == ("MODIFIED", "gpu-cluster", [FINALIZER])
+    assert generations[0] == generation + 1
+    foreground: list[Seen] = [("MODIFIED", name, ["foregroundDeletion"]) for name in DRA]
+    gone: list[Seen] = [("DELETED", name, None) for name in DRA]
+    assert sorted(seen[1:-2]) == sorted(foreground + gone)  # each DaemonSet drained, then gone
+    assert all(seen.index(marked) < seen.index(deleted)
+               for marked, deleted in zip(foreground, gone, strict=True))
+    assert seen[-2:] == [("DELETED", "gpu-cluster", None), ("left", [], None)]  # no pod left
 
 
 @pytest.mark.parametrize(("release", "spared"), [

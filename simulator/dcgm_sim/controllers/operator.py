@@ -22,8 +22,9 @@ writes follow controllers/object_controls.go and internal/state/state_skel.go (a
   "Shared endpoints have their own lifecycle"). Dependents go through the garbage collector.
 - The CR's status (`crstatus.py`): state, namespace, the Ready and Error conditions.
 
-Not modelled: the GPUCluster's finalizer and `reconcileDelete`, the ClusterPolicy's NFD-label and
-NVIDIADriver paths (the sim's nodes stand for NFD-labelled GPU nodes), the resync's jitter.
+The GPUCluster's finalizer and `reconcileDelete` (its DaemonSets drained before the CR goes) are
+`reconciles.py`'s. Not modelled: the ClusterPolicy's NFD-label and NVIDIADriver paths (the sim's
+nodes stand for NFD-labelled GPU nodes), the resync's jitter.
 Writes go through the store, not HTTP: the request log shows only what clients did.
 `shared-services-fork` also runs its SharedServiceReconciler (`sharedservices.py`): on every CR
 event, every event of the shared Services or their `-dra`, and once a simulated minute.
@@ -337,6 +338,38 @@ class OperatorImitation(Controller):
     def sync(self, kind: str, cr: Obj, release: releases.Release) -> list[Obj]:
         """Render, create or update, delete what disabled states left; the rendered objects."""
         return self._sync(kinds.BY_KIND[kind], cr, release)
+
+    def daemonsets(self) -> list[Obj]:
+        return list(self.store.list(kinds.DAEMONSET, self.namespace)[0])
+
+    def delete_foreground(self, obj: Obj) -> None:
+        """`r.Delete(ctx, ds, client.PropagationPolicy(metav1.DeletePropagationForeground))`."""
+        meta = obj["metadata"]
+        try:
+            writes.delete(self.store, kinds.BY_KIND[obj["kind"]], namespace=meta["namespace"],
+                          name=meta["name"], options=writes.DeleteOptions(
+                              propagation="Foreground"))
+        except (StoreError, ApiError) as err:  # NotFound: gone meanwhile, as upstream ignores
+            log.info("operator: delete %s %s: %s", obj["kind"], meta["name"], err)
+
+    def set_finalizer(self, kind: str, cr: Obj, finalizer: str, present: bool) -> None:
+        """Add (`EnsureFinalizer`: a merge patch with the optimistic lock) or remove
+        (`RemoveFinalizer`, `Update`) `finalizer`; a conflict waits for the next reconcile."""
+        resource = kinds.BY_KIND[kind]
+        live = self.store.find(resource, None, cr["metadata"]["name"])
+        if live is None or live["metadata"]["uid"] != cr["metadata"]["uid"]:
+            return
+        now = list(live["metadata"].get("finalizers") or [])
+        wanted = ([*now, finalizer] if finalizer not in now else now) if present else [
+            f for f in now if f != finalizer]
+        if wanted == now:
+            return
+        new = clone(live)
+        new["metadata"]["finalizers"] = wanted
+        try:
+            self.store.update(resource, new)
+        except (StoreError, ApiError) as err:
+            log.info("operator: finalizer of %s %s: %s", kind, cr["metadata"]["name"], err)
 
     def _sync(self, kind: kinds.Kind, cr: Obj, release: releases.Release) -> list[Obj]:
         """Render, create or update, delete what disabled states left; the rendered objects."""

@@ -18,7 +18,15 @@ From NVIDIA/gpu-operator a22dbf671:
   Otherwise `SyncState` (render, create or update, `deleteStateRelatedObjects` for disabled
   states, which keeps the state NotReady while it found objects), then `ready` with
   `Reconciled` and a minute's requeue, or `notReady` with `OperandNotReady` "Waiting for
-  operand pods to be ready" and 5 s.
+  operand pods to be ready" and 5 s. Before all of it, `EnsureFinalizer` puts
+  `gpucluster.nvidia.com/dra-resourceclaim` on every GPUCluster not being deleted (upstream
+  since 312d21518, so in every release modelled here); a GPUCluster being deleted goes to
+  `reconcileDelete` instead: each DaemonSet it controls whose pod template claims resources
+  (`spec.template.spec.resourceClaims`: the DCGM and exporter DaemonSets of the golden
+  fixtures) is deleted with `propagationPolicy: Foreground`, which keeps it until its pods are
+  gone, and while any is left the CR keeps its finalizer and requeues after 5 s; then the
+  finalizer goes and the CR with it. So the old stack's pods are gone before the GPUCluster is.
+  Its `DrainingClaimConsumers` Event is not modelled.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ Obj = dict[str, Any]
 StatusChange = Callable[[Mapping[str, Any] | None, str], Obj]
 CP, GC = Q.CLUSTERPOLICY, Q.GPUCLUSTER
 CLUSTER_POLICY, GPU_CLUSTER = "ClusterPolicy", "GPUCluster"
+GPUCLUSTER_FINALIZER = "gpucluster.nvidia.com/dra-resourceclaim"  # `gpuClusterFinalizer`
 
 # internal/state/state_skel.go `getSupportedGVKs` (a22dbf671; the same in the fork): the
 # (group, version, kind)s whose objects a disabled GPUCluster state's cleanup lists by label.
@@ -72,6 +81,12 @@ class Operand(Protocol):
     def write_status(self, kind: str, cr: Obj, change: StatusChange) -> None: ...
 
     def sync(self, kind: str, cr: Obj, release: releases.Release) -> list[Obj]: ...
+
+    def daemonsets(self) -> list[Obj]: ...
+
+    def delete_foreground(self, obj: Obj) -> None: ...
+
+    def set_finalizer(self, kind: str, cr: Obj, finalizer: str, present: bool) -> None: ...
 
 
 def oldest(crs: list[Obj]) -> Obj:
@@ -131,7 +146,42 @@ def clusterpolicy(op: Operand, release: releases.Release, queue: Q.Requeues) -> 
 
 
 def gpucluster(op: Operand, release: releases.Release) -> float | None:
-    """One GPUCluster `Reconcile`: the requeue delay it asks for."""
+    """The GPUCluster `Reconcile` of every GPUCluster: the earliest requeue delay they ask for."""
+    delays = []
+    for cr in op.crs(GPU_CLUSTER):
+        if cr["metadata"].get("deletionTimestamp"):
+            delays.append(reconcile_delete(op, cr))
+        elif GPUCLUSTER_FINALIZER not in (cr["metadata"].get("finalizers") or []):
+            op.set_finalizer(GPU_CLUSTER, cr, GPUCLUSTER_FINALIZER, True)  # `EnsureFinalizer`
+    delays.append(_gpucluster_sync(op, release))
+    return min((d for d in delays if d is not None), default=None)
+
+
+def reconcile_delete(op: Operand, cr: Obj) -> float | None:
+    """`reconcileDelete`: drain the DaemonSets `cr` controls whose pods claim resources (each
+    deleted in the foreground, so it stays until its pods are gone), then drop the finalizer."""
+    if GPUCLUSTER_FINALIZER not in (cr["metadata"].get("finalizers") or []):
+        return None
+    draining = [ds for ds in op.daemonsets()
+                if _controlled_by(ds, cr) and (ds["spec"]["template"].get("spec") or {}).get(
+                    "resourceClaims")]
+    for ds in draining:
+        if not ds["metadata"].get("deletionTimestamp"):
+            op.delete_foreground(ds)
+    if draining:
+        return Q.NOT_READY_REQUEUE
+    op.set_finalizer(GPU_CLUSTER, cr, GPUCLUSTER_FINALIZER, False)
+    return None
+
+
+def _controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    """`metav1.IsControlledBy`: its controller reference names the owner's uid."""
+    return any(r.get("controller") and r.get("uid") == owner["metadata"]["uid"]
+               for r in obj["metadata"].get("ownerReferences") or [])
+
+
+def _gpucluster_sync(op: Operand, release: releases.Release) -> float | None:
+    """The rest of `Reconcile`, for the singleton GPUCluster not being deleted."""
     cr = op.singleton(GPU_CLUSTER)
     if cr is None:
         return None

@@ -266,14 +266,26 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
 
 def _await_gone(run: StackRun, step: sc.StackStep) -> None:
     """Wait for the old CR to go, stripping its owner from the stable Services again meanwhile
-    (its operator may re-render them whole)."""
+    (its operator may re-render them whole). A GPUCluster stays until its operator has drained
+    its DCGM DaemonSets and dropped its finalizer: past --timeout, the finalizers are named."""
     def gone() -> bool:
         for service in sc.stable_names(run.catalog):
             if not _recreated(run, service):
                 _keep_from(run, service, step.kind)
         return _cr(run, step.kind, step.name) is None
 
-    _wait(run, f"{step.kind}/{step.name} deleted", gone)
+    try:
+        _wait(run, f"{step.kind}/{step.name} deleted", gone)
+    except GateFailed:
+        held = o.meta(_cr(run, step.kind, step.name) or {}).get("finalizers")
+        if not held:
+            raise
+        raise GateFailed(
+            f"{step.kind}/{step.name} is still being deleted after {run.timeout:.0f} s: its "
+            f"finalizers hold it ({', '.join(held)}), and the GPU Operator removes its own once "
+            "its DCGM pods are gone.", "check that the GPU Operator is running and what holds "
+            f"the CR (`kubectl describe {kinds.BY_KIND[step.kind].plural} {step.name}`), then "
+            "run the same change-stack again to resume, or change-stack --rollback") from None
 
 
 def _new_pods(run: StackRun) -> set[str]:

@@ -272,6 +272,25 @@ def test_rollback_restores_the_clusterpolicy_and_keeps_the_names(
     assert env.cli("verify").code == 0
 
 
+def test_a_gpucluster_its_finalizer_holds_is_named_with_the_fix(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """Back to the ClusterPolicy with no GPU Operator running: nothing drains the GPUCluster's
+    DCGM DaemonSets nor drops its finalizer, so it never goes. change-stack stops at --timeout
+    (exit 1) naming the finalizer and the fix; the ClusterPolicy is not created."""
+    env = e2e_factory("gpucluster", nodes=NODES, operator_reconcile_seconds=None)
+    res = change(env, "clusterpolicy", manifest(tmp_path, "clusterpolicy"), "gpu-cluster",
+                 "--timeout", "2s")
+    assert res.code == 1, res.stdout + res.stderr
+    assert ("error: GPUCluster/gpu-cluster is still being deleted after 2 s: its finalizers "
+            "hold it (gpucluster.nvidia.com/dra-resourceclaim), and the GPU Operator removes "
+            "its own once its DCGM pods are gone.") in res.stderr
+    assert ("fix: check that the GPU Operator is running and what holds the CR (`kubectl "
+            f"describe gpuclusters gpu-cluster --kubeconfig {env.sim.kubeconfig}`), then run "
+            "the same change-stack again to resume, or change-stack --rollback") in res.stderr
+    assert crs(env, kinds.CLUSTER_POLICY) == []
+    assert env.state()["stackChange"]["status"] == "in-progress"
+
+
 def test_the_per_node_gap_is_bounded_by_a_gate_and_the_rerun_resumes(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     """Nodes not labelled for the new stack (runbook step 1 skipped): no new pod is scheduled,

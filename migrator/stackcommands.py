@@ -11,13 +11,13 @@ from typing import Any
 
 from migrator import commands
 from migrator.commands import RunRequest, Session
+from migrator.engine.gaps import GapMeter
 from migrator.engine.loop import RunSettings
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import RunReport
 from migrator.engine.stackchange import (
     COMPLETED,
     IN_PROGRESS,
-    GapMeter,
     StackRun,
     begin,
     execute,

@@ -1,19 +1,18 @@
 """Carrying out a stack change (`model/stackchange.py` plans it): each step's intent recorded in
 the state's `stackChange` before its write and done after, so rerunning the command resumes; each
 step first asks whether the cluster already holds. `rollback` undoes what the record says.
-`GapMeter`: per stable Service and node it served at the start, how long the node had no Ready
-endpoint behind it (its EndpointSlices, sampled as the run waits), and which pods serve it now:
-a node counts as served again only by a pod of the new stack's DaemonSets, never by an old pod
-the garbage collector has not reached yet."""
+A node counts as served again only by a pod of the new stack's DaemonSets (`engine/gaps.py`
+measures), never by an old pod the garbage collector has not reached yet."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.clock import Clock
+from migrator.engine.gaps import GapMeter
 from migrator.engine.progress import Listener
 from migrator.engine.state.document import State, stamp
 from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
@@ -21,7 +20,6 @@ from migrator.kube.client import Kube
 from migrator.model import aliasing, kinds, stacks
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
-from migrator.model.objects import SERVICE_NAME_LABEL
 from migrator.model.phasestatus import PhaseStatus
 from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
@@ -33,71 +31,6 @@ POLL_SECONDS = 0.5
 # What `keep-service` records of a kept Service's spec, to create it again the same (`_recreated`).
 KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "ports",
              "internalTrafficPolicy", "sessionAffinity")
-
-
-class GapMeter:
-    """Each (service, node)'s open gap and its longest closed one."""
-
-    def __init__(self, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
-                 ) -> None:
-        self._kube, self._ns, self._clock = kube, namespace, clock
-        self._services = list(services)
-        self.nodes: dict[str, set[str]] = {}  # service → nodes served at the start
-        self._open: dict[tuple[str, str], float] = {}
-        self.longest: dict[tuple[str, str], float] = {}
-        self._serving: dict[tuple[str, str], set[str]] = {}  # the uids of its Ready pods now
-
-    def sample(self) -> None:
-        now = self._clock.monotonic()
-        for service in self._services:
-            slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
-                                     label_selector=f"{SERVICE_NAME_LABEL}={service}").items
-            serving: dict[str, set[str]] = {}
-            for ep in (ep for sl in slices for ep in sl.get("endpoints") or []):
-                if (ep.get("conditions") or {}).get("ready") in (None, True):  # absent: ready
-                    serving.setdefault(ep.get("nodeName") or "", set()).add(
-                        str((ep.get("targetRef") or {}).get("uid") or ""))
-            ready = set(serving)
-            baseline = self.nodes.setdefault(service, set(ready))
-            for node in baseline:
-                key = (service, node)
-                self._serving[key] = serving.get(node, set())
-                if node in ready:
-                    began = self._open.pop(key, None)
-                    if began is not None:
-                        self.longest[key] = max(self.longest.get(key, 0.0), now - began)
-                else:
-                    self._open.setdefault(key, now)
-
-    def current(self) -> dict[tuple[str, str], float]:
-        now = self._clock.monotonic()
-        out = dict(self.longest)
-        for key, began in self._open.items():
-            out[key] = max(out.get(key, 0.0), now - began)
-        return out
-
-    def over(self, limit: float) -> list[str]:
-        """`service@node` of every gap longer than `limit` that is still open."""
-        now = self._clock.monotonic()
-        return sorted(f"{s}@{n}" for (s, n), began in self._open.items() if now - began > limit)
-
-    def all_served(self) -> bool:
-        return not self._open
-
-    def renewed(self, pods: Collection[str]) -> bool:
-        """Every node served at the start is served by one of `pods` (uids) at the last sample,
-        behind every stable name."""
-        return all(self._serving.get((service, node), set()) & set(pods)
-                   for service, nodes in self.nodes.items() for node in nodes)
-
-    def worst(self) -> float:
-        return max(self.current().values(), default=0.0)
-
-    def as_record(self) -> dict[str, dict[str, float]]:
-        out: dict[str, dict[str, float]] = {}
-        for (service, node), seconds in sorted(self.current().items()):
-            out.setdefault(node, {})[service] = round(seconds, 1)
-        return out
 
 
 @dataclass
@@ -266,26 +199,36 @@ def _create(run: StackRun, step: sc.StackStep) -> None:
 
 def _await_gone(run: StackRun, step: sc.StackStep) -> None:
     """Wait for the old CR to go, stripping its owner from the stable Services again meanwhile
-    (its operator may re-render them whole). A GPUCluster stays until its operator has drained
-    its DCGM DaemonSets and dropped its finalizer: past --timeout, the finalizers are named."""
-    def gone() -> bool:
+    (its operator may re-render them whole)."""
+    def keep() -> None:
         for service in sc.stable_names(run.catalog):
             if not _recreated(run, service):
                 _keep_from(run, service, step.kind)
-        return _cr(run, step.kind, step.name) is None
+
+    _until_gone(run, step.kind, step.name, keep)
+
+
+def _until_gone(run: StackRun, kind: str, name: str, meanwhile: Callable[[], None] = lambda: None
+                ) -> None:
+    """Wait for a CR to go, `meanwhile` on every poll. A GPUCluster stays until its operator has
+    drained its DCGM DaemonSets and dropped its finalizer: past --timeout, the finalizers are
+    named."""
+    def gone() -> bool:
+        meanwhile()
+        return _cr(run, kind, name) is None
 
     try:
-        _wait(run, f"{step.kind}/{step.name} deleted", gone)
+        _wait(run, f"{kind}/{name} deleted", gone)
     except GateFailed:
-        held = o.meta(_cr(run, step.kind, step.name) or {}).get("finalizers")
+        held = o.meta(_cr(run, kind, name) or {}).get("finalizers")
         if not held:
             raise
         raise GateFailed(
-            f"{step.kind}/{step.name} is still being deleted after {run.timeout:.0f} s: its "
-            f"finalizers hold it ({', '.join(held)}), and the GPU Operator removes its own once "
-            "its DCGM pods are gone.", "check that the GPU Operator is running and what holds "
-            f"the CR (`kubectl describe {kinds.BY_KIND[step.kind].plural} {step.name}`), then "
-            "run the same change-stack again to resume, or change-stack --rollback") from None
+            f"{kind}/{name} is still being deleted after {run.timeout:.0f} s: its finalizers "
+            f"hold it ({', '.join(held)}), and the GPU Operator removes its own once its DCGM "
+            "pods are gone.", "check that the GPU Operator is running and what holds the CR "
+            f"(`kubectl describe {kinds.BY_KIND[kind].plural} {name}`), then run the same "
+            "change-stack again to resume, or change-stack --rollback") from None
 
 
 def _new_pods(run: StackRun) -> set[str]:
@@ -377,8 +320,7 @@ def rollback(run: StackRun) -> list[str]:
             run.kube.delete(kinds.BY_KIND[create["kind"]], create["name"],
                             uid=o.meta(live).get("uid"))
             done.append(f"deleted {create['kind']}/{create['name']}")
-        _wait(run, f"{create['kind']}/{create['name']} deleted",
-              lambda: _cr(run, create["kind"], create["name"]) is None)
+        _until_gone(run, create["kind"], create["name"])
     old = record.get("oldCr")
     delete = next((s for s in steps.values() if s["action"] == sc.DELETE), None)
     recreated = None

@@ -12,8 +12,9 @@ from collections.abc import Callable
 import pytest
 
 from dcgm_sim.cluster import SimCluster
+from migrator.engine.gaps import GapMeter
 from migrator.engine.progress import Listener
-from migrator.engine.stackchange import ACTIONS, GapMeter, StackRun
+from migrator.engine.stackchange import ACTIONS, StackRun
 from migrator.engine.state.document import State
 from migrator.errors import GateFailed
 from migrator.kube.client import Kube

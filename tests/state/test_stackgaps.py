@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from migrator.engine.stackchange import GapMeter
+from migrator.engine.gaps import GapMeter
 from migrator.kube.client import Kube, ObjList
 from tests.helpers.clock import FakeClock
 

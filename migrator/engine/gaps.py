@@ -1,0 +1,77 @@
+"""What a stack change costs each node: per stable Service and node it served at the start, how
+long the node had no Ready endpoint behind it (its EndpointSlices, sampled as the run waits),
+and which pods serve it now, so a wait can ask for the new stack's pods by uid."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from migrator.engine.clock import Clock
+from migrator.kube.client import Kube
+from migrator.model import kinds
+from migrator.model.objects import SERVICE_NAME_LABEL
+
+
+class GapMeter:
+    """Each (service, node)'s open gap and its longest closed one."""
+
+    def __init__(self, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
+                 ) -> None:
+        self._kube, self._ns, self._clock = kube, namespace, clock
+        self._services = list(services)
+        self.nodes: dict[str, set[str]] = {}  # service → nodes served at the start
+        self._open: dict[tuple[str, str], float] = {}
+        self.longest: dict[tuple[str, str], float] = {}
+        self._serving: dict[tuple[str, str], set[str]] = {}  # the uids of its Ready pods now
+
+    def sample(self) -> None:
+        now = self._clock.monotonic()
+        for service in self._services:
+            slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
+                                     label_selector=f"{SERVICE_NAME_LABEL}={service}").items
+            serving: dict[str, set[str]] = {}
+            for ep in (ep for sl in slices for ep in sl.get("endpoints") or []):
+                if (ep.get("conditions") or {}).get("ready") in (None, True):  # absent: ready
+                    serving.setdefault(ep.get("nodeName") or "", set()).add(
+                        str((ep.get("targetRef") or {}).get("uid") or ""))
+            ready = set(serving)
+            baseline = self.nodes.setdefault(service, set(ready))
+            for node in baseline:
+                key = (service, node)
+                self._serving[key] = serving.get(node, set())
+                if node in ready:
+                    began = self._open.pop(key, None)
+                    if began is not None:
+                        self.longest[key] = max(self.longest.get(key, 0.0), now - began)
+                else:
+                    self._open.setdefault(key, now)
+
+    def current(self) -> dict[tuple[str, str], float]:
+        now = self._clock.monotonic()
+        out = dict(self.longest)
+        for key, began in self._open.items():
+            out[key] = max(out.get(key, 0.0), now - began)
+        return out
+
+    def over(self, limit: float) -> list[str]:
+        """`service@node` of every gap longer than `limit` that is still open."""
+        now = self._clock.monotonic()
+        return sorted(f"{s}@{n}" for (s, n), began in self._open.items() if now - began > limit)
+
+    def all_served(self) -> bool:
+        return not self._open
+
+    def renewed(self, pods: Collection[str]) -> bool:
+        """Every node served at the start is served by one of `pods` (uids) at the last sample,
+        behind every stable name."""
+        return all(self._serving.get((service, node), set()) & set(pods)
+                   for service, nodes in self.nodes.items() for node in nodes)
+
+    def worst(self) -> float:
+        return max(self.current().values(), default=0.0)
+
+    def as_record(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for (service, node), seconds in sorted(self.current().items()):
+            out.setdefault(node, {})[service] = round(seconds, 1)
+        return out

@@ -71,21 +71,22 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
                           for s in plan.steps)
         switches |= module.SWITCHES_SELECTORS and any(isinstance(s, SetSelector)
                                                       for s in plan.steps)
-    certain = scrapechecks.certain_duplicates(snapshot, exporters)
+    paths = monitoring.scrape_paths(snapshot, exporters)
+    certain = scrapechecks.certain(paths)
     if certain:
-        pod, paths = next(iter(sorted(certain.items())))
+        pod, example = next(iter(sorted(certain.items())))
         warnings.append(f"duplicate scraping now: {len(certain)} exporter pods scraped more "
-                        f"than once, e.g. {pod} via {'; '.join(map(str, paths))}")
-    possible = scrapechecks.possible_duplicates(snapshot, exporters)
+                        f"than once, e.g. {pod} via {'; '.join(map(str, example))}")
+    possible = scrapechecks.possible(paths)
     if possible:
-        paths = monitoring.scrape_paths(snapshot, exporters)[possible[0]]
         warnings.append(f"possible duplicate scraping: {len(possible)} exporter pods are "
                         "reached both by annotation discovery and by a ServiceMonitor, e.g. "
-                        f"{possible[0]} via {'; '.join(map(str, paths))} — scraped twice if one "
-                        "Prometheus uses both; pick one mechanism (docs/monitoring.md)")
+                        f"{possible[0]} via {'; '.join(map(str, paths[possible[0]]))} — scraped "
+                        "twice if one Prometheus uses both; pick one mechanism "
+                        "(docs/monitoring.md)")
     warnings.extend(scrapechecks.conflicting_monitors(snapshot))
     ours = [n for n, s in snapshot.services.items() if catalog.common.tool_owned(s)]
-    tool_dups = scrapechecks.duplicates_through(snapshot, exporters, ours)
+    tool_dups = scrapechecks.duplicates_through(paths, ours)
     if tool_dups:
         warnings.append(f"duplicate scraping through the tool's aliases: {len(tool_dups)} "
                         f"exporter pods, e.g. {tool_dups[0]}")

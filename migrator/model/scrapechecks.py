@@ -117,21 +117,12 @@ def possible(paths: Mapping[str, list[ScrapePath]]) -> list[str]:
                   if len(found) == 2 and {p.mechanism for p in found} == {ANNOTATION, OPERATOR})
 
 
-def certain_duplicates(snapshot: Snapshot,
-                       daemonsets: Iterable[str]) -> dict[str, list[ScrapePath]]:
-    return certain(scrape_paths(snapshot, daemonsets))
-
-
-def possible_duplicates(snapshot: Snapshot, daemonsets: Iterable[str]) -> list[str]:
-    return possible(scrape_paths(snapshot, daemonsets))
-
-
-def duplicates_through(snapshot: Snapshot, daemonsets: Iterable[str],
-                       services: Iterable[str]) -> list[str]:
+def duplicates_through(paths: Mapping[str, list[ScrapePath]], services: Iterable[str]
+                       ) -> list[str]:
     """Exporter pods scraped more than once, one path through these Services (the tool's)."""
     names = set(services)
-    return sorted(pod for pod, paths in scrape_paths(snapshot, daemonsets).items()
-                  if len(paths) > 1 and any(p.service in names for p in paths))
+    return sorted(pod for pod, found in paths.items()
+                  if len(found) > 1 and any(p.service in names for p in found))
 
 
 def conflicting_monitors(snapshot: Snapshot) -> list[str]:

@@ -12,6 +12,7 @@ from migrator.engine import assemble
 from migrator.model import gates, scrapechecks
 from migrator.model.discovery import discover
 from migrator.model.gates import GateResult
+from migrator.model.monitoring import scrape_paths
 from migrator.model.planning import Options, PhasePlan, PlanContext
 from migrator.model.snapshot import PodView, Snapshot
 from migrator.model.stacks import load_catalog
@@ -116,8 +117,8 @@ def _sm(name: str, match: dict[str, str]) -> dict[str, Any]:
 def test_annotation_plus_servicemonitor_is_possible_not_certain() -> None:
     snap = replace(b.gpucluster_snapshot(),
                    service_monitors=(_sm("dra", {"app": "nvidia-dcgm-exporter-dra"}),))
-    assert scrapechecks.certain_duplicates(snap, EXPORTERS) == {}
-    assert len(scrapechecks.possible_duplicates(snap, EXPORTERS)) == 3
+    assert scrapechecks.certain(scrape_paths(snap, EXPORTERS)) == {}
+    assert len(scrapechecks.possible(scrape_paths(snap, EXPORTERS))) == 3
     # the what-if gate stays strict: the tool never creates even a possible duplicate
     assert not scrapechecks.duplicate_gate(snap, EXPORTERS).ok
 
@@ -126,11 +127,11 @@ def test_two_servicemonitors_or_two_annotations_are_certain_on_any_service() -> 
     two_sms = replace(b.gpucluster_snapshot(), service_monitors=(
         _sm("a", {"app": "nvidia-dcgm-exporter-dra"}),
         _sm("b", {"app": "nvidia-dcgm-exporter-dra"})))
-    assert len(scrapechecks.certain_duplicates(two_sms, EXPORTERS)) == 3
+    assert len(scrapechecks.certain(scrape_paths(two_sms, EXPORTERS))) == 3
     other = b.service("team-scrape", {"app": "nvidia-dcgm-exporter-dra"}, owner=None,
                       labels={}, annotations={"prometheus.io/scrape": "true"})
     two_ann = b.gpucluster_snapshot(extra_services=[other])
-    dups = scrapechecks.certain_duplicates(two_ann, EXPORTERS)
+    dups = scrapechecks.certain(scrape_paths(two_ann, EXPORTERS))
     assert len(dups) == 3 and all(len(p) == 2 for p in dups.values())
     report = assemble.build(two_ann, CAT, None, Options())
     assert report.scrape_duplicates == 3 and report.tool_duplicates == 0

@@ -30,10 +30,10 @@ class GapMeter:
             slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
                                      label_selector=f"{SERVICE_NAME_LABEL}={service}").items
             serving: dict[str, set[str]] = {}
-            for ep in (ep for sl in slices for ep in sl.get("endpoints") or []):
-                if (ep.get("conditions") or {}).get("ready") in (None, True):  # absent: ready
-                    serving.setdefault(ep.get("nodeName") or "", set()).add(
-                        str((ep.get("targetRef") or {}).get("uid") or ""))
+            for ep in [ep for sl in slices for ep in sl.get("endpoints") or []  # absent: ready
+                       if (ep.get("conditions") or {}).get("ready") in (None, True)]:
+                serving.setdefault(ep.get("nodeName") or "", set()).add(
+                    str((ep.get("targetRef") or {}).get("uid") or ""))
             ready = set(serving)
             baseline = self.nodes.setdefault(service, set(ready))
             for node in baseline:
@@ -64,7 +64,8 @@ class GapMeter:
     def renewed(self, pods: Collection[str]) -> bool:
         """Every node served at the start is served by one of `pods` (uids) at the last sample,
         behind every stable name."""
-        return all(self._serving.get((service, node), set()) & set(pods)
+        wanted = set(pods)
+        return all(self._serving.get((service, node), set()) & wanted
                    for service, nodes in self.nodes.items() for node in nodes)
 
     def worst(self) -> float:

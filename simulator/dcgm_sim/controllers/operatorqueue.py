@@ -4,7 +4,8 @@ From NVIDIA/gpu-operator a22dbf671 (`SetupWithManager` and `Reconcile` of
 controllers/clusterpolicy_controller.go and controllers/gpucluster_controller.go,
 internal/state/gpucluster.go `gpuClusterDaemonSetSource`) and controller-runtime:
 
-- ClusterPolicy controller: its CR (`GenerationChangedPredicate`: create, delete, spec changes),
+- ClusterPolicy controller: its CR (`GenerationChangedPredicate`: create, delete, spec changes,
+  the deletion mark of a CR with finalizers, which moves its generation),
   every event of a DaemonSet it controls (`EnqueueRequestForOwner`, `OnlyControllerOwner`), Node
   events that pass `addWatchNewGPUNode`'s predicate (`node_triggers`), and GPUCluster events
   (`GenerationChangedPredicate`). Requeue after 5 s while a state is not ready; nothing while

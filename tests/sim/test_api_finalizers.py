@@ -67,6 +67,23 @@ def test_delete_with_a_finalizer_keeps_the_object_terminating(
         kept["metadata"]["resourceVersion"]
 
 
+def test_the_first_deletion_mark_moves_the_generation(
+        store: Store, api: client.ApiClient) -> None:
+    """apiserver's `markAsDeleting`: the first mark of an object with a generation moves it (so
+    a controller behind `GenerationChangedPredicate` hears of it); a second DELETE does not."""
+    custom = client.CustomObjectsApi(api)
+    which = ("nvidia.com", "v1alpha1", "gpuclusters")
+    custom.create_cluster_custom_object(*which, {
+        "apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "spec": {}})
+    assert store.get(kinds.GPU_CLUSTER, None, "held")["metadata"]["generation"] == 1
+    custom.delete_cluster_custom_object(*which, "held")
+    marked = store.get(kinds.GPU_CLUSTER, None, "held")["metadata"]
+    assert marked["deletionTimestamp"] and marked["generation"] == 2
+    custom.delete_cluster_custom_object(*which, "held")
+    assert store.get(kinds.GPU_CLUSTER, None, "held")["metadata"]["generation"] == 2
+
+
 def test_update_removing_the_last_finalizer_deletes_the_object(
         store: Store, core: client.CoreV1Api) -> None:
     core.create_namespaced_config_map(NS, _cm_body("held", ["a.example.com/x", "b.example.com/y"]))

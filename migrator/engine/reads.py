@@ -27,17 +27,23 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 
-def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
-              endpoints: Mapping[str, ServiceEndpoints] | None = None,
-              whole: WholePods | None = None) -> tuple[PodView, ...]:
-    """Pods matching any of the selectors, the doubtful ones read whole by `whole`."""
+def listed_pods(kube: Kube, namespace: str, selectors: Sequence[str]) -> list[PodView]:
+    """Pods matching any of the selectors, each once, as their printed rows (metadata and
+    plain health: enough to tell a pod's owner, not always its readiness)."""
     seen: dict[str, PodView] = {}
     for sel in selectors:
         views, _ = kube.collect(kinds.POD, namespace, label_selector=sel, keep=PodView.of,
                                 printed=True)
         seen.update((view.uid, view) for view in views)
-    return _resolved(kube, namespace, seen.values(), endpoints or {}, selectors,
-                     whole or WholePods())
+    return list(seen.values())
+
+
+def read_pods(kube: Kube, namespace: str, selectors: Sequence[str],
+              endpoints: Mapping[str, ServiceEndpoints] | None = None,
+              whole: WholePods | None = None) -> tuple[PodView, ...]:
+    """Pods matching any of the selectors, the doubtful ones read whole by `whole`."""
+    return _resolved(kube, namespace, listed_pods(kube, namespace, selectors), endpoints or {},
+                     selectors, whole or WholePods())
 
 
 def _resolved(kube: Kube, namespace: str, listed: Iterable[PodView],

@@ -14,6 +14,7 @@ from typing import Any
 from migrator.engine.clock import Clock
 from migrator.engine.gaps import GapMeter
 from migrator.engine.progress import Listener
+from migrator.engine.reads import listed_pods
 from migrator.engine.state.document import State, stamp
 from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
 from migrator.kube.client import Kube
@@ -21,7 +22,6 @@ from migrator.model import aliasing, kinds, stacks
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
 from migrator.model.phasestatus import PhaseStatus
-from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
@@ -235,9 +235,7 @@ def _new_pods(run: StackRun) -> set[str]:
     """The uids of the pods the new stack's DaemonSets control (their printed rows say so)."""
     comps = run.catalog.stack(run.record["to"]).components
     daemonsets = {c.daemonset for c in comps}
-    return {pod.uid for selector in stacks.pod_selectors(comps)
-            for pod in run.kube.collect(kinds.POD, run.namespace, keep=PodView.of,
-                                        label_selector=selector, printed=True)[0]
+    return {pod.uid for pod in listed_pods(run.kube, run.namespace, stacks.pod_selectors(comps))
             if pod.daemonset in daemonsets}
 
 
@@ -262,6 +260,7 @@ def _serving(run: StackRun, step: sc.StackStep) -> None:
                 f"{run.namespace} get pods -o wide`; none scheduled: are the nodes labelled "
                 "for the new stack's DCGM components, docs/runbook.md 'Changing stack' step "
                 "1?), then run the same change-stack again")
+        # the pods are listed only once every node has some Ready endpoint again
         return meter.all_served() and meter.renewed(_new_pods(run))
 
     _wait(run, "every node served again by the stable names", back)

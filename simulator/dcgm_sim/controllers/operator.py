@@ -102,11 +102,14 @@ def apply_desired(store: Store, desired: Obj) -> str:
     return "unchanged" if new is live else "updated"
 
 
-def _delete(store: Store, kind: kinds.Kind, namespace: str | None, name: str) -> bool:
-    """A client's DELETE with no options (`client.Delete(ctx, obj)`); NotFound ignored, as both
-    operators ignore it. True when something was deleted or marked."""
+def _delete(store: Store, kind: kinds.Kind, namespace: str | None, name: str,
+            propagation: str | None = None) -> bool:
+    """A client's DELETE (`client.Delete(ctx, obj)`, with `client.PropagationPolicy` when
+    `propagation` is given); NotFound ignored, as both operators ignore it. True when something
+    was deleted or marked."""
     try:
-        writes.delete(store, kind, namespace=namespace or "", name=name)
+        writes.delete(store, kind, namespace=namespace or "", name=name,
+                      options=writes.DeleteOptions(propagation=propagation))
     except (ApiError, StoreError) as err:
         if err.code == 404:
             return False
@@ -346,10 +349,9 @@ class OperatorImitation(Controller):
         """`r.Delete(ctx, ds, client.PropagationPolicy(metav1.DeletePropagationForeground))`."""
         meta = obj["metadata"]
         try:
-            writes.delete(self.store, kinds.BY_KIND[obj["kind"]], namespace=meta["namespace"],
-                          name=meta["name"], options=writes.DeleteOptions(
-                              propagation="Foreground"))
-        except (StoreError, ApiError) as err:  # NotFound: gone meanwhile, as upstream ignores
+            _delete(self.store, kinds.BY_KIND[obj["kind"]], meta["namespace"], meta["name"],
+                    "Foreground")
+        except (StoreError, ApiError) as err:
             log.info("operator: delete %s %s: %s", obj["kind"], meta["name"], err)
 
     def set_finalizer(self, kind: str, cr: Obj, finalizer: str, present: bool) -> None:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from dcgm_sim.controllers import crstatus as C
 from dcgm_sim.controllers import operatorqueue as Q
+from dcgm_sim.controllers import pods as P
 from dcgm_sim.controllers import releases
 from dcgm_sim.controllers import rendering as R
 
@@ -162,9 +163,10 @@ def reconcile_delete(op: Operand, cr: Obj) -> float | None:
     deleted in the foreground, so it stays until its pods are gone), then drop the finalizer."""
     if GPUCLUSTER_FINALIZER not in (cr["metadata"].get("finalizers") or []):
         return None
-    draining = [ds for ds in op.daemonsets()
-                if _controlled_by(ds, cr) and (ds["spec"]["template"].get("spec") or {}).get(
-                    "resourceClaims")]
+    uid = cr["metadata"]["uid"]
+    draining = [ds for ds in op.daemonsets()  # `metav1.IsControlledBy`
+                if (P.controller_ref(ds) or {}).get("uid") == uid
+                and (ds["spec"]["template"].get("spec") or {}).get("resourceClaims")]
     for ds in draining:
         if not ds["metadata"].get("deletionTimestamp"):
             op.delete_foreground(ds)
@@ -172,12 +174,6 @@ def reconcile_delete(op: Operand, cr: Obj) -> float | None:
         return Q.NOT_READY_REQUEUE
     op.set_finalizer(GPU_CLUSTER, cr, GPUCLUSTER_FINALIZER, False)
     return None
-
-
-def _controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
-    """`metav1.IsControlledBy`: its controller reference names the owner's uid."""
-    return any(r.get("controller") and r.get("uid") == owner["metadata"]["uid"]
-               for r in obj["metadata"].get("ownerReferences") or [])
 
 
 def _gpucluster_sync(op: Operand, release: releases.Release) -> float | None:

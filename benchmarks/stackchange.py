@@ -6,7 +6,9 @@ GPUCluster at once) with the operator's probe timings: `change-stack` to the GPU
 ClusterPolicy, create the GPUCluster, wait for its rollout, `apply --phase 3`). For each: how
 long the stable names were absent, whether their ClusterIPs changed, their lowest ready
 endpoints, and the worst per-node gap, in simulated seconds from the sim's own commits
-(tests/helpers/stablenames.py, which the e2e test uses too). Measurements, never assertions.
+(tests/helpers/stablenames.py, which the e2e test uses too); and the pod lists the tool sent
+(requests and bytes, from the sim's request log), which grow with the node count.
+Measurements, never assertions.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from dcgm_sim.controllers.rendering import DEPLOY_LABELS
+from dcgm_sim.requestlog import RequestRecord
 from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
 from migrator.model.stackchange import clean_cr
@@ -68,16 +71,25 @@ def _manifest(folder: Path, stack: str) -> str:
     return str(path)
 
 
-def _change(sim: SimCluster, nodes: int, to: str, path: str, old: str) -> StableNames:
+Measured = tuple[StableNames, list[RequestRecord]]
+
+
+def _pod_lists(sim: SimCluster, since: int) -> list[RequestRecord]:
+    return sim.server.log.find(since, verb="list", resource="pods")
+
+
+def _change(sim: SimCluster, nodes: int, to: str, path: str, old: str) -> Measured:
+    mark = sim.server.log.last_seq
     with watching(sim, NS, STABLE) as seen:
         done = crash.run(sim.kubeconfig, "change-stack", "--to", to, "-f", path, "--delete-cr",
                          old, "--yes", "--settle", "0s", timeout=1800)
         assert done.code == 0, done.output[-3000:]
         _until(sim, lambda: _served(sim, nodes), 600)
-    return seen
+    return seen, _pod_lists(sim, mark)
 
 
-def _plain(sim: SimCluster, nodes: int, path: str) -> StableNames:
+def _plain(sim: SimCluster, nodes: int, path: str) -> Measured:
+    mark = sim.server.log.last_seq
     with watching(sim, NS, STABLE) as seen:
         cp = sim.store.list(kinds.CLUSTER_POLICY)[0][0]
         sim.store.delete(kinds.CLUSTER_POLICY, None, cp["metadata"]["name"])
@@ -88,14 +100,17 @@ def _plain(sim: SimCluster, nodes: int, path: str) -> StableNames:
                          timeout=1800)
         assert done.code == 0, done.output[-3000:]
         _until(sim, lambda: _served(sim, nodes), 600)
-    return seen
+    return seen, _pod_lists(sim, mark)
 
 
-def row(title: str, seen: StableNames) -> str:
+def row(title: str, measured: Measured) -> str:
+    seen, lists = measured
     ips = "kept" if all(len(v) == 1 for v in seen.cluster_ips.values()) else "changed"
     absent = max(seen.absent_seconds.values(), default=0.0)
     ready = ", ".join(f"{k} {v}" for k, v in sorted(seen.lowest_ready.items()))
-    return f"| {title} | {absent:.1f} s | {ips} | {ready} | {seen.worst_gap():.1f} s |"
+    sent = sum(r.bytes_sent for r in lists) / 1e6
+    return (f"| {title} | {absent:.1f} s | {ips} | {ready} | {seen.worst_gap():.1f} s | "
+            f"{len(lists)} ({sent:.1f} MB) |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -126,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"stack change on the released operator: {args.nodes} nodes, time scale "
           f"{args.time_scale}, simulated seconds from the sim's commits")
     print("| procedure | names absent | ClusterIPs | lowest ready endpoints | "
-          "worst per-node gap |")
-    print("|---|---|---|---|---|")
+          "worst per-node gap | pod lists |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -4,7 +4,7 @@ and which pods serve it now, so a wait can ask for the new stack's pods by uid."
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from migrator.engine.clock import Clock
 from migrator.kube.client import Kube
@@ -23,6 +23,8 @@ class GapMeter:
         self._open: dict[tuple[str, str], float] = {}
         self.longest: dict[tuple[str, str], float] = {}
         self._serving: dict[tuple[str, str], set[str]] = {}  # the uids of its Ready pods now
+        self._new: set[str] = set()  # the uids known to be the new stack's pods
+        self._judged: set[str] = set()  # the uids whose owner was read
 
     def sample(self) -> None:
         now = self._clock.monotonic()
@@ -61,12 +63,24 @@ class GapMeter:
     def all_served(self) -> bool:
         return not self._open
 
-    def renewed(self, pods: Collection[str]) -> bool:
-        """Every node served at the start is served by one of `pods` (uids) at the last sample,
-        behind every stable name."""
-        wanted = set(pods)
-        return all(self._serving.get((service, node), set()) & wanted
-                   for service, nodes in self.nodes.items() for node in nodes)
+    def renewed(self, new_pods: Callable[[], Collection[str]]) -> bool:
+        """Every node served at the start is served by one of the new stack's pods at the last
+        sample, behind every stable name. `new_pods` lists their uids; it is called only when a
+        node still waiting is served by a pod not judged yet (a pod's owner does not change), so
+        a wait on old pods that outlive their CR does not list the stack's pods every poll."""
+        waiting = self._waiting()
+        unjudged = {uid for uids in waiting for uid in uids} - self._judged
+        if unjudged:
+            self._new |= set(new_pods())
+            self._judged |= unjudged
+            waiting = self._waiting()
+        return not waiting
+
+    def _waiting(self) -> list[set[str]]:
+        """The Ready pods of each (service, node) served at the start but by none of the new
+        stack's pods known so far."""
+        return [uids for service, nodes in self.nodes.items() for node in nodes
+                if not (uids := self._serving.get((service, node), set())) & self._new]
 
     def worst(self) -> float:
         return max(self.current().values(), default=0.0)

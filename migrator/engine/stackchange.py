@@ -260,8 +260,9 @@ def _serving(run: StackRun, step: sc.StackStep) -> None:
                 f"{run.namespace} get pods -o wide`; none scheduled: are the nodes labelled "
                 "for the new stack's DCGM components, docs/runbook.md 'Changing stack' step "
                 "1?), then run the same change-stack again")
-        # the pods are listed only once every node has some Ready endpoint again
-        return meter.all_served() and meter.renewed(_new_pods(run))
+        # the pods are listed only once every node has some Ready endpoint again, and only
+        # while one is served by a pod not judged yet
+        return meter.all_served() and meter.renewed(lambda: _new_pods(run))
 
     _wait(run, "every node served again by the stable names", back)
     run.record["gaps"] = meter.as_record()

@@ -3,7 +3,8 @@ served again only when the *new* stack's pods serve it. The old stack's pods out
 a while (the garbage collector reaches them in its own time) and stay Ready behind the stable
 names meanwhile; counting them let a change run the new stack's phases before its DaemonSets
 existed. Here the ClusterPolicy stack serves every node: waiting for it as the new stack ends at
-once, waiting for the GPUCluster stack runs out of time."""
+once, waiting for the GPUCluster stack runs out of time, having listed the pods once: the old
+pods are judged once, not on every poll."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from migrator.errors import GateFailed
 from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model import stackchange as sc
-from migrator.model.stacks import load_catalog
+from migrator.model.stacks import load_catalog, pod_selectors
 from tests.helpers.clock import FakeClock
 
 NS = "gpu-operator"
@@ -66,7 +67,16 @@ def test_the_old_stacks_pods_still_ready_do_not_end_the_wait(clusterpolicy: SimC
     run, step = _run(clusterpolicy, "gpucluster")
     assert run.meter is not None
     run.meter.sample()
+    mark = clusterpolicy.server.log.last_seq
     with pytest.raises(GateFailed, match="every node served again by the stable names: not "
                                          "within 5 s"):
         ACTIONS[step.action](run, step)
     assert run.meter.all_served()  # every node had a Ready endpoint all along: the old pods'
+    polls = clusterpolicy.server.log.find(mark, verb="list", resource="endpointslices")
+    pod_lists = clusterpolicy.server.log.find(mark, verb="list", resource="pods")
+    assert len(polls) > 4  # it polled the slices all along
+    assert len(pod_lists) == len(_selectors("gpucluster"))  # one listing, per selector
+
+
+def _selectors(stack: str) -> list[str]:
+    return pod_selectors(load_catalog().stack(stack).components)

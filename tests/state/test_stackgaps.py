@@ -2,7 +2,8 @@
 EndpointSlices: a node's gap opens when its last ready endpoint goes and closes when one is
 back; nodes not served at the start are not waited for; `over` names open gaps past a limit;
 `renewed` holds only once every node is served by one of the pods it is given (the new
-stack's), whatever else serves it."""
+stack's), whatever else serves it, and asks for them only when a pod it has not judged serves a
+node still waiting."""
 
 from __future__ import annotations
 
@@ -53,13 +54,24 @@ def test_a_gap_opens_and_closes_per_service_and_node() -> None:
     assert meter.worst() == 55.0
 
 
+class NewPods:
+    """The new stack's pod uids, counting how often they are listed."""
+
+    def __init__(self, *uids: str) -> None:
+        self.uids, self.listed = set(uids), 0
+
+    def __call__(self) -> set[str]:
+        self.listed += 1
+        return self.uids
+
+
 def test_renewed_only_once_every_node_is_served_by_the_given_pods() -> None:
     clock, slices = FakeClock(), Slices()
     slices.ready = {"dcgm": {"a": True, "b": True}, "exp": {"a": True, "b": True}}
     slices.pod = {"a": "old", "b": "old"}
     meter = GapMeter(cast(Kube, slices), "ns", ["dcgm", "exp"], clock)
     meter.sample()
-    new = {"dcgm-new", "exp-new"}
+    new = NewPods("dcgm-new", "exp-new")
     assert meter.all_served() and not meter.renewed(new)  # the old pods serve every node
     slices.pod["a"] = "new"
     meter.sample()
@@ -71,4 +83,27 @@ def test_renewed_only_once_every_node_is_served_by_the_given_pods() -> None:
     slices.ready["exp"]["b"] = True
     meter.sample()
     assert meter.all_served() and meter.renewed(new)
-    assert not meter.renewed({"dcgm-new"})  # the exporter's pods are not among them
+    other = GapMeter(cast(Kube, slices), "ns", ["dcgm", "exp"], clock)
+    other.sample()
+    assert not other.renewed(NewPods("dcgm-new"))  # the exporter's pods are not among them
+
+
+def test_the_new_pods_are_listed_only_when_an_unjudged_pod_serves_a_waiting_node() -> None:
+    clock, slices = FakeClock(), Slices()
+    slices.ready = {"dcgm": {"a": True, "b": True}}
+    slices.pod = {"a": "old-a", "b": "old-b"}
+    meter = GapMeter(cast(Kube, slices), "ns", ["dcgm"], clock)
+    new = NewPods()  # the new stack's pods: none yet
+    meter.sample()
+    assert not meter.renewed(new) and new.listed == 1
+    for _ in range(5):  # the old pods outlive their CR: judged once, not listed again
+        meter.sample()
+        assert not meter.renewed(new)
+    assert new.listed == 1
+    new.uids = {"dcgm-new-a", "dcgm-new-b"}
+    slices.pod["a"] = "new-a"  # a pod not seen before serves a waiting node
+    meter.sample()
+    assert not meter.renewed(new) and new.listed == 2
+    slices.pod["b"] = "new-b"  # already listed as the new stack's: no listing
+    meter.sample()
+    assert meter.renewed(new) and new.listed == 2

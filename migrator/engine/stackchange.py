@@ -28,7 +28,7 @@ Obj = dict[str, Any]
 IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
                                        PhaseStatus.ROLLED_BACK.value)
 POLL_SECONDS = 0.5
-# What `keep-service` records of a kept Service's spec, to create it again the same (`_recreated`).
+# What `keep-service` records of a kept Service's spec, to create it again the same (`_live`).
 KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "ports",
              "internalTrafficPolicy", "sessionAffinity")
 
@@ -115,7 +115,7 @@ def _keep(run: StackRun, step: sc.StackStep) -> None:
     spec = svc.get("spec") or {}
     run.mark(step, "intent", ownerReferences=o.meta(svc).get("ownerReferences") or [],
              **_originals(svc), spec={k: spec[k] for k in KEPT_SPEC if k in spec})
-    _keep_from(run, step.name, old_kind)
+    _keep_from(run, svc, old_kind)
 
 
 def _originals(svc: Obj) -> Obj:
@@ -125,31 +125,31 @@ def _originals(svc: Obj) -> Obj:
             "selector": dict((svc.get("spec") or {}).get("selector") or {})}
 
 
-def _recreated(run: StackRun, name: str) -> bool:
-    """A kept Service garbage-collected after all (its old operator re-rendered it, owner
-    included), created again as `keep-service` recorded it; True when it had to be."""
-    if _service(run, name) is not None:
-        return False
+def _live(run: StackRun, name: str) -> Obj | None:
+    """The kept Service as it stands; garbage-collected after all (its old operator re-rendered
+    it, owner included), created again as `keep-service` recorded it. None: never kept."""
+    svc = _service(run, name)
     kept = (run.record.get("steps") or {}).get(f"{sc.KEEP}/Service/{name}") or {}
-    if not kept.get("spec"):
-        return False
+    if svc is not None or not kept.get("spec"):
+        return svc
     meta = {"name": name, "namespace": run.namespace, "labels": kept.get("labels") or {},
             "annotations": kept.get("annotations") or {}}
-    with contextlib.suppress(APIConflict):  # created meanwhile (a rerun, the new operator)
-        run.kube.create({"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+    try:
+        svc = run.kube.create({"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
             **kept["spec"], "selector": kept.get("selector") or {}}}, kind=kinds.SERVICE)
+    except APIConflict:  # created meanwhile (a rerun, the new operator)
+        svc = _service(run, name)
     run.listener.message(f"warning: Service/{name} was garbage-collected with the old CR (its "
                          "operator re-rendered it, owner included, just before the delete): "
                          f"created again with clusterIP {kept['spec'].get('clusterIP')}")
     run.state.log("stack-service-recreated", service=name)
-    return True
+    return svc
 
 
 def _retarget(run: StackRun, step: sc.StackStep) -> None:
     """The kept Service becomes the alias phase 2 would make (`model/aliasing.py`)."""
     comp = sc.component_for(run.catalog, "gpucluster", step.name)
-    _recreated(run, step.name)
-    svc = _service(run, step.name)
+    svc = _live(run, step.name)
     if svc is None or sc.retargeted(svc, run.catalog, comp):
         return
     _wait(run, f"Service/{comp.service} rendered by the GPUCluster",
@@ -183,7 +183,7 @@ def _delete(run: StackRun, step: sc.StackStep) -> None:
     # The old operator re-renders the Services whole, owner included, on any reconcile (a
     # node label changed): kept again right before the delete, the window is one request.
     for service in sc.stable_names(run.catalog):
-        _keep_from(run, service, step.kind)
+        _keep_from(run, _service(run, service), step.kind)
     with contextlib.suppress(APINotFound):  # gone meanwhile: what the step wants
         run.kube.delete(kinds.BY_KIND[step.kind], step.name, uid=o.meta(live).get("uid"))
 
@@ -202,8 +202,7 @@ def _await_gone(run: StackRun, step: sc.StackStep) -> None:
     (its operator may re-render them whole)."""
     def keep() -> None:
         for service in sc.stable_names(run.catalog):
-            if not _recreated(run, service):
-                _keep_from(run, service, step.kind)
+            _keep_from(run, _live(run, service), step.kind)
 
     _until_gone(run, step.kind, step.name, keep)
 
@@ -249,7 +248,7 @@ def _serving(run: StackRun, step: sc.StackStep) -> None:
 
     def back() -> bool:
         for service in sc.stable_names(run.catalog):
-            _recreated(run, service)
+            _live(run, service)
         over = meter.over(run.max_gap)
         if over:
             run.record["gaps"] = meter.as_record()
@@ -313,7 +312,7 @@ def rollback(run: StackRun) -> list[str]:
     create = next((s for s in steps.values() if s["action"] == sc.CREATE), None)
     if create is not None:
         for name in sc.stable_names(run.catalog):
-            _keep_from(run, name, create["kind"])
+            _keep_from(run, _service(run, name), create["kind"])
             done.append(f"Service/{name}: out of {create['kind']}/{create['name']}'s reach")
         live = _cr(run, create["kind"], create["name"])
         if live is not None:
@@ -339,10 +338,11 @@ def rollback(run: StackRun) -> list[str]:
     return done
 
 
-def _keep_from(run: StackRun, name: str, kind: str) -> None:
-    svc = _service(run, name)
+def _keep_from(run: StackRun, svc: Obj | None, kind: str) -> None:
+    """The Service (as read) out of `kind`'s reach: that owner gone from its references."""
     if svc is None or sc.kept(svc, kind):
         return
+    name = o.name(svc)
     refs = o.meta(svc).get("ownerReferences") or []
     rest = [r for r in refs if r.get("kind") != kind]
     try:  # guarded: a failed test is fine when the live Service holds no such owner already

@@ -6,8 +6,8 @@ GPUCluster at once) with the operator's probe timings: `change-stack` to the GPU
 ClusterPolicy, create the GPUCluster, wait for its rollout, `apply --phase 3`). For each: how
 long the stable names were absent, whether their ClusterIPs changed, their lowest ready
 endpoints, and the worst per-node gap, in simulated seconds from the sim's own commits
-(tests/helpers/stablenames.py, which the e2e test uses too); and the pod lists the tool sent
-(requests and bytes, from the sim's request log), which grow with the node count.
+(tests/helpers/stablenames.py, which the e2e test uses too); and the lists the tool sent
+(requests and bytes, from the sim's request log), whose size grows with the node count.
 Measurements, never assertions.
 """
 
@@ -74,8 +74,8 @@ def _manifest(folder: Path, stack: str) -> str:
 Measured = tuple[StableNames, list[RequestRecord]]
 
 
-def _pod_lists(sim: SimCluster, since: int) -> list[RequestRecord]:
-    return sim.server.log.find(since, verb="list", resource="pods")
+def _lists(sim: SimCluster, since: int) -> list[RequestRecord]:
+    return sim.server.log.find(since, verb="list")
 
 
 def _change(sim: SimCluster, nodes: int, to: str, path: str, old: str) -> Measured:
@@ -85,7 +85,7 @@ def _change(sim: SimCluster, nodes: int, to: str, path: str, old: str) -> Measur
                          old, "--yes", "--settle", "0s", timeout=1800)
         assert done.code == 0, done.output[-3000:]
         _until(sim, lambda: _served(sim, nodes), 600)
-    return seen, _pod_lists(sim, mark)
+    return seen, _lists(sim, mark)
 
 
 def _plain(sim: SimCluster, nodes: int, path: str) -> Measured:
@@ -100,7 +100,7 @@ def _plain(sim: SimCluster, nodes: int, path: str) -> Measured:
                          timeout=1800)
         assert done.code == 0, done.output[-3000:]
         _until(sim, lambda: _served(sim, nodes), 600)
-    return seen, _pod_lists(sim, mark)
+    return seen, _lists(sim, mark)
 
 
 def row(title: str, measured: Measured) -> str:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"stack change on the released operator: {args.nodes} nodes, time scale "
           f"{args.time_scale}, simulated seconds from the sim's commits")
     print("| procedure | names absent | ClusterIPs | lowest ready endpoints | "
-          "worst per-node gap | pod lists |")
+          "worst per-node gap | lists sent |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))
 

@@ -82,11 +82,11 @@ def change_stack(session: Session, request: StackRequest,
     change = plan(session, request).change
     if not confirm(change):
         raise UsageError("Aborted at the question.", commands.ABORTED_HINT)
-    with _running(session, _state(session), request.timeout, request.max_gap) as run:
+    with _running(session, _state(session), request.timeout, request.max_gap) as run, \
+            GapMeter.watching(session.kube, session.namespace, sc.stable_names(session.catalog),
+                              session.clock) as run.meter:
         state = run.state
         record = begin(state, change, state.stamp())
-        run.meter = GapMeter(session.kube, session.namespace, sc.stable_names(session.catalog),
-                             session.clock)
         run.meter.nodes.update({k: set(v) for k, v in (record.get("baseline") or {}).items()})
         run.meter.sample()
         record["baseline"] = {k: sorted(v) for k, v in run.meter.nodes.items()}

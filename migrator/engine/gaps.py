@@ -1,23 +1,30 @@
 """What a stack change costs each node: per stable Service and node it served at the start, how
 long the node had no Ready endpoint behind it (its EndpointSlices, sampled as the run waits),
-and which pods serve it now, so a wait can ask for the new stack's pods by uid."""
+and which pods serve it now, so a wait can ask for the new stack's pods by uid. The slices are
+watched (an informer's reflector, `engine/informer.py`), so a sample reads memory: at 5,000
+nodes, listing them on every 0.5 s poll sent 2.6 MB each time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
 
 from migrator.engine.clock import Clock
+from migrator.engine.informer import Reflector, whole
 from migrator.kube.client import Kube
 from migrator.model import kinds
+from migrator.model import objects as o
 from migrator.model.objects import SERVICE_NAME_LABEL
+
+Obj = dict[str, Any]
 
 
 class GapMeter:
     """Each (service, node)'s open gap and its longest closed one."""
 
-    def __init__(self, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
-                 ) -> None:
-        self._kube, self._ns, self._clock = kube, namespace, clock
+    def __init__(self, slices: Reflector[Obj], services: Sequence[str], clock: Clock) -> None:
+        self._slices, self._clock = slices, clock
         self._services = list(services)
         self.nodes: dict[str, set[str]] = {}  # service → nodes served at the start
         self._open: dict[tuple[str, str], float] = {}
@@ -26,21 +33,37 @@ class GapMeter:
         self._new: set[str] = set()  # the uids known to be the new stack's pods
         self._judged: set[str] = set()  # the uids whose owner was read
 
+    @classmethod
+    @contextlib.contextmanager
+    def watching(cls, kube: Kube, namespace: str, services: Sequence[str], clock: Clock
+                 ) -> Iterator[GapMeter]:
+        """A meter over the services' EndpointSlices, watched while the block runs."""
+        slices: Reflector[Obj] = Reflector(
+            kube, kinds.ENDPOINTSLICE, namespace, whole,
+            f"{SERVICE_NAME_LABEL} in ({','.join(services)})", clock=clock)
+        slices.start()
+        try:
+            yield cls(slices, services, clock)
+        finally:
+            slices.stop()
+
     def sample(self) -> None:
         now = self._clock.monotonic()
-        for service in self._services:
-            slices = self._kube.list(kinds.ENDPOINTSLICE, self._ns,
-                                     label_selector=f"{SERVICE_NAME_LABEL}={service}").items
-            serving: dict[str, set[str]] = {}
-            for ep in [ep for sl in slices for ep in sl.get("endpoints") or []  # absent: ready
-                       if (ep.get("conditions") or {}).get("ready") in (None, True)]:
-                serving.setdefault(ep.get("nodeName") or "", set()).add(
-                    str((ep.get("targetRef") or {}).get("uid") or ""))
-            ready = set(serving)
+        serving: dict[str, dict[str, set[str]]] = {service: {} for service in self._services}
+        for sl in self._slices.items():
+            nodes = serving.get(o.labels(sl).get(SERVICE_NAME_LABEL) or "")
+            if nodes is None:  # another Service's
+                continue
+            for ep in sl.get("endpoints") or []:
+                if (ep.get("conditions") or {}).get("ready") in (None, True):  # absent: ready
+                    nodes.setdefault(ep.get("nodeName") or "", set()).add(
+                        str((ep.get("targetRef") or {}).get("uid") or ""))
+        for service, by_node in serving.items():
+            ready = set(by_node)
             baseline = self.nodes.setdefault(service, set(ready))
             for node in baseline:
                 key = (service, node)
-                self._serving[key] = serving.get(node, set())
+                self._serving[key] = by_node.get(node, set())
                 if node in ready:
                     began = self._open.pop(key, None)
                     if began is not None:

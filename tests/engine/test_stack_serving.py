@@ -4,11 +4,12 @@ a while (the garbage collector reaches them in its own time) and stay Ready behi
 names meanwhile; counting them let a change run the new stack's phases before its DaemonSets
 existed. Here the ClusterPolicy stack serves every node: waiting for it as the new stack ends at
 once, waiting for the GPUCluster stack runs out of time, having listed the pods once: the old
-pods are judged once, not on every poll."""
+pods are judged once, not on every poll; the slices are watched, not listed on every poll."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -28,13 +29,15 @@ NS = "gpu-operator"
 NODES = 3
 
 
-def _run(sim: SimCluster, to: str) -> tuple[StackRun, sc.StackStep]:
+@contextlib.contextmanager
+def _run(sim: SimCluster, to: str) -> Iterator[tuple[StackRun, sc.StackStep]]:
     catalog, clock = load_catalog(), FakeClock()
     kube = Kube.connect(sim.kubeconfig)
     state = State(NS, stack_change={"to": to, "steps": {}})
-    run = StackRun(kube, NS, catalog, clock, Listener(), state, lambda _: None, timeout=5.0,
-                   meter=GapMeter(kube, NS, sc.stable_names(catalog), clock))
-    return run, sc.StackStep(sc.SERVING, catalog.stack(to).cr.kind, "the-new-cr")
+    with GapMeter.watching(kube, NS, sc.stable_names(catalog), clock) as meter:
+        yield (StackRun(kube, NS, catalog, clock, Listener(), state, lambda _: None, timeout=5.0,
+                        meter=meter),
+               sc.StackStep(sc.SERVING, catalog.stack(to).cr.kind, "the-new-cr"))
 
 
 def _every_node_served(sim: SimCluster) -> bool:
@@ -53,29 +56,30 @@ def clusterpolicy(make_sim: Callable[..., SimCluster]) -> SimCluster:
 
 
 def test_the_new_stacks_pods_serving_every_node_end_the_wait(clusterpolicy: SimCluster) -> None:
-    run, step = _run(clusterpolicy, "clusterpolicy")
-    assert run.meter is not None
-    run.meter.sample()
-    began = run.clock.monotonic()
-    ACTIONS[step.action](run, step)
-    assert run.clock.monotonic() == began  # no poll was needed
-    assert run.meter.nodes == {name: {f"gpu-node-{i:04d}" for i in range(1, NODES + 1)}
-                               for name in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
+    with _run(clusterpolicy, "clusterpolicy") as (run, step):
+        assert run.meter is not None
+        run.meter.sample()
+        began = run.clock.monotonic()
+        ACTIONS[step.action](run, step)
+        assert run.clock.monotonic() == began  # no poll was needed
+        assert run.meter.nodes == {name: {f"gpu-node-{i:04d}" for i in range(1, NODES + 1)}
+                                   for name in ("nvidia-dcgm", "nvidia-dcgm-exporter")}
 
 
 def test_the_old_stacks_pods_still_ready_do_not_end_the_wait(clusterpolicy: SimCluster) -> None:
-    run, step = _run(clusterpolicy, "gpucluster")
-    assert run.meter is not None
-    run.meter.sample()
-    mark = clusterpolicy.server.log.last_seq
-    with pytest.raises(GateFailed, match="every node served again by the stable names: not "
-                                         "within 5 s"):
-        ACTIONS[step.action](run, step)
-    assert run.meter.all_served()  # every node had a Ready endpoint all along: the old pods'
-    polls = clusterpolicy.server.log.find(mark, verb="list", resource="endpointslices")
-    pod_lists = clusterpolicy.server.log.find(mark, verb="list", resource="pods")
-    assert len(polls) > 4  # it polled the slices all along
-    assert len(pod_lists) == len(_selectors("gpucluster"))  # one listing, per selector
+    """...and the wait reads the slices from its watch and the pods once, not on every poll."""
+    with _run(clusterpolicy, "gpucluster") as (run, step):
+        assert run.meter is not None
+        run.meter.sample()
+        mark, began = clusterpolicy.server.log.last_seq, run.clock.monotonic()
+        with pytest.raises(GateFailed, match="every node served again by the stable names: "
+                                             "not within 5 s"):
+            ACTIONS[step.action](run, step)
+        assert run.clock.monotonic() - began > 5  # it polled all along
+        assert run.meter.all_served()  # every node had a Ready endpoint all along: old pods'
+    log = clusterpolicy.server.log
+    assert log.find(mark, verb="list", resource="endpointslices") == []  # watched
+    assert len(log.find(mark, verb="list", resource="pods")) == len(_selectors("gpucluster"))
 
 
 def _selectors(stack: str) -> list[str]:

@@ -10,30 +10,38 @@ from __future__ import annotations
 from typing import Any, cast
 
 from migrator.engine.gaps import GapMeter
-from migrator.kube.client import Kube, ObjList
+from migrator.engine.informer import Reflector
+from migrator.model.objects import SERVICE_NAME_LABEL
 from tests.helpers.clock import FakeClock
 
 
 class Slices:
-    """`Kube.list` of EndpointSlices by service name, from a dict the test changes."""
+    """The watched EndpointSlices (a reflector's `items`), one per service, from a dict the
+    test changes."""
 
     def __init__(self) -> None:
         self.ready: dict[str, dict[str, bool]] = {}  # service → node → ready
         self.pod: dict[str, str] = {}  # node → the uid of the pod serving it ("" by default)
 
-    def list(self, kind: Any, namespace: str | None = None, *,
-             label_selector: str | None = None) -> ObjList:
-        service = (label_selector or "").split("=", 1)[1]
-        endpoints = [{"nodeName": n, "conditions": {"ready": r},
-                      "targetRef": {"kind": "Pod", "uid": f"{service}-{self.pod.get(n, '')}"}}
-                     for n, r in self.ready.get(service, {}).items()]
-        return ObjList([{"endpoints": endpoints}], "1")
+    def items(self) -> list[dict[str, Any]]:
+        def endpoint(service: str, node: str, ready: bool) -> dict[str, Any]:
+            uid = f"{service}-{self.pod.get(node, '')}"
+            return {"nodeName": node, "conditions": {"ready": ready},
+                    "targetRef": {"kind": "Pod", "uid": uid}}
+
+        return [{"metadata": {"labels": {SERVICE_NAME_LABEL: service}},
+                 "endpoints": [endpoint(service, n, r) for n, r in nodes.items()]}
+                for service, nodes in self.ready.items()]
+
+
+def over(slices: Slices, services: list[str], clock: FakeClock) -> GapMeter:
+    return GapMeter(cast("Reflector[dict[str, Any]]", slices), services, clock)
 
 
 def test_a_gap_opens_and_closes_per_service_and_node() -> None:
     clock, slices = FakeClock(), Slices()
     slices.ready = {"dcgm": {"a": True, "b": True}, "exp": {"a": True, "b": False}}
-    meter = GapMeter(cast(Kube, slices), "ns", ["dcgm", "exp"], clock)
+    meter = over(slices, ["dcgm", "exp"], clock)
     meter.sample()
     assert meter.nodes == {"dcgm": {"a", "b"}, "exp": {"a"}}  # b's exporter: not waited for
     slices.ready["dcgm"]["a"] = False
@@ -69,7 +77,7 @@ def test_renewed_only_once_every_node_is_served_by_the_given_pods() -> None:
     clock, slices = FakeClock(), Slices()
     slices.ready = {"dcgm": {"a": True, "b": True}, "exp": {"a": True, "b": True}}
     slices.pod = {"a": "old", "b": "old"}
-    meter = GapMeter(cast(Kube, slices), "ns", ["dcgm", "exp"], clock)
+    meter = over(slices, ["dcgm", "exp"], clock)
     meter.sample()
     new = NewPods("dcgm-new", "exp-new")
     assert meter.all_served() and not meter.renewed(new)  # the old pods serve every node
@@ -83,7 +91,7 @@ def test_renewed_only_once_every_node_is_served_by_the_given_pods() -> None:
     slices.ready["exp"]["b"] = True
     meter.sample()
     assert meter.all_served() and meter.renewed(new)
-    other = GapMeter(cast(Kube, slices), "ns", ["dcgm", "exp"], clock)
+    other = over(slices, ["dcgm", "exp"], clock)
     other.sample()
     assert not other.renewed(NewPods("dcgm-new"))  # the exporter's pods are not among them
 
@@ -92,7 +100,7 @@ def test_the_new_pods_are_listed_only_when_an_unjudged_pod_serves_a_waiting_node
     clock, slices = FakeClock(), Slices()
     slices.ready = {"dcgm": {"a": True, "b": True}}
     slices.pod = {"a": "old-a", "b": "old-b"}
-    meter = GapMeter(cast(Kube, slices), "ns", ["dcgm"], clock)
+    meter = over(slices, ["dcgm"], clock)
     new = NewPods()  # the new stack's pods: none yet
     meter.sample()
     assert not meter.renewed(new) and new.listed == 1

@@ -5,16 +5,23 @@ where an uninterrupted run ends. Real subprocesses, bounded waits."""
 
 from __future__ import annotations
 
+import copy
 import json
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.controllers.rendering import DEPLOY_LABELS
+from dcgm_sim.seed import seeded_cr
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
+from migrator.model.stackchange import clean_cr
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, EndState, Env
 
@@ -104,3 +111,38 @@ def test_sigterm_while_a_rollback_waits_for_its_rollout(fresh: Callable[..., Env
     assert [p["status"] for p in crash.state_document(env.sim)["phases"]] == ["rolled-back"] * 3
     assert crash.diff(before, crash.comparable(env.sim)) == []
     assert not env.finish()
+
+
+def test_sigterm_while_change_stack_waits_stops_it_at_once_and_the_rerun_completes(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """Mid-change, waiting for the new stack's pods with the stable names' EndpointSlices
+    watched for the gap meter: the watch ends with the run (no wait for the server to end the
+    stream), the lock is released, and the same command completes the change."""
+    env = fresh("clusterpolicy", monitor=False, time_scale=1.0,
+                operator_reconcile_seconds=RESYNC_SECONDS)
+    assert crash.run(env.kubeconfig, *APPLY).code == 0
+    for node in env.sim.store.list(kinds.NODE)[0]:
+        node = copy.deepcopy(node)
+        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS["gpucluster"]})
+        env.sim.store.update(kinds.NODE, node)
+    manifest = tmp_path / "gpucluster.yaml"
+    manifest.write_text(yaml.safe_dump(clean_cr(seeded_cr("gpucluster"))))
+    args = ("change-stack", "--to", "gpucluster", "-f", str(manifest), "--delete-cr",
+            "gpu-cluster-policy", "--yes", "--settle", "0s")
+    proc = crash.start(env.kubeconfig, *args)
+    crash.until(lambda: bool(env.sim.store.list(kinds.GPU_CLUSTER)[0]), proc)
+    time.sleep(0.5)  # created: the run waits for the new pods to serve every node
+    proc.send_signal(signal.SIGTERM)
+    began = time.monotonic()
+    code, _, err = crash.finish(proc)
+
+    assert code == 143, err
+    assert time.monotonic() - began < 10, "the run outlived its SIGTERM"
+    assert "waiting: every node served again by the stable names" in err
+    assert "interrupted (SIGTERM): run the same command again to resume" in err
+    assert _lock_annotations(env) == {}
+    assert _document(env)["stackChange"]["status"] == "in-progress"
+
+    again = crash.run(env.kubeconfig, *args)
+    assert again.code == 0, again.stderr
+    assert crash.state_document(env.sim)["stackChange"]["status"] == "completed"

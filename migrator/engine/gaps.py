@@ -86,6 +86,12 @@ class GapMeter:
     def all_served(self) -> bool:
         return not self._open
 
+    def served(self) -> dict[str, tuple[int, int]]:
+        """Per service: how many of the nodes it served at the start have a Ready endpoint
+        behind it now, of how many."""
+        return {service: (sum((service, node) not in self._open for node in nodes), len(nodes))
+                for service, nodes in self.nodes.items()}
+
     def renewed(self, new_pods: Callable[[], Collection[str]]) -> bool:
         """Every node served at the start is served by one of the new stack's pods at the last
         sample, behind every stable name. `new_pods` lists their uids; it is called only when a

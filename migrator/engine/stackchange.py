@@ -13,7 +13,7 @@ from typing import Any
 
 from migrator.engine.clock import Clock
 from migrator.engine.gaps import GapMeter
-from migrator.engine.progress import Listener
+from migrator.engine.progress import EndpointProgress, Listener
 from migrator.engine.reads import listed_pods
 from migrator.engine.state.document import State, stamp
 from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
@@ -95,6 +95,8 @@ def _wait(run: StackRun, what: str, done: Callable[[], bool]) -> None:
     while True:
         if run.meter is not None:
             run.meter.sample()
+            for service, (ready, baseline) in run.meter.served().items():  # shown on change
+                run.listener.endpoints(EndpointProgress(service, ready, baseline))
         if done():
             return
         if run.clock.monotonic() > deadline:

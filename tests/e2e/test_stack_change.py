@@ -11,6 +11,7 @@ write is tests/reliability/test_crash_stack_change.py."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,10 @@ def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
         assert res.code == 0, res.stdout + res.stderr
         env.until(lambda: served(env), 120, "every node served again")
     assert_names_kept(forward, before)
+    for name in STABLE:  # the waits showed each name's nodes dip and come back
+        shown = [int(n) for n in re.findall(
+            rf"endpoints Service/{name}: (\d+) ready \(baseline {NODES}\)", res.stderr)]
+        assert shown and min(shown) < NODES and shown[-1] == NODES, shown
     assert crs(env, kinds.CLUSTER_POLICY) == [] and crs(env, kinds.GPU_CLUSTER) == ["gpu-cluster"]
     for name in STABLE:
         svc = env.service(name)

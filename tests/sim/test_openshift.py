@@ -68,6 +68,12 @@ def _guard_pods(sim: SimCluster) -> list[dict[str, Any]]:
     return [p for p in pods if p["metadata"]["name"].startswith(f"{GUARD}-")]
 
 
+def _addressed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Both guard pods once each has its address (one with an address and one without is not
+    enough: the test moves a slice from one pod's address to the other's)."""
+    return pods if len(pods) == 2 and all(p["status"].get("podIP") for p in pods) else []
+
+
 def _slice(name: str, address: str) -> str:
     """An EndpointSlice as the guard writes one for a stable name (its pod's address)."""
     return yaml.safe_dump({
@@ -92,8 +98,7 @@ def test_the_docs_manifests_run_on_openshift_unchanged(openshift: SimCluster,
     applied = kubectl(admin, "apply", "-f", str(REPO / "docs" / "rbac.yaml"),
                       "-f", str(REPO / "docs" / "guard.yaml"))
     assert applied.returncode == 0, applied.stderr
-    pods = sim.wait_for(lambda: [p for p in _guard_pods(sim) if p["status"].get("podIP")]
-                        if len(_guard_pods(sim)) == 2 else [], timeout=30)
+    pods = sim.wait_for(lambda: _addressed(_guard_pods(sim)), timeout=30)
     for pod in pods:  # restricted-v2 gave each container the range's first UID
         assert "runAsUser" not in pod["spec"]["securityContext"]
         assert [c["securityContext"]["runAsUser"] for c in pod["spec"]["containers"]] == [FIRST]

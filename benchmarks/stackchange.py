@@ -14,7 +14,6 @@ Measurements, never assertions.
 from __future__ import annotations
 
 import argparse
-import copy
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,13 +23,11 @@ import yaml
 
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
-from dcgm_sim.controllers.rendering import DEPLOY_LABELS
 from dcgm_sim.requestlog import RequestRecord
-from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
-from migrator.model.stackchange import clean_cr
 from tests.helpers import crash
 from tests.helpers.stablenames import StableNames, watching
+from tests.helpers.stackprep import label_nodes, manifest
 
 NS = "gpu-operator"
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
@@ -58,17 +55,8 @@ def _cluster(nodes: int, scale: float) -> SimCluster:
     sim.__enter__()
     done = crash.run(sim.kubeconfig, "apply", "--phase", "3", "--yes", "--settle", "0s")
     assert done.code == 0, done.output
-    for node in sim.store.list(kinds.NODE)[0]:
-        node = copy.deepcopy(node)
-        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS["gpucluster"]})
-        sim.store.update(kinds.NODE, node)
+    label_nodes(sim, "gpucluster")
     return sim
-
-
-def _manifest(folder: Path, stack: str) -> str:
-    path = folder / f"{stack}.yaml"
-    path.write_text(yaml.safe_dump(clean_cr(seeded_cr(stack))))
-    return str(path)
 
 
 Measured = tuple[StableNames, list[RequestRecord]]
@@ -125,17 +113,17 @@ def main(argv: list[str] | None = None) -> None:
         sim = _cluster(args.nodes, args.time_scale)
         try:
             rows.append(row("change-stack → gpucluster", _change(
-                sim, args.nodes, "gpucluster", _manifest(folder, "gpucluster"),
+                sim, args.nodes, "gpucluster", str(manifest(folder, "gpucluster")),
                 "gpu-cluster-policy")))
             rows.append(row("change-stack → clusterpolicy", _change(
-                sim, args.nodes, "clusterpolicy", _manifest(folder, "clusterpolicy"),
+                sim, args.nodes, "clusterpolicy", str(manifest(folder, "clusterpolicy")),
                 "gpu-cluster")))
         finally:
             sim.stop()
         sim = _cluster(args.nodes, args.time_scale)
         try:
             rows.append(row("delete, create, wait, apply (plain)",
-                            _plain(sim, args.nodes, _manifest(folder, "gpucluster"))))
+                            _plain(sim, args.nodes, str(manifest(folder, "gpucluster")))))
         finally:
             sim.stop()
     print(f"stack change on the released operator: {args.nodes} nodes, time scale "

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
-from dcgm_sim.controllers.rendering import DEPLOY_LABELS
 from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
 from migrator.model.stackchange import clean_cr
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.stablenames import StableNames, watching
+from tests.helpers.stackprep import label_nodes, manifest
 
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 # The GPUCluster's Services, which go with it: its finalizer drains their pods first, so they
@@ -34,22 +34,6 @@ DRA = ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
 # machine stretched the new pods past --max-gap).
 SCALE = 0.2
 NODES = 3
-
-
-def label_nodes(env: E2E, stack: str) -> None:
-    """docs/runbook.md step 1: label the GPU nodes for the new stack's DCGM components
-    (`kubectl label nodes -l nvidia.com/gpu.present=true ...`)."""
-    for node in env.sim.store.list(kinds.NODE)[0]:
-        node = copy.deepcopy(node)
-        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS[stack]})
-        env.sim.store.update(kinds.NODE, node)
-
-
-def manifest(tmp_path: Path, stack: str) -> Path:
-    """The new CR's manifest, as a user keeps it (no status, no server fields)."""
-    path = tmp_path / f"{stack}.yaml"
-    path.write_text(yaml.safe_dump(clean_cr(seeded_cr(stack))))
-    return path
 
 
 def crs(env: E2E, kind: kinds.Kind) -> list[str]:
@@ -131,7 +115,7 @@ def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
     by side."""
     env = migrated_clusterpolicy(e2e_factory)
     before = cluster_ips(env)
-    label_nodes(env, "gpucluster")
+    label_nodes(env.sim, "gpucluster")
     with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as forward:
         res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
         assert res.code == 0, res.stdout + res.stderr
@@ -171,7 +155,7 @@ def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
     assert verify.code == 0, verify.stdout
 
     plain_env = migrated_clusterpolicy(e2e_factory)
-    label_nodes(plain_env, "gpucluster")
+    label_nodes(plain_env.sim, "gpucluster")
     plain_before = cluster_ips(plain_env)
     with plain_env.monitor.replacing(*STABLE), watching(plain_env.sim, NS, STABLE) as plain:
         plain_procedure(plain_env, manifest(tmp_path, "gpucluster"))
@@ -237,7 +221,7 @@ def test_change_stack_refuses_to_create_a_second_cr(
 def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:
     env = e2e_factory("clusterpolicy", nodes=NODES)  # the suite's fast clock: no figures here
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    label_nodes(env, "gpucluster")
+    label_nodes(env.sim, "gpucluster")
     return env
 
 
@@ -312,7 +296,7 @@ def test_the_per_node_gap_is_bounded_by_a_gate_and_the_rerun_resumes(
             stopped.stderr
         assert "are the nodes labelled" in stopped.stderr
         assert env.state()["stackChange"]["status"] == "in-progress"
-        label_nodes(env, "gpucluster")
+        label_nodes(env.sim, "gpucluster")
         resumed = change(env, "gpucluster", path, "gpu-cluster-policy")
         assert resumed.code == 0, resumed.stdout + resumed.stderr
     assert_names_kept(seen, before)

@@ -13,7 +13,6 @@ ends, back with its k-th write killed: one cluster set up per k serves both dire
 from __future__ import annotations
 
 import atexit
-import copy
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -22,15 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
-from dcgm_sim.controllers.rendering import DEPLOY_LABELS
-from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
-from migrator.model.stackchange import clean_cr
 from tests.helpers import cli, crash
 from tests.helpers.stablenames import watching
+from tests.helpers.stackprep import label_nodes, manifest
 from tests.reliability.conftest import APPLY, NS, Env
 
 SHARDS = 4
@@ -54,15 +50,12 @@ class Reference:
 def _ready_for_change(fresh: Callable[..., Env], back: bool = False) -> Env:
     """A migrated ClusterPolicy cluster, its nodes labelled for the GPUCluster's DCGM; `back`:
     changed to the GPUCluster already (uninterrupted), for the reference change back."""
-    MANIFEST.write_text(yaml.safe_dump(clean_cr(seeded_cr("gpucluster"))))
-    BACK.write_text(yaml.safe_dump(clean_cr(seeded_cr("clusterpolicy"))))
+    manifest(FOLDER, "gpucluster")
+    manifest(FOLDER, "clusterpolicy")
     env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
     res = cli.run(env.kubeconfig, *APPLY)
     assert res.code == 0, res.stderr
-    for node in env.sim.store.list(kinds.NODE)[0]:
-        node = copy.deepcopy(node)
-        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS["gpucluster"]})
-        env.sim.store.update(kinds.NODE, node)
+    label_nodes(env.sim, "gpucluster")
     if back:
         done = crash.run(env.kubeconfig, *ARGS)
         assert done.code == 0, done.output[-2000:]

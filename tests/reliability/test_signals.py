@@ -5,7 +5,6 @@ where an uninterrupted run ends. Real subprocesses, bounded waits."""
 
 from __future__ import annotations
 
-import copy
 import json
 import signal
 import time
@@ -14,15 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
-from dcgm_sim.controllers.rendering import DEPLOY_LABELS
-from dcgm_sim.seed import seeded_cr
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
-from migrator.model.stackchange import clean_cr
 from tests.helpers import crash
+from tests.helpers.stackprep import label_nodes, manifest
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, EndState, Env
 
 STATE_CM = "dcgm-migrate-state"
@@ -121,13 +117,9 @@ def test_sigterm_while_change_stack_waits_stops_it_at_once_and_the_rerun_complet
     env = fresh("clusterpolicy", monitor=False, time_scale=1.0,
                 operator_reconcile_seconds=RESYNC_SECONDS)
     assert crash.run(env.kubeconfig, *APPLY).code == 0
-    for node in env.sim.store.list(kinds.NODE)[0]:
-        node = copy.deepcopy(node)
-        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS["gpucluster"]})
-        env.sim.store.update(kinds.NODE, node)
-    manifest = tmp_path / "gpucluster.yaml"
-    manifest.write_text(yaml.safe_dump(clean_cr(seeded_cr("gpucluster"))))
-    args = ("change-stack", "--to", "gpucluster", "-f", str(manifest), "--delete-cr",
+    label_nodes(env.sim, "gpucluster")
+    args = ("change-stack", "--to", "gpucluster", "-f", str(manifest(tmp_path, "gpucluster")),
+            "--delete-cr",
             "gpu-cluster-policy", "--yes", "--settle", "0s")
     proc = crash.start(env.kubeconfig, *args)
     crash.until(lambda: bool(env.sim.store.list(kinds.GPU_CLUSTER)[0]), proc)

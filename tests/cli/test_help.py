@@ -4,6 +4,8 @@ the kubectl plugin's program name."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,3 +106,20 @@ def test_install_completion_writes_the_script_for_the_shell(
     script = tmp_path / ".bash_completions" / "dcgm-migrate.sh"
     assert "_DCGM_MIGRATE_COMPLETE=complete_bash" in script.read_text()
     assert str(script) in (tmp_path / ".bashrc").read_text()
+
+
+def test_main_freezes_what_the_imports_made_so_no_collection_walks_it_again() -> None:
+    """The start-up target (docs/performance.md, Targets): every command pays the collections
+    of the objects its imports made, the interpreter's last ones at exit too, unless `main`
+    freezes them first. Measured at exit, in a process of its own."""
+    probe = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n"
+             "from migrator.cli.app import main\n"
+             "sys.argv = ['dcgm-migrate', '--version']\n"
+             "main()\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(__version__)
+    frozen = int(re.search(r"frozen (\d+)", done.stderr).group(1))  # type: ignore[union-attr]
+    assert frozen > 10_000, frozen  # the kubernetes client, typer, rich, the tool: ~60,000

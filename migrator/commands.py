@@ -225,7 +225,8 @@ def _dry_run(session: Session, told: Told, request: RunRequest, snap: Snapshot,
     found = projecting.preview(backend, state, report, request.phase,
                                rollback=operation == "rollback")
     told.say(found.report.warnings)
-    for view in found.report.phases:
+    views = found.report.phases
+    for view in reversed(views) if operation == "rollback" else views:  # in the run's order
         if view.preview is not None:
             session.listener.message(f"dry run: phase {view.number} ({view.name}) "
                                      f"{view.preview.outcome.replace('-', ' ')}")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from migrator.kube.client import Kube
 
 WOULD_RUN = "would-run"  # the run would plan and write this phase (or only wait, if nothing)
+WOULD_ROLL_BACK = "would-roll-back"  # `rollback`: the run would undo what this phase wrote
 HOLDS = "holds"  # completed, and it still holds: the run would leave it alone
 WOULD_STOP = "would-stop"  # a gate refuses: the run would stop before this phase's write
 NOT_REACHED = "not-reached"  # an earlier phase would stop the run first
@@ -140,7 +141,7 @@ class Project:
         assert self._on is not None
         if work.plan.steps or work.plan.checks:
             self._on.waits += afterwrite.baselines_said(work.plan)
-        self._close(WOULD_RUN)
+        self._close(WOULD_ROLL_BACK if work.rollback else WOULD_RUN)
 
     def _close(self, outcome: str | None) -> None:
         on = self._on

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class PhasePreview:
     """`apply --dry-run`: what the run would do with one phase."""
 
-    outcome: str  # would-run | holds | would-stop | not-reached
+    outcome: str  # would-run | would-roll-back | holds | would-stop | not-reached
     would_wait_for: tuple[str, ...]
 
 

@@ -177,7 +177,7 @@ def test_rollback_dry_run_walks_the_undo_and_persists_nothing(
     doc = res.json()  # validated against docs/output.schema.json
     views = doc["phases"]
     assert [v["status"] for v in views] == ["completed"] * 3, "a dry run records nothing"
-    assert [v["preview"]["outcome"] for v in views] == ["would-run"] * 3
+    assert [v["preview"]["outcome"] for v in views] == ["would-roll-back"] * 3
     assert not [g for v in views for g in v["gates"] if not g["ok"]]
     assert {c["object"] for c in views[1]["changes"]} == {
         "Service/nvidia-dcgm", "Service/nvidia-dcgm-exporter"}
@@ -191,7 +191,10 @@ def test_rollback_dry_run_walks_the_undo_and_persists_nothing(
     assert env.writes(since=mark) == []
     assert env.objects() == before
     assert env.state() == state
-    assert "dry run: phase 1 (label) would run" in res.stderr
+    said = [line.split("dry run: ", 1)[1] for line in res.stderr.splitlines()
+            if "dry run: phase " in line]
+    assert said == ["phase 3 (switch) would roll back", "phase 2 (alias) would roll back",
+                    "phase 1 (label) would roll back"], said  # in the order it undoes them
 
 
 def test_rollback_dry_run_of_a_phase_never_applied_is_refused(

@@ -127,10 +127,9 @@ def targets(results: Obj) -> list[Obj]:
         for r in reads:
             if r["nodes"] == nodes and r.get("ratios"):
                 ratio = r["ratios"]["status_vs_kubectl"]
-                limit = STATUS_TARGET_RATIO
-                out.append({"target": f"status/kubectl <= {limit:g} at {nodes} nodes "
-                                      f"({r['stack']})",
-                            "met": ratio is not None and ratio <= limit,
+                out.append({"target": f"status/kubectl <= {STATUS_TARGET_RATIO:g} at {nodes} "
+                                      f"nodes ({r['stack']})",
+                            "met": ratio is not None and ratio <= STATUS_TARGET_RATIO,
                             "figure": f"ratio {ratio} (status "
                                       f"{r['commands']['status']['wall_s']['median']}s, kubectl "
                                       f"{r['commands']['kubectl']['wall_s']['median']}s)"})

@@ -263,7 +263,8 @@ def prog_name(argv0: str) -> str | None:
 def main() -> None:
     """Console-script entry point (`dcgm-migrate`, `kubectl-dcgm_migrate`). The objects the
     imports made live until exit: frozen, no collection walks them again, the interpreter's
-    last ones at exit included (0.1 s of every command's start-up; docs/performance.md)."""
+    last ones at exit included (about 0.07 s of every command's start-up;
+    docs/performance.md)."""
     gc.freeze()
     app(prog_name=prog_name(sys.argv[0]))
 

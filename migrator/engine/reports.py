@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PhasePreview:
-    """`apply --dry-run`: what the run would do with one phase."""
+    """`apply --dry-run` and `rollback --dry-run`: what the run would do with one phase."""
 
     outcome: str  # would-run | would-roll-back | holds | would-stop | not-reached
     would_wait_for: tuple[str, ...]

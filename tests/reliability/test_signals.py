@@ -113,8 +113,9 @@ def test_sigterm_while_change_stack_waits_stops_it_at_once_and_the_rerun_complet
         fresh: Callable[..., Env], tmp_path: Path) -> None:
     """Mid-change, waiting for the new stack's pods with the stable names' EndpointSlices
     watched for the gap meter: the watch ends with the run (no wait for the server to end the
-    stream), the lock is released, and the same command completes the change."""
-    env = fresh("clusterpolicy", monitor=False, time_scale=1.0,
+    stream), the lock is released, and the same command completes the change. The new pods
+    take 6 simulated (here real) seconds to start, so the wait outlasts a loaded machine."""
+    env = fresh("clusterpolicy", monitor=False, time_scale=1.0, pod_start_seconds=6.0,
                 operator_reconcile_seconds=RESYNC_SECONDS)
     assert crash.run(env.kubeconfig, *APPLY).code == 0
     label_nodes(env.sim, "gpucluster")
@@ -122,8 +123,18 @@ def test_sigterm_while_change_stack_waits_stops_it_at_once_and_the_rerun_complet
             "--delete-cr",
             "gpu-cluster-policy", "--yes", "--settle", "0s")
     proc = crash.start(env.kubeconfig, *args)
-    crash.until(lambda: bool(env.sim.store.list(kinds.GPU_CLUSTER)[0]), proc)
-    time.sleep(0.5)  # created: the run waits for the new pods to serve every node
+
+    def retargeted() -> bool:  # the step before the wait for the new pods, recorded done
+        steps = _document(env).get("stackChange", {}).get("steps") or {}
+        return all((steps.get(f"retarget/Service/{name}") or {}).get("status") == "done"
+                   for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"))
+
+    crash.until(retargeted, proc)
+    mark = env.mark()
+    # Each poll of the wait reads the kept Services; its first poll says "waiting: ..." before
+    # it sleeps, so a second read of one proves the run is inside the wait.
+    crash.until(lambda: len(env.sim.server.log.find(
+        mark, verb="get", resource="services", name="nvidia-dcgm")) >= 2, proc)
     proc.send_signal(signal.SIGTERM)
     began = time.monotonic()
     code, _, err = crash.finish(proc)

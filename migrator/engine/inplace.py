@@ -104,6 +104,8 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
                        "check the kube-controller-manager, then rerun to resume (the "
                        "DaemonSet's own updateStrategy is restored by that run)")
     done, left = _patch_pods(backend, phase, step, *found[0]) if found else (0, [])
+    if done:
+        _until_counted(backend, phase, step, len(left))
     backend.record(phase, step, "done")
     note = (f"DaemonSet/{name}: {counted(done, 'pod')} relabelled in place"
             + (f"; left to its rollout: {'; '.join(left)}" if left else ""))
@@ -111,6 +113,39 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     if left:
         backend.result.notes.append(note)
     backend.listener.step(StepEvent(rec.number, step, "done"))
+
+
+def counted_updated(ds: Mapping[str, Any] | None, left: int) -> GateResult:
+    """The DaemonSet controller counts the relabelled pods as updated: it has observed the
+    current spec, and `updatedNumberScheduled` misses no node but those of pods `left` to roll.
+    The controller reads pods and DaemonSets through separate informers, and counts from the
+    same pod cache it rolls from: restoring RollingUpdate before it has seen the relabels would
+    let it delete pods it still takes for old (`IsPodUpdated` compares their hash label)."""
+    name = o.name(ds) if ds is not None else "?"
+    if ds is None:
+        return GateResult(f"counted-updated/{name}", True, "DaemonSet gone")
+    status, generation = ds.get("status") or {}, o.meta(ds).get("generation")
+    observed = generation is None or int(status.get("observedGeneration") or 0) >= generation
+    updated = int(status.get("updatedNumberScheduled") or 0)
+    desired = int(status.get("desiredNumberScheduled") or 0)
+    ok = observed and updated + left >= desired
+    return GateResult(f"counted-updated/{name}", ok,
+                      f"its controller counts {updated}/{desired} pods updated"
+                      + (f", {left} left to roll" if left else "")
+                      + ("" if observed else ", the current spec not observed yet"))
+
+
+def _until_counted(backend: Applier, phase: PhaseWork, step: RelabelPods, left: int) -> None:
+    """Wait for `counted_updated` before the strategy can be restored."""
+    name = step.daemonset
+    results = backend.until(lambda: [counted_updated(
+        backend.kube.get(kinds.DAEMONSET, name, backend.namespace), left)], kinds.DAEMONSET)
+    if g.failed(results):
+        backend.refuse(phase.rec, f"DaemonSet/{name}: its controller has not counted the "
+                       f"relabelled pods as updated within {backend.settings.timeout:g}s "
+                       f"({results[0].detail}); it stays on OnDelete",
+                       "check the kube-controller-manager, then rerun to resume (the "
+                       "DaemonSet's own updateStrategy is restored by that run)")
 
 
 def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,

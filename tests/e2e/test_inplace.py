@@ -115,6 +115,27 @@ def test_apply_phase3_in_place_restarts_no_pod_and_dips_no_endpoint(
     assert ok.code == 0, ok.stdout + ok.stderr
 
 
+@pytest.mark.parametrize("command", [("apply", "--phase", "1"), ("rollback", "--phase", "1")])
+def test_a_lagging_pod_informer_sees_every_relabel_before_the_strategy_is_restored(
+        e2e_factory: Callable[..., E2E], command: tuple[str, ...]) -> None:
+    """The DaemonSet controller's pod informer runs 20 simulated seconds behind its DaemonSet
+    informer, as on a loaded kube-controller-manager: the run restores RollingUpdate only once
+    the controller counts the relabelled pods as updated, so it takes none for old and rolls
+    none. Restored at once, the controller rolls a pod per maxUnavailable."""
+    env = e2e_factory("clusterpolicy")
+    if command[0] == "rollback":
+        assert env.cli("apply", "--phase", "1", "--yes").code == 0
+    env.sim.controllers.daemonsets.pod_events_lag = 20.0
+    before, services = _uids(env), _services(env)
+    res = env.cli(*command, "--yes", "--settle", "0s")
+    assert res.code == 0, res.stdout + res.stderr
+    env.sim.controllers.daemonsets.pod_events_lag = 0.0
+    assert env.sim.wait_idle(), "the controllers did not settle"
+    assert _uids(env) == before, "a pod was replaced"
+    _assert_whole(env, labelled=command[0] == "apply")
+    _no_dip(env, services)
+
+
 def test_rollback_phase1_in_place(e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("clusterpolicy")
     assert env.cli("apply", "--phase", "1", "--yes").code == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 DSKey = tuple[str, str]
 DEFAULT_GRACE_SECONDS = 30
+LAGGED = "lagged-pod-events"  # the timer that hands the lagging pod events on
 
 
 # ---- the controller --------------------------------------------------------------------------
@@ -76,6 +78,13 @@ class DaemonSetController(Controller):
         self._orphans: dict[str, dict[str, Obj]] = {}  # namespace -> name -> pod, no controller
         self._owner_of: dict[str, str] = {}  # pod uid -> the DaemonSet uid it is indexed under
         self._scheduler = PendingPods(store, self._nodes)  # the default scheduler's part
+        # Simulated seconds its pod informer runs behind its DaemonSet informer (0: in step).
+        # kube-controller-manager reads pods and DaemonSets through separate informers with no
+        # order between them (`NewDaemonSetsController`'s `podInformer` and `dsInformer`), so
+        # under load a DaemonSet change can be synced against a pod cache that has not yet seen
+        # pod writes made before it. Tests set it to prove a writer does not rely on that order.
+        self.pod_events_lag = 0.0
+        self._lagged: deque[tuple[float, Event]] = deque()
 
     # ---- caches ----------------------------------------------------------------------------
 
@@ -144,7 +153,34 @@ class DaemonSetController(Controller):
         return [key for key, ds in self._dsets.items()
                 if key[0] == ns and adoption.claimable(ds, pod)]
 
+    def _in_informer_order(self, events: list[Event]) -> list[Event]:
+        """`events` as the informers deliver them with `pod_events_lag`: the pod events that are
+        due first (older than the rest), the others now, the newer pod events held back."""
+        now = self.clock.now()
+        for ev in events:
+            if ev.resource is kinds.POD and self.pod_events_lag > 0:
+                self._lagged.append((now + self.pod_events_lag, ev))
+        released: list[Event] = []
+        while self._lagged and self._lagged[0][0] <= now:
+            ev = self._lagged.popleft()[1]
+            if not self._older_than_cached(ev.object):
+                released.append(ev)
+        if self._lagged:
+            self.schedule(LAGGED, self._lagged[0][0] - now)
+        return released + [ev for ev in events
+                           if ev.resource is not kinds.POD or self.pod_events_lag <= 0]
+
+    def _older_than_cached(self, pod: Obj) -> bool:
+        """A late event older than the pod the controller cached from its own write (its
+        expectations, upstream): an informer never goes back, so neither does the cache."""
+        cache = self._pods.get(self._owner_of.get(pod["metadata"]["uid"], ""))
+        view = cache.get(pod["metadata"]["name"]) if cache is not None else None
+        return view is not None and int(view.obj["metadata"]["resourceVersion"]) > int(
+            pod["metadata"]["resourceVersion"])
+
     def handle(self, events: list[Event], due: list[Hashable]) -> None:
+        if self.pod_events_lag > 0 or self._lagged:
+            events = self._in_informer_order(events)
         dirty: set[DSKey] = set()
         for k in due:
             if isinstance(k, tuple):

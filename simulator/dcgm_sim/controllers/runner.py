@@ -99,6 +99,13 @@ class ControllerSet:
         return next((c for c in self.controllers if c.name == name), None)
 
     @property
+    def daemonsets(self) -> DaemonSetController:
+        """kube-controller-manager's DaemonSet controller (always on)."""
+        found = self.get("daemonset")
+        assert isinstance(found, DaemonSetController)
+        return found
+
+    @property
     def operator(self) -> OperatorImitation | None:
         """The GPU Operator imitation, when on."""
         found = self.get("operator")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
+from dcgm_sim.store import StoreError
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
 from tests.e2e.conftest import E2E, NS
@@ -110,13 +112,29 @@ def _rolled_out(env: E2E, name: str) -> bool:
     return rollout_complete(env.ds(name)).ok
 
 
+def _edit_ds(env: E2E, ds_name: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Read, change and write the DaemonSet as a client would: again on a conflict (its
+    controller's status write may land between the read and the write)."""
+    for _ in range(10):
+        ds = copy.deepcopy(env.ds(ds_name))
+        change(ds)
+        try:
+            env.sim.store.update(kinds.DAEMONSET, ds)
+            return
+        except StoreError as err:
+            if err.code != 409:
+                raise
+    raise AssertionError(f"DaemonSet/{ds_name}: still conflicting after 10 tries")
+
+
 def _label_template(env: E2E, ds_name: str, key: str, strategy: str | None = None) -> None:
-    ds = copy.deepcopy(env.ds(ds_name))
-    ds["spec"]["template"]["metadata"]["labels"][key] = "true"
-    ds["metadata"]["labels"][key] = "true"
-    if strategy:
-        ds["spec"]["updateStrategy"] = {"type": strategy}
-    env.sim.store.update(kinds.DAEMONSET, ds)
+    def change(ds: dict[str, Any]) -> None:
+        ds["spec"]["template"]["metadata"]["labels"][key] = "true"
+        ds["metadata"]["labels"][key] = "true"
+        if strategy:
+            ds["spec"]["updateStrategy"] = {"type": strategy}
+
+    _edit_ds(env, ds_name, change)
 
 
 def test_old_pods_with_new_template_refuse_the_switch(e2e_factory: Callable[..., E2E]) -> None:
@@ -124,9 +142,7 @@ def test_old_pods_with_new_template_refuse_the_switch(e2e_factory: Callable[...,
     keep running without them: the switch is refused, naming the pods."""
     env = e2e_factory("gpucluster")
     for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
-        ds = copy.deepcopy(env.ds(name))
-        ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
-        env.sim.store.update(kinds.DAEMONSET, ds)
+        _edit_ds(env, name, lambda ds: ds["spec"].update(updateStrategy={"type": "OnDelete"}))
     _label_template(env, "nvidia-dcgm-dra", DCGM)
     _label_template(env, "nvidia-dcgm-exporter-dra", EXPORTER)
     mark = env.mark()

@@ -194,6 +194,7 @@ def test_a_clusterpolicy_beside_a_running_gpucluster_stalls_both_and_deletes_not
     """The GPUCluster controller does not watch ClusterPolicies: it notices at its next
     one-minute requeue, and leaves the objects it rendered as they are."""
     k = make_api("gpucluster")
+    k.sim.wait_idle()  # the controllers' start reconciles are over
     created = k.now()
     k.create_cr(CP, R.CLUSTERPOLICY)
     k.wait(lambda: k.error_is(CP, "gpu-cluster-policy", "ReconcileFailed", CONFLICT), 10,

@@ -25,7 +25,9 @@ from migrator.engine.stackchange import (
     rollback,
 )
 from migrator.engine.state import State
-from migrator.errors import UsageError
+from migrator.errors import APIInvalid, UsageError
+from migrator.model import kinds
+from migrator.model import objects as o
 from migrator.model import stackchange as sc
 from migrator.model.planning import Options
 
@@ -72,8 +74,24 @@ def plan(session: Session, request: StackRequest) -> StackOutcome:
     snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
     change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
                      request.delete_cr)
+    _admitted(session, change.new_cr)
     recorded = _state(session)[0].stack_change
     return StackOutcome(change, recorded if (recorded or {}).get("to") == change.target else None)
+
+
+def _admitted(session: Session, new_cr: Mapping[str, Any]) -> None:
+    """The API server's own judgement of -f before any write: a server-side dry-run create
+    (the CRD's schema and validation rules, such as the one name a GPUCluster may have), so
+    a manifest it refuses stops the change before the old CR is deleted."""
+    kind = kinds.BY_KIND[str(new_cr.get("kind"))]
+    if session.kube.get(kind, o.name(new_cr)) is not None:
+        return  # created already: a resumed change
+    try:
+        session.kube.create(sc.clean_cr(new_cr), kind=kind, dry_run=True)
+    except APIInvalid as err:
+        raise UsageError(f"The API server refuses the {kind.kind} in -f: {err}",
+                         "fix the manifest, then run change-stack again (nothing was written)"
+                         ) from err
 
 
 def change_stack(session: Session, request: StackRequest,

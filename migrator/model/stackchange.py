@@ -92,6 +92,12 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
             f"pass the {want.kind} manifest you want the GPU Operator to run")
     if not o.meta(new_cr).get("name"):
         raise UsageError(f"the {want.kind} in -f has no metadata.name.", "give it a name")
+    if target == "gpucluster" and not exporter_enabled(new_cr):
+        raise UsageError(
+            "The GPUCluster in -f runs no DCGM Exporter (it has no enabled spec.dcgmExporter), "
+            "so nvidia-dcgm-exporter would lose every endpoint.",
+            "add `dcgmExporter: {}` (or your exporter settings) under the GPUCluster's spec, "
+            "as the operator's sample GPUCluster has")
     source = source_of(target)
     old_kind, new_kind = catalog.stack(source).cr.kind, want.kind
     olds = list(snapshot.cluster_policies if source == "clusterpolicy" else snapshot.gpu_clusters)
@@ -164,6 +170,14 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
     return ChangePlan(source if old is not None else "none", target, dict(new_cr),
                       clean_cr(old) if old is not None else None, tuple(steps),
                       tuple(warnings))
+
+
+def exporter_enabled(gpucluster: Mapping[str, Any]) -> bool:
+    """The GPUCluster renders DCGM Exporter: its state runs only for a `dcgmExporter` section
+    that is not disabled (GPU Operator internal/state/dcgm_exporter.go, `isEnabled`:
+    `cr.Spec.DCGMExporter != nil && cr.Spec.DCGMExporter.IsEnabled()`)."""
+    section = (gpucluster.get("spec") or {}).get("dcgmExporter")
+    return isinstance(section, Mapping) and section.get("enabled") is not False
 
 
 def _ready(cr: Mapping[str, Any]) -> bool:

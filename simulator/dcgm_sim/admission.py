@@ -66,6 +66,7 @@ _STATUS_ON_CREATE: dict[str, Obj] = {
     DEPLOYMENT.key: {}, JOB.key: {}, CRON_JOB.key: {},
     REPLICA_SET.key: {"replicas": 0},  # `replicas` has no omitempty
 }
+GPU_CLUSTER_NAME = "gpu-cluster"  # the only name the GPUCluster CRD admits
 _PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 
 
@@ -108,6 +109,12 @@ def admit(kind: Kind, obj: Obj, old: Obj | None = None, *,
                        obj["spec"].get("selector"))
     elif kind == CRON_JOB:
         _cronjob(obj, errors)
+    elif kind == kinds.GPU_CLUSTER and name != GPU_CLUSTER_NAME:
+        # The CRD's x-kubernetes-validations rule (gpu-operator api/nvidia/v1alpha1/
+        # gpucluster_types.go, `+kubebuilder:validation:XValidation`), reported at the root
+        # as the apiextensions-apiserver's CEL validator reports it.
+        errors.add("Invalid", "<nil>", "GPUCluster is a singleton, metadata.name must be "
+                   "'gpu-cluster'", "object")
     elif kind == kinds.RESOURCE_CLAIM and old is not None and obj.get("spec") != old.get("spec"):
         # ValidateResourceClaimUpdate (pkg/apis/resource/validation): the spec is immutable.
         errors.add("Invalid", "spec", "field is immutable", obj.get("spec"))

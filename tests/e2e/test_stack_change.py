@@ -218,6 +218,38 @@ def test_change_stack_refuses_to_create_a_second_cr(
     assert crs(env, kinds.GPU_CLUSTER) == []
 
 
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda cr: cr["metadata"].update(name="gpus"),
+     "The API server refuses the GPUCluster in -f: GPUCluster.nvidia.com \"gpus\" is invalid: "
+     "<nil>: Invalid value: \"object\": GPUCluster is a singleton, metadata.name must be "
+     "'gpu-cluster'"),
+    (lambda cr: cr["spec"].pop("dcgmExporter"),
+     "The GPUCluster in -f runs no DCGM Exporter (it has no enabled spec.dcgmExporter)"),
+    (lambda cr: cr["spec"]["dcgmExporter"].update(enabled=False),
+     "The GPUCluster in -f runs no DCGM Exporter"),
+], ids=["a-name-the-crd-refuses", "no-exporter-section", "exporter-disabled"])
+def test_a_gpucluster_the_operator_would_refuse_or_run_without_exporter_is_refused_first(
+        e2e_factory: Callable[..., E2E], tmp_path: Path, edit: Callable[[dict[str, Any]], Any],
+        said: str) -> None:
+    """A GPUCluster manifest the API server refuses (the CRD admits only the name
+    `gpu-cluster`), or one that renders no DCGM Exporter, is refused before the ClusterPolicy
+    is deleted: exit 2, dry run and run alike, zero writes, the old stack running."""
+    env = migrated_clusterpolicy(e2e_factory)
+    cr = clean_cr(seeded_cr("gpucluster"))
+    edit(cr)
+    path = tmp_path / "gpucluster.yaml"
+    path.write_text(yaml.safe_dump(cr))
+    mark = env.mark()
+    for extra in (("--dry-run",), ("--yes",)):
+        res = env.cli("change-stack", "--to", "gpucluster", "-f", str(path), "--delete-cr",
+                      "gpu-cluster-policy", *extra)
+        assert res.code == 2, res.stdout + res.stderr
+        assert said in " ".join(res.stderr.split()), res.stderr
+    assert env.writes(since=mark) == []
+    assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
+    assert crs(env, kinds.GPU_CLUSTER) == []
+
+
 def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:
     env = e2e_factory("clusterpolicy", nodes=NODES)  # the suite's fast clock: no figures here
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0

@@ -44,7 +44,7 @@ def snapshot(cps: tuple[dict[str, Any], ...] = (), gcs: tuple[dict[str, Any], ..
 
 
 NEW_GC = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
-          "metadata": {"name": "gpu-cluster"}, "spec": {}}
+          "metadata": {"name": "gpu-cluster"}, "spec": {"dcgmExporter": {}}}
 REFUSED = ("PrerequisiteNotMet", 'A ClusterPolicy CR "cp" exists; a ClusterPolicy CR and '
            "GPUCluster CR may not exist at the same time")
 

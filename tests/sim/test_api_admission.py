@@ -206,3 +206,21 @@ def test_invalid_owner_reference_is_422(core: client.CoreV1Api) -> None:
         core.create_namespaced_service(NS, _svc(body))
     _, causes = _invalid(err.value)
     assert causes[0]["field"] == "metadata.ownerReferences[0].uid"
+
+
+def test_a_gpucluster_of_another_name_is_refused_as_its_crd_rule_says(raw: Raw) -> None:
+    """The CRD's x-kubernetes-validations rule (`self.metadata.name == 'gpu-cluster'`), dry
+    run or not; the one name it admits is created."""
+    def body(name: str) -> dict[str, Any]:
+        return {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
+                "metadata": {"name": name}, "spec": {}}
+
+    for query in ("?dryRun=All", ""):
+        code, doc, _ = raw("POST", f"/apis/nvidia.com/v1alpha1/gpuclusters{query}", body("gpus"))
+        assert code == 422, doc
+        assert doc["reason"] == "Invalid"
+        assert doc["message"] == ('GPUCluster.nvidia.com "gpus" is invalid: <nil>: Invalid '
+                                  'value: "object": GPUCluster is a singleton, metadata.name '
+                                  "must be 'gpu-cluster'")
+    code, doc, _ = raw("POST", "/apis/nvidia.com/v1alpha1/gpuclusters", body("gpu-cluster"))
+    assert code == 201, doc

@@ -75,13 +75,13 @@ def test_the_first_deletion_mark_moves_the_generation(
     which = ("nvidia.com", "v1alpha1", "gpuclusters")
     custom.create_cluster_custom_object(*which, {
         "apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
-        "metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "spec": {}})
-    assert store.get(kinds.GPU_CLUSTER, None, "held")["metadata"]["generation"] == 1
-    custom.delete_cluster_custom_object(*which, "held")
-    marked = store.get(kinds.GPU_CLUSTER, None, "held")["metadata"]
+        "metadata": {"name": "gpu-cluster", "finalizers": ["example.com/hold"]}, "spec": {}})
+    assert store.get(kinds.GPU_CLUSTER, None, "gpu-cluster")["metadata"]["generation"] == 1
+    custom.delete_cluster_custom_object(*which, "gpu-cluster")
+    marked = store.get(kinds.GPU_CLUSTER, None, "gpu-cluster")["metadata"]
     assert marked["deletionTimestamp"] and marked["generation"] == 2
-    custom.delete_cluster_custom_object(*which, "held")
-    assert store.get(kinds.GPU_CLUSTER, None, "held")["metadata"]["generation"] == 2
+    custom.delete_cluster_custom_object(*which, "gpu-cluster")
+    assert store.get(kinds.GPU_CLUSTER, None, "gpu-cluster")["metadata"]["generation"] == 2
 
 
 def test_update_removing_the_last_finalizer_deletes_the_object(

@@ -161,12 +161,12 @@ def test_merge_patch_through_the_server(raw: Raw) -> None:
 
 
 def test_strategic_patch_on_a_custom_resource_is_415(raw: Raw) -> None:
-    raw("POST", "/apis/nvidia.com/v1alpha1/gpuclusters", {"metadata": {"name": "g"}})
-    code, body, _ = raw("PATCH", "/apis/nvidia.com/v1alpha1/gpuclusters/g",
+    raw("POST", "/apis/nvidia.com/v1alpha1/gpuclusters", {"metadata": {"name": "gpu-cluster"}})
+    code, body, _ = raw("PATCH", "/apis/nvidia.com/v1alpha1/gpuclusters/gpu-cluster",
                         {"metadata": {"labels": {"a": "1"}}},
                         content_type="application/strategic-merge-patch+json")
     assert code == 415 and body["reason"] == "UnsupportedMediaType"
-    code, body, _ = raw("PATCH", "/apis/nvidia.com/v1alpha1/gpuclusters/g",
+    code, body, _ = raw("PATCH", "/apis/nvidia.com/v1alpha1/gpuclusters/gpu-cluster",
                         {"metadata": {"labels": {"a": "1"}}},
                         content_type="application/merge-patch+json")
     assert code == 200 and body["metadata"]["labels"] == {"a": "1"}

@@ -147,3 +147,23 @@ def test_render_follows_the_cr_spec_pure() -> None:
     assert all(o["metadata"]["namespace"] == "ns1" for o in remote)
     assert remote[0]["spec"]["updateStrategy"] == {"type": "RollingUpdate",
                                                    "rollingUpdate": {"maxUnavailable": 1}}
+
+
+def test_a_gpucluster_renders_the_exporter_only_with_its_section() -> None:
+    """internal/state/dcgm_exporter.go: the exporter state runs for a `dcgmExporter` section
+    that is not disabled; a GPUCluster without one renders no exporter (a ClusterPolicy's is
+    on by default)."""
+    cr = R.sample_cr(R.GPUCLUSTER)
+    cr["metadata"]["uid"] = "uid-1"
+    cr["apiVersion"], cr["kind"] = "nvidia.com/v1alpha1", "GPUCluster"
+
+    def daemonsets(spec: dict[str, Any]) -> list[str]:
+        return [o["metadata"]["name"] for o in R.render({**cr, "spec": spec}, "ns1")
+                if o["kind"] == "DaemonSet"]
+
+    spec = {k: v for k, v in cr["spec"].items() if k != "dcgmExporter"}
+    assert daemonsets(spec) == []
+    assert daemonsets({**spec, "dcgmExporter": {}}) == ["nvidia-dcgm-exporter-dra"]
+    assert daemonsets({**spec, "dcgmExporter": {"enabled": False}}) == []
+    policy = R.sample_cr(R.CLUSTERPOLICY)
+    assert R.state_enabled({**policy, "spec": {}}, "state-dcgm-exporter")

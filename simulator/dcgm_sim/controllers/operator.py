@@ -133,7 +133,7 @@ def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any], fx: Fixtures,
     no_services = releases.release(release).shared_services
     monitors = store.find(kinds.CRD, None, SERVICE_MONITOR_CRD) is not None
     out: list[tuple[kinds.Kind, str]] = []
-    for state, _, _ in R.STATES[R.CLUSTERPOLICY]:
+    for state, *_ in R.STATES[R.CLUSTERPOLICY]:
         enabled = R.state_enabled(cr, state)
         for doc in R.clusterpolicy_state_manifests(state, fx):
             kind = kinds.BY_KIND.get(doc.get("kind", ""))
@@ -157,7 +157,7 @@ def gpucluster_deletions(store: Store, cr: Mapping[str, Any], namespace: str,
     not already being deleted (with `spare_shared`, the fork's, not `nvidia-dcgm` /
     `nvidia-dcgm-exporter` either). By label only."""
     out: list[tuple[kinds.Kind, Obj]] = []
-    for state, _, _ in R.STATES[R.GPUCLUSTER]:
+    for state, *_ in R.STATES[R.GPUCLUSTER]:
         if R.state_enabled(cr, state):
             continue
         selector = labelselectors.selector_from_set({R.STATE_LABEL: state})

@@ -117,28 +117,36 @@ def stack_of(cr: Mapping[str, Any]) -> str:
     return CLUSTERPOLICY if cr.get("kind") == "ClusterPolicy" else GPUCLUSTER
 
 
-def _enabled(section: Mapping[str, Any] | None, default: bool) -> bool:
+def _enabled(section: Mapping[str, Any] | None, default: bool, absent: bool | None = None) -> bool:
+    """`section.enabled`, else `default`; a section left out is `absent` (None: `default`)."""
+    if section is None and absent is not None:
+        return absent
     if not section or section.get("enabled") is None:
         return default
     return bool(section["enabled"])
 
 
 # The states each stack's DCGM / DCGM Exporter objects belong to, in the operator's order, with
-# the CR spec section that switches each and whether it is on when the section says nothing
-# (ClusterPolicy: `isStateEnabled`, state_manager.go; GPUCluster: `dcgmEnabled` and the
-# exporter state's `isEnabled`, internal/state/dcgm.go, dcgm_exporter.go).
-STATES: dict[str, tuple[tuple[str, str, bool], ...]] = {
-    CLUSTERPOLICY: (("state-dcgm", "dcgm", True), ("state-dcgm-exporter", "dcgmExporter", True)),
-    GPUCLUSTER: (("state-dcgm", "dcgm", False), ("state-dcgm-exporter", "dcgmExporter", True)),
+# the CR spec section that switches each, whether it is on when the section does not say, and
+# whether it is on when the CR leaves the section out (ClusterPolicy: `isStateEnabled`,
+# state_manager.go, every section on; GPUCluster: `dcgmEnabled`, internal/state/gpucluster.go,
+# on only with `enabled: true`, and the exporter state's `isEnabled`,
+# internal/state/dcgm_exporter.go: `cr.Spec.DCGMExporter != nil && ...IsEnabled()`, so a
+# GPUCluster without a `dcgmExporter` section runs no exporter).
+STATES: dict[str, tuple[tuple[str, str, bool, bool], ...]] = {
+    CLUSTERPOLICY: (("state-dcgm", "dcgm", True, True),
+                    ("state-dcgm-exporter", "dcgmExporter", True, True)),
+    GPUCLUSTER: (("state-dcgm", "dcgm", False, False),
+                 ("state-dcgm-exporter", "dcgmExporter", True, False)),
 }
 
 
 def state_enabled(cr: Mapping[str, Any], state: str) -> bool:
     """Whether the CR enables `state` (one of `STATES[stack_of(cr)]`)."""
     spec = cr.get("spec") or {}
-    for name, section, default in STATES[stack_of(cr)]:
+    for name, section, default, absent in STATES[stack_of(cr)]:
         if name == state:
-            return _enabled(spec.get(section), default)
+            return _enabled(spec.get(section), default, absent)
     raise KeyError(f"no state {state!r} on the {stack_of(cr)} stack")
 
 

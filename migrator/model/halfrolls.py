@@ -16,8 +16,9 @@ from migrator.model.steps import HoldStrategy, RelabelPods, RestoreStrategy, Set
 from migrator.model.wording import counted
 
 HASH_LABEL = "controller-revision-hash"
-# The deprecated labels the DaemonSet controller still writes: a pod is updated when its
-# template generation is the DaemonSet's (upstream `daemon/util.IsPodUpdated`).
+# The deprecated labels the DaemonSet controller still writes: a pod of another template
+# generation runs an older template (the controller itself counts a pod updated by its hash
+# alone, `daemon/util.IsPodUpdated`, whose generation test compares with a pointer's text).
 TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 POD_GENERATION = "pod-template-generation"
 # Seconds the in-place path takes per pod (patch, 10 in flight, reads), over a floor for the hold,

@@ -96,17 +96,22 @@ def _roll_once(bare: Bare) -> None:
         for p in bare.pods(DCGM)))
 
 
-def test_generation_match_counts_as_updated_as_upstream(make_bare: Callable[..., Bare]) -> None:
-    """`IsPodUpdated` is hash OR template generation: orphans of a generation-1 DaemonSet are
-    "updated" for a re-created one (also at generation 1) even with another template."""
+def test_a_template_generation_match_alone_is_not_updated_as_upstream(
+        make_bare: Callable[..., Bare]) -> None:
+    """`IsPodUpdated` tests the hash, and the template generation against
+    `fmt.Sprint(dsTemplateGeneration)`, a pointer's address: orphans of a generation-1
+    DaemonSet are not "updated" for a re-created one of another template, although it is at
+    generation 1 too and their `pod-template-generation` says 1, so they are rolled."""
     bare = make_bare(nodes=3)
     before = {p["metadata"]["uid"] for p in bare.pods(DCGM)}
+    assert {p["metadata"]["labels"]["pod-template-generation"] for p in bare.pods(DCGM)} == {"1"}
     body = _fresh_copy(_orphan_delete(bare))
     body["spec"]["template"]["metadata"]["labels"]["extra"] = "yes"
     new = writes.create(bare.store, kinds.DAEMONSET, body, namespace=NS)
-    bare.wait_for(lambda: _owned_by(bare, new["metadata"]["uid"]))
-    bare.wait_idle()
-    assert {p["metadata"]["uid"] for p in bare.pods(DCGM)} == before
+    assert new["metadata"]["annotations"][TEMPLATE_GENERATION_ANNOTATION] == "1"
+    bare.wait_for(lambda: len(bare.pods(DCGM)) == 3 and not {
+        p["metadata"]["uid"] for p in bare.pods(DCGM)} & before, timeout=30)
+    assert all(p["metadata"]["labels"].get("extra") == "yes" for p in bare.pods(DCGM))
 
 
 def test_adopted_pods_of_another_template_are_rolled(make_bare: Callable[..., Bare]) -> None:

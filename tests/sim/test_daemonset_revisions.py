@@ -306,8 +306,10 @@ def test_duplicate_current_revisions_are_deduplicated_and_pods_relabelled(api: A
 
 def test_pod_labels_are_mutable_and_the_rest_is_not(api: Api) -> None:
     """`ValidatePodUpdate`: metadata labels may change; the spec (but for images, tolerations
-    and deadlines) and the uid may not; a JSON patch whose `test` fails changes nothing."""
+    and deadlines) and the uid may not; a JSON patch whose `test` fails changes nothing. On
+    OnDelete, so the controller leaves the pod it no longer counts updated where it is."""
     api.settle(0)
+    _on_delete(api)
     pod = api.pods()["gpu-node-0001"]
     name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
     patched = api.relabel(pod, {COMMON: "true"}, "other")

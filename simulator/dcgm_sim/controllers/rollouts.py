@@ -154,9 +154,12 @@ class PodView:
                    labels.get(GENERATION_LABEL), P.creation_sort_key(pod))
 
     def updated(self, hash_: str, generation: int | None) -> bool:
-        """`util.IsPodUpdated`: the pod carries the current hash or template generation."""
-        return (bool(hash_) and self.hash == hash_) or (
-            generation is not None and self.generation == str(generation))
+        """`util.IsPodUpdated`: the pod carries the current hash. Its second test, the template
+        generation, compares the label with `fmt.Sprint(dsTemplateGeneration)`, a `*int64`,
+        which prints the pointer (kubernetes pkg/controller/daemon/util/daemonset_util.go at
+        05c351a9), so it never matches; the sim does not count it either (`generation` stays
+        in the signature, as upstream's)."""
+        return bool(hash_) and self.hash == hash_
 
 
 def is_pod_updated(pod: Obj, hash_: str, generation: int | None) -> bool:

@@ -27,7 +27,7 @@ from dcgm_sim.requestlog import RequestRecord
 from migrator.model import kinds
 from tests.helpers import crash
 from tests.helpers.stablenames import StableNames, watching
-from tests.helpers.stackprep import label_nodes, manifest
+from tests.helpers.stackprep import manifest
 
 NS = "gpu-operator"
 STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
@@ -55,7 +55,6 @@ def _cluster(nodes: int, scale: float) -> SimCluster:
     sim.__enter__()
     done = crash.run(sim.kubeconfig, "apply", "--phase", "3", "--yes", "--settle", "0s")
     assert done.code == 0, done.output
-    label_nodes(sim, "gpucluster")
     return sim
 
 

@@ -258,9 +258,10 @@ def _serving(run: StackRun, step: sc.StackStep) -> None:
                 f"nodes without a Ready endpoint behind the stable names for longer than "
                 f"--max-gap {run.max_gap:.0f} s: {', '.join(over)}.",
                 "see why their new pods are not Ready (`kubectl -n "
-                f"{run.namespace} get pods -o wide`; none scheduled: are the nodes labelled "
-                "for the new stack's DCGM components, docs/runbook.md 'Changing stack' step "
-                "1?), then run the same change-stack again")
+                f"{run.namespace} get pods -o wide`; none scheduled: a node whose "
+                "`nvidia.com/gpu.deploy.*` label for the new stack says \"false\" keeps that "
+                "component off it, docs/runbook.md 'Changing stack'), then run the same "
+                "change-stack again")
         # the pods are listed only once every node has some Ready endpoint again, and only
         # while one is served by a pod not judged yet
         return meter.all_served() and meter.renewed(lambda: _new_pods(run))

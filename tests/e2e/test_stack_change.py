@@ -115,7 +115,6 @@ def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
     by side."""
     env = migrated_clusterpolicy(e2e_factory)
     before = cluster_ips(env)
-    label_nodes(env.sim, "gpucluster")
     with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as forward:
         res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
         assert res.code == 0, res.stdout + res.stderr
@@ -155,7 +154,6 @@ def test_change_stack_both_ways_keeps_the_names_beside_the_plain_procedure(
     assert verify.code == 0, verify.stdout
 
     plain_env = migrated_clusterpolicy(e2e_factory)
-    label_nodes(plain_env.sim, "gpucluster")
     plain_before = cluster_ips(plain_env)
     with plain_env.monitor.replacing(*STABLE), watching(plain_env.sim, NS, STABLE) as plain:
         plain_procedure(plain_env, manifest(tmp_path, "gpucluster"))
@@ -253,7 +251,6 @@ def test_a_gpucluster_the_operator_would_refuse_or_run_without_exporter_is_refus
 def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:
     env = e2e_factory("clusterpolicy", nodes=NODES)  # the suite's fast clock: no figures here
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    label_nodes(env.sim, "gpucluster")
     return env
 
 
@@ -314,11 +311,13 @@ def test_a_gpucluster_its_finalizer_holds_is_named_with_the_fix(
 
 def test_the_per_node_gap_is_bounded_by_a_gate_and_the_rerun_resumes(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
-    """Nodes not labelled for the new stack (runbook step 1 skipped): no new pod is scheduled,
-    so change-stack stops at `--max-gap` (exit 1) naming the nodes and the labels; the names
-    are still there. Labelled, the same command resumes and completes."""
+    """Nodes whose deploy labels keep the new stack's DCGM components off them ("false", which
+    the operator's node labeller honours): no new pod is scheduled, so change-stack stops at
+    `--max-gap` (exit 1) naming the nodes and the labels; the names are still there. Labelled
+    "true", the same command resumes and completes."""
     env = e2e_factory("clusterpolicy", nodes=NODES)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    label_nodes(env.sim, "gpucluster", "false")
     before = cluster_ips(env)
     path = manifest(tmp_path, "gpucluster")
     with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as seen:
@@ -326,7 +325,7 @@ def test_the_per_node_gap_is_bounded_by_a_gate_and_the_rerun_resumes(
         assert stopped.code == 1, stopped.stdout + stopped.stderr
         assert "for longer than --max-gap 3 s: nvidia-dcgm-exporter@gpu-node-0001" in \
             stopped.stderr
-        assert "are the nodes labelled" in stopped.stderr
+        assert "label for the new stack says \"false\"" in stopped.stderr
         assert env.state()["stackChange"]["status"] == "in-progress"
         label_nodes(env.sim, "gpucluster")
         resumed = change(env, "gpucluster", path, "gpu-cluster-policy")

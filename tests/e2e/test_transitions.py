@@ -31,14 +31,18 @@ DRA = ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra")
 RECONCILE = 30.0  # simulated seconds between the operator imitation's resyncs
 
 
-def _nodes(env: E2E, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = ()) -> None:
-    """Relabel every GPU node, as an admin (or the operator's node labeller) would."""
+def _nodes(env: E2E, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = (),
+           off: tuple[str, ...] = ()) -> None:
+    """Relabel every GPU node, as an admin (or the operator's node labeller) would; `off`: set
+    to "false", which the released operator's node labeller keeps (a removed one it adds back
+    at its next pass)."""
     for node in env.sim.store.list(kinds.NODE)[0]:
         node = copy.deepcopy(node)
         labels = node["metadata"]["labels"]
         for key in remove:
             labels.pop(key, None)
         labels.update({k: "true" for k in add})
+        labels.update({k: "false" for k in off})
         if add:
             labels[MODE_LABEL] = MODE_DRA
         env.sim.store.update(kinds.NODE, node)
@@ -437,11 +441,11 @@ def _selectors_committed(env: E2E, service: str, since: int) -> list[dict[str, s
 # ---- zero desired pods ------------------------------------------------------------------------
 
 def test_zero_desired_pods_is_a_steady_state_for_verify(e2e_factory: Callable[..., E2E]) -> None:
-    """No node is labelled for DCGM: its DaemonSet desires 0 pods and its Services are empty.
+    """Every node labelled DCGM off: its DaemonSet desires 0 pods and its Services are empty.
     The migration completes and verify passes, saying why the Service is empty."""
     env = e2e_factory("gpucluster", nodes=3, operator_reconcile_seconds=RECONCILE)
     with env.monitor.expected_outage():  # the admin takes DCGM off every node on purpose
-        _nodes(env, remove=("nvidia.com/gpu.deploy.dcgm-dra",))
+        _nodes(env, off=("nvidia.com/gpu.deploy.dcgm-dra",))
         env.sim.wait_for(lambda: not env.pods("nvidia-dcgm-dra")
                          and _ready(env, "nvidia-dcgm-dra") == 0
                          and _rolled_out(env, "nvidia-dcgm-dra"), 30)

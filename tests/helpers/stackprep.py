@@ -1,6 +1,7 @@
 """A stack change prepared as docs/runbook.md "Changing stack" says, on the simulated cluster:
-the GPU nodes labelled for the new stack's DCGM components (step 1), and the new CR's manifest
-as a user keeps it. One place for the e2e tests, the crash and signal tests and the benchmark."""
+the new CR's manifest as a user keeps it (the operator labels the nodes for the new stack
+itself), and node labels set as a user would. One place for the e2e tests, the crash and signal
+tests and the benchmark."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from migrator.model import kinds
 from migrator.model.stackchange import clean_cr
 
 
-def label_nodes(sim: SimCluster, stack: str) -> None:
-    """`kubectl label nodes -l nvidia.com/gpu.present=true ...` for `stack`'s DCGM components
-    (written to the store: not one of the API writes the tests count)."""
+def label_nodes(sim: SimCluster, stack: str, value: str = "true") -> None:
+    """`kubectl label nodes -l nvidia.com/gpu.present=true --overwrite ...=value` for `stack`'s
+    DCGM components (written to the store: not one of the API writes the tests count)."""
     for node in sim.store.list(kinds.NODE)[0]:
         node = copy.deepcopy(node)
-        node["metadata"]["labels"].update({k: "true" for k in DEPLOY_LABELS[stack]})
+        node["metadata"]["labels"].update({k: value for k in DEPLOY_LABELS[stack]})
         sim.store.update(kinds.NODE, node)
 
 

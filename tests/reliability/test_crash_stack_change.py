@@ -26,7 +26,7 @@ from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from migrator.model import kinds
 from tests.helpers import cli, crash
 from tests.helpers.stablenames import watching
-from tests.helpers.stackprep import label_nodes, manifest
+from tests.helpers.stackprep import manifest
 from tests.reliability.conftest import APPLY, NS, Env
 
 SHARDS = 4
@@ -55,7 +55,6 @@ def _ready_for_change(fresh: Callable[..., Env], back: bool = False) -> Env:
     env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
     res = cli.run(env.kubeconfig, *APPLY)
     assert res.code == 0, res.stderr
-    label_nodes(env.sim, "gpucluster")
     if back:
         done = crash.run(env.kubeconfig, *ARGS)
         assert done.code == 0, done.output[-2000:]

@@ -18,7 +18,7 @@ from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
 from tests.helpers import crash
-from tests.helpers.stackprep import label_nodes, manifest
+from tests.helpers.stackprep import manifest
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, EndState, Env
 
 STATE_CM = "dcgm-migrate-state"
@@ -118,7 +118,6 @@ def test_sigterm_while_change_stack_waits_stops_it_at_once_and_the_rerun_complet
     env = fresh("clusterpolicy", monitor=False, time_scale=1.0, pod_start_seconds=6.0,
                 operator_reconcile_seconds=RESYNC_SECONDS)
     assert crash.run(env.kubeconfig, *APPLY).code == 0
-    label_nodes(env.sim, "gpucluster")
     args = ("change-stack", "--to", "gpucluster", "-f", str(manifest(tmp_path, "gpucluster")),
             "--delete-cr",
             "gpu-cluster-policy", "--yes", "--settle", "0s")

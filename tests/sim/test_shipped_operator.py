@@ -328,3 +328,46 @@ def test_sim_serve_refuses_both_crs_without_a_release_that_allows_them(
         f"error: --stack {stack} needs a ClusterPolicy and a GPUCluster at once, which the "
         "shipped GPU Operator release refuses; pass --operator-release future-coexistence (or "
         "shared-services-fork), the releases that let both stacks coexist.")
+
+
+def _node_labels(k: Api) -> dict[str, dict[str, str]]:
+    return {n["metadata"]["name"]: n["metadata"].get("labels") or {}
+            for n in k.sim.store.list(kinds.NODE)[0]}
+
+
+def _label_node(k: Api, name: str, key: str, value: str) -> None:
+    """`kubectl label node` through the API (the raw answer: the generated Node model refuses
+    the sim's nodeInfo)."""
+    k.core.patch_node(name, {"metadata": {"labels": {key: value}}}, _preload_content=False)
+
+
+def _deploy_labels(k: Api) -> set[tuple[str, str]]:
+    """Every node's DCGM deploy labels, as (key, value)."""
+    return {(key, value) for labels in _node_labels(k).values() for key, value in labels.items()
+            if key in {*R.DEPLOY_LABELS[R.CLUSTERPOLICY], *R.DEPLOY_LABELS[R.GPUCLUSTER]}}
+
+
+def test_the_node_labeller_follows_the_cr_that_exists(make_api: Callable[..., Api]) -> None:
+    """`NodeLabelingReconciler` (nodelabeling_controller.go, state_manager.go at a22dbf671): a
+    hand-set deploy label stays (a deploy label's change is no trigger) until a CR is created
+    or deleted; the GPUCluster created, every GPU node gets the DRA stack's DCGM labels and
+    loses the ClusterPolicy's, so the new DaemonSets run everywhere with no node labelled by
+    hand; a label set "false" is honoured; with no CR the labels stay as they are."""
+    k = make_api("clusterpolicy")
+    nodes = sorted(_node_labels(k))
+    _label_node(k, nodes[0], "nvidia.com/gpu.deploy.dcgm-dra", "true")
+    k.hold(5)
+    assert ("nvidia.com/gpu.deploy.dcgm-dra", "true") in _deploy_labels(k)
+    k.custom.delete_cluster_custom_object(*CP, "gpu-cluster-policy")
+    k.wait(lambda: not k.exists("DaemonSet", "nvidia-dcgm"), 60, "the ClusterPolicy stack gone")
+    assert ("nvidia.com/gpu.deploy.dcgm", "true") in _deploy_labels(k)  # no CR: left alone
+    _label_node(k, nodes[1], "nvidia.com/gpu.deploy.dcgm-dra", "false")
+    k.create_cr(GC, R.GPUCLUSTER)
+    want = {(key, "true") for key in R.DEPLOY_LABELS[R.GPUCLUSTER]}
+    k.wait(lambda: _deploy_labels(k) == {*want, ("nvidia.com/gpu.deploy.dcgm-dra", "false")},
+           10, "the nodes relabelled")
+    labels = _node_labels(k)
+    assert labels[nodes[1]]["nvidia.com/gpu.deploy.dcgm-dra"] == "false"
+    assert all(labels[n]["nvidia.com/gpu.deploy.dcgm-exporter-dra"] == "true" for n in nodes)
+    k.wait(lambda: ((k.sim.store.find(kinds.DAEMONSET, NS, DRA[1]) or {}).get("status") or {})
+           .get("numberReady") == len(nodes), 120, f"{DRA[1]} on every node")

@@ -41,8 +41,8 @@ from typing import Any
 
 from dcgm_sim import admission, allocation, kinds, labelselectors, writes
 from dcgm_sim.clock import SimClock
+from dcgm_sim.controllers import nodelabels, reconciles, releases
 from dcgm_sim.controllers import operatorqueue as Q
-from dcgm_sim.controllers import reconciles, releases
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers import sharedservices as S
 from dcgm_sim.controllers.base import Controller
@@ -180,6 +180,17 @@ def gpucluster_deletions(store: Store, cr: Mapping[str, Any], namespace: str,
 CP, GC = reconciles.CP, reconciles.GC
 
 
+NODE_LABELS = "node-labels"  # the node labelling reconciler's singleton key
+
+
+def _labels_nodes(event: Event) -> bool:
+    """The node labelling reconciler's watches: its CRs (`singletonCRPredicate`) and nodes."""
+    if event.resource.key == kinds.NODE.key:
+        return nodelabels.node_triggers(event.type, event.old, event.object)
+    return event.resource in CR_KINDS and Q.generation_changed(event.type, event.old,
+                                                               event.object)
+
+
 class OperatorImitation(Controller):
     """The ClusterPolicy and GPUCluster controllers of one GPU Operator release."""
 
@@ -289,6 +300,28 @@ class OperatorImitation(Controller):
                 any(ev.resource.key != kinds.DAEMONSET.key and ev.resource.key != kinds.NODE.key
                     for ev in events) or {"start", "release", "shared-resync"} & set(due)):
             self.reconcile_shared()
+        if not release.coexistence and (
+                {"start", "release", NODE_LABELS} & set(due) or any(map(_labels_nodes, events))):
+            self.label_nodes()
+
+    def label_nodes(self) -> None:
+        """The node labelling reconciler's pass for the DCGM deploy labels (nodelabels.py):
+        each node it relabels is updated as read; a conflict tries again shortly."""
+        stack = nodelabels.active_stack(self.crs("ClusterPolicy"), self.crs("GPUCluster"))
+        if stack is None:
+            return
+        for node in self.store.list(kinds.NODE)[0]:
+            new = nodelabels.relabelled(node["metadata"].get("labels") or {}, stack)
+            if new is None:
+                continue
+            body = clone(node)
+            body["metadata"]["labels"] = new
+            try:
+                self.store.update(kinds.NODE, body)
+            except StoreError as err:
+                if err.code != 409:
+                    raise
+                self.schedule(NODE_LABELS, 0.1)
 
     def _requeue(self, item: str, delay: float | None) -> None:
         if delay is None:

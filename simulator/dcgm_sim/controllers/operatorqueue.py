@@ -46,7 +46,7 @@ NFD_GPU_LABELS = ("feature.node.kubernetes.io/pci-10de.present",
                   "feature.node.kubernetes.io/pci-0300_10de.present")
 
 
-def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     return ((obj or {}).get("metadata") or {}).get("labels") or {}
 
 
@@ -55,13 +55,13 @@ def node_triggers(kind: str, old: Mapping[str, Any] | None, new: Mapping[str, An
     """Whether a Node event (ADDED/MODIFIED/DELETED) passes `addWatchNewGPUNode`'s predicate.
     `mode_label`: also a change of that label, as the predicate did before 9654928ac (the
     releases that let both stacks coexist)."""
-    labels = _labels(new)
+    labels = labels_of(new)
     if kind == "ADDED":
         return any(labels.get(k) == "true" for k in NFD_GPU_LABELS)
     if kind == "DELETED":
         gpu = any(labels.get(k) == "true" for k in NFD_GPU_LABELS)
         return (gpu and OSTREE in labels) or bool(labels.get(DRIVER_LABELS[0]))
-    before = _labels(old)
+    before = labels_of(old)
     keys = [WORKLOAD_CONFIG, OSTREE, *DRIVER_LABELS, *([mode_label] if mode_label else [])]
     return ((before.get(GPU_PRESENT) != "true" and labels.get(GPU_PRESENT) == "true")
             or (before.get(OPERANDS) == "false") != (labels.get(OPERANDS) == "false")

@@ -237,24 +237,18 @@ def findings(snapshot: Snapshot) -> list[Finding]:
                     f"{STALLED}: {names} ({'; '.join(said)})", fix)]
 
 
-# The per-component CR sections that may carry labels (besides `daemonsets`, for all).
-CR_SECTIONS = {"dcgm": "dcgm", "dcgm-exporter": "dcgmExporter"}
-
-
 def cr_overrides(ctx: PlanContext, comp: Component,
                  ds: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(CR field path, value) wherever the owning CR sets the reserved label otherwise."""
+    """(CR field path, value) where the owning CR sets the reserved label otherwise: its
+    `spec.daemonsets.labels`, which the operator renders onto every operand's pod template
+    (the per-component sections have no labels field: the CRD would prune one)."""
     kind, _, name = (ctx.operator_owner(ds) or "").partition("/")
     crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
     cr = next((cr for cr in crs if name and o.name(cr) == name), None)
     if cr is None:
         return []
     key, want = comp.common_label.key, comp.common_label.value
-    paths = [("daemonsets", "labels"), (CR_SECTIONS.get(comp.component, comp.component), "labels")]
-    out = []
-    for path in paths:
-        labels = o.dig(cr, "spec", *path)
-        if isinstance(labels, Mapping) and key in labels and str(labels[key]) != want:
-            field = f"{cr.get('kind')}/{o.name(cr)} spec.{'.'.join(path)}[{key!r}]"
-            out.append((field, str(labels[key])))
-    return out
+    labels = o.dig(cr, "spec", "daemonsets", "labels")
+    if not isinstance(labels, Mapping) or key not in labels or str(labels[key]) == want:
+        return []
+    return [(f"{cr.get('kind')}/{o.name(cr)} spec.daemonsets.labels[{key!r}]", str(labels[key]))]

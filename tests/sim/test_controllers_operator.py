@@ -145,8 +145,16 @@ def test_render_follows_the_cr_spec_pure() -> None:
     assert remote[0]["spec"]["template"]["spec"]["containers"][0]["image"] == (
         "nvcr.io/nvidia/cloud-native/dcgm:4.5.2-1-ubuntu22.04")
     assert all(o["metadata"]["namespace"] == "ns1" for o in remote)
-    assert remote[0]["spec"]["updateStrategy"] == {"type": "RollingUpdate",
-                                                   "rollingUpdate": {"maxUnavailable": 1}}
+    # hard-coded in the GPUCluster's manifests: the CR's `daemonsets.rollingUpdate` is not used
+    assert remote[0]["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    cr["spec"]["daemonsets"] = {"updateStrategy": "OnDelete", "priorityClassName": "low",
+                                "labels": {"team": "gpu"}, "annotations": {"note": "x"}}
+    edited = next(o for o in R.render(cr, "ns1") if o["kind"] == "DaemonSet")
+    assert edited["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    assert edited["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
+    assert edited["metadata"]["labels"]["team"] == "gpu"  # on the DaemonSet and its pods
+    assert edited["spec"]["template"]["metadata"]["labels"]["team"] == "gpu"
+    assert edited["metadata"]["annotations"]["note"] == "x"
 
 
 def test_a_gpucluster_renders_the_exporter_only_with_its_section() -> None:

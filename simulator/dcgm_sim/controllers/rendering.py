@@ -232,12 +232,23 @@ def _apply_common_config(ds: Obj, daemonsets: Mapping[str, Any], selector_keys: 
         pod["priorityClassName"] = daemonsets["priorityClassName"]
     if daemonsets.get("tolerations"):
         pod["tolerations"] = clone(daemonsets["tolerations"])
-    tmeta = spec["template"].setdefault("metadata", {})
-    reserved = {"app", "app.kubernetes.io/part-of"} | selector_keys | reserved_extra
+    _apply_common_metadata(ds, daemonsets, selector_keys | reserved_extra)
+
+
+def _apply_common_metadata(ds: Obj, daemonsets: Mapping[str, Any],
+                           reserved_extra: set[str] | frozenset[str] = frozenset()) -> None:
+    """`daemonsets.labels` and `.annotations` on the DaemonSet itself, unfiltered, and on its
+    pod template but for `app`, `app.kubernetes.io/part-of` and `reserved_extra`
+    (`applyCommonDaemonsetMetadata`, object_controls.go; the GPUCluster's manifests,
+    manifests/state-dcgm*/*_daemonset.yaml, do the same)."""
+    meta, tmeta = ds["metadata"], ds["spec"]["template"].setdefault("metadata", {})
+    reserved = {"app", "app.kubernetes.io/part-of"} | set(reserved_extra)
     for key, value in (daemonsets.get("labels") or {}).items():
+        meta.setdefault("labels", {})[key] = str(value)
         if key not in reserved:
             tmeta.setdefault("labels", {})[key] = str(value)
     for key, value in (daemonsets.get("annotations") or {}).items():
+        meta.setdefault("annotations", {})[key] = str(value)
         tmeta.setdefault("annotations", {})[key] = str(value)
 
 
@@ -346,8 +357,13 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
             container["image"] = _image(section, default)
             if state == "state-dcgm-exporter" and exporter.get("enablePodLabels"):
                 _set_env(container, "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", "true")
-            _apply_common_config(obj, daemonsets, set(obj["spec"]["selector"]["matchLabels"]),
-                                 reserved)
+            # The GPUCluster's manifests hard-code `updateStrategy: RollingUpdate` and
+            # `priorityClassName: system-node-critical`; only labels, annotations and
+            # tolerations come from `daemonsets` (manifests/state-dcgm*/*_daemonset.yaml).
+            _apply_common_metadata(obj, daemonsets,
+                                   set(obj["spec"]["selector"]["matchLabels"]) | reserved)
+            if daemonsets.get("tolerations"):
+                obj["spec"]["template"]["spec"]["tolerations"] = clone(daemonsets["tolerations"])
         elif obj["kind"] == "Service" and state == "state-dcgm-exporter":
             service = exporter.get("service") or {}
             if service.get("type"):

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import pytest
+
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers.operator import OperatorImitation
 from migrator.model import kinds
@@ -175,3 +177,18 @@ def test_a_gpucluster_renders_the_exporter_only_with_its_section() -> None:
     assert daemonsets({**spec, "dcgmExporter": {"enabled": False}}) == []
     policy = R.sample_cr(R.CLUSTERPOLICY)
     assert R.state_enabled({**policy, "spec": {}}, "state-dcgm-exporter")
+
+
+@pytest.mark.parametrize("stack", [R.CLUSTERPOLICY, R.GPUCLUSTER])
+def test_the_exporter_service_takes_its_type_and_traffic_policy_from_the_cr(stack: str) -> None:
+    """`TransformDCGMExporterService` (object_controls.go at a22dbf671), both stacks."""
+    cr = R.sample_cr(stack)
+    cr["metadata"]["uid"] = "uid-1"
+    cr["apiVersion"], cr["kind"] = ("nvidia.com/v1", "ClusterPolicy") if stack == R.CLUSTERPOLICY \
+        else ("nvidia.com/v1alpha1", "GPUCluster")
+    cr["spec"]["dcgmExporter"]["service"] = {"type": "NodePort",
+                                             "internalTrafficPolicy": "Local"}
+    services = [o for o in R.render(cr, "ns1") if o["kind"] == "Service"
+                and o["metadata"]["name"].startswith("nvidia-dcgm-exporter")]
+    assert [(s["spec"]["type"], s["spec"]["internalTrafficPolicy"]) for s in services] == [
+        ("NodePort", "Local")]

@@ -287,6 +287,16 @@ def _add_component_label(ds: Obj) -> None:
         "topologyKey": "kubernetes.io/hostname"}]}
 
 
+def _exporter_service(svc: Obj, exporter: Mapping[str, Any]) -> None:
+    """`dcgmExporter.service`'s `type` and `internalTrafficPolicy` on the exporter's Service,
+    both stacks (`TransformDCGMExporterService`, object_controls.go)."""
+    service = exporter.get("service") or {}
+    if service.get("type"):
+        svc["spec"]["type"] = service["type"]
+    if service.get("internalTrafficPolicy"):
+        svc["spec"]["internalTrafficPolicy"] = service["internalTrafficPolicy"]
+
+
 def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
                           reserved: frozenset[str] = frozenset()) -> list[Obj]:
     spec = cr.get("spec") or {}
@@ -307,6 +317,7 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
     if state_enabled(cr, "state-dcgm-exporter"):
         exporter = spec.get("dcgmExporter") or {}
         svc = fx.docs("clusterpolicy/state-dcgm-exporter_0400_service.yaml")[0]
+        _exporter_service(svc, exporter)
         out.append(svc)
         if service_monitor_enabled(cr):
             smon = fx.docs("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
@@ -365,11 +376,7 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
             if daemonsets.get("tolerations"):
                 obj["spec"]["template"]["spec"]["tolerations"] = clone(daemonsets["tolerations"])
         elif obj["kind"] == "Service" and state == "state-dcgm-exporter":
-            service = exporter.get("service") or {}
-            if service.get("type"):
-                obj["spec"]["type"] = service["type"]
-            if service.get("internalTrafficPolicy"):
-                obj["spec"]["internalTrafficPolicy"] = service["internalTrafficPolicy"]
+            _exporter_service(obj, exporter)
         rendered.append(obj)
     return rendered
 

@@ -115,13 +115,12 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     backend.listener.step(StepEvent(rec.number, step, "done"))
 
 
-def counted_updated(ds: Mapping[str, Any] | None, left: int) -> GateResult:
+def counted_updated(name: str, ds: Mapping[str, Any] | None, left: int) -> GateResult:
     """The DaemonSet controller counts the relabelled pods as updated: it has observed the
     current spec, and `updatedNumberScheduled` misses no node but those of pods `left` to roll.
     The controller reads pods and DaemonSets through separate informers, and counts from the
     same pod cache it rolls from: restoring RollingUpdate before it has seen the relabels would
     let it delete pods it still takes for old (`IsPodUpdated` compares their hash label)."""
-    name = o.name(ds) if ds is not None else "?"
     if ds is None:
         return GateResult(f"counted-updated/{name}", True, "DaemonSet gone")
     status, generation = ds.get("status") or {}, o.meta(ds).get("generation")
@@ -139,7 +138,8 @@ def _until_counted(backend: Applier, phase: PhaseWork, step: RelabelPods, left: 
     """Wait for `counted_updated` before the strategy can be restored."""
     name = step.daemonset
     results = backend.until(lambda: [counted_updated(
-        backend.kube.get(kinds.DAEMONSET, name, backend.namespace), left)], kinds.DAEMONSET)
+        name, backend.kube.get(kinds.DAEMONSET, name, backend.namespace), left)],
+        kinds.DAEMONSET)
     if g.failed(results):
         backend.refuse(phase.rec, f"DaemonSet/{name}: its controller has not counted the "
                        f"relabelled pods as updated within {backend.settings.timeout:g}s "

@@ -30,6 +30,7 @@ from migrator.model import kinds
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
 from migrator.model.planning import Options
+from migrator.model.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,17 @@ def plan(session: Session, request: StackRequest) -> StackOutcome:
     snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
     change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
                      request.delete_cr)
-    _admitted(session, change.new_cr)
+    _admitted(session, snap, change.new_cr)
     recorded = _state(session)[0].stack_change
     return StackOutcome(change, recorded if (recorded or {}).get("to") == change.target else None)
 
 
-def _admitted(session: Session, new_cr: Mapping[str, Any]) -> None:
+def _admitted(session: Session, snap: Snapshot, new_cr: Mapping[str, Any]) -> None:
     """The API server's own judgement of -f before any write: a server-side dry-run create
     (the CRD's schema and validation rules, such as the one name a GPUCluster may have), so
     a manifest it refuses stops the change before the old CR is deleted."""
     kind = kinds.BY_KIND[str(new_cr.get("kind"))]
-    if session.kube.get(kind, o.name(new_cr)) is not None:
+    if any(o.name(cr) == o.name(new_cr) for cr in snap.crs(kind.kind)):
         return  # created already: a resumed change
     try:
         session.kube.create(sc.clean_cr(new_cr), kind=kind, dry_run=True)

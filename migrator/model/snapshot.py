@@ -151,6 +151,11 @@ class Snapshot:
     leases_read: bool = False
     taken_at: datetime | None = None
 
+    def crs(self, kind: str) -> tuple[Obj, ...]:
+        """The operator's CRs of `kind` (ClusterPolicy or GPUCluster; any other: none)."""
+        return {"ClusterPolicy": self.cluster_policies, "GPUCluster": self.gpu_clusters}.get(
+            kind, ())
+
     @cached_property
     def memo(self) -> dict[Any, Any]:
         """Results of pure functions of this snapshot, kept by them (`monitoring.scrape_paths`)."""

@@ -100,8 +100,7 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
             "as the operator's sample GPUCluster has")
     source = source_of(target)
     old_kind, new_kind = catalog.stack(source).cr.kind, want.kind
-    olds = list(snapshot.cluster_policies if source == "clusterpolicy" else snapshot.gpu_clusters)
-    news = list(snapshot.gpu_clusters if target == "gpucluster" else snapshot.cluster_policies)
+    olds, news = list(snapshot.crs(old_kind)), list(snapshot.crs(new_kind))
     new_name = o.name(new_cr)
     if len(olds) > 1:
         raise UsageError(f"{len(olds)} {old_kind}s exist ({', '.join(o.name(c) for c in olds)})"
@@ -243,8 +242,7 @@ def cr_overrides(ctx: PlanContext, comp: Component,
     `spec.daemonsets.labels`, which the operator renders onto every operand's pod template
     (the per-component sections have no labels field: the CRD would prune one)."""
     kind, _, name = (ctx.operator_owner(ds) or "").partition("/")
-    crs = ctx.snapshot.gpu_clusters if kind == "GPUCluster" else ctx.snapshot.cluster_policies
-    cr = next((cr for cr in crs if name and o.name(cr) == name), None)
+    cr = next((cr for cr in ctx.snapshot.crs(kind) if name and o.name(cr) == name), None)
     if cr is None:
         return []
     key, want = comp.common_label.key, comp.common_label.value

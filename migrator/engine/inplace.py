@@ -26,6 +26,9 @@ Obj = dict[str, Any]
 # Pod patches in flight: client-go's default burst (`rest.DefaultBurst`), enough for 5,000
 # patches in seconds, few enough that priority and fairness never queues the tool behind itself.
 MAX_IN_FLIGHT = 10
+# What to do when the DaemonSet controller does not act in time and the DaemonSet stays held.
+CONTROLLER_FIX = ("check the kube-controller-manager, then rerun to resume (the DaemonSet's own "
+                  "updateStrategy is restored by that run)")
 
 
 def template_of(revision: Mapping[str, Any]) -> Obj:
@@ -101,8 +104,7 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     if g.failed(results):
         backend.refuse(rec, f"DaemonSet/{name}: no ControllerRevision for its relabelled "
                        f"template within {backend.settings.timeout:g}s; it stays on OnDelete",
-                       "check the kube-controller-manager, then rerun to resume (the "
-                       "DaemonSet's own updateStrategy is restored by that run)")
+                       CONTROLLER_FIX)
     done, left = _patch_pods(backend, phase, step, *found[0]) if found else (0, [])
     if done:
         _until_counted(backend, phase, step, len(left))
@@ -144,8 +146,7 @@ def _until_counted(backend: Applier, phase: PhaseWork, step: RelabelPods, left: 
         backend.refuse(phase.rec, f"DaemonSet/{name}: its controller has not counted the "
                        f"relabelled pods as updated within {backend.settings.timeout:g}s "
                        f"({results[0].detail}); it stays on OnDelete",
-                       "check the kube-controller-manager, then rerun to resume (the "
-                       "DaemonSet's own updateStrategy is restored by that run)")
+                       CONTROLLER_FIX)
 
 
 def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,

@@ -127,10 +127,17 @@ def test_deleted_service_is_recreated(make_bare: Callable[..., Bare]) -> None:
         "app": "nvidia-dcgm-exporter-dra"}
 
 
-def test_render_follows_the_cr_spec_pure() -> None:
-    cr = R.sample_cr(R.GPUCLUSTER)
+def _stored_cr(stack: str) -> dict[str, Any]:
+    """The stack's sample CR as the API server keeps it: its kind and a uid (render reads both)."""
+    cr = R.sample_cr(stack)
     cr["metadata"]["uid"] = "uid-1"
-    cr["apiVersion"], cr["kind"] = "nvidia.com/v1alpha1", "GPUCluster"
+    cr["apiVersion"], cr["kind"] = (("nvidia.com/v1", "ClusterPolicy") if stack == R.CLUSTERPOLICY
+                                    else ("nvidia.com/v1alpha1", "GPUCluster"))
+    return cr
+
+
+def test_render_follows_the_cr_spec_pure() -> None:
+    cr = _stored_cr(R.GPUCLUSTER)
     embedded = R.render(cr, "ns1")  # the sample: standalone DCGM off
     assert [(o["kind"], o["metadata"]["name"]) for o in embedded] == [
         ("ResourceClaimTemplate", "nvidia-dcgm-exporter-admin"),
@@ -163,9 +170,7 @@ def test_a_gpucluster_renders_the_exporter_only_with_its_section() -> None:
     """internal/state/dcgm_exporter.go: the exporter state runs for a `dcgmExporter` section
     that is not disabled; a GPUCluster without one renders no exporter (a ClusterPolicy's is
     on by default)."""
-    cr = R.sample_cr(R.GPUCLUSTER)
-    cr["metadata"]["uid"] = "uid-1"
-    cr["apiVersion"], cr["kind"] = "nvidia.com/v1alpha1", "GPUCluster"
+    cr = _stored_cr(R.GPUCLUSTER)
 
     def daemonsets(spec: dict[str, Any]) -> list[str]:
         return [o["metadata"]["name"] for o in R.render({**cr, "spec": spec}, "ns1")
@@ -182,10 +187,7 @@ def test_a_gpucluster_renders_the_exporter_only_with_its_section() -> None:
 @pytest.mark.parametrize("stack", [R.CLUSTERPOLICY, R.GPUCLUSTER])
 def test_the_exporter_service_takes_its_type_and_traffic_policy_from_the_cr(stack: str) -> None:
     """`TransformDCGMExporterService` (object_controls.go at a22dbf671), both stacks."""
-    cr = R.sample_cr(stack)
-    cr["metadata"]["uid"] = "uid-1"
-    cr["apiVersion"], cr["kind"] = ("nvidia.com/v1", "ClusterPolicy") if stack == R.CLUSTERPOLICY \
-        else ("nvidia.com/v1alpha1", "GPUCluster")
+    cr = _stored_cr(stack)
     cr["spec"]["dcgmExporter"]["service"] = {"type": "NodePort",
                                              "internalTrafficPolicy": "Local"}
     services = [o for o in R.render(cr, "ns1") if o["kind"] == "Service"

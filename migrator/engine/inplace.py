@@ -38,6 +38,18 @@ def template_of(revision: Mapping[str, Any]) -> Obj:
     return template
 
 
+def is_current(revision: Mapping[str, Any], ds: Mapping[str, Any]) -> bool:
+    """`revision`, the DaemonSet's highest, is its controller's revision of the current
+    template: the controller has observed the current generation (kubernetes
+    pkg/controller/daemon: `syncDaemonSet` records it only after `constructHistory` has made
+    or renumbered the current revision above every other) and the labels are the template's.
+    Not the whole template compared: a kube-controller-manager older than the API server
+    serialises it otherwise (before v1.33 a zero `creationTimestamp` as `null`, which v1.33
+    omits; a field it does not know, dropped), and would never match during an upgrade."""
+    return o.observed(ds) and (o.dig(template_of(revision), "metadata", "labels") or {}) == \
+        o.template_labels(ds)
+
+
 def only_labels_differ(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """The proof the in-place path stands on: the revisions' templates differ in labels only."""
     def sans_labels(template: Obj) -> Obj:
@@ -94,7 +106,7 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
         if ds is None:
             return [GateResult(f"revision/{name}", True, "DaemonSet gone")]
         revs = sorted(_revisions(backend, ds), key=lambda r: int(r.get("revision") or 0))
-        ok = bool(revs) and template_of(revs[-1]) == ds["spec"]["template"]
+        ok = bool(revs) and is_current(revs[-1], ds)
         if ok:
             found.append((ds, revs))
         return [GateResult(f"revision/{name}", ok, "the controller's revision of the "
@@ -125,8 +137,7 @@ def counted_updated(name: str, ds: Mapping[str, Any] | None, left: int) -> GateR
     let it delete pods it still takes for old (`IsPodUpdated` compares their hash label)."""
     if ds is None:
         return GateResult(f"counted-updated/{name}", True, "DaemonSet gone")
-    status, generation = ds.get("status") or {}, o.meta(ds).get("generation")
-    observed = generation is None or int(status.get("observedGeneration") or 0) >= generation
+    status, observed = ds.get("status") or {}, o.observed(ds)
     updated = int(status.get("updatedNumberScheduled") or 0)
     desired = int(status.get("desiredNumberScheduled") or 0)
     ok = observed and updated + left >= desired

@@ -67,9 +67,9 @@ def rollout_counts(ds: Obj) -> tuple[int, int, int]:
 def rollout_complete(ds: Obj) -> GateResult:
     """`kubectl rollout status` for a DaemonSet; zero desired is complete."""
     name = f"rollout-complete/{o.name(ds)}"
-    gen = int(o.meta(ds).get("generation") or 0)
-    if int((ds.get("status") or {}).get("observedGeneration") or 0) < gen:
-        return GateResult(name, False, f"controller has not observed generation {gen} yet")
+    if not o.observed(ds):
+        return GateResult(name, False, "controller has not observed generation "
+                          f"{o.meta(ds).get('generation')} yet")
     updated, available, desired = rollout_counts(ds)
     return GateResult(name, updated == desired == available,
                       f"updated {updated}/{desired}, available {available}/{desired}")

@@ -98,8 +98,7 @@ def health_gate(ctx: PlanContext, ds: Mapping[str, Any]) -> GateResult:
     if result.ok or not (ctx.options.roll_on_delete and on_delete(ds)):
         return result
     updated, available, desired = g.rollout_counts(dict(ds))
-    observed = int((ds.get("status") or {}).get("observedGeneration") or 0)
-    if available < desired or observed < int(o.meta(ds).get("generation") or 0):
+    if available < desired or not o.observed(ds):
         return result
     return GateResult(result.name, True, f"updated {updated}/{desired}, available "
                       f"{available}/{desired}: OnDelete, the tool rolls the older pods itself "

@@ -40,6 +40,13 @@ def template_labels(daemonset: Mapping[str, Any]) -> dict[str, str]:
     return dict(dig(daemonset, "spec", "template", "metadata", "labels") or {})
 
 
+def observed(obj: Mapping[str, Any]) -> bool:
+    """Its controller's status speaks of its current spec: `observedGeneration` has caught up
+    with `generation` (an object without a generation has nothing to catch up with)."""
+    generation = meta(obj).get("generation")
+    return generation is None or int(dig(obj, "status", "observedGeneration") or 0) >= generation
+
+
 def template_containers(daemonset: Mapping[str, Any] | None) -> tuple[list[Obj], list[Obj]]:
     """A DaemonSet's pod-template containers and init containers (its pods run the template)."""
     spec = dig(daemonset, "spec", "template", "spec") or {}

@@ -223,10 +223,9 @@ class RollPods(_OnDaemonSet):
     def satisfied(self, live: Obj | None) -> bool:
         """Every scheduled pod runs the current spec's template, by the status's counts (kept
         for OnDelete too); nothing left to roll once the DaemonSet is gone."""
-        status, generation = (live or {}).get("status") or {}, o.meta(live or {}).get("generation")
-        return live is None or bool(
-            (generation is None or status.get("observedGeneration") == generation)
-            and status.get("updatedNumberScheduled", 0) == status.get("desiredNumberScheduled", 0))
+        status = (live or {}).get("status") or {}
+        return live is None or (o.observed(live) and status.get("updatedNumberScheduled", 0)
+                                == status.get("desiredNumberScheduled", 0))
 
     def rolls_pods(self) -> bool:
         return True

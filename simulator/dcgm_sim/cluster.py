@@ -32,6 +32,10 @@ pod or Service addresses need `create endpointslices/restricted`, and the Replic
 controllers' pods run under restricted-v2, with a UID from their namespace's
 `openshift.io/sa.scc.uid-range` (every namespace gets a block).
 
+`api_server="v1.33"` serves the API a minor release ahead of the controllers (v1.32), as an
+upgrade of the control plane passes through: the templates it returns omit the `null`
+creationTimestamp the controller manager's ControllerRevisions keep (encoding.py).
+
 `images` (an OCI image images/build wrote, needs root and `tls=True`) gives the kubelets a
 container runtime (dcgm_sim/runtime): pods of that image run for real, reach the API server at
 the `kubernetes` Service's address over the HTTPS listener, and their output is served by
@@ -138,6 +142,7 @@ class SimCluster:
         ip_family: str = "ipv4",
         images: str | Path | None = None,
         platform: str = "kubernetes",
+        api_server: str = "v1.32",
     ) -> None:
         releases.check_stack(stack, operator_release)  # ValueError: unknown, or no coexistence
         self.release = operator_release
@@ -164,7 +169,7 @@ class SimCluster:
             readiness_probes=readiness_probes, operator_release=operator_release)
         access = AccessControl(allow_unauthenticated=insecure_port)
         self.server = ApiServer(self.store, faults=faults, access=access,
-                                bookmark_seconds=self.clock.to_real(60))
+                                bookmark_seconds=self.clock.to_real(60), release=api_server)
         self.server.attach_operator(self.controllers.operator)
         self.url = ""
         self.summary: SeedSummary | None = None

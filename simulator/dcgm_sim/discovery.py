@@ -20,9 +20,10 @@ Obj = dict[str, Any]
 _PREFERRED = {"nvidia.com": "v1"}
 
 
-def version_info() -> Obj:
+def version_info(release: str = "v1.32") -> Obj:
+    """`/version` of the API server `release` (encoding.RELEASES)."""
     return {
-        "major": "1", "minor": "32", "gitVersion": "v1.32.0-sim",
+        "major": "1", "minor": release.rsplit(".", 1)[1], "gitVersion": f"{release}.0-sim",
         "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
         "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.4", "compiler": "gc",
         "platform": "linux/amd64",

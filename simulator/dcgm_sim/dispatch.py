@@ -174,7 +174,7 @@ def _non_resource(b: Backend, info: RequestInfo, req: Request) -> Response:
         return _openapi(info, req, disabled)
     doc = None
     if parts == ("version",):
-        doc = discovery.version_info()
+        doc = discovery.version_info(b.encoder.release)
     elif parts in (("healthz",), ("livez",), ("readyz",)):
         return Response(200, b"ok", content_type="text/plain; charset=utf-8")
     elif parts == ("api",):

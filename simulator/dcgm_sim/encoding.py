@@ -17,6 +17,12 @@ from dcgm_sim.store import Event
 
 Obj = dict[str, Any]
 _CacheKey = tuple[str, str, str]
+# The API server releases the sim can serve as, by what differs in their JSON: up to v1.32 a
+# zero `metadata.creationTimestamp` (a pod template's) is written as `null`; v1.33 omits it
+# (kubernetes/kubernetes#130989, "Omit null creationTimestamp"). The sim's objects, and the
+# ControllerRevisions its kube-controller-manager (v1.32) writes, keep v1.32's `null`; served
+# as v1.33 they are the skew an upgrade passes through, the API server a release ahead.
+RELEASES = ("v1.32", "v1.33")
 
 
 def dumps(value: Any) -> bytes:
@@ -30,7 +36,11 @@ class ObjectEncoder:
     fabricated objects go through `dumps`.
     """
 
-    def __init__(self, max_entries: int = 200_000) -> None:
+    def __init__(self, max_entries: int = 200_000, release: str = "v1.32") -> None:
+        if release not in RELEASES:
+            raise ValueError(f"the API server's release must be one of {', '.join(RELEASES)}, "
+                             f"got {release!r}")
+        self.release = release
         self._lock = threading.Lock()
         self._cache: dict[_CacheKey, tuple[str, bytes]] = {}
         self._max = max_entries
@@ -42,12 +52,18 @@ class ObjectEncoder:
         hit = self._cache.get(key)
         if hit is not None and hit[0] == rv:
             return hit[1]
-        data = dumps(obj)
+        data = self.json(obj)
         with self._lock:
             if len(self._cache) >= self._max:
                 self._cache.clear()
             self._cache[key] = (rv, data)
         return data
+
+    def json(self, obj: Obj) -> bytes:
+        """The object as this release serialises it, uncached (a write's answer)."""
+        if self.release == "v1.32":
+            return dumps(obj)
+        return dumps(_sans_null_timestamps(obj))
 
     def on_event(self, event: Event) -> None:
         """Store subscriber: forget a deleted object's bytes (quick, runs under the store lock)."""
@@ -55,3 +71,20 @@ class ObjectEncoder:
             meta = event.object.get("metadata") or {}
             self._cache.pop((event.resource.key, meta.get("namespace", ""),
                              meta.get("name", "")), None)
+
+
+def _sans_null_timestamps(obj: Obj) -> Obj:
+    """`obj` without a `null` creationTimestamp in its metadata or its pod template's
+    (`omitzero`, v1.33); shares every other part with `obj`, which it never changes."""
+    def sans(meta: Any) -> Any:
+        if isinstance(meta, dict) and "creationTimestamp" in meta \
+                and meta["creationTimestamp"] is None:
+            return {k: v for k, v in meta.items() if k != "creationTimestamp"}
+        return meta
+
+    out = {**obj, "metadata": sans(obj.get("metadata"))} if "metadata" in obj else dict(obj)
+    spec = obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    if isinstance(spec, dict) and isinstance(template, dict) and "metadata" in template:
+        out["spec"] = {**spec, "template": {**template, "metadata": sans(template["metadata"])}}
+    return out

@@ -146,14 +146,14 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
         warning = _field_validation(info, kind, body)
         created = writes.create(b.store, kind, body, namespace=info.namespace,
                                 dry_run=_dry_run(info), plugins=openshift.plugins(b.store, policy))
-        return Response(201, dumps(created), headers=warning)
+        return Response(201, b.encoder.json(created), headers=warning)
     if verb == "update":
         body = _body_json(req)
         warning = _field_validation(info, kind, body)
         updated = writes.update(b.store, kind, body, namespace=info.namespace,
                                 name=info.name, subresource=info.subresource,
                                 dry_run=_dry_run(info), plugins=openshift.plugins(b.store, policy))
-        return Response(200, dumps(updated), headers=warning)
+        return Response(200, b.encoder.json(updated), headers=warning)
     if verb == "patch":
         media = writes.patch_media(kind, req.header("content-type"))
         body = _body_json(req)
@@ -163,7 +163,7 @@ def handle(b: Backend, info: RequestInfo, req: Request, policy: Policy) -> Respo
                                namespace=info.namespace, name=info.name,
                                subresource=info.subresource, dry_run=_dry_run(info),
                                plugins=openshift.plugins(b.store, policy))
-        return Response(200, dumps(patched), headers=warning)
+        return Response(200, b.encoder.json(patched), headers=warning)
     if verb == "delete":
         return _delete(b, info, req, kind)
     if verb == "deletecollection":
@@ -335,9 +335,9 @@ def _delete_options(info: RequestInfo, body: Any) -> writes.DeleteOptions:
                                 pre.get("uid"), pre.get("resourceVersion"))
 
 
-def _deleted_response(kind: Kind, obj: Obj) -> bytes:
+def _deleted_response(b: Backend, kind: Kind, obj: Obj) -> bytes:
     if kind in writes.RETURNS_DELETED or obj["metadata"].get("deletionTimestamp"):
-        return dumps(obj)
+        return b.encoder.json(obj)
     return dumps(success(kind, obj["metadata"]["name"], obj["metadata"].get("uid", "")))
 
 
@@ -348,7 +348,7 @@ def _delete(b: Backend, info: RequestInfo, req: Request, kind: Kind) -> Response
         _get(b, kind, info)
     obj = writes.delete(b.store, kind, namespace=info.namespace, name=info.name,
                         options=options, dry_run=_dry_run(info, body))
-    return Response(200, _deleted_response(kind, obj))
+    return Response(200, _deleted_response(b, kind, obj))
 
 
 def _delete_collection(b: Backend, info: RequestInfo, req: Request, kind: Kind) -> Response:

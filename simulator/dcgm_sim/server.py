@@ -112,7 +112,7 @@ class ApiServer:
 
     def __init__(self, store: Store, *, faults: Faults | None = None,
                  log: RequestLog | None = None, access: AccessControl | None = None,
-                 bookmark_seconds: float = 60.0) -> None:
+                 bookmark_seconds: float = 60.0, release: str = "v1.32") -> None:
         self.store = store
         self.faults = faults if faults is not None else Faults()
         self.log = log if log is not None else RequestLog()
@@ -120,7 +120,7 @@ class ApiServer:
         self.access.attach(rbac.StoreAuthorizer(store))
         self.url = ""
         self._stopping = threading.Event()
-        self._encoder = ObjectEncoder()
+        self._encoder = ObjectEncoder(release=release)  # encoding.RELEASES
         self._backend = Backend(store, self.faults, self.log, self.access, self._encoder,
                                 self._stopping, bookmark_seconds=bookmark_seconds)
         self._httpd: _HTTPServer | None = None

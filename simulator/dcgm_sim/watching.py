@@ -82,7 +82,7 @@ class _Lines:
                                       headers=self.headers))
             self.headers = False
             return data
-        return self.encoder.encode(req.kind, obj) if cached else dumps(obj)
+        return self.encoder.encode(req.kind, obj) if cached else self.encoder.json(obj)
 
     def __call__(self, etype: str, obj: Obj, cached: bool) -> bytes:
         return b'{"type":"' + etype.encode() + b'","object":' + self.object(obj, cached) + b"}\n"

@@ -21,6 +21,7 @@ from tests.e2e.test_drift import DCGM, _edit_cr
 from tests.e2e.test_phase1 import _daemonsets
 from tests.helpers import crash
 from tests.helpers.kubeproxy import RoutedEndpoints
+from tests.sim.conftest import Raw
 
 HASH = "controller-revision-hash"
 RENDER_HASH = "nvidia.com/last-applied-hash"
@@ -130,6 +131,33 @@ def test_a_lagging_pod_informer_sees_every_relabel_before_the_strategy_is_restor
     res = env.cli(*command, "--yes", "--settle", "0s")
     assert res.code == 0, res.stdout + res.stderr
     env.sim.controllers.daemonsets.pod_events_lag = 0.0
+    assert env.sim.wait_idle(), "the controllers did not settle"
+    assert _uids(env) == before, "a pod was replaced"
+    _assert_whole(env, labelled=command[0] == "apply")
+    _no_dip(env, services)
+
+
+@pytest.mark.parametrize("command", [("apply", "--phase", "1"), ("rollback", "--phase", "1")])
+def test_a_controller_manager_behind_the_api_server_still_relabels_in_place(
+        e2e_factory: Callable[..., E2E], command: tuple[str, ...]) -> None:
+    """A v1.33 API server beside kube-controller-manager v1.32, as a control-plane upgrade
+    passes through: the controller's ControllerRevisions carry the template's
+    `creationTimestamp: null`, which the API server's DaemonSet omits, so no revision equals
+    the template. The run still finds the controller's revision of the relabelled template,
+    relabels every pod in place and restores the strategy; comparing whole templates, it
+    would wait out `--timeout` with the DaemonSet held on OnDelete."""
+    env = e2e_factory("clusterpolicy", api_server="v1.33")
+    raw = Raw(env.sim.url)  # plain HTTP: the client's models hide a null from an absent field
+    served = raw("GET", f"/apis/apps/v1/namespaces/{NS}/daemonsets/nvidia-dcgm")[1]
+    revision = raw("GET", f"/apis/apps/v1/namespaces/{NS}/controllerrevisions")[1]
+    assert "creationTimestamp" not in served["spec"]["template"]["metadata"]
+    assert all(r["data"]["spec"]["template"]["metadata"]["creationTimestamp"] is None
+               for r in revision["items"]), "the revisions lost the controller's own JSON"
+    if command[0] == "rollback":
+        assert env.cli("apply", "--phase", "1", "--yes").code == 0
+    before, services = _uids(env), _services(env)
+    res = env.cli(*command, "--yes", "--settle", "0s", "--timeout", "60s")
+    assert res.code == 0, res.stdout + res.stderr
     assert env.sim.wait_idle(), "the controllers did not settle"
     assert _uids(env) == before, "a pod was replaced"
     _assert_whole(env, labelled=command[0] == "apply")

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from kubernetes import client
 
 from dcgm_sim import kinds as simkinds
 from dcgm_sim import routing
+from dcgm_sim.server import ApiServer
+from dcgm_sim.store import Store
 from dcgm_sim.tables import human_age
-from tests.sim.conftest import Raw
+from tests.sim.conftest import Raw, make_client
 
 
 def test_version(api: client.ApiClient) -> None:
@@ -99,3 +102,31 @@ def test_human_age() -> None:
     assert human_age("2025-01-10T11:00:00Z", now) == "60m"
     assert human_age("2025-01-10T07:30:00Z", now) == "4h30m"
     assert human_age("2025-01-07T09:00:00Z", now) == "3d3h"
+
+
+@pytest.mark.parametrize("release", ["v1.32", "v1.33"])
+def test_the_api_servers_release_decides_a_templates_null_creation_timestamp(
+        store: Store, release: str) -> None:
+    """Up to v1.32 the API server writes a pod template's zero creationTimestamp as `null`;
+    v1.33 omits it (kubernetes/kubernetes#130989), in reads and in a write's answer alike,
+    while the stored object (what the sim's v1.32 controllers read) keeps it."""
+    server = ApiServer(store, release=release)
+    server.start()
+    try:
+        with make_client(server.url) as api:
+            assert client.VersionApi(api).get_code().git_version.startswith(release)
+        raw = Raw(server.url)  # plain HTTP: the client's models hide a null from an absent field
+        code, created, _ = raw("POST", "/apis/apps/v1/namespaces/default/daemonsets", {
+            "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {"app": "d"}}, "template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}}})
+        assert code == 201, created
+        read = raw("GET", "/apis/apps/v1/namespaces/default/daemonsets/d")[1]
+    finally:
+        server.stop()
+    for served in (created, read):
+        meta = served["spec"]["template"]["metadata"]
+        assert ("creationTimestamp" in meta) is (release == "v1.32"), meta
+    stored = store.get(simkinds.DAEMONSET, "default", "d")
+    assert stored["spec"]["template"]["metadata"]["creationTimestamp"] is None

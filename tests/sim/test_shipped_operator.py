@@ -355,6 +355,7 @@ def test_the_node_labeller_follows_the_cr_that_exists(make_api: Callable[..., Ap
     hand; a label set "false" is honoured; with no CR the labels stay as they are."""
     k = make_api("clusterpolicy")
     nodes = sorted(_node_labels(k))
+    k.sim.wait_idle()  # the controllers' start reconciles (the labeller's first pass) are over
     _label_node(k, nodes[0], "nvidia.com/gpu.deploy.dcgm-dra", "true")
     k.hold(5)
     assert ("nvidia.com/gpu.deploy.dcgm-dra", "true") in _deploy_labels(k)

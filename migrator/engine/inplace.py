@@ -44,10 +44,19 @@ def is_current(revision: Mapping[str, Any], ds: Mapping[str, Any]) -> bool:
     pkg/controller/daemon: `syncDaemonSet` records it only after `constructHistory` has made
     or renumbered the current revision above every other) and the labels are the template's.
     Not the whole template compared: a kube-controller-manager older than the API server
-    serialises it otherwise (before v1.33 a zero `creationTimestamp` as `null`, which v1.33
+    serialises it otherwise (before v1.34 a zero `creationTimestamp` as `null`, which v1.34
     omits; a field it does not know, dropped), and would never match during an upgrade."""
     return o.observed(ds) and (o.dig(template_of(revision), "metadata", "labels") or {}) == \
         o.template_labels(ds)
+
+
+def _sans_nulls(value: Any) -> Any:
+    """`value` without its null fields: decoded into the API's types, a null field and an absent
+    one are the same zero value (so a revision written before v1.34 proves the same as one
+    written after, though only the older one spells `creationTimestamp: null`)."""
+    if isinstance(value, Mapping):
+        return {k: _sans_nulls(v) for k, v in value.items() if v is not None}
+    return [_sans_nulls(v) for v in value] if isinstance(value, list) else value
 
 
 def only_labels_differ(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -55,7 +64,7 @@ def only_labels_differ(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     def sans_labels(template: Obj) -> Obj:
         return {**template, "metadata": {k: v for k, v in (template.get("metadata") or {}).items()
                                          if k != "labels"}}
-    return sans_labels(template_of(old)) == sans_labels(template_of(new))
+    return _sans_nulls(sans_labels(template_of(old))) == _sans_nulls(sans_labels(template_of(new)))
 
 
 def _pointer(key: str) -> str:

@@ -32,9 +32,10 @@ pod or Service addresses need `create endpointslices/restricted`, and the Replic
 controllers' pods run under restricted-v2, with a UID from their namespace's
 `openshift.io/sa.scc.uid-range` (every namespace gets a block).
 
-`api_server="v1.33"` serves the API a minor release ahead of the controllers (v1.32), as an
-upgrade of the control plane passes through: the templates it returns omit the `null`
-creationTimestamp the controller manager's ControllerRevisions keep (encoding.py).
+`api_server="v1.34"` serves the API as v1.34 does where it matters to a relabel, a release
+ahead of the controllers (whose JSON is every earlier release's), as an upgrade of the
+control plane passes through: the templates it returns omit the `null` creationTimestamp the
+controller manager's ControllerRevisions keep (encoding.py).
 
 `images` (an OCI image images/build wrote, needs root and `tls=True`) gives the kubelets a
 container runtime (dcgm_sim/runtime): pods of that image run for real, reach the API server at

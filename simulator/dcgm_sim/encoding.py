@@ -17,12 +17,13 @@ from dcgm_sim.store import Event
 
 Obj = dict[str, Any]
 _CacheKey = tuple[str, str, str]
-# The API server releases the sim can serve as, by what differs in their JSON: up to v1.32 a
-# zero `metadata.creationTimestamp` (a pod template's) is written as `null`; v1.33 omits it
-# (kubernetes/kubernetes#130989, "Omit null creationTimestamp"). The sim's objects, and the
-# ControllerRevisions its kube-controller-manager (v1.32) writes, keep v1.32's `null`; served
-# as v1.33 they are the skew an upgrade passes through, the API server a release ahead.
-RELEASES = ("v1.32", "v1.33")
+# The API server releases the sim can serve as, by what differs in their JSON: up to v1.33 a
+# zero `metadata.creationTimestamp` (a pod template's) is written as `null`; v1.34 omits it
+# (kubernetes/kubernetes#130989, "Omit null creationTimestamp"; #134773 the rollouts it
+# caused). The sim's objects, and the ControllerRevisions its kube-controller-manager writes,
+# keep the `null`; served as v1.34 they are the skew an upgrade passes through, the API
+# server a release ahead of the controller manager.
+RELEASES = ("v1.32", "v1.34")
 
 
 def dumps(value: Any) -> bytes:
@@ -75,7 +76,7 @@ class ObjectEncoder:
 
 def _sans_null_timestamps(obj: Obj) -> Obj:
     """`obj` without a `null` creationTimestamp in its metadata or its pod template's
-    (`omitzero`, v1.33); shares every other part with `obj`, which it never changes."""
+    (`omitzero`, v1.34); shares every other part with `obj`, which it never changes."""
     def sans(meta: Any) -> Any:
         if isinstance(meta, dict) and "creationTimestamp" in meta \
                 and meta["creationTimestamp"] is None:

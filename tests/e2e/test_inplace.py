@@ -140,13 +140,13 @@ def test_a_lagging_pod_informer_sees_every_relabel_before_the_strategy_is_restor
 @pytest.mark.parametrize("command", [("apply", "--phase", "1"), ("rollback", "--phase", "1")])
 def test_a_controller_manager_behind_the_api_server_still_relabels_in_place(
         e2e_factory: Callable[..., E2E], command: tuple[str, ...]) -> None:
-    """A v1.33 API server beside kube-controller-manager v1.32, as a control-plane upgrade
+    """A v1.34 API server beside kube-controller-manager v1.33, as a control-plane upgrade
     passes through: the controller's ControllerRevisions carry the template's
     `creationTimestamp: null`, which the API server's DaemonSet omits, so no revision equals
     the template. The run still finds the controller's revision of the relabelled template,
     relabels every pod in place and restores the strategy; comparing whole templates, it
     would wait out `--timeout` with the DaemonSet held on OnDelete."""
-    env = e2e_factory("clusterpolicy", api_server="v1.33")
+    env = e2e_factory("clusterpolicy", api_server="v1.34")
     raw = Raw(env.sim.url)  # plain HTTP: the client's models hide a null from an absent field
     served = raw("GET", f"/apis/apps/v1/namespaces/{NS}/daemonsets/nvidia-dcgm")[1]
     revision = raw("GET", f"/apis/apps/v1/namespaces/{NS}/controllerrevisions")[1]

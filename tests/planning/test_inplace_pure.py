@@ -102,6 +102,14 @@ def test_only_labels_differ_is_the_proof() -> None:
     annotated = _revision({"app": "x"}, image="dcgm:1")
     annotated["data"]["spec"]["template"]["metadata"]["annotations"] = {"a": "b"}
     assert not only_labels_differ(old, annotated)
+    # a revision of a controller manager before v1.34 keeps a null the later one omits: the
+    # same template decoded, so the proof holds across the upgrade; a real value does not
+    before_v1_34 = _revision({"app": "x"}, image="dcgm:1")
+    before_v1_34["data"]["spec"]["template"]["metadata"]["creationTimestamp"] = None
+    assert only_labels_differ(before_v1_34, _revision({"app": "x", "common": "true"},
+                                                      image="dcgm:1"))
+    before_v1_34["data"]["spec"]["template"]["metadata"]["creationTimestamp"] = "2026-01-01"
+    assert not only_labels_differ(before_v1_34, _revision({"app": "x"}, image="dcgm:1"))
 
 
 def test_a_pod_patch_tests_uid_and_old_hash_then_moves_the_labels() -> None:

@@ -104,11 +104,11 @@ def test_human_age() -> None:
     assert human_age("2025-01-07T09:00:00Z", now) == "3d3h"
 
 
-@pytest.mark.parametrize("release", ["v1.32", "v1.33"])
+@pytest.mark.parametrize("release", ["v1.32", "v1.34"])
 def test_the_api_servers_release_decides_a_templates_null_creation_timestamp(
         store: Store, release: str) -> None:
-    """Up to v1.32 the API server writes a pod template's zero creationTimestamp as `null`;
-    v1.33 omits it (kubernetes/kubernetes#130989), in reads and in a write's answer alike,
+    """Up to v1.33 the API server writes a pod template's zero creationTimestamp as `null`;
+    v1.34 omits it (kubernetes/kubernetes#130989), in reads and in a write's answer alike,
     while the stored object (what the sim's v1.32 controllers read) keeps it."""
     server = ApiServer(store, release=release)
     server.start()

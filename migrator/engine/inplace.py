@@ -64,7 +64,8 @@ def only_labels_differ(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     def sans_labels(template: Obj) -> Obj:
         return {**template, "metadata": {k: v for k, v in (template.get("metadata") or {}).items()
                                          if k != "labels"}}
-    return _sans_nulls(sans_labels(template_of(old))) == _sans_nulls(sans_labels(template_of(new)))
+    return bool(_sans_nulls(sans_labels(template_of(old)))
+                == _sans_nulls(sans_labels(template_of(new))))
 
 
 def _pointer(key: str) -> str:

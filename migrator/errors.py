@@ -75,7 +75,7 @@ class WatchExpired(APIError):
 
 
 class APIForbidden(APIError):
-    """403 Forbidden: RBAC does not allow the request."""
+    """403 Forbidden: RBAC does not allow the request (or an admission webhook denied it)."""
 
 
 class APIInvalid(APIError):

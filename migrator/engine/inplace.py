@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from migrator.engine import executor, interrupts, stalls
 from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import StepEvent
-from migrator.errors import APIConflict, APIInvalid, APINotFound
+from migrator.errors import APIConflict, APIForbidden, APIInvalid, APINotFound
 from migrator.model import gates as g
 from migrator.model import halfrolls, kinds
 from migrator.model import objects as o
@@ -199,15 +199,20 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
                                     o.annotations_of(ds).get(TEMPLATE_GENERATION))))
 
     def send(item: tuple[PodView, list[Obj]]) -> str | None:
+        """Why the pod is left to roll, or None once it carries the new labels. A refusal by
+        admission (a policy's 422, a webhook's 403) leaves it to roll like a pod that changed:
+        the rollout restarts it as `--rolling` would, and the note says why."""
         pod, ops = item
         try:
             backend.kube.patch(kinds.POD, pod.name, backend.namespace, ops, patch_type="json")
-        except (APIInvalid, APIConflict, APINotFound) as err:
-            if isinstance(err, APIInvalid):  # its `test` failed: changed, or patched already
-                now = backend.kube.get(kinds.POD, pod.name, backend.namespace)
-                if now is not None and o.meta(now).get("uid") == pod.uid and labels_match(
-                        o.labels(now), written):
-                    return None
+        except (APIInvalid, APIForbidden, APIConflict, APINotFound) as err:
+            now = (backend.kube.get(kinds.POD, pod.name, backend.namespace)
+                   if isinstance(err, APIInvalid | APIForbidden) else None)
+            same = now is not None and o.meta(now).get("uid") == pod.uid
+            if same and labels_match(o.labels(now or {}), written):
+                return None  # patched already (an answer lost, the retry's `test` failed)
+            if same and o.labels(now or {}).get(HASH_LABEL) == pod.labels.get(HASH_LABEL):
+                return f"{pod.name} (its relabel refused: {err})"  # not a failed `test`
             return f"{pod.name} (changed since it was read)"
         return None
 

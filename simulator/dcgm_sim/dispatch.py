@@ -80,8 +80,12 @@ def _injected(code: int, retry_after: int) -> ApiError:
     return internal_error("injected fault")
 
 
-def _policy_denial(group: str, resource: str, name: str, message: str) -> ApiError:
-    """A ValidatingAdmissionPolicy's denial as upstream sends it (faults.py, `deny_writes`)."""
+def _denial(group: str, resource: str, name: str, by: str, message: str) -> ApiError:
+    """A ValidatingAdmissionPolicy's or a webhook's denial as upstream sends it (faults.py,
+    `deny_writes`, `deny_by`)."""
+    if by == "webhook":
+        return ApiError(403, "", f'admission webhook "{faults.DENY_WEBHOOK}" denied the '
+                        f"request: {message}")
     said = (f"ValidatingAdmissionPolicy '{faults.DENY_POLICY}' with binding "
             f"'{faults.DENY_POLICY}' denied request: {message}")
     qualified = f"{resource}.{group}" if group else resource
@@ -132,7 +136,7 @@ def _serve(b: Backend, info: RequestInfo, req: Request, policy: Policy, audit: A
     denial = (b.faults.denied(info.resource, info.name)
               if counts_as_write and info.name and kind is not None else None)
     if denial is not None and kind is not None:
-        raise _policy_denial(kind.group, info.resource, info.name, denial)
+        raise _denial(kind.group, info.resource, info.name, *denial)
     if info.is_resource:
         if kind is not None and kind.key == kinds.EVENTS_V1.key:  # core Events, converted
             core_info, core_req = eventsapi.core_request(info, req)

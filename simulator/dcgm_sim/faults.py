@@ -11,7 +11,10 @@ objects ("resource/name", e.g. "services/nvidia-dcgm") are denied with the Statu
 policy dispatcher sends (kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/
 validating/dispatcher.go: `admission.NewForbidden` re-coded to 422 Invalid, the message
 "ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>", and
-that message as a cause). `stall_watches` makes every open watch go silent — no event, no
+that message as a cause); with `deny_by="webhook"`, by a validating admission webhook instead:
+403 with no reason and the message "admission webhook "<name>" denied the request: <message>"
+(staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/errors/statuserror.go, `ToStatusErr`
+for a webhook that sets no code). `stall_watches` makes every open watch go silent — no event, no
 BOOKMARK — with its connection left open, as a connection dropped without a FIN looks to the
 client.
 
@@ -33,8 +36,10 @@ from typing import Any
 INJECTABLE_CODES = (500, 503, 429)
 FIELDS = ("error_rate", "error_codes", "retry_after_seconds", "latency_ms", "fail_nth_write",
           "disabled_groups", "seed", "hang_nth_write", "deny_writes", "deny_message",
-          "stall_watches", "hang_write_of")
+          "stall_watches", "hang_write_of", "deny_by")
 DENY_POLICY = "sim-deny"  # the policy (and binding) name a denied write names
+DENY_WEBHOOK = "deny.sim.dcgm-migrate"  # the webhook's name, with deny_by="webhook"
+DENIERS = ("policy", "webhook")
 HOLD_LIMIT_SECONDS = 300.0  # a held answer is released after this long, whatever happens
 
 
@@ -60,6 +65,7 @@ class Faults:
         deny_message: str = "denied by policy",
         stall_watches: bool = False,
         hang_write_of: str | None = None,
+        deny_by: str = "policy",
     ) -> None:
         self._lock = threading.Lock()
         self.error_rate = 0.0
@@ -78,8 +84,9 @@ class Faults:
         self._release = threading.Event()
         self.deny_writes: frozenset[str] = frozenset()
         self.deny_message = deny_message
+        self.deny_by = "policy"
         self.stall_watches = False
-        self.update(deny_writes=list(deny_writes), deny_message=deny_message,
+        self.update(deny_writes=list(deny_writes), deny_message=deny_message, deny_by=deny_by,
                     stall_watches=stall_watches,
                     error_rate=error_rate, error_codes=list(error_codes),
                     retry_after_seconds=retry_after_seconds, latency_ms=latency_ms,
@@ -117,9 +124,13 @@ class Faults:
         deny = frozenset(str(d) for d in changes.get("deny_writes", self.deny_writes))
         if any(d.count("/") != 1 for d in deny):
             raise FaultsError("deny_writes entries are resource/name")
+        deny_by = str(changes.get("deny_by", self.deny_by))
+        if deny_by not in DENIERS:
+            raise FaultsError(f"deny_by must be one of {', '.join(DENIERS)}")
         with self._lock:
             self.deny_writes = deny
             self.deny_message = str(changes.get("deny_message", self.deny_message))
+            self.deny_by = deny_by
             self.stall_watches = bool(changes.get("stall_watches", self.stall_watches))
             self.hang_write_of = None if hang_of is None else str(hang_of)
             self.error_rate, self.error_codes = rate, codes
@@ -143,7 +154,8 @@ class Faults:
         return self.update(error_rate=0.0, error_codes=list(INJECTABLE_CODES),
                            retry_after_seconds=1, latency_ms=0.0, fail_nth_write=None,
                            disabled_groups=[], hang_nth_write=None, hang_write_of=None,
-                           deny_writes=[], deny_message="denied by policy", stall_watches=False)
+                           deny_writes=[], deny_message="denied by policy", deny_by="policy",
+                           stall_watches=False)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -160,6 +172,7 @@ class Faults:
                 "hang_write_of": self.hang_write_of,
                 "deny_writes": sorted(self.deny_writes),
                 "deny_message": self.deny_message,
+                "deny_by": self.deny_by,
                 "stall_watches": self.stall_watches,
             }
 
@@ -167,10 +180,13 @@ class Faults:
         with self._lock:
             return bool(group) and group in self.disabled_groups
 
-    def denied(self, resource: str, name: str) -> str | None:
-        """The policy's message when a write of this object is denied, else None."""
+    def denied(self, resource: str, name: str) -> tuple[str, str] | None:
+        """(who denies: `DENIERS`, its message) when a write of this object is denied, else
+        None."""
         with self._lock:
-            return self.deny_message if f"{resource}/{name}" in self.deny_writes else None
+            if f"{resource}/{name}" not in self.deny_writes:
+                return None
+            return self.deny_by, self.deny_message
 
     def stalled(self) -> bool:
         with self._lock:

@@ -44,8 +44,9 @@ class ApiError(Exception):
             "metadata": dict(self.list_meta),
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # `omitempty`: a webhook's denial may have none
+            body["reason"] = self.reason
         if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code

@@ -164,6 +164,33 @@ def test_a_controller_manager_behind_the_api_server_still_relabels_in_place(
     _no_dip(env, services)
 
 
+@pytest.mark.parametrize("deny_by", ["webhook", "policy"])
+def test_a_pod_whose_relabel_admission_refuses_is_left_to_roll_and_said(
+        e2e_factory: Callable[..., E2E], deny_by: str) -> None:
+    """An admission webhook (403) or a ValidatingAdmissionPolicy (422) refuses one pod's
+    relabel: the run relabels the others in place, restores the strategy, and leaves that pod
+    to the rollout, saying why; the rollout replaces it alone. Before, a webhook's 403 stopped
+    the run with the DaemonSet held on OnDelete and the pods half relabelled."""
+    env = e2e_factory("clusterpolicy")
+    denied = sorted(p["metadata"]["name"] for p in env.pods("nvidia-dcgm"))[0]
+    env.sim.server.faults.update(deny_writes=[f"pods/{denied}"], deny_by=deny_by,
+                                 deny_message="pod labels are frozen")
+    before = _uids(env)
+    res = env.cli("apply", "--phase", "1", "--yes")
+    assert res.code == 0, res.stdout + res.stderr
+    said = res.stdout + res.stderr
+    assert f"{denied} (its relabel refused: " in said and "pod labels are frozen" in said, said
+    env.sim.server.faults.reset()
+    assert env.sim.wait_idle(), "the controllers did not settle"
+    after = _uids(env)
+    assert denied not in after, "the refused pod was not rolled"
+    assert {k: v for k, v in before.items() if k != denied}.items() <= after.items(), \
+        "another pod was replaced"
+    _assert_whole(env, labelled=True)
+    assert not any(HELD_STRATEGY in (env.ds(name)["metadata"].get("annotations") or {})
+                   for name in _daemonsets(env.sim.stack)), "a DaemonSet was left held"
+
+
 def test_rollback_phase1_in_place(e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("clusterpolicy")
     assert env.cli("apply", "--phase", "1", "--yes").code == 0

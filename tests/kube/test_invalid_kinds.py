@@ -13,7 +13,7 @@ import pytest
 from dcgm_sim.server import ADMIN_TOKEN
 from migrator.engine.guard import Guard
 from migrator.engine.guardwrites import Outcome
-from migrator.errors import APIInvalid, APITestFailed
+from migrator.errors import APIForbidden, APIInvalid, APITestFailed
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import guarding, kinds
 from migrator.model.stacks import load_catalog
@@ -74,6 +74,20 @@ def test_an_admission_policy_denial_is_reported_as_such(api: Api, kube: Kube) ->
         "services \"a\" is forbidden: ValidatingAdmissionPolicy 'sim-deny' with binding "
         "'sim-deny' denied request: aliases are frozen.")
     assert info.value.reason == "Invalid" and info.value.status == 422
+
+
+def test_an_admission_webhook_denial_is_a_forbidden_with_its_message(api: Api,
+                                                                      kube: Kube) -> None:
+    """A webhook that sets no code is answered 403 with no reason (`ToStatusErr`)."""
+    kube.create(service("a"))
+    api.faults.update(deny_writes=["services/a"], deny_by="webhook",
+                      deny_message="aliases are frozen")
+    with pytest.raises(APIForbidden) as info:
+        kube.patch(kinds.SERVICE, "a", "ns", {"metadata": {"labels": {"x": "y"}}},
+                   patch_type="merge")
+    assert info.value.message == ('admission webhook "deny.sim.dcgm-migrate" denied the '
+                                  "request: aliases are frozen.")
+    assert info.value.status == 403
 
 
 def test_the_guard_does_not_send_a_refused_patch_again(api: Api, kube: Kube) -> None:

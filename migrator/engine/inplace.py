@@ -119,14 +119,17 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
         ok = bool(revs) and is_current(revs[-1], ds)
         if ok:
             found.append((ds, revs))
-        return [GateResult(f"revision/{name}", ok, "the controller's revision of the "
-                           "relabelled template" + ("" if ok else " not created yet"))]
+        generation = o.meta(ds).get("generation")
+        why = "" if ok else " not created yet" if o.observed(ds) else (
+            f" not confirmed yet (generation {generation} not observed)")
+        return [GateResult(f"revision/{name}", ok,
+                           f"the controller's revision of the relabelled template{why}")]
 
     results = backend.until(current, kinds.CONTROLLER_REVISION)
     if g.failed(results):
         backend.refuse(rec, f"DaemonSet/{name}: no ControllerRevision for its relabelled "
-                       f"template within {backend.settings.timeout:g}s; it stays on OnDelete",
-                       CONTROLLER_FIX)
+                       f"template within {backend.settings.timeout:g}s ({results[0].detail}); "
+                       "it stays on OnDelete", CONTROLLER_FIX)
     done, left = _patch_pods(backend, phase, step, *found[0]) if found else (0, [])
     if done:
         _until_counted(backend, phase, step, len(left))

@@ -137,6 +137,31 @@ def test_a_lagging_pod_informer_sees_every_relabel_before_the_strategy_is_restor
     _no_dip(env, services)
 
 
+def test_a_controller_that_never_counts_the_relabels_stops_the_run_held_and_a_rerun_resumes(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """The DaemonSet controller's pod informer stalls: it never sees the relabels, so restoring
+    RollingUpdate would have it restart every pod. The run waits `--timeout`, stops with exit
+    1 naming `counted-updated` and the fix, the DaemonSet still held on OnDelete; once the
+    controller catches up, the same command resumes, restores the strategy and restarts no
+    pod."""
+    env = e2e_factory("clusterpolicy")
+    before, services = _uids(env), _services(env)
+    env.sim.controllers.daemonsets.pod_events_lag = 1e6
+    stopped = env.cli("apply", "--phase", "1", "--yes", "--timeout", "20s")
+    said = stopped.stdout + stopped.stderr
+    assert stopped.code == 1, said
+    assert "has not counted the relabelled pods as updated within 20s" in said, said
+    assert "check the kube-controller-manager, then rerun" in said, said
+    assert HELD_STRATEGY in env.ds("nvidia-dcgm")["metadata"].get("annotations", {})
+    env.sim.controllers.daemonsets.pod_events_lag = 0.0
+    resumed = env.cli("apply", "--phase", "1", "--yes", "--settle", "0s")
+    assert resumed.code == 0, resumed.stdout + resumed.stderr
+    assert env.sim.wait_idle(), "the controllers did not settle"
+    assert _uids(env) == before, "a pod was replaced"
+    _assert_whole(env, labelled=True)
+    _no_dip(env, services)
+
+
 @pytest.mark.parametrize("command", [("apply", "--phase", "1"), ("rollback", "--phase", "1")])
 def test_a_controller_manager_behind_the_api_server_still_relabels_in_place(
         e2e_factory: Callable[..., E2E], command: tuple[str, ...]) -> None:

@@ -207,6 +207,12 @@ class Controller:
             heapq.heappush(self.timers, timer)
             self._cond.notify()
 
+    def unschedule(self, key: Hashable) -> None:
+        """Drop every pending timer of `key`."""
+        with self._cond:
+            self.timers = [t for t in self.timers if t.key != key]
+            heapq.heapify(self.timers)
+
     def idle(self) -> bool:
         """No queued events, no reconcile running, no pending (non-background) timer."""
         with self._cond:

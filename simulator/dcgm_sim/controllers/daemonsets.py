@@ -82,9 +82,22 @@ class DaemonSetController(Controller):
         # kube-controller-manager reads pods and DaemonSets through separate informers with no
         # order between them (`NewDaemonSetsController`'s `podInformer` and `dsInformer`), so
         # under load a DaemonSet change can be synced against a pod cache that has not yet seen
-        # pod writes made before it. Tests set it to prove a writer does not rely on that order.
-        self.pod_events_lag = 0.0
+        # pod writes made before it. Tests set it to prove a writer does not rely on that order;
+        # set back to 0, the informer catches up: every held event is delivered at once.
+        self._lag = 0.0
         self._lagged: deque[tuple[float, Event]] = deque()
+
+    @property
+    def pod_events_lag(self) -> float:
+        return self._lag
+
+    @pod_events_lag.setter
+    def pod_events_lag(self, seconds: float) -> None:
+        self._lag = seconds
+        if seconds <= 0:  # caught up: what it held back is due now, not at its old time
+            self.unschedule(LAGGED)
+            if self._lagged:
+                self.schedule(LAGGED, 0)
 
     # ---- caches ----------------------------------------------------------------------------
 
@@ -155,13 +168,14 @@ class DaemonSetController(Controller):
 
     def _in_informer_order(self, events: list[Event]) -> list[Event]:
         """`events` as the informers deliver them with `pod_events_lag`: the pod events that are
-        due first (older than the rest), the others now, the newer pod events held back."""
+        due first (older than the rest), the others now, the newer pod events held back. A lag
+        set back to 0 is an informer caught up: every held event is due."""
         now = self.clock.now()
         for ev in events:
             if ev.resource is kinds.POD and self.pod_events_lag > 0:
                 self._lagged.append((now + self.pod_events_lag, ev))
         released: list[Event] = []
-        while self._lagged and self._lagged[0][0] <= now:
+        while self._lagged and (self._lagged[0][0] <= now or self.pod_events_lag <= 0):
             ev = self._lagged.popleft()[1]
             if not self._older_than_cached(ev.object):
                 released.append(ev)

@@ -180,6 +180,50 @@ def test_named_target_port_resolves_per_pod(make_bare: Callable[..., Bare]) -> N
     assert all(s["metadata"]["labels"]["team"] == "gpu" for s in slices(bare, "web"))
 
 
+def test_a_port_change_rewrites_the_slice_in_place_never_emptying_it(
+        make_bare: Callable[..., Bare]) -> None:
+    """Every endpoint moving to a new port set makes a slice to create and one to delete;
+    upstream's `finalize` turns the create into an update of the doomed slice, so the Service
+    keeps its slice (and its ready endpoints) throughout: no delete, no create."""
+    bare = make_bare(nodes=1, stack="none")
+    bare.store.create(kinds.SERVICE, _service("web", {"app": "web"}))
+    for name in ("w1", "w2"):
+        bare.store.create(kinds.POD, _pod(name, "gpu-node-0001", {"app": "web"},
+                                          [{"name": "metrics", "containerPort": 8080}]))
+    bare.wait_for(lambda: len(endpoints(bare, "web")) == 2)
+    bare.wait_idle()
+    [before] = slices(bare, "web")
+    seen: list[tuple[str, int]] = []
+
+    def record(event: Any) -> None:
+        if event.resource.key == kinds.ENDPOINTSLICE.key and event.object["metadata"][
+                "labels"].get(E.SERVICE_NAME_LABEL) == "web":
+            seen.append((event.type, len(event.object.get("endpoints") or [])))
+
+    bare.store.subscribe(record)
+    bare.edit(kinds.SERVICE, "web", lambda s: s["spec"]["ports"][0].__setitem__(
+        "targetPort", 9400))
+    bare.wait_for(lambda: [p["port"] for s in slices(bare, "web") for p in s["ports"]] == [9400])
+    bare.wait_idle()
+    bare.store.unsubscribe(record)
+    [after] = slices(bare, "web")
+    assert after["metadata"]["name"] == before["metadata"]["name"]
+    assert seen == [("MODIFIED", 2)], seen
+
+
+def test_a_service_held_by_a_finalizer_keeps_its_slices_following_its_pods(
+        make_bare: Callable[..., Bare]) -> None:
+    """Upstream syncs a Service being deleted like any other and only holds back new slices
+    (`finalize`): a pod turning unready while a finalizer holds the Service is said."""
+    bare = make_bare(nodes=3)
+    bare.edit(kinds.SERVICE, SVC, lambda s: s["metadata"].__setitem__(
+        "finalizers", ["example.com/cleanup"]))
+    bare.store.delete(kinds.SERVICE, NS, SVC)
+    assert bare.get(kinds.SERVICE, SVC)["metadata"].get("deletionTimestamp")
+    restart_unready(bare, "gpu-node-0002")
+    bare.wait_for(lambda: ready_nodes(bare, SVC) == {"gpu-node-0001", "gpu-node-0003"})
+
+
 def test_more_than_100_endpoints_span_slices_and_rewrites_are_local(
     make_bare: Callable[..., Bare]
 ) -> None:

@@ -9,7 +9,10 @@ both on a dual-stack Service), each endpoint holding the pod's IPs of that famil
 conditions as upstream `podToEndpoint` sets them (serving = pod Ready; terminating =
 deletionTimestamp set; ready = serving and not terminating, or always true with
 `publishNotReadyAddresses`); pods without an IP or in a terminal phase are left out. A service
-with no endpoints keeps one empty placeholder slice per address type.
+with no endpoints keeps one empty placeholder slice per address type. Writes go out as upstream's
+`finalize` sends them: a slice to create takes the place of one to delete (an update under its
+name), then creates, updates, deletes; a Service being deleted is still synced, but gets no new
+slice.
 
 It is incremental: a pod event touches only the Services in its namespace whose selector matched
 it before or after, and only the slices that hold (or will hold) that pod's endpoint are
@@ -447,8 +450,8 @@ class EndpointSliceController(Controller):
 
     def sync(self, key: SvcKey, scope: set[str] | None) -> None:
         svc = self._services.get(key)
-        if svc is None or not self._index.selects(key) or P.is_deleting(svc):
-            return
+        if svc is None or not self._index.selects(key):
+            return  # a Service being deleted is still synced; `_write` creates nothing for it
         types = address_types(svc)
         for address_type in types:
             self._sync_set(svc, (*key, address_type), scope)
@@ -471,20 +474,29 @@ class EndpointSliceController(Controller):
                                           address_type=key[2]))
 
     def _write(self, key: SetKey, plan: SlicePlan) -> None:
+        """`finalize` (staging/src/k8s.io/endpointslice/reconciler.go): each slice to create
+        takes the place of one to delete (an update of it, under its name), then creates,
+        updates and deletes go out in that order, so no reader meets a set's endpoints gone
+        between a delete and a create. A Service being deleted gets no new slice."""
         ns = key[0]
+        while plan.create and plan.delete:
+            old, new = plan.delete.pop(0), plan.create.pop()
+            plan.update.append({**new, "metadata": {**new["metadata"],
+                                                    "name": old["metadata"]["name"]}})
+        svc = self._services.get(key[:2])
+        for sl in plan.create if svc is not None and not P.is_deleting(svc) else ():
+            new = self.store.create(kinds.ENDPOINTSLICE, sl, adopt=True)
+            self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
+            self._put_slice(key, new["metadata"]["name"], new)
+        for sl in plan.update:
+            new = self.store.update(kinds.ENDPOINTSLICE, sl, adopt=True)
+            self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
+            self._put_slice(key, new["metadata"]["name"], new)
         for sl in plan.delete:
             gone = self.store.delete(kinds.ENDPOINTSLICE, ns, sl["metadata"]["name"])
             self._own_rv[(ns, sl["metadata"]["name"])] = gone["metadata"]["resourceVersion"]
             self._put_slice(key, sl["metadata"]["name"], None)
             self._outlines.pop((ns, sl["metadata"]["name"]), None)
-        for sl in plan.update:
-            new = self.store.update(kinds.ENDPOINTSLICE, sl, adopt=True)
-            self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
-            self._put_slice(key, new["metadata"]["name"], new)
-        for sl in plan.create:
-            new = self.store.create(kinds.ENDPOINTSLICE, sl, adopt=True)
-            self._own_rv[(ns, new["metadata"]["name"])] = new["metadata"]["resourceVersion"]
-            self._put_slice(key, new["metadata"]["name"], new)
 
     def _outline(self, sl: Obj) -> tuple[str, frozenset[str]]:
         """`slice_outline`, remembered for the stored version of each slice."""

@@ -74,9 +74,13 @@ class Reflector(Generic[T]):
                                       label_selector=self.label_selector,
                                       keep=lambda obj: (o.name(obj), self._keep(obj)),
                                       printed=self.printed)
+        listed = o.int_version(rv)
         with self._cond:
-            self._items = {name: item for name, item in pairs if item is not None}
-            self.rv = max(self.rv, o.int_version(rv))
+            # A list on the reading thread (a late fence) races the stream: changes newer than
+            # the list that the stream applied meanwhile (a pod deleted) must not be undone.
+            if listed >= self.rv:
+                self._items = {name: item for name, item in pairs if item is not None}
+                self.rv = listed
             self._cond.notify_all()
 
     def _run(self, stop: threading.Event) -> None:

@@ -89,9 +89,15 @@ class Waiter:
         pace = Pace(self.clock.monotonic())
         next_probe = pace.started + min(probe_every, timeout)
         backoff = self.recheck_min  # after a failed watch: doubles up to recheck_max
+        by_name = f"metadata.name={daemonset}"
         while True:
             self._beat()
-            ds = self.kube.get(kinds.DAEMONSET, daemonset, self.namespace)
+            # Read as a list of one: the watch below starts from the list's version, which is
+            # current. The DaemonSet's own version dates from its last change, and a real API
+            # server's watch cache may have moved past it while a rollout stalls (410, again
+            # at every pass).
+            listed = self.kube.list(kinds.DAEMONSET, self.namespace, field_selector=by_name)
+            ds = listed.items[0] if listed.items else None
             if ds is None:
                 return RolloutOutcome(None, False)
             pace.note(ds, self.clock.monotonic())
@@ -131,8 +137,7 @@ class Waiter:
             try:  # one DaemonSet's printed rows until `follow` says False or `wait`
                 for etype, row in self.kube.watch_table(
                         kinds.DAEMONSET, self.namespace, timeout_seconds=_seconds(wait),
-                        resource_version=str(o.meta(ds).get("resourceVersion", "")),
-                        field_selector=f"metadata.name={daemonset}"):
+                        resource_version=listed.resource_version, field_selector=by_name):
                     if not follow(etype, row):
                         break
                 backoff = self.recheck_min

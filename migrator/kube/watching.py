@@ -1,6 +1,8 @@
 """Reading a watch: newline-delimited JSON events. A watch that ends just stops (the caller
 re-watches); an `ERROR` event raises its Status (410: `WatchExpired`). A BOOKMARK goes only to
-`bookmarked`, as in client-go's reflector. urllib3 cannot ping an idle connection, so a watch
+`bookmarked`, as in client-go's reflector, but a Table watch's column definitions come on its
+first event whatever it is (upstream `watchEmbeddedEncoder`), so they are read off a BOOKMARK
+too. urllib3 cannot ping an idle connection, so a watch
 silent for `idle_seconds` ends by read timeout."""
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def read_events(raw: Any, *, path: str, api_version: str, kind: str,
             if etype == "ERROR":
                 code = int(obj.get("code") or 500)
                 raise error_for(code, json.dumps(obj).encode(), method="WATCH", path=path)
+            if of_row is not None and obj.get("kind") == "Table":
+                columns = tables.column_names(obj) or columns
             if etype == "BOOKMARK":
                 version = _version(obj)
                 if version and bookmarked is not None:
@@ -85,7 +89,6 @@ def read_events(raw: Any, *, path: str, api_version: str, kind: str,
             if of_row is None or obj.get("kind") != "Table":
                 items = [of_object(obj)]
             else:
-                columns = tables.column_names(obj) or columns
                 if columns is None:
                     raise tables.TableError(
                         "a Table watch event came before any column definitions")

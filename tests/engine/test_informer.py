@@ -43,6 +43,31 @@ def test_an_event_a_list_already_covers_does_not_overwrite_it() -> None:
     assert "a" not in r._items and r.rv == 12
 
 
+class _ListsAt:
+    """A kube whose one list answers at version `rv` with `items`, while `meanwhile` runs
+    (the stream applying events during the list)."""
+
+    def __init__(self, rv: int, items: list[dict[str, Any]], meanwhile: Any) -> None:
+        self.rv, self.items, self.meanwhile = rv, items, meanwhile
+
+    def collect(self, kind: Any, namespace: Any, *, keep: Any, **kw: Any) -> Any:
+        self.meanwhile()
+        return [keep(i) for i in self.items], str(self.rv)
+
+
+def test_a_list_the_stream_overtook_does_not_put_a_deleted_object_back() -> None:
+    """A late fence lists on the reading thread while the stream keeps applying events: a
+    delete at version 12 applied during a list answered at 10 stays applied."""
+    r = _reflector()
+    r._apply("ADDED", _obj("a", 5))
+    r.kube = cast(Kube, _ListsAt(10, [_obj("a", 5)], lambda: r._apply("DELETED", _obj("a", 12))))
+    r.load()
+    assert "a" not in r._items and r.rv == 12
+    r.kube = cast(Kube, _ListsAt(20, [_obj("b", 15)], lambda: None))
+    r.load()  # a list newer than the cache replaces it
+    assert list(r._items) == ["b"] and r.rv == 20
+
+
 def test_a_reflector_waits_only_for_objects_its_selector_holds() -> None:
     r = _reflector("app=x")
     r.saw(kinds.SERVICE, _obj("a", 40, app="y"))

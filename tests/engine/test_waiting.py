@@ -15,9 +15,11 @@ from typing import Any, cast
 
 import pytest
 
+from dcgm_sim.server import ADMIN_TOKEN, ApiServer
+from dcgm_sim.store import Store
 from migrator.engine.waiting import Pace, Waiter
 from migrator.errors import APIError, WatchExpired
-from migrator.kube.client import Kube
+from migrator.kube.client import Kube, ObjList
 from migrator.model import kinds
 from migrator.model.gates import GateResult
 from migrator.model.kinds import Kind
@@ -35,7 +37,8 @@ class Page:
 
 @dataclass
 class ScriptedKube:
-    """get/watch/pages as the Waiter uses them; records every watch it was asked for."""
+    """list/watch/pages as the Waiter uses them; records every watch it was asked for. A list
+    answers at the collection's version `rv-<n>`, n counting every list and page read."""
 
     clock: FakeClock
     objects: dict[str, Obj] = field(default_factory=dict)
@@ -43,8 +46,11 @@ class ScriptedKube:
     watches: list[dict[str, Any]] = field(default_factory=list)
     lists: int = 0
 
-    def get(self, kind: Kind, name: str, namespace: str) -> Obj | None:
-        return self.objects.get(name)
+    def list(self, kind: Kind, namespace: str, *, field_selector: str) -> ObjList:
+        name = field_selector.removeprefix("metadata.name=")
+        self.lists += 1
+        found = self.objects.get(name)
+        return ObjList([found] if found is not None else [], f"rv-{self.lists}")
 
     def watch(self, kind: Kind, namespace: str, *, resource_version: str,
               field_selector: str | None = None, label_selector: str | None = None,
@@ -128,7 +134,7 @@ def test_a_rollout_follows_the_watch_until_complete(waiter: Waiter, kube: Script
     assert done.ds["metadata"]["resourceVersion"] == "4"  # stops at complete
     # Rows as they came; the row that looks complete is then confirmed by one GET.
     assert seen == [(0, 3), (1, 2), (2, 2), (3, 3), (3, 3)]
-    assert [w["rv"] for w in kube.watches] == ["1"]  # watched from the object it read
+    assert [w["rv"] for w in kube.watches] == ["rv-1"]  # from the version of the list it read
     assert kube.watches[0]["fields"] == "metadata.name=nvidia-dcgm-dra"
     assert kube.watches[0]["timeout"] == 30  # one watch is at most 30 s
     assert clock.slept == [] and len(beats) >= 4
@@ -152,7 +158,7 @@ def test_rows_that_only_look_complete_do_not_end_the_wait(waiter: Waiter, kube: 
     out = waiter.rollout("nvidia-dcgm-dra", 600, lambda d, pace: None)
     assert out.complete and out.ds is not None
     assert out.ds["metadata"]["resourceVersion"] == "4"
-    assert [w["rv"] for w in kube.watches] == ["1", "2"]  # re-read after the look-alike row
+    assert [w["rv"] for w in kube.watches] == ["rv-1", "rv-2"]  # read again after the look-alike
 
 
 def test_a_stuck_rollout_gives_up_at_the_progress_deadline(waiter: Waiter, kube: ScriptedKube,
@@ -307,3 +313,23 @@ def test_settle_counts_down_in_whole_seconds(waiter: Waiter, clock: FakeClock,
     assert seen == pytest.approx(reports)
     assert math.isclose(sum(clock.slept), seconds)
     assert len(beats) == len(sleeps)  # the lock is kept alive through the countdown
+
+
+def test_a_stalled_rollout_watches_from_a_current_version_not_its_own() -> None:
+    """A DaemonSet that last changed long ago (a stalled rollout) has a resourceVersion a real
+    API server's watch cache may have moved past: a watch from it is answered 410, again at
+    every pass. The waiter watches from the version of the list it read, which is current, so
+    one watch spans its wait (here on a sim keeping 20 events)."""
+    store = Store(event_log_size=20)
+    store.create(kinds.NAMESPACE, {"metadata": {"name": NS}})
+    with ApiServer(store) as server:
+        kube = Kube.for_server(server.url, ADMIN_TOKEN)
+        kube.create(ds(1, 1))
+        for i in range(30):  # the DaemonSet's own version falls out of the window
+            kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": f"c{i}", "namespace": NS}})
+        seq = server.log.last_seq
+        out = Waiter(kube, NS).rollout("nvidia-dcgm-dra", 2.0, lambda d, pace: None)
+        watches = server.log.find(verb="watch", resource="daemonsets")
+    assert not out.complete and out.blocked == ""  # no progress for the whole timeout
+    assert len([w for w in watches if w.seq > seq]) == 1, watches

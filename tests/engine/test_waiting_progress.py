@@ -10,7 +10,7 @@ from typing import Any, cast
 from migrator.cli.live import eta_text
 from migrator.engine.progress import RolloutProgress
 from migrator.engine.waiting import Pace, Waiter
-from migrator.kube.client import Kube
+from migrator.kube.client import Kube, ObjList
 from migrator.model.tables import Row, daemonset_row
 from tests.helpers.clock import FakeClock
 
@@ -25,8 +25,8 @@ def _ds(updated: int, available: int, desired: int = 10) -> Obj:
 
 @dataclass
 class ScriptedKube:
-    """Each read (get, or a watch wake-up) costs `step` seconds and shows the status the
-    script gives for that moment."""
+    """Each read (a list of one, or a watch wake-up) costs `step` seconds and shows the status
+    the script gives for that moment."""
 
     clock: FakeClock
     script: Any  # Callable[[float], Obj]
@@ -34,9 +34,9 @@ class ScriptedKube:
     gets: int = 0
     calls: list[str] = field(default_factory=list)
 
-    def get(self, kind: Any, name: str, namespace: str | None = None) -> Obj:
+    def list(self, kind: Any, namespace: str | None = None, **kw: Any) -> ObjList:
         self.gets += 1
-        return dict(self.script(self.clock.mono))
+        return ObjList([dict(self.script(self.clock.mono))], "1")
 
     def watch(self, kind: Any, namespace: str | None = None, **kw: Any) -> Iterator[
             tuple[str, Obj]]:

@@ -197,6 +197,30 @@ def test_a_table_watch_names_every_rows_cells_by_the_first_events_columns(api: A
     assert "includeObject=None" in sent.query
 
 
+def test_a_table_watch_whose_first_event_is_a_bookmark_takes_its_columns_from_it() -> None:
+    """The API server puts the column definitions on the first event of a Table watch,
+    whatever it is (upstream `watchEmbeddedEncoder`), so on a quiet resource a BOOKMARK carries
+    them and the rows after it come without: they are still named by those columns."""
+    store = Store()
+    store.create(kinds.NAMESPACE, {"metadata": {"name": "ns"}})
+    store.create(kinds.CONFIGMAP, {"metadata": {"name": "c", "namespace": "ns"}})
+    server = ApiServer(store, bookmark_seconds=0.2)
+    server.start()
+    try:
+        kube = connect(server)
+        start = kube.list(kinds.CONFIGMAP, "ns").resource_version
+        rows = kube.watch_table(kinds.CONFIGMAP, "ns", resource_version=start,
+                                timeout_seconds=10)
+        time.sleep(0.5)  # the watch open longer than a bookmark's period: a BOOKMARK first
+        kube.patch(kinds.CONFIGMAP, "c", "ns", {"data": {"k": "v"}}, patch_type="merge")
+        etype, row = next(iter(rows))
+        rows.stop()
+    finally:
+        server.stop()
+    assert (etype, row.name) == ("MODIFIED", "c")
+    assert row.cells["Name"] == "c" and "Age" in row.cells, row.cells
+
+
 def test_dry_run_writes_nothing(api: Api) -> None:
     kube = connect(api)
     kube.create(configmap("a"))

@@ -120,14 +120,14 @@ class Waiter:
 
             def follow(etype: str, row: Row, next_probe: float = next_probe) -> bool:
                 if etype == "DELETED":
-                    return False  # the GET at the top of the loop says so
+                    return False  # the read at the top of the loop says so
                 if etype in ("ADDED", "MODIFIED"):
                     view = rollout_view(row)
                     pace.note(view, self.clock.monotonic())
                     report(view, pace)
                     self._beat()
                     if counts_look_complete(view):
-                        return False  # confirmed (or not) by the GET at the top of the loop
+                        return False  # confirmed (or not) by the read at the top of the loop
                 now = self.clock.monotonic()
                 return now < pace.moved + timeout and (blocked is None or now < next_probe)
 
@@ -141,7 +141,7 @@ class Waiter:
                     if not follow(etype, row):
                         break
                 backoff = self.recheck_min
-            except (APIError, TableError):  # refused or broken at once: must not become a GET loop
+            except (APIError, TableError):  # refused or broken at once: must not become a read loop
                 self.clock.sleep(min(wait, backoff))
                 backoff = min(backoff * 2, self.recheck_max)
 

@@ -132,7 +132,7 @@ def test_a_rollout_follows_the_watch_until_complete(waiter: Waiter, kube: Script
     done = waiter.rollout("nvidia-dcgm-dra", 600, report)
     assert done.complete and done.ds is not None
     assert done.ds["metadata"]["resourceVersion"] == "4"  # stops at complete
-    # Rows as they came; the row that looks complete is then confirmed by one GET.
+    # Rows as they came; the row that looks complete is then confirmed by one read.
     assert seen == [(0, 3), (1, 2), (2, 2), (3, 3), (3, 3)]
     assert [w["rv"] for w in kube.watches] == ["rv-1"]  # from the version of the list it read
     assert kube.watches[0]["fields"] == "metadata.name=nvidia-dcgm-dra"
@@ -287,7 +287,7 @@ def test_an_api_error_in_a_rollout_watch_re_reads(waiter: Waiter, kube: Scripted
 
 def test_a_watch_that_keeps_failing_backs_off_instead_of_looping(
         waiter: Waiter, kube: ScriptedKube, clock: FakeClock) -> None:
-    # A watch refused every time (a proxy, a broken stream) costs a GET and a failed watch
+    # A watch refused every time (a proxy, a broken stream) costs a read and a failed watch
     # per try: the pause between tries doubles from recheck_min to recheck_max.
     kube.objects["nvidia-dcgm-dra"] = ds(1, 2)
     kube.streams = [APIError("broken", status=500) for _ in range(100)]

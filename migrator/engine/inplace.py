@@ -46,8 +46,8 @@ def is_current(revision: Mapping[str, Any], ds: Mapping[str, Any]) -> bool:
     Not the whole template compared: a kube-controller-manager older than the API server
     serialises it otherwise (before v1.34 a zero `creationTimestamp` as `null`, which v1.34
     omits; a field it does not know, dropped), and would never match during an upgrade."""
-    return o.observed(ds) and (o.dig(template_of(revision), "metadata", "labels") or {}) == \
-        o.template_labels(ds)
+    labels = o.dig(template_of(revision), "metadata", "labels") or {}
+    return o.observed(ds) and labels == o.template_labels(ds)
 
 
 def _sans_nulls(value: Any) -> Any:

@@ -2,8 +2,8 @@
 re-watches); an `ERROR` event raises its Status (410: `WatchExpired`). A BOOKMARK goes only to
 `bookmarked`, as in client-go's reflector, but a Table watch's column definitions come on its
 first event whatever it is (upstream `watchEmbeddedEncoder`), so they are read off a BOOKMARK
-too. urllib3 cannot ping an idle connection, so a watch
-silent for `idle_seconds` ends by read timeout."""
+too. urllib3 cannot ping an idle connection, so a watch silent for `idle_seconds` ends by read
+timeout."""
 
 from __future__ import annotations
 

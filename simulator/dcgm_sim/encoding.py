@@ -78,8 +78,7 @@ def _sans_null_timestamps(obj: Obj) -> Obj:
     """`obj` without a `null` creationTimestamp in its metadata or its pod template's
     (`omitzero`, v1.34); shares every other part with `obj`, which it never changes."""
     def sans(meta: Any) -> Any:
-        if isinstance(meta, dict) and "creationTimestamp" in meta \
-                and meta["creationTimestamp"] is None:
+        if isinstance(meta, dict) and meta.get("creationTimestamp", "") is None:
             return {k: v for k, v in meta.items() if k != "creationTimestamp"}
         return meta
 

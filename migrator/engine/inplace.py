@@ -27,6 +27,9 @@ Obj = dict[str, Any]
 # patches in seconds, few enough that priority and fairness never queues the tool behind itself.
 MAX_IN_FLIGHT = 10
 # What to do when the DaemonSet controller does not act in time and the DaemonSet stays held.
+# How the API server words a validating admission webhook's denial (k8s.io/apiserver
+# admission/plugin/webhook/errors `ToStatusErr`), as against RBAC's "… is forbidden: User …".
+WEBHOOK_DENIAL = "denied the request"
 CONTROLLER_FIX = ("check the kube-controller-manager, then rerun to resume (the DaemonSet's own "
                   "updateStrategy is restored by that run)")
 
@@ -204,13 +207,18 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
     def send(item: tuple[PodView, list[Obj]]) -> str | None:
         """Why the pod is left to roll, or None once it carries the new labels. A refusal by
         admission (a policy's 422, a webhook's 403) leaves it to roll like a pod that changed:
-        the rollout restarts it as `--rolling` would, and the note says why."""
+        the rollout restarts it as `--rolling` would, and the note says why. RBAC's 403 is
+        raised: a missing permission stops the run (exit 3), no pod restarted for it."""
         pod, ops = item
         try:
             backend.kube.patch(kinds.POD, pod.name, backend.namespace, ops, patch_type="json")
-        except (APIInvalid, APIForbidden, APIConflict, APINotFound) as err:
+        except APIForbidden as err:
+            if WEBHOOK_DENIAL not in str(err):
+                raise
+            return f"{pod.name} (its relabel refused: {err})"
+        except (APIInvalid, APIConflict, APINotFound) as err:
             now = (backend.kube.get(kinds.POD, pod.name, backend.namespace)
-                   if isinstance(err, APIInvalid | APIForbidden) else None)
+                   if isinstance(err, APIInvalid) else None)
             same = now is not None and o.meta(now).get("uid") == pod.uid
             if same and labels_match(o.labels(now or {}), written):
                 return None  # patched already (an answer lost, the retry's `test` failed)

@@ -161,3 +161,24 @@ def test_preflight_names_the_in_place_path_s_permissions(
                        "✗ rbac/patch pods: not allowed",
                        "✗ rbac/watch controllerrevisions.apps: not allowed"], pre.stdout
     assert not env.finish()
+
+
+def test_a_missing_pod_patch_permission_stops_the_in_place_relabel_and_restarts_no_pod(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """RBAC's 403 on a pod's relabel is not an admission refusal: the run stops with exit 3
+    naming the permission, and no pod is left to a rollout for it."""
+    env = fresh(insecure_port=False)
+    docs = _docs(RBAC.read_text())
+    for doc in docs:
+        if "rules" in doc:
+            doc["rules"] = [r for r in doc["rules"]
+                            if (r["resources"], r["verbs"]) != (["pods"], ["patch"])]
+    kubeconfig = _kubeconfig(env, yaml.safe_dump_all(docs), tmp_path, token="narrow-token-3")
+    pods = {p["metadata"]["uid"] for p in env.sim.store.list(kinds.POD, NS)[0]}
+    done = crash.run(kubeconfig, *APPLY)
+    assert done.code == 3, done.output
+    error = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and 'cannot patch resource "pods"' in error[0], done.stderr
+    assert "left to its rollout" not in done.output
+    assert env.sim.wait_idle()
+    assert {p["metadata"]["uid"] for p in env.sim.store.list(kinds.POD, NS)[0]} == pods

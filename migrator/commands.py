@@ -15,7 +15,7 @@ from migrator.engine.applying import Apply
 from migrator.engine.clock import Clock, SystemClock
 from migrator.engine.informer import Informer
 from migrator.engine.loop import Loop, Run, RunSettings
-from migrator.engine.permissions import preflight_checks
+from migrator.engine.permissions import preflight_checks, require_for_run
 from migrator.engine.planfile import check_plan_file
 from migrator.engine.progress import Listener, Told
 from migrator.engine.reads import read_snapshot
@@ -192,6 +192,7 @@ def apply(session: Session, request: RunRequest) -> RunReport:
             return RunReport(before, RunOutcome("apply", 0, request.dry_run, {}), ok=True)
         if not request.dry_run:
             session.store.check_free()  # someone else's run: refused before warnings or question
+            require_for_run(session.kube, session.namespace)
         told.say(before.warnings)  # --yes and no TTY skip the question, not these
         if request.dry_run:  # no question, no lock, no state, nothing persisted
             return _dry_run(session, told, request, snap, state, before)
@@ -257,6 +258,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
                              "run `dcgm-migrate status` to see which phases are done")
         if not request.dry_run:  # a dry run asks no question and takes no lock
             session.store.check_free()  # someone else's run: refused before the question
+            require_for_run(session.kube, session.namespace)
         before = assemble.build(snap, session.catalog, state, request.settings.options,
                                 forward=False)
         told = session.listener.command()

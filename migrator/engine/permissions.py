@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,13 @@ def required() -> tuple[Permission, ...]:
 
 
 REQUIRED: tuple[Permission, ...] = required()  # what docs/rbac.yaml grants
+REVIEWS_IN_FLIGHT = 8  # access reviews asked at once
+# What an `apply` or a `rollback` asks before its lock: every write it may make (not
+# `change-stack`'s CRs) and the one read it makes only after writing (phase 1 in place's
+# ControllerRevisions); its other reads come before its first write and fail there anyway.
+RUN_REQUIRED = tuple(p for p in REQUIRED if (
+    p.kind == kinds.CONTROLLER_REVISION or p.verb in ("create", "update", "patch", "delete"))
+    and p.kind not in (kinds.CLUSTER_POLICY, kinds.GPU_CLUSTER))
 
 GUARD_SERVICE_ACCOUNT = "dcgm-migrate-guard"  # docs/guard.yaml
 # OpenShift refuses an EndpointSlice with addresses in the cluster or service network unless
@@ -90,6 +98,33 @@ RESTRICTED_ENDPOINTSLICES = Permission("create", kinds.ENDPOINTSLICE, subresourc
 # What the guard's shared EndpointSlices need (the rest of docs/guard.yaml's Role are reads and
 # its own Lease, which `kubectl auth can-i --as` checks as well).
 GUARD_WRITES = (*grants("create update delete", [kinds.ENDPOINTSLICE]), RESTRICTED_ENDPOINTSLICES)
+
+
+def missing(kube: Kube, namespace: str,
+            needed: Iterable[Permission] = REQUIRED) -> list[Permission]:
+    """The permissions of `needed` the current user lacks: a SelfSubjectAccessReview each, a
+    few at a time (about 30 before every run: a fraction of a second, not one answer after
+    another's)."""
+    def allowed(p: Permission) -> bool:
+        return kube.can_i(p.verb, p.kind, namespace if p.namespaced else None, p.name,
+                          p.subresource)[0]
+
+    wanted = list(needed)
+    with ThreadPoolExecutor(REVIEWS_IN_FLIGHT) as pool:
+        return [p for p, ok in zip(wanted, pool.map(allowed, wanted), strict=True) if not ok]
+
+
+def require_for_run(kube: Kube, namespace: str) -> None:
+    """Refused before the lock and the first write, naming every permission a run may use that
+    the user lacks: found at the write that needs it instead, a run would stop half done (a
+    DaemonSet held on OnDelete, phase 1 in place)."""
+    lacking = missing(kube, namespace, RUN_REQUIRED)
+    if lacking:
+        raise APIForbidden(
+            f"The kubeconfig's user may not {'; '.join(map(str, lacking))} in namespace "
+            f"{namespace}: the run would be refused at the write that needs it, so it writes "
+            "nothing.", "ask a cluster admin to apply docs/rbac.yaml (`dcgm-migrate preflight` "
+            "lists every permission it needs)", status=403, reason="Forbidden")
 
 
 def service_account_review(namespace: str, p: Permission) -> dict[str, Any]:
@@ -154,8 +189,7 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
         "monitoring.coreos.com/v1 (ServiceMonitor, optional)":
             kube.has_api("monitoring.coreos.com", "v1"),
     }
-    missing = [str(p) for p in REQUIRED if not kube.can_i(
-        p.verb, p.kind, namespace if p.namespaced else None, p.name, p.subresource)[0]]
+    lacking = [str(p) for p in missing(kube, namespace)]
     checks = [GateResult(f"api/{k}", True, "served" if v else
                          "not served (fine if the cluster does not use it)")
               for k, v in apis.items()]
@@ -164,8 +198,8 @@ def preflight_checks(kube: Kube, namespace: str, catalog: Catalog) -> tuple[Gate
                              "ClusterPolicy or GPUCluster CRD present"))
     checks.append(namespace_check(kube, namespace, catalog))
     checks += operator_cr_checks(kube, apis)
-    checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in missing]
-    checks.append(GateResult("rbac", not missing,
-                             f"{len(REQUIRED) - len(missing)}/{len(REQUIRED)} permissions"))
+    checks += [GateResult(f"rbac/{p}", False, "not allowed") for p in lacking]
+    checks.append(GateResult("rbac", not lacking,
+                             f"{len(REQUIRED) - len(lacking)}/{len(REQUIRED)} permissions"))
     checks += guard_checks(kube, namespace)
     return tuple(checks)

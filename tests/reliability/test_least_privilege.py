@@ -1,7 +1,8 @@
 """Least privilege (`preflight`, docs/runbook.md "1. Preflight"): docs/rbac.yaml grants exactly
 `permissions.REQUIRED`; a whole migration and rollback run with a token holding only those rules
-and are never refused; a token missing one write permission exits 3 naming it, and `preflight`
-lists it with zero writes; no write ever touches an object outside the plan's allow-list."""
+and are never refused; a token missing one write permission exits 3 naming it before any write,
+and `preflight` lists it; one revoked mid-run stops the run (exit 3) with no pod restarted for
+it; no write ever touches an object outside the plan's allow-list."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 from dcgm_sim.cluster import kubeconfig_document
 from migrator.engine.permissions import REQUIRED, Permission
 from migrator.model import kinds
+from migrator.model.objects import HELD_STRATEGY
 from tests.helpers import crash
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, Env
 
@@ -135,8 +137,9 @@ def test_a_missing_write_permission_is_named_by_preflight_and_by_apply(
     assert done.code == 3, done.output
     error = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(error) == 1 and "Traceback" not in done.stderr
-    assert ('daemonsets.apps "nvidia-dcgm-exporter-dra" is forbidden' in error[0]
-            and 'cannot patch resource "daemonsets"' in error[0]), error
+    assert "may not patch daemonsets.apps/nvidia-dcgm-exporter-dra in namespace" in error[0], \
+        error
+    assert env.writes(mark) == [], "a refused run wrote"
     assert "fix: " in done.stderr and "preflight" in done.stderr
     ds = env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-exporter-dra")
     assert "nvidia.com/gpu-operator.dcgm-exporter" not in ds["metadata"]["labels"]
@@ -163,22 +166,53 @@ def test_preflight_names_the_in_place_path_s_permissions(
     assert not env.finish()
 
 
-def test_a_missing_pod_patch_permission_stops_the_in_place_relabel_and_restarts_no_pod(
-        fresh: Callable[..., Env], tmp_path: Path) -> None:
-    """RBAC's 403 on a pod's relabel is not an admission refusal: the run stops with exit 3
-    naming the permission, and no pod is left to a rollout for it."""
-    env = fresh(insecure_port=False)
+def _without_pod_patch() -> str:
+    """docs/rbac.yaml without its `patch pods` rule (phase 1 in place's relabels)."""
     docs = _docs(RBAC.read_text())
     for doc in docs:
         if "rules" in doc:
             doc["rules"] = [r for r in doc["rules"]
                             if (r["resources"], r["verbs"]) != (["pods"], ["patch"])]
-    kubeconfig = _kubeconfig(env, yaml.safe_dump_all(docs), tmp_path, token="narrow-token-3")
-    pods = {p["metadata"]["uid"] for p in env.sim.store.list(kinds.POD, NS)[0]}
+    return yaml.safe_dump_all(docs)
+
+
+def _pod_uids(env: Env) -> set[str]:
+    return {p["metadata"]["uid"] for p in env.sim.store.list(kinds.POD, NS)[0]}
+
+
+def test_a_missing_pod_patch_permission_is_named_before_any_write(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """A run checks every permission it may use before its lock and its first write: without
+    `patch pods`, apply exits 3 naming it and writes nothing (no DaemonSet held on OnDelete,
+    as a refusal at the first pod's relabel would leave it)."""
+    env = fresh(insecure_port=False)
+    kubeconfig = _kubeconfig(env, _without_pod_patch(), tmp_path, token="narrow-token-3")
+    pods, mark = _pod_uids(env), env.mark()
     done = crash.run(kubeconfig, *APPLY)
     assert done.code == 3, done.output
     error = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(error) == 1 and 'cannot patch resource "pods"' in error[0], done.stderr
-    assert "left to its rollout" not in done.output
-    assert env.sim.wait_idle()
-    assert {p["metadata"]["uid"] for p in env.sim.store.list(kinds.POD, NS)[0]} == pods
+    assert len(error) == 1 and "may not patch pods in namespace" in error[0], done.stderr
+    assert env.writes(mark) == [], "a refused run wrote"
+    assert env.sim.wait_idle() and _pod_uids(env) == pods
+
+
+def test_a_pod_patch_permission_revoked_mid_relabel_stops_the_run_and_restarts_no_pod(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """RBAC's 403 on a pod's relabel (the permission revoked after the run's check) is no
+    admission refusal: the run stops with exit 3 naming it, and no pod is left to a rollout
+    for it; the DaemonSet it was relabelling stays held on OnDelete for the rerun."""
+    env = fresh(insecure_port=False)
+    kubeconfig = _kubeconfig(env, RBAC.read_text(), tmp_path, token="revoked-token-4")
+    pods = _pod_uids(env)
+    env.sim.server.faults.update(hang_nth_write=1, hang_write_of="patch pods")
+    proc = crash.start(kubeconfig, *APPLY)
+    crash.until(lambda: bool(env.sim.server.faults.snapshot()["write_held"]), proc)
+    env.sim.server.access.add_token("revoked-token-4", _without_pod_patch())
+    env.sim.server.faults.update(hang_nth_write=None)
+    code, out, err = crash.finish(proc)
+    assert code == 3, out + err
+    assert 'cannot patch resource "pods"' in err and "left to its rollout" not in out + err
+    assert env.sim.wait_idle() and _pod_uids(env) == pods
+    held = [d["metadata"]["name"] for d in env.sim.store.list(kinds.DAEMONSET, NS)[0]
+            if HELD_STRATEGY in (d["metadata"].get("annotations") or {})]
+    assert held, "no DaemonSet held: the run did not stop at a relabel"

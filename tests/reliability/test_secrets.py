@@ -65,7 +65,8 @@ def test_the_token_never_leaks(fresh: Callable[..., Env], tmp_path: Path) -> Non
     forbidden = run("rollback", "--phase", "2", "--yes", "--settle", "0s", "--debug",
                     config=_kubeconfig(tmp_path, env.sim.url, narrow, "narrow"))
     assert forbidden.code == 3, forbidden.output
-    assert "Traceback" in forbidden.stderr and "forbidden" in forbidden.stderr, forbidden.output
+    assert "Traceback" in forbidden.stderr, forbidden.output  # refused before any write:
+    assert "may not delete services/nvidia-dcgm-exporter" in forbidden.stderr, forbidden.output
     wrong = "tok-" + secrets.token_hex(16)  # not registered: 401
     unauthorized = run("status", "--debug",
                        config=_kubeconfig(tmp_path, env.sim.url, wrong, "wrong"))

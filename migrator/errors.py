@@ -75,7 +75,11 @@ class WatchExpired(APIError):
 
 
 class APIForbidden(APIError):
-    """403 Forbidden: RBAC does not allow the request (or an admission webhook denied it)."""
+    """403 Forbidden: RBAC does not allow the request."""
+
+
+class APIWebhookDenied(APIForbidden):
+    """403 from a validating admission webhook that refused the change (not a permission)."""
 
 
 class APIInvalid(APIError):

@@ -12,7 +12,13 @@ from typing import Any, NoReturn
 from migrator.engine import executor, interrupts, stalls
 from migrator.engine.loop import Applier, PhaseWork
 from migrator.engine.progress import StepEvent
-from migrator.errors import APIConflict, APIForbidden, APIInvalid, APINotFound
+from migrator.errors import (
+    APIConflict,
+    APIInvalid,
+    APINotFound,
+    APITestFailed,
+    APIWebhookDenied,
+)
 from migrator.model import gates as g
 from migrator.model import halfrolls, kinds
 from migrator.model import objects as o
@@ -27,9 +33,6 @@ Obj = dict[str, Any]
 # patches in seconds, few enough that priority and fairness never queues the tool behind itself.
 MAX_IN_FLIGHT = 10
 # What to do when the DaemonSet controller does not act in time and the DaemonSet stays held.
-# How the API server words a validating admission webhook's denial (k8s.io/apiserver
-# admission/plugin/webhook/errors `ToStatusErr`), as against RBAC's "… is forbidden: User …".
-WEBHOOK_DENIAL = "denied the request"
 CONTROLLER_FIX = ("check the kube-controller-manager, then rerun to resume (the DaemonSet's own "
                   "updateStrategy is restored by that run)")
 
@@ -212,18 +215,15 @@ def _patch_pods(backend: Applier, phase: PhaseWork, step: RelabelPods, ds: Obj,
         pod, ops = item
         try:
             backend.kube.patch(kinds.POD, pod.name, backend.namespace, ops, patch_type="json")
-        except APIForbidden as err:
-            if WEBHOOK_DENIAL not in str(err):
-                raise
+        except APITestFailed:  # changed since it was read, or patched already (a lost answer)
+            now = backend.kube.get(kinds.POD, pod.name, backend.namespace)
+            if now is not None and o.meta(now).get("uid") == pod.uid and labels_match(
+                    o.labels(now), written):
+                return None
+            return f"{pod.name} (changed since it was read)"
+        except (APIInvalid, APIWebhookDenied) as err:  # admission refused it
             return f"{pod.name} (its relabel refused: {err})"
-        except (APIInvalid, APIConflict, APINotFound) as err:
-            now = (backend.kube.get(kinds.POD, pod.name, backend.namespace)
-                   if isinstance(err, APIInvalid) else None)
-            same = now is not None and o.meta(now).get("uid") == pod.uid
-            if same and labels_match(o.labels(now or {}), written):
-                return None  # patched already (an answer lost, the retry's `test` failed)
-            if same and o.labels(now or {}).get(HASH_LABEL) == pod.labels.get(HASH_LABEL):
-                return f"{pod.name} (its relabel refused: {err})"  # not a failed `test`
+        except (APIConflict, APINotFound):
             return f"{pod.name} (changed since it was read)"
         return None
 

@@ -102,9 +102,8 @@ GUARD_WRITES = (*grants("create update delete", [kinds.ENDPOINTSLICE]), RESTRICT
 
 def missing(kube: Kube, namespace: str,
             needed: Iterable[Permission] = REQUIRED) -> list[Permission]:
-    """The permissions of `needed` the current user lacks: a SelfSubjectAccessReview each, a
-    few at a time (about 30 before every run: a fraction of a second, not one answer after
-    another's)."""
+    """The permissions of `needed` the current user lacks: a SelfSubjectAccessReview each,
+    `REVIEWS_IN_FLIGHT` at a time (a run asks 17, `preflight` all of `REQUIRED`)."""
     def allowed(p: Permission) -> bool:
         return kube.can_i(p.verb, p.kind, namespace if p.namespaced else None, p.name,
                           p.subresource)[0]

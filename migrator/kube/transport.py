@@ -36,6 +36,7 @@ from migrator.errors import (
     APINotFound,
     APITestFailed,
     APIUnreachable,
+    APIWebhookDenied,
     WatchExpired,
 )
 from migrator.kube.config import ExecFailures
@@ -226,6 +227,13 @@ def error_for(code: int, body: bytes, *, method: str, path: str,
             f"{why}",
             "refresh the credentials in your kubeconfig (for example log in again)",
             status=code, reason=reason or "Unauthorized")
+    # An admission webhook's refusal, worded by k8s.io/apiserver's webhook errors
+    # `ToStatusErr` (403 unless the webhook sets a code), not RBAC's "… is forbidden: User …".
+    if code == 403 and message.startswith("admission webhook ") and " denied the request" in \
+            message:
+        return APIWebhookDenied(message, "an admission webhook refuses this change, as its "
+                                "message says; change the object or the webhook's policy, then "
+                                "run again", status=code, reason=reason)
     if code in _PLAIN:
         error, hint, default_reason = _PLAIN[code]
         return error(message, hint, status=code, reason=reason or default_reason)

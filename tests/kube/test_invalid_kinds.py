@@ -13,7 +13,7 @@ import pytest
 from dcgm_sim.server import ADMIN_TOKEN
 from migrator.engine.guard import Guard
 from migrator.engine.guardwrites import Outcome
-from migrator.errors import APIForbidden, APIInvalid, APITestFailed
+from migrator.errors import APIInvalid, APITestFailed, APIWebhookDenied
 from migrator.kube import Kube, RetryPolicy
 from migrator.model import guarding, kinds
 from migrator.model.stacks import load_catalog
@@ -78,11 +78,12 @@ def test_an_admission_policy_denial_is_reported_as_such(api: Api, kube: Kube) ->
 
 def test_an_admission_webhook_denial_is_a_forbidden_with_its_message(api: Api,
                                                                       kube: Kube) -> None:
-    """A webhook that sets no code is answered 403 with no reason (`ToStatusErr`)."""
+    """A webhook that sets no code is answered 403 with no reason (`ToStatusErr`): typed as a
+    webhook's refusal, not a missing permission."""
     kube.create(service("a"))
     api.faults.update(deny_writes=["services/a"], deny_by="webhook",
                       deny_message="aliases are frozen")
-    with pytest.raises(APIForbidden) as info:
+    with pytest.raises(APIWebhookDenied) as info:
         kube.patch(kinds.SERVICE, "a", "ns", {"metadata": {"labels": {"x": "y"}}},
                    patch_type="merge")
     assert info.value.message == ('admission webhook "deny.sim.dcgm-migrate" denied the '

@@ -19,6 +19,7 @@ from migrator.errors import (
     APIForbidden,
     APINotFound,
     APIUnreachable,
+    APIWebhookDenied,
     WatchExpired,
 )
 from migrator.kube import Kube, RetryPolicy
@@ -123,6 +124,7 @@ rules:
     with pytest.raises(APIForbidden) as info:
         viewer.patch(kinds.CONFIGMAP, "a", "ns", {"data": {"k": "x"}})
     assert 'cannot patch resource "configmaps"' in info.value.message
+    assert not isinstance(info.value, APIWebhookDenied)  # a permission, not an admission refusal
     assert "viewer-token" not in str(info.value)
     assert viewer.can_i("get", kinds.CONFIGMAP, "ns")[0]
     allowed, reason = viewer.can_i("update", kinds.CONFIGMAP, "ns", "a")

@@ -146,17 +146,22 @@ def test_a_missing_write_permission_is_named_by_preflight_and_by_apply(
     assert not env.finish()
 
 
+def _without_rules(drop: Callable[[dict[str, Any]], bool]) -> str:
+    """docs/rbac.yaml without the rules `drop` picks."""
+    docs = _docs(RBAC.read_text())
+    for doc in docs:
+        if "rules" in doc:
+            doc["rules"] = [r for r in doc["rules"] if not drop(r)]
+    return yaml.safe_dump_all(docs)
+
+
 def test_preflight_names_the_in_place_path_s_permissions(
         fresh: Callable[..., Env], tmp_path: Path) -> None:
     """Phase 1 in place patches pods and reads ControllerRevisions: docs/rbac.yaml without
     those rules fails preflight, which names each."""
     env = fresh(insecure_port=False)
-    docs = _docs(RBAC.read_text())
-    for doc in docs:
-        if "rules" in doc:
-            doc["rules"] = [r for r in doc["rules"] if r["resources"] != ["controllerrevisions"]
-                            and (r["resources"], r["verbs"]) != (["pods"], ["patch"])]
-    kubeconfig = _kubeconfig(env, yaml.safe_dump_all(docs), tmp_path, token="narrow-token-2")
+    narrow = _without_rules(lambda r: r["resources"] == ["controllerrevisions"] or _pod_patch(r))
+    kubeconfig = _kubeconfig(env, narrow, tmp_path, token="narrow-token-2")
     pre = crash.run(kubeconfig, "preflight")
     assert pre.code == 1, pre.output
     missing = sorted(line.strip() for line in pre.stdout.splitlines() if "not allowed" in line)
@@ -166,14 +171,9 @@ def test_preflight_names_the_in_place_path_s_permissions(
     assert not env.finish()
 
 
-def _without_pod_patch() -> str:
-    """docs/rbac.yaml without its `patch pods` rule (phase 1 in place's relabels)."""
-    docs = _docs(RBAC.read_text())
-    for doc in docs:
-        if "rules" in doc:
-            doc["rules"] = [r for r in doc["rules"]
-                            if (r["resources"], r["verbs"]) != (["pods"], ["patch"])]
-    return yaml.safe_dump_all(docs)
+def _pod_patch(rule: dict[str, Any]) -> bool:
+    """docs/rbac.yaml's `patch pods` rule (phase 1 in place's relabels)."""
+    return (rule["resources"], rule["verbs"]) == (["pods"], ["patch"])
 
 
 def _pod_uids(env: Env) -> set[str]:
@@ -186,7 +186,7 @@ def test_a_missing_pod_patch_permission_is_named_before_any_write(
     `patch pods`, apply exits 3 naming it and writes nothing (no DaemonSet held on OnDelete,
     as a refusal at the first pod's relabel would leave it)."""
     env = fresh(insecure_port=False)
-    kubeconfig = _kubeconfig(env, _without_pod_patch(), tmp_path, token="narrow-token-3")
+    kubeconfig = _kubeconfig(env, _without_rules(_pod_patch), tmp_path, token="narrow-token-3")
     pods, mark = _pod_uids(env), env.mark()
     done = crash.run(kubeconfig, *APPLY)
     assert done.code == 3, done.output
@@ -207,7 +207,7 @@ def test_a_pod_patch_permission_revoked_mid_relabel_stops_the_run_and_restarts_n
     env.sim.server.faults.update(hang_nth_write=1, hang_write_of="patch pods")
     proc = crash.start(kubeconfig, *APPLY)
     crash.until(lambda: bool(env.sim.server.faults.snapshot()["write_held"]), proc)
-    env.sim.server.access.add_token("revoked-token-4", _without_pod_patch())
+    env.sim.server.access.add_token("revoked-token-4", _without_rules(_pod_patch))
     env.sim.server.faults.update(hang_nth_write=None)
     code, out, err = crash.finish(proc)
     assert code == 3, out + err

@@ -230,17 +230,19 @@ def _apply_common_config(ds: Obj, daemonsets: Mapping[str, Any], selector_keys: 
         spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": rolling}
     if daemonsets.get("priorityClassName"):
         pod["priorityClassName"] = daemonsets["priorityClassName"]
+    _apply_shared_config(ds, daemonsets, selector_keys | reserved_extra)
+
+
+def _apply_shared_config(ds: Obj, daemonsets: Mapping[str, Any],
+                         reserved_extra: set[str] | frozenset[str] = frozenset()) -> None:
+    """What both stacks take from `daemonsets`: its tolerations on the pod template, and its
+    labels and annotations on the DaemonSet itself, unfiltered, and on its pod template but
+    for `app`, `app.kubernetes.io/part-of` and `reserved_extra` (`applyCommonDaemonsetConfig`
+    and `applyCommonDaemonsetMetadata`, object_controls.go; the GPUCluster's manifests,
+    manifests/state-dcgm*/*_daemonset.yaml, take the same)."""
     if daemonsets.get("tolerations"):
-        pod["tolerations"] = clone(daemonsets["tolerations"])
-    _apply_common_metadata(ds, daemonsets, selector_keys | reserved_extra)
-
-
-def _apply_common_metadata(ds: Obj, daemonsets: Mapping[str, Any],
-                           reserved_extra: set[str] | frozenset[str] = frozenset()) -> None:
-    """`daemonsets.labels` and `.annotations` on the DaemonSet itself, unfiltered, and on its
-    pod template but for `app`, `app.kubernetes.io/part-of` and `reserved_extra`
-    (`applyCommonDaemonsetMetadata`, object_controls.go; the GPUCluster's manifests,
-    manifests/state-dcgm*/*_daemonset.yaml, do the same)."""
+        ds["spec"]["template"].setdefault("spec", {})["tolerations"] = clone(
+            daemonsets["tolerations"])
     meta, tmeta = ds["metadata"], ds["spec"]["template"].setdefault("metadata", {})
     reserved = {"app", "app.kubernetes.io/part-of"} | set(reserved_extra)
     for key, value in (daemonsets.get("labels") or {}).items():
@@ -371,10 +373,8 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
             # The GPUCluster's manifests hard-code `updateStrategy: RollingUpdate` and
             # `priorityClassName: system-node-critical`; only labels, annotations and
             # tolerations come from `daemonsets` (manifests/state-dcgm*/*_daemonset.yaml).
-            _apply_common_metadata(obj, daemonsets,
-                                   set(obj["spec"]["selector"]["matchLabels"]) | reserved)
-            if daemonsets.get("tolerations"):
-                obj["spec"]["template"]["spec"]["tolerations"] = clone(daemonsets["tolerations"])
+            _apply_shared_config(obj, daemonsets,
+                                 set(obj["spec"]["selector"]["matchLabels"]) | reserved)
         elif obj["kind"] == "Service" and state == "state-dcgm-exporter":
             _exporter_service(obj, exporter)
         rendered.append(obj)

@@ -121,6 +121,21 @@ def sim(make_sim: Callable[..., SimCluster]) -> SimCluster:
     return make_sim(nodes=3, stack="gpucluster")
 
 
+def edit_object(store: Store, kind: kinds.Kind, namespace: str | None, name: str,
+                change: Callable[[Obj], None], attempts: int = 5) -> Obj:
+    """Read-modify-write (with resourceVersion), retried on a 409 Conflict as a client
+    would (client-go's RetryOnConflict): a controller may write the object in between."""
+    for attempt in range(attempts):
+        obj = copy.deepcopy(store.get(kind, namespace, name))
+        change(obj)
+        try:
+            return store.update(kind, obj)
+        except StoreError as exc:
+            if exc.code != 409 or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 @dataclass
 class Bare:
     """A seeded Store with the controllers running on it, and shortcuts for tests."""
@@ -142,17 +157,9 @@ class Bare:
 
     def edit(self, kind: kinds.Kind, name: str, change: Callable[[Obj], None],
              namespace: str | None = None) -> Obj:
-        """Read-modify-write (with resourceVersion), retried on a 409 Conflict as a client
-        would (client-go's RetryOnConflict): a controller may write the object in between."""
-        for attempt in range(5):
-            obj = copy.deepcopy(self.get(kind, name, namespace))
-            change(obj)
-            try:
-                return self.store.update(kind, obj)
-            except StoreError as exc:
-                if exc.code != 409 or attempt == 4:
-                    raise
-        raise AssertionError("unreachable")
+        """`edit_object` in this store's namespace (or `namespace`)."""
+        ns = (namespace or self.namespace) if kind.namespaced else None
+        return edit_object(self.store, kind, ns, name, change)
 
     def pods(self, app: str) -> list[Obj]:
         items, _ = self.store.list(kinds.POD, self.namespace)

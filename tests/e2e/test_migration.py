@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
-from dcgm_sim.store import StoreError
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
+from tests.conftest import edit_object
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -113,18 +113,9 @@ def _rolled_out(env: E2E, name: str) -> bool:
 
 
 def _edit_ds(env: E2E, ds_name: str, change: Callable[[dict[str, Any]], None]) -> None:
-    """Read, change and write the DaemonSet as a client would: again on a conflict (its
-    controller's status write may land between the read and the write)."""
-    for _ in range(10):
-        ds = copy.deepcopy(env.ds(ds_name))
-        change(ds)
-        try:
-            env.sim.store.update(kinds.DAEMONSET, ds)
-            return
-        except StoreError as err:
-            if err.code != 409:
-                raise
-    raise AssertionError(f"DaemonSet/{ds_name}: still conflicting after 10 tries")
+    """Change the DaemonSet as a client would: again on a conflict (its controller's status
+    write may land between the read and the write)."""
+    edit_object(env.sim.store, kinds.DAEMONSET, NS, ds_name, change, attempts=10)
 
 
 def _label_template(env: E2E, ds_name: str, key: str, strategy: str | None = None) -> None:

@@ -5,7 +5,8 @@ planned (model/stackchange.py), carried out with its record in the state
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine.gaps import GapMeter
 from migrator.engine.loop import RunSettings
+from migrator.engine.permissions import Permission, cr_writes, require_for_run
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import RunReport
 from migrator.engine.stackchange import (
@@ -95,10 +97,22 @@ def _admitted(session: Session, snap: Snapshot, new_cr: Mapping[str, Any]) -> No
                          ) from err
 
 
+def _cr_writes(steps: Iterable[Mapping[str, str]], made: str, deleted: str) -> list[Permission]:
+    """The CR writes of a change's `steps`: the kind of the step `made` creates, and the CR the
+    step `deleted` deletes, by name (a rollback undoes a CREATE by a delete, and so on)."""
+    by_action = {s["action"]: s for s in steps}
+    create, delete = by_action.get(made), by_action.get(deleted)
+    return cr_writes(create["kind"] if create else None,
+                     (delete["kind"], delete["name"]) if delete else None)
+
+
 def change_stack(session: Session, request: StackRequest,
             confirm: Callable[[sc.ChangePlan], bool]) -> StackOutcome:
-    """Carry the change out (resuming a stopped one), then run the new stack's phases 1-3."""
+    """Carry the change out (resuming a stopped one), then run the new stack's phases 1-3;
+    every permission it and those phases use is asked before the question and the lock."""
     change = plan(session, request).change
+    require_for_run(session.kube, session.namespace, _cr_writes(
+        map(dataclasses.asdict, change.steps), made=sc.CREATE, deleted=sc.DELETE))
     if not confirm(change):
         raise UsageError("Aborted at the question.", commands.ABORTED_HINT)
     with _running(session, _state(session), request.timeout, request.max_gap) as run, \
@@ -129,6 +143,8 @@ def rollback_stack(session: Session, timeout: float, max_gap: float
     if recorded.get("status") not in (IN_PROGRESS, COMPLETED):
         raise UsageError("No stack change is recorded here, so there is nothing to roll back.",
                          "`dcgm-migrate status` shows the state")
+    require_for_run(session.kube, session.namespace, _cr_writes(
+        (recorded.get("steps") or {}).values(), made=sc.DELETE, deleted=sc.CREATE))
     with _running(session, loaded, timeout, max_gap) as run:
         done = rollback(run)
     return done, recorded.get("from")

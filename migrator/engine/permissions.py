@@ -83,8 +83,8 @@ def required() -> tuple[Permission, ...]:
 
 REQUIRED: tuple[Permission, ...] = required()  # what docs/rbac.yaml grants
 REVIEWS_IN_FLIGHT = 8  # access reviews asked at once
-# What an `apply` or a `rollback` asks before its lock: every write it may make (not
-# `change-stack`'s CRs) and the one read it makes only after writing (phase 1 in place's
+# What an `apply` or a `rollback` asks before its lock: every write it may make (a stack change
+# adds its CRs', `cr_writes`) and the one read it makes only after writing (phase 1 in place's
 # ControllerRevisions); its other reads come before its first write and fail there anyway.
 RUN_REQUIRED = tuple(p for p in REQUIRED if (
     p.kind == kinds.CONTROLLER_REVISION or p.verb in ("create", "update", "patch", "delete"))
@@ -103,7 +103,8 @@ GUARD_WRITES = (*grants("create update delete", [kinds.ENDPOINTSLICE]), RESTRICT
 def missing(kube: Kube, namespace: str,
             needed: Iterable[Permission] = REQUIRED) -> list[Permission]:
     """The permissions of `needed` the current user lacks: a SelfSubjectAccessReview each,
-    `REVIEWS_IN_FLIGHT` at a time (a run asks 17, `preflight` all of `REQUIRED`)."""
+    `REVIEWS_IN_FLIGHT` at a time (a run asks 17, a stack change 19, `preflight` all of
+    `REQUIRED`)."""
     def allowed(p: Permission) -> bool:
         return kube.can_i(p.verb, p.kind, namespace if p.namespaced else None, p.name,
                           p.subresource)[0]
@@ -113,11 +114,21 @@ def missing(kube: Kube, namespace: str,
         return [p for p, ok in zip(wanted, pool.map(allowed, wanted), strict=True) if not ok]
 
 
-def require_for_run(kube: Kube, namespace: str) -> None:
-    """Refused before the lock and the first write, naming every permission a run may use that
-    the user lacks: found at the write that needs it instead, a run would stop half done (a
-    DaemonSet held on OnDelete, phase 1 in place)."""
-    lacking = missing(kube, namespace, RUN_REQUIRED)
+def cr_writes(create: str | None, delete: tuple[str, str] | None) -> list[Permission]:
+    """A stack change's writes beyond a run's: the `create` kind's CR made, the `delete`
+    (kind, name) CR deleted by name; `change-stack --rollback` asks them the other way round."""
+    made = [Permission("create", kinds.BY_KIND[create], namespaced=False)] if create else []
+    gone = ([Permission("delete", kinds.BY_KIND[delete[0]], delete[1], namespaced=False)]
+            if delete else [])
+    return [*made, *gone]
+
+
+def require_for_run(kube: Kube, namespace: str, also: Iterable[Permission] = ()) -> None:
+    """Refused before the lock and the first write, naming every permission a run (and `also`,
+    a stack change's CR writes) may use that the user lacks: found at the write that needs it
+    instead, a run would stop half done (a DaemonSet held on OnDelete, phase 1 in place; a
+    stack change with its Services kept and its old CR not deleted)."""
+    lacking = missing(kube, namespace, [*RUN_REQUIRED, *also])
     if lacking:
         raise APIForbidden(
             f"The kubeconfig's user may not {'; '.join(map(str, lacking))} in namespace "

@@ -16,10 +16,12 @@ import pytest
 import yaml
 
 from dcgm_sim.cluster import kubeconfig_document
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from migrator.engine.permissions import REQUIRED, Permission
 from migrator.model import kinds
 from migrator.model.objects import HELD_STRATEGY
 from tests.helpers import crash
+from tests.helpers.stackprep import label_nodes, manifest
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, Env
 
 RBAC = Path(crash.REPO) / "docs" / "rbac.yaml"
@@ -216,3 +218,43 @@ def test_a_pod_patch_permission_revoked_mid_relabel_stops_the_run_and_restarts_n
     held = [d["metadata"]["name"] for d in env.sim.store.list(kinds.DAEMONSET, NS)[0]
             if HELD_STRATEGY in (d["metadata"].get("annotations") or {})]
     assert held, "no DaemonSet held: the run did not stop at a relabel"
+
+
+def _cr_delete(resource: str) -> Callable[[dict[str, Any]], bool]:
+    """docs/rbac.yaml's rule deleting `resource` by name (dropped whole: an emptied
+    resourceNames would grant every name)."""
+    return lambda rule: (rule["resources"], rule["verbs"]) == ([resource], ["delete"])
+
+
+def test_a_stack_change_and_its_rollback_name_a_missing_cr_delete_before_any_write(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """`change-stack` asks every permission it and the phases it runs use before its question
+    and lock: without deleting the old ClusterPolicy it exits 3 naming that, writing nothing
+    (found at the delete, its Services would already be out of the old CR's reach); so does
+    `--rollback` without deleting the GPUCluster the change created."""
+    env = fresh("clusterpolicy", insecure_port=False, monitor=False,  # the change's own gap
+                operator_reconcile_seconds=RESYNC_SECONDS)
+    label_nodes(env.sim, "gpucluster")
+    change = ("change-stack", "--to", "gpucluster", "-f", str(manifest(tmp_path, "gpucluster")),
+              "--delete-cr", "gpu-cluster-policy", "--yes", "--settle", "0s")
+    refusals = [
+        (change, _cr_delete("clusterpolicies"),
+         "may not delete clusterpolicies.nvidia.com/gpu-cluster-policy in namespace"),
+        (("change-stack", "--rollback", "--yes"), _cr_delete("gpuclusters"),
+         "may not delete gpuclusters.nvidia.com/gpu-cluster in namespace")]
+    for n, (argv, drop, named) in enumerate(refusals):
+        mark = env.mark()
+        narrow = _kubeconfig(env, _without_rules(drop), tmp_path, token=f"narrow-stack-{n}")
+        done = crash.run(narrow, *argv)
+        assert done.code == 3, done.output
+        error = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert len(error) == 1 and named in error[0], done.stderr
+        assert env.writes(mark) == [], "a refused stack change wrote"
+        assert [o["metadata"]["name"] for o in env.sim.store.list(
+            kinds.CLUSTER_POLICY if n == 0 else kinds.GPU_CLUSTER)[0]] != []
+        granted = _kubeconfig(env, RBAC.read_text(), tmp_path)
+        done = crash.run(granted, *argv)  # docs/rbac.yaml whole: the same command goes through
+        assert done.code == 0, done.output[-2000:]
+    assert [c["metadata"]["name"] for c in env.sim.store.list(kinds.CLUSTER_POLICY)[0]] == [
+        "gpu-cluster-policy"]
+    assert env.sim.store.list(kinds.GPU_CLUSTER)[0] == []

@@ -323,3 +323,37 @@ def test_incremental_passes_leave_what_a_full_pass_would(make_bare: Callable[...
         assert len(stored) >= 2 and len(desired) > 200  # several slices, most pods in
         assert sorted(held) == sorted(desired)
         assert not any(vars(E.reconcile_slices(svc, stored, desired)).values())
+
+
+def test_a_pod_on_a_deleted_node_loses_its_endpoint_at_its_next_event(
+        make_bare: Callable[..., Bare]) -> None:
+    """`reconcileByAddressType` skips a pod whose Node does not exist (unless the Service has
+    publishNotReadyAddresses). A Node's deletion syncs nothing, so the endpoint stays; the pod's
+    next event (a relabel, as phase 1 in place makes) drops it while PodGC's quarantine still
+    keeps the pod; a Node created again under that name brings it back."""
+    bare = make_bare(nodes=2)
+    bare.wait_idle()
+    both = {"gpu-node-0001", "gpu-node-0002"}
+    assert ready_nodes(bare, SVC) == both
+    controller = bare.controllers.get("endpointslice")
+    assert controller is not None
+    node = bare.get(kinds.NODE, "gpu-node-0002")
+    with bare.controllers.clock.held():  # simulated time stands: PodGC's quarantine never ends
+        bare.store.delete(kinds.NODE, None, "gpu-node-0002")
+        bare.wait_for(controller.idle)
+        assert ready_nodes(bare, SVC) == both
+        pod = next(p for p in bare.pods(SVC) if p["spec"]["nodeName"] == "gpu-node-0002")
+        name = pod["metadata"]["name"]
+        bare.edit(kinds.POD, name, lambda p: p["metadata"]["labels"].update(relabelled="yes"))
+        bare.wait_for(lambda: ready_nodes(bare, SVC) == {"gpu-node-0001"})
+        assert name not in endpoints(bare, SVC) and bare.store.find(kinds.POD, NS, name)
+        meta = {k: v for k, v in node["metadata"].items()
+                if k not in ("uid", "resourceVersion", "creationTimestamp")}
+        bare.store.create(kinds.NODE, {**node, "metadata": meta})
+        bare.wait_for(lambda: ready_nodes(bare, SVC) == both)
+    svc = bare.get(kinds.SERVICE, SVC)
+    pod = bare.get(kinds.POD, name, NS)
+    assert E.desired_endpoints(svc, [pod], node_exists=lambda n: False) == {}
+    published = copy.deepcopy(svc)
+    published["spec"]["publishNotReadyAddresses"] = True
+    assert list(E.desired_endpoints(published, [pod], node_exists=lambda n: False)) == [name]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dcgm_sim import kinds as sim_kinds
 from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION, START_SECONDS_ANNOTATION
 from migrator.model import kinds
 from tests.conftest import Bare
@@ -137,17 +138,61 @@ def test_pod_ips_are_unique_per_node_and_reused_after_deletion(
     assert bare.get(kinds.POD, "d", NS)["status"]["podIP"] == ips["a"]
 
 
-def test_pods_of_a_deleted_node_are_collected(make_bare: Callable[..., Bare]) -> None:
+def test_pods_of_a_deleted_node_are_collected_as_podgc_does(
+        make_bare: Callable[..., Bare]) -> None:
+    """PodGC `gcOrphaned`: a deleted node's pods are left as they were through the 40-s
+    quarantine (no kubelet reports on them), then, 40 to 60 s after the node went, each is
+    marked Failed with a DisruptionTarget condition and force-deleted; the DaemonSet stops
+    counting the node at once."""
     bare = make_bare(nodes=2, time_scale=0.01)
+    bare.wait_idle()
+    clock = bare.controllers.clock
     on_node = [p["metadata"]["name"] for p in bare.store.list(kinds.POD, NS)[0]
                if p["spec"]["nodeName"] == "gpu-node-0002"]
     assert len(on_node) == 2
+    seen: list[tuple[float, str, Obj]] = []
+
+    def record(ev: Any) -> None:
+        if ev.resource is sim_kinds.POD and ev.object["metadata"]["name"] in on_node:
+            seen.append((clock.now(), ev.type, ev.object))
+
+    bare.store.subscribe(record)
+    gone_at = clock.now()
     bare.store.delete(kinds.NODE, None, "gpu-node-0002")
     bare.wait_for(lambda: all(_get(bare, n) is None for n in on_node))
     bare.wait_idle()
+    bare.store.unsubscribe(record)
+    for name in on_node:
+        events = [(at - gone_at, kind, obj) for at, kind, obj in seen
+                  if obj["metadata"]["name"] == name]
+        assert [kind for _, kind, _ in events] == ["MODIFIED", "DELETED"], events
+        after, _, marked = events[0]
+        assert 40.0 <= after <= 62.0, after  # the quarantine, then the next 20-s loop
+        assert marked["status"]["phase"] == "Failed"
+        target = [c for c in marked["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+        assert [(c["status"], c["reason"]) for c in target] == [("True", "DeletionByPodGC")]
+        assert _conditions(marked)["Ready"] == "True"  # PodGC patches only phase and condition
     ds = bare.get(kinds.DAEMONSET, "nvidia-dcgm-dra")
     assert ds["status"]["desiredNumberScheduled"] == 1
     assert ds["status"]["numberAvailable"] == 1
+
+
+def test_a_node_created_again_within_the_quarantine_keeps_its_pods(
+        make_bare: Callable[..., Bare]) -> None:
+    """PodGC GETs the node once the quarantine is over: one that exists again keeps its pods."""
+    bare = make_bare(nodes=2, time_scale=0.01)
+    bare.wait_idle()
+    on_node = sorted(p["metadata"]["uid"] for p in bare.store.list(kinds.POD, NS)[0]
+                     if p["spec"]["nodeName"] == "gpu-node-0002")
+    node = bare.get(kinds.NODE, "gpu-node-0002")
+    bare.store.delete(kinds.NODE, None, "gpu-node-0002")
+    meta = {k: v for k, v in node["metadata"].items()
+            if k not in ("uid", "resourceVersion", "creationTimestamp")}
+    bare.store.create(kinds.NODE, {**node, "metadata": meta})
+    bare.controllers.clock.sleep(70.0)  # past the quarantine and the loop after it
+    bare.wait_idle()
+    assert sorted(p["metadata"]["uid"] for p in bare.store.list(kinds.POD, NS)[0]
+                  if p["spec"]["nodeName"] == "gpu-node-0002") == on_node
 
 
 def test_a_stopped_kubelet_drops_its_pending_start(make_bare: Callable[..., Bare]) -> None:

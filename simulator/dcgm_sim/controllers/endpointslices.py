@@ -8,7 +8,13 @@ both on a dual-stack Service), each endpoint holding the pod's IPs of that famil
 (`getEndpointAddresses`); slices of a type the Service no longer has are deleted. Endpoint
 conditions as upstream `podToEndpoint` sets them (serving = pod Ready; terminating =
 deletionTimestamp set; ready = serving and not terminating, or always true with
-`publishNotReadyAddresses`); pods without an IP or in a terminal phase are left out. A service
+`publishNotReadyAddresses`); pods without an IP or in a terminal phase are left out, and so
+is a pod whose Node does not exist, unless the Service has `publishNotReadyAddresses`
+(reconciler.go, `reconcileByAddressType`: "skipping Pod for Service, Node not found"). Upstream
+answers such a skip with an error, so the Service is synced again with backoff until the pod or
+its node changes; here it is synced again when a Node of that name is created. A Node's
+deletion syncs nothing (upstream's node handlers only redistribute topology hints): its pods'
+endpoints stay until a pod event, at the latest PodGC's (kubelet.py). A service
 with no endpoints keeps one empty placeholder slice per address type. Writes go out as upstream's
 `finalize` sends them: a slice to create takes the place of one to delete (an update under its
 name), then creates, updates, deletes; a Service being deleted is still synced, but gets no new
@@ -30,7 +36,7 @@ from typing import Any
 from dcgm_sim import kinds
 from dcgm_sim.clock import SimClock
 from dcgm_sim.controllers import pods as P
-from dcgm_sim.controllers.base import Controller
+from dcgm_sim.controllers.base import Controller, NodeCache
 from dcgm_sim.controllers.membership import Membership
 from dcgm_sim.jsoncopy import clone
 from dcgm_sim.network import IPV4, IPV6, family_of
@@ -181,10 +187,17 @@ class Desired:
 
 
 def desired_endpoints(
-    svc: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], address_type: str = IPV4
+    svc: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], address_type: str = IPV4,
+    node_exists: Callable[[str], bool] = lambda name: True,
 ) -> dict[str, Desired]:
+    """Each pod's endpoint, by pod name; a pod on a Node that does not exist has none (unless
+    `publishNotReadyAddresses`)."""
+    publish = bool((svc.get("spec") or {}).get("publishNotReadyAddresses"))
     out: dict[str, Desired] = {}
     for pod in pods:
+        node = P.node_name(pod)
+        if node and not publish and not node_exists(node):
+            continue
         ep = pod_endpoint(svc, pod, address_type)
         if ep is not None:
             out[pod["metadata"]["name"]] = Desired(endpoint_ports(svc, pod), ep)
@@ -314,7 +327,8 @@ class EndpointSliceController(Controller):
     """Keeps each selector Service's EndpointSlices in step with its pods."""
 
     name = "endpointslice"
-    resources = frozenset({kinds.SERVICE.key, kinds.POD.key, kinds.ENDPOINTSLICE.key})
+    resources = frozenset({kinds.SERVICE.key, kinds.POD.key, kinds.ENDPOINTSLICE.key,
+                           kinds.NODE.key})
 
     def __init__(self, store: Store, clock: SimClock) -> None:
         super().__init__(store, clock)
@@ -329,8 +343,11 @@ class EndpointSliceController(Controller):
         # those slices (and ones with room), not all 50 of a 5,000-pod Service.
         self._holders: dict[SetKey, dict[str, str]] = {}
         self._empty: dict[SetKey, set[str]] = {}  # slices without endpoints (a pass deletes them)
+        self._nodes = NodeCache()
+        self._skipped: dict[str, set[SvcKey]] = {}  # missing node -> Services that skipped a pod
 
     def prime(self) -> None:
+        self._nodes.prime(self.store)
         self._index.prime(self.store.list(kinds.POD)[0])
         for sl in self.store.list(kinds.ENDPOINTSLICE)[0]:
             self._cache_slice(sl, deleted=False)
@@ -427,6 +444,10 @@ class EndpointSliceController(Controller):
                     self._service_changed(obj, ev.old)
             elif ev.resource is kinds.ENDPOINTSLICE:
                 self._slice_event(ev)
+            elif ev.resource is kinds.NODE:
+                name = self._nodes.note(ev)
+                if ev.type == "ADDED":  # the Services that skipped its pods, synced again
+                    self._index.full.update(self._skipped.pop(name, set()))
         self._index.sync_pending(self.sync, self._resync)
 
     def _resync(self, key: SvcKey, err: StoreError) -> None:
@@ -465,7 +486,12 @@ class EndpointSliceController(Controller):
         pods = self._index.pods(key[0])
         members = self._index.members(key[:2])
         names = members if scope is None else (scope & members)
-        desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods), key[2])
+        chosen = [pods[n] for n in sorted(names) if n in pods]
+        desired = desired_endpoints(svc, chosen, key[2], self._nodes.__contains__)
+        for pod in chosen:
+            node = P.node_name(pod)
+            if node and node not in self._nodes:
+                self._skipped.setdefault(node, set()).add(key[:2])
         slices = self._slices.get(key, {})
         existing = list(slices.values()) if scope is None else self._for_scope(key, scope,
                                                                                desired)

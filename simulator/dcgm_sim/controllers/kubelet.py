@@ -13,8 +13,14 @@ does not mark pods Ready while its node's Ready condition is not True (the node 
 controller marks them not Ready then). A pod marked for graceful
 deletion turns not-Ready at once and is removed when its containers have stopped (the sim's
 `termination_seconds`, never more than the pod's grace period). Pods on a deleted node are
-removed, as the pod garbage collector does. A pod with DRA claims is not accepted until each
-is allocated and reserved for it (`dra.claims_ready`, the kubelet's PrepareResources check).
+left as they were (no kubelet reports on them) until the pod garbage collector removes them, as
+upstream's PodGC `gcOrphaned` does (kubernetes pkg/controller/podgc/gc_controller.go): its loop
+runs every 20 s (`gcCheckPeriod`), quarantines a node it finds missing for 40 s
+(`quarantineTime`), and if the node still does not exist then, marks each of its pods Failed
+with a `DisruptionTarget` condition (`DeletionByPodGC`) and force-deletes it: 40 to 60 s after
+the node went; a node created again under that name meanwhile keeps them. A pod with DRA
+claims is not accepted until each is allocated and reserved for it (`dra.claims_ready`, the
+kubelet's PrepareResources check).
 
 With a container runtime (`sim serve --images`, dcgm_sim/runtime) a pod whose image it holds
 runs for real: started after the same start delay, its status is what its worker reports
@@ -51,6 +57,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 PodKey = tuple[str, str]
 
+GC_CHECK_PERIOD_SECONDS = 20.0  # PodGC's `gcCheckPeriod`
+QUARANTINE_SECONDS = 40.0  # PodGC's `quarantineTime`
 PODS_READY_ANNOTATION = "sim.dcgm-migrate/pods-ready"
 START_SECONDS_ANNOTATION = "sim.dcgm-migrate/pod-start-seconds"
 
@@ -171,7 +179,7 @@ class Kubelet(Controller):
             elif ev.resource is kinds.NODE:
                 name = self._nodes.note(ev)
                 if ev.type == "DELETED":
-                    self._collect_orphans(name)
+                    self.schedule(("orphans", "", name), _orphans_due(self.clock.now()))
                     continue
                 if ev.old is None or _node_gate(ev.old) != _node_gate(obj):
                     touched.update(self._by_node.get(name, set()))
@@ -188,6 +196,8 @@ class Kubelet(Controller):
                 self._sync_real(ns, name, uid)
             elif kind == "kill":
                 self._kill(ns, name, uid)
+            elif kind == "orphans":
+                self._collect_orphans(name)
             else:
                 touched.add((ns, name))
         for key in sorted(touched):
@@ -359,13 +369,41 @@ class Kubelet(Controller):
                 raise
 
     def _collect_orphans(self, node_name: str) -> None:
-        """PodGC: pods bound to a node that no longer exists are force-deleted."""
-        for ns, name in sorted(self._by_node.pop(node_name, set())):
+        """PodGC `gcOrphaned` once the quarantine is over: if the node still does not exist,
+        each pod bound to it is marked Failed (`markFailedAndDeletePodWithCondition`), then
+        force-deleted."""
+        if node_name in self._nodes:
+            return  # created again meanwhile: its pods are its own again
+        for key in sorted(self._by_node.pop(node_name, set())):
+            pod = self._pods.get(key)
             try:
-                self.store.delete(kinds.POD, ns, name)
+                if pod is not None and not P.is_pod_terminal(pod):
+                    self._write_status(pod, orphaned_status(pod, P.now_rfc3339()))
+                self.store.delete(kinds.POD, *key)
             except StoreError as err:
                 if err.code != 404:
-                    log.info("pod gc: %s/%s: %s", ns, name, err.message)
+                    log.info("pod gc: %s/%s: %s", *key, err.message)
+
+
+def _orphans_due(now: float) -> float:
+    """Seconds until PodGC deletes the pods of a node deleted `now`: its first loop after that
+    quarantines the node, the loop 40 s later finds it still missing (loops every 20 s of the
+    sim's clock since its start)."""
+    first = (now // GC_CHECK_PERIOD_SECONDS + 1) * GC_CHECK_PERIOD_SECONDS
+    return first + QUARANTINE_SECONDS - now
+
+
+def orphaned_status(pod: Mapping[str, Any], now: str) -> Obj:
+    """The status PodGC patches on an orphaned pod before deleting it: phase Failed and a
+    `DisruptionTarget` condition (`apipod.UpdatePodCondition`: one of each type); the others,
+    Ready included, as they were."""
+    status: Obj = dict(pod.get("status") or {})
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+              "message": "PodGC: node no longer exists", "lastTransitionTime": now}
+    status["conditions"] = [*(c for c in status.get("conditions") or []
+                              if c.get("type") != "DisruptionTarget"), target]
+    status["phase"] = "Failed"
+    return status
 
 
 def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from dcgm_sim.controllers import pods as P
 from migrator.model import kinds
 from tests.e2e.conftest import E2E, NS
@@ -108,3 +110,48 @@ def test_probe_flap_during_phase3_is_waited_out_and_reported_not_reverted(
     assert "restored" not in res.stderr
     assert env.phase_status(3) == "completed"
     assert env.service("nvidia-dcgm")["spec"]["selector"] == {DCGM: "true"}
+
+
+def _ready_nodes(env: E2E, service: str) -> set[str]:
+    items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
+    return {ep.get("nodeName") for sl in items
+            if sl["metadata"]["labels"].get("kubernetes.io/service-name") == service
+            for ep in sl.get("endpoints") or [] if ep["conditions"].get("ready")}
+
+
+@pytest.mark.parametrize(("mode", "scale"), [((), 0.2), (("--rolling",), 0.02)],
+                         ids=["in-place", "rolling"])
+def test_a_node_scaled_down_mid_phase_1_leaves_the_run_to_complete_on_the_nodes_left(
+        e2e_factory: Callable[..., E2E], mode: tuple[str, ...], scale: float) -> None:
+    """A GPU node deleted (a scale-down) while phase 1 runs: its pods stay until PodGC's
+    quarantine ends and lose their endpoints at their next event (in place: the relabel, while
+    the quarantine lasts at this clock). The run completes on the nodes left, none of them
+    ever below its baseline (the monitor holds every node but the deleted one to the budget),
+    and each stable name reaches every node left."""
+    env = e2e_factory("gpucluster", nodes=5, time_scale=scale, operator_reconcile_seconds=30)
+    gone = "gpu-node-0004"
+    ghosts = {p["metadata"]["name"] for p in _pods_on(env, gone)}
+    env.sim.server.faults.update(hang_nth_write=1)  # the run's first DaemonSet write
+
+    def scale_down() -> None:
+        env.sim.wait_for(lambda: bool(env.sim.server.faults.snapshot()["write_held"]),
+                         timeout=30)
+        env.monitor.node_removed(gone)
+        env.sim.store.delete(kinds.NODE, None, gone)
+        env.sim.server.faults.update(hang_nth_write=None)
+
+    remover = threading.Thread(target=scale_down)
+    remover.start()
+    res = env.cli("apply", "--phase", "3", *mode, "--yes", "--timeout", "120s",
+                  "--settle", "0s")
+    remover.join()
+    assert res.code == 0, res.stderr[-3000:]
+    assert [env.phase_status(n) for n in (1, 2, 3)] == ["completed"] * 3
+    left = {f"gpu-node-000{i}" for i in (1, 2, 3, 5)}
+    for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
+        assert _ready_nodes(env, name) == left, name
+    if not mode:  # in place: the deleted node's pods were relabelled, endpoints or not
+        patched = {r.name for r in env.sim.server.log.writes()
+                   if (r.verb, r.resource, r.code) == ("patch", "pods", 200)}
+        assert ghosts and ghosts <= patched, (ghosts, patched)
+    env.sim.wait_for(lambda: not _pods_on(env, gone), timeout=30)  # PodGC, in its own time

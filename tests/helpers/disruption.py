@@ -55,6 +55,8 @@ class DisruptionMonitor:
     gaps: dict[str, list[float]] = field(default_factory=dict)
     _replacing: frozenset[str] = frozenset()
     _gap_since: dict[str, float] = field(default_factory=dict)
+    _removed: set[str] = field(default_factory=set)  # nodes the test deleted (`node_removed`)
+    _forgotten: set[str] = field(default_factory=set)  # of those, the ones out of the baselines
 
     def _read(self) -> tuple[dict[str, Sample], dict[str, bool], bool]:
         with self.store.lock:
@@ -70,6 +72,8 @@ class DisruptionMonitor:
             if svc not in counts:
                 continue
             for ep in sl.get("endpoints") or []:
+                if ep.get("nodeName") in self._forgotten:
+                    continue
                 ready = (ep.get("conditions") or {}).get("ready")
                 if ready is None or ready:
                     counts[svc][ep.get("nodeName") or ""] += 1
@@ -96,6 +100,7 @@ class DisruptionMonitor:
         # The test's own rollout window as it was when the sample was read: a window that
         # closes while a sample is being read still covers that sample.
         external = self._external
+        self._forget_removed()
         now, local, rolling = self._read()
         budget = self.rolling_budget if rolling or external or self._external else 0
         self.samples += 1
@@ -196,6 +201,21 @@ class DisruptionMonitor:
         finally:
             self._baseline.clear()
             self._paused = False
+
+    def node_removed(self, node: str) -> None:
+        """The test deletes `node` (a scale-down): from the next sample on, its endpoints are
+        not counted and leave every baseline, so only the nodes left are held to the budget."""
+        self._removed.add(node)
+        self._dirty.set()
+
+    def _forget_removed(self) -> None:
+        """In the sampling thread (which alone moves the baselines): the nodes removed since
+        the last sample leave them."""
+        for node in self._removed - self._forgotten:
+            for name, base in self._baseline.items():
+                gone = base.by_node.pop(node, 0)
+                self._baseline[name] = Sample(base.at, base.total - gone, base.by_node)
+            self._forgotten.add(node)
 
     def _on_event(self, event: Event) -> None:
         """Store subscriber (under the store lock, so only a flag): something it reads changed."""

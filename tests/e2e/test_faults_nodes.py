@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from dcgm_sim.controllers import pods as P
+from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION
+from dcgm_sim.seed import new_node
 from migrator.model import kinds
+from tests.conftest import edit_object
 from tests.e2e.conftest import E2E, NS
 
 BAD = "gpu-node-0002"
@@ -131,7 +134,7 @@ def test_a_node_scaled_down_mid_phase_1_leaves_the_run_to_complete_on_the_nodes_
     env = e2e_factory("gpucluster", nodes=5, time_scale=scale, operator_reconcile_seconds=30)
     gone = "gpu-node-0004"
     ghosts = {p["metadata"]["name"] for p in _pods_on(env, gone)}
-    env.sim.server.faults.update(hang_nth_write=1)  # the run's first DaemonSet write
+    env.sim.server.faults.update(hang_nth_write=1)  # the run's first write
 
     def scale_down() -> None:
         env.sim.wait_for(lambda: bool(env.sim.server.faults.snapshot()["write_held"]),
@@ -149,9 +152,40 @@ def test_a_node_scaled_down_mid_phase_1_leaves_the_run_to_complete_on_the_nodes_
     assert [env.phase_status(n) for n in (1, 2, 3)] == ["completed"] * 3
     left = {f"gpu-node-000{i}" for i in (1, 2, 3, 5)}
     for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
-        assert _ready_nodes(env, name) == left, name
+        env.until(lambda name=name: _ready_nodes(env, name) == left, 120, name)
     if not mode:  # in place: the deleted node's pods were relabelled, endpoints or not
         patched = {r.name for r in env.sim.server.log.writes()
                    if (r.verb, r.resource, r.code) == ("patch", "pods", 200)}
         assert ghosts and ghosts <= patched, (ghosts, patched)
     env.sim.wait_for(lambda: not _pods_on(env, gone), timeout=30)  # PodGC, in its own time
+
+
+def test_a_node_whose_pods_are_not_ready_yet_stops_phase_1_in_place_naming_it(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """A GPU node joining (its pods not Ready yet): phase 1 is still planned in place, and its
+    pre-gate, the DaemonSet healthy now, stops the run naming that node with nothing written to
+    a DaemonSet; once its pods are Ready the same command relabels every pod, restarting none."""
+    env = e2e_factory("gpucluster", nodes=3, operator_reconcile_seconds=30)
+    joining = new_node(4, ("gpucluster",), env.sim.network)
+    joining["metadata"]["annotations"] = {PODS_READY_ANNOTATION: "false"}
+    env.sim.store.create(kinds.NODE, joining)
+    env.until(lambda: len(_pods_on(env, "gpu-node-0004")) == 2, 60, "the new node's pods")
+    mark = env.mark()
+    res = env.cli("apply", "--phase", "3", "--yes", "--timeout", "60s", "--settle", "0s")
+    assert res.code == 1, res.stderr[-3000:]
+    assert "DaemonSet/nvidia-dcgm-dra: in place: 0 of 4 pods restarted" in res.stderr
+    assert "rolling" not in res.stderr, res.stderr
+    assert "pods not ready on nodes gpu-node-0004" in res.stderr, res.stderr
+    assert not [w for w in env.writes(since=mark) if w.resource in ("daemonsets", "pods")]
+    edit_object(env.sim.store, kinds.NODE, None, "gpu-node-0004",
+                lambda node: node["metadata"]["annotations"].pop(PODS_READY_ANNOTATION))
+    uids = {p["metadata"]["uid"] for p in env.pods("nvidia-dcgm-dra")
+            + env.pods("nvidia-dcgm-exporter-dra")}
+    env.until(lambda: all(P.is_pod_ready(p) for p in _pods_on(env, "gpu-node-0004")), 120,
+              "the new node's pods Ready")
+    again = env.cli("apply", "--phase", "3", "--yes", "--timeout", "60s", "--settle", "0s")
+    assert again.code == 0, again.stderr[-3000:]
+    assert {p["metadata"]["uid"] for p in env.pods("nvidia-dcgm-dra")
+            + env.pods("nvidia-dcgm-exporter-dra")} == uids
+    for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
+        assert _ready_nodes(env, name) == {f"gpu-node-000{i}" for i in range(1, 5)}, name

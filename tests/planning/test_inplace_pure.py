@@ -65,6 +65,23 @@ def test_the_rolling_path_and_why() -> None:
     assert [type(s) for s in plan.steps if s.name == DCGM] == [SetLabels]
 
 
+def test_a_pod_not_ready_on_the_current_revision_keeps_the_in_place_path() -> None:
+    """Every pod on the current revision but one not available (a node's pod starting, or
+    failing its probe): `plan` still says in place, restarting nothing, and the health gate,
+    not the path, names the pod's node."""
+    snap = _snap(available=2)
+    node = next(p.node for p in snap.pods if p.owner_name == DCGM)
+    pods = tuple(replace(p, ready=False, why="Running, not Ready")
+                 if p.owner_name == DCGM and p.node == node else p for p in snap.pods)
+    snap = replace(snap, pods=pods)
+    assert rolling_because(_ctx(snap), snap.daemonsets[DCGM]) is None
+    plan = phases.label.plan(_ctx(snap))
+    assert any(n.startswith(f"DaemonSet/{DCGM}: in place: 0 of 3 pods restarted")
+               for n in plan.notes), plan.notes
+    gate = next(r for r in plan.gates if r.name == f"rollout-complete/{DCGM}")
+    assert not gate.ok and f"pods not ready on nodes {node} (Running, not Ready)" in gate.detail
+
+
 def test_a_daemonset_the_tool_holds_finishes_in_place_even_with_rolling() -> None:
     """A run killed while it held the DaemonSet resumes in place (never rolls from OnDelete
     with --rolling): the hold's record is the live annotation."""

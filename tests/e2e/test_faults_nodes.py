@@ -151,8 +151,9 @@ def test_a_node_scaled_down_mid_phase_1_leaves_the_run_to_complete_on_the_nodes_
     assert res.code == 0, res.stderr[-3000:]
     assert [env.phase_status(n) for n in (1, 2, 3)] == ["completed"] * 3
     left = {f"gpu-node-000{i}" for i in (1, 2, 3, 5)}
-    for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
-        env.until(lambda name=name: _ready_nodes(env, name) == left, 120, name)
+    env.until(lambda: all(_ready_nodes(env, n) == left
+                          for n in ("nvidia-dcgm", "nvidia-dcgm-exporter")), 120,
+              "each stable name on every node left")
     if not mode:  # in place: the deleted node's pods were relabelled, endpoints or not
         patched = {r.name for r in env.sim.server.log.writes()
                    if (r.verb, r.resource, r.code) == ("patch", "pods", 200)}

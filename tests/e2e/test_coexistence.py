@@ -205,6 +205,18 @@ def _rolled(env: E2E, *names: str) -> bool:
     return True
 
 
+MOVED = ("gpu-node-0001", "gpu-node-0002")  # the nodes a test moves to the ClusterPolicy
+
+
+def _ready_on(env: E2E, services: tuple[str, ...], nodes: tuple[str, ...]) -> list[str]:
+    """The Ready endpoints of `services` on `nodes` (as `service@node`)."""
+    return [f"{sl['metadata']['labels'].get('kubernetes.io/service-name')}@{ep.get('nodeName')}"
+            for sl in _slices(env)
+            if sl["metadata"]["labels"].get("kubernetes.io/service-name") in services
+            for ep in sl.get("endpoints") or []
+            if ep.get("nodeName") in nodes and (ep.get("conditions") or {}).get("ready")]
+
+
 def _move_node(env: E2E, node_name: str, to: str) -> None:
     """Move one node to the other stack, as an admin relabels it."""
     node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, node_name))
@@ -368,7 +380,7 @@ def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_gua
         # Two nodes go to the ClusterPolicy stack and the CR is created: its operator
         # replaces the tool's aliases whole (its selector, labels, ownerReference).
         with env.monitor.replacing(*OPERATOR_OWNED):  # two nodes leave the -dra names
-            for node in ("gpu-node-0001", "gpu-node-0002"):
+            for node in MOVED:
                 _move_node(env, node, "clusterpolicy")
             env.sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
             taken = _until(env, lambda: all(
@@ -378,6 +390,9 @@ def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_gua
             _until(env, lambda: _rolled(env, *STABLE) and _reaches_every_node(env), 120,
                    "reaches every node")
             reactions.append(env.sim.clock.now() - t0)
+            # The window closes once the moved nodes have left the -dra names too: their
+            # baselines restart after it, and a -dra pod still Ready there would set them high.
+            _until(env, lambda: not _ready_on(env, OPERATOR_OWNED[2:], MOVED), 60, "-dra left")
         print(f"taken over after {taken:.1f} s; every node reached again "
               f"{reactions[0]:.1f} simulated s later; gaps {env.monitor.gaps}")
         assert _shared_slices(env)

@@ -85,6 +85,7 @@ import logging
 import select
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -225,6 +226,13 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
     api: ApiServer
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket],
+                     client_address: object) -> None:
+        """A client gone mid-request (a killed CLI resets its connections) is its own business,
+        as on a real API server; anything else is the sim's fault, printed with its traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _TLSServer(_HTTPServer):

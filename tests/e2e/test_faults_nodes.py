@@ -178,8 +178,7 @@ def test_a_node_whose_pods_are_not_ready_yet_stops_phase_1_in_place_naming_it(
     assert "rolling" not in res.stderr, res.stderr
     assert "pods not ready on nodes gpu-node-0004" in res.stderr, res.stderr
     assert not [w for w in env.writes(since=mark) if w.resource in ("daemonsets", "pods")]
-    edit_object(env.sim.store, kinds.NODE, None, "gpu-node-0004",
-                lambda node: node["metadata"]["annotations"].pop(PODS_READY_ANNOTATION))
+    _set_node(env, "gpu-node-0004", annotations={PODS_READY_ANNOTATION: None})
     uids = {p["metadata"]["uid"] for p in env.pods("nvidia-dcgm-dra")
             + env.pods("nvidia-dcgm-exporter-dra")}
     env.until(lambda: all(P.is_pod_ready(p) for p in _pods_on(env, "gpu-node-0004")), 120,
@@ -190,3 +189,53 @@ def test_a_node_whose_pods_are_not_ready_yet_stops_phase_1_in_place_naming_it(
             + env.pods("nvidia-dcgm-exporter-dra")} == uids
     for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
         assert _ready_nodes(env, name) == {f"gpu-node-000{i}" for i in range(1, 5)}, name
+
+
+def _set_node(env: E2E, node: str, labels: dict[str, str | None] | None = None,
+              annotations: dict[str, str | None] | None = None) -> None:
+    """Set (None: remove) labels and annotations on a node, as `kubectl label/annotate` would."""
+    def change(obj: dict[str, Any]) -> None:
+        for field, values in (("labels", labels), ("annotations", annotations)):
+            kept = obj["metadata"].setdefault(field, {})
+            for key, value in (values or {}).items():
+                if value is None:
+                    kept.pop(key, None)
+                else:
+                    kept[key] = value
+    edit_object(env.sim.store, kinds.NODE, None, node, change)
+
+
+def test_a_node_whose_exporter_never_turns_ready_is_taken_out_by_its_deploy_label_and_back(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """A node whose DCGM Exporter pod fails its probe (a broken GPU) keeps phase 1's pre-gate
+    red. The runbook's fix, the operator's own deploy label set to false (its node labeller
+    honours a value set), takes the node out of that DaemonSet, and the migration completes in
+    place. Set back to true once repaired, the node's new pod comes from the relabelled
+    template and each stable name reaches it."""
+    env = e2e_factory("gpucluster", nodes=4, operator_reconcile_seconds=30)
+    broken, deploy = "gpu-node-0002", "nvidia.com/gpu.deploy.dcgm-exporter-dra"
+    with env.monitor.expected_outage():  # the GPU breaks: not the tool's doing
+        _set_node(env, broken, annotations={PODS_READY_ANNOTATION: "false"})
+        for pod in _pods_on(env, broken):
+            if "exporter" in pod["metadata"]["name"]:
+                env.sim.store.mark_deleting(kinds.POD, NS, pod["metadata"]["name"], 0)
+        env.until(lambda: [P.is_pod_ready(p) for p in _pods_on(env, broken)
+                           if "exporter" in p["metadata"]["name"]] == [False], 60,
+                  "a new exporter pod, not Ready")
+    res = env.cli("apply", "--phase", "3", "--yes", "--timeout", "60s", "--settle", "0s")
+    assert res.code == 1, res.stderr[-3000:]
+    assert f"pods not ready on nodes {broken} (Running, not Ready)" in res.stderr, res.stderr
+    assert "nvidia-dcgm-exporter-dra: in place" in res.stderr, res.stderr
+
+    _set_node(env, broken, labels={deploy: "false"})  # kubectl label node ... =false
+    env.until(lambda: not [p for p in _pods_on(env, broken)
+                           if "exporter" in p["metadata"]["name"]], 60, "its pod removed")
+    again = env.cli("apply", "--phase", "3", "--yes", "--timeout", "60s", "--settle", "0s")
+    assert again.code == 0, again.stderr[-3000:]
+    assert env.sim.store.get(kinds.NODE, None, broken)["metadata"]["labels"][deploy] == "false"
+
+    _set_node(env, broken, labels={deploy: "true"}, annotations={PODS_READY_ANNOTATION: None})
+    every = {f"gpu-node-000{i}" for i in range(1, 5)}
+    env.until(lambda: _ready_nodes(env, "nvidia-dcgm-exporter") == every, 120,
+              "the stable name on the repaired node")
+    assert env.cli("verify").code == 0

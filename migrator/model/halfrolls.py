@@ -29,19 +29,22 @@ IN_PLACE_FLOOR_SECONDS = 2
 
 def rolling_because(ctx: PlanContext, ds: Mapping[str, Any]) -> str | None:
     """Why this DaemonSet's pods must roll rather than be relabelled in place (None: in place,
-    which needs every pod on the current revision: the current spec observed, every node's pod
-    counted updated and one `controller-revision-hash` on all). A pod that is not Ready decides
-    nothing here: the phase's health gate names it, whichever path."""
+    which needs every pod on the current revision: the current spec observed, one
+    `controller-revision-hash` on all live pods, and as many counted updated as there are pods
+    on nodes that should run one). A pod that is not Ready, a node that has none yet, or a pod
+    left on a deleted node (which the controller counts nowhere) decides nothing here: the
+    phase's health gate names what is short, whichever path."""
     if o.held_strategy(ds) is not None:
         return None  # the tool's own hold: a run killed in place finishes in place
     if ctx.options.rolling:
         return "--rolling"
     if o.update_strategy(ds) != "RollingUpdate":
         return f"updateStrategy {o.update_strategy(ds)}"
-    hashes = {p.labels.get(HASH_LABEL) for p in ctx.snapshot.pods_of(o.name(ds))
-              if not p.deleting}
+    live = [p for p in ctx.snapshot.pods_of(o.name(ds)) if not p.deleting]
+    hashes = {p.labels.get(HASH_LABEL) for p in live}
     updated, _, desired = g.rollout_counts(dict(ds))
-    if not o.observed(ds) or updated < desired or len(hashes) > 1 or None in hashes:
+    if not o.observed(ds) or updated < min(desired, len(live)) or len(hashes) > 1 \
+            or None in hashes:
         return "pods on an older revision (a template change is still rolling out)"
     return None
 

@@ -82,6 +82,25 @@ def test_a_pod_not_ready_on_the_current_revision_keeps_the_in_place_path() -> No
     assert not gate.ok and f"pods not ready on nodes {node} (Running, not Ready)" in gate.detail
 
 
+def test_a_node_without_its_pod_yet_or_a_pod_on_a_deleted_node_keeps_the_in_place_path(
+        ) -> None:
+    """A node that should run a pod and has none yet (its pod not created, or not schedulable):
+    the pods there are all counted updated, so `plan` says in place; the health gate names
+    the shortfall. Nor does a pod on a deleted node turn the path."""
+    snap = _snap(updated=2, available=2)
+    gone = next(p.name for p in snap.pods if p.owner_name == DCGM)
+    snap = replace(snap, pods=tuple(p for p in snap.pods if p.name != gone))
+    assert rolling_because(_ctx(snap), snap.daemonsets[DCGM]) is None
+    plan = phases.label.plan(_ctx(snap))
+    gate = next(r for r in plan.gates if r.name == f"rollout-complete/{DCGM}")
+    assert not gate.ok and "updated 2/3" in gate.detail, gate
+    # A pod left on a deleted node: the controller counts it nowhere (2 desired, 2 updated,
+    # 3 pods until the pod GC removes it), and it runs the current revision all the same.
+    ghost = _snap(desired=2, updated=2, available=2)
+    assert len([p for p in ghost.pods if p.owner_name == DCGM]) == 3
+    assert rolling_because(_ctx(ghost), ghost.daemonsets[DCGM]) is None
+
+
 def test_a_daemonset_the_tool_holds_finishes_in_place_even_with_rolling() -> None:
     """A run killed while it held the DaemonSet resumes in place (never rolls from OnDelete
     with --rolling): the hold's record is the live annotation."""

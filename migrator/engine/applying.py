@@ -71,10 +71,14 @@ class Apply:
             self.save()
 
     def until(self, check: Callable[[], list[GateResult]], wake_kind: Kind = kinds.ENDPOINTSLICE,
-              fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]:
-        """`check` waited for within --timeout from now (engine/waiting.py)."""
+              fatal: Callable[[list[GateResult]], bool] | None = None,
+              patience: float | None = None) -> list[GateResult]:
+        """`check` waited for within --timeout from now (engine/waiting.py), saying what it
+        waits for once that takes `patience` seconds (default: the waiter's)."""
         return self.waiter.until(check, self.clock.monotonic() + self.settings.timeout,
-                                 wake_kind=wake_kind, fatal=fatal)
+                                 wake_kind=wake_kind, fatal=fatal, patience=patience,
+                                 waiting=lambda failed: self.listener.message(
+                                     f"waiting: {g.describe(failed)}"))
 
     def stack(self, state: State, live: str, changed: bool) -> None:
         if changed:
@@ -185,13 +189,12 @@ class Apply:
 
     def wait_pre(self, work: PhaseWork, step: Step, base: Snapshot,
                  pre: list[GateResult]) -> list[GateResult]:
-        """Pre-gates that heal by themselves: waited for on Service events, within --timeout."""
-        self.listener.message(f"waiting: {g.describe(pre)}")
-
+        """Pre-gates that heal by themselves: waited for on Service events, within --timeout,
+        said at once."""
         def check() -> list[GateResult]:
             return list(work.module.before_write(self.context(self.fresh(base)), step))
 
-        return self.until(check, kinds.SERVICE,
+        return self.until(check, kinds.SERVICE, patience=0.0,
                           fatal=lambda rs: not all(r.wait for r in g.failed(rs)))
 
     def write(self, work: PhaseWork, step: Step, pre: list[GateResult]) -> None:

@@ -13,7 +13,7 @@ from migrator.engine.clock import Clock, SystemClock
 from migrator.errors import APIError
 from migrator.model import kinds
 from migrator.model import objects as o
-from migrator.model.gates import GateResult, rollout_complete, rollout_counts
+from migrator.model.gates import GateResult, describe, failed, rollout_complete, rollout_counts
 from migrator.model.kinds import Kind
 from migrator.model.tables import Row, TableError, counts_look_complete, rollout_view
 
@@ -74,6 +74,8 @@ class Waiter:
     heartbeat: Callable[[], None] = lambda: None
     recheck_min: float = 0.05
     recheck_max: float = 1.0
+    # A gate wait (`until`) longer than this says what it waits for, and again when that changes.
+    patience: float = 5.0
 
     def _beat(self) -> None:
         """Every pass: a dropped signal stops the run here (interrupts.py); the lock is renewed."""
@@ -148,11 +150,16 @@ class Waiter:
     def until(self, check: Callable[[], list[GateResult]], deadline: float,
               wake_kind: Kind = kinds.ENDPOINTSLICE,
               label_selector: str | None = None,
-              fatal: Callable[[list[GateResult]], bool] | None = None) -> list[GateResult]:
+              fatal: Callable[[list[GateResult]], bool] | None = None,
+              waiting: Callable[[list[GateResult]], None] = lambda failed: None,
+              patience: float | None = None) -> list[GateResult]:
         """Re-run `check` until every gate passes, `fatal` says waiting cannot heal a failure,
-        or the deadline; the last results."""
+        or the deadline; the last results. A wait past `patience` seconds (default: the
+        waiter's) is told to `waiting` (the failed gates), and again each time they change."""
+        patience = self.patience if patience is None else patience
         delay = self.recheck_min
         rv = ""
+        started, told = self.clock.monotonic(), ""
         while True:
             self._beat()
             results = check()
@@ -161,6 +168,9 @@ class Waiter:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return results
+            if self.clock.monotonic() - started >= patience and describe(results) != told:
+                told = describe(results)
+                waiting(failed(results))
             if not rv:  # the collection's current version, from one printed row of it
                 rv = next(iter(self.kube.pages(wake_kind, self.namespace, page_size=1,
                                                label_selector=label_selector, printed=True)

@@ -260,6 +260,31 @@ def test_until_backs_off_while_nothing_happens_and_stops_at_the_deadline(
     assert clock.slept == []  # a quiet watch already waited longer than the delay
 
 
+def test_a_long_wait_says_what_it_waits_for_once_and_again_when_that_changes(
+        waiter: Waiter, kube: ScriptedKube, clock: FakeClock) -> None:
+    """Nothing is said of a wait shorter than `patience` (most pass within a recheck); past
+    it, the failed gates, then each time they change, never the same twice in a row."""
+    start = clock.mono
+    told: list[list[GateResult]] = []
+    details = iter(["a", "a", "a", "a", "a", "a", "a", "b", "b", "b"])
+
+    def check() -> list[GateResult]:
+        detail = next(details, None)
+        return [GateResult("g", detail is None, detail or "")]
+
+    results = waiter.until(check, start + 60, waiting=told.append)
+    assert results[0].ok
+    assert [(r.name, r.detail) for failed in told for r in failed] == [("g", "a"), ("g", "b")]
+    assert waiter.patience == 5.0 and clock.mono - start >= waiter.patience
+    quick = waiter.until(iter([gates(False), gates(True)]).__next__, clock.mono + 60,
+                         waiting=told.append)
+    assert quick[0].ok and len(told) == 2  # one recheck: nothing said
+    at_once: list[list[GateResult]] = []
+    waiter.until(iter([gates(False), gates(True)]).__next__, clock.mono + 60,
+                 waiting=at_once.append, patience=0.0)
+    assert [[r.name for r in failed] for failed in at_once] == [["g0"]]
+
+
 def test_an_expired_watch_costs_a_short_sleep_and_a_fresh_list(
         waiter: Waiter, kube: ScriptedKube, clock: FakeClock) -> None:
     kube.streams = [WatchExpired("too old", status=410), []]

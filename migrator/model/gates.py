@@ -147,8 +147,9 @@ def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> Gat
     name = f"endpointslices/{service}"
     if have == pods:
         return GateResult(name, True, f"{len(have)} ready endpoints")
-    parts = [f"{word} {named(names)}" for word, names in
-             (("missing", pods - have), ("unexpected", have - pods)) if names]
+    nodes = {p.name: p.node for p in snapshot.pods if p.node}
+    parts = [f"{word} {named(f'{n} on {nodes[n]}' if n in nodes else n for n in names)}"
+             for word, names in (("missing", pods - have), ("unexpected", have - pods)) if names]
     return GateResult(name, False, "; ".join(parts))
 
 

@@ -119,6 +119,11 @@ def test_endpoints_are_exactly_the_pods() -> None:
     assert not result.ok and result.name == "endpointslices/svc"
     assert result.detail == f"missing {DS}-2; unexpected other-0"
     assert g.endpoints_are(s, "svc", frozenset({f"{DS}-0", f"{DS}-1", "other-0"})).ok
+    # With the pods read too, each is named with its node: a pod of a deleted node waits
+    # there for the pod garbage collector, and the node says why.
+    listed = snap(*views, endpoints=s.endpoints)
+    assert g.endpoints_are(listed, "svc", want).detail == (
+        f"missing {DS}-2 on {views[2].node}; unexpected other-0")
 
 
 def test_unready_endpoints_do_not_count() -> None:

@@ -121,7 +121,7 @@ def test_endpoints_are_exactly_the_pods() -> None:
     assert g.endpoints_are(s, "svc", frozenset({f"{DS}-0", f"{DS}-1", "other-0"})).ok
     # With the pods read too, each is named with its node: a pod of a deleted node waits
     # there for the pod garbage collector, and the node says why.
-    listed = snap(*views, endpoints=s.endpoints)
+    listed = snap(*views, endpoints=dict(s.endpoints))
     assert g.endpoints_are(listed, "svc", want).detail == (
         f"missing {DS}-2 on {views[2].node}; unexpected other-0")
 

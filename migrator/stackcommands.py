@@ -14,7 +14,7 @@ from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine.gaps import GapMeter
 from migrator.engine.loop import RunSettings
-from migrator.engine.permissions import Permission, cr_writes, require_for_run
+from migrator.engine.permissions import NODES_LISTED, Permission, cr_writes, require_for_run
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import RunReport
 from migrator.engine.stackchange import (
@@ -111,8 +111,8 @@ def change_stack(session: Session, request: StackRequest,
     """Carry the change out (resuming a stopped one), then run the new stack's phases 1-3;
     every permission it and those phases use is asked before the question and the lock."""
     change = plan(session, request).change
-    require_for_run(session.kube, session.namespace, _cr_writes(
-        map(dataclasses.asdict, change.steps), made=sc.CREATE, deleted=sc.DELETE))
+    require_for_run(session.kube, session.namespace, [NODES_LISTED, *_cr_writes(
+        map(dataclasses.asdict, change.steps), made=sc.CREATE, deleted=sc.DELETE)])
     if not confirm(change):
         raise UsageError("Aborted at the question.", commands.ABORTED_HINT)
     with _running(session, _state(session), request.timeout, request.max_gap) as run, \

@@ -86,6 +86,23 @@ class GapMeter:
     def all_served(self) -> bool:
         return not self._open
 
+    def waiting_nodes(self) -> dict[str, set[str]]:
+        """Per service, the nodes served at the start with no Ready endpoint behind it now."""
+        out: dict[str, set[str]] = {}
+        for service, node in self._open:
+            out.setdefault(service, set()).add(node)
+        return out
+
+    def forget(self, service: str, node: str) -> None:
+        """`node` no longer counts for `service` (the new stack wants no pod there): its open
+        gap closes now and is kept as measured; no later sample opens it again."""
+        began = self._open.pop((service, node), None)
+        if began is not None:
+            key = (service, node)
+            self.longest[key] = max(self.longest.get(key, 0.0), self._clock.monotonic() - began)
+        self.nodes.get(service, set()).discard(node)
+        self._serving.pop((service, node), None)
+
     def served(self) -> dict[str, tuple[int, int]]:
         """Per service: how many of the nodes it served at the start have a Ready endpoint
         behind it now, of how many."""

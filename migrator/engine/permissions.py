@@ -42,6 +42,10 @@ STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
                       "GPUCluster": ("gpu-cluster",)}
 
 
+# change-stack: whether a node it waits for was deleted meanwhile (names only)
+NODES_LISTED = Permission("list", kinds.NODE, namespaced=False)
+
+
 def grants(verbs: str, of: Iterable[Kind], names: Iterable[str | None] = (None,), *,
            namespaced: bool = True) -> list[Permission]:
     """Each of `verbs` (space-separated) on each kind `of` and each of its `names`."""
@@ -65,6 +69,7 @@ def required() -> tuple[Permission, ...]:
         *grants("get list watch", [kinds.DAEMONSET, kinds.POD, kinds.SERVICE,
                                    kinds.ENDPOINTSLICE]),
         *grants("list", [kinds.LEASE]),  # the verdict's guard-live check
+        NODES_LISTED,
         *grants("patch", [kinds.DAEMONSET], daemonset_names(catalog)),
         *grants("create", [kinds.SERVICE]),
         *grants("patch", [kinds.SERVICE], svc_names),
@@ -103,7 +108,7 @@ GUARD_WRITES = (*grants("create update delete", [kinds.ENDPOINTSLICE]), RESTRICT
 def missing(kube: Kube, namespace: str,
             needed: Iterable[Permission] = REQUIRED) -> list[Permission]:
     """The permissions of `needed` the current user lacks: a SelfSubjectAccessReview each,
-    `REVIEWS_IN_FLIGHT` at a time (a run asks 17, a stack change 19, `preflight` all of
+    `REVIEWS_IN_FLIGHT` at a time (a run asks 17, a stack change 20, `preflight` all of
     `REQUIRED`)."""
     def allowed(p: Permission) -> bool:
         return kube.can_i(p.verb, p.kind, namespace if p.namespaced else None, p.name,

@@ -22,12 +22,15 @@ from migrator.model import aliasing, kinds, stacks
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
 from migrator.model.phasestatus import PhaseStatus
+from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
 IN_PROGRESS, COMPLETED, ROLLED_BACK = (PhaseStatus.IN_PROGRESS.value, PhaseStatus.COMPLETED.value,
                                        PhaseStatus.ROLLED_BACK.value)
 POLL_SECONDS = 0.5
+# Seconds between two looks, while nodes wait, for nodes deleted meanwhile.
+DELETED_EVERY = 10.0
 # What `keep-service` records of a kept Service's spec, to create it again the same (`_live`).
 KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "ports",
              "internalTrafficPolicy", "sessionAffinity")
@@ -240,17 +243,67 @@ def _new_pods(run: StackRun) -> set[str]:
             if pod.daemonset in daemonsets}
 
 
+def _deleted(run: StackRun, waiting: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """Of the nodes still `waiting` per stable name, those deleted (a scale-down): a wait for
+    them would never end, nor would a rerun's. Looked for only where the new stack's DaemonSet
+    for the name wants no pod: it has observed its spec and made every pod it wants
+    (`currentNumberScheduled == desiredNumberScheduled`, as many nodes with a live pod of it),
+    none there; then the Nodes are listed (names only). A node that exists but whose
+    `nvidia.com/gpu.deploy.*` label for the new stack says "false" is still waited for: that
+    gap is the --max-gap failure that names the label."""
+    target, out = run.record["to"], {}
+    pods: list[PodView] | None = None
+    for name, nodes in waiting.items():
+        daemonset = sc.component_for(run.catalog, target, name).daemonset
+        ds = run.kube.get(kinds.DAEMONSET, daemonset, run.namespace)
+        status = (ds or {}).get("status") or {}
+        if ds is None or not o.observed(ds) or status.get("currentNumberScheduled") != \
+                status.get("desiredNumberScheduled"):
+            continue
+        if pods is None:
+            pods = listed_pods(run.kube, run.namespace,
+                               stacks.pod_selectors(run.catalog.stack(target).components))
+        running = {p.node for p in pods if p.daemonset == daemonset and not p.deleting}
+        if len(running) != status.get("desiredNumberScheduled"):
+            continue  # a pod being replaced, or a status behind its pods: look again later
+        if left := nodes - running:
+            out[name] = left
+    if out:
+        existing = set(run.kube.collect(kinds.NODE, keep=o.name, printed=True)[0])
+        out = {name: gone for name, nodes in out.items() if (gone := nodes - existing)}
+    return out
+
+
+def _leave_deleted(run: StackRun, meter: GapMeter) -> None:
+    """Stop waiting for the nodes deleted meanwhile, said and recorded (the baseline a rerun
+    resumes from leaves them too)."""
+    for name, nodes in sorted(_deleted(run, meter.waiting_nodes()).items()):
+        for node in sorted(nodes):
+            meter.forget(name, node)
+            run.listener.message(f"Service/{name}: node {node} is not waited for: it was "
+                                 "deleted (the new stack's DaemonSet made every pod it wants, "
+                                 "none there)")
+            run.state.log("stack-node-deleted", service=name, node=node)
+        run.record["baseline"] = {k: sorted(v) for k, v in meter.nodes.items()}
+        run.save(run.state)
+
+
 def _serving(run: StackRun, step: sc.StackStep) -> None:
     """Wait until every node served at the start is served again by the new stack's pods (the
-    old ones may outlive their CR a while: the garbage collector reaches them in its own time);
-    a gap over --max-gap fails."""
+    old ones may outlive their CR a while: the garbage collector reaches them in its own time),
+    but for nodes deleted meanwhile; a gap over --max-gap fails."""
     meter = run.meter
     if meter is None:
         return
+    looked = [float("-inf")]  # when `_leave_deleted` last looked
 
     def back() -> bool:
         for service in sc.stable_names(run.catalog):
             _live(run, service)
+        now = run.clock.monotonic()
+        if not meter.all_served() and now - looked[0] >= DELETED_EVERY:
+            looked[0] = now
+            _leave_deleted(run, meter)
         over = meter.over(run.max_gap)
         if over:
             run.record["gaps"] = meter.as_record()

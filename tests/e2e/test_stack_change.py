@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -385,3 +386,37 @@ def test_an_operator_reconcile_between_keep_and_delete_never_costs_a_stable_name
         assert not any(seen.absent_seconds.values()), seen.absent_seconds
         assert recreated == []
     assert env.cli("verify").code == 0
+
+
+def test_a_node_scaled_down_mid_change_is_not_waited_for_and_a_rerun_is_not_stuck_on_it(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """A GPU node deleted while the change waits for the new stack: its DaemonSets make no pod
+    there, and once they have made every pod they want and the node is not listed, the change
+    stops waiting for it, says so and records it (the baseline a rerun resumes from leaves it).
+    Before, the change failed at --max-gap and every rerun failed again on that node. A node
+    that exists but is labelled out is still waited for (the --max-gap test above)."""
+    env = _cluster_policy_ready_for_change(e2e_factory)
+    gone = "gpu-node-0003"
+    env.sim.server.faults.update(hang_nth_write=1, hang_write_of="create gpuclusters")
+
+    def scale_down() -> None:
+        env.sim.wait_for(lambda: bool(env.sim.server.faults.snapshot()["write_held"]),
+                         timeout=60)
+        env.sim.store.delete(kinds.NODE, None, gone)
+        env.sim.server.faults.update(hang_nth_write=None)
+
+    remover = threading.Thread(target=scale_down)
+    remover.start()
+    with env.monitor.expected_outage():  # the stack change and the node removal both
+        res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"), "gpu-cluster-policy")
+        remover.join()
+    assert res.code == 0, res.stderr[-3000:]
+    for name in STABLE:
+        assert (f"Service/{name}: node {gone} is not waited for: it was deleted (the new "
+                "stack's DaemonSet made every pod it wants, none there)") in " ".join(
+                    res.stderr.split()), res.stderr
+    record = env.state()["stackChange"]
+    assert record["status"] == "completed"
+    assert all(gone not in nodes for nodes in record["baseline"].values()), record["baseline"]
+    assert [e["node"] for e in env.state()["history"]
+            if e["event"] == "stack-node-deleted"] == [gone, gone]

@@ -47,7 +47,7 @@ MUST_NOT = [
     ("patch", "services/kubernetes"),
     ("update", "configmaps/someone-elses"),
     ("list", "configmaps"),
-    ("list", "nodes"),
+    ("list", "namespaces"),
     ("patch", "clusterpolicies.nvidia.com/cluster-policy"),
     ("delete", "namespaces/gpu-operator"),
     ("impersonate", "users/sim-admin"),
@@ -128,11 +128,11 @@ def test_admin_can_i_as_the_service_account_gives_the_same_answers(rbac_sim: Clu
 
 
 def test_a_forbidden_get_prints_the_servers_forbidden_sentence(rbac_sim: Cluster) -> None:
-    res = rbac_sim.kubectl(rbac_sim.sa, "get", "nodes")
+    res = rbac_sim.kubectl(rbac_sim.sa, "get", "namespaces")
     assert res.returncode == 1
     assert res.stderr.strip() == (
-        f'Error from server (Forbidden): nodes is forbidden: User "{SA}" cannot list resource '
-        '"nodes" in API group "" at the cluster scope')
+        f'Error from server (Forbidden): namespaces is forbidden: User "{SA}" cannot list '
+        'resource "namespaces" in API group "" at the cluster scope')
     res = rbac_sim.kubectl(rbac_sim.sa, "delete", "service", "nvidia-dcgm-dra", "-n", NS)
     assert res.returncode == 1
     assert res.stderr.strip() == (
@@ -193,7 +193,7 @@ def test_impersonation_headers_over_raw_http(rbac_sim: Cluster) -> None:
     assert get("/api/v1/nodes", **{"Impersonate-Group": "system:masters"}) == 400
     mark = rbac_sim.sim.server.log.last_seq
     assert get(f"/api/v1/namespaces/{NS}/pods", **{"Impersonate-User": SA}) == 200
-    assert get("/api/v1/nodes", **{"Impersonate-User": SA}) == 403
+    assert get("/api/v1/namespaces", **{"Impersonate-User": SA}) == 403
     assert [r.user for r in rbac_sim.sim.server.log.since(mark)] == [SA, SA]
     policy = rbac_sim.sim.server.access.policy_of(SA)
     assert set(policy.groups) == {"system:authenticated", "system:serviceaccounts",
@@ -226,8 +226,8 @@ def test_sim_serve_rbac_writes_a_kubeconfig_per_identity(tmp_path: Path) -> None
         assert kubectl(sa, "auth", "can-i", "patch", "services/nvidia-dcgm").stdout.strip() \
             == "yes"
         assert kubectl(sa, "auth", "can-i", "patch", "services/other").stdout.strip() == "no"
-        assert kubectl(admin, "auth", "can-i", "list", "nodes", "--as", SA).stdout.strip() \
-            == "no"
+        assert kubectl(admin, "auth", "can-i", "list", "namespaces", "--as", SA
+                       ).stdout.strip() == "no"
     finally:
         stop.set()
         worker.join(30)

@@ -14,7 +14,7 @@ from migrator import commands
 from migrator.commands import RunRequest, Session
 from migrator.engine.gaps import GapMeter
 from migrator.engine.loop import RunSettings
-from migrator.engine.permissions import NODES_LISTED, Permission, cr_writes, require_for_run
+from migrator.engine.permissions import NODES_LISTED, Permission, require_for_run
 from migrator.engine.reads import read_snapshot
 from migrator.engine.reports import RunReport
 from migrator.engine.stackchange import (
@@ -98,12 +98,15 @@ def _admitted(session: Session, snap: Snapshot, new_cr: Mapping[str, Any]) -> No
 
 
 def _cr_writes(steps: Iterable[Mapping[str, str]], made: str, deleted: str) -> list[Permission]:
-    """The CR writes of a change's `steps`: the kind of the step `made` creates, and the CR the
-    step `deleted` deletes, by name (a rollback undoes a CREATE by a delete, and so on)."""
+    """A change's writes beyond a run's, from its `steps`: a CR of the kind the step `made`
+    creates, and the CR the step `deleted` deletes, by name (a rollback undoes a CREATE by a
+    delete, and a DELETE by a create)."""
     by_action = {s["action"]: s for s in steps}
     create, delete = by_action.get(made), by_action.get(deleted)
-    return cr_writes(create["kind"] if create else None,
-                     (delete["kind"], delete["name"]) if delete else None)
+    return [*([Permission("create", kinds.BY_KIND[create["kind"]], namespaced=False)]
+              if create else []),
+            *([Permission("delete", kinds.BY_KIND[delete["kind"]], delete["name"],
+                          namespaced=False)] if delete else [])]
 
 
 def change_stack(session: Session, request: StackRequest,

@@ -89,7 +89,7 @@ def required() -> tuple[Permission, ...]:
 REQUIRED: tuple[Permission, ...] = required()  # what docs/rbac.yaml grants
 REVIEWS_IN_FLIGHT = 8  # access reviews asked at once
 # What an `apply` or a `rollback` asks before its lock: every write it may make (a stack change
-# adds its CRs', `cr_writes`) and the one read it makes only after writing (phase 1 in place's
+# adds its CRs', stackcommands.py) and the one read it makes only after writing (phase 1 in place's
 # ControllerRevisions); its other reads come before its first write and fail there anyway.
 RUN_REQUIRED = tuple(p for p in REQUIRED if (
     p.kind == kinds.CONTROLLER_REVISION or p.verb in ("create", "update", "patch", "delete"))
@@ -117,15 +117,6 @@ def missing(kube: Kube, namespace: str,
     wanted = list(needed)
     with ThreadPoolExecutor(REVIEWS_IN_FLIGHT) as pool:
         return [p for p, ok in zip(wanted, pool.map(allowed, wanted), strict=True) if not ok]
-
-
-def cr_writes(create: str | None, delete: tuple[str, str] | None) -> list[Permission]:
-    """A stack change's writes beyond a run's: the `create` kind's CR made, the `delete`
-    (kind, name) CR deleted by name; `change-stack --rollback` asks them the other way round."""
-    made = [Permission("create", kinds.BY_KIND[create], namespaced=False)] if create else []
-    gone = ([Permission("delete", kinds.BY_KIND[delete[0]], delete[1], namespaced=False)]
-            if delete else [])
-    return [*made, *gone]
 
 
 def require_for_run(kube: Kube, namespace: str, also: Iterable[Permission] = ()) -> None:

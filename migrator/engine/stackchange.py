@@ -235,12 +235,17 @@ def _until_gone(run: StackRun, kind: str, name: str, meanwhile: Callable[[], Non
             "change-stack again to resume, or change-stack --rollback") from None
 
 
-def _new_pods(run: StackRun) -> set[str]:
-    """The uids of the pods the new stack's DaemonSets control (their printed rows say so)."""
+def _new_stack_pods(run: StackRun) -> list[PodView]:
+    """The pods the new stack's DaemonSets control (their printed rows say so)."""
     comps = run.catalog.stack(run.record["to"]).components
     daemonsets = {c.daemonset for c in comps}
-    return {pod.uid for pod in listed_pods(run.kube, run.namespace, stacks.pod_selectors(comps))
-            if pod.daemonset in daemonsets}
+    return [pod for pod in listed_pods(run.kube, run.namespace, stacks.pod_selectors(comps))
+            if pod.daemonset in daemonsets]
+
+
+def _new_pods(run: StackRun) -> set[str]:
+    """The uids of the new stack's pods."""
+    return {pod.uid for pod in _new_stack_pods(run)}
 
 
 def _deleted(run: StackRun, waiting: Mapping[str, set[str]]) -> dict[str, set[str]]:
@@ -261,8 +266,7 @@ def _deleted(run: StackRun, waiting: Mapping[str, set[str]]) -> dict[str, set[st
                 status.get("desiredNumberScheduled"):
             continue
         if pods is None:
-            pods = listed_pods(run.kube, run.namespace,
-                               stacks.pod_selectors(run.catalog.stack(target).components))
+            pods = _new_stack_pods(run)
         running = {p.node for p in pods if p.daemonset == daemonset and not p.deleting}
         if len(running) != status.get("desiredNumberScheduled"):
             continue  # a pod being replaced, or a status behind its pods: look again later

@@ -40,6 +40,7 @@ from tests.e2e.test_guard import (
 )
 from tests.helpers.kubeproxy import ApiView, Routing
 from tests.helpers.oracle import DiscoveryOracle
+from tests.helpers.readiness import SERVICE_NAME, ready_by_node
 
 RECONCILE = 2.0  # simulated seconds between the operator imitations' resyncs
 STABLE = {"nvidia-dcgm": ("nvidia-dcgm", "nvidia-dcgm-dra"),
@@ -210,11 +211,9 @@ MOVED = ("gpu-node-0001", "gpu-node-0002")  # the nodes a test moves to the Clus
 
 def _ready_on(env: E2E, services: tuple[str, ...], nodes: tuple[str, ...]) -> list[str]:
     """The Ready endpoints of `services` on `nodes` (as `service@node`)."""
-    return [f"{sl['metadata']['labels'].get('kubernetes.io/service-name')}@{ep.get('nodeName')}"
-            for sl in _slices(env)
-            if sl["metadata"]["labels"].get("kubernetes.io/service-name") in services
-            for ep in sl.get("endpoints") or []
-            if ep.get("nodeName") in nodes and (ep.get("conditions") or {}).get("ready")]
+    return [f"{service}@{node}" for sl in _slices(env)
+            if (service := sl["metadata"]["labels"].get(SERVICE_NAME)) in services
+            for node, ready in ready_by_node(sl).items() if ready and node in nodes]
 
 
 def _move_node(env: E2E, node_name: str, to: str) -> None:

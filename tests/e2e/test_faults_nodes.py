@@ -16,6 +16,7 @@ from dcgm_sim.seed import new_node
 from migrator.model import kinds
 from tests.conftest import edit_object
 from tests.e2e.conftest import E2E, NS
+from tests.helpers.readiness import SERVICE_NAME, ready_by_node
 
 BAD = "gpu-node-0002"
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -116,10 +117,10 @@ def test_probe_flap_during_phase3_is_waited_out_and_reported_not_reverted(
 
 
 def _ready_nodes(env: E2E, service: str) -> set[str]:
+    """The nodes with a ready endpoint of `service`."""
     items, _ = env.sim.store.list(kinds.ENDPOINTSLICE, NS)
-    return {ep.get("nodeName") for sl in items
-            if sl["metadata"]["labels"].get("kubernetes.io/service-name") == service
-            for ep in sl.get("endpoints") or [] if ep["conditions"].get("ready")}
+    return {node for sl in items if sl["metadata"]["labels"].get(SERVICE_NAME) == service
+            for node, ready in ready_by_node(sl).items() if ready}
 
 
 @pytest.mark.parametrize(("mode", "scale"), [((), 0.5), (("--rolling",), 0.02)],

@@ -486,12 +486,16 @@ class EndpointSliceController(Controller):
         pods = self._index.pods(key[0])
         members = self._index.members(key[:2])
         names = members if scope is None else (scope & members)
-        chosen = [pods[n] for n in sorted(names) if n in pods]
-        desired = desired_endpoints(svc, chosen, key[2], self._nodes.__contains__)
-        for pod in chosen:
-            node = P.node_name(pod)
-            if node and node not in self._nodes:
-                self._skipped.setdefault(node, set()).add(key[:2])
+
+        def node_exists(node: str) -> bool:
+            """The node lister's answer; a miss notes the Service, synced again if it comes."""
+            if node in self._nodes:
+                return True
+            self._skipped.setdefault(node, set()).add(key[:2])
+            return False
+
+        desired = desired_endpoints(svc, (pods[n] for n in sorted(names) if n in pods), key[2],
+                                    node_exists)
         slices = self._slices.get(key, {})
         existing = list(slices.values()) if scope is None else self._for_scope(key, scope,
                                                                                desired)

@@ -11,18 +11,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migrator.engine import stacknodes
 from migrator.engine.clock import Clock
 from migrator.engine.gaps import GapMeter
 from migrator.engine.progress import EndpointProgress, Listener
-from migrator.engine.reads import listed_pods
 from migrator.engine.state.document import State, stamp
 from migrator.errors import APIConflict, APINotFound, GateFailed, UsageError
 from migrator.kube.client import Kube
-from migrator.model import aliasing, kinds, stacks
+from migrator.model import aliasing, kinds
 from migrator.model import objects as o
 from migrator.model import stackchange as sc
 from migrator.model.phasestatus import PhaseStatus
-from migrator.model.snapshot import PodView
 from migrator.model.stacks import Catalog
 
 Obj = dict[str, Any]
@@ -235,53 +234,12 @@ def _until_gone(run: StackRun, kind: str, name: str, meanwhile: Callable[[], Non
             "change-stack again to resume, or change-stack --rollback") from None
 
 
-def _new_stack_pods(run: StackRun) -> list[PodView]:
-    """The pods the new stack's DaemonSets control (their printed rows say so)."""
-    comps = run.catalog.stack(run.record["to"]).components
-    daemonsets = {c.daemonset for c in comps}
-    return [pod for pod in listed_pods(run.kube, run.namespace, stacks.pod_selectors(comps))
-            if pod.daemonset in daemonsets]
-
-
-def _new_pods(run: StackRun) -> set[str]:
-    """The uids of the new stack's pods."""
-    return {pod.uid for pod in _new_stack_pods(run)}
-
-
-def _deleted(run: StackRun, waiting: Mapping[str, set[str]]) -> dict[str, set[str]]:
-    """Of the nodes still `waiting` per stable name, those deleted (a scale-down): a wait for
-    them would never end, nor would a rerun's. Looked for only where the new stack's DaemonSet
-    for the name wants no pod: it has observed its spec and made every pod it wants
-    (`currentNumberScheduled == desiredNumberScheduled`, as many nodes with a live pod of it),
-    none there; then the Nodes are listed (names only). A node that exists but whose
-    `nvidia.com/gpu.deploy.*` label for the new stack says "false" is still waited for: that
-    gap is the --max-gap failure that names the label."""
-    target, out = run.record["to"], {}
-    pods: list[PodView] | None = None
-    for name, nodes in waiting.items():
-        daemonset = sc.component_for(run.catalog, target, name).daemonset
-        ds = run.kube.get(kinds.DAEMONSET, daemonset, run.namespace)
-        status = (ds or {}).get("status") or {}
-        if ds is None or not o.observed(ds) or status.get("currentNumberScheduled") != \
-                status.get("desiredNumberScheduled"):
-            continue
-        if pods is None:
-            pods = _new_stack_pods(run)
-        running = {p.node for p in pods if p.daemonset == daemonset and not p.deleting}
-        if len(running) != status.get("desiredNumberScheduled"):
-            continue  # a pod being replaced, or a status behind its pods: look again later
-        if left := nodes - running:
-            out[name] = left
-    if out:
-        existing = set(run.kube.collect(kinds.NODE, keep=o.name, printed=True)[0])
-        out = {name: gone for name, nodes in out.items() if (gone := nodes - existing)}
-    return out
-
-
 def _leave_deleted(run: StackRun, meter: GapMeter) -> None:
     """Stop waiting for the nodes deleted meanwhile, said and recorded (the baseline a rerun
     resumes from leaves them too)."""
-    for name, nodes in sorted(_deleted(run, meter.waiting_nodes()).items()):
+    deleted = stacknodes.deleted(run.kube, run.namespace, run.catalog, run.record["to"],
+                                 meter.waiting_nodes())
+    for name, nodes in sorted(deleted.items()):
         for node in sorted(nodes):
             meter.forget(name, node)
             run.listener.message(f"Service/{name}: node {node} is not waited for: it was "
@@ -321,7 +279,9 @@ def _serving(run: StackRun, step: sc.StackStep) -> None:
                 "change-stack again")
         # the pods are listed only once every node has some Ready endpoint again, and only
         # while one is served by a pod not judged yet
-        return meter.all_served() and meter.renewed(lambda: _new_pods(run))
+        return meter.all_served() and meter.renewed(lambda: {
+            pod.uid for pod in stacknodes.new_stack_pods(run.kube, run.namespace, run.catalog,
+                                                         run.record["to"])})
 
     _wait(run, "every node served again by the stable names", back)
     run.record["gaps"] = meter.as_record()

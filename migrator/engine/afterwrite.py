@@ -47,12 +47,11 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
 
     def check() -> list[GateResult]:
         snap = backend.fresh(base_snap)
-        ctx = backend.context(snap)
-        results: list[GateResult] = list(phase.module.after_write(ctx, step))
+        results: list[GateResult] = list(phase.module.after_write(backend.context(snap), step))
         if rolls is not None:
             results.append(g.nodes_reporting(rolls, snap.pods_of(rolls)))
         for b in phase.bases:  # each guarded Service's gate, and its lowest count so far
-            results.append(_endpoints_gate(snap, b, step, phase.plan))
+            results.append(_endpoints_gate(snap, b, step, phase.plan, base_snap))
             ready = snap.endpoints_of(b.service).ready_total
             low = backend.result.lowest.get(b.service, (ready, b.total))
             backend.result.lowest[b.service] = (min(low[0], ready), b.total)
@@ -85,16 +84,16 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
                    "run `dcgm-migrate status` to see the gates; rerun to resume")
 
 
-def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
-                    plan: PhasePlan) -> GateResult:
+def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step, plan: PhasePlan,
+                    before: Snapshot) -> GateResult:
     """Pods roll: the DaemonSet's budget. A Service write: only a loss it caused is fatal."""
     if step.kind == kinds.DAEMONSET:
-        return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0))
+        return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0), before)
     change = step.selector_change(base.service)
     if change is not None:
-        return g.switch_loss(snap, base, *change)
+        return g.switch_loss(snap, base, *change, before)
     selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
-    return g.switch_loss(snap, base, selector, selector)
+    return g.switch_loss(snap, base, selector, selector, before)
 
 
 def _fail_rollout(backend: Applier, rec: PhaseRecord, step: Step, base: Snapshot,

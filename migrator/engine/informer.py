@@ -33,6 +33,7 @@ T = TypeVar("T")
 FENCE_SECONDS = 10.0  # seconds a read waits for a watch to catch up before re-listing
 WATCH_SECONDS = 300  # timeoutSeconds of each watch request (the server ends it; we re-watch)
 RETRY_SECONDS = 0.5  # pause after a failed watch request before the next
+NODES_FRESH_SECONDS = 10.0  # how long a read of the Nodes' names serves (`KnownNodes`)
 RELIST_MIN_SECONDS, RELIST_MAX_SECONDS = 0.05, 2.0  # pause before a relist after a repeated 410
 
 
@@ -189,6 +190,25 @@ def whole(obj: Obj) -> Obj:
 
 
 @dataclass
+class KnownNodes:
+    """The Nodes' names as last read (only when a Service's slices leave out a Ready pod,
+    `reads.with_nodes`), read again once a pod sits on a node that read did not judge, or after
+    NODES_FRESH_SECONDS: a slice lag on known nodes then costs no request, and a node deleted
+    since is seen within that time (its pods stay 40 to 60 s)."""
+
+    names: frozenset[str] | None = None
+    judged: frozenset[str] = frozenset()  # the pods' nodes when they were read
+    read_at: float = float("-inf")
+
+    def of(self, pod_nodes: frozenset[str], now: float,
+           read: Callable[[], frozenset[str]]) -> frozenset[str]:
+        if (self.names is None or not pod_nodes <= self.judged
+                or now - self.read_at >= NODES_FRESH_SECONDS):
+            self.names, self.judged, self.read_at = read(), pod_nodes, now
+        return self.names
+
+
+@dataclass
 class Informer:
     """The run's cache of one namespace."""
 
@@ -199,6 +219,7 @@ class Informer:
     whole: WholePods = field(default_factory=WholePods)  # doubtful pods read whole
     # access reviews answered for this run (a token's rights do not change within one)
     allowed: dict[str, bool] = field(default_factory=dict)
+    nodes: KnownNodes = field(default_factory=KnownNodes)
     _unobserve: Callable[[], None] = lambda: None
 
     @classmethod

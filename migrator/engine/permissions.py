@@ -42,7 +42,8 @@ STACK_CHANGE_NAMES = {"ClusterPolicy": ("cluster-policy", "gpu-cluster-policy"),
                       "GPUCluster": ("gpu-cluster",)}
 
 
-# change-stack: whether a node it waits for was deleted meanwhile (names only)
+# whether a node was deleted meanwhile (names only): change-stack's waits, and the gates and
+# verdict where a Service's slices leave out a Ready pod (engine/reads.py `with_nodes`)
 NODES_LISTED = Permission("list", kinds.NODE, namespaced=False)
 
 

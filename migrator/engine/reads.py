@@ -111,15 +111,19 @@ def _monitors(kube: Kube, kind: kinds.Kind, namespace: str) -> tuple[Obj, ...]:
         return tuple(kube.list(kind, namespace).items)
 
 
+def _may_list(kube: Kube, kind: kinds.Kind, allowed: dict[str, bool]) -> bool:
+    """Whether RBAC lets this user list `kind` cluster-wide, asked once per `allowed` (a run's
+    cache keeps it): a least-privilege token is never refused a request."""
+    key = f"list {kind.plural}"
+    if key not in allowed:
+        allowed[key] = kube.can_i("list", kind)[0]
+    return allowed[key]
+
+
 def _prometheuses(kube: Kube, allowed: dict[str, bool]) -> tuple[Obj, ...]:
     """Prometheus CRs cluster-wide; none where the CRD is absent or listing them is not allowed
     (asked first, once per run: a least-privilege token is never refused a request)."""
-    if not kube.has_kind(kinds.PROMETHEUS):
-        return ()
-    key = "list prometheuses"
-    if key not in allowed:
-        allowed[key] = kube.can_i("list", kinds.PROMETHEUS)[0]
-    if not allowed[key]:
+    if not kube.has_kind(kinds.PROMETHEUS) or not _may_list(kube, kinds.PROMETHEUS, allowed):
         return ()
     try:
         return tuple(kube.list(kinds.PROMETHEUS).items)
@@ -170,11 +174,34 @@ def read_snapshot(kube: Kube, namespace: str, catalog: Catalog, *,
         with contextlib.suppress(APIForbidden):
             held, leases_read = tuple(kube.list(kinds.LEASE, namespace,
                                                 label_selector=f"{mb.key}={mb.value}").items), True
-    return Snapshot(namespace=namespace, daemonsets=ds_map, services=svc_map, pods=pods,
+    clock = clock or SystemClock()
+    snap = Snapshot(namespace=namespace, daemonsets=ds_map, services=svc_map, pods=pods,
                     endpoints=endpoints, guard_leases=held, leases_read=leases_read,
                     # the API server's clock (its latest `Date`): a skewed host misjudges guards
-                    taken_at=(kube.server_date if whole_read else None)
-                    or (clock or SystemClock()).now(), **scope)
+                    taken_at=(kube.server_date if whole_read else None) or clock.now(), **scope)
+    return snap if snap.lists_every_ready_pod() else with_nodes(kube, snap, cache, clock)
+
+
+def node_names(kube: Kube) -> frozenset[str]:
+    """The Nodes' names (printed rows: at 5,000 nodes a fraction of the whole objects)."""
+    return frozenset(kube.collect(kinds.NODE, keep=o.name, printed=True)[0])
+
+
+def with_nodes(kube: Kube, snap: Snapshot, cache: Informer | None, clock: Clock) -> Snapshot:
+    """The snapshot knowing the Nodes' names, read only when a Service's slices leave out a
+    Ready pod it selects (`Snapshot.lists_every_ready_pod`): a deleted node's pods stay Ready
+    until their garbage collector, and the EndpointSlice controller leaves them out. The run's
+    cache keeps the names a while (`KnownNodes`). As it was where RBAC does not allow the list
+    (the guard's Role)."""
+    if not _may_list(kube, kinds.NODE, cache.allowed if cache is not None else {}):
+        return snap
+    pod_nodes = frozenset(p.node for p in snap.pods if p.node)
+    try:
+        names = (cache.nodes.of(pod_nodes, clock.monotonic(), lambda: node_names(kube))
+                 if cache is not None else node_names(kube))
+    except APIForbidden:
+        return snap
+    return dataclasses.replace(snap, nodes=names)
 
 
 def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence[str],
@@ -184,4 +211,4 @@ def narrow(kube: Kube, base: Snapshot, catalog: Catalog, *, daemonsets: Sequence
                           cluster_scope=False, cache=cache)
     return dataclasses.replace(base, namespace_exists=True, daemonsets=fresh.daemonsets,
                                services=fresh.services, pods=fresh.pods,
-                               endpoints=fresh.endpoints)
+                               endpoints=fresh.endpoints, nodes=fresh.nodes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from migrator.engine.reads import listed_pods
+from migrator.engine.reads import listed_pods, node_names
 from migrator.kube.client import Kube
 from migrator.model import kinds, stacks
 from migrator.model import objects as o
@@ -47,6 +47,6 @@ def deleted(kube: Kube, namespace: str, catalog: Catalog, target: str,
         if left := nodes - running:
             out[name] = left
     if out:
-        existing = set(kube.collect(kinds.NODE, keep=o.name, printed=True)[0])
+        existing = node_names(kube)
         out = {name: gone for name, nodes in out.items() if (gone := nodes - existing)}
     return out

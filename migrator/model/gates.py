@@ -127,26 +127,39 @@ def baseline(snapshot: Snapshot, service: str, local: bool) -> ServiceBaseline:
     return ServiceBaseline(service, eps.ready_total, eps.ready_by_node() if local else {}, local)
 
 
-def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0) -> GateResult:
+def endpoints_hold(snapshot: Snapshot, base: ServiceBaseline, tolerance: int = 0,
+                   before: Snapshot | None = None) -> GateResult:
     """Ready endpoints not below the baseline (per node for Local), `tolerance` nodes/endpoints
-    missing allowed (phase 1: the DaemonSet's maxUnavailable)."""
+    missing allowed (phase 1: the DaemonSet's maxUnavailable). Once the Nodes were read, a
+    deleted node's is left aside (no run can keep it, `endpoints_are`): per node for Local, else
+    each endpoint the slices listed `before` (the step's pre-write read) and lost since."""
     name = f"endpoints/{base.service}"
     eps = snapshot.endpoints_of(base.service)
     detail, missing = f"{eps.ready_total}/{base.total} ready", base.total - eps.ready_total
     if base.local:
-        now = eps.ready_by_node()
-        short = [n for n, c in base.by_node.items() if now.get(n, 0) < c]
+        now, existing = eps.ready_by_node(), snapshot.nodes
+        short = [n for n, c in base.by_node.items()
+                 if now.get(n, 0) < c and (existing is None or n in existing)]
         detail += ", per node" + (f"; below baseline on {named(short)}" if short else "")
         missing = len(short)
+    elif before is not None and (ghosts := snapshot.on_deleted_nodes()):
+        lost = (before.endpoints_of(base.service).ready_pods() & ghosts) - eps.ready_pods()
+        missing -= len(lost)
+        detail += f"; {named(lost)} on deleted nodes left aside" if lost else ""
     return GateResult(name, missing <= tolerance, detail, kind=GateKind.ENDPOINTS)
 
 
 def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> GateResult:
-    """The Service's ready endpoints are exactly these pods (EndpointSlices caught up)."""
-    have = snapshot.endpoints_of(service).ready_pods()
+    """The Service's ready endpoints are exactly these pods (EndpointSlices caught up), but for
+    pods on a deleted node, in or out: the EndpointSlice controller leaves them out at the
+    Service's next sync, and keeps them until their own next event (pkg/controller/endpointslice
+    `reconcileByAddressType` skips a pod whose Node it cannot get)."""
+    ghosts = snapshot.on_deleted_nodes()
+    have, pods = snapshot.endpoints_of(service).ready_pods() - ghosts, pods - ghosts
     name = f"endpointslices/{service}"
     if have == pods:
-        return GateResult(name, True, f"{len(have)} ready endpoints")
+        aside = f", {counted(len(ghosts), 'pod')} on deleted nodes left aside" if ghosts else ""
+        return GateResult(name, True, f"{len(have)} ready endpoints{aside}")
     nodes = {p.name: p.node for p in snapshot.pods if p.node}
     parts = [f"{word} {named(f'{n} on {nodes[n]}' if n in nodes else n for n in names)}"
              for word, names in (("missing", pods - have), ("unexpected", have - pods)) if names]
@@ -274,7 +287,7 @@ def nodes_reporting(daemonset: str, pods: Iterable[PodView],
 
 
 def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str],
-                new: Mapping[str, str]) -> GateResult:
+                new: Mapping[str, str], before: Snapshot | None = None) -> GateResult:
     """The zero-tolerance endpoints gate after a selector switch, the loss attributed: to it
     (`endpoints/<svc>`: restore the old selector at once) when it drops Ready pods, else
     (`endpoints-dip/<svc>`: wait, never restore) to pods both select or to slices lagging."""
@@ -286,7 +299,7 @@ def switch_loss(snapshot: Snapshot, base: ServiceBaseline, old: Mapping[str, str
                           "the new selector drops Ready pods the old one selected: "
                           f"{named(p.name for p in dropped)} on nodes "
                           f"{named(p.node for p in dropped)}", kind=GateKind.ENDPOINTS)
-    held = endpoints_hold(snapshot, base)
+    held = endpoints_hold(snapshot, base, before=before)
     if held.ok:
         return held
     unready = {p.name for p in new_pods if not p.ready} & {p.name for p in old_pods}

@@ -92,7 +92,9 @@ def _node_reasons(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], nodes:
 
 def _coverage(snapshot: Snapshot, need: Need, svc: Mapping[str, Any], fixes: Fixes,
               subject: str, phase: int) -> Finding:
-    pods = [p for c in need.components for p in alive(snapshot.pods_of(c.daemonset))]
+    ghosts = snapshot.on_deleted_nodes()  # a deleted node is no node to cover
+    pods = [p for c in need.components for p in alive(snapshot.pods_of(c.daemonset))
+            if p.name not in ghosts]
     expected, names = {p.node for p in pods if p.node}, {p.name for p in pods}
     short, unscheduled = [], []
     for c in need.components:

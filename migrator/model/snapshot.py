@@ -150,6 +150,8 @@ class Snapshot:
     guard_leases: tuple[Obj, ...] = ()
     leases_read: bool = False
     taken_at: datetime | None = None
+    # The Nodes' names, read only where a check needs them (None: not read).
+    nodes: frozenset[str] | None = None
 
     def crs(self, kind: str) -> tuple[Obj, ...]:
         """The operator's CRs of `kind` (ClusterPolicy or GPUCluster; any other: none)."""
@@ -168,6 +170,23 @@ class Snapshot:
             if p.daemonset:
                 index.setdefault(p.daemonset, []).append(p)
         return index
+
+    def lists_every_ready_pod(self) -> bool:
+        """Each Service's slices list every Ready pod it selects: when not, and only then, can a
+        deleted node explain it (its Ready pods stay until their garbage collector)."""
+        for name, svc in self.services.items():
+            listed = self.endpoints_of(name).ready_pods()
+            selector = (svc.get("spec") or {}).get("selector") or {}
+            if any(p.ready and p.name not in listed for p in self.pods_matching(selector)):
+                return False
+        return True
+
+    def on_deleted_nodes(self) -> frozenset[str]:
+        """The pods bound to a node the cluster no longer has (their garbage collector's
+        quarantine lasts 40 to 60 s): none unless the Nodes were read."""
+        if self.nodes is None:
+            return frozenset()
+        return frozenset(p.name for p in self.pods if p.node and p.node not in self.nodes)
 
     def pods_of(self, daemonset: str) -> list[PodView]:
         return list(self._pods_by_daemonset.get(daemonset, ()))

@@ -129,8 +129,8 @@ def test_a_node_scaled_down_mid_phase_1_leaves_the_run_to_complete_on_the_nodes_
         e2e_factory: Callable[..., E2E], mode: tuple[str, ...], scale: float) -> None:
     """A GPU node deleted (a scale-down) while phase 1 runs: its pods stay until PodGC's
     quarantine ends and lose their endpoints at their next event (in place: the relabel, while
-    the quarantine lasts: 20 to 30 real seconds at this clock; phase 3 then waits, saying so,
-    until PodGC removes them, as the switched Service's slices never list them). The run
+    the quarantine lasts: 20 to 30 real seconds at this clock; phase 3 leaves them aside, as
+    the switched Service's slices never list them). The run
     completes on the nodes left, none of them ever below its baseline (the monitor holds every
     node but the deleted one to the budget), and each stable name reaches every node left."""
     env = e2e_factory("gpucluster", nodes=5, time_scale=scale, operator_reconcile_seconds=30)
@@ -161,6 +161,29 @@ def test_a_node_scaled_down_mid_phase_1_leaves_the_run_to_complete_on_the_nodes_
                    if (r.verb, r.resource, r.code) == ("patch", "pods", 200)}
         assert ghosts and ghosts <= patched, (ghosts, patched)
     env.until(lambda: not _pods_on(env, gone), 90, "PodGC")  # in its own time
+
+
+def test_phase_3_leaves_aside_the_pods_of_a_node_deleted_before_it(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """A GPU node deleted just before phase 3: its pods stay Ready until PodGC (40 to 60 s),
+    and the switched selector's EndpointSlices never list them. Phase 3 reads the Nodes when its
+    slices do not match and completes without waiting for the collector: simulated time stands
+    still through the run, so PodGC never comes (before, the run waited for it: here, past
+    --timeout)."""
+    env = e2e_factory("gpucluster", nodes=4)
+    res = env.cli("apply", "--phase", "2", "--yes", "--settle", "0s")
+    assert res.code == 0, res.stderr[-3000:]
+    gone = "gpu-node-0003"
+    ghosts = {p["metadata"]["name"] for p in _pods_on(env, gone)}
+    env.monitor.node_removed(gone)
+    with env.sim.controllers.clock.held():  # PodGC's quarantine never ends
+        env.sim.store.delete(kinds.NODE, None, gone)
+        res = env.cli("apply", "--phase", "3", "--yes", "--timeout", "30s", "--settle", "0s")
+        assert ghosts and {p["metadata"]["name"] for p in _pods_on(env, gone)} == ghosts
+    assert res.code == 0, res.stdout[-3000:]
+    assert env.phase_status(3) == "completed"
+    left = {"gpu-node-0001", "gpu-node-0002", "gpu-node-0004"}
+    assert all(_ready_nodes(env, n) == left for n in ("nvidia-dcgm", "nvidia-dcgm-exporter"))
 
 
 def test_a_node_whose_pods_are_not_ready_yet_stops_phase_1_in_place_naming_it(

@@ -104,3 +104,21 @@ def test_which_pods_belong_is_one_definition_whether_listed_per_app_cached_or_re
         expected = any(s.matches(labels) for s in together)
         assert any(s.matches(labels) for s in apart) == expected == mine(labels), labels
     assert sum(mine(labels) for labels in samples) == len(samples) - 2
+
+
+def test_the_nodes_names_are_read_again_only_for_a_node_not_judged_or_after_a_while() -> None:
+    reads: list[frozenset[str]] = []
+    cluster = frozenset({"n1", "n2"})
+
+    def read() -> frozenset[str]:
+        reads.append(cluster)
+        return cluster
+
+    known = informer.KnownNodes()
+    assert known.of(frozenset({"n1", "n3"}), 0.0, read) == cluster and len(reads) == 1
+    known.of(frozenset({"n1"}), 5.0, read)  # every pod's node judged: served from memory
+    assert len(reads) == 1
+    known.of(frozenset({"n1", "n4"}), 6.0, read)  # a node the read did not judge: read again
+    assert len(reads) == 2
+    known.of(frozenset({"n1"}), 6.0 + informer.NODES_FRESH_SECONDS, read)  # stale
+    assert len(reads) == 3

@@ -126,6 +126,61 @@ def test_endpoints_are_exactly_the_pods() -> None:
         f"missing {DS}-2 on {views[2].node}; unexpected other-0")
 
 
+def test_pods_on_a_deleted_node_count_neither_way_once_the_nodes_are_known() -> None:
+    """A deleted node's pods stay Ready until the pod garbage collector (40 to 60 s); the
+    EndpointSlice controller leaves them out at the Service's next sync and keeps them until
+    their own next event, so either way holds once the Nodes were read (never before)."""
+    views = pods(DS, 3)
+    gone = views[2].node
+    want = frozenset(p.name for p in views)
+    left_out = snap(*views, endpoints={"svc": endpoints_for("svc", views[:2])})
+    assert not g.endpoints_are(left_out, "svc", want).ok  # the Nodes not read: waited for
+    nodes = frozenset(p.node for p in views[:2] if p.node)
+    known = replace(left_out, nodes=nodes)
+    assert known.on_deleted_nodes() == {f"{DS}-2"}
+    result = g.endpoints_are(known, "svc", want)
+    assert result.ok and result.detail == "2 ready endpoints, 1 pod on deleted nodes left aside"
+    kept = replace(known, endpoints={"svc": endpoints_for("svc", views)})
+    assert g.endpoints_are(kept, "svc", want - {f"{DS}-2"}).ok  # still listed: fine too
+    # a node that exists is no excuse
+    assert not g.endpoints_are(replace(left_out, nodes=nodes | {gone or ""}), "svc", want).ok
+
+
+def test_a_deleted_nodes_lost_endpoint_is_no_loss_once_the_nodes_are_known() -> None:
+    """The baseline holds without a deleted node's endpoint: per node for Local, else each one
+    the slices listed before the step and lost since (and only those)."""
+    views = pods(DS, 3)
+    gone = views[2].node or ""
+    before = snap(*views, endpoints={"svc": endpoints_for("svc", views)})
+    after = snap(*views, endpoints={"svc": endpoints_for("svc", views[:2])},
+                 services={"svc": service("svc", {"app": DS})})
+    known = replace(after, nodes=frozenset(p.node for p in views[:2] if p.node))
+    flat = g.ServiceBaseline("svc", 3)
+    assert not g.endpoints_hold(after, flat, before=before).ok  # the Nodes not read
+    held = g.endpoints_hold(known, flat, before=before)
+    assert held.ok and held.detail == f"2/3 ready; {DS}-2 on deleted nodes left aside"
+    assert not g.endpoints_hold(known, flat).ok  # nothing listed before: no excuse
+    # one more endpoint lost on a node that exists still fails
+    worse = replace(known, endpoints={"svc": endpoints_for("svc", views[:1])})
+    assert not g.endpoints_hold(worse, flat, before=before).ok
+    local = g.ServiceBaseline("svc", 3, {p.node or "": 1 for p in views}, local=True)
+    assert not g.endpoints_hold(after, local).ok
+    assert g.endpoints_hold(known, local).ok
+    assert not g.endpoints_hold(replace(known, nodes=known.nodes | {gone}), local).ok
+
+
+def test_the_nodes_are_needed_only_when_slices_leave_out_a_ready_pod() -> None:
+    views = pods(DS, 2)
+    services = {"svc": service("svc", {"app": DS})}
+    listed = snap(*views, endpoints={"svc": endpoints_for("svc", views)}, services=services)
+    assert listed.lists_every_ready_pod()
+    assert not replace(listed, endpoints={"svc": endpoints_for("svc", views[:1])}
+                       ).lists_every_ready_pod()
+    unready = replace(views[1], ready=False)  # a pod not Ready is not owed an endpoint
+    assert snap(views[0], unready, endpoints={"svc": endpoints_for("svc", views[:1])},
+                services=services).lists_every_ready_pod()
+
+
 def test_unready_endpoints_do_not_count() -> None:
     views = pods(DS, 2)
     views[1] = replace(views[1], ready=False)

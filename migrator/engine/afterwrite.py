@@ -45,13 +45,20 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
             _fail_rollout(backend, phase.rec, step, base_snap, out)
     dips: dict[str, str] = {}
 
-    def check() -> list[GateResult]:
-        snap = backend.fresh(base_snap)
-        results: list[GateResult] = list(phase.module.after_write(backend.context(snap), step))
+    def judged(snap: Snapshot) -> list[GateResult]:
+        results = list(phase.module.after_write(backend.context(snap), step))
         if rolls is not None:
             results.append(g.nodes_reporting(rolls, snap.pods_of(rolls)))
-        for b in phase.bases:  # each guarded Service's gate, and its lowest count so far
-            results.append(_endpoints_gate(snap, b, step, phase.plan, base_snap))
+        return results + [_endpoints_gate(snap, b, step, phase.plan) for b in phase.bases]
+
+    def check() -> list[GateResult]:
+        snap = backend.fresh(base_snap)
+        results = judged(snap)
+        if g.failed(results) and snap.nodes is None:  # a node deleted since the baseline?
+            known = backend.with_nodes(snap)
+            if known.nodes is not None:
+                snap, results = known, judged(known)
+        for b in phase.bases:  # each guarded Service's lowest count so far
             ready = snap.endpoints_of(b.service).ready_total
             low = backend.result.lowest.get(b.service, (ready, b.total))
             backend.result.lowest[b.service] = (min(low[0], ready), b.total)
@@ -84,16 +91,16 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
                    "run `dcgm-migrate status` to see the gates; rerun to resume")
 
 
-def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step, plan: PhasePlan,
-                    before: Snapshot) -> GateResult:
+def _endpoints_gate(snap: Snapshot, base: ServiceBaseline, step: Step,
+                    plan: PhasePlan) -> GateResult:
     """Pods roll: the DaemonSet's budget. A Service write: only a loss it caused is fatal."""
     if step.kind == kinds.DAEMONSET:
-        return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0), before)
+        return g.endpoints_hold(snap, base, plan.tolerance.get(base.service, 0))
     change = step.selector_change(base.service)
     if change is not None:
-        return g.switch_loss(snap, base, *change, before)
+        return g.switch_loss(snap, base, *change)
     selector = o.dig(snap.services.get(base.service) or {}, "spec", "selector") or {}
-    return g.switch_loss(snap, base, selector, selector, before)
+    return g.switch_loss(snap, base, selector, selector)
 
 
 def _fail_rollout(backend: Applier, rec: PhaseRecord, step: Step, base: Snapshot,

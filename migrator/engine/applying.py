@@ -12,7 +12,7 @@ from migrator import phases
 from migrator.engine import afterwrite, executor, inplace, interrupts, loop
 from migrator.engine.loop import Decision, Direction, PhaseWork, Run
 from migrator.engine.progress import PhaseEvent, StepEvent
-from migrator.engine.reads import narrow, read_snapshot
+from migrator.engine.reads import narrow, read_snapshot, with_nodes
 from migrator.engine.state import PhaseRecord, PhaseStatus, State
 from migrator.engine.waiting import Waiter
 from migrator.errors import GateFailed
@@ -51,6 +51,10 @@ class Apply:
         """What a step changes read again (the base's CRs and ServiceMonitors kept)."""
         names = [c.daemonset for c in self.catalog.components]
         return narrow(self.kube, base, self.catalog, daemonsets=names, cache=self.run.cache)
+
+    def with_nodes(self, snap: Snapshot) -> Snapshot:
+        """The read knowing the Nodes' names (kept a while in the run's cache)."""
+        return with_nodes(self.kube, snap, self.run.cache, self.clock)
 
     def quiet(self, daemonset: str) -> contextlib.AbstractContextManager[None]:
         """The cache stops following this DaemonSet's rollout churn."""
@@ -120,7 +124,8 @@ class Apply:
         rec, plan = decision.record, decision.plan
         assert plan is not None
         rollback = direction is Direction.ROLLBACK
-        if not rec.baselines or rollback:
+        taken = not rec.baselines or rollback  # now, or by the run this one resumes
+        if taken:
             rec.baselines = [b.as_dict() for b in plan.guarded]
         rec.status = PhaseStatus.IN_PROGRESS
         if not rollback:
@@ -130,9 +135,9 @@ class Apply:
         self.state.log("rollback-start" if rollback else "phase-start", phase=rec.number,
                        target=self.target, **self._options())
         self.save()  # baselines and originals are in the state before any write
-        return PhaseWork(decision.module, rec, plan,
-                         tuple(ServiceBaseline.from_dict(b) for b in rec.baselines), direction,
-                         decision.ctx.snapshot)
+        bases = plan.guarded if taken else tuple(ServiceBaseline.from_dict(b)
+                                                 for b in rec.baselines)
+        return PhaseWork(decision.module, rec, plan, bases, direction, decision.ctx.snapshot)
 
     def finish(self, work: PhaseWork) -> None:
         rec = work.rec

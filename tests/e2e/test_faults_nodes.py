@@ -163,23 +163,41 @@ def test_a_node_scaled_down_mid_phase_1_leaves_the_run_to_complete_on_the_nodes_
     env.until(lambda: not _pods_on(env, gone), 90, "PodGC")  # in its own time
 
 
-def test_phase_3_leaves_aside_the_pods_of_a_node_deleted_before_it(
-        e2e_factory: Callable[..., E2E]) -> None:
+@pytest.mark.parametrize("collected", [False, True], ids=["pods-still-there", "pods-collected"])
+def test_phase_3_leaves_aside_a_node_deleted_before_it(e2e_factory: Callable[..., E2E],
+                                                      collected: bool) -> None:
     """A GPU node deleted just before phase 3: its pods stay Ready until PodGC (40 to 60 s),
-    and the switched selector's EndpointSlices never list them. Phase 3 reads the Nodes when its
-    slices do not match and completes without waiting for the collector: simulated time stands
-    still through the run, so PodGC never comes (before, the run waited for it: here, past
-    --timeout)."""
+    and the switched selector's EndpointSlices never list them. Phase 3 reads the Nodes when a
+    gate fails and completes without waiting for the collector: simulated time stands still
+    through the run, so PodGC never comes (before: a wait past --timeout). `collected`: the
+    collector removes them while the first selector switch is held, after the baselines were
+    recorded, so they count the node and no pod is left to say why it is gone (before: a dip
+    below the stable Service's baseline that never heals)."""
     env = e2e_factory("gpucluster", nodes=4)
     res = env.cli("apply", "--phase", "2", "--yes", "--settle", "0s")
     assert res.code == 0, res.stderr[-3000:]
     gone = "gpu-node-0003"
     ghosts = {p["metadata"]["name"] for p in _pods_on(env, gone)}
     env.monitor.node_removed(gone)
-    with env.sim.controllers.clock.held():  # PodGC's quarantine never ends
+
+    def collect() -> None:  # what PodGC does once its quarantine is over
+        env.sim.wait_for(lambda: bool(env.sim.server.faults.snapshot()["write_held"]),
+                         timeout=30)
+        for name in ghosts:
+            env.sim.store.delete(kinds.POD, NS, name)
+        env.sim.server.faults.update(hang_nth_write=None, hang_write_of=None)
+
+    collector = threading.Thread(target=collect)
+    with env.sim.controllers.clock.held():  # PodGC's own quarantine never ends
         env.sim.store.delete(kinds.NODE, None, gone)
+        if collected:
+            env.sim.server.faults.update(hang_nth_write=1, hang_write_of="patch services")
+            collector.start()
         res = env.cli("apply", "--phase", "3", "--yes", "--timeout", "30s", "--settle", "0s")
-        assert ghosts and {p["metadata"]["name"] for p in _pods_on(env, gone)} == ghosts
+        left_there = {p["metadata"]["name"] for p in _pods_on(env, gone)}
+    if collected:
+        collector.join()
+    assert ghosts and left_there == (set() if collected else ghosts)
     assert res.code == 0, res.stdout[-3000:]
     assert env.phase_status(3) == "completed"
     left = {"gpu-node-0001", "gpu-node-0002", "gpu-node-0004"}

@@ -188,11 +188,12 @@ def node_names(kube: Kube) -> frozenset[str]:
 
 
 def with_nodes(kube: Kube, snap: Snapshot, cache: Informer | None, clock: Clock) -> Snapshot:
-    """The snapshot knowing the Nodes' names, read only when a Service's slices leave out a
-    Ready pod it selects (`Snapshot.lists_every_ready_pod`): a deleted node's pods stay Ready
-    until their garbage collector, and the EndpointSlice controller leaves them out. The run's
-    cache keeps the names a while (`KnownNodes`). As it was where RBAC does not allow the list
-    (the guard's Role)."""
+    """The snapshot knowing the Nodes' names, read only where a deleted node may explain what
+    is seen: a Service's slices leave out a Ready pod it selects (`read_snapshot`; a deleted
+    node's pods stay Ready until their garbage collector, and the EndpointSlice controller
+    leaves them out), or a gate after a write fails (`Apply.with_nodes`). The run's cache keeps
+    the names a while (`KnownNodes`). As it was where RBAC does not allow the list (the
+    guard's Role)."""
     if not _may_list(kube, kinds.NODE, cache.allowed if cache is not None else {}):
         return snap
     pod_nodes = frozenset(p.node for p in snap.pods if p.node)

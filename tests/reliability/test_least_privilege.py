@@ -258,3 +258,38 @@ def test_a_stack_change_and_its_rollback_name_a_missing_cr_delete_before_any_wri
     assert [c["metadata"]["name"] for c in env.sim.store.list(kinds.CLUSTER_POLICY)[0]] == [
         "gpu-cluster-policy"]
     assert env.sim.store.list(kinds.GPU_CLUSTER)[0] == []
+
+
+def _nodes_rule(rule: dict[str, Any]) -> bool:
+    return "nodes" in rule["resources"]
+
+
+def test_a_deleted_nodes_pods_are_left_aside_only_where_nodes_may_be_listed(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """A GPU node deleted before phase 3, its pods not yet collected (simulated time stands
+    still: PodGC never comes), so the switched selector's slices leave them out: with
+    docs/rbac.yaml phase 3 completes and `status` reads the Nodes' names and finds every stable
+    name on every node left; with a token that may not list Nodes `status` asks once, is never
+    refused a request, and its verdict says what it sees, as before."""
+    env = fresh("gpucluster", nodes=3, insecure_port=False, monitor=False)
+    granted = _kubeconfig(env, RBAC.read_text(), tmp_path)
+    assert crash.run(granted, "apply", "--phase", "2", "--yes", "--settle", "0s").code == 0
+    narrow = _kubeconfig(env, _without_rules(_nodes_rule), tmp_path, token="no-nodes")
+    with env.sim.controllers.clock.held():
+        env.sim.store.delete(kinds.NODE, None, "gpu-node-0003")
+        done = crash.run(granted, "apply", "--phase", "3", "--yes", "--timeout", "30s",
+                         "--settle", "0s")
+        assert done.code == 0, done.output[-2000:]
+        mark = env.mark()
+        seen = crash.run(granted, "status", "-o", "json")
+        assert seen.code == 0, seen.stdout[-2000:]
+        lists = [r for r in env.sim.server.log.entries()[mark:] if r.resource == "nodes"]
+        assert [(r.verb, r.code) for r in lists] == [("list", 200)]
+        mark = env.mark()
+        blind = crash.run(narrow, "status", "-o", "json")
+        entries = env.sim.server.log.entries()[mark:]
+    assert blind.code == 1, blind.stdout[-2000:]
+    failed = {c["name"] for c in json.loads(blind.stdout)["verdict"]["checks"] if not c["ok"]}
+    assert failed == {"nodes-covered/nvidia-dcgm", "nodes-covered/nvidia-dcgm-exporter"}
+    assert [r for r in entries if r.code in (401, 403)] == []
+    assert [r for r in entries if r.resource == "nodes"] == []

@@ -174,8 +174,11 @@ class Snapshot:
     def lists_every_ready_pod(self) -> bool:
         """Each Service's slices list every Ready pod it selects: when not, and only then, can a
         deleted node explain it (its Ready pods stay until their garbage collector)."""
+        ours = {p.name for p in self.pods}
         for name, svc in self.services.items():
             listed = self.endpoints_of(name).ready_pods()
+            if listed.isdisjoint(ours):  # another workload's Service (or none listed yet)
+                continue
             selector = (svc.get("spec") or {}).get("selector") or {}
             if any(p.ready and p.name not in listed for p in self.pods_matching(selector)):
                 return False
@@ -192,9 +195,13 @@ class Snapshot:
         return list(self._pods_by_daemonset.get(daemonset, ()))
 
     def pods_matching(self, selector: Mapping[str, str]) -> list[PodView]:
-        """The pods a Service with this `spec.selector` picks (none for an empty one)."""
-        sel = for_service(selector)
-        return [p for p in self.pods if not p.deleting and sel.matches(p.labels)]
+        """The pods a Service with this `spec.selector` picks (none for an empty one); each
+        selector matched once per snapshot (at 5,000 nodes, 10,000 pods a time)."""
+        key = ("pods_matching", tuple(sorted(selector.items())))
+        if key not in self.memo:
+            sel = for_service(selector)
+            self.memo[key] = [p for p in self.pods if not p.deleting and sel.matches(p.labels)]
+        return list(self.memo[key])
 
     def endpoints_of(self, service: str) -> ServiceEndpoints:
         return self.endpoints.get(service) or ServiceEndpoints(service)

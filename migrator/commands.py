@@ -133,6 +133,7 @@ class RunRequest:
     plan_file: Path | None = None
     confirm: Callable[[Question], bool] = lambda question: True
     dry_run: bool = False  # the server-dry-run back end: `dryRun=All` writes, no lock, no state
+    asked: bool = False  # the run's permissions were asked already (`change-stack`, up front)
 
 
 @contextlib.contextmanager
@@ -192,7 +193,8 @@ def apply(session: Session, request: RunRequest) -> RunReport:
             return RunReport(before, RunOutcome("apply", 0, request.dry_run, {}), ok=True)
         if not request.dry_run:
             session.store.check_free()  # someone else's run: refused before warnings or question
-            require_for_run(session.kube, session.namespace)
+            if not request.asked:
+                require_for_run(session.kube, session.namespace)
         told.say(before.warnings)  # --yes and no TTY skip the question, not these
         if request.dry_run:  # no question, no lock, no state, nothing persisted
             return _dry_run(session, told, request, snap, state, before)

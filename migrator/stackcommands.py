@@ -129,7 +129,7 @@ def change_stack(session: Session, request: StackRequest,
         run.save(state)
         execute(run, change)
     report = commands.apply(session, request=RunRequest(phase=3, settings=RunSettings(
-        timeout=request.timeout, settle=request.settle, options=Options())))
+        timeout=request.timeout, settle=request.settle, options=Options()), asked=True))
     if not report.ok:
         return StackOutcome(change, state.stack_change, stopped=report)
     with _running(session, _state(session), request.timeout, request.max_gap) as run:

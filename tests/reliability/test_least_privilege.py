@@ -17,7 +17,7 @@ import yaml
 
 from dcgm_sim.cluster import kubeconfig_document
 from dcgm_sim.controllers.operator import RESYNC_SECONDS
-from migrator.engine.permissions import REQUIRED, Permission
+from migrator.engine.permissions import REQUIRED, RUN_REQUIRED, Permission
 from migrator.model import kinds
 from migrator.model.objects import HELD_STRATEGY
 from tests.helpers import crash
@@ -253,8 +253,15 @@ def test_a_stack_change_and_its_rollback_name_a_missing_cr_delete_before_any_wri
         assert [o["metadata"]["name"] for o in env.sim.store.list(
             kinds.CLUSTER_POLICY if n == 0 else kinds.GPU_CLUSTER)[0]] != []
         granted = _kubeconfig(env, RBAC.read_text(), tmp_path)
+        mark = env.mark()
         done = crash.run(granted, *argv)  # docs/rbac.yaml whole: the same command goes through
         assert done.code == 0, done.output[-2000:]
+        reviews = [r for r in env.sim.server.log.entries()[mark:]
+                   if r.resource == "selfsubjectaccessreviews"]
+        if n == 0:  # each permission asked once: the run's and the change's 3 up front (not
+            # again by the phases it runs), and `list prometheuses` by the plan's read and
+            # the run's cache
+            assert len(reviews) == len(RUN_REQUIRED) + 3 + 2, len(reviews)
     assert [c["metadata"]["name"] for c in env.sim.store.list(kinds.CLUSTER_POLICY)[0]] == [
         "gpu-cluster-policy"]
     assert env.sim.store.list(kinds.GPU_CLUSTER)[0] == []

@@ -357,3 +357,18 @@ def test_a_pod_on_a_deleted_node_loses_its_endpoint_at_its_next_event(
     published = copy.deepcopy(svc)
     published["spec"]["publishNotReadyAddresses"] = True
     assert list(E.desired_endpoints(published, [pod], node_exists=lambda n: False)) == [name]
+
+
+def test_any_edit_of_a_service_syncs_it_as_upstream_queues_every_update(
+        make_bare: Callable[..., Bare]) -> None:
+    """Upstream's `onServiceUpdate` queues the Service on every update, so an edit that changes
+    neither its selector nor its ports (an annotation) still syncs it: a pod whose Node was
+    deleted leaves then, while PodGC's quarantine keeps the pod."""
+    bare = make_bare(nodes=2)
+    bare.wait_idle()
+    with bare.controllers.clock.held():  # PodGC's quarantine never ends
+        bare.store.delete(kinds.NODE, None, "gpu-node-0002")
+        bare.edit(kinds.SERVICE, SVC, lambda s: s["metadata"].setdefault(
+            "annotations", {}).update({"example.com/touched": "yes"}))
+        bare.wait_for(lambda: ready_nodes(bare, SVC) == {"gpu-node-0001"})
+        assert any(p["spec"]["nodeName"] == "gpu-node-0002" for p in bare.pods(SVC))

@@ -22,7 +22,8 @@ slice.
 
 It is incremental: a pod event touches only the Services in its namespace whose selector matched
 it before or after, and only the slices that hold (or will hold) that pod's endpoint are
-rewritten; a selector, port or label change of the Service rebuilds its slices in full.
+rewritten; any change of the Service rebuilds its slices in full, as upstream's
+`onServiceUpdate` queues every update (endpointslice_controller.go).
 """
 
 from __future__ import annotations
@@ -367,8 +368,8 @@ class EndpointSliceController(Controller):
             return
         if old is None or service_selector(old) != selector or not self._index.selects(key):
             self._index.select(key, selector)
-        elif _service_signature(old) != _service_signature(svc):
-            self._index.full.add(key)
+        else:  # upstream `onServiceUpdate` queues every update (an edit syncs it: a pod on a
+            self._index.full.add(key)  # deleted Node leaves then); a no-op write emits none
 
     def _service_deleted(self, key: SvcKey) -> None:
         self._services.pop(key, None)

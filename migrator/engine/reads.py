@@ -194,12 +194,12 @@ def with_nodes(kube: Kube, snap: Snapshot, cache: Informer | None, clock: Clock)
     leaves them out), or a gate after a write fails (`Apply.with_nodes`). The run's cache keeps
     the names a while (`KnownNodes`). As it was where RBAC does not allow the list (the
     guard's Role)."""
-    pod_nodes = frozenset(p.node for p in snap.pods if p.node)
     try:
         if not _may_list(kube, kinds.NODE, cache.allowed if cache is not None else {}):
             return snap
-        names = (cache.nodes.of(pod_nodes, clock.monotonic(), lambda: node_names(kube))
-                 if cache is not None else node_names(kube))
+        names = node_names(kube) if cache is None else cache.nodes.of(
+            frozenset(p.node for p in snap.pods if p.node), clock.monotonic(),
+            lambda: node_names(kube))
     except APIForbidden:
         return snap
     return dataclasses.replace(snap, nodes=names)

@@ -158,8 +158,9 @@ def endpoints_are(snapshot: Snapshot, service: str, pods: frozenset[str]) -> Gat
     pods on a deleted node, in or out: the EndpointSlice controller leaves them out at the
     Service's next sync, and keeps them until their own next event (pkg/controller/endpointslice
     `reconcileByAddressType` skips a pod whose Node it cannot get)."""
-    ghosts = snapshot.on_deleted_nodes()
-    have, pods = snapshot.endpoints_of(service).ready_pods() - ghosts, pods - ghosts
+    listed = snapshot.endpoints_of(service).ready_pods()
+    ghosts = snapshot.on_deleted_nodes() & (listed | pods)  # this Service's
+    have, pods = listed - ghosts, pods - ghosts
     name = f"endpointslices/{service}"
     if have == pods:
         aside = f", {counted(len(ghosts), 'pod')} on deleted nodes left aside" if ghosts else ""

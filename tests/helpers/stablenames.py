@@ -1,7 +1,14 @@
 """What the stable names' clients saw during a stack change, from the simulated cluster's own
 commits (never by sampling): whether each Service existed at every instant and kept its
 ClusterIP (a DNS name resolves while its Service exists), its ready endpoints over time, and
-per node the simulated seconds without a ready endpoint behind each name."""
+per node the simulated seconds without a ready endpoint behind each name.
+
+One absence is the old operator's, not the tool's: it renders a Service whole, owner included,
+on any reconcile, so one landing after the tool took the Service out of the old CR's reach and
+before the CR went hands it back, and the garbage collector takes it with the CR (the tool then
+creates it again from its record, docs/runbook.md "Changing stack"). The commits show it: the
+Service was seen without a controller owner, then deleted with one. Such an absence is
+`handed_back`; every other is the tool's."""
 
 from __future__ import annotations
 
@@ -25,9 +32,20 @@ class StableNames:
     nodes: Sequence[str]
     cluster_ips: dict[str, set[str]] = field(default_factory=dict)
     absent_seconds: dict[str, float] = field(default_factory=dict)
+    # the part of `absent_seconds` that began with a hand-back and ended with the Service back
+    handed_back_seconds: dict[str, float] = field(default_factory=dict)
+    # per Service, the resourceVersion of each handed-back version the collector took
+    handed_back: dict[str, list[int]] = field(default_factory=dict)
     lowest_ready: dict[str, int] = field(default_factory=dict)
     timeline: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     node_gaps: dict[tuple[str, str], float] = field(default_factory=dict)  # the longest
+
+    def unexplained_absence(self) -> dict[str, float]:
+        """Per Service, the simulated seconds it was absent for any reason but a hand-back by
+        the old operator (see the module's docstring); zero for a change that kept it."""
+        return {name: seconds - self.handed_back_seconds.get(name, 0.0)
+                for name, seconds in self.absent_seconds.items()
+                if seconds - self.handed_back_seconds.get(name, 0.0) > 0}
 
     def worst_gap(self) -> float:
         return max(self.node_gaps.values(), default=0.0)
@@ -55,6 +73,9 @@ def watching(sim: SimCluster, namespace: str, services: Sequence[str]) -> Iterat
     found = StableNames(services, nodes)
     ready = ReadyEndpoints(services)
     absent_since: dict[str, float] = {}
+    kept: set[str] = set()  # seen without a controller owner: out of any CR's reach
+    handing_back: set[str] = set()  # the current absence began with a hand-back
+    last_version: dict[str, int] = {}
     gap_since: dict[tuple[str, str], float] = {}
 
     def note(name: str, at: float) -> None:
@@ -76,12 +97,25 @@ def watching(sim: SimCluster, namespace: str, services: Sequence[str]) -> Iterat
         at = clock.now()
         if event.resource.key == kinds.SERVICE.key and o.name(event.object) in services:
             name = o.name(event.object)
+            controlled = _controlled(event.object)
             if event.type == "DELETED":
                 absent_since.setdefault(name, at)
+                if controlled and name in kept:
+                    handing_back.add(name)
+                    found.handed_back.setdefault(name, []).append(last_version.get(name, 0))
             else:
                 if name in absent_since:
-                    found.absent_seconds[name] = (found.absent_seconds.get(name, 0.0)
-                                                  + at - absent_since.pop(name))
+                    seconds = at - absent_since.pop(name)
+                    found.absent_seconds[name] = found.absent_seconds.get(name, 0.0) + seconds
+                    if name in handing_back:
+                        found.handed_back_seconds[name] = (
+                            found.handed_back_seconds.get(name, 0.0) + seconds)
+                handing_back.discard(name)
+                # the latest (a write within another's commit is delivered before it)
+                last_version[name] = max(last_version.get(name, 0),
+                                         int(event.object["metadata"]["resourceVersion"]))
+                if not controlled:
+                    kept.add(name)
                 ip = (event.object.get("spec") or {}).get("clusterIP")
                 found.cluster_ips.setdefault(name, set()).add(str(ip))
         changed = ready.apply(event)
@@ -97,6 +131,9 @@ def watching(sim: SimCluster, namespace: str, services: Sequence[str]) -> Iterat
                 absent_since[name] = start
             else:
                 found.cluster_ips.setdefault(name, set()).add(str(svc["spec"].get("clusterIP")))
+                if not _controlled(svc):
+                    kept.add(name)
+                last_version[name] = int(svc["metadata"]["resourceVersion"])
             note(name, start)
         store.subscribe(record)
     try:
@@ -109,3 +146,7 @@ def watching(sim: SimCluster, namespace: str, services: Sequence[str]) -> Iterat
                 found.absent_seconds[name] = found.absent_seconds.get(name, 0.0) + end - since
             for key, since in gap_since.items():
                 found.node_gaps[key] = max(found.node_gaps.get(key, 0.0), end - since)
+
+
+def _controlled(obj: dict[str, Any]) -> bool:
+    return any(r.get("controller") for r in obj["metadata"].get("ownerReferences") or [])

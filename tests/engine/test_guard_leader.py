@@ -44,6 +44,7 @@ class StepClock:
     def __init__(self) -> None:
         self.mono = 1000.0
         self.wall = T0
+        self._parked: set[int] = set()  # the threads in `wait_for`, their end fixed
 
     def now(self) -> datetime:
         return self.wall
@@ -59,9 +60,22 @@ class StepClock:
     def wait_for(self, condition: threading.Condition, ready: Callable[[], bool],
                  seconds: float) -> bool:
         end, bound = self.mono + seconds, time.monotonic() + REAL_BOUND
-        while not ready() and self.mono < end and time.monotonic() < bound:
-            condition.wait(0.002)
+        me = threading.get_ident()
+        self._parked.add(me)
+        try:
+            while not ready() and self.mono < end and time.monotonic() < bound:
+                condition.wait(0.002)
+        finally:
+            self._parked.discard(me)
         return ready()
+
+    def waiting(self, elector: LeaderElector) -> bool:
+        """The elector's thread waits on this clock, the end of its wait fixed: time moved
+        now counts towards its next attempt. (Moved while it is between an attempt and its
+        wait, a step would count towards nothing, and the test would wait for an attempt
+        that never comes.)"""
+        thread = elector._thread  # which thread is the elector's
+        return thread is not None and thread.ident in self._parked
 
     def advance(self, seconds: float) -> None:
         self.mono += seconds
@@ -115,6 +129,7 @@ def electing(lock: FakeLock, clock: StepClock) -> Iterator[tuple[LeaderElector, 
 
 def _step(elector: LeaderElector, clock: StepClock, seconds: float) -> None:
     """Move the clock one retry period and wait until the elector made its attempt."""
+    _until(lambda: clock.waiting(elector), "the elector never waited")
     before = elector.attempts
     clock.advance(seconds)
     _until(lambda: elector.attempts > before, "no attempt after a retry period")
@@ -238,7 +253,7 @@ def test_a_pass_longer_than_the_lease_keeps_it_and_the_standby_never_writes(
     a, b = _guard(sim, "guard-a", clock), _guard(sim, "guard-b", clock)
     entered, let_go = _slow_reads(a)
     b_led: list[bool] = []
-    b.elector.on_attempt = lambda leading: b_led.append(leading)
+    b.elector.on_attempt = lambda leading: (time.sleep(0.05), b_led.append(leading))
     with _running(a):
         assert entered.wait(REAL_BOUND)  # a leads and its first pass is stuck in its read
         with _running(b):
@@ -298,6 +313,8 @@ def test_a_leader_that_loses_the_api_stops_writing_before_its_lease_could_pass(
 
 def _step_both(a: Guard, b: Guard, clock: StepClock, seconds: float) -> None:
     """Move the clock one retry period and wait until both electors made their attempt."""
+    _until(lambda: clock.waiting(a.elector) and clock.waiting(b.elector),
+           "an elector never waited")
     before = (a.elector.attempts, b.elector.attempts)
     clock.advance(seconds)
     _until(lambda: a.elector.attempts > before[0] and b.elector.attempts > before[1],

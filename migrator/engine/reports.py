@@ -26,6 +26,9 @@ class PhasePreview:
 
 @dataclass(frozen=True)
 class PhaseView:
+    """One phase as every report shows it: its recorded status, what its plan changes, its
+    gates judged on the cluster as it is now, and why it stopped or cannot start."""
+
     number: int
     name: str
     status: PhaseStatus
@@ -39,6 +42,9 @@ class PhaseView:
 
 @dataclass(frozen=True)
 class StackChange:
+    """The stack running now is not the one the completed phases were planned for: a warning
+    that says how to re-plan, never a gate."""
+
     recorded: str
     live: str
 
@@ -86,6 +92,9 @@ class PlanReport:
 
 @dataclass(frozen=True)
 class Closing:
+    """A command's closing line (`verdict: OK — …`), kept as data so the renderer, not the
+    engine, decides how it looks."""
+
     subject: str  # verdict | run | dry run | status
     ok: bool
     detail: str
@@ -96,6 +105,9 @@ class Closing:
 
 @dataclass(frozen=True)
 class Target:
+    """Where a write would land, shown in the question before the first one: a runbook run
+    against the wrong context is stopped there."""
+
     context: str
     server: str
     namespace: str
@@ -103,12 +115,16 @@ class Target:
 
 @dataclass(frozen=True)
 class Question:
+    """What `apply` and `rollback` ask before their first write."""
+
     report: PlanReport
     target: Target
 
 
 @dataclass(frozen=True)
 class Lowest:
+    """A Service's fewest ready endpoints during the run, beside its baseline."""
+
     lowest: int
     baseline: int
 
@@ -135,6 +151,8 @@ class RunReport:
 
 @dataclass(frozen=True)
 class StateDigest:
+    """What `status` shows of the state ConfigMap; never the originals it keeps."""
+
     plan_fingerprint: str | None
     updated: str
     last_error: str | None
@@ -143,6 +161,8 @@ class StateDigest:
 
 @dataclass(frozen=True)
 class LockView:
+    """The run lock as `status` shows it, with why its holder is known to be gone."""
+
     holder: str
     acquired: str | None
     expires: str | None
@@ -152,6 +172,8 @@ class LockView:
 
 @dataclass(frozen=True)
 class RollbackStep:
+    """One recorded step of a phase and what its undo would do."""
+
     object: str
     type: str
     status: str  # to-do | intent | done | skipped
@@ -160,6 +182,8 @@ class RollbackStep:
 
 @dataclass(frozen=True)
 class RollbackPhase:
+    """What `rollback --phase N` would undo of one phase, step by step."""
+
     phase: int
     name: str
     status: PhaseStatus
@@ -168,6 +192,9 @@ class RollbackPhase:
 
 @dataclass(frozen=True)
 class RunView:
+    """The run in the state: what holds the lock, where an interrupted run would resume,
+    what it waits for."""
+
     state: str  # idle | running | rolling-back | interrupted
     operation: str | None
     target: int | None
@@ -192,6 +219,8 @@ class StatusReport:
 
 @dataclass(frozen=True)
 class UnlockReport:
+    """`unlock`: which holder's lock went, and whether that took `--force`."""
+
     namespace: str
     released: str | None  # the holder whose lock was released
     forced: bool
@@ -200,6 +229,8 @@ class UnlockReport:
 
 @dataclass(frozen=True)
 class PreflightReport:
+    """`preflight`: the read-only checks, each with its fix."""
+
     namespace: str
     server: str
     checks: tuple[GateResult, ...]
@@ -211,6 +242,8 @@ class PreflightReport:
 
 @dataclass(frozen=True)
 class GuardReport:
+    """`guard --once`: what one pass wrote, and the verdict after it."""
+
     namespace: str
     passed: PassResult
     verdict: Verdict

@@ -59,6 +59,11 @@ class DisruptionMonitor:
     _forgotten: set[str] = field(default_factory=set)  # of those, the ones out of the baselines
 
     def _read(self) -> tuple[dict[str, Sample], dict[str, bool], bool]:
+        now, local, rolling, _ = self._read_slices()
+        return now, local, rolling
+
+    def _read_slices(self) -> tuple[dict[str, Sample], dict[str, bool], bool, list[Any]]:
+        """`_read`, and the slices it counted (what a violation shows)."""
         with self.store.lock:
             slices, _ = self.store.list(kinds.ENDPOINTSLICE, self.namespace)
             services, _ = self.store.list(kinds.SERVICE, self.namespace)
@@ -78,7 +83,7 @@ class DisruptionMonitor:
                 if ready is None or ready:
                     counts[svc][ep.get("nodeName") or ""] += 1
         return ({n: Sample(now, sum(c.values()), dict(c)) for n, c in counts.items()}, local,
-                self._rolling(cm))
+                self._rolling(cm), slices)
 
     @staticmethod
     def _rolling(cm: dict[str, Any] | None) -> bool:
@@ -101,7 +106,7 @@ class DisruptionMonitor:
         # closes while a sample is being read still covers that sample.
         external = self._external
         self._forget_removed()
-        now, local, rolling = self._read()
+        now, local, rolling, slices = self._read_slices()
         budget = self.rolling_budget if rolling or external or self._external else 0
         self.samples += 1
         self._measure_gaps(now)
@@ -113,7 +118,7 @@ class DisruptionMonitor:
             self.lowest[name] = (min(low[0], sample.total), base.total)
             short = self._short(name, sample, base, local.get(name, False), budget)
             if short:
-                self.violations.append(short)
+                self.violations.append(f"{short}; its slices: {_inventory(slices, name)}")
 
     @staticmethod
     def _short(name: str, sample: Sample, base: Sample, local: bool, budget: int) -> str:
@@ -253,3 +258,18 @@ class DisruptionMonitor:
     def assert_within_budget(self) -> None:
         assert self.samples > 1, "the monitor took no samples"
         assert not self.violations, self.violations[:5]
+
+
+def _inventory(slices: list[Any], service: str) -> str:
+    """A Service's EndpointSlices as a violation names them: who manages each, and its
+    endpoints as node:ready (what tells a slice gone from an endpoint not ready)."""
+    out = []
+    for sl in slices:
+        labels = o.labels(sl)
+        if labels.get("kubernetes.io/service-name") != service:
+            continue
+        eps = ",".join(f"{ep.get('nodeName')}:{(ep.get('conditions') or {}).get('ready')}"
+                       for ep in sl.get("endpoints") or [])
+        out.append(f"{o.name(sl)} ({labels.get('endpointslice.kubernetes.io/managed-by')}) "
+                   f"[{eps}]")
+    return "; ".join(out) or "none"

@@ -18,7 +18,7 @@ from migrator.engine.informer import Informer
 from migrator.engine.leader import LeaseLock
 from migrator.engine.reads import Reader, read_snapshot
 from migrator.engine.serving import GuardMetrics
-from migrator.engine.state import ConfigMapStateStore, PhaseRecord, State, holds
+from migrator.engine.state import ConfigMapStateStore, PhaseRecord, State, holds, unfinished
 from migrator.engine.wholepods import WholePods
 from migrator.errors import ClusterError
 from migrator.model import aliasing, guarding, kinds, outcome, reach, sharing
@@ -76,6 +76,18 @@ class PassResult:
 def _completed(state: State | None, phase: int) -> PhaseRecord | None:
     record = state.phase(phase) if state is not None else None
     return record if record is not None and holds(record.status) else None
+
+
+def _sharing(state: State | None) -> sharing.Sharing:
+    """What the alias phase's record allows the guard to share: a phase `apply` is in, or
+    stopped in (killed, a gate failed), keeps what it shared before it completes again."""
+    number = phases.alias_phase().NUMBER
+    if _completed(state, number) is not None:
+        return sharing.Sharing.ON
+    operation, _, pending = unfinished(state) if state is not None else (None, None, [])
+    applying = operation == "apply" and any(r.number == number and r.status.unfinished
+                                            for r in pending)
+    return sharing.Sharing.KEEP if applying else sharing.Sharing.OFF
 
 
 def switched_aliases(state: State | None) -> dict[str, dict[str, str]]:
@@ -233,7 +245,8 @@ class Reconciler:
             self.passes += 1
             return PassResult(seen, tuple(done), tuple(skipped))
         # Only once the alias phase completed may the guard create what it would.
-        enabled = _completed(state, phases.alias_phase().NUMBER) is not None
+        mode = _sharing(state)
+        enabled = mode is sharing.Sharing.ON
         created = self.writers.create_aliases(
             guarding.missing_aliases(snap, self.catalog, switched) if enabled else [])
         if created:
@@ -244,7 +257,7 @@ class Reconciler:
         needed = (enabled and names) or sharing.shared_slices(slices, self.catalog.common)
         keeper = self.keeper() if needed else None
         shared, writes = (sharing.all_writes(snap, self.catalog, slices, keeper,
-                                              enabled=enabled, shaped=self.shaped)
+                                              mode=mode, shaped=self.shaped)
                           if keeper is not None else ([], []))
         for share in shared:
             for conflict in share.conflicts:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from migrator.model import aliasing
@@ -362,14 +363,24 @@ def shared_slices(slices: Iterable[Mapping[str, Any]], common: Common) -> dict[s
     return _by_stable_name(slices, common.managed_by.value, common.tool_owned)
 
 
+class Sharing(Enum):
+    """What the alias phase's record allows the guard to share."""
+
+    ON = "on"  # the phase completed: every name it shares
+    KEEP = "keep"  # `apply` re-runs it (a stack change, drift): only the names shared already,
+    # since the nodes they serve would lose the stable names for the length of the re-run
+    OFF = "off"  # never completed, or rolled back (or being): every shared slice goes
+
+
 def all_writes(snapshot: Snapshot, catalog: Catalog, slices: Iterable[Mapping[str, Any]],
-               keeper: Keeper, *, enabled: bool, shaped: ShapedEndpoints | None = None
+               keeper: Keeper, *, mode: Sharing, shaped: ShapedEndpoints | None = None
                ) -> tuple[list[Share], list[SliceWrite]]:
-    """Every shared name and every write its slices need; with `enabled` False (the alias
-    phase is not completed) every shared slice goes."""
+    """Every shared name and every write its slices need, as `mode` allows."""
     all_slices = list(slices)
-    found = shares(snapshot, catalog, all_slices, shaped) if enabled else []
     ours = shared_slices(all_slices, catalog.common)
+    found = [] if mode is Sharing.OFF else [
+        s for s in shares(snapshot, catalog, all_slices, shaped)
+        if mode is Sharing.ON or s.name in ours]
     by_name = {s.name: s for s in found}
     return found, [w for stable in sorted(set(by_name) | set(ours))
                    for w in slice_writes(by_name.get(stable), stable, ours.get(stable, []),

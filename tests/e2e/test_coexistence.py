@@ -13,6 +13,8 @@ internalTrafficPolicy Local kept on the node), never the tool's own slices read 
 from __future__ import annotations
 
 import copy
+import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -35,9 +37,11 @@ from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import (
     COEXISTENCE_RULES,
     GUARD_USER,
+    Running,
     _guard_kubeconfig,
     running_guard,
 )
+from tests.helpers import crash
 from tests.helpers.kubeproxy import ApiView, Routing
 from tests.helpers.oracle import DiscoveryOracle
 from tests.helpers.readiness import SERVICE_NAME, ready_by_node
@@ -207,6 +211,7 @@ def _rolled(env: E2E, *names: str) -> bool:
 
 
 MOVED = ("gpu-node-0001", "gpu-node-0002")  # the nodes a test moves to the ClusterPolicy
+OTHERS = ("gpu-node-0003", "gpu-node-0004")  # the nodes that stay on the GPUCluster
 
 
 def _ready_on(env: E2E, services: tuple[str, ...], nodes: tuple[str, ...]) -> list[str]:
@@ -367,34 +372,39 @@ def test_deleting_the_gpucluster_removes_only_the_shared_slices(
     _assert_used_under_the_role(env, {("delete", "endpointslices", None)})
 
 
+def _clusterpolicy_added(env: E2E, g: Running) -> None:
+    """On a migrated GPUCluster cluster, with the guard running: two nodes go to the
+    ClusterPolicy stack and the CR is created. Its operator replaces the tool's aliases whole
+    (its selector, labels, ownerReference), and the guard shares the -dra pods of the other
+    two nodes into them. Prints how long each took."""
+    _until(env, lambda: g.guard.passes >= 1, 30, "first pass")
+    with env.monitor.replacing(*OPERATOR_OWNED):  # two nodes leave the -dra names
+        for node in MOVED:
+            _move_node(env, node, "clusterpolicy")
+        env.sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
+        taken = _until(env, lambda: all(
+            ((env.svc(n) or {}).get("metadata", {}).get("ownerReferences") or [{}])[0]
+            .get("kind") == "ClusterPolicy" for n in STABLE), 60, "taken over")
+        t0 = env.sim.clock.now()
+        _until(env, lambda: _rolled(env, *STABLE) and _reaches_every_node(env), 120,
+               "reaches every node")
+        reaction = env.sim.clock.now() - t0
+        # The window closes once the moved nodes have left the -dra names too: their
+        # baselines restart after it, and a -dra pod still Ready there would set them high.
+        _until(env, lambda: not _ready_on(env, OPERATOR_OWNED[2:], MOVED), 60, "-dra left")
+    print(f"taken over after {taken:.1f} s; every node reached again "
+          f"{reaction:.1f} simulated s later; gaps {env.monitor.gaps}")
+    assert _shared_slices(env)
+
+
 def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_guard_shares(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster", operator_release=FUTURE, nodes=4,
                       operator_reconcile_seconds=RECONCILE,
                       time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    reactions = []
     with running_guard(env) as g:
-        _until(env, lambda: g.guard.passes >= 1, 30, "first pass")
-        # Two nodes go to the ClusterPolicy stack and the CR is created: its operator
-        # replaces the tool's aliases whole (its selector, labels, ownerReference).
-        with env.monitor.replacing(*OPERATOR_OWNED):  # two nodes leave the -dra names
-            for node in MOVED:
-                _move_node(env, node, "clusterpolicy")
-            env.sim.store.create(kinds.CLUSTER_POLICY, seeded_cr("clusterpolicy"))
-            taken = _until(env, lambda: all(
-                ((env.svc(n) or {}).get("metadata", {}).get("ownerReferences") or [{}])[0]
-                .get("kind") == "ClusterPolicy" for n in STABLE), 60, "taken over")
-            t0 = env.sim.clock.now()
-            _until(env, lambda: _rolled(env, *STABLE) and _reaches_every_node(env), 120,
-                   "reaches every node")
-            reactions.append(env.sim.clock.now() - t0)
-            # The window closes once the moved nodes have left the -dra names too: their
-            # baselines restart after it, and a -dra pod still Ready there would set them high.
-            _until(env, lambda: not _ready_on(env, OPERATOR_OWNED[2:], MOVED), 60, "-dra left")
-        print(f"taken over after {taken:.1f} s; every node reached again "
-              f"{reactions[0]:.1f} simulated s later; gaps {env.monitor.gaps}")
-        assert _shared_slices(env)
+        _clusterpolicy_added(env, g)
         # The stack changed (gpucluster → mixed): apply labels the new DaemonSets.
         again = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
         assert again.code == 0, again.stdout + again.stderr
@@ -404,6 +414,50 @@ def test_a_clusterpolicy_added_to_a_migrated_cluster_takes_the_names_and_the_gua
     records = [s for p in env.state()["phases"] for s in p["steps"]
                if s["step"].get("service") in STABLE]
     assert len(records) == 4 and all(r["status"] == "replaced" for r in records), records
+
+
+def test_a_guard_pass_while_apply_reruns_the_alias_phase_keeps_the_shared_nodes_served(
+        e2e_factory: Callable[..., E2E]) -> None:
+    """The stack changed (gpucluster → mixed), so `apply` re-runs the alias phase, its record
+    in progress meanwhile. A guard pass at that moment (here the run is held right after it
+    recorded the phase in progress) keeps the slices it shares: before, it deleted them, and
+    the two GPUCluster nodes lost both stable names until the phase completed and the next
+    pass shared them again. The run then completes; the disruption monitor holds the names
+    to their baselines throughout."""
+    env = e2e_factory("gpucluster", operator_release=FUTURE, nodes=4,
+                      operator_reconcile_seconds=RECONCILE, time_scale=0.05)
+    assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
+    with running_guard(env) as g:
+        _clusterpolicy_added(env, g)
+    shared = {objects.name(sl) for sl in _shared_slices(env)}
+    served = sorted(_ready_on(env, tuple(STABLE), OTHERS))
+    assert served == sorted(f"{n}@{node}" for n in STABLE for node in OTHERS), served
+
+    armed = threading.Event()
+
+    def hold_once_the_alias_phase_runs(event: Any) -> None:
+        """Within the commit of the state save: the answer of that very save is held."""
+        if (event.resource.key == kinds.CONFIGMAP.key
+                and objects.name(event.object) == "dcgm-migrate-state"
+                and any(p["number"] == 2 and p["status"] == "in-progress" for p in json.loads(
+                    event.object["data"]["state.json"])["phases"])):
+            env.sim.store.unsubscribe(hold_once_the_alias_phase_runs)
+            env.sim.server.faults.update(hang_nth_write=1, hang_write_of="update configmaps")
+            armed.set()
+
+    env.sim.store.subscribe(hold_once_the_alias_phase_runs)
+    rerun = crash.start(env.sim.kubeconfig, "apply", "--phase", "3", "--yes", "--settle", "0s")
+    try:
+        assert armed.wait(60) and env.sim.server.faults.wait_held(10), "no alias phase"
+        once = env.cli("guard", "--once", "-o", "json")
+        assert once.code == 0, once.stderr
+        assert {objects.name(sl) for sl in _shared_slices(env)} == shared
+        assert sorted(_ready_on(env, tuple(STABLE), OTHERS)) == served
+    finally:
+        env.sim.server.faults.release_held()
+    code, out, err = crash.finish(rerun)
+    assert code == 0, out + err
+    assert "phase 2 (alias) drifted: stack changed to mixed" in err
 
 
 def test_both_stacks_on_every_node_share_nothing_and_warn_of_double_reporting(

@@ -150,15 +150,39 @@ def test_a_name_no_longer_shared_loses_its_slices_and_disabled_sharing_removes_t
     [share] = sharing.shares(snap, CATALOG, slices)
     [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
     ours = {**create.body, "metadata": {**create.body["metadata"], "resourceVersion": "3"}}
-    found, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=True)
+    on, off = sharing.Sharing.ON, sharing.Sharing.OFF
+    found, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, mode=on)
     assert writes == [] and [s.name for s in found] == [EXPORTER]
-    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=False)
+    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, mode=off)
     assert [(w.action, w.name, w.resource_version) for w in writes] == [
         (sharing.DELETE, f"{EXPORTER}-dcgm-migrate-0", "3")]
     # The GPUCluster pods are gone (its CR deleted): the slice goes too.
-    slices[1]["endpoints"] = []
-    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=True)
+    gone = [*slices[:1], {**slices[1], "endpoints": []}, *slices[2:]]
+    _, writes = sharing.all_writes(snap, CATALOG, [*gone, ours], KEEPER, mode=on)
     assert [w.action for w in writes] == [sharing.DELETE]
+
+
+def test_while_apply_reruns_the_alias_phase_what_it_shared_stays_and_nothing_new_is_shared(
+        ) -> None:
+    """A stack change or drift re-runs the alias phase: its record is in progress for the
+    length of the run. Shared slices deleted then would leave the nodes they serve without
+    the stable names until the phase completes again; they stay, and follow the pods."""
+    snap, slices = _mixed(["n1"], ["n2", "n3"])
+    [share] = sharing.shares(snap, CATALOG, slices)
+    [create] = sharing.slice_writes(share, EXPORTER, [], NS, CATALOG, KEEPER)
+    ours = {**create.body, "metadata": {**create.body["metadata"], "resourceVersion": "3"}}
+    keep = sharing.Sharing.KEEP
+    found, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, mode=keep)
+    assert writes == [] and [s.name for s in found] == [EXPORTER]
+    # a pod leaves meanwhile: the kept slice follows it
+    moved = [*slices[:1], {**slices[1], "endpoints": [
+        e for e in slices[1]["endpoints"] if e["nodeName"] != "n3"]}, *slices[2:]]
+    _, writes = sharing.all_writes(snap, CATALOG, [*moved, ours], KEEPER, mode=keep)
+    assert [(w.action, sorted(e["nodeName"] for e in w.body["endpoints"])) for w in writes] == [
+        (sharing.UPDATE, ["n2"])]
+    # a name not shared yet is not shared while the phase runs
+    found, writes = sharing.all_writes(snap, CATALOG, slices, KEEPER, mode=keep)
+    assert found == [] and writes == []
 
 
 def test_an_internal_traffic_policy_difference_is_reported() -> None:
@@ -257,6 +281,6 @@ def test_a_name_handed_over_to_an_operator_release_is_not_shared() -> None:
     assert sharing.shares(snap, CATALOG, slices) == []
     ours = _slice(f"{EXPORTER}-dcgm-migrate-0", EXPORTER, [_endpoint("dra-n2", "n2")],
                   managed_by="dcgm-migrate")
-    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, enabled=True)
+    _, writes = sharing.all_writes(snap, CATALOG, [*slices, ours], KEEPER, mode=sharing.Sharing.ON)
     assert [(w.action, w.name) for w in writes] == [(sharing.DELETE,
                                                      f"{EXPORTER}-dcgm-migrate-0")]

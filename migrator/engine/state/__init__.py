@@ -4,8 +4,9 @@
 
 from migrator.engine.state.document import PhaseRecord, State
 from migrator.engine.state.lock import default_holder
+from migrator.engine.state.runs import unfinished
 from migrator.engine.state.store import ConfigMapStateStore, RunSession, StateStore
 from migrator.model.phasestatus import PhaseStatus, holds
 
 __all__ = ["ConfigMapStateStore", "PhaseRecord", "PhaseStatus", "RunSession", "State",
-           "StateStore", "default_holder", "holds"]
+           "StateStore", "default_holder", "holds", "unfinished"]

@@ -34,7 +34,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     waiting in one worker's share until the end of the run. `--dist worksteal` first hands
     worker i the i-th of as many equal runs of the collection as there are workers (and idle
     workers later steal from the end of a busy one's queue): each run here starts with its slow
-    tests. Without xdist (or with one worker) the order is otherwise the collection's."""
+    tests, dealt longest first to the share with the least so far (`slow(seconds=…)`: a test's
+    own wall time in CI, roughly), so that no worker starts with two of the longest: those two
+    back to back were the run's critical path. Without xdist (or with one worker) the order is
+    otherwise the collection's."""
     needs_image = [item for item in items if "image" in getattr(item, "fixturenames", ())]
     later = {id(item) for item in needs_image}
     if any(os.environ.get(f"{variable}_BUILD_RC")  # their wait is not their run time
@@ -56,10 +59,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rest = [item for item in items if id(item) not in chosen]
     ordered: list[pytest.Item] = []
     remaining = len(items)
+    shares = _dealt(slow, workers)
     for i in range(workers):  # the sizes worksteal's first distribution gives each worker
         size = remaining // (workers - i)
         remaining -= size
-        share = slow[i::workers]
+        share = shares[i]
         # A share of more slow tests than its size (a -k that keeps mostly slow ones) takes
         # none of the rest.
         fill = max(0, size - len(share))
@@ -67,6 +71,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         rest = rest[fill:]
     ordered += rest
     items[:] = ordered
+
+
+def _slow_seconds(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("slow")
+    return float(marker.kwargs.get("seconds", 60)) if marker is not None else 0.0
+
+
+def _dealt(slow: list[pytest.Item], workers: int) -> list[list[pytest.Item]]:
+    """Longest first, each to the share with the fewest seconds so far (the first such share
+    on a tie): the same shares on every worker, as xdist requires one order."""
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for item in sorted(slow, key=_slow_seconds, reverse=True):  # stable: ties keep their order
+        i = loads.index(min(loads))
+        shares[i].append(item)
+        loads[i] += _slow_seconds(item)
+    return shares
 
 
 PEER_SUITE = "peer-suite"  # the user_properties key of tests/peers' counts

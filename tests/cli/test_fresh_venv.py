@@ -32,8 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 GUARD_SECONDS = 300  # kills a hung install instead of hanging the suite; not an assertion
 NOT_COPIED = (".git", "__pycache__", "*.egg-info", "build", "dist", ".*_cache")
 
-pytestmark = pytest.mark.slow
-
 
 def copy_checkout(dest: Path) -> None:
     """The checkout without its build output, caches and virtualenvs (.ci-venv, any folder
@@ -64,6 +62,7 @@ def test_the_readme_commands_are_the_promised_ones() -> None:
     assert "python3 -m pip install -e '.[test]' -e ./simulator && python3 -m pytest" in text
 
 
+@pytest.mark.slow(seconds=200)
 @pytest.mark.timeout(2 * GUARD_SECONDS)  # a venv, an install of every dependency and the demo
 def test_fresh_venv_installs_and_runs_the_demo(tmp_path: Path) -> None:
     install, demo = readme_install_and_demo()
@@ -229,6 +228,7 @@ def test_the_suite_imports_phases_and_plans_from_this_checkout() -> None:
     assert Path(str(resources.files("migrator.plans"))) == REPO / "plans"
 
 
+@pytest.mark.slow(seconds=12)
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])
 def test_wheel_and_sdist_install_phases_and_plans_inside_the_package(
         tmp_path: Path, kind: str) -> None:
@@ -279,6 +279,7 @@ def test_wheel_and_sdist_install_phases_and_plans_inside_the_package(
     assert "python3 -m pip install ./simulator" in demo.stderr
 
 
+@pytest.mark.slow(seconds=30)
 def test_a_clone_without_symlinks_installs_editable_and_runs_its_tests(tmp_path: Path) -> None:
     """`git -c core.symlinks=false clone` (Windows' default) of the committed tree, installed
     editable as .ci/run does: `migrator.phases` / `migrator.plans` import from the clone's

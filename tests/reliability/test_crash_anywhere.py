@@ -136,7 +136,7 @@ def _killed_and_resumed(env: Env, ref: Reference, args: tuple[str, ...], k: int)
     return _resume_problems(env, ref, args, before)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=110)
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_apply_then_rollback_killed_after_any_write_resume_to_the_same_end_states(

@@ -103,7 +103,7 @@ def _killed_and_resumed(env: Env, ref: Reference, args: tuple[str, ...], k: int)
     return problems[:5]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=200)
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_change_stack_there_and_back_killed_after_any_write_resumes_to_the_same_end_state(

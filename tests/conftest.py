@@ -35,9 +35,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker i the i-th of as many equal runs of the collection as there are workers (and idle
     workers later steal from the end of a busy one's queue): each run here starts with its slow
     tests, dealt longest first to the share with the least so far (`slow(seconds=…)`: a test's
-    own wall time in CI, roughly), so that no worker starts with two of the longest: those two
-    back to back were the run's critical path. Without xdist (or with one worker) the order is
-    otherwise the collection's."""
+    own wall time in CI, roughly), so that no worker starts with two of the longest back to back
+    (round-robin gave one worker the fresh-venv install and a crash-anywhere shard). Without
+    xdist (or with one worker) the order is otherwise the collection's."""
     needs_image = [item for item in items if "image" in getattr(item, "fixturenames", ())]
     later = {id(item) for item in needs_image}
     if any(os.environ.get(f"{variable}_BUILD_RC")  # their wait is not their run time

@@ -157,6 +157,23 @@ def edit_object(store: Store, kind: kinds.Kind, namespace: str | None, name: str
     raise AssertionError("unreachable")
 
 
+def edit_cr(store: Store, kind: kinds.Kind, change: Callable[[Obj], None]) -> Obj:
+    """Edit the cluster's CR of `kind` (the first listed) as a user's `kubectl edit` would:
+    `edit_object`, retried on a conflict, since its operator writes the CR's status meanwhile."""
+    name = store.list(kind)[0][0]["metadata"]["name"]
+    return edit_object(store, kind, None, name, change)
+
+
+def new_operand_versions(store: Store) -> Obj:
+    """An operator upgrade or CR edit: new DCGM and DCGM Exporter versions in the GPUCluster,
+    so the DaemonSets it renders change."""
+    def newer(cr: Obj) -> None:
+        cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
+        cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
+
+    return edit_cr(store, kinds.GPU_CLUSTER, newer)
+
+
 @dataclass
 class Bare:
     """A seeded Store with the controllers running on it, and shortcuts for tests."""

@@ -4,23 +4,15 @@ re-verified, the drift-risk scenario (an operator re-render drops hand-written l
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
+from tests.conftest import new_operand_versions
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
-
-
-def _edit_cr(env: E2E) -> None:
-    """An operator upgrade / CR edit: the desired DaemonSets change, so their hash changes."""
-    cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
-    cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
-    cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
-    env.sim.store.update(kinds.GPU_CLUSTER, cr)
 
 
 def _rolled_out(ds: dict[str, Any]) -> bool:
@@ -42,7 +34,7 @@ def test_operator_rerender_is_caught_by_verify_and_healed_by_apply(
     assert ok.code == 0, ok.stdout + ok.stderr
 
     with env.monitor.expected_outage():
-        _edit_cr(env)
+        new_operand_versions(env.sim.store)
         env.sim.wait_for(lambda: DCGM not in env.ds("nvidia-dcgm-dra")["metadata"]["labels"], 30)
         env.sim.wait_for(lambda: all(DCGM not in p["metadata"]["labels"]
                                      for p in env.pods("nvidia-dcgm-dra")), 30)

@@ -37,6 +37,7 @@ from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.guarding import HELD_ANNOTATION, Correction
 from migrator.model.stacks import load_catalog
+from tests.conftest import new_operand_versions
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.clock import SeenClock
 from tests.helpers.readiness import ReadyEndpoints
@@ -90,14 +91,6 @@ def running_guard(env: E2E, identity: str = "guard-a", *, lease_seconds: int = 1
         stop.set()
         thread.join(10)
         kube.close()
-
-
-def _edit_cr(env: E2E) -> None:
-    """A routine CR edit: new DCGM / exporter versions, so the rendered DaemonSets change."""
-    cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
-    cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
-    cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
-    env.sim.store.update(kinds.GPU_CLUSTER, cr)
 
 
 def _rolled_without_label(env: E2E) -> bool:
@@ -179,7 +172,7 @@ def test_a_cr_edit_after_phase_3_loses_no_alias_endpoint_with_the_guard_running(
             since = env.sim.store.resource_version
             ready.seed(env.sim.store, NS)
         with env.monitor.rolling():  # the operator's rollout: its maxUnavailable, no more
-            _edit_cr(env)
+            new_operand_versions(env.sim.store)
             env.sim.wait_for(lambda: _rolled_without_label(env), 60)
         for alias, (ds_name, _key) in ALIASES.items():
             assert _selector(env, alias) == {"app": ds_name}
@@ -313,7 +306,7 @@ def test_two_guards_one_leads_and_the_other_takes_over_after_the_lease_expires(
             spec = env.sim.store.get(kinds.LEASE, NS, "dcgm-migrate-guard")["spec"]
             assert spec["holderIdentity"] == "guard-b" and spec["leaseTransitions"] == 1
             with env.monitor.rolling():
-                _edit_cr(env)
+                new_operand_versions(env.sim.store)
                 env.sim.wait_for(lambda: _rolled_without_label(env), 60)
             assert _selector(env, "nvidia-dcgm-exporter") == {"app": "nvidia-dcgm-exporter-dra"}
             assert not any(line.startswith("hold") for line in a.log)

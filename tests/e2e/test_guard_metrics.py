@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from dcgm_sim.cluster import kubeconfig_document
+from tests.conftest import new_operand_versions
 from tests.e2e.conftest import E2E, NS
-from tests.e2e.test_guard import _edit_cr, _rolled_without_label
+from tests.e2e.test_guard import _rolled_without_label
 
 REPO = Path(__file__).resolve().parents[2]
 GUARD_TOKEN = "dcgm-migrate-guard-metrics-token"  # a test credential, for the sim only
@@ -116,7 +117,7 @@ def test_the_guard_serves_metrics_and_probes_and_records_events(
         assert "pod=" not in page and "node=" not in page  # bounded: no per-pod/node label
 
         with env.monitor.rolling():  # a routine CR edit: the guard holds both aliases
-            _edit_cr(env)
+            new_operand_versions(env.sim.store)
             env.sim.wait_for(lambda: _rolled_without_label(env), 60)
         until(lambda: sample(fetch(f"{url}/metrics")[1],
                              'dcgm_migrate_repair_seconds_count{repair="hold"}') == 2.0,

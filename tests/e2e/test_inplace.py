@@ -16,8 +16,9 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
 from migrator.model.objects import HELD_STRATEGY
+from tests.conftest import new_operand_versions
 from tests.e2e.conftest import E2E, NS
-from tests.e2e.test_drift import DCGM, _edit_cr
+from tests.e2e.test_drift import DCGM
 from tests.e2e.test_phase1 import _daemonsets
 from tests.helpers import crash
 from tests.helpers.kubeproxy import RoutedEndpoints
@@ -295,7 +296,7 @@ def test_operator_rerender_during_the_run_takes_the_rolling_path(
         assert env.sim.server.faults.wait_held(60), "the relabel write never came"
         assert DCGM in env.ds(name)["spec"]["template"]["metadata"]["labels"]
         with env.monitor.expected_outage():  # the operator's own rollout, not the tool's
-            _edit_cr(env)
+            new_operand_versions(env.sim.store)
             env.sim.wait_for(lambda: env.ds(name)["metadata"]["annotations"][RENDER_HASH]
                              != rendered, 30)
             env.sim.server.faults.release_held()

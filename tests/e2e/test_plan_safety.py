@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from migrator.model import kinds
+from tests.conftest import edit_cr
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -110,9 +111,8 @@ def test_loadbalancer_alias_keeps_class_source_ranges_and_internal_annotation(
     internalTrafficPolicy); the rest comes from outside the operator (a cloud admission policy),
     here set by hand between two reconciles (a long period; a CR edit reconciles at once)."""
     env = e2e_factory("gpucluster", operator_reconcile_seconds=3600.0)
-    cr = _gpucluster(env)
-    cr["spec"]["dcgmExporter"].setdefault("service", {})["type"] = "LoadBalancer"
-    env.sim.store.update(kinds.GPU_CLUSTER, cr)
+    edit_cr(env.sim.store, kinds.GPU_CLUSTER, lambda cr: cr["spec"]["dcgmExporter"].setdefault(
+        "service", {}).__setitem__("type", "LoadBalancer"))
     env.sim.wait_for(lambda: env.service("nvidia-dcgm-exporter-dra")["spec"]["type"]
                      == "LoadBalancer", 30)
     src = copy.deepcopy(env.service("nvidia-dcgm-exporter-dra"))
@@ -209,12 +209,11 @@ def test_phase2_with_a_failed_duplicate_gate_writes_nothing(
 def test_cr_false_for_a_reserved_label_is_overridden_with_a_warning_that_comes_true(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0)
-    cr = _gpucluster(env)
-    name = cr["metadata"]["name"]
+    name = _gpucluster(env)["metadata"]["name"]
     field = f"GPUCluster/{name} spec.daemonsets.labels['{EXPORTER}']"
     with env.monitor.rolling():  # the operator's own rollout of the user's label
-        cr["spec"].setdefault("daemonsets", {})["labels"] = {EXPORTER: "false"}
-        env.sim.store.update(kinds.GPU_CLUSTER, cr)
+        edit_cr(env.sim.store, kinds.GPU_CLUSTER, lambda cr: cr["spec"].setdefault(
+            "daemonsets", {}).__setitem__("labels", {EXPORTER: "false"}))
         env.sim.wait_for(lambda: _rolled_out(env, "nvidia-dcgm-exporter-dra", EXPORTER,
                                              "false"), 30)
     plan = env.cli("plan", "-o", "json").json()
@@ -234,9 +233,8 @@ def test_cr_false_for_a_reserved_label_is_overridden_with_a_warning_that_comes_t
     assert any(w.startswith(field) for w in status["warnings"])  # still true while it holds
 
     with env.monitor.rolling():  # what the warning said: any CR edit brings "false" back
-        cr = _gpucluster(env)
-        cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
-        env.sim.store.update(kinds.GPU_CLUSTER, cr)
+        edit_cr(env.sim.store, kinds.GPU_CLUSTER, lambda cr: cr["spec"]["dcgmExporter"]
+                .__setitem__("version", "4.5.2-4.8.1-distroless"))
         env.sim.wait_for(lambda: _rolled_out(env, "nvidia-dcgm-exporter-dra", EXPORTER,
                                              "false"), 30)
     bad = env.cli("verify", "-o", "json")

@@ -19,7 +19,6 @@ under test. Under each role VM's targets per pod are what `monitoring.scrape_pat
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ from migrator.kube.client import Kube
 from migrator.model import kinds, monitoring
 from migrator.model import monitoring as promdiscovery
 from migrator.model.stacks import load_catalog
+from tests.conftest import edit_cr
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.oracle import DiscoveryOracle, service_monitor_jobs
 
@@ -153,9 +153,8 @@ def test_the_clusterpolicy_relabeling_leaves_one_target_per_pod_under_endpointsl
         oracles: Callable[[E2E, str], DiscoveryOracle]) -> None:
     env = e2e_factory("mixed", operator_release=FUTURE, nodes=4, tls=True)
     _migrated(env, "endpointslice")
-    cr = copy.deepcopy(env.sim.store.list(kinds.CLUSTER_POLICY)[0][0])
-    cr["spec"]["dcgmExporter"].setdefault("serviceMonitor", {})["relabelings"] = [DROP]
-    env.sim.store.update(kinds.CLUSTER_POLICY, cr)
+    edit_cr(env.sim.store, kinds.CLUSTER_POLICY, lambda cr: cr["spec"]["dcgmExporter"]
+            .setdefault("serviceMonitor", {}).__setitem__("relabelings", [DROP]))
 
     def rendered() -> bool:  # the operator imitation re-renders its ServiceMonitor
         sm = env.sim.store.get(kinds.SERVICE_MONITOR, NS, "nvidia-dcgm-exporter")

@@ -19,6 +19,7 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.controllers.rendering import DEPLOY_LABELS, MODE_DRA, MODE_LABEL
 from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
+from tests.conftest import edit_cr
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.readiness import ReadyEndpoints
 
@@ -467,11 +468,12 @@ def test_phase1_without_writes_waits_for_the_operators_rollout(
     it is recorded completed only once the operator's rollout of those labels is done."""
     env = e2e_factory("gpucluster", nodes=3, operator_reconcile_seconds=RECONCILE,
                       pod_start_seconds=20.0)
-    cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
-    cr["metadata"].setdefault("annotations", {})[
-        "sim.dcgm-migrate/renders-common-labels"] = "true"
+    def renders_common_labels(cr: dict[str, Any]) -> None:
+        cr["metadata"].setdefault("annotations", {})[
+            "sim.dcgm-migrate/renders-common-labels"] = "true"
+
     with env.monitor.rolling():  # the operator's own rollout
-        env.sim.store.update(kinds.GPU_CLUSTER, cr)
+        edit_cr(env.sim.store, kinds.GPU_CLUSTER, renders_common_labels)
         env.sim.wait_for(lambda: DCGM in env.ds("nvidia-dcgm-dra")["spec"]["template"][
             "metadata"]["labels"], 30)
         assert not _rolled_out(env, "nvidia-dcgm-dra")

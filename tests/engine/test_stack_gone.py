@@ -5,7 +5,6 @@ it), and past --timeout it names the finalizer that holds the CR."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import pytest
@@ -19,6 +18,7 @@ from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model import stackchange as sc
 from migrator.model.stacks import load_catalog
+from tests.conftest import edit_cr
 from tests.helpers.clock import FakeClock
 
 NS = "gpu-operator"
@@ -30,9 +30,8 @@ STABLE = ("nvidia-dcgm", "nvidia-dcgm-exporter")
 def test_each_stable_service_is_read_once_a_poll_while_the_old_cr_goes(
         make_sim: Callable[..., SimCluster]) -> None:
     sim = make_sim(nodes=2, stack="clusterpolicy")
-    cp = copy.deepcopy(sim.store.get(kinds.CLUSTER_POLICY, None, CR))
-    cp["metadata"]["finalizers"] = [HOLD]
-    sim.store.update(kinds.CLUSTER_POLICY, cp)
+    edit_cr(sim.store, kinds.CLUSTER_POLICY,
+            lambda cp: cp["metadata"].__setitem__("finalizers", [HOLD]))
     sim.store.delete(kinds.CLUSTER_POLICY, None, CR)  # marked; the finalizer holds it
     catalog = load_catalog()
     run = StackRun(Kube.connect(sim.kubeconfig), NS, catalog, FakeClock(), Listener(),

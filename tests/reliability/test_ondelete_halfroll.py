@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from migrator.model import kinds
+from tests.conftest import edit_cr
 from tests.helpers import crash
 from tests.reliability.conftest import NS, Env
 
@@ -69,9 +70,7 @@ def test_rollback_of_an_ondelete_daemonset_refuses_and_its_fix_rolls_the_pods(
 
 
 def _edit_cluster_policy(env: Env, edit: Callable[[dict[str, Any]], None]) -> None:
-    cr = copy.deepcopy(env.sim.store.list(kinds.CLUSTER_POLICY)[0][0])
-    edit(cr["spec"])
-    env.sim.store.update(kinds.CLUSTER_POLICY, cr)
+    edit_cr(env.sim.store, kinds.CLUSTER_POLICY, lambda cr: edit(cr["spec"]))
 
 
 def _status(env: Env) -> dict[str, Any]:

@@ -6,7 +6,6 @@ command from its output, runs it exactly as printed (`dcgm-migrate` is this chec
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from migrator.model import kinds
+from tests.conftest import new_operand_versions
 from tests.helpers import crash
 from tests.helpers.printed import run_printed, stray_pod
 from tests.reliability.conftest import NS, Env
@@ -193,14 +193,6 @@ def test_an_alias_deleted_after_the_switch_is_restored_by_its_fix(
     assert verified(env)[0].code == 0
 
 
-def _edit_cr(env: Env) -> None:
-    """An operator upgrade or CR edit: the desired DaemonSets change, so their hash does."""
-    cr = copy.deepcopy(env.sim.store.list(kinds.GPU_CLUSTER)[0][0])
-    cr["spec"]["dcgm"]["version"] = "4.5.3-1-ubuntu22.04"
-    cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
-    env.sim.store.update(kinds.GPU_CLUSTER, cr)
-
-
 def _rolled_out(env: Env) -> bool:
     for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
         ds = env.sim.store.get(kinds.DAEMONSET, NS, name)
@@ -220,7 +212,7 @@ def test_an_operator_rerender_without_the_guard_is_fixed_as_the_runbook_says(
     migration."""
     env = fresh(monitor=False, operator_reconcile_seconds=0.5)
     assert crash.run(env.kubeconfig, *APPLY3).code == 0
-    _edit_cr(env)
+    new_operand_versions(env.sim.store)
     env.sim.wait_for(lambda: all(
         DCGM not in p["metadata"]["labels"] for p in env.sim.store.list(kinds.POD, NS)[0]
         if p["metadata"]["name"].startswith("nvidia-dcgm-dra-")), 60)

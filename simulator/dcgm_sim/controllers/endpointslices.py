@@ -542,9 +542,3 @@ class EndpointSliceController(Controller):
 def _set_key(key: SvcKey, sl: Mapping[str, Any]) -> SetKey:
     return (key[0], key[1], str(sl.get("addressType") or IPV4))
 
-
-def _service_signature(svc: Mapping[str, Any]) -> Any:
-    spec = svc.get("spec") or {}
-    return (P.labels_of(svc), spec.get("ports"), spec.get("publishNotReadyAddresses"),
-            spec.get("type"), spec.get("clusterIP"), spec.get("ipFamilies"),
-            svc["metadata"].get("uid"))

@@ -34,6 +34,8 @@ def wait(backend: Applier, phase: PhaseWork, step: Step, base: Snapshot | None) 
         return  # the template change rolls nothing; a RollPods step (if any) rolls pods
     rolls = step.rollout_of() if ds_now is not None else None
     if rolls is not None:
+        if step.rolls_pods():  # minutes, maybe: `status` shows the write done meanwhile
+            backend.flush()
         with backend.quiet(rolls):
             out = backend.waiter.rollout(
                 rolls, backend.settings.timeout,

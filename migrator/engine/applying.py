@@ -1,5 +1,5 @@
-"""The apply back end of the loop: intent recorded before each write and the state saved after
-it (a killed run resumes), then waited for."""
+"""The apply back end of the loop: intent saved before each write, its confirmation written with
+the next save or before a long wait (a killed run resumes from either), then waited for."""
 
 from __future__ import annotations
 
@@ -64,15 +64,22 @@ class Apply:
             return contextlib.nullcontext()
         return cache.quiet(comp.app_label)
 
-    def save(self) -> None:
+    def save(self, *, later: bool = False) -> None:
+        """`later`: a confirmation, written with the next save (`RunSession.save`)."""
         with interrupts.shielded():  # a state write in flight finishes before a signal stops us
-            self.run.session.save(self.state)
+            self.run.session.save(self.state, later=later)
 
-    def record(self, work: PhaseWork, step: Step, status: str) -> None:
-        """The step's new status saved before a signal can stop the run."""
+    def flush(self) -> None:
+        """What `later` kept back written now: before a wait that may be long."""
+        with interrupts.shielded():
+            self.run.session.flush()
+
+    def record(self, work: PhaseWork, step: Step, status: str, *, later: bool = False) -> None:
+        """The step's new status saved before a signal can stop the run (`later`: a
+        confirmation of the intent saved before the write, written with the next save)."""
         with interrupts.shielded():
             work.mark(step, status)
-            self.save()
+            self.save(later=later)
 
     def until(self, check: Callable[[], list[GateResult]], wake_kind: Kind = kinds.ENDPOINTSLICE,
               fatal: Callable[[list[GateResult]], bool] | None = None,
@@ -189,7 +196,7 @@ class Apply:
         if recorded != "done":
             if recorded == "intent" and step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True  # our write landed; the run died before "done"
-            self.record(work, step, "done" if recorded == "intent" else "skipped")
+            self.record(work, step, "done" if recorded == "intent" else "skipped", later=True)
         self.listener.step(StepEvent(work.rec.number, step, "skipped"))
 
     def wait_pre(self, work: PhaseWork, step: Step, base: Snapshot,
@@ -213,7 +220,7 @@ class Apply:
                 self.listener.message(note)
             if step.labels_pods() and not work.rollback:
                 work.rec.wrote_labels = True
-            self.record(work, step, "done")
+            self.record(work, step, "done", later=True)
         self.listener.step(StepEvent(work.rec.number, step, "done"))
 
     def roll(self, work: PhaseWork, step: Step) -> None:

@@ -139,7 +139,7 @@ def relabel(backend: Applier, phase: PhaseWork, step: Step) -> None:
     done, left = _patch_pods(backend, phase, step, *found[0]) if found else (0, [])
     if done:
         _until_counted(backend, phase, step, len(left))
-    backend.record(phase, step, "done")
+    backend.record(phase, step, "done", later=True)
     note = (f"DaemonSet/{name}: {counted(done, 'pod')} relabelled in place"
             + (f"; left to its rollout: {'; '.join(left)}" if left else ""))
     backend.listener.message(note)

@@ -43,7 +43,7 @@ def waits_for(record: PhaseRecord | None, rollback: bool) -> str | None:
     last = records[-1]
     step = from_record(last.step)
     if last.status == "intent":
-        return f"the write of {step.object} ({step.type})"
+        return f"the write of {step.object} ({step.type}) and the checks after it"
     if last.status != "done":
         return None
     daemonset = step.rollout_of()

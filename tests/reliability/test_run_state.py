@@ -99,6 +99,32 @@ def test_status_during_a_run_then_after_sigterm_then_after_the_resume(
     assert not env.finish()
 
 
+def test_a_write_that_rolls_pods_is_recorded_done_before_its_rollout_wait(
+        fresh: Callable[..., Env]) -> None:
+    """A write's "done" rides on the run's next state save, but a write that rolls pods has it
+    saved before its rollout wait (minutes, on a big fleet): `status` says the run waits for
+    the rollout, not for the write. Simulated time stands still, so no pod of the rollout
+    starts and the wait cannot end first."""
+    env = fresh(time_scale=SLOW)
+    with env.sim.clock.held():
+        proc = crash.start(env.kubeconfig, *APPLY, "--rolling")
+        try:
+            # within 20 s: the lock's first renewal (30 s in) would write it anyway
+            crash.until(lambda: any(r["status"] == "done" for p in _phases(env)
+                                    if p["number"] == 1 for r in p.get("steps") or []), proc,
+                        timeout=20)
+            _, doc, table = _status(env)
+            ds = env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-dra")
+        finally:
+            stopped, err = _stop(proc)
+    assert stopped == 143, err
+    status = ds["status"]  # rolling still (a count of 0 is left out, as the API does)
+    assert status.get("updatedNumberScheduled", 0) < status["desiredNumberScheduled"], status
+    assert (doc["run"]["waitsFor"] or "").startswith(
+        "the rollout of DaemonSet/nvidia-dcgm-dra:"), doc["run"]
+    assert "waits for: the rollout of DaemonSet/nvidia-dcgm-dra" in table
+
+
 def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[..., Env]) -> None:
     env = fresh(time_scale=SLOW)
     assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0

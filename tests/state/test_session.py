@@ -92,6 +92,55 @@ def test_the_heartbeat_renews_only_after_a_quarter_of_the_ttl() -> None:
         assert cm.writes == writes + 1  # renewed just now
 
 
+def _saved_stack(store: MemoryStateStore) -> object:
+    loaded = store.load()
+    return None if loaded is None else loaded.document.get("stack")
+
+
+def test_a_confirmation_rides_on_the_next_save_or_is_written_by_flush() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    store = MemoryStateStore(cm, clock=clock)
+    state = State("ns", clock=clock)
+    with session(store, clock) as run:
+        run.save(state)
+        writes = cm.writes
+        state.stack = "gpucluster"
+        run.save(state, later=True)
+        assert (cm.writes, _saved_stack(store)) == (writes, "none")  # kept back
+        state.stack_change = {"to": "gpucluster"}
+        run.save(state)  # the next save carries both
+        assert (cm.writes, _saved_stack(store)) == (writes + 1, "gpucluster")
+        run.flush()
+        assert cm.writes == writes + 1  # nothing kept back: flush writes nothing
+        state.stack = "clusterpolicy"
+        run.save(state, later=True)
+        run.flush()
+        assert (cm.writes, _saved_stack(store)) == (writes + 2, "clusterpolicy")
+
+
+def test_a_kept_back_confirmation_is_written_at_a_lock_renewal_and_when_the_run_ends() -> None:
+    clock, cm = FakeClock(), MemoryConfigMap()
+    store = MemoryStateStore(cm, clock=clock)
+    state = State("ns", clock=clock)
+    with session(store, clock) as run:
+        run.save(state)
+        state.stack = "gpucluster"
+        run.save(state, later=True)
+        run.heartbeat()  # no renewal due: nothing written
+        assert _saved_stack(store) == "none"
+        clock.advance(LOCK_TTL_SECONDS / 4 + 1)
+        run.heartbeat()  # renewed, and `status` sees the confirmation from now on
+        assert _saved_stack(store) == "gpucluster"
+    loaded = store.load()
+    assert loaded is not None
+    with pytest.raises(RuntimeError), session(store, clock, version=loaded.version) as run:
+        state.stack = "clusterpolicy"
+        run.save(state, later=True)
+        raise RuntimeError("the run failed")
+    assert _saved_stack(store) == "clusterpolicy"
+    assert locking.HOLDER not in _annotations(cm)
+
+
 def test_taking_over_an_expired_lock_is_said() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
     MemoryStateStore(cm, clock=clock).acquire_lock("dead@host pid 2", 60)

@@ -315,6 +315,7 @@ class RunSession:
         self._lock: Lock | None = None
         self._renewed = clock.monotonic()
         self._state: State | None = None  # the document as this run last saved it
+        self._unsaved = False  # `_state` holds a confirmation not written yet (`save(later=)`)
 
     def __enter__(self) -> RunSession:
         self._lock = self.store.acquire_lock(self._holder, LOCK_TTL_SECONDS)
@@ -332,8 +333,9 @@ class RunSession:
         if stopped and self._state is not None:  # the history says by what (if it can be saved)
             name = error.name if isinstance(error, Interrupted) else "SIGINT"
             self._state.log("interrupted", signal=name)
-            with contextlib.suppress(MigrateError):
-                self.save(self._state)
+            self._unsaved = True
+        with contextlib.suppress(MigrateError):
+            self.flush()
         released = False
         with contextlib.suppress(MigrateError):  # it expires on its own; never mask the
             self.store.release_lock(self._lock)  # run's own outcome
@@ -345,15 +347,31 @@ class RunSession:
                 f"{format_time(self._lock.expires)}")
         self._lock = None
 
-    def save(self, state: State) -> None:
-        """Write `state` on the version this run last saw (StateConflict if anyone else wrote)."""
+    def save(self, state: State, *, later: bool = False) -> None:
+        """Write `state` on the version this run last saw (StateConflict if anyone else wrote).
+        `later`: the change only confirms what the last save announced (a write's intent now
+        done, a step found true already). It is written with the next save, by `flush` before
+        a long wait, at the next lock renewal or when the run ends. A run killed first leaves
+        the announcement, which its rerun checks against the cluster as it checks any intent:
+        the same resume, one state write fewer per step."""
+        self._state = state
+        if later:
+            self._unsaved = True
+            return
         self._version = self.store.save(state.to_document(),
                                         expected_version=self._version).version
-        self._state = state
+        self._unsaved = False
+
+    def flush(self) -> None:
+        """Write what `save(later=True)` kept back, if anything."""
+        if self._unsaved and self._state is not None:
+            self.save(self._state)
 
     def heartbeat(self) -> None:
-        """Renew the lock when a quarter of its TTL has passed since the last renewal."""
+        """Renew the lock when a quarter of its TTL has passed since the last renewal (and
+        write what `save(later=True)` kept back, so `status` shows it during long waits)."""
         if self._lock is not None and (
                 self._clock.monotonic() - self._renewed > LOCK_TTL_SECONDS / 4):
+            self.flush()
             self._lock = self.store.renew_lock(self._lock)
             self._renewed = self._clock.monotonic()

@@ -134,14 +134,19 @@ class RunRequest:
     confirm: Callable[[Question], bool] = lambda question: True
     dry_run: bool = False  # the server-dry-run back end: `dryRun=All` writes, no lock, no state
     asked: bool = False  # the run's permissions were asked already (`change-stack`, up front)
+    held: RunSession | None = None  # the lock taken already (`change-stack`'s): run under it
 
 
 @contextlib.contextmanager
 def _applying(session: Session, cache: Informer, request: RunRequest, state: State,
               version: str | None) -> Iterator[Apply]:
-    """The run session (lock, save, heartbeat) around the apply back end; a run that wrote since
-    `state` was loaded makes its first save (before any write) fail."""
-    with session.run_session(version) as held:
+    """The run session (lock, save, heartbeat) around the apply back end, or the one the
+    request holds already; a run that wrote since `state` was loaded makes its first save
+    (before any write) fail."""
+    lock: contextlib.AbstractContextManager[RunSession] = (
+        contextlib.nullcontext(request.held) if request.held is not None
+        else session.run_session(version))
+    with lock as held:
         yield Apply(Run(session.kube, session.namespace, session.catalog, cache, held,
                         session.clock, session.listener, request.settings), state, request.phase)
 

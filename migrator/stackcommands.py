@@ -26,7 +26,7 @@ from migrator.engine.stackchange import (
     finish,
     rollback,
 )
-from migrator.engine.state import State
+from migrator.engine.state import RunSession, State
 from migrator.errors import APIInvalid, UsageError
 from migrator.model import kinds
 from migrator.model import objects as o
@@ -61,14 +61,22 @@ def _state(session: Session) -> tuple[State, str | None]:
     return (state or State(session.namespace, clock=session.clock)), version
 
 
+def _stack_run(session: Session, held: RunSession, state: State, timeout: float,
+               max_gap: float) -> StackRun:
+    """A stack run under the run lock `held`, saving `state` as it goes and renewing the lock
+    while it waits."""
+    return StackRun(session.kube, session.namespace, session.catalog, session.clock,
+                    session.listener, state, held.save, timeout=timeout, max_gap=max_gap,
+                    heartbeat=held.heartbeat)
+
+
 @contextlib.contextmanager
 def _running(session: Session, loaded: tuple[State, str | None], timeout: float,
              max_gap: float) -> Iterator[StackRun]:
     """A stack run under the run lock, saving `loaded`'s state as it goes."""
     state, version = loaded
-    with session.run_session(version) as rs:
-        yield StackRun(session.kube, session.namespace, session.catalog, session.clock,
-                       session.listener, state, rs.save, timeout=timeout, max_gap=max_gap)
+    with session.run_session(version) as held:
+        yield _stack_run(session, held, state, timeout, max_gap)
 
 
 def plan(session: Session, request: StackRequest) -> StackOutcome:
@@ -118,21 +126,26 @@ def change_stack(session: Session, request: StackRequest,
         map(dataclasses.asdict, change.steps), made=sc.CREATE, deleted=sc.DELETE)])
     if not confirm(change):
         raise UsageError("Aborted at the question.", commands.ABORTED_HINT)
-    with _running(session, _state(session), request.timeout, request.max_gap) as run, \
-            GapMeter.watching(session.kube, session.namespace, sc.stable_names(session.catalog),
-                              session.clock) as run.meter:
-        state = run.state
-        record = begin(state, change, state.stamp())
-        run.meter.nodes.update({k: set(v) for k, v in (record.get("baseline") or {}).items()})
-        run.meter.sample()
-        record["baseline"] = {k: sorted(v) for k, v in run.meter.nodes.items()}
-        run.save(state)
-        execute(run, change)
-    report = commands.apply(session, request=RunRequest(phase=3, settings=RunSettings(
-        timeout=request.timeout, settle=request.settle, options=Options()), asked=True))
-    if not report.ok:
-        return StackOutcome(change, state.stack_change, stopped=report)
-    with _running(session, _state(session), request.timeout, request.max_gap) as run:
+    state, version = _state(session)
+    # One lock from the first write to the last: the new stack's phases run under it, so no
+    # other run can start between the change's steps and its phases.
+    with session.run_session(version) as held:
+        run = _stack_run(session, held, state, request.timeout, request.max_gap)
+        with GapMeter.watching(session.kube, session.namespace,
+                               sc.stable_names(session.catalog), session.clock) as run.meter:
+            record = begin(state, change, state.stamp())
+            run.meter.nodes.update({k: set(v) for k, v in (record.get("baseline") or {}).items()})
+            run.meter.sample()
+            record["baseline"] = {k: sorted(v) for k, v in run.meter.nodes.items()}
+            run.save(state)
+            execute(run, change)
+        held.flush()  # the phases load the state as saved
+        report = commands.apply(session, request=RunRequest(phase=3, settings=RunSettings(
+            timeout=request.timeout, settle=request.settle, options=Options()), asked=True,
+            held=held))
+        if not report.ok:
+            return StackOutcome(change, state.stack_change, stopped=report)
+        run = _stack_run(session, held, _state(session)[0], request.timeout, request.max_gap)
         if run.state.stack_change and run.state.stack_change.get("status") == IN_PROGRESS:
             finish(run, change)
     return StackOutcome(change, run.state.stack_change)

@@ -1,15 +1,15 @@
 """Carrying out a stack change (`model/stackchange.py` plans it): each step's intent recorded in
-the state's `stackChange` before its write and done after, so rerunning the command resumes; each
-step first asks whether the cluster already holds. `rollback` undoes what the record says.
-A node counts as served again only by a pod of the new stack's DaemonSets (`engine/gaps.py`
-measures), never by an old pod the garbage collector has not reached yet."""
+the state's `stackChange` before its write and done with the next save, so rerunning the command
+resumes; each step first asks whether the cluster already holds. `rollback` undoes what the
+record says. A node counts as served again only by a pod of the new stack's DaemonSets
+(`engine/gaps.py` measures), never by an old pod the garbage collector has not reached yet."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from migrator.engine import stacknodes
 from migrator.engine.clock import Clock
@@ -35,6 +35,12 @@ KEPT_SPEC = ("type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", 
              "internalTrafficPolicy", "sessionAffinity")
 
 
+class Saver(Protocol):
+    """`RunSession.save`: `later` keeps a confirmation back for the next save."""
+
+    def __call__(self, state: State, *, later: bool = False) -> None: ...
+
+
 @dataclass
 class StackRun:
     kube: Kube
@@ -43,10 +49,11 @@ class StackRun:
     clock: Clock
     listener: Listener
     state: State
-    save: Callable[[State], None]
+    save: Saver
     timeout: float = 600.0
     max_gap: float = 180.0
     meter: GapMeter | None = None
+    heartbeat: Callable[[], None] = lambda: None  # the run lock renewed while a wait lasts
 
     @property
     def record(self) -> Obj:
@@ -61,7 +68,9 @@ class StackRun:
                                                   "name": step.name})
         entry.update(originals)
         entry["status"], entry["at"] = status, stamp(self.clock.now())
-        self.save(self.state)
+        # "done" confirms the intent (or a wait) and rides on the next save: a rerun redoes a
+        # step not recorded done, and each step first asks whether the cluster holds already
+        self.save(self.state, later=status == "done")
 
 
 def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
@@ -95,6 +104,7 @@ def _wait(run: StackRun, what: str, done: Callable[[], bool]) -> None:
     deadline = run.clock.monotonic() + run.timeout
     said = False
     while True:
+        run.heartbeat()
         if run.meter is not None:
             run.meter.sample()
             for service, (ready, baseline) in run.meter.served().items():  # shown on change

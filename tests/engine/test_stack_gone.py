@@ -35,8 +35,8 @@ def test_each_stable_service_is_read_once_a_poll_while_the_old_cr_goes(
     sim.store.delete(kinds.CLUSTER_POLICY, None, CR)  # marked; the finalizer holds it
     catalog = load_catalog()
     run = StackRun(Kube.connect(sim.kubeconfig), NS, catalog, FakeClock(), Listener(),
-                   State(NS, stack_change={"to": "gpucluster", "steps": {}}), lambda _: None,
-                   timeout=5.0)
+                   State(NS, stack_change={"to": "gpucluster", "steps": {}}),
+                   lambda _, later=False: None, timeout=5.0)
     mark = sim.server.log.last_seq
     with pytest.raises(GateFailed, match=f"its finalizers hold it \\({HOLD}\\)"):
         ACTIONS[sc.GONE](run, sc.StackStep(sc.GONE, "ClusterPolicy", CR))

@@ -16,8 +16,10 @@ import pytest
 from dcgm_sim.cluster import SimCluster
 from migrator.engine.gaps import GapMeter
 from migrator.engine.progress import Listener
-from migrator.engine.stackchange import ACTIONS, StackRun
+from migrator.engine.stackchange import ACTIONS, POLL_SECONDS, StackRun
+from migrator.engine.state import ConfigMapStateStore, RunSession
 from migrator.engine.state.document import State
+from migrator.engine.state.store import LOCK_TTL_SECONDS
 from migrator.errors import GateFailed
 from migrator.kube.client import Kube
 from migrator.model import kinds
@@ -35,8 +37,8 @@ def _run(sim: SimCluster, to: str) -> Iterator[tuple[StackRun, sc.StackStep]]:
     kube = Kube.connect(sim.kubeconfig)
     state = State(NS, stack_change={"to": to, "steps": {}})
     with GapMeter.watching(kube, NS, sc.stable_names(catalog), clock) as meter:
-        yield (StackRun(kube, NS, catalog, clock, Listener(), state, lambda _: None, timeout=5.0,
-                        meter=meter),
+        yield (StackRun(kube, NS, catalog, clock, Listener(), state, lambda _, later=False: None,
+                        timeout=5.0, meter=meter),
                sc.StackStep(sc.SERVING, catalog.stack(to).cr.kind, "the-new-cr"))
 
 
@@ -84,3 +86,26 @@ def test_the_old_stacks_pods_still_ready_do_not_end_the_wait(clusterpolicy: SimC
 
 def _selectors(stack: str) -> list[str]:
     return pod_selectors(load_catalog().stack(stack).components)
+
+
+def test_a_wait_longer_than_the_lock_ttl_keeps_the_run_lock_renewed(
+        clusterpolicy: SimCluster) -> None:
+    """At scale a change waits minutes (the new stack's pods on every node, a GPUCluster's
+    finalizer while its operator drains): its lock is renewed meanwhile, as during a phase's
+    waits, or another run would find it expired, take it over, and both would write."""
+    catalog, clock = load_catalog(), FakeClock()
+    kube = Kube.connect(clusterpolicy.kubeconfig)
+    store = ConfigMapStateStore(kube, NS, catalog.common, clock)
+    state = State(NS, stack_change={"to": "gpucluster", "steps": {}})
+    step = sc.StackStep(sc.SERVING, "GPUCluster", "the-new-cr")
+    with RunSession(store, version=None, holder="test@host pid 1", clock=clock,
+                    listener=Listener()) as held, \
+            GapMeter.watching(kube, NS, sc.stable_names(catalog), clock) as meter:
+        run = StackRun(kube, NS, catalog, clock, Listener(), state, held.save,
+                       heartbeat=held.heartbeat, timeout=LOCK_TTL_SECONDS + 10, meter=meter)
+        with pytest.raises(GateFailed, match="not within 130 s"):
+            ACTIONS[step.action](run, step)
+        info = store.lock_info()
+        assert info is not None and info.renewed is not None, info
+        assert info.live(clock.now()), info  # never expired: renewed on the way
+        assert (clock.now() - info.renewed).total_seconds() <= LOCK_TTL_SECONDS / 4 + POLL_SECONDS

@@ -2,7 +2,8 @@
 exactly one migrates, the others exit 4 naming the holder and write nothing; an expired lock is
 taken over; a live lock of another host is respected until `unlock` releases it; a run killed
 on this host, or a Job's pod that no longer exists, is provably gone: its lock is taken over at
-once by the next run, which says whose and why (docs/runbook.md, "Lock held / unlock")."""
+once by the next run, which says whose and why (docs/runbook.md, "Lock held / unlock");
+`change-stack` holds one lock from its first write to its last, its phases included."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
+from dcgm_sim.store import Event
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
 from tests.helpers import crash
+from tests.helpers.stackprep import manifest
 from tests.reliability.conftest import APPLY, NS, EndState, Env
 
 STATE_CM = "dcgm-migrate-state"
@@ -197,3 +202,28 @@ def test_a_lock_of_a_job_pod_that_runs_is_refused(fresh: Callable[..., Env]) -> 
     assert (f"`dcgm-migrate status -n {NS} --kubeconfig {env.kubeconfig}` shows its "
             "progress") in held.stderr
     assert env.writes(mark) == []
+
+
+def test_change_stack_holds_one_lock_from_its_first_write_to_its_last(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """The change's own steps, the new stack's phases and the change's close run under one
+    lock: at no commit between the first and the last is the lock free (another run could
+    start there), and it is taken once."""
+    env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
+    assert crash.run(env.kubeconfig, *APPLY).code == 0
+    holders: list[str | None] = []
+
+    def seen(event: Event) -> None:
+        meta = event.object["metadata"]
+        if event.resource.plural == "configmaps" and meta["name"] == STATE_CM:
+            holders.append((meta.get("annotations") or {}).get(locking.HOLDER))
+
+    env.sim.store.subscribe(seen)
+    done = crash.run(env.kubeconfig, "change-stack", "--to", "gpucluster", "-f",
+                     str(manifest(tmp_path, "gpucluster")), "--delete-cr", "gpu-cluster-policy",
+                     "--yes", "--settle", "0s")
+    env.sim.store.unsubscribe(seen)
+    assert done.code == 0, done.output[-2000:]
+    assert len(holders) > 10 and holders[0] is not None and holders[-1] is None, holders
+    assert None not in holders[:-1], holders  # released once, at the end
+    assert len(set(holders[:-1])) == 1, holders  # one holder: taken once

@@ -57,6 +57,7 @@ class DisruptionMonitor:
     _gap_since: dict[str, float] = field(default_factory=dict)
     _removed: set[str] = field(default_factory=set)  # nodes the test deleted (`node_removed`)
     _forgotten: set[str] = field(default_factory=set)  # of those, the ones out of the baselines
+    _phase1: tuple[str, bool] = ("", False)  # the state ConfigMap's version, `_rolling` of it
 
     def _read(self) -> tuple[dict[str, Sample], dict[str, bool], bool]:
         now, local, rolling, _ = self._read_slices()
@@ -82,8 +83,11 @@ class DisruptionMonitor:
                 ready = (ep.get("conditions") or {}).get("ready")
                 if ready is None or ready:
                     counts[svc][ep.get("nodeName") or ""] += 1
+        version = o.meta(cm or {}).get("resourceVersion", "")
+        if version != self._phase1[0]:  # parsed once per version, not at every sample
+            self._phase1 = (version, self._rolling(cm))
         return ({n: Sample(now, sum(c.values()), dict(c)) for n, c in counts.items()}, local,
-                self._rolling(cm), slices)
+                self._phase1[1], slices)
 
     @staticmethod
     def _rolling(cm: dict[str, Any] | None) -> bool:

@@ -77,8 +77,7 @@ def fresh() -> Iterator[Callable[..., Env]]:
         # them on.
         kwargs.setdefault("readiness_probes", False)
         sim = SimCluster(nodes=nodes, stack=stack, **kwargs).start()
-        env = Env(sim, DisruptionMonitor(sim.store, NS, interval=0.005).start()
-                  if monitor else None)
+        env = Env(sim, DisruptionMonitor(sim.store, NS).start() if monitor else None)
         made.append(env)
         return env
 

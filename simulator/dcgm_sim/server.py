@@ -92,7 +92,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from dcgm_sim import rbac
+from dcgm_sim import httphead, rbac
 from dcgm_sim.access import ADMIN_TOKEN, AccessControl
 from dcgm_sim.apilatency import WriteLatency
 from dcgm_sim.dispatch import Audit, dispatch
@@ -283,6 +283,7 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     timeout = 300  # seconds an idle keep-alive connection may wait for its next request
     server: _HTTPServer
+    raw_requestline: bytes  # set by `handle_one_request` before `parse_request`
 
     def setup(self) -> None:
         super().setup()
@@ -298,6 +299,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         """Silence: every request is recorded in the RequestLog instead."""
+
+    def parse_request(self) -> bool:
+        """The standard library's, its head read by `httphead` (without the email parser)."""
+        self.command, self.close_connection = None, True  # type: ignore[assignment]
+        self.request_version = self.default_request_version
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        line = httphead.request_line(self.raw_requestline)
+        if isinstance(line, str):
+            self.request_version = line
+            if self.requestline.strip():
+                self.send_error(HTTPStatus.BAD_REQUEST,
+                                f"Bad request syntax ({self.requestline!r})")
+            return False
+        self.command, self.path, self.request_version = line.command, line.path, line.version
+        try:
+            self.headers = httphead.header_fields(self.rfile)
+        except httphead.TooLarge as err:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, str(err))
+            return False
+        connection = (self.headers.get("Connection") or "").lower()
+        self.close_connection = connection == "close" or (
+            line.version == "HTTP/1.0" and connection != "keep-alive")
+        if (self.headers.get("Expect") or "").lower() == "100-continue" \
+                and line.version == "HTTP/1.1":
+            return self.handle_expect_100()
+        return True
 
     def do_GET(self) -> None:
         self._serve()

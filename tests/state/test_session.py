@@ -40,6 +40,12 @@ def _annotations(cm: MemoryConfigMap) -> dict[str, str]:
     return dict(obj["metadata"].get("annotations") or {})
 
 
+def _fresh() -> tuple[FakeClock, MemoryConfigMap, MemoryStateStore, State]:
+    """A clock, an empty ConfigMap, the store on it and a new state document."""
+    clock, cm = FakeClock(), MemoryConfigMap()
+    return clock, cm, MemoryStateStore(cm, clock=clock), State("ns", clock=clock)
+
+
 def test_the_lock_is_held_inside_and_released_after_even_on_failure() -> None:
     clock, cm = FakeClock(), MemoryConfigMap()
     store = MemoryStateStore(cm, clock=clock)
@@ -53,9 +59,7 @@ def test_the_lock_is_held_inside_and_released_after_even_on_failure() -> None:
 
 
 def test_saves_follow_the_version_last_seen_and_refuse_another_writer() -> None:
-    clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock)
-    state = State("ns", clock=clock)
+    clock, cm, store, state = _fresh()
     with session(store, clock) as run:
         run.save(state)
         state.stack = "gpucluster"
@@ -98,9 +102,7 @@ def _saved_stack(store: MemoryStateStore) -> object:
 
 
 def test_a_confirmation_rides_on_the_next_save_or_is_written_by_flush() -> None:
-    clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock)
-    state = State("ns", clock=clock)
+    clock, cm, store, state = _fresh()
     with session(store, clock) as run:
         run.save(state)
         writes = cm.writes
@@ -119,9 +121,7 @@ def test_a_confirmation_rides_on_the_next_save_or_is_written_by_flush() -> None:
 
 
 def test_a_kept_back_confirmation_is_written_at_a_lock_renewal_and_when_the_run_ends() -> None:
-    clock, cm = FakeClock(), MemoryConfigMap()
-    store = MemoryStateStore(cm, clock=clock)
-    state = State("ns", clock=clock)
+    clock, cm, store, state = _fresh()
     with session(store, clock) as run:
         run.save(state)
         state.stack = "gpucluster"

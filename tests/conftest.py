@@ -15,6 +15,7 @@ import pytest
 from dcgm_sim.clock import SimClock
 from dcgm_sim.cluster import SimCluster, wait_for
 from dcgm_sim.controllers import ControllerSet
+from dcgm_sim.controllers.kubelet import PODS_READY_ANNOTATION
 from dcgm_sim.controllers.releases import DEFAULT as DEFAULT_RELEASE
 from dcgm_sim.seed import seed
 from dcgm_sim.server import ApiServer
@@ -162,6 +163,16 @@ def edit_cr(store: Store, kind: kinds.Kind, change: Callable[[Obj], None]) -> Ob
     `edit_object`, retried on a conflict, since its operator writes the CR's status meanwhile."""
     name = store.list(kind)[0][0]["metadata"]["name"]
     return edit_object(store, kind, None, name, change)
+
+
+def pods_ready_on(store: Store, node: str, ready: bool) -> Obj:
+    """The sim's kubelet on `node` lets its pods turn Ready, or holds every one back
+    (`PODS_READY_ANNOTATION`): a Node edit, retried on a conflict (`edit_object`)."""
+    def mark(obj: Obj) -> None:
+        obj["metadata"].setdefault("annotations", {})[PODS_READY_ANNOTATION] = \
+            "true" if ready else "false"
+
+    return edit_object(store, kinds.NODE, None, node, mark)
 
 
 def new_operand_versions(store: Store) -> Obj:

@@ -5,7 +5,6 @@ the state ConfigMap is never created; a gate that fails now (a stuck node) exits
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from dcgm_sim.cluster import SimCluster
 from migrator.model import kinds
+from tests.conftest import pods_ready_on
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -127,9 +127,7 @@ def test_dry_run_after_phase_1_keeps_the_recorded_state(
 def _stick(env: E2E, node: str, daemonset: str) -> str:
     """Pods that start on `node` never turn Ready; the DaemonSet's pod there is replaced by
     one that stays not Ready (so the DaemonSet is not fully available)."""
-    obj = copy.deepcopy(env.sim.store.get(kinds.NODE, None, node))
-    obj["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
-    env.sim.store.update(kinds.NODE, obj)
+    pods_ready_on(env.sim.store, node, False)
     old = next(p for p in env.pods(daemonset) if p["spec"].get("nodeName") == node)
     env.sim.store.delete(kinds.POD, NS, old["metadata"]["name"])
 

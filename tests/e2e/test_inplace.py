@@ -16,7 +16,7 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
 from migrator.model.objects import HELD_STRATEGY
-from tests.conftest import new_operand_versions
+from tests.conftest import new_operand_versions, pods_ready_on
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_drift import DCGM
 from tests.e2e.test_phase1 import _daemonsets
@@ -243,9 +243,7 @@ def test_pending_template_change_takes_the_rolling_path(e2e_factory: Callable[..
     """A DaemonSet whose pods are not all on its current revision (a template change still
     rolling out, held up by a node whose pods never turn Ready) is not relabelled in place."""
     env = e2e_factory("gpucluster", operator_reconcile_seconds=None)
-    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, "gpu-node-0003"))
-    node["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
-    env.sim.store.update(kinds.NODE, node)
+    pods_ready_on(env.sim.store, "gpu-node-0003", False)
     with env.monitor.expected_outage():  # gpu-node-0003's pod never Ready: not the tool's
         ds = copy.deepcopy(env.ds("nvidia-dcgm-dra"))
         ds["spec"]["template"]["metadata"].setdefault("annotations", {})["pending"] = "change"

@@ -11,7 +11,7 @@ from typing import Any
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
-from tests.conftest import edit_object
+from tests.conftest import edit_object, pods_ready_on
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -148,9 +148,7 @@ def test_old_pods_with_new_template_refuse_the_switch(e2e_factory: Callable[...,
 def test_mixed_rollout_refuses_the_switch(e2e_factory: Callable[..., E2E]) -> None:
     """Transition (b): mid-rollout (one node stalled), some pods carry the label, some not."""
     env = e2e_factory("gpucluster")
-    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, "gpu-node-0003"))
-    node["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
-    env.sim.store.update(kinds.NODE, node)
+    pods_ready_on(env.sim.store, "gpu-node-0003", False)
     mark = env.mark()
     res = env.cli("apply", "--phase", "3", "--rolling", "--yes", "--timeout", "3s",
                   "--settle", "0s")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
-from migrator.model import kinds
+from tests.conftest import pods_ready_on
 from tests.e2e.conftest import E2E
 
 LABELS = {"dcgm": "nvidia.com/gpu-operator.dcgm",
@@ -69,9 +68,7 @@ def test_stalled_rollout_times_out_naming_the_node_then_resumes(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
     bad = "gpu-node-0002"
-    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, bad))
-    node["metadata"].setdefault("annotations", {})["sim.dcgm-migrate/pods-ready"] = "false"
-    env.sim.store.update(kinds.NODE, node)
+    pods_ready_on(env.sim.store, bad, False)
 
     res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     assert res.code == 1, (res.stdout, res.stderr)
@@ -81,9 +78,7 @@ def test_stalled_rollout_times_out_naming_the_node_then_resumes(
     assert phase1["status"] == "failed"
     assert bad in phase1["error"]
 
-    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, bad))
-    node["metadata"]["annotations"]["sim.dcgm-migrate/pods-ready"] = "true"
-    env.sim.store.update(kinds.NODE, node)
+    pods_ready_on(env.sim.store, bad, True)
     res = env.cli("apply", "--phase", "1", "--rolling", "--yes")
     assert res.code == 0, res.stderr
     assert env.phase_status(1) == "completed"

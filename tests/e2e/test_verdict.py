@@ -4,7 +4,6 @@ and a second scrape path each turn `verify` red, on the sim with the operator im
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from typing import Any
 from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
+from tests.conftest import edit_cr, edit_object, pods_ready_on
 from tests.e2e.conftest import E2E, NS
 
 EXPORTER_DRA = "nvidia-dcgm-exporter-dra"
@@ -25,13 +25,6 @@ def _failed(doc: dict[str, Any]) -> dict[str, str]:
     return {c["name"]: c["detail"] for c in doc["verdict"]["checks"] if not c["ok"]}
 
 
-def _edit(env: E2E, kind: kinds.Kind, name: str, namespace: str | None,
-          change: Callable[[dict[str, Any]], None]) -> None:
-    obj = copy.deepcopy(env.sim.store.get(kind, namespace, name))
-    change(obj)
-    env.sim.store.update(kind, obj)
-
-
 def _rolled_out(env: E2E, *names: str) -> bool:
     return all(rollout_complete(env.ds(n)).ok for n in names)
 
@@ -39,8 +32,7 @@ def _rolled_out(env: E2E, *names: str) -> bool:
 def test_a_stuck_phase1_rollout_is_red(e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
     bad = "gpu-node-0002"
-    _edit(env, kinds.NODE, bad, None, lambda n: n["metadata"].setdefault(
-        "annotations", {}).update({"sim.dcgm-migrate/pods-ready": "false"}))
+    pods_ready_on(env.sim.store, bad, False)
     res = env.cli("apply", "--phase", "1", "--rolling", "--yes", "--timeout", "3s")
     assert res.code == 1, res.stderr
     doc = env.cli("verify", "-o", "json")
@@ -59,8 +51,7 @@ def test_a_cr_edit_that_drops_the_labels_turns_verify_red(
     with env.monitor.expected_outage():
         def edit(cr: dict[str, Any]) -> None:
             cr["spec"]["dcgmExporter"]["version"] = "4.5.2-4.8.1-distroless"
-        cr = env.sim.store.list(kinds.CLUSTER_POLICY)[0][0]
-        _edit(env, kinds.CLUSTER_POLICY, cr["metadata"]["name"], None, edit)
+        edit_cr(env.sim.store, kinds.CLUSTER_POLICY, edit)
         env.sim.wait_for(lambda: "nvidia.com/gpu-operator.dcgm-exporter" not in env.ds(
             "nvidia-dcgm-exporter")["metadata"]["labels"], 30)
         env.sim.wait_for(lambda: _rolled_out(env, "nvidia-dcgm-exporter"), 60)
@@ -135,8 +126,7 @@ def test_an_alias_that_no_longer_matches_its_source_is_red_until_the_guard_syncs
 
     def edit(cr: dict[str, Any]) -> None:
         cr["spec"]["dcgmExporter"]["service"] = {"type": "NodePort"}
-    cr = env.sim.store.list(kinds.GPU_CLUSTER)[0][0]
-    _edit(env, kinds.GPU_CLUSTER, cr["metadata"]["name"], None, edit)
+    edit_cr(env.sim.store, kinds.GPU_CLUSTER, edit)
     env.sim.wait_for(lambda: (env.svc(EXPORTER_DRA) or {})["spec"].get("type") == "NodePort", 30)
     doc = env.cli("verify", "-o", "json")
     assert doc.code == 1
@@ -161,8 +151,9 @@ def test_a_pod_annotation_gives_a_second_target_and_verify_counts_it(
     assert env.cli("apply", "--phase", "2", "--yes").code == 0
     assert env.cli("verify").code == 0
     with env.monitor.expected_outage():
-        _edit(env, kinds.DAEMONSET, EXPORTER_DRA, NS, lambda d: d["spec"]["template"][
-            "metadata"].setdefault("annotations", {}).update({"prometheus.io/scrape": "true"}))
+        edit_object(env.sim.store, kinds.DAEMONSET, NS, EXPORTER_DRA,
+                    lambda d: d["spec"]["template"]["metadata"].setdefault(
+                        "annotations", {}).update({"prometheus.io/scrape": "true"}))
         env.sim.wait_for(lambda: all(p["metadata"].get("annotations", {}).get(
             "prometheus.io/scrape") for p in env.pods(EXPORTER_DRA)), 30)
         env.sim.wait_for(lambda: _rolled_out(env, EXPORTER_DRA), 30)
@@ -185,7 +176,7 @@ def test_a_cluster_migrated_by_other_means_verifies_green_with_no_state(
             def label(d: dict[str, Any], k: str = key) -> None:
                 d["spec"]["template"]["metadata"]["labels"].update({k: "true"})
 
-            _edit(env, kinds.DAEMONSET, ds, NS, label)
+            edit_object(env.sim.store, kinds.DAEMONSET, NS, ds, label)
         env.sim.wait_for(lambda: _rolled_out(env, *keys) and all(
             keys[ds] in p["metadata"]["labels"] for ds in keys for p in env.pods(ds)), 60)
     for source, name in (("nvidia-dcgm-dra", "nvidia-dcgm"),

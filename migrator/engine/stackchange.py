@@ -74,7 +74,8 @@ class StackRun:
 
 
 def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
-    """The record of this change: a new one, or the one a stopped run left (same target)."""
+    """The record of this change: a new one, or the one a stopped run left (same target). The
+    history says a change started (or resumed), so `status` names it while its steps run."""
     record = state.stack_change or {}
     if record.get("status") == COMPLETED and record.get("to") == change.target \
             and change.old_cr is None:
@@ -85,10 +86,12 @@ def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
                 f"A change to the {record.get('to')} stack is in progress (started "
                 f"{record.get('started')}).", "finish it by running that change-stack again, "
                 "or undo it with change-stack --rollback")
+        state.log("stack-change-start", to=change.target, resumed=True)
         return record
     state.stack_change = {"to": change.target, "from": change.source, "status": IN_PROGRESS,
                           "started": now, "newCr": dict(change.new_cr),
                           "oldCr": change.old_cr, "steps": {}, "gaps": {}}
+    state.log("stack-change-start", to=change.target)
     return state.stack_change
 
 

@@ -14,12 +14,15 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dcgm_sim.controllers.operator import RESYNC_SECONDS
 from migrator.model import kinds
 from tests.helpers import cli, crash
+from tests.helpers.stackprep import manifest
 from tests.reliability.conftest import APPLY, NS, ROLLBACK, Env
 
 STATE_CM = "dcgm-migrate-state"
@@ -31,6 +34,14 @@ def _phases(env: Env) -> list[dict[str, Any]]:
     text = ((cm or {}).get("data") or {}).get("state.json") or "{}"
     phases: list[dict[str, Any]] = json.loads(text).get("phases") or []
     return phases
+
+
+def _step_status(env: Env, step: str) -> str | None:
+    """A `change-stack` step's recorded status, read while the run holds the lock."""
+    cm = env.sim.store.find(kinds.CONFIGMAP, NS, STATE_CM)
+    doc = json.loads(((cm or {}).get("data") or {}).get("state.json") or "{}")
+    status = ((doc.get("stackChange") or {}).get("steps") or {}).get(step, {}).get("status")
+    return None if status is None else str(status)
 
 
 def _stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
@@ -123,6 +134,34 @@ def test_a_write_that_rolls_pods_is_recorded_done_before_its_rollout_wait(
     assert (doc["run"]["waitsFor"] or "").startswith(
         "the rollout of DaemonSet/nvidia-dcgm-dra:"), doc["run"]
     assert "waits for: the rollout of DaemonSet/nvidia-dcgm-dra" in table
+
+
+def test_status_during_change_stacks_own_wait_names_the_change(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """While `change-stack` waits in its own steps (no phase in progress yet), the run's last
+    event is the change's start, not the last phase the previous run completed."""
+    env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
+    assert crash.run(env.kubeconfig, *APPLY).code == 0
+    args = ("change-stack", "--to", "gpucluster", "-f", str(manifest(tmp_path, "gpucluster")),
+            "--delete-cr", "gpu-cluster-policy", "--yes", "--settle", "0s")
+    with env.sim.clock.held():  # the new stack's pods cannot start: it waits for them
+        proc = crash.start(env.kubeconfig, *args)
+        try:
+            crash.until(lambda: _step_status(env, "retarget/Service/nvidia-dcgm-exporter")
+                        == "intent", proc)
+            _, doc, table = _status(env)
+        finally:
+            stopped, err = _stop(proc)
+    assert stopped == 143, err
+    assert doc["run"]["state"] == "running", doc["run"]
+    assert (doc["run"]["lastEvent"]["event"], doc["run"]["lastEvent"]["to"]) == (
+        "stack-change-start", "gpucluster"), doc["run"]
+    assert "stack-change-start to=gpucluster" in table
+    again = crash.run(env.kubeconfig, *args)  # resumed: said so in the history
+    assert again.code == 0, again.output[-2000:]
+    starts = [e for e in crash.state_document(env.sim)["history"]
+              if e["event"] == "stack-change-start"]
+    assert [e.get("resumed") for e in starts] == [None, True], starts
 
 
 def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[..., Env]) -> None:

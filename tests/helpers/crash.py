@@ -246,6 +246,14 @@ def state_document(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
     return doc
 
 
+def live_document(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
+    """The state ConfigMap's document as it stands, while a run may hold the lock (`{}`: no
+    state yet); `state_document` is the check after a run."""
+    cm = sim.store.find(kinds.CONFIGMAP, namespace, STATE_CM)
+    doc: dict[str, Any] = json.loads(((cm or {}).get("data") or {}).get("state.json") or "{}")
+    return doc
+
+
 def state_summary(sim: SimCluster, namespace: str = NS) -> dict[str, Any]:
     """What must match between an interrupted-and-resumed run and an uninterrupted one: each
     phase's status, its step records (id and status) and its baselines."""

@@ -8,7 +8,6 @@ in-process."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import signal
 import socket
@@ -30,16 +29,13 @@ SLOW = 0.25  # real seconds per simulated second: a new pod is Ready after 0.5 s
 
 
 def _phases(env: Env) -> list[dict[str, Any]]:
-    cm = env.sim.store.find(kinds.CONFIGMAP, NS, STATE_CM)
-    text = ((cm or {}).get("data") or {}).get("state.json") or "{}"
-    phases: list[dict[str, Any]] = json.loads(text).get("phases") or []
+    phases: list[dict[str, Any]] = crash.live_document(env.sim).get("phases") or []
     return phases
 
 
 def _step_status(env: Env, step: str) -> str | None:
     """A `change-stack` step's recorded status, read while the run holds the lock."""
-    cm = env.sim.store.find(kinds.CONFIGMAP, NS, STATE_CM)
-    doc = json.loads(((cm or {}).get("data") or {}).get("state.json") or "{}")
+    doc = crash.live_document(env.sim)
     status = ((doc.get("stackChange") or {}).get("steps") or {}).get(step, {}).get("status")
     return None if status is None else str(status)
 
@@ -211,8 +207,7 @@ def _statuses(env: Env) -> list[str]:
 
 
 def _history(env: Env) -> list[dict[str, Any]]:
-    cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
-    history: list[dict[str, Any]] = json.loads(cm["data"]["state.json"])["history"]
+    history: list[dict[str, Any]] = crash.live_document(env.sim)["history"]
     return history
 
 

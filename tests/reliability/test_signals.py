@@ -5,12 +5,10 @@ where an uninterrupted run ends. Real subprocesses, bounded waits."""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,12 +27,6 @@ def _lock_annotations(env: Env) -> dict[str, str]:
     cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
     annotations = (cm or {}).get("metadata", {}).get("annotations") or {}
     return {k: v for k, v in annotations.items() if k in locking.KEYS}
-
-
-def _document(env: Env) -> dict[str, Any]:
-    cm = env.sim.store.get(kinds.CONFIGMAP, NS, STATE_CM)
-    doc: dict[str, Any] = json.loads(cm["data"]["state.json"])
-    return doc
 
 
 
@@ -67,7 +59,7 @@ def test_sigterm_during_a_write_finishes_it_releases_the_lock_and_the_rerun_comp
     assert ("interrupted (SIGTERM): run the same command again to resume: dcgm-migrate "
             + " ".join(APPLY)) in err
     assert _lock_annotations(env) == {}
-    doc = _document(env)
+    doc = crash.live_document(env.sim)
     phase1 = doc["phases"][0]
     assert phase1["status"] == "in-progress"
     # The patch in flight was recorded done before the run stopped: no intent left dangling.
@@ -99,7 +91,7 @@ def test_sigterm_while_a_rollback_waits_for_its_rollout(fresh: Callable[..., Env
     assert "interrupted (SIGTERM): run the same command again to resume: dcgm-migrate " \
         + " ".join(rollback) in err
     assert _lock_annotations(env) == {}
-    statuses = [p["status"] for p in _document(env)["phases"]]
+    statuses = [p["status"] for p in crash.live_document(env.sim)["phases"]]
     assert statuses[0] == "in-progress" and statuses != ["rolled-back"] * 3, statuses
 
     again = crash.run(env.kubeconfig, *rollback)
@@ -124,7 +116,7 @@ def test_sigterm_while_change_stack_waits_stops_it_at_once_and_the_rerun_complet
     proc = crash.start(env.kubeconfig, *args)
 
     def retargeted() -> bool:  # the step before the wait for the new pods, recorded done
-        steps = _document(env).get("stackChange", {}).get("steps") or {}
+        steps = crash.live_document(env.sim).get("stackChange", {}).get("steps") or {}
         return all((steps.get(f"retarget/Service/{name}") or {}).get("status") == "done"
                    for name in ("nvidia-dcgm", "nvidia-dcgm-exporter"))
 
@@ -143,7 +135,7 @@ def test_sigterm_while_change_stack_waits_stops_it_at_once_and_the_rerun_complet
     assert "waiting: every node served again by the stable names" in err
     assert "interrupted (SIGTERM): run the same command again to resume" in err
     assert _lock_annotations(env) == {}
-    assert _document(env)["stackChange"]["status"] == "in-progress"
+    assert crash.live_document(env.sim)["stackChange"]["status"] == "in-progress"
 
     again = crash.run(env.kubeconfig, *args)
     assert again.code == 0, again.stderr

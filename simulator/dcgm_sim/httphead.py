@@ -30,12 +30,12 @@ class RequestLine:
     version: str
 
 
-def request_line(raw: bytes) -> RequestLine | str:
-    """`METHOD PATH HTTP/1.x`, the path's leading slashes reduced to one (the standard
-    library's guard against open redirects). Anything else is answered 400, in the version
-    returned instead: the line's last word when it is one, else HTTP/0.9 (no status line), as
-    the standard library answers."""
-    words = str(raw, "iso-8859-1").rstrip("\r\n").split()
+def request_line(text: str) -> RequestLine | str:
+    """`METHOD PATH HTTP/1.x` (the line as the handler decoded it), the path's leading slashes
+    reduced to one (the standard library's guard against open redirects). Anything else is
+    answered 400, in the version returned instead: the line's last word when it is one, else
+    HTTP/0.9 (no status line), as the standard library answers."""
+    words = text.split()
     if len(words) != 3 or words[2] not in VERSIONS:
         return words[-1] if words and words[-1] in VERSIONS else "HTTP/0.9"
     command, path, version = words

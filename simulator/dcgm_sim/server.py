@@ -305,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.command, self.close_connection = None, True  # type: ignore[assignment]
         self.request_version = self.default_request_version
         self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-        line = httphead.request_line(self.raw_requestline)
+        line = httphead.request_line(self.requestline)
         if isinstance(line, str):
             self.request_version = line
             if self.requestline.strip():

@@ -32,13 +32,19 @@ NODES = 3
 
 
 @contextlib.contextmanager
-def _run(sim: SimCluster, to: str) -> Iterator[tuple[StackRun, sc.StackStep]]:
+def _run(sim: SimCluster, to: str, timeout: float = 5.0
+         ) -> Iterator[tuple[StackRun, sc.StackStep]]:
+    """The `await-serving` step of a change to `to`, under a run lock on the sim's state
+    ConfigMap (its saves and heartbeat the run's), on a fake clock."""
     catalog, clock = load_catalog(), FakeClock()
     kube = Kube.connect(sim.kubeconfig)
     state = State(NS, stack_change={"to": to, "steps": {}})
-    with GapMeter.watching(kube, NS, sc.stable_names(catalog), clock) as meter:
-        yield (StackRun(kube, NS, catalog, clock, Listener(), state, lambda _, later=False: None,
-                        timeout=5.0, meter=meter),
+    store = ConfigMapStateStore(kube, NS, catalog.common, clock)
+    with RunSession(store, version=None, holder="test@host pid 1", clock=clock,
+                    listener=Listener()) as held, \
+            GapMeter.watching(kube, NS, sc.stable_names(catalog), clock) as meter:
+        yield (StackRun(kube, NS, catalog, clock, Listener(), state, held.save,
+                        heartbeat=held.heartbeat, timeout=timeout, meter=meter),
                sc.StackStep(sc.SERVING, catalog.stack(to).cr.kind, "the-new-cr"))
 
 
@@ -93,19 +99,11 @@ def test_a_wait_longer_than_the_lock_ttl_keeps_the_run_lock_renewed(
     """At scale a change waits minutes (the new stack's pods on every node, a GPUCluster's
     finalizer while its operator drains): its lock is renewed meanwhile, as during a phase's
     waits, or another run would find it expired, take it over, and both would write."""
-    catalog, clock = load_catalog(), FakeClock()
-    kube = Kube.connect(clusterpolicy.kubeconfig)
-    store = ConfigMapStateStore(kube, NS, catalog.common, clock)
-    state = State(NS, stack_change={"to": "gpucluster", "steps": {}})
-    step = sc.StackStep(sc.SERVING, "GPUCluster", "the-new-cr")
-    with RunSession(store, version=None, holder="test@host pid 1", clock=clock,
-                    listener=Listener()) as held, \
-            GapMeter.watching(kube, NS, sc.stable_names(catalog), clock) as meter:
-        run = StackRun(kube, NS, catalog, clock, Listener(), state, held.save,
-                       heartbeat=held.heartbeat, timeout=LOCK_TTL_SECONDS + 10, meter=meter)
+    with _run(clusterpolicy, "gpucluster", timeout=LOCK_TTL_SECONDS + 10) as (run, step):
         with pytest.raises(GateFailed, match="not within 130 s"):
             ACTIONS[step.action](run, step)
-        info = store.lock_info()
+        now = run.clock.now()
+        info = ConfigMapStateStore(run.kube, NS, run.catalog.common, run.clock).lock_info()
         assert info is not None and info.renewed is not None, info
-        assert info.live(clock.now()), info  # never expired: renewed on the way
-        assert (clock.now() - info.renewed).total_seconds() <= LOCK_TTL_SECONDS / 4 + POLL_SECONDS
+        assert info.live(now), info  # never expired: renewed on the way
+        assert (now - info.renewed).total_seconds() <= LOCK_TTL_SECONDS / 4 + POLL_SECONDS

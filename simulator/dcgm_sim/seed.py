@@ -275,7 +275,6 @@ def seed(
                  "mixed": [R.CLUSTERPOLICY, R.GPUCLUSTER], "both": [R.CLUSTERPOLICY, R.GPUCLUSTER],
                  "none": []}[stack]
     ips = IPAllocator(store.network)
-    fixtures = R.Fixtures()
     all_pods: list[Obj] = []
     services: list[Obj] = []
     n_ds = 0
@@ -283,7 +282,7 @@ def seed(
         cr_kind = kinds.CLUSTER_POLICY if cr_stack == R.CLUSTERPOLICY else kinds.GPU_CLUSTER
         cr = store.create(cr_kind, seeded_cr(cr_stack, gpucluster_dcgm=gpucluster_dcgm,
                                              namespace=namespace))
-        for desired in R.render(cr, namespace, fixtures):
+        for desired in R.render(cr, namespace):
             if desired["kind"] == "DaemonSet":
                 _, pods = _seed_daemonset(store, desired, node_objs, ips)
                 all_pods.extend(pods)

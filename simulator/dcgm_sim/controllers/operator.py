@@ -46,7 +46,7 @@ from dcgm_sim.controllers import operatorqueue as Q
 from dcgm_sim.controllers import rendering as R
 from dcgm_sim.controllers import sharedservices as S
 from dcgm_sim.controllers.base import Controller
-from dcgm_sim.controllers.rendering import HASH_ANNOTATION, Fixtures, render
+from dcgm_sim.controllers.rendering import HASH_ANNOTATION, render
 from dcgm_sim.jsoncopy import clone
 from dcgm_sim.statuses import ApiError
 from dcgm_sim.store import Event, Store, StoreError, now_rfc3339
@@ -124,7 +124,7 @@ def _served(store: Store, kind: kinds.Kind) -> bool:
     return store.find(kinds.CRD, None, f"{kind.plural}.{kind.group}") is not None
 
 
-def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any], fx: Fixtures,
+def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any],
                             release: str = releases.DEFAULT) -> list[tuple[kinds.Kind, str]]:
     """What the ClusterPolicy controller deletes for this CR: (kind, name) of each manifest of
     a disabled state, and the exporter's ServiceMonitor when its `serviceMonitor` is off; the
@@ -135,7 +135,7 @@ def clusterpolicy_deletions(store: Store, cr: Mapping[str, Any], fx: Fixtures,
     out: list[tuple[kinds.Kind, str]] = []
     for state, *_ in R.STATES[R.CLUSTERPOLICY]:
         enabled = R.state_enabled(cr, state)
-        for doc in R.clusterpolicy_state_manifests(state, fx):
+        for doc in R.clusterpolicy_state_manifests(state):
             kind = kinds.BY_KIND.get(doc.get("kind", ""))
             if kind is None:
                 continue
@@ -217,7 +217,6 @@ class OperatorImitation(Controller):
         # the last reconciles of either CR, in simulated time: what a test reads to tell a
         # requeue from an event without timing real seconds (`status()["history"]`)
         self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
-        self._fixtures = Fixtures()
         # render() is pure: an unchanged CR reuses its last rendering (apply_desired copies)
         self._rendered: dict[tuple[str, str, str, str], list[Obj]] = {}
         # (kind, ns, name) -> (rendered, live resourceVersion) of an apply that changed nothing
@@ -444,7 +443,7 @@ class OperatorImitation(Controller):
                release)
         objs = self._rendered.get(key)
         if objs is None:
-            objs = render(cr, self.namespace, self._fixtures, release)
+            objs = render(cr, self.namespace, release)
             self._rendered = {k: v for k, v in self._rendered.items() if k[0] != kind.key}
             self._rendered[key] = objs
         return objs
@@ -464,8 +463,7 @@ class OperatorImitation(Controller):
         """Delete the objects of the states `cr` disables, as its upstream controller does."""
         if R.stack_of(cr) == R.CLUSTERPOLICY:
             targets = [(kind, self.namespace if kind.namespaced else None, name)
-                       for kind, name in clusterpolicy_deletions(self.store, cr, self._fixtures,
-                                                                 release)]
+                       for kind, name in clusterpolicy_deletions(self.store, cr, release)]
         else:
             spare = releases.release(release).spares_shared_services
             targets = [(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])

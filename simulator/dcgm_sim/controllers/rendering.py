@@ -32,6 +32,7 @@ rendered by `shared_service`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from importlib import resources
@@ -87,25 +88,20 @@ DCGM_REMOTE_ENGINE_ENV = "DCGM_REMOTE_HOSTENGINE_INFO"
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def load_fixture(relpath: str) -> list[Obj]:
-    """The documents of a fixture file shipped in `dcgm_sim/fixtures/gpu-operator/`."""
+@functools.cache
+def _parsed(relpath: str) -> tuple[Obj, ...]:
+    """A fixture file's documents, parsed once per process: the files ship with the package
+    and never change, and a reconcile every few simulated seconds (of every simulated cluster
+    a test run starts) must not re-parse YAML. Never handed out: `load_fixture` clones."""
     root = resources.files("dcgm_sim").joinpath("fixtures", "gpu-operator")
     text = root.joinpath(*relpath.split("/")).read_text(encoding="utf-8")
-    return [d for d in yaml.load_all(text, Loader=_Loader) if d]
+    return tuple(d for d in yaml.load_all(text, Loader=_Loader) if d)
 
 
-class Fixtures:
-    """The fixture files, parsed once per instance (a reconcile every few simulated seconds
-    must not re-parse YAML); `docs` hands out fresh copies to render into."""
-
-    def __init__(self) -> None:
-        self._parsed: dict[str, list[Obj]] = {}
-
-    def docs(self, relpath: str) -> list[Obj]:
-        parsed = self._parsed.get(relpath)
-        if parsed is None:
-            parsed = self._parsed[relpath] = load_fixture(relpath)
-        return clone(parsed)
+def load_fixture(relpath: str) -> list[Obj]:
+    """The documents of a fixture file shipped in `dcgm_sim/fixtures/gpu-operator/`, fresh
+    copies to render into."""
+    return clone(list(_parsed(relpath)))
 
 
 def sample_cr(stack: str) -> Obj:
@@ -177,12 +173,12 @@ def service_monitor_edits(config: Mapping[str, Any], smon: Obj) -> None:
         first["relabelings"] = [dict(r) for r in config["relabelings"] if r is not None]
 
 
-def clusterpolicy_state_manifests(state: str, fx: Fixtures) -> list[Obj]:
+def clusterpolicy_state_manifests(state: str) -> list[Obj]:
     """Every manifest of a ClusterPolicy state, in file order, unrendered: the
     `clusterpolicy/<state>_*` fixture files (upstream: the objects of `assets/<state>/`)."""
     root = resources.files("dcgm_sim").joinpath("fixtures", "gpu-operator", CLUSTERPOLICY)
     names = sorted(f.name for f in root.iterdir() if f.name.startswith(state + "_"))
-    return [doc for name in names for doc in fx.docs(f"{CLUSTERPOLICY}/{name}")]
+    return [doc for name in names for doc in load_fixture(f"{CLUSTERPOLICY}/{name}")]
 
 
 def _image(section: Mapping[str, Any] | None, default: tuple[str, str, str]) -> str:
@@ -299,7 +295,7 @@ def _exporter_service(svc: Obj, exporter: Mapping[str, Any]) -> None:
         svc["spec"]["internalTrafficPolicy"] = service["internalTrafficPolicy"]
 
 
-def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
+def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str,
                           reserved: frozenset[str] = frozenset()) -> list[Obj]:
     spec = cr.get("spec") or {}
     daemonsets = spec.get("daemonsets") or {}
@@ -307,8 +303,8 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
     dcgm_on = state_enabled(cr, "state-dcgm")
     out: list[Obj] = []
     if dcgm_on:
-        ds, svc = (fx.docs("clusterpolicy/state-dcgm_0400_dcgm.yml")[0],
-                   fx.docs("clusterpolicy/state-dcgm_0500_service.yaml")[0])
+        ds, svc = (load_fixture("clusterpolicy/state-dcgm_0400_dcgm.yml")[0],
+                   load_fixture("clusterpolicy/state-dcgm_0500_service.yaml")[0])
         pod = ds["spec"]["template"]["spec"]
         pod["containers"][0]["image"] = _image(spec.get("dcgm"), CP_DEFAULT_IMAGES["dcgm"])
         for init in pod.get("initContainers") or []:
@@ -318,15 +314,15 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
         out += [ds, svc]
     if state_enabled(cr, "state-dcgm-exporter"):
         exporter = spec.get("dcgmExporter") or {}
-        svc = fx.docs("clusterpolicy/state-dcgm-exporter_0400_service.yaml")[0]
+        svc = load_fixture("clusterpolicy/state-dcgm-exporter_0400_service.yaml")[0]
         _exporter_service(svc, exporter)
         out.append(svc)
         if service_monitor_enabled(cr):
-            smon = fx.docs("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
+            smon = load_fixture("clusterpolicy/state-dcgm-exporter_0500_service_monitor.yaml")[0]
             smon["spec"]["namespaceSelector"]["matchNames"] = [namespace]
             service_monitor_edits(exporter.get("serviceMonitor") or {}, smon)
             out.append(smon)
-        ds = fx.docs("clusterpolicy/state-dcgm-exporter_0800_daemonset.yaml")[0]
+        ds = load_fixture("clusterpolicy/state-dcgm-exporter_0800_daemonset.yaml")[0]
         pod = ds["spec"]["template"]["spec"]
         container = pod["containers"][0]
         container["image"] = _image(exporter, CP_DEFAULT_IMAGES["dcgmExporter"])
@@ -342,7 +338,7 @@ def _render_clusterpolicy(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
     return out
 
 
-def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
+def _render_gpucluster(cr: Mapping[str, Any], namespace: str,
                        reserved: frozenset[str] = frozenset()) -> list[Obj]:
     spec = cr.get("spec") or {}
     daemonsets = spec.get("daemonsets") or {}
@@ -351,10 +347,10 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
     dcgm_on = state_enabled(cr, "state-dcgm")
     out: list[tuple[str, Obj]] = []
     if dcgm_on:
-        out += [("state-dcgm", o) for o in fx.docs("gpucluster-golden/gpucluster-dcgm.yaml")]
+        out += [("state-dcgm", o) for o in load_fixture("gpucluster-golden/gpucluster-dcgm.yaml")]
     if state_enabled(cr, "state-dcgm-exporter"):
         variant = "remote-engine" if dcgm_on else "embedded"
-        docs = fx.docs(f"gpucluster-golden/gpucluster-dcgm-exporter-{variant}.yaml")
+        docs = load_fixture(f"gpucluster-golden/gpucluster-dcgm-exporter-{variant}.yaml")
         out += [("state-dcgm-exporter", o) for o in docs]
     rendered: list[Obj] = []
     for state, obj in out:
@@ -381,19 +377,18 @@ def _render_gpucluster(cr: Mapping[str, Any], namespace: str, fx: Fixtures,
     return rendered
 
 
-def render(cr: Mapping[str, Any], namespace: str, fixtures: Fixtures | None = None,
+def render(cr: Mapping[str, Any], namespace: str,
            release: str = releases.DEFAULT) -> list[Obj]:
     """The objects the operator wants for this CR, in its apply order, each with the controller
     ownerReference (the CR must carry its uid) and, for DaemonSets, the last-applied hash.
     `release` (`RELEASES`): `shared-services-fork` adds the component label to the DaemonSets
     and renders no Service (the shared Services are `shared_service`'s)."""
-    fx = fixtures if fixtures is not None else Fixtures()
     shared = releases.release(release).shared_services
     reserved = frozenset({COMPONENT_LABEL}) if shared else frozenset()
     if stack_of(cr) == CLUSTERPOLICY:
-        objs = _render_clusterpolicy(cr, namespace, fx, reserved)
+        objs = _render_clusterpolicy(cr, namespace, reserved)
     else:
-        objs = _render_gpucluster(cr, namespace, fx, reserved)
+        objs = _render_gpucluster(cr, namespace, reserved)
     if shared:
         objs = [o for o in objs if o["kind"] != "Service"]
     common = str((cr.get("metadata", {}).get("annotations") or {}).get(RENDERS_COMMON_LABELS,

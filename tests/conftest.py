@@ -165,6 +165,12 @@ def edit_cr(store: Store, kind: kinds.Kind, change: Callable[[Obj], None]) -> Ob
     return edit_object(store, kind, None, name, change)
 
 
+def on_delete(ds: Obj) -> None:
+    """A DaemonSet edit (for `edit_object`): the `OnDelete` update strategy, which rolls no
+    pod until it is deleted."""
+    ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
+
+
 def pods_ready_on(store: Store, node: str, ready: bool) -> Obj:
     """The sim's kubelet on `node` lets its pods turn Ready, or holds every one back
     (`PODS_READY_ANNOTATION`): a Node edit, retried on a conflict (`edit_object`)."""

@@ -36,6 +36,7 @@ from migrator.model.planning import Options
 from migrator.model.snapshot import changed_fields
 from migrator.model.stacks import load_catalog
 from migrator.model.steps import Change
+from tests.conftest import edit_object
 from tests.helpers import builders as b
 from tests.helpers import cli
 
@@ -57,9 +58,7 @@ def _saved_plan(sim: SimCluster, tmp_path: Path) -> Path:
 
 
 def _edit(sim: SimCluster, kind: kinds.Kind, name: str, change: Any) -> None:
-    obj = copy.deepcopy(sim.store.get(kind, NS, name))
-    change(obj)
-    sim.store.update(kind, obj)
+    edit_object(sim.store, kind, NS, name, change)
 
 
 def test_a_stale_plan_names_the_objects_and_fields_that_changed(

@@ -33,6 +33,7 @@ from dcgm_sim.controllers.rendering import (
 from dcgm_sim.seed import seeded_cr
 from migrator.kube.client import Kube
 from migrator.model import kinds, objects
+from tests.conftest import edit_cr, edit_object
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import (
     COEXISTENCE_RULES,
@@ -192,9 +193,7 @@ def _operator_object_writes(env: E2E, since: int) -> list[str]:
 
 
 def _patch_cr(env: E2E, kind: kinds.Kind, edit: Callable[[dict[str, Any]], None]) -> None:
-    cr = copy.deepcopy(env.sim.store.list(kind)[0][0])
-    edit(cr["spec"])
-    env.sim.store.update(kind, cr)
+    edit_cr(env.sim.store, kind, lambda cr: edit(cr["spec"]))
 
 
 def _rolled(env: E2E, *names: str) -> bool:
@@ -223,14 +222,15 @@ def _ready_on(env: E2E, services: tuple[str, ...], nodes: tuple[str, ...]) -> li
 
 def _move_node(env: E2E, node_name: str, to: str) -> None:
     """Move one node to the other stack, as an admin relabels it."""
-    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, node_name))
-    labels = node["metadata"]["labels"]
-    other = "clusterpolicy" if to == "gpucluster" else "gpucluster"
-    for key in DEPLOY_LABELS[other]:
-        labels.pop(key, None)
-    labels.update({k: "true" for k in DEPLOY_LABELS[to]})
-    labels[MODE_LABEL] = MODE_DRA if to == "gpucluster" else MODE_DEVICE_PLUGIN
-    env.sim.store.update(kinds.NODE, node)
+    def move(node: dict[str, Any]) -> None:
+        labels = node["metadata"]["labels"]
+        other = "clusterpolicy" if to == "gpucluster" else "gpucluster"
+        for key in DEPLOY_LABELS[other]:
+            labels.pop(key, None)
+        labels.update({k: "true" for k in DEPLOY_LABELS[to]})
+        labels[MODE_LABEL] = MODE_DRA if to == "gpucluster" else MODE_DEVICE_PLUGIN
+
+    edit_object(env.sim.store, kinds.NODE, None, node_name, move)
 
 
 def _shared_slices(env: E2E) -> list[dict[str, Any]]:
@@ -483,12 +483,12 @@ def test_conflicting_exporter_service_settings_keep_the_owners_and_are_reported(
     GPUCluster pods do not serve is left out of the shared slices and reported."""
     env = e2e_factory("mixed", operator_release=FUTURE, nodes=4, operator_reconcile_seconds=None)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    svc = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
-    assert svc is not None
-    svc["spec"]["ports"].append({"name": "debug", "port": 9401, "targetPort": "debug",
-                                 "protocol": "TCP"})
-    svc["spec"]["sessionAffinity"] = "ClientIP"
-    env.sim.store.update(kinds.SERVICE, svc)
+    def debug_port(svc: dict[str, Any]) -> None:
+        svc["spec"]["ports"].append({"name": "debug", "port": 9401, "targetPort": "debug",
+                                     "protocol": "TCP"})
+        svc["spec"]["sessionAffinity"] = "ClientIP"
+
+    edit_object(env.sim.store, kinds.SERVICE, NS, "nvidia-dcgm-exporter", debug_port)
     once = env.cli("guard", "--once", "-o", "json")
     assert once.code == 0, once.stderr
     shared = {s["name"]: s for s in once.json()["shared"]}

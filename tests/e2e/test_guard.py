@@ -8,7 +8,6 @@ least-privilege Role of docs/guard.yaml, SIGTERM releases the Lease."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -37,7 +36,7 @@ from migrator.kube.client import Kube
 from migrator.model import kinds
 from migrator.model.guarding import HELD_ANNOTATION, Correction
 from migrator.model.stacks import load_catalog
-from tests.conftest import new_operand_versions
+from tests.conftest import edit_object, new_operand_versions
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.clock import SeenClock
 from tests.helpers.readiness import ReadyEndpoints
@@ -239,9 +238,9 @@ def test_a_correction_on_a_service_changed_since_it_was_decided_is_not_written(
     hold = Correction("hold", "nvidia-dcgm-exporter", "r", {key: "true"},
                       {"app": "nvidia-dcgm-exporter-dra"},
                       resource_version=seen["metadata"]["resourceVersion"])
-    adopted = copy.deepcopy(seen)
-    adopted["metadata"].setdefault("labels", {})["example.com/adopted-by"] = "a-release"
-    env.sim.store.update(kinds.SERVICE, adopted)
+    edit_object(env.sim.store, kinds.SERVICE, NS, "nvidia-dcgm-exporter",
+                lambda svc: svc["metadata"].setdefault("labels", {}).update(
+                    {"example.com/adopted-by": "a-release"}))
     mark = env.mark()
     done, skipped = guard.writers.apply([hold])
     assert done == [] and [s.outcome for s in skipped] == [Outcome.CONFLICT]
@@ -328,10 +327,9 @@ def test_guard_once_resyncs_alias_config_under_the_guard_role_only(
     env = e2e_factory("gpucluster", operator_reconcile_seconds=2.0)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
     kubeconfig = _guard_kubeconfig(env, tmp_path)
-    alias = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
-    assert alias is not None
-    alias["spec"]["sessionAffinity"] = "ClientIP"  # a hand edit: not the source's config
-    env.sim.store.update(kinds.SERVICE, alias)
+    # a hand edit: not the source's config
+    edit_object(env.sim.store, kinds.SERVICE, NS, "nvidia-dcgm-exporter",
+                lambda alias: alias["spec"].update(sessionAffinity="ClientIP"))
     res = env.cli("guard", "--once", "-o", "json", "--kubeconfig", kubeconfig)
     assert res.code == 0, res.stdout + res.stderr
     doc = res.json()
@@ -377,10 +375,9 @@ def test_the_guard_never_moves_an_alias_forward_that_phase_3_did_not_switch(
     env = e2e_factory("gpucluster")
     assert env.cli("apply", "--phase", "2", "--yes").code == 0
     if held:  # a stale mark (e.g. left behind by a rollback of phase 3)
-        alias = copy.deepcopy(env.svc("nvidia-dcgm-exporter"))
-        assert alias is not None
-        alias["metadata"]["annotations"][HELD_ANNOTATION] = "stale"
-        env.sim.store.update(kinds.SERVICE, alias)
+        edit_object(env.sim.store, kinds.SERVICE, NS, "nvidia-dcgm-exporter",
+                    lambda alias: alias["metadata"]["annotations"].update(
+                        {HELD_ANNOTATION: "stale"}))
     doc = env.cli("guard", "--once", "-o", "json").json()
     assert doc["corrections"] == []
     assert _selector(env, "nvidia-dcgm-exporter") == {"app": "nvidia-dcgm-exporter-dra"}

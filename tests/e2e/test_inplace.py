@@ -16,7 +16,7 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from migrator.model import kinds
 from migrator.model.gates import rollout_complete
 from migrator.model.objects import HELD_STRATEGY
-from tests.conftest import new_operand_versions, pods_ready_on
+from tests.conftest import edit_object, new_operand_versions, pods_ready_on
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_drift import DCGM
 from tests.e2e.test_phase1 import _daemonsets
@@ -245,9 +245,9 @@ def test_pending_template_change_takes_the_rolling_path(e2e_factory: Callable[..
     env = e2e_factory("gpucluster", operator_reconcile_seconds=None)
     pods_ready_on(env.sim.store, "gpu-node-0003", False)
     with env.monitor.expected_outage():  # gpu-node-0003's pod never Ready: not the tool's
-        ds = copy.deepcopy(env.ds("nvidia-dcgm-dra"))
-        ds["spec"]["template"]["metadata"].setdefault("annotations", {})["pending"] = "change"
-        env.sim.store.update(kinds.DAEMONSET, ds)
+        edit_object(env.sim.store, kinds.DAEMONSET, NS, "nvidia-dcgm-dra",
+                    lambda ds: ds["spec"]["template"]["metadata"].setdefault(
+                        "annotations", {}).update(pending="change"))
         env.sim.wait_for(lambda: len({p["metadata"]["labels"][HASH]
                                       for p in env.pods("nvidia-dcgm-dra")}) == 2, 30)
         plan = env.cli("plan", "-o", "json")

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from migrator.model import kinds
-from tests.conftest import edit_cr
+from tests.conftest import edit_cr, edit_object
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -115,12 +115,13 @@ def test_loadbalancer_alias_keeps_class_source_ranges_and_internal_annotation(
         "service", {}).__setitem__("type", "LoadBalancer"))
     env.sim.wait_for(lambda: env.service("nvidia-dcgm-exporter-dra")["spec"]["type"]
                      == "LoadBalancer", 30)
-    src = copy.deepcopy(env.service("nvidia-dcgm-exporter-dra"))
-    src["spec"].update(loadBalancerClass="service.k8s.aws/nlb",
-                       loadBalancerSourceRanges=["10.0.0.0/8"],
-                       externalTrafficPolicy="Local", healthCheckNodePort=32100)
-    src["metadata"]["annotations"][LB_INTERNAL] = "true"
-    env.sim.store.update(kinds.SERVICE, src)
+    def load_balanced(src: dict[str, Any]) -> None:
+        src["spec"].update(loadBalancerClass="service.k8s.aws/nlb",
+                           loadBalancerSourceRanges=["10.0.0.0/8"],
+                           externalTrafficPolicy="Local", healthCheckNodePort=32100)
+        src["metadata"]["annotations"][LB_INTERNAL] = "true"
+
+    edit_object(env.sim.store, kinds.SERVICE, NS, "nvidia-dcgm-exporter-dra", load_balanced)
 
     res = env.cli("apply", "--phase", "3", "--yes", "--settle", "0s")
     assert res.code == 0, res.stdout + res.stderr

@@ -15,6 +15,7 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.store import Event
 from migrator.engine import informer
 from migrator.model import kinds
+from tests.conftest import edit_object, on_delete
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia.com/gpu-operator.dcgm"
@@ -81,9 +82,7 @@ def test_roll_on_delete_rolls_ondelete_pods_one_node_at_a_time(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster", nodes=4)
     for name in ("nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"):
-        ds = copy.deepcopy(env.ds(name))
-        ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
-        env.sim.store.update(kinds.DAEMONSET, ds)
+        edit_object(env.sim.store, kinds.DAEMONSET, NS, name, on_delete)
     plan = env.cli("plan", "-o", "json").json()
     assert "OnDelete" in (plan["phases"][0]["blocked"] or "")
     refused = env.cli("apply", "--phase", "1", "--yes")
@@ -148,9 +147,9 @@ def test_rollback_leaves_an_alias_that_is_no_longer_the_tools(
         e2e_factory: Callable[..., E2E]) -> None:
     env = e2e_factory("gpucluster")
     assert env.cli("apply", "--phase", "2", "--yes").code == 0
-    svc = copy.deepcopy(env.service("nvidia-dcgm-exporter"))
-    del svc["metadata"]["labels"]["app.kubernetes.io/managed-by"]  # someone adopted it
-    env.sim.store.update(kinds.SERVICE, svc)
+    # someone adopted it
+    edit_object(env.sim.store, kinds.SERVICE, NS, "nvidia-dcgm-exporter",
+                lambda svc: svc["metadata"]["labels"].pop("app.kubernetes.io/managed-by"))
     res = env.cli("rollback", "--phase", "2", "--yes", "-o", "json")
     assert res.code == 0, res.stderr
     assert env.svc("nvidia-dcgm-exporter") is not None

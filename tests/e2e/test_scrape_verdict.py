@@ -4,7 +4,6 @@ migration on each stack, and `verify` is red exactly when that oracle sees a dup
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ from migrator.kube.client import Kube
 from migrator.model import kinds, monitoring
 from migrator.model.gates import rollout_complete
 from migrator.model.stacks import load_catalog
+from tests.conftest import edit_object
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.oracle import DiscoveryOracle
 
@@ -59,10 +59,9 @@ def _agree(oracle: DiscoveryOracle, env: E2E, expected: int) -> None:
 def _template(env: E2E, change: Callable[[dict[str, Any]], None]) -> None:
     """Change the exporter's pod template and wait until every pod runs it."""
     name = EXPORTER[env.sim.stack]
-    ds = copy.deepcopy(env.ds(name))
-    change(ds["spec"]["template"])
     with env.monitor.rolling():
-        env.sim.store.update(kinds.DAEMONSET, ds)
+        edit_object(env.sim.store, kinds.DAEMONSET, NS, name,
+                    lambda ds: change(ds["spec"]["template"]))
         env.sim.wait_for(lambda: rollout_complete(env.ds(name)).ok and env.ds(name)["status"].get(
             "observedGeneration") == env.ds(name)["metadata"]["generation"], 60)
 

@@ -7,7 +7,6 @@ clusters reach every node in every family their Services serve."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -19,6 +18,7 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.controllers.rendering import MODE_DRA, MODE_LABEL
 from migrator.kube.client import Kube
 from migrator.model import kinds, objects
+from tests.conftest import edit_object
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import _guard_kubeconfig, running_guard
 from tests.helpers.kubectl import kubectl_for
@@ -92,9 +92,8 @@ def _dra_nodes(env: E2E) -> list[str]:
 
 
 def _label_node(env: E2E, node_name: str, key: str, value: str) -> None:
-    node = copy.deepcopy(env.sim.store.get(kinds.NODE, None, node_name))
-    node["metadata"]["labels"][key] = value
-    env.sim.store.update(kinds.NODE, node)
+    edit_object(env.sim.store, kinds.NODE, None, node_name,
+                lambda node: node["metadata"]["labels"].update({key: value}))
 
 
 def _migrated_mixed(env: E2E) -> None:

@@ -7,13 +7,13 @@ runs and the disruption monitor samples every Service throughout."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 from dcgm_sim import dra, writes
 from dcgm_sim.controllers import pods as P
 from migrator.model import kinds
+from tests.conftest import edit_object
 from tests.e2e.conftest import E2E, NS
 
 DCGM = "nvidia-dcgm-dra"
@@ -24,13 +24,14 @@ HOLD = "example.com/hold"
 
 
 def _annotate_node(env: E2E, node: str, key: str, value: str | None) -> None:
-    obj = copy.deepcopy(env.sim.store.get(kinds.NODE, None, node))
-    annotations = obj["metadata"].setdefault("annotations", {})
-    if value is None:
-        annotations.pop(key, None)
-    else:
-        annotations[key] = value
-    env.sim.store.update(kinds.NODE, obj)
+    def annotate(obj: dict[str, Any]) -> None:
+        annotations = obj["metadata"].setdefault("annotations", {})
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+
+    edit_object(env.sim.store, kinds.NODE, None, node, annotate)
 
 
 def _add_finalizer(env: E2E, kind: kinds.Kind, name: str) -> None:

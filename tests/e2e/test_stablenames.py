@@ -5,7 +5,6 @@ created again) counts against the tool."""
 
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -13,6 +12,7 @@ from dcgm_sim.clock import SimClock
 from dcgm_sim.cluster import SimCluster
 from dcgm_sim.store import Store
 from migrator.model import kinds
+from tests.conftest import edit_object
 from tests.helpers.stablenames import StableNames, watching
 
 NS = "gpu-operator"
@@ -29,9 +29,8 @@ def service(name: str, owners: list[dict[str, Any]] | None) -> dict[str, Any]:
 
 
 def owners(store: Store, name: str, refs: list[dict[str, Any]] | None) -> None:
-    svc = copy.deepcopy(store.get(kinds.SERVICE, NS, name))
-    svc["metadata"]["ownerReferences"] = refs or []
-    store.update(kinds.SERVICE, svc)
+    edit_object(store, kinds.SERVICE, NS, name,
+                lambda svc: svc["metadata"].update(ownerReferences=refs or []))
 
 
 def run(steps: str) -> StableNames:

@@ -5,7 +5,6 @@ the verdict prints, as printed, and the verdict is green again."""
 
 from __future__ import annotations
 
-import copy
 import re
 import shlex
 from collections.abc import Callable
@@ -16,7 +15,8 @@ import yaml
 
 from migrator.model import kinds
 from migrator.model.findings import TRAFFIC_CHECKS
-from tests.e2e.conftest import E2E
+from tests.conftest import edit_object
+from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard_metrics import (
     fetch,
     guard_kubeconfig,
@@ -117,9 +117,8 @@ def test_an_alias_port_nothing_serves_is_red_until_its_fix_runs(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     env = e2e_factory("gpucluster", time_scale=0.05)
     assert env.cli("apply", "--phase", "3", "--yes", "--settle", "0s").code == 0
-    alias = copy.deepcopy(env.service("nvidia-dcgm-exporter"))
-    alias["spec"]["ports"][0]["targetPort"] = 9999
-    env.sim.store.update(kinds.SERVICE, alias)
+    edit_object(env.sim.store, kinds.SERVICE, NS, "nvidia-dcgm-exporter",
+                lambda alias: alias["spec"]["ports"][0].update(targetPort=9999))
 
     verify = env.cli("verify")
     assert verify.code == 1

@@ -6,7 +6,6 @@ honest exit codes."""
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ from dcgm_sim.controllers.releases import FUTURE_COEXISTENCE as FUTURE
 from dcgm_sim.controllers.rendering import DEPLOY_LABELS, MODE_DRA, MODE_LABEL
 from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
-from tests.conftest import edit_cr
+from tests.conftest import edit_cr, edit_object
 from tests.e2e.conftest import E2E, NS
 from tests.helpers.readiness import ReadyEndpoints
 
@@ -37,8 +36,7 @@ def _nodes(env: E2E, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = (),
     """Relabel every GPU node, as an admin (or the operator's node labeller) would; `off`: set
     to "false", which the released operator's node labeller keeps (a removed one it adds back
     at its next pass)."""
-    for node in env.sim.store.list(kinds.NODE)[0]:
-        node = copy.deepcopy(node)
+    def relabel(node: dict[str, Any]) -> None:
         labels = node["metadata"]["labels"]
         for key in remove:
             labels.pop(key, None)
@@ -46,7 +44,9 @@ def _nodes(env: E2E, *, add: tuple[str, ...] = (), remove: tuple[str, ...] = (),
         labels.update({k: "false" for k in off})
         if add:
             labels[MODE_LABEL] = MODE_DRA
-        env.sim.store.update(kinds.NODE, node)
+
+    for node in env.sim.store.list(kinds.NODE)[0]:
+        edit_object(env.sim.store, kinds.NODE, None, node["metadata"]["name"], relabel)
 
 
 def _ready(env: E2E, service: str) -> int:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from click.testing import CliRunner
+from jsonschema import Draft202012Validator
 from typer.main import get_command
 
 from migrator.cli.app import app

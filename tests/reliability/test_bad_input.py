@@ -15,6 +15,7 @@ import pytest
 
 from dcgm_sim.cluster import SimCluster
 from migrator.model import kinds
+from tests.conftest import edit_object
 from tests.helpers import cli, crash
 from tests.reliability.conftest import APPLY, NS, Env
 
@@ -70,9 +71,9 @@ def _saved_plan(sim: SimCluster, tmp: Path) -> Path:
 
 def stale_plan(sim: SimCluster, tmp: Path) -> list[str]:
     path = _saved_plan(sim, tmp)
-    ds = copy.deepcopy(sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-dra"))
-    ds["metadata"]["labels"]["team"] = "gpu-infra"  # someone edits the cluster after the plan
-    sim.store.update(kinds.DAEMONSET, ds)
+    # someone edits the cluster after the plan
+    edit_object(sim.store, kinds.DAEMONSET, NS, "nvidia-dcgm-dra",
+                lambda ds: ds["metadata"]["labels"].update(team="gpu-infra"))
     return ["apply", "--phase", "1", "--yes", "--plan", str(path)]
 
 

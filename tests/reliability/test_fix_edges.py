@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from migrator.model import kinds
+from tests.conftest import edit_object, on_delete
 from tests.helpers import cli, crash
 from tests.reliability.conftest import NS, STATE_CM, Env
 
@@ -60,11 +61,12 @@ def test_a_hand_edit_of_the_labels_is_not_blamed_on_the_operator(
         fresh: Callable[..., Env]) -> None:
     env = fresh(monitor=False)
     assert crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes").code == 0
-    ds = copy.deepcopy(env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-dra"))
-    assert "nvidia.com/last-applied-hash" in ds["metadata"]["annotations"]  # the operator's
-    del ds["metadata"]["labels"][DCGM]
-    del ds["spec"]["template"]["metadata"]["labels"][DCGM]
-    env.sim.store.update(kinds.DAEMONSET, ds)  # kubectl edit, by hand
+    def unlabel(ds: dict[str, Any]) -> None:  # kubectl edit, by hand
+        assert "nvidia.com/last-applied-hash" in ds["metadata"]["annotations"]  # the operator's
+        del ds["metadata"]["labels"][DCGM]
+        del ds["spec"]["template"]["metadata"]["labels"][DCGM]
+
+    edit_object(env.sim.store, kinds.DAEMONSET, NS, "nvidia-dcgm-dra", unlabel)
     status = crash.run(env.kubeconfig, "status", "-o", "json")
     assert status.code == 1, status.output
     gate = _gate(json.loads(status.stdout), "labels-hold/nvidia-dcgm-dra")
@@ -78,9 +80,7 @@ def test_a_hand_edit_of_the_labels_is_not_blamed_on_the_operator(
 def test_a_gate_refusal_names_what_to_do_and_its_fix_works(fresh: Callable[..., Env],
                                                            tmp_path: Path) -> None:
     env = fresh(monitor=False)
-    ds = copy.deepcopy(env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-exporter-dra"))
-    ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
-    env.sim.store.update(kinds.DAEMONSET, ds)
+    edit_object(env.sim.store, kinds.DAEMONSET, NS, "nvidia-dcgm-exporter-dra", on_delete)
     refused = crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes")
     assert refused.code == 1, refused.output
     assert "explains this gate" not in refused.stderr, refused.stderr[-800:]
@@ -191,9 +191,7 @@ def test_a_short_timeout_while_rolling_ondelete_pods_is_not_blamed_on_the_nodes(
     pod is still starting and the fix is a longer --timeout, which then resumes and finishes
     (a pod still starting when it resumes is waited for, not refused)."""
     env = fresh(monitor=False, time_scale=0.1, readiness_probes=True)
-    ds = copy.deepcopy(env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-dra"))
-    ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
-    env.sim.store.update(kinds.DAEMONSET, ds)
+    edit_object(env.sim.store, kinds.DAEMONSET, NS, "nvidia-dcgm-dra", on_delete)
     short = crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes", "--roll-on-delete",
                       "--timeout", "1s")
     assert short.code == 1, short.output

@@ -27,6 +27,7 @@ import yaml
 from dcgm_sim.cluster import kubeconfig_document
 from migrator.engine.state import lock as locking
 from migrator.model import kinds
+from tests.conftest import edit_object
 from tests.helpers import crash
 from tests.helpers.printed import run_printed
 from tests.reliability.conftest import NS, Env
@@ -105,9 +106,8 @@ def test_a_stale_plan(fresh: Callable[..., Env], tmp_path: Path) -> None:
     env = fresh(monitor=False)
     plan = tmp_path / "plan.json"
     assert crash.run(env.kubeconfig, "plan", "--out", str(plan)).code == 0
-    ds = copy.deepcopy(env.sim.store.get(kinds.DAEMONSET, NS, "nvidia-dcgm-dra"))
-    ds["metadata"]["labels"]["team"] = "gpu-infra"
-    env.sim.store.update(kinds.DAEMONSET, ds)
+    edit_object(env.sim.store, kinds.DAEMONSET, NS, "nvidia-dcgm-dra",
+                lambda ds: ds["metadata"]["labels"].update(team="gpu-infra"))
     stale = crash.run(env.kubeconfig, "apply", "--phase", "1", "--yes", "--plan", str(plan))
     assert stale.code == 4, stale.output
     commands = fix_commands(stale.stderr)

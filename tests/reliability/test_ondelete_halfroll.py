@@ -7,7 +7,6 @@ which refuses OnDelete); and a rollback that restored no selector does not settl
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from migrator.model import kinds
-from tests.conftest import edit_cr
+from tests.conftest import edit_cr, edit_object, on_delete
 from tests.helpers import crash
 from tests.reliability.conftest import NS, Env
 
@@ -39,9 +38,7 @@ def _pods(env: Env, app: str) -> list[dict[str, Any]]:
 
 
 def _on_delete(env: Env, name: str) -> None:
-    ds = copy.deepcopy(env.sim.store.get(kinds.DAEMONSET, NS, name))
-    ds["spec"]["updateStrategy"] = {"type": "OnDelete"}
-    env.sim.store.update(kinds.DAEMONSET, ds)
+    edit_object(env.sim.store, kinds.DAEMONSET, NS, name, on_delete)
 
 
 def test_rollback_of_an_ondelete_daemonset_refuses_and_its_fix_rolls_the_pods(
@@ -150,9 +147,8 @@ def test_rollback_with_roll_on_delete_finishes_a_half_roll_left_behind(
                      ).code == 0
     _on_delete(env, "nvidia-dcgm-exporter-dra")
     for pod in _pods(env, "nvidia-dcgm-exporter-dra"):  # the pods an old rollback left
-        pod = copy.deepcopy(pod)
-        pod["metadata"]["labels"][EXPORTER] = "true"
-        env.sim.store.update(kinds.POD, pod)
+        edit_object(env.sim.store, kinds.POD, NS, pod["metadata"]["name"],
+                    lambda pod: pod["metadata"]["labels"].update({EXPORTER: "true"}))
     done = crash.run(env.kubeconfig, "rollback", "--phase", "1", "--yes", "--settle", "0s",
                      "--roll-on-delete")
     assert done.code == 0, done.output

@@ -44,6 +44,7 @@ from migrator.engine.state import (
 from migrator.engine.state import lock as locking
 from migrator.errors import APIForbidden, LockHeld, StateCorrupt, UsageError
 from migrator.kube.client import Kube
+from migrator.model import stackchange as sc
 from migrator.model.planning import Options
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, load_catalog
@@ -184,6 +185,8 @@ def apply(session: Session, request: RunRequest) -> RunReport:
             check_plan_file(request.plan_file, snap, session.namespace, request.phase,
                             asdict(request.settings.options))
         state, version = load_state(session)
+        if request.held is None:
+            _refuse_unfinished_change(session, state, "apply")
         before = assemble.build(snap, session.catalog, state, request.settings.options)
         locate.require_stack(before.stack, bool(before.components), session.namespace)
         locate.require_operator_api(snap.nvidia_api, session.kube.server)
@@ -213,6 +216,20 @@ def apply(session: Session, request: RunRequest) -> RunReport:
         # A ✗ gate on a phase it was asked to complete is never success, whatever the waits said.
         return RunReport(final, result, ok=final.holds(request.phase)
                          and not final.verdict.failures(request.phase))
+
+
+def _refuse_unfinished_change(session: Session, state: State | None, command: str) -> None:
+    """A stack change not finished is `change-stack`'s to go on with or undo: apply and
+    rollback would plan the phases for a stack half changed. One running now: its lock."""
+    record = state.stack_change if state is not None else None
+    if record is None or not sc.unfinished(record):
+        return
+    session.store.check_free()
+    raise UsageError(
+        f"A change-stack to the {record.get('to')} stack (started {record.get('started')}) has "
+        f"not finished, and {command} would plan the phases for a stack half changed.",
+        f"finish it: `{sc.resume_command(record, session.namespace)}`, or undo it: "
+        f"`{sc.undo_command(session.namespace)}`")
 
 
 def _ask(session: Session, request: RunRequest, report: PlanReport,
@@ -248,6 +265,7 @@ def rollback(session: Session, request: RunRequest) -> RunReport:
     """Undo phases down to and including N, newest first, from the recorded originals."""
     with _run_cache(session, request) as (cache, snap):
         state, version = load_state(session)
+        _refuse_unfinished_change(session, state, "rollback")
         if state is None:  # lost after phase 1: its marks say what to undo, else refused
             state = recovered.from_marks(snap, session.catalog, session.namespace, session.clock,
                                          session.listener.message)

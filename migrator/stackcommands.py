@@ -40,7 +40,7 @@ class StackRequest:
     """What `change-stack` was asked (bounds in seconds)."""
 
     target: str
-    new_cr: Mapping[str, Any]
+    new_cr: Mapping[str, Any] | None  # None: the unfinished change's recorded CR
     delete_cr: str | None
     timeout: float
     max_gap: float
@@ -82,11 +82,12 @@ def _running(session: Session, loaded: tuple[State, str | None], timeout: float,
 def plan(session: Session, request: StackRequest) -> StackOutcome:
     """The change as it would run now, with what a stopped run did (not `observe`: a resumed
     change may find no DaemonSet)."""
-    snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
-    change = sc.plan(snap, session.catalog, request.target, dict(request.new_cr),
-                     request.delete_cr)
-    _admitted(session, snap, change.new_cr)
     recorded = _state(session)[0].stack_change
+    new_cr = (dict(request.new_cr) if request.new_cr is not None
+              else sc.recorded_cr(recorded, request.target))
+    snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)
+    change = sc.plan(snap, session.catalog, request.target, new_cr, request.delete_cr)
+    _admitted(session, snap, change.new_cr)
     return StackOutcome(change, recorded if (recorded or {}).get("to") == change.target else None)
 
 

@@ -207,7 +207,7 @@ def run_lines(con: _Pointed, run: RunView) -> None:
     rollback's steps (docs/output.schema.json, `$defs/run`)."""
     head = f"[bold]run[/bold] {_RUN_HEADS.get(run.state, run.state)}"
     if run.operation:
-        head += f" — {run.operation} --phase {run.target}"
+        head += f" — {run.operation}" + (f" --phase {run.target}" if run.target else "")
         if run.phase:
             head += f", at phase {run.phase}"
     lock = run.lock

@@ -18,9 +18,9 @@ from migrator.errors import UsageError
 from migrator.model import stackchange as sc
 
 
-def _load_cr(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        raise UsageError("change-stack needs the new CR's manifest.", "pass -f <cr.yaml>")
+def _load_cr(path: Path | None) -> dict[str, Any] | None:
+    if path is None:  # resuming: the stopped change's recorded CR (stackcommands.plan)
+        return None
     try:
         docs = [d for d in yaml.load_all(path.read_text(), Loader=yaml.SafeLoader) if d]
     except (OSError, yaml.YAMLError) as exc:
@@ -65,7 +65,8 @@ def change_stack(
     to: Annotated[str, typer.Option("--to", help="The stack to change to: gpucluster or "
                                     "clusterpolicy.")] = "",
     file: Annotated[Path | None, typer.Option("-f", "--filename", help="The new CR's "
-                                               "manifest (one ClusterPolicy or GPUCluster).")]
+                                               "manifest (one ClusterPolicy or GPUCluster); "
+                                               "a stopped change resumes without it.")]
     = None,
     delete_cr: Annotated[str | None, typer.Option(
         "--delete-cr", help="The old CR to delete, by name: the released GPU Operator refuses "

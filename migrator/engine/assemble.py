@@ -12,6 +12,7 @@ from migrator.engine.progress import merged
 from migrator.engine.reports import Closing, PlanReport, RunReport, RunView, StatusReport
 from migrator.engine.state import PhaseStatus, State, holds
 from migrator.model import monitoring, outcome, scrapechecks
+from migrator.model import stackchange as sc
 from migrator.model.discovery import discover
 from migrator.model.findings import traffic_critical
 from migrator.model.planning import Options
@@ -53,8 +54,12 @@ def build(snapshot: Snapshot, catalog: Catalog, state: State | None, options: Op
     exporters = [c.daemonset for c in found.components if c.exporter]
     drift_risk = bool(state and any(r.wrote_labels for r in state.phases.values()
                                     if r.status.applied))
-    change = (reports.StackChange(state.stack, found.stack)
-              if state is not None and state.stack_changed(found.stack) else None)
+    change = None
+    if state is not None and state.stack_changed(found.stack):
+        record = state.stack_change
+        change = reports.StackChange(state.stack, found.stack, (
+            sc.resume_command(record, state.namespace), sc.undo_command(state.namespace))
+            if record is not None and sc.unfinished(record) else None)
     views, decisions, said = projecting.walked(snapshot, catalog, state, options)
     warnings: list[str] = [*found.warnings, *said]
     switches = False  # a Service is (or is to be) switched to the common selector

@@ -47,8 +47,15 @@ class StackChange:
 
     recorded: str
     live: str
+    # a change-stack has not finished: the commands that go on with it and that undo it
+    unfinished: tuple[str, str] | None = None
 
     def __str__(self) -> str:
+        if self.unfinished is not None:
+            resume, undo = self.unfinished
+            return (f"a change-stack from {self.recorded} to {self.live} has not finished: "
+                    f"`{resume}` goes on with it, `{undo}` undoes it (docs/runbook.md, "
+                    "'Changing stack')")
         return (f"the GPU Operator stack changed from {self.recorded} (recorded) to "
                 f"{self.live}: the completed phases were planned for {self.recorded}; "
                 f"`dcgm-migrate apply --phase 3` re-plans them for {self.live} "

@@ -11,6 +11,7 @@ from migrator.engine.reports import LockView, RollbackPhase, RollbackStep, RunVi
 from migrator.engine.state import PhaseRecord, PhaseStatus, State, unfinished
 from migrator.engine.state.lock import LockInfo, format_time
 from migrator.engine.state.runs import STARTS
+from migrator.model import stackchange as sc
 from migrator.model.steps import from_record
 
 
@@ -72,33 +73,42 @@ def _resume(state: State, operation: str, target: int, namespace: str) -> str:
 
 def describe(state: State | None, lock: LockInfo | None, now: datetime,
              namespace: str, gone: str | None = None) -> RunView:
-    """The `run` of `status`. `gone`: why the lock's holder is provably gone, or None."""
+    """The `run` of `status`. `gone`: why the lock's holder is provably gone, or None. An
+    unfinished `change-stack` is the run, its phases included: only it goes on with them."""
     live = lock is not None and lock.live(now) and gone is None
     operation, target, pending = unfinished(state) if state else (None, None, [])
+    change = state.stack_change if state and sc.unfinished(state.stack_change) else None
     active = [r for r in pending if r.status.unfinished]
-    rollback = operation == "rollback"
+    rollback = operation == "rollback" and change is None
     # the phase in progress, else the one the run goes on with
     current = (max if rollback else min)(pending, key=lambda r: r.number) if pending else None
     if live:
         run = "rolling-back" if rollback and active else "running"
-    elif pending:
+    elif pending or change:
         run = "interrupted"
     else:
         run = "idle"
     if not pending:  # idle, or a run that has not recorded its start yet
         operation = target = None
+    if change is not None:
+        operation, target = "change-stack", None
     history = state.history if state else []
+    resume = None
+    if state is not None and run == "interrupted":
+        resume = (sc.resume_command(change, namespace) if change is not None else
+                  _resume(state, operation, target, namespace) if operation and target else None)
+    waits = None
+    if run in ("running", "rolling-back"):
+        waits = waits_for(current, rollback) or (sc.waits_for(change) if change else None)
     return RunView(
         state=run, operation=operation, target=target,
         phase=current.number if current else None,
         lock=None if lock is None else LockView(
             lock.holder, lock.acquired or None,
             format_time(lock.expires) if lock.expires else None, lock.live(now), gone),
-        resume=(_resume(state, operation, target, namespace)
-                if state is not None and run == "interrupted" and operation and target
-                else None),
+        resume=resume,
         last_event=history[-1] if history else None,
-        waits_for=waits_for(current, rollback) if run in ("running", "rolling-back") else None,
+        waits_for=waits,
         rollback=(_rollback_steps(state, target)
                   if state is not None and rollback and run != "idle" and pending else None),
     )

@@ -15,6 +15,7 @@ from typing import Any
 from migrator.errors import UsageError
 from migrator.model import objects as o
 from migrator.model.findings import Finding
+from migrator.model.phasestatus import PhaseStatus
 from migrator.model.planning import PlanContext
 from migrator.model.snapshot import Snapshot
 from migrator.model.stacks import Catalog, Component
@@ -169,6 +170,64 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
     return ChangePlan(source if old is not None else "none", target, dict(new_cr),
                       clean_cr(old) if old is not None else None, tuple(steps),
                       tuple(warnings))
+
+
+def unfinished(record: Mapping[str, Any] | None) -> bool:
+    """A change recorded as begun and neither completed nor rolled back: running now, or
+    stopped (killed, a gate, a timeout). Only `change-stack` goes on with it."""
+    return bool(record) and (record or {}).get("status") == PhaseStatus.IN_PROGRESS.value
+
+
+def recorded_cr(record: Mapping[str, Any] | None, target: str) -> dict[str, Any]:
+    """The new CR an unfinished change to `target` recorded, so that resuming it needs no -f
+    (the manifest may be on another machine); a UsageError when there is none."""
+    if not unfinished(record) or (record or {}).get("to") != target:
+        raise UsageError("change-stack needs the new CR's manifest.", "pass -f <cr.yaml>")
+    return dict((record or {})["newCr"])
+
+
+def resume_command(record: Mapping[str, Any], namespace: str) -> str:
+    """The command that goes on with an unfinished change, from its record alone."""
+    old = (record.get("oldCr") or {}).get("metadata", {}).get("name")
+    return " ".join(["dcgm-migrate change-stack --to", str(record.get("to")),
+                     *(["--delete-cr", str(old)] if old else []), "-n", namespace])
+
+
+def undo_command(namespace: str) -> str:
+    """The command that undoes an unfinished (or completed) change."""
+    return f"dcgm-migrate change-stack --rollback -n {namespace}"
+
+
+# What a change waits for: a step whose intent is its newest record, by that record.
+_WRITING = {KEEP: "{kind}/{name} kept from the garbage collector",
+            DELETE: "the delete of {kind}/{name}",
+            CREATE: "the create of {kind}/{name}",
+            RETARGET: "{kind}/{name} made the alias of the GPUCluster's Service"}
+# ... and after a step recorded done, the next, named by the old CR (`oldCr`) or the new one.
+_NEXT = {KEEP: ("oldCr", "the delete of {kind}/{name}"),
+         DELETE: ("oldCr", "{kind}/{name} gone: its DaemonSets and pods removed"),
+         GONE: ("newCr", "the create of {kind}/{name}"),
+         CREATE: ("newCr", "every node served again by the stable names (the new stack's pods "
+                           "Ready)"),
+         RETARGET: ("newCr", "every node served again by the stable names (the new stack's "
+                             "pods Ready)"),
+         SERVING: ("newCr", "the new stack's phases (apply --phase 3)")}
+
+
+def waits_for(record: Mapping[str, Any]) -> str:
+    """What a running change waits for, from its newest step record (steps run in `plan`'s
+    order, each recorded before its write and done after)."""
+    steps = list((record.get("steps") or {}).values())
+    if not steps and record.get("oldCr"):
+        return "the stable Services kept from the garbage collector"
+    last = steps[-1] if steps else {"action": GONE, "status": "done"}  # none yet: the create
+    if last.get("status") != "done":
+        return _WRITING[last["action"]].format(kind=last["kind"], name=last["name"])
+    if last["action"] == CREATE and record.get("to") == "gpucluster":
+        return "the stable Services made the aliases of the Services the GPUCluster renders"
+    which, text = _NEXT.get(last["action"], _NEXT[SERVING])
+    cr = record.get(which) or {}
+    return text.format(kind=cr.get("kind"), name=(cr.get("metadata") or {}).get("name"))
 
 
 def exporter_enabled(gpucluster: Mapping[str, Any]) -> bool:

@@ -132,10 +132,12 @@ def test_a_write_that_rolls_pods_is_recorded_done_before_its_rollout_wait(
     assert "waits for: the rollout of DaemonSet/nvidia-dcgm-dra" in table
 
 
-def test_status_during_change_stacks_own_wait_names_the_change(
+def test_a_stack_change_running_then_stopped_is_the_run_and_only_change_stack_goes_on(
         fresh: Callable[..., Env], tmp_path: Path) -> None:
-    """While `change-stack` waits in its own steps (no phase in progress yet), the run's last
-    event is the change's start, not the last phase the previous run completed."""
+    """While `change-stack` waits in its own steps (no phase in progress yet), `status` names
+    the change as the run and what it waits for; stopped, the change is the interrupted run,
+    `apply` refuses with nothing written (it would plan phases for a stack half changed), and
+    the `resume:` command, without the manifest (the change recorded its CR), finishes it."""
     env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
     assert crash.run(env.kubeconfig, *APPLY).code == 0
     args = ("change-stack", "--to", "gpucluster", "-f", str(manifest(tmp_path, "gpucluster")),
@@ -145,19 +147,37 @@ def test_status_during_change_stacks_own_wait_names_the_change(
         try:
             crash.until(lambda: _step_status(env, "retarget/Service/nvidia-dcgm-exporter")
                         == "intent", proc)
-            _, doc, table = _status(env)
+            _, running, table = _status(env)
         finally:
             stopped, err = _stop(proc)
-    assert stopped == 143, err
-    assert doc["run"]["state"] == "running", doc["run"]
-    assert (doc["run"]["lastEvent"]["event"], doc["run"]["lastEvent"]["to"]) == (
-        "stack-change-start", "gpucluster"), doc["run"]
+        assert stopped == 143, err
+        code, interrupted, after_table = _status(env)
+        mark = env.mark()
+        refused = cli.run(env.kubeconfig, "apply", "--phase", "3", "--yes")
+        assert (refused.code, env.writes(mark)) == (2, []), refused.stderr
+    run = running["run"]
+    assert (run["state"], run["operation"], run["target"]) == ("running", "change-stack", None)
+    assert run["waitsFor"] == "Service/nvidia-dcgm-exporter made the alias of the GPUCluster's " \
+        "Service", run
+    assert (run["lastEvent"]["event"], run["lastEvent"]["to"]) == (
+        "stack-change-start", "gpucluster"), run
+    assert "run running — change-stack" in table
     assert "stack-change-start to=gpucluster" in table
-    again = crash.run(env.kubeconfig, *args)  # resumed: said so in the history
+    run = interrupted["run"]
+    assert code == 1 and (run["state"], run["operation"]) == ("interrupted", "change-stack"), run
+    resume = run["resume"]
+    assert resume.startswith("dcgm-migrate change-stack --to gpucluster --delete-cr "
+                             "gpu-cluster-policy -n gpu-operator --kubeconfig "), resume
+    assert f"resume: {resume}" in after_table
+    assert "has not finished, and apply would plan the phases" in refused.stderr
+    assert resume in refused.stderr and "change-stack --rollback" in refused.stderr
+    again = crash.run(env.kubeconfig, *shlex.split(resume)[1:], "--yes", "--settle", "0s")
     assert again.code == 0, again.output[-2000:]
     starts = [e for e in crash.state_document(env.sim)["history"]
               if e["event"] == "stack-change-start"]
     assert [e.get("resumed") for e in starts] == [None, True], starts
+    code, done, _ = _status(env)
+    assert (code, done["run"]["state"], done["run"]["operation"]) == (0, "idle", None), done
 
 
 def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[..., Env]) -> None:

@@ -87,6 +87,7 @@ def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
                 f"{record.get('started')}).", "finish it by running that change-stack again, "
                 "or undo it with change-stack --rollback")
         state.log("stack-change-start", to=change.target, resumed=True)
+        record.pop("rollback", None)  # forward again after a stopped undo
         return record
     state.stack_change = {"to": change.target, "from": change.source, "status": IN_PROGRESS,
                           "started": now, "newCr": dict(change.new_cr),
@@ -340,6 +341,8 @@ def rollback(run: StackRun) -> list[str]:
     """Undo the recorded change: new CR deleted (Services kept), old CR created again, each kept
     Service's labels, annotations, selector and owner put back. Returns what it did."""
     record = run.record
+    record["rollback"] = stamp(run.clock.now())  # a stopped undo is resumed as an undo
+    run.save(run.state)
     steps: Mapping[str, Obj] = record.get("steps") or {}
     done: list[str] = []
     create = next((s for s in steps.values() if s["action"] == sc.CREATE), None)

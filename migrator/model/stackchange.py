@@ -173,9 +173,11 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
 
 
 def unfinished(record: Mapping[str, Any] | None) -> bool:
-    """A change recorded as begun and neither completed nor rolled back: running now, or
+    """A change (or its undo, `rollback`) recorded as begun and not ended: running now, or
     stopped (killed, a gate, a timeout). Only `change-stack` goes on with it."""
-    return bool(record) and (record or {}).get("status") == PhaseStatus.IN_PROGRESS.value
+    status = (record or {}).get("status")
+    undoing = bool((record or {}).get("rollback")) and status != PhaseStatus.ROLLED_BACK.value
+    return status == PhaseStatus.IN_PROGRESS.value or undoing
 
 
 def recorded_cr(record: Mapping[str, Any] | None, target: str) -> dict[str, Any]:
@@ -187,7 +189,9 @@ def recorded_cr(record: Mapping[str, Any] | None, target: str) -> dict[str, Any]
 
 
 def resume_command(record: Mapping[str, Any], namespace: str) -> str:
-    """The command that goes on with an unfinished change, from its record alone."""
+    """The command that goes on with an unfinished change (or its undo), from its record."""
+    if record.get("rollback"):
+        return undo_command(namespace)
     old = (record.get("oldCr") or {}).get("metadata", {}).get("name")
     return " ".join(["dcgm-migrate change-stack --to", str(record.get("to")),
                      *(["--delete-cr", str(old)] if old else []), "-n", namespace])
@@ -217,6 +221,8 @@ _NEXT = {KEEP: ("oldCr", "the delete of {kind}/{name}"),
 def waits_for(record: Mapping[str, Any]) -> str:
     """What a running change waits for, from its newest step record (steps run in `plan`'s
     order, each recorded before its write and done after)."""
+    if record.get("rollback"):
+        return f"the undo of the change to the {record.get('to')} stack"
     steps = list((record.get("steps") or {}).values())
     if not steps and record.get("oldCr"):
         return "the stable Services kept from the garbage collector"

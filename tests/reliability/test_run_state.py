@@ -180,6 +180,41 @@ def test_a_stack_change_running_then_stopped_is_the_run_and_only_change_stack_go
     assert (code, done["run"]["state"], done["run"]["operation"]) == (0, "idle", None), done
 
 
+def test_a_stopped_undo_of_a_stack_change_resumes_as_an_undo(
+        fresh: Callable[..., Env], tmp_path: Path) -> None:
+    """`change-stack --rollback` stopped while the GPUCluster it deleted is still going: the
+    undo is the run `status` reports, `resume:` is the undo again (not the change), `apply`
+    refuses; the resume finishes the undo and the cluster is idle on the ClusterPolicy."""
+    env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
+    assert crash.run(env.kubeconfig, *APPLY).code == 0
+    changed = crash.run(env.kubeconfig, "change-stack", "--to", "gpucluster", "-f",
+                        str(manifest(tmp_path, "gpucluster")), "--delete-cr",
+                        "gpu-cluster-policy", "--yes", "--settle", "0s")
+    assert changed.code == 0, changed.output[-2000:]
+    with env.sim.clock.held():  # the GPUCluster's pods cannot terminate: it is not gone
+        proc = crash.start(env.kubeconfig, "change-stack", "--rollback", "--yes")
+        try:
+            crash.until(lambda: "rollback" in (crash.live_document(env.sim).get("stackChange")
+                                               or {}), proc)
+            _, running, _ = _status(env)
+        finally:
+            stopped, err = _stop(proc)
+        assert stopped == 143, err
+        code, interrupted, _ = _status(env)
+        refused = cli.run(env.kubeconfig, "apply", "--phase", "3", "--yes")
+    assert (running["run"]["operation"], running["run"]["waitsFor"]) == (
+        "change-stack", "the undo of the change to the gpucluster stack"), running["run"]
+    run = interrupted["run"]
+    assert code == 1 and (run["state"], run["operation"]) == ("interrupted", "change-stack"), run
+    assert run["resume"].startswith("dcgm-migrate change-stack --rollback -n gpu-operator "), run
+    assert refused.code == 2 and run["resume"] in refused.stderr, refused.stderr
+    again = crash.run(env.kubeconfig, *shlex.split(run["resume"])[1:], "--yes")
+    assert again.code == 0, again.output[-2000:]
+    assert crash.state_document(env.sim)["stackChange"]["status"] == "rolled-back"
+    code, done, _ = _status(env)
+    assert (done["run"]["state"], done["run"]["operation"]) == ("idle", None), done["run"]
+
+
 def test_status_during_a_rollback_shows_the_rollbacks_steps(fresh: Callable[..., Env]) -> None:
     env = fresh(time_scale=SLOW)
     assert crash.run(env.kubeconfig, *APPLY, "--timeout", "5m").code == 0

@@ -24,6 +24,7 @@ from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
 from migrator.model.stackchange import clean_cr
 from tests.e2e.conftest import E2E, NS
+from tests.e2e.test_guard import running_guard
 from tests.helpers.stablenames import StableNames, watching
 from tests.helpers.stackprep import label_nodes, manifest
 
@@ -260,6 +261,37 @@ def test_a_gpucluster_the_operator_would_refuse_or_run_without_exporter_is_refus
     assert env.writes(since=mark) == []
     assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
     assert crs(env, kinds.GPU_CLUSTER) == []
+
+
+def test_the_guard_running_through_a_change_and_back_stays_out_of_its_way(
+        e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
+    """The guard deployed (its loop running, as the Deployment's leader does) while
+    `change-stack` goes to the GPUCluster and back: both complete, the stable names never
+    vanish nor change ClusterIP, `verify` is green after each, and no write of the guard's to
+    a stable Service made one of `change-stack`'s conflict (every change-stack run is one
+    attempt: a conflict it did not expect would have stopped it)."""
+    env = _cluster_policy_ready_for_change(e2e_factory)
+    before = cluster_ips(env)
+    with running_guard(env) as guard:
+        with env.monitor.replacing(*STABLE), watching(env.sim, NS, STABLE) as there:
+            res = change(env, "gpucluster", manifest(tmp_path, "gpucluster"),
+                         "gpu-cluster-policy")
+            assert res.code == 0, res.stdout + res.stderr
+            env.until(lambda: served(env), 120, "every node served again")
+        assert_names_kept(there, before, res.stderr)
+        verify = env.cli("verify")
+        assert verify.code == 0, verify.stdout
+        with env.monitor.replacing(*STABLE, *DRA), watching(env.sim, NS, STABLE) as back:
+            res = change(env, "clusterpolicy", manifest(tmp_path, "clusterpolicy"),
+                         "gpu-cluster")
+            assert res.code == 0, res.stdout + res.stderr
+            env.until(lambda: served(env), 120, "every node served again")
+        assert_names_kept(back, before, res.stderr)
+        assert guard.guard.passes > 0, guard.log[-20:]
+    assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
+    assert crs(env, kinds.GPU_CLUSTER) == []
+    verify = env.cli("verify")
+    assert verify.code == 0, verify.stdout
 
 
 def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:

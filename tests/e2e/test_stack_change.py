@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,9 +24,10 @@ import yaml
 
 from dcgm_sim.seed import seeded_cr
 from migrator.model import kinds
-from migrator.model.stackchange import clean_cr
+from migrator.model.stackchange import DELETE, clean_cr
 from tests.e2e.conftest import E2E, NS
 from tests.e2e.test_guard import running_guard
+from tests.helpers import crash
 from tests.helpers.stablenames import StableNames, watching
 from tests.helpers.stackprep import label_nodes, manifest
 
@@ -266,10 +269,11 @@ def test_a_gpucluster_the_operator_would_refuse_or_run_without_exporter_is_refus
 def test_the_guard_running_through_a_change_and_back_stays_out_of_its_way(
         e2e_factory: Callable[..., E2E], tmp_path: Path) -> None:
     """The guard deployed (its loop running, as the Deployment's leader does) while
-    `change-stack` goes to the GPUCluster and back: both complete, the stable names never
-    vanish nor change ClusterIP, `verify` is green after each, and no write of the guard's to
-    a stable Service made one of `change-stack`'s conflict (every change-stack run is one
-    attempt: a conflict it did not expect would have stopped it)."""
+    `change-stack` goes to the GPUCluster and back, the way back stopped (SIGTERM) once the
+    GPUCluster is deleted and resumed by `status`'s `resume:` command once the guard made a
+    pass of it: both complete, the stable names never vanish nor change ClusterIP, `verify` is
+    green after each. No write of the guard's got in a change's way: a write of the change's
+    that met one would have stopped it."""
     env = _cluster_policy_ready_for_change(e2e_factory)
     before = cluster_ips(env)
     with running_guard(env) as guard:
@@ -281,17 +285,31 @@ def test_the_guard_running_through_a_change_and_back_stays_out_of_its_way(
         assert_names_kept(there, before, res.stderr)
         verify = env.cli("verify")
         assert verify.code == 0, verify.stdout
+        passes = guard.guard.passes
         with env.monitor.replacing(*STABLE, *DRA), watching(env.sim, NS, STABLE) as back:
-            res = change(env, "clusterpolicy", manifest(tmp_path, "clusterpolicy"),
-                         "gpu-cluster")
+            proc = crash.start(env.sim.kubeconfig, "change-stack", "--to", "clusterpolicy",
+                               "-f", str(manifest(tmp_path, "clusterpolicy")), "--delete-cr",
+                               "gpu-cluster", "--yes", "--settle", "0s")
+            crash.until(lambda: _step_done(env, f"{DELETE}/GPUCluster/gpu-cluster"), proc)
+            proc.send_signal(signal.SIGTERM)
+            stopped, _, err = crash.finish(proc)
+            assert stopped == 143, err
+            # the change's writes to the stable Services are events the guard answers
+            env.until(lambda: guard.guard.passes > passes, 30, "a guard pass meanwhile")
+            resume = env.cli("status", "-o", "json").json()["run"]["resume"]
+            res = env.cli(*shlex.split(resume)[1:], "--yes", "--settle", "0s")
             assert res.code == 0, res.stdout + res.stderr
             env.until(lambda: served(env), 120, "every node served again")
-        assert_names_kept(back, before, res.stderr)
-        assert guard.guard.passes > 0, guard.log[-20:]
+        assert_names_kept(back, before, err, res.stderr)
     assert crs(env, kinds.CLUSTER_POLICY) == ["gpu-cluster-policy"]
     assert crs(env, kinds.GPU_CLUSTER) == []
     verify = env.cli("verify")
     assert verify.code == 0, verify.stdout
+
+
+def _step_done(env: E2E, step: str) -> bool:
+    record = crash.live_document(env.sim).get("stackChange") or {}
+    return ((record.get("steps") or {}).get(step) or {}).get("status") == "done"
 
 
 def _cluster_policy_ready_for_change(e2e_factory: Callable[..., E2E]) -> E2E:

@@ -83,6 +83,12 @@ def plan(session: Session, request: StackRequest) -> StackOutcome:
     """The change as it would run now, with what a stopped run did (not `observe`: a resumed
     change may find no DaemonSet)."""
     recorded = _state(session)[0].stack_change
+    if sc.undoing(recorded):  # the steps it undid still read done: going on would skip them
+        raise UsageError(
+            f"An undo of the change to the {(recorded or {}).get('to')} stack (started "
+            f"{(recorded or {}).get('rollback')}) has not finished, so the change's record no "
+            "longer says what stands.",
+            f"finish the undo first: `{sc.undo_command(session.namespace)}`")
     new_cr = (dict(request.new_cr) if request.new_cr is not None
               else sc.recorded_cr(recorded, request.target))
     snap = read_snapshot(session.kube, session.namespace, session.catalog, clock=session.clock)

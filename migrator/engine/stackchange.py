@@ -87,7 +87,6 @@ def begin(state: State, change: sc.ChangePlan, now: str) -> Obj:
                 f"{record.get('started')}).", "finish it by running that change-stack again, "
                 "or undo it with change-stack --rollback")
         state.log("stack-change-start", to=change.target, resumed=True)
-        record.pop("rollback", None)  # forward again after a stopped undo
         return record
     state.stack_change = {"to": change.target, "from": change.source, "status": IN_PROGRESS,
                           "started": now, "newCr": dict(change.new_cr),

@@ -172,12 +172,17 @@ def plan(snapshot: Snapshot, catalog: Catalog, target: str, new_cr: Mapping[str,
                       tuple(warnings))
 
 
+def undoing(record: Mapping[str, Any] | None) -> bool:
+    """An undo (`change-stack --rollback`, its start recorded as `rollback`) begun and not
+    ended. The steps it undid are still recorded done, so only the undo may go on."""
+    return bool((record or {}).get("rollback")) and (
+        (record or {}).get("status") != PhaseStatus.ROLLED_BACK.value)
+
+
 def unfinished(record: Mapping[str, Any] | None) -> bool:
-    """A change (or its undo, `rollback`) recorded as begun and not ended: running now, or
-    stopped (killed, a gate, a timeout). Only `change-stack` goes on with it."""
-    status = (record or {}).get("status")
-    undoing = bool((record or {}).get("rollback")) and status != PhaseStatus.ROLLED_BACK.value
-    return status == PhaseStatus.IN_PROGRESS.value or undoing
+    """A change (or its undo) recorded as begun and not ended: running now, or stopped
+    (killed, a gate, a timeout). Only `change-stack` goes on with it."""
+    return (record or {}).get("status") == PhaseStatus.IN_PROGRESS.value or undoing(record)
 
 
 def recorded_cr(record: Mapping[str, Any] | None, target: str) -> dict[str, Any]:
@@ -190,7 +195,7 @@ def recorded_cr(record: Mapping[str, Any] | None, target: str) -> dict[str, Any]
 
 def resume_command(record: Mapping[str, Any], namespace: str) -> str:
     """The command that goes on with an unfinished change (or its undo), from its record."""
-    if record.get("rollback"):
+    if undoing(record):
         return undo_command(namespace)
     old = (record.get("oldCr") or {}).get("metadata", {}).get("name")
     return " ".join(["dcgm-migrate change-stack --to", str(record.get("to")),
@@ -221,7 +226,7 @@ _NEXT = {KEEP: ("oldCr", "the delete of {kind}/{name}"),
 def waits_for(record: Mapping[str, Any]) -> str:
     """What a running change waits for, from its newest step record (steps run in `plan`'s
     order, each recorded before its write and done after)."""
-    if record.get("rollback"):
+    if undoing(record):
         return f"the undo of the change to the {record.get('to')} stack"
     steps = list((record.get("steps") or {}).values())
     if not steps and record.get("oldCr"):

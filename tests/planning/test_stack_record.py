@@ -85,7 +85,8 @@ def test_a_resume_without_f_takes_the_recorded_cr_of_that_change_only() -> None:
 def test_a_begun_undo_is_unfinished_until_rolled_back_and_resumes_as_an_undo() -> None:
     for status in ("in-progress", "completed"):  # an undo of a stopped or a completed change
         undoing = {**record(status=status), "rollback": "2026-12-08T03:00:00Z"}
-        assert sc.unfinished(undoing)
+        assert sc.unfinished(undoing) and sc.undoing(undoing)
         assert sc.resume_command(undoing, "gpu-operator") == sc.undo_command("gpu-operator")
         assert sc.waits_for(undoing) == "the undo of the change to the gpucluster stack"
     assert not sc.unfinished({**record(status="rolled-back"), "rollback": "2026-12-08T03:00:00Z"})
+    assert not sc.undoing(record())

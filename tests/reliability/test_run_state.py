@@ -184,7 +184,8 @@ def test_a_stopped_undo_of_a_stack_change_resumes_as_an_undo(
         fresh: Callable[..., Env], tmp_path: Path) -> None:
     """`change-stack --rollback` stopped while the GPUCluster it deleted is still going: the
     undo is the run `status` reports, `resume:` is the undo again (not the change), `apply`
-    refuses; the resume finishes the undo and the cluster is idle on the ClusterPolicy."""
+    refuses, and so does the change forward (its record still says done what the undo
+    undid); the resume finishes the undo and the cluster is idle on the ClusterPolicy."""
     env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
     assert crash.run(env.kubeconfig, *APPLY).code == 0
     changed = crash.run(env.kubeconfig, "change-stack", "--to", "gpucluster", "-f",
@@ -202,6 +203,12 @@ def test_a_stopped_undo_of_a_stack_change_resumes_as_an_undo(
         assert stopped == 143, err
         code, interrupted, _ = _status(env)
         refused = cli.run(env.kubeconfig, "apply", "--phase", "3", "--yes")
+        mark = env.mark()  # going forward again would skip the steps the undo undid
+        forward = cli.run(env.kubeconfig, "change-stack", "--to", "gpucluster", "-f",
+                          str(manifest(tmp_path, "gpucluster")), "--yes", "--settle", "0s")
+        assert (forward.code, env.writes(mark)) == (2, []), forward.stderr
+        assert "finish the undo first: `dcgm-migrate change-stack --rollback -n " \
+            "gpu-operator" in forward.stderr
     assert (running["run"]["operation"], running["run"]["waitsFor"]) == (
         "change-stack", "the undo of the change to the gpucluster stack"), running["run"]
     run = interrupted["run"]

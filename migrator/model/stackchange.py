@@ -213,13 +213,12 @@ _WRITING = {KEEP: "{kind}/{name} kept from the garbage collector",
             CREATE: "the create of {kind}/{name}",
             RETARGET: "{kind}/{name} made the alias of the GPUCluster's Service"}
 # ... and after a step recorded done, the next, named by the old CR (`oldCr`) or the new one.
+_SERVED = "every node served again by the stable names (the new stack's pods Ready)"
 _NEXT = {KEEP: ("oldCr", "the delete of {kind}/{name}"),
          DELETE: ("oldCr", "{kind}/{name} gone: its DaemonSets and pods removed"),
          GONE: ("newCr", "the create of {kind}/{name}"),
-         CREATE: ("newCr", "every node served again by the stable names (the new stack's pods "
-                           "Ready)"),
-         RETARGET: ("newCr", "every node served again by the stable names (the new stack's "
-                             "pods Ready)"),
+         CREATE: ("newCr", _SERVED),
+         RETARGET: ("newCr", _SERVED),
          SERVING: ("newCr", "the new stack's phases (apply --phase 3)")}
 
 

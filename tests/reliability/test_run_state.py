@@ -132,16 +132,23 @@ def test_a_write_that_rolls_pods_is_recorded_done_before_its_rollout_wait(
     assert "waits for: the rollout of DaemonSet/nvidia-dcgm-dra" in table
 
 
+def _migrated_for_a_change(fresh: Callable[..., Env],
+                           tmp_path: Path) -> tuple[Env, tuple[str, ...]]:
+    """A migrated ClusterPolicy cluster, and the `change-stack` to the GPUCluster for it."""
+    env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
+    assert crash.run(env.kubeconfig, *APPLY).code == 0
+    return env, ("change-stack", "--to", "gpucluster", "-f",
+                 str(manifest(tmp_path, "gpucluster")), "--delete-cr", "gpu-cluster-policy",
+                 "--yes", "--settle", "0s")
+
+
 def test_a_stack_change_running_then_stopped_is_the_run_and_only_change_stack_goes_on(
         fresh: Callable[..., Env], tmp_path: Path) -> None:
     """While `change-stack` waits in its own steps (no phase in progress yet), `status` names
     the change as the run and what it waits for; stopped, the change is the interrupted run,
     `apply` refuses with nothing written (it would plan phases for a stack half changed), and
     the `resume:` command, without the manifest (the change recorded its CR), finishes it."""
-    env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
-    assert crash.run(env.kubeconfig, *APPLY).code == 0
-    args = ("change-stack", "--to", "gpucluster", "-f", str(manifest(tmp_path, "gpucluster")),
-            "--delete-cr", "gpu-cluster-policy", "--yes", "--settle", "0s")
+    env, args = _migrated_for_a_change(fresh, tmp_path)
     with env.sim.clock.held():  # the new stack's pods cannot start: it waits for them
         proc = crash.start(env.kubeconfig, *args)
         try:
@@ -186,11 +193,8 @@ def test_a_stopped_undo_of_a_stack_change_resumes_as_an_undo(
     undo is the run `status` reports, `resume:` is the undo again (not the change), `apply`
     refuses, and so does the change forward (its record still says done what the undo
     undid); the resume finishes the undo and the cluster is idle on the ClusterPolicy."""
-    env = fresh("clusterpolicy", monitor=False, operator_reconcile_seconds=RESYNC_SECONDS)
-    assert crash.run(env.kubeconfig, *APPLY).code == 0
-    changed = crash.run(env.kubeconfig, "change-stack", "--to", "gpucluster", "-f",
-                        str(manifest(tmp_path, "gpucluster")), "--delete-cr",
-                        "gpu-cluster-policy", "--yes", "--settle", "0s")
+    env, args = _migrated_for_a_change(fresh, tmp_path)
+    changed = crash.run(env.kubeconfig, *args)
     assert changed.code == 0, changed.output[-2000:]
     with env.sim.clock.held():  # the GPUCluster's pods cannot terminate: it is not gone
         proc = crash.start(env.kubeconfig, "change-stack", "--rollback", "--yes")
